@@ -1,0 +1,181 @@
+//! Git helpers over git2: open the repository, read HEAD and the blob ids a fire runs
+//! on, check builder-owned paths for uncommitted changes, and commit a set of *new*
+//! files under a given identity, refusing any path outside an allowed set. The commit
+//! is built from HEAD's tree plus the new files (never from whatever the index holds),
+//! so an engineer's staged work is never swept into a runtime commit.
+
+use crate::layout::{Owner, Ownership, BUILDER_DIRS};
+use git2::{build::TreeUpdateBuilder, FileMode, Oid, Repository, Signature, Status, StatusOptions};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("{path}: not a git repository (or any parent): {message}")]
+    NotARepo { path: PathBuf, message: String },
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+    #[error("refusing to commit `{path}`: {why}")]
+    Refused { path: String, why: String },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// Opens the repository whose work tree contains `path`.
+pub fn discover(path: &Path) -> Result<Repository, GitError> {
+    Repository::discover(path).map_err(|e| GitError::NotARepo { path: path.to_path_buf(), message: e.message().to_string() })
+}
+
+/// The work tree root of `repo`.
+pub fn workdir(repo: &Repository) -> Result<PathBuf, GitError> {
+    repo.workdir().map(|p| p.to_path_buf()).ok_or_else(|| GitError::NotARepo { path: repo.path().to_path_buf(), message: "bare repository".into() })
+}
+
+/// HEAD's commit id, `None` on an unborn branch.
+pub fn head_commit(repo: &Repository) -> Result<Option<Oid>, GitError> {
+    match repo.head() {
+        Ok(h) => Ok(Some(h.peel_to_commit()?.id())),
+        Err(e) if e.code() == git2::ErrorCode::UnbornBranch || e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Blob id of `rel` in HEAD's tree, `None` if absent.
+pub fn head_blob(repo: &Repository, rel: &str) -> Result<Option<Oid>, GitError> {
+    let Some(head) = head_commit(repo)? else { return Ok(None) };
+    let tree = repo.find_commit(head)?.tree()?;
+    match tree.get_path(Path::new(rel)) {
+        Ok(entry) => Ok(Some(entry.id())),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Builder-owned paths with uncommitted changes (modified, staged, untracked,
+/// deleted, renamed), relative to the work tree.
+pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<Vec<String>, GitError> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true).recurse_untracked_dirs(true).include_ignored(false).exclude_submodules(false);
+    for d in BUILDER_DIRS.iter().filter(|d| **d != ".git") {
+        opts.pathspec(*d);
+    }
+    let mut out = Vec::new();
+    let statuses = repo.statuses(Some(&mut opts))?;
+    for s in statuses.iter() {
+        if s.status() == Status::CURRENT || s.status().contains(Status::IGNORED) {
+            continue;
+        }
+        if let Ok(p) = s.path() {
+            if ownership.classify(p) == Owner::Builder {
+                out.push(p.to_string());
+            }
+        }
+    }
+    // Extra builder globs from settings may live outside the fixed directories.
+    let mut all = StatusOptions::new();
+    all.include_untracked(true).recurse_untracked_dirs(true);
+    for s in repo.statuses(Some(&mut all))?.iter() {
+        if let Ok(p) = s.path() {
+            if s.status() != Status::CURRENT && !s.status().contains(Status::IGNORED) && ownership.classify(p) == Owner::Builder && !out.iter().any(|o| o == p) {
+                out.push(p.to_string());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Commits `files` (repo-relative, already written in the work tree) on top of HEAD.
+/// Every file must satisfy `allowed` and must not exist in HEAD: the runtime only
+/// ever adds records. Returns the new commit id.
+pub fn commit_new_files(repo: &Repository, files: &[String], allowed: impl Fn(&str) -> bool, name: &str, email: &str, message: &str) -> Result<Oid, GitError> {
+    let root = workdir(repo)?;
+    let head = head_commit(repo)?;
+    let parent = head.map(|h| repo.find_commit(h)).transpose()?;
+    let base_tree = match &parent {
+        Some(p) => p.tree()?,
+        None => repo.find_tree(repo.treebuilder(None)?.write()?)?,
+    };
+    let mut update = TreeUpdateBuilder::new();
+    for f in files {
+        if f.contains("..") || f.starts_with('/') || f.contains("//") || !allowed(f) {
+            return Err(GitError::Refused { path: f.clone(), why: "outside the runtime-owned paths".into() });
+        }
+        if base_tree.get_path(Path::new(f)).is_ok() {
+            return Err(GitError::Refused { path: f.clone(), why: "already in HEAD; the runtime only adds new files".into() });
+        }
+        let full = root.join(f);
+        let meta = std::fs::symlink_metadata(&full).map_err(|e| GitError::Io { path: full.clone(), source: e })?;
+        if !meta.file_type().is_file() {
+            return Err(GitError::Refused { path: f.clone(), why: "not a regular file (symlinks and devices are never committed)".into() });
+        }
+        let bytes = std::fs::read(&full).map_err(|e| GitError::Io { path: full.clone(), source: e })?;
+        let oid = repo.blob(&bytes)?;
+        update.upsert(f.as_str(), oid, FileMode::Blob);
+    }
+    let tree_id = update.create_updated(repo, &base_tree)?;
+    let tree = repo.find_tree(tree_id)?;
+    let sig = Signature::now(name, email)?;
+    let parents: Vec<&git2::Commit> = parent.iter().collect();
+    let oid = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)?;
+    // Keep the index in step so `git status` shows the new files as committed.
+    let mut index = repo.index()?;
+    for f in files {
+        index.add_path(Path::new(f))?;
+    }
+    index.write()?;
+    Ok(oid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo() -> (tempfile::TempDir, Repository) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        std::fs::create_dir_all(dir.path().join("prompts")).unwrap();
+        std::fs::write(dir.path().join("prompts/t.md"), "hi").unwrap();
+        let mut idx = repo.index().unwrap();
+        idx.add_path(Path::new("prompts/t.md")).unwrap();
+        idx.write().unwrap();
+        let tree = repo.find_tree(idx.write_tree().unwrap()).unwrap();
+        let sig = Signature::now("eng", "eng@x").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
+        drop(tree);
+        (dir, repo)
+    }
+
+    #[test]
+    fn detects_dirty_builder_paths_only() {
+        let (dir, repo) = repo();
+        let own = Ownership::new(dir.path());
+        assert!(dirty_builder_paths(&repo, &own).unwrap().is_empty());
+        std::fs::create_dir_all(dir.path().join("reports")).unwrap();
+        std::fs::write(dir.path().join("reports/r.md"), "r").unwrap();
+        assert!(dirty_builder_paths(&repo, &own).unwrap().is_empty());
+        std::fs::write(dir.path().join("prompts/t.md"), "changed").unwrap();
+        std::fs::create_dir_all(dir.path().join("tools")).unwrap();
+        std::fs::write(dir.path().join("tools/new.sh"), "x").unwrap();
+        assert_eq!(dirty_builder_paths(&repo, &own).unwrap(), vec!["prompts/t.md", "tools/new.sh"]);
+    }
+
+    #[test]
+    fn commits_only_new_allowed_files() {
+        let (dir, repo) = repo();
+        std::fs::create_dir_all(dir.path().join("reports/t")).unwrap();
+        std::fs::write(dir.path().join("reports/t/a.md"), "a").unwrap();
+        let own = Ownership::new(dir.path());
+        let allowed = |p: &str| own.classify(p) == Owner::Runtime;
+        let oid = commit_new_files(&repo, &["reports/t/a.md".into()], allowed, "runtime", "runtime@localhost", "fire").unwrap();
+        let c = repo.find_commit(oid).unwrap();
+        assert_eq!(c.author().name().ok(), Some("runtime"));
+        assert!(c.tree().unwrap().get_path(Path::new("prompts/t.md")).is_ok());
+        assert!(head_blob(&repo, "reports/t/a.md").unwrap().is_some());
+        let refused = commit_new_files(&repo, &["prompts/t.md".into()], allowed, "r", "r@x", "m");
+        assert!(matches!(refused, Err(GitError::Refused { .. })));
+        let again = commit_new_files(&repo, &["reports/t/a.md".into()], allowed, "r", "r@x", "m");
+        assert!(matches!(again, Err(GitError::Refused { .. })), "rewriting a record is refused");
+        let statuses = repo.statuses(None).unwrap();
+        assert!(statuses.iter().all(|s| s.path().ok() != Some("reports/t/a.md")));
+    }
+}

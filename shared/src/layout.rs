@@ -1,0 +1,283 @@
+//! The agent repository's layout and who owns which path (DESIGN.md sections 2 and 3).
+//! One function, [`Ownership::classify`], decides whether any path a tool or command
+//! names is builder-owned, runtime-owned or neither; builder-owned always wins and a
+//! path that escapes the repository is never writable. Everything that guards writes
+//! (policy engine, sandbox rules, commit check, audit) asks this module.
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use std::path::{Component, Path, PathBuf};
+
+/// Top-level directories the builder owns. The runtime never writes below them.
+pub const BUILDER_DIRS: &[&str] = &["prompts", "scope", "settings", "tools", "evals", ".git"];
+/// Top-level directories the runtime owns (it only ever creates files in them).
+pub const RUNTIME_DIRS: &[&str] = &["reports", "cards", "runs"];
+/// The runtime's local, git-ignored state directory.
+pub const STATE_DIR: &str = ".runtime";
+/// Where the boundary document lives.
+pub const SCOPE_FILE: &str = "scope/SCOPE.md";
+/// Where the runtime settings live.
+pub const SETTINGS_FILE: &str = "settings/runtime.yaml";
+/// Directory of task prompts.
+pub const PROMPTS_DIR: &str = "prompts";
+
+/// Who may write a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Owner {
+    Builder,
+    Runtime,
+    Neither,
+}
+
+/// Ownership rules of one repository: the fixed directories plus what settings add.
+#[derive(Debug, Clone)]
+pub struct Ownership {
+    root: PathBuf,
+    extra_builder: Option<GlobSet>,
+    granted_write: Option<GlobSet>,
+}
+
+impl Ownership {
+    /// Ownership with only the fixed builder and runtime directories.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Ownership { root: root.into(), extra_builder: None, granted_write: None }
+    }
+
+    /// Adds builder-owned globs (from settings `builder_paths`) and write paths the
+    /// settings grant to the runtime. Invalid globs are reported by settings loading;
+    /// here they are an error too so no caller can silently drop one.
+    pub fn with_globs(mut self, extra_builder: &[String], granted_write: &[String]) -> Result<Self, globset::Error> {
+        self.extra_builder = compile_globs(extra_builder)?;
+        self.granted_write = compile_globs(granted_write)?;
+        Ok(self)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Classifies `path` (relative to the repo root, or absolute) lexically.
+    pub fn classify(&self, path: &str) -> Owner {
+        match normalize(&self.root, path) {
+            None => Owner::Neither,
+            Some(rel) => self.classify_normalized(&rel),
+        }
+    }
+
+    /// Classifies `path` after resolving symlinks in the part of it that exists, so a
+    /// link in `reports/` that points into `prompts/` is classified by its target.
+    pub fn classify_resolved(&self, path: &str) -> Owner {
+        let lexical = self.classify(path);
+        if lexical == Owner::Builder {
+            return lexical;
+        }
+        if !self.root.exists() {
+            return lexical;
+        }
+        match resolve_existing(&self.root, path) {
+            Some(rel) => {
+                let resolved = self.classify_normalized(&rel);
+                if resolved == Owner::Builder || lexical == Owner::Neither {
+                    resolved
+                } else {
+                    lexical.min_trust(resolved)
+                }
+            }
+            None => Owner::Neither,
+        }
+    }
+
+    /// Classifies an already normalised repo-relative path (`a/b`, no `..`).
+    pub fn classify_normalized(&self, rel: &str) -> Owner {
+        let first = rel.split('/').next().unwrap_or("");
+        if BUILDER_DIRS.contains(&first) || self.extra_builder.as_ref().is_some_and(|g| g.is_match(rel)) {
+            return Owner::Builder;
+        }
+        if RUNTIME_DIRS.contains(&first) || self.granted_write.as_ref().is_some_and(|g| g.is_match(rel)) {
+            return Owner::Runtime;
+        }
+        Owner::Neither
+    }
+
+    /// Is `rel` (normalised) under a builder-owned directory or glob, or a parent of one
+    /// (deleting or renaming a parent would take builder files with it)?
+    pub fn touches_builder(&self, rel: &str) -> bool {
+        rel.is_empty() || rel == "." || self.classify_normalized(rel) == Owner::Builder
+    }
+}
+
+impl Owner {
+    fn min_trust(self, other: Owner) -> Owner {
+        match (self, other) {
+            (Owner::Builder, _) | (_, Owner::Builder) => Owner::Builder,
+            (Owner::Neither, _) | (_, Owner::Neither) => Owner::Neither,
+            (Owner::Runtime, Owner::Runtime) => Owner::Runtime,
+        }
+    }
+}
+
+fn compile_globs(globs: &[String]) -> Result<Option<GlobSet>, globset::Error> {
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    let mut b = GlobSetBuilder::new();
+    for g in globs {
+        b.add(Glob::new(g.trim_end_matches('/'))?);
+        // `reports/**` should also cover the directory itself.
+        if let Some(dir) = g.strip_suffix("/**") {
+            b.add(Glob::new(dir)?);
+        }
+    }
+    Ok(Some(b.build()?))
+}
+
+/// Lexically normalises `path` to a repo-relative `a/b/c` string: strips the root
+/// when absolute, folds `.`, `..`, `//` and trailing `/`. `None` when it escapes.
+pub fn normalize(root: &Path, path: &str) -> Option<String> {
+    let p = Path::new(path);
+    let rel: &Path = if p.is_absolute() {
+        // Fold `..` before comparing with the root: `/repo/x/../../repo/prompts`.
+        let folded = fold(p)?;
+        let root_folded = fold(root)?;
+        return folded.strip_prefix(&root_folded).ok().and_then(join_rel);
+    } else {
+        p
+    };
+    let mut parts: Vec<&str> = Vec::with_capacity(4);
+    for c in rel.components() {
+        match c {
+            Component::Normal(s) => parts.push(s.to_str()?),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(parts.join("/"))
+}
+
+fn join_rel(p: &Path) -> Option<String> {
+    let parts: Option<Vec<&str>> = p.components().map(|c| c.as_os_str().to_str()).collect();
+    Some(parts?.join("/"))
+}
+
+/// Folds `.` and `..` in an absolute path without touching the filesystem.
+fn fold(p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::Normal(s) => out.push(s),
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    Some(out)
+}
+
+/// Resolves symlinks in the longest existing prefix of `path` and re-relativises it
+/// to the (canonical) root. `None` when the result is outside the repository.
+pub fn resolve_existing(root: &Path, path: &str) -> Option<String> {
+    let root_c = root.canonicalize().ok()?;
+    let joined = if Path::new(path).is_absolute() { PathBuf::from(path) } else { root.join(path) };
+    let folded = fold(&joined)?;
+    let mut existing = folded.clone();
+    let mut rest: Vec<std::ffi::OsString> = Vec::new();
+    loop {
+        // A dangling symlink: resolve through its target text.
+        if let Ok(meta) = std::fs::symlink_metadata(&existing) {
+            if meta.file_type().is_symlink() && std::fs::metadata(&existing).is_err() {
+                let target = std::fs::read_link(&existing).ok()?;
+                let parent = existing.parent()?.to_path_buf();
+                let t = if target.is_absolute() { target } else { parent.join(target) };
+                let mut full = fold(&t)?;
+                for r in rest.iter().rev() {
+                    full.push(r);
+                }
+                return resolve_existing(root, full.to_str()?);
+            }
+            break;
+        }
+        let name = existing.file_name()?.to_os_string();
+        rest.push(name);
+        if !existing.pop() {
+            return None;
+        }
+    }
+    let mut resolved = existing.canonicalize().ok()?;
+    for r in rest.iter().rev() {
+        resolved.push(r);
+    }
+    let rel = resolved.strip_prefix(&root_c).ok()?;
+    join_rel(rel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own() -> Ownership {
+        Ownership::new("/repo").with_globs(&["docs/policy/**".into()], &["out/**".into()]).unwrap()
+    }
+
+    #[test]
+    fn classifies_fixed_dirs() {
+        let o = own();
+        for p in ["prompts/x.md", "scope/SCOPE.md", "settings", "tools/a.sh", "evals/t/a.yaml", ".git/config"] {
+            assert_eq!(o.classify(p), Owner::Builder, "{p}");
+        }
+        for p in ["reports/t/a.md", "cards/2026-01-01/c.yaml", "runs", "out/x"] {
+            assert_eq!(o.classify(p), Owner::Runtime, "{p}");
+        }
+        assert_eq!(o.classify("README.md"), Owner::Neither);
+        assert_eq!(o.classify("docs/policy/a.md"), Owner::Builder);
+        assert_eq!(o.classify("docs/other.md"), Owner::Neither);
+    }
+
+    #[test]
+    fn normalises_tricks() {
+        let o = own();
+        assert_eq!(o.classify("./prompts/../prompts/x"), Owner::Builder);
+        assert_eq!(o.classify("reports/../prompts/x"), Owner::Builder);
+        assert_eq!(o.classify("reports//../prompts//x"), Owner::Builder);
+        assert_eq!(o.classify("/repo/prompts/x"), Owner::Builder);
+        assert_eq!(o.classify("/repo/./reports/../settings/"), Owner::Builder);
+        assert_eq!(o.classify("/repo/x/../../repo/prompts/a"), Owner::Builder);
+        assert_eq!(o.classify("prompts/"), Owner::Builder);
+        assert_eq!(o.classify("reports/a/"), Owner::Runtime);
+    }
+
+    #[test]
+    fn escapes_are_neither() {
+        let o = own();
+        assert_eq!(o.classify("../outside"), Owner::Neither);
+        assert_eq!(o.classify("reports/../../x"), Owner::Neither);
+        assert_eq!(o.classify("/etc/passwd"), Owner::Neither);
+        assert_eq!(o.classify("/repo2/prompts/x"), Owner::Neither);
+    }
+
+    #[test]
+    fn builder_wins_over_granted_write() {
+        let o = Ownership::new("/repo").with_globs(&[], &["prompts/**".into()]).unwrap();
+        assert_eq!(o.classify("prompts/x"), Owner::Builder);
+    }
+
+    #[test]
+    fn symlinks_resolve_to_their_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("reports")).unwrap();
+        std::fs::create_dir_all(root.join("prompts")).unwrap();
+        std::os::unix::fs::symlink(root.join("prompts"), root.join("reports/link")).unwrap();
+        std::os::unix::fs::symlink("../prompts/new.md", root.join("reports/dangling")).unwrap();
+        let o = Ownership::new(root);
+        assert_eq!(o.classify("reports/link/x.md"), Owner::Runtime);
+        assert_eq!(o.classify_resolved("reports/link/x.md"), Owner::Builder);
+        assert_eq!(o.classify_resolved("reports/dangling"), Owner::Builder);
+        assert_eq!(o.classify_resolved("reports/plain.md"), Owner::Runtime);
+    }
+}

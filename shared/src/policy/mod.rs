@@ -1,0 +1,371 @@
+//! The policy engine (DESIGN.md section 4, "Policy"): every tool call is decided
+//! allow / ask / deny before it runs. Deny rules first, then ask, then allow; first
+//! match wins; builder-owned paths are always denied for writes, and writes outside
+//! the write ACL are always denied. Reads inside the read roots and writes inside the
+//! ACL are allowed unless a deny or ask rule matches; anything else gets the
+//! configured default (deny in a fire). Shell commands are analysed segment by
+//! segment (see [`shell`]); a command the parser cannot understand is denied.
+
+pub mod rules;
+pub mod shell;
+
+use crate::layout::{normalize, Owner, Ownership};
+use crate::settings::{DefaultDecision, Permissions};
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use rules::{Canon, Rule, RuleError, Spec};
+use serde::{Deserialize, Serialize};
+use shell::{Segment, Word};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Allow,
+    Ask,
+    Deny,
+}
+
+/// The outcome of a decision: what, which rule (if any), and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub decision: Decision,
+    pub rule: Option<String>,
+    pub reason: String,
+}
+
+impl Verdict {
+    fn new(decision: Decision, rule: Option<&Rule>, reason: impl Into<String>) -> Verdict {
+        Verdict { decision, rule: rule.map(|r| r.source.clone()), reason: reason.into() }
+    }
+}
+
+/// A tool call, as the policy engine sees it.
+#[derive(Debug, Clone, Copy)]
+pub enum Call<'a> {
+    ReadFile(&'a str),
+    ListDir(&'a str),
+    Grep(&'a str),
+    WriteFile(&'a str),
+    EditFile(&'a str),
+    RunCommand(&'a str),
+}
+
+impl Call<'_> {
+    fn rule_tools(&self) -> &'static [&'static str] {
+        match self {
+            Call::ReadFile(_) => &["Read"],
+            Call::ListDir(_) => &["Read", "LS", "Glob"],
+            Call::Grep(_) => &["Read", "Grep"],
+            Call::WriteFile(_) => &["Write", "Edit"],
+            Call::EditFile(_) => &["Edit", "MultiEdit", "Write"],
+            Call::RunCommand(_) => &["Bash"],
+        }
+    }
+}
+
+/// A compiled policy for one repository.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    ownership: Ownership,
+    deny: Vec<Rule>,
+    ask: Vec<Rule>,
+    allow: Vec<Rule>,
+    write_acl: GlobSet,
+    default: Decision,
+    read_roots: Vec<PathBuf>,
+    scratch: Option<PathBuf>,
+}
+
+/// Why a policy could not be built (settings loading reports these with lines first).
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("rule `{rule}`: {source}")]
+    Rule { rule: String, source: RuleError },
+    #[error("glob `{glob}`: {source}")]
+    Glob { glob: String, source: globset::Error },
+}
+
+const BUILDER_WRITE_REASON: &str = "writes a builder-owned path";
+
+impl Policy {
+    /// Compiles the permissions for the repository at `root`. `builder_paths` are the
+    /// settings' extra builder-owned globs.
+    pub fn new(root: &Path, perms: &Permissions, builder_paths: &[String]) -> Result<Policy, PolicyError> {
+        let compile = |list: &[String]| -> Result<Vec<Rule>, PolicyError> {
+            list.iter().map(|r| Rule::parse(r).map_err(|e| PolicyError::Rule { rule: r.clone(), source: e })).collect()
+        };
+        let mut acl = GlobSetBuilder::new();
+        for g in &perms.write {
+            let glob = |s: &str| Glob::new(s).map_err(|e| PolicyError::Glob { glob: g.clone(), source: e });
+            acl.add(glob(g.trim_end_matches('/'))?);
+            if let Some(dir) = g.strip_suffix("/**") {
+                acl.add(glob(dir)?);
+            }
+        }
+        let ownership = Ownership::new(root)
+            .with_globs(builder_paths, &perms.write)
+            .map_err(|e| PolicyError::Glob { glob: e.glob().unwrap_or("").to_string(), source: e })?;
+        let mut read_roots = vec![root.to_path_buf()];
+        for d in &perms.additional_directories {
+            read_roots.push(match d.strip_prefix("~/") {
+                Some(rest) => PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(rest),
+                None => PathBuf::from(d),
+            });
+        }
+        Ok(Policy {
+            ownership,
+            deny: compile(&perms.deny)?,
+            ask: compile(&perms.ask)?,
+            allow: compile(&perms.allow)?,
+            write_acl: acl.build().map_err(|e| PolicyError::Glob { glob: String::new(), source: e })?,
+            default: match perms.default {
+                DefaultDecision::Deny => Decision::Deny,
+                DefaultDecision::Ask => Decision::Ask,
+            },
+            read_roots,
+            scratch: None,
+        })
+    }
+
+    /// Allows writes below a per-run scratch directory.
+    pub fn with_scratch(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.scratch = Some(dir.into());
+        self
+    }
+
+    pub fn ownership(&self) -> &Ownership {
+        &self.ownership
+    }
+
+    /// Decides one call.
+    pub fn decide(&self, call: Call) -> Verdict {
+        match call {
+            Call::ReadFile(p) | Call::ListDir(p) | Call::Grep(p) => self.decide_path(call, p, false),
+            Call::WriteFile(p) | Call::EditFile(p) => self.decide_path(call, p, true),
+            Call::RunCommand(cmd) => self.decide_command(cmd),
+        }
+    }
+
+    fn abs(&self, path: &str, cwd: Option<&str>) -> PathBuf {
+        let base = match cwd {
+            Some(c) => self.ownership.root().join(c),
+            None => self.ownership.root().to_path_buf(),
+        };
+        let joined = if Path::new(path).is_absolute() { PathBuf::from(path) } else { base.join(path) };
+        joined
+    }
+
+    /// Checks a write target against ownership, the ACL and the scratch dir. `None`
+    /// when the write is inside the ACL.
+    fn check_write(&self, path: &str, cwd: Option<&str>) -> Option<Verdict> {
+        if path.contains('\0') {
+            return Some(Verdict::new(Decision::Deny, None, "path contains a NUL byte"));
+        }
+        if path == "/dev/null" || path == "/dev/stdout" || path == "/dev/stderr" {
+            return None;
+        }
+        let abs = self.abs(path, cwd);
+        let abs_s = abs.to_string_lossy();
+        let rel = normalize(self.ownership.root(), &abs_s);
+        if let Some(rel) = &rel {
+            if self.ownership.touches_builder(rel) || self.ownership.classify_resolved(rel) == Owner::Builder {
+                return Some(Verdict::new(Decision::Deny, None, format!("{BUILDER_WRITE_REASON} `{}`", if rel.is_empty() { "." } else { rel })));
+            }
+            if glob_reaches_builder(rel) {
+                return Some(Verdict::new(Decision::Deny, None, format!("pattern `{rel}` may expand to a builder-owned path")));
+            }
+            if self.write_acl.is_match(rel) && self.ownership.classify_resolved(rel) != Owner::Neither {
+                return None;
+            }
+        }
+        if let Some(scratch) = &self.scratch {
+            if let Some(folded) = normalize(scratch, &abs_s) {
+                if !folded.contains("..") {
+                    return None;
+                }
+            }
+        }
+        Some(Verdict::new(Decision::Deny, None, format!("`{path}` is outside the write ACL")))
+    }
+
+    fn decide_path(&self, call: Call, path: &str, write: bool) -> Verdict {
+        if write {
+            if let Some(v) = self.check_write(path, None) {
+                return v;
+            }
+        } else if path.contains('\0') {
+            return Verdict::new(Decision::Deny, None, "path contains a NUL byte");
+        }
+        let abs = self.abs(path, None);
+        let rel = normalize(self.ownership.root(), &abs.to_string_lossy());
+        let tools = call.rule_tools();
+        let hit = |rules: &[Rule]| -> Option<usize> {
+            rules.iter().position(|r| {
+                r.names_any(tools)
+                    && match &r.spec {
+                        Spec::Any => true,
+                        Spec::Path(p) => p.matches(rel.as_deref(), &abs),
+                        Spec::Command(_) | Spec::Literal(_) => false,
+                    }
+            })
+        };
+        if let Some(i) = hit(&self.deny) {
+            return Verdict::new(Decision::Deny, Some(&self.deny[i]), "matches a deny rule");
+        }
+        if let Some(i) = hit(&self.ask) {
+            return Verdict::new(Decision::Ask, Some(&self.ask[i]), "matches an ask rule");
+        }
+        if let Some(i) = hit(&self.allow) {
+            return Verdict::new(Decision::Allow, Some(&self.allow[i]), "matches an allow rule");
+        }
+        if write {
+            return Verdict::new(Decision::Allow, None, "inside the write ACL");
+        }
+        let folded = normalize(Path::new("/"), &abs.to_string_lossy()).map(|p| PathBuf::from(format!("/{p}")));
+        if folded.is_some_and(|f| self.read_roots.iter().any(|r| f.starts_with(r))) {
+            return Verdict::new(Decision::Allow, None, "inside the read roots");
+        }
+        Verdict::new(self.default, None, "outside the read roots and no rule matches")
+    }
+
+    fn decide_command(&self, cmd: &str) -> Verdict {
+        let segments = match shell::analyse(cmd) {
+            Ok(s) => s,
+            Err(e) => return Verdict::new(Decision::Deny, None, e.to_string()),
+        };
+        let mut pending_ask: Option<Verdict> = None;
+        let mut allowed: Option<Verdict> = None;
+        for seg in &segments {
+            let v = self.decide_segment(seg);
+            match v.decision {
+                Decision::Deny => return v,
+                Decision::Ask => {
+                    pending_ask.get_or_insert(v);
+                }
+                Decision::Allow => {
+                    if allowed.is_none() || allowed.as_ref().is_some_and(|a| a.rule.is_none()) {
+                        allowed = Some(v);
+                    }
+                }
+            }
+        }
+        if let Some(ask) = pending_ask {
+            return ask;
+        }
+        let mut v = allowed.unwrap_or_else(|| Verdict::new(Decision::Deny, None, "empty command"));
+        if segments.len() > 1 {
+            v.reason = format!("all {} segments allowed", segments.len());
+        }
+        v
+    }
+
+    fn decide_segment(&self, seg: &Segment) -> Verdict {
+        let line = seg.line();
+        let cwd = match &seg.cwd {
+            Some(w) if w.dynamic => {
+                if !seg.writes.is_empty() {
+                    return Verdict::new(Decision::Deny, None, format!("`{line}` writes relative to a directory only known at run time"));
+                }
+                None
+            }
+            Some(w) => Some(w.text.as_str()),
+            None => None,
+        };
+        let canons: Vec<Canon> = seg.layers.iter().map(|l| Canon::of(&l.iter().map(|w| w.text.as_str()).collect::<Vec<_>>())).collect();
+        let lines: Vec<String> = seg.layers.iter().map(|l| shell::join(l)).collect();
+        let broad = |rules: &[Rule]| -> Option<usize> {
+            rules.iter().position(|r| {
+                r.tool == "Bash"
+                    && match &r.spec {
+                        Spec::Any => true,
+                        Spec::Command(p) => lines.iter().any(|l| p.matches_line(l, false)) || canons.iter().any(|c| p.matches_canon(c)),
+                        Spec::Path(_) | Spec::Literal(_) => false,
+                    }
+            })
+        };
+        if let Some(i) = broad(&self.deny) {
+            return Verdict::new(Decision::Deny, Some(&self.deny[i]), format!("`{line}` matches a deny rule"));
+        }
+        for target in &seg.writes {
+            if let Some(v) = self.check_write_word(target, cwd) {
+                return Verdict { reason: format!("`{line}` {}", v.reason), ..v };
+            }
+        }
+        for code in &seg.opaque_code {
+            if let Some(dir) = mentions_builder_path(code) {
+                return Verdict::new(Decision::Deny, None, format!("`{}` runs inline code that names builder-owned `{dir}`", seg.program()));
+            }
+        }
+        if let Some(i) = broad(&self.ask) {
+            return Verdict::new(Decision::Ask, Some(&self.ask[i]), format!("`{line}` matches an ask rule"));
+        }
+        if shell::NEUTRAL.contains(&seg.program()) && seg.writes.is_empty() {
+            return Verdict::new(Decision::Allow, None, "changes only the shell's own state");
+        }
+        let strict = |l: &str, open: bool| -> Option<usize> {
+            self.allow.iter().position(|r| {
+                r.tool == "Bash"
+                    && match &r.spec {
+                        Spec::Any => true,
+                        Spec::Command(p) => p.matches_line(l, open),
+                        Spec::Path(_) | Spec::Literal(_) => false,
+                    }
+            })
+        };
+        // The outermost form allowed outright (e.g. `Bash(sudo*)`), or the inner
+        // command allowed and every wrapper around it harmless.
+        let outer = lines.first().map(|s| s.as_str()).unwrap_or("");
+        let hit = strict(outer, seg.open_args && seg.layers.len() == 1).or_else(|| {
+            let wrappers_benign = seg.layers[..seg.layers.len().saturating_sub(1)].iter().all(|l| is_benign_wrapper(l));
+            if wrappers_benign {
+                strict(&line, seg.open_args)
+            } else {
+                None
+            }
+        });
+        if let Some(i) = hit {
+            return Verdict::new(Decision::Allow, Some(&self.allow[i]), format!("`{line}` matches an allow rule"));
+        }
+        Verdict::new(self.default, None, format!("`{line}` matches no rule"))
+    }
+
+    fn check_write_word(&self, w: &Word, cwd: Option<&str>) -> Option<Verdict> {
+        if w.dynamic {
+            return Some(Verdict::new(Decision::Deny, None, format!("writes `{}`, a path only known at run time", w.text)));
+        }
+        let text = if let Some(rest) = w.text.strip_prefix("~/") {
+            format!("{}/{rest}", std::env::var("HOME").unwrap_or_default())
+        } else {
+            w.text.clone()
+        };
+        self.check_write(&text, cwd)
+    }
+}
+
+fn is_benign_wrapper(layer: &[Word]) -> bool {
+    let p = layer.first().map(|w| w.text.rsplit('/').next().unwrap_or(&w.text)).unwrap_or("");
+    matches!(p, "env" | "timeout" | "nice" | "nohup" | "command" | "builtin" | "stdbuf" | "time" | "ionice" | "xargs" | "find")
+}
+
+/// A write target with glob or brace characters could expand to a builder path.
+fn glob_reaches_builder(rel: &str) -> bool {
+    if !rel.contains(['*', '?', '[', '{']) {
+        return false;
+    }
+    let Ok(g) = Glob::new(rel) else { return true };
+    crate::settings::overlapping_builder_dir(&g.compile_matcher(), rel).is_some()
+}
+
+/// Does inline interpreter code name a builder-owned directory?
+fn mentions_builder_path(code: &str) -> Option<&'static str> {
+    crate::layout::BUILDER_DIRS.iter().copied().find(|dir| {
+        code.match_indices(dir).any(|(i, _)| {
+            let before = code[..i].chars().next_back();
+            let after = code[i + dir.len()..].chars().next();
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,301 @@
+//! Task prompts: `prompts/<task>.md`, YAML front matter between `---` lines, then the
+//! markdown body. Front matter may only narrow the settings for its task (model,
+//! tools, budgets, extra deny rules) and declares prefetch commands and acceptance
+//! checks. Errors name the file, the line in the file, and the field.
+
+use crate::diag::Diagnostic;
+use crate::settings::{check_sections, section, Budgets, RuntimeSettings};
+use crate::yamlpos;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The front matter of a task prompt.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FrontMatter {
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    /// A subset of the settings' tools.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    #[serde(default)]
+    pub budgets: Option<BudgetOverrides>,
+    /// Extra deny rules for this task.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    #[serde(default)]
+    pub prefetch: Vec<Prefetch>,
+    #[serde(default)]
+    pub acceptance: Vec<Acceptance>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetOverrides {
+    pub max_steps: Option<u32>,
+    pub max_wall_s: Option<u64>,
+    pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<f64>,
+}
+
+/// A deterministic context command: a builder script under `tools/` plus arguments.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Prefetch {
+    pub name: String,
+    /// Repo-relative script path (under `tools/`).
+    pub run: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+}
+
+/// A check run after the loop; the fire is `accepted` only if every check passes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Acceptance {
+    pub name: String,
+    /// The report must contain this text.
+    #[serde(default)]
+    pub report_contains: Option<String>,
+    /// A builder script under `tools/`, run with the report path as its argument.
+    #[serde(default)]
+    pub run: Option<String>,
+    /// The report must have at least this many bytes.
+    #[serde(default)]
+    pub min_report_bytes: Option<usize>,
+}
+
+/// A loaded task prompt.
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    pub task: String,
+    pub file: PathBuf,
+    pub front: FrontMatter,
+    pub body: String,
+}
+
+const FRONT_KEYS: &[&str] = &["description", "model", "tools", "budgets", "deny", "prefetch", "acceptance"];
+
+/// Is `task` a valid task name (it becomes a file and directory name)?
+pub fn valid_task_name(task: &str) -> bool {
+    !task.is_empty() && task.len() <= 64 && task.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') && !task.starts_with('-')
+}
+
+/// Repo-relative path of a task's prompt.
+pub fn prompt_path(task: &str) -> PathBuf {
+    Path::new(crate::layout::PROMPTS_DIR).join(format!("{task}.md"))
+}
+
+/// Loads `prompts/<task>.md` under `root` and checks it against `settings`.
+pub fn load(root: &Path, task: &str, settings: &RuntimeSettings) -> Result<Prompt, Vec<Diagnostic>> {
+    let rel = prompt_path(task);
+    if !valid_task_name(task) {
+        return Err(vec![Diagnostic::new(&rel, 0, "", format!("`{task}` is not a valid task name (letters, digits, `-`, `_`)"))]);
+    }
+    let src = std::fs::read_to_string(root.join(&rel)).map_err(|e| vec![Diagnostic::new(&rel, 0, "", format!("cannot read: {e}")).with_hint(format!("create {} or check the task name", rel.display()))])?;
+    parse(task, &rel, &src, settings)
+}
+
+/// Parses prompt text; `rel` is used for diagnostics.
+pub fn parse(task: &str, rel: &Path, src: &str, settings: &RuntimeSettings) -> Result<Prompt, Vec<Diagnostic>> {
+    let mut diags = Vec::new();
+    let (front_src, body, offset) = split_front_matter(src);
+    let front = match front_src {
+        None => FrontMatter::default(),
+        Some(fm) => parse_front(rel, fm, offset, &mut diags).unwrap_or_default(),
+    };
+    if body.trim().is_empty() {
+        diags.push(Diagnostic::new(rel, offset + front_src.map(|f| f.lines().count() + 2).unwrap_or(1), "body", "the prompt body is empty").with_hint("write the task instructions below the front matter"));
+    }
+    if let Some(fm) = front_src {
+        diags.extend(narrowing_problems(rel, fm, offset, &front, settings));
+    }
+    if diags.is_empty() {
+        Ok(Prompt { task: task.to_string(), file: rel.to_path_buf(), front, body: body.to_string() })
+    } else {
+        Err(diags)
+    }
+}
+
+/// Splits `---\n...\n---\n` front matter off. Returns (front matter, body, line
+/// offset of the front matter's first line minus one).
+fn split_front_matter(src: &str) -> (Option<&str>, &str, usize) {
+    let Some(rest) = src.strip_prefix("---\n").or_else(|| src.strip_prefix("---\r\n")) else {
+        return (None, src, 0);
+    };
+    let mut pos = 0;
+    for line in rest.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            return (Some(&rest[..pos]), &rest[pos + line.len()..], 1);
+        }
+        pos += line.len();
+    }
+    (None, src, 0)
+}
+
+fn parse_front(rel: &Path, fm: &str, offset: usize, diags: &mut Vec<Diagnostic>) -> Option<FrontMatter> {
+    let value: serde_yaml::Value = match serde_yaml::from_str(fm) {
+        Ok(serde_yaml::Value::Null) => return Some(FrontMatter::default()),
+        Ok(v) => v,
+        Err(e) => {
+            let line = e.location().map(|l| l.line()).unwrap_or(0) + offset;
+            diags.push(Diagnostic::new(rel, line, "front matter", format!("YAML syntax error: {e}")));
+            return None;
+        }
+    };
+    let mut local = Vec::new();
+    check_sections(rel, fm, &value, FRONT_KEYS, &mut local, |key, v, d| match key {
+        "description" | "model" => section::<String>(rel, fm, key, v, d),
+        "tools" | "deny" => section::<Vec<String>>(rel, fm, key, v, d),
+        "budgets" => section::<BudgetOverrides>(rel, fm, key, v, d),
+        "prefetch" => section::<Vec<Prefetch>>(rel, fm, key, v, d),
+        "acceptance" => section::<Vec<Acceptance>>(rel, fm, key, v, d),
+        _ => {}
+    });
+    let failed = !local.is_empty();
+    diags.extend(local.into_iter().map(|mut d| {
+        d.line += offset;
+        d
+    }));
+    if failed {
+        return None;
+    }
+    match serde_yaml::from_value(value) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            diags.push(Diagnostic::new(rel, offset + 1, "front matter", e.to_string()));
+            None
+        }
+    }
+}
+
+fn narrowing_problems(rel: &Path, fm: &str, offset: usize, front: &FrontMatter, s: &RuntimeSettings) -> Vec<Diagnostic> {
+    let mut d = Vec::new();
+    let at = |path: &[&str]| yamlpos::line_of(fm, path) + offset;
+    let item = |path: &[&str], needle: &str| yamlpos::line_of_item(fm, path, needle) + offset;
+    if let Some(model) = &front.model {
+        let allowed = s.provider.model.as_deref() == Some(model.as_str()) || s.fallback.as_ref().and_then(|f| f.model.as_deref()) == Some(model.as_str());
+        if !allowed {
+            d.push(Diagnostic::new(rel, at(&["model"]), "model", format!("model `{model}` is not the provider's model; front matter may only narrow settings")).with_hint("change the model in settings/runtime.yaml through review"));
+        }
+    }
+    if let Some(tools) = &front.tools {
+        for t in tools {
+            if !crate::settings::TOOL_NAMES.contains(&t.as_str()) {
+                d.push(Diagnostic::new(rel, item(&["tools"], t), "tools", format!("unknown tool `{t}`")).with_hint(format!("known tools: {}", crate::settings::TOOL_NAMES.join(", "))));
+            } else if !s.tools.contains(t) {
+                d.push(Diagnostic::new(rel, item(&["tools"], t), "tools", format!("tool `{t}` is not enabled in settings; front matter may only narrow")));
+            }
+        }
+    }
+    if let Some(b) = &front.budgets {
+        let base = s.budgets;
+        let checks: [(&str, bool); 4] = [
+            ("max_steps", b.max_steps.is_some_and(|v| v > base.max_steps || v == 0)),
+            ("max_wall_s", b.max_wall_s.is_some_and(|v| v > base.max_wall_s || v == 0)),
+            ("max_tokens", b.max_tokens.is_some_and(|v| v > base.max_tokens || v == 0)),
+            ("max_cost_usd", b.max_cost_usd.is_some_and(|v| v > base.max_cost_usd || v <= 0.0)),
+        ];
+        for (name, bad) in checks {
+            if bad {
+                d.push(Diagnostic::new(rel, at(&["budgets", name]), format!("budgets.{name}"), "budget widens (or zeroes) the settings' budget; front matter may only narrow").with_hint(format!("settings allow at most {}", budget_value(&base, name))));
+            }
+        }
+    }
+    for r in &front.deny {
+        if let Err(e) = crate::policy::rules::Rule::parse(r) {
+            d.push(Diagnostic::new(rel, item(&["deny"], r), "deny", format!("rule `{r}` does not parse: {e}")));
+        }
+    }
+    for (i, p) in front.prefetch.iter().enumerate() {
+        if !p.run.starts_with("tools/") || p.run.contains("..") {
+            d.push(Diagnostic::new(rel, item(&["prefetch"], &p.run), format!("prefetch[{i}].run"), format!("`{}` must be a script under tools/", p.run)));
+        }
+    }
+    for (i, a) in front.acceptance.iter().enumerate() {
+        if a.report_contains.is_none() && a.run.is_none() && a.min_report_bytes.is_none() {
+            d.push(Diagnostic::new(rel, item(&["acceptance"], &a.name), format!("acceptance[{i}]"), "a check needs `report_contains`, `min_report_bytes` or `run`"));
+        }
+        if let Some(run) = &a.run {
+            if !run.starts_with("tools/") || run.contains("..") {
+                d.push(Diagnostic::new(rel, item(&["acceptance"], run), format!("acceptance[{i}].run"), format!("`{run}` must be a script under tools/")));
+            }
+        }
+    }
+    d
+}
+
+fn budget_value(b: &Budgets, name: &str) -> String {
+    match name {
+        "max_steps" => b.max_steps.to_string(),
+        "max_wall_s" => b.max_wall_s.to_string(),
+        "max_tokens" => b.max_tokens.to_string(),
+        _ => b.max_cost_usd.to_string(),
+    }
+}
+
+impl Prompt {
+    /// The settings' budgets narrowed by the front matter.
+    pub fn budgets(&self, s: &RuntimeSettings) -> Budgets {
+        let b = self.front.budgets.clone().unwrap_or_default();
+        Budgets {
+            max_steps: b.max_steps.unwrap_or(s.budgets.max_steps).min(s.budgets.max_steps),
+            max_wall_s: b.max_wall_s.unwrap_or(s.budgets.max_wall_s).min(s.budgets.max_wall_s),
+            max_tokens: b.max_tokens.unwrap_or(s.budgets.max_tokens).min(s.budgets.max_tokens),
+            max_cost_usd: b.max_cost_usd.unwrap_or(s.budgets.max_cost_usd).min(s.budgets.max_cost_usd),
+        }
+    }
+
+    /// The tools this task may use.
+    pub fn tools(&self, s: &RuntimeSettings) -> Vec<String> {
+        match &self.front.tools {
+            Some(t) => s.tools.iter().filter(|x| t.contains(x)).cloned().collect(),
+            None => s.tools.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> RuntimeSettings {
+        let mut d = Vec::new();
+        crate::settings::parse_runtime_yaml("version: 1\nprovider: {kind: openai, model: m}\nbudgets: {max_steps: 10}\ntools: [read_file, run_command]\n", &mut d).unwrap()
+    }
+
+    #[test]
+    fn parses_front_matter_and_body() {
+        let src = "---\ndescription: x\nbudgets:\n  max_steps: 5\nprefetch:\n  - name: log\n    run: tools/log.sh\n---\n# Task\nDo it.\n";
+        let p = parse("t", Path::new("prompts/t.md"), src, &settings()).unwrap();
+        assert_eq!(p.front.prefetch[0].run, "tools/log.sh");
+        assert_eq!(p.budgets(&settings()).max_steps, 5);
+        assert!(p.body.starts_with("# Task"));
+    }
+
+    #[test]
+    fn widening_is_refused_with_file_lines() {
+        let src = "---\nmodel: bigger\ntools: [read_file, write_file]\nbudgets:\n  max_steps: 50\n---\nbody\n";
+        let d = parse("t", Path::new("prompts/t.md"), src, &settings()).unwrap_err();
+        let got: Vec<(usize, &str)> = d.iter().map(|d| (d.line, d.field.as_str())).collect();
+        assert_eq!(got, vec![(2, "model"), (3, "tools"), (5, "budgets.max_steps")], "{d:?}");
+    }
+
+    #[test]
+    fn empty_body_and_unknown_keys() {
+        let d = parse("t", Path::new("prompts/t.md"), "---\ncolour: red\n---\n\n", &settings()).unwrap_err();
+        assert!(d.iter().any(|d| d.field == "colour" && d.line == 2), "{d:?}");
+        assert!(d.iter().any(|d| d.field == "body"), "{d:?}");
+    }
+
+    #[test]
+    fn task_names() {
+        assert!(valid_task_name("daily-digest_2"));
+        assert!(!valid_task_name("../x"));
+        assert!(!valid_task_name(""));
+    }
+}

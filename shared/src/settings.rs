@@ -1,0 +1,705 @@
+//! Typed, validated settings: `settings/runtime.yaml` (DESIGN.md section 8) plus any
+//! Claude Code style `settings/*.json` whose `permissions` block is merged in, so a
+//! team moving off `claude -p --settings settings.json` keeps its file. Loading
+//! rejects unknown keys and wrong types and then checks meaning (rules parse, globs
+//! compile, tools exist, the write ACL stays clear of builder paths), collecting every
+//! problem as a [`Diagnostic`] with file, line and field.
+
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::layout::{BUILDER_DIRS, SETTINGS_FILE};
+use crate::policy::rules::Rule;
+use crate::yamlpos;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Names of the tools the runtime implements (DESIGN.md section 4, "Tools").
+pub const TOOL_NAMES: &[&str] = &["read_file", "list_dir", "grep", "write_file", "edit_file", "run_command"];
+
+/// `settings/runtime.yaml`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSettings {
+    pub version: u32,
+    pub provider: ProviderSettings,
+    #[serde(default)]
+    pub fallback: Option<ProviderSettings>,
+    #[serde(default)]
+    pub permissions: Permissions,
+    #[serde(default)]
+    pub sandbox: SandboxSettings,
+    #[serde(default)]
+    pub budgets: Budgets,
+    #[serde(default = "default_tools")]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub runtime_identity: Identity,
+    /// Extra builder-owned paths (globs, repo-relative).
+    #[serde(default)]
+    pub builder_paths: Vec<String>,
+    /// Price per model, USD per million tokens.
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+fn default_tools() -> Vec<String> {
+    TOOL_NAMES.iter().map(|s| s.to_string()).collect()
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    Openai,
+    Anthropic,
+    Replay,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSettings {
+    pub kind: ProviderKind,
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Name of the environment variable holding the API key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Recorded trace for `kind: replay` (repo-relative).
+    #[serde(default)]
+    pub replay: Option<String>,
+    /// The model's context window, in tokens.
+    #[serde(default)]
+    pub max_context_tokens: Option<u64>,
+}
+
+impl ProviderSettings {
+    pub fn model_name(&self) -> &str {
+        self.model.as_deref().unwrap_or(match self.kind {
+            ProviderKind::Replay => "replay",
+            ProviderKind::Openai | ProviderKind::Anthropic => "unknown",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DefaultDecision {
+    #[default]
+    Deny,
+    Ask,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Permissions {
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub ask: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// The write ACL: globs, repo-relative. Never a builder path.
+    #[serde(default)]
+    pub write: Vec<String>,
+    /// What a call that matches no rule gets in a fire.
+    #[serde(default)]
+    pub default: DefaultDecision,
+    /// Extra read roots outside the repository (absolute paths).
+    #[serde(default, alias = "additionalDirectories")]
+    pub additional_directories: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LandlockMode {
+    #[default]
+    Required,
+    BestEffort,
+    Off,
+}
+
+/// Network access for model-run commands.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum NetworkSetting {
+    Mode(NetworkMode),
+    Ports(Vec<u16>),
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkMode {
+    None,
+    Provider,
+}
+
+impl Default for NetworkSetting {
+    fn default() -> Self {
+        NetworkSetting::Mode(NetworkMode::Provider)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSettings {
+    #[serde(default)]
+    pub landlock: LandlockMode,
+    #[serde(default)]
+    pub network: NetworkSetting,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Budgets {
+    #[serde(default = "d_steps")]
+    pub max_steps: u32,
+    #[serde(default = "d_wall")]
+    pub max_wall_s: u64,
+    #[serde(default = "d_tokens")]
+    pub max_tokens: u64,
+    #[serde(default = "d_cost")]
+    pub max_cost_usd: f64,
+}
+fn d_steps() -> u32 {
+    20
+}
+fn d_wall() -> u64 {
+    300
+}
+fn d_tokens() -> u64 {
+    200_000
+}
+fn d_cost() -> f64 {
+    0.5
+}
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets { max_steps: d_steps(), max_wall_s: d_wall(), max_tokens: d_tokens(), max_cost_usd: d_cost() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Identity {
+    pub name: String,
+    pub email: String,
+}
+impl Default for Identity {
+    fn default() -> Self {
+        Identity { name: "runtime".into(), email: "runtime@localhost".into() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+/// Operational limits; every field has a sensible default.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub request_timeout_s: u64,
+    pub max_retries: u32,
+    pub tool_timeout_s: u64,
+    pub tool_output_bytes: usize,
+    pub prefetch_timeout_s: u64,
+    /// Denied calls tolerated before the fire stops as `permission_denied`.
+    pub max_denials: u32,
+    /// Identical consecutive calls before `repeated_call`.
+    pub repeated_call: u32,
+    /// Identical consecutive failures before `repeated_error`.
+    pub repeated_error: u32,
+}
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            request_timeout_s: 60,
+            max_retries: 3,
+            tool_timeout_s: 30,
+            tool_output_bytes: 64 * 1024,
+            prefetch_timeout_s: 30,
+            max_denials: 3,
+            repeated_call: 3,
+            repeated_error: 3,
+        }
+    }
+}
+
+/// A rule together with where it was written, for diagnostics and receipts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleSource {
+    pub file: PathBuf,
+    pub line: usize,
+}
+
+/// Settings after loading every source: runtime.yaml with the JSON permissions merged.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub runtime: RuntimeSettings,
+    /// Claude Code style files that contributed permissions.
+    pub json_sources: Vec<PathBuf>,
+}
+
+const TOP_KEYS: &[&str] = &[
+    "version",
+    "provider",
+    "fallback",
+    "permissions",
+    "sandbox",
+    "budgets",
+    "tools",
+    "runtime_identity",
+    "builder_paths",
+    "prices",
+    "limits",
+];
+
+/// Claude Code settings keys that are accepted and ignored (they configure the
+/// interactive CLI, not a headless fire). Anything else is an unknown key.
+const CLAUDE_IGNORED_KEYS: &[&str] = &[
+    "$schema",
+    "env",
+    "hooks",
+    "model",
+    "apiKeyHelper",
+    "cleanupPeriodDays",
+    "includeCoAuthoredBy",
+    "statusLine",
+    "outputStyle",
+    "enableAllProjectMcpServers",
+    "enabledMcpjsonServers",
+    "disabledMcpjsonServers",
+    "forceLoginMethod",
+    "spinnerTipsEnabled",
+    "alwaysThinkingEnabled",
+];
+
+/// Loads and validates every settings source of the repository at `root`.
+pub fn load(root: &Path) -> Result<Settings, Diagnostics> {
+    let mut diags = Vec::new();
+    let runtime = load_runtime_yaml(root, &mut diags);
+    let mut json_sources = Vec::new();
+    let mut json_perms = Vec::new();
+    for path in json_files(root) {
+        let rel = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
+        if let Some(p) = load_claude_json(&path, &rel, &mut diags) {
+            json_perms.push(p);
+            json_sources.push(rel);
+        }
+    }
+    match runtime {
+        Some(mut runtime) if diags.is_empty() => {
+            for p in json_perms {
+                runtime.permissions.allow.extend(p.allow);
+                runtime.permissions.ask.extend(p.ask);
+                runtime.permissions.deny.extend(p.deny);
+                runtime.permissions.additional_directories.extend(p.additional_directories);
+            }
+            Ok(Settings { runtime, json_sources })
+        }
+        _ => {
+            if diags.is_empty() {
+                diags.push(Diagnostic::new(SETTINGS_FILE, 0, "", "settings could not be loaded"));
+            }
+            Err(Diagnostics(diags))
+        }
+    }
+}
+
+fn json_files(root: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(root.join("settings"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+fn load_runtime_yaml(root: &Path, diags: &mut Vec<Diagnostic>) -> Option<RuntimeSettings> {
+    let path = root.join(SETTINGS_FILE);
+    let src = match std::fs::read_to_string(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            diags.push(
+                Diagnostic::new(SETTINGS_FILE, 0, "", format!("cannot read: {e}"))
+                    .with_hint("run `builder init` to scaffold settings/runtime.yaml"),
+            );
+            return None;
+        }
+    };
+    parse_runtime_yaml(&src, diags)
+}
+
+/// Parses and validates runtime settings from YAML text (file name for diagnostics is
+/// always `settings/runtime.yaml`).
+pub fn parse_runtime_yaml(src: &str, diags: &mut Vec<Diagnostic>) -> Option<RuntimeSettings> {
+    let file = Path::new(SETTINGS_FILE);
+    let value: serde_yaml::Value = match serde_yaml::from_str(src) {
+        Ok(v) => v,
+        Err(e) => {
+            let line = e.location().map(|l| l.line()).unwrap_or(0);
+            diags.push(Diagnostic::new(file, line, "", format!("YAML syntax error: {e}")));
+            return None;
+        }
+    };
+    let before = diags.len();
+    let mut failed: Vec<String> = Vec::new();
+    check_sections(file, src, &value, TOP_KEYS, diags, |key, v, diags| {
+        let n = diags.len();
+        match key {
+            "version" => section::<u32>(file, src, key, v, diags),
+            "provider" | "fallback" => section::<ProviderSettings>(file, src, key, v, diags),
+            "permissions" => section::<Permissions>(file, src, key, v, diags),
+            "sandbox" => section::<SandboxSettings>(file, src, key, v, diags),
+            "budgets" => section::<Budgets>(file, src, key, v, diags),
+            "tools" | "builder_paths" => section::<Vec<String>>(file, src, key, v, diags),
+            "runtime_identity" => section::<Identity>(file, src, key, v, diags),
+            "prices" => section::<BTreeMap<String, Price>>(file, src, key, v, diags),
+            "limits" => section::<Limits>(file, src, key, v, diags),
+            _ => {}
+        }
+        if diags.len() > n {
+            failed.push(key.to_string());
+        }
+    });
+    let Some(map) = value.as_mapping() else { return None };
+    // Keep checking meaning in the sections that did parse: drop the broken ones (their
+    // defaults stand in) so one typo does not hide every other problem.
+    let mut kept = serde_yaml::Mapping::new();
+    for (k, v) in map {
+        if k.as_str().is_some_and(|k| TOP_KEYS.contains(&k) && !failed.iter().any(|f| f == k)) {
+            kept.insert(k.clone(), v.clone());
+        }
+    }
+    for (key, stand_in) in [("version", "1"), ("provider", "{kind: replay, replay: stand-in}")] {
+        if !kept.contains_key(key) {
+            if !map.contains_key(key) {
+                diags.push(Diagnostic::new(file, 1, key, format!("missing required key `{key}`")));
+            }
+            failed.push(key.to_string());
+            kept.insert(key.into(), serde_yaml::from_str(stand_in).unwrap_or_default());
+        }
+    }
+    let settings: RuntimeSettings = match serde_path_to_error::deserialize(serde_yaml::Value::Mapping(kept)) {
+        Ok(s) => s,
+        Err(e) => {
+            let field = e.path().to_string();
+            diags.push(Diagnostic::new(file, line_for_field(src, &field), field, e.inner().to_string()));
+            return None;
+        }
+    };
+    diags.extend(validate(&settings, src).into_iter().filter(|d| {
+        let top = d.field.split('.').next().unwrap_or("");
+        !failed.iter().any(|f| f == top)
+    }));
+    if diags.len() > before {
+        None
+    } else {
+        Some(settings)
+    }
+}
+
+/// Checks the top level is a mapping with only known keys, then hands each known key
+/// to `each` so every section is type-checked on its own and all errors surface.
+pub(crate) fn check_sections(
+    file: &Path,
+    src: &str,
+    value: &serde_yaml::Value,
+    known: &[&str],
+    diags: &mut Vec<Diagnostic>,
+    mut each: impl FnMut(&str, &serde_yaml::Value, &mut Vec<Diagnostic>),
+) {
+    let Some(map) = value.as_mapping() else {
+        diags.push(Diagnostic::new(file, 1, "", "expected a mapping of keys at the top level"));
+        return;
+    };
+    for (k, v) in map {
+        let Some(key) = k.as_str() else {
+            diags.push(Diagnostic::new(file, 1, "", format!("expected string keys, found {k:?}")));
+            continue;
+        };
+        if known.contains(&key) {
+            each(key, v, diags);
+        } else {
+            diags.push(
+                Diagnostic::new(file, yamlpos::line_of(src, &[key]), key, "unknown key")
+                    .with_hint(format!("expected one of: {}", known.join(", "))),
+            );
+        }
+    }
+}
+
+/// Type-checks one top-level section, recording a diagnostic on failure.
+pub(crate) fn section<T: DeserializeOwned>(
+    file: &Path,
+    src: &str,
+    key: &str,
+    v: &serde_yaml::Value,
+    diags: &mut Vec<Diagnostic>,
+) {
+    if let Err(e) = serde_path_to_error::deserialize::<_, T>(v.clone()) {
+        let inner = e.inner().to_string();
+        let sub = e.path().to_string();
+        let mut field = if sub == "." { key.to_string() } else { format!("{key}.{sub}") };
+        // For unknown fields point at the offending key, not its parent.
+        if let Some(name) = inner.strip_prefix("unknown field `").and_then(|r| r.split('`').next()) {
+            if !field.ends_with(name) {
+                field = format!("{field}.{name}");
+            }
+        }
+        let line = line_for_field(src, &field);
+        let hint = if inner.starts_with("unknown field") { Some("remove it or check its spelling") } else { None };
+        let mut d = Diagnostic::new(file, line, field, inner);
+        if let Some(h) = hint {
+            d = d.with_hint(h);
+        }
+        diags.push(d);
+    }
+}
+
+fn line_for_field(src: &str, field: &str) -> usize {
+    let segs: Vec<&str> = field
+        .split('.')
+        .map(|s| s.split('[').next().unwrap_or(s))
+        .filter(|s| !s.is_empty() && s.parse::<usize>().is_err())
+        .collect();
+    yamlpos::line_of(src, &segs)
+}
+
+/// Semantic checks on type-correct settings.
+pub fn validate(s: &RuntimeSettings, src: &str) -> Vec<Diagnostic> {
+    let file = Path::new(SETTINGS_FILE);
+    let mut d = Vec::new();
+    if s.version != 1 {
+        d.push(Diagnostic::new(file, yamlpos::line_of(src, &["version"]), "version", format!("unsupported version {}, expected 1", s.version)));
+    }
+    for (key, p) in [("provider", Some(&s.provider)), ("fallback", s.fallback.as_ref())] {
+        let Some(p) = p else { continue };
+        validate_provider(file, src, key, p, &mut d);
+    }
+    for (list, rules) in [("allow", &s.permissions.allow), ("ask", &s.permissions.ask), ("deny", &s.permissions.deny)] {
+        for r in rules {
+            if let Err(e) = Rule::parse(r) {
+                d.push(
+                    Diagnostic::new(file, yamlpos::line_of_item(src, &["permissions", list], r), format!("permissions.{list}"), format!("rule `{r}` does not parse: {e}"))
+                        .with_hint("rules look like `Bash(git log*)`, `Read(**)`, `Edit(reports/**)`"),
+                );
+            }
+        }
+    }
+    for g in &s.permissions.write {
+        let line = yamlpos::line_of_item(src, &["permissions", "write"], g);
+        match globset::Glob::new(g) {
+            Err(e) => d.push(Diagnostic::new(file, line, "permissions.write", format!("invalid glob `{g}`: {e}"))),
+            Ok(glob) => {
+                if let Some(dir) = overlapping_builder_dir(&glob.compile_matcher(), g) {
+                    d.push(
+                        Diagnostic::new(file, line, "permissions.write", format!("write glob `{g}` overlaps builder-owned `{dir}/`"))
+                            .with_hint("the runtime may only write reports/, cards/, runs/ and paths outside builder directories"),
+                    );
+                }
+            }
+        }
+    }
+    for g in &s.builder_paths {
+        if let Err(e) = globset::Glob::new(g) {
+            d.push(Diagnostic::new(file, yamlpos::line_of_item(src, &["builder_paths"], g), "builder_paths", format!("invalid glob `{g}`: {e}")));
+        }
+    }
+    for t in &s.tools {
+        if !TOOL_NAMES.contains(&t.as_str()) {
+            d.push(
+                Diagnostic::new(file, yamlpos::line_of_item(src, &["tools"], t), "tools", format!("unknown tool `{t}`"))
+                    .with_hint(format!("known tools: {}", TOOL_NAMES.join(", "))),
+            );
+        }
+    }
+    let b = &s.budgets;
+    for (name, bad) in [("max_steps", b.max_steps == 0), ("max_wall_s", b.max_wall_s == 0), ("max_tokens", b.max_tokens == 0), ("max_cost_usd", !(b.max_cost_usd > 0.0))] {
+        if bad {
+            d.push(Diagnostic::new(file, yamlpos::line_of(src, &["budgets", name]), format!("budgets.{name}"), "must be greater than zero"));
+        }
+    }
+    for dir in &s.permissions.additional_directories {
+        if !Path::new(dir).is_absolute() && !dir.starts_with("~/") {
+            d.push(Diagnostic::new(file, yamlpos::line_of_item(src, &["permissions"], dir), "permissions.additional_directories", format!("`{dir}` must be an absolute path")));
+        }
+    }
+    d
+}
+
+fn validate_provider(file: &Path, src: &str, key: &str, p: &ProviderSettings, d: &mut Vec<Diagnostic>) {
+    match p.kind {
+        ProviderKind::Replay => {
+            if p.replay.is_none() {
+                d.push(Diagnostic::new(file, yamlpos::line_of(src, &[key]), format!("{key}.replay"), "kind `replay` needs `replay:` (path of the recorded trace)"));
+            }
+        }
+        ProviderKind::Openai | ProviderKind::Anthropic => {
+            if p.model.is_none() {
+                d.push(Diagnostic::new(file, yamlpos::line_of(src, &[key]), format!("{key}.model"), "a model name is required for this provider kind"));
+            }
+        }
+    }
+    if let Some(url) = &p.base_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            d.push(Diagnostic::new(file, yamlpos::line_of(src, &[key, "base_url"]), format!("{key}.base_url"), format!("`{url}` is not an http(s) URL")));
+        }
+    }
+    if let Some(env) = &p.api_key_env {
+        if env.is_empty() || !env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            d.push(
+                Diagnostic::new(file, yamlpos::line_of(src, &[key, "api_key_env"]), format!("{key}.api_key_env"), format!("`{env}` is not an environment variable name"))
+                    .with_hint("name the variable (OPENAI_API_KEY); never put the key itself in the repo"),
+            );
+        }
+    }
+}
+
+/// Returns the builder directory a write glob could match, if any.
+pub fn overlapping_builder_dir(m: &globset::GlobMatcher, raw: &str) -> Option<&'static str> {
+    BUILDER_DIRS.iter().copied().find(|dir| {
+        m.is_match(dir) || m.is_match(format!("{dir}/x")) || m.is_match(format!("{dir}/a/b.md")) || raw.trim_start_matches("./").starts_with(&format!("{dir}/"))
+    })
+}
+
+/// The `permissions` block of a Claude Code `settings.json`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ClaudePermissions {
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    ask: Vec<String>,
+    #[serde(default)]
+    deny: Vec<String>,
+    #[serde(default)]
+    additional_directories: Vec<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    default_mode: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    disable_bypass_permissions_mode: Option<String>,
+}
+
+fn load_claude_json(path: &Path, rel: &Path, diags: &mut Vec<Diagnostic>) -> Option<Permissions> {
+    let src = match std::fs::read_to_string(path) {
+        Ok(s) => s,
+        Err(e) => {
+            diags.push(Diagnostic::new(rel, 0, "", format!("cannot read: {e}")));
+            return None;
+        }
+    };
+    let value: serde_json::Value = match serde_json::from_str(&src) {
+        Ok(v) => v,
+        Err(e) => {
+            diags.push(Diagnostic::new(rel, e.line(), "", format!("JSON syntax error: {e}")));
+            return None;
+        }
+    };
+    let Some(obj) = value.as_object() else {
+        diags.push(Diagnostic::new(rel, 1, "", "expected a JSON object"));
+        return None;
+    };
+    let before = diags.len();
+    for k in obj.keys() {
+        if k != "permissions" && !CLAUDE_IGNORED_KEYS.contains(&k.as_str()) {
+            diags.push(Diagnostic::new(rel, json_line(&src, &format!("\"{k}\"")), k.as_str(), "unknown key").with_hint("only `permissions` is used by the runtime"));
+        }
+    }
+    let perms: ClaudePermissions = match obj.get("permissions") {
+        None => ClaudePermissions::default(),
+        Some(p) => match serde_path_to_error::deserialize(p) {
+            Ok(p) => p,
+            Err(e) => {
+                let inner = e.inner().to_string();
+                let needle = inner.strip_prefix("unknown field `").and_then(|r| r.split('`').next()).unwrap_or("permissions");
+                diags.push(Diagnostic::new(rel, json_line(&src, &format!("\"{needle}\"")), format!("permissions.{}", e.path()), inner));
+                return None;
+            }
+        },
+    };
+    for (list, rules) in [("allow", &perms.allow), ("ask", &perms.ask), ("deny", &perms.deny)] {
+        for r in rules {
+            if let Err(e) = Rule::parse(r) {
+                diags.push(Diagnostic::new(rel, json_line(&src, r), format!("permissions.{list}"), format!("rule `{r}` does not parse: {e}")));
+            }
+        }
+    }
+    if diags.len() > before {
+        return None;
+    }
+    Some(Permissions {
+        allow: perms.allow,
+        ask: perms.ask,
+        deny: perms.deny,
+        additional_directories: perms.additional_directories,
+        ..Permissions::default()
+    })
+}
+
+fn json_line(src: &str, needle: &str) -> usize {
+    src.lines().position(|l| l.contains(needle)).map(|i| i + 1).unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "version: 1\nprovider:\n  kind: replay\n  replay: evals/digest/trace.json\npermissions:\n  allow: [\"Read(**)\"]\n  write: [\"reports/**\"]\n";
+
+    #[test]
+    fn loads_good_settings_with_defaults() {
+        let mut d = Vec::new();
+        let s = parse_runtime_yaml(GOOD, &mut d).expect("valid");
+        assert!(d.is_empty());
+        assert_eq!(s.budgets.max_steps, 20);
+        assert_eq!(s.sandbox.landlock, LandlockMode::Required);
+        assert_eq!(s.tools.len(), TOOL_NAMES.len());
+    }
+
+    #[test]
+    fn reports_every_section_error_with_lines() {
+        let src = "version: 1\nprovider:\n  kind: openai\n  model: m\n  colour: red\nbudgets:\n  max_steps: lots\nsurprise: 1\ntools: [read_file, teleport]\n";
+        let mut d = Vec::new();
+        assert!(parse_runtime_yaml(src, &mut d).is_none());
+        let got: Vec<(usize, &str)> = d.iter().map(|d| (d.line, d.field.as_str())).collect();
+        assert!(got.contains(&(5, "provider.colour")), "{d:?}");
+        assert!(got.contains(&(7, "budgets.max_steps")), "{d:?}");
+        assert!(got.contains(&(8, "surprise")), "{d:?}");
+        assert!(got.contains(&(9, "tools")), "semantic checks still run: {d:?}");
+    }
+
+    #[test]
+    fn semantic_errors_point_at_items() {
+        let src = "version: 1\nprovider:\n  kind: openai\n  model: m\npermissions:\n  deny:\n    - \"Bash(rm -rf\"\n  write:\n    - \"reports/**\"\n    - \"prompts/**\"\ntools:\n  - read_file\n  - teleport\n";
+        let mut d = Vec::new();
+        assert!(parse_runtime_yaml(src, &mut d).is_none());
+        let got: Vec<(usize, &str)> = d.iter().map(|d| (d.line, d.field.as_str())).collect();
+        assert_eq!(got, vec![(7, "permissions.deny"), (10, "permissions.write"), (13, "tools")], "{d:?}");
+    }
+
+    #[test]
+    fn write_globs_that_reach_builder_paths_are_caught() {
+        for g in ["**", "*/x", "prompts/**", "./settings/a", "{reports,tools}/**", ".git/hooks/*"] {
+            let m = globset::Glob::new(g).unwrap().compile_matcher();
+            assert!(overlapping_builder_dir(&m, g).is_some(), "{g}");
+        }
+        for g in ["reports/**", "cards/**", "out/*.txt"] {
+            let m = globset::Glob::new(g).unwrap().compile_matcher();
+            assert!(overlapping_builder_dir(&m, g).is_none(), "{g}");
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The SQLite store in `.runtime/state.db` (runtime traces) and
+//! `.runtime/builder.db` (builder history index): versioned schema with migrations,
+//! WAL, a busy timeout, and `BEGIN IMMEDIATE` for every write so concurrent fires
+//! queue instead of failing on lock upgrades.
+
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+use std::path::Path;
+use std::time::Duration;
+
+/// Each migration moves the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: runs, steps, tool calls, spans, card index.
+    "CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY, task TEXT NOT NULL, status TEXT NOT NULL, stop_reason TEXT NOT NULL,
+        started_at TEXT NOT NULL, finished_at TEXT, steps INTEGER NOT NULL DEFAULT 0,
+        tokens_in INTEGER NOT NULL DEFAULT 0, tokens_out INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL NOT NULL DEFAULT 0, denials INTEGER NOT NULL DEFAULT 0, retries INTEGER NOT NULL DEFAULT 0,
+        duration_ms INTEGER NOT NULL DEFAULT 0, commit_id TEXT, prompt_blob TEXT, scope_blob TEXT,
+        settings_blob TEXT, provider TEXT, model TEXT, receipt_path TEXT, report_path TEXT);
+     CREATE INDEX runs_task ON runs(task, started_at);
+     CREATE TABLE steps (
+        run_id TEXT NOT NULL, step INTEGER NOT NULL, budget_report TEXT NOT NULL,
+        PRIMARY KEY (run_id, step));
+     CREATE TABLE tool_calls (
+        run_id TEXT NOT NULL, call_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL,
+        arguments TEXT NOT NULL, args_hash TEXT NOT NULL, decision TEXT NOT NULL, rule TEXT, reason TEXT NOT NULL,
+        outcome TEXT NOT NULL, duration_ms INTEGER NOT NULL, PRIMARY KEY (run_id, call_id));
+     CREATE TABLE spans (
+        run_id TEXT NOT NULL, span_id INTEGER NOT NULL, parent_id INTEGER, kind TEXT NOT NULL, name TEXT NOT NULL,
+        start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, status TEXT NOT NULL,
+        tokens_in INTEGER NOT NULL DEFAULT 0, tokens_out INTEGER NOT NULL DEFAULT 0, attributes TEXT NOT NULL DEFAULT '{}',
+        PRIMARY KEY (run_id, span_id));
+     CREATE TABLE cards (
+        id TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, kind TEXT NOT NULL, task TEXT NOT NULL, run_id TEXT NOT NULL,
+        created_at TEXT NOT NULL, status TEXT NOT NULL, summary TEXT NOT NULL, path TEXT NOT NULL);
+     CREATE INDEX cards_fp ON cards(fingerprint);",
+    // 2: approvals bound to the exact call, and index bookkeeping.
+    "CREATE TABLE approvals (
+        run_id TEXT NOT NULL, call_id TEXT NOT NULL, args_hash TEXT NOT NULL, decision TEXT NOT NULL,
+        by TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY (run_id, call_id));
+     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    // 3: the conversation checkpoint of a run, for `runtime resume`.
+    "CREATE TABLE checkpoints (run_id TEXT PRIMARY KEY, step INTEGER NOT NULL, state TEXT NOT NULL);",
+];
+
+/// Latest schema version.
+pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Sqlite { path: String, source: rusqlite::Error },
+    #[error("{path}: schema version {found} is newer than this binary understands ({SCHEMA_VERSION})")]
+    TooNew { path: String, found: usize },
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+/// An open store.
+pub struct Store {
+    conn: Connection,
+    path: String,
+}
+
+impl Store {
+    /// Opens (creating and migrating) the database at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let p = path.display().to_string();
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| StoreError::Io { path: p.clone(), source: e })?;
+        }
+        let conn = Connection::open(path).map_err(|e| StoreError::Sqlite { path: p.clone(), source: e })?;
+        let mut store = Store { conn, path: p };
+        store.configure()?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        move |e| StoreError::Sqlite { path: self.path.clone(), source: e }
+    }
+
+    fn configure(&mut self) -> Result<(), StoreError> {
+        self.conn.busy_timeout(Duration::from_secs(10)).map_err(self.err())?;
+        self.conn.pragma_update(None, "journal_mode", "WAL").map_err(self.err())?;
+        self.conn.pragma_update(None, "synchronous", "NORMAL").map_err(self.err())?;
+        self.conn.pragma_update(None, "foreign_keys", "ON").map_err(self.err())?;
+        Ok(())
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let e = |e| StoreError::Sqlite { path: path.clone(), source: e };
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(e)?;
+        let version: usize = tx.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0)).map_err(e)? as usize;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::TooNew { path: self.path.clone(), found: version });
+        }
+        for (i, m) in MIGRATIONS.iter().enumerate().skip(version) {
+            tx.execute_batch(m).map_err(e)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(e)?;
+        }
+        tx.commit().map_err(e)
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction and commits it.
+    pub fn write<T>(&mut self, f: impl FnOnce(&Transaction) -> rusqlite::Result<T>) -> Result<T, StoreError> {
+        let path = self.path.clone();
+        let e = |e| StoreError::Sqlite { path: path.clone(), source: e };
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(e)?;
+        let out = f(&tx).map_err(e)?;
+        tx.commit().map_err(e)?;
+        Ok(out)
+    }
+
+    /// Read-only access.
+    pub fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    pub fn schema_version(&self) -> Result<usize, StoreError> {
+        let v: i64 = self.conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(self.err())?;
+        Ok(v as usize)
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_fresh_and_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".runtime/state.db");
+        let mut s = Store::open(&path).unwrap();
+        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+        s.write(|tx| tx.execute("INSERT INTO meta(key, value) VALUES ('a', 'b')", [])).unwrap();
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        let v: String = s.conn().query_row("SELECT value FROM meta WHERE key='a'", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, "b");
+        let mode: String = s.conn().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn refuses_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.pragma_update(None, "user_version", 99).unwrap();
+        }
+        assert!(matches!(Store::open(&path), Err(StoreError::TooNew { found: 99, .. })));
+    }
+
+    #[test]
+    fn concurrent_writers_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        Store::open(&path).unwrap();
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let mut s = Store::open(&path).unwrap();
+                    for i in 0..25 {
+                        s.write(|tx| tx.execute("INSERT INTO meta(key, value) VALUES (?1, 'v')", [format!("{t}-{i}")])).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let s = Store::open(&path).unwrap();
+        let n: i64 = s.conn().query_row("SELECT count(*) FROM meta", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 100);
+    }
+}
