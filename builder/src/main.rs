@@ -1,1 +1,32 @@
-fn main() {}
+//! `builder`: the engineer's side of an agent repository: scaffold, lint, triage the
+//! runtime's cards, read run history, review prompt changes and audit git history.
+//! `main` parses, sets up logging and dispatches to one module per subcommand.
+
+mod commands;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = commands::Cli::parse();
+    let level = match cli.global.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BUILDER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+    let code = match commands::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            70
+        }
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}

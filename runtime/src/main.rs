@@ -1,1 +1,35 @@
-fn main() {}
+//! `runtime`: fires agent tasks unattended. `main` parses arguments, sets up quiet
+//! logging (cron mails whatever is printed), and dispatches; commands that need an
+//! async runtime build it themselves *after* entering the Landlock sandbox, because
+//! Landlock restricts only the calling thread and what it creates afterwards.
+
+mod commands;
+mod logging;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    // The tool worker enters its sandbox before anything else runs in its process.
+    if std::env::args().nth(1).as_deref() == Some(commands::WORKER_COMMAND) {
+        let stdin = std::io::stdin();
+        let stdout = std::io::stdout();
+        return match shared::worker::serve(stdin.lock(), stdout.lock()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: tool worker: {e}");
+                ExitCode::from(70)
+            }
+        };
+    }
+    let cli = commands::Cli::parse();
+    logging::init(cli.global.verbose, cli.global.log_format);
+    let code = match commands::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            shared::fire::exit::INTERNAL
+        }
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}

@@ -19,30 +19,69 @@ pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
         }
     };
     match std::fs::read_to_string(root.join(SCOPE_FILE)) {
-        Err(_) => diags.push(Diagnostic::new(SCOPE_FILE, 0, "", "missing: the boundary document is appended to every system prompt").with_hint("create scope/SCOPE.md (builder init writes an example)")),
-        Ok(s) if s.trim().is_empty() => diags.push(Diagnostic::new(SCOPE_FILE, 1, "", "the boundary document is empty")),
+        Err(_) => diags.push(
+            Diagnostic::new(
+                SCOPE_FILE,
+                0,
+                "",
+                "missing: the boundary document is appended to every system prompt",
+            )
+            .with_hint("create scope/SCOPE.md (builder init writes an example)"),
+        ),
+        Ok(s) if s.trim().is_empty() => diags.push(Diagnostic::new(
+            SCOPE_FILE,
+            1,
+            "",
+            "the boundary document is empty",
+        )),
         Ok(_) => {}
     }
     let stand_in = stand_in_settings();
     let s = loaded.as_ref().unwrap_or(&stand_in);
     if let Some(rt) = &loaded {
-        for p in [Some(&rt.provider), rt.fallback.as_ref()].into_iter().flatten() {
+        for p in [Some(&rt.provider), rt.fallback.as_ref()]
+            .into_iter()
+            .flatten()
+        {
             if let (ProviderKind::Replay, Some(replay)) = (p.kind, &p.replay) {
                 if !root.join(replay).is_file() {
-                    diags.push(Diagnostic::new(SETTINGS_FILE, crate::yamlpos::line_of_item(&std::fs::read_to_string(root.join(SETTINGS_FILE)).unwrap_or_default(), &["provider"], replay), "provider.replay", format!("replay trace `{replay}` does not exist")));
+                    diags.push(Diagnostic::new(
+                        SETTINGS_FILE,
+                        crate::yamlpos::line_of_item(
+                            &std::fs::read_to_string(root.join(SETTINGS_FILE)).unwrap_or_default(),
+                            &["provider"],
+                            replay,
+                        ),
+                        "provider.replay",
+                        format!("replay trace `{replay}` does not exist"),
+                    ));
                 }
             }
         }
     }
     let mut prompts: Vec<_> = std::fs::read_dir(root.join(PROMPTS_DIR))
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "md")).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "md"))
+                .collect()
+        })
         .unwrap_or_default();
     prompts.sort();
     if prompts.is_empty() {
-        diags.push(Diagnostic::new(PROMPTS_DIR, 0, "", "no task prompts (prompts/<task>.md)"));
+        diags.push(Diagnostic::new(
+            PROMPTS_DIR,
+            0,
+            "",
+            "no task prompts (prompts/<task>.md)",
+        ));
     }
     for path in prompts {
-        let task = path.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_string();
+        let task = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+            .to_string();
         let rel = Path::new(PROMPTS_DIR).join(format!("{task}.md"));
         let src = match std::fs::read_to_string(&path) {
             Ok(s) => s,
@@ -52,18 +91,50 @@ pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
             }
         };
         if !crate::prompt::valid_task_name(&task) {
-            diags.push(Diagnostic::new(&rel, 0, "", format!("`{task}` is not a valid task name (letters, digits, `-`, `_`)")));
+            diags.push(Diagnostic::new(
+                &rel,
+                0,
+                "",
+                format!("`{task}` is not a valid task name (letters, digits, `-`, `_`)"),
+            ));
             continue;
         }
         match crate::prompt::parse(&task, &rel, &src, s) {
-            Err(d) => diags.extend(if loaded.is_some() { d } else { d.into_iter().filter(|d| !d.message.contains("only narrow")).collect() }),
+            Err(d) => diags.extend(if loaded.is_some() {
+                d
+            } else {
+                d.into_iter()
+                    .filter(|d| !d.message.contains("only narrow"))
+                    .collect()
+            }),
             Ok(p) => {
-                let scripts = p.front.prefetch.iter().map(|x| ("prefetch", &x.run)).chain(p.front.acceptance.iter().filter_map(|a| a.run.as_ref().map(|r| ("acceptance", r))));
+                let scripts = p.front.prefetch.iter().map(|x| ("prefetch", &x.run)).chain(
+                    p.front
+                        .acceptance
+                        .iter()
+                        .filter_map(|a| a.run.as_ref().map(|r| ("acceptance", r))),
+                );
                 for (what, script) in scripts {
                     let line = crate::yamlpos::line_of_item(&src, &[what], script);
                     match std::fs::metadata(root.join(script)) {
-                        Err(_) => diags.push(Diagnostic::new(&rel, line, what, format!("{what} script `{script}` does not exist")).with_hint("add it under tools/ or fix the path")),
-                        Ok(m) if m.permissions().mode() & 0o111 == 0 => diags.push(Diagnostic::new(&rel, line, what, format!("{what} script `{script}` is not executable")).with_hint(format!("chmod +x {script}"))),
+                        Err(_) => diags.push(
+                            Diagnostic::new(
+                                &rel,
+                                line,
+                                what,
+                                format!("{what} script `{script}` does not exist"),
+                            )
+                            .with_hint("add it under tools/ or fix the path"),
+                        ),
+                        Ok(m) if m.permissions().mode() & 0o111 == 0 => diags.push(
+                            Diagnostic::new(
+                                &rel,
+                                line,
+                                what,
+                                format!("{what} script `{script}` is not executable"),
+                            )
+                            .with_hint(format!("chmod +x {script}")),
+                        ),
                         Ok(_) => {}
                     }
                 }
@@ -76,5 +147,6 @@ pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
 
 fn stand_in_settings() -> RuntimeSettings {
     let mut d = Vec::new();
-    settings::parse_runtime_yaml("version: 1\nprovider: {kind: replay, replay: x}\n", &mut d).unwrap_or_else(|| unreachable!("the built-in stand-in settings are valid"))
+    settings::parse_runtime_yaml("version: 1\nprovider: {kind: replay, replay: x}\n", &mut d)
+        .unwrap_or_else(|| unreachable!("the built-in stand-in settings are valid"))
 }

@@ -17,31 +17,49 @@ pub enum GitError {
     #[error("refusing to commit `{path}`: {why}")]
     Refused { path: String, why: String },
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Opens the repository whose work tree contains `path`.
 pub fn discover(path: &Path) -> Result<Repository, GitError> {
-    Repository::discover(path).map_err(|e| GitError::NotARepo { path: path.to_path_buf(), message: e.message().to_string() })
+    Repository::discover(path).map_err(|e| GitError::NotARepo {
+        path: path.to_path_buf(),
+        message: e.message().to_string(),
+    })
 }
 
 /// The work tree root of `repo`.
 pub fn workdir(repo: &Repository) -> Result<PathBuf, GitError> {
-    repo.workdir().map(|p| p.to_path_buf()).ok_or_else(|| GitError::NotARepo { path: repo.path().to_path_buf(), message: "bare repository".into() })
+    repo.workdir()
+        .map(|p| p.to_path_buf())
+        .ok_or_else(|| GitError::NotARepo {
+            path: repo.path().to_path_buf(),
+            message: "bare repository".into(),
+        })
 }
 
 /// HEAD's commit id, `None` on an unborn branch.
 pub fn head_commit(repo: &Repository) -> Result<Option<Oid>, GitError> {
     match repo.head() {
         Ok(h) => Ok(Some(h.peel_to_commit()?.id())),
-        Err(e) if e.code() == git2::ErrorCode::UnbornBranch || e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e)
+            if e.code() == git2::ErrorCode::UnbornBranch
+                || e.code() == git2::ErrorCode::NotFound =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(e.into()),
     }
 }
 
 /// Blob id of `rel` in HEAD's tree, `None` if absent.
 pub fn head_blob(repo: &Repository, rel: &str) -> Result<Option<Oid>, GitError> {
-    let Some(head) = head_commit(repo)? else { return Ok(None) };
+    let Some(head) = head_commit(repo)? else {
+        return Ok(None);
+    };
     let tree = repo.find_commit(head)?.tree()?;
     match tree.get_path(Path::new(rel)) {
         Ok(entry) => Ok(Some(entry.id())),
@@ -52,9 +70,15 @@ pub fn head_blob(repo: &Repository, rel: &str) -> Result<Option<Oid>, GitError> 
 
 /// Builder-owned paths with uncommitted changes (modified, staged, untracked,
 /// deleted, renamed), relative to the work tree.
-pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<Vec<String>, GitError> {
+pub fn dirty_builder_paths(
+    repo: &Repository,
+    ownership: &Ownership,
+) -> Result<Vec<String>, GitError> {
     let mut opts = StatusOptions::new();
-    opts.include_untracked(true).recurse_untracked_dirs(true).include_ignored(false).exclude_submodules(false);
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(false);
     for d in BUILDER_DIRS.iter().filter(|d| **d != ".git") {
         opts.pathspec(*d);
     }
@@ -75,7 +99,11 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
     all.include_untracked(true).recurse_untracked_dirs(true);
     for s in repo.statuses(Some(&mut all))?.iter() {
         if let Ok(p) = s.path() {
-            if s.status() != Status::CURRENT && !s.status().contains(Status::IGNORED) && ownership.classify(p) == Owner::Builder && !out.iter().any(|o| o == p) {
+            if s.status() != Status::CURRENT
+                && !s.status().contains(Status::IGNORED)
+                && ownership.classify(p) == Owner::Builder
+                && !out.iter().any(|o| o == p)
+            {
                 out.push(p.to_string());
             }
         }
@@ -87,7 +115,14 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
 /// Commits `files` (repo-relative, already written in the work tree) on top of HEAD.
 /// Every file must satisfy `allowed` and must not exist in HEAD: the runtime only
 /// ever adds records. Returns the new commit id.
-pub fn commit_new_files(repo: &Repository, files: &[String], allowed: impl Fn(&str) -> bool, name: &str, email: &str, message: &str) -> Result<Oid, GitError> {
+pub fn commit_new_files(
+    repo: &Repository,
+    files: &[String],
+    allowed: impl Fn(&str) -> bool,
+    name: &str,
+    email: &str,
+    message: &str,
+) -> Result<Oid, GitError> {
     let root = workdir(repo)?;
     let head = head_commit(repo)?;
     let parent = head.map(|h| repo.find_commit(h)).transpose()?;
@@ -98,17 +133,32 @@ pub fn commit_new_files(repo: &Repository, files: &[String], allowed: impl Fn(&s
     let mut update = TreeUpdateBuilder::new();
     for f in files {
         if f.contains("..") || f.starts_with('/') || f.contains("//") || !allowed(f) {
-            return Err(GitError::Refused { path: f.clone(), why: "outside the runtime-owned paths".into() });
+            return Err(GitError::Refused {
+                path: f.clone(),
+                why: "outside the runtime-owned paths".into(),
+            });
         }
         if base_tree.get_path(Path::new(f)).is_ok() {
-            return Err(GitError::Refused { path: f.clone(), why: "already in HEAD; the runtime only adds new files".into() });
+            return Err(GitError::Refused {
+                path: f.clone(),
+                why: "already in HEAD; the runtime only adds new files".into(),
+            });
         }
         let full = root.join(f);
-        let meta = std::fs::symlink_metadata(&full).map_err(|e| GitError::Io { path: full.clone(), source: e })?;
+        let meta = std::fs::symlink_metadata(&full).map_err(|e| GitError::Io {
+            path: full.clone(),
+            source: e,
+        })?;
         if !meta.file_type().is_file() {
-            return Err(GitError::Refused { path: f.clone(), why: "not a regular file (symlinks and devices are never committed)".into() });
+            return Err(GitError::Refused {
+                path: f.clone(),
+                why: "not a regular file (symlinks and devices are never committed)".into(),
+            });
         }
-        let bytes = std::fs::read(&full).map_err(|e| GitError::Io { path: full.clone(), source: e })?;
+        let bytes = std::fs::read(&full).map_err(|e| GitError::Io {
+            path: full.clone(),
+            source: e,
+        })?;
         let oid = repo.blob(&bytes)?;
         update.upsert(f.as_str(), oid, FileMode::Blob);
     }
@@ -140,7 +190,8 @@ mod tests {
         idx.write().unwrap();
         let tree = repo.find_tree(idx.write_tree().unwrap()).unwrap();
         let sig = Signature::now("eng", "eng@x").unwrap();
-        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[])
+            .unwrap();
         drop(tree);
         (dir, repo)
     }
@@ -156,7 +207,10 @@ mod tests {
         std::fs::write(dir.path().join("prompts/t.md"), "changed").unwrap();
         std::fs::create_dir_all(dir.path().join("tools")).unwrap();
         std::fs::write(dir.path().join("tools/new.sh"), "x").unwrap();
-        assert_eq!(dirty_builder_paths(&repo, &own).unwrap(), vec!["prompts/t.md", "tools/new.sh"]);
+        assert_eq!(
+            dirty_builder_paths(&repo, &own).unwrap(),
+            vec!["prompts/t.md", "tools/new.sh"]
+        );
     }
 
     #[test]
@@ -166,16 +220,33 @@ mod tests {
         std::fs::write(dir.path().join("reports/t/a.md"), "a").unwrap();
         let own = Ownership::new(dir.path());
         let allowed = |p: &str| own.classify(p) == Owner::Runtime;
-        let oid = commit_new_files(&repo, &["reports/t/a.md".into()], allowed, "runtime", "runtime@localhost", "fire").unwrap();
+        let oid = commit_new_files(
+            &repo,
+            &["reports/t/a.md".into()],
+            allowed,
+            "runtime",
+            "runtime@localhost",
+            "fire",
+        )
+        .unwrap();
         let c = repo.find_commit(oid).unwrap();
         assert_eq!(c.author().name().ok(), Some("runtime"));
-        assert!(c.tree().unwrap().get_path(Path::new("prompts/t.md")).is_ok());
+        assert!(c
+            .tree()
+            .unwrap()
+            .get_path(Path::new("prompts/t.md"))
+            .is_ok());
         assert!(head_blob(&repo, "reports/t/a.md").unwrap().is_some());
         let refused = commit_new_files(&repo, &["prompts/t.md".into()], allowed, "r", "r@x", "m");
         assert!(matches!(refused, Err(GitError::Refused { .. })));
         let again = commit_new_files(&repo, &["reports/t/a.md".into()], allowed, "r", "r@x", "m");
-        assert!(matches!(again, Err(GitError::Refused { .. })), "rewriting a record is refused");
+        assert!(
+            matches!(again, Err(GitError::Refused { .. })),
+            "rewriting a record is refused"
+        );
         let statuses = repo.statuses(None).unwrap();
-        assert!(statuses.iter().all(|s| s.path().ok() != Some("reports/t/a.md")));
+        assert!(statuses
+            .iter()
+            .all(|s| s.path().ok() != Some("reports/t/a.md")));
     }
 }

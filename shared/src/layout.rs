@@ -40,13 +40,21 @@ pub struct Ownership {
 impl Ownership {
     /// Ownership with only the fixed builder and runtime directories.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Ownership { root: root.into(), extra_builder: None, granted_write: None }
+        Ownership {
+            root: root.into(),
+            extra_builder: None,
+            granted_write: None,
+        }
     }
 
     /// Adds builder-owned globs (from settings `builder_paths`) and write paths the
     /// settings grant to the runtime. Invalid globs are reported by settings loading;
     /// here they are an error too so no caller can silently drop one.
-    pub fn with_globs(mut self, extra_builder: &[String], granted_write: &[String]) -> Result<Self, globset::Error> {
+    pub fn with_globs(
+        mut self,
+        extra_builder: &[String],
+        granted_write: &[String],
+    ) -> Result<Self, globset::Error> {
         self.extra_builder = compile_globs(extra_builder)?;
         self.granted_write = compile_globs(granted_write)?;
         Ok(self)
@@ -90,10 +98,14 @@ impl Ownership {
     /// Classifies an already normalised repo-relative path (`a/b`, no `..`).
     pub fn classify_normalized(&self, rel: &str) -> Owner {
         let first = rel.split('/').next().unwrap_or("");
-        if BUILDER_DIRS.contains(&first) || self.extra_builder.as_ref().is_some_and(|g| g.is_match(rel)) {
+        if BUILDER_DIRS.contains(&first)
+            || self.extra_builder.as_ref().is_some_and(|g| g.is_match(rel))
+        {
             return Owner::Builder;
         }
-        if RUNTIME_DIRS.contains(&first) || self.granted_write.as_ref().is_some_and(|g| g.is_match(rel)) {
+        if RUNTIME_DIRS.contains(&first)
+            || self.granted_write.as_ref().is_some_and(|g| g.is_match(rel))
+        {
             return Owner::Runtime;
         }
         Owner::Neither
@@ -183,7 +195,11 @@ fn fold(p: &Path) -> Option<PathBuf> {
 /// to the (canonical) root. `None` when the result is outside the repository.
 pub fn resolve_existing(root: &Path, path: &str) -> Option<String> {
     let root_c = root.canonicalize().ok()?;
-    let joined = if Path::new(path).is_absolute() { PathBuf::from(path) } else { root.join(path) };
+    let joined = if Path::new(path).is_absolute() {
+        PathBuf::from(path)
+    } else {
+        root.join(path)
+    };
     let folded = fold(&joined)?;
     let mut existing = folded.clone();
     let mut rest: Vec<std::ffi::OsString> = Vec::new();
@@ -193,7 +209,11 @@ pub fn resolve_existing(root: &Path, path: &str) -> Option<String> {
             if meta.file_type().is_symlink() && std::fs::metadata(&existing).is_err() {
                 let target = std::fs::read_link(&existing).ok()?;
                 let parent = existing.parent()?.to_path_buf();
-                let t = if target.is_absolute() { target } else { parent.join(target) };
+                let t = if target.is_absolute() {
+                    target
+                } else {
+                    parent.join(target)
+                };
                 let mut full = fold(&t)?;
                 for r in rest.iter().rev() {
                     full.push(r);
@@ -221,13 +241,22 @@ mod tests {
     use super::*;
 
     fn own() -> Ownership {
-        Ownership::new("/repo").with_globs(&["docs/policy/**".into()], &["out/**".into()]).unwrap()
+        Ownership::new("/repo")
+            .with_globs(&["docs/policy/**".into()], &["out/**".into()])
+            .unwrap()
     }
 
     #[test]
     fn classifies_fixed_dirs() {
         let o = own();
-        for p in ["prompts/x.md", "scope/SCOPE.md", "settings", "tools/a.sh", "evals/t/a.yaml", ".git/config"] {
+        for p in [
+            "prompts/x.md",
+            "scope/SCOPE.md",
+            "settings",
+            "tools/a.sh",
+            "evals/t/a.yaml",
+            ".git/config",
+        ] {
             assert_eq!(o.classify(p), Owner::Builder, "{p}");
         }
         for p in ["reports/t/a.md", "cards/2026-01-01/c.yaml", "runs", "out/x"] {
@@ -262,7 +291,9 @@ mod tests {
 
     #[test]
     fn builder_wins_over_granted_write() {
-        let o = Ownership::new("/repo").with_globs(&[], &["prompts/**".into()]).unwrap();
+        let o = Ownership::new("/repo")
+            .with_globs(&[], &["prompts/**".into()])
+            .unwrap();
         assert_eq!(o.classify("prompts/x"), Owner::Builder);
     }
 

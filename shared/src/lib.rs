@@ -3,14 +3,22 @@
 //! the SQLite store, git helpers, providers, tools, the agent loop and the sandbox.
 //! Nothing in here parses command lines or prints; the binaries do that.
 
+pub mod agent;
 pub mod check;
 pub mod diag;
+pub mod fire;
 pub mod git;
 pub mod layout;
 pub mod policy;
 pub mod prompt;
+pub mod provider;
 pub mod records;
+pub mod sandbox;
 pub mod scaffold;
+pub mod secrets;
 pub mod settings;
 pub mod store;
+pub mod tools;
+pub mod trace;
+pub mod worker;
 pub mod yamlpos;

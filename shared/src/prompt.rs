@@ -78,11 +78,24 @@ pub struct Prompt {
     pub body: String,
 }
 
-const FRONT_KEYS: &[&str] = &["description", "model", "tools", "budgets", "deny", "prefetch", "acceptance"];
+const FRONT_KEYS: &[&str] = &[
+    "description",
+    "model",
+    "tools",
+    "budgets",
+    "deny",
+    "prefetch",
+    "acceptance",
+];
 
 /// Is `task` a valid task name (it becomes a file and directory name)?
 pub fn valid_task_name(task: &str) -> bool {
-    !task.is_empty() && task.len() <= 64 && task.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') && !task.starts_with('-')
+    !task.is_empty()
+        && task.len() <= 64
+        && task
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !task.starts_with('-')
 }
 
 /// Repo-relative path of a task's prompt.
@@ -91,17 +104,34 @@ pub fn prompt_path(task: &str) -> PathBuf {
 }
 
 /// Loads `prompts/<task>.md` under `root` and checks it against `settings`.
-pub fn load(root: &Path, task: &str, settings: &RuntimeSettings) -> Result<Prompt, Vec<Diagnostic>> {
+pub fn load(
+    root: &Path,
+    task: &str,
+    settings: &RuntimeSettings,
+) -> Result<Prompt, Vec<Diagnostic>> {
     let rel = prompt_path(task);
     if !valid_task_name(task) {
-        return Err(vec![Diagnostic::new(&rel, 0, "", format!("`{task}` is not a valid task name (letters, digits, `-`, `_`)"))]);
+        return Err(vec![Diagnostic::new(
+            &rel,
+            0,
+            "",
+            format!("`{task}` is not a valid task name (letters, digits, `-`, `_`)"),
+        )]);
     }
-    let src = std::fs::read_to_string(root.join(&rel)).map_err(|e| vec![Diagnostic::new(&rel, 0, "", format!("cannot read: {e}")).with_hint(format!("create {} or check the task name", rel.display()))])?;
+    let src = std::fs::read_to_string(root.join(&rel)).map_err(|e| {
+        vec![Diagnostic::new(&rel, 0, "", format!("cannot read: {e}"))
+            .with_hint(format!("create {} or check the task name", rel.display()))]
+    })?;
     parse(task, &rel, &src, settings)
 }
 
 /// Parses prompt text; `rel` is used for diagnostics.
-pub fn parse(task: &str, rel: &Path, src: &str, settings: &RuntimeSettings) -> Result<Prompt, Vec<Diagnostic>> {
+pub fn parse(
+    task: &str,
+    rel: &Path,
+    src: &str,
+    settings: &RuntimeSettings,
+) -> Result<Prompt, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let (front_src, body, offset) = split_front_matter(src);
     let front = match front_src {
@@ -109,13 +139,26 @@ pub fn parse(task: &str, rel: &Path, src: &str, settings: &RuntimeSettings) -> R
         Some(fm) => parse_front(rel, fm, offset, &mut diags).unwrap_or_default(),
     };
     if body.trim().is_empty() {
-        diags.push(Diagnostic::new(rel, offset + front_src.map(|f| f.lines().count() + 2).unwrap_or(1), "body", "the prompt body is empty").with_hint("write the task instructions below the front matter"));
+        diags.push(
+            Diagnostic::new(
+                rel,
+                offset + front_src.map(|f| f.lines().count() + 2).unwrap_or(1),
+                "body",
+                "the prompt body is empty",
+            )
+            .with_hint("write the task instructions below the front matter"),
+        );
     }
     if let Some(fm) = front_src {
         diags.extend(narrowing_problems(rel, fm, offset, &front, settings));
     }
     if diags.is_empty() {
-        Ok(Prompt { task: task.to_string(), file: rel.to_path_buf(), front, body: body.to_string() })
+        Ok(Prompt {
+            task: task.to_string(),
+            file: rel.to_path_buf(),
+            front,
+            body: body.to_string(),
+        })
     } else {
         Err(diags)
     }
@@ -124,7 +167,10 @@ pub fn parse(task: &str, rel: &Path, src: &str, settings: &RuntimeSettings) -> R
 /// Splits `---\n...\n---\n` front matter off. Returns (front matter, body, line
 /// offset of the front matter's first line minus one).
 fn split_front_matter(src: &str) -> (Option<&str>, &str, usize) {
-    let Some(rest) = src.strip_prefix("---\n").or_else(|| src.strip_prefix("---\r\n")) else {
+    let Some(rest) = src
+        .strip_prefix("---\n")
+        .or_else(|| src.strip_prefix("---\r\n"))
+    else {
         return (None, src, 0);
     };
     let mut pos = 0;
@@ -137,25 +183,42 @@ fn split_front_matter(src: &str) -> (Option<&str>, &str, usize) {
     (None, src, 0)
 }
 
-fn parse_front(rel: &Path, fm: &str, offset: usize, diags: &mut Vec<Diagnostic>) -> Option<FrontMatter> {
+fn parse_front(
+    rel: &Path,
+    fm: &str,
+    offset: usize,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<FrontMatter> {
     let value: serde_yaml::Value = match serde_yaml::from_str(fm) {
         Ok(serde_yaml::Value::Null) => return Some(FrontMatter::default()),
         Ok(v) => v,
         Err(e) => {
             let line = e.location().map(|l| l.line()).unwrap_or(0) + offset;
-            diags.push(Diagnostic::new(rel, line, "front matter", format!("YAML syntax error: {e}")));
+            diags.push(Diagnostic::new(
+                rel,
+                line,
+                "front matter",
+                format!("YAML syntax error: {e}"),
+            ));
             return None;
         }
     };
     let mut local = Vec::new();
-    check_sections(rel, fm, &value, FRONT_KEYS, &mut local, |key, v, d| match key {
-        "description" | "model" => section::<String>(rel, fm, key, v, d),
-        "tools" | "deny" => section::<Vec<String>>(rel, fm, key, v, d),
-        "budgets" => section::<BudgetOverrides>(rel, fm, key, v, d),
-        "prefetch" => section::<Vec<Prefetch>>(rel, fm, key, v, d),
-        "acceptance" => section::<Vec<Acceptance>>(rel, fm, key, v, d),
-        _ => {}
-    });
+    check_sections(
+        rel,
+        fm,
+        &value,
+        FRONT_KEYS,
+        &mut local,
+        |key, v, d| match key {
+            "description" | "model" => section::<String>(rel, fm, key, v, d),
+            "tools" | "deny" => section::<Vec<String>>(rel, fm, key, v, d),
+            "budgets" => section::<BudgetOverrides>(rel, fm, key, v, d),
+            "prefetch" => section::<Vec<Prefetch>>(rel, fm, key, v, d),
+            "acceptance" => section::<Vec<Acceptance>>(rel, fm, key, v, d),
+            _ => {}
+        },
+    );
     let failed = !local.is_empty();
     diags.extend(local.into_iter().map(|mut d| {
         d.line += offset;
@@ -167,18 +230,30 @@ fn parse_front(rel: &Path, fm: &str, offset: usize, diags: &mut Vec<Diagnostic>)
     match serde_yaml::from_value(value) {
         Ok(f) => Some(f),
         Err(e) => {
-            diags.push(Diagnostic::new(rel, offset + 1, "front matter", e.to_string()));
+            diags.push(Diagnostic::new(
+                rel,
+                offset + 1,
+                "front matter",
+                e.to_string(),
+            ));
             None
         }
     }
 }
 
-fn narrowing_problems(rel: &Path, fm: &str, offset: usize, front: &FrontMatter, s: &RuntimeSettings) -> Vec<Diagnostic> {
+fn narrowing_problems(
+    rel: &Path,
+    fm: &str,
+    offset: usize,
+    front: &FrontMatter,
+    s: &RuntimeSettings,
+) -> Vec<Diagnostic> {
     let mut d = Vec::new();
     let at = |path: &[&str]| yamlpos::line_of(fm, path) + offset;
     let item = |path: &[&str], needle: &str| yamlpos::line_of_item(fm, path, needle) + offset;
     if let Some(model) = &front.model {
-        let allowed = s.provider.model.as_deref() == Some(model.as_str()) || s.fallback.as_ref().and_then(|f| f.model.as_deref()) == Some(model.as_str());
+        let allowed = s.provider.model.as_deref() == Some(model.as_str())
+            || s.fallback.as_ref().and_then(|f| f.model.as_deref()) == Some(model.as_str());
         if !allowed {
             d.push(Diagnostic::new(rel, at(&["model"]), "model", format!("model `{model}` is not the provider's model; front matter may only narrow settings")).with_hint("change the model in settings/runtime.yaml through review"));
         }
@@ -186,19 +261,48 @@ fn narrowing_problems(rel: &Path, fm: &str, offset: usize, front: &FrontMatter, 
     if let Some(tools) = &front.tools {
         for t in tools {
             if !crate::settings::TOOL_NAMES.contains(&t.as_str()) {
-                d.push(Diagnostic::new(rel, item(&["tools"], t), "tools", format!("unknown tool `{t}`")).with_hint(format!("known tools: {}", crate::settings::TOOL_NAMES.join(", "))));
+                d.push(
+                    Diagnostic::new(
+                        rel,
+                        item(&["tools"], t),
+                        "tools",
+                        format!("unknown tool `{t}`"),
+                    )
+                    .with_hint(format!(
+                        "known tools: {}",
+                        crate::settings::TOOL_NAMES.join(", ")
+                    )),
+                );
             } else if !s.tools.contains(t) {
-                d.push(Diagnostic::new(rel, item(&["tools"], t), "tools", format!("tool `{t}` is not enabled in settings; front matter may only narrow")));
+                d.push(Diagnostic::new(
+                    rel,
+                    item(&["tools"], t),
+                    "tools",
+                    format!("tool `{t}` is not enabled in settings; front matter may only narrow"),
+                ));
             }
         }
     }
     if let Some(b) = &front.budgets {
         let base = s.budgets;
         let checks: [(&str, bool); 4] = [
-            ("max_steps", b.max_steps.is_some_and(|v| v > base.max_steps || v == 0)),
-            ("max_wall_s", b.max_wall_s.is_some_and(|v| v > base.max_wall_s || v == 0)),
-            ("max_tokens", b.max_tokens.is_some_and(|v| v > base.max_tokens || v == 0)),
-            ("max_cost_usd", b.max_cost_usd.is_some_and(|v| v > base.max_cost_usd || v <= 0.0)),
+            (
+                "max_steps",
+                b.max_steps.is_some_and(|v| v > base.max_steps || v == 0),
+            ),
+            (
+                "max_wall_s",
+                b.max_wall_s.is_some_and(|v| v > base.max_wall_s || v == 0),
+            ),
+            (
+                "max_tokens",
+                b.max_tokens.is_some_and(|v| v > base.max_tokens || v == 0),
+            ),
+            (
+                "max_cost_usd",
+                b.max_cost_usd
+                    .is_some_and(|v| v > base.max_cost_usd || v <= 0.0),
+            ),
         ];
         for (name, bad) in checks {
             if bad {
@@ -208,21 +312,41 @@ fn narrowing_problems(rel: &Path, fm: &str, offset: usize, front: &FrontMatter, 
     }
     for r in &front.deny {
         if let Err(e) = crate::policy::rules::Rule::parse(r) {
-            d.push(Diagnostic::new(rel, item(&["deny"], r), "deny", format!("rule `{r}` does not parse: {e}")));
+            d.push(Diagnostic::new(
+                rel,
+                item(&["deny"], r),
+                "deny",
+                format!("rule `{r}` does not parse: {e}"),
+            ));
         }
     }
     for (i, p) in front.prefetch.iter().enumerate() {
         if !p.run.starts_with("tools/") || p.run.contains("..") {
-            d.push(Diagnostic::new(rel, item(&["prefetch"], &p.run), format!("prefetch[{i}].run"), format!("`{}` must be a script under tools/", p.run)));
+            d.push(Diagnostic::new(
+                rel,
+                item(&["prefetch"], &p.run),
+                format!("prefetch[{i}].run"),
+                format!("`{}` must be a script under tools/", p.run),
+            ));
         }
     }
     for (i, a) in front.acceptance.iter().enumerate() {
         if a.report_contains.is_none() && a.run.is_none() && a.min_report_bytes.is_none() {
-            d.push(Diagnostic::new(rel, item(&["acceptance"], &a.name), format!("acceptance[{i}]"), "a check needs `report_contains`, `min_report_bytes` or `run`"));
+            d.push(Diagnostic::new(
+                rel,
+                item(&["acceptance"], &a.name),
+                format!("acceptance[{i}]"),
+                "a check needs `report_contains`, `min_report_bytes` or `run`",
+            ));
         }
         if let Some(run) = &a.run {
             if !run.starts_with("tools/") || run.contains("..") {
-                d.push(Diagnostic::new(rel, item(&["acceptance"], run), format!("acceptance[{i}].run"), format!("`{run}` must be a script under tools/")));
+                d.push(Diagnostic::new(
+                    rel,
+                    item(&["acceptance"], run),
+                    format!("acceptance[{i}].run"),
+                    format!("`{run}` must be a script under tools/"),
+                ));
             }
         }
     }
@@ -243,10 +367,22 @@ impl Prompt {
     pub fn budgets(&self, s: &RuntimeSettings) -> Budgets {
         let b = self.front.budgets.clone().unwrap_or_default();
         Budgets {
-            max_steps: b.max_steps.unwrap_or(s.budgets.max_steps).min(s.budgets.max_steps),
-            max_wall_s: b.max_wall_s.unwrap_or(s.budgets.max_wall_s).min(s.budgets.max_wall_s),
-            max_tokens: b.max_tokens.unwrap_or(s.budgets.max_tokens).min(s.budgets.max_tokens),
-            max_cost_usd: b.max_cost_usd.unwrap_or(s.budgets.max_cost_usd).min(s.budgets.max_cost_usd),
+            max_steps: b
+                .max_steps
+                .unwrap_or(s.budgets.max_steps)
+                .min(s.budgets.max_steps),
+            max_wall_s: b
+                .max_wall_s
+                .unwrap_or(s.budgets.max_wall_s)
+                .min(s.budgets.max_wall_s),
+            max_tokens: b
+                .max_tokens
+                .unwrap_or(s.budgets.max_tokens)
+                .min(s.budgets.max_tokens),
+            max_cost_usd: b
+                .max_cost_usd
+                .unwrap_or(s.budgets.max_cost_usd)
+                .min(s.budgets.max_cost_usd),
         }
     }
 
@@ -282,13 +418,26 @@ mod tests {
         let src = "---\nmodel: bigger\ntools: [read_file, write_file]\nbudgets:\n  max_steps: 50\n---\nbody\n";
         let d = parse("t", Path::new("prompts/t.md"), src, &settings()).unwrap_err();
         let got: Vec<(usize, &str)> = d.iter().map(|d| (d.line, d.field.as_str())).collect();
-        assert_eq!(got, vec![(2, "model"), (3, "tools"), (5, "budgets.max_steps")], "{d:?}");
+        assert_eq!(
+            got,
+            vec![(2, "model"), (3, "tools"), (5, "budgets.max_steps")],
+            "{d:?}"
+        );
     }
 
     #[test]
     fn empty_body_and_unknown_keys() {
-        let d = parse("t", Path::new("prompts/t.md"), "---\ncolour: red\n---\n\n", &settings()).unwrap_err();
-        assert!(d.iter().any(|d| d.field == "colour" && d.line == 2), "{d:?}");
+        let d = parse(
+            "t",
+            Path::new("prompts/t.md"),
+            "---\ncolour: red\n---\n\n",
+            &settings(),
+        )
+        .unwrap_err();
+        assert!(
+            d.iter().any(|d| d.field == "colour" && d.line == 2),
+            "{d:?}"
+        );
         assert!(d.iter().any(|d| d.field == "body"), "{d:?}");
     }
 

@@ -223,7 +223,15 @@ pub struct Card {
 }
 
 impl Card {
-    pub fn new(kind: CardKind, task: &str, run_id: &str, summary: impl Into<String>, detail: impl Into<String>, evidence: Vec<String>, now: DateTime<Utc>) -> Card {
+    pub fn new(
+        kind: CardKind,
+        task: &str,
+        run_id: &str,
+        summary: impl Into<String>,
+        detail: impl Into<String>,
+        evidence: Vec<String>,
+        now: DateTime<Utc>,
+    ) -> Card {
         let detail = detail.into();
         let fingerprint = fingerprint(task, kind, &detail);
         Card {
@@ -269,7 +277,11 @@ pub fn new_id(now: DateTime<Utc>, salt: &str) -> String {
     h.update(salt.as_bytes());
     h.update(rand::random::<u64>().to_le_bytes());
     h.update(std::process::id().to_le_bytes());
-    format!("{}-{}", now.format("%Y%m%dT%H%M%SZ"), &hex::encode(h.finalize())[..8])
+    format!(
+        "{}-{}",
+        now.format("%Y%m%dT%H%M%SZ"),
+        &hex::encode(h.finalize())[..8]
+    )
 }
 
 /// Same task, kind and normalised detail give the same fingerprint: numbers, hex ids,
@@ -294,7 +306,11 @@ pub fn normalise_detail(detail: &str) -> String {
         } else {
             let mut last_hash = false;
             for c in w.chars() {
-                if c.is_ascii_digit() || (c.is_ascii_hexdigit() && w.len() >= 12 && w.chars().all(|c| c.is_ascii_hexdigit() || c == '-')) {
+                if c.is_ascii_digit()
+                    || (c.is_ascii_hexdigit()
+                        && w.len() >= 12
+                        && w.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+                {
                     if !last_hash {
                         out.push('#');
                     }
@@ -316,7 +332,10 @@ pub enum WriteError {
     #[error("{path}: refusing to overwrite an existing record")]
     Exists { path: PathBuf },
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: cannot serialise: {message}")]
     Serialise { path: PathBuf, message: String },
 }
@@ -324,27 +343,44 @@ pub enum WriteError {
 /// Creates `root/rel` with `bytes`; fails if the file exists (records are write-once).
 pub fn create_new(root: &Path, rel: &Path, bytes: &[u8]) -> Result<(), WriteError> {
     let path = root.join(rel);
-    let io = |e: std::io::Error| WriteError::Io { path: rel.to_path_buf(), source: e };
+    let io = |e: std::io::Error| WriteError::Io {
+        path: rel.to_path_buf(),
+        source: e,
+    };
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AlreadyExists {
-            WriteError::Exists { path: rel.to_path_buf() }
-        } else {
-            io(e)
-        }
-    })?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                WriteError::Exists {
+                    path: rel.to_path_buf(),
+                }
+            } else {
+                io(e)
+            }
+        })?;
     f.write_all(bytes).map_err(io)?;
     f.sync_data().map_err(io)
 }
 
 pub fn card_yaml(card: &Card) -> Result<String, WriteError> {
-    serde_yaml::to_string(card).map_err(|e| WriteError::Serialise { path: card.rel_path(), message: e.to_string() })
+    serde_yaml::to_string(card).map_err(|e| WriteError::Serialise {
+        path: card.rel_path(),
+        message: e.to_string(),
+    })
 }
 
 pub fn receipt_json(r: &Receipt) -> Result<String, WriteError> {
-    serde_json::to_string_pretty(r).map(|s| s + "\n").map_err(|e| WriteError::Serialise { path: receipt_path(&r.task, &r.run_id, r.started_at), message: e.to_string() })
+    serde_json::to_string_pretty(r)
+        .map(|s| s + "\n")
+        .map_err(|e| WriteError::Serialise {
+            path: receipt_path(&r.task, &r.run_id, r.started_at),
+            message: e.to_string(),
+        })
 }
 
 /// Reads a card file.
@@ -378,17 +414,44 @@ mod tests {
             stop_reason: StopReason::FinalAnswer,
             started_at: now(),
             finished_at: now(),
-            inputs: Inputs { commit: Some("abc".into()), prompt: Some("p".into()), scope: None, settings: Some("s".into()), provider: "replay".into(), model: "replay".into() },
-            sandbox: SandboxRecord { landlock: "fully_enforced".into(), abi: Some(6), mode: "required".into(), rights: vec!["write_file".into()] },
+            inputs: Inputs {
+                commit: Some("abc".into()),
+                prompt: Some("p".into()),
+                scope: None,
+                settings: Some("s".into()),
+                provider: "replay".into(),
+                model: "replay".into(),
+            },
+            sandbox: SandboxRecord {
+                landlock: "fully_enforced".into(),
+                abi: Some(6),
+                mode: "required".into(),
+                rights: vec!["write_file".into()],
+            },
             steps: 3,
-            tool_calls: vec![ToolCallRecord { id: "c1".into(), name: "run_command".into(), decision: "deny".into(), rule: Some("Bash(git push*)".into()), reason: "r".into(), outcome: "PERMISSION_DENIED".into(), duration_ms: 1 }],
-            tokens: Tokens { input: 10, output: 5 },
+            tool_calls: vec![ToolCallRecord {
+                id: "c1".into(),
+                name: "run_command".into(),
+                decision: "deny".into(),
+                rule: Some("Bash(git push*)".into()),
+                reason: "r".into(),
+                outcome: "PERMISSION_DENIED".into(),
+                duration_ms: 1,
+            }],
+            tokens: Tokens {
+                input: 10,
+                output: 5,
+            },
             cost_usd: 0.001,
             retries: 1,
             denials: 1,
             outputs: vec!["reports/digest/2026-11-29/x.md".into()],
             cards: vec!["c".into()],
-            acceptance: vec![AcceptanceRecord { check: "has-title".into(), passed: true, detail: String::new() }],
+            acceptance: vec![AcceptanceRecord {
+                check: "has-title".into(),
+                passed: true,
+                detail: String::new(),
+            }],
         }
     }
 
@@ -401,21 +464,51 @@ mod tests {
 
     #[test]
     fn card_round_trips_with_triage() {
-        let mut c = Card::new(CardKind::PermissionDenied, "digest", "run-1", "denied", "`git push` matches deny", vec!["call c1".into()], now());
+        let mut c = Card::new(
+            CardKind::PermissionDenied,
+            "digest",
+            "run-1",
+            "denied",
+            "`git push` matches deny",
+            vec!["call c1".into()],
+            now(),
+        );
         let back: Card = serde_yaml::from_str(&card_yaml(&c).unwrap()).unwrap();
         assert_eq!(back, c);
-        c.triage = Some(Triage { decision: "accept".into(), by: "Eng <e@x>".into(), at: now(), duplicate_of: None, fixed_by: Some("abc123".into()), note: None });
+        c.triage = Some(Triage {
+            decision: "accept".into(),
+            by: "Eng <e@x>".into(),
+            at: now(),
+            duplicate_of: None,
+            fixed_by: Some("abc123".into()),
+            note: None,
+        });
         let back: Card = serde_yaml::from_str(&card_yaml(&c).unwrap()).unwrap();
         assert_eq!(back, c);
-        assert_eq!(c.rel_path(), PathBuf::from(format!("cards/2026-11-29/{}.yaml", c.id)));
+        assert_eq!(
+            c.rel_path(),
+            PathBuf::from(format!("cards/2026-11-29/{}.yaml", c.id))
+        );
     }
 
     #[test]
     fn fingerprints_ignore_volatile_detail() {
-        let a = fingerprint("t", CardKind::ProviderError, "HTTP 500 after 3 retries at /tmp/run-123/x");
-        let b = fingerprint("t", CardKind::ProviderError, "HTTP 502 after 4 retries at /tmp/run-999/y");
+        let a = fingerprint(
+            "t",
+            CardKind::ProviderError,
+            "HTTP 500 after 3 retries at /tmp/run-123/x",
+        );
+        let b = fingerprint(
+            "t",
+            CardKind::ProviderError,
+            "HTTP 502 after 4 retries at /tmp/run-999/y",
+        );
         let c = fingerprint("t", CardKind::ProviderError, "HTTP 401 unauthorized");
-        let d = fingerprint("u", CardKind::ProviderError, "HTTP 500 after 3 retries at /tmp/run-123/x");
+        let d = fingerprint(
+            "u",
+            CardKind::ProviderError,
+            "HTTP 500 after 3 retries at /tmp/run-123/x",
+        );
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_ne!(a, d);
@@ -426,7 +519,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rel = Path::new("cards/2026-11-29/a.yaml");
         create_new(dir.path(), rel, b"one").unwrap();
-        assert!(matches!(create_new(dir.path(), rel, b"two"), Err(WriteError::Exists { .. })));
+        assert!(matches!(
+            create_new(dir.path(), rel, b"two"),
+            Err(WriteError::Exists { .. })
+        ));
         assert_eq!(std::fs::read(dir.path().join(rel)).unwrap(), b"one");
     }
 }

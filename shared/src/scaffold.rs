@@ -7,12 +7,36 @@ use std::path::{Path, PathBuf};
 
 /// (repo-relative path, contents, executable)
 pub const TEMPLATES: &[(&str, &str, bool)] = &[
-    ("prompts/digest.md", include_str!("../../prompts/digest.md"), false),
-    ("scope/SCOPE.md", include_str!("../../scope/SCOPE.md"), false),
-    ("settings/runtime.yaml", include_str!("../../settings/runtime.yaml"), false),
-    ("tools/digest-context.sh", include_str!("../../tools/digest-context.sh"), true),
-    ("evals/digest/replay.json", include_str!("../../evals/digest/replay.json"), false),
-    ("evals/digest/basic.yaml", include_str!("../../evals/digest/basic.yaml"), false),
+    (
+        "prompts/digest.md",
+        include_str!("../../prompts/digest.md"),
+        false,
+    ),
+    (
+        "scope/SCOPE.md",
+        include_str!("../../scope/SCOPE.md"),
+        false,
+    ),
+    (
+        "settings/runtime.yaml",
+        include_str!("../../settings/runtime.yaml"),
+        false,
+    ),
+    (
+        "tools/digest-context.sh",
+        include_str!("../../tools/digest-context.sh"),
+        true,
+    ),
+    (
+        "evals/digest/replay.json",
+        include_str!("../../evals/digest/replay.json"),
+        false,
+    ),
+    (
+        "evals/digest/basic.yaml",
+        include_str!("../../evals/digest/basic.yaml"),
+        false,
+    ),
     ("cards/.gitkeep", "", false),
     ("reports/.gitkeep", "", false),
     ("runs/.gitkeep", "", false),
@@ -35,7 +59,10 @@ pub struct InitReport {
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: git init failed: {source}")]
     Git { path: PathBuf, source: git2::Error },
 }
@@ -44,7 +71,10 @@ pub enum InitError {
 pub fn init(root: &Path) -> Result<InitReport, InitError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |e| InitError::Io { path: path.clone(), source: e }
+        move |e| InitError::Io {
+            path: path.clone(),
+            source: e,
+        }
     };
     std::fs::create_dir_all(root).map_err(io(root))?;
     let mut report = InitReport::default();
@@ -54,7 +84,10 @@ pub fn init(root: &Path) -> Result<InitReport, InitError> {
             report.git_initialised = true;
             let mut opts = git2::RepositoryInitOptions::new();
             opts.initial_head("main");
-            git2::Repository::init_opts(root, &opts).map_err(|e| InitError::Git { path: root.to_path_buf(), source: e })?
+            git2::Repository::init_opts(root, &opts).map_err(|e| InitError::Git {
+                path: root.to_path_buf(),
+                source: e,
+            })?
         }
     };
     for (rel, body, exec) in TEMPLATES {
@@ -67,7 +100,11 @@ pub fn init(root: &Path) -> Result<InitReport, InitError> {
     }
     let gi = root.join(".gitignore");
     let existing = std::fs::read_to_string(&gi).unwrap_or_default();
-    let missing: Vec<&str> = GITIGNORE_LINES.iter().copied().filter(|l| !existing.lines().any(|e| e.trim() == *l)).collect();
+    let missing: Vec<&str> = GITIGNORE_LINES
+        .iter()
+        .copied()
+        .filter(|l| !existing.lines().any(|e| e.trim() == *l))
+        .collect();
     if !missing.is_empty() {
         // Appending a missing ignore line is the one edit init makes to an existing file.
         let mut text = existing.clone();
@@ -97,7 +134,9 @@ fn create_if_missing(path: &Path, body: &[u8], exec: bool) -> std::io::Result<bo
         std::fs::create_dir_all(parent)?;
     }
     let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true).mode(if exec { 0o755 } else { 0o644 });
+    opts.write(true)
+        .create_new(true)
+        .mode(if exec { 0o755 } else { 0o644 });
     match opts.open(path) {
         Ok(mut f) => {
             f.write_all(body)?;
@@ -121,8 +160,14 @@ mod tests {
         assert!(first.created.contains(&PathBuf::from("prompts/digest.md")));
         std::fs::write(root.join("prompts/digest.md"), "mine").unwrap();
         let snapshot = |r: &Path| -> Vec<(PathBuf, Vec<u8>)> {
-            let mut v: Vec<(PathBuf, Vec<u8>)> = TEMPLATES.iter().map(|(p, _, _)| (PathBuf::from(p), std::fs::read(r.join(p)).unwrap())).collect();
-            v.push((".gitignore".into(), std::fs::read(r.join(".gitignore")).unwrap()));
+            let mut v: Vec<(PathBuf, Vec<u8>)> = TEMPLATES
+                .iter()
+                .map(|(p, _, _)| (PathBuf::from(p), std::fs::read(r.join(p)).unwrap()))
+                .collect();
+            v.push((
+                ".gitignore".into(),
+                std::fs::read(r.join(".gitignore")).unwrap(),
+            ));
             v
         };
         let before = snapshot(&root);
@@ -130,6 +175,9 @@ mod tests {
         assert!(!second.git_initialised);
         assert!(second.created.is_empty(), "{:?}", second.created);
         assert_eq!(snapshot(&root), before);
-        assert_eq!(std::fs::read_to_string(root.join("prompts/digest.md")).unwrap(), "mine");
+        assert_eq!(
+            std::fs::read_to_string(root.join("prompts/digest.md")).unwrap(),
+            "mine"
+        );
     }
 }

@@ -15,7 +15,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Names of the tools the runtime implements (DESIGN.md section 4, "Tools").
-pub const TOOL_NAMES: &[&str] = &["read_file", "list_dir", "grep", "write_file", "edit_file", "run_command"];
+pub const TOOL_NAMES: &[&str] = &[
+    "read_file",
+    "list_dir",
+    "grep",
+    "write_file",
+    "edit_file",
+    "run_command",
+];
 
 /// `settings/runtime.yaml`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -178,7 +185,12 @@ fn d_cost() -> f64 {
 }
 impl Default for Budgets {
     fn default() -> Self {
-        Budgets { max_steps: d_steps(), max_wall_s: d_wall(), max_tokens: d_tokens(), max_cost_usd: d_cost() }
+        Budgets {
+            max_steps: d_steps(),
+            max_wall_s: d_wall(),
+            max_tokens: d_tokens(),
+            max_cost_usd: d_cost(),
+        }
     }
 }
 
@@ -190,7 +202,10 @@ pub struct Identity {
 }
 impl Default for Identity {
     fn default() -> Self {
-        Identity { name: "runtime".into(), email: "runtime@localhost".into() }
+        Identity {
+            name: "runtime".into(),
+            email: "runtime@localhost".into(),
+        }
     }
 }
 
@@ -207,6 +222,8 @@ pub struct Price {
 pub struct Limits {
     pub request_timeout_s: u64,
     pub max_retries: u32,
+    /// First retry delay; doubles with each retry (with jitter).
+    pub retry_base_ms: u64,
     pub tool_timeout_s: u64,
     pub tool_output_bytes: usize,
     pub prefetch_timeout_s: u64,
@@ -222,6 +239,7 @@ impl Default for Limits {
         Limits {
             request_timeout_s: 60,
             max_retries: 3,
+            retry_base_ms: 500,
             tool_timeout_s: 30,
             tool_output_bytes: 64 * 1024,
             prefetch_timeout_s: 30,
@@ -300,13 +318,24 @@ pub fn load(root: &Path) -> Result<Settings, Diagnostics> {
                 runtime.permissions.allow.extend(p.allow);
                 runtime.permissions.ask.extend(p.ask);
                 runtime.permissions.deny.extend(p.deny);
-                runtime.permissions.additional_directories.extend(p.additional_directories);
+                runtime
+                    .permissions
+                    .additional_directories
+                    .extend(p.additional_directories);
             }
-            Ok(Settings { runtime, json_sources })
+            Ok(Settings {
+                runtime,
+                json_sources,
+            })
         }
         _ => {
             if diags.is_empty() {
-                diags.push(Diagnostic::new(SETTINGS_FILE, 0, "", "settings could not be loaded"));
+                diags.push(Diagnostic::new(
+                    SETTINGS_FILE,
+                    0,
+                    "",
+                    "settings could not be loaded",
+                ));
             }
             Err(Diagnostics(diags))
         }
@@ -349,7 +378,12 @@ pub fn parse_runtime_yaml(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Runt
         Ok(v) => v,
         Err(e) => {
             let line = e.location().map(|l| l.line()).unwrap_or(0);
-            diags.push(Diagnostic::new(file, line, "", format!("YAML syntax error: {e}")));
+            diags.push(Diagnostic::new(
+                file,
+                line,
+                "",
+                format!("YAML syntax error: {e}"),
+            ));
             return None;
         }
     };
@@ -373,32 +407,51 @@ pub fn parse_runtime_yaml(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Runt
             failed.push(key.to_string());
         }
     });
-    let Some(map) = value.as_mapping() else { return None };
+    let map = value.as_mapping()?;
     // Keep checking meaning in the sections that did parse: drop the broken ones (their
     // defaults stand in) so one typo does not hide every other problem.
     let mut kept = serde_yaml::Mapping::new();
     for (k, v) in map {
-        if k.as_str().is_some_and(|k| TOP_KEYS.contains(&k) && !failed.iter().any(|f| f == k)) {
+        if k.as_str()
+            .is_some_and(|k| TOP_KEYS.contains(&k) && !failed.iter().any(|f| f == k))
+        {
             kept.insert(k.clone(), v.clone());
         }
     }
-    for (key, stand_in) in [("version", "1"), ("provider", "{kind: replay, replay: stand-in}")] {
+    for (key, stand_in) in [
+        ("version", "1"),
+        ("provider", "{kind: replay, replay: stand-in}"),
+    ] {
         if !kept.contains_key(key) {
             if !map.contains_key(key) {
-                diags.push(Diagnostic::new(file, 1, key, format!("missing required key `{key}`")));
+                diags.push(Diagnostic::new(
+                    file,
+                    1,
+                    key,
+                    format!("missing required key `{key}`"),
+                ));
             }
             failed.push(key.to_string());
-            kept.insert(key.into(), serde_yaml::from_str(stand_in).unwrap_or_default());
+            kept.insert(
+                key.into(),
+                serde_yaml::from_str(stand_in).unwrap_or_default(),
+            );
         }
     }
-    let settings: RuntimeSettings = match serde_path_to_error::deserialize(serde_yaml::Value::Mapping(kept)) {
-        Ok(s) => s,
-        Err(e) => {
-            let field = e.path().to_string();
-            diags.push(Diagnostic::new(file, line_for_field(src, &field), field, e.inner().to_string()));
-            return None;
-        }
-    };
+    let settings: RuntimeSettings =
+        match serde_path_to_error::deserialize(serde_yaml::Value::Mapping(kept)) {
+            Ok(s) => s,
+            Err(e) => {
+                let field = e.path().to_string();
+                diags.push(Diagnostic::new(
+                    file,
+                    line_for_field(src, &field),
+                    field,
+                    e.inner().to_string(),
+                ));
+                return None;
+            }
+        };
     diags.extend(validate(&settings, src).into_iter().filter(|d| {
         let top = d.field.split('.').next().unwrap_or("");
         !failed.iter().any(|f| f == top)
@@ -421,12 +474,22 @@ pub(crate) fn check_sections(
     mut each: impl FnMut(&str, &serde_yaml::Value, &mut Vec<Diagnostic>),
 ) {
     let Some(map) = value.as_mapping() else {
-        diags.push(Diagnostic::new(file, 1, "", "expected a mapping of keys at the top level"));
+        diags.push(Diagnostic::new(
+            file,
+            1,
+            "",
+            "expected a mapping of keys at the top level",
+        ));
         return;
     };
     for (k, v) in map {
         let Some(key) = k.as_str() else {
-            diags.push(Diagnostic::new(file, 1, "", format!("expected string keys, found {k:?}")));
+            diags.push(Diagnostic::new(
+                file,
+                1,
+                "",
+                format!("expected string keys, found {k:?}"),
+            ));
             continue;
         };
         if known.contains(&key) {
@@ -451,15 +514,26 @@ pub(crate) fn section<T: DeserializeOwned>(
     if let Err(e) = serde_path_to_error::deserialize::<_, T>(v.clone()) {
         let inner = e.inner().to_string();
         let sub = e.path().to_string();
-        let mut field = if sub == "." { key.to_string() } else { format!("{key}.{sub}") };
+        let mut field = if sub == "." {
+            key.to_string()
+        } else {
+            format!("{key}.{sub}")
+        };
         // For unknown fields point at the offending key, not its parent.
-        if let Some(name) = inner.strip_prefix("unknown field `").and_then(|r| r.split('`').next()) {
+        if let Some(name) = inner
+            .strip_prefix("unknown field `")
+            .and_then(|r| r.split('`').next())
+        {
             if !field.ends_with(name) {
                 field = format!("{field}.{name}");
             }
         }
         let line = line_for_field(src, &field);
-        let hint = if inner.starts_with("unknown field") { Some("remove it or check its spelling") } else { None };
+        let hint = if inner.starts_with("unknown field") {
+            Some("remove it or check its spelling")
+        } else {
+            None
+        };
         let mut d = Diagnostic::new(file, line, field, inner);
         if let Some(h) = hint {
             d = d.with_hint(h);
@@ -482,18 +556,35 @@ pub fn validate(s: &RuntimeSettings, src: &str) -> Vec<Diagnostic> {
     let file = Path::new(SETTINGS_FILE);
     let mut d = Vec::new();
     if s.version != 1 {
-        d.push(Diagnostic::new(file, yamlpos::line_of(src, &["version"]), "version", format!("unsupported version {}, expected 1", s.version)));
+        d.push(Diagnostic::new(
+            file,
+            yamlpos::line_of(src, &["version"]),
+            "version",
+            format!("unsupported version {}, expected 1", s.version),
+        ));
     }
-    for (key, p) in [("provider", Some(&s.provider)), ("fallback", s.fallback.as_ref())] {
+    for (key, p) in [
+        ("provider", Some(&s.provider)),
+        ("fallback", s.fallback.as_ref()),
+    ] {
         let Some(p) = p else { continue };
         validate_provider(file, src, key, p, &mut d);
     }
-    for (list, rules) in [("allow", &s.permissions.allow), ("ask", &s.permissions.ask), ("deny", &s.permissions.deny)] {
+    for (list, rules) in [
+        ("allow", &s.permissions.allow),
+        ("ask", &s.permissions.ask),
+        ("deny", &s.permissions.deny),
+    ] {
         for r in rules {
             if let Err(e) = Rule::parse(r) {
                 d.push(
-                    Diagnostic::new(file, yamlpos::line_of_item(src, &["permissions", list], r), format!("permissions.{list}"), format!("rule `{r}` does not parse: {e}"))
-                        .with_hint("rules look like `Bash(git log*)`, `Read(**)`, `Edit(reports/**)`"),
+                    Diagnostic::new(
+                        file,
+                        yamlpos::line_of_item(src, &["permissions", list], r),
+                        format!("permissions.{list}"),
+                        format!("rule `{r}` does not parse: {e}"),
+                    )
+                    .with_hint("rules look like `Bash(git log*)`, `Read(**)`, `Edit(reports/**)`"),
                 );
             }
         }
@@ -501,7 +592,12 @@ pub fn validate(s: &RuntimeSettings, src: &str) -> Vec<Diagnostic> {
     for g in &s.permissions.write {
         let line = yamlpos::line_of_item(src, &["permissions", "write"], g);
         match globset::Glob::new(g) {
-            Err(e) => d.push(Diagnostic::new(file, line, "permissions.write", format!("invalid glob `{g}`: {e}"))),
+            Err(e) => d.push(Diagnostic::new(
+                file,
+                line,
+                "permissions.write",
+                format!("invalid glob `{g}`: {e}"),
+            )),
             Ok(glob) => {
                 if let Some(dir) = overlapping_builder_dir(&glob.compile_matcher(), g) {
                     d.push(
@@ -514,54 +610,110 @@ pub fn validate(s: &RuntimeSettings, src: &str) -> Vec<Diagnostic> {
     }
     for g in &s.builder_paths {
         if let Err(e) = globset::Glob::new(g) {
-            d.push(Diagnostic::new(file, yamlpos::line_of_item(src, &["builder_paths"], g), "builder_paths", format!("invalid glob `{g}`: {e}")));
+            d.push(Diagnostic::new(
+                file,
+                yamlpos::line_of_item(src, &["builder_paths"], g),
+                "builder_paths",
+                format!("invalid glob `{g}`: {e}"),
+            ));
         }
     }
     for t in &s.tools {
         if !TOOL_NAMES.contains(&t.as_str()) {
             d.push(
-                Diagnostic::new(file, yamlpos::line_of_item(src, &["tools"], t), "tools", format!("unknown tool `{t}`"))
-                    .with_hint(format!("known tools: {}", TOOL_NAMES.join(", "))),
+                Diagnostic::new(
+                    file,
+                    yamlpos::line_of_item(src, &["tools"], t),
+                    "tools",
+                    format!("unknown tool `{t}`"),
+                )
+                .with_hint(format!("known tools: {}", TOOL_NAMES.join(", "))),
             );
         }
     }
     let b = &s.budgets;
-    for (name, bad) in [("max_steps", b.max_steps == 0), ("max_wall_s", b.max_wall_s == 0), ("max_tokens", b.max_tokens == 0), ("max_cost_usd", !(b.max_cost_usd > 0.0))] {
+    for (name, bad) in [
+        ("max_steps", b.max_steps == 0),
+        ("max_wall_s", b.max_wall_s == 0),
+        ("max_tokens", b.max_tokens == 0),
+        (
+            "max_cost_usd",
+            b.max_cost_usd.is_nan() || b.max_cost_usd <= 0.0,
+        ),
+    ] {
         if bad {
-            d.push(Diagnostic::new(file, yamlpos::line_of(src, &["budgets", name]), format!("budgets.{name}"), "must be greater than zero"));
+            d.push(Diagnostic::new(
+                file,
+                yamlpos::line_of(src, &["budgets", name]),
+                format!("budgets.{name}"),
+                "must be greater than zero",
+            ));
         }
     }
     for dir in &s.permissions.additional_directories {
         if !Path::new(dir).is_absolute() && !dir.starts_with("~/") {
-            d.push(Diagnostic::new(file, yamlpos::line_of_item(src, &["permissions"], dir), "permissions.additional_directories", format!("`{dir}` must be an absolute path")));
+            d.push(Diagnostic::new(
+                file,
+                yamlpos::line_of_item(src, &["permissions"], dir),
+                "permissions.additional_directories",
+                format!("`{dir}` must be an absolute path"),
+            ));
         }
     }
     d
 }
 
-fn validate_provider(file: &Path, src: &str, key: &str, p: &ProviderSettings, d: &mut Vec<Diagnostic>) {
+fn validate_provider(
+    file: &Path,
+    src: &str,
+    key: &str,
+    p: &ProviderSettings,
+    d: &mut Vec<Diagnostic>,
+) {
     match p.kind {
         ProviderKind::Replay => {
             if p.replay.is_none() {
-                d.push(Diagnostic::new(file, yamlpos::line_of(src, &[key]), format!("{key}.replay"), "kind `replay` needs `replay:` (path of the recorded trace)"));
+                d.push(Diagnostic::new(
+                    file,
+                    yamlpos::line_of(src, &[key]),
+                    format!("{key}.replay"),
+                    "kind `replay` needs `replay:` (path of the recorded trace)",
+                ));
             }
         }
         ProviderKind::Openai | ProviderKind::Anthropic => {
             if p.model.is_none() {
-                d.push(Diagnostic::new(file, yamlpos::line_of(src, &[key]), format!("{key}.model"), "a model name is required for this provider kind"));
+                d.push(Diagnostic::new(
+                    file,
+                    yamlpos::line_of(src, &[key]),
+                    format!("{key}.model"),
+                    "a model name is required for this provider kind",
+                ));
             }
         }
     }
     if let Some(url) = &p.base_url {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
-            d.push(Diagnostic::new(file, yamlpos::line_of(src, &[key, "base_url"]), format!("{key}.base_url"), format!("`{url}` is not an http(s) URL")));
+            d.push(Diagnostic::new(
+                file,
+                yamlpos::line_of(src, &[key, "base_url"]),
+                format!("{key}.base_url"),
+                format!("`{url}` is not an http(s) URL"),
+            ));
         }
     }
     if let Some(env) = &p.api_key_env {
         if env.is_empty() || !env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             d.push(
-                Diagnostic::new(file, yamlpos::line_of(src, &[key, "api_key_env"]), format!("{key}.api_key_env"), format!("`{env}` is not an environment variable name"))
-                    .with_hint("name the variable (OPENAI_API_KEY); never put the key itself in the repo"),
+                Diagnostic::new(
+                    file,
+                    yamlpos::line_of(src, &[key, "api_key_env"]),
+                    format!("{key}.api_key_env"),
+                    format!("`{env}` is not an environment variable name"),
+                )
+                .with_hint(
+                    "name the variable (OPENAI_API_KEY); never put the key itself in the repo",
+                ),
             );
         }
     }
@@ -570,7 +722,10 @@ fn validate_provider(file: &Path, src: &str, key: &str, p: &ProviderSettings, d:
 /// Returns the builder directory a write glob could match, if any.
 pub fn overlapping_builder_dir(m: &globset::GlobMatcher, raw: &str) -> Option<&'static str> {
     BUILDER_DIRS.iter().copied().find(|dir| {
-        m.is_match(dir) || m.is_match(format!("{dir}/x")) || m.is_match(format!("{dir}/a/b.md")) || raw.trim_start_matches("./").starts_with(&format!("{dir}/"))
+        m.is_match(dir)
+            || m.is_match(format!("{dir}/x"))
+            || m.is_match(format!("{dir}/a/b.md"))
+            || raw.trim_start_matches("./").starts_with(&format!("{dir}/"))
     })
 }
 
@@ -605,7 +760,12 @@ fn load_claude_json(path: &Path, rel: &Path, diags: &mut Vec<Diagnostic>) -> Opt
     let value: serde_json::Value = match serde_json::from_str(&src) {
         Ok(v) => v,
         Err(e) => {
-            diags.push(Diagnostic::new(rel, e.line(), "", format!("JSON syntax error: {e}")));
+            diags.push(Diagnostic::new(
+                rel,
+                e.line(),
+                "",
+                format!("JSON syntax error: {e}"),
+            ));
             return None;
         }
     };
@@ -616,7 +776,15 @@ fn load_claude_json(path: &Path, rel: &Path, diags: &mut Vec<Diagnostic>) -> Opt
     let before = diags.len();
     for k in obj.keys() {
         if k != "permissions" && !CLAUDE_IGNORED_KEYS.contains(&k.as_str()) {
-            diags.push(Diagnostic::new(rel, json_line(&src, &format!("\"{k}\"")), k.as_str(), "unknown key").with_hint("only `permissions` is used by the runtime"));
+            diags.push(
+                Diagnostic::new(
+                    rel,
+                    json_line(&src, &format!("\"{k}\"")),
+                    k.as_str(),
+                    "unknown key",
+                )
+                .with_hint("only `permissions` is used by the runtime"),
+            );
         }
     }
     let perms: ClaudePermissions = match obj.get("permissions") {
@@ -625,16 +793,33 @@ fn load_claude_json(path: &Path, rel: &Path, diags: &mut Vec<Diagnostic>) -> Opt
             Ok(p) => p,
             Err(e) => {
                 let inner = e.inner().to_string();
-                let needle = inner.strip_prefix("unknown field `").and_then(|r| r.split('`').next()).unwrap_or("permissions");
-                diags.push(Diagnostic::new(rel, json_line(&src, &format!("\"{needle}\"")), format!("permissions.{}", e.path()), inner));
+                let needle = inner
+                    .strip_prefix("unknown field `")
+                    .and_then(|r| r.split('`').next())
+                    .unwrap_or("permissions");
+                diags.push(Diagnostic::new(
+                    rel,
+                    json_line(&src, &format!("\"{needle}\"")),
+                    format!("permissions.{}", e.path()),
+                    inner,
+                ));
                 return None;
             }
         },
     };
-    for (list, rules) in [("allow", &perms.allow), ("ask", &perms.ask), ("deny", &perms.deny)] {
+    for (list, rules) in [
+        ("allow", &perms.allow),
+        ("ask", &perms.ask),
+        ("deny", &perms.deny),
+    ] {
         for r in rules {
             if let Err(e) = Rule::parse(r) {
-                diags.push(Diagnostic::new(rel, json_line(&src, r), format!("permissions.{list}"), format!("rule `{r}` does not parse: {e}")));
+                diags.push(Diagnostic::new(
+                    rel,
+                    json_line(&src, r),
+                    format!("permissions.{list}"),
+                    format!("rule `{r}` does not parse: {e}"),
+                ));
             }
         }
     }
@@ -651,7 +836,10 @@ fn load_claude_json(path: &Path, rel: &Path, diags: &mut Vec<Diagnostic>) -> Opt
 }
 
 fn json_line(src: &str, needle: &str) -> usize {
-    src.lines().position(|l| l.contains(needle)).map(|i| i + 1).unwrap_or(1)
+    src.lines()
+        .position(|l| l.contains(needle))
+        .map(|i| i + 1)
+        .unwrap_or(1)
 }
 
 #[cfg(test)]
@@ -679,7 +867,10 @@ mod tests {
         assert!(got.contains(&(5, "provider.colour")), "{d:?}");
         assert!(got.contains(&(7, "budgets.max_steps")), "{d:?}");
         assert!(got.contains(&(8, "surprise")), "{d:?}");
-        assert!(got.contains(&(9, "tools")), "semantic checks still run: {d:?}");
+        assert!(
+            got.contains(&(9, "tools")),
+            "semantic checks still run: {d:?}"
+        );
     }
 
     #[test]
@@ -688,12 +879,27 @@ mod tests {
         let mut d = Vec::new();
         assert!(parse_runtime_yaml(src, &mut d).is_none());
         let got: Vec<(usize, &str)> = d.iter().map(|d| (d.line, d.field.as_str())).collect();
-        assert_eq!(got, vec![(7, "permissions.deny"), (10, "permissions.write"), (13, "tools")], "{d:?}");
+        assert_eq!(
+            got,
+            vec![
+                (7, "permissions.deny"),
+                (10, "permissions.write"),
+                (13, "tools")
+            ],
+            "{d:?}"
+        );
     }
 
     #[test]
     fn write_globs_that_reach_builder_paths_are_caught() {
-        for g in ["**", "*/x", "prompts/**", "./settings/a", "{reports,tools}/**", ".git/hooks/*"] {
+        for g in [
+            "**",
+            "*/x",
+            "prompts/**",
+            "./settings/a",
+            "{reports,tools}/**",
+            ".git/hooks/*",
+        ] {
             let m = globset::Glob::new(g).unwrap().compile_matcher();
             assert!(overlapping_builder_dir(&m, g).is_some(), "{g}");
         }

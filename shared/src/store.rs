@@ -49,11 +49,19 @@ pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{path}: {source}")]
-    Sqlite { path: String, source: rusqlite::Error },
-    #[error("{path}: schema version {found} is newer than this binary understands ({SCHEMA_VERSION})")]
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "{path}: schema version {found} is newer than this binary understands ({SCHEMA_VERSION})"
+    )]
     TooNew { path: String, found: usize },
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// An open store.
@@ -67,9 +75,15 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let p = path.display().to_string();
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| StoreError::Io { path: p.clone(), source: e })?;
+            std::fs::create_dir_all(parent).map_err(|e| StoreError::Io {
+                path: p.clone(),
+                source: e,
+            })?;
         }
-        let conn = Connection::open(path).map_err(|e| StoreError::Sqlite { path: p.clone(), source: e })?;
+        let conn = Connection::open(path).map_err(|e| StoreError::Sqlite {
+            path: p.clone(),
+            source: e,
+        })?;
         let mut store = Store { conn, path: p };
         store.configure()?;
         store.migrate()?;
@@ -77,37 +91,69 @@ impl Store {
     }
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-        move |e| StoreError::Sqlite { path: self.path.clone(), source: e }
+        move |e| StoreError::Sqlite {
+            path: self.path.clone(),
+            source: e,
+        }
     }
 
     fn configure(&mut self) -> Result<(), StoreError> {
-        self.conn.busy_timeout(Duration::from_secs(10)).map_err(self.err())?;
-        self.conn.pragma_update(None, "journal_mode", "WAL").map_err(self.err())?;
-        self.conn.pragma_update(None, "synchronous", "NORMAL").map_err(self.err())?;
-        self.conn.pragma_update(None, "foreign_keys", "ON").map_err(self.err())?;
+        self.conn
+            .busy_timeout(Duration::from_secs(10))
+            .map_err(self.err())?;
+        self.conn
+            .pragma_update(None, "journal_mode", "WAL")
+            .map_err(self.err())?;
+        self.conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(self.err())?;
+        self.conn
+            .pragma_update(None, "foreign_keys", "ON")
+            .map_err(self.err())?;
         Ok(())
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
         let path = self.path.clone();
-        let e = |e| StoreError::Sqlite { path: path.clone(), source: e };
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(e)?;
-        let version: usize = tx.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0)).map_err(e)? as usize;
+        let e = |e| StoreError::Sqlite {
+            path: path.clone(),
+            source: e,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
+        let version: usize = tx
+            .pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
+            .map_err(e)? as usize;
         if version > SCHEMA_VERSION {
-            return Err(StoreError::TooNew { path: self.path.clone(), found: version });
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found: version,
+            });
         }
         for (i, m) in MIGRATIONS.iter().enumerate().skip(version) {
             tx.execute_batch(m).map_err(e)?;
-            tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(e)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)
+                .map_err(e)?;
         }
         tx.commit().map_err(e)
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction and commits it.
-    pub fn write<T>(&mut self, f: impl FnOnce(&Transaction) -> rusqlite::Result<T>) -> Result<T, StoreError> {
+    pub fn write<T>(
+        &mut self,
+        f: impl FnOnce(&Transaction) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
         let path = self.path.clone();
-        let e = |e| StoreError::Sqlite { path: path.clone(), source: e };
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(e)?;
+        let e = |e| StoreError::Sqlite {
+            path: path.clone(),
+            source: e,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
         let out = f(&tx).map_err(e)?;
         tx.commit().map_err(e)?;
         Ok(out)
@@ -119,7 +165,10 @@ impl Store {
     }
 
     pub fn schema_version(&self) -> Result<usize, StoreError> {
-        let v: i64 = self.conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(self.err())?;
+        let v: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(self.err())?;
         Ok(v as usize)
     }
 
@@ -138,12 +187,19 @@ mod tests {
         let path = dir.path().join(".runtime/state.db");
         let mut s = Store::open(&path).unwrap();
         assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
-        s.write(|tx| tx.execute("INSERT INTO meta(key, value) VALUES ('a', 'b')", [])).unwrap();
+        s.write(|tx| tx.execute("INSERT INTO meta(key, value) VALUES ('a', 'b')", []))
+            .unwrap();
         drop(s);
         let s = Store::open(&path).unwrap();
-        let v: String = s.conn().query_row("SELECT value FROM meta WHERE key='a'", [], |r| r.get(0)).unwrap();
+        let v: String = s
+            .conn()
+            .query_row("SELECT value FROM meta WHERE key='a'", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(v, "b");
-        let mode: String = s.conn().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        let mode: String = s
+            .conn()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(mode, "wal");
     }
 
@@ -155,7 +211,10 @@ mod tests {
             let c = Connection::open(&path).unwrap();
             c.pragma_update(None, "user_version", 99).unwrap();
         }
-        assert!(matches!(Store::open(&path), Err(StoreError::TooNew { found: 99, .. })));
+        assert!(matches!(
+            Store::open(&path),
+            Err(StoreError::TooNew { found: 99, .. })
+        ));
     }
 
     #[test]
@@ -169,7 +228,13 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut s = Store::open(&path).unwrap();
                     for i in 0..25 {
-                        s.write(|tx| tx.execute("INSERT INTO meta(key, value) VALUES (?1, 'v')", [format!("{t}-{i}")])).unwrap();
+                        s.write(|tx| {
+                            tx.execute(
+                                "INSERT INTO meta(key, value) VALUES (?1, 'v')",
+                                [format!("{t}-{i}")],
+                            )
+                        })
+                        .unwrap();
                     }
                 })
             })
@@ -178,7 +243,10 @@ mod tests {
             h.join().unwrap();
         }
         let s = Store::open(&path).unwrap();
-        let n: i64 = s.conn().query_row("SELECT count(*) FROM meta", [], |r| r.get(0)).unwrap();
+        let n: i64 = s
+            .conn()
+            .query_row("SELECT count(*) FROM meta", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(n, 100);
     }
 }

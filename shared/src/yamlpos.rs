@@ -26,7 +26,9 @@ pub fn line_of(src: &str, path: &[&str]) -> usize {
         }
         let key = trimmed.trim_start_matches("- ");
         let want = path[depth];
-        let matches = key.strip_prefix(want).is_some_and(|rest| rest.trim_start().starts_with(':'))
+        let matches = key
+            .strip_prefix(want)
+            .is_some_and(|rest| rest.trim_start().starts_with(':'))
             || key
                 .strip_prefix(&format!("\"{want}\""))
                 .is_some_and(|rest| rest.trim_start().starts_with(':'));
@@ -63,6 +65,9 @@ mod tests {
         assert_eq!(line_of(SRC, &["provider", "model"]), 4);
         assert_eq!(line_of(SRC, &["budgets", "max_steps"]), 7);
         assert_eq!(line_of(SRC, &["budgets", "nope"]), 5);
-        assert_eq!(line_of_item(SRC, &["permissions", "allow"], "Bash(ls*)"), 11);
+        assert_eq!(
+            line_of_item(SRC, &["permissions", "allow"], "Bash(ls*)"),
+            11
+        );
     }
 }

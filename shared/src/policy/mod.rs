@@ -35,7 +35,11 @@ pub struct Verdict {
 
 impl Verdict {
     fn new(decision: Decision, rule: Option<&Rule>, reason: impl Into<String>) -> Verdict {
-        Verdict { decision, rule: rule.map(|r| r.source.clone()), reason: reason.into() }
+        Verdict {
+            decision,
+            rule: rule.map(|r| r.source.clone()),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -82,7 +86,10 @@ pub enum PolicyError {
     #[error("rule `{rule}`: {source}")]
     Rule { rule: String, source: RuleError },
     #[error("glob `{glob}`: {source}")]
-    Glob { glob: String, source: globset::Error },
+    Glob {
+        glob: String,
+        source: globset::Error,
+    },
 }
 
 const BUILDER_WRITE_REASON: &str = "writes a builder-owned path";
@@ -90,13 +97,29 @@ const BUILDER_WRITE_REASON: &str = "writes a builder-owned path";
 impl Policy {
     /// Compiles the permissions for the repository at `root`. `builder_paths` are the
     /// settings' extra builder-owned globs.
-    pub fn new(root: &Path, perms: &Permissions, builder_paths: &[String]) -> Result<Policy, PolicyError> {
+    pub fn new(
+        root: &Path,
+        perms: &Permissions,
+        builder_paths: &[String],
+    ) -> Result<Policy, PolicyError> {
         let compile = |list: &[String]| -> Result<Vec<Rule>, PolicyError> {
-            list.iter().map(|r| Rule::parse(r).map_err(|e| PolicyError::Rule { rule: r.clone(), source: e })).collect()
+            list.iter()
+                .map(|r| {
+                    Rule::parse(r).map_err(|e| PolicyError::Rule {
+                        rule: r.clone(),
+                        source: e,
+                    })
+                })
+                .collect()
         };
         let mut acl = GlobSetBuilder::new();
         for g in &perms.write {
-            let glob = |s: &str| Glob::new(s).map_err(|e| PolicyError::Glob { glob: g.clone(), source: e });
+            let glob = |s: &str| {
+                Glob::new(s).map_err(|e| PolicyError::Glob {
+                    glob: g.clone(),
+                    source: e,
+                })
+            };
             acl.add(glob(g.trim_end_matches('/'))?);
             if let Some(dir) = g.strip_suffix("/**") {
                 acl.add(glob(dir)?);
@@ -104,7 +127,10 @@ impl Policy {
         }
         let ownership = Ownership::new(root)
             .with_globs(builder_paths, &perms.write)
-            .map_err(|e| PolicyError::Glob { glob: e.glob().unwrap_or("").to_string(), source: e })?;
+            .map_err(|e| PolicyError::Glob {
+                glob: e.glob().unwrap_or("").to_string(),
+                source: e,
+            })?;
         let mut read_roots = vec![root.to_path_buf()];
         for d in &perms.additional_directories {
             read_roots.push(match d.strip_prefix("~/") {
@@ -117,7 +143,10 @@ impl Policy {
             deny: compile(&perms.deny)?,
             ask: compile(&perms.ask)?,
             allow: compile(&perms.allow)?,
-            write_acl: acl.build().map_err(|e| PolicyError::Glob { glob: String::new(), source: e })?,
+            write_acl: acl.build().map_err(|e| PolicyError::Glob {
+                glob: String::new(),
+                source: e,
+            })?,
             default: match perms.default {
                 DefaultDecision::Deny => Decision::Deny,
                 DefaultDecision::Ask => Decision::Ask,
@@ -140,7 +169,9 @@ impl Policy {
     /// Decides one call.
     pub fn decide(&self, call: Call) -> Verdict {
         match call {
-            Call::ReadFile(p) | Call::ListDir(p) | Call::Grep(p) => self.decide_path(call, p, false),
+            Call::ReadFile(p) | Call::ListDir(p) | Call::Grep(p) => {
+                self.decide_path(call, p, false)
+            }
             Call::WriteFile(p) | Call::EditFile(p) => self.decide_path(call, p, true),
             Call::RunCommand(cmd) => self.decide_command(cmd),
         }
@@ -151,7 +182,11 @@ impl Policy {
             Some(c) => self.ownership.root().join(c),
             None => self.ownership.root().to_path_buf(),
         };
-        let joined = if Path::new(path).is_absolute() { PathBuf::from(path) } else { base.join(path) };
+        let joined = if Path::new(path).is_absolute() {
+            PathBuf::from(path)
+        } else {
+            base.join(path)
+        };
         joined
     }
 
@@ -159,7 +194,11 @@ impl Policy {
     /// when the write is inside the ACL.
     fn check_write(&self, path: &str, cwd: Option<&str>) -> Option<Verdict> {
         if path.contains('\0') {
-            return Some(Verdict::new(Decision::Deny, None, "path contains a NUL byte"));
+            return Some(Verdict::new(
+                Decision::Deny,
+                None,
+                "path contains a NUL byte",
+            ));
         }
         if path == "/dev/null" || path == "/dev/stdout" || path == "/dev/stderr" {
             return None;
@@ -168,13 +207,28 @@ impl Policy {
         let abs_s = abs.to_string_lossy();
         let rel = normalize(self.ownership.root(), &abs_s);
         if let Some(rel) = &rel {
-            if self.ownership.touches_builder(rel) || self.ownership.classify_resolved(rel) == Owner::Builder {
-                return Some(Verdict::new(Decision::Deny, None, format!("{BUILDER_WRITE_REASON} `{}`", if rel.is_empty() { "." } else { rel })));
+            if self.ownership.touches_builder(rel)
+                || self.ownership.classify_resolved(rel) == Owner::Builder
+            {
+                return Some(Verdict::new(
+                    Decision::Deny,
+                    None,
+                    format!(
+                        "{BUILDER_WRITE_REASON} `{}`",
+                        if rel.is_empty() { "." } else { rel }
+                    ),
+                ));
             }
             if glob_reaches_builder(rel) {
-                return Some(Verdict::new(Decision::Deny, None, format!("pattern `{rel}` may expand to a builder-owned path")));
+                return Some(Verdict::new(
+                    Decision::Deny,
+                    None,
+                    format!("pattern `{rel}` may expand to a builder-owned path"),
+                ));
             }
-            if self.write_acl.is_match(rel) && self.ownership.classify_resolved(rel) != Owner::Neither {
+            if self.write_acl.is_match(rel)
+                && self.ownership.classify_resolved(rel) != Owner::Neither
+            {
                 return None;
             }
         }
@@ -185,7 +239,11 @@ impl Policy {
                 }
             }
         }
-        Some(Verdict::new(Decision::Deny, None, format!("`{path}` is outside the write ACL")))
+        Some(Verdict::new(
+            Decision::Deny,
+            None,
+            format!("`{path}` is outside the write ACL"),
+        ))
     }
 
     fn decide_path(&self, call: Call, path: &str, write: bool) -> Verdict {
@@ -216,16 +274,25 @@ impl Policy {
             return Verdict::new(Decision::Ask, Some(&self.ask[i]), "matches an ask rule");
         }
         if let Some(i) = hit(&self.allow) {
-            return Verdict::new(Decision::Allow, Some(&self.allow[i]), "matches an allow rule");
+            return Verdict::new(
+                Decision::Allow,
+                Some(&self.allow[i]),
+                "matches an allow rule",
+            );
         }
         if write {
             return Verdict::new(Decision::Allow, None, "inside the write ACL");
         }
-        let folded = normalize(Path::new("/"), &abs.to_string_lossy()).map(|p| PathBuf::from(format!("/{p}")));
+        let folded = normalize(Path::new("/"), &abs.to_string_lossy())
+            .map(|p| PathBuf::from(format!("/{p}")));
         if folded.is_some_and(|f| self.read_roots.iter().any(|r| f.starts_with(r))) {
             return Verdict::new(Decision::Allow, None, "inside the read roots");
         }
-        Verdict::new(self.default, None, "outside the read roots and no rule matches")
+        Verdict::new(
+            self.default,
+            None,
+            "outside the read roots and no rule matches",
+        )
     }
 
     fn decide_command(&self, cmd: &str) -> Verdict {
@@ -264,40 +331,69 @@ impl Policy {
         let cwd = match &seg.cwd {
             Some(w) if w.dynamic => {
                 if !seg.writes.is_empty() {
-                    return Verdict::new(Decision::Deny, None, format!("`{line}` writes relative to a directory only known at run time"));
+                    return Verdict::new(
+                        Decision::Deny,
+                        None,
+                        format!("`{line}` writes relative to a directory only known at run time"),
+                    );
                 }
                 None
             }
             Some(w) => Some(w.text.as_str()),
             None => None,
         };
-        let canons: Vec<Canon> = seg.layers.iter().map(|l| Canon::of(&l.iter().map(|w| w.text.as_str()).collect::<Vec<_>>())).collect();
+        let canons: Vec<Canon> = seg
+            .layers
+            .iter()
+            .map(|l| Canon::of(&l.iter().map(|w| w.text.as_str()).collect::<Vec<_>>()))
+            .collect();
         let lines: Vec<String> = seg.layers.iter().map(|l| shell::join(l)).collect();
         let broad = |rules: &[Rule]| -> Option<usize> {
             rules.iter().position(|r| {
                 r.tool == "Bash"
                     && match &r.spec {
                         Spec::Any => true,
-                        Spec::Command(p) => lines.iter().any(|l| p.matches_line(l, false)) || canons.iter().any(|c| p.matches_canon(c)),
+                        Spec::Command(p) => {
+                            lines.iter().any(|l| p.matches_line(l, false))
+                                || canons.iter().any(|c| p.matches_canon(c))
+                        }
                         Spec::Path(_) | Spec::Literal(_) => false,
                     }
             })
         };
         if let Some(i) = broad(&self.deny) {
-            return Verdict::new(Decision::Deny, Some(&self.deny[i]), format!("`{line}` matches a deny rule"));
+            return Verdict::new(
+                Decision::Deny,
+                Some(&self.deny[i]),
+                format!("`{line}` matches a deny rule"),
+            );
         }
         for target in &seg.writes {
             if let Some(v) = self.check_write_word(target, cwd) {
-                return Verdict { reason: format!("`{line}` {}", v.reason), ..v };
+                return Verdict {
+                    reason: format!("`{line}` {}", v.reason),
+                    ..v
+                };
             }
         }
         for code in &seg.opaque_code {
             if let Some(dir) = mentions_builder_path(code) {
-                return Verdict::new(Decision::Deny, None, format!("`{}` runs inline code that names builder-owned `{dir}`", seg.program()));
+                return Verdict::new(
+                    Decision::Deny,
+                    None,
+                    format!(
+                        "`{}` runs inline code that names builder-owned `{dir}`",
+                        seg.program()
+                    ),
+                );
             }
         }
         if let Some(i) = broad(&self.ask) {
-            return Verdict::new(Decision::Ask, Some(&self.ask[i]), format!("`{line}` matches an ask rule"));
+            return Verdict::new(
+                Decision::Ask,
+                Some(&self.ask[i]),
+                format!("`{line}` matches an ask rule"),
+            );
         }
         if shell::NEUTRAL.contains(&seg.program()) && seg.writes.is_empty() {
             return Verdict::new(Decision::Allow, None, "changes only the shell's own state");
@@ -316,7 +412,9 @@ impl Policy {
         // command allowed and every wrapper around it harmless.
         let outer = lines.first().map(|s| s.as_str()).unwrap_or("");
         let hit = strict(outer, seg.open_args && seg.layers.len() == 1).or_else(|| {
-            let wrappers_benign = seg.layers[..seg.layers.len().saturating_sub(1)].iter().all(|l| is_benign_wrapper(l));
+            let wrappers_benign = seg.layers[..seg.layers.len().saturating_sub(1)]
+                .iter()
+                .all(|l| is_benign_wrapper(l));
             if wrappers_benign {
                 strict(&line, seg.open_args)
             } else {
@@ -324,14 +422,22 @@ impl Policy {
             }
         });
         if let Some(i) = hit {
-            return Verdict::new(Decision::Allow, Some(&self.allow[i]), format!("`{line}` matches an allow rule"));
+            return Verdict::new(
+                Decision::Allow,
+                Some(&self.allow[i]),
+                format!("`{line}` matches an allow rule"),
+            );
         }
         Verdict::new(self.default, None, format!("`{line}` matches no rule"))
     }
 
     fn check_write_word(&self, w: &Word, cwd: Option<&str>) -> Option<Verdict> {
         if w.dynamic {
-            return Some(Verdict::new(Decision::Deny, None, format!("writes `{}`, a path only known at run time", w.text)));
+            return Some(Verdict::new(
+                Decision::Deny,
+                None,
+                format!("writes `{}`, a path only known at run time", w.text),
+            ));
         }
         let text = if let Some(rest) = w.text.strip_prefix("~/") {
             format!("{}/{rest}", std::env::var("HOME").unwrap_or_default())
@@ -343,8 +449,24 @@ impl Policy {
 }
 
 fn is_benign_wrapper(layer: &[Word]) -> bool {
-    let p = layer.first().map(|w| w.text.rsplit('/').next().unwrap_or(&w.text)).unwrap_or("");
-    matches!(p, "env" | "timeout" | "nice" | "nohup" | "command" | "builtin" | "stdbuf" | "time" | "ionice" | "xargs" | "find")
+    let p = layer
+        .first()
+        .map(|w| w.text.rsplit('/').next().unwrap_or(&w.text))
+        .unwrap_or("");
+    matches!(
+        p,
+        "env"
+            | "timeout"
+            | "nice"
+            | "nohup"
+            | "command"
+            | "builtin"
+            | "stdbuf"
+            | "time"
+            | "ionice"
+            | "xargs"
+            | "find"
+    )
 }
 
 /// A write target with glob or brace characters could expand to a builder path.
@@ -362,7 +484,8 @@ fn mentions_builder_path(code: &str) -> Option<&'static str> {
         code.match_indices(dir).any(|(i, _)| {
             let before = code[..i].chars().next_back();
             let after = code[i + dir.len()..].chars().next();
-            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
         })
     })
 }

@@ -10,7 +10,18 @@ use std::path::Path;
 
 /// Tool names a rule may name (Claude Code's built-in tools).
 pub const RULE_TOOLS: &[&str] = &[
-    "Bash", "Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "Grep", "Glob", "LS", "WebFetch", "WebSearch", "Task",
+    "Bash",
+    "Read",
+    "Edit",
+    "Write",
+    "MultiEdit",
+    "NotebookEdit",
+    "Grep",
+    "Glob",
+    "LS",
+    "WebFetch",
+    "WebSearch",
+    "Task",
 ];
 
 /// Why a rule did not parse.
@@ -97,13 +108,16 @@ impl Rule {
             Some("*") | Some(":*") if tool == "Bash" => Spec::Any,
             Some(sp) => match tool {
                 "Bash" => Spec::Command(CommandPattern::parse(sp)?),
-                "Read" | "Edit" | "Write" | "MultiEdit" | "NotebookEdit" | "Grep" | "Glob" | "LS" => {
-                    Spec::Path(PathPattern::parse(sp)?)
-                }
+                "Read" | "Edit" | "Write" | "MultiEdit" | "NotebookEdit" | "Grep" | "Glob"
+                | "LS" => Spec::Path(PathPattern::parse(sp)?),
                 _ => Spec::Literal(sp.to_string()),
             },
         };
-        Ok(Rule { source: s.to_string(), tool: tool.to_string(), spec })
+        Ok(Rule {
+            source: s.to_string(),
+            tool: tool.to_string(),
+            spec,
+        })
     }
 
     /// Does this rule apply to calls of any of `tools`?
@@ -129,13 +143,21 @@ impl CommandPattern {
         }
         let trailing = word_prefix || text.ends_with('*');
         let body = text.trim_end_matches('*');
-        let canon = if body.contains('*') || body.contains('"') || body.contains('\'') || body.trim().is_empty() {
+        let canon = if body.contains('*')
+            || body.contains('"')
+            || body.contains('\'')
+            || body.trim().is_empty()
+        {
             None
         } else {
             let words: Vec<&str> = body.split_whitespace().collect();
             Some((Canon::of(&words), trailing))
         };
-        Ok(CommandPattern { text: text.to_string(), word_prefix, canon })
+        Ok(CommandPattern {
+            text: text.to_string(),
+            word_prefix,
+            canon,
+        })
     }
 
     /// Literal matching, used for allow rules: `*` matches any run of characters.
@@ -153,7 +175,9 @@ impl CommandPattern {
     /// `rm -fr`, `rm -r -f` and `rm --recursive --force`, and `git push*` catches
     /// `git -C . push`.
     pub fn matches_canon(&self, cmd: &Canon) -> bool {
-        let Some((rule, trailing)) = &self.canon else { return false };
+        let Some((rule, trailing)) = &self.canon else {
+            return false;
+        };
         if rule.program != cmd.program || !rule.flags.is_subset(&cmd.flags) {
             return false;
         }
@@ -213,8 +237,14 @@ impl PathPattern {
             Some(dir) => format!("{dir}/**"),
             None => pattern,
         };
-        let glob = GlobBuilder::new(&pattern).literal_separator(true).build().map_err(|e| RuleError::Glob(e.to_string()))?;
-        Ok(PathPattern { matcher: glob.compile_matcher(), absolute })
+        let glob = GlobBuilder::new(&pattern)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| RuleError::Glob(e.to_string()))?;
+        Ok(PathPattern {
+            matcher: glob.compile_matcher(),
+            absolute,
+        })
     }
 
     /// `rel` is the repo-relative path when the path is inside the repo.
@@ -238,7 +268,15 @@ pub struct Canon {
 }
 
 /// Git options that come before the subcommand and take a value.
-const GIT_GLOBAL_WITH_VALUE: &[&str] = &["-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path", "--config-env"];
+const GIT_GLOBAL_WITH_VALUE: &[&str] = &[
+    "-C",
+    "-c",
+    "--git-dir",
+    "--work-tree",
+    "--namespace",
+    "--exec-path",
+    "--config-env",
+];
 
 impl Canon {
     pub fn of<S: AsRef<str>>(argv: &[S]) -> Canon {
@@ -308,14 +346,38 @@ mod tests {
     fn parses_rule_forms() {
         assert!(matches!(Rule::parse("Bash").unwrap().spec, Spec::Any));
         assert!(matches!(Rule::parse("Bash(*)").unwrap().spec, Spec::Any));
-        assert!(matches!(Rule::parse("Bash(git log*)").unwrap().spec, Spec::Command(_)));
-        assert!(matches!(Rule::parse("Read(**/*.md)").unwrap().spec, Spec::Path(_)));
-        assert!(matches!(Rule::parse("WebFetch(domain:example.com)").unwrap().spec, Spec::Literal(_)));
-        assert_eq!(Rule::parse("Bash(git log").unwrap_err(), RuleError::Unbalanced);
-        assert_eq!(Rule::parse("Bsh(ls)").unwrap_err(), RuleError::UnknownTool("Bsh".into()));
-        assert_eq!(Rule::parse("Bash()").unwrap_err(), RuleError::EmptySpecifier("Bash".into()));
-        assert_eq!(Rule::parse("Bash(a:* b)").unwrap_err(), RuleError::MisplacedPrefix);
-        assert!(matches!(Rule::parse("Read([)").unwrap_err(), RuleError::Glob(_)));
+        assert!(matches!(
+            Rule::parse("Bash(git log*)").unwrap().spec,
+            Spec::Command(_)
+        ));
+        assert!(matches!(
+            Rule::parse("Read(**/*.md)").unwrap().spec,
+            Spec::Path(_)
+        ));
+        assert!(matches!(
+            Rule::parse("WebFetch(domain:example.com)").unwrap().spec,
+            Spec::Literal(_)
+        ));
+        assert_eq!(
+            Rule::parse("Bash(git log").unwrap_err(),
+            RuleError::Unbalanced
+        );
+        assert_eq!(
+            Rule::parse("Bsh(ls)").unwrap_err(),
+            RuleError::UnknownTool("Bsh".into())
+        );
+        assert_eq!(
+            Rule::parse("Bash()").unwrap_err(),
+            RuleError::EmptySpecifier("Bash".into())
+        );
+        assert_eq!(
+            Rule::parse("Bash(a:* b)").unwrap_err(),
+            RuleError::MisplacedPrefix
+        );
+        assert!(matches!(
+            Rule::parse("Read([)").unwrap_err(),
+            RuleError::Glob(_)
+        ));
         assert_eq!(Rule::parse("  ").unwrap_err(), RuleError::Empty);
     }
 
@@ -342,13 +404,27 @@ mod tests {
     #[test]
     fn canonical_matching_sees_through_flag_spellings() {
         let rule = cmd("Bash(rm -rf*)");
-        for c in [&["rm", "-fr", "x"][..], &["rm", "-r", "-f", "x"], &["rm", "--recursive", "--force", "x"], &["/bin/rm", "-Rf", "x"], &["rm", "-v", "-rf", "x"]] {
+        for c in [
+            &["rm", "-fr", "x"][..],
+            &["rm", "-r", "-f", "x"],
+            &["rm", "--recursive", "--force", "x"],
+            &["/bin/rm", "-Rf", "x"],
+            &["rm", "-v", "-rf", "x"],
+        ] {
             assert!(rule.matches_canon(&Canon::of(c)), "{c:?}");
         }
         assert!(!rule.matches_canon(&Canon::of(&["rm", "-r", "x"])));
         let push = cmd("Bash(git push*)");
         assert!(push.matches_canon(&Canon::of(&["git", "-C", ".", "push"])));
-        assert!(push.matches_canon(&Canon::of(&["git", "--no-pager", "-c", "a=b", "push", "--force", "origin"])));
+        assert!(push.matches_canon(&Canon::of(&[
+            "git",
+            "--no-pager",
+            "-c",
+            "a=b",
+            "push",
+            "--force",
+            "origin"
+        ])));
         assert!(!push.matches_canon(&Canon::of(&["git", "log"])));
     }
 

@@ -21,7 +21,10 @@ pub struct Word {
 
 impl Word {
     fn lit(s: impl Into<String>) -> Word {
-        Word { text: s.into(), dynamic: false }
+        Word {
+            text: s.into(),
+            dynamic: false,
+        }
     }
 }
 
@@ -115,7 +118,10 @@ pub fn analyse(line: &str) -> Result<Vec<Segment>, ShellError> {
         if matches!(seg.program(), "cd" | "pushd") {
             cwd = Some(match seg.argv.get(1) {
                 Some(w) => w.clone(),
-                None => Word { text: "~".into(), dynamic: true },
+                None => Word {
+                    text: "~".into(),
+                    dynamic: true,
+                },
             });
         }
     }
@@ -140,7 +146,8 @@ fn analyse_into(line: &str, depth: usize, out: &mut Vec<Segment>) -> Result<(), 
         let parser = slot.get_or_insert_with(|| {
             let mut p = Parser::new();
             // The grammar is compiled in; failing to load it is a build defect.
-            p.set_language(&tree_sitter_bash::LANGUAGE.into()).expect("tree-sitter-bash grammar version matches tree-sitter");
+            p.set_language(&tree_sitter_bash::LANGUAGE.into())
+                .expect("tree-sitter-bash grammar version matches tree-sitter");
             p
         });
         parser.parse(line, None)
@@ -150,7 +157,11 @@ fn analyse_into(line: &str, depth: usize, out: &mut Vec<Segment>) -> Result<(), 
     if root.has_error() {
         return Err(ShellError::Syntax(first_error(root, line)));
     }
-    let mut w = Walker { src: line, depth, out };
+    let mut w = Walker {
+        src: line,
+        depth,
+        out,
+    };
     w.walk(root)
 }
 
@@ -158,14 +169,37 @@ fn analyse_into(line: &str, depth: usize, out: &mut Vec<Segment>) -> Result<(), 
 /// like the shell would; this skips the parser for the common simple case.
 fn is_plain(line: &str) -> bool {
     !line.is_empty()
-        && line.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b' ' | b'\t' | b'_' | b'-' | b'.' | b'/' | b'=' | b':' | b',' | b'@' | b'%' | b'+'))
-        && !line.split_whitespace().next().is_some_and(|w| w.contains('='))
+        && line.bytes().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b' ' | b'\t'
+                        | b'_'
+                        | b'-'
+                        | b'.'
+                        | b'/'
+                        | b'='
+                        | b':'
+                        | b','
+                        | b'@'
+                        | b'%'
+                        | b'+'
+                )
+        })
+        && !line
+            .split_whitespace()
+            .next()
+            .is_some_and(|w| w.contains('='))
 }
 
 fn first_error(node: Node, src: &str) -> String {
     if node.is_error() || node.is_missing() {
         let t = node.utf8_text(src.as_bytes()).unwrap_or("");
-        return format!("near `{}` (byte {})", t.chars().take(40).collect::<String>(), node.start_byte());
+        return format!(
+            "near `{}` (byte {})",
+            t.chars().take(40).collect::<String>(),
+            node.start_byte()
+        );
     }
     let mut c = node.walk();
     for ch in node.children(&mut c) {
@@ -294,11 +328,14 @@ impl<'a> Walker<'a> {
             }
         }
         let mut dc = node.walk();
-        let dests: Vec<Node> = node.children_by_field_name("destination", &mut dc).collect();
+        let dests: Vec<Node> = node
+            .children_by_field_name("destination", &mut dc)
+            .collect();
         for d in dests {
             self.nested(d)?;
             let w = self.word(d);
-            let is_fd_dup = matches!(op, ">&" | "<&" | ">&-" | "<&-") && (w.text.chars().all(|c| c.is_ascii_digit()) || w.text == "-");
+            let is_fd_dup = matches!(op, ">&" | "<&" | ">&-" | "<&-")
+                && (w.text.chars().all(|c| c.is_ascii_digit()) || w.text == "-");
             let writes = matches!(op, ">" | ">>" | ">|" | "&>" | "&>>" | "<>" | ">&");
             if writes && !is_fd_dup {
                 seg.writes.push(w);
@@ -311,7 +348,12 @@ impl<'a> Walker<'a> {
         self.command_with(node, redirect_writes, None)
     }
 
-    fn command_with(&mut self, node: Node, redirect_writes: &[Word], mut stdin_code: Option<String>) -> Result<(), ShellError> {
+    fn command_with(
+        &mut self,
+        node: Node,
+        redirect_writes: &[Word],
+        mut stdin_code: Option<String>,
+    ) -> Result<(), ShellError> {
         let mut words = Vec::new();
         let mut seg_writes: Vec<Word> = redirect_writes.to_vec();
         let mut c = node.walk();
@@ -358,8 +400,14 @@ impl<'a> Walker<'a> {
         unwrap_into(words, seg_writes, self.depth, self.out)?;
         if let Some(code) = stdin_code {
             // A heredoc or herestring fed to a shell or interpreter is its program.
-            let prog = self.out.get(start).map(|s| s.program().to_string()).unwrap_or_default();
-            let takes_stdin_program = self.out.get(start).is_some_and(|s| s.argv.len() == 1 || s.argv.iter().skip(1).all(|w| w.text.starts_with('-')));
+            let prog = self
+                .out
+                .get(start)
+                .map(|s| s.program().to_string())
+                .unwrap_or_default();
+            let takes_stdin_program = self.out.get(start).is_some_and(|s| {
+                s.argv.len() == 1 || s.argv.iter().skip(1).all(|w| w.text.starts_with('-'))
+            });
             if SHELLS.contains(&prog.as_str()) && takes_stdin_program {
                 analyse_into(&code, self.depth + 1, self.out)?;
             } else if interpreter_flags(&prog).is_some() || prog == "awk" {
@@ -381,7 +429,9 @@ impl<'a> Walker<'a> {
             }
             "ansi_c_string" => {
                 let t = self.text(n);
-                Word::lit(unescape_ansi_c(t.get(2..t.len().saturating_sub(1)).unwrap_or("")))
+                Word::lit(unescape_ansi_c(
+                    t.get(2..t.len().saturating_sub(1)).unwrap_or(""),
+                ))
             }
             "string" | "translated_string" => {
                 let mut text = String::new();
@@ -415,7 +465,10 @@ impl<'a> Walker<'a> {
                 Word { text, dynamic }
             }
             _ if !n.is_named() => Word::lit(self.text(n)),
-            _ => Word { text: self.text(n).to_string(), dynamic: true },
+            _ => Word {
+                text: self.text(n).to_string(),
+                dynamic: true,
+            },
         }
     }
 }
@@ -467,7 +520,9 @@ fn unescape_ansi_c(s: &str) -> String {
             Some('n') => out.push('\n'),
             Some('t') => out.push('\t'),
             Some('x') => {
-                let hex: String = std::iter::from_fn(|| chars.next_if(|c| c.is_ascii_hexdigit())).take(2).collect();
+                let hex: String = std::iter::from_fn(|| chars.next_if(|c| c.is_ascii_hexdigit()))
+                    .take(2)
+                    .collect();
                 if let Some(ch) = u8::from_str_radix(&hex, 16).ok().map(char::from) {
                     out.push(ch);
                 }
@@ -493,11 +548,19 @@ fn unescape_ansi_c(s: &str) -> String {
 
 fn interpreter_flags(prog: &str) -> Option<&'static [&'static str]> {
     let base = prog.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
-    INTERPRETERS.iter().find(|(name, _)| *name == prog || *name == base).map(|(_, f)| *f)
+    INTERPRETERS
+        .iter()
+        .find(|(name, _)| *name == prog || *name == base)
+        .map(|(_, f)| *f)
 }
 
 /// Peels wrappers off `words` and pushes the resulting segment(s).
-fn unwrap_into(words: Vec<Word>, writes: Vec<Word>, depth: usize, out: &mut Vec<Segment>) -> Result<(), ShellError> {
+fn unwrap_into(
+    words: Vec<Word>,
+    writes: Vec<Word>,
+    depth: usize,
+    out: &mut Vec<Segment>,
+) -> Result<(), ShellError> {
     let mut layers: Vec<Vec<Word>> = Vec::new();
     let mut cur = words;
     let mut open_args = false;
@@ -512,36 +575,102 @@ fn unwrap_into(words: Vec<Word>, writes: Vec<Word>, depth: usize, out: &mut Vec<
         if first.dynamic {
             return Err(ShellError::DynamicCommand(first.text.clone()));
         }
-        let prog = first.text.rsplit('/').next().unwrap_or(&first.text).to_string();
+        let prog = first
+            .text
+            .rsplit('/')
+            .next()
+            .unwrap_or(&first.text)
+            .to_string();
         layers.push(cur.clone());
         let inner: Option<Vec<Word>> = match prog.as_str() {
-            "env" => skip_options(&cur[1..], &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"], true).map(|(rest, split)| {
-                match split {
-                    Some(s) => s.split_whitespace().map(Word::lit).chain(rest).collect(),
-                    None => rest,
-                }
+            "env" => skip_options(
+                &cur[1..],
+                &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"],
+                true,
+            )
+            .map(|(rest, split)| match split {
+                Some(s) => s.split_whitespace().map(Word::lit).chain(rest).collect(),
+                None => rest,
             }),
-            "timeout" => skip_options(&cur[1..], &["-s", "--signal", "-k", "--kill-after"], false).map(|(rest, _)| rest.into_iter().skip(1).collect()),
+            "timeout" => skip_options(&cur[1..], &["-s", "--signal", "-k", "--kill-after"], false)
+                .map(|(rest, _)| rest.into_iter().skip(1).collect()),
             "nice" => {
                 let r = &cur[1..];
-                let r = if r.first().is_some_and(|w| w.text.starts_with('-') && w.text[1..].chars().all(|c| c.is_ascii_digit()) && w.text.len() > 1) { &r[1..] } else { r };
+                let r = if r.first().is_some_and(|w| {
+                    w.text.starts_with('-')
+                        && w.text[1..].chars().all(|c| c.is_ascii_digit())
+                        && w.text.len() > 1
+                }) {
+                    &r[1..]
+                } else {
+                    r
+                };
                 skip_options(r, &["-n", "--adjustment"], false).map(|(rest, _)| rest)
             }
-            "nohup" | "builtin" | "time" | "setsid" | "unbuffer" => skip_options(&cur[1..], &[], false).map(|(rest, _)| rest),
-            "command" if !cur.iter().any(|w| w.text == "-v" || w.text == "-V") => skip_options(&cur[1..], &[], false).map(|(rest, _)| rest),
+            "nohup" | "builtin" | "time" | "setsid" | "unbuffer" => {
+                skip_options(&cur[1..], &[], false).map(|(rest, _)| rest)
+            }
+            "command" if !cur.iter().any(|w| w.text == "-v" || w.text == "-V") => {
+                skip_options(&cur[1..], &[], false).map(|(rest, _)| rest)
+            }
             "exec" => skip_options(&cur[1..], &["-a"], false).map(|(rest, _)| rest),
-            "stdbuf" => skip_options(&cur[1..], &["-i", "-o", "-e", "--input", "--output", "--error"], false).map(|(rest, _)| rest),
-            "ionice" => skip_options(&cur[1..], &["-c", "-n", "-p", "--class", "--classdata"], false).map(|(rest, _)| rest),
-            "sudo" | "doas" => skip_options(&cur[1..], &["-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group"], false).map(|(rest, _)| rest),
+            "stdbuf" => skip_options(
+                &cur[1..],
+                &["-i", "-o", "-e", "--input", "--output", "--error"],
+                false,
+            )
+            .map(|(rest, _)| rest),
+            "ionice" => skip_options(
+                &cur[1..],
+                &["-c", "-n", "-p", "--class", "--classdata"],
+                false,
+            )
+            .map(|(rest, _)| rest),
+            "sudo" | "doas" => skip_options(
+                &cur[1..],
+                &[
+                    "-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group",
+                ],
+                false,
+            )
+            .map(|(rest, _)| rest),
             "xargs" => {
                 open_args = true;
-                skip_options(&cur[1..], &["-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--max-args", "--max-procs", "--replace", "--max-lines"], false)
-                    .map(|(rest, _)| if rest.is_empty() { vec![Word::lit("echo")] } else { rest })
-                    .inspect(|rest| {
-                        if writes_something(rest) {
-                            writes.push(Word { text: "<paths from xargs input>".into(), dynamic: true });
-                        }
-                    })
+                skip_options(
+                    &cur[1..],
+                    &[
+                        "-a",
+                        "-d",
+                        "-E",
+                        "-I",
+                        "-L",
+                        "-n",
+                        "-P",
+                        "-s",
+                        "--arg-file",
+                        "--delimiter",
+                        "--max-args",
+                        "--max-procs",
+                        "--replace",
+                        "--max-lines",
+                    ],
+                    false,
+                )
+                .map(|(rest, _)| {
+                    if rest.is_empty() {
+                        vec![Word::lit("echo")]
+                    } else {
+                        rest
+                    }
+                })
+                .inspect(|rest| {
+                    if writes_something(rest) {
+                        writes.push(Word {
+                            text: "<paths from xargs input>".into(),
+                            dynamic: true,
+                        });
+                    }
+                })
             }
             "find" => {
                 let (execs, find_writes) = find_effects(&cur);
@@ -590,25 +719,48 @@ fn unwrap_into(words: Vec<Word>, writes: Vec<Word>, depth: usize, out: &mut Vec<
     push_segment(out, layers, cur, writes, open_args, opaque)
 }
 
-fn push_segment(out: &mut Vec<Segment>, layers: Vec<Vec<Word>>, argv: Vec<Word>, mut writes: Vec<Word>, open_args: bool, opaque_code: Vec<String>) -> Result<(), ShellError> {
+fn push_segment(
+    out: &mut Vec<Segment>,
+    layers: Vec<Vec<Word>>,
+    argv: Vec<Word>,
+    mut writes: Vec<Word>,
+    open_args: bool,
+    opaque_code: Vec<String>,
+) -> Result<(), ShellError> {
     if argv.is_empty() {
         return Ok(());
     }
     writes.extend(command_write_targets(&argv));
-    out.push(Segment { argv, layers, open_args, writes, opaque_code, cwd: None });
+    out.push(Segment {
+        argv,
+        layers,
+        open_args,
+        writes,
+        opaque_code,
+        cwd: None,
+    });
     Ok(())
 }
 
 fn is_assignment(s: &str) -> bool {
     match s.find('=') {
-        Some(i) if i > 0 => s[..i].chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !s[..1].chars().all(|c| c.is_ascii_digit()),
+        Some(i) if i > 0 => {
+            s[..i]
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !s[..1].chars().all(|c| c.is_ascii_digit())
+        }
         _ => false,
     }
 }
 
 /// Skips leading options (and the values of `with_value` options) and assignments.
 /// Returns the rest, plus the value of `-S`/`--split-string` when `env_split` is set.
-fn skip_options(args: &[Word], with_value: &[&str], env_split: bool) -> Option<(Vec<Word>, Option<String>)> {
+fn skip_options(
+    args: &[Word],
+    with_value: &[&str],
+    env_split: bool,
+) -> Option<(Vec<Word>, Option<String>)> {
     let mut i = 0;
     let mut split = None;
     while i < args.len() {
@@ -627,10 +779,16 @@ fn skip_options(args: &[Word], with_value: &[&str], env_split: bool) -> Option<(
         let name = a.split('=').next().unwrap_or(a);
         let takes_value = with_value.contains(&name) && !a.contains('=');
         if env_split && (name == "-S" || name == "--split-string") {
-            split = if a.contains('=') { a.split_once('=').map(|(_, v)| v.to_string()) } else { args.get(i + 1).map(|w| w.text.clone()) };
+            split = if a.contains('=') {
+                a.split_once('=').map(|(_, v)| v.to_string())
+            } else {
+                args.get(i + 1).map(|w| w.text.clone())
+            };
         }
         // `-uNAME` style: value glued to a short option.
-        let glued = a.len() > 2 && !a.starts_with("--") && with_value.iter().any(|w| w.len() == 2 && a.starts_with(w));
+        let glued = a.len() > 2
+            && !a.starts_with("--")
+            && with_value.iter().any(|w| w.len() == 2 && a.starts_with(w));
         if env_split && a.starts_with("-S") && a.len() > 2 {
             split = Some(a[2..].to_string());
         }
@@ -686,8 +844,16 @@ fn interpreter_payload(prog: &str, argv: &[Word]) -> Option<String> {
 fn find_effects(argv: &[Word]) -> (Vec<Vec<Word>>, Vec<Word>) {
     let mut execs = Vec::new();
     let mut writes = Vec::new();
-    let roots: Vec<Word> = argv[1..].iter().take_while(|w| !w.text.starts_with('-') && w.text != "(" && w.text != "!").cloned().collect();
-    let roots = if roots.is_empty() { vec![Word::lit(".")] } else { roots };
+    let roots: Vec<Word> = argv[1..]
+        .iter()
+        .take_while(|w| !w.text.starts_with('-') && w.text != "(" && w.text != "!")
+        .cloned()
+        .collect();
+    let roots = if roots.is_empty() {
+        vec![Word::lit(".")]
+    } else {
+        roots
+    };
     let mut i = 1;
     while i < argv.len() {
         match argv[i].text.as_str() {
@@ -697,7 +863,11 @@ fn find_effects(argv: &[Word]) -> (Vec<Vec<Word>>, Vec<Word>) {
                 while end < argv.len() && argv[end].text != ";" && argv[end].text != "+" {
                     end += 1;
                 }
-                let cmd: Vec<Word> = argv[start..end].iter().filter(|w| w.text != "{}").cloned().collect();
+                let cmd: Vec<Word> = argv[start..end]
+                    .iter()
+                    .filter(|w| w.text != "{}")
+                    .cloned()
+                    .collect();
                 if writes_something(&cmd) {
                     writes.extend(roots.iter().cloned());
                 }
@@ -728,7 +898,9 @@ fn writes_something(cmd: &[Word]) -> bool {
 
 /// Paths a known file-changing command writes, from its arguments.
 pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
-    let Some(first) = argv.first() else { return Vec::new() };
+    let Some(first) = argv.first() else {
+        return Vec::new();
+    };
     let prog = first.text.rsplit('/').next().unwrap_or(&first.text);
     let args = &argv[1..];
     let positional = |skip_values: &[&str]| -> Vec<Word> {
@@ -750,37 +922,80 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
         }
         out
     };
-    let flag = |f: &str| args.iter().any(|w| w.text == f || (f.len() == 2 && !w.text.starts_with("--") && w.text.starts_with('-') && w.text.contains(&f[1..])));
+    let flag = |f: &str| {
+        args.iter().any(|w| {
+            w.text == f
+                || (f.len() == 2
+                    && !w.text.starts_with("--")
+                    && w.text.starts_with('-')
+                    && w.text.contains(&f[1..]))
+        })
+    };
     match prog {
         "rm" | "rmdir" | "unlink" | "tee" => positional(&[]),
         "shred" => positional(&["-n", "-s", "--iterations", "--size"]),
         "touch" => positional(&["-r", "-d", "-t", "--reference", "--date"]),
         "mkdir" | "mkfifo" | "mknod" => positional(&["-m", "--mode"]),
         "truncate" => positional(&["-s", "--size", "-r", "--reference"]),
-        "chmod" | "chown" | "chgrp" | "setfacl" | "chattr" => positional(&["--reference"]).into_iter().skip(1).collect(),
+        "chmod" | "chown" | "chgrp" | "setfacl" | "chattr" => {
+            positional(&["--reference"]).into_iter().skip(1).collect()
+        }
         "mv" => positional(&["-t", "--target-directory", "-S", "--suffix"]),
         "cp" | "install" | "ln" | "rsync" | "scp" => {
-            if let Some(i) = args.iter().position(|w| w.text == "-t" || w.text == "--target-directory") {
+            if let Some(i) = args
+                .iter()
+                .position(|w| w.text == "-t" || w.text == "--target-directory")
+            {
                 args.get(i + 1).cloned().into_iter().collect()
-            } else if let Some(t) = args.iter().find_map(|w| w.text.strip_prefix("--target-directory=")) {
+            } else if let Some(t) = args
+                .iter()
+                .find_map(|w| w.text.strip_prefix("--target-directory="))
+            {
                 vec![Word::lit(t)]
             } else if prog == "install" && flag("-d") {
                 positional(&["-m", "--mode", "-o", "-g", "--owner", "--group"])
             } else {
-                positional(&["-m", "--mode", "-o", "-g", "-S", "--suffix", "-e"]).last().cloned().into_iter().collect()
+                positional(&["-m", "--mode", "-o", "-g", "-S", "--suffix", "-e"])
+                    .last()
+                    .cloned()
+                    .into_iter()
+                    .collect()
             }
         }
         "sed" if flag("-i") || args.iter().any(|w| w.text.starts_with("--in-place")) => {
-            let has_script_flag = args.iter().any(|w| w.text == "-e" || w.text == "-f" || w.text.starts_with("--expression") || w.text.starts_with("--file"));
+            let has_script_flag = args.iter().any(|w| {
+                w.text == "-e"
+                    || w.text == "-f"
+                    || w.text.starts_with("--expression")
+                    || w.text.starts_with("--file")
+            });
             let p = positional(&["-e", "-f", "--expression", "--file", "-l", "--line-length"]);
-            p.into_iter().skip(if has_script_flag { 0 } else { 1 }).collect()
+            p.into_iter()
+                .skip(if has_script_flag { 0 } else { 1 })
+                .collect()
         }
         "perl" if flag("-i") || flag("-p") && flag("-i") => positional(&["-e", "-E", "-M", "-I"]),
-        "dd" => args.iter().filter_map(|w| w.text.strip_prefix("of=").map(|t| Word { text: t.into(), dynamic: w.dynamic })).collect(),
+        "dd" => args
+            .iter()
+            .filter_map(|w| {
+                w.text.strip_prefix("of=").map(|t| Word {
+                    text: t.into(),
+                    dynamic: w.dynamic,
+                })
+            })
+            .collect(),
         "tar" => {
             let mut out = Vec::new();
-            let extract = args.first().is_some_and(|w| !w.text.starts_with('-') && w.text.contains('x')) || flag("-x") || args.iter().any(|w| w.text == "--extract");
-            let create = args.first().is_some_and(|w| !w.text.starts_with('-') && w.text.contains('c')) || flag("-c") || args.iter().any(|w| w.text == "--create");
+            let extract = args
+                .first()
+                .is_some_and(|w| !w.text.starts_with('-') && w.text.contains('x'))
+                || flag("-x")
+                || args.iter().any(|w| w.text == "--extract");
+            let create = args
+                .first()
+                .is_some_and(|w| !w.text.starts_with('-') && w.text.contains('c'))
+                || flag("-c")
+                || args.iter().any(|w| w.text == "--create");
             for (i, w) in args.iter().enumerate() {
                 if w.text == "-C" || w.text == "--directory" {
                     if let Some(d) = args.get(i + 1) {
@@ -799,12 +1014,50 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
             }
             out
         }
-        "curl" => args.windows(2).filter(|w| w[0].text == "-o" || w[0].text == "--output").map(|w| w[1].clone()).collect(),
-        "wget" => args.windows(2).filter(|w| w[0].text == "-O" || w[0].text == "-P").map(|w| w[1].clone()).collect(),
+        "curl" => args
+            .windows(2)
+            .filter(|w| w[0].text == "-o" || w[0].text == "--output")
+            .map(|w| w[1].clone())
+            .collect(),
+        "wget" => args
+            .windows(2)
+            .filter(|w| w[0].text == "-O" || w[0].text == "-P")
+            .map(|w| w[1].clone())
+            .collect(),
         "patch" => vec![Word::lit(".")],
         "git" => {
-            let sub = crate::policy::rules::Canon::of(&argv.iter().map(|w| w.text.as_str()).collect::<Vec<_>>()).positionals.first().cloned().unwrap_or_default();
-            const READ_ONLY: &[&str] = &["log", "show", "diff", "status", "blame", "grep", "ls-files", "ls-tree", "rev-parse", "rev-list", "describe", "shortlog", "cat-file", "help", "version", "whatchanged", "reflog", "for-each-ref", "name-rev", "merge-base", "show-ref", "var", ""];
+            let sub = crate::policy::rules::Canon::of(
+                &argv.iter().map(|w| w.text.as_str()).collect::<Vec<_>>(),
+            )
+            .positionals
+            .first()
+            .cloned()
+            .unwrap_or_default();
+            const READ_ONLY: &[&str] = &[
+                "log",
+                "show",
+                "diff",
+                "status",
+                "blame",
+                "grep",
+                "ls-files",
+                "ls-tree",
+                "rev-parse",
+                "rev-list",
+                "describe",
+                "shortlog",
+                "cat-file",
+                "help",
+                "version",
+                "whatchanged",
+                "reflog",
+                "for-each-ref",
+                "name-rev",
+                "merge-base",
+                "show-ref",
+                "var",
+                "",
+            ];
             if READ_ONLY.contains(&sub.as_str()) {
                 Vec::new()
             } else {
@@ -826,10 +1079,19 @@ mod tests {
 
     #[test]
     fn splits_every_control_operator() {
-        assert_eq!(progs("a && b || c; d | e & f\ng"), ["a", "b", "c", "d", "e", "f", "g"]);
+        assert_eq!(
+            progs("a && b || c; d | e & f\ng"),
+            ["a", "b", "c", "d", "e", "f", "g"]
+        );
         assert_eq!(progs("(a; b) && { c; }"), ["a", "b", "c"]);
-        assert_eq!(progs("echo $(rm -rf x) `touch y`"), ["rm -rf x", "touch y", "echo $(rm -rf x) `touch y`"]);
-        assert_eq!(progs("diff <(cat a) >(tee b)"), ["cat a", "tee b", "diff <(cat a) >(tee b)"]);
+        assert_eq!(
+            progs("echo $(rm -rf x) `touch y`"),
+            ["rm -rf x", "touch y", "echo $(rm -rf x) `touch y`"]
+        );
+        assert_eq!(
+            progs("diff <(cat a) >(tee b)"),
+            ["cat a", "tee b", "diff <(cat a) >(tee b)"]
+        );
     }
 
     #[test]
@@ -841,19 +1103,37 @@ mod tests {
 
     #[test]
     fn unwraps_wrappers_and_nested_shells() {
-        assert_eq!(progs("env -i FOO=1 timeout -s KILL 5 nice -n 3 nohup git push"), ["git push"]);
-        assert_eq!(progs("bash -c 'cd x && git push'"), ["cd x", "git push", "bash -c cd x && git push"]);
-        assert_eq!(progs("sh -lc \"eval 'rm -rf p'\""), ["rm -rf p", "eval rm -rf p", "sh -lc eval 'rm -rf p'"]);
+        assert_eq!(
+            progs("env -i FOO=1 timeout -s KILL 5 nice -n 3 nohup git push"),
+            ["git push"]
+        );
+        assert_eq!(
+            progs("bash -c 'cd x && git push'"),
+            ["cd x", "git push", "bash -c cd x && git push"]
+        );
+        assert_eq!(
+            progs("sh -lc \"eval 'rm -rf p'\""),
+            ["rm -rf p", "eval rm -rf p", "sh -lc eval 'rm -rf p'"]
+        );
         assert_eq!(progs("FOO=1 BAR=2 rm x"), ["rm x"]);
         assert_eq!(progs("xargs -0 -n 1 rm -f"), ["rm -f"]);
         assert!(analyse("xargs rm").unwrap()[0].open_args);
-        assert_eq!(progs("find . -name x -exec rm {} \\;"), ["rm", "find . -name x -exec rm {} ;"]);
+        assert_eq!(
+            progs("find . -name x -exec rm {} \\;"),
+            ["rm", "find . -name x -exec rm {} ;"]
+        );
         assert_eq!(progs("env -S 'rm -rf x'"), ["rm -rf x"]);
     }
 
     #[test]
     fn collects_write_targets() {
-        let w = |line: &str| -> Vec<String> { analyse(line).unwrap().iter().flat_map(|s| s.writes.iter().map(|w| w.text.clone())).collect() };
+        let w = |line: &str| -> Vec<String> {
+            analyse(line)
+                .unwrap()
+                .iter()
+                .flat_map(|s| s.writes.iter().map(|w| w.text.clone()))
+                .collect()
+        };
         assert_eq!(w("echo hi > a.txt 2>&1"), ["a.txt"]);
         assert_eq!(w("cat <<EOF > prompts/x\nhello\nEOF"), ["prompts/x"]);
         assert_eq!(w("sed -i 's/a/b/' f1 f2"), ["f1", "f2"]);
@@ -869,7 +1149,10 @@ mod tests {
 
     #[test]
     fn heredoc_to_shell_is_parsed() {
-        assert_eq!(progs("bash <<EOF\nrm -rf prompts\nEOF"), ["bash", "rm -rf prompts"]);
+        assert_eq!(
+            progs("bash <<EOF\nrm -rf prompts\nEOF"),
+            ["bash", "rm -rf prompts"]
+        );
         let segs = analyse("python3 <<EOF\nopen('prompts/x','w')\nEOF").unwrap();
         assert!(segs[0].opaque_code[0].contains("prompts/x"));
         let segs = analyse("python3 -c 'import os'").unwrap();
@@ -878,10 +1161,22 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_understand() {
-        assert!(matches!(analyse("$CMD -rf x"), Err(ShellError::DynamicCommand(_))));
-        assert!(matches!(analyse("bash -c \"$X\""), Err(ShellError::DynamicPayload(_))));
-        assert!(matches!(analyse("echo 'unterminated"), Err(ShellError::Syntax(_))));
-        assert!(matches!(analyse("if then fi ("), Err(ShellError::Syntax(_))));
+        assert!(matches!(
+            analyse("$CMD -rf x"),
+            Err(ShellError::DynamicCommand(_))
+        ));
+        assert!(matches!(
+            analyse("bash -c \"$X\""),
+            Err(ShellError::DynamicPayload(_))
+        ));
+        assert!(matches!(
+            analyse("echo 'unterminated"),
+            Err(ShellError::Syntax(_))
+        ));
+        assert!(matches!(
+            analyse("if then fi ("),
+            Err(ShellError::Syntax(_))
+        ));
     }
 
     #[test]

@@ -41,7 +41,13 @@ fn policy() -> Policy {
             "Bash(perl*)",
         ]),
         ask: s(&["Bash(curl*)", "Edit(reports/drafts/**)"]),
-        deny: s(&["Bash(rm -rf*)", "Bash(git push*)", "Read(**/.env)", "Bash(sudo*)", "Bash(chmod*)"]),
+        deny: s(&[
+            "Bash(rm -rf*)",
+            "Bash(git push*)",
+            "Read(**/.env)",
+            "Bash(sudo*)",
+            "Bash(chmod*)",
+        ]),
         write: s(&["reports/**", "cards/**"]),
         ..Permissions::default()
     };
@@ -54,10 +60,18 @@ fn check(cases: &[(&str, Decision)]) {
     for (cmd, want) in cases {
         let v = p.decide(Call::RunCommand(cmd));
         if v.decision != *want {
-            failures.push(format!("{cmd:?}: want {want:?}, got {:?} ({})", v.decision, v.reason));
+            failures.push(format!(
+                "{cmd:?}: want {want:?}, got {:?} ({})",
+                v.decision, v.reason
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -78,7 +92,13 @@ fn plain_allowed_commands() {
 
 #[test]
 fn unknown_commands_are_denied_by_default() {
-    check(&[("whoami", Deny), ("git status --short", Deny), ("date -s now", Deny), ("git commit -m x", Deny), ("npm install", Deny)]);
+    check(&[
+        ("whoami", Deny),
+        ("git status --short", Deny),
+        ("date -s now", Deny),
+        ("git commit -m x", Deny),
+        ("npm install", Deny),
+    ]);
 }
 
 #[test]
@@ -186,7 +206,10 @@ fn heredocs_and_redirections() {
 fn interpreters_with_inline_code() {
     check(&[
         ("python3 -c \"open('prompts/x.md','w').write('x')\"", Deny),
-        ("python3 -c 'import os; os.remove(\"settings/runtime.yaml\")'", Deny),
+        (
+            "python3 -c 'import os; os.remove(\"settings/runtime.yaml\")'",
+            Deny,
+        ),
         ("perl -e 'unlink \"tools/a.sh\"'", Deny),
         ("python3 <<EOF\nopen('scope/SCOPE.md','w')\nEOF", Deny),
         ("python3 -c 'print(1+1)'", Allow),
@@ -198,7 +221,10 @@ fn interpreters_with_inline_code() {
 fn sed_in_place_with_several_targets() {
     check(&[
         ("sed -i 's/a/b/' reports/a.md prompts/digest.md", Deny),
-        ("sed -i -e 's/a/b/' reports/a.md settings/runtime.yaml", Deny),
+        (
+            "sed -i -e 's/a/b/' reports/a.md settings/runtime.yaml",
+            Deny,
+        ),
         ("sed --in-place 's/a/b/' reports/a.md scope/SCOPE.md", Deny),
         ("sed -i.bak 's/a/b/' reports/a.md tools/x.sh", Deny),
         ("sed -i 's/a/b/' reports/a.md reports/b.md", Allow),
@@ -258,7 +284,14 @@ fn quoting_and_backslash_tricks() {
 #[test]
 fn unparseable_commands_are_denied() {
     let p = policy();
-    for cmd in ["echo 'unterminated", "ls &&", "if then", "$X", "cat <<", ")"] {
+    for cmd in [
+        "echo 'unterminated",
+        "ls &&",
+        "if then",
+        "$X",
+        "cat <<",
+        ")",
+    ] {
         let v = p.decide(Call::RunCommand(cmd));
         assert_eq!(v.decision, Deny, "{cmd}: {v:?}");
     }
@@ -268,7 +301,11 @@ fn unparseable_commands_are_denied() {
 
 #[test]
 fn ask_rules_pause() {
-    check(&[("curl https://example.com", Ask), ("ls && curl -s x", Ask), ("curl x && git push", Deny)]);
+    check(&[
+        ("curl https://example.com", Ask),
+        ("ls && curl -s x", Ask),
+        ("curl x && git push", Deny),
+    ]);
 }
 
 #[test]
@@ -315,7 +352,10 @@ fn verdicts_name_the_matching_rule() {
 
 #[test]
 fn default_ask_applies_to_unmatched_calls() {
-    let perms = Permissions { default: DefaultDecision::Ask, ..Permissions::default() };
+    let perms = Permissions {
+        default: DefaultDecision::Ask,
+        ..Permissions::default()
+    };
     let p = Policy::new(Path::new("/repo"), &perms, &[]).unwrap();
     assert_eq!(p.decide(Call::RunCommand("whoami")).decision, Ask);
     assert_eq!(p.decide(Call::WriteFile("prompts/x")).decision, Deny);
@@ -324,6 +364,13 @@ fn default_ask_applies_to_unmatched_calls() {
 #[test]
 fn scratch_dir_is_writable() {
     let p = policy().with_scratch("/tmp/run-1");
-    assert_eq!(p.decide(Call::RunCommand("echo x > /tmp/run-1/a")).decision, Allow);
-    assert_eq!(p.decide(Call::RunCommand("echo x > /tmp/run-1/../x")).decision, Deny);
+    assert_eq!(
+        p.decide(Call::RunCommand("echo x > /tmp/run-1/a")).decision,
+        Allow
+    );
+    assert_eq!(
+        p.decide(Call::RunCommand("echo x > /tmp/run-1/../x"))
+            .decision,
+        Deny
+    );
 }

@@ -1,0 +1,26 @@
+//! `builder check`: lint prompts, scope and settings together; exit 1 on any problem.
+
+use std::path::Path;
+
+/// Lint prompts, scope and settings; list every problem with file:line and a hint
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print problems as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
+    let problems = shared::check::check_repo(repo);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&problems)?);
+    } else if problems.is_empty() {
+        println!("ok: prompts, scope and settings check out");
+    } else {
+        for p in &problems {
+            println!("{p}");
+        }
+        println!("{} problem(s)", problems.len());
+    }
+    Ok(if problems.is_empty() { 0 } else { 1 })
+}

@@ -1,0 +1,61 @@
+//! The `builder` command line: one module per subcommand, each with its `Args` (doc
+//! comment = help text) beside its `run` function.
+
+mod check;
+mod init;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Build and review what the runtime runs: prompts, scope, settings, tools
+#[derive(Debug, Parser)]
+#[command(name = "builder", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Global {
+    /// Run as if started in <REPO> (like git -C)
+    #[arg(short = 'C', global = true, value_name = "REPO", default_value = ".")]
+    pub repo: PathBuf,
+    /// Log more (-v info, -vv debug); logs go to stderr
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Init(init::Args),
+    Check(check::Args),
+    /// Print shell completions
+    Completions {
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page
+    Man,
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    let repo = cli.global.repo;
+    match cli.command {
+        Command::Init(a) => init::run(a, &repo),
+        Command::Check(a) => check::run(a, &repo),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "builder",
+                &mut std::io::stdout(),
+            );
+            Ok(0)
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(0)
+        }
+    }
+}

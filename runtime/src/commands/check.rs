@@ -1,0 +1,72 @@
+//! `runtime check`: can this repository and kernel fire? Prints the Landlock ABI and
+//! the rights it supports, and whether settings and prompts load.
+
+use shared::sandbox::landlock;
+use shared::settings::LandlockMode;
+use std::path::Path;
+
+/// Check that this repo and kernel can fire (Landlock ABI, settings, prompts)
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
+    let abi = landlock::kernel_abi();
+    let rights = landlock::supported_rights(abi);
+    let problems = shared::check::check_repo(root);
+    let mode = shared::settings::load(root)
+        .map(|s| s.runtime.sandbox.landlock)
+        .ok();
+    let full = abi >= landlock::TARGET_ABI as u32;
+    let sandbox_ok = match mode {
+        Some(LandlockMode::Required) | None => full,
+        Some(LandlockMode::BestEffort) | Some(LandlockMode::Off) => true,
+    };
+    let ok = problems.is_empty() && sandbox_ok;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "mode": mode, "problems": problems, "ok": ok})
+            )?
+        );
+    } else {
+        println!(
+            "landlock ABI: {abi} (runtime targets ABI {}{})",
+            landlock::TARGET_ABI as u32,
+            if full {
+                ", fully enforceable"
+            } else {
+                ", NOT fully enforceable"
+            }
+        );
+        println!(
+            "rights: {}",
+            if rights.is_empty() {
+                "none".to_string()
+            } else {
+                rights.join(", ")
+            }
+        );
+        println!(
+            "sandbox mode in settings: {}",
+            mode.map(|m| format!("{m:?}"))
+                .unwrap_or_else(|| "(settings do not load)".into())
+        );
+        for p in &problems {
+            println!("{p}");
+        }
+        println!(
+            "{}",
+            if ok {
+                "ok: this repository can fire"
+            } else {
+                "not ready to fire"
+            }
+        );
+    }
+    Ok(if ok { 0 } else { 1 })
+}

@@ -1,0 +1,100 @@
+//! `runtime fire <task>`: one fire. Preparation runs single-threaded, then the process
+//! enters its Landlock sandbox, and only then is the async runtime built for the loop.
+
+use shared::fire::{self, FireOptions, FireSummary, Prepared};
+use std::io::IsTerminal;
+use std::path::Path;
+
+/// Fire a task once; exit 0 done, 1 failed, 2 bad config, 3 skipped, 4 waiting approval
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Task name (prompts/<task>.md)
+    pub task: String,
+    /// Write the records but do not commit them
+    #[arg(long)]
+    pub no_commit: bool,
+    /// Print the result as JSON on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
+    let exe = std::env::current_exe()?;
+    let opts = FireOptions {
+        root: root.to_path_buf(),
+        task: args.task.clone(),
+        no_commit: args.no_commit,
+        worker_cmd: (exe, vec![super::WORKER_COMMAND.to_string()]),
+    };
+    let summary = match fire::prepare(opts) {
+        Prepared::Done(s) => s,
+        Prepared::Ready(mut run) => match run.enter_sandbox() {
+            Some(s) => s,
+            None => {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                let early = rt.block_on(async {
+                    let (tx, rx) = tokio::sync::watch::channel(false);
+                    tokio::spawn(async move {
+                        use tokio::signal::unix::{signal, SignalKind};
+                        let (Ok(mut term), Ok(mut int)) = (
+                            signal(SignalKind::terminate()),
+                            signal(SignalKind::interrupt()),
+                        ) else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = term.recv() => {}
+                            _ = int.recv() => {}
+                        }
+                        tracing::warn!("signal received; ending the fire as cancelled");
+                        let _ = tx.send(true);
+                    });
+                    run.run(rx).await
+                });
+                match early {
+                    Some(s) => s,
+                    None => run.finish(),
+                }
+            }
+        },
+    };
+    print(&summary, args.json);
+    Ok(summary.exit_code)
+}
+
+fn print(s: &FireSummary, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(s).unwrap_or_default());
+        return;
+    }
+    let ok = s.exit_code == fire::exit::OK;
+    // Quiet for cron on success; a person at a terminal gets one line.
+    if ok && !std::io::stdout().is_terminal() {
+        return;
+    }
+    let line = format!(
+        "{} {} {} ({}) report={} receipt={} cards={}{}",
+        s.task,
+        s.run_id,
+        s.status.as_str(),
+        s.stop_reason.as_str(),
+        s.report.as_deref().unwrap_or("-"),
+        s.receipt.as_deref().unwrap_or("-"),
+        s.cards.len(),
+        s.commit
+            .as_deref()
+            .map(|c| format!(" commit={}", &c[..c.len().min(12)]))
+            .unwrap_or_default()
+    );
+    if ok {
+        println!("{line}");
+    } else {
+        eprintln!("error: {}", s.message);
+        eprintln!("{line}");
+        if !s.cards.is_empty() {
+            eprintln!("hint: `builder cards list` shows the cards; the receipt has the details");
+        }
+    }
+}

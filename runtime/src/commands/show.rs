@@ -1,0 +1,98 @@
+//! `runtime show <run-id>`: one run's trace, readable, as JSON, or as OTLP/JSON.
+
+use shared::layout::STATE_DIR;
+use shared::store::Store;
+use std::path::{Path, PathBuf};
+
+/// Show one run's trace (spans, budget reports, tool calls)
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Run id (a unique prefix is enough)
+    pub run_id: String,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Write the trace as OTLP/JSON (OpenTelemetry GenAI names)
+    #[arg(long)]
+    pub otlp: bool,
+    /// With --otlp: include message and tool content
+    #[arg(long)]
+    pub include_content: bool,
+    /// Write to this file instead of stdout
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
+    let store = Store::open(&root.join(STATE_DIR).join("state.db"))?;
+    let Some((row, trace)) = shared::trace::load_run(&store, &args.run_id)? else {
+        eprintln!("error: no run `{}` in {}", args.run_id, store.path());
+        eprintln!("hint: `runtime runs` lists local runs");
+        return Ok(2);
+    };
+    let text = if args.otlp {
+        serde_json::to_string_pretty(&shared::trace::to_otlp(&row, &trace, args.include_content))?
+    } else if args.json {
+        serde_json::to_string_pretty(&serde_json::json!({"run": row, "trace": trace}))?
+    } else {
+        render(&row, &trace)
+    };
+    match &args.output {
+        Some(p) => std::fs::write(p, text + "\n")?,
+        None => println!("{text}"),
+    }
+    Ok(0)
+}
+
+fn render(row: &shared::trace::RunRow, trace: &shared::trace::Trace) -> String {
+    let mut out = format!(
+        "run {}  task {}  {} ({})  steps {}  tokens {}  cost ${:.4}  {} ms\n\nspans:\n",
+        row.run_id,
+        row.task,
+        row.status,
+        row.stop_reason,
+        row.steps,
+        row.tokens,
+        row.cost_usd,
+        row.duration_ms
+    );
+    for s in &trace.spans {
+        let tokens = if s.tokens_in + s.tokens_out > 0 {
+            format!("  tokens {}+{}", s.tokens_in, s.tokens_out)
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "  {:>9.2} ms  {:<10} {:<40} {}{}\n",
+            s.duration_ms(),
+            s.kind,
+            s.name,
+            s.status,
+            tokens
+        ));
+    }
+    out.push_str("\nsteps (context budget):\n");
+    for (step, r) in &trace.steps {
+        out.push_str(&format!(
+            "  {step:>3}: used {}/{} tokens, {} messages, {} summarised, {} dropped{}\n",
+            r.used,
+            r.budget,
+            r.included,
+            r.summarised,
+            r.dropped,
+            if r.reasons.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", r.reasons.join("; "))
+            }
+        ));
+    }
+    out.push_str("\ntool calls:\n");
+    for c in &trace.calls {
+        out.push_str(&format!(
+            "  step {:>2} {:<10} {:<11} {:<6} {:<20} {}  {}\n",
+            c.step, c.call_id, c.name, c.decision, c.outcome, c.arguments, c.reason
+        ));
+    }
+    out
+}

@@ -1,0 +1,175 @@
+//! The shared HTTP call with retries: exponential backoff with full jitter on 429, 5xx,
+//! connection errors and timeouts; `retry-after` (seconds or an HTTP date) honoured;
+//! other 4xx never retried. Error bodies are shortened and never carry the key.
+
+use super::{ProviderError, ProviderErrorKind, RetryPolicy};
+use std::time::Duration;
+
+/// POSTs `body` to `url` with `headers`, retrying per `policy`; returns the JSON body
+/// and the number of retries taken.
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &[(&str, String)],
+    body: &serde_json::Value,
+    policy: &RetryPolicy,
+) -> Result<(serde_json::Value, u32), ProviderError> {
+    let mut attempt: u32 = 0;
+    loop {
+        let mut req = client.post(url).timeout(policy.request_timeout).json(body);
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let outcome = req.send().await;
+        let (err, retry_after) = match outcome {
+            Ok(resp) => {
+                let status = resp.status();
+                let retry_after =
+                    parse_retry_after(resp.headers().get(reqwest::header::RETRY_AFTER));
+                if status.is_success() {
+                    let bytes = resp
+                        .bytes()
+                        .await
+                        .map_err(|e| with_retries(classify(e), attempt))?;
+                    let json = serde_json::from_slice(&bytes).map_err(|e| {
+                        with_retries(
+                            ProviderError::new(
+                                ProviderErrorKind::Decode,
+                                Some(status.as_u16()),
+                                format!("response is not JSON: {e}"),
+                            ),
+                            attempt,
+                        )
+                    })?;
+                    return Ok((json, attempt));
+                }
+                let text = resp.text().await.unwrap_or_default();
+                let snippet: String = text.chars().take(300).collect();
+                let kind = match status.as_u16() {
+                    429 => ProviderErrorKind::RateLimited,
+                    401 | 403 => ProviderErrorKind::Auth,
+                    s if s >= 500 => ProviderErrorKind::Server,
+                    _ => ProviderErrorKind::BadRequest,
+                };
+                (
+                    ProviderError::new(kind, Some(status.as_u16()), snippet),
+                    retry_after,
+                )
+            }
+            Err(e) => (classify(e), None),
+        };
+        let retryable = matches!(
+            err.kind,
+            ProviderErrorKind::RateLimited
+                | ProviderErrorKind::Server
+                | ProviderErrorKind::Timeout
+                | ProviderErrorKind::Connect
+        );
+        if !retryable || attempt >= policy.max_retries {
+            return Err(with_retries(err, attempt));
+        }
+        let delay = retry_after
+            .map(|d| d.min(Duration::from_secs(120)))
+            .unwrap_or_else(|| backoff(policy, attempt));
+        tracing::info!(attempt = attempt + 1, delay_ms = delay.as_millis() as u64, error = %err.message, status = err.status, "retrying model call");
+        tokio::time::sleep(delay).await;
+        attempt += 1;
+    }
+}
+
+fn with_retries(mut e: ProviderError, retries: u32) -> ProviderError {
+    e.retries = retries;
+    e
+}
+
+/// Exponential backoff with full jitter: uniform in [base * 2^n / 2, base * 2^n].
+pub fn backoff(policy: &RetryPolicy, attempt: u32) -> Duration {
+    let exp = policy
+        .base_delay
+        .saturating_mul(1u32 << attempt.min(16))
+        .min(policy.max_delay);
+    let jitter: f64 = 0.5 + rand::random::<f64>() * 0.5;
+    exp.mul_f64(jitter)
+}
+
+fn classify(e: reqwest::Error) -> ProviderError {
+    let kind = if e.is_timeout() {
+        ProviderErrorKind::Timeout
+    } else if e.is_connect() || e.is_request() {
+        ProviderErrorKind::Connect
+    } else if e.is_decode() || e.is_body() {
+        ProviderErrorKind::Decode
+    } else {
+        ProviderErrorKind::Connect
+    };
+    // reqwest's Display includes the URL but never headers, so the key cannot leak.
+    ProviderError::new(kind, e.status().map(|s| s.as_u16()), e.to_string())
+}
+
+/// `retry-after` as seconds or an HTTP date.
+pub fn parse_retry_after(v: Option<&reqwest::header::HeaderValue>) -> Option<Duration> {
+    let s = v?.to_str().ok()?.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        return (secs >= 0.0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(s).ok()?;
+    let delta = at.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    Some(delta.to_std().unwrap_or(Duration::ZERO))
+}
+
+/// A client with sane defaults (no proxy surprises for loopback servers).
+pub fn client() -> Result<reqwest::Client, ProviderError> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .user_agent(concat!("agent-runtime/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| {
+            ProviderError::new(
+                ProviderErrorKind::Config,
+                None,
+                format!("cannot build HTTP client: {e}"),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_forms() {
+        let h = |s: &str| reqwest::header::HeaderValue::from_str(s).unwrap();
+        assert_eq!(
+            parse_retry_after(Some(&h("2"))),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            parse_retry_after(Some(&h("0.5"))),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            parse_retry_after(Some(&h("Wed, 21 Oct 2015 07:28:00 GMT"))),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after(Some(&h("soon"))), None);
+        assert_eq!(parse_retry_after(None), None);
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_caps() {
+        let p = RetryPolicy {
+            max_retries: 5,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(1000),
+            request_timeout: Duration::from_secs(1),
+        };
+        for attempt in 0..8 {
+            let d = backoff(&p, attempt);
+            let ceiling = (100u64 << attempt).min(1000);
+            assert!(
+                d.as_millis() as u64 <= ceiling && d.as_millis() as u64 >= ceiling / 2,
+                "attempt {attempt}: {d:?}"
+            );
+        }
+    }
+}

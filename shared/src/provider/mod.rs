@@ -1,0 +1,331 @@
+//! Model providers behind one adapter: OpenAI Chat Completions (and compatible
+//! servers: llama.cpp, vLLM, Ollama), Anthropic Messages, and `replay` (answers from a
+//! recorded trace). Each declares its capabilities. HTTP providers retry 429, 5xx,
+//! connection errors and timeouts with exponential backoff and jitter, honour
+//! `retry-after`, and never retry other 4xx; an optional fallback provider is tried
+//! when the primary gives up. Keys come from environment variables only.
+
+mod anthropic;
+mod http;
+mod openai;
+mod replay;
+
+use crate::records::Tokens;
+use crate::settings::{Limits, ProviderKind, ProviderSettings};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Duration;
+
+pub use replay::ReplayTrace;
+
+/// A tool call requested by the model. `arguments` is the raw JSON text as the
+/// model sent it (it may be invalid).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// One message of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        content: Option<String>,
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        call_id: String,
+        name: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+impl Message {
+    /// Rough size in tokens (4 bytes a token), for context budgeting.
+    pub fn approx_tokens(&self) -> u64 {
+        let bytes = match self {
+            Message::System { content } | Message::User { content } => content.len(),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                content.as_deref().map_or(0, str::len)
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.len() + 16)
+                        .sum::<usize>()
+            }
+            Message::Tool { content, .. } => content.len() + 16,
+        };
+        (bytes as u64).div_ceil(4) + 4
+    }
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: String,
+    pub schema: serde_json::Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolDef>,
+    pub max_output_tokens: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelResponse {
+    pub content: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Tokens,
+    /// HTTP retries this answer took.
+    pub retries: u32,
+    /// Which provider answered (`primary` or `fallback`).
+    pub served_by: String,
+}
+
+/// What a provider can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Capabilities {
+    pub tool_calling: bool,
+    pub parallel_calls: bool,
+    pub streaming: bool,
+    pub max_context: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderErrorKind {
+    RateLimited,
+    Server,
+    Auth,
+    BadRequest,
+    Timeout,
+    Connect,
+    Decode,
+    ReplayExhausted,
+    Config,
+}
+
+/// Why a model call failed, after retries.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{kind:?}{}: {message} (after {retries} retries)", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
+pub struct ProviderError {
+    pub kind: ProviderErrorKind,
+    pub status: Option<u16>,
+    pub message: String,
+    pub retries: u32,
+}
+
+impl ProviderError {
+    fn new(kind: ProviderErrorKind, status: Option<u16>, message: impl Into<String>) -> Self {
+        ProviderError {
+            kind,
+            status,
+            message: message.into(),
+            retries: 0,
+        }
+    }
+}
+
+/// Retry and timeout policy for HTTP providers.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub max_retries: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+    pub request_timeout: Duration,
+}
+
+impl RetryPolicy {
+    pub fn from_limits(l: &Limits) -> Self {
+        RetryPolicy {
+            max_retries: l.max_retries,
+            base_delay: Duration::from_millis(l.retry_base_ms),
+            max_delay: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(l.request_timeout_s),
+        }
+    }
+}
+
+enum Backend {
+    OpenAi(openai::OpenAi),
+    Anthropic(anthropic::Anthropic),
+    Replay(replay::Replay),
+}
+
+/// One configured provider.
+pub struct Provider {
+    backend: Backend,
+    settings: ProviderSettings,
+}
+
+impl Provider {
+    /// Builds a provider; `root` resolves a replay trace path.
+    pub fn new(
+        settings: &ProviderSettings,
+        root: &Path,
+        retry: RetryPolicy,
+    ) -> Result<Provider, ProviderError> {
+        let key = match &settings.api_key_env {
+            Some(name) => std::env::var(name).ok(),
+            None => None,
+        };
+        let backend = match settings.kind {
+            ProviderKind::Openai => Backend::OpenAi(openai::OpenAi::new(settings, key, retry)?),
+            ProviderKind::Anthropic => {
+                Backend::Anthropic(anthropic::Anthropic::new(settings, key, retry)?)
+            }
+            ProviderKind::Replay => {
+                let rel = settings.replay.as_deref().ok_or_else(|| {
+                    ProviderError::new(
+                        ProviderErrorKind::Config,
+                        None,
+                        "replay provider needs `replay:`",
+                    )
+                })?;
+                Backend::Replay(replay::Replay::load(&root.join(rel))?)
+            }
+        };
+        Ok(Provider {
+            backend,
+            settings: settings.clone(),
+        })
+    }
+
+    pub fn capabilities(&self) -> Capabilities {
+        let declared = self.settings.max_context_tokens;
+        match &self.backend {
+            Backend::OpenAi(_) => Capabilities {
+                tool_calling: true,
+                parallel_calls: true,
+                streaming: true,
+                max_context: declared.unwrap_or(128_000),
+            },
+            Backend::Anthropic(_) => Capabilities {
+                tool_calling: true,
+                parallel_calls: true,
+                streaming: true,
+                max_context: declared.unwrap_or(200_000),
+            },
+            Backend::Replay(_) => Capabilities {
+                tool_calling: true,
+                parallel_calls: true,
+                streaming: false,
+                max_context: declared.unwrap_or(128_000),
+            },
+        }
+    }
+
+    pub fn kind(&self) -> ProviderKind {
+        self.settings.kind
+    }
+
+    pub fn model(&self) -> String {
+        match &self.backend {
+            Backend::Replay(r) => self
+                .settings
+                .model
+                .clone()
+                .unwrap_or_else(|| r.model().to_string()),
+            Backend::OpenAi(_) | Backend::Anthropic(_) => self.settings.model_name().to_string(),
+        }
+    }
+
+    /// TCP port this provider connects to (`None` for replay).
+    pub fn port(&self) -> Option<u16> {
+        provider_port(&self.settings)
+    }
+
+    pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
+        match &self.backend {
+            Backend::OpenAi(p) => p.complete(req).await,
+            Backend::Anthropic(p) => p.complete(req).await,
+            Backend::Replay(p) => p.complete(req),
+        }
+    }
+}
+
+/// The TCP port a provider's base URL points at.
+pub fn provider_port(s: &ProviderSettings) -> Option<u16> {
+    let url = match s.kind {
+        ProviderKind::Replay => return None,
+        ProviderKind::Openai => s
+            .base_url
+            .clone()
+            .unwrap_or_else(|| openai::DEFAULT_BASE_URL.into()),
+        ProviderKind::Anthropic => s
+            .base_url
+            .clone()
+            .unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.into()),
+    };
+    let parsed = reqwest::Url::parse(&url).ok()?;
+    parsed.port_or_known_default()
+}
+
+/// The primary provider with an optional fallback.
+pub struct ProviderChain {
+    pub primary: Provider,
+    pub fallback: Option<Provider>,
+}
+
+impl ProviderChain {
+    pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
+        match self.primary.complete(req).await {
+            Ok(r) => Ok(r),
+            Err(e) => match &self.fallback {
+                Some(fb) if e.kind != ProviderErrorKind::ReplayExhausted => {
+                    tracing::warn!(error = %e, "primary provider failed; trying the fallback");
+                    let mut freq = req.clone();
+                    freq.model = fb.model();
+                    let mut r = fb.complete(&freq).await.map_err(|fe| ProviderError {
+                        retries: fe.retries + e.retries,
+                        ..fe
+                    })?;
+                    r.retries += e.retries;
+                    r.served_by = "fallback".into();
+                    Ok(r)
+                }
+                _ => Err(e),
+            },
+        }
+    }
+
+    pub fn ports(&self) -> Vec<u16> {
+        [
+            self.primary.port(),
+            self.fallback.as_ref().and_then(|f| f.port()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
+/// Price of a call in USD, from the settings' per-model table (0 when unknown).
+pub fn cost_usd(
+    prices: &std::collections::BTreeMap<String, crate::settings::Price>,
+    model: &str,
+    usage: Tokens,
+) -> f64 {
+    match prices.get(model) {
+        Some(p) => {
+            (usage.input as f64 * p.input_per_mtok + usage.output as f64 * p.output_per_mtok)
+                / 1_000_000.0
+        }
+        None => 0.0,
+    }
+}

@@ -1,0 +1,115 @@
+//! The `replay` provider: answers from a recorded trace, turn by turn, for offline
+//! demos, evals and tests. The answer for a request is the turn whose index is the
+//! number of assistant messages already in the conversation, so a resumed run picks
+//! up where it stopped.
+
+use super::{Message, ModelRequest, ModelResponse, ProviderError, ProviderErrorKind, ToolCall};
+use crate::records::Tokens;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// A recorded trace file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayTrace {
+    pub version: u32,
+    #[serde(default)]
+    pub model: Option<String>,
+    pub turns: Vec<ReplayTurn>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayTurn {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Vec<ReplayCall>,
+    #[serde(default)]
+    pub usage: ReplayUsage,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayCall {
+    pub id: String,
+    pub name: String,
+    /// An object, or a string holding raw (possibly invalid) JSON.
+    pub arguments: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayUsage {
+    #[serde(default)]
+    pub input: u64,
+    #[serde(default)]
+    pub output: u64,
+}
+
+pub struct Replay {
+    trace: ReplayTrace,
+}
+
+impl Replay {
+    pub fn load(path: &Path) -> Result<Replay, ProviderError> {
+        let err = |m: String| ProviderError {
+            kind: ProviderErrorKind::Config,
+            status: None,
+            message: m,
+            retries: 0,
+        };
+        let src =
+            std::fs::read_to_string(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
+        let trace: ReplayTrace = serde_json::from_str(&src)
+            .map_err(|e| err(format!("{}:{}: {e}", path.display(), e.line())))?;
+        Ok(Replay { trace })
+    }
+
+    pub fn model(&self) -> &str {
+        self.trace.model.as_deref().unwrap_or("replay")
+    }
+
+    pub fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
+        let turn_index = req
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Assistant { .. }))
+            .count();
+        let turn = self
+            .trace
+            .turns
+            .get(turn_index)
+            .ok_or_else(|| ProviderError {
+                kind: ProviderErrorKind::ReplayExhausted,
+                status: None,
+                message: format!(
+                    "the recorded trace has {} turns; turn {} was asked for",
+                    self.trace.turns.len(),
+                    turn_index + 1
+                ),
+                retries: 0,
+            })?;
+        Ok(ModelResponse {
+            content: turn.content.clone(),
+            tool_calls: turn
+                .tool_calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    arguments: match &c.arguments {
+                        serde_json::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    },
+                })
+                .collect(),
+            usage: Tokens {
+                input: turn.usage.input,
+                output: turn.usage.output,
+            },
+            retries: 0,
+            served_by: "primary".into(),
+        })
+    }
+}

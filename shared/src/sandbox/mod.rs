@@ -1,0 +1,158 @@
+//! Sandbox *policy*: plain data saying what a sandboxed process may read, write and
+//! connect to, derived from the repository layout and settings. Enforcement with
+//! Landlock lives apart in [`landlock`], so the policy can be built, logged, sent to
+//! the tool worker and tested without touching the kernel.
+
+pub mod landlock;
+
+use crate::layout::{Owner, Ownership, STATE_DIR};
+use crate::settings::{NetworkMode, NetworkSetting, RuntimeSettings};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// System locations a sandboxed process may read and execute from.
+pub const SYSTEM_READ_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc",
+    "/sys", "/dev", "/run",
+];
+
+/// What one sandboxed process may do.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// Directories readable (and executable) beneath.
+    pub read_dirs: Vec<PathBuf>,
+    /// Directories writable beneath (create, write, remove, rename).
+    pub write_dirs: Vec<PathBuf>,
+    /// Single files writable (`/dev/null`).
+    pub write_files: Vec<PathBuf>,
+    /// TCP ports connect() may reach; everything else is refused (ABI 4+).
+    pub connect_ports: Vec<u16>,
+    /// Scope signals and abstract unix sockets to the sandbox (ABI 6+).
+    pub scope_ipc: bool,
+}
+
+/// The tool worker's sandbox: reads in system dirs, the repo and the settings' extra
+/// read roots; writes only where the write ACL points (never a builder path), the
+/// per-run scratch dir and `/dev/null`; TCP only to granted ports.
+pub fn worker_spec(
+    root: &Path,
+    scratch: &Path,
+    s: &RuntimeSettings,
+    ownership: &Ownership,
+) -> SandboxSpec {
+    let mut read_dirs: Vec<PathBuf> = SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect();
+    read_dirs.push(root.to_path_buf());
+    read_dirs.extend(
+        s.permissions
+            .additional_directories
+            .iter()
+            .map(PathBuf::from),
+    );
+    let mut write_dirs = vec![scratch.to_path_buf()];
+    for dir in acl_dirs(&s.permissions.write) {
+        if ownership.classify(&dir) != Owner::Builder {
+            write_dirs.push(root.join(dir));
+        }
+    }
+    let connect_ports = match &s.sandbox.network {
+        NetworkSetting::Ports(p) => p.clone(),
+        NetworkSetting::Mode(NetworkMode::None | NetworkMode::Provider) => Vec::new(),
+    };
+    SandboxSpec {
+        read_dirs,
+        write_dirs,
+        write_files: vec![PathBuf::from("/dev/null")],
+        connect_ports,
+        scope_ipc: true,
+    }
+}
+
+/// The runtime's own sandbox, entered before the loop: it may write its records, its
+/// state and git objects, and connect only to the provider's port(s).
+pub fn runtime_spec(root: &Path, provider_ports: &[u16]) -> SandboxSpec {
+    let mut write_dirs: Vec<PathBuf> = crate::layout::RUNTIME_DIRS
+        .iter()
+        .map(|d| root.join(d))
+        .collect();
+    write_dirs.push(root.join(".git"));
+    write_dirs.push(root.join(STATE_DIR));
+    SandboxSpec {
+        read_dirs: vec![PathBuf::from("/")],
+        write_dirs,
+        write_files: vec![PathBuf::from("/dev/null")],
+        connect_ports: provider_ports.to_vec(),
+        scope_ipc: false,
+    }
+}
+
+/// The literal directory prefix of each write glob (`reports/**` -> `reports`).
+pub fn acl_dirs(globs: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in globs {
+        let lit: String = g
+            .chars()
+            .take_while(|c| !matches!(c, '*' | '?' | '[' | '{'))
+            .collect();
+        let dir = match lit.rfind('/') {
+            Some(i) if lit.len() < g.len() => lit[..i].to_string(),
+            _ if lit.len() < g.len() => String::new(),
+            _ => lit.trim_end_matches('/').to_string(),
+        };
+        let dir = dir.trim_start_matches("./").to_string();
+        if !dir.is_empty() && !out.contains(&dir) {
+            out.push(dir);
+        }
+    }
+    out
+}
+
+/// Creates the write directories so Landlock can open them (a missing path cannot
+/// carry a rule and would silently lose its access).
+pub fn prepare_dirs(spec: &SandboxSpec) -> std::io::Result<()> {
+    for d in &spec.write_dirs {
+        std::fs::create_dir_all(d)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acl_dirs_are_literal_prefixes() {
+        let g = |v: &[&str]| acl_dirs(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            g(&[
+                "reports/**",
+                "cards/**",
+                "out/a/*.txt",
+                "./logs/x.log",
+                "**"
+            ]),
+            vec!["reports", "cards", "out/a", "logs/x.log"]
+        );
+    }
+
+    #[test]
+    fn worker_never_gets_builder_dirs() {
+        let mut d = Vec::new();
+        let mut s = crate::settings::parse_runtime_yaml("version: 1\nprovider: {kind: replay, replay: x}\npermissions: {write: [\"reports/**\"]}\n", &mut d).unwrap();
+        s.permissions.write.push("prompts/**".into());
+        let own = Ownership::new("/repo");
+        let spec = worker_spec(
+            Path::new("/repo"),
+            Path::new("/repo/.runtime/scratch/r"),
+            &s,
+            &own,
+        );
+        assert_eq!(
+            spec.write_dirs,
+            vec![
+                PathBuf::from("/repo/.runtime/scratch/r"),
+                PathBuf::from("/repo/reports")
+            ]
+        );
+        assert!(spec.connect_ports.is_empty());
+    }
+}

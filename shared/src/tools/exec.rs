@@ -1,0 +1,589 @@
+//! Tool execution, run inside the sandboxed worker process. File tools work relative
+//! to the repository root; `run_command` runs `/bin/sh -c` in its own process group
+//! with inherited descriptors closed, a scrubbed environment (no API keys), a timeout
+//! that kills the whole group, and an output cap. Kernel refusals (EACCES, EPERM,
+//! EROFS) are reported as `PERMISSION_DENIED` with `kernel_denied` set.
+
+use super::{ErrorClass, ToolArgs, ToolRequest, ToolResult};
+use std::io::{ErrorKind, Read};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Environment variables passed to model-run commands; everything else is dropped.
+pub const PASSTHROUGH_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "TZ"];
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+const MAX_LIST: usize = 1000;
+const MAX_GREP_MATCHES: usize = 500;
+const MAX_GREP_FILE: u64 = 1 << 20;
+
+/// Where tools run.
+#[derive(Debug, Clone)]
+pub struct ExecContext {
+    pub root: PathBuf,
+    /// Per-run scratch directory: `HOME` and `TMPDIR` of model-run commands.
+    pub scratch: PathBuf,
+    /// Environment for commands (already scrubbed by the caller).
+    pub env: Vec<(String, String)>,
+}
+
+impl ExecContext {
+    /// The scrubbed environment model-run commands get.
+    pub fn scrubbed_env(scratch: &Path) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = PASSTHROUGH_ENV
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+            .collect();
+        if !env.iter().any(|(k, _)| k == "PATH") {
+            env.push(("PATH".into(), DEFAULT_PATH.into()));
+        }
+        let s = scratch.to_string_lossy().to_string();
+        env.push(("HOME".into(), s.clone()));
+        env.push(("TMPDIR".into(), s));
+        env.push(("TERM".into(), "dumb".into()));
+        env.push(("GIT_TERMINAL_PROMPT".into(), "0".into()));
+        env.push(("GIT_CONFIG_NOSYSTEM".into(), "1".into()));
+        env
+    }
+}
+
+/// Executes one request.
+pub fn execute(ctx: &ExecContext, req: &ToolRequest) -> ToolResult {
+    let start = Instant::now();
+    let mut r = match &req.args {
+        ToolArgs::ReadFile {
+            path,
+            offset,
+            limit,
+        } => read_file(ctx, path, *offset, *limit, req.output_limit),
+        ToolArgs::ListDir { path } => list_dir(ctx, path, req.output_limit),
+        ToolArgs::Grep { pattern, path } => grep(ctx, pattern, path, req.output_limit),
+        ToolArgs::WriteFile { path, content } => write_file(ctx, path, content),
+        ToolArgs::EditFile { path, old, new } => edit_file(ctx, path, old, new),
+        ToolArgs::RunCommand { command, .. } => run_command(
+            ctx,
+            command,
+            Duration::from_millis(req.timeout_ms),
+            req.output_limit,
+        ),
+    };
+    r.call_id = req.call_id.clone();
+    r.duration_ms = start.elapsed().as_millis() as u64;
+    r
+}
+
+fn ok(output: String, truncated: bool) -> ToolResult {
+    ToolResult {
+        call_id: String::new(),
+        error: None,
+        output,
+        truncated,
+        duration_ms: 0,
+        kernel_denied: false,
+    }
+}
+
+fn io_error(path: &str, e: &std::io::Error, writing: bool) -> ToolResult {
+    let kernel = matches!(
+        e.raw_os_error(),
+        Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) | Some(libc::EXDEV)
+    );
+    let class = match e.kind() {
+        ErrorKind::NotFound => ErrorClass::NotFound,
+        _ if kernel => ErrorClass::PermissionDenied,
+        _ if writing => ErrorClass::SideEffectUncertain,
+        _ => ErrorClass::Failed,
+    };
+    let mut r = ToolResult::error("", class, format!("{path}: {e}"));
+    r.kernel_denied = kernel;
+    r
+}
+
+fn resolve(ctx: &ExecContext, path: &str) -> PathBuf {
+    if Path::new(path).is_absolute() {
+        PathBuf::from(path)
+    } else {
+        ctx.root.join(path)
+    }
+}
+
+fn read_file(
+    ctx: &ExecContext,
+    path: &str,
+    offset: Option<usize>,
+    limit: Option<usize>,
+    cap: usize,
+) -> ToolResult {
+    let full = resolve(ctx, path);
+    let meta = match std::fs::metadata(&full) {
+        Ok(m) => m,
+        Err(e) => return io_error(path, &e, false),
+    };
+    if meta.is_dir() {
+        return ToolResult::error(
+            "",
+            ErrorClass::InvalidArguments,
+            format!("{path} is a directory; use list_dir"),
+        );
+    }
+    if offset.is_none() && limit.is_none() && meta.len() as usize > cap {
+        return ToolResult::error("", ErrorClass::OutputTooLarge, format!("{path} is {} bytes, over the {cap}-byte limit; read it in parts with `offset` and `limit` (lines)", meta.len()));
+    }
+    let bytes = match std::fs::read(&full) {
+        Ok(b) => b,
+        Err(e) => return io_error(path, &e, false),
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let start = offset.unwrap_or(1).saturating_sub(1);
+    let lines: Vec<&str> = text
+        .lines()
+        .skip(start)
+        .take(limit.unwrap_or(usize::MAX))
+        .collect();
+    let (out, truncated) = cap_text(lines.join("\n"), cap);
+    ok(out, truncated)
+}
+
+fn list_dir(ctx: &ExecContext, path: &str, cap: usize) -> ToolResult {
+    let rd = match std::fs::read_dir(resolve(ctx, path)) {
+        Ok(r) => r,
+        Err(e) => return io_error(path, &e, false),
+    };
+    let mut names: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                format!("{n}/")
+            } else {
+                n
+            }
+        })
+        .collect();
+    names.sort();
+    let more = names.len() > MAX_LIST;
+    names.truncate(MAX_LIST);
+    let (out, truncated) = cap_text(names.join("\n"), cap);
+    ok(
+        if names.is_empty() {
+            "(empty)".into()
+        } else {
+            out
+        },
+        truncated || more,
+    )
+}
+
+fn grep(ctx: &ExecContext, pattern: &str, path: &str, cap: usize) -> ToolResult {
+    let re = match regex::Regex::new(pattern) {
+        Ok(r) => r,
+        Err(e) => {
+            return ToolResult::error(
+                "",
+                ErrorClass::InvalidArguments,
+                format!("invalid pattern: {e}"),
+            )
+        }
+    };
+    let base = resolve(ctx, path);
+    if let Err(e) = std::fs::metadata(&base) {
+        return io_error(path, &e, false);
+    }
+    let mut out = String::new();
+    let mut matches = 0;
+    let mut stack = vec![base];
+    while let Some(p) = stack.pop() {
+        if matches >= MAX_GREP_MATCHES || out.len() > cap {
+            break;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir() {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
+            if name == ".git" || name == ".runtime" || name == "target" {
+                continue;
+            }
+            if let Ok(rd) = std::fs::read_dir(&p) {
+                let mut kids: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+                kids.sort();
+                stack.extend(kids.into_iter().rev());
+            }
+        } else if meta.is_file() && meta.len() <= MAX_GREP_FILE {
+            let Ok(bytes) = std::fs::read(&p) else {
+                continue;
+            };
+            if bytes.contains(&0) {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            let shown = p
+                .strip_prefix(&ctx.root)
+                .unwrap_or(&p)
+                .display()
+                .to_string();
+            for (i, line) in text.lines().enumerate() {
+                if re.is_match(line) {
+                    out.push_str(&format!(
+                        "{shown}:{}: {}\n",
+                        i + 1,
+                        line.chars().take(300).collect::<String>()
+                    ));
+                    matches += 1;
+                    if matches >= MAX_GREP_MATCHES {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let (out, truncated) = cap_text(out, cap);
+    ok(
+        if matches == 0 {
+            "(no matches)".into()
+        } else {
+            out
+        },
+        truncated || matches >= MAX_GREP_MATCHES,
+    )
+}
+
+fn write_file(ctx: &ExecContext, path: &str, content: &str) -> ToolResult {
+    use std::io::Write;
+    let full = resolve(ctx, path);
+    if let Some(parent) = full.parent() {
+        if let Err(e) = std::fs::create_dir_all(parent) {
+            return io_error(path, &e, true);
+        }
+    }
+    let mut f = match std::fs::OpenOptions::new().write(true).create_new(true).open(&full) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => return ToolResult::error("", ErrorClass::Failed, format!("{path} already exists; records are never rewritten (edit_file works on files this run created)")),
+        Err(e) => return io_error(path, &e, true),
+    };
+    match f.write_all(content.as_bytes()) {
+        Ok(()) => ok(format!("wrote {} bytes to {path}", content.len()), false),
+        Err(e) => io_error(path, &e, true),
+    }
+}
+
+fn edit_file(ctx: &ExecContext, path: &str, old: &str, new: &str) -> ToolResult {
+    let full = resolve(ctx, path);
+    let text = match std::fs::read_to_string(&full) {
+        Ok(t) => t,
+        Err(e) => return io_error(path, &e, false),
+    };
+    match text.matches(old).count() {
+        1 => {}
+        0 => {
+            return ToolResult::error(
+                "",
+                ErrorClass::InvalidArguments,
+                format!("`old` does not occur in {path}"),
+            )
+        }
+        n => {
+            return ToolResult::error(
+                "",
+                ErrorClass::InvalidArguments,
+                format!("`old` occurs {n} times in {path}; give more context"),
+            )
+        }
+    }
+    match std::fs::write(&full, text.replacen(old, new, 1)) {
+        Ok(()) => ok(format!("edited {path}"), false),
+        Err(e) => io_error(path, &e, true),
+    }
+}
+
+fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) -> ToolResult {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(&ctx.root)
+        .env_clear()
+        .envs(ctx.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    // SAFETY: close_range only marks descriptors close-on-exec; it is
+    // async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return io_error("/bin/sh", &e, false),
+    };
+    let pgid = child.id() as i32;
+    let (tx, rx) = mpsc::channel();
+    let readers: Vec<_> = [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|mut stream| {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            let mut total = 0usize;
+            let mut buf = [0u8; 8192];
+            loop {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        total += n;
+                        if kept.len() < cap {
+                            kept.extend_from_slice(&buf[..n.min(cap - kept.len())]);
+                        }
+                    }
+                }
+            }
+            let _ = tx.send(());
+            (kept, total)
+        })
+    })
+    .collect();
+    drop(tx);
+    let deadline = Instant::now() + timeout;
+    let mut timed_out = false;
+    for _ in 0..readers.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if rx.recv_timeout(left).is_err() {
+            timed_out = true;
+            // SAFETY: kill(2) on our own child's process group.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+            break;
+        }
+    }
+    if timed_out {
+        let _ = rx.recv_timeout(Duration::from_secs(2));
+    }
+    let status = child.wait();
+    let mut outputs = Vec::new();
+    let mut truncated = false;
+    for r in readers {
+        let (kept, total) = r.join().unwrap_or_default();
+        truncated |= total > kept.len();
+        outputs.push(String::from_utf8_lossy(&kept).to_string());
+    }
+    let stdout = outputs.first().cloned().unwrap_or_default();
+    let stderr = outputs.get(1).cloned().unwrap_or_default();
+    let code = status.as_ref().ok().and_then(|s| s.code());
+    let mut text = stdout;
+    if !stderr.is_empty() {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str("[stderr]\n");
+        text.push_str(&stderr);
+    }
+    let (text, cut) = cap_text(text, cap);
+    truncated |= cut;
+    if timed_out {
+        let mut r = ToolResult::error(
+            "",
+            ErrorClass::Timeout,
+            format!("killed after {} ms\n{text}", timeout.as_millis()),
+        );
+        r.truncated = truncated;
+        return r;
+    }
+    let kernel_denied = [
+        "Permission denied",
+        "Operation not permitted",
+        "Read-only file system",
+    ]
+    .iter()
+    .any(|m| stderr.contains(m));
+    match code {
+        Some(0) => {
+            let mut r = ok(text, truncated);
+            r.kernel_denied = kernel_denied;
+            r
+        }
+        other => {
+            let class = if kernel_denied {
+                ErrorClass::PermissionDenied
+            } else {
+                ErrorClass::Failed
+            };
+            let mut r = ToolResult::error(
+                "",
+                class,
+                format!(
+                    "exit status {}\n{text}",
+                    other
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "signal".into())
+                ),
+            );
+            r.truncated = truncated;
+            r.kernel_denied = kernel_denied;
+            r
+        }
+    }
+}
+
+/// Cuts `text` to at most `cap` bytes on a char boundary.
+fn cap_text(mut text: String, cap: usize) -> (String, bool) {
+    if text.len() <= cap {
+        return (text, false);
+    }
+    let mut cut = cap;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    (text, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> (tempfile::TempDir, ExecContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = dir.path().join(".runtime/scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        let env = ExecContext::scrubbed_env(&scratch);
+        let root = dir.path().to_path_buf();
+        (dir, ExecContext { root, scratch, env })
+    }
+
+    fn req(args: ToolArgs) -> ToolRequest {
+        ToolRequest {
+            call_id: "c".into(),
+            args,
+            timeout_ms: 5000,
+            output_limit: 1000,
+        }
+    }
+
+    #[test]
+    fn file_tools_round_trip() {
+        let (_d, c) = ctx();
+        let w = execute(
+            &c,
+            &req(ToolArgs::WriteFile {
+                path: "reports/a.md".into(),
+                content: "hello\nworld\n".into(),
+            }),
+        );
+        assert_eq!(w.error, None, "{w:?}");
+        let again = execute(
+            &c,
+            &req(ToolArgs::WriteFile {
+                path: "reports/a.md".into(),
+                content: "x".into(),
+            }),
+        );
+        assert_eq!(again.error, Some(ErrorClass::Failed));
+        let e = execute(
+            &c,
+            &req(ToolArgs::EditFile {
+                path: "reports/a.md".into(),
+                old: "world".into(),
+                new: "there".into(),
+            }),
+        );
+        assert_eq!(e.error, None);
+        let r = execute(
+            &c,
+            &req(ToolArgs::ReadFile {
+                path: "reports/a.md".into(),
+                offset: Some(2),
+                limit: None,
+            }),
+        );
+        assert_eq!(r.output, "there");
+        let l = execute(
+            &c,
+            &req(ToolArgs::ListDir {
+                path: "reports".into(),
+            }),
+        );
+        assert_eq!(l.output, "a.md");
+        let g = execute(
+            &c,
+            &req(ToolArgs::Grep {
+                pattern: "^hel".into(),
+                path: ".".into(),
+            }),
+        );
+        assert_eq!(g.output, "reports/a.md:1: hello\n");
+        let n = execute(
+            &c,
+            &req(ToolArgs::ReadFile {
+                path: "nope".into(),
+                offset: None,
+                limit: None,
+            }),
+        );
+        assert_eq!(n.error, Some(ErrorClass::NotFound));
+    }
+
+    #[test]
+    fn commands_are_capped_timed_and_scrubbed() {
+        let (_d, c) = ctx();
+        std::env::set_var("SECRET_TEST_KEY_FOR_EXEC", "sk-should-not-leak");
+        let r = execute(
+            &c,
+            &req(ToolArgs::RunCommand {
+                command: "env".into(),
+                timeout_s: None,
+            }),
+        );
+        assert!(!r.output.contains("sk-should-not-leak"), "{}", r.output);
+        assert!(r.output.contains("HOME="), "{}", r.output);
+        let big = execute(
+            &c,
+            &req(ToolArgs::RunCommand {
+                command: "yes | head -c 100000".into(),
+                timeout_s: None,
+            }),
+        );
+        assert!(big.truncated && big.output.len() <= 1000);
+        let mut slow = req(ToolArgs::RunCommand {
+            command: "sleep 5 & sleep 5; echo done".into(),
+            timeout_s: None,
+        });
+        slow.timeout_ms = 200;
+        let t0 = Instant::now();
+        let s = execute(&c, &slow);
+        assert_eq!(s.error, Some(ErrorClass::Timeout));
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        let f = execute(
+            &c,
+            &req(ToolArgs::RunCommand {
+                command: "echo oops >&2; exit 3".into(),
+                timeout_s: None,
+            }),
+        );
+        assert_eq!(f.error, Some(ErrorClass::Failed));
+        assert!(f.output.contains("exit status 3") && f.output.contains("oops"));
+    }
+}

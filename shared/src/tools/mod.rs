@@ -1,0 +1,397 @@
+//! The runtime's tools (DESIGN.md section 4, "Tools"): `read_file`, `list_dir`, `grep`,
+//! `write_file`, `edit_file`, `run_command`. Each has a JSON schema, a risk level, a
+//! timeout and an output limit. Arguments are parsed strictly from the model's raw
+//! JSON; anything malformed becomes an `INVALID_ARGUMENTS` observation, never a crash
+//! and never a stored "valid" call. Execution ([`exec`]) runs inside the sandboxed
+//! tool worker process ([`crate::worker`]).
+
+pub mod exec;
+
+use crate::policy::Call;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// Longest path a tool accepts (Linux PATH_MAX).
+pub const MAX_PATH_BYTES: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    Read,
+    Write,
+    Network,
+    Destructive,
+}
+
+/// How a tool call failed; goes back to the model as part of the observation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorClass {
+    InvalidArguments,
+    NotFound,
+    PermissionDenied,
+    Timeout,
+    OutputTooLarge,
+    SideEffectUncertain,
+    UnknownTool,
+    Failed,
+}
+
+impl ErrorClass {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ErrorClass::InvalidArguments => "INVALID_ARGUMENTS",
+            ErrorClass::NotFound => "NOT_FOUND",
+            ErrorClass::PermissionDenied => "PERMISSION_DENIED",
+            ErrorClass::Timeout => "TIMEOUT",
+            ErrorClass::OutputTooLarge => "OUTPUT_TOO_LARGE",
+            ErrorClass::SideEffectUncertain => "SIDE_EFFECT_UNCERTAIN",
+            ErrorClass::UnknownTool => "UNKNOWN_TOOL",
+            ErrorClass::Failed => "FAILED",
+        }
+    }
+}
+
+/// Validated arguments of one tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "tool", rename_all = "snake_case")]
+pub enum ToolArgs {
+    ReadFile {
+        path: String,
+        offset: Option<usize>,
+        limit: Option<usize>,
+    },
+    ListDir {
+        path: String,
+    },
+    Grep {
+        pattern: String,
+        path: String,
+    },
+    WriteFile {
+        path: String,
+        content: String,
+    },
+    EditFile {
+        path: String,
+        old: String,
+        new: String,
+    },
+    RunCommand {
+        command: String,
+        timeout_s: Option<u64>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    path: String,
+    #[serde(default)]
+    offset: Option<usize>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathArgs {
+    #[serde(default = "dot")]
+    path: String,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrepArgs {
+    pattern: String,
+    #[serde(default = "dot")]
+    path: String,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    path: String,
+    old: String,
+    new: String,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommandArgs {
+    command: String,
+    #[serde(default)]
+    timeout_s: Option<u64>,
+}
+fn dot() -> String {
+    ".".into()
+}
+
+/// Static facts about a tool.
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub risk: Risk,
+    pub schema: fn() -> Value,
+}
+
+pub const SPECS: &[ToolSpec] = &[
+    ToolSpec {
+        name: "read_file",
+        description:
+            "Read a text file in the repository. Optional 1-based line `offset` and line `limit`.",
+        risk: Risk::Read,
+        schema: || json!({"type": "object", "properties": {"path": {"type": "string"}, "offset": {"type": "integer", "minimum": 1}, "limit": {"type": "integer", "minimum": 1}}, "required": ["path"], "additionalProperties": false}),
+    },
+    ToolSpec {
+        name: "list_dir",
+        description: "List a directory (directories end with `/`).",
+        risk: Risk::Read,
+        schema: || json!({"type": "object", "properties": {"path": {"type": "string"}}, "additionalProperties": false}),
+    },
+    ToolSpec {
+        name: "grep",
+        description:
+            "Search files under `path` for a regular expression; prints `file:line: text`.",
+        risk: Risk::Read,
+        schema: || json!({"type": "object", "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}}, "required": ["pattern"], "additionalProperties": false}),
+    },
+    ToolSpec {
+        name: "write_file",
+        description: "Create a new file (it must not exist) where the write ACL allows.",
+        risk: Risk::Write,
+        schema: || json!({"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"], "additionalProperties": false}),
+    },
+    ToolSpec {
+        name: "edit_file",
+        description: "Replace the one occurrence of `old` with `new` in a file this run created.",
+        risk: Risk::Write,
+        schema: || json!({"type": "object", "properties": {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}}, "required": ["path", "old", "new"], "additionalProperties": false}),
+    },
+    ToolSpec {
+        name: "run_command",
+        description:
+            "Run a shell command in the repository root (sandboxed; no network unless granted).",
+        risk: Risk::Destructive,
+        schema: || json!({"type": "object", "properties": {"command": {"type": "string"}, "timeout_s": {"type": "integer", "minimum": 1}}, "required": ["command"], "additionalProperties": false}),
+    },
+];
+
+pub fn spec(name: &str) -> Option<&'static ToolSpec> {
+    SPECS.iter().find(|s| s.name == name)
+}
+
+/// Parses the model's raw argument text for tool `name`.
+pub fn parse_args(name: &str, raw: &str) -> Result<ToolArgs, (ErrorClass, String)> {
+    let invalid = |m: String| (ErrorClass::InvalidArguments, m);
+    if spec(name).is_none() {
+        return Err((
+            ErrorClass::UnknownTool,
+            format!(
+                "there is no tool `{name}`; available: {}",
+                SPECS.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    let raw = if raw.trim().is_empty() { "{}" } else { raw };
+    let v: Value = serde_json::from_str(raw)
+        .map_err(|e| invalid(format!("arguments are not valid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(invalid("arguments must be a JSON object".into()));
+    }
+    let de = |e: serde_json::Error| invalid(format!("invalid arguments for `{name}`: {e}"));
+    let args = match name {
+        "read_file" => {
+            let a: ReadArgs = serde_json::from_value(v).map_err(de)?;
+            ToolArgs::ReadFile {
+                path: a.path,
+                offset: a.offset,
+                limit: a.limit,
+            }
+        }
+        "list_dir" => ToolArgs::ListDir {
+            path: serde_json::from_value::<PathArgs>(v).map_err(de)?.path,
+        },
+        "grep" => {
+            let a: GrepArgs = serde_json::from_value(v).map_err(de)?;
+            ToolArgs::Grep {
+                pattern: a.pattern,
+                path: a.path,
+            }
+        }
+        "write_file" => {
+            let a: WriteArgs = serde_json::from_value(v).map_err(de)?;
+            ToolArgs::WriteFile {
+                path: a.path,
+                content: a.content,
+            }
+        }
+        "edit_file" => {
+            let a: EditArgs = serde_json::from_value(v).map_err(de)?;
+            ToolArgs::EditFile {
+                path: a.path,
+                old: a.old,
+                new: a.new,
+            }
+        }
+        _ => {
+            let a: CommandArgs = serde_json::from_value(v).map_err(de)?;
+            ToolArgs::RunCommand {
+                command: a.command,
+                timeout_s: a.timeout_s,
+            }
+        }
+    };
+    if let Some(p) = args.path() {
+        if p.len() > MAX_PATH_BYTES {
+            return Err(invalid(format!(
+                "path is {} bytes, longer than {MAX_PATH_BYTES}",
+                p.len()
+            )));
+        }
+        if p.is_empty() {
+            return Err(invalid("path is empty".into()));
+        }
+    }
+    Ok(args)
+}
+
+impl ToolArgs {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ToolArgs::ReadFile { .. } => "read_file",
+            ToolArgs::ListDir { .. } => "list_dir",
+            ToolArgs::Grep { .. } => "grep",
+            ToolArgs::WriteFile { .. } => "write_file",
+            ToolArgs::EditFile { .. } => "edit_file",
+            ToolArgs::RunCommand { .. } => "run_command",
+        }
+    }
+
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            ToolArgs::ReadFile { path, .. }
+            | ToolArgs::ListDir { path }
+            | ToolArgs::Grep { path, .. }
+            | ToolArgs::WriteFile { path, .. }
+            | ToolArgs::EditFile { path, .. } => Some(path),
+            ToolArgs::RunCommand { .. } => None,
+        }
+    }
+
+    /// The call as the policy engine sees it.
+    pub fn as_call(&self) -> Call<'_> {
+        match self {
+            ToolArgs::ReadFile { path, .. } => Call::ReadFile(path),
+            ToolArgs::ListDir { path } => Call::ListDir(path),
+            ToolArgs::Grep { path, .. } => Call::Grep(path),
+            ToolArgs::WriteFile { path, .. } => Call::WriteFile(path),
+            ToolArgs::EditFile { path, .. } => Call::EditFile(path),
+            ToolArgs::RunCommand { command, .. } => Call::RunCommand(command),
+        }
+    }
+}
+
+/// A request to the tool worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ToolRequest {
+    pub call_id: String,
+    pub args: ToolArgs,
+    pub timeout_ms: u64,
+    pub output_limit: usize,
+}
+
+/// The worker's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    pub call_id: String,
+    pub error: Option<ErrorClass>,
+    pub output: String,
+    pub truncated: bool,
+    pub duration_ms: u64,
+    /// The kernel refused an operation (EACCES/EPERM/EROFS) during the call.
+    #[serde(default)]
+    pub kernel_denied: bool,
+}
+
+impl ToolResult {
+    pub fn error(call_id: &str, class: ErrorClass, msg: impl Into<String>) -> ToolResult {
+        ToolResult {
+            call_id: call_id.to_string(),
+            error: Some(class),
+            output: msg.into(),
+            truncated: false,
+            duration_ms: 0,
+            kernel_denied: false,
+        }
+    }
+
+    /// Text for the model.
+    pub fn observation(&self) -> String {
+        match self.error {
+            None if self.truncated => format!("{}\n[output truncated]", self.output),
+            None => self.output.clone(),
+            Some(c) => format!("ERROR {}: {}", c.as_str(), self.output),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_classifies_bad_arguments() {
+        assert_eq!(
+            parse_args("read_file", r#"{"path":"a"}"#).unwrap(),
+            ToolArgs::ReadFile {
+                path: "a".into(),
+                offset: None,
+                limit: None
+            }
+        );
+        assert_eq!(
+            parse_args("list_dir", "").unwrap(),
+            ToolArgs::ListDir { path: ".".into() }
+        );
+        assert_eq!(
+            parse_args("read_file", "{\"path\": ").unwrap_err().0,
+            ErrorClass::InvalidArguments
+        );
+        assert_eq!(
+            parse_args("read_file", r#"{"path": 3}"#).unwrap_err().0,
+            ErrorClass::InvalidArguments
+        );
+        assert_eq!(
+            parse_args("read_file", r#"{"path": "a", "mode": "x"}"#)
+                .unwrap_err()
+                .0,
+            ErrorClass::InvalidArguments
+        );
+        assert_eq!(
+            parse_args("read_file", r#"[1]"#).unwrap_err().0,
+            ErrorClass::InvalidArguments
+        );
+        assert_eq!(
+            parse_args("teleport", "{}").unwrap_err().0,
+            ErrorClass::UnknownTool
+        );
+        let long = format!("{{\"path\": \"{}\"}}", "a/".repeat(5000));
+        assert_eq!(
+            parse_args("read_file", &long).unwrap_err().0,
+            ErrorClass::InvalidArguments
+        );
+    }
+
+    #[test]
+    fn every_tool_has_a_valid_schema() {
+        for s in SPECS {
+            let schema = (s.schema)();
+            assert_eq!(schema["type"], "object", "{}", s.name);
+            assert!(crate::settings::TOOL_NAMES.contains(&s.name));
+        }
+        assert_eq!(SPECS.len(), crate::settings::TOOL_NAMES.len());
+    }
+}

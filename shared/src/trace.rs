@@ -1,0 +1,341 @@
+//! The fire's trace: spans for prefetch, each model call and each tool call (duration,
+//! tokens, status), step budget reports and tool-call details, kept in memory during a
+//! fire and stored in `.runtime/state.db`. Also reads runs back for `runtime runs` /
+//! `runtime show`, and exports one run as OTLP/JSON with OpenTelemetry GenAI attribute
+//! names (message content left out unless asked for).
+
+use crate::agent::context::BudgetReport;
+use crate::records::Receipt;
+use crate::store::{Store, StoreError};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Span {
+    pub id: u64,
+    pub parent: Option<u64>,
+    /// `fire`, `prefetch`, `model`, `tool`, `acceptance`, `commit`.
+    pub kind: String,
+    pub name: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub status: String,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub attributes: serde_json::Map<String, Value>,
+}
+
+impl Span {
+    pub fn duration_ms(&self) -> f64 {
+        self.end_ns.saturating_sub(self.start_ns) as f64 / 1e6
+    }
+}
+
+/// A tool call as stored in the trace (arguments redacted, or marked invalid).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TracedCall {
+    pub call_id: String,
+    pub step: u32,
+    pub name: String,
+    /// The parsed arguments, or `{"_invalid": raw}` when they did not parse.
+    pub arguments: Value,
+    pub args_hash: String,
+    pub decision: String,
+    pub rule: Option<String>,
+    pub reason: String,
+    pub outcome: String,
+    pub duration_ms: u64,
+}
+
+/// Collects one fire's trace.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Trace {
+    pub spans: Vec<Span>,
+    pub steps: Vec<(u32, BudgetReport)>,
+    pub calls: Vec<TracedCall>,
+    next_id: u64,
+}
+
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl Trace {
+    /// Opens a span; close it with [`Trace::end`].
+    pub fn start(&mut self, kind: &str, name: impl Into<String>, parent: Option<u64>) -> u64 {
+        self.next_id += 1;
+        let now = now_ns();
+        self.spans.push(Span {
+            id: self.next_id,
+            parent,
+            kind: kind.into(),
+            name: name.into(),
+            start_ns: now,
+            end_ns: now,
+            status: "running".into(),
+            tokens_in: 0,
+            tokens_out: 0,
+            attributes: Default::default(),
+        });
+        self.next_id
+    }
+
+    pub fn end(&mut self, id: u64, status: &str) {
+        if let Some(s) = self.spans.iter_mut().find(|s| s.id == id) {
+            s.end_ns = now_ns();
+            s.status = status.into();
+        }
+    }
+
+    pub fn span_mut(&mut self, id: u64) -> Option<&mut Span> {
+        self.spans.iter_mut().find(|s| s.id == id)
+    }
+
+    pub fn attr(&mut self, id: u64, key: &str, value: impl Into<Value>) {
+        if let Some(s) = self.span_mut(id) {
+            s.attributes.insert(key.into(), value.into());
+        }
+    }
+
+    /// Stores the run row, spans, steps and calls in one transaction.
+    pub fn save(
+        &self,
+        store: &mut Store,
+        receipt: &Receipt,
+        receipt_path: &str,
+        report_path: &str,
+    ) -> Result<(), StoreError> {
+        store.write(|tx| {
+            let r = receipt;
+            let duration = (r.finished_at - r.started_at).num_milliseconds().max(0);
+            tx.execute(
+                "INSERT OR REPLACE INTO runs (run_id, task, status, stop_reason, started_at, finished_at, steps, tokens_in, tokens_out, cost_usd, denials, retries, duration_ms, commit_id, prompt_blob, scope_blob, settings_blob, provider, model, receipt_path, report_path)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+                rusqlite::params![r.run_id, r.task, r.status.as_str(), r.stop_reason.as_str(), r.started_at.to_rfc3339(), r.finished_at.to_rfc3339(), r.steps, r.tokens.input as i64, r.tokens.output as i64, r.cost_usd, r.denials, r.retries, duration, r.inputs.commit, r.inputs.prompt, r.inputs.scope, r.inputs.settings, r.inputs.provider, r.inputs.model, receipt_path, report_path],
+            )?;
+            for s in &self.spans {
+                tx.execute(
+                    "INSERT OR REPLACE INTO spans (run_id, span_id, parent_id, kind, name, start_ns, end_ns, status, tokens_in, tokens_out, attributes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                    rusqlite::params![r.run_id, s.id as i64, s.parent.map(|p| p as i64), s.kind, s.name, s.start_ns as i64, s.end_ns as i64, s.status, s.tokens_in as i64, s.tokens_out as i64, Value::Object(s.attributes.clone()).to_string()],
+                )?;
+            }
+            for (step, report) in &self.steps {
+                tx.execute("INSERT OR REPLACE INTO steps (run_id, step, budget_report) VALUES (?1, ?2, ?3)", rusqlite::params![r.run_id, step, serde_json::to_string(report).unwrap_or_default()])?;
+            }
+            for c in &self.calls {
+                tx.execute(
+                    "INSERT OR REPLACE INTO tool_calls (run_id, call_id, step, name, arguments, args_hash, decision, rule, reason, outcome, duration_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                    rusqlite::params![r.run_id, c.call_id, c.step, c.name, c.arguments.to_string(), c.args_hash, c.decision, c.rule, c.reason, c.outcome, c.duration_ms as i64],
+                )?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// One row of `runtime runs`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRow {
+    pub run_id: String,
+    pub task: String,
+    pub status: String,
+    pub stop_reason: String,
+    pub started_at: String,
+    pub steps: u32,
+    pub tokens: u64,
+    pub cost_usd: f64,
+    pub duration_ms: i64,
+}
+
+pub fn list_runs(
+    store: &Store,
+    task: Option<&str>,
+    limit: usize,
+) -> Result<Vec<RunRow>, StoreError> {
+    let conn = store.conn();
+    let sql = "SELECT run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms FROM runs WHERE (?1 IS NULL OR task = ?1) ORDER BY started_at DESC, run_id DESC LIMIT ?2";
+    let e = |e| StoreError::Sqlite {
+        path: store.path().to_string(),
+        source: e,
+    };
+    let mut stmt = conn.prepare(sql).map_err(e)?;
+    let rows = stmt
+        .query_map(rusqlite::params![task, limit as i64], |r| {
+            Ok(RunRow {
+                run_id: r.get(0)?,
+                task: r.get(1)?,
+                status: r.get(2)?,
+                stop_reason: r.get(3)?,
+                started_at: r.get(4)?,
+                steps: r.get(5)?,
+                tokens: r.get::<_, i64>(6)? as u64,
+                cost_usd: r.get(7)?,
+                duration_ms: r.get(8)?,
+            })
+        })
+        .map_err(e)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    Ok(rows)
+}
+
+/// Loads one run's trace from the store (`None` when unknown). A unique prefix of the
+/// run id is enough.
+pub fn load_run(store: &Store, run_id: &str) -> Result<Option<(RunRow, Trace)>, StoreError> {
+    let conn = store.conn();
+    let e = |e| StoreError::Sqlite {
+        path: store.path().to_string(),
+        source: e,
+    };
+    let ids: Vec<String> = conn
+        .prepare("SELECT run_id FROM runs WHERE run_id LIKE ?1 || '%' LIMIT 2")
+        .map_err(e)?
+        .query_map([run_id], |r| r.get(0))
+        .map_err(e)?
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    let [id] = ids.as_slice() else {
+        return Ok(None);
+    };
+    let row = list_runs_one(store, id)?;
+    let mut trace = Trace::default();
+    let mut stmt = conn.prepare("SELECT span_id, parent_id, kind, name, start_ns, end_ns, status, tokens_in, tokens_out, attributes FROM spans WHERE run_id = ?1 ORDER BY span_id").map_err(e)?;
+    trace.spans = stmt
+        .query_map([id], |r| {
+            let attrs: String = r.get(9)?;
+            Ok(Span {
+                id: r.get::<_, i64>(0)? as u64,
+                parent: r.get::<_, Option<i64>>(1)?.map(|p| p as u64),
+                kind: r.get(2)?,
+                name: r.get(3)?,
+                start_ns: r.get::<_, i64>(4)? as u64,
+                end_ns: r.get::<_, i64>(5)? as u64,
+                status: r.get(6)?,
+                tokens_in: r.get::<_, i64>(7)? as u64,
+                tokens_out: r.get::<_, i64>(8)? as u64,
+                attributes: serde_json::from_str(&attrs).unwrap_or_default(),
+            })
+        })
+        .map_err(e)?
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    let mut stmt = conn
+        .prepare("SELECT step, budget_report FROM steps WHERE run_id = ?1 ORDER BY step")
+        .map_err(e)?;
+    trace.steps = stmt
+        .query_map([id], |r| {
+            Ok((
+                r.get(0)?,
+                serde_json::from_str(&r.get::<_, String>(1)?).unwrap_or_default(),
+            ))
+        })
+        .map_err(e)?
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    let mut stmt = conn.prepare("SELECT call_id, step, name, arguments, args_hash, decision, rule, reason, outcome, duration_ms FROM tool_calls WHERE run_id = ?1 ORDER BY step, call_id").map_err(e)?;
+    trace.calls = stmt
+        .query_map([id], |r| {
+            Ok(TracedCall {
+                call_id: r.get(0)?,
+                step: r.get(1)?,
+                name: r.get(2)?,
+                arguments: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or(Value::Null),
+                args_hash: r.get(4)?,
+                decision: r.get(5)?,
+                rule: r.get(6)?,
+                reason: r.get(7)?,
+                outcome: r.get(8)?,
+                duration_ms: r.get::<_, i64>(9)? as u64,
+            })
+        })
+        .map_err(e)?
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    Ok(Some((row, trace)))
+}
+
+fn list_runs_one(store: &Store, id: &str) -> Result<RunRow, StoreError> {
+    let e = |e| StoreError::Sqlite {
+        path: store.path().to_string(),
+        source: e,
+    };
+    store
+        .conn()
+        .query_row("SELECT run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms FROM runs WHERE run_id = ?1", [id], |r| {
+            Ok(RunRow { run_id: r.get(0)?, task: r.get(1)?, status: r.get(2)?, stop_reason: r.get(3)?, started_at: r.get(4)?, steps: r.get(5)?, tokens: r.get::<_, i64>(6)? as u64, cost_usd: r.get(7)?, duration_ms: r.get(8)? })
+        })
+        .map_err(e)
+}
+
+/// OTLP/JSON (`resourceSpans`) for one run, with GenAI semantic-convention names.
+pub fn to_otlp(row: &RunRow, trace: &Trace, include_content: bool) -> Value {
+    let trace_id = {
+        use sha2::{Digest, Sha256};
+        hex::encode(&Sha256::digest(row.run_id.as_bytes())[..16])
+    };
+    let span_id = |id: u64| format!("{id:016x}");
+    let kv = |k: &str, v: Value| {
+        let value = match v {
+            Value::Number(n) if n.is_i64() || n.is_u64() => json!({"intValue": n.to_string()}),
+            Value::Number(n) => json!({"doubleValue": n}),
+            Value::Bool(b) => json!({"boolValue": b}),
+            Value::String(s) => json!({"stringValue": s}),
+            other => json!({"stringValue": other.to_string()}),
+        };
+        json!({"key": k, "value": value})
+    };
+    let spans: Vec<Value> = trace
+        .spans
+        .iter()
+        .map(|s| {
+            let mut attrs = vec![
+                kv("agent.run_id", json!(row.run_id)),
+                kv("agent.task", json!(row.task)),
+            ];
+            match s.kind.as_str() {
+                "model" => {
+                    attrs.push(kv("gen_ai.operation.name", json!("chat")));
+                    attrs.push(kv("gen_ai.usage.input_tokens", json!(s.tokens_in)));
+                    attrs.push(kv("gen_ai.usage.output_tokens", json!(s.tokens_out)));
+                }
+                "tool" => {
+                    attrs.push(kv("gen_ai.operation.name", json!("execute_tool")));
+                }
+                _ => {}
+            }
+            for (k, v) in &s.attributes {
+                let is_content = k.starts_with("gen_ai.input.messages")
+                    || k.starts_with("gen_ai.output.messages")
+                    || k == "gen_ai.tool.call.arguments"
+                    || k == "gen_ai.tool.call.result";
+                if !is_content || include_content {
+                    attrs.push(kv(k, v.clone()));
+                }
+            }
+            let mut span = json!({
+                "traceId": trace_id,
+                "spanId": span_id(s.id),
+                "name": s.name,
+                "kind": if s.kind == "model" { 3 } else { 1 },
+                "startTimeUnixNano": s.start_ns.to_string(),
+                "endTimeUnixNano": s.end_ns.to_string(),
+                "attributes": attrs,
+                "status": {"code": if s.status == "ok" { 1 } else { 2 }, "message": s.status},
+            });
+            if let Some(p) = s.parent {
+                span["parentSpanId"] = json!(span_id(p));
+            }
+            span
+        })
+        .collect();
+    json!({
+        "resourceSpans": [{
+            "resource": {"attributes": [kv("service.name", json!("runtime"))]},
+            "scopeSpans": [{"scope": {"name": "agent-runtime", "version": env!("CARGO_PKG_VERSION")}, "spans": spans}]
+        }]
+    })
+}
