@@ -1,1 +1,9 @@
+//! End-to-end tests: drive the real `runtime` and `builder` binaries against temporary
+//! git repositories, model providers played by an HTTP server on 127.0.0.1 speaking
+//! the real wire formats, SQLite on disk and Landlock in the real kernel.
 
+mod util;
+
+mod escape;
+mod fire;
+mod init_check;

@@ -11,13 +11,11 @@ use std::path::Path;
 /// Every problem in the agent repo at `root`, sorted by file and line.
 pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
-    let loaded = match settings::load(root) {
-        Ok(s) => Some(s.runtime),
-        Err(d) => {
-            diags.extend(d.0);
-            None
-        }
-    };
+    let loaded = settings::load_lenient(root, &mut diags);
+    if let Err(d) = settings::load(root) {
+        // The JSON permission files are only checked by the full loader.
+        diags.extend(d.0.into_iter().filter(|d| d.file.as_path() != Path::new(SETTINGS_FILE)));
+    }
     match std::fs::read_to_string(root.join(SCOPE_FILE)) {
         Err(_) => diags.push(
             Diagnostic::new(
@@ -28,22 +26,18 @@ pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
             )
             .with_hint("create scope/SCOPE.md (builder init writes an example)"),
         ),
-        Ok(s) if s.trim().is_empty() => diags.push(Diagnostic::new(
-            SCOPE_FILE,
-            1,
-            "",
-            "the boundary document is empty",
-        )),
+        Ok(s) if s.trim().is_empty() => {
+            diags.push(Diagnostic::new(SCOPE_FILE, 1, "", "the boundary document is empty"))
+        }
         Ok(_) => {}
     }
     let stand_in = stand_in_settings();
     let s = loaded.as_ref().unwrap_or(&stand_in);
     if let Some(rt) = &loaded {
-        for p in [Some(&rt.provider), rt.fallback.as_ref()]
-            .into_iter()
-            .flatten()
-        {
-            if let (ProviderKind::Replay, Some(replay)) = (p.kind, &p.replay) {
+        for p in [Some(&rt.provider), rt.fallback.as_ref()].into_iter().flatten() {
+            if let (ProviderKind::Replay, Some(replay)) =
+                (p.kind, p.replay.as_ref().filter(|r| *r != settings::STAND_IN_REPLAY))
+            {
                 if !root.join(replay).is_file() {
                     diags.push(Diagnostic::new(
                         SETTINGS_FILE,
@@ -77,11 +71,7 @@ pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
         ));
     }
     for path in prompts {
-        let task = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("")
-            .to_string();
+        let task = path.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_string();
         let rel = Path::new(PROMPTS_DIR).join(format!("{task}.md"));
         let src = match std::fs::read_to_string(&path) {
             Ok(s) => s,
@@ -99,45 +89,34 @@ pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
             ));
             continue;
         }
-        match crate::prompt::parse(&task, &rel, &src, s) {
-            Err(d) => diags.extend(if loaded.is_some() {
+        if let Err(d) = crate::prompt::parse(&task, &rel, &src, s) {
+            diags.extend(if loaded.is_some() {
                 d
             } else {
-                d.into_iter()
-                    .filter(|d| !d.message.contains("only narrow"))
-                    .collect()
-            }),
-            Ok(p) => {
-                let scripts = p.front.prefetch.iter().map(|x| ("prefetch", &x.run)).chain(
-                    p.front
-                        .acceptance
-                        .iter()
-                        .filter_map(|a| a.run.as_ref().map(|r| ("acceptance", r))),
-                );
-                for (what, script) in scripts {
-                    let line = crate::yamlpos::line_of_item(&src, &[what], script);
-                    match std::fs::metadata(root.join(script)) {
-                        Err(_) => diags.push(
-                            Diagnostic::new(
-                                &rel,
-                                line,
-                                what,
-                                format!("{what} script `{script}` does not exist"),
-                            )
-                            .with_hint("add it under tools/ or fix the path"),
-                        ),
-                        Ok(m) if m.permissions().mode() & 0o111 == 0 => diags.push(
-                            Diagnostic::new(
-                                &rel,
-                                line,
-                                what,
-                                format!("{what} script `{script}` is not executable"),
-                            )
-                            .with_hint(format!("chmod +x {script}")),
-                        ),
-                        Ok(_) => {}
-                    }
-                }
+                d.into_iter().filter(|d| !d.message.contains("only narrow")).collect()
+            });
+        }
+        let Some(front) = crate::prompt::front_matter(&rel, &src) else {
+            continue;
+        };
+        let scripts = front.prefetch.iter().map(|x| ("prefetch", &x.run)).chain(
+            front
+                .acceptance
+                .iter()
+                .filter_map(|a| a.run.as_ref().map(|r| ("acceptance", r))),
+        );
+        for (what, script) in scripts {
+            let line = crate::yamlpos::line_of_item(&src, &[what], script);
+            match std::fs::metadata(root.join(script)) {
+                Err(_) => diags.push(
+                    Diagnostic::new(&rel, line, what, format!("{what} script `{script}` does not exist"))
+                        .with_hint("add it under tools/ or fix the path"),
+                ),
+                Ok(m) if m.permissions().mode() & 0o111 == 0 => diags.push(
+                    Diagnostic::new(&rel, line, what, format!("{what} script `{script}` is not executable"))
+                        .with_hint(format!("chmod +x {script}")),
+                ),
+                Ok(_) => {}
             }
         }
     }

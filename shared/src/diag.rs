@@ -21,12 +21,7 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
-    pub fn new(
-        file: impl AsRef<Path>,
-        line: usize,
-        field: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
+    pub fn new(file: impl AsRef<Path>, line: usize, field: impl Into<String>, message: impl Into<String>) -> Self {
         Diagnostic {
             file: file.as_ref().to_path_buf(),
             line,

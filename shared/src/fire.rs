@@ -10,9 +10,7 @@ use crate::layout::{Owner, Ownership, SCOPE_FILE, SETTINGS_FILE, STATE_DIR};
 use crate::policy::Policy;
 use crate::prompt::{self, Prompt};
 use crate::provider::{Message, Provider, ProviderChain, RetryPolicy};
-use crate::records::{
-    self, AcceptanceRecord, Card, CardKind, Inputs, Receipt, RunStatus, SandboxRecord, StopReason,
-};
+use crate::records::{self, AcceptanceRecord, Card, CardKind, Inputs, Receipt, RunStatus, SandboxRecord, StopReason};
 use crate::sandbox::{self, landlock};
 use crate::secrets::Redactor;
 use crate::settings::{self, LandlockMode, RuntimeSettings};
@@ -113,17 +111,11 @@ pub fn prepare(opts: FireOptions) -> Prepared {
             receipt: None,
             cards: vec![],
             commit: None,
-            message: format!(
-                "`{}` is not a valid task name (letters, digits, `-`, `_`)",
-                opts.task
-            ),
+            message: format!("`{}` is not a valid task name (letters, digits, `-`, `_`)", opts.task),
         });
     }
     let state_dir = root.join(STATE_DIR);
-    let lock = match take_lock(
-        &state_dir.join("locks").join(format!("{}.lock", opts.task)),
-        false,
-    ) {
+    let lock = match take_lock(&state_dir.join("locks").join(format!("{}.lock", opts.task)), false) {
         Ok(Some(f)) => f,
         Ok(None) => {
             record_skip(&root, &run_id, &opts.task, started_at);
@@ -140,13 +132,7 @@ pub fn prepare(opts: FireOptions) -> Prepared {
                 message: "another fire of this task holds the lock".into(),
             });
         }
-        Err(e) => {
-            return Prepared::Done(internal(
-                &run_id,
-                &opts.task,
-                format!("cannot take the task lock: {e}"),
-            ))
-        }
+        Err(e) => return Prepared::Done(internal(&run_id, &opts.task, format!("cannot take the task lock: {e}"))),
     };
     let repo = match crate::git::discover(&root) {
         Ok(r) => r,
@@ -170,10 +156,7 @@ pub fn prepare(opts: FireOptions) -> Prepared {
         model: String::new(),
         ..Inputs::default()
     };
-    inputs.commit = crate::git::head_commit(&repo)
-        .ok()
-        .flatten()
-        .map(|o| o.to_string());
+    inputs.commit = crate::git::head_commit(&repo).ok().flatten().map(|o| o.to_string());
     // Builder paths must be committed: the fire runs on reviewed versions only.
     let extra_builder: Vec<String> = settings::load(&root)
         .map(|s| s.runtime.builder_paths)
@@ -187,14 +170,8 @@ pub fn prepare(opts: FireOptions) -> Prepared {
                 Some(CardKind::UnreviewedChanges),
                 RunStatus::Failed,
                 exit::FAILED,
-                format!(
-                    "{} builder-owned path(s) have uncommitted changes",
-                    dirty.len()
-                ),
-                format!(
-                    "refusing to fire on unreviewed changes: {}",
-                    dirty.join(", ")
-                ),
+                format!("{} builder-owned path(s) have uncommitted changes", dirty.len()),
+                format!("refusing to fire on unreviewed changes: {}", dirty.join(", ")),
                 None,
                 inputs,
             ));
@@ -261,12 +238,7 @@ pub fn prepare(opts: FireOptions) -> Prepared {
             ))
         }
     };
-    let blob = |p: &str| {
-        crate::git::head_blob(&repo, p)
-            .ok()
-            .flatten()
-            .map(|o| o.to_string())
-    };
+    let blob = |p: &str| crate::git::head_blob(&repo, p).ok().flatten().map(|o| o.to_string());
     inputs.prompt = blob(&prompt.file.to_string_lossy());
     inputs.scope = blob(SCOPE_FILE);
     inputs.settings = blob(SETTINGS_FILE);
@@ -285,23 +257,12 @@ pub fn prepare(opts: FireOptions) -> Prepared {
     let mut trace = Trace::default();
     let mut prefetched = String::new();
     if let Err(e) = std::fs::create_dir_all(&scratch) {
-        return Prepared::Done(internal(
-            &run_id,
-            &opts.task,
-            format!("{}: {e}", scratch.display()),
-        ));
+        return Prepared::Done(internal(&run_id, &opts.task, format!("{}: {e}", scratch.display())));
     }
     for p in &prompt.front.prefetch {
         let span = trace.start("prefetch", format!("prefetch {}", p.name), None);
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(s.limits.prefetch_timeout_s));
-        match run_builder_script(
-            &root,
-            &scratch,
-            &p.run,
-            &p.args,
-            timeout,
-            s.limits.tool_output_bytes,
-        ) {
+        match run_builder_script(&root, &scratch, &p.run, &p.args, timeout, s.limits.tool_output_bytes) {
             Ok(out) => {
                 trace.attr(span, "agent.output_bytes", out.len() as u64);
                 trace.end(span, "ok");
@@ -329,10 +290,7 @@ pub fn prepare(opts: FireOptions) -> Prepared {
     let user = if prefetched.is_empty() {
         prompt.body.clone()
     } else {
-        format!(
-            "{}\n\n## Prefetched context{prefetched}",
-            prompt.body.trim_end()
-        )
+        format!("{}\n\n## Prefetched context{prefetched}", prompt.body.trim_end())
     };
     let mut state = LoopState::default();
     state.messages = vec![
@@ -374,9 +332,7 @@ impl FireRun {
         let spec = sandbox::runtime_spec(&self.opts.root, &self.provider_ports);
         let result = sandbox::prepare_dirs(&spec)
             .map_err(|e| e.to_string())
-            .and_then(|_| {
-                landlock::enforce(&spec, self.settings.sandbox.landlock).map_err(|e| e.to_string())
-            });
+            .and_then(|_| landlock::enforce(&spec, self.settings.sandbox.landlock).map_err(|e| e.to_string()));
         match result {
             Ok(rec) => {
                 self.sandbox = rec;
@@ -405,10 +361,7 @@ impl FireRun {
 
     /// Step 5b: start the sandboxed tool worker and run the loop, then the acceptance
     /// checks (inside the worker too: they read what the model wrote).
-    pub async fn run(
-        &mut self,
-        mut cancel: tokio::sync::watch::Receiver<bool>,
-    ) -> Option<FireSummary> {
+    pub async fn run(&mut self, mut cancel: tokio::sync::watch::Receiver<bool>) -> Option<FireSummary> {
         let s = &self.settings;
         let root = self.opts.root.clone();
         let spec = sandbox::worker_spec(&root, &self.scratch, s, self.policy.ownership());
@@ -462,12 +415,7 @@ impl FireRun {
                 return Some(summary);
             }
         };
-        let model = self
-            .prompt
-            .front
-            .model
-            .clone()
-            .unwrap_or_else(|| chain.primary.model());
+        let model = self.prompt.front.model.clone().unwrap_or_else(|| chain.primary.model());
         self.inputs.model = model.clone();
         let repo_root = root.clone();
         let head_tree = crate::git::discover(&repo_root).ok();
@@ -530,11 +478,7 @@ impl FireRun {
                 // The report is handed over on the scratch dir, which the worker may read.
                 let path = self.scratch.join("report.md");
                 let _ = std::fs::write(&path, &answer);
-                let cmd = format!(
-                    "{} {}",
-                    shell_quote(script),
-                    shell_quote(&path.to_string_lossy())
-                );
+                let cmd = format!("{} {}", shell_quote(script), shell_quote(&path.to_string_lossy()));
                 let req = ToolRequest {
                     call_id: format!("acceptance-{}", a.name),
                     args: ToolArgs::RunCommand {
@@ -550,9 +494,7 @@ impl FireRun {
                 }
             }
             let passed = failures.is_empty();
-            self.state
-                .trace
-                .end(span, if passed { "ok" } else { "failed" });
+            self.state.trace.end(span, if passed { "ok" } else { "failed" });
             out.push(AcceptanceRecord {
                 check: a.name.clone(),
                 passed,
@@ -569,8 +511,7 @@ impl FireRun {
 
     fn finish_inner(&mut self, forced: Option<RunStatus>) -> FireSummary {
         let finished_at = Utc::now();
-        let failed_checks: Vec<&AcceptanceRecord> =
-            self.acceptance.iter().filter(|a| !a.passed).collect();
+        let failed_checks: Vec<&AcceptanceRecord> = self.acceptance.iter().filter(|a| !a.passed).collect();
         if !failed_checks.is_empty() {
             let detail = failed_checks
                 .iter()
@@ -739,16 +680,11 @@ fn write_records(
             run_id,
             redactor.redact(&draft.summary),
             redactor.redact(&draft.detail),
-            draft
-                .evidence
-                .iter()
-                .map(|e| redactor.redact(e).into_owned())
-                .collect(),
+            draft.evidence.iter().map(|e| redactor.redact(e).into_owned()).collect(),
             finished_at,
         );
         let rel = card.rel_path();
-        match records::card_yaml(&card).and_then(|y| records::create_new(root, &rel, y.as_bytes()))
-        {
+        match records::card_yaml(&card).and_then(|y| records::create_new(root, &rel, y.as_bytes())) {
             Ok(()) => {
                 files.push(rel.to_string_lossy().into_owned());
                 card_ids.push(card.id.clone());
@@ -801,18 +737,8 @@ fn write_records(
     }
     let mut commit = None;
     if !opts.no_commit && error.is_none() {
-        let identity = settings
-            .map(|s| s.runtime_identity.clone())
-            .unwrap_or_default();
-        match commit_records(
-            root,
-            &files,
-            &identity.name,
-            &identity.email,
-            task,
-            run_id,
-            status,
-        ) {
+        let identity = settings.map(|s| s.runtime_identity.clone()).unwrap_or_default();
+        match commit_records(root, &files, &identity.name, &identity.email, task, run_id, status) {
             Ok(c) => commit = Some(c),
             Err(e) => error = Some(format!("commit failed: {e}")),
         }
@@ -851,11 +777,7 @@ fn commit_records(
     run_id: &str,
     status: RunStatus,
 ) -> Result<String, String> {
-    let _guard = take_lock(
-        &root.join(STATE_DIR).join("locks").join("commit.lock"),
-        true,
-    )
-    .map_err(|e| e.to_string())?;
+    let _guard = take_lock(&root.join(STATE_DIR).join("locks").join("commit.lock"), true).map_err(|e| e.to_string())?;
     let repo = crate::git::discover(root).map_err(|e| e.to_string())?;
     let own = Ownership::new(root);
     let msg = format!(
@@ -1016,8 +938,7 @@ fn lookup_approval(db: &Path, run_id: &str, call_id: &str) -> Option<bool> {
 }
 
 fn save_checkpoint(root: &Path, run_id: &str, task: &str, state: &LoopState) -> Result<(), String> {
-    let mut store =
-        Store::open(&root.join(STATE_DIR).join("state.db")).map_err(|e| e.to_string())?;
+    let mut store = Store::open(&root.join(STATE_DIR).join("state.db")).map_err(|e| e.to_string())?;
     let blob = serde_json::json!({"task": task, "state": state}).to_string();
     store
         .write(|tx| {

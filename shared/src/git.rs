@@ -17,10 +17,7 @@ pub enum GitError {
     #[error("refusing to commit `{path}`: {why}")]
     Refused { path: String, why: String },
     #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
 }
 
 /// Opens the repository whose work tree contains `path`.
@@ -45,12 +42,7 @@ pub fn workdir(repo: &Repository) -> Result<PathBuf, GitError> {
 pub fn head_commit(repo: &Repository) -> Result<Option<Oid>, GitError> {
     match repo.head() {
         Ok(h) => Ok(Some(h.peel_to_commit()?.id())),
-        Err(e)
-            if e.code() == git2::ErrorCode::UnbornBranch
-                || e.code() == git2::ErrorCode::NotFound =>
-        {
-            Ok(None)
-        }
+        Err(e) if e.code() == git2::ErrorCode::UnbornBranch || e.code() == git2::ErrorCode::NotFound => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -70,10 +62,7 @@ pub fn head_blob(repo: &Repository, rel: &str) -> Result<Option<Oid>, GitError> 
 
 /// Builder-owned paths with uncommitted changes (modified, staged, untracked,
 /// deleted, renamed), relative to the work tree.
-pub fn dirty_builder_paths(
-    repo: &Repository,
-    ownership: &Ownership,
-) -> Result<Vec<String>, GitError> {
+pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<Vec<String>, GitError> {
     let mut opts = StatusOptions::new();
     opts.include_untracked(true)
         .recurse_untracked_dirs(true)
@@ -190,8 +179,7 @@ mod tests {
         idx.write().unwrap();
         let tree = repo.find_tree(idx.write_tree().unwrap()).unwrap();
         let sig = Signature::now("eng", "eng@x").unwrap();
-        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[])
-            .unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
         drop(tree);
         (dir, repo)
     }
@@ -231,11 +219,7 @@ mod tests {
         .unwrap();
         let c = repo.find_commit(oid).unwrap();
         assert_eq!(c.author().name().ok(), Some("runtime"));
-        assert!(c
-            .tree()
-            .unwrap()
-            .get_path(Path::new("prompts/t.md"))
-            .is_ok());
+        assert!(c.tree().unwrap().get_path(Path::new("prompts/t.md")).is_ok());
         assert!(head_blob(&repo, "reports/t/a.md").unwrap().is_some());
         let refused = commit_new_files(&repo, &["prompts/t.md".into()], allowed, "r", "r@x", "m");
         assert!(matches!(refused, Err(GitError::Refused { .. })));
@@ -245,8 +229,6 @@ mod tests {
             "rewriting a record is refused"
         );
         let statuses = repo.statuses(None).unwrap();
-        assert!(statuses
-            .iter()
-            .all(|s| s.path().ok() != Some("reports/t/a.md")));
+        assert!(statuses.iter().all(|s| s.path().ok() != Some("reports/t/a.md")));
     }
 }

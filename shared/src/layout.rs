@@ -50,11 +50,7 @@ impl Ownership {
     /// Adds builder-owned globs (from settings `builder_paths`) and write paths the
     /// settings grant to the runtime. Invalid globs are reported by settings loading;
     /// here they are an error too so no caller can silently drop one.
-    pub fn with_globs(
-        mut self,
-        extra_builder: &[String],
-        granted_write: &[String],
-    ) -> Result<Self, globset::Error> {
+    pub fn with_globs(mut self, extra_builder: &[String], granted_write: &[String]) -> Result<Self, globset::Error> {
         self.extra_builder = compile_globs(extra_builder)?;
         self.granted_write = compile_globs(granted_write)?;
         Ok(self)
@@ -98,14 +94,10 @@ impl Ownership {
     /// Classifies an already normalised repo-relative path (`a/b`, no `..`).
     pub fn classify_normalized(&self, rel: &str) -> Owner {
         let first = rel.split('/').next().unwrap_or("");
-        if BUILDER_DIRS.contains(&first)
-            || self.extra_builder.as_ref().is_some_and(|g| g.is_match(rel))
-        {
+        if BUILDER_DIRS.contains(&first) || self.extra_builder.as_ref().is_some_and(|g| g.is_match(rel)) {
             return Owner::Builder;
         }
-        if RUNTIME_DIRS.contains(&first)
-            || self.granted_write.as_ref().is_some_and(|g| g.is_match(rel))
-        {
+        if RUNTIME_DIRS.contains(&first) || self.granted_write.as_ref().is_some_and(|g| g.is_match(rel)) {
             return Owner::Runtime;
         }
         Owner::Neither
@@ -291,9 +283,7 @@ mod tests {
 
     #[test]
     fn builder_wins_over_granted_write() {
-        let o = Ownership::new("/repo")
-            .with_globs(&[], &["prompts/**".into()])
-            .unwrap();
+        let o = Ownership::new("/repo").with_globs(&[], &["prompts/**".into()]).unwrap();
         assert_eq!(o.classify("prompts/x"), Owner::Builder);
     }
 

@@ -92,9 +92,7 @@ const FRONT_KEYS: &[&str] = &[
 pub fn valid_task_name(task: &str) -> bool {
     !task.is_empty()
         && task.len() <= 64
-        && task
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && task.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         && !task.starts_with('-')
 }
 
@@ -104,11 +102,7 @@ pub fn prompt_path(task: &str) -> PathBuf {
 }
 
 /// Loads `prompts/<task>.md` under `root` and checks it against `settings`.
-pub fn load(
-    root: &Path,
-    task: &str,
-    settings: &RuntimeSettings,
-) -> Result<Prompt, Vec<Diagnostic>> {
+pub fn load(root: &Path, task: &str, settings: &RuntimeSettings) -> Result<Prompt, Vec<Diagnostic>> {
     let rel = prompt_path(task);
     if !valid_task_name(task) {
         return Err(vec![Diagnostic::new(
@@ -126,12 +120,7 @@ pub fn load(
 }
 
 /// Parses prompt text; `rel` is used for diagnostics.
-pub fn parse(
-    task: &str,
-    rel: &Path,
-    src: &str,
-    settings: &RuntimeSettings,
-) -> Result<Prompt, Vec<Diagnostic>> {
+pub fn parse(task: &str, rel: &Path, src: &str, settings: &RuntimeSettings) -> Result<Prompt, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let (front_src, body, offset) = split_front_matter(src);
     let front = match front_src {
@@ -164,13 +153,18 @@ pub fn parse(
     }
 }
 
+/// The front matter alone, when it parses (used by `builder check` to look at
+/// scripts even when other parts of the prompt are wrong).
+pub fn front_matter(rel: &Path, src: &str) -> Option<FrontMatter> {
+    let (fm, _, offset) = split_front_matter(src);
+    let mut ignored = Vec::new();
+    fm.and_then(|fm| parse_front(rel, fm, offset, &mut ignored))
+}
+
 /// Splits `---\n...\n---\n` front matter off. Returns (front matter, body, line
 /// offset of the front matter's first line minus one).
 fn split_front_matter(src: &str) -> (Option<&str>, &str, usize) {
-    let Some(rest) = src
-        .strip_prefix("---\n")
-        .or_else(|| src.strip_prefix("---\r\n"))
-    else {
+    let Some(rest) = src.strip_prefix("---\n").or_else(|| src.strip_prefix("---\r\n")) else {
         return (None, src, 0);
     };
     let mut pos = 0;
@@ -183,12 +177,7 @@ fn split_front_matter(src: &str) -> (Option<&str>, &str, usize) {
     (None, src, 0)
 }
 
-fn parse_front(
-    rel: &Path,
-    fm: &str,
-    offset: usize,
-    diags: &mut Vec<Diagnostic>,
-) -> Option<FrontMatter> {
+fn parse_front(rel: &Path, fm: &str, offset: usize, diags: &mut Vec<Diagnostic>) -> Option<FrontMatter> {
     let value: serde_yaml::Value = match serde_yaml::from_str(fm) {
         Ok(serde_yaml::Value::Null) => return Some(FrontMatter::default()),
         Ok(v) => v,
@@ -204,21 +193,14 @@ fn parse_front(
         }
     };
     let mut local = Vec::new();
-    check_sections(
-        rel,
-        fm,
-        &value,
-        FRONT_KEYS,
-        &mut local,
-        |key, v, d| match key {
-            "description" | "model" => section::<String>(rel, fm, key, v, d),
-            "tools" | "deny" => section::<Vec<String>>(rel, fm, key, v, d),
-            "budgets" => section::<BudgetOverrides>(rel, fm, key, v, d),
-            "prefetch" => section::<Vec<Prefetch>>(rel, fm, key, v, d),
-            "acceptance" => section::<Vec<Acceptance>>(rel, fm, key, v, d),
-            _ => {}
-        },
-    );
+    check_sections(rel, fm, &value, FRONT_KEYS, &mut local, |key, v, d| match key {
+        "description" | "model" => section::<String>(rel, fm, key, v, d),
+        "tools" | "deny" => section::<Vec<String>>(rel, fm, key, v, d),
+        "budgets" => section::<BudgetOverrides>(rel, fm, key, v, d),
+        "prefetch" => section::<Vec<Prefetch>>(rel, fm, key, v, d),
+        "acceptance" => section::<Vec<Acceptance>>(rel, fm, key, v, d),
+        _ => {}
+    });
     let failed = !local.is_empty();
     diags.extend(local.into_iter().map(|mut d| {
         d.line += offset;
@@ -230,12 +212,7 @@ fn parse_front(
     match serde_yaml::from_value(value) {
         Ok(f) => Some(f),
         Err(e) => {
-            diags.push(Diagnostic::new(
-                rel,
-                offset + 1,
-                "front matter",
-                e.to_string(),
-            ));
+            diags.push(Diagnostic::new(rel, offset + 1, "front matter", e.to_string()));
             None
         }
     }
@@ -255,23 +232,23 @@ fn narrowing_problems(
         let allowed = s.provider.model.as_deref() == Some(model.as_str())
             || s.fallback.as_ref().and_then(|f| f.model.as_deref()) == Some(model.as_str());
         if !allowed {
-            d.push(Diagnostic::new(rel, at(&["model"]), "model", format!("model `{model}` is not the provider's model; front matter may only narrow settings")).with_hint("change the model in settings/runtime.yaml through review"));
+            d.push(
+                Diagnostic::new(
+                    rel,
+                    at(&["model"]),
+                    "model",
+                    format!("model `{model}` is not the provider's model; front matter may only narrow settings"),
+                )
+                .with_hint("change the model in settings/runtime.yaml through review"),
+            );
         }
     }
     if let Some(tools) = &front.tools {
         for t in tools {
             if !crate::settings::TOOL_NAMES.contains(&t.as_str()) {
                 d.push(
-                    Diagnostic::new(
-                        rel,
-                        item(&["tools"], t),
-                        "tools",
-                        format!("unknown tool `{t}`"),
-                    )
-                    .with_hint(format!(
-                        "known tools: {}",
-                        crate::settings::TOOL_NAMES.join(", ")
-                    )),
+                    Diagnostic::new(rel, item(&["tools"], t), "tools", format!("unknown tool `{t}`"))
+                        .with_hint(format!("known tools: {}", crate::settings::TOOL_NAMES.join(", "))),
                 );
             } else if !s.tools.contains(t) {
                 d.push(Diagnostic::new(
@@ -286,10 +263,7 @@ fn narrowing_problems(
     if let Some(b) = &front.budgets {
         let base = s.budgets;
         let checks: [(&str, bool); 4] = [
-            (
-                "max_steps",
-                b.max_steps.is_some_and(|v| v > base.max_steps || v == 0),
-            ),
+            ("max_steps", b.max_steps.is_some_and(|v| v > base.max_steps || v == 0)),
             (
                 "max_wall_s",
                 b.max_wall_s.is_some_and(|v| v > base.max_wall_s || v == 0),
@@ -300,13 +274,20 @@ fn narrowing_problems(
             ),
             (
                 "max_cost_usd",
-                b.max_cost_usd
-                    .is_some_and(|v| v > base.max_cost_usd || v <= 0.0),
+                b.max_cost_usd.is_some_and(|v| v > base.max_cost_usd || v <= 0.0),
             ),
         ];
         for (name, bad) in checks {
             if bad {
-                d.push(Diagnostic::new(rel, at(&["budgets", name]), format!("budgets.{name}"), "budget widens (or zeroes) the settings' budget; front matter may only narrow").with_hint(format!("settings allow at most {}", budget_value(&base, name))));
+                d.push(
+                    Diagnostic::new(
+                        rel,
+                        at(&["budgets", name]),
+                        format!("budgets.{name}"),
+                        "budget widens (or zeroes) the settings' budget; front matter may only narrow",
+                    )
+                    .with_hint(format!("settings allow at most {}", budget_value(&base, name))),
+                );
             }
         }
     }
@@ -367,18 +348,9 @@ impl Prompt {
     pub fn budgets(&self, s: &RuntimeSettings) -> Budgets {
         let b = self.front.budgets.clone().unwrap_or_default();
         Budgets {
-            max_steps: b
-                .max_steps
-                .unwrap_or(s.budgets.max_steps)
-                .min(s.budgets.max_steps),
-            max_wall_s: b
-                .max_wall_s
-                .unwrap_or(s.budgets.max_wall_s)
-                .min(s.budgets.max_wall_s),
-            max_tokens: b
-                .max_tokens
-                .unwrap_or(s.budgets.max_tokens)
-                .min(s.budgets.max_tokens),
+            max_steps: b.max_steps.unwrap_or(s.budgets.max_steps).min(s.budgets.max_steps),
+            max_wall_s: b.max_wall_s.unwrap_or(s.budgets.max_wall_s).min(s.budgets.max_wall_s),
+            max_tokens: b.max_tokens.unwrap_or(s.budgets.max_tokens).min(s.budgets.max_tokens),
             max_cost_usd: b
                 .max_cost_usd
                 .unwrap_or(s.budgets.max_cost_usd)
@@ -418,26 +390,13 @@ mod tests {
         let src = "---\nmodel: bigger\ntools: [read_file, write_file]\nbudgets:\n  max_steps: 50\n---\nbody\n";
         let d = parse("t", Path::new("prompts/t.md"), src, &settings()).unwrap_err();
         let got: Vec<(usize, &str)> = d.iter().map(|d| (d.line, d.field.as_str())).collect();
-        assert_eq!(
-            got,
-            vec![(2, "model"), (3, "tools"), (5, "budgets.max_steps")],
-            "{d:?}"
-        );
+        assert_eq!(got, vec![(2, "model"), (3, "tools"), (5, "budgets.max_steps")], "{d:?}");
     }
 
     #[test]
     fn empty_body_and_unknown_keys() {
-        let d = parse(
-            "t",
-            Path::new("prompts/t.md"),
-            "---\ncolour: red\n---\n\n",
-            &settings(),
-        )
-        .unwrap_err();
-        assert!(
-            d.iter().any(|d| d.field == "colour" && d.line == 2),
-            "{d:?}"
-        );
+        let d = parse("t", Path::new("prompts/t.md"), "---\ncolour: red\n---\n\n", &settings()).unwrap_err();
+        assert!(d.iter().any(|d| d.field == "colour" && d.line == 2), "{d:?}");
         assert!(d.iter().any(|d| d.field == "body"), "{d:?}");
     }
 

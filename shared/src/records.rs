@@ -277,11 +277,7 @@ pub fn new_id(now: DateTime<Utc>, salt: &str) -> String {
     h.update(salt.as_bytes());
     h.update(rand::random::<u64>().to_le_bytes());
     h.update(std::process::id().to_le_bytes());
-    format!(
-        "{}-{}",
-        now.format("%Y%m%dT%H%M%SZ"),
-        &hex::encode(h.finalize())[..8]
-    )
+    format!("{}-{}", now.format("%Y%m%dT%H%M%SZ"), &hex::encode(h.finalize())[..8])
 }
 
 /// Same task, kind and normalised detail give the same fingerprint: numbers, hex ids,
@@ -307,9 +303,7 @@ pub fn normalise_detail(detail: &str) -> String {
             let mut last_hash = false;
             for c in w.chars() {
                 if c.is_ascii_digit()
-                    || (c.is_ascii_hexdigit()
-                        && w.len() >= 12
-                        && w.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+                    || (c.is_ascii_hexdigit() && w.len() >= 12 && w.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
                 {
                     if !last_hash {
                         out.push('#');
@@ -332,10 +326,7 @@ pub enum WriteError {
     #[error("{path}: refusing to overwrite an existing record")]
     Exists { path: PathBuf },
     #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: cannot serialise: {message}")]
     Serialise { path: PathBuf, message: String },
 }
@@ -438,10 +429,7 @@ mod tests {
                 outcome: "PERMISSION_DENIED".into(),
                 duration_ms: 1,
             }],
-            tokens: Tokens {
-                input: 10,
-                output: 5,
-            },
+            tokens: Tokens { input: 10, output: 5 },
             cost_usd: 0.001,
             retries: 1,
             denials: 1,
@@ -485,10 +473,7 @@ mod tests {
         });
         let back: Card = serde_yaml::from_str(&card_yaml(&c).unwrap()).unwrap();
         assert_eq!(back, c);
-        assert_eq!(
-            c.rel_path(),
-            PathBuf::from(format!("cards/2026-11-29/{}.yaml", c.id))
-        );
+        assert_eq!(c.rel_path(), PathBuf::from(format!("cards/2026-11-29/{}.yaml", c.id)));
     }
 
     #[test]

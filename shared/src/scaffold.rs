@@ -7,16 +7,8 @@ use std::path::{Path, PathBuf};
 
 /// (repo-relative path, contents, executable)
 pub const TEMPLATES: &[(&str, &str, bool)] = &[
-    (
-        "prompts/digest.md",
-        include_str!("../../prompts/digest.md"),
-        false,
-    ),
-    (
-        "scope/SCOPE.md",
-        include_str!("../../scope/SCOPE.md"),
-        false,
-    ),
+    ("prompts/digest.md", include_str!("../../prompts/digest.md"), false),
+    ("scope/SCOPE.md", include_str!("../../scope/SCOPE.md"), false),
     (
         "settings/runtime.yaml",
         include_str!("../../settings/runtime.yaml"),
@@ -59,10 +51,7 @@ pub struct InitReport {
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
     #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: git init failed: {source}")]
     Git { path: PathBuf, source: git2::Error },
 }
@@ -134,9 +123,7 @@ fn create_if_missing(path: &Path, body: &[u8], exec: bool) -> std::io::Result<bo
         std::fs::create_dir_all(parent)?;
     }
     let mut opts = std::fs::OpenOptions::new();
-    opts.write(true)
-        .create_new(true)
-        .mode(if exec { 0o755 } else { 0o644 });
+    opts.write(true).create_new(true).mode(if exec { 0o755 } else { 0o644 });
     match opts.open(path) {
         Ok(mut f) => {
             f.write_all(body)?;
@@ -164,10 +151,7 @@ mod tests {
                 .iter()
                 .map(|(p, _, _)| (PathBuf::from(p), std::fs::read(r.join(p)).unwrap()))
                 .collect();
-            v.push((
-                ".gitignore".into(),
-                std::fs::read(r.join(".gitignore")).unwrap(),
-            ));
+            v.push((".gitignore".into(), std::fs::read(r.join(".gitignore")).unwrap()));
             v
         };
         let before = snapshot(&root);
@@ -175,9 +159,6 @@ mod tests {
         assert!(!second.git_initialised);
         assert!(second.created.is_empty(), "{:?}", second.created);
         assert_eq!(snapshot(&root), before);
-        assert_eq!(
-            std::fs::read_to_string(root.join("prompts/digest.md")).unwrap(),
-            "mine"
-        );
+        assert_eq!(std::fs::read_to_string(root.join("prompts/digest.md")).unwrap(), "mine");
     }
 }

@@ -265,6 +265,9 @@ pub struct Settings {
     pub json_sources: Vec<PathBuf>,
 }
 
+/// Replay path of the provider that stands in for a broken `provider` section.
+pub const STAND_IN_REPLAY: &str = "<stand-in>";
+
 const TOP_KEYS: &[&str] = &[
     "version",
     "provider",
@@ -323,19 +326,11 @@ pub fn load(root: &Path) -> Result<Settings, Diagnostics> {
                     .additional_directories
                     .extend(p.additional_directories);
             }
-            Ok(Settings {
-                runtime,
-                json_sources,
-            })
+            Ok(Settings { runtime, json_sources })
         }
         _ => {
             if diags.is_empty() {
-                diags.push(Diagnostic::new(
-                    SETTINGS_FILE,
-                    0,
-                    "",
-                    "settings could not be loaded",
-                ));
+                diags.push(Diagnostic::new(SETTINGS_FILE, 0, "", "settings could not be loaded"));
             }
             Err(Diagnostics(diags))
         }
@@ -373,21 +368,41 @@ fn load_runtime_yaml(root: &Path, diags: &mut Vec<Diagnostic>) -> Option<Runtime
 /// Parses and validates runtime settings from YAML text (file name for diagnostics is
 /// always `settings/runtime.yaml`).
 pub fn parse_runtime_yaml(src: &str, diags: &mut Vec<Diagnostic>) -> Option<RuntimeSettings> {
+    let before = diags.len();
+    let best_effort = parse_best_effort(src, diags);
+    if diags.len() > before {
+        None
+    } else {
+        best_effort
+    }
+}
+
+/// Loads `settings/runtime.yaml` for linting: every problem in `diags`, plus the
+/// settings with broken sections replaced by defaults (so prompts can still be
+/// checked against them). `None` only when the file is missing or not YAML.
+pub fn load_lenient(root: &Path, diags: &mut Vec<Diagnostic>) -> Option<RuntimeSettings> {
+    match std::fs::read_to_string(root.join(SETTINGS_FILE)) {
+        Ok(src) => parse_best_effort(&src, diags),
+        Err(e) => {
+            diags.push(
+                Diagnostic::new(SETTINGS_FILE, 0, "", format!("cannot read: {e}"))
+                    .with_hint("run `builder init` to scaffold settings/runtime.yaml"),
+            );
+            None
+        }
+    }
+}
+
+fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<RuntimeSettings> {
     let file = Path::new(SETTINGS_FILE);
     let value: serde_yaml::Value = match serde_yaml::from_str(src) {
         Ok(v) => v,
         Err(e) => {
             let line = e.location().map(|l| l.line()).unwrap_or(0);
-            diags.push(Diagnostic::new(
-                file,
-                line,
-                "",
-                format!("YAML syntax error: {e}"),
-            ));
+            diags.push(Diagnostic::new(file, line, "", format!("YAML syntax error: {e}")));
             return None;
         }
     };
-    let before = diags.len();
     let mut failed: Vec<String> = Vec::new();
     check_sections(file, src, &value, TOP_KEYS, diags, |key, v, diags| {
         let n = diags.len();
@@ -418,49 +433,33 @@ pub fn parse_runtime_yaml(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Runt
             kept.insert(k.clone(), v.clone());
         }
     }
-    for (key, stand_in) in [
-        ("version", "1"),
-        ("provider", "{kind: replay, replay: stand-in}"),
-    ] {
+    for (key, stand_in) in [("version", "1"), ("provider", "{kind: replay, replay: \"<stand-in>\"}")] {
         if !kept.contains_key(key) {
             if !map.contains_key(key) {
-                diags.push(Diagnostic::new(
-                    file,
-                    1,
-                    key,
-                    format!("missing required key `{key}`"),
-                ));
+                diags.push(Diagnostic::new(file, 1, key, format!("missing required key `{key}`")));
             }
             failed.push(key.to_string());
-            kept.insert(
-                key.into(),
-                serde_yaml::from_str(stand_in).unwrap_or_default(),
-            );
+            kept.insert(key.into(), serde_yaml::from_str(stand_in).unwrap_or_default());
         }
     }
-    let settings: RuntimeSettings =
-        match serde_path_to_error::deserialize(serde_yaml::Value::Mapping(kept)) {
-            Ok(s) => s,
-            Err(e) => {
-                let field = e.path().to_string();
-                diags.push(Diagnostic::new(
-                    file,
-                    line_for_field(src, &field),
-                    field,
-                    e.inner().to_string(),
-                ));
-                return None;
-            }
-        };
+    let settings: RuntimeSettings = match serde_path_to_error::deserialize(serde_yaml::Value::Mapping(kept)) {
+        Ok(s) => s,
+        Err(e) => {
+            let field = e.path().to_string();
+            diags.push(Diagnostic::new(
+                file,
+                line_for_field(src, &field),
+                field,
+                e.inner().to_string(),
+            ));
+            return None;
+        }
+    };
     diags.extend(validate(&settings, src).into_iter().filter(|d| {
         let top = d.field.split('.').next().unwrap_or("");
         !failed.iter().any(|f| f == top)
     }));
-    if diags.len() > before {
-        None
-    } else {
-        Some(settings)
-    }
+    Some(settings)
 }
 
 /// Checks the top level is a mapping with only known keys, then hands each known key
@@ -520,10 +519,7 @@ pub(crate) fn section<T: DeserializeOwned>(
             format!("{key}.{sub}")
         };
         // For unknown fields point at the offending key, not its parent.
-        if let Some(name) = inner
-            .strip_prefix("unknown field `")
-            .and_then(|r| r.split('`').next())
-        {
+        if let Some(name) = inner.strip_prefix("unknown field `").and_then(|r| r.split('`').next()) {
             if !field.ends_with(name) {
                 field = format!("{field}.{name}");
             }
@@ -563,10 +559,7 @@ pub fn validate(s: &RuntimeSettings, src: &str) -> Vec<Diagnostic> {
             format!("unsupported version {}, expected 1", s.version),
         ));
     }
-    for (key, p) in [
-        ("provider", Some(&s.provider)),
-        ("fallback", s.fallback.as_ref()),
-    ] {
+    for (key, p) in [("provider", Some(&s.provider)), ("fallback", s.fallback.as_ref())] {
         let Some(p) = p else { continue };
         validate_provider(file, src, key, p, &mut d);
     }
@@ -601,8 +594,15 @@ pub fn validate(s: &RuntimeSettings, src: &str) -> Vec<Diagnostic> {
             Ok(glob) => {
                 if let Some(dir) = overlapping_builder_dir(&glob.compile_matcher(), g) {
                     d.push(
-                        Diagnostic::new(file, line, "permissions.write", format!("write glob `{g}` overlaps builder-owned `{dir}/`"))
-                            .with_hint("the runtime may only write reports/, cards/, runs/ and paths outside builder directories"),
+                        Diagnostic::new(
+                            file,
+                            line,
+                            "permissions.write",
+                            format!("write glob `{g}` overlaps builder-owned `{dir}/`"),
+                        )
+                        .with_hint(
+                            "the runtime may only write reports/, cards/, runs/ and paths outside builder directories",
+                        ),
                     );
                 }
             }
@@ -636,10 +636,7 @@ pub fn validate(s: &RuntimeSettings, src: &str) -> Vec<Diagnostic> {
         ("max_steps", b.max_steps == 0),
         ("max_wall_s", b.max_wall_s == 0),
         ("max_tokens", b.max_tokens == 0),
-        (
-            "max_cost_usd",
-            b.max_cost_usd.is_nan() || b.max_cost_usd <= 0.0,
-        ),
+        ("max_cost_usd", b.max_cost_usd.is_nan() || b.max_cost_usd <= 0.0),
     ] {
         if bad {
             d.push(Diagnostic::new(
@@ -663,13 +660,7 @@ pub fn validate(s: &RuntimeSettings, src: &str) -> Vec<Diagnostic> {
     d
 }
 
-fn validate_provider(
-    file: &Path,
-    src: &str,
-    key: &str,
-    p: &ProviderSettings,
-    d: &mut Vec<Diagnostic>,
-) {
+fn validate_provider(file: &Path, src: &str, key: &str, p: &ProviderSettings, d: &mut Vec<Diagnostic>) {
     match p.kind {
         ProviderKind::Replay => {
             if p.replay.is_none() {
@@ -711,9 +702,7 @@ fn validate_provider(
                     format!("{key}.api_key_env"),
                     format!("`{env}` is not an environment variable name"),
                 )
-                .with_hint(
-                    "name the variable (OPENAI_API_KEY); never put the key itself in the repo",
-                ),
+                .with_hint("name the variable (OPENAI_API_KEY); never put the key itself in the repo"),
             );
         }
     }
@@ -760,12 +749,7 @@ fn load_claude_json(path: &Path, rel: &Path, diags: &mut Vec<Diagnostic>) -> Opt
     let value: serde_json::Value = match serde_json::from_str(&src) {
         Ok(v) => v,
         Err(e) => {
-            diags.push(Diagnostic::new(
-                rel,
-                e.line(),
-                "",
-                format!("JSON syntax error: {e}"),
-            ));
+            diags.push(Diagnostic::new(rel, e.line(), "", format!("JSON syntax error: {e}")));
             return None;
         }
     };
@@ -777,13 +761,8 @@ fn load_claude_json(path: &Path, rel: &Path, diags: &mut Vec<Diagnostic>) -> Opt
     for k in obj.keys() {
         if k != "permissions" && !CLAUDE_IGNORED_KEYS.contains(&k.as_str()) {
             diags.push(
-                Diagnostic::new(
-                    rel,
-                    json_line(&src, &format!("\"{k}\"")),
-                    k.as_str(),
-                    "unknown key",
-                )
-                .with_hint("only `permissions` is used by the runtime"),
+                Diagnostic::new(rel, json_line(&src, &format!("\"{k}\"")), k.as_str(), "unknown key")
+                    .with_hint("only `permissions` is used by the runtime"),
             );
         }
     }
@@ -807,11 +786,7 @@ fn load_claude_json(path: &Path, rel: &Path, diags: &mut Vec<Diagnostic>) -> Opt
             }
         },
     };
-    for (list, rules) in [
-        ("allow", &perms.allow),
-        ("ask", &perms.ask),
-        ("deny", &perms.deny),
-    ] {
+    for (list, rules) in [("allow", &perms.allow), ("ask", &perms.ask), ("deny", &perms.deny)] {
         for r in rules {
             if let Err(e) = Rule::parse(r) {
                 diags.push(Diagnostic::new(
@@ -836,10 +811,7 @@ fn load_claude_json(path: &Path, rel: &Path, diags: &mut Vec<Diagnostic>) -> Opt
 }
 
 fn json_line(src: &str, needle: &str) -> usize {
-    src.lines()
-        .position(|l| l.contains(needle))
-        .map(|i| i + 1)
-        .unwrap_or(1)
+    src.lines().position(|l| l.contains(needle)).map(|i| i + 1).unwrap_or(1)
 }
 
 #[cfg(test)]
@@ -867,10 +839,7 @@ mod tests {
         assert!(got.contains(&(5, "provider.colour")), "{d:?}");
         assert!(got.contains(&(7, "budgets.max_steps")), "{d:?}");
         assert!(got.contains(&(8, "surprise")), "{d:?}");
-        assert!(
-            got.contains(&(9, "tools")),
-            "semantic checks still run: {d:?}"
-        );
+        assert!(got.contains(&(9, "tools")), "semantic checks still run: {d:?}");
     }
 
     #[test]
@@ -881,11 +850,7 @@ mod tests {
         let got: Vec<(usize, &str)> = d.iter().map(|d| (d.line, d.field.as_str())).collect();
         assert_eq!(
             got,
-            vec![
-                (7, "permissions.deny"),
-                (10, "permissions.write"),
-                (13, "tools")
-            ],
+            vec![(7, "permissions.deny"), (10, "permissions.write"), (13, "tools")],
             "{d:?}"
         );
     }

@@ -49,19 +49,11 @@ pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{path}: {source}")]
-    Sqlite {
-        path: String,
-        source: rusqlite::Error,
-    },
-    #[error(
-        "{path}: schema version {found} is newer than this binary understands ({SCHEMA_VERSION})"
-    )]
+    Sqlite { path: String, source: rusqlite::Error },
+    #[error("{path}: schema version {found} is newer than this binary understands ({SCHEMA_VERSION})")]
     TooNew { path: String, found: usize },
     #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    Io { path: String, source: std::io::Error },
 }
 
 /// An open store.
@@ -98,9 +90,7 @@ impl Store {
     }
 
     fn configure(&mut self) -> Result<(), StoreError> {
-        self.conn
-            .busy_timeout(Duration::from_secs(10))
-            .map_err(self.err())?;
+        self.conn.busy_timeout(Duration::from_secs(10)).map_err(self.err())?;
         self.conn
             .pragma_update(None, "journal_mode", "WAL")
             .map_err(self.err())?;
@@ -134,17 +124,13 @@ impl Store {
         }
         for (i, m) in MIGRATIONS.iter().enumerate().skip(version) {
             tx.execute_batch(m).map_err(e)?;
-            tx.pragma_update(None, "user_version", (i + 1) as i64)
-                .map_err(e)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(e)?;
         }
         tx.commit().map_err(e)
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction and commits it.
-    pub fn write<T>(
-        &mut self,
-        f: impl FnOnce(&Transaction) -> rusqlite::Result<T>,
-    ) -> Result<T, StoreError> {
+    pub fn write<T>(&mut self, f: impl FnOnce(&Transaction) -> rusqlite::Result<T>) -> Result<T, StoreError> {
         let path = self.path.clone();
         let e = |e| StoreError::Sqlite {
             path: path.clone(),
@@ -196,10 +182,7 @@ mod tests {
             .query_row("SELECT value FROM meta WHERE key='a'", [], |r| r.get(0))
             .unwrap();
         assert_eq!(v, "b");
-        let mode: String = s
-            .conn()
-            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-            .unwrap();
+        let mode: String = s.conn().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         assert_eq!(mode, "wal");
     }
 
@@ -211,10 +194,7 @@ mod tests {
             let c = Connection::open(&path).unwrap();
             c.pragma_update(None, "user_version", 99).unwrap();
         }
-        assert!(matches!(
-            Store::open(&path),
-            Err(StoreError::TooNew { found: 99, .. })
-        ));
+        assert!(matches!(Store::open(&path), Err(StoreError::TooNew { found: 99, .. })));
     }
 
     #[test]
@@ -228,13 +208,8 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut s = Store::open(&path).unwrap();
                     for i in 0..25 {
-                        s.write(|tx| {
-                            tx.execute(
-                                "INSERT INTO meta(key, value) VALUES (?1, 'v')",
-                                [format!("{t}-{i}")],
-                            )
-                        })
-                        .unwrap();
+                        s.write(|tx| tx.execute("INSERT INTO meta(key, value) VALUES (?1, 'v')", [format!("{t}-{i}")]))
+                            .unwrap();
                     }
                 })
             })

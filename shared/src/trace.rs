@@ -151,11 +151,7 @@ pub struct RunRow {
     pub duration_ms: i64,
 }
 
-pub fn list_runs(
-    store: &Store,
-    task: Option<&str>,
-    limit: usize,
-) -> Result<Vec<RunRow>, StoreError> {
+pub fn list_runs(store: &Store, task: Option<&str>, limit: usize) -> Result<Vec<RunRow>, StoreError> {
     let conn = store.conn();
     let sql = "SELECT run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms FROM runs WHERE (?1 IS NULL OR task = ?1) ORDER BY started_at DESC, run_id DESC LIMIT ?2";
     let e = |e| StoreError::Sqlite {
@@ -292,10 +288,7 @@ pub fn to_otlp(row: &RunRow, trace: &Trace, include_content: bool) -> Value {
         .spans
         .iter()
         .map(|s| {
-            let mut attrs = vec![
-                kv("agent.run_id", json!(row.run_id)),
-                kv("agent.task", json!(row.task)),
-            ];
+            let mut attrs = vec![kv("agent.run_id", json!(row.run_id)), kv("agent.task", json!(row.task))];
             match s.kind.as_str() {
                 "model" => {
                     attrs.push(kv("gen_ai.operation.name", json!("chat")));

@@ -12,6 +12,7 @@ use crate::tools::{ErrorClass, ToolRequest, ToolResult};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Sent as the first line to a new worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -30,8 +31,26 @@ pub enum WorkerHello {
     Refused(String),
 }
 
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// True once after SIGTERM/SIGINT reached the worker: the running command is killed
+/// (with its process group) and the worker goes on serving, so nothing is orphaned.
+pub fn take_interrupt() -> bool {
+    INTERRUPTED.swap(false, Ordering::SeqCst)
+}
+
 /// The worker's main loop. Must run before any other thread of the process starts.
 pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::signal(libc::SIGTERM, handler);
+        libc::signal(libc::SIGINT, handler);
+    }
     // SAFETY: close every inherited descriptor above stderr; this process uses only
     // stdin, stdout and stderr, and no other thread exists yet.
     unsafe {
@@ -77,11 +96,7 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
         }
         let result = match serde_json::from_str::<ToolRequest>(&line) {
             Ok(req) => execute(&ctx, &req),
-            Err(e) => ToolResult::error(
-                "",
-                ErrorClass::InvalidArguments,
-                format!("bad request: {e}"),
-            ),
+            Err(e) => ToolResult::error("", ErrorClass::InvalidArguments, format!("bad request: {e}")),
         };
         writeln!(output, "{}", serde_json::to_string(&result)?)?;
         output.flush()?;

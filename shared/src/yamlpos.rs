@@ -65,9 +65,6 @@ mod tests {
         assert_eq!(line_of(SRC, &["provider", "model"]), 4);
         assert_eq!(line_of(SRC, &["budgets", "max_steps"]), 7);
         assert_eq!(line_of(SRC, &["budgets", "nope"]), 5);
-        assert_eq!(
-            line_of_item(SRC, &["permissions", "allow"], "Bash(ls*)"),
-            11
-        );
+        assert_eq!(line_of_item(SRC, &["permissions", "allow"], "Bash(ls*)"), 11);
     }
 }

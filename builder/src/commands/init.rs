@@ -21,7 +21,10 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
     if report.created.is_empty() {
         println!("nothing to do: every file already exists");
     } else {
-        println!("next: commit the scaffold, then `builder check -C {0}` and `runtime fire digest -C {0}`", target.display());
+        println!(
+            "next: commit the scaffold, then `builder check -C {0}` and `runtime fire digest -C {0}`",
+            target.display()
+        );
     }
     Ok(0)
 }

@@ -45,12 +45,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Init(a) => init::run(a, &repo),
         Command::Check(a) => check::run(a, &repo),
         Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "builder",
-                &mut std::io::stdout(),
-            );
+            clap_complete::generate(shell, &mut Cli::command(), "builder", &mut std::io::stdout());
             Ok(0)
         }
         Command::Man => {

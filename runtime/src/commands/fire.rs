@@ -31,17 +31,14 @@ pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
         Prepared::Ready(mut run) => match run.enter_sandbox() {
             Some(s) => s,
             None => {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                 let early = rt.block_on(async {
                     let (tx, rx) = tokio::sync::watch::channel(false);
                     tokio::spawn(async move {
                         use tokio::signal::unix::{signal, SignalKind};
-                        let (Ok(mut term), Ok(mut int)) = (
-                            signal(SignalKind::terminate()),
-                            signal(SignalKind::interrupt()),
-                        ) else {
+                        let (Ok(mut term), Ok(mut int)) =
+                            (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+                        else {
                             return;
                         };
                         tokio::select! {

@@ -58,12 +58,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Show(a) => show::run(a, &root),
         Command::Check(a) => check::run(a, &root),
         Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "runtime",
-                &mut std::io::stdout(),
-            );
+            clap_complete::generate(shell, &mut Cli::command(), "runtime", &mut std::io::stdout());
             Ok(0)
         }
         Command::Man => {
@@ -76,8 +71,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 /// The work-tree root of the repository containing `path`, or `path` itself when it
 /// is not in one (commands that need git report that themselves).
 fn resolve_root(path: &std::path::Path) -> anyhow::Result<PathBuf> {
-    let abs =
-        std::fs::canonicalize(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let abs = std::fs::canonicalize(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(match git2::Repository::discover(&abs) {
         Ok(r) => r.workdir().map(|w| w.to_path_buf()).unwrap_or(abs),
         Err(_) => abs,

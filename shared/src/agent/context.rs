@@ -56,16 +56,18 @@ pub fn fit(messages: &[Message], budget: u64) -> (Vec<Message>, BudgetReport) {
                         cut -= 1;
                     }
                     let dropped = content.len() - cut;
-                    *content = format!("{}\n[summarised: {dropped} bytes of older output left out to fit the context budget]", &content[..cut]);
+                    *content = format!(
+                        "{}\n[summarised: {dropped} bytes of older output left out to fit the context budget]",
+                        &content[..cut]
+                    );
                     report.summarised += 1;
                 }
             }
         }
         if report.summarised > 0 {
-            report.reasons.push(format!(
-                "summarised {} older tool outputs",
-                report.summarised
-            ));
+            report
+                .reasons
+                .push(format!("summarised {} older tool outputs", report.summarised));
         }
     }
     while total(&out) > budget {
@@ -86,9 +88,7 @@ pub fn fit(messages: &[Message], budget: u64) -> (Vec<Message>, BudgetReport) {
         match end {
             Some(end)
                 if end < out.len()
-                    && out[end..]
-                        .iter()
-                        .any(|m| matches!(m, Message::Assistant { .. }))
+                    && out[end..].iter().any(|m| matches!(m, Message::Assistant { .. }))
                     && start < out.len() - 1 =>
             {
                 let n = end - start;
@@ -99,14 +99,15 @@ pub fn fit(messages: &[Message], budget: u64) -> (Vec<Message>, BudgetReport) {
         }
     }
     if report.dropped > 0 {
-        report.reasons.push(format!(
-            "dropped {} messages of the oldest turns",
-            report.dropped
-        ));
+        report
+            .reasons
+            .push(format!("dropped {} messages of the oldest turns", report.dropped));
     }
     let used = total(&out);
     if used > budget {
-        report.reasons.push(format!("still {used} tokens over a budget of {budget}: the task prompt and latest turn alone exceed it"));
+        report.reasons.push(format!(
+            "still {used} tokens over a budget of {budget}: the task prompt and latest turn alone exceed it"
+        ));
     }
     report.used = used;
     report.included = out.len();
@@ -139,12 +140,8 @@ mod tests {
 
     fn convo(turns: usize, size: usize) -> Vec<Message> {
         let mut m = vec![
-            Message::System {
-                content: "s".into(),
-            },
-            Message::User {
-                content: "u".into(),
-            },
+            Message::System { content: "s".into() },
+            Message::User { content: "u".into() },
         ];
         for i in 0..turns {
             m.extend(turn(i, size));
@@ -168,9 +165,7 @@ mod tests {
         assert!(r.used <= 2000);
         // The latest output is intact.
         assert_eq!(out.last(), m.last());
-        assert!(
-            matches!(&out[3], Message::Tool { content, .. } if content.contains("[summarised"))
-        );
+        assert!(matches!(&out[3], Message::Tool { content, .. } if content.contains("[summarised")));
     }
 
     #[test]

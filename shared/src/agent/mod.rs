@@ -123,13 +123,14 @@ pub async fn run(
             None => return StopReason::WaitingApproval,
             Some(_) => {
                 state.pending = None;
-                if let Some(idx) = state.messages.iter().position(
-                    |m| matches!(m, Message::Tool { call_id, .. } if *call_id == p.call.id),
-                ) {
+                if let Some(idx) = state
+                    .messages
+                    .iter()
+                    .position(|m| matches!(m, Message::Tool { call_id, .. } if *call_id == p.call.id))
+                {
                     state.messages.remove(idx);
                 }
-                let _ =
-                    handle_call(cfg, state, policy, worker, &p.call, p.step, started, wall).await;
+                let _ = handle_call(cfg, state, policy, worker, &p.call, p.step, started, wall, cancel).await;
             }
         }
     }
@@ -166,12 +167,8 @@ pub async fn run(
             tools: tool_defs.clone(),
             max_output_tokens: cfg.max_output_tokens,
         };
-        let span = state
-            .trace
-            .start("model", format!("chat {}", cfg.model), None);
-        state
-            .trace
-            .attr(span, "gen_ai.request.model", cfg.model.clone());
+        let span = state.trace.start("model", format!("chat {}", cfg.model), None);
+        state.trace.attr(span, "gen_ai.request.model", cfg.model.clone());
         state.trace.attr(span, "agent.step", step);
         let remaining = wall.saturating_sub(started.elapsed());
         let answer = tokio::select! {
@@ -192,9 +189,7 @@ pub async fn run(
             Err(e) => {
                 state.retries += e.retries;
                 let msg = cfg.redactor.redact(&e.to_string()).into_owned();
-                state
-                    .trace
-                    .attr(span, "error.type", format!("{:?}", e.kind));
+                state.trace.attr(span, "error.type", format!("{:?}", e.kind));
                 state.trace.end(span, "error");
                 state.cards.push(CardDraft {
                     kind: CardKind::ProviderError,
@@ -214,14 +209,10 @@ pub async fn run(
             s.tokens_out = resp.usage.output;
         }
         state.trace.attr(span, "agent.retries", resp.retries);
+        state.trace.attr(span, "agent.served_by", resp.served_by.clone());
         state
             .trace
-            .attr(span, "agent.served_by", resp.served_by.clone());
-        state.trace.attr(
-            span,
-            "gen_ai.response.tool_calls",
-            resp.tool_calls.len() as u64,
-        );
+            .attr(span, "gen_ai.response.tool_calls", resp.tool_calls.len() as u64);
         state.trace.end(span, "ok");
         state.messages.push(Message::Assistant {
             content: resp.content.clone(),
@@ -263,7 +254,7 @@ pub async fn run(
             if *cancel.borrow() {
                 return StopReason::Cancelled;
             }
-            match handle_call(cfg, state, policy, worker, call, step, started, wall).await {
+            match handle_call(cfg, state, policy, worker, call, step, started, wall, cancel).await {
                 CallOutcome::Done => {}
                 CallOutcome::Waiting => return StopReason::WaitingApproval,
             }
@@ -339,16 +330,11 @@ async fn handle_call(
     step: u32,
     started: Instant,
     wall: Duration,
+    cancel: &mut tokio::sync::watch::Receiver<bool>,
 ) -> CallOutcome {
-    let span = state
-        .trace
-        .start("tool", format!("execute_tool {}", call.name), None);
-    state
-        .trace
-        .attr(span, "gen_ai.tool.name", call.name.clone());
-    state
-        .trace
-        .attr(span, "gen_ai.tool.call.id", call.id.clone());
+    let span = state.trace.start("tool", format!("execute_tool {}", call.name), None);
+    state.trace.attr(span, "gen_ai.tool.name", call.name.clone());
+    state.trace.attr(span, "gen_ai.tool.call.id", call.id.clone());
     let args_hash = call_hash(&call.name, &call.arguments);
     let record = |state: &mut LoopState,
                   args: serde_json::Value,
@@ -370,8 +356,7 @@ async fn handle_call(
             outcome: outcome.clone(),
             duration_ms: result.duration_ms,
         });
-        let args = serde_json::from_str(&cfg.redactor.redact(&args.to_string()))
-            .unwrap_or(serde_json::Value::Null);
+        let args = serde_json::from_str(&cfg.redactor.redact(&args.to_string())).unwrap_or(serde_json::Value::Null);
         state.trace.calls.push(TracedCall {
             call_id: call.id.clone(),
             step,
@@ -384,9 +369,7 @@ async fn handle_call(
             outcome: outcome.clone(),
             duration_ms: result.duration_ms,
         });
-        state
-            .trace
-            .attr(span, "agent.decision", decision.to_string());
+        state.trace.attr(span, "agent.decision", decision.to_string());
         state.trace.attr(span, "agent.outcome", outcome.clone());
         if result.kernel_denied {
             state.trace.attr(span, "agent.kernel_denied", true);
@@ -400,31 +383,22 @@ async fn handle_call(
                 .take(2000)
                 .collect::<String>(),
         );
-        state.trace.end(
-            span,
-            if result.error.is_none() {
-                "ok"
-            } else {
-                "error"
-            },
-        );
+        state
+            .trace
+            .end(span, if result.error.is_none() { "ok" } else { "error" });
         state.messages.push(Message::Tool {
             call_id: call.id.clone(),
             name: call.name.clone(),
             content: cfg.redactor.redact(&result.observation()).into_owned(),
             is_error: result.error.is_some(),
         });
-        state
-            .recent_calls
-            .push(format!("{} {}", call.name, call.arguments));
+        state.recent_calls.push(format!("{} {}", call.name, call.arguments));
         state.recent_errors.push(match result.error {
             Some(c) => format!(
                 "{} {}: {}",
                 call.name,
                 c.as_str(),
-                crate::records::normalise_detail(
-                    &result.output.chars().take(200).collect::<String>()
-                )
+                crate::records::normalise_detail(&result.output.chars().take(200).collect::<String>())
             ),
             None => String::new(),
         });
@@ -437,10 +411,7 @@ async fn handle_call(
                 state.missing_tools.push(call.name.clone());
                 state.cards.push(CardDraft {
                     kind: CardKind::MissingTool,
-                    summary: format!(
-                        "the model asked for a tool that does not exist: `{}`",
-                        call.name
-                    ),
+                    summary: format!("the model asked for a tool that does not exist: `{}`", call.name),
                     detail: format!("tool `{}` requested", call.name),
                     evidence: vec![cfg
                         .redactor
@@ -469,10 +440,7 @@ async fn handle_call(
             state.missing_tools.push(call.name.clone());
             state.cards.push(CardDraft {
                 kind: CardKind::MissingTool,
-                summary: format!(
-                    "the model needed `{}`, which this task does not enable",
-                    call.name
-                ),
+                summary: format!("the model needed `{}`, which this task does not enable", call.name),
                 detail: msg.clone(),
                 evidence: vec![],
             });
@@ -521,11 +489,7 @@ async fn handle_call(
                 state.cards.push(CardDraft {
                     kind: CardKind::ApprovalNeeded,
                     summary: format!("`{}` needs approval", call.name),
-                    detail: format!(
-                        "{} (rule {})",
-                        verdict.reason,
-                        verdict.rule.clone().unwrap_or_default()
-                    ),
+                    detail: format!("{} (rule {})", verdict.reason, verdict.rule.clone().unwrap_or_default()),
                     evidence: vec![
                         format!("run {} call {} hash {}", cfg.run_id, call.id, args_hash),
                         cfg.redactor.redact(&args_json.to_string()).into_owned(),
@@ -536,25 +500,14 @@ async fn handle_call(
                     ErrorClass::PermissionDenied,
                     "waiting for a builder's approval",
                 );
-                record(
-                    state,
-                    args_json,
-                    "ask",
-                    verdict.rule,
-                    verdict.reason,
-                    &result,
-                );
+                record(state, args_json, "ask", verdict.rule, verdict.reason, &result);
                 return CallOutcome::Waiting;
             }
         }
     }
     if verdict.decision == Decision::Deny {
         state.denials += 1;
-        let result = ToolResult::error(
-            &call.id,
-            ErrorClass::PermissionDenied,
-            verdict.reason.clone(),
-        );
+        let result = ToolResult::error(&call.id, ErrorClass::PermissionDenied, verdict.reason.clone());
         let fp = format!("{} {}", call.name, verdict.reason);
         if !state.denied_fingerprints.contains(&fp) {
             state.denied_fingerprints.push(fp);
@@ -568,34 +521,17 @@ async fn handle_call(
                 detail: verdict.reason.clone(),
                 evidence: vec![
                     format!("call {}", call.id),
-                    cfg.redactor
-                        .redact(&args_json.to_string())
-                        .chars()
-                        .take(500)
-                        .collect(),
-                    format!(
-                        "rule: {}",
-                        verdict.rule.clone().unwrap_or_else(|| "(built-in)".into())
-                    ),
+                    cfg.redactor.redact(&args_json.to_string()).chars().take(500).collect(),
+                    format!("rule: {}", verdict.rule.clone().unwrap_or_else(|| "(built-in)".into())),
                 ],
             });
         }
-        record(
-            state,
-            args_json,
-            "deny",
-            verdict.rule,
-            verdict.reason,
-            &result,
-        );
+        record(state, args_json, "deny", verdict.rule, verdict.reason, &result);
         return CallOutcome::Done;
     }
     let remaining = wall.saturating_sub(started.elapsed());
     let mut timeout = Duration::from_secs(cfg.limits.tool_timeout_s);
-    if let ToolArgs::RunCommand {
-        timeout_s: Some(t), ..
-    } = &args
-    {
+    if let ToolArgs::RunCommand { timeout_s: Some(t), .. } = &args {
         timeout = timeout.min(Duration::from_secs(*t));
     }
     let timeout = timeout.min(remaining).max(Duration::from_millis(100));
@@ -605,7 +541,18 @@ async fn handle_call(
         timeout_ms: timeout.as_millis() as u64,
         output_limit: cfg.limits.tool_output_bytes,
     };
-    let result = worker.call(&req).await;
+    let result = {
+        let interrupter = worker.interrupt_handle();
+        let call = worker.call(&req);
+        tokio::pin!(call);
+        tokio::select! {
+            r = &mut call => r,
+            _ = cancel.changed() => {
+                interrupter.interrupt();
+                call.await
+            }
+        }
+    };
     if result.error == Some(ErrorClass::SideEffectUncertain) {
         state.cards.push(CardDraft {
             kind: CardKind::SideEffectUncertain,
@@ -617,13 +564,6 @@ async fn handle_call(
     if result.kernel_denied {
         state.denials += 1;
     }
-    record(
-        state,
-        args_json,
-        "allow",
-        verdict.rule,
-        verdict.reason,
-        &result,
-    );
+    record(state, args_json, "allow", verdict.rule, verdict.reason, &result);
     CallOutcome::Done
 }

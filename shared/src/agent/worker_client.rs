@@ -11,6 +11,22 @@ use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
+/// Asks the worker to kill the command it is running (the fire is cancelled).
+pub struct Interrupter {
+    pid: Option<u32>,
+}
+
+impl Interrupter {
+    pub fn interrupt(&self) {
+        if let Some(pid) = self.pid {
+            // SAFETY: signalling our own child process.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGTERM);
+            }
+        }
+    }
+}
+
 pub struct WorkerClient {
     child: Child,
     stdin: ChildStdin,
@@ -30,11 +46,7 @@ pub enum WorkerError {
 
 impl WorkerClient {
     /// Starts `exe args...` as the worker and waits for its sandbox report.
-    pub async fn spawn(
-        exe: &Path,
-        args: &[String],
-        config: &WorkerConfig,
-    ) -> Result<WorkerClient, WorkerError> {
+    pub async fn spawn(exe: &Path, args: &[String], config: &WorkerConfig) -> Result<WorkerClient, WorkerError> {
         let mut child = Command::new(exe)
             .args(args)
             .stdin(Stdio::piped())
@@ -54,26 +66,18 @@ impl WorkerClient {
             .take()
             .ok_or_else(|| WorkerError::Protocol("no stdout".into()))?;
         let mut stdout = BufReader::new(stdout).lines();
-        let line =
-            serde_json::to_string(config).map_err(|e| WorkerError::Protocol(e.to_string()))?;
+        let line = serde_json::to_string(config).map_err(|e| WorkerError::Protocol(e.to_string()))?;
         stdin
             .write_all(format!("{line}\n").as_bytes())
             .await
             .map_err(|e| WorkerError::Protocol(e.to_string()))?;
-        stdin
-            .flush()
-            .await
-            .map_err(|e| WorkerError::Protocol(e.to_string()))?;
+        stdin.flush().await.map_err(|e| WorkerError::Protocol(e.to_string()))?;
         let hello = stdout
             .next_line()
             .await
             .map_err(|e| WorkerError::Protocol(e.to_string()))?
-            .ok_or_else(|| {
-                WorkerError::Protocol("worker exited before reporting its sandbox".into())
-            })?;
-        match serde_json::from_str::<WorkerHello>(&hello)
-            .map_err(|e| WorkerError::Protocol(format!("{e}: {hello}")))?
-        {
+            .ok_or_else(|| WorkerError::Protocol("worker exited before reporting its sandbox".into()))?;
+        match serde_json::from_str::<WorkerHello>(&hello).map_err(|e| WorkerError::Protocol(format!("{e}: {hello}")))? {
             WorkerHello::Ready(sandbox) => Ok(WorkerClient {
                 child,
                 stdin,
@@ -86,13 +90,10 @@ impl WorkerClient {
 
     /// Runs one call. The worker enforces the per-call timeout; this adds a margin.
     pub async fn call(&mut self, req: &ToolRequest) -> ToolResult {
-        let uncertain =
-            |why: String| ToolResult::error(&req.call_id, ErrorClass::SideEffectUncertain, why);
+        let uncertain = |why: String| ToolResult::error(&req.call_id, ErrorClass::SideEffectUncertain, why);
         let line = match serde_json::to_string(req) {
             Ok(l) => l,
-            Err(e) => {
-                return ToolResult::error(&req.call_id, ErrorClass::InvalidArguments, e.to_string())
-            }
+            Err(e) => return ToolResult::error(&req.call_id, ErrorClass::InvalidArguments, e.to_string()),
         };
         if let Err(e) = self.stdin.write_all(format!("{line}\n").as_bytes()).await {
             return uncertain(format!("tool worker gone: {e}"));
@@ -102,8 +103,9 @@ impl WorkerClient {
         }
         let margin = std::time::Duration::from_millis(req.timeout_ms + 5_000);
         match tokio::time::timeout(margin, self.stdout.next_line()).await {
-            Ok(Ok(Some(answer))) => serde_json::from_str(&answer)
-                .unwrap_or_else(|e| uncertain(format!("unreadable worker answer: {e}"))),
+            Ok(Ok(Some(answer))) => {
+                serde_json::from_str(&answer).unwrap_or_else(|e| uncertain(format!("unreadable worker answer: {e}")))
+            }
             Ok(Ok(None)) => uncertain("tool worker exited during the call".into()),
             Ok(Err(e)) => uncertain(format!("tool worker read error: {e}")),
             Err(_) => {
@@ -111,6 +113,11 @@ impl WorkerClient {
                 uncertain("tool worker did not answer in time and was killed".into())
             }
         }
+    }
+
+    /// A handle that can interrupt the worker while a call borrows it.
+    pub fn interrupt_handle(&self) -> Interrupter {
+        Interrupter { pid: self.child.id() }
     }
 
     pub async fn shutdown(mut self) {

@@ -86,10 +86,7 @@ pub enum PolicyError {
     #[error("rule `{rule}`: {source}")]
     Rule { rule: String, source: RuleError },
     #[error("glob `{glob}`: {source}")]
-    Glob {
-        glob: String,
-        source: globset::Error,
-    },
+    Glob { glob: String, source: globset::Error },
 }
 
 const BUILDER_WRITE_REASON: &str = "writes a builder-owned path";
@@ -97,11 +94,7 @@ const BUILDER_WRITE_REASON: &str = "writes a builder-owned path";
 impl Policy {
     /// Compiles the permissions for the repository at `root`. `builder_paths` are the
     /// settings' extra builder-owned globs.
-    pub fn new(
-        root: &Path,
-        perms: &Permissions,
-        builder_paths: &[String],
-    ) -> Result<Policy, PolicyError> {
+    pub fn new(root: &Path, perms: &Permissions, builder_paths: &[String]) -> Result<Policy, PolicyError> {
         let compile = |list: &[String]| -> Result<Vec<Rule>, PolicyError> {
             list.iter()
                 .map(|r| {
@@ -169,9 +162,7 @@ impl Policy {
     /// Decides one call.
     pub fn decide(&self, call: Call) -> Verdict {
         match call {
-            Call::ReadFile(p) | Call::ListDir(p) | Call::Grep(p) => {
-                self.decide_path(call, p, false)
-            }
+            Call::ReadFile(p) | Call::ListDir(p) | Call::Grep(p) => self.decide_path(call, p, false),
             Call::WriteFile(p) | Call::EditFile(p) => self.decide_path(call, p, true),
             Call::RunCommand(cmd) => self.decide_command(cmd),
         }
@@ -193,12 +184,8 @@ impl Policy {
     /// Checks a write target against ownership, the ACL and the scratch dir. `None`
     /// when the write is inside the ACL.
     fn check_write(&self, path: &str, cwd: Option<&str>) -> Option<Verdict> {
-        if path.contains('\0') {
-            return Some(Verdict::new(
-                Decision::Deny,
-                None,
-                "path contains a NUL byte",
-            ));
+        if let Some(v) = unusable_path(path) {
+            return Some(v);
         }
         if path == "/dev/null" || path == "/dev/stdout" || path == "/dev/stderr" {
             return None;
@@ -207,16 +194,11 @@ impl Policy {
         let abs_s = abs.to_string_lossy();
         let rel = normalize(self.ownership.root(), &abs_s);
         if let Some(rel) = &rel {
-            if self.ownership.touches_builder(rel)
-                || self.ownership.classify_resolved(rel) == Owner::Builder
-            {
+            if self.ownership.touches_builder(rel) || self.ownership.classify_resolved(rel) == Owner::Builder {
                 return Some(Verdict::new(
                     Decision::Deny,
                     None,
-                    format!(
-                        "{BUILDER_WRITE_REASON} `{}`",
-                        if rel.is_empty() { "." } else { rel }
-                    ),
+                    format!("{BUILDER_WRITE_REASON} `{}`", if rel.is_empty() { "." } else { rel }),
                 ));
             }
             if glob_reaches_builder(rel) {
@@ -226,9 +208,7 @@ impl Policy {
                     format!("pattern `{rel}` may expand to a builder-owned path"),
                 ));
             }
-            if self.write_acl.is_match(rel)
-                && self.ownership.classify_resolved(rel) != Owner::Neither
-            {
+            if self.write_acl.is_match(rel) && self.ownership.classify_resolved(rel) != Owner::Neither {
                 return None;
             }
         }
@@ -251,8 +231,8 @@ impl Policy {
             if let Some(v) = self.check_write(path, None) {
                 return v;
             }
-        } else if path.contains('\0') {
-            return Verdict::new(Decision::Deny, None, "path contains a NUL byte");
+        } else if let Some(v) = unusable_path(path) {
+            return v;
         }
         let abs = self.abs(path, None);
         let rel = normalize(self.ownership.root(), &abs.to_string_lossy());
@@ -274,25 +254,16 @@ impl Policy {
             return Verdict::new(Decision::Ask, Some(&self.ask[i]), "matches an ask rule");
         }
         if let Some(i) = hit(&self.allow) {
-            return Verdict::new(
-                Decision::Allow,
-                Some(&self.allow[i]),
-                "matches an allow rule",
-            );
+            return Verdict::new(Decision::Allow, Some(&self.allow[i]), "matches an allow rule");
         }
         if write {
             return Verdict::new(Decision::Allow, None, "inside the write ACL");
         }
-        let folded = normalize(Path::new("/"), &abs.to_string_lossy())
-            .map(|p| PathBuf::from(format!("/{p}")));
+        let folded = normalize(Path::new("/"), &abs.to_string_lossy()).map(|p| PathBuf::from(format!("/{p}")));
         if folded.is_some_and(|f| self.read_roots.iter().any(|r| f.starts_with(r))) {
             return Verdict::new(Decision::Allow, None, "inside the read roots");
         }
-        Verdict::new(
-            self.default,
-            None,
-            "outside the read roots and no rule matches",
-        )
+        Verdict::new(self.default, None, "outside the read roots and no rule matches")
     }
 
     fn decide_command(&self, cmd: &str) -> Verdict {
@@ -354,8 +325,7 @@ impl Policy {
                     && match &r.spec {
                         Spec::Any => true,
                         Spec::Command(p) => {
-                            lines.iter().any(|l| p.matches_line(l, false))
-                                || canons.iter().any(|c| p.matches_canon(c))
+                            lines.iter().any(|l| p.matches_line(l, false)) || canons.iter().any(|c| p.matches_canon(c))
                         }
                         Spec::Path(_) | Spec::Literal(_) => false,
                     }
@@ -381,10 +351,7 @@ impl Policy {
                 return Verdict::new(
                     Decision::Deny,
                     None,
-                    format!(
-                        "`{}` runs inline code that names builder-owned `{dir}`",
-                        seg.program()
-                    ),
+                    format!("`{}` runs inline code that names builder-owned `{dir}`", seg.program()),
                 );
             }
         }
@@ -448,6 +415,24 @@ impl Policy {
     }
 }
 
+/// Longest path a call may name (Linux PATH_MAX).
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// Paths no tool may use: an embedded NUL, or longer than PATH_MAX.
+fn unusable_path(path: &str) -> Option<Verdict> {
+    if path.contains('\0') {
+        return Some(Verdict::new(Decision::Deny, None, "path contains a NUL byte"));
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return Some(Verdict::new(
+            Decision::Deny,
+            None,
+            format!("path is {} bytes, longer than {MAX_PATH_BYTES}", path.len()),
+        ));
+    }
+    None
+}
+
 fn is_benign_wrapper(layer: &[Word]) -> bool {
     let p = layer
         .first()
@@ -455,17 +440,7 @@ fn is_benign_wrapper(layer: &[Word]) -> bool {
         .unwrap_or("");
     matches!(
         p,
-        "env"
-            | "timeout"
-            | "nice"
-            | "nohup"
-            | "command"
-            | "builtin"
-            | "stdbuf"
-            | "time"
-            | "ionice"
-            | "xargs"
-            | "find"
+        "env" | "timeout" | "nice" | "nohup" | "command" | "builtin" | "stdbuf" | "time" | "ionice" | "xargs" | "find"
     )
 }
 

@@ -108,8 +108,9 @@ impl Rule {
             Some("*") | Some(":*") if tool == "Bash" => Spec::Any,
             Some(sp) => match tool {
                 "Bash" => Spec::Command(CommandPattern::parse(sp)?),
-                "Read" | "Edit" | "Write" | "MultiEdit" | "NotebookEdit" | "Grep" | "Glob"
-                | "LS" => Spec::Path(PathPattern::parse(sp)?),
+                "Read" | "Edit" | "Write" | "MultiEdit" | "NotebookEdit" | "Grep" | "Glob" | "LS" => {
+                    Spec::Path(PathPattern::parse(sp)?)
+                }
                 _ => Spec::Literal(sp.to_string()),
             },
         };
@@ -143,11 +144,7 @@ impl CommandPattern {
         }
         let trailing = word_prefix || text.ends_with('*');
         let body = text.trim_end_matches('*');
-        let canon = if body.contains('*')
-            || body.contains('"')
-            || body.contains('\'')
-            || body.trim().is_empty()
-        {
+        let canon = if body.contains('*') || body.contains('"') || body.contains('\'') || body.trim().is_empty() {
             None
         } else {
             let words: Vec<&str> = body.split_whitespace().collect();
@@ -346,22 +343,13 @@ mod tests {
     fn parses_rule_forms() {
         assert!(matches!(Rule::parse("Bash").unwrap().spec, Spec::Any));
         assert!(matches!(Rule::parse("Bash(*)").unwrap().spec, Spec::Any));
-        assert!(matches!(
-            Rule::parse("Bash(git log*)").unwrap().spec,
-            Spec::Command(_)
-        ));
-        assert!(matches!(
-            Rule::parse("Read(**/*.md)").unwrap().spec,
-            Spec::Path(_)
-        ));
+        assert!(matches!(Rule::parse("Bash(git log*)").unwrap().spec, Spec::Command(_)));
+        assert!(matches!(Rule::parse("Read(**/*.md)").unwrap().spec, Spec::Path(_)));
         assert!(matches!(
             Rule::parse("WebFetch(domain:example.com)").unwrap().spec,
             Spec::Literal(_)
         ));
-        assert_eq!(
-            Rule::parse("Bash(git log").unwrap_err(),
-            RuleError::Unbalanced
-        );
+        assert_eq!(Rule::parse("Bash(git log").unwrap_err(), RuleError::Unbalanced);
         assert_eq!(
             Rule::parse("Bsh(ls)").unwrap_err(),
             RuleError::UnknownTool("Bsh".into())
@@ -370,14 +358,8 @@ mod tests {
             Rule::parse("Bash()").unwrap_err(),
             RuleError::EmptySpecifier("Bash".into())
         );
-        assert_eq!(
-            Rule::parse("Bash(a:* b)").unwrap_err(),
-            RuleError::MisplacedPrefix
-        );
-        assert!(matches!(
-            Rule::parse("Read([)").unwrap_err(),
-            RuleError::Glob(_)
-        ));
+        assert_eq!(Rule::parse("Bash(a:* b)").unwrap_err(), RuleError::MisplacedPrefix);
+        assert!(matches!(Rule::parse("Read([)").unwrap_err(), RuleError::Glob(_)));
         assert_eq!(Rule::parse("  ").unwrap_err(), RuleError::Empty);
     }
 

@@ -157,11 +157,7 @@ fn analyse_into(line: &str, depth: usize, out: &mut Vec<Segment>) -> Result<(), 
     if root.has_error() {
         return Err(ShellError::Syntax(first_error(root, line)));
     }
-    let mut w = Walker {
-        src: line,
-        depth,
-        out,
-    };
+    let mut w = Walker { src: line, depth, out };
     w.walk(root)
 }
 
@@ -173,23 +169,10 @@ fn is_plain(line: &str) -> bool {
             b.is_ascii_alphanumeric()
                 || matches!(
                     b,
-                    b' ' | b'\t'
-                        | b'_'
-                        | b'-'
-                        | b'.'
-                        | b'/'
-                        | b'='
-                        | b':'
-                        | b','
-                        | b'@'
-                        | b'%'
-                        | b'+'
+                    b' ' | b'\t' | b'_' | b'-' | b'.' | b'/' | b'=' | b':' | b',' | b'@' | b'%' | b'+'
                 )
         })
-        && !line
-            .split_whitespace()
-            .next()
-            .is_some_and(|w| w.contains('='))
+        && !line.split_whitespace().next().is_some_and(|w| w.contains('='))
 }
 
 fn first_error(node: Node, src: &str) -> String {
@@ -328,9 +311,7 @@ impl<'a> Walker<'a> {
             }
         }
         let mut dc = node.walk();
-        let dests: Vec<Node> = node
-            .children_by_field_name("destination", &mut dc)
-            .collect();
+        let dests: Vec<Node> = node.children_by_field_name("destination", &mut dc).collect();
         for d in dests {
             self.nested(d)?;
             let w = self.word(d);
@@ -400,14 +381,11 @@ impl<'a> Walker<'a> {
         unwrap_into(words, seg_writes, self.depth, self.out)?;
         if let Some(code) = stdin_code {
             // A heredoc or herestring fed to a shell or interpreter is its program.
-            let prog = self
+            let prog = self.out.get(start).map(|s| s.program().to_string()).unwrap_or_default();
+            let takes_stdin_program = self
                 .out
                 .get(start)
-                .map(|s| s.program().to_string())
-                .unwrap_or_default();
-            let takes_stdin_program = self.out.get(start).is_some_and(|s| {
-                s.argv.len() == 1 || s.argv.iter().skip(1).all(|w| w.text.starts_with('-'))
-            });
+                .is_some_and(|s| s.argv.len() == 1 || s.argv.iter().skip(1).all(|w| w.text.starts_with('-')));
             if SHELLS.contains(&prog.as_str()) && takes_stdin_program {
                 analyse_into(&code, self.depth + 1, self.out)?;
             } else if interpreter_flags(&prog).is_some() || prog == "awk" {
@@ -429,9 +407,7 @@ impl<'a> Walker<'a> {
             }
             "ansi_c_string" => {
                 let t = self.text(n);
-                Word::lit(unescape_ansi_c(
-                    t.get(2..t.len().saturating_sub(1)).unwrap_or(""),
-                ))
+                Word::lit(unescape_ansi_c(t.get(2..t.len().saturating_sub(1)).unwrap_or("")))
             }
             "string" | "translated_string" => {
                 let mut text = String::new();
@@ -555,12 +531,7 @@ fn interpreter_flags(prog: &str) -> Option<&'static [&'static str]> {
 }
 
 /// Peels wrappers off `words` and pushes the resulting segment(s).
-fn unwrap_into(
-    words: Vec<Word>,
-    writes: Vec<Word>,
-    depth: usize,
-    out: &mut Vec<Segment>,
-) -> Result<(), ShellError> {
+fn unwrap_into(words: Vec<Word>, writes: Vec<Word>, depth: usize, out: &mut Vec<Segment>) -> Result<(), ShellError> {
     let mut layers: Vec<Vec<Word>> = Vec::new();
     let mut cur = words;
     let mut open_args = false;
@@ -575,12 +546,7 @@ fn unwrap_into(
         if first.dynamic {
             return Err(ShellError::DynamicCommand(first.text.clone()));
         }
-        let prog = first
-            .text
-            .rsplit('/')
-            .next()
-            .unwrap_or(&first.text)
-            .to_string();
+        let prog = first.text.rsplit('/').next().unwrap_or(&first.text).to_string();
         layers.push(cur.clone());
         let inner: Option<Vec<Word>> = match prog.as_str() {
             "env" => skip_options(
@@ -597,9 +563,7 @@ fn unwrap_into(
             "nice" => {
                 let r = &cur[1..];
                 let r = if r.first().is_some_and(|w| {
-                    w.text.starts_with('-')
-                        && w.text[1..].chars().all(|c| c.is_ascii_digit())
-                        && w.text.len() > 1
+                    w.text.starts_with('-') && w.text[1..].chars().all(|c| c.is_ascii_digit()) && w.text.len() > 1
                 }) {
                     &r[1..]
                 } else {
@@ -614,18 +578,11 @@ fn unwrap_into(
                 skip_options(&cur[1..], &[], false).map(|(rest, _)| rest)
             }
             "exec" => skip_options(&cur[1..], &["-a"], false).map(|(rest, _)| rest),
-            "stdbuf" => skip_options(
-                &cur[1..],
-                &["-i", "-o", "-e", "--input", "--output", "--error"],
-                false,
-            )
-            .map(|(rest, _)| rest),
-            "ionice" => skip_options(
-                &cur[1..],
-                &["-c", "-n", "-p", "--class", "--classdata"],
-                false,
-            )
-            .map(|(rest, _)| rest),
+            "stdbuf" => skip_options(&cur[1..], &["-i", "-o", "-e", "--input", "--output", "--error"], false)
+                .map(|(rest, _)| rest),
+            "ionice" => {
+                skip_options(&cur[1..], &["-c", "-n", "-p", "--class", "--classdata"], false).map(|(rest, _)| rest)
+            }
             "sudo" | "doas" => skip_options(
                 &cur[1..],
                 &[
@@ -656,13 +613,7 @@ fn unwrap_into(
                     ],
                     false,
                 )
-                .map(|(rest, _)| {
-                    if rest.is_empty() {
-                        vec![Word::lit("echo")]
-                    } else {
-                        rest
-                    }
-                })
+                .map(|(rest, _)| if rest.is_empty() { vec![Word::lit("echo")] } else { rest })
                 .inspect(|rest| {
                     if writes_something(rest) {
                         writes.push(Word {
@@ -745,10 +696,7 @@ fn push_segment(
 fn is_assignment(s: &str) -> bool {
     match s.find('=') {
         Some(i) if i > 0 => {
-            s[..i]
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !s[..1].chars().all(|c| c.is_ascii_digit())
+            s[..i].chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !s[..1].chars().all(|c| c.is_ascii_digit())
         }
         _ => false,
     }
@@ -756,11 +704,7 @@ fn is_assignment(s: &str) -> bool {
 
 /// Skips leading options (and the values of `with_value` options) and assignments.
 /// Returns the rest, plus the value of `-S`/`--split-string` when `env_split` is set.
-fn skip_options(
-    args: &[Word],
-    with_value: &[&str],
-    env_split: bool,
-) -> Option<(Vec<Word>, Option<String>)> {
+fn skip_options(args: &[Word], with_value: &[&str], env_split: bool) -> Option<(Vec<Word>, Option<String>)> {
     let mut i = 0;
     let mut split = None;
     while i < args.len() {
@@ -786,9 +730,7 @@ fn skip_options(
             };
         }
         // `-uNAME` style: value glued to a short option.
-        let glued = a.len() > 2
-            && !a.starts_with("--")
-            && with_value.iter().any(|w| w.len() == 2 && a.starts_with(w));
+        let glued = a.len() > 2 && !a.starts_with("--") && with_value.iter().any(|w| w.len() == 2 && a.starts_with(w));
         if env_split && a.starts_with("-S") && a.len() > 2 {
             split = Some(a[2..].to_string());
         }
@@ -849,11 +791,7 @@ fn find_effects(argv: &[Word]) -> (Vec<Vec<Word>>, Vec<Word>) {
         .take_while(|w| !w.text.starts_with('-') && w.text != "(" && w.text != "!")
         .cloned()
         .collect();
-    let roots = if roots.is_empty() {
-        vec![Word::lit(".")]
-    } else {
-        roots
-    };
+    let roots = if roots.is_empty() { vec![Word::lit(".")] } else { roots };
     let mut i = 1;
     while i < argv.len() {
         match argv[i].text.as_str() {
@@ -863,11 +801,7 @@ fn find_effects(argv: &[Word]) -> (Vec<Vec<Word>>, Vec<Word>) {
                 while end < argv.len() && argv[end].text != ";" && argv[end].text != "+" {
                     end += 1;
                 }
-                let cmd: Vec<Word> = argv[start..end]
-                    .iter()
-                    .filter(|w| w.text != "{}")
-                    .cloned()
-                    .collect();
+                let cmd: Vec<Word> = argv[start..end].iter().filter(|w| w.text != "{}").cloned().collect();
                 if writes_something(&cmd) {
                     writes.extend(roots.iter().cloned());
                 }
@@ -925,10 +859,7 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
     let flag = |f: &str| {
         args.iter().any(|w| {
             w.text == f
-                || (f.len() == 2
-                    && !w.text.starts_with("--")
-                    && w.text.starts_with('-')
-                    && w.text.contains(&f[1..]))
+                || (f.len() == 2 && !w.text.starts_with("--") && w.text.starts_with('-') && w.text.contains(&f[1..]))
         })
     };
     match prog {
@@ -947,10 +878,7 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
                 .position(|w| w.text == "-t" || w.text == "--target-directory")
             {
                 args.get(i + 1).cloned().into_iter().collect()
-            } else if let Some(t) = args
-                .iter()
-                .find_map(|w| w.text.strip_prefix("--target-directory="))
-            {
+            } else if let Some(t) = args.iter().find_map(|w| w.text.strip_prefix("--target-directory=")) {
                 vec![Word::lit(t)]
             } else if prog == "install" && flag("-d") {
                 positional(&["-m", "--mode", "-o", "-g", "--owner", "--group"])
@@ -964,15 +892,10 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
         }
         "sed" if flag("-i") || args.iter().any(|w| w.text.starts_with("--in-place")) => {
             let has_script_flag = args.iter().any(|w| {
-                w.text == "-e"
-                    || w.text == "-f"
-                    || w.text.starts_with("--expression")
-                    || w.text.starts_with("--file")
+                w.text == "-e" || w.text == "-f" || w.text.starts_with("--expression") || w.text.starts_with("--file")
             });
             let p = positional(&["-e", "-f", "--expression", "--file", "-l", "--line-length"]);
-            p.into_iter()
-                .skip(if has_script_flag { 0 } else { 1 })
-                .collect()
+            p.into_iter().skip(if has_script_flag { 0 } else { 1 }).collect()
         }
         "perl" if flag("-i") || flag("-p") && flag("-i") => positional(&["-e", "-E", "-M", "-I"]),
         "dd" => args
@@ -1026,13 +949,11 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
             .collect(),
         "patch" => vec![Word::lit(".")],
         "git" => {
-            let sub = crate::policy::rules::Canon::of(
-                &argv.iter().map(|w| w.text.as_str()).collect::<Vec<_>>(),
-            )
-            .positionals
-            .first()
-            .cloned()
-            .unwrap_or_default();
+            let sub = crate::policy::rules::Canon::of(&argv.iter().map(|w| w.text.as_str()).collect::<Vec<_>>())
+                .positionals
+                .first()
+                .cloned()
+                .unwrap_or_default();
             const READ_ONLY: &[&str] = &[
                 "log",
                 "show",
@@ -1079,10 +1000,7 @@ mod tests {
 
     #[test]
     fn splits_every_control_operator() {
-        assert_eq!(
-            progs("a && b || c; d | e & f\ng"),
-            ["a", "b", "c", "d", "e", "f", "g"]
-        );
+        assert_eq!(progs("a && b || c; d | e & f\ng"), ["a", "b", "c", "d", "e", "f", "g"]);
         assert_eq!(progs("(a; b) && { c; }"), ["a", "b", "c"]);
         assert_eq!(
             progs("echo $(rm -rf x) `touch y`"),
@@ -1149,10 +1067,7 @@ mod tests {
 
     #[test]
     fn heredoc_to_shell_is_parsed() {
-        assert_eq!(
-            progs("bash <<EOF\nrm -rf prompts\nEOF"),
-            ["bash", "rm -rf prompts"]
-        );
+        assert_eq!(progs("bash <<EOF\nrm -rf prompts\nEOF"), ["bash", "rm -rf prompts"]);
         let segs = analyse("python3 <<EOF\nopen('prompts/x','w')\nEOF").unwrap();
         assert!(segs[0].opaque_code[0].contains("prompts/x"));
         let segs = analyse("python3 -c 'import os'").unwrap();
@@ -1161,22 +1076,10 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_understand() {
-        assert!(matches!(
-            analyse("$CMD -rf x"),
-            Err(ShellError::DynamicCommand(_))
-        ));
-        assert!(matches!(
-            analyse("bash -c \"$X\""),
-            Err(ShellError::DynamicPayload(_))
-        ));
-        assert!(matches!(
-            analyse("echo 'unterminated"),
-            Err(ShellError::Syntax(_))
-        ));
-        assert!(matches!(
-            analyse("if then fi ("),
-            Err(ShellError::Syntax(_))
-        ));
+        assert!(matches!(analyse("$CMD -rf x"), Err(ShellError::DynamicCommand(_))));
+        assert!(matches!(analyse("bash -c \"$X\""), Err(ShellError::DynamicPayload(_))));
+        assert!(matches!(analyse("echo 'unterminated"), Err(ShellError::Syntax(_))));
+        assert!(matches!(analyse("if then fi ("), Err(ShellError::Syntax(_))));
     }
 
     #[test]

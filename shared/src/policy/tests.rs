@@ -60,10 +60,7 @@ fn check(cases: &[(&str, Decision)]) {
     for (cmd, want) in cases {
         let v = p.decide(Call::RunCommand(cmd));
         if v.decision != *want {
-            failures.push(format!(
-                "{cmd:?}: want {want:?}, got {:?} ({})",
-                v.decision, v.reason
-            ));
+            failures.push(format!("{cmd:?}: want {want:?}, got {:?} ({})", v.decision, v.reason));
         }
     }
     assert!(
@@ -206,10 +203,7 @@ fn heredocs_and_redirections() {
 fn interpreters_with_inline_code() {
     check(&[
         ("python3 -c \"open('prompts/x.md','w').write('x')\"", Deny),
-        (
-            "python3 -c 'import os; os.remove(\"settings/runtime.yaml\")'",
-            Deny,
-        ),
+        ("python3 -c 'import os; os.remove(\"settings/runtime.yaml\")'", Deny),
         ("perl -e 'unlink \"tools/a.sh\"'", Deny),
         ("python3 <<EOF\nopen('scope/SCOPE.md','w')\nEOF", Deny),
         ("python3 -c 'print(1+1)'", Allow),
@@ -221,10 +215,7 @@ fn interpreters_with_inline_code() {
 fn sed_in_place_with_several_targets() {
     check(&[
         ("sed -i 's/a/b/' reports/a.md prompts/digest.md", Deny),
-        (
-            "sed -i -e 's/a/b/' reports/a.md settings/runtime.yaml",
-            Deny,
-        ),
+        ("sed -i -e 's/a/b/' reports/a.md settings/runtime.yaml", Deny),
         ("sed --in-place 's/a/b/' reports/a.md scope/SCOPE.md", Deny),
         ("sed -i.bak 's/a/b/' reports/a.md tools/x.sh", Deny),
         ("sed -i 's/a/b/' reports/a.md reports/b.md", Allow),
@@ -284,14 +275,7 @@ fn quoting_and_backslash_tricks() {
 #[test]
 fn unparseable_commands_are_denied() {
     let p = policy();
-    for cmd in [
-        "echo 'unterminated",
-        "ls &&",
-        "if then",
-        "$X",
-        "cat <<",
-        ")",
-    ] {
+    for cmd in ["echo 'unterminated", "ls &&", "if then", "$X", "cat <<", ")"] {
         let v = p.decide(Call::RunCommand(cmd));
         assert_eq!(v.decision, Deny, "{cmd}: {v:?}");
     }
@@ -364,13 +348,6 @@ fn default_ask_applies_to_unmatched_calls() {
 #[test]
 fn scratch_dir_is_writable() {
     let p = policy().with_scratch("/tmp/run-1");
-    assert_eq!(
-        p.decide(Call::RunCommand("echo x > /tmp/run-1/a")).decision,
-        Allow
-    );
-    assert_eq!(
-        p.decide(Call::RunCommand("echo x > /tmp/run-1/../x"))
-            .decision,
-        Deny
-    );
+    assert_eq!(p.decide(Call::RunCommand("echo x > /tmp/run-1/a")).decision, Allow);
+    assert_eq!(p.decide(Call::RunCommand("echo x > /tmp/run-1/../x")).decision, Deny);
 }

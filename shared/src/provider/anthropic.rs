@@ -1,10 +1,7 @@
 //! Anthropic Messages wire format (`/v1/messages`): `tool_use` and `tool_result`
 //! content blocks, a top-level `system`, and `usage`.
 
-use super::{
-    http, Message, ModelRequest, ModelResponse, ProviderError, ProviderErrorKind, RetryPolicy,
-    ToolCall,
-};
+use super::{http, Message, ModelRequest, ModelResponse, ProviderError, ProviderErrorKind, RetryPolicy, ToolCall};
 use crate::records::Tokens;
 use crate::settings::ProviderSettings;
 use serde_json::{json, Value};
@@ -20,16 +17,8 @@ pub struct Anthropic {
 }
 
 impl Anthropic {
-    pub fn new(
-        s: &ProviderSettings,
-        key: Option<String>,
-        retry: RetryPolicy,
-    ) -> Result<Self, ProviderError> {
-        let base = s
-            .base_url
-            .as_deref()
-            .unwrap_or(DEFAULT_BASE_URL)
-            .trim_end_matches('/');
+    pub fn new(s: &ProviderSettings, key: Option<String>, retry: RetryPolicy) -> Result<Self, ProviderError> {
+        let base = s.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL).trim_end_matches('/');
         let url = if base.ends_with("/v1") {
             format!("{base}/messages")
         } else {
@@ -49,8 +38,7 @@ impl Anthropic {
         if let Some(k) = &self.key {
             headers.push(("x-api-key", k.clone()));
         }
-        let (json, retries) =
-            http::post_json(&self.client, &self.url, &headers, &body, &self.retry).await?;
+        let (json, retries) = http::post_json(&self.client, &self.url, &headers, &body, &self.retry).await?;
         let mut resp = parse_response(&json).map_err(|m| ProviderError {
             kind: ProviderErrorKind::Decode,
             status: Some(200),
@@ -69,10 +57,7 @@ pub fn request_body(req: &ModelRequest) -> Value {
         match m {
             Message::System { content } => system.push(content.clone()),
             Message::User { content } => messages.push(json!({"role": "user", "content": content})),
-            Message::Assistant {
-                content,
-                tool_calls,
-            } => {
+            Message::Assistant { content, tool_calls } => {
                 let mut blocks = Vec::new();
                 if let Some(c) = content {
                     blocks.push(json!({"type": "text", "text": c}));
@@ -83,9 +68,7 @@ pub fn request_body(req: &ModelRequest) -> Value {
                         .ok()
                         .filter(Value::is_object)
                         .unwrap_or_else(|| json!({"_raw": c.arguments}));
-                    blocks.push(
-                        json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
-                    );
+                    blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
                 }
                 messages.push(json!({"role": "assistant", "content": blocks}));
             }
@@ -95,7 +78,8 @@ pub fn request_body(req: &ModelRequest) -> Value {
                 is_error,
                 ..
             } => {
-                let block = json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error});
+                let block =
+                    json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error});
                 // Results of one turn's calls travel together in one user message.
                 match messages.last_mut() {
                     Some(last)
@@ -113,8 +97,7 @@ pub fn request_body(req: &ModelRequest) -> Value {
             }
         }
     }
-    let mut body =
-        json!({"model": req.model, "max_tokens": req.max_output_tokens, "messages": messages});
+    let mut body = json!({"model": req.model, "max_tokens": req.max_output_tokens, "messages": messages});
     if !system.is_empty() {
         body["system"] = Value::String(system.join("\n\n"));
     }
@@ -122,9 +105,7 @@ pub fn request_body(req: &ModelRequest) -> Value {
         body["tools"] = req
             .tools
             .iter()
-            .map(
-                |t| json!({"name": t.name, "description": t.description, "input_schema": t.schema}),
-            )
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.schema}))
             .collect();
     }
     body
@@ -150,10 +131,7 @@ pub fn parse_response(v: &Value) -> Result<ModelResponse, String> {
                     .and_then(Value::as_str)
                     .map(str::to_string)
                     .unwrap_or_else(|| format!("toolu_{i}"));
-                let arguments = b
-                    .get("input")
-                    .map(Value::to_string)
-                    .unwrap_or_else(|| "{}".into());
+                let arguments = b.get("input").map(Value::to_string).unwrap_or_else(|| "{}".into());
                 tool_calls.push(ToolCall {
                     id,
                     name: name.to_string(),
@@ -164,14 +142,8 @@ pub fn parse_response(v: &Value) -> Result<ModelResponse, String> {
         }
     }
     let usage = Tokens {
-        input: v
-            .pointer("/usage/input_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-        output: v
-            .pointer("/usage/output_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
+        input: v.pointer("/usage/input_tokens").and_then(Value::as_u64).unwrap_or(0),
+        output: v.pointer("/usage/output_tokens").and_then(Value::as_u64).unwrap_or(0),
     };
     Ok(ModelResponse {
         content: (!text.is_empty()).then_some(text),
@@ -192,12 +164,8 @@ mod tests {
         let req = ModelRequest {
             model: "m".into(),
             messages: vec![
-                Message::System {
-                    content: "sys".into(),
-                },
-                Message::User {
-                    content: "hi".into(),
-                },
+                Message::System { content: "sys".into() },
+                Message::User { content: "hi".into() },
                 Message::Assistant {
                     content: None,
                     tool_calls: vec![

@@ -24,13 +24,9 @@ pub async fn post_json(
         let (err, retry_after) = match outcome {
             Ok(resp) => {
                 let status = resp.status();
-                let retry_after =
-                    parse_retry_after(resp.headers().get(reqwest::header::RETRY_AFTER));
+                let retry_after = parse_retry_after(resp.headers().get(reqwest::header::RETRY_AFTER));
                 if status.is_success() {
-                    let bytes = resp
-                        .bytes()
-                        .await
-                        .map_err(|e| with_retries(classify(e), attempt))?;
+                    let bytes = resp.bytes().await.map_err(|e| with_retries(classify(e), attempt))?;
                     let json = serde_json::from_slice(&bytes).map_err(|e| {
                         with_retries(
                             ProviderError::new(
@@ -51,10 +47,7 @@ pub async fn post_json(
                     s if s >= 500 => ProviderErrorKind::Server,
                     _ => ProviderErrorKind::BadRequest,
                 };
-                (
-                    ProviderError::new(kind, Some(status.as_u16()), snippet),
-                    retry_after,
-                )
+                (ProviderError::new(kind, Some(status.as_u16()), snippet), retry_after)
             }
             Err(e) => (classify(e), None),
         };
@@ -139,14 +132,8 @@ mod tests {
     #[test]
     fn retry_after_forms() {
         let h = |s: &str| reqwest::header::HeaderValue::from_str(s).unwrap();
-        assert_eq!(
-            parse_retry_after(Some(&h("2"))),
-            Some(Duration::from_secs(2))
-        );
-        assert_eq!(
-            parse_retry_after(Some(&h("0.5"))),
-            Some(Duration::from_millis(500))
-        );
+        assert_eq!(parse_retry_after(Some(&h("2"))), Some(Duration::from_secs(2)));
+        assert_eq!(parse_retry_after(Some(&h("0.5"))), Some(Duration::from_millis(500)));
         assert_eq!(
             parse_retry_after(Some(&h("Wed, 21 Oct 2015 07:28:00 GMT"))),
             Some(Duration::ZERO)

@@ -54,10 +54,7 @@ impl Message {
     pub fn approx_tokens(&self) -> u64 {
         let bytes = match self {
             Message::System { content } | Message::User { content } => content.len(),
-            Message::Assistant {
-                content,
-                tool_calls,
-            } => {
+            Message::Assistant { content, tool_calls } => {
                 content.as_deref().map_or(0, str::len)
                     + tool_calls
                         .iter()
@@ -175,27 +172,17 @@ pub struct Provider {
 
 impl Provider {
     /// Builds a provider; `root` resolves a replay trace path.
-    pub fn new(
-        settings: &ProviderSettings,
-        root: &Path,
-        retry: RetryPolicy,
-    ) -> Result<Provider, ProviderError> {
+    pub fn new(settings: &ProviderSettings, root: &Path, retry: RetryPolicy) -> Result<Provider, ProviderError> {
         let key = match &settings.api_key_env {
             Some(name) => std::env::var(name).ok(),
             None => None,
         };
         let backend = match settings.kind {
             ProviderKind::Openai => Backend::OpenAi(openai::OpenAi::new(settings, key, retry)?),
-            ProviderKind::Anthropic => {
-                Backend::Anthropic(anthropic::Anthropic::new(settings, key, retry)?)
-            }
+            ProviderKind::Anthropic => Backend::Anthropic(anthropic::Anthropic::new(settings, key, retry)?),
             ProviderKind::Replay => {
                 let rel = settings.replay.as_deref().ok_or_else(|| {
-                    ProviderError::new(
-                        ProviderErrorKind::Config,
-                        None,
-                        "replay provider needs `replay:`",
-                    )
+                    ProviderError::new(ProviderErrorKind::Config, None, "replay provider needs `replay:`")
                 })?;
                 Backend::Replay(replay::Replay::load(&root.join(rel))?)
             }
@@ -236,11 +223,7 @@ impl Provider {
 
     pub fn model(&self) -> String {
         match &self.backend {
-            Backend::Replay(r) => self
-                .settings
-                .model
-                .clone()
-                .unwrap_or_else(|| r.model().to_string()),
+            Backend::Replay(r) => self.settings.model.clone().unwrap_or_else(|| r.model().to_string()),
             Backend::OpenAi(_) | Backend::Anthropic(_) => self.settings.model_name().to_string(),
         }
     }
@@ -263,14 +246,8 @@ impl Provider {
 pub fn provider_port(s: &ProviderSettings) -> Option<u16> {
     let url = match s.kind {
         ProviderKind::Replay => return None,
-        ProviderKind::Openai => s
-            .base_url
-            .clone()
-            .unwrap_or_else(|| openai::DEFAULT_BASE_URL.into()),
-        ProviderKind::Anthropic => s
-            .base_url
-            .clone()
-            .unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.into()),
+        ProviderKind::Openai => s.base_url.clone().unwrap_or_else(|| openai::DEFAULT_BASE_URL.into()),
+        ProviderKind::Anthropic => s.base_url.clone().unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.into()),
     };
     let parsed = reqwest::Url::parse(&url).ok()?;
     parsed.port_or_known_default()
@@ -305,13 +282,10 @@ impl ProviderChain {
     }
 
     pub fn ports(&self) -> Vec<u16> {
-        [
-            self.primary.port(),
-            self.fallback.as_ref().and_then(|f| f.port()),
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
+        [self.primary.port(), self.fallback.as_ref().and_then(|f| f.port())]
+            .into_iter()
+            .flatten()
+            .collect()
     }
 }
 
@@ -322,10 +296,7 @@ pub fn cost_usd(
     usage: Tokens,
 ) -> f64 {
     match prices.get(model) {
-        Some(p) => {
-            (usage.input as f64 * p.input_per_mtok + usage.output as f64 * p.output_per_mtok)
-                / 1_000_000.0
-        }
+        Some(p) => (usage.input as f64 * p.input_per_mtok + usage.output as f64 * p.output_per_mtok) / 1_000_000.0,
         None => 0.0,
     }
 }

@@ -2,10 +2,7 @@
 //! `tool` messages and `usage`. Any compatible server (llama.cpp server, vLLM,
 //! Ollama) works through `base_url`.
 
-use super::{
-    http, Message, ModelRequest, ModelResponse, ProviderError, ProviderErrorKind, RetryPolicy,
-    ToolCall,
-};
+use super::{http, Message, ModelRequest, ModelResponse, ProviderError, ProviderErrorKind, RetryPolicy, ToolCall};
 use crate::records::Tokens;
 use crate::settings::ProviderSettings;
 use serde_json::{json, Value};
@@ -20,16 +17,8 @@ pub struct OpenAi {
 }
 
 impl OpenAi {
-    pub fn new(
-        s: &ProviderSettings,
-        key: Option<String>,
-        retry: RetryPolicy,
-    ) -> Result<Self, ProviderError> {
-        let base = s
-            .base_url
-            .as_deref()
-            .unwrap_or(DEFAULT_BASE_URL)
-            .trim_end_matches('/');
+    pub fn new(s: &ProviderSettings, key: Option<String>, retry: RetryPolicy) -> Result<Self, ProviderError> {
+        let base = s.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL).trim_end_matches('/');
         Ok(OpenAi {
             client: http::client()?,
             url: format!("{base}/chat/completions"),
@@ -44,8 +33,7 @@ impl OpenAi {
         if let Some(k) = &self.key {
             headers.push(("authorization", format!("Bearer {k}")));
         }
-        let (json, retries) =
-            http::post_json(&self.client, &self.url, &headers, &body, &self.retry).await?;
+        let (json, retries) = http::post_json(&self.client, &self.url, &headers, &body, &self.retry).await?;
         let mut resp = parse_response(&json).map_err(|m| ProviderError {
             kind: ProviderErrorKind::Decode,
             status: Some(200),
@@ -74,8 +62,7 @@ pub fn request_body(req: &ModelRequest) -> Value {
             Message::Tool { call_id, content, .. } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
         })
         .collect();
-    let mut body =
-        json!({"model": req.model, "messages": messages, "max_tokens": req.max_output_tokens});
+    let mut body = json!({"model": req.model, "messages": messages, "max_tokens": req.max_output_tokens});
     if !req.tools.is_empty() {
         body["tools"] = req.tools.iter().map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.schema}})).collect();
     }
@@ -94,9 +81,7 @@ pub fn parse_response(v: &Value) -> Result<ModelResponse, String> {
     let mut tool_calls = Vec::new();
     if let Some(calls) = msg.get("tool_calls").and_then(Value::as_array) {
         for (i, c) in calls.iter().enumerate() {
-            let f = c
-                .get("function")
-                .ok_or(format!("tool_calls[{i}] has no function"))?;
+            let f = c.get("function").ok_or(format!("tool_calls[{i}] has no function"))?;
             let name = f
                 .get("name")
                 .and_then(Value::as_str)
@@ -120,10 +105,7 @@ pub fn parse_response(v: &Value) -> Result<ModelResponse, String> {
         }
     }
     let usage = Tokens {
-        input: v
-            .pointer("/usage/prompt_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
+        input: v.pointer("/usage/prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
         output: v
             .pointer("/usage/completion_tokens")
             .and_then(Value::as_u64)
@@ -147,13 +129,7 @@ mod tests {
         let v = json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a\"}"}}]}}], "usage": {"prompt_tokens": 12, "completion_tokens": 3}});
         let r = parse_response(&v).unwrap();
         assert_eq!(r.tool_calls[0].arguments, "{\"path\":\"a\"}");
-        assert_eq!(
-            r.usage,
-            Tokens {
-                input: 12,
-                output: 3
-            }
-        );
+        assert_eq!(r.usage, Tokens { input: 12, output: 3 });
         assert!(r.content.is_none());
         assert!(parse_response(&json!({"error": "x"})).is_err());
     }

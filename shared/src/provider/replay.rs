@@ -59,10 +59,9 @@ impl Replay {
             message: m,
             retries: 0,
         };
-        let src =
-            std::fs::read_to_string(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
-        let trace: ReplayTrace = serde_json::from_str(&src)
-            .map_err(|e| err(format!("{}:{}: {e}", path.display(), e.line())))?;
+        let src = std::fs::read_to_string(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
+        let trace: ReplayTrace =
+            serde_json::from_str(&src).map_err(|e| err(format!("{}:{}: {e}", path.display(), e.line())))?;
         Ok(Replay { trace })
     }
 
@@ -76,20 +75,16 @@ impl Replay {
             .iter()
             .filter(|m| matches!(m, Message::Assistant { .. }))
             .count();
-        let turn = self
-            .trace
-            .turns
-            .get(turn_index)
-            .ok_or_else(|| ProviderError {
-                kind: ProviderErrorKind::ReplayExhausted,
-                status: None,
-                message: format!(
-                    "the recorded trace has {} turns; turn {} was asked for",
-                    self.trace.turns.len(),
-                    turn_index + 1
-                ),
-                retries: 0,
-            })?;
+        let turn = self.trace.turns.get(turn_index).ok_or_else(|| ProviderError {
+            kind: ProviderErrorKind::ReplayExhausted,
+            status: None,
+            message: format!(
+                "the recorded trace has {} turns; turn {} was asked for",
+                self.trace.turns.len(),
+                turn_index + 1
+            ),
+            retries: 0,
+        })?;
         Ok(ModelResponse {
             content: turn.content.clone(),
             tool_calls: turn

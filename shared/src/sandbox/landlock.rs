@@ -8,8 +8,8 @@ use super::SandboxSpec;
 use crate::records::SandboxRecord;
 use crate::settings::LandlockMode;
 use landlock::{
-    path_beneath_rules, Access, AccessFs, AccessNet, NetPort, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    path_beneath_rules, Access, AccessFs, AccessNet, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+    Scope, ABI,
 };
 
 /// The newest ABI whose rights this code handles and was tested with.
@@ -19,9 +19,7 @@ pub const TARGET_ABI: ABI = ABI::V6;
 pub enum SandboxError {
     #[error("landlock: {0}")]
     Landlock(#[from] landlock::RulesetError),
-    #[error(
-        "landlock is {status} on this kernel (ABI {abi}) and settings require it fully enforced"
-    )]
+    #[error("landlock is {status} on this kernel (ABI {abi}) and settings require it fully enforced")]
     NotFullyEnforced { status: String, abi: u32 },
 }
 
@@ -46,11 +44,7 @@ pub fn kernel_abi() -> u32 {
 
 /// Rights this kernel will enforce for our target ABI, as readable names.
 pub fn supported_rights(abi: u32) -> Vec<String> {
-    let mut r = vec![
-        "fs.read".to_string(),
-        "fs.write".into(),
-        "fs.execute".into(),
-    ];
+    let mut r = vec!["fs.read".to_string(), "fs.write".into(), "fs.execute".into()];
     if abi >= 2 {
         r.push("fs.refer".into());
     }
@@ -77,7 +71,10 @@ pub fn supported_rights(abi: u32) -> Vec<String> {
 /// Restricts the calling thread (and its future children) to `spec`. `Off` does
 /// nothing; `Required` fails unless every requested right is enforced.
 pub fn enforce(spec: &SandboxSpec, mode: LandlockMode) -> Result<SandboxRecord, SandboxError> {
-    let abi = kernel_abi();
+    let kernel = kernel_abi();
+    // The ABI actually used: the kernel's, lowered by `max_abi` (to behave as on an
+    // older kernel), never above the ABI this code handles.
+    let abi = kernel.min(spec.max_abi.unwrap_or(u32::MAX));
     let mode_name = match mode {
         LandlockMode::Required => "required",
         LandlockMode::BestEffort => "best_effort",
@@ -91,32 +88,43 @@ pub fn enforce(spec: &SandboxSpec, mode: LandlockMode) -> Result<SandboxRecord, 
             rights: Vec::new(),
         });
     }
-    let fs_all = AccessFs::from_all(TARGET_ABI);
-    let mut ruleset = Ruleset::default()
-        .handle_access(fs_all)?
-        .handle_access(AccessNet::from_all(TARGET_ABI))?;
-    if spec.scope_ipc {
-        ruleset = ruleset.scope(Scope::from_all(TARGET_ABI))?;
+    let below_target = abi < TARGET_ABI as u32;
+    if mode == LandlockMode::Required && below_target {
+        return Err(SandboxError::NotFullyEnforced {
+            status: if abi == 0 { "not_enforced" } else { "partially_enforced" }.into(),
+            abi,
+        });
     }
-    let read = AccessFs::from_read(TARGET_ABI);
-    let file_write = AccessFs::from_file(TARGET_ABI);
-    let existing = |paths: &[std::path::PathBuf]| {
-        paths
-            .iter()
-            .filter(|p| p.exists())
-            .cloned()
-            .collect::<Vec<_>>()
+    let use_abi = if below_target {
+        ABI::from(abi as i32)
+    } else {
+        TARGET_ABI
     };
+    let fs_all = AccessFs::from_all(use_abi);
+    let mut ruleset = Ruleset::default().handle_access(fs_all)?;
+    // Rights an ABI does not have are left out rather than requested empty.
+    let net = AccessNet::from_all(use_abi);
+    if !net.is_empty() {
+        ruleset = ruleset.handle_access(net)?;
+    }
+    let scopes = Scope::from_all(use_abi);
+    if spec.scope_ipc && !scopes.is_empty() {
+        ruleset = ruleset.scope(scopes)?;
+    }
+    let read = AccessFs::from_read(use_abi);
+    let file_write = AccessFs::from_file(use_abi);
+    let existing = |paths: &[std::path::PathBuf]| paths.iter().filter(|p| p.exists()).cloned().collect::<Vec<_>>();
     let mut created = ruleset
         .create()?
         .add_rules(path_beneath_rules(existing(&spec.read_dirs), read))?
         .add_rules(path_beneath_rules(existing(&spec.write_dirs), fs_all))?
         .add_rules(path_beneath_rules(existing(&spec.write_files), file_write))?;
-    for port in &spec.connect_ports {
+    for port in spec.connect_ports.iter().filter(|_| !net.is_empty()) {
         created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp))?;
     }
     let status = created.restrict_self()?;
     let name = match status.ruleset {
+        RulesetStatus::FullyEnforced if below_target => "partially_enforced",
         RulesetStatus::FullyEnforced => "fully_enforced",
         RulesetStatus::PartiallyEnforced => "partially_enforced",
         RulesetStatus::NotEnforced => "not_enforced",
@@ -127,7 +135,7 @@ pub fn enforce(spec: &SandboxSpec, mode: LandlockMode) -> Result<SandboxRecord, 
             abi,
         });
     }
-    let mut rights = supported_rights(abi.min(6));
+    let mut rights = supported_rights(abi.min(TARGET_ABI as u32));
     if !spec.scope_ipc {
         rights.retain(|r| !r.starts_with("scope."));
     }

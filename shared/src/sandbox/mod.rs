@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// System locations a sandboxed process may read and execute from.
 pub const SYSTEM_READ_DIRS: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc",
-    "/sys", "/dev", "/run",
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc", "/sys", "/dev", "/run",
 ];
 
 /// What one sandboxed process may do.
@@ -29,25 +28,27 @@ pub struct SandboxSpec {
     pub connect_ports: Vec<u16>,
     /// Scope signals and abstract unix sockets to the sandbox (ABI 6+).
     pub scope_ipc: bool,
+    /// Use at most this Landlock ABI (from [`ABI_CAP_ENV`]), as on an older kernel.
+    #[serde(default)]
+    pub max_abi: Option<u32>,
+}
+
+/// Environment variable that caps the Landlock ABI the runtime uses, to check how a
+/// fire behaves on an older kernel (`required` refuses below ABI 6).
+pub const ABI_CAP_ENV: &str = "RUNTIME_LANDLOCK_ABI_CAP";
+
+/// The cap from [`ABI_CAP_ENV`], if set.
+pub fn abi_cap_from_env() -> Option<u32> {
+    std::env::var(ABI_CAP_ENV).ok().and_then(|v| v.parse().ok())
 }
 
 /// The tool worker's sandbox: reads in system dirs, the repo and the settings' extra
 /// read roots; writes only where the write ACL points (never a builder path), the
 /// per-run scratch dir and `/dev/null`; TCP only to granted ports.
-pub fn worker_spec(
-    root: &Path,
-    scratch: &Path,
-    s: &RuntimeSettings,
-    ownership: &Ownership,
-) -> SandboxSpec {
+pub fn worker_spec(root: &Path, scratch: &Path, s: &RuntimeSettings, ownership: &Ownership) -> SandboxSpec {
     let mut read_dirs: Vec<PathBuf> = SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect();
     read_dirs.push(root.to_path_buf());
-    read_dirs.extend(
-        s.permissions
-            .additional_directories
-            .iter()
-            .map(PathBuf::from),
-    );
+    read_dirs.extend(s.permissions.additional_directories.iter().map(PathBuf::from));
     let mut write_dirs = vec![scratch.to_path_buf()];
     for dir in acl_dirs(&s.permissions.write) {
         if ownership.classify(&dir) != Owner::Builder {
@@ -64,16 +65,14 @@ pub fn worker_spec(
         write_files: vec![PathBuf::from("/dev/null")],
         connect_ports,
         scope_ipc: true,
+        max_abi: abi_cap_from_env(),
     }
 }
 
 /// The runtime's own sandbox, entered before the loop: it may write its records, its
 /// state and git objects, and connect only to the provider's port(s).
 pub fn runtime_spec(root: &Path, provider_ports: &[u16]) -> SandboxSpec {
-    let mut write_dirs: Vec<PathBuf> = crate::layout::RUNTIME_DIRS
-        .iter()
-        .map(|d| root.join(d))
-        .collect();
+    let mut write_dirs: Vec<PathBuf> = crate::layout::RUNTIME_DIRS.iter().map(|d| root.join(d)).collect();
     write_dirs.push(root.join(".git"));
     write_dirs.push(root.join(STATE_DIR));
     SandboxSpec {
@@ -82,6 +81,7 @@ pub fn runtime_spec(root: &Path, provider_ports: &[u16]) -> SandboxSpec {
         write_files: vec![PathBuf::from("/dev/null")],
         connect_ports: provider_ports.to_vec(),
         scope_ipc: false,
+        max_abi: abi_cap_from_env(),
     }
 }
 
@@ -89,10 +89,7 @@ pub fn runtime_spec(root: &Path, provider_ports: &[u16]) -> SandboxSpec {
 pub fn acl_dirs(globs: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     for g in globs {
-        let lit: String = g
-            .chars()
-            .take_while(|c| !matches!(c, '*' | '?' | '[' | '{'))
-            .collect();
+        let lit: String = g.chars().take_while(|c| !matches!(c, '*' | '?' | '[' | '{')).collect();
         let dir = match lit.rfind('/') {
             Some(i) if lit.len() < g.len() => lit[..i].to_string(),
             _ if lit.len() < g.len() => String::new(),
@@ -123,13 +120,7 @@ mod tests {
     fn acl_dirs_are_literal_prefixes() {
         let g = |v: &[&str]| acl_dirs(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         assert_eq!(
-            g(&[
-                "reports/**",
-                "cards/**",
-                "out/a/*.txt",
-                "./logs/x.log",
-                "**"
-            ]),
+            g(&["reports/**", "cards/**", "out/a/*.txt", "./logs/x.log", "**"]),
             vec!["reports", "cards", "out/a", "logs/x.log"]
         );
     }
@@ -137,15 +128,14 @@ mod tests {
     #[test]
     fn worker_never_gets_builder_dirs() {
         let mut d = Vec::new();
-        let mut s = crate::settings::parse_runtime_yaml("version: 1\nprovider: {kind: replay, replay: x}\npermissions: {write: [\"reports/**\"]}\n", &mut d).unwrap();
+        let mut s = crate::settings::parse_runtime_yaml(
+            "version: 1\nprovider: {kind: replay, replay: x}\npermissions: {write: [\"reports/**\"]}\n",
+            &mut d,
+        )
+        .unwrap();
         s.permissions.write.push("prompts/**".into());
         let own = Ownership::new("/repo");
-        let spec = worker_spec(
-            Path::new("/repo"),
-            Path::new("/repo/.runtime/scratch/r"),
-            &s,
-            &own,
-        );
+        let spec = worker_spec(Path::new("/repo"), Path::new("/repo/.runtime/scratch/r"), &s, &own);
         assert_eq!(
             spec.write_dirs,
             vec![

@@ -53,21 +53,14 @@ impl ExecContext {
 pub fn execute(ctx: &ExecContext, req: &ToolRequest) -> ToolResult {
     let start = Instant::now();
     let mut r = match &req.args {
-        ToolArgs::ReadFile {
-            path,
-            offset,
-            limit,
-        } => read_file(ctx, path, *offset, *limit, req.output_limit),
+        ToolArgs::ReadFile { path, offset, limit } => read_file(ctx, path, *offset, *limit, req.output_limit),
         ToolArgs::ListDir { path } => list_dir(ctx, path, req.output_limit),
         ToolArgs::Grep { pattern, path } => grep(ctx, pattern, path, req.output_limit),
         ToolArgs::WriteFile { path, content } => write_file(ctx, path, content),
         ToolArgs::EditFile { path, old, new } => edit_file(ctx, path, old, new),
-        ToolArgs::RunCommand { command, .. } => run_command(
-            ctx,
-            command,
-            Duration::from_millis(req.timeout_ms),
-            req.output_limit,
-        ),
+        ToolArgs::RunCommand { command, .. } => {
+            run_command(ctx, command, Duration::from_millis(req.timeout_ms), req.output_limit)
+        }
     };
     r.call_id = req.call_id.clone();
     r.duration_ms = start.elapsed().as_millis() as u64;
@@ -109,13 +102,7 @@ fn resolve(ctx: &ExecContext, path: &str) -> PathBuf {
     }
 }
 
-fn read_file(
-    ctx: &ExecContext,
-    path: &str,
-    offset: Option<usize>,
-    limit: Option<usize>,
-    cap: usize,
-) -> ToolResult {
+fn read_file(ctx: &ExecContext, path: &str, offset: Option<usize>, limit: Option<usize>, cap: usize) -> ToolResult {
     let full = resolve(ctx, path);
     let meta = match std::fs::metadata(&full) {
         Ok(m) => m,
@@ -129,7 +116,14 @@ fn read_file(
         );
     }
     if offset.is_none() && limit.is_none() && meta.len() as usize > cap {
-        return ToolResult::error("", ErrorClass::OutputTooLarge, format!("{path} is {} bytes, over the {cap}-byte limit; read it in parts with `offset` and `limit` (lines)", meta.len()));
+        return ToolResult::error(
+            "",
+            ErrorClass::OutputTooLarge,
+            format!(
+                "{path} is {} bytes, over the {cap}-byte limit; read it in parts with `offset` and `limit` (lines)",
+                meta.len()
+            ),
+        );
     }
     let bytes = match std::fs::read(&full) {
         Ok(b) => b,
@@ -137,11 +131,7 @@ fn read_file(
     };
     let text = String::from_utf8_lossy(&bytes);
     let start = offset.unwrap_or(1).saturating_sub(1);
-    let lines: Vec<&str> = text
-        .lines()
-        .skip(start)
-        .take(limit.unwrap_or(usize::MAX))
-        .collect();
+    let lines: Vec<&str> = text.lines().skip(start).take(limit.unwrap_or(usize::MAX)).collect();
     let (out, truncated) = cap_text(lines.join("\n"), cap);
     ok(out, truncated)
 }
@@ -166,26 +156,13 @@ fn list_dir(ctx: &ExecContext, path: &str, cap: usize) -> ToolResult {
     let more = names.len() > MAX_LIST;
     names.truncate(MAX_LIST);
     let (out, truncated) = cap_text(names.join("\n"), cap);
-    ok(
-        if names.is_empty() {
-            "(empty)".into()
-        } else {
-            out
-        },
-        truncated || more,
-    )
+    ok(if names.is_empty() { "(empty)".into() } else { out }, truncated || more)
 }
 
 fn grep(ctx: &ExecContext, pattern: &str, path: &str, cap: usize) -> ToolResult {
     let re = match regex::Regex::new(pattern) {
         Ok(r) => r,
-        Err(e) => {
-            return ToolResult::error(
-                "",
-                ErrorClass::InvalidArguments,
-                format!("invalid pattern: {e}"),
-            )
-        }
+        Err(e) => return ToolResult::error("", ErrorClass::InvalidArguments, format!("invalid pattern: {e}")),
     };
     let base = resolve(ctx, path);
     if let Err(e) = std::fs::metadata(&base) {
@@ -222,11 +199,7 @@ fn grep(ctx: &ExecContext, pattern: &str, path: &str, cap: usize) -> ToolResult 
                 continue;
             }
             let text = String::from_utf8_lossy(&bytes);
-            let shown = p
-                .strip_prefix(&ctx.root)
-                .unwrap_or(&p)
-                .display()
-                .to_string();
+            let shown = p.strip_prefix(&ctx.root).unwrap_or(&p).display().to_string();
             for (i, line) in text.lines().enumerate() {
                 if re.is_match(line) {
                     out.push_str(&format!(
@@ -244,11 +217,7 @@ fn grep(ctx: &ExecContext, pattern: &str, path: &str, cap: usize) -> ToolResult 
     }
     let (out, truncated) = cap_text(out, cap);
     ok(
-        if matches == 0 {
-            "(no matches)".into()
-        } else {
-            out
-        },
+        if matches == 0 { "(no matches)".into() } else { out },
         truncated || matches >= MAX_GREP_MATCHES,
     )
 }
@@ -263,7 +232,15 @@ fn write_file(ctx: &ExecContext, path: &str, content: &str) -> ToolResult {
     }
     let mut f = match std::fs::OpenOptions::new().write(true).create_new(true).open(&full) {
         Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => return ToolResult::error("", ErrorClass::Failed, format!("{path} already exists; records are never rewritten (edit_file works on files this run created)")),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            return ToolResult::error(
+                "",
+                ErrorClass::Failed,
+                format!(
+                    "{path} already exists; records are never rewritten (edit_file works on files this run created)"
+                ),
+            )
+        }
         Err(e) => return io_error(path, &e, true),
     };
     match f.write_all(content.as_bytes()) {
@@ -316,12 +293,9 @@ fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) 
     // async-signal-safe and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
-            libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            );
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+            // Die with the worker rather than outlive it.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             Ok(())
         });
     }
@@ -332,14 +306,8 @@ fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) 
     let pgid = child.id() as i32;
     let (tx, rx) = mpsc::channel();
     let readers: Vec<_> = [
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
     ]
     .into_iter()
     .flatten()
@@ -368,15 +336,24 @@ fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) 
     drop(tx);
     let deadline = Instant::now() + timeout;
     let mut timed_out = false;
-    for _ in 0..readers.len() {
+    let mut interrupted = false;
+    let mut done = 0;
+    while done < readers.len() {
         let left = deadline.saturating_duration_since(Instant::now());
-        if rx.recv_timeout(left).is_err() {
-            timed_out = true;
-            // SAFETY: kill(2) on our own child's process group.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
+        match rx.recv_timeout(left.min(Duration::from_millis(50))) {
+            Ok(()) => done += 1,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                interrupted = crate::worker::take_interrupt();
+                if interrupted || Instant::now() >= deadline {
+                    timed_out = true;
+                    // SAFETY: kill(2) on our own child's process group.
+                    unsafe {
+                        libc::kill(-pgid, libc::SIGKILL);
+                    }
+                    break;
+                }
             }
-            break;
         }
     }
     if timed_out {
@@ -407,7 +384,11 @@ fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) 
         let mut r = ToolResult::error(
             "",
             ErrorClass::Timeout,
-            format!("killed after {} ms\n{text}", timeout.as_millis()),
+            if interrupted {
+                format!("killed: the fire was cancelled\n{text}")
+            } else {
+                format!("killed after {} ms\n{text}", timeout.as_millis())
+            },
         );
         r.truncated = truncated;
         return r;
@@ -416,6 +397,7 @@ fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) 
         "Permission denied",
         "Operation not permitted",
         "Read-only file system",
+        "Invalid cross-device link",
     ]
     .iter()
     .any(|m| stderr.contains(m));
@@ -436,9 +418,7 @@ fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) 
                 class,
                 format!(
                     "exit status {}\n{text}",
-                    other
-                        .map(|c| c.to_string())
-                        .unwrap_or_else(|| "signal".into())
+                    other.map(|c| c.to_string()).unwrap_or_else(|| "signal".into())
                 ),
             );
             r.truncated = truncated;
@@ -520,12 +500,7 @@ mod tests {
             }),
         );
         assert_eq!(r.output, "there");
-        let l = execute(
-            &c,
-            &req(ToolArgs::ListDir {
-                path: "reports".into(),
-            }),
-        );
+        let l = execute(&c, &req(ToolArgs::ListDir { path: "reports".into() }));
         assert_eq!(l.output, "a.md");
         let g = execute(
             &c,
