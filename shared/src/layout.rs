@@ -35,15 +35,28 @@ pub struct Ownership {
     root: PathBuf,
     extra_builder: Option<GlobSet>,
     granted_write: Option<GlobSet>,
+    /// Whether the root exists (checked once; symlink resolution needs it).
+    root_exists: bool,
+    /// The root as a string, for the absolute-path fast path (empty if not UTF-8).
+    root_str: String,
 }
 
 impl Ownership {
     /// Ownership with only the fixed builder and runtime directories.
     pub fn new(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        let root_exists = root.exists();
+        let root_str = root
+            .to_str()
+            .map(|r| r.trim_end_matches('/').to_string())
+            .filter(|r| !r.is_empty() && !r.split('/').any(|s| s == ".." || s == "."))
+            .unwrap_or_default();
         Ownership {
-            root: root.into(),
+            root,
             extra_builder: None,
             granted_write: None,
+            root_exists,
+            root_str,
         }
     }
 
@@ -62,6 +75,25 @@ impl Ownership {
 
     /// Classifies `path` (relative to the repo root, or absolute) lexically.
     pub fn classify(&self, path: &str) -> Owner {
+        if self.extra_builder.is_none() && self.granted_write.is_none() {
+            // Without globs only the first component decides: find it without
+            // allocating, for relative paths and absolute ones under the root.
+            let rel = if path.starts_with('/') {
+                path.strip_prefix(self.root_str.as_str())
+                    .filter(|_| !self.root_str.is_empty())
+                    .and_then(|r| r.strip_prefix('/'))
+                    .filter(|r| !r.split('/').any(|s| s == ".."))
+            } else {
+                Some(path)
+            };
+            if let Some(rel) = rel {
+                match first_component(rel) {
+                    FirstComponent::Escapes => return Owner::Neither,
+                    FirstComponent::Is(first) => return self.classify_normalized(first),
+                    FirstComponent::TooDeep => {}
+                }
+            }
+        }
         match normalize(&self.root, path) {
             None => Owner::Neither,
             Some(rel) => self.classify_normalized(&rel),
@@ -75,7 +107,7 @@ impl Ownership {
         if lexical == Owner::Builder {
             return lexical;
         }
-        if !self.root.exists() {
+        if !self.root_exists {
             return lexical;
         }
         match resolve_existing(&self.root, path) {
@@ -135,30 +167,75 @@ fn compile_globs(globs: &[String]) -> Result<Option<GlobSet>, globset::Error> {
     Ok(Some(b.build()?))
 }
 
+enum FirstComponent<'a> {
+    Is(&'a str),
+    Escapes,
+    TooDeep,
+}
+
+/// The first component of a relative path after folding `.`, `..` and `//`, using a
+/// fixed stack (no allocation); `TooDeep` past 32 levels.
+fn first_component(rel: &str) -> FirstComponent<'_> {
+    let mut stack: [&str; 32] = [""; 32];
+    let mut n = 0;
+    for seg in rel.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                if n == 0 {
+                    return FirstComponent::Escapes;
+                }
+                n -= 1;
+            }
+            s => {
+                if n == stack.len() {
+                    return FirstComponent::TooDeep;
+                }
+                stack[n] = s;
+                n += 1;
+            }
+        }
+    }
+    FirstComponent::Is(stack[0])
+}
+
 /// Lexically normalises `path` to a repo-relative `a/b/c` string: strips the root
 /// when absolute, folds `.`, `..`, `//` and trailing `/`. `None` when it escapes.
 pub fn normalize(root: &Path, path: &str) -> Option<String> {
-    let p = Path::new(path);
-    let rel: &Path = if p.is_absolute() {
-        // Fold `..` before comparing with the root: `/repo/x/../../repo/prompts`.
-        let folded = fold(p)?;
-        let root_folded = fold(root)?;
-        return folded.strip_prefix(&root_folded).ok().and_then(join_rel);
-    } else {
-        p
-    };
-    let mut parts: Vec<&str> = Vec::with_capacity(4);
-    for c in rel.components() {
-        match c {
-            Component::Normal(s) => parts.push(s.to_str()?),
-            Component::CurDir => {}
-            Component::ParentDir => {
+    let mut parts: Vec<&str> = Vec::with_capacity(8);
+    if path.starts_with('/') {
+        // Fold the whole absolute path first (`/repo/x/../../repo/prompts`); `/..`
+        // stays at `/` as in the kernel.
+        fold_into(path, &mut parts);
+        let mut root_parts: Vec<&str> = Vec::with_capacity(8);
+        fold_into(root.to_str()?, &mut root_parts);
+        if parts.len() < root_parts.len() || parts[..root_parts.len()] != root_parts[..] {
+            return None;
+        }
+        return Some(parts[root_parts.len()..].join("/"));
+    }
+    for seg in path.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
                 parts.pop()?;
             }
-            Component::RootDir | Component::Prefix(_) => return None,
+            s => parts.push(s),
         }
     }
     Some(parts.join("/"))
+}
+
+fn fold_into<'a>(abs: &'a str, parts: &mut Vec<&'a str>) {
+    for seg in abs.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
 }
 
 fn join_rel(p: &Path) -> Option<String> {

@@ -74,6 +74,10 @@ pub struct Policy {
     deny: Vec<Rule>,
     ask: Vec<Rule>,
     allow: Vec<Rule>,
+    /// Bash allow rules by the literal first word of their pattern, so a command is
+    /// matched against its own program's rules only (plus `unindexed_bash_allow`).
+    bash_allow_by_word: std::collections::HashMap<String, Vec<usize>>,
+    unindexed_bash_allow: Vec<usize>,
     write_acl: GlobSet,
     default: Decision,
     read_roots: Vec<PathBuf>,
@@ -131,11 +135,25 @@ impl Policy {
                 None => PathBuf::from(d),
             });
         }
+        let allow = compile(&perms.allow)?;
+        let mut bash_allow_by_word: std::collections::HashMap<String, Vec<usize>> = Default::default();
+        let mut unindexed_bash_allow = Vec::new();
+        for (i, r) in allow.iter().enumerate().filter(|(_, r)| r.tool == "Bash") {
+            match &r.spec {
+                Spec::Command(p) if p.first_word().is_some() => bash_allow_by_word
+                    .entry(p.first_word().unwrap_or_default().to_string())
+                    .or_default()
+                    .push(i),
+                Spec::Command(_) | Spec::Any | Spec::Path(_) | Spec::Literal(_) => unindexed_bash_allow.push(i),
+            }
+        }
         Ok(Policy {
             ownership,
             deny: compile(&perms.deny)?,
             ask: compile(&perms.ask)?,
-            allow: compile(&perms.allow)?,
+            allow,
+            bash_allow_by_word,
+            unindexed_bash_allow,
             write_acl: acl.build().map_err(|e| PolicyError::Glob {
                 glob: String::new(),
                 source: e,
@@ -313,19 +331,44 @@ impl Policy {
             Some(w) => Some(w.text.as_str()),
             None => None,
         };
-        let canons: Vec<Canon> = seg
-            .layers
-            .iter()
-            .map(|l| Canon::of(&l.iter().map(|w| w.text.as_str()).collect::<Vec<_>>()))
-            .collect();
-        let lines: Vec<String> = seg.layers.iter().map(|l| shell::join(l)).collect();
+        let all_layers = || {
+            seg.layers
+                .iter()
+                .map(Vec::as_slice)
+                .chain(std::iter::once(seg.argv.as_slice()))
+        };
+        // Canonical forms are built only when a rule names one of the programs.
+        let canons: std::cell::OnceCell<Vec<Canon>> = std::cell::OnceCell::new();
+        let canons = || {
+            canons.get_or_init(|| {
+                all_layers()
+                    .map(|l| Canon::from_words(l.iter().map(|w| w.text.as_str())))
+                    .collect()
+            })
+        };
+        let program = seg.program();
+        let has_program = |p: &str| {
+            p == program
+                || seg
+                    .layers
+                    .iter()
+                    .any(|l| l.first().is_some_and(|w| basename(&w.text) == p))
+        };
+        let wrapper_lines: Vec<String> = seg.layers.iter().map(|l| shell::join(l)).collect();
+        let lines = || {
+            wrapper_lines
+                .iter()
+                .map(String::as_str)
+                .chain(std::iter::once(line.as_str()))
+        };
         let broad = |rules: &[Rule]| -> Option<usize> {
             rules.iter().position(|r| {
                 r.tool == "Bash"
                     && match &r.spec {
                         Spec::Any => true,
                         Spec::Command(p) => {
-                            lines.iter().any(|l| p.matches_line(l, false)) || canons.iter().any(|c| p.matches_canon(c))
+                            lines().any(|l| p.matches_line(l, false))
+                                || (p.program().is_some_and(has_program) && canons().iter().any(|c| p.matches_canon(c)))
                         }
                         Spec::Path(_) | Spec::Literal(_) => false,
                     }
@@ -366,22 +409,32 @@ impl Policy {
             return Verdict::new(Decision::Allow, None, "changes only the shell's own state");
         }
         let strict = |l: &str, open: bool| -> Option<usize> {
-            self.allow.iter().position(|r| {
-                r.tool == "Bash"
-                    && match &r.spec {
-                        Spec::Any => true,
-                        Spec::Command(p) => p.matches_line(l, open),
-                        Spec::Path(_) | Spec::Literal(_) => false,
-                    }
-            })
+            let first = l.split(' ').next().unwrap_or("");
+            let indexed = self.bash_allow_by_word.get(first).map(Vec::as_slice).unwrap_or(&[]);
+            // Both lists are in rule order; merge them so the first matching rule wins.
+            let (mut a, mut b) = (indexed.iter().peekable(), self.unindexed_bash_allow.iter().peekable());
+            while let Some(&i) = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) if x < y => a.next(),
+                (Some(_), Some(_)) | (None, Some(_)) => b.next(),
+                (Some(_), None) => a.next(),
+                (None, None) => None,
+            } {
+                let hit = match &self.allow[i].spec {
+                    Spec::Any => true,
+                    Spec::Command(p) => p.matches_line(l, open),
+                    Spec::Path(_) | Spec::Literal(_) => false,
+                };
+                if hit {
+                    return Some(i);
+                }
+            }
+            None
         };
         // The outermost form allowed outright (e.g. `Bash(sudo*)`), or the inner
         // command allowed and every wrapper around it harmless.
-        let outer = lines.first().map(|s| s.as_str()).unwrap_or("");
-        let hit = strict(outer, seg.open_args && seg.layers.len() == 1).or_else(|| {
-            let wrappers_benign = seg.layers[..seg.layers.len().saturating_sub(1)]
-                .iter()
-                .all(|l| is_benign_wrapper(l));
+        let outer = wrapper_lines.first().map(String::as_str).unwrap_or(line.as_str());
+        let hit = strict(outer, seg.open_args && seg.layers.is_empty()).or_else(|| {
+            let wrappers_benign = seg.layers.iter().all(|l| is_benign_wrapper(l));
             if wrappers_benign {
                 strict(&line, seg.open_args)
             } else {
@@ -431,6 +484,10 @@ fn unusable_path(path: &str) -> Option<Verdict> {
         ));
     }
     None
+}
+
+fn basename(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
 }
 
 fn is_benign_wrapper(layer: &[Word]) -> bool {

@@ -4,7 +4,6 @@
 //! parsed and compiled once and then matched many times.
 
 use globset::{GlobBuilder, GlobMatcher};
-use std::collections::BTreeSet;
 use std::fmt;
 use std::path::Path;
 
@@ -65,11 +64,15 @@ pub enum Spec {
 pub struct CommandPattern {
     /// The pattern text, without a trailing `:*`.
     text: String,
+    /// The literal text before the first `*` (a cheap first check).
+    literal_prefix: String,
+    /// Basename of the program of a flag-aware pattern.
+    program: Option<String>,
     /// `npm run test:*`: prefix match on a word boundary.
     word_prefix: bool,
     /// Canonical form for flag-aware matching of deny and ask rules; `None` when the
     /// pattern has wildcards in the middle and only literal matching is sound.
-    canon: Option<(Canon, bool)>,
+    canon: Option<(Vec<String>, bool)>,
 }
 
 /// A path pattern, matched against repo-relative or absolute paths.
@@ -147,10 +150,16 @@ impl CommandPattern {
         let canon = if body.contains('*') || body.contains('"') || body.contains('\'') || body.trim().is_empty() {
             None
         } else {
-            let words: Vec<&str> = body.split_whitespace().collect();
-            Some((Canon::of(&words), trailing))
+            Some((body.split_whitespace().map(str::to_string).collect(), trailing))
         };
+        let literal_prefix = text.split('*').next().unwrap_or("").to_string();
+        let program = canon
+            .as_ref()
+            .and_then(|(w, _): &(Vec<String>, bool)| w.first())
+            .map(|p| p.rsplit('/').next().unwrap_or(p).to_string());
         Ok(CommandPattern {
+            program,
+            literal_prefix,
             text: text.to_string(),
             word_prefix,
             canon,
@@ -160,22 +169,39 @@ impl CommandPattern {
     /// Literal matching, used for allow rules: `*` matches any run of characters.
     pub fn matches_line(&self, line: &str, open_args: bool) -> bool {
         if self.word_prefix {
-            return line == self.text || line.starts_with(&format!("{} ", self.text));
+            return line == self.text || (line.starts_with(&self.text) && line[self.text.len()..].starts_with(' '));
         }
         if open_args && !self.text.ends_with('*') {
             return false;
         }
+        if !line.starts_with(&self.literal_prefix) {
+            return false;
+        }
         wildcard_match(&self.text, line)
+    }
+
+    /// The program a flag-aware pattern is about (`rm` for `rm -rf*`).
+    pub fn program(&self) -> Option<&str> {
+        self.program.as_deref()
+    }
+
+    /// The pattern's first word when it is literal (`git` for `git log*`); a
+    /// command whose first word differs cannot match.
+    pub fn first_word(&self) -> Option<&str> {
+        let first = self.text.split(' ').next()?;
+        (!first.contains('*') && self.text.len() > first.len() || !self.text.contains('*') && !first.is_empty())
+            .then_some(first)
     }
 
     /// Flag-aware matching, used for deny and ask rules, so `rm -rf*` also catches
     /// `rm -fr`, `rm -r -f` and `rm --recursive --force`, and `git push*` catches
     /// `git -C . push`.
     pub fn matches_canon(&self, cmd: &Canon) -> bool {
-        let Some((rule, trailing)) = &self.canon else {
+        let Some((words, trailing)) = &self.canon else {
             return false;
         };
-        if rule.program != cmd.program || !rule.flags.is_subset(&cmd.flags) {
+        let rule = Canon::from_words(words.iter().map(String::as_str));
+        if rule.program != cmd.program || !cmd.has_all_flags_of(&rule) {
             return false;
         }
         if *trailing {
@@ -256,12 +282,21 @@ impl PathPattern {
 
 /// A command in canonical form for flag-aware matching: program basename, the set of
 /// single flags (`-rf` becomes `-r`, `-f`; long flags mapped to short where known),
-/// and the positional words in order. Git's global options are dropped.
+/// and the positional words in order. Git's global options are dropped. Borrows its
+/// words, so building one allocates only its two small vectors.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Canon {
-    pub program: String,
-    pub flags: BTreeSet<String>,
-    pub positionals: Vec<String>,
+pub struct Canon<'a> {
+    pub program: &'a str,
+    /// Sorted and deduplicated.
+    pub flags: Vec<Flag<'a>>,
+    pub positionals: Vec<&'a str>,
+}
+
+/// One flag: `-r` or `--name` (without any `=value`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Flag<'a> {
+    Short(char),
+    Long(&'a str),
 }
 
 /// Git options that come before the subcommand and take a value.
@@ -275,13 +310,16 @@ const GIT_GLOBAL_WITH_VALUE: &[&str] = &[
     "--config-env",
 ];
 
-impl Canon {
-    pub fn of<S: AsRef<str>>(argv: &[S]) -> Canon {
+impl<'a> Canon<'a> {
+    pub fn of(argv: &[&'a str]) -> Canon<'a> {
+        Canon::from_words(argv.iter().copied())
+    }
+
+    pub fn from_words(argv: impl IntoIterator<Item = &'a str>) -> Canon<'a> {
         let mut c = Canon::default();
-        let Some(first) = argv.first() else { return c };
-        let prog = first.as_ref();
-        c.program = prog.rsplit('/').next().unwrap_or(prog).to_string();
-        let mut rest = argv[1..].iter().map(|s| s.as_ref()).peekable();
+        let mut rest = argv.into_iter().peekable();
+        let Some(first) = rest.next() else { return c };
+        c.program = first.rsplit('/').next().unwrap_or(first);
         if c.program == "git" {
             while let Some(a) = rest.peek().copied() {
                 if GIT_GLOBAL_WITH_VALUE.contains(&a) {
@@ -297,42 +335,46 @@ impl Canon {
         let mut only_positional = false;
         for a in rest {
             if only_positional || a == "-" || !a.starts_with('-') {
-                c.positionals.push(a.to_string());
+                c.positionals.push(a);
             } else if a == "--" {
                 only_positional = true;
             } else if let Some(long) = a.strip_prefix("--") {
                 let name = long.split('=').next().unwrap_or(long);
-                c.flags.insert(alias(&c.program, &format!("--{name}")));
+                c.flags.push(alias(c.program, Flag::Long(name)));
             } else {
-                for ch in a[1..].chars() {
-                    if ch.is_ascii_alphanumeric() {
-                        c.flags.insert(alias(&c.program, &format!("-{ch}")));
-                    }
+                for ch in a[1..].chars().filter(char::is_ascii_alphanumeric) {
+                    c.flags.push(alias(c.program, Flag::Short(ch)));
                 }
             }
         }
+        c.flags.sort_unstable();
+        c.flags.dedup();
         c
+    }
+
+    fn has_all_flags_of(&self, other: &Canon) -> bool {
+        other.flags.iter().all(|f| self.flags.binary_search(f).is_ok())
     }
 }
 
 /// Maps equivalent spellings of a flag to one canonical spelling.
-fn alias(program: &str, flag: &str) -> String {
-    let canonical = match (program, flag) {
-        ("rm" | "cp" | "chmod" | "chown" | "chgrp" | "ls" | "grep", "-R" | "--recursive") => "-r",
-        ("rm" | "cp" | "mv" | "ln" | "git", "--force") => "-f",
-        ("rm", "--dir") => "-d",
-        ("rm" | "cp" | "mv", "--interactive") => "-i",
-        ("sed" | "perl", "--in-place") => "-i",
-        ("curl", "--output") => "-o",
-        ("wget", "--output-document") => "-O",
-        ("git", "--delete") => "-d",
-        ("tar", "--extract" | "--get") => "-x",
-        ("tar", "--create") => "-c",
-        ("tar", "--file") => "-f",
-        ("tar", "--directory") => "-C",
+fn alias<'a>(program: &str, flag: Flag<'a>) -> Flag<'a> {
+    use Flag::{Long, Short};
+    match (program, flag) {
+        ("rm" | "cp" | "chmod" | "chown" | "chgrp" | "ls" | "grep", Short('R') | Long("recursive")) => Short('r'),
+        ("rm" | "cp" | "mv" | "ln" | "git", Long("force")) => Short('f'),
+        ("rm", Long("dir")) => Short('d'),
+        ("rm" | "cp" | "mv", Long("interactive")) => Short('i'),
+        ("sed" | "perl", Long("in-place")) => Short('i'),
+        ("curl", Long("output")) => Short('o'),
+        ("wget", Long("output-document")) => Short('O'),
+        ("git", Long("delete")) => Short('d'),
+        ("tar", Long("extract" | "get")) => Short('x'),
+        ("tar", Long("create")) => Short('c'),
+        ("tar", Long("file")) => Short('f'),
+        ("tar", Long("directory")) => Short('C'),
         _ => flag,
-    };
-    canonical.to_string()
+    }
 }
 
 #[cfg(test)]

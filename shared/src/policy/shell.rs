@@ -33,7 +33,7 @@ impl Word {
 pub struct Segment {
     /// The command after unwrapping, program first.
     pub argv: Vec<Word>,
-    /// Every layer from the outermost wrapper to `argv` (a plain command has one).
+    /// The wrappers around `argv`, outermost first (empty for a plain command).
     pub layers: Vec<Vec<Word>>,
     /// More arguments are appended at run time (`xargs`, `find -exec`).
     pub open_args: bool,
@@ -214,7 +214,7 @@ impl<'a> Walker<'a> {
                 self.redirect(node, &mut seg)?;
                 if !seg.writes.is_empty() {
                     seg.argv = vec![Word::lit(":")];
-                    seg.layers = vec![seg.argv.clone()];
+                    seg.layers = Vec::new();
                     self.out.push(seg);
                 }
                 Ok(())
@@ -292,7 +292,7 @@ impl<'a> Walker<'a> {
                         last.writes.extend(extra.writes);
                     } else {
                         extra.argv = vec![Word::lit(":")];
-                        extra.layers = vec![extra.argv.clone()];
+                        extra.layers = Vec::new();
                         self.out.push(extra);
                     }
                 }
@@ -547,7 +547,6 @@ fn unwrap_into(words: Vec<Word>, writes: Vec<Word>, depth: usize, out: &mut Vec<
             return Err(ShellError::DynamicCommand(first.text.clone()));
         }
         let prog = first.text.rsplit('/').next().unwrap_or(&first.text).to_string();
-        layers.push(cur.clone());
         let inner: Option<Vec<Word>> = match prog.as_str() {
             "env" => skip_options(
                 &cur[1..],
@@ -663,7 +662,7 @@ fn unwrap_into(words: Vec<Word>, writes: Vec<Word>, depth: usize, out: &mut Vec<
             }
         };
         match inner {
-            Some(next) if !next.is_empty() => cur = next,
+            Some(next) if !next.is_empty() => layers.push(std::mem::replace(&mut cur, next)),
             _ => break,
         }
     }
@@ -949,11 +948,16 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
             .collect(),
         "patch" => vec![Word::lit(".")],
         "git" => {
-            let sub = crate::policy::rules::Canon::of(&argv.iter().map(|w| w.text.as_str()).collect::<Vec<_>>())
-                .positionals
-                .first()
-                .cloned()
-                .unwrap_or_default();
+            // The subcommand is the first word after git's global options.
+            let mut i = 0;
+            while i < args.len() && args[i].text.starts_with('-') {
+                let takes_value = matches!(
+                    args[i].text.as_str(),
+                    "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--exec-path" | "--config-env"
+                );
+                i += if takes_value { 2 } else { 1 };
+            }
+            let sub = args.get(i).map(|w| w.text.as_str()).unwrap_or("");
             const READ_ONLY: &[&str] = &[
                 "log",
                 "show",
@@ -979,7 +983,7 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
                 "var",
                 "",
             ];
-            if READ_ONLY.contains(&sub.as_str()) {
+            if READ_ONLY.contains(&sub) {
                 Vec::new()
             } else {
                 // Anything else may write the object store, refs, index or work tree.

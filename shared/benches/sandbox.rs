@@ -1,0 +1,138 @@
+//! Sandbox costs, measured in forked children (Landlock cannot be undone, and a
+//! process may stack only 16 rulesets): entering the tool worker's sandbox (target:
+//! at most 2 ms), and a sandboxed `run_command` against an unsandboxed spawn of the
+//! same command (target: at most 1.5 times). Prints medians; exits 1 if a target is
+//! missed.
+
+use shared::sandbox::{landlock, SandboxSpec};
+use shared::settings::LandlockMode;
+use shared::tools::exec::{execute, ExecContext};
+use shared::tools::{ToolArgs, ToolRequest};
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const RUNS: usize = 200;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Runs `f` in a forked child and returns the durations it reports.
+fn in_child(f: impl FnOnce() -> Vec<Duration>) -> Vec<Duration> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) into a local array; fork(2) from this single-threaded bench.
+    unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+    }
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        drop(r);
+        let out: Vec<u8> = f().iter().flat_map(|d| (d.as_nanos() as u64).to_le_bytes()).collect();
+        let mut file = std::fs::File::from(w);
+        let _ = file.write_all(&out);
+        drop(file);
+        unsafe { libc::_exit(0) };
+    }
+    drop(w);
+    let mut buf = Vec::new();
+    std::fs::File::from(r).read_to_end(&mut buf).unwrap();
+    let mut status = 0;
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    buf.chunks(8)
+        .map(|c| Duration::from_nanos(u64::from_le_bytes(c.try_into().unwrap())))
+        .collect()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let abi = landlock::kernel_abi();
+    println!("kernel Landlock ABI {abi}");
+    if abi < landlock::TARGET_ABI as u32 {
+        println!("SKIPPED: Landlock ABI {} not available", landlock::TARGET_ABI as u32);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let scratch = root.join(".runtime/scratch/bench");
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::create_dir_all(root.join("reports")).unwrap();
+    let mut read_dirs: Vec<PathBuf> = shared::sandbox::SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect();
+    read_dirs.push(root.clone());
+    let spec = SandboxSpec {
+        read_dirs,
+        write_dirs: vec![scratch.clone(), root.join("reports")],
+        write_files: vec!["/dev/null".into()],
+        connect_ports: vec![],
+        scope_ipc: true,
+        max_abi: None,
+    };
+
+    let enter: Vec<Duration> = (0..RUNS)
+        .flat_map(|_| {
+            let spec = spec.clone();
+            in_child(move || {
+                let t = Instant::now();
+                landlock::enforce(&spec, LandlockMode::Required).expect("enforce");
+                vec![t.elapsed()]
+            })
+        })
+        .collect();
+    let enter_med = median(enter);
+    println!(
+        "enter sandbox: median {:.3} ms over {RUNS} forks (target <= 2 ms)",
+        enter_med.as_secs_f64() * 1e3
+    );
+
+    let ctx = ExecContext {
+        root: root.clone(),
+        scratch: scratch.clone(),
+        env: ExecContext::scrubbed_env(&scratch),
+    };
+    let req = ToolRequest {
+        call_id: "b".into(),
+        args: ToolArgs::RunCommand {
+            command: "true".into(),
+            timeout_s: None,
+        },
+        timeout_ms: 5000,
+        output_limit: 65536,
+    };
+    let plain: Vec<Duration> = (0..RUNS)
+        .map(|_| {
+            let t = Instant::now();
+            let out = std::process::Command::new("/bin/sh")
+                .arg("-c")
+                .arg("true")
+                .current_dir(&root)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            t.elapsed()
+        })
+        .collect();
+    let sandboxed = in_child(move || {
+        landlock::enforce(&spec, LandlockMode::Required).expect("enforce");
+        (0..RUNS)
+            .map(|_| {
+                let t = Instant::now();
+                let r = execute(&ctx, &req);
+                assert!(r.error.is_none(), "{r:?}");
+                t.elapsed()
+            })
+            .collect()
+    });
+    let (p, s) = (median(plain), median(sandboxed));
+    let ratio = s.as_secs_f64() / p.as_secs_f64();
+    println!("spawn `sh -c true`: unsandboxed median {:.3} ms, sandboxed run_command median {:.3} ms, ratio {ratio:.2} (target <= 1.5)", p.as_secs_f64() * 1e3, s.as_secs_f64() * 1e3);
+    if enter_med > Duration::from_millis(2) || ratio > 1.5 {
+        println!("TARGET MISSED");
+        std::process::exit(1);
+    }
+}
