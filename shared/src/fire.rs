@@ -134,7 +134,10 @@ pub fn prepare(opts: FireOptions) -> Prepared {
         }
         Err(e) => return Prepared::Done(internal(&run_id, &opts.task, format!("cannot take the task lock: {e}"))),
     };
-    let repo = match crate::git::discover(&root) {
+    let repo = match git2::Repository::open(&root).map_err(|e| crate::git::GitError::NotARepo {
+        path: root.clone(),
+        message: e.message().to_string(),
+    }) {
         Ok(r) => r,
         Err(e) => {
             return Prepared::Done(FireSummary {
@@ -158,8 +161,10 @@ pub fn prepare(opts: FireOptions) -> Prepared {
     };
     inputs.commit = crate::git::head_commit(&repo).ok().flatten().map(|o| o.to_string());
     // Builder paths must be committed: the fire runs on reviewed versions only.
-    let extra_builder: Vec<String> = settings::load(&root)
-        .map(|s| s.runtime.builder_paths)
+    let loaded = settings::load(&root);
+    let extra_builder: Vec<String> = loaded
+        .as_ref()
+        .map(|s| s.runtime.builder_paths.clone())
         .unwrap_or_default();
     let ownership = Ownership::new(&root)
         .with_globs(&extra_builder, &[])
@@ -179,7 +184,11 @@ pub fn prepare(opts: FireOptions) -> Prepared {
         Ok(_) => {}
         Err(e) => return Prepared::Done(internal(&run_id, &opts.task, e.to_string())),
     }
-    let loaded = match settings::load(&root) {
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "lock taken, builder paths clean"
+    );
+    let loaded = match loaded {
         Ok(s) => s,
         Err(d) => {
             return Prepared::Done(early(
@@ -383,6 +392,10 @@ impl FireRun {
                 ))
             }
         };
+        tracing::debug!(
+            elapsed_ms = self.started.elapsed().as_millis() as u64,
+            "tool worker sandboxed and ready"
+        );
         // The receipt records the sandbox that model-run actions ran in.
         let main_sandbox = std::mem::take(&mut self.sandbox);
         self.sandbox = worker.sandbox.clone();
@@ -418,7 +431,7 @@ impl FireRun {
         let model = self.prompt.front.model.clone().unwrap_or_else(|| chain.primary.model());
         self.inputs.model = model.clone();
         let repo_root = root.clone();
-        let head_tree = crate::git::discover(&repo_root).ok();
+        let head_tree = git2::Repository::open(&repo_root).ok();
         let state_db = root.join(STATE_DIR).join("state.db");
         let cfg = LoopConfig {
             task: self.opts.task.clone(),
@@ -452,6 +465,11 @@ impl FireRun {
             self.acceptance = self.run_acceptance(&mut worker).await;
         }
         worker.shutdown().await;
+        tracing::debug!(
+            elapsed_ms = self.started.elapsed().as_millis() as u64,
+            steps = self.state.step,
+            "loop finished"
+        );
         None
     }
 
@@ -562,6 +580,10 @@ impl FireRun {
             &self.acceptance,
             &self.redactor,
             Some(&self.settings),
+        );
+        tracing::debug!(
+            elapsed_ms = self.started.elapsed().as_millis() as u64,
+            "records written and committed"
         );
         // The checkpoint lets `runtime resume` continue a paused run.
         if status == RunStatus::WaitingApproval {
@@ -725,6 +747,7 @@ fn write_records(
         Ok(()) => files.push(receipt_rel.to_string_lossy().into_owned()),
         Err(e) => error = Some(e.to_string()),
     }
+    let t = std::time::Instant::now();
     if let Ok(mut store) = Store::open(&root.join(STATE_DIR).join("state.db")) {
         if let Err(e) = state.trace.save(
             &mut store,
@@ -735,6 +758,8 @@ fn write_records(
             tracing::warn!(error = %e, "could not store the trace");
         }
     }
+    tracing::debug!(store_ms = t.elapsed().as_secs_f64() * 1e3, "trace stored");
+    let t = std::time::Instant::now();
     let mut commit = None;
     if !opts.no_commit && error.is_none() {
         let identity = settings.map(|s| s.runtime_identity.clone()).unwrap_or_default();
@@ -743,6 +768,7 @@ fn write_records(
             Err(e) => error = Some(format!("commit failed: {e}")),
         }
     }
+    tracing::debug!(commit_ms = t.elapsed().as_secs_f64() * 1e3, "records committed");
     let exit_code = if let Some(e) = &error {
         tracing::error!(error = %e, "writing the fire's records failed");
         exit::INTERNAL
@@ -778,7 +804,7 @@ fn commit_records(
     status: RunStatus,
 ) -> Result<String, String> {
     let _guard = take_lock(&root.join(STATE_DIR).join("locks").join("commit.lock"), true).map_err(|e| e.to_string())?;
-    let repo = crate::git::discover(root).map_err(|e| e.to_string())?;
+    let repo = git2::Repository::open(root).map_err(|e| e.to_string())?;
     let own = Ownership::new(root);
     let msg = format!(
         "runtime: {task} {} ({run_id})\n\nRun-Id: {run_id}\nTask: {task}\nStatus: {}\n",

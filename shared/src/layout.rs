@@ -69,6 +69,11 @@ impl Ownership {
         Ok(self)
     }
 
+    /// Do settings add builder-owned globs beyond the fixed directories?
+    pub fn has_extra_builder_paths(&self) -> bool {
+        self.extra_builder.is_some()
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -354,8 +354,9 @@ pub fn create_new(root: &Path, rel: &Path, bytes: &[u8]) -> Result<(), WriteErro
                 io(e)
             }
         })?;
-    f.write_all(bytes).map_err(io)?;
-    f.sync_data().map_err(io)
+    // No fsync here: the record is committed to git right away, and git's own object
+    // writes are not fsynced either; syncing only this file would not add durability.
+    f.write_all(bytes).map_err(io)
 }
 
 pub fn card_yaml(card: &Card) -> Result<String, WriteError> {

@@ -100,6 +100,12 @@ impl Store {
         self.conn
             .pragma_update(None, "foreign_keys", "ON")
             .map_err(self.err())?;
+        // A fire opens the store briefly; checkpointing (and fsyncing) on every close
+        // would cost more than the write. SQLite still checkpoints automatically as the
+        // WAL grows, and a later open sees everything.
+        self.conn
+            .set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(self.err())?;
         Ok(())
     }
 

@@ -161,6 +161,25 @@ fn analyse_into(line: &str, depth: usize, out: &mut Vec<Segment>) -> Result<(), 
     w.walk(root)
 }
 
+/// Shell builtins and keywords: a plain line starting with one needs a shell.
+const SHELL_BUILTINS: &[&str] = &[
+    "cd", "pushd", "popd", "export", "unset", "set", "alias", "unalias", "source", ".", "exit", "return", "eval",
+    "exec", "read", "ulimit", "umask", "wait", "trap", "shift", "times", "type", "hash", "command", "builtin", "local",
+    "declare", "typeset", "readonly", "let", "getopts", "jobs", "fg", "bg", ":", "if", "for", "while", "until", "case",
+    "function", "select", "time",
+];
+
+/// The argument vector of a line that a shell would run as one simple external
+/// command (only characters with no shell meaning, not a builtin), so it can be
+/// executed without a shell in between.
+pub fn plain_argv(line: &str) -> Option<Vec<&str>> {
+    if !is_plain(line) {
+        return None;
+    }
+    let argv: Vec<&str> = line.split_whitespace().collect();
+    (!argv.is_empty() && !SHELL_BUILTINS.contains(&argv[0])).then_some(argv)
+}
+
 /// A line made only of characters with no shell meaning splits on whitespace exactly
 /// like the shell would; this skips the parser for the common simple case.
 fn is_plain(line: &str) -> bool {

@@ -279,10 +279,21 @@ fn edit_file(ctx: &ExecContext, path: &str, old: &str, new: &str) -> ToolResult 
 }
 
 fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) -> ToolResult {
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(&ctx.root)
+    // A simple external command runs without a shell in between (one process fewer);
+    // anything with shell syntax goes through `/bin/sh -c`.
+    let mut cmd = match crate::policy::shell::plain_argv(command) {
+        Some(argv) => {
+            let mut c = Command::new(argv[0]);
+            c.args(&argv[1..]);
+            c
+        }
+        None => {
+            let mut c = Command::new("/bin/sh");
+            c.arg("-c").arg(command);
+            c
+        }
+    };
+    cmd.current_dir(&ctx.root)
         .env_clear()
         .envs(ctx.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())

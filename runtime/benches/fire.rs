@@ -1,0 +1,123 @@
+//! The runtime's own overhead per fire: the release `runtime fire` binary on the
+//! replay provider (no model latency), a 10-step tool run, records and commit
+//! included. Two of the ten steps run external commands (`git log`, `ls`); their own
+//! run time is measured separately and subtracted, as it is the tools' cost, not the
+//! runtime's. Targets: median overhead at most 25 ms, peak RSS at most 40 MB. Prints
+//! the numbers (raw and net); exits 1 if a target is missed.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const FIRES: usize = 40;
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    shared::scaffold::init(&root).unwrap();
+    let calls = [
+        ("list_dir", r#"{"path": "."}"#),
+        ("read_file", r#"{"path": "prompts/digest.md"}"#),
+        ("list_dir", r#"{"path": "prompts"}"#),
+        ("grep", r#"{"pattern": "digest", "path": "prompts"}"#),
+        ("read_file", r#"{"path": "scope/SCOPE.md"}"#),
+        ("run_command", r#"{"command": "git log --oneline -n 3"}"#),
+        ("list_dir", r#"{"path": "tools"}"#),
+        ("read_file", r#"{"path": "settings/runtime.yaml"}"#),
+        ("run_command", r#"{"command": "ls reports"}"#),
+        ("list_dir", r#"{"path": "evals"}"#),
+    ];
+    let mut turns: Vec<String> = calls.iter().enumerate().map(|(i, (n, a))| format!(r#"{{"tool_calls": [{{"id": "c{i}", "name": "{n}", "arguments": {a}}}], "usage": {{"input": 100, "output": 10}}}}"#)).collect();
+    turns.push(r##"{"content": "# Digest\n\nten steps done", "usage": {"input": 100, "output": 10}}"##.into());
+    std::fs::write(
+        root.join("evals/digest/replay.json"),
+        format!(r#"{{"version": 1, "turns": [{}]}}"#, turns.join(",")),
+    )
+    .unwrap();
+    let prompt = "---\ndescription: bench\nbudgets:\n  max_steps: 12\n---\nTen steps.\n";
+    std::fs::write(root.join("prompts/bench.md"), prompt).unwrap();
+    commit_all(&root);
+    let exe = env!("CARGO_BIN_EXE_runtime");
+    let mut times = Vec::new();
+    let mut peak_kb = 0;
+    for _ in 0..FIRES {
+        let t = Instant::now();
+        let child = Command::new(exe)
+            .args(["-C", root.to_str().unwrap(), "fire", "bench"])
+            .spawn()
+            .unwrap();
+        let mut status = 0;
+        // SAFETY: wait4 on our own child with a zeroed rusage to fill.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+        let elapsed = t.elapsed();
+        assert_eq!(pid, child.id() as i32);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "fire failed: status {status}"
+        );
+        times.push(elapsed);
+        peak_kb = peak_kb.max(usage.ru_maxrss);
+    }
+    // Descendants (the tool worker) that were waited for, too.
+    let mut all: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut all) };
+    times.sort();
+    let raw_median = times[times.len() / 2];
+    // What the two external commands cost on their own, spawned directly.
+    let mut external: Vec<Duration> = (0..FIRES)
+        .map(|_| {
+            let t = Instant::now();
+            for (prog, args) in [("git", &["log", "--oneline", "-n", "3"][..]), ("ls", &["reports"][..])] {
+                let out = Command::new(prog).args(args).current_dir(&root).output().unwrap();
+                assert!(out.status.success());
+            }
+            t.elapsed()
+        })
+        .collect();
+    external.sort();
+    let external_median = external[external.len() / 2];
+    let median = raw_median.saturating_sub(external_median);
+    let receipts = count_files(&root.join("runs/bench"));
+    assert_eq!(receipts, FIRES, "every fire left a receipt");
+    println!(
+        "fire (replay, 10 tool steps, commit): raw median {:.2} ms (p90 {:.2} ms) over {FIRES} fires; external commands alone {:.2} ms; runtime overhead {:.2} ms; peak RSS runtime {:.1} MB, any process {:.1} MB",
+        ms(raw_median),
+        ms(times[times.len() * 9 / 10]),
+        ms(external_median),
+        ms(median),
+        peak_kb as f64 / 1024.0,
+        all.ru_maxrss as f64 / 1024.0
+    );
+    if median > Duration::from_millis(25) || peak_kb > 40 * 1024 {
+        println!("TARGET MISSED (median <= 25 ms, peak RSS <= 40 MB)");
+        std::process::exit(1);
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn count_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| if e.path().is_dir() { count_files(&e.path()) } else { 1 })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn commit_all(root: &Path) {
+    let repo = git2::Repository::open(root).unwrap();
+    let mut idx = repo.index().unwrap();
+    idx.add_all(["*"], git2::IndexAddOption::DEFAULT, None).unwrap();
+    idx.write().unwrap();
+    let tree = repo.find_tree(idx.write_tree().unwrap()).unwrap();
+    let sig = git2::Signature::now("Eng", "eng@example.com").unwrap();
+    repo.commit(Some("HEAD"), &sig, &sig, "bench", &tree, &[]).unwrap();
+}
