@@ -4,15 +4,19 @@
 //! Nothing in here parses command lines or prints; the binaries do that.
 
 pub mod agent;
+pub mod audit;
+pub mod cards;
 pub mod check;
 pub mod diag;
 pub mod fire;
 pub mod git;
+pub mod history;
 pub mod layout;
 pub mod policy;
 pub mod prompt;
 pub mod provider;
 pub mod records;
+pub mod retro;
 pub mod sandbox;
 pub mod scaffold;
 pub mod secrets;

@@ -1,8 +1,14 @@
 //! The `builder` command line: one module per subcommand, each with its `Args` (doc
 //! comment = help text) beside its `run` function.
 
+mod audit;
+mod cards;
 mod check;
+mod history;
+mod index;
 mod init;
+mod retro;
+mod watch;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
@@ -31,6 +37,11 @@ pub struct Global {
 pub enum Command {
     Init(init::Args),
     Check(check::Args),
+    Cards(cards::Args),
+    History(history::Args),
+    Retro(retro::Args),
+    Watch(watch::Args),
+    Audit(audit::Args),
     /// Print shell completions
     Completions {
         shell: clap_complete::Shell,
@@ -44,6 +55,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Init(a) => init::run(a, &repo),
         Command::Check(a) => check::run(a, &repo),
+        Command::Cards(a) => cards::run(a, &repo),
+        Command::History(a) => history::run(a, &repo),
+        Command::Retro(a) => retro::run(a, &repo),
+        Command::Watch(a) => watch::run(a, &repo),
+        Command::Audit(a) => audit::run(a, &repo),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "builder", &mut std::io::stdout());
             Ok(0)

@@ -1,0 +1,228 @@
+//! `builder history`: index receipts, list and show runs, diff two runs, compare a
+//! task's metrics across a prompt change.
+
+use super::index;
+use shared::history::{self, RunFilter};
+use std::path::Path;
+
+/// Read the runtime's run history (receipts indexed into SQLite)
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: HistoryCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum HistoryCommand {
+    /// Bring the index up to date (every other subcommand does this first)
+    Index {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// List runs, newest first
+    Runs {
+        #[arg(long)]
+        task: Option<String>,
+        /// accepted, completed, failed, cancelled, waiting_approval
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs started on or after this date (YYYY-MM-DD or RFC 3339)
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run's receipt
+    Show {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Diff two runs: input versions with the text diff, metrics, report text
+    Diff {
+        a: String,
+        b: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare a task's metrics on the prompt version at two revisions
+    Compare {
+        task: String,
+        #[arg(long)]
+        before: String,
+        #[arg(long, default_value = "HEAD")]
+        after: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
+    let ix = index::open(repo)?;
+    match args.command {
+        HistoryCommand::Index { json } => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&ix.stats)?);
+            } else {
+                let s = &ix.stats;
+                println!(
+                    "indexed {} receipts and {} cards ({}), removed {}, {} card files from the work tree",
+                    s.receipts,
+                    s.cards,
+                    if s.full { "full" } else { "incremental" },
+                    s.removed,
+                    s.overlaid_cards
+                );
+            }
+            Ok(0)
+        }
+        HistoryCommand::Runs {
+            task,
+            status,
+            since,
+            limit,
+            json,
+        } => {
+            let rows = history::runs(
+                &ix.store,
+                &RunFilter {
+                    task,
+                    status,
+                    since,
+                    limit: Some(limit),
+                },
+            )?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+                return Ok(0);
+            }
+            println!(
+                "{:<26} {:<12} {:<16} {:<15} {:>5} {:>8} {:>9} {:>8}  PROMPT",
+                "RUN", "TASK", "STATUS", "STOP", "STEPS", "TOKENS", "COST", "MS"
+            );
+            for r in rows {
+                let prompt = r.prompt_blob.as_deref().map(|p| &p[..p.len().min(8)]).unwrap_or("-");
+                println!(
+                    "{:<26} {:<12} {:<16} {:<15} {:>5} {:>8} {:>9.4} {:>8}  {prompt}",
+                    r.run_id, r.task, r.status, r.stop_reason, r.steps, r.tokens, r.cost_usd, r.duration_ms
+                );
+            }
+            Ok(0)
+        }
+        HistoryCommand::Show { run_id, json } => {
+            let Some(r) = history::run(&ix.store, &run_id)? else {
+                eprintln!("error: no run `{run_id}` in the history index");
+                eprintln!("hint: `builder history runs` lists runs; records must be committed to be indexed");
+                return Ok(2);
+            };
+            let receipt = std::fs::read_to_string(ix.root.join(&r.receipt_path))?;
+            if json {
+                println!("{receipt}");
+            } else {
+                println!(
+                    "run {} ({})\nreceipt {}\nreport {}\n",
+                    r.run_id,
+                    r.task,
+                    r.receipt_path,
+                    r.report_path.as_deref().unwrap_or("-")
+                );
+                println!("{receipt}");
+            }
+            Ok(0)
+        }
+        HistoryCommand::Diff { a, b, json } => {
+            let Some(d) = history::diff(&ix.repo, &ix.store, &a, &b)? else {
+                eprintln!("error: `{a}` or `{b}` is not exactly one indexed run");
+                return Ok(2);
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&d)?);
+                return Ok(0);
+            }
+            println!(
+                "a: {} {} ({}) on {}",
+                d.a.run_id,
+                d.a.task,
+                d.a.status,
+                d.a.commit_id.as_deref().unwrap_or("-")
+            );
+            println!(
+                "b: {} {} ({}) on {}\n",
+                d.b.run_id,
+                d.b.task,
+                d.b.status,
+                d.b.commit_id.as_deref().unwrap_or("-")
+            );
+            println!("## inputs");
+            for i in &d.inputs {
+                let short = |o: &Option<String>| {
+                    o.as_deref()
+                        .map(|s| s[..s.len().min(10)].to_string())
+                        .unwrap_or_else(|| "-".into())
+                };
+                println!(
+                    "{}: {} -> {}{}",
+                    i.name,
+                    short(&i.a),
+                    short(&i.b),
+                    if i.diff.is_empty() { " (same)" } else { "" }
+                );
+                print!("{}", i.diff);
+            }
+            println!("\n## metrics");
+            for m in &d.metrics {
+                println!("{:<12} {:>12.4} {:>12.4} {:>+12.4}", m.name, m.a, m.b, m.delta);
+            }
+            println!("\n## report");
+            print!(
+                "{}",
+                if d.report_diff.is_empty() {
+                    "(same text)\n".to_string()
+                } else {
+                    d.report_diff.clone()
+                }
+            );
+            Ok(0)
+        }
+        HistoryCommand::Compare {
+            task,
+            before,
+            after,
+            json,
+        } => {
+            let c = history::compare(&ix.repo, &ix.store, &task, &before, &after)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&c)?);
+            } else {
+                println!(
+                    "{:<10} {:>6} {:>9} {:>7} {:>9} {:>9} {:>8}  PROMPT",
+                    "VERSION", "RUNS", "SUCCESS", "STEPS", "TOKENS", "COST", "DENIALS"
+                );
+                for v in [&c.before, &c.after] {
+                    println!(
+                        "{:<10} {:>6} {:>8.0}% {:>7.2} {:>9.1} {:>9.4} {:>8.2}  {}",
+                        v.rev,
+                        v.runs,
+                        v.success_rate * 100.0,
+                        v.avg_steps,
+                        v.avg_tokens,
+                        v.avg_cost_usd,
+                        v.avg_denials,
+                        v.prompt_blob.as_deref().unwrap_or("-")
+                    );
+                }
+                if c.regressions.is_empty() {
+                    println!("no regressions");
+                } else {
+                    for r in &c.regressions {
+                        println!("REGRESSION: {r}");
+                    }
+                }
+            }
+            Ok(if c.regressions.is_empty() { 0 } else { 1 })
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! `builder retro`: a markdown retro since the last one, with an SVG chart beside it.
+
+use super::index;
+use chrono::{DateTime, Duration, Utc};
+use shared::history;
+use std::path::{Path, PathBuf};
+
+/// Write a markdown retro: runs, top cards, cost and tokens per day, denials, missing tools
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Start here (YYYY-MM-DD or RFC 3339) instead of at the last retro
+    #[arg(long, conflicts_with = "since_last")]
+    pub since: Option<String>,
+    /// Start at the last retro (the default; the first retro covers 7 days)
+    #[arg(long)]
+    pub since_last: bool,
+    /// Write the markdown here (the chart goes beside it as .svg); default stdout
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Do not move the last-retro mark
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
+    let mut ix = index::open(repo)?;
+    let now = Utc::now();
+    let since = match args.since {
+        Some(s) => s,
+        None => history::get_meta(&ix.store, "last_retro")?.unwrap_or_else(|| (now - Duration::days(7)).to_rfc3339()),
+    };
+    if DateTime::parse_from_rfc3339(&since).is_err() && chrono::NaiveDate::parse_from_str(&since, "%Y-%m-%d").is_err() {
+        eprintln!("error: --since `{since}` is not a date (YYYY-MM-DD) or RFC 3339 time");
+        return Ok(2);
+    }
+    let svg_path = match &args.output {
+        Some(p) => p.with_extension("svg"),
+        None => ix.root.join(".runtime/retro.svg"),
+    };
+    let svg_name = svg_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "retro.svg".into());
+    let retro = shared::retro::build(&ix.store, &since, &now.to_rfc3339(), &svg_name)?;
+    std::fs::write(&svg_path, &retro.svg)?;
+    match &args.output {
+        Some(p) => {
+            std::fs::write(p, &retro.markdown)?;
+            println!("wrote {} and {}", p.display(), svg_path.display());
+        }
+        None => print!("{}", retro.markdown),
+    }
+    if !args.dry_run {
+        history::set_meta(&mut ix.store, "last_retro", &now.to_rfc3339())?;
+    }
+    Ok(0)
+}

@@ -1,0 +1,651 @@
+//! The builder's run history: an incremental SQLite index (`.runtime/builder.db`) of
+//! the receipts and cards committed to git. Indexing diffs HEAD's tree against the
+//! last indexed commit, so only records added or changed since are parsed; card files
+//! changed in the work tree (triage not yet committed) are overlaid on top. Queries
+//! for `builder cards`, `builder history` and `builder retro` read the index.
+
+use crate::records::{Card, Receipt};
+use crate::store::{Store, StoreError};
+use git2::{Delta, DiffOptions, Oid, Repository, Status, StatusOptions};
+use rusqlite::{params, OptionalExtension, Transaction};
+use serde::Serialize;
+use std::path::Path;
+
+/// Where the builder keeps its index.
+pub const BUILDER_DB: &str = ".runtime/builder.db";
+
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+    #[error("{path}: {message}")]
+    Record { path: String, message: String },
+}
+
+/// What one indexing pass did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IndexStats {
+    pub full: bool,
+    pub receipts: usize,
+    pub cards: usize,
+    pub removed: usize,
+    pub overlaid_cards: usize,
+    pub head: Option<String>,
+    /// Records that did not parse (path: reason); they are skipped, not fatal.
+    pub skipped: Vec<String>,
+}
+
+pub fn open_store(root: &Path) -> Result<Store, StoreError> {
+    Store::open(&root.join(BUILDER_DB))
+}
+
+fn meta(tx: &rusqlite::Connection, key: &str) -> rusqlite::Result<Option<String>> {
+    tx.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+        .optional()
+}
+
+pub fn get_meta(store: &Store, key: &str) -> Result<Option<String>, StoreError> {
+    meta(store.conn(), key).map_err(|e| StoreError::Sqlite {
+        path: store.path().into(),
+        source: e,
+    })
+}
+
+pub fn set_meta(store: &mut Store, key: &str, value: &str) -> Result<(), StoreError> {
+    store.write(|tx| {
+        tx.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
+            params![key, value],
+        )
+        .map(|_| ())
+    })
+}
+
+/// Brings the index up to date with HEAD (and the work tree's card files).
+/// `progress(done, total)` is called while parsing.
+pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) -> Result<IndexStats, HistoryError> {
+    let mut stats = IndexStats::default();
+    let head = match repo.head().ok().and_then(|h| h.peel_to_commit().ok()) {
+        Some(c) => c,
+        None => return Ok(stats),
+    };
+    stats.head = Some(head.id().to_string());
+    let last = get_meta(store, "indexed_commit")?;
+    if last.as_deref() != Some(head.id().to_string().as_str()) {
+        let old_tree = last
+            .as_deref()
+            .and_then(|l| Oid::from_str(l).ok())
+            .and_then(|o| repo.find_commit(o).ok())
+            .and_then(|c| c.tree().ok());
+        stats.full = old_tree.is_none();
+        let new_tree = head.tree()?;
+        let mut opts = DiffOptions::new();
+        opts.pathspec("runs").pathspec("cards").skip_binary_check(true);
+        let diff = repo.diff_tree_to_tree(old_tree.as_ref(), Some(&new_tree), Some(&mut opts))?;
+        let mut changes: Vec<(String, Option<Oid>)> = Vec::new();
+        for d in diff.deltas() {
+            let path = d
+                .new_file()
+                .path()
+                .or(d.old_file().path())
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            match d.status() {
+                Delta::Deleted => changes.push((path, None)),
+                Delta::Added | Delta::Modified | Delta::Renamed | Delta::Copied | Delta::Typechange => {
+                    changes.push((path, Some(d.new_file().id())))
+                }
+                Delta::Unmodified | Delta::Ignored | Delta::Untracked | Delta::Unreadable | Delta::Conflicted => {}
+            }
+        }
+        let total = changes.len() as u64;
+        let head_id = head.id().to_string();
+        let path = store.path().to_string();
+        store
+            .write(|tx| {
+                for (i, (p, blob)) in changes.iter().enumerate() {
+                    if i % 512 == 0 {
+                        progress(i as u64, total);
+                    }
+                    match blob {
+                        None => stats.removed += remove_record(tx, p)?,
+                        Some(oid) => {
+                            let Ok(b) = repo.find_blob(*oid) else { continue };
+                            match upsert_record(tx, p, b.content()) {
+                                Ok(Some(RecordKind::Receipt)) => stats.receipts += 1,
+                                Ok(Some(RecordKind::Card)) => stats.cards += 1,
+                                Ok(None) => {}
+                                Err(RecordError::Parse(m)) => stats.skipped.push(format!("{p}: {m}")),
+                                Err(RecordError::Sql(e)) => return Err(e),
+                            }
+                        }
+                    }
+                }
+                progress(total, total);
+                tx.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('indexed_commit', ?1)",
+                    [&head_id],
+                )?;
+                Ok(())
+            })
+            .map_err(|e| match e {
+                StoreError::Sqlite { source, .. } => HistoryError::Store(StoreError::Sqlite { path, source }),
+                other => HistoryError::Store(other),
+            })?;
+    }
+    stats.overlaid_cards = overlay_worktree_cards(repo, store, &mut stats.skipped)?;
+    Ok(stats)
+}
+
+/// Card files changed in the work tree (triage not committed yet) win over HEAD.
+fn overlay_worktree_cards(
+    repo: &Repository,
+    store: &mut Store,
+    skipped: &mut Vec<String>,
+) -> Result<usize, HistoryError> {
+    let Some(root) = repo.workdir().map(Path::to_path_buf) else {
+        return Ok(0);
+    };
+    let mut opts = StatusOptions::new();
+    opts.pathspec("cards")
+        .include_untracked(true)
+        .recurse_untracked_dirs(true);
+    let mut dirty: Vec<(String, bool)> = Vec::new();
+    for s in repo.statuses(Some(&mut opts))?.iter() {
+        if s.status() == Status::CURRENT || s.status().contains(Status::IGNORED) {
+            continue;
+        }
+        if let Ok(p) = s.path() {
+            if p.ends_with(".yaml") {
+                dirty.push((
+                    p.to_string(),
+                    s.status().intersects(Status::WT_DELETED | Status::INDEX_DELETED),
+                ));
+            }
+        }
+    }
+    if dirty.is_empty() {
+        return Ok(0);
+    }
+    let n = dirty.len();
+    store.write(|tx| {
+        for (p, deleted) in &dirty {
+            if *deleted {
+                remove_record(tx, p)?;
+            } else if let Ok(bytes) = std::fs::read(root.join(p)) {
+                match upsert_record(tx, p, &bytes) {
+                    Ok(_) => {}
+                    Err(RecordError::Parse(m)) => skipped.push(format!("{p}: {m}")),
+                    Err(RecordError::Sql(e)) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(n)
+}
+
+enum RecordKind {
+    Receipt,
+    Card,
+}
+
+enum RecordError {
+    Parse(String),
+    Sql(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for RecordError {
+    fn from(e: rusqlite::Error) -> Self {
+        RecordError::Sql(e)
+    }
+}
+
+fn remove_record(tx: &Transaction, path: &str) -> rusqlite::Result<usize> {
+    let a = tx.execute("DELETE FROM runs WHERE receipt_path = ?1", [path])?;
+    let b = tx.execute("DELETE FROM cards WHERE path = ?1", [path])?;
+    Ok(a + b)
+}
+
+fn upsert_record(tx: &Transaction, path: &str, bytes: &[u8]) -> Result<Option<RecordKind>, RecordError> {
+    if path.starts_with("runs/") && path.ends_with(".json") {
+        let r: Receipt =
+            serde_json::from_slice(bytes).map_err(|e| RecordError::Parse(format!("line {}: {e}", e.line())))?;
+        insert_receipt(tx, &r, path)?;
+        Ok(Some(RecordKind::Receipt))
+    } else if path.starts_with("cards/") && path.ends_with(".yaml") {
+        let c: Card = serde_yaml::from_slice(bytes).map_err(|e| RecordError::Parse(e.to_string()))?;
+        tx.prepare_cached("INSERT OR REPLACE INTO cards (id, fingerprint, kind, task, run_id, created_at, status, summary, path) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?
+            .execute(params![c.id, c.fingerprint, c.kind.as_str(), c.task, c.run_id, c.created_at.to_rfc3339(), c.status, c.summary, path])?;
+        Ok(Some(RecordKind::Card))
+    } else {
+        Ok(None)
+    }
+}
+
+fn insert_receipt(tx: &Transaction, r: &Receipt, path: &str) -> rusqlite::Result<()> {
+    let duration = (r.finished_at - r.started_at).num_milliseconds().max(0);
+    let report = r.outputs.first().cloned();
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO runs (run_id, task, status, stop_reason, started_at, finished_at, steps, tokens_in, tokens_out, cost_usd, denials, retries, duration_ms, commit_id, prompt_blob, scope_blob, settings_blob, provider, model, receipt_path, report_path)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+    )?
+    .execute(params![
+        r.run_id,
+        r.task,
+        r.status.as_str(),
+        r.stop_reason.as_str(),
+        r.started_at.to_rfc3339(),
+        r.finished_at.to_rfc3339(),
+        r.steps,
+        r.tokens.input as i64,
+        r.tokens.output as i64,
+        r.cost_usd,
+        r.denials,
+        r.retries,
+        duration,
+        r.inputs.commit,
+        r.inputs.prompt,
+        r.inputs.scope,
+        r.inputs.settings,
+        r.inputs.provider,
+        r.inputs.model,
+        path,
+        report
+    ])?;
+    tx.prepare_cached("DELETE FROM tool_calls WHERE run_id = ?1")?
+        .execute([&r.run_id])?;
+    let mut ins = tx.prepare_cached("INSERT OR REPLACE INTO tool_calls (run_id, call_id, step, name, arguments, args_hash, decision, rule, reason, outcome, duration_ms) VALUES (?1, ?2, ?3, ?4, '{}', '', ?5, ?6, ?7, ?8, ?9)")?;
+    for (i, c) in r.tool_calls.iter().enumerate() {
+        ins.execute(params![
+            r.run_id,
+            format!("{i:04}-{}", c.id),
+            i as i64,
+            c.name,
+            c.decision,
+            c.rule,
+            c.reason,
+            c.outcome,
+            c.duration_ms as i64
+        ])?;
+    }
+    Ok(())
+}
+
+/// One row of `builder history runs`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub task: String,
+    pub status: String,
+    pub stop_reason: String,
+    pub started_at: String,
+    pub steps: i64,
+    pub tokens: i64,
+    pub cost_usd: f64,
+    pub duration_ms: i64,
+    pub prompt_blob: Option<String>,
+    pub commit_id: Option<String>,
+    pub receipt_path: String,
+    pub report_path: Option<String>,
+}
+
+/// Filters for run queries.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub task: Option<String>,
+    pub status: Option<String>,
+    pub since: Option<String>,
+    pub limit: Option<usize>,
+}
+
+pub fn runs(store: &Store, f: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
+    let e = |e| StoreError::Sqlite {
+        path: store.path().into(),
+        source: e,
+    };
+    let mut stmt = store
+        .conn()
+        .prepare(
+            "SELECT run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms, prompt_blob, commit_id, receipt_path, report_path
+             FROM runs WHERE (?1 IS NULL OR task = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR started_at >= ?3)
+             ORDER BY started_at DESC, run_id DESC LIMIT ?4",
+        )
+        .map_err(e)?;
+    let rows = stmt
+        .query_map(
+            params![f.task, f.status, f.since, f.limit.map(|l| l as i64).unwrap_or(-1)],
+            row_to_run,
+        )
+        .map_err(e)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    Ok(rows)
+}
+
+fn row_to_run(r: &rusqlite::Row) -> rusqlite::Result<RunSummary> {
+    Ok(RunSummary {
+        run_id: r.get(0)?,
+        task: r.get(1)?,
+        status: r.get(2)?,
+        stop_reason: r.get(3)?,
+        started_at: r.get(4)?,
+        steps: r.get(5)?,
+        tokens: r.get(6)?,
+        cost_usd: r.get(7)?,
+        duration_ms: r.get(8)?,
+        prompt_blob: r.get(9)?,
+        commit_id: r.get(10)?,
+        receipt_path: r.get(11)?,
+        report_path: r.get(12)?,
+    })
+}
+
+/// One run by id or unique id prefix.
+pub fn run(store: &Store, id: &str) -> Result<Option<RunSummary>, StoreError> {
+    let e = |e| StoreError::Sqlite {
+        path: store.path().into(),
+        source: e,
+    };
+    let mut stmt = store
+        .conn()
+        .prepare("SELECT run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms, prompt_blob, commit_id, receipt_path, report_path FROM runs WHERE run_id LIKE ?1 || '%' LIMIT 2")
+        .map_err(e)?;
+    let rows: Vec<RunSummary> = stmt
+        .query_map([id], row_to_run)
+        .map_err(e)?
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    Ok(if rows.len() == 1 { rows.into_iter().next() } else { None })
+}
+
+/// A group of cards with the same fingerprint.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CardGroup {
+    pub fingerprint: String,
+    pub count: i64,
+    pub first_seen: String,
+    pub last_seen: String,
+    pub task: String,
+    pub kind: String,
+    pub status: String,
+    pub summary: String,
+    pub latest_id: String,
+    pub latest_path: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct CardFilter {
+    pub task: Option<String>,
+    pub kind: Option<String>,
+    pub status: Option<String>,
+    pub since: Option<String>,
+}
+
+/// Cards grouped by fingerprint, most recent first; status and summary are the
+/// latest card's.
+pub fn card_groups(store: &Store, f: &CardFilter) -> Result<Vec<CardGroup>, StoreError> {
+    let e = |e| StoreError::Sqlite {
+        path: store.path().into(),
+        source: e,
+    };
+    let mut stmt = store
+        .conn()
+        .prepare(
+            "WITH f AS (SELECT * FROM cards WHERE (?1 IS NULL OR task = ?1) AND (?2 IS NULL OR kind = ?2) AND (?4 IS NULL OR created_at >= ?4)),
+                  g AS (SELECT fingerprint, count(*) AS n, min(created_at) AS first, max(created_at) AS last FROM f GROUP BY fingerprint),
+                  latest AS (SELECT f.* FROM f JOIN g ON f.fingerprint = g.fingerprint AND f.created_at = g.last)
+             SELECT g.fingerprint, g.n, g.first, g.last, l.task, l.kind, l.status, l.summary, l.id, l.path
+             FROM g JOIN latest l ON l.fingerprint = g.fingerprint
+             WHERE (?3 IS NULL OR l.status = ?3)
+             GROUP BY g.fingerprint ORDER BY g.last DESC",
+        )
+        .map_err(e)?;
+    let rows = stmt
+        .query_map(params![f.task, f.kind, f.status, f.since], |r| {
+            Ok(CardGroup {
+                fingerprint: r.get(0)?,
+                count: r.get(1)?,
+                first_seen: r.get(2)?,
+                last_seen: r.get(3)?,
+                task: r.get(4)?,
+                kind: r.get(5)?,
+                status: r.get(6)?,
+                summary: r.get(7)?,
+                latest_id: r.get(8)?,
+                latest_path: r.get(9)?,
+            })
+        })
+        .map_err(e)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    Ok(rows)
+}
+
+/// Paths of the cards with this id, or in this fingerprint group.
+pub fn card_paths(store: &Store, id_or_fp: &str) -> Result<Vec<String>, StoreError> {
+    let e = |e| StoreError::Sqlite {
+        path: store.path().into(),
+        source: e,
+    };
+    let mut stmt = store
+        .conn()
+        .prepare("SELECT path FROM cards WHERE id = ?1 OR fingerprint = ?1 ORDER BY created_at")
+        .map_err(e)?;
+    let rows = stmt
+        .query_map([id_or_fp], |r| r.get(0))
+        .map_err(e)?
+        .collect::<Result<Vec<String>, _>>()
+        .map_err(e)?;
+    Ok(rows)
+}
+
+/// Two runs side by side: the inputs they ran on (with the text diff between the
+/// versions), metric deltas, and the report text diff.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunDiff {
+    pub a: RunSummary,
+    pub b: RunSummary,
+    pub inputs: Vec<InputDiff>,
+    pub metrics: Vec<MetricDelta>,
+    pub report_diff: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InputDiff {
+    pub name: String,
+    pub a: Option<String>,
+    pub b: Option<String>,
+    pub diff: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricDelta {
+    pub name: String,
+    pub a: f64,
+    pub b: f64,
+    pub delta: f64,
+}
+
+fn blob_text(repo: &Repository, id: Option<&str>) -> String {
+    id.and_then(|i| Oid::from_str(i).ok())
+        .and_then(|o| repo.find_blob(o).ok())
+        .map(|b| String::from_utf8_lossy(b.content()).into_owned())
+        .unwrap_or_default()
+}
+
+fn unified(a: &str, b: &str, name: &str) -> String {
+    if a == b {
+        return String::new();
+    }
+    similar::TextDiff::from_lines(a, b)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{name}"), &format!("b/{name}"))
+        .to_string()
+}
+
+fn input_blobs(store: &Store, run_id: &str) -> Result<[Option<String>; 3], StoreError> {
+    store
+        .conn()
+        .query_row(
+            "SELECT prompt_blob, scope_blob, settings_blob FROM runs WHERE run_id = ?1",
+            [run_id],
+            |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?]),
+        )
+        .map_err(|e| StoreError::Sqlite {
+            path: store.path().into(),
+            source: e,
+        })
+}
+
+/// Diffs two indexed runs (ids or unique prefixes).
+pub fn diff(repo: &Repository, store: &Store, a: &str, b: &str) -> Result<Option<RunDiff>, HistoryError> {
+    let (Some(ra), Some(rb)) = (run(store, a)?, run(store, b)?) else {
+        return Ok(None);
+    };
+    let ba = input_blobs(store, &ra.run_id)?;
+    let bb = input_blobs(store, &rb.run_id)?;
+    let names = [
+        format!("prompts/{}.md", ra.task),
+        crate::layout::SCOPE_FILE.to_string(),
+        crate::layout::SETTINGS_FILE.to_string(),
+    ];
+    let inputs = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| InputDiff {
+            name: name.clone(),
+            a: ba[i].clone(),
+            b: bb[i].clone(),
+            diff: if ba[i] == bb[i] {
+                String::new()
+            } else {
+                unified(
+                    &blob_text(repo, ba[i].as_deref()),
+                    &blob_text(repo, bb[i].as_deref()),
+                    name,
+                )
+            },
+        })
+        .collect();
+    let m = |name: &str, x: f64, y: f64| MetricDelta {
+        name: name.into(),
+        a: x,
+        b: y,
+        delta: y - x,
+    };
+    let metrics = vec![
+        m("steps", ra.steps as f64, rb.steps as f64),
+        m("tokens", ra.tokens as f64, rb.tokens as f64),
+        m("cost_usd", ra.cost_usd, rb.cost_usd),
+        m("duration_ms", ra.duration_ms as f64, rb.duration_ms as f64),
+    ];
+    let root = repo.workdir().map(Path::to_path_buf).unwrap_or_default();
+    let report = |r: &RunSummary| {
+        r.report_path
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(root.join(p)).ok())
+            .unwrap_or_default()
+    };
+    let report_diff = unified(&report(&ra), &report(&rb), "report.md");
+    Ok(Some(RunDiff {
+        a: ra,
+        b: rb,
+        inputs,
+        metrics,
+        report_diff,
+    }))
+}
+
+/// A task's metrics for one prompt version.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct VersionMetrics {
+    pub rev: String,
+    pub prompt_blob: Option<String>,
+    pub runs: i64,
+    pub success_rate: f64,
+    pub avg_steps: f64,
+    pub avg_tokens: f64,
+    pub avg_cost_usd: f64,
+    pub avg_denials: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub task: String,
+    pub before: VersionMetrics,
+    pub after: VersionMetrics,
+    /// Human-readable regressions (empty when none).
+    pub regressions: Vec<String>,
+}
+
+/// Compares a task's runs on the prompt version at `before` with those at `after`.
+pub fn compare(
+    repo: &Repository,
+    store: &Store,
+    task: &str,
+    before: &str,
+    after: &str,
+) -> Result<Comparison, HistoryError> {
+    let prompt = format!("prompts/{task}.md");
+    let version = |rev: &str| -> Result<VersionMetrics, HistoryError> {
+        let commit = repo.revparse_single(rev)?.peel_to_commit()?;
+        let blob = commit
+            .tree()?
+            .get_path(Path::new(&prompt))
+            .ok()
+            .map(|e| e.id().to_string());
+        let (runs, ok, steps, tokens, cost, denials): (i64, i64, f64, f64, f64, f64) = store
+            .conn()
+            .query_row(
+                "SELECT count(*), coalesce(sum(status IN ('accepted', 'completed')), 0), coalesce(avg(steps), 0), coalesce(avg(tokens_in + tokens_out), 0), coalesce(avg(cost_usd), 0), coalesce(avg(denials), 0) FROM runs WHERE task = ?1 AND prompt_blob IS ?2",
+                params![task, blob],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+            )
+            .map_err(|e| StoreError::Sqlite { path: store.path().into(), source: e })?;
+        Ok(VersionMetrics {
+            rev: rev.to_string(),
+            prompt_blob: blob,
+            runs,
+            success_rate: if runs > 0 { ok as f64 / runs as f64 } else { 0.0 },
+            avg_steps: steps,
+            avg_tokens: tokens,
+            avg_cost_usd: cost,
+            avg_denials: denials,
+        })
+    };
+    let b = version(before)?;
+    let a = version(after)?;
+    let mut regressions = Vec::new();
+    if b.runs > 0 && a.runs > 0 {
+        if a.success_rate + 0.05 < b.success_rate {
+            regressions.push(format!(
+                "success rate fell from {:.0}% to {:.0}%",
+                b.success_rate * 100.0,
+                a.success_rate * 100.0
+            ));
+        }
+        for (name, x, y) in [
+            ("steps", b.avg_steps, a.avg_steps),
+            ("tokens", b.avg_tokens, a.avg_tokens),
+            ("cost", b.avg_cost_usd, a.avg_cost_usd),
+            ("denials", b.avg_denials, a.avg_denials),
+        ] {
+            if y > x * 1.10 && y - x > 1e-9 {
+                regressions.push(format!(
+                    "average {name} rose from {x:.3} to {y:.3} (+{:.0}%)",
+                    if x > 0.0 { (y / x - 1.0) * 100.0 } else { 100.0 }
+                ));
+            }
+        }
+    }
+    Ok(Comparison {
+        task: task.to_string(),
+        before: b,
+        after: a,
+        regressions,
+    })
+}
