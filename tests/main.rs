@@ -4,6 +4,7 @@
 
 mod util;
 
+mod builder_cmds;
 mod escape;
 mod fire;
 mod init_check;
