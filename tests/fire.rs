@@ -534,3 +534,46 @@ fn a_second_fire_of_the_same_task_is_skipped() {
     let out = first.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
 }
+
+#[test]
+fn ask_pauses_then_approve_call_and_resume_continue_the_run() {
+    let env = TestEnv::new();
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c0", "name": "run_command", "arguments": {"command": "echo approved > reports/approved.md"}}]},
+        {"content": "# Done\nwrote it"}
+    ]});
+    env.write("evals/digest/replay.json", &trace.to_string());
+    let settings = env
+        .read("settings/runtime.yaml")
+        .replace("    - \"Bash(curl*)\"", "    - \"Bash(curl*)\"\n    - \"Bash(echo*)\"");
+    env.write("settings/runtime.yaml", &settings);
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("ask for echo");
+    let (code, summary, _) = env.fire("t");
+    assert_eq!(code, 4, "waiting for approval");
+    let run_id = summary["run_id"].as_str().unwrap().to_string();
+    assert_eq!(summary["status"], "waiting_approval");
+    let cards = env.cards(&summary);
+    assert_eq!(cards[0]["kind"].as_str(), Some("approval_needed"));
+    assert!(
+        !env.root.join("reports/approved.md").exists(),
+        "nothing ran before the approval"
+    );
+    let wrong = env.builder(&["approve-call", &run_id, "c9"]);
+    assert_eq!(wrong.status.code(), Some(1), "an approval must name the paused call");
+    let ok = env.builder(&["approve-call", &run_id, "c0", "--by", "Eng <eng@example.com>"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    let out = env.runtime(&["resume", &run_id, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let resumed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let receipt = env.receipt(&resumed);
+    assert_eq!(receipt["resumed_from"], run_id.as_str());
+    assert_eq!(receipt["status"], "completed");
+    let calls = receipt["tool_calls"].as_array().unwrap();
+    assert_eq!(calls[0]["decision"], "ask", "the paused call stays in the record");
+    assert_eq!(calls.last().unwrap()["reason"], "approved by a builder");
+    assert_eq!(calls.last().unwrap()["outcome"], "ok");
+    assert_eq!(env.read("reports/approved.md"), "approved\n");
+    let again = env.runtime(&["resume", &run_id]);
+    assert_eq!(again.status.code(), Some(2), "a finished run has no checkpoint left");
+}

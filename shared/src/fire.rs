@@ -56,10 +56,14 @@ pub struct FireOptions {
     pub no_commit: bool,
     /// Program and arguments that start the tool worker.
     pub worker_cmd: (PathBuf, Vec<String>),
+    /// Continue this paused run from its checkpoint instead of starting afresh.
+    pub resume: Option<String>,
 }
 
 /// A fire that passed preparation.
 pub struct FireRun {
+    /// The run whose approvals apply: this one, or the paused run being resumed.
+    approval_run: String,
     opts: FireOptions,
     run_id: String,
     started_at: DateTime<Utc>,
@@ -268,7 +272,29 @@ pub fn prepare(opts: FireOptions) -> Prepared {
     if let Err(e) = std::fs::create_dir_all(&scratch) {
         return Prepared::Done(internal(&run_id, &opts.task, format!("{}: {e}", scratch.display())));
     }
-    for p in &prompt.front.prefetch {
+    // A resumed run continues its checkpointed conversation: no prefetch again.
+    let checkpoint = match &opts.resume {
+        None => None,
+        Some(orig) => match load_checkpoint(&root, orig) {
+            Ok(Some((_, state))) => Some(state),
+            Ok(None) => {
+                return Prepared::Done(FireSummary {
+                    run_id,
+                    task: opts.task.clone(),
+                    status: RunStatus::Failed,
+                    stop_reason: StopReason::NotStarted,
+                    exit_code: exit::CONFIG,
+                    report: None,
+                    receipt: None,
+                    cards: vec![],
+                    commit: None,
+                    message: format!("run `{orig}` has no checkpoint to resume"),
+                })
+            }
+            Err(e) => return Prepared::Done(internal(&run_id, &opts.task, e)),
+        },
+    };
+    for p in prompt.front.prefetch.iter().filter(|_| checkpoint.is_none()) {
         let span = trace.start("prefetch", format!("prefetch {}", p.name), None);
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(s.limits.prefetch_timeout_s));
         match run_builder_script(&root, &scratch, &p.run, &p.args, timeout, s.limits.tool_output_bytes) {
@@ -301,15 +327,27 @@ pub fn prepare(opts: FireOptions) -> Prepared {
     } else {
         format!("{}\n\n## Prefetched context{prefetched}", prompt.body.trim_end())
     };
-    let mut state = LoopState::default();
-    state.messages = vec![
-        Message::System {
-            content: context::system_prompt(&scope),
-        },
-        Message::User { content: user },
-    ];
-    state.trace = trace;
+    let state = match checkpoint {
+        Some(mut state) => {
+            state.trace = trace;
+            state.cards.clear();
+            state
+        }
+        None => {
+            let mut state = LoopState::default();
+            state.messages = vec![
+                Message::System {
+                    content: context::system_prompt(&scope),
+                },
+                Message::User { content: user },
+            ];
+            state.trace = trace;
+            state
+        }
+    };
+    let approval_run = opts.resume.clone().unwrap_or_else(|| run_id.clone());
     Prepared::Ready(Box::new(FireRun {
+        approval_run,
         opts,
         run_id,
         started_at,
@@ -449,7 +487,10 @@ impl FireRun {
                     .as_ref()
                     .is_some_and(|r| crate::git::head_blob(r, rel).ok().flatten().is_some())
             }),
-            approval: Box::new(move |run, call| lookup_approval(&state_db, run, call)),
+            approval: {
+                let run = self.approval_run.clone();
+                Box::new(move |call, hash| lookup_approval(&state_db, &run, call, hash))
+            },
         };
         self.stop = agent::run(
             &cfg,
@@ -587,7 +628,9 @@ impl FireRun {
         );
         // The checkpoint lets `runtime resume` continue a paused run.
         if status == RunStatus::WaitingApproval {
-            let _ = save_checkpoint(&self.opts.root, &self.run_id, &self.opts.task, &self.state);
+            let _ = save_checkpoint(&self.opts.root, &self.approval_run, &self.opts.task, &self.state);
+        } else if self.opts.resume.is_some() {
+            let _ = delete_checkpoint(&self.opts.root, &self.approval_run);
         }
         let _ = std::fs::remove_dir_all(&self.scratch);
         summary.message = format!(
@@ -740,6 +783,7 @@ fn write_records(
         outputs: vec![report_rel.to_string_lossy().into_owned()],
         cards: card_ids.clone(),
         acceptance: acceptance.to_vec(),
+        resumed_from: opts.resume.clone(),
     };
     match records::receipt_json(&receipt)
         .and_then(|j| records::create_new(root, &receipt_rel, redactor.redact(&j).as_bytes()))
@@ -950,17 +994,66 @@ fn record_skip(root: &Path, run_id: &str, task: &str, at: DateTime<Utc>) {
     }
 }
 
-fn lookup_approval(db: &Path, run_id: &str, call_id: &str) -> Option<bool> {
+fn lookup_approval(db: &Path, run_id: &str, call_id: &str, args_hash: &str) -> Option<bool> {
     let store = Store::open(db).ok()?;
     store
         .conn()
         .query_row(
-            "SELECT decision FROM approvals WHERE run_id = ?1 AND call_id = ?2",
-            [run_id, call_id],
+            "SELECT decision FROM approvals WHERE run_id = ?1 AND call_id = ?2 AND args_hash = ?3",
+            [run_id, call_id, args_hash],
             |r| r.get::<_, String>(0),
         )
         .ok()
         .map(|d| d == "approve")
+}
+
+fn delete_checkpoint(root: &Path, run_id: &str) -> Result<(), String> {
+    let mut store = Store::open(&root.join(STATE_DIR).join("state.db")).map_err(|e| e.to_string())?;
+    store
+        .write(|tx| tx.execute("DELETE FROM checkpoints WHERE run_id = ?1", [run_id]))
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// A paused run's checkpoint: its task and loop state.
+pub fn load_checkpoint(root: &Path, run_id: &str) -> Result<Option<(String, LoopState)>, String> {
+    let store = Store::open(&root.join(STATE_DIR).join("state.db")).map_err(|e| e.to_string())?;
+    let blob: Option<String> = store
+        .conn()
+        .query_row("SELECT state FROM checkpoints WHERE run_id = ?1", [run_id], |r| {
+            r.get(0)
+        })
+        .ok();
+    let Some(blob) = blob else { return Ok(None) };
+    let v: serde_json::Value = serde_json::from_str(&blob).map_err(|e| e.to_string())?;
+    let task = v["task"].as_str().unwrap_or_default().to_string();
+    let state: LoopState = serde_json::from_value(v["state"].clone()).map_err(|e| e.to_string())?;
+    Ok(Some((task, state)))
+}
+
+/// Records a builder's decision on a paused call, bound to the call's hash.
+pub fn record_approval(root: &Path, run_id: &str, call_id: &str, approve: bool, by: &str) -> Result<String, String> {
+    let (_, state) = load_checkpoint(root, run_id)?
+        .ok_or_else(|| format!("run `{run_id}` has no checkpoint waiting for approval"))?;
+    let pending = state
+        .pending
+        .ok_or_else(|| format!("run `{run_id}` is not waiting for an approval"))?;
+    if pending.call.id != call_id {
+        return Err(format!(
+            "run `{run_id}` waits on call `{}`, not `{call_id}`",
+            pending.call.id
+        ));
+    }
+    let hash = agent::call_hash(&pending.call.name, &pending.call.arguments);
+    if hash != pending.args_hash {
+        return Err("the paused call does not match its recorded hash".into());
+    }
+    let mut store = Store::open(&root.join(STATE_DIR).join("state.db")).map_err(|e| e.to_string())?;
+    let decision = if approve { "approve" } else { "deny" };
+    store
+        .write(|tx| tx.execute("INSERT OR REPLACE INTO approvals (run_id, call_id, args_hash, decision, by, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)", rusqlite::params![run_id, call_id, hash, decision, by, Utc::now().to_rfc3339()]))
+        .map_err(|e| e.to_string())?;
+    Ok(format!("{} {}", pending.call.name, pending.call.arguments))
 }
 
 fn save_checkpoint(root: &Path, run_id: &str, task: &str, state: &LoopState) -> Result<(), String> {

@@ -186,6 +186,9 @@ pub struct Receipt {
     pub outputs: Vec<String>,
     pub cards: Vec<String>,
     pub acceptance: Vec<AcceptanceRecord>,
+    /// The paused run this one continued (`runtime resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<String>,
 }
 
 /// Builder triage of a card.
@@ -441,6 +444,7 @@ mod tests {
                 passed: true,
                 detail: String::new(),
             }],
+            resumed_from: None,
         }
     }
 

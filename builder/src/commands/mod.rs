@@ -1,6 +1,7 @@
 //! The `builder` command line: one module per subcommand, each with its `Args` (doc
 //! comment = help text) beside its `run` function.
 
+mod approve_call;
 mod audit;
 mod cards;
 mod check;
@@ -42,6 +43,7 @@ pub enum Command {
     Retro(retro::Args),
     Watch(watch::Args),
     Audit(audit::Args),
+    ApproveCall(approve_call::Args),
     /// Print shell completions
     Completions {
         shell: clap_complete::Shell,
@@ -60,6 +62,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Retro(a) => retro::run(a, &repo),
         Command::Watch(a) => watch::run(a, &repo),
         Command::Audit(a) => audit::run(a, &repo),
+        Command::ApproveCall(a) => approve_call::run(a, &repo),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "builder", &mut std::io::stdout());
             Ok(0)

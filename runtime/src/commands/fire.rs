@@ -19,12 +19,24 @@ pub struct Args {
 }
 
 pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
+    fire_task(root, args.task.clone(), args.no_commit, args.json, None)
+}
+
+/// One fire, fresh or resumed; shared by `fire` and `resume`.
+pub fn fire_task(
+    root: &Path,
+    task: String,
+    no_commit: bool,
+    json: bool,
+    resume: Option<String>,
+) -> anyhow::Result<i32> {
     let exe = std::env::current_exe()?;
     let opts = FireOptions {
         root: root.to_path_buf(),
-        task: args.task.clone(),
-        no_commit: args.no_commit,
+        task,
+        no_commit,
         worker_cmd: (exe, vec![super::WORKER_COMMAND.to_string()]),
+        resume,
     };
     let summary = match fire::prepare(opts) {
         Prepared::Done(s) => s,
@@ -57,7 +69,7 @@ pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
             }
         },
     };
-    print(&summary, args.json);
+    print(&summary, json);
     Ok(summary.exit_code)
 }
 

@@ -3,6 +3,7 @@
 
 mod check;
 mod fire;
+mod resume;
 mod runs;
 mod show;
 
@@ -39,6 +40,7 @@ pub struct Global {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     Fire(fire::Args),
+    Resume(resume::Args),
     Runs(runs::Args),
     Show(show::Args),
     Check(check::Args),
@@ -54,6 +56,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let root = resolve_root(&cli.global.repo)?;
     match cli.command {
         Command::Fire(a) => fire::run(a, &root),
+        Command::Resume(a) => resume::run(a, &root),
         Command::Runs(a) => runs::run(a, &root),
         Command::Show(a) => show::run(a, &root),
         Command::Check(a) => check::run(a, &root),

@@ -58,8 +58,9 @@ pub struct LoopState {
     pub trace: Trace,
 }
 
-/// `(run_id, call_id)` -> the builder's decision on a paused call, if any.
+/// `(call_id, args_hash)` -> the builder's decision on a paused call, if any.
 pub type ApprovalLookup = Box<dyn Fn(&str, &str) -> Option<bool>>;
+// Arguments: (call_id, args_hash); an approval only counts for the exact call it names.
 
 /// Fixed inputs of the loop.
 pub struct LoopConfig {
@@ -119,7 +120,7 @@ pub async fn run(
         .collect();
     // A resumed run first settles the call it paused on.
     if let Some(p) = state.pending.clone() {
-        match (cfg.approval)(&cfg.run_id, &p.call.id) {
+        match (cfg.approval)(&p.call.id, &p.args_hash) {
             None => return StopReason::WaitingApproval,
             Some(_) => {
                 state.pending = None;
@@ -465,7 +466,7 @@ async fn handle_call(
         }
     }
     if verdict.decision == Decision::Ask {
-        match (cfg.approval)(&cfg.run_id, &call.id) {
+        match (cfg.approval)(&call.id, &args_hash) {
             Some(true) => {
                 verdict = crate::policy::Verdict {
                     decision: Decision::Allow,

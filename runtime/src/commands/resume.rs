@@ -1,0 +1,29 @@
+//! `runtime resume <run-id>`: continue a run paused for approval, once a builder has
+//! approved (or denied) the exact call with `builder approve-call`.
+
+use std::path::Path;
+
+/// Continue a run that waits for approval (after `builder approve-call`)
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The paused run's id
+    pub run_id: String,
+    /// Write the records but do not commit them
+    #[arg(long)]
+    pub no_commit: bool,
+    /// Print the result as JSON on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
+    let task = match shared::fire::load_checkpoint(root, &args.run_id).map_err(anyhow::Error::msg)? {
+        Some((task, _)) => task,
+        None => {
+            eprintln!("error: run `{}` has no checkpoint waiting for approval", args.run_id);
+            eprintln!("hint: `runtime runs` lists runs; only `waiting_approval` runs can be resumed");
+            return Ok(2);
+        }
+    };
+    super::fire::fire_task(root, task, args.no_commit, args.json, Some(args.run_id))
+}
