@@ -139,7 +139,7 @@ fn main() {
 fn receipt(i: usize) -> Receipt {
     let task = TASKS[i % TASKS.len()];
     let start = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + Days::minutes((i * 3) as i64);
-    let status = if i % 7 == 0 {
+    let status = if i.is_multiple_of(7) {
         RunStatus::Failed
     } else {
         RunStatus::Accepted
@@ -174,7 +174,7 @@ fn receipt(i: usize) -> Receipt {
             .map(|c| ToolCallRecord {
                 id: format!("call_{c}"),
                 name: ["read_file", "run_command", "list_dir"][c].into(),
-                decision: if c == 1 && i % 11 == 0 {
+                decision: if c == 1 && i.is_multiple_of(11) {
                     "deny".into()
                 } else {
                     "allow".into()
@@ -191,7 +191,7 @@ fn receipt(i: usize) -> Receipt {
         },
         cost_usd: 0.0002 * (i % 10) as f64,
         retries: 0,
-        denials: u32::from(i % 11 == 0),
+        denials: u32::from(i.is_multiple_of(11)),
         outputs: vec![format!(
             "reports/{task}/{}/{}.md",
             records::day(start),
@@ -246,7 +246,7 @@ fn add_commit(repo: &Repository, root: &Path, commit_no: usize, n: usize) {
         let body = format!("# {} report {i}\n\nline {}\n", r.task, i % 13);
         write(root, Path::new(&report), body.as_bytes());
         update.upsert(report.as_str(), repo.blob(body.as_bytes()).unwrap(), FileMode::Blob);
-        if i % CARDS_EVERY == 0 {
+        if i.is_multiple_of(CARDS_EVERY) {
             let c = card(i, &r);
             let y = records::card_yaml(&c).unwrap();
             let rel = c.rel_path();
