@@ -5,8 +5,9 @@
 //! workflow lands), (c) symlinks, gitlinks and mode-only changes in runtime commits.
 //! Renames are not detected, so a move out of `prompts/` is a delete plus an add.
 
+use crate::git::ChangeKind;
 use crate::layout::{Owner, Ownership};
-use git2::{Delta, FileMode, Oid, Repository, Sort};
+use git2::{FileMode, Oid, Repository, Sort};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -54,106 +55,139 @@ pub fn audit(
     runtime: &RuntimeIdentity,
     since: Option<Oid>,
 ) -> Result<AuditReport, git2::Error> {
-    let mut report = AuditReport::default();
+    crate::git::tune_for_history_walks();
+    if repo.head().is_err() {
+        return Ok(AuditReport::default());
+    }
     let mut walk = repo.revwalk()?;
     walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE)?;
-    if repo.head().is_err() {
-        return Ok(report);
-    }
     walk.push_head()?;
     if let Some(s) = since {
         walk.hide(s)?;
     }
-    for oid in walk {
-        let commit = repo.find_commit(oid?)?;
-        report.commits += 1;
-        let author = commit.author();
-        let name = author.name().unwrap_or("").to_string();
-        let email = author.email().unwrap_or("").to_string();
-        let is_runtime = name == runtime.name && email == runtime.email;
-        if is_runtime {
-            report.runtime_commits += 1;
-        }
-        let reviewed = commit
-            .message()
-            .unwrap_or("")
-            .lines()
-            .any(|l| l.starts_with("Reviewed-by:"));
-        let tree = commit.tree()?;
-        let parent_tree = commit.parent(0).ok().map(|p| p.tree()).transpose()?;
-        let diff = repo.diff_tree_to_tree(parent_tree.as_ref(), Some(&tree), None)?;
-        let who = format!("{name} <{email}>");
-        let short = oid_short(commit.id());
-        for d in diff.deltas() {
-            let path = d
-                .new_file()
-                .path()
-                .or(d.old_file().path())
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let owner = ownership.classify_normalized(&path);
-            let mut flag = |severity: Severity, what: String| {
-                report.findings.push(Finding {
-                    severity,
-                    commit: short.clone(),
-                    author: who.clone(),
-                    path: path.clone(),
-                    what,
+    let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
+    // Commits are independent: audit them on every core, each thread with its own
+    // repository handle, and merge the findings back in history order.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+    let chunk = oids.len().div_ceil(threads).max(1);
+    let path = repo.path().to_path_buf();
+    let parts: Vec<Result<AuditReport, git2::Error>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = oids
+            .chunks(chunk)
+            .map(|part| {
+                let path = path.clone();
+                scope.spawn(move || {
+                    let repo = Repository::open(&path)?;
+                    let mut report = AuditReport::default();
+                    for oid in part {
+                        audit_commit(&repo, ownership, runtime, *oid, &mut report)?;
+                    }
+                    Ok(report)
                 })
-            };
-            if is_runtime {
-                if owner != Owner::Runtime {
-                    flag(
-                        Severity::Violation,
-                        format!("runtime commit {} a {} path", verb(d.status()), owner_name(owner)),
-                    );
-                } else if d.status() != Delta::Added {
-                    flag(
-                        Severity::Violation,
-                        format!(
-                            "runtime commit {} an existing record (records are create-only)",
-                            verb(d.status())
-                        ),
-                    );
-                }
-                let mode = d.new_file().mode();
-                if matches!(mode, FileMode::Link) {
-                    flag(Severity::Violation, "runtime commit adds a symlink".into());
-                } else if matches!(mode, FileMode::Commit) {
-                    flag(Severity::Violation, "runtime commit adds a gitlink (submodule)".into());
-                } else if d.status() == Delta::Modified
-                    && d.old_file().id() == d.new_file().id()
-                    && d.old_file().mode() != mode
-                {
-                    flag(Severity::Violation, "runtime commit changes only a file mode".into());
-                }
-            } else if owner == Owner::Builder && !reviewed {
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(git2::Error::from_str("audit thread panicked")))
+            })
+            .collect()
+    });
+    let mut report = AuditReport::default();
+    for part in parts {
+        let part = part?;
+        report.commits += part.commits;
+        report.runtime_commits += part.runtime_commits;
+        report.findings.extend(part.findings);
+    }
+    Ok(report)
+}
+
+fn audit_commit(
+    repo: &Repository,
+    ownership: &Ownership,
+    runtime: &RuntimeIdentity,
+    oid: Oid,
+    report: &mut AuditReport,
+) -> Result<(), git2::Error> {
+    let commit = repo.find_commit(oid)?;
+    report.commits += 1;
+    let author = commit.author();
+    let name = author.name().unwrap_or("").to_string();
+    let email = author.email().unwrap_or("").to_string();
+    let is_runtime = name == runtime.name && email == runtime.email;
+    if is_runtime {
+        report.runtime_commits += 1;
+    }
+    let reviewed = commit
+        .message()
+        .unwrap_or("")
+        .lines()
+        .any(|l| l.starts_with("Reviewed-by:"));
+    let tree = commit.tree()?;
+    let parent_tree = commit.parent(0).ok().map(|p| p.tree()).transpose()?;
+    let changes = crate::git::diff_trees(repo, parent_tree.as_ref(), Some(&tree), &[])?;
+    let who = format!("{name} <{email}>");
+    let short = oid_short(commit.id());
+    for c in changes {
+        let owner = ownership.classify_normalized(&c.path);
+        let mut flag = |severity: Severity, what: String| {
+            report.findings.push(Finding {
+                severity,
+                commit: short.clone(),
+                author: who.clone(),
+                path: c.path.clone(),
+                what,
+            })
+        };
+        if is_runtime {
+            if owner != Owner::Runtime {
                 flag(
-                    Severity::Warning,
+                    Severity::Violation,
+                    format!("runtime commit {} a {} path", verb(c.kind), owner_name(owner)),
+                );
+            } else if c.kind != ChangeKind::Added {
+                flag(
+                    Severity::Violation,
                     format!(
-                        "unreviewed change ({}) to a builder-owned path: no Reviewed-by trailer",
-                        verb(d.status())
+                        "runtime commit {} an existing record (records are create-only)",
+                        verb(c.kind)
                     ),
                 );
             }
+            let mode = c.new.map(|(_, m)| m);
+            if mode == Some(i32::from(FileMode::Link)) {
+                flag(Severity::Violation, "runtime commit adds a symlink".into());
+            } else if mode == Some(i32::from(FileMode::Commit)) {
+                flag(Severity::Violation, "runtime commit adds a gitlink (submodule)".into());
+            } else if let (Some((oa, ma)), Some((ob, mb))) = (c.old, c.new) {
+                if oa == ob && ma != mb {
+                    flag(Severity::Violation, "runtime commit changes only a file mode".into());
+                }
+            }
+        } else if owner == Owner::Builder && !reviewed {
+            flag(
+                Severity::Warning,
+                format!(
+                    "unreviewed change ({}) to a builder-owned path: no Reviewed-by trailer",
+                    verb(c.kind)
+                ),
+            );
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 fn oid_short(o: Oid) -> String {
     o.to_string()[..12].to_string()
 }
 
-fn verb(d: Delta) -> &'static str {
-    match d {
-        Delta::Added => "adds",
-        Delta::Deleted => "deletes",
-        Delta::Modified => "modifies",
-        Delta::Renamed => "renames",
-        Delta::Copied => "copies",
-        Delta::Typechange => "changes the type of",
-        Delta::Unmodified | Delta::Ignored | Delta::Untracked | Delta::Unreadable | Delta::Conflicted => "touches",
+fn verb(k: ChangeKind) -> &'static str {
+    match k {
+        ChangeKind::Added => "adds",
+        ChangeKind::Deleted => "deletes",
+        ChangeKind::Modified => "modifies",
     }
 }
 

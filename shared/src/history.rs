@@ -6,7 +6,7 @@
 
 use crate::records::{Card, Receipt};
 use crate::store::{Store, StoreError};
-use git2::{Delta, DiffOptions, Oid, Repository, Status, StatusOptions};
+use git2::{Oid, Repository, Status, StatusOptions};
 use rusqlite::{params, OptionalExtension, Transaction};
 use serde::Serialize;
 use std::path::Path;
@@ -66,6 +66,7 @@ pub fn set_meta(store: &mut Store, key: &str, value: &str) -> Result<(), StoreEr
 /// Brings the index up to date with HEAD (and the work tree's card files).
 /// `progress(done, total)` is called while parsing.
 pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) -> Result<IndexStats, HistoryError> {
+    crate::git::tune_for_history_walks();
     let mut stats = IndexStats::default();
     let head = match repo.head().ok().and_then(|h| h.peel_to_commit().ok()) {
         Some(c) => c,
@@ -81,25 +82,11 @@ pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) 
             .and_then(|c| c.tree().ok());
         stats.full = old_tree.is_none();
         let new_tree = head.tree()?;
-        let mut opts = DiffOptions::new();
-        opts.pathspec("runs").pathspec("cards").skip_binary_check(true);
-        let diff = repo.diff_tree_to_tree(old_tree.as_ref(), Some(&new_tree), Some(&mut opts))?;
-        let mut changes: Vec<(String, Option<Oid>)> = Vec::new();
-        for d in diff.deltas() {
-            let path = d
-                .new_file()
-                .path()
-                .or(d.old_file().path())
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            match d.status() {
-                Delta::Deleted => changes.push((path, None)),
-                Delta::Added | Delta::Modified | Delta::Renamed | Delta::Copied | Delta::Typechange => {
-                    changes.push((path, Some(d.new_file().id())))
-                }
-                Delta::Unmodified | Delta::Ignored | Delta::Untracked | Delta::Unreadable | Delta::Conflicted => {}
-            }
-        }
+        let changes: Vec<(String, Option<Oid>)> =
+            crate::git::diff_trees(repo, old_tree.as_ref(), Some(&new_tree), &["runs", "cards"])?
+                .into_iter()
+                .map(|c| (c.path, c.new.map(|(oid, _)| oid)))
+                .collect();
         let total = changes.len() as u64;
         let head_id = head.id().to_string();
         let path = store.path().to_string();
@@ -135,12 +122,13 @@ pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) 
                 other => HistoryError::Store(other),
             })?;
     }
-    stats.overlaid_cards = overlay_worktree_cards(repo, store, &mut stats.skipped)?;
     Ok(stats)
 }
 
-/// Card files changed in the work tree (triage not committed yet) win over HEAD.
-fn overlay_worktree_cards(
+/// Card files changed in the work tree (triage not committed yet, hand edits) win
+/// over HEAD. This walks `git status` of `cards/`, which costs a second on a large
+/// repo, so only `builder history index` runs it; triage updates the index itself.
+pub fn overlay_worktree_cards(
     repo: &Repository,
     store: &mut Store,
     skipped: &mut Vec<String>,
@@ -201,6 +189,21 @@ impl From<rusqlite::Error> for RecordError {
     fn from(e: rusqlite::Error) -> Self {
         RecordError::Sql(e)
     }
+}
+
+/// Re-reads the given card files from the work tree into the index (after triage).
+pub fn reindex_cards(root: &Path, store: &mut Store, paths: &[String]) -> Result<(), StoreError> {
+    store.write(|tx| {
+        for p in paths {
+            if let Ok(bytes) = std::fs::read(root.join(p)) {
+                match upsert_record(tx, p, &bytes) {
+                    Ok(_) | Err(RecordError::Parse(_)) => {}
+                    Err(RecordError::Sql(e)) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 fn remove_record(tx: &Transaction, path: &str) -> rusqlite::Result<usize> {

@@ -162,7 +162,7 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
             let done =
                 cards::triage(&ix.root, &paths, &decision, &by, t.note.as_deref()).map_err(anyhow::Error::msg)?;
             // Reflect the edit in the index right away.
-            history::index(&ix.repo, &mut ix.store, &|_, _| {})?;
+            history::reindex_cards(&ix.root, &mut ix.store, &paths)?;
             println!("triaged {} card(s) as {} by {by}", done.len(), decision.status());
             println!("hint: commit the card files to share the triage (git add cards && git commit)");
             Ok(0)

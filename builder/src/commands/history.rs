@@ -61,9 +61,10 @@ pub enum HistoryCommand {
 }
 
 pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
-    let ix = index::open(repo)?;
+    let mut ix = index::open(repo)?;
     match args.command {
         HistoryCommand::Index { json } => {
+            ix.stats.overlaid_cards = history::overlay_worktree_cards(&ix.repo, &mut ix.store, &mut ix.stats.skipped)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&ix.stats)?);
             } else {
