@@ -346,22 +346,30 @@ fn row_to_run(r: &rusqlite::Row) -> rusqlite::Result<RunSummary> {
     })
 }
 
-/// One run by id or unique id prefix.
+/// One run by id or unique id prefix (a range scan on the primary key, never a
+/// table scan: `LIKE` cannot use the index).
 pub fn run(store: &Store, id: &str) -> Result<Option<RunSummary>, StoreError> {
     let e = |e| StoreError::Sqlite {
         path: store.path().into(),
         source: e,
     };
-    let mut stmt = store
-        .conn()
-        .prepare("SELECT run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms, prompt_blob, commit_id, receipt_path, report_path FROM runs WHERE run_id LIKE ?1 || '%' LIMIT 2")
-        .map_err(e)?;
+    let sql = "SELECT run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms, prompt_blob, commit_id, receipt_path, report_path FROM runs WHERE run_id >= ?1 AND run_id < ?2 ORDER BY run_id LIMIT 2";
+    let mut stmt = store.conn().prepare(sql).map_err(e)?;
     let rows: Vec<RunSummary> = stmt
-        .query_map([id], row_to_run)
+        .query_map(params![id, prefix_end(id)], row_to_run)
         .map_err(e)?
         .collect::<Result<_, _>>()
         .map_err(e)?;
-    Ok(if rows.len() == 1 { rows.into_iter().next() } else { None })
+    Ok(match rows.as_slice() {
+        [one] => Some(one.clone()),
+        [first, ..] if first.run_id == id => Some(first.clone()),
+        _ => None,
+    })
+}
+
+/// The smallest string greater than every string starting with `prefix`.
+pub fn prefix_end(prefix: &str) -> String {
+    format!("{prefix}\u{10FFFF}")
 }
 
 /// A group of cards with the same fingerprint.

@@ -188,9 +188,9 @@ pub fn load_run(store: &Store, run_id: &str) -> Result<Option<(RunRow, Trace)>, 
         source: e,
     };
     let ids: Vec<String> = conn
-        .prepare("SELECT run_id FROM runs WHERE run_id LIKE ?1 || '%' LIMIT 2")
+        .prepare("SELECT run_id FROM runs WHERE run_id >= ?1 AND run_id < ?2 LIMIT 2")
         .map_err(e)?
-        .query_map([run_id], |r| r.get(0))
+        .query_map([run_id.to_string(), crate::history::prefix_end(run_id)], |r| r.get(0))
         .map_err(e)?
         .collect::<Result<_, _>>()
         .map_err(e)?;
