@@ -105,36 +105,26 @@ pub fn prepare(opts: FireOptions) -> Prepared {
         )
     };
     if !prompt::valid_task_name(&opts.task) {
-        return Prepared::Done(FireSummary {
+        return Prepared::Done(not_started(
             run_id,
-            task: opts.task.clone(),
-            status: RunStatus::Failed,
-            stop_reason: StopReason::NotStarted,
-            exit_code: exit::CONFIG,
-            report: None,
-            receipt: None,
-            cards: vec![],
-            commit: None,
-            message: format!("`{}` is not a valid task name (letters, digits, `-`, `_`)", opts.task),
-        });
+            opts.task.clone(),
+            RunStatus::Failed,
+            exit::CONFIG,
+            format!("`{}` is not a valid task name (letters, digits, `-`, `_`)", opts.task),
+        ));
     }
     let state_dir = root.join(STATE_DIR);
     let lock = match take_lock(&state_dir.join("locks").join(format!("{}.lock", opts.task)), false) {
         Ok(Some(f)) => f,
         Ok(None) => {
             record_skip(&root, &run_id, &opts.task, started_at);
-            return Prepared::Done(FireSummary {
+            return Prepared::Done(not_started(
                 run_id,
-                task: opts.task.clone(),
-                status: RunStatus::Skipped,
-                stop_reason: StopReason::NotStarted,
-                exit_code: exit::SKIPPED,
-                report: None,
-                receipt: None,
-                cards: vec![],
-                commit: None,
-                message: "another fire of this task holds the lock".into(),
-            });
+                opts.task.clone(),
+                RunStatus::Skipped,
+                exit::SKIPPED,
+                "another fire of this task holds the lock",
+            ));
         }
         Err(e) => return Prepared::Done(internal(&run_id, &opts.task, format!("cannot take the task lock: {e}"))),
     };
@@ -144,18 +134,13 @@ pub fn prepare(opts: FireOptions) -> Prepared {
     }) {
         Ok(r) => r,
         Err(e) => {
-            return Prepared::Done(FireSummary {
+            return Prepared::Done(not_started(
                 run_id,
-                task: opts.task.clone(),
-                status: RunStatus::Failed,
-                stop_reason: StopReason::NotStarted,
-                exit_code: exit::CONFIG,
-                report: None,
-                receipt: None,
-                cards: vec![],
-                commit: None,
-                message: e.to_string(),
-            })
+                opts.task.clone(),
+                RunStatus::Failed,
+                exit::CONFIG,
+                e.to_string(),
+            ))
         }
     };
     let mut inputs = Inputs {
@@ -278,18 +263,13 @@ pub fn prepare(opts: FireOptions) -> Prepared {
         Some(orig) => match load_checkpoint(&root, orig) {
             Ok(Some((_, state))) => Some(state),
             Ok(None) => {
-                return Prepared::Done(FireSummary {
+                return Prepared::Done(not_started(
                     run_id,
-                    task: opts.task.clone(),
-                    status: RunStatus::Failed,
-                    stop_reason: StopReason::NotStarted,
-                    exit_code: exit::CONFIG,
-                    report: None,
-                    receipt: None,
-                    cards: vec![],
-                    commit: None,
-                    message: format!("run `{orig}` has no checkpoint to resume"),
-                })
+                    opts.task.clone(),
+                    RunStatus::Failed,
+                    exit::CONFIG,
+                    format!("run `{orig}` has no checkpoint to resume"),
+                ))
             }
             Err(e) => return Prepared::Done(internal(&run_id, &opts.task, e)),
         },
@@ -648,19 +628,30 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_string()
 }
 
-fn internal(run_id: &str, task: &str, message: String) -> FireSummary {
+/// The outcome of a fire that ended before writing any record.
+fn not_started(
+    run_id: impl Into<String>,
+    task: impl Into<String>,
+    status: RunStatus,
+    exit_code: i32,
+    message: impl Into<String>,
+) -> FireSummary {
     FireSummary {
         run_id: run_id.into(),
         task: task.into(),
-        status: RunStatus::Failed,
+        status,
         stop_reason: StopReason::NotStarted,
-        exit_code: exit::INTERNAL,
+        exit_code,
         report: None,
         receipt: None,
         cards: vec![],
         commit: None,
-        message,
+        message: message.into(),
     }
+}
+
+fn internal(run_id: &str, task: &str, message: String) -> FireSummary {
+    not_started(run_id, task, RunStatus::Failed, exit::INTERNAL, message)
 }
 
 #[allow(clippy::too_many_arguments)]

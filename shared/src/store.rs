@@ -110,29 +110,25 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
-        let path = self.path.clone();
-        let e = |e| StoreError::Sqlite {
-            path: path.clone(),
-            source: e,
-        };
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(e)?;
-        let version: usize = tx
-            .pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
-            .map_err(e)? as usize;
-        if version > SCHEMA_VERSION {
-            return Err(StoreError::TooNew {
+        // Ok(Some(v)): the file's schema is newer than this binary.
+        let newer = self.write(|tx| {
+            let version = tx.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))? as usize;
+            if version > SCHEMA_VERSION {
+                return Ok(Some(version));
+            }
+            for (i, m) in MIGRATIONS.iter().enumerate().skip(version) {
+                tx.execute_batch(m)?;
+                tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+            }
+            Ok(None)
+        })?;
+        match newer {
+            Some(found) => Err(StoreError::TooNew {
                 path: self.path.clone(),
-                found: version,
-            });
+                found,
+            }),
+            None => Ok(()),
         }
-        for (i, m) in MIGRATIONS.iter().enumerate().skip(version) {
-            tx.execute_batch(m).map_err(e)?;
-            tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(e)?;
-        }
-        tx.commit().map_err(e)
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction and commits it.
