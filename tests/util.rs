@@ -20,7 +20,7 @@ pub fn bin(name: &str) -> PathBuf {
     let p = dir.join(name);
     assert!(
         p.exists(),
-        "{} is not built; run `cargo test --workspace` (it builds the binaries)",
+        "{} is not built; run `cargo build --workspace` before the tests",
         p.display()
     );
     p
