@@ -230,12 +230,13 @@ fn watch_prints_new_cards_and_receipts() {
     let env = TestEnv::new();
     env.write("prompts/t.md", PROMPT_V1);
     setup_trace(&env, &[("run_command", json!({"command": "git push"}))], "# Report\nx");
-    let mut child = env
-        .command("builder", &["watch", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        env.command("builder", &["watch", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
@@ -274,6 +275,29 @@ fn watch_prints_new_cards_and_receipts() {
     }
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "Ctrl-C ends watch cleanly");
+}
+
+/// Kills a still-running child when a failed assertion unwinds past it.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 fn runtime_commit(env: &TestEnv, msg: &str, edit: impl FnOnce(&git2::Repository, &mut git2::Index)) -> String {
