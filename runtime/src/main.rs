@@ -22,6 +22,7 @@ fn main() -> ExitCode {
             }
         };
     }
+    restore_sigpipe();
     let cli = commands::Cli::parse();
     logging::init(cli.global.verbose, cli.global.log_format);
     let code = match commands::run(cli) {
@@ -32,4 +33,14 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// `runtime runs | head` should end quietly like any Unix tool, not panic on a closed
+/// pipe: restore the default SIGPIPE action Rust replaces at start-up. (A fire prints
+/// only after its records are written and committed.)
+fn restore_sigpipe() {
+    // SAFETY: resetting a signal disposition before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }

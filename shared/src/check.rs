@@ -11,7 +11,11 @@ use std::path::Path;
 /// Every problem in the agent repo at `root`, sorted by file and line.
 pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
-    let loaded = settings::load_lenient(root, &mut diags);
+    let lenient = settings::load_lenient(root, &mut diags);
+    let provider_is_stand_in = lenient
+        .as_ref()
+        .is_some_and(|l| l.stand_ins.iter().any(|k| k == "provider"));
+    let loaded = lenient.map(|l| l.settings);
     if let Err(d) = settings::load(root) {
         // The JSON permission files are only checked by the full loader.
         diags.extend(d.0.into_iter().filter(|d| d.file.as_path() != Path::new(SETTINGS_FILE)));
@@ -33,11 +37,9 @@ pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
     }
     let stand_in = stand_in_settings();
     let s = loaded.as_ref().unwrap_or(&stand_in);
-    if let Some(rt) = &loaded {
+    if let Some(rt) = loaded.as_ref().filter(|_| !provider_is_stand_in) {
         for p in [Some(&rt.provider), rt.fallback.as_ref()].into_iter().flatten() {
-            if let (ProviderKind::Replay, Some(replay)) =
-                (p.kind, p.replay.as_ref().filter(|r| *r != settings::STAND_IN_REPLAY))
-            {
+            if let (ProviderKind::Replay, Some(replay)) = (p.kind, p.replay.as_ref()) {
                 if !root.join(replay).is_file() {
                     diags.push(Diagnostic::new(
                         SETTINGS_FILE,

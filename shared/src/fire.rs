@@ -13,7 +13,7 @@ use crate::provider::{Message, Provider, ProviderChain, RetryPolicy};
 use crate::records::{self, AcceptanceRecord, Card, CardKind, Inputs, Receipt, RunStatus, SandboxRecord, StopReason};
 use crate::sandbox::{self, landlock};
 use crate::secrets::Redactor;
-use crate::settings::{self, LandlockMode, RuntimeSettings};
+use crate::settings::{self, RuntimeSettings};
 use crate::store::Store;
 use crate::tools::exec::ExecContext;
 use crate::tools::{ToolArgs, ToolRequest};
@@ -348,10 +348,6 @@ pub fn prepare(opts: FireOptions) -> Prepared {
 }
 
 impl FireRun {
-    pub fn landlock_mode(&self) -> LandlockMode {
-        self.settings.sandbox.landlock
-    }
-
     /// Step 5a: restrict this process (no threads may exist yet): writes only to its
     /// records, state and git objects; TCP only to the provider. Returns a summary
     /// when the fire must stop because the sandbox cannot be entered.

@@ -291,9 +291,13 @@ pub struct RunSummary {
     pub duration_ms: i64,
     pub prompt_blob: Option<String>,
     pub commit_id: Option<String>,
-    pub receipt_path: String,
+    /// `None` for runs that wrote no receipt (skipped fires in the runtime's store).
+    pub receipt_path: Option<String>,
     pub report_path: Option<String>,
 }
+
+/// The columns [`row_to_run`] reads, in order.
+const RUN_COLUMNS: &str = "run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms, prompt_blob, commit_id, receipt_path, report_path";
 
 /// Filters for run queries.
 #[derive(Debug, Clone, Default)]
@@ -312,9 +316,9 @@ pub fn runs(store: &Store, f: &RunFilter) -> Result<Vec<RunSummary>, StoreError>
     let mut stmt = store
         .conn()
         .prepare(
-            "SELECT run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms, prompt_blob, commit_id, receipt_path, report_path
+            &format!("SELECT {RUN_COLUMNS}
              FROM runs WHERE (?1 IS NULL OR task = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR started_at >= ?3)
-             ORDER BY started_at DESC, run_id DESC LIMIT ?4",
+             ORDER BY started_at DESC, run_id DESC LIMIT ?4"),
         )
         .map_err(e)?;
     let rows = stmt
@@ -353,8 +357,8 @@ pub fn run(store: &Store, id: &str) -> Result<Option<RunSummary>, StoreError> {
         path: store.path().into(),
         source: e,
     };
-    let sql = "SELECT run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms, prompt_blob, commit_id, receipt_path, report_path FROM runs WHERE run_id >= ?1 AND run_id < ?2 ORDER BY run_id LIMIT 2";
-    let mut stmt = store.conn().prepare(sql).map_err(e)?;
+    let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id >= ?1 AND run_id < ?2 ORDER BY run_id LIMIT 2");
+    let mut stmt = store.conn().prepare(&sql).map_err(e)?;
     let rows: Vec<RunSummary> = stmt
         .query_map(params![id, prefix_end(id)], row_to_run)
         .map_err(e)?

@@ -265,9 +265,6 @@ pub struct Settings {
     pub json_sources: Vec<PathBuf>,
 }
 
-/// Replay path of the provider that stands in for a broken `provider` section.
-pub const STAND_IN_REPLAY: &str = "<stand-in>";
-
 const TOP_KEYS: &[&str] = &[
     "version",
     "provider",
@@ -373,14 +370,14 @@ pub fn parse_runtime_yaml(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Runt
     if diags.len() > before {
         None
     } else {
-        best_effort
+        best_effort.map(|l| l.settings)
     }
 }
 
 /// Loads `settings/runtime.yaml` for linting: every problem in `diags`, plus the
 /// settings with broken sections replaced by defaults (so prompts can still be
 /// checked against them). `None` only when the file is missing or not YAML.
-pub fn load_lenient(root: &Path, diags: &mut Vec<Diagnostic>) -> Option<RuntimeSettings> {
+pub fn load_lenient(root: &Path, diags: &mut Vec<Diagnostic>) -> Option<Lenient> {
     match std::fs::read_to_string(root.join(SETTINGS_FILE)) {
         Ok(src) => parse_best_effort(&src, diags),
         Err(e) => {
@@ -393,7 +390,14 @@ pub fn load_lenient(root: &Path, diags: &mut Vec<Diagnostic>) -> Option<RuntimeS
     }
 }
 
-fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<RuntimeSettings> {
+/// Settings loaded for linting, and which top-level sections are stand-ins (defaults
+/// or placeholders) because the file's own did not load.
+pub struct Lenient {
+    pub settings: RuntimeSettings,
+    pub stand_ins: Vec<String>,
+}
+
+fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> {
     let file = Path::new(SETTINGS_FILE);
     let value: serde_yaml::Value = match serde_yaml::from_str(src) {
         Ok(v) => v,
@@ -433,7 +437,7 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<RuntimeSe
             kept.insert(k.clone(), v.clone());
         }
     }
-    for (key, stand_in) in [("version", "1"), ("provider", "{kind: replay, replay: \"<stand-in>\"}")] {
+    for (key, stand_in) in [("version", "1"), ("provider", "{kind: replay, replay: stand-in}")] {
         if !kept.contains_key(key) {
             if !map.contains_key(key) {
                 diags.push(Diagnostic::new(file, 1, key, format!("missing required key `{key}`")));
@@ -459,7 +463,10 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<RuntimeSe
         let top = d.field.split('.').next().unwrap_or("");
         !failed.iter().any(|f| f == top)
     }));
-    Some(settings)
+    Some(Lenient {
+        settings,
+        stand_ins: failed,
+    })
 }
 
 /// Checks the top level is a mapping with only known keys, then hands each known key

@@ -5,6 +5,7 @@
 //! names (message content left out unless asked for).
 
 use crate::agent::context::BudgetReport;
+use crate::history::RunSummary;
 use crate::records::Receipt;
 use crate::store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
@@ -137,67 +138,31 @@ impl Trace {
     }
 }
 
-/// One row of `runtime runs`.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunRow {
-    pub run_id: String,
-    pub task: String,
-    pub status: String,
-    pub stop_reason: String,
-    pub started_at: String,
-    pub steps: u32,
-    pub tokens: u64,
-    pub cost_usd: f64,
-    pub duration_ms: i64,
-}
-
-pub fn list_runs(store: &Store, task: Option<&str>, limit: usize) -> Result<Vec<RunRow>, StoreError> {
-    let conn = store.conn();
-    let sql = "SELECT run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms FROM runs WHERE (?1 IS NULL OR task = ?1) ORDER BY started_at DESC, run_id DESC LIMIT ?2";
-    let e = |e| StoreError::Sqlite {
-        path: store.path().to_string(),
-        source: e,
-    };
-    let mut stmt = conn.prepare(sql).map_err(e)?;
-    let rows = stmt
-        .query_map(rusqlite::params![task, limit as i64], |r| {
-            Ok(RunRow {
-                run_id: r.get(0)?,
-                task: r.get(1)?,
-                status: r.get(2)?,
-                stop_reason: r.get(3)?,
-                started_at: r.get(4)?,
-                steps: r.get(5)?,
-                tokens: r.get::<_, i64>(6)? as u64,
-                cost_usd: r.get(7)?,
-                duration_ms: r.get(8)?,
-            })
-        })
-        .map_err(e)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(e)?;
-    Ok(rows)
+/// The local run list (`runtime runs`): the same `runs` table the builder's history
+/// index has, so the same query serves both.
+pub fn list_runs(store: &Store, task: Option<&str>, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
+    crate::history::runs(
+        store,
+        &crate::history::RunFilter {
+            task: task.map(str::to_string),
+            limit: Some(limit),
+            ..Default::default()
+        },
+    )
 }
 
 /// Loads one run's trace from the store (`None` when unknown). A unique prefix of the
 /// run id is enough.
-pub fn load_run(store: &Store, run_id: &str) -> Result<Option<(RunRow, Trace)>, StoreError> {
+pub fn load_run(store: &Store, run_id: &str) -> Result<Option<(RunSummary, Trace)>, StoreError> {
     let conn = store.conn();
     let e = |e| StoreError::Sqlite {
         path: store.path().to_string(),
         source: e,
     };
-    let ids: Vec<String> = conn
-        .prepare("SELECT run_id FROM runs WHERE run_id >= ?1 AND run_id < ?2 LIMIT 2")
-        .map_err(e)?
-        .query_map([run_id.to_string(), crate::history::prefix_end(run_id)], |r| r.get(0))
-        .map_err(e)?
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    let [id] = ids.as_slice() else {
+    let Some(row) = crate::history::run(store, run_id)? else {
         return Ok(None);
     };
-    let row = list_runs_one(store, id)?;
+    let id = &row.run_id;
     let mut trace = Trace::default();
     let mut stmt = conn.prepare("SELECT span_id, parent_id, kind, name, start_ns, end_ns, status, tokens_in, tokens_out, attributes FROM spans WHERE run_id = ?1 ORDER BY span_id").map_err(e)?;
     trace.spans = stmt
@@ -254,21 +219,8 @@ pub fn load_run(store: &Store, run_id: &str) -> Result<Option<(RunRow, Trace)>, 
     Ok(Some((row, trace)))
 }
 
-fn list_runs_one(store: &Store, id: &str) -> Result<RunRow, StoreError> {
-    let e = |e| StoreError::Sqlite {
-        path: store.path().to_string(),
-        source: e,
-    };
-    store
-        .conn()
-        .query_row("SELECT run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms FROM runs WHERE run_id = ?1", [id], |r| {
-            Ok(RunRow { run_id: r.get(0)?, task: r.get(1)?, status: r.get(2)?, stop_reason: r.get(3)?, started_at: r.get(4)?, steps: r.get(5)?, tokens: r.get::<_, i64>(6)? as u64, cost_usd: r.get(7)?, duration_ms: r.get(8)? })
-        })
-        .map_err(e)
-}
-
 /// OTLP/JSON (`resourceSpans`) for one run, with GenAI semantic-convention names.
-pub fn to_otlp(row: &RunRow, trace: &Trace, include_content: bool) -> Value {
+pub fn to_otlp(row: &RunSummary, trace: &Trace, include_content: bool) -> Value {
     let trace_id = {
         use sha2::{Digest, Sha256};
         hex::encode(&Sha256::digest(row.run_id.as_bytes())[..16])

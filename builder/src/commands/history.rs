@@ -119,7 +119,9 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                 eprintln!("hint: `builder history runs` lists runs; records must be committed to be indexed");
                 return Ok(2);
             };
-            let receipt = std::fs::read_to_string(ix.root.join(&r.receipt_path))?;
+            // The builder's index holds committed receipts only, so the path is set.
+            let receipt_path = r.receipt_path.clone().unwrap_or_default();
+            let receipt = std::fs::read_to_string(ix.root.join(&receipt_path))?;
             if json {
                 println!("{receipt}");
             } else {
@@ -127,7 +129,7 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                     "run {} ({})\nreceipt {}\nreport {}\n",
                     r.run_id,
                     r.task,
-                    r.receipt_path,
+                    receipt_path,
                     r.report_path.as_deref().unwrap_or("-")
                 );
                 println!("{receipt}");

@@ -1,7 +1,7 @@
 //! Anthropic Messages wire format (`/v1/messages`): `tool_use` and `tool_result`
 //! content blocks, a top-level `system`, and `usage`.
 
-use super::{http, Message, ModelRequest, ModelResponse, ProviderError, ProviderErrorKind, RetryPolicy, ToolCall};
+use super::{http, Message, ModelRequest, ModelResponse, ProviderError, RetryPolicy, ToolCall};
 use crate::records::Tokens;
 use crate::settings::ProviderSettings;
 use serde_json::{json, Value};
@@ -38,15 +38,7 @@ impl Anthropic {
         if let Some(k) = &self.key {
             headers.push(("x-api-key", k.clone()));
         }
-        let (json, retries) = http::post_json(&self.client, &self.url, &headers, &body, &self.retry).await?;
-        let mut resp = parse_response(&json).map_err(|m| ProviderError {
-            kind: ProviderErrorKind::Decode,
-            status: Some(200),
-            message: m,
-            retries,
-        })?;
-        resp.retries = retries;
-        Ok(resp)
+        http::exchange(&self.client, &self.url, &headers, &body, &self.retry, parse_response).await
     }
 }
 

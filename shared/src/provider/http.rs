@@ -70,6 +70,23 @@ pub async fn post_json(
     }
 }
 
+/// One model call: POST with retries, then the wire format's `parse` of the answer.
+/// A 200 whose body `parse` rejects is a `Decode` error carrying the retries taken.
+pub async fn exchange(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &[(&str, String)],
+    body: &serde_json::Value,
+    policy: &RetryPolicy,
+    parse: fn(&serde_json::Value) -> Result<super::ModelResponse, String>,
+) -> Result<super::ModelResponse, ProviderError> {
+    let (json, retries) = post_json(client, url, headers, body, policy).await?;
+    let mut resp =
+        parse(&json).map_err(|m| with_retries(ProviderError::new(ProviderErrorKind::Decode, Some(200), m), retries))?;
+    resp.retries = retries;
+    Ok(resp)
+}
+
 fn with_retries(mut e: ProviderError, retries: u32) -> ProviderError {
     e.retries = retries;
     e

@@ -217,20 +217,11 @@ impl Provider {
         }
     }
 
-    pub fn kind(&self) -> ProviderKind {
-        self.settings.kind
-    }
-
     pub fn model(&self) -> String {
         match &self.backend {
             Backend::Replay(r) => self.settings.model.clone().unwrap_or_else(|| r.model().to_string()),
             Backend::OpenAi(_) | Backend::Anthropic(_) => self.settings.model_name().to_string(),
         }
-    }
-
-    /// TCP port this provider connects to (`None` for replay).
-    pub fn port(&self) -> Option<u16> {
-        provider_port(&self.settings)
     }
 
     pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
@@ -279,13 +270,6 @@ impl ProviderChain {
                 _ => Err(e),
             },
         }
-    }
-
-    pub fn ports(&self) -> Vec<u16> {
-        [self.primary.port(), self.fallback.as_ref().and_then(|f| f.port())]
-            .into_iter()
-            .flatten()
-            .collect()
     }
 }
 

@@ -2,7 +2,7 @@
 //! `tool` messages and `usage`. Any compatible server (llama.cpp server, vLLM,
 //! Ollama) works through `base_url`.
 
-use super::{http, Message, ModelRequest, ModelResponse, ProviderError, ProviderErrorKind, RetryPolicy, ToolCall};
+use super::{http, Message, ModelRequest, ModelResponse, ProviderError, RetryPolicy, ToolCall};
 use crate::records::Tokens;
 use crate::settings::ProviderSettings;
 use serde_json::{json, Value};
@@ -33,15 +33,7 @@ impl OpenAi {
         if let Some(k) = &self.key {
             headers.push(("authorization", format!("Bearer {k}")));
         }
-        let (json, retries) = http::post_json(&self.client, &self.url, &headers, &body, &self.retry).await?;
-        let mut resp = parse_response(&json).map_err(|m| ProviderError {
-            kind: ProviderErrorKind::Decode,
-            status: Some(200),
-            message: m,
-            retries,
-        })?;
-        resp.retries = retries;
-        Ok(resp)
+        http::exchange(&self.client, &self.url, &headers, &body, &self.retry, parse_response).await
     }
 }
 
