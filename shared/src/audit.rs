@@ -5,7 +5,7 @@
 //! workflow lands), (c) symlinks, gitlinks and mode-only changes in runtime commits.
 //! Renames are not detected, so a move out of `prompts/` is a delete plus an add.
 
-use crate::git::ChangeKind;
+use crate::git::{ChangeKind, TreeDiffer};
 use crate::layout::{Owner, Ownership};
 use git2::{FileMode, Oid, Repository, Sort};
 use serde::Serialize;
@@ -78,10 +78,23 @@ pub fn audit(
                 let path = path.clone();
                 scope.spawn(move || {
                     let repo = Repository::open(&path)?;
+                    let mut differ = TreeDiffer::open(&repo)?;
                     let mut report = AuditReport::default();
-                    for oid in part {
-                        audit_commit(&repo, ownership, runtime, *oid, &mut report)?;
+                    // Newest first (see TreeDiffer), findings put back in history order.
+                    // A commit's parent is usually the next one audited: read it once.
+                    let mut per_commit = Vec::with_capacity(part.len());
+                    let mut parent_read: Option<git2::Commit> = None;
+                    for oid in part.iter().rev() {
+                        let commit = match parent_read.take() {
+                            Some(c) if c.id() == *oid => c,
+                            _ => repo.find_commit(*oid)?,
+                        };
+                        let parent = commit.parent_ids().next().map(|p| repo.find_commit(p)).transpose()?;
+                        audit_commit(&mut differ, ownership, runtime, &commit, parent.as_ref(), &mut report)?;
+                        per_commit.push(std::mem::take(&mut report.findings));
+                        parent_read = parent;
                     }
+                    report.findings = per_commit.into_iter().rev().flatten().collect();
                     Ok(report)
                 })
             })
@@ -104,14 +117,15 @@ pub fn audit(
     Ok(report)
 }
 
+/// Audits one commit against its first parent (all files added for a root commit).
 fn audit_commit(
-    repo: &Repository,
+    differ: &mut TreeDiffer,
     ownership: &Ownership,
     runtime: &RuntimeIdentity,
-    oid: Oid,
+    commit: &git2::Commit,
+    parent: Option<&git2::Commit>,
     report: &mut AuditReport,
 ) -> Result<(), git2::Error> {
-    let commit = repo.find_commit(oid)?;
     report.commits += 1;
     let author = commit.author();
     let name = author.name().unwrap_or("").to_string();
@@ -125,9 +139,7 @@ fn audit_commit(
         .unwrap_or("")
         .lines()
         .any(|l| l.starts_with("Reviewed-by:"));
-    let tree = commit.tree()?;
-    let parent_tree = commit.parent(0).ok().map(|p| p.tree()).transpose()?;
-    let changes = crate::git::diff_trees(repo, parent_tree.as_ref(), Some(&tree), &[])?;
+    let changes = differ.diff(parent.map(|p| p.tree_id()), Some(commit.tree_id()), &[])?;
     let who = format!("{name} <{email}>");
     let short = oid_short(commit.id());
     for c in changes {

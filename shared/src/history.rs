@@ -79,11 +79,10 @@ pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) 
             .as_deref()
             .and_then(|l| Oid::from_str(l).ok())
             .and_then(|o| repo.find_commit(o).ok())
-            .and_then(|c| c.tree().ok());
+            .map(|c| c.tree_id());
         stats.full = old_tree.is_none();
-        let new_tree = head.tree()?;
         let changes: Vec<(String, Option<Oid>)> =
-            crate::git::diff_trees(repo, old_tree.as_ref(), Some(&new_tree), &["runs", "cards"])?
+            crate::git::diff_trees(repo, old_tree, Some(head.tree_id()), &["runs", "cards"])?
                 .into_iter()
                 .map(|c| (c.path, c.new.map(|(oid, _)| oid)))
                 .collect();
