@@ -226,6 +226,43 @@ fn retro_summarises_and_remembers_where_it_stopped() {
 }
 
 #[test]
+fn history_index_overlays_card_edits_until_they_are_undone() {
+    let env = repo_with_cards();
+    json_out(&env, &["history", "index", "--json"]);
+    let missing = |env: &TestEnv| -> Value {
+        let groups = json_out(env, &["cards", "list", "--kind", "missing_tool", "--json"]);
+        groups[0].clone()
+    };
+    let before = missing(&env);
+    let path = before["latest_path"].as_str().unwrap().to_string();
+    let committed = env.read(&path);
+    let mut card: serde_yaml::Value = serde_yaml::from_str(&committed).unwrap();
+    card["summary"] = "edited by hand".into();
+    env.write(&path, &serde_yaml::to_string(&card).unwrap());
+    let ix = json_out(&env, &["history", "index", "--json"]);
+    assert_eq!(ix["overlaid_cards"], 1, "{ix}");
+    assert_eq!(missing(&env)["summary"], "edited by hand");
+    // The edit is undone in the work tree: the index goes back to the committed card.
+    env.write(&path, &committed);
+    let ix = json_out(&env, &["history", "index", "--json"]);
+    assert_eq!(ix["overlaid_cards"], 0, "{ix}");
+    assert_eq!(missing(&env)["summary"], before["summary"]);
+    // An uncommitted card file that is deleted again leaves the index too.
+    let extra = path.replace(".yaml", "-copy.yaml");
+    let mut copy = card.clone();
+    copy["id"] = "C-copy".into();
+    copy["kind"] = "provider_error".into();
+    env.write(&extra, &serde_yaml::to_string(&copy).unwrap());
+    json_out(&env, &["history", "index", "--json"]);
+    let kinds = json_out(&env, &["cards", "list", "--kind", "provider_error", "--json"]);
+    assert_eq!(kinds.as_array().unwrap().len(), 1, "{kinds}");
+    std::fs::remove_file(env.root.join(&extra)).unwrap();
+    json_out(&env, &["history", "index", "--json"]);
+    let kinds = json_out(&env, &["cards", "list", "--kind", "provider_error", "--json"]);
+    assert_eq!(kinds.as_array().unwrap().len(), 0, "{kinds}");
+}
+
+#[test]
 fn watch_prints_new_cards_and_receipts() {
     let env = TestEnv::new();
     env.write("prompts/t.md", PROMPT_V1);

@@ -63,6 +63,10 @@ pub fn set_meta(store: &mut Store, key: &str, value: &str) -> Result<(), StoreEr
     })
 }
 
+/// Records written by one index run past which the log is checkpointed right away
+/// (a first index over a large history), so the next incremental index stays small.
+const LARGE_INDEX_WRITE: usize = 5_000;
+
 /// Brings the index up to date with HEAD (and the work tree's card files).
 /// `progress(done, total)` is called while parsing.
 pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) -> Result<IndexStats, HistoryError> {
@@ -120,13 +124,18 @@ pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) 
                 StoreError::Sqlite { source, .. } => HistoryError::Store(StoreError::Sqlite { path, source }),
                 other => HistoryError::Store(other),
             })?;
+        if changes.len() >= LARGE_INDEX_WRITE {
+            store.checkpoint()?;
+        }
     }
     Ok(stats)
 }
 
 /// Card files changed in the work tree (triage not committed yet, hand edits) win
-/// over HEAD. This walks `git status` of `cards/`, which costs a second on a large
-/// repo, so only `builder history index` runs it; triage updates the index itself.
+/// over HEAD; a card overlaid earlier whose change is gone (committed, checked out,
+/// deleted) goes back to what HEAD holds. This walks `git status` of `cards/`, which
+/// loads git's whole index (a third of a second at 220,000 tracked files), so only
+/// `builder history index` runs it; triage updates the index itself.
 pub fn overlay_worktree_cards(
     repo: &Repository,
     store: &mut Store,
@@ -153,11 +162,30 @@ pub fn overlay_worktree_cards(
             }
         }
     }
-    if dirty.is_empty() {
+    let earlier = overlaid_paths(store)?;
+    let settled: Vec<&String> = earlier.iter().filter(|p| !dirty.iter().any(|(d, _)| d == *p)).collect();
+    if dirty.is_empty() && settled.is_empty() {
         return Ok(0);
     }
-    let n = dirty.len();
+    let head = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+    let committed = |p: &str| {
+        let entry = head.as_ref()?.get_path(Path::new(p)).ok()?;
+        repo.find_blob(entry.id()).ok()
+    };
+    let now: Vec<&str> = dirty.iter().map(|(p, _)| p.as_str()).collect();
     store.write(|tx| {
+        for p in &settled {
+            match committed(p) {
+                Some(blob) => match upsert_record(tx, p, blob.content()) {
+                    Ok(_) => {}
+                    Err(RecordError::Parse(m)) => skipped.push(format!("{p}: {m}")),
+                    Err(RecordError::Sql(e)) => return Err(e),
+                },
+                None => {
+                    remove_record(tx, p)?;
+                }
+            }
+        }
         for (p, deleted) in &dirty {
             if *deleted {
                 remove_record(tx, p)?;
@@ -169,9 +197,27 @@ pub fn overlay_worktree_cards(
                 }
             }
         }
-        Ok(())
+        set_overlaid_paths(tx, &now)
     })?;
-    Ok(n)
+    Ok(dirty.len())
+}
+
+/// Key in `meta` of the card paths whose indexed content came from the work tree.
+const OVERLAID_CARDS: &str = "overlaid_cards";
+
+fn overlaid_paths(store: &Store) -> Result<Vec<String>, StoreError> {
+    Ok(get_meta(store, OVERLAID_CARDS)?
+        .and_then(|v| serde_json::from_str(&v).ok())
+        .unwrap_or_default())
+}
+
+fn set_overlaid_paths(tx: &Transaction, paths: &[&str]) -> rusqlite::Result<()> {
+    let json = serde_json::to_string(paths).unwrap_or_else(|_| "[]".into());
+    tx.execute(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
+        params![OVERLAID_CARDS, json],
+    )
+    .map(|_| ())
 }
 
 enum RecordKind {
@@ -192,7 +238,12 @@ impl From<rusqlite::Error> for RecordError {
 
 /// Re-reads the given card files from the work tree into the index (after triage).
 pub fn reindex_cards(root: &Path, store: &mut Store, paths: &[String]) -> Result<(), StoreError> {
+    let mut overlaid = overlaid_paths(store)?;
+    overlaid.extend(paths.iter().cloned());
+    overlaid.sort();
+    overlaid.dedup();
     store.write(|tx| {
+        set_overlaid_paths(tx, &overlaid.iter().map(String::as_str).collect::<Vec<_>>())?;
         for p in paths {
             if let Ok(bytes) = std::fs::read(root.join(p)) {
                 match upsert_record(tx, p, &bytes) {

@@ -147,6 +147,16 @@ impl Store {
         Ok(out)
     }
 
+    /// Copies the write-ahead log into the database file and empties it. Worth it
+    /// after a large write: otherwise the next small write pays for the copy (SQLite
+    /// checkpoints automatically once the log passes 1,000 pages) and every read until
+    /// then searches the log.
+    pub fn checkpoint(&mut self) -> Result<(), StoreError> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(self.err())
+    }
+
     /// Read-only access.
     pub fn conn(&self) -> &Connection {
         &self.conn
