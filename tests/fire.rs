@@ -577,3 +577,70 @@ fn ask_pauses_then_approve_call_and_resume_continue_the_run() {
     let again = env.runtime(&["resume", &run_id]);
     assert_eq!(again.status.code(), Some(2), "a finished run has no checkpoint left");
 }
+
+/// Loose object files under `.git/objects/xx/`.
+fn loose_objects(env: &TestEnv) -> usize {
+    std::fs::read_dir(env.root.join(".git/objects"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|d| d.file_name().len() == 2)
+        .map(|d| std::fs::read_dir(d.path()).unwrap().count())
+        .sum()
+}
+
+#[test]
+fn a_fire_packs_loose_objects_once_they_pass_gc_auto() {
+    let server = ModelServer::start(vec![
+        turn(Wire::OpenAi, Some("# Report\nfirst"), &[], (10, 5)),
+        turn(Wire::OpenAi, Some("# Report\nsecond"), &[], (10, 5)),
+    ]);
+    let env = TestEnv::new();
+    env.write(
+        "settings/runtime.yaml",
+        &settings_yaml(&server.provider_yaml(Wire::OpenAi), FAST),
+    );
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("test settings");
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let mut config = repo.config().unwrap();
+    config.set_i64("gc.auto", 256).unwrap();
+    config.set_bool("gc.autoDetach", false).unwrap();
+    // Below the limit: the fire leaves its objects loose.
+    let (code, _, stderr) = env.fire("t");
+    assert_eq!(code, 0, "{stderr}");
+    let few = loose_objects(&env);
+    assert!(few > 0 && few < 100, "{few} loose objects");
+    // 3,000 more reachable loose objects (as a few hundred fires leave behind): the
+    // next fire's commit packs them.
+    let mut bulk = git2::build::TreeUpdateBuilder::new();
+    for i in 0..3000 {
+        let blob = repo.blob(format!("loose {i}").as_bytes()).unwrap();
+        bulk.upsert(format!("reports/bulk/{i}.md"), blob, git2::FileMode::Blob);
+    }
+    let empty = repo
+        .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+        .unwrap();
+    let tree = repo.find_tree(bulk.create_updated(&repo, &empty).unwrap()).unwrap();
+    let sig = git2::Signature::now("runtime", "runtime@localhost").unwrap();
+    repo.commit(Some("refs/heads/bulk"), &sig, &sig, "bulk", &tree, &[])
+        .unwrap();
+    let before = loose_objects(&env);
+    assert!(before > 3000);
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 0, "{stderr}");
+    let after = loose_objects(&env);
+    assert!(
+        after < before / 10,
+        "{before} loose objects before the fire, {after} after"
+    );
+    let packs = std::fs::read_dir(env.root.join(".git/objects/pack"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".pack"))
+        .count();
+    assert!(packs >= 1);
+    // The packed history still reads: the fire's records are in HEAD.
+    let head = repo.head().unwrap().peel_to_tree().unwrap();
+    let receipt = summary["receipt"].as_str().unwrap();
+    assert!(head.get_path(std::path::Path::new(receipt)).is_ok());
+}

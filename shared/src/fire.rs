@@ -855,7 +855,14 @@ fn commit_records(
         email,
         &msg,
     )
-    .map(|o| o.to_string())
+    .map(|o| {
+        match crate::git::auto_gc(&repo) {
+            crate::git::AutoGc::NotNeeded => {}
+            crate::git::AutoGc::Ran => tracing::info!("packed loose objects (git gc --auto)"),
+            crate::git::AutoGc::Failed(e) => tracing::warn!(error = %e, "loose objects were not packed"),
+        }
+        o.to_string()
+    })
     .map_err(|e| e.to_string())
 }
 

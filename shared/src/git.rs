@@ -159,6 +159,66 @@ pub fn commit_new_files(
     Ok(oid)
 }
 
+/// What a fire's commit did about loose objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AutoGc {
+    /// Fewer loose objects than `gc.auto` (or `gc.auto` is 0).
+    NotNeeded,
+    /// `git gc --auto` ran (it packs in the background unless `gc.autoDetach` is false).
+    Ran,
+    /// It was needed but could not run (no `git` on PATH, or it failed).
+    Failed(String),
+}
+
+/// Git's default `gc.auto`: loose objects before `git gc --auto` packs them.
+const GC_AUTO_DEFAULT: i64 = 6700;
+
+/// What `git commit` does after writing objects, which libgit2 never does: when
+/// the loose objects pass `gc.auto` (0 turns this off), run `git gc --auto`, which
+/// packs them. A history walk over loose objects is several times slower than over a
+/// pack. The estimate is git's own (the entries of one of the 256 object
+/// directories), so the check costs one small directory read and `git` runs only
+/// when it will pack. It gets no environment beyond what git needs (no API keys).
+pub fn auto_gc(repo: &Repository) -> AutoGc {
+    let sample = repo.commondir().join("objects").join("17");
+    let loose = std::fs::read_dir(&sample)
+        .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().len() == 38).count())
+        .unwrap_or(0) as i64;
+    // Any positive `gc.auto` allows at least one per directory: no config read then.
+    if loose <= 1 {
+        return AutoGc::NotNeeded;
+    }
+    let limit = repo
+        .config()
+        .and_then(|c| c.get_i64("gc.auto"))
+        .unwrap_or(GC_AUTO_DEFAULT);
+    if limit <= 0 || loose <= (limit + 255) / 256 {
+        return AutoGc::NotNeeded;
+    }
+    let mut git = std::process::Command::new("git");
+    git.arg("--git-dir")
+        .arg(repo.commondir())
+        .args(["gc", "--auto", "--quiet"])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for key in ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "XDG_CONFIG_HOME"] {
+        if let Some(v) = std::env::var_os(key) {
+            git.env(key, v);
+        }
+    }
+    match git.output() {
+        Ok(o) if o.status.success() => AutoGc::Ran,
+        Ok(o) => AutoGc::Failed(format!(
+            "git gc --auto: {}: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => AutoGc::Failed(format!("git gc --auto: {e}")),
+    }
+}
+
 /// Tunes libgit2 for walking history: reading, not writing, so skip re-hashing
 /// every object read (SHA-1 with collision detection was a fifth of an audit's time
 /// on loose objects; `git fsck` is the tool for that check), and keep no object
