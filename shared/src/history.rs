@@ -1,15 +1,18 @@
 //! The builder's run history: an incremental SQLite index (`.runtime/builder.db`) of
 //! the receipts and cards committed to git. Indexing diffs HEAD's tree against the
 //! last indexed commit, so only records added or changed since are parsed; card files
-//! changed in the work tree (triage not yet committed) are overlaid on top. Queries
+//! changed in the work tree (triage not yet committed) are overlaid on top (see
+//! `worktree`). Queries
 //! for `builder cards`, `builder history` and `builder retro` read the index.
 
 use crate::records::{Card, Receipt};
 use crate::store::{Store, StoreError};
-use git2::{Oid, Repository, Status, StatusOptions};
+use git2::{Oid, Repository};
 use rusqlite::{params, OptionalExtension, Transaction};
 use serde::Serialize;
 use std::path::Path;
+
+mod worktree;
 
 /// Where the builder keeps its index.
 pub const BUILDER_DB: &str = ".runtime/builder.db";
@@ -132,92 +135,15 @@ pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) 
 }
 
 /// Card files changed in the work tree (triage not committed yet, hand edits) win
-/// over HEAD; a card overlaid earlier whose change is gone (committed, checked out,
-/// deleted) goes back to what HEAD holds. This walks `git status` of `cards/`, which
-/// loads git's whole index (a third of a second at 220,000 tracked files), so only
-/// `builder history index` runs it; triage updates the index itself.
+/// over HEAD, and go back to HEAD's version once the edit is gone; see [`worktree`].
+/// Only `builder history index` runs it (it stats every card file); triage updates
+/// the index itself.
 pub fn overlay_worktree_cards(
     repo: &Repository,
     store: &mut Store,
     skipped: &mut Vec<String>,
 ) -> Result<usize, HistoryError> {
-    let Some(root) = repo.workdir().map(Path::to_path_buf) else {
-        return Ok(0);
-    };
-    let mut opts = StatusOptions::new();
-    opts.pathspec("cards")
-        .include_untracked(true)
-        .recurse_untracked_dirs(true);
-    let mut dirty: Vec<(String, bool)> = Vec::new();
-    for s in repo.statuses(Some(&mut opts))?.iter() {
-        if s.status() == Status::CURRENT || s.status().contains(Status::IGNORED) {
-            continue;
-        }
-        if let Ok(p) = s.path() {
-            if p.ends_with(".yaml") {
-                dirty.push((
-                    p.to_string(),
-                    s.status().intersects(Status::WT_DELETED | Status::INDEX_DELETED),
-                ));
-            }
-        }
-    }
-    let earlier = overlaid_paths(store)?;
-    let settled: Vec<&String> = earlier.iter().filter(|p| !dirty.iter().any(|(d, _)| d == *p)).collect();
-    if dirty.is_empty() && settled.is_empty() {
-        return Ok(0);
-    }
-    let head = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
-    let committed = |p: &str| {
-        let entry = head.as_ref()?.get_path(Path::new(p)).ok()?;
-        repo.find_blob(entry.id()).ok()
-    };
-    let now: Vec<&str> = dirty.iter().map(|(p, _)| p.as_str()).collect();
-    store.write(|tx| {
-        for p in &settled {
-            match committed(p) {
-                Some(blob) => match upsert_record(tx, p, blob.content()) {
-                    Ok(_) => {}
-                    Err(RecordError::Parse(m)) => skipped.push(format!("{p}: {m}")),
-                    Err(RecordError::Sql(e)) => return Err(e),
-                },
-                None => {
-                    remove_record(tx, p)?;
-                }
-            }
-        }
-        for (p, deleted) in &dirty {
-            if *deleted {
-                remove_record(tx, p)?;
-            } else if let Ok(bytes) = std::fs::read(root.join(p)) {
-                match upsert_record(tx, p, &bytes) {
-                    Ok(_) => {}
-                    Err(RecordError::Parse(m)) => skipped.push(format!("{p}: {m}")),
-                    Err(RecordError::Sql(e)) => return Err(e),
-                }
-            }
-        }
-        set_overlaid_paths(tx, &now)
-    })?;
-    Ok(dirty.len())
-}
-
-/// Key in `meta` of the card paths whose indexed content came from the work tree.
-const OVERLAID_CARDS: &str = "overlaid_cards";
-
-fn overlaid_paths(store: &Store) -> Result<Vec<String>, StoreError> {
-    Ok(get_meta(store, OVERLAID_CARDS)?
-        .and_then(|v| serde_json::from_str(&v).ok())
-        .unwrap_or_default())
-}
-
-fn set_overlaid_paths(tx: &Transaction, paths: &[&str]) -> rusqlite::Result<()> {
-    let json = serde_json::to_string(paths).unwrap_or_else(|_| "[]".into());
-    tx.execute(
-        "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
-        params![OVERLAID_CARDS, json],
-    )
-    .map(|_| ())
+    worktree::overlay(repo, store, skipped)
 }
 
 enum RecordKind {
@@ -238,12 +164,7 @@ impl From<rusqlite::Error> for RecordError {
 
 /// Re-reads the given card files from the work tree into the index (after triage).
 pub fn reindex_cards(root: &Path, store: &mut Store, paths: &[String]) -> Result<(), StoreError> {
-    let mut overlaid = overlaid_paths(store)?;
-    overlaid.extend(paths.iter().cloned());
-    overlaid.sort();
-    overlaid.dedup();
     store.write(|tx| {
-        set_overlaid_paths(tx, &overlaid.iter().map(String::as_str).collect::<Vec<_>>())?;
         for p in paths {
             if let Ok(bytes) = std::fs::read(root.join(p)) {
                 match upsert_record(tx, p, &bytes) {

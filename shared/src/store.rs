@@ -41,6 +41,9 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
     // 3: the conversation checkpoint of a run, for `runtime resume`.
     "CREATE TABLE checkpoints (run_id TEXT PRIMARY KEY, step INTEGER NOT NULL, state TEXT NOT NULL);",
+    // 4: the builder's stat cache of work-tree card files (history::worktree).
+    "CREATE TABLE card_files (path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
+        blob TEXT NOT NULL, dirty INTEGER NOT NULL);",
 ];
 
 /// Latest schema version.
