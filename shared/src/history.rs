@@ -50,10 +50,7 @@ fn meta(tx: &rusqlite::Connection, key: &str) -> rusqlite::Result<Option<String>
 }
 
 pub fn get_meta(store: &Store, key: &str) -> Result<Option<String>, StoreError> {
-    meta(store.conn(), key).map_err(|e| StoreError::Sqlite {
-        path: store.path().into(),
-        source: e,
-    })
+    meta(store.conn(), key).map_err(store.sql_error())
 }
 
 pub fn set_meta(store: &mut Store, key: &str, value: &str) -> Result<(), StoreError> {
@@ -280,27 +277,13 @@ pub struct RunFilter {
 }
 
 pub fn runs(store: &Store, f: &RunFilter) -> Result<Vec<RunSummary>, StoreError> {
-    let e = |e| StoreError::Sqlite {
-        path: store.path().into(),
-        source: e,
-    };
-    let mut stmt = store
-        .conn()
-        .prepare(
-            &format!("SELECT {RUN_COLUMNS}
+    store.query_all(
+        &format!("SELECT {RUN_COLUMNS}
              FROM runs WHERE (?1 IS NULL OR task = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR started_at >= ?3)
              ORDER BY started_at DESC, run_id DESC LIMIT ?4"),
-        )
-        .map_err(e)?;
-    let rows = stmt
-        .query_map(
-            params![f.task, f.status, f.since, f.limit.map(|l| l as i64).unwrap_or(-1)],
-            row_to_run,
-        )
-        .map_err(e)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(e)?;
-    Ok(rows)
+        params![f.task, f.status, f.since, f.limit.map(|l| l as i64).unwrap_or(-1)],
+        row_to_run,
+    )
 }
 
 fn row_to_run(r: &rusqlite::Row) -> rusqlite::Result<RunSummary> {
@@ -324,17 +307,8 @@ fn row_to_run(r: &rusqlite::Row) -> rusqlite::Result<RunSummary> {
 /// One run by id or unique id prefix (a range scan on the primary key, never a
 /// table scan: `LIKE` cannot use the index).
 pub fn run(store: &Store, id: &str) -> Result<Option<RunSummary>, StoreError> {
-    let e = |e| StoreError::Sqlite {
-        path: store.path().into(),
-        source: e,
-    };
     let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id >= ?1 AND run_id < ?2 ORDER BY run_id LIMIT 2");
-    let mut stmt = store.conn().prepare(&sql).map_err(e)?;
-    let rows: Vec<RunSummary> = stmt
-        .query_map(params![id, prefix_end(id)], row_to_run)
-        .map_err(e)?
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
+    let rows = store.query_all(&sql, params![id, prefix_end(id)], row_to_run)?;
     Ok(match rows.as_slice() {
         [one] => Some(one.clone()),
         [first, ..] if first.run_id == id => Some(first.clone()),
@@ -373,24 +347,16 @@ pub struct CardFilter {
 /// Cards grouped by fingerprint, most recent first; status and summary are the
 /// latest card's.
 pub fn card_groups(store: &Store, f: &CardFilter) -> Result<Vec<CardGroup>, StoreError> {
-    let e = |e| StoreError::Sqlite {
-        path: store.path().into(),
-        source: e,
-    };
-    let mut stmt = store
-        .conn()
-        .prepare(
-            "WITH f AS (SELECT * FROM cards WHERE (?1 IS NULL OR task = ?1) AND (?2 IS NULL OR kind = ?2) AND (?4 IS NULL OR created_at >= ?4)),
+    store.query_all(
+        "WITH f AS (SELECT * FROM cards WHERE (?1 IS NULL OR task = ?1) AND (?2 IS NULL OR kind = ?2) AND (?4 IS NULL OR created_at >= ?4)),
                   g AS (SELECT fingerprint, count(*) AS n, min(created_at) AS first, max(created_at) AS last FROM f GROUP BY fingerprint),
                   latest AS (SELECT f.* FROM f JOIN g ON f.fingerprint = g.fingerprint AND f.created_at = g.last)
              SELECT g.fingerprint, g.n, g.first, g.last, l.task, l.kind, l.status, l.summary, l.id, l.path
              FROM g JOIN latest l ON l.fingerprint = g.fingerprint
              WHERE (?3 IS NULL OR l.status = ?3)
              GROUP BY g.fingerprint ORDER BY g.last DESC",
-        )
-        .map_err(e)?;
-    let rows = stmt
-        .query_map(params![f.task, f.kind, f.status, f.since], |r| {
+        params![f.task, f.kind, f.status, f.since],
+        |r| {
             Ok(CardGroup {
                 fingerprint: r.get(0)?,
                 count: r.get(1)?,
@@ -403,29 +369,17 @@ pub fn card_groups(store: &Store, f: &CardFilter) -> Result<Vec<CardGroup>, Stor
                 latest_id: r.get(8)?,
                 latest_path: r.get(9)?,
             })
-        })
-        .map_err(e)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(e)?;
-    Ok(rows)
+        },
+    )
 }
 
 /// Paths of the cards with this id, or in this fingerprint group.
 pub fn card_paths(store: &Store, id_or_fp: &str) -> Result<Vec<String>, StoreError> {
-    let e = |e| StoreError::Sqlite {
-        path: store.path().into(),
-        source: e,
-    };
-    let mut stmt = store
-        .conn()
-        .prepare("SELECT path FROM cards WHERE id = ?1 OR fingerprint = ?1 ORDER BY created_at")
-        .map_err(e)?;
-    let rows = stmt
-        .query_map([id_or_fp], |r| r.get(0))
-        .map_err(e)?
-        .collect::<Result<Vec<String>, _>>()
-        .map_err(e)?;
-    Ok(rows)
+    store.query_all(
+        "SELECT path FROM cards WHERE id = ?1 OR fingerprint = ?1 ORDER BY created_at",
+        [id_or_fp],
+        |r| r.get(0),
+    )
 }
 
 /// Two runs side by side: the inputs they ran on (with the text diff between the
@@ -481,10 +435,7 @@ fn input_blobs(store: &Store, run_id: &str) -> Result<[Option<String>; 3], Store
             [run_id],
             |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?]),
         )
-        .map_err(|e| StoreError::Sqlite {
-            path: store.path().into(),
-            source: e,
-        })
+        .map_err(store.sql_error())
 }
 
 /// Diffs two indexed runs (ids or unique prefixes).
@@ -591,7 +542,7 @@ pub fn compare(
                 params![task, blob],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
             )
-            .map_err(|e| StoreError::Sqlite { path: store.path().into(), source: e })?;
+            .map_err(store.sql_error())?;
         Ok(VersionMetrics {
             rev: rev.to_string(),
             prompt_blob: blob,

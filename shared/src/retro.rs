@@ -18,17 +18,7 @@ fn q<T>(
     since: &str,
     f: impl FnMut(&rusqlite::Row) -> rusqlite::Result<T>,
 ) -> Result<Vec<T>, StoreError> {
-    let e = |e| StoreError::Sqlite {
-        path: store.path().into(),
-        source: e,
-    };
-    let mut stmt = store.conn().prepare(sql).map_err(e)?;
-    let rows = stmt
-        .query_map(params![since], f)
-        .map_err(e)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(e)?;
-    Ok(rows)
+    store.query_all(sql, params![since], f)
 }
 
 /// Builds the retro for everything since `since` (RFC 3339). `svg_name` is how the

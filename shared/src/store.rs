@@ -85,7 +85,8 @@ impl Store {
         Ok(store)
     }
 
-    fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    /// Turns a SQLite error into one that names this store's file.
+    pub fn sql_error(&self) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ {
         move |e| StoreError::Sqlite {
             path: self.path.clone(),
             source: e,
@@ -93,22 +94,24 @@ impl Store {
     }
 
     fn configure(&mut self) -> Result<(), StoreError> {
-        self.conn.busy_timeout(Duration::from_secs(10)).map_err(self.err())?;
+        self.conn
+            .busy_timeout(Duration::from_secs(10))
+            .map_err(self.sql_error())?;
         self.conn
             .pragma_update(None, "journal_mode", "WAL")
-            .map_err(self.err())?;
+            .map_err(self.sql_error())?;
         self.conn
             .pragma_update(None, "synchronous", "NORMAL")
-            .map_err(self.err())?;
+            .map_err(self.sql_error())?;
         self.conn
             .pragma_update(None, "foreign_keys", "ON")
-            .map_err(self.err())?;
+            .map_err(self.sql_error())?;
         // A fire opens the store briefly; checkpointing (and fsyncing) on every close
         // would cost more than the write. SQLite still checkpoints automatically as the
         // WAL grows, and a later open sees everything.
         self.conn
             .set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
-            .map_err(self.err())?;
+            .map_err(self.sql_error())?;
         Ok(())
     }
 
@@ -157,7 +160,20 @@ impl Store {
     pub fn checkpoint(&mut self) -> Result<(), StoreError> {
         self.conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-            .map_err(self.err())
+            .map_err(self.sql_error())
+    }
+
+    /// Every row of a query, each mapped by `f`.
+    pub fn query_all<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        f: impl FnMut(&rusqlite::Row) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>, StoreError> {
+        let e = self.sql_error();
+        let mut stmt = self.conn.prepare(sql).map_err(e)?;
+        let rows = stmt.query_map(params, f).map_err(e)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(e)
     }
 
     /// Read-only access.
@@ -169,7 +185,7 @@ impl Store {
         let v: i64 = self
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(self.err())?;
+            .map_err(self.sql_error())?;
         Ok(v as usize)
     }
 

@@ -154,19 +154,14 @@ pub fn list_runs(store: &Store, task: Option<&str>, limit: usize) -> Result<Vec<
 /// Loads one run's trace from the store (`None` when unknown). A unique prefix of the
 /// run id is enough.
 pub fn load_run(store: &Store, run_id: &str) -> Result<Option<(RunSummary, Trace)>, StoreError> {
-    let conn = store.conn();
-    let e = |e| StoreError::Sqlite {
-        path: store.path().to_string(),
-        source: e,
-    };
     let Some(row) = crate::history::run(store, run_id)? else {
         return Ok(None);
     };
     let id = &row.run_id;
-    let mut trace = Trace::default();
-    let mut stmt = conn.prepare("SELECT span_id, parent_id, kind, name, start_ns, end_ns, status, tokens_in, tokens_out, attributes FROM spans WHERE run_id = ?1 ORDER BY span_id").map_err(e)?;
-    trace.spans = stmt
-        .query_map([id], |r| {
+    let spans = store.query_all(
+        "SELECT span_id, parent_id, kind, name, start_ns, end_ns, status, tokens_in, tokens_out, attributes FROM spans WHERE run_id = ?1 ORDER BY span_id",
+        [id],
+        |r| {
             let attrs: String = r.get(9)?;
             Ok(Span {
                 id: r.get::<_, i64>(0)? as u64,
@@ -180,26 +175,22 @@ pub fn load_run(store: &Store, run_id: &str) -> Result<Option<(RunSummary, Trace
                 tokens_out: r.get::<_, i64>(8)? as u64,
                 attributes: serde_json::from_str(&attrs).unwrap_or_default(),
             })
-        })
-        .map_err(e)?
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    let mut stmt = conn
-        .prepare("SELECT step, budget_report FROM steps WHERE run_id = ?1 ORDER BY step")
-        .map_err(e)?;
-    trace.steps = stmt
-        .query_map([id], |r| {
+        },
+    )?;
+    let steps = store.query_all(
+        "SELECT step, budget_report FROM steps WHERE run_id = ?1 ORDER BY step",
+        [id],
+        |r| {
             Ok((
                 r.get(0)?,
                 serde_json::from_str(&r.get::<_, String>(1)?).unwrap_or_default(),
             ))
-        })
-        .map_err(e)?
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    let mut stmt = conn.prepare("SELECT call_id, step, name, arguments, args_hash, decision, rule, reason, outcome, duration_ms FROM tool_calls WHERE run_id = ?1 ORDER BY step, call_id").map_err(e)?;
-    trace.calls = stmt
-        .query_map([id], |r| {
+        },
+    )?;
+    let calls = store.query_all(
+        "SELECT call_id, step, name, arguments, args_hash, decision, rule, reason, outcome, duration_ms FROM tool_calls WHERE run_id = ?1 ORDER BY step, call_id",
+        [id],
+        |r| {
             Ok(TracedCall {
                 call_id: r.get(0)?,
                 step: r.get(1)?,
@@ -212,10 +203,14 @@ pub fn load_run(store: &Store, run_id: &str) -> Result<Option<(RunSummary, Trace
                 outcome: r.get(8)?,
                 duration_ms: r.get::<_, i64>(9)? as u64,
             })
-        })
-        .map_err(e)?
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
+        },
+    )?;
+    let trace = Trace {
+        spans,
+        steps,
+        calls,
+        ..Trace::default()
+    };
     Ok(Some((row, trace)))
 }
 

@@ -279,28 +279,18 @@ fn is_card_file(path: &str) -> bool {
 }
 
 fn load(store: &Store) -> Result<HashMap<String, Seen>, HistoryError> {
-    let err = |e| crate::store::StoreError::Sqlite {
-        path: store.path().into(),
-        source: e,
-    };
-    let mut stmt = store
-        .conn()
-        .prepare("SELECT path, mtime_ns, size, blob, dirty FROM card_files")
-        .map_err(err)?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                Seen {
-                    mtime_ns: r.get(1)?,
-                    size: r.get(2)?,
-                    blob: r.get(3)?,
-                    dirty: r.get(4)?,
-                },
-            ))
-        })
-        .map_err(err)?;
-    Ok(rows.collect::<Result<_, _>>().map_err(err)?)
+    let rows = store.query_all("SELECT path, mtime_ns, size, blob, dirty FROM card_files", [], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            Seen {
+                mtime_ns: r.get(1)?,
+                size: r.get(2)?,
+                blob: r.get(3)?,
+                dirty: r.get(4)?,
+            },
+        ))
+    })?;
+    Ok(rows.into_iter().collect())
 }
 
 #[cfg(test)]
