@@ -428,6 +428,14 @@ fn audit_flags_runtime_commits_outside_runtime_paths() {
         found.iter().any(|f| f.contains("changes only a file mode")),
         "{found:?}"
     );
+    // Findings come in history order (commits are audited newest first, in parallel).
+    let at = |what: &str| found.iter().position(|f| f.contains(what)).unwrap();
+    assert!(
+        at("prompts/digest.md") < at("scope/SCOPE.md")
+            && at("scope/SCOPE.md") < at("reports/link")
+            && at("reports/link") < at("changes only a file mode"),
+        "{found:?}"
+    );
     // --since limits the walk to what came after a revision.
     let (code, v) = audit(&env, &["--since", "HEAD"]);
     assert_eq!((code, v["commits"].as_u64()), (0, Some(0)));
