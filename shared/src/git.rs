@@ -2,7 +2,9 @@
 //! on, check builder-owned paths for uncommitted changes, and commit a set of *new*
 //! files under a given identity, refusing any path outside an allowed set. The commit
 //! is built from HEAD's tree plus the new files (never from whatever the index holds),
-//! so an engineer's staged work is never swept into a runtime commit.
+//! so an engineer's staged work is never swept into a runtime commit. After it, as
+//! `git commit` does, `git gc --auto` packs loose objects once there are many. History
+//! readers (the index, the audit) diff trees with [`TreeDiffer`].
 
 use crate::layout::{Owner, Ownership, BUILDER_DIRS};
 use git2::{build::TreeUpdateBuilder, FileMode, Oid, Repository, Signature, Status, StatusOptions};
@@ -286,8 +288,12 @@ impl<'r> TreeDiffer<'r> {
     /// Renames show as a delete plus an add.
     pub fn diff(&mut self, old: Option<Oid>, new: Option<Oid>, only: &[&str]) -> Result<Vec<TreeChange>, git2::Error> {
         let mut out = Vec::new();
-        let id = |o: Oid| gix_hash::ObjectId::from_bytes_or_panic(o.as_bytes());
-        self.diff_level(old.map(id), new.map(id), "", only, &mut out)?;
+        let id = |o: Oid| {
+            gix_hash::ObjectId::try_from(o.as_bytes())
+                .map_err(|e| git2::Error::from_str(&format!("object id {o}: {e}")))
+        };
+        let (old, new) = (old.map(id).transpose()?, new.map(id).transpose()?);
+        self.diff_level(old, new, "", only, &mut out)?;
         std::mem::swap(&mut self.previous, &mut self.current);
         self.current.clear();
         Ok(out)
