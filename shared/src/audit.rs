@@ -128,8 +128,8 @@ fn audit_commit(
 ) -> Result<(), git2::Error> {
     report.commits += 1;
     let author = commit.author();
-    let name = author.name().unwrap_or("").to_string();
-    let email = author.email().unwrap_or("").to_string();
+    let name = author.name().unwrap_or("");
+    let email = author.email().unwrap_or("");
     let is_runtime = name == runtime.name && email == runtime.email;
     if is_runtime {
         report.runtime_commits += 1;
@@ -140,15 +140,13 @@ fn audit_commit(
         .lines()
         .any(|l| l.starts_with("Reviewed-by:"));
     let changes = differ.diff(parent.map(|p| p.tree_id()), Some(commit.tree_id()), &[])?;
-    let who = format!("{name} <{email}>");
-    let short = oid_short(commit.id());
     for c in changes {
         let owner = ownership.classify_normalized(&c.path);
         let mut flag = |severity: Severity, what: String| {
             report.findings.push(Finding {
                 severity,
-                commit: short.clone(),
-                author: who.clone(),
+                commit: oid_short(commit.id()),
+                author: format!("{name} <{email}>"),
                 path: c.path.clone(),
                 what,
             })

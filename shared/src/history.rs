@@ -2,8 +2,8 @@
 //! the receipts and cards committed to git. Indexing diffs HEAD's tree against the
 //! last indexed commit, so only records added or changed since are parsed; card files
 //! changed in the work tree (triage not yet committed) are overlaid on top (see
-//! `worktree`). Queries
-//! for `builder cards`, `builder history` and `builder retro` read the index.
+//! `worktree`). Queries for `builder cards`, `builder history` and `builder retro`
+//! read the index.
 
 use crate::records::{Card, Receipt};
 use crate::store::{Store, StoreError};
