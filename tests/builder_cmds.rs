@@ -130,14 +130,7 @@ fn history_index_runs_show_diff_compare() {
     let env = TestEnv::new();
     env.write("prompts/t.md", PROMPT_V1);
     setup_trace(&env, &[("list_dir", json!({"path": "prompts"}))], "# Report\nall fine");
-    let v1 = git2::Repository::open(&env.root)
-        .unwrap()
-        .head()
-        .unwrap()
-        .peel_to_commit()
-        .unwrap()
-        .id()
-        .to_string();
+    let v1 = env.head_id();
     let first = fire_n(&env, "t", 3);
     let full = json_out(&env, &["history", "index", "--json"]);
     assert_eq!(full["full"], true);
@@ -382,14 +375,7 @@ fn audit_flags_runtime_commits_outside_runtime_paths() {
             .any(|f| f["severity"] == "warning" && f["path"] == "prompts/digest.md"),
         "the scaffold commit has no review: {v}"
     );
-    let clean_head = git2::Repository::open(&env.root)
-        .unwrap()
-        .head()
-        .unwrap()
-        .peel_to_commit()
-        .unwrap()
-        .id()
-        .to_string();
+    let clean_head = env.head_id();
     // (a) a runtime commit that edits a prompt.
     env.write("prompts/digest.md", "pwned\n");
     runtime_commit(&env, "runtime: oops", |_, idx| {

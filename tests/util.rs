@@ -135,6 +135,13 @@ impl TestEnv {
         out
     }
 
+    /// The id of HEAD's commit.
+    pub fn head_id(&self) -> String {
+        let repo = git2::Repository::open(&self.root).unwrap();
+        let id = repo.head().unwrap().peel_to_commit().unwrap().id();
+        id.to_string()
+    }
+
     /// Authors of every commit on HEAD, newest first.
     pub fn commit_authors(&self) -> Vec<String> {
         let repo = git2::Repository::open(&self.root).unwrap();
