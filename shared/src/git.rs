@@ -67,30 +67,43 @@ pub fn head_blob(repo: &Repository, rel: &str) -> Result<Option<Oid>, GitError> 
 /// Builder-owned paths with uncommitted changes (modified, staged, untracked,
 /// deleted, renamed), relative to the work tree.
 pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<Vec<String>, GitError> {
-    let mut opts = StatusOptions::new();
-    opts.include_untracked(true)
-        .recurse_untracked_dirs(true)
-        .include_ignored(false)
-        .exclude_submodules(false);
-    // Extra builder globs from settings may live anywhere; otherwise only the fixed
-    // directories need looking at.
-    if !ownership.has_extra_builder_paths() {
-        for d in BUILDER_DIRS.iter().filter(|d| **d != ".git") {
-            opts.pathspec(*d);
-        }
-    }
+    // Extra builder globs from settings may live anywhere: look at everything.
+    // Otherwise only the fixed directories, one status each: libgit2 narrows its
+    // walk of the index and the work tree to a single pathspec's prefix, but with
+    // several it walks all of both (1.3-1.6 s at 220,000 tracked files, against
+    // 0.35-0.46 s, most of it loading the index).
+    let scopes: Vec<Option<&str>> = if ownership.has_extra_builder_paths() {
+        vec![None]
+    } else {
+        BUILDER_DIRS
+            .iter()
+            .filter(|d| **d != ".git")
+            .map(|d| Some(*d))
+            .collect()
+    };
     let mut out = Vec::new();
-    for s in repo.statuses(Some(&mut opts))?.iter() {
-        if s.status() == Status::CURRENT || s.status().contains(Status::IGNORED) {
-            continue;
+    for scope in scopes {
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .include_ignored(false)
+            .exclude_submodules(false);
+        if let Some(dir) = scope {
+            opts.pathspec(dir);
         }
-        if let Ok(p) = s.path() {
-            if ownership.classify(p) == Owner::Builder {
-                out.push(p.to_string());
+        for s in repo.statuses(Some(&mut opts))?.iter() {
+            if s.status() == Status::CURRENT || s.status().contains(Status::IGNORED) {
+                continue;
+            }
+            if let Ok(p) = s.path() {
+                if ownership.classify(p) == Owner::Builder {
+                    out.push(p.to_string());
+                }
             }
         }
     }
     out.sort();
+    out.dedup();
     Ok(out)
 }
 
