@@ -644,3 +644,49 @@ fn a_fire_packs_loose_objects_once_they_pass_gc_auto() {
     let receipt = summary["receipt"].as_str().unwrap();
     assert!(head.get_path(std::path::Path::new(receipt)).is_ok());
 }
+
+#[test]
+fn a_file_staged_during_a_fire_stays_staged() {
+    let w = Wire::OpenAi;
+    let env = TestEnv::new();
+    let server = ModelServer::start(vec![
+        turn(w, Some("# Report\nslow"), &[], (1, 1)).delayed(Duration::from_millis(1500))
+    ]);
+    env.write("settings/runtime.yaml", &settings_yaml(&server.provider_yaml(w), FAST));
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("test settings");
+    let child = env
+        .command("runtime", &["fire", "t", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.requests().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The fire has checked the tree and is waiting for the model: stage a note.
+    env.write("notes/todo.md", "staged while the fire ran\n");
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let mut index = repo.index().unwrap();
+    index.add_path(std::path::Path::new("notes/todo.md")).unwrap();
+    index.write().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut index = repo.index().unwrap();
+    index.read(true).unwrap();
+    assert!(
+        index.get_path(std::path::Path::new("notes/todo.md"), 0).is_some(),
+        "the fire's commit dropped a file staged meanwhile"
+    );
+    let receipt = summary["receipt"].as_str().unwrap();
+    assert!(
+        index.get_path(std::path::Path::new(receipt), 0).is_some(),
+        "the fire's own records are in the index"
+    );
+    let head = repo.head().unwrap().peel_to_tree().unwrap();
+    assert!(
+        head.get_path(std::path::Path::new("notes/todo.md")).is_err(),
+        "the staged file is not swept into the runtime's commit"
+    );
+}
