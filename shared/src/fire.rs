@@ -81,7 +81,7 @@ pub struct FireRun {
     acceptance: Vec<AcceptanceRecord>,
     provider_ports: Vec<u16>,
     /// Opened for the dirty check and kept for the commit: git's index is loaded
-    /// once per fire (a quarter of a second at 220,000 tracked files).
+    /// once per fire, not twice (0.3 s a load at 220,000 tracked files).
     repo: git2::Repository,
 }
 
