@@ -18,15 +18,37 @@ struct Fired {
     stderr: String,
 }
 
-fn fire_with(wire: Wire, replies: Vec<Reply>, extra: &str) -> Fired {
+/// A repo whose task `t` (the plain prompt) talks to `server` over `wire`, with
+/// `extra` settings, all committed.
+fn env_for(server: &ModelServer, wire: Wire, extra: &str) -> TestEnv {
     let env = TestEnv::new();
-    let server = ModelServer::start(replies);
     env.write(
         "settings/runtime.yaml",
         &settings_yaml(&server.provider_yaml(wire), extra),
     );
     env.write("prompts/t.md", PLAIN_PROMPT);
     env.commit_all("test settings");
+    env
+}
+
+/// Starts `runtime fire t --json` and returns once the model server has its first
+/// request: the fire is past its checks and inside the loop.
+fn fire_in_background(env: &TestEnv, server: &ModelServer) -> std::process::Child {
+    let child = env
+        .command("runtime", &["fire", "t", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.requests().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn fire_with(wire: Wire, replies: Vec<Reply>, extra: &str) -> Fired {
+    let server = ModelServer::start(replies);
+    let env = env_for(&server, wire, extra);
     let before = env.builder_snapshot();
     let (code, summary, stderr) = env.fire("t");
     assert_eq!(
@@ -411,27 +433,13 @@ fn denied_command_is_recorded_and_carded() {
 #[test]
 fn sigterm_mid_run_ends_as_cancelled_with_records() {
     let w = Wire::OpenAi;
-    let env = TestEnv::new();
     let server = ModelServer::start(vec![
         turn(w, None, &[("c1", "run_command", r#"{"command":"sleep 20"}"#)], (1, 1)),
         turn(w, Some("never"), &[], (1, 1)),
     ]);
-    env.write(
-        "settings/runtime.yaml",
-        &settings_yaml(&server.provider_yaml(w), "limits:\n  tool_timeout_s: 60\n"),
-    );
-    env.write("prompts/t.md", PLAIN_PROMPT);
-    env.commit_all("test settings");
+    let env = env_for(&server, w, "limits:\n  tool_timeout_s: 60\n");
     let before = env.builder_snapshot();
-    let child = env
-        .command("runtime", &["fire", "t", "--json"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.requests().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = fire_in_background(&env, &server);
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: signalling our own child process.
     unsafe {
@@ -514,20 +522,9 @@ fn example_task_fires_offline_and_is_accepted() {
 #[test]
 fn a_second_fire_of_the_same_task_is_skipped() {
     let w = Wire::OpenAi;
-    let env = TestEnv::new();
     let server = ModelServer::start(vec![turn(w, Some("slow"), &[], (1, 1)).delayed(Duration::from_secs(3))]);
-    env.write("settings/runtime.yaml", &settings_yaml(&server.provider_yaml(w), ""));
-    env.write("prompts/t.md", PLAIN_PROMPT);
-    env.commit_all("test settings");
-    let first = env
-        .command("runtime", &["fire", "t", "--json"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.requests().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let env = env_for(&server, w, "");
+    let first = fire_in_background(&env, &server);
     let (code, summary, _) = env.fire("t");
     assert_eq!(code, 3);
     assert_eq!(summary["status"], "skipped");
@@ -594,13 +591,7 @@ fn a_fire_packs_loose_objects_once_they_pass_gc_auto() {
         turn(Wire::OpenAi, Some("# Report\nfirst"), &[], (10, 5)),
         turn(Wire::OpenAi, Some("# Report\nsecond"), &[], (10, 5)),
     ]);
-    let env = TestEnv::new();
-    env.write(
-        "settings/runtime.yaml",
-        &settings_yaml(&server.provider_yaml(Wire::OpenAi), FAST),
-    );
-    env.write("prompts/t.md", PLAIN_PROMPT);
-    env.commit_all("test settings");
+    let env = env_for(&server, Wire::OpenAi, FAST);
     let repo = git2::Repository::open(&env.root).unwrap();
     let mut config = repo.config().unwrap();
     config.set_i64("gc.auto", 256).unwrap();
@@ -648,22 +639,11 @@ fn a_fire_packs_loose_objects_once_they_pass_gc_auto() {
 #[test]
 fn a_file_staged_during_a_fire_stays_staged() {
     let w = Wire::OpenAi;
-    let env = TestEnv::new();
     let server = ModelServer::start(vec![
         turn(w, Some("# Report\nslow"), &[], (1, 1)).delayed(Duration::from_millis(1500))
     ]);
-    env.write("settings/runtime.yaml", &settings_yaml(&server.provider_yaml(w), FAST));
-    env.write("prompts/t.md", PLAIN_PROMPT);
-    env.commit_all("test settings");
-    let child = env
-        .command("runtime", &["fire", "t", "--json"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.requests().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let env = env_for(&server, w, FAST);
+    let child = fire_in_background(&env, &server);
     // The fire has checked the tree and is waiting for the model: stage a note.
     env.write("notes/todo.md", "staged while the fire ran\n");
     let repo = git2::Repository::open(&env.root).unwrap();

@@ -211,7 +211,11 @@ pub fn auto_gc(repo: &Repository) -> AutoGc {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
-    for key in ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "XDG_CONFIG_HOME"] {
+    // What tool commands get, plus where git finds the user's config.
+    let passed = crate::tools::exec::PASSTHROUGH_ENV
+        .iter()
+        .chain(&["HOME", "XDG_CONFIG_HOME"]);
+    for key in passed {
         if let Some(v) = std::env::var_os(key) {
             git.env(key, v);
         }
@@ -410,13 +414,16 @@ impl<'r> TreeDiffer<'r> {
 
 type EntryRef<'a> = gix_object::tree::EntryRef<'a>;
 
+/// The object ids this build of libgit2 reads (it has no SHA-256 support).
+const OBJECT_HASH: gix_hash::Kind = gix_hash::Kind::Sha1;
+
 /// Bytes of the whole entries two raw trees begin with alike: a run of identical
 /// bytes ending on an entry boundary is the same entries in both. An entry is
-/// `<mode> <name>\0<20-byte id>`, and a name holds no NUL, so entries are found by
+/// `<mode> <name>\0<id>`, and a name holds no NUL, so entries are found by
 /// their NULs without decoding them.
 fn common_entries_len(a: &[u8], b: &[u8]) -> usize {
     const BLOCK: usize = 64;
-    const ID_LEN: usize = 20;
+    const ID_LEN: usize = OBJECT_HASH.len_in_bytes();
     let limit = a.len().min(b.len());
     let mut same = 0;
     while same + BLOCK <= limit && a[same..same + BLOCK] == b[same..same + BLOCK] {
@@ -448,7 +455,7 @@ struct TreeEntries<'a> {
 impl<'a> TreeEntries<'a> {
     fn new(data: Option<&'a [u8]>, oid: Option<gix_hash::ObjectId>) -> Self {
         TreeEntries {
-            iter: data.map(|d| gix_object::TreeRefIter::from_bytes(d, gix_hash::Kind::Sha1)),
+            iter: data.map(|d| gix_object::TreeRefIter::from_bytes(d, OBJECT_HASH)),
             oid,
         }
     }

@@ -180,13 +180,18 @@ fn remove_record(tx: &Transaction, path: &str) -> rusqlite::Result<usize> {
     Ok(a + b)
 }
 
+/// A card record's path (other files under `cards/`, such as `.gitkeep`, are not).
+fn is_card_path(path: &str) -> bool {
+    path.starts_with("cards/") && path.ends_with(".yaml")
+}
+
 fn upsert_record(tx: &Transaction, path: &str, bytes: &[u8]) -> Result<Option<RecordKind>, RecordError> {
     if path.starts_with("runs/") && path.ends_with(".json") {
         let r: Receipt =
             serde_json::from_slice(bytes).map_err(|e| RecordError::Parse(format!("line {}: {e}", e.line())))?;
         insert_receipt(tx, &r, path)?;
         Ok(Some(RecordKind::Receipt))
-    } else if path.starts_with("cards/") && path.ends_with(".yaml") {
+    } else if is_card_path(path) {
         let c: Card = serde_yaml::from_slice(bytes).map_err(|e| RecordError::Parse(e.to_string()))?;
         tx.prepare_cached("INSERT OR REPLACE INTO cards (id, fingerprint, kind, task, run_id, created_at, status, summary, path) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?
             .execute(params![c.id, c.fingerprint, c.kind.as_str(), c.task, c.run_id, c.created_at.to_rfc3339(), c.status, c.summary, path])?;

@@ -7,7 +7,7 @@
 //! `cards/` since the commit of the last look. A file modified within two seconds of
 //! a look is hashed again next time (a later write could keep its mtime).
 
-use super::{get_meta, remove_record, upsert_record, HistoryError, RecordError};
+use super::{get_meta, is_card_path, remove_record, upsert_record, HistoryError, RecordError};
 use crate::git::TreeDiffer;
 use crate::store::Store;
 use git2::{ObjectType, Oid, Repository};
@@ -64,7 +64,7 @@ pub fn overlay(repo: &Repository, store: &mut Store, skipped: &mut Vec<String>) 
         TreeDiffer::open(repo)?
             .diff(since, head_tree, &["cards"])?
             .into_iter()
-            .filter(|c| is_card_file(&c.path))
+            .filter(|c| is_card_path(&c.path))
             .map(|c| (c.path, c.new.map(|(oid, _)| oid)))
             .collect()
     };
@@ -94,7 +94,7 @@ pub fn overlay(repo: &Repository, store: &mut Store, skipped: &mut Vec<String>) 
     for (path, meta) in files_below(&root.join("cards")) {
         let Ok(rel) = path.strip_prefix(&root) else { continue };
         let rel = rel.to_string_lossy().replace('\\', "/");
-        if !is_card_file(&rel) {
+        if !is_card_path(&rel) {
             continue;
         }
         let mtime_ns = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
@@ -271,11 +271,6 @@ fn walk_dir(dir: &Path, files: &mut Vec<(PathBuf, std::fs::Metadata)>, dirs: &mu
             _ => {}
         }
     }
-}
-
-/// A card record's path (other files under `cards/`, such as `.gitkeep`, are not).
-fn is_card_file(path: &str) -> bool {
-    path.ends_with(".yaml")
 }
 
 fn load(store: &Store) -> Result<HashMap<String, Seen>, HistoryError> {

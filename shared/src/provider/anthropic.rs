@@ -137,13 +137,11 @@ pub fn parse_response(v: &Value) -> Result<ModelResponse, String> {
         input: v.pointer("/usage/input_tokens").and_then(Value::as_u64).unwrap_or(0),
         output: v.pointer("/usage/output_tokens").and_then(Value::as_u64).unwrap_or(0),
     };
-    Ok(ModelResponse {
-        content: (!text.is_empty()).then_some(text),
+    Ok(ModelResponse::parsed(
+        (!text.is_empty()).then_some(text),
         tool_calls,
         usage,
-        retries: 0,
-        served_by: "primary".into(),
-    })
+    ))
 }
 
 #[cfg(test)]

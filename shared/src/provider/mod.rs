@@ -94,6 +94,20 @@ pub struct ModelResponse {
     pub served_by: String,
 }
 
+impl ModelResponse {
+    /// One provider's answer as parsed, before the chain fills in how many retries it
+    /// took and which provider served it.
+    pub fn parsed(content: Option<String>, tool_calls: Vec<ToolCall>, usage: Tokens) -> Self {
+        ModelResponse {
+            content,
+            tool_calls,
+            usage,
+            retries: 0,
+            served_by: "primary".into(),
+        }
+    }
+}
+
 /// What a provider can do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Capabilities {

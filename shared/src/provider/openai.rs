@@ -103,13 +103,7 @@ pub fn parse_response(v: &Value) -> Result<ModelResponse, String> {
             .and_then(Value::as_u64)
             .unwrap_or(0),
     };
-    Ok(ModelResponse {
-        content,
-        tool_calls,
-        usage,
-        retries: 0,
-        served_by: "primary".into(),
-    })
+    Ok(ModelResponse::parsed(content, tool_calls, usage))
 }
 
 #[cfg(test)]

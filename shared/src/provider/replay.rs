@@ -85,26 +85,22 @@ impl Replay {
             ),
             retries: 0,
         })?;
-        Ok(ModelResponse {
-            content: turn.content.clone(),
-            tool_calls: turn
-                .tool_calls
-                .iter()
-                .map(|c| ToolCall {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    arguments: match &c.arguments {
-                        serde_json::Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    },
-                })
-                .collect(),
-            usage: Tokens {
-                input: turn.usage.input,
-                output: turn.usage.output,
-            },
-            retries: 0,
-            served_by: "primary".into(),
-        })
+        let tool_calls = turn
+            .tool_calls
+            .iter()
+            .map(|c| ToolCall {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: match &c.arguments {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                },
+            })
+            .collect();
+        let usage = Tokens {
+            input: turn.usage.input,
+            output: turn.usage.output,
+        };
+        Ok(ModelResponse::parsed(turn.content.clone(), tool_calls, usage))
     }
 }
