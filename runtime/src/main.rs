@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            shared::fire::exit::INTERNAL
+            70
         }
     };
     ExitCode::from(code.clamp(0, 255) as u8)

@@ -6,7 +6,7 @@
 //! read the index.
 
 use crate::records::{Card, Receipt};
-use crate::store::{Store, StoreError};
+use crate::store::{Schema, Store, StoreError, SHARED_HISTORY};
 use git2::{Oid, Repository};
 use rusqlite::{params, OptionalExtension, Transaction};
 use serde::Serialize;
@@ -40,8 +40,20 @@ pub struct IndexStats {
     pub skipped: Vec<String>,
 }
 
+/// The history index's schema: the shared beginning, then the builder's own steps.
+pub const BUILDER_SCHEMA: Schema = Schema {
+    migrations: &[
+        SHARED_HISTORY[0],
+        SHARED_HISTORY[1],
+        SHARED_HISTORY[2],
+        // 4: the stat cache of work-tree card files (history::worktree).
+        "CREATE TABLE card_files (path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
+            blob TEXT NOT NULL, dirty INTEGER NOT NULL);",
+    ],
+};
+
 pub fn open_store(root: &Path) -> Result<Store, StoreError> {
-    Store::open(&root.join(BUILDER_DB))
+    Store::open(&root.join(BUILDER_DB), BUILDER_SCHEMA)
 }
 
 fn meta(tx: &rusqlite::Connection, key: &str) -> rusqlite::Result<Option<String>> {
@@ -202,35 +214,7 @@ fn upsert_record(tx: &Transaction, path: &str, bytes: &[u8]) -> Result<Option<Re
 }
 
 fn insert_receipt(tx: &Transaction, r: &Receipt, path: &str) -> rusqlite::Result<()> {
-    let duration = (r.finished_at - r.started_at).num_milliseconds().max(0);
-    let report = r.outputs.first().cloned();
-    tx.prepare_cached(
-        "INSERT OR REPLACE INTO runs (run_id, task, status, stop_reason, started_at, finished_at, steps, tokens_in, tokens_out, cost_usd, denials, retries, duration_ms, commit_id, prompt_blob, scope_blob, settings_blob, provider, model, receipt_path, report_path)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
-    )?
-    .execute(params![
-        r.run_id,
-        r.task,
-        r.status.as_str(),
-        r.stop_reason.as_str(),
-        r.started_at.to_rfc3339(),
-        r.finished_at.to_rfc3339(),
-        r.steps,
-        r.tokens.input as i64,
-        r.tokens.output as i64,
-        r.cost_usd,
-        r.denials,
-        r.retries,
-        duration,
-        r.inputs.commit,
-        r.inputs.prompt,
-        r.inputs.scope,
-        r.inputs.settings,
-        r.inputs.provider,
-        r.inputs.model,
-        path,
-        report
-    ])?;
+    crate::store::insert_run(tx, r, path, r.outputs.first().map(String::as_str))?;
     tx.prepare_cached("DELETE FROM tool_calls WHERE run_id = ?1")?
         .execute([&r.run_id])?;
     let mut ins = tx.prepare_cached("INSERT OR REPLACE INTO tool_calls (run_id, call_id, step, name, arguments, args_hash, decision, rule, reason, outcome, duration_ms) VALUES (?1, ?2, ?3, ?4, '{}', '', ?5, ?6, ?7, ?8, ?9)")?;

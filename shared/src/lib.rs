@@ -21,6 +21,7 @@ pub mod sandbox;
 pub mod scaffold;
 pub mod secrets;
 pub mod settings;
+pub mod state;
 pub mod store;
 pub mod tools;
 pub mod trace;

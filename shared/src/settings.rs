@@ -233,6 +233,8 @@ pub struct Limits {
     pub repeated_call: u32,
     /// Identical consecutive failures before `repeated_error`.
     pub repeated_error: u32,
+    /// The most tokens one model response may use (the request's output cap).
+    pub max_output_tokens: u32,
 }
 impl Default for Limits {
     fn default() -> Self {
@@ -246,6 +248,7 @@ impl Default for Limits {
             max_denials: 3,
             repeated_call: 3,
             repeated_error: 3,
+            max_output_tokens: 4096,
         }
     }
 }

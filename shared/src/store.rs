@@ -1,14 +1,19 @@
-//! The SQLite store in `.runtime/state.db` (runtime traces) and
-//! `.runtime/builder.db` (builder history index): versioned schema with migrations,
-//! WAL, a busy timeout, and `BEGIN IMMEDIATE` for every write so concurrent fires
+//! The SQLite store under both local databases, `.runtime/state.db` (the runtime's
+//! state: [`crate::state`]) and `.runtime/builder.db` (the builder's history index:
+//! [`crate::history`]): a versioned schema per database, each with its own migration
+//! list, WAL, a busy timeout, and `BEGIN IMMEDIATE` for every write so concurrent fires
 //! queue instead of failing on lock upgrades.
 
+use crate::records::Receipt;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::Path;
 use std::time::Duration;
 
-/// Each migration moves the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[
+/// The migrations both databases began with, when they shared one list: a file
+/// written then is at one of these versions, whichever database it is, so both lists
+/// keep them as their first three steps. Each migration moves the schema from version
+/// `i` to `i + 1`.
+pub const SHARED_HISTORY: [&str; 3] = [
     // 1: runs, steps, tool calls, spans, card index.
     "CREATE TABLE runs (
         run_id TEXT PRIMARY KEY, task TEXT NOT NULL, status TEXT NOT NULL, stop_reason TEXT NOT NULL,
@@ -41,20 +46,27 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
     // 3: the conversation checkpoint of a run, for `runtime resume`.
     "CREATE TABLE checkpoints (run_id TEXT PRIMARY KEY, step INTEGER NOT NULL, state TEXT NOT NULL);",
-    // 4: the builder's stat cache of work-tree card files (history::worktree).
-    "CREATE TABLE card_files (path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
-        blob TEXT NOT NULL, dirty INTEGER NOT NULL);",
 ];
 
-/// Latest schema version.
-pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+/// One database's schema: its migrations, in order.
+#[derive(Debug, Clone, Copy)]
+pub struct Schema {
+    pub migrations: &'static [&'static str],
+}
+
+impl Schema {
+    /// The version a fully migrated file has.
+    pub const fn version(&self) -> usize {
+        self.migrations.len()
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{path}: {source}")]
     Sqlite { path: String, source: rusqlite::Error },
-    #[error("{path}: schema version {found} is newer than this binary understands ({SCHEMA_VERSION})")]
-    TooNew { path: String, found: usize },
+    #[error("{path}: schema version {found} is newer than this binary understands ({known})")]
+    TooNew { path: String, found: usize, known: usize },
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
 }
@@ -66,8 +78,8 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (creating and migrating) the database at `path`.
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
+    /// Opens (creating and migrating to `schema`) the database at `path`.
+    pub fn open(path: &Path, schema: Schema) -> Result<Store, StoreError> {
         let p = path.display().to_string();
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| StoreError::Io {
@@ -81,7 +93,7 @@ impl Store {
         })?;
         let mut store = Store { conn, path: p };
         store.configure()?;
-        store.migrate()?;
+        store.migrate(schema)?;
         Ok(store)
     }
 
@@ -115,14 +127,14 @@ impl Store {
         Ok(())
     }
 
-    fn migrate(&mut self) -> Result<(), StoreError> {
+    fn migrate(&mut self, schema: Schema) -> Result<(), StoreError> {
         // Ok(Some(v)): the file's schema is newer than this binary.
         let newer = self.write(|tx| {
             let version = tx.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))? as usize;
-            if version > SCHEMA_VERSION {
+            if version > schema.version() {
                 return Ok(Some(version));
             }
-            for (i, m) in MIGRATIONS.iter().enumerate().skip(version) {
+            for (i, m) in schema.migrations.iter().enumerate().skip(version) {
                 tx.execute_batch(m)?;
                 tx.pragma_update(None, "user_version", (i + 1) as i64)?;
             }
@@ -132,6 +144,7 @@ impl Store {
             Some(found) => Err(StoreError::TooNew {
                 path: self.path.clone(),
                 found,
+                known: schema.version(),
             }),
             None => Ok(()),
         }
@@ -194,20 +207,63 @@ impl Store {
     }
 }
 
+/// Writes one run's row into the `runs` table both databases have (the runtime's
+/// state after a fire, the builder's index from a committed receipt).
+pub fn insert_run(
+    tx: &Transaction,
+    r: &Receipt,
+    receipt_path: &str,
+    report_path: Option<&str>,
+) -> rusqlite::Result<()> {
+    let duration = (r.finished_at - r.started_at).num_milliseconds().max(0);
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO runs (run_id, task, status, stop_reason, started_at, finished_at, steps, tokens_in, tokens_out, cost_usd, denials, retries, duration_ms, commit_id, prompt_blob, scope_blob, settings_blob, provider, model, receipt_path, report_path)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+    )?
+    .execute(rusqlite::params![
+        r.run_id,
+        r.task,
+        r.status.as_str(),
+        r.stop_reason.as_str(),
+        r.started_at.to_rfc3339(),
+        r.finished_at.to_rfc3339(),
+        r.steps,
+        r.tokens.input as i64,
+        r.tokens.output as i64,
+        r.cost_usd,
+        r.denials,
+        r.retries,
+        duration,
+        r.inputs.commit,
+        r.inputs.prompt,
+        r.inputs.scope,
+        r.inputs.settings,
+        r.inputs.provider,
+        r.inputs.model,
+        receipt_path,
+        report_path
+    ])?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const TEST_SCHEMA: Schema = Schema {
+        migrations: &SHARED_HISTORY,
+    };
 
     #[test]
     fn migrates_fresh_and_reopens() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(".runtime/state.db");
-        let mut s = Store::open(&path).unwrap();
-        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+        let mut s = Store::open(&path, TEST_SCHEMA).unwrap();
+        assert_eq!(s.schema_version().unwrap(), TEST_SCHEMA.version());
         s.write(|tx| tx.execute("INSERT INTO meta(key, value) VALUES ('a', 'b')", []))
             .unwrap();
         drop(s);
-        let s = Store::open(&path).unwrap();
+        let s = Store::open(&path, TEST_SCHEMA).unwrap();
         let v: String = s
             .conn()
             .query_row("SELECT value FROM meta WHERE key='a'", [], |r| r.get(0))
@@ -225,19 +281,22 @@ mod tests {
             let c = Connection::open(&path).unwrap();
             c.pragma_update(None, "user_version", 99).unwrap();
         }
-        assert!(matches!(Store::open(&path), Err(StoreError::TooNew { found: 99, .. })));
+        assert!(matches!(
+            Store::open(&path, TEST_SCHEMA),
+            Err(StoreError::TooNew { found: 99, .. })
+        ));
     }
 
     #[test]
     fn concurrent_writers_queue() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        Store::open(&path).unwrap();
+        Store::open(&path, TEST_SCHEMA).unwrap();
         let handles: Vec<_> = (0..4)
             .map(|t| {
                 let path = path.clone();
                 std::thread::spawn(move || {
-                    let mut s = Store::open(&path).unwrap();
+                    let mut s = Store::open(&path, TEST_SCHEMA).unwrap();
                     for i in 0..25 {
                         s.write(|tx| tx.execute("INSERT INTO meta(key, value) VALUES (?1, 'v')", [format!("{t}-{i}")]))
                             .unwrap();
@@ -248,7 +307,7 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
-        let s = Store::open(&path).unwrap();
+        let s = Store::open(&path, TEST_SCHEMA).unwrap();
         let n: i64 = s
             .conn()
             .query_row("SELECT count(*) FROM meta", [], |r| r.get(0))

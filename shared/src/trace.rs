@@ -112,12 +112,7 @@ impl Trace {
     ) -> Result<(), StoreError> {
         store.write(|tx| {
             let r = receipt;
-            let duration = (r.finished_at - r.started_at).num_milliseconds().max(0);
-            tx.execute(
-                "INSERT OR REPLACE INTO runs (run_id, task, status, stop_reason, started_at, finished_at, steps, tokens_in, tokens_out, cost_usd, denials, retries, duration_ms, commit_id, prompt_blob, scope_blob, settings_blob, provider, model, receipt_path, report_path)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
-                rusqlite::params![r.run_id, r.task, r.status.as_str(), r.stop_reason.as_str(), r.started_at.to_rfc3339(), r.finished_at.to_rfc3339(), r.steps, r.tokens.input as i64, r.tokens.output as i64, r.cost_usd, r.denials, r.retries, duration, r.inputs.commit, r.inputs.prompt, r.inputs.scope, r.inputs.settings, r.inputs.provider, r.inputs.model, receipt_path, report_path],
-            )?;
+            crate::store::insert_run(tx, r, receipt_path, Some(report_path))?;
             for s in &self.spans {
                 tx.execute(
                     "INSERT OR REPLACE INTO spans (run_id, span_id, parent_id, kind, name, start_ns, end_ns, status, tokens_in, tokens_out, attributes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",

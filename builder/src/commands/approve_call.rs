@@ -3,6 +3,8 @@
 //! in the runtime's local state (`.runtime/state.db` of this checkout); `runtime
 //! resume <run-id>` then continues the run.
 
+use shared::agent::CallDecision;
+use shared::state::{StateDb, StateError};
 use std::path::Path;
 
 /// Approve (or deny) the exact call a paused run waits on
@@ -31,7 +33,15 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
             .and_then(|s| Some(format!("{} <{}>", s.name().ok()?, s.email().ok()?)))
             .unwrap_or_else(|| std::env::var("USER").unwrap_or_else(|_| "unknown".into())),
     };
-    match shared::fire::record_approval(&root, &args.run_id, &args.call_id, !args.deny, &by) {
+    let decision = if args.deny {
+        CallDecision::Deny
+    } else {
+        CallDecision::Approve
+    };
+    let recorded = StateDb::open(&root)
+        .map_err(StateError::from)
+        .and_then(|mut db| db.record_decision(&args.run_id, &args.call_id, decision, &by));
+    match recorded {
         Ok(call) => {
             println!(
                 "{} {call} for run {}",

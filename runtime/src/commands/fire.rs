@@ -1,7 +1,7 @@
 //! `runtime fire <task>`: one fire. Preparation runs single-threaded, then the process
 //! enters its Landlock sandbox, and only then is the async runtime built for the loop.
 
-use shared::fire::{self, FireOptions, FireSummary, Prepared};
+use shared::fire::{self, FireEnd, FireOptions, FireSummary};
 use std::io::IsTerminal;
 use std::path::Path;
 
@@ -39,12 +39,12 @@ pub fn fire_task(
         resume,
     };
     let summary = match fire::prepare(opts) {
-        Prepared::Done(s) => s,
-        Prepared::Ready(mut run) => match run.enter_sandbox() {
-            Some(s) => s,
-            None => {
+        Err(early) => early.finish(),
+        Ok(mut run) => {
+            if run.enter_sandbox().is_ok() {
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                let early = rt.block_on(async {
+                // An abort inside the loop phase is recorded by `finish` below.
+                let _ = rt.block_on(async {
                     let (tx, rx) = tokio::sync::watch::channel(false);
                     tokio::spawn(async move {
                         use tokio::signal::unix::{signal, SignalKind};
@@ -62,23 +62,36 @@ pub fn fire_task(
                     });
                     run.run(rx).await
                 });
-                match early {
-                    Some(s) => s,
-                    None => run.finish(),
-                }
             }
-        },
+            run.finish()
+        }
     };
-    print(&summary, json);
-    Ok(summary.exit_code)
+    let code = exit_code(summary.end);
+    print(&summary, code, json);
+    Ok(code)
 }
 
-fn print(s: &FireSummary, json: bool) {
+/// The exit code of a fire that ended as `end` (DESIGN.md section 7).
+pub fn exit_code(end: FireEnd) -> i32 {
+    match end {
+        FireEnd::Completed => 0,
+        FireEnd::Failed | FireEnd::Environment => 1,
+        FireEnd::InvalidInput => 2,
+        FireEnd::Skipped => 3,
+        FireEnd::WaitingApproval => 4,
+        FireEnd::Internal => 70,
+    }
+}
+
+fn print(s: &FireSummary, exit_code: i32, json: bool) {
     if json {
-        println!("{}", serde_json::to_string_pretty(s).unwrap_or_default());
+        // The summary and the exit code it leads to.
+        let mut out = serde_json::to_value(s).unwrap_or_default();
+        out["exit_code"] = exit_code.into();
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return;
     }
-    let ok = s.exit_code == fire::exit::OK;
+    let ok = s.end == FireEnd::Completed;
     // Quiet for cron on success; a person at a terminal gets one line.
     if ok && !std::io::stdout().is_terminal() {
         return;

@@ -1,6 +1,7 @@
 //! `runtime resume <run-id>`: continue a run paused for approval, once a builder has
 //! approved (or denied) the exact call with `builder approve-call`.
 
+use shared::state::StateDb;
 use std::path::Path;
 
 /// Continue a run that waits for approval (after `builder approve-call`)
@@ -17,8 +18,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
-    let task = match shared::fire::load_checkpoint(root, &args.run_id).map_err(anyhow::Error::msg)? {
-        Some((task, _)) => task,
+    let checkpoint = StateDb::open(root)?.checkpoint(&args.run_id)?;
+    let task = match checkpoint {
+        Some(c) => c.task,
         None => {
             eprintln!("error: run `{}` has no checkpoint waiting for approval", args.run_id);
             eprintln!("hint: `runtime runs` lists runs; only `waiting_approval` runs can be resumed");

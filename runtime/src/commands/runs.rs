@@ -1,7 +1,6 @@
 //! `runtime runs`: the local run list from `.runtime/state.db`.
 
-use shared::layout::STATE_DIR;
-use shared::store::Store;
+use shared::state::StateDb;
 use std::path::Path;
 
 /// List local runs, newest first
@@ -19,8 +18,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
-    let store = Store::open(&root.join(STATE_DIR).join("state.db"))?;
-    let rows = shared::trace::list_runs(&store, args.task.as_deref(), args.limit)?;
+    let db = StateDb::open(root)?;
+    let store = db.store();
+    let rows = shared::trace::list_runs(store, args.task.as_deref(), args.limit)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(0);

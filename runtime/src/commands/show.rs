@@ -1,7 +1,6 @@
 //! `runtime show <run-id>`: one run's trace, readable, as JSON, or as OTLP/JSON.
 
-use shared::layout::STATE_DIR;
-use shared::store::Store;
+use shared::state::StateDb;
 use std::path::{Path, PathBuf};
 
 /// Show one run's trace (spans, budget reports, tool calls)
@@ -24,8 +23,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
-    let store = Store::open(&root.join(STATE_DIR).join("state.db"))?;
-    let Some((row, trace)) = shared::trace::load_run(&store, &args.run_id)? else {
+    let db = StateDb::open(root)?;
+    let store = db.store();
+    let Some((row, trace)) = shared::trace::load_run(store, &args.run_id)? else {
         eprintln!("error: no run `{}` in {}", args.run_id, store.path());
         eprintln!("hint: `runtime runs` lists local runs");
         return Ok(2);

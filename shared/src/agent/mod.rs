@@ -5,15 +5,17 @@
 //! builder must hear about become card drafts.
 
 pub mod context;
+pub mod gate;
 pub mod worker_client;
 
-use crate::policy::{Decision, Policy};
-use crate::provider::{cost_usd, Message, ModelRequest, ProviderChain, ToolCall, ToolDef};
+use crate::policy::Policy;
+use crate::provider::{cost_usd, Message, ModelRequest, ModelResponse, ProviderChain, ToolCall, ToolDef};
 use crate::records::{CardKind, StopReason, Tokens, ToolCallRecord};
 use crate::secrets::Redactor;
 use crate::settings::{Budgets, Limits, Price};
-use crate::tools::{parse_args, ErrorClass, ToolArgs, ToolRequest, ToolResult};
+use crate::tools::{ErrorClass, ToolArgs, ToolRequest, ToolResult};
 use crate::trace::{Trace, TracedCall};
+use gate::{Gate, GateInput, Refusal};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -58,9 +60,35 @@ pub struct LoopState {
     pub trace: Trace,
 }
 
-/// `(call_id, args_hash)` -> the builder's decision on a paused call, if any.
-pub type ApprovalLookup = Box<dyn Fn(&str, &str) -> Option<bool>>;
-// Arguments: (call_id, args_hash); an approval only counts for the exact call it names.
+/// A builder's decision on a paused call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallDecision {
+    Approve,
+    Deny,
+}
+
+impl CallDecision {
+    /// The form stored in the state database's `approvals` table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallDecision::Approve => "approve",
+            CallDecision::Deny => "deny",
+        }
+    }
+
+    /// Reads the stored form; anything but an approval counts as a denial (fail closed).
+    pub fn from_stored(s: &str) -> CallDecision {
+        if s == "approve" {
+            CallDecision::Approve
+        } else {
+            CallDecision::Deny
+        }
+    }
+}
+
+/// Looks up a builder's decision on a paused call, by `(call_id, args_hash)`: an
+/// approval counts only for the exact call it names.
+pub type DecisionLookup = Box<dyn Fn(&str, &str) -> Option<CallDecision>>;
 
 /// Fixed inputs of the loop.
 pub struct LoopConfig {
@@ -76,8 +104,7 @@ pub struct LoopConfig {
     pub redactor: Redactor,
     /// Returns true for paths committed in HEAD (records are never rewritten).
     pub committed: Box<dyn Fn(&str) -> bool>,
-    /// Looks up a builder's decision on a paused call: Some(true) approved.
-    pub approval: ApprovalLookup,
+    pub decision: DecisionLookup,
 }
 
 /// Hash binding an approval to one exact call (tool name + raw arguments).
@@ -92,71 +119,131 @@ pub fn call_hash(name: &str, arguments: &str) -> String {
     hex::encode(h.finalize())
 }
 
+/// What handling one call did to the loop.
 enum CallOutcome {
     Done,
     Waiting,
 }
 
-/// Runs the loop until a stop reason. `cancel` turns true on SIGINT/SIGTERM.
-pub async fn run(
-    cfg: &LoopConfig,
-    state: &mut LoopState,
-    provider: &ProviderChain,
-    policy: &Policy,
-    worker: &mut WorkerClient,
-    cancel: &mut tokio::sync::watch::Receiver<bool>,
-    started: Instant,
-) -> StopReason {
-    let wall = Duration::from_secs(cfg.budgets.max_wall_s);
-    let tool_defs: Vec<ToolDef> = cfg
-        .tools
-        .iter()
-        .filter_map(|t| crate::tools::spec(t))
-        .map(|s| ToolDef {
-            name: s.name.into(),
-            description: s.description.into(),
-            schema: (s.schema)(),
-        })
-        .collect();
-    // A resumed run first settles the call it paused on.
-    if let Some(p) = state.pending.clone() {
-        match (cfg.approval)(&p.call.id, &p.args_hash) {
-            None => return StopReason::WaitingApproval,
-            Some(_) => {
-                state.pending = None;
-                if let Some(idx) = state
-                    .messages
-                    .iter()
-                    .position(|m| matches!(m, Message::Tool { call_id, .. } if *call_id == p.call.id))
-                {
-                    state.messages.remove(idx);
+/// One run of the loop: the fixed inputs and the live handles it drives.
+pub struct Agent<'a> {
+    pub cfg: &'a LoopConfig,
+    pub provider: &'a ProviderChain,
+    pub policy: &'a Policy,
+    pub worker: &'a mut WorkerClient,
+    /// Turns true on SIGINT/SIGTERM.
+    pub cancel: &'a mut tokio::sync::watch::Receiver<bool>,
+    /// When the fire started: the wall-time budget counts from here.
+    pub started: Instant,
+}
+
+/// How one call is recorded: in the receipt's list, the trace, and the conversation.
+struct CallRecord<'c> {
+    call: &'c ToolCall,
+    step: u32,
+    span: u64,
+    args_json: serde_json::Value,
+    decision: &'static str,
+    rule: Option<String>,
+    reason: String,
+}
+
+impl Agent<'_> {
+    fn wall(&self) -> Duration {
+        Duration::from_secs(self.cfg.budgets.max_wall_s)
+    }
+
+    /// Runs the loop until a stop reason.
+    pub async fn run(&mut self, state: &mut LoopState) -> StopReason {
+        let tool_defs: Vec<ToolDef> = self
+            .cfg
+            .tools
+            .iter()
+            .filter_map(|t| crate::tools::spec(t))
+            .map(|s| ToolDef {
+                name: s.name.into(),
+                description: s.description.into(),
+                schema: (s.schema)(),
+            })
+            .collect();
+        if let Some(stop) = self.settle_pending(state).await {
+            return stop;
+        }
+        loop {
+            if let Some(stop) = self.check_limits(state) {
+                return stop;
+            }
+            let resp = match self.model_step(state, &tool_defs).await {
+                Ok(r) => r,
+                Err(stop) => return stop,
+            };
+            let step = state.step;
+            for call in &resp {
+                if *self.cancel.borrow() {
+                    return StopReason::Cancelled;
                 }
-                let _ = handle_call(cfg, state, policy, worker, &p.call, p.step, started, wall, cancel).await;
+                if let CallOutcome::Waiting = self.handle_call(state, call, step).await {
+                    return StopReason::WaitingApproval;
+                }
+                if let Some(stop) = repetition(self.cfg, state) {
+                    return stop;
+                }
+            }
+            if state.denials > self.cfg.limits.max_denials {
+                return StopReason::PermissionDenied;
             }
         }
     }
-    loop {
-        if *cancel.borrow() {
-            return StopReason::Cancelled;
+
+    /// A resumed run first settles the call it paused on.
+    async fn settle_pending(&mut self, state: &mut LoopState) -> Option<StopReason> {
+        let p = state.pending.clone()?;
+        (self.cfg.decision)(&p.call.id, &p.args_hash)?;
+        state.pending = None;
+        if let Some(idx) = state
+            .messages
+            .iter()
+            .position(|m| matches!(m, Message::Tool { call_id, .. } if *call_id == p.call.id))
+        {
+            state.messages.remove(idx);
         }
-        if state.step >= cfg.budgets.max_steps {
+        match self.handle_call(state, &p.call, p.step).await {
+            CallOutcome::Done => None,
+            CallOutcome::Waiting => Some(StopReason::WaitingApproval),
+        }
+    }
+
+    /// The stops checked before each step: cancellation, steps, wall time.
+    fn check_limits(&self, state: &mut LoopState) -> Option<StopReason> {
+        if *self.cancel.borrow() {
+            return Some(StopReason::Cancelled);
+        }
+        let budgets = &self.cfg.budgets;
+        if state.step >= budgets.max_steps {
             state.cards.push(CardDraft {
                 kind: CardKind::MaxSteps,
                 summary: format!("stopped after {} steps without a final answer", state.step),
-                detail: format!("max_steps {} reached", cfg.budgets.max_steps),
+                detail: format!("max_steps {} reached", budgets.max_steps),
                 evidence: last_calls(state),
             });
-            return StopReason::MaxSteps;
+            return Some(StopReason::MaxSteps);
         }
-        if started.elapsed() >= wall {
+        if self.started.elapsed() >= self.wall() {
             state.cards.push(CardDraft {
                 kind: CardKind::BudgetExceeded,
                 summary: "wall-time budget exhausted".into(),
-                detail: format!("max_wall_s {} reached", cfg.budgets.max_wall_s),
+                detail: format!("max_wall_s {} reached", budgets.max_wall_s),
                 evidence: last_calls(state),
             });
-            return StopReason::MaxWallTime;
+            return Some(StopReason::MaxWallTime);
         }
+        None
+    }
+
+    /// One model call: fit the context, ask the provider (racing cancellation and the
+    /// wall clock), account tokens and cost. Returns the calls to handle, or the stop.
+    async fn model_step(&mut self, state: &mut LoopState, tool_defs: &[ToolDef]) -> Result<Vec<ToolCall>, StopReason> {
+        let cfg = self.cfg;
         state.step += 1;
         let step = state.step;
         let budget = cfg.max_context.saturating_sub(cfg.max_output_tokens as u64);
@@ -165,56 +252,47 @@ pub async fn run(
         let req = ModelRequest {
             model: cfg.model.clone(),
             messages,
-            tools: tool_defs.clone(),
+            tools: tool_defs.to_vec(),
             max_output_tokens: cfg.max_output_tokens,
         };
         let span = state.trace.start("model", format!("chat {}", cfg.model), None);
         state.trace.attr(span, "gen_ai.request.model", cfg.model.clone());
         state.trace.attr(span, "agent.step", step);
-        let remaining = wall.saturating_sub(started.elapsed());
+        let remaining = self.wall().saturating_sub(self.started.elapsed());
         let answer = tokio::select! {
-            r = provider.complete(&req) => Some(r),
-            _ = cancel.changed() => None,
+            r = self.provider.complete(&req) => Some(r),
+            _ = self.cancel.changed() => None,
             _ = tokio::time::sleep(remaining) => {
                 state.trace.end(span, "wall_time");
-                state.cards.push(CardDraft { kind: CardKind::BudgetExceeded, summary: "wall-time budget exhausted during a model call".into(), detail: format!("max_wall_s {} reached", cfg.budgets.max_wall_s), evidence: vec![] });
-                return StopReason::MaxWallTime;
+                state.cards.push(CardDraft {
+                    kind: CardKind::BudgetExceeded,
+                    summary: "wall-time budget exhausted during a model call".into(),
+                    detail: format!("max_wall_s {} reached", cfg.budgets.max_wall_s),
+                    evidence: vec![],
+                });
+                return Err(StopReason::MaxWallTime);
             }
         };
         let Some(answer) = answer else {
             state.trace.end(span, "cancelled");
-            return StopReason::Cancelled;
+            return Err(StopReason::Cancelled);
         };
         let resp = match answer {
             Ok(r) => r,
             Err(e) => {
                 state.retries += e.retries;
-                let msg = cfg.redactor.redact(&e.to_string()).into_owned();
                 state.trace.attr(span, "error.type", format!("{:?}", e.kind));
                 state.trace.end(span, "error");
                 state.cards.push(CardDraft {
                     kind: CardKind::ProviderError,
                     summary: format!("model call failed: {:?}", e.kind),
-                    detail: msg,
+                    detail: cfg.redactor.redact(&e.to_string()).into_owned(),
                     evidence: vec![format!("step {step}")],
                 });
-                return StopReason::ProviderError;
+                return Err(StopReason::ProviderError);
             }
         };
-        state.retries += resp.retries;
-        state.tokens.input += resp.usage.input;
-        state.tokens.output += resp.usage.output;
-        state.cost_usd += cost_usd(&cfg.prices, &cfg.model, resp.usage);
-        if let Some(s) = state.trace.span_mut(span) {
-            s.tokens_in = resp.usage.input;
-            s.tokens_out = resp.usage.output;
-        }
-        state.trace.attr(span, "agent.retries", resp.retries);
-        state.trace.attr(span, "agent.served_by", resp.served_by.clone());
-        state
-            .trace
-            .attr(span, "gen_ai.response.tool_calls", resp.tool_calls.len() as u64);
-        state.trace.end(span, "ok");
+        account(cfg, state, span, &resp);
         state.messages.push(Message::Assistant {
             content: resp.content.clone(),
             tool_calls: resp.tool_calls.clone(),
@@ -224,49 +302,339 @@ pub async fn run(
         }
         if resp.tool_calls.is_empty() {
             state.final_answer = Some(resp.content.unwrap_or_default());
-            return StopReason::FinalAnswer;
+            return Err(StopReason::FinalAnswer);
         }
-        if state.tokens.total() > cfg.budgets.max_tokens {
-            state.cards.push(CardDraft {
-                kind: CardKind::BudgetExceeded,
-                summary: format!(
-                    "token budget exceeded: {} > {}",
-                    state.tokens.total(),
-                    cfg.budgets.max_tokens
-                ),
-                detail: format!("max_tokens {}", cfg.budgets.max_tokens),
-                evidence: vec![format!("step {step}")],
-            });
-            return StopReason::TokenBudget;
-        }
-        if state.cost_usd > cfg.budgets.max_cost_usd {
-            state.cards.push(CardDraft {
-                kind: CardKind::BudgetExceeded,
-                summary: format!(
-                    "cost budget exceeded: ${:.4} > ${:.4}",
-                    state.cost_usd, cfg.budgets.max_cost_usd
-                ),
-                detail: format!("max_cost_usd {}", cfg.budgets.max_cost_usd),
-                evidence: vec![format!("step {step}")],
-            });
-            return StopReason::CostBudget;
-        }
-        for call in &resp.tool_calls {
-            if *cancel.borrow() {
-                return StopReason::Cancelled;
-            }
-            match handle_call(cfg, state, policy, worker, call, step, started, wall, cancel).await {
-                CallOutcome::Done => {}
-                CallOutcome::Waiting => return StopReason::WaitingApproval,
-            }
-            if let Some(stop) = repetition(cfg, state) {
-                return stop;
-            }
-        }
-        if state.denials > cfg.limits.max_denials {
-            return StopReason::PermissionDenied;
+        match over_budget(cfg, state, step) {
+            Some(stop) => Err(stop),
+            None => Ok(resp.tool_calls),
         }
     }
+
+    /// Gate one call, execute it if the gate says so, and record what happened.
+    async fn handle_call(&mut self, state: &mut LoopState, call: &ToolCall, step: u32) -> CallOutcome {
+        let span = state.trace.start("tool", format!("execute_tool {}", call.name), None);
+        state.trace.attr(span, "gen_ai.tool.name", call.name.clone());
+        state.trace.attr(span, "gen_ai.tool.call.id", call.id.clone());
+        let decided = gate::gate(
+            call,
+            &GateInput {
+                tools: &self.cfg.tools,
+                policy: self.policy,
+                committed: &*self.cfg.committed,
+                decision: &*self.cfg.decision,
+            },
+        );
+        let record = |args_json, decision, rule, reason| CallRecord {
+            call,
+            step,
+            span,
+            args_json,
+            decision,
+            rule,
+            reason,
+        };
+        match decided {
+            Gate::Refuse { args_json, refusal } => {
+                let (rec, result) = refuse(self.cfg, state, call, refusal, |d, rule, reason| {
+                    record(args_json, d, rule, reason)
+                });
+                finish_call(self.cfg, state, rec, &result);
+                CallOutcome::Done
+            }
+            Gate::Pause {
+                args_json,
+                verdict,
+                args_hash,
+            } => {
+                state.pending = Some(PendingApproval {
+                    call: call.clone(),
+                    args_hash: args_hash.clone(),
+                    step,
+                });
+                state.cards.push(CardDraft {
+                    kind: CardKind::ApprovalNeeded,
+                    summary: format!("`{}` needs approval", call.name),
+                    detail: format!("{} (rule {})", verdict.reason, verdict.rule.clone().unwrap_or_default()),
+                    evidence: vec![
+                        format!("run {} call {} hash {}", self.cfg.run_id, call.id, args_hash),
+                        self.cfg.redactor.redact(&args_json.to_string()).into_owned(),
+                    ],
+                });
+                let result = ToolResult::error(
+                    &call.id,
+                    ErrorClass::PermissionDenied,
+                    "waiting for a builder's approval",
+                );
+                finish_call(
+                    self.cfg,
+                    state,
+                    record(args_json, "ask", verdict.rule, verdict.reason),
+                    &result,
+                );
+                CallOutcome::Waiting
+            }
+            Gate::Run {
+                args,
+                args_json,
+                verdict,
+            } => {
+                let result = self.execute(call, args).await;
+                if result.error == Some(ErrorClass::SideEffectUncertain) {
+                    state.cards.push(CardDraft {
+                        kind: CardKind::SideEffectUncertain,
+                        summary: format!("`{}` may or may not have taken effect", call.name),
+                        detail: self.cfg.redactor.redact(&result.output).into_owned(),
+                        evidence: vec![format!("call {}", call.id)],
+                    });
+                }
+                if result.kernel_denied {
+                    state.denials += 1;
+                }
+                finish_call(
+                    self.cfg,
+                    state,
+                    record(args_json, "allow", verdict.rule, verdict.reason),
+                    &result,
+                );
+                CallOutcome::Done
+            }
+        }
+    }
+
+    /// Sends an allowed call to the sandboxed worker, within the tool timeout and what
+    /// is left of the wall-time budget; a cancellation interrupts the running command.
+    async fn execute(&mut self, call: &ToolCall, args: ToolArgs) -> ToolResult {
+        let remaining = self.wall().saturating_sub(self.started.elapsed());
+        let mut timeout = Duration::from_secs(self.cfg.limits.tool_timeout_s);
+        if let ToolArgs::RunCommand { timeout_s: Some(t), .. } = &args {
+            timeout = timeout.min(Duration::from_secs(*t));
+        }
+        let timeout = timeout.min(remaining).max(Duration::from_millis(100));
+        let req = ToolRequest {
+            call_id: call.id.clone(),
+            args,
+            timeout_ms: timeout.as_millis() as u64,
+            output_limit: self.cfg.limits.tool_output_bytes,
+        };
+        let interrupter = self.worker.interrupt_handle();
+        let running = self.worker.call(&req);
+        tokio::pin!(running);
+        tokio::select! {
+            r = &mut running => r,
+            _ = self.cancel.changed() => {
+                interrupter.interrupt();
+                running.await
+            }
+        }
+    }
+}
+
+/// Adds a model response's usage to the totals and its span.
+fn account(cfg: &LoopConfig, state: &mut LoopState, span: u64, resp: &ModelResponse) {
+    state.retries += resp.retries;
+    state.tokens.input += resp.usage.input;
+    state.tokens.output += resp.usage.output;
+    state.cost_usd += cost_usd(&cfg.prices, &cfg.model, resp.usage);
+    if let Some(s) = state.trace.span_mut(span) {
+        s.tokens_in = resp.usage.input;
+        s.tokens_out = resp.usage.output;
+    }
+    state.trace.attr(span, "agent.retries", resp.retries);
+    state.trace.attr(span, "agent.served_by", resp.served_by.clone());
+    state
+        .trace
+        .attr(span, "gen_ai.response.tool_calls", resp.tool_calls.len() as u64);
+    state.trace.end(span, "ok");
+}
+
+/// The token and cost budgets, checked after each model call.
+fn over_budget(cfg: &LoopConfig, state: &mut LoopState, step: u32) -> Option<StopReason> {
+    let budgets = &cfg.budgets;
+    if state.tokens.total() > budgets.max_tokens {
+        state.cards.push(CardDraft {
+            kind: CardKind::BudgetExceeded,
+            summary: format!(
+                "token budget exceeded: {} > {}",
+                state.tokens.total(),
+                budgets.max_tokens
+            ),
+            detail: format!("max_tokens {}", budgets.max_tokens),
+            evidence: vec![format!("step {step}")],
+        });
+        return Some(StopReason::TokenBudget);
+    }
+    if state.cost_usd > budgets.max_cost_usd {
+        state.cards.push(CardDraft {
+            kind: CardKind::BudgetExceeded,
+            summary: format!(
+                "cost budget exceeded: ${:.4} > ${:.4}",
+                state.cost_usd, budgets.max_cost_usd
+            ),
+            detail: format!("max_cost_usd {}", budgets.max_cost_usd),
+            evidence: vec![format!("step {step}")],
+        });
+        return Some(StopReason::CostBudget);
+    }
+    None
+}
+
+/// The observation and card (at most one per missing tool or denial fingerprint) for
+/// a call the gate refused.
+fn refuse<'c>(
+    cfg: &LoopConfig,
+    state: &mut LoopState,
+    call: &ToolCall,
+    refusal: Refusal,
+    record: impl FnOnce(&'static str, Option<String>, String) -> CallRecord<'c>,
+) -> (CallRecord<'c>, ToolResult) {
+    match refusal {
+        Refusal::Invalid { class, message } => {
+            if class == ErrorClass::UnknownTool {
+                missing_tool_card(
+                    state,
+                    call,
+                    format!("the model asked for a tool that does not exist: `{}`", call.name),
+                    format!("tool `{}` requested", call.name),
+                    vec![cfg
+                        .redactor
+                        .redact(&format!("{} {}", call.name, call.arguments))
+                        .chars()
+                        .take(500)
+                        .collect()],
+                );
+            }
+            let result = ToolResult::error(&call.id, class, message.clone());
+            (record("none", None, message), result)
+        }
+        Refusal::NotEnabled { message } => {
+            missing_tool_card(
+                state,
+                call,
+                format!("the model needed `{}`, which this task does not enable", call.name),
+                message.clone(),
+                vec![],
+            );
+            let result = ToolResult::error(&call.id, ErrorClass::UnknownTool, message.clone());
+            (record("none", None, message), result)
+        }
+        Refusal::Denied(verdict) => {
+            state.denials += 1;
+            let rec = record("deny", verdict.rule.clone(), verdict.reason.clone());
+            let fingerprint = format!("{} {}", call.name, verdict.reason);
+            if !state.denied_fingerprints.contains(&fingerprint) {
+                state.denied_fingerprints.push(fingerprint);
+                state.cards.push(CardDraft {
+                    kind: CardKind::PermissionDenied,
+                    summary: format!(
+                        "`{}` denied: {}",
+                        call.name,
+                        verdict.reason.chars().take(120).collect::<String>()
+                    ),
+                    detail: verdict.reason.clone(),
+                    evidence: vec![
+                        format!("call {}", call.id),
+                        cfg.redactor
+                            .redact(&rec.args_json.to_string())
+                            .chars()
+                            .take(500)
+                            .collect(),
+                        format!("rule: {}", verdict.rule.unwrap_or_else(|| "(built-in)".into())),
+                    ],
+                });
+            }
+            let result = ToolResult::error(&call.id, ErrorClass::PermissionDenied, verdict.reason);
+            (rec, result)
+        }
+    }
+}
+
+/// One `missing_tool` card per tool name and run.
+fn missing_tool_card(state: &mut LoopState, call: &ToolCall, summary: String, detail: String, evidence: Vec<String>) {
+    if state.missing_tools.contains(&call.name) {
+        return;
+    }
+    state.missing_tools.push(call.name.clone());
+    state.cards.push(CardDraft {
+        kind: CardKind::MissingTool,
+        summary,
+        detail,
+        evidence,
+    });
+}
+
+/// Records a handled call everywhere it belongs: the receipt's call list, the trace
+/// (call row and span), the conversation, and the repetition detectors.
+fn finish_call(cfg: &LoopConfig, state: &mut LoopState, rec: CallRecord, result: &ToolResult) {
+    let CallRecord {
+        call,
+        step,
+        span,
+        args_json,
+        decision,
+        rule,
+        reason,
+    } = rec;
+    let outcome = result
+        .error
+        .map(|c| c.as_str().to_string())
+        .unwrap_or_else(|| "ok".into());
+    let reason = cfg.redactor.redact(&reason).into_owned();
+    state.tool_calls.push(ToolCallRecord {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        decision: decision.into(),
+        rule: rule.clone(),
+        reason: reason.clone(),
+        outcome: outcome.clone(),
+        duration_ms: result.duration_ms,
+    });
+    let arguments =
+        serde_json::from_str(&cfg.redactor.redact(&args_json.to_string())).unwrap_or(serde_json::Value::Null);
+    state.trace.calls.push(TracedCall {
+        call_id: call.id.clone(),
+        step,
+        name: call.name.clone(),
+        arguments,
+        args_hash: call_hash(&call.name, &call.arguments),
+        decision: decision.into(),
+        rule,
+        reason,
+        outcome: outcome.clone(),
+        duration_ms: result.duration_ms,
+    });
+    state.trace.attr(span, "agent.decision", decision.to_string());
+    state.trace.attr(span, "agent.outcome", outcome);
+    if result.kernel_denied {
+        state.trace.attr(span, "agent.kernel_denied", true);
+    }
+    state.trace.attr(
+        span,
+        "gen_ai.tool.call.result",
+        cfg.redactor
+            .redact(&result.output)
+            .chars()
+            .take(2000)
+            .collect::<String>(),
+    );
+    state
+        .trace
+        .end(span, if result.error.is_none() { "ok" } else { "error" });
+    state.messages.push(Message::Tool {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        content: cfg.redactor.redact(&result.observation()).into_owned(),
+        is_error: result.error.is_some(),
+    });
+    state.recent_calls.push(format!("{} {}", call.name, call.arguments));
+    state.recent_errors.push(match result.error {
+        Some(c) => format!(
+            "{} {}: {}",
+            call.name,
+            c.as_str(),
+            crate::records::normalise_detail(&result.output.chars().take(200).collect::<String>())
+        ),
+        None => String::new(),
+    });
 }
 
 fn last_calls(state: &LoopState) -> Vec<String> {
@@ -279,40 +647,23 @@ fn last_calls(state: &LoopState) -> Vec<String> {
         .collect()
 }
 
+/// The same call, or the same error, `n` times in a row.
 fn repetition(cfg: &LoopConfig, state: &mut LoopState) -> Option<StopReason> {
-    let n = cfg.limits.repeated_call as usize;
-    if n > 1
-        && state.recent_calls.len() >= n
-        && state
-            .recent_calls
-            .iter()
-            .rev()
-            .take(n)
-            .all(|c| *c == state.recent_calls[state.recent_calls.len() - 1])
-    {
-        let last = state.recent_calls.last().cloned().unwrap_or_default();
+    if let Some(last) = repeated(&state.recent_calls, cfg.limits.repeated_call as usize, |_| true) {
         state.cards.push(CardDraft {
             kind: CardKind::RepeatedCall,
-            summary: format!("the same call was made {n} times in a row"),
+            summary: format!("the same call was made {} times in a row", cfg.limits.repeated_call),
             detail: last.clone(),
             evidence: vec![last],
         });
         return Some(StopReason::RepeatedCall);
     }
-    let n = cfg.limits.repeated_error as usize;
-    if n > 1
-        && state.recent_errors.len() >= n
-        && state
-            .recent_errors
-            .iter()
-            .rev()
-            .take(n)
-            .all(|c| !c.is_empty() && *c == state.recent_errors[state.recent_errors.len() - 1])
-    {
-        let last = state.recent_errors.last().cloned().unwrap_or_default();
+    if let Some(last) = repeated(&state.recent_errors, cfg.limits.repeated_error as usize, |e| {
+        !e.is_empty()
+    }) {
         state.cards.push(CardDraft {
             kind: CardKind::RepeatedError,
-            summary: format!("the same error {n} times in a row"),
+            summary: format!("the same error {} times in a row", cfg.limits.repeated_error),
             detail: last.clone(),
             evidence: vec![last],
         });
@@ -321,250 +672,8 @@ fn repetition(cfg: &LoopConfig, state: &mut LoopState) -> Option<StopReason> {
     None
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn handle_call(
-    cfg: &LoopConfig,
-    state: &mut LoopState,
-    policy: &Policy,
-    worker: &mut WorkerClient,
-    call: &ToolCall,
-    step: u32,
-    started: Instant,
-    wall: Duration,
-    cancel: &mut tokio::sync::watch::Receiver<bool>,
-) -> CallOutcome {
-    let span = state.trace.start("tool", format!("execute_tool {}", call.name), None);
-    state.trace.attr(span, "gen_ai.tool.name", call.name.clone());
-    state.trace.attr(span, "gen_ai.tool.call.id", call.id.clone());
-    let args_hash = call_hash(&call.name, &call.arguments);
-    let record = |state: &mut LoopState,
-                  args: serde_json::Value,
-                  decision: &str,
-                  rule: Option<String>,
-                  reason: String,
-                  result: &ToolResult| {
-        let outcome = result
-            .error
-            .map(|c| c.as_str().to_string())
-            .unwrap_or_else(|| "ok".into());
-        let reason = cfg.redactor.redact(&reason).into_owned();
-        state.tool_calls.push(ToolCallRecord {
-            id: call.id.clone(),
-            name: call.name.clone(),
-            decision: decision.into(),
-            rule: rule.clone(),
-            reason: reason.clone(),
-            outcome: outcome.clone(),
-            duration_ms: result.duration_ms,
-        });
-        let args = serde_json::from_str(&cfg.redactor.redact(&args.to_string())).unwrap_or(serde_json::Value::Null);
-        state.trace.calls.push(TracedCall {
-            call_id: call.id.clone(),
-            step,
-            name: call.name.clone(),
-            arguments: args,
-            args_hash: args_hash.clone(),
-            decision: decision.into(),
-            rule,
-            reason,
-            outcome: outcome.clone(),
-            duration_ms: result.duration_ms,
-        });
-        state.trace.attr(span, "agent.decision", decision.to_string());
-        state.trace.attr(span, "agent.outcome", outcome.clone());
-        if result.kernel_denied {
-            state.trace.attr(span, "agent.kernel_denied", true);
-        }
-        state.trace.attr(
-            span,
-            "gen_ai.tool.call.result",
-            cfg.redactor
-                .redact(&result.output)
-                .chars()
-                .take(2000)
-                .collect::<String>(),
-        );
-        state
-            .trace
-            .end(span, if result.error.is_none() { "ok" } else { "error" });
-        state.messages.push(Message::Tool {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            content: cfg.redactor.redact(&result.observation()).into_owned(),
-            is_error: result.error.is_some(),
-        });
-        state.recent_calls.push(format!("{} {}", call.name, call.arguments));
-        state.recent_errors.push(match result.error {
-            Some(c) => format!(
-                "{} {}: {}",
-                call.name,
-                c.as_str(),
-                crate::records::normalise_detail(&result.output.chars().take(200).collect::<String>())
-            ),
-            None => String::new(),
-        });
-    };
-    let args = match parse_args(&call.name, &call.arguments) {
-        Ok(a) => a,
-        Err((class, msg)) => {
-            let result = ToolResult::error(&call.id, class, msg.clone());
-            if class == ErrorClass::UnknownTool && !state.missing_tools.contains(&call.name) {
-                state.missing_tools.push(call.name.clone());
-                state.cards.push(CardDraft {
-                    kind: CardKind::MissingTool,
-                    summary: format!("the model asked for a tool that does not exist: `{}`", call.name),
-                    detail: format!("tool `{}` requested", call.name),
-                    evidence: vec![cfg
-                        .redactor
-                        .redact(&format!("{} {}", call.name, call.arguments))
-                        .chars()
-                        .take(500)
-                        .collect()],
-                });
-            }
-            record(
-                state,
-                serde_json::json!({"_invalid": call.arguments.chars().take(2000).collect::<String>()}),
-                "none",
-                None,
-                msg,
-                &result,
-            );
-            return CallOutcome::Done;
-        }
-    };
-    let args_json = serde_json::to_value(&args).unwrap_or_default();
-    if !cfg.tools.iter().any(|t| t == args.name()) {
-        let msg = format!("tool `{}` is not enabled for this task", args.name());
-        let result = ToolResult::error(&call.id, ErrorClass::UnknownTool, msg.clone());
-        if !state.missing_tools.contains(&call.name) {
-            state.missing_tools.push(call.name.clone());
-            state.cards.push(CardDraft {
-                kind: CardKind::MissingTool,
-                summary: format!("the model needed `{}`, which this task does not enable", call.name),
-                detail: msg.clone(),
-                evidence: vec![],
-            });
-        }
-        record(state, args_json, "none", None, msg, &result);
-        return CallOutcome::Done;
-    }
-    let mut verdict = policy.decide(args.as_call());
-    if verdict.decision != Decision::Deny {
-        if let ToolArgs::WriteFile { path, .. } | ToolArgs::EditFile { path, .. } = &args {
-            let rel = crate::layout::normalize(
-                policy.ownership().root(),
-                &policy.ownership().root().join(path).to_string_lossy(),
-            );
-            if rel.as_deref().is_some_and(|r| (cfg.committed)(r)) {
-                verdict = crate::policy::Verdict {
-                    decision: Decision::Deny,
-                    rule: None,
-                    reason: format!("`{path}` is a committed record; records are never rewritten"),
-                };
-            }
-        }
-    }
-    if verdict.decision == Decision::Ask {
-        match (cfg.approval)(&call.id, &args_hash) {
-            Some(true) => {
-                verdict = crate::policy::Verdict {
-                    decision: Decision::Allow,
-                    rule: verdict.rule,
-                    reason: "approved by a builder".into(),
-                }
-            }
-            Some(false) => {
-                verdict = crate::policy::Verdict {
-                    decision: Decision::Deny,
-                    rule: verdict.rule,
-                    reason: "denied by a builder".into(),
-                }
-            }
-            None => {
-                state.pending = Some(PendingApproval {
-                    call: call.clone(),
-                    args_hash: args_hash.clone(),
-                    step,
-                });
-                state.cards.push(CardDraft {
-                    kind: CardKind::ApprovalNeeded,
-                    summary: format!("`{}` needs approval", call.name),
-                    detail: format!("{} (rule {})", verdict.reason, verdict.rule.clone().unwrap_or_default()),
-                    evidence: vec![
-                        format!("run {} call {} hash {}", cfg.run_id, call.id, args_hash),
-                        cfg.redactor.redact(&args_json.to_string()).into_owned(),
-                    ],
-                });
-                let result = ToolResult::error(
-                    &call.id,
-                    ErrorClass::PermissionDenied,
-                    "waiting for a builder's approval",
-                );
-                record(state, args_json, "ask", verdict.rule, verdict.reason, &result);
-                return CallOutcome::Waiting;
-            }
-        }
-    }
-    if verdict.decision == Decision::Deny {
-        state.denials += 1;
-        let result = ToolResult::error(&call.id, ErrorClass::PermissionDenied, verdict.reason.clone());
-        let fp = format!("{} {}", call.name, verdict.reason);
-        if !state.denied_fingerprints.contains(&fp) {
-            state.denied_fingerprints.push(fp);
-            state.cards.push(CardDraft {
-                kind: CardKind::PermissionDenied,
-                summary: format!(
-                    "`{}` denied: {}",
-                    call.name,
-                    verdict.reason.chars().take(120).collect::<String>()
-                ),
-                detail: verdict.reason.clone(),
-                evidence: vec![
-                    format!("call {}", call.id),
-                    cfg.redactor.redact(&args_json.to_string()).chars().take(500).collect(),
-                    format!("rule: {}", verdict.rule.clone().unwrap_or_else(|| "(built-in)".into())),
-                ],
-            });
-        }
-        record(state, args_json, "deny", verdict.rule, verdict.reason, &result);
-        return CallOutcome::Done;
-    }
-    let remaining = wall.saturating_sub(started.elapsed());
-    let mut timeout = Duration::from_secs(cfg.limits.tool_timeout_s);
-    if let ToolArgs::RunCommand { timeout_s: Some(t), .. } = &args {
-        timeout = timeout.min(Duration::from_secs(*t));
-    }
-    let timeout = timeout.min(remaining).max(Duration::from_millis(100));
-    let req = ToolRequest {
-        call_id: call.id.clone(),
-        args: args.clone(),
-        timeout_ms: timeout.as_millis() as u64,
-        output_limit: cfg.limits.tool_output_bytes,
-    };
-    let result = {
-        let interrupter = worker.interrupt_handle();
-        let call = worker.call(&req);
-        tokio::pin!(call);
-        tokio::select! {
-            r = &mut call => r,
-            _ = cancel.changed() => {
-                interrupter.interrupt();
-                call.await
-            }
-        }
-    };
-    if result.error == Some(ErrorClass::SideEffectUncertain) {
-        state.cards.push(CardDraft {
-            kind: CardKind::SideEffectUncertain,
-            summary: format!("`{}` may or may not have taken effect", call.name),
-            detail: cfg.redactor.redact(&result.output).into_owned(),
-            evidence: vec![format!("call {}", call.id)],
-        });
-    }
-    if result.kernel_denied {
-        state.denials += 1;
-    }
-    record(state, args_json, "allow", verdict.rule, verdict.reason, &result);
-    CallOutcome::Done
+/// The last entry of `recent` when its last `n` entries (n > 1) are equal and count.
+fn repeated(recent: &[String], n: usize, counts: impl Fn(&str) -> bool) -> Option<String> {
+    let last = recent.last()?;
+    (n > 1 && recent.len() >= n && recent.iter().rev().take(n).all(|c| counts(c) && c == last)).then(|| last.clone())
 }

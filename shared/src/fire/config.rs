@@ -1,0 +1,90 @@
+//! The fire's configuration, resolved once: settings narrowed by the task's prompt
+//! (tools, budgets, deny rules), the policy, the limits and output caps, the provider
+//! ports and retry policy, the runtime identity and the redactor. Every later phase
+//! reads this one value, the way ripgrep turns low-level arguments into high-level
+//! ones before doing any work.
+
+use crate::layout::STATE_DIR;
+use crate::policy::{Policy, PolicyError};
+use crate::prompt::Prompt;
+use crate::provider::{provider_port, RetryPolicy};
+use crate::secrets::Redactor;
+use crate::settings::{Budgets, Identity, Limits, RuntimeSettings};
+use std::path::{Path, PathBuf};
+
+/// Output kept from an acceptance script: enough for the failure's detail.
+pub const ACCEPTANCE_OUTPUT_BYTES: usize = 4096;
+
+/// Everything a fire needs to know after loading its inputs.
+pub struct FireConfig {
+    pub settings: RuntimeSettings,
+    pub prompt: Prompt,
+    /// The boundary document, appended to the system prompt.
+    pub scope: String,
+    pub policy: Policy,
+    /// The tools this task may use (the settings' list narrowed by the prompt).
+    pub tools: Vec<String>,
+    /// The settings' budgets narrowed by the prompt.
+    pub budgets: Budgets,
+    pub limits: Limits,
+    pub redactor: Redactor,
+    /// TCP ports of the primary and fallback providers (the runtime's sandbox).
+    pub provider_ports: Vec<u16>,
+    pub retry: RetryPolicy,
+    pub identity: Identity,
+    /// This run's private scratch directory.
+    pub scratch: PathBuf,
+}
+
+impl FireConfig {
+    /// Resolves the configuration of run `run_id` from loaded settings, prompt and
+    /// scope. Fails only when the permissions do not compile into a policy.
+    pub fn resolve(
+        root: &Path,
+        run_id: &str,
+        settings: RuntimeSettings,
+        prompt: Prompt,
+        scope: String,
+    ) -> Result<FireConfig, PolicyError> {
+        let scratch = scratch_dir(root, run_id);
+        let mut perms = settings.permissions.clone();
+        perms.deny.extend(prompt.front.deny.iter().cloned());
+        let policy = Policy::new(root, &perms, &settings.builder_paths)?.with_scratch(&scratch);
+        let provider_ports = [Some(&settings.provider), settings.fallback.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter_map(provider_port)
+            .collect();
+        Ok(FireConfig {
+            tools: prompt.tools(&settings),
+            budgets: prompt.budgets(&settings),
+            limits: settings.limits,
+            redactor: redactor(Some(&settings)),
+            retry: RetryPolicy::from_limits(&settings.limits),
+            identity: settings.runtime_identity.clone(),
+            provider_ports,
+            scratch,
+            policy,
+            prompt,
+            scope,
+            settings,
+        })
+    }
+}
+
+/// The per-run scratch directory under the runtime's state directory.
+pub fn scratch_dir(root: &Path, run_id: &str) -> PathBuf {
+    root.join(STATE_DIR).join("scratch").join(run_id)
+}
+
+/// The one way a fire builds its redactor: the key variables the settings name (both
+/// providers), or none when the settings could not be read.
+pub fn redactor(settings: Option<&RuntimeSettings>) -> Redactor {
+    Redactor::from_env(
+        settings
+            .into_iter()
+            .flat_map(|s| [Some(&s.provider), s.fallback.as_ref()])
+            .flatten()
+            .filter_map(|p| p.api_key_env.as_deref()),
+    )
+}

@@ -1,0 +1,389 @@
+//! Step 6 of a fire: the one records writer. A [`RunRecords`] value says what the run
+//! leaves behind; [`write`] creates the cards, the report and the receipt (create-only,
+//! redacted), stores the run's row and trace in the state database, and commits the
+//! new files under the runtime identity. [`FireRun::finish`] builds that value for a
+//! run that reached the loop.
+
+use super::{FireContext, FireEnd, FireRun, FireSummary, RunRecords};
+use crate::agent::{CardDraft, LoopState};
+use crate::git::AutoGc;
+use crate::layout::{Owner, Ownership, RUNTIME_DIRS};
+use crate::records::{self, AcceptanceRecord, Card, Receipt, RunStatus, StopReason, WriteError};
+use crate::secrets::Redactor;
+use crate::settings::Identity;
+use crate::state::{self, Checkpoint, LockWait, StateDb};
+use chrono::Utc;
+
+/// Where records go and who signs them.
+pub(crate) struct RecordSink<'a> {
+    pub redactor: Redactor,
+    pub identity: Identity,
+    /// The fire's own repository handle (git's index is loaded once per fire).
+    pub repo: &'a git2::Repository,
+}
+
+/// Why writing the records failed, and what that makes of the fire.
+struct WriteFailure {
+    end: FireEnd,
+    message: String,
+}
+
+impl From<WriteError> for WriteFailure {
+    fn from(e: WriteError) -> WriteFailure {
+        let end = match &e {
+            // A record we built that does not serialise is our bug.
+            WriteError::Serialise { .. } => FireEnd::Internal,
+            WriteError::Exists { .. } | WriteError::Io { .. } => FireEnd::Environment,
+        };
+        WriteFailure {
+            end,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Writes cards, report and receipt (create-only), stores the trace, and commits.
+pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &RunRecords) -> FireSummary {
+    let root = &ctx.opts.root;
+    let task = &ctx.opts.task;
+    let finished_at = Utc::now();
+    let mut files: Vec<String> = Vec::new();
+    let mut failure: Option<WriteFailure> = None;
+    let mut card_ids = Vec::new();
+    for draft in &rec.state.cards {
+        match write_card(ctx, sink, draft, finished_at) {
+            Ok((id, rel)) => {
+                files.push(rel);
+                card_ids.push(id);
+            }
+            Err(e) => failure = Some(e.into()),
+        }
+    }
+    let cost = (rec.state.cost_usd * 1e6).round() / 1e6;
+    let report_rel = records::report_path(task, &ctx.run_id, ctx.started_at);
+    let report = render_report(task, &ctx.run_id, rec, cost);
+    match records::create_new(root, &report_rel, sink.redactor.redact(&report).as_bytes()) {
+        Ok(()) => files.push(report_rel.to_string_lossy().into_owned()),
+        Err(e) => failure = Some(e.into()),
+    }
+    let receipt_rel = records::receipt_path(task, &ctx.run_id, ctx.started_at);
+    let receipt = Receipt {
+        run_id: ctx.run_id.clone(),
+        task: task.clone(),
+        status: rec.status,
+        stop_reason: rec.stop,
+        started_at: ctx.started_at,
+        finished_at,
+        inputs: rec.inputs.clone(),
+        sandbox: rec.sandbox.clone(),
+        steps: rec.state.step,
+        tool_calls: rec.state.tool_calls.clone(),
+        tokens: rec.state.tokens,
+        cost_usd: cost,
+        retries: rec.state.retries,
+        denials: rec.state.denials,
+        outputs: vec![report_rel.to_string_lossy().into_owned()],
+        cards: card_ids.clone(),
+        acceptance: rec.acceptance.clone(),
+        resumed_from: ctx.opts.resume.clone(),
+    };
+    match records::receipt_json(&receipt)
+        .and_then(|j| records::create_new(root, &receipt_rel, sink.redactor.redact(&j).as_bytes()))
+    {
+        Ok(()) => files.push(receipt_rel.to_string_lossy().into_owned()),
+        Err(e) => failure = Some(e.into()),
+    }
+    save_run(ctx, &rec.state, &receipt, &receipt_rel, &report_rel);
+    let mut commit = None;
+    if !ctx.opts.no_commit && failure.is_none() {
+        match commit_records(ctx, sink, &files, rec.status) {
+            Ok(c) => commit = Some(c),
+            Err(e) => failure = Some(e),
+        }
+    }
+    let end = match &failure {
+        Some(f) => {
+            tracing::error!(error = %f.message, "writing the fire's records failed");
+            f.end
+        }
+        None => end_of(rec.status),
+    };
+    FireSummary {
+        run_id: ctx.run_id.clone(),
+        task: task.clone(),
+        status: rec.status,
+        stop_reason: rec.stop,
+        end,
+        report: Some(report_rel.to_string_lossy().into_owned()),
+        receipt: Some(receipt_rel.to_string_lossy().into_owned()),
+        cards: card_ids,
+        commit,
+        message: failure.map(|f| f.message).unwrap_or_default(),
+    }
+}
+
+/// How a run's status ends the fire, when its records were written.
+fn end_of(status: RunStatus) -> FireEnd {
+    match status {
+        RunStatus::Accepted | RunStatus::Completed => FireEnd::Completed,
+        RunStatus::Failed | RunStatus::Cancelled => FireEnd::Failed,
+        RunStatus::Skipped => FireEnd::Skipped,
+        RunStatus::WaitingApproval => FireEnd::WaitingApproval,
+    }
+}
+
+/// Creates one card file; returns its id and repo-relative path.
+fn write_card(
+    ctx: &FireContext,
+    sink: &RecordSink,
+    draft: &CardDraft,
+    at: chrono::DateTime<Utc>,
+) -> Result<(String, String), WriteError> {
+    let redact = |s: &str| sink.redactor.redact(s).into_owned();
+    let card = Card::new(
+        draft.kind,
+        &ctx.opts.task,
+        &ctx.run_id,
+        redact(&draft.summary),
+        redact(&draft.detail),
+        draft.evidence.iter().map(|e| redact(e)).collect(),
+        at,
+    );
+    let rel = card.rel_path();
+    records::create_new(&ctx.opts.root, &rel, records::card_yaml(&card)?.as_bytes())?;
+    Ok((card.id, rel.to_string_lossy().into_owned()))
+}
+
+/// Stores the run's row and trace in the state database. A failure here loses the
+/// local trace only (the receipt is in git), so it is logged, not fatal.
+fn save_run(
+    ctx: &FireContext,
+    state: &LoopState,
+    receipt: &Receipt,
+    receipt_rel: &std::path::Path,
+    report_rel: &std::path::Path,
+) {
+    let t = std::time::Instant::now();
+    let saved = StateDb::open(&ctx.opts.root).and_then(|mut db| {
+        db.save_run(
+            &state.trace,
+            receipt,
+            &receipt_rel.to_string_lossy(),
+            &report_rel.to_string_lossy(),
+        )
+    });
+    if let Err(e) = saved {
+        tracing::warn!(error = %e, "could not store the trace");
+    }
+    tracing::debug!(store_ms = t.elapsed().as_secs_f64() * 1e3, "trace stored");
+}
+
+/// Commits the fire's records with the fire's own repository handle, under the
+/// runtime identity, only ever adding files under the runtime-owned directories.
+fn commit_records(
+    ctx: &FireContext,
+    sink: &RecordSink,
+    files: &[String],
+    status: RunStatus,
+) -> Result<String, WriteFailure> {
+    let t = std::time::Instant::now();
+    let root = &ctx.opts.root;
+    let lock_path = state::commit_lock_path(root);
+    let _guard = state::take_lock(&lock_path, LockWait::Wait).map_err(|e| WriteFailure {
+        end: FireEnd::Environment,
+        message: format!("cannot take the commit lock {}: {e}", lock_path.display()),
+    })?;
+    let own = Ownership::new(root);
+    let (task, run_id) = (&ctx.opts.task, &ctx.run_id);
+    let msg = format!(
+        "runtime: {task} {} ({run_id})\n\nRun-Id: {run_id}\nTask: {task}\nStatus: {}\n",
+        status.as_str(),
+        status.as_str()
+    );
+    let runtime_owned =
+        |p: &str| own.classify(p) == Owner::Runtime && RUNTIME_DIRS.iter().any(|d| p.starts_with(&format!("{d}/")));
+    let oid = crate::git::commit_new_files(
+        sink.repo,
+        files,
+        runtime_owned,
+        &sink.identity.name,
+        &sink.identity.email,
+        &msg,
+    )
+    .map_err(|e| WriteFailure {
+        end: FireEnd::Environment,
+        message: format!("commit failed: {e}"),
+    })?;
+    match crate::git::auto_gc(sink.repo) {
+        AutoGc::NotNeeded => {}
+        AutoGc::Ran => tracing::info!("packed loose objects (git gc --auto)"),
+        AutoGc::Failed(e) => tracing::warn!(error = %e, "loose objects were not packed"),
+    }
+    tracing::debug!(commit_ms = t.elapsed().as_secs_f64() * 1e3, "records committed");
+    Ok(oid.to_string())
+}
+
+fn render_report(task: &str, run_id: &str, rec: &RunRecords, cost: f64) -> String {
+    let state = &rec.state;
+    let mut r = format!(
+        "<!-- runtime report -->\n| task | run | status | stop reason | steps | tokens | cost |\n|---|---|---|---|---|---|---|\n| {task} | {run_id} | {} | {} | {} | {} | ${cost:.4} |\n\n",
+        rec.status.as_str(),
+        rec.stop.as_str(),
+        state.step,
+        state.tokens.total()
+    );
+    if !rec.acceptance.is_empty() {
+        r.push_str("Acceptance: ");
+        r.push_str(
+            &rec.acceptance
+                .iter()
+                .map(|a| format!("{} {}", if a.passed { "✓" } else { "✗" }, a.check))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        r.push_str("\n\n");
+    }
+    match &state.final_answer {
+        Some(a) => r.push_str(a.trim_end()),
+        None => {
+            r.push_str(&format!(
+                "_No final answer: the fire stopped with `{}`._",
+                rec.stop.as_str()
+            ));
+            if let Some(c) = &state.last_content {
+                r.push_str("\n\nLast message from the model:\n\n");
+                r.push_str(c.trim_end());
+            }
+        }
+    }
+    r.push('\n');
+    r
+}
+
+impl FireRun {
+    /// Step 6: report, cards, receipt, trace, commit; then the checkpoint of a paused
+    /// run (or its removal once resumed) and the scratch directory.
+    pub fn finish(mut self) -> FireSummary {
+        let acceptance_card = failed_checks_card(&self.acceptance);
+        let failed_checks = acceptance_card.is_some();
+        self.state.cards.extend(acceptance_card);
+        let status = match &self.abort {
+            Some(_) => RunStatus::Failed,
+            None => status_of(self.stop, failed_checks, self.acceptance.is_empty()),
+        };
+        if self.stop == StopReason::Cancelled {
+            self.state.cards.push(CardDraft {
+                kind: crate::records::CardKind::Crashed,
+                summary: "the fire was cancelled by a signal".into(),
+                detail: "SIGINT or SIGTERM".into(),
+                evidence: vec![format!("step {}", self.state.step)],
+            });
+        }
+        let abort = self.abort.take();
+        if let Some(a) = &abort {
+            self.stop = StopReason::NotStarted;
+            self.state.cards.push(a.card.clone());
+        }
+        let records = RunRecords {
+            status,
+            stop: self.stop,
+            inputs: std::mem::take(&mut self.inputs),
+            sandbox: std::mem::take(&mut self.sandbox),
+            state: std::mem::take(&mut self.state),
+            acceptance: std::mem::take(&mut self.acceptance),
+        };
+        let sink = RecordSink {
+            redactor: self.config.redactor.clone(),
+            identity: self.config.identity.clone(),
+            repo: &self.repo,
+        };
+        let mut summary = super::finish::write(&self.ctx, &sink, &records);
+        tracing::debug!(
+            elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
+            "records written and committed"
+        );
+        let steps = records.state.step;
+        self.keep_checkpoint(status, records.state);
+        let _ = std::fs::remove_dir_all(&self.config.scratch);
+        match abort {
+            Some(a) => {
+                if summary.end == FireEnd::Failed {
+                    summary.end = a.end;
+                }
+                summary.message = a.card.summary;
+            }
+            None => {
+                summary.message = format!(
+                    "{} {} ({}), {} steps",
+                    self.ctx.opts.task,
+                    status.as_str(),
+                    self.stop.as_str(),
+                    steps
+                );
+            }
+        }
+        summary
+    }
+
+    /// The checkpoint lets `runtime resume` continue a paused run; a resumed run that
+    /// no longer waits drops it.
+    fn keep_checkpoint(&self, status: RunStatus, state: LoopState) {
+        let run = self.ctx.approval_run();
+        let kept = StateDb::open(&self.ctx.opts.root)
+            .map_err(|e| e.to_string())
+            .and_then(|mut db| {
+                if status == RunStatus::WaitingApproval {
+                    let checkpoint = Checkpoint {
+                        task: self.ctx.opts.task.clone(),
+                        state,
+                    };
+                    db.save_checkpoint(run, &checkpoint).map_err(|e| e.to_string())
+                } else if self.ctx.opts.resume.is_some() {
+                    db.delete_checkpoint(run).map_err(|e| e.to_string())
+                } else {
+                    Ok(())
+                }
+            });
+        if let Err(e) = kept {
+            tracing::warn!(error = %e, run, "the run's checkpoint was not updated");
+        }
+    }
+}
+
+/// The run's status from its stop reason and acceptance checks.
+fn status_of(stop: StopReason, failed_checks: bool, no_checks: bool) -> RunStatus {
+    match stop {
+        StopReason::FinalAnswer if failed_checks => RunStatus::Failed,
+        StopReason::FinalAnswer if no_checks => RunStatus::Completed,
+        StopReason::FinalAnswer => RunStatus::Accepted,
+        StopReason::WaitingApproval => RunStatus::WaitingApproval,
+        StopReason::Cancelled => RunStatus::Cancelled,
+        StopReason::MaxSteps
+        | StopReason::MaxWallTime
+        | StopReason::TokenBudget
+        | StopReason::CostBudget
+        | StopReason::RepeatedCall
+        | StopReason::RepeatedError
+        | StopReason::PermissionDenied
+        | StopReason::ProviderError
+        | StopReason::NotStarted => RunStatus::Failed,
+    }
+}
+
+/// One `acceptance_failed` card naming every failed check, if any failed.
+fn failed_checks_card(acceptance: &[AcceptanceRecord]) -> Option<CardDraft> {
+    let failed: Vec<&AcceptanceRecord> = acceptance.iter().filter(|a| !a.passed).collect();
+    if failed.is_empty() {
+        return None;
+    }
+    Some(CardDraft {
+        kind: crate::records::CardKind::AcceptanceFailed,
+        summary: format!("{} acceptance check(s) failed", failed.len()),
+        detail: failed
+            .iter()
+            .map(|a| format!("{}: {}", a.check, a.detail))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        evidence: vec![],
+    })
+}

@@ -1,0 +1,174 @@
+//! One fire of a task (DESIGN.md section 4), in phases so the binary can enter the
+//! sandbox between them: [`prepare`] (repository, lock, dirty check, load and validate,
+//! prefetch) runs single-threaded and ends in a [`FireRun`] or an [`EarlyEnd`]; the
+//! binary then restricts itself with Landlock ([`FireRun::enter_sandbox`]) and starts
+//! its async runtime for [`FireRun::run`] (tool worker, loop, acceptance checks);
+//! [`FireRun::finish`] writes the report, receipt and cards through the one records
+//! writer ([`finish`]) and commits them under the runtime identity. The fire's
+//! configuration is resolved once, in [`config`].
+//!
+//! The library says how a fire ended ([`FireEnd`]); the binary chooses the exit code.
+
+pub mod config;
+mod finish;
+mod prefetch;
+mod prepare;
+mod run;
+
+use crate::agent::{CardDraft, LoopState};
+use crate::records::{AcceptanceRecord, Inputs, RunStatus, SandboxRecord, StopReason};
+use crate::state::LockFile;
+use chrono::{DateTime, Utc};
+use config::FireConfig;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Instant;
+
+pub use prepare::prepare;
+
+/// What the caller asks of one fire.
+pub struct FireOptions {
+    pub root: PathBuf,
+    pub task: String,
+    pub no_commit: bool,
+    /// Program and arguments that start the tool worker.
+    pub worker_cmd: (PathBuf, Vec<String>),
+    /// Continue this paused run from its checkpoint instead of starting afresh.
+    pub resume: Option<String>,
+}
+
+/// How a fire ended, in the terms the binary maps to exit codes (DESIGN.md section 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FireEnd {
+    /// Accepted, or completed without acceptance checks.
+    Completed,
+    /// The run failed: a stop other than a final answer, a failed acceptance check, a
+    /// refusal to fire (unreviewed changes, a failed prefetch, no sandbox), a signal.
+    Failed,
+    /// The task name, settings, prompt or scope are wrong: fix the input.
+    InvalidInput,
+    /// The machine got in the way: a lock held, permissions, a full disk, no repository.
+    Environment,
+    /// Another fire of the task holds its lock.
+    Skipped,
+    /// Paused on a call that needs a builder's approval.
+    WaitingApproval,
+    /// A bug in the runtime.
+    Internal,
+}
+
+/// Output of a fire, printed with `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct FireSummary {
+    pub run_id: String,
+    pub task: String,
+    pub status: RunStatus,
+    pub stop_reason: StopReason,
+    pub end: FireEnd,
+    pub report: Option<String>,
+    pub receipt: Option<String>,
+    pub cards: Vec<String>,
+    pub commit: Option<String>,
+    pub message: String,
+}
+
+/// Who this fire is: its options, run id and start times. Fixed at the first moment.
+pub(crate) struct FireContext {
+    pub opts: FireOptions,
+    pub run_id: String,
+    pub started_at: DateTime<Utc>,
+    /// Monotonic start, for budgets and durations.
+    pub started: Instant,
+}
+
+impl FireContext {
+    fn new(opts: FireOptions) -> FireContext {
+        let started_at = Utc::now();
+        FireContext {
+            run_id: crate::records::new_id(started_at, &opts.task),
+            started_at,
+            started: Instant::now(),
+            opts,
+        }
+    }
+
+    /// The run whose approvals apply: this one, or the paused run being resumed.
+    fn approval_run(&self) -> &str {
+        self.opts.resume.as_deref().unwrap_or(&self.run_id)
+    }
+
+    /// The outcome of a fire that ended before it had anything to record.
+    fn unrecorded(&self, status: RunStatus, end: FireEnd, message: impl Into<String>) -> FireSummary {
+        FireSummary {
+            run_id: self.run_id.clone(),
+            task: self.opts.task.clone(),
+            status,
+            stop_reason: StopReason::NotStarted,
+            end,
+            report: None,
+            receipt: None,
+            cards: vec![],
+            commit: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// Everything one run leaves behind, described once: [`finish::write`] turns it into
+/// the report, the receipt, the cards, the trace row and the commit.
+pub(crate) struct RunRecords {
+    pub status: RunStatus,
+    pub stop: StopReason,
+    pub inputs: Inputs,
+    pub sandbox: SandboxRecord,
+    pub state: LoopState,
+    pub acceptance: Vec<AcceptanceRecord>,
+}
+
+/// A fire that ended before its loop.
+pub enum EarlyEnd {
+    /// Nothing to record: not a task, the lock is held, no repository, a bug.
+    Unrecorded(Box<FireSummary>),
+    /// Refused with a card, a report and a receipt (bad settings, unreviewed changes,
+    /// a failed prefetch).
+    Refused(Box<prepare::Refusal>),
+}
+
+impl EarlyEnd {
+    /// Writes what the early end leaves behind, and says how the fire ended.
+    pub fn finish(self) -> FireSummary {
+        match self {
+            EarlyEnd::Unrecorded(summary) => *summary,
+            EarlyEnd::Refused(refusal) => refusal.finish(),
+        }
+    }
+}
+
+/// Why a prepared fire stopped before or during its loop without a stop reason of
+/// the loop's own (no sandbox, no provider).
+struct Abort {
+    end: FireEnd,
+    card: CardDraft,
+}
+
+/// Marks a fire that cannot go on: call [`FireRun::finish`] to record why.
+#[derive(Debug)]
+pub struct Aborted;
+
+/// A fire that passed preparation.
+pub struct FireRun {
+    ctx: FireContext,
+    config: FireConfig,
+    _lock: LockFile,
+    inputs: Inputs,
+    /// The sandbox that model-run actions run in, for the receipt.
+    pub sandbox: SandboxRecord,
+    state: LoopState,
+    stop: StopReason,
+    acceptance: Vec<AcceptanceRecord>,
+    abort: Option<Abort>,
+    /// Opened for the dirty check and kept for the commit: git's index is loaded
+    /// once per fire, not twice (0.3 s a load at 220,000 tracked files).
+    repo: git2::Repository,
+}

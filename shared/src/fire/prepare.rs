@@ -1,0 +1,331 @@
+//! Steps 1-4 of a fire, before any model-influenced code runs: open the repository,
+//! take the task's lock, refuse unreviewed changes, load and validate settings, prompt
+//! and scope into one [`FireConfig`], and build the first conversation (prefetch, or a
+//! paused run's checkpoint). Each phase either hands on what it made or stops with a
+//! [`Stop`]; a stop with a card becomes a [`Refusal`] whose records the one writer
+//! writes.
+
+use super::config::{self, FireConfig};
+use super::finish::{self, RecordSink};
+use super::prefetch;
+use super::{EarlyEnd, FireContext, FireEnd, FireOptions, FireRun, FireSummary, RunRecords};
+use crate::agent::{context, CardDraft, LoopState};
+use crate::layout::{Ownership, SCOPE_FILE, SETTINGS_FILE};
+use crate::prompt;
+use crate::provider::Message;
+use crate::records::{CardKind, Inputs, RunStatus, SandboxRecord, StopReason};
+use crate::settings::{self, RuntimeSettings};
+use crate::state::{self, LockFile, LockWait, StateDb};
+
+/// Why preparation stopped: how the fire ends, and the card to record (none when
+/// there is nothing worth a record).
+pub(crate) struct Stop {
+    end: FireEnd,
+    card: Option<CardDraft>,
+    message: String,
+}
+
+impl Stop {
+    fn carded(end: FireEnd, kind: CardKind, summary: String, detail: String) -> Stop {
+        Stop {
+            end,
+            message: summary.clone(),
+            card: Some(CardDraft {
+                kind,
+                summary,
+                detail,
+                evidence: vec![],
+            }),
+        }
+    }
+
+    fn bare(end: FireEnd, message: impl Into<String>) -> Stop {
+        Stop {
+            end,
+            card: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// A fire refused during preparation, with what it records.
+pub struct Refusal {
+    ctx: FireContext,
+    end: FireEnd,
+    card: CardDraft,
+    inputs: Inputs,
+    settings: Option<RuntimeSettings>,
+    repo: git2::Repository,
+    _lock: LockFile,
+}
+
+impl Refusal {
+    /// Writes the refusal's card, report and receipt, and commits them.
+    pub(crate) fn finish(self) -> FireSummary {
+        let mut state = LoopState::default();
+        state.cards.push(self.card.clone());
+        let records = RunRecords {
+            status: RunStatus::Failed,
+            stop: StopReason::NotStarted,
+            inputs: self.inputs,
+            sandbox: SandboxRecord::default(),
+            state,
+            acceptance: vec![],
+        };
+        let sink = RecordSink {
+            redactor: config::redactor(self.settings.as_ref()),
+            identity: self.settings.map(|s| s.runtime_identity).unwrap_or_default(),
+            repo: &self.repo,
+        };
+        let mut summary = finish::write(&self.ctx, &sink, &records);
+        if summary.end == FireEnd::Failed {
+            summary.end = self.end;
+        }
+        summary.message = self.card.summary;
+        summary
+    }
+}
+
+/// Steps 1-4: repository, lock, dirty check, load and validate, prefetch.
+pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
+    let ctx = FireContext::new(opts);
+    if !prompt::valid_task_name(&ctx.opts.task) {
+        let why = format!(
+            "`{}` is not a valid task name (letters, digits, `-`, `_`)",
+            ctx.opts.task
+        );
+        return Err(EarlyEnd::Unrecorded(Box::new(ctx.unrecorded(
+            RunStatus::Failed,
+            FireEnd::InvalidInput,
+            why,
+        ))));
+    }
+    let repo = match crate::git::discover(&ctx.opts.root) {
+        Ok(r) => r,
+        Err(e) => {
+            return Err(EarlyEnd::Unrecorded(Box::new(ctx.unrecorded(
+                RunStatus::Failed,
+                FireEnd::Environment,
+                e.to_string(),
+            ))))
+        }
+    };
+    let lock = match state::take_lock(&state::task_lock_path(&ctx.opts.root, &ctx.opts.task), LockWait::NoWait) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return Err(EarlyEnd::Unrecorded(Box::new(skipped(&ctx)))),
+        Err(e) => {
+            let why = format!("cannot take the task lock in {}: {e}", ctx.opts.root.display());
+            return Err(EarlyEnd::Unrecorded(Box::new(ctx.unrecorded(
+                RunStatus::Failed,
+                FireEnd::Environment,
+                why,
+            ))));
+        }
+    };
+    let mut p = Preparing {
+        inputs: Inputs {
+            commit: crate::git::head_commit(&repo).ok().flatten().map(|o| o.to_string()),
+            ..Inputs::default()
+        },
+        ctx,
+        repo,
+        settings: None,
+    };
+    match p.phases() {
+        Ok((config, state)) => Ok(FireRun {
+            ctx: p.ctx,
+            config,
+            _lock: lock,
+            inputs: p.inputs,
+            sandbox: SandboxRecord::default(),
+            state,
+            stop: StopReason::NotStarted,
+            acceptance: Vec::new(),
+            abort: None,
+            repo: p.repo,
+        }),
+        Err(Stop {
+            end, card: Some(card), ..
+        }) => Err(EarlyEnd::Refused(Box::new(Refusal {
+            ctx: p.ctx,
+            end,
+            card,
+            inputs: p.inputs,
+            settings: p.settings,
+            repo: p.repo,
+            _lock: lock,
+        }))),
+        Err(Stop {
+            end,
+            card: None,
+            message,
+        }) => Err(EarlyEnd::Unrecorded(Box::new(p.ctx.unrecorded(
+            RunStatus::Failed,
+            end,
+            message,
+        )))),
+    }
+}
+
+/// A skipped fire leaves a row in the state database, never a file: a minute cron
+/// must not flood history.
+fn skipped(ctx: &FireContext) -> FireSummary {
+    let recorded = StateDb::open(&ctx.opts.root)
+        .map_err(|e| e.to_string())
+        .and_then(|mut db| {
+            db.record_skip(&ctx.run_id, &ctx.opts.task, ctx.started_at)
+                .map_err(|e| e.to_string())
+        });
+    if let Err(e) = recorded {
+        tracing::warn!(error = %e, "the skipped fire was not recorded");
+    }
+    ctx.unrecorded(
+        RunStatus::Skipped,
+        FireEnd::Skipped,
+        "another fire of this task holds the lock",
+    )
+}
+
+/// The state preparation builds up: what a refusal needs to record.
+struct Preparing {
+    ctx: FireContext,
+    repo: git2::Repository,
+    inputs: Inputs,
+    /// Set once the settings loaded, so a later refusal redacts their key variables.
+    settings: Option<RuntimeSettings>,
+}
+
+impl Preparing {
+    fn phases(&mut self) -> Result<(FireConfig, LoopState), Stop> {
+        let loaded = settings::load(&self.ctx.opts.root);
+        self.refuse_unreviewed(loaded.as_ref().ok().map(|s| &s.runtime))?;
+        tracing::debug!(
+            elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
+            "lock taken, builder paths clean"
+        );
+        let settings = loaded
+            .map_err(|d| {
+                let text = d.to_string();
+                Stop::carded(
+                    FireEnd::InvalidInput,
+                    CardKind::InvalidConfig,
+                    format!("invalid settings: {}", first_line(&text)),
+                    text,
+                )
+            })?
+            .runtime;
+        self.settings = Some(settings.clone());
+        let config = self.load_config(settings)?;
+        std::fs::create_dir_all(&config.scratch).map_err(|e| {
+            Stop::bare(
+                FireEnd::Environment,
+                format!(
+                    "cannot create the run's scratch directory {}: {e}",
+                    config.scratch.display()
+                ),
+            )
+        })?;
+        let state = self.first_state(&config)?;
+        Ok((config, state))
+    }
+
+    /// Builder paths must be committed: the fire runs on reviewed versions only.
+    fn refuse_unreviewed(&self, settings: Option<&RuntimeSettings>) -> Result<(), Stop> {
+        let root = &self.ctx.opts.root;
+        let extra_builder = settings.map(|s| s.builder_paths.as_slice()).unwrap_or(&[]);
+        let ownership = Ownership::new(root)
+            .with_globs(extra_builder, &[])
+            .unwrap_or_else(|_| Ownership::new(root));
+        let dirty = crate::git::dirty_builder_paths(&self.repo, &ownership)
+            .map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        Err(Stop::carded(
+            FireEnd::Failed,
+            CardKind::UnreviewedChanges,
+            format!("{} builder-owned path(s) have uncommitted changes", dirty.len()),
+            format!("refusing to fire on unreviewed changes: {}", dirty.join(", ")),
+        ))
+    }
+
+    /// Prompt, scope and policy on top of the settings, resolved into one config; the
+    /// input versions go into the receipt.
+    fn load_config(&mut self, settings: RuntimeSettings) -> Result<FireConfig, Stop> {
+        let root = self.ctx.opts.root.clone();
+        let invalid = |summary: String, detail: String| {
+            Stop::carded(FireEnd::InvalidInput, CardKind::InvalidConfig, summary, detail)
+        };
+        let prompt = prompt::load(&root, &self.ctx.opts.task, &settings).map_err(|d| {
+            let text = crate::diag::Diagnostics(d).to_string();
+            invalid(format!("invalid prompt: {}", first_line(&text)), text)
+        })?;
+        let scope = std::fs::read_to_string(root.join(SCOPE_FILE)).unwrap_or_default();
+        if scope.trim().is_empty() {
+            return Err(invalid(
+                "scope/SCOPE.md is missing or empty".into(),
+                format!("{SCOPE_FILE}:0: the boundary document is required"),
+            ));
+        }
+        let blob = |p: &str| {
+            crate::git::head_blob(&self.repo, p)
+                .ok()
+                .flatten()
+                .map(|o| o.to_string())
+        };
+        self.inputs.prompt = blob(&prompt.file.to_string_lossy());
+        self.inputs.scope = blob(SCOPE_FILE);
+        self.inputs.settings = blob(SETTINGS_FILE);
+        self.inputs.provider = format!("{:?}", settings.provider.kind).to_lowercase();
+        FireConfig::resolve(&root, &self.ctx.run_id, settings, prompt, scope)
+            .map_err(|e| invalid("invalid permissions".into(), e.to_string()))
+    }
+
+    /// The conversation the loop starts from: a paused run's checkpoint (no prefetch
+    /// again), or the system prompt and the task prompt with its prefetched context.
+    fn first_state(&self, config: &FireConfig) -> Result<LoopState, Stop> {
+        if let Some(paused) = &self.ctx.opts.resume {
+            let checkpoint = StateDb::open(&self.ctx.opts.root)
+                .map_err(|e| e.to_string())
+                .and_then(|db| db.checkpoint(paused).map_err(|e| e.to_string()))
+                .map_err(|e| Stop::bare(FireEnd::Environment, e))?
+                .ok_or_else(|| {
+                    Stop::bare(
+                        FireEnd::InvalidInput,
+                        format!("run `{paused}` has no checkpoint to resume"),
+                    )
+                })?;
+            let mut state = checkpoint.state;
+            state.trace = Default::default();
+            state.cards.clear();
+            return Ok(state);
+        }
+        let mut state = LoopState::default();
+        let prefetched = prefetch::run_all(&self.ctx.opts.root, config, &mut state.trace).map_err(|failed| {
+            let _ = std::fs::remove_dir_all(&config.scratch);
+            Stop::carded(
+                FireEnd::Failed,
+                CardKind::PrefetchFailed,
+                format!("prefetch `{}` failed", failed.name),
+                failed.detail,
+            )
+        })?;
+        let body = &config.prompt.body;
+        let user = if prefetched.is_empty() {
+            body.clone()
+        } else {
+            format!("{}\n\n## Prefetched context{prefetched}", body.trim_end())
+        };
+        state.messages = vec![
+            Message::System {
+                content: context::system_prompt(&config.scope),
+            },
+            Message::User { content: user },
+        ];
+        Ok(state)
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").to_string()
+}

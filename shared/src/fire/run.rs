@@ -1,0 +1,247 @@
+//! Step 5 of a fire: the runtime restricts itself with Landlock, starts the sandboxed
+//! tool worker and the providers, runs the loop, then the acceptance checks (inside
+//! the worker too: they read what the model wrote). A phase that cannot go on records
+//! an [`Abort`] for [`FireRun::finish`] instead of ending the fire itself.
+
+use super::config::ACCEPTANCE_OUTPUT_BYTES;
+use super::prefetch::shell_quote;
+use super::{Abort, Aborted, FireEnd, FireRun};
+use crate::agent::worker_client::WorkerClient;
+use crate::agent::{Agent, CallDecision, CardDraft, LoopConfig};
+use crate::provider::{Provider, ProviderChain, ProviderError};
+use crate::records::{AcceptanceRecord, CardKind};
+use crate::sandbox::{self, landlock};
+use crate::state::StateDb;
+use crate::tools::exec::ExecContext;
+use crate::tools::{ToolArgs, ToolRequest};
+use crate::worker::WorkerConfig;
+
+impl FireRun {
+    /// Step 5a: restrict this process (no threads may exist yet): writes only to its
+    /// records, state and git objects; TCP only to the provider. On `Err` the fire
+    /// cannot go on; [`FireRun::finish`] records why.
+    pub fn enter_sandbox(&mut self) -> Result<(), Aborted> {
+        let spec = sandbox::runtime_spec(&self.ctx.opts.root, &self.config.provider_ports);
+        let entered = sandbox::prepare_dirs(&spec)
+            .map_err(|e| e.to_string())
+            .and_then(|_| landlock::enforce(&spec, self.config.settings.sandbox.landlock).map_err(|e| e.to_string()));
+        match entered {
+            Ok(record) => {
+                self.sandbox = record;
+                Ok(())
+            }
+            Err(why) => Err(self.abort(
+                FireEnd::Failed,
+                CardKind::SandboxUnavailable,
+                "the sandbox could not be entered".into(),
+                why,
+            )),
+        }
+    }
+
+    fn abort(&mut self, end: FireEnd, kind: CardKind, summary: String, detail: String) -> Aborted {
+        self.abort = Some(Abort {
+            end,
+            card: CardDraft {
+                kind,
+                summary,
+                detail,
+                evidence: vec![format!("kernel Landlock ABI {}", landlock::kernel_abi())],
+            },
+        });
+        Aborted
+    }
+
+    /// Step 5b: start the sandboxed tool worker and run the loop, then the acceptance
+    /// checks. `cancel` turns true on SIGINT/SIGTERM.
+    pub async fn run(&mut self, mut cancel: tokio::sync::watch::Receiver<bool>) -> Result<(), Aborted> {
+        let mut worker = self.start_worker().await?;
+        let chain = match self.providers() {
+            Ok(chain) => chain,
+            Err(e) => {
+                worker.shutdown().await;
+                let detail = self.config.redactor.redact(&e.to_string()).into_owned();
+                return Err(self.abort(
+                    FireEnd::InvalidInput,
+                    CardKind::InvalidConfig,
+                    "provider could not be set up".into(),
+                    detail,
+                ));
+            }
+        };
+        let cfg = self.loop_config(&chain);
+        self.inputs.model = cfg.model.clone();
+        self.stop = Agent {
+            cfg: &cfg,
+            provider: &chain,
+            policy: &self.config.policy,
+            worker: &mut worker,
+            cancel: &mut cancel,
+            started: self.ctx.started,
+        }
+        .run(&mut self.state)
+        .await;
+        if self.stop == crate::records::StopReason::FinalAnswer {
+            self.acceptance = self.run_acceptance(&mut worker).await;
+        }
+        worker.shutdown().await;
+        tracing::debug!(
+            elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
+            steps = self.state.step,
+            "loop finished"
+        );
+        Ok(())
+    }
+
+    /// Starts the tool worker in its own sandbox; the receipt records that sandbox.
+    async fn start_worker(&mut self) -> Result<WorkerClient, Aborted> {
+        let root = &self.ctx.opts.root;
+        let config = WorkerConfig {
+            root: root.clone(),
+            scratch: self.config.scratch.clone(),
+            spec: sandbox::worker_spec(
+                root,
+                &self.config.scratch,
+                &self.config.settings,
+                self.config.policy.ownership(),
+            ),
+            mode: self.config.settings.sandbox.landlock,
+            env: ExecContext::scrubbed_env(&self.config.scratch),
+        };
+        let (exe, args) = &self.ctx.opts.worker_cmd;
+        let worker = match WorkerClient::spawn(exe, args, &config).await {
+            Ok(w) => w,
+            Err(e) => {
+                return Err(self.abort(
+                    FireEnd::Failed,
+                    CardKind::SandboxUnavailable,
+                    "the tool worker could not enter its sandbox".into(),
+                    e.to_string(),
+                ))
+            }
+        };
+        tracing::debug!(
+            elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
+            "tool worker sandboxed and ready"
+        );
+        let runtime_sandbox = std::mem::replace(&mut self.sandbox, worker.sandbox.clone());
+        if runtime_sandbox.landlock != self.sandbox.landlock {
+            self.sandbox
+                .rights
+                .push(format!("runtime process: {}", runtime_sandbox.landlock));
+        }
+        Ok(worker)
+    }
+
+    fn providers(&self) -> Result<ProviderChain, ProviderError> {
+        let root = &self.ctx.opts.root;
+        let s = &self.config.settings;
+        let primary = Provider::new(&s.provider, root, self.config.retry)?;
+        let fallback = s
+            .fallback
+            .as_ref()
+            .map(|f| Provider::new(f, root, self.config.retry))
+            .transpose()?;
+        Ok(ProviderChain { primary, fallback })
+    }
+
+    /// The loop's inputs, from the resolved configuration.
+    fn loop_config(&self, chain: &ProviderChain) -> LoopConfig {
+        let head = git2::Repository::open(&self.ctx.opts.root).ok();
+        let root = self.ctx.opts.root.clone();
+        let run = self.ctx.approval_run().to_string();
+        LoopConfig {
+            task: self.ctx.opts.task.clone(),
+            run_id: self.ctx.run_id.clone(),
+            model: self
+                .config
+                .prompt
+                .front
+                .model
+                .clone()
+                .unwrap_or_else(|| chain.primary.model()),
+            tools: self.config.tools.clone(),
+            budgets: self.config.budgets,
+            limits: self.config.limits,
+            max_context: chain.primary.capabilities().max_context,
+            max_output_tokens: self.config.limits.max_output_tokens,
+            prices: self.config.settings.prices.clone(),
+            redactor: self.config.redactor.clone(),
+            committed: Box::new(move |rel: &str| {
+                head.as_ref()
+                    .is_some_and(|r| crate::git::head_blob(r, rel).ok().flatten().is_some())
+            }),
+            decision: Box::new(move |call, hash| lookup_decision(&root, &run, call, hash)),
+        }
+    }
+
+    async fn run_acceptance(&mut self, worker: &mut WorkerClient) -> Vec<AcceptanceRecord> {
+        let answer = self.state.final_answer.clone().unwrap_or_default();
+        let mut out = Vec::new();
+        for a in self.config.prompt.front.acceptance.clone() {
+            let span = self
+                .state
+                .trace
+                .start("acceptance", format!("acceptance {}", a.name), None);
+            let mut failures = Vec::new();
+            if let Some(needle) = &a.report_contains {
+                if !answer.contains(needle.as_str()) {
+                    failures.push(format!("report does not contain `{needle}`"));
+                }
+            }
+            if let Some(min) = a.min_report_bytes {
+                if answer.len() < min {
+                    failures.push(format!("report is {} bytes, under {min}", answer.len()));
+                }
+            }
+            if let Some(script) = &a.run {
+                if let Some(failure) = self.acceptance_script(worker, &a.name, script, &answer).await {
+                    failures.push(failure);
+                }
+            }
+            let passed = failures.is_empty();
+            self.state.trace.end(span, if passed { "ok" } else { "failed" });
+            out.push(AcceptanceRecord {
+                check: a.name.clone(),
+                passed,
+                detail: self.config.redactor.redact(&failures.join("; ")).into_owned(),
+            });
+        }
+        out
+    }
+
+    /// Runs one acceptance script in the worker on the report; `Some` says why it failed.
+    async fn acceptance_script(
+        &self,
+        worker: &mut WorkerClient,
+        name: &str,
+        script: &str,
+        answer: &str,
+    ) -> Option<String> {
+        // The report is handed over on the scratch dir, which the worker may read.
+        let path = self.config.scratch.join("report.md");
+        let _ = std::fs::write(&path, answer);
+        let req = ToolRequest {
+            call_id: format!("acceptance-{name}"),
+            args: ToolArgs::RunCommand {
+                command: format!("{} {}", shell_quote(script), shell_quote(&path.to_string_lossy())),
+                timeout_s: None,
+            },
+            timeout_ms: self.config.limits.prefetch_timeout_s * 1000,
+            output_limit: ACCEPTANCE_OUTPUT_BYTES,
+        };
+        let r = worker.call(&req).await;
+        r.error.map(|_| format!("{script}: {}", r.output.trim()))
+    }
+}
+
+/// A builder's decision on a paused call of `run`, read from the state database.
+fn lookup_decision(root: &std::path::Path, run: &str, call_id: &str, args_hash: &str) -> Option<CallDecision> {
+    match StateDb::open(root).and_then(|db| db.decision(run, call_id, args_hash)) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read approvals; the call stays paused");
+            None
+        }
+    }
+}
