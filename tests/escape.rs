@@ -126,6 +126,8 @@ const POLICY_ONLY: &str = "  allow: [\"Read(**)\", \"Bash(ls*)\", \"Bash(cat*)\"
 struct Outcome {
     calls: Vec<Value>,
     code: i32,
+    /// The exit code of a completed fire with these records (0, or 5 with cards).
+    completed: i32,
 }
 
 fn run_case(env: &TestEnv, c: &Case, rules: &str, landlock: &str, listener: &TcpListener) -> Outcome {
@@ -179,6 +181,7 @@ fn run_case(env: &TestEnv, c: &Case, rules: &str, landlock: &str, listener: &Tcp
     Outcome {
         calls: receipt["tool_calls"].as_array().unwrap().clone(),
         code: out.status.code().unwrap_or(-1),
+        completed: TestEnv::completed_code(&summary),
     }
 }
 
@@ -226,7 +229,7 @@ fn escape_suite_both_layers() {
         "required",
         |_| true,
         |c, o| {
-            assert_eq!(o.code, 0, "{}: the fire itself should complete", c.name);
+            assert_eq!(o.code, o.completed, "{}: the fire itself should complete", c.name);
             for &i in &c.hostile {
                 let call = &o.calls[i];
                 match c.layer {

@@ -8,3 +8,4 @@ mod builder_cmds;
 mod escape;
 mod fire;
 mod init_check;
+mod operator;

@@ -86,6 +86,16 @@ impl TestEnv {
         (out.status.code().unwrap_or(-1), summary, stderr)
     }
 
+    /// The exit code of a fire that completed with `summary`: 0 with no card, 5
+    /// ("needs attention") when it wrote cards.
+    pub fn completed_code(summary: &Value) -> i32 {
+        if summary["cards"].as_array().is_some_and(|c| !c.is_empty()) {
+            5
+        } else {
+            0
+        }
+    }
+
     pub fn write(&self, rel: &str, body: &str) {
         let p = self.root.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();

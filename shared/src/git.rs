@@ -167,6 +167,19 @@ pub fn commit_new_files(
     Ok(oid)
 }
 
+/// The id of the tree holding only the builder-owned directories of `tree` (what an
+/// approval names, and what makes two refusals "on the same builder tree"). Writes
+/// that small tree object into the repository (a no-op when it exists).
+pub fn builder_tree_id(repo: &Repository, tree: &git2::Tree) -> Result<Oid, GitError> {
+    let mut builder = repo.treebuilder(None)?;
+    for dir in BUILDER_DIRS.iter().filter(|d| **d != ".git") {
+        if let Some(entry) = tree.get_name(dir) {
+            builder.insert(dir, entry.id(), entry.filemode())?;
+        }
+    }
+    Ok(builder.write()?)
+}
+
 /// What a fire's commit did about loose objects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AutoGc {

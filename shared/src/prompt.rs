@@ -96,6 +96,34 @@ pub fn valid_task_name(task: &str) -> bool {
         && !task.starts_with('-')
 }
 
+/// The tasks of the repository at `root`: the stems of `prompts/*.md`, sorted.
+pub fn task_names(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root.join(crate::layout::PROMPTS_DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".md")
+                .filter(|t| valid_task_name(t))
+                .map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The known task closest to a mistyped `task`, when one is close enough to be what
+/// was meant.
+pub fn closest_task<'a>(task: &str, known: &'a [String]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (strsim::jaro_winkler(task, k), k))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k.as_str())
+}
+
 /// Repo-relative path of a task's prompt.
 pub fn prompt_path(task: &str) -> PathBuf {
     Path::new(crate::layout::PROMPTS_DIR).join(format!("{task}.md"))
@@ -374,6 +402,14 @@ mod tests {
     fn settings() -> RuntimeSettings {
         let mut d = Vec::new();
         crate::settings::parse_runtime_yaml("version: 1\nprovider: {kind: openai, model: m}\nbudgets: {max_steps: 10}\ntools: [read_file, run_command]\n", &mut d).unwrap()
+    }
+
+    #[test]
+    fn a_typo_suggests_the_task_meant() {
+        let known: Vec<String> = ["digest", "nightly-report", "sort_docs"].map(String::from).to_vec();
+        assert_eq!(closest_task("digets", &known), Some("digest"));
+        assert_eq!(closest_task("nightly-reprot", &known), Some("nightly-report"));
+        assert_eq!(closest_task("zzz", &known), None);
     }
 
     #[test]

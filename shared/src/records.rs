@@ -88,6 +88,8 @@ pub enum CardKind {
     SideEffectUncertain,
     ApprovalNeeded,
     Crashed,
+    /// The fire completed with an empty final answer: a report that says nothing.
+    EmptyReport,
 }
 
 impl CardKind {
@@ -108,6 +110,7 @@ impl CardKind {
             CardKind::SideEffectUncertain => "side_effect_uncertain",
             CardKind::ApprovalNeeded => "approval_needed",
             CardKind::Crashed => "crashed",
+            CardKind::EmptyReport => "empty_report",
         }
     }
 }

@@ -27,8 +27,19 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
         // 4: a file migrated while both databases shared one list got the builder's
         // card stat cache here; the runtime never used it.
         "DROP TABLE IF EXISTS card_files;",
+        // 5: the last refusal of each task, so an unchanged refusal is counted here
+        // instead of being committed again on every cron tick.
+        "CREATE TABLE refusals (task TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, builder_tree TEXT NOT NULL,
+            card_id TEXT NOT NULL, count INTEGER NOT NULL, first_at TEXT NOT NULL, last_at TEXT NOT NULL);",
     ],
 };
+
+/// A refusal already on record: the card that recorded it and how often it recurred.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepeatedRefusal {
+    pub card_id: String,
+    pub count: u64,
+}
 
 /// Path of the state database of the repository at `root`.
 pub fn db_path(root: &Path) -> PathBuf {
@@ -93,6 +104,62 @@ impl StateDb {
                 rusqlite::params![run_id, task, at.to_rfc3339()],
             )
         })?;
+        Ok(())
+    }
+
+    /// When the task's last refusal had this fingerprint on this builder tree, counts
+    /// one more and returns it; otherwise `None` (the refusal is new and gets records).
+    pub fn repeat_refusal(
+        &mut self,
+        task: &str,
+        fingerprint: &str,
+        builder_tree: &str,
+        at: DateTime<Utc>,
+    ) -> Result<Option<RepeatedRefusal>, StoreError> {
+        self.store.write(|tx| {
+            let found: Option<(String, i64)> = tx
+                .query_row(
+                    "SELECT card_id, count FROM refusals WHERE task = ?1 AND fingerprint = ?2 AND builder_tree = ?3",
+                    [task, fingerprint, builder_tree],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            let Some((card_id, count)) = found else {
+                return Ok(None);
+            };
+            tx.execute(
+                "UPDATE refusals SET count = count + 1, last_at = ?2 WHERE task = ?1",
+                rusqlite::params![task, at.to_rfc3339()],
+            )?;
+            Ok(Some(RepeatedRefusal {
+                card_id,
+                count: count.max(0) as u64 + 1,
+            }))
+        })
+    }
+
+    /// Remembers a refusal just recorded with card `card_id`.
+    pub fn remember_refusal(
+        &mut self,
+        task: &str,
+        fingerprint: &str,
+        builder_tree: &str,
+        card_id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.store.write(|tx| {
+            tx.execute(
+                "INSERT OR REPLACE INTO refusals (task, fingerprint, builder_tree, card_id, count, first_at, last_at) VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)",
+                rusqlite::params![task, fingerprint, builder_tree, card_id, at.to_rfc3339()],
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Forgets the task's last refusal: the task fired, so the next refusal is news.
+    pub fn clear_refusal(&mut self, task: &str) -> Result<(), StoreError> {
+        self.store
+            .write(|tx| tx.execute("DELETE FROM refusals WHERE task = ?1", [task]))?;
         Ok(())
     }
 
@@ -331,6 +398,27 @@ mod tests {
         drop(Store::open(&path, shared_list).unwrap());
         let db = StateDb::open(dir.path()).unwrap();
         assert_eq!(db.store().schema_version().unwrap(), RUNTIME_SCHEMA.version());
+    }
+
+    #[test]
+    fn an_unchanged_refusal_is_counted_until_the_task_fires() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = StateDb::open(dir.path()).unwrap();
+        let now = Utc::now();
+        assert_eq!(db.repeat_refusal("t", "fp", "tree1", now).unwrap(), None);
+        db.remember_refusal("t", "fp", "tree1", "card-1", now).unwrap();
+        let again = db.repeat_refusal("t", "fp", "tree1", now).unwrap().unwrap();
+        assert_eq!((again.card_id.as_str(), again.count), ("card-1", 2));
+        assert_eq!(db.repeat_refusal("t", "fp", "tree1", now).unwrap().unwrap().count, 3);
+        assert_eq!(
+            db.repeat_refusal("t", "fp", "tree2", now).unwrap(),
+            None,
+            "another tree is news"
+        );
+        assert_eq!(db.repeat_refusal("t", "other", "tree1", now).unwrap(), None);
+        assert_eq!(db.repeat_refusal("u", "fp", "tree1", now).unwrap(), None);
+        db.clear_refusal("t").unwrap();
+        assert_eq!(db.repeat_refusal("t", "fp", "tree1", now).unwrap(), None);
     }
 
     #[test]

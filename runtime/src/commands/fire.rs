@@ -5,7 +5,13 @@ use shared::fire::{self, FireEnd, FireOptions, FireSummary};
 use std::io::IsTerminal;
 use std::path::Path;
 
-/// Fire a task once; exit 0 done, 1 failed, 2 bad config, 3 skipped, 4 waiting approval
+/// Fire a task once
+///
+/// Exit codes: 0 completed (accepted, or completed without acceptance checks) with a
+/// non-empty report and no card; 1 failed, or an environment problem (locks,
+/// permissions, disk); 2 usage or configuration error; 3 skipped (another fire of the
+/// task holds the lock; prints nothing unless -v); 4 waiting for approval; 5
+/// completed, but cards were written (needs attention); 70 internal error (a bug).
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Task name (prompts/<task>.md)
@@ -18,8 +24,21 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
-    fire_task(root, args.task.clone(), args.no_commit, args.json, None)
+pub fn run(args: Args, root: &Path, verbose: u8) -> anyhow::Result<i32> {
+    let out = Output {
+        json: args.json,
+        verbose,
+    };
+    fire_task(root, args.task, args.no_commit, None, out)
+}
+
+/// How a fire's outcome is printed.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    /// The summary as JSON on stdout.
+    pub json: bool,
+    /// `-v` count: a skipped fire says so only with -v.
+    pub verbose: u8,
 }
 
 /// One fire, fresh or resumed; shared by `fire` and `resume`.
@@ -27,8 +46,8 @@ pub fn fire_task(
     root: &Path,
     task: String,
     no_commit: bool,
-    json: bool,
     resume: Option<String>,
+    out: Output,
 ) -> anyhow::Result<i32> {
     let exe = std::env::current_exe()?;
     let opts = FireOptions {
@@ -67,7 +86,7 @@ pub fn fire_task(
         }
     };
     let code = exit_code(summary.end);
-    print(&summary, code, json);
+    print(&summary, code, out);
     Ok(code)
 }
 
@@ -79,21 +98,17 @@ pub fn exit_code(end: FireEnd) -> i32 {
         FireEnd::InvalidInput => 2,
         FireEnd::Skipped => 3,
         FireEnd::WaitingApproval => 4,
+        FireEnd::NeedsAttention => 5,
         FireEnd::Internal => 70,
     }
 }
 
-fn print(s: &FireSummary, exit_code: i32, json: bool) {
-    if json {
+fn print(s: &FireSummary, exit_code: i32, out: Output) {
+    if out.json {
         // The summary and the exit code it leads to.
-        let mut out = serde_json::to_value(s).unwrap_or_default();
-        out["exit_code"] = exit_code.into();
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return;
-    }
-    let ok = s.end == FireEnd::Completed;
-    // Quiet for cron on success; a person at a terminal gets one line.
-    if ok && !std::io::stdout().is_terminal() {
+        let mut value = serde_json::to_value(s).unwrap_or_default();
+        value["exit_code"] = exit_code.into();
+        println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
         return;
     }
     let line = format!(
@@ -110,13 +125,30 @@ fn print(s: &FireSummary, exit_code: i32, json: bool) {
             .map(|c| format!(" commit={}", &c[..c.len().min(12)]))
             .unwrap_or_default()
     );
-    if ok {
-        println!("{line}");
-    } else {
-        eprintln!("error: {}", s.message);
-        eprintln!("{line}");
-        if !s.cards.is_empty() {
-            eprintln!("hint: `builder cards list` shows the cards; the receipt has the details");
+    // Cron mails whatever is printed: a success prints only at a terminal, a skip
+    // only with -v; everything else says what happened and what to do next.
+    let tag = match s.end {
+        FireEnd::Completed => {
+            if std::io::stdout().is_terminal() {
+                println!("{line}");
+            }
+            return;
         }
+        FireEnd::Skipped => {
+            if out.verbose > 0 {
+                eprintln!("skipped: {} ({})", s.message, s.task);
+            }
+            return;
+        }
+        FireEnd::NeedsAttention => "attention",
+        FireEnd::WaitingApproval => "waiting",
+        FireEnd::Failed | FireEnd::InvalidInput | FireEnd::Environment | FireEnd::Internal => "error",
+    };
+    eprintln!("{tag}: {}", s.message);
+    if s.receipt.is_some() {
+        eprintln!("{line}");
+    }
+    if let Some(hint) = &s.hint {
+        eprintln!("hint: {hint}");
     }
 }

@@ -55,8 +55,8 @@ pub enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let root = resolve_root(&cli.global.repo)?;
     match cli.command {
-        Command::Fire(a) => fire::run(a, &root),
-        Command::Resume(a) => resume::run(a, &root),
+        Command::Fire(a) => fire::run(a, &root, cli.global.verbose),
+        Command::Resume(a) => resume::run(a, &root, cli.global.verbose),
         Command::Runs(a) => runs::run(a, &root),
         Command::Show(a) => show::run(a, &root),
         Command::Check(a) => check::run(a, &root),

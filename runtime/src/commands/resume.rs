@@ -17,7 +17,7 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
+pub fn run(args: Args, root: &Path, verbose: u8) -> anyhow::Result<i32> {
     let checkpoint = StateDb::open(root)?.checkpoint(&args.run_id)?;
     let task = match checkpoint {
         Some(c) => c.task,
@@ -27,5 +27,9 @@ pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
-    super::fire::fire_task(root, task, args.no_commit, args.json, Some(args.run_id))
+    let out = super::fire::Output {
+        json: args.json,
+        verbose,
+    };
+    super::fire::fire_task(root, task, args.no_commit, Some(args.run_id), out)
 }

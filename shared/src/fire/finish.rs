@@ -8,7 +8,7 @@ use super::{FireContext, FireEnd, FireRun, FireSummary, RunRecords};
 use crate::agent::{CardDraft, LoopState};
 use crate::git::AutoGc;
 use crate::layout::{Owner, Ownership, RUNTIME_DIRS};
-use crate::records::{self, AcceptanceRecord, Card, Receipt, RunStatus, StopReason, WriteError};
+use crate::records::{self, AcceptanceRecord, Card, CardKind, Receipt, RunStatus, StopReason, WriteError};
 use crate::secrets::Redactor;
 use crate::settings::Identity;
 use crate::state::{self, Checkpoint, LockWait, StateDb};
@@ -106,8 +106,17 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &RunRecords) -> F
             tracing::error!(error = %f.message, "writing the fire's records failed");
             f.end
         }
-        None => end_of(rec.status),
+        None => match end_of(rec.status) {
+            FireEnd::Completed if !card_ids.is_empty() => FireEnd::NeedsAttention,
+            end => end,
+        },
     };
+    let pending = rec.state.pending.as_ref().map(|p| p.call.id.as_str());
+    let hint = rec
+        .state
+        .cards
+        .first()
+        .and_then(|c| hint_for(c.kind, &ctx.run_id, pending));
     FireSummary {
         run_id: ctx.run_id.clone(),
         task: task.clone(),
@@ -119,7 +128,37 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &RunRecords) -> F
         cards: card_ids,
         commit,
         message: failure.map(|f| f.message).unwrap_or_default(),
+        hint,
     }
+}
+
+/// The next command for a fire whose first card is of `kind`.
+pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>) -> Option<String> {
+    Some(match kind {
+        CardKind::InvalidConfig => "`builder check` lists every problem with file:line".into(),
+        CardKind::ApprovalNeeded => format!(
+            "`builder approve-call {run_id} {}` decides the call (`--deny` to refuse it), then `runtime resume {run_id}`",
+            pending_call.unwrap_or("<call-id>")
+        ),
+        CardKind::UnreviewedChanges => {
+            "land the builder-owned changes through review (or `git stash` them), then fire again".into()
+        }
+        CardKind::SandboxUnavailable => {
+            "`runtime check` shows what this kernel offers; settings `sandbox.landlock` chooses the mode".into()
+        }
+        CardKind::PrefetchFailed => "run the prefetch script by hand to see why; the card has its output".into(),
+        CardKind::PermissionDenied
+        | CardKind::MissingTool
+        | CardKind::BudgetExceeded
+        | CardKind::MaxSteps
+        | CardKind::RepeatedCall
+        | CardKind::RepeatedError
+        | CardKind::ProviderError
+        | CardKind::AcceptanceFailed
+        | CardKind::SideEffectUncertain
+        | CardKind::Crashed
+        | CardKind::EmptyReport => "`builder cards list` shows the cards; the receipt has the details".into(),
+    })
 }
 
 /// How a run's status ends the fire, when its records were written.
@@ -267,13 +306,23 @@ impl FireRun {
         let acceptance_card = failed_checks_card(&self.acceptance);
         let failed_checks = acceptance_card.is_some();
         self.state.cards.extend(acceptance_card);
+        if self.stop == StopReason::FinalAnswer
+            && self.state.final_answer.as_deref().is_none_or(|a| a.trim().is_empty())
+        {
+            self.state.cards.push(CardDraft {
+                kind: CardKind::EmptyReport,
+                summary: "the model's final answer was empty: the report says nothing".into(),
+                detail: "final answer with no text".into(),
+                evidence: vec![format!("step {}", self.state.step)],
+            });
+        }
         let status = match &self.abort {
             Some(_) => RunStatus::Failed,
             None => status_of(self.stop, failed_checks, self.acceptance.is_empty()),
         };
         if self.stop == StopReason::Cancelled {
             self.state.cards.push(CardDraft {
-                kind: crate::records::CardKind::Crashed,
+                kind: CardKind::Crashed,
                 summary: "the fire was cancelled by a signal".into(),
                 detail: "SIGINT or SIGTERM".into(),
                 evidence: vec![format!("step {}", self.state.step)],
@@ -292,6 +341,7 @@ impl FireRun {
             state: std::mem::take(&mut self.state),
             acceptance: std::mem::take(&mut self.acceptance),
         };
+        let records_acceptance = records.acceptance.clone();
         let sink = RecordSink {
             redactor: self.config.redactor.clone(),
             identity: self.config.identity.clone(),
@@ -312,26 +362,30 @@ impl FireRun {
                 }
                 summary.message = a.card.summary;
             }
-            None => {
+            None if summary.message.is_empty() => {
                 summary.message = format!(
-                    "{} {} ({}), {} steps",
+                    "{} {} ({}), {} steps{}",
                     self.ctx.opts.task,
                     status.as_str(),
                     self.stop.as_str(),
-                    steps
+                    steps,
+                    failed_checks_line(&records_acceptance)
                 );
             }
+            None => {}
         }
         summary
     }
 
     /// The checkpoint lets `runtime resume` continue a paused run; a resumed run that
-    /// no longer waits drops it.
+    /// no longer waits drops it. A run that reached its loop also ends the task's
+    /// streak of refusals.
     fn keep_checkpoint(&self, status: RunStatus, state: LoopState) {
         let run = self.ctx.approval_run();
         let kept = StateDb::open(&self.ctx.opts.root)
             .map_err(|e| e.to_string())
             .and_then(|mut db| {
+                db.clear_refusal(&self.ctx.opts.task).map_err(|e| e.to_string())?;
                 if status == RunStatus::WaitingApproval {
                     let checkpoint = Checkpoint {
                         task: self.ctx.opts.task.clone(),
@@ -370,6 +424,15 @@ fn status_of(stop: StopReason, failed_checks: bool, no_checks: bool) -> RunStatu
     }
 }
 
+/// `: acceptance check `x` failed (detail)` for each failed check, for the summary line.
+fn failed_checks_line(acceptance: &[AcceptanceRecord]) -> String {
+    acceptance
+        .iter()
+        .filter(|a| !a.passed)
+        .map(|a| format!("; acceptance check `{}` failed: {}", a.check, a.detail))
+        .collect()
+}
+
 /// One `acceptance_failed` card naming every failed check, if any failed.
 fn failed_checks_card(acceptance: &[AcceptanceRecord]) -> Option<CardDraft> {
     let failed: Vec<&AcceptanceRecord> = acceptance.iter().filter(|a| !a.passed).collect();
@@ -377,7 +440,7 @@ fn failed_checks_card(acceptance: &[AcceptanceRecord]) -> Option<CardDraft> {
         return None;
     }
     Some(CardDraft {
-        kind: crate::records::CardKind::AcceptanceFailed,
+        kind: CardKind::AcceptanceFailed,
         summary: format!("{} acceptance check(s) failed", failed.len()),
         detail: failed
             .iter()

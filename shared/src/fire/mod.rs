@@ -54,6 +54,8 @@ pub enum FireEnd {
     Skipped,
     /// Paused on a call that needs a builder's approval.
     WaitingApproval,
+    /// Completed, but cards were written: needs attention.
+    NeedsAttention,
     /// A bug in the runtime.
     Internal,
 }
@@ -70,7 +72,11 @@ pub struct FireSummary {
     pub receipt: Option<String>,
     pub cards: Vec<String>,
     pub commit: Option<String>,
+    /// One line: what happened, and for a failure, why.
     pub message: String,
+    /// The next command to run, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }
 
 /// Who this fire is: its options, run id and start times. Fixed at the first moment.
@@ -111,6 +117,7 @@ impl FireContext {
             cards: vec![],
             commit: None,
             message: message.into(),
+            hint: None,
         }
     }
 }

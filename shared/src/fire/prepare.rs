@@ -6,14 +6,14 @@
 //! writes.
 
 use super::config::{self, FireConfig};
-use super::finish::{self, RecordSink};
+use super::finish::{self, hint_for, RecordSink};
 use super::prefetch;
 use super::{EarlyEnd, FireContext, FireEnd, FireOptions, FireRun, FireSummary, RunRecords};
 use crate::agent::{context, CardDraft, LoopState};
 use crate::layout::{Ownership, SCOPE_FILE, SETTINGS_FILE};
 use crate::prompt;
 use crate::provider::Message;
-use crate::records::{CardKind, Inputs, RunStatus, SandboxRecord, StopReason};
+use crate::records::{self, CardKind, Inputs, RunStatus, SandboxRecord, StopReason};
 use crate::settings::{self, RuntimeSettings};
 use crate::state::{self, LockFile, LockWait, StateDb};
 
@@ -60,8 +60,30 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    /// Writes the refusal's card, report and receipt, and commits them.
+    /// Writes the refusal's card, report and receipt, and commits them; a refusal
+    /// identical to the task's last one (same fingerprint, same builder tree) is only
+    /// counted in the state database.
     pub(crate) fn finish(self) -> FireSummary {
+        let redactor = config::redactor(self.settings.as_ref());
+        let task = &self.ctx.opts.task;
+        let fingerprint = records::fingerprint(task, self.card.kind, &redactor.redact(&self.card.detail));
+        let tree = builder_tree(&self.repo);
+        let mut db = StateDb::open(&self.ctx.opts.root);
+        if let Ok(db) = &mut db {
+            match db.repeat_refusal(task, &fingerprint, &tree, self.ctx.started_at) {
+                Ok(Some(seen)) => {
+                    let mut summary = self.ctx.unrecorded(RunStatus::Failed, self.end, "");
+                    summary.message = format!(
+                        "{} (unchanged since card {}, refused {} times; not recorded again)",
+                        self.card.summary, seen.card_id, seen.count
+                    );
+                    summary.hint = hint_for(self.card.kind, &self.ctx.run_id, None);
+                    return summary;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot read the last refusal; recording this one"),
+            }
+        }
         let mut state = LoopState::default();
         state.cards.push(self.card.clone());
         let records = RunRecords {
@@ -73,7 +95,7 @@ impl Refusal {
             acceptance: vec![],
         };
         let sink = RecordSink {
-            redactor: config::redactor(self.settings.as_ref()),
+            redactor,
             identity: self.settings.map(|s| s.runtime_identity).unwrap_or_default(),
             repo: &self.repo,
         };
@@ -81,9 +103,28 @@ impl Refusal {
         if summary.end == FireEnd::Failed {
             summary.end = self.end;
         }
-        summary.message = self.card.summary;
+        if let (Ok(db), Some(card_id), Some(_)) = (&mut db, summary.cards.first(), &summary.commit) {
+            if let Err(e) = db.remember_refusal(task, &fingerprint, &tree, card_id, self.ctx.started_at) {
+                tracing::warn!(error = %e, "the refusal was not remembered; the next one is recorded again");
+            }
+        }
+        summary.message = match self.card.kind {
+            // The paths, so the person reading cron's mail knows what to commit.
+            CardKind::UnreviewedChanges => format!("{}: {}", self.card.summary, self.card.detail),
+            _ => self.card.summary,
+        };
         summary
     }
+}
+
+/// HEAD's tree of builder-owned paths, or an empty marker when it cannot be read.
+fn builder_tree(repo: &git2::Repository) -> String {
+    repo.head()
+        .and_then(|h| h.peel_to_tree())
+        .ok()
+        .and_then(|t| crate::git::builder_tree_id(repo, &t).ok())
+        .map(|o| o.to_string())
+        .unwrap_or_default()
 }
 
 /// Steps 1-4: repository, lock, dirty check, load and validate, prefetch.
@@ -110,6 +151,9 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             ))))
         }
     };
+    if let Some(summary) = not_a_task(&ctx, &repo) {
+        return Err(EarlyEnd::Unrecorded(Box::new(summary)));
+    }
     let lock = match state::take_lock(&state::task_lock_path(&ctx.opts.root, &ctx.opts.task), LockWait::NoWait) {
         Ok(Some(lock)) => lock,
         Ok(None) => return Err(EarlyEnd::Unrecorded(Box::new(skipped(&ctx)))),
@@ -165,6 +209,37 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             message,
         )))),
     }
+}
+
+/// A fire that cannot be one: no commit to fire on, or no prompt for the task. It
+/// writes nothing, not even a directory.
+fn not_a_task(ctx: &FireContext, repo: &git2::Repository) -> Option<FireSummary> {
+    let (message, hint) = if matches!(crate::git::head_commit(repo), Ok(None)) {
+        (
+            "the repository has no commits yet".to_string(),
+            "commit the scaffold first: `git add -A && git commit -m scaffold`".to_string(),
+        )
+    } else if !ctx.opts.root.join(prompt::prompt_path(&ctx.opts.task)).is_file() {
+        let known = prompt::task_names(&ctx.opts.root);
+        let hint = match prompt::closest_task(&ctx.opts.task, &known) {
+            Some(t) => format!("did you mean `{t}`?"),
+            None if known.is_empty() => "no task has a prompt yet: add one under prompts/".into(),
+            None => format!("known tasks: {}", known.join(", ")),
+        };
+        (
+            format!(
+                "no task `{}`: {} does not exist",
+                ctx.opts.task,
+                prompt::prompt_path(&ctx.opts.task).display()
+            ),
+            hint,
+        )
+    } else {
+        return None;
+    };
+    let mut summary = ctx.unrecorded(RunStatus::Failed, FireEnd::InvalidInput, message);
+    summary.hint = Some(hint);
+    Some(summary)
 }
 
 /// A skipped fire leaves a row in the state database, never a file: a minute cron
@@ -260,6 +335,12 @@ impl Preparing {
             let text = crate::diag::Diagnostics(d).to_string();
             invalid(format!("invalid prompt: {}", first_line(&text)), text)
         })?;
+        if let Some(var) = missing_key_variable(&settings) {
+            return Err(invalid(
+                format!("the provider's key variable `{var}` is unset or empty"),
+                format!("{SETTINGS_FILE}: provider api_key_env names `{var}`, which is unset or empty in the fire's environment; no request was sent"),
+            ));
+        }
         let scope = std::fs::read_to_string(root.join(SCOPE_FILE)).unwrap_or_default();
         if scope.trim().is_empty() {
             return Err(invalid(
@@ -324,6 +405,16 @@ impl Preparing {
         ];
         Ok(state)
     }
+}
+
+/// The first key variable the settings name (primary, then fallback) that is unset
+/// or empty: a fire without its key would only fail at the first request.
+pub fn missing_key_variable(settings: &RuntimeSettings) -> Option<&str> {
+    [Some(&settings.provider), settings.fallback.as_ref()]
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.api_key_env.as_deref())
+        .find(|var| std::env::var_os(var).is_none_or(|v| v.is_empty()))
 }
 
 fn first_line(s: &str) -> String {

@@ -1,0 +1,236 @@
+//! The operator's side of a fire (issue 13): no silent success (exit 5 when cards were
+//! written), failure lines that say why and what to do next, a quiet skip, refusals
+//! that cron does not commit again on every tick, a mistyped task that writes nothing,
+//! and a missing key caught before any request.
+
+use crate::util::*;
+use serde_json::Value;
+
+/// A repo whose task `t` talks to `server` (OpenAI wire), with `extra` settings.
+fn repo_for(server: &ModelServer, extra: &str) -> TestEnv {
+    let env = TestEnv::new();
+    env.write(
+        "settings/runtime.yaml",
+        &settings_yaml(&server.provider_yaml(Wire::OpenAi), extra),
+    );
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("test settings");
+    env
+}
+
+fn commits(env: &TestEnv) -> usize {
+    env.commit_authors().len()
+}
+
+/// `runtime fire <task>` without `--json`: (exit code, stdout, stderr).
+fn fire_plain(env: &TestEnv, args: &[&str]) -> (i32, String, String) {
+    let out = env.runtime(args);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_fire_that_completes_with_cards_exits_5_and_says_why() {
+    let w = Wire::OpenAi;
+    let server = ModelServer::start(vec![
+        turn(
+            w,
+            None,
+            &[("c1", "run_command", r#"{"command":"git push origin main"}"#)],
+            (1, 1),
+        ),
+        turn(w, Some("could not push"), &[], (1, 1)),
+    ]);
+    let env = repo_for(&server, "");
+    let (code, stdout, stderr) = fire_plain(&env, &["fire", "t"]);
+    assert_eq!(code, 5, "{stderr}");
+    assert!(stdout.is_empty(), "cron reads stderr: {stdout}");
+    assert!(
+        stderr.starts_with("attention: t completed (final_answer), 2 steps"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cards=1"), "{stderr}");
+    assert!(stderr.contains("hint: `builder cards list`"), "{stderr}");
+}
+
+#[test]
+fn an_empty_final_answer_is_not_a_silent_success() {
+    let w = Wire::OpenAi;
+    let server = ModelServer::start(vec![turn(w, Some("  \n"), &[], (1, 1))]);
+    let env = repo_for(&server, "");
+    let (code, summary, _) = env.fire("t");
+    assert_eq!(code, 5);
+    assert_eq!(env.card_kinds(&summary), vec!["empty_report"]);
+}
+
+#[test]
+fn a_failed_acceptance_check_is_named_on_stderr() {
+    let w = Wire::OpenAi;
+    let server = ModelServer::start(vec![turn(w, Some("short"), &[], (1, 1))]);
+    let env = repo_for(&server, "");
+    env.write(
+        "prompts/t.md",
+        "---\nacceptance:\n  - name: has a title\n    report_contains: \"# Title\"\n---\nDo it.\n",
+    );
+    env.commit_all("acceptance");
+    let (code, _, stderr) = fire_plain(&env, &["fire", "t"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("acceptance check `has a title` failed: report does not contain `# Title`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_skipped_fire_is_quiet_unless_verbose() {
+    let env = TestEnv::new();
+    let lock_path = env.root.join(".runtime/locks/digest.lock");
+    std::fs::create_dir_all(lock_path.parent().unwrap()).unwrap();
+    let lock = std::fs::File::create(&lock_path).unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(
+        unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
+        0
+    );
+    let (code, stdout, stderr) = fire_plain(&env, &["fire", "digest"]);
+    assert_eq!(code, 3);
+    assert_eq!(
+        (stdout.as_str(), stderr.as_str()),
+        ("", ""),
+        "cron must not mail a skip"
+    );
+    let (code, _, stderr) = fire_plain(&env, &["-v", "fire", "digest"]);
+    assert_eq!(code, 3);
+    assert!(
+        stderr.contains("skipped: another fire of this task holds the lock"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn fifty_ticks_of_an_unchanged_refusal_commit_once() {
+    let env = TestEnv::new();
+    env.write("prompts/digest.md", "---\n---\nchanged but not committed\n");
+    let (code, _, stderr) = fire_plain(&env, &["fire", "digest"]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("uncommitted changes: refusing to fire on unreviewed changes: prompts/digest.md"),
+        "the refusal names the paths: {stderr}"
+    );
+    assert!(stderr.contains("hint: land the builder-owned changes"), "{stderr}");
+    let after_first = commits(&env);
+    for tick in 0..50 {
+        let (code, summary, _) = env.fire("digest");
+        assert_eq!(code, 1, "tick {tick}");
+        assert!(summary["receipt"].is_null(), "tick {tick} wrote records: {summary}");
+        if tick == 49 {
+            let msg = summary["message"].as_str().unwrap();
+            assert!(msg.contains("refused 51 times; not recorded again"), "{msg}");
+        }
+    }
+    assert_eq!(
+        commits(&env),
+        after_first,
+        "an unchanged refusal is not committed again"
+    );
+    // A different refusal is news: recorded and committed.
+    env.write("scope/SCOPE.md", "changed too\n");
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 1);
+    assert!(summary["receipt"].is_string());
+    assert_eq!(commits(&env), after_first + 1);
+}
+
+#[test]
+fn a_mistyped_task_exits_2_with_a_suggestion_and_writes_nothing() {
+    let env = TestEnv::new();
+    let (code, stdout, stderr) = fire_plain(&env, &["fire", "digets"]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("error: no task `digets`: prompts/digets.md does not exist"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint: did you mean `digest`?"), "{stderr}");
+    assert!(
+        !env.root.join(".runtime").exists(),
+        "no state directory for a task that is not one"
+    );
+    let status = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=all"])
+        .current_dir(&env.root)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&status.stdout),
+        "",
+        "no records, no directories"
+    );
+}
+
+#[test]
+fn a_repository_without_commits_exits_2_and_says_to_commit_the_scaffold() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = TestEnv::new();
+    let fresh = dir.path().join("fresh");
+    let out = env.builder(&["init", fresh.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env.runtime(&["-C", fresh.to_str().unwrap(), "fire", "digest"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("error: the repository has no commits yet"), "{stderr}");
+    assert!(stderr.contains("hint: commit the scaffold first"), "{stderr}");
+    assert!(!fresh.join(".runtime").exists());
+}
+
+#[test]
+fn an_unset_key_variable_exits_2_before_any_request() {
+    let w = Wire::OpenAi;
+    let server = ModelServer::start(vec![turn(w, Some("never asked"), &[], (1, 1))]);
+    let env = repo_for(&server, "");
+    let out = env
+        .command("runtime", &["fire", "t", "--json"])
+        .env_remove(KEY_ENV)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cards = env.cards(&summary);
+    assert_eq!(cards[0]["kind"].as_str(), Some("invalid_config"));
+    assert!(
+        cards[0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("`{KEY_ENV}` is unset or empty")),
+        "{:?}",
+        cards[0]
+    );
+    assert!(server.requests().is_empty(), "no request without a key");
+    assert!(
+        summary["hint"].as_str().unwrap().starts_with("`builder check`"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_pause_names_the_approve_call_command() {
+    let env = TestEnv::new();
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c0", "name": "run_command", "arguments": {"command": "curl example.org"}}]},
+        {"content": "# Done"}
+    ]});
+    env.write("evals/digest/replay.json", &trace.to_string());
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("ask for curl");
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 4, "{stderr}");
+    let run = summary["run_id"].as_str().unwrap();
+    assert_eq!(
+        summary["hint"].as_str().unwrap(),
+        format!(
+            "`builder approve-call {run} c0` decides the call (`--deny` to refuse it), then `runtime resume {run}`"
+        )
+    );
+}
