@@ -3,6 +3,7 @@
 //! in the runtime's local state (`.runtime/state.db` of this checkout); `runtime
 //! resume <run-id>` then continues the run.
 
+use crate::command_error::{CommandError, Outcome};
 use std::path::Path;
 
 /// Approve (or deny) the exact call a paused run waits on
@@ -13,25 +14,18 @@ pub struct Args {
     /// Deny the call instead of approving it
     #[arg(long)]
     pub deny: bool,
-    /// Who decides (default: git config user.name and user.email)
+    /// Who decides (default: git's author identity, as `git commit` picks it)
     #[arg(long)]
     pub by: Option<String>,
 }
 
-pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
-    let root = git2::Repository::discover(repo)
-        .ok()
-        .and_then(|r| r.workdir().map(Path::to_path_buf))
-        .unwrap_or_else(|| repo.to_path_buf());
+pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
+    let wt = super::open_repo(repo)?;
     let by = match args.by {
         Some(b) => b,
-        None => git2::Repository::open(&root)
-            .ok()
-            .and_then(|r| r.signature().ok())
-            .and_then(|s| Some(format!("{} <{}>", s.name().ok()?, s.email().ok()?)))
-            .unwrap_or_else(|| std::env::var("USER").unwrap_or_else(|_| "unknown".into())),
+        None => super::acting_identity(&wt.repo, "--by")?.to_string(),
     };
-    match shared::fire::record_approval(&root, &args.run_id, &args.call_id, !args.deny, &by) {
+    match shared::fire::record_approval(&wt.root, &args.run_id, &args.call_id, !args.deny, &by) {
         Ok(call) => {
             println!(
                 "{} {call} for run {}",
@@ -39,11 +33,13 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                 args.run_id
             );
             println!("hint: `runtime resume {}` continues the run", args.run_id);
-            Ok(0)
+            Ok(Outcome::Ok)
         }
+        // A refused approval (no such paused call, a changed call) is the check's
+        // finding, not a usage error: exit 1 as before.
         Err(e) => {
             eprintln!("error: {e}");
-            Ok(1)
+            Ok(Outcome::Problems)
         }
     }
 }
