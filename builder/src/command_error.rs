@@ -124,10 +124,6 @@ impl CommandError {
         let (kind, hint) = found.unwrap_or((Kind::Internal, None));
         let mut e = CommandError::new(kind, error);
         e.hints.extend(hint);
-        if kind == Kind::Internal {
-            e.hints
-                .push("this is a bug in builder: please report it with the command line and its -vv output".into());
-        }
         e
     }
 
@@ -148,11 +144,15 @@ impl CommandError {
         out
     }
 
-    /// Prints `error: ...` and one `hint: ...` per hint on stderr.
+    /// Prints `error: ...` and one `hint: ...` per hint on stderr (an internal
+    /// error always ends with the request for a bug report).
     pub fn print(&self) {
         eprintln!("error: {}", self.message());
         for h in &self.hints {
             eprintln!("hint: {h}");
+        }
+        if self.kind == Kind::Internal {
+            eprintln!("hint: this is a bug in builder: please report it with the command line and its -vv output");
         }
     }
 }

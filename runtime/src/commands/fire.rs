@@ -1,12 +1,14 @@
 //! `runtime fire <task>`: one fire. Preparation runs single-threaded, then the process
 //! enters its Landlock sandbox, and only then is the async runtime built for the loop.
 
+use crate::command_error::{self, exit, CommandError, Outcome};
 use shared::fire::{self, FireOptions, FireSummary, Prepared};
 use std::io::IsTerminal;
 use std::path::Path;
 
-/// Fire a task once; exit 0 done, 1 failed, 2 bad config, 3 skipped, 4 waiting approval
+/// Fire a task once
 #[derive(Debug, clap::Args)]
+#[command(after_help = command_error::exit_codes_help())]
 pub struct Args {
     /// Task name (prompts/<task>.md)
     pub task: String,
@@ -18,8 +20,21 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
-    fire_task(root, args.task.clone(), args.no_commit, args.json, None)
+/// How a fire reports itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    /// The summary as JSON on stdout.
+    pub json: bool,
+    /// `-v`: also say so when the fire was skipped.
+    pub verbose: bool,
+}
+
+pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
+    let output = Output {
+        json: args.json,
+        verbose,
+    };
+    fire_task(root, args.task, args.no_commit, output, None)
 }
 
 /// One fire, fresh or resumed; shared by `fire` and `resume`.
@@ -27,9 +42,9 @@ pub fn fire_task(
     root: &Path,
     task: String,
     no_commit: bool,
-    json: bool,
+    output: Output,
     resume: Option<String>,
-) -> anyhow::Result<i32> {
+) -> Result<Outcome, CommandError> {
     let exe = std::env::current_exe()?;
     let opts = FireOptions {
         root: root.to_path_buf(),
@@ -69,17 +84,19 @@ pub fn fire_task(
             }
         },
     };
-    print(&summary, json);
-    Ok(summary.exit_code)
+    let result = command_error::fire_outcome(summary.exit_code, &summary.message);
+    print(&summary, &result, output);
+    let cards_hint = "`builder cards list` shows the cards; the receipt has the details";
+    result.map_err(|e| if summary.cards.is_empty() { e } else { e.hint(cards_hint) })
 }
 
-fn print(s: &FireSummary, json: bool) {
-    if json {
+fn print(s: &FireSummary, result: &Result<Outcome, CommandError>, output: Output) {
+    if output.json {
         println!("{}", serde_json::to_string_pretty(s).unwrap_or_default());
         return;
     }
-    let ok = s.exit_code == fire::exit::OK;
-    // Quiet for cron on success; a person at a terminal gets one line.
+    let ok = s.exit_code == i32::from(exit::OK);
+    // Quiet for cron on success and on a skip; a person at a terminal gets one line.
     if ok && !std::io::stdout().is_terminal() {
         return;
     }
@@ -97,13 +114,22 @@ fn print(s: &FireSummary, json: bool) {
             .map(|c| format!(" commit={}", &c[..c.len().min(12)]))
             .unwrap_or_default()
     );
-    if ok {
-        println!("{line}");
-    } else {
-        eprintln!("error: {}", s.message);
-        eprintln!("{line}");
-        if !s.cards.is_empty() {
-            eprintln!("hint: `builder cards list` shows the cards; the receipt has the details");
+    match result {
+        Ok(Outcome::Ok) => println!("{line}"),
+        Ok(Outcome::Skipped) => {
+            if output.verbose {
+                eprintln!("skipped: {}", s.message);
+                eprintln!("{line}");
+            }
         }
+        Ok(Outcome::Failed | Outcome::Waiting | Outcome::NeedsAttention) => {
+            eprintln!("error: {}", s.message);
+            eprintln!("{line}");
+            if !s.cards.is_empty() {
+                eprintln!("hint: `builder cards list` shows the cards; the receipt has the details");
+            }
+        }
+        // `main` prints the error and its hints.
+        Err(_) => eprintln!("{line}"),
     }
 }

@@ -1,6 +1,7 @@
 //! `runtime resume <run-id>`: continue a run paused for approval, once a builder has
 //! approved (or denied) the exact call with `builder approve-call`.
 
+use crate::command_error::{CommandError, Outcome};
 use std::path::Path;
 
 /// Continue a run that waits for approval (after `builder approve-call`)
@@ -16,14 +17,21 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
+pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
+    // The fire module reports a state-file problem as text only: not classifiable yet.
     let task = match shared::fire::load_checkpoint(root, &args.run_id).map_err(anyhow::Error::msg)? {
         Some((task, _)) => task,
         None => {
-            eprintln!("error: run `{}` has no checkpoint waiting for approval", args.run_id);
-            eprintln!("hint: `runtime runs` lists runs; only `waiting_approval` runs can be resumed");
-            return Ok(2);
+            return Err(CommandError::usage(format!(
+                "run `{}` has no checkpoint waiting for approval",
+                args.run_id
+            ))
+            .hint("`runtime runs` lists runs; only `waiting_approval` runs can be resumed"))
         }
     };
-    super::fire::fire_task(root, task, args.no_commit, args.json, Some(args.run_id))
+    let output = super::fire::Output {
+        json: args.json,
+        verbose,
+    };
+    super::fire::fire_task(root, task, args.no_commit, output, Some(args.run_id))
 }
