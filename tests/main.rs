@@ -6,5 +6,7 @@ mod util;
 
 mod builder_cmds;
 mod escape;
+mod exit_codes;
 mod fire;
+mod identity;
 mod init_check;

@@ -546,7 +546,7 @@ pub fn open_work_tree(path: &Path) -> Result<WorkTree, GitError> {
 /// placeholder; a missing name or address is [`GitError::NoIdentity`].
 pub fn acting_identity(repo: &Repository) -> Result<Person, GitError> {
     let no_identity = |message: String| GitError::NoIdentity {
-        repo: repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf(),
+        repo: repo.workdir().unwrap_or_else(|| repo.path()).components().collect(),
         message,
     };
     let sig = repo.author_from_env().map_err(|e| {
@@ -616,7 +616,9 @@ mod open_tests {
         let main = dir.path().join("main");
         let repo = Repository::init(&main).unwrap();
         let sig = Signature::now("T", "t@example.com").unwrap();
-        let tree = repo.find_tree(repo.treebuilder(None).unwrap().write().unwrap()).unwrap();
+        let tree = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
         repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
         let linked = dir.path().join("linked");
         repo.worktree("linked", &linked, None).unwrap();
