@@ -37,7 +37,10 @@ const EXIT_CODES: &[(u8, &str)] = &[
         exit::PROBLEMS,
         "a check, audit or compare found problems; or an environment problem (permissions, disk, locks, no repository)",
     ),
-    (exit::USAGE, "usage or configuration error (bad arguments, bad settings, no git identity)"),
+    (
+        exit::USAGE,
+        "usage or configuration error (bad arguments, bad settings, no git identity)",
+    ),
     (exit::INTERNAL, "internal error (a bug), and nothing else"),
 ];
 
@@ -187,7 +190,10 @@ fn classify_cause(cause: &(dyn StdError + 'static)) -> Option<(Kind, Option<Stri
             )),
             GitError::NoIdentity { .. } => Some((
                 Kind::Config,
-                Some("tell git who you are: git config user.name \"Your Name\" && git config user.email you@example.com".into()),
+                Some(
+                    "tell git who you are: git config user.name \"Your Name\" && git config user.email you@example.com"
+                        .into(),
+                ),
             )),
             GitError::Refused { .. } => Some((Kind::Usage, None)),
             // The cause below (git2 or io) decides.
@@ -265,7 +271,9 @@ fn classify_sqlite(e: &rusqlite::Error) -> Option<(Kind, Option<String>)> {
         return None;
     };
     let hint = match f.code {
-        E::ReadOnly => "the database is read-only (a read-only file system or file): run where .runtime/ can be written",
+        E::ReadOnly => {
+            "the database is read-only (a read-only file system or file): run where .runtime/ can be written"
+        }
         E::DiskFull => "the disk is full: free some space and run again",
         E::DatabaseBusy | E::DatabaseLocked => "another process holds the database: wait for it and run again",
         E::PermissionDenied | E::CannotOpen => "check the permissions of .runtime/ and the database file",

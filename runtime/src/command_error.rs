@@ -195,7 +195,9 @@ pub fn fire_outcome(code: i32, message: &str) -> Result<Outcome, CommandError> {
         Some(exit::CONFIG) => Err(CommandError::new(Kind::Config, anyhow::Error::msg(message.to_string()))
             .hint("`builder check` lists every problem with settings and prompts, with file:line")),
         Some(exit::INTERNAL) => Err(CommandError::internal(message)),
-        _ => Err(CommandError::internal(format!("the fire ended with unknown code {code}: {message}"))),
+        _ => Err(CommandError::internal(format!(
+            "the fire ended with unknown code {code}: {message}"
+        ))),
     }
 }
 
@@ -220,7 +222,10 @@ fn classify_cause(cause: &(dyn StdError + 'static)) -> Option<(Kind, Option<Stri
             )),
             GitError::NoIdentity { .. } => Some((
                 Kind::Config,
-                Some("tell git who you are: git config user.name \"Your Name\" && git config user.email you@example.com".into()),
+                Some(
+                    "tell git who you are: git config user.name \"Your Name\" && git config user.email you@example.com"
+                        .into(),
+                ),
             )),
             GitError::Refused { .. } => Some((Kind::Usage, None)),
             // The cause below (git2 or io) decides.
@@ -254,7 +259,9 @@ fn classify_cause(cause: &(dyn StdError + 'static)) -> Option<(Kind, Option<Stri
 fn classify_io(e: &std::io::Error) -> Option<(Kind, Option<String>)> {
     use std::io::ErrorKind as K;
     let hint = match e.kind() {
-        K::PermissionDenied => "check the permissions of the path named above; a fire writes .runtime/, its records and .git",
+        K::PermissionDenied => {
+            "check the permissions of the path named above; a fire writes .runtime/, its records and .git"
+        }
         K::ReadOnlyFilesystem => "the repository is on a read-only file system: run where it can be written",
         K::StorageFull | K::QuotaExceeded | K::FileTooLarge => "the disk is full: free some space and run again",
         K::NotFound => "check that the path exists (-C takes the repository's directory)",
@@ -298,7 +305,9 @@ fn classify_sqlite(e: &rusqlite::Error) -> Option<(Kind, Option<String>)> {
         return None;
     };
     let hint = match f.code {
-        E::ReadOnly => "the database is read-only (a read-only file system or file): run where .runtime/ can be written",
+        E::ReadOnly => {
+            "the database is read-only (a read-only file system or file): run where .runtime/ can be written"
+        }
         E::DiskFull => "the disk is full: free some space and run again",
         E::DatabaseBusy | E::DatabaseLocked => "another process holds the database: wait for it and run again",
         E::PermissionDenied | E::CannotOpen => "check the permissions of .runtime/ and the database file",

@@ -23,7 +23,8 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     // builder paths: auditing with defaults would pass history it should flag.
     let settings = shared::settings::load(&root)
         .map_err(|d| {
-            CommandError::from(d).hint("the audit needs the settings for the runtime identity and the builder-owned paths")
+            CommandError::from(d)
+                .hint("the audit needs the settings for the runtime identity and the builder-owned paths")
         })?
         .runtime;
     let identity = settings.runtime_identity.clone();

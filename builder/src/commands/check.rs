@@ -24,5 +24,9 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
         }
         println!("{} problem(s)", problems.len());
     }
-    Ok(if problems.is_empty() { Outcome::Ok } else { Outcome::Problems })
+    Ok(if problems.is_empty() {
+        Outcome::Ok
+    } else {
+        Outcome::Problems
+    })
 }

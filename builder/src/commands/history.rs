@@ -143,8 +143,10 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
         }
         HistoryCommand::Diff { a, b, json } => {
             let Some(d) = history::diff(&ix.repo, &ix.store, &a, &b)? else {
-                return Err(CommandError::usage(format!("`{a}` or `{b}` is not exactly one indexed run"))
-                    .hint("`builder history runs` lists runs; a unique prefix of a run id is enough"));
+                return Err(
+                    CommandError::usage(format!("`{a}` or `{b}` is not exactly one indexed run"))
+                        .hint("`builder history runs` lists runs; a unique prefix of a run id is enough"),
+                );
             };
             if json {
                 println!("{}", serde_json::to_string_pretty(&d)?);

@@ -92,10 +92,11 @@ pub fn resolve_commit(repo: &git2::Repository, flag: &str, rev: &str) -> Result<
             git2::ErrorCode::NotFound
             | git2::ErrorCode::InvalidSpec
             | git2::ErrorCode::Ambiguous
-            | git2::ErrorCode::Peel => {
-                CommandError::usage(format!("{flag} {rev}: not a commit in this repository ({})", e.message()))
-                    .hint("`git log --oneline` lists commits; any revision git understands works (HEAD~3, a tag, an id)")
-            }
+            | git2::ErrorCode::Peel => CommandError::usage(format!(
+                "{flag} {rev}: not a commit in this repository ({})",
+                e.message()
+            ))
+            .hint("`git log --oneline` lists commits; any revision git understands works (HEAD~3, a tag, an id)"),
             _ => CommandError::from(e),
         })
 }
@@ -106,4 +107,3 @@ pub fn acting_identity(repo: &git2::Repository, flag: &str) -> Result<shared::gi
     shared::git::acting_identity(repo)
         .map_err(|e| CommandError::from(e).hint(format!("or name the person: {flag} \"Name <email>\"")))
 }
-

@@ -87,7 +87,13 @@ pub fn fire_task(
     let result = command_error::fire_outcome(summary.exit_code, &summary.message);
     print(&summary, &result, output);
     let cards_hint = "`builder cards list` shows the cards; the receipt has the details";
-    result.map_err(|e| if summary.cards.is_empty() { e } else { e.hint(cards_hint) })
+    result.map_err(|e| {
+        if summary.cards.is_empty() {
+            e
+        } else {
+            e.hint(cards_hint)
+        }
+    })
 }
 
 fn print(s: &FireSummary, result: &Result<Outcome, CommandError>, output: Output) {

@@ -22,11 +22,10 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
     let task = match shared::fire::load_checkpoint(root, &args.run_id).map_err(anyhow::Error::msg)? {
         Some((task, _)) => task,
         None => {
-            return Err(CommandError::usage(format!(
-                "run `{}` has no checkpoint waiting for approval",
-                args.run_id
-            ))
-            .hint("`runtime runs` lists runs; only `waiting_approval` runs can be resumed"))
+            return Err(
+                CommandError::usage(format!("run `{}` has no checkpoint waiting for approval", args.run_id))
+                    .hint("`runtime runs` lists runs; only `waiting_approval` runs can be resumed"),
+            )
         }
     };
     let output = super::fire::Output {

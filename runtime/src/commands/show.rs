@@ -28,8 +28,10 @@ pub struct Args {
 pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let store = Store::open(&root.join(STATE_DIR).join("state.db"))?;
     let Some((row, trace)) = shared::trace::load_run(&store, &args.run_id)? else {
-        return Err(CommandError::usage(format!("no run `{}` in {}", args.run_id, store.path()))
-            .hint("`runtime runs` lists local runs"));
+        return Err(
+            CommandError::usage(format!("no run `{}` in {}", args.run_id, store.path()))
+                .hint("`runtime runs` lists local runs"),
+        );
     };
     let text = if args.otlp {
         serde_json::to_string_pretty(&shared::trace::to_otlp(&row, &trace, args.include_content))?
