@@ -195,7 +195,8 @@ fn classify_cause(cause: &(dyn StdError + 'static)) -> Option<(Kind, Option<Stri
                         .into(),
                 ),
             )),
-            GitError::Refused { .. } => Some((Kind::Usage, None)),
+            // Only a fire commits, and it never asks to commit outside its paths.
+            GitError::Refused { .. } => Some((Kind::Internal, None)),
             // The cause below (git2 or io) decides.
             GitError::Git(_) | GitError::Io { .. } => None,
         };
