@@ -1,7 +1,7 @@
 //! `runtime fire <task>`: one fire. Preparation runs single-threaded, then the process
 //! enters its Landlock sandbox, and only then is the async runtime built for the loop.
 
-use crate::command_error::{self, exit, CommandError, Outcome};
+use crate::command_error::{self, CommandError, Outcome};
 use shared::fire::{self, FireOptions, FireSummary, Prepared};
 use std::io::IsTerminal;
 use std::path::Path;
@@ -86,22 +86,23 @@ pub fn fire_task(
     };
     let result = command_error::fire_outcome(summary.exit_code, &summary.message);
     print(&summary, &result, output);
-    let cards_hint = "`builder cards list` shows the cards; the receipt has the details";
     result.map_err(|e| {
         if summary.cards.is_empty() {
             e
         } else {
-            e.hint(cards_hint)
+            e.hint(CARDS_HINT)
         }
     })
 }
+
+const CARDS_HINT: &str = "`builder cards list` shows the cards; the receipt has the details";
 
 fn print(s: &FireSummary, result: &Result<Outcome, CommandError>, output: Output) {
     if output.json {
         println!("{}", serde_json::to_string_pretty(s).unwrap_or_default());
         return;
     }
-    let ok = s.exit_code == i32::from(exit::OK);
+    let ok = matches!(result, Ok(Outcome::Ok));
     // Quiet for cron on success and on a skip; a person at a terminal gets one line.
     if ok && !std::io::stdout().is_terminal() {
         return;
@@ -132,7 +133,7 @@ fn print(s: &FireSummary, result: &Result<Outcome, CommandError>, output: Output
             eprintln!("error: {}", s.message);
             eprintln!("{line}");
             if !s.cards.is_empty() {
-                eprintln!("hint: `builder cards list` shows the cards; the receipt has the details");
+                eprintln!("hint: {CARDS_HINT}");
             }
         }
         // `main` prints the error and its hints.
