@@ -505,8 +505,10 @@ pub struct WorkTree {
 /// Opens the repository whose work tree contains `path`, as git does: searching up
 /// from `path`, following a `.git` file to a linked worktree's git directory, and
 /// reading git's environment (`GIT_CONFIG_GLOBAL`, `GIT_CONFIG_NOSYSTEM`,
-/// `GIT_CEILING_DIRECTORIES`, ...). libgit2 honours those variables only for a
-/// repository opened with `FROM_ENV`, which is why nothing else should open one.
+/// `GIT_CEILING_DIRECTORIES`, `GIT_WORK_TREE`, `GIT_INDEX_FILE`, `GIT_OBJECT_DIRECTORY`
+/// as in a `pre-receive` quarantine, ...; `path` wins over `GIT_DIR`). libgit2 1.9
+/// honours those variables only for a repository opened with `FROM_ENV`: opened any
+/// other way, `GIT_CONFIG_GLOBAL` is ignored and `~/.gitconfig` read instead.
 ///
 /// Errors: [`GitError::Io`] when `path` cannot be read (missing, permissions),
 /// [`GitError::NotARepo`] outside a repository or in a bare one, [`GitError::Git`]
