@@ -6,6 +6,8 @@ mod util;
 
 mod builder_cmds;
 mod escape;
+mod exit_codes;
 mod fire;
+mod identity;
 mod init_check;
 mod operator;

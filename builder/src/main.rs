@@ -1,7 +1,9 @@
 //! `builder`: the engineer's side of an agent repository: scaffold, lint, triage the
 //! runtime's cards, read run history, review prompt changes and audit git history.
-//! `main` parses, sets up logging and dispatches to one module per subcommand.
+//! `main` parses, sets up logging, dispatches to one module per subcommand, and turns
+//! the result into the exit code (`command_error`, the only place codes are decided).
 
+mod command_error;
 mod commands;
 
 use clap::Parser;
@@ -22,14 +24,11 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
-    let code = match commands::run(cli) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            70
-        }
-    };
-    ExitCode::from(code.clamp(0, 255) as u8)
+    let result = commands::run(cli);
+    if let Err(e) = &result {
+        e.print();
+    }
+    ExitCode::from(command_error::exit_code(&result))
 }
 
 /// `runtime runs | head` should end quietly like any Unix tool, not panic on a closed

@@ -1,8 +1,10 @@
 //! `runtime`: fires agent tasks unattended. `main` parses arguments, sets up quiet
 //! logging (cron mails whatever is printed), and dispatches; commands that need an
 //! async runtime build it themselves *after* entering the Landlock sandbox, because
-//! Landlock restricts only the calling thread and what it creates afterwards.
+//! Landlock restricts only the calling thread and what it creates afterwards. The
+//! exit code is decided in one place, `command_error::exit_code`.
 
+mod command_error;
 mod commands;
 mod logging;
 
@@ -18,21 +20,18 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: tool worker: {e}");
-                ExitCode::from(70)
+                ExitCode::from(command_error::exit::INTERNAL)
             }
         };
     }
     restore_sigpipe();
     let cli = commands::Cli::parse();
     logging::init(cli.global.verbose, cli.global.log_format);
-    let code = match commands::run(cli) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            70
-        }
-    };
-    ExitCode::from(code.clamp(0, 255) as u8)
+    let result = commands::run(cli);
+    if let Err(e) = &result {
+        e.print();
+    }
+    ExitCode::from(command_error::exit_code(&result))
 }
 
 /// `runtime runs | head` should end quietly like any Unix tool, not panic on a closed

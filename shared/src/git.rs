@@ -22,6 +22,8 @@ pub enum GitError {
     Refused { path: String, why: String },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("{repo}: who is acting? {message}")]
+    NoIdentity { repo: PathBuf, message: String },
 }
 
 /// Opens the repository whose work tree contains `path`.
@@ -482,6 +484,186 @@ impl<'a> TreeEntries<'a> {
                 self.oid.map(|o| o.to_string()).unwrap_or_default()
             ))),
         }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Opening a repository and learning who is acting
+//
+// Every command of both binaries opens its repository through [`open_work_tree`],
+// and every person a builder command records (approver, triager) comes from
+// [`acting_identity`], so `-C`, worktrees, git's environment and git's config chain
+// mean the same thing everywhere.
+
+/// A person as git names them: `Name <email>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Person {
+    pub name: String,
+    pub email: String,
+}
+
+impl std::fmt::Display for Person {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} <{}>", self.name, self.email)
+    }
+}
+
+/// An opened repository and the root of its work tree.
+pub struct WorkTree {
+    pub repo: Repository,
+    /// Canonical work-tree root (for a linked worktree, that worktree's root).
+    pub root: PathBuf,
+}
+
+/// Opens the repository whose work tree contains `path`, as git does: searching up
+/// from `path`, following a `.git` file to a linked worktree's git directory, and
+/// reading git's environment (`GIT_CONFIG_GLOBAL`, `GIT_CONFIG_NOSYSTEM`,
+/// `GIT_CEILING_DIRECTORIES`, `GIT_WORK_TREE`, `GIT_INDEX_FILE`, `GIT_OBJECT_DIRECTORY`
+/// as in a `pre-receive` quarantine, ...; `path` wins over `GIT_DIR`). libgit2 1.9
+/// honours those variables only for a repository opened with `FROM_ENV`: opened any
+/// other way, `GIT_CONFIG_GLOBAL` is ignored and `~/.gitconfig` read instead.
+///
+/// Errors: [`GitError::Io`] when `path` cannot be read (missing, permissions),
+/// [`GitError::NotARepo`] outside a repository or in a bare one, [`GitError::Git`]
+/// for anything else libgit2 reports (a lock, an unsafe owner, a corrupt config).
+pub fn open_work_tree(path: &Path) -> Result<WorkTree, GitError> {
+    let abs = std::fs::canonicalize(path).map_err(|e| GitError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    let no_ceilings: [&std::ffi::OsStr; 0] = [];
+    let repo = Repository::open_ext(&abs, git2::RepositoryOpenFlags::FROM_ENV, no_ceilings).map_err(|e| {
+        if e.code() == git2::ErrorCode::NotFound {
+            GitError::NotARepo {
+                path: abs.clone(),
+                message: e.message().to_string(),
+            }
+        } else {
+            GitError::Git(e)
+        }
+    })?;
+    let workdir = repo.workdir().ok_or_else(|| GitError::NotARepo {
+        path: abs.clone(),
+        message: "a bare repository has no work tree".into(),
+    })?;
+    let root = std::fs::canonicalize(workdir).map_err(|e| GitError::Io {
+        path: workdir.to_path_buf(),
+        source: e,
+    })?;
+    Ok(WorkTree { repo, root })
+}
+
+/// Who is acting in `repo`, the way `git commit` picks its author:
+/// `GIT_AUTHOR_NAME` / `GIT_AUTHOR_EMAIL`, then `user.name` / `user.email` from git's
+/// config chain (system, `GIT_CONFIG_GLOBAL` or `~/.gitconfig`, the repository's own
+/// config), then `EMAIL` for the address. `repo` must come from [`open_work_tree`]
+/// for `GIT_CONFIG_GLOBAL` to count. Nothing else is guessed: no `$USER`, no
+/// placeholder; a missing name or address is [`GitError::NoIdentity`].
+pub fn acting_identity(repo: &Repository) -> Result<Person, GitError> {
+    let no_identity = |message: String| GitError::NoIdentity {
+        repo: repo.workdir().unwrap_or_else(|| repo.path()).components().collect(),
+        message,
+    };
+    let sig = repo.author_from_env().map_err(|e| {
+        no_identity(if e.code() == git2::ErrorCode::NotFound {
+            "no user.name or user.email in git's config, and GIT_AUTHOR_NAME / GIT_AUTHOR_EMAIL are not set".into()
+        } else {
+            e.message().to_string()
+        })
+    })?;
+    let (name, email) = match (sig.name(), sig.email()) {
+        (Ok(n), Ok(e)) => (n.trim().to_string(), e.trim().to_string()),
+        _ => return Err(no_identity("the configured name or email is not UTF-8".into())),
+    };
+    if name.is_empty() || email.is_empty() {
+        return Err(no_identity("the configured name or email is empty".into()));
+    }
+    Ok(Person { name, email })
+}
+
+#[cfg(test)]
+mod open_tests {
+    use super::*;
+
+    #[test]
+    fn a_path_outside_any_repository_is_not_a_repo() {
+        let dir = tempfile::tempdir().unwrap();
+        // Ceiling: without it the search could climb into a repository above /tmp.
+        let no_ceilings: [&std::ffi::OsStr; 0] = [];
+        if Repository::open_ext(dir.path(), git2::RepositoryOpenFlags::empty(), no_ceilings).is_ok() {
+            eprintln!("skipped: the temp dir lies inside a git repository");
+            return;
+        }
+        match open_work_tree(dir.path()) {
+            Err(GitError::NotARepo { path, .. }) => assert_eq!(path, dir.path().canonicalize().unwrap()),
+            Err(e) => panic!("expected NotARepo, got {e}"),
+            Ok(_) => panic!("expected NotARepo, got a repository"),
+        }
+    }
+
+    #[test]
+    fn a_missing_path_is_an_io_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no/such/dir");
+        match open_work_tree(&missing) {
+            Err(GitError::Io { path, source }) => {
+                assert_eq!(path, missing);
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            Err(e) => panic!("expected Io, got {e}"),
+            Ok(_) => panic!("expected Io, got a repository"),
+        }
+    }
+
+    #[test]
+    fn a_subdirectory_opens_at_the_work_tree_root() {
+        let dir = tempfile::tempdir().unwrap();
+        Repository::init(dir.path()).unwrap();
+        let sub = dir.path().join("a/b");
+        std::fs::create_dir_all(&sub).unwrap();
+        let wt = open_work_tree(&sub).unwrap();
+        assert_eq!(wt.root, dir.path().canonicalize().unwrap());
+    }
+
+    #[test]
+    fn a_linked_worktree_opens_at_its_own_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("main");
+        let repo = Repository::init(&main).unwrap();
+        let sig = Signature::now("T", "t@example.com").unwrap();
+        let tree = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
+        let linked = dir.path().join("linked");
+        repo.worktree("linked", &linked, None).unwrap();
+        assert!(linked.join(".git").is_file(), "a linked worktree has a .git file");
+        let wt = open_work_tree(&linked).unwrap();
+        assert_eq!(wt.root, linked.canonicalize().unwrap());
+    }
+
+    #[test]
+    fn a_bare_repository_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        Repository::init_bare(dir.path()).unwrap();
+        assert!(matches!(open_work_tree(dir.path()), Err(GitError::NotARepo { .. })));
+    }
+
+    #[test]
+    fn the_repository_config_names_the_actor() {
+        // Only when the test process has no GIT_AUTHOR_* of its own: they win, as in git.
+        if std::env::var_os("GIT_AUTHOR_NAME").is_some() || std::env::var_os("GIT_AUTHOR_EMAIL").is_some() {
+            eprintln!("skipped: GIT_AUTHOR_NAME or GIT_AUTHOR_EMAIL is set in the test environment");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let mut cfg = repo.config().unwrap();
+        cfg.set_str("user.name", "Repo Person").unwrap();
+        cfg.set_str("user.email", "repo@example.com").unwrap();
+        let wt = open_work_tree(dir.path()).unwrap();
+        let p = acting_identity(&wt.repo).unwrap();
+        assert_eq!(p.to_string(), "Repo Person <repo@example.com>");
     }
 }
 

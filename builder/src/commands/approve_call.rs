@@ -3,6 +3,7 @@
 //! in the runtime's local state (`.runtime/state.db` of this checkout); `runtime
 //! resume <run-id>` then continues the run.
 
+use crate::command_error::{CommandError, Outcome};
 use shared::agent::CallDecision;
 use shared::state::{StateDb, StateError};
 use std::path::Path;
@@ -15,30 +16,23 @@ pub struct Args {
     /// Deny the call instead of approving it
     #[arg(long)]
     pub deny: bool,
-    /// Who decides (default: git config user.name and user.email)
+    /// Who decides (default: git's author identity, as `git commit` picks it)
     #[arg(long)]
     pub by: Option<String>,
 }
 
-pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
-    let root = git2::Repository::discover(repo)
-        .ok()
-        .and_then(|r| r.workdir().map(Path::to_path_buf))
-        .unwrap_or_else(|| repo.to_path_buf());
+pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
+    let wt = super::open_repo(repo)?;
     let by = match args.by {
         Some(b) => b,
-        None => git2::Repository::open(&root)
-            .ok()
-            .and_then(|r| r.signature().ok())
-            .and_then(|s| Some(format!("{} <{}>", s.name().ok()?, s.email().ok()?)))
-            .unwrap_or_else(|| std::env::var("USER").unwrap_or_else(|_| "unknown".into())),
+        None => super::acting_identity(&wt.repo, "--by")?.to_string(),
     };
     let decision = if args.deny {
         CallDecision::Deny
     } else {
         CallDecision::Approve
     };
-    let recorded = StateDb::open(&root)
+    let recorded = StateDb::open(&wt.root)
         .map_err(StateError::from)
         .and_then(|mut db| db.record_decision(&args.run_id, &args.call_id, decision, &by));
     match recorded {
@@ -49,11 +43,15 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                 args.run_id
             );
             println!("hint: `runtime resume {}` continues the run", args.run_id);
-            Ok(0)
+            Ok(Outcome::Ok)
         }
+        // The state database itself failed: the machine's problem, classified.
+        Err(StateError::Store(e)) => Err(e.into()),
+        // A refused approval (no such paused call, a changed call) is the check's
+        // finding, not a usage error: exit 1 as before.
         Err(e) => {
             eprintln!("error: {e}");
-            Ok(1)
+            Ok(Outcome::Problems)
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `builder audit`: flag history that breaks the invariant; exit 1 on a violation, so
 //! it can gate CI or run as a server-side hook.
 
-use anyhow::Context;
+use crate::command_error::{CommandError, Outcome};
 use shared::audit::{self, RuntimeIdentity, Severity};
 use shared::layout::Ownership;
 use std::path::Path;
@@ -17,29 +17,22 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args, repo_path: &Path) -> anyhow::Result<i32> {
-    let repo = git2::Repository::discover(repo_path)
-        .with_context(|| format!("{}: not in a git repository", repo_path.display()))?;
-    let root = repo
-        .workdir()
-        .context("bare repositories are not supported")?
-        .to_path_buf();
-    let settings = shared::settings::load(&root).ok().map(|s| s.runtime);
-    let identity = settings
-        .as_ref()
-        .map(|s| s.runtime_identity.clone())
-        .unwrap_or_default();
-    let ownership = Ownership::new(&root).with_globs(
-        settings.as_ref().map(|s| s.builder_paths.as_slice()).unwrap_or(&[]),
-        &[],
-    )?;
+pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
+    let shared::git::WorkTree { repo, root } = super::open_repo(repo_path)?;
+    // Without settings the audit cannot know the runtime's identity or the extra
+    // builder paths: auditing with defaults would pass history it should flag.
+    let settings = shared::settings::load(&root)
+        .map_err(|d| {
+            CommandError::from(d)
+                .hint("the audit needs the settings for the runtime identity and the builder-owned paths")
+        })?
+        .runtime;
+    let identity = settings.runtime_identity.clone();
+    let ownership = Ownership::new(&root)
+        .with_globs(&settings.builder_paths, &[])
+        .map_err(|e| CommandError::new(crate::command_error::Kind::Config, e))?;
     let since = match &args.since {
-        Some(rev) => Some(
-            repo.revparse_single(rev)
-                .with_context(|| format!("--since {rev}: no such revision"))?
-                .peel_to_commit()?
-                .id(),
-        ),
+        Some(rev) => Some(super::resolve_commit(&repo, "--since", rev)?),
         None => None,
     };
     let report = audit::audit(
@@ -69,5 +62,9 @@ pub fn run(args: Args, repo_path: &Path) -> anyhow::Result<i32> {
             report.findings.len() - report.violations()
         );
     }
-    Ok(if report.violations() > 0 { 1 } else { 0 })
+    Ok(if report.violations() > 0 {
+        Outcome::Problems
+    } else {
+        Outcome::Ok
+    })
 }

@@ -1,7 +1,8 @@
 //! `builder cards`: list cards grouped by fingerprint, show, triage, export.
 
 use super::index;
-use anyhow::bail;
+use crate::command_error::{CommandError, Outcome};
+use anyhow::Context;
 use shared::cards::{self, TriageDecision};
 use shared::history::{self, CardFilter};
 use std::path::Path;
@@ -39,6 +40,9 @@ pub enum ExportFormat {
     Github,
 }
 
+/// The statuses a card can have: `open`, then one per triage decision.
+const STATUSES: [&str; 5] = ["open", "accepted", "rejected", "duplicate", "fixed"];
+
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct FilterArgs {
     /// Only this task
@@ -47,8 +51,8 @@ pub struct FilterArgs {
     /// Only this kind (permission_denied, missing_tool, ...)
     #[arg(long)]
     pub kind: Option<String>,
-    /// Only this status (open, accepted, rejected, duplicate, fixed)
-    #[arg(long)]
+    /// Only this status
+    #[arg(long, value_parser = STATUSES)]
     pub status: Option<String>,
     /// Only cards created on or after this date (YYYY-MM-DD or RFC 3339)
     #[arg(long)]
@@ -94,12 +98,12 @@ pub struct TriageArgs {
     /// A note to keep with the decision
     #[arg(long)]
     pub note: Option<String>,
-    /// Who decides (default: git config user.name and user.email)
+    /// Who decides (default: git's author identity, as `git commit` picks it)
     #[arg(long)]
     pub by: Option<String>,
 }
 
-pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
+pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
     let mut ix = index::open(repo)?;
     match args.command.unwrap_or(CardsCommand::List(ListArgs::default())) {
         CardsCommand::List(a) => {
@@ -127,20 +131,22 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                     );
                 }
             }
-            Ok(0)
+            Ok(Outcome::Ok)
         }
         CardsCommand::Show { id } => {
             let paths = history::card_paths(&ix.store, &id)?;
             if paths.is_empty() {
-                eprintln!("error: no card or fingerprint `{id}`");
-                eprintln!("hint: `builder cards list` shows fingerprints");
-                return Ok(2);
+                return Err(no_card(&id));
             }
             for p in &paths {
+                let full = ix.root.join(p);
                 println!("# {p}");
-                print!("{}", std::fs::read_to_string(ix.root.join(p))?);
+                print!(
+                    "{}",
+                    std::fs::read_to_string(&full).with_context(|| full.display().to_string())?
+                );
             }
-            Ok(0)
+            Ok(Outcome::Ok)
         }
         CardsCommand::Triage(t) => {
             let decision = match (t.accept, t.reject, t.duplicate_of, t.fixed_by) {
@@ -148,24 +154,27 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                 (_, true, _, _) => TriageDecision::Reject,
                 (_, _, Some(d), _) => TriageDecision::DuplicateOf(d),
                 (_, _, _, Some(f)) => TriageDecision::FixedBy(f),
-                _ => bail!("say what you decided: --accept, --reject, --duplicate-of <id> or --fixed-by <commit>"),
+                _ => {
+                    return Err(CommandError::usage(format!("no decision for `{}`", t.id))
+                        .hint("say what you decided: --accept, --reject, --duplicate-of <id> or --fixed-by <commit>"))
+                }
             };
             let by = match t.by {
                 Some(b) => b,
-                None => engineer(&ix.repo)?,
+                None => super::acting_identity(&ix.repo, "--by")?.to_string(),
             };
             let paths = history::card_paths(&ix.store, &t.id)?;
             if paths.is_empty() {
-                eprintln!("error: no card or fingerprint `{}`", t.id);
-                return Ok(2);
+                return Err(no_card(&t.id));
             }
-            let done =
-                cards::triage(&ix.root, &paths, &decision, &by, t.note.as_deref()).map_err(anyhow::Error::msg)?;
+            // The library reports a card it cannot read or write as text only.
+            let done = cards::triage(&ix.root, &paths, &decision, &by, t.note.as_deref())
+                .map_err(|e| CommandError::environment(e).hint("check the card files named above"))?;
             // Reflect the edit in the index right away.
             history::reindex_cards(&ix.root, &mut ix.store, &paths)?;
             println!("triaged {} card(s) as {} by {by}", done.len(), decision.status());
             println!("hint: commit the card files to share the triage (git add cards && git commit)");
-            Ok(0)
+            Ok(Outcome::Ok)
         }
         CardsCommand::Export {
             format: ExportFormat::Github,
@@ -180,20 +189,11 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                 })
                 .collect();
             println!("{}", serde_json::to_string_pretty(&issues)?);
-            Ok(0)
+            Ok(Outcome::Ok)
         }
     }
 }
 
-/// The engineer's identity for triage: git config, then the usual environment.
-fn engineer(repo: &git2::Repository) -> anyhow::Result<String> {
-    if let Ok(sig) = repo.signature() {
-        if let (Ok(n), Ok(e)) = (sig.name(), sig.email()) {
-            return Ok(format!("{n} <{e}>"));
-        }
-    }
-    match (std::env::var("GIT_AUTHOR_NAME"), std::env::var("GIT_AUTHOR_EMAIL")) {
-        (Ok(n), Ok(e)) => Ok(format!("{n} <{e}>")),
-        _ => bail!("who is triaging? set git config user.name and user.email, or pass --by \"Name <email>\""),
-    }
+fn no_card(id: &str) -> CommandError {
+    CommandError::usage(format!("no card or fingerprint `{id}`")).hint("`builder cards list` shows fingerprints")
 }

@@ -1,5 +1,6 @@
 //! `builder check`: lint prompts, scope and settings together; exit 1 on any problem.
 
+use crate::command_error::{CommandError, Outcome};
 use std::path::Path;
 
 /// Lint prompts, scope and settings; list every problem with file:line and a hint
@@ -10,8 +11,9 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
-    let problems = shared::check::check_repo(repo);
+pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
+    let wt = super::open_repo(repo)?;
+    let problems = shared::check::check_repo(&wt.root);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&problems)?);
     } else if problems.is_empty() {
@@ -22,5 +24,9 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
         }
         println!("{} problem(s)", problems.len());
     }
-    Ok(if problems.is_empty() { 0 } else { 1 })
+    Ok(if problems.is_empty() {
+        Outcome::Ok
+    } else {
+        Outcome::Problems
+    })
 }

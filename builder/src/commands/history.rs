@@ -2,8 +2,13 @@
 //! task's metrics across a prompt change.
 
 use super::index;
+use crate::command_error::{CommandError, Outcome};
+use anyhow::Context;
 use shared::history::{self, RunFilter};
 use std::path::Path;
+
+/// The statuses a run can have in the history (receipts are never `skipped`).
+const RUN_STATUSES: [&str; 5] = ["accepted", "completed", "failed", "cancelled", "waiting_approval"];
 
 /// Read the runtime's run history (receipts indexed into SQLite)
 #[derive(Debug, clap::Args)]
@@ -24,8 +29,8 @@ pub enum HistoryCommand {
     Runs {
         #[arg(long)]
         task: Option<String>,
-        /// accepted, completed, failed, cancelled, waiting_approval
-        #[arg(long)]
+        /// Only runs with this status
+        #[arg(long, value_parser = RUN_STATUSES)]
         status: Option<String>,
         /// Only runs started on or after this date (YYYY-MM-DD or RFC 3339)
         #[arg(long)]
@@ -60,7 +65,7 @@ pub enum HistoryCommand {
     },
 }
 
-pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
+pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
     let mut ix = index::open(repo)?;
     match args.command {
         HistoryCommand::Index { json } => {
@@ -78,7 +83,7 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                     s.overlaid_cards
                 );
             }
-            Ok(0)
+            Ok(Outcome::Ok)
         }
         HistoryCommand::Runs {
             task,
@@ -98,7 +103,7 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
             )?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
-                return Ok(0);
+                return Ok(Outcome::Ok);
             }
             println!(
                 "{:<26} {:<12} {:<16} {:<15} {:>5} {:>8} {:>9} {:>8}  PROMPT",
@@ -111,17 +116,17 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                     r.run_id, r.task, r.status, r.stop_reason, r.steps, r.tokens, r.cost_usd, r.duration_ms
                 );
             }
-            Ok(0)
+            Ok(Outcome::Ok)
         }
         HistoryCommand::Show { run_id, json } => {
             let Some(r) = history::run(&ix.store, &run_id)? else {
-                eprintln!("error: no run `{run_id}` in the history index");
-                eprintln!("hint: `builder history runs` lists runs; records must be committed to be indexed");
-                return Ok(2);
+                return Err(CommandError::usage(format!("no run `{run_id}` in the history index"))
+                    .hint("`builder history runs` lists runs; records must be committed to be indexed"));
             };
             // The builder's index holds committed receipts only, so the path is set.
             let receipt_path = r.receipt_path.clone().unwrap_or_default();
-            let receipt = std::fs::read_to_string(ix.root.join(&receipt_path))?;
+            let full = ix.root.join(&receipt_path);
+            let receipt = std::fs::read_to_string(&full).with_context(|| full.display().to_string())?;
             if json {
                 println!("{receipt}");
             } else {
@@ -134,16 +139,18 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                 );
                 println!("{receipt}");
             }
-            Ok(0)
+            Ok(Outcome::Ok)
         }
         HistoryCommand::Diff { a, b, json } => {
             let Some(d) = history::diff(&ix.repo, &ix.store, &a, &b)? else {
-                eprintln!("error: `{a}` or `{b}` is not exactly one indexed run");
-                return Ok(2);
+                return Err(
+                    CommandError::usage(format!("`{a}` or `{b}` is not exactly one indexed run"))
+                        .hint("`builder history runs` lists runs; a unique prefix of a run id is enough"),
+                );
             };
             if json {
                 println!("{}", serde_json::to_string_pretty(&d)?);
-                return Ok(0);
+                return Ok(Outcome::Ok);
             }
             println!(
                 "a: {} {} ({}) on {}",
@@ -188,7 +195,7 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                     d.report_diff.clone()
                 }
             );
-            Ok(0)
+            Ok(Outcome::Ok)
         }
         HistoryCommand::Compare {
             task,
@@ -196,6 +203,8 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
             after,
             json,
         } => {
+            super::resolve_commit(&ix.repo, "--before", &before)?;
+            super::resolve_commit(&ix.repo, "--after", &after)?;
             let c = history::compare(&ix.repo, &ix.store, &task, &before, &after)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&c)?);
@@ -225,7 +234,11 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
                     }
                 }
             }
-            Ok(if c.regressions.is_empty() { 0 } else { 1 })
+            Ok(if c.regressions.is_empty() {
+                Outcome::Ok
+            } else {
+                Outcome::Problems
+            })
         }
     }
 }

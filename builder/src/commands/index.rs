@@ -2,7 +2,7 @@
 //! command that reads runs or cards. Shows a progress bar on a terminal when there is
 //! a lot to index (a first index of a large repo); prints nothing otherwise.
 
-use anyhow::Context;
+use crate::command_error::CommandError;
 use indicatif::{ProgressBar, ProgressStyle};
 use shared::history::{self, IndexStats};
 use shared::store::Store;
@@ -16,13 +16,8 @@ pub struct Indexed {
     pub stats: IndexStats,
 }
 
-pub fn open(path: &Path) -> anyhow::Result<Indexed> {
-    let repo =
-        git2::Repository::discover(path).with_context(|| format!("{}: not in a git repository", path.display()))?;
-    let root = repo
-        .workdir()
-        .context("bare repositories are not supported")?
-        .to_path_buf();
+pub fn open(path: &Path) -> Result<Indexed, CommandError> {
+    let shared::git::WorkTree { repo, root } = super::open_repo(path)?;
     let mut store = history::open_store(&root)?;
     let bar = std::io::stderr().is_terminal().then(|| {
         let b = ProgressBar::hidden();

@@ -1,5 +1,6 @@
 //! `builder init [<path>]`: scaffold an agent repository; never overwrites a file.
 
+use crate::command_error::{CommandError, Outcome};
 use std::path::{Path, PathBuf};
 
 /// Scaffold an agent repo (layout, example task, .gitignore, pre-push audit hook)
@@ -9,7 +10,7 @@ pub struct Args {
     pub path: Option<PathBuf>,
 }
 
-pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
+pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
     let target = args.path.unwrap_or_else(|| repo.to_path_buf());
     let report = shared::scaffold::init(&target)?;
     if report.git_initialised {
@@ -26,5 +27,5 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
             target.display()
         );
     }
-    Ok(0)
+    Ok(Outcome::Ok)
 }

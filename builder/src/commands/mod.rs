@@ -11,12 +11,13 @@ mod init;
 mod retro;
 mod watch;
 
+use crate::command_error::{self, CommandError, Outcome};
 use clap::{CommandFactory, Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Build and review what the runtime runs: prompts, scope, settings, tools
 #[derive(Debug, Parser)]
-#[command(name = "builder", version, propagate_version = true)]
+#[command(name = "builder", version, propagate_version = true, after_help = command_error::exit_codes_help())]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -52,7 +53,8 @@ pub enum Command {
     Man,
 }
 
-pub fn run(cli: Cli) -> anyhow::Result<i32> {
+pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
+    command_error::forced_internal_error()?;
     let repo = cli.global.repo;
     match cli.command {
         Command::Init(a) => init::run(a, &repo),
@@ -65,11 +67,43 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::ApproveCall(a) => approve_call::run(a, &repo),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "builder", &mut std::io::stdout());
-            Ok(0)
+            Ok(Outcome::Ok)
         }
         Command::Man => {
             clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
-            Ok(0)
+            Ok(Outcome::Ok)
         }
     }
+}
+
+/// Opens the repository containing `path` (the `-C` directory), the one way every
+/// command does.
+pub fn open_repo(path: &Path) -> Result<shared::git::WorkTree, CommandError> {
+    Ok(shared::git::open_work_tree(path)?)
+}
+
+/// The commit `rev` names (`flag` is the option it came from): a revision that does
+/// not resolve is a usage error.
+pub fn resolve_commit(repo: &git2::Repository, flag: &str, rev: &str) -> Result<git2::Oid, CommandError> {
+    repo.revparse_single(rev)
+        .and_then(|o| o.peel_to_commit())
+        .map(|c| c.id())
+        .map_err(|e| match e.code() {
+            git2::ErrorCode::NotFound
+            | git2::ErrorCode::InvalidSpec
+            | git2::ErrorCode::Ambiguous
+            | git2::ErrorCode::Peel => CommandError::usage(format!(
+                "{flag} {rev}: not a commit in this repository ({})",
+                e.message()
+            ))
+            .hint("`git log --oneline` lists commits; any revision git understands works (HEAD~3, a tag, an id)"),
+            _ => CommandError::from(e),
+        })
+}
+
+/// The person acting (approver, triager): git's author identity, or an error that
+/// says how to set it or which flag (`flag`) names someone explicitly.
+pub fn acting_identity(repo: &git2::Repository, flag: &str) -> Result<shared::git::Person, CommandError> {
+    shared::git::acting_identity(repo)
+        .map_err(|e| CommandError::from(e).hint(format!("or name the person: {flag} \"Name <email>\"")))
 }

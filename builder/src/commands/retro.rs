@@ -1,6 +1,8 @@
 //! `builder retro`: a markdown retro since the last one, with an SVG chart beside it.
 
 use super::index;
+use crate::command_error::{CommandError, Outcome};
+use anyhow::Context;
 use chrono::{DateTime, Duration, Utc};
 use shared::history;
 use std::path::{Path, PathBuf};
@@ -22,7 +24,7 @@ pub struct Args {
     pub dry_run: bool,
 }
 
-pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
+pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
     let mut ix = index::open(repo)?;
     let now = Utc::now();
     let since = match args.since {
@@ -30,8 +32,10 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
         None => history::get_meta(&ix.store, "last_retro")?.unwrap_or_else(|| (now - Duration::days(7)).to_rfc3339()),
     };
     if DateTime::parse_from_rfc3339(&since).is_err() && chrono::NaiveDate::parse_from_str(&since, "%Y-%m-%d").is_err() {
-        eprintln!("error: --since `{since}` is not a date (YYYY-MM-DD) or RFC 3339 time");
-        return Ok(2);
+        return Err(
+            CommandError::usage(format!("--since `{since}` is not a date (YYYY-MM-DD) or RFC 3339 time"))
+                .hint("for example --since 2026-01-31"),
+        );
     }
     let svg_path = match &args.output {
         Some(p) => p.with_extension("svg"),
@@ -42,10 +46,10 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "retro.svg".into());
     let retro = shared::retro::build(&ix.store, &since, &now.to_rfc3339(), &svg_name)?;
-    std::fs::write(&svg_path, &retro.svg)?;
+    std::fs::write(&svg_path, &retro.svg).with_context(|| svg_path.display().to_string())?;
     match &args.output {
         Some(p) => {
-            std::fs::write(p, &retro.markdown)?;
+            std::fs::write(p, &retro.markdown).with_context(|| p.display().to_string())?;
             println!("wrote {} and {}", p.display(), svg_path.display());
         }
         None => print!("{}", retro.markdown),
@@ -53,5 +57,5 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
     if !args.dry_run {
         history::set_meta(&mut ix.store, "last_retro", &now.to_rfc3339())?;
     }
-    Ok(0)
+    Ok(Outcome::Ok)
 }

@@ -1,6 +1,8 @@
 //! `builder watch`: print each new card and receipt as it lands (a local fire or a
 //! `git pull`), using filesystem notifications. Ctrl-C ends it cleanly.
 
+use crate::command_error::{CommandError, Outcome};
+use anyhow::Context;
 use notify::{EventKind, RecursiveMode, Watcher};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,11 +17,8 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
-    let root = git2::Repository::discover(repo)
-        .ok()
-        .and_then(|r| r.workdir().map(Path::to_path_buf))
-        .unwrap_or_else(|| repo.to_path_buf());
+pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
+    let root = super::open_repo(repo)?.root;
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     ctrlc::set_handler(move || s.store(true, Ordering::SeqCst))?;
@@ -27,7 +26,7 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
     let mut watcher = notify::recommended_watcher(tx)?;
     for d in ["cards", "runs"] {
         let p = root.join(d);
-        std::fs::create_dir_all(&p)?;
+        std::fs::create_dir_all(&p).with_context(|| p.display().to_string())?;
         watcher.watch(&p, RecursiveMode::Recursive)?;
     }
     eprintln!(
@@ -87,7 +86,7 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
             }
         }
     }
-    Ok(0)
+    Ok(Outcome::Ok)
 }
 
 fn collect_files(p: &Path, out: &mut Vec<std::path::PathBuf>) {

@@ -1,6 +1,7 @@
 //! `runtime check`: can this repository and kernel fire? Prints the Landlock ABI and
 //! the rights it supports, and whether settings and prompts load.
 
+use crate::command_error::{CommandError, Outcome};
 use shared::sandbox::landlock;
 use shared::settings::LandlockMode;
 use std::path::Path;
@@ -13,7 +14,7 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
+pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let abi = landlock::kernel_abi();
     let rights = landlock::supported_rights(abi);
     let problems = shared::check::check_repo(root);
@@ -66,5 +67,5 @@ pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
             }
         );
     }
-    Ok(if ok { 0 } else { 1 })
+    Ok(if ok { Outcome::Ok } else { Outcome::Failed })
 }

@@ -1,18 +1,14 @@
 //! `runtime fire <task>`: one fire. Preparation runs single-threaded, then the process
 //! enters its Landlock sandbox, and only then is the async runtime built for the loop.
 
+use crate::command_error::{self, CommandError, Outcome};
 use shared::fire::{self, FireEnd, FireOptions, FireSummary};
 use std::io::IsTerminal;
 use std::path::Path;
 
 /// Fire a task once
-///
-/// Exit codes: 0 completed (accepted, or completed without acceptance checks) with a
-/// non-empty report and no card; 1 failed, or an environment problem (locks,
-/// permissions, disk); 2 usage or configuration error; 3 skipped (another fire of the
-/// task holds the lock; prints nothing unless -v); 4 waiting for approval; 5
-/// completed, but cards were written (needs attention); 70 internal error (a bug).
 #[derive(Debug, clap::Args)]
+#[command(after_help = command_error::exit_codes_help())]
 pub struct Args {
     /// Task name (prompts/<task>.md)
     pub task: String,
@@ -24,7 +20,7 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args, root: &Path, verbose: u8) -> anyhow::Result<i32> {
+pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
     let out = Output {
         json: args.json,
         verbose,
@@ -37,8 +33,8 @@ pub fn run(args: Args, root: &Path, verbose: u8) -> anyhow::Result<i32> {
 pub struct Output {
     /// The summary as JSON on stdout.
     pub json: bool,
-    /// `-v` count: a skipped fire says so only with -v.
-    pub verbose: u8,
+    /// `-v`: a skipped fire says so only then.
+    pub verbose: bool,
 }
 
 /// One fire, fresh or resumed; shared by `fire` and `resume`.
@@ -48,7 +44,7 @@ pub fn fire_task(
     no_commit: bool,
     resume: Option<String>,
     out: Output,
-) -> anyhow::Result<i32> {
+) -> Result<Outcome, CommandError> {
     let exe = std::env::current_exe()?;
     let opts = FireOptions {
         root: root.to_path_buf(),
@@ -85,25 +81,12 @@ pub fn fire_task(
             run.finish()
         }
     };
-    let code = exit_code(summary.end);
-    print(&summary, code, out);
-    Ok(code)
+    let result = command_error::fire_outcome(&summary);
+    print(&summary, command_error::exit_code(&result), out);
+    result
 }
 
-/// The exit code of a fire that ended as `end` (DESIGN.md section 7).
-pub fn exit_code(end: FireEnd) -> i32 {
-    match end {
-        FireEnd::Completed => 0,
-        FireEnd::Failed | FireEnd::Environment => 1,
-        FireEnd::InvalidInput => 2,
-        FireEnd::Skipped => 3,
-        FireEnd::WaitingApproval => 4,
-        FireEnd::NeedsAttention => 5,
-        FireEnd::Internal => 70,
-    }
-}
-
-fn print(s: &FireSummary, exit_code: i32, out: Output) {
+fn print(s: &FireSummary, exit_code: u8, out: Output) {
     if out.json {
         // The summary and the exit code it leads to.
         let mut value = serde_json::to_value(s).unwrap_or_default();
@@ -135,14 +118,21 @@ fn print(s: &FireSummary, exit_code: i32, out: Output) {
             return;
         }
         FireEnd::Skipped => {
-            if out.verbose > 0 {
+            if out.verbose {
                 eprintln!("skipped: {} ({})", s.message, s.task);
             }
             return;
         }
         FireEnd::NeedsAttention => "attention",
         FireEnd::WaitingApproval => "waiting",
-        FireEnd::Failed | FireEnd::InvalidInput | FireEnd::Environment | FireEnd::Internal => "error",
+        FireEnd::Failed => "error",
+        // `main` prints the error and its hint; the records line goes first.
+        FireEnd::InvalidInput | FireEnd::Environment | FireEnd::Internal => {
+            if s.receipt.is_some() {
+                eprintln!("{line}");
+            }
+            return;
+        }
     };
     eprintln!("{tag}: {}", s.message);
     if s.receipt.is_some() {

@@ -7,16 +7,17 @@ mod resume;
 mod runs;
 mod show;
 
+use crate::command_error::{self, CommandError, Outcome};
 use crate::logging::LogFormat;
 use clap::{CommandFactory, Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Hidden subcommand that starts the sandboxed tool worker.
 pub const WORKER_COMMAND: &str = "__tool-worker";
 
 /// Fire agent tasks unattended, inside a sandbox, leaving reports, receipts and cards
 #[derive(Debug, Parser)]
-#[command(name = "runtime", version, propagate_version = true)]
+#[command(name = "runtime", version, propagate_version = true, after_help = command_error::exit_codes_help())]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -52,32 +53,29 @@ pub enum Command {
     Man,
 }
 
-pub fn run(cli: Cli) -> anyhow::Result<i32> {
-    let root = resolve_root(&cli.global.repo)?;
+pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
+    command_error::forced_internal_error()?;
+    let repo = &cli.global.repo;
+    let verbose = cli.global.verbose > 0;
     match cli.command {
-        Command::Fire(a) => fire::run(a, &root, cli.global.verbose),
-        Command::Resume(a) => resume::run(a, &root, cli.global.verbose),
-        Command::Runs(a) => runs::run(a, &root),
-        Command::Show(a) => show::run(a, &root),
-        Command::Check(a) => check::run(a, &root),
+        Command::Fire(a) => fire::run(a, &resolve_root(repo)?, verbose),
+        Command::Resume(a) => resume::run(a, &resolve_root(repo)?, verbose),
+        Command::Runs(a) => runs::run(a, &resolve_root(repo)?),
+        Command::Show(a) => show::run(a, &resolve_root(repo)?),
+        Command::Check(a) => check::run(a, &resolve_root(repo)?),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "runtime", &mut std::io::stdout());
-            Ok(0)
+            Ok(Outcome::Ok)
         }
         Command::Man => {
             clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
-            Ok(0)
+            Ok(Outcome::Ok)
         }
     }
 }
 
-/// The work-tree root of the repository containing `path`, or `path` itself when it
-/// is not in one (commands that need git report that themselves).
-fn resolve_root(path: &std::path::Path) -> anyhow::Result<PathBuf> {
-    let abs = std::fs::canonicalize(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    Ok(match git2::Repository::discover(&abs) {
-        Ok(r) => r.workdir().map(|w| w.to_path_buf()).unwrap_or(abs),
-        Err(_) => abs,
-    }
-    .canonicalize()?)
+/// The work-tree root of the repository containing `path` (the `-C` directory),
+/// opened the one way every command does.
+fn resolve_root(path: &Path) -> Result<PathBuf, CommandError> {
+    Ok(shared::git::open_work_tree(path)?.root)
 }

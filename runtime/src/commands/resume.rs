@@ -1,6 +1,7 @@
 //! `runtime resume <run-id>`: continue a run paused for approval, once a builder has
 //! approved (or denied) the exact call with `builder approve-call`.
 
+use crate::command_error::{CommandError, Outcome};
 use shared::state::StateDb;
 use std::path::Path;
 
@@ -17,14 +18,15 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args, root: &Path, verbose: u8) -> anyhow::Result<i32> {
+pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
     let checkpoint = StateDb::open(root)?.checkpoint(&args.run_id)?;
     let task = match checkpoint {
         Some(c) => c.task,
         None => {
-            eprintln!("error: run `{}` has no checkpoint waiting for approval", args.run_id);
-            eprintln!("hint: `runtime runs` lists runs; only `waiting_approval` runs can be resumed");
-            return Ok(2);
+            return Err(
+                CommandError::usage(format!("run `{}` has no checkpoint waiting for approval", args.run_id))
+                    .hint("`runtime runs` lists runs; only `waiting_approval` runs can be resumed"),
+            )
         }
     };
     let out = super::fire::Output {

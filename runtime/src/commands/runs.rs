@@ -1,5 +1,6 @@
 //! `runtime runs`: the local run list from `.runtime/state.db`.
 
+use crate::command_error::{CommandError, Outcome};
 use shared::state::StateDb;
 use std::path::Path;
 
@@ -17,17 +18,17 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
+pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let db = StateDb::open(root)?;
     let store = db.store();
     let rows = shared::trace::list_runs(store, args.task.as_deref(), args.limit)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(0);
+        return Ok(Outcome::Ok);
     }
     if rows.is_empty() {
         println!("no runs yet (try `runtime fire <task>`)");
-        return Ok(0);
+        return Ok(Outcome::Ok);
     }
     println!(
         "{:<26} {:<14} {:<17} {:<15} {:>5} {:>8} {:>9} {:>8}",
@@ -39,5 +40,5 @@ pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
             r.run_id, r.task, r.status, r.stop_reason, r.steps, r.tokens, r.cost_usd, r.duration_ms
         );
     }
-    Ok(0)
+    Ok(Outcome::Ok)
 }

@@ -1,5 +1,7 @@
 //! `runtime show <run-id>`: one run's trace, readable, as JSON, or as OTLP/JSON.
 
+use crate::command_error::{CommandError, Outcome};
+use anyhow::Context;
 use shared::state::StateDb;
 use std::path::{Path, PathBuf};
 
@@ -22,13 +24,14 @@ pub struct Args {
     pub output: Option<PathBuf>,
 }
 
-pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
+pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let db = StateDb::open(root)?;
     let store = db.store();
     let Some((row, trace)) = shared::trace::load_run(store, &args.run_id)? else {
-        eprintln!("error: no run `{}` in {}", args.run_id, store.path());
-        eprintln!("hint: `runtime runs` lists local runs");
-        return Ok(2);
+        return Err(
+            CommandError::usage(format!("no run `{}` in {}", args.run_id, store.path()))
+                .hint("`runtime runs` lists local runs"),
+        );
     };
     let text = if args.otlp {
         serde_json::to_string_pretty(&shared::trace::to_otlp(&row, &trace, args.include_content))?
@@ -38,10 +41,10 @@ pub fn run(args: Args, root: &Path) -> anyhow::Result<i32> {
         render(&row, &trace)
     };
     match &args.output {
-        Some(p) => std::fs::write(p, text + "\n")?,
+        Some(p) => std::fs::write(p, text + "\n").with_context(|| p.display().to_string())?,
         None => println!("{text}"),
     }
-    Ok(0)
+    Ok(Outcome::Ok)
 }
 
 fn render(row: &shared::history::RunSummary, trace: &shared::trace::Trace) -> String {

@@ -251,7 +251,14 @@ fn commit_records(
     )
     .map_err(|e| WriteFailure {
         end: FireEnd::Environment,
-        message: format!("commit failed: {e}"),
+        message: match &e {
+            // libgit2 does not say which lock: name it, and what to do.
+            crate::git::GitError::Git(g) if g.code() == git2::ErrorCode::Locked => format!(
+                "commit failed: {e}: {} is held by another git process (or was left by a crashed one; remove it if none runs)",
+                sink.repo.path().join("index.lock").display()
+            ),
+            _ => format!("commit failed: {e}"),
+        },
     })?;
     match crate::git::auto_gc(sink.repo) {
         AutoGc::NotNeeded => {}

@@ -1,0 +1,484 @@
+//! Why a `runtime` command failed, and the one place its exit code is decided
+//! (DESIGN.md section 7). In the spirit of jj's `CommandError { kind, hints }`: a
+//! command returns `Result<Outcome, CommandError>`; the library's typed errors
+//! convert into a [`CommandError`] by what caused them (walking the error's source
+//! chain for `io::Error`, `git2::Error` and `rusqlite::Error`), so a permission
+//! problem, a held lock or a full disk exits 1 with a hint instead of looking like a
+//! crash, and only an unclassified error (a bug) exits 70. `main` prints the error
+//! as `error: ...` then `hint: ...` and exits with [`exit_code`]. A fire's own
+//! outcome (failed, skipped, waiting, needs attention) is an [`Outcome`], not an error.
+//! The builder has its own copy of this module: the binaries' codes differ.
+//!
+//! Test-only hook: in debug builds (`cfg(debug_assertions)`), a non-empty
+//! [`FORCE_INTERNAL_ERROR_ENV`] makes every command fail at once with an internal
+//! error, so the end-to-end exit-code table can check code 70 without a real bug.
+//! Release builds ignore the variable.
+
+use shared::diag::Diagnostics;
+use shared::fire::{FireEnd, FireSummary};
+use shared::git::GitError;
+use shared::state::StateError;
+use shared::store::StoreError;
+use std::error::Error as StdError;
+use std::fmt::Write as _;
+
+/// Test-only (debug builds): set to anything non-empty to force an internal error.
+pub const FORCE_INTERNAL_ERROR_ENV: &str = "RUNTIME_TEST_FORCE_INTERNAL_ERROR";
+
+/// The process exit codes of `runtime` (DESIGN.md section 7; cron reads them),
+/// defined here only.
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const FAILED: u8 = 1;
+    pub const ENVIRONMENT: u8 = 1;
+    pub const CONFIG: u8 = 2;
+    pub const SKIPPED: u8 = 3;
+    pub const WAITING: u8 = 4;
+    pub const NEEDS_ATTENTION: u8 = 5;
+    pub const INTERNAL: u8 = 70;
+}
+
+/// Every exit code with its meaning, for `runtime --help` and `runtime fire --help`.
+const EXIT_CODES: &[(u8, &str)] = &[
+    (exit::OK, "fire completed (accepted, or completed without acceptance checks); command ok"),
+    (
+        exit::FAILED,
+        "fire failed, or an environment problem (permissions, disk, locks, no repository); cards written where possible",
+    ),
+    (exit::CONFIG, "usage or configuration error (bad settings, unknown task, unset key variable)"),
+    (exit::SKIPPED, "skipped: another fire of the task holds the lock (prints nothing unless -v)"),
+    (exit::WAITING, "waiting for approval (`builder approve-call`, then `runtime resume`)"),
+    (exit::NEEDS_ATTENTION, "completed, but cards were written: needs attention"),
+    (exit::INTERNAL, "internal error (a bug), and nothing else"),
+];
+
+/// The exit-code table as help text.
+pub fn exit_codes_help() -> String {
+    let mut out = String::from("Exit codes:\n");
+    for (code, what) in EXIT_CODES {
+        let _ = writeln!(out, "  {code:>2}  {what}");
+    }
+    out
+}
+
+/// How a command that ran to its end came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done: a fire completed, or a command did its work.
+    Ok,
+    /// The fire failed (its records say why), or `runtime check` found problems.
+    Failed,
+    /// Another fire of the task holds the lock.
+    Skipped,
+    /// The fire paused on a call that needs a builder's approval.
+    Waiting,
+    /// The fire completed but wrote cards.
+    NeedsAttention,
+}
+
+/// What kind of failure, which decides the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Bad arguments: fix the command line (exit 2).
+    Usage,
+    /// Bad settings or git config: fix the file named (exit 2).
+    Config,
+    /// Permissions, locks, disk, a missing repository: fix the machine (exit 1).
+    Environment,
+    /// A bug (exit 70).
+    Internal,
+}
+
+impl Kind {
+    fn exit_code(self) -> u8 {
+        match self {
+            Kind::Usage | Kind::Config => exit::CONFIG,
+            Kind::Environment => exit::ENVIRONMENT,
+            Kind::Internal => exit::INTERNAL,
+        }
+    }
+}
+
+/// A failed command: what kind, the error with its causes, and what to do next.
+#[derive(Debug)]
+pub struct CommandError {
+    pub kind: Kind,
+    pub error: anyhow::Error,
+    pub hints: Vec<String>,
+}
+
+impl CommandError {
+    pub fn new(kind: Kind, error: impl Into<anyhow::Error>) -> Self {
+        CommandError {
+            kind,
+            error: error.into(),
+            hints: Vec::new(),
+        }
+    }
+
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(Kind::Usage, anyhow::Error::msg(message.into()))
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(Kind::Internal, anyhow::Error::msg(message.into()))
+    }
+
+    /// Adds a hint (printed after the error, in order).
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hints.push(hint.into());
+        self
+    }
+
+    /// Classifies any error by its source chain: the first cause we recognise
+    /// decides; nothing recognised is a bug.
+    pub fn classify(error: anyhow::Error) -> Self {
+        let found = error.chain().find_map(classify_cause);
+        let (kind, hint) = found.unwrap_or((Kind::Internal, None));
+        let mut e = CommandError::new(kind, error);
+        e.hints.extend(hint);
+        e
+    }
+
+    /// The error and its causes on one line, each cause once (typed errors often
+    /// repeat their source in their own message).
+    pub fn message(&self) -> String {
+        let mut out = String::new();
+        for cause in self.error.chain() {
+            let text = cause.to_string();
+            if out.contains(&text) {
+                continue;
+            }
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+        out
+    }
+
+    /// Prints `error: ...` and one `hint: ...` per hint on stderr (an internal
+    /// error always ends with the request for a bug report).
+    pub fn print(&self) {
+        eprintln!("error: {}", self.message());
+        for h in &self.hints {
+            eprintln!("hint: {h}");
+        }
+        if self.kind == Kind::Internal {
+            eprintln!("hint: this is a bug in runtime: please report it with the command line and its -vv output");
+        }
+    }
+}
+
+/// The exit code of a finished command: decided here and nowhere else.
+pub fn exit_code(result: &Result<Outcome, CommandError>) -> u8 {
+    match result {
+        Ok(Outcome::Ok) => exit::OK,
+        Ok(Outcome::Failed) => exit::FAILED,
+        Ok(Outcome::Skipped) => exit::SKIPPED,
+        Ok(Outcome::Waiting) => exit::WAITING,
+        Ok(Outcome::NeedsAttention) => exit::NEEDS_ATTENTION,
+        Err(e) => e.kind.exit_code(),
+    }
+}
+
+/// How a fire's end comes out of the command: an [`Outcome`] the fire has printed, or
+/// a [`CommandError`] carrying the fire's message and hint for `main` to print.
+pub fn fire_outcome(s: &FireSummary) -> Result<Outcome, CommandError> {
+    let error = |kind: Kind| {
+        let e = CommandError::new(kind, anyhow::Error::msg(s.message.clone()));
+        match &s.hint {
+            Some(h) => e.hint(h.clone()),
+            None => e,
+        }
+    };
+    match s.end {
+        FireEnd::Completed => Ok(Outcome::Ok),
+        FireEnd::Failed => Ok(Outcome::Failed),
+        FireEnd::Skipped => Ok(Outcome::Skipped),
+        FireEnd::WaitingApproval => Ok(Outcome::Waiting),
+        FireEnd::NeedsAttention => Ok(Outcome::NeedsAttention),
+        FireEnd::InvalidInput => Err(error(Kind::Config)),
+        FireEnd::Environment => Err(error(Kind::Environment)),
+        FireEnd::Internal => Err(error(Kind::Internal)),
+    }
+}
+
+/// The test-only hook (see the module doc); always `Ok` in release builds.
+pub fn forced_internal_error() -> Result<(), CommandError> {
+    #[cfg(debug_assertions)]
+    if std::env::var_os(FORCE_INTERNAL_ERROR_ENV).is_some_and(|v| !v.is_empty()) {
+        return Err(CommandError::internal(format!(
+            "forced by {FORCE_INTERNAL_ERROR_ENV} (a test-only hook of debug builds)"
+        )));
+    }
+    Ok(())
+}
+
+/// The kind (and a hint) of one cause in an error chain, when we recognise it.
+fn classify_cause(cause: &(dyn StdError + 'static)) -> Option<(Kind, Option<String>)> {
+    if let Some(e) = cause.downcast_ref::<GitError>() {
+        return match e {
+            GitError::NotARepo { .. } => Some((
+                Kind::Environment,
+                Some("run inside an agent repository or pass -C <repo>; `builder init <path>` makes one".into()),
+            )),
+            GitError::NoIdentity { .. } => Some((
+                Kind::Config,
+                Some(
+                    "tell git who you are: git config user.name \"Your Name\" && git config user.email you@example.com"
+                        .into(),
+                ),
+            )),
+            // Only a fire commits, and it never asks to commit outside its paths.
+            GitError::Refused { .. } => Some((Kind::Internal, None)),
+            // The cause below (git2 or io) decides.
+            GitError::Git(_) | GitError::Io { .. } => None,
+        };
+    }
+    if let Some(e) = cause.downcast_ref::<StateError>() {
+        return match e {
+            StateError::Store(store) => classify_cause(store),
+            StateError::Checkpoint { .. } => Some((
+                Kind::Environment,
+                Some("the run's checkpoint in .runtime/state.db is damaged: the run cannot be resumed".into()),
+            )),
+            StateError::NoCheckpoint(_)
+            | StateError::NotWaiting(_)
+            | StateError::OtherCall { .. }
+            | StateError::HashMismatch(_) => Some((
+                Kind::Usage,
+                Some("`runtime runs` lists runs; only `waiting_approval` runs can be resumed".into()),
+            )),
+        };
+    }
+    if cause.downcast_ref::<Diagnostics>().is_some() {
+        return Some((
+            Kind::Config,
+            Some("`runtime check` and `builder check` list every problem with file:line".into()),
+        ));
+    }
+    if let Some(StoreError::TooNew { .. }) = cause.downcast_ref::<StoreError>() {
+        return Some((
+            Kind::Environment,
+            Some("a newer binary wrote this database: update this one, or delete the .runtime/ file named".into()),
+        ));
+    }
+    if let Some(e) = cause.downcast_ref::<std::io::Error>() {
+        return classify_io(e);
+    }
+    if let Some(e) = cause.downcast_ref::<git2::Error>() {
+        return classify_git(e);
+    }
+    if let Some(e) = cause.downcast_ref::<rusqlite::Error>() {
+        return classify_sqlite(e);
+    }
+    None
+}
+
+fn classify_io(e: &std::io::Error) -> Option<(Kind, Option<String>)> {
+    use std::io::ErrorKind as K;
+    let hint = match e.kind() {
+        K::PermissionDenied => {
+            "check the permissions of the path named above; a fire writes .runtime/, its records and .git"
+        }
+        K::ReadOnlyFilesystem => "the repository is on a read-only file system: run where it can be written",
+        K::StorageFull | K::QuotaExceeded | K::FileTooLarge => "the disk is full: free some space and run again",
+        K::NotFound => "check that the path exists (-C takes the repository's directory)",
+        K::ResourceBusy | K::WouldBlock => "another process holds the file: wait for it and run again",
+        K::AlreadyExists => "a file is in the way: move it aside if nothing else is using it",
+        // Bad data or a bad call of ours: let the chain (or a bug report) decide.
+        K::InvalidData | K::InvalidInput | K::Unsupported | K::Other => return None,
+        _ => return Some((Kind::Environment, None)),
+    };
+    Some((Kind::Environment, Some(hint.into())))
+}
+
+fn classify_git(e: &git2::Error) -> Option<(Kind, Option<String>)> {
+    use git2::{ErrorClass as C, ErrorCode as E};
+    match (e.code(), e.class()) {
+        (E::Locked, _) => Some((
+            Kind::Environment,
+            Some("another git process holds the lock named above: wait for it, or remove the lock file if none is running".into()),
+        )),
+        (E::Owner, _) => Some((
+            Kind::Environment,
+            Some("the repository belongs to another user: see `git config --global --add safe.directory <repo>`".into()),
+        )),
+        (_, C::Os) | (_, C::Filesystem) => Some((Kind::Environment, None)),
+        (E::NotFound, C::Repository) => Some((
+            Kind::Environment,
+            Some("run inside an agent repository or pass -C <repo>".into()),
+        )),
+        (E::NotFound, C::Reference) | (E::InvalidSpec, _) | (E::Ambiguous, _) => Some((
+            Kind::Usage,
+            Some("`git log --oneline` lists revisions".into()),
+        )),
+        (_, C::Config) => Some((Kind::Config, Some("check git's config (`git config --list --show-origin`)".into()))),
+        _ => None,
+    }
+}
+
+fn classify_sqlite(e: &rusqlite::Error) -> Option<(Kind, Option<String>)> {
+    use rusqlite::ErrorCode as E;
+    let rusqlite::Error::SqliteFailure(f, _) = e else {
+        return None;
+    };
+    let hint = match f.code {
+        E::ReadOnly => {
+            "the database is read-only (a read-only file system or file): run where .runtime/ can be written"
+        }
+        E::DiskFull => "the disk is full: free some space and run again",
+        E::DatabaseBusy | E::DatabaseLocked => "another process holds the database: wait for it and run again",
+        E::PermissionDenied | E::CannotOpen => "check the permissions of .runtime/ and the database file",
+        E::SystemIoFailure => "the file system failed a read or write: check the disk",
+        _ => return None,
+    };
+    Some((Kind::Environment, Some(hint.into())))
+}
+
+macro_rules! classified_from {
+    ($($t:ty),* $(,)?) => {
+        $(impl From<$t> for CommandError {
+            fn from(e: $t) -> Self {
+                CommandError::classify(anyhow::Error::from(e))
+            }
+        })*
+    };
+}
+
+classified_from!(
+    anyhow::Error,
+    std::io::Error,
+    git2::Error,
+    GitError,
+    StateError,
+    StoreError,
+    serde_json::Error,
+);
+
+impl From<Diagnostics> for CommandError {
+    fn from(d: Diagnostics) -> Self {
+        CommandError::classify(anyhow::Error::from(d))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Error, ErrorKind};
+
+    fn kind_of(e: impl Into<CommandError>) -> Kind {
+        e.into().kind
+    }
+
+    #[test]
+    fn io_errors_of_the_machine_are_environment_problems() {
+        for k in [
+            ErrorKind::PermissionDenied,
+            ErrorKind::ReadOnlyFilesystem,
+            ErrorKind::StorageFull,
+            ErrorKind::NotFound,
+        ] {
+            assert_eq!(kind_of(Error::from(k)), Kind::Environment, "{k:?}");
+        }
+        assert_eq!(kind_of(Error::from(ErrorKind::InvalidData)), Kind::Internal);
+    }
+
+    #[test]
+    fn a_cause_deep_in_the_chain_decides() {
+        let e = anyhow::Error::from(Error::from(ErrorKind::StorageFull))
+            .context("writing the retro")
+            .context("runtime runs");
+        let ce = CommandError::from(e);
+        assert_eq!(ce.kind, Kind::Environment);
+        assert!(ce.hints[0].contains("disk is full"), "{:?}", ce.hints);
+        assert_eq!(exit_code(&Err(ce)), 1);
+    }
+
+    #[test]
+    fn a_git_lock_is_an_environment_problem() {
+        let e = git2::Error::new(git2::ErrorCode::Locked, git2::ErrorClass::Os, "index.lock exists");
+        assert_eq!(kind_of(GitError::Git(e)), Kind::Environment);
+    }
+
+    #[test]
+    fn a_read_only_or_full_database_is_an_environment_problem() {
+        for code in [rusqlite::ffi::SQLITE_READONLY, rusqlite::ffi::SQLITE_FULL] {
+            let e = rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+            let se = StoreError::Sqlite {
+                path: ".runtime/state.db".into(),
+                source: e,
+            };
+            assert_eq!(kind_of(se), Kind::Environment);
+        }
+    }
+
+    #[test]
+    fn outside_a_repository_and_without_an_identity() {
+        let not_repo = GitError::NotARepo {
+            path: "/tmp/x".into(),
+            message: "not found".into(),
+        };
+        assert_eq!(exit_code(&Err(not_repo.into())), 1);
+        let nobody = GitError::NoIdentity {
+            repo: "/tmp/x".into(),
+            message: "unset".into(),
+        };
+        assert_eq!(exit_code(&Err(nobody.into())), 2);
+    }
+
+    #[test]
+    fn an_unrecognised_error_is_a_bug() {
+        let e = CommandError::from(anyhow::anyhow!("something impossible"));
+        assert_eq!(e.kind, Kind::Internal);
+        assert_eq!(exit_code(&Err(e)), 70);
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = Error::new(ErrorKind::PermissionDenied, "Permission denied (os error 13)");
+        let e = CommandError::from(GitError::Io {
+            path: "/r/.git/index".into(),
+            source: io,
+        });
+        assert_eq!(e.message(), "/r/.git/index: Permission denied (os error 13)");
+    }
+
+    #[test]
+    fn fire_ends_get_the_design_codes() {
+        let summary = |end| FireSummary {
+            run_id: "r".into(),
+            task: "t".into(),
+            status: shared::records::RunStatus::Failed,
+            stop_reason: shared::records::StopReason::NotStarted,
+            end,
+            report: None,
+            receipt: None,
+            cards: vec![],
+            commit: None,
+            message: "m".into(),
+            hint: None,
+        };
+        for (end, code) in [
+            (FireEnd::Completed, 0),
+            (FireEnd::Failed, 1),
+            (FireEnd::Environment, 1),
+            (FireEnd::InvalidInput, 2),
+            (FireEnd::Skipped, 3),
+            (FireEnd::WaitingApproval, 4),
+            (FireEnd::NeedsAttention, 5),
+            (FireEnd::Internal, 70),
+        ] {
+            assert_eq!(exit_code(&fire_outcome(&summary(end))), code, "{end:?}");
+        }
+    }
+
+    #[test]
+    fn the_help_lists_every_code() {
+        let help = exit_codes_help();
+        for code in [0, 1, 2, 3, 4, 5, 70] {
+            assert!(help.contains(&format!("  {code:>2}  ")), "{help}");
+        }
+    }
+}
