@@ -212,7 +212,7 @@ pub fn auto_gc(repo: &Repository) -> AutoGc {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
     // What tool commands get, plus where git finds the user's config.
-    let passed = crate::tools::exec::PASSTHROUGH_ENV
+    let passed = crate::env::PASSTHROUGH_ENV
         .iter()
         .chain(&["HOME", "XDG_CONFIG_HOME"]);
     for key in passed {

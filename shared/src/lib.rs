@@ -8,6 +8,7 @@ pub mod audit;
 pub mod cards;
 pub mod check;
 pub mod diag;
+pub mod env;
 pub mod fire;
 pub mod git;
 pub mod history;

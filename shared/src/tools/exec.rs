@@ -8,6 +8,7 @@
 //! is the code that acts on it.
 
 use super::{ErrorClass, ToolArgs, ToolRequest, ToolResult};
+use crate::env::PASSTHROUGH_ENV;
 use std::io::{ErrorKind, Read};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -16,8 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Environment variables passed to model-run commands; everything else is dropped.
-pub const PASSTHROUGH_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "TZ"];
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 const MAX_LIST: usize = 1000;
 const MAX_GREP_MATCHES: usize = 500;
