@@ -4,7 +4,6 @@
 //! `runtime show`, and exports one run as OTLP/JSON with OpenTelemetry GenAI attribute
 //! names (message content left out unless asked for).
 
-use crate::agent::context::BudgetReport;
 use crate::history::RunSummary;
 use crate::records::Receipt;
 use crate::store::{Store, StoreError};
@@ -47,6 +46,18 @@ pub struct TracedCall {
     pub reason: String,
     pub outcome: String,
     pub duration_ms: u64,
+}
+
+/// How the context of one step was fitted (made by `agent::context::fit`, stored
+/// with the step).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetReport {
+    pub budget: u64,
+    pub used: u64,
+    pub included: usize,
+    pub summarised: usize,
+    pub dropped: usize,
+    pub reasons: Vec<String>,
 }
 
 /// Collects one fire's trace.
