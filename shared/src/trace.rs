@@ -4,7 +4,7 @@
 //! `runtime show`, and exports one run as OTLP/JSON with OpenTelemetry GenAI attribute
 //! names (message content left out unless asked for).
 
-use crate::history::RunSummary;
+use crate::runs::RunSummary;
 use crate::records::Receipt;
 use crate::store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
@@ -152,9 +152,9 @@ impl Trace {
 /// The local run list (`runtime runs`): the same `runs` table the builder's history
 /// index has, so the same query serves both.
 pub fn list_runs(store: &Store, task: Option<&str>, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
-    crate::history::runs(
+    crate::runs::runs(
         store,
-        &crate::history::RunFilter {
+        &crate::runs::RunFilter {
             task: task.map(str::to_string),
             limit: Some(limit),
             ..Default::default()
@@ -165,7 +165,7 @@ pub fn list_runs(store: &Store, task: Option<&str>, limit: usize) -> Result<Vec<
 /// Loads one run's trace from the store (`None` when unknown). A unique prefix of the
 /// run id is enough.
 pub fn load_run(store: &Store, run_id: &str) -> Result<Option<(RunSummary, Trace)>, StoreError> {
-    let Some(row) = crate::history::run(store, run_id)? else {
+    let Some(row) = crate::runs::run(store, run_id)? else {
         return Ok(None);
     };
     let id = &row.run_id;

@@ -2,7 +2,8 @@
 //! task's metrics across a prompt change.
 
 use super::index;
-use shared::history::{self, RunFilter};
+use shared::history;
+use shared::runs::{self, RunFilter};
 use std::path::Path;
 
 /// Read the runtime's run history (receipts indexed into SQLite)
@@ -87,7 +88,7 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
             limit,
             json,
         } => {
-            let rows = history::runs(
+            let rows = runs::runs(
                 &ix.store,
                 &RunFilter {
                     task,
@@ -114,7 +115,7 @@ pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
             Ok(0)
         }
         HistoryCommand::Show { run_id, json } => {
-            let Some(r) = history::run(&ix.store, &run_id)? else {
+            let Some(r) = runs::run(&ix.store, &run_id)? else {
                 eprintln!("error: no run `{run_id}` in the history index");
                 eprintln!("hint: `builder history runs` lists runs; records must be committed to be indexed");
                 return Ok(2);
