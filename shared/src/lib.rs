@@ -18,6 +18,7 @@ pub mod prompt;
 pub mod provider;
 pub mod records;
 pub mod retro;
+pub mod rules;
 pub mod runs;
 pub mod sandbox;
 pub mod scaffold;

@@ -292,7 +292,7 @@ fn narrowing_problems(
         }
     }
     for r in &front.deny {
-        if let Err(e) = crate::policy::rules::Rule::parse(r) {
+        if let Err(e) = crate::rules::Rule::parse(r) {
             d.push(Diagnostic::new(
                 rel,
                 item(&["deny"], r),

@@ -4,10 +4,17 @@
 //! rejects unknown keys and wrong types and then checks meaning (rules parse, globs
 //! compile, tools exist, the write ACL stays clear of builder paths), collecting every
 //! problem as a [`Diagnostic`] with file, line and field.
+//!
+//! Settings are plain data plus their validation, low in the crate: this module
+//! imports only `diag`, `layout`, `yamlpos` and the rule grammar `rules`. The arrow
+//! points from the policy engine to settings (the engine reads [`Permissions`] and
+//! [`DefaultDecision`]), never back: checking that a rule parses needs the grammar, not
+//! the engine, so the grammar is a leaf both use, and the ownership question "could
+//! this write glob reach a builder path" is answered by `layout`, like every other.
 
 use crate::diag::{Diagnostic, Diagnostics};
-use crate::layout::{BUILDER_DIRS, SETTINGS_FILE};
-use crate::policy::rules::Rule;
+use crate::layout::{overlapping_builder_dir, SETTINGS_FILE};
+use crate::rules::Rule;
 use crate::yamlpos;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -715,16 +722,6 @@ fn validate_provider(file: &Path, src: &str, key: &str, p: &ProviderSettings, d:
     }
 }
 
-/// Returns the builder directory a write glob could match, if any.
-pub fn overlapping_builder_dir(m: &globset::GlobMatcher, raw: &str) -> Option<&'static str> {
-    BUILDER_DIRS.iter().copied().find(|dir| {
-        m.is_match(dir)
-            || m.is_match(format!("{dir}/x"))
-            || m.is_match(format!("{dir}/a/b.md"))
-            || raw.trim_start_matches("./").starts_with(&format!("{dir}/"))
-    })
-}
-
 /// The `permissions` block of a Claude Code `settings.json`.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -860,24 +857,5 @@ mod tests {
             vec![(7, "permissions.deny"), (10, "permissions.write"), (13, "tools")],
             "{d:?}"
         );
-    }
-
-    #[test]
-    fn write_globs_that_reach_builder_paths_are_caught() {
-        for g in [
-            "**",
-            "*/x",
-            "prompts/**",
-            "./settings/a",
-            "{reports,tools}/**",
-            ".git/hooks/*",
-        ] {
-            let m = globset::Glob::new(g).unwrap().compile_matcher();
-            assert!(overlapping_builder_dir(&m, g).is_some(), "{g}");
-        }
-        for g in ["reports/**", "cards/**", "out/*.txt"] {
-            let m = globset::Glob::new(g).unwrap().compile_matcher();
-            assert!(overlapping_builder_dir(&m, g).is_none(), "{g}");
-        }
     }
 }
