@@ -4,8 +4,8 @@
 //! `runtime show`, and exports one run as OTLP/JSON with OpenTelemetry GenAI attribute
 //! names (message content left out unless asked for).
 
-use crate::runs::RunSummary;
 use crate::records::Receipt;
+use crate::runs::RunSummary;
 use crate::store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
