@@ -12,6 +12,8 @@ pub mod env;
 pub mod fire;
 pub mod git;
 pub mod history;
+#[cfg(test)]
+mod import_graph;
 pub mod layout;
 pub mod policy;
 pub mod prompt;
