@@ -2,7 +2,7 @@
 //! problem with `file:line`, what is wrong and a hint. The runtime runs the same
 //! loaders on every fire, so anything `check` passes, a fire can load.
 
-use crate::diag::Diagnostic;
+use crate::diag::{DiagKind, Diagnostic};
 use crate::layout::{PROMPTS_DIR, SCOPE_FILE, SETTINGS_FILE};
 use crate::settings::{self, ProviderKind, RuntimeSettings};
 use std::os::unix::fs::PermissionsExt;
@@ -95,7 +95,7 @@ pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
             diags.extend(if loaded.is_some() {
                 d
             } else {
-                d.into_iter().filter(|d| !d.message.contains("only narrow")).collect()
+                d.into_iter().filter(|d| d.kind != DiagKind::Widens).collect()
             });
         }
         let Some(front) = crate::prompt::front_matter(&rel, &src) else {
