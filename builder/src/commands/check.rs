@@ -11,7 +11,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, repo: &Path) -> anyhow::Result<i32> {
-    let problems = shared::check::check_repo(repo);
+    let problems = shared::check::check_repo(repo).problems;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&problems)?);
     } else if problems.is_empty() {
