@@ -79,9 +79,9 @@ fn main() {
     );
     let ids: Vec<String> = {
         let store = shared::history::open_store(&root).unwrap();
-        shared::history::runs(
+        shared::runs::runs(
             &store,
-            &shared::history::RunFilter {
+            &shared::runs::RunFilter {
                 task: Some("digest".into()),
                 limit: Some(2),
                 ..Default::default()

@@ -2,24 +2,30 @@
 //! problem with `file:line`, what is wrong and a hint. The runtime runs the same
 //! loaders on every fire, so anything `check` passes, a fire can load.
 
-use crate::diag::Diagnostic;
+use crate::diag::{DiagKind, Diagnostic};
 use crate::layout::{PROMPTS_DIR, SCOPE_FILE, SETTINGS_FILE};
-use crate::settings::{self, ProviderKind, RuntimeSettings};
+use crate::settings::{self, ProviderKind, RuntimeSettings, Settings};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-/// Every problem in the agent repo at `root`, sorted by file and line.
-pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
+/// What [`check_repo`] found.
+pub struct Checked {
+    /// Every problem, sorted by file and line.
+    pub problems: Vec<Diagnostic>,
+    /// The settings a fire would run with, when every settings source loads; read in
+    /// the same pass, so a caller that needs them does not read the files again.
+    pub settings: Option<Settings>,
+}
+
+/// Every problem in the agent repo at `root`. Settings are read once.
+pub fn check_repo(root: &Path) -> Checked {
     let mut diags = Vec::new();
-    let lenient = settings::load_lenient(root, &mut diags);
-    let provider_is_stand_in = lenient
+    let linted = settings::lint(root, &mut diags);
+    let provider_is_stand_in = linted
+        .lenient
         .as_ref()
         .is_some_and(|l| l.stand_ins.iter().any(|k| k == "provider"));
-    let loaded = lenient.map(|l| l.settings);
-    if let Err(d) = settings::load(root) {
-        // The JSON permission files are only checked by the full loader.
-        diags.extend(d.0.into_iter().filter(|d| d.file.as_path() != Path::new(SETTINGS_FILE)));
-    }
+    let loaded = linted.lenient.map(|l| l.settings);
     match std::fs::read_to_string(root.join(SCOPE_FILE)) {
         Err(_) => diags.push(
             Diagnostic::new(
@@ -43,11 +49,7 @@ pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
                 if !root.join(replay).is_file() {
                     diags.push(Diagnostic::new(
                         SETTINGS_FILE,
-                        crate::yamlpos::line_of_item(
-                            &std::fs::read_to_string(root.join(SETTINGS_FILE)).unwrap_or_default(),
-                            &["provider"],
-                            replay,
-                        ),
+                        crate::yamlpos::line_of_item(&linted.runtime_src, &["provider"], replay),
                         "provider.replay",
                         format!("replay trace `{replay}` does not exist"),
                     ));
@@ -95,7 +97,7 @@ pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
             diags.extend(if loaded.is_some() {
                 d
             } else {
-                d.into_iter().filter(|d| !d.message.contains("only narrow")).collect()
+                d.into_iter().filter(|d| d.kind != DiagKind::Widens).collect()
             });
         }
         let Some(front) = crate::prompt::front_matter(&rel, &src) else {
@@ -123,11 +125,91 @@ pub fn check_repo(root: &Path) -> Vec<Diagnostic> {
         }
     }
     diags.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
-    diags
+    Checked {
+        problems: diags,
+        settings: linted.settings,
+    }
 }
 
 fn stand_in_settings() -> RuntimeSettings {
     let mut d = Vec::new();
     settings::parse_runtime_yaml("version: 1\nprovider: {kind: replay, replay: x}\n", &mut d)
         .unwrap_or_else(|| unreachable!("the built-in stand-in settings are valid"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scaffolded() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        crate::scaffold::init(dir.path()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn check_hands_back_the_settings_it_read() {
+        let dir = scaffolded();
+        std::fs::write(
+            dir.path().join("settings/extra.json"),
+            r#"{"permissions": {"deny": ["Bash(curl*)"]}}"#,
+        )
+        .unwrap();
+        let checked = check_repo(dir.path());
+        assert!(checked.problems.is_empty(), "{:?}", checked.problems);
+        let got = checked.settings.expect("settings load");
+        let want = settings::load(dir.path()).unwrap();
+        assert_eq!(got.runtime, want.runtime);
+        assert_eq!(got.json_sources, vec![Path::new("settings/extra.json").to_path_buf()]);
+    }
+
+    #[test]
+    fn a_broken_json_source_is_reported_once_and_withholds_the_settings() {
+        let dir = scaffolded();
+        std::fs::write(
+            dir.path().join("settings/extra.json"),
+            r#"{"permissions": {"deny": ["Bash(curl"]}}"#,
+        )
+        .unwrap();
+        let checked = check_repo(dir.path());
+        assert!(checked.settings.is_none());
+        let fields: Vec<(&Path, &str)> = checked
+            .problems
+            .iter()
+            .map(|d| (d.file.as_path(), d.field.as_str()))
+            .collect();
+        assert_eq!(fields, vec![(Path::new("settings/extra.json"), "permissions.deny")]);
+    }
+
+    #[test]
+    fn a_missing_replay_trace_points_at_its_line() {
+        let dir = scaffolded();
+        std::fs::remove_file(dir.path().join("evals/digest/replay.json")).unwrap();
+        let checked = check_repo(dir.path());
+        let d: Vec<(usize, &str)> = checked.problems.iter().map(|d| (d.line, d.field.as_str())).collect();
+        assert_eq!(d, vec![(8, "provider.replay")], "{:?}", checked.problems);
+    }
+
+    #[test]
+    fn without_settings_widening_is_not_judged_but_other_prompt_problems_are() {
+        let dir = scaffolded();
+        std::fs::remove_file(dir.path().join("settings/runtime.yaml")).unwrap();
+        std::fs::write(
+            dir.path().join("prompts/wide.md"),
+            "---\nmodel: bigger\ntools: [teleport]\n---\nBody.\n",
+        )
+        .unwrap();
+        let checked = check_repo(dir.path());
+        let d: Vec<(&Path, &str)> = checked
+            .problems
+            .iter()
+            .map(|d| (d.file.as_path(), d.field.as_str()))
+            .collect();
+        assert_eq!(
+            d,
+            vec![(Path::new("prompts/wide.md"), "tools"), (Path::new(SETTINGS_FILE), "")],
+            "{:?}",
+            checked.problems
+        );
+    }
 }

@@ -18,6 +18,22 @@ pub struct Diagnostic {
     pub message: String,
     /// What to do about it, when there is something obvious.
     pub hint: Option<String>,
+    /// What sort of problem this is, for code that must tell problems apart (never
+    /// by their message text). Not part of the printed or JSON form.
+    #[serde(skip)]
+    pub kind: DiagKind,
+}
+
+/// What sort of problem a [`Diagnostic`] reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DiagKind {
+    /// The file itself is wrong: syntax, types, unknown keys, meaning.
+    #[default]
+    Input,
+    /// A prompt's front matter widens the settings it may only narrow (model, tools,
+    /// budgets). Meaningful only against the repository's own settings, so `builder
+    /// check` leaves these out when it had to check against stand-in settings.
+    Widens,
 }
 
 impl Diagnostic {
@@ -28,7 +44,13 @@ impl Diagnostic {
             field: field.into(),
             message: message.into(),
             hint: None,
+            kind: DiagKind::Input,
         }
+    }
+
+    pub fn with_kind(mut self, kind: DiagKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {

@@ -227,9 +227,7 @@ pub fn auto_gc(repo: &Repository) -> AutoGc {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
     // What tool commands get, plus where git finds the user's config.
-    let passed = crate::tools::exec::PASSTHROUGH_ENV
-        .iter()
-        .chain(&["HOME", "XDG_CONFIG_HOME"]);
+    let passed = crate::env::PASSTHROUGH_ENV.iter().chain(&["HOME", "XDG_CONFIG_HOME"]);
     for key in passed {
         if let Some(v) = std::env::var_os(key) {
             git.env(key, v);

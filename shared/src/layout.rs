@@ -157,6 +157,17 @@ impl Owner {
     }
 }
 
+/// Returns the builder directory a write glob could match, if any (settings reject
+/// such a write ACL; the policy engine denies such a glob-shaped write target).
+pub fn overlapping_builder_dir(m: &globset::GlobMatcher, raw: &str) -> Option<&'static str> {
+    BUILDER_DIRS.iter().copied().find(|dir| {
+        m.is_match(dir)
+            || m.is_match(format!("{dir}/x"))
+            || m.is_match(format!("{dir}/a/b.md"))
+            || raw.trim_start_matches("./").starts_with(&format!("{dir}/"))
+    })
+}
+
 fn compile_globs(globs: &[String]) -> Result<Option<GlobSet>, globset::Error> {
     if globs.is_empty() {
         return Ok(None);
@@ -382,5 +393,24 @@ mod tests {
         assert_eq!(o.classify_resolved("reports/link/x.md"), Owner::Builder);
         assert_eq!(o.classify_resolved("reports/dangling"), Owner::Builder);
         assert_eq!(o.classify_resolved("reports/plain.md"), Owner::Runtime);
+    }
+
+    #[test]
+    fn write_globs_that_reach_builder_paths_are_caught() {
+        for g in [
+            "**",
+            "*/x",
+            "prompts/**",
+            "./settings/a",
+            "{reports,tools}/**",
+            ".git/hooks/*",
+        ] {
+            let m = globset::Glob::new(g).unwrap().compile_matcher();
+            assert!(overlapping_builder_dir(&m, g).is_some(), "{g}");
+        }
+        for g in ["reports/**", "cards/**", "out/*.txt"] {
+            let m = globset::Glob::new(g).unwrap().compile_matcher();
+            assert!(overlapping_builder_dir(&m, g).is_none(), "{g}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! tools, budgets, extra deny rules) and declares prefetch commands and acceptance
 //! checks. Errors name the file, the line in the file, and the field.
 
-use crate::diag::Diagnostic;
+use crate::diag::{DiagKind, Diagnostic};
 use crate::settings::{check_sections, section, Budgets, RuntimeSettings};
 use crate::yamlpos;
 use serde::{Deserialize, Serialize};
@@ -267,7 +267,8 @@ fn narrowing_problems(
                     "model",
                     format!("model `{model}` is not the provider's model; front matter may only narrow settings"),
                 )
-                .with_hint("change the model in settings/runtime.yaml through review"),
+                .with_hint("change the model in settings/runtime.yaml through review")
+                .with_kind(DiagKind::Widens),
             );
         }
     }
@@ -279,12 +280,15 @@ fn narrowing_problems(
                         .with_hint(format!("known tools: {}", crate::settings::TOOL_NAMES.join(", "))),
                 );
             } else if !s.tools.contains(t) {
-                d.push(Diagnostic::new(
-                    rel,
-                    item(&["tools"], t),
-                    "tools",
-                    format!("tool `{t}` is not enabled in settings; front matter may only narrow"),
-                ));
+                d.push(
+                    Diagnostic::new(
+                        rel,
+                        item(&["tools"], t),
+                        "tools",
+                        format!("tool `{t}` is not enabled in settings; front matter may only narrow"),
+                    )
+                    .with_kind(DiagKind::Widens),
+                );
             }
         }
     }
@@ -314,13 +318,14 @@ fn narrowing_problems(
                         format!("budgets.{name}"),
                         "budget widens (or zeroes) the settings' budget; front matter may only narrow",
                     )
-                    .with_hint(format!("settings allow at most {}", budget_value(&base, name))),
+                    .with_hint(format!("settings allow at most {}", budget_value(&base, name)))
+                    .with_kind(DiagKind::Widens),
                 );
             }
         }
     }
     for r in &front.deny {
-        if let Err(e) = crate::policy::rules::Rule::parse(r) {
+        if let Err(e) = crate::rules::Rule::parse(r) {
             d.push(Diagnostic::new(
                 rel,
                 item(&["deny"], r),
@@ -427,6 +432,23 @@ mod tests {
         let d = parse("t", Path::new("prompts/t.md"), src, &settings()).unwrap_err();
         let got: Vec<(usize, &str)> = d.iter().map(|d| (d.line, d.field.as_str())).collect();
         assert_eq!(got, vec![(2, "model"), (3, "tools"), (5, "budgets.max_steps")], "{d:?}");
+    }
+
+    #[test]
+    fn widening_problems_are_typed_apart_from_other_problems() {
+        let src = "---\nmodel: bigger\ntools: [write_file, teleport]\nbudgets:\n  max_steps: 50\n---\nbody\n";
+        let d = parse("t", Path::new("prompts/t.md"), src, &settings()).unwrap_err();
+        let got: Vec<(&str, DiagKind)> = d.iter().map(|d| (d.field.as_str(), d.kind)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("model", DiagKind::Widens),
+                ("tools", DiagKind::Widens),
+                ("tools", DiagKind::Input),
+                ("budgets.max_steps", DiagKind::Widens)
+            ],
+            "{d:?}"
+        );
     }
 
     #[test]

@@ -4,10 +4,17 @@
 //! rejects unknown keys and wrong types and then checks meaning (rules parse, globs
 //! compile, tools exist, the write ACL stays clear of builder paths), collecting every
 //! problem as a [`Diagnostic`] with file, line and field.
+//!
+//! Settings are plain data plus their validation, low in the crate: this module
+//! imports only `diag`, `layout`, `yamlpos` and the rule grammar `rules`. The arrow
+//! points from the policy engine to settings (the engine reads [`Permissions`] and
+//! [`DefaultDecision`]), never back: checking that a rule parses needs the grammar, not
+//! the engine, so the grammar is a leaf both use, and the ownership question "could
+//! this write glob reach a builder path" is answered by `layout`, like every other.
 
 use crate::diag::{Diagnostic, Diagnostics};
-use crate::layout::{BUILDER_DIRS, SETTINGS_FILE};
-use crate::policy::rules::Rule;
+use crate::layout::{overlapping_builder_dir, SETTINGS_FILE};
+use crate::rules::Rule;
 use crate::yamlpos;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -305,18 +312,59 @@ const CLAUDE_IGNORED_KEYS: &[&str] = &[
 /// Loads and validates every settings source of the repository at `root`.
 pub fn load(root: &Path) -> Result<Settings, Diagnostics> {
     let mut diags = Vec::new();
-    let runtime = load_runtime_yaml(root, &mut diags);
+    match lint(root, &mut diags).settings {
+        Some(settings) => Ok(settings),
+        None => {
+            if diags.is_empty() {
+                diags.push(Diagnostic::new(SETTINGS_FILE, 0, "", "settings could not be loaded"));
+            }
+            Err(Diagnostics(diags))
+        }
+    }
+}
+
+/// Every settings source of a repository read once: what [`load`] returns when all
+/// of them load, plus what `builder check` lints the rest of the repository with.
+pub struct Linted {
+    /// The merged settings, when every source loaded without a problem.
+    pub settings: Option<Settings>,
+    /// `settings/runtime.yaml` with broken sections replaced by defaults (so prompts
+    /// can still be checked against them). `None` only when the file is missing or
+    /// not YAML.
+    pub lenient: Option<Lenient>,
+    /// The text of `settings/runtime.yaml`, for line numbers (empty when unreadable).
+    pub runtime_src: String,
+}
+
+/// Reads and checks every settings source once, every problem into `diags`
+/// (runtime.yaml's first, then each JSON file's).
+pub fn lint(root: &Path, diags: &mut Vec<Diagnostic>) -> Linted {
+    let before = diags.len();
+    let (runtime_src, lenient) = match std::fs::read_to_string(root.join(SETTINGS_FILE)) {
+        Ok(src) => {
+            let lenient = parse_best_effort(&src, diags);
+            (src, lenient)
+        }
+        Err(e) => {
+            diags.push(
+                Diagnostic::new(SETTINGS_FILE, 0, "", format!("cannot read: {e}"))
+                    .with_hint("run `builder init` to scaffold settings/runtime.yaml"),
+            );
+            (String::new(), None)
+        }
+    };
     let mut json_sources = Vec::new();
     let mut json_perms = Vec::new();
     for path in json_files(root) {
         let rel = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
-        if let Some(p) = load_claude_json(&path, &rel, &mut diags) {
+        if let Some(p) = load_claude_json(&path, &rel, diags) {
             json_perms.push(p);
             json_sources.push(rel);
         }
     }
-    match runtime {
-        Some(mut runtime) if diags.is_empty() => {
+    let settings = match &lenient {
+        Some(l) if diags.len() == before => {
+            let mut runtime = l.settings.clone();
             for p in json_perms {
                 runtime.permissions.allow.extend(p.allow);
                 runtime.permissions.ask.extend(p.ask);
@@ -326,14 +374,14 @@ pub fn load(root: &Path) -> Result<Settings, Diagnostics> {
                     .additional_directories
                     .extend(p.additional_directories);
             }
-            Ok(Settings { runtime, json_sources })
+            Some(Settings { runtime, json_sources })
         }
-        _ => {
-            if diags.is_empty() {
-                diags.push(Diagnostic::new(SETTINGS_FILE, 0, "", "settings could not be loaded"));
-            }
-            Err(Diagnostics(diags))
-        }
+        _ => None,
+    };
+    Linted {
+        settings,
+        lenient,
+        runtime_src,
     }
 }
 
@@ -350,21 +398,6 @@ fn json_files(root: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn load_runtime_yaml(root: &Path, diags: &mut Vec<Diagnostic>) -> Option<RuntimeSettings> {
-    let path = root.join(SETTINGS_FILE);
-    let src = match std::fs::read_to_string(&path) {
-        Ok(s) => s,
-        Err(e) => {
-            diags.push(
-                Diagnostic::new(SETTINGS_FILE, 0, "", format!("cannot read: {e}"))
-                    .with_hint("run `builder init` to scaffold settings/runtime.yaml"),
-            );
-            return None;
-        }
-    };
-    parse_runtime_yaml(&src, diags)
-}
-
 /// Parses and validates runtime settings from YAML text (file name for diagnostics is
 /// always `settings/runtime.yaml`).
 pub fn parse_runtime_yaml(src: &str, diags: &mut Vec<Diagnostic>) -> Option<RuntimeSettings> {
@@ -374,22 +407,6 @@ pub fn parse_runtime_yaml(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Runt
         None
     } else {
         best_effort.map(|l| l.settings)
-    }
-}
-
-/// Loads `settings/runtime.yaml` for linting: every problem in `diags`, plus the
-/// settings with broken sections replaced by defaults (so prompts can still be
-/// checked against them). `None` only when the file is missing or not YAML.
-pub fn load_lenient(root: &Path, diags: &mut Vec<Diagnostic>) -> Option<Lenient> {
-    match std::fs::read_to_string(root.join(SETTINGS_FILE)) {
-        Ok(src) => parse_best_effort(&src, diags),
-        Err(e) => {
-            diags.push(
-                Diagnostic::new(SETTINGS_FILE, 0, "", format!("cannot read: {e}"))
-                    .with_hint("run `builder init` to scaffold settings/runtime.yaml"),
-            );
-            None
-        }
     }
 }
 
@@ -718,16 +735,6 @@ fn validate_provider(file: &Path, src: &str, key: &str, p: &ProviderSettings, d:
     }
 }
 
-/// Returns the builder directory a write glob could match, if any.
-pub fn overlapping_builder_dir(m: &globset::GlobMatcher, raw: &str) -> Option<&'static str> {
-    BUILDER_DIRS.iter().copied().find(|dir| {
-        m.is_match(dir)
-            || m.is_match(format!("{dir}/x"))
-            || m.is_match(format!("{dir}/a/b.md"))
-            || raw.trim_start_matches("./").starts_with(&format!("{dir}/"))
-    })
-}
-
 /// The `permissions` block of a Claude Code `settings.json`.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -863,24 +870,5 @@ mod tests {
             vec![(7, "permissions.deny"), (10, "permissions.write"), (13, "tools")],
             "{d:?}"
         );
-    }
-
-    #[test]
-    fn write_globs_that_reach_builder_paths_are_caught() {
-        for g in [
-            "**",
-            "*/x",
-            "prompts/**",
-            "./settings/a",
-            "{reports,tools}/**",
-            ".git/hooks/*",
-        ] {
-            let m = globset::Glob::new(g).unwrap().compile_matcher();
-            assert!(overlapping_builder_dir(&m, g).is_some(), "{g}");
-        }
-        for g in ["reports/**", "cards/**", "out/*.txt"] {
-            let m = globset::Glob::new(g).unwrap().compile_matcher();
-            assert!(overlapping_builder_dir(&m, g).is_none(), "{g}");
-        }
     }
 }

@@ -4,9 +4,8 @@
 //! `runtime show`, and exports one run as OTLP/JSON with OpenTelemetry GenAI attribute
 //! names (message content left out unless asked for).
 
-use crate::agent::context::BudgetReport;
-use crate::history::RunSummary;
 use crate::records::Receipt;
+use crate::runs::RunSummary;
 use crate::store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -47,6 +46,18 @@ pub struct TracedCall {
     pub reason: String,
     pub outcome: String,
     pub duration_ms: u64,
+}
+
+/// How the context of one step was fitted (made by `agent::context::fit`, stored
+/// with the step).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetReport {
+    pub budget: u64,
+    pub used: u64,
+    pub included: usize,
+    pub summarised: usize,
+    pub dropped: usize,
+    pub reasons: Vec<String>,
 }
 
 /// Collects one fire's trace.
@@ -136,9 +147,9 @@ impl Trace {
 /// The local run list (`runtime runs`): the same `runs` table the builder's history
 /// index has, so the same query serves both.
 pub fn list_runs(store: &Store, task: Option<&str>, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
-    crate::history::runs(
+    crate::runs::runs(
         store,
-        &crate::history::RunFilter {
+        &crate::runs::RunFilter {
             task: task.map(str::to_string),
             limit: Some(limit),
             ..Default::default()
@@ -149,7 +160,7 @@ pub fn list_runs(store: &Store, task: Option<&str>, limit: usize) -> Result<Vec<
 /// Loads one run's trace from the store (`None` when unknown). A unique prefix of the
 /// run id is enough.
 pub fn load_run(store: &Store, run_id: &str) -> Result<Option<(RunSummary, Trace)>, StoreError> {
-    let Some(row) = crate::history::run(store, run_id)? else {
+    let Some(row) = crate::runs::run(store, run_id)? else {
         return Ok(None);
     };
     let id = &row.run_id;

@@ -7,12 +7,11 @@
 use crate::records::SandboxRecord;
 use crate::sandbox::{landlock, SandboxSpec};
 use crate::settings::LandlockMode;
-use crate::tools::exec::{execute, ExecContext};
+use crate::tools::exec::{execute, install_interrupt_handlers, ExecContext};
 use crate::tools::{ErrorClass, ToolRequest, ToolResult};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Sent as the first line to a new worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,26 +30,10 @@ pub enum WorkerHello {
     Refused(String),
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_interrupt(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// True once after SIGTERM/SIGINT reached the worker: the running command is killed
-/// (with its process group) and the worker goes on serving, so nothing is orphaned.
-pub fn take_interrupt() -> bool {
-    INTERRUPTED.swap(false, Ordering::SeqCst)
-}
-
 /// The worker's main loop. Must run before any other thread of the process starts.
 pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        libc::signal(libc::SIGTERM, handler);
-        libc::signal(libc::SIGINT, handler);
-    }
+    // SIGTERM/SIGINT kill the running command, not the worker.
+    install_interrupt_handlers();
     // SAFETY: close every inherited descriptor above stderr; this process uses only
     // stdin, stdout and stderr, and no other thread exists yet.
     unsafe {

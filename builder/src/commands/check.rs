@@ -13,7 +13,7 @@ pub struct Args {
 
 pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo)?;
-    let problems = shared::check::check_repo(&wt.root);
+    let problems = shared::check::check_repo(&wt.root).problems;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&problems)?);
     } else if problems.is_empty() {

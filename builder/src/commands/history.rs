@@ -4,7 +4,8 @@
 use super::index;
 use crate::command_error::{CommandError, Outcome};
 use anyhow::Context;
-use shared::history::{self, RunFilter};
+use shared::history;
+use shared::runs::{self, RunFilter};
 use std::path::Path;
 
 /// The statuses a run can have in the history (receipts are never `skipped`).
@@ -92,7 +93,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
             limit,
             json,
         } => {
-            let rows = history::runs(
+            let rows = runs::runs(
                 &ix.store,
                 &RunFilter {
                     task,
@@ -119,7 +120,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
             Ok(Outcome::Ok)
         }
         HistoryCommand::Show { run_id, json } => {
-            let Some(r) = history::run(&ix.store, &run_id)? else {
+            let Some(r) = runs::run(&ix.store, &run_id)? else {
                 return Err(CommandError::usage(format!("no run `{run_id}` in the history index"))
                     .hint("`builder history runs` lists runs; records must be committed to be indexed"));
             };

@@ -17,8 +17,9 @@ pub struct Args {
 pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let abi = landlock::kernel_abi();
     let rights = landlock::supported_rights(abi);
-    let problems = shared::check::check_repo(root);
-    let mode = shared::settings::load(root).map(|s| s.runtime.sandbox.landlock).ok();
+    let checked = shared::check::check_repo(root);
+    let problems = checked.problems;
+    let mode = checked.settings.map(|s| s.runtime.sandbox.landlock);
     let full = abi >= landlock::TARGET_ABI as u32;
     let sandbox_ok = match mode {
         Some(LandlockMode::Required) | None => full,

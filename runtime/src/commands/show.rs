@@ -47,7 +47,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     Ok(Outcome::Ok)
 }
 
-fn render(row: &shared::history::RunSummary, trace: &shared::trace::Trace) -> String {
+fn render(row: &shared::runs::RunSummary, trace: &shared::trace::Trace) -> String {
     let mut out = format!(
         "run {}  task {}  {} ({})  steps {}  tokens {}  cost ${:.4}  {} ms\n\nspans:\n",
         row.run_id, row.task, row.status, row.stop_reason, row.steps, row.tokens, row.cost_usd, row.duration_ms

@@ -4,18 +4,7 @@
 //! dropped; every choice is recorded in a [`BudgetReport`] stored with the step.
 
 use crate::provider::Message;
-use serde::{Deserialize, Serialize};
-
-/// How the context of one step was fitted.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BudgetReport {
-    pub budget: u64,
-    pub used: u64,
-    pub included: usize,
-    pub summarised: usize,
-    pub dropped: usize,
-    pub reasons: Vec<String>,
-}
+use crate::trace::BudgetReport;
 
 /// Kept from an older tool output when it is summarised.
 const SUMMARY_KEEP: usize = 240;

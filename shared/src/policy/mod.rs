@@ -6,13 +6,12 @@
 //! configured default (deny in a fire). Shell commands are analysed segment by
 //! segment (see [`shell`]); a command the parser cannot understand is denied.
 
-pub mod rules;
 pub mod shell;
 
-use crate::layout::{normalize, Owner, Ownership};
+use crate::layout::{normalize, overlapping_builder_dir, Owner, Ownership, BUILDER_DIRS};
+use crate::rules::{Canon, Rule, RuleError, Spec};
 use crate::settings::{DefaultDecision, Permissions};
 use globset::{Glob, GlobSet, GlobSetBuilder};
-use rules::{Canon, Rule, RuleError, Spec};
 use serde::{Deserialize, Serialize};
 use shell::{Segment, Word};
 use std::path::{Path, PathBuf};
@@ -507,12 +506,12 @@ fn glob_reaches_builder(rel: &str) -> bool {
         return false;
     }
     let Ok(g) = Glob::new(rel) else { return true };
-    crate::settings::overlapping_builder_dir(&g.compile_matcher(), rel).is_some()
+    overlapping_builder_dir(&g.compile_matcher(), rel).is_some()
 }
 
 /// Does inline interpreter code name a builder-owned directory?
 fn mentions_builder_path(code: &str) -> Option<&'static str> {
-    crate::layout::BUILDER_DIRS.iter().copied().find(|dir| {
+    BUILDER_DIRS.iter().copied().find(|dir| {
         code.match_indices(dir).any(|(i, _)| {
             let before = code[..i].chars().next_back();
             let after = code[i + dir.len()..].chars().next();

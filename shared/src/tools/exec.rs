@@ -2,22 +2,47 @@
 //! to the repository root; `run_command` runs `/bin/sh -c` in its own process group
 //! with inherited descriptors closed, a scrubbed environment (no API keys), a timeout
 //! that kills the whole group, and an output cap. Kernel refusals (EACCES, EPERM,
-//! EROFS) are reported as `PERMISSION_DENIED` with `kernel_denied` set.
+//! EROFS) are reported as `PERMISSION_DENIED` with `kernel_denied` set. A running
+//! command is also killed when the process is interrupted (SIGTERM/SIGINT), once
+//! [`install_interrupt_handlers`] has been called; the flag lives here because this
+//! is the code that acts on it.
 
 use super::{ErrorClass, ToolArgs, ToolRequest, ToolResult};
+use crate::env::PASSTHROUGH_ENV;
 use std::io::{ErrorKind, Read};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Environment variables passed to model-run commands; everything else is dropped.
-pub const PASSTHROUGH_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "TZ"];
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 const MAX_LIST: usize = 1000;
 const MAX_GREP_MATCHES: usize = 500;
 const MAX_GREP_FILE: u64 = 1 << 20;
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Makes SIGTERM and SIGINT kill the running command (with its process group)
+/// instead of the process, so the caller goes on serving and nothing is orphaned.
+pub fn install_interrupt_handlers() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::signal(libc::SIGTERM, handler);
+        libc::signal(libc::SIGINT, handler);
+    }
+}
+
+/// True once after SIGTERM/SIGINT reached the process.
+fn take_interrupt() -> bool {
+    INTERRUPTED.swap(false, Ordering::SeqCst)
+}
 
 /// Where tools run.
 #[derive(Debug, Clone)]
@@ -355,7 +380,7 @@ fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) 
             Ok(()) => done += 1,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                interrupted = crate::worker::take_interrupt();
+                interrupted = take_interrupt();
                 if interrupted || Instant::now() >= deadline {
                     timed_out = true;
                     // SAFETY: kill(2) on our own child's process group.

@@ -1,7 +1,9 @@
 //! Permission rules in Claude Code syntax: `Tool`, `Tool(specifier)`. Bash rules take a
 //! command pattern (`git log*`, `npm run test:*`); file rules take gitignore-like path
 //! patterns (`src/**`, `*.env`, `/abs-from-repo`, `//absolute`, `~/home`). A rule is
-//! parsed and compiled once and then matched many times.
+//! parsed and compiled once and then matched many times. The grammar imports
+//! nothing from this crate: `settings` checks rule syntax with it when loading, and
+//! the `policy` engine matches calls with it.
 
 use globset::{GlobBuilder, GlobMatcher};
 use std::fmt;
