@@ -33,6 +33,8 @@ pub enum StopReason {
     Cancelled,
     PermissionDenied,
     ProviderError,
+    /// The model server refused a request for its length.
+    ContextOverflow,
     WaitingApproval,
     /// The fire stopped before the loop (bad config, dirty tree, prefetch, sandbox).
     NotStarted,
@@ -51,6 +53,7 @@ impl StopReason {
             StopReason::Cancelled => "cancelled",
             StopReason::PermissionDenied => "permission_denied",
             StopReason::ProviderError => "provider_error",
+            StopReason::ContextOverflow => "context_overflow",
             StopReason::WaitingApproval => "waiting_approval",
             StopReason::NotStarted => "not_started",
         }
@@ -90,6 +93,8 @@ pub enum CardKind {
     Crashed,
     /// The fire completed with an empty final answer: a report that says nothing.
     EmptyReport,
+    /// The model server refused a request for its length.
+    ContextOverflow,
 }
 
 impl CardKind {
@@ -111,6 +116,7 @@ impl CardKind {
             CardKind::ApprovalNeeded => "approval_needed",
             CardKind::Crashed => "crashed",
             CardKind::EmptyReport => "empty_report",
+            CardKind::ContextOverflow => "context_overflow",
         }
     }
 }

@@ -242,6 +242,9 @@ pub struct Limits {
     pub repeated_error: u32,
     /// The most tokens one model response may use (the request's output cap).
     pub max_output_tokens: u32,
+    /// After the primary provider fails and the fallback answers, the rest of the
+    /// fire's calls go to the fallback for this long before the primary is tried again.
+    pub fallback_cooldown_s: u64,
 }
 impl Default for Limits {
     fn default() -> Self {
@@ -256,6 +259,7 @@ impl Default for Limits {
             repeated_call: 3,
             repeated_error: 3,
             max_output_tokens: 4096,
+            fallback_cooldown_s: 300,
         }
     }
 }

@@ -9,7 +9,9 @@ pub mod gate;
 pub mod worker_client;
 
 use crate::policy::Policy;
-use crate::provider::{cost_usd, Message, ModelRequest, ModelResponse, ProviderChain, ToolCall, ToolDef};
+use crate::provider::{
+    cost_usd, Message, ModelRequest, ModelResponse, ProviderChain, ProviderErrorKind, ToolCall, ToolDef,
+};
 use crate::records::{CardKind, StopReason, Tokens, ToolCallRecord};
 use crate::secrets::Redactor;
 use crate::settings::{Budgets, Limits, Price};
@@ -283,10 +285,27 @@ impl Agent<'_> {
                 state.retries += e.retries;
                 state.trace.attr(span, "error.type", format!("{:?}", e.kind));
                 state.trace.end(span, "error");
+                let detail = cfg.redactor.redact(&e.to_string()).into_owned();
+                if e.kind == ProviderErrorKind::ContextOverflow {
+                    let last = state.trace.steps.last().map(|(_, r)| (r.used, r.budget));
+                    state.cards.push(CardDraft {
+                        kind: CardKind::ContextOverflow,
+                        summary: "the model server refused the request for its length".into(),
+                        detail,
+                        evidence: vec![
+                            format!("step {step}"),
+                            format!(
+                                "context used/budget (estimated): {last:?} of max_context {}",
+                                cfg.max_context
+                            ),
+                        ],
+                    });
+                    return Err(StopReason::ContextOverflow);
+                }
                 state.cards.push(CardDraft {
                     kind: CardKind::ProviderError,
                     summary: format!("model call failed: {:?}", e.kind),
-                    detail: cfg.redactor.redact(&e.to_string()).into_owned(),
+                    detail,
                     evidence: vec![format!("step {step}")],
                 });
                 return Err(StopReason::ProviderError);

@@ -147,6 +147,9 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
             "`runtime check` shows what this kernel offers; settings `sandbox.landlock` chooses the mode".into()
         }
         CardKind::PrefetchFailed => "run the prefetch script by hand to see why; the card has its output".into(),
+        CardKind::ContextOverflow => {
+            "set `max_context_tokens` on the provider in settings/runtime.yaml to the server's real window".into()
+        }
         CardKind::PermissionDenied
         | CardKind::MissingTool
         | CardKind::BudgetExceeded
@@ -427,6 +430,7 @@ fn status_of(stop: StopReason, failed_checks: bool, no_checks: bool) -> RunStatu
         | StopReason::RepeatedError
         | StopReason::PermissionDenied
         | StopReason::ProviderError
+        | StopReason::ContextOverflow
         | StopReason::NotStarted => RunStatus::Failed,
     }
 }

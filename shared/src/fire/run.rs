@@ -142,7 +142,8 @@ impl FireRun {
             .as_ref()
             .map(|f| Provider::new(f, root, self.config.retry))
             .transpose()?;
-        Ok(ProviderChain { primary, fallback })
+        let cooldown = std::time::Duration::from_secs(self.config.limits.fallback_cooldown_s);
+        Ok(ProviderChain::new(primary, fallback, cooldown))
     }
 
     /// The loop's inputs, from the resolved configuration.

@@ -45,6 +45,7 @@ pub async fn post_json(
                     429 => ProviderErrorKind::RateLimited,
                     401 | 403 => ProviderErrorKind::Auth,
                     s if s >= 500 => ProviderErrorKind::Server,
+                    _ if refused_for_length(&text) => ProviderErrorKind::ContextOverflow,
                     _ => ProviderErrorKind::BadRequest,
                 };
                 (ProviderError::new(kind, Some(status.as_u16()), snippet), retry_after)
@@ -68,6 +69,23 @@ pub async fn post_json(
         tokio::time::sleep(delay).await;
         attempt += 1;
     }
+}
+
+/// Whether an error body says the request did not fit the model's context: OpenAI's
+/// `context_length_exceeded`, llama.cpp's `exceed_context_size_error`, vLLM's and
+/// Anthropic's "too long" messages.
+pub fn refused_for_length(body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    [
+        "context_length_exceeded",
+        "exceed_context_size",
+        "exceeds the available context size",
+        "maximum context length",
+        "prompt is too long",
+        "context window",
+    ]
+    .iter()
+    .any(|m| b.contains(m))
 }
 
 /// One model call: POST with retries, then the wire format's `parse` of the answer.
@@ -145,6 +163,18 @@ pub fn client() -> Result<reqwest::Client, ProviderError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn length_refusals_of_the_common_servers_are_recognised() {
+        for body in [
+            r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#,
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+        ] {
+            assert!(refused_for_length(body), "{body}");
+        }
+        assert!(!refused_for_length(r#"{"error":{"message":"unknown parameter: foo"}}"#));
+    }
 
     #[test]
     fn retry_after_forms() {

@@ -129,6 +129,8 @@ pub enum ProviderErrorKind {
     Decode,
     ReplayExhausted,
     Config,
+    /// The server refused the request for its length: the context did not fit.
+    ContextOverflow,
 }
 
 /// Why a model call failed, after retries.
@@ -231,6 +233,16 @@ impl Provider {
         }
     }
 
+    /// `kind model`, for records of which provider served a step.
+    pub fn describe(&self) -> String {
+        let kind = match self.settings.kind {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Replay => "replay",
+        };
+        format!("{kind} {}", self.model())
+    }
+
     pub fn model(&self) -> String {
         match &self.backend {
             Backend::Replay(r) => self.settings.model.clone().unwrap_or_else(|| r.model().to_string()),
@@ -239,11 +251,15 @@ impl Provider {
     }
 
     pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
-        match &self.backend {
+        let answer = match &self.backend {
             Backend::OpenAi(p) => p.complete(req).await,
             Backend::Anthropic(p) => p.complete(req).await,
             Backend::Replay(p) => p.complete(req),
-        }
+        };
+        answer.map(|mut r| {
+            r.served_by = self.describe();
+            r
+        })
     }
 }
 
@@ -258,32 +274,76 @@ pub fn provider_port(s: &ProviderSettings) -> Option<u16> {
     parsed.port_or_known_default()
 }
 
-/// The primary provider with an optional fallback.
+/// The primary provider with an optional fallback, behind a circuit breaker: once the
+/// primary has failed and the fallback answered, calls go straight to the fallback
+/// until `cooldown` has passed, instead of paying the primary's retries on every step.
+/// After the cool-down the primary is tried again.
 pub struct ProviderChain {
     pub primary: Provider,
     pub fallback: Option<Provider>,
+    cooldown: Duration,
+    /// While set and in the future, the breaker is open: the primary is skipped.
+    open_until: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl ProviderChain {
+    pub fn new(primary: Provider, fallback: Option<Provider>, cooldown: Duration) -> ProviderChain {
+        ProviderChain {
+            primary,
+            fallback,
+            cooldown,
+            open_until: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn breaker_open(&self) -> bool {
+        let guard = self.open_until.lock().unwrap_or_else(|p| p.into_inner());
+        guard.is_some_and(|until| std::time::Instant::now() < until)
+    }
+
+    fn trip(&self) {
+        let mut guard = self.open_until.lock().unwrap_or_else(|p| p.into_inner());
+        *guard = Some(std::time::Instant::now() + self.cooldown);
+    }
+
     pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
+        let fallback = match &self.fallback {
+            Some(fb) if self.breaker_open() => return self.via_fallback(fb, req, 0).await,
+            Some(fb) => Some(fb),
+            None => None,
+        };
         match self.primary.complete(req).await {
-            Ok(r) => Ok(r),
-            Err(e) => match &self.fallback {
+            Ok(mut r) => {
+                r.served_by = format!("primary ({})", r.served_by);
+                Ok(r)
+            }
+            Err(e) => match fallback {
                 Some(fb) if e.kind != ProviderErrorKind::ReplayExhausted => {
                     tracing::warn!(error = %e, "primary provider failed; trying the fallback");
-                    let mut freq = req.clone();
-                    freq.model = fb.model();
-                    let mut r = fb.complete(&freq).await.map_err(|fe| ProviderError {
-                        retries: fe.retries + e.retries,
-                        ..fe
-                    })?;
-                    r.retries += e.retries;
-                    r.served_by = "fallback".into();
+                    let r = self.via_fallback(fb, req, e.retries).await?;
+                    self.trip();
                     Ok(r)
                 }
                 _ => Err(e),
             },
         }
+    }
+
+    async fn via_fallback(
+        &self,
+        fb: &Provider,
+        req: &ModelRequest,
+        retries: u32,
+    ) -> Result<ModelResponse, ProviderError> {
+        let mut freq = req.clone();
+        freq.model = fb.model();
+        let mut r = fb.complete(&freq).await.map_err(|fe| ProviderError {
+            retries: fe.retries + retries,
+            ..fe
+        })?;
+        r.retries += retries;
+        r.served_by = format!("fallback ({})", r.served_by);
+        Ok(r)
     }
 }
 
