@@ -12,7 +12,7 @@ use crate::provider::{cost_usd, Message, ModelRequest, ProviderChain, ToolCall, 
 use crate::records::{CardKind, StopReason, Tokens, ToolCallRecord};
 use crate::secrets::Redactor;
 use crate::settings::{Budgets, Limits, Price};
-use crate::tools::{parse_args, ErrorClass, ToolArgs, ToolRequest, ToolResult};
+use crate::tools::{parse_args, ErrorClass, Tool, ToolArgs, ToolRequest, ToolResult};
 use crate::trace::{Trace, TracedCall};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -67,7 +67,7 @@ pub struct LoopConfig {
     pub task: String,
     pub run_id: String,
     pub model: String,
-    pub tools: Vec<String>,
+    pub tools: Vec<Tool>,
     pub budgets: Budgets,
     pub limits: Limits,
     pub max_context: u64,
@@ -111,7 +111,7 @@ pub async fn run(
     let tool_defs: Vec<ToolDef> = cfg
         .tools
         .iter()
-        .filter_map(|t| crate::tools::spec(t))
+        .map(|t| t.spec())
         .map(|s| ToolDef {
             name: s.name.into(),
             description: s.description.into(),
@@ -434,7 +434,7 @@ async fn handle_call(
         }
     };
     let args_json = serde_json::to_value(&args).unwrap_or_default();
-    if !cfg.tools.iter().any(|t| t == args.name()) {
+    if !cfg.tools.contains(&args.tool()) {
         let msg = format!("tool `{}` is not enabled for this task", args.name());
         let result = ToolResult::error(&call.id, ErrorClass::UnknownTool, msg.clone());
         if !state.missing_tools.contains(&call.name) {
