@@ -17,7 +17,7 @@ use crate::settings::{self, RuntimeSettings};
 use crate::store::Store;
 use crate::tools::exec::ExecContext;
 use crate::tools::{ToolArgs, ToolRequest};
-use crate::trace::Trace;
+use crate::trace::{SpanKind, SpanStatus, Trace};
 use crate::worker::WorkerConfig;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -278,12 +278,12 @@ pub fn prepare(opts: FireOptions) -> Prepared {
         },
     };
     for p in prompt.front.prefetch.iter().filter(|_| checkpoint.is_none()) {
-        let span = trace.start("prefetch", format!("prefetch {}", p.name), None);
+        let span = trace.start(SpanKind::Prefetch, format!("prefetch {}", p.name), None);
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(s.limits.prefetch_timeout_s));
         match run_builder_script(&root, &scratch, &p.run, &p.args, timeout, s.limits.tool_output_bytes) {
             Ok(out) => {
                 trace.attr(span, "agent.output_bytes", out.len() as u64);
-                trace.end(span, "ok");
+                trace.end(span, SpanStatus::Ok);
                 prefetched.push_str(&format!(
                     "\n\n### {}\n\n```\n{}\n```",
                     p.name,
@@ -291,7 +291,7 @@ pub fn prepare(opts: FireOptions) -> Prepared {
                 ));
             }
             Err(why) => {
-                trace.end(span, "error");
+                trace.end(span, SpanStatus::Error);
                 let _ = std::fs::remove_dir_all(&scratch);
                 return Prepared::Done(early(
                     Some(CardKind::PrefetchFailed),
@@ -501,7 +501,7 @@ impl FireRun {
             let span = self
                 .state
                 .trace
-                .start("acceptance", format!("acceptance {}", a.name), None);
+                .start(SpanKind::Acceptance, format!("acceptance {}", a.name), None);
             let mut failures = Vec::new();
             if let Some(needle) = &a.report_contains {
                 if !answer.contains(needle.as_str()) {
@@ -533,7 +533,9 @@ impl FireRun {
                 }
             }
             let passed = failures.is_empty();
-            self.state.trace.end(span, if passed { "ok" } else { "failed" });
+            self.state
+                .trace
+                .end(span, if passed { SpanStatus::Ok } else { SpanStatus::Failed });
             out.push(AcceptanceRecord {
                 check: a.name.clone(),
                 passed,

@@ -9,11 +9,11 @@ pub mod worker_client;
 
 use crate::policy::{Decision, Policy};
 use crate::provider::{cost_usd, Message, ModelRequest, ProviderChain, ToolCall, ToolDef};
-use crate::records::{CardKind, StopReason, Tokens, ToolCallRecord};
+use crate::records::{CardKind, RecordedDecision, StopReason, Tokens, ToolCallRecord, ToolOutcome};
 use crate::secrets::Redactor;
 use crate::settings::{Budgets, Limits, Price};
 use crate::tools::{parse_args, ErrorClass, Tool, ToolArgs, ToolRequest, ToolResult};
-use crate::trace::{Trace, TracedCall};
+use crate::trace::{SpanKind, SpanStatus, Trace, TracedCall};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -168,7 +168,7 @@ pub async fn run(
             tools: tool_defs.clone(),
             max_output_tokens: cfg.max_output_tokens,
         };
-        let span = state.trace.start("model", format!("chat {}", cfg.model), None);
+        let span = state.trace.start(SpanKind::Model, format!("chat {}", cfg.model), None);
         state.trace.attr(span, "gen_ai.request.model", cfg.model.clone());
         state.trace.attr(span, "agent.step", step);
         let remaining = wall.saturating_sub(started.elapsed());
@@ -176,13 +176,13 @@ pub async fn run(
             r = provider.complete(&req) => Some(r),
             _ = cancel.changed() => None,
             _ = tokio::time::sleep(remaining) => {
-                state.trace.end(span, "wall_time");
+                state.trace.end(span, SpanStatus::WallTime);
                 state.cards.push(CardDraft { kind: CardKind::BudgetExceeded, summary: "wall-time budget exhausted during a model call".into(), detail: format!("max_wall_s {} reached", cfg.budgets.max_wall_s), evidence: vec![] });
                 return StopReason::MaxWallTime;
             }
         };
         let Some(answer) = answer else {
-            state.trace.end(span, "cancelled");
+            state.trace.end(span, SpanStatus::Cancelled);
             return StopReason::Cancelled;
         };
         let resp = match answer {
@@ -191,7 +191,7 @@ pub async fn run(
                 state.retries += e.retries;
                 let msg = cfg.redactor.redact(&e.to_string()).into_owned();
                 state.trace.attr(span, "error.type", format!("{:?}", e.kind));
-                state.trace.end(span, "error");
+                state.trace.end(span, SpanStatus::Error);
                 state.cards.push(CardDraft {
                     kind: CardKind::ProviderError,
                     summary: format!("model call failed: {:?}", e.kind),
@@ -214,7 +214,7 @@ pub async fn run(
         state
             .trace
             .attr(span, "gen_ai.response.tool_calls", resp.tool_calls.len() as u64);
-        state.trace.end(span, "ok");
+        state.trace.end(span, SpanStatus::Ok);
         state.messages.push(Message::Assistant {
             content: resp.content.clone(),
             tool_calls: resp.tool_calls.clone(),
@@ -333,28 +333,27 @@ async fn handle_call(
     wall: Duration,
     cancel: &mut tokio::sync::watch::Receiver<bool>,
 ) -> CallOutcome {
-    let span = state.trace.start("tool", format!("execute_tool {}", call.name), None);
+    let span = state
+        .trace
+        .start(SpanKind::Tool, format!("execute_tool {}", call.name), None);
     state.trace.attr(span, "gen_ai.tool.name", call.name.clone());
     state.trace.attr(span, "gen_ai.tool.call.id", call.id.clone());
     let args_hash = call_hash(&call.name, &call.arguments);
     let record = |state: &mut LoopState,
                   args: serde_json::Value,
-                  decision: &str,
+                  decision: RecordedDecision,
                   rule: Option<String>,
                   reason: String,
                   result: &ToolResult| {
-        let outcome = result
-            .error
-            .map(|c| c.as_str().to_string())
-            .unwrap_or_else(|| "ok".into());
+        let outcome = ToolOutcome::from(result.error);
         let reason = cfg.redactor.redact(&reason).into_owned();
         state.tool_calls.push(ToolCallRecord {
             id: call.id.clone(),
             name: call.name.clone(),
-            decision: decision.into(),
+            decision,
             rule: rule.clone(),
             reason: reason.clone(),
-            outcome: outcome.clone(),
+            outcome,
             duration_ms: result.duration_ms,
         });
         let args = serde_json::from_str(&cfg.redactor.redact(&args.to_string())).unwrap_or(serde_json::Value::Null);
@@ -364,14 +363,14 @@ async fn handle_call(
             name: call.name.clone(),
             arguments: args,
             args_hash: args_hash.clone(),
-            decision: decision.into(),
+            decision,
             rule,
             reason,
-            outcome: outcome.clone(),
+            outcome,
             duration_ms: result.duration_ms,
         });
         state.trace.attr(span, "agent.decision", decision.to_string());
-        state.trace.attr(span, "agent.outcome", outcome.clone());
+        state.trace.attr(span, "agent.outcome", outcome.to_string());
         if result.kernel_denied {
             state.trace.attr(span, "agent.kernel_denied", true);
         }
@@ -384,9 +383,14 @@ async fn handle_call(
                 .take(2000)
                 .collect::<String>(),
         );
-        state
-            .trace
-            .end(span, if result.error.is_none() { "ok" } else { "error" });
+        state.trace.end(
+            span,
+            if result.error.is_none() {
+                SpanStatus::Ok
+            } else {
+                SpanStatus::Error
+            },
+        );
         state.messages.push(Message::Tool {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -425,7 +429,7 @@ async fn handle_call(
             record(
                 state,
                 serde_json::json!({"_invalid": call.arguments.chars().take(2000).collect::<String>()}),
-                "none",
+                RecordedDecision::None,
                 None,
                 msg,
                 &result,
@@ -446,7 +450,7 @@ async fn handle_call(
                 evidence: vec![],
             });
         }
-        record(state, args_json, "none", None, msg, &result);
+        record(state, args_json, RecordedDecision::None, None, msg, &result);
         return CallOutcome::Done;
     }
     let mut verdict = policy.decide(args.as_call());
@@ -501,7 +505,14 @@ async fn handle_call(
                     ErrorClass::PermissionDenied,
                     "waiting for a builder's approval",
                 );
-                record(state, args_json, "ask", verdict.rule, verdict.reason, &result);
+                record(
+                    state,
+                    args_json,
+                    RecordedDecision::Ask,
+                    verdict.rule,
+                    verdict.reason,
+                    &result,
+                );
                 return CallOutcome::Waiting;
             }
         }
@@ -527,7 +538,14 @@ async fn handle_call(
                 ],
             });
         }
-        record(state, args_json, "deny", verdict.rule, verdict.reason, &result);
+        record(
+            state,
+            args_json,
+            RecordedDecision::Deny,
+            verdict.rule,
+            verdict.reason,
+            &result,
+        );
         return CallOutcome::Done;
     }
     let remaining = wall.saturating_sub(started.elapsed());
@@ -565,6 +583,13 @@ async fn handle_call(
     if result.kernel_denied {
         state.denials += 1;
     }
-    record(state, args_json, "allow", verdict.rule, verdict.reason, &result);
+    record(
+        state,
+        args_json,
+        RecordedDecision::Allow,
+        verdict.rule,
+        verdict.reason,
+        &result,
+    );
     CallOutcome::Done
 }
