@@ -5,7 +5,7 @@
 //! `worktree`). Queries for `builder cards`, `builder history` and `builder retro`
 //! read the index.
 
-use crate::records::{Card, Receipt};
+use crate::records::{Card, CardKind, CardStatus, Receipt, RunStatus};
 use crate::store::{Store, StoreError};
 use git2::{Oid, Repository};
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -276,7 +276,7 @@ const RUN_COLUMNS: &str = "run_id, task, status, stop_reason, started_at, steps,
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub task: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<RunStatus>,
     pub since: Option<String>,
     pub limit: Option<usize>,
 }
@@ -344,8 +344,9 @@ pub struct CardGroup {
 #[derive(Debug, Clone, Default)]
 pub struct CardFilter {
     pub task: Option<String>,
-    pub kind: Option<String>,
-    pub status: Option<String>,
+    pub kind: Option<CardKind>,
+    /// The status of the group's latest card.
+    pub status: Option<CardStatus>,
     pub since: Option<String>,
 }
 

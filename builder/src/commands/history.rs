@@ -1,8 +1,9 @@
 //! `builder history`: index receipts, list and show runs, diff two runs, compare a
 //! task's metrics across a prompt change.
 
-use super::index;
+use super::{index, named};
 use shared::history::{self, RunFilter};
+use shared::records::RunStatus;
 use std::path::Path;
 
 /// Read the runtime's run history (receipts indexed into SQLite)
@@ -24,9 +25,9 @@ pub enum HistoryCommand {
     Runs {
         #[arg(long)]
         task: Option<String>,
-        /// accepted, completed, failed, cancelled, waiting_approval
-        #[arg(long)]
-        status: Option<String>,
+        /// Only runs with this status
+        #[arg(long, value_parser = named::<RunStatus>())]
+        status: Option<RunStatus>,
         /// Only runs started on or after this date (YYYY-MM-DD or RFC 3339)
         #[arg(long)]
         since: Option<String>,
