@@ -43,13 +43,22 @@ pub fn parse_name<T: Named>(name: &str) -> Result<T, UnknownName> {
         })
 }
 
-/// Implements [`Named`], `FromStr` and `Display` for a type with an exhaustive
-/// `as_str`, given every value.
+/// Implements [`Named`], `FromStr`, `Display` and the SQLite conversions for a type
+/// with an exhaustive `as_str`, given every value (the list is checked to be
+/// exhaustive too: a new variant does not compile until it is listed).
 macro_rules! named {
-    ($t:ty, $what:literal, [$($v:expr),* $(,)?]) => {
+    ($t:ty, $what:literal, [$($($v:ident)::+ $(($($inner:ident)::+))?),* $(,)?]) => {
+        const _: () = {
+            fn every_value_is_listed(v: $t) {
+                match v {
+                    $($($v)::+ $(($($inner)::+))?)|* => {}
+                }
+            }
+            let _ = every_value_is_listed;
+        };
         impl $crate::records::Named for $t {
             const WHAT: &'static str = $what;
-            const ALL: &'static [Self] = &[$($v),*];
+            const ALL: &'static [Self] = &[$($($v)::+ $(($($inner)::+))?),*];
             fn name(self) -> &'static str {
                 self.as_str()
             }
