@@ -104,6 +104,10 @@ pub fn github_issue(group: &CardGroup, latest: Option<&Card>) -> GithubIssue {
             group.task
         ),
         body,
-        labels: vec!["agent-card".into(), group.kind.clone(), format!("task:{}", group.task)],
+        labels: vec![
+            "agent-card".into(),
+            group.kind.to_string(),
+            format!("task:{}", group.task),
+        ],
     }
 }

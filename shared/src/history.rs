@@ -5,7 +5,7 @@
 //! `worktree`). Queries for `builder cards`, `builder history` and `builder retro`
 //! read the index.
 
-use crate::records::{Card, CardKind, CardStatus, Receipt, RunStatus};
+use crate::records::{Card, CardKind, CardStatus, Receipt, RunStatus, StopReason};
 use crate::store::{Store, StoreError};
 use git2::{Oid, Repository};
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -255,8 +255,8 @@ fn insert_receipt(tx: &Transaction, r: &Receipt, path: &str) -> rusqlite::Result
 pub struct RunSummary {
     pub run_id: String,
     pub task: String,
-    pub status: String,
-    pub stop_reason: String,
+    pub status: RunStatus,
+    pub stop_reason: StopReason,
     pub started_at: String,
     pub steps: i64,
     pub tokens: i64,
@@ -334,8 +334,8 @@ pub struct CardGroup {
     pub first_seen: String,
     pub last_seen: String,
     pub task: String,
-    pub kind: String,
-    pub status: String,
+    pub kind: CardKind,
+    pub status: CardStatus,
     pub summary: String,
     pub latest_id: String,
     pub latest_path: String,
