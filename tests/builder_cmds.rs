@@ -432,3 +432,39 @@ fn audit_flags_runtime_commits_outside_runtime_paths() {
     assert_eq!(code, 1);
     assert_eq!(v["commits"], 4);
 }
+
+/// `--status` and `--kind` take only the names records use: anything else is a usage
+/// error (exit 2) that lists the valid names, before any index is opened.
+#[test]
+fn unknown_status_and_kind_filters_are_usage_errors() {
+    let env = TestEnv::new();
+    for (args, flag, valid) in [
+        (
+            &["cards", "list", "--status", "closed"][..],
+            "--status <STATUS>",
+            "[possible values: open, accepted, rejected, duplicate, fixed]",
+        ),
+        (
+            &["cards", "export", "--kind", "denied"][..],
+            "--kind <KIND>",
+            "[possible values: permission_denied, missing_tool, budget_exceeded,",
+        ),
+        (
+            &["history", "runs", "--status", "ok"][..],
+            "--status <STATUS>",
+            "[possible values: accepted, completed, failed, skipped, waiting_approval, cancelled]",
+        ),
+    ] {
+        let out = env.builder(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        let bad = args[3];
+        assert!(
+            stderr.contains(&format!("error: invalid value '{bad}' for '{flag}'")),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains(valid), "{args:?}: {stderr}");
+    }
+    let ok = env.builder(&["cards", "list", "--status", "open", "--kind", "missing_tool", "--json"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+}

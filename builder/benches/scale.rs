@@ -10,8 +10,10 @@
 use chrono::{Duration as Days, TimeZone, Utc};
 use git2::{build::TreeUpdateBuilder, FileMode, Repository, Signature};
 use shared::records::{
-    self, Card, CardKind, Inputs, Receipt, RunStatus, SandboxRecord, StopReason, Tokens, ToolCallRecord,
+    self, Card, CardKind, Inputs, LandlockStatus, Receipt, RecordedDecision, RunStatus, SandboxMode, SandboxRecord,
+    StopReason, Tokens, ToolCallRecord, ToolOutcome,
 };
+use shared::tools::Tool;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -182,24 +184,24 @@ fn receipt(i: usize) -> Receipt {
             model: "gpt-4o-mini".into(),
         },
         sandbox: SandboxRecord {
-            landlock: "fully_enforced".into(),
+            landlock: LandlockStatus::FullyEnforced,
             abi: Some(6),
-            mode: "required".into(),
+            mode: SandboxMode::Required,
             rights: vec![],
         },
         steps: (i % 9) as u32 + 1,
         tool_calls: (0..3)
             .map(|c| ToolCallRecord {
                 id: format!("call_{c}"),
-                name: ["read_file", "run_command", "list_dir"][c].into(),
+                name: [Tool::ReadFile, Tool::RunCommand, Tool::ListDir][c].name().into(),
                 decision: if c == 1 && i.is_multiple_of(11) {
-                    "deny".into()
+                    RecordedDecision::Deny
                 } else {
-                    "allow".into()
+                    RecordedDecision::Allow
                 },
                 rule: Some("Bash(git log*)".into()),
                 reason: "matches an allow rule".into(),
-                outcome: "ok".into(),
+                outcome: ToolOutcome::Ok,
                 duration_ms: (i % 97) as u64,
             })
             .collect(),

@@ -3,7 +3,7 @@
 //! identity, and groups export as GitHub issue bodies.
 
 use crate::history::CardGroup;
-use crate::records::{read_card, Card, Triage};
+use crate::records::{read_card, Card, CardStatus, Triage, TriageKind};
 use chrono::Utc;
 use serde::Serialize;
 use std::path::Path;
@@ -18,22 +18,23 @@ pub enum TriageDecision {
 }
 
 impl TriageDecision {
-    fn name(&self) -> &'static str {
+    /// The decision as the triage block records it.
+    pub fn kind(&self) -> TriageKind {
         match self {
-            TriageDecision::Accept => "accept",
-            TriageDecision::Reject => "reject",
-            TriageDecision::DuplicateOf(_) => "duplicate",
-            TriageDecision::FixedBy(_) => "fixed",
+            TriageDecision::Accept => TriageKind::Accept,
+            TriageDecision::Reject => TriageKind::Reject,
+            TriageDecision::DuplicateOf(_) => TriageKind::Duplicate,
+            TriageDecision::FixedBy(_) => TriageKind::Fixed,
         }
     }
 
     /// The card status after this decision.
-    pub fn status(&self) -> &'static str {
+    pub fn status(&self) -> CardStatus {
         match self {
-            TriageDecision::Accept => "accepted",
-            TriageDecision::Reject => "rejected",
-            TriageDecision::DuplicateOf(_) => "duplicate",
-            TriageDecision::FixedBy(_) => "fixed",
+            TriageDecision::Accept => CardStatus::Accepted,
+            TriageDecision::Reject => CardStatus::Rejected,
+            TriageDecision::DuplicateOf(_) => CardStatus::Duplicate,
+            TriageDecision::FixedBy(_) => CardStatus::Fixed,
         }
     }
 }
@@ -50,19 +51,18 @@ pub fn triage(
     for p in paths {
         let full = root.join(p);
         let mut card = read_card(&full)?;
-        card.status = decision.status().to_string();
+        let (duplicate_of, fixed_by) = match decision {
+            TriageDecision::Accept | TriageDecision::Reject => (None, None),
+            TriageDecision::DuplicateOf(d) => (Some(d.clone()), None),
+            TriageDecision::FixedBy(f) => (None, Some(f.clone())),
+        };
+        card.status = decision.status();
         card.triage = Some(Triage {
-            decision: decision.name().to_string(),
+            decision: decision.kind(),
             by: by.to_string(),
             at: Utc::now(),
-            duplicate_of: match decision {
-                TriageDecision::DuplicateOf(d) => Some(d.clone()),
-                _ => None,
-            },
-            fixed_by: match decision {
-                TriageDecision::FixedBy(f) => Some(f.clone()),
-                _ => None,
-            },
+            duplicate_of,
+            fixed_by,
             note: note.map(str::to_string),
         });
         let yaml = crate::records::card_yaml(&card).map_err(|e| e.to_string())?;
@@ -104,6 +104,10 @@ pub fn github_issue(group: &CardGroup, latest: Option<&Card>) -> GithubIssue {
             group.task
         ),
         body,
-        labels: vec!["agent-card".into(), group.kind.clone(), format!("task:{}", group.task)],
+        labels: vec![
+            "agent-card".into(),
+            group.kind.to_string(),
+            format!("task:{}", group.task),
+        ],
     }
 }

@@ -5,7 +5,7 @@
 //! `worktree`). Queries for `builder cards`, `builder history` and `builder retro`
 //! read the index.
 
-use crate::records::{Card, Receipt};
+use crate::records::{Card, CardKind, CardStatus, Receipt};
 use crate::runs::{run, RunSummary};
 use crate::store::{Schema, Store, StoreError, SHARED_HISTORY};
 use git2::{Oid, Repository};
@@ -243,8 +243,8 @@ pub struct CardGroup {
     pub first_seen: String,
     pub last_seen: String,
     pub task: String,
-    pub kind: String,
-    pub status: String,
+    pub kind: CardKind,
+    pub status: CardStatus,
     pub summary: String,
     pub latest_id: String,
     pub latest_path: String,
@@ -253,8 +253,9 @@ pub struct CardGroup {
 #[derive(Debug, Clone, Default)]
 pub struct CardFilter {
     pub task: Option<String>,
-    pub kind: Option<String>,
-    pub status: Option<String>,
+    pub kind: Option<CardKind>,
+    /// The status of the group's latest card.
+    pub status: Option<CardStatus>,
     pub since: Option<String>,
 }
 

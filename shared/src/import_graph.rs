@@ -21,6 +21,21 @@ type Graph = BTreeMap<String, BTreeMap<String, Sites>>;
 /// direction is the right one.
 const FORBIDDEN: &[(&str, &str, &str)] = &[
     (
+        "tools",
+        "policy",
+        "the policy engine decides tool calls (it turns `ToolArgs` into its `Call`); tools never ask it, and the shell lexer both use is the leaf `shell`",
+    ),
+    (
+        "records",
+        "trace",
+        "records are the leaf types every writer shares; the trace stores them",
+    ),
+    (
+        "state",
+        "fire",
+        "the runtime's local state sits below the fire that uses it",
+    ),
+    (
         "git",
         "tools",
         "git helpers sit below tool execution; shared env lists live in `env`",

@@ -26,6 +26,7 @@ pub mod sandbox;
 pub mod scaffold;
 pub mod secrets;
 pub mod settings;
+pub mod shell;
 pub mod state;
 pub mod store;
 pub mod tools;

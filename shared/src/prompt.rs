@@ -4,7 +4,8 @@
 //! checks. Errors name the file, the line in the file, and the field.
 
 use crate::diag::{DiagKind, Diagnostic};
-use crate::settings::{check_sections, section, Budgets, RuntimeSettings};
+use crate::settings::{check_sections, section, take_unknown_tools, unknown_tool, Budgets, RuntimeSettings};
+use crate::tools::Tool;
 use crate::yamlpos;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ pub struct FrontMatter {
     pub model: Option<String>,
     /// A subset of the settings' tools.
     #[serde(default)]
-    pub tools: Option<Vec<String>>,
+    pub tools: Option<Vec<Tool>>,
     #[serde(default)]
     pub budgets: Option<BudgetOverrides>,
     /// Extra deny rules for this task.
@@ -151,8 +152,8 @@ pub fn load(root: &Path, task: &str, settings: &RuntimeSettings) -> Result<Promp
 pub fn parse(task: &str, rel: &Path, src: &str, settings: &RuntimeSettings) -> Result<Prompt, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let (front_src, body, offset) = split_front_matter(src);
-    let front = match front_src {
-        None => FrontMatter::default(),
+    let (front, unknown_tools) = match front_src {
+        None => (FrontMatter::default(), Vec::new()),
         Some(fm) => parse_front(rel, fm, offset, &mut diags).unwrap_or_default(),
     };
     if body.trim().is_empty() {
@@ -167,7 +168,7 @@ pub fn parse(task: &str, rel: &Path, src: &str, settings: &RuntimeSettings) -> R
         );
     }
     if let Some(fm) = front_src {
-        diags.extend(narrowing_problems(rel, fm, offset, &front, settings));
+        diags.extend(narrowing_problems(rel, fm, offset, &front, &unknown_tools, settings));
     }
     if diags.is_empty() {
         Ok(Prompt {
@@ -187,6 +188,7 @@ pub fn front_matter(rel: &Path, src: &str) -> Option<FrontMatter> {
     let (fm, _, offset) = split_front_matter(src);
     let mut ignored = Vec::new();
     fm.and_then(|fm| parse_front(rel, fm, offset, &mut ignored))
+        .map(|(front, _)| front)
 }
 
 /// Splits `---\n...\n---\n` front matter off. Returns (front matter, body, line
@@ -205,9 +207,14 @@ fn split_front_matter(src: &str) -> (Option<&str>, &str, usize) {
     (None, src, 0)
 }
 
-fn parse_front(rel: &Path, fm: &str, offset: usize, diags: &mut Vec<Diagnostic>) -> Option<FrontMatter> {
-    let value: serde_yaml::Value = match serde_yaml::from_str(fm) {
-        Ok(serde_yaml::Value::Null) => return Some(FrontMatter::default()),
+/// The front matter, and the `tools:` entries that named no tool (with their index in
+/// the list; they are taken out so the rest deserializes, and reported with the
+/// narrowing problems).
+type Front = (FrontMatter, Vec<(usize, String)>);
+
+fn parse_front(rel: &Path, fm: &str, offset: usize, diags: &mut Vec<Diagnostic>) -> Option<Front> {
+    let mut value: serde_yaml::Value = match serde_yaml::from_str(fm) {
+        Ok(serde_yaml::Value::Null) => return Some(Front::default()),
         Ok(v) => v,
         Err(e) => {
             let line = e.location().map(|l| l.line()).unwrap_or(0) + offset;
@@ -237,8 +244,9 @@ fn parse_front(rel: &Path, fm: &str, offset: usize, diags: &mut Vec<Diagnostic>)
     if failed {
         return None;
     }
+    let unknown_tools = value.get_mut("tools").map(take_unknown_tools).unwrap_or_default();
     match serde_yaml::from_value(value) {
-        Ok(f) => Some(f),
+        Ok(f) => Some((f, unknown_tools)),
         Err(e) => {
             diags.push(Diagnostic::new(rel, offset + 1, "front matter", e.to_string()));
             None
@@ -251,6 +259,7 @@ fn narrowing_problems(
     fm: &str,
     offset: usize,
     front: &FrontMatter,
+    unknown_tools: &[(usize, String)],
     s: &RuntimeSettings,
 ) -> Vec<Diagnostic> {
     let mut d = Vec::new();
@@ -272,24 +281,26 @@ fn narrowing_problems(
             );
         }
     }
-    if let Some(tools) = &front.tools {
-        for t in tools {
-            if !crate::settings::TOOL_NAMES.contains(&t.as_str()) {
-                d.push(
-                    Diagnostic::new(rel, item(&["tools"], t), "tools", format!("unknown tool `{t}`"))
-                        .with_hint(format!("known tools: {}", crate::settings::TOOL_NAMES.join(", "))),
-                );
-            } else if !s.tools.contains(t) {
+    // In list order: the unknown names were taken out of the list at their indexes.
+    let mut known = front.tools.iter().flatten();
+    let mut unknown = unknown_tools.iter().peekable();
+    for i in 0.. {
+        if let Some((_, name)) = unknown.next_if(|(at, _)| *at == i) {
+            d.push(unknown_tool(rel, item(&["tools"], name), name));
+        } else if let Some(t) = known.next() {
+            if !s.tools.contains(t) {
                 d.push(
                     Diagnostic::new(
                         rel,
-                        item(&["tools"], t),
+                        item(&["tools"], t.name()),
                         "tools",
                         format!("tool `{t}` is not enabled in settings; front matter may only narrow"),
                     )
                     .with_kind(DiagKind::Widens),
                 );
             }
+        } else {
+            break;
         }
     }
     if let Some(b) = &front.budgets {
@@ -392,9 +403,9 @@ impl Prompt {
     }
 
     /// The tools this task may use.
-    pub fn tools(&self, s: &RuntimeSettings) -> Vec<String> {
+    pub fn tools(&self, s: &RuntimeSettings) -> Vec<Tool> {
         match &self.front.tools {
-            Some(t) => s.tools.iter().filter(|x| t.contains(x)).cloned().collect(),
+            Some(t) => s.tools.iter().filter(|x| t.contains(x)).copied().collect(),
             None => s.tools.clone(),
         }
     }
@@ -449,6 +460,32 @@ mod tests {
             ],
             "{d:?}"
         );
+    }
+
+    #[test]
+    fn unknown_and_unenabled_tools_are_reported_in_list_order() {
+        for (list, first, second) in [
+            (
+                "[teleport, write_file]",
+                "unknown tool `teleport`",
+                "tool `write_file` is not enabled",
+            ),
+            (
+                "[write_file, teleport]",
+                "tool `write_file` is not enabled",
+                "unknown tool `teleport`",
+            ),
+        ] {
+            let src = format!("---\ntools: {list}\n---\nbody\n");
+            let d = parse("t", Path::new("prompts/t.md"), &src, &settings()).unwrap_err();
+            assert_eq!(d.len(), 2, "{d:?}");
+            assert!(d[0].message.starts_with(first), "{d:?}");
+            assert!(d[1].message.starts_with(second), "{d:?}");
+            assert!(d.iter().all(|d| d.line == 2 && d.field == "tools"), "{d:?}");
+        }
+        let src = "---\ntools: [read_file]\n---\nbody\n";
+        let p = parse("t", Path::new("prompts/t.md"), src, &settings()).unwrap();
+        assert_eq!(p.tools(&settings()), vec![Tool::ReadFile]);
     }
 
     #[test]

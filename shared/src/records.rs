@@ -3,11 +3,91 @@
 //! create-only writer. The runtime never rewrites a record once written; only the
 //! builder adds a `triage` block to a card later.
 
+use crate::tools::ErrorClass;
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// A closed set of values and the names records spell them with (in receipts, cards,
+/// the trace and SQLite columns), so a name read back, or given as a command-line
+/// filter, parses into the value or is refused with the list of valid names.
+pub trait Named: Sized + Copy + 'static {
+    /// What the names are of, for errors (`card status`).
+    const WHAT: &'static str;
+    /// Every value, in the order help and errors list them.
+    const ALL: &'static [Self];
+    fn name(self) -> &'static str;
+}
+
+/// A name that is none of a [`Named`] type's values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} `{value}` (expected one of: {expected})")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub value: String,
+    pub expected: String,
+}
+
+/// The value of `T` spelled `name`.
+pub fn parse_name<T: Named>(name: &str) -> Result<T, UnknownName> {
+    T::ALL
+        .iter()
+        .copied()
+        .find(|v| v.name() == name)
+        .ok_or_else(|| UnknownName {
+            what: T::WHAT,
+            value: name.to_string(),
+            expected: T::ALL.iter().map(|v| v.name()).collect::<Vec<_>>().join(", "),
+        })
+}
+
+/// Implements [`Named`], `FromStr`, `Display` and the SQLite conversions for a type
+/// with an exhaustive `as_str`, given every value (the list is checked to be
+/// exhaustive too: a new variant does not compile until it is listed).
+macro_rules! named {
+    ($t:ty, $what:literal, [$($($v:ident)::+ $(($($inner:ident)::+))?),* $(,)?]) => {
+        const _: () = {
+            fn every_value_is_listed(v: $t) {
+                match v {
+                    $($($v)::+ $(($($inner)::+))?)|* => {}
+                }
+            }
+            let _ = every_value_is_listed;
+        };
+        impl $crate::records::Named for $t {
+            const WHAT: &'static str = $what;
+            const ALL: &'static [Self] = &[$($($v)::+ $(($($inner)::+))?),*];
+            fn name(self) -> &'static str {
+                self.as_str()
+            }
+        }
+        impl std::str::FromStr for $t {
+            type Err = $crate::records::UnknownName;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $crate::records::parse_name(s)
+            }
+        }
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+        /// Stored as its name (SQLite columns hold the text records hold).
+        impl rusqlite::types::ToSql for $t {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(self.as_str().into())
+            }
+        }
+        impl rusqlite::types::FromSql for $t {
+            fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+                $crate::records::parse_name(v.as_str()?).map_err(|e| rusqlite::types::FromSqlError::Other(Box::new(e)))
+            }
+        }
+    };
+}
+pub(crate) use named;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
@@ -121,6 +201,283 @@ impl CardKind {
     }
 }
 
+named!(
+    RunStatus,
+    "run status",
+    [
+        RunStatus::Accepted,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Skipped,
+        RunStatus::WaitingApproval,
+        RunStatus::Cancelled,
+    ]
+);
+named!(
+    StopReason,
+    "stop reason",
+    [
+        StopReason::FinalAnswer,
+        StopReason::MaxSteps,
+        StopReason::MaxWallTime,
+        StopReason::TokenBudget,
+        StopReason::CostBudget,
+        StopReason::RepeatedCall,
+        StopReason::RepeatedError,
+        StopReason::Cancelled,
+        StopReason::PermissionDenied,
+        StopReason::ProviderError,
+        StopReason::ContextOverflow,
+        StopReason::WaitingApproval,
+        StopReason::NotStarted,
+    ]
+);
+named!(
+    CardKind,
+    "card kind",
+    [
+        CardKind::PermissionDenied,
+        CardKind::MissingTool,
+        CardKind::BudgetExceeded,
+        CardKind::MaxSteps,
+        CardKind::RepeatedCall,
+        CardKind::RepeatedError,
+        CardKind::ProviderError,
+        CardKind::PrefetchFailed,
+        CardKind::AcceptanceFailed,
+        CardKind::InvalidConfig,
+        CardKind::UnreviewedChanges,
+        CardKind::SandboxUnavailable,
+        CardKind::SideEffectUncertain,
+        CardKind::ApprovalNeeded,
+        CardKind::Crashed,
+        CardKind::EmptyReport,
+        CardKind::ContextOverflow,
+    ]
+);
+
+/// A card's status: `open` when the runtime writes it, then what triage made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum CardStatus {
+    Open,
+    Accepted,
+    Rejected,
+    Duplicate,
+    Fixed,
+}
+
+impl CardStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CardStatus::Open => "open",
+            CardStatus::Accepted => "accepted",
+            CardStatus::Rejected => "rejected",
+            CardStatus::Duplicate => "duplicate",
+            CardStatus::Fixed => "fixed",
+        }
+    }
+}
+
+named!(
+    CardStatus,
+    "card status",
+    [
+        CardStatus::Open,
+        CardStatus::Accepted,
+        CardStatus::Rejected,
+        CardStatus::Duplicate,
+        CardStatus::Fixed,
+    ]
+);
+
+/// The decision a triage block records (`duplicate_of` / `fixed_by` carry the rest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum TriageKind {
+    Accept,
+    Reject,
+    Duplicate,
+    Fixed,
+}
+
+impl TriageKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TriageKind::Accept => "accept",
+            TriageKind::Reject => "reject",
+            TriageKind::Duplicate => "duplicate",
+            TriageKind::Fixed => "fixed",
+        }
+    }
+}
+
+named!(
+    TriageKind,
+    "triage decision",
+    [
+        TriageKind::Accept,
+        TriageKind::Reject,
+        TriageKind::Duplicate,
+        TriageKind::Fixed,
+    ]
+);
+
+/// The policy decision recorded for a tool call; `none` for a call that never reached
+/// the policy (unknown tool, invalid arguments, a tool the task does not enable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordedDecision {
+    Allow,
+    Ask,
+    Deny,
+    None,
+}
+
+impl RecordedDecision {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RecordedDecision::Allow => "allow",
+            RecordedDecision::Ask => "ask",
+            RecordedDecision::Deny => "deny",
+            RecordedDecision::None => "none",
+        }
+    }
+}
+
+named!(
+    RecordedDecision,
+    "decision",
+    [
+        RecordedDecision::Allow,
+        RecordedDecision::Ask,
+        RecordedDecision::Deny,
+        RecordedDecision::None,
+    ]
+);
+
+/// How a tool call ended: `ok`, or its error class (`PERMISSION_DENIED`, `TIMEOUT`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolOutcome {
+    Ok,
+    Error(ErrorClass),
+}
+
+impl ToolOutcome {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ToolOutcome::Ok => "ok",
+            ToolOutcome::Error(c) => c.as_str(),
+        }
+    }
+}
+
+impl From<Option<ErrorClass>> for ToolOutcome {
+    fn from(error: Option<ErrorClass>) -> ToolOutcome {
+        error.map_or(ToolOutcome::Ok, ToolOutcome::Error)
+    }
+}
+
+named!(
+    ToolOutcome,
+    "tool outcome",
+    [
+        ToolOutcome::Ok,
+        ToolOutcome::Error(ErrorClass::InvalidArguments),
+        ToolOutcome::Error(ErrorClass::NotFound),
+        ToolOutcome::Error(ErrorClass::PermissionDenied),
+        ToolOutcome::Error(ErrorClass::Timeout),
+        ToolOutcome::Error(ErrorClass::OutputTooLarge),
+        ToolOutcome::Error(ErrorClass::SideEffectUncertain),
+        ToolOutcome::Error(ErrorClass::UnknownTool),
+        ToolOutcome::Error(ErrorClass::Failed),
+    ]
+);
+
+impl Serialize for ToolOutcome {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolOutcome {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ToolOutcome, D::Error> {
+        let name = String::deserialize(d)?;
+        parse_name(&name).map_err(serde::de::Error::custom)
+    }
+}
+
+/// What Landlock enforced (`""` in records of fires that ended before the sandbox).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum LandlockStatus {
+    #[default]
+    #[serde(rename = "")]
+    NotEntered,
+    FullyEnforced,
+    PartiallyEnforced,
+    NotEnforced,
+    Off,
+}
+
+impl LandlockStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LandlockStatus::NotEntered => "",
+            LandlockStatus::FullyEnforced => "fully_enforced",
+            LandlockStatus::PartiallyEnforced => "partially_enforced",
+            LandlockStatus::NotEnforced => "not_enforced",
+            LandlockStatus::Off => "off",
+        }
+    }
+}
+
+named!(
+    LandlockStatus,
+    "landlock status",
+    [
+        LandlockStatus::NotEntered,
+        LandlockStatus::FullyEnforced,
+        LandlockStatus::PartiallyEnforced,
+        LandlockStatus::NotEnforced,
+        LandlockStatus::Off,
+    ]
+);
+
+/// The Landlock mode the settings asked for, as recorded (`""` before the sandbox).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxMode {
+    #[default]
+    #[serde(rename = "")]
+    NotEntered,
+    Required,
+    BestEffort,
+    Off,
+}
+
+impl SandboxMode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SandboxMode::NotEntered => "",
+            SandboxMode::Required => "required",
+            SandboxMode::BestEffort => "best_effort",
+            SandboxMode::Off => "off",
+        }
+    }
+}
+
+named!(
+    SandboxMode,
+    "sandbox mode",
+    [
+        SandboxMode::NotEntered,
+        SandboxMode::Required,
+        SandboxMode::BestEffort,
+        SandboxMode::Off,
+    ]
+);
+
 /// Versions a fire ran on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Inputs {
@@ -134,10 +491,9 @@ pub struct Inputs {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SandboxRecord {
-    /// `fully_enforced`, `partially_enforced`, `not_enforced` or `off`.
-    pub landlock: String,
+    pub landlock: LandlockStatus,
     pub abi: Option<u32>,
-    pub mode: String,
+    pub mode: SandboxMode,
     #[serde(default)]
     pub rights: Vec<String>,
 }
@@ -145,13 +501,13 @@ pub struct SandboxRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallRecord {
     pub id: String,
+    /// The name the model called (it may name no tool).
     pub name: String,
-    pub decision: String,
+    pub decision: RecordedDecision,
     #[serde(default)]
     pub rule: Option<String>,
     pub reason: String,
-    /// `ok` or an error class (`PERMISSION_DENIED`, `TIMEOUT`, ...).
-    pub outcome: String,
+    pub outcome: ToolOutcome,
     pub duration_ms: u64,
 }
 
@@ -204,7 +560,7 @@ pub struct Receipt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Triage {
-    pub decision: String,
+    pub decision: TriageKind,
     pub by: String,
     pub at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -229,7 +585,7 @@ pub struct Card {
     pub detail: String,
     #[serde(default)]
     pub evidence: Vec<String>,
-    pub status: String,
+    pub status: CardStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triage: Option<Triage>,
 }
@@ -256,7 +612,7 @@ impl Card {
             summary: summary.into(),
             detail,
             evidence,
-            status: "open".into(),
+            status: CardStatus::Open,
             triage: None,
         }
     }
@@ -402,6 +758,28 @@ pub fn read_receipt(path: &Path) -> Result<Receipt, String> {
     serde_json::from_str(&src).map_err(|e| format!("{}:{}: {e}", path.display(), e.line()))
 }
 
+/// Checks that `table` lists every value of `T` with its old serialized string, and
+/// that names, `Display`, serde and parsing all agree with it.
+#[cfg(test)]
+pub(crate) fn check_names<T>(table: &[(T, &str)])
+where
+    T: Named + Serialize + serde::de::DeserializeOwned + std::fmt::Debug + PartialEq + std::fmt::Display,
+{
+    assert_eq!(table.len(), T::ALL.len(), "every {} is in the table", T::WHAT);
+    for (v, name) in table {
+        assert_eq!(v.name(), *name);
+        assert_eq!(v.to_string(), *name);
+        assert_eq!(serde_json::to_value(v).unwrap(), serde_json::json!(name));
+        assert_eq!(&serde_json::from_value::<T>(serde_json::json!(name)).unwrap(), v);
+        assert_eq!(&parse_name::<T>(name).unwrap(), v);
+    }
+    let err = parse_name::<T>("bogus").unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("unknown {} `bogus` (expected one of: ", T::WHAT)),
+        "{err}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,19 +805,19 @@ mod tests {
                 model: "replay".into(),
             },
             sandbox: SandboxRecord {
-                landlock: "fully_enforced".into(),
+                landlock: LandlockStatus::FullyEnforced,
                 abi: Some(6),
-                mode: "required".into(),
+                mode: SandboxMode::Required,
                 rights: vec!["write_file".into()],
             },
             steps: 3,
             tool_calls: vec![ToolCallRecord {
                 id: "c1".into(),
                 name: "run_command".into(),
-                decision: "deny".into(),
+                decision: RecordedDecision::Deny,
                 rule: Some("Bash(git push*)".into()),
                 reason: "r".into(),
-                outcome: "PERMISSION_DENIED".into(),
+                outcome: ToolOutcome::Error(ErrorClass::PermissionDenied),
                 duration_ms: 1,
             }],
             tokens: Tokens { input: 10, output: 5 },
@@ -478,7 +856,7 @@ mod tests {
         let back: Card = serde_yaml::from_str(&card_yaml(&c).unwrap()).unwrap();
         assert_eq!(back, c);
         c.triage = Some(Triage {
-            decision: "accept".into(),
+            decision: TriageKind::Accept,
             by: "Eng <e@x>".into(),
             at: now(),
             duplicate_of: None,
@@ -488,6 +866,251 @@ mod tests {
         let back: Card = serde_yaml::from_str(&card_yaml(&c).unwrap()).unwrap();
         assert_eq!(back, c);
         assert_eq!(c.rel_path(), PathBuf::from(format!("cards/2026-11-29/{}.yaml", c.id)));
+    }
+
+    /// A receipt as fires before the typed fields wrote it (every decision, an error
+    /// outcome, a sandbox that was entered and one that was not).
+    const RECEIPT_ON_DISK: &str = r#"{
+  "run_id": "20261129T073000Z-3f9a1c2b",
+  "task": "digest",
+  "status": "failed",
+  "stop_reason": "permission_denied",
+  "started_at": "2026-11-29T07:30:00Z",
+  "finished_at": "2026-11-29T07:31:00Z",
+  "inputs": {
+    "commit": "abc",
+    "prompt": "p",
+    "scope": null,
+    "settings": "s",
+    "provider": "replay",
+    "model": "replay"
+  },
+  "sandbox": {
+    "landlock": "partially_enforced",
+    "abi": 4,
+    "mode": "best_effort",
+    "rights": [
+      "fs.write_file",
+      "runtime process: fully_enforced"
+    ]
+  },
+  "steps": 3,
+  "tool_calls": [
+    {
+      "id": "c1",
+      "name": "run_command",
+      "decision": "deny",
+      "rule": "Bash(git push*)",
+      "reason": "r",
+      "outcome": "PERMISSION_DENIED",
+      "duration_ms": 1
+    },
+    {
+      "id": "c2",
+      "name": "read_file",
+      "decision": "allow",
+      "rule": null,
+      "reason": "inside the read roots",
+      "outcome": "ok",
+      "duration_ms": 2
+    },
+    {
+      "id": "c3",
+      "name": "teleport",
+      "decision": "none",
+      "rule": null,
+      "reason": "there is no tool `teleport`",
+      "outcome": "UNKNOWN_TOOL",
+      "duration_ms": 0
+    },
+    {
+      "id": "c4",
+      "name": "run_command",
+      "decision": "ask",
+      "rule": "Bash(curl*)",
+      "reason": "matches an ask rule",
+      "outcome": "PERMISSION_DENIED",
+      "duration_ms": 0
+    }
+  ],
+  "tokens": {
+    "input": 10,
+    "output": 5
+  },
+  "cost_usd": 0.001,
+  "retries": 1,
+  "denials": 1,
+  "outputs": [
+    "reports/digest/2026-11-29/x.md"
+  ],
+  "cards": [
+    "c"
+  ],
+  "acceptance": [
+    {
+      "check": "has-title",
+      "passed": false,
+      "detail": "no title"
+    }
+  ],
+  "resumed_from": "20261129T070000Z-00000000"
+}
+"#;
+
+    /// A card as the runtime wrote it and a builder triaged it.
+    const CARD_ON_DISK: &str = "id: 20261129T073000Z-0123abcd
+kind: missing_tool
+task: digest
+run_id: 20261129T073000Z-3f9a1c2b
+fingerprint: d0f901c258a94903
+created_at: 2026-11-29T07:30:00Z
+summary: s
+detail: d
+evidence:
+- e
+status: fixed
+triage:
+  decision: fixed
+  by: Eng <e@x>
+  at: 2026-11-29T07:30:00Z
+  fixed_by: abc123
+  note: n
+";
+
+    #[test]
+    fn records_on_disk_load_and_round_trip_byte_for_byte() {
+        let r: Receipt = serde_json::from_str(RECEIPT_ON_DISK).unwrap();
+        assert_eq!(r.sandbox.landlock, LandlockStatus::PartiallyEnforced);
+        assert_eq!(r.sandbox.mode, SandboxMode::BestEffort);
+        let calls: Vec<(RecordedDecision, ToolOutcome)> =
+            r.tool_calls.iter().map(|c| (c.decision, c.outcome)).collect();
+        assert_eq!(
+            calls,
+            vec![
+                (RecordedDecision::Deny, ToolOutcome::Error(ErrorClass::PermissionDenied)),
+                (RecordedDecision::Allow, ToolOutcome::Ok),
+                (RecordedDecision::None, ToolOutcome::Error(ErrorClass::UnknownTool)),
+                (RecordedDecision::Ask, ToolOutcome::Error(ErrorClass::PermissionDenied)),
+            ]
+        );
+        assert_eq!(receipt_json(&r).unwrap(), RECEIPT_ON_DISK);
+
+        // A fire that ended before the sandbox recorded empty strings.
+        let early = RECEIPT_ON_DISK.replace(
+            "\"landlock\": \"partially_enforced\",\n    \"abi\": 4,\n    \"mode\": \"best_effort\"",
+            "\"landlock\": \"\",\n    \"abi\": null,\n    \"mode\": \"\"",
+        );
+        let r: Receipt = serde_json::from_str(&early).unwrap();
+        assert_eq!(r.sandbox.landlock, LandlockStatus::NotEntered);
+        assert_eq!(r.sandbox.mode, SandboxMode::NotEntered);
+        assert_eq!(receipt_json(&r).unwrap(), early);
+
+        let c: Card = serde_yaml::from_str(CARD_ON_DISK).unwrap();
+        assert_eq!(c.status, CardStatus::Fixed);
+        assert_eq!(c.triage.as_ref().map(|t| t.decision), Some(TriageKind::Fixed));
+        assert_eq!(card_yaml(&c).unwrap(), CARD_ON_DISK);
+        let open = CARD_ON_DISK.split("status:").next().unwrap_or_default().to_string() + "status: open\n";
+        let c: Card = serde_yaml::from_str(&open).unwrap();
+        assert_eq!((c.status, &c.triage), (CardStatus::Open, &None));
+        assert_eq!(card_yaml(&c).unwrap(), open);
+
+        let bad = RECEIPT_ON_DISK.replace("\"decision\": \"deny\"", "\"decision\": \"maybe\"");
+        let err = serde_json::from_str::<Receipt>(&bad).unwrap_err().to_string();
+        assert!(err.contains("unknown variant `maybe`"), "{err}");
+    }
+
+    /// Each value's serialized form (serde, `as_str`, `Display`, `FromStr`) is the
+    /// string records held before these fields were typed.
+    #[test]
+    fn serialized_forms_are_the_old_strings() {
+        check_names(&[
+            (RecordedDecision::Allow, "allow"),
+            (RecordedDecision::Ask, "ask"),
+            (RecordedDecision::Deny, "deny"),
+            (RecordedDecision::None, "none"),
+        ]);
+        check_names(&[
+            (ToolOutcome::Ok, "ok"),
+            (ToolOutcome::Error(ErrorClass::InvalidArguments), "INVALID_ARGUMENTS"),
+            (ToolOutcome::Error(ErrorClass::NotFound), "NOT_FOUND"),
+            (ToolOutcome::Error(ErrorClass::PermissionDenied), "PERMISSION_DENIED"),
+            (ToolOutcome::Error(ErrorClass::Timeout), "TIMEOUT"),
+            (ToolOutcome::Error(ErrorClass::OutputTooLarge), "OUTPUT_TOO_LARGE"),
+            (
+                ToolOutcome::Error(ErrorClass::SideEffectUncertain),
+                "SIDE_EFFECT_UNCERTAIN",
+            ),
+            (ToolOutcome::Error(ErrorClass::UnknownTool), "UNKNOWN_TOOL"),
+            (ToolOutcome::Error(ErrorClass::Failed), "FAILED"),
+        ]);
+        check_names(&[
+            (CardStatus::Open, "open"),
+            (CardStatus::Accepted, "accepted"),
+            (CardStatus::Rejected, "rejected"),
+            (CardStatus::Duplicate, "duplicate"),
+            (CardStatus::Fixed, "fixed"),
+        ]);
+        check_names(&[
+            (TriageKind::Accept, "accept"),
+            (TriageKind::Reject, "reject"),
+            (TriageKind::Duplicate, "duplicate"),
+            (TriageKind::Fixed, "fixed"),
+        ]);
+        check_names(&[
+            (LandlockStatus::NotEntered, ""),
+            (LandlockStatus::FullyEnforced, "fully_enforced"),
+            (LandlockStatus::PartiallyEnforced, "partially_enforced"),
+            (LandlockStatus::NotEnforced, "not_enforced"),
+            (LandlockStatus::Off, "off"),
+        ]);
+        check_names(&[
+            (SandboxMode::NotEntered, ""),
+            (SandboxMode::Required, "required"),
+            (SandboxMode::BestEffort, "best_effort"),
+            (SandboxMode::Off, "off"),
+        ]);
+        check_names(&[
+            (RunStatus::Accepted, "accepted"),
+            (RunStatus::Completed, "completed"),
+            (RunStatus::Failed, "failed"),
+            (RunStatus::Skipped, "skipped"),
+            (RunStatus::WaitingApproval, "waiting_approval"),
+            (RunStatus::Cancelled, "cancelled"),
+        ]);
+        check_names(&[
+            (StopReason::FinalAnswer, "final_answer"),
+            (StopReason::MaxSteps, "max_steps"),
+            (StopReason::MaxWallTime, "max_wall_time"),
+            (StopReason::TokenBudget, "token_budget"),
+            (StopReason::CostBudget, "cost_budget"),
+            (StopReason::RepeatedCall, "repeated_call"),
+            (StopReason::RepeatedError, "repeated_error"),
+            (StopReason::Cancelled, "cancelled"),
+            (StopReason::PermissionDenied, "permission_denied"),
+            (StopReason::ProviderError, "provider_error"),
+            (StopReason::ContextOverflow, "context_overflow"),
+            (StopReason::WaitingApproval, "waiting_approval"),
+            (StopReason::NotStarted, "not_started"),
+        ]);
+        check_names(&[
+            (CardKind::PermissionDenied, "permission_denied"),
+            (CardKind::MissingTool, "missing_tool"),
+            (CardKind::BudgetExceeded, "budget_exceeded"),
+            (CardKind::MaxSteps, "max_steps"),
+            (CardKind::RepeatedCall, "repeated_call"),
+            (CardKind::RepeatedError, "repeated_error"),
+            (CardKind::ProviderError, "provider_error"),
+            (CardKind::PrefetchFailed, "prefetch_failed"),
+            (CardKind::AcceptanceFailed, "acceptance_failed"),
+            (CardKind::InvalidConfig, "invalid_config"),
+            (CardKind::UnreviewedChanges, "unreviewed_changes"),
+            (CardKind::SandboxUnavailable, "sandbox_unavailable"),
+            (CardKind::SideEffectUncertain, "side_effect_uncertain"),
+            (CardKind::ApprovalNeeded, "approval_needed"),
+            (CardKind::Crashed, "crashed"),
+            (CardKind::EmptyReport, "empty_report"),
+            (CardKind::ContextOverflow, "context_overflow"),
+        ]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! `builder history` read. It sits below `trace` and `history` so both can use it
 //! without one importing the other.
 
+use crate::records::{RunStatus, StopReason};
 use crate::store::{Store, StoreError};
 use rusqlite::params;
 use serde::Serialize;
@@ -12,8 +13,8 @@ use serde::Serialize;
 pub struct RunSummary {
     pub run_id: String,
     pub task: String,
-    pub status: String,
-    pub stop_reason: String,
+    pub status: RunStatus,
+    pub stop_reason: StopReason,
     pub started_at: String,
     pub steps: i64,
     pub tokens: i64,
@@ -33,7 +34,7 @@ const RUN_COLUMNS: &str = "run_id, task, status, stop_reason, started_at, steps,
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub task: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<RunStatus>,
     pub since: Option<String>,
     pub limit: Option<usize>,
 }

@@ -15,21 +15,12 @@
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::layout::{overlapping_builder_dir, SETTINGS_FILE};
 use crate::rules::Rule;
+use crate::tools::Tool;
 use crate::yamlpos;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// Names of the tools the runtime implements (DESIGN.md section 4, "Tools").
-pub const TOOL_NAMES: &[&str] = &[
-    "read_file",
-    "list_dir",
-    "grep",
-    "write_file",
-    "edit_file",
-    "run_command",
-];
 
 /// `settings/runtime.yaml`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -46,7 +37,7 @@ pub struct RuntimeSettings {
     #[serde(default)]
     pub budgets: Budgets,
     #[serde(default = "default_tools")]
-    pub tools: Vec<String>,
+    pub tools: Vec<Tool>,
     #[serde(default)]
     pub runtime_identity: Identity,
     /// Extra builder-owned paths (globs, repo-relative).
@@ -59,8 +50,8 @@ pub struct RuntimeSettings {
     pub limits: Limits,
 }
 
-fn default_tools() -> Vec<String> {
-    TOOL_NAMES.iter().map(|s| s.to_string()).collect()
+fn default_tools() -> Vec<Tool> {
+    Tool::ALL.to_vec()
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -454,11 +445,16 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> 
     // Keep checking meaning in the sections that did parse: drop the broken ones (their
     // defaults stand in) so one typo does not hide every other problem.
     let mut kept = serde_yaml::Mapping::new();
+    let mut unknown_tools = Vec::new();
     for (k, v) in map {
         if k.as_str()
             .is_some_and(|k| TOP_KEYS.contains(&k) && !failed.iter().any(|f| f == k))
         {
-            kept.insert(k.clone(), v.clone());
+            let mut v = v.clone();
+            if k.as_str() == Some("tools") {
+                unknown_tools = take_unknown_tools(&mut v);
+            }
+            kept.insert(k.clone(), v);
         }
     }
     for (key, stand_in) in [("version", "1"), ("provider", "{kind: replay, replay: stand-in}")] {
@@ -483,7 +479,8 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> 
             return None;
         }
     };
-    diags.extend(validate(&settings, src).into_iter().filter(|d| {
+    let unknown_tools: Vec<String> = unknown_tools.into_iter().map(|(_, name)| name).collect();
+    diags.extend(validate(&settings, src, &unknown_tools).into_iter().filter(|d| {
         let top = d.field.split('.').next().unwrap_or("");
         !failed.iter().any(|f| f == top)
     }));
@@ -578,8 +575,39 @@ fn line_for_field(src: &str, field: &str) -> usize {
     yamlpos::line_of(src, &segs)
 }
 
-/// Semantic checks on type-correct settings.
-pub fn validate(s: &RuntimeSettings, src: &str) -> Vec<Diagnostic> {
+/// Takes the names that are not a [`Tool`] out of a `tools:` list, so the rest
+/// deserializes into tools; returns each name taken with its index in the list, for the
+/// caller to report. A value that is not a list of strings is left for the type check.
+pub(crate) fn take_unknown_tools(list: &mut serde_yaml::Value) -> Vec<(usize, String)> {
+    let Some(seq) = list.as_sequence_mut() else {
+        return Vec::new();
+    };
+    if !seq.iter().all(serde_yaml::Value::is_string) {
+        return Vec::new();
+    }
+    let mut unknown = Vec::new();
+    let mut i = 0;
+    seq.retain(|v| {
+        let name = v.as_str().unwrap_or_default();
+        let known = Tool::from_name(name).is_some();
+        if !known {
+            unknown.push((i, name.to_string()));
+        }
+        i += 1;
+        known
+    });
+    unknown
+}
+
+/// The diagnostic for a `tools:` entry that names no tool.
+pub(crate) fn unknown_tool(file: &Path, line: usize, name: &str) -> Diagnostic {
+    Diagnostic::new(file, line, "tools", format!("unknown tool `{name}`"))
+        .with_hint(format!("known tools: {}", Tool::names()))
+}
+
+/// Semantic checks on type-correct settings; `unknown_tools` are the `tools:` entries
+/// that named no tool (taken out before the list deserialized).
+pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec<Diagnostic> {
     let file = Path::new(SETTINGS_FILE);
     let mut d = Vec::new();
     if s.version != 1 {
@@ -649,18 +677,8 @@ pub fn validate(s: &RuntimeSettings, src: &str) -> Vec<Diagnostic> {
             ));
         }
     }
-    for t in &s.tools {
-        if !TOOL_NAMES.contains(&t.as_str()) {
-            d.push(
-                Diagnostic::new(
-                    file,
-                    yamlpos::line_of_item(src, &["tools"], t),
-                    "tools",
-                    format!("unknown tool `{t}`"),
-                )
-                .with_hint(format!("known tools: {}", TOOL_NAMES.join(", "))),
-            );
-        }
+    for t in unknown_tools {
+        d.push(unknown_tool(file, yamlpos::line_of_item(src, &["tools"], t), t));
     }
     let b = &s.budgets;
     for (name, bad) in [
@@ -848,7 +866,7 @@ mod tests {
         assert!(d.is_empty());
         assert_eq!(s.budgets.max_steps, 20);
         assert_eq!(s.sandbox.landlock, LandlockMode::Required);
-        assert_eq!(s.tools.len(), TOOL_NAMES.len());
+        assert_eq!(s.tools.len(), Tool::ALL.len());
     }
 
     #[test]

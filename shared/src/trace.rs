@@ -4,23 +4,100 @@
 //! `runtime show`, and exports one run as OTLP/JSON with OpenTelemetry GenAI attribute
 //! names (message content left out unless asked for).
 
-use crate::records::Receipt;
+use crate::records::{named, Receipt, RecordedDecision, ToolOutcome};
 use crate::runs::RunSummary;
 use crate::store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// What a span times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum SpanKind {
+    Fire,
+    Prefetch,
+    Model,
+    Tool,
+    Acceptance,
+    Commit,
+}
+
+impl SpanKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SpanKind::Fire => "fire",
+            SpanKind::Prefetch => "prefetch",
+            SpanKind::Model => "model",
+            SpanKind::Tool => "tool",
+            SpanKind::Acceptance => "acceptance",
+            SpanKind::Commit => "commit",
+        }
+    }
+}
+
+named!(
+    SpanKind,
+    "span kind",
+    [
+        SpanKind::Fire,
+        SpanKind::Prefetch,
+        SpanKind::Model,
+        SpanKind::Tool,
+        SpanKind::Acceptance,
+        SpanKind::Commit,
+    ]
+);
+
+/// How a span ended (`running` until it does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum SpanStatus {
+    Running,
+    Ok,
+    Error,
+    /// An acceptance check did not pass.
+    Failed,
+    /// The wall-time budget ran out during the span.
+    WallTime,
+    Cancelled,
+}
+
+impl SpanStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SpanStatus::Running => "running",
+            SpanStatus::Ok => "ok",
+            SpanStatus::Error => "error",
+            SpanStatus::Failed => "failed",
+            SpanStatus::WallTime => "wall_time",
+            SpanStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+named!(
+    SpanStatus,
+    "span status",
+    [
+        SpanStatus::Running,
+        SpanStatus::Ok,
+        SpanStatus::Error,
+        SpanStatus::Failed,
+        SpanStatus::WallTime,
+        SpanStatus::Cancelled,
+    ]
+);
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Span {
     pub id: u64,
     pub parent: Option<u64>,
-    /// `fire`, `prefetch`, `model`, `tool`, `acceptance`, `commit`.
-    pub kind: String,
+    pub kind: SpanKind,
     pub name: String,
     pub start_ns: u64,
     pub end_ns: u64,
-    pub status: String,
+    pub status: SpanStatus,
     pub tokens_in: u64,
     pub tokens_out: u64,
     pub attributes: serde_json::Map<String, Value>,
@@ -41,10 +118,10 @@ pub struct TracedCall {
     /// The parsed arguments, or `{"_invalid": raw}` when they did not parse.
     pub arguments: Value,
     pub args_hash: String,
-    pub decision: String,
+    pub decision: RecordedDecision,
     pub rule: Option<String>,
     pub reason: String,
-    pub outcome: String,
+    pub outcome: ToolOutcome,
     pub duration_ms: u64,
 }
 
@@ -78,17 +155,17 @@ pub fn now_ns() -> u64 {
 
 impl Trace {
     /// Opens a span; close it with [`Trace::end`].
-    pub fn start(&mut self, kind: &str, name: impl Into<String>, parent: Option<u64>) -> u64 {
+    pub fn start(&mut self, kind: SpanKind, name: impl Into<String>, parent: Option<u64>) -> u64 {
         self.next_id += 1;
         let now = now_ns();
         self.spans.push(Span {
             id: self.next_id,
             parent,
-            kind: kind.into(),
+            kind,
             name: name.into(),
             start_ns: now,
             end_ns: now,
-            status: "running".into(),
+            status: SpanStatus::Running,
             tokens_in: 0,
             tokens_out: 0,
             attributes: Default::default(),
@@ -96,10 +173,10 @@ impl Trace {
         self.next_id
     }
 
-    pub fn end(&mut self, id: u64, status: &str) {
+    pub fn end(&mut self, id: u64, status: SpanStatus) {
         if let Some(s) = self.spans.iter_mut().find(|s| s.id == id) {
             s.end_ns = now_ns();
-            s.status = status.into();
+            s.status = status;
         }
     }
 
@@ -242,16 +319,16 @@ pub fn to_otlp(row: &RunSummary, trace: &Trace, include_content: bool) -> Value 
         .iter()
         .map(|s| {
             let mut attrs = vec![kv("agent.run_id", json!(row.run_id)), kv("agent.task", json!(row.task))];
-            match s.kind.as_str() {
-                "model" => {
+            match s.kind {
+                SpanKind::Model => {
                     attrs.push(kv("gen_ai.operation.name", json!("chat")));
                     attrs.push(kv("gen_ai.usage.input_tokens", json!(s.tokens_in)));
                     attrs.push(kv("gen_ai.usage.output_tokens", json!(s.tokens_out)));
                 }
-                "tool" => {
+                SpanKind::Tool => {
                     attrs.push(kv("gen_ai.operation.name", json!("execute_tool")));
                 }
-                _ => {}
+                SpanKind::Fire | SpanKind::Prefetch | SpanKind::Acceptance | SpanKind::Commit => {}
             }
             for (k, v) in &s.attributes {
                 let is_content = k.starts_with("gen_ai.input.messages")
@@ -266,11 +343,11 @@ pub fn to_otlp(row: &RunSummary, trace: &Trace, include_content: bool) -> Value 
                 "traceId": trace_id,
                 "spanId": span_id(s.id),
                 "name": s.name,
-                "kind": if s.kind == "model" { 3 } else { 1 },
+                "kind": if s.kind == SpanKind::Model { 3 } else { 1 },
                 "startTimeUnixNano": s.start_ns.to_string(),
                 "endTimeUnixNano": s.end_ns.to_string(),
                 "attributes": attrs,
-                "status": {"code": if s.status == "ok" { 1 } else { 2 }, "message": s.status},
+                "status": {"code": if s.status == SpanStatus::Ok { 1 } else { 2 }, "message": s.status.as_str()},
             });
             if let Some(p) = s.parent {
                 span["parentSpanId"] = json!(span_id(p));
@@ -284,4 +361,30 @@ pub fn to_otlp(row: &RunSummary, trace: &Trace, include_content: bool) -> Value 
             "scopeSpans": [{"scope": {"name": "agent-runtime", "version": env!("CARGO_PKG_VERSION")}, "spans": spans}]
         }]
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::check_names;
+
+    #[test]
+    fn span_kinds_and_statuses_keep_their_stored_names() {
+        check_names(&[
+            (SpanKind::Fire, "fire"),
+            (SpanKind::Prefetch, "prefetch"),
+            (SpanKind::Model, "model"),
+            (SpanKind::Tool, "tool"),
+            (SpanKind::Acceptance, "acceptance"),
+            (SpanKind::Commit, "commit"),
+        ]);
+        check_names(&[
+            (SpanStatus::Running, "running"),
+            (SpanStatus::Ok, "ok"),
+            (SpanStatus::Error, "error"),
+            (SpanStatus::Failed, "failed"),
+            (SpanStatus::WallTime, "wall_time"),
+            (SpanStatus::Cancelled, "cancelled"),
+        ]);
+    }
 }

@@ -1,10 +1,11 @@
 //! `builder cards`: list cards grouped by fingerprint, show, triage, export.
 
-use super::index;
+use super::{index, named};
 use crate::command_error::{CommandError, Outcome};
 use anyhow::Context;
 use shared::cards::{self, TriageDecision};
 use shared::history::{self, CardFilter};
+use shared::records::{CardKind, CardStatus};
 use std::path::Path;
 
 /// Work with the runtime's failure cards
@@ -40,20 +41,17 @@ pub enum ExportFormat {
     Github,
 }
 
-/// The statuses a card can have: `open`, then one per triage decision.
-const STATUSES: [&str; 5] = ["open", "accepted", "rejected", "duplicate", "fixed"];
-
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct FilterArgs {
     /// Only this task
     #[arg(long)]
     pub task: Option<String>,
-    /// Only this kind (permission_denied, missing_tool, ...)
-    #[arg(long)]
-    pub kind: Option<String>,
-    /// Only this status
-    #[arg(long, value_parser = STATUSES)]
-    pub status: Option<String>,
+    /// Only this kind
+    #[arg(long, value_parser = named::<CardKind>())]
+    pub kind: Option<CardKind>,
+    /// Only groups whose latest card has this status
+    #[arg(long, value_parser = named::<CardStatus>())]
+    pub status: Option<CardStatus>,
     /// Only cards created on or after this date (YYYY-MM-DD or RFC 3339)
     #[arg(long)]
     pub since: Option<String>,
@@ -63,8 +61,8 @@ impl FilterArgs {
     fn filter(&self) -> CardFilter {
         CardFilter {
             task: self.task.clone(),
-            kind: self.kind.clone(),
-            status: self.status.clone(),
+            kind: self.kind,
+            status: self.status,
             since: self.since.clone(),
         }
     }

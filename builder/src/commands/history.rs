@@ -1,15 +1,13 @@
 //! `builder history`: index receipts, list and show runs, diff two runs, compare a
 //! task's metrics across a prompt change.
 
-use super::index;
+use super::{index, named};
 use crate::command_error::{CommandError, Outcome};
 use anyhow::Context;
 use shared::history;
+use shared::records::RunStatus;
 use shared::runs::{self, RunFilter};
 use std::path::Path;
-
-/// The statuses a run can have in the history (receipts are never `skipped`).
-const RUN_STATUSES: [&str; 5] = ["accepted", "completed", "failed", "cancelled", "waiting_approval"];
 
 /// Read the runtime's run history (receipts indexed into SQLite)
 #[derive(Debug, clap::Args)]
@@ -31,8 +29,8 @@ pub enum HistoryCommand {
         #[arg(long)]
         task: Option<String>,
         /// Only runs with this status
-        #[arg(long, value_parser = RUN_STATUSES)]
-        status: Option<String>,
+        #[arg(long, value_parser = named::<RunStatus>())]
+        status: Option<RunStatus>,
         /// Only runs started on or after this date (YYYY-MM-DD or RFC 3339)
         #[arg(long)]
         since: Option<String>,

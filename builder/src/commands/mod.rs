@@ -12,8 +12,17 @@ mod retro;
 mod watch;
 
 use crate::command_error::{self, CommandError, Outcome};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{CommandFactory, Parser, Subcommand};
+use shared::records::{parse_name, Named};
 use std::path::{Path, PathBuf};
+
+/// Parses a `--kind` or `--status` value into one of the records' enums: help and
+/// completions list the names, and an unknown name is a usage error (exit 2) that
+/// lists them too.
+fn named<T: Named + Clone + Send + Sync>() -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(T::ALL.iter().map(|v| v.name())).try_map(|s| parse_name::<T>(&s))
+}
 
 /// Build and review what the runtime runs: prompts, scope, settings, tools
 #[derive(Debug, Parser)]

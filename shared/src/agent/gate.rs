@@ -3,15 +3,15 @@
 //! approval. It changes nothing; the loop then executes and records what it decided.
 
 use super::{call_hash, CallDecision};
-use crate::policy::{Decision, Policy, Verdict};
+use crate::policy::{Call, Decision, Policy, Verdict};
 use crate::provider::ToolCall;
-use crate::tools::{parse_args, ErrorClass, ToolArgs};
+use crate::tools::{parse_args, ErrorClass, Tool, ToolArgs};
 use serde_json::Value;
 
 /// What the gate asks of the fire it runs in.
 pub struct GateInput<'a> {
     /// The tools this task enables.
-    pub tools: &'a [String],
+    pub tools: &'a [Tool],
     pub policy: &'a Policy,
     /// True for paths committed in HEAD (records are never rewritten).
     pub committed: &'a dyn Fn(&str) -> bool,
@@ -63,7 +63,7 @@ pub fn gate(call: &ToolCall, input: &GateInput) -> Gate {
         }
     };
     let args_json = serde_json::to_value(&args).unwrap_or_default();
-    if !input.tools.iter().any(|t| t == args.name()) {
+    if !input.tools.contains(&args.tool()) {
         return Gate::Refuse {
             args_json,
             refusal: Refusal::NotEnabled {
@@ -71,7 +71,7 @@ pub fn gate(call: &ToolCall, input: &GateInput) -> Gate {
             },
         };
     }
-    let mut verdict = input.policy.decide(args.as_call());
+    let mut verdict = input.policy.decide(Call::from(&args));
     if verdict.decision != Decision::Deny {
         if let Some(path) = rewritten_record(&args, input) {
             verdict = Verdict {
@@ -162,7 +162,7 @@ mod tests {
     fn decide(c: &ToolCall, committed: &dyn Fn(&str) -> bool, decision: Option<CallDecision>) -> Gate {
         let dir = tempfile::tempdir().unwrap();
         let policy = policy(dir.path());
-        let tools: Vec<String> = ["read_file", "write_file", "run_command"].map(String::from).to_vec();
+        let tools = [Tool::ReadFile, Tool::WriteFile, Tool::RunCommand];
         let decided = move |_: &str, _: &str| decision;
         gate(
             c,

@@ -12,11 +12,11 @@ use crate::policy::Policy;
 use crate::provider::{
     cost_usd, Message, ModelRequest, ModelResponse, ProviderChain, ProviderErrorKind, ToolCall, ToolDef,
 };
-use crate::records::{CardKind, StopReason, Tokens, ToolCallRecord};
+use crate::records::{CardKind, RecordedDecision, StopReason, Tokens, ToolCallRecord, ToolOutcome};
 use crate::secrets::Redactor;
 use crate::settings::{Budgets, Limits, Price};
-use crate::tools::{ErrorClass, ToolArgs, ToolRequest, ToolResult};
-use crate::trace::{Trace, TracedCall};
+use crate::tools::{ErrorClass, Tool, ToolArgs, ToolRequest, ToolResult};
+use crate::trace::{SpanKind, SpanStatus, Trace, TracedCall};
 use gate::{Gate, GateInput, Refusal};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -97,7 +97,7 @@ pub struct LoopConfig {
     pub task: String,
     pub run_id: String,
     pub model: String,
-    pub tools: Vec<String>,
+    pub tools: Vec<Tool>,
     pub budgets: Budgets,
     pub limits: Limits,
     pub max_context: u64,
@@ -145,7 +145,7 @@ struct CallRecord<'c> {
     step: u32,
     span: u64,
     args_json: serde_json::Value,
-    decision: &'static str,
+    decision: RecordedDecision,
     rule: Option<String>,
     reason: String,
 }
@@ -161,7 +161,7 @@ impl Agent<'_> {
             .cfg
             .tools
             .iter()
-            .filter_map(|t| crate::tools::spec(t))
+            .map(|t| t.spec())
             .map(|s| ToolDef {
                 name: s.name.into(),
                 description: s.description.into(),
@@ -257,7 +257,7 @@ impl Agent<'_> {
             tools: tool_defs.to_vec(),
             max_output_tokens: cfg.max_output_tokens,
         };
-        let span = state.trace.start("model", format!("chat {}", cfg.model), None);
+        let span = state.trace.start(SpanKind::Model, format!("chat {}", cfg.model), None);
         state.trace.attr(span, "gen_ai.request.model", cfg.model.clone());
         state.trace.attr(span, "agent.step", step);
         let remaining = self.wall().saturating_sub(self.started.elapsed());
@@ -265,7 +265,7 @@ impl Agent<'_> {
             r = self.provider.complete(&req) => Some(r),
             _ = self.cancel.changed() => None,
             _ = tokio::time::sleep(remaining) => {
-                state.trace.end(span, "wall_time");
+                state.trace.end(span, SpanStatus::WallTime);
                 state.cards.push(CardDraft {
                     kind: CardKind::BudgetExceeded,
                     summary: "wall-time budget exhausted during a model call".into(),
@@ -276,7 +276,7 @@ impl Agent<'_> {
             }
         };
         let Some(answer) = answer else {
-            state.trace.end(span, "cancelled");
+            state.trace.end(span, SpanStatus::Cancelled);
             return Err(StopReason::Cancelled);
         };
         let resp = match answer {
@@ -284,7 +284,7 @@ impl Agent<'_> {
             Err(e) => {
                 state.retries += e.retries;
                 state.trace.attr(span, "error.type", format!("{:?}", e.kind));
-                state.trace.end(span, "error");
+                state.trace.end(span, SpanStatus::Error);
                 let detail = cfg.redactor.redact(&e.to_string()).into_owned();
                 if e.kind == ProviderErrorKind::ContextOverflow {
                     let last = state.trace.steps.last().map(|(_, r)| (r.used, r.budget));
@@ -331,7 +331,9 @@ impl Agent<'_> {
 
     /// Gate one call, execute it if the gate says so, and record what happened.
     async fn handle_call(&mut self, state: &mut LoopState, call: &ToolCall, step: u32) -> CallOutcome {
-        let span = state.trace.start("tool", format!("execute_tool {}", call.name), None);
+        let span = state
+            .trace
+            .start(SpanKind::Tool, format!("execute_tool {}", call.name), None);
         state.trace.attr(span, "gen_ai.tool.name", call.name.clone());
         state.trace.attr(span, "gen_ai.tool.call.id", call.id.clone());
         let decided = gate::gate(
@@ -387,7 +389,7 @@ impl Agent<'_> {
                 finish_call(
                     self.cfg,
                     state,
-                    record(args_json, "ask", verdict.rule, verdict.reason),
+                    record(args_json, RecordedDecision::Ask, verdict.rule, verdict.reason),
                     &result,
                 );
                 CallOutcome::Waiting
@@ -412,7 +414,7 @@ impl Agent<'_> {
                 finish_call(
                     self.cfg,
                     state,
-                    record(args_json, "allow", verdict.rule, verdict.reason),
+                    record(args_json, RecordedDecision::Allow, verdict.rule, verdict.reason),
                     &result,
                 );
                 CallOutcome::Done
@@ -463,7 +465,7 @@ fn account(cfg: &LoopConfig, state: &mut LoopState, span: u64, resp: &ModelRespo
     state
         .trace
         .attr(span, "gen_ai.response.tool_calls", resp.tool_calls.len() as u64);
-    state.trace.end(span, "ok");
+    state.trace.end(span, SpanStatus::Ok);
 }
 
 /// The token and cost budgets, checked after each model call.
@@ -504,7 +506,7 @@ fn refuse<'c>(
     state: &mut LoopState,
     call: &ToolCall,
     refusal: Refusal,
-    record: impl FnOnce(&'static str, Option<String>, String) -> CallRecord<'c>,
+    record: impl FnOnce(RecordedDecision, Option<String>, String) -> CallRecord<'c>,
 ) -> (CallRecord<'c>, ToolResult) {
     match refusal {
         Refusal::Invalid { class, message } => {
@@ -523,7 +525,7 @@ fn refuse<'c>(
                 );
             }
             let result = ToolResult::error(&call.id, class, message.clone());
-            (record("none", None, message), result)
+            (record(RecordedDecision::None, None, message), result)
         }
         Refusal::NotEnabled { message } => {
             missing_tool_card(
@@ -534,11 +536,11 @@ fn refuse<'c>(
                 vec![],
             );
             let result = ToolResult::error(&call.id, ErrorClass::UnknownTool, message.clone());
-            (record("none", None, message), result)
+            (record(RecordedDecision::None, None, message), result)
         }
         Refusal::Denied(verdict) => {
             state.denials += 1;
-            let rec = record("deny", verdict.rule.clone(), verdict.reason.clone());
+            let rec = record(RecordedDecision::Deny, verdict.rule.clone(), verdict.reason.clone());
             let fingerprint = format!("{} {}", call.name, verdict.reason);
             if !state.denied_fingerprints.contains(&fingerprint) {
                 state.denied_fingerprints.push(fingerprint);
@@ -593,18 +595,15 @@ fn finish_call(cfg: &LoopConfig, state: &mut LoopState, rec: CallRecord, result:
         rule,
         reason,
     } = rec;
-    let outcome = result
-        .error
-        .map(|c| c.as_str().to_string())
-        .unwrap_or_else(|| "ok".into());
+    let outcome = ToolOutcome::from(result.error);
     let reason = cfg.redactor.redact(&reason).into_owned();
     state.tool_calls.push(ToolCallRecord {
         id: call.id.clone(),
         name: call.name.clone(),
-        decision: decision.into(),
+        decision,
         rule: rule.clone(),
         reason: reason.clone(),
-        outcome: outcome.clone(),
+        outcome,
         duration_ms: result.duration_ms,
     });
     let arguments =
@@ -615,14 +614,14 @@ fn finish_call(cfg: &LoopConfig, state: &mut LoopState, rec: CallRecord, result:
         name: call.name.clone(),
         arguments,
         args_hash: call_hash(&call.name, &call.arguments),
-        decision: decision.into(),
+        decision,
         rule,
         reason,
-        outcome: outcome.clone(),
+        outcome,
         duration_ms: result.duration_ms,
     });
     state.trace.attr(span, "agent.decision", decision.to_string());
-    state.trace.attr(span, "agent.outcome", outcome);
+    state.trace.attr(span, "agent.outcome", outcome.to_string());
     if result.kernel_denied {
         state.trace.attr(span, "agent.kernel_denied", true);
     }
@@ -635,9 +634,14 @@ fn finish_call(cfg: &LoopConfig, state: &mut LoopState, rec: CallRecord, result:
             .take(2000)
             .collect::<String>(),
     );
-    state
-        .trace
-        .end(span, if result.error.is_none() { "ok" } else { "error" });
+    state.trace.end(
+        span,
+        if result.error.is_none() {
+            SpanStatus::Ok
+        } else {
+            SpanStatus::Error
+        },
+    );
     state.messages.push(Message::Tool {
         call_id: call.id.clone(),
         name: call.name.clone(),

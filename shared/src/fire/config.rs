@@ -23,7 +23,7 @@ pub struct FireConfig {
     pub scope: String,
     pub policy: Policy,
     /// The tools this task may use (the settings' list narrowed by the prompt).
-    pub tools: Vec<String>,
+    pub tools: Vec<crate::tools::Tool>,
     /// The settings' budgets narrowed by the prompt.
     pub budgets: Budgets,
     pub limits: Limits,

@@ -6,7 +6,7 @@
 use super::config::FireConfig;
 use crate::tools::exec::ExecContext;
 use crate::tools::{ToolArgs, ToolRequest};
-use crate::trace::Trace;
+use crate::trace::{SpanKind, SpanStatus, Trace};
 use std::path::Path;
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ pub(crate) struct PrefetchFailure {
 pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Result<String, PrefetchFailure> {
     let mut out = String::new();
     for p in &config.prompt.front.prefetch {
-        let span = trace.start("prefetch", format!("prefetch {}", p.name), None);
+        let span = trace.start(SpanKind::Prefetch, format!("prefetch {}", p.name), None);
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(config.limits.prefetch_timeout_s));
         match run_script(
             root,
@@ -33,7 +33,7 @@ pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Re
         ) {
             Ok(text) => {
                 trace.attr(span, "agent.output_bytes", text.len() as u64);
-                trace.end(span, "ok");
+                trace.end(span, SpanStatus::Ok);
                 out.push_str(&format!(
                     "\n\n### {}\n\n```\n{}\n```",
                     p.name,
@@ -41,7 +41,7 @@ pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Re
                 ));
             }
             Err(why) => {
-                trace.end(span, "error");
+                trace.end(span, SpanStatus::Error);
                 return Err(PrefetchFailure {
                     name: p.name.clone(),
                     detail: format!("{}: {}", p.run, config.redactor.redact(&why)),

@@ -14,6 +14,7 @@ use crate::sandbox::{self, landlock};
 use crate::state::StateDb;
 use crate::tools::exec::ExecContext;
 use crate::tools::{ToolArgs, ToolRequest};
+use crate::trace::{SpanKind, SpanStatus};
 use crate::worker::WorkerConfig;
 
 impl FireRun {
@@ -183,7 +184,7 @@ impl FireRun {
             let span = self
                 .state
                 .trace
-                .start("acceptance", format!("acceptance {}", a.name), None);
+                .start(SpanKind::Acceptance, format!("acceptance {}", a.name), None);
             let mut failures = Vec::new();
             if let Some(needle) = &a.report_contains {
                 if !answer.contains(needle.as_str()) {
@@ -201,7 +202,9 @@ impl FireRun {
                 }
             }
             let passed = failures.is_empty();
-            self.state.trace.end(span, if passed { "ok" } else { "failed" });
+            self.state
+                .trace
+                .end(span, if passed { SpanStatus::Ok } else { SpanStatus::Failed });
             out.push(AcceptanceRecord {
                 check: a.name.clone(),
                 passed,

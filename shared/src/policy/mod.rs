@@ -6,14 +6,13 @@
 //! configured default (deny in a fire). Shell commands are analysed segment by
 //! segment (see [`shell`]); a command the parser cannot understand is denied.
 
-pub mod shell;
-
 use crate::layout::{normalize, overlapping_builder_dir, Owner, Ownership, BUILDER_DIRS};
 use crate::rules::{Canon, Rule, RuleError, Spec};
 use crate::settings::{DefaultDecision, Permissions};
+use crate::shell::{self, Segment, Word};
+use crate::tools::ToolArgs;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
-use shell::{Segment, Word};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +50,20 @@ pub enum Call<'a> {
     WriteFile(&'a str),
     EditFile(&'a str),
     RunCommand(&'a str),
+}
+
+impl<'a> From<&'a ToolArgs> for Call<'a> {
+    /// The call as the policy engine sees it.
+    fn from(args: &'a ToolArgs) -> Call<'a> {
+        match args {
+            ToolArgs::ReadFile { path, .. } => Call::ReadFile(path),
+            ToolArgs::ListDir { path } => Call::ListDir(path),
+            ToolArgs::Grep { path, .. } => Call::Grep(path),
+            ToolArgs::WriteFile { path, .. } => Call::WriteFile(path),
+            ToolArgs::EditFile { path, .. } => Call::EditFile(path),
+            ToolArgs::RunCommand { command, .. } => Call::RunCommand(command),
+        }
+    }
 }
 
 impl Call<'_> {

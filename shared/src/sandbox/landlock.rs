@@ -5,7 +5,7 @@
 //! Truncate, IoctlDev, TCP connect/bind, and signal / abstract-socket scoping.
 
 use super::SandboxSpec;
-use crate::records::SandboxRecord;
+use crate::records::{LandlockStatus, SandboxMode, SandboxRecord};
 use crate::settings::LandlockMode;
 use landlock::{
     path_beneath_rules, Access, AccessFs, AccessNet, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
@@ -20,7 +20,7 @@ pub enum SandboxError {
     #[error("landlock: {0}")]
     Landlock(#[from] landlock::RulesetError),
     #[error("landlock is {status} on this kernel (ABI {abi}) and settings require it fully enforced")]
-    NotFullyEnforced { status: String, abi: u32 },
+    NotFullyEnforced { status: LandlockStatus, abi: u32 },
 }
 
 /// The Landlock ABI the running kernel supports (0: none).
@@ -76,22 +76,26 @@ pub fn enforce(spec: &SandboxSpec, mode: LandlockMode) -> Result<SandboxRecord, 
     // older kernel), never above the ABI this code handles.
     let abi = kernel.min(spec.max_abi.unwrap_or(u32::MAX));
     let mode_name = match mode {
-        LandlockMode::Required => "required",
-        LandlockMode::BestEffort => "best_effort",
-        LandlockMode::Off => "off",
+        LandlockMode::Required => SandboxMode::Required,
+        LandlockMode::BestEffort => SandboxMode::BestEffort,
+        LandlockMode::Off => SandboxMode::Off,
     };
     if mode == LandlockMode::Off {
         return Ok(SandboxRecord {
-            landlock: "off".into(),
+            landlock: LandlockStatus::Off,
             abi: Some(abi),
-            mode: mode_name.into(),
+            mode: mode_name,
             rights: Vec::new(),
         });
     }
     let below_target = abi < TARGET_ABI as u32;
     if mode == LandlockMode::Required && below_target {
         return Err(SandboxError::NotFullyEnforced {
-            status: if abi == 0 { "not_enforced" } else { "partially_enforced" }.into(),
+            status: if abi == 0 {
+                LandlockStatus::NotEnforced
+            } else {
+                LandlockStatus::PartiallyEnforced
+            },
             abi,
         });
     }
@@ -124,25 +128,22 @@ pub fn enforce(spec: &SandboxSpec, mode: LandlockMode) -> Result<SandboxRecord, 
     }
     let status = created.restrict_self()?;
     let name = match status.ruleset {
-        RulesetStatus::FullyEnforced if below_target => "partially_enforced",
-        RulesetStatus::FullyEnforced => "fully_enforced",
-        RulesetStatus::PartiallyEnforced => "partially_enforced",
-        RulesetStatus::NotEnforced => "not_enforced",
+        RulesetStatus::FullyEnforced if below_target => LandlockStatus::PartiallyEnforced,
+        RulesetStatus::FullyEnforced => LandlockStatus::FullyEnforced,
+        RulesetStatus::PartiallyEnforced => LandlockStatus::PartiallyEnforced,
+        RulesetStatus::NotEnforced => LandlockStatus::NotEnforced,
     };
     if mode == LandlockMode::Required && status.ruleset != RulesetStatus::FullyEnforced {
-        return Err(SandboxError::NotFullyEnforced {
-            status: name.into(),
-            abi,
-        });
+        return Err(SandboxError::NotFullyEnforced { status: name, abi });
     }
     let mut rights = supported_rights(abi.min(TARGET_ABI as u32));
     if !spec.scope_ipc {
         rights.retain(|r| !r.starts_with("scope."));
     }
     Ok(SandboxRecord {
-        landlock: name.into(),
+        landlock: name,
         abi: Some(abi),
-        mode: mode_name.into(),
+        mode: mode_name,
         rights,
     })
 }

@@ -306,7 +306,7 @@ fn edit_file(ctx: &ExecContext, path: &str, old: &str, new: &str) -> ToolResult 
 fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) -> ToolResult {
     // A simple external command runs without a shell in between (one process fewer);
     // anything with shell syntax goes through `/bin/sh -c`.
-    let mut cmd = match crate::policy::shell::plain_argv(command) {
+    let mut cmd = match crate::shell::plain_argv(command) {
         Some(argv) => {
             let mut c = Command::new(argv[0]);
             c.args(&argv[1..]);

@@ -7,7 +7,6 @@
 
 pub mod exec;
 
-use crate::policy::Call;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -126,6 +125,70 @@ fn dot() -> String {
     ".".into()
 }
 
+/// A tool the runtime implements. Its snake_case name is what the model calls, what
+/// settings and front matter list, and what a tool request carries; every other
+/// spelling of a tool's identity goes through [`Tool::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tool {
+    ReadFile,
+    ListDir,
+    Grep,
+    WriteFile,
+    EditFile,
+    RunCommand,
+}
+
+impl Tool {
+    /// Every tool, in the order settings list them by default.
+    pub const ALL: [Tool; 6] = [
+        Tool::ReadFile,
+        Tool::ListDir,
+        Tool::Grep,
+        Tool::WriteFile,
+        Tool::EditFile,
+        Tool::RunCommand,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Tool::ReadFile => "read_file",
+            Tool::ListDir => "list_dir",
+            Tool::Grep => "grep",
+            Tool::WriteFile => "write_file",
+            Tool::EditFile => "edit_file",
+            Tool::RunCommand => "run_command",
+        }
+    }
+
+    /// The tool called `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<Tool> {
+        Tool::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The known names, comma-separated (for hints and errors).
+    pub fn names() -> String {
+        Tool::ALL.map(Tool::name).join(", ")
+    }
+
+    pub fn spec(self) -> &'static ToolSpec {
+        match self {
+            Tool::ReadFile => &READ_FILE,
+            Tool::ListDir => &LIST_DIR,
+            Tool::Grep => &GREP,
+            Tool::WriteFile => &WRITE_FILE,
+            Tool::EditFile => &EDIT_FILE,
+            Tool::RunCommand => &RUN_COMMAND,
+        }
+    }
+}
+
+impl std::fmt::Display for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// Static facts about a tool.
 pub struct ToolSpec {
     pub name: &'static str,
@@ -134,69 +197,61 @@ pub struct ToolSpec {
     pub schema: fn() -> Value,
 }
 
-pub const SPECS: &[ToolSpec] = &[
-    ToolSpec {
-        name: "read_file",
-        description: "Read a text file in the repository. Optional 1-based line `offset` and line `limit`.",
-        risk: Risk::Read,
-        schema: || json!({"type": "object", "properties": {"path": {"type": "string"}, "offset": {"type": "integer", "minimum": 1}, "limit": {"type": "integer", "minimum": 1}}, "required": ["path"], "additionalProperties": false}),
-    },
-    ToolSpec {
-        name: "list_dir",
-        description: "List a directory (directories end with `/`).",
-        risk: Risk::Read,
-        schema: || json!({"type": "object", "properties": {"path": {"type": "string"}}, "additionalProperties": false}),
-    },
-    ToolSpec {
-        name: "grep",
-        description: "Search files under `path` for a regular expression; prints `file:line: text`.",
-        risk: Risk::Read,
-        schema: || json!({"type": "object", "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}}, "required": ["pattern"], "additionalProperties": false}),
-    },
-    ToolSpec {
-        name: "write_file",
-        description: "Create a new file (it must not exist) where the write ACL allows.",
-        risk: Risk::Write,
-        schema: || json!({"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"], "additionalProperties": false}),
-    },
-    ToolSpec {
-        name: "edit_file",
-        description: "Replace the one occurrence of `old` with `new` in a file this run created.",
-        risk: Risk::Write,
-        schema: || json!({"type": "object", "properties": {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}}, "required": ["path", "old", "new"], "additionalProperties": false}),
-    },
-    ToolSpec {
-        name: "run_command",
-        description: "Run a shell command in the repository root (sandboxed; no network unless granted).",
-        risk: Risk::Destructive,
-        schema: || json!({"type": "object", "properties": {"command": {"type": "string"}, "timeout_s": {"type": "integer", "minimum": 1}}, "required": ["command"], "additionalProperties": false}),
-    },
-];
+static READ_FILE: ToolSpec = ToolSpec {
+    name: Tool::ReadFile.name(),
+    description: "Read a text file in the repository. Optional 1-based line `offset` and line `limit`.",
+    risk: Risk::Read,
+    schema: || json!({"type": "object", "properties": {"path": {"type": "string"}, "offset": {"type": "integer", "minimum": 1}, "limit": {"type": "integer", "minimum": 1}}, "required": ["path"], "additionalProperties": false}),
+};
+static LIST_DIR: ToolSpec = ToolSpec {
+    name: Tool::ListDir.name(),
+    description: "List a directory (directories end with `/`).",
+    risk: Risk::Read,
+    schema: || json!({"type": "object", "properties": {"path": {"type": "string"}}, "additionalProperties": false}),
+};
+static GREP: ToolSpec = ToolSpec {
+    name: Tool::Grep.name(),
+    description: "Search files under `path` for a regular expression; prints `file:line: text`.",
+    risk: Risk::Read,
+    schema: || json!({"type": "object", "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}}, "required": ["pattern"], "additionalProperties": false}),
+};
+static WRITE_FILE: ToolSpec = ToolSpec {
+    name: Tool::WriteFile.name(),
+    description: "Create a new file (it must not exist) where the write ACL allows.",
+    risk: Risk::Write,
+    schema: || json!({"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"], "additionalProperties": false}),
+};
+static EDIT_FILE: ToolSpec = ToolSpec {
+    name: Tool::EditFile.name(),
+    description: "Replace the one occurrence of `old` with `new` in a file this run created.",
+    risk: Risk::Write,
+    schema: || json!({"type": "object", "properties": {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}}, "required": ["path", "old", "new"], "additionalProperties": false}),
+};
+static RUN_COMMAND: ToolSpec = ToolSpec {
+    name: Tool::RunCommand.name(),
+    description: "Run a shell command in the repository root (sandboxed; no network unless granted).",
+    risk: Risk::Destructive,
+    schema: || json!({"type": "object", "properties": {"command": {"type": "string"}, "timeout_s": {"type": "integer", "minimum": 1}}, "required": ["command"], "additionalProperties": false}),
+};
 
-pub fn spec(name: &str) -> Option<&'static ToolSpec> {
-    SPECS.iter().find(|s| s.name == name)
-}
-
-/// Parses the model's raw argument text for tool `name`.
+/// Parses the model's raw argument text for tool `name`. Each tool has its own arm:
+/// a name that is not a [`Tool`] is `UNKNOWN_TOOL`, never a shell command.
 pub fn parse_args(name: &str, raw: &str) -> Result<ToolArgs, (ErrorClass, String)> {
     let invalid = |m: String| (ErrorClass::InvalidArguments, m);
-    if spec(name).is_none() {
+    let Some(tool) = Tool::from_name(name) else {
         return Err((
             ErrorClass::UnknownTool,
-            format!(
-                "there is no tool `{name}`; available: {}",
-                SPECS.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
-            ),
+            format!("there is no tool `{name}`; available: {}", Tool::names()),
         ));
-    }
+    };
     let raw = if raw.trim().is_empty() { "{}" } else { raw };
     let v: Value = serde_json::from_str(raw).map_err(|e| invalid(format!("arguments are not valid JSON: {e}")))?;
     if !v.is_object() {
         return Err(invalid("arguments must be a JSON object".into()));
     }
     let de = |e: serde_json::Error| invalid(format!("invalid arguments for `{name}`: {e}"));
-    let args = match name {
-        "read_file" => {
+    let args = match tool {
+        Tool::ReadFile => {
             let a: ReadArgs = serde_json::from_value(v).map_err(de)?;
             ToolArgs::ReadFile {
                 path: a.path,
@@ -204,24 +259,24 @@ pub fn parse_args(name: &str, raw: &str) -> Result<ToolArgs, (ErrorClass, String
                 limit: a.limit,
             }
         }
-        "list_dir" => ToolArgs::ListDir {
+        Tool::ListDir => ToolArgs::ListDir {
             path: serde_json::from_value::<PathArgs>(v).map_err(de)?.path,
         },
-        "grep" => {
+        Tool::Grep => {
             let a: GrepArgs = serde_json::from_value(v).map_err(de)?;
             ToolArgs::Grep {
                 pattern: a.pattern,
                 path: a.path,
             }
         }
-        "write_file" => {
+        Tool::WriteFile => {
             let a: WriteArgs = serde_json::from_value(v).map_err(de)?;
             ToolArgs::WriteFile {
                 path: a.path,
                 content: a.content,
             }
         }
-        "edit_file" => {
+        Tool::EditFile => {
             let a: EditArgs = serde_json::from_value(v).map_err(de)?;
             ToolArgs::EditFile {
                 path: a.path,
@@ -229,7 +284,7 @@ pub fn parse_args(name: &str, raw: &str) -> Result<ToolArgs, (ErrorClass, String
                 new: a.new,
             }
         }
-        _ => {
+        Tool::RunCommand => {
             let a: CommandArgs = serde_json::from_value(v).map_err(de)?;
             ToolArgs::RunCommand {
                 command: a.command,
@@ -246,15 +301,19 @@ pub fn parse_args(name: &str, raw: &str) -> Result<ToolArgs, (ErrorClass, String
 }
 
 impl ToolArgs {
-    pub fn name(&self) -> &'static str {
+    pub fn tool(&self) -> Tool {
         match self {
-            ToolArgs::ReadFile { .. } => "read_file",
-            ToolArgs::ListDir { .. } => "list_dir",
-            ToolArgs::Grep { .. } => "grep",
-            ToolArgs::WriteFile { .. } => "write_file",
-            ToolArgs::EditFile { .. } => "edit_file",
-            ToolArgs::RunCommand { .. } => "run_command",
+            ToolArgs::ReadFile { .. } => Tool::ReadFile,
+            ToolArgs::ListDir { .. } => Tool::ListDir,
+            ToolArgs::Grep { .. } => Tool::Grep,
+            ToolArgs::WriteFile { .. } => Tool::WriteFile,
+            ToolArgs::EditFile { .. } => Tool::EditFile,
+            ToolArgs::RunCommand { .. } => Tool::RunCommand,
         }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.tool().name()
     }
 
     pub fn path(&self) -> Option<&str> {
@@ -265,18 +324,6 @@ impl ToolArgs {
             | ToolArgs::WriteFile { path, .. }
             | ToolArgs::EditFile { path, .. } => Some(path),
             ToolArgs::RunCommand { .. } => None,
-        }
-    }
-
-    /// The call as the policy engine sees it.
-    pub fn as_call(&self) -> Call<'_> {
-        match self {
-            ToolArgs::ReadFile { path, .. } => Call::ReadFile(path),
-            ToolArgs::ListDir { path } => Call::ListDir(path),
-            ToolArgs::Grep { path, .. } => Call::Grep(path),
-            ToolArgs::WriteFile { path, .. } => Call::WriteFile(path),
-            ToolArgs::EditFile { path, .. } => Call::EditFile(path),
-            ToolArgs::RunCommand { command, .. } => Call::RunCommand(command),
         }
     }
 }
@@ -369,11 +416,56 @@ mod tests {
 
     #[test]
     fn every_tool_has_a_valid_schema() {
-        for s in SPECS {
+        for t in Tool::ALL {
+            let s = t.spec();
             let schema = (s.schema)();
             assert_eq!(schema["type"], "object", "{}", s.name);
-            assert!(crate::settings::TOOL_NAMES.contains(&s.name));
+            assert_eq!(s.name, t.name());
         }
-        assert_eq!(SPECS.len(), crate::settings::TOOL_NAMES.len());
+    }
+
+    #[test]
+    fn tool_names_are_the_serialized_forms() {
+        let table = [
+            (Tool::ReadFile, "read_file"),
+            (Tool::ListDir, "list_dir"),
+            (Tool::Grep, "grep"),
+            (Tool::WriteFile, "write_file"),
+            (Tool::EditFile, "edit_file"),
+            (Tool::RunCommand, "run_command"),
+        ];
+        assert_eq!(table.len(), Tool::ALL.len());
+        for (t, name) in table {
+            assert_eq!(t.name(), name);
+            assert_eq!(serde_json::to_value(t).unwrap(), json!(name));
+            assert_eq!(serde_json::from_value::<Tool>(json!(name)).unwrap(), t);
+            assert_eq!(Tool::from_name(name), Some(t));
+        }
+        assert!(serde_json::from_value::<Tool>(json!("teleport")).is_err());
+        let args = ToolArgs::Grep {
+            pattern: "x".into(),
+            path: ".".into(),
+        };
+        assert_eq!(serde_json::to_value(&args).unwrap()["tool"], "grep");
+    }
+
+    /// Guards the old fall-through: a name with no parse arm of its own became a
+    /// `run_command`, so a tool added to the list ran its arguments as a shell command.
+    #[test]
+    fn every_tool_parses_to_itself_and_no_other_name_reaches_the_shell() {
+        for t in Tool::ALL {
+            let raw = match t {
+                Tool::ReadFile | Tool::ListDir => r#"{"path": "a"}"#,
+                Tool::Grep => r#"{"pattern": "x"}"#,
+                Tool::WriteFile => r#"{"path": "a", "content": "x"}"#,
+                Tool::EditFile => r#"{"path": "a", "old": "x", "new": "y"}"#,
+                Tool::RunCommand => r#"{"command": "ls"}"#,
+            };
+            assert_eq!(parse_args(t.name(), raw).unwrap().tool(), t);
+        }
+        for name in ["bash", "shell", "Run_Command", "run_command ", ""] {
+            let err = parse_args(name, r#"{"command": "ls"}"#).unwrap_err();
+            assert_eq!(err.0, ErrorClass::UnknownTool, "{name:?}");
+        }
     }
 }
