@@ -549,166 +549,209 @@ fn interpreter_flags(prog: &str) -> Option<&'static [&'static str]> {
         .map(|(_, f)| *f)
 }
 
+/// Options of `sudo` and `doas` that take a value.
+const SUDO_VALUE_OPTIONS: &[&str] = &[
+    "-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group",
+];
+
+/// Options of `xargs` that take a value.
+const XARGS_VALUE_OPTIONS: &[&str] = &[
+    "-a",
+    "-d",
+    "-E",
+    "-I",
+    "-L",
+    "-n",
+    "-P",
+    "-s",
+    "--arg-file",
+    "--delimiter",
+    "--max-args",
+    "--max-procs",
+    "--replace",
+    "--max-lines",
+];
+
 /// Peels wrappers off `words` and pushes the resulting segment(s).
 fn unwrap_into(words: Vec<Word>, writes: Vec<Word>, depth: usize, out: &mut Vec<Segment>) -> Result<(), ShellError> {
-    let mut layers: Vec<Vec<Word>> = Vec::new();
-    let mut cur = words;
-    let mut open_args = false;
-    let mut opaque = Vec::new();
-    let mut writes = writes;
+    let mut peeled = Peeled {
+        layers: Vec::new(),
+        cur: words,
+        open_args: false,
+        opaque: Vec::new(),
+        writes,
+    };
     loop {
         // `FOO=bar cmd` after a wrapper (env FOO=bar cmd) is an assignment, not a command.
-        while cur.first().is_some_and(|w| is_assignment(&w.text)) && cur.len() > 1 {
-            cur.remove(0);
+        while peeled.cur.first().is_some_and(|w| is_assignment(&w.text)) && peeled.cur.len() > 1 {
+            peeled.cur.remove(0);
         }
-        let Some(first) = cur.first() else { break };
+        let Some(first) = peeled.cur.first() else { break };
         if first.dynamic {
             return Err(ShellError::DynamicCommand(first.text.clone()));
         }
         let prog = first.text.rsplit('/').next().unwrap_or(&first.text).to_string();
-        let inner: Option<Vec<Word>> = match prog.as_str() {
-            "env" => skip_options(
-                &cur[1..],
-                &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"],
-                true,
-            )
-            .map(|(rest, split)| match split {
-                Some(s) => s.split_whitespace().map(Word::lit).chain(rest).collect(),
-                None => rest,
-            }),
-            "timeout" => skip_options(&cur[1..], &["-s", "--signal", "-k", "--kill-after"], false)
+        match peeled.inner(&prog, depth, out)? {
+            Some(next) if !next.is_empty() => peeled.layers.push(std::mem::replace(&mut peeled.cur, next)),
+            _ => break,
+        }
+    }
+    peeled.push(out);
+    Ok(())
+}
+
+/// A command with the wrappers peeled off it so far.
+struct Peeled {
+    /// The wrappers, outermost first.
+    layers: Vec<Vec<Word>>,
+    /// The command inside them.
+    cur: Vec<Word>,
+    /// A wrapper appends arguments the line does not show (`xargs`).
+    open_args: bool,
+    /// Inline code of interpreters (`python -c`, `awk '...'`).
+    opaque: Vec<String>,
+    writes: Vec<Word>,
+}
+
+impl Peeled {
+    /// The command the wrapper `prog` (the program of `cur`) runs, if it is one.
+    /// Nested shell scripts, `eval` payloads and `find -exec` commands push their own
+    /// segments to `out`.
+    fn inner(&mut self, prog: &str, depth: usize, out: &mut Vec<Segment>) -> Result<Option<Vec<Word>>, ShellError> {
+        let args = &self.cur[1..];
+        let rest = |skipped: Option<(Vec<Word>, Option<String>)>| skipped.map(|(rest, _)| rest);
+        Ok(match prog {
+            "env" => env_inner(args),
+            "timeout" => skip_options(args, &["-s", "--signal", "-k", "--kill-after"], false)
                 .map(|(rest, _)| rest.into_iter().skip(1).collect()),
-            "nice" => {
-                let r = &cur[1..];
-                let r = if r.first().is_some_and(|w| {
-                    w.text.starts_with('-') && w.text[1..].chars().all(|c| c.is_ascii_digit()) && w.text.len() > 1
-                }) {
-                    &r[1..]
-                } else {
-                    r
-                };
-                skip_options(r, &["-n", "--adjustment"], false).map(|(rest, _)| rest)
+            "nice" => nice_inner(args),
+            "nohup" | "builtin" | "time" | "setsid" | "unbuffer" => rest(skip_options(args, &[], false)),
+            "command" if !self.cur.iter().any(|w| w.text == "-v" || w.text == "-V") => {
+                rest(skip_options(args, &[], false))
             }
-            "nohup" | "builtin" | "time" | "setsid" | "unbuffer" => {
-                skip_options(&cur[1..], &[], false).map(|(rest, _)| rest)
-            }
-            "command" if !cur.iter().any(|w| w.text == "-v" || w.text == "-V") => {
-                skip_options(&cur[1..], &[], false).map(|(rest, _)| rest)
-            }
-            "exec" => skip_options(&cur[1..], &["-a"], false).map(|(rest, _)| rest),
-            "stdbuf" => skip_options(&cur[1..], &["-i", "-o", "-e", "--input", "--output", "--error"], false)
-                .map(|(rest, _)| rest),
-            "ionice" => {
-                skip_options(&cur[1..], &["-c", "-n", "-p", "--class", "--classdata"], false).map(|(rest, _)| rest)
-            }
-            "sudo" | "doas" => skip_options(
-                &cur[1..],
-                &[
-                    "-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group",
-                ],
+            "exec" => rest(skip_options(args, &["-a"], false)),
+            "stdbuf" => rest(skip_options(
+                args,
+                &["-i", "-o", "-e", "--input", "--output", "--error"],
                 false,
-            )
-            .map(|(rest, _)| rest),
-            "xargs" => {
-                open_args = true;
-                skip_options(
-                    &cur[1..],
-                    &[
-                        "-a",
-                        "-d",
-                        "-E",
-                        "-I",
-                        "-L",
-                        "-n",
-                        "-P",
-                        "-s",
-                        "--arg-file",
-                        "--delimiter",
-                        "--max-args",
-                        "--max-procs",
-                        "--replace",
-                        "--max-lines",
-                    ],
-                    false,
-                )
-                .map(|(rest, _)| if rest.is_empty() { vec![Word::lit("echo")] } else { rest })
-                .inspect(|rest| {
-                    if writes_something(rest) {
-                        writes.push(Word {
-                            text: "<paths from xargs input>".into(),
-                            dynamic: true,
-                        });
-                    }
-                })
-            }
+            )),
+            "ionice" => rest(skip_options(args, &["-c", "-n", "-p", "--class", "--classdata"], false)),
+            "sudo" | "doas" => rest(skip_options(args, SUDO_VALUE_OPTIONS, false)),
+            "xargs" => self.xargs_inner(),
             "find" => {
-                let (execs, find_writes) = find_effects(&cur);
-                writes.extend(find_writes);
-                for e in execs {
-                    let mut sub = Vec::new();
-                    unwrap_into(e, Vec::new(), depth, &mut sub)?;
-                    for mut s in sub {
-                        s.open_args = true;
-                        s.layers.insert(0, cur.clone());
-                        out.push(s);
-                    }
-                }
+                self.push_find_execs(depth, out)?;
                 None
             }
             "eval" => {
-                let payload = &cur[1..];
+                let payload = &self.cur[1..];
                 if payload.iter().any(|w| w.dynamic) {
                     return Err(ShellError::DynamicPayload("eval".into()));
                 }
                 analyse_into(&join(payload), depth + 1, out)?;
-                return push_segment(out, layers, cur, writes, open_args, opaque);
+                None
             }
             p if SHELLS.contains(&p) => {
-                if let Some(code) = shell_payload(&cur)? {
+                if let Some(code) = shell_payload(&self.cur)? {
                     analyse_into(&code, depth + 1, out)?;
                 }
                 None
             }
             p => {
-                if let Some(code) = interpreter_payload(p, &cur) {
-                    opaque.push(code);
-                } else if p == "awk" || p == "gawk" || p == "mawk" {
-                    if let Some(code) = cur[1..].iter().find(|w| !w.text.starts_with('-')) {
-                        opaque.push(code.text.clone());
-                    }
-                }
+                self.note_inline_code(p);
                 None
             }
-        };
-        match inner {
-            Some(next) if !next.is_empty() => layers.push(std::mem::replace(&mut cur, next)),
-            _ => break,
+        })
+    }
+
+    /// `xargs CMD`: runs CMD (`echo` when none) with arguments from its input, which
+    /// name the paths CMD writes if it writes any.
+    fn xargs_inner(&mut self) -> Option<Vec<Word>> {
+        self.open_args = true;
+        skip_options(&self.cur[1..], XARGS_VALUE_OPTIONS, false)
+            .map(|(rest, _)| if rest.is_empty() { vec![Word::lit("echo")] } else { rest })
+            .inspect(|rest| {
+                if writes_something(rest) {
+                    self.writes.push(Word {
+                        text: "<paths from xargs input>".into(),
+                        dynamic: true,
+                    });
+                }
+            })
+    }
+
+    /// `find ... -exec CMD`: each CMD is a segment of its own, inside the `find`, with
+    /// arguments the line does not show; `-delete` and `-fprint` add writes.
+    fn push_find_execs(&mut self, depth: usize, out: &mut Vec<Segment>) -> Result<(), ShellError> {
+        let (execs, find_writes) = find_effects(&self.cur);
+        self.writes.extend(find_writes);
+        for e in execs {
+            let mut sub = Vec::new();
+            unwrap_into(e, Vec::new(), depth, &mut sub)?;
+            for mut s in sub {
+                s.open_args = true;
+                s.layers.insert(0, self.cur.clone());
+                out.push(s);
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the inline code of an interpreter (`python -c CODE`, `awk 'CODE'`).
+    fn note_inline_code(&mut self, prog: &str) {
+        if let Some(code) = interpreter_payload(prog, &self.cur) {
+            self.opaque.push(code);
+        } else if prog == "awk" || prog == "gawk" || prog == "mawk" {
+            if let Some(code) = self.cur[1..].iter().find(|w| !w.text.starts_with('-')) {
+                self.opaque.push(code.text.clone());
+            }
         }
     }
-    push_segment(out, layers, cur, writes, open_args, opaque)
+
+    /// Pushes the innermost command as a segment (none when it is empty).
+    fn push(self, out: &mut Vec<Segment>) {
+        let Peeled {
+            layers,
+            cur: argv,
+            open_args,
+            opaque: opaque_code,
+            mut writes,
+        } = self;
+        if argv.is_empty() {
+            return;
+        }
+        writes.extend(command_write_targets(&argv));
+        out.push(Segment {
+            argv,
+            layers,
+            open_args,
+            writes,
+            opaque_code,
+            cwd: None,
+        });
+    }
 }
 
-fn push_segment(
-    out: &mut Vec<Segment>,
-    layers: Vec<Vec<Word>>,
-    argv: Vec<Word>,
-    mut writes: Vec<Word>,
-    open_args: bool,
-    opaque_code: Vec<String>,
-) -> Result<(), ShellError> {
-    if argv.is_empty() {
-        return Ok(());
-    }
-    writes.extend(command_write_targets(&argv));
-    out.push(Segment {
-        argv,
-        layers,
-        open_args,
-        writes,
-        opaque_code,
-        cwd: None,
-    });
-    Ok(())
+/// `env [OPTIONS] [NAME=VALUE...] CMD`, and the command of `env -S 'CMD ARGS'`.
+fn env_inner(args: &[Word]) -> Option<Vec<Word>> {
+    skip_options(args, &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"], true).map(|(rest, split)| {
+        match split {
+            Some(s) => s.split_whitespace().map(Word::lit).chain(rest).collect(),
+            None => rest,
+        }
+    })
+}
+
+/// `nice [-N | -n N] CMD`.
+fn nice_inner(args: &[Word]) -> Option<Vec<Word>> {
+    let r = if args
+        .first()
+        .is_some_and(|w| w.text.starts_with('-') && w.text[1..].chars().all(|c| c.is_ascii_digit()) && w.text.len() > 1)
+    {
+        &args[1..]
+    } else {
+        args
+    };
+    skip_options(r, &["-n", "--adjustment"], false).map(|(rest, _)| rest)
 }
 
 fn is_assignment(s: &str) -> bool {
