@@ -897,8 +897,50 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
         return Vec::new();
     };
     let prog = first.text.rsplit('/').next().unwrap_or(&first.text);
-    let args = &argv[1..];
-    let positional = |skip_values: &[&str]| -> Vec<Word> {
+    let args = Args(&argv[1..]);
+    match prog {
+        "rm" | "rmdir" | "unlink" | "tee" => args.positional(&[]),
+        "shred" => args.positional(&["-n", "-s", "--iterations", "--size"]),
+        "touch" => args.positional(&["-r", "-d", "-t", "--reference", "--date"]),
+        "mkdir" | "mkfifo" | "mknod" => args.positional(&["-m", "--mode"]),
+        "truncate" => args.positional(&["-s", "--size", "-r", "--reference"]),
+        "chmod" | "chown" | "chgrp" | "setfacl" | "chattr" => {
+            args.positional(&["--reference"]).into_iter().skip(1).collect()
+        }
+        "mv" => args.positional(&["-t", "--target-directory", "-S", "--suffix"]),
+        "cp" | "install" | "ln" | "rsync" | "scp" => copy_targets(prog, args),
+        "sed" if args.flag("-i") || args.0.iter().any(|w| w.text.starts_with("--in-place")) => {
+            sed_in_place_targets(args)
+        }
+        "perl" if args.flag("-i") || args.flag("-p") && args.flag("-i") => args.positional(&["-e", "-E", "-M", "-I"]),
+        "dd" => args
+            .0
+            .iter()
+            .filter_map(|w| {
+                w.text.strip_prefix("of=").map(|t| Word {
+                    text: t.into(),
+                    dynamic: w.dynamic,
+                })
+            })
+            .collect(),
+        "tar" => tar_targets(args),
+        "curl" => args.values_of(&["-o", "--output"]),
+        "wget" => args.values_of(&["-O", "-P"]),
+        "patch" => vec![Word::lit(".")],
+        "git" => git_targets(args),
+        _ => Vec::new(),
+    }
+}
+
+/// The arguments of a command (its program word excluded).
+#[derive(Clone, Copy)]
+struct Args<'a>(&'a [Word]);
+
+impl Args<'_> {
+    /// The operands: arguments that are not options (all after `--`), skipping the
+    /// value after each option in `skip_values`.
+    fn positional(self, skip_values: &[&str]) -> Vec<Word> {
+        let args = self.0;
         let mut out = Vec::new();
         let mut i = 0;
         let mut only = false;
@@ -916,143 +958,134 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
             i += 1;
         }
         out
-    };
-    let flag = |f: &str| {
-        args.iter().any(|w| {
+    }
+
+    /// Is option `f` given, alone or (when short) in a bundle like `-ri`?
+    fn flag(self, f: &str) -> bool {
+        self.0.iter().any(|w| {
             w.text == f
                 || (f.len() == 2 && !w.text.starts_with("--") && w.text.starts_with('-') && w.text.contains(&f[1..]))
         })
+    }
+
+    /// The word after each of the options `names`.
+    fn values_of(self, names: &[&str]) -> Vec<Word> {
+        self.0
+            .windows(2)
+            .filter(|w| names.contains(&w[0].text.as_str()))
+            .map(|w| w[1].clone())
+            .collect()
+    }
+}
+
+/// `cp`, `install`, `ln`, `rsync`, `scp`: the target directory, the directories
+/// `install -d` makes, else the last operand.
+fn copy_targets(prog: &str, args: Args) -> Vec<Word> {
+    if let Some(i) = args
+        .0
+        .iter()
+        .position(|w| w.text == "-t" || w.text == "--target-directory")
+    {
+        args.0.get(i + 1).cloned().into_iter().collect()
+    } else if let Some(t) = args.0.iter().find_map(|w| w.text.strip_prefix("--target-directory=")) {
+        vec![Word::lit(t)]
+    } else if prog == "install" && args.flag("-d") {
+        args.positional(&["-m", "--mode", "-o", "-g", "--owner", "--group"])
+    } else {
+        args.positional(&["-m", "--mode", "-o", "-g", "-S", "--suffix", "-e"])
+            .last()
+            .cloned()
+            .into_iter()
+            .collect()
+    }
+}
+
+/// `sed -i`: the files, after the script unless `-e`/`-f` gives it.
+fn sed_in_place_targets(args: Args) -> Vec<Word> {
+    let has_script_flag = args.0.iter().any(|w| {
+        w.text == "-e" || w.text == "-f" || w.text.starts_with("--expression") || w.text.starts_with("--file")
+    });
+    let p = args.positional(&["-e", "-f", "--expression", "--file", "-l", "--line-length"]);
+    p.into_iter().skip(if has_script_flag { 0 } else { 1 }).collect()
+}
+
+/// `tar`: the directory it extracts into (`.` by default) and the archive it creates.
+fn tar_targets(args: Args) -> Vec<Word> {
+    let mode = |letter: char, short: &str, long: &str| {
+        args.0
+            .first()
+            .is_some_and(|w| !w.text.starts_with('-') && w.text.contains(letter))
+            || args.flag(short)
+            || args.0.iter().any(|w| w.text == long)
     };
-    match prog {
-        "rm" | "rmdir" | "unlink" | "tee" => positional(&[]),
-        "shred" => positional(&["-n", "-s", "--iterations", "--size"]),
-        "touch" => positional(&["-r", "-d", "-t", "--reference", "--date"]),
-        "mkdir" | "mkfifo" | "mknod" => positional(&["-m", "--mode"]),
-        "truncate" => positional(&["-s", "--size", "-r", "--reference"]),
-        "chmod" | "chown" | "chgrp" | "setfacl" | "chattr" => {
-            positional(&["--reference"]).into_iter().skip(1).collect()
-        }
-        "mv" => positional(&["-t", "--target-directory", "-S", "--suffix"]),
-        "cp" | "install" | "ln" | "rsync" | "scp" => {
-            if let Some(i) = args
-                .iter()
-                .position(|w| w.text == "-t" || w.text == "--target-directory")
-            {
-                args.get(i + 1).cloned().into_iter().collect()
-            } else if let Some(t) = args.iter().find_map(|w| w.text.strip_prefix("--target-directory=")) {
-                vec![Word::lit(t)]
-            } else if prog == "install" && flag("-d") {
-                positional(&["-m", "--mode", "-o", "-g", "--owner", "--group"])
-            } else {
-                positional(&["-m", "--mode", "-o", "-g", "-S", "--suffix", "-e"])
-                    .last()
-                    .cloned()
-                    .into_iter()
-                    .collect()
+    let extract = mode('x', "-x", "--extract");
+    let create = mode('c', "-c", "--create");
+    let args = args.0;
+    let mut out = Vec::new();
+    for (i, w) in args.iter().enumerate() {
+        if w.text == "-C" || w.text == "--directory" {
+            if let Some(d) = args.get(i + 1) {
+                out.push(d.clone());
+            }
+        } else if let Some(d) = w.text.strip_prefix("--directory=") {
+            out.push(Word::lit(d));
+        } else if create && (w.text == "-f" || w.text == "--file") {
+            if let Some(f) = args.get(i + 1) {
+                out.push(f.clone());
             }
         }
-        "sed" if flag("-i") || args.iter().any(|w| w.text.starts_with("--in-place")) => {
-            let has_script_flag = args.iter().any(|w| {
-                w.text == "-e" || w.text == "-f" || w.text.starts_with("--expression") || w.text.starts_with("--file")
-            });
-            let p = positional(&["-e", "-f", "--expression", "--file", "-l", "--line-length"]);
-            p.into_iter().skip(if has_script_flag { 0 } else { 1 }).collect()
-        }
-        "perl" if flag("-i") || flag("-p") && flag("-i") => positional(&["-e", "-E", "-M", "-I"]),
-        "dd" => args
-            .iter()
-            .filter_map(|w| {
-                w.text.strip_prefix("of=").map(|t| Word {
-                    text: t.into(),
-                    dynamic: w.dynamic,
-                })
-            })
-            .collect(),
-        "tar" => {
-            let mut out = Vec::new();
-            let extract = args
-                .first()
-                .is_some_and(|w| !w.text.starts_with('-') && w.text.contains('x'))
-                || flag("-x")
-                || args.iter().any(|w| w.text == "--extract");
-            let create = args
-                .first()
-                .is_some_and(|w| !w.text.starts_with('-') && w.text.contains('c'))
-                || flag("-c")
-                || args.iter().any(|w| w.text == "--create");
-            for (i, w) in args.iter().enumerate() {
-                if w.text == "-C" || w.text == "--directory" {
-                    if let Some(d) = args.get(i + 1) {
-                        out.push(d.clone());
-                    }
-                } else if let Some(d) = w.text.strip_prefix("--directory=") {
-                    out.push(Word::lit(d));
-                } else if create && (w.text == "-f" || w.text == "--file") {
-                    if let Some(f) = args.get(i + 1) {
-                        out.push(f.clone());
-                    }
-                }
-            }
-            if extract && !out.iter().any(|_| true) {
-                out.push(Word::lit("."));
-            }
-            out
-        }
-        "curl" => args
-            .windows(2)
-            .filter(|w| w[0].text == "-o" || w[0].text == "--output")
-            .map(|w| w[1].clone())
-            .collect(),
-        "wget" => args
-            .windows(2)
-            .filter(|w| w[0].text == "-O" || w[0].text == "-P")
-            .map(|w| w[1].clone())
-            .collect(),
-        "patch" => vec![Word::lit(".")],
-        "git" => {
-            // The subcommand is the first word after git's global options.
-            let mut i = 0;
-            while i < args.len() && args[i].text.starts_with('-') {
-                let takes_value = matches!(
-                    args[i].text.as_str(),
-                    "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--exec-path" | "--config-env"
-                );
-                i += if takes_value { 2 } else { 1 };
-            }
-            let sub = args.get(i).map(|w| w.text.as_str()).unwrap_or("");
-            const READ_ONLY: &[&str] = &[
-                "log",
-                "show",
-                "diff",
-                "status",
-                "blame",
-                "grep",
-                "ls-files",
-                "ls-tree",
-                "rev-parse",
-                "rev-list",
-                "describe",
-                "shortlog",
-                "cat-file",
-                "help",
-                "version",
-                "whatchanged",
-                "reflog",
-                "for-each-ref",
-                "name-rev",
-                "merge-base",
-                "show-ref",
-                "var",
-                "",
-            ];
-            if READ_ONLY.contains(&sub) {
-                Vec::new()
-            } else {
-                // Anything else may write the object store, refs, index or work tree.
-                vec![Word::lit(".git"), Word::lit(".")]
-            }
-        }
-        _ => Vec::new(),
+    }
+    if extract && !out.iter().any(|_| true) {
+        out.push(Word::lit("."));
+    }
+    out
+}
+
+/// Git subcommands that write nothing.
+const GIT_READ_ONLY: &[&str] = &[
+    "log",
+    "show",
+    "diff",
+    "status",
+    "blame",
+    "grep",
+    "ls-files",
+    "ls-tree",
+    "rev-parse",
+    "rev-list",
+    "describe",
+    "shortlog",
+    "cat-file",
+    "help",
+    "version",
+    "whatchanged",
+    "reflog",
+    "for-each-ref",
+    "name-rev",
+    "merge-base",
+    "show-ref",
+    "var",
+    "",
+];
+
+/// `git`: nothing for a read-only subcommand, else the repository and work tree.
+fn git_targets(args: Args) -> Vec<Word> {
+    let args = args.0;
+    // The subcommand is the first word after git's global options.
+    let mut i = 0;
+    while i < args.len() && args[i].text.starts_with('-') {
+        let takes_value = matches!(
+            args[i].text.as_str(),
+            "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--exec-path" | "--config-env"
+        );
+        i += if takes_value { 2 } else { 1 };
+    }
+    let sub = args.get(i).map(|w| w.text.as_str()).unwrap_or("");
+    if GIT_READ_ONLY.contains(&sub) {
+        Vec::new()
+    } else {
+        // Anything else may write the object store, refs, index or work tree.
+        vec![Word::lit(".git"), Word::lit(".")]
     }
 }
 
