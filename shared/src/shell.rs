@@ -549,166 +549,209 @@ fn interpreter_flags(prog: &str) -> Option<&'static [&'static str]> {
         .map(|(_, f)| *f)
 }
 
+/// Options of `sudo` and `doas` that take a value.
+const SUDO_VALUE_OPTIONS: &[&str] = &[
+    "-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group",
+];
+
+/// Options of `xargs` that take a value.
+const XARGS_VALUE_OPTIONS: &[&str] = &[
+    "-a",
+    "-d",
+    "-E",
+    "-I",
+    "-L",
+    "-n",
+    "-P",
+    "-s",
+    "--arg-file",
+    "--delimiter",
+    "--max-args",
+    "--max-procs",
+    "--replace",
+    "--max-lines",
+];
+
 /// Peels wrappers off `words` and pushes the resulting segment(s).
 fn unwrap_into(words: Vec<Word>, writes: Vec<Word>, depth: usize, out: &mut Vec<Segment>) -> Result<(), ShellError> {
-    let mut layers: Vec<Vec<Word>> = Vec::new();
-    let mut cur = words;
-    let mut open_args = false;
-    let mut opaque = Vec::new();
-    let mut writes = writes;
+    let mut peeled = Peeled {
+        layers: Vec::new(),
+        cur: words,
+        open_args: false,
+        opaque: Vec::new(),
+        writes,
+    };
     loop {
         // `FOO=bar cmd` after a wrapper (env FOO=bar cmd) is an assignment, not a command.
-        while cur.first().is_some_and(|w| is_assignment(&w.text)) && cur.len() > 1 {
-            cur.remove(0);
+        while peeled.cur.first().is_some_and(|w| is_assignment(&w.text)) && peeled.cur.len() > 1 {
+            peeled.cur.remove(0);
         }
-        let Some(first) = cur.first() else { break };
+        let Some(first) = peeled.cur.first() else { break };
         if first.dynamic {
             return Err(ShellError::DynamicCommand(first.text.clone()));
         }
         let prog = first.text.rsplit('/').next().unwrap_or(&first.text).to_string();
-        let inner: Option<Vec<Word>> = match prog.as_str() {
-            "env" => skip_options(
-                &cur[1..],
-                &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"],
-                true,
-            )
-            .map(|(rest, split)| match split {
-                Some(s) => s.split_whitespace().map(Word::lit).chain(rest).collect(),
-                None => rest,
-            }),
-            "timeout" => skip_options(&cur[1..], &["-s", "--signal", "-k", "--kill-after"], false)
+        match peeled.inner(&prog, depth, out)? {
+            Some(next) if !next.is_empty() => peeled.layers.push(std::mem::replace(&mut peeled.cur, next)),
+            _ => break,
+        }
+    }
+    peeled.push(out);
+    Ok(())
+}
+
+/// A command with the wrappers peeled off it so far.
+struct Peeled {
+    /// The wrappers, outermost first.
+    layers: Vec<Vec<Word>>,
+    /// The command inside them.
+    cur: Vec<Word>,
+    /// A wrapper appends arguments the line does not show (`xargs`).
+    open_args: bool,
+    /// Inline code of interpreters (`python -c`, `awk '...'`).
+    opaque: Vec<String>,
+    writes: Vec<Word>,
+}
+
+impl Peeled {
+    /// The command the wrapper `prog` (the program of `cur`) runs, if it is one.
+    /// Nested shell scripts, `eval` payloads and `find -exec` commands push their own
+    /// segments to `out`.
+    fn inner(&mut self, prog: &str, depth: usize, out: &mut Vec<Segment>) -> Result<Option<Vec<Word>>, ShellError> {
+        let args = &self.cur[1..];
+        let rest = |skipped: Option<(Vec<Word>, Option<String>)>| skipped.map(|(rest, _)| rest);
+        Ok(match prog {
+            "env" => env_inner(args),
+            "timeout" => skip_options(args, &["-s", "--signal", "-k", "--kill-after"], false)
                 .map(|(rest, _)| rest.into_iter().skip(1).collect()),
-            "nice" => {
-                let r = &cur[1..];
-                let r = if r.first().is_some_and(|w| {
-                    w.text.starts_with('-') && w.text[1..].chars().all(|c| c.is_ascii_digit()) && w.text.len() > 1
-                }) {
-                    &r[1..]
-                } else {
-                    r
-                };
-                skip_options(r, &["-n", "--adjustment"], false).map(|(rest, _)| rest)
+            "nice" => nice_inner(args),
+            "nohup" | "builtin" | "time" | "setsid" | "unbuffer" => rest(skip_options(args, &[], false)),
+            "command" if !self.cur.iter().any(|w| w.text == "-v" || w.text == "-V") => {
+                rest(skip_options(args, &[], false))
             }
-            "nohup" | "builtin" | "time" | "setsid" | "unbuffer" => {
-                skip_options(&cur[1..], &[], false).map(|(rest, _)| rest)
-            }
-            "command" if !cur.iter().any(|w| w.text == "-v" || w.text == "-V") => {
-                skip_options(&cur[1..], &[], false).map(|(rest, _)| rest)
-            }
-            "exec" => skip_options(&cur[1..], &["-a"], false).map(|(rest, _)| rest),
-            "stdbuf" => skip_options(&cur[1..], &["-i", "-o", "-e", "--input", "--output", "--error"], false)
-                .map(|(rest, _)| rest),
-            "ionice" => {
-                skip_options(&cur[1..], &["-c", "-n", "-p", "--class", "--classdata"], false).map(|(rest, _)| rest)
-            }
-            "sudo" | "doas" => skip_options(
-                &cur[1..],
-                &[
-                    "-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group",
-                ],
+            "exec" => rest(skip_options(args, &["-a"], false)),
+            "stdbuf" => rest(skip_options(
+                args,
+                &["-i", "-o", "-e", "--input", "--output", "--error"],
                 false,
-            )
-            .map(|(rest, _)| rest),
-            "xargs" => {
-                open_args = true;
-                skip_options(
-                    &cur[1..],
-                    &[
-                        "-a",
-                        "-d",
-                        "-E",
-                        "-I",
-                        "-L",
-                        "-n",
-                        "-P",
-                        "-s",
-                        "--arg-file",
-                        "--delimiter",
-                        "--max-args",
-                        "--max-procs",
-                        "--replace",
-                        "--max-lines",
-                    ],
-                    false,
-                )
-                .map(|(rest, _)| if rest.is_empty() { vec![Word::lit("echo")] } else { rest })
-                .inspect(|rest| {
-                    if writes_something(rest) {
-                        writes.push(Word {
-                            text: "<paths from xargs input>".into(),
-                            dynamic: true,
-                        });
-                    }
-                })
-            }
+            )),
+            "ionice" => rest(skip_options(args, &["-c", "-n", "-p", "--class", "--classdata"], false)),
+            "sudo" | "doas" => rest(skip_options(args, SUDO_VALUE_OPTIONS, false)),
+            "xargs" => self.xargs_inner(),
             "find" => {
-                let (execs, find_writes) = find_effects(&cur);
-                writes.extend(find_writes);
-                for e in execs {
-                    let mut sub = Vec::new();
-                    unwrap_into(e, Vec::new(), depth, &mut sub)?;
-                    for mut s in sub {
-                        s.open_args = true;
-                        s.layers.insert(0, cur.clone());
-                        out.push(s);
-                    }
-                }
+                self.push_find_execs(depth, out)?;
                 None
             }
             "eval" => {
-                let payload = &cur[1..];
+                let payload = &self.cur[1..];
                 if payload.iter().any(|w| w.dynamic) {
                     return Err(ShellError::DynamicPayload("eval".into()));
                 }
                 analyse_into(&join(payload), depth + 1, out)?;
-                return push_segment(out, layers, cur, writes, open_args, opaque);
+                None
             }
             p if SHELLS.contains(&p) => {
-                if let Some(code) = shell_payload(&cur)? {
+                if let Some(code) = shell_payload(&self.cur)? {
                     analyse_into(&code, depth + 1, out)?;
                 }
                 None
             }
             p => {
-                if let Some(code) = interpreter_payload(p, &cur) {
-                    opaque.push(code);
-                } else if p == "awk" || p == "gawk" || p == "mawk" {
-                    if let Some(code) = cur[1..].iter().find(|w| !w.text.starts_with('-')) {
-                        opaque.push(code.text.clone());
-                    }
-                }
+                self.note_inline_code(p);
                 None
             }
-        };
-        match inner {
-            Some(next) if !next.is_empty() => layers.push(std::mem::replace(&mut cur, next)),
-            _ => break,
+        })
+    }
+
+    /// `xargs CMD`: runs CMD (`echo` when none) with arguments from its input, which
+    /// name the paths CMD writes if it writes any.
+    fn xargs_inner(&mut self) -> Option<Vec<Word>> {
+        self.open_args = true;
+        skip_options(&self.cur[1..], XARGS_VALUE_OPTIONS, false)
+            .map(|(rest, _)| if rest.is_empty() { vec![Word::lit("echo")] } else { rest })
+            .inspect(|rest| {
+                if writes_something(rest) {
+                    self.writes.push(Word {
+                        text: "<paths from xargs input>".into(),
+                        dynamic: true,
+                    });
+                }
+            })
+    }
+
+    /// `find ... -exec CMD`: each CMD is a segment of its own, inside the `find`, with
+    /// arguments the line does not show; `-delete` and `-fprint` add writes.
+    fn push_find_execs(&mut self, depth: usize, out: &mut Vec<Segment>) -> Result<(), ShellError> {
+        let (execs, find_writes) = find_effects(&self.cur);
+        self.writes.extend(find_writes);
+        for e in execs {
+            let mut sub = Vec::new();
+            unwrap_into(e, Vec::new(), depth, &mut sub)?;
+            for mut s in sub {
+                s.open_args = true;
+                s.layers.insert(0, self.cur.clone());
+                out.push(s);
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the inline code of an interpreter (`python -c CODE`, `awk 'CODE'`).
+    fn note_inline_code(&mut self, prog: &str) {
+        if let Some(code) = interpreter_payload(prog, &self.cur) {
+            self.opaque.push(code);
+        } else if prog == "awk" || prog == "gawk" || prog == "mawk" {
+            if let Some(code) = self.cur[1..].iter().find(|w| !w.text.starts_with('-')) {
+                self.opaque.push(code.text.clone());
+            }
         }
     }
-    push_segment(out, layers, cur, writes, open_args, opaque)
+
+    /// Pushes the innermost command as a segment (none when it is empty).
+    fn push(self, out: &mut Vec<Segment>) {
+        let Peeled {
+            layers,
+            cur: argv,
+            open_args,
+            opaque: opaque_code,
+            mut writes,
+        } = self;
+        if argv.is_empty() {
+            return;
+        }
+        writes.extend(command_write_targets(&argv));
+        out.push(Segment {
+            argv,
+            layers,
+            open_args,
+            writes,
+            opaque_code,
+            cwd: None,
+        });
+    }
 }
 
-fn push_segment(
-    out: &mut Vec<Segment>,
-    layers: Vec<Vec<Word>>,
-    argv: Vec<Word>,
-    mut writes: Vec<Word>,
-    open_args: bool,
-    opaque_code: Vec<String>,
-) -> Result<(), ShellError> {
-    if argv.is_empty() {
-        return Ok(());
-    }
-    writes.extend(command_write_targets(&argv));
-    out.push(Segment {
-        argv,
-        layers,
-        open_args,
-        writes,
-        opaque_code,
-        cwd: None,
-    });
-    Ok(())
+/// `env [OPTIONS] [NAME=VALUE...] CMD`, and the command of `env -S 'CMD ARGS'`.
+fn env_inner(args: &[Word]) -> Option<Vec<Word>> {
+    skip_options(args, &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"], true).map(|(rest, split)| {
+        match split {
+            Some(s) => s.split_whitespace().map(Word::lit).chain(rest).collect(),
+            None => rest,
+        }
+    })
+}
+
+/// `nice [-N | -n N] CMD`.
+fn nice_inner(args: &[Word]) -> Option<Vec<Word>> {
+    let r = if args
+        .first()
+        .is_some_and(|w| w.text.starts_with('-') && w.text[1..].chars().all(|c| c.is_ascii_digit()) && w.text.len() > 1)
+    {
+        &args[1..]
+    } else {
+        args
+    };
+    skip_options(r, &["-n", "--adjustment"], false).map(|(rest, _)| rest)
 }
 
 fn is_assignment(s: &str) -> bool {
@@ -854,8 +897,50 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
         return Vec::new();
     };
     let prog = first.text.rsplit('/').next().unwrap_or(&first.text);
-    let args = &argv[1..];
-    let positional = |skip_values: &[&str]| -> Vec<Word> {
+    let args = Args(&argv[1..]);
+    match prog {
+        "rm" | "rmdir" | "unlink" | "tee" => args.positional(&[]),
+        "shred" => args.positional(&["-n", "-s", "--iterations", "--size"]),
+        "touch" => args.positional(&["-r", "-d", "-t", "--reference", "--date"]),
+        "mkdir" | "mkfifo" | "mknod" => args.positional(&["-m", "--mode"]),
+        "truncate" => args.positional(&["-s", "--size", "-r", "--reference"]),
+        "chmod" | "chown" | "chgrp" | "setfacl" | "chattr" => {
+            args.positional(&["--reference"]).into_iter().skip(1).collect()
+        }
+        "mv" => args.positional(&["-t", "--target-directory", "-S", "--suffix"]),
+        "cp" | "install" | "ln" | "rsync" | "scp" => copy_targets(prog, args),
+        "sed" if args.flag("-i") || args.0.iter().any(|w| w.text.starts_with("--in-place")) => {
+            sed_in_place_targets(args)
+        }
+        "perl" if args.flag("-i") || args.flag("-p") && args.flag("-i") => args.positional(&["-e", "-E", "-M", "-I"]),
+        "dd" => args
+            .0
+            .iter()
+            .filter_map(|w| {
+                w.text.strip_prefix("of=").map(|t| Word {
+                    text: t.into(),
+                    dynamic: w.dynamic,
+                })
+            })
+            .collect(),
+        "tar" => tar_targets(args),
+        "curl" => args.values_of(&["-o", "--output"]),
+        "wget" => args.values_of(&["-O", "-P"]),
+        "patch" => vec![Word::lit(".")],
+        "git" => git_targets(args),
+        _ => Vec::new(),
+    }
+}
+
+/// The arguments of a command (its program word excluded).
+#[derive(Clone, Copy)]
+struct Args<'a>(&'a [Word]);
+
+impl Args<'_> {
+    /// The operands: arguments that are not options (all after `--`), skipping the
+    /// value after each option in `skip_values`.
+    fn positional(self, skip_values: &[&str]) -> Vec<Word> {
+        let args = self.0;
         let mut out = Vec::new();
         let mut i = 0;
         let mut only = false;
@@ -873,143 +958,134 @@ pub fn command_write_targets(argv: &[Word]) -> Vec<Word> {
             i += 1;
         }
         out
-    };
-    let flag = |f: &str| {
-        args.iter().any(|w| {
+    }
+
+    /// Is option `f` given, alone or (when short) in a bundle like `-ri`?
+    fn flag(self, f: &str) -> bool {
+        self.0.iter().any(|w| {
             w.text == f
                 || (f.len() == 2 && !w.text.starts_with("--") && w.text.starts_with('-') && w.text.contains(&f[1..]))
         })
+    }
+
+    /// The word after each of the options `names`.
+    fn values_of(self, names: &[&str]) -> Vec<Word> {
+        self.0
+            .windows(2)
+            .filter(|w| names.contains(&w[0].text.as_str()))
+            .map(|w| w[1].clone())
+            .collect()
+    }
+}
+
+/// `cp`, `install`, `ln`, `rsync`, `scp`: the target directory, the directories
+/// `install -d` makes, else the last operand.
+fn copy_targets(prog: &str, args: Args) -> Vec<Word> {
+    if let Some(i) = args
+        .0
+        .iter()
+        .position(|w| w.text == "-t" || w.text == "--target-directory")
+    {
+        args.0.get(i + 1).cloned().into_iter().collect()
+    } else if let Some(t) = args.0.iter().find_map(|w| w.text.strip_prefix("--target-directory=")) {
+        vec![Word::lit(t)]
+    } else if prog == "install" && args.flag("-d") {
+        args.positional(&["-m", "--mode", "-o", "-g", "--owner", "--group"])
+    } else {
+        args.positional(&["-m", "--mode", "-o", "-g", "-S", "--suffix", "-e"])
+            .last()
+            .cloned()
+            .into_iter()
+            .collect()
+    }
+}
+
+/// `sed -i`: the files, after the script unless `-e`/`-f` gives it.
+fn sed_in_place_targets(args: Args) -> Vec<Word> {
+    let has_script_flag = args.0.iter().any(|w| {
+        w.text == "-e" || w.text == "-f" || w.text.starts_with("--expression") || w.text.starts_with("--file")
+    });
+    let p = args.positional(&["-e", "-f", "--expression", "--file", "-l", "--line-length"]);
+    p.into_iter().skip(if has_script_flag { 0 } else { 1 }).collect()
+}
+
+/// `tar`: the directory it extracts into (`.` by default) and the archive it creates.
+fn tar_targets(args: Args) -> Vec<Word> {
+    let mode = |letter: char, short: &str, long: &str| {
+        args.0
+            .first()
+            .is_some_and(|w| !w.text.starts_with('-') && w.text.contains(letter))
+            || args.flag(short)
+            || args.0.iter().any(|w| w.text == long)
     };
-    match prog {
-        "rm" | "rmdir" | "unlink" | "tee" => positional(&[]),
-        "shred" => positional(&["-n", "-s", "--iterations", "--size"]),
-        "touch" => positional(&["-r", "-d", "-t", "--reference", "--date"]),
-        "mkdir" | "mkfifo" | "mknod" => positional(&["-m", "--mode"]),
-        "truncate" => positional(&["-s", "--size", "-r", "--reference"]),
-        "chmod" | "chown" | "chgrp" | "setfacl" | "chattr" => {
-            positional(&["--reference"]).into_iter().skip(1).collect()
-        }
-        "mv" => positional(&["-t", "--target-directory", "-S", "--suffix"]),
-        "cp" | "install" | "ln" | "rsync" | "scp" => {
-            if let Some(i) = args
-                .iter()
-                .position(|w| w.text == "-t" || w.text == "--target-directory")
-            {
-                args.get(i + 1).cloned().into_iter().collect()
-            } else if let Some(t) = args.iter().find_map(|w| w.text.strip_prefix("--target-directory=")) {
-                vec![Word::lit(t)]
-            } else if prog == "install" && flag("-d") {
-                positional(&["-m", "--mode", "-o", "-g", "--owner", "--group"])
-            } else {
-                positional(&["-m", "--mode", "-o", "-g", "-S", "--suffix", "-e"])
-                    .last()
-                    .cloned()
-                    .into_iter()
-                    .collect()
+    let extract = mode('x', "-x", "--extract");
+    let create = mode('c', "-c", "--create");
+    let args = args.0;
+    let mut out = Vec::new();
+    for (i, w) in args.iter().enumerate() {
+        if w.text == "-C" || w.text == "--directory" {
+            if let Some(d) = args.get(i + 1) {
+                out.push(d.clone());
+            }
+        } else if let Some(d) = w.text.strip_prefix("--directory=") {
+            out.push(Word::lit(d));
+        } else if create && (w.text == "-f" || w.text == "--file") {
+            if let Some(f) = args.get(i + 1) {
+                out.push(f.clone());
             }
         }
-        "sed" if flag("-i") || args.iter().any(|w| w.text.starts_with("--in-place")) => {
-            let has_script_flag = args.iter().any(|w| {
-                w.text == "-e" || w.text == "-f" || w.text.starts_with("--expression") || w.text.starts_with("--file")
-            });
-            let p = positional(&["-e", "-f", "--expression", "--file", "-l", "--line-length"]);
-            p.into_iter().skip(if has_script_flag { 0 } else { 1 }).collect()
-        }
-        "perl" if flag("-i") || flag("-p") && flag("-i") => positional(&["-e", "-E", "-M", "-I"]),
-        "dd" => args
-            .iter()
-            .filter_map(|w| {
-                w.text.strip_prefix("of=").map(|t| Word {
-                    text: t.into(),
-                    dynamic: w.dynamic,
-                })
-            })
-            .collect(),
-        "tar" => {
-            let mut out = Vec::new();
-            let extract = args
-                .first()
-                .is_some_and(|w| !w.text.starts_with('-') && w.text.contains('x'))
-                || flag("-x")
-                || args.iter().any(|w| w.text == "--extract");
-            let create = args
-                .first()
-                .is_some_and(|w| !w.text.starts_with('-') && w.text.contains('c'))
-                || flag("-c")
-                || args.iter().any(|w| w.text == "--create");
-            for (i, w) in args.iter().enumerate() {
-                if w.text == "-C" || w.text == "--directory" {
-                    if let Some(d) = args.get(i + 1) {
-                        out.push(d.clone());
-                    }
-                } else if let Some(d) = w.text.strip_prefix("--directory=") {
-                    out.push(Word::lit(d));
-                } else if create && (w.text == "-f" || w.text == "--file") {
-                    if let Some(f) = args.get(i + 1) {
-                        out.push(f.clone());
-                    }
-                }
-            }
-            if extract && !out.iter().any(|_| true) {
-                out.push(Word::lit("."));
-            }
-            out
-        }
-        "curl" => args
-            .windows(2)
-            .filter(|w| w[0].text == "-o" || w[0].text == "--output")
-            .map(|w| w[1].clone())
-            .collect(),
-        "wget" => args
-            .windows(2)
-            .filter(|w| w[0].text == "-O" || w[0].text == "-P")
-            .map(|w| w[1].clone())
-            .collect(),
-        "patch" => vec![Word::lit(".")],
-        "git" => {
-            // The subcommand is the first word after git's global options.
-            let mut i = 0;
-            while i < args.len() && args[i].text.starts_with('-') {
-                let takes_value = matches!(
-                    args[i].text.as_str(),
-                    "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--exec-path" | "--config-env"
-                );
-                i += if takes_value { 2 } else { 1 };
-            }
-            let sub = args.get(i).map(|w| w.text.as_str()).unwrap_or("");
-            const READ_ONLY: &[&str] = &[
-                "log",
-                "show",
-                "diff",
-                "status",
-                "blame",
-                "grep",
-                "ls-files",
-                "ls-tree",
-                "rev-parse",
-                "rev-list",
-                "describe",
-                "shortlog",
-                "cat-file",
-                "help",
-                "version",
-                "whatchanged",
-                "reflog",
-                "for-each-ref",
-                "name-rev",
-                "merge-base",
-                "show-ref",
-                "var",
-                "",
-            ];
-            if READ_ONLY.contains(&sub) {
-                Vec::new()
-            } else {
-                // Anything else may write the object store, refs, index or work tree.
-                vec![Word::lit(".git"), Word::lit(".")]
-            }
-        }
-        _ => Vec::new(),
+    }
+    if extract && !out.iter().any(|_| true) {
+        out.push(Word::lit("."));
+    }
+    out
+}
+
+/// Git subcommands that write nothing.
+const GIT_READ_ONLY: &[&str] = &[
+    "log",
+    "show",
+    "diff",
+    "status",
+    "blame",
+    "grep",
+    "ls-files",
+    "ls-tree",
+    "rev-parse",
+    "rev-list",
+    "describe",
+    "shortlog",
+    "cat-file",
+    "help",
+    "version",
+    "whatchanged",
+    "reflog",
+    "for-each-ref",
+    "name-rev",
+    "merge-base",
+    "show-ref",
+    "var",
+    "",
+];
+
+/// `git`: nothing for a read-only subcommand, else the repository and work tree.
+fn git_targets(args: Args) -> Vec<Word> {
+    let args = args.0;
+    // The subcommand is the first word after git's global options.
+    let mut i = 0;
+    while i < args.len() && args[i].text.starts_with('-') {
+        let takes_value = matches!(
+            args[i].text.as_str(),
+            "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--exec-path" | "--config-env"
+        );
+        i += if takes_value { 2 } else { 1 };
+    }
+    let sub = args.get(i).map(|w| w.text.as_str()).unwrap_or("");
+    if GIT_READ_ONLY.contains(&sub) {
+        Vec::new()
+    } else {
+        // Anything else may write the object store, refs, index or work tree.
+        vec![Word::lit(".git"), Word::lit(".")]
     }
 }
 

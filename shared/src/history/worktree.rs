@@ -48,84 +48,176 @@ pub fn overlay(repo: &Repository, store: &mut Store, skipped: &mut Vec<String>) 
     };
     let started = std::time::Instant::now();
     let head = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
-    let head_tree = head.as_ref().map(|c| c.tree_id());
     let mut seen = load(store)?;
-    let since = get_meta(store, LOOKED_AT)?
-        .filter(|_| !seen.is_empty())
-        .and_then(|l| Oid::from_str(&l).ok())
-        .and_then(|o| repo.find_commit(o).ok())
-        .map(|c| c.tree_id());
-    // HEAD's blobs that the cache cannot vouch for: every card on a first look,
-    // else those HEAD changed since the last one.
-    let first_look = since.is_none();
-    let head_changed: HashMap<String, Option<Oid>> = if !first_look && since == head_tree {
-        HashMap::new()
-    } else {
-        TreeDiffer::open(repo)?
-            .diff(since, head_tree, &["cards"])?
-            .into_iter()
-            .filter(|c| is_card_path(&c.path))
-            .map(|c| (c.path, c.new.map(|(oid, _)| oid)))
-            .collect()
-    };
-    let head_tree = head_tree.map(|t| repo.find_tree(t)).transpose()?;
-    let head_blob = |path: &str, before: Option<&Seen>| -> Option<Oid> {
-        if let Some(b) = head_changed.get(path) {
+    let head_side = HeadSide::new(repo, store, &seen, head.as_ref())?;
+    let loaded_ms = started.elapsed().as_secs_f64() * 1e3;
+    let mut look = Look::default();
+    look.walk(&root, &seen, &head_side, skipped)?;
+    look.absent(&seen, &head_side);
+    for (path, row) in &look.rows {
+        match row {
+            Some(s) => seen.insert(path.clone(), s.clone()),
+            None => seen.remove(path),
+        };
+    }
+    let dirty = seen.values().filter(|s| s.dirty).count();
+    let walked_ms = started.elapsed().as_secs_f64() * 1e3;
+    let head_id = head.map(|c| c.id().to_string());
+    look.save(store, head_id.as_deref(), skipped)?;
+    tracing::debug!(
+        files = look.walked.len(),
+        hashed = look.hashed,
+        index_updates = look.ops.len(),
+        cache_updates = look.rows.len(),
+        loaded_ms,
+        walked_ms,
+        total_ms = started.elapsed().as_secs_f64() * 1e3,
+        "looked at the work tree's cards"
+    );
+    Ok(dirty)
+}
+
+/// HEAD's side of the cards: what HEAD changed since the last look, and HEAD's tree
+/// for the paths the cache cannot vouch for.
+struct HeadSide<'r> {
+    /// No usable last look: nothing in the cache speaks for HEAD.
+    first_look: bool,
+    /// HEAD's blobs that the cache cannot vouch for: every card on a first look,
+    /// else those HEAD changed since the last one (`None`: gone from HEAD).
+    changed: HashMap<String, Option<Oid>>,
+    tree: Option<git2::Tree<'r>>,
+}
+
+impl<'r> HeadSide<'r> {
+    fn new(
+        repo: &'r Repository,
+        store: &Store,
+        seen: &HashMap<String, Seen>,
+        head: Option<&git2::Commit<'r>>,
+    ) -> Result<HeadSide<'r>, HistoryError> {
+        let head_tree = head.map(|c| c.tree_id());
+        let since = get_meta(store, LOOKED_AT)?
+            .filter(|_| !seen.is_empty())
+            .and_then(|l| Oid::from_str(&l).ok())
+            .and_then(|o| repo.find_commit(o).ok())
+            .map(|c| c.tree_id());
+        let first_look = since.is_none();
+        let changed: HashMap<String, Option<Oid>> = if !first_look && since == head_tree {
+            HashMap::new()
+        } else {
+            TreeDiffer::open(repo)?
+                .diff(since, head_tree, &["cards"])?
+                .into_iter()
+                .filter(|c| is_card_path(&c.path))
+                .map(|c| (c.path, c.new.map(|(oid, _)| oid)))
+                .collect()
+        };
+        let tree = head_tree.map(|t| repo.find_tree(t)).transpose()?;
+        Ok(HeadSide {
+            first_look,
+            changed,
+            tree,
+        })
+    }
+
+    /// HEAD's blob at `path`, given what the last look saw there.
+    fn blob(&self, path: &str, before: Option<&Seen>) -> Option<Oid> {
+        if let Some(b) = self.changed.get(path) {
             return *b;
         }
         match before {
-            _ if first_look => None,
+            _ if self.first_look => None,
             // Clean last time: HEAD held what the work tree held, and HEAD has not
             // changed this path since.
             Some(s) if !s.dirty => Oid::from_str(&s.blob).ok(),
-            Some(_) => head_tree.as_ref()?.get_path(Path::new(path)).ok().map(|e| e.id()),
+            Some(_) => self.tree.as_ref()?.get_path(Path::new(path)).ok().map(|e| e.id()),
             None => None,
         }
-    };
+    }
+}
 
-    let loaded_ms = started.elapsed().as_secs_f64() * 1e3;
-    let mut hashed = 0usize;
-    let now_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64);
-    let mut ops: Vec<IndexOp> = Vec::new();
-    let mut rows: Vec<(String, Option<Seen>)> = Vec::new();
-    let mut walked: HashSet<String> = HashSet::new();
-    for (path, meta) in files_below(&root.join("cards")) {
-        let Ok(rel) = path.strip_prefix(&root) else { continue };
-        let rel = rel.to_string_lossy().replace('\\', "/");
-        if !is_card_path(&rel) {
-            continue;
+/// What one look found: the index and cache changes to write, and what it walked.
+#[derive(Default)]
+struct Look {
+    ops: Vec<IndexOp>,
+    /// New cache rows (`None`: drop the row).
+    rows: Vec<(String, Option<Seen>)>,
+    walked: HashSet<String>,
+    hashed: usize,
+}
+
+impl Look {
+    /// Looks at every card file in the work tree.
+    fn walk(
+        &mut self,
+        root: &Path,
+        seen: &HashMap<String, Seen>,
+        head: &HeadSide,
+        skipped: &mut Vec<String>,
+    ) -> Result<(), HistoryError> {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        for (path, meta) in files_below(&root.join("cards")) {
+            let Ok(rel) = path.strip_prefix(root) else { continue };
+            let rel = rel.to_string_lossy().replace('\\', "/");
+            if !is_card_path(&rel) {
+                continue;
+            }
+            let before = seen.get(&rel);
+            let file = WorkFile {
+                path: &path,
+                rel,
+                meta: &meta,
+                before,
+            };
+            self.file(file, head, now_ns, skipped)?;
         }
+        Ok(())
+    }
+
+    /// Looks at one card file present in the work tree.
+    fn file(
+        &mut self,
+        file: WorkFile,
+        head: &HeadSide,
+        now_ns: i64,
+        skipped: &mut Vec<String>,
+    ) -> Result<(), HistoryError> {
+        let WorkFile {
+            path,
+            rel,
+            meta,
+            before,
+        } = file;
         let mtime_ns = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
         let size = meta.size() as i64;
-        let before = seen.get(&rel);
         let stat_same = before.is_some_and(|s| s.mtime_ns >= 0 && s.mtime_ns == mtime_ns && s.size == size);
         let work_blob = match before {
             Some(s) if stat_same => Oid::from_str(&s.blob)?,
-            _ => match Oid::hash_file(ObjectType::Blob, &path) {
+            _ => match Oid::hash_file(ObjectType::Blob, path) {
                 Ok(oid) => {
-                    hashed += 1;
+                    self.hashed += 1;
                     oid
                 }
                 Err(e) => {
                     skipped.push(format!("{rel}: {}", e.message()));
-                    continue;
+                    return Ok(());
                 }
             },
         };
-        let dirty = head_blob(&rel, before) != Some(work_blob);
+        let dirty = head.blob(&rel, before) != Some(work_blob);
         let was_dirty = before.is_some_and(|s| s.dirty);
         // The index holds HEAD's side unless the last look overlaid this file (and
         // HEAD did not rewrite it since): upsert when that is not what it should hold.
         let stale = if dirty {
-            !was_dirty || !stat_same || head_changed.contains_key(&rel)
+            !was_dirty || !stat_same || head.changed.contains_key(&rel)
         } else {
             was_dirty
         };
         if stale {
-            match std::fs::read(&path) {
-                Ok(bytes) => ops.push(IndexOp::Upsert(rel.clone(), bytes)),
+            match std::fs::read(path) {
+                Ok(bytes) => self.ops.push(IndexOp::Upsert(rel.clone(), bytes)),
                 Err(e) => skipped.push(format!("{rel}: {e}")),
             }
         }
@@ -136,95 +228,94 @@ pub fn overlay(repo: &Repository, store: &mut Store, skipped: &mut Vec<String>) 
             dirty,
         };
         if before != Some(&now) {
-            rows.push((rel.clone(), Some(now)));
+            self.rows.push((rel.clone(), Some(now)));
         }
-        walked.insert(rel);
-    }
-    // Paths gone from the work tree: seen before, or in HEAD's changes.
-    let absent: HashSet<&String> = seen
-        .keys()
-        .chain(head_changed.keys())
-        .filter(|p| !walked.contains(*p))
-        .collect();
-    for path in absent {
-        let before = seen.get(path);
-        let in_head = head_blob(path, before).is_some();
-        let marked = before.is_some_and(|s| s.size < 0);
-        if in_head {
-            // Deleted in the work tree only: the index drops it until it is back.
-            if !marked || head_changed.contains_key(path) {
-                ops.push(IndexOp::Remove(path.clone()));
-            }
-            if !marked {
-                rows.push((
-                    path.clone(),
-                    Some(Seen {
-                        mtime_ns: -1,
-                        size: -1,
-                        blob: String::new(),
-                        dirty: true,
-                    }),
-                ));
-            }
-        } else if let Some(s) = before {
-            if s.dirty {
-                ops.push(IndexOp::Remove(path.clone()));
-            }
-            rows.push((path.clone(), None));
-        }
-    }
-    for (path, row) in &rows {
-        match row {
-            Some(s) => seen.insert(path.clone(), s.clone()),
-            None => seen.remove(path),
-        };
-    }
-    let dirty = seen.values().filter(|s| s.dirty).count();
-    let walked_ms = started.elapsed().as_secs_f64() * 1e3;
-    let head_id = head.map(|c| c.id().to_string());
-    store.write(|tx| {
-        for op in &ops {
-            match op {
-                IndexOp::Remove(p) => {
-                    remove_record(tx, p)?;
-                }
-                IndexOp::Upsert(p, bytes) => match upsert_record(tx, p, bytes) {
-                    Ok(_) => {}
-                    Err(RecordError::Parse(m)) => skipped.push(format!("{p}: {m}")),
-                    Err(RecordError::Sql(e)) => return Err(e),
-                },
-            }
-        }
-        let mut put = tx.prepare_cached(
-            "INSERT OR REPLACE INTO card_files (path, mtime_ns, size, blob, dirty) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        let mut drop = tx.prepare_cached("DELETE FROM card_files WHERE path = ?1")?;
-        for (path, row) in &rows {
-            match row {
-                Some(s) => put.execute(params![path, s.mtime_ns, s.size, s.blob, s.dirty])?,
-                None => drop.execute([path])?,
-            };
-        }
-        match &head_id {
-            Some(h) => tx.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
-                params![LOOKED_AT, h],
-            )?,
-            None => tx.execute("DELETE FROM meta WHERE key = ?1", [LOOKED_AT])?,
-        };
+        self.walked.insert(rel);
         Ok(())
-    })?;
-    tracing::debug!(
-        files = walked.len(),
-        hashed,
-        index_updates = ops.len(),
-        cache_updates = rows.len(),
-        loaded_ms,
-        walked_ms,
-        total_ms = started.elapsed().as_secs_f64() * 1e3,
-        "looked at the work tree's cards"
-    );
-    Ok(dirty)
+    }
+
+    /// Paths gone from the work tree: seen before, or in HEAD's changes.
+    fn absent(&mut self, seen: &HashMap<String, Seen>, head: &HeadSide) {
+        let absent: HashSet<&String> = seen
+            .keys()
+            .chain(head.changed.keys())
+            .filter(|p| !self.walked.contains(*p))
+            .collect();
+        for path in absent {
+            let before = seen.get(path);
+            let in_head = head.blob(path, before).is_some();
+            let marked = before.is_some_and(|s| s.size < 0);
+            if in_head {
+                // Deleted in the work tree only: the index drops it until it is back.
+                if !marked || head.changed.contains_key(path) {
+                    self.ops.push(IndexOp::Remove(path.clone()));
+                }
+                if !marked {
+                    self.rows.push((
+                        path.clone(),
+                        Some(Seen {
+                            mtime_ns: -1,
+                            size: -1,
+                            blob: String::new(),
+                            dirty: true,
+                        }),
+                    ));
+                }
+            } else if let Some(s) = before {
+                if s.dirty {
+                    self.ops.push(IndexOp::Remove(path.clone()));
+                }
+                self.rows.push((path.clone(), None));
+            }
+        }
+    }
+
+    /// Writes the index changes, the cache rows and the HEAD of this look (`None`:
+    /// no HEAD) in one transaction; cards that do not parse go to `skipped`.
+    fn save(&self, store: &mut Store, head_id: Option<&str>, skipped: &mut Vec<String>) -> Result<(), HistoryError> {
+        store.write(|tx| {
+            for op in &self.ops {
+                match op {
+                    IndexOp::Remove(p) => {
+                        remove_record(tx, p)?;
+                    }
+                    IndexOp::Upsert(p, bytes) => match upsert_record(tx, p, bytes) {
+                        Ok(_) => {}
+                        Err(RecordError::Parse(m)) => skipped.push(format!("{p}: {m}")),
+                        Err(RecordError::Sql(e)) => return Err(e),
+                    },
+                }
+            }
+            let mut put = tx.prepare_cached(
+                "INSERT OR REPLACE INTO card_files (path, mtime_ns, size, blob, dirty) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            let mut drop = tx.prepare_cached("DELETE FROM card_files WHERE path = ?1")?;
+            for (path, row) in &self.rows {
+                match row {
+                    Some(s) => put.execute(params![path, s.mtime_ns, s.size, s.blob, s.dirty])?,
+                    None => drop.execute([path])?,
+                };
+            }
+            match head_id {
+                Some(h) => tx.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
+                    params![LOOKED_AT, h],
+                )?,
+                None => tx.execute("DELETE FROM meta WHERE key = ?1", [LOOKED_AT])?,
+            };
+            Ok(())
+        })?;
+        Ok(())
+    }
+}
+
+/// A card file found in the work tree, with what the last look saw of it.
+struct WorkFile<'a> {
+    path: &'a Path,
+    /// Repository-relative, `/`-separated.
+    rel: String,
+    meta: &'a std::fs::Metadata,
+    before: Option<&'a Seen>,
 }
 
 /// Regular files below `dir` (not following symlinks) with their metadata, the

@@ -329,64 +329,12 @@ impl Policy {
 
     fn decide_segment(&self, seg: &Segment) -> Verdict {
         let line = seg.line();
-        let cwd = match &seg.cwd {
-            Some(w) if w.dynamic => {
-                if !seg.writes.is_empty() {
-                    return Verdict::new(
-                        Decision::Deny,
-                        None,
-                        format!("`{line}` writes relative to a directory only known at run time"),
-                    );
-                }
-                None
-            }
-            Some(w) => Some(w.text.as_str()),
-            None => None,
+        let cwd = match segment_cwd(seg, &line) {
+            Ok(cwd) => cwd,
+            Err(v) => return v,
         };
-        let all_layers = || {
-            seg.layers
-                .iter()
-                .map(Vec::as_slice)
-                .chain(std::iter::once(seg.argv.as_slice()))
-        };
-        // Canonical forms are built only when a rule names one of the programs.
-        let canons: std::cell::OnceCell<Vec<Canon>> = std::cell::OnceCell::new();
-        let canons = || {
-            canons.get_or_init(|| {
-                all_layers()
-                    .map(|l| Canon::from_words(l.iter().map(|w| w.text.as_str())))
-                    .collect()
-            })
-        };
-        let program = seg.program();
-        let has_program = |p: &str| {
-            p == program
-                || seg
-                    .layers
-                    .iter()
-                    .any(|l| l.first().is_some_and(|w| basename(&w.text) == p))
-        };
-        let wrapper_lines: Vec<String> = seg.layers.iter().map(|l| shell::join(l)).collect();
-        let lines = || {
-            wrapper_lines
-                .iter()
-                .map(String::as_str)
-                .chain(std::iter::once(line.as_str()))
-        };
-        let broad = |rules: &[Rule]| -> Option<usize> {
-            rules.iter().position(|r| {
-                r.tool == "Bash"
-                    && match &r.spec {
-                        Spec::Any => true,
-                        Spec::Command(p) => {
-                            lines().any(|l| p.matches_line(l, false))
-                                || (p.program().is_some_and(has_program) && canons().iter().any(|c| p.matches_canon(c)))
-                        }
-                        Spec::Path(_) | Spec::Literal(_) => false,
-                    }
-            })
-        };
-        if let Some(i) = broad(&self.deny) {
+        let view = SegmentView::new(seg, &line);
+        if let Some(i) = self.deny.iter().position(|r| view.matches(r)) {
             return Verdict::new(
                 Decision::Deny,
                 Some(&self.deny[i]),
@@ -401,16 +349,10 @@ impl Policy {
                 };
             }
         }
-        for code in &seg.opaque_code {
-            if let Some(dir) = mentions_builder_path(code) {
-                return Verdict::new(
-                    Decision::Deny,
-                    None,
-                    format!("`{}` runs inline code that names builder-owned `{dir}`", seg.program()),
-                );
-            }
+        if let Some(v) = inline_code_verdict(seg) {
+            return v;
         }
-        if let Some(i) = broad(&self.ask) {
+        if let Some(i) = self.ask.iter().position(|r| view.matches(r)) {
             return Verdict::new(
                 Decision::Ask,
                 Some(&self.ask[i]),
@@ -420,40 +362,7 @@ impl Policy {
         if shell::NEUTRAL.contains(&seg.program()) && seg.writes.is_empty() {
             return Verdict::new(Decision::Allow, None, "changes only the shell's own state");
         }
-        let strict = |l: &str, open: bool| -> Option<usize> {
-            let first = l.split(' ').next().unwrap_or("");
-            let indexed = self.bash_allow_by_word.get(first).map(Vec::as_slice).unwrap_or(&[]);
-            // Both lists are in rule order; merge them so the first matching rule wins.
-            let (mut a, mut b) = (indexed.iter().peekable(), self.unindexed_bash_allow.iter().peekable());
-            while let Some(&i) = match (a.peek(), b.peek()) {
-                (Some(x), Some(y)) if x < y => a.next(),
-                (Some(_), Some(_)) | (None, Some(_)) => b.next(),
-                (Some(_), None) => a.next(),
-                (None, None) => None,
-            } {
-                let hit = match &self.allow[i].spec {
-                    Spec::Any => true,
-                    Spec::Command(p) => p.matches_line(l, open),
-                    Spec::Path(_) | Spec::Literal(_) => false,
-                };
-                if hit {
-                    return Some(i);
-                }
-            }
-            None
-        };
-        // The outermost form allowed outright (e.g. `Bash(sudo*)`), or the inner
-        // command allowed and every wrapper around it harmless.
-        let outer = wrapper_lines.first().map(String::as_str).unwrap_or(line.as_str());
-        let hit = strict(outer, seg.open_args && seg.layers.is_empty()).or_else(|| {
-            let wrappers_benign = seg.layers.iter().all(|l| is_benign_wrapper(l));
-            if wrappers_benign {
-                strict(&line, seg.open_args)
-            } else {
-                None
-            }
-        });
-        if let Some(i) = hit {
+        if let Some(i) = self.allow_hit(&view) {
             return Verdict::new(
                 Decision::Allow,
                 Some(&self.allow[i]),
@@ -461,6 +370,49 @@ impl Policy {
             );
         }
         Verdict::new(self.default, None, format!("`{line}` matches no rule"))
+    }
+
+    /// The allow rule for a segment: the outermost form allowed outright (e.g.
+    /// `Bash(sudo*)`), or the inner command allowed and every wrapper around it
+    /// harmless.
+    fn allow_hit(&self, view: &SegmentView) -> Option<usize> {
+        let seg = view.seg;
+        let outer = view.wrapper_lines.first().map(String::as_str).unwrap_or(view.line);
+        self.first_allow(outer, seg.open_args && seg.layers.is_empty())
+            .or_else(|| {
+                let wrappers_benign = seg.layers.iter().all(|l| is_benign_wrapper(l));
+                if wrappers_benign {
+                    self.first_allow(view.line, seg.open_args)
+                } else {
+                    None
+                }
+            })
+    }
+
+    /// The first Bash allow rule that matches the command line `l` (`open`: it may get
+    /// more arguments than it shows), among the rules for its first word and the
+    /// unindexed ones.
+    fn first_allow(&self, l: &str, open: bool) -> Option<usize> {
+        let first = l.split(' ').next().unwrap_or("");
+        let indexed = self.bash_allow_by_word.get(first).map(Vec::as_slice).unwrap_or(&[]);
+        // Both lists are in rule order; merge them so the first matching rule wins.
+        let (mut a, mut b) = (indexed.iter().peekable(), self.unindexed_bash_allow.iter().peekable());
+        while let Some(&i) = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x < y => a.next(),
+            (Some(_), Some(_)) | (None, Some(_)) => b.next(),
+            (Some(_), None) => a.next(),
+            (None, None) => None,
+        } {
+            let hit = match &self.allow[i].spec {
+                Spec::Any => true,
+                Spec::Command(p) => p.matches_line(l, open),
+                Spec::Path(_) | Spec::Literal(_) => false,
+            };
+            if hit {
+                return Some(i);
+            }
+        }
+        None
     }
 
     fn check_write_word(&self, w: &Word, cwd: Option<&str>) -> Option<Verdict> {
@@ -477,6 +429,106 @@ impl Policy {
             w.text.clone()
         };
         self.check_write(&text, cwd)
+    }
+}
+
+/// The directory a segment runs in (`None`: the root). A directory only known at
+/// run time is the root for rule matching, but writes relative to it are denied.
+fn segment_cwd<'s>(seg: &'s Segment, line: &str) -> Result<Option<&'s str>, Verdict> {
+    match &seg.cwd {
+        Some(w) if w.dynamic => {
+            if !seg.writes.is_empty() {
+                return Err(Verdict::new(
+                    Decision::Deny,
+                    None,
+                    format!("`{line}` writes relative to a directory only known at run time"),
+                ));
+            }
+            Ok(None)
+        }
+        Some(w) => Ok(Some(w.text.as_str())),
+        None => Ok(None),
+    }
+}
+
+/// A deny for inline interpreter code that names a builder-owned directory.
+fn inline_code_verdict(seg: &Segment) -> Option<Verdict> {
+    seg.opaque_code.iter().find_map(|code| {
+        mentions_builder_path(code).map(|dir| {
+            Verdict::new(
+                Decision::Deny,
+                None,
+                format!("`{}` runs inline code that names builder-owned `{dir}`", seg.program()),
+            )
+        })
+    })
+}
+
+/// A shell segment as deny and ask rules see it: its line, the lines of its
+/// wrappers, and (built only when a rule names one of its programs) the canonical
+/// forms of every layer.
+struct SegmentView<'s> {
+    seg: &'s Segment,
+    line: &'s str,
+    program: &'s str,
+    wrapper_lines: Vec<String>,
+    canons: std::cell::OnceCell<Vec<Canon<'s>>>,
+}
+
+impl<'s> SegmentView<'s> {
+    fn new(seg: &'s Segment, line: &'s str) -> SegmentView<'s> {
+        SegmentView {
+            seg,
+            line,
+            program: seg.program(),
+            wrapper_lines: seg.layers.iter().map(|l| shell::join(l)).collect(),
+            canons: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The wrappers' lines, outermost first, then the segment's own.
+    fn lines(&self) -> impl Iterator<Item = &str> {
+        self.wrapper_lines
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once(self.line))
+    }
+
+    fn canons(&self) -> &[Canon<'s>] {
+        self.canons.get_or_init(|| {
+            self.seg
+                .layers
+                .iter()
+                .map(Vec::as_slice)
+                .chain(std::iter::once(self.seg.argv.as_slice()))
+                .map(|l| Canon::from_words(l.iter().map(|w| w.text.as_str())))
+                .collect()
+        })
+    }
+
+    /// Is `p` the program of the segment or of one of its wrappers?
+    fn has_program(&self, p: &str) -> bool {
+        p == self.program
+            || self
+                .seg
+                .layers
+                .iter()
+                .any(|l| l.first().is_some_and(|w| basename(&w.text) == p))
+    }
+
+    /// Does the Bash rule `r` match any layer of the segment, as written or in
+    /// canonical form?
+    fn matches(&self, r: &Rule) -> bool {
+        r.tool == "Bash"
+            && match &r.spec {
+                Spec::Any => true,
+                Spec::Command(p) => {
+                    self.lines().any(|l| p.matches_line(l, false))
+                        || (p.program().is_some_and(|prog| self.has_program(prog))
+                            && self.canons().iter().any(|c| p.matches_canon(c)))
+                }
+                Spec::Path(_) | Spec::Literal(_) => false,
+            }
     }
 }
 

@@ -304,8 +304,27 @@ fn edit_file(ctx: &ExecContext, path: &str, old: &str, new: &str) -> ToolResult 
 }
 
 fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) -> ToolResult {
-    // A simple external command runs without a shell in between (one process fewer);
-    // anything with shell syntax goes through `/bin/sh -c`.
+    let mut child = match sandboxed_command(ctx, command).spawn() {
+        Ok(c) => c,
+        Err(e) => return io_error("/bin/sh", &e, false),
+    };
+    let pgid = child.id() as i32;
+    let (readers, finished) = read_capped(&mut child, cap);
+    let ending = wait_for_readers(&finished, readers.len(), pgid, timeout);
+    let status = child.wait();
+    let output = CommandOutput::collect(readers, cap);
+    let code = status.as_ref().ok().and_then(|s| s.code());
+    match ending {
+        Ending::Finished => output.into_result(code),
+        Ending::TimedOut => output.killed(format!("killed after {} ms", timeout.as_millis())),
+        Ending::Cancelled => output.killed("killed: the fire was cancelled".to_string()),
+    }
+}
+
+/// The process for `command`: run directly when it is a simple external command (one
+/// process fewer), else through `/bin/sh -c`; in the root, with the scrubbed
+/// environment, in its own process group, inherited descriptors closed.
+fn sandboxed_command(ctx: &ExecContext, command: &str) -> Command {
     let mut cmd = match crate::shell::plain_argv(command) {
         Some(argv) => {
             let mut c = Command::new(argv[0]);
@@ -335,11 +354,15 @@ fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) 
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => return io_error("/bin/sh", &e, false),
-    };
-    let pgid = child.id() as i32;
+    cmd
+}
+
+/// What a reader thread returns: the first `cap` bytes, and how many it read in all.
+type Captured = std::thread::JoinHandle<(Vec<u8>, usize)>;
+
+/// One thread per output stream of `child` (stdout first, then stderr), each keeping
+/// the first `cap` bytes and draining the rest; each signals the channel when done.
+fn read_capped(child: &mut std::process::Child, cap: usize) -> (Vec<Captured>, mpsc::Receiver<()>) {
     let (tx, rx) = mpsc::channel();
     let readers: Vec<_> = [
         child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
@@ -369,97 +392,128 @@ fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) 
         })
     })
     .collect();
-    drop(tx);
+    (readers, rx)
+}
+
+/// How a command's run ended.
+enum Ending {
+    /// Its output streams closed before the deadline.
+    Finished,
+    /// Killed at the deadline.
+    TimedOut,
+    /// Killed because the fire was cancelled.
+    Cancelled,
+}
+
+/// Waits until `readers` output streams are done, killing the process group `pgid`
+/// at the deadline or when the fire is cancelled (then gives the readers two seconds
+/// to drain).
+fn wait_for_readers(finished: &mpsc::Receiver<()>, readers: usize, pgid: i32, timeout: Duration) -> Ending {
     let deadline = Instant::now() + timeout;
-    let mut timed_out = false;
-    let mut interrupted = false;
     let mut done = 0;
-    while done < readers.len() {
+    while done < readers {
         let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left.min(Duration::from_millis(50))) {
+        match finished.recv_timeout(left.min(Duration::from_millis(50))) {
             Ok(()) => done += 1,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                interrupted = take_interrupt();
+                let interrupted = take_interrupt();
                 if interrupted || Instant::now() >= deadline {
-                    timed_out = true;
                     // SAFETY: kill(2) on our own child's process group.
                     unsafe {
                         libc::kill(-pgid, libc::SIGKILL);
                     }
-                    break;
+                    let _ = finished.recv_timeout(Duration::from_secs(2));
+                    return if interrupted {
+                        Ending::Cancelled
+                    } else {
+                        Ending::TimedOut
+                    };
                 }
             }
         }
     }
-    if timed_out {
-        let _ = rx.recv_timeout(Duration::from_secs(2));
-    }
-    let status = child.wait();
-    let mut outputs = Vec::new();
-    let mut truncated = false;
-    for r in readers {
-        let (kept, total) = r.join().unwrap_or_default();
-        truncated |= total > kept.len();
-        outputs.push(String::from_utf8_lossy(&kept).to_string());
-    }
-    let stdout = outputs.first().cloned().unwrap_or_default();
-    let stderr = outputs.get(1).cloned().unwrap_or_default();
-    let code = status.as_ref().ok().and_then(|s| s.code());
-    let mut text = stdout;
-    if !stderr.is_empty() {
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
+    Ending::Finished
+}
+
+/// A command's output as the model sees it.
+struct CommandOutput {
+    /// Stdout, then `[stderr]` and stderr when there is any; capped.
+    text: String,
+    stderr: String,
+    truncated: bool,
+}
+
+impl CommandOutput {
+    /// Joins the reader threads (stdout first, then stderr) and caps the text.
+    fn collect(readers: Vec<Captured>, cap: usize) -> CommandOutput {
+        let mut outputs = Vec::new();
+        let mut truncated = false;
+        for r in readers {
+            let (kept, total) = r.join().unwrap_or_default();
+            truncated |= total > kept.len();
+            outputs.push(String::from_utf8_lossy(&kept).to_string());
         }
-        text.push_str("[stderr]\n");
-        text.push_str(&stderr);
-    }
-    let (text, cut) = cap_text(text, cap);
-    truncated |= cut;
-    if timed_out {
-        let mut r = ToolResult::error(
-            "",
-            ErrorClass::Timeout,
-            if interrupted {
-                format!("killed: the fire was cancelled\n{text}")
-            } else {
-                format!("killed after {} ms\n{text}", timeout.as_millis())
-            },
-        );
-        r.truncated = truncated;
-        return r;
-    }
-    let kernel_denied = [
-        "Permission denied",
-        "Operation not permitted",
-        "Read-only file system",
-        "Invalid cross-device link",
-    ]
-    .iter()
-    .any(|m| stderr.contains(m));
-    match code {
-        Some(0) => {
-            let mut r = ok(text, truncated);
-            r.kernel_denied = kernel_denied;
-            r
+        let stdout = outputs.first().cloned().unwrap_or_default();
+        let stderr = outputs.get(1).cloned().unwrap_or_default();
+        let mut text = stdout;
+        if !stderr.is_empty() {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str("[stderr]\n");
+            text.push_str(&stderr);
         }
-        other => {
-            let class = if kernel_denied {
-                ErrorClass::PermissionDenied
-            } else {
-                ErrorClass::Failed
-            };
-            let mut r = ToolResult::error(
-                "",
-                class,
-                format!(
-                    "exit status {}\n{text}",
-                    other.map(|c| c.to_string()).unwrap_or_else(|| "signal".into())
-                ),
-            );
-            r.truncated = truncated;
-            r.kernel_denied = kernel_denied;
-            r
+        let (text, cut) = cap_text(text, cap);
+        CommandOutput {
+            text,
+            stderr,
+            truncated: truncated || cut,
+        }
+    }
+
+    /// The result of a command killed before it finished; `why` heads the output.
+    fn killed(self, why: String) -> ToolResult {
+        let mut r = ToolResult::error("", ErrorClass::Timeout, format!("{why}\n{}", self.text));
+        r.truncated = self.truncated;
+        r
+    }
+
+    /// The result of a command that ran to its end (`code` is `None` after a signal).
+    fn into_result(self, code: Option<i32>) -> ToolResult {
+        let kernel_denied = [
+            "Permission denied",
+            "Operation not permitted",
+            "Read-only file system",
+            "Invalid cross-device link",
+        ]
+        .iter()
+        .any(|m| self.stderr.contains(m));
+        match code {
+            Some(0) => {
+                let mut r = ok(self.text, self.truncated);
+                r.kernel_denied = kernel_denied;
+                r
+            }
+            other => {
+                let class = if kernel_denied {
+                    ErrorClass::PermissionDenied
+                } else {
+                    ErrorClass::Failed
+                };
+                let mut r = ToolResult::error(
+                    "",
+                    class,
+                    format!(
+                        "exit status {}\n{}",
+                        other.map(|c| c.to_string()).unwrap_or_else(|| "signal".into()),
+                        self.text
+                    ),
+                );
+                r.truncated = self.truncated;
+                r.kernel_denied = kernel_denied;
+                r
+            }
         }
     }
 }
