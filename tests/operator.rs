@@ -234,3 +234,54 @@ fn a_pause_names_the_approve_call_command() {
         )
     );
 }
+
+#[test]
+fn after_a_fallback_answers_the_rest_of_the_fire_skips_the_primary() {
+    let w = Wire::OpenAi;
+    // The primary fails every request (past its script it answers 500).
+    let primary = ModelServer::start(vec![]);
+    let fallback = ModelServer::start(vec![
+        turn(w, None, &[("c1", "list_dir", r#"{"path":"."}"#)], (1, 1)),
+        turn(w, None, &[("c2", "list_dir", r#"{"path":"prompts"}"#)], (1, 1)),
+        turn(w, Some("done"), &[], (1, 1)),
+    ]);
+    let fallback_yaml = fallback
+        .provider_yaml(w)
+        .replacen("provider:", "fallback:", 1)
+        .replace("test-model", "fallback-model");
+    let extra = format!("{fallback_yaml}limits:\n  retry_base_ms: 10\n  max_retries: 1\n");
+    let env = repo_for(&primary, &extra);
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        primary.requests().len(),
+        2,
+        "one failed step's worth of tries (1 + 1 retry), then the breaker skips the primary"
+    );
+    assert_eq!(fallback.requests().len(), 3);
+    let show = env.runtime(&["show", summary["run_id"].as_str().unwrap()]);
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert_eq!(
+        text.matches("served by fallback (openai fallback-model)").count(),
+        3,
+        "runtime show names the provider of each step:\n{text}"
+    );
+}
+
+#[test]
+fn a_request_refused_for_length_is_a_context_overflow_stop() {
+    let server = ModelServer::start(vec![Reply::status(
+        400,
+        r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#,
+    )]);
+    let env = repo_for(&server, "");
+    let (code, summary, _) = env.fire("t");
+    assert_eq!(code, 1);
+    let receipt = env.receipt(&summary);
+    assert_eq!(receipt["stop_reason"], "context_overflow");
+    assert_eq!(env.card_kinds(&summary), vec!["context_overflow"]);
+    assert!(
+        summary["hint"].as_str().unwrap().contains("max_context_tokens"),
+        "{summary}"
+    );
+}

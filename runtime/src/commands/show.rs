@@ -58,13 +58,18 @@ fn render(row: &shared::runs::RunSummary, trace: &shared::trace::Trace) -> Strin
         } else {
             String::new()
         };
+        let served = match s.attributes.get("agent.served_by").and_then(|v| v.as_str()) {
+            Some(by) => format!("  served by {by}"),
+            None => String::new(),
+        };
         out.push_str(&format!(
-            "  {:>9.2} ms  {:<10} {:<40} {}{}\n",
+            "  {:>9.2} ms  {:<10} {:<40} {}{}{}\n",
             s.duration_ms(),
             s.kind,
             s.name,
             s.status,
-            tokens
+            tokens,
+            served
         ));
     }
     out.push_str("\nsteps (context budget):\n");
