@@ -285,3 +285,31 @@ fn a_request_refused_for_length_is_a_context_overflow_stop() {
         "{summary}"
     );
 }
+
+#[test]
+fn prefetch_over_its_cap_keeps_head_and_tail_and_writes_a_card() {
+    let w = Wire::OpenAi;
+    let server = ModelServer::start(vec![turn(w, Some("# Report\nok"), &[], (1, 1))]);
+    let env = repo_for(&server, "limits:\n  tool_output_bytes: 2000\n");
+    env.write("tools/big.sh", "#!/bin/sh\nseq 1 40000\n");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.root.join("tools/big.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.write(
+        "prompts/t.md",
+        "---\nprefetch:\n  - name: numbers\n    run: tools/big.sh\n---\nSum them up.\n",
+    );
+    env.commit_all("big prefetch");
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "{stderr}");
+    assert_eq!(env.card_kinds(&summary), vec!["prefetch_truncated"]);
+    let sent = server.requests()[0].body["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(sent.contains("\n1\n2\n3\n"), "the head reached the model");
+    assert!(sent.contains("\n39999\n40000"), "the tail reached the model");
+    let total: usize = (1..=40000).map(|i: usize| i.to_string().len() + 1).sum();
+    let marker = sent.lines().find(|l| l.starts_with("[... ")).expect("a cut marker");
+    let cut: usize = marker[5..].split(' ').next().unwrap().parse().unwrap();
+    assert!(cut > total - 2000 && cut < total, "{marker} of {total}");
+}

@@ -175,6 +175,8 @@ pub enum CardKind {
     EmptyReport,
     /// The model server refused a request for its length.
     ContextOverflow,
+    /// A prefetch script wrote more than the output cap; its middle was cut.
+    PrefetchTruncated,
 }
 
 impl CardKind {
@@ -197,6 +199,7 @@ impl CardKind {
             CardKind::Crashed => "crashed",
             CardKind::EmptyReport => "empty_report",
             CardKind::ContextOverflow => "context_overflow",
+            CardKind::PrefetchTruncated => "prefetch_truncated",
         }
     }
 }
@@ -253,6 +256,7 @@ named!(
         CardKind::Crashed,
         CardKind::EmptyReport,
         CardKind::ContextOverflow,
+        CardKind::PrefetchTruncated,
     ]
 );
 
@@ -1110,6 +1114,7 @@ triage:
             (CardKind::Crashed, "crashed"),
             (CardKind::EmptyReport, "empty_report"),
             (CardKind::ContextOverflow, "context_overflow"),
+            (CardKind::PrefetchTruncated, "prefetch_truncated"),
         ]);
     }
 

@@ -147,6 +147,9 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
             "`runtime check` shows what this kernel offers; settings `sandbox.landlock` chooses the mode".into()
         }
         CardKind::PrefetchFailed => "run the prefetch script by hand to see why; the card has its output".into(),
+        CardKind::PrefetchTruncated => {
+            "make the prefetch script print less, or raise limits.tool_output_bytes".into()
+        }
         CardKind::ContextOverflow => {
             "set `max_context_tokens` on the provider in settings/runtime.yaml to the server's real window".into()
         }

@@ -16,10 +16,18 @@ pub(crate) struct PrefetchFailure {
     pub detail: String,
 }
 
-/// Runs every prefetch entry of the prompt in order; returns their outputs as
-/// markdown sections, or the first failure.
-pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Result<String, PrefetchFailure> {
-    let mut out = String::new();
+/// What the prefetch scripts gave: their outputs as markdown sections, and the
+/// entries whose output went over the cap (kept as head and tail around a marker).
+#[derive(Debug, Default)]
+pub(crate) struct Prefetched {
+    pub text: String,
+    pub truncated: Vec<String>,
+}
+
+/// Runs every prefetch entry of the prompt in order; returns their outputs, or the
+/// first failure.
+pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Result<Prefetched, PrefetchFailure> {
+    let mut out = Prefetched::default();
     for p in &config.prompt.front.prefetch {
         let span = trace.start(SpanKind::Prefetch, format!("prefetch {}", p.name), None);
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(config.limits.prefetch_timeout_s));
@@ -31,10 +39,13 @@ pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Re
             timeout,
             config.limits.tool_output_bytes,
         ) {
-            Ok(text) => {
+            Ok((text, truncated)) => {
                 trace.attr(span, "agent.output_bytes", text.len() as u64);
                 trace.end(span, SpanStatus::Ok);
-                out.push_str(&format!(
+                if truncated {
+                    out.truncated.push(p.name.clone());
+                }
+                out.text.push_str(&format!(
                     "\n\n### {}\n\n```\n{}\n```",
                     p.name,
                     config.redactor.redact(text.trim_end())
@@ -60,7 +71,7 @@ fn run_script(
     args: &[String],
     timeout: Duration,
     cap: usize,
-) -> Result<String, String> {
+) -> Result<(String, bool), String> {
     if !root.join(script).is_file() {
         return Err(format!("script `{script}` does not exist"));
     }
@@ -85,7 +96,7 @@ fn run_script(
     };
     let r = crate::tools::exec::execute(&ctx, &req);
     match r.error {
-        None => Ok(r.output),
+        None => Ok((r.output, r.truncated)),
         Some(c) => Err(format!("{}: {}", c.as_str(), r.output.trim())),
     }
 }

@@ -391,11 +391,22 @@ impl Preparing {
                 failed.detail,
             )
         })?;
+        for name in &prefetched.truncated {
+            state.cards.push(CardDraft {
+                kind: CardKind::PrefetchTruncated,
+                summary: format!("prefetch `{name}` wrote more than its cap; the middle was cut"),
+                detail: format!(
+                    "the output of prefetch `{name}` went over limits.tool_output_bytes ({} bytes): the model saw its head and tail around a marker",
+                    config.limits.tool_output_bytes
+                ),
+                evidence: vec![],
+            });
+        }
         let body = &config.prompt.body;
-        let user = if prefetched.is_empty() {
+        let user = if prefetched.text.is_empty() {
             body.clone()
         } else {
-            format!("{}\n\n## Prefetched context{prefetched}", body.trim_end())
+            format!("{}\n\n## Prefetched context{}", body.trim_end(), prefetched.text)
         };
         state.messages = vec![
             Message::System {

@@ -358,7 +358,38 @@ fn sandboxed_command(ctx: &ExecContext, command: &str) -> Command {
 }
 
 /// What a reader thread returns: the first `cap` bytes, and how many it read in all.
-type Captured = std::thread::JoinHandle<(Vec<u8>, usize)>;
+type Captured = std::thread::JoinHandle<Capture>;
+
+/// What a reader kept of one output stream: its first `cap` bytes, the last `cap`
+/// bytes after those, and how many bytes the stream wrote in all.
+#[derive(Debug, Default)]
+struct Capture {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    total: usize,
+}
+
+impl Capture {
+    fn push(&mut self, bytes: &[u8], cap: usize) {
+        self.total += bytes.len();
+        let room = cap.saturating_sub(self.head.len()).min(bytes.len());
+        self.head.extend_from_slice(&bytes[..room]);
+        self.tail.extend(&bytes[room..]);
+        let excess = self.tail.len().saturating_sub(cap);
+        self.tail.drain(..excess);
+    }
+
+    /// Bytes the capture dropped between its head and its tail.
+    fn dropped(&self) -> usize {
+        self.total - self.head.len() - self.tail.len()
+    }
+
+    fn kept(&self) -> Vec<u8> {
+        let mut out = self.head.clone();
+        out.extend(self.tail.iter());
+        out
+    }
+}
 
 /// One thread per output stream of `child` (stdout first, then stderr), each keeping
 /// the first `cap` bytes and draining the rest; each signals the channel when done.
@@ -373,22 +404,16 @@ fn read_capped(child: &mut std::process::Child, cap: usize) -> (Vec<Captured>, m
     .map(|mut stream| {
         let tx = tx.clone();
         std::thread::spawn(move || {
-            let mut kept = Vec::new();
-            let mut total = 0usize;
+            let mut capture = Capture::default();
             let mut buf = [0u8; 8192];
             loop {
                 match stream.read(&mut buf) {
                     Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        total += n;
-                        if kept.len() < cap {
-                            kept.extend_from_slice(&buf[..n.min(cap - kept.len())]);
-                        }
-                    }
+                    Ok(n) => capture.push(&buf[..n], cap),
                 }
             }
             let _ = tx.send(());
-            (kept, total)
+            capture
         })
     })
     .collect();
@@ -445,30 +470,27 @@ struct CommandOutput {
 }
 
 impl CommandOutput {
-    /// Joins the reader threads (stdout first, then stderr) and caps the text.
+    /// Joins the reader threads (stdout first, then stderr) and caps the text, keeping
+    /// its head and its tail with a marker of what was cut in between (the end of a
+    /// command's output is often what matters: the error, the summary line).
     fn collect(readers: Vec<Captured>, cap: usize) -> CommandOutput {
-        let mut outputs = Vec::new();
-        let mut truncated = false;
-        for r in readers {
-            let (kept, total) = r.join().unwrap_or_default();
-            truncated |= total > kept.len();
-            outputs.push(String::from_utf8_lossy(&kept).to_string());
-        }
-        let stdout = outputs.first().cloned().unwrap_or_default();
-        let stderr = outputs.get(1).cloned().unwrap_or_default();
-        let mut text = stdout;
+        let captures: Vec<Capture> = readers.into_iter().map(|r| r.join().unwrap_or_default()).collect();
+        let dropped: usize = captures.iter().map(Capture::dropped).sum();
+        let mut streams = captures.iter().map(Capture::kept);
+        let mut bytes = streams.next().unwrap_or_default();
+        let stderr = streams.next().unwrap_or_default();
         if !stderr.is_empty() {
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
+            if !bytes.is_empty() && !bytes.ends_with(b"\n") {
+                bytes.push(b'\n');
             }
-            text.push_str("[stderr]\n");
-            text.push_str(&stderr);
+            bytes.extend_from_slice(b"[stderr]\n");
+            bytes.extend_from_slice(&stderr);
         }
-        let (text, cut) = cap_text(text, cap);
+        let (text, truncated) = head_and_tail(&bytes, dropped, cap);
         CommandOutput {
             text,
-            stderr,
-            truncated: truncated || cut,
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            truncated,
         }
     }
 
@@ -518,6 +540,23 @@ impl CommandOutput {
     }
 }
 
+/// `kept` (the bytes a capture kept, `dropped` more having been cut from its middle) in
+/// at most `cap` bytes: whole when it fits, else its first half and its last bytes
+/// around a marker that says how much was cut. Whether anything was cut is returned.
+fn head_and_tail(kept: &[u8], dropped: usize, cap: usize) -> (String, bool) {
+    if dropped == 0 && kept.len() <= cap {
+        return (String::from_utf8_lossy(kept).into_owned(), false);
+    }
+    let marker_room = 64;
+    let head = (cap / 2).min(kept.len());
+    let tail = cap.saturating_sub(head + marker_room).min(kept.len() - head);
+    let cut = kept.len() - head - tail + dropped;
+    let mut out = String::from_utf8_lossy(&kept[..head]).into_owned();
+    out.push_str(&format!("\n[... {cut} bytes cut ...]\n"));
+    out.push_str(&String::from_utf8_lossy(&kept[kept.len() - tail..]));
+    (out, true)
+}
+
 /// Cuts `text` to at most `cap` bytes on a char boundary.
 fn cap_text(mut text: String, cap: usize) -> (String, bool) {
     if text.len() <= cap {
@@ -534,6 +573,37 @@ fn cap_text(mut text: String, cap: usize) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_output_keeps_its_head_and_tail_around_a_marker() {
+        let mut c = Capture::default();
+        let line = |i: usize| format!("line {i:05}\n");
+        for i in 0..10_000 {
+            c.push(line(i).as_bytes(), 1000);
+        }
+        let (text, cut) = head_and_tail(&c.kept(), c.dropped(), 1000);
+        assert!(cut);
+        assert!(text.len() <= 1000 + 40, "{}", text.len());
+        assert!(text.starts_with("line 00000\n"), "{text}");
+        assert!(text.ends_with("line 09999\n"), "{text}");
+        let marker = text.lines().find(|l| l.starts_with("[... ")).unwrap();
+        let kept_lines = text.lines().filter(|l| l.starts_with("line ")).count();
+        let cut_bytes: usize = marker
+            .trim_start_matches("[... ")
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(
+            cut_bytes + text.len() - marker.len() - 2,
+            10_000 * 11,
+            "the marker counts what was cut"
+        );
+        assert!(kept_lines > 50);
+        let (short, cut) = head_and_tail(b"short\n", 0, 1000);
+        assert_eq!((short.as_str(), cut), ("short\n", false));
+    }
 
     fn ctx() -> (tempfile::TempDir, ExecContext) {
         let dir = tempfile::tempdir().unwrap();
