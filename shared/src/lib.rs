@@ -28,6 +28,7 @@ pub mod secrets;
 pub mod settings;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
 pub mod trace;
 pub mod worker;
