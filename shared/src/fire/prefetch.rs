@@ -21,7 +21,7 @@ pub(crate) struct PrefetchFailure {
 pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Result<String, PrefetchFailure> {
     let mut out = String::new();
     for p in &config.prompt.front.prefetch {
-        let span = trace.start("prefetch", format!("prefetch {}", p.name), None);
+        let span = trace.start("prefetch", format!("prefetch {}", p.name));
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(config.limits.prefetch_timeout_s));
         match run_script(
             root,
