@@ -367,3 +367,25 @@ fn a_dead_or_silent_collector_changes_neither_the_exit_code_nor_the_time_beyond_
     }
     drop(silent);
 }
+
+#[test]
+fn a_refused_fire_exports_its_root_span_as_an_error() {
+    let receiver = Receiver::start();
+    let server = ModelServer::start(script());
+    let env = traced_env(&server, "");
+    env.write("prompts/t.md", "---\n---\nchanged but not committed\n");
+    let (code, summary, stderr, _) = fire(&env, Some(&receiver.endpoint()));
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"]);
+    let (req, _) = receiver.export();
+    let spans = spans(&req);
+    assert_eq!(spans.len(), 1, "a refusal has only its root span");
+    assert!(spans[0].parent_span_id.is_empty());
+    let status = spans[0].status.as_ref().expect("a status");
+    assert_eq!(
+        status.code,
+        opentelemetry_proto::tonic::trace::v1::status::StatusCode::Error as i32
+    );
+    assert_eq!(string(&spans[0].attributes, "agent.status").as_deref(), Some("failed"));
+    assert!(server.requests().is_empty(), "no model call");
+}

@@ -304,6 +304,11 @@ impl Agent<'_> {
             }
         };
         account(cfg, state, span, &resp);
+        let served = match (resp.served_by.as_str(), &self.provider.fallback) {
+            ("fallback", Some(fallback)) => fallback,
+            _ => &self.provider.primary,
+        };
+        state.trace.attr(span, "gen_ai.provider.name", served.genai_name());
         state.messages.push(Message::Assistant {
             content: resp.content.clone(),
             tool_calls: resp.tool_calls.clone(),

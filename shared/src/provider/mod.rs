@@ -231,6 +231,15 @@ impl Provider {
         }
     }
 
+    /// The GenAI semantic conventions' `gen_ai.provider.name` for this provider.
+    pub fn genai_name(&self) -> &'static str {
+        match self.settings.kind {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Replay => "replay",
+        }
+    }
+
     pub fn model(&self) -> String {
         match &self.backend {
             Backend::Replay(r) => self.settings.model.clone().unwrap_or_else(|| r.model().to_string()),
