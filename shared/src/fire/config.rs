@@ -74,9 +74,7 @@ impl FireConfig {
             settings,
         })
     }
-}
 
-impl FireConfig {
     /// The TCP ports the runtime's own sandbox may connect to: the providers' and the
     /// OTLP endpoint's (the export happens inside the sandbox, at the end of the fire).
     pub fn connect_ports(&self) -> Vec<u16> {

@@ -18,8 +18,8 @@ use crate::worker::WorkerConfig;
 
 impl FireRun {
     /// Step 5a: restrict this process (no threads may exist yet): writes only to its
-    /// records, state and git objects; TCP only to the provider and the OTLP endpoint. On `Err` the fire
-    /// cannot go on; [`FireRun::finish`] records why.
+    /// records, state and git objects; TCP only to the providers and the OTLP
+    /// endpoint. On `Err` the fire cannot go on; [`FireRun::finish`] records why.
     pub fn enter_sandbox(&mut self) -> Result<(), Aborted> {
         let spec = sandbox::runtime_spec(&self.ctx.opts.root, &self.config.connect_ports());
         let entered = sandbox::prepare_dirs(&spec)
