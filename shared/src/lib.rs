@@ -29,6 +29,7 @@ pub mod settings;
 pub mod shell;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
 pub mod trace;
 pub mod worker;

@@ -48,6 +48,9 @@ pub struct RuntimeSettings {
     pub prices: BTreeMap<String, Price>,
     #[serde(default)]
     pub limits: Limits,
+    /// OpenTelemetry export of each fire's trace (optional).
+    #[serde(default)]
+    pub telemetry: Telemetry,
 }
 
 fn default_tools() -> Vec<Tool> {
@@ -255,6 +258,18 @@ impl Default for Limits {
     }
 }
 
+/// OpenTelemetry: where each fire's trace goes over OTLP/HTTP, and whether message and
+/// tool content go with it. `OTEL_EXPORTER_OTLP_ENDPOINT` in the fire's environment
+/// overrides `endpoint`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Telemetry {
+    /// OTLP/HTTP base URL (`http://127.0.0.1:4318`); traces go to `{endpoint}/v1/traces`.
+    pub endpoint: Option<String>,
+    /// Export prompts, model output and tool results too (off: names, ids, tokens only).
+    pub include_content: bool,
+}
+
 /// A rule together with where it was written, for diagnostics and receipts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleSource {
@@ -282,6 +297,7 @@ const TOP_KEYS: &[&str] = &[
     "builder_paths",
     "prices",
     "limits",
+    "telemetry",
 ];
 
 /// Claude Code settings keys that are accepted and ignored (they configure the
@@ -435,6 +451,7 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> 
             "runtime_identity" => section::<Identity>(file, src, key, v, diags),
             "prices" => section::<BTreeMap<String, Price>>(file, src, key, v, diags),
             "limits" => section::<Limits>(file, src, key, v, diags),
+            "telemetry" => section::<Telemetry>(file, src, key, v, diags),
             _ => {}
         }
         if diags.len() > n {
@@ -696,6 +713,19 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
             ));
         }
     }
+    if let Some(url) = &s.telemetry.endpoint {
+        if let Err(why) = check_endpoint(url) {
+            d.push(
+                Diagnostic::new(
+                    file,
+                    yamlpos::line_of(src, &["telemetry", "endpoint"]),
+                    "telemetry.endpoint",
+                    format!("`{url}` {why}"),
+                )
+                .with_hint("an OTLP/HTTP base URL such as http://127.0.0.1:4318"),
+            );
+        }
+    }
     for dir in &s.permissions.additional_directories {
         if !Path::new(dir).is_absolute() && !dir.starts_with("~/") {
             d.push(Diagnostic::new(
@@ -707,6 +737,18 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
         }
     }
     d
+}
+
+/// Why `url` cannot be an OTLP/HTTP endpoint, if it cannot.
+pub fn check_endpoint(url: &str) -> Result<(), &'static str> {
+    let parsed = reqwest::Url::parse(url).map_err(|_| "is not a URL")?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err("is not an http(s) URL");
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("names no host");
+    }
+    Ok(())
 }
 
 fn validate_provider(file: &Path, src: &str, key: &str, p: &ProviderSettings, d: &mut Vec<Diagnostic>) {
@@ -892,5 +934,27 @@ mod tests {
             vec![(7, "permissions.deny"), (10, "permissions.write"), (13, "tools")],
             "{d:?}"
         );
+    }
+
+    #[test]
+    fn telemetry_section_is_optional_checked_and_pointed_at() {
+        let mut d = Vec::new();
+        let s = parse_runtime_yaml(GOOD, &mut d).expect("valid");
+        assert_eq!(s.telemetry, Telemetry::default());
+        let on = format!("{GOOD}telemetry:\n  endpoint: http://127.0.0.1:4318\n  include_content: true\n");
+        let s = parse_runtime_yaml(&on, &mut d).expect("valid");
+        assert!(d.is_empty(), "{d:?}");
+        assert_eq!(s.telemetry.endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+        assert!(s.telemetry.include_content);
+        let bad = format!("{GOOD}telemetry:\n  endpoint: udp://collector:4317\n  include_contents: true\n");
+        assert!(parse_runtime_yaml(&bad, &mut d).is_none());
+        let got: Vec<(usize, &str)> = d.iter().map(|d| (d.line, d.field.as_str())).collect();
+        assert_eq!(got, vec![(10, "telemetry.include_contents")], "{d:?}");
+        d.clear();
+        let bad = format!("{GOOD}telemetry:\n  endpoint: udp://collector:4317\n");
+        assert!(parse_runtime_yaml(&bad, &mut d).is_none());
+        let got: Vec<(usize, &str)> = d.iter().map(|d| (d.line, d.field.as_str())).collect();
+        assert_eq!(got, vec![(9, "telemetry.endpoint")], "{d:?}");
+        assert!(d[0].message.contains("not an http(s) URL"), "{d:?}");
     }
 }

@@ -31,6 +31,9 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
         // instead of being committed again on every cron tick.
         "CREATE TABLE refusals (task TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, builder_tree TEXT NOT NULL,
             card_id TEXT NOT NULL, count INTEGER NOT NULL, first_at TEXT NOT NULL, last_at TEXT NOT NULL);",
+        // 6: each run's OpenTelemetry trace id, so `runtime show --otlp` names the
+        // trace the fire exported.
+        "CREATE TABLE traces (run_id TEXT PRIMARY KEY, trace_id TEXT NOT NULL);",
     ],
 };
 

@@ -104,6 +104,10 @@ pub struct LoopConfig {
     pub max_output_tokens: u32,
     pub prices: BTreeMap<String, Price>,
     pub redactor: Redactor,
+    /// Record each model call's input messages in its span (settings
+    /// `telemetry.include_content`); its output and tool results are always recorded
+    /// locally, and exported only with that setting.
+    pub trace_input: bool,
     /// Returns true for paths committed in HEAD (records are never rewritten).
     pub committed: Box<dyn Fn(&str) -> bool>,
     pub decision: DecisionLookup,
@@ -257,9 +261,16 @@ impl Agent<'_> {
             tools: tool_defs.to_vec(),
             max_output_tokens: cfg.max_output_tokens,
         };
-        let span = state.trace.start(SpanKind::Model, format!("chat {}", cfg.model), None);
+        let span = state.trace.start(SpanKind::Model, format!("chat {}", cfg.model));
         state.trace.attr(span, "gen_ai.request.model", cfg.model.clone());
         state.trace.attr(span, "agent.step", step);
+        if cfg.trace_input {
+            let input = cfg
+                .redactor
+                .redact(&semconv_messages(&req.messages).to_string())
+                .into_owned();
+            state.trace.attr(span, "gen_ai.input.messages", input);
+        }
         let remaining = self.wall().saturating_sub(self.started.elapsed());
         let answer = tokio::select! {
             r = self.provider.complete(&req) => Some(r),
@@ -312,6 +323,11 @@ impl Agent<'_> {
             }
         };
         account(cfg, state, span, &resp);
+        let served = match (resp.served_by.as_str(), &self.provider.fallback) {
+            ("fallback", Some(fallback)) => fallback,
+            _ => &self.provider.primary,
+        };
+        state.trace.attr(span, "gen_ai.provider.name", served.genai_name());
         state.messages.push(Message::Assistant {
             content: resp.content.clone(),
             tool_calls: resp.tool_calls.clone(),
@@ -331,9 +347,7 @@ impl Agent<'_> {
 
     /// Gate one call, execute it if the gate says so, and record what happened.
     async fn handle_call(&mut self, state: &mut LoopState, call: &ToolCall, step: u32) -> CallOutcome {
-        let span = state
-            .trace
-            .start(SpanKind::Tool, format!("execute_tool {}", call.name), None);
+        let span = state.trace.start(SpanKind::Tool, format!("execute_tool {}", call.name));
         state.trace.attr(span, "gen_ai.tool.name", call.name.clone());
         state.trace.attr(span, "gen_ai.tool.call.id", call.id.clone());
         let decided = gate::gate(
@@ -462,6 +476,15 @@ fn account(cfg: &LoopConfig, state: &mut LoopState, span: u64, resp: &ModelRespo
     }
     state.trace.attr(span, "agent.retries", resp.retries);
     state.trace.attr(span, "agent.served_by", resp.served_by.clone());
+    let output = semconv_messages(&[Message::Assistant {
+        content: resp.content.clone(),
+        tool_calls: resp.tool_calls.clone(),
+    }]);
+    state.trace.attr(
+        span,
+        "gen_ai.output.messages",
+        cfg.redactor.redact(&output.to_string()).into_owned(),
+    );
     state
         .trace
         .attr(span, "gen_ai.response.tool_calls", resp.tool_calls.len() as u64);
@@ -621,6 +644,9 @@ fn finish_call(cfg: &LoopConfig, state: &mut LoopState, rec: CallRecord, result:
         duration_ms: result.duration_ms,
     });
     state.trace.attr(span, "agent.decision", decision.to_string());
+    if let Some(args) = state.trace.calls.last().map(|c| c.arguments.to_string()) {
+        state.trace.attr(span, "gen_ai.tool.call.arguments", args);
+    }
     state.trace.attr(span, "agent.outcome", outcome.to_string());
     if result.kernel_denied {
         state.trace.attr(span, "agent.kernel_denied", true);
@@ -658,6 +684,32 @@ fn finish_call(cfg: &LoopConfig, state: &mut LoopState, rec: CallRecord, result:
         ),
         None => String::new(),
     });
+}
+
+/// Messages in the shape the GenAI semantic conventions give `gen_ai.input.messages`
+/// and `gen_ai.output.messages`: `[{role, parts: [{type, ...}]}]`.
+fn semconv_messages(messages: &[Message]) -> serde_json::Value {
+    use serde_json::json;
+    let text = |content: &str| json!({"type": "text", "content": content});
+    messages
+        .iter()
+        .map(|m| match m {
+            Message::System { content } => json!({"role": "system", "parts": [text(content)]}),
+            Message::User { content } => json!({"role": "user", "parts": [text(content)]}),
+            Message::Assistant { content, tool_calls } => {
+                let mut parts: Vec<serde_json::Value> = content.iter().map(|c| text(c)).collect();
+                parts.extend(tool_calls.iter().map(|c| {
+                    let arguments = serde_json::from_str::<serde_json::Value>(&c.arguments)
+                        .unwrap_or_else(|_| c.arguments.clone().into());
+                    json!({"type": "tool_call", "id": c.id, "name": c.name, "arguments": arguments})
+                }));
+                json!({"role": "assistant", "parts": parts})
+            }
+            Message::Tool { call_id, content, .. } => {
+                json!({"role": "tool", "parts": [{"type": "tool_call_response", "id": call_id, "response": content}]})
+            }
+        })
+        .collect()
 }
 
 fn last_calls(state: &LoopState) -> Vec<String> {

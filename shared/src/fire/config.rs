@@ -10,6 +10,7 @@ use crate::prompt::Prompt;
 use crate::provider::{provider_port, RetryPolicy};
 use crate::secrets::Redactor;
 use crate::settings::{Budgets, Identity, Limits, RuntimeSettings};
+use crate::telemetry::Exporter;
 use std::path::{Path, PathBuf};
 
 /// Output kept from an acceptance script: enough for the failure's detail.
@@ -32,6 +33,8 @@ pub struct FireConfig {
     pub provider_ports: Vec<u16>,
     pub retry: RetryPolicy,
     pub identity: Identity,
+    /// Where the fire's trace is exported when it ends, if anywhere.
+    pub telemetry: Option<Exporter>,
     /// This run's private scratch directory.
     pub scratch: PathBuf,
 }
@@ -62,6 +65,7 @@ impl FireConfig {
             redactor: redactor(Some(&settings)),
             retry: RetryPolicy::from_limits(&settings.limits),
             identity: settings.runtime_identity.clone(),
+            telemetry: exporter(Some(&settings)),
             provider_ports,
             scratch,
             policy,
@@ -70,11 +74,33 @@ impl FireConfig {
             settings,
         })
     }
+
+    /// The TCP ports the runtime's own sandbox may connect to: the providers' and the
+    /// OTLP endpoint's (the export happens inside the sandbox, at the end of the fire).
+    pub fn connect_ports(&self) -> Vec<u16> {
+        let mut ports = self.provider_ports.clone();
+        ports.extend(self.telemetry.as_ref().and_then(Exporter::port));
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
 }
 
 /// The per-run scratch directory under the runtime's state directory.
 pub fn scratch_dir(root: &Path, run_id: &str) -> PathBuf {
     root.join(STATE_DIR).join("scratch").join(run_id)
+}
+
+/// The one way a fire finds its OTLP exporter: the settings' `telemetry` section (none
+/// when the settings could not be read) under the environment's
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`. An unusable endpoint is a warning: telemetry never
+/// fails a fire.
+pub fn exporter(settings: Option<&RuntimeSettings>) -> Option<Exporter> {
+    let telemetry = settings.map(|s| s.telemetry.clone()).unwrap_or_default();
+    Exporter::from_env(&telemetry).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "OpenTelemetry export is off");
+        None
+    })
 }
 
 /// The one way a fire builds its redactor: the key variables the settings name (both

@@ -12,12 +12,16 @@ use crate::records::{self, AcceptanceRecord, Card, CardKind, Receipt, RunStatus,
 use crate::secrets::Redactor;
 use crate::settings::Identity;
 use crate::state::{self, Checkpoint, LockWait, StateDb};
+use crate::telemetry::Exporter;
+use crate::trace::SpanStatus;
 use chrono::Utc;
 
 /// Where records go and who signs them.
 pub(crate) struct RecordSink<'a> {
     pub redactor: Redactor,
     pub identity: Identity,
+    /// Where the trace goes when the fire ends, if anywhere.
+    pub telemetry: Option<Exporter>,
     /// The fire's own repository handle (git's index is loaded once per fire).
     pub repo: &'a git2::Repository,
 }
@@ -42,10 +46,13 @@ impl From<WriteError> for WriteFailure {
     }
 }
 
-/// Writes cards, report and receipt (create-only), stores the trace, and commits.
-pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &RunRecords) -> FireSummary {
+/// Writes cards, report and receipt (create-only), closes and stores the trace,
+/// commits, and last exports the trace (best effort: it never changes the outcome).
+pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) -> FireSummary {
     let root = &ctx.opts.root;
     let task = &ctx.opts.task;
+    close_root(ctx, rec);
+    let rec = &*rec;
     let finished_at = Utc::now();
     let mut files: Vec<String> = Vec::new();
     let mut failure: Option<WriteFailure> = None;
@@ -111,6 +118,9 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &RunRecords) -> F
             end => end,
         },
     };
+    if let Some(exporter) = &sink.telemetry {
+        export(ctx, exporter, &rec.state.trace);
+    }
     let pending = rec.state.pending.as_ref().map(|p| p.call.id.as_str());
     let hint = rec
         .state
@@ -129,6 +139,45 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &RunRecords) -> F
         commit,
         message: failure.map(|f| f.message).unwrap_or_default(),
         hint,
+    }
+}
+
+/// Ends the fire's root span with the run's status (opening it first for a fire
+/// refused before its trace began).
+fn close_root(ctx: &FireContext, rec: &mut RunRecords) {
+    let trace = &mut rec.state.trace;
+    let root = match trace.root {
+        Some(root) => root,
+        None => {
+            ctx.open_root(trace);
+            trace.root.unwrap_or_default()
+        }
+    };
+    trace.attr(root, "agent.status", rec.status.as_str());
+    trace.attr(root, "agent.stop_reason", rec.stop.as_str());
+    trace.attr(root, "agent.steps", rec.state.step);
+    // `agent.status` says exactly how the run ended; the span says whether it went well.
+    let status = match rec.status {
+        RunStatus::Accepted | RunStatus::Completed | RunStatus::Skipped | RunStatus::WaitingApproval => SpanStatus::Ok,
+        RunStatus::Failed => SpanStatus::Failed,
+        RunStatus::Cancelled => SpanStatus::Cancelled,
+    };
+    trace.end(root, status);
+}
+
+/// Sends the trace to the OTLP endpoint. A failure is logged and nothing else: the
+/// records are written and committed by now, and the exit code does not change.
+fn export(ctx: &FireContext, exporter: &Exporter, trace: &crate::trace::Trace) {
+    let t = std::time::Instant::now();
+    let request = crate::trace::otlp_request(&ctx.run_id, &ctx.opts.task, trace, exporter.include_content);
+    match exporter.export(&request) {
+        Ok(()) => tracing::debug!(
+            export_ms = t.elapsed().as_secs_f64() * 1e3,
+            url = %exporter.url,
+            spans = trace.spans.len(),
+            "trace exported"
+        ),
+        Err(e) => tracing::warn!(error = %e, "the trace was not exported"),
     }
 }
 
@@ -346,7 +395,7 @@ impl FireRun {
             self.stop = StopReason::NotStarted;
             self.state.cards.push(a.card.clone());
         }
-        let records = RunRecords {
+        let mut records = RunRecords {
             status,
             stop: self.stop,
             inputs: std::mem::take(&mut self.inputs),
@@ -358,9 +407,10 @@ impl FireRun {
         let sink = RecordSink {
             redactor: self.config.redactor.clone(),
             identity: self.config.identity.clone(),
+            telemetry: self.config.telemetry.clone(),
             repo: &self.repo,
         };
-        let mut summary = super::finish::write(&self.ctx, &sink, &records);
+        let mut summary = super::finish::write(&self.ctx, &sink, &mut records);
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
             "records written and committed"

@@ -99,6 +99,12 @@ impl FireContext {
         }
     }
 
+    /// Opens the fire's root span in `trace`, started when the fire started.
+    fn open_root(&self, trace: &mut crate::trace::Trace) {
+        let start_ns = self.started_at.timestamp_nanos_opt().unwrap_or(0).max(0) as u64;
+        trace.open_root(format!("fire {}", self.opts.task), start_ns);
+    }
+
     /// The run whose approvals apply: this one, or the paused run being resumed.
     fn approval_run(&self) -> &str {
         self.opts.resume.as_deref().unwrap_or(&self.run_id)

@@ -29,7 +29,7 @@ pub(crate) struct Prefetched {
 pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Result<Prefetched, PrefetchFailure> {
     let mut out = Prefetched::default();
     for p in &config.prompt.front.prefetch {
-        let span = trace.start(SpanKind::Prefetch, format!("prefetch {}", p.name), None);
+        let span = trace.start(SpanKind::Prefetch, format!("prefetch {}", p.name));
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(config.limits.prefetch_timeout_s));
         match run_script(
             root,

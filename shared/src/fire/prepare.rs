@@ -86,7 +86,7 @@ impl Refusal {
         }
         let mut state = LoopState::default();
         state.cards.push(self.card.clone());
-        let records = RunRecords {
+        let mut records = RunRecords {
             status: RunStatus::Failed,
             stop: StopReason::NotStarted,
             inputs: self.inputs,
@@ -96,10 +96,15 @@ impl Refusal {
         };
         let sink = RecordSink {
             redactor,
-            identity: self.settings.map(|s| s.runtime_identity).unwrap_or_default(),
+            identity: self
+                .settings
+                .as_ref()
+                .map(|s| s.runtime_identity.clone())
+                .unwrap_or_default(),
+            telemetry: config::exporter(self.settings.as_ref()),
             repo: &self.repo,
         };
-        let mut summary = finish::write(&self.ctx, &sink, &records);
+        let mut summary = finish::write(&self.ctx, &sink, &mut records);
         if summary.end == FireEnd::Failed {
             summary.end = self.end;
         }
@@ -378,10 +383,12 @@ impl Preparing {
                 })?;
             let mut state = checkpoint.state;
             state.trace = Default::default();
+            self.ctx.open_root(&mut state.trace);
             state.cards.clear();
             return Ok(state);
         }
         let mut state = LoopState::default();
+        self.ctx.open_root(&mut state.trace);
         let prefetched = prefetch::run_all(&self.ctx.opts.root, config, &mut state.trace).map_err(|failed| {
             let _ = std::fs::remove_dir_all(&config.scratch);
             Stop::carded(

@@ -19,10 +19,10 @@ use crate::worker::WorkerConfig;
 
 impl FireRun {
     /// Step 5a: restrict this process (no threads may exist yet): writes only to its
-    /// records, state and git objects; TCP only to the provider. On `Err` the fire
-    /// cannot go on; [`FireRun::finish`] records why.
+    /// records, state and git objects; TCP only to the providers and the OTLP
+    /// endpoint. On `Err` the fire cannot go on; [`FireRun::finish`] records why.
     pub fn enter_sandbox(&mut self) -> Result<(), Aborted> {
-        let spec = sandbox::runtime_spec(&self.ctx.opts.root, &self.config.provider_ports);
+        let spec = sandbox::runtime_spec(&self.ctx.opts.root, &self.config.connect_ports());
         let entered = sandbox::prepare_dirs(&spec)
             .map_err(|e| e.to_string())
             .and_then(|_| landlock::enforce(&spec, self.config.settings.sandbox.landlock).map_err(|e| e.to_string()));
@@ -169,6 +169,7 @@ impl FireRun {
             max_output_tokens: self.config.limits.max_output_tokens,
             prices: self.config.settings.prices.clone(),
             redactor: self.config.redactor.clone(),
+            trace_input: self.config.settings.telemetry.include_content,
             committed: Box::new(move |rel: &str| {
                 head.as_ref()
                     .is_some_and(|r| crate::git::head_blob(r, rel).ok().flatten().is_some())
@@ -184,7 +185,7 @@ impl FireRun {
             let span = self
                 .state
                 .trace
-                .start(SpanKind::Acceptance, format!("acceptance {}", a.name), None);
+                .start(SpanKind::Acceptance, format!("acceptance {}", a.name));
             let mut failures = Vec::new();
             if let Some(needle) = &a.report_contains {
                 if !answer.contains(needle.as_str()) {

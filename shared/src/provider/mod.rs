@@ -235,12 +235,16 @@ impl Provider {
 
     /// `kind model`, for records of which provider served a step.
     pub fn describe(&self) -> String {
-        let kind = match self.settings.kind {
+        format!("{} {}", self.genai_name(), self.model())
+    }
+
+    /// The GenAI semantic conventions' `gen_ai.provider.name` for this provider.
+    pub fn genai_name(&self) -> &'static str {
+        match self.settings.kind {
             ProviderKind::Openai => "openai",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Replay => "replay",
-        };
-        format!("{kind} {}", self.model())
+        }
     }
 
     pub fn model(&self) -> String {
