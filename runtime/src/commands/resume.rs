@@ -32,6 +32,8 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
     let out = super::fire::Output {
         json: args.json,
         verbose,
+        print_report: false,
+        progress: crate::progress::When::Auto,
     };
     super::fire::fire_task(root, task, args.no_commit, Some(args.run_id), out)
 }

@@ -4,11 +4,12 @@
 //! model spends no turns on it.
 
 use super::config::FireConfig;
+use crate::progress::{Event, ProgressSink};
 use crate::tools::exec::ExecContext;
 use crate::tools::{ToolArgs, ToolRequest};
 use crate::trace::Trace;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A prefetch script that failed: its entry's name and what went wrong (redacted).
 pub(crate) struct PrefetchFailure {
@@ -16,12 +17,26 @@ pub(crate) struct PrefetchFailure {
     pub detail: String,
 }
 
-/// Runs every prefetch entry of the prompt in order; returns their outputs as
-/// markdown sections, or the first failure.
-pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Result<String, PrefetchFailure> {
+/// Runs every prefetch entry of the prompt in order, reporting each to `progress`;
+/// returns their outputs as markdown sections, or the first failure.
+pub(crate) fn run_all(
+    root: &Path,
+    config: &FireConfig,
+    trace: &mut Trace,
+    progress: &dyn ProgressSink,
+) -> Result<String, PrefetchFailure> {
     let mut out = String::new();
     for p in &config.prompt.front.prefetch {
         let span = trace.start("prefetch", format!("prefetch {}", p.name), None);
+        progress.event(&Event::PrefetchStarted { name: p.name.clone() });
+        let started = Instant::now();
+        let finished = |ok: bool| {
+            progress.event(&Event::PrefetchFinished {
+                name: p.name.clone(),
+                elapsed: started.elapsed(),
+                ok,
+            })
+        };
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(config.limits.prefetch_timeout_s));
         match run_script(
             root,
@@ -32,6 +47,7 @@ pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Re
             config.limits.tool_output_bytes,
         ) {
             Ok(text) => {
+                finished(true);
                 trace.attr(span, "agent.output_bytes", text.len() as u64);
                 trace.end(span, "ok");
                 out.push_str(&format!(
@@ -41,6 +57,7 @@ pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Re
                 ));
             }
             Err(why) => {
+                finished(false);
                 trace.end(span, "error");
                 return Err(PrefetchFailure {
                     name: p.name.clone(),

@@ -10,6 +10,7 @@ mod http;
 mod openai;
 mod replay;
 
+use crate::progress::{Event, ProgressSink};
 use crate::records::Tokens;
 use crate::settings::{Limits, ProviderKind, ProviderSettings};
 use serde::{Deserialize, Serialize};
@@ -172,6 +173,17 @@ impl RetryPolicy {
     }
 }
 
+/// What stands in for the API key in a request shown to a person.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// One HTTP request as a provider sends it: URL, headers and JSON body.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WireRequest {
+    pub url: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: serde_json::Value,
+}
+
 enum Backend {
     OpenAi(openai::OpenAi),
     Anthropic(anthropic::Anthropic),
@@ -238,11 +250,36 @@ impl Provider {
         }
     }
 
-    pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
+    /// The settings' kind of this provider: `openai`, `anthropic` or `replay`.
+    pub fn kind(&self) -> &'static str {
+        match self.settings.kind {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Replay => "replay",
+        }
+    }
+
+    /// Asks the model; HTTP retries are reported to `progress`.
+    pub async fn complete(
+        &self,
+        req: &ModelRequest,
+        progress: &dyn ProgressSink,
+    ) -> Result<ModelResponse, ProviderError> {
         match &self.backend {
-            Backend::OpenAi(p) => p.complete(req).await,
-            Backend::Anthropic(p) => p.complete(req).await,
+            Backend::OpenAi(p) => p.complete(req, progress).await,
+            Backend::Anthropic(p) => p.complete(req, progress).await,
             Backend::Replay(p) => p.complete(req),
+        }
+    }
+
+    /// The request [`Provider::complete`] would send for `req`, built by the same code,
+    /// with the API key replaced by [`REDACTED`]; `None` for `replay`, which sends
+    /// nothing.
+    pub fn redacted_request(&self, req: &ModelRequest) -> Option<WireRequest> {
+        match &self.backend {
+            Backend::OpenAi(p) => Some(p.wire(req, p.has_key().then_some(REDACTED))),
+            Backend::Anthropic(p) => Some(p.wire(req, p.has_key().then_some(REDACTED))),
+            Backend::Replay(_) => None,
         }
     }
 }
@@ -265,15 +302,29 @@ pub struct ProviderChain {
 }
 
 impl ProviderChain {
-    pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
-        match self.primary.complete(req).await {
+    /// Asks the primary, then the fallback when the primary gives up; retries and the
+    /// switch to the fallback are reported to `progress`.
+    pub async fn complete(
+        &self,
+        req: &ModelRequest,
+        progress: &dyn ProgressSink,
+    ) -> Result<ModelResponse, ProviderError> {
+        match self.primary.complete(req, progress).await {
             Ok(r) => Ok(r),
             Err(e) => match &self.fallback {
                 Some(fb) if e.kind != ProviderErrorKind::ReplayExhausted => {
                     tracing::warn!(error = %e, "primary provider failed; trying the fallback");
+                    progress.event(&Event::Fallback {
+                        to: fb.kind().to_string(),
+                        reason: format!(
+                            "{:?}{}",
+                            e.kind,
+                            e.status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()
+                        ),
+                    });
                     let mut freq = req.clone();
                     freq.model = fb.model();
-                    let mut r = fb.complete(&freq).await.map_err(|fe| ProviderError {
+                    let mut r = fb.complete(&freq, progress).await.map_err(|fe| ProviderError {
                         retries: fe.retries + e.retries,
                         ..fe
                     })?;
