@@ -16,6 +16,13 @@ pub struct Args {
     /// Print the result as JSON on stdout
     #[arg(long)]
     pub json: bool,
+    /// Print the report the fire wrote to stdout at the end
+    #[arg(long, conflicts_with = "json")]
+    pub print_report: bool,
+    /// Show a live status line on stderr: `auto` only when stderr is a terminal
+    /// (`-v` prints one line per event instead; NO_COLOR turns colour off)
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = crate::progress::When::Auto)]
+    pub progress: crate::progress::When,
 }
 
 pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
@@ -32,8 +39,8 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
     let out = super::fire::Output {
         json: args.json,
         verbose,
-        print_report: false,
-        progress: crate::progress::When::Auto,
+        print_report: args.print_report,
+        progress: args.progress,
     };
     super::fire::fire_task(root, task, args.no_commit, Some(args.run_id), out)
 }

@@ -349,3 +349,59 @@ pub fn cost_usd(
         None => 0.0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "sk-unit-SECRET-0123456789";
+
+    fn provider(yaml: &str) -> Provider {
+        let settings: ProviderSettings = serde_yaml::from_str(yaml).unwrap();
+        let retry = RetryPolicy::from_limits(&Limits::default());
+        let backend = match settings.kind {
+            ProviderKind::Openai => Backend::OpenAi(openai::OpenAi::new(&settings, Some(KEY.into()), retry).unwrap()),
+            ProviderKind::Anthropic => {
+                Backend::Anthropic(anthropic::Anthropic::new(&settings, Some(KEY.into()), retry).unwrap())
+            }
+            ProviderKind::Replay => unreachable!("no key"),
+        };
+        Provider { backend, settings }
+    }
+
+    fn request() -> ModelRequest {
+        ModelRequest {
+            model: "m".into(),
+            messages: vec![
+                Message::System { content: "sys".into() },
+                Message::User { content: "hi".into() },
+            ],
+            tools: vec![],
+            max_output_tokens: 10,
+        }
+    }
+
+    #[test]
+    fn the_redacted_request_is_the_wire_request_without_the_key() {
+        let p = provider("kind: openai\nbase_url: http://127.0.0.1:9/v1/\n");
+        let shown = p.redacted_request(&request()).unwrap();
+        assert_eq!(shown.url, "http://127.0.0.1:9/v1/chat/completions");
+        assert_eq!(shown.headers, vec![("authorization", "Bearer [REDACTED]".to_string())]);
+        assert_eq!(shown.body, openai::request_body(&request()));
+        let Backend::OpenAi(o) = &p.backend else { unreachable!() };
+        let sent = o.wire(&request(), Some(KEY));
+        assert_eq!(
+            (sent.url, sent.body),
+            (shown.url, shown.body),
+            "the same code builds both"
+        );
+        assert_eq!(sent.headers[0].1, format!("Bearer {KEY}"));
+
+        let p = provider("kind: anthropic\nbase_url: http://127.0.0.1:9\n");
+        let shown = p.redacted_request(&request()).unwrap();
+        assert_eq!(shown.url, "http://127.0.0.1:9/v1/messages");
+        assert!(shown.headers.contains(&("x-api-key", REDACTED.to_string())));
+        assert_eq!(shown.body["system"], "sys");
+        assert!(!format!("{shown:?}").contains(KEY));
+    }
+}
