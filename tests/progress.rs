@@ -455,6 +455,37 @@ fn dry_run_notes_uncommitted_builder_changes_and_shows_them() {
 }
 
 #[test]
+fn dry_run_with_a_failing_prefetch_says_why_and_writes_nothing() {
+    let server = ModelServer::start(vec![]);
+    let env = repo_for(&server, "");
+    env.write("tools/ctx.sh", "#!/bin/sh\necho cannot reach the tracker >&2\nexit 3\n");
+    std::fs::set_permissions(
+        env.root.join("tools/ctx.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    env.write(
+        "prompts/t.md",
+        "---\nprefetch:\n  - name: context\n    run: tools/ctx.sh\n---\nDo it.\n",
+    );
+    env.commit_all("failing prefetch");
+    let head = env.head_id();
+    let records = record_files(&env);
+    let (code, stdout, stderr) = run_piped(&env, &["fire", "t", "--dry-run"], &[]);
+    let err = String::from_utf8_lossy(&stderr);
+    assert_eq!(code, 1, "{err}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        err.starts_with("error: prefetch `context` failed\ntools/ctx.sh: "),
+        "{err}"
+    );
+    assert!(err.contains("cannot reach the tracker"), "the script's output: {err}");
+    assert!(server.requests().is_empty());
+    assert_eq!(env.head_id(), head);
+    assert_eq!(record_files(&env), records);
+}
+
+#[test]
 fn fire_help_documents_the_new_flags() {
     let env = TestEnv::new();
     let out = env.runtime(&["fire", "--help"]);
@@ -462,7 +493,8 @@ fn fire_help_documents_the_new_flags() {
     let help = String::from_utf8_lossy(&out.stdout);
     for part in [
         "--dry-run",
-        "call no model, write no record, make no commit",
+        "call no model",
+        "with the API key redacted; writes no record and makes no commit",
         "--print-report",
         "Print the report the fire wrote to stdout at the end",
         "--progress <WHEN>",

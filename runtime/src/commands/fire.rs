@@ -20,15 +20,22 @@ pub struct Args {
     /// Print the result as JSON on stdout
     #[arg(long)]
     pub json: bool,
-    /// Resolve settings, policy, tools, prefetch and the first model request (key
-    /// redacted) and print them; call no model, write no record, make no commit
+    /// Resolve everything and print the first model request; call no model
+    ///
+    /// Prints the settings, the policy, the tools, the prefetch output and the first
+    /// request exactly as it would be sent, with the API key redacted; writes no record
+    /// and makes no commit. Exit 0 when everything resolved, 2 for a configuration
+    /// error, 1 when a prefetch script fails
     #[arg(long, conflicts_with_all = ["print_report", "no_commit"])]
     pub dry_run: bool,
     /// Print the report the fire wrote to stdout at the end
     #[arg(long, conflicts_with = "json")]
     pub print_report: bool,
-    /// Show a live status line on stderr: `auto` only when stderr is a terminal
-    /// (`-v` prints one line per event instead; NO_COLOR turns colour off)
+    /// When to show a live status line on stderr
+    ///
+    /// The line shows the step, the model call and its elapsed time, each tool call
+    /// with its decision, retries and fallback switches. `-v` prints one plain line per
+    /// event instead; NO_COLOR turns colour off
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = When::Auto)]
     pub progress: When,
 }

@@ -19,8 +19,11 @@ pub struct Args {
     /// Print the report the fire wrote to stdout at the end
     #[arg(long, conflicts_with = "json")]
     pub print_report: bool,
-    /// Show a live status line on stderr: `auto` only when stderr is a terminal
-    /// (`-v` prints one line per event instead; NO_COLOR turns colour off)
+    /// When to show a live status line on stderr
+    ///
+    /// The line shows the step, the model call and its elapsed time, each tool call
+    /// with its decision, retries and fallback switches. `-v` prints one plain line per
+    /// event instead; NO_COLOR turns colour off
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = crate::progress::When::Auto)]
     pub progress: crate::progress::When,
 }

@@ -207,7 +207,16 @@ pub(crate) fn prepare_dry(opts: FireOptions) -> Result<(FireRun, DryNotes), Box<
             Ok((p.into_run(config, state, None), notes))
         }
         Err(stop) => {
-            let mut summary = p.ctx.unrecorded(RunStatus::Failed, stop.end, stop.message);
+            // No card is written, so the message carries the card's detail (redacted):
+            // the diagnostics with file:line, the failed prefetch script's output.
+            let redactor = config::redactor(p.settings.as_ref());
+            let message = match &stop.card {
+                Some(card) if !card.detail.is_empty() && card.detail != stop.message => {
+                    format!("{}\n{}", stop.message, redactor.redact(card.detail.trim_end()))
+                }
+                Some(_) | None => stop.message.clone(),
+            };
+            let mut summary = p.ctx.unrecorded(RunStatus::Failed, stop.end, message);
             if let Some(card) = &stop.card {
                 summary.hint = hint_for(card.kind, &p.ctx.run_id, None);
             }
