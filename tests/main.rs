@@ -12,3 +12,4 @@ mod identity;
 mod init_check;
 mod operator;
 mod otlp;
+mod progress;

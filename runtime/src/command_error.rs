@@ -454,6 +454,7 @@ mod tests {
             stop_reason: shared::records::StopReason::NotStarted,
             end,
             report: None,
+            report_text: None,
             receipt: None,
             cards: vec![],
             commit: None,

@@ -7,6 +7,7 @@
 mod command_error;
 mod commands;
 mod logging;
+mod progress;
 
 use clap::Parser;
 use std::process::ExitCode;

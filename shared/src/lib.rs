@@ -16,6 +16,7 @@ pub mod history;
 mod import_graph;
 pub mod layout;
 pub mod policy;
+pub mod progress;
 pub mod prompt;
 pub mod provider;
 pub mod records;

@@ -2,9 +2,11 @@
 //! enters its Landlock sandbox, and only then is the async runtime built for the loop.
 
 use crate::command_error::{self, CommandError, Outcome};
-use shared::fire::{self, FireEnd, FireOptions, FireSummary};
+use crate::progress::{self, Mode, Renderer, Terminal, When};
+use shared::fire::{self, DryRun, FireEnd, FireOptions, FireSummary, ProviderView};
 use std::io::IsTerminal;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Fire a task once
 #[derive(Debug, clap::Args)]
@@ -18,13 +20,36 @@ pub struct Args {
     /// Print the result as JSON on stdout
     #[arg(long)]
     pub json: bool,
+    /// Resolve everything and print the first model request; call no model
+    ///
+    /// Prints the settings, the policy, the tools, the prefetch output and the first
+    /// request exactly as it would be sent, with the API key redacted; writes no record
+    /// and makes no commit. Exit 0 when everything resolved, 2 for a configuration
+    /// error, 1 when a prefetch script fails
+    #[arg(long, conflicts_with_all = ["print_report", "no_commit"])]
+    pub dry_run: bool,
+    /// Print the report the fire wrote to stdout at the end
+    #[arg(long, conflicts_with = "json")]
+    pub print_report: bool,
+    /// When to show a live status line on stderr
+    ///
+    /// The line shows the step, the model call and its elapsed time, each tool call
+    /// with its decision, retries and fallback switches. `-v` prints one plain line per
+    /// event instead; NO_COLOR turns colour off
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = When::Auto)]
+    pub progress: When,
 }
 
 pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
     let out = Output {
         json: args.json,
         verbose,
+        print_report: args.print_report,
+        progress: args.progress,
     };
+    if args.dry_run {
+        return dry_run(root, args.task, out);
+    }
     fire_task(root, args.task, args.no_commit, None, out)
 }
 
@@ -33,8 +58,152 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
 pub struct Output {
     /// The summary as JSON on stdout.
     pub json: bool,
-    /// `-v`: a skipped fire says so only then.
+    /// `-v`: a skipped fire says so only then; progress events as plain lines.
     pub verbose: bool,
+    /// The report's text on stdout at the end.
+    pub print_report: bool,
+    /// When to show the live status line.
+    pub progress: When,
+}
+
+impl Output {
+    /// The progress renderer for this output and this terminal.
+    fn renderer(&self) -> Arc<Renderer> {
+        Arc::new(Renderer::new(progress::mode(
+            self.progress,
+            self.verbose,
+            Terminal::detect(),
+        )))
+    }
+}
+
+/// The options of a fire of `task` that reports to `renderer`.
+fn options(
+    root: &Path,
+    task: String,
+    no_commit: bool,
+    resume: Option<String>,
+    renderer: &Arc<Renderer>,
+) -> Result<FireOptions, CommandError> {
+    let exe = std::env::current_exe()?;
+    Ok(FireOptions {
+        root: root.to_path_buf(),
+        task,
+        no_commit,
+        worker_cmd: (exe, vec![super::WORKER_COMMAND.to_string()]),
+        resume,
+        progress: renderer.clone(),
+    })
+}
+
+/// `--dry-run`: what a fire would run with and send first; nothing sent or written.
+fn dry_run(root: &Path, task: String, out: Output) -> Result<Outcome, CommandError> {
+    let renderer = out.renderer();
+    let resolved = fire::dry_run(options(root, task, false, None, &renderer)?);
+    renderer.finish();
+    match resolved {
+        Ok(d) => {
+            if out.json {
+                println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
+            } else {
+                print!("{}", render_dry_run(&d));
+            }
+            Ok(Outcome::Ok)
+        }
+        Err(summary) => {
+            let result = command_error::fire_outcome(&summary);
+            print(&summary, command_error::exit_code(&result), out);
+            result
+        }
+    }
+}
+
+/// A dry run as text: one line per setting, then the prefetch output and the request.
+fn render_dry_run(d: &DryRun) -> String {
+    use std::fmt::Write as _;
+    let provider = |p: &ProviderView| {
+        let mut s = p.kind.clone();
+        if let Some(m) = &p.model {
+            let _ = write!(s, " {m}");
+        }
+        if let Some(u) = &p.base_url {
+            let _ = write!(s, " at {u}");
+        }
+        if let Some(k) = &p.api_key_env {
+            let _ = write!(s, " (key from ${k})");
+        }
+        s
+    };
+    let list = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.join(", ") };
+    let b = &d.budgets;
+    let p = &d.permissions;
+    let mut o = String::new();
+    let _ = writeln!(o, "dry run of task `{}`: no model call, no records, no commit", d.task);
+    for note in &d.notes {
+        let _ = writeln!(o, "note: {note}");
+    }
+    let _ = writeln!(o, "settings:  {}", d.settings_file);
+    let _ = writeln!(o, "prompt:    {}", d.prompt_file);
+    let _ = writeln!(o, "provider:  {}", provider(&d.provider));
+    let _ = writeln!(o, "fallback:  {}", d.fallback.as_ref().map_or("none".into(), provider));
+    let _ = writeln!(o, "model:     {}", d.model);
+    let _ = writeln!(
+        o,
+        "budgets:   max_steps {}, max_wall_s {}, max_tokens {}, max_cost_usd {}",
+        b.max_steps, b.max_wall_s, b.max_tokens, b.max_cost_usd
+    );
+    let _ = writeln!(
+        o,
+        "sandbox:   landlock {}, network {}",
+        serde_json::to_value(d.landlock)
+            .unwrap_or_default()
+            .as_str()
+            .unwrap_or("?"),
+        serde_json::to_string(&d.network).unwrap_or_default().trim_matches('"')
+    );
+    let _ = writeln!(
+        o,
+        "policy:    deny, then ask, then allow; a call no rule matches: {}",
+        serde_json::to_value(p.default)
+            .unwrap_or_default()
+            .as_str()
+            .unwrap_or("?")
+    );
+    let _ = writeln!(o, "  allow:   {}", list(&p.allow));
+    let _ = writeln!(o, "  ask:     {}", list(&p.ask));
+    let _ = writeln!(o, "  deny:    {}", list(&p.deny));
+    let _ = writeln!(o, "  write:   {}", list(&p.write));
+    let tools: Vec<String> = d.tools.iter().map(|t| t.to_string()).collect();
+    let _ = writeln!(o, "tools:     {}", list(&tools));
+    let _ = writeln!(
+        o,
+        "context:   {} of {} tokens, {} message(s)",
+        d.context.used, d.context.budget, d.context.included
+    );
+    if d.prefetch.trim().is_empty() {
+        let _ = writeln!(o, "prefetch:  none");
+    } else {
+        let _ = writeln!(o, "prefetch:{}", d.prefetch);
+    }
+    let _ = writeln!(o);
+    match &d.request {
+        Some(r) => {
+            let _ = writeln!(o, "first request (API key redacted):");
+            let _ = writeln!(o, "POST {}", r.url);
+            for (k, v) in &r.headers {
+                let _ = writeln!(o, "{k}: {v}");
+            }
+            let _ = writeln!(o);
+            let _ = writeln!(o, "{}", serde_json::to_string_pretty(&r.body).unwrap_or_default());
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "first request: none (the replay provider answers from its recorded trace)"
+            );
+        }
+    }
+    o
 }
 
 /// One fire, fresh or resumed; shared by `fire` and `resume`.
@@ -45,14 +214,8 @@ pub fn fire_task(
     resume: Option<String>,
     out: Output,
 ) -> Result<Outcome, CommandError> {
-    let exe = std::env::current_exe()?;
-    let opts = FireOptions {
-        root: root.to_path_buf(),
-        task,
-        no_commit,
-        worker_cmd: (exe, vec![super::WORKER_COMMAND.to_string()]),
-        resume,
-    };
+    let renderer = out.renderer();
+    let opts = options(root, task, no_commit, resume, &renderer)?;
     let summary = match fire::prepare(opts) {
         Err(early) => early.finish(),
         Ok(mut run) => {
@@ -60,6 +223,18 @@ pub fn fire_task(
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                 // An abort inside the loop phase is recorded by `finish` below.
                 let _ = rt.block_on(async {
+                    if let Mode::Live { .. } = renderer.mode() {
+                        // On this runtime's one thread: the elapsed time moves while
+                        // the loop awaits the model or a tool.
+                        let ticking = renderer.clone();
+                        tokio::spawn(async move {
+                            let mut every = tokio::time::interval(progress::TICK);
+                            loop {
+                                every.tick().await;
+                                ticking.tick();
+                            }
+                        });
+                    }
                     let (tx, rx) = tokio::sync::watch::channel(false);
                     tokio::spawn(async move {
                         use tokio::signal::unix::{signal, SignalKind};
@@ -81,8 +256,14 @@ pub fn fire_task(
             run.finish()
         }
     };
+    renderer.finish();
     let result = command_error::fire_outcome(&summary);
     print(&summary, command_error::exit_code(&result), out);
+    if out.print_report {
+        if let Some(text) = &summary.report_text {
+            print!("{text}");
+        }
+    }
     result
 }
 

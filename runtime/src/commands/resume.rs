@@ -16,6 +16,16 @@ pub struct Args {
     /// Print the result as JSON on stdout
     #[arg(long)]
     pub json: bool,
+    /// Print the report the fire wrote to stdout at the end
+    #[arg(long, conflicts_with = "json")]
+    pub print_report: bool,
+    /// When to show a live status line on stderr
+    ///
+    /// The line shows the step, the model call and its elapsed time, each tool call
+    /// with its decision, retries and fallback switches. `-v` prints one plain line per
+    /// event instead; NO_COLOR turns colour off
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = crate::progress::When::Auto)]
+    pub progress: crate::progress::When,
 }
 
 pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
@@ -32,6 +42,8 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
     let out = super::fire::Output {
         json: args.json,
         verbose,
+        print_report: args.print_report,
+        progress: args.progress,
     };
     super::fire::fire_task(root, task, args.no_commit, Some(args.run_id), out)
 }

@@ -9,6 +9,7 @@ pub mod gate;
 pub mod worker_client;
 
 use crate::policy::Policy;
+use crate::progress::{Event, ProgressSink};
 use crate::provider::{
     cost_usd, Message, ModelRequest, ModelResponse, ProviderChain, ProviderErrorKind, ToolCall, ToolDef,
 };
@@ -141,6 +142,39 @@ pub struct Agent<'a> {
     pub cancel: &'a mut tokio::sync::watch::Receiver<bool>,
     /// When the fire started: the wall-time budget counts from here.
     pub started: Instant,
+    /// Where steps, model calls and tool decisions are reported as they happen.
+    pub progress: &'a dyn ProgressSink,
+}
+
+/// The tool definitions the model is offered, from the task's tool names.
+pub fn tool_defs(tools: &[Tool]) -> Vec<ToolDef> {
+    tools
+        .iter()
+        .map(|t| t.spec())
+        .map(|s| ToolDef {
+            name: s.name.into(),
+            description: s.description.into(),
+            schema: (s.schema)(),
+        })
+        .collect()
+}
+
+/// The model request for the conversation so far, fitted to the model's context
+/// budget: what each step sends (and what a dry run shows for the first one).
+pub fn model_request(
+    cfg: &LoopConfig,
+    messages: &[Message],
+    tool_defs: &[ToolDef],
+) -> (ModelRequest, crate::trace::BudgetReport) {
+    let budget = cfg.max_context.saturating_sub(cfg.max_output_tokens as u64);
+    let (messages, report) = context::fit(messages, budget);
+    let req = ModelRequest {
+        model: cfg.model.clone(),
+        messages,
+        tools: tool_defs.to_vec(),
+        max_output_tokens: cfg.max_output_tokens,
+    };
+    (req, report)
 }
 
 /// How one call is recorded: in the receipt's list, the trace, and the conversation.
@@ -161,17 +195,7 @@ impl Agent<'_> {
 
     /// Runs the loop until a stop reason.
     pub async fn run(&mut self, state: &mut LoopState) -> StopReason {
-        let tool_defs: Vec<ToolDef> = self
-            .cfg
-            .tools
-            .iter()
-            .map(|t| t.spec())
-            .map(|s| ToolDef {
-                name: s.name.into(),
-                description: s.description.into(),
-                schema: (s.schema)(),
-            })
-            .collect();
+        let tool_defs = tool_defs(&self.cfg.tools);
         if let Some(stop) = self.settle_pending(state).await {
             return stop;
         }
@@ -252,15 +276,12 @@ impl Agent<'_> {
         let cfg = self.cfg;
         state.step += 1;
         let step = state.step;
-        let budget = cfg.max_context.saturating_sub(cfg.max_output_tokens as u64);
-        let (messages, report) = context::fit(&state.messages, budget);
+        self.progress.event(&Event::StepStarted {
+            step,
+            max_steps: cfg.budgets.max_steps,
+        });
+        let (req, report) = model_request(cfg, &state.messages, tool_defs);
         state.trace.steps.push((step, report));
-        let req = ModelRequest {
-            model: cfg.model.clone(),
-            messages,
-            tools: tool_defs.to_vec(),
-            max_output_tokens: cfg.max_output_tokens,
-        };
         let span = state.trace.start(SpanKind::Model, format!("chat {}", cfg.model));
         state.trace.attr(span, "gen_ai.request.model", cfg.model.clone());
         state.trace.attr(span, "agent.step", step);
@@ -272,10 +293,26 @@ impl Agent<'_> {
             state.trace.attr(span, "gen_ai.input.messages", input);
         }
         let remaining = self.wall().saturating_sub(self.started.elapsed());
+        self.progress.event(&Event::ModelCallStarted {
+            step,
+            provider: self.provider.primary.kind().to_string(),
+            model: cfg.model.clone(),
+        });
+        let called = Instant::now();
+        let progress = self.progress;
+        let finished = |tool_calls: usize, ok: bool| {
+            progress.event(&Event::ModelCallFinished {
+                step,
+                elapsed: called.elapsed(),
+                tool_calls,
+                ok,
+            })
+        };
         let answer = tokio::select! {
-            r = self.provider.complete(&req) => Some(r),
+            r = self.provider.complete(&req, self.progress) => Some(r),
             _ = self.cancel.changed() => None,
             _ = tokio::time::sleep(remaining) => {
+                finished(0, false);
                 state.trace.end(span, SpanStatus::WallTime);
                 state.cards.push(CardDraft {
                     kind: CardKind::BudgetExceeded,
@@ -286,6 +323,13 @@ impl Agent<'_> {
                 return Err(StopReason::MaxWallTime);
             }
         };
+        finished(
+            answer
+                .as_ref()
+                .and_then(|a| a.as_ref().ok())
+                .map_or(0, |r| r.tool_calls.len()),
+            matches!(answer, Some(Ok(_))),
+        );
         let Some(answer) = answer else {
             state.trace.end(span, SpanStatus::Cancelled);
             return Err(StopReason::Cancelled);
@@ -327,7 +371,7 @@ impl Agent<'_> {
             ("fallback", Some(fallback)) => fallback,
             _ => &self.provider.primary,
         };
-        state.trace.attr(span, "gen_ai.provider.name", served.genai_name());
+        state.trace.attr(span, "gen_ai.provider.name", served.kind());
         state.messages.push(Message::Assistant {
             content: resp.content.clone(),
             tool_calls: resp.tool_calls.clone(),
@@ -359,6 +403,19 @@ impl Agent<'_> {
                 decision: &*self.cfg.decision,
             },
         );
+        let decision = match &decided {
+            Gate::Refuse {
+                refusal: Refusal::Denied(_),
+                ..
+            } => "deny",
+            Gate::Refuse { .. } => "none",
+            Gate::Pause { .. } => "ask",
+            Gate::Run { .. } => "allow",
+        };
+        self.progress.event(&Event::ToolDecided {
+            name: call.name.clone(),
+            decision: decision.into(),
+        });
         let record = |args_json, decision, rule, reason| CallRecord {
             call,
             step,
@@ -414,6 +471,11 @@ impl Agent<'_> {
                 verdict,
             } => {
                 let result = self.execute(call, args).await;
+                self.progress.event(&Event::ToolFinished {
+                    name: call.name.clone(),
+                    outcome: result.error.map_or("ok", |c| c.as_str()).to_string(),
+                    elapsed: Duration::from_millis(result.duration_ms),
+                });
                 if result.error == Some(ErrorClass::SideEffectUncertain) {
                     state.cards.push(CardDraft {
                         kind: CardKind::SideEffectUncertain,

@@ -68,9 +68,16 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) 
     }
     let cost = (rec.state.cost_usd * 1e6).round() / 1e6;
     let report_rel = records::report_path(task, &ctx.run_id, ctx.started_at);
-    let report = render_report(task, &ctx.run_id, rec, cost);
-    match records::create_new(root, &report_rel, sink.redactor.redact(&report).as_bytes()) {
-        Ok(()) => files.push(report_rel.to_string_lossy().into_owned()),
+    let report = sink
+        .redactor
+        .redact(&render_report(task, &ctx.run_id, rec, cost))
+        .into_owned();
+    let mut report_text = None;
+    match records::create_new(root, &report_rel, report.as_bytes()) {
+        Ok(()) => {
+            files.push(report_rel.to_string_lossy().into_owned());
+            report_text = Some(report);
+        }
         Err(e) => failure = Some(e.into()),
     }
     let receipt_rel = records::receipt_path(task, &ctx.run_id, ctx.started_at);
@@ -134,6 +141,7 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) 
         stop_reason: rec.stop,
         end,
         report: Some(report_rel.to_string_lossy().into_owned()),
+        report_text,
         receipt: Some(receipt_rel.to_string_lossy().into_owned()),
         cards: card_ids,
         commit,

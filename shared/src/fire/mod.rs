@@ -10,20 +10,24 @@
 //! The library says how a fire ended ([`FireEnd`]); the binary chooses the exit code.
 
 pub mod config;
+mod dry_run;
 mod finish;
 mod prefetch;
 mod prepare;
 mod run;
 
 use crate::agent::{CardDraft, LoopState};
+use crate::progress::ProgressSink;
 use crate::records::{AcceptanceRecord, Inputs, RunStatus, SandboxRecord, StopReason};
 use crate::state::LockFile;
 use chrono::{DateTime, Utc};
 use config::FireConfig;
 use serde::Serialize;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
+pub use dry_run::{dry_run, DryRun, ProviderView};
 pub use prepare::prepare;
 
 /// What the caller asks of one fire.
@@ -35,6 +39,9 @@ pub struct FireOptions {
     pub worker_cmd: (PathBuf, Vec<String>),
     /// Continue this paused run from its checkpoint instead of starting afresh.
     pub resume: Option<String>,
+    /// Where the fire reports its progress (prefetch, steps, model and tool calls,
+    /// retries, fallback); [`crate::progress::Silent`] shows nothing.
+    pub progress: Arc<dyn ProgressSink>,
 }
 
 /// How a fire ended, in the terms the binary maps to exit codes (DESIGN.md section 7).
@@ -69,6 +76,10 @@ pub struct FireSummary {
     pub stop_reason: StopReason,
     pub end: FireEnd,
     pub report: Option<String>,
+    /// The report's text as this fire wrote it (redacted), for `--print-report`: kept
+    /// from the write, never read back from a file the model could have replaced.
+    #[serde(skip)]
+    pub report_text: Option<String>,
     pub receipt: Option<String>,
     pub cards: Vec<String>,
     pub commit: Option<String>,
@@ -119,6 +130,7 @@ impl FireContext {
             stop_reason: StopReason::NotStarted,
             end,
             report: None,
+            report_text: None,
             receipt: None,
             cards: vec![],
             commit: None,
@@ -173,7 +185,8 @@ pub struct Aborted;
 pub struct FireRun {
     ctx: FireContext,
     config: FireConfig,
-    _lock: LockFile,
+    /// The task's lock, held to the end; none in a dry run.
+    _lock: Option<LockFile>,
     inputs: Inputs,
     /// The sandbox that model-run actions run in, for the receipt.
     pub sandbox: SandboxRecord,

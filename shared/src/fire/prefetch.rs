@@ -4,11 +4,12 @@
 //! model spends no turns on it.
 
 use super::config::FireConfig;
+use crate::progress::{Event, ProgressSink};
 use crate::tools::exec::ExecContext;
 use crate::tools::{ToolArgs, ToolRequest};
 use crate::trace::{SpanKind, SpanStatus, Trace};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A prefetch script that failed: its entry's name and what went wrong (redacted).
 pub(crate) struct PrefetchFailure {
@@ -24,12 +25,26 @@ pub(crate) struct Prefetched {
     pub truncated: Vec<String>,
 }
 
-/// Runs every prefetch entry of the prompt in order; returns their outputs, or the
-/// first failure.
-pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Result<Prefetched, PrefetchFailure> {
+/// Runs every prefetch entry of the prompt in order, reporting each to `progress`;
+/// returns their outputs, or the first failure.
+pub(crate) fn run_all(
+    root: &Path,
+    config: &FireConfig,
+    trace: &mut Trace,
+    progress: &dyn ProgressSink,
+) -> Result<Prefetched, PrefetchFailure> {
     let mut out = Prefetched::default();
     for p in &config.prompt.front.prefetch {
         let span = trace.start(SpanKind::Prefetch, format!("prefetch {}", p.name));
+        progress.event(&Event::PrefetchStarted { name: p.name.clone() });
+        let started = Instant::now();
+        let finished = |ok: bool| {
+            progress.event(&Event::PrefetchFinished {
+                name: p.name.clone(),
+                elapsed: started.elapsed(),
+                ok,
+            })
+        };
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(config.limits.prefetch_timeout_s));
         match run_script(
             root,
@@ -40,6 +55,7 @@ pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Re
             config.limits.tool_output_bytes,
         ) {
             Ok((text, truncated)) => {
+                finished(true);
                 trace.attr(span, "agent.output_bytes", text.len() as u64);
                 trace.end(span, SpanStatus::Ok);
                 if truncated {
@@ -52,6 +68,7 @@ pub(crate) fn run_all(root: &Path, config: &FireConfig, trace: &mut Trace) -> Re
                 ));
             }
             Err(why) => {
+                finished(false);
                 trace.end(span, SpanStatus::Error);
                 return Err(PrefetchFailure {
                     name: p.name.clone(),

@@ -135,30 +135,10 @@ fn builder_tree(repo: &git2::Repository) -> String {
 /// Steps 1-4: repository, lock, dirty check, load and validate, prefetch.
 pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
     let ctx = FireContext::new(opts);
-    if !prompt::valid_task_name(&ctx.opts.task) {
-        let why = format!(
-            "`{}` is not a valid task name (letters, digits, `-`, `_`)",
-            ctx.opts.task
-        );
-        return Err(EarlyEnd::Unrecorded(Box::new(ctx.unrecorded(
-            RunStatus::Failed,
-            FireEnd::InvalidInput,
-            why,
-        ))));
-    }
-    let repo = match crate::git::discover(&ctx.opts.root) {
-        Ok(r) => r,
-        Err(e) => {
-            return Err(EarlyEnd::Unrecorded(Box::new(ctx.unrecorded(
-                RunStatus::Failed,
-                FireEnd::Environment,
-                e.to_string(),
-            ))))
-        }
+    let repo = match open_task(&ctx) {
+        Ok(repo) => repo,
+        Err(summary) => return Err(EarlyEnd::Unrecorded(summary)),
     };
-    if let Some(summary) = not_a_task(&ctx, &repo) {
-        return Err(EarlyEnd::Unrecorded(Box::new(summary)));
-    }
     let lock = match state::take_lock(&state::task_lock_path(&ctx.opts.root, &ctx.opts.task), LockWait::NoWait) {
         Ok(Some(lock)) => lock,
         Ok(None) => return Err(EarlyEnd::Unrecorded(Box::new(skipped(&ctx)))),
@@ -171,28 +151,9 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             ))));
         }
     };
-    let mut p = Preparing {
-        inputs: Inputs {
-            commit: crate::git::head_commit(&repo).ok().flatten().map(|o| o.to_string()),
-            ..Inputs::default()
-        },
-        ctx,
-        repo,
-        settings: None,
-    };
+    let mut p = Preparing::new(ctx, repo, false);
     match p.phases() {
-        Ok((config, state)) => Ok(FireRun {
-            ctx: p.ctx,
-            config,
-            _lock: lock,
-            inputs: p.inputs,
-            sandbox: SandboxRecord::default(),
-            state,
-            stop: StopReason::NotStarted,
-            acceptance: Vec::new(),
-            abort: None,
-            repo: p.repo,
-        }),
+        Ok((config, state)) => Ok(p.into_run(config, state, Some(lock))),
         Err(Stop {
             end, card: Some(card), ..
         }) => Err(EarlyEnd::Refused(Box::new(Refusal {
@@ -214,6 +175,67 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             message,
         )))),
     }
+}
+
+/// Step 1 before the lock: a valid task name, the repository, a commit to fire on and
+/// a prompt for the task; otherwise the summary of a fire that writes nothing.
+fn open_task(ctx: &FireContext) -> Result<git2::Repository, Box<FireSummary>> {
+    if !prompt::valid_task_name(&ctx.opts.task) {
+        let why = format!(
+            "`{}` is not a valid task name (letters, digits, `-`, `_`)",
+            ctx.opts.task
+        );
+        return Err(Box::new(ctx.unrecorded(RunStatus::Failed, FireEnd::InvalidInput, why)));
+    }
+    let repo = crate::git::discover(&ctx.opts.root)
+        .map_err(|e| Box::new(ctx.unrecorded(RunStatus::Failed, FireEnd::Environment, e.to_string())))?;
+    match not_a_task(ctx, &repo) {
+        Some(summary) => Err(Box::new(summary)),
+        None => Ok(repo),
+    }
+}
+
+/// A dry run of steps 1-4 (DESIGN.md section 4): what [`prepare`] resolves (settings,
+/// policy, tools, prefetch output, the first conversation) without the task's lock and
+/// without a record; uncommitted builder-owned changes, which a fire refuses, become a
+/// note. The caller removes the scratch directory.
+pub(crate) fn prepare_dry(opts: FireOptions) -> Result<(FireRun, DryNotes), Box<FireSummary>> {
+    let ctx = FireContext::new(opts);
+    let repo = open_task(&ctx)?;
+    let mut p = Preparing::new(ctx, repo, true);
+    match p.phases() {
+        Ok((config, state)) => {
+            let notes = DryNotes {
+                notes: std::mem::take(&mut p.notes),
+                prefetched: std::mem::take(&mut p.prefetched),
+            };
+            Ok((p.into_run(config, state, None), notes))
+        }
+        Err(stop) => {
+            // No card is written, so the message carries the card's detail (redacted):
+            // the diagnostics with file:line, the failed prefetch script's output.
+            let redactor = config::redactor(p.settings.as_ref());
+            let message = match &stop.card {
+                Some(card) if !card.detail.is_empty() && card.detail != stop.message => {
+                    format!("{}\n{}", stop.message, redactor.redact(card.detail.trim_end()))
+                }
+                Some(_) | None => stop.message.clone(),
+            };
+            let mut summary = p.ctx.unrecorded(RunStatus::Failed, stop.end, message);
+            if let Some(card) = &stop.card {
+                summary.hint = hint_for(card.kind, &p.ctx.run_id, None);
+            }
+            Err(Box::new(summary))
+        }
+    }
+}
+
+/// What a dry run's preparation learned beside the run itself.
+pub(crate) struct DryNotes {
+    /// What a fire would have refused or warned about.
+    pub notes: Vec<String>,
+    /// The prefetch output appended to the task prompt (markdown; empty for none).
+    pub prefetched: String,
 }
 
 /// A fire that cannot be one: no commit to fire on, or no prompt for the task. It
@@ -273,9 +295,43 @@ struct Preparing {
     inputs: Inputs,
     /// Set once the settings loaded, so a later refusal redacts their key variables.
     settings: Option<RuntimeSettings>,
+    /// A dry run: note uncommitted builder-owned changes instead of refusing.
+    dry_run: bool,
+    notes: Vec<String>,
+    prefetched: String,
 }
 
 impl Preparing {
+    fn new(ctx: FireContext, repo: git2::Repository, dry_run: bool) -> Preparing {
+        Preparing {
+            inputs: Inputs {
+                commit: crate::git::head_commit(&repo).ok().flatten().map(|o| o.to_string()),
+                ..Inputs::default()
+            },
+            ctx,
+            repo,
+            settings: None,
+            dry_run,
+            notes: Vec::new(),
+            prefetched: String::new(),
+        }
+    }
+
+    fn into_run(self, config: FireConfig, state: LoopState, lock: Option<LockFile>) -> FireRun {
+        FireRun {
+            ctx: self.ctx,
+            config,
+            _lock: lock,
+            inputs: self.inputs,
+            sandbox: SandboxRecord::default(),
+            state,
+            stop: StopReason::NotStarted,
+            acceptance: Vec::new(),
+            abort: None,
+            repo: self.repo,
+        }
+    }
+
     fn phases(&mut self) -> Result<(FireConfig, LoopState), Stop> {
         let loaded = settings::load(&self.ctx.opts.root);
         self.refuse_unreviewed(loaded.as_ref().ok().map(|s| &s.runtime))?;
@@ -310,7 +366,7 @@ impl Preparing {
     }
 
     /// Builder paths must be committed: the fire runs on reviewed versions only.
-    fn refuse_unreviewed(&self, settings: Option<&RuntimeSettings>) -> Result<(), Stop> {
+    fn refuse_unreviewed(&mut self, settings: Option<&RuntimeSettings>) -> Result<(), Stop> {
         let root = &self.ctx.opts.root;
         let extra_builder = settings.map(|s| s.builder_paths.as_slice()).unwrap_or(&[]);
         let ownership = Ownership::new(root)
@@ -319,6 +375,14 @@ impl Preparing {
         let dirty = crate::git::dirty_builder_paths(&self.repo, &ownership)
             .map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
         if dirty.is_empty() {
+            return Ok(());
+        }
+        if self.dry_run {
+            self.notes.push(format!(
+                "a fire would refuse: {} builder-owned path(s) have uncommitted changes: {}",
+                dirty.len(),
+                dirty.join(", ")
+            ));
             return Ok(());
         }
         Err(Stop::carded(
@@ -369,7 +433,7 @@ impl Preparing {
 
     /// The conversation the loop starts from: a paused run's checkpoint (no prefetch
     /// again), or the system prompt and the task prompt with its prefetched context.
-    fn first_state(&self, config: &FireConfig) -> Result<LoopState, Stop> {
+    fn first_state(&mut self, config: &FireConfig) -> Result<LoopState, Stop> {
         if let Some(paused) = &self.ctx.opts.resume {
             let checkpoint = StateDb::open(&self.ctx.opts.root)
                 .map_err(|e| e.to_string())
@@ -389,15 +453,19 @@ impl Preparing {
         }
         let mut state = LoopState::default();
         self.ctx.open_root(&mut state.trace);
-        let prefetched = prefetch::run_all(&self.ctx.opts.root, config, &mut state.trace).map_err(|failed| {
-            let _ = std::fs::remove_dir_all(&config.scratch);
-            Stop::carded(
-                FireEnd::Failed,
-                CardKind::PrefetchFailed,
-                format!("prefetch `{}` failed", failed.name),
-                failed.detail,
-            )
-        })?;
+        let prefetched = prefetch::run_all(&self.ctx.opts.root, config, &mut state.trace, &*self.ctx.opts.progress)
+            .map_err(|failed| {
+                let _ = std::fs::remove_dir_all(&config.scratch);
+                Stop::carded(
+                    FireEnd::Failed,
+                    CardKind::PrefetchFailed,
+                    format!("prefetch `{}` failed", failed.name),
+                    failed.detail,
+                )
+            })?;
+        if self.dry_run {
+            self.prefetched = prefetched.text.clone();
+        }
         for name in &prefetched.truncated {
             state.cards.push(CardDraft {
                 kind: CardKind::PrefetchTruncated,

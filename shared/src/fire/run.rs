@@ -8,6 +8,7 @@ use super::prefetch::shell_quote;
 use super::{Abort, Aborted, FireEnd, FireRun};
 use crate::agent::worker_client::WorkerClient;
 use crate::agent::{Agent, CallDecision, CardDraft, LoopConfig};
+use crate::progress::Event;
 use crate::provider::{Provider, ProviderChain, ProviderError};
 use crate::records::{AcceptanceRecord, CardKind};
 use crate::sandbox::{self, landlock};
@@ -79,6 +80,7 @@ impl FireRun {
             worker: &mut worker,
             cancel: &mut cancel,
             started: self.ctx.started,
+            progress: &*self.ctx.opts.progress,
         }
         .run(&mut self.state)
         .await;
@@ -134,7 +136,7 @@ impl FireRun {
         Ok(worker)
     }
 
-    fn providers(&self) -> Result<ProviderChain, ProviderError> {
+    pub(super) fn providers(&self) -> Result<ProviderChain, ProviderError> {
         let root = &self.ctx.opts.root;
         let s = &self.config.settings;
         let primary = Provider::new(&s.provider, root, self.config.retry)?;
@@ -148,7 +150,7 @@ impl FireRun {
     }
 
     /// The loop's inputs, from the resolved configuration.
-    fn loop_config(&self, chain: &ProviderChain) -> LoopConfig {
+    pub(super) fn loop_config(&self, chain: &ProviderChain) -> LoopConfig {
         let head = git2::Repository::open(&self.ctx.opts.root).ok();
         let root = self.ctx.opts.root.clone();
         let run = self.ctx.approval_run().to_string();
@@ -182,6 +184,10 @@ impl FireRun {
         let answer = self.state.final_answer.clone().unwrap_or_default();
         let mut out = Vec::new();
         for a in self.config.prompt.front.acceptance.clone() {
+            self.ctx
+                .opts
+                .progress
+                .event(&Event::AcceptanceStarted { name: a.name.clone() });
             let span = self
                 .state
                 .trace

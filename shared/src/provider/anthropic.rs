@@ -1,7 +1,8 @@
 //! Anthropic Messages wire format (`/v1/messages`): `tool_use` and `tool_result`
 //! content blocks, a top-level `system`, and `usage`.
 
-use super::{http, Message, ModelRequest, ModelResponse, ProviderError, RetryPolicy, ToolCall};
+use super::{http, Message, ModelRequest, ModelResponse, ProviderError, RetryPolicy, ToolCall, WireRequest};
+use crate::progress::ProgressSink;
 use crate::records::Tokens;
 use crate::settings::ProviderSettings;
 use serde_json::{json, Value};
@@ -32,13 +33,31 @@ impl Anthropic {
         })
     }
 
-    pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
-        let body = request_body(req);
+    pub async fn complete(
+        &self,
+        req: &ModelRequest,
+        progress: &dyn ProgressSink,
+    ) -> Result<ModelResponse, ProviderError> {
+        let wire = self.wire(req, self.key.as_deref());
+        http::exchange(&self.client, &wire, &self.retry, parse_response, progress).await
+    }
+
+    /// The HTTP request for `req`, authorised with `key`: the one place it is built,
+    /// for the call and for a dry run (which passes a redacted key).
+    pub fn wire(&self, req: &ModelRequest, key: Option<&str>) -> WireRequest {
         let mut headers = vec![("anthropic-version", API_VERSION.to_string())];
-        if let Some(k) = &self.key {
-            headers.push(("x-api-key", k.clone()));
+        if let Some(k) = key {
+            headers.push(("x-api-key", k.to_string()));
         }
-        http::exchange(&self.client, &self.url, &headers, &body, &self.retry, parse_response).await
+        WireRequest {
+            url: self.url.clone(),
+            headers,
+            body: request_body(req),
+        }
+    }
+
+    pub fn has_key(&self) -> bool {
+        self.key.is_some()
     }
 }
 

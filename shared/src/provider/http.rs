@@ -2,22 +2,22 @@
 //! connection errors and timeouts; `retry-after` (seconds or an HTTP date) honoured;
 //! other 4xx never retried. Error bodies are shortened and never carry the key.
 
-use super::{ProviderError, ProviderErrorKind, RetryPolicy};
+use super::{ProviderError, ProviderErrorKind, RetryPolicy, WireRequest};
+use crate::progress::{Event, ProgressSink};
 use std::time::Duration;
 
-/// POSTs `body` to `url` with `headers`, retrying per `policy`; returns the JSON body
-/// and the number of retries taken.
+/// POSTs `wire`, retrying per `policy` (each retry reported to `progress` with its
+/// wait); returns the JSON body and the number of retries taken.
 pub async fn post_json(
     client: &reqwest::Client,
-    url: &str,
-    headers: &[(&str, String)],
-    body: &serde_json::Value,
+    wire: &WireRequest,
     policy: &RetryPolicy,
+    progress: &dyn ProgressSink,
 ) -> Result<(serde_json::Value, u32), ProviderError> {
     let mut attempt: u32 = 0;
     loop {
-        let mut req = client.post(url).timeout(policy.request_timeout).json(body);
-        for (k, v) in headers {
+        let mut req = client.post(&wire.url).timeout(policy.request_timeout).json(&wire.body);
+        for (k, v) in &wire.headers {
             req = req.header(*k, v);
         }
         let outcome = req.send().await;
@@ -66,6 +66,12 @@ pub async fn post_json(
             .map(|d| d.min(Duration::from_secs(120)))
             .unwrap_or_else(|| backoff(policy, attempt));
         tracing::info!(attempt = attempt + 1, delay_ms = delay.as_millis() as u64, error = %err.message, status = err.status, "retrying model call");
+        progress.event(&Event::Retry {
+            attempt: attempt + 1,
+            max_retries: policy.max_retries,
+            wait: delay,
+            reason: retry_reason(&err),
+        });
         tokio::time::sleep(delay).await;
         attempt += 1;
     }
@@ -88,17 +94,25 @@ pub fn refused_for_length(body: &str) -> bool {
     .any(|m| b.contains(m))
 }
 
+/// Why an attempt is retried, in a few words: `HTTP 503`, `timeout`, `connection error`.
+fn retry_reason(err: &ProviderError) -> String {
+    match (err.status, err.kind) {
+        (Some(status), _) => format!("HTTP {status}"),
+        (None, ProviderErrorKind::Timeout) => "timeout".into(),
+        (None, _) => "connection error".into(),
+    }
+}
+
 /// One model call: POST with retries, then the wire format's `parse` of the answer.
 /// A 200 whose body `parse` rejects is a `Decode` error carrying the retries taken.
 pub async fn exchange(
     client: &reqwest::Client,
-    url: &str,
-    headers: &[(&str, String)],
-    body: &serde_json::Value,
+    wire: &WireRequest,
     policy: &RetryPolicy,
     parse: fn(&serde_json::Value) -> Result<super::ModelResponse, String>,
+    progress: &dyn ProgressSink,
 ) -> Result<super::ModelResponse, ProviderError> {
-    let (json, retries) = post_json(client, url, headers, body, policy).await?;
+    let (json, retries) = post_json(client, wire, policy, progress).await?;
     let mut resp =
         parse(&json).map_err(|m| with_retries(ProviderError::new(ProviderErrorKind::Decode, Some(200), m), retries))?;
     resp.retries = retries;

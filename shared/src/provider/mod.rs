@@ -10,6 +10,7 @@ mod http;
 mod openai;
 mod replay;
 
+use crate::progress::{Event, ProgressSink};
 use crate::records::Tokens;
 use crate::settings::{Limits, ProviderKind, ProviderSettings};
 use serde::{Deserialize, Serialize};
@@ -174,6 +175,17 @@ impl RetryPolicy {
     }
 }
 
+/// What stands in for the API key in a request shown to a person.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// One HTTP request as a provider sends it: URL, headers and JSON body.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WireRequest {
+    pub url: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: serde_json::Value,
+}
+
 enum Backend {
     OpenAi(openai::OpenAi),
     Anthropic(anthropic::Anthropic),
@@ -235,11 +247,12 @@ impl Provider {
 
     /// `kind model`, for records of which provider served a step.
     pub fn describe(&self) -> String {
-        format!("{} {}", self.genai_name(), self.model())
+        format!("{} {}", self.kind(), self.model())
     }
 
-    /// The GenAI semantic conventions' `gen_ai.provider.name` for this provider.
-    pub fn genai_name(&self) -> &'static str {
+    /// The settings' kind of this provider (`openai`, `anthropic`, `replay`), which is
+    /// also its GenAI semantic-convention `gen_ai.provider.name`.
+    pub fn kind(&self) -> &'static str {
         match self.settings.kind {
             ProviderKind::Openai => "openai",
             ProviderKind::Anthropic => "anthropic",
@@ -254,16 +267,32 @@ impl Provider {
         }
     }
 
-    pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
+    /// Asks the model; HTTP retries are reported to `progress`.
+    pub async fn complete(
+        &self,
+        req: &ModelRequest,
+        progress: &dyn ProgressSink,
+    ) -> Result<ModelResponse, ProviderError> {
         let answer = match &self.backend {
-            Backend::OpenAi(p) => p.complete(req).await,
-            Backend::Anthropic(p) => p.complete(req).await,
+            Backend::OpenAi(p) => p.complete(req, progress).await,
+            Backend::Anthropic(p) => p.complete(req, progress).await,
             Backend::Replay(p) => p.complete(req),
         };
         answer.map(|mut r| {
             r.served_by = self.describe();
             r
         })
+    }
+
+    /// The request [`Provider::complete`] would send for `req`, built by the same code,
+    /// with the API key replaced by [`REDACTED`]; `None` for `replay`, which sends
+    /// nothing.
+    pub fn redacted_request(&self, req: &ModelRequest) -> Option<WireRequest> {
+        match &self.backend {
+            Backend::OpenAi(p) => Some(p.wire(req, p.has_key().then_some(REDACTED))),
+            Backend::Anthropic(p) => Some(p.wire(req, p.has_key().then_some(REDACTED))),
+            Backend::Replay(_) => None,
+        }
     }
 }
 
@@ -310,13 +339,19 @@ impl ProviderChain {
         *guard = Some(std::time::Instant::now() + self.cooldown);
     }
 
-    pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
+    /// Asks the primary, then the fallback when the primary gives up (or straight away
+    /// while the breaker is open); retries and the switch are reported to `progress`.
+    pub async fn complete(
+        &self,
+        req: &ModelRequest,
+        progress: &dyn ProgressSink,
+    ) -> Result<ModelResponse, ProviderError> {
         let fallback = match &self.fallback {
-            Some(fb) if self.breaker_open() => return self.via_fallback(fb, req, 0).await,
+            Some(fb) if self.breaker_open() => return self.via_fallback(fb, req, 0, progress).await,
             Some(fb) => Some(fb),
             None => None,
         };
-        match self.primary.complete(req).await {
+        match self.primary.complete(req, progress).await {
             Ok(mut r) => {
                 r.served_by = format!("primary ({})", r.served_by);
                 Ok(r)
@@ -324,7 +359,15 @@ impl ProviderChain {
             Err(e) => match fallback {
                 Some(fb) if e.kind != ProviderErrorKind::ReplayExhausted => {
                     tracing::warn!(error = %e, "primary provider failed; trying the fallback");
-                    let r = self.via_fallback(fb, req, e.retries).await?;
+                    progress.event(&Event::Fallback {
+                        to: fb.kind().to_string(),
+                        reason: format!(
+                            "{:?}{}",
+                            e.kind,
+                            e.status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()
+                        ),
+                    });
+                    let r = self.via_fallback(fb, req, e.retries, progress).await?;
                     self.trip();
                     Ok(r)
                 }
@@ -338,10 +381,11 @@ impl ProviderChain {
         fb: &Provider,
         req: &ModelRequest,
         retries: u32,
+        progress: &dyn ProgressSink,
     ) -> Result<ModelResponse, ProviderError> {
         let mut freq = req.clone();
         freq.model = fb.model();
-        let mut r = fb.complete(&freq).await.map_err(|fe| ProviderError {
+        let mut r = fb.complete(&freq, progress).await.map_err(|fe| ProviderError {
             retries: fe.retries + retries,
             ..fe
         })?;
@@ -360,5 +404,61 @@ pub fn cost_usd(
     match prices.get(model) {
         Some(p) => (usage.input as f64 * p.input_per_mtok + usage.output as f64 * p.output_per_mtok) / 1_000_000.0,
         None => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "sk-unit-SECRET-0123456789";
+
+    fn provider(yaml: &str) -> Provider {
+        let settings: ProviderSettings = serde_yaml::from_str(yaml).unwrap();
+        let retry = RetryPolicy::from_limits(&Limits::default());
+        let backend = match settings.kind {
+            ProviderKind::Openai => Backend::OpenAi(openai::OpenAi::new(&settings, Some(KEY.into()), retry).unwrap()),
+            ProviderKind::Anthropic => {
+                Backend::Anthropic(anthropic::Anthropic::new(&settings, Some(KEY.into()), retry).unwrap())
+            }
+            ProviderKind::Replay => unreachable!("no key"),
+        };
+        Provider { backend, settings }
+    }
+
+    fn request() -> ModelRequest {
+        ModelRequest {
+            model: "m".into(),
+            messages: vec![
+                Message::System { content: "sys".into() },
+                Message::User { content: "hi".into() },
+            ],
+            tools: vec![],
+            max_output_tokens: 10,
+        }
+    }
+
+    #[test]
+    fn the_redacted_request_is_the_wire_request_without_the_key() {
+        let p = provider("kind: openai\nbase_url: http://127.0.0.1:9/v1/\n");
+        let shown = p.redacted_request(&request()).unwrap();
+        assert_eq!(shown.url, "http://127.0.0.1:9/v1/chat/completions");
+        assert_eq!(shown.headers, vec![("authorization", "Bearer [REDACTED]".to_string())]);
+        assert_eq!(shown.body, openai::request_body(&request()));
+        let Backend::OpenAi(o) = &p.backend else { unreachable!() };
+        let sent = o.wire(&request(), Some(KEY));
+        assert_eq!(
+            (sent.url, sent.body),
+            (shown.url, shown.body),
+            "the same code builds both"
+        );
+        assert_eq!(sent.headers[0].1, format!("Bearer {KEY}"));
+
+        let p = provider("kind: anthropic\nbase_url: http://127.0.0.1:9\n");
+        let shown = p.redacted_request(&request()).unwrap();
+        assert_eq!(shown.url, "http://127.0.0.1:9/v1/messages");
+        assert!(shown.headers.contains(&("x-api-key", REDACTED.to_string())));
+        assert_eq!(shown.body["system"], "sys");
+        assert!(!format!("{shown:?}").contains(KEY));
     }
 }

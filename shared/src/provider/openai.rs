@@ -2,7 +2,8 @@
 //! `tool` messages and `usage`. Any compatible server (llama.cpp server, vLLM,
 //! Ollama) works through `base_url`.
 
-use super::{http, Message, ModelRequest, ModelResponse, ProviderError, RetryPolicy, ToolCall};
+use super::{http, Message, ModelRequest, ModelResponse, ProviderError, RetryPolicy, ToolCall, WireRequest};
+use crate::progress::ProgressSink;
 use crate::records::Tokens;
 use crate::settings::ProviderSettings;
 use serde_json::{json, Value};
@@ -27,13 +28,31 @@ impl OpenAi {
         })
     }
 
-    pub async fn complete(&self, req: &ModelRequest) -> Result<ModelResponse, ProviderError> {
-        let body = request_body(req);
+    pub async fn complete(
+        &self,
+        req: &ModelRequest,
+        progress: &dyn ProgressSink,
+    ) -> Result<ModelResponse, ProviderError> {
+        let wire = self.wire(req, self.key.as_deref());
+        http::exchange(&self.client, &wire, &self.retry, parse_response, progress).await
+    }
+
+    /// The HTTP request for `req`, authorised with `key`: the one place it is built,
+    /// for the call and for a dry run (which passes a redacted key).
+    pub fn wire(&self, req: &ModelRequest, key: Option<&str>) -> WireRequest {
         let mut headers = Vec::new();
-        if let Some(k) = &self.key {
+        if let Some(k) = key {
             headers.push(("authorization", format!("Bearer {k}")));
         }
-        http::exchange(&self.client, &self.url, &headers, &body, &self.retry, parse_response).await
+        WireRequest {
+            url: self.url.clone(),
+            headers,
+            body: request_body(req),
+        }
+    }
+
+    pub fn has_key(&self) -> bool {
+        self.key.is_some()
     }
 }
 
