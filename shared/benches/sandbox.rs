@@ -3,6 +3,8 @@
 //! at most 2 ms), and a sandboxed `run_command` against an unsandboxed spawn of the
 //! same command (target: at most 1.5 times). Prints medians; exits 1 if a target is
 //! missed.
+// Benchmark code is test code: a failed setup step should panic and stop the run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use shared::sandbox::{landlock, SandboxSpec};
 use shared::settings::LandlockMode;

@@ -6,7 +6,7 @@ use crate::diag::{DiagKind, Diagnostic};
 use crate::layout::{PROMPTS_DIR, SCOPE_FILE, SETTINGS_FILE};
 use crate::settings::{self, ProviderKind, RuntimeSettings, Settings};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What [`check_repo`] found.
 pub struct Checked {
@@ -26,6 +26,24 @@ pub fn check_repo(root: &Path) -> Checked {
         .as_ref()
         .is_some_and(|l| l.stand_ins.iter().any(|k| k == "provider"));
     let loaded = linted.lenient.map(|l| l.settings);
+    scope_problems(root, &mut diags);
+    let stand_in = stand_in_settings();
+    let s = loaded.as_ref().unwrap_or(&stand_in);
+    if !provider_is_stand_in {
+        replay_problems(root, loaded.as_ref(), &linted.runtime_src, &mut diags);
+    }
+    for path in prompt_files(root, &mut diags) {
+        prompt_problems(root, &path, s, loaded.is_some(), &mut diags);
+    }
+    diags.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
+    Checked {
+        problems: diags,
+        settings: linted.settings,
+    }
+}
+
+/// The boundary document must exist and say something.
+fn scope_problems(root: &Path, diags: &mut Vec<Diagnostic>) {
     match std::fs::read_to_string(root.join(SCOPE_FILE)) {
         Err(_) => diags.push(
             Diagnostic::new(
@@ -41,15 +59,17 @@ pub fn check_repo(root: &Path) -> Checked {
         }
         Ok(_) => {}
     }
-    let stand_in = stand_in_settings();
-    let s = loaded.as_ref().unwrap_or(&stand_in);
-    if let Some(rt) = loaded.as_ref().filter(|_| !provider_is_stand_in) {
+}
+
+/// A replay provider's (or fallback's) recorded trace must exist.
+fn replay_problems(root: &Path, loaded: Option<&RuntimeSettings>, runtime_src: &str, diags: &mut Vec<Diagnostic>) {
+    if let Some(rt) = loaded {
         for p in [Some(&rt.provider), rt.fallback.as_ref()].into_iter().flatten() {
             if let (ProviderKind::Replay, Some(replay)) = (p.kind, p.replay.as_ref()) {
                 if !root.join(replay).is_file() {
                     diags.push(Diagnostic::new(
                         SETTINGS_FILE,
-                        crate::yamlpos::line_of_item(&linted.runtime_src, &["provider"], replay),
+                        crate::yamlpos::line_of_item(runtime_src, &["provider"], replay),
                         "provider.replay",
                         format!("replay trace `{replay}` does not exist"),
                     ));
@@ -57,6 +77,10 @@ pub fn check_repo(root: &Path) -> Checked {
             }
         }
     }
+}
+
+/// The task prompts (`prompts/*.md`), sorted; none is a problem.
+fn prompt_files(root: &Path, diags: &mut Vec<Diagnostic>) -> Vec<PathBuf> {
     let mut prompts: Vec<_> = std::fs::read_dir(root.join(PROMPTS_DIR))
         .map(|rd| {
             rd.filter_map(|e| e.ok())
@@ -74,67 +98,72 @@ pub fn check_repo(root: &Path) -> Checked {
             "no task prompts (prompts/<task>.md)",
         ));
     }
-    for path in prompts {
-        let task = path.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_string();
-        let rel = Path::new(PROMPTS_DIR).join(format!("{task}.md"));
-        let src = match std::fs::read_to_string(&path) {
-            Ok(s) => s,
-            Err(e) => {
-                diags.push(Diagnostic::new(&rel, 0, "", format!("cannot read: {e}")));
-                continue;
-            }
-        };
-        if !crate::prompt::valid_task_name(&task) {
-            diags.push(Diagnostic::new(
-                &rel,
-                0,
-                "",
-                format!("`{task}` is not a valid task name (letters, digits, `-`, `_`)"),
-            ));
-            continue;
+    prompts
+}
+
+/// One prompt: its name, its front matter against the settings `s` (widening judged
+/// only when `s` are the repository's own settings), and the scripts it runs.
+fn prompt_problems(root: &Path, path: &Path, s: &RuntimeSettings, own_settings: bool, diags: &mut Vec<Diagnostic>) {
+    let task = path.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_string();
+    let rel = Path::new(PROMPTS_DIR).join(format!("{task}.md"));
+    let src = match std::fs::read_to_string(path) {
+        Ok(s) => s,
+        Err(e) => {
+            diags.push(Diagnostic::new(&rel, 0, "", format!("cannot read: {e}")));
+            return;
         }
-        if let Err(d) = crate::prompt::parse(&task, &rel, &src, s) {
-            diags.extend(if loaded.is_some() {
-                d
-            } else {
-                d.into_iter().filter(|d| d.kind != DiagKind::Widens).collect()
-            });
-        }
-        let Some(front) = crate::prompt::front_matter(&rel, &src) else {
-            continue;
-        };
-        let scripts = front.prefetch.iter().map(|x| ("prefetch", &x.run)).chain(
-            front
-                .acceptance
-                .iter()
-                .filter_map(|a| a.run.as_ref().map(|r| ("acceptance", r))),
-        );
-        for (what, script) in scripts {
-            let line = crate::yamlpos::line_of_item(&src, &[what], script);
-            match std::fs::metadata(root.join(script)) {
-                Err(_) => diags.push(
-                    Diagnostic::new(&rel, line, what, format!("{what} script `{script}` does not exist"))
-                        .with_hint("add it under tools/ or fix the path"),
-                ),
-                Ok(m) if m.permissions().mode() & 0o111 == 0 => diags.push(
-                    Diagnostic::new(&rel, line, what, format!("{what} script `{script}` is not executable"))
-                        .with_hint(format!("chmod +x {script}")),
-                ),
-                Ok(_) => {}
-            }
-        }
+    };
+    if !crate::prompt::valid_task_name(&task) {
+        diags.push(Diagnostic::new(
+            &rel,
+            0,
+            "",
+            format!("`{task}` is not a valid task name (letters, digits, `-`, `_`)"),
+        ));
+        return;
     }
-    diags.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
-    Checked {
-        problems: diags,
-        settings: linted.settings,
+    if let Err(d) = crate::prompt::parse(&task, &rel, &src, s) {
+        diags.extend(if own_settings {
+            d
+        } else {
+            d.into_iter().filter(|d| d.kind != DiagKind::Widens).collect()
+        });
+    }
+    let Some(front) = crate::prompt::front_matter(&rel, &src) else {
+        return;
+    };
+    let scripts = front.prefetch.iter().map(|x| ("prefetch", &x.run)).chain(
+        front
+            .acceptance
+            .iter()
+            .filter_map(|a| a.run.as_ref().map(|r| ("acceptance", r))),
+    );
+    for (what, script) in scripts {
+        let line = crate::yamlpos::line_of_item(&src, &[what], script);
+        match std::fs::metadata(root.join(script)) {
+            Err(_) => diags.push(
+                Diagnostic::new(&rel, line, what, format!("{what} script `{script}` does not exist"))
+                    .with_hint("add it under tools/ or fix the path"),
+            ),
+            Ok(m) if m.permissions().mode() & 0o111 == 0 => diags.push(
+                Diagnostic::new(&rel, line, what, format!("{what} script `{script}` is not executable"))
+                    .with_hint(format!("chmod +x {script}")),
+            ),
+            Ok(_) => {}
+        }
     }
 }
 
+/// Settings to check prompts against when the repository's own do not load.
+// The YAML is a literal the loader accepts (the test
+// `without_settings_widening_is_not_judged_but_other_prompt_problems_are` goes through
+// here), and parsing it keeps the stand-in's defaults the loader's own. A failure is a
+// bug, which is what a panic (exit 70) reports; a diagnostic would blame the user.
+#[allow(clippy::expect_used)]
 fn stand_in_settings() -> RuntimeSettings {
     let mut d = Vec::new();
     settings::parse_runtime_yaml("version: 1\nprovider: {kind: replay, replay: x}\n", &mut d)
-        .unwrap_or_else(|| unreachable!("the built-in stand-in settings are valid"))
+        .expect("the built-in stand-in settings are valid")
 }
 
 #[cfg(test)]

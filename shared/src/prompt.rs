@@ -262,9 +262,35 @@ fn narrowing_problems(
     unknown_tools: &[(usize, String)],
     s: &RuntimeSettings,
 ) -> Vec<Diagnostic> {
+    let pos = FrontPos { rel, fm, offset };
     let mut d = Vec::new();
-    let at = |path: &[&str]| yamlpos::line_of(fm, path) + offset;
-    let item = |path: &[&str], needle: &str| yamlpos::line_of_item(fm, path, needle) + offset;
+    model_problems(&pos, front, s, &mut d);
+    tool_problems(&pos, front, unknown_tools, s, &mut d);
+    budget_problems(&pos, front, s, &mut d);
+    rule_and_script_problems(&pos, front, &mut d);
+    d
+}
+
+/// Where a front matter key or list item is, as a line of the prompt file.
+struct FrontPos<'a> {
+    rel: &'a Path,
+    fm: &'a str,
+    offset: usize,
+}
+
+impl FrontPos<'_> {
+    fn at(&self, path: &[&str]) -> usize {
+        yamlpos::line_of(self.fm, path) + self.offset
+    }
+
+    fn item(&self, path: &[&str], needle: &str) -> usize {
+        yamlpos::line_of_item(self.fm, path, needle) + self.offset
+    }
+}
+
+/// A model other than the provider's or the fallback's widens the settings.
+fn model_problems(pos: &FrontPos, front: &FrontMatter, s: &RuntimeSettings, d: &mut Vec<Diagnostic>) {
+    let rel = pos.rel;
     if let Some(model) = &front.model {
         let allowed = s.provider.model.as_deref() == Some(model.as_str())
             || s.fallback.as_ref().and_then(|f| f.model.as_deref()) == Some(model.as_str());
@@ -272,7 +298,7 @@ fn narrowing_problems(
             d.push(
                 Diagnostic::new(
                     rel,
-                    at(&["model"]),
+                    pos.at(&["model"]),
                     "model",
                     format!("model `{model}` is not the provider's model; front matter may only narrow settings"),
                 )
@@ -281,18 +307,29 @@ fn narrowing_problems(
             );
         }
     }
+}
+
+/// Tools that are unknown, or known but not enabled in settings, in list order.
+fn tool_problems(
+    pos: &FrontPos,
+    front: &FrontMatter,
+    unknown_tools: &[(usize, String)],
+    s: &RuntimeSettings,
+    d: &mut Vec<Diagnostic>,
+) {
+    let rel = pos.rel;
     // In list order: the unknown names were taken out of the list at their indexes.
     let mut known = front.tools.iter().flatten();
     let mut unknown = unknown_tools.iter().peekable();
     for i in 0.. {
         if let Some((_, name)) = unknown.next_if(|(at, _)| *at == i) {
-            d.push(unknown_tool(rel, item(&["tools"], name), name));
+            d.push(unknown_tool(rel, pos.item(&["tools"], name), name));
         } else if let Some(t) = known.next() {
             if !s.tools.contains(t) {
                 d.push(
                     Diagnostic::new(
                         rel,
-                        item(&["tools"], t.name()),
+                        pos.item(&["tools"], t.name()),
                         "tools",
                         format!("tool `{t}` is not enabled in settings; front matter may only narrow"),
                     )
@@ -303,6 +340,11 @@ fn narrowing_problems(
             break;
         }
     }
+}
+
+/// Budgets above the settings' (or zero) widen them.
+fn budget_problems(pos: &FrontPos, front: &FrontMatter, s: &RuntimeSettings, d: &mut Vec<Diagnostic>) {
+    let rel = pos.rel;
     if let Some(b) = &front.budgets {
         let base = s.budgets;
         let checks: [(&str, bool); 4] = [
@@ -325,7 +367,7 @@ fn narrowing_problems(
                 d.push(
                     Diagnostic::new(
                         rel,
-                        at(&["budgets", name]),
+                        pos.at(&["budgets", name]),
                         format!("budgets.{name}"),
                         "budget widens (or zeroes) the settings' budget; front matter may only narrow",
                     )
@@ -335,11 +377,16 @@ fn narrowing_problems(
             }
         }
     }
+}
+
+/// Deny rules that do not parse, and prefetch and acceptance scripts outside tools/.
+fn rule_and_script_problems(pos: &FrontPos, front: &FrontMatter, d: &mut Vec<Diagnostic>) {
+    let rel = pos.rel;
     for r in &front.deny {
         if let Err(e) = crate::rules::Rule::parse(r) {
             d.push(Diagnostic::new(
                 rel,
-                item(&["deny"], r),
+                pos.item(&["deny"], r),
                 "deny",
                 format!("rule `{r}` does not parse: {e}"),
             ));
@@ -349,7 +396,7 @@ fn narrowing_problems(
         if !p.run.starts_with("tools/") || p.run.contains("..") {
             d.push(Diagnostic::new(
                 rel,
-                item(&["prefetch"], &p.run),
+                pos.item(&["prefetch"], &p.run),
                 format!("prefetch[{i}].run"),
                 format!("`{}` must be a script under tools/", p.run),
             ));
@@ -359,7 +406,7 @@ fn narrowing_problems(
         if a.report_contains.is_none() && a.run.is_none() && a.min_report_bytes.is_none() {
             d.push(Diagnostic::new(
                 rel,
-                item(&["acceptance"], &a.name),
+                pos.item(&["acceptance"], &a.name),
                 format!("acceptance[{i}]"),
                 "a check needs `report_contains`, `min_report_bytes` or `run`",
             ));
@@ -368,14 +415,13 @@ fn narrowing_problems(
             if !run.starts_with("tools/") || run.contains("..") {
                 d.push(Diagnostic::new(
                     rel,
-                    item(&["acceptance"], run),
+                    pos.item(&["acceptance"], run),
                     format!("acceptance[{i}].run"),
                     format!("`{run}` must be a script under tools/"),
                 ));
             }
         }
     }
-    d
 }
 
 fn budget_value(b: &Budgets, name: &str) -> String {

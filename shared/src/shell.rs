@@ -143,15 +143,16 @@ fn analyse_into(line: &str, depth: usize, out: &mut Vec<Segment>) -> Result<(), 
     }
     let tree = PARSER.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let parser = slot.get_or_insert_with(|| {
+        if slot.is_none() {
             let mut p = Parser::new();
-            // The grammar is compiled in; failing to load it is a build defect.
+            // The grammar is compiled in, so this fails only on a build defect (a grammar
+            // built for another tree-sitter version); the command is then refused.
             p.set_language(&tree_sitter_bash::LANGUAGE.into())
-                .expect("tree-sitter-bash grammar version matches tree-sitter");
-            p
-        });
-        parser.parse(line, None)
-    });
+                .map_err(|e| ShellError::Syntax(format!("the bash grammar does not load: {e}")))?;
+            *slot = Some(p);
+        }
+        Ok::<_, ShellError>(slot.as_mut().and_then(|parser| parser.parse(line, None)))
+    })?;
     let tree = tree.ok_or_else(|| ShellError::Syntax("parser gave no tree".into()))?;
     let root = tree.root_node();
     if root.has_error() {
