@@ -28,6 +28,7 @@ pub mod secrets;
 pub mod settings;
 pub mod shell;
 pub mod state;
+pub mod stats;
 pub mod store;
 pub mod tools;
 pub mod trace;
