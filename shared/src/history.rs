@@ -504,8 +504,7 @@ fn version_metrics(repo: &Repository, store: &Store, task: &str, rev: &str) -> R
         settings_blob: tree_blob(&tree, crate::layout::SETTINGS_FILE),
         model: None,
     };
-    const SAME_FILES: &str =
-        "task = ?1 AND prompt_blob IS ?2 AND scope_blob IS ?3 AND settings_blob IS ?4";
+    const SAME_FILES: &str = "task = ?1 AND prompt_blob IS ?2 AND scope_blob IS ?3 AND settings_blob IS ?4";
     let files = params![task, version.prompt_blob, version.scope_blob, version.settings_blob];
     let refused: i64 = store
         .conn()

@@ -77,7 +77,10 @@ pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<
         since,
         |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, f64>(3)?)),
     )?;
-    let _ = writeln!(md, "\n## Cost and tokens per day\n\n![cost and tokens per day]({svg_name})\n");
+    let _ = writeln!(
+        md,
+        "\n## Cost and tokens per day\n\n![cost and tokens per day]({svg_name})\n"
+    );
     if days.len() < MIN_CHART_POINTS {
         let _ = writeln!(md, "{}\n", too_little_data(days.len()));
     }
@@ -124,9 +127,19 @@ fn slowest(store: &Store, since: &str, md: &mut String) -> Result<(), StoreError
          WHERE r.started_at >= ?1 AND c.decision IN ('allow', 'ask') AND c.duration_ms > 0
          ORDER BY c.duration_ms DESC, c.run_id LIMIT 10",
         since,
-        |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, String>(3)?)),
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        },
     )?;
-    let _ = writeln!(md, "\n## Slowest steps\n\nTool calls that ran, by their measured time.\n");
+    let _ = writeln!(
+        md,
+        "\n## Slowest steps\n\nTool calls that ran, by their measured time.\n"
+    );
     if calls.is_empty() {
         let _ = writeln!(md, "No tool call that ran took 1 ms or more.");
     } else {
@@ -141,7 +154,15 @@ fn slowest(store: &Store, since: &str, md: &mut String) -> Result<(), StoreError
          LEFT JOIN tool_calls c ON c.run_id = r.run_id WHERE r.started_at >= ?1
          GROUP BY r.run_id ORDER BY r.duration_ms DESC, r.run_id LIMIT 10",
         since,
-        |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?, r.get::<_, i64>(4)?)),
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        },
     )?;
     let _ = writeln!(
         md,

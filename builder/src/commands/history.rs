@@ -233,7 +233,11 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
 }
 
 fn print_comparison(c: &history::Comparison) {
-    let short = |o: &Option<String>| o.as_deref().map(|s| s[..s.len().min(8)].to_string()).unwrap_or_else(|| "-".into());
+    let short = |o: &Option<String>| {
+        o.as_deref()
+            .map(|s| s[..s.len().min(8)].to_string())
+            .unwrap_or_else(|| "-".into())
+    };
     println!(
         "{:<10} {:>6} {:>9} {:>7} {:>9} {:>9} {:>8}  PROMPT   SCOPE    SETTINGS MODEL",
         "VERSION", "RUNS", "SUCCESS", "STEPS", "TOKENS", "COST", "DENIALS"
