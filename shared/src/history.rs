@@ -619,3 +619,99 @@ pub fn format_p(p: f64) -> String {
         format!("{p:.4}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{RunStatus, StopReason};
+
+    /// A repo with one commit holding the task's prompt, the scope and the settings;
+    /// returns the blob ids (prompt, scope, settings).
+    fn repo_with_inputs(dir: &Path) -> (Repository, [String; 3]) {
+        let repo = Repository::init(dir).unwrap();
+        let mut ids = Vec::new();
+        let mut idx = repo.index().unwrap();
+        for (rel, body) in [
+            ("prompts/t.md", "do it\n"),
+            (crate::layout::SCOPE_FILE, "scope\n"),
+            (crate::layout::SETTINGS_FILE, "version: 1\n"),
+        ] {
+            let p = dir.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, body).unwrap();
+            idx.add_path(Path::new(rel)).unwrap();
+            ids.push(repo.blob(body.as_bytes()).unwrap().to_string());
+        }
+        let tree = repo.find_tree(idx.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("eng", "eng@x").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "inputs", &tree, &[]).unwrap();
+        drop(tree);
+        (repo, [ids[0].clone(), ids[1].clone(), ids[2].clone()])
+    }
+
+    fn add_run(store: &mut Store, n: usize, blobs: &[String; 3], model: &str, status: RunStatus, stop: StopReason) {
+        let mut r = crate::records::tests::sample_receipt();
+        r.run_id = format!("run-{n:03}");
+        r.task = "t".into();
+        r.status = status;
+        r.stop_reason = stop;
+        r.inputs.prompt = Some(blobs[0].clone());
+        r.inputs.scope = Some(blobs[1].clone());
+        r.inputs.settings = Some(blobs[2].clone());
+        r.inputs.model = model.into();
+        r.started_at += chrono::Duration::seconds(n as i64);
+        store
+            .write(|tx| insert_receipt(tx, &r, &format!("runs/t/{n}.json")))
+            .unwrap();
+    }
+
+    #[test]
+    fn compare_counts_one_input_version_and_leaves_refused_runs_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let (repo, blobs) = repo_with_inputs(dir.path());
+        let mut store = open_store(dir.path()).unwrap();
+        let mut n = 0;
+        let mut add = |store: &mut Store, blobs: &[String; 3], model: &str, status, stop| {
+            n += 1;
+            add_run(store, n, blobs, model, status, stop);
+        };
+        for _ in 0..4 {
+            add(&mut store, &blobs, "m1", RunStatus::Accepted, StopReason::FinalAnswer);
+        }
+        add(&mut store, &blobs, "m1", RunStatus::Failed, StopReason::FinalAnswer);
+        // Refused: not counted, however many.
+        for _ in 0..3 {
+            add(&mut store, &blobs, "m1", RunStatus::Failed, StopReason::NotStarted);
+        }
+        // Other settings, or an older model on the same files: another version.
+        let other = [blobs[0].clone(), blobs[1].clone(), "0".repeat(40)];
+        add(&mut store, &other, "m1", RunStatus::Failed, StopReason::FinalAnswer);
+        add(&mut store, &blobs, "m0", RunStatus::Failed, StopReason::FinalAnswer);
+        // The newest counted run sets the model.
+        add(&mut store, &blobs, "m1", RunStatus::Accepted, StopReason::FinalAnswer);
+        let c = compare(&repo, &store, "t", "HEAD", "HEAD", 5).unwrap();
+        let v = &c.before;
+        assert_eq!(v.version.prompt_blob.as_deref(), Some(blobs[0].as_str()));
+        assert_eq!(v.version.settings_blob.as_deref(), Some(blobs[2].as_str()));
+        assert_eq!(v.version.model.as_deref(), Some("m1"));
+        assert_eq!((v.runs, v.successes, v.refused, v.other_models), (6, 5, 3, 1));
+        assert!(c.enough_runs);
+        let t = c.success_test.unwrap();
+        assert!(!t.regression && t.p_value > 0.5, "the same runs on both sides: {t:?}");
+        assert!(c.regressions.is_empty());
+        // Seven runs a side are needed, six are there: nothing is judged.
+        let c = compare(&repo, &store, "t", "HEAD", "HEAD", 7).unwrap();
+        assert!(!c.enough_runs && c.success_test.is_none());
+    }
+
+    #[test]
+    fn since_takes_dates_and_rfc3339_times_in_utc() {
+        assert_eq!(parse_since("2026-01-31").as_deref(), Some("2026-01-31"));
+        assert_eq!(
+            parse_since("2026-01-31T08:00:00+02:00").as_deref(),
+            Some("2026-01-31T06:00:00+00:00")
+        );
+        assert_eq!(parse_since("2026-13-01"), None);
+        assert_eq!(parse_since("yesterday"), None);
+    }
+}

@@ -786,7 +786,7 @@ where
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn now() -> DateTime<Utc> {

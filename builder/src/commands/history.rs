@@ -55,9 +55,12 @@ pub enum HistoryCommand {
     },
     /// Compare a task's runs on the input version (prompt, scope, settings, model) at two revisions
     Compare {
+        /// The task (a prompt, or runs of it in the index)
         task: String,
+        /// The revision whose input version is the baseline
         #[arg(long)]
         before: String,
+        /// The revision whose input version is judged against it
         #[arg(long, default_value = "HEAD")]
         after: String,
         /// Runs each side needs before anything is judged (refused runs do not count)
