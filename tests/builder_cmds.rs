@@ -7,22 +7,22 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn replay(calls: &[(&str, Value)], answer: &str) -> String {
+pub(crate) fn replay(calls: &[(&str, Value)], answer: &str) -> String {
     let mut turns: Vec<Value> = calls.iter().enumerate().map(|(i, (n, a))| json!({"tool_calls": [{"id": format!("c{i}"), "name": n, "arguments": a}], "usage": {"input": 100, "output": 10}})).collect();
     turns.push(json!({"content": answer, "usage": {"input": 200, "output": 50}}));
     json!({"version": 1, "model": "replay-test", "turns": turns}).to_string()
 }
 
-const PROMPT_V1: &str =
+pub(crate) const PROMPT_V1: &str =
     "---\ndescription: t\nacceptance:\n  - name: titled\n    report_contains: \"# Report\"\n---\nWrite the report.\n";
-const PROMPT_V2: &str = "---\ndescription: t\nacceptance:\n  - name: titled\n    report_contains: \"# Report\"\n---\nWrite the report, shorter.\n";
+pub(crate) const PROMPT_V2: &str = "---\ndescription: t\nacceptance:\n  - name: titled\n    report_contains: \"# Report\"\n---\nWrite the report, shorter.\n";
 
-fn setup_trace(env: &TestEnv, calls: &[(&str, Value)], answer: &str) {
+pub(crate) fn setup_trace(env: &TestEnv, calls: &[(&str, Value)], answer: &str) {
     env.write("evals/digest/replay.json", &replay(calls, answer));
     env.commit_all("trace");
 }
 
-fn fire_n(env: &TestEnv, task: &str, n: usize) -> Vec<Value> {
+pub(crate) fn fire_n(env: &TestEnv, task: &str, n: usize) -> Vec<Value> {
     (0..n)
         .map(|_| {
             let (code, summary, stderr) = env.fire(task);
@@ -35,7 +35,7 @@ fn fire_n(env: &TestEnv, task: &str, n: usize) -> Vec<Value> {
         .collect()
 }
 
-fn json_out(env: &TestEnv, args: &[&str]) -> Value {
+pub(crate) fn json_out(env: &TestEnv, args: &[&str]) -> Value {
     let out = env.builder(args);
     assert!(
         out.status.code() == Some(0) || out.status.code() == Some(1),
@@ -47,7 +47,7 @@ fn json_out(env: &TestEnv, args: &[&str]) -> Value {
 }
 
 /// A repo with 5 fires that hit the same denial and 2 that ask for a missing tool.
-fn repo_with_cards() -> TestEnv {
+pub(crate) fn repo_with_cards() -> TestEnv {
     let env = TestEnv::new();
     env.write("prompts/t.md", PROMPT_V1);
     setup_trace(
@@ -134,10 +134,10 @@ fn history_index_runs_show_diff_compare() {
     env.write("prompts/t.md", PROMPT_V1);
     setup_trace(&env, &[("list_dir", json!({"path": "prompts"}))], "# Report\nall fine");
     let v1 = env.head_id();
-    let first = fire_n(&env, "t", 3);
+    let first = fire_n(&env, "t", 5);
     let full = json_out(&env, &["history", "index", "--json"]);
     assert_eq!(full["full"], true);
-    assert_eq!(full["receipts"], 3);
+    assert_eq!(full["receipts"], 5);
     let again = json_out(&env, &["history", "index", "--json"]);
     assert_eq!(again["receipts"], 0, "nothing new: nothing parsed");
     // A prompt change that breaks the acceptance check.
@@ -150,14 +150,14 @@ fn history_index_runs_show_diff_compare() {
         ],
         "no title any more",
     );
-    let second = fire_n(&env, "t", 2);
+    let second = fire_n(&env, "t", 5);
     let inc = json_out(&env, &["history", "index", "--json"]);
     assert_eq!(inc["full"], false);
-    assert_eq!(inc["receipts"], 2, "only the new receipts are parsed");
+    assert_eq!(inc["receipts"], 5, "only the new receipts are parsed");
     let runs = json_out(&env, &["history", "runs", "--task", "t", "--json"]);
-    assert_eq!(runs.as_array().unwrap().len(), 5);
+    assert_eq!(runs.as_array().unwrap().len(), 10);
     let failed = json_out(&env, &["history", "runs", "--status", "failed", "--json"]);
-    assert_eq!(failed.as_array().unwrap().len(), 2);
+    assert_eq!(failed.as_array().unwrap().len(), 5);
     let a = first[0]["run_id"].as_str().unwrap();
     let b = second[0]["run_id"].as_str().unwrap();
     let show = json_out(&env, &["history", "show", a, "--json"]);
@@ -181,9 +181,9 @@ fn history_index_runs_show_diff_compare() {
     let out = env.builder(&["history", "compare", "t", "--before", &v1, "--after", "HEAD", "--json"]);
     assert_eq!(out.status.code(), Some(1), "a regression makes compare exit 1");
     let c: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(c["before"]["runs"], 3);
+    assert_eq!(c["before"]["runs"], 5);
     assert_eq!(c["before"]["success_rate"], 1.0);
-    assert_eq!(c["after"]["runs"], 2);
+    assert_eq!(c["after"]["runs"], 5);
     assert_eq!(c["after"]["success_rate"], 0.0);
     let regs: Vec<String> = c["regressions"]
         .as_array()

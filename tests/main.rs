@@ -8,6 +8,7 @@
 mod util;
 
 mod builder_cmds;
+mod builder_truth;
 mod escape;
 mod exit_codes;
 mod fire;

@@ -1,6 +1,7 @@
 //! Card triage and export for `builder cards`: the builder's decision is written into
 //! each card file of a fingerprint group as a `triage` block with the engineer's
-//! identity, and groups export as GitHub issue bodies.
+//! identity (an earlier decision moves to `triage_history`), and groups export as
+//! GitHub issue bodies.
 
 use crate::history::CardGroup;
 use crate::records::{read_card, Card, CardStatus, Triage, TriageKind};
@@ -39,6 +40,21 @@ impl TriageDecision {
     }
 }
 
+/// What `--fixed-by` names, as the triage block records it: a commit (its full id, so
+/// `HEAD~1` still means the same commit tomorrow) or a proposal (`proposals/<name>`,
+/// the branch `builder propose` makes). `None` when the repository has neither.
+pub fn resolve_fixed_by(repo: &git2::Repository, value: &str) -> Option<String> {
+    let name = value.strip_prefix("proposals/").unwrap_or(value);
+    let branch = format!("proposals/{name}");
+    if !name.is_empty() && repo.find_branch(&branch, git2::BranchType::Local).is_ok() {
+        return Some(branch);
+    }
+    repo.revparse_single(value)
+        .and_then(|o| o.peel_to_commit())
+        .ok()
+        .map(|c| c.id().to_string())
+}
+
 /// Writes the triage block into each card file (repo-relative `paths`).
 pub fn triage(
     root: &Path,
@@ -57,6 +73,10 @@ pub fn triage(
             TriageDecision::FixedBy(f) => (None, Some(f.clone())),
         };
         card.status = decision.status();
+        // A re-triage keeps the decision it replaces.
+        if let Some(earlier) = card.triage.take() {
+            card.triage_history.push(earlier);
+        }
         card.triage = Some(Triage {
             decision: decision.kind(),
             by: by.to_string(),
@@ -109,5 +129,33 @@ pub fn github_issue(group: &CardGroup, latest: Option<&Card>) -> GithubIssue {
             group.kind.to_string(),
             format!("task:{}", group.task),
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{card_yaml, CardKind};
+
+    #[test]
+    fn a_retriage_keeps_the_earlier_decision() {
+        let dir = tempfile::tempdir().unwrap();
+        let card = Card::new(CardKind::MaxSteps, "t", "run-1", "s", "d", vec![], Utc::now());
+        let rel = card.rel_path();
+        std::fs::create_dir_all(dir.path().join(rel.parent().unwrap())).unwrap();
+        let yaml = card_yaml(&card).unwrap();
+        assert!(!yaml.contains("triage_history"), "an untriaged card has no history key");
+        std::fs::write(dir.path().join(&rel), yaml).unwrap();
+        let paths = vec![rel.to_string_lossy().into_owned()];
+        triage(dir.path(), &paths, &TriageDecision::Accept, "a <a@x>", Some("first")).unwrap();
+        let once = read_card(&dir.path().join(&rel)).unwrap();
+        assert!(once.triage_history.is_empty());
+        triage(dir.path(), &paths, &TriageDecision::Reject, "b <b@x>", None).unwrap();
+        let twice = read_card(&dir.path().join(&rel)).unwrap();
+        assert_eq!(twice.status, CardStatus::Rejected);
+        assert_eq!(twice.triage.as_ref().map(|t| t.decision), Some(TriageKind::Reject));
+        assert_eq!(twice.triage_history.len(), 1);
+        assert_eq!(twice.triage_history[0].decision, TriageKind::Accept);
+        assert_eq!(twice.triage_history[0].note.as_deref(), Some("first"));
     }
 }

@@ -50,6 +50,10 @@ pub const BUILDER_SCHEMA: Schema = Schema {
         // 4: the stat cache of work-tree card files (history::worktree).
         "CREATE TABLE card_files (path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
             blob TEXT NOT NULL, dirty INTEGER NOT NULL);",
+        // 5: `compare` groups a task's runs by their full input version. The columns
+        // (prompt, scope and settings blob ids, model) are filled from every receipt
+        // since step 1, so this only indexes them; no re-index is needed.
+        "CREATE INDEX runs_version ON runs(task, prompt_blob, scope_blob, settings_blob, model);",
     ],
 };
 
@@ -146,8 +150,9 @@ pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) 
 
 /// Card files changed in the work tree (triage not committed yet, hand edits) win
 /// over HEAD, and go back to HEAD's version once the edit is gone; see [`worktree`].
-/// Only `builder history index` runs it (it stats every card file); triage updates
-/// the index itself.
+/// Every command that reads cards runs it after [`index`] (a stat of each card file,
+/// hashing only what changed), and triage runs it again after writing the files, so
+/// the index holds what the files say.
 pub fn overlay_worktree_cards(
     repo: &Repository,
     store: &mut Store,
@@ -170,21 +175,6 @@ impl From<rusqlite::Error> for RecordError {
     fn from(e: rusqlite::Error) -> Self {
         RecordError::Sql(e)
     }
-}
-
-/// Re-reads the given card files from the work tree into the index (after triage).
-pub fn reindex_cards(root: &Path, store: &mut Store, paths: &[String]) -> Result<(), StoreError> {
-    store.write(|tx| {
-        for p in paths {
-            if let Ok(bytes) = std::fs::read(root.join(p)) {
-                match upsert_record(tx, p, &bytes) {
-                    Ok(_) | Err(RecordError::Parse(_)) => {}
-                    Err(RecordError::Sql(e)) => return Err(e),
-                }
-            }
-        }
-        Ok(())
-    })
 }
 
 fn remove_record(tx: &Transaction, path: &str) -> rusqlite::Result<usize> {
@@ -257,6 +247,32 @@ pub struct CardFilter {
     /// The status of the group's latest card.
     pub status: Option<CardStatus>,
     pub since: Option<String>,
+}
+
+/// A `--since` value as the index compares it: a date (`YYYY-MM-DD`) as written, an
+/// RFC 3339 time in UTC (the index stores UTC times, compared as text). `None` when
+/// it is neither.
+pub fn parse_since(since: &str) -> Option<String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(since) {
+        return Some(t.with_timezone(&chrono::Utc).to_rfc3339());
+    }
+    chrono::NaiveDate::parse_from_str(since, "%Y-%m-%d")
+        .ok()
+        .map(|d| d.format("%Y-%m-%d").to_string())
+}
+
+/// Every task name the repository knows: a prompt in the work tree, or runs or cards
+/// of it in the index (a task whose prompt was removed still has history). Sorted.
+pub fn known_tasks(root: &Path, store: &Store) -> Result<Vec<String>, StoreError> {
+    let mut names = crate::prompt::task_names(root);
+    names.extend(store.query_all(
+        "SELECT DISTINCT task FROM runs UNION SELECT DISTINCT task FROM cards",
+        [],
+        |r| r.get::<_, String>(0),
+    )?);
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 /// Cards grouped by fingerprint, most recent first; status and summary are the
@@ -412,12 +428,31 @@ pub fn diff(repo: &Repository, store: &Store, a: &str, b: &str) -> Result<Option
     }))
 }
 
-/// A task's metrics for one prompt version.
+/// The inputs a run was made from, the version `compare` groups runs by: the blob
+/// ids of the task's prompt, the scope and the settings, and the model.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct InputVersion {
+    pub prompt_blob: Option<String>,
+    pub scope_blob: Option<String>,
+    pub settings_blob: Option<String>,
+    /// The model of the newest counted run on these files (`None`: no runs).
+    pub model: Option<String>,
+}
+
+/// A task's metrics for one input version.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct VersionMetrics {
     pub rev: String,
-    pub prompt_blob: Option<String>,
+    #[serde(flatten)]
+    pub version: InputVersion,
+    /// Runs counted: finished runs on this version (refused and paused ones left out).
     pub runs: i64,
+    /// Of those, accepted or completed.
+    pub successes: i64,
+    /// Refused runs on these files (stop reason `not_started`), left out.
+    pub refused: i64,
+    /// Runs on these files with another model, left out.
+    pub other_models: i64,
     pub success_rate: f64,
     pub avg_steps: f64,
     pub avg_tokens: f64,
@@ -425,61 +460,132 @@ pub struct VersionMetrics {
     pub avg_denials: f64,
 }
 
+/// The test behind a success-rate verdict.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SuccessTest {
+    /// `fisher_exact_one_sided`: the chance of a drop at least this large if both
+    /// versions succeeded equally often.
+    pub test: String,
+    pub p_value: f64,
+    pub alpha: f64,
+    /// `p_value < alpha` and the rate fell.
+    pub regression: bool,
+}
+
+/// The significance level a success-rate drop must reach to be a regression.
+pub const REGRESSION_ALPHA: f64 = 0.05;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Comparison {
     pub task: String,
     pub before: VersionMetrics,
     pub after: VersionMetrics,
+    /// Counted runs each side needs before anything is judged.
+    pub min_runs: i64,
+    /// Both sides have `min_runs`; when not, nothing is flagged.
+    pub enough_runs: bool,
+    /// `None` without enough runs.
+    pub success_test: Option<SuccessTest>,
     /// Human-readable regressions (empty when none).
     pub regressions: Vec<String>,
 }
 
-/// Compares a task's runs on the prompt version at `before` with those at `after`.
+/// The blob id of `path` in `tree`.
+fn tree_blob(tree: &git2::Tree, path: &str) -> Option<String> {
+    tree.get_path(Path::new(path)).ok().map(|e| e.id().to_string())
+}
+
+/// One side of a comparison: the runs of `task` on the input version at `rev`.
+fn version_metrics(repo: &Repository, store: &Store, task: &str, rev: &str) -> Result<VersionMetrics, HistoryError> {
+    let tree = repo.revparse_single(rev)?.peel_to_commit()?.tree()?;
+    let mut version = InputVersion {
+        prompt_blob: tree_blob(&tree, &crate::prompt::prompt_path(task).to_string_lossy()),
+        scope_blob: tree_blob(&tree, crate::layout::SCOPE_FILE),
+        settings_blob: tree_blob(&tree, crate::layout::SETTINGS_FILE),
+        model: None,
+    };
+    const SAME_FILES: &str = "task = ?1 AND prompt_blob IS ?2 AND scope_blob IS ?3 AND settings_blob IS ?4";
+    let files = params![task, version.prompt_blob, version.scope_blob, version.settings_blob];
+    let refused: i64 = store
+        .conn()
+        .query_row(
+            &format!("SELECT count(*) FROM runs WHERE {SAME_FILES} AND stop_reason = 'not_started'"),
+            files,
+            |r| r.get(0),
+        )
+        .map_err(store.sql_error())?;
+    const COUNTED: &str = "stop_reason != 'not_started' AND status != 'waiting_approval'";
+    // Models on these files, newest run first; the newest one's model is the version's.
+    let models: Vec<(Option<String>, i64)> = store.query_all(
+        &format!("SELECT model, count(*) FROM runs WHERE {SAME_FILES} AND {COUNTED} GROUP BY model ORDER BY max(started_at) DESC"),
+        files,
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    version.model = models.first().and_then(|(m, _)| m.clone());
+    let other_models = models.iter().skip(1).map(|(_, n)| n).sum();
+    let (runs, successes, steps, tokens, cost, denials): (i64, i64, f64, f64, f64, f64) = store
+        .conn()
+        .query_row(
+            &format!("SELECT count(*), coalesce(sum(status IN ('accepted', 'completed')), 0), coalesce(avg(steps), 0), coalesce(avg(tokens_in + tokens_out), 0), coalesce(avg(cost_usd), 0), coalesce(avg(denials), 0) FROM runs WHERE {SAME_FILES} AND {COUNTED} AND model IS ?5"),
+            params![task, version.prompt_blob, version.scope_blob, version.settings_blob, version.model],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+        )
+        .map_err(store.sql_error())?;
+    Ok(VersionMetrics {
+        rev: rev.to_string(),
+        version,
+        runs,
+        successes,
+        refused,
+        other_models,
+        success_rate: if runs > 0 { successes as f64 / runs as f64 } else { 0.0 },
+        avg_steps: steps,
+        avg_tokens: tokens,
+        avg_cost_usd: cost,
+        avg_denials: denials,
+    })
+}
+
+/// Compares a task's runs on the input version (prompt, scope, settings, model) at
+/// `before` with those at `after`. With fewer than `min_runs` counted runs on either
+/// side nothing is judged. A success-rate drop is a regression only when Fisher's
+/// exact test (one-sided) puts its p-value below [`REGRESSION_ALPHA`]; an average of
+/// steps, tokens, cost or denials that rose by more than 10% is flagged as before.
 pub fn compare(
     repo: &Repository,
     store: &Store,
     task: &str,
     before: &str,
     after: &str,
+    min_runs: i64,
 ) -> Result<Comparison, HistoryError> {
-    let prompt = format!("prompts/{task}.md");
-    let version = |rev: &str| -> Result<VersionMetrics, HistoryError> {
-        let commit = repo.revparse_single(rev)?.peel_to_commit()?;
-        let blob = commit
-            .tree()?
-            .get_path(Path::new(&prompt))
-            .ok()
-            .map(|e| e.id().to_string());
-        let (runs, ok, steps, tokens, cost, denials): (i64, i64, f64, f64, f64, f64) = store
-            .conn()
-            .query_row(
-                "SELECT count(*), coalesce(sum(status IN ('accepted', 'completed')), 0), coalesce(avg(steps), 0), coalesce(avg(tokens_in + tokens_out), 0), coalesce(avg(cost_usd), 0), coalesce(avg(denials), 0) FROM runs WHERE task = ?1 AND prompt_blob IS ?2",
-                params![task, blob],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
-            )
-            .map_err(store.sql_error())?;
-        Ok(VersionMetrics {
-            rev: rev.to_string(),
-            prompt_blob: blob,
-            runs,
-            success_rate: if runs > 0 { ok as f64 / runs as f64 } else { 0.0 },
-            avg_steps: steps,
-            avg_tokens: tokens,
-            avg_cost_usd: cost,
-            avg_denials: denials,
-        })
-    };
-    let b = version(before)?;
-    let a = version(after)?;
+    let b = version_metrics(repo, store, task, before)?;
+    let a = version_metrics(repo, store, task, after)?;
+    let enough_runs = b.runs >= min_runs && a.runs >= min_runs && b.runs > 0 && a.runs > 0;
     let mut regressions = Vec::new();
-    if b.runs > 0 && a.runs > 0 {
-        if a.success_rate + 0.05 < b.success_rate {
+    let mut success_test = None;
+    if enough_runs {
+        let p = crate::stats::fisher_drop_p(b.successes as u64, b.runs as u64, a.successes as u64, a.runs as u64)
+            .unwrap_or(1.0);
+        let regression = a.success_rate < b.success_rate && p < REGRESSION_ALPHA;
+        if regression {
             regressions.push(format!(
-                "success rate fell from {:.0}% to {:.0}%",
+                "success rate fell from {:.0}% ({}/{}) to {:.0}% ({}/{}): Fisher's exact test, one-sided p = {} < {REGRESSION_ALPHA}",
                 b.success_rate * 100.0,
-                a.success_rate * 100.0
+                b.successes,
+                b.runs,
+                a.success_rate * 100.0,
+                a.successes,
+                a.runs,
+                format_p(p)
             ));
         }
+        success_test = Some(SuccessTest {
+            test: "fisher_exact_one_sided".into(),
+            p_value: p,
+            alpha: REGRESSION_ALPHA,
+            regression,
+        });
         for (name, x, y) in [
             ("steps", b.avg_steps, a.avg_steps),
             ("tokens", b.avg_tokens, a.avg_tokens),
@@ -498,6 +604,114 @@ pub fn compare(
         task: task.to_string(),
         before: b,
         after: a,
+        min_runs,
+        enough_runs,
+        success_test,
         regressions,
     })
+}
+
+/// A p-value for people: four significant digits, scientific below 0.0001.
+pub fn format_p(p: f64) -> String {
+    if p < 1e-4 {
+        format!("{p:.2e}")
+    } else {
+        format!("{p:.4}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{RunStatus, StopReason};
+
+    /// A repo with one commit holding the task's prompt, the scope and the settings;
+    /// returns the blob ids (prompt, scope, settings).
+    fn repo_with_inputs(dir: &Path) -> (Repository, [String; 3]) {
+        let repo = Repository::init(dir).unwrap();
+        let mut ids = Vec::new();
+        let mut idx = repo.index().unwrap();
+        for (rel, body) in [
+            ("prompts/t.md", "do it\n"),
+            (crate::layout::SCOPE_FILE, "scope\n"),
+            (crate::layout::SETTINGS_FILE, "version: 1\n"),
+        ] {
+            let p = dir.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, body).unwrap();
+            idx.add_path(Path::new(rel)).unwrap();
+            ids.push(repo.blob(body.as_bytes()).unwrap().to_string());
+        }
+        let tree = repo.find_tree(idx.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("eng", "eng@x").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "inputs", &tree, &[]).unwrap();
+        drop(tree);
+        (repo, [ids[0].clone(), ids[1].clone(), ids[2].clone()])
+    }
+
+    fn add_run(store: &mut Store, n: usize, blobs: &[String; 3], model: &str, status: RunStatus, stop: StopReason) {
+        let mut r = crate::records::tests::sample_receipt();
+        r.run_id = format!("run-{n:03}");
+        r.task = "t".into();
+        r.status = status;
+        r.stop_reason = stop;
+        r.inputs.prompt = Some(blobs[0].clone());
+        r.inputs.scope = Some(blobs[1].clone());
+        r.inputs.settings = Some(blobs[2].clone());
+        r.inputs.model = model.into();
+        r.started_at += chrono::Duration::seconds(n as i64);
+        store
+            .write(|tx| insert_receipt(tx, &r, &format!("runs/t/{n}.json")))
+            .unwrap();
+    }
+
+    #[test]
+    fn compare_counts_one_input_version_and_leaves_refused_runs_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let (repo, blobs) = repo_with_inputs(dir.path());
+        let mut store = open_store(dir.path()).unwrap();
+        let mut n = 0;
+        let mut add = |store: &mut Store, blobs: &[String; 3], model: &str, status, stop| {
+            n += 1;
+            add_run(store, n, blobs, model, status, stop);
+        };
+        for _ in 0..4 {
+            add(&mut store, &blobs, "m1", RunStatus::Accepted, StopReason::FinalAnswer);
+        }
+        add(&mut store, &blobs, "m1", RunStatus::Failed, StopReason::FinalAnswer);
+        // Refused: not counted, however many.
+        for _ in 0..3 {
+            add(&mut store, &blobs, "m1", RunStatus::Failed, StopReason::NotStarted);
+        }
+        // Other settings, or an older model on the same files: another version.
+        let other = [blobs[0].clone(), blobs[1].clone(), "0".repeat(40)];
+        add(&mut store, &other, "m1", RunStatus::Failed, StopReason::FinalAnswer);
+        add(&mut store, &blobs, "m0", RunStatus::Failed, StopReason::FinalAnswer);
+        // The newest counted run sets the model.
+        add(&mut store, &blobs, "m1", RunStatus::Accepted, StopReason::FinalAnswer);
+        let c = compare(&repo, &store, "t", "HEAD", "HEAD", 5).unwrap();
+        let v = &c.before;
+        assert_eq!(v.version.prompt_blob.as_deref(), Some(blobs[0].as_str()));
+        assert_eq!(v.version.settings_blob.as_deref(), Some(blobs[2].as_str()));
+        assert_eq!(v.version.model.as_deref(), Some("m1"));
+        assert_eq!((v.runs, v.successes, v.refused, v.other_models), (6, 5, 3, 1));
+        assert!(c.enough_runs);
+        let t = c.success_test.unwrap();
+        assert!(!t.regression && t.p_value > 0.5, "the same runs on both sides: {t:?}");
+        assert!(c.regressions.is_empty());
+        // Seven runs a side are needed, six are there: nothing is judged.
+        let c = compare(&repo, &store, "t", "HEAD", "HEAD", 7).unwrap();
+        assert!(!c.enough_runs && c.success_test.is_none());
+    }
+
+    #[test]
+    fn since_takes_dates_and_rfc3339_times_in_utc() {
+        assert_eq!(parse_since("2026-01-31").as_deref(), Some("2026-01-31"));
+        assert_eq!(
+            parse_since("2026-01-31T08:00:00+02:00").as_deref(),
+            Some("2026-01-31T06:00:00+00:00")
+        );
+        assert_eq!(parse_since("2026-13-01"), None);
+        assert_eq!(parse_since("yesterday"), None);
+    }
 }

@@ -29,6 +29,7 @@ pub mod secrets;
 pub mod settings;
 pub mod shell;
 pub mod state;
+pub mod stats;
 pub mod store;
 pub mod telemetry;
 pub mod tools;

@@ -592,6 +592,10 @@ pub struct Card {
     pub status: CardStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triage: Option<Triage>,
+    /// Earlier triage decisions, oldest first; `triage` is the latest. Empty (and
+    /// absent from the file) until a card is triaged a second time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub triage_history: Vec<Triage>,
 }
 
 impl Card {
@@ -618,6 +622,7 @@ impl Card {
             evidence,
             status: CardStatus::Open,
             triage: None,
+            triage_history: Vec::new(),
         }
     }
 
@@ -785,7 +790,7 @@ where
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn now() -> DateTime<Utc> {

@@ -36,21 +36,39 @@ pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<
     for (s, n) in &by_status {
         let _ = writeln!(md, "| {s} | {n} |");
     }
+    // Status is the group's newest card's, as `builder cards list` shows it: the index
+    // holds what the card files say (work-tree triage overlaid, undone triage undone).
     let cards = q(
         store,
-        "SELECT fingerprint, kind, task, count(*), max(summary) FROM cards WHERE created_at >= ?1 GROUP BY fingerprint ORDER BY count(*) DESC, max(created_at) DESC LIMIT 10",
+        "SELECT c.fingerprint, c.kind, c.task, count(*), max(c.summary),
+                (SELECT l.status FROM cards l WHERE l.fingerprint = c.fingerprint AND l.created_at >= ?1 ORDER BY l.created_at DESC, l.id DESC LIMIT 1)
+         FROM cards c WHERE c.created_at >= ?1 GROUP BY c.fingerprint ORDER BY count(*) DESC, max(c.created_at) DESC LIMIT 10",
         since,
-        |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?, r.get::<_, String>(4)?)),
+        |r| {
+            Ok(TopCard {
+                fingerprint: r.get(0)?,
+                kind: r.get(1)?,
+                task: r.get(2)?,
+                count: r.get(3)?,
+                summary: r.get(4)?,
+                status: r.get(5)?,
+            })
+        },
     )?;
     let _ = writeln!(
         md,
-        "\n## Top cards\n\n| count | kind | task | summary | fingerprint |\n|---|---|---|---|---|"
+        "\n## Top cards\n\n| count | kind | task | status | summary | fingerprint |\n|---|---|---|---|---|---|"
     );
-    for (fp, kind, task, n, summary) in &cards {
+    for c in &cards {
         let _ = writeln!(
             md,
-            "| {n} | {kind} | {task} | {} | `{fp}` |",
-            summary.replace('|', "\\|")
+            "| {} | {} | {} | {} | {} | `{}` |",
+            c.count,
+            c.kind,
+            c.task,
+            c.status,
+            c.summary.replace('|', "\\|"),
+            c.fingerprint
         );
     }
     let days = q(
@@ -59,7 +77,14 @@ pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<
         since,
         |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, f64>(3)?)),
     )?;
-    let _ = writeln!(md, "\n## Cost and tokens per day\n\n![cost and tokens per day]({svg_name})\n\n| day | runs | tokens | cost |\n|---|---|---|---|");
+    let _ = writeln!(
+        md,
+        "\n## Cost and tokens per day\n\n![cost and tokens per day]({svg_name})\n"
+    );
+    if days.len() < MIN_CHART_POINTS {
+        let _ = writeln!(md, "{}\n", too_little_data(days.len()));
+    }
+    let _ = writeln!(md, "| day | runs | tokens | cost |\n|---|---|---|---|");
     for (d, n, t, c) in &days {
         let _ = writeln!(md, "| {d} | {n} | {t} | ${c:.4} |");
     }
@@ -84,65 +109,186 @@ pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<
     for (s, n) in &missing {
         let _ = writeln!(md, "- {s} ({n}x)");
     }
-    let slow = q(
-        store,
-        "SELECT c.run_id, c.name, c.duration_ms, c.outcome FROM tool_calls c JOIN runs r ON r.run_id = c.run_id WHERE r.started_at >= ?1 ORDER BY c.duration_ms DESC LIMIT 10",
-        since,
-        |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, String>(3)?)),
-    )?;
-    let _ = writeln!(
-        md,
-        "\n## Slowest steps\n\n| ms | tool | outcome | run |\n|---|---|---|---|"
-    );
-    for (run, tool, ms, outcome) in &slow {
-        let _ = writeln!(md, "| {ms} | {tool} | {outcome} | `{run}` |");
-    }
+    slowest(store, since, &mut md)?;
     Ok(Retro {
         markdown: md,
         svg: chart(&days),
     })
 }
 
-/// Bars for cost, a line for tokens, one slot per day.
+/// The slowest tool calls that ran (their measured time, from the receipts), and
+/// the slowest runs split into time in tool calls and the rest: receipts do not time
+/// model calls one by one, so the rest (model calls, prefetch, acceptance checks,
+/// the commit) is the run's wall time less its tool calls.
+fn slowest(store: &Store, since: &str, md: &mut String) -> Result<(), StoreError> {
+    let calls = q(
+        store,
+        "SELECT c.run_id, c.name, c.duration_ms, c.outcome FROM tool_calls c JOIN runs r ON r.run_id = c.run_id
+         WHERE r.started_at >= ?1 AND c.decision IN ('allow', 'ask') AND c.duration_ms > 0
+         ORDER BY c.duration_ms DESC, c.run_id LIMIT 10",
+        since,
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        },
+    )?;
+    let _ = writeln!(
+        md,
+        "\n## Slowest steps\n\nTool calls that ran, by their measured time.\n"
+    );
+    if calls.is_empty() {
+        let _ = writeln!(md, "No tool call that ran took 1 ms or more.");
+    } else {
+        let _ = writeln!(md, "| ms | tool | outcome | run |\n|---|---|---|---|");
+        for (run, tool, ms, outcome) in &calls {
+            let _ = writeln!(md, "| {ms} | {tool} | {outcome} | `{run}` |");
+        }
+    }
+    let runs = q(
+        store,
+        "SELECT r.run_id, r.task, r.duration_ms, coalesce(sum(c.duration_ms), 0), r.steps FROM runs r
+         LEFT JOIN tool_calls c ON c.run_id = r.run_id WHERE r.started_at >= ?1
+         GROUP BY r.run_id ORDER BY r.duration_ms DESC, r.run_id LIMIT 10",
+        since,
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        },
+    )?;
+    let _ = writeln!(
+        md,
+        "\nSlowest runs: wall time, the part in tool calls, and the rest (model calls, prefetch, acceptance checks, commit; receipts do not time model calls one by one).\n\n| ms | in tools | rest | steps | task | run |\n|---|---|---|---|---|---|"
+    );
+    for (run, task, ms, tools, steps) in &runs {
+        let rest = (ms - tools).max(0);
+        let _ = writeln!(md, "| {ms} | {tools} | {rest} | {steps} | {task} | `{run}` |");
+    }
+    Ok(())
+}
+
+/// One fingerprint group in the retro's top cards.
+struct TopCard {
+    fingerprint: String,
+    kind: String,
+    task: String,
+    count: i64,
+    summary: String,
+    status: String,
+}
+
+/// Points (days with runs) a chart needs to show a trend.
+const MIN_CHART_POINTS: usize = 2;
+
+/// What the chart and the markdown say when the window has fewer days than that.
+fn too_little_data(days: usize) -> String {
+    format!("Too little data for a trend: {days} day(s) with runs in this window; the chart needs at least {MIN_CHART_POINTS}.")
+}
+
+/// Escapes text for SVG.
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Bars for cost (left axis), a line for tokens (right axis), one slot per day, with
+/// axis titles, tick values and each day's values written on the chart.
 fn chart(days: &[(String, i64, i64, f64)]) -> String {
-    let (w, h, pad) = (720.0f64, 260.0f64, 40.0f64);
+    let (w, h) = (760.0f64, 320.0f64);
+    let (left, right, top, bottom) = (80.0f64, 80.0f64, 50.0f64, 60.0f64);
+    let plot_w = w - left - right;
+    let plot_h = h - top - bottom;
+    let base = top + plot_h;
     let n = days.len().max(1) as f64;
-    let slot = (w - 2.0 * pad) / n;
-    let max_cost = days.iter().map(|d| d.3).fold(0.0f64, f64::max).max(1e-9);
+    let slot = plot_w / n;
+    let max_cost = days.iter().map(|d| d.3).fold(0.0f64, f64::max);
+    let max_cost = if max_cost > 0.0 { max_cost } else { 1.0 };
     let max_tokens = days.iter().map(|d| d.2).max().unwrap_or(0).max(1) as f64;
-    let mut s = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{pad}\" y=\"20\">cost per day (bars, max ${max_cost:.4}) and tokens (line, max {max_tokens})</text>\n");
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"13\">Cost (bars, left axis) and tokens (line, right axis) per day</text>\n",
+        w / 2.0
+    );
+    // Axes: x along the bottom, cost on the left, tokens on the right.
+    let _ = writeln!(
+        s,
+        "<g stroke=\"black\"><line x1=\"{left}\" y1=\"{base}\" x2=\"{0}\" y2=\"{base}\"/><line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{base}\"/><line x1=\"{0}\" y1=\"{top}\" x2=\"{0}\" y2=\"{base}\"/></g>",
+        left + plot_w
+    );
+    for i in 0..=4 {
+        let f = i as f64 / 4.0;
+        let y = base - f * plot_h;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{0}\" y1=\"{y:.1}\" x2=\"{left}\" y2=\"{y:.1}\" stroke=\"black\"/><text x=\"{1}\" y=\"{2:.1}\" text-anchor=\"end\">${3:.4}</text>",
+            left - 4.0,
+            left - 6.0,
+            y + 4.0,
+            max_cost * f
+        );
+        let _ = writeln!(
+            s,
+            "<line x1=\"{0}\" y1=\"{y:.1}\" x2=\"{1}\" y2=\"{y:.1}\" stroke=\"black\"/><text x=\"{2}\" y=\"{3:.1}\">{4:.0}</text>",
+            left + plot_w,
+            left + plot_w + 4.0,
+            left + plot_w + 6.0,
+            y + 4.0,
+            max_tokens * f
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<text transform=\"translate(16 {0:.1}) rotate(-90)\" text-anchor=\"middle\">cost (USD)</text>\n<text transform=\"translate({1:.1} {0:.1}) rotate(90)\" text-anchor=\"middle\">tokens</text>\n<text x=\"{2:.1}\" y=\"{3:.1}\" text-anchor=\"middle\">day (UTC)</text>",
+        top + plot_h / 2.0,
+        w - 16.0,
+        left + plot_w / 2.0,
+        h - 12.0
+    );
     let mut points = Vec::new();
-    for (i, (day, _, tokens, cost)) in days.iter().enumerate() {
-        let x = pad + i as f64 * slot;
-        let bh = (cost / max_cost) * (h - 2.0 * pad);
-        let _ = writeln!(s, "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{bh:.1}\" fill=\"#4a90d9\"><title>{day}: ${cost:.4}</title></rect>", x + slot * 0.15, h - pad - bh, slot * 0.7);
-        points.push(format!(
-            "{:.1},{:.1}",
-            x + slot / 2.0,
-            h - pad - (*tokens as f64 / max_tokens) * (h - 2.0 * pad)
-        ));
+    for (i, (day, runs, tokens, cost)) in days.iter().enumerate() {
+        let x = left + i as f64 * slot;
+        let mid = x + slot / 2.0;
+        let bh = (cost / max_cost) * plot_h;
+        let _ = writeln!(s, "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{bh:.1}\" fill=\"#4a90d9\"><title>{}: ${cost:.4}, {tokens} tokens, {runs} runs</title></rect>", x + slot * 0.15, base - bh, slot * 0.7, esc(day));
+        let ty = base - (*tokens as f64 / max_tokens) * plot_h;
+        points.push(format!("{mid:.1},{ty:.1}"));
         if days.len() <= 31 {
             let _ = writeln!(
                 s,
-                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-                x + slot / 2.0,
-                h - pad + 14.0,
-                &day[5..]
+                "<text x=\"{mid:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+                base + 16.0,
+                esc(day.get(5..).unwrap_or(day))
+            );
+            let _ = writeln!(
+                s,
+                "<text x=\"{mid:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#2a5d99\">${cost:.4}</text>\n<circle cx=\"{mid:.1}\" cy=\"{ty:.1}\" r=\"3\" fill=\"#d9534f\"/><text x=\"{mid:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#d9534f\">{tokens} tokens</text>",
+                (base - bh - 4.0).max(top + 10.0),
+                (ty - 8.0).max(top + 22.0)
             );
         }
     }
-    if !points.is_empty() {
+    if points.len() >= 2 {
         let _ = writeln!(
             s,
             "<polyline fill=\"none\" stroke=\"#d9534f\" stroke-width=\"2\" points=\"{}\"/>",
             points.join(" ")
         );
     }
-    let _ = writeln!(
-        s,
-        "<line x1=\"{pad}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"black\"/>\n</svg>",
-        h - pad,
-        w - pad
-    );
+    if days.len() < MIN_CHART_POINTS {
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"13\" fill=\"#a94442\">{}</text>",
+            left + plot_w / 2.0,
+            top + plot_h / 2.0,
+            esc(&too_little_data(days.len()))
+        );
+    }
+    s.push_str("</svg>\n");
     s
 }

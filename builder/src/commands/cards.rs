@@ -58,13 +58,17 @@ pub struct FilterArgs {
 }
 
 impl FilterArgs {
-    fn filter(&self) -> CardFilter {
-        CardFilter {
+    /// The filter, once `--since` parses and `--task` names a task the repository knows.
+    fn filter(&self, ix: &index::Indexed) -> Result<CardFilter, CommandError> {
+        if let Some(t) = &self.task {
+            index::known_task(ix, t)?;
+        }
+        Ok(CardFilter {
             task: self.task.clone(),
             kind: self.kind,
             status: self.status,
-            since: self.since.clone(),
-        }
+            since: index::since(self.since.clone())?,
+        })
     }
 }
 
@@ -102,10 +106,11 @@ pub struct TriageArgs {
 }
 
 pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
-    let mut ix = index::open(repo)?;
+    // Status comes from the card files: the work tree's edits overlaid on HEAD's.
+    let mut ix = index::open_with_cards(repo)?;
     match args.command.unwrap_or(CardsCommand::List(ListArgs::default())) {
         CardsCommand::List(a) => {
-            let groups = history::card_groups(&ix.store, &a.filter.filter())?;
+            let groups = history::card_groups(&ix.store, &a.filter.filter(&ix)?)?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&groups)?);
             } else if groups.is_empty() {
@@ -151,7 +156,15 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                 (true, _, _, _) => TriageDecision::Accept,
                 (_, true, _, _) => TriageDecision::Reject,
                 (_, _, Some(d), _) => TriageDecision::DuplicateOf(d),
-                (_, _, _, Some(f)) => TriageDecision::FixedBy(f),
+                (_, _, _, Some(f)) => match cards::resolve_fixed_by(&ix.repo, &f) {
+                    Some(fix) => TriageDecision::FixedBy(fix),
+                    None => {
+                        return Err(CommandError::usage(format!(
+                            "--fixed-by `{f}` is neither a commit in this repository nor a proposal (no branch proposals/{f})"
+                        ))
+                        .hint("name a commit (`git log --oneline`) or a proposal (`git branch --list 'proposals/*'`)"))
+                    }
+                },
                 _ => {
                     return Err(CommandError::usage(format!("no decision for `{}`", t.id))
                         .hint("say what you decided: --accept, --reject, --duplicate-of <id> or --fixed-by <commit>"))
@@ -168,9 +181,14 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
             // The library reports a card it cannot read or write as text only.
             let done = cards::triage(&ix.root, &paths, &decision, &by, t.note.as_deref())
                 .map_err(|e| CommandError::environment(e).hint("check the card files named above"))?;
-            // Reflect the edit in the index right away.
-            history::reindex_cards(&ix.root, &mut ix.store, &paths)?;
+            // Look at the work tree again: the index holds the edited files, and the
+            // stat cache knows they differ from HEAD, so undoing the edit undoes it here.
+            history::overlay_worktree_cards(&ix.repo, &mut ix.store, &mut ix.stats.skipped)?;
+            let retriaged = done.iter().filter(|c| !c.triage_history.is_empty()).count();
             println!("triaged {} card(s) as {} by {by}", done.len(), decision.status());
+            if retriaged > 0 {
+                println!("{retriaged} card(s) were triaged before: the earlier decision is kept in triage_history");
+            }
             println!("hint: commit the card files to share the triage (git add cards && git commit)");
             Ok(Outcome::Ok)
         }
@@ -178,7 +196,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
             format: ExportFormat::Github,
             filter,
         } => {
-            let groups = history::card_groups(&ix.store, &filter.filter())?;
+            let groups = history::card_groups(&ix.store, &filter.filter(&ix)?)?;
             let issues: Vec<_> = groups
                 .iter()
                 .map(|g| {

@@ -1,6 +1,7 @@
 //! Opening the repository and bringing the history index up to date, shared by every
-//! command that reads runs or cards. Shows a progress bar on a terminal when there is
-//! a lot to index (a first index of a large repo); prints nothing otherwise.
+//! command that reads runs or cards, and checking the filters those commands take
+//! against it. Shows a progress bar on a terminal when there is a lot to index (a
+//! first index of a large repo); prints nothing otherwise.
 
 use crate::command_error::CommandError;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -49,4 +50,44 @@ pub fn open(path: &Path) -> Result<Indexed, CommandError> {
         root,
         stats,
     })
+}
+
+/// [`open`], then the work tree's card files overlaid, so triage status is what the
+/// card files say (an uncommitted triage shows, a checked-out one is gone): for every
+/// command that reads cards.
+pub fn open_with_cards(path: &Path) -> Result<Indexed, CommandError> {
+    let mut ix = open(path)?;
+    ix.stats.overlaid_cards = history::overlay_worktree_cards(&ix.repo, &mut ix.store, &mut ix.stats.skipped)?;
+    Ok(ix)
+}
+
+/// A `--since` value as the index compares it; anything but a date or an RFC 3339
+/// time is a usage error.
+pub fn since(value: Option<String>) -> Result<Option<String>, CommandError> {
+    value
+        .map(|v| {
+            history::parse_since(&v).ok_or_else(|| {
+                CommandError::usage(format!("--since `{v}` is not a date (YYYY-MM-DD) or RFC 3339 time"))
+                    .hint("for example --since 2026-01-31 or --since 2026-01-31T08:00:00Z")
+            })
+        })
+        .transpose()
+}
+
+/// A task name must be one the repository knows (a prompt, or runs or cards of it in
+/// the index); otherwise a usage error with the closest known name.
+pub fn known_task(ix: &Indexed, task: &str) -> Result<(), CommandError> {
+    let known = history::known_tasks(&ix.root, &ix.store)?;
+    if known.iter().any(|k| k == task) {
+        return Ok(());
+    }
+    let hint = match shared::prompt::closest_task(task, &known) {
+        Some(close) => format!("did you mean `{close}`?"),
+        None if known.is_empty() => "this repository has no tasks yet: add prompts/<task>.md".to_string(),
+        None => format!("known tasks: {}", known.join(", ")),
+    };
+    Err(CommandError::usage(format!(
+        "no task `{task}`: no prompts/{task}.md and no runs or cards of it in the history index"
+    ))
+    .hint(hint))
 }

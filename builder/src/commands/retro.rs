@@ -3,7 +3,7 @@
 use super::index;
 use crate::command_error::{CommandError, Outcome};
 use anyhow::Context;
-use chrono::{DateTime, Duration, Utc};
+use chrono::{Duration, Utc};
 use shared::history;
 use std::path::{Path, PathBuf};
 
@@ -16,27 +16,26 @@ pub struct Args {
     /// Start at the last retro (the default; the first retro covers 7 days)
     #[arg(long)]
     pub since_last: bool,
-    /// Write the markdown here (the chart goes beside it as .svg); default stdout
+    /// Write the markdown here (the chart goes beside it as .svg) and move the
+    /// last-retro mark; default stdout, which leaves the mark where it is
     #[arg(short, long)]
     pub output: Option<PathBuf>,
-    /// Do not move the last-retro mark
+    /// Move the last-retro mark even when printing to stdout
+    #[arg(long, conflicts_with = "dry_run")]
+    pub mark: bool,
+    /// Do not move the last-retro mark, even with -o
     #[arg(long)]
     pub dry_run: bool,
 }
 
 pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
-    let mut ix = index::open(repo)?;
+    // Card status comes from the card files (work-tree triage overlaid, undone triage gone).
+    let mut ix = index::open_with_cards(repo)?;
     let now = Utc::now();
-    let since = match args.since {
+    let since = match index::since(args.since)? {
         Some(s) => s,
         None => history::get_meta(&ix.store, "last_retro")?.unwrap_or_else(|| (now - Duration::days(7)).to_rfc3339()),
     };
-    if DateTime::parse_from_rfc3339(&since).is_err() && chrono::NaiveDate::parse_from_str(&since, "%Y-%m-%d").is_err() {
-        return Err(
-            CommandError::usage(format!("--since `{since}` is not a date (YYYY-MM-DD) or RFC 3339 time"))
-                .hint("for example --since 2026-01-31"),
-        );
-    }
     let svg_path = match &args.output {
         Some(p) => p.with_extension("svg"),
         None => ix.root.join(".runtime/retro.svg"),
@@ -54,7 +53,9 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
         }
         None => print!("{}", retro.markdown),
     }
-    if !args.dry_run {
+    // A retro read on the terminal is a look, not a retro held: only one written to a
+    // file (or asked for with --mark) moves the mark.
+    if (args.output.is_some() || args.mark) && !args.dry_run {
         history::set_meta(&mut ix.store, "last_retro", &now.to_rfc3339())?;
     }
     Ok(Outcome::Ok)
