@@ -313,3 +313,71 @@ fn prefetch_over_its_cap_keeps_head_and_tail_and_writes_a_card() {
     let cut: usize = marker[5..].split(' ').next().unwrap().parse().unwrap();
     assert!(cut > total - 2000 && cut < total, "{marker} of {total}");
 }
+
+#[test]
+fn a_read_deny_rule_holds_for_cat_head_grep_and_the_grep_tool() {
+    const SECRET: &str = "dotenv-SECRET-0000";
+    let env = TestEnv::new();
+    env.write(".env", &format!("KEY={SECRET}\n"));
+    env.write("docs/.env", &format!("KEY={SECRET}\n"));
+    env.write("docs/notes.md", "KEY is set in .env\n");
+    let calls = serde_json::json!([
+        {"id": "c1", "name": "run_command", "arguments": {"command": "cat .env"}},
+        {"id": "c2", "name": "run_command", "arguments": {"command": "head -n 1 docs/.env"}},
+        {"id": "c3", "name": "run_command", "arguments": {"command": "wc -c < .env"}},
+        {"id": "c4", "name": "read_file", "arguments": {"path": "docs/.env"}},
+        {"id": "c5", "name": "grep", "arguments": {"pattern": "KEY", "path": "."}},
+        {"id": "c6", "name": "run_command", "arguments": {"command": "cat docs/notes.md"}}
+    ]);
+    let turns: Vec<Value> = calls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| serde_json::json!({"tool_calls": [c]}))
+        .chain([serde_json::json!({"content": "# Done"})])
+        .collect();
+    env.write(
+        "evals/digest/replay.json",
+        &serde_json::json!({"version": 1, "turns": turns}).to_string(),
+    );
+    // Four denials in a row must not stop the fire before the grep tool runs.
+    let settings = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}limits:\n  max_denials: 10\n"),
+    );
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("secrets beside the code");
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "{stderr}");
+    let receipt = env.receipt(&summary);
+    let calls = receipt["tool_calls"].as_array().unwrap();
+    let decisions: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| (c["decision"].as_str().unwrap(), c["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        decisions,
+        vec![
+            ("deny", "PERMISSION_DENIED"),
+            ("deny", "PERMISSION_DENIED"),
+            ("deny", "PERMISSION_DENIED"),
+            ("deny", "PERMISSION_DENIED"),
+            ("allow", "ok"),
+            ("allow", "ok"),
+        ],
+        "{calls:?}"
+    );
+    for c in &calls[..4] {
+        assert_eq!(c["rule"], "Read(**/.env)", "{c}");
+    }
+    let show = env.runtime(&["show", summary["run_id"].as_str().unwrap(), "--json"]);
+    let trace = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        trace.contains("docs/notes.md:1"),
+        "the grep tool ran and found the allowed file"
+    );
+    assert!(trace.contains("not searched: a Read deny rule covers them"), "{trace}");
+    assert!(!trace.contains(SECRET), "the denied file's content reached the model");
+    assert!(!env.all_record_text().contains(SECRET));
+}

@@ -98,6 +98,7 @@ fn main() {
         env: ExecContext::scrubbed_env(&scratch),
     };
     let req = ToolRequest {
+        masked: Vec::new(),
         call_id: "b".into(),
         args: ToolArgs::RunCommand {
             command: "true".into(),

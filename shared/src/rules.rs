@@ -241,6 +241,11 @@ pub fn wildcard_match(pattern: &str, text: &str) -> bool {
 }
 
 impl PathPattern {
+    /// The glob this pattern matches with (repo-relative, or absolute).
+    pub fn glob(&self) -> &str {
+        self.matcher.glob().glob()
+    }
+
     fn parse(sp: &str) -> Result<PathPattern, RuleError> {
         let (pattern, absolute) = if let Some(abs) = sp.strip_prefix("//") {
             (format!("/{abs}"), true)

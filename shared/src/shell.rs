@@ -39,6 +39,8 @@ pub struct Segment {
     pub open_args: bool,
     /// Paths this segment writes (redirect targets, write-command targets).
     pub writes: Vec<Word>,
+    /// Files fed to it by input redirection (`< file`).
+    pub reads: Vec<Word>,
     /// Inline code for an interpreter the analysis cannot see into.
     pub opaque_code: Vec<String>,
     /// Directory set by an earlier `cd` in the same line (`None`: the start directory).
@@ -53,6 +55,74 @@ impl Segment {
     pub fn line(&self) -> String {
         join(&self.argv)
     }
+}
+
+/// Input redirections of a statement reach every command it runs.
+fn attach_reads(segments: &mut [Segment], reads: &[Word]) {
+    for seg in segments {
+        seg.reads.extend(reads.iter().cloned());
+    }
+}
+
+/// Programs that read the files their arguments name, with how many leading
+/// positional arguments are not files (a pattern or a script) unless `-e`/`-f` give it.
+const READERS: &[(&str, usize)] = &[
+    ("cat", 0),
+    ("tac", 0),
+    ("nl", 0),
+    ("head", 0),
+    ("tail", 0),
+    ("less", 0),
+    ("more", 0),
+    ("wc", 0),
+    ("sort", 0),
+    ("uniq", 0),
+    ("cut", 0),
+    ("paste", 0),
+    ("diff", 0),
+    ("cmp", 0),
+    ("comm", 0),
+    ("od", 0),
+    ("xxd", 0),
+    ("hexdump", 0),
+    ("strings", 0),
+    ("base64", 0),
+    ("base32", 0),
+    ("md5sum", 0),
+    ("sha1sum", 0),
+    ("sha256sum", 0),
+    ("sha512sum", 0),
+    ("cp", 0),
+    ("grep", 1),
+    ("egrep", 1),
+    ("fgrep", 1),
+    ("rg", 1),
+    ("sed", 1),
+    ("awk", 1),
+    ("jq", 1),
+];
+
+/// The files a segment reads that a `Read` rule should judge: its input redirects, and
+/// the file arguments of a known reading command (flags and, for `grep`-like programs,
+/// the pattern left out). Extra words only cost a check; a reader not listed here (or
+/// a recursive search over a directory) is the kernel layer's to contain.
+pub fn read_targets(seg: &Segment) -> Vec<&Word> {
+    let mut out: Vec<&Word> = seg.reads.iter().collect();
+    let Some(&(_, skip)) = READERS.iter().find(|(p, _)| *p == seg.program()) else {
+        return out;
+    };
+    let args = &seg.argv[1.min(seg.argv.len())..];
+    let given = args
+        .iter()
+        .any(|w| matches!(w.text.as_str(), "-e" | "-f" | "--regexp" | "--file") || w.text.starts_with("--regexp="));
+    let mut positionals = args.iter().filter(|w| !w.text.starts_with('-') || w.text == "-");
+    if !given {
+        for _ in 0..skip {
+            positionals.next();
+        }
+    }
+    out.extend(positionals.filter(|w| w.text != "-"));
+    out
 }
 
 /// Joins words with single spaces (the form rules are matched against).
@@ -300,12 +370,13 @@ impl<'a> Walker<'a> {
             Some(body) if body.kind() == "command" => {
                 let start = self.out.len();
                 self.command_with(body, &extra.writes, stdin_code)?;
-                let _ = start;
+                attach_reads(&mut self.out[start..], &extra.reads);
                 Ok(())
             }
             Some(body) => {
                 let start = self.out.len();
                 self.walk(body)?;
+                attach_reads(&mut self.out[start..], &extra.reads);
                 // Redirects of a compound statement apply to its output as a whole.
                 if !extra.writes.is_empty() {
                     if let Some(last) = self.out.get_mut(start..).and_then(|s| s.last_mut()) {
@@ -338,6 +409,10 @@ impl<'a> Walker<'a> {
             let is_fd_dup = matches!(op, ">&" | "<&" | ">&-" | "<&-")
                 && (w.text.chars().all(|c| c.is_ascii_digit()) || w.text == "-");
             let writes = matches!(op, ">" | ">>" | ">|" | "&>" | "&>>" | "<>" | ">&");
+            let reads = matches!(op, "<" | "<>");
+            if reads && !is_fd_dup {
+                seg.reads.push(w.clone());
+            }
             if writes && !is_fd_dup {
                 seg.writes.push(w);
             }
@@ -357,6 +432,7 @@ impl<'a> Walker<'a> {
     ) -> Result<(), ShellError> {
         let mut words = Vec::new();
         let mut seg_writes: Vec<Word> = redirect_writes.to_vec();
+        let mut seg_reads: Vec<Word> = Vec::new();
         let mut c = node.walk();
         let kids: Vec<Node> = node.children(&mut c).collect();
         for k in kids {
@@ -366,6 +442,7 @@ impl<'a> Walker<'a> {
                     let mut s = Segment::default();
                     self.redirect(k, &mut s)?;
                     seg_writes.extend(s.writes);
+                    seg_reads.extend(s.reads);
                 }
                 "herestring_redirect" => {
                     self.nested(k)?;
@@ -399,6 +476,7 @@ impl<'a> Walker<'a> {
         }
         let start = self.out.len();
         unwrap_into(words, seg_writes, self.depth, self.out)?;
+        attach_reads(&mut self.out[start..], &seg_reads);
         if let Some(code) = stdin_code {
             // A heredoc or herestring fed to a shell or interpreter is its program.
             let prog = self.out.get(start).map(|s| s.program().to_string()).unwrap_or_default();
@@ -726,6 +804,7 @@ impl Peeled {
             layers,
             open_args,
             writes,
+            reads: Vec::new(),
             opaque_code,
             cwd: None,
         });

@@ -507,7 +507,16 @@ impl Agent<'_> {
             timeout = timeout.min(Duration::from_secs(*t));
         }
         let timeout = timeout.min(remaining).max(Duration::from_millis(100));
+        let masked = match &args {
+            ToolArgs::Grep { .. } => self.policy.read_masks(),
+            ToolArgs::ReadFile { .. }
+            | ToolArgs::ListDir { .. }
+            | ToolArgs::WriteFile { .. }
+            | ToolArgs::EditFile { .. }
+            | ToolArgs::RunCommand { .. } => Vec::new(),
+        };
         let req = ToolRequest {
+            masked,
             call_id: call.id.clone(),
             args,
             timeout_ms: timeout.as_millis() as u64,

@@ -103,6 +103,7 @@ fn run_script(
         command.push_str(&shell_quote(a));
     }
     let req = ToolRequest {
+        masked: Vec::new(),
         call_id: "prefetch".into(),
         args: ToolArgs::RunCommand {
             command,

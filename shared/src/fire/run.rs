@@ -233,6 +233,7 @@ impl FireRun {
         let path = self.config.scratch.join("report.md");
         let _ = std::fs::write(&path, answer);
         let req = ToolRequest {
+            masked: Vec::new(),
             call_id: format!("acceptance-{name}"),
             args: ToolArgs::RunCommand {
                 command: format!("{} {}", shell_quote(script), shell_quote(&path.to_string_lossy())),

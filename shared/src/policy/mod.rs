@@ -107,6 +107,9 @@ pub enum PolicyError {
 
 const BUILDER_WRITE_REASON: &str = "writes a builder-owned path";
 
+/// The rule tool names that govern reading a file (`Read(**/.env)` denies them all).
+const READ_TOOLS: &[&str] = &["Read"];
+
 impl Policy {
     /// Compiles the permissions for the repository at `root`. `builder_paths` are the
     /// settings' extra builder-owned globs.
@@ -349,6 +352,12 @@ impl Policy {
                 };
             }
         }
+        if let Some(v) = self.check_reads(seg, cwd) {
+            return Verdict {
+                reason: format!("`{line}` {}", v.reason),
+                ..v
+            };
+        }
         if let Some(v) = inline_code_verdict(seg) {
             return v;
         }
@@ -370,6 +379,73 @@ impl Policy {
             );
         }
         Verdict::new(self.default, None, format!("`{line}` matches no rule"))
+    }
+
+    /// The globs of the `Read` deny rules: files a tool that walks a directory (the
+    /// `grep` tool) must pass over, as `read_file` is refused them.
+    pub fn read_masks(&self) -> Vec<String> {
+        self.deny
+            .iter()
+            .filter(|r| r.names_any(READ_TOOLS))
+            .filter_map(|r| match &r.spec {
+                Spec::Path(p) => Some(p.glob().to_string()),
+                Spec::Any => Some("**".to_string()),
+                Spec::Command(_) | Spec::Literal(_) => None,
+            })
+            .collect()
+    }
+
+    /// A `Read` deny (or ask) rule holds for shell reads as it does for `read_file`: the
+    /// files a reading command names (`cat .env`, `head -n 3 .env`, `grep key .env`)
+    /// are decided as reads. A read target only known at run time (`cat $F`, `cat *`)
+    /// is denied while any `Read` deny rule exists, since it could be the denied file.
+    fn check_reads(&self, seg: &Segment, cwd: Option<&str>) -> Option<Verdict> {
+        let targets = shell::read_targets(seg);
+        if targets.is_empty() || !self.deny.iter().chain(&self.ask).any(|r| r.names_any(READ_TOOLS)) {
+            return None;
+        }
+        for w in targets {
+            if w.dynamic || w.text.contains(['*', '?', '[']) {
+                if self.deny.iter().any(|r| r.names_any(READ_TOOLS)) {
+                    return Some(Verdict::new(
+                        Decision::Deny,
+                        None,
+                        format!(
+                            "reads `{}`, a path only known at run time, while Read deny rules exist",
+                            w.text
+                        ),
+                    ));
+                }
+                continue;
+            }
+            let abs = self.abs(&w.text, cwd);
+            let rel = normalize(self.ownership.root(), &abs.to_string_lossy());
+            let hit = |rules: &[Rule]| {
+                rules.iter().position(|r| {
+                    r.names_any(READ_TOOLS)
+                        && match &r.spec {
+                            Spec::Any => true,
+                            Spec::Path(p) => p.matches(rel.as_deref(), &abs),
+                            Spec::Command(_) | Spec::Literal(_) => false,
+                        }
+                })
+            };
+            if let Some(i) = hit(&self.deny) {
+                return Some(Verdict::new(
+                    Decision::Deny,
+                    Some(&self.deny[i]),
+                    format!("reads `{}`, which matches a deny rule", w.text),
+                ));
+            }
+            if let Some(i) = hit(&self.ask) {
+                return Some(Verdict::new(
+                    Decision::Ask,
+                    Some(&self.ask[i]),
+                    format!("reads `{}`, which matches an ask rule", w.text),
+                ));
+            }
+        }
+        None
     }
 
     /// The allow rule for a segment: the outermost form allowed outright (e.g.

@@ -351,3 +351,24 @@ fn scratch_dir_is_writable() {
     assert_eq!(p.decide(Call::RunCommand("echo x > /tmp/run-1/a")).decision, Allow);
     assert_eq!(p.decide(Call::RunCommand("echo x > /tmp/run-1/../x")).decision, Deny);
 }
+
+#[test]
+fn read_deny_rules_hold_for_shell_reads() {
+    check(&[
+        ("cat .env", Deny),
+        ("cat sub/dir/.env", Deny),
+        ("head -n 3 .env", Deny),
+        ("grep KEY .env", Deny),
+        ("grep -e KEY .env", Deny),
+        ("sed -n 1p .env", Deny),
+        ("cat < .env", Deny),
+        ("wc -l < sub/.env", Deny),
+        ("cp .env reports/leak.txt", Deny),
+        ("cat README.md | grep KEY", Allow),
+        ("grep .env README.md", Allow),
+        ("cat $FILE", Deny),
+        ("cat *", Deny),
+        ("cat README.md", Allow),
+        ("head -n 3 README.md", Allow),
+    ]);
+}

@@ -80,7 +80,7 @@ pub fn execute(ctx: &ExecContext, req: &ToolRequest) -> ToolResult {
     let mut r = match &req.args {
         ToolArgs::ReadFile { path, offset, limit } => read_file(ctx, path, *offset, *limit, req.output_limit),
         ToolArgs::ListDir { path } => list_dir(ctx, path, req.output_limit),
-        ToolArgs::Grep { pattern, path } => grep(ctx, pattern, path, req.output_limit),
+        ToolArgs::Grep { pattern, path } => grep(ctx, pattern, path, &req.masked, req.output_limit),
         ToolArgs::WriteFile { path, content } => write_file(ctx, path, content),
         ToolArgs::EditFile { path, old, new } => edit_file(ctx, path, old, new),
         ToolArgs::RunCommand { command, .. } => {
@@ -184,11 +184,16 @@ fn list_dir(ctx: &ExecContext, path: &str, cap: usize) -> ToolResult {
     ok(if names.is_empty() { "(empty)".into() } else { out }, truncated || more)
 }
 
-fn grep(ctx: &ExecContext, pattern: &str, path: &str, cap: usize) -> ToolResult {
+fn grep(ctx: &ExecContext, pattern: &str, path: &str, masked: &[String], cap: usize) -> ToolResult {
     let re = match regex::Regex::new(pattern) {
         Ok(r) => r,
         Err(e) => return ToolResult::error("", ErrorClass::InvalidArguments, format!("invalid pattern: {e}")),
     };
+    let masks = match mask_set(masked) {
+        Ok(m) => m,
+        Err(e) => return ToolResult::error("", ErrorClass::InvalidArguments, format!("invalid mask: {e}")),
+    };
+    let mut hidden = 0usize;
     let base = resolve(ctx, path);
     if let Err(e) = std::fs::metadata(&base) {
         return io_error(path, &e, false);
@@ -225,6 +230,10 @@ fn grep(ctx: &ExecContext, pattern: &str, path: &str, cap: usize) -> ToolResult 
             }
             let text = String::from_utf8_lossy(&bytes);
             let shown = p.strip_prefix(&ctx.root).unwrap_or(&p).display().to_string();
+            if masks.is_match(&shown) || masks.is_match(&p) {
+                hidden += 1;
+                continue;
+            }
             for (i, line) in text.lines().enumerate() {
                 if re.is_match(line) {
                     out.push_str(&format!(
@@ -240,11 +249,29 @@ fn grep(ctx: &ExecContext, pattern: &str, path: &str, cap: usize) -> ToolResult 
             }
         }
     }
+    if hidden > 0 {
+        out.push_str(&format!(
+            "({hidden} file(s) not searched: a Read deny rule covers them)\n"
+        ));
+    }
     let (out, truncated) = cap_text(out, cap);
     ok(
-        if matches == 0 { "(no matches)".into() } else { out },
+        if matches == 0 && hidden == 0 {
+            "(no matches)".into()
+        } else {
+            out
+        },
         truncated || matches >= MAX_GREP_MATCHES,
     )
+}
+
+/// The globs a walking tool must pass over, compiled as the rules compile them.
+fn mask_set(masked: &[String]) -> Result<globset::GlobSet, globset::Error> {
+    let mut set = globset::GlobSetBuilder::new();
+    for m in masked {
+        set.add(globset::GlobBuilder::new(m).literal_separator(true).build()?);
+    }
+    set.build()
 }
 
 fn write_file(ctx: &ExecContext, path: &str, content: &str) -> ToolResult {
@@ -575,6 +602,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn grep_passes_over_masked_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join(".env"), "KEY=secret\n").unwrap();
+        std::fs::write(root.join("sub/.env"), "KEY=secret\n").unwrap();
+        std::fs::write(root.join("notes.md"), "KEY is documented\n").unwrap();
+        let ctx = ExecContext {
+            root: root.clone(),
+            scratch: root.join("scratch"),
+            env: vec![],
+        };
+        let mut req = ToolRequest {
+            masked: vec!["**/.env".into()],
+            call_id: "c".into(),
+            args: ToolArgs::Grep {
+                pattern: "KEY".into(),
+                path: ".".into(),
+            },
+            timeout_ms: 1000,
+            output_limit: 10_000,
+        };
+        let r = execute(&ctx, &req);
+        assert!(r.output.contains("notes.md:1"), "{}", r.output);
+        assert!(!r.output.contains("secret"), "{}", r.output);
+        assert!(r.output.contains("2 file(s) not searched"), "{}", r.output);
+        req.masked.clear();
+        assert!(
+            execute(&ctx, &req).output.contains("secret"),
+            "the mask is what hid them"
+        );
+    }
+
+    #[test]
     fn long_output_keeps_its_head_and_tail_around_a_marker() {
         let mut c = Capture::default();
         let line = |i: usize| format!("line {i:05}\n");
@@ -616,6 +677,7 @@ mod tests {
 
     fn req(args: ToolArgs) -> ToolRequest {
         ToolRequest {
+            masked: Vec::new(),
             call_id: "c".into(),
             args,
             timeout_ms: 5000,

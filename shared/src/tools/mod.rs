@@ -335,6 +335,10 @@ pub struct ToolRequest {
     pub args: ToolArgs,
     pub timeout_ms: u64,
     pub output_limit: usize,
+    /// Globs of files the call must not read (the `Read` deny rules), for tools that
+    /// walk directories; repo-relative unless absolute.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masked: Vec<String>,
 }
 
 /// The worker's answer.
