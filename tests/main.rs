@@ -11,3 +11,4 @@ mod fire;
 mod identity;
 mod init_check;
 mod operator;
+mod repos;

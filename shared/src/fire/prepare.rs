@@ -141,8 +141,8 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             why,
         ))));
     }
-    let repo = match crate::git::discover(&ctx.opts.root) {
-        Ok(r) => r,
+    let repo = match crate::git::open_work_tree(&ctx.opts.root) {
+        Ok(wt) => wt.repo,
         Err(e) => {
             return Err(EarlyEnd::Unrecorded(Box::new(ctx.unrecorded(
                 RunStatus::Failed,
