@@ -28,6 +28,7 @@ pub enum HistoryCommand {
     },
     /// List runs, newest first
     Runs {
+        /// Only runs of this task
         #[arg(long)]
         task: Option<String>,
         /// Only runs with this status
@@ -36,31 +37,42 @@ pub enum HistoryCommand {
         /// Only runs started on or after this date (YYYY-MM-DD or RFC 3339)
         #[arg(long)]
         since: Option<String>,
+        /// Print at most this many runs
         #[arg(long, default_value_t = 50)]
         limit: usize,
+        /// Print JSON
         #[arg(long)]
         json: bool,
     },
     /// Show one run's receipt
     Show {
+        /// The run's id (as `builder history runs` lists it)
         run_id: String,
+        /// Print JSON
         #[arg(long)]
         json: bool,
     },
     /// Diff two runs: input versions with the text diff, metrics, report text
     Diff {
+        /// The earlier run's id
         a: String,
+        /// The later run's id
         b: String,
+        /// Print JSON
         #[arg(long)]
         json: bool,
     },
     /// Compare a task's metrics on the prompt version at two revisions
     Compare {
+        /// The task whose runs to compare
         task: String,
+        /// The revision before the prompt change (any revision git understands)
         #[arg(long)]
         before: String,
+        /// The revision after the prompt change
         #[arg(long, default_value = "HEAD")]
         after: String,
+        /// Print JSON
         #[arg(long)]
         json: bool,
     },
