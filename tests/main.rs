@@ -5,6 +5,7 @@
 mod util;
 
 mod builder_cmds;
+mod docs;
 mod escape;
 mod exit_codes;
 mod fire;
