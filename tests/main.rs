@@ -9,6 +9,7 @@ mod util;
 
 mod builder_cmds;
 mod builder_truth;
+mod docs;
 mod escape;
 mod exit_codes;
 mod fire;
@@ -17,3 +18,4 @@ mod init_check;
 mod operator;
 mod otlp;
 mod progress;
+mod repos;

@@ -26,14 +26,6 @@ pub enum GitError {
     NoIdentity { repo: PathBuf, message: String },
 }
 
-/// Opens the repository whose work tree contains `path`.
-pub fn discover(path: &Path) -> Result<Repository, GitError> {
-    Repository::discover(path).map_err(|e| GitError::NotARepo {
-        path: path.to_path_buf(),
-        message: e.message().to_string(),
-    })
-}
-
 /// The work tree root of `repo`.
 pub fn workdir(repo: &Repository) -> Result<PathBuf, GitError> {
     repo.workdir()
@@ -42,6 +34,22 @@ pub fn workdir(repo: &Repository) -> Result<PathBuf, GitError> {
             path: repo.path().to_path_buf(),
             message: "bare repository".into(),
         })
+}
+
+/// The directories git writes for `repo`'s work tree, canonical: its git directory
+/// and the common directory holding objects and refs. In a plain checkout both are
+/// `<root>/.git`, listed once; in a linked worktree (`git worktree add`, where `.git`
+/// is a file) they are `<main>/.git/worktrees/<name>` and `<main>/.git`. The runtime's
+/// sandbox allows writing exactly these, since a commit writes objects and moves a ref.
+pub fn git_dirs(repo: &Repository) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for dir in [repo.path(), repo.commondir()] {
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        if !out.contains(&dir) {
+            out.push(dir);
+        }
+    }
+    out
 }
 
 /// HEAD's commit id, `None` on an unborn branch.
@@ -638,6 +646,10 @@ mod open_tests {
         assert!(linked.join(".git").is_file(), "a linked worktree has a .git file");
         let wt = open_work_tree(&linked).unwrap();
         assert_eq!(wt.root, linked.canonicalize().unwrap());
+        let git = main.join(".git").canonicalize().unwrap();
+        assert_eq!(git_dirs(&wt.repo), vec![git.join("worktrees/linked"), git]);
+        let main_wt = open_work_tree(&main).unwrap();
+        assert_eq!(git_dirs(&main_wt.repo), vec![main.join(".git").canonicalize().unwrap()]);
     }
 
     #[test]

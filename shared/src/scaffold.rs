@@ -109,7 +109,8 @@ pub fn init(root: &Path) -> Result<InitReport, InitError> {
     } else {
         report.kept.push(PathBuf::from(".gitignore"));
     }
-    let hook = repo.path().join("hooks/pre-push");
+    // Hooks live in the common directory: a linked worktree's own git dir has none.
+    let hook = repo.commondir().join("hooks/pre-push");
     if create_if_missing(&hook, PRE_PUSH_HOOK.as_bytes(), true).map_err(io(&hook))? {
         report.created.push(PathBuf::from(".git/hooks/pre-push"));
     }
@@ -160,5 +161,24 @@ mod tests {
         assert!(second.created.is_empty(), "{:?}", second.created);
         assert_eq!(snapshot(&root), before);
         assert_eq!(std::fs::read_to_string(root.join("prompts/digest.md")).unwrap(), "mine");
+    }
+
+    #[test]
+    fn init_in_a_linked_worktree_puts_the_hook_where_git_runs_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("main");
+        let repo = git2::Repository::init(&main).unwrap();
+        let sig = git2::Signature::now("T", "t@example.com").unwrap();
+        let tree = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
+        let linked = dir.path().join("linked");
+        repo.worktree("linked", &linked, None).unwrap();
+        let report = init(&linked).unwrap();
+        assert!(!report.git_initialised, "the worktree is a repository already");
+        assert!(report.created.contains(&PathBuf::from(".git/hooks/pre-push")));
+        assert!(main.join(".git/hooks/pre-push").is_file(), "the common dir's hooks");
+        assert!(linked.join(".git").is_file(), "the .git file is left alone");
     }
 }

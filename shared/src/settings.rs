@@ -958,3 +958,238 @@ mod tests {
         assert!(d[0].message.contains("not an http(s) URL"), "{d:?}");
     }
 }
+
+/// `docs/settings.md` against the settings types: every key documented, nothing
+/// documented that does not exist, the defaults and types the code has, examples that
+/// load. A key added to a settings struct fails here until the reference names it.
+#[cfg(test)]
+mod reference {
+    use super::*;
+    use serde_yaml::Value;
+
+    const DOC: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/settings.md"));
+    /// The smallest file that loads; examples are merged into it.
+    const MINIMAL: &str = "version: 1\nprovider: {kind: replay, replay: evals/digest/replay.json}\n";
+    /// Stands for a model name under `prices`.
+    const MODEL: &str = "<model>";
+
+    struct Row {
+        key: String,
+        ty: String,
+        default: String,
+        example: String,
+    }
+
+    fn rows() -> Vec<Row> {
+        let mut out = Vec::new();
+        for line in DOC.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            assert_eq!(cells.len(), 5, "a row has key, type, default, example, meaning: {line}");
+            out.push(Row {
+                key: cells[0].trim_matches('`').to_string(),
+                ty: cells[1].to_string(),
+                default: cells[2].to_string(),
+                example: cells[3].to_string(),
+            });
+        }
+        out
+    }
+
+    /// Every key path of `v` (`limits.max_retries`), sections included.
+    fn key_paths(v: &Value, prefix: &str, out: &mut Vec<String>) {
+        if let Value::Mapping(m) = v {
+            for (k, child) in m {
+                let path = format!("{prefix}{}", k.as_str().expect("string keys"));
+                out.push(path.clone());
+                key_paths(child, &format!("{path}."), out);
+            }
+        }
+    }
+
+    /// The value at `path` in `v`; `<model>` matches the first key of its mapping.
+    fn at<'v>(v: &'v Value, path: &str) -> Option<&'v Value> {
+        let mut cur = v;
+        for seg in path.split('.') {
+            let m = cur.as_mapping()?;
+            cur = if seg == MODEL { m.values().next()? } else { m.get(seg)? };
+        }
+        Some(cur)
+    }
+
+    /// Settings as deserialised (no semantic checks) from `yaml`, back as YAML.
+    fn typed(yaml: &str) -> Value {
+        let s: RuntimeSettings = serde_yaml::from_str(yaml).unwrap();
+        serde_yaml::to_value(&s).unwrap()
+    }
+
+    /// Every field of the settings types, optional sections filled in.
+    fn full() -> Value {
+        typed(&format!(
+            "version: 1\nprovider: {{kind: replay}}\nfallback: {{kind: replay}}\nprices: {{\"{MODEL}\": {{input_per_mtok: 1.0, output_per_mtok: 2.0}}}}\n"
+        ))
+    }
+
+    fn merge(base: &mut Value, over: &Value) {
+        match (base, over) {
+            (Value::Mapping(b), Value::Mapping(o)) => {
+                for (k, v) in o {
+                    match b.get_mut(k) {
+                        Some(slot) => merge(slot, v),
+                        None => {
+                            b.insert(k.clone(), v.clone());
+                        }
+                    }
+                }
+            }
+            (b, o) => *b = o.clone(),
+        }
+    }
+
+    /// `small` (a mapping: each of its keys) is found in `big`.
+    fn contains(big: &Value, small: &Value) -> bool {
+        match (big, small) {
+            (Value::Mapping(b), Value::Mapping(s)) => s.iter().all(|(k, v)| b.get(k).is_some_and(|bv| contains(bv, v))),
+            (b, s) => b == s,
+        }
+    }
+
+    fn remove(v: &mut Value, path: &str) {
+        let (parent, last) = match path.rsplit_once('.') {
+            Some((p, l)) => (p, l),
+            None => ("", path),
+        };
+        let mut cur = v;
+        if !parent.is_empty() {
+            for seg in parent.split('.') {
+                let m = cur.as_mapping_mut().unwrap();
+                let key = if seg == MODEL {
+                    m.keys().next().unwrap().clone()
+                } else {
+                    Value::from(seg)
+                };
+                cur = m.get_mut(&key).unwrap();
+            }
+        }
+        cur.as_mapping_mut().unwrap().remove(last);
+    }
+
+    fn load(v: &Value) -> Result<Value, Vec<Diagnostic>> {
+        let mut d = Vec::new();
+        match parse_runtime_yaml(&serde_yaml::to_string(v).unwrap(), &mut d) {
+            Some(s) if d.is_empty() => Ok(serde_yaml::to_value(&s).unwrap()),
+            _ => Err(d),
+        }
+    }
+
+    fn example(row: &Row) -> Value {
+        let text = row
+            .example
+            .strip_prefix('`')
+            .and_then(|e| e.strip_suffix('`'))
+            .unwrap_or_else(|| panic!("{}: the example is one YAML fragment in backticks", row.key));
+        serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{}: example `{text}`: {e}", row.key))
+    }
+
+    #[test]
+    fn every_settings_key_is_documented_and_every_documented_key_exists() {
+        let mut keys = Vec::new();
+        key_paths(&full(), "", &mut keys);
+        let top: Vec<&str> = keys.iter().filter(|k| !k.contains('.')).map(String::as_str).collect();
+        assert_eq!(top, TOP_KEYS, "TOP_KEYS lists the fields of RuntimeSettings, in order");
+        assert!(keys.iter().any(|k| k == "limits.max_output_tokens"));
+        let documented: Vec<String> = rows().into_iter().map(|r| r.key).collect();
+        let missing: Vec<&String> = keys.iter().filter(|k| !documented.contains(k)).collect();
+        let unknown: Vec<&String> = documented.iter().filter(|k| !keys.contains(k)).collect();
+        assert!(missing.is_empty(), "keys missing from docs/settings.md: {missing:?}");
+        assert!(
+            unknown.is_empty(),
+            "docs/settings.md documents keys that do not exist: {unknown:?}"
+        );
+        let mut seen = documented.clone();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), documented.len(), "a key is documented twice");
+    }
+
+    #[test]
+    fn documented_defaults_and_types_are_the_codes() {
+        let defaults = typed("version: 1\nprovider: {kind: replay}\n");
+        let full = full();
+        for row in rows() {
+            let key = &row.key;
+            let value = at(&defaults, key);
+            match row.default.as_str() {
+                "required" => {}
+                "unset" => assert!(
+                    value.is_none_or(Value::is_null),
+                    "{key}: documented unset, is {value:?}"
+                ),
+                "from its keys" => assert!(
+                    value.is_some_and(Value::is_mapping),
+                    "{key}: documented as a section with defaults, is {value:?}"
+                ),
+                d => {
+                    let text = d
+                        .strip_prefix('`')
+                        .and_then(|d| d.strip_suffix('`'))
+                        .unwrap_or_else(|| {
+                            panic!("{key}: default `{d}` is not required, unset, from its keys or `value`")
+                        });
+                    let want: Value = serde_yaml::from_str(text).unwrap();
+                    assert_eq!(value, Some(&want), "{key}: documented default `{text}`");
+                }
+            }
+            let Some(v) = at(&full, key).filter(|v| !v.is_null()) else {
+                continue;
+            };
+            let ty = row.ty.as_str();
+            let ok = if ty.starts_with("one of") {
+                v.as_str().is_some_and(|s| ty.contains(&format!("`{s}`")))
+            } else if ty.starts_with("integer") {
+                v.is_u64() || v.is_i64()
+            } else if ty.starts_with("number") {
+                v.is_f64()
+            } else if ty.starts_with("string") {
+                v.is_string()
+            } else if ty.starts_with("list") {
+                v.is_sequence()
+            } else if ty.starts_with("mapping") {
+                v.is_mapping()
+            } else if ty.starts_with("boolean") {
+                v.is_bool()
+            } else {
+                panic!("{key}: unknown type `{ty}`")
+            };
+            assert!(ok, "{key}: documented as {ty}, the code has {v:?}");
+        }
+    }
+
+    #[test]
+    fn every_documented_example_loads_and_sets_its_key() {
+        let minimal: Value = serde_yaml::from_str(MINIMAL).unwrap();
+        assert!(load(&minimal).is_ok(), "the minimal file loads");
+        for row in rows() {
+            let key = &row.key;
+            let ex = example(&row);
+            let want = at(&ex, key).unwrap_or_else(|| panic!("{key}: the example does not set it"));
+            let mut merged = minimal.clone();
+            merge(&mut merged, &ex);
+            let loaded =
+                load(&merged).unwrap_or_else(|d| panic!("{key}: example {} does not load: {d:?}", row.example));
+            let got = at(&loaded, key).unwrap_or_else(|| panic!("{key}: not in the loaded settings"));
+            assert!(contains(got, want), "{key}: example sets {want:?}, loaded {got:?}");
+            if row.default == "required" {
+                let mut without = merged.clone();
+                remove(&mut without, key);
+                assert!(load(&without).is_err(), "{key}: documented required, loads without it");
+            }
+        }
+    }
+
+    #[test]
+    fn the_reference_is_what_the_test_reads() {
+        // Guards the parsing above: a table format change must not empty the check.
+        let rows = rows();
+        assert!(rows.len() > 40, "{} rows", rows.len());
+    }
+}

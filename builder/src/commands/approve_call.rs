@@ -11,7 +11,9 @@ use std::path::Path;
 /// Approve (or deny) the exact call a paused run waits on
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The paused run's id (from its `approval_needed` card)
     pub run_id: String,
+    /// The call's id in that run (from the same card)
     pub call_id: String,
     /// Deny the call instead of approving it
     #[arg(long)]

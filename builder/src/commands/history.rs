@@ -35,21 +35,28 @@ pub enum HistoryCommand {
         /// Only runs started on or after this date (YYYY-MM-DD or RFC 3339)
         #[arg(long)]
         since: Option<String>,
+        /// Print at most this many runs
         #[arg(long, default_value_t = 50)]
         limit: usize,
+        /// Print JSON
         #[arg(long)]
         json: bool,
     },
     /// Show one run's receipt
     Show {
+        /// The run's id (as `builder history runs` lists it)
         run_id: String,
+        /// Print JSON
         #[arg(long)]
         json: bool,
     },
     /// Diff two runs: input versions with the text diff, metrics, report text
     Diff {
+        /// The earlier run's id
         a: String,
+        /// The later run's id
         b: String,
+        /// Print JSON
         #[arg(long)]
         json: bool,
     },
@@ -66,6 +73,7 @@ pub enum HistoryCommand {
         /// Runs each side needs before anything is judged (refused runs do not count)
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(i64).range(1..))]
         min_runs: i64,
+        /// Print JSON
         #[arg(long)]
         json: bool,
     },

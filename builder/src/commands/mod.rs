@@ -8,6 +8,7 @@ mod check;
 mod history;
 mod index;
 mod init;
+mod man;
 mod retro;
 mod watch;
 
@@ -56,10 +57,10 @@ pub enum Command {
     ApproveCall(approve_call::Args),
     /// Print shell completions
     Completions {
+        /// The shell to complete for
         shell: clap_complete::Shell,
     },
-    /// Print the man page
-    Man,
+    Man(man::Args),
 }
 
 pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
@@ -78,10 +79,7 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
             clap_complete::generate(shell, &mut Cli::command(), "builder", &mut std::io::stdout());
             Ok(Outcome::Ok)
         }
-        Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
-            Ok(Outcome::Ok)
-        }
+        Command::Man(a) => man::run(a, Cli::command()),
     }
 }
 
@@ -115,4 +113,90 @@ pub fn resolve_commit(repo: &git2::Repository, flag: &str, rev: &str) -> Result<
 pub fn acting_identity(repo: &git2::Repository, flag: &str) -> Result<shared::git::Person, CommandError> {
     shared::git::acting_identity(repo)
         .map_err(|e| CommandError::from(e).hint(format!("or name the person: {flag} \"Name <email>\"")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subcommand and every argument of `cmd`'s tree without a help text, or
+    /// with one that ends in a period (STYLE.md: imperative, no trailing period).
+    fn missing_help(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        let about = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
+        if about.trim().is_empty() {
+            out.push(format!("`{path}` has no help"));
+        } else if about.trim_end().ends_with('.') {
+            out.push(format!("`{path}`: help ends with a period: {about}"));
+        }
+        for arg in cmd.get_arguments() {
+            if matches!(arg.get_id().as_str(), "help" | "version") {
+                continue;
+            }
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            if help.trim().is_empty() {
+                out.push(format!("`{path}` argument `{}` has no help", arg.get_id()));
+            } else if help.trim_end().ends_with('.') {
+                out.push(format!("`{path}` argument `{}`: help ends with a period", arg.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            missing_help(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    /// `builder`, `builder-cards`, `builder-cards-list`, ...: the page names of the tree.
+    fn page_names(cmd: &clap::Command, prefix: &str, out: &mut Vec<String>) {
+        let name = if prefix.is_empty() {
+            cmd.get_name().to_string()
+        } else {
+            format!("{prefix}-{}", cmd.get_name())
+        };
+        out.push(format!("{name}.1"));
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            page_names(sub, &name, out);
+        }
+    }
+
+    #[test]
+    fn every_subcommand_and_argument_has_help() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        missing_help(&cmd, "builder", &mut missing);
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn man_dir_writes_a_page_per_subcommand() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("man1");
+        let pages = man::write_pages(Cli::command(), &out).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        let mut expected = Vec::new();
+        page_names(&Cli::command(), "", &mut expected);
+        expected.sort();
+        assert_eq!(names, expected);
+        for page in [
+            "builder.1",
+            "builder-cards-triage.1",
+            "builder-history-compare.1",
+            "builder-approve-call.1",
+        ] {
+            assert!(names.iter().any(|n| n == page), "{page} in {names:?}");
+        }
+        assert_eq!(pages.len(), names.len());
+        for p in pages {
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert!(text.contains("\n.TH "), "{} is a man page", p.display());
+        }
+    }
 }

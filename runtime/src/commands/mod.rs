@@ -3,6 +3,7 @@
 
 mod check;
 mod fire;
+mod man;
 mod resume;
 mod runs;
 mod show;
@@ -47,10 +48,10 @@ pub enum Command {
     Check(check::Args),
     /// Print shell completions
     Completions {
+        /// The shell to complete for
         shell: clap_complete::Shell,
     },
-    /// Print the man page
-    Man,
+    Man(man::Args),
 }
 
 pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
@@ -67,10 +68,7 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
             clap_complete::generate(shell, &mut Cli::command(), "runtime", &mut std::io::stdout());
             Ok(Outcome::Ok)
         }
-        Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
-            Ok(Outcome::Ok)
-        }
+        Command::Man(a) => man::run(a, Cli::command()),
     }
 }
 
@@ -78,4 +76,76 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
 /// opened the one way every command does.
 fn resolve_root(path: &Path) -> Result<PathBuf, CommandError> {
     Ok(shared::git::open_work_tree(path)?.root)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subcommand and every argument of `cmd`'s tree without a help text, or
+    /// with one that ends in a period (STYLE.md: imperative, no trailing period).
+    pub fn missing_help(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        let about = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
+        if about.trim().is_empty() {
+            out.push(format!("`{path}` has no help"));
+        } else if about.trim_end().ends_with('.') {
+            out.push(format!("`{path}`: help ends with a period: {about}"));
+        }
+        for arg in cmd.get_arguments() {
+            if matches!(arg.get_id().as_str(), "help" | "version") {
+                continue;
+            }
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            if help.trim().is_empty() {
+                out.push(format!("`{path}` argument `{}` has no help", arg.get_id()));
+            } else if help.trim_end().ends_with('.') {
+                out.push(format!("`{path}` argument `{}`: help ends with a period", arg.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            missing_help(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_subcommand_and_argument_has_help() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        missing_help(&cmd, "runtime", &mut missing);
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn man_dir_writes_a_page_per_subcommand() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("man1");
+        let pages = man::write_pages(Cli::command(), &out).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        let mut expected: Vec<String> = Cli::command()
+            .get_subcommands()
+            .filter(|s| s.get_name() != "help")
+            .map(|s| format!("runtime-{}.1", s.get_name()))
+            .chain(["runtime.1".to_string()])
+            .collect();
+        expected.sort();
+        assert_eq!(names, expected);
+        assert!(names.contains(&"runtime-fire.1".to_string()));
+        assert_eq!(pages.len(), names.len());
+        for p in pages {
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert!(text.contains("\n.TH "), "{} is a man page", p.display());
+        }
+        let fire = std::fs::read_to_string(out.join("runtime-fire.1")).unwrap();
+        assert!(fire.contains("\\-\\-no\\-commit"), "the fire page lists its options");
+    }
 }

@@ -187,7 +187,8 @@ fn open_task(ctx: &FireContext) -> Result<git2::Repository, Box<FireSummary>> {
         );
         return Err(Box::new(ctx.unrecorded(RunStatus::Failed, FireEnd::InvalidInput, why)));
     }
-    let repo = crate::git::discover(&ctx.opts.root)
+    let repo = crate::git::open_work_tree(&ctx.opts.root)
+        .map(|wt| wt.repo)
         .map_err(|e| Box::new(ctx.unrecorded(RunStatus::Failed, FireEnd::Environment, e.to_string())))?;
     match not_a_task(ctx, &repo) {
         Some(summary) => Err(Box::new(summary)),

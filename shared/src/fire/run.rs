@@ -23,7 +23,8 @@ impl FireRun {
     /// records, state and git objects; TCP only to the providers and the OTLP
     /// endpoint. On `Err` the fire cannot go on; [`FireRun::finish`] records why.
     pub fn enter_sandbox(&mut self) -> Result<(), Aborted> {
-        let spec = sandbox::runtime_spec(&self.ctx.opts.root, &self.config.connect_ports());
+        let git_dirs = crate::git::git_dirs(&self.repo);
+        let spec = sandbox::runtime_spec(&self.ctx.opts.root, &git_dirs, &self.config.connect_ports());
         let entered = sandbox::prepare_dirs(&spec)
             .map_err(|e| e.to_string())
             .and_then(|_| landlock::enforce(&spec, self.config.settings.sandbox.landlock).map_err(|e| e.to_string()));
@@ -104,6 +105,7 @@ impl FireRun {
             scratch: self.config.scratch.clone(),
             spec: sandbox::worker_spec(
                 root,
+                &crate::git::git_dirs(&self.repo),
                 &self.config.scratch,
                 &self.config.settings,
                 self.config.policy.ownership(),

@@ -42,12 +42,21 @@ pub fn abi_cap_from_env() -> Option<u32> {
     std::env::var(ABI_CAP_ENV).ok().and_then(|v| v.parse().ok())
 }
 
-/// The tool worker's sandbox: reads in system dirs, the repo and the settings' extra
-/// read roots; writes only where the write ACL points (never a builder path), the
-/// per-run scratch dir and `/dev/null`; TCP only to granted ports.
-pub fn worker_spec(root: &Path, scratch: &Path, s: &RuntimeSettings, ownership: &Ownership) -> SandboxSpec {
+/// The tool worker's sandbox: reads in system dirs, the repo (with its git
+/// directories, `git_dirs`, which lie outside it in a linked worktree, so `git log`
+/// works there as in a plain checkout) and the settings' extra read roots; writes only
+/// where the write ACL points (never a builder path), the per-run scratch dir and
+/// `/dev/null`; TCP only to granted ports.
+pub fn worker_spec(
+    root: &Path,
+    git_dirs: &[PathBuf],
+    scratch: &Path,
+    s: &RuntimeSettings,
+    ownership: &Ownership,
+) -> SandboxSpec {
     let mut read_dirs: Vec<PathBuf> = SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect();
     read_dirs.push(root.to_path_buf());
+    read_dirs.extend(git_dirs.iter().filter(|d| !d.starts_with(root)).cloned());
     read_dirs.extend(s.permissions.additional_directories.iter().map(PathBuf::from));
     let mut write_dirs = vec![scratch.to_path_buf()];
     for dir in acl_dirs(&s.permissions.write) {
@@ -70,10 +79,12 @@ pub fn worker_spec(root: &Path, scratch: &Path, s: &RuntimeSettings, ownership: 
 }
 
 /// The runtime's own sandbox, entered before the loop: it may write its records, its
-/// state and git objects, and connect only to the provider's port(s).
-pub fn runtime_spec(root: &Path, provider_ports: &[u16]) -> SandboxSpec {
+/// state and the repository's git directories (`git_dirs`, from `git::git_dirs`:
+/// `<root>/.git`, or in a linked worktree its own git dir and the common dir), and
+/// connect only to the provider's port(s).
+pub fn runtime_spec(root: &Path, git_dirs: &[PathBuf], provider_ports: &[u16]) -> SandboxSpec {
     let mut write_dirs: Vec<PathBuf> = crate::layout::RUNTIME_DIRS.iter().map(|d| root.join(d)).collect();
-    write_dirs.push(root.join(".git"));
+    write_dirs.extend(git_dirs.iter().cloned());
     write_dirs.push(root.join(STATE_DIR));
     SandboxSpec {
         read_dirs: vec![PathBuf::from("/")],
@@ -135,7 +146,14 @@ mod tests {
         .unwrap();
         s.permissions.write.push("prompts/**".into());
         let own = Ownership::new("/repo");
-        let spec = worker_spec(Path::new("/repo"), Path::new("/repo/.runtime/scratch/r"), &s, &own);
+        let git = [PathBuf::from("/repo/.git")];
+        let spec = worker_spec(
+            Path::new("/repo"),
+            &git,
+            Path::new("/repo/.runtime/scratch/r"),
+            &s,
+            &own,
+        );
         assert_eq!(
             spec.write_dirs,
             vec![
@@ -144,5 +162,39 @@ mod tests {
             ]
         );
         assert!(spec.connect_ports.is_empty());
+        assert!(
+            !spec.read_dirs.contains(&PathBuf::from("/repo/.git")),
+            "read beneath the root already"
+        );
+    }
+
+    #[test]
+    fn a_linked_worktree_writes_its_git_dirs_not_a_dot_git_file() {
+        let git = [PathBuf::from("/main/.git/worktrees/wt"), PathBuf::from("/main/.git")];
+        let spec = runtime_spec(Path::new("/wt"), &git, &[8080]);
+        assert!(spec.write_dirs.contains(&git[0]) && spec.write_dirs.contains(&git[1]));
+        assert!(
+            !spec.write_dirs.contains(&PathBuf::from("/wt/.git")),
+            "{:?}",
+            spec.write_dirs
+        );
+        assert!(!spec.write_dirs.iter().any(|d| d == Path::new("/main")));
+
+        let s =
+            crate::settings::parse_runtime_yaml("version: 1\nprovider: {kind: replay, replay: x}\n", &mut Vec::new())
+                .unwrap();
+        let w = worker_spec(
+            Path::new("/wt"),
+            &git,
+            Path::new("/wt/.runtime/scratch/r"),
+            &s,
+            &Ownership::new("/wt"),
+        );
+        assert!(w.read_dirs.contains(&git[1]), "git log reads the common dir");
+        assert!(
+            !w.write_dirs.iter().any(|d| d.starts_with("/main")),
+            "{:?}",
+            w.write_dirs
+        );
     }
 }
