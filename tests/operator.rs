@@ -381,3 +381,33 @@ fn a_read_deny_rule_holds_for_cat_head_grep_and_the_grep_tool() {
     assert!(!trace.contains(SECRET), "the denied file's content reached the model");
     assert!(!env.all_record_text().contains(SECRET));
 }
+
+#[test]
+fn both_checks_say_when_the_key_variable_is_unset() {
+    let server = ModelServer::start(vec![]);
+    let env = repo_for(&server, "");
+    let run = |bin: &str| env.command(bin, &["check"]).env_remove(KEY_ENV).output().unwrap();
+    let runtime = run("runtime");
+    let out = String::from_utf8_lossy(&runtime.stdout);
+    assert_eq!(runtime.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(&format!("problem: the provider's key variable `{KEY_ENV}`")),
+        "{out}"
+    );
+    let builder = run("builder");
+    let err = String::from_utf8_lossy(&builder.stderr);
+    assert_eq!(builder.status.code(), Some(0), "the files are fine: {err}");
+    assert!(
+        err.contains(&format!("note: the provider's key variable `{KEY_ENV}`")),
+        "{err}"
+    );
+    // With the key set, neither says anything about it.
+    let with_key = env.runtime(&["check"]);
+    assert_eq!(
+        with_key.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&with_key.stdout)
+    );
+    assert!(!String::from_utf8_lossy(&env.builder(&["check"]).stderr).contains("key variable"));
+}

@@ -53,6 +53,19 @@ pub struct RuntimeSettings {
     pub telemetry: Telemetry,
 }
 
+impl RuntimeSettings {
+    /// The first key variable the settings name (primary, then fallback) that is unset
+    /// or empty in this process's environment: a fire without its key would only fail
+    /// at the first request, so it refuses before sending one.
+    pub fn missing_key_variable(&self) -> Option<&str> {
+        [Some(&self.provider), self.fallback.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.api_key_env.as_deref())
+            .find(|var| std::env::var_os(var).is_none_or(|v| v.is_empty()))
+    }
+}
+
 fn default_tools() -> Vec<Tool> {
     Tool::ALL.to_vec()
 }

@@ -13,7 +13,13 @@ pub struct Args {
 
 pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo)?;
-    let problems = shared::check::check_repo(&wt.root).problems;
+    let checked = shared::check::check_repo(&wt.root);
+    let problems = checked.problems;
+    // The key belongs to the machine that fires (the cron box), not to the repository:
+    // said, but not counted as a problem of the files.
+    if let Some(var) = checked.settings.as_ref().and_then(|s| s.runtime.missing_key_variable()) {
+        eprintln!("note: the provider's key variable `{var}` (settings/runtime.yaml api_key_env) is unset or empty here; a fire on this machine would refuse (exit 2)");
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&problems)?);
     } else if problems.is_empty() {

@@ -19,18 +19,23 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let rights = landlock::supported_rights(abi);
     let checked = shared::check::check_repo(root);
     let problems = checked.problems;
-    let mode = checked.settings.map(|s| s.runtime.sandbox.landlock);
+    let mode = checked.settings.as_ref().map(|s| s.runtime.sandbox.landlock);
+    let missing_key = checked
+        .settings
+        .as_ref()
+        .and_then(|s| s.runtime.missing_key_variable())
+        .map(|var| format!("problem: the provider's key variable `{var}` (settings/runtime.yaml api_key_env) is unset or empty here: a fire would refuse (exit 2)"));
     let full = abi >= landlock::TARGET_ABI as u32;
     let sandbox_ok = match mode {
         Some(LandlockMode::Required) | None => full,
         Some(LandlockMode::BestEffort) | Some(LandlockMode::Off) => true,
     };
-    let ok = problems.is_empty() && sandbox_ok;
+    let ok = problems.is_empty() && sandbox_ok && missing_key.is_none();
     if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "mode": mode, "problems": problems, "ok": ok})
+                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "mode": mode, "problems": problems, "missing_key": missing_key, "ok": ok})
             )?
         );
     } else {
@@ -58,6 +63,9 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         );
         for p in &problems {
             println!("{p}");
+        }
+        if let Some(line) = &missing_key {
+            println!("{line}");
         }
         println!(
             "{}",

@@ -405,7 +405,7 @@ impl Preparing {
             let text = crate::diag::Diagnostics(d).to_string();
             invalid(format!("invalid prompt: {}", first_line(&text)), text)
         })?;
-        if let Some(var) = missing_key_variable(&settings) {
+        if let Some(var) = settings.missing_key_variable() {
             return Err(invalid(
                 format!("the provider's key variable `{var}` is unset or empty"),
                 format!("{SETTINGS_FILE}: provider api_key_env names `{var}`, which is unset or empty in the fire's environment; no request was sent"),
@@ -492,16 +492,6 @@ impl Preparing {
         ];
         Ok(state)
     }
-}
-
-/// The first key variable the settings name (primary, then fallback) that is unset
-/// or empty: a fire without its key would only fail at the first request.
-pub fn missing_key_variable(settings: &RuntimeSettings) -> Option<&str> {
-    [Some(&settings.provider), settings.fallback.as_ref()]
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p.api_key_env.as_deref())
-        .find(|var| std::env::var_os(var).is_none_or(|v| v.is_empty()))
 }
 
 fn first_line(s: &str) -> String {
