@@ -411,3 +411,30 @@ fn both_checks_say_when_the_key_variable_is_unset() {
     );
     assert!(!String::from_utf8_lossy(&env.builder(&["check"]).stderr).contains("key variable"));
 }
+
+#[test]
+fn a_local_servers_own_context_window_sizes_the_budget() {
+    let w = Wire::OpenAi;
+    let server = ModelServer::start(vec![turn(w, Some("# Report"), &[], (1, 1))]);
+    *server.props.lock().unwrap() = Some(serde_json::json!({"default_generation_settings": {"n_ctx": 8192}}));
+    let env = repo_for(&server, "");
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 0, "{stderr}");
+    let show = env.runtime(&["show", summary["run_id"].as_str().unwrap(), "--json"]);
+    let trace: Value = serde_json::from_slice(&show.stdout).unwrap();
+    let budget = &trace["trace"]["steps"][0][1]["budget"];
+    assert_eq!(budget, 8192 - 4096, "n_ctx less the output cap: {budget}");
+    // Settings win over what the server says.
+    let server = ModelServer::start(vec![turn(w, Some("# Report"), &[], (1, 1))]);
+    *server.props.lock().unwrap() = Some(serde_json::json!({"default_generation_settings": {"n_ctx": 8192}}));
+    let provider = server.provider_yaml(w) + "  max_context_tokens: 20000\n";
+    let env = TestEnv::new();
+    env.write("settings/runtime.yaml", &settings_yaml(&provider, ""));
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("declared window");
+    let (code, summary, _) = env.fire("t");
+    assert_eq!(code, 0);
+    let show = env.runtime(&["show", summary["run_id"].as_str().unwrap(), "--json"]);
+    let trace: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(trace["trace"]["steps"][0][1]["budget"], 20000 - 4096);
+}

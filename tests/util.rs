@@ -354,6 +354,9 @@ pub struct Seen {
 pub struct ModelServer {
     pub port: u16,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// What `GET /props` answers (llama.cpp's server properties); 404 when unset.
+    /// Such GETs neither consume a scripted reply nor count as requests.
+    pub props: Arc<Mutex<Option<Value>>>,
     server: Arc<tiny_http::Server>,
 }
 
@@ -362,12 +365,22 @@ impl ModelServer {
         let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("bind 127.0.0.1"));
         let port = server.server_addr().to_ip().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let props: Arc<Mutex<Option<Value>>> = Arc::new(Mutex::new(None));
+        let props2 = props.clone();
         let queue = Arc::new(Mutex::new(
             replies.into_iter().collect::<std::collections::VecDeque<_>>(),
         ));
         let (srv, seen2) = (server.clone(), seen.clone());
         std::thread::spawn(move || {
             for mut req in srv.incoming_requests() {
+                if *req.method() == tiny_http::Method::Get {
+                    let answer = match (req.url().ends_with("/props"), props2.lock().unwrap().clone()) {
+                        (true, Some(v)) => tiny_http::Response::from_string(v.to_string()).with_status_code(200),
+                        _ => tiny_http::Response::from_string("{}").with_status_code(404),
+                    };
+                    let _ = req.respond(answer);
+                    continue;
+                }
                 let mut body = String::new();
                 let _ = req.as_reader().read_to_string(&mut body);
                 seen2.lock().unwrap().push(Seen {
@@ -396,7 +409,12 @@ impl ModelServer {
                 });
             }
         });
-        ModelServer { port, seen, server }
+        ModelServer {
+            port,
+            seen,
+            props,
+            server,
+        }
     }
 
     pub fn requests(&self) -> Vec<Seen> {

@@ -59,7 +59,7 @@ impl FireRun {
     /// checks. `cancel` turns true on SIGINT/SIGTERM.
     pub async fn run(&mut self, mut cancel: tokio::sync::watch::Receiver<bool>) -> Result<(), Aborted> {
         let mut worker = self.start_worker().await?;
-        let chain = match self.providers() {
+        let mut chain = match self.providers() {
             Ok(chain) => chain,
             Err(e) => {
                 worker.shutdown().await;
@@ -72,6 +72,7 @@ impl FireRun {
                 ));
             }
         };
+        chain.primary.learn_context().await;
         let cfg = self.loop_config(&chain);
         self.inputs.model = cfg.model.clone();
         self.stop = Agent {

@@ -196,6 +196,8 @@ enum Backend {
 pub struct Provider {
     backend: Backend,
     settings: ProviderSettings,
+    /// The context window the server reported ([`Provider::learn_context`]).
+    served_context: Option<u64>,
 }
 
 impl Provider {
@@ -218,11 +220,26 @@ impl Provider {
         Ok(Provider {
             backend,
             settings: settings.clone(),
+            served_context: None,
         })
     }
 
+    /// Asks a local OpenAI-compatible server for its context window, when the settings
+    /// do not declare one (llama.cpp's `n_ctx`, vLLM's `max_model_len`). Settings win.
+    pub async fn learn_context(&mut self) {
+        if self.settings.max_context_tokens.is_some() {
+            return;
+        }
+        if let Backend::OpenAi(p) = &self.backend {
+            self.served_context = p.served_context(Duration::from_secs(1)).await;
+            if let Some(n) = self.served_context {
+                tracing::debug!(n_ctx = n, "the model server reports its context window");
+            }
+        }
+    }
+
     pub fn capabilities(&self) -> Capabilities {
-        let declared = self.settings.max_context_tokens;
+        let declared = self.settings.max_context_tokens.or(self.served_context);
         match &self.backend {
             Backend::OpenAi(_) => Capabilities {
                 tool_calling: true,
@@ -423,7 +440,11 @@ mod tests {
             }
             ProviderKind::Replay => unreachable!("no key"),
         };
-        Provider { backend, settings }
+        Provider {
+            backend,
+            settings,
+            served_context: None,
+        }
     }
 
     fn request() -> ModelRequest {

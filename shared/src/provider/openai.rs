@@ -12,6 +12,8 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 pub struct OpenAi {
     client: reqwest::Client,
+    /// The base URL, without a trailing slash.
+    base: String,
     url: String,
     key: Option<String>,
     retry: RetryPolicy,
@@ -22,6 +24,7 @@ impl OpenAi {
         let base = s.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL).trim_end_matches('/');
         Ok(OpenAi {
             client: http::client()?,
+            base: base.to_string(),
             url: format!("{base}/chat/completions"),
             key,
             retry,
@@ -53,6 +56,45 @@ impl OpenAi {
 
     pub fn has_key(&self) -> bool {
         self.key.is_some()
+    }
+
+    /// The context window a local OpenAI-compatible server reports about itself:
+    /// llama.cpp's `GET /props` (`default_generation_settings.n_ctx`, the context it
+    /// actually runs with), else vLLM's `GET <base>/models` (`max_model_len`). Asked only
+    /// of servers on this machine (a loopback host), within `timeout`; `None` when the
+    /// server does not say.
+    pub async fn served_context(&self, timeout: std::time::Duration) -> Option<u64> {
+        let url = reqwest::Url::parse(&self.base).ok()?;
+        let host = url.host_str()?;
+        let loopback = host == "localhost"
+            || host
+                .trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return None;
+        }
+        let origin = url.origin().ascii_serialization();
+        let get = |u: String| async move {
+            let resp = self.client.get(u).timeout(timeout).send().await.ok()?;
+            if !resp.status().is_success() {
+                return None;
+            }
+            resp.json::<Value>().await.ok()
+        };
+        if let Some(props) = get(format!("{origin}/props")).await {
+            let n = props["default_generation_settings"]["n_ctx"]
+                .as_u64()
+                .or_else(|| props["n_ctx"].as_u64());
+            if let Some(n) = n.filter(|n| *n > 0) {
+                return Some(n);
+            }
+        }
+        let models = get(format!("{}/models", self.base)).await?;
+        models["data"]
+            .as_array()?
+            .iter()
+            .find_map(|m| m["max_model_len"].as_u64().filter(|n| *n > 0))
     }
 }
 
