@@ -336,40 +336,12 @@ impl Agent<'_> {
         };
         let resp = match answer {
             Ok(r) => r,
-            Err(e) => {
-                state.retries += e.retries;
-                state.trace.attr(span, "error.type", format!("{:?}", e.kind));
-                state.trace.end(span, SpanStatus::Error);
-                let detail = cfg.redactor.redact(&e.to_string()).into_owned();
-                if e.kind == ProviderErrorKind::ContextOverflow {
-                    let last = state.trace.steps.last().map(|(_, r)| (r.used, r.budget));
-                    state.cards.push(CardDraft {
-                        kind: CardKind::ContextOverflow,
-                        summary: "the model server refused the request for its length".into(),
-                        detail,
-                        evidence: vec![
-                            format!("step {step}"),
-                            format!(
-                                "context used/budget (estimated): {last:?} of max_context {}",
-                                cfg.max_context
-                            ),
-                        ],
-                    });
-                    return Err(StopReason::ContextOverflow);
-                }
-                state.cards.push(CardDraft {
-                    kind: CardKind::ProviderError,
-                    summary: format!("model call failed: {:?}", e.kind),
-                    detail,
-                    evidence: vec![format!("step {step}")],
-                });
-                return Err(StopReason::ProviderError);
-            }
+            Err(e) => return Err(provider_failed(cfg, state, span, step, &e)),
         };
         account(cfg, state, span, &resp);
-        let served = match (resp.served_by.as_str(), &self.provider.fallback) {
-            ("fallback", Some(fallback)) => fallback,
-            _ => &self.provider.primary,
+        let served = match &self.provider.fallback {
+            Some(fallback) if resp.served_by.starts_with("fallback") => fallback,
+            Some(_) | None => &self.provider.primary,
         };
         state.trace.attr(span, "gen_ai.provider.name", served.kind());
         state.messages.push(Message::Assistant {
@@ -533,6 +505,44 @@ impl Agent<'_> {
             }
         }
     }
+}
+
+/// Records a failed model call (after retries and any fallback) and the stop it
+/// causes: `context_overflow` when the server refused the request for its length.
+fn provider_failed(
+    cfg: &LoopConfig,
+    state: &mut LoopState,
+    span: u64,
+    step: u32,
+    e: &crate::provider::ProviderError,
+) -> StopReason {
+    state.retries += e.retries;
+    state.trace.attr(span, "error.type", format!("{:?}", e.kind));
+    state.trace.end(span, SpanStatus::Error);
+    let detail = cfg.redactor.redact(&e.to_string()).into_owned();
+    if e.kind == ProviderErrorKind::ContextOverflow {
+        let last = state.trace.steps.last().map(|(_, r)| (r.used, r.budget));
+        state.cards.push(CardDraft {
+            kind: CardKind::ContextOverflow,
+            summary: "the model server refused the request for its length".into(),
+            detail,
+            evidence: vec![
+                format!("step {step}"),
+                format!(
+                    "context used/budget (estimated): {last:?} of max_context {}",
+                    cfg.max_context
+                ),
+            ],
+        });
+        return StopReason::ContextOverflow;
+    }
+    state.cards.push(CardDraft {
+        kind: CardKind::ProviderError,
+        summary: format!("model call failed: {:?}", e.kind),
+        detail,
+        evidence: vec![format!("step {step}")],
+    });
+    StopReason::ProviderError
 }
 
 /// Adds a model response's usage to the totals and its span.
