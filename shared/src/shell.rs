@@ -102,6 +102,21 @@ const READERS: &[(&str, usize)] = &[
     ("jq", 1),
 ];
 
+/// Whether a segment searches directories recursively (`grep -r`/`-R`, `rg`, `ag`):
+/// it reads files its words never name.
+pub fn searches_recursively(seg: &Segment) -> bool {
+    match seg.program() {
+        "rg" | "ag" | "ack" => true,
+        "grep" | "egrep" | "fgrep" => seg.argv.iter().skip(1).any(|w| {
+            let t = w.text.as_str();
+            t == "--recursive"
+                || t == "--dereference-recursive"
+                || (t.starts_with('-') && !t.starts_with("--") && t.contains(['r', 'R']))
+        }),
+        _ => false,
+    }
+}
+
 /// The files a segment reads that a `Read` rule should judge: its input redirects, and
 /// the file arguments of a known reading command (flags and, for `grep`-like programs,
 /// the pattern left out). Extra words only cost a check; a reader not listed here (or

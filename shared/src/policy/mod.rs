@@ -400,13 +400,21 @@ impl Policy {
     /// are decided as reads. A read target only known at run time (`cat $F`, `cat *`)
     /// is denied while any `Read` deny rule exists, since it could be the denied file.
     fn check_reads(&self, seg: &Segment, cwd: Option<&str>) -> Option<Verdict> {
+        let read_denied = self.deny.iter().any(|r| r.names_any(READ_TOOLS));
+        if read_denied && shell::searches_recursively(seg) {
+            return Some(Verdict::new(
+                Decision::Deny,
+                None,
+                "searches recursively, which would read files a Read deny rule covers; the grep tool searches and skips them",
+            ));
+        }
         let targets = shell::read_targets(seg);
         if targets.is_empty() || !self.deny.iter().chain(&self.ask).any(|r| r.names_any(READ_TOOLS)) {
             return None;
         }
         for w in targets {
             if w.dynamic || w.text.contains(['*', '?', '[']) {
-                if self.deny.iter().any(|r| r.names_any(READ_TOOLS)) {
+                if read_denied {
                     return Some(Verdict::new(
                         Decision::Deny,
                         None,

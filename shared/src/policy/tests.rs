@@ -80,7 +80,10 @@ fn plain_allowed_commands() {
         ("ls -la reports", Allow),
         ("cat prompts/digest.md", Allow),
         ("echo hello > reports/x.md", Allow),
-        ("grep -rn TODO . | wc -l", Allow),
+        // A recursive search would read `.env`, which `Read(**/.env)` denies (the Read
+        // rules hold for shell reads too); a search of named files is fine.
+        ("grep -rn TODO . | wc -l", Deny),
+        ("grep -n TODO README.md | wc -l", Allow),
         ("date", Allow),
         ("cd reports && ls", Allow),
         ("git log | head -n 3 | sort", Allow),
@@ -370,5 +373,9 @@ fn read_deny_rules_hold_for_shell_reads() {
         ("cat *", Deny),
         ("cat README.md", Allow),
         ("head -n 3 README.md", Allow),
+        ("grep -r KEY .", Deny),
+        ("grep -rn KEY src", Deny),
+        ("grep --recursive KEY", Deny),
+        ("grep -n KEY README.md", Allow),
     ]);
 }
