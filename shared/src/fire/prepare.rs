@@ -411,7 +411,10 @@ impl Preparing {
             self.inputs.approval = Some(a.as_ref());
             return Ok(());
         }
-        let summary = format!("HEAD's tree of builder-owned paths {tree} has no approval");
+        let summary = format!(
+            "HEAD's tree of builder-owned paths {} has no approval",
+            &tree.to_string()[..12]
+        );
         if self.dry_run {
             self.notes.push(format!("a fire would refuse: {summary}"));
             return Ok(());

@@ -76,6 +76,17 @@ pub fn same_person(a_email: &str, b_email: &str) -> bool {
     a_email.trim().eq_ignore_ascii_case(b_email.trim())
 }
 
+/// The runtime identity may neither propose nor approve (nor merge): refuses `actor`
+/// when it is `runtime` (by email, case-insensitively).
+pub fn refuse_runtime(actor: &crate::git::Person, runtime: &crate::git::Person, what: &str) -> Result<(), ReviewError> {
+    if same_person(&actor.email, &runtime.email) {
+        return Err(ReviewError::Refused(format!(
+            "{actor} is the runtime identity (settings runtime_identity): the runtime cannot {what}"
+        )));
+    }
+    Ok(())
+}
+
 /// Parses `Name <email>` (what `--reviewer` takes and approvals record).
 pub fn parse_person(s: &str) -> Option<crate::git::Person> {
     let s = s.trim();
