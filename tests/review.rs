@@ -229,7 +229,13 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
 fn an_edit_after_approval_makes_it_stale_and_merge_refuses() {
     let env = TestEnv::new();
     env.write("prompts/digest.md", "---\n---\nVersion one.\n");
-    builder_ok(&env, &env.root, None, &["propose", "tweak"]);
+    // The fire refuses the uncommitted prompt with a card the proposal then fixes.
+    let (code, refused) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 1, "{refused}");
+    let card = refused["cards"][0].as_str().unwrap().to_string();
+    let (code, _, err) = builder_in(&env, &env.root, None, &["propose", "tweak", "--fixes", "no-such-card"]);
+    assert_eq!(code, 2, "{err}");
+    builder_ok(&env, &env.root, None, &["propose", "tweak", "--fixes", &card]);
     builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "tweak"]);
     assert_eq!(state(&env, &env.root, "tweak"), "approved");
     let branch = git(&env, &env.root, &["rev-parse", "--abbrev-ref", "HEAD"]);
@@ -245,6 +251,17 @@ fn an_edit_after_approval_makes_it_stale_and_merge_refuses() {
     builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "tweak"]);
     builder_ok(&env, &env.root, None, &["merge", "tweak"]);
     assert!(env.read("prompts/digest.md").contains("Version two."));
+    let msg = git(&env, &env.root, &["log", "-1", "--format=%B"]);
+    assert!(msg.contains(&format!("Fixes-card: {card}")), "{msg}");
+    let path = std::fs::read_dir(env.root.join("cards"))
+        .unwrap()
+        .flatten()
+        .map(|d| d.path().join(format!("{card}.yaml")))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("card {card} not found"));
+    let yaml: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(yaml["status"].as_str(), Some("fixed"), "{yaml:?}");
+    assert_eq!(yaml["triage"]["fixed_by"].as_str(), Some("proposals/tweak"), "{yaml:?}");
 }
 
 #[test]

@@ -937,6 +937,24 @@ mod tests {
     const GOOD: &str = "version: 1\nprovider:\n  kind: replay\n  replay: evals/digest/trace.json\npermissions:\n  allow: [\"Read(**)\"]\n  write: [\"reports/**\"]\n";
 
     #[test]
+    fn review_settings_load_and_signed_approvals_are_refused_not_ignored() {
+        let mut d = Vec::new();
+        let s = parse_runtime_yaml(GOOD, &mut d).expect("valid");
+        assert!(!s.require_reviewed, "review is off unless asked for");
+        let on = format!("{GOOD}\nrequire_reviewed: true\nreview:\n  require_signed: false\n  allowed_signers: settings/allowed_signers\n");
+        let s = parse_runtime_yaml(&on, &mut d).expect("valid");
+        assert!(d.is_empty(), "{d:?}");
+        assert!(s.require_reviewed);
+        assert_eq!(s.review.allowed_signers.as_deref(), Some("settings/allowed_signers"));
+        let signed = format!("{GOOD}\nreview:\n  require_signed: true\n");
+        assert!(parse_runtime_yaml(&signed, &mut d).is_none());
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].field, "review.require_signed");
+        assert!(d[0].line > 0, "{d:?}");
+        assert!(d[0].message.contains("not supported yet"), "{d:?}");
+    }
+
+    #[test]
     fn loads_good_settings_with_defaults() {
         let mut d = Vec::new();
         let s = parse_runtime_yaml(GOOD, &mut d).expect("valid");
