@@ -103,7 +103,11 @@ fn state(env: &TestEnv, dir: &Path, name: &str) -> String {
 /// hooks installed.
 fn with_origin(env: &TestEnv) -> PathBuf {
     let origin = env.home.join("origin.git");
-    git(env, &env.home, &["init", "--bare", "-q", "-b", "main", origin.to_str().unwrap()]);
+    git(
+        env,
+        &env.home,
+        &["init", "--bare", "-q", "-b", "main", origin.to_str().unwrap()],
+    );
     git(env, &env.root, &["branch", "-M", "main"]);
     git(env, &env.root, &["remote", "add", "origin", origin.to_str().unwrap()]);
     let out = builder_ok(env, &env.root, None, &["install-hooks"]);
@@ -116,7 +120,12 @@ fn with_origin(env: &TestEnv) -> PathBuf {
 fn require_review_through_review(env: &TestEnv) -> String {
     let settings = env.read("settings/runtime.yaml");
     env.write("settings/runtime.yaml", &format!("{settings}require_reviewed: true\n"));
-    builder_ok(env, &env.root, None, &["propose", "require-review", "-m", "Require review"]);
+    builder_ok(
+        env,
+        &env.root,
+        None,
+        &["propose", "require-review", "-m", "Require review"],
+    );
     builder_ok(env, &env.root, Some(REVIEWER), &["approve", "require-review"]);
     builder_ok(env, &env.root, None, &["merge", "require-review"]);
     let msg = git(env, &env.root, &["log", "-1", "--format=%B"]);
@@ -131,14 +140,20 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
     let env = TestEnv::new();
     with_origin(&env);
     let base = env.head_id();
-    env.write("prompts/digest.md", &format!("{}\nBe brief.\n", env.read("prompts/digest.md")));
+    env.write(
+        "prompts/digest.md",
+        &format!("{}\nBe brief.\n", env.read("prompts/digest.md")),
+    );
     env.write("reports/scratch.md", "not builder-owned\n");
     let out = builder_ok(&env, &env.root, None, &["propose", "brief", "-m", "Be brief"]);
     assert!(out.contains("proposals/brief"), "{out}");
     // The branch did not move; the builder change left the work tree and index, the
     // other change stayed.
     assert_eq!(env.head_id(), base);
-    assert_eq!(git(&env, &env.root, &["status", "--porcelain"]), "?? reports/scratch.md");
+    assert_eq!(
+        git(&env, &env.root, &["status", "--porcelain"]),
+        "?? reports/scratch.md"
+    );
     assert!(!env.read("prompts/digest.md").contains("Be brief."));
     assert!(git(&env, &env.root, &["show", "proposals/brief:prompts/digest.md"]).contains("Be brief."));
     assert_eq!(state(&env, &env.root, "brief"), "open");
@@ -154,11 +169,21 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
     std::fs::remove_file(env.root.join("prompts/other.md")).unwrap();
 
     // Self-approval is refused (exit 1), by email whatever the case or name.
-    let (code, _, err) = builder_in(&env, &env.root, Some(("Someone", "ENG@example.com")), &["approve", "brief"]);
+    let (code, _, err) = builder_in(
+        &env,
+        &env.root,
+        Some(("Someone", "ENG@example.com")),
+        &["approve", "brief"],
+    );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("cannot approve"), "{err}");
     // The runtime identity can neither approve nor propose.
-    let (code, _, err) = builder_in(&env, &env.root, None, &["approve", "brief", "--reviewer", "runtime <runtime@localhost>"]);
+    let (code, _, err) = builder_in(
+        &env,
+        &env.root,
+        None,
+        &["approve", "brief", "--reviewer", "runtime <runtime@localhost>"],
+    );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("runtime identity"), "{err}");
     // An unknown proposal is a usage error.
@@ -170,10 +195,22 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
 
     builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "brief"]);
     assert_eq!(state(&env, &env.root, "brief"), "approved");
-    let approval_commit = git(&env, &env.root, &["log", "-1", "--format=%an <%ae>%n%B", "refs/builder/approvals"]);
-    assert!(approval_commit.starts_with("Rev <rev@example.com>"), "{approval_commit}");
+    let approval_commit = git(
+        &env,
+        &env.root,
+        &["log", "-1", "--format=%an <%ae>%n%B", "refs/builder/approvals"],
+    );
+    assert!(
+        approval_commit.starts_with("Rev <rev@example.com>"),
+        "{approval_commit}"
+    );
     let body = git(&env, &env.root, &["show", "refs/builder/approvals:approval.yaml"]);
-    for key in ["proposal: brief", "tree: ", "approver: Rev <rev@example.com>", "approved_at: "] {
+    for key in [
+        "proposal: brief",
+        "tree: ",
+        "approver: Rev <rev@example.com>",
+        "approved_at: ",
+    ] {
         assert!(body.contains(key), "{key} in {body}");
     }
 
@@ -211,18 +248,28 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
     assert_eq!(code, 1, "{out}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert!(
-        v["findings"].as_array().unwrap().iter().any(|f| f["severity"] == "violation"
-            && f["path"] == "prompts/digest.md"
-            && f["what"].as_str().unwrap().contains("no approval")),
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["severity"] == "violation"
+                && f["path"] == "prompts/digest.md"
+                && f["what"].as_str().unwrap().contains("no approval")),
         "{v}"
     );
     let (code, summary) = fire_in(&env, &env.root, "digest");
     assert_eq!(code, 1, "{summary}");
     assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"]);
-    assert!(env.cards(&summary)[0]["detail"].as_str().unwrap().contains("names builder tree"));
+    assert!(env.cards(&summary)[0]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("names builder tree"));
     let (code, again) = fire_in(&env, &env.root, "digest");
     assert_eq!(code, 1, "{again}");
-    assert!(again["cards"].as_array().unwrap().is_empty(), "counted, not recorded again: {again}");
+    assert!(
+        again["cards"].as_array().unwrap().is_empty(),
+        "counted, not recorded again: {again}"
+    );
 }
 
 #[test]
@@ -276,7 +323,11 @@ fn approvals_travel_with_push_and_fetch_and_count_in_the_other_clone() {
     git(&env, &env.root, &["push", "-q", "origin"]);
 
     let cron = env.home.join("cron");
-    git(&env, &env.home, &["clone", "-q", origin.to_str().unwrap(), cron.to_str().unwrap()]);
+    git(
+        &env,
+        &env.home,
+        &["clone", "-q", origin.to_str().unwrap(), cron.to_str().unwrap()],
+    );
     builder_ok(&env, &cron, None, &["install-hooks"]);
     let fetch = git(&env, &cron, &["config", "--get-all", "remote.origin.fetch"]);
     assert!(fetch.contains("+refs/builder/*:refs/builder/*"), "{fetch}");
@@ -296,15 +347,17 @@ fn approvals_travel_with_push_and_fetch_and_count_in_the_other_clone() {
     assert_eq!(code, 0, "{out}");
     let (code, summary) = fire_in(&env, &cron, "digest");
     assert_eq!(code, 0, "{summary}");
-    let receipt: Value = serde_json::from_str(
-        &std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap(),
-    )
-    .unwrap();
+    let receipt: Value =
+        serde_json::from_str(&std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap())
+            .unwrap();
     assert_eq!(receipt["inputs"]["approval"]["tree"], tree.as_str());
 
     // The cron box has its own commits now; a pull that merges the laptop's next
     // approved change is not flagged: the tree it brings is what counts.
-    env.write("prompts/digest.md", &format!("{}\nMention the date.\n", env.read("prompts/digest.md")));
+    env.write(
+        "prompts/digest.md",
+        &format!("{}\nMention the date.\n", env.read("prompts/digest.md")),
+    );
     builder_ok(&env, &env.root, None, &["propose", "date"]);
     builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "date"]);
     builder_ok(&env, &env.root, None, &["merge", "date"]);

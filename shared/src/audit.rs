@@ -188,10 +188,7 @@ impl Judge<'_> {
                 format!("no approval names its builder tree {short} (require_reviewed is on)"),
             )
         } else {
-            (
-                Severity::Warning,
-                format!("no approval names its builder tree {short}"),
-            )
+            (Severity::Warning, format!("no approval names its builder tree {short}"))
         }))
     }
 

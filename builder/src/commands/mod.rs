@@ -11,8 +11,8 @@ mod index;
 mod init;
 mod install_hooks;
 mod merge;
-mod propose;
 mod proposals;
+mod propose;
 mod retro;
 mod watch;
 
@@ -134,10 +134,13 @@ pub fn acting_identity(repo: &git2::Repository, flag: &str) -> Result<shared::gi
 
 /// The settings a review command needs (the runtime identity, extra builder paths),
 /// loaded from the work tree; bad settings are a configuration error.
-pub fn review_settings(root: &Path) -> Result<(shared::settings::RuntimeSettings, shared::layout::Ownership), CommandError> {
+pub fn review_settings(
+    root: &Path,
+) -> Result<(shared::settings::RuntimeSettings, shared::layout::Ownership), CommandError> {
     let settings = shared::settings::load(root)
         .map_err(|d| {
-            CommandError::from(d).hint("review commands need the settings for the runtime identity and the builder-owned paths")
+            CommandError::from(d)
+                .hint("review commands need the settings for the runtime identity and the builder-owned paths")
         })?
         .runtime;
     let ownership = shared::layout::Ownership::new(root)

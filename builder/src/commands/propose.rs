@@ -26,14 +26,22 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     refuse_runtime(&author, &super::runtime_person(&settings), "propose")?;
     for card in &args.fixes {
         if !card_exists(&wt.root, card) {
-            return Err(CommandError::usage(format!("--fixes {card}: no card file cards/<day>/{card}.yaml"))
-                .hint("`builder cards list` shows cards; `builder cards show <id>` one of them"));
+            return Err(
+                CommandError::usage(format!("--fixes {card}: no card file cards/<day>/{card}.yaml"))
+                    .hint("`builder cards list` shows cards; `builder cards show <id>` one of them"),
+            );
         }
     }
-    let message = args
-        .message
-        .unwrap_or_else(|| format!("Propose {}", args.name));
-    let done = proposals::propose(&wt.repo, &wt.root, &ownership, &args.name, &message, &args.fixes, &author)?;
+    let message = args.message.unwrap_or_else(|| format!("Propose {}", args.name));
+    let done = proposals::propose(
+        &wt.repo,
+        &wt.root,
+        &ownership,
+        &args.name,
+        &message,
+        &args.fixes,
+        &author,
+    )?;
     println!(
         "proposed {} as {} ({} path(s)): {}",
         done.branch,

@@ -156,9 +156,8 @@ pub fn record(
         Err(e) => return Err(e.into()),
     };
     let sig = Signature::now(&approver.name, &approver.email)?;
-    let message = format!(
-        "Approve proposals/{proposal}: builder tree {tree}\n\nApproved-tree: {tree}\nApprover: {approver}\n"
-    );
+    let message =
+        format!("Approve proposals/{proposal}: builder tree {tree}\n\nApproved-tree: {tree}\nApprover: {approver}\n");
     let parents: Vec<&git2::Commit> = parent.iter().collect();
     let id = repo.commit(Some(APPROVALS_REF), &sig, &sig, &message, &tree_obj, &parents)?;
     Ok(Approval { id, body })

@@ -142,7 +142,10 @@ mod tests {
         assert_eq!(first.refspecs.len(), 3, "{:?}", first.refspecs);
         let config = repo.config().unwrap().snapshot().unwrap();
         let fetch = multivar(&config, "remote.origin.fetch").unwrap();
-        assert!(fetch.contains(&"+refs/heads/*:refs/remotes/origin/*".to_string()), "{fetch:?}");
+        assert!(
+            fetch.contains(&"+refs/heads/*:refs/remotes/origin/*".to_string()),
+            "{fetch:?}"
+        );
         assert!(fetch.contains(&BUILDER_REFSPEC.to_string()));
         assert_eq!(
             multivar(&config, "remote.origin.push").unwrap(),

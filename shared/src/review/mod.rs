@@ -127,7 +127,9 @@ mod tests {
             builder_tree_of(&top).unwrap(),
             crate::git::builder_tree_id(&repo, &top).unwrap()
         );
-        let empty = repo.find_tree(repo.treebuilder(None).unwrap().write().unwrap()).unwrap();
+        let empty = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
         assert_eq!(
             builder_tree_of(&empty).unwrap(),
             crate::git::builder_tree_id(&repo, &empty).unwrap()

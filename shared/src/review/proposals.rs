@@ -276,7 +276,11 @@ pub fn list(repo: &Repository, runtime_email: &str) -> Result<Vec<Proposal>, Rev
         let tree = builder_tree_of(&head.tree()?)?;
         let state = state_of(repo, &approvals, name, head.id(), tree)?;
         let commits = proposal_commits(repo, head.id())?;
-        let commits = if commits.is_empty() { vec![head.clone()] } else { commits };
+        let commits = if commits.is_empty() {
+            vec![head.clone()]
+        } else {
+            commits
+        };
         out.push(Proposal {
             name: name.to_string(),
             state,
@@ -291,12 +295,7 @@ pub fn list(repo: &Repository, runtime_email: &str) -> Result<Vec<Proposal>, Rev
 
 /// Records `reviewer`'s approval of the proposal's current builder tree. Refused for
 /// an author of the proposal, the runtime identity, and a merged proposal.
-pub fn approve(
-    repo: &Repository,
-    name: &str,
-    reviewer: &Person,
-    runtime: &Person,
-) -> Result<Approval, ReviewError> {
+pub fn approve(repo: &Repository, name: &str, reviewer: &Person, runtime: &Person) -> Result<Approval, ReviewError> {
     valid_name(name)?;
     let head = proposal_head(repo, name)?;
     if same_person(&reviewer.email, &runtime.email) {
