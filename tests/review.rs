@@ -222,6 +222,11 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
     assert!(msg.contains("Reviewed-by: Rev <rev@example.com>"), "{msg}");
     assert!(msg.contains("Approved-tree: "), "{msg}");
     assert!(env.read("prompts/digest.md").contains("Be brief."));
+    assert_eq!(
+        git(&env, &env.root, &["status", "--porcelain"]),
+        "?? reports/scratch.md",
+        "the merge leaves index and work tree at the merged tree"
+    );
     let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
     assert_eq!(code, 0, "{out}");
 
@@ -243,7 +248,10 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
     // A direct, unreviewed commit to prompts/: a violation under require_reviewed,
     // and the runtime refuses to fire on it, once per tree, not once per tick.
     env.write("prompts/digest.md", "---\n---\nSneaky.\n");
-    env.commit_all("direct edit");
+    // Trailers prove nothing: this one even names the approved tree.
+    env.commit_all(&format!(
+        "direct edit\n\nReviewed-by: Rev <rev@example.com>\nApproved-tree: {tree}\n"
+    ));
     let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
     assert_eq!(code, 1, "{out}");
     let v: Value = serde_json::from_str(&out).unwrap();

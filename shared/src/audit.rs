@@ -315,3 +315,96 @@ fn owner_name(o: Owner) -> &'static str {
         Owner::Neither => "non-runtime",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::Person;
+    use std::path::Path;
+
+    /// Commits `files` (path, content) on top of `parents` as `who`, moving `HEAD` when asked.
+    fn commit(repo: &Repository, parents: &[Oid], files: &[(&str, &str)], who: &str, head: bool) -> Oid {
+        let base = parents.first().map(|p| repo.find_commit(*p).unwrap().tree().unwrap());
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        for (path, body) in files {
+            update.upsert(*path, repo.blob(body.as_bytes()).unwrap(), FileMode::Blob);
+        }
+        let empty = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        let tree = update.create_updated(repo, base.as_ref().unwrap_or(&empty)).unwrap();
+        let tree = repo.find_tree(tree).unwrap();
+        let email = match who {
+            "runtime" => "runtime@localhost".to_string(),
+            _ => format!("{}@example.com", who.to_lowercase()),
+        };
+        let sig = git2::Signature::now(who, &email).unwrap();
+        let parents: Vec<git2::Commit> = parents.iter().map(|p| repo.find_commit(*p).unwrap()).collect();
+        let refs: Vec<&git2::Commit> = parents.iter().collect();
+        repo.commit(head.then_some("HEAD"), &sig, &sig, "c", &tree, &refs)
+            .unwrap()
+    }
+
+    fn approve(repo: &Repository, commit: Oid) {
+        let tree = crate::review::builder_tree_of_commit(repo, commit).unwrap();
+        let rev = Person {
+            name: "Rev".into(),
+            email: "rev@example.com".into(),
+        };
+        crate::review::approvals::record(repo, "p", tree, commit, &rev).unwrap();
+    }
+
+    fn findings(repo: &Repository, dir: &Path) -> Vec<(Severity, String)> {
+        let runtime = RuntimeIdentity {
+            name: "runtime".into(),
+            email: "runtime@localhost".into(),
+        };
+        let report = audit(repo, &Ownership::new(dir), &runtime, None).unwrap();
+        report.findings.into_iter().map(|f| (f.severity, f.path)).collect()
+    }
+
+    #[test]
+    fn unapproved_changes_warn_before_require_reviewed_and_violate_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let off = "version: 1\n";
+        let on = "version: 1\nrequire_reviewed: true\n";
+        let root = commit(
+            &repo,
+            &[],
+            &[("settings/runtime.yaml", off), ("prompts/t.md", "a")],
+            "Eng",
+            true,
+        );
+        assert_eq!(
+            findings(&repo, dir.path()),
+            vec![
+                (Severity::Warning, "prompts/t.md".into()),
+                (Severity::Warning, "settings/runtime.yaml".into())
+            ]
+        );
+        // Turning review on through an approved proposal: its intermediate commit is
+        // on the side branch and judged at the merge, whose tree is approved.
+        let step = commit(&repo, &[root], &[("prompts/t.md", "b")], "Eng", false);
+        let proposal = commit(&repo, &[step], &[("settings/runtime.yaml", on)], "Eng", false);
+        approve(&repo, proposal);
+        let merge = commit(
+            &repo,
+            &[root, proposal],
+            &[("settings/runtime.yaml", on), ("prompts/t.md", "b")],
+            "Eng",
+            true,
+        );
+        assert_eq!(findings(&repo, dir.path()).len(), 2, "only the root's warnings");
+        // A direct change after it: a violation. A runtime records commit needs nothing.
+        let direct = commit(&repo, &[merge], &[("prompts/t.md", "c")], "Eng", true);
+        commit(&repo, &[direct], &[("runs/t/r.json", "{}")], "runtime", true);
+        let got = findings(&repo, dir.path());
+        assert_eq!(
+            got.last(),
+            Some(&(Severity::Violation, "prompts/t.md".into())),
+            "{got:?}"
+        );
+        assert_eq!(got.len(), 3, "{got:?}");
+    }
+}
