@@ -594,7 +594,10 @@ fn a_fire_packs_loose_objects_once_they_pass_gc_auto() {
     let env = env_for(&server, Wire::OpenAi, FAST);
     let repo = git2::Repository::open(&env.root).unwrap();
     let mut config = repo.config().unwrap();
-    config.set_i64("gc.auto", 256).unwrap();
+    // git estimates loose objects from one fan-out directory (`17/`): with a limit as
+    // low as 256, two of ~100 objects landing there would already trigger a pack, so
+    // the first fire runs well below its limit.
+    config.set_i64("gc.auto", 100_000).unwrap();
     config.set_bool("gc.autoDetach", false).unwrap();
     // Below the limit: the fire leaves its objects loose.
     let (code, _, stderr) = env.fire("t");
@@ -615,6 +618,7 @@ fn a_fire_packs_loose_objects_once_they_pass_gc_auto() {
     let sig = git2::Signature::now("runtime", "runtime@localhost").unwrap();
     repo.commit(Some("refs/heads/bulk"), &sig, &sig, "bulk", &tree, &[])
         .unwrap();
+    config.set_i64("gc.auto", 256).unwrap();
     let before = loose_objects(&env);
     assert!(before > 3000);
     let (code, summary, stderr) = env.fire("t");

@@ -19,3 +19,4 @@ mod operator;
 mod otlp;
 mod progress;
 mod repos;
+mod review;

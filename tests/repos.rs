@@ -240,6 +240,11 @@ fn every_subcommand_outside_a_repository_exits_as_documented_and_leaves_nothing(
         ("builder", &["watch"], 1),
         ("builder", &["audit"], 1),
         ("builder", &["approve-call", "r1", "call_1"], 1),
+        ("builder", &["propose", "tighter-scope"], 1),
+        ("builder", &["proposals"], 1),
+        ("builder", &["approve", "tighter-scope"], 1),
+        ("builder", &["merge", "tighter-scope"], 1),
+        ("builder", &["install-hooks"], 1),
         ("builder", &["completions", "bash"], 0),
         ("builder", &["man"], 0),
     ];

@@ -184,6 +184,7 @@ fn receipt(i: usize) -> Receipt {
             settings: Some(format!("{:040x}", 9)),
             provider: "openai".into(),
             model: "gpt-4o-mini".into(),
+            approval: None,
         },
         sandbox: SandboxRecord {
             landlock: LandlockStatus::FullyEnforced,

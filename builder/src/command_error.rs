@@ -14,6 +14,7 @@
 
 use shared::diag::Diagnostics;
 use shared::git::GitError;
+use shared::review::ReviewError;
 use shared::store::StoreError;
 use std::error::Error as StdError;
 use std::fmt::Write as _;
@@ -35,7 +36,7 @@ const EXIT_CODES: &[(u8, &str)] = &[
     (exit::OK, "ok"),
     (
         exit::PROBLEMS,
-        "a check, audit or compare found problems; or an environment problem (permissions, disk, locks, no repository)",
+        "a check, audit or compare found problems; a review step was refused (self-approval, no valid approval, nothing to propose); or an environment problem (permissions, disk, locks, no repository)",
     ),
     (
         exit::USAGE,
@@ -71,6 +72,8 @@ pub enum Kind {
     Config,
     /// Permissions, locks, disk, a missing repository: fix the machine (exit 1).
     Environment,
+    /// The review workflow's rules say no (self-approval, no valid approval): exit 1.
+    Refused,
     /// A bug (exit 70).
     Internal,
 }
@@ -80,6 +83,7 @@ impl Kind {
         match self {
             Kind::Usage | Kind::Config => exit::USAGE,
             Kind::Environment => exit::ENVIRONMENT,
+            Kind::Refused => exit::PROBLEMS,
             Kind::Internal => exit::INTERNAL,
         }
     }
@@ -201,6 +205,17 @@ fn classify_cause(cause: &(dyn StdError + 'static)) -> Option<(Kind, Option<Stri
             GitError::Git(_) | GitError::Io { .. } => None,
         };
     }
+    if let Some(e) = cause.downcast_ref::<ReviewError>() {
+        return match e {
+            ReviewError::Refused(_) => Some((Kind::Refused, None)),
+            ReviewError::Usage(_) => Some((
+                Kind::Usage,
+                Some("`builder proposals` lists proposals and their states".into()),
+            )),
+            // The cause below (git2, io, the repository) decides.
+            ReviewError::Git(_) | ReviewError::Repo(_) | ReviewError::Io { .. } => None,
+        };
+    }
     if cause.downcast_ref::<Diagnostics>().is_some() {
         return Some((
             Kind::Config,
@@ -302,6 +317,7 @@ classified_from!(
     StoreError,
     shared::history::HistoryError,
     shared::scaffold::InitError,
+    ReviewError,
     serde_json::Error,
     notify::Error,
     ctrlc::Error,
@@ -393,6 +409,12 @@ mod tests {
             source: io,
         });
         assert_eq!(e.message(), "/r/.git/index: Permission denied (os error 13)");
+    }
+
+    #[test]
+    fn a_refused_review_step_exits_1_and_a_missing_proposal_2() {
+        assert_eq!(exit_code(&Err(ReviewError::Refused("self-approval".into()).into())), 1);
+        assert_eq!(exit_code(&Err(ReviewError::Usage("no proposal `x`".into()).into())), 2);
     }
 
     #[test]

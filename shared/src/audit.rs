@@ -1,14 +1,21 @@
 //! `builder audit`: the history check of the invariant (DESIGN.md section 2). Walks
 //! git history and flags (a) commits by the runtime identity that touch anything but
-//! new files in runtime-owned paths, (b) changes to builder-owned paths without an
-//! approved review (a `Reviewed-by:` trailer; reported as warnings until the review
-//! workflow lands), (c) symlinks, gitlinks and mode-only changes in runtime commits.
-//! Renames are not detected, so a move out of `prompts/` is a delete plus an add.
+//! new files in runtime-owned paths, (b) changes to builder-owned paths on the branch
+//! (its first-parent chain) whose resulting tree of builder-owned paths no approval on
+//! `refs/builder/approvals` names, (c) symlinks, gitlinks and mode-only changes in
+//! runtime commits. Trailers prove nothing: only the tree counts. An unapproved change
+//! is judged by the settings in that commit's own tree: a warning before
+//! `require_reviewed` was turned on, a violation after. A merge whose builder tree is
+//! one of its parents' brings no new builder tree (that parent was judged itself), so
+//! a pulled-in approved change is not flagged; side-branch commits (a proposal's
+//! intermediate steps) are judged at the merge that lands them. Renames are not
+//! detected, so a move out of `prompts/` is a delete plus an add.
 
 use crate::git::{ChangeKind, TreeDiffer};
-use crate::layout::{Owner, Ownership};
+use crate::layout::{Owner, Ownership, SETTINGS_FILE};
 use git2::{FileMode, Oid, Repository, Sort};
 use serde::Serialize;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -66,6 +73,11 @@ pub fn audit(
         walk.hide(s)?;
     }
     let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
+    let review = ReviewContext {
+        approved: crate::review::approvals::Approvals::read(repo, &runtime.email)?.trees(),
+        on_branch: first_parent_chain(repo, &oids)?,
+    };
+    let review = &review;
     // Commits are independent: audit them on every core, each thread with its own
     // repository handle, and merge the findings back in history order.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
@@ -79,6 +91,11 @@ pub fn audit(
                 scope.spawn(move || {
                     let repo = Repository::open(&path)?;
                     let mut differ = TreeDiffer::open(&repo)?;
+                    let mut judge = Judge {
+                        repo: &repo,
+                        review,
+                        require_reviewed: HashMap::new(),
+                    };
                     let mut report = AuditReport::default();
                     // Newest first (see TreeDiffer), findings put back in history order.
                     // A commit's parent is usually the next one audited: read it once.
@@ -90,7 +107,8 @@ pub fn audit(
                             _ => repo.find_commit(*oid)?,
                         };
                         let parent = commit.parent_ids().next().map(|p| repo.find_commit(p)).transpose()?;
-                        audit_commit(&mut differ, ownership, runtime, &commit, parent.as_ref(), &mut report)?;
+                        let who = Who { ownership, runtime };
+                        audit_commit(&mut differ, &mut judge, &who, &commit, parent.as_ref(), &mut report)?;
                         per_commit.push(std::mem::take(&mut report.findings));
                         parent_read = parent;
                     }
@@ -117,15 +135,100 @@ pub fn audit(
     Ok(report)
 }
 
+/// What the review half of the audit needs, shared by every thread.
+struct ReviewContext {
+    /// Builder trees some approval names.
+    approved: HashSet<Oid>,
+    /// The commits on the branch's first-parent chain (among those audited).
+    on_branch: HashSet<Oid>,
+}
+
+/// The first-parent chain from HEAD, within the commits being audited.
+fn first_parent_chain(repo: &Repository, audited: &[Oid]) -> Result<HashSet<Oid>, git2::Error> {
+    let audited: HashSet<Oid> = audited.iter().copied().collect();
+    let mut out = HashSet::new();
+    let mut next = crate::git::head_commit(repo).ok().flatten();
+    while let Some(oid) = next.filter(|o| audited.contains(o)) {
+        out.insert(oid);
+        next = repo.find_commit(oid)?.parent_ids().next();
+    }
+    Ok(out)
+}
+
+/// One thread's judge of builder changes: the shared context and a cache of
+/// `require_reviewed` by settings blob.
+struct Judge<'a> {
+    repo: &'a Repository,
+    review: &'a ReviewContext,
+    require_reviewed: HashMap<Oid, bool>,
+}
+
+impl Judge<'_> {
+    /// `None` when the commit's builder change is covered (or not judged here);
+    /// otherwise the severity and why.
+    fn uncovered(&mut self, commit: &git2::Commit) -> Result<Option<(Severity, String)>, git2::Error> {
+        if !self.review.on_branch.contains(&commit.id()) {
+            return Ok(None);
+        }
+        let tree = crate::review::builder_tree_of(&commit.tree()?)?;
+        if self.review.approved.contains(&tree) {
+            return Ok(None);
+        }
+        if commit.parent_count() > 1 {
+            for p in commit.parents() {
+                if crate::review::builder_tree_of(&p.tree()?)? == tree {
+                    return Ok(None);
+                }
+            }
+        }
+        let short = &tree.to_string()[..12];
+        Ok(Some(if self.requires_review(commit)? {
+            (
+                Severity::Violation,
+                format!("no approval names its builder tree {short} (require_reviewed is on)"),
+            )
+        } else {
+            (Severity::Warning, format!("no approval names its builder tree {short}"))
+        }))
+    }
+
+    /// `require_reviewed` in the commit's own `settings/runtime.yaml` (false when the
+    /// file is absent or does not say).
+    fn requires_review(&mut self, commit: &git2::Commit) -> Result<bool, git2::Error> {
+        let entry = match commit.tree()?.get_path(std::path::Path::new(SETTINGS_FILE)) {
+            Ok(e) => e,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if let Some(v) = self.require_reviewed.get(&entry.id()) {
+            return Ok(*v);
+        }
+        let blob = self.repo.find_blob(entry.id())?;
+        let on = serde_yaml::from_slice::<serde_yaml::Value>(blob.content())
+            .ok()
+            .and_then(|v| v.get("require_reviewed").and_then(serde_yaml::Value::as_bool))
+            .unwrap_or(false);
+        self.require_reviewed.insert(entry.id(), on);
+        Ok(on)
+    }
+}
+
+/// Whose commit, and whose paths.
+struct Who<'a> {
+    ownership: &'a Ownership,
+    runtime: &'a RuntimeIdentity,
+}
+
 /// Audits one commit against its first parent (all files added for a root commit).
 fn audit_commit(
     differ: &mut TreeDiffer,
-    ownership: &Ownership,
-    runtime: &RuntimeIdentity,
+    judge: &mut Judge,
+    who: &Who,
     commit: &git2::Commit,
     parent: Option<&git2::Commit>,
     report: &mut AuditReport,
 ) -> Result<(), git2::Error> {
+    let (ownership, runtime) = (who.ownership, who.runtime);
     report.commits += 1;
     let author = commit.author();
     let name = author.name().unwrap_or("");
@@ -134,12 +237,9 @@ fn audit_commit(
     if is_runtime {
         report.runtime_commits += 1;
     }
-    let reviewed = commit
-        .message()
-        .unwrap_or("")
-        .lines()
-        .any(|l| l.starts_with("Reviewed-by:"));
     let changes = differ.diff(parent.map(|p| p.tree_id()), Some(commit.tree_id()), &[])?;
+    // Judged once per commit, and only when it changes a builder-owned path.
+    let mut uncovered: Option<Option<(Severity, String)>> = None;
     for c in changes {
         let owner = ownership.classify_normalized(&c.path);
         let mut flag = |severity: Severity, what: String| {
@@ -176,14 +276,21 @@ fn audit_commit(
                     flag(Severity::Violation, "runtime commit changes only a file mode".into());
                 }
             }
-        } else if owner == Owner::Builder && !reviewed {
-            flag(
-                Severity::Warning,
-                format!(
-                    "unreviewed change ({}) to a builder-owned path: no Reviewed-by trailer",
-                    verb(c.kind)
-                ),
-            );
+        } else if owner == Owner::Builder {
+            let verdict = match &uncovered {
+                Some(v) => v.clone(),
+                None => {
+                    let v = judge.uncovered(commit)?;
+                    uncovered = Some(v.clone());
+                    v
+                }
+            };
+            if let Some((severity, why)) = verdict {
+                flag(
+                    severity,
+                    format!("unapproved change ({}) to a builder-owned path: {why}", verb(c.kind)),
+                );
+            }
         }
     }
     Ok(())
@@ -206,5 +313,98 @@ fn owner_name(o: Owner) -> &'static str {
         Owner::Builder => "builder-owned",
         Owner::Runtime => "runtime-owned",
         Owner::Neither => "non-runtime",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::Person;
+    use std::path::Path;
+
+    /// Commits `files` (path, content) on top of `parents` as `who`, moving `HEAD` when asked.
+    fn commit(repo: &Repository, parents: &[Oid], files: &[(&str, &str)], who: &str, head: bool) -> Oid {
+        let base = parents.first().map(|p| repo.find_commit(*p).unwrap().tree().unwrap());
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        for (path, body) in files {
+            update.upsert(*path, repo.blob(body.as_bytes()).unwrap(), FileMode::Blob);
+        }
+        let empty = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        let tree = update.create_updated(repo, base.as_ref().unwrap_or(&empty)).unwrap();
+        let tree = repo.find_tree(tree).unwrap();
+        let email = match who {
+            "runtime" => "runtime@localhost".to_string(),
+            _ => format!("{}@example.com", who.to_lowercase()),
+        };
+        let sig = git2::Signature::now(who, &email).unwrap();
+        let parents: Vec<git2::Commit> = parents.iter().map(|p| repo.find_commit(*p).unwrap()).collect();
+        let refs: Vec<&git2::Commit> = parents.iter().collect();
+        repo.commit(head.then_some("HEAD"), &sig, &sig, "c", &tree, &refs)
+            .unwrap()
+    }
+
+    fn approve(repo: &Repository, commit: Oid) {
+        let tree = crate::review::builder_tree_of_commit(repo, commit).unwrap();
+        let rev = Person {
+            name: "Rev".into(),
+            email: "rev@example.com".into(),
+        };
+        crate::review::approvals::record(repo, "p", tree, commit, &rev).unwrap();
+    }
+
+    fn findings(repo: &Repository, dir: &Path) -> Vec<(Severity, String)> {
+        let runtime = RuntimeIdentity {
+            name: "runtime".into(),
+            email: "runtime@localhost".into(),
+        };
+        let report = audit(repo, &Ownership::new(dir), &runtime, None).unwrap();
+        report.findings.into_iter().map(|f| (f.severity, f.path)).collect()
+    }
+
+    #[test]
+    fn unapproved_changes_warn_before_require_reviewed_and_violate_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let off = "version: 1\n";
+        let on = "version: 1\nrequire_reviewed: true\n";
+        let root = commit(
+            &repo,
+            &[],
+            &[("settings/runtime.yaml", off), ("prompts/t.md", "a")],
+            "Eng",
+            true,
+        );
+        assert_eq!(
+            findings(&repo, dir.path()),
+            vec![
+                (Severity::Warning, "prompts/t.md".into()),
+                (Severity::Warning, "settings/runtime.yaml".into())
+            ]
+        );
+        // Turning review on through an approved proposal: its intermediate commit is
+        // on the side branch and judged at the merge, whose tree is approved.
+        let step = commit(&repo, &[root], &[("prompts/t.md", "b")], "Eng", false);
+        let proposal = commit(&repo, &[step], &[("settings/runtime.yaml", on)], "Eng", false);
+        approve(&repo, proposal);
+        let merge = commit(
+            &repo,
+            &[root, proposal],
+            &[("settings/runtime.yaml", on), ("prompts/t.md", "b")],
+            "Eng",
+            true,
+        );
+        assert_eq!(findings(&repo, dir.path()).len(), 2, "only the root's warnings");
+        // A direct change after it: a violation. A runtime records commit needs nothing.
+        let direct = commit(&repo, &[merge], &[("prompts/t.md", "c")], "Eng", true);
+        commit(&repo, &[direct], &[("runs/t/r.json", "{}")], "runtime", true);
+        let got = findings(&repo, dir.path());
+        assert_eq!(
+            got.last(),
+            Some(&(Severity::Violation, "prompts/t.md".into())),
+            "{got:?}"
+        );
+        assert_eq!(got.len(), 3, "{got:?}");
     }
 }

@@ -21,6 +21,7 @@ pub mod prompt;
 pub mod provider;
 pub mod records;
 pub mod retro;
+pub mod review;
 pub mod rules;
 pub mod runs;
 pub mod sandbox;

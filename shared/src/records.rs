@@ -491,6 +491,21 @@ pub struct Inputs {
     pub settings: Option<String>,
     pub provider: String,
     pub model: String,
+    /// The approval a fire under review (`require_reviewed: true`) ran under; absent
+    /// otherwise, so receipts without review read as they always did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalRef>,
+}
+
+/// Which approval covered the builder-owned tree a fire ran on (DESIGN.md section 8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRef {
+    /// The approval's commit on `refs/builder/approvals`.
+    pub id: String,
+    /// The approved tree of builder-owned paths.
+    pub tree: String,
+    /// `Name <email>`.
+    pub approver: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -812,6 +827,7 @@ pub(crate) mod tests {
                 settings: Some("s".into()),
                 provider: "replay".into(),
                 model: "replay".into(),
+                approval: None,
             },
             sandbox: SandboxRecord {
                 landlock: LandlockStatus::FullyEnforced,

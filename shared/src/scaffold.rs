@@ -2,6 +2,7 @@
 //! task this repository itself ships. The templates are the top-level files of this
 //! repo, compiled in, so the scaffold and the working example never drift apart.
 //! Idempotent: an existing file is never overwritten, and a second run changes nothing.
+//! It also installs the hooks (`crate::review::hooks`), as `builder install-hooks` does.
 
 use std::path::{Path, PathBuf};
 
@@ -37,15 +38,14 @@ pub const TEMPLATES: &[(&str, &str, bool)] = &[
 /// Lines every agent repo's `.gitignore` must hold.
 pub const GITIGNORE_LINES: &[&str] = &[".runtime/"];
 
-/// A hook that runs the history audit before every push.
-pub const PRE_PUSH_HOOK: &str = "#!/bin/sh\n# Installed by `builder init`: refuse to push history that breaks the builder/runtime invariant.\nif command -v builder >/dev/null 2>&1; then\n  exec builder audit\nfi\necho \"pre-push: builder not on PATH; skipping builder audit\" >&2\n";
-
 /// What `init` did.
 #[derive(Debug, Default)]
 pub struct InitReport {
     pub created: Vec<PathBuf>,
     pub kept: Vec<PathBuf>,
     pub git_initialised: bool,
+    /// What installing the hooks did.
+    pub hooks: Option<crate::review::hooks::Installed>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +54,8 @@ pub enum InitError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: git init failed: {source}")]
     Git { path: PathBuf, source: git2::Error },
+    #[error("installing the hooks: {0}")]
+    Hooks(#[from] crate::review::ReviewError),
 }
 
 /// Scaffolds the agent repo at `root`.
@@ -109,11 +111,13 @@ pub fn init(root: &Path) -> Result<InitReport, InitError> {
     } else {
         report.kept.push(PathBuf::from(".gitignore"));
     }
-    // Hooks live in the common directory: a linked worktree's own git dir has none.
-    let hook = repo.commondir().join("hooks/pre-push");
-    if create_if_missing(&hook, PRE_PUSH_HOOK.as_bytes(), true).map_err(io(&hook))? {
+    // What `builder install-hooks` does: the refspecs that carry approvals, and the
+    // pre-push audit hook (fails closed without `builder` on PATH).
+    let hooks = crate::review::hooks::install(&repo)?;
+    if hooks.hook_state == crate::review::hooks::HookState::Created {
         report.created.push(PathBuf::from(".git/hooks/pre-push"));
     }
+    report.hooks = Some(hooks);
     Ok(report)
 }
 

@@ -51,6 +51,25 @@ pub struct RuntimeSettings {
     /// OpenTelemetry export of each fire's trace (optional).
     #[serde(default)]
     pub telemetry: Telemetry,
+    /// Fire only when HEAD's tree of builder-owned paths has an approval on
+    /// `refs/builder/approvals`; `builder audit` then calls an unapproved change a
+    /// violation, not a warning (DESIGN.md section 8, "Review contracts").
+    #[serde(default)]
+    pub require_reviewed: bool,
+    /// How approvals are checked (optional).
+    #[serde(default)]
+    pub review: ReviewSettings,
+}
+
+/// The `review:` section. Signed approvals are not enforced yet: `require_signed: true`
+/// is refused by [`validate`] (failing closed), never accepted and ignored.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReviewSettings {
+    /// Approvals count only with an SSH signature from `allowed_signers`.
+    pub require_signed: bool,
+    /// git's allowed-signers file (repo-relative, builder-owned).
+    pub allowed_signers: Option<String>,
 }
 
 impl RuntimeSettings {
@@ -311,6 +330,8 @@ const TOP_KEYS: &[&str] = &[
     "prices",
     "limits",
     "telemetry",
+    "require_reviewed",
+    "review",
 ];
 
 /// Claude Code settings keys that are accepted and ignored (they configure the
@@ -465,6 +486,8 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> 
             "prices" => section::<BTreeMap<String, Price>>(file, src, key, v, diags),
             "limits" => section::<Limits>(file, src, key, v, diags),
             "telemetry" => section::<Telemetry>(file, src, key, v, diags),
+            "require_reviewed" => section::<bool>(file, src, key, v, diags),
+            "review" => section::<ReviewSettings>(file, src, key, v, diags),
             _ => {}
         }
         if diags.len() > n {
@@ -651,6 +674,18 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
     for (key, p) in [("provider", Some(&s.provider)), ("fallback", s.fallback.as_ref())] {
         let Some(p) = p else { continue };
         validate_provider(file, src, key, p, &mut d);
+    }
+    if s.review.require_signed {
+        // Accepting it and checking nothing would promise a second key that is not there.
+        d.push(
+            Diagnostic::new(
+                file,
+                yamlpos::line_of(src, &["review", "require_signed"]),
+                "review.require_signed",
+                "signed approvals are not supported yet: this builder cannot verify SSH signatures, so it refuses to run rather than accept unsigned approvals",
+            )
+            .with_hint("set `require_signed: false` (approvals then name their approver by git identity only), or use a builder that verifies signatures"),
+        );
     }
     for (list, rules) in [
         ("allow", &s.permissions.allow),
@@ -913,6 +948,24 @@ mod tests {
     use super::*;
 
     const GOOD: &str = "version: 1\nprovider:\n  kind: replay\n  replay: evals/digest/trace.json\npermissions:\n  allow: [\"Read(**)\"]\n  write: [\"reports/**\"]\n";
+
+    #[test]
+    fn review_settings_load_and_signed_approvals_are_refused_not_ignored() {
+        let mut d = Vec::new();
+        let s = parse_runtime_yaml(GOOD, &mut d).expect("valid");
+        assert!(!s.require_reviewed, "review is off unless asked for");
+        let on = format!("{GOOD}\nrequire_reviewed: true\nreview:\n  require_signed: false\n  allowed_signers: settings/allowed_signers\n");
+        let s = parse_runtime_yaml(&on, &mut d).expect("valid");
+        assert!(d.is_empty(), "{d:?}");
+        assert!(s.require_reviewed);
+        assert_eq!(s.review.allowed_signers.as_deref(), Some("settings/allowed_signers"));
+        let signed = format!("{GOOD}\nreview:\n  require_signed: true\n");
+        assert!(parse_runtime_yaml(&signed, &mut d).is_none());
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].field, "review.require_signed");
+        assert!(d[0].line > 0, "{d:?}");
+        assert!(d[0].message.contains("not supported yet"), "{d:?}");
+    }
 
     #[test]
     fn loads_good_settings_with_defaults() {

@@ -3,7 +3,7 @@
 use crate::command_error::{CommandError, Outcome};
 use std::path::{Path, PathBuf};
 
-/// Scaffold an agent repo (layout, example task, .gitignore, pre-push audit hook)
+/// Scaffold an agent repo (layout, example task, .gitignore, hooks as install-hooks)
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Where to create it (default: the -C directory)
@@ -18,6 +18,17 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
     }
     for c in &report.created {
         println!("created {}", c.display());
+    }
+    if let Some(hooks) = &report.hooks {
+        for r in &hooks.refspecs {
+            println!("added {r}");
+        }
+        if hooks.hook_state == shared::review::hooks::HookState::Foreign {
+            eprintln!(
+                "warning: {} exists and was not written by builder: left alone",
+                hooks.hook.display()
+            );
+        }
     }
     if report.created.is_empty() {
         println!("nothing to do: every file already exists");

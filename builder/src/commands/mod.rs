@@ -1,6 +1,7 @@
 //! The `builder` command line: one module per subcommand, each with its `Args` (doc
 //! comment = help text) beside its `run` function.
 
+mod approve;
 mod approve_call;
 mod audit;
 mod cards;
@@ -8,7 +9,11 @@ mod check;
 mod history;
 mod index;
 mod init;
+mod install_hooks;
 mod man;
+mod merge;
+mod proposals;
+mod propose;
 mod retro;
 mod watch;
 
@@ -54,6 +59,11 @@ pub enum Command {
     Retro(retro::Args),
     Watch(watch::Args),
     Audit(audit::Args),
+    Propose(propose::Args),
+    Proposals(proposals::Args),
+    Approve(approve::Args),
+    Merge(merge::Args),
+    InstallHooks(install_hooks::Args),
     ApproveCall(approve_call::Args),
     /// Print shell completions
     Completions {
@@ -74,6 +84,11 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
         Command::Retro(a) => retro::run(a, &repo),
         Command::Watch(a) => watch::run(a, &repo),
         Command::Audit(a) => audit::run(a, &repo),
+        Command::Propose(a) => propose::run(a, &repo),
+        Command::Proposals(a) => proposals::run(a, &repo),
+        Command::Approve(a) => approve::run(a, &repo),
+        Command::Merge(a) => merge::run(a, &repo),
+        Command::InstallHooks(a) => install_hooks::run(a, &repo),
         Command::ApproveCall(a) => approve_call::run(a, &repo),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "builder", &mut std::io::stdout());
@@ -113,6 +128,31 @@ pub fn resolve_commit(repo: &git2::Repository, flag: &str, rev: &str) -> Result<
 pub fn acting_identity(repo: &git2::Repository, flag: &str) -> Result<shared::git::Person, CommandError> {
     shared::git::acting_identity(repo)
         .map_err(|e| CommandError::from(e).hint(format!("or name the person: {flag} \"Name <email>\"")))
+}
+
+/// The settings a review command needs (the runtime identity, extra builder paths),
+/// loaded from the work tree; bad settings are a configuration error.
+pub fn review_settings(
+    root: &Path,
+) -> Result<(shared::settings::RuntimeSettings, shared::layout::Ownership), CommandError> {
+    let settings = shared::settings::load(root)
+        .map_err(|d| {
+            CommandError::from(d)
+                .hint("review commands need the settings for the runtime identity and the builder-owned paths")
+        })?
+        .runtime;
+    let ownership = shared::layout::Ownership::new(root)
+        .with_globs(&settings.builder_paths, &[])
+        .map_err(|e| CommandError::new(command_error::Kind::Config, e))?;
+    Ok((settings, ownership))
+}
+
+/// The runtime identity of `settings` as a person.
+pub fn runtime_person(settings: &shared::settings::RuntimeSettings) -> shared::git::Person {
+    shared::git::Person {
+        name: settings.runtime_identity.name.clone(),
+        email: settings.runtime_identity.email.clone(),
+    }
 }
 
 #[cfg(test)]

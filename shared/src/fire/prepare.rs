@@ -352,6 +352,7 @@ impl Preparing {
             })?
             .runtime;
         self.settings = Some(settings.clone());
+        self.require_approval(&settings)?;
         let config = self.load_config(settings)?;
         std::fs::create_dir_all(&config.scratch).map_err(|e| {
             Stop::bare(
@@ -391,6 +392,42 @@ impl Preparing {
             CardKind::UnreviewedChanges,
             format!("{} builder-owned path(s) have uncommitted changes", dirty.len()),
             format!("refusing to fire on unreviewed changes: {}", dirty.join(", ")),
+        ))
+    }
+
+    /// Two keys (DESIGN.md section 8): with `require_reviewed`, HEAD's tree of
+    /// builder-owned paths must be named by an approval on `refs/builder/approvals`;
+    /// the approval goes into the receipt. The refusal's detail names the tree and not
+    /// the commit, so the refusal repeats (counted, not recorded) until the tree changes.
+    fn require_approval(&mut self, settings: &RuntimeSettings) -> Result<(), Stop> {
+        if !settings.require_reviewed {
+            return Ok(());
+        }
+        let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
+        let head = self.repo.head().and_then(|h| h.peel_to_tree()).map_err(env)?;
+        let tree = crate::review::builder_tree_of(&head).map_err(env)?;
+        let approvals =
+            crate::review::approvals::Approvals::read(&self.repo, &settings.runtime_identity.email).map_err(env)?;
+        if let Some(a) = approvals.covering(tree) {
+            self.inputs.approval = Some(a.as_ref());
+            return Ok(());
+        }
+        let summary = format!(
+            "HEAD's tree of builder-owned paths {} has no approval",
+            &tree.to_string()[..12]
+        );
+        if self.dry_run {
+            self.notes.push(format!("a fire would refuse: {summary}"));
+            return Ok(());
+        }
+        Err(Stop::carded(
+            FireEnd::Failed,
+            CardKind::UnreviewedChanges,
+            summary,
+            format!(
+                "require_reviewed is on and no approval on {} names builder tree {tree}: land prompt changes through `builder propose`, `builder approve` (by someone else) and `builder merge`, and fetch refs/builder/* where the runtime fires",
+                crate::review::APPROVALS_REF
+            ),
         ))
     }
 

@@ -1,0 +1,42 @@
+//! `builder approve <name>`: record an approval of the proposal's exact tree of
+//! builder-owned paths as a commit on `refs/builder/approvals`. Refused (exit 1) for an
+//! author of the proposal and for the runtime identity. Not signed yet: the approver
+//! is git's author identity (or `--reviewer`), which anyone can set.
+
+use crate::command_error::{CommandError, Outcome};
+use shared::review::{parse_person, proposals, refuse_runtime};
+use std::path::Path;
+
+/// Approve a proposal's current builder-owned tree (someone other than its authors)
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The proposal's name
+    pub name: String,
+    /// Who approves, as "Name <email>" (default: git's author identity)
+    #[arg(long, value_name = "IDENT")]
+    pub reviewer: Option<String>,
+}
+
+pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
+    let wt = super::open_repo(repo_path)?;
+    let (settings, _) = super::review_settings(&wt.root)?;
+    let reviewer = match &args.reviewer {
+        Some(r) => parse_person(r).ok_or_else(|| {
+            CommandError::usage(format!("--reviewer `{r}` is not \"Name <email>\""))
+                .hint("for example: --reviewer \"Ann Lee <ann@example.com>\"")
+        })?,
+        None => super::acting_identity(&wt.repo, "--reviewer")?,
+    };
+    let runtime = super::runtime_person(&settings);
+    refuse_runtime(&reviewer, &runtime, "approve")?;
+    let approval = proposals::approve(&wt.repo, &args.name, &reviewer, &runtime)?;
+    println!(
+        "approved proposals/{} by {}: builder tree {} (approval {})",
+        args.name,
+        approval.body.approver,
+        approval.body.tree,
+        &approval.id.to_string()[..12]
+    );
+    println!("hint: `git push` carries approvals when the remote has the refspec `builder install-hooks` adds");
+    Ok(Outcome::Ok)
+}

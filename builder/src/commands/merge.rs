@@ -1,0 +1,63 @@
+//! `builder merge <name>`: land an approved proposal on the current branch as a merge
+//! commit (never a fast-forward) with `Reviewed-by:`, `Approved-tree:` and
+//! `Fixes-card:` trailers, then triage each fixed card as fixed by the proposal (in
+//! the work tree; the engineer commits the card files).
+
+use crate::command_error::{CommandError, Outcome};
+use shared::cards::{self, TriageDecision};
+use shared::review::proposals;
+use std::path::Path;
+
+/// Merge an approved proposal into the current branch
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The proposal's name
+    pub name: String,
+}
+
+pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
+    let wt = super::open_repo(repo_path)?;
+    let (settings, ownership) = super::review_settings(&wt.root)?;
+    let actor = super::acting_identity(&wt.repo, "GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL")?;
+    let runtime = super::runtime_person(&settings);
+    let merged = proposals::merge(&wt.repo, &ownership, &args.name, &actor, &runtime)?;
+    println!(
+        "merged proposals/{} as {} (Reviewed-by: {}, Approved-tree: {})",
+        args.name,
+        &merged.commit.to_string()[..12],
+        merged.approval.body.approver,
+        merged.approval.body.tree
+    );
+    let fixed_by = TriageDecision::FixedBy(format!("proposals/{}", args.name));
+    let mut triaged = 0;
+    for id in &merged.fixes {
+        let paths = card_paths(&wt.root, id);
+        if paths.is_empty() {
+            println!("card {id}: no card file here; not triaged");
+            continue;
+        }
+        match cards::triage(&wt.root, &paths, &fixed_by, &actor.to_string(), None) {
+            Ok(done) => triaged += done.len(),
+            Err(e) => println!("card {id}: not triaged: {e}"),
+        }
+    }
+    if triaged > 0 {
+        println!("triaged {triaged} card(s) as fixed by proposals/{}", args.name);
+        println!("hint: commit the card files to share the triage (git add cards && git commit)");
+    }
+    Ok(Outcome::Ok)
+}
+
+/// `cards/<day>/<id>.yaml` files of the work tree, repo-relative.
+fn card_paths(root: &Path, id: &str) -> Vec<String> {
+    let Ok(days) = std::fs::read_dir(root.join("cards")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = days
+        .flatten()
+        .filter(|d| d.path().join(format!("{id}.yaml")).is_file())
+        .map(|d| format!("cards/{}/{id}.yaml", d.file_name().to_string_lossy()))
+        .collect();
+    out.sort();
+    out
+}

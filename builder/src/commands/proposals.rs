@@ -1,0 +1,28 @@
+//! `builder proposals`: one line per proposal: name, state (`open`, `approved`,
+//! `stale`, `merged`), author(s).
+
+use crate::command_error::{CommandError, Outcome};
+use shared::review::proposals;
+use std::path::Path;
+
+/// List proposals with their state and author
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
+    let wt = super::open_repo(repo_path)?;
+    let (settings, _) = super::review_settings(&wt.root)?;
+    let list = proposals::list(&wt.repo, &settings.runtime_identity.email)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(Outcome::Ok);
+    }
+    for p in &list {
+        println!("{}\t{}\t{}", p.name, p.state.name(), p.authors.join(", "));
+    }
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,148 @@
+//! Prompt changes through review (DESIGN.md section 8, "Review contracts"): a
+//! proposal is a branch `proposals/<name>`, an approval is a commit on
+//! `refs/builder/approvals` naming the exact tree of builder-owned paths it approved,
+//! and a merge lands an approved proposal on its base with trailers. What counts is
+//! always the tree: `builder audit` and the runtime (with `require_reviewed`) ask
+//! "does an approval name the builder tree this commit produces", never trust a
+//! trailer. Signed approvals (SSH) are not implemented yet; settings asking for them
+//! are refused by `settings::validate`.
+
+pub mod approvals;
+pub mod hooks;
+pub mod proposals;
+
+use crate::layout::BUILDER_DIRS;
+use git2::{Oid, Repository};
+use std::path::PathBuf;
+
+/// The ref holding one commit per approval.
+pub const APPROVALS_REF: &str = "refs/builder/approvals";
+/// The branch prefix of proposals.
+pub const PROPOSAL_PREFIX: &str = "proposals/";
+/// The refspec that carries approvals with every fetch and push.
+pub const BUILDER_REFSPEC: &str = "+refs/builder/*:refs/builder/*";
+
+/// Why a review step could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// The workflow's rules say no (self-approval, no approval, nothing to propose):
+    /// `builder` exits 1.
+    #[error("{0}")]
+    Refused(String),
+    /// The command named something that is not there, or is malformed: exit 2.
+    #[error("{0}")]
+    Usage(String),
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+    #[error(transparent)]
+    Repo(#[from] crate::git::GitError),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// The id of the tree holding only the builder-owned directories of `tree`: the same
+/// id as [`crate::git::builder_tree_id`], computed without writing the object, so a
+/// read-only audit (a server hook's quarantine) can compute it too.
+pub fn builder_tree_of(tree: &git2::Tree) -> Result<Oid, git2::Error> {
+    let mut entries: Vec<(&str, git2::TreeEntry)> = BUILDER_DIRS
+        .iter()
+        .filter(|d| **d != ".git")
+        .filter_map(|d| tree.get_name(d).map(|e| (*d, e)))
+        .collect();
+    // git's tree order: by name, a tree's name compared as if it ended in `/`.
+    let key = |(n, e): &(&str, git2::TreeEntry)| {
+        let mut k = n.as_bytes().to_vec();
+        if e.kind() == Some(git2::ObjectType::Tree) {
+            k.push(b'/');
+        }
+        k
+    };
+    entries.sort_by_key(key);
+    let mut raw = Vec::new();
+    for (name, e) in &entries {
+        raw.extend_from_slice(format!("{:o} {name}\0", e.filemode()).as_bytes());
+        raw.extend_from_slice(e.id().as_bytes());
+    }
+    Oid::hash_object(git2::ObjectType::Tree, &raw)
+}
+
+/// The builder tree of the commit `commit`.
+pub fn builder_tree_of_commit(repo: &Repository, commit: Oid) -> Result<Oid, git2::Error> {
+    builder_tree_of(&repo.find_commit(commit)?.tree()?)
+}
+
+/// Email addresses compare case-insensitively (DESIGN.md section 8, "Identity").
+pub fn same_person(a_email: &str, b_email: &str) -> bool {
+    a_email.trim().eq_ignore_ascii_case(b_email.trim())
+}
+
+/// The runtime identity may neither propose nor approve (nor merge): refuses `actor`
+/// when it is `runtime` (by email, case-insensitively).
+pub fn refuse_runtime(actor: &crate::git::Person, runtime: &crate::git::Person, what: &str) -> Result<(), ReviewError> {
+    if same_person(&actor.email, &runtime.email) {
+        return Err(ReviewError::Refused(format!(
+            "{actor} is the runtime identity (settings runtime_identity): the runtime cannot {what}"
+        )));
+    }
+    Ok(())
+}
+
+/// Parses `Name <email>` (what `--reviewer` takes and approvals record).
+pub fn parse_person(s: &str) -> Option<crate::git::Person> {
+    let s = s.trim();
+    let open = s.find('<')?;
+    let close = s.rfind('>')?;
+    let name = s[..open].trim();
+    let email = s.get(open + 1..close)?.trim();
+    if name.is_empty() || email.is_empty() || close != s.len() - 1 || !email.contains('@') {
+        return None;
+    }
+    Some(crate::git::Person {
+        name: name.to_string(),
+        email: email.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_tree_hash_matches_the_written_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let blob = repo.blob(b"x").unwrap();
+        let mut sub = repo.treebuilder(None).unwrap();
+        sub.insert("a.md", blob, 0o100644).unwrap();
+        let sub = sub.write().unwrap();
+        let mut top = repo.treebuilder(None).unwrap();
+        for name in ["prompts", "scope", "reports", "settings"] {
+            top.insert(name, sub, 0o040000).unwrap();
+        }
+        // A builder name that is a file, and one that sorts around a directory.
+        top.insert("tools", blob, 0o100755).unwrap();
+        top.insert("README.md", blob, 0o100644).unwrap();
+        let top = repo.find_tree(top.write().unwrap()).unwrap();
+        assert_eq!(
+            builder_tree_of(&top).unwrap(),
+            crate::git::builder_tree_id(&repo, &top).unwrap()
+        );
+        let empty = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        assert_eq!(
+            builder_tree_of(&empty).unwrap(),
+            crate::git::builder_tree_id(&repo, &empty).unwrap()
+        );
+    }
+
+    #[test]
+    fn people_are_parsed_and_compared_by_email() {
+        let p = parse_person("Ann Lee <Ann@Example.com>").unwrap();
+        assert_eq!((p.name.as_str(), p.email.as_str()), ("Ann Lee", "Ann@Example.com"));
+        assert!(same_person(&p.email, "ann@example.COM"));
+        for bad in ["Ann", "<a@x>", "Ann <>", "Ann <a@x> extra", "Ann <ax>"] {
+            assert!(parse_person(bad).is_none(), "{bad}");
+        }
+    }
+}

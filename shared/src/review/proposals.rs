@@ -1,0 +1,426 @@
+//! Proposals: `propose` moves the work tree's changes to builder-owned paths onto a
+//! commit on `proposals/<name>` (parent: HEAD) and cleans them out of the work tree
+//! and index, leaving the current branch where it was; `list` tells each proposal's
+//! state; `approve` checks who may approve and records the approval of the proposal
+//! head's builder tree; `merge` lands an approved proposal on the current branch as a
+//! merge commit with `Reviewed-by:`, `Approved-tree:` and `Fixes-card:` trailers.
+
+use super::approvals::{self, Approval, Approvals};
+use super::{builder_tree_of, same_person, ReviewError, PROPOSAL_PREFIX};
+use crate::git::Person;
+use crate::layout::Ownership;
+use git2::{build::TreeUpdateBuilder, BranchType, FileMode, Oid, Repository, Signature};
+use serde::Serialize;
+use std::path::Path;
+
+/// A proposal's state (DESIGN.md section 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// No approval of this proposal yet.
+    Open,
+    /// Its head's builder tree is approved.
+    Approved,
+    /// Approved once, but the proposal changed since: no approval covers its tree.
+    Stale,
+    /// Its head is in the current branch.
+    Merged,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Open => "open",
+            State::Approved => "approved",
+            State::Stale => "stale",
+            State::Merged => "merged",
+        }
+    }
+}
+
+/// One proposal as `builder proposals` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Proposal {
+    pub name: String,
+    pub state: State,
+    /// Distinct authors of the proposal's commits since its base (`Name <email>`).
+    pub authors: Vec<String>,
+    pub head: String,
+    /// The builder tree of its head.
+    pub tree: String,
+}
+
+/// The trailer naming a card a proposal fixes.
+pub const FIXES_CARD: &str = "Fixes-card:";
+
+/// What `propose` did.
+#[derive(Debug)]
+pub struct Proposed {
+    pub branch: String,
+    pub commit: Oid,
+    pub paths: Vec<String>,
+}
+
+fn branch_name(name: &str) -> String {
+    format!("{PROPOSAL_PREFIX}{name}")
+}
+
+fn valid_name(name: &str) -> Result<(), ReviewError> {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+        && git2::Branch::name_is_valid(&branch_name(name)).unwrap_or(false);
+    if ok {
+        Ok(())
+    } else {
+        Err(ReviewError::Usage(format!(
+            "`{name}` is not a valid proposal name (letters, digits, `-`, `_`, `.`, `/`; a valid git branch name)"
+        )))
+    }
+}
+
+fn head_commit(repo: &Repository) -> Result<git2::Commit<'_>, ReviewError> {
+    repo.head()
+        .and_then(|h| h.peel_to_commit())
+        .map_err(|_| ReviewError::Usage("HEAD names no commit yet: commit the scaffold first".into()))
+}
+
+fn proposal_head(repo: &Repository, name: &str) -> Result<Oid, ReviewError> {
+    match repo.find_branch(&branch_name(name), BranchType::Local) {
+        Ok(b) => Ok(b.get().peel_to_commit()?.id()),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Err(ReviewError::Usage(format!(
+            "no proposal `{name}` (no branch {})",
+            branch_name(name)
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Moves the work tree's changes to builder-owned paths onto a new commit on
+/// `proposals/<name>`, authored by `author`; HEAD does not move, and those paths are
+/// restored to HEAD's version in the index and the work tree (other changes stay).
+pub fn propose(
+    repo: &Repository,
+    root: &Path,
+    ownership: &Ownership,
+    name: &str,
+    message: &str,
+    fixes: &[String],
+    author: &Person,
+) -> Result<Proposed, ReviewError> {
+    valid_name(name)?;
+    let branch = branch_name(name);
+    if repo.find_branch(&branch, BranchType::Local).is_ok() {
+        return Err(ReviewError::Refused(format!(
+            "proposal `{name}` exists already (branch {branch})"
+        )));
+    }
+    let head = head_commit(repo)?;
+    let paths = crate::git::dirty_builder_paths(repo, ownership)?;
+    if paths.is_empty() {
+        return Err(ReviewError::Refused(
+            "nothing to propose: no builder-owned path has uncommitted changes".into(),
+        ));
+    }
+    let base_tree = head.tree()?;
+    let mut update = TreeUpdateBuilder::new();
+    for p in &paths {
+        let full = root.join(p);
+        match std::fs::symlink_metadata(&full) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let target = std::fs::read_link(&full).map_err(|e| ReviewError::Io {
+                    path: full.clone(),
+                    source: e,
+                })?;
+                let oid = repo.blob(target.as_os_str().as_encoded_bytes())?;
+                update.upsert(p.as_str(), oid, FileMode::Link);
+            }
+            Ok(meta) if meta.is_file() => {
+                use std::os::unix::fs::PermissionsExt;
+                let oid = repo.blob_path(&full)?;
+                let mode = if meta.permissions().mode() & 0o111 != 0 {
+                    FileMode::BlobExecutable
+                } else {
+                    FileMode::Blob
+                };
+                update.upsert(p.as_str(), oid, mode);
+            }
+            Ok(_) => {
+                return Err(ReviewError::Refused(format!(
+                    "{p}: not a regular file or symlink; cannot propose it"
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                update.remove(p.as_str());
+            }
+            Err(e) => return Err(ReviewError::Io { path: full, source: e }),
+        }
+    }
+    let tree = repo.find_tree(update.create_updated(repo, &base_tree)?)?;
+    if tree.id() == base_tree.id() {
+        return Err(ReviewError::Refused(
+            "nothing to propose: the changes to builder-owned paths undo each other".into(),
+        ));
+    }
+    let sig = Signature::now(&author.name, &author.email)?;
+    let mut msg = message.trim_end().to_string();
+    if !fixes.is_empty() {
+        msg.push_str("\n\n");
+        for f in fixes {
+            msg.push_str(&format!("{FIXES_CARD} {f}\n"));
+        }
+    }
+    let commit = repo.commit(None, &sig, &sig, &msg, &tree, &[&head])?;
+    repo.branch(&branch, &repo.find_commit(commit)?, false)?;
+    // The change is safe on the branch: restore HEAD's version of those paths.
+    restore_from_head(repo, root, &head, &paths)?;
+    Ok(Proposed { branch, commit, paths })
+}
+
+/// Puts `paths` back to `head`'s version in the index and the work tree; a path not
+/// in `head` is removed from both.
+fn restore_from_head(repo: &Repository, root: &Path, head: &git2::Commit, paths: &[String]) -> Result<(), ReviewError> {
+    let head_tree = head.tree()?;
+    let mut index = repo.index()?;
+    index.read(false)?;
+    let mut in_head = Vec::new();
+    for p in paths {
+        if head_tree.get_path(Path::new(p)).is_ok() {
+            in_head.push(p.clone());
+        } else {
+            let _ = index.remove_path(Path::new(p));
+            let full = root.join(p);
+            match std::fs::remove_file(&full) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ReviewError::Io { path: full, source: e }),
+            }
+        }
+    }
+    index.write()?;
+    if !in_head.is_empty() {
+        let mut co = git2::build::CheckoutBuilder::new();
+        co.force().update_index(true).disable_pathspec_match(true);
+        for p in &in_head {
+            co.path(p);
+        }
+        repo.checkout_tree(head_tree.as_object(), Some(&mut co))?;
+    }
+    Ok(())
+}
+
+/// Commits of the proposal since its base (reachable from its head, not from HEAD).
+fn proposal_commits<'r>(repo: &'r Repository, head: Oid) -> Result<Vec<git2::Commit<'r>>, ReviewError> {
+    let mut walk = repo.revwalk()?;
+    walk.push(head)?;
+    if let Ok(h) = repo.head().and_then(|h| h.peel_to_commit()) {
+        walk.hide(h.id())?;
+    }
+    let mut out = Vec::new();
+    for oid in walk {
+        out.push(repo.find_commit(oid?)?);
+    }
+    Ok(out)
+}
+
+fn authors_of(commits: &[git2::Commit]) -> Vec<Person> {
+    let mut out: Vec<Person> = Vec::new();
+    for c in commits {
+        let a = c.author();
+        let p = Person {
+            name: a.name().unwrap_or("").to_string(),
+            email: a.email().unwrap_or("").to_string(),
+        };
+        if !out.iter().any(|o| same_person(&o.email, &p.email)) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn is_merged(repo: &Repository, head: Oid) -> Result<bool, ReviewError> {
+    let Ok(current) = repo.head().and_then(|h| h.peel_to_commit()) else {
+        return Ok(false);
+    };
+    Ok(current.id() == head || repo.graph_descendant_of(current.id(), head)?)
+}
+
+fn state_of(repo: &Repository, approvals: &Approvals, name: &str, head: Oid, tree: Oid) -> Result<State, ReviewError> {
+    if is_merged(repo, head)? {
+        return Ok(State::Merged);
+    }
+    if approvals.covering(tree).is_some() {
+        return Ok(State::Approved);
+    }
+    Ok(if approvals.of_proposal(name).next().is_some() {
+        State::Stale
+    } else {
+        State::Open
+    })
+}
+
+/// Every proposal (branches `proposals/*`), by name.
+pub fn list(repo: &Repository, runtime_email: &str) -> Result<Vec<Proposal>, ReviewError> {
+    let approvals = Approvals::read(repo, runtime_email)?;
+    let mut out = Vec::new();
+    for b in repo.branches(Some(BranchType::Local))? {
+        let (b, _) = b?;
+        let Some(full) = b.name()?.map(str::to_string) else {
+            continue;
+        };
+        let Some(name) = full.strip_prefix(PROPOSAL_PREFIX) else {
+            continue;
+        };
+        let head = b.get().peel_to_commit()?;
+        let tree = builder_tree_of(&head.tree()?)?;
+        let state = state_of(repo, &approvals, name, head.id(), tree)?;
+        let commits = proposal_commits(repo, head.id())?;
+        let commits = if commits.is_empty() {
+            vec![head.clone()]
+        } else {
+            commits
+        };
+        out.push(Proposal {
+            name: name.to_string(),
+            state,
+            authors: authors_of(&commits).iter().map(|p| p.to_string()).collect(),
+            head: head.id().to_string(),
+            tree: tree.to_string(),
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Records `reviewer`'s approval of the proposal's current builder tree. Refused for
+/// an author of the proposal, the runtime identity, and a merged proposal.
+pub fn approve(repo: &Repository, name: &str, reviewer: &Person, runtime: &Person) -> Result<Approval, ReviewError> {
+    valid_name(name)?;
+    let head = proposal_head(repo, name)?;
+    if same_person(&reviewer.email, &runtime.email) {
+        return Err(ReviewError::Refused(format!(
+            "{reviewer} is the runtime identity (settings runtime_identity): the runtime can neither propose nor approve"
+        )));
+    }
+    if is_merged(repo, head)? {
+        return Err(ReviewError::Refused(format!(
+            "proposal `{name}` is merged already: nothing to approve"
+        )));
+    }
+    let commits = proposal_commits(repo, head)?;
+    if let Some(author) = authors_of(&commits)
+        .into_iter()
+        .find(|a| same_person(&a.email, &reviewer.email))
+    {
+        return Err(ReviewError::Refused(format!(
+            "{reviewer} cannot approve proposal `{name}`: {author} authored a commit of it (a proposal's authors never approve it)"
+        )));
+    }
+    let tree = builder_tree_of(&repo.find_commit(head)?.tree()?)?;
+    approvals::record(repo, name, tree, head, reviewer)
+}
+
+/// What `merge` did.
+#[derive(Debug)]
+pub struct Merged {
+    pub commit: Oid,
+    pub approval: Approval,
+    /// Card ids from the proposal's `Fixes-card:` trailers.
+    pub fixes: Vec<String>,
+}
+
+/// Merges the approved proposal `name` into the current branch: always a merge commit
+/// (two parents), by `actor`, whose builder tree is exactly the approved one.
+pub fn merge(
+    repo: &Repository,
+    ownership: &Ownership,
+    name: &str,
+    actor: &Person,
+    runtime: &Person,
+) -> Result<Merged, ReviewError> {
+    valid_name(name)?;
+    let prop = proposal_head(repo, name)?;
+    if same_person(&actor.email, &runtime.email) {
+        return Err(ReviewError::Refused(format!(
+            "{actor} is the runtime identity: the runtime never commits builder-owned paths"
+        )));
+    }
+    let head_ref = repo.head()?;
+    if !head_ref.is_branch() {
+        return Err(ReviewError::Usage(
+            "HEAD is detached: check out the branch to merge into".into(),
+        ));
+    }
+    let base = head_commit(repo)?;
+    if is_merged(repo, prop)? {
+        return Err(ReviewError::Refused(format!("proposal `{name}` is merged already")));
+    }
+    let dirty = crate::git::dirty_builder_paths(repo, ownership)?;
+    if !dirty.is_empty() {
+        return Err(ReviewError::Refused(format!(
+            "builder-owned paths have uncommitted changes: {} (propose or discard them first)",
+            dirty.join(", ")
+        )));
+    }
+    let prop_commit = repo.find_commit(prop)?;
+    let tree = builder_tree_of(&prop_commit.tree()?)?;
+    let approvals = Approvals::read(repo, &runtime.email)?;
+    let Some(approval) = approvals.covering(tree).cloned() else {
+        let why = if approvals.of_proposal(name).next().is_some() {
+            "its approval is stale: the proposal changed after it was approved"
+        } else {
+            "it has no approval"
+        };
+        return Err(ReviewError::Refused(format!(
+            "refusing to merge proposal `{name}`: {why} (builder tree {tree})"
+        )));
+    };
+    let mut index = repo.merge_commits(&base, &prop_commit, None)?;
+    if index.has_conflicts() {
+        return Err(ReviewError::Refused(format!(
+            "proposal `{name}` conflicts with {}: update the proposal on the current branch and have it approved again",
+            head_ref.shorthand().unwrap_or("HEAD")
+        )));
+    }
+    let merged_tree = repo.find_tree(index.write_tree_to(repo)?)?;
+    let merged_builder = builder_tree_of(&merged_tree)?;
+    if merged_builder != tree {
+        return Err(ReviewError::Refused(format!(
+            "the merge would produce builder tree {merged_builder}, not the approved {tree}: builder-owned paths changed on {} since the proposal was made; update the proposal and have it approved again",
+            head_ref.shorthand().unwrap_or("HEAD")
+        )));
+    }
+    let commits = proposal_commits(repo, prop)?;
+    let mut fixes: Vec<String> = Vec::new();
+    for c in commits.iter().rev() {
+        for line in c.message().unwrap_or("").lines() {
+            if let Some(id) = line.strip_prefix(FIXES_CARD) {
+                let id = id.trim().to_string();
+                if !id.is_empty() && !fixes.contains(&id) {
+                    fixes.push(id);
+                }
+            }
+        }
+    }
+    let summary = prop_commit.summary().ok().flatten().unwrap_or("").to_string();
+    let mut message = format!(
+        "Merge proposal {name}\n\n{summary}\n\nReviewed-by: {}\nApproved-tree: {tree}\n",
+        approval.body.approver
+    );
+    for f in &fixes {
+        message.push_str(&format!("{FIXES_CARD} {f}\n"));
+    }
+    // Update the work tree first (safe mode: local edits in the paths it touches stop
+    // it), then move the branch.
+    let mut co = git2::build::CheckoutBuilder::new();
+    co.safe();
+    repo.checkout_tree(merged_tree.as_object(), Some(&mut co))?;
+    let sig = Signature::now(&actor.name, &actor.email)?;
+    let commit = repo.commit(Some("HEAD"), &sig, &sig, &message, &merged_tree, &[&base, &prop_commit])?;
+    Ok(Merged {
+        commit,
+        approval,
+        fixes,
+    })
+}

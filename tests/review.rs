@@ -1,0 +1,380 @@
+//! Prompt changes through review, end to end on temporary repositories with a bare
+//! origin (made and cloned with the git CLI): propose, approve by another identity,
+//! merge, audit; self-approval refused; an edit after approval voids it; a direct
+//! unreviewed commit is a violation under `require_reviewed` and the runtime refuses
+//! to fire on it; approvals travel with push and fetch through the refspec that
+//! `builder install-hooks` adds, and the pre-push hook fails closed without `builder`.
+
+use crate::util::{bin, TestEnv};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const REVIEWER: (&str, &str) = ("Rev", "rev@example.com");
+
+/// PATH with the workspace binaries first, as an engineer who installed builder has it.
+fn path_with_builder() -> String {
+    let dir = bin("builder").parent().unwrap().to_path_buf();
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
+    )
+}
+
+/// The git CLI in `dir` with the test's isolated config and the engineer's identity.
+fn git_with_path(env: &TestEnv, dir: &Path, path: &str, args: &[&str]) -> Output {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", &env.home)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Eng")
+        .env("GIT_AUTHOR_EMAIL", "eng@example.com")
+        .env("GIT_COMMITTER_NAME", "Eng")
+        .env("GIT_COMMITTER_EMAIL", "eng@example.com")
+        .output()
+        .expect("run git")
+}
+
+fn git(env: &TestEnv, dir: &Path, args: &[&str]) -> String {
+    let out = git_with_path(env, dir, &path_with_builder(), args);
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `builder` in `dir`, optionally as someone else: (exit code, stdout, stderr).
+fn builder_in(env: &TestEnv, dir: &Path, who: Option<(&str, &str)>, args: &[&str]) -> (i32, String, String) {
+    let mut c = env.command("builder", args);
+    c.current_dir(dir);
+    if let Some((name, email)) = who {
+        c.env("GIT_AUTHOR_NAME", name).env("GIT_AUTHOR_EMAIL", email);
+    }
+    let out = c.output().expect("run builder");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn builder_ok(env: &TestEnv, dir: &Path, who: Option<(&str, &str)>, args: &[&str]) -> String {
+    let (code, out, err) = builder_in(env, dir, who, args);
+    assert_eq!(code, 0, "builder {args:?}: {out}{err}");
+    out
+}
+
+/// `runtime fire <task> --json` in `dir`: (exit code, summary).
+fn fire_in(env: &TestEnv, dir: &Path, task: &str) -> (i32, Value) {
+    let out = env
+        .command("runtime", &["fire", task, "--json", "-C", dir.to_str().unwrap()])
+        .output()
+        .expect("run runtime");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "fire printed no JSON ({e}): {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), summary)
+}
+
+/// The state `builder proposals` prints for `name`.
+fn state(env: &TestEnv, dir: &Path, name: &str) -> String {
+    let out = builder_ok(env, dir, None, &["proposals"]);
+    let line = out
+        .lines()
+        .find(|l| l.split('\t').next() == Some(name))
+        .unwrap_or_else(|| panic!("no proposal {name} in:\n{out}"));
+    line.split('\t').nth(1).unwrap().to_string()
+}
+
+/// A bare origin next to the repo, with the repo's branch pushed to it and the
+/// hooks installed.
+fn with_origin(env: &TestEnv) -> PathBuf {
+    let origin = env.home.join("origin.git");
+    git(
+        env,
+        &env.home,
+        &["init", "--bare", "-q", "-b", "main", origin.to_str().unwrap()],
+    );
+    git(env, &env.root, &["branch", "-M", "main"]);
+    git(env, &env.root, &["remote", "add", "origin", origin.to_str().unwrap()]);
+    let out = builder_ok(env, &env.root, None, &["install-hooks"]);
+    assert!(out.contains("+refs/builder/*:refs/builder/*"), "{out}");
+    origin
+}
+
+/// Turns on `require_reviewed` through review: proposed by Eng, approved by Rev,
+/// merged. Returns the approved builder tree.
+fn require_review_through_review(env: &TestEnv) -> String {
+    let settings = env.read("settings/runtime.yaml");
+    env.write("settings/runtime.yaml", &format!("{settings}require_reviewed: true\n"));
+    builder_ok(
+        env,
+        &env.root,
+        None,
+        &["propose", "require-review", "-m", "Require review"],
+    );
+    builder_ok(env, &env.root, Some(REVIEWER), &["approve", "require-review"]);
+    builder_ok(env, &env.root, None, &["merge", "require-review"]);
+    let msg = git(env, &env.root, &["log", "-1", "--format=%B"]);
+    msg.lines()
+        .find_map(|l| l.strip_prefix("Approved-tree: "))
+        .unwrap_or_else(|| panic!("no Approved-tree trailer in {msg}"))
+        .to_string()
+}
+
+#[test]
+fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval() {
+    let env = TestEnv::new();
+    with_origin(&env);
+    let base = env.head_id();
+    env.write(
+        "prompts/digest.md",
+        &format!("{}\nBe brief.\n", env.read("prompts/digest.md")),
+    );
+    env.write("reports/scratch.md", "not builder-owned\n");
+    let out = builder_ok(&env, &env.root, None, &["propose", "brief", "-m", "Be brief"]);
+    assert!(out.contains("proposals/brief"), "{out}");
+    // The branch did not move; the builder change left the work tree and index, the
+    // other change stayed.
+    assert_eq!(env.head_id(), base);
+    assert_eq!(
+        git(&env, &env.root, &["status", "--porcelain"]),
+        "?? reports/scratch.md"
+    );
+    assert!(!env.read("prompts/digest.md").contains("Be brief."));
+    assert!(git(&env, &env.root, &["show", "proposals/brief:prompts/digest.md"]).contains("Be brief."));
+    assert_eq!(state(&env, &env.root, "brief"), "open");
+    assert!(builder_ok(&env, &env.root, None, &["proposals"]).contains("brief\topen\tEng <eng@example.com>"));
+    // Nothing to propose, and a name in use, are refused.
+    let (code, _, err) = builder_in(&env, &env.root, None, &["propose", "empty"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("nothing to propose"), "{err}");
+    env.write("prompts/other.md", "---\n---\nx\n");
+    let (code, _, err) = builder_in(&env, &env.root, None, &["propose", "brief"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("exists already"), "{err}");
+    std::fs::remove_file(env.root.join("prompts/other.md")).unwrap();
+
+    // Self-approval is refused (exit 1), by email whatever the case or name.
+    let (code, _, err) = builder_in(
+        &env,
+        &env.root,
+        Some(("Someone", "ENG@example.com")),
+        &["approve", "brief"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot approve"), "{err}");
+    // The runtime identity can neither approve nor propose.
+    let (code, _, err) = builder_in(
+        &env,
+        &env.root,
+        None,
+        &["approve", "brief", "--reviewer", "runtime <runtime@localhost>"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("runtime identity"), "{err}");
+    // An unknown proposal is a usage error.
+    assert_eq!(builder_in(&env, &env.root, Some(REVIEWER), &["approve", "nope"]).0, 2);
+    // Merge without approval is refused.
+    let (code, _, err) = builder_in(&env, &env.root, None, &["merge", "brief"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no approval"), "{err}");
+
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "brief"]);
+    assert_eq!(state(&env, &env.root, "brief"), "approved");
+    let approval_commit = git(
+        &env,
+        &env.root,
+        &["log", "-1", "--format=%an <%ae>%n%B", "refs/builder/approvals"],
+    );
+    assert!(
+        approval_commit.starts_with("Rev <rev@example.com>"),
+        "{approval_commit}"
+    );
+    let body = git(&env, &env.root, &["show", "refs/builder/approvals:approval.yaml"]);
+    for key in [
+        "proposal: brief",
+        "tree: ",
+        "approver: Rev <rev@example.com>",
+        "approved_at: ",
+    ] {
+        assert!(body.contains(key), "{key} in {body}");
+    }
+
+    builder_ok(&env, &env.root, None, &["merge", "brief"]);
+    assert_eq!(state(&env, &env.root, "brief"), "merged");
+    let parents = git(&env, &env.root, &["log", "-1", "--format=%P"]);
+    assert_eq!(parents.split(' ').count(), 2, "a merge commit, never a fast-forward");
+    let msg = git(&env, &env.root, &["log", "-1", "--format=%B"]);
+    assert!(msg.contains("Reviewed-by: Rev <rev@example.com>"), "{msg}");
+    assert!(msg.contains("Approved-tree: "), "{msg}");
+    assert!(env.read("prompts/digest.md").contains("Be brief."));
+    assert_eq!(
+        git(&env, &env.root, &["status", "--porcelain"]),
+        "?? reports/scratch.md",
+        "the merge leaves index and work tree at the merged tree"
+    );
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+
+    // Review on: turning it on went through review too, so the audit stays clean
+    // and the fire runs, recording the approval it ran under.
+    let tree = require_review_through_review(&env);
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 0, "{summary}");
+    let approval = &env.receipt(&summary)["inputs"]["approval"];
+    assert_eq!(approval["tree"], tree.as_str(), "{approval}");
+    assert_eq!(approval["approver"], "Rev <rev@example.com>");
+    assert_eq!(
+        approval["id"].as_str().unwrap(),
+        git(&env, &env.root, &["rev-parse", "refs/builder/approvals"])
+    );
+
+    // A direct, unreviewed commit to prompts/: a violation under require_reviewed,
+    // and the runtime refuses to fire on it, once per tree, not once per tick.
+    env.write("prompts/digest.md", "---\n---\nSneaky.\n");
+    // Trailers prove nothing: this one even names the approved tree.
+    env.commit_all(&format!(
+        "direct edit\n\nReviewed-by: Rev <rev@example.com>\nApproved-tree: {tree}\n"
+    ));
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["severity"] == "violation"
+                && f["path"] == "prompts/digest.md"
+                && f["what"].as_str().unwrap().contains("no approval")),
+        "{v}"
+    );
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 1, "{summary}");
+    assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"]);
+    assert!(env.cards(&summary)[0]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("names builder tree"));
+    let (code, again) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 1, "{again}");
+    assert!(
+        again["cards"].as_array().unwrap().is_empty(),
+        "counted, not recorded again: {again}"
+    );
+}
+
+#[test]
+fn an_edit_after_approval_makes_it_stale_and_merge_refuses() {
+    let env = TestEnv::new();
+    env.write("prompts/digest.md", "---\n---\nVersion one.\n");
+    // The fire refuses the uncommitted prompt with a card the proposal then fixes.
+    let (code, refused) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 1, "{refused}");
+    let card = refused["cards"][0].as_str().unwrap().to_string();
+    let (code, _, err) = builder_in(&env, &env.root, None, &["propose", "tweak", "--fixes", "no-such-card"]);
+    assert_eq!(code, 2, "{err}");
+    builder_ok(&env, &env.root, None, &["propose", "tweak", "--fixes", &card]);
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "tweak"]);
+    assert_eq!(state(&env, &env.root, "tweak"), "approved");
+    let branch = git(&env, &env.root, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    git(&env, &env.root, &["checkout", "-q", "proposals/tweak"]);
+    env.write("prompts/digest.md", "---\n---\nVersion two.\n");
+    git(&env, &env.root, &["commit", "-qam", "more"]);
+    git(&env, &env.root, &["checkout", "-q", &branch]);
+    assert_eq!(state(&env, &env.root, "tweak"), "stale");
+    let (code, _, err) = builder_in(&env, &env.root, None, &["merge", "tweak"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("stale"), "{err}");
+    // A new approval of the new tree makes it mergeable again.
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "tweak"]);
+    builder_ok(&env, &env.root, None, &["merge", "tweak"]);
+    assert!(env.read("prompts/digest.md").contains("Version two."));
+    let msg = git(&env, &env.root, &["log", "-1", "--format=%B"]);
+    assert!(msg.contains(&format!("Fixes-card: {card}")), "{msg}");
+    let path = std::fs::read_dir(env.root.join("cards"))
+        .unwrap()
+        .flatten()
+        .map(|d| d.path().join(format!("{card}.yaml")))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("card {card} not found"));
+    let yaml: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(yaml["status"].as_str(), Some("fixed"), "{yaml:?}");
+    assert_eq!(yaml["triage"]["fixed_by"].as_str(), Some("proposals/tweak"), "{yaml:?}");
+}
+
+#[test]
+fn approvals_travel_with_push_and_fetch_and_count_in_the_other_clone() {
+    let env = TestEnv::new();
+    let origin = with_origin(&env);
+    // The hook audits before the push; without builder on PATH it fails closed.
+    let out = git_with_path(&env, &env.root, "/usr/bin:/bin", &["push", "-q", "origin"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("builder is not on PATH"), "{err}");
+    git(&env, &env.root, &["push", "-q", "origin"]);
+
+    let cron = env.home.join("cron");
+    git(
+        &env,
+        &env.home,
+        &["clone", "-q", origin.to_str().unwrap(), cron.to_str().unwrap()],
+    );
+    builder_ok(&env, &cron, None, &["install-hooks"]);
+    let fetch = git(&env, &cron, &["config", "--get-all", "remote.origin.fetch"]);
+    assert!(fetch.contains("+refs/builder/*:refs/builder/*"), "{fetch}");
+
+    // The laptop turns review on through review and pushes branch and approvals.
+    let tree = require_review_through_review(&env);
+    git(&env, &env.root, &["push", "-q", "origin"]);
+    assert_eq!(
+        git(&env, &origin, &["rev-parse", "refs/builder/approvals"]),
+        git(&env, &env.root, &["rev-parse", "refs/builder/approvals"])
+    );
+
+    // The cron box fetches both; the approval counts there.
+    git(&env, &cron, &["pull", "-q", "--ff-only"]);
+    assert!(!git(&env, &cron, &["rev-parse", "refs/builder/approvals"]).is_empty());
+    let (code, out, _) = builder_in(&env, &cron, None, &["audit"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_eq!(code, 0, "{summary}");
+    let receipt: Value =
+        serde_json::from_str(&std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap())
+            .unwrap();
+    assert_eq!(receipt["inputs"]["approval"]["tree"], tree.as_str());
+
+    // The cron box has its own commits now; a pull that merges the laptop's next
+    // approved change is not flagged: the tree it brings is what counts.
+    env.write(
+        "prompts/digest.md",
+        &format!("{}\nMention the date.\n", env.read("prompts/digest.md")),
+    );
+    builder_ok(&env, &env.root, None, &["propose", "date"]);
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "date"]);
+    builder_ok(&env, &env.root, None, &["merge", "date"]);
+    git(&env, &env.root, &["push", "-q", "origin"]);
+    git(&env, &cron, &["pull", "-q", "--no-rebase", "--no-edit"]);
+    assert_eq!(git(&env, &cron, &["log", "-1", "--format=%P"]).split(' ').count(), 2);
+    let (code, out, _) = builder_in(&env, &cron, None, &["audit"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("VIOLATION"), "{out}");
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_eq!(code, 0, "{summary}");
+}
