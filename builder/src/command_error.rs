@@ -12,11 +12,11 @@
 //! error, so the end-to-end exit-code table can check code 70 without a real bug.
 //! Release builds ignore the variable.
 
+use shared::cause::CauseKind;
 use shared::diag::Diagnostics;
 use shared::git::GitError;
 use shared::review::ReviewError;
 use shared::store::StoreError;
-use std::error::Error as StdError;
 use std::fmt::Write as _;
 
 /// Test-only (debug builds): set to anything non-empty to force an internal error.
@@ -127,10 +127,16 @@ impl CommandError {
     /// Classifies any error by its source chain: the first cause we recognise
     /// decides; nothing recognised is a bug.
     pub fn classify(error: anyhow::Error) -> Self {
-        let found = error.chain().find_map(classify_cause);
-        let (kind, hint) = found.unwrap_or((Kind::Internal, None));
+        let cause = shared::cause::classify(error.chain());
+        let kind = match cause.as_ref().map(|c| c.kind) {
+            Some(CauseKind::Usage) => Kind::Usage,
+            Some(CauseKind::Config) => Kind::Config,
+            Some(CauseKind::Environment) => Kind::Environment,
+            Some(CauseKind::Refused) => Kind::Refused,
+            Some(CauseKind::Internal) | None => Kind::Internal,
+        };
         let mut e = CommandError::new(kind, error);
-        e.hints.extend(hint);
+        e.hints.extend(cause.and_then(|c| c.hint));
         e
     }
 
@@ -182,121 +188,6 @@ pub fn forced_internal_error() -> Result<(), CommandError> {
         )));
     }
     Ok(())
-}
-
-/// The kind (and a hint) of one cause in an error chain, when we recognise it.
-fn classify_cause(cause: &(dyn StdError + 'static)) -> Option<(Kind, Option<String>)> {
-    if let Some(e) = cause.downcast_ref::<GitError>() {
-        return match e {
-            GitError::NotARepo { .. } => Some((
-                Kind::Environment,
-                Some("run inside an agent repository or pass -C <repo>; `builder init <path>` makes one".into()),
-            )),
-            GitError::NoIdentity { .. } => Some((
-                Kind::Config,
-                Some(
-                    "tell git who you are: git config user.name \"Your Name\" && git config user.email you@example.com"
-                        .into(),
-                ),
-            )),
-            // Only a fire commits, and it never asks to commit outside its paths.
-            GitError::Refused { .. } => Some((Kind::Internal, None)),
-            // The cause below (git2 or io) decides.
-            GitError::Git(_) | GitError::Io { .. } => None,
-        };
-    }
-    if let Some(e) = cause.downcast_ref::<ReviewError>() {
-        return match e {
-            ReviewError::Refused(_) => Some((Kind::Refused, None)),
-            ReviewError::Usage(_) => Some((
-                Kind::Usage,
-                Some("`builder proposals` lists proposals and their states".into()),
-            )),
-            // The cause below (git2, io, the repository) decides.
-            ReviewError::Git(_) | ReviewError::Repo(_) | ReviewError::Io { .. } => None,
-        };
-    }
-    if cause.downcast_ref::<Diagnostics>().is_some() {
-        return Some((
-            Kind::Config,
-            Some("`builder check` lists every problem with file:line and a hint".into()),
-        ));
-    }
-    if let Some(StoreError::TooNew { .. }) = cause.downcast_ref::<StoreError>() {
-        return Some((
-            Kind::Environment,
-            Some("a newer builder wrote this database: update this binary, or delete the .runtime/ file named".into()),
-        ));
-    }
-    if let Some(e) = cause.downcast_ref::<std::io::Error>() {
-        return classify_io(e);
-    }
-    if let Some(e) = cause.downcast_ref::<git2::Error>() {
-        return classify_git(e);
-    }
-    if let Some(e) = cause.downcast_ref::<rusqlite::Error>() {
-        return classify_sqlite(e);
-    }
-    None
-}
-
-fn classify_io(e: &std::io::Error) -> Option<(Kind, Option<String>)> {
-    use std::io::ErrorKind as K;
-    let hint = match e.kind() {
-        K::PermissionDenied => "check the permissions of the path named above; builder writes .runtime/ and card files",
-        K::ReadOnlyFilesystem => "the repository is on a read-only file system: run where it can be written",
-        K::StorageFull | K::QuotaExceeded | K::FileTooLarge => "the disk is full: free some space and run again",
-        K::NotFound => "check that the path exists (-C takes the repository's directory)",
-        K::ResourceBusy | K::WouldBlock => "another process holds the file: wait for it and run again",
-        K::AlreadyExists => "a file is in the way: move it aside if nothing else is using it",
-        // Bad data or a bad call of ours: let the chain (or a bug report) decide.
-        K::InvalidData | K::InvalidInput | K::Unsupported | K::Other => return None,
-        _ => return Some((Kind::Environment, None)),
-    };
-    Some((Kind::Environment, Some(hint.into())))
-}
-
-fn classify_git(e: &git2::Error) -> Option<(Kind, Option<String>)> {
-    use git2::{ErrorClass as C, ErrorCode as E};
-    match (e.code(), e.class()) {
-        (E::Locked, _) => Some((
-            Kind::Environment,
-            Some("another git process holds the lock named above: wait for it, or remove the lock file if none is running".into()),
-        )),
-        (E::Owner, _) => Some((
-            Kind::Environment,
-            Some("the repository belongs to another user: see `git config --global --add safe.directory <repo>`".into()),
-        )),
-        (_, C::Os) | (_, C::Filesystem) => Some((Kind::Environment, None)),
-        (E::NotFound, C::Repository) => Some((
-            Kind::Environment,
-            Some("run inside an agent repository or pass -C <repo>".into()),
-        )),
-        (E::NotFound, C::Reference) | (E::InvalidSpec, _) | (E::Ambiguous, _) => Some((
-            Kind::Usage,
-            Some("`git log --oneline` lists revisions".into()),
-        )),
-        (_, C::Config) => Some((Kind::Config, Some("check git's config (`git config --list --show-origin`)".into()))),
-        _ => None,
-    }
-}
-
-fn classify_sqlite(e: &rusqlite::Error) -> Option<(Kind, Option<String>)> {
-    use rusqlite::ErrorCode as E;
-    let rusqlite::Error::SqliteFailure(f, _) = e else {
-        return None;
-    };
-    let hint = match f.code {
-        E::ReadOnly => {
-            "the database is read-only (a read-only file system or file): run where .runtime/ can be written"
-        }
-        E::DiskFull => "the disk is full: free some space and run again",
-        E::DatabaseBusy | E::DatabaseLocked => "another process holds the database: wait for it and run again",
-        E::PermissionDenied | E::CannotOpen => "check the permissions of .runtime/ and the database file",
-        E::SystemIoFailure => "the file system failed a read or write: check the disk",
-        _ => return None,
-    };
-    Some((Kind::Environment, Some(hint.into())))
 }
 
 macro_rules! classified_from {

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod audit;
 pub mod cards;
+pub mod cause;
 pub mod check;
 pub mod diag;
 pub mod env;
