@@ -103,6 +103,7 @@ impl Refusal {
                 .unwrap_or_default(),
             telemetry: config::exporter(self.settings.as_ref()),
             repo: &self.repo,
+            limits: self.settings.as_ref().map(|s| s.limits).unwrap_or_default(),
         };
         let mut summary = finish::write(&self.ctx, &sink, &mut records);
         if summary.end == FireEnd::Failed {
