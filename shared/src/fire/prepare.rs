@@ -428,7 +428,7 @@ impl Preparing {
         self.inputs.scope = blob(SCOPE_FILE);
         self.inputs.settings = blob(SETTINGS_FILE);
         self.inputs.provider = format!("{:?}", settings.provider.kind).to_lowercase();
-        FireConfig::resolve(&root, &self.ctx.run_id, settings, prompt, scope)
+        FireConfig::resolve(&root, settings, prompt, scope)
             .map_err(|e| invalid("invalid permissions".into(), e.to_string()))
     }
 
