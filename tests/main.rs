@@ -10,6 +10,7 @@ mod util;
 mod builder_cmds;
 mod builder_truth;
 mod escape;
+mod records_hardening;
 mod exit_codes;
 mod fire;
 mod identity;

@@ -97,6 +97,18 @@ pub fn create_new(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<(
     f.write_all(bytes)
 }
 
+/// Removes the file `rel` under `root` (never a directory, never through a link: the
+/// last component is unlinked in the directory reached without following any).
+pub fn remove_file(root: &OwnedFd, rel: &Path) -> std::io::Result<()> {
+    let parts = components(rel)?;
+    let (name, dirs) = parts.split_last().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let mut dir = open_one(root, ".", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+    for d in dirs {
+        dir = open_one(&dir, d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+    }
+    rustix::fs::unlinkat(&dir, *name, rustix::fs::AtFlags::empty()).map_err(std::io::Error::from)
+}
+
 /// Why a file the model left was not read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotRegular {

@@ -80,6 +80,14 @@ impl Redactor {
         self
     }
 
+    /// Whether `bytes` (not text: a binary file) hold a known secret value in any of
+    /// its encoded forms.
+    pub fn holds_secret(&self, bytes: &[u8]) -> bool {
+        self.values
+            .iter()
+            .any(|v| memchr::memmem::find(bytes, v.as_bytes()).is_some())
+    }
+
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
         for v in &self.values {
@@ -120,17 +128,20 @@ fn encodings(v: &str) -> Vec<String> {
     }
     out.push(hex::encode(bytes));
     out.push(hex::encode_upper(bytes));
-    let mut pct = String::new();
-    for &b in bytes {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            pct.push(char::from(b));
-        } else {
-            pct.push_str(&format!("%{b:02X}"));
+    // RFC 3986 (`-_.~` kept) and the stricter form that escapes every non-alphanumeric.
+    for keep in [&b"-_.~"[..], &b""[..]] {
+        let mut pct = String::new();
+        for &b in bytes {
+            if b.is_ascii_alphanumeric() || keep.contains(&b) {
+                pct.push(char::from(b));
+            } else {
+                pct.push_str(&format!("%{b:02X}"));
+            }
         }
-    }
-    if pct != v {
-        out.push(lowercase_escapes(&pct));
-        out.push(pct);
+        if pct != v {
+            out.push(lowercase_escapes(&pct));
+            out.push(pct);
+        }
     }
     out.retain(|e| e.len() >= MIN_ENCODED && e != v);
     out
@@ -191,6 +202,7 @@ mod tests {
             hex::encode_upper(key),
             "sk-test-SUPER%2FSECRET%2BVALUE%3D1234567890".to_string(),
             "sk-test-SUPER%2fSECRET%2bVALUE%3d1234567890".to_string(),
+            "sk%2Dtest%2DSUPER%2FSECRET%2BVALUE%3D1234567890".to_string(),
         ];
         for form in &forms {
             let text = format!("out: {form} done");

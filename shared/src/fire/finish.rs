@@ -299,7 +299,29 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
         .and_then(|c| c.tree().ok());
     let in_head = |p: &str| head.as_ref().is_some_and(|t| t.get_path(std::path::Path::new(p)).is_ok());
     let own = [report.to_string_lossy().into_owned()];
-    let out = super::outputs::collect(&ctx.opts.root, since, &own, &in_head, &sink.limits);
+    let mut out = super::outputs::collect(&ctx.opts.root, since, &own, &in_head, &sink.limits);
+    // A model file holding a secret (the key in any form the redactor knows) is not
+    // committed, and it is removed from the work tree, where the next `git add -A`
+    // would commit it: the runtime unlinks that one name, through no link.
+    let mut accepted = Vec::with_capacity(out.accepted.len());
+    for (rel, bytes) in std::mem::take(&mut out.accepted) {
+        let secret = match std::str::from_utf8(&bytes) {
+            Ok(text) => sink.redactor.redact(text) != text,
+            Err(_) => sink.redactor.holds_secret(&bytes),
+        };
+        if !secret {
+            accepted.push((rel, bytes));
+            continue;
+        }
+        let removed = crate::beneath::open_root(&ctx.opts.root)
+            .and_then(|d| crate::beneath::remove_file(&d, std::path::Path::new(&rel)));
+        let why = match removed {
+            Ok(()) => "holds a secret value: not committed, and removed".to_string(),
+            Err(e) => format!("holds a secret value: not committed (not removed: {e})"),
+        };
+        out.rejected.push((rel, why));
+    }
+    out.accepted = accepted;
     tracing::debug!(
         scan_ms = t.elapsed().as_secs_f64() * 1e3,
         accepted = out.accepted.len(),
@@ -631,4 +653,38 @@ fn failed_checks_card(acceptance: &[AcceptanceRecord]) -> Option<CardDraft> {
             .join("\n"),
         evidence: vec![],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_report_name_sends_the_report_to_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let at = Utc::now();
+        let day = records::day(at);
+        let rel = records::report_path("t", "r1", at);
+        // Free: the report is where it always is.
+        let (placed, taken) = place_report(root, &rel, "r1", "t", at, "report").unwrap();
+        assert_eq!((placed.as_path(), taken), (rel.as_path(), None));
+        // Something at the name: neither overwritten nor reused.
+        let rel2 = records::report_path("t", "r2", at);
+        std::fs::write(root.join(&rel2), "forged").unwrap();
+        let (placed, taken) = place_report(root, &rel2, "r2", "t", at, "report").unwrap();
+        assert_eq!(placed, std::path::PathBuf::from(format!("runs/t/{day}/r2.report.md")));
+        assert_eq!(std::fs::read_to_string(root.join(&rel2)).unwrap(), "forged");
+        assert_eq!(std::fs::read_to_string(root.join(&placed)).unwrap(), "report");
+        assert_eq!(taken.unwrap().0, rel2.to_string_lossy());
+        // A link on the way: not followed.
+        std::fs::create_dir_all(root.join("prompts")).unwrap();
+        std::fs::create_dir_all(root.join("reports/u")).unwrap();
+        std::os::unix::fs::symlink("../../prompts", root.join(format!("reports/u/{day}"))).unwrap();
+        let rel3 = records::report_path("u", "r3", at);
+        let (placed, taken) = place_report(root, &rel3, "r3", "u", at, "report").unwrap();
+        assert!(placed.starts_with("runs/u"), "{placed:?}");
+        assert!(taken.is_some());
+        assert_eq!(std::fs::read_dir(root.join("prompts")).unwrap().count(), 0);
+    }
 }
