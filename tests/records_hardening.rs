@@ -401,3 +401,40 @@ fn tools_get_an_allow_listed_environment() {
         assert!(!seen.contains(leaked), "{leaked} reached a tool: {seen}");
     }
 }
+
+#[test]
+fn the_report_reaches_acceptance_scripts_through_a_runtime_only_directory() {
+    if !landlock_or_skip() {
+        return;
+    }
+    // The old hand-over file was `$HOME/report.md` (the scratch dir, which tools may
+    // write): a link planted there sent the runtime's write into `.git`.
+    let env = setup(
+        &script(
+            "plant",
+            "ln -s \"$PWD/.git/hooks/post-commit\" \"$HOME/report.md\"; ln -s \"$PWD/.git/hooks/post-commit\" \"$TMPDIR/x\"; echo ran > reports/marker.txt\n",
+        ),
+        "# Done: the checked report",
+        "",
+    );
+    env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\nacceptance:\n  - name: checked\n    run: tools/check.sh\n---\nDo the test task.\n",
+    );
+    env.write("tools/check.sh", "#!/bin/sh\ngrep -q 'the checked report' \"$1\"\n");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.root.join("tools/check.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.commit_all("an acceptance script");
+    let before = env.builder_snapshot();
+    let git = env.git_snapshot();
+    let (code, summary) = fire(&env, &[]);
+    assert!(committed(&env, "reports/marker.txt").is_some(), "the payload did not run");
+    assert_eq!(env.git_snapshot(), git, ".git changed");
+    assert!(!env.root.join(".git/hooks/post-commit").exists());
+    check_common(&env, &before, &summary);
+    let receipt = env.receipt(&summary);
+    assert_eq!(receipt["status"], "accepted", "{receipt}");
+    assert_eq!(code, 0, "{summary}");
+    let left = std::fs::read_dir(env.root.join(".runtime/handoff")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "the hand-over directory was not removed");
+}
