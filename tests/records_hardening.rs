@@ -19,7 +19,10 @@ fn cmd(c: &str) -> (&'static str, Value) {
 /// with the system shell (only the kernel layer stands in its way).
 fn script(name: &str, body: &str) -> [(&'static str, Value); 2] {
     [
-        ("write_file", json!({"path": format!("reports/{name}.sh"), "content": body})),
+        (
+            "write_file",
+            json!({"path": format!("reports/{name}.sh"), "content": body}),
+        ),
         cmd(&format!("sh reports/{name}.sh")),
     ]
 }
@@ -84,8 +87,7 @@ fn fire(env: &TestEnv, vars: &[(&str, &str)]) -> (i32, Value) {
     let (mut out, mut err) = (String::new(), String::new());
     child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    let summary: Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("no JSON ({e}): {out}\nstderr: {err}"));
+    let summary: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("no JSON ({e}): {out}\nstderr: {err}"));
     (status.code().unwrap_or(-1), summary)
 }
 
@@ -123,7 +125,11 @@ fn check_common(env: &TestEnv, before: &std::collections::BTreeMap<String, Strin
     let report = summary["report"].as_str().unwrap();
     let (mode, bytes) = committed(env, report).expect("the report was not committed");
     assert_eq!(mode, i32::from(git2::FileMode::Blob));
-    assert!(bytes.starts_with(b"<!-- runtime report -->"), "{}", String::from_utf8_lossy(&bytes));
+    assert!(
+        bytes.starts_with(b"<!-- runtime report -->"),
+        "{}",
+        String::from_utf8_lossy(&bytes)
+    );
 }
 
 #[test]
@@ -141,17 +147,28 @@ fn a_link_planted_on_the_report_path_is_not_followed_and_the_report_goes_to_runs
     );
     let before = env.builder_snapshot();
     let (code, summary) = fire(&env, &[]);
-    assert_eq!(committed(&env, "reports/marker.txt").map(|c| c.1), Some(b"ran\n".to_vec()), "the payload did not run");
+    assert_eq!(
+        committed(&env, "reports/marker.txt").map(|c| c.1),
+        Some(b"ran\n".to_vec()),
+        "the payload did not run"
+    );
     assert!(env.root.join("reports/t").read_dir().unwrap().next().is_some());
     assert_eq!(code, 5, "{summary}");
     check_common(&env, &before, &summary);
     let report = summary["report"].as_str().unwrap();
-    assert!(report.starts_with("runs/t/") && report.ends_with(".report.md"), "{report}");
+    assert!(
+        report.starts_with("runs/t/") && report.ends_with(".report.md"),
+        "{report}"
+    );
     assert_eq!(env.receipt(&summary)["outputs"][0], report);
     let detail = rejected_detail(&env, &summary);
     assert!(detail.contains("the runtime's report is runs/t/"), "{detail}");
     assert!(detail.contains("symlink"), "{detail}");
-    assert_eq!(std::fs::read_dir(env.root.join("prompts")).unwrap().count(), 2, "nothing written into prompts/");
+    assert_eq!(
+        std::fs::read_dir(env.root.join("prompts")).unwrap().count(),
+        2,
+        "nothing written into prompts/"
+    );
 }
 
 #[test]
@@ -188,7 +205,11 @@ fn a_record_replaced_before_the_commit_is_committed_with_the_runtime_bytes() {
     check_common(&env, &before, &summary);
     // The index holds the runtime's bytes too, not the link.
     let repo = git2::Repository::open(&env.root).unwrap();
-    let staged = repo.index().unwrap().get_path(std::path::Path::new(&report), 0).unwrap();
+    let staged = repo
+        .index()
+        .unwrap()
+        .get_path(std::path::Path::new(&report), 0)
+        .unwrap();
     assert_eq!(staged.mode, u32::from(git2::FileMode::Blob));
     // Let the loop finish before the directory goes away.
     std::thread::sleep(Duration::from_secs(7));
@@ -199,10 +220,17 @@ fn a_fifo_under_reports_does_not_hang_the_fire_and_is_named() {
     if !landlock_or_skip() {
         return;
     }
-    let env = setup(&[cmd("mkfifo reports/fifo && echo ran > reports/marker.txt")], "# Done", "");
+    let env = setup(
+        &[cmd("mkfifo reports/fifo && echo ran > reports/marker.txt")],
+        "# Done",
+        "",
+    );
     let before = env.builder_snapshot();
     let (code, summary) = fire(&env, &[]);
-    assert!(committed(&env, "reports/marker.txt").is_some(), "the payload did not run");
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the payload did not run"
+    );
     assert!(env.root.join("reports/fifo").exists());
     assert_eq!(code, 5, "{summary}");
     check_common(&env, &before, &summary);
@@ -230,7 +258,11 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
     let env = setup(&[cmd(&payload)], "# Done", "  output_file_bytes: 1000\n");
     let before = env.builder_snapshot();
     let (code, summary) = fire(&env, &[]);
-    assert_eq!(committed(&env, "reports/good.md").map(|c| c.1), Some(b"ok\n".to_vec()), "the payload did not run");
+    assert_eq!(
+        committed(&env, "reports/good.md").map(|c| c.1),
+        Some(b"ok\n".to_vec()),
+        "the payload did not run"
+    );
     assert!(env.root.join("reports/big.bin").exists() && env.root.join("reports/link").is_symlink());
     assert_eq!(code, 5, "{summary}");
     check_common(&env, &before, &summary);
@@ -245,7 +277,10 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
         ("reports/big.bin", "output_file_bytes"),
     ] {
         assert!(committed(&env, rel).is_none(), "{rel} was committed");
-        assert!(detail.contains(&format!("{rel}: ")) && detail.contains(why), "{rel} ({why}) not named: {detail}");
+        assert!(
+            detail.contains(&format!("{rel}: ")) && detail.contains(why),
+            "{rel} ({why}) not named: {detail}"
+        );
     }
     assert!(committed(&env, "reports/sub/.git/config").is_none());
     // The kernel refuses the hard link to a prompt; had it existed it would be named.
@@ -271,7 +306,10 @@ fn the_model_cannot_write_receipts_or_cards_and_settings_cannot_let_it() {
         "",
     );
     let (_, summary) = fire(&env, &[]);
-    assert!(committed(&env, "reports/marker.txt").is_some(), "the payload did not run");
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the payload did not run"
+    );
     let calls = env.receipt(&summary)["tool_calls"].as_array().unwrap().clone();
     assert_eq!(calls[1]["decision"], "deny", "{}", calls[1]);
     for c in &calls[2..] {
@@ -323,7 +361,11 @@ fn a_forged_card_prints_without_raw_escape_sequences() {
         vec!["cards", "export", "--format", "github"],
     ] {
         let out = env.builder(&args);
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("forged"), "{args:?}: the card was not printed: {text}");
         for bad in ['\u{1b}', '\u{9b}', '\u{7}'] {
@@ -360,7 +402,10 @@ fn the_key_in_encoded_forms_never_reaches_a_record() {
     let (_, summary) = fire(&env, &[]);
     // The payload ran: the script's file was named, left out and removed.
     let detail = rejected_detail(&env, &summary);
-    assert!(detail.contains("reports/enc.txt: holds a secret value: not committed, and removed"), "{detail}");
+    assert!(
+        detail.contains("reports/enc.txt: holds a secret value: not committed, and removed"),
+        "{detail}"
+    );
     assert!(committed(&env, "reports/enc.txt").is_none());
     assert!(!env.root.join("reports/enc.txt").exists());
     let records = env.all_record_text();
@@ -428,13 +473,18 @@ fn the_report_reaches_acceptance_scripts_through_a_runtime_only_directory() {
     let before = env.builder_snapshot();
     let git = env.git_snapshot();
     let (code, summary) = fire(&env, &[]);
-    assert!(committed(&env, "reports/marker.txt").is_some(), "the payload did not run");
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the payload did not run"
+    );
     assert_eq!(env.git_snapshot(), git, ".git changed");
     assert!(!env.root.join(".git/hooks/post-commit").exists());
     check_common(&env, &before, &summary);
     let receipt = env.receipt(&summary);
     assert_eq!(receipt["status"], "accepted", "{receipt}");
     assert_eq!(code, 0, "{summary}");
-    let left = std::fs::read_dir(env.root.join(".runtime/handoff")).map(|d| d.count()).unwrap_or(0);
+    let left = std::fs::read_dir(env.root.join(".runtime/handoff"))
+        .map(|d| d.count())
+        .unwrap_or(0);
     assert_eq!(left, 0, "the hand-over directory was not removed");
 }

@@ -49,9 +49,7 @@ fn components(rel: &Path) -> std::io::Result<Vec<&str>> {
     for c in rel.components() {
         match c {
             Component::Normal(s) => out.push(s.to_str().ok_or_else(bad)?),
-            Component::CurDir | Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
-                return Err(bad())
-            }
+            Component::CurDir | Component::ParentDir | Component::RootDir | Component::Prefix(_) => return Err(bad()),
         }
     }
     if out.is_empty() {
@@ -62,8 +60,12 @@ fn components(rel: &Path) -> std::io::Result<Vec<&str>> {
 
 /// A directory fd of the repository root (the anchor every path is resolved from).
 pub fn open_root(root: &Path) -> std::io::Result<OwnedFd> {
-    rustix::fs::open(root, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(std::io::Error::from)
+    rustix::fs::open(
+        root,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(std::io::Error::from)
 }
 
 /// Opens the directory `dirs` under `root`, creating each missing level with `mkdirat`
@@ -85,7 +87,9 @@ fn open_dirs(root: &OwnedFd, dirs: &[&str]) -> std::io::Result<OwnedFd> {
 /// the way is a symlink or not a directory.
 pub fn create_new(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let parts = components(rel)?;
-    let (name, dirs) = parts.split_last().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let (name, dirs) = parts
+        .split_last()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     let dir = open_dirs(root, dirs)?;
     let fd = open_one(
         &dir,
@@ -101,7 +105,9 @@ pub fn create_new(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<(
 /// last component is unlinked in the directory reached without following any).
 pub fn remove_file(root: &OwnedFd, rel: &Path) -> std::io::Result<()> {
     let parts = components(rel)?;
-    let (name, dirs) = parts.split_last().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let (name, dirs) = parts
+        .split_last()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     let mut dir = open_one(root, ".", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
     for d in dirs {
         dir = open_one(&dir, d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
@@ -165,7 +171,12 @@ pub fn read_regular(root: &OwnedFd, rel: &Path, cap: u64) -> Result<Vec<u8>, Not
     for d in dirs {
         dir = open_one(&dir, d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).map_err(io)?;
     }
-    let fd = match open_one(&dir, name, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY, Mode::empty()) {
+    let fd = match open_one(
+        &dir,
+        name,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
+        Mode::empty(),
+    ) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(NotRegular::Special("symlink")),
         Err(e) => return Err(io(e)),
@@ -198,7 +209,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = open_root(dir.path()).unwrap();
         create_new(&root, Path::new("reports/t/2026-01-01/r.md"), b"one").unwrap();
-        assert_eq!(std::fs::read(dir.path().join("reports/t/2026-01-01/r.md")).unwrap(), b"one");
+        assert_eq!(
+            std::fs::read(dir.path().join("reports/t/2026-01-01/r.md")).unwrap(),
+            b"one"
+        );
         let again = create_new(&root, Path::new("reports/t/2026-01-01/r.md"), b"two").unwrap_err();
         assert_eq!(again.kind(), std::io::ErrorKind::AlreadyExists);
         assert!(create_new(&root, Path::new("reports/../x"), b"x").is_err());
@@ -214,7 +228,11 @@ mod tests {
         let root = open_root(dir.path()).unwrap();
         assert!(create_new(&root, Path::new("reports/t/2026/r.md"), b"x").is_err());
         assert!(create_new(&root, Path::new("reports/f"), b"x").is_err());
-        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0, "nothing written through a link");
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            0,
+            "nothing written through a link"
+        );
         assert_eq!(
             read_regular(&root, Path::new("reports/f"), 10),
             Err(NotRegular::Special("symlink"))
@@ -230,11 +248,26 @@ mod tests {
         std::fs::write(p.join("b.md"), "x").unwrap();
         std::fs::hard_link(p.join("b.md"), p.join("reports/hard")).unwrap();
         let root = open_root(p).unwrap();
-        rustix::fs::mknodat(&root, "reports/fifo", rustix::fs::FileType::Fifo, Mode::from_raw_mode(0o644), 0)
-            .unwrap();
+        rustix::fs::mknodat(
+            &root,
+            "reports/fifo",
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
         assert_eq!(read_regular(&root, Path::new("reports/a.md"), 5).unwrap(), b"hello");
-        assert_eq!(read_regular(&root, Path::new("reports/a.md"), 4), Err(NotRegular::TooLarge(5)));
-        assert_eq!(read_regular(&root, Path::new("reports/hard"), 5), Err(NotRegular::HardLink(2)));
-        assert_eq!(read_regular(&root, Path::new("reports/fifo"), 5), Err(NotRegular::Special("FIFO")));
+        assert_eq!(
+            read_regular(&root, Path::new("reports/a.md"), 4),
+            Err(NotRegular::TooLarge(5))
+        );
+        assert_eq!(
+            read_regular(&root, Path::new("reports/hard"), 5),
+            Err(NotRegular::HardLink(2))
+        );
+        assert_eq!(
+            read_regular(&root, Path::new("reports/fifo"), 5),
+            Err(NotRegular::Special("FIFO"))
+        );
     }
 }

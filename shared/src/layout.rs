@@ -435,7 +435,13 @@ mod tests {
 
     #[test]
     fn write_globs_that_reach_record_dirs_are_caught() {
-        for g in ["cards/**", "runs/t/*.json", "{reports,cards}/**", "**/*.json", "**/*.yaml"] {
+        for g in [
+            "cards/**",
+            "runs/t/*.json",
+            "{reports,cards}/**",
+            "**/*.json",
+            "**/*.yaml",
+        ] {
             let m = globset::Glob::new(g).unwrap().compile_matcher();
             assert!(overlapping_record_dir(&m, g).is_some(), "{g}");
         }

@@ -70,7 +70,10 @@ mod tests {
         assert_eq!(printable("plain"), "plain");
         assert!(matches!(printable("plain"), Cow::Borrowed(_)));
         assert_eq!(printable("a\x1b[2Jb\nc\td"), "a\\x1b[2Jb\\x0ac\\x09d");
-        assert_eq!(printable_multiline("a\x1b]0;t\x07\nb\tc\r"), "a\\x1b]0;t\\x07\nb\tc\\x0d");
+        assert_eq!(
+            printable_multiline("a\x1b]0;t\x07\nb\tc\r"),
+            "a\\x1b]0;t\\x07\nb\tc\\x0d"
+        );
         assert_eq!(printable("x\u{9b}31m\u{7f}"), "x\\x9b31m\\x7f");
         assert_eq!(printable("abc\u{202e}fed"), "abc\\u{202e}fed");
         assert_eq!(printable("héllo ✓"), "héllo ✓");
@@ -81,7 +84,10 @@ mod tests {
         let v = serde_json::json!({"s": "a\u{1b}[31m\u{9b}b\u{202e}"});
         let text = serde_json::to_string_pretty(&v).unwrap();
         let safe = printable_json(&text);
-        assert!(!safe.chars().any(|c| c == '\u{1b}' || c == '\u{9b}' || c == '\u{202e}'), "{safe}");
+        assert!(
+            !safe.chars().any(|c| c == '\u{1b}' || c == '\u{9b}' || c == '\u{202e}'),
+            "{safe}"
+        );
         let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
         assert_eq!(back, v);
     }

@@ -1,12 +1,12 @@
 //! `builder cards`: list cards grouped by fingerprint, show, triage, export.
 
-use shared::text::{printable, printable_json, printable_multiline};
 use super::{index, named};
 use crate::command_error::{CommandError, Outcome};
 use anyhow::Context;
 use shared::cards::{self, TriageDecision};
 use shared::history::{self, CardFilter};
 use shared::records::{CardKind, CardStatus};
+use shared::text::{printable, printable_json, printable_multiline};
 use std::path::Path;
 
 /// Work with the runtime's failure cards

@@ -1,13 +1,13 @@
 //! `builder history`: index receipts, list and show runs, diff two runs, compare a
 //! task's metrics across a prompt change.
 
-use shared::text::{printable, printable_json, printable_multiline};
 use super::{index, named};
 use crate::command_error::{CommandError, Outcome};
 use anyhow::Context;
 use shared::history;
 use shared::records::RunStatus;
 use shared::runs::{self, RunFilter};
+use shared::text::{printable, printable_json, printable_multiline};
 use std::path::Path;
 
 /// Read the runtime's run history (receipts indexed into SQLite)

@@ -291,13 +291,19 @@ fn write_card(
 /// ran anything: then nothing under `reports/` changed since it started).
 fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path) -> super::outputs::Outputs {
     let t = std::time::Instant::now();
-    let since = (ctx.started_at.timestamp(), i64::from(ctx.started_at.timestamp_subsec_nanos()));
+    let since = (
+        ctx.started_at.timestamp(),
+        i64::from(ctx.started_at.timestamp_subsec_nanos()),
+    );
     let head = crate::git::head_commit(sink.repo)
         .ok()
         .flatten()
         .and_then(|c| sink.repo.find_commit(c).ok())
         .and_then(|c| c.tree().ok());
-    let in_head = |p: &str| head.as_ref().is_some_and(|t| t.get_path(std::path::Path::new(p)).is_ok());
+    let in_head = |p: &str| {
+        head.as_ref()
+            .is_some_and(|t| t.get_path(std::path::Path::new(p)).is_ok())
+    };
     let own = [report.to_string_lossy().into_owned()];
     let mut out = super::outputs::collect(&ctx.opts.root, since, &own, &in_head, &sink.limits);
     // A model file holding a secret (the key in any form the redactor knows) is not
@@ -357,7 +363,10 @@ fn place_report(
     records::create_new(root, &fallback, text.as_bytes())?;
     tracing::warn!(report = %fallback.display(), "the report's name was taken; the report went to runs/");
     let name = rel.to_string_lossy().into_owned();
-    Ok((fallback.clone(), Some((name, format!("{why}; the runtime's report is {}", fallback.display())))))
+    Ok((
+        fallback.clone(),
+        Some((name, format!("{why}; the runtime's report is {}", fallback.display()))),
+    ))
 }
 
 /// The errors a planted link or file on a record's path gives under `openat2`.
@@ -375,7 +384,10 @@ fn rejected_card(rejected: &[(String, String)]) -> Option<CardDraft> {
     }
     Some(CardDraft {
         kind: CardKind::OutputRejected,
-        summary: format!("{} file(s) the model left under reports/ were not committed", rejected.len()),
+        summary: format!(
+            "{} file(s) the model left under reports/ were not committed",
+            rejected.len()
+        ),
         detail: rejected
             .iter()
             .map(|(p, why)| format!("{p}: {why}"))

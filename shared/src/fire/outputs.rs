@@ -5,9 +5,11 @@
 //! [`crate::beneath::read_regular`] and committed from those bytes. Everything else
 //! stays in the work tree, uncommitted, and is named in an `output_rejected` card.
 //!
-//! "Left by the model" means new or changed since the fire started (the inode's
-//! change time, which no unprivileged process can set back), so an earlier fire's
-//! leftovers are not re-judged by every later one.
+//! "Left by the model" means new since the fire started, by change time (which no
+//! unprivileged process can set back), so an earlier fire's leftovers are not
+//! re-judged by every later one. Only directories that gained or lost an entry during
+//! the fire have their entries examined; a file rewritten in place inside an older
+//! directory is not seen (and not committed: the runtime only adds new files).
 
 use crate::beneath::{self, NotRegular};
 use crate::settings::Limits;
@@ -50,7 +52,8 @@ pub(crate) fn collect(
     let dir = match beneath::open_root(root) {
         Ok(d) => d,
         Err(e) => {
-            out.rejected.extend(found.into_iter().map(|p| (p, format!("not read: {e}"))));
+            out.rejected
+                .extend(found.into_iter().map(|p| (p, format!("not read: {e}"))));
             return out;
         }
     };
@@ -60,11 +63,13 @@ pub(crate) fn collect(
             continue;
         }
         if in_head(&rel) {
-            out.rejected.push((rel, "already committed: the runtime only adds new files".into()));
+            out.rejected
+                .push((rel, "already committed: the runtime only adds new files".into()));
             continue;
         }
         if out.accepted.len() >= limits.output_files {
-            out.rejected.push((rel, format!("over limits.output_files ({})", limits.output_files)));
+            out.rejected
+                .push((rel, format!("over limits.output_files ({})", limits.output_files)));
             continue;
         }
         match beneath::read_regular(&dir, Path::new(&rel), limits.output_file_bytes) {
@@ -78,7 +83,10 @@ pub(crate) fn collect(
             }
             Err(NotRegular::TooLarge(n)) => out.rejected.push((
                 rel,
-                format!("{n} bytes, over limits.output_file_bytes ({})", limits.output_file_bytes),
+                format!(
+                    "{n} bytes, over limits.output_file_bytes ({})",
+                    limits.output_file_bytes
+                ),
             )),
             Err(why) => out.rejected.push((rel, why.to_string())),
         }
@@ -103,9 +111,13 @@ fn walk(
     seen: &mut usize,
     rejected: &mut Vec<(String, String)>,
 ) {
-    let Ok(dir_meta) = std::fs::symlink_metadata(root.join(rel)) else { return };
+    let Ok(dir_meta) = std::fs::symlink_metadata(root.join(rel)) else {
+        return;
+    };
     let dir_changed = changed_since(&dir_meta, since);
-    let Ok(entries) = std::fs::read_dir(root.join(rel)) else { return };
+    let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
+        return;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name();
         let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
@@ -120,26 +132,40 @@ fn walk(
         *seen += 1;
         if *seen > MAX_ENTRIES {
             if *seen == MAX_ENTRIES + 1 {
-                rejected.push((format!("{rel}/"), format!("more than {MAX_ENTRIES} new entries: the rest was not looked at")));
+                rejected.push((
+                    format!("{rel}/"),
+                    format!("more than {MAX_ENTRIES} new entries: the rest was not looked at"),
+                ));
             }
             return;
         }
         let Some(name) = name.to_str() else {
-            rejected.push((format!("{rel}/{}", name.to_string_lossy()), "the name is not UTF-8".into()));
+            rejected.push((
+                format!("{rel}/{}", name.to_string_lossy()),
+                "the name is not UTF-8".into(),
+            ));
             continue;
         };
         let path = format!("{rel}/{name}");
-        let Ok(meta) = std::fs::symlink_metadata(root.join(&path)) else { continue };
+        let Ok(meta) = std::fs::symlink_metadata(root.join(&path)) else {
+            continue;
+        };
         let new = changed_since(&meta, since);
         if name.chars().any(char::is_control) {
             if new {
-                rejected.push((path.escape_debug().to_string(), "the name holds control characters".into()));
+                rejected.push((
+                    path.escape_debug().to_string(),
+                    "the name holds control characters".into(),
+                ));
             }
             continue;
         }
         if GIT_NAMES.contains(&name) {
             if new {
-                rejected.push((path, "git metadata (a nested repository, attributes or submodules)".into()));
+                rejected.push((
+                    path,
+                    "git metadata (a nested repository, attributes or submodules)".into(),
+                ));
             }
             continue;
         }
@@ -201,7 +227,13 @@ mod tests {
         ] {
             assert!(rejected.contains(&r), "{r} not rejected: {:?}", out.rejected);
         }
-        let why = |f: &str| out.rejected.iter().find(|(p, _)| p == f).map(|(_, w)| w.clone()).unwrap();
+        let why = |f: &str| {
+            out.rejected
+                .iter()
+                .find(|(p, _)| p == f)
+                .map(|(_, w)| w.clone())
+                .unwrap()
+        };
         assert!(why("reports/b.md").contains("output_total_bytes"));
         assert!(why("reports/big.md").contains("output_file_bytes"));
         assert!(why("reports/link").contains("symlink"));
