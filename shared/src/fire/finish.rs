@@ -421,6 +421,34 @@ fn save_run(
     tracing::debug!(store_ms = t.elapsed().as_secs_f64() * 1e3, "trace stored");
 }
 
+/// How long a fire waits for another fire's commit. A commit takes milliseconds; a
+/// lock held far longer is held by something else (a tool process that outlived its
+/// call can open the lock file read-only and flock it), and the fire must end rather
+/// than hang: its records stay in the work tree, uncommitted, and it exits 3.
+const COMMIT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Takes the commit lock, waiting at most `wait`.
+fn commit_lock(lock_path: &std::path::Path, wait: std::time::Duration) -> Result<state::LockFile, WriteFailure> {
+    let fail = |why: String| WriteFailure {
+        end: FireEnd::Environment,
+        message: format!("cannot take the commit lock {}: {why}", lock_path.display()),
+    };
+    let start = std::time::Instant::now();
+    loop {
+        match state::take_lock(lock_path, LockWait::NoWait) {
+            Ok(Some(guard)) => return Ok(guard),
+            Ok(None) if start.elapsed() < wait => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Ok(None) => {
+                return Err(fail(format!(
+                    "held for more than {}s (another process holds it: look for one that outlived a fire)",
+                    wait.as_secs()
+                )))
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        }
+    }
+}
+
 /// Commits the fire's records with the fire's own repository handle, under the
 /// runtime identity, only ever adding files under the runtime-owned directories.
 fn commit_records(
@@ -433,10 +461,7 @@ fn commit_records(
     let t = std::time::Instant::now();
     let root = &ctx.opts.root;
     let lock_path = state::commit_lock_path(root);
-    let _guard = state::take_lock(&lock_path, LockWait::Wait).map_err(|e| WriteFailure {
-        end: FireEnd::Environment,
-        message: format!("cannot take the commit lock {}: {e}", lock_path.display()),
-    })?;
+    let _guard = commit_lock(&lock_path, COMMIT_LOCK_WAIT)?;
     let own = Ownership::new(root);
     let (task, run_id) = (&ctx.opts.task, &ctx.run_id);
     let msg = format!(
@@ -670,6 +695,20 @@ fn failed_checks_card(acceptance: &[AcceptanceRecord]) -> Option<CardDraft> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_commit_lock_held_elsewhere_ends_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("commit.lock");
+        let held = state::take_lock(&path, LockWait::NoWait).unwrap().unwrap();
+        let t = std::time::Instant::now();
+        let err = commit_lock(&path, std::time::Duration::from_millis(200)).err().unwrap();
+        assert!(t.elapsed() >= std::time::Duration::from_millis(200));
+        assert_eq!(err.end, FireEnd::Environment);
+        assert!(err.message.contains("held for more than"), "{}", err.message);
+        drop(held);
+        assert!(commit_lock(&path, std::time::Duration::from_millis(200)).is_ok());
+    }
 
     #[test]
     fn a_taken_report_name_sends_the_report_to_runs() {
