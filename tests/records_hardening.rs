@@ -488,3 +488,42 @@ fn the_report_reaches_acceptance_scripts_through_a_runtime_only_directory() {
         .unwrap_or(0);
     assert_eq!(left, 0, "the hand-over directory was not removed");
 }
+
+#[test]
+fn file_tools_refuse_fifos_and_devices_without_hanging() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(
+        &[
+            cmd("mkfifo reports/fifo && ln -s /dev/zero reports/zero && echo ran > reports/marker.txt"),
+            ("read_file", json!({"path": "reports/fifo"})),
+            ("read_file", json!({"path": "reports/zero", "offset": 1, "limit": 5})),
+            ("edit_file", json!({"path": "reports/fifo", "old": "a", "new": "b"})),
+            ("grep", json!({"pattern": "x", "path": "reports"})),
+        ],
+        "# Done",
+        "",
+    );
+    let t = Instant::now();
+    let (_, summary) = fire(&env, &[]);
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the payload did not run"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "the file tools were slow: {:?}",
+        t.elapsed()
+    );
+    let calls = env.receipt(&summary)["tool_calls"].as_array().unwrap().clone();
+    assert_eq!(calls.len(), 5, "{calls:?}");
+    for c in &calls[1..4] {
+        assert_ne!(c["outcome"], "ok", "a file tool read a FIFO or a device: {c}");
+    }
+    // The FIFO is inside the write ACL: the policy let both calls through, and the
+    // tool itself refused.
+    assert_eq!(calls[1]["decision"], "allow", "{}", calls[1]);
+    assert_eq!(calls[3]["decision"], "allow", "{}", calls[3]);
+    assert_eq!(calls[4]["outcome"], "ok", "{}", calls[4]);
+}
