@@ -240,6 +240,25 @@ mod tests {
     }
 
     #[test]
+    fn the_openat_fallback_refuses_links_too() {
+        // As on a kernel without openat2 (the flag only ever moves to the fallback,
+        // which is as strict, so other tests running meanwhile are unaffected).
+        NO_OPENAT2.store(true, Ordering::Relaxed);
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("reports")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("reports/t")).unwrap();
+        let root = open_root(dir.path()).unwrap();
+        assert!(create_new(&root, Path::new("reports/t/x.md"), b"x").is_err());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        create_new(&root, Path::new("reports/u/x.md"), b"x").unwrap();
+        assert_eq!(
+            create_new(&root, Path::new("reports/u/x.md"), b"y").unwrap_err().kind(),
+            std::io::ErrorKind::AlreadyExists
+        );
+    }
+
+    #[test]
     fn reads_only_small_regular_files_with_one_name() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
