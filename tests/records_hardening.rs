@@ -252,6 +252,8 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
         "printf '[submodule \"x\"]\\n' > reports/.gitmodules",
         "mkdir -p reports/sub/.git && echo x > reports/sub/.git/config",
         "head -c 5000 /dev/zero > reports/big.bin",
+        "echo x > reports/a..b.md",
+        "mkdir -p reports/.GIT && echo x > reports/.GIT/config",
         "echo ok > reports/good.md",
     ]
     .join("; ");
@@ -275,6 +277,8 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
         ("reports/.gitmodules", "git metadata"),
         ("reports/sub/.git", "git metadata"),
         ("reports/big.bin", "output_file_bytes"),
+        ("reports/a..b.md", "the commit refuses"),
+        ("reports/.GIT", "git metadata"),
     ] {
         assert!(committed(&env, rel).is_none(), "{rel} was committed");
         assert!(

@@ -22,7 +22,10 @@ const OUTPUT_DIR: &str = "reports";
 /// arbitrarily slow by leaving a million files).
 const MAX_ENTRIES: usize = 10_000;
 /// Names git gives meaning to: a nested repository, attributes (filters, diff
-/// drivers), submodules. Never committed from a model.
+/// drivers), submodules. Never committed from a model, nor any other name starting
+/// with `.git` in any case (`.GIT`, `.gitignore`), nor `git~1` (the 8.3 name of
+/// `.git`): git refuses some of them in a tree (`.git.`, `git~1`), and one refused
+/// name would fail the commit of the run's own records.
 const GIT_NAMES: &[&str] = &[".git", ".gitattributes", ".gitmodules"];
 
 /// The sorted result.
@@ -160,12 +163,20 @@ fn walk(
             }
             continue;
         }
-        if GIT_NAMES.contains(&name) {
+        let lower = name.to_ascii_lowercase();
+        if GIT_NAMES.contains(&name) || lower.starts_with(".git") || lower == "git~1" {
             if new {
                 rejected.push((
                     path,
                     "git metadata (a nested repository, attributes or submodules)".into(),
                 ));
+            }
+            continue;
+        }
+        // A name the commit would refuse (and so refuse the run's records with it).
+        if name.contains("..") {
+            if new {
+                rejected.push((path, "a name with `..`, which the commit refuses".into()));
             }
             continue;
         }
@@ -204,6 +215,9 @@ mod tests {
         std::fs::write(p.join("reports/t/own.md"), "runtime").unwrap();
         std::fs::write(p.join("reports/old.md"), "committed").unwrap();
         std::fs::write(p.join("reports/.gitattributes"), "* filter=x").unwrap();
+        std::fs::write(p.join("reports/git~1"), "x").unwrap();
+        std::fs::write(p.join("reports/.git."), "x").unwrap();
+        std::fs::write(p.join("reports/a..b"), "x").unwrap();
         std::os::unix::fs::symlink("../prompts/p.md", p.join("reports/link")).unwrap();
         std::fs::hard_link(p.join("prompts/p.md"), p.join("reports/hard")).unwrap();
         let out = collect(
@@ -221,6 +235,9 @@ mod tests {
             "reports/big.md",
             "reports/old.md",
             "reports/.gitattributes",
+            "reports/git~1",
+            "reports/.git.",
+            "reports/a..b",
             "reports/sub/.git",
             "reports/link",
             "reports/hard",
