@@ -422,6 +422,46 @@ fn the_key_in_encoded_forms_never_reaches_a_record() {
 }
 
 #[test]
+fn prefetch_scripts_get_an_allow_listed_environment() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(&[cmd("echo ran > reports/marker.txt")], "# Done", "");
+    env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\nprefetch:\n  - name: env\n    run: tools/envdump.sh\n---\nDo the test task.\n",
+    );
+    env.write(
+        "tools/envdump.sh",
+        "#!/bin/sh\nenv > reports/prefetch-env.txt\necho context\n",
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        env.root.join("tools/envdump.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    env.commit_all("a prefetch script");
+    let (_, summary) = fire(
+        &env,
+        &[
+            ("MY_SERVICE_TOKEN", "tok-planted-SECOND-secret-42"),
+            ("ARBITRARY_E2E_VARIABLE", "arbitrary-value-1234"),
+        ],
+    );
+    let seen = String::from_utf8(std::fs::read(env.root.join("reports/prefetch-env.txt")).unwrap_or_default()).unwrap();
+    assert!(seen.contains("PATH="), "the prefetch script did not run: {summary}");
+    for leaked in [
+        "tok-planted-SECOND-secret-42",
+        "arbitrary-value-1234",
+        TEST_KEY,
+        KEY_ENV,
+    ] {
+        assert!(!seen.contains(leaked), "{leaked} reached the prefetch script: {seen}");
+    }
+}
+
+#[test]
 fn tools_get_an_allow_listed_environment() {
     if !landlock_or_skip() {
         return;
