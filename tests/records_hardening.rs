@@ -292,6 +292,10 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
     assert!(committed(&env, "reports/hard").is_none());
     let receipt = env.receipt(&summary);
     assert_eq!(receipt["outputs"][1], "reports/good.md", "{receipt}");
+    // Committed from the bytes read once, and staged so the work tree shows clean.
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let status = repo.status_file(std::path::Path::new("reports/good.md")).unwrap();
+    assert!(status.is_empty(), "{status:?}");
 }
 
 #[test]
