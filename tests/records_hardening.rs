@@ -257,7 +257,15 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
         "echo ok > reports/good.md",
     ]
     .join("; ");
-    let env = setup(&[cmd(&payload)], "# Done", "  output_file_bytes: 1000\n");
+    let [write_special, run_special] = script(
+        "special",
+        "mknod reports/null c 1 3\npython3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('reports/sock')\"\n",
+    );
+    let env = setup(
+        &[cmd(&payload), write_special, run_special],
+        "# Done",
+        "  output_file_bytes: 1000\n",
+    );
     let before = env.builder_snapshot();
     let (code, summary) = fire(&env, &[]);
     assert_eq!(
@@ -290,6 +298,16 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
     // The kernel refuses the hard link to a prompt; had it existed it would be named.
     assert!(!env.root.join("reports/hard").exists() || detail.contains("reports/hard: "));
     assert!(committed(&env, "reports/hard").is_none());
+    // A device node (only as root) and a socket are named wherever they could be made.
+    for (rel, why) in [("reports/null", "device"), ("reports/sock", "socket")] {
+        let made = std::fs::symlink_metadata(env.root.join(rel)).is_ok();
+        eprintln!("{rel}: made by the payload: {made}");
+        assert!(
+            !made || detail.contains(&format!("{rel}: not a regular file ({why})")),
+            "{rel}: {detail}"
+        );
+        assert!(committed(&env, rel).is_none());
+    }
     let receipt = env.receipt(&summary);
     assert_eq!(receipt["outputs"][1], "reports/good.md", "{receipt}");
     // Committed from the bytes read once, and staged so the work tree shows clean.

@@ -159,6 +159,19 @@ pub fn kind_of(t: std::fs::FileType) -> &'static str {
     }
 }
 
+fn kind_name(t: rustix::fs::FileType) -> &'static str {
+    use rustix::fs::FileType;
+    match t {
+        FileType::Symlink => "symlink",
+        FileType::Directory => "directory",
+        FileType::Fifo => "FIFO",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice | FileType::BlockDevice => "device",
+        FileType::RegularFile => "regular file",
+        FileType::Unknown => "unknown file type",
+    }
+}
+
 /// Reads `rel` under `root` only if it is a regular file with one name and at most
 /// `cap` bytes, checked on the open descriptor (opened non-blocking, so a FIFO
 /// neither blocks the open nor the check).
@@ -178,8 +191,18 @@ pub fn read_regular(root: &OwnedFd, rel: &Path, cap: u64) -> Result<Vec<u8>, Not
         Mode::empty(),
     ) {
         Ok(fd) => fd,
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(NotRegular::Special("symlink")),
-        Err(e) => return Err(io(e)),
+        // What could not be opened (a link: ELOOP, a socket: ENXIO) is named by its type.
+        Err(e) => {
+            return Err(
+                match rustix::fs::statat(&dir, *name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+                        rustix::fs::FileType::RegularFile => io(e),
+                        t => NotRegular::Special(kind_name(t)),
+                    },
+                    Err(_) => io(e),
+                },
+            )
+        }
     };
     let f = std::fs::File::from(fd);
     let meta = f.metadata().map_err(io)?;
