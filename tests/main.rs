@@ -18,5 +18,6 @@ mod init_check;
 mod operator;
 mod otlp;
 mod progress;
+mod records_hardening;
 mod repos;
 mod review;

@@ -109,10 +109,14 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
 
 /// Commits `files` (repo-relative, already written in the work tree) on top of HEAD.
 /// Every file must satisfy `allowed` and must not exist in HEAD: the runtime only
-/// ever adds records. Returns the new commit id.
+/// ever adds records. A file with an entry in `held` is committed (and staged) with
+/// those bytes, the ones its writer holds in memory, never re-read from the work
+/// tree, where a tool process may have replaced it since (a symlink, a FIFO, other
+/// bytes); the others are read from the work tree. Returns the new commit id.
 pub fn commit_new_files(
     repo: &Repository,
     files: &[String],
+    held: &[(String, Vec<u8>)],
     allowed: impl Fn(&str) -> bool,
     name: &str,
     email: &str,
@@ -141,6 +145,11 @@ pub fn commit_new_files(
                 path: f.clone(),
                 why: "already in HEAD; the runtime only adds new files".into(),
             });
+        }
+        if let Some((_, bytes)) = held.iter().find(|(p, _)| p == f) {
+            let oid = repo.blob(bytes)?;
+            update.upsert(f.as_str(), oid, FileMode::Blob);
+            continue;
         }
         let full = root.join(f);
         let meta = std::fs::symlink_metadata(&full).map_err(|e| GitError::Io {
@@ -171,10 +180,33 @@ pub fn commit_new_files(
     let mut index = repo.index()?;
     index.read(false)?;
     for f in files {
-        index.add_path(Path::new(f))?;
+        match held.iter().find(|(p, _)| p == f) {
+            Some((_, bytes)) => index.add_frombuffer(&held_entry(f), bytes)?,
+            None => index.add_path(Path::new(f))?,
+        }
     }
     index.write()?;
     Ok(oid)
+}
+
+/// An index entry for a file committed from held bytes: no stat data, so `git status`
+/// compares it with the work tree by content.
+fn held_entry(path: &str) -> git2::IndexEntry {
+    let zero = git2::IndexTime::new(0, 0);
+    git2::IndexEntry {
+        ctime: zero,
+        mtime: zero,
+        dev: 0,
+        ino: 0,
+        mode: u32::from(FileMode::Blob),
+        uid: 0,
+        gid: 0,
+        file_size: 0,
+        id: Oid::ZERO_SHA1,
+        flags: 0,
+        flags_extended: 0,
+        path: path.as_bytes().to_vec(),
+    }
 }
 
 /// The id of the tree holding only the builder-owned directories of `tree` (what an
@@ -920,6 +952,24 @@ mod tests {
     }
 
     #[test]
+    fn held_bytes_are_committed_not_the_file_the_work_tree_now_holds() {
+        let (dir, repo) = repo();
+        std::fs::create_dir_all(dir.path().join("reports/t")).unwrap();
+        // The record was written, then replaced by a link to a builder file.
+        std::os::unix::fs::symlink("../../prompts/t.md", dir.path().join("reports/t/a.md")).unwrap();
+        let held = vec![("reports/t/a.md".to_string(), b"runtime bytes".to_vec())];
+        let oid = commit_new_files(&repo, &["reports/t/a.md".into()], &held, |_| true, "r", "r@x", "m").unwrap();
+        let tree = repo.find_commit(oid).unwrap().tree().unwrap();
+        let entry = tree.get_path(Path::new("reports/t/a.md")).unwrap();
+        assert_eq!(entry.filemode(), i32::from(FileMode::Blob));
+        assert_eq!(repo.find_blob(entry.id()).unwrap().content(), b"runtime bytes");
+        let index = repo.index().unwrap();
+        let staged = index.get_path(Path::new("reports/t/a.md"), 0).unwrap();
+        assert_eq!(staged.id, entry.id());
+        assert_eq!(staged.mode, u32::from(FileMode::Blob));
+    }
+
+    #[test]
     fn commits_only_new_allowed_files() {
         let (dir, repo) = repo();
         std::fs::create_dir_all(dir.path().join("reports/t")).unwrap();
@@ -929,6 +979,7 @@ mod tests {
         let oid = commit_new_files(
             &repo,
             &["reports/t/a.md".into()],
+            &[],
             allowed,
             "runtime",
             "runtime@localhost",
@@ -939,9 +990,9 @@ mod tests {
         assert_eq!(c.author().name().ok(), Some("runtime"));
         assert!(c.tree().unwrap().get_path(Path::new("prompts/t.md")).is_ok());
         assert!(head_blob(&repo, "reports/t/a.md").unwrap().is_some());
-        let refused = commit_new_files(&repo, &["prompts/t.md".into()], allowed, "r", "r@x", "m");
+        let refused = commit_new_files(&repo, &["prompts/t.md".into()], &[], allowed, "r", "r@x", "m");
         assert!(matches!(refused, Err(GitError::Refused { .. })));
-        let again = commit_new_files(&repo, &["reports/t/a.md".into()], allowed, "r", "r@x", "m");
+        let again = commit_new_files(&repo, &["reports/t/a.md".into()], &[], allowed, "r", "r@x", "m");
         assert!(
             matches!(again, Err(GitError::Refused { .. })),
             "rewriting a record is refused"

@@ -160,7 +160,26 @@ impl Owner {
 /// Returns the builder directory a write glob could match, if any (settings reject
 /// such a write ACL; the policy engine denies such a glob-shaped write target).
 pub fn overlapping_builder_dir(m: &globset::GlobMatcher, raw: &str) -> Option<&'static str> {
-    BUILDER_DIRS.iter().copied().find(|dir| {
+    overlapping_dir(BUILDER_DIRS, m, raw)
+}
+
+/// Directories only the runtime process writes (receipts and cards): the model asks
+/// for a card through a tool or its final answer, it never writes one.
+pub const RECORD_DIRS: &[&str] = &["runs", "cards"];
+
+/// The record directory (`runs`, `cards`) a write glob reaches, if any.
+pub fn overlapping_record_dir(m: &globset::GlobMatcher, raw: &str) -> Option<&'static str> {
+    // Also the shapes of real records, so `**/*.json` (a forged receipt) is caught.
+    let record_shape = |dir: &str| {
+        ["t/2026-01-01/r.json", "2026-01-01/c.yaml", "t/2026-01-01/r.report.md"]
+            .iter()
+            .any(|tail| m.is_match(format!("{dir}/{tail}")))
+    };
+    overlapping_dir(RECORD_DIRS, m, raw).or_else(|| RECORD_DIRS.iter().copied().find(|d| record_shape(d)))
+}
+
+fn overlapping_dir(dirs: &[&'static str], m: &globset::GlobMatcher, raw: &str) -> Option<&'static str> {
+    dirs.iter().copied().find(|dir| {
         m.is_match(dir)
             || m.is_match(format!("{dir}/x"))
             || m.is_match(format!("{dir}/a/b.md"))
@@ -411,6 +430,24 @@ mod tests {
         for g in ["reports/**", "cards/**", "out/*.txt"] {
             let m = globset::Glob::new(g).unwrap().compile_matcher();
             assert!(overlapping_builder_dir(&m, g).is_none(), "{g}");
+        }
+    }
+
+    #[test]
+    fn write_globs_that_reach_record_dirs_are_caught() {
+        for g in [
+            "cards/**",
+            "runs/t/*.json",
+            "{reports,cards}/**",
+            "**/*.json",
+            "**/*.yaml",
+        ] {
+            let m = globset::Glob::new(g).unwrap().compile_matcher();
+            assert!(overlapping_record_dir(&m, g).is_some(), "{g}");
+        }
+        for g in ["reports/**", "out/*.txt", "reports/*/cards/**"] {
+            let m = globset::Glob::new(g).unwrap().compile_matcher();
+            assert!(overlapping_record_dir(&m, g).is_none(), "{g}");
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod audit;
+pub mod beneath;
 pub mod cards;
 pub mod cause;
 pub mod check;
@@ -34,6 +35,7 @@ pub mod state;
 pub mod stats;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod tools;
 pub mod trace;
 pub mod worker;

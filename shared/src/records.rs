@@ -7,7 +7,6 @@ use crate::tools::ErrorClass;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// A closed set of values and the names records spell them with (in receipts, cards,
@@ -177,6 +176,9 @@ pub enum CardKind {
     ContextOverflow,
     /// A prefetch script wrote more than the output cap; its middle was cut.
     PrefetchTruncated,
+    /// Files the model left under `reports/` that were not committed (not regular
+    /// files, hard links, git metadata, over the caps, or at the report's own name).
+    OutputRejected,
 }
 
 impl CardKind {
@@ -200,6 +202,7 @@ impl CardKind {
             CardKind::EmptyReport => "empty_report",
             CardKind::ContextOverflow => "context_overflow",
             CardKind::PrefetchTruncated => "prefetch_truncated",
+            CardKind::OutputRejected => "output_rejected",
         }
     }
 }
@@ -257,6 +260,7 @@ named!(
         CardKind::EmptyReport,
         CardKind::ContextOverflow,
         CardKind::PrefetchTruncated,
+        CardKind::OutputRejected,
     ]
 );
 
@@ -723,32 +727,26 @@ pub enum WriteError {
     Serialise { path: PathBuf, message: String },
 }
 
-/// Creates `root/rel` with `bytes`; fails if the file exists (records are write-once).
+/// Creates `root/rel` with `bytes`; fails if anything is at that name (records are
+/// write-once) or if a directory on the way is a symlink (see [`crate::beneath`]: the
+/// model can reach `reports/` and must not be able to redirect the runtime's write).
 pub fn create_new(root: &Path, rel: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    let path = root.join(rel);
     let io = |e: std::io::Error| WriteError::Io {
         path: rel.to_path_buf(),
         source: e,
     };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                WriteError::Exists {
-                    path: rel.to_path_buf(),
-                }
-            } else {
-                io(e)
-            }
-        })?;
+    let dir = crate::beneath::open_root(root).map_err(io)?;
     // No fsync here: the record is committed to git right away, and git's own object
     // writes are not fsynced either; syncing only this file would not add durability.
-    f.write_all(bytes).map_err(io)
+    crate::beneath::create_new(&dir, rel, bytes).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            WriteError::Exists {
+                path: rel.to_path_buf(),
+            }
+        } else {
+            io(e)
+        }
+    })
 }
 
 pub fn card_yaml(card: &Card) -> Result<String, WriteError> {
@@ -1134,6 +1132,7 @@ triage:
             (CardKind::ApprovalNeeded, "approval_needed"),
             (CardKind::Crashed, "crashed"),
             (CardKind::EmptyReport, "empty_report"),
+            (CardKind::OutputRejected, "output_rejected"),
             (CardKind::ContextOverflow, "context_overflow"),
             (CardKind::PrefetchTruncated, "prefetch_truncated"),
         ]);

@@ -1,6 +1,9 @@
 //! Secret redaction. The values of the environment variables named by `api_key_env`,
 //! and strings shaped like common API keys, must never reach a report, receipt, card,
 //! trace or log line. Every writer of those passes text through [`Redactor::redact`].
+//! A known value is also redacted in the forms a tool would print it in: base64
+//! (standard and URL-safe, at any alignment inside a longer encoded stream), hex
+//! (either case) and URL-encoding.
 
 use regex::Regex;
 use std::borrow::Cow;
@@ -44,6 +47,8 @@ impl Redactor {
             .filter_map(|n| std::env::var(n).ok())
             .filter(|v| v.len() >= 6)
             .collect();
+        let encoded: Vec<String> = values.iter().flat_map(|v| encodings(v)).collect();
+        values.extend(encoded);
         values.sort_by_key(|v| std::cmp::Reverse(v.len()));
         values.dedup();
         Redactor { values }
@@ -67,9 +72,20 @@ impl Redactor {
     pub fn with_value(mut self, v: impl Into<String>) -> Redactor {
         let v = v.into();
         if v.len() >= 6 {
+            self.values.extend(encodings(&v));
             self.values.push(v);
+            self.values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+            self.values.dedup();
         }
         self
+    }
+
+    /// Whether `bytes` (not text: a binary file) hold a known secret value in any of
+    /// its encoded forms.
+    pub fn holds_secret(&self, bytes: &[u8]) -> bool {
+        self.values
+            .iter()
+            .any(|v| memchr::memmem::find(bytes, v.as_bytes()).is_some())
     }
 
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
@@ -84,6 +100,69 @@ impl Redactor {
         }
         out
     }
+}
+
+/// The shortest encoded fragment worth redacting (shorter ones would also match text
+/// that merely happens to contain them).
+const MIN_ENCODED: usize = 8;
+
+/// The forms of `v` a tool is likely to print: base64 in both alphabets at each of the
+/// three byte alignments (only the characters determined by `v`'s bytes alone, so the
+/// fragment matches wherever `v` sits inside a longer encoded stream), hex in both
+/// cases, and percent-encoding (both hex cases) when it differs from `v`.
+fn encodings(v: &str) -> Vec<String> {
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    use base64::Engine;
+    let bytes = v.as_bytes();
+    let mut out = Vec::new();
+    for offset in 0..3usize {
+        let mut buf = vec![0u8; offset];
+        buf.extend_from_slice(bytes);
+        let (start, end) = ((8 * offset).div_ceil(6), 8 * (offset + bytes.len()) / 6);
+        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            let enc = engine.encode(&buf);
+            if let Some(fragment) = enc.get(start..end) {
+                out.push(fragment.to_string());
+            }
+        }
+    }
+    out.push(hex::encode(bytes));
+    out.push(hex::encode_upper(bytes));
+    // RFC 3986 (`-_.~` kept) and the stricter form that escapes every non-alphanumeric.
+    for keep in [&b"-_.~"[..], &b""[..]] {
+        let mut pct = String::new();
+        for &b in bytes {
+            if b.is_ascii_alphanumeric() || keep.contains(&b) {
+                pct.push(char::from(b));
+            } else {
+                pct.push_str(&format!("%{b:02X}"));
+            }
+        }
+        if pct != v {
+            out.push(lowercase_escapes(&pct));
+            out.push(pct);
+        }
+    }
+    out.retain(|e| e.len() >= MIN_ENCODED && e != v);
+    out
+}
+
+/// `%2F` -> `%2f`: some encoders write lowercase hex digits.
+fn lowercase_escapes(pct: &str) -> String {
+    let mut out = String::with_capacity(pct.len());
+    let mut rest = 0;
+    for c in pct.chars() {
+        if c == '%' {
+            rest = 2;
+            out.push(c);
+        } else if rest > 0 {
+            rest -= 1;
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -106,5 +185,32 @@ mod tests {
         }
         assert!(out.ends_with(" ok"));
         assert_eq!(r.redact("plain text"), "plain text");
+    }
+
+    #[test]
+    fn redacts_the_encoded_forms_of_a_value() {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+        use base64::Engine;
+        let key = "sk-test-SUPER/SECRET+VALUE=1234567890";
+        let r = Redactor::default().with_value(key);
+        let forms = [
+            STANDARD.encode(key),
+            URL_SAFE.encode(key),
+            STANDARD.encode(format!("KEY={key}\n")),
+            STANDARD.encode(format!("Authorization: {key}")),
+            hex::encode(key),
+            hex::encode_upper(key),
+            "sk-test-SUPER%2FSECRET%2BVALUE%3D1234567890".to_string(),
+            "sk-test-SUPER%2fSECRET%2bVALUE%3d1234567890".to_string(),
+            "sk%2Dtest%2DSUPER%2FSECRET%2BVALUE%3D1234567890".to_string(),
+        ];
+        for form in &forms {
+            let text = format!("out: {form} done");
+            let out = r.redact(&text);
+            assert!(out.contains(REDACTED), "{form} not redacted: {out}");
+            // What is left of the encoded form cannot be decoded back to the key.
+            assert!(!out.contains(&form[4..form.len() - 4]), "{form} survived: {out}");
+        }
+        assert_eq!(r.redact("plain text with no key"), "plain text with no key");
     }
 }

@@ -271,6 +271,12 @@ pub struct Limits {
     /// After the primary provider fails and the fallback answers, the rest of the
     /// fire's calls go to the fallback for this long before the primary is tried again.
     pub fallback_cooldown_s: u64,
+    /// The largest file the model may leave under `reports/` and still see committed.
+    pub output_file_bytes: u64,
+    /// The most bytes of model-written files one fire commits.
+    pub output_total_bytes: u64,
+    /// The most model-written files one fire commits.
+    pub output_files: usize,
 }
 impl Default for Limits {
     fn default() -> Self {
@@ -286,6 +292,9 @@ impl Default for Limits {
             repeated_error: 3,
             max_output_tokens: 4096,
             fallback_cooldown_s: 300,
+            output_file_bytes: 1024 * 1024,
+            output_total_bytes: 8 * 1024 * 1024,
+            output_files: 64,
         }
     }
 }
@@ -727,6 +736,17 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
                         .with_hint(
                             "the runtime may only write reports/, cards/, runs/ and paths outside builder directories",
                         ),
+                    );
+                }
+                if let Some(dir) = crate::layout::overlapping_record_dir(&glob.compile_matcher(), g) {
+                    d.push(
+                        Diagnostic::new(
+                            file,
+                            line,
+                            "permissions.write",
+                            format!("write glob `{g}` reaches `{dir}/`, where only the runtime writes records"),
+                        )
+                        .with_hint("receipts and cards are the runtime's alone; point the write ACL at reports/**"),
                     );
                 }
             }

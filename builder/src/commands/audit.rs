@@ -45,14 +45,23 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         since,
     )?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!(
+            "{}",
+            shared::text::printable_json(&serde_json::to_string_pretty(&report)?)
+        );
     } else {
         for f in &report.findings {
             let tag = match f.severity {
                 Severity::Violation => "VIOLATION",
                 Severity::Warning => "warning",
             };
-            println!("{tag}: {} {} {}: {}", f.commit, f.author, f.path, f.what);
+            println!(
+                "{tag}: {} {} {}: {}",
+                f.commit,
+                shared::text::printable(&f.author),
+                shared::text::printable(&f.path),
+                shared::text::printable(&f.what)
+            );
         }
         println!(
             "audited {} commits ({} by the runtime): {} violation(s), {} warning(s)",

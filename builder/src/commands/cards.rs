@@ -6,6 +6,7 @@ use anyhow::Context;
 use shared::cards::{self, TriageDecision};
 use shared::history::{self, CardFilter};
 use shared::records::{CardKind, CardStatus};
+use shared::text::{printable, printable_json, printable_multiline};
 use std::path::Path;
 
 /// Work with the runtime's failure cards
@@ -112,7 +113,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
         CardsCommand::List(a) => {
             let groups = history::card_groups(&ix.store, &a.filter.filter(&ix)?)?;
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&groups)?);
+                println!("{}", printable_json(&serde_json::to_string_pretty(&groups)?));
             } else if groups.is_empty() {
                 println!("no cards");
             } else {
@@ -127,10 +128,10 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                         &g.first_seen[..10.min(g.first_seen.len())],
                         &g.last_seen[..10.min(g.last_seen.len())],
                         g.kind,
-                        g.task,
+                        printable(&g.task),
                         g.status,
-                        g.fingerprint,
-                        g.summary
+                        printable(&g.fingerprint),
+                        printable(&g.summary)
                     );
                 }
             }
@@ -143,10 +144,10 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
             }
             for p in &paths {
                 let full = ix.root.join(p);
-                println!("# {p}");
+                println!("# {}", printable(p));
                 print!(
                     "{}",
-                    std::fs::read_to_string(&full).with_context(|| full.display().to_string())?
+                    printable_multiline(&std::fs::read_to_string(&full).with_context(|| full.display().to_string())?)
                 );
             }
             Ok(Outcome::Ok)
@@ -204,7 +205,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                     cards::github_issue(g, latest.as_ref())
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&issues)?);
+            println!("{}", printable_json(&serde_json::to_string_pretty(&issues)?));
             Ok(Outcome::Ok)
         }
     }

@@ -7,6 +7,7 @@ use anyhow::Context;
 use shared::history;
 use shared::records::RunStatus;
 use shared::runs::{self, RunFilter};
+use shared::text::{printable, printable_json, printable_multiline};
 use std::path::Path;
 
 /// Read the runtime's run history (receipts indexed into SQLite)
@@ -120,7 +121,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                 },
             )?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                println!("{}", printable_json(&serde_json::to_string_pretty(&rows)?));
                 return Ok(Outcome::Ok);
             }
             println!(
@@ -131,7 +132,14 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                 let prompt = r.prompt_blob.as_deref().map(|p| &p[..p.len().min(8)]).unwrap_or("-");
                 println!(
                     "{:<26} {:<12} {:<16} {:<15} {:>5} {:>8} {:>9.4} {:>8}  {prompt}",
-                    r.run_id, r.task, r.status, r.stop_reason, r.steps, r.tokens, r.cost_usd, r.duration_ms
+                    printable(&r.run_id),
+                    printable(&r.task),
+                    r.status,
+                    r.stop_reason,
+                    r.steps,
+                    r.tokens,
+                    r.cost_usd,
+                    r.duration_ms
                 );
             }
             Ok(Outcome::Ok)
@@ -147,16 +155,16 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
             let full = ix.root.join(&receipt_path);
             let receipt = std::fs::read_to_string(&full).with_context(|| full.display().to_string())?;
             if json {
-                println!("{receipt}");
+                println!("{}", printable_json(&receipt));
             } else {
                 println!(
                     "run {} ({})\nreceipt {}\nreport {}\n",
-                    r.run_id,
-                    r.task,
-                    receipt_path,
-                    r.report_path.as_deref().unwrap_or("-")
+                    printable(&r.run_id),
+                    printable(&r.task),
+                    printable(&receipt_path),
+                    printable(r.report_path.as_deref().unwrap_or("-"))
                 );
-                println!("{receipt}");
+                println!("{}", printable_multiline(&receipt));
             }
             Ok(Outcome::Ok)
         }
@@ -169,20 +177,20 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                 );
             };
             if json {
-                println!("{}", serde_json::to_string_pretty(&d)?);
+                println!("{}", printable_json(&serde_json::to_string_pretty(&d)?));
                 return Ok(Outcome::Ok);
             }
             println!(
                 "a: {} {} ({}) on {}",
-                d.a.run_id,
-                d.a.task,
+                printable(&d.a.run_id),
+                printable(&d.a.task),
                 d.a.status,
                 d.a.commit_id.as_deref().unwrap_or("-")
             );
             println!(
                 "b: {} {} ({}) on {}\n",
-                d.b.run_id,
-                d.b.task,
+                printable(&d.b.run_id),
+                printable(&d.b.task),
                 d.b.status,
                 d.b.commit_id.as_deref().unwrap_or("-")
             );
@@ -200,7 +208,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                     short(&i.b),
                     if i.diff.is_empty() { " (same)" } else { "" }
                 );
-                print!("{}", i.diff);
+                print!("{}", printable_multiline(&i.diff));
             }
             println!("\n## metrics");
             for m in &d.metrics {
@@ -212,7 +220,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                 if d.report_diff.is_empty() {
                     "(same text)\n".to_string()
                 } else {
-                    d.report_diff.clone()
+                    printable_multiline(&d.report_diff).into_owned()
                 }
             );
             Ok(Outcome::Ok)
@@ -230,7 +238,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
             super::resolve_commit(&ix.repo, "--after", &after)?;
             let c = history::compare(&ix.repo, &ix.store, &task, &before, &after, min_runs)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&c)?);
+                println!("{}", printable_json(&serde_json::to_string_pretty(&c)?));
             } else {
                 print_comparison(&c);
             }
@@ -266,7 +274,7 @@ fn print_comparison(c: &history::Comparison) {
             short(&v.version.prompt_blob),
             short(&v.version.scope_blob),
             short(&v.version.settings_blob),
-            v.version.model.as_deref().unwrap_or("-")
+            printable(v.version.model.as_deref().unwrap_or("-"))
         );
     }
     for v in [&c.before, &c.after] {

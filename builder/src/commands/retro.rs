@@ -51,7 +51,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
             std::fs::write(p, &retro.markdown).with_context(|| p.display().to_string())?;
             println!("wrote {} and {}", p.display(), svg_path.display());
         }
-        None => print!("{}", retro.markdown),
+        None => print!("{}", shared::text::printable_multiline(&retro.markdown)),
     }
     // A retro read on the terminal is a look, not a retro held: only one written to a
     // file (or asked for with --mark) moves the mark.

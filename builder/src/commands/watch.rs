@@ -75,7 +75,12 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
             match describe(&path, &rel, args.json) {
                 Some(Some(line)) => {
                     seen.insert(rel);
-                    println!("{line}");
+                    // One line per record: a newline or escape in a field stays visible.
+                    if args.json {
+                        println!("{}", shared::text::printable_json(&line));
+                    } else {
+                        println!("{}", shared::text::printable(&line));
+                    }
                     use std::io::Write;
                     let _ = std::io::stdout().flush();
                 }

@@ -261,7 +261,7 @@ pub fn fire_task(
     print(&summary, command_error::exit_code(&result), out);
     if out.print_report {
         if let Some(text) = &summary.report_text {
-            print!("{text}");
+            print!("{}", shared::text::printable_multiline(text));
         }
     }
     result

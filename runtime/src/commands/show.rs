@@ -42,7 +42,9 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     };
     match &args.output {
         Some(p) => std::fs::write(p, text + "\n").with_context(|| p.display().to_string())?,
-        None => println!("{text}"),
+        // On the terminal: the trace holds model text; escape what would drive it.
+        None if args.json || args.otlp => println!("{}", shared::text::printable_json(&text)),
+        None => println!("{}", shared::text::printable_multiline(&text)),
     }
     Ok(Outcome::Ok)
 }

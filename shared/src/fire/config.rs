@@ -40,16 +40,15 @@ pub struct FireConfig {
 }
 
 impl FireConfig {
-    /// Resolves the configuration of run `run_id` from loaded settings, prompt and
-    /// scope. Fails only when the permissions do not compile into a policy.
+    /// Resolves the configuration of a run from loaded settings, prompt and scope.
+    /// Fails only when the permissions do not compile into a policy.
     pub fn resolve(
         root: &Path,
-        run_id: &str,
         settings: RuntimeSettings,
         prompt: Prompt,
         scope: String,
     ) -> Result<FireConfig, PolicyError> {
-        let scratch = scratch_dir(root, run_id);
+        let scratch = scratch_dir(root);
         let mut perms = settings.permissions.clone();
         perms.deny.extend(prompt.front.deny.iter().cloned());
         let policy = Policy::new(root, &perms, &settings.builder_paths)?.with_scratch(&scratch);
@@ -86,9 +85,13 @@ impl FireConfig {
     }
 }
 
-/// The per-run scratch directory under the runtime's state directory.
-pub fn scratch_dir(root: &Path, run_id: &str) -> PathBuf {
-    root.join(STATE_DIR).join("scratch").join(run_id)
+/// The per-run scratch directory under the runtime's state directory. Its name is
+/// random, not the run id: it is the `HOME` of model-run commands, and a model that
+/// knew its run id could aim at the run's record names before they exist.
+pub fn scratch_dir(root: &Path) -> PathBuf {
+    root.join(STATE_DIR)
+        .join("scratch")
+        .join(format!("s-{:016x}", rand::random::<u64>()))
 }
 
 /// The one way a fire finds its OTLP exporter: the settings' `telemetry` section (none

@@ -24,6 +24,8 @@ pub(crate) struct RecordSink<'a> {
     pub telemetry: Option<Exporter>,
     /// The fire's own repository handle (git's index is loaded once per fire).
     pub repo: &'a git2::Repository,
+    /// The caps on what the model may leave under `reports/` and see committed.
+    pub limits: crate::settings::Limits,
 }
 
 /// Why writing the records failed, and what that makes of the fire.
@@ -48,37 +50,59 @@ impl From<WriteError> for WriteFailure {
 
 /// Writes cards, report and receipt (create-only), closes and stores the trace,
 /// commits, and last exports the trace (best effort: it never changes the outcome).
+/// The commit carries the bytes written here (held in memory), the model's accepted
+/// files from `reports/` (see [`super::outputs`]), and nothing re-read from a path a
+/// tool process could have replaced.
 pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) -> FireSummary {
     let root = &ctx.opts.root;
     let task = &ctx.opts.task;
     close_root(ctx, rec);
-    let rec = &*rec;
     let finished_at = Utc::now();
     let mut files: Vec<String> = Vec::new();
+    let mut held: Vec<(String, Vec<u8>)> = Vec::new();
     let mut failure: Option<WriteFailure> = None;
-    let mut card_ids = Vec::new();
-    for draft in &rec.state.cards {
-        match write_card(ctx, sink, draft, finished_at) {
-            Ok((id, rel)) => {
-                files.push(rel);
-                card_ids.push(id);
-            }
-            Err(e) => failure = Some(e.into()),
-        }
-    }
+    let canonical_report = records::report_path(task, &ctx.run_id, ctx.started_at);
+    let mut outputs = model_outputs(ctx, sink, &canonical_report);
     let cost = (rec.state.cost_usd * 1e6).round() / 1e6;
-    let report_rel = records::report_path(task, &ctx.run_id, ctx.started_at);
     let report = sink
         .redactor
         .redact(&render_report(task, &ctx.run_id, rec, cost))
         .into_owned();
     let mut report_text = None;
-    match records::create_new(root, &report_rel, report.as_bytes()) {
-        Ok(()) => {
-            files.push(report_rel.to_string_lossy().into_owned());
+    let report_rel = match place_report(root, &canonical_report, &ctx.run_id, task, ctx.started_at, &report) {
+        Ok((rel, taken)) => {
+            outputs.rejected.extend(taken);
+            let name = rel.to_string_lossy().into_owned();
+            files.push(name.clone());
+            held.push((name, report.clone().into_bytes()));
             report_text = Some(report);
+            rel
         }
-        Err(e) => failure = Some(e.into()),
+        Err(e) => {
+            failure = Some(e.into());
+            canonical_report
+        }
+    };
+    if let Some(card) = rejected_card(&outputs.rejected) {
+        rec.state.cards.push(card);
+    }
+    let rec = &*rec;
+    let mut card_ids = Vec::new();
+    for draft in &rec.state.cards {
+        match write_card(ctx, sink, draft, finished_at) {
+            Ok((id, rel, bytes)) => {
+                files.push(rel.clone());
+                held.push((rel, bytes));
+                card_ids.push(id);
+            }
+            Err(e) => failure = Some(e.into()),
+        }
+    }
+    let mut outputs_list = vec![report_rel.to_string_lossy().into_owned()];
+    for (rel, bytes) in outputs.accepted {
+        outputs_list.push(rel.clone());
+        files.push(rel.clone());
+        held.push((rel, bytes));
     }
     let receipt_rel = records::receipt_path(task, &ctx.run_id, ctx.started_at);
     let receipt = Receipt {
@@ -96,21 +120,24 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) 
         cost_usd: cost,
         retries: rec.state.retries,
         denials: rec.state.denials,
-        outputs: vec![report_rel.to_string_lossy().into_owned()],
+        outputs: outputs_list,
         cards: card_ids.clone(),
         acceptance: rec.acceptance.clone(),
         resumed_from: ctx.opts.resume.clone(),
     };
-    match records::receipt_json(&receipt)
-        .and_then(|j| records::create_new(root, &receipt_rel, sink.redactor.redact(&j).as_bytes()))
-    {
-        Ok(()) => files.push(receipt_rel.to_string_lossy().into_owned()),
+    let receipt_bytes = records::receipt_json(&receipt).map(|j| sink.redactor.redact(&j).into_owned().into_bytes());
+    match receipt_bytes.and_then(|b| records::create_new(root, &receipt_rel, &b).map(|()| b)) {
+        Ok(b) => {
+            let name = receipt_rel.to_string_lossy().into_owned();
+            files.push(name.clone());
+            held.push((name, b));
+        }
         Err(e) => failure = Some(e.into()),
     }
     save_run(ctx, &rec.state, &receipt, &receipt_rel, &report_rel);
     let mut commit = None;
     if !ctx.opts.no_commit && failure.is_none() {
-        match commit_records(ctx, sink, &files, rec.status) {
+        match commit_records(ctx, sink, &files, &held, rec.status) {
             Ok(c) => commit = Some(c),
             Err(e) => failure = Some(e),
         }
@@ -207,6 +234,9 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
         CardKind::PrefetchTruncated => {
             "make the prefetch script print less, or raise limits.tool_output_bytes".into()
         }
+        CardKind::OutputRejected => {
+            "the card names each file left out of the commit and why; `limits.output_*` sets the caps".into()
+        }
         CardKind::ContextOverflow => {
             "set `max_context_tokens` on the provider in settings/runtime.yaml to the server's real window".into()
         }
@@ -234,13 +264,13 @@ fn end_of(status: RunStatus) -> FireEnd {
     }
 }
 
-/// Creates one card file; returns its id and repo-relative path.
+/// Creates one card file; returns its id, repo-relative path and bytes.
 fn write_card(
     ctx: &FireContext,
     sink: &RecordSink,
     draft: &CardDraft,
     at: chrono::DateTime<Utc>,
-) -> Result<(String, String), WriteError> {
+) -> Result<(String, String, Vec<u8>), WriteError> {
     let redact = |s: &str| sink.redactor.redact(s).into_owned();
     let card = Card::new(
         draft.kind,
@@ -252,8 +282,119 @@ fn write_card(
         at,
     );
     let rel = card.rel_path();
-    records::create_new(&ctx.opts.root, &rel, records::card_yaml(&card)?.as_bytes())?;
-    Ok((card.id, rel.to_string_lossy().into_owned()))
+    let bytes = records::card_yaml(&card)?.into_bytes();
+    records::create_new(&ctx.opts.root, &rel, &bytes)?;
+    Ok((card.id, rel.to_string_lossy().into_owned(), bytes))
+}
+
+/// Sorts what the model left under `reports/` (none for a fire refused before it
+/// ran anything: then nothing under `reports/` changed since it started).
+fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path) -> super::outputs::Outputs {
+    let t = std::time::Instant::now();
+    let since = (
+        ctx.started_at.timestamp(),
+        i64::from(ctx.started_at.timestamp_subsec_nanos()),
+    );
+    let head = crate::git::head_commit(sink.repo)
+        .ok()
+        .flatten()
+        .and_then(|c| sink.repo.find_commit(c).ok())
+        .and_then(|c| c.tree().ok());
+    let in_head = |p: &str| {
+        head.as_ref()
+            .is_some_and(|t| t.get_path(std::path::Path::new(p)).is_ok())
+    };
+    let own = [report.to_string_lossy().into_owned()];
+    let mut out = super::outputs::collect(&ctx.opts.root, since, &own, &in_head, &sink.limits);
+    // A model file holding a secret (the key in any form the redactor knows) is not
+    // committed, and it is removed from the work tree, where the next `git add -A`
+    // would commit it: the runtime unlinks that one name, through no link.
+    let mut accepted = Vec::with_capacity(out.accepted.len());
+    for (rel, bytes) in std::mem::take(&mut out.accepted) {
+        let secret = match std::str::from_utf8(&bytes) {
+            Ok(text) => sink.redactor.redact(text) != text,
+            Err(_) => sink.redactor.holds_secret(&bytes),
+        };
+        if !secret {
+            accepted.push((rel, bytes));
+            continue;
+        }
+        let removed = crate::beneath::open_root(&ctx.opts.root)
+            .and_then(|d| crate::beneath::remove_file(&d, std::path::Path::new(&rel)));
+        let why = match removed {
+            Ok(()) => "holds a secret value: not committed, and removed".to_string(),
+            Err(e) => format!("holds a secret value: not committed (not removed: {e})"),
+        };
+        out.rejected.push((rel, why));
+    }
+    out.accepted = accepted;
+    tracing::debug!(
+        scan_ms = t.elapsed().as_secs_f64() * 1e3,
+        accepted = out.accepted.len(),
+        rejected = out.rejected.len(),
+        "model outputs sorted"
+    );
+    out
+}
+
+/// Creates the report at its name, `reports/<task>/<day>/<run-id>.md`. When something
+/// is already there, or a directory on the way is a link or not a directory (the
+/// model planted it: only a tool process writes under `reports/` during a fire), the
+/// runtime neither writes through it nor commits it as its report: the report goes to
+/// `runs/<task>/<day>/<run-id>.report.md` (the write ACL never reaches `runs/`), and
+/// the name is returned as rejected so the fire's `output_rejected` card names it.
+fn place_report(
+    root: &std::path::Path,
+    rel: &std::path::Path,
+    run_id: &str,
+    task: &str,
+    at: chrono::DateTime<Utc>,
+    text: &str,
+) -> Result<(std::path::PathBuf, Option<(String, String)>), WriteError> {
+    let why = match records::create_new(root, rel, text.as_bytes()) {
+        Ok(()) => return Ok((rel.to_path_buf(), None)),
+        Err(WriteError::Exists { .. }) => "something was already at the report's name".to_string(),
+        Err(WriteError::Io { source, .. }) if is_planted(&source) => {
+            format!("a link or a non-directory on the way to the report's name ({source})")
+        }
+        Err(e) => return Err(e),
+    };
+    let fallback = std::path::PathBuf::from(format!("runs/{task}/{}/{run_id}.report.md", records::day(at)));
+    records::create_new(root, &fallback, text.as_bytes())?;
+    tracing::warn!(report = %fallback.display(), "the report's name was taken; the report went to runs/");
+    let name = rel.to_string_lossy().into_owned();
+    Ok((
+        fallback.clone(),
+        Some((name, format!("{why}; the runtime's report is {}", fallback.display()))),
+    ))
+}
+
+/// The errors a planted link or file on a record's path gives under `openat2`.
+fn is_planted(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ELOOP | libc::EXDEV | libc::ENOTDIR | libc::EEXIST)
+    )
+}
+
+/// One `output_rejected` card naming every file left out of the commit, if any.
+fn rejected_card(rejected: &[(String, String)]) -> Option<CardDraft> {
+    if rejected.is_empty() {
+        return None;
+    }
+    Some(CardDraft {
+        kind: CardKind::OutputRejected,
+        summary: format!(
+            "{} file(s) the model left under reports/ were not committed",
+            rejected.len()
+        ),
+        detail: rejected
+            .iter()
+            .map(|(p, why)| format!("{p}: {why}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        evidence: rejected.iter().map(|(p, _)| p.clone()).collect(),
+    })
 }
 
 /// Stores the run's row and trace in the state database. A failure here loses the
@@ -280,21 +421,47 @@ fn save_run(
     tracing::debug!(store_ms = t.elapsed().as_secs_f64() * 1e3, "trace stored");
 }
 
+/// How long a fire waits for another fire's commit. A commit takes milliseconds; a
+/// lock held far longer is held by something else (a tool process that outlived its
+/// call can open the lock file read-only and flock it), and the fire must end rather
+/// than hang: its records stay in the work tree, uncommitted, and it exits 3.
+const COMMIT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Takes the commit lock, waiting at most `wait`.
+fn commit_lock(lock_path: &std::path::Path, wait: std::time::Duration) -> Result<state::LockFile, WriteFailure> {
+    let fail = |why: String| WriteFailure {
+        end: FireEnd::Environment,
+        message: format!("cannot take the commit lock {}: {why}", lock_path.display()),
+    };
+    let start = std::time::Instant::now();
+    loop {
+        match state::take_lock(lock_path, LockWait::NoWait) {
+            Ok(Some(guard)) => return Ok(guard),
+            Ok(None) if start.elapsed() < wait => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Ok(None) => {
+                return Err(fail(format!(
+                    "held for more than {}s (another process holds it: look for one that outlived a fire)",
+                    wait.as_secs()
+                )))
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        }
+    }
+}
+
 /// Commits the fire's records with the fire's own repository handle, under the
 /// runtime identity, only ever adding files under the runtime-owned directories.
 fn commit_records(
     ctx: &FireContext,
     sink: &RecordSink,
     files: &[String],
+    held: &[(String, Vec<u8>)],
     status: RunStatus,
 ) -> Result<String, WriteFailure> {
     let t = std::time::Instant::now();
     let root = &ctx.opts.root;
     let lock_path = state::commit_lock_path(root);
-    let _guard = state::take_lock(&lock_path, LockWait::Wait).map_err(|e| WriteFailure {
-        end: FireEnd::Environment,
-        message: format!("cannot take the commit lock {}: {e}", lock_path.display()),
-    })?;
+    let _guard = commit_lock(&lock_path, COMMIT_LOCK_WAIT)?;
     let own = Ownership::new(root);
     let (task, run_id) = (&ctx.opts.task, &ctx.run_id);
     let msg = format!(
@@ -307,6 +474,7 @@ fn commit_records(
     let oid = crate::git::commit_new_files(
         sink.repo,
         files,
+        held,
         runtime_owned,
         &sink.identity.name,
         &sink.identity.email,
@@ -417,6 +585,7 @@ impl FireRun {
             identity: self.config.identity.clone(),
             telemetry: self.config.telemetry.clone(),
             repo: &self.repo,
+            limits: self.config.limits,
         };
         let mut summary = super::finish::write(&self.ctx, &sink, &mut records);
         tracing::debug!(
@@ -521,4 +690,52 @@ fn failed_checks_card(acceptance: &[AcceptanceRecord]) -> Option<CardDraft> {
             .join("\n"),
         evidence: vec![],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_lock_held_elsewhere_ends_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("commit.lock");
+        let held = state::take_lock(&path, LockWait::NoWait).unwrap().unwrap();
+        let t = std::time::Instant::now();
+        let err = commit_lock(&path, std::time::Duration::from_millis(200)).err().unwrap();
+        assert!(t.elapsed() >= std::time::Duration::from_millis(200));
+        assert_eq!(err.end, FireEnd::Environment);
+        assert!(err.message.contains("held for more than"), "{}", err.message);
+        drop(held);
+        assert!(commit_lock(&path, std::time::Duration::from_millis(200)).is_ok());
+    }
+
+    #[test]
+    fn a_taken_report_name_sends_the_report_to_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let at = Utc::now();
+        let day = records::day(at);
+        let rel = records::report_path("t", "r1", at);
+        // Free: the report is where it always is.
+        let (placed, taken) = place_report(root, &rel, "r1", "t", at, "report").unwrap();
+        assert_eq!((placed.as_path(), taken), (rel.as_path(), None));
+        // Something at the name: neither overwritten nor reused.
+        let rel2 = records::report_path("t", "r2", at);
+        std::fs::write(root.join(&rel2), "forged").unwrap();
+        let (placed, taken) = place_report(root, &rel2, "r2", "t", at, "report").unwrap();
+        assert_eq!(placed, std::path::PathBuf::from(format!("runs/t/{day}/r2.report.md")));
+        assert_eq!(std::fs::read_to_string(root.join(&rel2)).unwrap(), "forged");
+        assert_eq!(std::fs::read_to_string(root.join(&placed)).unwrap(), "report");
+        assert_eq!(taken.unwrap().0, rel2.to_string_lossy());
+        // A link on the way: not followed.
+        std::fs::create_dir_all(root.join("prompts")).unwrap();
+        std::fs::create_dir_all(root.join("reports/u")).unwrap();
+        std::os::unix::fs::symlink("../../prompts", root.join(format!("reports/u/{day}"))).unwrap();
+        let rel3 = records::report_path("u", "r3", at);
+        let (placed, taken) = place_report(root, &rel3, "r3", "u", at, "report").unwrap();
+        assert!(placed.starts_with("runs/u"), "{placed:?}");
+        assert!(taken.is_some());
+        assert_eq!(std::fs::read_dir(root.join("prompts")).unwrap().count(), 0);
+    }
 }

@@ -12,6 +12,7 @@
 pub mod config;
 mod dry_run;
 mod finish;
+mod outputs;
 mod prefetch;
 mod prepare;
 mod run;

@@ -103,6 +103,7 @@ impl Refusal {
                 .unwrap_or_default(),
             telemetry: config::exporter(self.settings.as_ref()),
             repo: &self.repo,
+            limits: self.settings.as_ref().map(|s| s.limits).unwrap_or_default(),
         };
         let mut summary = finish::write(&self.ctx, &sink, &mut records);
         if summary.end == FireEnd::Failed {
@@ -465,7 +466,7 @@ impl Preparing {
         self.inputs.scope = blob(SCOPE_FILE);
         self.inputs.settings = blob(SETTINGS_FILE);
         self.inputs.provider = format!("{:?}", settings.provider.kind).to_lowercase();
-        FireConfig::resolve(&root, &self.ctx.run_id, settings, prompt, scope)
+        FireConfig::resolve(&root, settings, prompt, scope)
             .map_err(|e| invalid("invalid permissions".into(), e.to_string()))
     }
 

@@ -232,9 +232,19 @@ impl FireRun {
         script: &str,
         answer: &str,
     ) -> Option<String> {
-        // The report is handed over on the scratch dir, which the worker may read.
-        let path = self.config.scratch.join("report.md");
-        let _ = std::fs::write(&path, answer);
+        // The report is handed over through a runtime-only directory: tools can read
+        // the repository but write only the write ACL and the scratch dir, so nothing
+        // the model left can redirect this write (a link in scratch would have sent
+        // it anywhere the runtime may write) or swap the text the check reads.
+        let rel = std::path::PathBuf::from(crate::layout::STATE_DIR)
+            .join("handoff")
+            .join(format!("h-{:016x}", rand::random::<u64>()))
+            .join("report.md");
+        let root = &self.ctx.opts.root;
+        if let Err(e) = crate::records::create_new(root, &rel, answer.as_bytes()) {
+            return Some(format!("{script}: the report could not be handed over: {e}"));
+        }
+        let path = root.join(&rel);
         let req = ToolRequest {
             masked: Vec::new(),
             call_id: format!("acceptance-{name}"),
@@ -246,6 +256,9 @@ impl FireRun {
             output_limit: ACCEPTANCE_OUTPUT_BYTES,
         };
         let r = worker.call(&req).await;
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         r.error.map(|_| format!("{script}: {}", r.output.trim()))
     }
 }

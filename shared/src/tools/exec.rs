@@ -21,6 +21,45 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 const MAX_LIST: usize = 1000;
 const MAX_GREP_MATCHES: usize = 500;
 const MAX_GREP_FILE: u64 = 1 << 20;
+/// The most bytes `read_file` and `edit_file` read from one file (with `offset` and
+/// `limit`, lines past this are out of reach): a file grown without bound, or a device
+/// the path leads to, never fills the worker's memory.
+const MAX_READ_FILE: u64 = 8 << 20;
+
+/// Opens `full` for reading (and writing, for `edit_file`) only if it is a regular
+/// file, checked on the open descriptor. `O_NONBLOCK` makes a FIFO neither block the
+/// open (a reader with no writer, a writer with no reader: `ENXIO`) nor the check, so
+/// a FIFO or a device the model left cannot hang or flood the worker.
+fn open_regular(full: &Path, write: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(full)?;
+    let t = f.metadata()?.file_type();
+    if !t.is_file() {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidInput,
+            format!("not a regular file ({})", crate::beneath::kind_of(t)),
+        ));
+    }
+    Ok(f)
+}
+
+/// Reads at most `max` bytes of a regular file; more is an error, not a silent cut.
+fn read_regular(full: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let f = open_regular(full, false)?;
+    let mut bytes = Vec::new();
+    f.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidInput,
+            format!("larger than {max} bytes: too large to read"),
+        ));
+    }
+    Ok(bytes)
+}
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -150,7 +189,7 @@ fn read_file(ctx: &ExecContext, path: &str, offset: Option<usize>, limit: Option
             ),
         );
     }
-    let bytes = match std::fs::read(&full) {
+    let bytes = match read_regular(&full, MAX_READ_FILE) {
         Ok(b) => b,
         Err(e) => return io_error(path, &e, false),
     };
@@ -222,7 +261,7 @@ fn grep(ctx: &ExecContext, pattern: &str, path: &str, masked: &[String], cap: us
                 stack.extend(kids.into_iter().rev());
             }
         } else if meta.is_file() && meta.len() <= MAX_GREP_FILE {
-            let Ok(bytes) = std::fs::read(&p) else {
+            let Ok(bytes) = read_regular(&p, MAX_GREP_FILE) else {
                 continue;
             };
             if bytes.contains(&0) {
@@ -303,7 +342,9 @@ fn write_file(ctx: &ExecContext, path: &str, content: &str) -> ToolResult {
 
 fn edit_file(ctx: &ExecContext, path: &str, old: &str, new: &str) -> ToolResult {
     let full = resolve(ctx, path);
-    let text = match std::fs::read_to_string(&full) {
+    let text = match read_regular(&full, MAX_READ_FILE)
+        .and_then(|b| String::from_utf8(b).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e.utf8_error())))
+    {
         Ok(t) => t,
         Err(e) => return io_error(path, &e, false),
     };
@@ -324,7 +365,12 @@ fn edit_file(ctx: &ExecContext, path: &str, old: &str, new: &str) -> ToolResult 
             )
         }
     }
-    match std::fs::write(&full, text.replacen(old, new, 1)) {
+    let written = open_regular(&full, true).and_then(|mut f| {
+        use std::io::Write;
+        f.set_len(0)?;
+        f.write_all(text.replacen(old, new, 1).as_bytes())
+    });
+    match written {
         Ok(()) => ok(format!("edited {path}"), false),
         Err(e) => io_error(path, &e, true),
     }

@@ -1,0 +1,315 @@
+//! Files the runtime creates or reads in places a tool process can reach (`reports/`,
+//! `cards/`, `runs/`), opened so that nothing the model planted there can redirect
+//! them. Every path is resolved one component at a time from a directory fd of the
+//! repository root with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`: a symlink
+//! anywhere on the way (a `reports/<task>` directory replaced by a link into `.git`)
+//! makes the call fail with `ELOOP`/`EXDEV` instead of being followed. Files are
+//! created `O_CREAT | O_EXCL | O_NOFOLLOW` (never truncated, never reused) and read
+//! `O_NOFOLLOW | O_NONBLOCK` then checked with `fstat` on the open descriptor (a FIFO
+//! does not hang the read, a file swapped after the check is not the one read).
+//!
+//! On kernels without `openat2` (before 5.6: `ENOSYS`) each component is opened with
+//! plain `openat(O_NOFOLLOW)` from its parent's fd, which refuses a symlink in the
+//! same places (a final-component symlink gives `ELOOP`, an intermediate one cannot
+//! be reached because no path with a `/` is ever resolved by the kernel).
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once `openat2` answered `ENOSYS`: every later open takes the `openat` path.
+static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+/// Opens one path component `name` (no `/`) under `dir` without following links.
+fn open_one(dir: &OwnedFd, name: &str, flags: OFlags, mode: Mode) -> std::io::Result<OwnedFd> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    if !NO_OPENAT2.load(Ordering::Relaxed) {
+        match rustix::fs::openat2(dir, name, flags, mode, RESOLVE) {
+            Err(rustix::io::Errno::NOSYS) => {
+                NO_OPENAT2.store(true, Ordering::Relaxed);
+                tracing::debug!("openat2 is not available: records are opened with openat(O_NOFOLLOW)");
+            }
+            r => return r.map_err(std::io::Error::from),
+        }
+    }
+    rustix::fs::openat(dir, name, flags, mode).map_err(std::io::Error::from)
+}
+
+/// The plain components of a repo-relative path; anything else (`..`, `.`, a root,
+/// an empty path) is refused.
+fn components(rel: &Path) -> std::io::Result<Vec<&str>> {
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a plain repo-relative path");
+    let mut out = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(s) => out.push(s.to_str().ok_or_else(bad)?),
+            Component::CurDir | Component::ParentDir | Component::RootDir | Component::Prefix(_) => return Err(bad()),
+        }
+    }
+    if out.is_empty() {
+        return Err(bad());
+    }
+    Ok(out)
+}
+
+/// A directory fd of the repository root (the anchor every path is resolved from).
+pub fn open_root(root: &Path) -> std::io::Result<OwnedFd> {
+    rustix::fs::open(
+        root,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// Opens the directory `dirs` under `root`, creating each missing level with `mkdirat`
+/// and refusing a symlink or a non-directory at any level.
+fn open_dirs(root: &OwnedFd, dirs: &[&str]) -> std::io::Result<OwnedFd> {
+    let mut cur = open_one(root, ".", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+    for d in dirs {
+        match rustix::fs::mkdirat(&cur, *d, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        cur = open_one(&cur, d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+    }
+    Ok(cur)
+}
+
+/// Creates `rel` under `root` holding `bytes`. Fails with `AlreadyExists` when
+/// anything is at that name, and with `ELOOP`/`EXDEV`/`ENOTDIR` when a directory on
+/// the way is a symlink or not a directory.
+pub fn create_new(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let parts = components(rel)?;
+    let (name, dirs) = parts
+        .split_last()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let dir = open_dirs(root, dirs)?;
+    let fd = open_one(
+        &dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+        Mode::from_raw_mode(0o644),
+    )?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(bytes)
+}
+
+/// Removes the file `rel` under `root` (never a directory, never through a link: the
+/// last component is unlinked in the directory reached without following any).
+pub fn remove_file(root: &OwnedFd, rel: &Path) -> std::io::Result<()> {
+    let parts = components(rel)?;
+    let (name, dirs) = parts
+        .split_last()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let mut dir = open_one(root, ".", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+    for d in dirs {
+        dir = open_one(&dir, d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+    }
+    rustix::fs::unlinkat(&dir, *name, rustix::fs::AtFlags::empty()).map_err(std::io::Error::from)
+}
+
+/// Why a file the model left was not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotRegular {
+    /// A symlink, FIFO, socket, device or directory (named by `kind`).
+    Special(&'static str),
+    /// A regular file with other names elsewhere (a hard link).
+    HardLink(u64),
+    /// Larger than the cap.
+    TooLarge(u64),
+    /// Could not be opened or read.
+    Io(String),
+}
+
+impl std::fmt::Display for NotRegular {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotRegular::Special(kind) => write!(f, "not a regular file ({kind})"),
+            NotRegular::HardLink(n) => write!(f, "a hard link ({n} names)"),
+            NotRegular::TooLarge(n) => write!(f, "{n} bytes, over the per-file cap"),
+            NotRegular::Io(e) => write!(f, "unreadable: {e}"),
+        }
+    }
+}
+
+/// The kind of a file, in words.
+pub fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_symlink() {
+        "symlink"
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "device"
+    } else if t.is_file() {
+        "regular file"
+    } else {
+        "unknown file type"
+    }
+}
+
+fn kind_name(t: rustix::fs::FileType) -> &'static str {
+    use rustix::fs::FileType;
+    match t {
+        FileType::Symlink => "symlink",
+        FileType::Directory => "directory",
+        FileType::Fifo => "FIFO",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice | FileType::BlockDevice => "device",
+        FileType::RegularFile => "regular file",
+        FileType::Unknown => "unknown file type",
+    }
+}
+
+/// Reads `rel` under `root` only if it is a regular file with one name and at most
+/// `cap` bytes, checked on the open descriptor (opened non-blocking, so a FIFO
+/// neither blocks the open nor the check).
+pub fn read_regular(root: &OwnedFd, rel: &Path, cap: u64) -> Result<Vec<u8>, NotRegular> {
+    use std::os::unix::fs::MetadataExt;
+    let io = |e: std::io::Error| NotRegular::Io(e.to_string());
+    let parts = components(rel).map_err(io)?;
+    let (name, dirs) = parts.split_last().ok_or_else(|| NotRegular::Io("empty path".into()))?;
+    let mut dir = open_one(root, ".", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).map_err(io)?;
+    for d in dirs {
+        dir = open_one(&dir, d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).map_err(io)?;
+    }
+    let fd = match open_one(
+        &dir,
+        name,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        // What could not be opened (a link: ELOOP, a socket: ENXIO) is named by its type.
+        Err(e) => {
+            return Err(
+                match rustix::fs::statat(&dir, *name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+                        rustix::fs::FileType::RegularFile => io(e),
+                        t => NotRegular::Special(kind_name(t)),
+                    },
+                    Err(_) => io(e),
+                },
+            )
+        }
+    };
+    let f = std::fs::File::from(fd);
+    let meta = f.metadata().map_err(io)?;
+    if !meta.file_type().is_file() {
+        return Err(NotRegular::Special(kind_of(meta.file_type())));
+    }
+    if meta.nlink() > 1 {
+        return Err(NotRegular::HardLink(meta.nlink()));
+    }
+    if meta.len() > cap {
+        return Err(NotRegular::TooLarge(meta.len()));
+    }
+    let mut bytes = Vec::new();
+    f.take(cap.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > cap {
+        return Err(NotRegular::TooLarge(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_levels_and_refuses_to_reuse_a_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = open_root(dir.path()).unwrap();
+        create_new(&root, Path::new("reports/t/2026-01-01/r.md"), b"one").unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("reports/t/2026-01-01/r.md")).unwrap(),
+            b"one"
+        );
+        let again = create_new(&root, Path::new("reports/t/2026-01-01/r.md"), b"two").unwrap_err();
+        assert_eq!(again.kind(), std::io::ErrorKind::AlreadyExists);
+        assert!(create_new(&root, Path::new("reports/../x"), b"x").is_err());
+    }
+
+    #[test]
+    fn a_symlinked_directory_or_name_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("reports")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("reports/t")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("f"), dir.path().join("reports/f")).unwrap();
+        let root = open_root(dir.path()).unwrap();
+        assert!(create_new(&root, Path::new("reports/t/2026/r.md"), b"x").is_err());
+        assert!(create_new(&root, Path::new("reports/f"), b"x").is_err());
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            0,
+            "nothing written through a link"
+        );
+        assert_eq!(
+            read_regular(&root, Path::new("reports/f"), 10),
+            Err(NotRegular::Special("symlink"))
+        );
+    }
+
+    #[test]
+    fn the_openat_fallback_refuses_links_too() {
+        // As on a kernel without openat2 (the flag only ever moves to the fallback,
+        // which is as strict, so other tests running meanwhile are unaffected).
+        NO_OPENAT2.store(true, Ordering::Relaxed);
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("reports")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("reports/t")).unwrap();
+        let root = open_root(dir.path()).unwrap();
+        assert!(create_new(&root, Path::new("reports/t/x.md"), b"x").is_err());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        create_new(&root, Path::new("reports/u/x.md"), b"x").unwrap();
+        assert_eq!(
+            create_new(&root, Path::new("reports/u/x.md"), b"y").unwrap_err().kind(),
+            std::io::ErrorKind::AlreadyExists
+        );
+    }
+
+    #[test]
+    fn reads_only_small_regular_files_with_one_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::create_dir_all(p.join("reports")).unwrap();
+        std::fs::write(p.join("reports/a.md"), "hello").unwrap();
+        std::fs::write(p.join("b.md"), "x").unwrap();
+        std::fs::hard_link(p.join("b.md"), p.join("reports/hard")).unwrap();
+        let root = open_root(p).unwrap();
+        rustix::fs::mknodat(
+            &root,
+            "reports/fifo",
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        assert_eq!(read_regular(&root, Path::new("reports/a.md"), 5).unwrap(), b"hello");
+        assert_eq!(
+            read_regular(&root, Path::new("reports/a.md"), 4),
+            Err(NotRegular::TooLarge(5))
+        );
+        assert_eq!(
+            read_regular(&root, Path::new("reports/hard"), 5),
+            Err(NotRegular::HardLink(2))
+        );
+        assert_eq!(
+            read_regular(&root, Path::new("reports/fifo"), 5),
+            Err(NotRegular::Special("FIFO"))
+        );
+    }
+}

@@ -1,0 +1,262 @@
+//! What the model left under `reports/`, sorted into what the fire commits and what
+//! it leaves out. The runtime commits the model's files (reports are runtime-owned
+//! and the runtime is their only committer), but only plain data: regular files with
+//! one name, no git metadata, within the `limits.output_*` caps, read once through
+//! [`crate::beneath::read_regular`] and committed from those bytes. Everything else
+//! stays in the work tree, uncommitted, and is named in an `output_rejected` card.
+//!
+//! "Left by the model" means new since the fire started, by change time (which no
+//! unprivileged process can set back), so an earlier fire's leftovers are not
+//! re-judged by every later one. Only directories that gained or lost an entry during
+//! the fire have their entries examined; a file rewritten in place inside an older
+//! directory is not seen (and not committed: the runtime only adds new files).
+
+use crate::beneath::{self, NotRegular};
+use crate::settings::Limits;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// The only directory whose new files a fire commits besides its own records.
+const OUTPUT_DIR: &str = "reports";
+/// The most directory entries one walk looks at (a model cannot make the fire's end
+/// arbitrarily slow by leaving a million files).
+const MAX_ENTRIES: usize = 10_000;
+/// Names git gives meaning to: a nested repository, attributes (filters, diff
+/// drivers), submodules. Never committed from a model, nor any other name starting
+/// with `.git` in any case (`.GIT`, `.gitignore`), nor `git~1` (the 8.3 name of
+/// `.git`): git refuses some of them in a tree (`.git.`, `git~1`), and one refused
+/// name would fail the commit of the run's own records.
+const GIT_NAMES: &[&str] = &[".git", ".gitattributes", ".gitmodules"];
+
+/// The sorted result.
+#[derive(Debug, Default)]
+pub(crate) struct Outputs {
+    /// Files to commit, with the bytes read once.
+    pub accepted: Vec<(String, Vec<u8>)>,
+    /// Files left out, and why.
+    pub rejected: Vec<(String, String)>,
+}
+
+/// Sorts the files under `reports/` changed at or after `since` (seconds, nanos since
+/// the epoch), skipping `own` (the runtime's own records) and judging files that
+/// HEAD already holds as rewrites.
+pub(crate) fn collect(
+    root: &Path,
+    since: (i64, i64),
+    own: &[String],
+    in_head: &dyn Fn(&str) -> bool,
+    limits: &Limits,
+) -> Outputs {
+    let mut found = Vec::new();
+    let mut seen = 0usize;
+    let mut out = Outputs::default();
+    walk(root, OUTPUT_DIR, since, &mut found, &mut seen, &mut out.rejected);
+    found.sort();
+    let dir = match beneath::open_root(root) {
+        Ok(d) => d,
+        Err(e) => {
+            out.rejected
+                .extend(found.into_iter().map(|p| (p, format!("not read: {e}"))));
+            return out;
+        }
+    };
+    let mut total = 0u64;
+    for rel in found {
+        if own.contains(&rel) {
+            continue;
+        }
+        if in_head(&rel) {
+            out.rejected
+                .push((rel, "already committed: the runtime only adds new files".into()));
+            continue;
+        }
+        if out.accepted.len() >= limits.output_files {
+            out.rejected
+                .push((rel, format!("over limits.output_files ({})", limits.output_files)));
+            continue;
+        }
+        match beneath::read_regular(&dir, Path::new(&rel), limits.output_file_bytes) {
+            Ok(bytes) if total + bytes.len() as u64 > limits.output_total_bytes => out.rejected.push((
+                rel,
+                format!("over limits.output_total_bytes ({})", limits.output_total_bytes),
+            )),
+            Ok(bytes) => {
+                total += bytes.len() as u64;
+                out.accepted.push((rel, bytes));
+            }
+            Err(NotRegular::TooLarge(n)) => out.rejected.push((
+                rel,
+                format!(
+                    "{n} bytes, over limits.output_file_bytes ({})",
+                    limits.output_file_bytes
+                ),
+            )),
+            Err(why) => out.rejected.push((rel, why.to_string())),
+        }
+    }
+    out
+}
+
+fn changed_since(meta: &std::fs::Metadata, since: (i64, i64)) -> bool {
+    (meta.ctime(), meta.ctime_nsec()) >= since
+}
+
+/// Collects candidate files under `rel`; names what cannot be a candidate at all.
+/// A directory whose change time is older than the fire gained or lost no entry
+/// since: only its subdirectories are visited (by the entry type `readdir` gives,
+/// without a `stat` per entry), so a day directory with a thousand old reports costs
+/// one directory read.
+fn walk(
+    root: &Path,
+    rel: &str,
+    since: (i64, i64),
+    found: &mut Vec<String>,
+    seen: &mut usize,
+    rejected: &mut Vec<(String, String)>,
+) {
+    let Ok(dir_meta) = std::fs::symlink_metadata(root.join(rel)) else {
+        return;
+    };
+    let dir_changed = changed_since(&dir_meta, since);
+    let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !dir_changed {
+            if is_dir {
+                if let Some(name) = name.to_str() {
+                    walk(root, &format!("{rel}/{name}"), since, found, seen, rejected);
+                }
+            }
+            continue;
+        }
+        *seen += 1;
+        if *seen > MAX_ENTRIES {
+            if *seen == MAX_ENTRIES + 1 {
+                rejected.push((
+                    format!("{rel}/"),
+                    format!("more than {MAX_ENTRIES} new entries: the rest was not looked at"),
+                ));
+            }
+            return;
+        }
+        let Some(name) = name.to_str() else {
+            rejected.push((
+                format!("{rel}/{}", name.to_string_lossy()),
+                "the name is not UTF-8".into(),
+            ));
+            continue;
+        };
+        let path = format!("{rel}/{name}");
+        let Ok(meta) = std::fs::symlink_metadata(root.join(&path)) else {
+            continue;
+        };
+        let new = changed_since(&meta, since);
+        if name.chars().any(char::is_control) {
+            if new {
+                rejected.push((
+                    path.escape_debug().to_string(),
+                    "the name holds control characters".into(),
+                ));
+            }
+            continue;
+        }
+        let lower = name.to_ascii_lowercase();
+        if GIT_NAMES.contains(&name) || lower.starts_with(".git") || lower == "git~1" {
+            if new {
+                rejected.push((
+                    path,
+                    "git metadata (a nested repository, attributes or submodules)".into(),
+                ));
+            }
+            continue;
+        }
+        // A name the commit would refuse (and so refuse the run's records with it).
+        if name.contains("..") {
+            if new {
+                rejected.push((path, "a name with `..`, which the commit refuses".into()));
+            }
+            continue;
+        }
+        if meta.file_type().is_dir() {
+            walk(root, &path, since, found, seen, rejected);
+        } else if new {
+            found.push(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            output_file_bytes: 10,
+            output_total_bytes: 10,
+            output_files: 3,
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn only_new_small_regular_files_with_one_name_are_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::create_dir_all(p.join("reports/t")).unwrap();
+        std::fs::create_dir_all(p.join("reports/sub/.git")).unwrap();
+        std::fs::create_dir_all(p.join("prompts")).unwrap();
+        std::fs::write(p.join("prompts/p.md"), "x").unwrap();
+        std::fs::write(p.join("reports/a.md"), "aaaa").unwrap();
+        std::fs::write(p.join("reports/b.md"), "bbbbbbbb").unwrap();
+        std::fs::write(p.join("reports/big.md"), "x".repeat(11)).unwrap();
+        std::fs::write(p.join("reports/t/own.md"), "runtime").unwrap();
+        std::fs::write(p.join("reports/old.md"), "committed").unwrap();
+        std::fs::write(p.join("reports/.gitattributes"), "* filter=x").unwrap();
+        std::fs::write(p.join("reports/git~1"), "x").unwrap();
+        std::fs::write(p.join("reports/.git."), "x").unwrap();
+        std::fs::write(p.join("reports/a..b"), "x").unwrap();
+        std::os::unix::fs::symlink("../prompts/p.md", p.join("reports/link")).unwrap();
+        std::fs::hard_link(p.join("prompts/p.md"), p.join("reports/hard")).unwrap();
+        let out = collect(
+            p,
+            (0, 0),
+            &["reports/t/own.md".to_string()],
+            &|f| f == "reports/old.md",
+            &limits(),
+        );
+        let accepted: Vec<&str> = out.accepted.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(accepted, vec!["reports/a.md"]);
+        let rejected: Vec<&str> = out.rejected.iter().map(|(p, _)| p.as_str()).collect();
+        for r in [
+            "reports/b.md",
+            "reports/big.md",
+            "reports/old.md",
+            "reports/.gitattributes",
+            "reports/git~1",
+            "reports/.git.",
+            "reports/a..b",
+            "reports/sub/.git",
+            "reports/link",
+            "reports/hard",
+        ] {
+            assert!(rejected.contains(&r), "{r} not rejected: {:?}", out.rejected);
+        }
+        let why = |f: &str| {
+            out.rejected
+                .iter()
+                .find(|(p, _)| p == f)
+                .map(|(_, w)| w.clone())
+                .unwrap()
+        };
+        assert!(why("reports/b.md").contains("output_total_bytes"));
+        assert!(why("reports/big.md").contains("output_file_bytes"));
+        assert!(why("reports/link").contains("symlink"));
+        assert!(why("reports/hard").contains("hard link"));
+        // Nothing older than the fire is judged at all.
+        let later = collect(p, (i64::MAX, 0), &[], &|_| false, &limits());
+        assert!(later.accepted.is_empty() && later.rejected.is_empty(), "{later:?}");
+    }
+}

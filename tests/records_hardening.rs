@@ -1,0 +1,595 @@
+//! The runtime as a confused deputy, and what the model may leave behind (issue 10,
+//! items 3, 4 and the secrets of 6). Each case is a real `runtime fire` under the
+//! real Landlock with permissive rules (`Bash(*)`), played by the replay provider:
+//! it first proves its payload ran (a marker or its own effect under `reports/`),
+//! then that the runtime's records were neither forged nor blocked, that builder
+//! files are untouched, and that only plain data the model wrote was committed.
+
+use crate::util::*;
+use serde_json::{json, Value};
+use std::io::Read;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+fn cmd(c: &str) -> (&'static str, Value) {
+    ("run_command", json!({ "command": c }))
+}
+
+/// A payload the policy cannot see into: written to `reports/` as a script, then run
+/// with the system shell (only the kernel layer stands in its way).
+fn script(name: &str, body: &str) -> [(&'static str, Value); 2] {
+    [
+        (
+            "write_file",
+            json!({"path": format!("reports/{name}.sh"), "content": body}),
+        ),
+        cmd(&format!("sh reports/{name}.sh")),
+    ]
+}
+
+fn trace_json(calls: &[(&str, Value)], answer: &str) -> String {
+    let mut turns: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| {
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": name, "arguments": args}], "usage": {"input": 10, "output": 5}})
+        })
+        .collect();
+    turns.push(json!({"content": answer, "usage": {"input": 10, "output": 5}}));
+    json!({"version": 1, "turns": turns}).to_string()
+}
+
+fn settings(write: &str, limits: &str) -> String {
+    format!(
+        "version: 1\nprovider:\n  kind: replay\n  replay: evals/hardening/trace.json\n  api_key_env: {KEY_ENV}\npermissions:\n  allow: [\"Bash(*)\", \"Read(**)\"]\n  write: {write}\nsandbox:\n  landlock: required\nbudgets:\n  max_steps: 12\nlimits:\n  max_denials: 10\n  repeated_call: 10\n  repeated_error: 10\n{limits}"
+    )
+}
+
+fn landlock_or_skip() -> bool {
+    let abi = shared::sandbox::landlock::kernel_abi();
+    if abi < shared::sandbox::landlock::TARGET_ABI as u32 {
+        eprintln!("SKIPPED: this kernel's Landlock ABI {abi} cannot enforce the kernel layer these cases need");
+        return false;
+    }
+    true
+}
+
+/// A repo with task `t` whose replayed model makes `calls` then answers `answer`.
+fn setup(calls: &[(&str, Value)], answer: &str, limits: &str) -> TestEnv {
+    let env = TestEnv::new();
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.write("settings/runtime.yaml", &settings("[\"reports/**\"]", limits));
+    env.write("evals/hardening/trace.json", &trace_json(calls, answer));
+    env.commit_all("hardening case");
+    env
+}
+
+/// `runtime fire t --json` with extra variables, killed (and the test failed) if it
+/// does not end within a minute: a hung fire is a failure, not a slow pass.
+fn fire(env: &TestEnv, vars: &[(&str, &str)]) -> (i32, Value) {
+    let mut c = env.command("runtime", &["fire", "t", "--json"]);
+    c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the fire hung for a minute");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let summary: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("no JSON ({e}): {out}\nstderr: {err}"));
+    (status.code().unwrap_or(-1), summary)
+}
+
+/// `(mode, bytes)` of `rel` in HEAD's tree.
+fn committed(env: &TestEnv, rel: &str) -> Option<(i32, Vec<u8>)> {
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let tree = repo.head().unwrap().peel_to_commit().unwrap().tree().unwrap();
+    let entry = tree.get_path(std::path::Path::new(rel)).ok()?;
+    let blob = repo.find_blob(entry.id()).ok()?;
+    Some((entry.filemode(), blob.content().to_vec()))
+}
+
+fn rejected_detail(env: &TestEnv, summary: &Value) -> String {
+    env.cards(summary)
+        .iter()
+        .filter(|c| c["kind"] == "output_rejected")
+        .map(|c| c["detail"].as_str().unwrap().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What every case checks after its fire: builder files and `.git` untouched, the
+/// fire's records committed by the runtime and nothing outside runtime paths.
+fn check_common(env: &TestEnv, before: &std::collections::BTreeMap<String, String>, summary: &Value) {
+    assert_eq!(&env.builder_snapshot(), before, "a builder-owned file changed");
+    assert_eq!(env.commit_authors()[0], "runtime");
+    for p in env.last_commit_paths() {
+        assert!(
+            p.starts_with("reports/") || p.starts_with("cards/") || p.starts_with("runs/"),
+            "runtime committed {p}"
+        );
+    }
+    let receipt = summary["receipt"].as_str().unwrap();
+    assert!(committed(env, receipt).is_some(), "the receipt was not committed");
+    let report = summary["report"].as_str().unwrap();
+    let (mode, bytes) = committed(env, report).expect("the report was not committed");
+    assert_eq!(mode, i32::from(git2::FileMode::Blob));
+    assert!(
+        bytes.starts_with(b"<!-- runtime report -->"),
+        "{}",
+        String::from_utf8_lossy(&bytes)
+    );
+}
+
+#[test]
+fn a_link_planted_on_the_report_path_is_not_followed_and_the_report_goes_to_runs() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(
+        &script(
+            "plant",
+            "mkdir -p reports/t && ln -s ../../prompts reports/t/$(date -u +%F) && echo ran > reports/marker.txt\n",
+        ),
+        "# Done",
+        "",
+    );
+    let before = env.builder_snapshot();
+    let (code, summary) = fire(&env, &[]);
+    assert_eq!(
+        committed(&env, "reports/marker.txt").map(|c| c.1),
+        Some(b"ran\n".to_vec()),
+        "the payload did not run"
+    );
+    assert!(env.root.join("reports/t").read_dir().unwrap().next().is_some());
+    assert_eq!(code, 5, "{summary}");
+    check_common(&env, &before, &summary);
+    let report = summary["report"].as_str().unwrap();
+    assert!(
+        report.starts_with("runs/t/") && report.ends_with(".report.md"),
+        "{report}"
+    );
+    assert_eq!(env.receipt(&summary)["outputs"][0], report);
+    let detail = rejected_detail(&env, &summary);
+    assert!(detail.contains("the runtime's report is runs/t/"), "{detail}");
+    assert!(detail.contains("symlink"), "{detail}");
+    assert_eq!(
+        std::fs::read_dir(env.root.join("prompts")).unwrap().count(),
+        2,
+        "nothing written into prompts/"
+    );
+}
+
+#[test]
+fn a_record_replaced_before_the_commit_is_committed_with_the_runtime_bytes() {
+    if !landlock_or_skip() {
+        return;
+    }
+    // A loop that outlives its call (its own session) and turns every report of the
+    // task into a link to a builder file, as soon as the runtime writes it.
+    let swapper = "i=0; while [ $i -lt 600 ]; do for f in reports/t/*/*.md; do if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then ln -sf ../../../prompts/t.md \"$f\" && echo \"$f\" >> reports/swapped.log; fi; done; i=$((i+1)); sleep 0.01; done\n";
+    let start = "setsid sh reports/swap.sh </dev/null >/dev/null 2>&1 &\necho started > reports/marker.txt\n";
+    let env = setup(
+        &[
+            ("write_file", json!({"path": "reports/swap.sh", "content": swapper})),
+            ("write_file", json!({"path": "reports/start.sh", "content": start})),
+            cmd("sh reports/start.sh"),
+        ],
+        "# Done",
+        "",
+    );
+    let before = env.builder_snapshot();
+    let (code, summary) = fire(&env, &[]);
+    assert!(env.root.join("reports/marker.txt").exists(), "the payload did not run");
+    let report = summary["report"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !env.root.join(&report).is_symlink() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        env.root.join(&report).is_symlink(),
+        "the swapper never replaced the report: the case proves nothing"
+    );
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}");
+    check_common(&env, &before, &summary);
+    // The index holds the runtime's bytes too, not the link.
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let staged = repo
+        .index()
+        .unwrap()
+        .get_path(std::path::Path::new(&report), 0)
+        .unwrap();
+    assert_eq!(staged.mode, u32::from(git2::FileMode::Blob));
+    // Let the loop finish before the directory goes away.
+    std::thread::sleep(Duration::from_secs(7));
+}
+
+#[test]
+fn a_fifo_under_reports_does_not_hang_the_fire_and_is_named() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(
+        &[cmd("mkfifo reports/fifo && echo ran > reports/marker.txt")],
+        "# Done",
+        "",
+    );
+    let before = env.builder_snapshot();
+    let (code, summary) = fire(&env, &[]);
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the payload did not run"
+    );
+    assert!(env.root.join("reports/fifo").exists());
+    assert_eq!(code, 5, "{summary}");
+    check_common(&env, &before, &summary);
+    assert!(committed(&env, "reports/fifo").is_none());
+    let detail = rejected_detail(&env, &summary);
+    assert!(detail.contains("reports/fifo: not a regular file (FIFO)"), "{detail}");
+}
+
+#[test]
+fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let payload = [
+        "ln -s ../prompts/t.md reports/link",
+        "ln prompts/t.md reports/hard",
+        "echo a > reports/a.txt && ln reports/a.txt reports/a2.txt",
+        "printf '* filter=evil\\n' > reports/.gitattributes",
+        "printf '[submodule \"x\"]\\n' > reports/.gitmodules",
+        "mkdir -p reports/sub/.git && echo x > reports/sub/.git/config",
+        "head -c 5000 /dev/zero > reports/big.bin",
+        "echo x > reports/a..b.md",
+        "mkdir -p reports/.GIT && echo x > reports/.GIT/config",
+        "echo ok > reports/good.md",
+    ]
+    .join("; ");
+    let [write_special, run_special] = script(
+        "special",
+        "mknod reports/null c 1 3\npython3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('reports/sock')\"\n",
+    );
+    let env = setup(
+        &[cmd(&payload), write_special, run_special],
+        "# Done",
+        "  output_file_bytes: 1000\n",
+    );
+    let before = env.builder_snapshot();
+    let (code, summary) = fire(&env, &[]);
+    assert_eq!(
+        committed(&env, "reports/good.md").map(|c| c.1),
+        Some(b"ok\n".to_vec()),
+        "the payload did not run"
+    );
+    assert!(env.root.join("reports/big.bin").exists() && env.root.join("reports/link").is_symlink());
+    assert_eq!(code, 5, "{summary}");
+    check_common(&env, &before, &summary);
+    let detail = rejected_detail(&env, &summary);
+    for (rel, why) in [
+        ("reports/link", "symlink"),
+        ("reports/a.txt", "hard link"),
+        ("reports/a2.txt", "hard link"),
+        ("reports/.gitattributes", "git metadata"),
+        ("reports/.gitmodules", "git metadata"),
+        ("reports/sub/.git", "git metadata"),
+        ("reports/big.bin", "output_file_bytes"),
+        ("reports/a..b.md", "the commit refuses"),
+        ("reports/.GIT", "git metadata"),
+    ] {
+        assert!(committed(&env, rel).is_none(), "{rel} was committed");
+        assert!(
+            detail.contains(&format!("{rel}: ")) && detail.contains(why),
+            "{rel} ({why}) not named: {detail}"
+        );
+    }
+    assert!(committed(&env, "reports/sub/.git/config").is_none());
+    // The kernel refuses the hard link to a prompt; had it existed it would be named.
+    assert!(!env.root.join("reports/hard").exists() || detail.contains("reports/hard: "));
+    assert!(committed(&env, "reports/hard").is_none());
+    // A device node (only as root) and a socket are named wherever they could be made.
+    for (rel, why) in [("reports/null", "device"), ("reports/sock", "socket")] {
+        let made = std::fs::symlink_metadata(env.root.join(rel)).is_ok();
+        eprintln!("{rel}: made by the payload: {made}");
+        assert!(
+            !made || detail.contains(&format!("{rel}: not a regular file ({why})")),
+            "{rel}: {detail}"
+        );
+        assert!(committed(&env, rel).is_none());
+    }
+    let receipt = env.receipt(&summary);
+    assert_eq!(receipt["outputs"][1], "reports/good.md", "{receipt}");
+    // Committed from the bytes read once, and staged so the work tree shows clean.
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let status = repo.status_file(std::path::Path::new("reports/good.md")).unwrap();
+    assert!(status.is_empty(), "{status:?}");
+}
+
+#[test]
+fn the_model_cannot_write_receipts_or_cards_and_settings_cannot_let_it() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(
+        &[
+            cmd("echo ran > reports/marker.txt"),
+            ("write_file", json!({"path": "cards/x.yaml", "content": "id: forged\n"})),
+            cmd("python3 -c \"import os; os.makedirs('car'+'ds/2026-01-01', exist_ok=True); open('car'+'ds/2026-01-01/y.yaml','w').write('id: x')\""),
+            cmd("python3 -c \"import os; os.makedirs('ru'+'ns/t', exist_ok=True); open('ru'+'ns/t/forged.json','w').write('{}')\""),
+        ],
+        "# Done",
+        "",
+    );
+    let (_, summary) = fire(&env, &[]);
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the payload did not run"
+    );
+    let calls = env.receipt(&summary)["tool_calls"].as_array().unwrap().clone();
+    assert_eq!(calls[1]["decision"], "deny", "{}", calls[1]);
+    for c in &calls[2..] {
+        assert_eq!(c["decision"], "allow", "{c}");
+        assert_ne!(c["outcome"], "ok", "the kernel must refuse it: {c}");
+    }
+    assert!(!env.root.join("cards/x.yaml").exists());
+    assert!(!env.root.join("cards/2026-01-01/y.yaml").exists());
+    assert!(!env.root.join("runs/t/forged.json").exists());
+
+    // A write ACL that reaches cards/ is an error in `builder check` and refuses a fire.
+    env.write("settings/runtime.yaml", &settings("[\"reports/**\", \"cards/**\"]", ""));
+    env.commit_all("write ACL reaches cards");
+    let out = env.builder(&["check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("settings/runtime.yaml:8: permissions.write: write glob `cards/**` reaches `cards/`"),
+        "{stdout}"
+    );
+    let (code, summary) = fire(&env, &[]);
+    assert_ne!(code, 0);
+    assert_eq!(env.card_kinds(&summary), vec!["invalid_config"], "{summary}");
+    assert_eq!(env.receipt(&summary)["steps"], 0);
+}
+
+#[test]
+fn a_forged_card_prints_without_raw_escape_sequences() {
+    let env = TestEnv::new();
+    let at = chrono::Utc::now();
+    let card = shared::records::Card::new(
+        shared::records::CardKind::Crashed,
+        "t\u{1b}[31m",
+        "r1",
+        "forged \u{1b}[2J\u{1b}]0;pwned\u{7}\u{9b}31m summary\nREGRESSION: fake line",
+        "detail \u{1b}[1;1H line\nsecond line",
+        vec!["\u{1b}[6n".into()],
+        at,
+    );
+    env.write(
+        &card.rel_path().to_string_lossy(),
+        &shared::records::card_yaml(&card).unwrap(),
+    );
+    env.commit_all("a forged card");
+    for args in [
+        vec!["cards", "list"],
+        vec!["cards", "list", "--json"],
+        vec!["cards", "show", card.id.as_str()],
+        vec!["cards", "export", "--format", "github"],
+    ] {
+        let out = env.builder(&args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("forged"), "{args:?}: the card was not printed: {text}");
+        for bad in ['\u{1b}', '\u{9b}', '\u{7}'] {
+            assert!(!text.contains(bad), "{args:?}: raw {bad:?} printed: {text:?}");
+        }
+        if args == ["cards", "list"] {
+            assert!(text.contains("\\x1b[2J"), "{text}");
+            assert!(!text.lines().any(|l| l.starts_with("REGRESSION")), "{text}");
+        }
+    }
+}
+
+#[test]
+fn the_key_in_encoded_forms_never_reaches_a_record() {
+    if !landlock_or_skip() {
+        return;
+    }
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    use base64::Engine;
+    let forms = [
+        STANDARD.encode(TEST_KEY),
+        URL_SAFE_NO_PAD.encode(TEST_KEY),
+        STANDARD.encode(format!("{KEY_ENV}={TEST_KEY}\n")),
+        hex::encode(TEST_KEY),
+        hex::encode_upper(TEST_KEY),
+        TEST_KEY.replace('-', "%2D"),
+    ];
+    let script = forms.iter().map(|f| format!("echo {f}")).collect::<Vec<_>>().join("; ");
+    let env = setup(
+        &[cmd(&format!("({script}) > reports/enc.txt"))],
+        &format!("# Done\n\n{}", forms.join("\n")),
+        "",
+    );
+    let (_, summary) = fire(&env, &[]);
+    // The payload ran: the script's file was named, left out and removed.
+    let detail = rejected_detail(&env, &summary);
+    assert!(
+        detail.contains("reports/enc.txt: holds a secret value: not committed, and removed"),
+        "{detail}"
+    );
+    assert!(committed(&env, "reports/enc.txt").is_none());
+    assert!(!env.root.join("reports/enc.txt").exists());
+    let records = env.all_record_text();
+    let report = env.read(summary["report"].as_str().unwrap());
+    assert!(report.contains("[REDACTED]"), "{report}");
+    for f in &forms {
+        let core = &f[4..f.len() - 4];
+        assert!(!records.contains(core), "{f} reached a record");
+    }
+}
+
+#[test]
+fn prefetch_scripts_get_an_allow_listed_environment() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(&[cmd("echo ran > reports/marker.txt")], "# Done", "");
+    env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\nprefetch:\n  - name: env\n    run: tools/envdump.sh\n---\nDo the test task.\n",
+    );
+    env.write(
+        "tools/envdump.sh",
+        "#!/bin/sh\nenv > reports/prefetch-env.txt\necho context\n",
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        env.root.join("tools/envdump.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    env.commit_all("a prefetch script");
+    let (_, summary) = fire(
+        &env,
+        &[
+            ("MY_SERVICE_TOKEN", "tok-planted-SECOND-secret-42"),
+            ("ARBITRARY_E2E_VARIABLE", "arbitrary-value-1234"),
+        ],
+    );
+    let seen = String::from_utf8(std::fs::read(env.root.join("reports/prefetch-env.txt")).unwrap_or_default()).unwrap();
+    assert!(seen.contains("PATH="), "the prefetch script did not run: {summary}");
+    for leaked in [
+        "tok-planted-SECOND-secret-42",
+        "arbitrary-value-1234",
+        TEST_KEY,
+        KEY_ENV,
+    ] {
+        assert!(!seen.contains(leaked), "{leaked} reached the prefetch script: {seen}");
+    }
+}
+
+#[test]
+fn tools_get_an_allow_listed_environment() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(&[cmd("env > reports/env.txt")], "# Done", "");
+    let (_, _) = fire(
+        &env,
+        &[
+            ("MY_SERVICE_TOKEN", "tok-planted-SECOND-secret-42"),
+            ("ARBITRARY_E2E_VARIABLE", "arbitrary-value-1234"),
+            ("DATABASE_URL", "postgres://user:pw-planted@db/x"),
+        ],
+    );
+    let (_, seen) = committed(&env, "reports/env.txt").expect("the payload did not run");
+    let seen = String::from_utf8(seen).unwrap();
+    assert!(seen.contains("PATH="), "{seen}");
+    for leaked in [
+        "tok-planted-SECOND-secret-42",
+        "arbitrary-value-1234",
+        "pw-planted",
+        TEST_KEY,
+        "MY_SERVICE_TOKEN",
+        "ARBITRARY_E2E_VARIABLE",
+        KEY_ENV,
+    ] {
+        assert!(!seen.contains(leaked), "{leaked} reached a tool: {seen}");
+    }
+}
+
+#[test]
+fn the_report_reaches_acceptance_scripts_through_a_runtime_only_directory() {
+    if !landlock_or_skip() {
+        return;
+    }
+    // The old hand-over file was `$HOME/report.md` (the scratch dir, which tools may
+    // write): a link planted there sent the runtime's write into `.git`.
+    let env = setup(
+        &script(
+            "plant",
+            "ln -s \"$PWD/.git/hooks/post-commit\" \"$HOME/report.md\"; ln -s \"$PWD/.git/hooks/post-commit\" \"$TMPDIR/x\"; echo ran > reports/marker.txt\n",
+        ),
+        "# Done: the checked report",
+        "",
+    );
+    env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\nacceptance:\n  - name: checked\n    run: tools/check.sh\n---\nDo the test task.\n",
+    );
+    env.write("tools/check.sh", "#!/bin/sh\ngrep -q 'the checked report' \"$1\"\n");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.root.join("tools/check.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.commit_all("an acceptance script");
+    let before = env.builder_snapshot();
+    let git = env.git_snapshot();
+    let (code, summary) = fire(&env, &[]);
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the payload did not run"
+    );
+    assert_eq!(env.git_snapshot(), git, ".git changed");
+    assert!(!env.root.join(".git/hooks/post-commit").exists());
+    check_common(&env, &before, &summary);
+    let receipt = env.receipt(&summary);
+    assert_eq!(receipt["status"], "accepted", "{receipt}");
+    assert_eq!(code, 0, "{summary}");
+    let left = std::fs::read_dir(env.root.join(".runtime/handoff"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(left, 0, "the hand-over directory was not removed");
+}
+
+#[test]
+fn file_tools_refuse_fifos_and_devices_without_hanging() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(
+        &[
+            cmd("mkfifo reports/fifo && ln -s /dev/zero reports/zero && echo ran > reports/marker.txt"),
+            ("read_file", json!({"path": "reports/fifo"})),
+            ("read_file", json!({"path": "reports/zero", "offset": 1, "limit": 5})),
+            ("edit_file", json!({"path": "reports/fifo", "old": "a", "new": "b"})),
+            ("grep", json!({"pattern": "x", "path": "reports"})),
+        ],
+        "# Done",
+        "",
+    );
+    let t = Instant::now();
+    let (_, summary) = fire(&env, &[]);
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the payload did not run"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "the file tools were slow: {:?}",
+        t.elapsed()
+    );
+    let calls = env.receipt(&summary)["tool_calls"].as_array().unwrap().clone();
+    assert_eq!(calls.len(), 5, "{calls:?}");
+    for c in &calls[1..4] {
+        assert_ne!(c["outcome"], "ok", "a file tool read a FIFO or a device: {c}");
+    }
+    // The FIFO is inside the write ACL: the policy let both calls through, and the
+    // tool itself refused.
+    assert_eq!(calls[1]["decision"], "allow", "{}", calls[1]);
+    assert_eq!(calls[3]["decision"], "allow", "{}", calls[3]);
+    assert_eq!(calls[4]["outcome"], "ok", "{}", calls[4]);
+}
