@@ -696,11 +696,51 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
             .with_hint("set `require_signed: false` (approvals then name their approver by git identity only), or use a builder that verifies signatures"),
         );
     }
-    for (list, rules) in [
-        ("allow", &s.permissions.allow),
-        ("ask", &s.permissions.ask),
-        ("deny", &s.permissions.deny),
-    ] {
+    permission_problems(file, src, &s.permissions, &mut d);
+    for g in &s.builder_paths {
+        if let Err(e) = globset::Glob::new(g) {
+            d.push(Diagnostic::new(
+                file,
+                yamlpos::line_of_item(src, &["builder_paths"], g),
+                "builder_paths",
+                format!("invalid glob `{g}`: {e}"),
+            ));
+        }
+    }
+    for t in unknown_tools {
+        d.push(unknown_tool(file, yamlpos::line_of_item(src, &["tools"], t), t));
+    }
+    budget_problems(file, src, &s.budgets, &mut d);
+    if let Some(url) = &s.telemetry.endpoint {
+        if let Err(why) = check_endpoint(url) {
+            d.push(
+                Diagnostic::new(
+                    file,
+                    yamlpos::line_of(src, &["telemetry", "endpoint"]),
+                    "telemetry.endpoint",
+                    format!("`{url}` {why}"),
+                )
+                .with_hint("an OTLP/HTTP base URL such as http://127.0.0.1:4318"),
+            );
+        }
+    }
+    for dir in &s.permissions.additional_directories {
+        if !Path::new(dir).is_absolute() && !dir.starts_with("~/") {
+            d.push(Diagnostic::new(
+                file,
+                yamlpos::line_of_item(src, &["permissions"], dir),
+                "permissions.additional_directories",
+                format!("`{dir}` must be an absolute path"),
+            ));
+        }
+    }
+    d
+}
+
+/// Rules that do not parse, and write globs that are invalid or reach builder-owned or
+/// record directories.
+fn permission_problems(file: &Path, src: &str, p: &Permissions, d: &mut Vec<Diagnostic>) {
+    for (list, rules) in [("allow", &p.allow), ("ask", &p.ask), ("deny", &p.deny)] {
         for r in rules {
             if let Err(e) = Rule::parse(r) {
                 d.push(
@@ -715,7 +755,7 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
             }
         }
     }
-    for g in &s.permissions.write {
+    for g in &p.write {
         let line = yamlpos::line_of_item(src, &["permissions", "write"], g);
         match globset::Glob::new(g) {
             Err(e) => d.push(Diagnostic::new(
@@ -752,20 +792,10 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
             }
         }
     }
-    for g in &s.builder_paths {
-        if let Err(e) = globset::Glob::new(g) {
-            d.push(Diagnostic::new(
-                file,
-                yamlpos::line_of_item(src, &["builder_paths"], g),
-                "builder_paths",
-                format!("invalid glob `{g}`: {e}"),
-            ));
-        }
-    }
-    for t in unknown_tools {
-        d.push(unknown_tool(file, yamlpos::line_of_item(src, &["tools"], t), t));
-    }
-    let b = &s.budgets;
+}
+
+/// Budgets must be greater than zero.
+fn budget_problems(file: &Path, src: &str, b: &Budgets, d: &mut Vec<Diagnostic>) {
     for (name, bad) in [
         ("max_steps", b.max_steps == 0),
         ("max_wall_s", b.max_wall_s == 0),
@@ -781,30 +811,6 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
             ));
         }
     }
-    if let Some(url) = &s.telemetry.endpoint {
-        if let Err(why) = check_endpoint(url) {
-            d.push(
-                Diagnostic::new(
-                    file,
-                    yamlpos::line_of(src, &["telemetry", "endpoint"]),
-                    "telemetry.endpoint",
-                    format!("`{url}` {why}"),
-                )
-                .with_hint("an OTLP/HTTP base URL such as http://127.0.0.1:4318"),
-            );
-        }
-    }
-    for dir in &s.permissions.additional_directories {
-        if !Path::new(dir).is_absolute() && !dir.starts_with("~/") {
-            d.push(Diagnostic::new(
-                file,
-                yamlpos::line_of_item(src, &["permissions"], dir),
-                "permissions.additional_directories",
-                format!("`{dir}` must be an absolute path"),
-            ));
-        }
-    }
-    d
 }
 
 /// Why `url` cannot be an OTLP/HTTP endpoint, if it cannot.

@@ -105,26 +105,7 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) 
         held.push((rel, bytes));
     }
     let receipt_rel = records::receipt_path(task, &ctx.run_id, ctx.started_at);
-    let receipt = Receipt {
-        run_id: ctx.run_id.clone(),
-        task: task.clone(),
-        status: rec.status,
-        stop_reason: rec.stop,
-        started_at: ctx.started_at,
-        finished_at,
-        inputs: rec.inputs.clone(),
-        sandbox: rec.sandbox.clone(),
-        steps: rec.state.step,
-        tool_calls: rec.state.tool_calls.clone(),
-        tokens: rec.state.tokens,
-        cost_usd: cost,
-        retries: rec.state.retries,
-        denials: rec.state.denials,
-        outputs: outputs_list,
-        cards: card_ids.clone(),
-        acceptance: rec.acceptance.clone(),
-        resumed_from: ctx.opts.resume.clone(),
-    };
+    let receipt = receipt_of(ctx, rec, finished_at, cost, outputs_list, card_ids.clone());
     let receipt_bytes = records::receipt_json(&receipt).map(|j| sink.redactor.redact(&j).into_owned().into_bytes());
     match receipt_bytes.and_then(|b| records::create_new(root, &receipt_rel, &b).map(|()| b)) {
         Ok(b) => {
@@ -142,16 +123,7 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) 
             Err(e) => failure = Some(e),
         }
     }
-    let end = match &failure {
-        Some(f) => {
-            tracing::error!(error = %f.message, "writing the fire's records failed");
-            f.end
-        }
-        None => match end_of(rec.status) {
-            FireEnd::Completed if !card_ids.is_empty() => FireEnd::NeedsAttention,
-            end => end,
-        },
-    };
+    let end = end_after_writing(rec.status, failure.as_ref(), !card_ids.is_empty());
     if let Some(exporter) = &sink.telemetry {
         export(ctx, exporter, &rec.state.trace);
     }
@@ -252,6 +224,52 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
         | CardKind::Crashed
         | CardKind::EmptyReport => "`builder cards list` shows the cards; the receipt has the details".into(),
     })
+}
+
+/// The receipt of a run whose records are being written.
+fn receipt_of(
+    ctx: &FireContext,
+    rec: &RunRecords,
+    finished_at: chrono::DateTime<Utc>,
+    cost_usd: f64,
+    outputs: Vec<String>,
+    cards: Vec<String>,
+) -> Receipt {
+    Receipt {
+        run_id: ctx.run_id.clone(),
+        task: ctx.opts.task.clone(),
+        status: rec.status,
+        stop_reason: rec.stop,
+        started_at: ctx.started_at,
+        finished_at,
+        inputs: rec.inputs.clone(),
+        sandbox: rec.sandbox.clone(),
+        steps: rec.state.step,
+        tool_calls: rec.state.tool_calls.clone(),
+        tokens: rec.state.tokens,
+        cost_usd,
+        retries: rec.state.retries,
+        denials: rec.state.denials,
+        outputs,
+        cards,
+        acceptance: rec.acceptance.clone(),
+        resumed_from: ctx.opts.resume.clone(),
+    }
+}
+
+/// How the fire ends once its records were (or were not) written: a failure to write
+/// decides; a completed run that wrote cards needs attention.
+fn end_after_writing(status: RunStatus, failure: Option<&WriteFailure>, wrote_cards: bool) -> FireEnd {
+    match failure {
+        Some(f) => {
+            tracing::error!(error = %f.message, "writing the fire's records failed");
+            f.end
+        }
+        None => match end_of(status) {
+            FireEnd::Completed if wrote_cards => FireEnd::NeedsAttention,
+            end => end,
+        },
+    }
 }
 
 /// How a run's status ends the fire, when its records were written.
