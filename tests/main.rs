@@ -17,3 +17,4 @@ mod init_check;
 mod operator;
 mod otlp;
 mod progress;
+mod races;

@@ -232,6 +232,10 @@ fn classify_cause(cause: &(dyn StdError + 'static)) -> Option<(Kind, Option<Stri
             )),
             // Only a fire commits, and it never asks to commit outside its paths.
             GitError::Refused { .. } => Some((Kind::Internal, None)),
+            // A held lock, a branch that kept moving: the machine, not the input.
+            GitError::Locked { .. } | GitError::HeadMoving { .. } | GitError::Undo { .. } => {
+                Some((Kind::Environment, None))
+            }
             // The cause below (git2 or io) decides.
             GitError::Git(_) | GitError::Io { .. } => None,
         };
