@@ -177,6 +177,8 @@ pub enum CardKind {
     ContextOverflow,
     /// A prefetch script wrote more than the output cap; its middle was cut.
     PrefetchTruncated,
+    /// The state database was damaged: moved aside and rebuilt empty.
+    StateReset,
 }
 
 impl CardKind {
@@ -200,6 +202,7 @@ impl CardKind {
             CardKind::EmptyReport => "empty_report",
             CardKind::ContextOverflow => "context_overflow",
             CardKind::PrefetchTruncated => "prefetch_truncated",
+            CardKind::StateReset => "state_reset",
         }
     }
 }
@@ -257,6 +260,7 @@ named!(
         CardKind::EmptyReport,
         CardKind::ContextOverflow,
         CardKind::PrefetchTruncated,
+        CardKind::StateReset,
     ]
 );
 
@@ -1120,6 +1124,7 @@ triage:
             (CardKind::EmptyReport, "empty_report"),
             (CardKind::ContextOverflow, "context_overflow"),
             (CardKind::PrefetchTruncated, "prefetch_truncated"),
+            (CardKind::StateReset, "state_reset"),
         ]);
     }
 

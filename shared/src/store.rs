@@ -71,6 +71,20 @@ pub enum StoreError {
     Io { path: String, source: std::io::Error },
 }
 
+impl StoreError {
+    /// Whether SQLite says the file is not a database or is corrupt (as opposed to
+    /// busy, read-only, full or missing).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            StoreError::Sqlite { source, .. } => matches!(
+                source.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
+            ),
+            StoreError::TooNew { .. } | StoreError::Io { .. } => false,
+        }
+    }
+}
+
 /// An open store.
 pub struct Store {
     conn: Connection,
@@ -128,7 +142,21 @@ impl Store {
     }
 
     fn migrate(&mut self, schema: Schema) -> Result<(), StoreError> {
-        // Ok(Some(v)): the file's schema is newer than this binary.
+        // A plain read first: a file already at this schema needs no write transaction,
+        // so `runtime runs` and `show` work on a full disk and a read-only `.runtime`.
+        let current = self.schema_version()?;
+        if current == schema.version() {
+            return Ok(());
+        }
+        if current > schema.version() {
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found: current,
+                known: schema.version(),
+            });
+        }
+        // Ok(Some(v)): the file's schema is newer than this binary (another process
+        // migrated it meanwhile).
         let newer = self.write(|tx| {
             let version = tx.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))? as usize;
             if version > schema.version() {
@@ -164,6 +192,16 @@ impl Store {
         let out = f(&tx).map_err(e)?;
         tx.commit().map_err(e)?;
         Ok(out)
+    }
+
+    /// SQLite's `PRAGMA quick_check`: `None` when the file is sound, else what it
+    /// found (the first few problems).
+    pub fn quick_check(&self) -> Result<Option<String>, StoreError> {
+        let found = self.query_all("PRAGMA quick_check(5)", [], |r| r.get::<_, String>(0))?;
+        if found.len() == 1 && found[0] == "ok" {
+            return Ok(None);
+        }
+        Ok(Some(found.join("; ")))
     }
 
     /// Copies the write-ahead log into the database file and empties it. Worth it
@@ -285,6 +323,38 @@ mod tests {
             Store::open(&path, TEST_SCHEMA),
             Err(StoreError::TooNew { found: 99, .. })
         ));
+    }
+
+    #[test]
+    fn opening_a_current_store_takes_no_write_lock() {
+        // A writer holds the database: a migrating open would wait for it (busy
+        // timeout) and then fail, as it would on a full disk or a read-only file.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        drop(Store::open(&path, TEST_SCHEMA).unwrap());
+        let mut writer = Connection::open(&path).unwrap();
+        let tx = writer
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .unwrap();
+        let t = std::time::Instant::now();
+        let s = Store::open(&path, TEST_SCHEMA).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(2), "waited {:?}", t.elapsed());
+        assert_eq!(s.schema_version().unwrap(), TEST_SCHEMA.version());
+        tx.rollback().unwrap();
+    }
+
+    #[test]
+    fn damage_is_told_from_other_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        std::fs::write(&path, vec![7u8; 4096]).unwrap();
+        let e = Store::open(&path, TEST_SCHEMA).err().expect("not a database");
+        assert!(e.is_damage(), "{e}");
+        let busy = StoreError::Sqlite {
+            path: "x".into(),
+            source: rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY), None),
+        };
+        assert!(!busy.is_damage());
     }
 
     #[test]
