@@ -11,6 +11,7 @@ mod builder_cmds;
 mod builder_truth;
 mod escape;
 mod exit_codes;
+mod faults;
 mod fire;
 mod identity;
 mod init_check;

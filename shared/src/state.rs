@@ -178,6 +178,24 @@ impl StateDb {
         }
     }
 
+    /// Opens the state database for a command that only reads it (`runtime runs`,
+    /// `show`): as [`StateDb::open`] does where it can write, else read-only (a
+    /// read-only `.runtime`, a full disk), where a damaged file is an error instead.
+    pub fn open_for_reading(root: &Path) -> Result<StateDb, StoreError> {
+        match StateDb::open(root) {
+            Ok(db) => Ok(db),
+            Err(e @ StoreError::TooNew { .. }) => Err(e),
+            Err(e) if e.is_damage() => Err(e),
+            Err(e) => match Store::open_read_only(&db_path(root), RUNTIME_SCHEMA) {
+                Ok(store) => {
+                    tracing::debug!(error = %e, "the state database is read without writing");
+                    Ok(StateDb { store, reset: None })
+                }
+                Err(_) => Err(e),
+            },
+        }
+    }
+
     /// The reset this open made, if the file was damaged.
     pub fn reset(&self) -> Option<&StateReset> {
         self.reset.as_ref()

@@ -111,6 +111,65 @@ impl Store {
         Ok(store)
     }
 
+    /// Opens the database at `path` for reading only, for commands that only read
+    /// (`runtime runs`, `show`) where it cannot be written: a read-only `.runtime`, a
+    /// full disk. SQLite needs the write-ahead log's shared-memory file to read a WAL
+    /// database; where that cannot be created, the file is read as immutable (what a
+    /// read-only file system guarantees anyway). The schema must be current: a read
+    /// cannot migrate. A missing (or empty) file reads as an empty database.
+    pub fn open_read_only(path: &Path, schema: Schema) -> Result<Store, StoreError> {
+        use rusqlite::OpenFlags;
+        let p = path.display().to_string();
+        let sql = |e| StoreError::Sqlite {
+            path: p.clone(),
+            source: e,
+        };
+        // Missing, or created empty by an open that then could not write.
+        if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
+            let mut store = Store {
+                conn: Connection::open_in_memory().map_err(sql)?,
+                path: p.clone(),
+            };
+            store.migrate(schema)?;
+            return Ok(store);
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut last = None;
+        for extra in ["", "&immutable=1"] {
+            let uri = format!("file:{}?mode=ro{extra}", uri_path(path));
+            let store = Connection::open_with_flags(&uri, flags).map(|conn| Store { conn, path: p.clone() });
+            let version = store.and_then(|s| {
+                s.conn.busy_timeout(Duration::from_secs(10))?;
+                let v: i64 = s.conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+                Ok((s, v as usize))
+            });
+            match version {
+                Ok((s, v)) if v == schema.version() => return Ok(s),
+                Ok((_, v)) if v > schema.version() => {
+                    return Err(StoreError::TooNew {
+                        path: p.clone(),
+                        found: v,
+                        known: schema.version(),
+                    })
+                }
+                Ok((_, v)) => {
+                    return Err(StoreError::Sqlite {
+                        path: p.clone(),
+                        source: rusqlite::Error::SqliteFailure(
+                            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
+                            Some(format!(
+                                "schema version {v} needs migrating to {}, which a read-only open cannot do",
+                                schema.version()
+                            )),
+                        ),
+                    })
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(sql(last.unwrap_or(rusqlite::Error::InvalidQuery)))
+    }
+
     /// Turns a SQLite error into one that names this store's file.
     pub fn sql_error(&self) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ {
         move |e| StoreError::Sqlite {
@@ -243,6 +302,20 @@ impl Store {
     pub fn path(&self) -> &str {
         &self.path
     }
+}
+
+/// `path` for a SQLite `file:` URI: `%`, `?` and `#` escaped.
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Writes one run's row into the `runs` table both databases have (the runtime's
