@@ -155,24 +155,30 @@ pub fn commit_new_files(
     commit_new_files_with(repo, files, allowed, name, email, message, &CommitOptions::new(&root))
 }
 
-/// [`commit_new_files`] done the way `git commit` does it, so HEAD and git's index
-/// never disagree about the new files:
+/// [`commit_new_files`] done under git's index lock, so HEAD and git's index never
+/// disagree about the new files, and no engineer's `git commit` can drop them:
 ///
-/// 1. remove the locks a dead runtime left (see [`recover_stale_locks`]);
+/// 1. remove the locks a dead runtime left (see [`recover_stale_locks`]); records it
+///    was committing, still in the work tree, join this commit;
 /// 2. record the intent (pid, process start time, the lock paths), fsynced;
 /// 3. take the index lock (`<index>.lock`, created exclusively), waiting up to
 ///    `lock_wait` for another git;
-/// 4. read HEAD, build the tree (HEAD's tree plus the new files), write the commit;
-/// 5. move the branch with a compare-and-swap against the HEAD read in 4 (with a
-///    reflog entry); when HEAD moved meanwhile, go back to 4 on the new tip (the files
+/// 4. write the index (what is on disk now plus the new files) and rename it over
+///    the index, keeping the lock;
+/// 5. read HEAD, build the tree (HEAD's tree plus the new files), write the commit;
+/// 6. move the branch with a compare-and-swap against the HEAD read in 5 (with a
+///    reflog entry); when HEAD moved meanwhile, go back to 5 on the new tip (the files
 ///    are new paths, so this never conflicts), at most `tries` times;
-/// 6. write the index (what is on disk now plus the new files) into the lock and
-///    rename it over the index, which releases the lock;
-/// 7. remove the intent.
+/// 7. release the lock, remove the intent.
 ///
-/// When 6 fails, the branch is moved back (compare-and-swap again) before the error
-/// is returned. Linked worktrees work: the index and HEAD are those of `repo.path()`,
-/// the branch and objects those of the common directory, as libgit2 resolves them.
+/// The index goes first, unlike in `git commit`, because `git commit` reads the
+/// index *before* it takes the lock (and HEAD before that): publishing HEAD first
+/// would let an engineer's commit pair the new HEAD with the index that lacks the
+/// records, and commit their deletion. This way a `git commit` that read the old
+/// HEAD fails its own compare-and-swap, and one that read the new HEAD reads the new
+/// index. When 5-6 fail, the index is put back as it was. Linked worktrees work: the
+/// index and HEAD are those of `repo.path()`, the branch and objects those of the
+/// common directory, as libgit2 resolves them.
 #[allow(clippy::too_many_arguments)]
 pub fn commit_new_files_with(
     repo: &Repository,
@@ -189,28 +195,7 @@ pub fn commit_new_files_with(
     git2::opts::strict_object_creation(false);
     let mut blobs = Vec::with_capacity(files.len());
     for f in files {
-        if f.contains("..") || f.starts_with('/') || f.contains("//") || !allowed(f) {
-            return Err(GitError::Refused {
-                path: f.clone(),
-                why: "outside the runtime-owned paths".into(),
-            });
-        }
-        let full = root.join(f);
-        let meta = std::fs::symlink_metadata(&full).map_err(|e| GitError::Io {
-            path: full.clone(),
-            source: e,
-        })?;
-        if !meta.file_type().is_file() {
-            return Err(GitError::Refused {
-                path: f.clone(),
-                why: "not a regular file (symlinks and devices are never committed)".into(),
-            });
-        }
-        let bytes = std::fs::read(&full).map_err(|e| GitError::Io {
-            path: full.clone(),
-            source: e,
-        })?;
-        blobs.push((f.as_str(), repo.blob(&bytes)?));
+        blobs.push((f.clone(), record_blob(repo, &root, f, &allowed)?));
     }
     // Refuse a rewrite before taking any lock.
     if let Some(head) = head_commit(repo)? {
@@ -221,18 +206,36 @@ pub fn commit_new_files_with(
     let index_lock = lock_path_of(&index_path);
     let branch = head_branch(repo)?;
     let ref_lock = lock_path_of(&ref_file(repo, &branch));
-    let temp_index = index_path.with_file_name(format!(
-        "{}.runtime-{}",
-        index_path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
-        std::process::id()
-    ));
+    let side = |what: &str| {
+        index_path.with_file_name(format!(
+            "{}.runtime-{}{what}",
+            index_path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+            std::process::id()
+        ))
+    };
+    let (temp_index, saved_index) = (side(""), side(".orig"));
+    // Records a dead runtime was committing: committed with these when HEAD lacks
+    // them, and put in the index either way.
     let mut orphans = Vec::new();
     if let Some(dir) = &opts.intent_dir {
-        orphans = recover_stale_locks(dir)?.orphaned_files;
+        for f in recover_stale_locks(dir)?.orphaned_files {
+            if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
+                continue;
+            }
+            match record_blob(repo, &root, &f, &allowed) {
+                Ok(oid) => orphans.push((f, oid)),
+                Err(e) => tracing::warn!(file = %f, error = %e, "a dead runtime's record is left alone"),
+            }
+        }
     }
     let mut intent = opts.intent_dir.as_ref().map(|dir| Intent::new(dir, files));
     if let Some(i) = &mut intent {
-        i.record.locks = vec![IntentLock::path(&index_lock), IntentLock::path(&temp_index)];
+        i.record.locks = vec![
+            IntentLock::path(&index_lock),
+            IntentLock::path(&temp_index),
+            IntentLock::path(&saved_index),
+            IntentLock::path(&ref_lock),
+        ];
         i.save()?;
     }
     let held = match take_index_lock(&index_lock, opts.lock_wait) {
@@ -244,47 +247,67 @@ pub fn commit_new_files_with(
             return Err(e);
         }
     };
-    let result = commit_locked(
-        repo,
-        &CommitParts {
-            blobs: &blobs,
-            files,
-            orphans: &orphans,
-            branch: &branch,
-            ref_lock: &ref_lock,
-            index_path: &index_path,
-            index_lock: &index_lock,
-            temp_index: &temp_index,
-            held_inode: held,
-            name,
-            email,
-            message,
-        },
-        intent.as_mut(),
-        opts,
-    );
-    if result.is_err() {
-        // Ours, by inode: release it (a success released it by renaming over the index).
-        let _ = remove_if_inode(&index_lock, held);
-        let _ = std::fs::remove_file(&temp_index);
+    let parts = CommitParts {
+        blobs: &blobs,
+        orphans: &orphans,
+        branch: &branch,
+        index_path: &index_path,
+        temp_index: &temp_index,
+        saved_index: &saved_index,
+        name,
+        email,
+        message,
+    };
+    if let Some(i) = &mut intent {
+        i.record.locks[0].inode = Some(held);
     }
+    let result = commit_locked(repo, &parts, intent.as_mut(), opts);
+    // Ours, by inode: release it.
+    if let Err(e) = remove_if_inode(&index_lock, held) {
+        tracing::warn!(lock = %index_lock.display(), error = %e, "the index lock was not released");
+    }
+    let _ = std::fs::remove_file(&temp_index);
+    let _ = std::fs::remove_file(&saved_index);
     if let Some(i) = &intent {
         i.remove();
     }
     result
 }
 
+/// Checks one record and writes its blob.
+fn record_blob(repo: &Repository, root: &Path, f: &str, allowed: &impl Fn(&str) -> bool) -> Result<Oid, GitError> {
+    if f.contains("..") || f.starts_with('/') || f.contains("//") || !allowed(f) {
+        return Err(GitError::Refused {
+            path: f.to_string(),
+            why: "outside the runtime-owned paths".into(),
+        });
+    }
+    let full = root.join(f);
+    let meta = std::fs::symlink_metadata(&full).map_err(|e| GitError::Io {
+        path: full.clone(),
+        source: e,
+    })?;
+    if !meta.file_type().is_file() {
+        return Err(GitError::Refused {
+            path: f.to_string(),
+            why: "not a regular file (symlinks and devices are never committed)".into(),
+        });
+    }
+    let bytes = std::fs::read(&full).map_err(|e| GitError::Io {
+        path: full.clone(),
+        source: e,
+    })?;
+    Ok(repo.blob(&bytes)?)
+}
+
 /// What one locked commit needs.
 struct CommitParts<'a> {
-    blobs: &'a [(&'a str, Oid)],
-    files: &'a [String],
-    orphans: &'a [String],
+    blobs: &'a [(String, Oid)],
+    orphans: &'a [(String, Oid)],
     branch: &'a str,
-    ref_lock: &'a Path,
     index_path: &'a Path,
-    index_lock: &'a Path,
     temp_index: &'a Path,
-    held_inode: u64,
+    saved_index: &'a Path,
     name: &'a str,
     email: &'a str,
     message: &'a str,
@@ -297,9 +320,38 @@ fn commit_locked(
     mut intent: Option<&mut Intent>,
     opts: &CommitOptions,
 ) -> Result<Oid, GitError> {
+    let add: Vec<&str> = p.blobs.iter().chain(p.orphans).map(|(f, _)| f.as_str()).collect();
+    let had_index = save_index(p)?;
+    write_index(repo, p, &add)?;
+    let result = move_branch(repo, p, intent.as_deref_mut(), opts);
+    if result.is_err() {
+        // The records stay in the work tree, not staged: put the index back.
+        let restored = if had_index {
+            std::fs::rename(p.saved_index, p.index_path)
+        } else {
+            std::fs::remove_file(p.index_path)
+        };
+        if let Err(e) = restored {
+            tracing::warn!(index = %p.index_path.display(), error = %e, "the index was not put back");
+        }
+        if let Ok(mut real) = git2::Index::open(p.index_path) {
+            let _ = repo.set_index(&mut real);
+        }
+    }
+    result
+}
+
+/// Steps 5-6: build the commit on HEAD and move the branch, again on a moved tip.
+fn move_branch(
+    repo: &Repository,
+    p: &CommitParts,
+    mut intent: Option<&mut Intent>,
+    opts: &CommitOptions,
+) -> Result<Oid, GitError> {
     let sig = Signature::now(p.name, p.email)?;
     let subject = p.message.lines().next().unwrap_or_default();
     let reflog = format!("commit: {subject}");
+    let own: Vec<String> = p.blobs.iter().map(|(f, _)| f.clone()).collect();
     for attempt in 1..=opts.tries.max(1) {
         let old = branch_target(repo, p.branch)?;
         let parent = old.map(|h| repo.find_commit(h)).transpose()?;
@@ -307,23 +359,20 @@ fn commit_locked(
             Some(c) => c.tree()?,
             None => repo.find_tree(repo.treebuilder(None)?.write()?)?,
         };
-        refuse_existing(&base_tree, p.files)?;
+        refuse_existing(&base_tree, &own)?;
         let mut update = TreeUpdateBuilder::new();
         for (f, oid) in p.blobs {
-            update.upsert(*f, *oid, FileMode::Blob);
+            update.upsert(f.as_str(), *oid, FileMode::Blob);
+        }
+        for (f, oid) in p.orphans {
+            if base_tree.get_path(Path::new(f)).is_err() {
+                update.upsert(f.as_str(), *oid, FileMode::Blob);
+            }
         }
         let tree = repo.find_tree(update.create_updated(repo, &base_tree)?)?;
         let parents: Vec<&git2::Commit> = parent.iter().collect();
         let new = repo.commit(None, &sig, &sig, p.message, &tree, &parents)?;
         if let Some(i) = intent.as_deref_mut() {
-            i.record.locks = vec![
-                IntentLock {
-                    path: p.index_lock.to_path_buf(),
-                    inode: Some(p.held_inode),
-                },
-                IntentLock::path(p.temp_index),
-                IntentLock::path(p.ref_lock),
-            ];
             i.record.commit = Some(new.to_string());
             i.save()?;
         }
@@ -335,7 +384,7 @@ fn commit_locked(
             None => repo.reference(p.branch, new, false, &reflog),
         };
         match moved {
-            Ok(_) => {}
+            Ok(_) => return Ok(new),
             Err(e)
                 if matches!(
                     e.code(),
@@ -346,35 +395,9 @@ fn commit_locked(
                 if e.code() == git2::ErrorCode::Locked {
                     std::thread::sleep(Duration::from_millis(20 * u64::from(attempt)));
                 }
-                continue;
             }
             Err(e) => return Err(e.into()),
         }
-        let mut add: Vec<&str> = p.files.iter().map(String::as_str).collect();
-        // Records a dead runtime committed but never put in the index.
-        for o in p.orphans {
-            if tree.get_path(Path::new(o)).is_ok() && !add.contains(&o.as_str()) {
-                add.push(o);
-            }
-        }
-        if let Err(e) = write_index(repo, p, &add) {
-            // Never leave HEAD ahead of the index: move the branch back.
-            let back = match old {
-                Some(old) => repo
-                    .reference_matching(p.branch, old, true, new, "runtime: index not written, commit undone")
-                    .map(|_| ()),
-                None => repo.find_reference(p.branch).and_then(|mut r| r.delete()),
-            };
-            return Err(match back {
-                Ok(()) => e,
-                Err(b) => GitError::Undo {
-                    branch: p.branch.to_string(),
-                    commit: new.to_string(),
-                    message: format!("{e}; moving the branch back failed too: {b}"),
-                },
-            });
-        }
-        return Ok(new);
     }
     Err(GitError::HeadMoving {
         branch: p.branch.to_string(),
@@ -395,10 +418,26 @@ fn refuse_existing(tree: &git2::Tree, files: &[String]) -> Result<(), GitError> 
     Ok(())
 }
 
-/// Step 6: the index on disk now plus `add`, written into the lock we hold and
-/// renamed over the index. libgit2 writes an index only through its own lock, so it
-/// writes a private copy, which is then renamed onto the lock (which stays held
-/// throughout) and the lock onto the index.
+/// Keeps the index as it is (a hard link, or a copy), to put back if the commit
+/// fails; `false` when there is no index yet.
+fn save_index(p: &CommitParts) -> Result<bool, GitError> {
+    let _ = std::fs::remove_file(p.saved_index);
+    let saved = std::fs::hard_link(p.index_path, p.saved_index)
+        .or_else(|_| std::fs::copy(p.index_path, p.saved_index).map(|_| ()));
+    match saved {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !p.index_path.exists() => Ok(false),
+        Err(e) => Err(GitError::Io {
+            path: p.saved_index.to_path_buf(),
+            source: e,
+        }),
+    }
+}
+
+/// Step 4: the index on disk now plus `add`, renamed over the index while the lock
+/// stays held (only the holder writes the index; the lock file itself is only the
+/// claim). libgit2 writes an index only through its own lock, so it writes a private
+/// copy.
 fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), GitError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -407,7 +446,7 @@ fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), G
     let _ = std::fs::remove_file(p.temp_index);
     match std::fs::copy(p.index_path, p.temp_index) {
         Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !p.index_path.exists() => {}
         Err(e) => return Err(io(p.temp_index)(e)),
     }
     let written = (|| -> Result<(), GitError> {
@@ -420,11 +459,10 @@ fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), G
         index.write()?;
         Ok(())
     })();
+    let published = written.and_then(|()| std::fs::rename(p.temp_index, p.index_path).map_err(io(p.index_path)));
     // Whatever happened, the handle goes back to the real index.
     let restored = git2::Index::open(p.index_path).and_then(|mut real| repo.set_index(&mut real));
-    written?;
-    std::fs::rename(p.temp_index, p.index_lock).map_err(io(p.index_lock))?;
-    std::fs::rename(p.index_lock, p.index_path).map_err(io(p.index_path))?;
+    published?;
     restored?;
     Ok(())
 }
@@ -1780,26 +1818,79 @@ mod commit_tests {
         assert!(matches!(commit(&repo, &o), Err(GitError::HeadMoving { tries: 3, .. })));
         assert!(head_blob(&repo, "runs/t/r1.json").unwrap().is_none());
         assert!(!repo.path().join("index.lock").exists());
+        let mut index = repo.index().unwrap();
+        index.read(true).unwrap();
+        assert!(
+            index.get_path(Path::new("runs/t/r1.json"), 0).is_none(),
+            "the index is put back: the record is not left staged"
+        );
+        assert!(index.get_path(Path::new("prompts/t.md"), 0).is_some());
     }
 
     #[test]
-    fn an_index_that_cannot_be_written_moves_the_branch_back() {
+    fn an_index_that_cannot_be_written_leaves_head_where_it_was() {
         let (dir, repo) = setup();
         let before = head_commit(&repo).unwrap();
-        let index = repo.path().join("index");
+        // Something occupies the private copy's path: the index cannot be written.
+        let blocker = repo.path().join(format!("index.runtime-{}", std::process::id()));
+        std::fs::create_dir(&blocker).unwrap();
+        std::fs::write(blocker.join("x"), "").unwrap();
+        assert!(commit(&repo, &opts(dir.path())).is_err());
+        assert_eq!(head_commit(&repo).unwrap(), before, "HEAD unmoved");
+        assert!(!repo.path().join("index.lock").exists(), "the lock is released");
+        let mut index = repo.index().unwrap();
+        index.read(true).unwrap();
+        assert!(index.get_path(Path::new("runs/t/r1.json"), 0).is_none());
+    }
+
+    #[test]
+    fn the_index_has_the_records_before_the_branch_moves_and_the_lock_is_held_throughout() {
+        // `git commit` reads HEAD, then the index, then takes the lock: whoever can see
+        // the new HEAD must also see the new index.
+        let (dir, repo) = setup();
+        let before = head_commit(&repo).unwrap();
+        let seen = std::cell::Cell::new(false);
         let hook = |_: u32| {
-            // Something makes the index unwritable after the commit object exists.
-            std::fs::remove_file(&index).unwrap();
-            std::fs::create_dir(&index).unwrap();
-            std::fs::write(index.join("x"), "").unwrap();
+            let other = Repository::open(dir.path()).unwrap();
+            let index = other.index().unwrap();
+            assert!(index.get_path(Path::new("runs/t/r1.json"), 0).is_some(), "index first");
+            assert_eq!(head_commit(&other).unwrap(), before, "then the branch");
+            assert!(other.path().join("index.lock").exists(), "under the lock");
+            seen.set(true);
         };
         let o = CommitOptions {
             before_ref_update: Some(&hook),
             ..opts(dir.path())
         };
-        assert!(commit(&repo, &o).is_err());
-        assert_eq!(head_commit(&repo).unwrap(), before, "HEAD moved back");
-        assert!(!repo.path().join("index.lock").exists());
+        commit(&repo, &o).unwrap();
+        assert!(seen.get());
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+    }
+
+    #[test]
+    fn records_a_dead_runtime_left_uncommitted_join_the_next_commit() {
+        let (dir, repo) = setup();
+        std::fs::write(dir.path().join("runs/t/r0.json"), "{\"dead\": true}").unwrap();
+        let mut child = holder();
+        let pid = child.id();
+        let start = process_start_time(pid);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let intent = write_intent(dir.path(), pid, start, vec![]);
+        let mut record: IntentRecord = serde_json::from_slice(&std::fs::read(&intent).unwrap()).unwrap();
+        record.files = vec!["runs/t/r0.json".into(), "prompts/t.md".into()];
+        std::fs::write(&intent, serde_json::to_vec(&record).unwrap()).unwrap();
+        let oid = commit(&repo, &opts(dir.path())).unwrap();
+        assert_committed_and_indexed(&repo, "runs/t/r0.json");
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+        let c = repo.find_commit(oid).unwrap();
+        let parent = c.parent(0).unwrap();
+        let blob = c.tree().unwrap().get_path(Path::new("prompts/t.md")).unwrap().id();
+        assert_eq!(
+            blob,
+            parent.tree().unwrap().get_path(Path::new("prompts/t.md")).unwrap().id(),
+            "a path outside the runtime's is never taken from an intent"
+        );
     }
 
     #[test]
