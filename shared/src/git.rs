@@ -317,13 +317,13 @@ struct CommitParts<'a> {
 fn commit_locked(
     repo: &Repository,
     p: &CommitParts,
-    mut intent: Option<&mut Intent>,
+    intent: Option<&mut Intent>,
     opts: &CommitOptions,
 ) -> Result<Oid, GitError> {
     let add: Vec<&str> = p.blobs.iter().chain(p.orphans).map(|(f, _)| f.as_str()).collect();
     let had_index = save_index(p)?;
     write_index(repo, p, &add)?;
-    let result = move_branch(repo, p, intent.as_deref_mut(), opts);
+    let result = move_branch(repo, p, intent, opts);
     if result.is_err() {
         // The records stay in the work tree, not staged: put the index back.
         let restored = if had_index {
