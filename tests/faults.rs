@@ -120,3 +120,54 @@ fn runs_and_show_work_on_a_read_only_runtime_dir_and_a_full_disk() {
         serde_json::json!([])
     );
 }
+
+/// The start time of `pid` (`/proc/<pid>/stat` field 22).
+fn start_time(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_git_lock_a_killed_runtime_left_is_removed_by_the_next_fire_and_no_other() {
+    let env = TestEnv::new();
+    // A runtime that recorded its intent, took the index lock, and was killed.
+    let mut dead = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let (pid, started) = (dead.id(), start_time(dead.id()));
+    dead.kill().unwrap();
+    dead.wait().unwrap();
+    let lock = env.root.join(".git/index.lock");
+    std::fs::write(&lock, "").unwrap();
+    let intents = env.root.join(".runtime/locks");
+    std::fs::create_dir_all(&intents).unwrap();
+    let intent = intents.join(format!("git-intent-{pid}.json"));
+    let record = serde_json::json!({"pid": pid, "start_time": started, "locks": [{"path": lock}], "files": []});
+    std::fs::write(&intent, record.to_string()).unwrap();
+
+    let (code, summary, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{stderr}");
+    assert!(summary["commit"].is_string());
+    assert!(!lock.exists() && !intent.exists());
+    let status = std::process::Command::new("git")
+        .args(["-C", env.root.to_str().unwrap(), "status", "--porcelain"])
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(status.status.success());
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "", "HEAD and the index agree");
+
+    // A lock no intent names may be a person's git: named, never removed.
+    std::fs::write(&lock, "").unwrap();
+    let t = std::time::Instant::now();
+    let (code, summary, stderr) = env.fire("digest");
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        t.elapsed() >= std::time::Duration::from_secs(5),
+        "it waited for the lock"
+    );
+    let message = summary["message"].as_str().unwrap();
+    assert!(message.contains(&lock.display().to_string()), "{message}");
+    assert!(lock.exists());
+    let receipt = summary["receipt"].as_str().unwrap();
+    assert!(env.root.join(receipt).exists(), "the records stay in the work tree");
+}
