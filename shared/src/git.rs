@@ -2,7 +2,11 @@
 //! on, check builder-owned paths for uncommitted changes, and commit a set of *new*
 //! files under a given identity, refusing any path outside an allowed set. The commit
 //! is built from HEAD's tree plus the new files (never from whatever the index holds),
-//! so an engineer's staged work is never swept into a runtime commit. After it, as
+//! so an engineer's staged work is never swept into a runtime commit. It is made under
+//! git's index lock, index before branch, the branch moved by compare-and-swap, so an
+//! engineer committing at the same second neither loses the records nor has theirs
+//! lost ([`commit_new_files_with`]); intent records let the next commit remove exactly
+//! the git locks a killed runtime left ([`recover_stale_locks`]). After it, as
 //! `git commit` does, `git gc --auto` packs loose objects once there are many. History
 //! readers (the index, the audit) diff trees with [`TreeDiffer`].
 
@@ -163,22 +167,28 @@ pub fn commit_new_files(
 /// 2. record the intent (pid, process start time, the lock paths), fsynced;
 /// 3. take the index lock (`<index>.lock`, created exclusively), waiting up to
 ///    `lock_wait` for another git;
-/// 4. write the index (what is on disk now plus the new files) and rename it over
+/// 4. read HEAD, build the tree (HEAD's tree plus the new files), write the commit;
+/// 5. write the index (what is on disk now plus the new files) and rename it over
 ///    the index, keeping the lock;
-/// 5. read HEAD, build the tree (HEAD's tree plus the new files), write the commit;
-/// 6. move the branch with a compare-and-swap against the HEAD read in 5 (with a
-///    reflog entry); when HEAD moved meanwhile, go back to 5 on the new tip (the files
+/// 6. move the branch with a compare-and-swap against the HEAD read in 4 (with a
+///    reflog entry); when HEAD moved meanwhile, go back to 4 on the new tip (the files
 ///    are new paths, so this never conflicts), at most `tries` times;
 /// 7. release the lock, remove the intent.
 ///
-/// The index goes first, unlike in `git commit`, because `git commit` reads the
-/// index *before* it takes the lock (and HEAD before that): publishing HEAD first
+/// The index goes before the branch, unlike in `git commit`, because `git commit`
+/// reads HEAD, then the index, and only then takes the lock: publishing HEAD first
 /// would let an engineer's commit pair the new HEAD with the index that lacks the
 /// records, and commit their deletion. This way a `git commit` that read the old
 /// HEAD fails its own compare-and-swap, and one that read the new HEAD reads the new
-/// index. When 5-6 fail, the index is put back as it was. Linked worktrees work: the
+/// index. When 4-6 fail, the index is put back as it was. Linked worktrees work: the
 /// index and HEAD are those of `repo.path()`, the branch and objects those of the
 /// common directory, as libgit2 resolves them.
+///
+/// What no index writer outside git can prevent: a `git commit` that read the index
+/// before step 5 and takes the lock after step 7 writes its stale copy back (it
+/// refreshes and writes the index before it moves HEAD), and the engineer's next
+/// commit then lacks the records. Steps 5-7 follow each other at once to keep that
+/// stretch as short as a ref update.
 #[allow(clippy::too_many_arguments)]
 pub fn commit_new_files_with(
     repo: &Repository,
@@ -247,6 +257,20 @@ pub fn commit_new_files_with(
             return Err(e);
         }
     };
+    // Records of the last commits that an engineer's `git commit` dropped: it can
+    // write back an index it read before ours (see above), and its next commit then
+    // deletes them from HEAD while they stay in the work tree.
+    if let Some(dir) = &opts.intent_dir {
+        for f in dropped_records(repo, dir, &index_path) {
+            if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
+                continue;
+            }
+            if let Ok(oid) = record_blob(repo, &root, &f, &allowed) {
+                tracing::warn!(file = %f, "a record an engineer's commit dropped is committed again");
+                orphans.push((f, oid));
+            }
+        }
+    }
     let parts = CommitParts {
         blobs: &blobs,
         orphans: &orphans,
@@ -258,10 +282,16 @@ pub fn commit_new_files_with(
         email,
         message,
     };
-    if let Some(i) = &mut intent {
-        i.record.locks[0].inode = Some(held);
-    }
-    let result = commit_locked(repo, &parts, intent.as_mut(), opts);
+    // The lock's inode, recorded at once: a lock taken after a long wait would
+    // otherwise look newer than the record.
+    let recorded = match &mut intent {
+        Some(i) => {
+            i.record.locks[0].inode = Some(held);
+            i.save()
+        }
+        None => Ok(()),
+    };
+    let result = recorded.and_then(|()| commit_locked(repo, &parts, intent.as_mut(), opts));
     // Ours, by inode: release it.
     if let Err(e) = remove_if_inode(&index_lock, held) {
         tracing::warn!(lock = %index_lock.display(), error = %e, "the index lock was not released");
@@ -271,7 +301,75 @@ pub fn commit_new_files_with(
     if let Some(i) = &intent {
         i.remove();
     }
+    if let (Ok(oid), Some(dir)) = (&result, &opts.intent_dir) {
+        let mut all: Vec<String> = files.to_vec();
+        all.extend(orphans.iter().map(|(f, _)| f.clone()));
+        remember_records(dir, *oid, all);
+    }
     result
+}
+
+/// The runtime's last commits and their records, kept in the intent directory.
+const RECENT_FILE: &str = "git-recent-records.json";
+/// How many of the runtime's last commits [`dropped_records`] watches.
+const RECENT_KEEP: usize = 64;
+
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct RecentCommits {
+    commits: Vec<(String, Vec<String>)>,
+}
+
+fn read_recent(dir: &Path) -> RecentCommits {
+    std::fs::read(dir.join(RECENT_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Adds a commit to the watched ones (best effort: a lost list only loses the watch).
+fn remember_records(dir: &Path, commit: Oid, files: Vec<String>) {
+    let mut recent = read_recent(dir);
+    recent.commits.push((commit.to_string(), files));
+    let excess = recent.commits.len().saturating_sub(RECENT_KEEP);
+    recent.commits.drain(..excess);
+    let tmp = dir.join(format!("{RECENT_FILE}.{}", std::process::id()));
+    let written = serde_json::to_vec(&recent)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&tmp, b))
+        .and_then(|()| std::fs::rename(&tmp, dir.join(RECENT_FILE)));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::debug!(error = %e, "the list of recent records was not updated");
+    }
+}
+
+/// Records of the runtime's last commits that HEAD or the index lost while the
+/// file is still in the work tree. Called with the index lock held.
+fn dropped_records(repo: &Repository, dir: &Path, index_path: &Path) -> Vec<String> {
+    let recent = read_recent(dir);
+    if recent.commits.is_empty() {
+        return vec![];
+    }
+    let Ok(Some(head)) = head_commit(repo) else {
+        return vec![];
+    };
+    let Ok(tree) = repo.find_commit(head).and_then(|c| c.tree()) else {
+        return vec![];
+    };
+    let Ok(index) = git2::Index::open(index_path) else {
+        return vec![];
+    };
+    let root = repo.workdir().unwrap_or(Path::new("."));
+    let mut out = Vec::new();
+    for (_, files) in &recent.commits {
+        for f in files {
+            let lost = tree.get_path(Path::new(f)).is_err() || index.get_path(Path::new(f), 0).is_none();
+            if lost && root.join(f).is_file() && !out.contains(f) {
+                out.push(f.clone());
+            }
+        }
+    }
+    out
 }
 
 /// Checks one record and writes its blob.
@@ -313,18 +411,66 @@ struct CommitParts<'a> {
     message: &'a str,
 }
 
-/// Steps 4-6 of [`commit_new_files_with`], with the index lock held.
+/// Steps 4-6 of [`commit_new_files_with`], with the index lock held. The commit is
+/// built (and the intent saved) before the index is published, so that the index
+/// rename, the branch update and the lock's release follow each other at once: a
+/// `git commit` that read the index before the rename and takes the lock after the
+/// release writes its stale copy back (it writes the index before moving HEAD), and
+/// the shorter that stretch, the rarer that is.
 fn commit_locked(
     repo: &Repository,
     p: &CommitParts,
-    intent: Option<&mut Intent>,
+    mut intent: Option<&mut Intent>,
     opts: &CommitOptions,
 ) -> Result<Oid, GitError> {
     let add: Vec<&str> = p.blobs.iter().chain(p.orphans).map(|(f, _)| f.as_str()).collect();
     let had_index = save_index(p)?;
-    write_index(repo, p, &add)?;
-    let result = move_branch(repo, p, intent, opts);
-    if result.is_err() {
+    let mut published = false;
+    let result = (|| {
+        let sig = Signature::now(p.name, p.email)?;
+        let subject = p.message.lines().next().unwrap_or_default();
+        let reflog = format!("commit: {subject}");
+        let own: Vec<String> = p.blobs.iter().map(|(f, _)| f.clone()).collect();
+        for attempt in 1..=opts.tries.max(1) {
+            let old = branch_target(repo, p.branch)?;
+            let new = build_commit(repo, p, old, &own, &sig)?;
+            if let Some(i) = intent.as_deref_mut() {
+                i.record.commit = Some(new.to_string());
+                i.save()?;
+            }
+            if !published {
+                write_index(repo, p, &add)?;
+                published = true;
+            }
+            if let Some(hook) = opts.before_ref_update {
+                hook(attempt);
+            }
+            let moved = match old {
+                Some(old) => repo.reference_matching(p.branch, new, true, old, &reflog),
+                None => repo.reference(p.branch, new, false, &reflog),
+            };
+            match moved {
+                Ok(_) => return Ok(new),
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        git2::ErrorCode::Modified | git2::ErrorCode::Exists | git2::ErrorCode::Locked
+                    ) =>
+                {
+                    tracing::debug!(attempt, error = %e, "HEAD moved meanwhile; building the commit on the new tip");
+                    if e.code() == git2::ErrorCode::Locked {
+                        std::thread::sleep(Duration::from_millis(20 * u64::from(attempt)));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(GitError::HeadMoving {
+            branch: p.branch.to_string(),
+            tries: opts.tries.max(1),
+        })
+    })();
+    if result.is_err() && published {
         // The records stay in the work tree, not staged: put the index back.
         let restored = if had_index {
             std::fs::rename(p.saved_index, p.index_path)
@@ -341,68 +487,32 @@ fn commit_locked(
     result
 }
 
-/// Steps 5-6: build the commit on HEAD and move the branch, again on a moved tip.
-fn move_branch(
+/// Step 5: the commit of HEAD's tree (`old`'s) plus the records, on `old`.
+fn build_commit(
     repo: &Repository,
     p: &CommitParts,
-    mut intent: Option<&mut Intent>,
-    opts: &CommitOptions,
+    old: Option<Oid>,
+    own: &[String],
+    sig: &Signature,
 ) -> Result<Oid, GitError> {
-    let sig = Signature::now(p.name, p.email)?;
-    let subject = p.message.lines().next().unwrap_or_default();
-    let reflog = format!("commit: {subject}");
-    let own: Vec<String> = p.blobs.iter().map(|(f, _)| f.clone()).collect();
-    for attempt in 1..=opts.tries.max(1) {
-        let old = branch_target(repo, p.branch)?;
-        let parent = old.map(|h| repo.find_commit(h)).transpose()?;
-        let base_tree = match &parent {
-            Some(c) => c.tree()?,
-            None => repo.find_tree(repo.treebuilder(None)?.write()?)?,
-        };
-        refuse_existing(&base_tree, &own)?;
-        let mut update = TreeUpdateBuilder::new();
-        for (f, oid) in p.blobs {
+    let parent = old.map(|h| repo.find_commit(h)).transpose()?;
+    let base_tree = match &parent {
+        Some(c) => c.tree()?,
+        None => repo.find_tree(repo.treebuilder(None)?.write()?)?,
+    };
+    refuse_existing(&base_tree, own)?;
+    let mut update = TreeUpdateBuilder::new();
+    for (f, oid) in p.blobs {
+        update.upsert(f.as_str(), *oid, FileMode::Blob);
+    }
+    for (f, oid) in p.orphans {
+        if base_tree.get_path(Path::new(f)).is_err() {
             update.upsert(f.as_str(), *oid, FileMode::Blob);
         }
-        for (f, oid) in p.orphans {
-            if base_tree.get_path(Path::new(f)).is_err() {
-                update.upsert(f.as_str(), *oid, FileMode::Blob);
-            }
-        }
-        let tree = repo.find_tree(update.create_updated(repo, &base_tree)?)?;
-        let parents: Vec<&git2::Commit> = parent.iter().collect();
-        let new = repo.commit(None, &sig, &sig, p.message, &tree, &parents)?;
-        if let Some(i) = intent.as_deref_mut() {
-            i.record.commit = Some(new.to_string());
-            i.save()?;
-        }
-        if let Some(hook) = opts.before_ref_update {
-            hook(attempt);
-        }
-        let moved = match old {
-            Some(old) => repo.reference_matching(p.branch, new, true, old, &reflog),
-            None => repo.reference(p.branch, new, false, &reflog),
-        };
-        match moved {
-            Ok(_) => return Ok(new),
-            Err(e)
-                if matches!(
-                    e.code(),
-                    git2::ErrorCode::Modified | git2::ErrorCode::Exists | git2::ErrorCode::Locked
-                ) =>
-            {
-                tracing::debug!(attempt, error = %e, "HEAD moved meanwhile; building the commit on the new tip");
-                if e.code() == git2::ErrorCode::Locked {
-                    std::thread::sleep(Duration::from_millis(20 * u64::from(attempt)));
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
     }
-    Err(GitError::HeadMoving {
-        branch: p.branch.to_string(),
-        tries: opts.tries.max(1),
-    })
+    let tree = repo.find_tree(update.create_updated(repo, &base_tree)?)?;
+    let parents: Vec<&git2::Commit> = parent.iter().collect();
+    Ok(repo.commit(None, sig, sig, p.message, &tree, &parents)?)
 }
 
 /// Refuses any of `files` that `tree` already has.
@@ -613,6 +723,8 @@ pub struct IntentRecord {
 struct Intent {
     path: PathBuf,
     record: IntentRecord,
+    /// Whether the directory entry is durable (after the first save).
+    dir_synced: bool,
 }
 
 impl Intent {
@@ -627,12 +739,13 @@ impl Intent {
                 files: files.to_vec(),
                 commit: None,
             },
+            dir_synced: false,
         }
     }
 
-    /// Writes the record durably (temporary file, fsync, rename, fsync of the
-    /// directory) before any lock it names is created.
-    fn save(&self) -> Result<(), GitError> {
+    /// Writes the record durably (temporary file, fsync, rename, and the first time
+    /// an fsync of the directory) before any lock it names is created.
+    fn save(&mut self) -> Result<(), GitError> {
         use std::io::Write;
         let io = |path: &Path| {
             let path = path.to_path_buf();
@@ -649,7 +762,10 @@ impl Intent {
         f.write_all(&body).map_err(io(&tmp))?;
         f.sync_all().map_err(io(&tmp))?;
         std::fs::rename(&tmp, &self.path).map_err(io(&self.path))?;
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
+        if !self.dir_synced {
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
+            self.dir_synced = true;
+        }
         Ok(())
     }
 
@@ -1602,7 +1718,8 @@ mod commit_tests {
         let left: Vec<_> = std::fs::read_dir(dir.path().join(".runtime/locks"))
             .unwrap()
             .flatten()
-            .map(|e| e.file_name())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(INTENT_PREFIX))
             .collect();
         assert!(left.is_empty(), "intent records left: {left:?}");
         let reflog = repo.reflog("HEAD").unwrap();
@@ -1921,6 +2038,36 @@ mod commit_tests {
         commit(&repo, &opts(dir.path())).unwrap();
         assert_committed_and_indexed(&repo, "runs/t/r0.json");
         assert_committed_and_indexed(&repo, "runs/t/r1.json");
+    }
+
+    #[test]
+    fn a_record_an_engineers_stale_index_dropped_is_committed_again_by_the_next_commit() {
+        let (dir, repo) = setup();
+        // The engineer's `git commit` read the index before ours was written, and wrote
+        // it back after: their next commit drops the record from HEAD.
+        let stale = std::fs::read(repo.path().join("index")).unwrap();
+        commit(&repo, &opts(dir.path())).unwrap();
+        std::fs::write(repo.path().join("index"), stale).unwrap();
+        let other = Repository::open(dir.path()).unwrap();
+        let mut idx = other.index().unwrap();
+        let tree = other.find_tree(idx.write_tree().unwrap()).unwrap();
+        let head = other.head().unwrap().peel_to_commit().unwrap();
+        let sig = Signature::now("eng", "eng@x").unwrap();
+        other.commit(Some("HEAD"), &sig, &sig, "eng", &tree, &[&head]).unwrap();
+        assert!(head_blob(&repo, "runs/t/r1.json").unwrap().is_none(), "dropped");
+        std::fs::write(dir.path().join("runs/t/r2.json"), "{}").unwrap();
+        commit_new_files_with(
+            &repo,
+            &["runs/t/r2.json".into()],
+            |p| p.starts_with("runs/"),
+            "runtime",
+            "runtime@localhost",
+            "runtime: t",
+            &opts(dir.path()),
+        )
+        .unwrap();
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+        assert_committed_and_indexed(&repo, "runs/t/r2.json");
     }
 
     #[test]
