@@ -260,8 +260,11 @@ pub fn commit_new_files_with(
     // Records of the last commits that an engineer's `git commit` dropped: it can
     // write back an index it read before ours (see above), and its next commit then
     // deletes them from HEAD while they stay in the work tree.
+    let mut kept = Vec::new();
     if let Some(dir) = &opts.intent_dir {
-        for f in dropped_records(repo, dir, &index_path) {
+        let (dropped, still) = watched_records(repo, dir);
+        kept = still;
+        for f in dropped {
             if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
                 continue;
             }
@@ -274,6 +277,7 @@ pub fn commit_new_files_with(
     let parts = CommitParts {
         blobs: &blobs,
         orphans: &orphans,
+        kept: &kept,
         branch: &branch,
         index_path: &index_path,
         temp_index: &temp_index,
@@ -311,7 +315,7 @@ pub fn commit_new_files_with(
 
 /// The runtime's last commits and their records, kept in the intent directory.
 const RECENT_FILE: &str = "git-recent-records.json";
-/// How many of the runtime's last commits [`dropped_records`] watches.
+/// How many of the runtime's last commits [`watched_records`] watches.
 const RECENT_KEEP: usize = 64;
 
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -343,33 +347,35 @@ fn remember_records(dir: &Path, commit: Oid, files: Vec<String>) {
     }
 }
 
-/// Records of the runtime's last commits that HEAD or the index lost while the
-/// file is still in the work tree. Called with the index lock held.
-fn dropped_records(repo: &Repository, dir: &Path, index_path: &Path) -> Vec<String> {
+/// The records of the runtime's last commits still in the work tree: `(dropped,
+/// kept)`, those HEAD lost and those it has. The kept ones are put back in the index
+/// if it lost them (see [`write_index`]), which reads the index once anyway.
+fn watched_records(repo: &Repository, dir: &Path) -> (Vec<String>, Vec<String>) {
     let recent = read_recent(dir);
+    let (mut dropped, mut kept) = (Vec::new(), Vec::new());
     if recent.commits.is_empty() {
-        return vec![];
+        return (dropped, kept);
     }
     let Ok(Some(head)) = head_commit(repo) else {
-        return vec![];
+        return (dropped, kept);
     };
     let Ok(tree) = repo.find_commit(head).and_then(|c| c.tree()) else {
-        return vec![];
-    };
-    let Ok(index) = git2::Index::open(index_path) else {
-        return vec![];
+        return (dropped, kept);
     };
     let root = repo.workdir().unwrap_or(Path::new("."));
-    let mut out = Vec::new();
     for (_, files) in &recent.commits {
         for f in files {
-            let lost = tree.get_path(Path::new(f)).is_err() || index.get_path(Path::new(f), 0).is_none();
-            if lost && root.join(f).is_file() && !out.contains(f) {
-                out.push(f.clone());
+            if dropped.contains(f) || kept.contains(f) || !root.join(f).is_file() {
+                continue;
+            }
+            if tree.get_path(Path::new(f)).is_err() {
+                dropped.push(f.clone());
+            } else {
+                kept.push(f.clone());
             }
         }
     }
-    out
+    (dropped, kept)
 }
 
 /// Checks one record and writes its blob.
@@ -402,6 +408,8 @@ fn record_blob(repo: &Repository, root: &Path, f: &str, allowed: &impl Fn(&str) 
 struct CommitParts<'a> {
     blobs: &'a [(String, Oid)],
     orphans: &'a [(String, Oid)],
+    /// Records of recent runtime commits that HEAD has: back into the index if missing.
+    kept: &'a [String],
     branch: &'a str,
     index_path: &'a Path,
     temp_index: &'a Path,
@@ -565,6 +573,12 @@ fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), G
         repo.set_index(&mut index)?;
         for f in add {
             index.add_path(Path::new(f))?;
+        }
+        for f in p.kept {
+            if index.get_path(Path::new(f), 0).is_none() {
+                tracing::warn!(file = %f, "a record the index lost is put back");
+                index.add_path(Path::new(f))?;
+            }
         }
         index.write()?;
         Ok(())
@@ -2055,6 +2069,28 @@ mod commit_tests {
         let sig = Signature::now("eng", "eng@x").unwrap();
         other.commit(Some("HEAD"), &sig, &sig, "eng", &tree, &[&head]).unwrap();
         assert!(head_blob(&repo, "runs/t/r1.json").unwrap().is_none(), "dropped");
+        std::fs::write(dir.path().join("runs/t/r2.json"), "{}").unwrap();
+        commit_new_files_with(
+            &repo,
+            &["runs/t/r2.json".into()],
+            |p| p.starts_with("runs/"),
+            "runtime",
+            "runtime@localhost",
+            "runtime: t",
+            &opts(dir.path()),
+        )
+        .unwrap();
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+        assert_committed_and_indexed(&repo, "runs/t/r2.json");
+    }
+
+    #[test]
+    fn a_record_a_stale_index_write_back_lost_is_put_back_in_the_index() {
+        let (dir, repo) = setup();
+        let stale = std::fs::read(repo.path().join("index")).unwrap();
+        commit(&repo, &opts(dir.path())).unwrap();
+        std::fs::write(repo.path().join("index"), stale).unwrap();
+        assert_ne!(repo.status_file(Path::new("runs/t/r1.json")).unwrap(), Status::CURRENT);
         std::fs::write(dir.path().join("runs/t/r2.json"), "{}").unwrap();
         commit_new_files_with(
             &repo,
