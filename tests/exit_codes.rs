@@ -80,7 +80,7 @@ fn flock(path: &Path) -> Flock {
 }
 
 /// Can this machine give a child a private mount namespace? (`None`: yes.)
-fn no_mount_namespace() -> Option<String> {
+pub(crate) fn no_mount_namespace() -> Option<String> {
     match Command::new("unshare").args(["-m", "true"]).output() {
         Ok(o) if o.status.success() => None,
         Ok(o) => Some(format!(
@@ -93,7 +93,7 @@ fn no_mount_namespace() -> Option<String> {
 
 /// Runs `cmd` in a private mount namespace after the shell `setup` (which sees the
 /// repository as `$0`); variables and directory stay those of `cmd`.
-fn in_namespace(env: &TestEnv, setup: &str, cmd: &Command) -> Output {
+pub(crate) fn in_namespace(env: &TestEnv, setup: &str, cmd: &Command) -> Output {
     let mut c = Command::new("unshare");
     c.args(["-m", "sh", "-c", &format!("{setup} && exec \"$@\"")])
         .arg(&env.root)

@@ -100,6 +100,10 @@ fn git_error(e: &GitError) -> Option<Cause> {
         ),
         // Only a fire commits, and it never asks to commit outside its paths.
         GitError::Refused { .. } => Cause::new(CauseKind::Internal, None),
+        // A held lock, a branch that kept moving: the machine, not the input.
+        GitError::Locked { .. } | GitError::HeadMoving { .. } | GitError::Undo { .. } => {
+            Cause::new(CauseKind::Environment, None)
+        }
         // The cause below (git2 or io) decides.
         GitError::Git(_) | GitError::Io { .. } => None,
     }

@@ -2,7 +2,11 @@
 //! on, check builder-owned paths for uncommitted changes, and commit a set of *new*
 //! files under a given identity, refusing any path outside an allowed set. The commit
 //! is built from HEAD's tree plus the new files (never from whatever the index holds),
-//! so an engineer's staged work is never swept into a runtime commit. After it, as
+//! so an engineer's staged work is never swept into a runtime commit. It is made under
+//! git's index lock, index before branch, the branch moved by compare-and-swap, so an
+//! engineer committing at the same second neither loses the records nor has theirs
+//! lost ([`commit_new_files_with`]); intent records let the next commit remove exactly
+//! the git locks a killed runtime left ([`recover_stale_locks`]). After it, as
 //! `git commit` does, `git gc --auto` packs loose objects once there are many. History
 //! readers (the index, the audit) diff trees with [`TreeDiffer`].
 
@@ -11,6 +15,7 @@ use git2::{build::TreeUpdateBuilder, FileMode, Oid, Repository, Signature, Statu
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
@@ -24,6 +29,16 @@ pub enum GitError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{repo}: who is acting? {message}")]
     NoIdentity { repo: PathBuf, message: String },
+    #[error("{}: held by another git process for more than {}s (if no git runs, a crashed one left it: remove it)", path.display(), waited.as_secs())]
+    Locked { path: PathBuf, waited: Duration },
+    #[error("{branch} kept moving: the commit was built {tries} times on a new tip and lost every race")]
+    HeadMoving { branch: String, tries: u32 },
+    #[error("{branch} points to {commit}, which git's index does not reflect: {message}")]
+    Undo {
+        branch: String,
+        commit: String,
+        message: String,
+    },
 }
 
 /// The work tree root of `repo`.
@@ -107,12 +122,46 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
     Ok(out)
 }
 
+/// How long [`commit_new_files`] waits for git's index lock held by someone else.
+pub const INDEX_LOCK_WAIT: Duration = Duration::from_secs(5);
+/// How often [`commit_new_files`] rebuilds its commit on a HEAD that moved meanwhile.
+pub const COMMIT_TRIES: u32 = 10;
+
+/// How a commit is made; [`CommitOptions::new`] gives what a fire uses.
+pub struct CommitOptions<'a> {
+    /// Where intent records go (`.runtime/locks`); `None` writes none (and recovers none).
+    pub intent_dir: Option<PathBuf>,
+    /// How long to wait for an index lock someone else holds.
+    pub lock_wait: Duration,
+    /// How many times to build the commit on a HEAD that keeps moving.
+    pub tries: u32,
+    /// Called with the attempt number after the commit object is written and before
+    /// the ref moves: tests move HEAD here, at exactly the moment that matters.
+    pub before_ref_update: Option<&'a dyn Fn(u32)>,
+    /// Files committed (and staged) from these bytes, the ones their writer holds in
+    /// memory, never re-read from the work tree, where a tool process may have
+    /// replaced them since (a symlink, a FIFO, other bytes).
+    pub held: &'a [(String, Vec<u8>)],
+}
+
+impl CommitOptions<'_> {
+    /// A fire's settings: intents under `<root>/.runtime/locks`, the default bounds.
+    pub fn new(root: &Path) -> CommitOptions<'static> {
+        CommitOptions {
+            intent_dir: Some(root.join(crate::layout::STATE_DIR).join("locks")),
+            lock_wait: INDEX_LOCK_WAIT,
+            tries: COMMIT_TRIES,
+            before_ref_update: None,
+            held: &[],
+        }
+    }
+}
+
 /// Commits `files` (repo-relative, already written in the work tree) on top of HEAD.
 /// Every file must satisfy `allowed` and must not exist in HEAD: the runtime only
-/// ever adds records. A file with an entry in `held` is committed (and staged) with
-/// those bytes, the ones its writer holds in memory, never re-read from the work
-/// tree, where a tool process may have replaced it since (a symlink, a FIFO, other
-/// bytes); the others are read from the work tree. Returns the new commit id.
+/// ever adds records. A file with an entry in `held` is committed from those bytes
+/// ([`CommitOptions::held`]); the others are read from the work tree. Returns the new
+/// commit id. See [`commit_new_files_with`].
 pub fn commit_new_files(
     repo: &Repository,
     files: &[String],
@@ -123,70 +172,770 @@ pub fn commit_new_files(
     message: &str,
 ) -> Result<Oid, GitError> {
     let root = workdir(repo)?;
+    let opts = CommitOptions {
+        held,
+        ..CommitOptions::new(&root)
+    };
+    commit_new_files_with(repo, files, allowed, name, email, message, &opts)
+}
+
+/// [`commit_new_files`] done under git's index lock, so HEAD and git's index never
+/// disagree about the new files, and no engineer's `git commit` can drop them:
+///
+/// 1. remove the locks a dead runtime left (see [`recover_stale_locks`]); records it
+///    was committing, still in the work tree, join this commit;
+/// 2. record the intent (pid, process start time, the lock paths), fsynced;
+/// 3. take the index lock (`<index>.lock`, created exclusively), waiting up to
+///    `lock_wait` for another git;
+/// 4. read HEAD, build the tree (HEAD's tree plus the new files), write the commit;
+/// 5. write the index (what is on disk now plus the new files) and rename it over
+///    the index, keeping the lock;
+/// 6. move the branch with a compare-and-swap against the HEAD read in 4 (with a
+///    reflog entry); when HEAD moved meanwhile, go back to 4 on the new tip (the files
+///    are new paths, so this never conflicts), at most `tries` times;
+/// 7. release the lock, remove the intent.
+///
+/// The index goes before the branch, unlike in `git commit`, because `git commit`
+/// reads HEAD, then the index, and only then takes the lock: publishing HEAD first
+/// would let an engineer's commit pair the new HEAD with the index that lacks the
+/// records, and commit their deletion. This way a `git commit` that read the old
+/// HEAD fails its own compare-and-swap, and one that read the new HEAD reads the new
+/// index. When 4-6 fail, the index is put back as it was. Linked worktrees work: the
+/// index and HEAD are those of `repo.path()`, the branch and objects those of the
+/// common directory, as libgit2 resolves them.
+///
+/// What no index writer outside git can prevent: a `git commit` that read the index
+/// before step 5 and takes the lock after step 7 writes its stale copy back (it
+/// refreshes and writes the index before it moves HEAD), and the engineer's next
+/// commit then lacks the records. Steps 5-7 follow each other at once to keep that
+/// stretch as short as a ref update.
+#[allow(clippy::too_many_arguments)]
+pub fn commit_new_files_with(
+    repo: &Repository,
+    files: &[String],
+    allowed: impl Fn(&str) -> bool,
+    name: &str,
+    email: &str,
+    message: &str,
+    opts: &CommitOptions,
+) -> Result<Oid, GitError> {
+    let root = workdir(repo)?;
     // Every object this commit references is written just below or already in HEAD's
     // tree; skip libgit2's existence re-checks (a measurable share of a fire's time).
     git2::opts::strict_object_creation(false);
-    let head = head_commit(repo)?;
-    let parent = head.map(|h| repo.find_commit(h)).transpose()?;
+    let mut blobs = Vec::with_capacity(files.len());
+    for f in files {
+        let oid = match opts.held.iter().find(|(p, _)| p == f) {
+            Some((_, bytes)) => {
+                check_record_path(f, &allowed)?;
+                repo.blob(bytes)?
+            }
+            None => record_blob(repo, &root, f, &allowed)?,
+        };
+        blobs.push((f.clone(), oid));
+    }
+    // Refuse a rewrite before taking any lock.
+    if let Some(head) = head_commit(repo)? {
+        let tree = repo.find_commit(head)?.tree()?;
+        refuse_existing(&tree, files)?;
+    }
+    let index_path = index_path(repo)?;
+    let index_lock = lock_path_of(&index_path);
+    let branch = head_branch(repo)?;
+    let ref_lock = lock_path_of(&ref_file(repo, &branch));
+    let side = |what: &str| {
+        index_path.with_file_name(format!(
+            "{}.runtime-{}{what}",
+            index_path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+            std::process::id()
+        ))
+    };
+    let (temp_index, saved_index) = (side(""), side(".orig"));
+    // Records a dead runtime was committing: committed with these when HEAD lacks
+    // them, and put in the index either way.
+    let mut orphans = Vec::new();
+    if let Some(dir) = &opts.intent_dir {
+        for f in recover_stale_locks(dir)?.orphaned_files {
+            if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
+                continue;
+            }
+            match record_blob(repo, &root, &f, &allowed) {
+                Ok(oid) => orphans.push((f, oid)),
+                Err(e) => tracing::warn!(file = %f, error = %e, "a dead runtime's record is left alone"),
+            }
+        }
+    }
+    let mut intent = opts.intent_dir.as_ref().map(|dir| Intent::new(dir, files));
+    if let Some(i) = &mut intent {
+        i.record.locks = vec![
+            IntentLock::path(&index_lock),
+            IntentLock::path(&temp_index),
+            IntentLock::path(&saved_index),
+            IntentLock::path(&ref_lock),
+        ];
+        i.save()?;
+    }
+    let held = match take_index_lock(&index_lock, opts.lock_wait) {
+        Ok(h) => h,
+        Err(e) => {
+            if let Some(i) = &intent {
+                i.remove();
+            }
+            return Err(e);
+        }
+    };
+    // Records of the last commits that an engineer's `git commit` dropped: it can
+    // write back an index it read before ours (see above), and its next commit then
+    // deletes them from HEAD while they stay in the work tree.
+    let mut kept = Vec::new();
+    if let Some(dir) = &opts.intent_dir {
+        let (dropped, still) = watched_records(repo, dir);
+        kept = still;
+        for f in dropped {
+            if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
+                continue;
+            }
+            if let Ok(oid) = record_blob(repo, &root, &f, &allowed) {
+                tracing::warn!(file = %f, "a record an engineer's commit dropped is committed again");
+                orphans.push((f, oid));
+            }
+        }
+    }
+    let parts = CommitParts {
+        blobs: &blobs,
+        held: opts.held,
+        orphans: &orphans,
+        kept: &kept,
+        branch: &branch,
+        index_path: &index_path,
+        temp_index: &temp_index,
+        saved_index: &saved_index,
+        name,
+        email,
+        message,
+    };
+    // The lock's inode, recorded at once: a lock taken after a long wait would
+    // otherwise look newer than the record.
+    let recorded = match &mut intent {
+        Some(i) => {
+            i.record.locks[0].inode = Some(held);
+            i.save()
+        }
+        None => Ok(()),
+    };
+    let result = recorded.and_then(|()| commit_locked(repo, &parts, intent.as_mut(), opts));
+    // Ours, by inode: release it.
+    if let Err(e) = remove_if_inode(&index_lock, held) {
+        tracing::warn!(lock = %index_lock.display(), error = %e, "the index lock was not released");
+    }
+    let _ = std::fs::remove_file(&temp_index);
+    let _ = std::fs::remove_file(&saved_index);
+    if let Some(i) = &intent {
+        i.remove();
+    }
+    if let (Ok(oid), Some(dir)) = (&result, &opts.intent_dir) {
+        let mut all: Vec<String> = files.to_vec();
+        all.extend(orphans.iter().map(|(f, _)| f.clone()));
+        remember_records(dir, *oid, all);
+    }
+    result
+}
+
+/// The runtime's last commits and their records, kept in the intent directory.
+const RECENT_FILE: &str = "git-recent-records.json";
+/// How many of the runtime's last commits [`watched_records`] watches.
+const RECENT_KEEP: usize = 64;
+
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct RecentCommits {
+    commits: Vec<(String, Vec<String>)>,
+}
+
+fn read_recent(dir: &Path) -> RecentCommits {
+    std::fs::read(dir.join(RECENT_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Adds a commit to the watched ones (best effort: a lost list only loses the watch).
+fn remember_records(dir: &Path, commit: Oid, files: Vec<String>) {
+    let mut recent = read_recent(dir);
+    recent.commits.push((commit.to_string(), files));
+    let excess = recent.commits.len().saturating_sub(RECENT_KEEP);
+    recent.commits.drain(..excess);
+    let tmp = dir.join(format!("{RECENT_FILE}.{}", std::process::id()));
+    let written = serde_json::to_vec(&recent)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&tmp, b))
+        .and_then(|()| std::fs::rename(&tmp, dir.join(RECENT_FILE)));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::debug!(error = %e, "the list of recent records was not updated");
+    }
+}
+
+/// The records of the runtime's last commits still in the work tree: `(dropped,
+/// kept)`, those HEAD lost and those it has. The kept ones are put back in the index
+/// if it lost them (see [`write_index`]), which reads the index once anyway.
+fn watched_records(repo: &Repository, dir: &Path) -> (Vec<String>, Vec<String>) {
+    let recent = read_recent(dir);
+    let (mut dropped, mut kept) = (Vec::new(), Vec::new());
+    if recent.commits.is_empty() {
+        return (dropped, kept);
+    }
+    let Ok(Some(head)) = head_commit(repo) else {
+        return (dropped, kept);
+    };
+    let Ok(tree) = repo.find_commit(head).and_then(|c| c.tree()) else {
+        return (dropped, kept);
+    };
+    let root = repo.workdir().unwrap_or(Path::new("."));
+    for (_, files) in &recent.commits {
+        for f in files {
+            if dropped.contains(f) || kept.contains(f) || !root.join(f).is_file() {
+                continue;
+            }
+            if tree.get_path(Path::new(f)).is_err() {
+                dropped.push(f.clone());
+            } else {
+                kept.push(f.clone());
+            }
+        }
+    }
+    (dropped, kept)
+}
+
+/// Checks one record and writes its blob.
+fn record_blob(repo: &Repository, root: &Path, f: &str, allowed: &impl Fn(&str) -> bool) -> Result<Oid, GitError> {
+    check_record_path(f, allowed)?;
+    let full = root.join(f);
+    let meta = std::fs::symlink_metadata(&full).map_err(|e| GitError::Io {
+        path: full.clone(),
+        source: e,
+    })?;
+    if !meta.file_type().is_file() {
+        return Err(GitError::Refused {
+            path: f.to_string(),
+            why: "not a regular file (symlinks and devices are never committed)".into(),
+        });
+    }
+    let bytes = std::fs::read(&full).map_err(|e| GitError::Io {
+        path: full.clone(),
+        source: e,
+    })?;
+    Ok(repo.blob(&bytes)?)
+}
+
+/// A record's path must be plain and repo-relative, and `allowed`.
+fn check_record_path(f: &str, allowed: &impl Fn(&str) -> bool) -> Result<(), GitError> {
+    if f.contains("..") || f.starts_with('/') || f.contains("//") || !allowed(f) {
+        return Err(GitError::Refused {
+            path: f.to_string(),
+            why: "outside the runtime-owned paths".into(),
+        });
+    }
+    Ok(())
+}
+
+/// What one locked commit needs.
+struct CommitParts<'a> {
+    blobs: &'a [(String, Oid)],
+    /// Files staged from these bytes rather than from the work tree.
+    held: &'a [(String, Vec<u8>)],
+    orphans: &'a [(String, Oid)],
+    /// Records of recent runtime commits that HEAD has: back into the index if missing.
+    kept: &'a [String],
+    branch: &'a str,
+    index_path: &'a Path,
+    temp_index: &'a Path,
+    saved_index: &'a Path,
+    name: &'a str,
+    email: &'a str,
+    message: &'a str,
+}
+
+/// Steps 4-6 of [`commit_new_files_with`], with the index lock held. The commit is
+/// built (and the intent saved) before the index is published, so that the index
+/// rename, the branch update and the lock's release follow each other at once: a
+/// `git commit` that read the index before the rename and takes the lock after the
+/// release writes its stale copy back (it writes the index before moving HEAD), and
+/// the shorter that stretch, the rarer that is.
+fn commit_locked(
+    repo: &Repository,
+    p: &CommitParts,
+    mut intent: Option<&mut Intent>,
+    opts: &CommitOptions,
+) -> Result<Oid, GitError> {
+    let add: Vec<&str> = p.blobs.iter().chain(p.orphans).map(|(f, _)| f.as_str()).collect();
+    let had_index = save_index(p)?;
+    let mut published = false;
+    let result = (|| {
+        let sig = Signature::now(p.name, p.email)?;
+        let subject = p.message.lines().next().unwrap_or_default();
+        let reflog = format!("commit: {subject}");
+        let own: Vec<String> = p.blobs.iter().map(|(f, _)| f.clone()).collect();
+        for attempt in 1..=opts.tries.max(1) {
+            let old = branch_target(repo, p.branch)?;
+            let new = build_commit(repo, p, old, &own, &sig)?;
+            if let Some(i) = intent.as_deref_mut() {
+                i.record.commit = Some(new.to_string());
+                i.save()?;
+            }
+            if !published {
+                write_index(repo, p, &add)?;
+                published = true;
+            }
+            if let Some(hook) = opts.before_ref_update {
+                hook(attempt);
+            }
+            let moved = match old {
+                Some(old) => repo.reference_matching(p.branch, new, true, old, &reflog),
+                None => repo.reference(p.branch, new, false, &reflog),
+            };
+            match moved {
+                Ok(_) => return Ok(new),
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        git2::ErrorCode::Modified | git2::ErrorCode::Exists | git2::ErrorCode::Locked
+                    ) =>
+                {
+                    tracing::debug!(attempt, error = %e, "HEAD moved meanwhile; building the commit on the new tip");
+                    if e.code() == git2::ErrorCode::Locked {
+                        std::thread::sleep(Duration::from_millis(20 * u64::from(attempt)));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(GitError::HeadMoving {
+            branch: p.branch.to_string(),
+            tries: opts.tries.max(1),
+        })
+    })();
+    if result.is_err() && published {
+        // The records stay in the work tree, not staged: put the index back.
+        let restored = if had_index {
+            std::fs::rename(p.saved_index, p.index_path)
+        } else {
+            std::fs::remove_file(p.index_path)
+        };
+        if let Err(e) = restored {
+            tracing::warn!(index = %p.index_path.display(), error = %e, "the index was not put back");
+        }
+        if let Ok(mut real) = git2::Index::open(p.index_path) {
+            let _ = repo.set_index(&mut real);
+        }
+    }
+    result
+}
+
+/// Step 5: the commit of HEAD's tree (`old`'s) plus the records, on `old`.
+fn build_commit(
+    repo: &Repository,
+    p: &CommitParts,
+    old: Option<Oid>,
+    own: &[String],
+    sig: &Signature,
+) -> Result<Oid, GitError> {
+    let parent = old.map(|h| repo.find_commit(h)).transpose()?;
     let base_tree = match &parent {
-        Some(p) => p.tree()?,
+        Some(c) => c.tree()?,
         None => repo.find_tree(repo.treebuilder(None)?.write()?)?,
     };
+    refuse_existing(&base_tree, own)?;
     let mut update = TreeUpdateBuilder::new();
-    for f in files {
-        if f.contains("..") || f.starts_with('/') || f.contains("//") || !allowed(f) {
-            return Err(GitError::Refused {
-                path: f.clone(),
-                why: "outside the runtime-owned paths".into(),
-            });
+    for (f, oid) in p.blobs {
+        update.upsert(f.as_str(), *oid, FileMode::Blob);
+    }
+    for (f, oid) in p.orphans {
+        if base_tree.get_path(Path::new(f)).is_err() {
+            update.upsert(f.as_str(), *oid, FileMode::Blob);
         }
-        if base_tree.get_path(Path::new(f)).is_ok() {
+    }
+    let tree = repo.find_tree(update.create_updated(repo, &base_tree)?)?;
+    let parents: Vec<&git2::Commit> = parent.iter().collect();
+    Ok(repo.commit(None, sig, sig, p.message, &tree, &parents)?)
+}
+
+/// Refuses any of `files` that `tree` already has.
+fn refuse_existing(tree: &git2::Tree, files: &[String]) -> Result<(), GitError> {
+    for f in files {
+        if tree.get_path(Path::new(f)).is_ok() {
             return Err(GitError::Refused {
                 path: f.clone(),
                 why: "already in HEAD; the runtime only adds new files".into(),
             });
         }
-        if let Some((_, bytes)) = held.iter().find(|(p, _)| p == f) {
-            let oid = repo.blob(bytes)?;
-            update.upsert(f.as_str(), oid, FileMode::Blob);
+    }
+    Ok(())
+}
+
+/// Keeps the index as it is (a hard link, or a copy), to put back if the commit
+/// fails; `false` when there is no index yet.
+fn save_index(p: &CommitParts) -> Result<bool, GitError> {
+    let _ = std::fs::remove_file(p.saved_index);
+    let saved = std::fs::hard_link(p.index_path, p.saved_index)
+        .or_else(|_| std::fs::copy(p.index_path, p.saved_index).map(|_| ()));
+    match saved {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !p.index_path.exists() => Ok(false),
+        Err(e) => Err(GitError::Io {
+            path: p.saved_index.to_path_buf(),
+            source: e,
+        }),
+    }
+}
+
+/// Step 4: the index on disk now plus `add`, renamed over the index while the lock
+/// stays held (only the holder writes the index; the lock file itself is only the
+/// claim). libgit2 writes an index only through its own lock, so it writes a private
+/// copy.
+fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), GitError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |e| GitError::Io { path, source: e }
+    };
+    let _ = std::fs::remove_file(p.temp_index);
+    match std::fs::copy(p.index_path, p.temp_index) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !p.index_path.exists() => {}
+        Err(e) => return Err(io(p.temp_index)(e)),
+    }
+    let written = (|| -> Result<(), GitError> {
+        let mut index = git2::Index::open(p.temp_index)?;
+        // Bound to the repository, the copy finds the work tree for `add_path`.
+        repo.set_index(&mut index)?;
+        for f in add {
+            match p.held.iter().find(|(h, _)| h == f) {
+                Some((_, bytes)) => index.add_frombuffer(&held_entry(f), bytes)?,
+                None => index.add_path(Path::new(f))?,
+            }
+        }
+        for f in p.kept {
+            if index.get_path(Path::new(f), 0).is_none() {
+                tracing::warn!(file = %f, "a record the index lost is put back");
+                index.add_path(Path::new(f))?;
+            }
+        }
+        index.write()?;
+        Ok(())
+    })();
+    let published = written.and_then(|()| std::fs::rename(p.temp_index, p.index_path).map_err(io(p.index_path)));
+    // Whatever happened, the handle goes back to the real index.
+    let restored = git2::Index::open(p.index_path).and_then(|mut real| repo.set_index(&mut real));
+    published?;
+    restored?;
+    Ok(())
+}
+
+/// The index file of `repo` (`GIT_INDEX_FILE` when set, else `<git dir>/index`).
+fn index_path(repo: &Repository) -> Result<PathBuf, GitError> {
+    Ok(repo
+        .index()?
+        .path()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| repo.path().join("index")))
+}
+
+/// `<path>.lock`, git's name for the lock of `path`.
+fn lock_path_of(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(".lock");
+    PathBuf::from(s)
+}
+
+/// The ref HEAD points to (`refs/heads/<branch>`), or `HEAD` itself when detached.
+fn head_branch(repo: &Repository) -> Result<String, GitError> {
+    let head = repo.find_reference("HEAD")?;
+    Ok(match head.symbolic_target()? {
+        Some(t) => t.to_string(),
+        None => "HEAD".to_string(),
+    })
+}
+
+/// Where the loose file of ref `name` lives: HEAD in this worktree's git directory,
+/// branches in the common directory.
+fn ref_file(repo: &Repository, name: &str) -> PathBuf {
+    if name == "HEAD" {
+        repo.path().join("HEAD")
+    } else {
+        repo.commondir().join(name)
+    }
+}
+
+/// The commit ref `name` points to now, `None` while the branch is unborn.
+fn branch_target(repo: &Repository, name: &str) -> Result<Option<Oid>, GitError> {
+    match repo.find_reference(name) {
+        Ok(r) => Ok(Some(r.peel_to_commit()?.id())),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Creates `lock` exclusively, waiting up to `wait` while another process holds it.
+/// Returns the inode of the lock file created.
+fn take_index_lock(lock: &Path, wait: Duration) -> Result<u64, GitError> {
+    use std::os::unix::fs::MetadataExt;
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(lock) {
+            Ok(f) => {
+                return f.metadata().map(|m| m.ino()).map_err(|e| GitError::Io {
+                    path: lock.to_path_buf(),
+                    source: e,
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(GitError::Locked {
+                        path: lock.to_path_buf(),
+                        waited: wait,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            Err(e) => {
+                return Err(GitError::Io {
+                    path: lock.to_path_buf(),
+                    source: e,
+                })
+            }
+        }
+    }
+}
+
+/// Removes `path` if it is still the file with inode `ino`.
+fn remove_if_inode(path: &Path, ino: u64) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.ino() == ino => std::fs::remove_file(path).map(|()| true),
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Intent records: which git locks a runtime process is about to hold
+//
+// A runtime killed while it holds a git lock leaves the lock behind, and git (the
+// engineer's and every later fire's) then refuses to work. Before creating a lock the
+// runtime writes what it is about to lock into `.runtime/locks/git-intent-<pid>.json`
+// (fsynced), and removes the record once the locks are gone. The next commit judges
+// each record: a record whose process is gone (no `/proc/<pid>`, or a process there
+// that started at another time: the pid was reused) had its locks removed, exactly
+// those it names, and only when they are provably the dead process's (see
+// [`recover_stale_locks`]). A lock with no record is never touched: it may be a
+// person's git at work.
+
+/// How long after an intent was last written the runtime may create a lock it names
+/// without having recorded the lock's inode (libgit2 takes a ref lock milliseconds
+/// after the record names it).
+const LOCK_GRACE: Duration = Duration::from_secs(2);
+
+/// Prefix of intent record files.
+const INTENT_PREFIX: &str = "git-intent-";
+
+/// One lock an intent names; `inode` once the lock exists and is known to be ours.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct IntentLock {
+    pub path: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u64>,
+}
+
+impl IntentLock {
+    fn path(p: &Path) -> IntentLock {
+        IntentLock {
+            path: p.to_path_buf(),
+            inode: None,
+        }
+    }
+}
+
+/// What `.runtime/locks/git-intent-<pid>.json` holds.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct IntentRecord {
+    pub pid: u32,
+    /// The process's start time (`/proc/<pid>/stat` field 22, clock ticks since
+    /// boot), so a reused pid is not taken for the runtime.
+    pub start_time: Option<u64>,
+    pub locks: Vec<IntentLock>,
+    /// The records being committed: a dead runtime that moved the branch but never
+    /// wrote the index left these out of the index, and the next commit adds them.
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// The commit about to become the branch's tip, once written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+/// This process's intent record and where it lives.
+struct Intent {
+    path: PathBuf,
+    record: IntentRecord,
+    /// Whether the directory entry is durable (after the first save).
+    dir_synced: bool,
+}
+
+impl Intent {
+    fn new(dir: &Path, files: &[String]) -> Intent {
+        let pid = std::process::id();
+        Intent {
+            path: dir.join(format!("{INTENT_PREFIX}{pid}.json")),
+            record: IntentRecord {
+                pid,
+                start_time: process_start_time(pid),
+                locks: vec![],
+                files: files.to_vec(),
+                commit: None,
+            },
+            dir_synced: false,
+        }
+    }
+
+    /// Writes the record durably (temporary file, fsync, rename, and the first time
+    /// an fsync of the directory) before any lock it names is created.
+    fn save(&mut self) -> Result<(), GitError> {
+        use std::io::Write;
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |e| GitError::Io { path, source: e }
+        };
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let tmp = self.path.with_extension("json.tmp");
+        let body = serde_json::to_vec(&self.record).map_err(|e| GitError::Io {
+            path: self.path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(&body).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &self.path).map_err(io(&self.path))?;
+        if !self.dir_synced {
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
+            self.dir_synced = true;
+        }
+        Ok(())
+    }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The start time of process `pid` in clock ticks since boot, `None` when it cannot
+/// be read (no such process, no `/proc`).
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ...`: comm may hold spaces and parentheses; fields after the
+    // last `)` start at field 3, so field 22 is the 20th of them.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process an intent names is gone: no `/proc/<pid>` (on a system with
+/// `/proc`), a zombie, or another process that reuses the pid.
+fn process_is_gone(pid: u32, start_time: Option<u64>) -> bool {
+    if !Path::new("/proc/self/stat").exists() {
+        return false; // cannot tell: assume it lives
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return false;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return true;
+    }
+    match (start_time, fields.get(19).and_then(|f| f.parse::<u64>().ok())) {
+        (Some(recorded), Some(now)) => recorded != now,
+        _ => false,
+    }
+}
+
+/// What [`recover_stale_locks`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// Lock files removed.
+    pub removed: Vec<PathBuf>,
+    /// Files dead runtimes were committing (added to the index if HEAD has them).
+    pub orphaned_files: Vec<String>,
+}
+
+/// Judges every intent record in `dir`. A record of a live process is left alone. For
+/// a dead one, each lock it names is removed if it still exists and is provably the
+/// dead process's: the inode the record holds, or, when none was recorded, a file not
+/// newer than the record (plus [`LOCK_GRACE`], the time within which the runtime
+/// creates such a lock after writing the record). Then the record is removed.
+pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Recovered::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => {
+            return Err(GitError::Io {
+                path: dir.to_path_buf(),
+                source: e,
+            })
+        }
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(INTENT_PREFIX) {
             continue;
         }
-        let full = root.join(f);
-        let meta = std::fs::symlink_metadata(&full).map_err(|e| GitError::Io {
-            path: full.clone(),
-            source: e,
-        })?;
-        if !meta.file_type().is_file() {
-            return Err(GitError::Refused {
-                path: f.clone(),
-                why: "not a regular file (symlinks and devices are never committed)".into(),
-            });
+        let path = entry.path();
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        if name.ends_with(".json.tmp") {
+            // A record being written by a process that died before renaming it named
+            // no lock yet; a live writer's is younger than a minute.
+            let old = meta.modified().ok().and_then(|m| m.elapsed().ok());
+            if old.is_some_and(|age| age > Duration::from_secs(60)) {
+                let _ = std::fs::remove_file(&path);
+            }
+            continue;
         }
-        let bytes = std::fs::read(&full).map_err(|e| GitError::Io {
-            path: full.clone(),
-            source: e,
-        })?;
-        let oid = repo.blob(&bytes)?;
-        update.upsert(f.as_str(), oid, FileMode::Blob);
-    }
-    let tree_id = update.create_updated(repo, &base_tree)?;
-    let tree = repo.find_tree(tree_id)?;
-    let sig = Signature::now(name, email)?;
-    let parents: Vec<&git2::Commit> = parent.iter().collect();
-    let oid = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)?;
-    // Keep the index in step so `git status` shows the new files as committed. The
-    // handle may have loaded it a while ago: take what is on disk now (a no-op when
-    // the file is unchanged), so nothing staged meanwhile is written over.
-    let mut index = repo.index()?;
-    index.read(false)?;
-    for f in files {
-        match held.iter().find(|(p, _)| p == f) {
-            Some((_, bytes)) => index.add_frombuffer(&held_entry(f), bytes)?,
-            None => index.add_path(Path::new(f))?,
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let record: IntentRecord = match serde_json::from_str(&text) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "unreadable git intent record left alone");
+                continue;
+            }
+        };
+        if record.pid == std::process::id() || !process_is_gone(record.pid, record.start_time) {
+            continue;
         }
+        let written = meta.modified().ok();
+        for lock in &record.locks {
+            let Ok(m) = std::fs::symlink_metadata(&lock.path) else {
+                continue;
+            };
+            let ours = match lock.inode {
+                Some(ino) => m.ino() == ino,
+                None => match (m.modified().ok(), written) {
+                    (Some(lm), Some(w)) => lm <= w + LOCK_GRACE,
+                    _ => false,
+                },
+            };
+            if ours && std::fs::remove_file(&lock.path).is_ok() {
+                tracing::warn!(lock = %lock.path.display(), pid = record.pid, "removed a git lock a dead runtime left");
+                out.removed.push(lock.path.clone());
+            }
+        }
+        out.orphaned_files.extend(record.files);
+        std::fs::remove_file(&path).map_err(|e| GitError::Io { path, source: e })?;
     }
-    index.write()?;
-    Ok(oid)
+    Ok(out)
 }
 
 /// An index entry for a file committed from held bytes: no stat data, so `git status`
@@ -999,5 +1748,468 @@ mod tests {
         );
         let statuses = repo.statuses(None).unwrap();
         assert!(statuses.iter().all(|s| s.path().ok() != Some("reports/t/a.md")));
+    }
+}
+
+#[cfg(test)]
+mod commit_tests {
+    use super::*;
+
+    /// A repository with one engineer's commit, a record written in the work tree, and
+    /// options that wait briefly and keep intents in `.runtime/locks`.
+    fn setup() -> (tempfile::TempDir, Repository) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        std::fs::create_dir_all(dir.path().join("prompts")).unwrap();
+        std::fs::write(dir.path().join("prompts/t.md"), "hi").unwrap();
+        let mut idx = repo.index().unwrap();
+        idx.add_path(Path::new("prompts/t.md")).unwrap();
+        idx.write().unwrap();
+        let tree = repo.find_tree(idx.write_tree().unwrap()).unwrap();
+        let sig = Signature::now("eng", "eng@x").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
+        drop(tree);
+        std::fs::create_dir_all(dir.path().join("runs/t")).unwrap();
+        std::fs::write(dir.path().join("runs/t/r1.json"), "{}").unwrap();
+        (dir, repo)
+    }
+
+    fn opts(root: &Path) -> CommitOptions<'static> {
+        CommitOptions {
+            lock_wait: Duration::from_millis(300),
+            ..CommitOptions::new(root)
+        }
+    }
+
+    fn commit(repo: &Repository, o: &CommitOptions) -> Result<Oid, GitError> {
+        commit_new_files_with(
+            repo,
+            &["runs/t/r1.json".into()],
+            |p| p.starts_with("runs/"),
+            "runtime",
+            "runtime@localhost",
+            "runtime: t",
+            o,
+        )
+    }
+
+    /// The record is in HEAD's tree and in git's index as HEAD has it.
+    fn assert_committed_and_indexed(repo: &Repository, rel: &str) {
+        let in_head = head_blob(repo, rel).unwrap().expect("record in HEAD");
+        let mut index = repo.index().unwrap();
+        index.read(true).unwrap();
+        let entry = index.get_path(Path::new(rel), 0).expect("record in the index");
+        assert_eq!(entry.id, in_head);
+        let st = repo.status_file(Path::new(rel)).unwrap();
+        assert_eq!(st, Status::CURRENT, "git status sees {rel} as committed");
+    }
+
+    #[test]
+    fn head_and_index_agree_after_a_commit_and_no_lock_or_intent_is_left() {
+        let (dir, repo) = setup();
+        let oid = commit(&repo, &opts(dir.path())).unwrap();
+        assert_eq!(head_commit(&repo).unwrap(), Some(oid));
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+        assert!(!repo.path().join("index.lock").exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path().join(".runtime/locks"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(INTENT_PREFIX))
+            .collect();
+        assert!(left.is_empty(), "intent records left: {left:?}");
+        let reflog = repo.reflog("HEAD").unwrap();
+        assert_eq!(reflog.get(0).unwrap().message().unwrap(), Some("commit: runtime: t"));
+    }
+
+    #[test]
+    fn an_engineers_staged_change_stays_staged_and_out_of_the_commit() {
+        let (dir, repo) = setup();
+        std::fs::write(dir.path().join("prompts/t.md"), "staged").unwrap();
+        let mut idx = repo.index().unwrap();
+        idx.add_path(Path::new("prompts/t.md")).unwrap();
+        idx.write().unwrap();
+        let oid = commit(&repo, &opts(dir.path())).unwrap();
+        let tree = repo.find_commit(oid).unwrap().tree().unwrap();
+        let committed = tree.get_path(Path::new("prompts/t.md")).unwrap().id();
+        assert_eq!(repo.find_blob(committed).unwrap().content(), b"hi");
+        let st = repo.status_file(Path::new("prompts/t.md")).unwrap();
+        assert!(st.contains(Status::INDEX_MODIFIED), "still staged: {st:?}");
+    }
+
+    #[test]
+    fn a_held_index_lock_is_waited_for_then_named_and_head_stays() {
+        let (dir, repo) = setup();
+        let before = head_commit(&repo).unwrap();
+        let lock = repo.path().join("index.lock");
+        std::fs::write(&lock, "").unwrap();
+        let t = std::time::Instant::now();
+        match commit(&repo, &opts(dir.path())) {
+            Err(e @ GitError::Locked { .. }) => {
+                assert!(e.to_string().contains(&lock.display().to_string()), "{e}");
+            }
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        assert!(t.elapsed() >= Duration::from_millis(300), "it waited");
+        assert_eq!(head_commit(&repo).unwrap(), before, "HEAD unmoved");
+        assert!(lock.exists(), "a lock with no intent record is never removed");
+        // Released by its holder, the next commit goes through.
+        std::fs::remove_file(&lock).unwrap();
+        commit(&repo, &opts(dir.path())).unwrap();
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+    }
+
+    /// A child process that stands for a runtime holding the lock.
+    fn holder() -> std::process::Child {
+        std::process::Command::new("sleep").arg("30").spawn().unwrap()
+    }
+
+    fn write_intent(dir: &Path, pid: u32, start_time: Option<u64>, locks: Vec<IntentLock>) -> PathBuf {
+        let locks_dir = dir.join(".runtime/locks");
+        std::fs::create_dir_all(&locks_dir).unwrap();
+        let path = locks_dir.join(format!("{INTENT_PREFIX}{pid}.json"));
+        let record = IntentRecord {
+            pid,
+            start_time,
+            locks,
+            files: vec![],
+            commit: None,
+        };
+        std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_live_runtimes_lock_is_kept_and_a_dead_ones_is_removed() {
+        let (dir, repo) = setup();
+        let lock = repo.path().join("index.lock");
+        let mut child = holder();
+        let pid = child.id();
+        let intent = write_intent(dir.path(), pid, process_start_time(pid), vec![IntentLock::path(&lock)]);
+        std::fs::write(&lock, "").unwrap();
+        assert!(matches!(commit(&repo, &opts(dir.path())), Err(GitError::Locked { .. })));
+        assert!(lock.exists() && intent.exists(), "the holder lives: nothing removed");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        commit(&repo, &opts(dir.path())).unwrap();
+        assert!(!intent.exists(), "the dead runtime's intent is gone");
+        assert!(!lock.exists());
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_taken_for_the_runtime_that_recorded_it() {
+        let (dir, repo) = setup();
+        let lock = repo.path().join("index.lock");
+        let mut child = holder();
+        let pid = child.id();
+        // Same pid, another start time: the process that wrote the record is gone.
+        let start = process_start_time(pid).unwrap();
+        write_intent(dir.path(), pid, Some(start + 1), vec![IntentLock::path(&lock)]);
+        std::fs::write(&lock, "").unwrap();
+        let r = commit(&repo, &opts(dir.path()));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        r.unwrap();
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+    }
+
+    #[test]
+    fn a_dead_runtimes_intent_removes_only_its_own_locks() {
+        let (dir, repo) = setup();
+        let mut child = holder();
+        let pid = child.id();
+        let start = process_start_time(pid);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let index_lock = repo.path().join("index.lock");
+        let ref_lock = repo.path().join("refs/heads/other.lock");
+        // The index lock was replaced since (another inode): someone else's now.
+        std::fs::write(&index_lock, "").unwrap();
+        let wrong_inode = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(&index_lock).unwrap().ino() + 1
+        };
+        std::fs::write(&ref_lock, "").unwrap();
+        let unnamed = repo.path().join("refs/heads/unnamed.lock");
+        std::fs::write(&unnamed, "").unwrap();
+        let intent = write_intent(
+            dir.path(),
+            pid,
+            start,
+            vec![
+                IntentLock {
+                    path: index_lock.clone(),
+                    inode: Some(wrong_inode),
+                },
+                IntentLock::path(&ref_lock),
+            ],
+        );
+        let got = recover_stale_locks(&dir.path().join(".runtime/locks")).unwrap();
+        assert_eq!(got.removed, vec![ref_lock.clone()]);
+        assert!(index_lock.exists(), "another inode: not the dead runtime's lock");
+        assert!(unnamed.exists(), "a lock no intent names is never removed");
+        assert!(!ref_lock.exists() && !intent.exists());
+    }
+
+    #[test]
+    fn a_lock_newer_than_the_intent_is_kept() {
+        let (dir, repo) = setup();
+        let mut child = holder();
+        let pid = child.id();
+        let start = process_start_time(pid);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let lock = repo.path().join("index.lock");
+        let intent = write_intent(dir.path(), pid, start, vec![IntentLock::path(&lock)]);
+        std::fs::write(&lock, "").unwrap();
+        // Created well after the record was last written: not the dead runtime's.
+        let later = std::time::SystemTime::now() + LOCK_GRACE + Duration::from_secs(5);
+        std::fs::File::options()
+            .write(true)
+            .open(&lock)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let got = recover_stale_locks(&dir.path().join(".runtime/locks")).unwrap();
+        assert!(got.removed.is_empty());
+        assert!(lock.exists());
+        assert!(!intent.exists(), "the record of a dead process is dropped");
+    }
+
+    #[test]
+    fn head_moved_between_reading_and_updating_is_rebuilt_on_the_new_tip() {
+        let (dir, repo) = setup();
+        let moved = std::cell::Cell::new(None);
+        let attempts = std::cell::Cell::new(0);
+        let hook = |attempt: u32| {
+            attempts.set(attempt);
+            if attempt == 1 {
+                // The engineer's commit lands between our read of HEAD and our update
+                // (their git would wait for the index lock; this one writes the ref
+                // directly, as `git update-ref` or another worktree does).
+                let other = Repository::open(dir.path()).unwrap();
+                let head = other.head().unwrap().peel_to_commit().unwrap();
+                let sig = Signature::now("eng", "eng@x").unwrap();
+                let tree = head.tree().unwrap();
+                let id = other
+                    .commit(Some("HEAD"), &sig, &sig, "engineer", &tree, &[&head])
+                    .unwrap();
+                moved.set(Some(id));
+            }
+        };
+        let o = CommitOptions {
+            before_ref_update: Some(&hook),
+            ..opts(dir.path())
+        };
+        let oid = commit(&repo, &o).unwrap();
+        assert_eq!(attempts.get(), 2, "built twice");
+        let c = repo.find_commit(oid).unwrap();
+        assert_eq!(Some(c.parent_id(0).unwrap()), moved.get(), "built on the new tip");
+        assert_eq!(head_commit(&repo).unwrap(), Some(oid));
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+    }
+
+    #[test]
+    fn a_head_that_never_stops_moving_fails_within_the_bound() {
+        let (dir, repo) = setup();
+        // The engineer's `git commit` would wait for the index lock we hold: this one
+        // moves the branch without git's index, as `update-ref` or another worktree does.
+        let hook2 = |_: u32| {
+            let other = Repository::open(dir.path()).unwrap();
+            let head = other.head().unwrap().peel_to_commit().unwrap();
+            let sig = Signature::now("eng", "eng@x").unwrap();
+            other
+                .commit(Some("HEAD"), &sig, &sig, "engineer", &head.tree().unwrap(), &[&head])
+                .unwrap();
+        };
+        let o = CommitOptions {
+            before_ref_update: Some(&hook2),
+            tries: 3,
+            ..opts(dir.path())
+        };
+        assert!(matches!(commit(&repo, &o), Err(GitError::HeadMoving { tries: 3, .. })));
+        assert!(head_blob(&repo, "runs/t/r1.json").unwrap().is_none());
+        assert!(!repo.path().join("index.lock").exists());
+        let mut index = repo.index().unwrap();
+        index.read(true).unwrap();
+        assert!(
+            index.get_path(Path::new("runs/t/r1.json"), 0).is_none(),
+            "the index is put back: the record is not left staged"
+        );
+        assert!(index.get_path(Path::new("prompts/t.md"), 0).is_some());
+    }
+
+    #[test]
+    fn an_index_that_cannot_be_written_leaves_head_where_it_was() {
+        let (dir, repo) = setup();
+        let before = head_commit(&repo).unwrap();
+        // Something occupies the private copy's path: the index cannot be written.
+        let blocker = repo.path().join(format!("index.runtime-{}", std::process::id()));
+        std::fs::create_dir(&blocker).unwrap();
+        std::fs::write(blocker.join("x"), "").unwrap();
+        assert!(commit(&repo, &opts(dir.path())).is_err());
+        assert_eq!(head_commit(&repo).unwrap(), before, "HEAD unmoved");
+        assert!(!repo.path().join("index.lock").exists(), "the lock is released");
+        let mut index = repo.index().unwrap();
+        index.read(true).unwrap();
+        assert!(index.get_path(Path::new("runs/t/r1.json"), 0).is_none());
+    }
+
+    #[test]
+    fn the_index_has_the_records_before_the_branch_moves_and_the_lock_is_held_throughout() {
+        // `git commit` reads HEAD, then the index, then takes the lock: whoever can see
+        // the new HEAD must also see the new index.
+        let (dir, repo) = setup();
+        let before = head_commit(&repo).unwrap();
+        let seen = std::cell::Cell::new(false);
+        let hook = |_: u32| {
+            let other = Repository::open(dir.path()).unwrap();
+            let index = other.index().unwrap();
+            assert!(index.get_path(Path::new("runs/t/r1.json"), 0).is_some(), "index first");
+            assert_eq!(head_commit(&other).unwrap(), before, "then the branch");
+            assert!(other.path().join("index.lock").exists(), "under the lock");
+            seen.set(true);
+        };
+        let o = CommitOptions {
+            before_ref_update: Some(&hook),
+            ..opts(dir.path())
+        };
+        commit(&repo, &o).unwrap();
+        assert!(seen.get());
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+    }
+
+    #[test]
+    fn records_a_dead_runtime_left_uncommitted_join_the_next_commit() {
+        let (dir, repo) = setup();
+        std::fs::write(dir.path().join("runs/t/r0.json"), "{\"dead\": true}").unwrap();
+        let mut child = holder();
+        let pid = child.id();
+        let start = process_start_time(pid);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let intent = write_intent(dir.path(), pid, start, vec![]);
+        let mut record: IntentRecord = serde_json::from_slice(&std::fs::read(&intent).unwrap()).unwrap();
+        record.files = vec!["runs/t/r0.json".into(), "prompts/t.md".into()];
+        std::fs::write(&intent, serde_json::to_vec(&record).unwrap()).unwrap();
+        let oid = commit(&repo, &opts(dir.path())).unwrap();
+        assert_committed_and_indexed(&repo, "runs/t/r0.json");
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+        let c = repo.find_commit(oid).unwrap();
+        let parent = c.parent(0).unwrap();
+        let blob = c.tree().unwrap().get_path(Path::new("prompts/t.md")).unwrap().id();
+        assert_eq!(
+            blob,
+            parent.tree().unwrap().get_path(Path::new("prompts/t.md")).unwrap().id(),
+            "a path outside the runtime's is never taken from an intent"
+        );
+    }
+
+    #[test]
+    fn records_a_dead_runtime_committed_but_never_indexed_are_indexed_by_the_next_commit() {
+        let (dir, repo) = setup();
+        // A runtime moved the branch to a commit with runs/t/r0.json, then died
+        // before writing the index.
+        std::fs::write(dir.path().join("runs/t/r0.json"), "{}").unwrap();
+        let blob = repo.blob(b"{}").unwrap();
+        let head = repo.head().unwrap().peel_to_commit().unwrap();
+        let mut update = TreeUpdateBuilder::new();
+        update.upsert("runs/t/r0.json", blob, FileMode::Blob);
+        let tree = repo
+            .find_tree(update.create_updated(&repo, &head.tree().unwrap()).unwrap())
+            .unwrap();
+        let sig = Signature::now("runtime", "r@x").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "dead", &tree, &[&head]).unwrap();
+        let mut child = holder();
+        let pid = child.id();
+        let start = process_start_time(pid);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let intent = write_intent(dir.path(), pid, start, vec![]);
+        let mut record: IntentRecord = serde_json::from_slice(&std::fs::read(&intent).unwrap()).unwrap();
+        record.files = vec!["runs/t/r0.json".into()];
+        std::fs::write(&intent, serde_json::to_vec(&record).unwrap()).unwrap();
+        assert!(repo.index().unwrap().get_path(Path::new("runs/t/r0.json"), 0).is_none());
+        commit(&repo, &opts(dir.path())).unwrap();
+        assert_committed_and_indexed(&repo, "runs/t/r0.json");
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+    }
+
+    #[test]
+    fn a_record_an_engineers_stale_index_dropped_is_committed_again_by_the_next_commit() {
+        let (dir, repo) = setup();
+        // The engineer's `git commit` read the index before ours was written, and wrote
+        // it back after: their next commit drops the record from HEAD.
+        let stale = std::fs::read(repo.path().join("index")).unwrap();
+        commit(&repo, &opts(dir.path())).unwrap();
+        std::fs::write(repo.path().join("index"), stale).unwrap();
+        let other = Repository::open(dir.path()).unwrap();
+        let mut idx = other.index().unwrap();
+        let tree = other.find_tree(idx.write_tree().unwrap()).unwrap();
+        let head = other.head().unwrap().peel_to_commit().unwrap();
+        let sig = Signature::now("eng", "eng@x").unwrap();
+        other.commit(Some("HEAD"), &sig, &sig, "eng", &tree, &[&head]).unwrap();
+        assert!(head_blob(&repo, "runs/t/r1.json").unwrap().is_none(), "dropped");
+        std::fs::write(dir.path().join("runs/t/r2.json"), "{}").unwrap();
+        commit_new_files_with(
+            &repo,
+            &["runs/t/r2.json".into()],
+            |p| p.starts_with("runs/"),
+            "runtime",
+            "runtime@localhost",
+            "runtime: t",
+            &opts(dir.path()),
+        )
+        .unwrap();
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+        assert_committed_and_indexed(&repo, "runs/t/r2.json");
+    }
+
+    #[test]
+    fn a_record_a_stale_index_write_back_lost_is_put_back_in_the_index() {
+        let (dir, repo) = setup();
+        let stale = std::fs::read(repo.path().join("index")).unwrap();
+        commit(&repo, &opts(dir.path())).unwrap();
+        std::fs::write(repo.path().join("index"), stale).unwrap();
+        assert_ne!(repo.status_file(Path::new("runs/t/r1.json")).unwrap(), Status::CURRENT);
+        std::fs::write(dir.path().join("runs/t/r2.json"), "{}").unwrap();
+        commit_new_files_with(
+            &repo,
+            &["runs/t/r2.json".into()],
+            |p| p.starts_with("runs/"),
+            "runtime",
+            "runtime@localhost",
+            "runtime: t",
+            &opts(dir.path()),
+        )
+        .unwrap();
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+        assert_committed_and_indexed(&repo, "runs/t/r2.json");
+    }
+
+    #[test]
+    fn a_linked_worktree_commits_to_its_own_branch_and_index() {
+        let (dir, repo) = setup();
+        let linked = dir
+            .path()
+            .parent()
+            .unwrap()
+            .join(format!("{}-linked", dir.path().file_name().unwrap().to_string_lossy()));
+        repo.worktree("wt", &linked, None).unwrap();
+        let main_head = head_commit(&repo).unwrap();
+        std::fs::create_dir_all(linked.join("runs/t")).unwrap();
+        std::fs::write(linked.join("runs/t/r1.json"), "{}").unwrap();
+        let wt = Repository::open(&linked).unwrap();
+        let oid = commit(&wt, &opts(&linked)).unwrap();
+        assert_eq!(head_commit(&wt).unwrap(), Some(oid));
+        assert_committed_and_indexed(&wt, "runs/t/r1.json");
+        assert_eq!(
+            head_commit(&repo).unwrap(),
+            main_head,
+            "the main worktree's branch stays"
+        );
+        assert!(repo.index().unwrap().get_path(Path::new("runs/t/r1.json"), 0).is_none());
+        let _ = std::fs::remove_dir_all(&linked);
     }
 }

@@ -179,6 +179,8 @@ pub enum CardKind {
     /// Files the model left under `reports/` that were not committed (not regular
     /// files, hard links, git metadata, over the caps, or at the report's own name).
     OutputRejected,
+    /// The state database was damaged: moved aside and rebuilt empty.
+    StateReset,
 }
 
 impl CardKind {
@@ -203,6 +205,7 @@ impl CardKind {
             CardKind::ContextOverflow => "context_overflow",
             CardKind::PrefetchTruncated => "prefetch_truncated",
             CardKind::OutputRejected => "output_rejected",
+            CardKind::StateReset => "state_reset",
         }
     }
 }
@@ -261,6 +264,7 @@ named!(
         CardKind::ContextOverflow,
         CardKind::PrefetchTruncated,
         CardKind::OutputRejected,
+        CardKind::StateReset,
     ]
 );
 
@@ -663,6 +667,34 @@ pub fn report_path(task: &str, run_id: &str, at: DateTime<Utc>) -> PathBuf {
     PathBuf::from(format!("reports/{task}/{}/{run_id}.md", day(at)))
 }
 
+/// Whether `rel` has the shape of a run's report path (`reports/<task>/<day>/<run-id>.md`,
+/// any run's): such a file belongs to the fire of that run, even when another fire of
+/// another task sees it appear under `reports/` while it runs.
+pub fn is_report_path(rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let [dir, task, day, file] = parts.as_slice() else {
+        return false;
+    };
+    let Some(id) = file.strip_suffix(".md") else {
+        return false;
+    };
+    *dir == "reports"
+        && crate::prompt::valid_task_name(task)
+        && chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok()
+        && is_run_id(id)
+}
+
+/// Whether `id` has the shape [`new_id`] gives (`20261129T073000Z-3f9a1c2b`).
+pub fn is_run_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    b.len() == 25
+        && b[..8].iter().all(u8::is_ascii_digit)
+        && b[8] == b'T'
+        && b[9..15].iter().all(u8::is_ascii_digit)
+        && &b[15..17] == b"Z-"
+        && b[17..].iter().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+}
+
 pub fn day(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%d").to_string()
 }
@@ -805,6 +837,25 @@ where
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn report_paths_of_any_run_are_recognised() {
+        let at = now();
+        let id = new_id(at, "t");
+        assert!(is_run_id(&id), "{id}");
+        assert!(is_report_path(
+            &report_path("nightly-report", &id, at).to_string_lossy()
+        ));
+        for other in [
+            "reports/notes.md".to_string(),
+            format!("reports/t/2026-11-29/{id}.txt"),
+            format!("reports/t/2026-13-29/{id}.md"),
+            format!("runs/t/2026-11-29/{id}.md"),
+            "reports/t/2026-11-29/20261129T073000Z-XYZ.md".to_string(),
+        ] {
+            assert!(!is_report_path(&other), "{other}");
+        }
+    }
 
     fn now() -> DateTime<Utc> {
         "2026-11-29T07:30:00Z".parse().unwrap()
@@ -1135,6 +1186,7 @@ triage:
             (CardKind::OutputRejected, "output_rejected"),
             (CardKind::ContextOverflow, "context_overflow"),
             (CardKind::PrefetchTruncated, "prefetch_truncated"),
+            (CardKind::StateReset, "state_reset"),
         ]);
     }
 

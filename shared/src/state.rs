@@ -4,9 +4,9 @@
 //! two commits, from running at once. Both binaries use this one home: the runtime
 //! writes runs and checkpoints, `builder approve-call` records decisions.
 
-use crate::agent::{call_hash, CallDecision, LoopState};
+use crate::agent::{call_hash, CallDecision, CardDraft, LoopState};
 use crate::layout::STATE_DIR;
-use crate::records::Receipt;
+use crate::records::{CardKind, Receipt};
 use crate::store::{Schema, Store, StoreError, SHARED_HISTORY};
 use crate::trace::Trace;
 use chrono::{DateTime, Utc};
@@ -83,14 +83,122 @@ pub struct Checkpoint {
 /// The open state database.
 pub struct StateDb {
     store: Store,
+    reset: Option<StateReset>,
+}
+
+/// A damaged state database found at open: where it went and what it held, as far as
+/// it could be read. Kept as a note in `.runtime/` until a fire reports it with a
+/// `state_reset` card (whoever opened the database first: a fire, `runtime runs`,
+/// `builder approve-call`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateReset {
+    /// What was wrong (SQLite's error, or what `PRAGMA quick_check` found).
+    pub reason: String,
+    /// Where the damaged file was moved (`.runtime/state.db.damaged-<timestamp>`).
+    pub moved_to: PathBuf,
+    /// What was lost, as far as the damaged file could be read: runs waiting for
+    /// approval, the number of run rows. Empty when nothing could be read.
+    pub lost: Vec<String>,
+    pub at: DateTime<Utc>,
+}
+
+impl StateReset {
+    /// The `state_reset` card that reports it.
+    pub fn card(&self) -> CardDraft {
+        let lost = if self.lost.is_empty() {
+            "nothing could be read from it".to_string()
+        } else {
+            format!("it held: {}", self.lost.join("; "))
+        };
+        CardDraft {
+            kind: CardKind::StateReset,
+            summary: "the state database was damaged; it was moved aside and rebuilt empty".into(),
+            detail: format!(
+                "{}; moved to {}; {lost}. Checkpoints, approvals and local run history in it are gone from the runtime's view.",
+                self.reason,
+                self.moved_to.display()
+            ),
+            evidence: self.lost.clone(),
+        }
+    }
+}
+
+/// Name prefix of the notes of resets not yet reported, in [`STATE_DIR`].
+const RESET_NOTE_PREFIX: &str = "state-reset-";
+
+/// Resets not yet reported: each note's path and what it says.
+pub fn pending_resets(root: &Path) -> Vec<(PathBuf, StateReset)> {
+    let Ok(dir) = std::fs::read_dir(root.join(STATE_DIR)) else {
+        return vec![];
+    };
+    let mut out: Vec<(PathBuf, StateReset)> = dir
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(RESET_NOTE_PREFIX) && n.ends_with(".json")
+        })
+        .filter_map(|e| {
+            let text = std::fs::read(e.path()).ok()?;
+            Some((e.path(), serde_json::from_slice(&text).ok()?))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Forgets a reset once its card is committed.
+pub fn reset_reported(note: &Path) {
+    let _ = std::fs::remove_file(note);
+}
+
+/// Why opening failed: a damaged file, or anything else (busy, read-only, full).
+enum OpenFailure {
+    Damaged(String),
+    Other(StoreError),
 }
 
 impl StateDb {
     /// Opens (creating and migrating) the state database of the repository at `root`.
+    /// A damaged file (not a SQLite database, or failing `PRAGMA quick_check`) is moved
+    /// aside with its write-ahead log and a new, empty database made in its place;
+    /// [`StateDb::reset`] then says so, and a note waits for the next fire's card.
     pub fn open(root: &Path) -> Result<StateDb, StoreError> {
-        Ok(StateDb {
-            store: Store::open(&db_path(root), RUNTIME_SCHEMA)?,
-        })
+        let path = db_path(root);
+        let inode = file_inode(&path);
+        match open_checked(&path) {
+            Ok(store) => Ok(StateDb { store, reset: None }),
+            Err(OpenFailure::Other(e)) => Err(e),
+            Err(OpenFailure::Damaged(reason)) => {
+                let reset = move_aside(root, &path, inode, reason)?;
+                Ok(StateDb {
+                    store: Store::open(&path, RUNTIME_SCHEMA)?,
+                    reset,
+                })
+            }
+        }
+    }
+
+    /// Opens the state database for a command that only reads it (`runtime runs`,
+    /// `show`): as [`StateDb::open`] does where it can write, else read-only (a
+    /// read-only `.runtime`, a full disk), where a damaged file is an error instead.
+    pub fn open_for_reading(root: &Path) -> Result<StateDb, StoreError> {
+        match StateDb::open(root) {
+            Ok(db) => Ok(db),
+            Err(e @ StoreError::TooNew { .. }) => Err(e),
+            Err(e) if e.is_damage() => Err(e),
+            Err(e) => match Store::open_read_only(&db_path(root), RUNTIME_SCHEMA) {
+                Ok(store) => {
+                    tracing::debug!(error = %e, "the state database is read without writing");
+                    Ok(StateDb { store, reset: None })
+                }
+                Err(_) => Err(e),
+            },
+        }
+    }
+
+    /// The reset this open made, if the file was damaged.
+    pub fn reset(&self) -> Option<&StateReset> {
+        self.reset.as_ref()
     }
 
     /// The underlying store, for the run queries `runtime runs` and `show` share with
@@ -273,6 +381,122 @@ impl StateDb {
     }
 }
 
+fn file_inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// Opens the store and checks it.
+fn open_checked(path: &Path) -> Result<Store, OpenFailure> {
+    let store = match Store::open(path, RUNTIME_SCHEMA) {
+        Ok(s) => s,
+        Err(e) if e.is_damage() => return Err(OpenFailure::Damaged(e.to_string())),
+        Err(e) => return Err(OpenFailure::Other(e)),
+    };
+    // `quick_check` reads every page (160 ms at 70 MB): once per process and file is
+    // enough, as a fire opens the database several times; later opens still catch a
+    // file SQLite cannot read at all.
+    if !first_open_in_process(path) {
+        return Ok(store);
+    }
+    match store.quick_check() {
+        Ok(None) => Ok(store),
+        Ok(Some(found)) => Err(OpenFailure::Damaged(format!(
+            "{}: PRAGMA quick_check: {found}",
+            path.display()
+        ))),
+        Err(e) if e.is_damage() => Err(OpenFailure::Damaged(e.to_string())),
+        Err(e) => Err(OpenFailure::Other(e)),
+    }
+}
+
+/// Whether this is the first time this process opens the database at `path`.
+fn first_open_in_process(path: &Path) -> bool {
+    use std::sync::{Mutex, OnceLock};
+    static CHECKED: OnceLock<Mutex<std::collections::HashSet<PathBuf>>> = OnceLock::new();
+    let checked = CHECKED.get_or_init(Default::default);
+    match checked.lock() {
+        Ok(mut set) => set.insert(path.to_path_buf()),
+        Err(_) => true,
+    }
+}
+
+/// Moves the damaged database at `path` (and its write-ahead log) aside, reads what
+/// it can of it, and leaves a note for the next fire. `None` when another process
+/// moved it first (the file at `path` is no longer the one found damaged).
+fn move_aside(root: &Path, path: &Path, inode: Option<u64>, reason: String) -> Result<Option<StateReset>, StoreError> {
+    if inode.is_none() || file_inode(path) != inode {
+        return Ok(None);
+    }
+    let at = Utc::now();
+    let stamp = at.format("%Y%m%dT%H%M%S%.3fZ");
+    let moved_to = path.with_file_name(format!("{STATE_DB_FILE}.damaged-{stamp}"));
+    let io = |p: &Path| {
+        let p = p.display().to_string();
+        move |e| StoreError::Io { path: p, source: e }
+    };
+    match std::fs::rename(path, &moved_to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(path)(e)),
+    }
+    let side = |p: &Path, suffix: &str| {
+        let mut s = p.as_os_str().to_os_string();
+        s.push(suffix);
+        PathBuf::from(s)
+    };
+    // The log belongs to the damaged file (SQLite finds it by this name); the shared
+    // memory index is rebuilt from the log.
+    match std::fs::rename(side(path, "-wal"), side(&moved_to, "-wal")) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&side(path, "-wal"))(e)),
+    }
+    let _ = std::fs::remove_file(side(path, "-shm"));
+    let reset = StateReset {
+        reason,
+        lost: readable_contents(&moved_to),
+        moved_to: moved_to.strip_prefix(root).unwrap_or(&moved_to).to_path_buf(),
+        at,
+    };
+    tracing::warn!(moved_to = %moved_to.display(), reason = %reset.reason, "the state database was damaged; rebuilt empty");
+    let note = root.join(STATE_DIR).join(format!("{RESET_NOTE_PREFIX}{stamp}.json"));
+    if let Ok(body) = serde_json::to_vec_pretty(&reset) {
+        if let Err(e) = std::fs::write(&note, body) {
+            tracing::warn!(note = %note.display(), error = %e, "the reset note was not written");
+        }
+    }
+    Ok(Some(reset))
+}
+
+/// What a damaged database still shows: runs waiting for approval (their
+/// checkpoints), and how many run rows it had.
+fn readable_contents(path: &Path) -> Vec<String> {
+    use rusqlite::OpenFlags;
+    let Ok(conn) = rusqlite::Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+        return vec![];
+    };
+    let mut lost = Vec::new();
+    if let Ok(mut stmt) = conn.prepare("SELECT run_id, state FROM checkpoints ORDER BY run_id") {
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1).ok())));
+        if let Ok(rows) = rows {
+            for (run_id, state) in rows.flatten() {
+                let task = state
+                    .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+                    .and_then(|v| v["task"].as_str().map(str::to_string));
+                lost.push(match task {
+                    Some(t) => format!("run {run_id} of task {t} waiting for approval"),
+                    None => format!("run {run_id} waiting for approval"),
+                });
+            }
+        }
+    }
+    if let Ok(n) = conn.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0)) {
+        lost.push(format!("{n} run rows"));
+    }
+    lost
+}
+
 /// A held lock file; released when dropped (or when the process dies).
 #[derive(Debug)]
 pub struct LockFile {
@@ -422,6 +646,98 @@ mod tests {
         assert_eq!(db.repeat_refusal("u", "fp", "tree1", now).unwrap(), None);
         db.clear_refusal("t").unwrap();
         assert_eq!(db.repeat_refusal("t", "fp", "tree1", now).unwrap(), None);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_moved_aside_rebuilt_and_noted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db_path(dir.path());
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, vec![0x5a; 8192]).unwrap();
+        let mut db = StateDb::open(dir.path()).unwrap();
+        let reset = db.reset().cloned().expect("the damage is reported");
+        assert!(reset.reason.contains("not a database"), "{}", reset.reason);
+        assert!(reset.lost.is_empty(), "nothing readable: {:?}", reset.lost);
+        let moved = dir.path().join(&reset.moved_to);
+        assert!(moved.starts_with(dir.path().join(STATE_DIR)));
+        assert_eq!(
+            std::fs::read(&moved).unwrap(),
+            vec![0x5a; 8192],
+            "the damaged file is kept"
+        );
+        // The new database works, and the next open finds nothing wrong.
+        db.save_checkpoint("r1", &paused("c1")).unwrap();
+        drop(db);
+        let again = StateDb::open(dir.path()).unwrap();
+        assert!(again.reset().is_none());
+        assert!(again.checkpoint("r1").unwrap().is_some());
+        // The note waits for a fire's card until reported.
+        let pending = pending_resets(dir.path());
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].1, reset);
+        let card = reset.card();
+        assert_eq!(card.kind, CardKind::StateReset);
+        assert!(card.detail.contains(&reset.moved_to.display().to_string()));
+        reset_reported(&pending[0].0);
+        assert!(pending_resets(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_database_failing_quick_check_is_reset_naming_the_runs_that_waited() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db_path(dir.path());
+        // Built without `StateDb::open`, whose first open in this process is the
+        // checked one below.
+        let mut db = StateDb {
+            store: Store::open(&path, RUNTIME_SCHEMA).unwrap(),
+            reset: None,
+        };
+        db.save_checkpoint("r-waiting", &paused("c1")).unwrap();
+        // Many rows in a later table, so its pages lie at the end of the file.
+        db.store
+            .write(|tx| {
+                for i in 0..2000 {
+                    tx.execute(
+                        "INSERT INTO meta (key, value) VALUES (?1, ?2)",
+                        rusqlite::params![format!("k{i:05}"), "v".repeat(200)],
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        db.store.checkpoint().unwrap();
+        drop(db);
+        // Scribble over interior pages near the end of the file.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let len = bytes.len();
+        for b in &mut bytes[len - 40 * 4096..len - 20 * 4096] {
+            *b = 0xff;
+        }
+        std::fs::write(&path, bytes).unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        let reset = db.reset().cloned().expect("quick_check finds the damage");
+        assert!(reset.reason.contains("quick_check"), "{}", reset.reason);
+        assert!(
+            reset
+                .lost
+                .iter()
+                .any(|l| l.contains("r-waiting") && l.contains("task t")),
+            "names the run that waited: {:?}",
+            reset.lost
+        );
+        assert!(db.checkpoint("r-waiting").unwrap().is_none(), "rebuilt empty");
+    }
+
+    #[test]
+    fn a_sound_database_is_not_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = StateDb::open(dir.path()).unwrap();
+        db.save_checkpoint("r1", &paused("c1")).unwrap();
+        drop(db);
+        let db = StateDb::open(dir.path()).unwrap();
+        assert!(db.reset().is_none());
+        assert!(pending_resets(dir.path()).is_empty());
+        assert!(db.checkpoint("r1").unwrap().is_some());
     }
 
     #[test]

@@ -71,6 +71,20 @@ pub enum StoreError {
     Io { path: String, source: std::io::Error },
 }
 
+impl StoreError {
+    /// Whether SQLite says the file is not a database or is corrupt (as opposed to
+    /// busy, read-only, full or missing).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            StoreError::Sqlite { source, .. } => matches!(
+                source.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
+            ),
+            StoreError::TooNew { .. } | StoreError::Io { .. } => false,
+        }
+    }
+}
+
 /// An open store.
 pub struct Store {
     conn: Connection,
@@ -95,6 +109,65 @@ impl Store {
         store.configure()?;
         store.migrate(schema)?;
         Ok(store)
+    }
+
+    /// Opens the database at `path` for reading only, for commands that only read
+    /// (`runtime runs`, `show`) where it cannot be written: a read-only `.runtime`, a
+    /// full disk. SQLite needs the write-ahead log's shared-memory file to read a WAL
+    /// database; where that cannot be created, the file is read as immutable (what a
+    /// read-only file system guarantees anyway). The schema must be current: a read
+    /// cannot migrate. A missing (or empty) file reads as an empty database.
+    pub fn open_read_only(path: &Path, schema: Schema) -> Result<Store, StoreError> {
+        use rusqlite::OpenFlags;
+        let p = path.display().to_string();
+        let sql = |e| StoreError::Sqlite {
+            path: p.clone(),
+            source: e,
+        };
+        // Missing, or created empty by an open that then could not write.
+        if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
+            let mut store = Store {
+                conn: Connection::open_in_memory().map_err(sql)?,
+                path: p.clone(),
+            };
+            store.migrate(schema)?;
+            return Ok(store);
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut last = None;
+        for extra in ["", "&immutable=1"] {
+            let uri = format!("file:{}?mode=ro{extra}", uri_path(path));
+            let store = Connection::open_with_flags(&uri, flags).map(|conn| Store { conn, path: p.clone() });
+            let version = store.and_then(|s| {
+                s.conn.busy_timeout(Duration::from_secs(10))?;
+                let v: i64 = s.conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+                Ok((s, v as usize))
+            });
+            match version {
+                Ok((s, v)) if v == schema.version() => return Ok(s),
+                Ok((_, v)) if v > schema.version() => {
+                    return Err(StoreError::TooNew {
+                        path: p.clone(),
+                        found: v,
+                        known: schema.version(),
+                    })
+                }
+                Ok((_, v)) => {
+                    return Err(StoreError::Sqlite {
+                        path: p.clone(),
+                        source: rusqlite::Error::SqliteFailure(
+                            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
+                            Some(format!(
+                                "schema version {v} needs migrating to {}, which a read-only open cannot do",
+                                schema.version()
+                            )),
+                        ),
+                    })
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(sql(last.unwrap_or(rusqlite::Error::InvalidQuery)))
     }
 
     /// Turns a SQLite error into one that names this store's file.
@@ -128,7 +201,21 @@ impl Store {
     }
 
     fn migrate(&mut self, schema: Schema) -> Result<(), StoreError> {
-        // Ok(Some(v)): the file's schema is newer than this binary.
+        // A plain read first: a file already at this schema needs no write transaction,
+        // so `runtime runs` and `show` work on a full disk and a read-only `.runtime`.
+        let current = self.schema_version()?;
+        if current == schema.version() {
+            return Ok(());
+        }
+        if current > schema.version() {
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found: current,
+                known: schema.version(),
+            });
+        }
+        // Ok(Some(v)): the file's schema is newer than this binary (another process
+        // migrated it meanwhile).
         let newer = self.write(|tx| {
             let version = tx.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))? as usize;
             if version > schema.version() {
@@ -164,6 +251,16 @@ impl Store {
         let out = f(&tx).map_err(e)?;
         tx.commit().map_err(e)?;
         Ok(out)
+    }
+
+    /// SQLite's `PRAGMA quick_check`: `None` when the file is sound, else what it
+    /// found (the first few problems).
+    pub fn quick_check(&self) -> Result<Option<String>, StoreError> {
+        let found = self.query_all("PRAGMA quick_check(5)", [], |r| r.get::<_, String>(0))?;
+        if found.len() == 1 && found[0] == "ok" {
+            return Ok(None);
+        }
+        Ok(Some(found.join("; ")))
     }
 
     /// Copies the write-ahead log into the database file and empties it. Worth it
@@ -205,6 +302,20 @@ impl Store {
     pub fn path(&self) -> &str {
         &self.path
     }
+}
+
+/// `path` for a SQLite `file:` URI: `%`, `?` and `#` escaped.
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Writes one run's row into the `runs` table both databases have (the runtime's
@@ -285,6 +396,38 @@ mod tests {
             Store::open(&path, TEST_SCHEMA),
             Err(StoreError::TooNew { found: 99, .. })
         ));
+    }
+
+    #[test]
+    fn opening_a_current_store_takes_no_write_lock() {
+        // A writer holds the database: a migrating open would wait for it (busy
+        // timeout) and then fail, as it would on a full disk or a read-only file.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        drop(Store::open(&path, TEST_SCHEMA).unwrap());
+        let mut writer = Connection::open(&path).unwrap();
+        let tx = writer
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .unwrap();
+        let t = std::time::Instant::now();
+        let s = Store::open(&path, TEST_SCHEMA).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(2), "waited {:?}", t.elapsed());
+        assert_eq!(s.schema_version().unwrap(), TEST_SCHEMA.version());
+        tx.rollback().unwrap();
+    }
+
+    #[test]
+    fn damage_is_told_from_other_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        std::fs::write(&path, vec![7u8; 4096]).unwrap();
+        let e = Store::open(&path, TEST_SCHEMA).err().expect("not a database");
+        assert!(e.is_damage(), "{e}");
+        let busy = StoreError::Sqlite {
+            path: "x".into(),
+            source: rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY), None),
+        };
+        assert!(!busy.is_damage());
     }
 
     #[test]

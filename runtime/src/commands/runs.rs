@@ -19,7 +19,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
-    let db = StateDb::open(root)?;
+    let db = StateDb::open_for_reading(root)?;
     let store = db.store();
     let rows = shared::trace::list_runs(store, args.task.as_deref(), args.limit)?;
     if args.json {

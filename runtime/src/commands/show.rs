@@ -25,7 +25,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
-    let db = StateDb::open(root)?;
+    let db = StateDb::open_for_reading(root)?;
     let store = db.store();
     let Some((row, trace)) = shared::trace::load_run(store, &args.run_id)? else {
         return Err(

@@ -57,6 +57,7 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) 
     let root = &ctx.opts.root;
     let task = &ctx.opts.task;
     close_root(ctx, rec);
+    let resets = state_resets(ctx, rec);
     let finished_at = Utc::now();
     let mut files: Vec<String> = Vec::new();
     let mut held: Vec<(String, Vec<u8>)> = Vec::new();
@@ -123,6 +124,11 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) 
             Err(e) => failure = Some(e),
         }
     }
+    if failure.is_none() && (commit.is_some() || ctx.opts.no_commit) {
+        for note in &resets {
+            state::reset_reported(note);
+        }
+    }
     let end = end_after_writing(rec.status, failure.as_ref(), !card_ids.is_empty());
     if let Some(exporter) = &sink.telemetry {
         export(ctx, exporter, &rec.state.trace);
@@ -147,6 +153,22 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) 
         message: failure.map(|f| f.message).unwrap_or_default(),
         hint,
     }
+}
+
+/// Opens the state database (which checks it, and rebuilds a damaged one) and turns
+/// every reset not yet reported into a `state_reset` card; returns the notes to drop
+/// once the cards are committed.
+fn state_resets(ctx: &FireContext, rec: &mut RunRecords) -> Vec<std::path::PathBuf> {
+    if let Err(e) = StateDb::open(&ctx.opts.root) {
+        tracing::warn!(error = %e, "cannot open the state database");
+    }
+    state::pending_resets(&ctx.opts.root)
+        .into_iter()
+        .map(|(note, reset)| {
+            rec.state.cards.push(reset.card());
+            note
+        })
+        .collect()
 }
 
 /// Ends the fire's root span with the run's status (opening it first for a fire
@@ -211,6 +233,9 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
         }
         CardKind::ContextOverflow => {
             "set `max_context_tokens` on the provider in settings/runtime.yaml to the server's real window".into()
+        }
+        CardKind::StateReset => {
+            "the damaged file is kept beside the new one in .runtime/; runs it held waiting for approval must be fired again".into()
         }
         CardKind::PermissionDenied
         | CardKind::MissingTool

@@ -62,7 +62,9 @@ pub(crate) fn collect(
     };
     let mut total = 0u64;
     for rel in found {
-        if own.contains(&rel) {
+        // Another run's report (a fire of another task writing while this one ran) is
+        // that fire's to commit, not this one's.
+        if own.contains(&rel) || crate::records::is_report_path(&rel) {
             continue;
         }
         if in_head(&rel) {

@@ -1,0 +1,173 @@
+//! Faults named, not hidden (issue 11, item 6): a damaged state database is moved
+//! aside, rebuilt and reported with a `state_reset` card while the fire completes;
+//! `runtime runs` and `runtime show` read the store without writing, so they work on
+//! a read-only `.runtime` and on a full disk (both in a private mount namespace,
+//! `unshare -m`, since chmod does not stop root).
+
+use crate::exit_codes::{in_namespace, no_mount_namespace};
+use crate::util::*;
+use serde_json::Value;
+
+#[test]
+fn a_damaged_state_db_gives_a_state_reset_card_and_the_fire_completes() {
+    let env = TestEnv::new();
+    let (code, first, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{stderr}");
+    let db = env.root.join(".runtime/state.db");
+    // Damaged on disk, log and all (pages still in the log would hide the damage:
+    // SQLite reads them from there).
+    std::fs::write(&db, vec![0x42; 16384]).unwrap();
+    for side in ["state.db-wal", "state.db-shm"] {
+        let _ = std::fs::remove_file(env.root.join(".runtime").join(side));
+    }
+
+    let (code, summary, stderr) = env.fire("digest");
+    assert_eq!(code, 5, "completed with a card: {stderr}");
+    assert_eq!(summary["status"], "accepted");
+    assert_eq!(env.card_kinds(&summary), vec!["state_reset"]);
+    let card = &env.cards(&summary)[0];
+    let detail = card["detail"].as_str().unwrap();
+    assert!(detail.contains(".runtime/state.db.damaged-"), "{detail}");
+    assert!(detail.contains("not a database"), "{detail}");
+    let moved: Vec<String> = std::fs::read_dir(env.root.join(".runtime"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("state.db.damaged-") && !n.ends_with("-wal"))
+        .collect();
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert_eq!(
+        std::fs::read(env.root.join(".runtime").join(&moved[0])).unwrap(),
+        vec![0x42; 16384],
+        "the damaged file is kept as it was"
+    );
+    assert!(env.last_commit_paths().iter().any(|p| p.starts_with("cards/")));
+
+    // Reported once: the next fire is clean, and the new database has its runs.
+    let (code, _, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{stderr}");
+    let out = env.runtime(&["runs", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let runs: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = runs.iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(
+        !ids.contains(&first["run_id"].as_str().unwrap()),
+        "the old rows are gone"
+    );
+}
+
+/// `runtime runs` and `runtime show <run>` in a namespace set up by `setup`.
+fn read_commands_work(env: &TestEnv, setup: &str, what: &str) {
+    let run_id = {
+        let out = env.runtime(&["runs", "--json"]);
+        let runs: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+        runs[0]["run_id"].as_str().unwrap().to_string()
+    };
+    let runs = in_namespace(env, setup, &env.command("runtime", &["runs", "--json"]));
+    assert_eq!(
+        runs.status.code(),
+        Some(0),
+        "runtime runs on {what}: {}",
+        String::from_utf8_lossy(&runs.stderr)
+    );
+    let listed: Vec<Value> = serde_json::from_slice(&runs.stdout).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["run_id"], run_id.as_str());
+    let show = in_namespace(env, setup, &env.command("runtime", &["show", &run_id]));
+    assert_eq!(
+        show.status.code(),
+        Some(0),
+        "runtime show on {what}: {}",
+        String::from_utf8_lossy(&show.stderr)
+    );
+    assert!(String::from_utf8_lossy(&show.stdout).contains(&run_id));
+}
+
+#[test]
+fn runs_and_show_work_on_a_read_only_runtime_dir_and_a_full_disk() {
+    if let Some(why) = no_mount_namespace() {
+        println!("skipped: {why}");
+        return;
+    }
+    let env = TestEnv::new();
+    let (code, _, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{stderr}");
+    let read_only = "mount --bind -o ro \"$0/.runtime\" \"$0/.runtime\"";
+    // The same files on a small file system filled to the last block.
+    let full = "d=$(mktemp -d) && cp -a \"$0/.runtime/.\" \"$d\" && mount -t tmpfs -o size=8m tmpfs \"$0/.runtime\" && cp -a \"$d/.\" \"$0/.runtime\" && rm -rf \"$d\" && { dd if=/dev/zero of=\"$0/.runtime/fill\" bs=4k 2>/dev/null || true; }";
+    // As a fire leaves it: the write-ahead log and its shared-memory index beside it.
+    read_commands_work(&env, read_only, "a read-only .runtime");
+    read_commands_work(&env, full, "a full disk");
+    // As a clean close leaves it: no log, no shared-memory file, which SQLite then
+    // cannot create to read the database.
+    let db = env.root.join(".runtime/state.db");
+    let mut store = shared::store::Store::open(&db, shared::state::RUNTIME_SCHEMA).unwrap();
+    store.checkpoint().unwrap();
+    drop(store);
+    for side in ["state.db-wal", "state.db-shm"] {
+        std::fs::remove_file(env.root.join(".runtime").join(side)).unwrap();
+    }
+    read_commands_work(&env, read_only, "a read-only .runtime, no log");
+    read_commands_work(&env, full, "a full disk, no log");
+    // No database at all: nothing to list, and no error.
+    let empty = TestEnv::new();
+    let setup = "mkdir -p \"$0/.runtime\" && mount -t tmpfs -o size=64k tmpfs \"$0/.runtime\" && { dd if=/dev/zero of=\"$0/.runtime/fill\" bs=4k 2>/dev/null || true; }";
+    let out = in_namespace(&empty, setup, &empty.command("runtime", &["runs", "--json"]));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        serde_json::json!([])
+    );
+}
+
+/// The start time of `pid` (`/proc/<pid>/stat` field 22).
+fn start_time(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_git_lock_a_killed_runtime_left_is_removed_by_the_next_fire_and_no_other() {
+    let env = TestEnv::new();
+    // A runtime that recorded its intent, took the index lock, and was killed.
+    let mut dead = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let (pid, started) = (dead.id(), start_time(dead.id()));
+    dead.kill().unwrap();
+    dead.wait().unwrap();
+    let lock = env.root.join(".git/index.lock");
+    std::fs::write(&lock, "").unwrap();
+    let intents = env.root.join(".runtime/locks");
+    std::fs::create_dir_all(&intents).unwrap();
+    let intent = intents.join(format!("git-intent-{pid}.json"));
+    let record = serde_json::json!({"pid": pid, "start_time": started, "locks": [{"path": lock}], "files": []});
+    std::fs::write(&intent, record.to_string()).unwrap();
+
+    let (code, summary, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{stderr}");
+    assert!(summary["commit"].is_string());
+    assert!(!lock.exists() && !intent.exists());
+    let status = std::process::Command::new("git")
+        .args(["-C", env.root.to_str().unwrap(), "status", "--porcelain"])
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(status.status.success());
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "", "HEAD and the index agree");
+
+    // A lock no intent names may be a person's git: named, never removed.
+    std::fs::write(&lock, "").unwrap();
+    let t = std::time::Instant::now();
+    let (code, summary, stderr) = env.fire("digest");
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        t.elapsed() >= std::time::Duration::from_secs(5),
+        "it waited for the lock"
+    );
+    let message = summary["message"].as_str().unwrap();
+    assert!(message.contains(&lock.display().to_string()), "{message}");
+    assert!(lock.exists());
+    let receipt = summary["receipt"].as_str().unwrap();
+    assert!(env.root.join(receipt).exists(), "the records stay in the work tree");
+}
