@@ -20,6 +20,8 @@ use shared::store::StoreError;
 use std::fmt::Write as _;
 
 /// Test-only (debug builds): set to anything non-empty to force an internal error.
+// Read only by the debug-build hook below.
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub const FORCE_INTERNAL_ERROR_ENV: &str = "BUILDER_TEST_FORCE_INTERNAL_ERROR";
 
 /// The process exit codes of `builder` (DESIGN.md section 7), defined here only.
@@ -114,6 +116,8 @@ impl CommandError {
         Self::new(Kind::Environment, anyhow::Error::msg(message.into()))
     }
 
+    // Used by the debug-build hook (and by the builder for its own bugs).
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(Kind::Internal, anyhow::Error::msg(message.into()))
     }

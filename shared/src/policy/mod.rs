@@ -94,6 +94,10 @@ pub struct Policy {
     default: Decision,
     read_roots: Vec<PathBuf>,
     scratch: Option<PathBuf>,
+    /// Some deny rule names `Read` (then shell reads are judged too).
+    read_denied: bool,
+    /// Some deny or ask rule names `Read`.
+    read_judged: bool,
 }
 
 /// Why a policy could not be built (settings loading reports these with lines first).
@@ -162,10 +166,16 @@ impl Policy {
                 Spec::Command(_) | Spec::Any | Spec::Path(_) | Spec::Literal(_) => unindexed_bash_allow.push(i),
             }
         }
+        let deny = compile(&perms.deny)?;
+        let ask = compile(&perms.ask)?;
+        let read_denied = deny.iter().any(|r| r.names_any(READ_TOOLS));
+        let read_judged = read_denied || ask.iter().any(|r| r.names_any(READ_TOOLS));
         Ok(Policy {
             ownership,
-            deny: compile(&perms.deny)?,
-            ask: compile(&perms.ask)?,
+            deny,
+            ask,
+            read_denied,
+            read_judged,
             allow,
             bash_allow_by_word,
             unindexed_bash_allow,
@@ -400,7 +410,10 @@ impl Policy {
     /// are decided as reads. A read target only known at run time (`cat $F`, `cat *`)
     /// is denied while any `Read` deny rule exists, since it could be the denied file.
     fn check_reads(&self, seg: &Segment, cwd: Option<&str>) -> Option<Verdict> {
-        let read_denied = self.deny.iter().any(|r| r.names_any(READ_TOOLS));
+        if !self.read_judged {
+            return None;
+        }
+        let read_denied = self.read_denied;
         if read_denied && shell::searches_recursively(seg) {
             return Some(Verdict::new(
                 Decision::Deny,
@@ -409,7 +422,7 @@ impl Policy {
             ));
         }
         let targets = shell::read_targets(seg);
-        if targets.is_empty() || !self.deny.iter().chain(&self.ask).any(|r| r.names_any(READ_TOOLS)) {
+        if targets.is_empty() {
             return None;
         }
         for w in targets {
