@@ -114,6 +114,7 @@ fn a_skipped_fire_is_quiet_unless_verbose() {
 fn fifty_ticks_of_an_unchanged_refusal_commit_once() {
     let env = TestEnv::new();
     env.write("prompts/digest.md", "---\n---\nchanged but not committed\n");
+    let before_first = commits(&env);
     let (code, _, stderr) = fire_plain(&env, &["fire", "digest"]);
     assert_eq!(code, 1);
     assert!(
@@ -122,6 +123,11 @@ fn fifty_ticks_of_an_unchanged_refusal_commit_once() {
     );
     assert!(stderr.contains("hint: land the builder-owned changes"), "{stderr}");
     let after_first = commits(&env);
+    assert_eq!(
+        after_first,
+        before_first + 1,
+        "the first refusal is recorded and committed"
+    );
     for tick in 0..50 {
         let (code, summary, _) = env.fire("digest");
         assert_eq!(code, 1, "tick {tick}");

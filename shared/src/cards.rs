@@ -44,7 +44,7 @@ impl TriageDecision {
 /// `HEAD~1` still means the same commit tomorrow) or a proposal (`proposals/<name>`,
 /// the branch `builder propose` makes). `None` when the repository has neither.
 pub fn resolve_fixed_by(repo: &git2::Repository, value: &str) -> Option<String> {
-    let name = value.strip_prefix("proposals/").unwrap_or(value);
+    let name = value.strip_prefix(crate::review::PROPOSAL_PREFIX).unwrap_or(value);
     let branch = format!("proposals/{name}");
     if !name.is_empty() && repo.find_branch(&branch, git2::BranchType::Local).is_ok() {
         return Some(branch);
@@ -130,6 +130,25 @@ pub fn github_issue(group: &CardGroup, latest: Option<&Card>) -> GithubIssue {
             format!("task:{}", group.task),
         ],
     }
+}
+
+/// The work tree's card files for card `id` (`cards/<day>/<id>.yaml`), repo-relative
+/// and sorted. An id that is not a plain file name (empty, a `/`, `..`) names no card:
+/// ids also come from commit trailers, which anyone can write.
+pub fn work_tree_card_paths(root: &std::path::Path, id: &str) -> Vec<String> {
+    if id.is_empty() || id.contains('/') || id.contains("..") {
+        return Vec::new();
+    }
+    let Ok(days) = std::fs::read_dir(root.join("cards")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = days
+        .flatten()
+        .filter(|d| d.path().join(format!("{id}.yaml")).is_file())
+        .map(|d| format!("cards/{}/{id}.yaml", d.file_name().to_string_lossy()))
+        .collect();
+    out.sort();
+    out
 }
 
 #[cfg(test)]

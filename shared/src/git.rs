@@ -406,26 +406,29 @@ fn watched_records(repo: &Repository, dir: &Path) -> (Vec<String>, Vec<String>) 
     (dropped, kept)
 }
 
-/// Checks one record and writes its blob.
+/// Checks one record and writes its blob. The file is read beneath the root, through
+/// no link on the way, only when it is a regular file with one name: a record taken
+/// from the work tree (a dead runtime's, or one an engineer's commit dropped) may sit
+/// where a tool process could have replaced it.
 fn record_blob(repo: &Repository, root: &Path, f: &str, allowed: &impl Fn(&str) -> bool) -> Result<Oid, GitError> {
     check_record_path(f, allowed)?;
-    let full = root.join(f);
-    let meta = std::fs::symlink_metadata(&full).map_err(|e| GitError::Io {
-        path: full.clone(),
+    let io = |e: std::io::Error| GitError::Io {
+        path: root.join(f),
         source: e,
-    })?;
-    if !meta.file_type().is_file() {
-        return Err(GitError::Refused {
+    };
+    let dir = crate::beneath::open_root(root).map_err(io)?;
+    let bytes = crate::beneath::read_regular(&dir, Path::new(f), MAX_RECORD_BYTES).map_err(|e| match e {
+        crate::beneath::NotRegular::Io(message) => io(std::io::Error::other(message)),
+        other => GitError::Refused {
             path: f.to_string(),
-            why: "not a regular file (symlinks and devices are never committed)".into(),
-        });
-    }
-    let bytes = std::fs::read(&full).map_err(|e| GitError::Io {
-        path: full.clone(),
-        source: e,
+            why: format!("not a plain file ({other}): only regular files with one name are committed"),
+        },
     })?;
     Ok(repo.blob(&bytes)?)
 }
+
+/// The largest record file the runtime commits from the work tree.
+const MAX_RECORD_BYTES: u64 = 64 * 1024 * 1024;
 
 /// A record's path must be plain and repo-relative, and `allowed`.
 fn check_record_path(f: &str, allowed: &impl Fn(&str) -> bool) -> Result<(), GitError> {
@@ -958,9 +961,10 @@ fn held_entry(path: &str) -> git2::IndexEntry {
     }
 }
 
-/// The id of the tree holding only the builder-owned directories of `tree` (what an
-/// approval names, and what makes two refusals "on the same builder tree"). Writes
-/// that small tree object into the repository (a no-op when it exists).
+/// The id of the tree holding only the builder-owned directories of `tree`, built by
+/// writing that tree object: the test oracle for [`crate::review::builder_tree_of`],
+/// which computes the same id without writing anything.
+#[cfg(test)]
 pub fn builder_tree_id(repo: &Repository, tree: &git2::Tree) -> Result<Oid, GitError> {
     let mut builder = repo.treebuilder(None)?;
     for dir in BUILDER_DIRS.iter().filter(|d| **d != ".git") {
@@ -1415,15 +1419,7 @@ mod open_tests {
     #[test]
     fn a_linked_worktree_opens_at_its_own_root() {
         let dir = tempfile::tempdir().unwrap();
-        let main = dir.path().join("main");
-        let repo = Repository::init(&main).unwrap();
-        let sig = Signature::now("T", "t@example.com").unwrap();
-        let tree = repo
-            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
-            .unwrap();
-        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
-        let linked = dir.path().join("linked");
-        repo.worktree("linked", &linked, None).unwrap();
+        let (main, linked) = crate::git::linked_worktree_fixture(dir.path());
         assert!(linked.join(".git").is_file(), "a linked worktree has a .git file");
         let wt = open_work_tree(&linked).unwrap();
         assert_eq!(wt.root, linked.canonicalize().unwrap());
@@ -1458,11 +1454,29 @@ mod open_tests {
     }
 }
 
+/// A repository at `<dir>/main` with one empty commit and a linked worktree of it at
+/// `<dir>/linked` (where `.git` is a file), for the tests of every module that has to
+/// find git's directories from a worktree.
+#[cfg(test)]
+pub(crate) fn linked_worktree_fixture(dir: &Path) -> (PathBuf, PathBuf) {
+    let main = dir.join("main");
+    let repo = Repository::init(&main).unwrap();
+    let sig = Signature::now("T", "t@example.com").unwrap();
+    let tree = repo
+        .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+        .unwrap();
+    repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
+    let linked = dir.join("linked");
+    repo.worktree("linked", &linked, None).unwrap();
+    (main, linked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn repo() -> (tempfile::TempDir, Repository) {
+    /// A repository whose one commit holds `prompts/t.md`.
+    pub(super) fn repo() -> (tempfile::TempDir, Repository) {
         let dir = tempfile::tempdir().unwrap();
         let repo = Repository::init(dir.path()).unwrap();
         std::fs::create_dir_all(dir.path().join("prompts")).unwrap();
@@ -1758,17 +1772,7 @@ mod commit_tests {
     /// A repository with one engineer's commit, a record written in the work tree, and
     /// options that wait briefly and keep intents in `.runtime/locks`.
     fn setup() -> (tempfile::TempDir, Repository) {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = Repository::init(dir.path()).unwrap();
-        std::fs::create_dir_all(dir.path().join("prompts")).unwrap();
-        std::fs::write(dir.path().join("prompts/t.md"), "hi").unwrap();
-        let mut idx = repo.index().unwrap();
-        idx.add_path(Path::new("prompts/t.md")).unwrap();
-        idx.write().unwrap();
-        let tree = repo.find_tree(idx.write_tree().unwrap()).unwrap();
-        let sig = Signature::now("eng", "eng@x").unwrap();
-        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
-        drop(tree);
+        let (dir, repo) = super::tests::repo();
         std::fs::create_dir_all(dir.path().join("runs/t")).unwrap();
         std::fs::write(dir.path().join("runs/t/r1.json"), "{}").unwrap();
         (dir, repo)

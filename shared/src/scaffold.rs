@@ -170,15 +170,7 @@ mod tests {
     #[test]
     fn init_in_a_linked_worktree_puts_the_hook_where_git_runs_it() {
         let dir = tempfile::tempdir().unwrap();
-        let main = dir.path().join("main");
-        let repo = git2::Repository::init(&main).unwrap();
-        let sig = git2::Signature::now("T", "t@example.com").unwrap();
-        let tree = repo
-            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
-            .unwrap();
-        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
-        let linked = dir.path().join("linked");
-        repo.worktree("linked", &linked, None).unwrap();
+        let (main, linked) = crate::git::linked_worktree_fixture(dir.path());
         let report = init(&linked).unwrap();
         assert!(!report.git_initialised, "the worktree is a repository already");
         assert!(report.created.contains(&PathBuf::from(".git/hooks/pre-push")));

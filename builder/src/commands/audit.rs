@@ -3,7 +3,6 @@
 
 use crate::command_error::{CommandError, Outcome};
 use shared::audit::{self, RuntimeIdentity, Severity};
-use shared::layout::Ownership;
 use std::path::Path;
 
 /// Check git history: runtime commits outside runtime paths, unreviewed builder changes
@@ -19,18 +18,8 @@ pub struct Args {
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let shared::git::WorkTree { repo, root } = super::open_repo(repo_path)?;
-    // Without settings the audit cannot know the runtime's identity or the extra
-    // builder paths: auditing with defaults would pass history it should flag.
-    let settings = shared::settings::load(&root)
-        .map_err(|d| {
-            CommandError::from(d)
-                .hint("the audit needs the settings for the runtime identity and the builder-owned paths")
-        })?
-        .runtime;
+    let (settings, ownership) = super::review_settings(&root)?;
     let identity = settings.runtime_identity.clone();
-    let ownership = Ownership::new(&root)
-        .with_globs(&settings.builder_paths, &[])
-        .map_err(|e| CommandError::new(crate::command_error::Kind::Config, e))?;
     let since = match &args.since {
         Some(rev) => Some(super::resolve_commit(&repo, "--since", rev)?),
         None => None,

@@ -31,7 +31,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let fixed_by = TriageDecision::FixedBy(format!("proposals/{}", args.name));
     let mut triaged = 0;
     for id in &merged.fixes {
-        let paths = card_paths(&wt.root, id);
+        let paths = shared::cards::work_tree_card_paths(&wt.root, id);
         if paths.is_empty() {
             println!("card {id}: no card file here; not triaged");
             continue;
@@ -46,18 +46,4 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         println!("hint: commit the card files to share the triage (git add cards && git commit)");
     }
     Ok(Outcome::Ok)
-}
-
-/// `cards/<day>/<id>.yaml` files of the work tree, repo-relative.
-fn card_paths(root: &Path, id: &str) -> Vec<String> {
-    let Ok(days) = std::fs::read_dir(root.join("cards")) else {
-        return Vec::new();
-    };
-    let mut out: Vec<String> = days
-        .flatten()
-        .filter(|d| d.path().join(format!("{id}.yaml")).is_file())
-        .map(|d| format!("cards/{}/{id}.yaml", d.file_name().to_string_lossy()))
-        .collect();
-    out.sort();
-    out
 }

@@ -130,15 +130,16 @@ pub fn acting_identity(repo: &git2::Repository, flag: &str) -> Result<shared::gi
         .map_err(|e| CommandError::from(e).hint(format!("or name the person: {flag} \"Name <email>\"")))
 }
 
-/// The settings a review command needs (the runtime identity, extra builder paths),
-/// loaded from the work tree; bad settings are a configuration error.
+/// The settings a review or audit command needs (the runtime identity, extra builder
+/// paths), loaded from the work tree; bad settings are a configuration error: judging
+/// with defaults would pass history it should flag.
 pub fn review_settings(
     root: &Path,
 ) -> Result<(shared::settings::RuntimeSettings, shared::layout::Ownership), CommandError> {
     let settings = shared::settings::load(root)
         .map_err(|d| {
             CommandError::from(d)
-                .hint("review commands need the settings for the runtime identity and the builder-owned paths")
+                .hint("this command needs the settings for the runtime identity and the builder-owned paths")
         })?
         .runtime;
     let ownership = shared::layout::Ownership::new(root)

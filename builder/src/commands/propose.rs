@@ -25,7 +25,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let author = super::acting_identity(&wt.repo, "GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL")?;
     refuse_runtime(&author, &super::runtime_person(&settings), "propose")?;
     for card in &args.fixes {
-        if !card_exists(&wt.root, card) {
+        if shared::cards::work_tree_card_paths(&wt.root, card).is_empty() {
             return Err(
                 CommandError::usage(format!("--fixes {card}: no card file cards/<day>/{card}.yaml"))
                     .hint("`builder cards list` shows cards; `builder cards show <id>` one of them"),
@@ -51,14 +51,4 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     );
     println!("hint: another person approves it with `builder approve {}`", args.name);
     Ok(Outcome::Ok)
-}
-
-/// Whether `cards/<day>/<id>.yaml` exists in the work tree.
-fn card_exists(root: &Path, id: &str) -> bool {
-    if id.is_empty() || id.contains('/') || id.contains("..") {
-        return false;
-    }
-    std::fs::read_dir(root.join("cards"))
-        .map(|days| days.flatten().any(|d| d.path().join(format!("{id}.yaml")).is_file()))
-        .unwrap_or(false)
 }

@@ -52,8 +52,15 @@ impl From<WriteError> for WriteFailure {
 /// commits, and last exports the trace (best effort: it never changes the outcome).
 /// The commit carries the bytes written here (held in memory), the model's accepted
 /// files from `reports/` (see [`super::outputs`]), and nothing re-read from a path a
-/// tool process could have replaced.
-pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) -> FireSummary {
+/// tool process could have replaced. `db` is the state database the caller opened
+/// (once per fire; opening it checks it and rebuilds a damaged one), `None` when it
+/// could not be opened.
+pub(crate) fn write(
+    ctx: &FireContext,
+    sink: &RecordSink,
+    rec: &mut RunRecords,
+    db: Option<&mut StateDb>,
+) -> FireSummary {
     let root = &ctx.opts.root;
     let task = &ctx.opts.task;
     close_root(ctx, rec);
@@ -116,7 +123,7 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) 
         }
         Err(e) => failure = Some(e.into()),
     }
-    save_run(ctx, &rec.state, &receipt, &receipt_rel, &report_rel);
+    save_run(db, &rec.state, &receipt, &receipt_rel, &report_rel);
     let mut commit = None;
     if !ctx.opts.no_commit && failure.is_none() {
         match commit_records(ctx, sink, &files, &held, rec.status) {
@@ -155,13 +162,10 @@ pub(crate) fn write(ctx: &FireContext, sink: &RecordSink, rec: &mut RunRecords) 
     }
 }
 
-/// Opens the state database (which checks it, and rebuilds a damaged one) and turns
-/// every reset not yet reported into a `state_reset` card; returns the notes to drop
-/// once the cards are committed.
+/// Turns every reset of the state database not yet reported (the caller's open
+/// checked it) into a `state_reset` card; returns the notes to drop once the cards
+/// are committed.
 fn state_resets(ctx: &FireContext, rec: &mut RunRecords) -> Vec<std::path::PathBuf> {
-    if let Err(e) = StateDb::open(&ctx.opts.root) {
-        tracing::warn!(error = %e, "cannot open the state database");
-    }
     state::pending_resets(&ctx.opts.root)
         .into_iter()
         .map(|(note, reset)| {
@@ -443,21 +447,23 @@ fn rejected_card(rejected: &[(String, String)]) -> Option<CardDraft> {
 /// Stores the run's row and trace in the state database. A failure here loses the
 /// local trace only (the receipt is in git), so it is logged, not fatal.
 fn save_run(
-    ctx: &FireContext,
+    db: Option<&mut StateDb>,
     state: &LoopState,
     receipt: &Receipt,
     receipt_rel: &std::path::Path,
     report_rel: &std::path::Path,
 ) {
     let t = std::time::Instant::now();
-    let saved = StateDb::open(&ctx.opts.root).and_then(|mut db| {
-        db.save_run(
-            &state.trace,
-            receipt,
-            &receipt_rel.to_string_lossy(),
-            &report_rel.to_string_lossy(),
-        )
-    });
+    let Some(db) = db else {
+        tracing::warn!("the state database is not open: the trace is not stored");
+        return;
+    };
+    let saved = db.save_run(
+        &state.trace,
+        receipt,
+        &receipt_rel.to_string_lossy(),
+        &report_rel.to_string_lossy(),
+    );
     if let Err(e) = saved {
         tracing::warn!(error = %e, "could not store the trace");
     }
@@ -630,13 +636,26 @@ impl FireRun {
             repo: &self.repo,
             limits: self.config.limits,
         };
-        let mut summary = super::finish::write(&self.ctx, &sink, &mut records);
+        let mut db = match StateDb::open(&self.ctx.opts.root) {
+            Ok(db) => Some(db),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot open the state database");
+                None
+            }
+        };
+        // A paused run's checkpoint is saved before its records are committed: a crash
+        // in between leaves a run `runtime resume` can still continue, never a committed
+        // `waiting_approval` receipt with nothing to resume.
+        if status == RunStatus::WaitingApproval {
+            self.save_checkpoint(db.as_mut(), &records.state);
+        }
+        let mut summary = super::finish::write(&self.ctx, &sink, &mut records, db.as_mut());
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
             "records written and committed"
         );
         let steps = records.state.step;
-        self.keep_checkpoint(status, records.state);
+        self.after_records(db.as_mut(), status);
         let _ = std::fs::remove_dir_all(&self.config.scratch);
         match abort {
             Some(a) => {
@@ -660,22 +679,30 @@ impl FireRun {
         summary
     }
 
-    /// The checkpoint lets `runtime resume` continue a paused run; a resumed run that
-    /// no longer waits drops it. A run that reached its loop also ends the task's
-    /// streak of refusals.
-    fn keep_checkpoint(&self, status: RunStatus, state: LoopState) {
+    /// The checkpoint lets `runtime resume` continue a paused run.
+    fn save_checkpoint(&self, db: Option<&mut StateDb>, state: &LoopState) {
         let run = self.ctx.approval_run();
-        let kept = StateDb::open(&self.ctx.opts.root)
-            .map_err(|e| e.to_string())
-            .and_then(|mut db| {
+        let checkpoint = Checkpoint {
+            task: self.ctx.opts.task.clone(),
+            state: state.clone(),
+        };
+        let saved = db
+            .ok_or_else(|| "the state database is not open".to_string())
+            .and_then(|db| db.save_checkpoint(run, &checkpoint).map_err(|e| e.to_string()));
+        if let Err(e) = saved {
+            tracing::warn!(error = %e, run, "the paused run's checkpoint was not saved");
+        }
+    }
+
+    /// Once the records are written: a resumed run that no longer waits drops its
+    /// checkpoint, and a run that reached its loop ends the task's streak of refusals.
+    fn after_records(&self, db: Option<&mut StateDb>, status: RunStatus) {
+        let run = self.ctx.approval_run();
+        let kept = db
+            .ok_or_else(|| "the state database is not open".to_string())
+            .and_then(|db| {
                 db.clear_refusal(&self.ctx.opts.task).map_err(|e| e.to_string())?;
-                if status == RunStatus::WaitingApproval {
-                    let checkpoint = Checkpoint {
-                        task: self.ctx.opts.task.clone(),
-                        state,
-                    };
-                    db.save_checkpoint(run, &checkpoint).map_err(|e| e.to_string())
-                } else if self.ctx.opts.resume.is_some() {
+                if status != RunStatus::WaitingApproval && self.ctx.opts.resume.is_some() {
                     db.delete_checkpoint(run).map_err(|e| e.to_string())
                 } else {
                     Ok(())

@@ -105,7 +105,7 @@ impl Refusal {
             repo: &self.repo,
             limits: self.settings.as_ref().map(|s| s.limits).unwrap_or_default(),
         };
-        let mut summary = finish::write(&self.ctx, &sink, &mut records);
+        let mut summary = finish::write(&self.ctx, &sink, &mut records, db.as_mut().ok());
         if summary.end == FireEnd::Failed {
             summary.end = self.end;
         }
@@ -128,7 +128,7 @@ fn builder_tree(repo: &git2::Repository) -> String {
     repo.head()
         .and_then(|h| h.peel_to_tree())
         .ok()
-        .and_then(|t| crate::git::builder_tree_id(repo, &t).ok())
+        .and_then(|t| crate::review::builder_tree_of(&t).ok())
         .map(|o| o.to_string())
         .unwrap_or_default()
 }

@@ -154,9 +154,18 @@ impl FireRun {
 
     /// The loop's inputs, from the resolved configuration.
     pub(super) fn loop_config(&self, chain: &ProviderChain) -> LoopConfig {
-        let head = git2::Repository::open(&self.ctx.opts.root).ok();
+        // A handle on the fire's own repository (the one `prepare` opened through the
+        // one way in), for the loop's thread of work: HEAD is read at each check, as
+        // other fires commit meanwhile.
+        let head = git2::Repository::open(self.repo.path()).ok();
         let root = self.ctx.opts.root.clone();
         let run = self.ctx.approval_run().to_string();
+        // Only a paused run being resumed can have a builder's decision waiting; a
+        // fresh run's calls were never seen by a builder.
+        let decision: crate::agent::DecisionLookup = match &self.ctx.opts.resume {
+            Some(_) => Box::new(move |call, hash| lookup_decision(&root, &run, call, hash)),
+            None => Box::new(|_, _| None),
+        };
         LoopConfig {
             task: self.ctx.opts.task.clone(),
             run_id: self.ctx.run_id.clone(),
@@ -179,7 +188,7 @@ impl FireRun {
                 head.as_ref()
                     .is_some_and(|r| crate::git::head_blob(r, rel).ok().flatten().is_some())
             }),
-            decision: Box::new(move |call, hash| lookup_decision(&root, &run, call, hash)),
+            decision,
         }
     }
 

@@ -111,6 +111,19 @@ pub enum PolicyError {
 
 const BUILDER_WRITE_REASON: &str = "writes a builder-owned path";
 
+/// The first of `rules` that names one of `tools` and whose path pattern matches the
+/// path (`rel` to the root when inside it, and `abs`).
+fn path_rule_hit(rules: &[Rule], tools: &[&str], rel: Option<&str>, abs: &Path) -> Option<usize> {
+    rules.iter().position(|r| {
+        r.names_any(tools)
+            && match &r.spec {
+                Spec::Any => true,
+                Spec::Path(p) => p.matches(rel, abs),
+                Spec::Command(_) | Spec::Literal(_) => false,
+            }
+    })
+}
+
 /// The rule tool names that govern reading a file (`Read(**/.env)` denies them all).
 const READ_TOOLS: &[&str] = &["Read"];
 
@@ -280,16 +293,7 @@ impl Policy {
         let abs = self.abs(path, None);
         let rel = normalize(self.ownership.root(), &abs.to_string_lossy());
         let tools = call.rule_tools();
-        let hit = |rules: &[Rule]| -> Option<usize> {
-            rules.iter().position(|r| {
-                r.names_any(tools)
-                    && match &r.spec {
-                        Spec::Any => true,
-                        Spec::Path(p) => p.matches(rel.as_deref(), &abs),
-                        Spec::Command(_) | Spec::Literal(_) => false,
-                    }
-            })
-        };
+        let hit = |rules: &[Rule]| path_rule_hit(rules, tools, rel.as_deref(), &abs);
         if let Some(i) = hit(&self.deny) {
             return Verdict::new(Decision::Deny, Some(&self.deny[i]), "matches a deny rule");
         }
@@ -441,16 +445,7 @@ impl Policy {
             }
             let abs = self.abs(&w.text, cwd);
             let rel = normalize(self.ownership.root(), &abs.to_string_lossy());
-            let hit = |rules: &[Rule]| {
-                rules.iter().position(|r| {
-                    r.names_any(READ_TOOLS)
-                        && match &r.spec {
-                            Spec::Any => true,
-                            Spec::Path(p) => p.matches(rel.as_deref(), &abs),
-                            Spec::Command(_) | Spec::Literal(_) => false,
-                        }
-                })
-            };
+            let hit = |rules: &[Rule]| path_rule_hit(rules, READ_TOOLS, rel.as_deref(), &abs);
             if let Some(i) = hit(&self.deny) {
                 return Some(Verdict::new(
                     Decision::Deny,

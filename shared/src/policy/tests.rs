@@ -376,6 +376,9 @@ fn read_deny_rules_hold_for_shell_reads() {
         ("grep -r KEY .", Deny),
         ("grep -rn KEY src", Deny),
         ("grep --recursive KEY", Deny),
+        ("rg KEY", Deny),
+        ("rg KEY src", Deny),
+        ("ag KEY .", Deny),
         ("grep -n KEY README.md", Allow),
     ]);
 }

@@ -176,7 +176,7 @@ impl RetryPolicy {
 }
 
 /// What stands in for the API key in a request shown to a person.
-pub const REDACTED: &str = "[REDACTED]";
+pub use crate::secrets::REDACTED;
 
 /// One HTTP request as a provider sends it: URL, headers and JSON body.
 #[derive(Debug, Clone, PartialEq, Serialize)]

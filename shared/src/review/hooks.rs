@@ -162,15 +162,7 @@ mod tests {
     #[test]
     fn a_linked_worktree_installs_into_the_common_hooks() {
         let dir = tempfile::tempdir().unwrap();
-        let main = dir.path().join("main");
-        let repo = Repository::init(&main).unwrap();
-        let sig = git2::Signature::now("T", "t@example.com").unwrap();
-        let tree = repo
-            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
-            .unwrap();
-        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
-        let linked = dir.path().join("linked");
-        repo.worktree("linked", &linked, None).unwrap();
+        let (main, linked) = crate::git::linked_worktree_fixture(dir.path());
         let wt = Repository::open(&linked).unwrap();
         let done = install(&wt).unwrap();
         assert_eq!(done.hook, main.join(".git/hooks/pre-push"));

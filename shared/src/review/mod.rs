@@ -41,7 +41,7 @@ pub enum ReviewError {
 }
 
 /// The id of the tree holding only the builder-owned directories of `tree`: the same
-/// id as [`crate::git::builder_tree_id`], computed without writing the object, so a
+/// id as `git::builder_tree_id` (the test oracle), computed without writing the object, so a
 /// read-only audit (a server hook's quarantine) can compute it too.
 pub fn builder_tree_of(tree: &git2::Tree) -> Result<Oid, git2::Error> {
     let mut entries: Vec<(&str, git2::TreeEntry)> = BUILDER_DIRS
