@@ -190,13 +190,27 @@ fn a_record_replaced_before_the_commit_is_committed_with_the_runtime_bytes() {
         "",
     );
     let before = env.builder_snapshot();
-    let (code, summary) = fire(&env, &[]);
+    // The fire pauses at the named point between writing its records and committing
+    // them (a debug-build hook); it goes on only once the swapper has replaced the
+    // report, so the swap lands inside that window every time.
+    let state = env.root.join(".runtime");
+    let (code, summary) = std::thread::scope(|s| {
+        let fired = s.spawn(|| fire(&env, &[(shared::fire::PAUSE_BEFORE_COMMIT_ENV, "1")]));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let swapped = |env: &TestEnv| std::fs::read_to_string(env.root.join("reports/swapped.log")).unwrap_or_default();
+        while !(state.join("test-pause.paused").exists() && !swapped(&env).is_empty()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::fs::write(state.join("test-pause.go"), b"").unwrap();
+        fired.join().unwrap()
+    });
     assert!(env.root.join("reports/marker.txt").exists(), "the payload did not run");
     let report = summary["report"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !env.root.join(&report).is_symlink() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let swapped = std::fs::read_to_string(env.root.join("reports/swapped.log")).unwrap_or_default();
+    assert!(
+        swapped.lines().any(|l| l == report),
+        "the swapper did not replace the report before the commit: the case proves nothing ({swapped})"
+    );
     assert!(
         env.root.join(&report).is_symlink(),
         "the swapper never replaced the report: the case proves nothing"

@@ -126,6 +126,7 @@ pub(crate) fn write(
     save_run(db, &rec.state, &receipt, &receipt_rel, &report_rel);
     let mut commit = None;
     if !ctx.opts.no_commit && failure.is_none() {
+        test_pause_before_commit(root);
         match commit_records(ctx, sink, &files, &held, rec.status) {
             Ok(c) => commit = Some(c),
             Err(e) => failure = Some(e),
@@ -254,6 +255,28 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
         | CardKind::EmptyReport => "`builder cards list` shows the cards; the receipt has the details".into(),
     })
 }
+
+/// Test-only (debug builds): with this variable set, a fire stops after writing its
+/// records and before committing them, creates `.runtime/test-pause.paused` and waits
+/// (at most 30 s) for `.runtime/test-pause.go`: the named point at which an attack
+/// test replaces a written record. Release builds ignore it.
+pub const PAUSE_BEFORE_COMMIT_ENV: &str = "RUNTIME_TEST_PAUSE_BEFORE_COMMIT";
+
+#[cfg(debug_assertions)]
+fn test_pause_before_commit(root: &std::path::Path) {
+    if std::env::var_os(PAUSE_BEFORE_COMMIT_ENV).is_none_or(|v| v.is_empty()) {
+        return;
+    }
+    let dir = root.join(crate::layout::STATE_DIR);
+    let _ = std::fs::write(dir.join("test-pause.paused"), b"");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dir.join("test-pause.go").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn test_pause_before_commit(_root: &std::path::Path) {}
 
 /// The receipt of a run whose records are being written.
 fn receipt_of(

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use dry_run::{dry_run, DryRun, ProviderView};
+pub use finish::PAUSE_BEFORE_COMMIT_ENV;
 pub use prepare::prepare;
 
 /// What the caller asks of one fire.
