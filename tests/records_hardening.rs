@@ -198,7 +198,8 @@ fn a_record_replaced_before_the_commit_is_committed_with_the_runtime_bytes() {
         let fired = s.spawn(|| fire(&env, &[(shared::fire::PAUSE_BEFORE_COMMIT_ENV, "1")]));
         let deadline = Instant::now() + Duration::from_secs(30);
         let swapped = |env: &TestEnv| std::fs::read_to_string(env.root.join("reports/swapped.log")).unwrap_or_default();
-        while !(state.join("test-pause.paused").exists() && !swapped(&env).is_empty()) && Instant::now() < deadline {
+        let ready = |env: &TestEnv| state.join("test-pause.paused").exists() && !swapped(env).is_empty();
+        while !ready(&env) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
         std::fs::write(state.join("test-pause.go"), b"").unwrap();

@@ -265,7 +265,11 @@ pub fn commit_new_files_with(
             }
         }
     }
-    let mut intent = opts.intent_dir.as_ref().map(|dir| Intent::new(dir, files));
+    // The new intent names the dead runtime's records too: its own intent is gone, and
+    // if this commit fails or this process dies, the next one must still find them.
+    let mut named: Vec<String> = files.to_vec();
+    named.extend(orphans.iter().map(|(f, _)| f.clone()));
+    let mut intent = opts.intent_dir.as_ref().map(|dir| Intent::new(dir, &named));
     if let Some(i) = &mut intent {
         i.record.locks = vec![
             IntentLock::path(&index_lock),
