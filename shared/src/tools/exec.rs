@@ -305,7 +305,7 @@ fn grep(ctx: &ExecContext, pattern: &str, path: &str, masked: &[String], cap: us
 }
 
 /// The globs a walking tool must pass over, compiled as the rules compile them.
-fn mask_set(masked: &[String]) -> Result<globset::GlobSet, globset::Error> {
+pub(crate) fn mask_set(masked: &[String]) -> Result<globset::GlobSet, globset::Error> {
     let mut set = globset::GlobSetBuilder::new();
     for m in masked {
         set.add(globset::GlobBuilder::new(m).literal_separator(true).build()?);
