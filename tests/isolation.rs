@@ -375,3 +375,42 @@ fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
         );
     }
 }
+
+#[test]
+fn runtime_check_reports_each_layer() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    env.write("settings/runtime.yaml", SETTINGS);
+    env.write("evals/iso/trace.json", &trace(&[]));
+    env.commit_all("check");
+    let check = |missing: &str| -> Value {
+        let out = env
+            .command("runtime", &["check", "--json"])
+            .env(shared::sandbox::SIMULATE_MISSING_ENV, missing)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let all = check("");
+    assert_eq!(all["user_namespaces"], "available", "{all}");
+    assert_eq!(all["seccomp"], "available", "{all}");
+    assert_eq!(all["ok"], true, "{all}");
+    let no_filter = check("seccomp");
+    assert!(
+        no_filter["seccomp"].as_str().unwrap().starts_with("UNAVAILABLE"),
+        "{no_filter}"
+    );
+    assert_eq!(no_filter["user_namespaces"], "available");
+    assert_eq!(no_filter["ok"], false, "required refuses without seccomp: {no_filter}");
+    let no_userns = check("userns,idmap");
+    assert!(
+        no_userns["user_namespaces"]
+            .as_str()
+            .unwrap()
+            .starts_with("UNAVAILABLE"),
+        "{no_userns}"
+    );
+    assert_eq!(no_userns["ok"], false);
+}

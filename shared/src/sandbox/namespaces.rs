@@ -485,6 +485,21 @@ pub fn end_of_call() {
     }
 }
 
+/// Whether idmapped mounts of `root` can be made here, as a fire needs when the
+/// runtime runs as root (`runtime check`); `Ok(false)` when not root (not needed).
+pub fn probe_idmap(root: &Path) -> Result<bool, NsError> {
+    if !rustix::process::geteuid().is_root() {
+        return Ok(false);
+    }
+    if super::simulated_missing("idmap") {
+        return Err(simulated("idmapped mounts"));
+    }
+    let owner = step("repository owner", std::fs::metadata(root))?;
+    let userns = step("idmapped mounts", idmap_userns(owner.uid(), owner.gid()))?;
+    step("idmapped mounts", clone_tree(root, MOUNT_ATTR_RDONLY, Some(&userns)))?;
+    Ok(true)
+}
+
 /// Whether namespaces can be made here (`runtime check`): a clone into fresh user,
 /// mount, PID, IPC and network namespaces that exits at once.
 pub fn probe() -> Result<(), NsError> {
