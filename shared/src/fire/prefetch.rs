@@ -3,7 +3,7 @@
 //! a scrubbed environment, their output appended to the prompt as markdown so the
 //! model spends no turns on it. Each script runs in a tool worker of its own, in the
 //! worker's namespaces, Landlock domain and seccomp filter (issue 10), writing only
-//! to the run's scratch.
+//! where the write ACL points and to the run's scratch.
 
 use super::config::FireConfig;
 use crate::agent::worker_client::spawn_process;
@@ -124,10 +124,8 @@ fn run_script(
         timeout_ms: script.timeout.as_millis() as u64,
         output_limit: script.cap,
     };
-    // The tool worker's sandbox, writing only to the scratch: no repository git
-    // directories beyond the root's, no write ACL.
-    let mut spec = sandbox::worker_spec(root, &[], &config.scratch, &config.settings, config.policy.ownership());
-    spec.write_dirs.retain(|d| d == &config.scratch);
+    // The tool worker's sandbox (the root's git directory only).
+    let spec = sandbox::worker_spec(root, &[], &config.scratch, &config.settings, config.policy.ownership());
     let worker = WorkerConfig {
         root: root.to_path_buf(),
         scratch: config.scratch.clone(),
