@@ -105,18 +105,77 @@ impl Listeners {
     }
 }
 
+/// Who fires: the test's own user (root in CI), or `nobody` through `setpriv` on a
+/// repository handed to it for the fire.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum As {
+    Me,
+    Nobody,
+}
+
+/// Hands the tree at `root` to `uid` (ownership of every entry, links not followed).
+fn chown_tree(root: &Path, uid: u32) {
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        std::os::unix::fs::lchown(&p, Some(uid), Some(uid)).unwrap();
+        if p.symlink_metadata().unwrap().is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+        }
+    }
+}
+
+fn am_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `runtime fire t --json` as `who`.
+fn fire_as(env: &TestEnv, who: As, extra: &[(&str, &str)]) -> std::process::Output {
+    let mut c = env.command("runtime", &["fire", "t", "--json"]);
+    c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    if who == As::Me {
+        return c.output().unwrap();
+    }
+    let mut wrapped = std::process::Command::new("setpriv");
+    wrapped
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(c.get_program())
+        .args(c.get_args())
+        .current_dir(&env.root)
+        .env_clear();
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            wrapped.env(k, v);
+        }
+    }
+    wrapped.env("HOME", &env.root);
+    wrapped.output().unwrap()
+}
+
 /// Fires once with `script` written to `reports/p.<ext>` and run by `interp`, then
 /// `after` (more commands in the same fire); returns the markers the payload left in
 /// `reports/m/` and the fire's summary.
-fn fire_payload(
-    env: &TestEnv,
-    l: &Listeners,
-    case: &str,
-    ext: &str,
-    interp: &str,
-    script: &str,
-    after: &[&str],
-) -> (BTreeMap<String, String>, Value) {
+/// A payload: its case name, its script (`reports/p.<ext>`, run by `interp`), and
+/// commands run after it in the same fire.
+struct Payload<'a> {
+    case: &'a str,
+    ext: &'a str,
+    interp: &'a str,
+    script: &'a str,
+    after: &'a [&'a str],
+}
+
+fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap<String, String>, Value) {
+    let Payload {
+        case,
+        ext,
+        interp,
+        script,
+        after,
+    } = *p;
     let _ = std::fs::remove_dir_all(env.root.join("reports/m"));
     let script = script
         .replace("@TCP@", &l.tcp.local_addr().unwrap().port().to_string())
@@ -137,19 +196,28 @@ fn fire_payload(
     env.write("settings/runtime.yaml", SETTINGS);
     env.write("evals/iso/trace.json", &trace(&calls));
     env.commit_all(&format!("case {case}"));
+    if who == As::Nobody {
+        // The repository and the directories above it become nobody's to use.
+        chown_tree(&env.root, 65534);
+        let mut up = env.root.parent();
+        while let Some(d) = up.filter(|d| d.starts_with(std::env::temp_dir()) && *d != std::env::temp_dir()) {
+            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            up = d.parent();
+        }
+    }
     let meta = metadata(&env.root);
     let files = env.builder_snapshot();
     let git = env.git_snapshot();
-    let out = env
-        .command("runtime", &["fire", "t", "--json"])
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("SECOND_SECRET", "planted-second-secret-5150")
-        .output()
-        .unwrap();
+    let out = fire_as(env, who, &[("SECOND_SECRET", "planted-second-secret-5150")]);
+    let meta_after = metadata(&env.root);
+    if who == As::Nobody {
+        // Back to the test's user, whose git library checks the owner.
+        chown_tree(&env.root, 0);
+    }
     let summary: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{case}: no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(env.builder_snapshot(), files, "{case}: a builder file changed");
-    assert_eq!(metadata(&env.root), meta, "{case}: a mode, owner or time changed");
+    assert_eq!(meta_after, meta, "{case}: a mode, owner or time changed");
     assert_eq!(env.git_snapshot(), git, "{case}: .git config, hooks or refs changed");
     assert_eq!(
         env.commit_authors()[0],
@@ -214,6 +282,19 @@ prlimit --pid 1 --nofile=1:1 2> reports/m/prlimit; echo $? >> reports/m/prlimit
 
 #[test]
 fn a_tool_sees_its_own_namespaces_and_changes_no_metadata() {
+    probe_case(As::Me);
+}
+
+#[test]
+fn a_tool_sees_its_own_namespaces_when_the_runtime_is_not_root() {
+    if am_root() {
+        probe_case(As::Nobody);
+    } else {
+        probe_case(As::Me);
+    }
+}
+
+fn probe_case(who: As) {
     if !kernel_ready() {
         return;
     }
@@ -221,9 +302,19 @@ fn a_tool_sees_its_own_namespaces_and_changes_no_metadata() {
     let l = Listeners::new();
     let planted = tempfile::NamedTempFile::new().unwrap();
     let script = format!("PLANTED={}\n{PROBE}", planted.path().display());
-    let (m, summary) = fire_payload(&env, &l, "probe", "sh", "/bin/sh", &script, &[]);
-    let root_runtime = (unsafe { libc::geteuid() } == 0);
-    if root_runtime {
+    let (m, summary) = fire_payload(
+        who,
+        &env,
+        &l,
+        &Payload {
+            case: "probe",
+            ext: "sh",
+            interp: "/bin/sh",
+            script: &script,
+            after: &[],
+        },
+    );
+    if am_root() {
         assert_eq!(m["uid"], "65534", "{m:?}");
     } else {
         assert_eq!(m["uid"], unsafe { libc::geteuid() }.to_string());
@@ -256,6 +347,17 @@ fn a_tool_sees_its_own_namespaces_and_changes_no_metadata() {
 
 #[test]
 fn sockets_leave_nothing_outside() {
+    sockets_case(As::Me);
+}
+
+#[test]
+fn sockets_leave_nothing_outside_when_the_runtime_is_not_root() {
+    if am_root() {
+        sockets_case(As::Nobody);
+    }
+}
+
+fn sockets_case(who: As) {
     if !kernel_ready() {
         return;
     }
@@ -275,7 +377,18 @@ if (socket(my $t, PF_INET, SOCK_STREAM, 0)) {
 mark('raw', socket(my $r, PF_INET, SOCK_RAW, 1) ? 'opened' : "refused $!");
 mark('dns', gethostbyname('example.com') ? 'resolved' : 'failed');
 "#;
-    let (m, _) = fire_payload(&env, &l, "sockets", "pl", "/usr/bin/perl", script, &[]);
+    let (m, _) = fire_payload(
+        who,
+        &env,
+        &l,
+        &Payload {
+            case: "sockets",
+            ext: "pl",
+            interp: "/usr/bin/perl",
+            script: script,
+            after: &[],
+        },
+    );
     for k in ["unix", "udp", "tcp", "raw"] {
         assert!(m[k].starts_with("refused"), "{k}: {m:?}");
     }
@@ -288,6 +401,17 @@ mark('dns', gethostbyname('example.com') ? 'resolved' : 'failed');
 
 #[test]
 fn nothing_a_call_started_outlives_it() {
+    outlive_case(As::Me);
+}
+
+#[test]
+fn nothing_a_call_started_outlives_it_when_the_runtime_is_not_root() {
+    if am_root() {
+        outlive_case(As::Nobody);
+    }
+}
+
+fn outlive_case(who: As) {
     if !kernel_ready() {
         return;
     }
@@ -297,13 +421,18 @@ fn nothing_a_call_started_outlives_it() {
     // later; the next call looks for the marker two seconds on.
     let script = "echo ran > reports/m/ran\nsetsid sh -c '(sleep 1; echo alive > reports/m/late) &' < /dev/null > /dev/null 2>&1 &\n";
     let (m, _) = fire_payload(
+        who,
         &env,
         &l,
-        "setsid",
-        "sh",
-        "/bin/sh",
-        script,
-        &["sleep 2.5; if test -e reports/m/late; then echo survived; else echo gone; fi > reports/m/verdict"],
+        &Payload {
+            case: "setsid",
+            ext: "sh",
+            interp: "/bin/sh",
+            script,
+            after: &[
+                "sleep 2.5; if test -e reports/m/late; then echo survived; else echo gone; fi > reports/m/verdict",
+            ],
+        },
     );
     assert_eq!(m["verdict"], "gone", "{m:?}");
     std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -318,7 +447,18 @@ fn ptrace_is_refused() {
     let env = env_with_prompt();
     let l = Listeners::new();
     let script = "import ctypes, os\nopen('reports/m/ran', 'w').write('ran')\nlibc = ctypes.CDLL(None, use_errno=True)\nr = libc.ptrace(16, 1, 0, 0)\nopen('reports/m/ptrace', 'w').write('%d %s' % (r, os.strerror(ctypes.get_errno())))\n";
-    let (m, _) = fire_payload(&env, &l, "ptrace", "py", "/usr/bin/python3", script, &[]);
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "ptrace",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script: script,
+            after: &[],
+        },
+    );
     assert_eq!(m["ptrace"], "-1 Operation not permitted", "{m:?}");
 }
 
@@ -413,4 +553,41 @@ fn runtime_check_reports_each_layer() {
         "{no_userns}"
     );
     assert_eq!(no_userns["ok"], false);
+}
+
+#[test]
+fn prefetch_scripts_run_in_the_namespaces() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\nprefetch:\n  - name: probe\n    run: tools/probe.sh\n---\nDo the test task.\n",
+    );
+    env.write(
+        "tools/probe.sh",
+        "#!/bin/sh\nmkdir -p reports/m\necho ran > reports/m/ran\nid -u > reports/m/uid\ngrep CapEff /proc/self/status | tr -d ' \\t' > reports/m/capeff\nls /proc | grep -c '^[0-9]' > reports/m/procs\nchmod 000 prompts/t.md 2> reports/m/chmod\necho context\n",
+    );
+    std::fs::set_permissions(
+        env.root.join("tools/probe.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    env.write("settings/runtime.yaml", SETTINGS);
+    env.write("evals/iso/trace.json", &trace(&[]));
+    env.commit_all("a prefetch probe");
+    let meta = metadata(&env.root);
+    let out = fire_as(&env, As::Me, &[]);
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{summary}");
+    let read = |k: &str| std::fs::read_to_string(env.root.join("reports/m").join(k)).unwrap_or_default();
+    assert_eq!(read("ran").trim(), "ran", "the prefetch script did not run");
+    if am_root() {
+        assert_eq!(read("uid").trim(), "65534");
+    }
+    assert_eq!(read("capeff").trim(), "CapEff:0000000000000000");
+    assert!(read("procs").trim().parse::<usize>().unwrap() <= 6, "{}", read("procs"));
+    assert!(read("chmod").contains("Read-only file system"), "{}", read("chmod"));
+    assert_eq!(metadata(&env.root), meta);
 }
