@@ -385,7 +385,7 @@ mark('dns', gethostbyname('example.com') ? 'resolved' : 'failed');
             case: "sockets",
             ext: "pl",
             interp: "/usr/bin/perl",
-            script: script,
+            script,
             after: &[],
         },
     );
@@ -455,7 +455,7 @@ fn ptrace_is_refused() {
             case: "ptrace",
             ext: "py",
             interp: "/usr/bin/python3",
-            script: script,
+            script,
             after: &[],
         },
     );

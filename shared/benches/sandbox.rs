@@ -140,7 +140,6 @@ fn main() {
 
     // The worker's whole isolation: namespaces, Landlock, seccomp.
     let plan = namespaces::NamespacePlan::new(&spec_ns, &root, vec!["**/.env".into()]);
-    let ctx_ns = ctx_ns;
     let isolated = in_child(move || {
         let t = Instant::now();
         let layers = isolate::before_landlock(Some(&plan), LandlockMode::Required).expect("namespaces");

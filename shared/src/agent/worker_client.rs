@@ -141,11 +141,21 @@ impl WorkerClient {
 
     pub async fn shutdown(self) {
         let WorkerClient { mut child, stdin, .. } = self;
-        // Closing stdin ends the worker's loop; it has two seconds to leave.
+        // Closing stdin ends the worker's loop; it has two seconds to leave, waited
+        // for off this thread, then it is killed.
         drop(stdin);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        while std::time::Instant::now() < deadline && matches!(child.0.try_wait(), Ok(None)) {
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        let pid = child.0.id() as libc::pid_t;
+        let waited = tokio::task::spawn_blocking(move || {
+            let _ = child.0.wait();
+            child
+        });
+        if tokio::time::timeout(std::time::Duration::from_secs(2), waited)
+            .await
+            .is_err()
+        {
+            // SAFETY: killing our own child, not reaped yet (the waiting thread
+            // reaps it once it is gone).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
 }
