@@ -591,3 +591,50 @@ fn prefetch_scripts_run_in_the_namespaces() {
     assert!(read("chmod").contains("Read-only file system"), "{}", read("chmod"));
     assert_eq!(metadata(&env.root), meta);
 }
+
+#[test]
+fn a_prefetch_entry_grants_tcp_to_its_ports_only() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let granted = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = Listeners::new();
+    let port = granted.local_addr().unwrap().port();
+    env.write(
+        "prompts/t.md",
+        &format!("---\ndescription: test task\nprefetch:\n  - name: db\n    run: tools/db.pl\n    network: [{port}]\n---\nDo the test task.\n"),
+    );
+    let script = r#"use Socket;
+sub mark { my ($n, $v) = @_; open(my $f, '>', "reports/m/$n"); print $f "$v\n"; close $f; }
+mkdir 'reports/m';
+mark('ran', 'ran');
+socket(my $a, PF_INET, SOCK_STREAM, 0) or die;
+mark('granted', connect($a, pack_sockaddr_in(@GRANTED@, inet_aton('127.0.0.1'))) ? 'connected' : "refused $!");
+socket(my $b, PF_INET, SOCK_STREAM, 0) or die;
+mark('other', connect($b, pack_sockaddr_in(@TCP@, inet_aton('127.0.0.1'))) ? 'connected' : "refused $!");
+mark('udp', socket(my $d, PF_INET, SOCK_DGRAM, 0) ? 'opened' : "refused $!");
+print "context\n";
+"#
+    .replace("@GRANTED@", &port.to_string())
+    .replace("@TCP@", &l.tcp.local_addr().unwrap().port().to_string());
+    env.write("tools/db.pl", &format!("#!/usr/bin/perl\n{script}"));
+    env.write("settings/runtime.yaml", SETTINGS);
+    env.write("evals/iso/trace.json", &trace(&[]));
+    std::fs::set_permissions(
+        env.root.join("tools/db.pl"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    env.commit_all("a prefetch with network");
+    let out = fire_as(&env, As::Me, &[]);
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let read = |k: &str| std::fs::read_to_string(env.root.join("reports/m").join(k)).unwrap_or_default();
+    assert_eq!(read("ran").trim(), "ran", "the prefetch script did not run: {summary}");
+    assert_eq!(read("granted").trim(), "connected");
+    granted.set_nonblocking(true).unwrap();
+    assert!(granted.accept().is_ok(), "the granted port heard the script");
+    assert!(read("other").starts_with("refused"), "{}", read("other"));
+    assert!(read("udp").starts_with("refused"), "{}", read("udp"));
+    l.assert_silent("prefetch network");
+}

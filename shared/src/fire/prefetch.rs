@@ -59,6 +59,7 @@ pub(crate) fn run_all(
         let script = Script {
             path: &p.run,
             args: &p.args,
+            ports: &p.network,
             timeout,
             cap: config.limits.tool_output_bytes,
         };
@@ -94,6 +95,8 @@ pub(crate) fn run_all(
 struct Script<'a> {
     path: &'a str,
     args: &'a [String],
+    /// The TCP ports the entry grants (its `network`), instead of the tools'.
+    ports: &'a [u16],
     timeout: Duration,
     cap: usize,
 }
@@ -124,8 +127,10 @@ fn run_script(
         timeout_ms: script.timeout.as_millis() as u64,
         output_limit: script.cap,
     };
-    // The tool worker's sandbox (the root's git directory only).
-    let spec = sandbox::worker_spec(root, &[], &config.scratch, &config.settings, config.policy.ownership());
+    // The tool worker's sandbox (the root's git directory only), with the network
+    // the entry grants rather than the tools'.
+    let mut spec = sandbox::worker_spec(root, &[], &config.scratch, &config.settings, config.policy.ownership());
+    spec.connect_ports = script.ports.to_vec();
     let worker = WorkerConfig {
         root: root.to_path_buf(),
         scratch: config.scratch.clone(),
