@@ -276,6 +276,8 @@ touch .git/hooks/new-hook 2> reports/m/githook; echo $? >> reports/m/githook
 chmod 000 prompts/t.md 2> reports/m/chmod; echo $? >> reports/m/chmod
 touch -d 2001-01-01 prompts/t.md 2> reports/m/utime; echo $? >> reports/m/utime
 chmod -x .git/hooks/* 2>> reports/m/hookmode; echo $? >> reports/m/hookmode
+chown 0:0 prompts/t.md 2> reports/m/chown; echo $? >> reports/m/chown
+/usr/bin/python3 -c "import os; os.setxattr('.git/hooks/pre-push', 'user.x', b'1')" 2> reports/m/xattr; echo $? >> reports/m/xattr
 mknod reports/m/null c 1 3 2> reports/m/mknod; echo $? >> reports/m/mknod
 prlimit --pid 1 --nofile=1:1 2> reports/m/prlimit; echo $? >> reports/m/prlimit
 "#;
@@ -329,10 +331,13 @@ fn probe_case(who: As) {
         !m["dotenv"].contains("dotenv-secret"),
         "a Read deny path is masked: {m:?}"
     );
-    for k in ["githook", "chmod", "utime", "hookmode", "mknod", "prlimit"] {
+    for k in [
+        "githook", "chmod", "chown", "xattr", "utime", "hookmode", "mknod", "prlimit",
+    ] {
         assert!(!m[k].ends_with("\n0") && m[k] != "0", "{k} was allowed: {m:?}");
     }
     assert!(m["chmod"].contains("Read-only file system"), "{m:?}");
+    assert!(m["xattr"].contains("Read-only file system"), "{m:?}");
     assert!(m["mknod"].contains("Operation not permitted"), "{m:?}");
     assert!(m["prlimit"].contains("Operation not permitted"), "{m:?}");
     assert!(!env.root.join("reports/m/null").exists());
