@@ -16,6 +16,7 @@ mod faults;
 mod fire;
 mod identity;
 mod init_check;
+mod isolation;
 mod operator;
 mod otlp;
 mod progress;

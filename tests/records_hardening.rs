@@ -176,38 +176,49 @@ fn a_record_replaced_before_the_commit_is_committed_with_the_runtime_bytes() {
     if !landlock_or_skip() {
         return;
     }
-    // A loop that outlives its call (its own session) and turns every report of the
-    // task into a link to a builder file, as soon as the runtime writes it.
-    let swapper = "i=0; while [ $i -lt 600 ]; do for f in reports/t/*/*.md; do if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then ln -sf ../../../prompts/t.md \"$f\" && echo \"$f\" >> reports/swapped.log; fi; done; i=$((i+1)); sleep 0.01; done\n";
-    let start = "setsid sh reports/swap.sh </dev/null >/dev/null 2>&1 &\necho started > reports/marker.txt\n";
-    let env = setup(
-        &[
-            ("write_file", json!({"path": "reports/swap.sh", "content": swapper})),
-            ("write_file", json!({"path": "reports/start.sh", "content": start})),
-            cmd("sh reports/start.sh"),
-        ],
-        "# Done",
-        "",
-    );
+    // A process that outlived its call would turn every report of the task into a
+    // link to a builder file as soon as the runtime writes it. Tool processes cannot
+    // outlive their call any more (each call's PID namespace dies with it: see
+    // isolation::nothing_a_call_started_outlives_it), so this test plays that process
+    // itself, from outside the sandbox, as on a kernel without the namespaces.
+    let env = setup(&[cmd("echo started > reports/marker.txt")], "# Done", "");
     let before = env.builder_snapshot();
     // The fire pauses at the named point between writing its records and committing
-    // them (a debug-build hook); it goes on only once the swapper has replaced the
-    // report, so the swap lands inside that window every time.
+    // them (a debug-build hook); it goes on only once the report has been replaced,
+    // so the swap lands inside that window every time.
     let state = env.root.join(".runtime");
-    let (code, summary) = std::thread::scope(|s| {
+    let swap = |env: &TestEnv| {
+        let mut swapped = String::new();
+        for day in std::fs::read_dir(env.root.join("reports/t"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for f in std::fs::read_dir(day.path()).into_iter().flatten().flatten() {
+                let p = f.path();
+                if p.extension().is_some_and(|e| e == "md") && !p.is_symlink() {
+                    std::fs::remove_file(&p).unwrap();
+                    std::os::unix::fs::symlink("../../../prompts/t.md", &p).unwrap();
+                    let rel = p.strip_prefix(&env.root).unwrap().to_string_lossy().to_string();
+                    swapped.push_str(&format!("{rel}\n"));
+                }
+            }
+        }
+        swapped
+    };
+    let (code, summary, swapped) = std::thread::scope(|s| {
         let fired = s.spawn(|| fire(&env, &[(shared::fire::PAUSE_BEFORE_COMMIT_ENV, "1")]));
         let deadline = Instant::now() + Duration::from_secs(30);
-        let swapped = |env: &TestEnv| std::fs::read_to_string(env.root.join("reports/swapped.log")).unwrap_or_default();
-        let ready = |env: &TestEnv| state.join("test-pause.paused").exists() && !swapped(env).is_empty();
-        while !ready(&env) && Instant::now() < deadline {
+        while !state.join("test-pause.paused").exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
+        let swapped = swap(&env);
         std::fs::write(state.join("test-pause.go"), b"").unwrap();
-        fired.join().unwrap()
+        let (code, summary) = fired.join().unwrap();
+        (code, summary, swapped)
     });
     assert!(env.root.join("reports/marker.txt").exists(), "the payload did not run");
     let report = summary["report"].as_str().unwrap().to_string();
-    let swapped = std::fs::read_to_string(env.root.join("reports/swapped.log")).unwrap_or_default();
     assert!(
         swapped.lines().any(|l| l == report),
         "the swapper did not replace the report before the commit: the case proves nothing ({swapped})"
@@ -226,8 +237,6 @@ fn a_record_replaced_before_the_commit_is_committed_with_the_runtime_bytes() {
         .get_path(std::path::Path::new(&report), 0)
         .unwrap();
     assert_eq!(staged.mode, u32::from(git2::FileMode::Blob));
-    // Let the loop finish before the directory goes away.
-    std::thread::sleep(Duration::from_secs(7));
 }
 
 #[test]

@@ -52,6 +52,11 @@ pub struct Prefetch {
     pub args: Vec<String>,
     #[serde(default)]
     pub timeout_s: Option<u64>,
+    /// TCP ports the script may connect to (a database, an API). Without any, the
+    /// script has no network; with them, it keeps the host's network namespace and
+    /// may open TCP sockets only (seccomp), to these ports only (Landlock).
+    #[serde(default)]
+    pub network: Vec<u16>,
 }
 
 /// A check run after the loop; the fire is `accepted` only if every check passes.

@@ -5,7 +5,7 @@
 //! runtime process that holds `.git` and `.runtime/` never runs model-chosen actions.
 
 use crate::records::SandboxRecord;
-use crate::sandbox::{landlock, SandboxSpec};
+use crate::sandbox::{isolate, landlock, namespaces::NamespacePlan, SandboxSpec};
 use crate::settings::LandlockMode;
 use crate::tools::exec::{execute, install_interrupt_handlers, ExecContext};
 use crate::tools::{ErrorClass, ToolRequest, ToolResult};
@@ -21,6 +21,9 @@ pub struct WorkerConfig {
     pub spec: SandboxSpec,
     pub mode: LandlockMode,
     pub env: Vec<(String, String)>,
+    /// The worker's namespaces (issue 10): `None` runs it in the runtime's own.
+    #[serde(default)]
+    pub isolation: Option<NamespacePlan>,
 }
 
 /// The worker's first answer: the sandbox it is in, or why it could not enter it.
@@ -56,8 +59,11 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
     };
     let hello = match crate::sandbox::prepare_dirs(&config.spec)
         .map_err(|e| e.to_string())
-        .and_then(|_| landlock::enforce(&config.spec, config.mode).map_err(|e| e.to_string()))
-    {
+        .and_then(|_| isolate::before_landlock(config.isolation.as_ref(), config.mode))
+        .and_then(|layers| {
+            let rec = landlock::enforce(&config.spec, config.mode).map_err(|e| e.to_string())?;
+            isolate::after_landlock(config.isolation.as_ref(), config.mode, layers, rec)
+        }) {
         Ok(rec) => WorkerHello::Ready(rec),
         Err(e) => WorkerHello::Refused(e),
     };
@@ -78,7 +84,13 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
             continue;
         }
         let result = match serde_json::from_str::<ToolRequest>(&line) {
-            Ok(req) => execute(&ctx, &req),
+            Ok(req) => {
+                let result = execute(&ctx, &req);
+                if matches!(req.args, crate::tools::ToolArgs::RunCommand { .. }) {
+                    crate::sandbox::namespaces::end_of_call();
+                }
+                result
+            }
             Err(e) => ToolResult::error("", ErrorClass::InvalidArguments, format!("bad request: {e}")),
         };
         writeln!(output, "{}", serde_json::to_string(&result)?)?;

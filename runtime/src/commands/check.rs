@@ -1,8 +1,10 @@
-//! `runtime check`: can this repository and kernel fire? Prints the Landlock ABI and
-//! the rights it supports, and whether settings and prompts load.
+//! `runtime check`: can this repository and kernel fire? Prints each layer of the
+//! sandbox on its own (the Landlock ABI and the rights it supports, user namespaces,
+//! idmapped mounts when running as root, seccomp), and whether settings and prompts
+//! load.
 
 use crate::command_error::{CommandError, Outcome};
-use shared::sandbox::landlock;
+use shared::sandbox::{landlock, namespaces, seccomp};
 use shared::settings::LandlockMode;
 use std::path::Path;
 
@@ -26,8 +28,25 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         .and_then(|s| s.runtime.missing_key_variable())
         .map(|var| format!("problem: the provider's key variable `{var}` (settings/runtime.yaml api_key_env) is unset or empty here: a fire would refuse (exit 2)"));
     let full = abi >= landlock::TARGET_ABI as u32;
+    let userns = namespaces::probe().map(|()| "available".to_string());
+    let idmap = namespaces::probe_idmap(root).map(|needed| {
+        if needed {
+            "available".to_string()
+        } else {
+            "not needed (the runtime does not run as root)".to_string()
+        }
+    });
+    let filter = seccomp::probe().map(|()| "available".to_string());
+    let layers_ok = userns.is_ok() && idmap.is_ok() && filter.is_ok();
+    let show = |r: &Result<String, String>| match r {
+        Ok(s) => s.clone(),
+        Err(e) => format!("UNAVAILABLE: {e}"),
+    };
+    let userns = show(&userns.map_err(|e| e.to_string()));
+    let idmap = show(&idmap.map_err(|e| e.to_string()));
+    let filter = show(&filter.map_err(|e| e.to_string()));
     let sandbox_ok = match mode {
-        Some(LandlockMode::Required) | None => full,
+        Some(LandlockMode::Required) | None => full && layers_ok,
         Some(LandlockMode::BestEffort) | Some(LandlockMode::Off) => true,
     };
     let ok = problems.is_empty() && sandbox_ok && missing_key.is_none();
@@ -35,7 +54,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "mode": mode, "problems": problems, "missing_key": missing_key, "ok": ok})
+                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "user_namespaces": userns, "idmapped_mounts": idmap, "seccomp": filter, "mode": mode, "problems": problems, "missing_key": missing_key, "ok": ok})
             )?
         );
     } else {
@@ -56,6 +75,12 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
                 rights.join(", ")
             }
         );
+        println!("user namespaces: {userns}");
+        println!("idmapped mounts: {idmap}");
+        println!("seccomp: {filter}");
+        if !layers_ok {
+            println!("(settings `sandbox.landlock: best_effort` runs without the missing layers)");
+        }
         println!(
             "sandbox mode in settings: {}",
             mode.map(|m| format!("{m:?}"))

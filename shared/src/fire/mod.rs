@@ -199,4 +199,7 @@ pub struct FireRun {
     /// Opened for the dirty check and kept for the commit: git's index is loaded
     /// once per fire, not twice (0.3 s a load at 220,000 tracked files).
     repo: git2::Repository,
+    /// The tool worker's process, started before this process restricts itself (it
+    /// makes namespaces, which Landlock would refuse it) and adopted by the loop.
+    worker: Option<std::process::Child>,
 }

@@ -1,20 +1,29 @@
 //! Prefetch (DESIGN.md section 4, step 4): the builder's deterministic context
 //! scripts from `tools/`, run before any model call with a timeout, an output cap and
 //! a scrubbed environment, their output appended to the prompt as markdown so the
-//! model spends no turns on it.
+//! model spends no turns on it. Each script runs in a tool worker of its own, in the
+//! worker's namespaces, Landlock domain and seccomp filter (issue 10), writing only
+//! where the write ACL points and to the run's scratch.
 
 use super::config::FireConfig;
+use crate::agent::worker_client::spawn_process;
 use crate::progress::{Event, ProgressSink};
+use crate::sandbox::{self, namespaces::NamespacePlan};
 use crate::tools::exec::ExecContext;
-use crate::tools::{ToolArgs, ToolRequest};
+use crate::tools::{ToolArgs, ToolRequest, ToolResult};
 use crate::trace::{SpanKind, SpanStatus, Trace};
+use crate::worker::{WorkerConfig, WorkerHello};
+use std::io::{BufRead, Write};
 use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// A prefetch script that failed: its entry's name and what went wrong (redacted).
 pub(crate) struct PrefetchFailure {
     pub name: String,
     pub detail: String,
+    /// The script's sandbox could not be set up (the script did not run).
+    pub sandbox: bool,
 }
 
 /// What the prefetch scripts gave: their outputs as markdown sections, and the
@@ -29,6 +38,7 @@ pub(crate) struct Prefetched {
 /// returns their outputs, or the first failure.
 pub(crate) fn run_all(
     root: &Path,
+    worker_cmd: &(PathBuf, Vec<String>),
     config: &FireConfig,
     trace: &mut Trace,
     progress: &dyn ProgressSink,
@@ -46,14 +56,14 @@ pub(crate) fn run_all(
             })
         };
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(config.limits.prefetch_timeout_s));
-        match run_script(
-            root,
-            &config.scratch,
-            &p.run,
-            &p.args,
+        let script = Script {
+            path: &p.run,
+            args: &p.args,
+            ports: &p.network,
             timeout,
-            config.limits.tool_output_bytes,
-        ) {
+            cap: config.limits.tool_output_bytes,
+        };
+        match run_script(root, worker_cmd, config, &script) {
             Ok((text, truncated)) => {
                 finished(true);
                 trace.attr(span, "agent.output_bytes", text.len() as u64);
@@ -67,12 +77,13 @@ pub(crate) fn run_all(
                     config.redactor.redact(text.trim_end())
                 ));
             }
-            Err(why) => {
+            Err((why, sandbox)) => {
                 finished(false);
                 trace.end(span, SpanStatus::Error);
                 return Err(PrefetchFailure {
                     name: p.name.clone(),
                     detail: format!("{}: {}", p.run, config.redactor.redact(&why)),
+                    sandbox,
                 });
             }
         }
@@ -80,25 +91,29 @@ pub(crate) fn run_all(
     Ok(out)
 }
 
-/// Runs a builder script from `tools/` with a timeout and a scrubbed environment.
-fn run_script(
-    root: &Path,
-    scratch: &Path,
-    script: &str,
-    args: &[String],
+/// One prefetch script to run.
+struct Script<'a> {
+    path: &'a str,
+    args: &'a [String],
+    /// The TCP ports the entry grants (its `network`), instead of the tools'.
+    ports: &'a [u16],
     timeout: Duration,
     cap: usize,
-) -> Result<(String, bool), String> {
-    if !root.join(script).is_file() {
-        return Err(format!("script `{script}` does not exist"));
+}
+
+/// Runs a builder script from `tools/` with a timeout and a scrubbed environment, in
+/// a sandboxed worker of its own. `Err` says why, and whether the sandbox failed.
+fn run_script(
+    root: &Path,
+    worker_cmd: &(PathBuf, Vec<String>),
+    config: &FireConfig,
+    script: &Script,
+) -> Result<(String, bool), (String, bool)> {
+    if !root.join(script.path).is_file() {
+        return Err((format!("script `{}` does not exist", script.path), false));
     }
-    let ctx = ExecContext {
-        root: root.to_path_buf(),
-        scratch: scratch.to_path_buf(),
-        env: ExecContext::scrubbed_env(scratch),
-    };
-    let mut command = shell_quote(script);
-    for a in args {
+    let mut command = shell_quote(script.path);
+    for a in script.args {
         command.push(' ');
         command.push_str(&shell_quote(a));
     }
@@ -109,13 +124,68 @@ fn run_script(
             command,
             timeout_s: None,
         },
-        timeout_ms: timeout.as_millis() as u64,
-        output_limit: cap,
+        timeout_ms: script.timeout.as_millis() as u64,
+        output_limit: script.cap,
     };
-    let r = crate::tools::exec::execute(&ctx, &req);
+    // The tool worker's sandbox (the root's git directory only), with the network
+    // the entry grants rather than the tools'.
+    let mut spec = sandbox::worker_spec(root, &[], &config.scratch, &config.settings, config.policy.ownership());
+    spec.connect_ports = script.ports.to_vec();
+    let worker = WorkerConfig {
+        root: root.to_path_buf(),
+        scratch: config.scratch.clone(),
+        isolation: Some(NamespacePlan::new(&spec, root, Vec::new())),
+        spec,
+        mode: config.settings.sandbox.landlock,
+        env: ExecContext::scrubbed_env(&config.scratch),
+    };
+    let r = run_in_worker(worker_cmd, &worker, &req)?;
     match r.error {
         None => Ok((r.output, r.truncated)),
-        Some(c) => Err(format!("{}: {}", c.as_str(), r.output.trim())),
+        Some(c) => Err((format!("{}: {}", c.as_str(), r.output.trim()), false)),
+    }
+}
+
+/// Starts a worker, sends it `config` and the one request, and reads its answer.
+fn run_in_worker(
+    (exe, args): &(PathBuf, Vec<String>),
+    config: &WorkerConfig,
+    req: &ToolRequest,
+) -> Result<ToolResult, (String, bool)> {
+    let broken = |e: String| (format!("the prefetch worker failed: {e}"), true);
+    let mut child = spawn_process(exe, args, &config.env).map_err(|e| broken(e.to_string()))?;
+    let sent = (|| -> Result<(), String> {
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        let config = serde_json::to_string(config).map_err(|e| e.to_string())?;
+        let req = serde_json::to_string(req).map_err(|e| e.to_string())?;
+        stdin
+            .write_all(format!("{config}\n{req}\n").as_bytes())
+            .map_err(|e| e.to_string())
+    })();
+    let answer = sent.and_then(|()| {
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let mut next = || match lines.next() {
+            Some(Ok(l)) => Ok(l),
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err("the worker exited without answering".to_string()),
+        };
+        let hello = next()?;
+        let result = match serde_json::from_str::<WorkerHello>(&hello) {
+            Ok(WorkerHello::Ready(_)) => next(),
+            Ok(WorkerHello::Refused(why)) => return Ok(Err(why)),
+            Err(e) => Err(format!("{e}: {hello}")),
+        }?;
+        serde_json::from_str::<ToolResult>(&result)
+            .map(Ok)
+            .map_err(|e| format!("{e}: {result}"))
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    match answer {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(why)) => Err((format!("the script's sandbox could not be set up: {why}"), true)),
+        Err(e) => Err(broken(e)),
     }
 }
 

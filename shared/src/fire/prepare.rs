@@ -331,6 +331,7 @@ impl Preparing {
             acceptance: Vec::new(),
             abort: None,
             repo: self.repo,
+            worker: None,
         }
     }
 
@@ -492,16 +493,26 @@ impl Preparing {
         }
         let mut state = LoopState::default();
         self.ctx.open_root(&mut state.trace);
-        let prefetched = prefetch::run_all(&self.ctx.opts.root, config, &mut state.trace, &*self.ctx.opts.progress)
-            .map_err(|failed| {
-                let _ = std::fs::remove_dir_all(&config.scratch);
-                Stop::carded(
-                    FireEnd::Failed,
-                    CardKind::PrefetchFailed,
-                    format!("prefetch `{}` failed", failed.name),
-                    failed.detail,
-                )
-            })?;
+        let prefetched = prefetch::run_all(
+            &self.ctx.opts.root,
+            &self.ctx.opts.worker_cmd,
+            config,
+            &mut state.trace,
+            &*self.ctx.opts.progress,
+        )
+        .map_err(|failed| {
+            let _ = std::fs::remove_dir_all(&config.scratch);
+            Stop::carded(
+                FireEnd::Failed,
+                if failed.sandbox {
+                    CardKind::SandboxUnavailable
+                } else {
+                    CardKind::PrefetchFailed
+                },
+                format!("prefetch `{}` failed", failed.name),
+                failed.detail,
+            )
+        })?;
         if self.dry_run {
             self.prefetched = prefetched.text.clone();
         }

@@ -6,12 +6,12 @@
 use super::config::ACCEPTANCE_OUTPUT_BYTES;
 use super::prefetch::shell_quote;
 use super::{Abort, Aborted, FireEnd, FireRun};
-use crate::agent::worker_client::WorkerClient;
+use crate::agent::worker_client::{spawn_process, WorkerClient};
 use crate::agent::{Agent, CallDecision, CardDraft, LoopConfig};
 use crate::progress::Event;
 use crate::provider::{Provider, ProviderChain, ProviderError};
 use crate::records::{AcceptanceRecord, CardKind};
-use crate::sandbox::{self, landlock};
+use crate::sandbox::{self, landlock, namespaces::NamespacePlan};
 use crate::state::StateDb;
 use crate::tools::exec::ExecContext;
 use crate::tools::{ToolArgs, ToolRequest};
@@ -25,6 +25,18 @@ impl FireRun {
     pub fn enter_sandbox(&mut self) -> Result<(), Aborted> {
         let git_dirs = crate::git::git_dirs(&self.repo);
         let spec = sandbox::runtime_spec(&self.ctx.opts.root, &git_dirs, &self.config.connect_ports());
+        let (exe, args) = &self.ctx.opts.worker_cmd;
+        match spawn_process(exe, args, &ExecContext::scrubbed_env(&self.config.scratch)) {
+            Ok(child) => self.worker = Some(child),
+            Err(e) => {
+                return Err(self.abort(
+                    FireEnd::Failed,
+                    CardKind::SandboxUnavailable,
+                    "the tool worker could not be started".into(),
+                    e.to_string(),
+                ))
+            }
+        }
         let entered = sandbox::prepare_dirs(&spec)
             .map_err(|e| e.to_string())
             .and_then(|_| landlock::enforce(&spec, self.config.settings.sandbox.landlock).map_err(|e| e.to_string()));
@@ -101,21 +113,27 @@ impl FireRun {
     /// Starts the tool worker in its own sandbox; the receipt records that sandbox.
     async fn start_worker(&mut self) -> Result<WorkerClient, Aborted> {
         let root = &self.ctx.opts.root;
+        let spec = sandbox::worker_spec(
+            root,
+            &crate::git::git_dirs(&self.repo),
+            &self.config.scratch,
+            &self.config.settings,
+            self.config.policy.ownership(),
+        );
         let config = WorkerConfig {
             root: root.clone(),
             scratch: self.config.scratch.clone(),
-            spec: sandbox::worker_spec(
-                root,
-                &crate::git::git_dirs(&self.repo),
-                &self.config.scratch,
-                &self.config.settings,
-                self.config.policy.ownership(),
-            ),
+            isolation: Some(NamespacePlan::new(&spec, root, self.config.policy.read_masks())),
+            spec,
             mode: self.config.settings.sandbox.landlock,
             env: ExecContext::scrubbed_env(&self.config.scratch),
         };
         let (exe, args) = &self.ctx.opts.worker_cmd;
-        let worker = match WorkerClient::spawn(exe, args, &config).await {
+        let started = match self.worker.take() {
+            Some(child) => WorkerClient::adopt(child, &config).await,
+            None => WorkerClient::spawn(exe, args, &config).await,
+        };
+        let worker = match started {
             Ok(w) => w,
             Err(e) => {
                 return Err(self.abort(

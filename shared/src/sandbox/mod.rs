@@ -3,7 +3,10 @@
 //! Landlock lives apart in [`landlock`], so the policy can be built, logged, sent to
 //! the tool worker and tested without touching the kernel.
 
+pub mod isolate;
 pub mod landlock;
+pub mod namespaces;
+pub mod seccomp;
 
 use crate::layout::{Owner, Ownership, STATE_DIR};
 use crate::settings::{NetworkMode, NetworkSetting, RuntimeSettings};
@@ -36,6 +39,15 @@ pub struct SandboxSpec {
 /// Environment variable that caps the Landlock ABI the runtime uses, to check how a
 /// fire behaves on an older kernel (`required` refuses below ABI 6).
 pub const ABI_CAP_ENV: &str = "RUNTIME_LANDLOCK_ABI_CAP";
+
+/// Test hook: a comma-separated list of layers to behave as missing (`userns`,
+/// `idmap`, `seccomp`), to check that a fire fails closed and says why.
+pub const SIMULATE_MISSING_ENV: &str = "RUNTIME_SANDBOX_SIMULATE_MISSING";
+
+/// Whether [`SIMULATE_MISSING_ENV`] names `layer`.
+pub fn simulated_missing(layer: &str) -> bool {
+    std::env::var(SIMULATE_MISSING_ENV).is_ok_and(|v| v.split(',').any(|l| l.trim() == layer))
+}
 
 /// The cap from [`ABI_CAP_ENV`], if set.
 pub fn abi_cap_from_env() -> Option<u32> {

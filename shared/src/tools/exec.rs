@@ -260,7 +260,17 @@ fn grep(ctx: &ExecContext, pattern: &str, path: &str, masked: &[String], cap: us
                 kids.sort();
                 stack.extend(kids.into_iter().rev());
             }
-        } else if meta.is_file() && meta.len() <= MAX_GREP_FILE {
+        } else {
+            // Checked before the file's type: in the worker's mount namespace a
+            // masked file is `/dev/null` mounted over it.
+            let shown = p.strip_prefix(&ctx.root).unwrap_or(&p).display().to_string();
+            if masks.is_match(&shown) || masks.is_match(&p) {
+                hidden += 1;
+                continue;
+            }
+            if !meta.is_file() || meta.len() > MAX_GREP_FILE {
+                continue;
+            }
             let Ok(bytes) = read_regular(&p, MAX_GREP_FILE) else {
                 continue;
             };
@@ -268,11 +278,6 @@ fn grep(ctx: &ExecContext, pattern: &str, path: &str, masked: &[String], cap: us
                 continue;
             }
             let text = String::from_utf8_lossy(&bytes);
-            let shown = p.strip_prefix(&ctx.root).unwrap_or(&p).display().to_string();
-            if masks.is_match(&shown) || masks.is_match(&p) {
-                hidden += 1;
-                continue;
-            }
             for (i, line) in text.lines().enumerate() {
                 if re.is_match(line) {
                     out.push_str(&format!(
@@ -305,7 +310,7 @@ fn grep(ctx: &ExecContext, pattern: &str, path: &str, masked: &[String], cap: us
 }
 
 /// The globs a walking tool must pass over, compiled as the rules compile them.
-fn mask_set(masked: &[String]) -> Result<globset::GlobSet, globset::Error> {
+pub(crate) fn mask_set(masked: &[String]) -> Result<globset::GlobSet, globset::Error> {
     let mut set = globset::GlobSetBuilder::new();
     for m in masked {
         set.add(globset::GlobBuilder::new(m).literal_separator(true).build()?);

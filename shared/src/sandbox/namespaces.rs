@@ -1,0 +1,519 @@
+//! Namespaces of the tool worker (issue 10, item 1). The worker, still unrestricted
+//! and single-threaded, clones itself into fresh user, mount, PID, IPC and (unless
+//! settings grant tools network) network namespaces; the clone is PID 1 of its
+//! namespace and serves the tool calls, the original only waits for it and forwards
+//! SIGTERM/SIGINT. Everything a call started is killed when the call ends (PID 1's
+//! `kill(-1)`), and everything left dies with PID 1 at the end of the fire.
+//!
+//! The mount namespace shows the repository read-only, the write ACL's directories and
+//! the run's scratch writable (`nosuid,nodev`), `.git` and `.runtime` read-only with
+//! the rest of the repository, `/tmp`, `/var/tmp`, `/run`, `/dev/shm`, `/home` and
+//! `/root` as empty private tmpfs (the paths above kept visible are mounted back on
+//! top), its own `/proc`, and every path a `Read` deny rule matches masked (files by
+//! `/dev/null`, directories by an empty read-only tmpfs).
+//!
+//! Who the tools run as: the runtime's own uid when it is not root (mapped to itself;
+//! the repository is its own, so the write directories stay writable). When the
+//! runtime runs as root, tools run as `nobody` (65534) with no capability anywhere,
+//! and see the repository through *idmapped* mounts made before the namespaces
+//! exist (they need `CAP_SYS_ADMIN` in the initial namespace): the repository owner's
+//! on-disk ids appear as 65534, so the write directories are writable for `nobody`
+//! and what it writes is stored under the owner's ids; `git` sees a repository owned
+//! by its user. No chown of builder files, no world-writable directory on disk.
+
+use super::SandboxSpec;
+use rustix::mount::{
+    mount, mount_bind, mount_change, move_mount, open_tree, MountFlags, MountPropagationFlags, MoveMountFlags,
+    OpenTreeFlags,
+};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The uid and gid tools run as when the runtime runs as root.
+pub const UNPRIVILEGED_ID: u32 = 65534;
+
+/// Host paths that hold sockets and other processes' files: replaced by empty tmpfs.
+pub const MASKED_ROOTS: &[&str] = &["/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm", "/home", "/root"];
+
+/// At most this many entries are walked looking for paths a `Read` deny rule masks.
+const MAX_MASK_WALK: usize = 100_000;
+
+/// What the worker's mount namespace shows, sent to it with its sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NamespacePlan {
+    /// The repository: visible read-only.
+    pub root: PathBuf,
+    /// Directories outside the repository and the system shown read-only (a linked
+    /// worktree's common git directory, `additional_directories`).
+    pub read_dirs: Vec<PathBuf>,
+    /// The write ACL's directories and the scratch: writable, `nosuid,nodev`.
+    pub write_dirs: Vec<PathBuf>,
+    /// `Read` deny globs (relative to the root): matched paths are masked.
+    pub masked: Vec<String>,
+    /// Settings grant tools network: the host network namespace is kept (Landlock
+    /// scopes TCP to the granted ports, seccomp refuses everything but TCP).
+    pub network: bool,
+}
+
+impl NamespacePlan {
+    /// The plan for a worker in `spec`: read dirs outside the system and the root are
+    /// mounted back; write dirs as they are.
+    pub fn new(spec: &SandboxSpec, root: &Path, masked: Vec<String>) -> NamespacePlan {
+        let system: Vec<PathBuf> = super::SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect();
+        NamespacePlan {
+            root: root.to_path_buf(),
+            read_dirs: spec
+                .read_dirs
+                .iter()
+                .filter(|d| !system.contains(d) && !d.starts_with(root))
+                .cloned()
+                .collect(),
+            write_dirs: spec.write_dirs.clone(),
+            masked,
+            network: !spec.connect_ports.is_empty(),
+        }
+    }
+}
+
+/// A step of the set-up that failed: which piece, and the kernel's answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{piece}: {source}")]
+pub struct NsError {
+    pub piece: &'static str,
+    #[source]
+    pub source: std::io::Error,
+}
+
+fn step<T, E: Into<std::io::Error>>(piece: &'static str, r: Result<T, E>) -> Result<T, NsError> {
+    r.map_err(|e| NsError {
+        piece,
+        source: e.into(),
+    })
+}
+
+fn simulated(piece: &'static str) -> NsError {
+    NsError {
+        piece,
+        source: std::io::Error::other(format!("simulated by {}", super::SIMULATE_MISSING_ENV)),
+    }
+}
+
+/// Enters the namespaces. Returns `Ok` in the namespaced clone (PID 1, no capability
+/// left, ready for Landlock and seccomp); the original process never returns from a
+/// successful call (it waits for the clone and exits with its status). Must run while
+/// the process is single-threaded.
+pub fn enter(plan: &NamespacePlan) -> Result<(), NsError> {
+    if super::simulated_missing("userns") {
+        return Err(simulated("user namespaces"));
+    }
+    let as_root = rustix::process::geteuid().is_root();
+    let owner = step("repository owner", std::fs::metadata(&plan.root))?;
+    let ids = if as_root {
+        (UNPRIVILEGED_ID, UNPRIVILEGED_ID)
+    } else {
+        (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
+    };
+    // As root the trees are cloned and idmapped here, before the namespaces exist.
+    let premade = if as_root {
+        if super::simulated_missing("idmap") {
+            return Err(simulated("idmapped mounts"));
+        }
+        let userns = step("idmapped mounts", idmap_userns(owner.uid(), owner.gid()))?;
+        Some(clones(plan, Some(&userns))?)
+    } else {
+        None
+    };
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
+    if !plan.network {
+        flags |= libc::CLONE_NEWNET;
+    }
+    let (release_r, release_w) = step("pipe", std::io::pipe())?;
+    let pid = step("user namespaces", raw_clone(flags))?;
+    if pid == 0 {
+        drop(release_w);
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        let mut byte = [0u8; 1];
+        let mut r = release_r;
+        if !matches!(r.read(&mut byte), Ok(1)) {
+            // The original could not write our id maps; it reports why.
+            // SAFETY: leaving the clone without running the original's destructors.
+            unsafe { libc::_exit(1) };
+        }
+        return inside(plan, ids, as_root, premade);
+    }
+    drop(release_r);
+    if let Err(e) = write_maps(pid, ids, as_root) {
+        // SAFETY: killing and reaping our own clone.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        return Err(e);
+    }
+    drop(premade);
+    let mut w = release_w;
+    let _ = w.write_all(b"1");
+    drop(w);
+    supervise(pid)
+}
+
+/// `clone(2)` with `flags` and fork semantics (no new stack): 0 in the child.
+fn raw_clone(flags: libc::c_int) -> std::io::Result<libc::pid_t> {
+    // SAFETY: clone without CLONE_VM or a new stack behaves as fork; callers are
+    // single-threaded.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(pid as libc::pid_t)
+}
+
+/// The id maps of the clone `pid`: 65534 to itself as root (the uid tools run as),
+/// else the runtime's own ids to themselves.
+fn write_maps(pid: libc::pid_t, (uid, gid): (u32, u32), as_root: bool) -> Result<(), NsError> {
+    let write = |name: &str, text: String| {
+        step(
+            "user namespace id maps",
+            std::fs::write(format!("/proc/{pid}/{name}"), text),
+        )
+    };
+    if !as_root {
+        write("setgroups", "deny".into())?;
+    }
+    write("uid_map", format!("{uid} {uid} 1\n"))?;
+    write("gid_map", format!("{gid} {gid} 1\n"))
+}
+
+/// A user namespace whose map makes the repository owner's ids (`uid`, `gid`) appear
+/// as 65534, for idmapped mounts: a short-lived clone holds it while its descriptor
+/// is opened.
+fn idmap_userns(uid: u32, gid: u32) -> std::io::Result<OwnedFd> {
+    let (r, w) = std::io::pipe()?;
+    let pid = raw_clone(libc::CLONE_NEWUSER)?;
+    if pid == 0 {
+        drop(w);
+        let mut r = r;
+        let _ = r.read(&mut [0u8; 1]);
+        // SAFETY: the holder leaves without running destructors.
+        unsafe { libc::_exit(0) };
+    }
+    drop(r);
+    let opened = (|| {
+        std::fs::write(format!("/proc/{pid}/uid_map"), format!("{uid} {UNPRIVILEGED_ID} 1\n"))?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), format!("{gid} {UNPRIVILEGED_ID} 1\n"))?;
+        Ok(OwnedFd::from(std::fs::File::open(format!("/proc/{pid}/ns/user"))?))
+    })();
+    drop(w);
+    // SAFETY: reaping our own clone.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    opened
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `mount_setattr(2)` (not in rustix) on a detached tree, recursively.
+fn set_attr(tree: &OwnedFd, set: u64, userns: Option<&OwnedFd>) -> std::io::Result<()> {
+    let attr = MountAttr {
+        attr_set: set | if userns.is_some() { MOUNT_ATTR_IDMAP } else { 0 },
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.map(|u| u.as_raw_fd() as u64).unwrap_or(0),
+    };
+    // SAFETY: the struct lives across the call; its size is passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A detached recursive copy of the mounts at `path` with the attributes `set`.
+fn clone_tree(path: &Path, set: u64, userns: Option<&OwnedFd>) -> std::io::Result<OwnedFd> {
+    let fd = open_tree(
+        rustix::fs::CWD,
+        path,
+        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_RECURSIVE,
+    )?;
+    set_attr(&fd, set, userns)?;
+    Ok(fd)
+}
+
+/// The trees mounted back after the masks, in order: the repository and the other
+/// read dirs read-only, then the write dirs on top of them.
+fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<Vec<(PathBuf, OwnedFd)>, NsError> {
+    let piece = if userns.is_some() {
+        "idmapped mounts"
+    } else {
+        "mount namespace"
+    };
+    let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    let mut out = vec![(plan.root.clone(), step(piece, clone_tree(&plan.root, ro, userns))?)];
+    for d in plan.read_dirs.iter().filter(|d| d.is_dir()) {
+        out.push((d.clone(), step(piece, clone_tree(d, ro, userns))?));
+    }
+    for d in plan.write_dirs.iter().filter(|d| d.is_dir()) {
+        let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        out.push((d.clone(), step(piece, clone_tree(d, rw, userns))?));
+    }
+    Ok(out)
+}
+
+/// In the clone: take the ids, build the mount namespace, drop every capability.
+fn inside(
+    plan: &NamespacePlan,
+    (uid, gid): (u32, u32),
+    as_root: bool,
+    premade: Option<Vec<(PathBuf, OwnedFd)>>,
+) -> Result<(), NsError> {
+    if as_root {
+        step("drop to nobody", rustix::thread::set_thread_groups(&[]))?;
+        let gid = rustix::process::Gid::from_raw(gid);
+        step("drop to nobody", rustix::thread::set_thread_res_gid(gid, gid, gid))?;
+        let uid = rustix::process::Uid::from_raw(uid);
+        step("drop to nobody", rustix::thread::set_thread_res_uid(uid, uid, uid))?;
+    }
+    let piece = "mount namespace";
+    step(
+        piece,
+        mount_change("/", MountPropagationFlags::PRIVATE | MountPropagationFlags::REC),
+    )?;
+    let trees = match premade {
+        Some(t) => t,
+        None => clones(plan, None)?,
+    };
+    let tmpfs = MountFlags::NOSUID | MountFlags::NODEV;
+    for m in MASKED_ROOTS.iter().map(Path::new) {
+        if m.symlink_metadata().is_ok_and(|md| md.is_dir()) {
+            step(piece, mount("tmpfs", m, "tmpfs", tmpfs, c"mode=0755,size=1m"))?;
+        }
+    }
+    for (path, tree) in trees {
+        let _ = std::fs::create_dir_all(&path);
+        step(
+            piece,
+            move_mount(
+                tree.as_fd(),
+                "",
+                rustix::fs::CWD,
+                &path,
+                MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+            ),
+        )?;
+    }
+    step(
+        "pid namespace /proc",
+        mount(
+            "proc",
+            "/proc",
+            "proc",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            None,
+        ),
+    )?;
+    mask_denied(plan)?;
+    step(piece, std::env::set_current_dir(&plan.root))?;
+    drop_capabilities()
+}
+
+/// Masks what the `Read` deny globs match under the root.
+fn mask_denied(plan: &NamespacePlan) -> Result<(), NsError> {
+    if plan.masked.is_empty() {
+        return Ok(());
+    }
+    let set = step(
+        "read deny masks",
+        crate::tools::exec::mask_set(&plan.masked).map_err(std::io::Error::other),
+    )?;
+    let mut stack = vec![plan.root.clone()];
+    let mut seen = 0;
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > MAX_MASK_WALK {
+                return Ok(());
+            }
+            let path = e.path();
+            let Ok(rel) = path.strip_prefix(&plan.root) else {
+                continue;
+            };
+            let Ok(kind) = e.file_type() else { continue };
+            if rel == Path::new(".git") || rel == Path::new(crate::layout::STATE_DIR) {
+                continue;
+            }
+            if set.is_match(rel) {
+                let masked = if kind.is_dir() {
+                    mount(
+                        "tmpfs",
+                        &path,
+                        "tmpfs",
+                        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+                        c"size=4k",
+                    )
+                } else if kind.is_file() {
+                    mount_bind("/dev/null", &path)
+                } else {
+                    Ok(())
+                };
+                step("read deny masks", masked)?;
+            } else if kind.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Empties the bounding, ambient, effective, permitted and inheritable sets.
+fn drop_capabilities() -> Result<(), NsError> {
+    // SAFETY: prctl with integer arguments; an unknown capability answers EINVAL.
+    unsafe {
+        for cap in 0..64 {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    }
+    let none = rustix::thread::CapabilitySet::empty();
+    step(
+        "drop capabilities",
+        rustix::thread::set_capabilities(
+            None,
+            rustix::thread::CapabilitySets {
+                effective: none,
+                permitted: none,
+                inheritable: none,
+            },
+        ),
+    )
+}
+
+/// The clone's pid, for the signal forwarder.
+static CLONE_PID: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CLONE_PID.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill(2) is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// The original process after a successful clone: lets go of the pipes to the
+/// runtime (so the runtime sees the worker's end when the clone ends), forwards
+/// SIGTERM/SIGINT (a cancelled call), and exits as the clone did.
+fn supervise(pid: libc::pid_t) -> ! {
+    CLONE_PID.store(pid, Ordering::Relaxed);
+    // SAFETY: installing an async-signal-safe handler; reopening stdin and stdout on
+    // /dev/null (the clone keeps its own copies).
+    unsafe {
+        libc::signal(libc::SIGTERM, forward as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, forward as *const () as libc::sighandler_t);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::dup2(null, 1);
+            libc::close(null);
+        }
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            break;
+        }
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
+    std::process::exit(code)
+}
+
+/// After each call, in PID 1 of the worker's namespace: kills every other process of
+/// the namespace (whatever the call left behind, in any session or group) and reaps
+/// them. Does nothing outside a namespace of its own.
+pub fn end_of_call() {
+    if rustix::process::getpid().as_raw_nonzero().get() != 1 {
+        return;
+    }
+    // SAFETY: kill(-1) from PID 1 signals every other process of its namespace;
+    // waitpid reaps them (orphans are ours as PID 1).
+    unsafe {
+        libc::kill(-1, libc::SIGKILL);
+        while libc::waitpid(-1, std::ptr::null_mut(), 0) > 0 {}
+    }
+}
+
+/// Whether idmapped mounts of `root` can be made here, as a fire needs when the
+/// runtime runs as root (`runtime check`); `Ok(false)` when not root (not needed).
+pub fn probe_idmap(root: &Path) -> Result<bool, NsError> {
+    if !rustix::process::geteuid().is_root() {
+        return Ok(false);
+    }
+    if super::simulated_missing("idmap") {
+        return Err(simulated("idmapped mounts"));
+    }
+    let owner = step("repository owner", std::fs::metadata(root))?;
+    let userns = step("idmapped mounts", idmap_userns(owner.uid(), owner.gid()))?;
+    step("idmapped mounts", clone_tree(root, MOUNT_ATTR_RDONLY, Some(&userns)))?;
+    Ok(true)
+}
+
+/// Whether namespaces can be made here (`runtime check`): a clone into fresh user,
+/// mount, PID, IPC and network namespaces that exits at once.
+pub fn probe() -> Result<(), NsError> {
+    if super::simulated_missing("userns") {
+        return Err(simulated("user namespaces"));
+    }
+    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWNET;
+    let pid = step("user namespaces", raw_clone(flags))?;
+    if pid == 0 {
+        // SAFETY: the probe clone leaves at once.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: reaping our own clone.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    Ok(())
+}

@@ -1,0 +1,258 @@
+//! The seccomp filter of the tool worker (issue 10, item 2), built with `seccompiler`
+//! (rust-vmm) rather than hand-assembled BPF. It refuses with `EPERM` what Landlock
+//! and the namespaces do not cover: sockets other than `AF_UNIX` (unless settings grant
+//! tools network, then TCP only: Landlock scopes the ports), `ptrace`,
+//! `process_vm_readv/writev`, `io_uring_*`, `mknod` of device nodes, the key ring,
+//! `bpf`, `perf_event_open`, every mount and namespace call (set-up is over when the
+//! filter is installed), `prlimit64` on another process, kernel modules, `kexec` and
+//! `reboot`. `clone3` answers `ENOSYS` (its flags sit in memory a filter cannot read),
+//! so libc falls back to `clone`, whose namespace flags are refused. The list follows
+//! Codex's Linux sandbox (`codex-rs/linux-sandbox`).
+
+use seccompiler::{
+    apply_filter, BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond,
+    SeccompFilter, SeccompRule, TargetArch,
+};
+use std::collections::BTreeMap;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("seccomp filter cannot be built: {0}")]
+    Build(#[from] seccompiler::BackendError),
+    #[error("seccomp filter cannot be installed: {0}")]
+    Install(#[from] seccompiler::Error),
+    #[error("seccomp is not available ({0})")]
+    Unavailable(String),
+}
+
+/// Syscalls refused whatever their arguments.
+const DENIED: &[libc::c_long] = &[
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_reboot,
+    libc::SYS_userfaultfd,
+];
+
+/// Namespace flags `clone` may not carry.
+const CLONE_NS_FLAGS: &[libc::c_int] = &[
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWCGROUP,
+];
+
+fn arch() -> Result<TargetArch, SeccompError> {
+    TargetArch::try_from(std::env::consts::ARCH).map_err(|e| SeccompError::Unavailable(e.to_string()))
+}
+
+fn rule(conds: Vec<Cond>) -> Result<SeccompRule, SeccompError> {
+    Ok(SeccompRule::new(conds)?)
+}
+
+fn cond(arg: u8, op: Op, value: u64) -> Result<Cond, SeccompError> {
+    Ok(Cond::new(arg, Len::Qword, op, value)?)
+}
+
+/// The `EPERM` filter. `network`: settings grant tools TCP (to ports Landlock checks).
+fn eperm_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|s| (*s, Vec::new())).collect();
+    // socket(domain, type, protocol): AF_UNIX always; AF_INET/AF_INET6 stream
+    // sockets when network is granted; every other family refused.
+    let mut socket = Vec::new();
+    let mut other_family = vec![cond(0, Op::Ne, libc::AF_UNIX as u64)?];
+    if network {
+        other_family.push(cond(0, Op::Ne, libc::AF_INET as u64)?);
+        other_family.push(cond(0, Op::Ne, libc::AF_INET6 as u64)?);
+        for family in [libc::AF_INET, libc::AF_INET6] {
+            for kind in [
+                libc::SOCK_DGRAM,
+                libc::SOCK_RAW,
+                libc::SOCK_RDM,
+                libc::SOCK_SEQPACKET,
+                10, // SOCK_PACKET
+            ] {
+                socket.push(rule(vec![
+                    cond(0, Op::Eq, family as u64)?,
+                    cond(1, Op::MaskedEq(0xf), kind as u64)?,
+                ])?);
+            }
+        }
+    }
+    socket.push(rule(other_family)?);
+    rules.insert(libc::SYS_socket, socket);
+    // mknod(path, mode, dev) / mknodat(dirfd, path, mode, dev): no device nodes.
+    for (call, arg) in [(libc::SYS_mknod, 1u8), (libc::SYS_mknodat, 2u8)] {
+        let mut r = Vec::new();
+        for kind in [libc::S_IFCHR, libc::S_IFBLK] {
+            r.push(rule(vec![cond(arg, Op::MaskedEq(libc::S_IFMT as u64), kind as u64)?])?);
+        }
+        rules.insert(call, r);
+    }
+    // prlimit64(pid, ...) on any process but the caller (pid 0).
+    rules.insert(libc::SYS_prlimit64, vec![rule(vec![cond(0, Op::Ne, 0)?])?]);
+    let mut clone = Vec::new();
+    for flag in CLONE_NS_FLAGS {
+        clone.push(rule(vec![cond(0, Op::MaskedEq(*flag as u64), *flag as u64)?])?);
+    }
+    rules.insert(libc::SYS_clone, clone);
+    Ok(rules)
+}
+
+/// The two programs: the `EPERM` filter, and `clone3` answered with `ENOSYS`.
+pub fn programs(network: bool) -> Result<Vec<BpfProgram>, SeccompError> {
+    let arch = arch()?;
+    let eperm = SeccompFilter::new(
+        eperm_rules(network)?,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )?;
+    let clone3 = SeccompFilter::new(
+        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )?;
+    Ok(vec![eperm.try_into()?, clone3.try_into()?])
+}
+
+/// Installs the filter on the calling thread and what it starts afterwards. Sets
+/// `no_new_privs` first (the kernel requires it of an unprivileged caller).
+pub fn install(network: bool) -> Result<(), SeccompError> {
+    if super::simulated_missing("seccomp") {
+        return Err(SeccompError::Unavailable(format!(
+            "simulated by {}",
+            super::SIMULATE_MISSING_ENV
+        )));
+    }
+    let progs = programs(network)?;
+    rustix::thread::set_no_new_privs(true).map_err(|e| SeccompError::Unavailable(e.to_string()))?;
+    for p in &progs {
+        apply_filter(p)?;
+    }
+    Ok(())
+}
+
+/// Whether this kernel accepts a seccomp filter (`runtime check`): reads the mode of
+/// the calling process (`PR_GET_SECCOMP` answers `EINVAL` without seccomp) and builds
+/// the filter.
+pub fn probe() -> Result<(), SeccompError> {
+    if super::simulated_missing("seccomp") {
+        return Err(SeccompError::Unavailable(format!(
+            "simulated by {}",
+            super::SIMULATE_MISSING_ENV
+        )));
+    }
+    // SAFETY: PR_GET_SECCOMP takes no pointer and changes nothing.
+    let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP) };
+    if mode < 0 {
+        return Err(SeccompError::Unavailable(std::io::Error::last_os_error().to_string()));
+    }
+    programs(false).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `f` in a forked child after installing the filter; returns its exit code.
+    fn in_filtered_child(network: bool, f: fn() -> i32) -> i32 {
+        // SAFETY: fork in a test; the child only makes syscalls and exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = match install(network) {
+                Ok(()) => f(),
+                Err(_) => 99,
+            };
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        libc::WEXITSTATUS(status)
+    }
+
+    fn errno() -> i32 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+
+    #[test]
+    fn sockets_other_than_unix_are_refused() {
+        let code = in_filtered_child(false, || unsafe {
+            let unix = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            let udp = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+            let udp_errno = errno();
+            let tcp = libc::socket(libc::AF_INET6, libc::SOCK_STREAM, 0);
+            i32::from(unix >= 0) + 2 * i32::from(udp < 0 && udp_errno == libc::EPERM) + 4 * i32::from(tcp < 0)
+        });
+        assert_eq!(code, 7, "unix allowed, udp and tcp refused with EPERM");
+    }
+
+    #[test]
+    fn granted_network_is_tcp_only() {
+        let code = in_filtered_child(true, || unsafe {
+            let tcp = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            let udp = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+            let raw = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+            i32::from(tcp >= 0) + 2 * i32::from(udp < 0) + 4 * i32::from(raw < 0)
+        });
+        assert_eq!(code, 7);
+    }
+
+    #[test]
+    fn ptrace_prlimit_mknod_and_unshare_are_refused() {
+        let code = in_filtered_child(false, || unsafe {
+            let mut n = 0;
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) < 0 && errno() == libc::EPERM {
+                n += 1;
+            }
+            let mut lim: libc::rlimit64 = std::mem::zeroed();
+            if libc::prlimit64(libc::getppid(), libc::RLIMIT_NOFILE, std::ptr::null(), &mut lim) < 0
+                && errno() == libc::EPERM
+            {
+                n += 2;
+            }
+            if libc::prlimit64(0, libc::RLIMIT_NOFILE, std::ptr::null(), &mut lim) == 0 {
+                n += 4;
+            }
+            if libc::unshare(libc::CLONE_NEWUSER) < 0 && errno() == libc::EPERM {
+                n += 8;
+            }
+            let path = c"/nonexistent-dir/dev";
+            if libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) < 0 && errno() == libc::EPERM {
+                n += 16;
+            }
+            n
+        });
+        assert_eq!(code, 31);
+    }
+}

@@ -1,0 +1,645 @@
+//! Isolation beyond Landlock (issue 10): namespaces and seccomp, tried through real
+//! `runtime fire`s with a permissive policy (`Bash(*)`), so only the kernel layer
+//! stands. Each payload is a script file under `reports/` run with the system
+//! interpreter (the policy cannot see into it); it first writes a marker proving it
+//! ran, then records what the kernel answered. Every case also checks that builder
+//! files kept their content, mode, owner and times, that `.git` is unchanged, that
+//! TCP, UDP and UNIX listeners outside the sandbox heard nothing, that the key is in
+//! no record, and that the fire committed its own records.
+
+use crate::util::*;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::net::{TcpListener, UdpSocket};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+
+fn trace(calls: &[(&str, Value)]) -> String {
+    let mut turns: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| {
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": name, "arguments": args}], "usage": {"input": 10, "output": 5}})
+        })
+        .collect();
+    turns.push(json!({"content": "# Done", "usage": {"input": 10, "output": 5}}));
+    json!({"version": 1, "turns": turns}).to_string()
+}
+
+const SETTINGS: &str = "version: 1\nprovider:\n  kind: replay\n  replay: evals/iso/trace.json\npermissions:\n  allow: [\"Bash(*)\", \"Read(**)\", \"Write(reports/**)\"]\n  deny: [\"Read(**/.env)\"]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\nbudgets:\n  max_steps: 10\nlimits:\n  max_denials: 10\n  repeated_call: 10\n  repeated_error: 10\n";
+
+/// Mode, owner and modification time of every builder file and git hook.
+fn metadata(root: &Path) -> BTreeMap<String, (u32, u32, u32, i64)> {
+    let mut out = BTreeMap::new();
+    let mut stack: Vec<_> = [
+        "prompts",
+        "settings",
+        "tools",
+        "scope",
+        "evals",
+        ".git/hooks",
+        ".git/config",
+    ]
+    .iter()
+    .map(|d| root.join(d))
+    .collect();
+    while let Some(p) = stack.pop() {
+        let Ok(md) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        out.insert(
+            p.strip_prefix(root).unwrap().to_string_lossy().to_string(),
+            (md.mode(), md.uid(), md.gid(), md.mtime()),
+        );
+        if md.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap().flatten() {
+                stack.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// Listeners outside the sandbox that must hear nothing.
+struct Listeners {
+    tcp: TcpListener,
+    udp: UdpSocket,
+    unix: UnixListener,
+    unix_path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Listeners {
+    fn new() -> Listeners {
+        let dir = tempfile::tempdir().unwrap();
+        let unix_path = dir.path().join("host.sock");
+        let l = Listeners {
+            tcp: TcpListener::bind("127.0.0.1:0").unwrap(),
+            udp: UdpSocket::bind("127.0.0.1:0").unwrap(),
+            unix: UnixListener::bind(&unix_path).unwrap(),
+            unix_path,
+            _dir: dir,
+        };
+        l.tcp.set_nonblocking(true).unwrap();
+        l.udp.set_nonblocking(true).unwrap();
+        l.unix.set_nonblocking(true).unwrap();
+        std::fs::set_permissions(l._dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        std::fs::set_permissions(&l.unix_path, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        l
+    }
+
+    fn assert_silent(&self, case: &str) {
+        assert!(
+            self.tcp.accept().is_err(),
+            "{case}: the TCP listener heard a connection"
+        );
+        assert!(
+            self.udp.recv(&mut [0u8; 64]).is_err(),
+            "{case}: the UDP listener heard a datagram"
+        );
+        assert!(
+            self.unix.accept().is_err(),
+            "{case}: the UNIX listener heard a connection"
+        );
+    }
+}
+
+/// Who fires: the test's own user (root in CI), or `nobody` through `setpriv` on a
+/// repository handed to it for the fire.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum As {
+    Me,
+    Nobody,
+}
+
+/// Hands the tree at `root` to `uid` (ownership of every entry, links not followed).
+fn chown_tree(root: &Path, uid: u32) {
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        std::os::unix::fs::lchown(&p, Some(uid), Some(uid)).unwrap();
+        if p.symlink_metadata().unwrap().is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+        }
+    }
+}
+
+fn am_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `runtime fire t --json` as `who`.
+fn fire_as(env: &TestEnv, who: As, extra: &[(&str, &str)]) -> std::process::Output {
+    let mut c = env.command("runtime", &["fire", "t", "--json"]);
+    c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    if who == As::Me {
+        return c.output().unwrap();
+    }
+    let mut wrapped = std::process::Command::new("setpriv");
+    wrapped
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(c.get_program())
+        .args(c.get_args())
+        .current_dir(&env.root)
+        .env_clear();
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            wrapped.env(k, v);
+        }
+    }
+    wrapped.env("HOME", &env.root);
+    wrapped.output().unwrap()
+}
+
+/// Fires once with `script` written to `reports/p.<ext>` and run by `interp`, then
+/// `after` (more commands in the same fire); returns the markers the payload left in
+/// `reports/m/` and the fire's summary.
+/// A payload: its case name, its script (`reports/p.<ext>`, run by `interp`), and
+/// commands run after it in the same fire.
+struct Payload<'a> {
+    case: &'a str,
+    ext: &'a str,
+    interp: &'a str,
+    script: &'a str,
+    after: &'a [&'a str],
+}
+
+fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap<String, String>, Value) {
+    let Payload {
+        case,
+        ext,
+        interp,
+        script,
+        after,
+    } = *p;
+    let _ = std::fs::remove_dir_all(env.root.join("reports/m"));
+    let script = script
+        .replace("@TCP@", &l.tcp.local_addr().unwrap().port().to_string())
+        .replace("@UDP@", &l.udp.local_addr().unwrap().port().to_string())
+        .replace("@UNIX@", &l.unix_path.to_string_lossy())
+        .replace("@ROOT@", &env.root.to_string_lossy());
+    let mut calls = vec![
+        ("run_command", json!({"command": "mkdir -p reports/m"})),
+        (
+            "write_file",
+            json!({"path": format!("reports/p.{ext}"), "content": script}),
+        ),
+        ("run_command", json!({"command": format!("{interp} reports/p.{ext}")})),
+    ];
+    for a in after {
+        calls.push(("run_command", json!({ "command": a })));
+    }
+    env.write("settings/runtime.yaml", SETTINGS);
+    env.write("evals/iso/trace.json", &trace(&calls));
+    env.commit_all(&format!("case {case}"));
+    if who == As::Nobody {
+        // The repository and the directories above it become nobody's to use.
+        chown_tree(&env.root, 65534);
+        let mut up = env.root.parent();
+        while let Some(d) = up.filter(|d| d.starts_with(std::env::temp_dir()) && *d != std::env::temp_dir()) {
+            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            up = d.parent();
+        }
+    }
+    let meta = metadata(&env.root);
+    let files = env.builder_snapshot();
+    let git = env.git_snapshot();
+    let out = fire_as(env, who, &[("SECOND_SECRET", "planted-second-secret-5150")]);
+    let meta_after = metadata(&env.root);
+    if who == As::Nobody {
+        // Back to the test's user, whose git library checks the owner.
+        chown_tree(&env.root, 0);
+    }
+    let summary: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{case}: no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(env.builder_snapshot(), files, "{case}: a builder file changed");
+    assert_eq!(meta_after, meta, "{case}: a mode, owner or time changed");
+    assert_eq!(env.git_snapshot(), git, "{case}: .git config, hooks or refs changed");
+    assert_eq!(
+        env.commit_authors()[0],
+        "runtime",
+        "{case}: the fire did not commit its records"
+    );
+    l.assert_silent(case);
+    let records = env.all_record_text();
+    assert!(!records.contains(TEST_KEY), "{case}: the key reached a record");
+    assert!(
+        !records.contains("planted-second-secret"),
+        "{case}: the second secret reached a record"
+    );
+    let mut markers = BTreeMap::new();
+    if let Ok(dir) = std::fs::read_dir(env.root.join("reports/m")) {
+        for e in dir.flatten() {
+            markers.insert(
+                e.file_name().to_string_lossy().to_string(),
+                std::fs::read_to_string(e.path()).unwrap_or_default().trim().to_string(),
+            );
+        }
+    }
+    assert_eq!(
+        markers.get("ran").map(String::as_str),
+        Some("ran"),
+        "{case}: the payload never ran: {markers:?} {summary}"
+    );
+    (markers, summary)
+}
+
+fn env_with_prompt() -> TestEnv {
+    let env = TestEnv::new();
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.write(".env", "PLANTED_DOTENV=dotenv-secret-77\n");
+    env
+}
+
+fn kernel_ready() -> bool {
+    let abi = shared::sandbox::landlock::kernel_abi();
+    if abi < shared::sandbox::landlock::TARGET_ABI as u32 {
+        eprintln!("SKIPPED: Landlock ABI {abi} is below the target");
+        return false;
+    }
+    true
+}
+
+const PROBE: &str = r#"echo ran > reports/m/ran
+id -u > reports/m/uid
+grep CapEff /proc/self/status | tr -d ' \t' > reports/m/capeff
+ls /proc | grep -c '^[0-9]' > reports/m/procs
+tr '\0' ' ' < /proc/1/cmdline > reports/m/init
+if grep -qs -e SUPERSECRET -e planted-second /proc/[0-9]*/environ; then echo found > reports/m/environ; else echo absent > reports/m/environ; fi
+if test -e "$PLANTED"; then echo visible > reports/m/tmp; else echo hidden > reports/m/tmp; fi
+cat .env > reports/m/dotenv 2>&1
+touch .git/hooks/new-hook 2> reports/m/githook; echo $? >> reports/m/githook
+chmod 000 prompts/t.md 2> reports/m/chmod; echo $? >> reports/m/chmod
+touch -d 2001-01-01 prompts/t.md 2> reports/m/utime; echo $? >> reports/m/utime
+chmod -x .git/hooks/* 2>> reports/m/hookmode; echo $? >> reports/m/hookmode
+chown 0:0 prompts/t.md 2> reports/m/chown; echo $? >> reports/m/chown
+/usr/bin/python3 -c "import os; os.setxattr('.git/hooks/pre-push', 'user.x', b'1')" 2> reports/m/xattr; echo $? >> reports/m/xattr
+mknod reports/m/null c 1 3 2> reports/m/mknod; echo $? >> reports/m/mknod
+prlimit --pid 1 --nofile=1:1 2> reports/m/prlimit; echo $? >> reports/m/prlimit
+"#;
+
+#[test]
+fn a_tool_sees_its_own_namespaces_and_changes_no_metadata() {
+    probe_case(As::Me);
+}
+
+#[test]
+fn a_tool_sees_its_own_namespaces_when_the_runtime_is_not_root() {
+    if am_root() {
+        probe_case(As::Nobody);
+    } else {
+        probe_case(As::Me);
+    }
+}
+
+fn probe_case(who: As) {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let planted = tempfile::NamedTempFile::new().unwrap();
+    let script = format!("PLANTED={}\n{PROBE}", planted.path().display());
+    let (m, summary) = fire_payload(
+        who,
+        &env,
+        &l,
+        &Payload {
+            case: "probe",
+            ext: "sh",
+            interp: "/bin/sh",
+            script: &script,
+            after: &[],
+        },
+    );
+    if am_root() {
+        assert_eq!(m["uid"], "65534", "{m:?}");
+    } else {
+        assert_eq!(m["uid"], unsafe { libc::geteuid() }.to_string());
+    }
+    assert_eq!(m["capeff"], "CapEff:0000000000000000", "{m:?}");
+    let procs: usize = m["procs"].parse().unwrap();
+    assert!(procs <= 6, "own /proc shows only the worker's processes: {m:?}");
+    assert!(m["init"].contains("__tool-worker"), "PID 1 is the worker: {m:?}");
+    assert_eq!(m["environ"], "absent", "{m:?}");
+    assert_eq!(m["tmp"], "hidden", "the host /tmp is replaced: {m:?}");
+    assert!(
+        !m["dotenv"].contains("dotenv-secret"),
+        "a Read deny path is masked: {m:?}"
+    );
+    for k in [
+        "githook", "chmod", "chown", "xattr", "utime", "hookmode", "mknod", "prlimit",
+    ] {
+        assert!(!m[k].ends_with("\n0") && m[k] != "0", "{k} was allowed: {m:?}");
+    }
+    assert!(m["chmod"].contains("Read-only file system"), "{m:?}");
+    assert!(m["xattr"].contains("Read-only file system"), "{m:?}");
+    assert!(m["mknod"].contains("Operation not permitted"), "{m:?}");
+    assert!(m["prlimit"].contains("Operation not permitted"), "{m:?}");
+    assert!(!env.root.join("reports/m/null").exists());
+    assert!(!env.root.join(".git/hooks/new-hook").exists());
+    let receipt = env.receipt(&summary);
+    let rights = receipt["sandbox"]["rights"].to_string();
+    assert!(
+        rights.contains("namespaces: user, mount, pid, ipc, net") && rights.contains("seccomp"),
+        "{rights}"
+    );
+}
+
+#[test]
+fn sockets_leave_nothing_outside() {
+    sockets_case(As::Me);
+}
+
+#[test]
+fn sockets_leave_nothing_outside_when_the_runtime_is_not_root() {
+    if am_root() {
+        sockets_case(As::Nobody);
+    }
+}
+
+fn sockets_case(who: As) {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let script = r#"use Socket;
+open(my $m, '>', 'reports/m/ran'); print $m "ran\n"; close $m;
+sub mark { my ($n, $v) = @_; open(my $f, '>', "reports/m/$n"); print $f "$v\n"; close $f; }
+socket(my $u, PF_UNIX, SOCK_STREAM, 0) or die;
+mark('unix', connect($u, pack_sockaddr_un('@UNIX@')) ? 'connected' : "refused $!");
+if (socket(my $d, PF_INET, SOCK_DGRAM, 0)) {
+  mark('udp', send($d, 'x', 0, pack_sockaddr_in(@UDP@, inet_aton('127.0.0.1'))) ? 'sent' : "refused $!");
+} else { mark('udp', "refused $!"); }
+if (socket(my $t, PF_INET, SOCK_STREAM, 0)) {
+  mark('tcp', connect($t, pack_sockaddr_in(@TCP@, inet_aton('127.0.0.1'))) ? 'connected' : "refused $!");
+} else { mark('tcp', "refused $!"); }
+mark('raw', socket(my $r, PF_INET, SOCK_RAW, 1) ? 'opened' : "refused $!");
+mark('dns', gethostbyname('example.com') ? 'resolved' : 'failed');
+"#;
+    let (m, _) = fire_payload(
+        who,
+        &env,
+        &l,
+        &Payload {
+            case: "sockets",
+            ext: "pl",
+            interp: "/usr/bin/perl",
+            script,
+            after: &[],
+        },
+    );
+    for k in ["unix", "udp", "tcp", "raw"] {
+        assert!(m[k].starts_with("refused"), "{k}: {m:?}");
+    }
+    assert_eq!(m["dns"], "failed", "{m:?}");
+    assert!(
+        m["udp"].contains("Operation not permitted"),
+        "seccomp refuses UDP: {m:?}"
+    );
+}
+
+#[test]
+fn nothing_a_call_started_outlives_it() {
+    outlive_case(As::Me);
+}
+
+#[test]
+fn nothing_a_call_started_outlives_it_when_the_runtime_is_not_root() {
+    if am_root() {
+        outlive_case(As::Nobody);
+    }
+}
+
+fn outlive_case(who: As) {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    // Leaves its session and process group twice over, then writes a marker a second
+    // later; the next call looks for the marker two seconds on.
+    let script = "echo ran > reports/m/ran\nsetsid sh -c '(sleep 1; echo alive > reports/m/late) &' < /dev/null > /dev/null 2>&1 &\n";
+    let (m, _) = fire_payload(
+        who,
+        &env,
+        &l,
+        &Payload {
+            case: "setsid",
+            ext: "sh",
+            interp: "/bin/sh",
+            script,
+            after: &[
+                "sleep 2.5; if test -e reports/m/late; then echo survived; else echo gone; fi > reports/m/verdict",
+            ],
+        },
+    );
+    assert_eq!(m["verdict"], "gone", "{m:?}");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(!env.root.join("reports/m/late").exists(), "a process outlived the fire");
+}
+
+#[test]
+fn ptrace_is_refused() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let script = "import ctypes, os\nopen('reports/m/ran', 'w').write('ran')\nlibc = ctypes.CDLL(None, use_errno=True)\nr = libc.ptrace(16, 1, 0, 0)\nopen('reports/m/ptrace', 'w').write('%d %s' % (r, os.strerror(ctypes.get_errno())))\n";
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "ptrace",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &[],
+        },
+    );
+    assert_eq!(m["ptrace"], "-1 Operation not permitted", "{m:?}");
+}
+
+#[test]
+fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
+    if !kernel_ready() {
+        return;
+    }
+    for (layer, names) in [("userns", "namespaces"), ("seccomp", "seccomp")] {
+        let env = env_with_prompt();
+        env.write("settings/runtime.yaml", SETTINGS);
+        env.write(
+            "evals/iso/trace.json",
+            &trace(&[("run_command", json!({"command": "echo ran > reports/ran"}))]),
+        );
+        env.commit_all("missing layer");
+        let out = env
+            .command("runtime", &["fire", "t", "--json"])
+            .env(shared::sandbox::SIMULATE_MISSING_ENV, layer)
+            .output()
+            .unwrap();
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_ne!(out.status.code(), Some(0), "{layer}: {summary}");
+        assert!(
+            env.card_kinds(&summary).contains(&"sandbox_unavailable".to_string()),
+            "{layer}: {summary}"
+        );
+        let cards = serde_json::to_string(&env.cards(&summary)).unwrap();
+        assert!(
+            cards.contains(names) && cards.contains("best_effort"),
+            "{layer}: {cards}"
+        );
+        assert!(!env.root.join("reports/ran").exists(), "{layer}: the tool ran");
+
+        let best = SETTINGS.replace("landlock: required", "landlock: best_effort");
+        env.write("settings/runtime.yaml", &best);
+        env.commit_all("best effort");
+        let out = env
+            .command("runtime", &["fire", "t", "--json"])
+            .env(shared::sandbox::SIMULATE_MISSING_ENV, layer)
+            .output()
+            .unwrap();
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let receipt = env.receipt(&summary);
+        assert!(
+            receipt["sandbox"]["rights"]
+                .to_string()
+                .contains(&format!("missing: {names}")),
+            "{layer}: {receipt}"
+        );
+        assert!(
+            env.root.join("reports/ran").exists(),
+            "{layer}: best effort runs the tool"
+        );
+    }
+}
+
+#[test]
+fn runtime_check_reports_each_layer() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    env.write("settings/runtime.yaml", SETTINGS);
+    env.write("evals/iso/trace.json", &trace(&[]));
+    env.commit_all("check");
+    let check = |missing: &str| -> Value {
+        let out = env
+            .command("runtime", &["check", "--json"])
+            .env(shared::sandbox::SIMULATE_MISSING_ENV, missing)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let all = check("");
+    assert_eq!(all["user_namespaces"], "available", "{all}");
+    assert_eq!(all["seccomp"], "available", "{all}");
+    assert_eq!(all["ok"], true, "{all}");
+    let no_filter = check("seccomp");
+    assert!(
+        no_filter["seccomp"].as_str().unwrap().starts_with("UNAVAILABLE"),
+        "{no_filter}"
+    );
+    assert_eq!(no_filter["user_namespaces"], "available");
+    assert_eq!(no_filter["ok"], false, "required refuses without seccomp: {no_filter}");
+    let no_userns = check("userns,idmap");
+    assert!(
+        no_userns["user_namespaces"]
+            .as_str()
+            .unwrap()
+            .starts_with("UNAVAILABLE"),
+        "{no_userns}"
+    );
+    assert_eq!(no_userns["ok"], false);
+}
+
+#[test]
+fn prefetch_scripts_run_in_the_namespaces() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\nprefetch:\n  - name: probe\n    run: tools/probe.sh\n---\nDo the test task.\n",
+    );
+    env.write(
+        "tools/probe.sh",
+        "#!/bin/sh\nmkdir -p reports/m\necho ran > reports/m/ran\nid -u > reports/m/uid\ngrep CapEff /proc/self/status | tr -d ' \\t' > reports/m/capeff\nls /proc | grep -c '^[0-9]' > reports/m/procs\nchmod 000 prompts/t.md 2> reports/m/chmod\necho context\n",
+    );
+    std::fs::set_permissions(
+        env.root.join("tools/probe.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    env.write("settings/runtime.yaml", SETTINGS);
+    env.write("evals/iso/trace.json", &trace(&[]));
+    env.commit_all("a prefetch probe");
+    let meta = metadata(&env.root);
+    let out = fire_as(&env, As::Me, &[]);
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{summary}");
+    let read = |k: &str| std::fs::read_to_string(env.root.join("reports/m").join(k)).unwrap_or_default();
+    assert_eq!(read("ran").trim(), "ran", "the prefetch script did not run");
+    if am_root() {
+        assert_eq!(read("uid").trim(), "65534");
+    }
+    assert_eq!(read("capeff").trim(), "CapEff:0000000000000000");
+    assert!(read("procs").trim().parse::<usize>().unwrap() <= 6, "{}", read("procs"));
+    assert!(read("chmod").contains("Read-only file system"), "{}", read("chmod"));
+    assert_eq!(metadata(&env.root), meta);
+}
+
+#[test]
+fn a_prefetch_entry_grants_tcp_to_its_ports_only() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let granted = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = Listeners::new();
+    let port = granted.local_addr().unwrap().port();
+    env.write(
+        "prompts/t.md",
+        &format!("---\ndescription: test task\nprefetch:\n  - name: db\n    run: tools/db.pl\n    network: [{port}]\n---\nDo the test task.\n"),
+    );
+    let script = r#"use Socket;
+sub mark { my ($n, $v) = @_; open(my $f, '>', "reports/m/$n"); print $f "$v\n"; close $f; }
+mkdir 'reports/m';
+mark('ran', 'ran');
+socket(my $a, PF_INET, SOCK_STREAM, 0) or die;
+mark('granted', connect($a, pack_sockaddr_in(@GRANTED@, inet_aton('127.0.0.1'))) ? 'connected' : "refused $!");
+socket(my $b, PF_INET, SOCK_STREAM, 0) or die;
+mark('other', connect($b, pack_sockaddr_in(@TCP@, inet_aton('127.0.0.1'))) ? 'connected' : "refused $!");
+mark('udp', socket(my $d, PF_INET, SOCK_DGRAM, 0) ? 'opened' : "refused $!");
+print "context\n";
+"#
+    .replace("@GRANTED@", &port.to_string())
+    .replace("@TCP@", &l.tcp.local_addr().unwrap().port().to_string());
+    env.write("tools/db.pl", &format!("#!/usr/bin/perl\n{script}"));
+    env.write("settings/runtime.yaml", SETTINGS);
+    env.write("evals/iso/trace.json", &trace(&[]));
+    std::fs::set_permissions(
+        env.root.join("tools/db.pl"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    env.commit_all("a prefetch with network");
+    let out = fire_as(&env, As::Me, &[]);
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let read = |k: &str| std::fs::read_to_string(env.root.join("reports/m").join(k)).unwrap_or_default();
+    assert_eq!(read("ran").trim(), "ran", "the prefetch script did not run: {summary}");
+    assert_eq!(read("granted").trim(), "connected");
+    granted.set_nonblocking(true).unwrap();
+    assert!(granted.accept().is_ok(), "the granted port heard the script");
+    assert!(read("other").starts_with("refused"), "{}", read("other"));
+    assert!(read("udp").starts_with("refused"), "{}", read("udp"));
+    l.assert_silent("prefetch network");
+}
