@@ -9,6 +9,7 @@ mod util;
 
 mod builder_cmds;
 mod builder_truth;
+mod crash;
 mod docs;
 mod escape;
 mod exit_codes;

@@ -77,6 +77,7 @@ pub(crate) fn write(
         .redact(&render_report(task, &ctx.run_id, rec, cost))
         .into_owned();
     let mut report_text = None;
+    crate::failpoint!("before-report-write");
     let report_rel = match place_report(root, &canonical_report, &ctx.run_id, task, ctx.started_at, &report) {
         Ok((rel, taken)) => {
             outputs.rejected.extend(taken);
@@ -123,6 +124,7 @@ pub(crate) fn write(
         }
         Err(e) => failure = Some(e.into()),
     }
+    crate::failpoint!("between-records-and-commit");
     save_run(db, &rec.state, &receipt, &receipt_rel, &report_rel);
     let mut commit = None;
     if !ctx.opts.no_commit && failure.is_none() {
@@ -193,7 +195,7 @@ fn close_root(ctx: &FireContext, rec: &mut RunRecords) {
     // `agent.status` says exactly how the run ended; the span says whether it went well.
     let status = match rec.status {
         RunStatus::Accepted | RunStatus::Completed | RunStatus::Skipped | RunStatus::WaitingApproval => SpanStatus::Ok,
-        RunStatus::Failed => SpanStatus::Failed,
+        RunStatus::Failed | RunStatus::Crashed | RunStatus::Running => SpanStatus::Failed,
         RunStatus::Cancelled => SpanStatus::Cancelled,
     };
     trace.end(root, status);
@@ -328,7 +330,9 @@ fn end_after_writing(status: RunStatus, failure: Option<&WriteFailure>, wrote_ca
 fn end_of(status: RunStatus) -> FireEnd {
     match status {
         RunStatus::Accepted | RunStatus::Completed => FireEnd::Completed,
-        RunStatus::Failed | RunStatus::Cancelled => FireEnd::Failed,
+        RunStatus::Failed | RunStatus::Cancelled | RunStatus::Crashed => FireEnd::Failed,
+        // A run's records are written when it ends; a row still running is a bug.
+        RunStatus::Running => FireEnd::Internal,
         RunStatus::Skipped => FireEnd::Skipped,
         RunStatus::WaitingApproval => FireEnd::WaitingApproval,
     }

@@ -199,4 +199,7 @@ pub struct FireRun {
     /// Opened for the dirty check and kept for the commit: git's index is loaded
     /// once per fire, not twice (0.3 s a load at 220,000 tracked files).
     repo: git2::Repository,
+    /// The run's journal (its row, a checkpoint after every step, the tool ledger);
+    /// `None` in a dry run or where the state database cannot be written.
+    journal: Option<crate::journal::Journal>,
 }

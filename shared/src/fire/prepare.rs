@@ -10,6 +10,7 @@ use super::finish::{self, hint_for, RecordSink};
 use super::prefetch;
 use super::{EarlyEnd, FireContext, FireEnd, FireOptions, FireRun, FireSummary, RunRecords};
 use crate::agent::{context, CardDraft, LoopState};
+use crate::journal::{Journal, RunStart};
 use crate::layout::{Ownership, SCOPE_FILE, SETTINGS_FILE};
 use crate::prompt;
 use crate::provider::Message;
@@ -170,11 +171,14 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             end,
             card: None,
             message,
-        }) => Err(EarlyEnd::Unrecorded(Box::new(p.ctx.unrecorded(
-            RunStatus::Failed,
-            end,
-            message,
-        )))),
+        }) => {
+            p.close_unrecorded();
+            Err(EarlyEnd::Unrecorded(Box::new(p.ctx.unrecorded(
+                RunStatus::Failed,
+                end,
+                message,
+            ))))
+        }
     }
 }
 
@@ -301,6 +305,8 @@ struct Preparing {
     dry_run: bool,
     notes: Vec<String>,
     prefetched: String,
+    /// The run's journal, once its `running` row is written (never in a dry run).
+    journal: Option<Journal>,
 }
 
 impl Preparing {
@@ -316,6 +322,7 @@ impl Preparing {
             dry_run,
             notes: Vec::new(),
             prefetched: String::new(),
+            journal: None,
         }
     }
 
@@ -331,6 +338,7 @@ impl Preparing {
             acceptance: Vec::new(),
             abort: None,
             repo: self.repo,
+            journal: self.journal,
         }
     }
 
@@ -364,8 +372,45 @@ impl Preparing {
                 ),
             )
         })?;
+        self.begin_run();
         let state = self.first_state(&config)?;
         Ok((config, state))
+    }
+
+    /// The run exists from here on (before prefetch): its row says `running` and names
+    /// this process. A state database that cannot be written costs the run its
+    /// checkpoints, not the fire.
+    fn begin_run(&mut self) {
+        if self.dry_run {
+            return;
+        }
+        let inputs = serde_json::to_string(&self.inputs).unwrap_or_default();
+        let begun = StateDb::open(&self.ctx.opts.root).and_then(|db| {
+            Journal::begin(
+                db.into_store(),
+                &RunStart {
+                    run_id: &self.ctx.run_id,
+                    task: &self.ctx.opts.task,
+                    started_at: self.ctx.started_at,
+                    ledger_run: self.ctx.approval_run(),
+                    inputs: &inputs,
+                },
+            )
+        });
+        match begun {
+            Ok(journal) => self.journal = Some(journal),
+            Err(e) => tracing::warn!(error = %e, "the run's row was not written; it has no checkpoints"),
+        }
+    }
+
+    /// A run that stops with nothing worth a record is closed as `failed`.
+    fn close_unrecorded(&mut self) {
+        if let Some(journal) = self.journal.take() {
+            let mut store = journal.into_store();
+            if let Err(e) = crate::journal::close_unrecorded(&mut store, &self.ctx.run_id, chrono::Utc::now()) {
+                tracing::warn!(error = %e, "the run's row was not closed");
+            }
+        }
     }
 
     /// Builder paths must be committed: the fire runs on reviewed versions only.

@@ -1,0 +1,178 @@
+//! Crash-safe runs (issue 11, items 2 and 3): a run exists from its first moment (a
+//! `running` row before prefetch, a checkpoint after every step), and each call the
+//! worker runs moves through the tool ledger `intended -> started -> completed`. The
+//! runtime binary here is built with the `failpoints` feature: `RUNTIME_FAILPOINTS`
+//! SIGKILLs it at a named point, so each crash lands exactly where the test says.
+
+use crate::util::*;
+use serde_json::Value;
+use std::process::Output;
+
+/// A repository whose task `t` runs `sh tools/bump.sh` once (the script leaves a new
+/// file `reports/hits/<RUNTIME_CALL_ID>-<nanoseconds>`: one file per time the side
+/// effect happened; the fire commits it as the model's output), then answers.
+pub fn counter_env(ask: bool) -> TestEnv {
+    let env = TestEnv::new();
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/bump.sh"}}]},
+        {"content": "# Done\nbumped once"}
+    ]});
+    env.write("evals/t/replay.json", &trace.to_string());
+    env.write(
+        "tools/bump.sh",
+        "echo hit > \"reports/hits/${RUNTIME_CALL_ID:-none}-$(date +%s%N)\"\n",
+    );
+    let rule = "    - \"Bash(sh tools/bump.sh)\"";
+    let settings = env
+        .read("settings/runtime.yaml")
+        .replace("evals/digest/replay.json", "evals/t/replay.json")
+        .replace(
+            "    - \"Bash(curl*)\"",
+            &format!("    - \"Bash(curl*)\"\n{}", if ask { rule } else { "" }),
+        )
+        .replace(
+            "    - \"Bash(head*)\"",
+            &format!("    - \"Bash(head*)\"\n{}", if ask { "" } else { rule }),
+        );
+    env.write("settings/runtime.yaml", &settings);
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("counter task");
+    std::fs::create_dir_all(env.root.join("reports/hits")).unwrap();
+    env
+}
+
+/// Runs `runtime <args>` with the crash points `points` armed.
+pub fn runtime_crashing(env: &TestEnv, points: &str, args: &[&str]) -> Output {
+    env.command("runtime", args)
+        .env("RUNTIME_FAILPOINTS", points)
+        .output()
+        .expect("run runtime")
+}
+
+/// Whether the process was killed by SIGKILL.
+pub fn killed(out: &Output) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    out.status.signal() == Some(libc::SIGKILL)
+}
+
+/// The call id of each file in `reports/hits`: one per time the side effect happened.
+pub fn hits(env: &TestEnv) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(env.root.join("reports/hits"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .split('-')
+                        .next()
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// `runtime runs --json`.
+pub fn runs(env: &TestEnv) -> Vec<Value> {
+    let out = env.runtime(&["runs", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .cloned()
+        .unwrap()
+}
+
+/// The tool ledger: `(run_id, call_id, stage, result_hash)` rows.
+pub fn ledger(env: &TestEnv) -> Vec<(String, String, String, Option<String>)> {
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let mut stmt = db
+        .prepare("SELECT run_id, call_id, stage, result_hash FROM tool_ledger ORDER BY run_id, call_id")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn a_killed_run_keeps_its_running_row_and_its_started_call() {
+    let env = counter_env(false);
+    let out = runtime_crashing(&env, "after-ledger-started", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    assert!(hits(&env).is_empty(), "killed before the tool ran");
+    let rows = runs(&env);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "running");
+    assert_eq!(rows[0]["steps"], 1, "the first step's checkpoint is in the row");
+    let run_id = rows[0]["run_id"].as_str().unwrap().to_string();
+    let show = env.runtime(&["show", &run_id]);
+    assert!(show.status.success(), "{}", String::from_utf8_lossy(&show.stderr));
+    assert!(String::from_utf8_lossy(&show.stdout).contains("running"));
+    assert_eq!(
+        ledger(&env),
+        vec![(run_id.clone(), "c1".into(), "started".into(), None)]
+    );
+    // The step's checkpoint holds the conversation up to the model's call.
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let (step, state): (u32, String) = db
+        .query_row("SELECT step, state FROM live_runs WHERE run_id = ?1", [&run_id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(step, 1);
+    let state: Value = serde_json::from_str(&state).unwrap();
+    let last = state["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["tool_calls"][0]["id"], "c1", "{last}");
+}
+
+#[test]
+fn a_completed_call_is_in_the_ledger_with_its_result_hash_and_its_call_id_reached_the_tool() {
+    let env = counter_env(false);
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(hits(&env), vec!["c1"], "RUNTIME_CALL_ID names the call");
+    let rows = ledger(&env);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].1.as_str(), rows[0].2.as_str()), ("c1", "completed"));
+    assert_eq!(rows[0].3.as_ref().map(String::len), Some(64), "a SHA-256 of the result");
+    let listed = runs(&env);
+    assert_eq!(listed[0]["run_id"], summary["run_id"]);
+    assert_eq!(listed[0]["status"], "completed");
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let live: i64 = db
+        .query_row("SELECT count(*) FROM live_runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(live, 0, "an ended run leaves no live row");
+}
+
+#[test]
+fn an_approved_call_runs_once_however_often_resume_is_killed_and_run() {
+    let env = counter_env(true);
+    let (code, summary, _) = env.fire("t");
+    assert_eq!(code, 4, "waiting for approval");
+    let paused = summary["run_id"].as_str().unwrap().to_string();
+    let ok = env.builder(&["approve-call", &paused, "c1", "--by", "Eng <eng@example.com>"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    // The first resume runs the approved call and is killed before it is recorded.
+    let out = runtime_crashing(&env, "after-tool-side-effect", &["resume", &paused, "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    assert_eq!(hits(&env), vec!["c1"]);
+    // The next resume finds the call started: a command is never run again; the model
+    // is told and a card says so.
+    let out = env.runtime(&["resume", &paused, "--json"]);
+    let resumed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(resumed["status"], "completed", "{resumed}");
+    assert_eq!(hits(&env), vec!["c1"], "the approved call ran exactly once");
+    assert_eq!(env.card_kinds(&resumed), vec!["side_effect_uncertain"]);
+    let receipt = env.receipt(&resumed);
+    let last = receipt["tool_calls"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["outcome"], "SIDE_EFFECT_UNCERTAIN", "{last}");
+    // And a finished run has nothing left to resume.
+    let again = env.runtime(&["resume", &paused]);
+    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(hits(&env), vec!["c1"]);
+}
