@@ -386,14 +386,7 @@ impl Agent<'_> {
         let Some(journal) = self.journal.as_deref_mut() else {
             return;
         };
-        let saved = serde_json::to_string(state)
-            .map_err(|e| e.to_string())
-            .and_then(|blob| {
-                journal
-                    .checkpoint(&blob, totals(state), ledger)
-                    .map_err(|e| e.to_string())
-            });
-        if let Err(e) = saved {
+        if let Err(e) = save_checkpoint(journal, state, ledger) {
             tracing::warn!(error = %e, step = state.step, "the step's checkpoint was not saved");
         }
     }
@@ -612,6 +605,15 @@ impl Agent<'_> {
             }
         }
     }
+}
+
+/// Saves the checkpoint after a step: `state` serialized, the run row's totals and
+/// the changed `ledger` entries, in one transaction of `journal`.
+pub fn save_checkpoint(journal: &mut Journal, state: &LoopState, ledger: &[LedgerEntry]) -> Result<(), String> {
+    let blob = serde_json::to_string(state).map_err(|e| e.to_string())?;
+    journal
+        .checkpoint(&blob, totals(state), ledger)
+        .map_err(|e| e.to_string())
 }
 
 /// The ledger entry of `call` at `stage`.
