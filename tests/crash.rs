@@ -167,7 +167,11 @@ fn an_approved_call_runs_once_however_often_resume_is_killed_and_run() {
     let resumed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(resumed["status"], "completed", "{resumed}");
     assert_eq!(hits(&env), vec!["c1"], "the approved call ran exactly once");
-    assert_eq!(env.card_kinds(&resumed), vec!["side_effect_uncertain"]);
+    assert_eq!(
+        env.card_kinds(&resumed),
+        vec!["crashed", "side_effect_uncertain"],
+        "the killed resume is closed; the uncertain call is named"
+    );
     let receipt = env.receipt(&resumed);
     let last = receipt["tool_calls"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["outcome"], "SIDE_EFFECT_UNCERTAIN", "{last}");
@@ -175,4 +179,96 @@ fn an_approved_call_runs_once_however_often_resume_is_killed_and_run() {
     let again = env.runtime(&["resume", &paused]);
     assert_eq!(again.status.code(), Some(2));
     assert_eq!(hits(&env), vec!["c1"]);
+}
+
+#[test]
+fn the_next_fire_resumes_an_interrupted_run_under_its_id_and_never_reruns_its_command() {
+    let env = counter_env(false);
+    let out = runtime_crashing(&env, "after-tool-side-effect", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    assert_eq!(hits(&env), vec!["c1"]);
+    let killed_run = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "completed with a card: {stderr}");
+    assert_eq!(
+        summary["run_id"],
+        killed_run.as_str(),
+        "the interrupted run is continued"
+    );
+    assert_eq!(summary["status"], "completed");
+    assert_eq!(hits(&env), vec!["c1"], "the command ran once");
+    assert_eq!(env.card_kinds(&summary), vec!["side_effect_uncertain"]);
+    let rows = runs(&env);
+    assert_eq!(rows.len(), 1, "one run, one row: {rows:?}");
+    assert_eq!(rows[0]["status"], "completed");
+    let receipt = env.receipt(&summary);
+    assert_eq!(receipt["run_id"], killed_run.as_str());
+    assert_eq!(receipt["tool_calls"][0]["outcome"], "SIDE_EFFECT_UNCERTAIN");
+    let paths = env.last_commit_paths();
+    assert!(paths.iter().any(|p| p.starts_with("runs/t/")), "{paths:?}");
+}
+
+#[test]
+fn a_run_killed_before_its_first_checkpoint_is_closed_as_crashed_and_the_fire_starts_fresh() {
+    let env = counter_env(false);
+    let out = runtime_crashing(&env, "after-model-response", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    let killed_run = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "completed with a card: {stderr}");
+    assert_ne!(summary["run_id"], killed_run.as_str());
+    assert_eq!(hits(&env), vec!["c1"], "the fresh run ran the command once");
+    assert_eq!(env.card_kinds(&summary), vec!["crashed"]);
+    let card = &env.cards(&summary)[0];
+    assert!(card["summary"].as_str().unwrap().contains(&killed_run), "{card:?}");
+    assert!(card["summary"].as_str().unwrap().contains("after step 0"), "{card:?}");
+    let rows = runs(&env);
+    let old = rows.iter().find(|r| r["run_id"] == killed_run.as_str()).unwrap();
+    assert_eq!(old["status"], "crashed");
+}
+
+#[test]
+fn an_interrupted_run_older_than_the_window_is_closed_not_resumed() {
+    let env = counter_env(false);
+    let settings = env.read("settings/runtime.yaml") + "limits: {resume_window_s: 0}\n";
+    env.write("settings/runtime.yaml", &settings);
+    env.commit_all("no resume window");
+    let out = runtime_crashing(&env, "after-tool-side-effect", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "{stderr}");
+    assert_eq!(env.card_kinds(&summary), vec!["crashed"]);
+    let detail = env.cards(&summary)[0]["detail"].as_str().unwrap().to_string();
+    assert!(detail.contains("resume_window_s"), "{detail}");
+    assert!(
+        detail.contains("after step 1")
+            || env.cards(&summary)[0]["summary"]
+                .as_str()
+                .unwrap()
+                .contains("after step 1")
+    );
+    assert_eq!(hits(&env).len(), 2, "the fresh run is a new run: it runs its own call");
+}
+
+#[test]
+fn a_cron_tick_while_a_run_waits_for_approval_adds_no_card_and_no_commit() {
+    let env = counter_env(true);
+    let (code, summary, _) = env.fire("t");
+    assert_eq!(code, 4, "waiting for approval");
+    let paused = summary["run_id"].as_str().unwrap().to_string();
+    let head = env.head_id();
+    for _ in 0..2 {
+        let (code, tick, stderr) = env.fire("t");
+        assert_eq!(code, 4, "{stderr}");
+        assert_eq!(tick["status"], "waiting_approval");
+        assert!(tick["cards"].as_array().unwrap().is_empty());
+        assert!(tick["commit"].is_null());
+        assert!(tick["message"].as_str().unwrap().contains(&paused), "{tick}");
+    }
+    assert_eq!(env.head_id(), head, "no commit");
+    assert!(hits(&env).is_empty());
+    let rows = runs(&env);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "waiting_approval");
 }

@@ -272,3 +272,15 @@ pub fn close_unrecorded(store: &mut Store, run_id: &str, at: DateTime<Utc>) -> R
     })?;
     Ok(())
 }
+
+/// Closes an interrupted run that is not resumed: its row says `crashed`.
+pub fn close_crashed(store: &mut Store, run_id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+    store.write(|tx| {
+        tx.execute(
+            "UPDATE runs SET status = 'crashed', finished_at = ?2 WHERE run_id = ?1 AND status = 'running'",
+            rusqlite::params![run_id, at.to_rfc3339()],
+        )?;
+        end(tx, run_id)
+    })?;
+    Ok(())
+}

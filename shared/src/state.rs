@@ -371,6 +371,21 @@ impl StateDb {
         .transpose()
     }
 
+    /// The run of `task` that waits for a builder's approval (its checkpoint kept for
+    /// `runtime resume`), if one does.
+    pub fn waiting_run(&self, task: &str) -> Result<Option<String>, StoreError> {
+        self.store
+            .conn()
+            .query_row(
+                "SELECT c.run_id FROM checkpoints c JOIN runs r ON r.run_id = c.run_id
+                 WHERE r.task = ?1 AND r.status = 'waiting_approval' ORDER BY r.started_at DESC LIMIT 1",
+                [task],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.store.sql_error())
+    }
+
     /// Saves (or replaces) the checkpoint of `run_id`.
     pub fn save_checkpoint(&mut self, run_id: &str, checkpoint: &Checkpoint) -> Result<(), StateError> {
         let blob = serde_json::to_string(checkpoint).map_err(|e| StateError::Checkpoint {

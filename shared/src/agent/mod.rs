@@ -205,6 +205,13 @@ impl Agent<'_> {
         if let Some(stop) = self.settle_pending(state).await {
             return stop;
         }
+        if state.final_answer.is_some() {
+            // Resumed after the final answer's checkpoint: only the records are left.
+            return StopReason::FinalAnswer;
+        }
+        if let Some(stop) = self.settle_interrupted(state).await {
+            return stop;
+        }
         loop {
             if let Some(stop) = self.check_limits(state) {
                 return stop;
@@ -259,6 +266,44 @@ impl Agent<'_> {
             CallOutcome::Done => None,
             CallOutcome::Waiting => Some(StopReason::WaitingApproval),
         }
+    }
+
+    /// A resumed run first handles the calls of its last model response that have no
+    /// result yet (the run was interrupted or paused among them), through the ledger:
+    /// none runs twice.
+    async fn settle_interrupted(&mut self, state: &mut LoopState) -> Option<StopReason> {
+        let idx = state
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant { .. }))?;
+        let Message::Assistant { tool_calls, .. } = &state.messages[idx] else {
+            return None;
+        };
+        let answered: Vec<&str> = state.messages[idx + 1..]
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { call_id, .. } => Some(call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let open: Vec<ToolCall> = tool_calls
+            .iter()
+            .filter(|c| !answered.contains(&c.id.as_str()))
+            .cloned()
+            .collect();
+        let step = state.step;
+        for call in &open {
+            if *self.cancel.borrow() {
+                return Some(StopReason::Cancelled);
+            }
+            if let CallOutcome::Waiting = self.handle_call(state, call, step, true).await {
+                return Some(StopReason::WaitingApproval);
+            }
+            if let Some(stop) = repetition(self.cfg, state) {
+                return Some(stop);
+            }
+        }
+        None
     }
 
     /// The stops checked before each step: cancellation, steps, wall time.

@@ -15,6 +15,7 @@ mod finish;
 mod outputs;
 mod prefetch;
 mod prepare;
+mod recover;
 mod run;
 
 use crate::agent::{CardDraft, LoopState};
