@@ -9,8 +9,8 @@ use serde_json::Value;
 use std::process::Output;
 
 /// A repository whose task `t` runs `sh tools/bump.sh` once (the script leaves a new
-/// file `reports/hits/<RUNTIME_CALL_ID>-<nanoseconds>`: one file per time the side
-/// effect happened; the fire commits it as the model's output), then answers.
+/// file under `reports/hits/` holding its `RUNTIME_CALL_ID`, `<run-id>:<call-id>`: one
+/// file per time the side effect happened), then answers.
 pub fn counter_env(ask: bool) -> TestEnv {
     let env = TestEnv::new();
     let trace = serde_json::json!({"version": 1, "turns": [
@@ -20,7 +20,7 @@ pub fn counter_env(ask: bool) -> TestEnv {
     env.write("evals/t/replay.json", &trace.to_string());
     env.write(
         "tools/bump.sh",
-        "echo hit > \"reports/hits/${RUNTIME_CALL_ID:-none}-$(date +%s%N)\"\n",
+        "echo \"${RUNTIME_CALL_ID:-none}\" > \"reports/hits/$(date +%s%N)-$$\"\n",
     );
     let rule = "    - \"Bash(sh tools/bump.sh)\"";
     let settings = env
@@ -55,24 +55,26 @@ pub fn killed(out: &Output) -> bool {
     out.status.signal() == Some(libc::SIGKILL)
 }
 
-/// The call id of each file in `reports/hits`: one per time the side effect happened.
+/// The `RUNTIME_CALL_ID` in each file of `reports/hits`: one per time the side effect
+/// happened.
 pub fn hits(env: &TestEnv) -> Vec<String> {
     let mut out: Vec<String> = std::fs::read_dir(env.root.join("reports/hits"))
         .map(|d| {
             d.flatten()
-                .map(|e| {
-                    e.file_name()
-                        .to_string_lossy()
-                        .split('-')
-                        .next()
-                        .unwrap_or("")
-                        .to_string()
-                })
+                .map(|e| std::fs::read_to_string(e.path()).unwrap().trim().to_string())
                 .collect()
         })
         .unwrap_or_default();
     out.sort();
     out
+}
+
+/// The call ids of [`hits`] (the part after the run id).
+pub fn hit_calls(env: &TestEnv) -> Vec<String> {
+    hits(env)
+        .iter()
+        .map(|h| h.rsplit(':').next().unwrap().to_string())
+        .collect()
 }
 
 /// `runtime runs --json`.
@@ -134,7 +136,11 @@ fn a_completed_call_is_in_the_ledger_with_its_result_hash_and_its_call_id_reache
     let env = counter_env(false);
     let (code, summary, stderr) = env.fire("t");
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(hits(&env), vec!["c1"], "RUNTIME_CALL_ID names the call");
+    assert_eq!(
+        hits(&env),
+        vec![format!("{}:c1", summary["run_id"].as_str().unwrap())],
+        "RUNTIME_CALL_ID names the run and the call"
+    );
     let rows = ledger(&env);
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!((rows[0].1.as_str(), rows[0].2.as_str()), ("c1", "completed"));
@@ -160,13 +166,13 @@ fn an_approved_call_runs_once_however_often_resume_is_killed_and_run() {
     // The first resume runs the approved call and is killed before it is recorded.
     let out = runtime_crashing(&env, "after-tool-side-effect", &["resume", &paused, "--json"]);
     assert!(killed(&out), "the crash point fired: {:?}", out.status);
-    assert_eq!(hits(&env), vec!["c1"]);
+    assert_eq!(hit_calls(&env), vec!["c1"]);
     // The next resume finds the call started: a command is never run again; the model
     // is told and a card says so.
     let out = env.runtime(&["resume", &paused, "--json"]);
     let resumed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(resumed["status"], "completed", "{resumed}");
-    assert_eq!(hits(&env), vec!["c1"], "the approved call ran exactly once");
+    assert_eq!(hit_calls(&env), vec!["c1"], "the approved call ran exactly once");
     assert_eq!(
         env.card_kinds(&resumed),
         vec!["crashed", "side_effect_uncertain"],
@@ -178,7 +184,7 @@ fn an_approved_call_runs_once_however_often_resume_is_killed_and_run() {
     // And a finished run has nothing left to resume.
     let again = env.runtime(&["resume", &paused]);
     assert_eq!(again.status.code(), Some(2));
-    assert_eq!(hits(&env), vec!["c1"]);
+    assert_eq!(hit_calls(&env), vec!["c1"]);
 }
 
 #[test]
@@ -186,7 +192,7 @@ fn the_next_fire_resumes_an_interrupted_run_under_its_id_and_never_reruns_its_co
     let env = counter_env(false);
     let out = runtime_crashing(&env, "after-tool-side-effect", &["fire", "t", "--json"]);
     assert!(killed(&out), "the crash point fired: {:?}", out.status);
-    assert_eq!(hits(&env), vec!["c1"]);
+    assert_eq!(hit_calls(&env), vec!["c1"]);
     let killed_run = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
     let (code, summary, stderr) = env.fire("t");
     assert_eq!(code, 5, "completed with a card: {stderr}");
@@ -196,7 +202,7 @@ fn the_next_fire_resumes_an_interrupted_run_under_its_id_and_never_reruns_its_co
         "the interrupted run is continued"
     );
     assert_eq!(summary["status"], "completed");
-    assert_eq!(hits(&env), vec!["c1"], "the command ran once");
+    assert_eq!(hit_calls(&env), vec!["c1"], "the command ran once");
     assert_eq!(env.card_kinds(&summary), vec!["side_effect_uncertain"]);
     let rows = runs(&env);
     assert_eq!(rows.len(), 1, "one run, one row: {rows:?}");
@@ -217,7 +223,7 @@ fn a_run_killed_before_its_first_checkpoint_is_closed_as_crashed_and_the_fire_st
     let (code, summary, stderr) = env.fire("t");
     assert_eq!(code, 5, "completed with a card: {stderr}");
     assert_ne!(summary["run_id"], killed_run.as_str());
-    assert_eq!(hits(&env), vec!["c1"], "the fresh run ran the command once");
+    assert_eq!(hit_calls(&env), vec!["c1"], "the fresh run ran the command once");
     assert_eq!(env.card_kinds(&summary), vec!["crashed"]);
     let card = &env.cards(&summary)[0];
     assert!(card["summary"].as_str().unwrap().contains(&killed_run), "{card:?}");

@@ -144,6 +144,11 @@ impl Journal {
         &self.run_id
     }
 
+    /// The run whose ledger this run's calls go into.
+    pub fn ledger_run(&self) -> &str {
+        &self.ledger_run
+    }
+
     /// The checkpoint after a step: the serialized loop state, the row's totals and
     /// the ledger entries that changed, in one transaction (durable as the store's
     /// `synchronous` setting makes it before this returns).

@@ -632,9 +632,15 @@ impl Agent<'_> {
             | ToolArgs::EditFile { .. }
             | ToolArgs::RunCommand { .. } => Vec::new(),
         };
+        // The idempotency key a tool sees as `RUNTIME_CALL_ID`: the run whose ledger
+        // holds the call, and the call's id (model call ids repeat across runs).
+        let ledger_run = self
+            .journal
+            .as_deref()
+            .map_or(self.cfg.run_id.as_str(), Journal::ledger_run);
         let req = ToolRequest {
             masked,
-            call_id: call.id.clone(),
+            call_id: format!("{ledger_run}:{}", call.id),
             args,
             timeout_ms: timeout.as_millis() as u64,
             output_limit: self.cfg.limits.tool_output_bytes,

@@ -95,6 +95,7 @@ pub(crate) fn write(
     if let Some(card) = rejected_card(&outputs.rejected) {
         rec.state.cards.push(card);
     }
+    crate::failpoint!("during-records-write");
     let rec = &*rec;
     let mut card_ids = Vec::new();
     for draft in &rec.state.cards {
@@ -125,7 +126,6 @@ pub(crate) fn write(
         Err(e) => failure = Some(e.into()),
     }
     crate::failpoint!("between-records-and-commit");
-    save_run(db, &rec.state, &receipt, &receipt_rel, &report_rel);
     let mut commit = None;
     if !ctx.opts.no_commit && failure.is_none() {
         test_pause_before_commit(root);
@@ -134,6 +134,10 @@ pub(crate) fn write(
             Err(e) => failure = Some(e),
         }
     }
+    // The row is final only once the records are committed: a run killed before
+    // keeps its `running` row, and the next fire resumes it (rewriting its records)
+    // or finds its receipt committed and takes the row from there.
+    save_run(db, &rec.state, &receipt, &receipt_rel, &report_rel);
     if failure.is_none() && (commit.is_some() || ctx.opts.no_commit) {
         for note in &resets {
             state::reset_reported(note);

@@ -5,8 +5,9 @@
 //! of its last checkpoint and on the same prompt, scope, settings and provider, is
 //! resumed from that checkpoint under its own run id; every other is closed as
 //! `crashed`, with a card naming its last completed step. A run whose receipt is
-//! already committed only gets its row from that receipt. Records an interrupted run
-//! left uncommitted (its report and receipt) are removed before it is resumed or
+//! already committed (or staged by a commit killed before it moved the branch, which
+//! the next commit completes) only gets its row from that receipt. Records an interrupted run
+//! left uncommitted (its report, receipt and cards) are removed before it is resumed or
 //! closed, and named in the card: the resumed run writes them anew.
 
 use super::FireContext;
@@ -139,8 +140,9 @@ fn crashed_card(run: &LiveRun, why: &str, removed: &[String]) -> CardDraft {
     }
 }
 
-/// A run whose receipt HEAD already holds ended; only its row was left behind: the
-/// row is rebuilt from the committed receipt.
+/// A run whose receipt HEAD already holds (or the index, staged by a commit that was
+/// killed before it moved the branch) ended; only its row was left behind: the row is
+/// rebuilt from that receipt.
 fn committed_receipt(
     ctx: &FireContext,
     repo: &git2::Repository,
@@ -150,7 +152,7 @@ fn committed_receipt(
 ) -> bool {
     let rel = records::receipt_path(&ctx.opts.task, &run.run_id, started);
     let rel = rel.to_string_lossy();
-    let Ok(Some(blob)) = crate::git::head_blob(repo, &rel) else {
+    let Some(blob) = committed_or_staged(repo, &rel) else {
         return false;
     };
     let receipt = repo
@@ -169,6 +171,18 @@ fn committed_receipt(
         tracing::warn!(error = %e, run = %run.run_id, "the committed run's row was not rebuilt");
     }
     true
+}
+
+/// The blob of `rel` in HEAD, or else in the index: a run killed between writing the
+/// index and moving the branch left its records staged, and the dead commit's intent
+/// names them, so the next commit takes them in (`crate::git`).
+fn committed_or_staged(repo: &git2::Repository, rel: &str) -> Option<git2::Oid> {
+    if let Ok(Some(blob)) = crate::git::head_blob(repo, rel) {
+        return Some(blob);
+    }
+    let mut index = repo.index().ok()?;
+    index.read(true).ok()?;
+    index.get_path(std::path::Path::new(rel), 0).map(|e| e.id)
 }
 
 /// Removes the report and receipt an interrupted run wrote but did not commit (the
@@ -190,5 +204,46 @@ fn remove_leftovers(ctx: &FireContext, repo: &git2::Repository, run: &LiveRun, s
             removed.push(name);
         }
     }
+    for rel in uncommitted_cards_of(ctx, repo, &dir, &run.run_id) {
+        if crate::beneath::remove_file(&dir, std::path::Path::new(&rel)).is_ok() {
+            removed.push(rel);
+        }
+    }
     removed
+}
+
+/// Card files under `cards/` that HEAD does not hold and that name `run_id`.
+fn uncommitted_cards_of(
+    ctx: &FireContext,
+    repo: &git2::Repository,
+    dir: &std::os::fd::OwnedFd,
+    run_id: &str,
+) -> Vec<String> {
+    let Ok(days) = std::fs::read_dir(ctx.opts.root.join("cards")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for day in days.flatten().filter(|d| d.file_type().is_ok_and(|t| t.is_dir())) {
+        let Ok(files) = std::fs::read_dir(day.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let rel = format!(
+                "cards/{}/{}",
+                day.file_name().to_string_lossy(),
+                f.file_name().to_string_lossy()
+            );
+            if !rel.ends_with(".yaml") || matches!(crate::git::head_blob(repo, &rel), Ok(Some(_))) {
+                continue;
+            }
+            let names_run = crate::beneath::read_regular(dir, std::path::Path::new(&rel), 1 << 20)
+                .ok()
+                .and_then(|b| serde_yaml::from_slice::<serde_yaml::Value>(&b).ok())
+                .is_some_and(|v| v["run_id"].as_str() == Some(run_id));
+            if names_run {
+                out.push(rel);
+            }
+        }
+    }
+    out
 }
