@@ -278,3 +278,24 @@ fn a_cron_tick_while_a_run_waits_for_approval_adds_no_card_and_no_commit() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["status"], "waiting_approval");
 }
+
+#[test]
+fn runtime_resume_continues_a_named_interrupted_run_whatever_its_age() {
+    let env = counter_env(false);
+    let settings = env.read("settings/runtime.yaml") + "limits: {resume_window_s: 0}\n";
+    env.write("settings/runtime.yaml", &settings);
+    env.commit_all("no resume window");
+    let out = runtime_crashing(&env, "after-tool-side-effect", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    let run_id = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let out = env.runtime(&["resume", &run_id, "--json"]);
+    let resumed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(5), "{resumed}");
+    assert_eq!(resumed["run_id"], run_id.as_str(), "continued under its own id");
+    assert_eq!(resumed["status"], "completed");
+    assert_eq!(env.card_kinds(&resumed), vec!["side_effect_uncertain"]);
+    assert_eq!(hit_calls(&env), vec!["c1"], "the command ran once");
+    let again = env.runtime(&["resume", &run_id]);
+    assert_eq!(again.status.code(), Some(2), "nothing left to resume");
+}

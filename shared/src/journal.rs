@@ -238,11 +238,22 @@ pub fn ledger_entry(store: &Store, ledger_run: &str, call_id: &str) -> Result<Op
 
 /// The runs of `task` still marked `running`, oldest first.
 pub fn live_runs(store: &Store, task: &str) -> Result<Vec<LiveRun>, StoreError> {
+    query_live(store, "l.task = ?1", task)
+}
+
+/// The run `run_id` if it is still marked `running`.
+pub fn live_run(store: &Store, run_id: &str) -> Result<Option<LiveRun>, StoreError> {
+    Ok(query_live(store, "l.run_id = ?1", run_id)?.into_iter().next())
+}
+
+fn query_live(store: &Store, filter: &str, value: &str) -> Result<Vec<LiveRun>, StoreError> {
     store.query_all(
-        "SELECT l.run_id, l.task, l.pid, l.pid_start, l.ledger_run, l.step, l.state, l.inputs, r.started_at, l.updated_at
-         FROM live_runs l JOIN runs r ON r.run_id = l.run_id
-         WHERE l.task = ?1 AND r.status = 'running' ORDER BY r.started_at, l.run_id",
-        [task],
+        &format!(
+            "SELECT l.run_id, l.task, l.pid, l.pid_start, l.ledger_run, l.step, l.state, l.inputs, r.started_at, l.updated_at
+             FROM live_runs l JOIN runs r ON r.run_id = l.run_id
+             WHERE {filter} AND r.status = 'running' ORDER BY r.started_at, l.run_id"
+        ),
+        [value],
         |r| {
             Ok(LiveRun {
                 run_id: r.get(0)?,
