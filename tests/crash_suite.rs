@@ -27,6 +27,7 @@ const POINTS: &[&str] = &[
     "after-model-response@2",
     "before-report-write",
     "during-records-write",
+    "mid-record-write@2",
     "between-records-and-commit",
     "before-ref-update",
 ];

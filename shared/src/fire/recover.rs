@@ -62,6 +62,7 @@ pub(super) fn recover(
     explicit: Option<&str>,
 ) -> Recovery {
     crate::failpoint!("during-recovery");
+    remove_dead_temps(ctx);
     let mut out = Recovery::default();
     let mut store = match StateDb::open(&ctx.opts.root) {
         Ok(db) => db.into_store(),
@@ -246,4 +247,36 @@ fn uncommitted_cards_of(
         }
     }
     out
+}
+
+/// Removes the temporary files of record writes a dead process left (a fire killed
+/// while writing a report, receipt or card: [`crate::beneath::create_new`]) under the
+/// task's record directories and `cards/`.
+fn remove_dead_temps(ctx: &FireContext) {
+    let Ok(dir) = crate::beneath::open_root(&ctx.opts.root) else {
+        return;
+    };
+    let task = &ctx.opts.task;
+    for top in [format!("reports/{task}"), format!("runs/{task}"), "cards".to_string()] {
+        let Ok(days) = std::fs::read_dir(ctx.opts.root.join(&top)) else {
+            continue;
+        };
+        for day in days.flatten().filter(|d| d.file_type().is_ok_and(|t| t.is_dir())) {
+            let Ok(files) = std::fs::read_dir(day.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let name = f.file_name().to_string_lossy().into_owned();
+                let Some(pid) = crate::beneath::temp_owner(&name) else {
+                    continue;
+                };
+                if crate::git::process_is_gone(pid, None) {
+                    let rel = std::path::Path::new(&top).join(day.file_name()).join(&name);
+                    if crate::beneath::remove_file(&dir, &rel).is_ok() {
+                        tracing::info!(file = %rel.display(), pid, "removed a dead fire's half-written record");
+                    }
+                }
+            }
+        }
+    }
 }
