@@ -299,3 +299,55 @@ fn runtime_resume_continues_a_named_interrupted_run_whatever_its_age() {
     let again = env.runtime(&["resume", &run_id]);
     assert_eq!(again.status.code(), Some(2), "nothing left to resume");
 }
+
+/// Whether process `pid` is gone (no such process, or a zombie nobody reaped yet).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn nothing_the_fire_started_outlives_a_sigkill_of_the_runtime() {
+    let env = counter_env(false);
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/slow.sh"}}]},
+        {"content": "# Done"}
+    ]});
+    env.write("evals/t/replay.json", &trace.to_string());
+    env.write("tools/slow.sh", "echo $$ > reports/hits/slow.pid\nsleep 30\n");
+    let settings = env
+        .read("settings/runtime.yaml")
+        .replace("Bash(sh tools/bump.sh)", "Bash(sh tools/slow.sh)");
+    env.write("settings/runtime.yaml", &settings);
+    env.commit_all("a slow command");
+    let mut fire = env
+        .command("runtime", &["fire", "t", "--json"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid_file = env.root.join("reports/hits/slow.pid");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let pid: i32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!gone(pid), "the command runs while the fire does");
+    fire.kill().unwrap();
+    fire.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !gone(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(gone(pid), "the tool command {pid} outlived the SIGKILLed runtime");
+}

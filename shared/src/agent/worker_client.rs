@@ -47,7 +47,17 @@ pub enum WorkerError {
 impl WorkerClient {
     /// Starts `exe args...` as the worker and waits for its sandbox report.
     pub async fn spawn(exe: &Path, args: &[String], config: &WorkerConfig) -> Result<WorkerClient, WorkerError> {
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        // SAFETY: prctl only sets a flag of the child; async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                // The worker (and through it every command it runs) dies with the
+                // runtime, also when the runtime is SIGKILLed.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = command
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
