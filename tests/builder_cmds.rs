@@ -452,7 +452,7 @@ fn unknown_status_and_kind_filters_are_usage_errors() {
         (
             &["history", "runs", "--status", "ok"][..],
             "--status <STATUS>",
-            "[possible values: accepted, completed, failed, skipped, waiting_approval, cancelled]",
+            "[possible values: accepted, completed, failed, skipped, waiting_approval, cancelled, running, crashed]",
         ),
     ] {
         let out = env.builder(args);

@@ -9,6 +9,8 @@ mod util;
 
 mod builder_cmds;
 mod builder_truth;
+mod crash;
+mod crash_suite;
 mod docs;
 mod escape;
 mod exit_codes;

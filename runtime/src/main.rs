@@ -28,6 +28,7 @@ fn main() -> ExitCode {
     restore_sigpipe();
     let cli = commands::Cli::parse();
     logging::init(cli.global.verbose, cli.global.log_format);
+    shared::failpoints::arm();
     let result = commands::run(cli);
     if let Err(e) = &result {
         e.print();

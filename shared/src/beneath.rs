@@ -82,23 +82,46 @@ fn open_dirs(root: &OwnedFd, dirs: &[&str]) -> std::io::Result<OwnedFd> {
     Ok(cur)
 }
 
-/// Creates `rel` under `root` holding `bytes`. Fails with `AlreadyExists` when
-/// anything is at that name, and with `ELOOP`/`EXDEV`/`ENOTDIR` when a directory on
-/// the way is a symlink or not a directory.
+/// Creates `rel` under `root` holding `bytes`, whole or not at all: written to a
+/// temporary name in the same directory ([`temp_name`]) and renamed into place
+/// without replacing anything, so a process killed meanwhile leaves no empty or
+/// half-written file at `rel`, only a temporary one its pid names. Fails with
+/// `AlreadyExists` when anything is at that name, and with `ELOOP`/`EXDEV`/`ENOTDIR`
+/// when a directory on the way is a symlink or not a directory.
 pub fn create_new(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let parts = components(rel)?;
     let (name, dirs) = parts
         .split_last()
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     let dir = open_dirs(root, dirs)?;
+    let temp = temp_name(name, std::process::id());
     let fd = open_one(
         &dir,
-        name,
+        &temp,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
         Mode::from_raw_mode(0o644),
     )?;
-    let mut f = std::fs::File::from(fd);
-    f.write_all(bytes)
+    let written = std::fs::File::from(fd).write_all(bytes).and_then(|()| {
+        crate::failpoint!("mid-record-write");
+        rustix::fs::renameat_with(&dir, temp.as_str(), &dir, *name, rustix::fs::RenameFlags::NOREPLACE)
+            .map_err(std::io::Error::from)
+    });
+    if written.is_err() {
+        let _ = rustix::fs::unlinkat(&dir, temp.as_str(), rustix::fs::AtFlags::empty());
+    }
+    written
+}
+
+/// The temporary name [`create_new`] writes `name` under first: hidden, naming the
+/// writing process.
+pub fn temp_name(name: &str, pid: u32) -> String {
+    format!(".{name}.{pid}.tmp")
+}
+
+/// The pid a [`temp_name`] names, if `file` is one.
+pub fn temp_owner(file: &str) -> Option<u32> {
+    let inner = file.strip_prefix('.')?.strip_suffix(".tmp")?;
+    inner.rsplit_once('.')?.1.parse().ok()
 }
 
 /// Removes the file `rel` under `root` (never a directory, never through a link: the
@@ -226,6 +249,27 @@ pub fn read_regular(root: &OwnedFd, rel: &Path, cap: u64) -> Result<Vec<u8>, Not
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn create_new_writes_whole_files_through_a_temporary_name_and_never_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = open_root(dir.path()).unwrap();
+        create_new(&root, Path::new("a/b/r.json"), b"{}").unwrap();
+        assert_eq!(std::fs::read(dir.path().join("a/b/r.json")).unwrap(), b"{}");
+        let e = create_new(&root, Path::new("a/b/r.json"), b"other").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(dir.path().join("a/b/r.json")).unwrap(), b"{}");
+        let names: Vec<String> = std::fs::read_dir(dir.path().join("a/b"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["r.json"], "no temporary file is left");
+        let temp = temp_name("r.json", 4242);
+        assert_eq!(temp, ".r.json.4242.tmp");
+        assert_eq!(temp_owner(&temp), Some(4242));
+        assert_eq!(temp_owner("r.json"), None);
+        assert_eq!(temp_owner(".r.json.tmp"), None);
+    }
 
     #[test]
     fn creates_levels_and_refuses_to_reuse_a_name() {

@@ -5,3 +5,9 @@
 
 /// Environment variables passed to model-run commands; everything else is dropped.
 pub const PASSTHROUGH_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "TZ"];
+
+/// Set for each model-run command to `<run-id>:<call-id>`, the tool call that runs it
+/// (keyed as the tool ledger keys it): an idempotency key, so a tool the builder wrote
+/// can tell a call it already served (the runtime never re-runs a completed call, nor
+/// a command whose run an interruption left uncertain).
+pub const CALL_ID_ENV: &str = "RUNTIME_CALL_ID";

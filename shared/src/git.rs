@@ -493,6 +493,7 @@ fn commit_locked(
                 write_index(repo, p, &add)?;
                 published = true;
             }
+            crate::failpoint!("before-ref-update");
             if let Some(hook) = opts.before_ref_update {
                 hook(attempt);
             }
@@ -846,7 +847,7 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 
 /// Whether the process an intent names is gone: no `/proc/<pid>` (on a system with
 /// `/proc`), a zombie, or another process that reuses the pid.
-fn process_is_gone(pid: u32, start_time: Option<u64>) -> bool {
+pub fn process_is_gone(pid: u32, start_time: Option<u64>) -> bool {
     if !Path::new("/proc/self/stat").exists() {
         return false; // cannot tell: assume it lives
     }

@@ -11,11 +11,13 @@ pub mod cause;
 pub mod check;
 pub mod diag;
 pub mod env;
+pub mod failpoints;
 pub mod fire;
 pub mod git;
 pub mod history;
 #[cfg(test)]
 mod import_graph;
+pub mod journal;
 pub mod layout;
 pub mod policy;
 pub mod progress;

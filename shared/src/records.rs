@@ -97,6 +97,12 @@ pub enum RunStatus {
     Skipped,
     WaitingApproval,
     Cancelled,
+    /// The run has started and not ended: its row is written before prefetch and
+    /// closed when the run ends. A `running` row whose process is gone is an
+    /// interrupted run, which the next fire of the task resumes or closes.
+    Running,
+    /// An interrupted run the next fire (or `runtime resume`) closed without resuming.
+    Crashed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
@@ -148,6 +154,8 @@ impl RunStatus {
             RunStatus::Skipped => "skipped",
             RunStatus::WaitingApproval => "waiting_approval",
             RunStatus::Cancelled => "cancelled",
+            RunStatus::Running => "running",
+            RunStatus::Crashed => "crashed",
         }
     }
 }
@@ -220,6 +228,8 @@ named!(
         RunStatus::Skipped,
         RunStatus::WaitingApproval,
         RunStatus::Cancelled,
+        RunStatus::Running,
+        RunStatus::Crashed,
     ]
 );
 named!(
@@ -1150,6 +1160,8 @@ triage:
             (RunStatus::Skipped, "skipped"),
             (RunStatus::WaitingApproval, "waiting_approval"),
             (RunStatus::Cancelled, "cancelled"),
+            (RunStatus::Running, "running"),
+            (RunStatus::Crashed, "crashed"),
         ]);
         check_names(&[
             (StopReason::FinalAnswer, "final_answer"),

@@ -277,6 +277,9 @@ pub struct Limits {
     pub output_total_bytes: u64,
     /// The most model-written files one fire commits.
     pub output_files: usize,
+    /// How long after its last checkpoint an interrupted run is resumed by the next
+    /// fire of its task (on the same inputs); older ones are closed as `crashed`.
+    pub resume_window_s: u64,
 }
 impl Default for Limits {
     fn default() -> Self {
@@ -295,6 +298,7 @@ impl Default for Limits {
             output_file_bytes: 1024 * 1024,
             output_total_bytes: 8 * 1024 * 1024,
             output_files: 64,
+            resume_window_s: 3600,
         }
     }
 }

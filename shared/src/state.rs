@@ -34,6 +34,13 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
         // 6: each run's OpenTelemetry trace id, so `runtime show --otlp` names the
         // trace the fire exported.
         "CREATE TABLE traces (run_id TEXT PRIMARY KEY, trace_id TEXT NOT NULL);",
+        // 7: a run exists from its first moment (`crate::journal`): the process that
+        // runs it and its checkpoint after every step; the tool ledger of its calls.
+        "CREATE TABLE live_runs (run_id TEXT PRIMARY KEY, task TEXT NOT NULL, pid INTEGER NOT NULL, pid_start INTEGER,
+            ledger_run TEXT NOT NULL, step INTEGER NOT NULL DEFAULT 0, state TEXT, inputs TEXT NOT NULL, updated_at TEXT NOT NULL);
+         CREATE INDEX live_runs_task ON live_runs(task);
+         CREATE TABLE tool_ledger (run_id TEXT NOT NULL, call_id TEXT NOT NULL, name TEXT NOT NULL, args_hash TEXT NOT NULL,
+            stage TEXT NOT NULL, result_hash TEXT, result TEXT, at TEXT NOT NULL, PRIMARY KEY (run_id, call_id));",
     ],
 };
 
@@ -207,6 +214,11 @@ impl StateDb {
         &self.store
     }
 
+    /// The store, for a run's journal ([`crate::journal::Journal::begin`]).
+    pub fn into_store(self) -> Store {
+        self.store
+    }
+
     /// Records a skipped fire (another fire held the lock): a row, no files.
     pub fn record_skip(&mut self, run_id: &str, task: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
         self.store.write(|tx| {
@@ -282,7 +294,9 @@ impl StateDb {
         receipt_path: &str,
         report_path: &str,
     ) -> Result<(), StoreError> {
-        trace.save(&mut self.store, receipt, receipt_path, report_path)
+        trace.save(&mut self.store, receipt, receipt_path, report_path)?;
+        self.store.write(|tx| crate::journal::end(tx, &receipt.run_id))?;
+        Ok(())
     }
 
     /// The builder's decision on call `call_id` of `run_id`, if one was made for these
@@ -355,6 +369,21 @@ impl StateDb {
             })
         })
         .transpose()
+    }
+
+    /// The run of `task` that waits for a builder's approval (its checkpoint kept for
+    /// `runtime resume`), if one does.
+    pub fn waiting_run(&self, task: &str) -> Result<Option<String>, StoreError> {
+        self.store
+            .conn()
+            .query_row(
+                "SELECT c.run_id FROM checkpoints c JOIN runs r ON r.run_id = c.run_id
+                 WHERE r.task = ?1 AND r.status = 'waiting_approval' ORDER BY r.started_at DESC LIMIT 1",
+                [task],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.store.sql_error())
     }
 
     /// Saves (or replaces) the checkpoint of `run_id`.

@@ -1,14 +1,15 @@
 //! `runtime resume <run-id>`: continue a run paused for approval, once a builder has
-//! approved (or denied) the exact call with `builder approve-call`.
+//! approved (or denied) the exact call with `builder approve-call`, or a run that was
+//! interrupted (its row still `running`, its process gone) from its last checkpoint.
 
 use crate::command_error::{CommandError, Outcome};
 use shared::state::StateDb;
 use std::path::Path;
 
-/// Continue a run that waits for approval (after `builder approve-call`)
+/// Continue a run that waits for approval (after `builder approve-call`) or was interrupted
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The paused run's id
+    /// The paused or interrupted run's id
     pub run_id: String,
     /// Write the records but do not commit them
     #[arg(long)]
@@ -29,16 +30,28 @@ pub struct Args {
 }
 
 pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
-    let checkpoint = StateDb::open(root)?.checkpoint(&args.run_id)?;
-    let task = match checkpoint {
-        Some(c) => c.task,
-        None => {
-            return Err(
-                CommandError::usage(format!("run `{}` has no checkpoint waiting for approval", args.run_id))
-                    .hint("`runtime runs` lists runs; only `waiting_approval` runs can be resumed"),
-            )
-        }
-    };
+    let db = StateDb::open(root)?;
+    let task =
+        match db.checkpoint(&args.run_id)? {
+            Some(c) => c.task,
+            None => match shared::journal::live_run(db.store(), &args.run_id)? {
+                Some(live) if live.owner_gone() => live.task,
+                Some(live) => {
+                    return Err(CommandError::usage(format!(
+                        "run `{}` is still running (pid {})",
+                        args.run_id, live.pid
+                    )))
+                }
+                None => return Err(CommandError::usage(format!(
+                    "run `{}` has no checkpoint to resume (not paused, not interrupted)",
+                    args.run_id
+                ))
+                .hint(
+                    "`runtime runs` lists runs; `waiting_approval` runs and interrupted `running` ones can be resumed",
+                )),
+            },
+        };
+    drop(db);
     let out = super::fire::Output {
         json: args.json,
         verbose,

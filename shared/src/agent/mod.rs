@@ -8,6 +8,7 @@ pub mod context;
 pub mod gate;
 pub mod worker_client;
 
+use crate::journal::{CallStage, Journal, LedgerEntry, Totals};
 use crate::policy::Policy;
 use crate::progress::{Event, ProgressSink};
 use crate::provider::{
@@ -111,6 +112,8 @@ pub struct LoopConfig {
     pub trace_input: bool,
     /// Returns true for paths committed in HEAD (records are never rewritten).
     pub committed: Box<dyn Fn(&str) -> bool>,
+    /// The repository root, where a write left `started` is reconciled on resume.
+    pub root: std::path::PathBuf,
     pub decision: DecisionLookup,
 }
 
@@ -144,6 +147,9 @@ pub struct Agent<'a> {
     pub started: Instant,
     /// Where steps, model calls and tool decisions are reported as they happen.
     pub progress: &'a dyn ProgressSink,
+    /// The run's journal: a checkpoint after every step and the tool ledger. `None`
+    /// where nothing is recorded.
+    pub journal: Option<&'a mut Journal>,
 }
 
 /// The tool definitions the model is offered, from the task's tool names.
@@ -199,11 +205,30 @@ impl Agent<'_> {
         if let Some(stop) = self.settle_pending(state).await {
             return stop;
         }
+        if state.final_answer.is_some() {
+            // Resumed after the final answer's checkpoint: only the records are left.
+            return StopReason::FinalAnswer;
+        }
+        if let Some(stop) = self.settle_interrupted(state).await {
+            return stop;
+        }
         loop {
             if let Some(stop) = self.check_limits(state) {
                 return stop;
             }
-            let resp = match self.model_step(state, &tool_defs).await {
+            let resp = self.model_step(state, &tool_defs).await;
+            let intended: Vec<LedgerEntry> = resp
+                .as_ref()
+                .map(|calls| {
+                    calls
+                        .iter()
+                        .map(|c| ledger_entry(c, CallStage::Intended, None))
+                        .collect()
+                })
+                .unwrap_or_default();
+            crate::failpoint!("after-model-response");
+            self.checkpoint(state, &intended);
+            let resp = match resp {
                 Ok(r) => r,
                 Err(stop) => return stop,
             };
@@ -212,7 +237,7 @@ impl Agent<'_> {
                 if *self.cancel.borrow() {
                     return StopReason::Cancelled;
                 }
-                if let CallOutcome::Waiting = self.handle_call(state, call, step).await {
+                if let CallOutcome::Waiting = self.handle_call(state, call, step, false).await {
                     return StopReason::WaitingApproval;
                 }
                 if let Some(stop) = repetition(self.cfg, state) {
@@ -237,10 +262,48 @@ impl Agent<'_> {
         {
             state.messages.remove(idx);
         }
-        match self.handle_call(state, &p.call, p.step).await {
+        match self.handle_call(state, &p.call, p.step, true).await {
             CallOutcome::Done => None,
             CallOutcome::Waiting => Some(StopReason::WaitingApproval),
         }
+    }
+
+    /// A resumed run first handles the calls of its last model response that have no
+    /// result yet (the run was interrupted or paused among them), through the ledger:
+    /// none runs twice.
+    async fn settle_interrupted(&mut self, state: &mut LoopState) -> Option<StopReason> {
+        let idx = state
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant { .. }))?;
+        let Message::Assistant { tool_calls, .. } = &state.messages[idx] else {
+            return None;
+        };
+        let answered: Vec<&str> = state.messages[idx + 1..]
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { call_id, .. } => Some(call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let open: Vec<ToolCall> = tool_calls
+            .iter()
+            .filter(|c| !answered.contains(&c.id.as_str()))
+            .cloned()
+            .collect();
+        let step = state.step;
+        for call in &open {
+            if *self.cancel.borrow() {
+                return Some(StopReason::Cancelled);
+            }
+            if let CallOutcome::Waiting = self.handle_call(state, call, step, true).await {
+                return Some(StopReason::WaitingApproval);
+            }
+            if let Some(stop) = repetition(self.cfg, state) {
+                return Some(stop);
+            }
+        }
+        None
     }
 
     /// The stops checked before each step: cancellation, steps, wall time.
@@ -361,8 +424,77 @@ impl Agent<'_> {
         }
     }
 
+    /// The checkpoint after a step or a call: the loop state and the changed ledger
+    /// entries, in one transaction. A checkpoint that cannot be written is logged: the
+    /// run goes on, and its records are still written at its end.
+    fn checkpoint(&mut self, state: &LoopState, ledger: &[LedgerEntry]) {
+        let Some(journal) = self.journal.as_deref_mut() else {
+            return;
+        };
+        if let Err(e) = save_checkpoint(journal, state, ledger) {
+            tracing::warn!(error = %e, step = state.step, "the step's checkpoint was not saved");
+        }
+    }
+
+    /// Marks `call` started in the ledger before the worker gets it.
+    fn ledger_started(&mut self, call: &ToolCall) {
+        let Some(journal) = self.journal.as_deref_mut() else {
+            return;
+        };
+        if let Err(e) = journal.started(&ledger_entry(call, CallStage::Started, None)) {
+            tracing::warn!(error = %e, call = %call.id, "the call's ledger entry was not saved");
+        }
+    }
+
+    /// On resume, what the ledger already knows of `call`: a completed call's recorded
+    /// result (never run again); for a call left `started` (it may have taken effect),
+    /// a write whose file already holds its content counts as done, a command or edit
+    /// is `SIDE_EFFECT_UNCERTAIN` and not run again; `None` runs the call.
+    fn recorded(&self, call: &ToolCall, args: &ToolArgs) -> Option<ToolResult> {
+        let journal = self.journal.as_deref()?;
+        let entry = match journal.entry(&call.id) {
+            Ok(e) => e?,
+            Err(e) => {
+                tracing::warn!(error = %e, call = %call.id, "the ledger could not be read");
+                return Some(uncertain(call, "its ledger entry could not be read"));
+            }
+        };
+        if entry.args_hash != call_hash(&call.name, &call.arguments) {
+            return None;
+        }
+        match entry.stage {
+            CallStage::Intended => None,
+            CallStage::Completed => Some(
+                entry
+                    .result
+                    .and_then(|r| serde_json::from_str(&r).ok())
+                    .unwrap_or_else(|| uncertain(call, "its recorded result could not be read")),
+            ),
+            CallStage::Started => match args {
+                ToolArgs::ReadFile { .. } | ToolArgs::ListDir { .. } | ToolArgs::Grep { .. } => None,
+                ToolArgs::WriteFile { path, content } => match holds(&self.cfg.root, path, content) {
+                    true => Some(ToolResult {
+                        call_id: call.id.clone(),
+                        error: None,
+                        output: format!("wrote {path} (found written after an interruption; not written again)"),
+                        truncated: false,
+                        duration_ms: 0,
+                        kernel_denied: false,
+                    }),
+                    false => None,
+                },
+                ToolArgs::EditFile { .. } | ToolArgs::RunCommand { .. } => Some(uncertain(
+                    call,
+                    "the run was interrupted after this call started; it may or may not have taken effect and is not run again",
+                )),
+            },
+        }
+    }
+
     /// Gate one call, execute it if the gate says so, and record what happened.
-    async fn handle_call(&mut self, state: &mut LoopState, call: &ToolCall, step: u32) -> CallOutcome {
+    /// `resumed`: the call was decided before an interruption or a pause, so the
+    /// ledger may already hold it.
+    async fn handle_call(&mut self, state: &mut LoopState, call: &ToolCall, step: u32, resumed: bool) -> CallOutcome {
         let span = state.trace.start(SpanKind::Tool, format!("execute_tool {}", call.name));
         state.trace.attr(span, "gen_ai.tool.name", call.name.clone());
         state.trace.attr(span, "gen_ai.tool.call.id", call.id.clone());
@@ -403,6 +535,7 @@ impl Agent<'_> {
                     record(args_json, d, rule, reason)
                 });
                 finish_call(self.cfg, state, rec, &result);
+                self.checkpoint(state, &[completed_entry(call, &result)]);
                 CallOutcome::Done
             }
             Gate::Pause {
@@ -435,6 +568,7 @@ impl Agent<'_> {
                     record(args_json, RecordedDecision::Ask, verdict.rule, verdict.reason),
                     &result,
                 );
+                self.checkpoint(state, &[]);
                 CallOutcome::Waiting
             }
             Gate::Run {
@@ -442,7 +576,17 @@ impl Agent<'_> {
                 args_json,
                 verdict,
             } => {
-                let result = self.execute(call, args).await;
+                let replayed = if resumed { self.recorded(call, &args) } else { None };
+                let result = match replayed {
+                    Some(r) => r,
+                    None => {
+                        self.ledger_started(call);
+                        crate::failpoint!("after-ledger-started");
+                        let r = self.execute(call, args).await;
+                        crate::failpoint!("after-tool-side-effect");
+                        r
+                    }
+                };
                 self.progress.event(&Event::ToolFinished {
                     name: call.name.clone(),
                     outcome: result.error.map_or("ok", |c| c.as_str()).to_string(),
@@ -465,6 +609,7 @@ impl Agent<'_> {
                     record(args_json, RecordedDecision::Allow, verdict.rule, verdict.reason),
                     &result,
                 );
+                self.checkpoint(state, &[completed_entry(call, &result)]);
                 CallOutcome::Done
             }
         }
@@ -487,9 +632,15 @@ impl Agent<'_> {
             | ToolArgs::EditFile { .. }
             | ToolArgs::RunCommand { .. } => Vec::new(),
         };
+        // The idempotency key a tool sees as `RUNTIME_CALL_ID`: the run whose ledger
+        // holds the call, and the call's id (model call ids repeat across runs).
+        let ledger_run = self
+            .journal
+            .as_deref()
+            .map_or(self.cfg.run_id.as_str(), Journal::ledger_run);
         let req = ToolRequest {
             masked,
-            call_id: call.id.clone(),
+            call_id: format!("{ledger_run}:{}", call.id),
             args,
             timeout_ms: timeout.as_millis() as u64,
             output_limit: self.cfg.limits.tool_output_bytes,
@@ -504,6 +655,66 @@ impl Agent<'_> {
                 running.await
             }
         }
+    }
+}
+
+/// Saves the checkpoint after a step: `state` serialized, the run row's totals and
+/// the changed `ledger` entries, in one transaction of `journal`.
+pub fn save_checkpoint(journal: &mut Journal, state: &LoopState, ledger: &[LedgerEntry]) -> Result<(), String> {
+    let blob = serde_json::to_string(state).map_err(|e| e.to_string())?;
+    journal
+        .checkpoint(&blob, totals(state), ledger)
+        .map_err(|e| e.to_string())
+}
+
+/// The ledger entry of `call` at `stage`.
+fn ledger_entry(call: &ToolCall, stage: CallStage, result: Option<String>) -> LedgerEntry {
+    LedgerEntry {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        args_hash: call_hash(&call.name, &call.arguments),
+        stage,
+        result,
+    }
+}
+
+/// The ledger entry of a call whose result is in.
+fn completed_entry(call: &ToolCall, result: &ToolResult) -> LedgerEntry {
+    ledger_entry(call, CallStage::Completed, serde_json::to_string(result).ok())
+}
+
+/// The result of a call that may or may not have taken effect.
+fn uncertain(call: &ToolCall, why: &str) -> ToolResult {
+    ToolResult::error(
+        &call.id,
+        ErrorClass::SideEffectUncertain,
+        format!("`{}` ({}): {why}", call.name, call.id),
+    )
+}
+
+/// Whether the regular file at `path` (beneath `root`) holds exactly `content`.
+fn holds(root: &std::path::Path, path: &str, content: &str) -> bool {
+    let p = std::path::Path::new(path);
+    let rel = match p.strip_prefix(root) {
+        Ok(rel) => rel,
+        Err(_) if p.is_relative() => p,
+        Err(_) => return false,
+    };
+    crate::beneath::open_root(root)
+        .ok()
+        .and_then(|fd| crate::beneath::read_regular(&fd, rel, content.len() as u64 + 1).ok())
+        .is_some_and(|bytes| bytes == content.as_bytes())
+}
+
+/// A checkpoint's totals for the run's row.
+fn totals(state: &LoopState) -> Totals {
+    Totals {
+        step: state.step,
+        tokens_in: state.tokens.input,
+        tokens_out: state.tokens.output,
+        cost_usd: state.cost_usd,
+        denials: state.denials,
+        retries: state.retries,
     }
 }
 

@@ -6,6 +6,7 @@
 use crate::records::SandboxRecord;
 use crate::tools::{ErrorClass, ToolRequest, ToolResult};
 use crate::worker::{WorkerConfig, WorkerHello};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -186,6 +187,15 @@ pub fn spawn_process(exe: &Path, args: &[String], env: &[(String, String)]) -> s
         .envs(env.iter().map(|(k, v)| (k, v)));
     if let Ok(v) = std::env::var(crate::sandbox::SIMULATE_MISSING_ENV) {
         cmd.env(crate::sandbox::SIMULATE_MISSING_ENV, v);
+    }
+    // SAFETY: prctl only sets a flag of the child; async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            // The worker (and through it every command it runs) dies with the
+            // runtime, also when the runtime is SIGKILLed.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
     }
     cmd.spawn()
 }

@@ -77,6 +77,7 @@ pub(crate) fn write(
         .redact(&render_report(task, &ctx.run_id, rec, cost))
         .into_owned();
     let mut report_text = None;
+    crate::failpoint!("before-report-write");
     let report_rel = match place_report(root, &canonical_report, &ctx.run_id, task, ctx.started_at, &report) {
         Ok((rel, taken)) => {
             outputs.rejected.extend(taken);
@@ -94,6 +95,7 @@ pub(crate) fn write(
     if let Some(card) = rejected_card(&outputs.rejected) {
         rec.state.cards.push(card);
     }
+    crate::failpoint!("during-records-write");
     let rec = &*rec;
     let mut card_ids = Vec::new();
     for draft in &rec.state.cards {
@@ -123,7 +125,7 @@ pub(crate) fn write(
         }
         Err(e) => failure = Some(e.into()),
     }
-    save_run(db, &rec.state, &receipt, &receipt_rel, &report_rel);
+    crate::failpoint!("between-records-and-commit");
     let mut commit = None;
     if !ctx.opts.no_commit && failure.is_none() {
         test_pause_before_commit(root);
@@ -132,6 +134,10 @@ pub(crate) fn write(
             Err(e) => failure = Some(e),
         }
     }
+    // The row is final only once the records are committed: a run killed before
+    // keeps its `running` row, and the next fire resumes it (rewriting its records)
+    // or finds its receipt committed and takes the row from there.
+    save_run(db, &rec.state, &receipt, &receipt_rel, &report_rel);
     if failure.is_none() && (commit.is_some() || ctx.opts.no_commit) {
         for note in &resets {
             state::reset_reported(note);
@@ -193,7 +199,7 @@ fn close_root(ctx: &FireContext, rec: &mut RunRecords) {
     // `agent.status` says exactly how the run ended; the span says whether it went well.
     let status = match rec.status {
         RunStatus::Accepted | RunStatus::Completed | RunStatus::Skipped | RunStatus::WaitingApproval => SpanStatus::Ok,
-        RunStatus::Failed => SpanStatus::Failed,
+        RunStatus::Failed | RunStatus::Crashed | RunStatus::Running => SpanStatus::Failed,
         RunStatus::Cancelled => SpanStatus::Cancelled,
     };
     trace.end(root, status);
@@ -328,7 +334,9 @@ fn end_after_writing(status: RunStatus, failure: Option<&WriteFailure>, wrote_ca
 fn end_of(status: RunStatus) -> FireEnd {
     match status {
         RunStatus::Accepted | RunStatus::Completed => FireEnd::Completed,
-        RunStatus::Failed | RunStatus::Cancelled => FireEnd::Failed,
+        RunStatus::Failed | RunStatus::Cancelled | RunStatus::Crashed => FireEnd::Failed,
+        // A run's records are written when it ends; a row still running is a bug.
+        RunStatus::Running => FireEnd::Internal,
         RunStatus::Skipped => FireEnd::Skipped,
         RunStatus::WaitingApproval => FireEnd::WaitingApproval,
     }

@@ -15,6 +15,7 @@ mod finish;
 mod outputs;
 mod prefetch;
 mod prepare;
+mod recover;
 mod run;
 
 use crate::agent::{CardDraft, LoopState};
@@ -202,4 +203,7 @@ pub struct FireRun {
     /// The tool worker's process, started before this process restricts itself (it
     /// makes namespaces, which Landlock would refuse it) and adopted by the loop.
     worker: Option<std::process::Child>,
+    /// The run's journal (its row, a checkpoint after every step, the tool ledger);
+    /// `None` in a dry run or where the state database cannot be written.
+    journal: Option<crate::journal::Journal>,
 }

@@ -55,6 +55,7 @@ pub(crate) fn run_all(
                 ok,
             })
         };
+        crate::failpoint!("during-prefetch");
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(config.limits.prefetch_timeout_s));
         let script = Script {
             path: &p.run,

@@ -8,8 +8,10 @@
 use super::config::{self, FireConfig};
 use super::finish::{self, hint_for, RecordSink};
 use super::prefetch;
+use super::recover;
 use super::{EarlyEnd, FireContext, FireEnd, FireOptions, FireRun, FireSummary, RunRecords};
 use crate::agent::{context, CardDraft, LoopState};
+use crate::journal::{Journal, RunStart};
 use crate::layout::{Ownership, SCOPE_FILE, SETTINGS_FILE};
 use crate::prompt;
 use crate::provider::Message;
@@ -152,6 +154,9 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             ))));
         }
     };
+    if let Some(summary) = waiting(&ctx) {
+        return Err(EarlyEnd::Unrecorded(Box::new(summary)));
+    }
     let mut p = Preparing::new(ctx, repo, false);
     match p.phases() {
         Ok((config, state)) => Ok(p.into_run(config, state, Some(lock))),
@@ -170,11 +175,14 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             end,
             card: None,
             message,
-        }) => Err(EarlyEnd::Unrecorded(Box::new(p.ctx.unrecorded(
-            RunStatus::Failed,
-            end,
-            message,
-        )))),
+        }) => {
+            p.close_unrecorded();
+            Err(EarlyEnd::Unrecorded(Box::new(p.ctx.unrecorded(
+                RunStatus::Failed,
+                end,
+                message,
+            ))))
+        }
     }
 }
 
@@ -271,6 +279,30 @@ fn not_a_task(ctx: &FireContext, repo: &git2::Repository) -> Option<FireSummary>
     Some(summary)
 }
 
+/// While a run of the task waits for a builder's approval, a fire (not a resume)
+/// ends as waiting too, writing nothing: the cron tick adds no card and no commit.
+fn waiting(ctx: &FireContext) -> Option<FireSummary> {
+    if ctx.opts.resume.is_some() {
+        return None;
+    }
+    let run = match StateDb::open_for_reading(&ctx.opts.root).and_then(|db| db.waiting_run(&ctx.opts.task)) {
+        Ok(run) => run?,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot tell whether a run waits for approval");
+            return None;
+        }
+    };
+    let mut summary = ctx.unrecorded(
+        RunStatus::WaitingApproval,
+        FireEnd::WaitingApproval,
+        format!("run {run} of this task waits for a builder's approval; nothing was run"),
+    );
+    summary.hint = Some(format!(
+        "`builder approve-call {run} <call-id>` (or deny-call), then `runtime resume {run}`"
+    ));
+    Some(summary)
+}
+
 /// A skipped fire leaves a row in the state database, never a file: a minute cron
 /// must not flood history.
 fn skipped(ctx: &FireContext) -> FireSummary {
@@ -301,6 +333,10 @@ struct Preparing {
     dry_run: bool,
     notes: Vec<String>,
     prefetched: String,
+    /// The run's journal, once its `running` row is written (never in a dry run).
+    journal: Option<Journal>,
+    /// Cards for interrupted runs closed as `crashed`, for this fire to record.
+    recovery_cards: Vec<CardDraft>,
 }
 
 impl Preparing {
@@ -316,6 +352,8 @@ impl Preparing {
             dry_run,
             notes: Vec::new(),
             prefetched: String::new(),
+            journal: None,
+            recovery_cards: Vec::new(),
         }
     }
 
@@ -332,6 +370,7 @@ impl Preparing {
             abort: None,
             repo: self.repo,
             worker: None,
+            journal: self.journal,
         }
     }
 
@@ -365,8 +404,93 @@ impl Preparing {
                 ),
             )
         })?;
-        let state = self.first_state(&config)?;
+        let recovered = self.recover(&config)?;
+        self.begin_run();
+        let mut state = match recovered {
+            Some(state) => state,
+            None => self.first_state(&config)?,
+        };
+        state.cards.append(&mut self.recovery_cards);
         Ok((config, state))
+    }
+
+    /// Settles the task's interrupted runs ([`recover`]): the state of the one this
+    /// fire continues (under its run id), or `None` to start as asked. `runtime
+    /// resume` of a paused run goes on to its checkpoint in [`Preparing::first_state`].
+    fn recover(&mut self, config: &FireConfig) -> Result<Option<LoopState>, Stop> {
+        if self.dry_run {
+            return Ok(None);
+        }
+        let explicit = self.ctx.opts.resume.clone();
+        if let Some(id) = &explicit {
+            let paused = StateDb::open(&self.ctx.opts.root)
+                .map_err(|e| e.to_string())
+                .and_then(|db| db.checkpoint(id).map_err(|e| e.to_string()))
+                .map_err(|e| Stop::bare(FireEnd::Environment, e))?;
+            if paused.is_some() {
+                // An earlier resume of it that was interrupted is superseded: closed.
+                let window = std::time::Duration::from_secs(config.limits.resume_window_s);
+                let found = recover::recover(&self.ctx, &self.repo, &self.inputs, window, Some(id));
+                self.recovery_cards = found.cards;
+                return Ok(None);
+            }
+        }
+        let window = std::time::Duration::from_secs(config.limits.resume_window_s);
+        let found = recover::recover(&self.ctx, &self.repo, &self.inputs, window, explicit.as_deref());
+        self.recovery_cards = found.cards;
+        let Some((run, mut state)) = found.resume else {
+            return match explicit {
+                Some(id) => Err(Stop::bare(
+                    FireEnd::InvalidInput,
+                    format!("run `{id}` has no checkpoint to resume (not paused, not interrupted)"),
+                )),
+                None => Ok(None),
+            };
+        };
+        if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&run.started_at) {
+            self.ctx.started_at = t.with_timezone(&chrono::Utc);
+        }
+        self.ctx.opts.resume = (run.ledger_run != run.run_id).then(|| run.ledger_run.clone());
+        self.ctx.run_id = run.run_id;
+        state.trace = Default::default();
+        self.ctx.open_root(&mut state.trace);
+        Ok(Some(state))
+    }
+
+    /// The run exists from here on (before prefetch): its row says `running` and names
+    /// this process. A state database that cannot be written costs the run its
+    /// checkpoints, not the fire.
+    fn begin_run(&mut self) {
+        if self.dry_run {
+            return;
+        }
+        let inputs = serde_json::to_string(&self.inputs).unwrap_or_default();
+        let begun = StateDb::open(&self.ctx.opts.root).and_then(|db| {
+            Journal::begin(
+                db.into_store(),
+                &RunStart {
+                    run_id: &self.ctx.run_id,
+                    task: &self.ctx.opts.task,
+                    started_at: self.ctx.started_at,
+                    ledger_run: self.ctx.approval_run(),
+                    inputs: &inputs,
+                },
+            )
+        });
+        match begun {
+            Ok(journal) => self.journal = Some(journal),
+            Err(e) => tracing::warn!(error = %e, "the run's row was not written; it has no checkpoints"),
+        }
+    }
+
+    /// A run that stops with nothing worth a record is closed as `failed`.
+    fn close_unrecorded(&mut self) {
+        if let Some(journal) = self.journal.take() {
+            let mut store = journal.into_store();
+            if let Err(e) = crate::journal::close_unrecorded(&mut store, &self.ctx.run_id, chrono::Utc::now()) {
+                tracing::warn!(error = %e, "the run's row was not closed");
+            }
+        }
     }
 
     /// Builder paths must be committed: the fire runs on reviewed versions only.

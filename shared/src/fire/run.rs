@@ -95,6 +95,7 @@ impl FireRun {
             cancel: &mut cancel,
             started: self.ctx.started,
             progress: &*self.ctx.opts.progress,
+            journal: self.journal.as_mut(),
         }
         .run(&mut self.state)
         .await;
@@ -202,6 +203,7 @@ impl FireRun {
             prices: self.config.settings.prices.clone(),
             redactor: self.config.redactor.clone(),
             trace_input: self.config.settings.telemetry.include_content,
+            root: self.ctx.opts.root.clone(),
             committed: Box::new(move |rel: &str| {
                 head.as_ref()
                     .is_some_and(|r| crate::git::head_blob(r, rel).ok().flatten().is_some())

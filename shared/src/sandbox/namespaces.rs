@@ -305,6 +305,11 @@ fn inside(
         step("drop to nobody", rustix::thread::set_thread_res_gid(gid, gid, gid))?;
         let uid = rustix::process::Uid::from_raw(uid);
         step("drop to nobody", rustix::thread::set_thread_res_uid(uid, uid, uid))?;
+        // A change of uid clears the parent-death signal: arm it again, so the
+        // namespace (and every process in it) still dies with the worker. (The
+        // worker cannot be gone yet: it waits for this clone's first answer.)
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     }
     let piece = "mount namespace";
     step(

@@ -122,9 +122,7 @@ pub fn execute(ctx: &ExecContext, req: &ToolRequest) -> ToolResult {
         ToolArgs::Grep { pattern, path } => grep(ctx, pattern, path, &req.masked, req.output_limit),
         ToolArgs::WriteFile { path, content } => write_file(ctx, path, content),
         ToolArgs::EditFile { path, old, new } => edit_file(ctx, path, old, new),
-        ToolArgs::RunCommand { command, .. } => {
-            run_command(ctx, command, Duration::from_millis(req.timeout_ms), req.output_limit)
-        }
+        ToolArgs::RunCommand { command, .. } => run_command(ctx, req, command, Duration::from_millis(req.timeout_ms)),
     };
     r.call_id = req.call_id.clone();
     r.duration_ms = start.elapsed().as_millis() as u64;
@@ -381,8 +379,11 @@ fn edit_file(ctx: &ExecContext, path: &str, old: &str, new: &str) -> ToolResult 
     }
 }
 
-fn run_command(ctx: &ExecContext, command: &str, timeout: Duration, cap: usize) -> ToolResult {
-    let mut child = match sandboxed_command(ctx, command).spawn() {
+fn run_command(ctx: &ExecContext, req: &ToolRequest, command: &str, timeout: Duration) -> ToolResult {
+    let cap = req.output_limit;
+    let mut cmd = sandboxed_command(ctx, command);
+    cmd.env(crate::env::CALL_ID_ENV, &req.call_id);
+    let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return io_error("/bin/sh", &e, false),
     };

@@ -1,0 +1,50 @@
+//! Named crash points for the crash suite (TiKV's `fail` crate), compiled in only
+//! with the `failpoints` cargo feature, which the end-to-end tests enable and release
+//! builds leave out. [`crate::failpoint!`] marks a point; [`arm`] reads
+//! `RUNTIME_FAILPOINTS` (`name[@n],...`: SIGKILL this process the `n`th time the
+//! point is reached, the first by default) once at start. Without the feature both
+//! compile to nothing.
+
+/// The environment variable that arms crash points.
+pub const FAILPOINTS_ENV: &str = "RUNTIME_FAILPOINTS";
+
+/// Marks a named crash point.
+#[macro_export]
+macro_rules! failpoint {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        ::fail::fail_point!($name);
+    };
+}
+
+/// Arms the crash points `RUNTIME_FAILPOINTS` names: each SIGKILLs the process (no
+/// unwinding, no destructor, like the OOM killer) when reached the given time.
+#[cfg(feature = "failpoints")]
+pub fn arm() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let Ok(spec) = std::env::var(FAILPOINTS_ENV) else {
+        return;
+    };
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, nth) = match item.split_once('@') {
+            Some((n, k)) => (n, k.parse::<u32>().unwrap_or(1).max(1)),
+            None => (item, 1),
+        };
+        let seen = AtomicU32::new(0);
+        let armed = fail::cfg_callback(name, move || {
+            if seen.fetch_add(1, Ordering::SeqCst) + 1 == nth {
+                // SAFETY: raising a signal at ourselves.
+                unsafe {
+                    libc::raise(libc::SIGKILL);
+                }
+            }
+        });
+        if let Err(e) = armed {
+            tracing::warn!(point = name, error = %e, "crash point not armed");
+        }
+    }
+}
+
+/// Without the `failpoints` feature there is nothing to arm.
+#[cfg(not(feature = "failpoints"))]
+pub fn arm() {}

@@ -1,0 +1,282 @@
+//! Recovery of interrupted runs (issue 11, item 4), before a fire's own run begins: a
+//! run of the task whose row still says `running` while the process that ran it is
+//! gone was interrupted (killed, OOM, reboot). With the task's lock held no live fire
+//! of the task can own such a row. The newest one, within `limits.resume_window_s`
+//! of its last checkpoint and on the same prompt, scope, settings and provider, is
+//! resumed from that checkpoint under its own run id; every other is closed as
+//! `crashed`, with a card naming its last completed step. A run whose receipt is
+//! already committed (or staged by a commit killed before it moved the branch, which
+//! the next commit completes) only gets its row from that receipt. Records an interrupted run
+//! left uncommitted (its report, receipt and cards) are removed before it is resumed or
+//! closed, and named in the card: the resumed run writes them anew.
+
+use super::FireContext;
+use crate::agent::{CardDraft, LoopState};
+use crate::journal::LiveRun;
+use crate::records::{self, CardKind, Inputs};
+use crate::state::StateDb;
+use crate::store::Store;
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// What recovery found for the fire about to start.
+#[derive(Default)]
+pub(super) struct Recovery {
+    /// The interrupted run to continue: its row and its checkpointed state.
+    pub resume: Option<(LiveRun, LoopState)>,
+    /// Cards for runs closed as `crashed`, recorded by this fire.
+    pub cards: Vec<CardDraft>,
+}
+
+/// Why an interrupted run is not resumed, if it is not.
+fn not_resumable(run: &LiveRun, inputs: &Inputs, window: Duration, now: DateTime<Utc>) -> Option<String> {
+    if run.state.is_none() {
+        return Some("it had no checkpoint yet".into());
+    }
+    let last = DateTime::parse_from_rfc3339(&run.updated_at)
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let age = (now - last).to_std().unwrap_or(Duration::ZERO);
+    if age > window {
+        return Some(format!(
+            "its last checkpoint is {}s old, over limits.resume_window_s ({}s)",
+            age.as_secs(),
+            window.as_secs()
+        ));
+    }
+    let theirs: Inputs = serde_json::from_str(&run.inputs).unwrap_or_default();
+    let same = theirs.prompt == inputs.prompt
+        && theirs.scope == inputs.scope
+        && theirs.settings == inputs.settings
+        && theirs.provider == inputs.provider;
+    (!same).then(|| "its prompt, scope, settings or provider changed since".into())
+}
+
+/// Finds and settles the interrupted runs of the fire's task; `explicit` is a run
+/// `runtime resume` names, resumed whatever its age.
+pub(super) fn recover(
+    ctx: &FireContext,
+    repo: &git2::Repository,
+    inputs: &Inputs,
+    window: Duration,
+    explicit: Option<&str>,
+) -> Recovery {
+    crate::failpoint!("during-recovery");
+    remove_dead_temps(ctx);
+    let mut out = Recovery::default();
+    let mut store = match StateDb::open(&ctx.opts.root) {
+        Ok(db) => db.into_store(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read interrupted runs");
+            return out;
+        }
+    };
+    let live = match crate::journal::live_runs(&store, &ctx.opts.task) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read interrupted runs");
+            return out;
+        }
+    };
+    let interrupted: Vec<LiveRun> = live
+        .into_iter()
+        .filter(|r| r.run_id != ctx.run_id && r.owner_gone())
+        .collect();
+    let now = Utc::now();
+    let newest = interrupted.last().map(|r| r.run_id.clone());
+    for run in interrupted {
+        let started = DateTime::parse_from_rfc3339(&run.started_at)
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or(now);
+        if committed_receipt(ctx, repo, &mut store, &run, started) {
+            continue;
+        }
+        let removed = remove_leftovers(ctx, repo, &run, started);
+        let why_not = match explicit {
+            Some(id) if id == run.run_id => None,
+            Some(_) => Some("another run was asked to resume".to_string()),
+            None if newest.as_deref() != Some(run.run_id.as_str()) => {
+                Some("a later run of the task was interrupted too".into())
+            }
+            None => not_resumable(&run, inputs, window, now),
+        };
+        let state = run
+            .state
+            .as_deref()
+            .and_then(|s| serde_json::from_str::<LoopState>(s).ok());
+        match (why_not, state) {
+            (None, Some(state)) => {
+                tracing::info!(run = %run.run_id, step = run.step, "resuming an interrupted run");
+                out.resume = Some((run, state));
+            }
+            (why, _) => {
+                let why = why.unwrap_or_else(|| "its checkpoint could not be read".into());
+                if let Err(e) = crate::journal::close_crashed(&mut store, &run.run_id, now) {
+                    tracing::warn!(error = %e, run = %run.run_id, "the interrupted run was not closed");
+                    continue;
+                }
+                out.cards.push(crashed_card(&run, &why, &removed));
+            }
+        }
+    }
+    out
+}
+
+/// The `crashed` card of an interrupted run closed without resuming.
+fn crashed_card(run: &LiveRun, why: &str, removed: &[String]) -> CardDraft {
+    let mut evidence = vec![
+        format!("run {}", run.run_id),
+        format!("last completed step {}", run.step),
+        format!("pid {} gone", run.pid),
+    ];
+    evidence.extend(removed.iter().map(|p| format!("removed uncommitted record {p}")));
+    CardDraft {
+        kind: CardKind::Crashed,
+        summary: format!(
+            "run {} was interrupted after step {} and closed as crashed",
+            run.run_id, run.step
+        ),
+        detail: format!("not resumed: {why}"),
+        evidence,
+    }
+}
+
+/// A run whose receipt HEAD already holds (or the index, staged by a commit that was
+/// killed before it moved the branch) ended; only its row was left behind: the row is
+/// rebuilt from that receipt.
+fn committed_receipt(
+    ctx: &FireContext,
+    repo: &git2::Repository,
+    store: &mut Store,
+    run: &LiveRun,
+    started: DateTime<Utc>,
+) -> bool {
+    let rel = records::receipt_path(&ctx.opts.task, &run.run_id, started);
+    let rel = rel.to_string_lossy();
+    let Some(blob) = committed_or_staged(repo, &rel) else {
+        return false;
+    };
+    let receipt = repo
+        .find_blob(blob)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<records::Receipt>(b.content()).ok());
+    let Some(receipt) = receipt else {
+        return false;
+    };
+    let report = records::report_path(&ctx.opts.task, &run.run_id, started);
+    let saved = store.write(|tx| {
+        crate::store::insert_run(tx, &receipt, &rel, Some(&report.to_string_lossy()))?;
+        crate::journal::end(tx, &run.run_id)
+    });
+    if let Err(e) = saved {
+        tracing::warn!(error = %e, run = %run.run_id, "the committed run's row was not rebuilt");
+    }
+    true
+}
+
+/// The blob of `rel` in HEAD, or else in the index: a run killed between writing the
+/// index and moving the branch left its records staged, and the dead commit's intent
+/// names them, so the next commit takes them in (`crate::git`).
+fn committed_or_staged(repo: &git2::Repository, rel: &str) -> Option<git2::Oid> {
+    if let Ok(Some(blob)) = crate::git::head_blob(repo, rel) {
+        return Some(blob);
+    }
+    let mut index = repo.index().ok()?;
+    index.read(true).ok()?;
+    index.get_path(std::path::Path::new(rel), 0).map(|e| e.id)
+}
+
+/// Removes the report and receipt an interrupted run wrote but did not commit (the
+/// resumed run writes its own; a closed one has none); returns their paths.
+fn remove_leftovers(ctx: &FireContext, repo: &git2::Repository, run: &LiveRun, started: DateTime<Utc>) -> Vec<String> {
+    let Ok(dir) = crate::beneath::open_root(&ctx.opts.root) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for rel in [
+        records::report_path(&ctx.opts.task, &run.run_id, started),
+        records::receipt_path(&ctx.opts.task, &run.run_id, started),
+    ] {
+        let name = rel.to_string_lossy().into_owned();
+        if matches!(crate::git::head_blob(repo, &name), Ok(Some(_))) {
+            continue;
+        }
+        if crate::beneath::remove_file(&dir, &rel).is_ok() {
+            removed.push(name);
+        }
+    }
+    for rel in uncommitted_cards_of(ctx, repo, &dir, &run.run_id) {
+        if crate::beneath::remove_file(&dir, std::path::Path::new(&rel)).is_ok() {
+            removed.push(rel);
+        }
+    }
+    removed
+}
+
+/// Card files under `cards/` that HEAD does not hold and that name `run_id`.
+fn uncommitted_cards_of(
+    ctx: &FireContext,
+    repo: &git2::Repository,
+    dir: &std::os::fd::OwnedFd,
+    run_id: &str,
+) -> Vec<String> {
+    let Ok(days) = std::fs::read_dir(ctx.opts.root.join("cards")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for day in days.flatten().filter(|d| d.file_type().is_ok_and(|t| t.is_dir())) {
+        let Ok(files) = std::fs::read_dir(day.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let rel = format!(
+                "cards/{}/{}",
+                day.file_name().to_string_lossy(),
+                f.file_name().to_string_lossy()
+            );
+            if !rel.ends_with(".yaml") || matches!(crate::git::head_blob(repo, &rel), Ok(Some(_))) {
+                continue;
+            }
+            let names_run = crate::beneath::read_regular(dir, std::path::Path::new(&rel), 1 << 20)
+                .ok()
+                .and_then(|b| serde_yaml::from_slice::<serde_yaml::Value>(&b).ok())
+                .is_some_and(|v| v["run_id"].as_str() == Some(run_id));
+            if names_run {
+                out.push(rel);
+            }
+        }
+    }
+    out
+}
+
+/// Removes the temporary files of record writes a dead process left (a fire killed
+/// while writing a report, receipt or card: [`crate::beneath::create_new`]) under the
+/// task's record directories and `cards/`.
+fn remove_dead_temps(ctx: &FireContext) {
+    let Ok(dir) = crate::beneath::open_root(&ctx.opts.root) else {
+        return;
+    };
+    let task = &ctx.opts.task;
+    for top in [format!("reports/{task}"), format!("runs/{task}"), "cards".to_string()] {
+        let Ok(days) = std::fs::read_dir(ctx.opts.root.join(&top)) else {
+            continue;
+        };
+        for day in days.flatten().filter(|d| d.file_type().is_ok_and(|t| t.is_dir())) {
+            let Ok(files) = std::fs::read_dir(day.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let name = f.file_name().to_string_lossy().into_owned();
+                let Some(pid) = crate::beneath::temp_owner(&name) else {
+                    continue;
+                };
+                if crate::git::process_is_gone(pid, None) {
+                    let rel = std::path::Path::new(&top).join(day.file_name()).join(&name);
+                    if crate::beneath::remove_file(&dir, &rel).is_ok() {
+                        tracing::info!(file = %rel.display(), pid, "removed a dead fire's half-written record");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! The run journal in the state database: a run exists from its first moment. Its
+//! `runs` row is written as `running` (with the owning process) before prefetch, a
+//! checkpoint follows every step in one SQLite transaction (the loop state with its
+//! messages, budgets and decisions, the row's totals, and the tool ledger), and each
+//! call the tool worker runs moves through the ledger `intended -> started ->
+//! completed` (with a hash of its result), keyed by run id and call id. The loop sees
+//! the state only as serialized text, so this module sits below `agent` (which writes
+//! it) and beside `state` (which owns the schema and opens the file).
+
+use crate::store::{Store, StoreError};
+use chrono::{DateTime, Utc};
+use rusqlite::OptionalExtension;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Where a call stands in the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStage {
+    /// The model asked for it; nothing has run.
+    Intended,
+    /// Handed to the tool worker: its side effect may have happened.
+    Started,
+    /// Its result is recorded: never run again.
+    Completed,
+}
+
+impl CallStage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStage::Intended => "intended",
+            CallStage::Started => "started",
+            CallStage::Completed => "completed",
+        }
+    }
+
+    fn from_stored(s: &str) -> CallStage {
+        match s {
+            "completed" => CallStage::Completed,
+            "intended" => CallStage::Intended,
+            // Anything else may have run: treat it as started (fail safe).
+            _ => CallStage::Started,
+        }
+    }
+}
+
+/// One call's ledger entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerEntry {
+    pub call_id: String,
+    pub name: String,
+    pub args_hash: String,
+    pub stage: CallStage,
+    /// The recorded result (serialized), once completed.
+    pub result: Option<String>,
+}
+
+impl LedgerEntry {
+    /// SHA-256 of the recorded result, stored beside it.
+    fn result_hash(&self) -> Option<String> {
+        self.result
+            .as_deref()
+            .map(|r| hex::encode(Sha256::digest(r.as_bytes())))
+    }
+}
+
+/// A run's first row: who runs it, on which inputs.
+pub struct RunStart<'a> {
+    pub run_id: &'a str,
+    pub task: &'a str,
+    pub started_at: DateTime<Utc>,
+    /// The run whose tool ledger this run continues (the paused run it resumes), or
+    /// this run's own id.
+    pub ledger_run: &'a str,
+    /// The input versions (serialized receipt inputs), for recovery's comparison.
+    pub inputs: &'a str,
+}
+
+/// The running totals a checkpoint writes into the run's row.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    pub step: u32,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+    pub denials: u32,
+    pub retries: u32,
+}
+
+/// An interrupted or live run as the journal knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveRun {
+    pub run_id: String,
+    pub task: String,
+    pub pid: u32,
+    pub pid_start: Option<u64>,
+    pub ledger_run: String,
+    pub step: u32,
+    pub state: Option<String>,
+    pub inputs: String,
+    pub started_at: String,
+    pub updated_at: String,
+}
+
+impl LiveRun {
+    /// Whether the process that ran it is gone (killed, crashed, rebooted).
+    pub fn owner_gone(&self) -> bool {
+        crate::git::process_is_gone(self.pid, self.pid_start)
+    }
+}
+
+/// The open journal of one run.
+pub struct Journal {
+    store: Store,
+    run_id: String,
+    ledger_run: String,
+}
+
+impl Journal {
+    /// Writes the run's `running` row and its live row in one transaction, and keeps
+    /// the store for the run's checkpoints.
+    pub fn begin(mut store: Store, run: &RunStart) -> Result<Journal, StoreError> {
+        let pid = std::process::id();
+        let pid_start = crate::git::process_start_time(pid).map(|t| t as i64);
+        let at = run.started_at.to_rfc3339();
+        store.write(|tx| {
+            tx.execute(
+                "INSERT OR REPLACE INTO runs (run_id, task, status, stop_reason, started_at) VALUES (?1, ?2, 'running', 'not_started', ?3)",
+                rusqlite::params![run.run_id, run.task, at],
+            )?;
+            tx.execute(
+                "INSERT OR REPLACE INTO live_runs (run_id, task, pid, pid_start, ledger_run, step, state, inputs, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, 0, NULL, ?6, ?7)",
+                rusqlite::params![run.run_id, run.task, pid, pid_start, run.ledger_run, run.inputs, at],
+            )
+        })?;
+        Ok(Journal {
+            store,
+            run_id: run.run_id.to_string(),
+            ledger_run: run.ledger_run.to_string(),
+        })
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The run whose ledger this run's calls go into.
+    pub fn ledger_run(&self) -> &str {
+        &self.ledger_run
+    }
+
+    /// The checkpoint after a step: the serialized loop state, the row's totals and
+    /// the ledger entries that changed, in one transaction (durable as the store's
+    /// `synchronous` setting makes it before this returns).
+    pub fn checkpoint(&mut self, state: &str, totals: Totals, ledger: &[LedgerEntry]) -> Result<(), StoreError> {
+        let (run, ledger_run) = (&self.run_id, &self.ledger_run);
+        let now = Utc::now().to_rfc3339();
+        self.store.write(|tx| {
+            tx.prepare_cached("UPDATE live_runs SET step = ?2, state = ?3, updated_at = ?4 WHERE run_id = ?1")?
+                .execute(rusqlite::params![run, totals.step, state, now])?;
+            tx.prepare_cached(
+                "UPDATE runs SET steps = ?2, tokens_in = ?3, tokens_out = ?4, cost_usd = ?5, denials = ?6, retries = ?7 WHERE run_id = ?1 AND status = 'running'",
+            )?
+            .execute(rusqlite::params![
+                run,
+                totals.step,
+                totals.tokens_in as i64,
+                totals.tokens_out as i64,
+                totals.cost_usd,
+                totals.denials,
+                totals.retries
+            ])?;
+            for e in ledger {
+                put_entry(tx, ledger_run, e, &now)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Marks one call `started`, durably, before the worker gets it.
+    pub fn started(&mut self, entry: &LedgerEntry) -> Result<(), StoreError> {
+        let ledger_run = &self.ledger_run;
+        let now = Utc::now().to_rfc3339();
+        self.store.write(|tx| put_entry(tx, ledger_run, entry, &now))?;
+        Ok(())
+    }
+
+    /// What the ledger holds for `call_id` of this run's ledger.
+    pub fn entry(&self, call_id: &str) -> Result<Option<LedgerEntry>, StoreError> {
+        ledger_entry(&self.store, &self.ledger_run, call_id)
+    }
+
+    /// Gives the store back (the run's records are written through it).
+    pub fn into_store(self) -> Store {
+        self.store
+    }
+}
+
+fn put_entry(tx: &rusqlite::Transaction, ledger_run: &str, e: &LedgerEntry, now: &str) -> rusqlite::Result<usize> {
+    // A stage never moves back: a completed call stays completed.
+    tx.prepare_cached(
+        "INSERT INTO tool_ledger (run_id, call_id, name, args_hash, stage, result_hash, result, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (run_id, call_id) DO UPDATE SET stage = excluded.stage, result_hash = excluded.result_hash, result = excluded.result, at = excluded.at
+         WHERE tool_ledger.stage <> 'completed'",
+    )?
+    .execute(rusqlite::params![
+        ledger_run,
+        e.call_id,
+        e.name,
+        e.args_hash,
+        e.stage.as_str(),
+        e.result_hash(),
+        e.result,
+        now
+    ])
+}
+
+/// The ledger entry of `call_id` in run `ledger_run`.
+pub fn ledger_entry(store: &Store, ledger_run: &str, call_id: &str) -> Result<Option<LedgerEntry>, StoreError> {
+    store
+        .conn()
+        .query_row(
+            "SELECT call_id, name, args_hash, stage, result FROM tool_ledger WHERE run_id = ?1 AND call_id = ?2",
+            [ledger_run, call_id],
+            |r| {
+                Ok(LedgerEntry {
+                    call_id: r.get(0)?,
+                    name: r.get(1)?,
+                    args_hash: r.get(2)?,
+                    stage: CallStage::from_stored(&r.get::<_, String>(3)?),
+                    result: r.get(4)?,
+                })
+            },
+        )
+        .optional()
+        .map_err(store.sql_error())
+}
+
+/// The runs of `task` still marked `running`, oldest first.
+pub fn live_runs(store: &Store, task: &str) -> Result<Vec<LiveRun>, StoreError> {
+    query_live(store, "l.task = ?1", task)
+}
+
+/// The run `run_id` if it is still marked `running`.
+pub fn live_run(store: &Store, run_id: &str) -> Result<Option<LiveRun>, StoreError> {
+    Ok(query_live(store, "l.run_id = ?1", run_id)?.into_iter().next())
+}
+
+fn query_live(store: &Store, filter: &str, value: &str) -> Result<Vec<LiveRun>, StoreError> {
+    store.query_all(
+        &format!(
+            "SELECT l.run_id, l.task, l.pid, l.pid_start, l.ledger_run, l.step, l.state, l.inputs, r.started_at, l.updated_at
+             FROM live_runs l JOIN runs r ON r.run_id = l.run_id
+             WHERE {filter} AND r.status = 'running' ORDER BY r.started_at, l.run_id"
+        ),
+        [value],
+        |r| {
+            Ok(LiveRun {
+                run_id: r.get(0)?,
+                task: r.get(1)?,
+                pid: r.get(2)?,
+                pid_start: r.get::<_, Option<i64>>(3)?.map(|t| t as u64),
+                ledger_run: r.get(4)?,
+                step: r.get(5)?,
+                state: r.get(6)?,
+                inputs: r.get(7)?,
+                started_at: r.get(8)?,
+                updated_at: r.get(9)?,
+            })
+        },
+    )
+}
+
+/// Forgets the live row of a run that ended (its `runs` row says how).
+pub fn end(tx: &rusqlite::Transaction, run_id: &str) -> rusqlite::Result<usize> {
+    tx.execute("DELETE FROM live_runs WHERE run_id = ?1", [run_id])
+}
+
+/// Closes a run that ended before it had records (a stop with nothing worth a card):
+/// its row says `failed`, not `running`.
+pub fn close_unrecorded(store: &mut Store, run_id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+    store.write(|tx| {
+        tx.execute(
+            "UPDATE runs SET status = 'failed', finished_at = ?2 WHERE run_id = ?1 AND status = 'running'",
+            rusqlite::params![run_id, at.to_rfc3339()],
+        )?;
+        end(tx, run_id)
+    })?;
+    Ok(())
+}
+
+/// Closes an interrupted run that is not resumed: its row says `crashed`.
+pub fn close_crashed(store: &mut Store, run_id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+    store.write(|tx| {
+        tx.execute(
+            "UPDATE runs SET status = 'crashed', finished_at = ?2 WHERE run_id = ?1 AND status = 'running'",
+            rusqlite::params![run_id, at.to_rfc3339()],
+        )?;
+        end(tx, run_id)
+    })?;
+    Ok(())
+}

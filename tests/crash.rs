@@ -1,0 +1,368 @@
+//! Crash-safe runs (issue 11, items 2 and 3): a run exists from its first moment (a
+//! `running` row before prefetch, a checkpoint after every step), and each call the
+//! worker runs moves through the tool ledger `intended -> started -> completed`. The
+//! runtime binary here is built with the `failpoints` feature: `RUNTIME_FAILPOINTS`
+//! SIGKILLs it at a named point, so each crash lands exactly where the test says.
+
+use crate::util::*;
+use serde_json::Value;
+use std::process::Output;
+
+/// A repository whose task `t` runs `sh tools/bump.sh` once (the script leaves a new
+/// file under `reports/hits/` holding its `RUNTIME_CALL_ID`, `<run-id>:<call-id>`: one
+/// file per time the side effect happened), then answers.
+pub fn counter_env(ask: bool) -> TestEnv {
+    let env = TestEnv::new();
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/bump.sh"}}]},
+        {"content": "# Done\nbumped once"}
+    ]});
+    env.write("evals/t/replay.json", &trace.to_string());
+    env.write(
+        "tools/bump.sh",
+        "echo \"${RUNTIME_CALL_ID:-none}\" > \"reports/hits/$(date +%s%N)-$$\"\n",
+    );
+    let rule = "    - \"Bash(sh tools/bump.sh)\"";
+    let settings = env
+        .read("settings/runtime.yaml")
+        .replace("evals/digest/replay.json", "evals/t/replay.json")
+        .replace(
+            "    - \"Bash(curl*)\"",
+            &format!("    - \"Bash(curl*)\"\n{}", if ask { rule } else { "" }),
+        )
+        .replace(
+            "    - \"Bash(head*)\"",
+            &format!("    - \"Bash(head*)\"\n{}", if ask { "" } else { rule }),
+        );
+    env.write("settings/runtime.yaml", &settings);
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("counter task");
+    std::fs::create_dir_all(env.root.join("reports/hits")).unwrap();
+    env
+}
+
+/// Runs `runtime <args>` with the crash points `points` armed.
+pub fn runtime_crashing(env: &TestEnv, points: &str, args: &[&str]) -> Output {
+    env.command("runtime", args)
+        .env("RUNTIME_FAILPOINTS", points)
+        .output()
+        .expect("run runtime")
+}
+
+/// Whether the process was killed by SIGKILL.
+pub fn killed(out: &Output) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    out.status.signal() == Some(libc::SIGKILL)
+}
+
+/// The `RUNTIME_CALL_ID` in each file of `reports/hits`: one per time the side effect
+/// happened.
+pub fn hits(env: &TestEnv) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(env.root.join("reports/hits"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| std::fs::read_to_string(e.path()).unwrap().trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// The call ids of [`hits`] (the part after the run id).
+pub fn hit_calls(env: &TestEnv) -> Vec<String> {
+    hits(env)
+        .iter()
+        .map(|h| h.rsplit(':').next().unwrap().to_string())
+        .collect()
+}
+
+/// `runtime runs --json`.
+pub fn runs(env: &TestEnv) -> Vec<Value> {
+    let out = env.runtime(&["runs", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .cloned()
+        .unwrap()
+}
+
+/// The tool ledger: `(run_id, call_id, stage, result_hash)` rows.
+pub fn ledger(env: &TestEnv) -> Vec<(String, String, String, Option<String>)> {
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let mut stmt = db
+        .prepare("SELECT run_id, call_id, stage, result_hash FROM tool_ledger ORDER BY run_id, call_id")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn a_killed_run_keeps_its_running_row_and_its_started_call() {
+    let env = counter_env(false);
+    let out = runtime_crashing(&env, "after-ledger-started", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    assert!(hits(&env).is_empty(), "killed before the tool ran");
+    let rows = runs(&env);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "running");
+    assert_eq!(rows[0]["steps"], 1, "the first step's checkpoint is in the row");
+    let run_id = rows[0]["run_id"].as_str().unwrap().to_string();
+    let show = env.runtime(&["show", &run_id]);
+    assert!(show.status.success(), "{}", String::from_utf8_lossy(&show.stderr));
+    assert!(String::from_utf8_lossy(&show.stdout).contains("running"));
+    assert_eq!(
+        ledger(&env),
+        vec![(run_id.clone(), "c1".into(), "started".into(), None)]
+    );
+    // The step's checkpoint holds the conversation up to the model's call.
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let (step, state): (u32, String) = db
+        .query_row("SELECT step, state FROM live_runs WHERE run_id = ?1", [&run_id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(step, 1);
+    let state: Value = serde_json::from_str(&state).unwrap();
+    let last = state["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["tool_calls"][0]["id"], "c1", "{last}");
+}
+
+#[test]
+fn a_completed_call_is_in_the_ledger_with_its_result_hash_and_its_call_id_reached_the_tool() {
+    let env = counter_env(false);
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        hits(&env),
+        vec![format!("{}:c1", summary["run_id"].as_str().unwrap())],
+        "RUNTIME_CALL_ID names the run and the call"
+    );
+    let rows = ledger(&env);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].1.as_str(), rows[0].2.as_str()), ("c1", "completed"));
+    assert_eq!(rows[0].3.as_ref().map(String::len), Some(64), "a SHA-256 of the result");
+    let listed = runs(&env);
+    assert_eq!(listed[0]["run_id"], summary["run_id"]);
+    assert_eq!(listed[0]["status"], "completed");
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let live: i64 = db
+        .query_row("SELECT count(*) FROM live_runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(live, 0, "an ended run leaves no live row");
+}
+
+#[test]
+fn an_approved_call_runs_once_however_often_resume_is_killed_and_run() {
+    let env = counter_env(true);
+    let (code, summary, _) = env.fire("t");
+    assert_eq!(code, 4, "waiting for approval");
+    let paused = summary["run_id"].as_str().unwrap().to_string();
+    let ok = env.builder(&["approve-call", &paused, "c1", "--by", "Eng <eng@example.com>"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    // The first resume runs the approved call and is killed before it is recorded.
+    let out = runtime_crashing(&env, "after-tool-side-effect", &["resume", &paused, "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    assert_eq!(hit_calls(&env), vec!["c1"]);
+    // The next resume finds the call started: a command is never run again; the model
+    // is told and a card says so.
+    let out = env.runtime(&["resume", &paused, "--json"]);
+    let resumed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(resumed["status"], "completed", "{resumed}");
+    assert_eq!(hit_calls(&env), vec!["c1"], "the approved call ran exactly once");
+    assert_eq!(
+        env.card_kinds(&resumed),
+        vec!["crashed", "side_effect_uncertain"],
+        "the killed resume is closed; the uncertain call is named"
+    );
+    let receipt = env.receipt(&resumed);
+    let last = receipt["tool_calls"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["outcome"], "SIDE_EFFECT_UNCERTAIN", "{last}");
+    // And a finished run has nothing left to resume.
+    let again = env.runtime(&["resume", &paused]);
+    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(hit_calls(&env), vec!["c1"]);
+}
+
+#[test]
+fn the_next_fire_resumes_an_interrupted_run_under_its_id_and_never_reruns_its_command() {
+    let env = counter_env(false);
+    let out = runtime_crashing(&env, "after-tool-side-effect", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    assert_eq!(hit_calls(&env), vec!["c1"]);
+    let killed_run = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "completed with a card: {stderr}");
+    assert_eq!(
+        summary["run_id"],
+        killed_run.as_str(),
+        "the interrupted run is continued"
+    );
+    assert_eq!(summary["status"], "completed");
+    assert_eq!(hit_calls(&env), vec!["c1"], "the command ran once");
+    assert_eq!(env.card_kinds(&summary), vec!["side_effect_uncertain"]);
+    let rows = runs(&env);
+    assert_eq!(rows.len(), 1, "one run, one row: {rows:?}");
+    assert_eq!(rows[0]["status"], "completed");
+    let receipt = env.receipt(&summary);
+    assert_eq!(receipt["run_id"], killed_run.as_str());
+    assert_eq!(receipt["tool_calls"][0]["outcome"], "SIDE_EFFECT_UNCERTAIN");
+    let paths = env.last_commit_paths();
+    assert!(paths.iter().any(|p| p.starts_with("runs/t/")), "{paths:?}");
+}
+
+#[test]
+fn a_run_killed_before_its_first_checkpoint_is_closed_as_crashed_and_the_fire_starts_fresh() {
+    let env = counter_env(false);
+    let out = runtime_crashing(&env, "after-model-response", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    let killed_run = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "completed with a card: {stderr}");
+    assert_ne!(summary["run_id"], killed_run.as_str());
+    assert_eq!(hit_calls(&env), vec!["c1"], "the fresh run ran the command once");
+    assert_eq!(env.card_kinds(&summary), vec!["crashed"]);
+    let card = &env.cards(&summary)[0];
+    assert!(card["summary"].as_str().unwrap().contains(&killed_run), "{card:?}");
+    assert!(card["summary"].as_str().unwrap().contains("after step 0"), "{card:?}");
+    let rows = runs(&env);
+    let old = rows.iter().find(|r| r["run_id"] == killed_run.as_str()).unwrap();
+    assert_eq!(old["status"], "crashed");
+}
+
+#[test]
+fn an_interrupted_run_older_than_the_window_is_closed_not_resumed() {
+    let env = counter_env(false);
+    let settings = env.read("settings/runtime.yaml") + "limits: {resume_window_s: 0}\n";
+    env.write("settings/runtime.yaml", &settings);
+    env.commit_all("no resume window");
+    let out = runtime_crashing(&env, "after-tool-side-effect", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "{stderr}");
+    assert_eq!(env.card_kinds(&summary), vec!["crashed"]);
+    let detail = env.cards(&summary)[0]["detail"].as_str().unwrap().to_string();
+    assert!(detail.contains("resume_window_s"), "{detail}");
+    assert!(
+        detail.contains("after step 1")
+            || env.cards(&summary)[0]["summary"]
+                .as_str()
+                .unwrap()
+                .contains("after step 1")
+    );
+    assert_eq!(hits(&env).len(), 2, "the fresh run is a new run: it runs its own call");
+}
+
+#[test]
+fn a_cron_tick_while_a_run_waits_for_approval_adds_no_card_and_no_commit() {
+    let env = counter_env(true);
+    let (code, summary, _) = env.fire("t");
+    assert_eq!(code, 4, "waiting for approval");
+    let paused = summary["run_id"].as_str().unwrap().to_string();
+    let head = env.head_id();
+    for _ in 0..2 {
+        let (code, tick, stderr) = env.fire("t");
+        assert_eq!(code, 4, "{stderr}");
+        assert_eq!(tick["status"], "waiting_approval");
+        assert!(tick["cards"].as_array().unwrap().is_empty());
+        assert!(tick["commit"].is_null());
+        assert!(tick["message"].as_str().unwrap().contains(&paused), "{tick}");
+    }
+    assert_eq!(env.head_id(), head, "no commit");
+    assert!(hits(&env).is_empty());
+    let rows = runs(&env);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "waiting_approval");
+}
+
+#[test]
+fn runtime_resume_continues_a_named_interrupted_run_whatever_its_age() {
+    let env = counter_env(false);
+    let settings = env.read("settings/runtime.yaml") + "limits: {resume_window_s: 0}\n";
+    env.write("settings/runtime.yaml", &settings);
+    env.commit_all("no resume window");
+    let out = runtime_crashing(&env, "after-tool-side-effect", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    let run_id = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let out = env.runtime(&["resume", &run_id, "--json"]);
+    let resumed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(5), "{resumed}");
+    assert_eq!(resumed["run_id"], run_id.as_str(), "continued under its own id");
+    assert_eq!(resumed["status"], "completed");
+    assert_eq!(env.card_kinds(&resumed), vec!["side_effect_uncertain"]);
+    assert_eq!(hit_calls(&env), vec!["c1"], "the command ran once");
+    let again = env.runtime(&["resume", &run_id]);
+    assert_eq!(again.status.code(), Some(2), "nothing left to resume");
+}
+
+/// Whether process `pid` is gone (no such process, or a zombie nobody reaped yet).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// The host pid of the live process whose `/proc/<pid>/cmdline` (NUL-separated, no
+/// trailing NUL) is `cmdline`.
+fn process_with_cmdline(cmdline: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+        let found = std::fs::read(entry.path().join("cmdline")).ok()?;
+        (found.strip_suffix(b"\0").unwrap_or(&found) == cmdline.as_bytes() && !gone(pid)).then_some(pid)
+    })
+}
+
+#[test]
+fn nothing_the_fire_started_outlives_a_sigkill_of_the_runtime() {
+    let env = counter_env(false);
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/slow.sh"}}]},
+        {"content": "# Done"}
+    ]});
+    env.write("evals/t/replay.json", &trace.to_string());
+    // The command runs in its own PID namespace: its `$$` means nothing out here, so
+    // it is found by a sleep length no other process uses.
+    env.write(
+        "tools/slow.sh",
+        "echo started > reports/hits/slow.pid\nexec sleep 29.731\n",
+    );
+    let settings = env
+        .read("settings/runtime.yaml")
+        .replace("Bash(sh tools/bump.sh)", "Bash(sh tools/slow.sh)");
+    env.write("settings/runtime.yaml", &settings);
+    env.commit_all("a slow command");
+    let mut fire = env
+        .command("runtime", &["fire", "t", "--json"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid_file = env.root.join("reports/hits/slow.pid");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let pid: i32 = loop {
+        if pid_file.exists() {
+            if let Some(p) = process_with_cmdline("sleep\029.731") {
+                break p;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!gone(pid), "the command runs while the fire does");
+    fire.kill().unwrap();
+
+    fire.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !gone(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(gone(pid), "the tool command {pid} outlived the SIGKILLed runtime");
+}
