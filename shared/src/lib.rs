@@ -11,6 +11,7 @@ pub mod cause;
 pub mod check;
 pub mod diag;
 pub mod env;
+pub mod eval;
 pub mod fire;
 pub mod git;
 pub mod history;

@@ -6,6 +6,7 @@ mod approve_call;
 mod audit;
 mod cards;
 mod check;
+mod eval;
 mod history;
 mod index;
 mod init;
@@ -64,6 +65,7 @@ pub enum Command {
     Approve(approve::Args),
     Merge(merge::Args),
     InstallHooks(install_hooks::Args),
+    Eval(eval::Args),
     ApproveCall(approve_call::Args),
     /// Print shell completions
     Completions {
@@ -89,6 +91,7 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
         Command::Approve(a) => approve::run(a, &repo),
         Command::Merge(a) => merge::run(a, &repo),
         Command::InstallHooks(a) => install_hooks::run(a, &repo),
+        Command::Eval(a) => eval::run(a, &repo),
         Command::ApproveCall(a) => approve_call::run(a, &repo),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "builder", &mut std::io::stdout());

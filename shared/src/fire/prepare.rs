@@ -341,7 +341,7 @@ impl Preparing {
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
             "lock taken, builder paths clean"
         );
-        let settings = loaded
+        let mut settings = loaded
             .map_err(|d| {
                 let text = d.to_string();
                 Stop::carded(
@@ -352,6 +352,17 @@ impl Preparing {
                 )
             })?
             .runtime;
+        if let Some(trace) = &self.ctx.opts.replay {
+            settings.provider = settings::ProviderSettings {
+                kind: settings::ProviderKind::Replay,
+                base_url: None,
+                model: None,
+                api_key_env: None,
+                replay: Some(trace.to_string_lossy().into_owned()),
+                max_context_tokens: settings.provider.max_context_tokens,
+            };
+            settings.fallback = None;
+        }
         self.settings = Some(settings.clone());
         self.require_approval(&settings)?;
         let config = self.load_config(settings)?;
