@@ -25,6 +25,7 @@ pub mod provider;
 pub mod records;
 pub mod retro;
 pub mod review;
+pub mod review_report;
 pub mod rules;
 pub mod runs;
 pub mod sandbox;

@@ -92,7 +92,7 @@ pub fn evaluate(
 
 /// The `runtime` binary that fires the cases: the one installed beside `builder`,
 /// else the first on PATH.
-fn runtime_binary() -> Result<PathBuf, CommandError> {
+pub fn runtime_binary() -> Result<PathBuf, CommandError> {
     let beside = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(|d| d.join("runtime")))

@@ -16,6 +16,7 @@ mod merge;
 mod proposals;
 mod propose;
 mod retro;
+mod review;
 mod watch;
 
 use crate::command_error::{self, CommandError, Outcome};
@@ -65,6 +66,7 @@ pub enum Command {
     Approve(approve::Args),
     Merge(merge::Args),
     InstallHooks(install_hooks::Args),
+    Review(review::Args),
     Eval(eval::Args),
     ApproveCall(approve_call::Args),
     /// Print shell completions
@@ -91,6 +93,7 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
         Command::Approve(a) => approve::run(a, &repo),
         Command::Merge(a) => merge::run(a, &repo),
         Command::InstallHooks(a) => install_hooks::run(a, &repo),
+        Command::Review(a) => review::run(a, &repo),
         Command::Eval(a) => eval::run(a, &repo),
         Command::ApproveCall(a) => approve_call::run(a, &repo),
         Command::Completions { shell } => {

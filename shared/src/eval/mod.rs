@@ -87,6 +87,9 @@ pub struct Row {
     pub run: CaseRun,
     /// The case failed here: a broken assertion, or a pass rate under `min_pass`.
     pub failed: bool,
+    /// Cards the case guards against (its `fixes:`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fixes: Vec<String>,
 }
 
 /// A head case that fails, by assertion.
@@ -194,6 +197,7 @@ fn row(c: &Case, revision: &'static str, run: CaseRun) -> Row {
         min_pass: c.min_pass,
         pass_rate,
         failed: pass_rate < c.min_pass,
+        fixes: c.fixes.clone(),
         run,
     }
 }
