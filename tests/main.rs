@@ -11,6 +11,7 @@ mod builder_cmds;
 mod builder_truth;
 mod docs;
 mod escape;
+mod eval_review;
 mod exit_codes;
 mod faults;
 mod fire;

@@ -171,7 +171,14 @@ pub fn capability_delta(calls: &[RecordedCall], before: &Side, after: &Side) -> 
     type Key = (Option<String>, Option<String>, Decision, Decision);
     let mut groups: BTreeMap<String, (Key, Vec<DeltaCall>)> = BTreeMap::new();
     for c in calls {
-        let (Some(tool), Ok(args)) = (Tool::from_name(&c.tool), parse_args(&c.tool, &c.arguments)) else {
+        let Some(tool) = Tool::from_name(&c.tool) else {
+            continue;
+        };
+        // The state database keeps the validated arguments (tagged with their tool);
+        // a model's raw arguments parse the way the gate parses them.
+        let Ok(args) = serde_json::from_str::<ToolArgs>(&c.arguments)
+            .or_else(|_| parse_args(&c.tool, &c.arguments).map_err(|_| ()))
+        else {
             continue;
         };
         let (from, rule_before) = before.decide(tool, &args);
@@ -254,7 +261,12 @@ mod tests {
         Side::new(root, &s).unwrap()
     }
 
+    /// A call as the state database records it: the validated arguments, tagged.
     fn call(i: usize, tool: &str, args: serde_json::Value) -> RecordedCall {
+        let mut args = args;
+        if let Some(o) = args.as_object_mut() {
+            o.insert("tool".into(), tool.into());
+        }
         RecordedCall {
             run_id: format!("run-{}", i / 10),
             call_id: format!("c{i}"),
@@ -267,7 +279,11 @@ mod tests {
     fn allowing_a_denied_command_lists_exactly_those_calls() {
         let dir = tempfile::tempdir().unwrap();
         let before = side(dir.path(), &["Bash(ls*)", "Read(**)"], &["Bash(curl*)"]);
-        let after = side(dir.path(), &["Bash(ls*)", "Read(**)", "Bash(curl*)"], &[]);
+        let after = side(
+            dir.path(),
+            &["Bash(ls*)", "Read(**)", "Bash(curl -s https://example.com/*)"],
+            &[],
+        );
         let mut calls = Vec::new();
         for i in 0..30 {
             calls.push(match i % 3 {
@@ -286,7 +302,7 @@ mod tests {
         let g = &delta[0];
         assert_eq!((g.from, g.to, g.count), (Decision::Deny, Decision::Allow, 10));
         assert_eq!(g.rule_before.as_deref(), Some("Bash(curl*)"));
-        assert_eq!(g.rule_after.as_deref(), Some("Bash(curl*)"));
+        assert_eq!(g.rule_after.as_deref(), Some("Bash(curl -s https://example.com/*)"));
         let ids: Vec<&str> = g.calls.iter().map(|c| c.call_id.as_str()).collect();
         let want: Vec<String> = (0..30).filter(|i| i % 3 == 0).map(|i| format!("c{i}")).collect();
         assert_eq!(ids, want);
