@@ -233,13 +233,8 @@ fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audi
     let r = json_of(&out);
     assert_eq!(out.status.code(), Some(0), "{r}");
     assert_eq!(r["proposal"], "allow-feed");
-    let diff: Vec<&str> = r["diff"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["path"].as_str().unwrap())
-        .collect();
-    assert_eq!(diff, ["settings/runtime.yaml"]);
+    assert_eq!(r["diff"], json!(["settings/runtime.yaml"]));
+    assert_eq!(r["changes"][0]["status"], "modified");
     assert_eq!(r["check"], json!([]));
     assert_eq!(r["history"]["calls"], 6, "three fires, two calls each");
     let delta = r["capability_delta"].as_array().unwrap();

@@ -55,7 +55,9 @@ pub struct ReviewReport {
     pub base: String,
     pub head: String,
     /// Changed builder-owned paths.
-    pub diff: Vec<Changed>,
+    pub diff: Vec<String>,
+    /// The same paths with how each changed.
+    pub changes: Vec<Changed>,
     /// The unified diff of those paths.
     #[serde(skip)]
     pub patch: String,
@@ -105,7 +107,8 @@ pub enum ReportError {
 /// Gathers the review of proposal `opts.name` in `repo`.
 pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) -> Result<ReviewReport, ReportError> {
     let p: UnderReview = crate::review::proposals::under_review(repo, &opts.name)?;
-    let (diff, patch) = builder_diff(repo, ownership, &p)?;
+    let (changes, patch) = builder_diff(repo, ownership, &p)?;
+    let diff = changes.iter().map(|c| c.path.clone()).collect();
     let head_wt = TempWorktree::add(&opts.root, &p.head.to_string())?;
     let check = crate::check::check_repo(&head_wt.path).problems;
     drop(head_wt);
@@ -144,6 +147,7 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
         base: p.base.to_string(),
         head: p.head.to_string(),
         diff,
+        changes,
         patch,
         check,
         history: HistoryScope {
@@ -307,7 +311,7 @@ pub fn text(r: &ReviewReport) -> String {
         short(&r.base)
     );
     let _ = writeln!(o, "\n== diff of builder-owned paths ({})", r.diff.len());
-    for c in &r.diff {
+    for c in &r.changes {
         let _ = writeln!(o, "{:<8} {}", c.status, c.path);
     }
     if !r.patch.is_empty() {
@@ -360,7 +364,7 @@ pub fn github(r: &ReviewReport) -> String {
     let _ = writeln!(o, "## {mark} builder review: `proposals/{}`\n", r.proposal);
     let _ = writeln!(o, "Base `{}`, head `{}`.\n", short(&r.base), short(&r.head));
     let _ = writeln!(o, "### Changed builder-owned paths\n");
-    for c in &r.diff {
+    for c in &r.changes {
         let _ = writeln!(o, "- `{}` ({})", c.path, c.status);
     }
     if !r.patch.is_empty() {

@@ -237,6 +237,8 @@ mod tests {
             "builder-cards-triage.1",
             "builder-history-compare.1",
             "builder-approve-call.1",
+            "builder-eval.1",
+            "builder-review.1",
         ] {
             assert!(names.iter().any(|n| n == page), "{page} in {names:?}");
         }
