@@ -205,6 +205,7 @@ fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audi
     env.write("evals/digest/lists.yaml", LISTS_CASE);
     env.commit_all("deny curl; a golden case");
     let mut denied = BTreeSet::new();
+    let mut denial_cards = Vec::new();
     for n in 0..3 {
         let trace = env.home.join(format!("trace-{n}.json"));
         std::fs::write(&trace, trace_with_curl(n).to_string()).unwrap();
@@ -212,6 +213,11 @@ fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audi
         let summary = json_of(&out);
         let receipt = env.receipt(&summary);
         assert_eq!(receipt["denials"], 1, "{receipt}");
+        for (card, kind) in env.cards(&summary).iter().zip(env.card_kinds(&summary)) {
+            if kind == "permission_denied" {
+                denial_cards.push(card["id"].as_str().unwrap().to_string());
+            }
+        }
         denied.insert((
             summary["run_id"].as_str().unwrap().to_string(),
             format!("curl -s https://example.com/feed/{n}"),
@@ -226,7 +232,9 @@ fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audi
             1,
         ),
     );
-    let out = env.builder(&["propose", "allow-feed", "-m", "Allow fetching the feed"]);
+    assert!(!denial_cards.is_empty(), "the denied fires wrote permission_denied cards");
+    let fixed = denial_cards[0].clone();
+    let out = env.builder(&["propose", "allow-feed", "-m", "Allow fetching the feed", "--fixes", &fixed]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let out = env.builder(&["review", "allow-feed", "--format", "json"]);
@@ -264,6 +272,11 @@ fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audi
         .collect();
     assert_eq!(cases, BTreeSet::from(["digest-basic", "lists-cards"]));
     assert_eq!(r["evals"]["summary"]["ok"], true);
+    let fix = &r["fixes"][0];
+    assert_eq!((fix["card"].as_str(), fix["kind"].as_str()), (Some(fixed.as_str()), Some("permission_denied")));
+    assert_eq!(fix["shown"], true, "{fix}");
+    assert_eq!(fix["calls_changed"][0]["count"], 1, "the card's run's one denied curl is allowed now");
+    assert!(fix["method"].as_str().unwrap().contains("decided run"), "{fix}");
 
     let out = env.builder(&["review", "allow-feed", "--format", "github"]);
     let md = stdout(&out);
