@@ -232,9 +232,19 @@ fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audi
             1,
         ),
     );
-    assert!(!denial_cards.is_empty(), "the denied fires wrote permission_denied cards");
+    assert!(
+        !denial_cards.is_empty(),
+        "the denied fires wrote permission_denied cards"
+    );
     let fixed = denial_cards[0].clone();
-    let out = env.builder(&["propose", "allow-feed", "-m", "Allow fetching the feed", "--fixes", &fixed]);
+    let out = env.builder(&[
+        "propose",
+        "allow-feed",
+        "-m",
+        "Allow fetching the feed",
+        "--fixes",
+        &fixed,
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let out = env.builder(&["review", "allow-feed", "--format", "json"]);
@@ -273,9 +283,15 @@ fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audi
     assert_eq!(cases, BTreeSet::from(["digest-basic", "lists-cards"]));
     assert_eq!(r["evals"]["summary"]["ok"], true);
     let fix = &r["fixes"][0];
-    assert_eq!((fix["card"].as_str(), fix["kind"].as_str()), (Some(fixed.as_str()), Some("permission_denied")));
+    assert_eq!(
+        (fix["card"].as_str(), fix["kind"].as_str()),
+        (Some(fixed.as_str()), Some("permission_denied"))
+    );
     assert_eq!(fix["shown"], true, "{fix}");
-    assert_eq!(fix["calls_changed"][0]["count"], 1, "the card's run's one denied curl is allowed now");
+    assert_eq!(
+        fix["calls_changed"][0]["count"], 1,
+        "the card's run's one denied curl is allowed now"
+    );
     assert!(fix["method"].as_str().unwrap().contains("decided run"), "{fix}");
 
     let out = env.builder(&["review", "allow-feed", "--format", "github"]);
@@ -328,4 +344,48 @@ fn review_of_a_worse_prompt_exits_1_naming_the_failing_assertions() {
         "{}",
         stdout(&out)
     );
+}
+
+#[test]
+fn under_require_reviewed_an_eval_runs_the_unapproved_proposal_without_committing() {
+    let env = TestEnv::new();
+    let settings = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}\nrequire_reviewed: true\n"),
+    );
+    env.write("evals/digest/lists.yaml", LISTS_CASE);
+    env.commit_all("require review; a golden case");
+    // A plain fire refuses the unapproved tree; `--eval` exists only without a commit.
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 1);
+    assert_eq!(env.card_kinds(&summary), ["unreviewed_changes"]);
+    let out = env.runtime(&["fire", "digest", "--eval", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-commit"));
+
+    let head = env.head_id();
+    env.write(
+        "prompts/digest.md",
+        &format!("{}\nKeep it short.\n", env.read("prompts/digest.md")),
+    );
+    let out = env.builder(&["propose", "shorter"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env.builder(&["review", "shorter", "--format", "json"]);
+    let r = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    let head_rows: Vec<&Value> = r["evals"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["revision"] == "head")
+        .collect();
+    assert_eq!(head_rows.len(), 2);
+    assert!(
+        head_rows
+            .iter()
+            .all(|x| x["failed"] == false && x["steps"].as_u64() > Some(0)),
+        "{r}"
+    );
+    assert_eq!(env.head_id(), head, "the evals committed nothing");
 }

@@ -45,6 +45,13 @@ pub struct Args {
     /// be re-run with the model responses it recorded
     #[arg(long, value_name = "TRACE")]
     pub replay: Option<std::path::PathBuf>,
+    /// Fire for `builder eval`: run an unapproved builder tree (needs --no-commit)
+    ///
+    /// Under require_reviewed a fire refuses a builder tree no approval covers; an eval
+    /// of a proposal under review must run it. Only with --no-commit: nothing such a
+    /// fire does is committed, and its receipt names no approval
+    #[arg(long, requires = "no_commit")]
+    pub eval: bool,
 }
 
 pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
@@ -62,6 +69,7 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
         no_commit: args.no_commit,
         resume: None,
         replay: args.replay,
+        eval: args.eval,
     };
     fire_task(root, fire, out)
 }
@@ -97,6 +105,7 @@ pub struct Fire {
     pub no_commit: bool,
     pub resume: Option<String>,
     pub replay: Option<std::path::PathBuf>,
+    pub eval: bool,
 }
 
 /// The options of `fire` reporting to `renderer`.
@@ -110,6 +119,7 @@ fn options(root: &Path, fire: Fire, renderer: &Arc<Renderer>) -> Result<FireOpti
         resume: fire.resume,
         progress: renderer.clone(),
         replay: fire.replay,
+        eval: fire.eval,
     })
 }
 
@@ -121,6 +131,7 @@ fn dry_run(root: &Path, task: String, out: Output) -> Result<Outcome, CommandErr
         no_commit: false,
         resume: None,
         replay: None,
+        eval: false,
     };
     let resolved = fire::dry_run(options(root, fire, &renderer)?);
     renderer.finish();

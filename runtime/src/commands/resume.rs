@@ -50,6 +50,7 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
         no_commit: args.no_commit,
         resume: Some(args.run_id),
         replay: None,
+        eval: false,
     };
     super::fire::fire_task(root, fire, out)
 }

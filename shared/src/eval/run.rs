@@ -100,9 +100,15 @@ struct Fired {
 /// `n` numbers the fire (the scripted trace's file name).
 fn fire_once(runtime: &Path, wt: &Path, case: &Case, n: usize) -> Result<Fired, EvalError> {
     let mut cmd = Command::new(runtime);
-    cmd.arg("-C")
-        .arg(wt)
-        .args(["fire", &case.task, "--no-commit", "--json", "--progress", "never"]);
+    cmd.arg("-C").arg(wt).args([
+        "fire",
+        &case.task,
+        "--no-commit",
+        "--eval",
+        "--json",
+        "--progress",
+        "never",
+    ]);
     match &case.model {
         CaseModel::Scripted(trace) => {
             let dir = wt.join(crate::layout::STATE_DIR).join("eval");

@@ -48,6 +48,10 @@ pub struct FireOptions {
     /// settings' provider, with no fallback: `builder eval`'s scripted cases and a
     /// card's run re-run with its recorded model responses.
     pub replay: Option<PathBuf>,
+    /// A fire of `builder eval` (only with `no_commit`): under `require_reviewed` it
+    /// runs a builder tree no approval covers yet (the proposal under review) instead
+    /// of refusing; nothing it does is committed.
+    pub eval: bool,
 }
 
 /// How a fire ended, in the terms the binary maps to exit codes (DESIGN.md section 7).

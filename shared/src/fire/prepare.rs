@@ -432,6 +432,12 @@ impl Preparing {
             self.notes.push(format!("a fire would refuse: {summary}"));
             return Ok(());
         }
+        if self.ctx.opts.eval && self.ctx.opts.no_commit {
+            // An eval of a proposal under review: nothing is committed, and the
+            // receipt it leaves in the throwaway worktree names no approval.
+            tracing::info!("{summary}: an eval fire without a commit runs it anyway");
+            return Ok(());
+        }
         Err(Stop::carded(
             FireEnd::Failed,
             CardKind::UnreviewedChanges,
