@@ -293,6 +293,23 @@ fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audi
         "the card's run's one denied curl is allowed now"
     );
     assert!(fix["method"].as_str().unwrap().contains("decided run"), "{fix}");
+    assert!(
+        fix["method"]
+            .as_str()
+            .unwrap()
+            .contains("with its 3 recorded model response(s)"),
+        "{fix}"
+    );
+    assert!(
+        fix["method"]
+            .as_str()
+            .unwrap()
+            .contains("the permission_denied card does not recur"),
+        "{fix}"
+    );
+    let rerun_kinds = fix["rerun"]["card_kinds"].as_array().unwrap();
+    assert!(!rerun_kinds.iter().any(|k| k == "permission_denied"), "{fix}");
+    assert_ne!(fix["rerun"]["status"], "none", "the re-run left a receipt: {fix}");
 
     let out = env.builder(&["review", "allow-feed", "--format", "github"]);
     let md = stdout(&out);

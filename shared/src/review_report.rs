@@ -36,6 +36,8 @@ pub struct FixEvidence {
     pub method: String,
     /// The card's run's recorded calls whose decision the proposal changes.
     pub calls_changed: Vec<DeltaGroup>,
+    /// The card's run re-run on the proposal with its recorded model responses.
+    pub rerun: Option<crate::eval::run::Refired>,
     /// Eval cases that name the card (`fixes:`), with their result on the head.
     pub cases: Vec<CaseEvidence>,
     /// The evidence holds: the changed calls or the cases show the fix.
@@ -111,7 +113,6 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
     let diff = changes.iter().map(|c| c.path.clone()).collect();
     let head_wt = TempWorktree::add(&opts.root, &p.head.to_string())?;
     let check = crate::check::check_repo(&head_wt.path).problems;
-    drop(head_wt);
     let before = delta::settings_of_commit(repo, p.base, "the base")?;
     let after = delta::settings_of_commit(repo, p.head, &format!("proposals/{}", opts.name))?;
     let side = |s: &crate::settings::RuntimeSettings, rev: &str| {
@@ -136,11 +137,15 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
         task: None,
         runtime: opts.runtime.clone(),
     })?;
-    let fixes = p
-        .fixes
-        .iter()
-        .map(|card| fix_evidence(&opts.root, card, &calls, (&before, &after), &evals))
-        .collect();
+    let ctx = FixContext {
+        opts,
+        head_wt: &head_wt.path,
+        calls: &calls,
+        sides: (&before, &after),
+        evals: &evals,
+    };
+    let fixes = p.fixes.iter().map(|card| fix_evidence(&ctx, card)).collect();
+    drop(head_wt);
     let ok = check.is_empty() && evals.summary.ok;
     Ok(ReviewReport {
         proposal: opts.name.clone(),
@@ -203,16 +208,72 @@ fn builder_diff(
     Ok((changed, patch))
 }
 
-/// The evidence that `card` would not recur under the proposal: its run's recorded
-/// calls decided again under both settings (when its cause lies in settings or
-/// tools), and the eval cases that name it.
-fn fix_evidence(
-    root: &Path,
-    card: &str,
-    calls: &[delta::RecordedCall],
-    sides: (&Side, &Side),
-    evals: &EvalReport,
-) -> FixEvidence {
+/// What the evidence for a fixed card is gathered from.
+struct FixContext<'a> {
+    opts: &'a ReviewOptions,
+    /// A worktree of the proposal's head.
+    head_wt: &'a Path,
+    calls: &'a [delta::RecordedCall],
+    sides: (&'a Side, &'a Side),
+    evals: &'a EvalReport,
+}
+
+/// The model responses run `run_id` recorded (each model span's output messages, in
+/// order), as a replay trace; `None` when the history has none of them.
+fn recorded_responses(db: &Path, run_id: &str) -> Option<crate::provider::ReplayTrace> {
+    use crate::provider::{ReplayCall, ReplayTrace, ReplayTurn, ReplayUsage};
+    if !db.exists() {
+        return None;
+    }
+    let store = crate::store::Store::open_read_only(db, crate::state::RUNTIME_SCHEMA).ok()?;
+    let rows: Vec<(String, i64, i64)> = store
+        .query_all(
+            "SELECT attributes, tokens_in, tokens_out FROM spans WHERE run_id = ?1 AND kind = 'model' ORDER BY start_ns, span_id",
+            [run_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .ok()?;
+    let mut turns = Vec::new();
+    for (attrs, tokens_in, tokens_out) in rows {
+        let attrs: serde_json::Value = serde_json::from_str(&attrs).ok()?;
+        let Some(out) = attrs["gen_ai.output.messages"].as_str() else {
+            continue;
+        };
+        let messages: serde_json::Value = serde_json::from_str(out).ok()?;
+        let mut turn = ReplayTurn {
+            content: None,
+            tool_calls: vec![],
+            usage: ReplayUsage {
+                input: tokens_in.max(0) as u64,
+                output: tokens_out.max(0) as u64,
+            },
+        };
+        for part in messages[0]["parts"].as_array().into_iter().flatten() {
+            match part["type"].as_str() {
+                Some("text") => turn.content = part["content"].as_str().map(str::to_string),
+                Some("tool_call") => turn.tool_calls.push(ReplayCall {
+                    id: part["id"].as_str().unwrap_or_default().to_string(),
+                    name: part["name"].as_str().unwrap_or_default().to_string(),
+                    arguments: part["arguments"].clone(),
+                }),
+                _ => {}
+            }
+        }
+        turns.push(turn);
+    }
+    (!turns.is_empty()).then_some(ReplayTrace {
+        version: 1,
+        model: Some("recorded".into()),
+        turns,
+    })
+}
+
+/// The evidence that `card` would not recur under the proposal: when its cause lies
+/// in settings or tools, its run re-run on the proposal's tree with the model
+/// responses it recorded, and its recorded calls decided again under both settings;
+/// always, the eval cases that name it.
+fn fix_evidence(ctx: &FixContext, card: &str) -> FixEvidence {
+    let (root, calls, sides, evals) = (&ctx.opts.root, ctx.calls, ctx.sides, ctx.evals);
     let found = crate::cards::work_tree_card_paths(root, card)
         .into_iter()
         .find_map(|p| std::fs::read_to_string(root.join(p)).ok())
@@ -232,6 +293,7 @@ fn fix_evidence(
         run_id: found.as_ref().map(|c| c.run_id.clone()),
         method: String::new(),
         calls_changed: vec![],
+        rerun: None,
         shown: false,
         cases,
     };
@@ -249,11 +311,33 @@ fn fix_evidence(
                 ev.calls_changed = delta::capability_delta(&run, sides.0, sides.1);
                 let n: usize = ev.calls_changed.iter().map(|g| g.count).sum();
                 said.push(format!(
-                    "decided run {}'s {} recorded call(s) again under the proposal's settings: {n} change decision (the model's recorded responses were not replayed)",
+                    "decided run {}'s {} recorded call(s) again under the proposal's settings: {n} change decision",
                     c.run_id,
                     run.len()
                 ));
                 ev.shown = n > 0;
+            }
+            match recorded_responses(&ctx.opts.history, &c.run_id) {
+                None => said.push(format!("run {} recorded no model responses here: not re-run", c.run_id)),
+                Some(trace) => {
+                    let turns = trace.turns.len();
+                    match crate::eval::run::refire(&ctx.opts.runtime, ctx.head_wt, &c.task, trace) {
+                        Ok(r) => {
+                            let recurs = r.card_kinds.iter().any(|k| k == c.kind.as_str());
+                            said.push(format!(
+                                "re-ran run {} on the proposal with its {turns} recorded model response(s): {}, cards [{}]: the {} card {}",
+                                c.run_id,
+                                r.status,
+                                r.card_kinds.join(", "),
+                                c.kind.as_str(),
+                                if recurs { "recurs" } else { "does not recur" }
+                            ));
+                            ev.rerun = Some(r);
+                            ev.shown = !recurs;
+                        }
+                        Err(e) => said.push(format!("re-running run {} failed: {e}", c.run_id)),
+                    }
+                }
             }
         }
         Some(c) => said.push(format!(

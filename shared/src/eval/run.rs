@@ -94,6 +94,8 @@ struct Fired {
     records: Vec<Vec<u8>>,
     message: String,
     wall_ms: u64,
+    /// The kinds of the cards the fire wrote.
+    card_kinds: Vec<String>,
 }
 
 /// Fires `case` once in the worktree `wt` with the `runtime` binary `runtime`.
@@ -142,6 +144,7 @@ fn fire_once(runtime: &Path, wt: &Path, case: &Case, n: usize) -> Result<Fired, 
             .map(str::to_string)
             .unwrap_or_else(|| String::from_utf8_lossy(&out.stderr).trim().to_string()),
         wall_ms,
+        card_kinds: vec![],
     };
     let read = |rel: &str| std::fs::read(wt.join(rel)).ok();
     if let Some(bytes) = summary["receipt"].as_str().and_then(read) {
@@ -159,10 +162,50 @@ fn fire_once(runtime: &Path, wt: &Path, case: &Case, n: usize) -> Result<Fired, 
         .filter_map(|c| c.as_str())
     {
         for p in crate::cards::work_tree_card_paths(wt, id) {
-            fired.records.extend(read(&p));
+            if let Some(bytes) = read(&p) {
+                if let Ok(card) = serde_yaml::from_slice::<crate::records::Card>(&bytes) {
+                    fired.card_kinds.push(card.kind.as_str().to_string());
+                }
+                fired.records.push(bytes);
+            }
         }
     }
     Ok(fired)
+}
+
+/// How a re-run of a recorded run ended.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Refired {
+    /// The receipt's status, or `none` when the fire left no receipt.
+    pub status: String,
+    pub card_kinds: Vec<String>,
+    pub message: String,
+}
+
+/// Fires `task` once in `wt` answering from `trace` (a run's recorded model
+/// responses), without a commit.
+pub fn refire(
+    runtime: &Path,
+    wt: &Path,
+    task: &str,
+    trace: crate::provider::ReplayTrace,
+) -> Result<Refired, EvalError> {
+    let case = Case {
+        file: PathBuf::new(),
+        name: "re-run".into(),
+        task: task.to_string(),
+        model: CaseModel::Scripted(trace),
+        repeat: 1,
+        min_pass: 1.0,
+        asserts: vec![],
+        fixes: vec![],
+    };
+    let fired = fire_once(runtime, wt, &case, 0)?;
+    Ok(Refired {
+        status: fired.receipt.as_ref().map_or("none", |r| r.status.as_str()).to_string(),
+        card_kinds: fired.card_kinds,
+        message: fired.message,
+    })
 }
 
 /// Runs `case` in `wt` (`repeat` times for a live model, once otherwise) and judges
