@@ -132,6 +132,10 @@ fn check_names_file_line_and_field_of_a_bad_case() {
         "evals/digest/bad.yaml",
         "model: scripted\nscript:\n  - text: hi\nassert:\n  - must_call: list_dir\n  - must_dance: true\n",
     );
+    env.write(
+        "evals/nosuch/orphan.yaml",
+        "model: scripted\nscript:\n  - text: hi\nassert:\n  - no_denials: true\n",
+    );
     let out = env.builder(&["check"]);
     assert_eq!(out.status.code(), Some(1));
     let text = stdout(&out);
@@ -139,6 +143,13 @@ fn check_names_file_line_and_field_of_a_bad_case() {
         text.contains("evals/digest/bad.yaml:6: assert.must_dance: unknown assertion `must_dance`"),
         "{text}"
     );
+    assert!(
+        text.contains("evals/nosuch/orphan.yaml:0: task: no task `nosuch`: prompts/nosuch.md does not exist"),
+        "{text}"
+    );
+    let out = env.builder(&["eval", "--task", "missing"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--task missing: no cases"));
 }
 
 #[test]

@@ -49,6 +49,14 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         rev: args.head.clone(),
         commit: head_id.to_string(),
     };
+    if let Some(task) = &args.task {
+        if !wt.root.join("evals").join(task).is_dir() {
+            return Err(
+                CommandError::usage(format!("--task {task}: no cases (no directory evals/{task}/)"))
+                    .hint("`ls evals` lists the tasks with cases"),
+            );
+        }
+    }
     let report = evaluate(&wt.root, base, head, args.task)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

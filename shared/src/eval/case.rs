@@ -143,7 +143,24 @@ pub fn load_cases(root: &Path, task: Option<&str>, diags: &mut Vec<Diagnostic>) 
         match std::fs::read_to_string(root.join(&rel)) {
             Ok(src) => {
                 if let Some(c) = parse_case(&rel, &src, diags) {
-                    cases.push(c);
+                    if root.join(crate::prompt::prompt_path(&c.task)).is_file() {
+                        cases.push(c);
+                    } else {
+                        let line = if src.lines().any(|l| l.starts_with("task:")) {
+                            line_of(&src, &["task"])
+                        } else {
+                            0
+                        };
+                        diags.push(
+                            Diagnostic::new(
+                                &rel,
+                                line,
+                                "task",
+                                format!("no task `{}`: prompts/{}.md does not exist", c.task, c.task),
+                            )
+                            .with_hint("a case runs the task its directory (or `task:`) names"),
+                        );
+                    }
                 }
             }
             Err(e) => diags.push(Diagnostic::new(&rel, 0, "", format!("cannot read: {e}"))),

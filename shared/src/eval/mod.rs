@@ -158,8 +158,9 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, EvalError> {
     let mut cases = case::load_cases(&head_wt.path, opts.task.as_deref(), &mut problems);
     if let Some(b) = &base_wt {
         let mut ignored = Vec::new();
+        let in_head = case::case_files(&head_wt.path, opts.task.as_deref());
         for c in case::load_cases(&b.path, opts.task.as_deref(), &mut ignored) {
-            if !case::case_files(&head_wt.path, opts.task.as_deref()).contains(&c.file) {
+            if !in_head.contains(&c.file) {
                 cases.push(c);
             }
         }
