@@ -417,3 +417,70 @@ fn under_require_reviewed_an_eval_runs_the_unapproved_proposal_without_committin
     );
     assert_eq!(env.head_id(), head, "the evals committed nothing");
 }
+
+#[test]
+fn every_assertion_but_the_secret_guard_can_fail_and_is_named() {
+    let env = TestEnv::new();
+    let settings = env.read("settings/runtime.yaml");
+    let priced = settings.replacen(
+        "prices:\n",
+        "prices:\n  replay: { input_per_mtok: 1000.0, output_per_mtok: 1000.0 }\n  scripted: { input_per_mtok: 1000.0, output_per_mtok: 1000.0 }\n",
+        1,
+    );
+    assert_ne!(priced, settings);
+    env.write("settings/runtime.yaml", &priced);
+    env.write(
+        "evals/digest/broken.yaml",
+        r#"name: broken
+model: scripted
+script:
+  - call: { tool: run_command, args: { command: "rm -rf cards" } }
+    usage: { input: 100, output: 100 }
+  - call: { tool: list_dir, args: { path: cards } }
+  - text: "nothing"
+assert:
+  - must_call: read_file
+  - must_not_call: list_dir
+  - call_order: [list_dir, run_command]
+  - report_contains: "Open cards"
+  - report_matches: "^# Digest"
+  - max_steps: 1
+  - max_cost_usd: 0.001
+  - no_denials: true
+  - acceptance_passes: true
+  - no_secret_in_records: true
+"#,
+    );
+    std::fs::remove_file(env.root.join("evals/digest/basic.yaml")).unwrap();
+    env.commit_all("a case that breaks its assertions");
+    let out = env.builder(&["eval", "--base", "HEAD", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let r = json_of(&out);
+    let broken: BTreeSet<String> = r["summary"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["assertion"].as_str().unwrap().split(':').next().unwrap().to_string())
+        .collect();
+    let want: BTreeSet<String> = [
+        "must_call",
+        "must_not_call",
+        "call_order",
+        "report_contains",
+        "report_matches",
+        "max_steps",
+        "max_cost_usd",
+        "no_denials",
+        "acceptance_passes",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect();
+    assert_eq!(broken, want, "{r}");
+    // Same revision on both sides: nothing got worse, so nothing is a regression.
+    assert!(r["summary"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["regression"] == false));
+}

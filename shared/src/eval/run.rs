@@ -252,6 +252,12 @@ fn judge(case: &Case, fired: &Fired, secrets: &Redactor) -> Vec<Failure> {
             detail: format!("the fire left no receipt: {}", fired.message),
         }];
     };
+    if r.stop_reason == crate::records::StopReason::NotStarted {
+        return vec![Failure {
+            assertion: "fire".into(),
+            detail: format!("the fire was refused before its first step: {}", fired.message),
+        }];
+    }
     let called: Vec<&str> = r.tool_calls.iter().map(|c| c.name.as_str()).collect();
     let ran: Vec<&str> = r
         .tool_calls
