@@ -484,3 +484,32 @@ assert:
         .iter()
         .all(|f| f["regression"] == false));
 }
+
+#[test]
+fn an_eval_started_from_a_hook_fires_in_its_worktree_not_the_engineers_checkout() {
+    let env = TestEnv::new();
+    env.write("evals/digest/lists.yaml", LISTS_CASE);
+    env.commit_all("a golden case");
+    env.write(
+        "prompts/digest.md",
+        &format!("{}\nKeep it short.\n", env.read("prompts/digest.md")),
+    );
+    env.commit_all("a prompt change");
+    // A hook's environment points at the engineer's index, which holds the newer
+    // prompt: a fire of the older revision reading it would see a dirty prompt.
+    let out = env
+        .command("builder", &["eval", "--base", "HEAD~1", "--head", "HEAD~1", "--json"])
+        .env("GIT_INDEX_FILE", env.root.join(".git/index"))
+        .env("GIT_WORK_TREE", &env.root)
+        .output()
+        .unwrap();
+    let r = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    assert_eq!(r["rows"].as_array().unwrap().len(), 4);
+    assert!(
+        !env.root.join(".runtime").exists(),
+        "a fire used the engineer's checkout"
+    );
+    let repo = git2::Repository::open(&env.root).unwrap();
+    assert!(repo.statuses(None).unwrap().is_empty(), "the checkout is clean");
+}

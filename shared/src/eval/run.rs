@@ -14,6 +14,28 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+/// git's variables that would point a child process at the engineer's checkout (a
+/// hook's `GIT_INDEX_FILE`, a `GIT_WORK_TREE`) instead of the temporary worktree:
+/// removed from every git and runtime process an eval starts.
+pub const CHECKOUT_ENV: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_PREFIX",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_QUARANTINE_PATH",
+];
+
+fn scrubbed(program: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    for var in CHECKOUT_ENV {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 /// Why a revision could not be evaluated at all.
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
@@ -68,7 +90,7 @@ impl Drop for TempWorktree {
 }
 
 fn git(root: &Path, args: &[&str], paths: &[&std::ffi::OsStr]) -> Result<(), EvalError> {
-    let out = Command::new("git")
+    let out = scrubbed(Path::new("git"))
         .arg("-C")
         .arg(root)
         .args(args)
@@ -101,7 +123,7 @@ struct Fired {
 /// Fires `case` once in the worktree `wt` with the `runtime` binary `runtime`.
 /// `n` numbers the fire (the scripted trace's file name).
 fn fire_once(runtime: &Path, wt: &Path, case: &Case, n: usize) -> Result<Fired, EvalError> {
-    let mut cmd = Command::new(runtime);
+    let mut cmd = scrubbed(runtime);
     cmd.arg("-C").arg(wt).args([
         "fire",
         &case.task,
