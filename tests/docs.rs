@@ -195,6 +195,8 @@ fn man_dir_writes_one_page_per_subcommand_of_both_binaries() {
         "builder-watch.1",
         "builder-audit.1",
         "builder-approve-call.1",
+        "builder-eval.1",
+        "builder-review.1",
     ] {
         assert!(builder.iter().any(|p| p == page), "{page} in {builder:?}");
     }

@@ -13,6 +13,7 @@ mod crash;
 mod crash_suite;
 mod docs;
 mod escape;
+mod eval_review;
 mod exit_codes;
 mod faults;
 mod fire;

@@ -35,6 +35,7 @@ pub fn check_repo(root: &Path) -> Checked {
     for path in prompt_files(root, &mut diags) {
         prompt_problems(root, &path, s, loaded.is_some(), &mut diags);
     }
+    crate::eval::case::load_cases(root, None, &mut diags);
     diags.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
     Checked {
         problems: diags,

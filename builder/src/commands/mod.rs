@@ -6,6 +6,7 @@ mod approve_call;
 mod audit;
 mod cards;
 mod check;
+mod eval;
 mod history;
 mod index;
 mod init;
@@ -15,6 +16,7 @@ mod merge;
 mod proposals;
 mod propose;
 mod retro;
+mod review;
 mod watch;
 
 use crate::command_error::{self, CommandError, Outcome};
@@ -64,6 +66,8 @@ pub enum Command {
     Approve(approve::Args),
     Merge(merge::Args),
     InstallHooks(install_hooks::Args),
+    Review(review::Args),
+    Eval(eval::Args),
     ApproveCall(approve_call::Args),
     /// Print shell completions
     Completions {
@@ -89,6 +93,8 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
         Command::Approve(a) => approve::run(a, &repo),
         Command::Merge(a) => merge::run(a, &repo),
         Command::InstallHooks(a) => install_hooks::run(a, &repo),
+        Command::Review(a) => review::run(a, &repo),
+        Command::Eval(a) => eval::run(a, &repo),
         Command::ApproveCall(a) => approve_call::run(a, &repo),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "builder", &mut std::io::stdout());
@@ -231,6 +237,8 @@ mod tests {
             "builder-cards-triage.1",
             "builder-history-compare.1",
             "builder-approve-call.1",
+            "builder-eval.1",
+            "builder-review.1",
         ] {
             assert!(names.iter().any(|n| n == page), "{page} in {names:?}");
         }

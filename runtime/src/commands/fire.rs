@@ -38,6 +38,20 @@ pub struct Args {
     /// event instead; NO_COLOR turns colour off
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = When::Auto)]
     pub progress: When,
+    /// Answer from this recorded trace instead of the settings' provider
+    ///
+    /// The trace is in the replay provider's format (a `turns` list); there is no
+    /// fallback. `builder eval` fires its scripted cases this way, and a card's run can
+    /// be re-run with the model responses it recorded
+    #[arg(long, value_name = "TRACE")]
+    pub replay: Option<std::path::PathBuf>,
+    /// Fire for `builder eval`: run an unapproved builder tree (needs --no-commit)
+    ///
+    /// Under require_reviewed a fire refuses a builder tree no approval covers; an eval
+    /// of a proposal under review must run it. Only with --no-commit: nothing such a
+    /// fire does is committed, and its receipt names no approval
+    #[arg(long, requires = "no_commit")]
+    pub eval: bool,
 }
 
 pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
@@ -50,7 +64,14 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
     if args.dry_run {
         return dry_run(root, args.task, out);
     }
-    fire_task(root, args.task, args.no_commit, None, out)
+    let fire = Fire {
+        task: args.task,
+        no_commit: args.no_commit,
+        resume: None,
+        replay: args.replay,
+        eval: args.eval,
+    };
+    fire_task(root, fire, out)
 }
 
 /// How a fire's outcome is printed.
@@ -77,29 +98,42 @@ impl Output {
     }
 }
 
-/// The options of a fire of `task` that reports to `renderer`.
-fn options(
-    root: &Path,
-    task: String,
-    no_commit: bool,
-    resume: Option<String>,
-    renderer: &Arc<Renderer>,
-) -> Result<FireOptions, CommandError> {
+/// What one fire is asked to do: the task, whether to commit, the paused run it
+/// resumes and the recorded trace it answers from.
+pub struct Fire {
+    pub task: String,
+    pub no_commit: bool,
+    pub resume: Option<String>,
+    pub replay: Option<std::path::PathBuf>,
+    pub eval: bool,
+}
+
+/// The options of `fire` reporting to `renderer`.
+fn options(root: &Path, fire: Fire, renderer: &Arc<Renderer>) -> Result<FireOptions, CommandError> {
     let exe = std::env::current_exe()?;
     Ok(FireOptions {
         root: root.to_path_buf(),
-        task,
-        no_commit,
+        task: fire.task,
+        no_commit: fire.no_commit,
         worker_cmd: (exe, vec![super::WORKER_COMMAND.to_string()]),
-        resume,
+        resume: fire.resume,
         progress: renderer.clone(),
+        replay: fire.replay,
+        eval: fire.eval,
     })
 }
 
 /// `--dry-run`: what a fire would run with and send first; nothing sent or written.
 fn dry_run(root: &Path, task: String, out: Output) -> Result<Outcome, CommandError> {
     let renderer = out.renderer();
-    let resolved = fire::dry_run(options(root, task, false, None, &renderer)?);
+    let fire = Fire {
+        task,
+        no_commit: false,
+        resume: None,
+        replay: None,
+        eval: false,
+    };
+    let resolved = fire::dry_run(options(root, fire, &renderer)?);
     renderer.finish();
     match resolved {
         Ok(d) => {
@@ -207,15 +241,9 @@ fn render_dry_run(d: &DryRun) -> String {
 }
 
 /// One fire, fresh or resumed; shared by `fire` and `resume`.
-pub fn fire_task(
-    root: &Path,
-    task: String,
-    no_commit: bool,
-    resume: Option<String>,
-    out: Output,
-) -> Result<Outcome, CommandError> {
+pub fn fire_task(root: &Path, fire: Fire, out: Output) -> Result<Outcome, CommandError> {
     let renderer = out.renderer();
-    let opts = options(root, task, no_commit, resume, &renderer)?;
+    let opts = options(root, fire, &renderer)?;
     let summary = match fire::prepare(opts) {
         Err(early) => early.finish(),
         Ok(mut run) => {

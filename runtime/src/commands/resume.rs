@@ -58,5 +58,12 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
         print_report: args.print_report,
         progress: args.progress,
     };
-    super::fire::fire_task(root, task, args.no_commit, Some(args.run_id), out)
+    let fire = super::fire::Fire {
+        task,
+        no_commit: args.no_commit,
+        resume: Some(args.run_id),
+        replay: None,
+        eval: false,
+    };
+    super::fire::fire_task(root, fire, out)
 }

@@ -45,6 +45,14 @@ pub struct FireOptions {
     /// Where the fire reports its progress (prefetch, steps, model and tool calls,
     /// retries, fallback); [`crate::progress::Silent`] shows nothing.
     pub progress: Arc<dyn ProgressSink>,
+    /// Answer from this recorded trace (the replay provider's format) instead of the
+    /// settings' provider, with no fallback: `builder eval`'s scripted cases and a
+    /// card's run re-run with its recorded model responses.
+    pub replay: Option<PathBuf>,
+    /// A fire of `builder eval` (only with `no_commit`): under `require_reviewed` it
+    /// runs a builder tree no approval covers yet (the proposal under review) instead
+    /// of refusing; nothing it does is committed.
+    pub eval: bool,
 }
 
 /// How a fire ended, in the terms the binary maps to exit codes (DESIGN.md section 7).

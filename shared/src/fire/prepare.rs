@@ -381,7 +381,7 @@ impl Preparing {
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
             "lock taken, builder paths clean"
         );
-        let settings = loaded
+        let mut settings = loaded
             .map_err(|d| {
                 let text = d.to_string();
                 Stop::carded(
@@ -392,6 +392,17 @@ impl Preparing {
                 )
             })?
             .runtime;
+        if let Some(trace) = &self.ctx.opts.replay {
+            settings.provider = settings::ProviderSettings {
+                kind: settings::ProviderKind::Replay,
+                base_url: None,
+                model: None,
+                api_key_env: None,
+                replay: Some(trace.to_string_lossy().into_owned()),
+                max_context_tokens: settings.provider.max_context_tokens,
+            };
+            settings.fallback = None;
+        }
         self.settings = Some(settings.clone());
         self.require_approval(&settings)?;
         let config = self.load_config(settings)?;
@@ -544,6 +555,12 @@ impl Preparing {
         );
         if self.dry_run {
             self.notes.push(format!("a fire would refuse: {summary}"));
+            return Ok(());
+        }
+        if self.ctx.opts.eval && self.ctx.opts.no_commit {
+            // An eval of a proposal under review: nothing is committed, and the
+            // receipt it leaves in the throwaway worktree names no approval.
+            tracing::info!("{summary}: an eval fire without a commit runs it anyway");
             return Ok(());
         }
         Err(Stop::carded(

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-pub use replay::ReplayTrace;
+pub use replay::{ReplayCall, ReplayTrace, ReplayTurn, ReplayUsage};
 
 /// A tool call requested by the model. `arguments` is the raw JSON text as the
 /// model sent it (it may be invalid).

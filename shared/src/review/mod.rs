@@ -8,6 +8,7 @@
 //! are refused by `settings::validate`.
 
 pub mod approvals;
+pub mod delta;
 pub mod hooks;
 pub mod proposals;
 

@@ -391,18 +391,7 @@ pub fn merge(
             head_ref.shorthand().unwrap_or("HEAD")
         )));
     }
-    let commits = proposal_commits(repo, prop)?;
-    let mut fixes: Vec<String> = Vec::new();
-    for c in commits.iter().rev() {
-        for line in c.message().unwrap_or("").lines() {
-            if let Some(id) = line.strip_prefix(FIXES_CARD) {
-                let id = id.trim().to_string();
-                if !id.is_empty() && !fixes.contains(&id) {
-                    fixes.push(id);
-                }
-            }
-        }
-    }
+    let fixes = fixes_of(&proposal_commits(repo, prop)?);
     let summary = prop_commit.summary().ok().flatten().unwrap_or("").to_string();
     let mut message = format!(
         "Merge proposal {name}\n\n{summary}\n\nReviewed-by: {}\nApproved-tree: {tree}\n",
@@ -422,5 +411,43 @@ pub fn merge(
         commit,
         approval,
         fixes,
+    })
+}
+
+/// The cards the proposal's commits name in `Fixes-card:` trailers, oldest first.
+fn fixes_of(commits: &[git2::Commit]) -> Vec<String> {
+    let mut fixes: Vec<String> = Vec::new();
+    for c in commits.iter().rev() {
+        for line in c.message().unwrap_or("").lines() {
+            if let Some(id) = line.strip_prefix(FIXES_CARD) {
+                let id = id.trim().to_string();
+                if !id.is_empty() && !fixes.contains(&id) {
+                    fixes.push(id);
+                }
+            }
+        }
+    }
+    fixes
+}
+
+/// A proposal as `builder review` sees it: its head, the base it is compared with
+/// (where it meets the current branch) and the cards it says it fixes.
+#[derive(Debug, Clone)]
+pub struct UnderReview {
+    pub head: Oid,
+    pub base: Oid,
+    pub fixes: Vec<String>,
+}
+
+/// The proposal `name`, for review.
+pub fn under_review(repo: &Repository, name: &str) -> Result<UnderReview, ReviewError> {
+    valid_name(name)?;
+    let head = proposal_head(repo, name)?;
+    let current = head_commit(repo)?;
+    let base = repo.merge_base(current.id(), head)?;
+    Ok(UnderReview {
+        head,
+        base,
+        fixes: fixes_of(&proposal_commits(repo, head)?),
     })
 }

@@ -1,0 +1,120 @@
+//! `builder eval`: run the golden cases of `evals/<task>/*.yaml` on a base and a head
+//! revision in one run, each in a temporary worktree, and print them side by side;
+//! exit 1 when a head case breaks an assertion or passes less than its `min_pass`.
+
+use crate::command_error::{CommandError, Outcome};
+use shared::eval::{self, EvalError, EvalOptions, EvalReport, Revision};
+use std::path::{Path, PathBuf};
+
+/// Run the golden eval cases on a base and a head revision, side by side
+///
+/// Each revision is checked out into a temporary git worktree (removed afterwards);
+/// every case is a real fire there with --no-commit, so nothing is committed and the
+/// repository's own .runtime/ state is not touched. Scripted cases answer from their
+/// script (offline, deterministic); `model: provider` cases call the settings' model
+/// `repeat` times. Uncommitted edits are not evaluated: commit or propose them first
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The revision to compare against [default: the head's first parent]
+    #[arg(long, value_name = "REV")]
+    pub base: Option<String>,
+    /// The revision under test
+    #[arg(long, value_name = "REV", default_value = "HEAD")]
+    pub head: String,
+    /// Only the cases of this task (evals/<TASK>/)
+    #[arg(long, value_name = "TASK")]
+    pub task: Option<String>,
+    /// Print the rows and the summary as JSON
+    #[arg(long, conflicts_with = "junit")]
+    pub json: bool,
+    /// Also write the results as JUnit XML to this file
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+}
+
+pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
+    let wt = super::open_repo(repo_path)?;
+    let head_id = super::resolve_commit(&wt.repo, "--head", &args.head)?;
+    let base = match &args.base {
+        Some(rev) => Some(Revision {
+            rev: rev.clone(),
+            commit: super::resolve_commit(&wt.repo, "--base", rev)?.to_string(),
+        }),
+        None => wt.repo.find_commit(head_id)?.parent_ids().next().map(|p| Revision {
+            rev: format!("{}^", args.head),
+            commit: p.to_string(),
+        }),
+    };
+    let head = Revision {
+        rev: args.head.clone(),
+        commit: head_id.to_string(),
+    };
+    if let Some(task) = &args.task {
+        if !wt.root.join("evals").join(task).is_dir() {
+            return Err(
+                CommandError::usage(format!("--task {task}: no cases (no directory evals/{task}/)"))
+                    .hint("`ls evals` lists the tasks with cases"),
+            );
+        }
+    }
+    let report = evaluate(&wt.root, base, head, args.task)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", eval::render::text(&report));
+    }
+    if let Some(file) = &args.junit {
+        std::fs::write(file, eval::render::junit(&report))
+            .map_err(|e| CommandError::environment(format!("--junit {}: {e}", file.display())))?;
+    }
+    Ok(outcome(&report))
+}
+
+/// Exit 1 unless every head case passes and every case file loads.
+pub fn outcome(report: &EvalReport) -> Outcome {
+    if report.summary.ok {
+        Outcome::Ok
+    } else {
+        Outcome::Problems
+    }
+}
+
+/// Runs the eval of `head` against `base` for the repository at `root`.
+pub fn evaluate(
+    root: &Path,
+    base: Option<Revision>,
+    head: Revision,
+    task: Option<String>,
+) -> Result<EvalReport, CommandError> {
+    let opts = EvalOptions {
+        root: root.to_path_buf(),
+        base,
+        head,
+        task,
+        runtime: runtime_binary()?,
+    };
+    eval::evaluate(&opts).map_err(|e| match e {
+        EvalError::Worktree(_) | EvalError::Io { .. } => CommandError::environment(e.to_string()),
+    })
+}
+
+/// The `runtime` binary that fires the cases: the one installed beside `builder`,
+/// else the first on PATH.
+pub fn runtime_binary() -> Result<PathBuf, CommandError> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("runtime")))
+        .filter(|p| p.is_file());
+    if let Some(p) = beside {
+        return Ok(p);
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("runtime"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            CommandError::environment("cannot find the `runtime` binary (beside builder or on PATH) to fire the cases")
+                .hint("install runtime next to builder, or put it on PATH")
+        })
+}

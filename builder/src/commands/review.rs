@@ -1,0 +1,74 @@
+//! `builder review <name>`: what a reviewer needs before approving a proposal: the
+//! diff of builder-owned paths against its base, `builder check` on its tree, the
+//! capability delta over the recorded tool calls, the eval table for base and head,
+//! and the evidence for each card it says it fixes. Exit 1 when the check or the
+//! evals fail.
+
+use crate::command_error::{CommandError, Outcome};
+use shared::review_report::{self, ReportError, ReviewOptions};
+use std::path::{Path, PathBuf};
+
+/// How the review is printed.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Format {
+    /// Sections for a terminal
+    Text,
+    /// The review as JSON (DESIGN.md section 8)
+    Json,
+    /// A pull-request comment body (markdown)
+    Github,
+}
+
+/// Review a proposal: diff, check, capability delta, evals and fixed cards
+///
+/// The capability delta decides every tool call recorded in the runtime's state
+/// database again under the base's settings and under the proposal's, and lists the
+/// calls whose decision changes, grouped by rule. The evals run base and head in
+/// temporary worktrees, as `builder eval` does
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The proposal's name
+    pub name: String,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Only tool calls of runs started in the last N days
+    #[arg(long, value_name = "N")]
+    pub days: Option<u32>,
+    /// The runtime state database holding the recorded calls [default: .runtime/state.db]
+    #[arg(long, value_name = "DB")]
+    pub history: Option<PathBuf>,
+}
+
+pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
+    let wt = super::open_repo(repo_path)?;
+    let (_, ownership) = super::review_settings(&wt.root)?;
+    let history = args.history.unwrap_or_else(|| {
+        wt.root
+            .join(shared::layout::STATE_DIR)
+            .join(shared::state::STATE_DB_FILE)
+    });
+    let since = args
+        .days
+        .map(|d| (chrono::Utc::now() - chrono::Duration::days(i64::from(d))).to_rfc3339());
+    let opts = ReviewOptions {
+        root: wt.root.clone(),
+        name: args.name,
+        history,
+        since,
+        runtime: super::eval::runtime_binary()?,
+    };
+    let report = review_report::review(&wt.repo, &ownership, &opts).map_err(|e| match e {
+        ReportError::Review(e) => CommandError::from(e),
+        ReportError::Git(e) => CommandError::from(e),
+        ReportError::Delta(shared::review::delta::DeltaError::Store(e)) => CommandError::from(e),
+        ReportError::Delta(e) => CommandError::new(crate::command_error::Kind::Config, e),
+        ReportError::Eval(e) => CommandError::environment(e.to_string()),
+    })?;
+    match args.format {
+        Format::Text => print!("{}", review_report::text(&report)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Github => print!("{}", review_report::github(&report)),
+    }
+    Ok(if report.ok { Outcome::Ok } else { Outcome::Problems })
+}

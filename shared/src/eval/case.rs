@@ -1,0 +1,597 @@
+//! Eval case files, `evals/<task>/<case>.yaml` (DESIGN.md section 8, "Eval cases"):
+//! read strictly, so an unknown key, an unknown assertion or a value of the wrong
+//! type is a diagnostic with file, line and field (what `builder check` lists), never
+//! a case that silently asserts less than its author meant.
+
+use crate::diag::Diagnostic;
+use crate::provider::{ReplayCall, ReplayTrace, ReplayTurn, ReplayUsage};
+use crate::yamlpos::{line_of, line_of_item};
+use serde_yaml::Value;
+use std::path::{Path, PathBuf};
+
+/// Where eval cases live, one directory per task.
+pub const EVALS_DIR: &str = "evals";
+
+/// The keys a case file may have.
+const CASE_KEYS: &[&str] = &[
+    "name", "task", "model", "script", "replay", "repeat", "min_pass", "assert", "fixes",
+];
+
+/// The assertions a case may make, by name.
+pub const ASSERTIONS: &[&str] = &[
+    "must_call",
+    "must_not_call",
+    "call_order",
+    "report_contains",
+    "report_matches",
+    "max_steps",
+    "max_cost_usd",
+    "no_denials",
+    "acceptance_passes",
+    "no_secret_in_records",
+];
+
+/// Where a case's model turns come from.
+#[derive(Debug, Clone)]
+pub enum CaseModel {
+    /// The turns written in the case (`script`), answered by the replay provider.
+    Scripted(ReplayTrace),
+    /// A recorded trace file, repo-relative (`replay`).
+    Replay(String),
+    /// The settings' provider: a live model.
+    Provider,
+}
+
+/// One assertion about a fire.
+#[derive(Debug, Clone)]
+pub enum Assertion {
+    MustCall(Vec<String>),
+    MustNotCall(Vec<String>),
+    CallOrder(Vec<String>),
+    ReportContains(Vec<String>),
+    ReportMatches(regex::Regex),
+    MaxSteps(u32),
+    MaxCostUsd(f64),
+    NoDenials,
+    AcceptancePasses,
+    NoSecretInRecords,
+}
+
+impl Assertion {
+    /// The assertion's key in a case file.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Assertion::MustCall(_) => "must_call",
+            Assertion::MustNotCall(_) => "must_not_call",
+            Assertion::CallOrder(_) => "call_order",
+            Assertion::ReportContains(_) => "report_contains",
+            Assertion::ReportMatches(_) => "report_matches",
+            Assertion::MaxSteps(_) => "max_steps",
+            Assertion::MaxCostUsd(_) => "max_cost_usd",
+            Assertion::NoDenials => "no_denials",
+            Assertion::AcceptancePasses => "acceptance_passes",
+            Assertion::NoSecretInRecords => "no_secret_in_records",
+        }
+    }
+
+    /// `key: value`, as the case wrote it.
+    pub fn label(&self) -> String {
+        let list = |v: &[String]| v.join(", ");
+        match self {
+            Assertion::MustCall(v)
+            | Assertion::MustNotCall(v)
+            | Assertion::CallOrder(v)
+            | Assertion::ReportContains(v) => format!("{}: {}", self.key(), list(v)),
+            Assertion::ReportMatches(r) => format!("{}: {}", self.key(), r.as_str()),
+            Assertion::MaxSteps(n) => format!("{}: {n}", self.key()),
+            Assertion::MaxCostUsd(x) => format!("{}: {x}", self.key()),
+            Assertion::NoDenials | Assertion::AcceptancePasses | Assertion::NoSecretInRecords => {
+                format!("{}: true", self.key())
+            }
+        }
+    }
+}
+
+/// One golden case.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// Repo-relative path of the case file.
+    pub file: PathBuf,
+    /// The case's `name`, else its file stem.
+    pub name: String,
+    pub task: String,
+    pub model: CaseModel,
+    /// Runs per revision (live models; scripted and replayed cases run once).
+    pub repeat: u32,
+    /// The pass rate (0 to 1) a revision must reach.
+    pub min_pass: f64,
+    pub asserts: Vec<Assertion>,
+    /// Cards this case guards against (`fixes: [card-id]`), for `builder review`.
+    pub fixes: Vec<String>,
+}
+
+/// Every case file under `evals/` (of `task` only, when given), sorted by path.
+pub fn case_files(root: &Path, task: Option<&str>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(dirs) = std::fs::read_dir(root.join(EVALS_DIR)) else {
+        return out;
+    };
+    for dir in dirs.flatten() {
+        let name = dir.file_name().to_string_lossy().into_owned();
+        if task.is_some_and(|t| t != name) || !dir.path().is_dir() {
+            continue;
+        }
+        let Ok(files) = std::fs::read_dir(dir.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let fname = f.file_name().to_string_lossy().into_owned();
+            if fname.ends_with(".yaml") || fname.ends_with(".yml") {
+                out.push(PathBuf::from(EVALS_DIR).join(&name).join(fname));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Loads every case (of `task`, when given); problems go to `diags`, and a file with
+/// a problem yields no case.
+pub fn load_cases(root: &Path, task: Option<&str>, diags: &mut Vec<Diagnostic>) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for rel in case_files(root, task) {
+        match std::fs::read_to_string(root.join(&rel)) {
+            Ok(src) => {
+                if let Some(c) = parse_case(&rel, &src, diags) {
+                    if root.join(crate::prompt::prompt_path(&c.task)).is_file() {
+                        cases.push(c);
+                    } else {
+                        let line = if src.lines().any(|l| l.starts_with("task:")) {
+                            line_of(&src, &["task"])
+                        } else {
+                            0
+                        };
+                        diags.push(
+                            Diagnostic::new(
+                                &rel,
+                                line,
+                                "task",
+                                format!("no task `{}`: prompts/{}.md does not exist", c.task, c.task),
+                            )
+                            .with_hint("a case runs the task its directory (or `task:`) names"),
+                        );
+                    }
+                }
+            }
+            Err(e) => diags.push(Diagnostic::new(&rel, 0, "", format!("cannot read: {e}"))),
+        }
+    }
+    cases
+}
+
+/// Parses one case file; `rel` is its repo-relative path (`evals/<task>/<case>.yaml`).
+pub fn parse_case(rel: &Path, src: &str, diags: &mut Vec<Diagnostic>) -> Option<Case> {
+    let before = diags.len();
+    let mut p = Parser { rel, src, diags };
+    let doc: Value = match serde_yaml::from_str(src) {
+        Ok(v) => v,
+        Err(e) => {
+            let line = e.location().map_or(0, |l| l.line());
+            p.diags.push(Diagnostic::new(rel, line, "", format!("not YAML: {e}")));
+            return None;
+        }
+    };
+    let Some(map) = doc.as_mapping() else {
+        p.diags.push(Diagnostic::new(
+            rel,
+            1,
+            "",
+            "a case is a mapping (name, model, script, assert)",
+        ));
+        return None;
+    };
+    for (k, _) in map {
+        let key = k.as_str().unwrap_or("");
+        if !CASE_KEYS.contains(&key) {
+            p.problem(
+                &[key],
+                key,
+                format!("unknown key `{key}`; a case has {}", CASE_KEYS.join(", ")),
+            );
+        }
+    }
+    let get = |k: &str| map.get(k);
+    let stem = rel
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir_task = rel
+        .parent()
+        .and_then(|d| d.file_name())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = p.string(get("name"), "name").unwrap_or(stem);
+    let task = p.string(get("task"), "task").unwrap_or(dir_task);
+    let repeat = match get("repeat") {
+        None => 1,
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=1000).contains(&n) => n as u32,
+            _ => {
+                p.problem(&["repeat"], "repeat", "expected a whole number from 1 to 1000");
+                1
+            }
+        },
+    };
+    let min_pass = match get("min_pass") {
+        None => 1.0,
+        Some(v) => match v.as_f64() {
+            Some(x) if (0.0..=1.0).contains(&x) => x,
+            _ => {
+                p.problem(&["min_pass"], "min_pass", "expected a pass rate from 0 to 1");
+                1.0
+            }
+        },
+    };
+    let model = p.model(get("model"), get("script"), get("replay"));
+    let asserts = p.asserts(get("assert"));
+    let fixes = match get("fixes") {
+        None => vec![],
+        Some(v) => p.strings(v, &["fixes"], "fixes").unwrap_or_default(),
+    };
+    if diags.len() > before {
+        return None;
+    }
+    Some(Case {
+        file: rel.to_path_buf(),
+        name,
+        task,
+        model: model?,
+        repeat,
+        min_pass,
+        asserts,
+        fixes,
+    })
+}
+
+struct Parser<'a> {
+    rel: &'a Path,
+    src: &'a str,
+    diags: &'a mut Vec<Diagnostic>,
+}
+
+impl Parser<'_> {
+    fn problem(&mut self, path: &[&str], field: &str, message: impl Into<String>) {
+        let line = line_of(self.src, path);
+        self.diags.push(Diagnostic::new(self.rel, line, field, message));
+    }
+
+    fn item_problem(&mut self, key: &str, field: &str, message: impl Into<String>) {
+        let line = line_of_item(self.src, &["assert"], key);
+        self.diags.push(Diagnostic::new(self.rel, line, field, message));
+    }
+
+    fn string(&mut self, v: Option<&Value>, key: &str) -> Option<String> {
+        match v? {
+            Value::String(s) if !s.trim().is_empty() => Some(s.clone()),
+            _ => {
+                self.problem(&[key], key, "expected a non-empty string");
+                None
+            }
+        }
+    }
+
+    /// A string or a list of strings.
+    fn strings(&mut self, v: &Value, path: &[&str], field: &str) -> Option<Vec<String>> {
+        let out: Option<Vec<String>> = match v {
+            Value::String(s) => Some(vec![s.clone()]),
+            Value::Sequence(items) => items.iter().map(|i| i.as_str().map(str::to_string)).collect(),
+            _ => None,
+        };
+        match out {
+            Some(v) if !v.is_empty() && v.iter().all(|s| !s.is_empty()) => Some(v),
+            _ => {
+                self.problem(path, field, "expected a string or a list of strings");
+                None
+            }
+        }
+    }
+
+    fn model(&mut self, model: Option<&Value>, script: Option<&Value>, replay: Option<&Value>) -> Option<CaseModel> {
+        let kind = match model {
+            None if script.is_some() => "scripted".to_string(),
+            None if replay.is_some() => "replay".to_string(),
+            None => "provider".to_string(),
+            Some(v) => self.string(Some(v), "model")?,
+        };
+        let stray = |p: &mut Self, key: &str, v: Option<&Value>| {
+            if v.is_some() {
+                p.problem(&[key], key, format!("`{key}` is only for `model: {key}`"));
+            }
+        };
+        match kind.as_str() {
+            "scripted" => {
+                stray(self, "replay", replay);
+                let Some(script) = script else {
+                    self.problem(
+                        &["model"],
+                        "script",
+                        "`model: scripted` needs a `script` (the model's turns)",
+                    );
+                    return None;
+                };
+                self.script(script).map(CaseModel::Scripted)
+            }
+            "replay" => {
+                stray(self, "script", script);
+                let path = self.string(replay, "replay");
+                if path.is_none() && replay.is_none() {
+                    self.problem(&["model"], "replay", "`model: replay` needs `replay: <recorded trace>`");
+                }
+                path.map(CaseModel::Replay)
+            }
+            "provider" => {
+                stray(self, "script", script);
+                stray(self, "replay", replay);
+                Some(CaseModel::Provider)
+            }
+            other => {
+                self.problem(
+                    &["model"],
+                    "model",
+                    format!("unknown model `{other}`; expected scripted, provider or replay"),
+                );
+                None
+            }
+        }
+    }
+
+    /// `script`: a list of turns, each `call: {tool, args}` (one tool call) or `text:`
+    /// (an answer), with an optional `usage: {input, output}`.
+    fn script(&mut self, v: &Value) -> Option<ReplayTrace> {
+        let Some(items) = v.as_sequence().filter(|s| !s.is_empty()) else {
+            self.problem(
+                &["script"],
+                "script",
+                "expected a non-empty list of turns (call: or text:)",
+            );
+            return None;
+        };
+        let mut turns = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let field = format!("script[{i}]");
+            let at = |p: &mut Self, msg: String| {
+                let line = line_of(p.src, &["script"]) + 1 + i;
+                let line = p
+                    .src
+                    .lines()
+                    .enumerate()
+                    .skip(line_of(p.src, &["script"]))
+                    .filter(|(_, l)| l.trim_start().starts_with("- "))
+                    .nth(i)
+                    .map_or(line, |(n, _)| n + 1);
+                p.diags.push(Diagnostic::new(p.rel, line, field.clone(), msg));
+            };
+            let Some(m) = item.as_mapping() else {
+                at(self, "expected `call: {tool, args}` or `text: ...`".into());
+                continue;
+            };
+            let problems_before = self.diags.len();
+            let mut turn = ReplayTurn {
+                content: None,
+                tool_calls: vec![],
+                usage: ReplayUsage::default(),
+            };
+            for (k, val) in m {
+                match k.as_str().unwrap_or("") {
+                    "text" => match val.as_str() {
+                        Some(t) => turn.content = Some(t.to_string()),
+                        None => at(self, "`text` must be a string".into()),
+                    },
+                    "call" => {
+                        let tool = val.get("tool").and_then(Value::as_str);
+                        let args = val.get("args").cloned().unwrap_or(Value::Mapping(Default::default()));
+                        let unknown = val
+                            .as_mapping()
+                            .map(|c| c.keys().filter_map(Value::as_str).any(|k| k != "tool" && k != "args"))
+                            .unwrap_or(true);
+                        match (tool, serde_json::to_value(&args)) {
+                            (Some(tool), Ok(json)) if !unknown && json.is_object() => {
+                                turn.tool_calls.push(ReplayCall {
+                                    id: format!("call_{}", i + 1),
+                                    name: tool.to_string(),
+                                    arguments: json,
+                                })
+                            }
+                            _ => at(
+                                self,
+                                "`call` needs `tool: <name>` and `args: {..}` (a mapping), nothing else".into(),
+                            ),
+                        }
+                    }
+                    "usage" => {
+                        let n = |key: &str| val.get(key).map(Value::as_u64);
+                        match (n("input"), n("output")) {
+                            (Some(Some(i)), Some(Some(o))) => turn.usage = ReplayUsage { input: i, output: o },
+                            _ => at(self, "`usage` needs `input` and `output` token counts".into()),
+                        }
+                    }
+                    other => at(self, format!("unknown key `{other}`; a turn has call, text, usage")),
+                }
+            }
+            if turn.content.is_none() && turn.tool_calls.is_empty() && self.diags.len() == problems_before {
+                at(self, "a turn needs `call` or `text`".into());
+            }
+            turns.push(turn);
+        }
+        Some(ReplayTrace {
+            version: 1,
+            model: Some("scripted".into()),
+            turns,
+        })
+    }
+
+    /// `assert`: a list of one-key mappings (`- must_call: run_command`).
+    fn asserts(&mut self, v: Option<&Value>) -> Vec<Assertion> {
+        let Some(v) = v else {
+            self.problem(&[], "assert", "a case needs `assert` (what must hold of the fire)");
+            return vec![];
+        };
+        let items: Vec<(String, Value)> = match v {
+            Value::Sequence(items) => items
+                .iter()
+                .filter_map(|i| {
+                    let m = i.as_mapping().filter(|m| m.len() == 1);
+                    if m.is_none() {
+                        self.problem(&["assert"], "assert", "each item is one `assertion: value`");
+                    }
+                    m.and_then(|m| m.iter().next())
+                        .map(|(k, v)| (k.as_str().unwrap_or("").to_string(), v.clone()))
+                })
+                .collect(),
+            _ => {
+                self.problem(&["assert"], "assert", "expected a list (`- must_call: run_command`)");
+                return vec![];
+            }
+        };
+        let mut out = Vec::new();
+        for (key, val) in items {
+            let field = format!("assert.{key}");
+            let flag = |p: &mut Self, a: Assertion| match val.as_bool() {
+                Some(true) => Some(a),
+                Some(false) => None,
+                None => {
+                    p.item_problem(&key, &field, "expected true or false");
+                    None
+                }
+            };
+            let strings = |p: &mut Self| match &val {
+                Value::String(s) if !s.is_empty() => Some(vec![s.clone()]),
+                Value::Sequence(items) if !items.is_empty() => {
+                    let v: Option<Vec<String>> = items.iter().map(|i| i.as_str().map(str::to_string)).collect();
+                    if v.is_none() {
+                        p.item_problem(&key, &field, "expected a string or a list of strings");
+                    }
+                    v
+                }
+                _ => {
+                    p.item_problem(&key, &field, "expected a string or a list of strings");
+                    None
+                }
+            };
+            let a = match key.as_str() {
+                "must_call" => strings(self).map(Assertion::MustCall),
+                "must_not_call" => strings(self).map(Assertion::MustNotCall),
+                "call_order" => strings(self).map(Assertion::CallOrder),
+                "report_contains" => strings(self).map(Assertion::ReportContains),
+                "report_matches" => match val
+                    .as_str()
+                    .map(|s| regex::RegexBuilder::new(s).multi_line(true).build())
+                {
+                    Some(Ok(r)) => Some(Assertion::ReportMatches(r)),
+                    Some(Err(e)) => {
+                        self.item_problem(&key, &field, format!("not a regular expression: {e}"));
+                        None
+                    }
+                    None => {
+                        self.item_problem(&key, &field, "expected a regular expression (a string)");
+                        None
+                    }
+                },
+                "max_steps" => match val.as_u64() {
+                    Some(n) if n <= u32::MAX as u64 => Some(Assertion::MaxSteps(n as u32)),
+                    _ => {
+                        self.item_problem(&key, &field, "expected a whole number of steps");
+                        None
+                    }
+                },
+                "max_cost_usd" => match val.as_f64() {
+                    Some(x) if x >= 0.0 => Some(Assertion::MaxCostUsd(x)),
+                    _ => {
+                        self.item_problem(&key, &field, "expected a cost in USD (a number, at least 0)");
+                        None
+                    }
+                },
+                "no_denials" => flag(self, Assertion::NoDenials),
+                "acceptance_passes" => flag(self, Assertion::AcceptancePasses),
+                "no_secret_in_records" => flag(self, Assertion::NoSecretInRecords),
+                other => {
+                    self.item_problem(
+                        other,
+                        &field,
+                        format!("unknown assertion `{other}`; known: {}", ASSERTIONS.join(", ")),
+                    );
+                    None
+                }
+            };
+            out.extend(a);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(src: &str) -> (Option<Case>, Vec<Diagnostic>) {
+        let mut d = vec![];
+        let c = parse_case(Path::new("evals/digest/a.yaml"), src, &mut d);
+        (c, d)
+    }
+
+    #[test]
+    fn the_design_example_parses() {
+        let src = "name: lists-open-cards\nmodel: scripted\nscript:\n  - call: { tool: run_command, args: { command: \"ls cards\" } }\n  - text: \"Open cards: none.\"\nrepeat: 1\nmin_pass: 1\nassert:\n  - must_call: run_command\n  - must_not_call: write_file\n  - call_order: [run_command]\n  - report_contains: \"Open cards\"\n  - report_matches: \"^Open cards\"\n  - max_steps: 5\n  - max_cost_usd: 0.01\n  - no_denials: true\n  - acceptance_passes: true\n  - no_secret_in_records: true\n";
+        let (c, d) = parse(src);
+        assert!(d.is_empty(), "{d:?}");
+        let c = c.unwrap();
+        assert_eq!((c.name.as_str(), c.task.as_str()), ("lists-open-cards", "digest"));
+        assert_eq!(c.asserts.len(), 10);
+        let CaseModel::Scripted(trace) = &c.model else {
+            panic!("scripted")
+        };
+        assert_eq!(trace.turns.len(), 2);
+        assert_eq!(trace.turns[0].tool_calls[0].arguments["command"], "ls cards");
+    }
+
+    #[test]
+    fn unknown_keys_and_assertions_name_file_line_and_field() {
+        let src = "model: scripted\nscript:\n  - text: hi\ncolour: red\nassert:\n  - must_call: x\n  - must_sing: true\n  - max_steps: many\n";
+        let (c, d) = parse(src);
+        assert!(c.is_none());
+        let lines: Vec<String> = d.iter().map(|d| d.to_string()).collect();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("evals/digest/a.yaml:4: colour: unknown key")),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("evals/digest/a.yaml:7: assert.must_sing: unknown assertion")),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("evals/digest/a.yaml:8: assert.max_steps: expected a whole number")),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn a_bad_turn_points_at_its_item() {
+        let src = "model: scripted\nscript:\n  - text: hi\n  - call: { tool: run_command, argz: {} }\nassert:\n  - no_denials: true\n";
+        let (_, d) = parse(src);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!((d[0].line, d[0].field.as_str()), (4, "script[1]"));
+    }
+
+    #[test]
+    fn the_scaffold_case_checks_out() {
+        let (c, d) = parse(include_str!("../../../evals/digest/basic.yaml"));
+        assert!(d.is_empty(), "{d:?}");
+        assert!(matches!(c.unwrap().model, CaseModel::Replay(_)));
+    }
+}

@@ -1,0 +1,282 @@
+//! `builder eval` (DESIGN.md section 8, "Eval cases" and "Eval output"): the golden
+//! cases of `evals/<task>/*.yaml` run on a base and a head revision in one go, each
+//! revision in its own temporary worktree (see [`run`]), side by side: pass rate,
+//! steps, tool calls, tokens, cost, denials, duration. A head case that breaks an
+//! assertion, or passes less often than its `min_pass`, fails the eval and is named
+//! with the assertion; when the base passed it, that is a regression.
+//!
+//! The cases are the head's (the revision under review), plus any case the head
+//! deleted, so removing a failing case does not hide it; each runs on both revisions.
+
+pub mod case;
+pub mod render;
+pub mod run;
+
+use crate::diag::Diagnostic;
+use case::Case;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+pub use run::{EvalError, TempWorktree};
+
+/// One revision to evaluate.
+#[derive(Debug, Clone, Serialize)]
+pub struct Revision {
+    /// What the caller named (`HEAD~1`, `main`, `proposals/x`).
+    pub rev: String,
+    pub commit: String,
+}
+
+/// What `evaluate` is asked to do.
+pub struct EvalOptions {
+    /// The repository's work-tree root (worktrees are added from it).
+    pub root: PathBuf,
+    pub base: Option<Revision>,
+    pub head: Revision,
+    /// Only the cases of this task.
+    pub task: Option<String>,
+    /// The `runtime` binary that fires the cases.
+    pub runtime: PathBuf,
+}
+
+/// An assertion a fire broke, and what was seen instead.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Failure {
+    /// The assertion as the case wrote it (`must_call: run_command`), or `fire`.
+    pub assertion: String,
+    pub detail: String,
+}
+
+/// One case's fires on one revision, summed over its runs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CaseRun {
+    pub runs: u32,
+    pub passed: u32,
+    pub steps: u64,
+    pub tool_calls: u64,
+    pub tokens: u64,
+    pub cost_usd: f64,
+    pub denials: u64,
+    pub duration_ms: u64,
+    /// Each broken assertion once (the first fire's detail).
+    pub failures: Vec<Failure>,
+}
+
+impl CaseRun {
+    pub fn pass_rate(&self) -> f64 {
+        if self.runs == 0 {
+            0.0
+        } else {
+            f64::from(self.passed) / f64::from(self.runs)
+        }
+    }
+}
+
+/// One row of the eval output: a case on a revision.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub case: String,
+    pub file: String,
+    pub task: String,
+    /// `base` or `head`.
+    pub revision: &'static str,
+    pub model: &'static str,
+    pub min_pass: f64,
+    pub pass_rate: f64,
+    #[serde(flatten)]
+    pub run: CaseRun,
+    /// The case failed here: a broken assertion, or a pass rate under `min_pass`.
+    pub failed: bool,
+    /// Cards the case guards against (its `fixes:`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fixes: Vec<String>,
+}
+
+/// A head case that fails, by assertion.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    pub case: String,
+    pub file: String,
+    pub assertion: String,
+    pub detail: String,
+    /// The base passed this assertion: the head made it worse.
+    pub regression: bool,
+}
+
+/// Totals for one revision.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    pub cases: usize,
+    pub passed: usize,
+    pub pass_rate: f64,
+    pub steps: u64,
+    pub tool_calls: u64,
+    pub tokens: u64,
+    pub cost_usd: f64,
+    pub denials: u64,
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub base: Option<Totals>,
+    pub head: Totals,
+    /// Every failing head case and assertion (regressions marked).
+    pub failures: Vec<Finding>,
+    /// Case files that do not load (file:line: field: problem).
+    pub problems: Vec<Diagnostic>,
+    /// No failure and no problem.
+    pub ok: bool,
+}
+
+/// The whole eval: rows (each case on base, then on head), then the summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    pub base: Option<Revision>,
+    pub head: Revision,
+    pub rows: Vec<Row>,
+    pub summary: Summary,
+}
+
+fn model_name(c: &Case) -> &'static str {
+    match c.model {
+        case::CaseModel::Scripted(_) => "scripted",
+        case::CaseModel::Replay(_) => "replay",
+        case::CaseModel::Provider => "provider",
+    }
+}
+
+/// Runs every case on every revision. Each revision gets one temporary worktree;
+/// the two revisions run side by side on two threads.
+pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, EvalError> {
+    let head_wt = TempWorktree::add(&opts.root, &opts.head.commit)?;
+    let base_wt = match &opts.base {
+        Some(b) => Some(TempWorktree::add(&opts.root, &b.commit)?),
+        None => None,
+    };
+    let mut problems = Vec::new();
+    let mut cases = case::load_cases(&head_wt.path, opts.task.as_deref(), &mut problems);
+    if let Some(b) = &base_wt {
+        let mut ignored = Vec::new();
+        let in_head = case::case_files(&head_wt.path, opts.task.as_deref());
+        for c in case::load_cases(&b.path, opts.task.as_deref(), &mut ignored) {
+            if !in_head.contains(&c.file) {
+                cases.push(c);
+            }
+        }
+    }
+    let runtime = opts.runtime.as_path();
+    let (base_runs, head_runs) = std::thread::scope(|s| {
+        let base = base_wt
+            .as_ref()
+            .map(|wt| s.spawn(|| run_all(runtime, &wt.path, &cases)));
+        let head = run_all(runtime, &head_wt.path, &cases);
+        let base = base.map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(EvalError::Worktree("an eval thread panicked".into())))
+        });
+        (base.transpose(), head)
+    });
+    let (base_runs, head_runs) = (base_runs?, head_runs?);
+    Ok(report(opts, &cases, base_runs, head_runs, problems))
+}
+
+fn run_all(runtime: &Path, wt: &Path, cases: &[Case]) -> Result<Vec<CaseRun>, EvalError> {
+    let settings = crate::settings::load(wt).ok().map(|s| s.runtime);
+    let secrets = crate::fire::config::redactor(settings.as_ref());
+    cases.iter().map(|c| run::run_case(runtime, wt, c, &secrets)).collect()
+}
+
+fn row(c: &Case, revision: &'static str, run: CaseRun) -> Row {
+    let pass_rate = run.pass_rate();
+    Row {
+        case: c.name.clone(),
+        file: c.file.to_string_lossy().into_owned(),
+        task: c.task.clone(),
+        revision,
+        model: model_name(c),
+        min_pass: c.min_pass,
+        pass_rate,
+        failed: pass_rate < c.min_pass,
+        fixes: c.fixes.clone(),
+        run,
+    }
+}
+
+fn totals(rows: &[&Row]) -> Totals {
+    let mut t = Totals {
+        cases: rows.len(),
+        ..Totals::default()
+    };
+    for r in rows {
+        t.passed += usize::from(!r.failed);
+        t.steps += r.run.steps;
+        t.tool_calls += r.run.tool_calls;
+        t.tokens += r.run.tokens;
+        t.cost_usd += r.run.cost_usd;
+        t.denials += r.run.denials;
+        t.duration_ms += r.run.duration_ms;
+    }
+    t.pass_rate = if t.cases == 0 {
+        1.0
+    } else {
+        t.passed as f64 / t.cases as f64
+    };
+    t
+}
+
+fn report(
+    opts: &EvalOptions,
+    cases: &[Case],
+    base: Option<Vec<CaseRun>>,
+    head: Vec<CaseRun>,
+    problems: Vec<Diagnostic>,
+) -> EvalReport {
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let mut base = base.map(Vec::into_iter);
+    for (c, h) in cases.iter().zip(head) {
+        let b = base.as_mut().and_then(Iterator::next).map(|r| row(c, "base", r));
+        let h = row(c, "head", h);
+        if h.failed {
+            let base_broke = |a: &str| {
+                b.as_ref()
+                    .is_none_or(|b| b.run.failures.iter().any(|f| f.assertion == a))
+            };
+            for f in &h.run.failures {
+                failures.push(Finding {
+                    case: c.name.clone(),
+                    file: h.file.clone(),
+                    assertion: f.assertion.clone(),
+                    detail: f.detail.clone(),
+                    regression: !base_broke(&f.assertion),
+                });
+            }
+            if h.run.runs > 1 || h.run.failures.is_empty() {
+                failures.push(Finding {
+                    case: c.name.clone(),
+                    file: h.file.clone(),
+                    assertion: format!("min_pass: {}", c.min_pass),
+                    detail: format!("passed {} of {} runs", h.run.passed, h.run.runs),
+                    regression: b.as_ref().is_some_and(|b| b.pass_rate >= c.min_pass),
+                });
+            }
+        }
+        rows.extend(b);
+        rows.push(h);
+    }
+    let of = |rev: &str| -> Vec<&Row> { rows.iter().filter(|r| r.revision == rev).collect() };
+    let summary = Summary {
+        base: opts.base.as_ref().map(|_| totals(&of("base"))),
+        head: totals(&of("head")),
+        ok: failures.is_empty() && problems.is_empty(),
+        failures,
+        problems,
+    };
+    EvalReport {
+        base: opts.base.clone(),
+        head: opts.head.clone(),
+        rows,
+        summary,
+    }
+}

@@ -1,0 +1,381 @@
+//! Running eval cases against one revision: a temporary git worktree of the commit
+//! (detached, under a temporary directory, removed afterwards), and for each case one
+//! or more real fires of the `runtime` binary there with `--no-commit`, so a case
+//! runs the same loader, policy, tool worker and sandbox as cron does, commits
+//! nothing and writes its records and `.runtime/` state into the throwaway worktree,
+//! never the engineer's. Scripted cases answer from their script through the replay
+//! provider (`runtime fire --replay`), offline and deterministically.
+
+use super::case::{Assertion, Case, CaseModel};
+use super::{CaseRun, Failure};
+use crate::records::{Receipt, RecordedDecision};
+use crate::secrets::Redactor;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// git's variables that would point a child process at the engineer's checkout (a
+/// hook's `GIT_INDEX_FILE`, a `GIT_WORK_TREE`) instead of the temporary worktree:
+/// removed from every git and runtime process an eval starts.
+pub const CHECKOUT_ENV: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_PREFIX",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_QUARANTINE_PATH",
+];
+
+fn scrubbed(program: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    for var in CHECKOUT_ENV {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// Why a revision could not be evaluated at all.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error("{0}")]
+    Worktree(String),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// A detached worktree of one commit in a temporary directory; removed on drop.
+pub struct TempWorktree {
+    repo_root: PathBuf,
+    pub path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TempWorktree {
+    /// `git worktree add --detach` of `commit` (git's own command: it writes the
+    /// worktree's administrative files the way every other git tool expects them).
+    pub fn add(repo_root: &Path, commit: &str) -> Result<TempWorktree, EvalError> {
+        let dir = tempfile::Builder::new()
+            .prefix("builder-eval-")
+            .tempdir()
+            .map_err(|e| EvalError::Io {
+                path: std::env::temp_dir(),
+                source: e,
+            })?;
+        let path = dir.path().join("wt");
+        git(
+            repo_root,
+            &["worktree", "add", "--detach", "--quiet"],
+            &[path.as_os_str(), commit.as_ref()],
+        )?;
+        Ok(TempWorktree {
+            repo_root: repo_root.to_path_buf(),
+            path,
+            _dir: dir,
+        })
+    }
+}
+
+impl Drop for TempWorktree {
+    fn drop(&mut self) {
+        if let Err(e) = git(
+            &self.repo_root,
+            &["worktree", "remove", "--force"],
+            &[self.path.as_os_str()],
+        ) {
+            tracing::warn!(error = %e, "the temporary worktree was not removed; `git worktree prune` cleans up");
+        }
+    }
+}
+
+fn git(root: &Path, args: &[&str], paths: &[&std::ffi::OsStr]) -> Result<(), EvalError> {
+    let out = scrubbed(Path::new("git"))
+        .arg("-C")
+        .arg(root)
+        .args(args)
+        .args(paths)
+        .output()
+        .map_err(|e| EvalError::Worktree(format!("cannot run git: {e}")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(EvalError::Worktree(format!(
+            "git {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// What one fire of a case left, read back from the worktree.
+struct Fired {
+    receipt: Option<Receipt>,
+    report: String,
+    /// The bytes of every record the fire wrote (report, receipt, cards).
+    records: Vec<Vec<u8>>,
+    message: String,
+    wall_ms: u64,
+    /// The kinds of the cards the fire wrote.
+    card_kinds: Vec<String>,
+}
+
+/// Fires `case` once in the worktree `wt` with the `runtime` binary `runtime`.
+/// `n` numbers the fire (the scripted trace's file name).
+fn fire_once(runtime: &Path, wt: &Path, case: &Case, n: usize) -> Result<Fired, EvalError> {
+    let mut cmd = scrubbed(runtime);
+    cmd.arg("-C").arg(wt).args([
+        "fire",
+        &case.task,
+        "--no-commit",
+        "--eval",
+        "--json",
+        "--progress",
+        "never",
+    ]);
+    match &case.model {
+        CaseModel::Scripted(trace) => {
+            let dir = wt.join(crate::layout::STATE_DIR).join("eval");
+            let io = |path: &Path| {
+                let path = path.to_path_buf();
+                move |source| EvalError::Io { path, source }
+            };
+            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+            let file = dir.join(format!("script-{n}.json"));
+            let body = serde_json::to_vec(trace).unwrap_or_default();
+            std::fs::write(&file, body).map_err(io(&file))?;
+            cmd.arg("--replay").arg(&file);
+        }
+        CaseModel::Replay(rel) => {
+            cmd.arg("--replay").arg(wt.join(rel));
+        }
+        CaseModel::Provider => {}
+    }
+    let started = Instant::now();
+    let out = cmd
+        .output()
+        .map_err(|e| EvalError::Worktree(format!("cannot run {}: {e}", runtime.display())))?;
+    let wall_ms = started.elapsed().as_millis() as u64;
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let mut fired = Fired {
+        receipt: None,
+        report: String::new(),
+        records: vec![],
+        message: summary["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        wall_ms,
+        card_kinds: vec![],
+    };
+    let read = |rel: &str| std::fs::read(wt.join(rel)).ok();
+    if let Some(bytes) = summary["receipt"].as_str().and_then(read) {
+        fired.receipt = serde_json::from_slice(&bytes).ok();
+        fired.records.push(bytes);
+    }
+    if let Some(bytes) = summary["report"].as_str().and_then(read) {
+        fired.report = String::from_utf8_lossy(&bytes).into_owned();
+        fired.records.push(bytes);
+    }
+    for id in summary["cards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str())
+    {
+        for p in crate::cards::work_tree_card_paths(wt, id) {
+            if let Some(bytes) = read(&p) {
+                if let Ok(card) = serde_yaml::from_slice::<crate::records::Card>(&bytes) {
+                    fired.card_kinds.push(card.kind.as_str().to_string());
+                }
+                fired.records.push(bytes);
+            }
+        }
+    }
+    Ok(fired)
+}
+
+/// How a re-run of a recorded run ended.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Refired {
+    /// The receipt's status, or `none` when the fire left no receipt.
+    pub status: String,
+    pub card_kinds: Vec<String>,
+    pub message: String,
+}
+
+/// Fires `task` once in `wt` answering from `trace` (a run's recorded model
+/// responses), without a commit.
+pub fn refire(
+    runtime: &Path,
+    wt: &Path,
+    task: &str,
+    trace: crate::provider::ReplayTrace,
+) -> Result<Refired, EvalError> {
+    let case = Case {
+        file: PathBuf::new(),
+        name: "re-run".into(),
+        task: task.to_string(),
+        model: CaseModel::Scripted(trace),
+        repeat: 1,
+        min_pass: 1.0,
+        asserts: vec![],
+        fixes: vec![],
+    };
+    let fired = fire_once(runtime, wt, &case, 0)?;
+    Ok(Refired {
+        status: fired.receipt.as_ref().map_or("none", |r| r.status.as_str()).to_string(),
+        card_kinds: fired.card_kinds,
+        message: fired.message,
+    })
+}
+
+/// Runs `case` in `wt` (`repeat` times for a live model, once otherwise) and judges
+/// every fire by the case's assertions. `secrets` finds secret values in records.
+pub fn run_case(runtime: &Path, wt: &Path, case: &Case, secrets: &Redactor) -> Result<CaseRun, EvalError> {
+    let runs = match case.model {
+        CaseModel::Provider => case.repeat,
+        CaseModel::Scripted(_) | CaseModel::Replay(_) => 1,
+    };
+    let mut row = CaseRun {
+        runs,
+        ..CaseRun::default()
+    };
+    for n in 0..runs as usize {
+        let fired = fire_once(runtime, wt, case, n)?;
+        let failures = judge(case, &fired, secrets);
+        if failures.is_empty() {
+            row.passed += 1;
+        }
+        if let Some(r) = &fired.receipt {
+            row.steps += r.steps as u64;
+            row.tool_calls += r.tool_calls.len() as u64;
+            row.tokens += r.tokens.total();
+            row.cost_usd += r.cost_usd;
+            row.denials += r.denials as u64;
+            row.duration_ms += (r.finished_at - r.started_at).num_milliseconds().max(0) as u64;
+        } else {
+            row.duration_ms += fired.wall_ms;
+        }
+        for f in failures {
+            if !row.failures.iter().any(|g: &Failure| g.assertion == f.assertion) {
+                row.failures.push(f);
+            }
+        }
+    }
+    Ok(row)
+}
+
+/// The assertions `fired` breaks, each with what was seen.
+fn judge(case: &Case, fired: &Fired, secrets: &Redactor) -> Vec<Failure> {
+    let Some(r) = &fired.receipt else {
+        return vec![Failure {
+            assertion: "fire".into(),
+            detail: format!("the fire left no receipt: {}", fired.message),
+        }];
+    };
+    if r.stop_reason == crate::records::StopReason::NotStarted {
+        return vec![Failure {
+            assertion: "fire".into(),
+            detail: format!("the fire was refused before its first step: {}", fired.message),
+        }];
+    }
+    let called: Vec<&str> = r.tool_calls.iter().map(|c| c.name.as_str()).collect();
+    let ran: Vec<&str> = r
+        .tool_calls
+        .iter()
+        .filter(|c| c.decision == RecordedDecision::Allow)
+        .map(|c| c.name.as_str())
+        .collect();
+    let mut out = Vec::new();
+    for a in &case.asserts {
+        let broken: Option<String> = match a {
+            Assertion::MustCall(tools) => {
+                let missing: Vec<&str> = tools.iter().map(String::as_str).filter(|t| !ran.contains(t)).collect();
+                (!missing.is_empty()).then(|| {
+                    format!(
+                        "not called (and allowed): {}; calls: {}",
+                        missing.join(", "),
+                        shown(&called)
+                    )
+                })
+            }
+            Assertion::MustNotCall(tools) => {
+                let hit: Vec<&str> = tools
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|t| called.contains(t))
+                    .collect();
+                (!hit.is_empty()).then(|| format!("called: {}", hit.join(", ")))
+            }
+            Assertion::CallOrder(order) => {
+                let mut it = called.iter();
+                let in_order = order.iter().all(|want| it.any(|c| c == want));
+                (!in_order).then(|| format!("calls were {}", shown(&called)))
+            }
+            Assertion::ReportContains(needles) => {
+                let missing: Vec<&str> = needles
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|n| !fired.report.contains(n))
+                    .collect();
+                (!missing.is_empty()).then(|| format!("the report lacks {}", quoted(&missing)))
+            }
+            Assertion::ReportMatches(re) => {
+                (!re.is_match(&fired.report)).then(|| format!("the report does not match /{}/", re.as_str()))
+            }
+            Assertion::MaxSteps(n) => (r.steps > *n).then(|| format!("{} steps", r.steps)),
+            Assertion::MaxCostUsd(x) => (r.cost_usd > *x).then(|| format!("cost {:.4} USD", r.cost_usd)),
+            Assertion::NoDenials => (r.denials > 0).then(|| {
+                let denied: Vec<String> = r
+                    .tool_calls
+                    .iter()
+                    .filter(|c| c.decision == RecordedDecision::Deny)
+                    .map(|c| format!("{} ({})", c.name, c.rule.as_deref().unwrap_or(&c.reason)))
+                    .collect();
+                format!("{} denial(s): {}", r.denials, denied.join(", "))
+            }),
+            Assertion::AcceptancePasses => {
+                let failed: Vec<&str> = r
+                    .acceptance
+                    .iter()
+                    .filter(|a| !a.passed)
+                    .map(|a| a.check.as_str())
+                    .collect();
+                if !failed.is_empty() {
+                    Some(format!("failed checks: {}", failed.join(", ")))
+                } else if r.status != crate::records::RunStatus::Accepted
+                    && r.status != crate::records::RunStatus::Completed
+                {
+                    Some(format!("the run ended {}", r.status.as_str()))
+                } else {
+                    None
+                }
+            }
+            Assertion::NoSecretInRecords => fired
+                .records
+                .iter()
+                .any(|b| secrets.holds_secret(b))
+                .then(|| "a record holds a secret value".to_string()),
+        };
+        if let Some(detail) = broken {
+            out.push(Failure {
+                assertion: a.label(),
+                detail,
+            });
+        }
+    }
+    out
+}
+
+fn shown(calls: &[&str]) -> String {
+    if calls.is_empty() {
+        "none".into()
+    } else {
+        calls.join(" → ")
+    }
+}
+
+fn quoted(v: &[&str]) -> String {
+    v.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ")
+}

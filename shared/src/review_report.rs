@@ -1,0 +1,508 @@
+//! `builder review <name>` (DESIGN.md section 8, "`review --format json`"): what a
+//! reviewer needs to approve a proposal, gathered in one value: the diff of
+//! builder-owned paths against the base, `builder check` on the proposal's tree, the
+//! capability delta over the recorded history ([`crate::review::delta`]), the eval table for
+//! base and head ([`crate::eval`]), and for each card the proposal says it fixes, the
+//! evidence that it would not recur. Rendered as text, JSON or a pull-request comment.
+//! A module of its own above both `review` and `eval` (an eval fires, and the fire
+//! reads approvals from `review`).
+
+use crate::diag::Diagnostic;
+use crate::eval::{EvalOptions, EvalReport, Revision, TempWorktree};
+use crate::layout::{Owner, Ownership};
+use crate::review::delta::{self, DeltaGroup, Side};
+use crate::review::proposals::UnderReview;
+use crate::review::ReviewError;
+use git2::Repository;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// One changed builder-owned path.
+#[derive(Debug, Clone, Serialize)]
+pub struct Changed {
+    pub path: String,
+    /// `added`, `deleted` or `modified`.
+    pub status: &'static str,
+}
+
+/// The evidence for one card the proposal fixes.
+#[derive(Debug, Clone, Serialize)]
+pub struct FixEvidence {
+    pub card: String,
+    pub kind: Option<String>,
+    pub run_id: Option<String>,
+    /// What was done to show the card would not recur, in words.
+    pub method: String,
+    /// The card's run's recorded calls whose decision the proposal changes.
+    pub calls_changed: Vec<DeltaGroup>,
+    /// The card's run re-run on the proposal with its recorded model responses.
+    pub rerun: Option<crate::eval::run::Refired>,
+    /// Eval cases that name the card (`fixes:`), with their result on the head.
+    pub cases: Vec<CaseEvidence>,
+    /// The evidence holds: the changed calls or the cases show the fix.
+    pub shown: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseEvidence {
+    pub case: String,
+    pub passes_on_head: bool,
+}
+
+/// Everything `builder review` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReviewReport {
+    pub proposal: String,
+    pub base: String,
+    pub head: String,
+    /// Changed builder-owned paths.
+    pub diff: Vec<String>,
+    /// The same paths with how each changed.
+    pub changes: Vec<Changed>,
+    /// The unified diff of those paths.
+    #[serde(skip)]
+    pub patch: String,
+    /// `builder check` on the proposal's tree.
+    pub check: Vec<Diagnostic>,
+    /// How many recorded calls were decided again, and from where.
+    pub history: HistoryScope,
+    pub capability_delta: Vec<DeltaGroup>,
+    pub evals: EvalReport,
+    pub fixes: Vec<FixEvidence>,
+    /// Checks and evals pass.
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryScope {
+    pub database: String,
+    pub calls: usize,
+    pub since: Option<String>,
+}
+
+/// What the review is asked for.
+pub struct ReviewOptions {
+    pub root: PathBuf,
+    pub name: String,
+    /// The runtime's state database the calls come from.
+    pub history: PathBuf,
+    /// Only runs started at or after this time (RFC 3339).
+    pub since: Option<String>,
+    /// The `runtime` binary that fires the eval cases.
+    pub runtime: PathBuf,
+}
+
+/// Why a review could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Review(#[from] ReviewError),
+    #[error(transparent)]
+    Delta(#[from] delta::DeltaError),
+    #[error(transparent)]
+    Eval(#[from] crate::eval::EvalError),
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+}
+
+/// Gathers the review of proposal `opts.name` in `repo`.
+pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) -> Result<ReviewReport, ReportError> {
+    let p: UnderReview = crate::review::proposals::under_review(repo, &opts.name)?;
+    let (changes, patch) = builder_diff(repo, ownership, &p)?;
+    let diff = changes.iter().map(|c| c.path.clone()).collect();
+    let head_wt = TempWorktree::add(&opts.root, &p.head.to_string())?;
+    let check = crate::check::check_repo(&head_wt.path).problems;
+    let before = delta::settings_of_commit(repo, p.base, "the base")?;
+    let after = delta::settings_of_commit(repo, p.head, &format!("proposals/{}", opts.name))?;
+    let side = |s: &crate::settings::RuntimeSettings, rev: &str| {
+        Side::new(&opts.root, s).map_err(|source| delta::DeltaError::Policy {
+            rev: rev.to_string(),
+            source,
+        })
+    };
+    let (before, after) = (side(&before, "the base")?, side(&after, "the proposal")?);
+    let calls = delta::recorded_calls(&opts.history, opts.since.as_deref()).map_err(delta::DeltaError::from)?;
+    let capability_delta = delta::capability_delta(&calls, &before, &after);
+    let evals = crate::eval::evaluate(&EvalOptions {
+        root: opts.root.clone(),
+        base: Some(Revision {
+            rev: "base".into(),
+            commit: p.base.to_string(),
+        }),
+        head: Revision {
+            rev: format!("proposals/{}", opts.name),
+            commit: p.head.to_string(),
+        },
+        task: None,
+        runtime: opts.runtime.clone(),
+    })?;
+    let ctx = FixContext {
+        opts,
+        head_wt: &head_wt.path,
+        calls: &calls,
+        sides: (&before, &after),
+        evals: &evals,
+    };
+    let fixes = p.fixes.iter().map(|card| fix_evidence(&ctx, card)).collect();
+    drop(head_wt);
+    let ok = check.is_empty() && evals.summary.ok;
+    Ok(ReviewReport {
+        proposal: opts.name.clone(),
+        base: p.base.to_string(),
+        head: p.head.to_string(),
+        diff,
+        changes,
+        patch,
+        check,
+        history: HistoryScope {
+            database: opts.history.to_string_lossy().into_owned(),
+            calls: calls.len(),
+            since: opts.since.clone(),
+        },
+        capability_delta,
+        evals,
+        fixes,
+        ok,
+    })
+}
+
+/// The builder-owned paths that differ between the base and the proposal, and their
+/// unified diff.
+fn builder_diff(
+    repo: &Repository,
+    ownership: &Ownership,
+    p: &UnderReview,
+) -> Result<(Vec<Changed>, String), git2::Error> {
+    let base = repo.find_commit(p.base)?.tree()?;
+    let head = repo.find_commit(p.head)?.tree()?;
+    let diff = repo.diff_tree_to_tree(Some(&base), Some(&head), None)?;
+    let owned = |d: &git2::DiffDelta| {
+        d.new_file()
+            .path()
+            .or(d.old_file().path())
+            .map(|p| p.to_string_lossy().into_owned())
+            .filter(|p| ownership.classify_normalized(p) == Owner::Builder)
+    };
+    let mut changed = Vec::new();
+    for d in diff.deltas() {
+        if let Some(path) = owned(&d) {
+            let status = match d.status() {
+                git2::Delta::Added => "added",
+                git2::Delta::Deleted => "deleted",
+                _ => "modified",
+            };
+            changed.push(Changed { path, status });
+        }
+    }
+    let mut patch = String::new();
+    diff.print(git2::DiffFormat::Patch, |d, _hunk, line| {
+        if owned(&d).is_some() {
+            if matches!(line.origin(), '+' | '-' | ' ') {
+                patch.push(line.origin());
+            }
+            patch.push_str(&String::from_utf8_lossy(line.content()));
+        }
+        true
+    })?;
+    Ok((changed, patch))
+}
+
+/// What the evidence for a fixed card is gathered from.
+struct FixContext<'a> {
+    opts: &'a ReviewOptions,
+    /// A worktree of the proposal's head.
+    head_wt: &'a Path,
+    calls: &'a [delta::RecordedCall],
+    sides: (&'a Side, &'a Side),
+    evals: &'a EvalReport,
+}
+
+/// The model responses run `run_id` recorded (each model span's output messages, in
+/// order), as a replay trace; `None` when the history has none of them.
+fn recorded_responses(db: &Path, run_id: &str) -> Option<crate::provider::ReplayTrace> {
+    use crate::provider::{ReplayCall, ReplayTrace, ReplayTurn, ReplayUsage};
+    if !db.exists() {
+        return None;
+    }
+    let store = crate::store::Store::open_read_only(db, crate::state::RUNTIME_SCHEMA).ok()?;
+    let rows: Vec<(String, i64, i64)> = store
+        .query_all(
+            "SELECT attributes, tokens_in, tokens_out FROM spans WHERE run_id = ?1 AND kind = 'model' ORDER BY start_ns, span_id",
+            [run_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .ok()?;
+    let mut turns = Vec::new();
+    for (attrs, tokens_in, tokens_out) in rows {
+        let attrs: serde_json::Value = serde_json::from_str(&attrs).ok()?;
+        let Some(out) = attrs["gen_ai.output.messages"].as_str() else {
+            continue;
+        };
+        let messages: serde_json::Value = serde_json::from_str(out).ok()?;
+        let mut turn = ReplayTurn {
+            content: None,
+            tool_calls: vec![],
+            usage: ReplayUsage {
+                input: tokens_in.max(0) as u64,
+                output: tokens_out.max(0) as u64,
+            },
+        };
+        for part in messages[0]["parts"].as_array().into_iter().flatten() {
+            match part["type"].as_str() {
+                Some("text") => turn.content = part["content"].as_str().map(str::to_string),
+                Some("tool_call") => turn.tool_calls.push(ReplayCall {
+                    id: part["id"].as_str().unwrap_or_default().to_string(),
+                    name: part["name"].as_str().unwrap_or_default().to_string(),
+                    arguments: part["arguments"].clone(),
+                }),
+                _ => {}
+            }
+        }
+        turns.push(turn);
+    }
+    (!turns.is_empty()).then_some(ReplayTrace {
+        version: 1,
+        model: Some("recorded".into()),
+        turns,
+    })
+}
+
+/// The evidence that `card` would not recur under the proposal: when its cause lies
+/// in settings or tools, its run re-run on the proposal's tree with the model
+/// responses it recorded, and its recorded calls decided again under both settings;
+/// always, the eval cases that name it.
+fn fix_evidence(ctx: &FixContext, card: &str) -> FixEvidence {
+    let (root, calls, sides, evals) = (&ctx.opts.root, ctx.calls, ctx.sides, ctx.evals);
+    let found = crate::cards::work_tree_card_paths(root, card)
+        .into_iter()
+        .find_map(|p| std::fs::read_to_string(root.join(p)).ok())
+        .and_then(|s| serde_yaml::from_str::<crate::records::Card>(&s).ok());
+    let cases: Vec<CaseEvidence> = evals
+        .rows
+        .iter()
+        .filter(|r| r.revision == "head" && r.fixes.iter().any(|f| f == card))
+        .map(|r| CaseEvidence {
+            case: r.case.clone(),
+            passes_on_head: !r.failed,
+        })
+        .collect();
+    let mut ev = FixEvidence {
+        card: card.to_string(),
+        kind: found.as_ref().map(|c| c.kind.as_str().to_string()),
+        run_id: found.as_ref().map(|c| c.run_id.clone()),
+        method: String::new(),
+        calls_changed: vec![],
+        rerun: None,
+        shown: false,
+        cases,
+    };
+    let mut said = Vec::new();
+    match &found {
+        None => said.push("no card file here: nothing to re-run".to_string()),
+        Some(c) if settings_cause(c.kind) => {
+            let run: Vec<delta::RecordedCall> = calls.iter().filter(|x| x.run_id == c.run_id).cloned().collect();
+            if run.is_empty() {
+                said.push(format!(
+                    "the card's cause lies in settings or tools, but run {} has no recorded calls in this history",
+                    c.run_id
+                ));
+            } else {
+                ev.calls_changed = delta::capability_delta(&run, sides.0, sides.1);
+                let n: usize = ev.calls_changed.iter().map(|g| g.count).sum();
+                said.push(format!(
+                    "decided run {}'s {} recorded call(s) again under the proposal's settings: {n} change decision",
+                    c.run_id,
+                    run.len()
+                ));
+                ev.shown = n > 0;
+            }
+            match recorded_responses(&ctx.opts.history, &c.run_id) {
+                None => said.push(format!("run {} recorded no model responses here: not re-run", c.run_id)),
+                Some(trace) => {
+                    let turns = trace.turns.len();
+                    match crate::eval::run::refire(&ctx.opts.runtime, ctx.head_wt, &c.task, trace) {
+                        Ok(r) => {
+                            let recurs = r.card_kinds.iter().any(|k| k == c.kind.as_str());
+                            said.push(format!(
+                                "re-ran run {} on the proposal with its {turns} recorded model response(s): {}, cards [{}]: the {} card {}",
+                                c.run_id,
+                                r.status,
+                                r.card_kinds.join(", "),
+                                c.kind.as_str(),
+                                if recurs { "recurs" } else { "does not recur" }
+                            ));
+                            ev.rerun = Some(r);
+                            ev.shown = !recurs;
+                        }
+                        Err(e) => said.push(format!("re-running run {} failed: {e}", c.run_id)),
+                    }
+                }
+            }
+        }
+        Some(c) => said.push(format!(
+            "a {} card's cause is not in settings or tools: the eval cases that name it are the evidence",
+            c.kind.as_str()
+        )),
+    }
+    if ev.cases.is_empty() {
+        said.push("no eval case names the card (add `fixes: [<card-id>]` to one)".into());
+    } else {
+        let passing = ev.cases.iter().filter(|c| c.passes_on_head).count();
+        said.push(format!(
+            "{passing} of {} eval case(s) naming the card pass on the head",
+            ev.cases.len()
+        ));
+        ev.shown = ev.shown || passing == ev.cases.len();
+    }
+    ev.method = said.join("; ");
+    ev
+}
+
+/// Card kinds whose cause lies in the settings or the tools.
+fn settings_cause(kind: crate::records::CardKind) -> bool {
+    use crate::records::CardKind as K;
+    match kind {
+        K::PermissionDenied | K::MissingTool | K::ApprovalNeeded => true,
+        K::BudgetExceeded
+        | K::MaxSteps
+        | K::RepeatedCall
+        | K::RepeatedError
+        | K::ProviderError
+        | K::PrefetchFailed
+        | K::AcceptanceFailed
+        | K::InvalidConfig
+        | K::UnreviewedChanges
+        | K::SandboxUnavailable
+        | K::SideEffectUncertain
+        | K::Crashed
+        | K::EmptyReport
+        | K::ContextOverflow
+        | K::PrefetchTruncated
+        | K::OutputRejected
+        | K::StateReset => false,
+    }
+}
+
+/// The review as text (`--format text`).
+pub fn text(r: &ReviewReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "review of proposals/{} ({}) against base {}",
+        r.proposal,
+        short(&r.head),
+        short(&r.base)
+    );
+    let _ = writeln!(o, "\n== diff of builder-owned paths ({})", r.diff.len());
+    for c in &r.changes {
+        let _ = writeln!(o, "{:<8} {}", c.status, c.path);
+    }
+    if !r.patch.is_empty() {
+        let _ = writeln!(o, "\n{}", r.patch.trim_end());
+    }
+    let _ = writeln!(o, "\n== check of the proposal: {} problem(s)", r.check.len());
+    for d in &r.check {
+        let _ = writeln!(o, "{d}");
+    }
+    let _ = writeln!(
+        o,
+        "\n== capability delta: {} recorded call(s) from {} decided again; {} change",
+        r.history.calls,
+        r.history.database,
+        r.capability_delta.iter().map(|g| g.count).sum::<usize>()
+    );
+    for g in &r.capability_delta {
+        let _ = writeln!(o, "{}", delta::describe(g));
+    }
+    let _ = writeln!(o, "\n== evals");
+    o.push_str(&crate::eval::render::text(&r.evals));
+    if !r.fixes.is_empty() {
+        let _ = writeln!(o, "\n== fixes");
+        for f in &r.fixes {
+            let _ = writeln!(
+                o,
+                "card {}: {} ({})",
+                f.card,
+                if f.shown { "evidence shown" } else { "not shown" },
+                f.method
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n{}",
+        if r.ok {
+            "ok: checks and evals pass"
+        } else {
+            "FAIL: checks or evals fail"
+        }
+    );
+    o
+}
+
+/// A pull-request comment body (`--format github`).
+pub fn github(r: &ReviewReport) -> String {
+    let mut o = String::new();
+    let mark = if r.ok { "✅" } else { "❌" };
+    let _ = writeln!(o, "## {mark} builder review: `proposals/{}`\n", r.proposal);
+    let _ = writeln!(o, "Base `{}`, head `{}`.\n", short(&r.base), short(&r.head));
+    let _ = writeln!(o, "### Changed builder-owned paths\n");
+    for c in &r.changes {
+        let _ = writeln!(o, "- `{}` ({})", c.path, c.status);
+    }
+    if !r.patch.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n<details><summary>diff</summary>\n\n```diff\n{}\n```\n</details>",
+            r.patch.trim_end()
+        );
+    }
+    let _ = writeln!(o, "\n### Check\n");
+    if r.check.is_empty() {
+        let _ = writeln!(o, "No problems.");
+    }
+    for d in &r.check {
+        let _ = writeln!(o, "- `{}:{}` {}: {}", d.file.display(), d.line, d.field, d.message);
+    }
+    let _ = writeln!(
+        o,
+        "\n### Capability delta\n\n{} recorded call(s) decided again under both settings.\n",
+        r.history.calls
+    );
+    if r.capability_delta.is_empty() {
+        let _ = writeln!(o, "No recorded call changes decision.");
+    }
+    for g in &r.capability_delta {
+        let _ = writeln!(o, "- {}", delta::describe(g).replace('|', "\\|"));
+    }
+    let _ = writeln!(o, "\n### Evals\n");
+    o.push_str(&crate::eval::render::markdown(&r.evals));
+    for f in &r.evals.summary.failures {
+        let _ = writeln!(
+            o,
+            "\n- ❌ `{}`: `{}`{}: {}",
+            f.case,
+            f.assertion,
+            if f.regression { " (regression)" } else { "" },
+            f.detail
+        );
+    }
+    if !r.fixes.is_empty() {
+        let _ = writeln!(o, "\n### Fixes\n");
+        for f in &r.fixes {
+            let _ = writeln!(
+                o,
+                "- card `{}`: {} ({})",
+                f.card,
+                if f.shown { "shown" } else { "not shown" },
+                f.method
+            );
+        }
+    }
+    o
+}
+
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}

@@ -1,0 +1,515 @@
+//! `builder eval` and `builder review` end to end: golden cases fired by the real
+//! runtime in temporary worktrees on base and head (scripted, and live against a
+//! model server on 127.0.0.1), a deliberately worse prompt failing both commands with
+//! the case and assertion named, and the review story: fires record denied calls, a
+//! proposal allows them, the review lists exactly those calls, another identity
+//! approves, the merge lands and the audit is clean.
+
+use crate::util::{settings_yaml, turn, ModelServer, TestEnv, Wire, KEY_ENV};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::process::Output;
+
+/// A scripted case: list the cards, then answer with a digest.
+const LISTS_CASE: &str = r##"name: lists-cards
+model: scripted
+script:
+  - call: { tool: run_command, args: { command: "ls cards" } }
+  - text: "# Digest\n\nOpen cards: none were found in the cards directory today, so there is nothing to triage this morning. Activity: a quiet day with no new commits worth a closer look."
+assert:
+  - must_call: run_command
+  - call_order: [run_command]
+  - no_denials: true
+  - report_contains: "Open cards"
+  - report_matches: "^Open cards"
+  - max_steps: 4
+  - max_cost_usd: 0.01
+  - acceptance_passes: true
+  - no_secret_in_records: true
+"##;
+
+/// The scaffold's prompt made worse: its own deny rule forbids `ls`.
+fn worse_prompt(env: &TestEnv) -> String {
+    env.read("prompts/digest.md")
+        .replacen("budgets:\n", "deny: [\"Bash(ls*)\"]\nbudgets:\n", 1)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", stdout(o), String::from_utf8_lossy(&o.stderr)))
+}
+
+fn git_worktrees(env: &TestEnv) -> usize {
+    let repo = git2::Repository::open(&env.root).unwrap();
+    repo.worktrees().unwrap().len()
+}
+
+#[test]
+fn eval_compares_base_and_head_and_names_the_worse_prompts_failing_assertions() {
+    let env = TestEnv::new();
+    env.write("evals/digest/lists.yaml", LISTS_CASE);
+    env.commit_all("add a golden case");
+    env.write("prompts/digest.md", &worse_prompt(&env));
+    env.commit_all("a worse prompt");
+    let before = env.git_snapshot();
+    let head = env.head_id();
+    let junit = env.home.join("eval.xml");
+
+    let out = env.builder(&["eval", "--junit", junit.to_str().unwrap()]);
+    let text = stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("base: HEAD^"), "{text}");
+    for line in [
+        "FAIL lists-cards (evals/digest/lists.yaml): must_call: run_command [regression]",
+        "FAIL lists-cards (evals/digest/lists.yaml): no_denials: true [regression]",
+    ] {
+        assert!(text.contains(line), "{line} in:\n{text}");
+    }
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("<failure message=\"no_denials: true\">"), "{xml}");
+
+    let out = env.builder(&["eval", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let r = json_of(&out);
+    let rows = r["rows"].as_array().unwrap();
+    let row = |case: &str, rev: &str| {
+        rows.iter()
+            .find(|x| x["case"] == case && x["revision"] == rev)
+            .unwrap_or_else(|| panic!("{case} {rev} in {r}"))
+    };
+    assert_eq!(row("lists-cards", "base")["failed"], false, "{r}");
+    assert_eq!(row("lists-cards", "base")["tool_calls"], 1);
+    assert_eq!(row("lists-cards", "head")["failed"], true);
+    assert_eq!(row("lists-cards", "head")["denials"], 1);
+    assert_eq!(
+        row("digest-basic", "head")["failed"],
+        false,
+        "the scaffold's replay case still passes"
+    );
+    let failing: BTreeSet<String> = r["summary"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}/{}", f["case"].as_str().unwrap(), f["assertion"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        failing,
+        BTreeSet::from([
+            "lists-cards/must_call: run_command".to_string(),
+            "lists-cards/no_denials: true".to_string()
+        ])
+    );
+    assert_eq!(r["summary"]["head"]["passed"], 1);
+    assert_eq!(r["summary"]["base"]["passed"], 2);
+
+    // Head against itself passes on the base side too: the worse prompt is the cause.
+    let out = env.builder(&["eval", "--base", "HEAD~1", "--head", "HEAD~1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+
+    // Nothing committed, no worktree left, the repository's own state untouched.
+    assert_eq!(env.head_id(), head);
+    assert_eq!(env.git_snapshot(), before);
+    assert_eq!(git_worktrees(&env), 0);
+    assert!(
+        !env.root.join(".runtime").exists(),
+        "the evals wrote into the real .runtime"
+    );
+}
+
+#[test]
+fn check_names_file_line_and_field_of_a_bad_case() {
+    let env = TestEnv::new();
+    env.write(
+        "evals/digest/bad.yaml",
+        "model: scripted\nscript:\n  - text: hi\nassert:\n  - must_call: list_dir\n  - must_dance: true\n",
+    );
+    env.write(
+        "evals/nosuch/orphan.yaml",
+        "model: scripted\nscript:\n  - text: hi\nassert:\n  - no_denials: true\n",
+    );
+    let out = env.builder(&["check"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(
+        text.contains("evals/digest/bad.yaml:6: assert.must_dance: unknown assertion `must_dance`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("evals/nosuch/orphan.yaml:0: task: no task `nosuch`: prompts/nosuch.md does not exist"),
+        "{text}"
+    );
+    let out = env.builder(&["eval", "--task", "missing"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--task missing: no cases"));
+}
+
+#[test]
+fn a_live_case_runs_repeatedly_against_an_openai_compatible_server() {
+    let env = TestEnv::new();
+    let answer =
+        "# Digest\n\nActivity: quiet. Open cards: none. Worth a look: nothing today, the repository is calm and tidy.";
+    let server = ModelServer::start(
+        (0..4)
+            .map(|_| turn(Wire::OpenAi, Some(answer), &[], (100, 20)))
+            .collect(),
+    );
+    env.write(
+        "settings/runtime.yaml",
+        &settings_yaml(&server.provider_yaml(Wire::OpenAi), ""),
+    );
+    env.write(
+        "evals/digest/live.yaml",
+        "name: live-digest\nmodel: provider\nrepeat: 2\nmin_pass: 0.5\nassert:\n  - report_contains: \"# Digest\"\n  - no_secret_in_records: true\n  - max_steps: 2\n",
+    );
+    std::fs::remove_file(env.root.join("evals/digest/basic.yaml")).unwrap();
+    env.commit_all("a live case");
+    let out = env.builder(&["eval", "--base", "HEAD", "--head", "HEAD", "--json"]);
+    let r = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    let rows = r["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for x in rows {
+        assert_eq!((x["runs"].as_u64(), x["passed"].as_u64()), (Some(2), Some(2)), "{x}");
+        assert_eq!(x["tokens"], 240);
+    }
+    let seen = server.requests();
+    assert_eq!(seen.len(), 4, "two revisions, two runs each");
+    assert!(seen[0].path.ends_with("/chat/completions"), "{}", seen[0].path);
+    assert!(
+        seen[0]
+            .headers
+            .iter()
+            .any(|(k, v)| k == "authorization" && v.contains(crate::util::TEST_KEY)),
+        "the key from {KEY_ENV} reached the server"
+    );
+}
+
+/// A recorded model run for `runtime fire --replay`: a denied `curl`, an `ls`, an answer.
+fn trace_with_curl(n: usize) -> Value {
+    json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": format!("curl -s https://example.com/feed/{n}")}}]},
+        {"tool_calls": [{"id": "c2", "name": "run_command", "arguments": {"command": "ls cards"}}]},
+        {"content": "# Digest\n\nActivity: the feed could not be fetched; the cards directory was listed instead. Open cards: none at all. Worth a look: nothing today, all quiet."}
+    ]})
+}
+
+#[test]
+fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audit() {
+    let env = TestEnv::new();
+    let settings = env.read("settings/runtime.yaml");
+    let denying = settings.replacen("  ask:\n    - \"Bash(curl*)\"\n", "", 1).replacen(
+        "  deny:\n",
+        "  deny:\n    - \"Bash(curl*)\"\n",
+        1,
+    );
+    assert_ne!(denying, settings, "the scaffold's settings have the expected shape");
+    env.write("settings/runtime.yaml", &denying);
+    env.write("evals/digest/lists.yaml", LISTS_CASE);
+    env.commit_all("deny curl; a golden case");
+    let mut denied = BTreeSet::new();
+    let mut denial_cards = Vec::new();
+    for n in 0..3 {
+        let trace = env.home.join(format!("trace-{n}.json"));
+        std::fs::write(&trace, trace_with_curl(n).to_string()).unwrap();
+        let out = env.runtime(&["fire", "digest", "--json", "--replay", trace.to_str().unwrap()]);
+        let summary = json_of(&out);
+        let receipt = env.receipt(&summary);
+        assert_eq!(receipt["denials"], 1, "{receipt}");
+        for (card, kind) in env.cards(&summary).iter().zip(env.card_kinds(&summary)) {
+            if kind == "permission_denied" {
+                denial_cards.push(card["id"].as_str().unwrap().to_string());
+            }
+        }
+        denied.insert((
+            summary["run_id"].as_str().unwrap().to_string(),
+            format!("curl -s https://example.com/feed/{n}"),
+        ));
+    }
+
+    env.write(
+        "settings/runtime.yaml",
+        &denying.replacen("    - \"Bash(curl*)\"\n", "", 1).replacen(
+            "  allow:\n",
+            "  allow:\n    - \"Bash(curl -s https://example.com/*)\"\n",
+            1,
+        ),
+    );
+    assert!(
+        !denial_cards.is_empty(),
+        "the denied fires wrote permission_denied cards"
+    );
+    let fixed = denial_cards[0].clone();
+    let out = env.builder(&[
+        "propose",
+        "allow-feed",
+        "-m",
+        "Allow fetching the feed",
+        "--fixes",
+        &fixed,
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let out = env.builder(&["review", "allow-feed", "--format", "json"]);
+    let r = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    assert_eq!(r["proposal"], "allow-feed");
+    assert_eq!(r["diff"], json!(["settings/runtime.yaml"]));
+    assert_eq!(r["changes"][0]["status"], "modified");
+    assert_eq!(r["check"], json!([]));
+    assert_eq!(r["history"]["calls"], 6, "three fires, two calls each");
+    let delta = r["capability_delta"].as_array().unwrap();
+    assert_eq!(delta.len(), 1, "{r}");
+    let g = &delta[0];
+    assert_eq!((g["from"].as_str(), g["to"].as_str()), (Some("deny"), Some("allow")));
+    assert_eq!(g["rule_before"], "Bash(curl*)");
+    assert_eq!(g["rule_after"], "Bash(curl -s https://example.com/*)");
+    assert_eq!(g["count"], 3);
+    let listed: BTreeSet<(String, String)> = g["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["run_id"].as_str().unwrap().to_string(),
+                c["command_or_path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, denied, "exactly the denied curl calls");
+    let cases: BTreeSet<&str> = r["evals"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["case"].as_str().unwrap())
+        .collect();
+    assert_eq!(cases, BTreeSet::from(["digest-basic", "lists-cards"]));
+    assert_eq!(r["evals"]["summary"]["ok"], true);
+    let fix = &r["fixes"][0];
+    assert_eq!(
+        (fix["card"].as_str(), fix["kind"].as_str()),
+        (Some(fixed.as_str()), Some("permission_denied"))
+    );
+    assert_eq!(fix["shown"], true, "{fix}");
+    assert_eq!(
+        fix["calls_changed"][0]["count"], 1,
+        "the card's run's one denied curl is allowed now"
+    );
+    assert!(fix["method"].as_str().unwrap().contains("decided run"), "{fix}");
+    assert!(
+        fix["method"]
+            .as_str()
+            .unwrap()
+            .contains("with its 3 recorded model response(s)"),
+        "{fix}"
+    );
+    assert!(
+        fix["method"]
+            .as_str()
+            .unwrap()
+            .contains("the permission_denied card does not recur"),
+        "{fix}"
+    );
+    let rerun_kinds = fix["rerun"]["card_kinds"].as_array().unwrap();
+    assert!(!rerun_kinds.iter().any(|k| k == "permission_denied"), "{fix}");
+    assert_ne!(fix["rerun"]["status"], "none", "the re-run left a receipt: {fix}");
+
+    let out = env.builder(&["review", "allow-feed", "--format", "github"]);
+    let md = stdout(&out);
+    assert!(md.contains("### Capability delta"), "{md}");
+    assert!(
+        md.contains("would have allowed 3 call(s) denied before: `Bash(curl*)` before"),
+        "{md}"
+    );
+    assert!(md.contains("| `lists-cards` | head | 1/1 |"), "{md}");
+    let out = env.builder(&["review", "allow-feed", "--days", "1"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("6 recorded call(s)"), "{}", stdout(&out));
+
+    let out = env
+        .command("builder", &["approve", "allow-feed"])
+        .env("GIT_AUTHOR_NAME", "Rev")
+        .env("GIT_AUTHOR_EMAIL", "rev@example.com")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env.builder(&["merge", "allow-feed"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env.builder(&["audit"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+#[test]
+fn review_of_a_worse_prompt_exits_1_naming_the_failing_assertions() {
+    let env = TestEnv::new();
+    env.write("evals/digest/lists.yaml", LISTS_CASE);
+    env.commit_all("a golden case");
+    env.write("prompts/digest.md", &worse_prompt(&env));
+    let out = env.builder(&["propose", "worse", "-m", "Narrow the digest"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env.builder(&["review", "worse"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("modified prompts/digest.md"), "{text}");
+    assert!(text.contains("+deny: [\"Bash(ls*)\"]"), "{text}");
+    assert!(
+        text.contains("FAIL lists-cards (evals/digest/lists.yaml): no_denials: true [regression]"),
+        "{text}"
+    );
+    assert!(text.contains("FAIL: checks or evals fail"), "{text}");
+    let out = env.builder(&["review", "worse", "--format", "github"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("- ❌ `lists-cards`: `must_call: run_command` (regression)"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn under_require_reviewed_an_eval_runs_the_unapproved_proposal_without_committing() {
+    let env = TestEnv::new();
+    let settings = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}\nrequire_reviewed: true\n"),
+    );
+    env.write("evals/digest/lists.yaml", LISTS_CASE);
+    env.commit_all("require review; a golden case");
+    // A plain fire refuses the unapproved tree; `--eval` exists only without a commit.
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 1);
+    assert_eq!(env.card_kinds(&summary), ["unreviewed_changes"]);
+    let out = env.runtime(&["fire", "digest", "--eval", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-commit"));
+
+    let head = env.head_id();
+    env.write(
+        "prompts/digest.md",
+        &format!("{}\nKeep it short.\n", env.read("prompts/digest.md")),
+    );
+    let out = env.builder(&["propose", "shorter"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env.builder(&["review", "shorter", "--format", "json"]);
+    let r = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    let head_rows: Vec<&Value> = r["evals"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["revision"] == "head")
+        .collect();
+    assert_eq!(head_rows.len(), 2);
+    assert!(
+        head_rows
+            .iter()
+            .all(|x| x["failed"] == false && x["steps"].as_u64() > Some(0)),
+        "{r}"
+    );
+    assert_eq!(env.head_id(), head, "the evals committed nothing");
+}
+
+#[test]
+fn every_assertion_but_the_secret_guard_can_fail_and_is_named() {
+    let env = TestEnv::new();
+    let settings = env.read("settings/runtime.yaml");
+    let priced = settings.replacen(
+        "prices:\n",
+        "prices:\n  replay: { input_per_mtok: 1000.0, output_per_mtok: 1000.0 }\n  scripted: { input_per_mtok: 1000.0, output_per_mtok: 1000.0 }\n",
+        1,
+    );
+    assert_ne!(priced, settings);
+    env.write("settings/runtime.yaml", &priced);
+    env.write(
+        "evals/digest/broken.yaml",
+        r#"name: broken
+model: scripted
+script:
+  - call: { tool: run_command, args: { command: "rm -rf cards" } }
+    usage: { input: 100, output: 100 }
+  - call: { tool: list_dir, args: { path: cards } }
+  - text: "nothing"
+assert:
+  - must_call: read_file
+  - must_not_call: list_dir
+  - call_order: [list_dir, run_command]
+  - report_contains: "Open cards"
+  - report_matches: "^# Digest"
+  - max_steps: 1
+  - max_cost_usd: 0.001
+  - no_denials: true
+  - acceptance_passes: true
+  - no_secret_in_records: true
+"#,
+    );
+    std::fs::remove_file(env.root.join("evals/digest/basic.yaml")).unwrap();
+    env.commit_all("a case that breaks its assertions");
+    let out = env.builder(&["eval", "--base", "HEAD", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let r = json_of(&out);
+    let broken: BTreeSet<String> = r["summary"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["assertion"].as_str().unwrap().split(':').next().unwrap().to_string())
+        .collect();
+    let want: BTreeSet<String> = [
+        "must_call",
+        "must_not_call",
+        "call_order",
+        "report_contains",
+        "report_matches",
+        "max_steps",
+        "max_cost_usd",
+        "no_denials",
+        "acceptance_passes",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect();
+    assert_eq!(broken, want, "{r}");
+    // Same revision on both sides: nothing got worse, so nothing is a regression.
+    assert!(r["summary"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["regression"] == false));
+}
+
+#[test]
+fn an_eval_started_from_a_hook_fires_in_its_worktree_not_the_engineers_checkout() {
+    let env = TestEnv::new();
+    env.write("evals/digest/lists.yaml", LISTS_CASE);
+    env.commit_all("a golden case");
+    env.write(
+        "prompts/digest.md",
+        &format!("{}\nKeep it short.\n", env.read("prompts/digest.md")),
+    );
+    env.commit_all("a prompt change");
+    // A hook's environment points at the engineer's index, which holds the newer
+    // prompt: a fire of the older revision reading it would see a dirty prompt.
+    let out = env
+        .command("builder", &["eval", "--base", "HEAD~1", "--head", "HEAD~1", "--json"])
+        .env("GIT_INDEX_FILE", env.root.join(".git/index"))
+        .env("GIT_WORK_TREE", &env.root)
+        .output()
+        .unwrap();
+    let r = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    assert_eq!(r["rows"].as_array().unwrap().len(), 4);
+    assert!(
+        !env.root.join(".runtime").exists(),
+        "a fire used the engineer's checkout"
+    );
+    let repo = git2::Repository::open(&env.root).unwrap();
+    assert!(repo.statuses(None).unwrap().is_empty(), "the checkout is clean");
+}
