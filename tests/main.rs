@@ -23,3 +23,4 @@ mod races;
 mod records_hardening;
 mod repos;
 mod review;
+mod signed;

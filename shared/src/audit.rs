@@ -60,6 +60,7 @@ pub fn audit(
     repo: &Repository,
     ownership: &Ownership,
     runtime: &RuntimeIdentity,
+    rule: &crate::review::signing::ApprovalRule,
     since: Option<Oid>,
 ) -> Result<AuditReport, git2::Error> {
     crate::git::tune_for_history_walks();
@@ -74,7 +75,7 @@ pub fn audit(
     }
     let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
     let review = ReviewContext {
-        approved: crate::review::approvals::Approvals::read(repo, &runtime.email)?.trees(),
+        approved: crate::review::approvals::Approvals::read(repo, rule)?.trees(),
         on_branch: first_parent_chain(repo, &oids)?,
     };
     let review = &review;
@@ -174,9 +175,13 @@ impl Judge<'_> {
         if self.review.approved.contains(&tree) {
             return Ok(None);
         }
+        // A merge that keeps its first parent's builder tree (it brought only records)
+        // changes nothing that was not judged on that parent. Another parent's tree is
+        // no excuse: that parent is off the branch and was never judged, so `git merge
+        // --no-ff` of an unapproved branch would pass.
         if commit.parent_count() > 1 {
-            for p in commit.parents() {
-                if crate::review::builder_tree_of(&p.tree()?)? == tree {
+            if let Some(first) = commit.parents().next() {
+                if crate::review::builder_tree_of(&first.tree()?)? == tree {
                     return Ok(None);
                 }
             }
@@ -359,7 +364,8 @@ mod tests {
             name: "runtime".into(),
             email: "runtime@localhost".into(),
         };
-        let report = audit(repo, &Ownership::new(dir), &runtime, None).unwrap();
+        let rule = crate::review::signing::ApprovalRule::unsigned(&runtime.email);
+        let report = audit(repo, &Ownership::new(dir), &runtime, &rule, None).unwrap();
         report.findings.into_iter().map(|f| (f.severity, f.path)).collect()
     }
 

@@ -407,15 +407,24 @@ impl Preparing {
         let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
         let head = self.repo.head().and_then(|h| h.peel_to_tree()).map_err(env)?;
         let tree = crate::review::builder_tree_of(&head).map_err(env)?;
-        let approvals =
-            crate::review::approvals::Approvals::read(&self.repo, &settings.runtime_identity.email).map_err(env)?;
+        let rule = crate::review::signing::ApprovalRule::from_settings(&self.ctx.opts.root, settings).map_err(|d| {
+            Stop::carded(
+                FireEnd::InvalidInput,
+                CardKind::InvalidConfig,
+                format!("unreadable allowed-signers file: {}", d.message),
+                d.to_string(),
+            )
+        })?;
+        let approvals = crate::review::approvals::Approvals::read(&self.repo, &rule).map_err(env)?;
         if let Some(a) = approvals.covering(tree) {
             self.inputs.approval = Some(a.as_ref());
             return Ok(());
         }
+        let rejected = approvals.rejected(tree);
         let summary = format!(
-            "HEAD's tree of builder-owned paths {} has no approval",
-            &tree.to_string()[..12]
+            "HEAD's tree of builder-owned paths {} has no approval{}",
+            &tree.to_string()[..12],
+            if rejected.is_empty() { "" } else { " that counts" }
         );
         if self.dry_run {
             self.notes.push(format!("a fire would refuse: {summary}"));
@@ -426,8 +435,9 @@ impl Preparing {
             CardKind::UnreviewedChanges,
             summary,
             format!(
-                "require_reviewed is on and no approval on {} names builder tree {tree}: land prompt changes through `builder propose`, `builder approve` (by someone else) and `builder merge`, and fetch refs/builder/* where the runtime fires",
-                crate::review::APPROVALS_REF
+                "require_reviewed is on and no approval on {} that counts names builder tree {tree}: land prompt changes through `builder propose`, `builder approve` (by someone else) and `builder merge`, and fetch refs/builder/* where the runtime fires{}",
+                crate::review::APPROVALS_REF,
+                rejected.iter().map(|r| format!("\n- {r}")).collect::<String>()
             ),
         ))
     }
