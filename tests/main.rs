@@ -9,6 +9,7 @@ mod util;
 
 mod builder_cmds;
 mod builder_truth;
+mod cron_box;
 mod docs;
 mod escape;
 mod exit_codes;

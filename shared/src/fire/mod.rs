@@ -199,4 +199,6 @@ pub struct FireRun {
     /// Opened for the dirty check and kept for the commit: git's index is loaded
     /// once per fire, not twice (0.3 s a load at 220,000 tracked files).
     repo: git2::Repository,
+    /// With `sync`: push after the commit (false while the remote tip is unapproved).
+    sync_push: bool,
 }

@@ -301,6 +301,10 @@ struct Preparing {
     dry_run: bool,
     notes: Vec<String>,
     prefetched: String,
+    /// With `sync`: whether the fire pushes after its commit.
+    sync_push: bool,
+    /// Cards the fire records though it runs (an unapproved remote tip).
+    pending_cards: Vec<CardDraft>,
 }
 
 impl Preparing {
@@ -316,6 +320,8 @@ impl Preparing {
             dry_run,
             notes: Vec::new(),
             prefetched: String::new(),
+            sync_push: true,
+            pending_cards: Vec::new(),
         }
     }
 
@@ -331,6 +337,7 @@ impl Preparing {
             acceptance: Vec::new(),
             abort: None,
             repo: self.repo,
+            sync_push: self.sync_push,
         }
     }
 
@@ -353,6 +360,7 @@ impl Preparing {
             })?
             .runtime;
         self.settings = Some(settings.clone());
+        let settings = self.sync(settings)?;
         self.require_approval(&settings)?;
         let config = self.load_config(settings)?;
         std::fs::create_dir_all(&config.scratch).map_err(|e| {
@@ -364,8 +372,92 @@ impl Preparing {
                 ),
             )
         })?;
-        let state = self.first_state(&config)?;
+        let mut state = self.first_state(&config)?;
+        state.cards.append(&mut self.pending_cards);
         Ok((config, state))
+    }
+
+    /// The cron box (`sync`, see [`crate::sync`]): fetch, and move to the remote tip
+    /// when its builder tree is approved; the settings of the tree the fire then runs
+    /// on. An unapproved tip gets one `unreviewed_changes` card per tree (kept in the
+    /// state database's refusals under the sync's own key) and no push; a failed
+    /// fetch is a `sync_failed` card and exit 1.
+    fn sync(&mut self, settings: RuntimeSettings) -> Result<RuntimeSettings, Stop> {
+        let Some(sync) = settings.sync.clone() else {
+            return Ok(settings);
+        };
+        if self.dry_run {
+            self.notes.push(format!(
+                "a fire would first fetch {}/{} and move to its tip if approved, and push after",
+                sync.remote, sync.branch
+            ));
+            return Ok(settings);
+        }
+        let root = self.ctx.opts.root.clone();
+        let rule = crate::review::signing::ApprovalRule::from_settings(&root, &settings).map_err(|d| {
+            Stop::carded(
+                FireEnd::InvalidInput,
+                CardKind::InvalidConfig,
+                format!("unreadable allowed-signers file: {}", d.message),
+                d.to_string(),
+            )
+        })?;
+        match crate::sync::before_fire(&self.repo, &sync, &rule) {
+            Ok(crate::sync::Before::Moved { to, .. }) => {
+                self.inputs.commit = Some(to.to_string());
+                let moved = settings::load(&root)
+                    .map_err(|d| {
+                        let text = d.to_string();
+                        Stop::carded(
+                            FireEnd::InvalidInput,
+                            CardKind::InvalidConfig,
+                            format!("invalid settings after sync: {}", first_line(&text)),
+                            text,
+                        )
+                    })?
+                    .runtime;
+                self.settings = Some(moved.clone());
+                Ok(moved)
+            }
+            Ok(crate::sync::Before::Unapproved { tip, tree }) => {
+                self.sync_push = false;
+                let key = format!("sync:{}/{}", sync.remote, sync.branch);
+                let tree = tree.to_string();
+                let fingerprint = records::fingerprint(&key, CardKind::UnreviewedChanges, &tree);
+                let now = self.ctx.started_at;
+                let seen = StateDb::open(&root).ok().and_then(|mut db| {
+                    let seen = db.repeat_refusal(&key, &fingerprint, &tree, now).ok().flatten();
+                    if seen.is_none() {
+                        let _ = db.remember_refusal(&key, &fingerprint, &tree, &self.ctx.run_id, now);
+                    }
+                    seen
+                });
+                if seen.is_none() {
+                    self.pending_cards.push(CardDraft {
+                        kind: CardKind::UnreviewedChanges,
+                        summary: format!(
+                            "{}/{} moved to a tree of builder-owned paths with no approval ({})",
+                            sync.remote,
+                            sync.branch,
+                            &tree[..12]
+                        ),
+                        detail: format!(
+                            "the remote tip {tip} has builder tree {tree}, which no approval on {} that counts names: this fire ran on what the cron box had and pushed nothing; it moves there once the change is approved (builder approve, and push refs/builder/*)",
+                            crate::review::APPROVALS_REF
+                        ),
+                        evidence: vec![tip.to_string()],
+                    });
+                }
+                Ok(settings)
+            }
+            Ok(crate::sync::Before::UpToDate | crate::sync::Before::Ahead) => Ok(settings),
+            Err(e) => Err(Stop::carded(
+                FireEnd::Environment,
+                CardKind::SyncFailed,
+                format!("sync {} failed", e.step),
+                e.to_string(),
+            )),
+        }
     }
 
     /// Builder paths must be committed: the fire runs on reviewed versions only.

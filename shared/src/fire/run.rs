@@ -23,7 +23,12 @@ impl FireRun {
     /// records, state and git objects; TCP only to the providers and the OTLP
     /// endpoint. On `Err` the fire cannot go on; [`FireRun::finish`] records why.
     pub fn enter_sandbox(&mut self) -> Result<(), Aborted> {
-        let git_dirs = crate::git::git_dirs(&self.repo);
+        let mut git_dirs = crate::git::git_dirs(&self.repo);
+        // A local sync remote: the push writes there (no port is granted for it).
+        git_dirs.extend(crate::sync::sandbox_dirs(
+            &self.repo,
+            self.config.settings.sync.as_ref(),
+        ));
         let spec = sandbox::runtime_spec(&self.ctx.opts.root, &git_dirs, &self.config.connect_ports());
         let entered = sandbox::prepare_dirs(&spec)
             .map_err(|e| e.to_string())
