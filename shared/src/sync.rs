@@ -405,3 +405,119 @@ pub fn push_after(repo: &Repository, sync: &SyncSettings, runtime_email: &str) -
         format!("the remote rejected {attempts} push(es): it kept moving (sync.push_attempts bounds the retries); the records stay committed locally and the next fire pushes them"),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use git2::Signature;
+    use std::path::Path;
+
+    /// Commits `files` on top of HEAD of `repo` (work tree and index too) as `who`.
+    fn commit(repo: &Repository, files: &[(&str, &str)], who: &str) -> Oid {
+        let root = repo.workdir().unwrap().to_path_buf();
+        let mut index = repo.index().unwrap();
+        for (p, body) in files {
+            let full = root.join(p);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(&full, body).unwrap();
+            index.add_path(Path::new(p)).unwrap();
+        }
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = Signature::now(who, &format!("{who}@localhost")).unwrap();
+        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        repo.commit(Some("HEAD"), &sig, &sig, who, &tree, &parents).unwrap()
+    }
+
+    /// A bare origin with one commit on `main`, and two clones of it.
+    fn origin_and_clones(dir: &Path) -> (Repository, Repository, Repository) {
+        let mut opts = git2::RepositoryInitOptions::new();
+        opts.initial_head("main");
+        let seed = Repository::init_opts(dir.join("seed"), &opts).unwrap();
+        commit(&seed, &[("prompts/t.md", "hi\n")], "eng");
+        let origin = Repository::init_bare(dir.join("origin.git")).unwrap();
+        let mut r = seed.remote("origin", dir.join("origin.git").to_str().unwrap()).unwrap();
+        r.push(&["refs/heads/main:refs/heads/main"], None).unwrap();
+        origin.set_head("refs/heads/main").unwrap();
+        let clone = |name: &str| Repository::clone(dir.join("origin.git").to_str().unwrap(), dir.join(name)).unwrap();
+        (origin, clone("cron"), clone("other"))
+    }
+
+    fn sync() -> SyncSettings {
+        SyncSettings {
+            remote: "origin".into(),
+            branch: "main".into(),
+            push_attempts: 3,
+        }
+    }
+
+    fn push_other(other: &Repository) {
+        let mut r = other.find_remote("origin").unwrap();
+        r.push(&["refs/heads/main:refs/heads/main"], None).unwrap();
+    }
+
+    #[test]
+    fn a_push_the_remote_rejects_is_rebuilt_on_the_new_tip_and_keeps_both_sides() {
+        let dir = tempfile::tempdir().unwrap();
+        let (origin, cron, other) = origin_and_clones(dir.path());
+        let base = origin.refname_to_id("refs/heads/main").unwrap();
+        let ours = commit(&cron, &[("runs/t/a.json", "{}")], "runtime");
+        commit(&other, &[("reports/other/b.md", "b")], "other");
+        push_other(&other);
+        let theirs = origin.refname_to_id("refs/heads/main").unwrap();
+        let pushed = push_after(&cron, &sync(), "runtime@localhost").unwrap();
+        let Pushed::Pushed { attempts, head } = pushed else {
+            panic!("not pushed: {pushed:?}")
+        };
+        assert_eq!(attempts, 2, "rejected once, then rebuilt and pushed");
+        assert_eq!(origin.refname_to_id("refs/heads/main").unwrap(), head);
+        assert_eq!(
+            cron.head().unwrap().target(),
+            Some(head),
+            "the local branch is the remote's"
+        );
+        let rebuilt = cron.find_commit(head).unwrap();
+        assert_eq!(
+            rebuilt.parent_ids().collect::<Vec<_>>(),
+            vec![theirs],
+            "rebuilt on the new tip"
+        );
+        assert_ne!(head, ours, "our unpushed commit was rebuilt, not forced");
+        assert!(origin.graph_descendant_of(head, base).unwrap());
+        let tree = rebuilt.tree().unwrap();
+        for p in ["runs/t/a.json", "reports/other/b.md", "prompts/t.md"] {
+            assert!(tree.get_path(Path::new(p)).is_ok(), "{p} lost");
+        }
+        // The other side's record is in the cron box's work tree and index too.
+        assert!(cron.workdir().unwrap().join("reports/other/b.md").is_file());
+        assert!(
+            cron.statuses(None).unwrap().is_empty(),
+            "work tree and index match HEAD"
+        );
+    }
+
+    #[test]
+    fn a_remote_that_moved_beyond_records_defers_the_push_and_a_foreign_local_commit_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (origin, cron, other) = origin_and_clones(dir.path());
+        commit(&cron, &[("runs/t/a.json", "{}")], "runtime");
+        commit(&other, &[("prompts/t.md", "changed\n")], "other");
+        push_other(&other);
+        let theirs = origin.refname_to_id("refs/heads/main").unwrap();
+        match push_after(&cron, &sync(), "runtime@localhost").unwrap() {
+            Pushed::Deferred(why) => assert!(why.contains("prompts/t.md"), "{why}"),
+            p => panic!("expected a deferred push, got {p:?}"),
+        }
+        assert_eq!(
+            origin.refname_to_id("refs/heads/main").unwrap(),
+            theirs,
+            "nothing forced"
+        );
+        // Work of someone else on the cron box's branch is never pushed for them.
+        commit(&cron, &[("notes.md", "mine")], "eng");
+        let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
+        assert_eq!(e.step, "join");
+        assert!(e.to_string().contains("not a runtime records commit"), "{e}");
+    }
+}

@@ -234,7 +234,7 @@ mod tests {
             p,
             (0, 0),
             &["reports/t/own.md".to_string()],
-            &|f| (f == "reports/old.md").then(git2::Oid::zero),
+            &|f| (f == "reports/old.md").then_some(git2::Oid::ZERO_SHA1),
             &limits(),
         );
         let accepted: Vec<&str> = out.accepted.iter().map(|(p, _)| p.as_str()).collect();
