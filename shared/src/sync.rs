@@ -458,6 +458,29 @@ mod tests {
     }
 
     #[test]
+    fn the_sandbox_may_write_a_local_remote_and_nothing_for_a_network_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_origin, cron, _) = origin_and_clones(dir.path());
+        let want = std::fs::canonicalize(dir.path().join("origin.git")).unwrap();
+        assert_eq!(sandbox_dirs(&cron, Some(&sync())), vec![want.clone()]);
+        assert!(sandbox_dirs(&cron, None).is_empty());
+        cron.remote_set_url("origin", &format!("file://{}", want.display()))
+            .unwrap();
+        assert_eq!(sandbox_dirs(&cron, Some(&sync())), vec![want]);
+        for url in [
+            "https://example.com/a.git",
+            "ssh://git@example.com/a.git",
+            "git@example.com:a.git",
+        ] {
+            cron.remote_set_url("origin", url).unwrap();
+            assert!(sandbox_dirs(&cron, Some(&sync())).is_empty(), "{url}");
+            let e = before_fire(&cron, &sync(), &ApprovalRule::unsigned("runtime@localhost")).unwrap_err();
+            assert_eq!(e.step, "setup");
+            assert!(e.message.contains("no ssh or https transport"), "{e}");
+        }
+    }
+
+    #[test]
     fn a_push_the_remote_rejects_is_rebuilt_on_the_new_tip_and_keeps_both_sides() {
         let dir = tempfile::tempdir().unwrap();
         let (origin, cron, other) = origin_and_clones(dir.path());
