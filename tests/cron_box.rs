@@ -195,10 +195,14 @@ fn fires_pushing_while_the_laptop_pushes_lose_no_record_and_rewrite_no_commit() 
         std::thread::scope(|s| {
             let pusher = s.spawn(move || {
                 let mut pushed = Vec::new();
+                let mut last_failure = String::new();
                 let mut n = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 400 {
                     n += 1;
-                    let _ = crate::review::git_with_path(env, &root, "/usr/bin:/bin", &["pull", "-q", "--rebase"]);
+                    let pull = crate::review::git_with_path(env, &root, "/usr/bin:/bin", &["pull", "-q", "--rebase"]);
+                    if !pull.status.success() {
+                        last_failure = format!("pull: {}", String::from_utf8_lossy(&pull.stderr));
+                    }
                     // Records-like files from elsewhere, and now and then a file
                     // outside the records (the fire then defers its push).
                     let rel = if n % 3 == 0 {
@@ -218,24 +222,31 @@ fn fires_pushing_while_the_laptop_pushes_lose_no_record_and_rewrite_no_commit() 
                     if out.status.success() {
                         pushed.push(rel);
                         pushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    } else {
+                        last_failure = format!("push: {}", String::from_utf8_lossy(&out.stderr));
                     }
                 }
-                pushed
+                (pushed, last_failure)
             });
             let mut tips = Vec::new();
             // At least 8 fires, and on until the laptop has pushed a few times.
-            while tips.len() < 8 || (pushes.load(std::sync::atomic::Ordering::Relaxed) < 6 && tips.len() < 40) {
+            while tips.len() < 8 || (pushes.load(std::sync::atomic::Ordering::Relaxed) < 6 && tips.len() < 60) {
                 let (code, summary) = fire_in(env, &cron, "digest");
                 assert!(code == 0 || code == 5, "{summary}");
                 tips.push(rev(env, &origin, "refs/heads/main"));
+                // A pause between fires, as cron has: the laptop gets its turns.
+                std::thread::sleep(std::time::Duration::from_millis(100));
             }
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let pushed = pusher.join().unwrap();
             (pushed, tips)
         })
     };
-    let (pushed, tips) = laptop;
-    assert!(!pushed.is_empty(), "the laptop pushed meanwhile");
+    let ((pushed, last_failure), tips) = laptop;
+    assert!(
+        !pushed.is_empty(),
+        "the laptop pushed meanwhile; its last failure: {last_failure}"
+    );
     // One fire after the laptop stopped pushes whatever was deferred.
     let (code, summary) = fire_in(&env, &cron, "digest");
     assert_eq!(code, 0, "{summary}");
