@@ -117,7 +117,7 @@ pub(crate) fn with_origin(env: &TestEnv) -> PathBuf {
 
 /// Turns on `require_reviewed` through review: proposed by Eng, approved by Rev,
 /// merged. Returns the approved builder tree.
-fn require_review_through_review(env: &TestEnv) -> String {
+pub(crate) fn require_review_through_review(env: &TestEnv) -> String {
     let settings = env.read("settings/runtime.yaml");
     env.write("settings/runtime.yaml", &format!("{settings}require_reviewed: true\n"));
     builder_ok(

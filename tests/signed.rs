@@ -6,7 +6,7 @@
 //! attack), seen there, and then counts for none of the judges: `builder proposals`,
 //! `builder merge`, `builder audit` and the runtime's two-key check.
 
-use crate::review::{builder_in, builder_ok, fire_in, git, state, REVIEWER};
+use crate::review::{builder_in, builder_ok, fire_in, git, require_review_through_review, state, REVIEWER};
 use crate::util::TestEnv;
 use serde_json::Value;
 use shared::review::approvals::{self, Signing};
@@ -57,7 +57,9 @@ fn with_signed_approvals_required_only_a_key_listed_for_the_approver_counts() {
     };
     let (eve_key, _) = keygen(&env, "eve").unwrap();
     let rev_key_arg = rev_key.to_str().unwrap();
-    // Turning signed review on goes through review itself, the approval signed.
+    // Review is on already, with approvals by identity alone; turning signed review on
+    // goes through review itself, the approval signed.
+    require_review_through_review(&env);
     env.write(
         "settings/allowed_signers",
         &format!("# who may approve prompt changes\nrev@example.com namespaces=\"builder-approval\" {rev_pub}"),
@@ -65,7 +67,7 @@ fn with_signed_approvals_required_only_a_key_listed_for_the_approver_counts() {
     let settings = env.read("settings/runtime.yaml");
     env.write(
         "settings/runtime.yaml",
-        &format!("{settings}require_reviewed: true\nreview:\n  require_signed: true\n  allowed_signers: settings/allowed_signers\n"),
+        &format!("{settings}review:\n  require_signed: true\n  allowed_signers: settings/allowed_signers\n"),
     );
     builder_ok(
         &env,
@@ -170,6 +172,8 @@ fn with_signed_approvals_required_only_a_key_listed_for_the_approver_counts() {
     assert!(out.contains("signed"), "{out}");
     assert_eq!(state(&env, &env.root, "tweak"), "approved");
     builder_ok(&env, &env.root, None, &["merge", "tweak"]);
+    // History from before signatures were required is judged by its own settings:
+    // the unsigned approval of that time still covers it.
     let (code, out, _) = builder_in(&env, &env.root, None, &["audit"]);
     assert_eq!(code, 0, "{out}");
     let (code, summary) = fire_in(&env, &env.root, "digest");
