@@ -258,28 +258,41 @@ impl Ctx<'_> {
     }
 
     /// One push of the branch: `Ok(true)` when the remote took it, `Ok(false)` when it
-    /// refused it because it moved (or another push held its lock).
-    fn push_once(&self) -> Result<bool, SyncError> {
-        let mut remote = self.repo.find_remote(&self.sync.remote).map_err(self.git("push"))?;
-        let refused = std::cell::RefCell::new(None::<String>);
-        let mut cb = git2::RemoteCallbacks::new();
-        cb.push_update_reference(|_, status| {
-            if let Some(s) = status {
-                *refused.borrow_mut() = Some(s.to_string());
+    /// moved since the last fetch (or another push held its lock). libgit2's local
+    /// transport moves the remote's ref without comparing it to the value it read (a
+    /// push landing in between would be overwritten), so the objects travel by a push
+    /// to a ref of this process's own, and the branch then moves on the remote by a
+    /// compare-and-swap against the tip this fire built on, under git's ref lock.
+    fn push_once(&self, local: Oid) -> Result<bool, SyncError> {
+        let git = self.git("push");
+        let expected = self.repo.refname_to_id(&self.tracking_ref()).ok();
+        if let Some(e) = expected {
+            if e != local && !self.repo.graph_descendant_of(local, e).map_err(&git)? {
+                return Ok(false);
             }
-            Ok(())
-        });
-        let mut opts = git2::PushOptions::new();
-        opts.remote_callbacks(cb);
-        let spec = format!("{0}:{0}", self.local_ref());
-        match remote.push(&[spec.as_str()], Some(&mut opts)) {
-            Ok(()) => Ok(refused.borrow().is_none()),
+        }
+        let target = Repository::open(self.remote_dir()?).map_err(&git)?;
+        let carrier = format!("refs/runtime-sync/{}", std::process::id());
+        let mut remote = self.repo.find_remote(&self.sync.remote).map_err(&git)?;
+        let spec = format!("+{}:{carrier}", self.local_ref());
+        remote.push(&[spec.as_str()], None).map_err(&git)?;
+        let msg = format!("push by the runtime ({}/{})", self.sync.remote, self.sync.branch);
+        let moved = match expected {
+            Some(e) => target
+                .reference_matching(&self.local_ref(), local, true, e, &msg)
+                .map(|_| ()),
+            None => target.reference(&self.local_ref(), local, false, &msg).map(|_| ()),
+        };
+        if let Ok(mut r) = target.find_reference(&carrier) {
+            let _ = r.delete();
+        }
+        match moved {
+            Ok(()) => Ok(true),
             Err(e)
                 if matches!(
                     e.code(),
-                    git2::ErrorCode::NotFastForward | git2::ErrorCode::Modified | git2::ErrorCode::Locked
-                ) || e.message().contains("fast-forward")
-                    || e.message().contains("fastforward") =>
+                    git2::ErrorCode::Modified | git2::ErrorCode::Locked | git2::ErrorCode::Exists
+                ) =>
             {
                 Ok(false)
             }
@@ -362,7 +375,7 @@ pub fn push_after(repo: &Repository, sync: &SyncSettings, runtime_email: &str) -
     let attempts = sync.push_attempts.max(1);
     for attempt in 1..=attempts {
         let local = cx.local_tip()?;
-        if cx.push_once()? {
+        if cx.push_once(local)? {
             let _ = repo.reference(&cx.tracking_ref(), local, true, "runtime sync: pushed");
             return Ok(Pushed::Pushed {
                 attempts: attempt,
