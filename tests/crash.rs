@@ -349,7 +349,7 @@ fn nothing_the_fire_started_outlives_a_sigkill_of_the_runtime() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let pid: i32 = loop {
         if pid_file.exists() {
-            if let Some(p) = process_with_cmdline("sleep\029.731") {
+            if let Some(p) = process_with_cmdline("sleep\x0029.731") {
                 break p;
             }
         }

@@ -10,10 +10,10 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const REVIEWER: (&str, &str) = ("Rev", "rev@example.com");
+pub(crate) const REVIEWER: (&str, &str) = ("Rev", "rev@example.com");
 
 /// PATH with the workspace binaries first, as an engineer who installed builder has it.
-fn path_with_builder() -> String {
+pub(crate) fn path_with_builder() -> String {
     let dir = bin("builder").parent().unwrap().to_path_buf();
     format!(
         "{}:{}",
@@ -23,7 +23,7 @@ fn path_with_builder() -> String {
 }
 
 /// The git CLI in `dir` with the test's isolated config and the engineer's identity.
-fn git_with_path(env: &TestEnv, dir: &Path, path: &str, args: &[&str]) -> Output {
+pub(crate) fn git_with_path(env: &TestEnv, dir: &Path, path: &str, args: &[&str]) -> Output {
     Command::new("git")
         .args(args)
         .current_dir(dir)
@@ -40,7 +40,7 @@ fn git_with_path(env: &TestEnv, dir: &Path, path: &str, args: &[&str]) -> Output
         .expect("run git")
 }
 
-fn git(env: &TestEnv, dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(env: &TestEnv, dir: &Path, args: &[&str]) -> String {
     let out = git_with_path(env, dir, &path_with_builder(), args);
     assert!(
         out.status.success(),
@@ -53,7 +53,7 @@ fn git(env: &TestEnv, dir: &Path, args: &[&str]) -> String {
 }
 
 /// `builder` in `dir`, optionally as someone else: (exit code, stdout, stderr).
-fn builder_in(env: &TestEnv, dir: &Path, who: Option<(&str, &str)>, args: &[&str]) -> (i32, String, String) {
+pub(crate) fn builder_in(env: &TestEnv, dir: &Path, who: Option<(&str, &str)>, args: &[&str]) -> (i32, String, String) {
     let mut c = env.command("builder", args);
     c.current_dir(dir);
     if let Some((name, email)) = who {
@@ -67,14 +67,14 @@ fn builder_in(env: &TestEnv, dir: &Path, who: Option<(&str, &str)>, args: &[&str
     )
 }
 
-fn builder_ok(env: &TestEnv, dir: &Path, who: Option<(&str, &str)>, args: &[&str]) -> String {
+pub(crate) fn builder_ok(env: &TestEnv, dir: &Path, who: Option<(&str, &str)>, args: &[&str]) -> String {
     let (code, out, err) = builder_in(env, dir, who, args);
     assert_eq!(code, 0, "builder {args:?}: {out}{err}");
     out
 }
 
 /// `runtime fire <task> --json` in `dir`: (exit code, summary).
-fn fire_in(env: &TestEnv, dir: &Path, task: &str) -> (i32, Value) {
+pub(crate) fn fire_in(env: &TestEnv, dir: &Path, task: &str) -> (i32, Value) {
     let out = env
         .command("runtime", &["fire", task, "--json", "-C", dir.to_str().unwrap()])
         .output()
@@ -90,7 +90,7 @@ fn fire_in(env: &TestEnv, dir: &Path, task: &str) -> (i32, Value) {
 }
 
 /// The state `builder proposals` prints for `name`.
-fn state(env: &TestEnv, dir: &Path, name: &str) -> String {
+pub(crate) fn state(env: &TestEnv, dir: &Path, name: &str) -> String {
     let out = builder_ok(env, dir, None, &["proposals"]);
     let line = out
         .lines()
@@ -101,7 +101,7 @@ fn state(env: &TestEnv, dir: &Path, name: &str) -> String {
 
 /// A bare origin next to the repo, with the repo's branch pushed to it and the
 /// hooks installed.
-fn with_origin(env: &TestEnv) -> PathBuf {
+pub(crate) fn with_origin(env: &TestEnv) -> PathBuf {
     let origin = env.home.join("origin.git");
     git(
         env,
@@ -117,7 +117,7 @@ fn with_origin(env: &TestEnv) -> PathBuf {
 
 /// Turns on `require_reviewed` through review: proposed by Eng, approved by Rev,
 /// merged. Returns the approved builder tree.
-fn require_review_through_review(env: &TestEnv) -> String {
+pub(crate) fn require_review_through_review(env: &TestEnv) -> String {
     let settings = env.read("settings/runtime.yaml");
     env.write("settings/runtime.yaml", &format!("{settings}require_reviewed: true\n"));
     builder_ok(

@@ -6,8 +6,8 @@
 //! runtime commits. Trailers prove nothing: only the tree counts. An unapproved change
 //! is judged by the settings in that commit's own tree: a warning before
 //! `require_reviewed` was turned on, a violation after. A merge whose builder tree is
-//! one of its parents' brings no new builder tree (that parent was judged itself), so
-//! a pulled-in approved change is not flagged; side-branch commits (a proposal's
+//! its first parent's brings no new builder tree (that parent was judged itself), and
+//! a pulled-in approved change is covered by its approval; side-branch commits (a proposal's
 //! intermediate steps) are judged at the merge that lands them. Renames are not
 //! detected, so a move out of `prompts/` is a delete plus an add.
 
@@ -60,6 +60,7 @@ pub fn audit(
     repo: &Repository,
     ownership: &Ownership,
     runtime: &RuntimeIdentity,
+    rule: &crate::review::signing::ApprovalRule,
     since: Option<Oid>,
 ) -> Result<AuditReport, git2::Error> {
     crate::git::tune_for_history_walks();
@@ -74,7 +75,19 @@ pub fn audit(
     }
     let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
     let review = ReviewContext {
-        approved: crate::review::approvals::Approvals::read(repo, &runtime.email)?.trees(),
+        approved: crate::review::approvals::Approvals::read(repo, rule)?.trees(),
+        // Before `review.require_signed` (by the commit's own settings), an approval
+        // counted without a signature: history from then is judged by that rule.
+        approved_unsigned: match rule.signers {
+            Some(_) => Some(
+                crate::review::approvals::Approvals::read(
+                    repo,
+                    &crate::review::signing::ApprovalRule::unsigned(&rule.runtime_email),
+                )?
+                .trees(),
+            ),
+            None => None,
+        },
         on_branch: first_parent_chain(repo, &oids)?,
     };
     let review = &review;
@@ -137,8 +150,11 @@ pub fn audit(
 
 /// What the review half of the audit needs, shared by every thread.
 struct ReviewContext {
-    /// Builder trees some approval names.
+    /// Builder trees some approval that counts under the rule in force names.
     approved: HashSet<Oid>,
+    /// With signed approvals in force: the trees named by approvals that count by
+    /// identity alone, for commits whose own settings did not ask for signatures.
+    approved_unsigned: Option<HashSet<Oid>>,
     /// The commits on the branch's first-parent chain (among those audited).
     on_branch: HashSet<Oid>,
 }
@@ -156,11 +172,11 @@ fn first_parent_chain(repo: &Repository, audited: &[Oid]) -> Result<HashSet<Oid>
 }
 
 /// One thread's judge of builder changes: the shared context and a cache of
-/// `require_reviewed` by settings blob.
+/// `(require_reviewed, review.require_signed)` by settings blob.
 struct Judge<'a> {
     repo: &'a Repository,
     review: &'a ReviewContext,
-    require_reviewed: HashMap<Oid, bool>,
+    require_reviewed: HashMap<Oid, (bool, bool)>,
 }
 
 impl Judge<'_> {
@@ -171,18 +187,26 @@ impl Judge<'_> {
             return Ok(None);
         }
         let tree = crate::review::builder_tree_of(&commit.tree()?)?;
-        if self.review.approved.contains(&tree) {
+        let approved = match &self.review.approved_unsigned {
+            Some(unsigned) if !self.settings_of(commit)?.1 => unsigned,
+            Some(_) | None => &self.review.approved,
+        };
+        if approved.contains(&tree) {
             return Ok(None);
         }
+        // A merge that keeps its first parent's builder tree (it brought only records)
+        // changes nothing that was not judged on that parent. Another parent's tree is
+        // no excuse: that parent is off the branch and was never judged, so `git merge
+        // --no-ff` of an unapproved branch would pass.
         if commit.parent_count() > 1 {
-            for p in commit.parents() {
-                if crate::review::builder_tree_of(&p.tree()?)? == tree {
+            if let Some(first) = commit.parents().next() {
+                if crate::review::builder_tree_of(&first.tree()?)? == tree {
                     return Ok(None);
                 }
             }
         }
         let short = &tree.to_string()[..12];
-        Ok(Some(if self.requires_review(commit)? {
+        Ok(Some(if self.settings_of(commit)?.0 {
             (
                 Severity::Violation,
                 format!("no approval names its builder tree {short} (require_reviewed is on)"),
@@ -192,22 +216,28 @@ impl Judge<'_> {
         }))
     }
 
-    /// `require_reviewed` in the commit's own `settings/runtime.yaml` (false when the
-    /// file is absent or does not say).
-    fn requires_review(&mut self, commit: &git2::Commit) -> Result<bool, git2::Error> {
+    /// `require_reviewed` and `review.require_signed` in the commit's own
+    /// `settings/runtime.yaml` (false when the file is absent or does not say).
+    fn settings_of(&mut self, commit: &git2::Commit) -> Result<(bool, bool), git2::Error> {
         let entry = match commit.tree()?.get_path(std::path::Path::new(SETTINGS_FILE)) {
             Ok(e) => e,
-            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(false),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok((false, false)),
             Err(e) => return Err(e),
         };
         if let Some(v) = self.require_reviewed.get(&entry.id()) {
             return Ok(*v);
         }
         let blob = self.repo.find_blob(entry.id())?;
-        let on = serde_yaml::from_slice::<serde_yaml::Value>(blob.content())
-            .ok()
-            .and_then(|v| v.get("require_reviewed").and_then(serde_yaml::Value::as_bool))
-            .unwrap_or(false);
+        let yaml = serde_yaml::from_slice::<serde_yaml::Value>(blob.content()).ok();
+        let flag = |v: Option<&serde_yaml::Value>| v.and_then(serde_yaml::Value::as_bool).unwrap_or(false);
+        let on = (
+            flag(yaml.as_ref().and_then(|v| v.get("require_reviewed"))),
+            flag(
+                yaml.as_ref()
+                    .and_then(|v| v.get("review"))
+                    .and_then(|r| r.get("require_signed")),
+            ),
+        );
         self.require_reviewed.insert(entry.id(), on);
         Ok(on)
     }
@@ -359,7 +389,8 @@ mod tests {
             name: "runtime".into(),
             email: "runtime@localhost".into(),
         };
-        let report = audit(repo, &Ownership::new(dir), &runtime, None).unwrap();
+        let rule = crate::review::signing::ApprovalRule::unsigned(&runtime.email);
+        let report = audit(repo, &Ownership::new(dir), &runtime, &rule, None).unwrap();
         report.findings.into_iter().map(|f| (f.severity, f.path)).collect()
     }
 

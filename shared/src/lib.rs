@@ -38,6 +38,7 @@ pub mod shell;
 pub mod state;
 pub mod stats;
 pub mod store;
+pub mod sync;
 pub mod telemetry;
 pub mod text;
 pub mod tools;

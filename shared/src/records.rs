@@ -189,6 +189,10 @@ pub enum CardKind {
     OutputRejected,
     /// The state database was damaged: moved aside and rebuilt empty.
     StateReset,
+    /// With `sync`: the fetch or the push failed (the remote is unreachable, its
+    /// transport unsupported, the local branch diverged with commits not the
+    /// runtime's, or every push attempt was rejected).
+    SyncFailed,
 }
 
 impl CardKind {
@@ -214,6 +218,7 @@ impl CardKind {
             CardKind::PrefetchTruncated => "prefetch_truncated",
             CardKind::OutputRejected => "output_rejected",
             CardKind::StateReset => "state_reset",
+            CardKind::SyncFailed => "sync_failed",
         }
     }
 }
@@ -275,6 +280,7 @@ named!(
         CardKind::PrefetchTruncated,
         CardKind::OutputRejected,
         CardKind::StateReset,
+        CardKind::SyncFailed,
     ]
 );
 
@@ -1199,6 +1205,7 @@ triage:
             (CardKind::ContextOverflow, "context_overflow"),
             (CardKind::PrefetchTruncated, "prefetch_truncated"),
             (CardKind::StateReset, "state_reset"),
+            (CardKind::SyncFailed, "sync_failed"),
         ]);
     }
 

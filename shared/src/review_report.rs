@@ -380,7 +380,8 @@ fn settings_cause(kind: crate::records::CardKind) -> bool {
         | K::ContextOverflow
         | K::PrefetchTruncated
         | K::OutputRejected
-        | K::StateReset => false,
+        | K::StateReset
+        | K::SyncFailed => false,
     }
 }
 

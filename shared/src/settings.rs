@@ -59,10 +59,32 @@ pub struct RuntimeSettings {
     /// How approvals are checked (optional).
     #[serde(default)]
     pub review: ReviewSettings,
+    /// The cron box (optional): fetch, fast-forward to an approved tip, push records.
+    #[serde(default)]
+    pub sync: Option<SyncSettings>,
 }
 
-/// The `review:` section. Signed approvals are not enforced yet: `require_signed: true`
-/// is refused by [`validate`] (failing closed), never accepted and ignored.
+/// The `sync:` section (DESIGN.md section 8, "Sync"): the remote and branch a fire
+/// fetches before and pushes after, and how often a rejected push is rebuilt on the
+/// remote's new tip and tried again.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SyncSettings {
+    /// A remote configured in the repository (`git remote`).
+    pub remote: String,
+    /// The branch fetched, fast-forwarded and pushed.
+    pub branch: String,
+    /// Pushes tried per fire (the first and the retries after a rejection), 1 to 20.
+    #[serde(default = "default_push_attempts")]
+    pub push_attempts: u32,
+}
+
+fn default_push_attempts() -> u32 {
+    5
+}
+
+/// The `review:` section: with `require_signed`, approvals count only with an SSH
+/// signature by a key in `allowed_signers` (see `review::signing`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReviewSettings {
@@ -345,6 +367,7 @@ const TOP_KEYS: &[&str] = &[
     "telemetry",
     "require_reviewed",
     "review",
+    "sync",
 ];
 
 /// Claude Code settings keys that are accepted and ignored (they configure the
@@ -501,6 +524,7 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> 
             "telemetry" => section::<Telemetry>(file, src, key, v, diags),
             "require_reviewed" => section::<bool>(file, src, key, v, diags),
             "review" => section::<ReviewSettings>(file, src, key, v, diags),
+            "sync" => section::<SyncSettings>(file, src, key, v, diags),
             _ => {}
         }
         if diags.len() > n {
@@ -688,17 +712,45 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
         let Some(p) = p else { continue };
         validate_provider(file, src, key, p, &mut d);
     }
-    if s.review.require_signed {
-        // Accepting it and checking nothing would promise a second key that is not there.
-        d.push(
-            Diagnostic::new(
+    if let Some(p) = &s.review.allowed_signers {
+        if p.is_empty() || Path::new(p).is_absolute() || p.split('/').any(|c| c == "..") {
+            d.push(Diagnostic::new(
                 file,
-                yamlpos::line_of(src, &["review", "require_signed"]),
-                "review.require_signed",
-                "signed approvals are not supported yet: this builder cannot verify SSH signatures, so it refuses to run rather than accept unsigned approvals",
-            )
-            .with_hint("set `require_signed: false` (approvals then name their approver by git identity only), or use a builder that verifies signatures"),
-        );
+                yamlpos::line_of(src, &["review", "allowed_signers"]),
+                "review.allowed_signers",
+                format!("`{p}` must be a repo-relative path inside the repository (builder-owned, e.g. settings/allowed_signers)"),
+            ));
+        }
+    }
+    if let Some(sync) = &s.sync {
+        let line = |k: &str| yamlpos::line_of(src, &["sync", k]);
+        if sync.remote.trim().is_empty() || sync.remote.starts_with('-') {
+            d.push(Diagnostic::new(
+                file,
+                line("remote"),
+                "sync.remote",
+                format!("`{}` is not a remote name", sync.remote),
+            ));
+        }
+        if !git2::Branch::name_is_valid(&sync.branch).unwrap_or(false) || sync.branch.starts_with("refs/") {
+            d.push(
+                Diagnostic::new(
+                    file,
+                    line("branch"),
+                    "sync.branch",
+                    format!("`{}` is not a branch name", sync.branch),
+                )
+                .with_hint("a short branch name such as `main`"),
+            );
+        }
+        if !(1..=20).contains(&sync.push_attempts) {
+            d.push(Diagnostic::new(
+                file,
+                line("push_attempts"),
+                "sync.push_attempts",
+                format!("{} is out of range: 1 to 20 pushes per fire", sync.push_attempts),
+            ));
+        }
     }
     permission_problems(file, src, &s.permissions, &mut d);
     for g in &s.builder_paths {
@@ -980,7 +1032,7 @@ mod tests {
     const GOOD: &str = "version: 1\nprovider:\n  kind: replay\n  replay: evals/digest/trace.json\npermissions:\n  allow: [\"Read(**)\"]\n  write: [\"reports/**\"]\n";
 
     #[test]
-    fn review_settings_load_and_signed_approvals_are_refused_not_ignored() {
+    fn review_and_sync_settings_load_and_bad_values_name_their_line() {
         let mut d = Vec::new();
         let s = parse_runtime_yaml(GOOD, &mut d).expect("valid");
         assert!(!s.require_reviewed, "review is off unless asked for");
@@ -990,11 +1042,37 @@ mod tests {
         assert!(s.require_reviewed);
         assert_eq!(s.review.allowed_signers.as_deref(), Some("settings/allowed_signers"));
         let signed = format!("{GOOD}\nreview:\n  require_signed: true\n");
-        assert!(parse_runtime_yaml(&signed, &mut d).is_none());
-        assert_eq!(d.len(), 1, "{d:?}");
-        assert_eq!(d[0].field, "review.require_signed");
-        assert!(d[0].line > 0, "{d:?}");
-        assert!(d[0].message.contains("not supported yet"), "{d:?}");
+        let s = parse_runtime_yaml(&signed, &mut d).expect("valid");
+        assert!(s.review.require_signed && d.is_empty(), "{d:?}");
+        let sync = format!("{GOOD}\nsync:\n  remote: origin\n  branch: main\n");
+        let s = parse_runtime_yaml(&sync, &mut d).expect("valid");
+        assert_eq!(
+            s.sync
+                .as_ref()
+                .map(|s| (s.remote.as_str(), s.branch.as_str(), s.push_attempts)),
+            Some(("origin", "main", 5))
+        );
+        for (body, field, line) in [
+            ("review:\n  allowed_signers: /etc/keys\n", "review.allowed_signers", 10),
+            ("sync:\n  remote: origin\n  branch: \"a..b\"\n", "sync.branch", 11),
+            (
+                "sync:\n  remote: origin\n  branch: main\n  push_attempts: 0\n",
+                "sync.push_attempts",
+                12,
+            ),
+            ("sync:\n  remote: origin\n  branch: main\n  force: true\n", "sync", 0),
+        ] {
+            let mut d = Vec::new();
+            assert!(
+                parse_runtime_yaml(&format!("{GOOD}\n{body}"), &mut d).is_none(),
+                "{body}"
+            );
+            assert!(
+                d.iter()
+                    .any(|x| x.field.starts_with(field) && (line == 0 || x.line == line)),
+                "{body}: {d:?}"
+            );
+        }
     }
 
     #[test]
@@ -1121,7 +1199,7 @@ mod reference {
     /// Every field of the settings types, optional sections filled in.
     fn full() -> Value {
         typed(&format!(
-            "version: 1\nprovider: {{kind: replay}}\nfallback: {{kind: replay}}\nprices: {{\"{MODEL}\": {{input_per_mtok: 1.0, output_per_mtok: 2.0}}}}\n"
+            "version: 1\nprovider: {{kind: replay}}\nfallback: {{kind: replay}}\nsync: {{remote: o, branch: m}}\nprices: {{\"{MODEL}\": {{input_per_mtok: 1.0, output_per_mtok: 2.0}}}}\n"
         ))
     }
 
@@ -1210,10 +1288,16 @@ mod reference {
     #[test]
     fn documented_defaults_and_types_are_the_codes() {
         let defaults = typed("version: 1\nprovider: {kind: replay}\n");
+        // An optional section's own defaults, with only its required keys given.
+        let sections = typed("version: 1\nprovider: {kind: replay}\nsync: {remote: o, branch: m}\n");
         let full = full();
         for row in rows() {
             let key = &row.key;
-            let value = at(&defaults, key);
+            let value = if key.contains('.') {
+                at(&sections, key)
+            } else {
+                at(&defaults, key)
+            };
             match row.default.as_str() {
                 "required" => {}
                 "unset" => assert!(

@@ -1,7 +1,9 @@
 //! `builder approve <name>`: record an approval of the proposal's exact tree of
 //! builder-owned paths as a commit on `refs/builder/approvals`. Refused (exit 1) for an
-//! author of the proposal and for the runtime identity. Not signed yet: the approver
-//! is git's author identity (or `--reviewer`), which anyone can set.
+//! author of the proposal and for the runtime identity. Signed with SSH when git is
+//! configured to sign (`gpg.format ssh`, `user.signingkey`) or `--key` names a key;
+//! with `review.require_signed` an approval the allowed-signers file would not count
+//! is refused before it is written.
 
 use crate::command_error::{CommandError, Outcome};
 use shared::review::{parse_person, proposals, refuse_runtime};
@@ -15,6 +17,9 @@ pub struct Args {
     /// Who approves, as "Name <email>" (default: git's author identity)
     #[arg(long, value_name = "IDENT")]
     pub reviewer: Option<String>,
+    /// Sign with this SSH private key (default: git's user.signingkey with gpg.format ssh)
+    #[arg(long, value_name = "PATH")]
+    pub key: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
@@ -29,7 +34,13 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     };
     let runtime = super::runtime_person(&settings);
     refuse_runtime(&reviewer, &runtime, "approve")?;
-    let approval = proposals::approve(&wt.repo, &args.name, &reviewer, &runtime)?;
+    let rule = super::approval_rule(&wt.root, &settings)?;
+    let (configured, program) = shared::review::signing::git_signing_key(&wt.repo);
+    let signing = args
+        .key
+        .or(configured)
+        .map(|key| shared::review::approvals::Signing { key, program });
+    let approval = proposals::approve(&wt.repo, &args.name, &reviewer, &rule, signing.as_ref())?;
     println!(
         "approved proposals/{} by {}: builder tree {} (approval {})",
         args.name,
@@ -37,6 +48,9 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         approval.body.tree,
         &approval.id.to_string()[..12]
     );
+    if approval.body.signature.is_some() {
+        println!("signed (SSH, namespace {})", shared::review::signing::NAMESPACE);
+    }
     println!("hint: `git push` carries approvals when the remote has the refspec `builder install-hooks` adds");
     Ok(Outcome::Ok)
 }

@@ -154,6 +154,16 @@ pub fn review_settings(
     Ok((settings, ownership))
 }
 
+/// The rule approvals are judged by (`shared::review::signing::ApprovalRule`), from
+/// the settings; an unreadable allowed-signers file is a configuration error.
+pub fn approval_rule(
+    root: &Path,
+    settings: &shared::settings::RuntimeSettings,
+) -> Result<shared::review::signing::ApprovalRule, CommandError> {
+    shared::review::signing::ApprovalRule::from_settings(root, settings)
+        .map_err(|d| CommandError::from(shared::diag::Diagnostics(vec![d])))
+}
+
 /// The runtime identity of `settings` as a person.
 pub fn runtime_person(settings: &shared::settings::RuntimeSettings) -> shared::git::Person {
     shared::git::Person {

@@ -248,6 +248,9 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
         CardKind::StateReset => {
             "the damaged file is kept beside the new one in .runtime/; runs it held waiting for approval must be fired again".into()
         }
+        CardKind::SyncFailed => {
+            "the card says which step failed; `git -C <repo> fetch <remote>` shows the same error, and the records stay committed locally until a push succeeds".into()
+        }
         CardKind::PermissionDenied
         | CardKind::MissingTool
         | CardKind::BudgetExceeded
@@ -380,7 +383,8 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
         .and_then(|c| c.tree().ok());
     let in_head = |p: &str| {
         head.as_ref()
-            .is_some_and(|t| t.get_path(std::path::Path::new(p)).is_ok())
+            .and_then(|t| t.get_path(std::path::Path::new(p)).ok())
+            .map(|e| e.id())
     };
     let own = [report.to_string_lossy().into_owned()];
     let mut out = super::outputs::collect(&ctx.opts.root, since, &own, &in_head, &sink.limits);
@@ -686,6 +690,7 @@ impl FireRun {
             "records written and committed"
         );
         let steps = records.state.step;
+        self.push_records(&sink, &mut summary);
         self.after_records(db.as_mut(), status);
         let _ = std::fs::remove_dir_all(&self.config.scratch);
         match abort {
@@ -708,6 +713,51 @@ impl FireRun {
             None => {}
         }
         summary
+    }
+
+    /// With `sync`: pushes the branch after the commit ([`crate::sync::push_after`]).
+    /// A failed push is a `sync_failed` card, committed locally (the next fire pushes
+    /// it with the rest), and exit 1.
+    fn push_records(&self, sink: &RecordSink, summary: &mut FireSummary) {
+        let Some(sync) = &self.config.settings.sync else {
+            return;
+        };
+        if !self.sync_push || summary.commit.is_none() {
+            return;
+        }
+        match crate::sync::push_after(&self.repo, sync, &self.config.identity.email) {
+            Ok(crate::sync::Pushed::Pushed { attempts, head }) => {
+                tracing::info!(attempts, head = %head, "records pushed");
+            }
+            Ok(crate::sync::Pushed::Deferred(why)) => tracing::warn!(%why, "push deferred"),
+            Err(e) => {
+                let draft = CardDraft {
+                    kind: CardKind::SyncFailed,
+                    summary: format!("sync {} failed", e.step),
+                    detail: e.to_string(),
+                    evidence: vec![],
+                };
+                let recorded = write_card(&self.ctx, sink, &draft, Utc::now())
+                    .map_err(|e| e.to_string())
+                    .and_then(|(id, rel, bytes)| {
+                        commit_records(
+                            &self.ctx,
+                            sink,
+                            std::slice::from_ref(&rel),
+                            &[(rel.clone(), bytes)],
+                            RunStatus::Failed,
+                        )
+                        .map(|_| id)
+                        .map_err(|f| f.message)
+                    });
+                match recorded {
+                    Ok(id) => summary.cards.push(id),
+                    Err(why) => tracing::warn!(%why, "the sync_failed card was not recorded"),
+                }
+                summary.end = FireEnd::Environment;
+                summary.message = e.to_string();
+            }
+        }
     }
 
     /// The checkpoint lets `runtime resume` continue a paused run.

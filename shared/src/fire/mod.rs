@@ -214,4 +214,6 @@ pub struct FireRun {
     /// The run's journal (its row, a checkpoint after every step, the tool ledger);
     /// `None` in a dry run or where the state database cannot be written.
     journal: Option<crate::journal::Journal>,
+    /// With `sync`: push after the commit (false while the remote tip is unapproved).
+    sync_push: bool,
 }

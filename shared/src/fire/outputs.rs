@@ -39,12 +39,13 @@ pub(crate) struct Outputs {
 
 /// Sorts the files under `reports/` changed at or after `since` (seconds, nanos since
 /// the epoch), skipping `own` (the runtime's own records) and judging files that
-/// HEAD already holds as rewrites.
+/// HEAD already holds (`in_head` gives HEAD's blob id) as rewrites, unless their bytes
+/// are HEAD's: a record a sync checked out during the fire is not an output.
 pub(crate) fn collect(
     root: &Path,
     since: (i64, i64),
     own: &[String],
-    in_head: &dyn Fn(&str) -> bool,
+    in_head: &dyn Fn(&str) -> Option<git2::Oid>,
     limits: &Limits,
 ) -> Outputs {
     let mut found = Vec::new();
@@ -67,7 +68,14 @@ pub(crate) fn collect(
         if own.contains(&rel) || crate::records::is_report_path(&rel) {
             continue;
         }
-        if in_head(&rel) {
+        if let Some(blob) = in_head(&rel) {
+            let same = beneath::read_regular(&dir, Path::new(&rel), limits.output_file_bytes)
+                .ok()
+                .and_then(|b| git2::Oid::hash_object(git2::ObjectType::Blob, &b).ok())
+                == Some(blob);
+            if same {
+                continue;
+            }
             out.rejected
                 .push((rel, "already committed: the runtime only adds new files".into()));
             continue;
@@ -226,7 +234,7 @@ mod tests {
             p,
             (0, 0),
             &["reports/t/own.md".to_string()],
-            &|f| f == "reports/old.md",
+            &|f| (f == "reports/old.md").then_some(git2::Oid::ZERO_SHA1),
             &limits(),
         );
         let accepted: Vec<&str> = out.accepted.iter().map(|(p, _)| p.as_str()).collect();
@@ -258,7 +266,7 @@ mod tests {
         assert!(why("reports/link").contains("symlink"));
         assert!(why("reports/hard").contains("hard link"));
         // Nothing older than the fire is judged at all.
-        let later = collect(p, (i64::MAX, 0), &[], &|_| false, &limits());
+        let later = collect(p, (i64::MAX, 0), &[], &|_| None, &limits());
         assert!(later.accepted.is_empty() && later.rejected.is_empty(), "{later:?}");
     }
 }

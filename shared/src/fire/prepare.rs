@@ -337,6 +337,10 @@ struct Preparing {
     journal: Option<Journal>,
     /// Cards for interrupted runs closed as `crashed`, for this fire to record.
     recovery_cards: Vec<CardDraft>,
+    /// With `sync`: whether the fire pushes after its commit.
+    sync_push: bool,
+    /// Cards the fire records though it runs (an unapproved remote tip).
+    pending_cards: Vec<CardDraft>,
 }
 
 impl Preparing {
@@ -354,6 +358,8 @@ impl Preparing {
             prefetched: String::new(),
             journal: None,
             recovery_cards: Vec::new(),
+            sync_push: true,
+            pending_cards: Vec::new(),
         }
     }
 
@@ -371,6 +377,7 @@ impl Preparing {
             repo: self.repo,
             worker: None,
             journal: self.journal,
+            sync_push: self.sync_push,
         }
     }
 
@@ -404,6 +411,7 @@ impl Preparing {
             settings.fallback = None;
         }
         self.settings = Some(settings.clone());
+        let settings = self.sync(settings)?;
         self.require_approval(&settings)?;
         let config = self.load_config(settings)?;
         std::fs::create_dir_all(&config.scratch).map_err(|e| {
@@ -422,6 +430,7 @@ impl Preparing {
             None => self.first_state(&config)?,
         };
         state.cards.append(&mut self.recovery_cards);
+        state.cards.append(&mut self.pending_cards);
         Ok((config, state))
     }
 
@@ -504,6 +513,89 @@ impl Preparing {
         }
     }
 
+    /// The cron box (`sync`, see [`crate::sync`]): fetch, and move to the remote tip
+    /// when its builder tree is approved; the settings of the tree the fire then runs
+    /// on. An unapproved tip gets one `unreviewed_changes` card per tree (kept in the
+    /// state database's refusals under the sync's own key) and no push; a failed
+    /// fetch is a `sync_failed` card and exit 1.
+    fn sync(&mut self, settings: RuntimeSettings) -> Result<RuntimeSettings, Stop> {
+        let Some(sync) = settings.sync.clone() else {
+            return Ok(settings);
+        };
+        if self.dry_run {
+            self.notes.push(format!(
+                "a fire would first fetch {}/{} and move to its tip if approved, and push after",
+                sync.remote, sync.branch
+            ));
+            return Ok(settings);
+        }
+        let root = self.ctx.opts.root.clone();
+        let rule = crate::review::signing::ApprovalRule::from_settings(&root, &settings).map_err(|d| {
+            Stop::carded(
+                FireEnd::InvalidInput,
+                CardKind::InvalidConfig,
+                format!("unreadable allowed-signers file: {}", d.message),
+                d.to_string(),
+            )
+        })?;
+        match crate::sync::before_fire(&self.repo, &sync, &rule) {
+            Ok(crate::sync::Before::Moved { to, .. }) => {
+                self.inputs.commit = Some(to.to_string());
+                let moved = settings::load(&root)
+                    .map_err(|d| {
+                        let text = d.to_string();
+                        Stop::carded(
+                            FireEnd::InvalidInput,
+                            CardKind::InvalidConfig,
+                            format!("invalid settings after sync: {}", first_line(&text)),
+                            text,
+                        )
+                    })?
+                    .runtime;
+                self.settings = Some(moved.clone());
+                Ok(moved)
+            }
+            Ok(crate::sync::Before::Unapproved { tip, tree }) => {
+                self.sync_push = false;
+                let key = format!("sync:{}/{}", sync.remote, sync.branch);
+                let tree = tree.to_string();
+                let fingerprint = records::fingerprint(&key, CardKind::UnreviewedChanges, &tree);
+                let now = self.ctx.started_at;
+                let seen = StateDb::open(&root).ok().and_then(|mut db| {
+                    let seen = db.repeat_refusal(&key, &fingerprint, &tree, now).ok().flatten();
+                    if seen.is_none() {
+                        let _ = db.remember_refusal(&key, &fingerprint, &tree, &self.ctx.run_id, now);
+                    }
+                    seen
+                });
+                if seen.is_none() {
+                    self.pending_cards.push(CardDraft {
+                        kind: CardKind::UnreviewedChanges,
+                        summary: format!(
+                            "{}/{} moved to a tree of builder-owned paths with no approval ({})",
+                            sync.remote,
+                            sync.branch,
+                            &tree[..12]
+                        ),
+                        detail: format!(
+                            "the remote tip {tip} has builder tree {tree}, which no approval on {} that counts names: this fire ran on what the cron box had and pushed nothing; it moves there once the change is approved (builder approve, and push refs/builder/*)",
+                            crate::review::APPROVALS_REF
+                        ),
+                        evidence: vec![tip.to_string()],
+                    });
+                }
+                Ok(settings)
+            }
+            Ok(crate::sync::Before::UpToDate | crate::sync::Before::Ahead) => Ok(settings),
+            Err(e) => Err(Stop::carded(
+                FireEnd::Environment,
+                CardKind::SyncFailed,
+                format!("sync {} failed", e.step),
+                e.to_string(),
+            )),
+        }
+    }
+
     /// Builder paths must be committed: the fire runs on reviewed versions only.
     fn refuse_unreviewed(&mut self, settings: Option<&RuntimeSettings>) -> Result<(), Stop> {
         let root = &self.ctx.opts.root;
@@ -543,15 +635,24 @@ impl Preparing {
         let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
         let head = self.repo.head().and_then(|h| h.peel_to_tree()).map_err(env)?;
         let tree = crate::review::builder_tree_of(&head).map_err(env)?;
-        let approvals =
-            crate::review::approvals::Approvals::read(&self.repo, &settings.runtime_identity.email).map_err(env)?;
+        let rule = crate::review::signing::ApprovalRule::from_settings(&self.ctx.opts.root, settings).map_err(|d| {
+            Stop::carded(
+                FireEnd::InvalidInput,
+                CardKind::InvalidConfig,
+                format!("unreadable allowed-signers file: {}", d.message),
+                d.to_string(),
+            )
+        })?;
+        let approvals = crate::review::approvals::Approvals::read(&self.repo, &rule).map_err(env)?;
         if let Some(a) = approvals.covering(tree) {
             self.inputs.approval = Some(a.as_ref());
             return Ok(());
         }
+        let rejected = approvals.rejected(tree);
         let summary = format!(
-            "HEAD's tree of builder-owned paths {} has no approval",
-            &tree.to_string()[..12]
+            "HEAD's tree of builder-owned paths {} has no approval{}",
+            &tree.to_string()[..12],
+            if rejected.is_empty() { "" } else { " that counts" }
         );
         if self.dry_run {
             self.notes.push(format!("a fire would refuse: {summary}"));
@@ -568,8 +669,9 @@ impl Preparing {
             CardKind::UnreviewedChanges,
             summary,
             format!(
-                "require_reviewed is on and no approval on {} names builder tree {tree}: land prompt changes through `builder propose`, `builder approve` (by someone else) and `builder merge`, and fetch refs/builder/* where the runtime fires",
-                crate::review::APPROVALS_REF
+                "require_reviewed is on and no approval on {} that counts names builder tree {tree}: land prompt changes through `builder propose`, `builder approve` (by someone else) and `builder merge`, and fetch refs/builder/* where the runtime fires{}",
+                crate::review::APPROVALS_REF,
+                rejected.iter().map(|r| format!("\n- {r}")).collect::<String>()
             ),
         ))
     }

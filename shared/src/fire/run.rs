@@ -23,7 +23,12 @@ impl FireRun {
     /// records, state and git objects; TCP only to the providers and the OTLP
     /// endpoint. On `Err` the fire cannot go on; [`FireRun::finish`] records why.
     pub fn enter_sandbox(&mut self) -> Result<(), Aborted> {
-        let git_dirs = crate::git::git_dirs(&self.repo);
+        let mut git_dirs = crate::git::git_dirs(&self.repo);
+        // A local sync remote: the push writes there (no port is granted for it).
+        git_dirs.extend(crate::sync::sandbox_dirs(
+            &self.repo,
+            self.config.settings.sync.as_ref(),
+        ));
         let spec = sandbox::runtime_spec(&self.ctx.opts.root, &git_dirs, &self.config.connect_ports());
         let (exe, args) = &self.ctx.opts.worker_cmd;
         match spawn_process(exe, args, &ExecContext::scrubbed_env(&self.config.scratch)) {

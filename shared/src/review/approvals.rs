@@ -4,9 +4,11 @@
 //! are commits on a ref, they travel with fetch and push through the refspec
 //! `+refs/builder/*:refs/builder/*` (see [`super::hooks`]). An approval covers only
 //! the tree it names: a later commit to the proposal changes the tree and so is not
-//! covered by it.
+//! covered by it. Whether an approval counts at all is [`ApprovalRule::judge`]'s call
+//! (never the runtime identity; with signed approvals, only a valid signature).
 
-use super::{same_person, ReviewError, APPROVALS_REF};
+use super::signing::{self, ApprovalRule};
+use super::{ReviewError, APPROVALS_REF};
 use crate::git::Person;
 use crate::records::ApprovalRef;
 use chrono::{DateTime, Utc};
@@ -29,6 +31,9 @@ pub struct ApprovalBody {
     /// The proposal's head commit when it was approved.
     #[serde(default)]
     pub head: Option<String>,
+    /// The armored SSHSIG signature of [`signing::payload`], when signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 /// One approval as read from the ref.
@@ -87,31 +92,47 @@ pub fn load(repo: &Repository) -> Result<Vec<Approval>, git2::Error> {
     Ok(out)
 }
 
-/// The approvals in hand, looked up by tree.
+/// The approvals in hand, each judged once by the rule, looked up by tree.
 pub struct Approvals {
     all: Vec<Approval>,
-    /// Approvals by this address never count (the runtime's identity).
-    runtime_email: String,
+    /// Per approval (same order): `Err(why)` when it does not count.
+    verdicts: Vec<Result<(), String>>,
 }
 
 impl Approvals {
-    /// Reads the approvals of `repo`; `runtime_email` is the runtime identity's.
-    pub fn read(repo: &Repository, runtime_email: &str) -> Result<Approvals, git2::Error> {
-        Ok(Approvals {
-            all: load(repo)?,
-            runtime_email: runtime_email.to_string(),
-        })
+    /// Reads the approvals of `repo` and judges each by `rule`.
+    pub fn read(repo: &Repository, rule: &ApprovalRule) -> Result<Approvals, git2::Error> {
+        let all = load(repo)?;
+        let verdicts = all.iter().map(|a| rule.judge(&a.body)).collect();
+        Ok(Approvals { all, verdicts })
     }
 
-    /// The newest approval that covers `tree`, if any.
+    /// The newest approval that covers `tree` and counts, if any.
     pub fn covering(&self, tree: Oid) -> Option<&Approval> {
         let tree = tree.to_string();
-        self.all.iter().rev().find(|a| {
-            a.body.tree == tree && {
-                let email = a.approver_email();
-                !email.is_empty() && !same_person(&email, &self.runtime_email)
-            }
-        })
+        self.all
+            .iter()
+            .zip(&self.verdicts)
+            .rev()
+            .find(|(a, v)| a.body.tree == tree && v.is_ok())
+            .map(|(a, _)| a)
+    }
+
+    /// Why each approval naming `tree` does not count (newest first): what a refusal
+    /// says when approvals exist but none counts.
+    pub fn rejected(&self, tree: Oid) -> Vec<String> {
+        let tree = tree.to_string();
+        self.all
+            .iter()
+            .zip(&self.verdicts)
+            .rev()
+            .filter(|(a, _)| a.body.tree == tree)
+            .filter_map(|(a, v)| {
+                v.as_ref()
+                    .err()
+                    .map(|why| format!("approval {} by {}: {why}", &a.id.to_string()[..12], a.body.approver))
+            })
+            .collect()
     }
 
     /// Every tree some counting approval names.
@@ -129,8 +150,38 @@ impl Approvals {
     }
 }
 
-/// Records an approval: a new commit on `refs/builder/approvals` (on top of its tip)
-/// by `approver`. Returns the approval.
+/// How an approval is signed: the key file and git's signing program.
+#[derive(Debug, Clone)]
+pub struct Signing {
+    pub key: std::path::PathBuf,
+    pub program: String,
+}
+
+/// The body of an approval made now, signed with `signing` when given.
+pub fn signed_body(
+    proposal: &str,
+    tree: Oid,
+    head: Oid,
+    approver: &Person,
+    signing: Option<&Signing>,
+) -> Result<ApprovalBody, ReviewError> {
+    let mut body = ApprovalBody {
+        proposal: proposal.to_string(),
+        tree: tree.to_string(),
+        approver: approver.to_string(),
+        approved_at: Utc::now(),
+        head: Some(head.to_string()),
+        signature: None,
+    };
+    if let Some(s) = signing {
+        body.signature =
+            Some(signing::sign(&body, &s.key, &s.program).map_err(|e| ReviewError::Refused(e.to_string()))?);
+    }
+    Ok(body)
+}
+
+/// Records an unsigned approval: a new commit on `refs/builder/approvals` (on top of
+/// its tip) by `approver`. Returns the approval.
 pub fn record(
     repo: &Repository,
     proposal: &str,
@@ -138,13 +189,13 @@ pub fn record(
     head: Oid,
     approver: &Person,
 ) -> Result<Approval, ReviewError> {
-    let body = ApprovalBody {
-        proposal: proposal.to_string(),
-        tree: tree.to_string(),
-        approver: approver.to_string(),
-        approved_at: Utc::now(),
-        head: Some(head.to_string()),
-    };
+    write(repo, signed_body(proposal, tree, head, approver, None)?, approver)
+}
+
+/// Writes `body` as a new approval commit by `approver`.
+pub fn write(repo: &Repository, body: ApprovalBody, approver: &Person) -> Result<Approval, ReviewError> {
+    let tree = &body.tree;
+    let proposal = &body.proposal;
     let yaml = serde_yaml::to_string(&body).map_err(|e| ReviewError::Refused(format!("approval YAML: {e}")))?;
     let blob = repo.blob(yaml.as_bytes())?;
     let mut tb = repo.treebuilder(None)?;
@@ -187,7 +238,7 @@ mod tests {
             email: "RUNTIME@localhost".into(),
         };
         record(&repo, "q", t2, t2, &rt).unwrap();
-        let all = Approvals::read(&repo, "runtime@localhost").unwrap();
+        let all = Approvals::read(&repo, &ApprovalRule::unsigned("runtime@localhost")).unwrap();
         assert_eq!(all.covering(t1).map(|x| x.id), Some(a.id));
         assert!(all.covering(t2).is_none(), "the runtime's approval never counts");
         assert_eq!(all.of_proposal("p").count(), 1);

@@ -4,13 +4,14 @@
 //! and a merge lands an approved proposal on its base with trailers. What counts is
 //! always the tree: `builder audit` and the runtime (with `require_reviewed`) ask
 //! "does an approval name the builder tree this commit produces", never trust a
-//! trailer. Signed approvals (SSH) are not implemented yet; settings asking for them
-//! are refused by `settings::validate`.
+//! trailer. With `review.require_signed`, an approval counts only with an SSH signature
+//! from a key in the allowed-signers file ([`signing`]).
 
 pub mod approvals;
 pub mod delta;
 pub mod hooks;
 pub mod proposals;
+pub mod signing;
 
 use crate::layout::BUILDER_DIRS;
 use git2::{Oid, Repository};

@@ -5,7 +5,8 @@
 //! head's builder tree; `merge` lands an approved proposal on the current branch as a
 //! merge commit with `Reviewed-by:`, `Approved-tree:` and `Fixes-card:` trailers.
 
-use super::approvals::{self, Approval, Approvals};
+use super::approvals::{self, Approval, Approvals, Signing};
+use super::signing::ApprovalRule;
 use super::{builder_tree_of, same_person, ReviewError, PROPOSAL_PREFIX};
 use crate::git::Person;
 use crate::layout::Ownership;
@@ -261,8 +262,8 @@ fn state_of(repo: &Repository, approvals: &Approvals, name: &str, head: Oid, tre
 }
 
 /// Every proposal (branches `proposals/*`), by name.
-pub fn list(repo: &Repository, runtime_email: &str) -> Result<Vec<Proposal>, ReviewError> {
-    let approvals = Approvals::read(repo, runtime_email)?;
+pub fn list(repo: &Repository, rule: &ApprovalRule) -> Result<Vec<Proposal>, ReviewError> {
+    let approvals = Approvals::read(repo, rule)?;
     let mut out = Vec::new();
     for b in repo.branches(Some(BranchType::Local))? {
         let (b, _) = b?;
@@ -293,12 +294,20 @@ pub fn list(repo: &Repository, runtime_email: &str) -> Result<Vec<Proposal>, Rev
     Ok(out)
 }
 
-/// Records `reviewer`'s approval of the proposal's current builder tree. Refused for
-/// an author of the proposal, the runtime identity, and a merged proposal.
-pub fn approve(repo: &Repository, name: &str, reviewer: &Person, runtime: &Person) -> Result<Approval, ReviewError> {
+/// Records `reviewer`'s approval of the proposal's current builder tree, signed with
+/// `signing` when given. Refused for an author of the proposal, the runtime identity,
+/// a merged proposal, and an approval that `rule` would not count (unsigned, or
+/// signed by a key the allowed-signers file does not list for `reviewer`).
+pub fn approve(
+    repo: &Repository,
+    name: &str,
+    reviewer: &Person,
+    rule: &ApprovalRule,
+    signing: Option<&Signing>,
+) -> Result<Approval, ReviewError> {
     valid_name(name)?;
     let head = proposal_head(repo, name)?;
-    if same_person(&reviewer.email, &runtime.email) {
+    if same_person(&reviewer.email, &rule.runtime_email) {
         return Err(ReviewError::Refused(format!(
             "{reviewer} is the runtime identity (settings runtime_identity): the runtime can neither propose nor approve"
         )));
@@ -317,8 +326,18 @@ pub fn approve(repo: &Repository, name: &str, reviewer: &Person, runtime: &Perso
             "{reviewer} cannot approve proposal `{name}`: {author} authored a commit of it (a proposal's authors never approve it)"
         )));
     }
+    if rule.signers.is_some() && signing.is_none() {
+        return Err(ReviewError::Refused(
+            "signed approvals are required (settings review.require_signed) and no signing key is configured: set git's `gpg.format ssh` and `user.signingkey`, or pass --key <private key>".into(),
+        ));
+    }
     let tree = builder_tree_of(&repo.find_commit(head)?.tree()?)?;
-    approvals::record(repo, name, tree, head, reviewer)
+    let body = approvals::signed_body(name, tree, head, reviewer, signing)?;
+    // An approval the rule would not count (a key not listed for this reviewer) is
+    // refused before anything is written.
+    rule.judge(&body)
+        .map_err(|why| ReviewError::Refused(format!("this approval would not count, so it was not recorded: {why}")))?;
+    approvals::write(repo, body, reviewer)
 }
 
 /// What `merge` did.
@@ -337,11 +356,11 @@ pub fn merge(
     ownership: &Ownership,
     name: &str,
     actor: &Person,
-    runtime: &Person,
+    rule: &ApprovalRule,
 ) -> Result<Merged, ReviewError> {
     valid_name(name)?;
     let prop = proposal_head(repo, name)?;
-    if same_person(&actor.email, &runtime.email) {
+    if same_person(&actor.email, &rule.runtime_email) {
         return Err(ReviewError::Refused(format!(
             "{actor} is the runtime identity: the runtime never commits builder-owned paths"
         )));
@@ -365,12 +384,15 @@ pub fn merge(
     }
     let prop_commit = repo.find_commit(prop)?;
     let tree = builder_tree_of(&prop_commit.tree()?)?;
-    let approvals = Approvals::read(repo, &runtime.email)?;
+    let approvals = Approvals::read(repo, rule)?;
     let Some(approval) = approvals.covering(tree).cloned() else {
-        let why = if approvals.of_proposal(name).next().is_some() {
-            "its approval is stale: the proposal changed after it was approved"
+        let rejected = approvals.rejected(tree);
+        let why = if !rejected.is_empty() {
+            format!("no approval of it counts ({})", rejected.join("; "))
+        } else if approvals.of_proposal(name).next().is_some() {
+            "its approval is stale: the proposal changed after it was approved".to_string()
         } else {
-            "it has no approval"
+            "it has no approval".to_string()
         };
         return Err(ReviewError::Refused(format!(
             "refusing to merge proposal `{name}`: {why} (builder tree {tree})"

@@ -1,0 +1,559 @@
+//! The cron box (DESIGN.md section 8, "Sync"): with a `sync` section, a fire first
+//! fetches the branch and `refs/builder/*` from the remote ([`before_fire`]) and moves
+//! to the remote tip only when the tip's tree of builder-owned paths is approved by
+//! the rule the box already runs under (or is the tree it has: the remote brought
+//! records only); otherwise it fires on what it has, and the caller writes one
+//! `unreviewed_changes` card per unapproved tree. After its commit the fire pushes
+//! ([`push_after`]); a push the remote rejects because it moved is retried on the new
+//! tip, the records commit rebuilt onto it (records are new paths: no conflict), at
+//! most `sync.push_attempts` times, never forced.
+//!
+//! Receipts keep pointing at commits that exist: a pushed commit is never rewritten.
+//! The one unpushed commit of this fire is rebuilt linearly (its receipt names the
+//! commit it fired on, which the remote has); several unpushed commits (fires while
+//! the remote tip was unapproved, whose receipts name each other) are joined to the
+//! new tip by a merge commit, so every one of them stays in the branch's history.
+//!
+//! Transports: the workspace's `git2` is built without default features, so only
+//! local remotes (a path, `file://`) work; an ssh or https remote is refused with a
+//! [`SyncError`] that says so. A local remote needs no network: the runtime's own
+//! sandbox is given write access to that repository ([`sandbox_dirs`]) and no port.
+
+use crate::review::approvals::Approvals;
+use crate::review::signing::ApprovalRule;
+use crate::settings::SyncSettings;
+use git2::{Oid, Repository};
+use std::path::PathBuf;
+
+/// A sync step that failed: which step, against which remote and branch, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("sync {step} with {remote}/{branch}: {message}")]
+pub struct SyncError {
+    pub step: &'static str,
+    pub remote: String,
+    pub branch: String,
+    pub message: String,
+}
+
+/// What [`before_fire`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Before {
+    /// The local branch is the remote's.
+    UpToDate,
+    /// The local branch has runtime commits the remote lacks; the push sends them.
+    Ahead,
+    /// The branch moved to (or was joined with) the remote tip: `from` -> `to`.
+    Moved { from: Oid, to: Oid },
+    /// The remote tip's builder tree has no approval that counts: the fire runs on
+    /// what it has, and neither moves its branch nor pushes.
+    Unapproved { tip: Oid, tree: Oid },
+}
+
+/// What [`push_after`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    /// The remote branch is the local branch; `attempts` pushes it took.
+    Pushed { attempts: u32, head: Oid },
+    /// Not pushed now: why (the next fire's [`before_fire`] joins and pushes).
+    Deferred(String),
+}
+
+struct Ctx<'a> {
+    repo: &'a Repository,
+    sync: &'a SyncSettings,
+}
+
+impl Ctx<'_> {
+    fn err(&self, step: &'static str, message: impl Into<String>) -> SyncError {
+        SyncError {
+            step,
+            remote: self.sync.remote.clone(),
+            branch: self.sync.branch.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn git(&self, step: &'static str) -> impl Fn(git2::Error) -> SyncError + '_ {
+        move |e| self.err(step, e.message().to_string())
+    }
+
+    fn local_ref(&self) -> String {
+        format!("refs/heads/{}", self.sync.branch)
+    }
+
+    fn tracking_ref(&self) -> String {
+        format!("refs/remotes/{}/{}", self.sync.remote, self.sync.branch)
+    }
+
+    /// The remote's directory; an error for a remote this build cannot reach.
+    fn remote_dir(&self) -> Result<PathBuf, SyncError> {
+        let remote = self.repo.find_remote(&self.sync.remote).map_err(|e| {
+            self.err(
+                "setup",
+                format!("no remote `{}` in this repository ({})", self.sync.remote, e.message()),
+            )
+        })?;
+        let url = remote.url().unwrap_or("").to_string();
+        local_path(&url, self.repo).ok_or_else(|| {
+            self.err(
+                "setup",
+                format!(
+                    "remote url `{url}` is not a local path or file:// url: this build's git (git2 without default features) has no ssh or https transport; sync through a path the cron box can reach (a mounted or mirrored bare repository)"
+                ),
+            )
+        })
+    }
+
+    fn fetch(&self, with_builder: bool) -> Result<Oid, SyncError> {
+        self.remote_dir()?;
+        let mut remote = self.repo.find_remote(&self.sync.remote).map_err(self.git("fetch"))?;
+        let mut specs = vec![format!("+{}:{}", self.local_ref(), self.tracking_ref())];
+        if with_builder {
+            specs.push(crate::review::BUILDER_REFSPEC.to_string());
+        }
+        remote.fetch(&specs, None, None).map_err(self.git("fetch"))?;
+        self.repo.refname_to_id(&self.tracking_ref()).map_err(|e| {
+            self.err(
+                "fetch",
+                format!("the remote has no branch `{}` ({})", self.sync.branch, e.message()),
+            )
+        })
+    }
+
+    /// The local branch tip; HEAD must be that branch.
+    fn local_tip(&self) -> Result<Oid, SyncError> {
+        let head = self.repo.head().map_err(self.git("setup"))?;
+        if head.name().ok() != Some(self.local_ref().as_str()) {
+            return Err(self.err(
+                "setup",
+                format!(
+                    "HEAD is {}, not the sync branch {}: check out `{}` on the cron box",
+                    head.shorthand().unwrap_or("detached"),
+                    self.local_ref(),
+                    self.sync.branch
+                ),
+            ));
+        }
+        head.target().ok_or_else(|| self.err("setup", "HEAD names no commit"))
+    }
+
+    /// Commits on `local` and not on `remote`, newest first; each must be a runtime
+    /// commit that only adds records (else the box has work of its own: an error).
+    fn runtime_only(&self, local: Oid, remote: Oid, runtime_email: &str) -> Result<Vec<Oid>, SyncError> {
+        let git = self.git("join");
+        let mut walk = self.repo.revwalk().map_err(&git)?;
+        walk.push(local).map_err(&git)?;
+        walk.hide(remote).map_err(&git)?;
+        let mut out = Vec::new();
+        for oid in walk {
+            let oid = oid.map_err(&git)?;
+            let c = self.repo.find_commit(oid).map_err(&git)?;
+            let ours = c
+                .author()
+                .email()
+                .is_ok_and(|e| crate::review::same_person(e, runtime_email));
+            let parent_tree = match c.parent(0) {
+                Ok(p) => Some(p.tree().map_err(&git)?),
+                Err(_) => None,
+            };
+            let diff = self
+                .repo
+                .diff_tree_to_tree(parent_tree.as_ref(), Some(&c.tree().map_err(&git)?), None)
+                .map_err(&git)?;
+            let records_only = diff.deltas().all(|d| {
+                d.new_file()
+                    .path()
+                    .is_some_and(|p| is_record_path(&p.to_string_lossy()))
+            });
+            if !ours || !records_only {
+                return Err(self.err(
+                    "join",
+                    format!(
+                        "local commit {} is not a runtime records commit; the cron box's branch must hold only what the runtime commits (move that work to the laptop)",
+                        &oid.to_string()[..12]
+                    ),
+                ));
+            }
+            out.push(oid);
+        }
+        Ok(out)
+    }
+
+    /// The tree of `onto` with the records of `local` added (a merge that cannot
+    /// conflict: records are new paths).
+    fn joined_tree(&self, onto: Oid, local: Oid) -> Result<Oid, SyncError> {
+        let git = self.git("join");
+        let a = self.repo.find_commit(onto).map_err(&git)?;
+        let b = self.repo.find_commit(local).map_err(&git)?;
+        let mut index = self.repo.merge_commits(&a, &b, None).map_err(&git)?;
+        if index.has_conflicts() {
+            return Err(self.err("join", "the records conflict with the remote's commits"));
+        }
+        index.write_tree_to(self.repo).map_err(&git)
+    }
+
+    /// Makes the commit that puts `local`'s unpushed records on `onto`: the one
+    /// unpushed commit rebuilt with `onto` as its parent, or a merge of several.
+    fn rebuild(&self, onto: Oid, local: Oid, unpushed: &[Oid]) -> Result<Oid, SyncError> {
+        let git = self.git("join");
+        let tree = self.repo.find_tree(self.joined_tree(onto, local)?).map_err(&git)?;
+        let onto_c = self.repo.find_commit(onto).map_err(&git)?;
+        let local_c = self.repo.find_commit(local).map_err(&git)?;
+        let (author, committer) = (local_c.author(), local_c.committer());
+        if let [only] = unpushed {
+            let c = self.repo.find_commit(*only).map_err(&git)?;
+            let msg = c.message().unwrap_or("runtime records");
+            return self
+                .repo
+                .commit(None, &author, &committer, msg, &tree, &[&onto_c])
+                .map_err(&git);
+        }
+        let msg = format!(
+            "runtime: records of {} fire(s) joined onto {}/{}\n",
+            unpushed.len(),
+            self.sync.remote,
+            self.sync.branch
+        );
+        self.repo
+            .commit(None, &author, &committer, &msg, &tree, &[&onto_c, &local_c])
+            .map_err(&git)
+    }
+
+    /// Moves the branch from `from` to `to` (compare-and-swap) after updating the
+    /// index and work tree; `only` limits the work-tree update to those paths.
+    fn move_to(&self, from: Oid, to: Oid, only: Option<&[String]>) -> Result<(), SyncError> {
+        let git = self.git("checkout");
+        let tree = self.repo.find_commit(to).and_then(|c| c.tree()).map_err(&git)?;
+        let mut co = git2::build::CheckoutBuilder::new();
+        match only {
+            Some(paths) => {
+                co.force().update_index(true).disable_pathspec_match(true);
+                for p in paths {
+                    co.path(p);
+                }
+                if !paths.is_empty() {
+                    self.repo.checkout_tree(tree.as_object(), Some(&mut co)).map_err(&git)?;
+                }
+                // The index must name the new tree's records exactly (paths the
+                // checkout did not touch are the same in both trees).
+                let mut index = self.repo.index().map_err(&git)?;
+                index.read_tree(&tree).map_err(&git)?;
+                index.write().map_err(&git)?;
+            }
+            None => {
+                co.safe();
+                self.repo.checkout_tree(tree.as_object(), Some(&mut co)).map_err(&git)?;
+            }
+        }
+        self.repo
+            .reference_matching(
+                &self.local_ref(),
+                to,
+                true,
+                from,
+                &format!("runtime sync: {}/{}", self.sync.remote, self.sync.branch),
+            )
+            .map_err(&git)?;
+        Ok(())
+    }
+
+    /// One push of the branch: `Ok(true)` when the remote took it, `Ok(false)` when it
+    /// moved since the last fetch (or another push held its lock). libgit2's local
+    /// transport moves the remote's ref without comparing it to the value it read (a
+    /// push landing in between would be overwritten), so the objects travel by a push
+    /// to a ref of this process's own, and the branch then moves on the remote by a
+    /// compare-and-swap against the tip this fire built on, under git's ref lock.
+    fn push_once(&self, local: Oid) -> Result<bool, SyncError> {
+        let git = self.git("push");
+        let expected = self.repo.refname_to_id(&self.tracking_ref()).ok();
+        if let Some(e) = expected {
+            if e != local && !self.repo.graph_descendant_of(local, e).map_err(&git)? {
+                return Ok(false);
+            }
+        }
+        let target = Repository::open(self.remote_dir()?).map_err(&git)?;
+        let carrier = format!("refs/runtime-sync/{}", std::process::id());
+        let mut remote = self.repo.find_remote(&self.sync.remote).map_err(&git)?;
+        let spec = format!("+{}:{carrier}", self.local_ref());
+        remote.push(&[spec.as_str()], None).map_err(&git)?;
+        let msg = format!("push by the runtime ({}/{})", self.sync.remote, self.sync.branch);
+        let moved = match expected {
+            Some(e) => target
+                .reference_matching(&self.local_ref(), local, true, e, &msg)
+                .map(|_| ()),
+            None => target.reference(&self.local_ref(), local, false, &msg).map(|_| ()),
+        };
+        if let Ok(mut r) = target.find_reference(&carrier) {
+            let _ = r.delete();
+        }
+        match moved {
+            Ok(()) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.code(),
+                    git2::ErrorCode::Modified | git2::ErrorCode::Locked | git2::ErrorCode::Exists
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(self.err("push", e.message().to_string())),
+        }
+    }
+}
+
+/// `url` as a directory when it names a local repository (a path or `file://`).
+fn local_path(url: &str, repo: &Repository) -> Option<PathBuf> {
+    let path = if let Some(p) = url.strip_prefix("file://") {
+        PathBuf::from(p)
+    } else if url.contains("://") || (url.contains(':') && !url.starts_with('/') && !url.starts_with('.')) {
+        return None; // ssh://, https://, git://, or scp-like host:path
+    } else {
+        PathBuf::from(url)
+    };
+    let base = repo.workdir().unwrap_or(repo.path());
+    let full = if path.is_absolute() { path } else { base.join(path) };
+    std::fs::canonicalize(full).ok()
+}
+
+/// A path the runtime commits: under one of the runtime directories.
+fn is_record_path(p: &str) -> bool {
+    crate::layout::RUNTIME_DIRS
+        .iter()
+        .any(|d| p.strip_prefix(d).is_some_and(|r| r.starts_with('/')))
+}
+
+/// What the runtime's own sandbox must also be allowed to write for `sync`: the
+/// local remote's directory (none when there is no sync or it cannot be resolved:
+/// the push then fails with a named error, not a wider sandbox).
+pub fn sandbox_dirs(repo: &Repository, sync: Option<&SyncSettings>) -> Vec<PathBuf> {
+    let Some(sync) = sync else { return Vec::new() };
+    Ctx { repo, sync }.remote_dir().into_iter().collect()
+}
+
+/// Before a fire: fetch, then fast-forward (or join the runtime's unpushed records)
+/// to the remote tip when its builder tree is approved under `rule`, or is the tree
+/// the box has. Runs before the sandbox (it may update builder-owned paths).
+pub fn before_fire(repo: &Repository, sync: &SyncSettings, rule: &ApprovalRule) -> Result<Before, SyncError> {
+    let cx = Ctx { repo, sync };
+    let local = cx.local_tip()?;
+    let remote = cx.fetch(true)?;
+    let git = cx.git("fetch");
+    if remote == local {
+        return Ok(Before::UpToDate);
+    }
+    if repo.graph_descendant_of(local, remote).map_err(&git)? {
+        return Ok(Before::Ahead);
+    }
+    let tree_of = |c: Oid| crate::review::builder_tree_of_commit(repo, c).map_err(&git);
+    let tip_tree = tree_of(remote)?;
+    let approved =
+        tip_tree == tree_of(local)? || Approvals::read(repo, rule).map_err(&git)?.covering(tip_tree).is_some();
+    if !approved {
+        return Ok(Before::Unapproved {
+            tip: remote,
+            tree: tip_tree,
+        });
+    }
+    let to = if repo.graph_descendant_of(remote, local).map_err(&git)? {
+        remote
+    } else {
+        let unpushed = cx.runtime_only(local, remote, &rule.runtime_email)?;
+        cx.rebuild(remote, local, &unpushed)?
+    };
+    cx.move_to(local, to, None)?;
+    Ok(Before::Moved { from: local, to })
+}
+
+/// After a fire's commit: push the branch; when the remote moved meanwhile, fetch,
+/// rebuild the unpushed records onto its tip and push again, at most
+/// `sync.push_attempts` times. Runs inside the runtime's sandbox, which may write the
+/// records directories but not builder-owned paths: when the remote's new commits
+/// change anything but records, the push is deferred to the next fire (whose
+/// [`before_fire`] checks their approval and joins them outside the sandbox).
+pub fn push_after(repo: &Repository, sync: &SyncSettings, runtime_email: &str) -> Result<Pushed, SyncError> {
+    let cx = Ctx { repo, sync };
+    let attempts = sync.push_attempts.max(1);
+    for attempt in 1..=attempts {
+        let local = cx.local_tip()?;
+        if cx.push_once(local)? {
+            let _ = repo.reference(&cx.tracking_ref(), local, true, "runtime sync: pushed");
+            return Ok(Pushed::Pushed {
+                attempts: attempt,
+                head: local,
+            });
+        }
+        if attempt == attempts {
+            break;
+        }
+        let remote = cx.fetch(false)?;
+        let git = cx.git("push");
+        if repo.graph_descendant_of(local, remote).map_err(&git)? || local == remote {
+            continue; // a lock, not a move: try again
+        }
+        let unpushed = cx.runtime_only(local, remote, runtime_email)?;
+        let to = cx.rebuild(remote, local, &unpushed)?;
+        let old_tree = repo.find_commit(local).and_then(|c| c.tree()).map_err(&git)?;
+        let new_tree = repo.find_commit(to).and_then(|c| c.tree()).map_err(&git)?;
+        let diff = repo
+            .diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)
+            .map_err(&git)?;
+        let mut changed = Vec::new();
+        for d in diff.deltas() {
+            let Some(p) = d.new_file().path().or(d.old_file().path()) else {
+                continue;
+            };
+            let p = p.to_string_lossy().into_owned();
+            if !is_record_path(&p) {
+                return Ok(Pushed::Deferred(format!(
+                    "{}/{} moved with changes outside the records ({p}); the next fire checks their approval and pushes these records",
+                    sync.remote, sync.branch
+                )));
+            }
+            changed.push(p);
+        }
+        cx.move_to(local, to, Some(&changed))?;
+    }
+    Err(cx.err(
+        "push",
+        format!("the remote rejected {attempts} push(es): it kept moving (sync.push_attempts bounds the retries); the records stay committed locally and the next fire pushes them"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use git2::Signature;
+    use std::path::Path;
+
+    /// Commits `files` on top of HEAD of `repo` (work tree and index too) as `who`.
+    fn commit(repo: &Repository, files: &[(&str, &str)], who: &str) -> Oid {
+        let root = repo.workdir().unwrap().to_path_buf();
+        let mut index = repo.index().unwrap();
+        for (p, body) in files {
+            let full = root.join(p);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(&full, body).unwrap();
+            index.add_path(Path::new(p)).unwrap();
+        }
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = Signature::now(who, &format!("{who}@localhost")).unwrap();
+        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        repo.commit(Some("HEAD"), &sig, &sig, who, &tree, &parents).unwrap()
+    }
+
+    /// A bare origin with one commit on `main`, and two clones of it.
+    fn origin_and_clones(dir: &Path) -> (Repository, Repository, Repository) {
+        let mut opts = git2::RepositoryInitOptions::new();
+        opts.initial_head("main");
+        let seed = Repository::init_opts(dir.join("seed"), &opts).unwrap();
+        commit(&seed, &[("prompts/t.md", "hi\n")], "eng");
+        let origin = Repository::init_bare(dir.join("origin.git")).unwrap();
+        let mut r = seed.remote("origin", dir.join("origin.git").to_str().unwrap()).unwrap();
+        r.push(&["refs/heads/main:refs/heads/main"], None).unwrap();
+        origin.set_head("refs/heads/main").unwrap();
+        let clone = |name: &str| Repository::clone(dir.join("origin.git").to_str().unwrap(), dir.join(name)).unwrap();
+        (origin, clone("cron"), clone("other"))
+    }
+
+    fn sync() -> SyncSettings {
+        SyncSettings {
+            remote: "origin".into(),
+            branch: "main".into(),
+            push_attempts: 3,
+        }
+    }
+
+    fn push_other(other: &Repository) {
+        let mut r = other.find_remote("origin").unwrap();
+        r.push(&["refs/heads/main:refs/heads/main"], None).unwrap();
+    }
+
+    #[test]
+    fn the_sandbox_may_write_a_local_remote_and_nothing_for_a_network_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_origin, cron, _) = origin_and_clones(dir.path());
+        let want = std::fs::canonicalize(dir.path().join("origin.git")).unwrap();
+        assert_eq!(sandbox_dirs(&cron, Some(&sync())), vec![want.clone()]);
+        assert!(sandbox_dirs(&cron, None).is_empty());
+        cron.remote_set_url("origin", &format!("file://{}", want.display()))
+            .unwrap();
+        assert_eq!(sandbox_dirs(&cron, Some(&sync())), vec![want]);
+        for url in [
+            "https://example.com/a.git",
+            "ssh://git@example.com/a.git",
+            "git@example.com:a.git",
+        ] {
+            cron.remote_set_url("origin", url).unwrap();
+            assert!(sandbox_dirs(&cron, Some(&sync())).is_empty(), "{url}");
+            let e = before_fire(&cron, &sync(), &ApprovalRule::unsigned("runtime@localhost")).unwrap_err();
+            assert_eq!(e.step, "setup");
+            assert!(e.message.contains("no ssh or https transport"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_push_the_remote_rejects_is_rebuilt_on_the_new_tip_and_keeps_both_sides() {
+        let dir = tempfile::tempdir().unwrap();
+        let (origin, cron, other) = origin_and_clones(dir.path());
+        let base = origin.refname_to_id("refs/heads/main").unwrap();
+        let ours = commit(&cron, &[("runs/t/a.json", "{}")], "runtime");
+        commit(&other, &[("reports/other/b.md", "b")], "other");
+        push_other(&other);
+        let theirs = origin.refname_to_id("refs/heads/main").unwrap();
+        let pushed = push_after(&cron, &sync(), "runtime@localhost").unwrap();
+        let Pushed::Pushed { attempts, head } = pushed else {
+            panic!("not pushed: {pushed:?}")
+        };
+        assert_eq!(attempts, 2, "rejected once, then rebuilt and pushed");
+        assert_eq!(origin.refname_to_id("refs/heads/main").unwrap(), head);
+        assert_eq!(
+            cron.head().unwrap().target(),
+            Some(head),
+            "the local branch is the remote's"
+        );
+        let rebuilt = cron.find_commit(head).unwrap();
+        assert_eq!(
+            rebuilt.parent_ids().collect::<Vec<_>>(),
+            vec![theirs],
+            "rebuilt on the new tip"
+        );
+        assert_ne!(head, ours, "our unpushed commit was rebuilt, not forced");
+        assert!(origin.graph_descendant_of(head, base).unwrap());
+        let tree = rebuilt.tree().unwrap();
+        for p in ["runs/t/a.json", "reports/other/b.md", "prompts/t.md"] {
+            assert!(tree.get_path(Path::new(p)).is_ok(), "{p} lost");
+        }
+        // The other side's record is in the cron box's work tree and index too.
+        assert!(cron.workdir().unwrap().join("reports/other/b.md").is_file());
+        assert!(
+            cron.statuses(None).unwrap().is_empty(),
+            "work tree and index match HEAD"
+        );
+    }
+
+    #[test]
+    fn a_remote_that_moved_beyond_records_defers_the_push_and_a_foreign_local_commit_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (origin, cron, other) = origin_and_clones(dir.path());
+        commit(&cron, &[("runs/t/a.json", "{}")], "runtime");
+        commit(&other, &[("prompts/t.md", "changed\n")], "other");
+        push_other(&other);
+        let theirs = origin.refname_to_id("refs/heads/main").unwrap();
+        match push_after(&cron, &sync(), "runtime@localhost").unwrap() {
+            Pushed::Deferred(why) => assert!(why.contains("prompts/t.md"), "{why}"),
+            p => panic!("expected a deferred push, got {p:?}"),
+        }
+        assert_eq!(
+            origin.refname_to_id("refs/heads/main").unwrap(),
+            theirs,
+            "nothing forced"
+        );
+        // Work of someone else on the cron box's branch is never pushed for them.
+        commit(&cron, &[("notes.md", "mine")], "eng");
+        let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
+        assert_eq!(e.step, "join");
+        assert!(e.to_string().contains("not a runtime records commit"), "{e}");
+    }
+}
