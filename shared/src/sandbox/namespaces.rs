@@ -346,7 +346,18 @@ fn inside(
     )?;
     mask_denied(plan)?;
     step(piece, std::env::set_current_dir(&plan.root))?;
-    drop_capabilities()
+    drop_capabilities()?;
+    // Tools run as this process's uid when the runtime is not root: left dumpable,
+    // its `/proc/1/fd`, `pidfd_getfd` and `/proc/1/mem` would hand them the pipes to
+    // the runtime (answers forged for the worker, an acceptance check passed).
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(NsError {
+            piece: "non-dumpable worker",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
 }
 
 /// Masks what the `Read` deny globs match under the root.

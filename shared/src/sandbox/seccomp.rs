@@ -5,7 +5,7 @@
 //! `process_vm_readv/writev`, `io_uring_*`, `mknod` of device nodes, the key ring,
 //! `bpf`, `perf_event_open`, every mount and namespace call (set-up is over when the
 //! filter is installed), `prlimit64` on another process, kernel modules, `kexec` and
-//! `reboot`. `clone3` answers `ENOSYS` (its flags sit in memory a filter cannot read),
+//! `reboot`, `pidfd_getfd`. `clone3` answers `ENOSYS` (its flags sit in memory a filter cannot read),
 //! so libc falls back to `clone`, whose namespace flags are refused. The list follows
 //! Codex's Linux sandbox (`codex-rs/linux-sandbox`).
 
@@ -57,6 +57,7 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_kexec_file_load,
     libc::SYS_reboot,
     libc::SYS_userfaultfd,
+    libc::SYS_pidfd_getfd,
 ];
 
 /// Namespace flags `clone` may not carry.
