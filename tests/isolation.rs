@@ -644,6 +644,71 @@ print "context\n";
     l.assert_silent("prefetch network");
 }
 
+/// Every entry under `dir` on disk whose mode carries the setuid or setgid bit.
+fn set_id_entries(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(md) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if md.mode() & 0o6000 != 0 {
+            out.push(format!("{} {:o} uid {}", p.display(), md.mode(), md.uid()));
+        }
+        if md.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_tool_leaves_no_setuid_file_on_the_host() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    // As root the tools write through idmapped mounts: a file `nobody` makes is the
+    // repository owner's on disk, so a set-id bit would leave a root-owned setuid
+    // program in the work tree for any local user to run.
+    let script = r#"import ctypes, os
+open('reports/m/ran', 'w').write('ran')
+libc = ctypes.CDLL(None, use_errno=True)
+def mark(n, r):
+    open('reports/m/' + n, 'w').write('set' if r == 0 else 'refused ' + os.strerror(ctypes.get_errno()))
+open('reports/m/a', 'w').write('#!/bin/sh\nid\n')
+mark('chmod', libc.chmod(b'reports/m/a', 0o4755))
+fd = os.open('reports/m/b', os.O_WRONLY | os.O_CREAT, 0o644)
+mark('fchmod', libc.fchmod(fd, 0o2755))
+os.close(fd)
+mark('fchmodat', libc.fchmodat(-100, b'reports/m/b', 0o6755, 0))
+mark('fchmodat2', libc.syscall(452, -100, b'reports/m/b', 0o4755, 0))
+r = libc.syscall(2, b'reports/m/c', os.O_WRONLY | os.O_CREAT, 0o4755)
+mark('open', 0 if r >= 0 else -1)
+os.mkdir('reports/m/d')
+mark('dir', libc.chmod(b'reports/m/d', 0o2777))
+"#;
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "setuid",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &[],
+        },
+    );
+    for k in ["chmod", "fchmod", "fchmodat", "fchmodat2", "open", "dir"] {
+        assert_eq!(m[k], "refused Operation not permitted", "{k}: {m:?}");
+    }
+    assert!(env.root.join("reports/m/a").is_file(), "the payload wrote its program");
+    let left = set_id_entries(&env.root.join("reports"));
+    assert!(left.is_empty(), "set-id entries on the host: {left:?} {m:?}");
+}
+
 /// The worker's protocol pipes are PID 1's: a tool that reaches them (its
 /// `/proc/1/fd` or `pidfd_getfd`, same uid when the runtime is not root) answers for
 /// the worker, here forging the pass of an acceptance script that always fails.
