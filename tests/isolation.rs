@@ -776,3 +776,51 @@ open('reports/m/how', 'w').write('; '.join(how))
         );
     }
 }
+
+/// The task and commit locks and the state database are the runtime's alone: a tool
+/// that can open them can flock a lock file (opened read-only) or hold an SQLite
+/// lock, and so skip or stall other tasks' fires for as long as its call runs.
+#[test]
+fn a_tool_cannot_reach_the_runtime_state() {
+    if !kernel_ready() {
+        return;
+    }
+    for who in [As::Me, As::Nobody] {
+        if who == As::Nobody && !am_root() {
+            continue;
+        }
+        let env = env_with_prompt();
+        let l = Listeners::new();
+        let script = r#"import fcntl, os
+open('reports/m/ran', 'w').write('ran')
+out = []
+for p in ['.runtime/locks/commit.lock', '.runtime/locks/other.lock', '.runtime/state.db']:
+    try:
+        fd = os.open(p, os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        out.append(p + ' locked')
+    except OSError as e:
+        out.append(p + ' refused ' + e.strerror)
+open('reports/m/state', 'w').write('\n'.join(out))
+open('reports/m/listing', 'w').write(' '.join(sorted(os.listdir('.runtime'))))
+"#;
+        let payload = Payload {
+            case: "runtime state",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &[],
+        };
+        // A first fire leaves the state database and the commit lock; another task's
+        // lock is planted beside them.
+        fire_payload(who, &env, &l, &payload);
+        std::fs::write(env.root.join(".runtime/locks/other.lock"), "").unwrap();
+        assert!(env.root.join(".runtime/state.db").is_file());
+        assert!(env.root.join(".runtime/locks/commit.lock").is_file());
+        let (m, _) = fire_payload(who, &env, &l, &payload);
+        for line in m["state"].lines() {
+            assert!(line.contains("refused"), "{who:?}: {m:?}");
+        }
+        assert_eq!(m["listing"], "handoff scratch", "{who:?}: {m:?}");
+    }
+}

@@ -6,8 +6,12 @@
 //! `kill(-1)`), and everything left dies with PID 1 at the end of the fire.
 //!
 //! The mount namespace shows the repository read-only, the write ACL's directories and
-//! the run's scratch writable (`nosuid,nodev`), `.git` and `.runtime` read-only with
-//! the rest of the repository, `/tmp`, `/var/tmp`, `/run`, `/dev/shm`, `/home` and
+//! the run's scratch writable (`nosuid,nodev`), `.git` read-only with the rest of the
+//! repository, `.runtime` as an empty read-only tmpfs (its task and commit locks and
+//! the state database are the runtime's alone: a tool that could open them could
+//! flock them or hold an SQLite lock and block other fires) with only the scratch and
+//! the acceptance hand-over directory mounted back, `/tmp`, `/var/tmp`, `/run`,
+//! `/dev/shm`, `/home` and
 //! `/root` as empty private tmpfs (the paths above kept visible are mounted back on
 //! top), its own `/proc`, and every path a `Read` deny rule matches masked (files by
 //! `/dev/null`, directories by an empty read-only tmpfs).
@@ -282,6 +286,10 @@ fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<Vec<(PathBuf
     };
     let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     let mut out = vec![(plan.root.clone(), step(piece, clone_tree(&plan.root, ro, userns))?)];
+    let handoff = handoff_dir(plan);
+    if handoff.is_dir() {
+        out.push((handoff.clone(), step(piece, clone_tree(&handoff, ro, userns))?));
+    }
     for d in plan.read_dirs.iter().filter(|d| d.is_dir()) {
         out.push((d.clone(), step(piece, clone_tree(d, ro, userns))?));
     }
@@ -321,7 +329,9 @@ fn inside(
             step(piece, mount("tmpfs", m, "tmpfs", tmpfs, c"mode=0755,size=1m"))?;
         }
     }
-    for (path, tree) in trees {
+    let state = plan.root.join(crate::layout::STATE_DIR);
+    let mut state_masked = false;
+    for (i, (path, tree)) in trees.into_iter().enumerate() {
         let _ = std::fs::create_dir_all(&path);
         step(
             piece,
@@ -331,6 +341,26 @@ fn inside(
                 rustix::fs::CWD,
                 &path,
                 MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+            ),
+        )?;
+        // The repository is in place (a masked root above may have hidden it until
+        // now): hide its state directory before the scratch and the hand-over
+        // directory are mounted back into it.
+        if i == 0 && state.symlink_metadata().is_ok_and(|md| md.is_dir()) {
+            state_masked = true;
+            step(
+                "state directory mask",
+                mount("tmpfs", &state, "tmpfs", tmpfs | MountFlags::NOEXEC, c"mode=0755,size=16k"),
+            )?;
+        }
+    }
+    if state_masked {
+        step(
+            "state directory mask",
+            rustix::mount::mount_remount(
+                &state,
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                c"",
             ),
         )?;
     }
@@ -358,6 +388,17 @@ fn inside(
         });
     }
     Ok(())
+}
+
+/// Where the runtime hands the report to acceptance scripts: created here, before
+/// the namespaces, so that it can be mounted back over the state directory's mask.
+fn handoff_dir(plan: &NamespacePlan) -> PathBuf {
+    let dir = plan
+        .root
+        .join(crate::layout::STATE_DIR)
+        .join(crate::layout::HANDOFF_DIR);
+    let _ = std::fs::create_dir_all(&dir);
+    dir
 }
 
 /// Masks what the `Read` deny globs match under the root.
