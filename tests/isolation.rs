@@ -824,3 +824,47 @@ open('reports/m/listing', 'w').write(' '.join(sorted(os.listdir('.runtime'))))
         assert_eq!(m["listing"], "handoff scratch", "{who:?}: {m:?}");
     }
 }
+
+/// A fork bomb stops at the tools' process cap (the host's would be far higher and
+/// shared with everything else `nobody` or the runtime's user runs).
+#[test]
+fn a_fork_bomb_stops_at_the_process_cap() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let script = r#"import os, signal
+open('reports/m/ran', 'w').write('ran')
+n, why = 0, 'none'
+while n < 3000:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        why = e.strerror
+        break
+    if pid == 0:
+        signal.pause()
+        os._exit(0)
+    n += 1
+open('reports/m/forked', 'w').write('%d %s' % (n, why))
+"#;
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "fork bomb",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &["sh -c 'ls /proc | grep -c \"^[0-9]\" > reports/m/left'"],
+        },
+    );
+    let (n, why) = m["forked"].split_once(' ').unwrap();
+    let n: usize = n.parse().unwrap();
+    assert!(n < shared::sandbox::namespaces::MAX_TOOL_PROCESSES as usize, "{m:?}");
+    assert_eq!(why, "Resource temporarily unavailable", "{m:?}");
+    let left: usize = m["left"].parse().unwrap();
+    assert!(left <= 6, "the next call still sees the bomb: {m:?}");
+}

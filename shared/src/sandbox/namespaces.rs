@@ -43,6 +43,11 @@ pub const UNPRIVILEGED_ID: u32 = 65534;
 /// Host paths that hold sockets and other processes' files: replaced by empty tmpfs.
 pub const MASKED_ROOTS: &[&str] = &["/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm", "/home", "/root"];
 
+/// At most this many processes (threads included) of the tools' uid at once in the
+/// worker's namespace (`RLIMIT_NPROC`, counted per user namespace): a fork bomb stops
+/// there instead of filling the host's process table until the call's timeout.
+pub const MAX_TOOL_PROCESSES: u64 = 1024;
+
 /// At most this many entries are walked looking for paths a `Read` deny rule masks.
 const MAX_MASK_WALK: usize = 100_000;
 
@@ -350,7 +355,13 @@ fn inside(
             state_masked = true;
             step(
                 "state directory mask",
-                mount("tmpfs", &state, "tmpfs", tmpfs | MountFlags::NOEXEC, c"mode=0755,size=16k"),
+                mount(
+                    "tmpfs",
+                    &state,
+                    "tmpfs",
+                    tmpfs | MountFlags::NOEXEC,
+                    c"mode=0755,size=16k",
+                ),
             )?;
         }
     }
@@ -377,6 +388,14 @@ fn inside(
     mask_denied(plan)?;
     step(piece, std::env::set_current_dir(&plan.root))?;
     drop_capabilities()?;
+    let cap = rustix::process::Rlimit {
+        current: Some(MAX_TOOL_PROCESSES),
+        maximum: Some(MAX_TOOL_PROCESSES),
+    };
+    step(
+        "process cap",
+        rustix::process::setrlimit(rustix::process::Resource::Nproc, cap),
+    )?;
     // Tools run as this process's uid when the runtime is not root: left dumpable,
     // its `/proc/1/fd`, `pidfd_getfd` and `/proc/1/mem` would hand them the pipes to
     // the runtime (answers forged for the worker, an acceptance check passed).
