@@ -166,6 +166,8 @@ struct Payload<'a> {
     interp: &'a str,
     script: &'a str,
     after: &'a [&'a str],
+    /// `settings/runtime.yaml` when not [`SETTINGS`].
+    settings: Option<&'a str>,
 }
 
 fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap<String, String>, Value) {
@@ -175,6 +177,7 @@ fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap
         interp,
         script,
         after,
+        settings,
     } = *p;
     let _ = std::fs::remove_dir_all(env.root.join("reports/m"));
     let script = script
@@ -193,7 +196,7 @@ fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap
     for a in after {
         calls.push(("run_command", json!({ "command": a })));
     }
-    env.write("settings/runtime.yaml", SETTINGS);
+    env.write("settings/runtime.yaml", settings.unwrap_or(SETTINGS));
     env.write("evals/iso/trace.json", &trace(&calls));
     env.commit_all(&format!("case {case}"));
     if who == As::Nobody {
@@ -314,6 +317,7 @@ fn probe_case(who: As) {
             interp: "/bin/sh",
             script: &script,
             after: &[],
+            settings: None,
         },
     );
     if am_root() {
@@ -392,6 +396,7 @@ mark('dns', gethostbyname('example.com') ? 'resolved' : 'failed');
             interp: "/usr/bin/perl",
             script,
             after: &[],
+            settings: None,
         },
     );
     for k in ["unix", "udp", "tcp", "raw"] {
@@ -437,6 +442,7 @@ fn outlive_case(who: As) {
             after: &[
                 "sleep 2.5; if test -e reports/m/late; then echo survived; else echo gone; fi > reports/m/verdict",
             ],
+            settings: None,
         },
     );
     assert_eq!(m["verdict"], "gone", "{m:?}");
@@ -462,6 +468,7 @@ fn ptrace_is_refused() {
             interp: "/usr/bin/python3",
             script,
             after: &[],
+            settings: None,
         },
     );
     assert_eq!(m["ptrace"], "-1 Operation not permitted", "{m:?}");
@@ -699,6 +706,7 @@ mark('dir', libc.chmod(b'reports/m/d', 0o2777))
             interp: "/usr/bin/python3",
             script,
             after: &[],
+            settings: None,
         },
     );
     for k in ["chmod", "fchmod", "fchmodat", "fchmodat2", "open", "dir"] {
@@ -761,6 +769,7 @@ open('reports/m/how', 'w').write('; '.join(how))
                 interp: "/usr/bin/python3",
                 script,
                 after: &[],
+                settings: None,
             },
         );
         let receipt = env.receipt(&summary);
@@ -810,6 +819,7 @@ open('reports/m/listing', 'w').write(' '.join(sorted(os.listdir('.runtime'))))
             interp: "/usr/bin/python3",
             script,
             after: &[],
+            settings: None,
         };
         // A first fire leaves the state database and the commit lock; another task's
         // lock is planted beside them.
@@ -859,6 +869,7 @@ open('reports/m/forked', 'w').write('%d %s' % (n, why))
             interp: "/usr/bin/python3",
             script,
             after: &["sh -c 'ls /proc | grep -c \"^[0-9]\" > reports/m/left'"],
+            settings: None,
         },
     );
     let (n, why) = m["forked"].split_once(' ').unwrap();
@@ -867,4 +878,53 @@ open('reports/m/forked', 'w').write('%d %s' % (n, why))
     assert_eq!(why, "Resource temporarily unavailable", "{m:?}");
     let left: usize = m["left"].parse().unwrap();
     assert!(left <= 6, "the next call still sees the bomb: {m:?}");
+}
+
+/// With tools granted TCP ports, TCP Fast Open (`sendto` with `MSG_FASTOPEN` on an
+/// unconnected socket) connects without the `connect` call Landlock checks: the
+/// filter refuses the flag, so only the granted ports are reached.
+#[test]
+fn tcp_fast_open_does_not_pass_the_granted_ports() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let granted = TcpListener::bind("127.0.0.1:0").unwrap();
+    let settings = SETTINGS.replace(
+        "  landlock: required\n",
+        &format!(
+            "  landlock: required\n  network: [{}]\n",
+            granted.local_addr().unwrap().port()
+        ),
+    );
+    let script = r#"import socket
+open('reports/m/ran', 'w').write('ran')
+def attempt(flags):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        return 'sent %d' % s.sendto(b'hello', flags, ('127.0.0.1', @TCP@))
+    except OSError as e:
+        return 'refused ' + e.strerror
+open('reports/m/fastopen', 'w').write(attempt(socket.MSG_FASTOPEN))
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.connect(('127.0.0.1', @GRANTED@))
+open('reports/m/granted', 'w').write('connected')
+"#
+    .replace("@GRANTED@", &granted.local_addr().unwrap().port().to_string());
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "tcp fast open",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script: &script,
+            after: &[],
+            settings: Some(&settings),
+        },
+    );
+    assert_eq!(m["granted"], "connected", "the granted port stays reachable: {m:?}");
+    assert_eq!(m["fastopen"], "refused Operation not permitted", "{m:?}");
 }

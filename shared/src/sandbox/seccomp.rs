@@ -5,7 +5,8 @@
 //! `process_vm_readv/writev`, `io_uring_*`, `mknod` of device nodes, the key ring,
 //! `bpf`, `perf_event_open`, every mount and namespace call (set-up is over when the
 //! filter is installed), `prlimit64` on another process, kernel modules, `kexec` and
-//! `reboot`, `pidfd_getfd`, and the setuid and setgid bits in any mode a tool sets.
+//! `reboot`, `pidfd_getfd`, `MSG_FASTOPEN` (TCP Fast Open connects without the
+//! `connect` Landlock checks), and the setuid and setgid bits in any mode a tool sets.
 //! `clone3` and `openat2` answer `ENOSYS` (their flags and mode sit in memory a filter
 //! cannot read), so libc falls back to `clone` and `openat`, which are checked. The list follows
 //! Codex's Linux sandbox (`codex-rs/linux-sandbox`).
@@ -143,6 +144,13 @@ fn eperm_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Seccomp
             r.push(rule(vec![cond(*arg, Op::MaskedEq(bit as u64), bit as u64)?])?);
         }
         rules.insert(*call, r);
+    }
+    // sendto/sendmsg/sendmmsg with MSG_FASTOPEN: TCP Fast Open connects an
+    // unconnected socket without the connect() that Landlock checks against the
+    // granted ports.
+    for (call, arg) in [(libc::SYS_sendto, 3u8), (libc::SYS_sendmsg, 2), (libc::SYS_sendmmsg, 3)] {
+        let fast_open = libc::MSG_FASTOPEN as u64;
+        rules.insert(call, vec![rule(vec![cond(arg, Op::MaskedEq(fast_open), fast_open)?])?]);
     }
     // prlimit64(pid, ...) on any process but the caller (pid 0).
     rules.insert(libc::SYS_prlimit64, vec![rule(vec![cond(0, Op::Ne, 0)?])?]);
