@@ -928,3 +928,58 @@ open('reports/m/granted', 'w').write('connected')
     assert_eq!(m["granted"], "connected", "the granted port stays reachable: {m:?}");
     assert_eq!(m["fastopen"], "refused Operation not permitted", "{m:?}");
 }
+
+/// With tools granted TCP ports (host network), `listen` on an unbound socket binds
+/// an ephemeral port on every address without the `bind` Landlock checks: a tool
+/// would serve the host's network. The filter refuses `listen` there.
+#[test]
+fn a_tool_granted_ports_cannot_listen_on_the_host() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let settings = SETTINGS.replace("  landlock: required\n", "  landlock: required\n  network: [9]\n");
+    let script = r#"import socket
+open('reports/m/ran', 'w').write('ran')
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+try:
+    s.listen(1)
+    open('reports/m/port.tmp', 'w').write(str(s.getsockname()[1]))
+    __import__('os').rename('reports/m/port.tmp', 'reports/m/port')
+    s.settimeout(10)
+    c, _ = s.accept()
+    open('reports/m/listen', 'w').write('accepted')
+except OSError as e:
+    open('reports/m/listen', 'w').write('refused ' + e.strerror)
+"#;
+    // Plays the outside: connects to whatever port the payload announces.
+    let port_file = env.root.join("reports/m/port");
+    let knocker = std::thread::spawn(move || {
+        for _ in 0..200 {
+            if let Ok(p) = std::fs::read_to_string(&port_file) {
+                return std::net::TcpStream::connect(("127.0.0.1", p.trim().parse::<u16>().unwrap())).is_ok();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        false
+    });
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "listen",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &[],
+            settings: Some(&settings),
+        },
+    );
+    assert!(
+        !knocker.join().unwrap(),
+        "a connection from outside reached the tool: {m:?}"
+    );
+    assert_eq!(m["listen"], "refused Operation not permitted", "{m:?}");
+}

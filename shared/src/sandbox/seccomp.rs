@@ -1,7 +1,7 @@
 //! The seccomp filter of the tool worker (issue 10, item 2), built with `seccompiler`
 //! (rust-vmm) rather than hand-assembled BPF. It refuses with `EPERM` what Landlock
 //! and the namespaces do not cover: sockets other than `AF_UNIX` (unless settings grant
-//! tools network, then TCP only: Landlock scopes the ports), `ptrace`,
+//! tools network, then TCP only: Landlock scopes the ports, and no `listen`), `ptrace`,
 //! `process_vm_readv/writev`, `io_uring_*`, `mknod` of device nodes, the key ring,
 //! `bpf`, `perf_event_open`, every mount and namespace call (set-up is over when the
 //! filter is installed), `prlimit64` on another process, kernel modules, `kexec` and
@@ -125,6 +125,13 @@ fn eperm_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Seccomp
         }
     }
     socket.push(rule(other_family)?);
+    if network {
+        // listen() on an unbound TCP socket binds an ephemeral port on every address
+        // without the bind() Landlock checks: in the host's network namespace a tool
+        // would serve the network. No listening at all then (AF_UNIX included: the
+        // filter cannot see the socket's family).
+        rules.insert(libc::SYS_listen, Vec::new());
+    }
     rules.insert(libc::SYS_socket, socket);
     // mknod(path, mode, dev) / mknodat(dirfd, path, mode, dev): no device nodes, no
     // set-id bits.
