@@ -854,6 +854,10 @@ while n < 3000:
         why = e.strerror
         break
     if pid == 0:
+        # Off the call's output pipes, so the call ends when the payload does.
+        null = os.open('/dev/null', os.O_RDWR)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
         signal.pause()
         os._exit(0)
     n += 1
@@ -982,4 +986,45 @@ except OSError as e:
         "a connection from outside reached the tool: {m:?}"
     );
     assert_eq!(m["listen"], "refused Operation not permitted", "{m:?}");
+}
+
+/// A 32-bit syscall (`int 0x80`, here the i386 `socket`) is another architecture
+/// to the filter: it kills the caller rather than letting the call through a
+/// filter written for x86-64 numbers.
+#[test]
+fn a_32_bit_syscall_kills_the_caller() {
+    if !kernel_ready() || std::env::consts::ARCH != "x86_64" {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let script = r#"import ctypes, mmap, os
+open('reports/m/ran', 'w').write('ran')
+# push rbx; mov eax, 359 (i386 socket); mov ebx, 2; mov ecx, 2; mov edx, 0; int 0x80; pop rbx; ret
+code = bytes([0x53, 0xb8, 0x67, 0x01, 0, 0, 0xbb, 2, 0, 0, 0, 0xb9, 2, 0, 0, 0, 0xba, 0, 0, 0, 0, 0xcd, 0x80, 0x5b, 0xc3])
+pid = os.fork()
+if pid == 0:
+    m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    m.write(code)
+    r = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))()
+    open('reports/m/socket', 'w').write('returned %d' % r)
+    os._exit(0)
+_, st = os.waitpid(pid, 0)
+open('reports/m/child', 'w').write('signal %d' % os.WTERMSIG(st) if os.WIFSIGNALED(st) else 'exit %d' % os.WEXITSTATUS(st))
+"#;
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "int 0x80",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &[],
+            settings: None,
+        },
+    );
+    assert_eq!(m["child"], format!("signal {}", libc::SIGSYS), "{m:?}");
+    assert!(!m.contains_key("socket"), "{m:?}");
 }
