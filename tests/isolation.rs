@@ -1028,3 +1028,58 @@ open('reports/m/child', 'w').write('signal %d' % os.WTERMSIG(st) if os.WIFSIGNAL
     assert_eq!(m["child"], format!("signal {}", libc::SIGSYS), "{m:?}");
     assert!(!m.contains_key("socket"), "{m:?}");
 }
+
+/// A host process listening on a socket inside the repository (git's fsmonitor
+/// daemon keeps `.git/fsmonitor--daemon.ipc`; any tool may leave one under a write
+/// directory) hears no tool: Landlock does not scope pathname sockets, so the worker
+/// masks the sockets it finds when it starts.
+#[test]
+fn a_host_socket_inside_the_repository_hears_no_tool() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    std::fs::create_dir_all(env.root.join("reports/live")).unwrap();
+    let listeners = [
+        UnixListener::bind(env.root.join("reports/live/host.sock")).unwrap(),
+        UnixListener::bind(env.root.join(".git/fsmonitor--daemon.ipc")).unwrap(),
+    ];
+    for s in &listeners {
+        s.set_nonblocking(true).unwrap();
+    }
+    let script = r#"import socket
+open('reports/m/ran', 'w').write('ran')
+out = []
+for p in ['reports/live/host.sock', '.git/fsmonitor--daemon.ipc']:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(p)
+        out.append(p + ' connected')
+    except OSError as e:
+        out.append(p + ' refused ' + e.strerror)
+open('reports/m/unix', 'w').write('\n'.join(out))
+"#;
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "in-repo socket",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &[],
+            settings: None,
+        },
+    );
+    for s in &listeners {
+        assert!(
+            s.accept().is_err(),
+            "a host socket in the repository heard a tool: {m:?}"
+        );
+    }
+    for line in m["unix"].lines() {
+        assert!(line.contains("refused"), "{m:?}");
+    }
+}

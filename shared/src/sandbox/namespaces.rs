@@ -33,7 +33,7 @@ use rustix::mount::{
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -420,15 +420,28 @@ fn handoff_dir(plan: &NamespacePlan) -> PathBuf {
     dir
 }
 
-/// Masks what the `Read` deny globs match under the root.
+/// Masks what the `Read` deny globs match under the root, and every UNIX socket in
+/// the repository and at the top of its `.git` (a host process listening there, such
+/// as git's fsmonitor daemon on `.git/fsmonitor--daemon.ipc`, would otherwise take a
+/// tool's connection: Landlock does not scope pathname sockets). A socket is masked
+/// by `/dev/null` mounted over it, so `connect` is refused.
 fn mask_denied(plan: &NamespacePlan) -> Result<(), NsError> {
-    if plan.masked.is_empty() {
-        return Ok(());
+    let set = if plan.masked.is_empty() {
+        None
+    } else {
+        Some(step(
+            "read deny masks",
+            crate::tools::exec::mask_set(&plan.masked).map_err(std::io::Error::other),
+        )?)
+    };
+    let git = plan.root.join(".git");
+    if let Ok(entries) = std::fs::read_dir(&git) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_socket()) {
+                step("socket masks", mount_bind("/dev/null", e.path()))?;
+            }
+        }
     }
-    let set = step(
-        "read deny masks",
-        crate::tools::exec::mask_set(&plan.masked).map_err(std::io::Error::other),
-    )?;
     let mut stack = vec![plan.root.clone()];
     let mut seen = 0;
     while let Some(dir) = stack.pop() {
@@ -448,7 +461,9 @@ fn mask_denied(plan: &NamespacePlan) -> Result<(), NsError> {
             if rel == Path::new(".git") || rel == Path::new(crate::layout::STATE_DIR) {
                 continue;
             }
-            if set.is_match(rel) {
+            if kind.is_socket() {
+                step("socket masks", mount_bind("/dev/null", &path))?;
+            } else if set.as_ref().is_some_and(|set| set.is_match(rel)) {
                 let masked = if kind.is_dir() {
                     mount(
                         "tmpfs",
