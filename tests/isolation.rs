@@ -166,6 +166,8 @@ struct Payload<'a> {
     interp: &'a str,
     script: &'a str,
     after: &'a [&'a str],
+    /// `settings/runtime.yaml` when not [`SETTINGS`].
+    settings: Option<&'a str>,
 }
 
 fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap<String, String>, Value) {
@@ -175,6 +177,7 @@ fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap
         interp,
         script,
         after,
+        settings,
     } = *p;
     let _ = std::fs::remove_dir_all(env.root.join("reports/m"));
     let script = script
@@ -193,7 +196,7 @@ fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap
     for a in after {
         calls.push(("run_command", json!({ "command": a })));
     }
-    env.write("settings/runtime.yaml", SETTINGS);
+    env.write("settings/runtime.yaml", settings.unwrap_or(SETTINGS));
     env.write("evals/iso/trace.json", &trace(&calls));
     env.commit_all(&format!("case {case}"));
     if who == As::Nobody {
@@ -314,6 +317,7 @@ fn probe_case(who: As) {
             interp: "/bin/sh",
             script: &script,
             after: &[],
+            settings: None,
         },
     );
     if am_root() {
@@ -392,6 +396,7 @@ mark('dns', gethostbyname('example.com') ? 'resolved' : 'failed');
             interp: "/usr/bin/perl",
             script,
             after: &[],
+            settings: None,
         },
     );
     for k in ["unix", "udp", "tcp", "raw"] {
@@ -437,6 +442,7 @@ fn outlive_case(who: As) {
             after: &[
                 "sleep 2.5; if test -e reports/m/late; then echo survived; else echo gone; fi > reports/m/verdict",
             ],
+            settings: None,
         },
     );
     assert_eq!(m["verdict"], "gone", "{m:?}");
@@ -462,6 +468,7 @@ fn ptrace_is_refused() {
             interp: "/usr/bin/python3",
             script,
             after: &[],
+            settings: None,
         },
     );
     assert_eq!(m["ptrace"], "-1 Operation not permitted", "{m:?}");
@@ -642,4 +649,437 @@ print "context\n";
     assert!(read("other").starts_with("refused"), "{}", read("other"));
     assert!(read("udp").starts_with("refused"), "{}", read("udp"));
     l.assert_silent("prefetch network");
+}
+
+/// Every entry under `dir` on disk whose mode carries the setuid or setgid bit.
+fn set_id_entries(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(md) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if md.mode() & 0o6000 != 0 {
+            out.push(format!("{} {:o} uid {}", p.display(), md.mode(), md.uid()));
+        }
+        if md.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_tool_leaves_no_setuid_file_on_the_host() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    // As root the tools write through idmapped mounts: a file `nobody` makes is the
+    // repository owner's on disk, so a set-id bit would leave a root-owned setuid
+    // program in the work tree for any local user to run.
+    let script = r#"import ctypes, os
+open('reports/m/ran', 'w').write('ran')
+libc = ctypes.CDLL(None, use_errno=True)
+def mark(n, r):
+    open('reports/m/' + n, 'w').write('set' if r == 0 else 'refused ' + os.strerror(ctypes.get_errno()))
+open('reports/m/a', 'w').write('#!/bin/sh\nid\n')
+mark('chmod', libc.chmod(b'reports/m/a', 0o4755))
+fd = os.open('reports/m/b', os.O_WRONLY | os.O_CREAT, 0o644)
+mark('fchmod', libc.fchmod(fd, 0o2755))
+os.close(fd)
+mark('fchmodat', libc.fchmodat(-100, b'reports/m/b', 0o6755, 0))
+mark('fchmodat2', libc.syscall(452, -100, b'reports/m/b', 0o4755, 0))
+r = libc.syscall(2, b'reports/m/c', os.O_WRONLY | os.O_CREAT, 0o4755)
+mark('open', 0 if r >= 0 else -1)
+os.mkdir('reports/m/d')
+mark('dir', libc.chmod(b'reports/m/d', 0o2777))
+"#;
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "setuid",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &[],
+            settings: None,
+        },
+    );
+    for k in ["chmod", "fchmod", "fchmodat", "fchmodat2", "open", "dir"] {
+        assert_eq!(m[k], "refused Operation not permitted", "{k}: {m:?}");
+    }
+    assert!(env.root.join("reports/m/a").is_file(), "the payload wrote its program");
+    let left = set_id_entries(&env.root.join("reports"));
+    assert!(left.is_empty(), "set-id entries on the host: {left:?} {m:?}");
+}
+
+/// The worker's protocol pipes are PID 1's: a tool that reaches them (its
+/// `/proc/1/fd` or `pidfd_getfd`, same uid when the runtime is not root) answers for
+/// the worker, here forging the pass of an acceptance script that always fails.
+#[test]
+fn a_tool_cannot_answer_for_the_worker() {
+    if !kernel_ready() {
+        return;
+    }
+    for who in [As::Me, As::Nobody] {
+        if who == As::Nobody && !am_root() {
+            continue;
+        }
+        let env = env_with_prompt();
+        env.write(
+            "prompts/t.md",
+            "---\ndescription: test task\nacceptance:\n  - name: gate\n    run: tools/gate.sh\n---\nDo the test task.\n",
+        );
+        env.write("tools/gate.sh", "#!/bin/sh\necho never passes\nexit 1\n");
+        std::fs::set_permissions(
+            env.root.join("tools/gate.sh"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let l = Listeners::new();
+        let script = r#"import ctypes, json, os
+open('reports/m/ran', 'w').write('ran')
+libc = ctypes.CDLL(None, use_errno=True)
+def forged(call_id):
+    return json.dumps({"call_id": call_id, "error": None, "output": "forged", "truncated": False, "duration_ms": 1}) + "\n"
+lines = (forged("c2") + forged("acceptance-gate")).encode()
+how = []
+try:
+    fd = os.open('/proc/1/fd/1', os.O_WRONLY)
+    os.write(fd, lines)
+    how.append('proc fd written')
+except OSError as e:
+    how.append('proc fd refused ' + e.strerror)
+pidfd = libc.syscall(434, 1, 0)
+fd = libc.syscall(438, pidfd, 1, 0) if pidfd >= 0 else -1
+how.append('pidfd_getfd got' if fd >= 0 else 'pidfd_getfd refused ' + os.strerror(ctypes.get_errno()))
+open('reports/m/how', 'w').write('; '.join(how))
+"#;
+        let (m, summary) = fire_payload(
+            who,
+            &env,
+            &l,
+            &Payload {
+                case: "worker pipes",
+                ext: "py",
+                interp: "/usr/bin/python3",
+                script,
+                after: &[],
+                settings: None,
+            },
+        );
+        let receipt = env.receipt(&summary);
+        let gate = &receipt["acceptance"][0];
+        assert_eq!(gate["check"], "gate", "{receipt}");
+        assert_eq!(
+            gate["passed"], false,
+            "{who:?}: a forged acceptance pass: {m:?} {receipt}"
+        );
+        assert!(
+            m["how"].contains("proc fd refused") && m["how"].contains("pidfd_getfd refused"),
+            "{who:?}: {m:?}"
+        );
+    }
+}
+
+/// The task and commit locks and the state database are the runtime's alone: a tool
+/// that can open them can flock a lock file (opened read-only) or hold an SQLite
+/// lock, and so skip or stall other tasks' fires for as long as its call runs.
+#[test]
+fn a_tool_cannot_reach_the_runtime_state() {
+    if !kernel_ready() {
+        return;
+    }
+    for who in [As::Me, As::Nobody] {
+        if who == As::Nobody && !am_root() {
+            continue;
+        }
+        let env = env_with_prompt();
+        let l = Listeners::new();
+        let script = r#"import fcntl, os
+open('reports/m/ran', 'w').write('ran')
+out = []
+for p in ['.runtime/locks/commit.lock', '.runtime/locks/other.lock', '.runtime/state.db']:
+    try:
+        fd = os.open(p, os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        out.append(p + ' locked')
+    except OSError as e:
+        out.append(p + ' refused ' + e.strerror)
+open('reports/m/state', 'w').write('\n'.join(out))
+open('reports/m/listing', 'w').write(' '.join(sorted(os.listdir('.runtime'))))
+"#;
+        let payload = Payload {
+            case: "runtime state",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &[],
+            settings: None,
+        };
+        // A first fire leaves the state database and the commit lock; another task's
+        // lock is planted beside them.
+        fire_payload(who, &env, &l, &payload);
+        std::fs::write(env.root.join(".runtime/locks/other.lock"), "").unwrap();
+        assert!(env.root.join(".runtime/state.db").is_file());
+        assert!(env.root.join(".runtime/locks/commit.lock").is_file());
+        let (m, _) = fire_payload(who, &env, &l, &payload);
+        for line in m["state"].lines() {
+            assert!(line.contains("refused"), "{who:?}: {m:?}");
+        }
+        assert_eq!(m["listing"], "handoff scratch", "{who:?}: {m:?}");
+    }
+}
+
+/// A fork bomb stops at the tools' process cap (the host's would be far higher and
+/// shared with everything else `nobody` or the runtime's user runs).
+#[test]
+fn a_fork_bomb_stops_at_the_process_cap() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let script = r#"import os, signal
+open('reports/m/ran', 'w').write('ran')
+n, why = 0, 'none'
+while n < 3000:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        why = e.strerror
+        break
+    if pid == 0:
+        # Off the call's output pipes, so the call ends when the payload does.
+        null = os.open('/dev/null', os.O_RDWR)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        signal.pause()
+        os._exit(0)
+    n += 1
+open('reports/m/forked', 'w').write('%d %s' % (n, why))
+"#;
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "fork bomb",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &["sh -c 'ls /proc | grep -c \"^[0-9]\" > reports/m/left'"],
+            settings: None,
+        },
+    );
+    let (n, why) = m["forked"].split_once(' ').unwrap();
+    let n: usize = n.parse().unwrap();
+    assert!(n < shared::sandbox::namespaces::MAX_TOOL_PROCESSES as usize, "{m:?}");
+    assert_eq!(why, "Resource temporarily unavailable", "{m:?}");
+    let left: usize = m["left"].parse().unwrap();
+    assert!(left <= 6, "the next call still sees the bomb: {m:?}");
+}
+
+/// With tools granted TCP ports, TCP Fast Open (`sendto` with `MSG_FASTOPEN` on an
+/// unconnected socket) connects without the `connect` call Landlock checks: the
+/// filter refuses the flag, so only the granted ports are reached.
+#[test]
+fn tcp_fast_open_does_not_pass_the_granted_ports() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let granted = TcpListener::bind("127.0.0.1:0").unwrap();
+    let settings = SETTINGS.replace(
+        "  landlock: required\n",
+        &format!(
+            "  landlock: required\n  network: [{}]\n",
+            granted.local_addr().unwrap().port()
+        ),
+    );
+    let script = r#"import socket
+open('reports/m/ran', 'w').write('ran')
+def attempt(flags):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        return 'sent %d' % s.sendto(b'hello', flags, ('127.0.0.1', @TCP@))
+    except OSError as e:
+        return 'refused ' + e.strerror
+open('reports/m/fastopen', 'w').write(attempt(socket.MSG_FASTOPEN))
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.connect(('127.0.0.1', @GRANTED@))
+open('reports/m/granted', 'w').write('connected')
+"#
+    .replace("@GRANTED@", &granted.local_addr().unwrap().port().to_string());
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "tcp fast open",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script: &script,
+            after: &[],
+            settings: Some(&settings),
+        },
+    );
+    assert_eq!(m["granted"], "connected", "the granted port stays reachable: {m:?}");
+    assert_eq!(m["fastopen"], "refused Operation not permitted", "{m:?}");
+}
+
+/// With tools granted TCP ports (host network), `listen` on an unbound socket binds
+/// an ephemeral port on every address without the `bind` Landlock checks: a tool
+/// would serve the host's network. The filter refuses `listen` there.
+#[test]
+fn a_tool_granted_ports_cannot_listen_on_the_host() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let settings = SETTINGS.replace("  landlock: required\n", "  landlock: required\n  network: [9]\n");
+    let script = r#"import socket
+open('reports/m/ran', 'w').write('ran')
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+try:
+    s.listen(1)
+    open('reports/m/port.tmp', 'w').write(str(s.getsockname()[1]))
+    __import__('os').rename('reports/m/port.tmp', 'reports/m/port')
+    s.settimeout(10)
+    c, _ = s.accept()
+    open('reports/m/listen', 'w').write('accepted')
+except OSError as e:
+    open('reports/m/listen', 'w').write('refused ' + e.strerror)
+"#;
+    // Plays the outside: connects to whatever port the payload announces.
+    let port_file = env.root.join("reports/m/port");
+    let knocker = std::thread::spawn(move || {
+        for _ in 0..200 {
+            if let Ok(p) = std::fs::read_to_string(&port_file) {
+                return std::net::TcpStream::connect(("127.0.0.1", p.trim().parse::<u16>().unwrap())).is_ok();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        false
+    });
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "listen",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &[],
+            settings: Some(&settings),
+        },
+    );
+    assert!(
+        !knocker.join().unwrap(),
+        "a connection from outside reached the tool: {m:?}"
+    );
+    assert_eq!(m["listen"], "refused Operation not permitted", "{m:?}");
+}
+
+/// A 32-bit syscall (`int 0x80`, here the i386 `socket`) is another architecture
+/// to the filter: it kills the caller rather than letting the call through a
+/// filter written for x86-64 numbers.
+#[test]
+fn a_32_bit_syscall_kills_the_caller() {
+    if !kernel_ready() || std::env::consts::ARCH != "x86_64" {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let script = r#"import ctypes, mmap, os
+open('reports/m/ran', 'w').write('ran')
+# push rbx; mov eax, 359 (i386 socket); mov ebx, 2; mov ecx, 2; mov edx, 0; int 0x80; pop rbx; ret
+code = bytes([0x53, 0xb8, 0x67, 0x01, 0, 0, 0xbb, 2, 0, 0, 0, 0xb9, 2, 0, 0, 0, 0xba, 0, 0, 0, 0, 0xcd, 0x80, 0x5b, 0xc3])
+pid = os.fork()
+if pid == 0:
+    m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    m.write(code)
+    r = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))()
+    open('reports/m/socket', 'w').write('returned %d' % r)
+    os._exit(0)
+_, st = os.waitpid(pid, 0)
+open('reports/m/child', 'w').write('signal %d' % os.WTERMSIG(st) if os.WIFSIGNALED(st) else 'exit %d' % os.WEXITSTATUS(st))
+"#;
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "int 0x80",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &[],
+            settings: None,
+        },
+    );
+    assert_eq!(m["child"], format!("signal {}", libc::SIGSYS), "{m:?}");
+    assert!(!m.contains_key("socket"), "{m:?}");
+}
+
+/// A host process listening on a socket inside the repository (git's fsmonitor
+/// daemon keeps `.git/fsmonitor--daemon.ipc`; any tool may leave one under a write
+/// directory) hears no tool: Landlock does not scope pathname sockets, so the worker
+/// masks the sockets it finds when it starts.
+#[test]
+fn a_host_socket_inside_the_repository_hears_no_tool() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    std::fs::create_dir_all(env.root.join("reports/live")).unwrap();
+    let listeners = [
+        UnixListener::bind(env.root.join("reports/live/host.sock")).unwrap(),
+        UnixListener::bind(env.root.join(".git/fsmonitor--daemon.ipc")).unwrap(),
+    ];
+    for s in &listeners {
+        s.set_nonblocking(true).unwrap();
+    }
+    let script = r#"import socket
+open('reports/m/ran', 'w').write('ran')
+out = []
+for p in ['reports/live/host.sock', '.git/fsmonitor--daemon.ipc']:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(p)
+        out.append(p + ' connected')
+    except OSError as e:
+        out.append(p + ' refused ' + e.strerror)
+open('reports/m/unix', 'w').write('\n'.join(out))
+"#;
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "in-repo socket",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script,
+            after: &[],
+            settings: None,
+        },
+    );
+    for s in &listeners {
+        assert!(
+            s.accept().is_err(),
+            "a host socket in the repository heard a tool: {m:?}"
+        );
+    }
+    for line in m["unix"].lines() {
+        assert!(line.contains("refused"), "{m:?}");
+    }
 }

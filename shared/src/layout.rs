@@ -13,6 +13,9 @@ pub const BUILDER_DIRS: &[&str] = &["prompts", "scope", "settings", "tools", "ev
 pub const RUNTIME_DIRS: &[&str] = &["reports", "cards", "runs"];
 /// The runtime's local, git-ignored state directory.
 pub const STATE_DIR: &str = ".runtime";
+/// Under [`STATE_DIR`]: where the runtime hands the report to acceptance scripts, the
+/// one part of it a tool process sees (read-only).
+pub const HANDOFF_DIR: &str = "handoff";
 /// Where the boundary document lives.
 pub const SCOPE_FILE: &str = "scope/SCOPE.md";
 /// Where the runtime settings live.

@@ -271,7 +271,7 @@ impl FireRun {
         // the model left can redirect this write (a link in scratch would have sent
         // it anywhere the runtime may write) or swap the text the check reads.
         let rel = std::path::PathBuf::from(crate::layout::STATE_DIR)
-            .join("handoff")
+            .join(crate::layout::HANDOFF_DIR)
             .join(format!("h-{:016x}", rand::random::<u64>()))
             .join("report.md");
         let root = &self.ctx.opts.root;

@@ -6,8 +6,12 @@
 //! `kill(-1)`), and everything left dies with PID 1 at the end of the fire.
 //!
 //! The mount namespace shows the repository read-only, the write ACL's directories and
-//! the run's scratch writable (`nosuid,nodev`), `.git` and `.runtime` read-only with
-//! the rest of the repository, `/tmp`, `/var/tmp`, `/run`, `/dev/shm`, `/home` and
+//! the run's scratch writable (`nosuid,nodev`), `.git` read-only with the rest of the
+//! repository, `.runtime` as an empty read-only tmpfs (its task and commit locks and
+//! the state database are the runtime's alone: a tool that could open them could
+//! flock them or hold an SQLite lock and block other fires) with only the scratch and
+//! the acceptance hand-over directory mounted back, `/tmp`, `/var/tmp`, `/run`,
+//! `/dev/shm`, `/home` and
 //! `/root` as empty private tmpfs (the paths above kept visible are mounted back on
 //! top), its own `/proc`, and every path a `Read` deny rule matches masked (files by
 //! `/dev/null`, directories by an empty read-only tmpfs).
@@ -29,7 +33,7 @@ use rustix::mount::{
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -38,6 +42,11 @@ pub const UNPRIVILEGED_ID: u32 = 65534;
 
 /// Host paths that hold sockets and other processes' files: replaced by empty tmpfs.
 pub const MASKED_ROOTS: &[&str] = &["/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm", "/home", "/root"];
+
+/// At most this many processes (threads included) of the tools' uid at once in the
+/// worker's namespace (`RLIMIT_NPROC`, counted per user namespace): a fork bomb stops
+/// there instead of filling the host's process table until the call's timeout.
+pub const MAX_TOOL_PROCESSES: u64 = 1024;
 
 /// At most this many entries are walked looking for paths a `Read` deny rule masks.
 const MAX_MASK_WALK: usize = 100_000;
@@ -282,6 +291,10 @@ fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<Vec<(PathBuf
     };
     let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     let mut out = vec![(plan.root.clone(), step(piece, clone_tree(&plan.root, ro, userns))?)];
+    let handoff = handoff_dir(plan);
+    if handoff.is_dir() {
+        out.push((handoff.clone(), step(piece, clone_tree(&handoff, ro, userns))?));
+    }
     for d in plan.read_dirs.iter().filter(|d| d.is_dir()) {
         out.push((d.clone(), step(piece, clone_tree(d, ro, userns))?));
     }
@@ -326,7 +339,9 @@ fn inside(
             step(piece, mount("tmpfs", m, "tmpfs", tmpfs, c"mode=0755,size=1m"))?;
         }
     }
-    for (path, tree) in trees {
+    let state = plan.root.join(crate::layout::STATE_DIR);
+    let mut state_masked = false;
+    for (i, (path, tree)) in trees.into_iter().enumerate() {
         let _ = std::fs::create_dir_all(&path);
         step(
             piece,
@@ -336,6 +351,32 @@ fn inside(
                 rustix::fs::CWD,
                 &path,
                 MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+            ),
+        )?;
+        // The repository is in place (a masked root above may have hidden it until
+        // now): hide its state directory before the scratch and the hand-over
+        // directory are mounted back into it.
+        if i == 0 && state.symlink_metadata().is_ok_and(|md| md.is_dir()) {
+            state_masked = true;
+            step(
+                "state directory mask",
+                mount(
+                    "tmpfs",
+                    &state,
+                    "tmpfs",
+                    tmpfs | MountFlags::NOEXEC,
+                    c"mode=0755,size=16k",
+                ),
+            )?;
+        }
+    }
+    if state_masked {
+        step(
+            "state directory mask",
+            rustix::mount::mount_remount(
+                &state,
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                c"",
             ),
         )?;
     }
@@ -351,18 +392,61 @@ fn inside(
     )?;
     mask_denied(plan)?;
     step(piece, std::env::set_current_dir(&plan.root))?;
-    drop_capabilities()
+    drop_capabilities()?;
+    let cap = rustix::process::Rlimit {
+        current: Some(MAX_TOOL_PROCESSES),
+        maximum: Some(MAX_TOOL_PROCESSES),
+    };
+    step(
+        "process cap",
+        rustix::process::setrlimit(rustix::process::Resource::Nproc, cap),
+    )?;
+    // Tools run as this process's uid when the runtime is not root: left dumpable,
+    // its `/proc/1/fd`, `pidfd_getfd` and `/proc/1/mem` would hand them the pipes to
+    // the runtime (answers forged for the worker, an acceptance check passed).
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(NsError {
+            piece: "non-dumpable worker",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
 }
 
-/// Masks what the `Read` deny globs match under the root.
+/// Where the runtime hands the report to acceptance scripts: created here, before
+/// the namespaces, so that it can be mounted back over the state directory's mask.
+fn handoff_dir(plan: &NamespacePlan) -> PathBuf {
+    let dir = plan
+        .root
+        .join(crate::layout::STATE_DIR)
+        .join(crate::layout::HANDOFF_DIR);
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+/// Masks what the `Read` deny globs match under the root, and every UNIX socket in
+/// the repository and at the top of its `.git` (a host process listening there, such
+/// as git's fsmonitor daemon on `.git/fsmonitor--daemon.ipc`, would otherwise take a
+/// tool's connection: Landlock does not scope pathname sockets). A socket is masked
+/// by `/dev/null` mounted over it, so `connect` is refused.
 fn mask_denied(plan: &NamespacePlan) -> Result<(), NsError> {
-    if plan.masked.is_empty() {
-        return Ok(());
+    let set = if plan.masked.is_empty() {
+        None
+    } else {
+        Some(step(
+            "read deny masks",
+            crate::tools::exec::mask_set(&plan.masked).map_err(std::io::Error::other),
+        )?)
+    };
+    let git = plan.root.join(".git");
+    if let Ok(entries) = std::fs::read_dir(&git) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_socket()) {
+                step("socket masks", mount_bind("/dev/null", e.path()))?;
+            }
+        }
     }
-    let set = step(
-        "read deny masks",
-        crate::tools::exec::mask_set(&plan.masked).map_err(std::io::Error::other),
-    )?;
     let mut stack = vec![plan.root.clone()];
     let mut seen = 0;
     while let Some(dir) = stack.pop() {
@@ -382,7 +466,9 @@ fn mask_denied(plan: &NamespacePlan) -> Result<(), NsError> {
             if rel == Path::new(".git") || rel == Path::new(crate::layout::STATE_DIR) {
                 continue;
             }
-            if set.is_match(rel) {
+            if kind.is_socket() {
+                step("socket masks", mount_bind("/dev/null", &path))?;
+            } else if set.as_ref().is_some_and(|set| set.is_match(rel)) {
                 let masked = if kind.is_dir() {
                     mount(
                         "tmpfs",

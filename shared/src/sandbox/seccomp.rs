@@ -1,12 +1,14 @@
 //! The seccomp filter of the tool worker (issue 10, item 2), built with `seccompiler`
 //! (rust-vmm) rather than hand-assembled BPF. It refuses with `EPERM` what Landlock
 //! and the namespaces do not cover: sockets other than `AF_UNIX` (unless settings grant
-//! tools network, then TCP only: Landlock scopes the ports), `ptrace`,
+//! tools network, then TCP only: Landlock scopes the ports, and no `listen`), `ptrace`,
 //! `process_vm_readv/writev`, `io_uring_*`, `mknod` of device nodes, the key ring,
 //! `bpf`, `perf_event_open`, every mount and namespace call (set-up is over when the
 //! filter is installed), `prlimit64` on another process, kernel modules, `kexec` and
-//! `reboot`. `clone3` answers `ENOSYS` (its flags sit in memory a filter cannot read),
-//! so libc falls back to `clone`, whose namespace flags are refused. The list follows
+//! `reboot`, `pidfd_getfd`, `MSG_FASTOPEN` (TCP Fast Open connects without the
+//! `connect` Landlock checks), and the setuid and setgid bits in any mode a tool sets.
+//! `clone3` and `openat2` answer `ENOSYS` (their flags and mode sit in memory a filter
+//! cannot read), so libc falls back to `clone` and `openat`, which are checked. The list follows
 //! Codex's Linux sandbox (`codex-rs/linux-sandbox`).
 
 use seccompiler::{
@@ -57,6 +59,21 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_kexec_file_load,
     libc::SYS_reboot,
     libc::SYS_userfaultfd,
+    libc::SYS_pidfd_getfd,
+];
+
+/// Calls that set a file's mode, and the index of their mode argument: none may set
+/// the setuid or setgid bit. As root, tools write through idmapped mounts, so a file
+/// `nobody` makes belongs to the repository owner (root) on disk: a set-id bit would
+/// leave a root-owned setuid program in the work tree for any local user to run.
+const MODE_ARG: &[(libc::c_long, u8)] = &[
+    (libc::SYS_chmod, 1),
+    (libc::SYS_fchmod, 1),
+    (libc::SYS_fchmodat, 2),
+    (libc::SYS_fchmodat2, 2),
+    (libc::SYS_creat, 1),
+    (libc::SYS_open, 2),
+    (libc::SYS_openat, 3),
 ];
 
 /// Namespace flags `clone` may not carry.
@@ -108,14 +125,39 @@ fn eperm_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Seccomp
         }
     }
     socket.push(rule(other_family)?);
+    if network {
+        // listen() on an unbound TCP socket binds an ephemeral port on every address
+        // without the bind() Landlock checks: in the host's network namespace a tool
+        // would serve the network. No listening at all then (AF_UNIX included: the
+        // filter cannot see the socket's family).
+        rules.insert(libc::SYS_listen, Vec::new());
+    }
     rules.insert(libc::SYS_socket, socket);
-    // mknod(path, mode, dev) / mknodat(dirfd, path, mode, dev): no device nodes.
+    // mknod(path, mode, dev) / mknodat(dirfd, path, mode, dev): no device nodes, no
+    // set-id bits.
     for (call, arg) in [(libc::SYS_mknod, 1u8), (libc::SYS_mknodat, 2u8)] {
         let mut r = Vec::new();
         for kind in [libc::S_IFCHR, libc::S_IFBLK] {
             r.push(rule(vec![cond(arg, Op::MaskedEq(libc::S_IFMT as u64), kind as u64)?])?);
         }
+        for bit in [libc::S_ISUID, libc::S_ISGID] {
+            r.push(rule(vec![cond(arg, Op::MaskedEq(bit as u64), bit as u64)?])?);
+        }
         rules.insert(call, r);
+    }
+    for (call, arg) in MODE_ARG {
+        let mut r = Vec::new();
+        for bit in [libc::S_ISUID, libc::S_ISGID] {
+            r.push(rule(vec![cond(*arg, Op::MaskedEq(bit as u64), bit as u64)?])?);
+        }
+        rules.insert(*call, r);
+    }
+    // sendto/sendmsg/sendmmsg with MSG_FASTOPEN: TCP Fast Open connects an
+    // unconnected socket without the connect() that Landlock checks against the
+    // granted ports.
+    for (call, arg) in [(libc::SYS_sendto, 3u8), (libc::SYS_sendmsg, 2), (libc::SYS_sendmmsg, 3)] {
+        let fast_open = libc::MSG_FASTOPEN as u64;
+        rules.insert(call, vec![rule(vec![cond(arg, Op::MaskedEq(fast_open), fast_open)?])?]);
     }
     // prlimit64(pid, ...) on any process but the caller (pid 0).
     rules.insert(libc::SYS_prlimit64, vec![rule(vec![cond(0, Op::Ne, 0)?])?]);
@@ -127,7 +169,12 @@ fn eperm_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Seccomp
     Ok(rules)
 }
 
-/// The two programs: the `EPERM` filter, and `clone3` answered with `ENOSYS`.
+/// Calls answered with `ENOSYS`: their flags or mode sit in memory a filter cannot
+/// read (`clone3`'s namespace flags, `openat2`'s mode); libc falls back to `clone`
+/// and `openat`, which the `EPERM` filter checks.
+const NOT_IMPLEMENTED: &[libc::c_long] = &[libc::SYS_clone3, libc::SYS_openat2];
+
+/// The two programs: the `EPERM` filter, and [`NOT_IMPLEMENTED`] answered with `ENOSYS`.
 pub fn programs(network: bool) -> Result<Vec<BpfProgram>, SeccompError> {
     let arch = arch()?;
     let eperm = SeccompFilter::new(
@@ -137,7 +184,7 @@ pub fn programs(network: bool) -> Result<Vec<BpfProgram>, SeccompError> {
         arch,
     )?;
     let clone3 = SeccompFilter::new(
-        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+        NOT_IMPLEMENTED.iter().map(|s| (*s, Vec::new())).collect(),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch,
