@@ -148,7 +148,13 @@ impl Ctx<'_> {
 
     /// Fetches `specs` through the `git` command line.
     fn cli_fetch(&self, specs: &[String]) -> Result<(), SyncError> {
-        let mut args = vec!["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", &self.sync.remote];
+        let mut args = vec![
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            &self.sync.remote,
+        ];
         args.extend(specs.iter().map(String::as_str));
         let out = self.cli("fetch", &args)?;
         if out.status.success() {
@@ -156,7 +162,11 @@ impl Ctx<'_> {
         }
         Err(self.err(
             "fetch",
-            format!("git fetch: {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
+            format!(
+                "git fetch: {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
         ))
     }
 
@@ -815,7 +825,10 @@ mod tests {
         };
         assert_eq!(attempts, 2, "rejected once, then rebuilt and pushed");
         assert_eq!(origin.refname_to_id("refs/heads/main").unwrap(), head);
-        assert_eq!(cron.find_commit(head).unwrap().parent_ids().collect::<Vec<_>>(), vec![theirs]);
+        assert_eq!(
+            cron.find_commit(head).unwrap().parent_ids().collect::<Vec<_>>(),
+            vec![theirs]
+        );
 
         // Inside the runtime's own sandbox (granted the remote's port and nothing
         // else), the push through `git` works on that port; the other port is refused.
@@ -833,9 +846,18 @@ mod tests {
             let cron = Repository::open(&cron_path).unwrap();
             let ours = commit(&cron, &[("runs/t/b.json", "{}")], "runtime");
             let pushed = push_after(&cron, &sync(), "runtime@localhost").unwrap();
-            assert_eq!(pushed, Pushed::Pushed { attempts: 1, head: ours });
+            assert_eq!(
+                pushed,
+                Pushed::Pushed {
+                    attempts: 1,
+                    head: ours
+                }
+            );
             assert!(
-                std::fs::OpenOptions::new().append(true).open(origin_dir.join("HEAD")).is_err(),
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(origin_dir.join("HEAD"))
+                    .is_err(),
                 "the sandbox does not write the origin's directory itself"
             );
             cron.remote_set_url("origin", &other_url).unwrap();
