@@ -3,7 +3,9 @@
 //! unapproved one does not (one card, not one per fire, and nothing pushed) until it
 //! is approved, when the records of the fires in between are joined onto it; fires
 //! pushing while the laptop pushes in a loop lose no record and rewrite no commit the
-//! origin had; a remote this build cannot reach is a named error and a card.
+//! origin had; a network remote (a `git daemon` on 127.0.0.1) goes through the `git`
+//! command line with the same guarantees, from inside the runtime's sandbox; a remote
+//! the box cannot reach is a named error and a card.
 
 use crate::review::{builder_in, builder_ok, fire_in, git, with_origin, REVIEWER};
 use crate::util::TestEnv;
@@ -277,12 +279,111 @@ fn an_unreachable_remote_is_a_named_error_and_a_card() {
     assert_eq!(code, 1, "{summary}");
     assert_eq!(env_cards(&cron, &summary), vec!["sync_failed"]);
     assert!(summary["message"].as_str().unwrap().contains("sync"), "{summary}");
-    let card = std::fs::read_dir(cron.join("cards"))
-        .unwrap()
+    let card = sync_card(&cron).unwrap();
+    // The `git` command line tried the host (no such host: git's own message).
+    assert!(card.contains("example.invalid"), "{card}");
+}
+
+/// The text of the cron box's `sync_failed` card, if any.
+fn sync_card(cron: &Path) -> Option<String> {
+    std::fs::read_dir(cron.join("cards"))
+        .ok()?
         .flatten()
-        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
-        .map(|f| std::fs::read_to_string(f.path()).unwrap())
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .filter_map(|f| std::fs::read_to_string(f.path()).ok())
         .find(|t| t.contains("sync_failed"))
+}
+
+/// A `git daemon` (git://, receive-pack on) serving `base` on a free port of
+/// 127.0.0.1, killed on drop: the cron box's network remote.
+struct Daemon {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn git_daemon(base: &Path) -> Daemon {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new("git")
+        .args(["daemon", "--reuseaddr", "--export-all", "--enable=receive-pack"])
+        .arg("--listen=127.0.0.1")
+        .arg(format!("--port={port}"))
+        .arg(format!("--base-path={}", base.display()))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .spawn()
         .unwrap();
-    assert!(card.contains("no ssh or https transport"), "{card}");
+    let daemon = Daemon { child, port };
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return daemon;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    panic!("git daemon did not listen on {port}");
+}
+
+#[test]
+fn over_a_network_remote_the_cron_box_fetches_and_pushes_through_git_from_its_sandbox() {
+    let env = TestEnv::new();
+    let (origin, cron) = laptop_and_cron_box(&env);
+    let daemon = git_daemon(&env.home);
+    let url = format!("git://127.0.0.1:{}/origin.git", daemon.port);
+    git(&env, &cron, &["remote", "set-url", "origin", &url]);
+
+    // The first fire: fetched over git://, fires, pushes from inside its sandbox.
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_eq!(code, 0, "{summary} {:?}", sync_card(&cron));
+    assert_eq!(rev(&env, &cron, "HEAD"), rev(&env, &origin, "refs/heads/main"));
+
+    // An approved change reaches the next fire.
+    git(&env, &env.root, &["pull", "-q", "--ff-only"]);
+    env.write(
+        "prompts/digest.md",
+        &format!("{}\nMention the weather.\n", env.read("prompts/digest.md")),
+    );
+    builder_ok(&env, &env.root, None, &["propose", "weather"]);
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "weather"]);
+    builder_ok(&env, &env.root, None, &["merge", "weather"]);
+    git(&env, &env.root, &["push", "-q", "origin"]);
+    let approved = rev(&env, &env.root, "HEAD");
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_eq!(code, 0, "{summary}");
+    let receipt: Value =
+        serde_json::from_str(&std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap())
+            .unwrap();
+    assert_eq!(
+        receipt["inputs"]["commit"],
+        approved.as_str(),
+        "it fired on the approved tip"
+    );
+    assert_eq!(rev(&env, &cron, "HEAD"), rev(&env, &origin, "refs/heads/main"));
+
+    // The laptop pushes a record; the cron box's next fire joins it and pushes.
+    git(&env, &env.root, &["pull", "-q", "--ff-only"]);
+    env.write("reports/laptop/1.md", "from the laptop\n");
+    git(&env, &env.root, &["add", "reports/laptop/1.md"]);
+    git(&env, &env.root, &["commit", "-qm", "laptop record"]);
+    git(&env, &env.root, &["push", "-q", "--no-verify", "origin", "main"]);
+    let laptop = rev(&env, &env.root, "HEAD");
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_eq!(code, 0, "{summary}");
+    let tip = rev(&env, &origin, "refs/heads/main");
+    assert_eq!(rev(&env, &cron, "HEAD"), tip);
+    assert!(
+        is_ancestor(&env, &origin, &laptop, &tip),
+        "the laptop's commit was kept"
+    );
+    assert_receipts_hold(&env, &cron, &origin);
+    drop(daemon);
 }

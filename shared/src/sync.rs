@@ -14,10 +14,20 @@
 //! the remote tip was unapproved, whose receipts name each other) are joined to the
 //! new tip by a merge commit, so every one of them stays in the branch's history.
 //!
-//! Transports: the workspace's `git2` is built without default features, so only
-//! local remotes (a path, `file://`) work; an ssh or https remote is refused with a
-//! [`SyncError`] that says so. A local remote needs no network: the runtime's own
-//! sandbox is given write access to that repository ([`sandbox_dirs`]) and no port.
+//! Transports: the workspace's `git2` is built without default features (no ssh or
+//! https), so a local remote (a path, `file://`) is fetched and pushed by libgit2, and
+//! a network remote (`ssh://`, scp-like `host:path`, `https://`, `http://`, `git://`)
+//! through the `git` command line, as cargo's `net.git-fetch-with-cli` does: the
+//! operator's ssh keys and agent, `known_hosts`, credential helpers and proxies apply
+//! unchanged. Both keep the same contract: the fetch takes the branch and
+//! `refs/builder/*`, and the push moves the remote branch by compare-and-swap against
+//! the tip this fire built on (`--force-with-lease=<branch>:<expected>`: a laptop
+//! push that landed meanwhile makes it fail, never get overwritten). A local remote
+//! needs no network: the runtime's own sandbox may write that repository
+//! ([`sandbox_dirs`]) and connect nowhere for it; a network remote gives the sandbox
+//! its one TCP port ([`sandbox_ports`]: the URL's port, else 22, 443, 80 or 9418) and
+//! no directory. The `git` child inherits that sandbox (it reads anything, writes only
+//! the repository's git directories) and gets a scrubbed environment.
 
 use crate::review::approvals::Approvals;
 use crate::review::signing::ApprovalRule;
@@ -85,8 +95,9 @@ impl Ctx<'_> {
         format!("refs/remotes/{}/{}", self.sync.remote, self.sync.branch)
     }
 
-    /// The remote's directory; an error for a remote this build cannot reach.
-    fn remote_dir(&self) -> Result<PathBuf, SyncError> {
+    /// How this fire reaches the remote: its directory (local) or its URL and port
+    /// (through the `git` command line); an error for a remote it cannot reach.
+    fn transport(&self) -> Result<Transport, SyncError> {
         let remote = self.repo.find_remote(&self.sync.remote).map_err(|e| {
             self.err(
                 "setup",
@@ -94,24 +105,123 @@ impl Ctx<'_> {
             )
         })?;
         let url = remote.url().unwrap_or("").to_string();
-        local_path(&url, self.repo).ok_or_else(|| {
-            self.err(
-                "setup",
-                format!(
-                    "remote url `{url}` is not a local path or file:// url: this build's git (git2 without default features) has no ssh or https transport; sync through a path the cron box can reach (a mounted or mirrored bare repository)"
-                ),
-            )
-        })
+        if let Some(dir) = local_path(&url, self.repo) {
+            return Ok(Transport::Local(dir));
+        }
+        let mut ports = Vec::new();
+        for u in std::iter::once(url.as_str()).chain(remote.pushurl().ok().flatten()) {
+            let port = network_port(u).ok_or_else(|| {
+                self.err(
+                    "setup",
+                    format!(
+                        "remote url `{u}` is neither a local repository nor an ssh, https, http or git url the runtime can sync with"
+                    ),
+                )
+            })?;
+            ports.push(port);
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        Ok(Transport::Cli { ports })
+    }
+
+    /// Runs `git` on this repository's git directory with `args` (a scrubbed
+    /// environment: what git, ssh and credential helpers need, no API keys, none of
+    /// git's checkout variables; never a prompt).
+    fn cli(&self, step: &'static str, args: &[&str]) -> Result<std::process::Output, SyncError> {
+        let mut git = std::process::Command::new("git");
+        git.arg("--git-dir")
+            .arg(self.repo.path())
+            .args(args)
+            .env_clear()
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .stdin(std::process::Stdio::null());
+        let passed = crate::env::PASSTHROUGH_ENV.iter().chain(CLI_ENV);
+        for key in passed {
+            if let Some(v) = std::env::var_os(key) {
+                git.env(key, v);
+            }
+        }
+        git.output()
+            .map_err(|e| self.err(step, format!("cannot run `git` for a network remote: {e}")))
+    }
+
+    /// Fetches `specs` through the `git` command line.
+    fn cli_fetch(&self, specs: &[String]) -> Result<(), SyncError> {
+        let mut args = vec![
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            &self.sync.remote,
+        ];
+        args.extend(specs.iter().map(String::as_str));
+        let out = self.cli("fetch", &args)?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(self.err(
+            "fetch",
+            format!(
+                "git fetch: {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ))
+    }
+
+    /// One push through the `git` command line: a compare-and-swap of the remote
+    /// branch from `expected` (none: it must not exist) to `local`. `Ok(false)` when
+    /// the remote moved (the lease failed, or it is not a fast-forward) or its ref
+    /// was locked by another push.
+    fn cli_push(&self, local: Oid, expected: Option<Oid>) -> Result<bool, SyncError> {
+        let branch = self.local_ref();
+        // An empty expected value: the branch must not exist yet.
+        let expected = expected.map(|e| e.to_string()).unwrap_or_default();
+        let lease = format!("--force-with-lease={branch}:{expected}");
+        let spec = format!("{local}:{branch}");
+        // `--no-verify`: a pre-push hook is the engineers' gate (the libgit2 path runs
+        // none either); the runtime pushes only its records commits, checked above.
+        let out = self.cli(
+            "push",
+            &["push", "--porcelain", "--no-verify", &lease, &self.sync.remote, &spec],
+        )?;
+        if out.status.success() {
+            return Ok(true);
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let rejected = stdout.lines().filter(|l| l.starts_with('!')).any(|l| {
+            ["stale info", "fetch first", "non-fast-forward", "lock"]
+                .iter()
+                .any(|why| l.contains(why))
+        });
+        if rejected {
+            return Ok(false);
+        }
+        Err(self.err(
+            "push",
+            format!(
+                "git push: {}: {} {}",
+                out.status,
+                stdout.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ))
     }
 
     fn fetch(&self, with_builder: bool) -> Result<Oid, SyncError> {
-        self.remote_dir()?;
-        let mut remote = self.repo.find_remote(&self.sync.remote).map_err(self.git("fetch"))?;
+        let transport = self.transport()?;
         let mut specs = vec![format!("+{}:{}", self.local_ref(), self.tracking_ref())];
         if with_builder {
             specs.push(crate::review::BUILDER_REFSPEC.to_string());
         }
-        remote.fetch(&specs, None, None).map_err(self.git("fetch"))?;
+        match transport {
+            Transport::Local(_) => {
+                let mut remote = self.repo.find_remote(&self.sync.remote).map_err(self.git("fetch"))?;
+                remote.fetch(&specs, None, None).map_err(self.git("fetch"))?;
+            }
+            Transport::Cli { .. } => self.cli_fetch(&specs)?,
+        }
         self.repo.refname_to_id(&self.tracking_ref()).map_err(|e| {
             self.err(
                 "fetch",
@@ -271,7 +381,11 @@ impl Ctx<'_> {
                 return Ok(false);
             }
         }
-        let target = Repository::open(self.remote_dir()?).map_err(&git)?;
+        let dir = match self.transport()? {
+            Transport::Local(dir) => dir,
+            Transport::Cli { .. } => return self.cli_push(local, expected),
+        };
+        let target = Repository::open(dir).map_err(&git)?;
         let carrier = format!("refs/runtime-sync/{}", std::process::id());
         let mut remote = self.repo.find_remote(&self.sync.remote).map_err(&git)?;
         let spec = format!("+{}:{carrier}", self.local_ref());
@@ -301,6 +415,60 @@ impl Ctx<'_> {
     }
 }
 
+/// How a fire reaches its remote.
+enum Transport {
+    /// A local repository, through libgit2.
+    Local(PathBuf),
+    /// A network remote, through the `git` command line: the TCP ports of its fetch
+    /// and push URLs.
+    Cli { ports: Vec<u16> },
+}
+
+/// What the `git` child may see of the runtime's environment besides
+/// [`crate::env::PASSTHROUGH_ENV`]: where the operator's config, keys, agent,
+/// certificates and proxies are, and the operator's choice of ssh command.
+const CLI_ENV: &[&str] = &[
+    "HOME",
+    "USER",
+    "XDG_CONFIG_HOME",
+    "SSH_AUTH_SOCK",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_NOSYSTEM",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "GIT_SSL_CAINFO",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
+/// The TCP port of a network remote URL: the URL's own, else the scheme's (ssh 22,
+/// https 443, http 80, git 9418); scp-like `[user@]host:path` is ssh. `None` for a
+/// URL that is not one of those.
+fn network_port(url: &str) -> Option<u16> {
+    if !url.contains("://") {
+        // scp-like: a colon before any slash, and a host before it.
+        let colon = url.find(':')?;
+        let slash = url.find('/').unwrap_or(usize::MAX);
+        return (colon > 0 && colon < slash).then_some(22);
+    }
+    let parsed = url::Url::parse(url).ok()?;
+    parsed.host_str().filter(|h| !h.is_empty())?;
+    let default = match parsed.scheme() {
+        "ssh" | "git+ssh" | "ssh+git" => 22,
+        "https" => 443,
+        "http" => 80,
+        "git" => 9418,
+        _ => return None,
+    };
+    Some(parsed.port().unwrap_or(default))
+}
+
 /// `url` as a directory when it names a local repository (a path or `file://`).
 fn local_path(url: &str, repo: &Repository) -> Option<PathBuf> {
     let path = if let Some(p) = url.strip_prefix("file://") {
@@ -323,11 +491,25 @@ fn is_record_path(p: &str) -> bool {
 }
 
 /// What the runtime's own sandbox must also be allowed to write for `sync`: the
-/// local remote's directory (none when there is no sync or it cannot be resolved:
-/// the push then fails with a named error, not a wider sandbox).
+/// local remote's directory (none for a network remote, when there is no sync, or
+/// when the remote cannot be resolved: the push then fails with a named error, not a
+/// wider sandbox).
 pub fn sandbox_dirs(repo: &Repository, sync: Option<&SyncSettings>) -> Vec<PathBuf> {
     let Some(sync) = sync else { return Vec::new() };
-    Ctx { repo, sync }.remote_dir().into_iter().collect()
+    match (Ctx { repo, sync }).transport() {
+        Ok(Transport::Local(dir)) => vec![dir],
+        _ => Vec::new(),
+    }
+}
+
+/// The TCP ports the runtime's own sandbox must also be allowed to connect to for
+/// `sync`: a network remote's (its fetch and push URLs'), none for a local remote.
+pub fn sandbox_ports(repo: &Repository, sync: Option<&SyncSettings>) -> Vec<u16> {
+    let Some(sync) = sync else { return Vec::new() };
+    match (Ctx { repo, sync }).transport() {
+        Ok(Transport::Cli { ports }) => ports,
+        _ => Vec::new(),
+    }
 }
 
 /// Before a fire: fetch, then fast-forward (or join the runtime's unpushed records)
@@ -471,7 +653,7 @@ mod tests {
     }
 
     #[test]
-    fn the_sandbox_may_write_a_local_remote_and_nothing_for_a_network_one() {
+    fn the_sandbox_may_write_a_local_remote_and_connect_only_to_a_network_remotes_port() {
         let dir = tempfile::tempdir().unwrap();
         let (_origin, cron, _) = origin_and_clones(dir.path());
         let want = std::fs::canonicalize(dir.path().join("origin.git")).unwrap();
@@ -480,16 +662,30 @@ mod tests {
         cron.remote_set_url("origin", &format!("file://{}", want.display()))
             .unwrap();
         assert_eq!(sandbox_dirs(&cron, Some(&sync())), vec![want]);
-        for url in [
-            "https://example.com/a.git",
-            "ssh://git@example.com/a.git",
-            "git@example.com:a.git",
+        for (url, port) in [
+            ("https://example.com/a.git", 443),
+            ("https://example.com:8443/a.git", 8443),
+            ("http://example.com/a.git", 80),
+            ("ssh://git@example.com/a.git", 22),
+            ("ssh://git@example.com:2222/a.git", 2222),
+            ("git@example.com:a.git", 22),
+            ("git://127.0.0.1:9419/a.git", 9419),
         ] {
             cron.remote_set_url("origin", url).unwrap();
             assert!(sandbox_dirs(&cron, Some(&sync())).is_empty(), "{url}");
+            assert_eq!(sandbox_ports(&cron, Some(&sync())), vec![port], "{url}");
+        }
+        // A push URL of its own adds its port, and only that.
+        cron.remote_set_pushurl("origin", Some("ssh://git@example.com:2222/a.git"))
+            .unwrap();
+        assert_eq!(sandbox_ports(&cron, Some(&sync())), vec![2222, 9419]);
+        cron.remote_set_pushurl("origin", None).unwrap();
+        for url in ["ftp://example.com/a.git", "https://"] {
+            cron.remote_set_url("origin", url).unwrap();
+            assert!(sandbox_ports(&cron, Some(&sync())).is_empty(), "{url}");
             let e = before_fire(&cron, &sync(), &ApprovalRule::unsigned("runtime@localhost")).unwrap_err();
             assert_eq!(e.step, "setup");
-            assert!(e.message.contains("no ssh or https transport"), "{e}");
+            assert!(e.message.contains("neither a local repository nor"), "{e}");
         }
     }
 
@@ -555,5 +751,129 @@ mod tests {
         let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
         assert_eq!(e.step, "join");
         assert!(e.to_string().contains("not a runtime records commit"), "{e}");
+    }
+
+    /// A `git daemon` (git://, receive-pack on) serving `base` on a free port of
+    /// 127.0.0.1: a network remote for the `git` command-line transport.
+    struct Daemon {
+        child: std::process::Child,
+        port: u16,
+    }
+
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn git_daemon(base: &Path) -> Daemon {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("git")
+            .args(["daemon", "--reuseaddr", "--export-all", "--enable=receive-pack"])
+            .arg("--listen=127.0.0.1")
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", base.display()))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .spawn()
+            .unwrap();
+        let daemon = Daemon { child, port };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return daemon;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        panic!("git daemon did not listen on {port}");
+    }
+
+    #[test]
+    fn over_a_network_remote_the_cli_fetches_pushes_by_compare_and_swap_and_the_sandbox_allows_only_its_port() {
+        let dir = tempfile::tempdir().unwrap();
+        let (origin, cron, other) = origin_and_clones(dir.path());
+        let served = git_daemon(dir.path());
+        let elsewhere = git_daemon(dir.path());
+        let url = |d: &Daemon| format!("git://127.0.0.1:{}/origin.git", d.port);
+        let rule = ApprovalRule::unsigned("runtime@localhost");
+
+        // The other port is reachable from outside the sandbox: the fetch through it runs.
+        cron.remote_set_url("origin", &url(&elsewhere)).unwrap();
+        let _ = cron.find_reference("refs/remotes/origin/main").unwrap().delete();
+        assert_eq!(before_fire(&cron, &sync(), &rule).unwrap(), Before::UpToDate);
+        assert!(cron.refname_to_id("refs/remotes/origin/main").is_ok(), "fetched");
+
+        // The fetch takes refs/builder/* too.
+        cron.remote_set_url("origin", &url(&served)).unwrap();
+        let seed = origin.refname_to_id("refs/heads/main").unwrap();
+        origin.reference("refs/builder/approvals", seed, true, "test").unwrap();
+        assert_eq!(before_fire(&cron, &sync(), &rule).unwrap(), Before::UpToDate);
+        assert_eq!(cron.refname_to_id("refs/builder/approvals").unwrap(), seed);
+
+        // A push that lost the race to another is rejected by the lease, never
+        // forced: rebuilt on the new tip and pushed again.
+        commit(&cron, &[("runs/t/a.json", "{}")], "runtime");
+        commit(&other, &[("reports/other/b.md", "b")], "other");
+        push_other(&other);
+        let theirs = origin.refname_to_id("refs/heads/main").unwrap();
+        let Pushed::Pushed { attempts, head } = push_after(&cron, &sync(), "runtime@localhost").unwrap() else {
+            panic!("not pushed")
+        };
+        assert_eq!(attempts, 2, "rejected once, then rebuilt and pushed");
+        assert_eq!(origin.refname_to_id("refs/heads/main").unwrap(), head);
+        assert_eq!(
+            cron.find_commit(head).unwrap().parent_ids().collect::<Vec<_>>(),
+            vec![theirs]
+        );
+
+        // Inside the runtime's own sandbox (granted the remote's port and nothing
+        // else), the push through `git` works on that port; the other port is refused.
+        let root = cron.workdir().unwrap().to_path_buf();
+        let git_dirs = crate::git::git_dirs(&cron);
+        let ports = sandbox_ports(&cron, Some(&sync()));
+        assert_eq!(ports, vec![served.port]);
+        let cron_path = cron.path().to_path_buf();
+        let other_url = url(&elsewhere);
+        let origin_dir = dir.path().join("origin.git");
+        std::thread::spawn(move || {
+            let spec = crate::sandbox::runtime_spec(&root, &git_dirs, &ports);
+            crate::sandbox::prepare_dirs(&spec).unwrap();
+            crate::sandbox::landlock::enforce(&spec, crate::settings::LandlockMode::Required).unwrap();
+            let cron = Repository::open(&cron_path).unwrap();
+            let ours = commit(&cron, &[("runs/t/b.json", "{}")], "runtime");
+            let pushed = push_after(&cron, &sync(), "runtime@localhost").unwrap();
+            assert_eq!(
+                pushed,
+                Pushed::Pushed {
+                    attempts: 1,
+                    head: ours
+                }
+            );
+            assert!(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(origin_dir.join("HEAD"))
+                    .is_err(),
+                "the sandbox does not write the origin's directory itself"
+            );
+            cron.remote_set_url("origin", &other_url).unwrap();
+            commit(&cron, &[("runs/t/c.json", "{}")], "runtime");
+            let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
+            assert_eq!(e.step, "push", "{e}");
+            // The port that served this box's fetch outside the sandbox: refused inside.
+            assert!(e.message.contains("unable to connect"), "{e}");
+            assert!(e.message.contains("Permission denied"), "{e}");
+        })
+        .join()
+        .unwrap();
+        assert_ne!(
+            origin.refname_to_id("refs/heads/main").unwrap(),
+            cron.refname_to_id("refs/heads/main").unwrap(),
+            "the refused push sent nothing"
+        );
     }
 }

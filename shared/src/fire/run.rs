@@ -29,7 +29,15 @@ impl FireRun {
             &self.repo,
             self.config.settings.sync.as_ref(),
         ));
-        let spec = sandbox::runtime_spec(&self.ctx.opts.root, &git_dirs, &self.config.connect_ports());
+        // A network sync remote: the push connects to its port (and no directory).
+        let mut ports = self.config.connect_ports();
+        ports.extend(crate::sync::sandbox_ports(
+            &self.repo,
+            self.config.settings.sync.as_ref(),
+        ));
+        ports.sort_unstable();
+        ports.dedup();
+        let spec = sandbox::runtime_spec(&self.ctx.opts.root, &git_dirs, &ports);
         let (exe, args) = &self.ctx.opts.worker_cmd;
         match spawn_process(exe, args, &ExecContext::scrubbed_env(&self.config.scratch)) {
             Ok(child) => self.worker = Some(child),
