@@ -142,8 +142,7 @@ impl Ctx<'_> {
                 git.env(key, v);
             }
         }
-        git.output()
-            .map_err(|e| self.err(step, format!("cannot run `git` for a network remote: {e}")))
+        output_within(&mut git, CLI_TIMEOUT).map_err(|e| self.err(step, format!("`git` for a network remote: {e}")))
     }
 
     /// Fetches `specs` through the `git` command line.
@@ -601,8 +600,84 @@ pub fn push_after(repo: &Repository, sync: &SyncSettings, runtime_email: &str) -
     ))
 }
 
+/// How long one `git fetch` or `git push` may take before it is killed (a hung ssh
+/// connection must not hang the fire past its cron slot).
+const CLI_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Runs `command` in its own process group, collecting its output, and kills the
+/// group (git and the ssh or https helper it started) when it outlasts `limit`.
+fn output_within(
+    command: &mut std::process::Command,
+    limit: std::time::Duration,
+) -> std::io::Result<std::process::Output> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut child = command
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            // SAFETY: kill(2) of the process group this function started.
+            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("killed after {} s without an answer from the remote", limit.as_secs()),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_git_that_hangs_is_killed_with_its_group_at_the_bound() {
+        let marker = tempfile::tempdir().unwrap();
+        let late = marker.path().join("late");
+        // A child of the command (as ssh is of git) that would write after the bound.
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("(sleep 1; touch {}) & echo started; sleep 30", late.display()));
+        let started = std::time::Instant::now();
+        let err = output_within(&mut cmd, std::time::Duration::from_millis(300)).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        assert!(!late.exists(), "the group's other process was killed too");
+        let ok = output_within(
+            std::process::Command::new("sh").arg("-c").arg("echo out; echo err >&2"),
+            std::time::Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(
+            (ok.stdout.as_slice(), ok.stderr.as_slice()),
+            (&b"out\n"[..], &b"err\n"[..])
+        );
+    }
+
     use super::*;
     use git2::Signature;
     use std::path::Path;
