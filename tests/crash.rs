@@ -301,7 +301,7 @@ fn runtime_resume_continues_a_named_interrupted_run_whatever_its_age() {
 }
 
 /// Whether process `pid` is gone (no such process, or a zombie nobody reaped yet).
-fn gone(pid: i32) -> bool {
+pub fn gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
@@ -313,7 +313,7 @@ fn gone(pid: i32) -> bool {
 
 /// The host pid of the live process whose `/proc/<pid>/cmdline` (NUL-separated, no
 /// trailing NUL) is `cmdline`.
-fn process_with_cmdline(cmdline: &str) -> Option<i32> {
+pub fn process_with_cmdline(cmdline: &str) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
         let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
         let found = std::fs::read(entry.path().join("cmdline")).ok()?;

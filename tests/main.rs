@@ -28,4 +28,5 @@ mod races;
 mod records_hardening;
 mod repos;
 mod review;
+mod signals;
 mod signed;

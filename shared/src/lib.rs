@@ -7,6 +7,7 @@ pub mod agent;
 pub mod audit;
 pub mod beneath;
 pub mod cards;
+pub mod cancel;
 pub mod cause;
 pub mod check;
 pub mod diag;

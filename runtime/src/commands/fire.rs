@@ -244,6 +244,7 @@ fn render_dry_run(d: &DryRun) -> String {
 pub fn fire_task(root: &Path, fire: Fire, out: Output) -> Result<Outcome, CommandError> {
     let renderer = out.renderer();
     let opts = options(root, fire, &renderer)?;
+    answer_signals();
     let summary = match fire::prepare(opts) {
         Err(early) => early.finish(),
         Ok(mut run) => {
@@ -271,9 +272,12 @@ pub fn fire_task(root: &Path, fire: Fire, out: Output) -> Result<Outcome, Comman
                         else {
                             return;
                         };
-                        tokio::select! {
-                            _ = term.recv() => {}
-                            _ = int.recv() => {}
+                        // A signal before these listeners existed is in the flag.
+                        if !shared::cancel::requested() {
+                            tokio::select! {
+                                _ = term.recv() => {}
+                                _ = int.recv() => {}
+                            }
                         }
                         tracing::warn!("signal received; ending the fire as cancelled");
                         let _ = tx.send(true);
@@ -293,6 +297,20 @@ pub fn fire_task(root: &Path, fire: Fire, out: Output) -> Result<Outcome, Comman
         }
     }
     result
+}
+
+/// From here on SIGINT and SIGTERM end the fire as `cancelled` with its records, in
+/// every phase (prefetch included), and a closed pipe (a dead tool worker) is an
+/// error the fire handles, never a SIGPIPE that kills it. Spawned processes get the
+/// default SIGPIPE back (the standard library resets it in the child).
+fn answer_signals() {
+    if let Err(e) = shared::cancel::install() {
+        tracing::warn!(error = %e, "cannot handle SIGINT/SIGTERM; a signal kills the fire");
+    }
+    // SAFETY: setting a signal disposition; no handler runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
 }
 
 fn print(s: &FireSummary, exit_code: u8, out: Output) {

@@ -234,7 +234,7 @@ impl Agent<'_> {
             };
             let step = state.step;
             for call in &resp {
-                if *self.cancel.borrow() {
+                if *self.cancel.borrow() || crate::cancel::requested() {
                     return StopReason::Cancelled;
                 }
                 if let CallOutcome::Waiting = self.handle_call(state, call, step, false).await {
@@ -293,7 +293,7 @@ impl Agent<'_> {
             .collect();
         let step = state.step;
         for call in &open {
-            if *self.cancel.borrow() {
+            if *self.cancel.borrow() || crate::cancel::requested() {
                 return Some(StopReason::Cancelled);
             }
             if let CallOutcome::Waiting = self.handle_call(state, call, step, true).await {
@@ -308,7 +308,7 @@ impl Agent<'_> {
 
     /// The stops checked before each step: cancellation, steps, wall time.
     fn check_limits(&self, state: &mut LoopState) -> Option<StopReason> {
-        if *self.cancel.borrow() {
+        if *self.cancel.borrow() || crate::cancel::requested() {
             return Some(StopReason::Cancelled);
         }
         let budgets = &self.cfg.budgets;

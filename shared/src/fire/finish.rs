@@ -625,6 +625,11 @@ impl FireRun {
     /// Step 6: report, cards, receipt, trace, commit; then the checkpoint of a paused
     /// run (or its removal once resumed) and the scratch directory.
     pub fn finish(mut self) -> FireSummary {
+        // A signal up to here (the loop, acceptance, the start of the write) ends the
+        // run as cancelled; one during the write lets the write finish as it began.
+        if crate::cancel::requested() && self.abort.is_none() {
+            self.stop = StopReason::Cancelled;
+        }
         let acceptance_card = failed_checks_card(&self.acceptance);
         let failed_checks = acceptance_card.is_some();
         self.state.cards.extend(acceptance_card);

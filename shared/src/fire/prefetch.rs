@@ -24,6 +24,8 @@ pub(crate) struct PrefetchFailure {
     pub detail: String,
     /// The script's sandbox could not be set up (the script did not run).
     pub sandbox: bool,
+    /// SIGINT or SIGTERM came: the script was killed or never started.
+    pub cancelled: bool,
 }
 
 /// What the prefetch scripts gave: their outputs as markdown sections, and the
@@ -56,6 +58,16 @@ pub(crate) fn run_all(
             })
         };
         crate::failpoint!("during-prefetch");
+        if crate::cancel::requested() {
+            finished(false);
+            trace.end(span, SpanStatus::Cancelled);
+            return Err(PrefetchFailure {
+                name: p.name.clone(),
+                detail: format!("{}: not run: the fire was cancelled", p.run),
+                sandbox: false,
+                cancelled: true,
+            });
+        }
         let timeout = Duration::from_secs(p.timeout_s.unwrap_or(config.limits.prefetch_timeout_s));
         let script = Script {
             path: &p.run,
@@ -80,11 +92,20 @@ pub(crate) fn run_all(
             }
             Err((why, sandbox)) => {
                 finished(false);
-                trace.end(span, SpanStatus::Error);
+                let cancelled = crate::cancel::requested();
+                trace.end(
+                    span,
+                    if cancelled {
+                        SpanStatus::Cancelled
+                    } else {
+                        SpanStatus::Error
+                    },
+                );
                 return Err(PrefetchFailure {
                     name: p.name.clone(),
                     detail: format!("{}: {}", p.run, config.redactor.redact(&why)),
-                    sandbox,
+                    sandbox: sandbox && !cancelled,
+                    cancelled,
                 });
             }
         }
@@ -155,6 +176,8 @@ fn run_in_worker(
 ) -> Result<ToolResult, (String, bool)> {
     let broken = |e: String| (format!("the prefetch worker failed: {e}"), true);
     let mut child = spawn_process(exe, args, &config.env).map_err(|e| broken(e.to_string()))?;
+    // SIGINT/SIGTERM kills the worker (and with it the script's namespace) at once.
+    let guard = crate::cancel::ChildGuard::new(child.id());
     let sent = (|| -> Result<(), String> {
         let mut stdin = child.stdin.take().ok_or("no stdin")?;
         let config = serde_json::to_string(config).map_err(|e| e.to_string())?;
@@ -182,6 +205,7 @@ fn run_in_worker(
             .map_err(|e| format!("{e}: {result}"))
     });
     let _ = child.kill();
+    drop(guard);
     let _ = child.wait();
     match answer {
         Ok(Ok(r)) => Ok(r),

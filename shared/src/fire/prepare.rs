@@ -371,7 +371,13 @@ impl Preparing {
             inputs: self.inputs,
             sandbox: SandboxRecord::default(),
             state,
-            stop: StopReason::NotStarted,
+            // A signal during preparation (prefetch included): no loop, the run ends
+            // as cancelled with its records.
+            stop: if crate::cancel::requested() {
+                StopReason::Cancelled
+            } else {
+                StopReason::NotStarted
+            },
             acceptance: Vec::new(),
             abort: None,
             repo: self.repo,
@@ -743,6 +749,13 @@ impl Preparing {
             &mut state.trace,
             &*self.ctx.opts.progress,
         )
+        .or_else(|failed| {
+            if failed.cancelled {
+                // No refusal: the run ends as cancelled, with its records, in `finish`.
+                return Ok(Default::default());
+            }
+            Err(failed)
+        })
         .map_err(|failed| {
             let _ = std::fs::remove_dir_all(&config.scratch);
             Stop::carded(

@@ -83,6 +83,10 @@ impl FireRun {
     /// Step 5b: start the sandboxed tool worker and run the loop, then the acceptance
     /// checks. `cancel` turns true on SIGINT/SIGTERM.
     pub async fn run(&mut self, mut cancel: tokio::sync::watch::Receiver<bool>) -> Result<(), Aborted> {
+        if self.stop == crate::records::StopReason::Cancelled || crate::cancel::requested() {
+            self.stop = crate::records::StopReason::Cancelled;
+            return Ok(());
+        }
         let mut worker = self.start_worker().await?;
         let mut chain = match self.providers() {
             Ok(chain) => chain,
@@ -113,7 +117,7 @@ impl FireRun {
         .run(&mut self.state)
         .await;
         if self.stop == crate::records::StopReason::FinalAnswer {
-            self.acceptance = self.run_acceptance(&mut worker).await;
+            self.acceptance = self.run_acceptance(&mut worker, &mut cancel).await;
         }
         worker.shutdown().await;
         tracing::debug!(
@@ -225,10 +229,18 @@ impl FireRun {
         }
     }
 
-    async fn run_acceptance(&mut self, worker: &mut WorkerClient) -> Vec<AcceptanceRecord> {
+    async fn run_acceptance(
+        &mut self,
+        worker: &mut WorkerClient,
+        cancel: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> Vec<AcceptanceRecord> {
         let answer = self.state.final_answer.clone().unwrap_or_default();
         let mut out = Vec::new();
         for a in self.config.prompt.front.acceptance.clone() {
+            if *cancel.borrow() {
+                self.stop = crate::records::StopReason::Cancelled;
+                break;
+            }
             self.ctx
                 .opts
                 .progress
@@ -249,7 +261,7 @@ impl FireRun {
                 }
             }
             if let Some(script) = &a.run {
-                if let Some(failure) = self.acceptance_script(worker, &a.name, script, &answer).await {
+                if let Some(failure) = self.acceptance_script(worker, cancel, &a.name, script, &answer).await {
                     failures.push(failure);
                 }
             }
@@ -270,6 +282,7 @@ impl FireRun {
     async fn acceptance_script(
         &self,
         worker: &mut WorkerClient,
+        cancel: &mut tokio::sync::watch::Receiver<bool>,
         name: &str,
         script: &str,
         answer: &str,
@@ -297,7 +310,16 @@ impl FireRun {
             timeout_ms: self.config.limits.prefetch_timeout_s * 1000,
             output_limit: ACCEPTANCE_OUTPUT_BYTES,
         };
-        let r = worker.call(&req).await;
+        let interrupter = worker.interrupt_handle();
+        let running = worker.call(&req);
+        tokio::pin!(running);
+        let r = tokio::select! {
+            r = &mut running => r,
+            _ = cancel.changed() => {
+                interrupter.interrupt();
+                running.await
+            }
+        };
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);
         }

@@ -1,0 +1,146 @@
+//! Every phase of a fire answers SIGINT and SIGTERM (issue 11, item 5): prefetch, the
+//! loop, acceptance; the fire ends as `cancelled` (exit 1, DESIGN.md section 7) with
+//! its report, receipt and card committed, and nothing it started outlives it. The
+//! signal lands at a named point: a marker the fire's own script writes while it runs.
+
+use crate::crash::{counter_env, gone, hits, process_with_cmdline, runs};
+use crate::util::*;
+use serde_json::Value;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// Sends `signal` to the fire.
+fn signal(child: &Child, signal: i32) {
+    // SAFETY: signalling our own child process.
+    unsafe {
+        libc::kill(child.id() as i32, signal);
+    }
+}
+
+/// Waits (20 s at most) until `file` exists and a live process has `cmdline`.
+fn wait_for_process(file: &std::path::Path, cmdline: &str) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if file.exists() {
+            if let Some(p) = process_with_cmdline(cmdline) {
+                return p;
+            }
+        }
+        assert!(Instant::now() < deadline, "{} never started", cmdline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for the fire to end (well before the sleeps of its scripts would); its
+/// exit code and JSON summary.
+fn ended(child: Child) -> (Option<i32>, Value) {
+    let t0 = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "the fire took {:?} to end",
+        t0.elapsed()
+    );
+    let summary =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), summary)
+}
+
+/// The fire ended as cancelled with its records committed by the runtime, and its
+/// run row says so.
+fn assert_cancelled(env: &TestEnv, code: Option<i32>, summary: &Value) {
+    assert_eq!(code, Some(1), "{summary}");
+    assert_eq!(summary["status"], "cancelled", "{summary}");
+    let receipt = env.receipt(summary);
+    assert_eq!(receipt["status"], "cancelled");
+    assert_eq!(receipt["stop_reason"], "cancelled");
+    assert!(summary["report"].is_string(), "a report is written: {summary}");
+    let cards = env.cards(summary);
+    assert!(
+        cards
+            .iter()
+            .any(|c| c["summary"].as_str() == Some("the fire was cancelled by a signal")),
+        "{cards:?}"
+    );
+    assert!(summary["commit"].is_string(), "{summary}");
+    assert_eq!(env.commit_authors()[0], "runtime");
+    let paths = env.last_commit_paths();
+    assert!(
+        paths.iter().any(|p| p.starts_with("runs/")),
+        "the receipt is committed: {paths:?}"
+    );
+    let row = runs(env)
+        .into_iter()
+        .find(|r| r["run_id"] == summary["run_id"])
+        .expect("a run row");
+    assert_eq!(row["status"], "cancelled", "{row}");
+}
+
+/// Waits (20 s at most) and asserts that process `pid` is gone.
+fn assert_gone(pid: i32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !gone(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone(pid), "{what} {pid} outlived the cancelled fire");
+}
+
+fn executable(env: &TestEnv, rel: &str, body: &str) {
+    env.write(rel, body);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.root.join(rel), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn sigterm_during_prefetch_ends_the_fire_cancelled_with_records_and_kills_the_script() {
+    let env = counter_env(false);
+    executable(
+        &env,
+        "tools/ctx.sh",
+        "#!/bin/sh\necho started > reports/hits/ctx.started\nexec sleep 28.417\n",
+    );
+    env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\nprefetch:\n  - name: ctx\n    run: tools/ctx.sh\n---\nDo the test task.\n",
+    );
+    env.commit_all("a slow prefetch");
+    let fire = env
+        .command("runtime", &["fire", "t", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let script = wait_for_process(&env.root.join("reports/hits/ctx.started"), "sleep\x0028.417");
+    signal(&fire, libc::SIGTERM);
+    let (code, summary) = ended(fire);
+    assert_cancelled(&env, code, &summary);
+    assert_gone(script, "the prefetch script");
+    std::fs::remove_file(env.root.join("reports/hits/ctx.started")).unwrap();
+    assert!(hits(&env).is_empty(), "the loop never ran: no tool call");
+}
+
+#[test]
+fn sigterm_during_an_acceptance_check_ends_the_fire_cancelled_and_kills_the_check() {
+    let env = counter_env(false);
+    executable(
+        &env,
+        "tools/check.sh",
+        "#!/bin/sh\necho started > reports/hits/check.started\nexec sleep 27.913\n",
+    );
+    env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\nacceptance:\n  - name: checked\n    run: tools/check.sh\n---\nDo the test task.\n",
+    );
+    env.commit_all("a slow acceptance check");
+    let fire = env
+        .command("runtime", &["fire", "t", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let check = wait_for_process(&env.root.join("reports/hits/check.started"), "sleep\x0027.913");
+    signal(&fire, libc::SIGTERM);
+    let (code, summary) = ended(fire);
+    assert_cancelled(&env, code, &summary);
+    assert_gone(check, "the acceptance check");
+}
