@@ -7,6 +7,7 @@
 
 mod util;
 
+mod approval_pins;
 mod builder_cmds;
 mod builder_truth;
 mod crash;

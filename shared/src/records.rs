@@ -193,6 +193,9 @@ pub enum CardKind {
     /// transport unsupported, the local branch diverged with commits not the
     /// runtime's, or every push attempt was rejected).
     SyncFailed,
+    /// `runtime resume` refused an approved call: a repository file it names (the
+    /// script it runs, a file it reads or writes) changed since the run paused.
+    ApprovalStale,
 }
 
 impl CardKind {
@@ -219,6 +222,7 @@ impl CardKind {
             CardKind::OutputRejected => "output_rejected",
             CardKind::StateReset => "state_reset",
             CardKind::SyncFailed => "sync_failed",
+            CardKind::ApprovalStale => "approval_stale",
         }
     }
 }
@@ -281,6 +285,7 @@ named!(
         CardKind::OutputRejected,
         CardKind::StateReset,
         CardKind::SyncFailed,
+        CardKind::ApprovalStale,
     ]
 );
 
@@ -1206,6 +1211,7 @@ triage:
             (CardKind::PrefetchTruncated, "prefetch_truncated"),
             (CardKind::StateReset, "state_reset"),
             (CardKind::SyncFailed, "sync_failed"),
+            (CardKind::ApprovalStale, "approval_stale"),
         ]);
     }
 

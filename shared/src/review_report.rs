@@ -381,7 +381,8 @@ fn settings_cause(kind: crate::records::CardKind) -> bool {
         | K::PrefetchTruncated
         | K::OutputRejected
         | K::StateReset
-        | K::SyncFailed => false,
+        | K::SyncFailed
+        | K::ApprovalStale => false,
     }
 }
 

@@ -595,6 +595,7 @@ mod tests {
             args_hash: call_hash(&call.name, &call.arguments),
             call,
             step: 2,
+            pins: vec![],
         });
         Checkpoint {
             task: "t".into(),

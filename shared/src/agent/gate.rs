@@ -43,6 +43,7 @@ pub enum Gate {
         refusal: Refusal,
     },
     Pause {
+        args: ToolArgs,
         args_json: Value,
         verdict: Verdict,
         args_hash: String,
@@ -96,6 +97,7 @@ pub fn gate(call: &ToolCall, input: &GateInput) -> Gate {
             },
             None => {
                 return Gate::Pause {
+                    args,
                     args_json,
                     verdict,
                     args_hash,

@@ -6,6 +6,7 @@
 
 pub mod context;
 pub mod gate;
+pub mod pins;
 pub mod worker_client;
 
 use crate::journal::{CallStage, Journal, LedgerEntry, Totals};
@@ -41,6 +42,10 @@ pub struct PendingApproval {
     pub call: ToolCall,
     pub args_hash: String,
     pub step: u32,
+    /// The repository files the call names, as they were at the pause: `runtime
+    /// resume` refuses the approved call when any changed ([`pins`]).
+    #[serde(default)]
+    pub pins: Vec<pins::Pin>,
 }
 
 /// Everything needed to continue a run: the checkpoint.
@@ -539,6 +544,7 @@ impl Agent<'_> {
                 CallOutcome::Done
             }
             Gate::Pause {
+                args,
                 args_json,
                 verdict,
                 args_hash,
@@ -547,6 +553,7 @@ impl Agent<'_> {
                     call: call.clone(),
                     args_hash: args_hash.clone(),
                     step,
+                    pins: pins::pin(self.policy.ownership().root(), &args),
                 });
                 state.cards.push(CardDraft {
                     kind: CardKind::ApprovalNeeded,

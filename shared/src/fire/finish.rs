@@ -248,6 +248,9 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
         CardKind::StateReset => {
             "the damaged file is kept beside the new one in .runtime/; runs it held waiting for approval must be fired again".into()
         }
+        CardKind::ApprovalStale => {
+            "look at what changed in the named files; if it is what you meant to run, fire the task again and approve the new pause".into()
+        }
         CardKind::SyncFailed => {
             "the card says which step failed; `git -C <repo> fetch <remote>` shows the same error, and the records stay committed locally until a push succeeds".into()
         }

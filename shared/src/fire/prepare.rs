@@ -125,6 +125,47 @@ impl Refusal {
     }
 }
 
+/// An approved call runs on resume only on the files it was approved on: a file it
+/// names that changed since the pause ([`crate::agent::pins`]) refuses the resume
+/// with an `approval_stale` card, before anything runs. A denied call runs nothing,
+/// so its pins do not matter.
+fn refuse_stale_approval(
+    db: &StateDb,
+    root: &std::path::Path,
+    run_id: &str,
+    pending: &crate::agent::PendingApproval,
+) -> Result<(), Stop> {
+    let decision = db
+        .decision(run_id, &pending.call.id, &pending.args_hash)
+        .map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
+    if decision != Some(crate::agent::CallDecision::Approve) {
+        return Ok(());
+    }
+    let changed = crate::agent::pins::changed(root, &pending.pins);
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let mut stop = Stop::carded(
+        FireEnd::Failed,
+        CardKind::ApprovalStale,
+        format!(
+            "the approved call `{}` of run `{run_id}` was not run: {} file(s) it names changed since the pause",
+            pending.call.id,
+            changed.len()
+        ),
+        format!(
+            "approved: {} {}; changed since the pause: {}",
+            pending.call.name,
+            pending.call.arguments,
+            changed.iter().map(|c| c.path.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    );
+    if let Some(card) = &mut stop.card {
+        card.evidence = changed.iter().map(ToString::to_string).collect();
+    }
+    Err(stop)
+}
+
 /// HEAD's tree of builder-owned paths, or an empty marker when it cannot be read.
 fn builder_tree(repo: &git2::Repository) -> String {
     repo.head()
@@ -724,16 +765,19 @@ impl Preparing {
     /// again), or the system prompt and the task prompt with its prefetched context.
     fn first_state(&mut self, config: &FireConfig) -> Result<LoopState, Stop> {
         if let Some(paused) = &self.ctx.opts.resume {
-            let checkpoint = StateDb::open(&self.ctx.opts.root)
-                .map_err(|e| e.to_string())
-                .and_then(|db| db.checkpoint(paused).map_err(|e| e.to_string()))
-                .map_err(|e| Stop::bare(FireEnd::Environment, e))?
+            let db = StateDb::open(&self.ctx.opts.root).map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
+            let checkpoint = db
+                .checkpoint(paused)
+                .map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?
                 .ok_or_else(|| {
                     Stop::bare(
                         FireEnd::InvalidInput,
                         format!("run `{paused}` has no checkpoint to resume"),
                     )
                 })?;
+            if let Some(pending) = &checkpoint.state.pending {
+                refuse_stale_approval(&db, &self.ctx.opts.root, paused, pending)?;
+            }
             let mut state = checkpoint.state;
             state.trace = Default::default();
             self.ctx.open_root(&mut state.trace);

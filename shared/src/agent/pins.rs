@@ -1,0 +1,202 @@
+//! What an approval pins: when a run pauses on a call, the state of every repository
+//! file the call names (the script a command runs, `./tools/x`, the files it reads
+//! or writes, the path a file tool names) is recorded with the checkpoint, and
+//! `runtime resume` refuses to run the approved call when any of them changed since:
+//! the builder approved `sh tools/x.sh` as it was, not whatever the file says later.
+//! Names come from the same shell analysis the policy uses ([`crate::shell`]); every
+//! literal word of a command that resolves inside the repository is pinned (a word
+//! that names no file is pinned as absent, and must stay so). Files are read with
+//! [`crate::beneath::read_regular`], so a symlink, FIFO or device is pinned by its
+//! kind and never followed or read.
+
+use crate::shell;
+use crate::tools::ToolArgs;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// The most files one call pins (a longer command line pins its first names).
+const MAX_PINS: usize = 64;
+/// Files larger than this are pinned by their size instead of their content.
+const HASH_CAP: u64 = 64 << 20;
+
+/// One file a paused call names, and what it was when the run paused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    /// Repository-relative path.
+    pub path: String,
+    /// `sha256:<hex>` of a regular file's content, or why there is none
+    /// (`absent`, `symlink`, `directory`, ...).
+    pub state: String,
+}
+
+/// A pinned file that is no longer what the approval saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    pub path: String,
+    pub was: String,
+    pub now: String,
+}
+
+impl std::fmt::Display for Changed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: was {}, now {}", self.path, self.was, self.now)
+    }
+}
+
+/// The repository-relative paths `args` names, in order, without repeats.
+pub fn named_paths(root: &Path, args: &ToolArgs) -> Vec<String> {
+    let words: Vec<(Option<String>, String)> = match args {
+        ToolArgs::ReadFile { path, .. }
+        | ToolArgs::WriteFile { path, .. }
+        | ToolArgs::EditFile { path, .. }
+        | ToolArgs::ListDir { path }
+        | ToolArgs::Grep { path, .. } => vec![(None, path.clone())],
+        ToolArgs::RunCommand { command, .. } => {
+            let Ok(segments) = shell::analyse(command) else {
+                return vec![];
+            };
+            let mut out = Vec::new();
+            for seg in &segments {
+                let cwd = match &seg.cwd {
+                    Some(w) if w.dynamic => continue,
+                    Some(w) => Some(w.text.clone()),
+                    None => None,
+                };
+                let named = seg
+                    .argv
+                    .iter()
+                    .chain(seg.layers.iter().flatten())
+                    .chain(&seg.reads)
+                    .chain(&seg.writes)
+                    .filter(|w| !w.dynamic && !w.text.starts_with('-') && !w.text.is_empty());
+                out.extend(named.map(|w| (cwd.clone(), w.text.clone())));
+            }
+            out
+        }
+    };
+    let mut seen = BTreeSet::new();
+    let mut paths = Vec::new();
+    for (cwd, word) in words {
+        let joined = match cwd {
+            Some(dir) if !word.starts_with('/') => format!("{dir}/{word}"),
+            _ => word,
+        };
+        let Some(rel) = crate::layout::normalize(root, &joined) else {
+            continue;
+        };
+        if rel.is_empty() || rel == ".git" || rel.starts_with(".git/") {
+            continue;
+        }
+        if seen.insert(rel.clone()) {
+            paths.push(rel);
+        }
+        if paths.len() == MAX_PINS {
+            break;
+        }
+    }
+    paths
+}
+
+/// What `rel` is now: its content hash, or its kind when it is no regular file.
+fn state_of(dir: Option<&std::os::fd::OwnedFd>, rel: &str) -> String {
+    use crate::beneath::NotRegular;
+    let Some(dir) = dir else {
+        return "unreadable repository".into();
+    };
+    match crate::beneath::read_regular(dir, Path::new(rel), HASH_CAP) {
+        Ok(bytes) => format!("sha256:{}", hex::encode(Sha256::digest(&bytes))),
+        Err(NotRegular::Io(e)) if e.contains("No such file") || e.contains("Not a directory") => "absent".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The pins of a call about to pause: every file it names, as it is now.
+pub fn pin(root: &Path, args: &ToolArgs) -> Vec<Pin> {
+    let dir = crate::beneath::open_root(root).ok();
+    named_paths(root, args)
+        .into_iter()
+        .map(|path| Pin {
+            state: state_of(dir.as_ref(), &path),
+            path,
+        })
+        .collect()
+}
+
+/// The pinned files that changed since the pause (empty: the approval still holds).
+pub fn changed(root: &Path, pins: &[Pin]) -> Vec<Changed> {
+    let dir = crate::beneath::open_root(root).ok();
+    pins.iter()
+        .filter_map(|p| {
+            let now = state_of(dir.as_ref(), &p.path);
+            (now != p.state).then(|| Changed {
+                path: p.path.clone(),
+                was: p.state.clone(),
+                now,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(command: &str) -> ToolArgs {
+        ToolArgs::RunCommand {
+            command: command.into(),
+            timeout_s: None,
+        }
+    }
+
+    #[test]
+    fn a_command_pins_the_scripts_and_files_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let names = named_paths(
+            root,
+            &run("sh tools/x.sh && python3 reports/p.py < data/in.txt > reports/out.md"),
+        );
+        for want in ["tools/x.sh", "reports/p.py", "data/in.txt", "reports/out.md"] {
+            assert!(names.contains(&want.to_string()), "{want} in {names:?}");
+        }
+        let names = named_paths(root, &run("cd tools && ./x --flag ../../outside"));
+        assert!(names.contains(&"tools/x".to_string()), "{names:?}");
+        assert!(!names.iter().any(|n| n.contains("outside")), "{names:?}");
+        assert!(!names.iter().any(|n| n.starts_with('-')), "{names:?}");
+        let read = ToolArgs::ReadFile {
+            path: "./notes/../notes/a.md".into(),
+            offset: None,
+            limit: None,
+        };
+        assert_eq!(named_paths(root, &read), vec!["notes/a.md".to_string()]);
+    }
+
+    #[test]
+    fn a_changed_created_or_replaced_file_breaks_the_pin() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("tools")).unwrap();
+        std::fs::write(root.join("tools/x.sh"), "echo approved\n").unwrap();
+        let pins = pin(root, &run("sh tools/x.sh tools/later.sh"));
+        assert_eq!(pins.len(), 3, "{pins:?}");
+        assert!(changed(root, &pins).is_empty(), "nothing changed yet");
+        std::fs::write(root.join("tools/x.sh"), "echo swapped\n").unwrap();
+        let c = changed(root, &pins);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].path, "tools/x.sh");
+        assert!(c[0].was.starts_with("sha256:") && c[0].now.starts_with("sha256:"));
+        std::fs::write(root.join("tools/x.sh"), "echo approved\n").unwrap();
+        std::fs::write(root.join("tools/later.sh"), "echo new\n").unwrap();
+        let c = changed(root, &pins);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!((c[0].path.as_str(), c[0].was.as_str()), ("tools/later.sh", "absent"));
+        std::fs::remove_file(root.join("tools/later.sh")).unwrap();
+        std::fs::remove_file(root.join("tools/x.sh")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("tools/x.sh")).unwrap();
+        let c = changed(root, &pins);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].now, "not a regular file (symlink)", "{c:?}");
+    }
+}
