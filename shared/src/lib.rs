@@ -6,8 +6,8 @@
 pub mod agent;
 pub mod audit;
 pub mod beneath;
-pub mod cards;
 pub mod cancel;
+pub mod cards;
 pub mod cause;
 pub mod check;
 pub mod diag;
