@@ -837,12 +837,15 @@ mod tests {
 
     impl Drop for Daemon {
         fn drop(&mut self) {
-            let _ = self.child.kill();
+            // `git daemon` runs `git-daemon` as its child: the whole group goes.
+            // SAFETY: kill(2) of the process group the daemon was started in.
+            unsafe { libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL) };
             let _ = self.child.wait();
         }
     }
 
     fn git_daemon(base: &Path) -> Daemon {
+        use std::os::unix::process::CommandExt;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -855,6 +858,7 @@ mod tests {
             .arg(format!("--base-path={}", base.display()))
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .process_group(0)
             .spawn()
             .unwrap();
         let daemon = Daemon { child, port };

@@ -177,11 +177,26 @@ pub struct Trace {
     pub calls: Vec<TracedCall>,
 }
 
+/// Now, in nanoseconds since the epoch, on a clock that never jumps: the wall clock is
+/// read once per process and the monotonic clock counts from there, so a span's (and
+/// a receipt's) duration is the time that passed even when NTP or an operator moves
+/// the wall clock mid-fire.
 pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
+    static ANCHOR: std::sync::OnceLock<(u64, std::time::Instant)> = std::sync::OnceLock::new();
+    let (wall, since) = ANCHOR.get_or_init(|| {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        (wall, std::time::Instant::now())
+    });
+    wall.saturating_add(since.elapsed().as_nanos() as u64)
+}
+
+/// [`now_ns`] as a timestamp: when a fire starts and ends, so the receipt's two times
+/// differ by the time that really passed.
+pub fn now_utc() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_nanos(now_ns().min(i64::MAX as u64) as i64)
 }
 
 impl Trace {

@@ -65,7 +65,7 @@ pub(crate) fn write(
     let task = &ctx.opts.task;
     close_root(ctx, rec);
     let resets = state_resets(ctx, rec);
-    let finished_at = Utc::now();
+    let finished_at = crate::trace::now_utc();
     let mut files: Vec<String> = Vec::new();
     let mut held: Vec<(String, Vec<u8>)> = Vec::new();
     let mut failure: Option<WriteFailure> = None;

@@ -112,7 +112,7 @@ pub(crate) struct FireContext {
 
 impl FireContext {
     fn new(opts: FireOptions) -> FireContext {
-        let started_at = Utc::now();
+        let started_at = crate::trace::now_utc();
         FireContext {
             run_id: crate::records::new_id(started_at, &opts.task),
             started_at,

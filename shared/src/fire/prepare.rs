@@ -577,14 +577,7 @@ impl Preparing {
             return Ok(settings);
         }
         let root = self.ctx.opts.root.clone();
-        let rule = crate::review::signing::ApprovalRule::from_settings(&root, &settings).map_err(|d| {
-            Stop::carded(
-                FireEnd::InvalidInput,
-                CardKind::InvalidConfig,
-                format!("unreadable allowed-signers file: {}", d.message),
-                d.to_string(),
-            )
-        })?;
+        let rule = approval_rule(&root, &settings)?;
         match crate::sync::before_fire(&self.repo, &sync, &rule) {
             Ok(crate::sync::Before::Moved { to, .. }) => {
                 self.inputs.commit = Some(to.to_string());
@@ -682,14 +675,7 @@ impl Preparing {
         let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
         let head = self.repo.head().and_then(|h| h.peel_to_tree()).map_err(env)?;
         let tree = crate::review::builder_tree_of(&head).map_err(env)?;
-        let rule = crate::review::signing::ApprovalRule::from_settings(&self.ctx.opts.root, settings).map_err(|d| {
-            Stop::carded(
-                FireEnd::InvalidInput,
-                CardKind::InvalidConfig,
-                format!("unreadable allowed-signers file: {}", d.message),
-                d.to_string(),
-            )
-        })?;
+        let rule = approval_rule(&self.ctx.opts.root, settings)?;
         let approvals = crate::review::approvals::Approvals::read(&self.repo, &rule).map_err(env)?;
         if let Some(a) = approvals.covering(tree) {
             self.inputs.approval = Some(a.as_ref());
@@ -845,4 +831,20 @@ impl Preparing {
 
 fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_string()
+}
+
+/// The rule approvals are judged by (signatures when settings ask for them); an
+/// unreadable allowed-signers file refuses the fire with an `invalid_config` card.
+fn approval_rule(
+    root: &std::path::Path,
+    settings: &RuntimeSettings,
+) -> Result<crate::review::signing::ApprovalRule, Stop> {
+    crate::review::signing::ApprovalRule::from_settings(root, settings).map_err(|d| {
+        Stop::carded(
+            FireEnd::InvalidInput,
+            CardKind::InvalidConfig,
+            format!("unreadable allowed-signers file: {}", d.message),
+            d.to_string(),
+        )
+    })
 }
