@@ -700,6 +700,7 @@ impl FireRun {
         let steps = records.state.step;
         self.push_records(&sink, &mut summary);
         self.after_records(db.as_mut(), status);
+        self.remember_sync_refusal(db.as_mut(), &summary);
         let _ = std::fs::remove_dir_all(&self.config.scratch);
         match abort {
             Some(a) => {
@@ -721,6 +722,18 @@ impl FireRun {
             None => {}
         }
         summary
+    }
+
+    /// With `sync`: once the card of an unapproved remote tree is committed, later fires
+    /// on that tree add no card (remembered only now: a crash before the commit leaves
+    /// the card to the next fire, never a tree remembered with no card behind it).
+    fn remember_sync_refusal(&self, db: Option<&mut StateDb>, summary: &FireSummary) {
+        let (Some(r), Some(db), Some(_)) = (&self.sync_refusal, db, &summary.commit) else {
+            return;
+        };
+        if let Err(e) = db.remember_refusal(&r.key, &r.fingerprint, &r.tree, &self.ctx.run_id, self.ctx.started_at) {
+            tracing::warn!(error = %e, "the unapproved remote tree was not remembered; the next fire cards it again");
+        }
     }
 
     /// With `sync`: pushes the branch after the commit ([`crate::sync::push_after`]).

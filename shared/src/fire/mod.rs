@@ -216,4 +216,15 @@ pub struct FireRun {
     journal: Option<crate::journal::Journal>,
     /// With `sync`: push after the commit (false while the remote tip is unapproved).
     sync_push: bool,
+    /// With `sync`: the unapproved remote tree this fire cards, remembered only once
+    /// its card is committed (a crash before that cards it again next time).
+    sync_refusal: Option<SyncRefusal>,
+}
+
+/// An unapproved remote tip's card, as the refusals table keys it: one card per tree.
+#[derive(Debug, Clone)]
+pub(crate) struct SyncRefusal {
+    pub key: String,
+    pub fingerprint: String,
+    pub tree: String,
 }

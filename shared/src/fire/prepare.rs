@@ -380,6 +380,8 @@ struct Preparing {
     recovery_cards: Vec<CardDraft>,
     /// With `sync`: whether the fire pushes after its commit.
     sync_push: bool,
+    /// With `sync`: the unapproved tree to remember once its card is committed.
+    sync_refusal: Option<super::SyncRefusal>,
     /// Cards the fire records though it runs (an unapproved remote tip).
     pending_cards: Vec<CardDraft>,
 }
@@ -400,6 +402,7 @@ impl Preparing {
             journal: None,
             recovery_cards: Vec::new(),
             sync_push: true,
+            sync_refusal: None,
             pending_cards: Vec::new(),
         }
     }
@@ -425,6 +428,7 @@ impl Preparing {
             worker: None,
             journal: self.journal,
             sync_push: self.sync_push,
+            sync_refusal: self.sync_refusal,
         }
     }
 
@@ -601,13 +605,9 @@ impl Preparing {
                 let tree = tree.to_string();
                 let fingerprint = records::fingerprint(&key, CardKind::UnreviewedChanges, &tree);
                 let now = self.ctx.started_at;
-                let seen = StateDb::open(&root).ok().and_then(|mut db| {
-                    let seen = db.repeat_refusal(&key, &fingerprint, &tree, now).ok().flatten();
-                    if seen.is_none() {
-                        let _ = db.remember_refusal(&key, &fingerprint, &tree, &self.ctx.run_id, now);
-                    }
-                    seen
-                });
+                let seen = StateDb::open(&root)
+                    .ok()
+                    .and_then(|mut db| db.repeat_refusal(&key, &fingerprint, &tree, now).ok().flatten());
                 if seen.is_none() {
                     self.pending_cards.push(CardDraft {
                         kind: CardKind::UnreviewedChanges,
@@ -623,6 +623,7 @@ impl Preparing {
                         ),
                         evidence: vec![tip.to_string()],
                     });
+                    self.sync_refusal = Some(super::SyncRefusal { key, fingerprint, tree });
                 }
                 Ok(settings)
             }
