@@ -98,25 +98,7 @@ fn approved_changes_reach_the_cron_box_and_unapproved_ones_wait_with_one_card() 
 
     // An approved change on the laptop reaches the cron box's next fire.
     git(&env, &env.root, &["pull", "-q", "--ff-only"]);
-    env.write(
-        "prompts/digest.md",
-        &format!("{}\nMention the weather.\n", env.read("prompts/digest.md")),
-    );
-    builder_ok(&env, &env.root, None, &["propose", "weather"]);
-    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "weather"]);
-    builder_ok(&env, &env.root, None, &["merge", "weather"]);
-    git(&env, &env.root, &["push", "-q", "origin"]);
-    let approved = rev(&env, &env.root, "HEAD");
-    let (code, summary) = fire_in(&env, &cron, "digest");
-    assert_eq!(code, 0, "{summary}");
-    let receipt: Value =
-        serde_json::from_str(&std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap())
-            .unwrap();
-    assert_eq!(
-        receipt["inputs"]["commit"],
-        approved.as_str(),
-        "it fired on the approved tip"
-    );
+    approve_a_change_and_fire(&env, &cron);
     assert!(std::fs::read_to_string(cron.join("prompts/digest.md"))
         .unwrap()
         .contains("weather"));
@@ -310,6 +292,30 @@ impl Drop for Daemon {
     }
 }
 
+/// On the laptop: proposes, approves (by the reviewer) and merges a prompt change and
+/// pushes it; then fires the cron box, which must run on exactly that approved tip.
+fn approve_a_change_and_fire(env: &TestEnv, cron: &Path) {
+    env.write(
+        "prompts/digest.md",
+        &format!("{}\nMention the weather.\n", env.read("prompts/digest.md")),
+    );
+    builder_ok(env, &env.root, None, &["propose", "weather"]);
+    builder_ok(env, &env.root, Some(REVIEWER), &["approve", "weather"]);
+    builder_ok(env, &env.root, None, &["merge", "weather"]);
+    git(env, &env.root, &["push", "-q", "origin"]);
+    let approved = rev(env, &env.root, "HEAD");
+    let (code, summary) = fire_in(env, cron, "digest");
+    assert_eq!(code, 0, "{summary}");
+    let receipt: Value =
+        serde_json::from_str(&std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap())
+            .unwrap();
+    assert_eq!(
+        receipt["inputs"]["commit"],
+        approved.as_str(),
+        "it fired on the approved tip"
+    );
+}
+
 fn git_daemon(base: &Path) -> Daemon {
     use std::os::unix::process::CommandExt;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -352,25 +358,7 @@ fn over_a_network_remote_the_cron_box_fetches_and_pushes_through_git_from_its_sa
 
     // An approved change reaches the next fire.
     git(&env, &env.root, &["pull", "-q", "--ff-only"]);
-    env.write(
-        "prompts/digest.md",
-        &format!("{}\nMention the weather.\n", env.read("prompts/digest.md")),
-    );
-    builder_ok(&env, &env.root, None, &["propose", "weather"]);
-    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "weather"]);
-    builder_ok(&env, &env.root, None, &["merge", "weather"]);
-    git(&env, &env.root, &["push", "-q", "origin"]);
-    let approved = rev(&env, &env.root, "HEAD");
-    let (code, summary) = fire_in(&env, &cron, "digest");
-    assert_eq!(code, 0, "{summary}");
-    let receipt: Value =
-        serde_json::from_str(&std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap())
-            .unwrap();
-    assert_eq!(
-        receipt["inputs"]["commit"],
-        approved.as_str(),
-        "it fired on the approved tip"
-    );
+    approve_a_change_and_fire(&env, &cron);
     assert_eq!(rev(&env, &cron, "HEAD"), rev(&env, &origin, "refs/heads/main"));
 
     // The laptop pushes a record; the cron box's next fire joins it and pushes.
