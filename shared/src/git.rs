@@ -243,14 +243,7 @@ pub fn commit_new_files_with(
     let index_lock = lock_path_of(&index_path);
     let branch = head_branch(repo)?;
     let ref_lock = lock_path_of(&ref_file(repo, &branch));
-    let side = |what: &str| {
-        index_path.with_file_name(format!(
-            "{}.runtime-{}{what}",
-            index_path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
-            std::process::id()
-        ))
-    };
-    let (temp_index, saved_index) = (side(""), side(".orig"));
+    let side = SideFiles::of(&index_path, std::process::id());
     // Records a dead runtime was committing: committed with these when HEAD lacks
     // them, and put in the index either way.
     let mut orphans = Vec::new();
@@ -271,12 +264,7 @@ pub fn commit_new_files_with(
     named.extend(orphans.iter().map(|(f, _)| f.clone()));
     let mut intent = opts.intent_dir.as_ref().map(|dir| Intent::new(dir, &named));
     if let Some(i) = &mut intent {
-        i.record.locks = vec![
-            IntentLock::path(&index_lock),
-            IntentLock::path(&temp_index),
-            IntentLock::path(&saved_index),
-            IntentLock::path(&ref_lock),
-        ];
+        i.record.locks = intent_locks(&index_lock, &side, &ref_lock);
         i.save()?;
     }
     let held = match take_index_lock(&index_lock, opts.lock_wait) {
@@ -312,8 +300,8 @@ pub fn commit_new_files_with(
         kept: &kept,
         branch: &branch,
         index_path: &index_path,
-        temp_index: &temp_index,
-        saved_index: &saved_index,
+        temp_index: &side.temp_index,
+        saved_index: &side.saved_index,
         name,
         email,
         message,
@@ -332,8 +320,8 @@ pub fn commit_new_files_with(
     if let Err(e) = remove_if_inode(&index_lock, held) {
         tracing::warn!(lock = %index_lock.display(), error = %e, "the index lock was not released");
     }
-    let _ = std::fs::remove_file(&temp_index);
-    let _ = std::fs::remove_file(&saved_index);
+    let _ = std::fs::remove_file(&side.temp_index);
+    let _ = std::fs::remove_file(&side.saved_index);
     if let Some(i) = &intent {
         i.remove();
     }
@@ -737,6 +725,42 @@ fn remove_if_inode(path: &Path, ino: u64) -> std::io::Result<bool> {
 // those it names, and only when they are provably the dead process's (see
 // [`recover_stale_locks`]). A lock with no record is never touched: it may be a
 // person's git at work.
+
+/// The private files a commit by process `pid` keeps beside the index: the copy it
+/// writes the new index into (libgit2 writes it through `<copy>.lock`), and the
+/// index as it was, to put back if the commit fails.
+struct SideFiles {
+    temp_index: PathBuf,
+    saved_index: PathBuf,
+}
+
+impl SideFiles {
+    fn of(index_path: &Path, pid: u32) -> SideFiles {
+        let side = |what: &str| {
+            index_path.with_file_name(format!(
+                "{}.runtime-{pid}{what}",
+                index_path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+            ))
+        };
+        SideFiles {
+            temp_index: side(""),
+            saved_index: side(".orig"),
+        }
+    }
+}
+
+/// Every file a commit creates in `.git` and may leave behind if killed: the index
+/// lock, its side files, the lock libgit2 takes to write the private index copy, and
+/// the branch's ref lock.
+fn intent_locks(index_lock: &Path, side: &SideFiles, ref_lock: &Path) -> Vec<IntentLock> {
+    vec![
+        IntentLock::path(index_lock),
+        IntentLock::path(&side.temp_index),
+        IntentLock::path(&lock_path_of(&side.temp_index)),
+        IntentLock::path(&side.saved_index),
+        IntentLock::path(ref_lock),
+    ]
+}
 
 /// How long after an intent was last written the runtime may create a lock it names
 /// without having recorded the lock's inode (libgit2 takes a ref lock milliseconds
@@ -1959,6 +1983,37 @@ mod commit_tests {
         assert!(index_lock.exists(), "another inode: not the dead runtime's lock");
         assert!(unnamed.exists(), "a lock no intent names is never removed");
         assert!(!ref_lock.exists() && !intent.exists());
+    }
+
+    #[test]
+    fn a_runtime_killed_while_writing_its_index_copy_leaves_no_file_in_git() {
+        let (dir, repo) = setup();
+        let mut child = holder();
+        let pid = child.id();
+        let start = process_start_time(pid);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let index_path = repo.path().join("index");
+        let index_lock = lock_path_of(&index_path);
+        let ref_lock = repo.path().join("refs/heads/main.lock");
+        let side = SideFiles::of(&index_path, pid);
+        // Killed inside libgit2's write of the private copy: its lock, the copy, the
+        // saved index and both git locks are on disk.
+        let left = [
+            index_lock.clone(),
+            side.temp_index.clone(),
+            lock_path_of(&side.temp_index),
+            side.saved_index.clone(),
+            ref_lock.clone(),
+        ];
+        for f in &left {
+            std::fs::write(f, "").unwrap();
+        }
+        write_intent(dir.path(), pid, start, intent_locks(&index_lock, &side, &ref_lock));
+        recover_stale_locks(&dir.path().join(".runtime/locks")).unwrap();
+        for f in &left {
+            assert!(!f.exists(), "{} left behind", f.display());
+        }
     }
 
     #[test]
