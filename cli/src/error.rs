@@ -171,18 +171,8 @@ mod tests {
         e.into().kind
     }
 
-    #[test]
-    fn io_errors_of_the_machine_are_environment_problems() {
-        for k in [
-            ErrorKind::PermissionDenied,
-            ErrorKind::ReadOnlyFilesystem,
-            ErrorKind::StorageFull,
-            ErrorKind::NotFound,
-        ] {
-            assert_eq!(kind_of(Error::from(k)), Kind::Environment, "{k:?}");
-        }
-        assert_eq!(kind_of(Error::from(ErrorKind::InvalidData)), Kind::Internal);
-    }
+    // What each cause is (io, git2, SQLite errors) is tested with `shared::cause`;
+    // these test the command layer over it.
 
     #[test]
     fn a_cause_deep_in_the_chain_decides() {
@@ -192,24 +182,6 @@ mod tests {
         let ce = CommandError::from(e);
         assert_eq!(ce.kind, Kind::Environment);
         assert!(ce.hints[0].contains("disk is full"), "{:?}", ce.hints);
-    }
-
-    #[test]
-    fn a_git_lock_is_an_environment_problem() {
-        let e = git2::Error::new(git2::ErrorCode::Locked, git2::ErrorClass::Os, "index.lock exists");
-        assert_eq!(kind_of(GitError::Git(e)), Kind::Environment);
-    }
-
-    #[test]
-    fn a_read_only_or_full_database_is_an_environment_problem() {
-        for code in [rusqlite::ffi::SQLITE_READONLY, rusqlite::ffi::SQLITE_FULL] {
-            let e = rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
-            let se = StoreError::Sqlite {
-                path: ".runtime/state.db".into(),
-                source: e,
-            };
-            assert_eq!(kind_of(se), Kind::Environment);
-        }
     }
 
     #[test]
