@@ -366,3 +366,108 @@ fn nothing_the_fire_started_outlives_a_sigkill_of_the_runtime() {
     }
     assert!(gone(pid), "the tool command {pid} outlived the SIGKILLed runtime");
 }
+
+/// The host pid of the tool worker serving the namespace `pid` runs in: its nearest
+/// ancestor whose command line is the worker's (the clone that is PID 1 in there).
+fn worker_of(pid: i32) -> Option<i32> {
+    let mut at = pid;
+    for _ in 0..16 {
+        let stat = std::fs::read_to_string(format!("/proc/{at}/stat")).ok()?;
+        let ppid: i32 = stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{ppid}/cmdline")).ok()?;
+        if String::from_utf8_lossy(&cmdline).contains("__tool-worker") {
+            return Some(ppid);
+        }
+        at = ppid;
+    }
+    None
+}
+
+/// Waits for `marker` under `reports/hits` and the sleep it announces, then SIGKILLs
+/// the tool worker running that sleep (as the OOM killer would); returns its pid.
+fn kill_worker_running(env: &TestEnv, marker: &str, sleep_cmdline: &str) -> i32 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let sleep = loop {
+        if env.root.join("reports/hits").join(marker).exists() {
+            if let Some(p) = process_with_cmdline(sleep_cmdline) {
+                break p;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{marker}: the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let worker = worker_of(sleep).expect("the sleep runs under a tool worker");
+    // SAFETY: signalling a process of this test's own fire.
+    assert_eq!(unsafe { libc::kill(worker, libc::SIGKILL) }, 0);
+    worker
+}
+
+#[test]
+fn a_tool_worker_killed_mid_call_is_replaced_once() {
+    let env = counter_env(false);
+    // c1 and c3 sleep until their worker is killed; c2 and c4 count.
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/slow.sh one 29.713"}}]},
+        {"tool_calls": [{"id": "c2", "name": "run_command", "arguments": {"command": "sh tools/bump.sh"}}]},
+        {"tool_calls": [{"id": "c3", "name": "run_command", "arguments": {"command": "sh tools/slow.sh two 29.717"}}]},
+        {"tool_calls": [{"id": "c4", "name": "run_command", "arguments": {"command": "sh tools/bump.sh"}}]},
+        {"content": "# Done"}
+    ]});
+    env.write("evals/t/replay.json", &trace.to_string());
+    env.write(
+        "tools/slow.sh",
+        "echo started > reports/hits/$1.started\nexec sleep $2\n",
+    );
+    let settings = env
+        .read("settings/runtime.yaml")
+        .replace("Bash(sh tools/bump.sh)", "Bash(sh tools/*)");
+    env.write("settings/runtime.yaml", &settings);
+    env.commit_all("a slow command");
+    let fire = env
+        .command("runtime", &["fire", "t", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = kill_worker_running(&env, "one.started", "sleep\x0029.713");
+    let second = kill_worker_running(&env, "two.started", "sleep\x0029.717");
+    assert_ne!(first, second, "the second call ran on another worker");
+    let out = fire.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(out.status.code(), Some(5), "completed with cards: {stderr}");
+    // c2 ran once, on the spare; c4 found no worker left and ran nowhere.
+    let run = summary["run_id"].as_str().unwrap();
+    let counted: Vec<String> = hits(&env).into_iter().filter(|h| h.contains(":c")).collect();
+    assert_eq!(counted, vec![format!("{run}:c2")]);
+    let receipt = env.receipt(&summary);
+    let outcomes: Vec<String> = receipt["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["outcome"].to_string())
+        .collect();
+    assert_eq!(outcomes.len(), 4, "{outcomes:?}");
+    assert!(outcomes[0].contains("SIDE_EFFECT_UNCERTAIN"), "{outcomes:?}");
+    assert_eq!(outcomes[1], "\"ok\"", "c2 ran on the new worker: {outcomes:?}");
+    assert!(outcomes[2].contains("SIDE_EFFECT_UNCERTAIN"), "{outcomes:?}");
+    assert!(
+        outcomes[3].contains("FAILED"),
+        "no worker left, c4 did not run: {outcomes:?}"
+    );
+    let kinds = env.card_kinds(&summary);
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "side_effect_uncertain").count(),
+        2,
+        "one card per call that may have run: {kinds:?}"
+    );
+    let paths = env.last_commit_paths();
+    assert!(
+        paths.iter().any(|p| p.starts_with("runs/")),
+        "the records are committed: {paths:?}"
+    );
+    assert!(gone(first) && gone(second));
+}

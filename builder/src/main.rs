@@ -26,7 +26,7 @@ fn main() -> ExitCode {
         .try_init();
     let result = commands::run(cli);
     if let Err(e) = &result {
-        e.print();
+        e.print("builder");
     }
     ExitCode::from(command_error::exit_code(&result))
 }

@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     shared::failpoints::arm();
     let result = commands::run(cli);
     if let Err(e) = &result {
-        e.print();
+        e.print("runtime");
     }
     ExitCode::from(command_error::exit_code(&result))
 }

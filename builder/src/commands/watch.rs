@@ -21,13 +21,15 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
     let root = super::open_repo(repo)?.root;
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
-    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst))?;
+    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst)).context("installing the Ctrl-C handler")?;
     let (tx, rx) = mpsc::channel();
-    let mut watcher = notify::recommended_watcher(tx)?;
+    let mut watcher = notify::recommended_watcher(tx).context("starting the file watcher")?;
     for d in ["cards", "runs"] {
         let p = root.join(d);
         std::fs::create_dir_all(&p).with_context(|| p.display().to_string())?;
-        watcher.watch(&p, RecursiveMode::Recursive)?;
+        watcher
+            .watch(&p, RecursiveMode::Recursive)
+            .with_context(|| format!("watching {}", p.display()))?;
     }
     eprintln!(
         "watching {}/cards and {}/runs (Ctrl-C to stop)",

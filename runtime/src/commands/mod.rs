@@ -3,7 +3,6 @@
 
 mod check;
 mod fire;
-mod man;
 mod resume;
 mod runs;
 mod show;
@@ -51,7 +50,7 @@ pub enum Command {
         /// The shell to complete for
         shell: clap_complete::Shell,
     },
-    Man(man::Args),
+    Man(cli::man::Args),
 }
 
 pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
@@ -68,7 +67,7 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
             clap_complete::generate(shell, &mut Cli::command(), "runtime", &mut std::io::stdout());
             Ok(Outcome::Ok)
         }
-        Command::Man(a) => man::run(a, Cli::command()),
+        Command::Man(a) => cli::man::run(a, Cli::command()).map(|()| Outcome::Ok),
     }
 }
 
@@ -82,37 +81,11 @@ fn resolve_root(path: &Path) -> Result<PathBuf, CommandError> {
 mod tests {
     use super::*;
 
-    /// Every subcommand and every argument of `cmd`'s tree without a help text, or
-    /// with one that ends in a period (STYLE.md: imperative, no trailing period).
-    pub fn missing_help(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
-        let about = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
-        if about.trim().is_empty() {
-            out.push(format!("`{path}` has no help"));
-        } else if about.trim_end().ends_with('.') {
-            out.push(format!("`{path}`: help ends with a period: {about}"));
-        }
-        for arg in cmd.get_arguments() {
-            if matches!(arg.get_id().as_str(), "help" | "version") {
-                continue;
-            }
-            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
-            if help.trim().is_empty() {
-                out.push(format!("`{path}` argument `{}` has no help", arg.get_id()));
-            } else if help.trim_end().ends_with('.') {
-                out.push(format!("`{path}` argument `{}`: help ends with a period", arg.get_id()));
-            }
-        }
-        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
-            missing_help(sub, &format!("{path} {}", sub.get_name()), out);
-        }
-    }
-
     #[test]
     fn every_subcommand_and_argument_has_help() {
         let mut cmd = Cli::command();
         cmd.build();
-        let mut missing = Vec::new();
-        missing_help(&cmd, "runtime", &mut missing);
+        let missing = cli::help::missing_help(&cmd, "runtime");
         assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
 
@@ -125,7 +98,7 @@ mod tests {
     fn man_dir_writes_a_page_per_subcommand() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("man1");
-        let pages = man::write_pages(Cli::command(), &out).unwrap();
+        let pages = cli::man::write_pages(Cli::command(), &out).unwrap();
         let mut names: Vec<String> = std::fs::read_dir(&out)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

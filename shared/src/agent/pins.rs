@@ -6,8 +6,9 @@
 //! Names come from the same shell analysis the policy uses ([`crate::shell`]); every
 //! literal word of a command that resolves inside the repository is pinned (a word
 //! that names no file is pinned as absent, and must stay so). Files are read with
-//! [`crate::beneath::read_regular`], so a symlink, FIFO or device is pinned by its
-//! kind and never followed or read.
+//! [`crate::beneath::read_regular`], so a FIFO or device is pinned by its kind and
+//! never read; a symlink is pinned by its target and the content it reaches, a hard
+//! link by its content (a command runs through either).
 
 use crate::shell;
 use crate::tools::ToolArgs;
@@ -99,16 +100,58 @@ pub fn named_paths(root: &Path, args: &ToolArgs) -> Vec<String> {
     paths
 }
 
-/// What `rel` is now: its content hash, or its kind when it is no regular file.
-fn state_of(dir: Option<&std::os::fd::OwnedFd>, rel: &str) -> String {
+/// What `rel` is now: its content hash, or its kind when it is no regular file. A
+/// symlink is pinned by its target and what the target holds, a hard link by what it
+/// holds: a command runs through either, so a retargeted link or a file changed
+/// through its other name breaks the pin too.
+fn state_of(root: &Path, dir: Option<&std::os::fd::OwnedFd>, rel: &str) -> String {
     use crate::beneath::NotRegular;
     let Some(dir) = dir else {
         return "unreadable repository".into();
     };
     match crate::beneath::read_regular(dir, Path::new(rel), HASH_CAP) {
-        Ok(bytes) => format!("sha256:{}", hex::encode(Sha256::digest(&bytes))),
+        Ok(bytes) => hash(&bytes),
         Err(NotRegular::Io(e)) if e.contains("No such file") || e.contains("Not a directory") => "absent".into(),
+        Err(e @ NotRegular::Special("symlink")) => {
+            let target = std::fs::read_link(root.join(rel))
+                .map_or_else(|e| format!("unreadable ({e})"), |t| t.display().to_string());
+            format!("{e} -> {target}; {}", followed(&root.join(rel)))
+        }
+        Err(e @ NotRegular::HardLink(_)) => format!("{e}; {}", followed(&root.join(rel))),
         Err(e) => e.to_string(),
+    }
+}
+
+/// `sha256:<hex>` of `bytes`.
+fn hash(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The content hash of what `path` reaches, links followed: a regular file only,
+/// opened without blocking (a FIFO swapped in meanwhile is named, never waited on)
+/// and read up to [`HASH_CAP`].
+fn followed(path: &Path) -> String {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path);
+    let file = match opened {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return "target absent".into(),
+        Err(e) => return format!("target unreadable ({e})"),
+    };
+    match file.metadata() {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return "target not a regular file".into(),
+        Err(e) => return format!("target unreadable ({e})"),
+    }
+    let mut bytes = Vec::new();
+    match file.take(HASH_CAP + 1).read_to_end(&mut bytes) {
+        Ok(_) if bytes.len() as u64 > HASH_CAP => format!("target over {HASH_CAP} bytes"),
+        Ok(_) => hash(&bytes),
+        Err(e) => format!("target unreadable ({e})"),
     }
 }
 
@@ -118,7 +161,7 @@ pub fn pin(root: &Path, args: &ToolArgs) -> Vec<Pin> {
     named_paths(root, args)
         .into_iter()
         .map(|path| Pin {
-            state: state_of(dir.as_ref(), &path),
+            state: state_of(root, dir.as_ref(), &path),
             path,
         })
         .collect()
@@ -129,7 +172,7 @@ pub fn changed(root: &Path, pins: &[Pin]) -> Vec<Changed> {
     let dir = crate::beneath::open_root(root).ok();
     pins.iter()
         .filter_map(|p| {
-            let now = state_of(dir.as_ref(), &p.path);
+            let now = state_of(root, dir.as_ref(), &p.path);
             (now != p.state).then(|| Changed {
                 path: p.path.clone(),
                 was: p.state.clone(),
@@ -197,6 +240,45 @@ mod tests {
         std::os::unix::fs::symlink("/etc/passwd", root.join("tools/x.sh")).unwrap();
         let c = changed(root, &pins);
         assert_eq!(c.len(), 1, "{c:?}");
-        assert_eq!(c[0].now, "not a regular file (symlink)", "{c:?}");
+        assert!(
+            c[0].now
+                .starts_with("not a regular file (symlink) -> /etc/passwd; sha256:"),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn a_link_is_pinned_by_what_it_reaches() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("tools")).unwrap();
+        std::fs::write(root.join("tools/real.sh"), "echo approved\n").unwrap();
+        std::fs::write(root.join("tools/other.sh"), "echo approved\n").unwrap();
+        std::os::unix::fs::symlink("real.sh", root.join("tools/x.sh")).unwrap();
+        std::fs::hard_link(root.join("tools/real.sh"), root.join("tools/y.sh")).unwrap();
+        let pins = pin(root, &run("sh tools/x.sh && sh tools/y.sh"));
+        let links: Vec<&Pin> = pins.iter().filter(|p| p.path.starts_with("tools/")).collect();
+        assert_eq!(links.len(), 2, "{pins:?}");
+        assert!(links.iter().all(|p| p.state.contains("sha256:")), "{pins:?}");
+        assert!(changed(root, &pins).is_empty());
+        // The target changes through its own name: both links reach new content.
+        std::fs::write(root.join("tools/real.sh"), "echo swapped\n").unwrap();
+        let c = changed(root, &pins);
+        assert_eq!(c.len(), 2, "{c:?}");
+        std::fs::write(root.join("tools/real.sh"), "echo approved\n").unwrap();
+        assert!(changed(root, &pins).is_empty(), "the same content again");
+        // The symlink is retargeted at a file with the same content: still a change.
+        std::fs::remove_file(root.join("tools/x.sh")).unwrap();
+        std::os::unix::fs::symlink("other.sh", root.join("tools/x.sh")).unwrap();
+        let c = changed(root, &pins);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(c[0].now.contains("-> other.sh"), "{c:?}");
+        // A FIFO behind the link is named, not waited on.
+        std::fs::remove_file(root.join("tools/x.sh")).unwrap();
+        let fifo = std::ffi::CString::new(root.join("tools/fifo").to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("fifo", root.join("tools/x.sh")).unwrap();
+        let c = changed(root, &pins);
+        assert!(c[0].now.ends_with("target not a regular file"), "{c:?}");
     }
 }

@@ -1,7 +1,8 @@
 //! The runtime's side of the tool worker: spawns the worker process (the `runtime`
 //! binary's hidden `__tool-worker` command), sends it its sandbox, and exchanges one
 //! JSON line per tool call. A worker that dies mid-call makes the call's side effect
-//! uncertain rather than crashing the fire.
+//! uncertain rather than crashing the fire, and a spare worker started with it takes
+//! its place, once.
 
 use crate::records::SandboxRecord;
 use crate::tools::{ErrorClass, ToolRequest, ToolResult};
@@ -33,6 +34,31 @@ pub struct WorkerClient {
     stdin: ChildStdin,
     stdout: Lines<BufReader<ChildStdout>>,
     pub sandbox: SandboxRecord,
+    /// A second worker process, started with the first (before the runtime restricted
+    /// itself), and the configuration to send it: a worker that dies (the OOM killer,
+    /// a crash) is replaced once by it instead of ending the fire's tools.
+    spare: Option<Spare>,
+}
+
+/// The spare worker process (killed and reaped if never used) and its configuration.
+struct Spare {
+    child: Option<std::process::Child>,
+    config: WorkerConfig,
+}
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            drop(Proc(child));
+        }
+    }
+}
+
+/// How an exchange with the worker failed: the worker is gone.
+struct Gone {
+    /// Whether the request reached the worker: when it did not, the call never ran.
+    delivered: bool,
+    why: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +124,7 @@ impl WorkerClient {
                 stdin,
                 stdout,
                 sandbox,
+                spare: None,
             }),
             Err(e) => {
                 drop(Proc(child));
@@ -106,31 +133,103 @@ impl WorkerClient {
         }
     }
 
-    /// Runs one call. The worker enforces the per-call timeout; this adds a margin.
+    /// Keeps `spare` (a process from [`spawn_process`]) to replace this worker once if
+    /// it dies; it gets the same `config`.
+    pub fn keep_spare(&mut self, spare: std::process::Child, config: WorkerConfig) {
+        self.spare = Some(Spare {
+            child: Some(spare),
+            config,
+        });
+    }
+
+    /// Runs one call. The worker enforces the per-call timeout; this adds a margin. A
+    /// worker found dead is replaced by the spare, once: a call it never received
+    /// runs on the new worker; a call it was running may or may not have taken effect
+    /// and is `SIDE_EFFECT_UNCERTAIN` (never run again).
     pub async fn call(&mut self, req: &ToolRequest) -> ToolResult {
         let uncertain = |why: String| ToolResult::error(&req.call_id, ErrorClass::SideEffectUncertain, why);
         let line = match serde_json::to_string(req) {
             Ok(l) => l,
             Err(e) => return ToolResult::error(&req.call_id, ErrorClass::InvalidArguments, e.to_string()),
         };
-        if let Err(e) = self.stdin.write_all(format!("{line}\n").as_bytes()).await {
-            return uncertain(format!("tool worker gone: {e}"));
-        }
-        if let Err(e) = self.stdin.flush().await {
-            return uncertain(format!("tool worker gone: {e}"));
-        }
-        let margin = std::time::Duration::from_millis(req.timeout_ms + 5_000);
-        match tokio::time::timeout(margin, self.stdout.next_line()).await {
-            Ok(Ok(Some(answer))) => {
-                serde_json::from_str(&answer).unwrap_or_else(|e| uncertain(format!("unreadable worker answer: {e}")))
+        let gone = match self.exchange(&line, req.timeout_ms).await {
+            Ok(answer) => return answer_of(&answer).unwrap_or_else(uncertain),
+            Err(gone) => gone,
+        };
+        let restarted = match self.restart().await {
+            Ok(()) => "; a new tool worker took its place",
+            Err(e) => {
+                tracing::warn!(error = %e, "the tool worker was not replaced");
+                ""
             }
-            Ok(Ok(None)) => uncertain("tool worker exited during the call".into()),
-            Ok(Err(e)) => uncertain(format!("tool worker read error: {e}")),
+        };
+        if gone.delivered {
+            return uncertain(format!("{}{restarted}", gone.why));
+        }
+        if restarted.is_empty() {
+            return ToolResult::error(
+                &req.call_id,
+                ErrorClass::Failed,
+                format!("{}: no tool worker is left; the call did not run", gone.why),
+            );
+        }
+        // The dead worker never read the call: the new one runs it.
+        match self.exchange(&line, req.timeout_ms).await {
+            Ok(answer) => answer_of(&answer).unwrap_or_else(uncertain),
+            Err(again) => uncertain(again.why),
+        }
+    }
+
+    /// Sends one request line and reads the answer line.
+    async fn exchange(&mut self, line: &str, timeout_ms: u64) -> Result<String, Gone> {
+        let undelivered = |e: std::io::Error| Gone {
+            delivered: false,
+            why: format!("tool worker gone: {e}"),
+        };
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .map_err(undelivered)?;
+        self.stdin.flush().await.map_err(undelivered)?;
+        let delivered = |why: String| Gone { delivered: true, why };
+        let margin = std::time::Duration::from_millis(timeout_ms + 5_000);
+        match tokio::time::timeout(margin, self.stdout.next_line()).await {
+            Ok(Ok(Some(answer))) => Ok(answer),
+            Ok(Ok(None)) => Err(delivered("tool worker exited during the call".into())),
+            Ok(Err(e)) => Err(delivered(format!("tool worker read error: {e}"))),
             Err(_) => {
                 let _ = self.child.0.kill();
-                uncertain("tool worker did not answer in time and was killed".into())
+                Err(delivered("tool worker did not answer in time and was killed".into()))
             }
         }
+    }
+
+    /// Replaces the dead worker by the spare (once; not while the fire is being
+    /// cancelled).
+    async fn restart(&mut self) -> Result<(), WorkerError> {
+        if crate::cancel::requested() {
+            return Err(WorkerError::Refused("the fire is being cancelled".into()));
+        }
+        let Some(mut spare) = self.spare.take() else {
+            return Err(WorkerError::Refused("no spare worker left".into()));
+        };
+        let Some(child) = spare.child.take() else {
+            return Err(WorkerError::Refused("no spare worker left".into()));
+        };
+        let fresh = WorkerClient::adopt(child, &spare.config).await?;
+        tracing::warn!(
+            old = self.child.0.id(),
+            new = fresh.child.0.id(),
+            "the tool worker died; the spare took its place"
+        );
+        let WorkerClient {
+            child, stdin, stdout, ..
+        } = fresh;
+        // The dead worker is reaped as its handle drops.
+        self.child = child;
+        self.stdin = stdin;
+        self.stdout = stdout;
+        Ok(())
     }
 
     /// A handle that can interrupt the worker while a call borrows it.
@@ -159,6 +258,11 @@ impl WorkerClient {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
+}
+
+/// A worker's answer line as a result; `Err` names what was unreadable.
+fn answer_of(answer: &str) -> Result<ToolResult, String> {
+    serde_json::from_str(answer).map_err(|e| format!("unreadable worker answer: {e}"))
 }
 
 /// The worker process, killed and reaped when dropped (a fire that ends early leaves

@@ -211,6 +211,8 @@ pub struct FireRun {
     /// The tool worker's process, started before this process restricts itself (it
     /// makes namespaces, which Landlock would refuse it) and adopted by the loop.
     worker: Option<std::process::Child>,
+    /// A second worker process started with it, to replace it once if it dies.
+    spare_worker: Option<std::process::Child>,
     /// The run's journal (its row, a checkpoint after every step, the tool ledger);
     /// `None` in a dry run or where the state database cannot be written.
     journal: Option<crate::journal::Journal>,

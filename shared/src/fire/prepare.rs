@@ -426,6 +426,7 @@ impl Preparing {
             abort: None,
             repo: self.repo,
             worker: None,
+            spare_worker: None,
             journal: self.journal,
             sync_push: self.sync_push,
             sync_refusal: self.sync_refusal,

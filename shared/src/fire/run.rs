@@ -39,7 +39,8 @@ impl FireRun {
         ports.dedup();
         let spec = sandbox::runtime_spec(&self.ctx.opts.root, &git_dirs, &ports);
         let (exe, args) = &self.ctx.opts.worker_cmd;
-        match spawn_process(exe, args, &ExecContext::scrubbed_env(&self.config.scratch)) {
+        let env = ExecContext::scrubbed_env(&self.config.scratch);
+        match spawn_process(exe, args, &env) {
             Ok(child) => self.worker = Some(child),
             Err(e) => {
                 return Err(self.abort(
@@ -49,6 +50,11 @@ impl FireRun {
                     e.to_string(),
                 ))
             }
+        }
+        // The spare replaces a worker that dies; without one the fire still runs.
+        match spawn_process(exe, args, &env) {
+            Ok(child) => self.spare_worker = Some(child),
+            Err(e) => tracing::warn!(error = %e, "no spare tool worker"),
         }
         let entered = sandbox::prepare_dirs(&spec)
             .map_err(|e| e.to_string())
@@ -151,7 +157,7 @@ impl FireRun {
             Some(child) => WorkerClient::adopt(child, &config).await,
             None => WorkerClient::spawn(exe, args, &config).await,
         };
-        let worker = match started {
+        let mut worker = match started {
             Ok(w) => w,
             Err(e) => {
                 return Err(self.abort(
@@ -162,6 +168,9 @@ impl FireRun {
                 ))
             }
         };
+        if let Some(spare) = self.spare_worker.take() {
+            worker.keep_spare(spare, config);
+        }
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
             "tool worker sandboxed and ready"

@@ -7,13 +7,13 @@
 //! filter is installed), `prlimit64` on another process, kernel modules, `kexec` and
 //! `reboot`, `pidfd_getfd`, `MSG_FASTOPEN` (TCP Fast Open connects without the
 //! `connect` Landlock checks), and the setuid and setgid bits in any mode a tool sets.
-//! `clone3` and `openat2` answer `ENOSYS` (their flags and mode sit in memory a filter
+//! x32 syscalls are refused too. `clone3` and `openat2` answer `ENOSYS` (their flags and mode sit in memory a filter
 //! cannot read), so libc falls back to `clone` and `openat`, which are checked. The list follows
 //! Codex's Linux sandbox (`codex-rs/linux-sandbox`).
 
 use seccompiler::{
-    apply_filter, BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond,
-    SeccompFilter, SeccompRule, TargetArch,
+    apply_filter, sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
+    SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
 };
 use std::collections::BTreeMap;
 
@@ -174,7 +174,35 @@ fn eperm_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Seccomp
 /// and `openat`, which the `EPERM` filter checks.
 const NOT_IMPLEMENTED: &[libc::c_long] = &[libc::SYS_clone3, libc::SYS_openat2];
 
-/// The two programs: the `EPERM` filter, and [`NOT_IMPLEMENTED`] answered with `ENOSYS`.
+/// The bit that marks an x32 syscall number on x86_64 (`__X32_SYSCALL_BIT`).
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// Refuses every x32 syscall with `EPERM`. x32 calls share x86_64's audit
+/// architecture, so the architecture check of the other programs lets them through,
+/// and their numbers (`0x40000000 | nr`) match none of their rules: on a kernel built
+/// with x32 support, `socket` called through x32 would pass the `EPERM` filter.
+/// `seccompiler` matches exact syscall numbers and has no range test on the number,
+/// so this one comparison is written out (four instructions: load the number, jump if
+/// at or above the x32 bit, return `EPERM`, return allow).
+fn x32_guard() -> BpfProgram {
+    // Classic BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h).
+    const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD (0x00) | BPF_W (0x00) | BPF_ABS (0x20)
+    const BPF_JMP_JGE_K: u16 = 0x35; // BPF_JMP (0x05) | BPF_JGE (0x30) | BPF_K (0x00)
+    const BPF_RET_K: u16 = 0x06; // BPF_RET (0x06) | BPF_K (0x00)
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    vec![
+        // seccomp_data.nr is at offset 0.
+        op(BPF_LD_W_ABS, 0, 0, 0),
+        op(BPF_JMP_JGE_K, 0, 1, X32_SYSCALL_BIT),
+        op(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        op(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+    ]
+}
+
+/// The programs: the `EPERM` filter, [`NOT_IMPLEMENTED`] answered with `ENOSYS`, and
+/// on x86_64 the [`x32_guard`].
 pub fn programs(network: bool) -> Result<Vec<BpfProgram>, SeccompError> {
     let arch = arch()?;
     let eperm = SeccompFilter::new(
@@ -189,7 +217,11 @@ pub fn programs(network: bool) -> Result<Vec<BpfProgram>, SeccompError> {
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch,
     )?;
-    Ok(vec![eperm.try_into()?, clone3.try_into()?])
+    let mut progs = vec![eperm.try_into()?, clone3.try_into()?];
+    if cfg!(target_arch = "x86_64") {
+        progs.push(x32_guard());
+    }
+    Ok(progs)
 }
 
 /// Installs the filter on the calling thread and what it starts afterwards. Sets
@@ -262,6 +294,38 @@ mod tests {
             i32::from(unix >= 0) + 2 * i32::from(udp < 0 && udp_errno == libc::EPERM) + 4 * i32::from(tcp < 0)
         });
         assert_eq!(code, 7, "unix allowed, udp and tcp refused with EPERM");
+    }
+
+    /// An x32 `socket` call answers `EPERM` (the guard) rather than `ENOSYS` (a kernel
+    /// without x32) or a socket (a kernel with it).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x32_syscalls_are_refused() {
+        let unfiltered = unsafe {
+            let r = libc::syscall(i64::from(X32_SYSCALL_BIT) | libc::SYS_getpid);
+            if r < 0 {
+                errno()
+            } else {
+                0
+            }
+        };
+        assert_ne!(
+            unfiltered,
+            libc::EPERM,
+            "without the filter the call is not refused by it"
+        );
+        let code = in_filtered_child(false, || unsafe {
+            let sock = libc::syscall(
+                i64::from(X32_SYSCALL_BIT) | libc::SYS_socket,
+                libc::AF_INET,
+                libc::SOCK_DGRAM,
+                0,
+            );
+            let pid = libc::syscall(i64::from(X32_SYSCALL_BIT) | libc::SYS_getpid);
+            let native = libc::syscall(libc::SYS_getpid);
+            i32::from(sock < 0 && errno() == libc::EPERM) + 2 * i32::from(pid < 0) + 4 * i32::from(native > 0)
+        });
+        assert_eq!(code, 7, "x32 calls refused with EPERM, native calls untouched");
     }
 
     #[test]

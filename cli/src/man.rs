@@ -1,20 +1,23 @@
-//! `runtime man [--dir <DIR>]`: the manual. Without `--dir` it prints the top page;
-//! with it, it writes one page per subcommand (`runtime.1`, `runtime-fire.1`, ...)
-//! for packaging, the way `git help` has a page per command.
+//! `<binary> man [--dir <DIR>]`: the manual. Without `--dir` the top page is printed;
+//! with it, one page per subcommand (`runtime.1`, `runtime-fire.1`,
+//! `builder-cards-list.1`, ...) is written for packaging, the way `git help` has a
+//! page per command.
 
-use crate::command_error::{CommandError, Outcome};
+use crate::error::CommandError;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 
 /// Print the man page, or write one page per subcommand into a directory
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Write runtime.1 and one runtime-<subcommand>.1 per subcommand into DIR (created if missing)
+    /// Write the top page and one page per subcommand (nested ones too) into DIR (created if missing)
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }
 
-pub fn run(args: Args, cmd: clap::Command) -> Result<Outcome, CommandError> {
+/// Prints the top page of `cmd`, or writes every page into `args.dir` and prints
+/// their paths.
+pub fn run(args: Args, cmd: clap::Command) -> Result<(), CommandError> {
     match args.dir {
         None => clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?,
         Some(dir) => {
@@ -23,7 +26,7 @@ pub fn run(args: Args, cmd: clap::Command) -> Result<Outcome, CommandError> {
             }
         }
     }
-    Ok(Outcome::Ok)
+    Ok(())
 }
 
 /// Writes one page per (visible) command of `cmd`'s tree into `dir`; returns their

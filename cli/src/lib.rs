@@ -1,0 +1,8 @@
+//! The edge `runtime` and `builder` share: a command's error ([`error::CommandError`],
+//! classified by its cause and printed as `error:` and `hint:` lines), the man pages
+//! ([`man`]) and the lint that every command and argument has help ([`help`]). Each
+//! binary keeps what differs: its exit codes, its outcomes and which code each gets.
+
+pub mod error;
+pub mod help;
+pub mod man;
