@@ -74,21 +74,20 @@ pub fn audit(
         walk.hide(s)?;
     }
     let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
+    let on_branch = first_parent_chain(repo, &oids)?;
     let review = ReviewContext {
-        approved: crate::review::approvals::Approvals::read(repo, rule)?.trees(),
+        approved: Coverage::of(repo, rule, &on_branch)?,
         // Before `review.require_signed` (by the commit's own settings), an approval
         // counted without a signature: history from then is judged by that rule.
         approved_unsigned: match rule.signers {
-            Some(_) => Some(
-                crate::review::approvals::Approvals::read(
-                    repo,
-                    &crate::review::signing::ApprovalRule::unsigned(&rule.runtime_email),
-                )?
-                .trees(),
-            ),
+            Some(_) => Some(Coverage::of(
+                repo,
+                &crate::review::signing::ApprovalRule::unsigned(&rule.runtime_email),
+                &on_branch,
+            )?),
             None => None,
         },
-        on_branch: first_parent_chain(repo, &oids)?,
+        on_branch,
     };
     let review = &review;
     // Commits are independent: audit them on every core, each thread with its own
@@ -148,13 +147,49 @@ pub fn audit(
     Ok(report)
 }
 
+/// What is covered under one rule: trees, when the rule's verdict does not depend on
+/// history (identities, or an operator's list); else commits, each judged by the
+/// allowed-signers list of the last approved tree before it
+/// ([`crate::review::trust`]).
+enum Coverage {
+    Trees(HashSet<Oid>),
+    Commits(HashSet<Oid>),
+}
+
+impl Coverage {
+    fn of(
+        repo: &Repository,
+        rule: &crate::review::signing::ApprovalRule,
+        on_branch: &HashSet<Oid>,
+    ) -> Result<Coverage, git2::Error> {
+        let mut trust = crate::review::trust::Trust::new(repo, rule.clone())?;
+        if let Some(trees) = trust.counting_trees() {
+            return Ok(Coverage::Trees(trees));
+        }
+        let mut covered = HashSet::new();
+        for c in on_branch {
+            if trust.commit(*c)?.approval.is_some() {
+                covered.insert(*c);
+            }
+        }
+        Ok(Coverage::Commits(covered))
+    }
+
+    fn covers(&self, commit: Oid, tree: Oid) -> bool {
+        match self {
+            Coverage::Trees(t) => t.contains(&tree),
+            Coverage::Commits(c) => c.contains(&commit),
+        }
+    }
+}
+
 /// What the review half of the audit needs, shared by every thread.
 struct ReviewContext {
-    /// Builder trees some approval that counts under the rule in force names.
-    approved: HashSet<Oid>,
-    /// With signed approvals in force: the trees named by approvals that count by
-    /// identity alone, for commits whose own settings did not ask for signatures.
-    approved_unsigned: Option<HashSet<Oid>>,
+    /// What approvals that count under the rule in force cover.
+    approved: Coverage,
+    /// With signed approvals in force: what approvals that count by identity alone
+    /// cover, for commits whose own settings did not ask for signatures.
+    approved_unsigned: Option<Coverage>,
     /// The commits on the branch's first-parent chain (among those audited).
     on_branch: HashSet<Oid>,
 }
@@ -191,7 +226,7 @@ impl Judge<'_> {
             Some(unsigned) if !self.settings_of(commit)?.1 => unsigned,
             Some(_) | None => &self.review.approved,
         };
-        if approved.contains(&tree) {
+        if approved.covers(commit.id(), tree) {
             return Ok(None);
         }
         // A merge that keeps its first parent's builder tree (it brought only records)

@@ -41,8 +41,16 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
          CREATE INDEX live_runs_task ON live_runs(task);
          CREATE TABLE tool_ledger (run_id TEXT NOT NULL, call_id TEXT NOT NULL, name TEXT NOT NULL, args_hash TEXT NOT NULL,
             stage TEXT NOT NULL, result_hash TEXT, result TEXT, at TEXT NOT NULL, PRIMARY KEY (run_id, call_id));",
+        // 8: per commit, its tree of builder-owned paths and the nearest first-parent
+        // ancestor whose builder tree differs (`review::trust`): facts of immutable
+        // commits, so the two-key check of a fire walks only the commits since the last.
+        "CREATE TABLE builder_tree_steps (commit_id TEXT PRIMARY KEY, builder_tree TEXT NOT NULL, boundary TEXT);",
     ],
 };
+
+/// One commit's row of the builder-tree walk memo: `(commit, builder tree, boundary)`
+/// (the nearest first-parent ancestor with another builder tree; `None` at the root).
+pub type BuilderTreeStep = (String, String, Option<String>);
 
 /// A refusal already on record: the card that recorded it and how often it recurred.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,6 +392,32 @@ impl StateDb {
             )
             .optional()
             .map_err(self.store.sql_error())
+    }
+
+    /// The remembered builder tree and boundary of `commit` (see [`BuilderTreeStep`]).
+    pub fn builder_tree_step(&self, commit: &str) -> Result<Option<(String, Option<String>)>, StoreError> {
+        self.store
+            .conn()
+            .query_row(
+                "SELECT builder_tree, boundary FROM builder_tree_steps WHERE commit_id = ?1",
+                [commit],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(self.store.sql_error())
+    }
+
+    /// Remembers builder-tree steps, in one transaction.
+    pub fn remember_builder_tree_steps(&mut self, steps: &[BuilderTreeStep]) -> Result<(), StoreError> {
+        self.store.write(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO builder_tree_steps (commit_id, builder_tree, boundary) VALUES (?1, ?2, ?3)",
+            )?;
+            for (commit, tree, boundary) in steps {
+                stmt.execute(rusqlite::params![commit, tree, boundary])?;
+            }
+            Ok(())
+        })
     }
 
     /// Saves (or replaces) the checkpoint of `run_id`.

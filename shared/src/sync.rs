@@ -1,8 +1,9 @@
 //! The cron box (DESIGN.md section 8, "Sync"): with a `sync` section, a fire first
 //! fetches the branch and `refs/builder/*` from the remote ([`before_fire`]) and moves
 //! to the remote tip only when the tip's tree of builder-owned paths is approved by
-//! the rule the box already runs under (or is the tree it has: the remote brought
-//! records only); otherwise it fires on what it has, and the caller writes one
+//! the rule the box already runs under, judged as every commit is ([`Trust`]: by the
+//! allowed-signers list of the last approved tree before it, never the tip's own), or
+//! is the tree it has (the remote brought records only); otherwise it fires on what it has, and the caller writes one
 //! `unreviewed_changes` card per unapproved tree. After its commit the fire pushes
 //! ([`push_after`]); a push the remote rejects because it moved is retried on the new
 //! tip, the records commit rebuilt onto it (records are new paths: no conflict), at
@@ -29,8 +30,9 @@
 //! no directory. The `git` child inherits that sandbox (it reads anything, writes only
 //! the repository's git directories) and gets a scrubbed environment.
 
-use crate::review::approvals::Approvals;
 use crate::review::signing::ApprovalRule;
+use crate::review::trust::Trust;
+use crate::state::StateDb;
 use crate::settings::SyncSettings;
 use git2::{Oid, Repository};
 use std::path::PathBuf;
@@ -512,9 +514,15 @@ pub fn sandbox_ports(repo: &Repository, sync: Option<&SyncSettings>) -> Vec<u16>
 }
 
 /// Before a fire: fetch, then fast-forward (or join the runtime's unpushed records)
-/// to the remote tip when its builder tree is approved under `rule`, or is the tree
-/// the box has. Runs before the sandbox (it may update builder-owned paths).
-pub fn before_fire(repo: &Repository, sync: &SyncSettings, rule: &ApprovalRule) -> Result<Before, SyncError> {
+/// to the remote tip when its builder tree is approved under `rule` (judged by
+/// [`Trust`] over the fetched approvals, remembering its walk in `memo`), or is the
+/// tree the box has. Runs before the sandbox (it may update builder-owned paths).
+pub fn before_fire(
+    repo: &Repository,
+    sync: &SyncSettings,
+    rule: &ApprovalRule,
+    memo: Option<StateDb>,
+) -> Result<Before, SyncError> {
     let cx = Ctx { repo, sync };
     let local = cx.local_tip()?;
     let remote = cx.fetch(true)?;
@@ -527,8 +535,14 @@ pub fn before_fire(repo: &Repository, sync: &SyncSettings, rule: &ApprovalRule) 
     }
     let tree_of = |c: Oid| crate::review::builder_tree_of_commit(repo, c).map_err(&git);
     let tip_tree = tree_of(remote)?;
-    let approved =
-        tip_tree == tree_of(local)? || Approvals::read(repo, rule).map_err(&git)?.covering(tip_tree).is_some();
+    let approved = tip_tree == tree_of(local)?
+        || Trust::new(repo, rule.clone())
+            .map_err(&git)?
+            .remembering(memo)
+            .commit(remote)
+            .map_err(&git)?
+            .approval
+            .is_some();
     if !approved {
         return Ok(Before::Unapproved {
             tip: remote,
@@ -758,7 +772,7 @@ mod tests {
         for url in ["ftp://example.com/a.git", "https://"] {
             cron.remote_set_url("origin", url).unwrap();
             assert!(sandbox_ports(&cron, Some(&sync())).is_empty(), "{url}");
-            let e = before_fire(&cron, &sync(), &ApprovalRule::unsigned("runtime@localhost")).unwrap_err();
+            let e = before_fire(&cron, &sync(), &ApprovalRule::unsigned("runtime@localhost"), None).unwrap_err();
             assert_eq!(e.step, "setup");
             assert!(e.message.contains("neither a local repository nor"), "{e}");
         }
@@ -883,14 +897,14 @@ mod tests {
         // The other port is reachable from outside the sandbox: the fetch through it runs.
         cron.remote_set_url("origin", &url(&elsewhere)).unwrap();
         let _ = cron.find_reference("refs/remotes/origin/main").unwrap().delete();
-        assert_eq!(before_fire(&cron, &sync(), &rule).unwrap(), Before::UpToDate);
+        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap(), Before::UpToDate);
         assert!(cron.refname_to_id("refs/remotes/origin/main").is_ok(), "fetched");
 
         // The fetch takes refs/builder/* too.
         cron.remote_set_url("origin", &url(&served)).unwrap();
         let seed = origin.refname_to_id("refs/heads/main").unwrap();
         origin.reference("refs/builder/approvals", seed, true, "test").unwrap();
-        assert_eq!(before_fire(&cron, &sync(), &rule).unwrap(), Before::UpToDate);
+        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap(), Before::UpToDate);
         assert_eq!(cron.refname_to_id("refs/builder/approvals").unwrap(), seed);
 
         // A push that lost the race to another is rejected by the lease, never

@@ -1,0 +1,405 @@
+//! Which allowed-signers list judges an approval (DESIGN.md section 8; issue 12): an
+//! approval of a tree is judged by the list of the tree trusted *before* it, never by
+//! the list of the tree it approves, so a change that adds a key to
+//! `settings/allowed_signers` cannot be approved with that same new key.
+//!
+//! * A proposal is judged as a commit on its base (the merge-base with the current
+//!   branch): by the base's list when the base is approved, else as below from there.
+//! * A commit's tree (the runtime's HEAD, an audited commit, a sync's incoming tip) is
+//!   judged by the list of its nearest first-parent ancestor whose builder tree differs
+//!   from the judged one and is itself covered by an approval, judged the same way. A
+//!   direct, unapproved commit that adds a key is skipped over: its key is trusted for
+//!   nothing. When no approved tree precedes it (the first approved tree of a
+//!   repository), the judged tree's own list is used: trust on first use, as SSH does.
+//! * With an absolute `review.allowed_signers` (an operator's file outside the
+//!   repository), that file is the only list; no tree is consulted.
+//!
+//! The walk goes from builder change to builder change: each commit's nearest
+//! first-parent ancestor with another builder tree (its *boundary*) is a fact of
+//! immutable commits, remembered in `.runtime/state.db` when the caller hands over the
+//! state database, so a fire after 10,000 records-only commits reads one row instead
+//! of 10,000 trees.
+
+use super::approvals::{Approval, ApprovalBody, Approvals};
+use super::signing::{AllowedSigners, ApprovalRule, SignerList};
+use super::builder_tree_of;
+use crate::diag::Diagnostic;
+use crate::state::StateDb;
+use git2::{Oid, Repository};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// A commit's builder tree and its boundary (the nearest first-parent ancestor whose
+/// builder tree differs; `None` when there is none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Step {
+    tree: Oid,
+    boundary: Option<Oid>,
+}
+
+/// Which list judged a tree's approvals.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum JudgedBy {
+    /// Signatures are not required: identities only.
+    Identity,
+    /// The operator's file (an absolute `review.allowed_signers`).
+    Operator(PathBuf),
+    /// The list in the tree of this commit: the last approved tree before the judged one.
+    Trusted(Oid),
+    /// No approved tree precedes the judged one: its own list (of this commit), trusted
+    /// on first use.
+    Bootstrap(Oid),
+}
+
+/// The verdict on one builder tree.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    pub tree: Oid,
+    /// The newest approval of the tree that counts.
+    pub approval: Option<Approval>,
+    /// Why each newer approval naming the tree does not count (newest first).
+    pub rejected: Vec<String>,
+    pub by: JudgedBy,
+    /// The list that should have judged it could not be read.
+    pub unreadable: Option<Diagnostic>,
+}
+
+impl Judged {
+    /// Which list judged it, in words (for refusals and cards).
+    pub fn judged_by(&self, rule: &ApprovalRule) -> String {
+        let rel = match &rule.signers {
+            Some(SignerList::Repository(rel)) => rel.as_str(),
+            _ => "",
+        };
+        let short = |c: &Oid| c.to_string()[..12].to_string();
+        match &self.by {
+            JudgedBy::Identity => "judged by identity (signatures are not required)".into(),
+            JudgedBy::Operator(path) => format!("judged by the operator's allowed-signers file {}", path.display()),
+            JudgedBy::Trusted(c) => format!(
+                "judged by {rel} of commit {}, the last approved tree before it",
+                short(c)
+            ),
+            JudgedBy::Bootstrap(c) => format!(
+                "judged by its own {rel} (commit {}): no approved tree precedes it, so its list is trusted on first use",
+                short(c)
+            ),
+        }
+    }
+}
+
+/// A parsed list, or why it cannot be read; shared between the commits that hold the
+/// same blob.
+type List = Rc<Result<AllowedSigners, Diagnostic>>;
+
+/// The judge of approvals under one rule, with its memos.
+pub struct Trust<'r> {
+    repo: &'r Repository,
+    rule: ApprovalRule,
+    approvals: Approvals,
+    /// The operator's list, when the rule names one.
+    operator: Option<List>,
+    steps: HashMap<Oid, Step>,
+    /// Per commit (the newest of a run of commits with one builder tree): whether its
+    /// builder tree is covered.
+    covered: HashMap<Oid, bool>,
+    /// `(start, tree)` -> the commit whose list judges `tree` on top of `start`.
+    trusted: HashMap<(Option<Oid>, Oid), Option<Oid>>,
+    /// Lists by blob id.
+    lists: HashMap<Oid, List>,
+    /// `(tree, which list)` -> verdict.
+    judged: HashMap<(Oid, JudgedBy), Judged>,
+    memo: Option<StateDb>,
+}
+
+impl<'r> Trust<'r> {
+    /// Reads the approvals of `repo`, to be judged by `rule`.
+    pub fn new(repo: &'r Repository, rule: ApprovalRule) -> Result<Trust<'r>, git2::Error> {
+        let operator = match &rule.signers {
+            Some(SignerList::Operator(list)) => Some(Rc::new(Ok(list.clone()))),
+            _ => None,
+        };
+        Ok(Trust {
+            repo,
+            approvals: Approvals::read(repo)?,
+            rule,
+            operator,
+            steps: HashMap::new(),
+            covered: HashMap::new(),
+            trusted: HashMap::new(),
+            lists: HashMap::new(),
+            judged: HashMap::new(),
+            memo: None,
+        })
+    }
+
+    /// Remembers the walk in (and reads it back from) the runtime's state database.
+    pub fn remembering(mut self, db: Option<StateDb>) -> Trust<'r> {
+        self.memo = db;
+        self
+    }
+
+    pub fn rule(&self) -> &ApprovalRule {
+        &self.rule
+    }
+
+    pub fn approvals(&self) -> &Approvals {
+        &self.approvals
+    }
+
+    fn walks(&self) -> bool {
+        matches!(self.rule.signers, Some(SignerList::Repository(_)))
+    }
+
+    /// The verdict on the builder tree of `commit`.
+    pub fn commit(&mut self, commit: Oid) -> Result<Judged, git2::Error> {
+        if !self.walks() {
+            let tree = super::builder_tree_of_commit(self.repo, commit)?;
+            return Ok(self.judge_tree(tree, None, commit));
+        }
+        let step = self.step(commit)?;
+        let trusted = self.trusted_from(step.boundary, step.tree)?;
+        Ok(self.judge_tree(step.tree, trusted, commit))
+    }
+
+    /// The verdict on the builder tree of the proposal head `head`, as a commit on
+    /// `base` would be judged.
+    pub fn proposal(&mut self, base: Oid, head: Oid) -> Result<Judged, git2::Error> {
+        let tree = super::builder_tree_of_commit(self.repo, head)?;
+        let trusted = if self.walks() {
+            self.trusted_from(Some(base), tree)?
+        } else {
+            None
+        };
+        Ok(self.judge_tree(tree, trusted, head))
+    }
+
+    /// Every tree an approval that counts names, where the list does not depend on
+    /// history (no signatures, or the operator's list); `None` under a repository's
+    /// list, where coverage belongs to a commit ([`Trust::commit`]).
+    pub fn counting_trees(&mut self) -> Option<std::collections::HashSet<Oid>> {
+        if self.walks() {
+            return None;
+        }
+        let trees = self.approvals.trees();
+        Some(
+            trees
+                .into_iter()
+                .filter(|t| self.judge_tree(*t, None, Oid::ZERO_SHA1).approval.is_some())
+                .collect(),
+        )
+    }
+
+    /// The builder tree and boundary of `commit`: from the memos, else by walking its
+    /// first parents until a remembered commit (or the root), learning each on the way.
+    fn step(&mut self, commit: Oid) -> Result<Step, git2::Error> {
+        if let Some(s) = self.steps.get(&commit) {
+            return Ok(*s);
+        }
+        let mut pending = Vec::new();
+        let mut below: Option<(Oid, Step)> = None;
+        let mut next = Some(commit);
+        while let Some(c) = next {
+            if let Some(s) = self.remembered(c) {
+                below = Some((c, s));
+                break;
+            }
+            let found = self.repo.find_commit(c)?;
+            pending.push((c, builder_tree_of(&found.tree()?)?));
+            next = found.parent_ids().next();
+        }
+        let mut learned = Vec::with_capacity(pending.len());
+        for (c, tree) in pending.into_iter().rev() {
+            let boundary = match below {
+                Some((_, s)) if s.tree == tree => s.boundary,
+                Some((p, _)) => Some(p),
+                None => None,
+            };
+            let s = Step { tree, boundary };
+            self.steps.insert(c, s);
+            learned.push((c.to_string(), tree.to_string(), boundary.map(|b| b.to_string())));
+            below = Some((c, s));
+        }
+        if let (Some(db), false) = (self.memo.as_mut(), learned.is_empty()) {
+            if let Err(e) = db.remember_builder_tree_steps(&learned) {
+                tracing::warn!(error = %e, "the builder-tree walk was not remembered");
+            }
+        }
+        match below {
+            Some((_, s)) => Ok(s),
+            None => Err(git2::Error::from_str("no commit to walk from")),
+        }
+    }
+
+    /// A step known in memory or in the state database.
+    fn remembered(&mut self, commit: Oid) -> Option<Step> {
+        if let Some(s) = self.steps.get(&commit) {
+            return Some(*s);
+        }
+        let (tree, boundary) = self
+            .memo
+            .as_ref()?
+            .builder_tree_step(&commit.to_string())
+            .ok()
+            .flatten()?;
+        let s = Step {
+            tree: Oid::from_str(&tree).ok()?,
+            boundary: match boundary {
+                Some(b) => Some(Oid::from_str(&b).ok()?),
+                None => None,
+            },
+        };
+        self.steps.insert(commit, s);
+        Some(s)
+    }
+
+    /// The commit whose list judges `tree` on top of `start`: the nearest of `start`
+    /// and its first-parent ancestors whose builder tree differs from `tree` and is
+    /// covered; `None` when there is none (bootstrap).
+    fn trusted_from(&mut self, start: Option<Oid>, tree: Oid) -> Result<Option<Oid>, git2::Error> {
+        if let Some(t) = self.trusted.get(&(start, tree)) {
+            return Ok(*t);
+        }
+        let mut next = start;
+        let found = loop {
+            let Some(c) = next else { break None };
+            let s = self.step(c)?;
+            if s.tree != tree && self.covered(c)? {
+                break Some(c);
+            }
+            next = s.boundary;
+        };
+        self.trusted.insert((start, tree), found);
+        Ok(found)
+    }
+
+    /// Whether the builder tree of `commit` is covered, judged by the list trusted
+    /// before it. The runs below it are judged oldest first, so the walk never recurses
+    /// deeper than one level.
+    fn covered(&mut self, commit: Oid) -> Result<bool, git2::Error> {
+        if let Some(v) = self.covered.get(&commit) {
+            return Ok(*v);
+        }
+        let mut chain = Vec::new();
+        let mut next = Some(commit);
+        while let Some(c) = next {
+            if self.covered.contains_key(&c) {
+                break;
+            }
+            chain.push(c);
+            next = self.step(c)?.boundary;
+        }
+        for c in chain.into_iter().rev() {
+            let s = self.step(c)?;
+            let trusted = self.trusted_from(s.boundary, s.tree)?;
+            let counts = self.judge_tree(s.tree, trusted, c).approval.is_some();
+            self.covered.insert(c, counts);
+        }
+        Ok(self.covered.get(&commit).copied().unwrap_or(false))
+    }
+
+    /// The list in the tree of `commit`.
+    fn list_of(&mut self, commit: Oid) -> List {
+        let Some(SignerList::Repository(rel)) = &self.rule.signers else {
+            return Rc::new(Err(Diagnostic::new("", 0, "review.allowed_signers", "no list in the repository")));
+        };
+        let rel = rel.clone();
+        let tree = match self.repo.find_commit(commit).and_then(|c| c.tree()) {
+            Ok(t) => t,
+            Err(e) => {
+                return Rc::new(Err(Diagnostic::new(
+                    &rel,
+                    0,
+                    "review.allowed_signers",
+                    format!("cannot read commit {commit}: {}", e.message()),
+                )))
+            }
+        };
+        let blob = tree.get_path(std::path::Path::new(&rel)).ok().map(|e| e.id());
+        if let Some(hit) = blob.and_then(|b| self.lists.get(&b)) {
+            return hit.clone();
+        }
+        let list = Rc::new(AllowedSigners::from_tree(self.repo, commit, &tree, &rel));
+        if let Some(b) = blob {
+            self.lists.insert(b, list.clone());
+        }
+        list
+    }
+
+    /// The list that judges a tree on top of `trusted` (else its own, of `own`).
+    fn list_for(&mut self, trusted: Option<Oid>, own: Oid) -> (JudgedBy, Option<List>) {
+        match (&self.rule.signers, trusted) {
+            (None, _) => (JudgedBy::Identity, None),
+            (Some(SignerList::Operator(l)), _) => (JudgedBy::Operator(l.path().to_path_buf()), self.operator.clone()),
+            (Some(SignerList::Repository(_)), Some(c)) => (JudgedBy::Trusted(c), Some(self.list_of(c))),
+            (Some(SignerList::Repository(_)), None) => (JudgedBy::Bootstrap(own), Some(self.list_of(own))),
+        }
+    }
+
+    /// Whether an approval with `body` of the proposal head `head` would count, judged
+    /// as [`Trust::proposal`] judges (what `builder approve` checks before writing).
+    pub fn would_count(&mut self, body: &ApprovalBody, base: Oid, head: Oid) -> Result<Result<(), String>, git2::Error> {
+        let tree = super::builder_tree_of_commit(self.repo, head)?;
+        let trusted = if self.walks() {
+            self.trusted_from(Some(base), tree)?
+        } else {
+            None
+        };
+        let (by, list) = self.list_for(trusted, head);
+        let verdict = match list.as_deref() {
+            Some(Ok(l)) => self.rule.judge(body, Some(l)),
+            Some(Err(d)) => self.rule.judge(body, None).map_err(|why| format!("{why}: {d}")),
+            None => self.rule.judge(body, None),
+        };
+        let judged = Judged {
+            tree,
+            approval: None,
+            rejected: Vec::new(),
+            by,
+            unreadable: None,
+        };
+        Ok(verdict.map_err(|why| format!("{why} ({})", judged.judged_by(&self.rule))))
+    }
+
+    /// Judges the approvals of `tree` by the list of `trusted`, else of `own` (trust on
+    /// first use); both are ignored when the list does not come from the repository.
+    fn judge_tree(&mut self, tree: Oid, trusted: Option<Oid>, own: Oid) -> Judged {
+        let (by, list) = self.list_for(trusted, own);
+        if let Some(hit) = self.judged.get(&(tree, by.clone())) {
+            return hit.clone();
+        }
+        let (readable, unreadable) = match list.as_deref() {
+            Some(Ok(l)) => (Some(l), None),
+            Some(Err(d)) => (None, Some(d.clone())),
+            None => (None, None),
+        };
+        let mut judged = Judged {
+            tree,
+            approval: None,
+            rejected: Vec::new(),
+            by: by.clone(),
+            unreadable: unreadable.clone(),
+        };
+        for (_, a) in self.approvals.naming(tree) {
+            match self.rule.judge(&a.body, readable) {
+                Ok(()) => {
+                    judged.approval = Some(a.clone());
+                    break;
+                }
+                Err(why) => {
+                    let why = match &unreadable {
+                        Some(d) if why.starts_with("no allowed-signers list") => format!("{why}: {d}"),
+                        _ => why,
+                    };
+                    judged.rejected.push(format!(
+                        "approval {} by {}: {why}",
+                        &a.id.to_string()[..12],
+                        a.body.approver
+                    ))
+                }
+            }
+        }
+        self.judged.insert((tree, by), judged.clone());
+        judged
+    }
+}
