@@ -741,6 +741,110 @@ mod tests {
         r.push(&["refs/heads/main:refs/heads/main"], None).unwrap();
     }
 
+    /// An Ed25519 key pair made by `ssh-keygen`: (private key, public key line).
+    fn keygen(dir: &Path, name: &str) -> Option<(std::path::PathBuf, String)> {
+        let key = dir.join(name);
+        let ok = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+            .arg(&key)
+            .status()
+            .ok()?
+            .success();
+        ok.then(|| (key.clone(), std::fs::read_to_string(key.with_extension("pub")).unwrap()))
+    }
+
+    /// Records in `repo` an approval of the builder tree of `commit` by `who`, signed
+    /// with `key`.
+    fn approve(repo: &Repository, commit: Oid, who: &str, key: &Path) {
+        use crate::review::approvals;
+        let person = crate::review::parse_person(who).unwrap();
+        let tree = crate::review::builder_tree_of_commit(repo, commit).unwrap();
+        let signing = approvals::Signing {
+            key: key.to_path_buf(),
+            program: "ssh-keygen".into(),
+        };
+        let body = approvals::signed_body("p", tree, commit, &person, Some(&signing)).unwrap();
+        approvals::write(repo, body, &person).unwrap();
+    }
+
+    fn push_all(other: &Repository) {
+        let mut r = other.find_remote("origin").unwrap();
+        r.push(
+            &["refs/heads/main:refs/heads/main", "+refs/builder/approvals:refs/builder/approvals"],
+            None,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn an_incoming_tip_is_judged_by_the_list_of_the_last_approved_tree_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
+        };
+        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
+        let (_origin, cron, other) = origin_and_clones(dir.path());
+        let rule = ApprovalRule {
+            runtime_email: "runtime@localhost".into(),
+            signers: Some(crate::review::signing::SignerList::Repository(
+                "settings/allowed_signers".into(),
+            )),
+        };
+        let rev_line = format!("rev@x.org {rev_pub}");
+        // The first signed tree, approved by Rev: judged by its own list (bootstrap).
+        let first = commit(&other, &[("settings/allowed_signers", &rev_line)], "eng");
+        approve(&other, first, "Rev <rev@x.org>", &rev_key);
+        push_all(&other);
+        assert!(matches!(before_fire(&cron, &sync(), &rule, None).unwrap(), Before::Moved { .. }));
+        // Mallory lists her key as Rev's and approves that very tree with it.
+        let evil = commit(
+            &other,
+            &[
+                ("settings/allowed_signers", &format!("{rev_line}rev@x.org {mal_pub}")),
+                ("prompts/t.md", "mallory's\n"),
+            ],
+            "mallory",
+        );
+        approve(&other, evil, "Rev <rev@x.org>", &mal_key);
+        push_all(&other);
+        // The attack ran: by the list her tree brings, her approval verifies.
+        let mut own = crate::review::trust::Trust::new(
+            &other,
+            ApprovalRule {
+                signers: Some(crate::review::signing::SignerList::Operator(
+                    crate::review::signing::AllowedSigners::parse(
+                        Path::new("settings/allowed_signers"),
+                        &format!("{rev_line}rev@x.org {mal_pub}"),
+                    )
+                    .unwrap(),
+                )),
+                ..rule.clone()
+            },
+        )
+        .unwrap();
+        assert!(own.commit(evil).unwrap().approval.is_some());
+        // The cron box judges it by the list before it: it stays where it was.
+        let before = cron.refname_to_id("refs/heads/main").unwrap();
+        assert_eq!(
+            before_fire(&cron, &sync(), &rule, None).unwrap(),
+            Before::Unapproved {
+                tip: evil,
+                tree: crate::review::builder_tree_of_commit(&cron, evil).unwrap()
+            }
+        );
+        assert_eq!(cron.refname_to_id("refs/heads/main").unwrap(), before);
+        // A later change Rev approves with his own key is judged by the list of the
+        // last approved tree (the first one, Mallory's being unapproved): it moves.
+        let fixed = commit(&other, &[("prompts/t.md", "reviewed\n")], "eng");
+        approve(&other, fixed, "Rev <rev@x.org>", &rev_key);
+        push_all(&other);
+        assert_eq!(
+            before_fire(&cron, &sync(), &rule, None).unwrap(),
+            Before::Moved { from: before, to: fixed }
+        );
+    }
+
     #[test]
     fn the_sandbox_may_write_a_local_remote_and_connect_only_to_a_network_remotes_port() {
         let dir = tempfile::tempdir().unwrap();

@@ -403,3 +403,144 @@ impl<'r> Trust<'r> {
         judged
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::approvals::{self, Signing};
+    use std::path::Path;
+
+    fn keygen(dir: &Path, name: &str) -> Option<(PathBuf, String)> {
+        let key = dir.join(name);
+        let ok = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+            .arg(&key)
+            .status()
+            .ok()?
+            .success();
+        ok.then(|| (key.clone(), std::fs::read_to_string(key.with_extension("pub")).unwrap()))
+    }
+
+    /// A commit on HEAD replacing `files`, by `who`.
+    fn commit(repo: &Repository, files: &[(&str, &str)], who: &str) -> Oid {
+        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+        let empty = repo.find_tree(repo.treebuilder(None).unwrap().write().unwrap()).unwrap();
+        let base = parent.as_ref().map(|p| p.tree().unwrap()).unwrap_or(empty);
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        for (path, body) in files {
+            update.upsert(*path, repo.blob(body.as_bytes()).unwrap(), git2::FileMode::Blob);
+        }
+        let tree = repo.find_tree(update.create_updated(repo, &base).unwrap()).unwrap();
+        let sig = git2::Signature::now(who, &format!("{who}@localhost")).unwrap();
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        repo.commit(Some("HEAD"), &sig, &sig, who, &tree, &parents).unwrap()
+    }
+
+    fn approve(repo: &Repository, commit: Oid, key: &Path) {
+        let who = crate::git::Person {
+            name: "Rev".into(),
+            email: "rev@x.org".into(),
+        };
+        let tree = super::super::builder_tree_of_commit(repo, commit).unwrap();
+        let signing = Signing {
+            key: key.to_path_buf(),
+            program: "ssh-keygen".into(),
+        };
+        let body = approvals::signed_body("p", tree, commit, &who, Some(&signing)).unwrap();
+        approvals::write(repo, body, &who).unwrap();
+    }
+
+    fn rule() -> ApprovalRule {
+        ApprovalRule {
+            runtime_email: "runtime@localhost".into(),
+            signers: Some(SignerList::Repository("settings/allowed_signers".into())),
+        }
+    }
+
+    fn rows(root: &Path) -> i64 {
+        let db = rusqlite::Connection::open(crate::state::db_path(root)).unwrap();
+        db.query_row("SELECT count(*) FROM builder_tree_steps", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_key_added_by_an_unapproved_commit_is_trusted_for_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
+        };
+        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let rev_line = format!("rev@x.org {rev_pub}");
+        let both = format!("{rev_line}rev@x.org {mal_pub}");
+        // The first approved tree: its own list (bootstrap).
+        let c0 = commit(&repo, &[("settings/allowed_signers", &rev_line), ("prompts/a.md", "0")], "eng");
+        approve(&repo, c0, &rev_key);
+        // A direct commit adds Mallory's key (no approval), then her change, approved
+        // by her key under Rev's address.
+        let c1 = commit(&repo, &[("settings/allowed_signers", &both)], "mallory");
+        let c2 = commit(&repo, &[("prompts/a.md", "mallory's")], "mallory");
+        approve(&repo, c2, &mal_key);
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        assert_eq!(trust.commit(c0).unwrap().by, JudgedBy::Bootstrap(c0));
+        assert!(trust.commit(c0).unwrap().approval.is_some());
+        assert!(trust.commit(c1).unwrap().approval.is_none());
+        let judged = trust.commit(c2).unwrap();
+        assert_eq!(judged.by, JudgedBy::Trusted(c0), "the unapproved c1 is skipped");
+        assert!(judged.approval.is_none());
+        assert!(judged.rejected[0].contains("is not in settings/allowed_signers"), "{:?}", judged.rejected);
+        // The attack ran: by the list of c1 (the tree before hers), it would count.
+        let c1_list = AllowedSigners::parse(Path::new("l"), &both).unwrap();
+        let forged = approvals::load(&repo).unwrap().pop().unwrap();
+        assert!(c1_list.verify(&forged.body).is_ok());
+        // A proposal on c1 is judged the same way.
+        assert_eq!(trust.proposal(c1, c2).unwrap().by, JudgedBy::Trusted(c0));
+        // Rev approves a later change: judged by c0's list, it counts; and a change
+        // after that is judged by that tree's list.
+        let c3 = commit(&repo, &[("prompts/a.md", "reviewed")], "eng");
+        approve(&repo, c3, &rev_key);
+        let c4 = commit(&repo, &[("prompts/a.md", "next")], "eng");
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        assert!(trust.commit(c3).unwrap().approval.is_some());
+        assert_eq!(trust.commit(c3).unwrap().by, JudgedBy::Trusted(c0));
+        assert_eq!(trust.commit(c4).unwrap().by, JudgedBy::Trusted(c3));
+    }
+
+    #[test]
+    fn the_walk_is_remembered_so_a_fire_reads_only_its_new_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
+        };
+        let root = dir.path().join("r");
+        let repo = Repository::init(&root).unwrap();
+        let c0 = commit(&repo, &[("settings/allowed_signers", &format!("rev@x.org {rev_pub}"))], "eng");
+        approve(&repo, c0, &rev_key);
+        let c1 = commit(&repo, &[("prompts/a.md", "1")], "eng");
+        approve(&repo, c1, &rev_key);
+        for i in 0..50 {
+            commit(&repo, &[(&format!("runs/t/{i}.json"), "{}")], "runtime");
+        }
+        let check = |at: Oid| {
+            let db = StateDb::open(&root).unwrap();
+            let judged = Trust::new(&repo, rule()).unwrap().remembering(Some(db)).commit(at).unwrap();
+            assert!(judged.approval.is_some(), "{:?}", judged.rejected);
+            assert_eq!(judged.by, JudgedBy::Trusted(c0));
+        };
+        let head = repo.head().unwrap().peel_to_commit().unwrap().id();
+        check(head);
+        assert_eq!(rows(&root), 52, "the first check walked every commit once");
+        check(head);
+        assert_eq!(rows(&root), 52);
+        // A fire's new commit: one more row; the walk stopped at the remembered parent.
+        let next = commit(&repo, &[("runs/t/next.json", "{}")], "runtime");
+        check(next);
+        assert_eq!(rows(&root), 53);
+        let db = StateDb::open(&root).unwrap();
+        let (tree, boundary) = db.builder_tree_step(&next.to_string()).unwrap().unwrap();
+        assert_eq!(tree, super::super::builder_tree_of_commit(&repo, c1).unwrap().to_string());
+        assert_eq!(boundary, Some(c0.to_string()), "c1's run starts after c0");
+    }
+}
