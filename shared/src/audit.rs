@@ -3,7 +3,10 @@
 //! new files in runtime-owned paths, (b) changes to builder-owned paths on the branch
 //! (its first-parent chain) whose resulting tree of builder-owned paths no approval on
 //! `refs/builder/approvals` names, (c) symlinks, gitlinks and mode-only changes in
-//! runtime commits. Trailers prove nothing: only the tree counts. An unapproved change
+//! runtime commits. Trailers prove nothing: only the tree counts. With signed
+//! approvals from a list in the repository, whether an approval counts depends on the
+//! commit (`review::trust`: the list of the last approved tree before it), so coverage
+//! is judged per commit of the branch rather than per tree. An unapproved change
 //! is judged by the settings in that commit's own tree: a warning before
 //! `require_reviewed` was turned on, a violation after. A merge whose builder tree is
 //! its first parent's brings no new builder tree (that parent was judged itself), and

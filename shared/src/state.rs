@@ -41,16 +41,63 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
          CREATE INDEX live_runs_task ON live_runs(task);
          CREATE TABLE tool_ledger (run_id TEXT NOT NULL, call_id TEXT NOT NULL, name TEXT NOT NULL, args_hash TEXT NOT NULL,
             stage TEXT NOT NULL, result_hash TEXT, result TEXT, at TEXT NOT NULL, PRIMARY KEY (run_id, call_id));",
-        // 8: per commit, its tree of builder-owned paths and the nearest first-parent
-        // ancestor whose builder tree differs (`review::trust`): facts of immutable
-        // commits, so the two-key check of a fire walks only the commits since the last.
-        "CREATE TABLE builder_tree_steps (commit_id TEXT PRIMARY KEY, builder_tree TEXT NOT NULL, boundary TEXT);",
     ],
 };
 
-/// One commit's row of the builder-tree walk memo: `(commit, builder tree, boundary)`
-/// (the nearest first-parent ancestor with another builder tree; `None` at the root).
+/// The builder-tree walk memo of the two-key check (`review::trust`), in
+/// [`STATE_DIR`]: one line per commit, `<commit> <builder tree> <boundary or ->`, the
+/// boundary being the nearest first-parent ancestor with another builder tree. These
+/// are facts of immutable commits, so a fire walks only the commits since the last
+/// fire's HEAD. A plain file rather than a table: opening `state.db` (its WAL
+/// recovered by the first connection of a process) costs more than the whole check.
+pub const WALK_MEMO_FILE: &str = "builder-tree-walk";
+/// A walk memo larger than this is ignored (and rewritten): it holds one line per
+/// builder change, about 100 bytes each.
+const WALK_MEMO_MAX_BYTES: u64 = 16 << 20;
+
+/// One commit's line of the walk memo: `(commit, builder tree, boundary)`.
 pub type BuilderTreeStep = (String, String, Option<String>);
+
+/// The walk memo of the repository at `root`; empty when absent or unreadable (it is
+/// only a memo: the walk is then done again).
+pub fn read_walk_memo(root: &Path) -> Vec<BuilderTreeStep> {
+    let rel = Path::new(STATE_DIR).join(WALK_MEMO_FILE);
+    let Ok(bytes) = crate::beneath::open_root(root)
+        .map_err(|e| e.to_string())
+        .and_then(|dir| crate::beneath::read_regular(&dir, &rel, WALK_MEMO_MAX_BYTES).map_err(|e| e.to_string()))
+    else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split(' ');
+            let (commit, tree, boundary) = (f.next()?, f.next()?, f.next()?);
+            Some((
+                commit.to_string(),
+                tree.to_string(),
+                (boundary != "-").then(|| boundary.to_string()),
+            ))
+        })
+        .collect()
+}
+
+/// Replaces the walk memo of the repository at `root` with `steps`. A concurrent
+/// writer may win the race; either file is a correct memo.
+pub fn write_walk_memo(root: &Path, steps: &[BuilderTreeStep]) -> std::io::Result<()> {
+    let rel = Path::new(STATE_DIR).join(WALK_MEMO_FILE);
+    let mut text = String::with_capacity(steps.len() * 124);
+    for (commit, tree, boundary) in steps {
+        text.push_str(&format!("{commit} {tree} {}\n", boundary.as_deref().unwrap_or("-")));
+    }
+    let dir = crate::beneath::open_root(root)?;
+    match crate::beneath::remove_file(&dir, &rel) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    crate::beneath::create_new(&dir, &rel, text.as_bytes())
+}
 
 /// A refusal already on record: the card that recorded it and how often it recurred.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -392,32 +439,6 @@ impl StateDb {
             )
             .optional()
             .map_err(self.store.sql_error())
-    }
-
-    /// The remembered builder tree and boundary of `commit` (see [`BuilderTreeStep`]).
-    pub fn builder_tree_step(&self, commit: &str) -> Result<Option<(String, Option<String>)>, StoreError> {
-        self.store
-            .conn()
-            .query_row(
-                "SELECT builder_tree, boundary FROM builder_tree_steps WHERE commit_id = ?1",
-                [commit],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(self.store.sql_error())
-    }
-
-    /// Remembers builder-tree steps, in one transaction.
-    pub fn remember_builder_tree_steps(&mut self, steps: &[BuilderTreeStep]) -> Result<(), StoreError> {
-        self.store.write(|tx| {
-            let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO builder_tree_steps (commit_id, builder_tree, boundary) VALUES (?1, ?2, ?3)",
-            )?;
-            for (commit, tree, boundary) in steps {
-                stmt.execute(rusqlite::params![commit, tree, boundary])?;
-            }
-            Ok(())
-        })
     }
 
     /// Saves (or replaces) the checkpoint of `run_id`.

@@ -32,7 +32,6 @@
 
 use crate::review::signing::ApprovalRule;
 use crate::review::trust::Trust;
-use crate::state::StateDb;
 use crate::settings::SyncSettings;
 use git2::{Oid, Repository};
 use std::path::PathBuf;
@@ -515,13 +514,14 @@ pub fn sandbox_ports(repo: &Repository, sync: Option<&SyncSettings>) -> Vec<u16>
 
 /// Before a fire: fetch, then fast-forward (or join the runtime's unpushed records)
 /// to the remote tip when its builder tree is approved under `rule` (judged by
-/// [`Trust`] over the fetched approvals, remembering its walk in `memo`), or is the
+/// [`Trust`] over the fetched approvals, remembering its walk in the walk memo under
+/// `memo`, the repository root), or is the
 /// tree the box has. Runs before the sandbox (it may update builder-owned paths).
 pub fn before_fire(
     repo: &Repository,
     sync: &SyncSettings,
     rule: &ApprovalRule,
-    memo: Option<StateDb>,
+    memo: Option<&std::path::Path>,
 ) -> Result<Before, SyncError> {
     let cx = Ctx { repo, sync };
     let local = cx.local_tip()?;

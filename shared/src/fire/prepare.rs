@@ -582,7 +582,7 @@ impl Preparing {
         }
         let root = self.ctx.opts.root.clone();
         let rule = approval_rule(&settings)?;
-        match crate::sync::before_fire(&self.repo, &sync, &rule, StateDb::open(&root).ok()) {
+        match crate::sync::before_fire(&self.repo, &sync, &rule, Some(&root)) {
             Ok(crate::sync::Before::Moved { to, .. }) => {
                 self.inputs.commit = Some(to.to_string());
                 let moved = settings::load(&root)
@@ -676,16 +676,12 @@ impl Preparing {
         let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
         let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?;
         let rule = approval_rule(settings)?;
-        // The walk to the last approved tree is remembered in the state database, so
-        // records-only commits since then cost one row each, once.
-        let memo = if self.dry_run {
-            None
-        } else {
-            StateDb::open(&self.ctx.opts.root).ok()
-        };
+        // The walk to the last approved tree is remembered in `.runtime/`, so
+        // records-only commits since then are read once, not on every fire.
+        let root = (!self.dry_run).then_some(self.ctx.opts.root.as_path());
         let judged = crate::review::trust::Trust::new(&self.repo, rule.clone())
             .map_err(env)?
-            .remembering(memo)
+            .remembering(root)
             .commit(head.id())
             .map_err(env)?;
         if let Some(a) = &judged.approval {

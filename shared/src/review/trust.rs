@@ -16,15 +16,15 @@
 //!
 //! The walk goes from builder change to builder change: each commit's nearest
 //! first-parent ancestor with another builder tree (its *boundary*) is a fact of
-//! immutable commits, remembered in `.runtime/state.db` when the caller hands over the
-//! state database, so a fire after 10,000 records-only commits reads one row instead
-//! of 10,000 trees.
+//! immutable commits, remembered in `.runtime/builder-tree-walk`
+//! ([`crate::state::read_walk_memo`]) when the caller asks, so a fire after 10,000
+//! records-only commits reads its own new commit and one line per builder change
+//! instead of 10,000 trees.
 
 use super::approvals::{Approval, ApprovalBody, Approvals};
 use super::signing::{AllowedSigners, ApprovalRule, SignerList};
 use super::builder_tree_of;
 use crate::diag::Diagnostic;
-use crate::state::StateDb;
 use git2::{Oid, Repository};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -109,7 +109,18 @@ pub struct Trust<'r> {
     lists: HashMap<Oid, List>,
     /// `(tree, which list)` -> verdict.
     judged: HashMap<(Oid, JudgedBy), Judged>,
-    memo: Option<StateDb>,
+    memo: Option<Memo>,
+}
+
+/// The walk memo of a repository: what the file held, and the commits this judge
+/// asked about (what the next one will ask about again: its HEAD's parent and the
+/// same builder changes).
+struct Memo {
+    root: PathBuf,
+    known: HashMap<Oid, Step>,
+    asked: Vec<Oid>,
+    /// The file's commits, in order, to write it only when that changes.
+    held: Vec<Oid>,
 }
 
 impl<'r> Trust<'r> {
@@ -133,10 +144,54 @@ impl<'r> Trust<'r> {
         })
     }
 
-    /// Remembers the walk in (and reads it back from) the runtime's state database.
-    pub fn remembering(mut self, db: Option<StateDb>) -> Trust<'r> {
-        self.memo = db;
+    /// Remembers the walk in (and reads it back from) the walk memo of the repository
+    /// at `root` (`.runtime/builder-tree-walk`), when there is a walk.
+    pub fn remembering(mut self, root: Option<&std::path::Path>) -> Trust<'r> {
+        let Some(root) = root.filter(|_| self.walks()) else {
+            return self;
+        };
+        let mut known = HashMap::new();
+        let mut held = Vec::new();
+        for (commit, tree, boundary) in crate::state::read_walk_memo(root) {
+            let parsed = (|| {
+                let boundary = match boundary {
+                    Some(b) => Some(Oid::from_str(&b).ok()?),
+                    None => None,
+                };
+                Some((Oid::from_str(&commit).ok()?, Oid::from_str(&tree).ok()?, boundary))
+            })();
+            if let Some((c, tree, boundary)) = parsed {
+                known.insert(c, Step { tree, boundary });
+                held.push(c);
+            }
+        }
+        self.memo = Some(Memo {
+            root: root.to_path_buf(),
+            known,
+            asked: Vec::new(),
+            held,
+        });
         self
+    }
+
+    /// Writes the walk memo: the steps of the commits asked about since it was read.
+    fn save_memo(&mut self) {
+        let Some(memo) = self.memo.as_mut() else { return };
+        if memo.asked == memo.held {
+            return;
+        }
+        let rows: Vec<_> = memo
+            .asked
+            .iter()
+            .filter_map(|c| {
+                let s = self.steps.get(c)?;
+                Some((c.to_string(), s.tree.to_string(), s.boundary.map(|b| b.to_string())))
+            })
+            .collect();
+        match crate::state::write_walk_memo(&memo.root, &rows) {
+            Ok(()) => memo.held = memo.asked.clone(),
+            Err(e) => tracing::warn!(error = %e, "the builder-tree walk was not remembered"),
+        }
     }
 
     pub fn rule(&self) -> &ApprovalRule {
@@ -147,7 +202,9 @@ impl<'r> Trust<'r> {
         &self.approvals
     }
 
-    fn walks(&self) -> bool {
+    /// Whether verdicts depend on history (signatures judged by a list in the
+    /// repository): only then is there a walk to remember.
+    pub fn walks(&self) -> bool {
         matches!(self.rule.signers, Some(SignerList::Repository(_)))
     }
 
@@ -159,6 +216,7 @@ impl<'r> Trust<'r> {
         }
         let step = self.step(commit)?;
         let trusted = self.trusted_from(step.boundary, step.tree)?;
+        self.save_memo();
         Ok(self.judge_tree(step.tree, trusted, commit))
     }
 
@@ -193,6 +251,11 @@ impl<'r> Trust<'r> {
     /// The builder tree and boundary of `commit`: from the memos, else by walking its
     /// first parents until a remembered commit (or the root), learning each on the way.
     fn step(&mut self, commit: Oid) -> Result<Step, git2::Error> {
+        if let Some(memo) = self.memo.as_mut() {
+            if !memo.asked.contains(&commit) {
+                memo.asked.push(commit);
+            }
+        }
         if let Some(s) = self.steps.get(&commit) {
             return Ok(*s);
         }
@@ -204,11 +267,16 @@ impl<'r> Trust<'r> {
                 below = Some((c, s));
                 break;
             }
-            let found = self.repo.find_commit(c)?;
+            let found = match self.repo.find_commit(c) {
+                Ok(f) => f,
+                // A shallow clone's history ends at a parent it does not have: there
+                // the walk ends as at a root.
+                Err(e) if e.code() == git2::ErrorCode::NotFound && c != commit => break,
+                Err(e) => return Err(e),
+            };
             pending.push((c, builder_tree_of(&found.tree()?)?));
             next = found.parent_ids().next();
         }
-        let mut learned = Vec::with_capacity(pending.len());
         for (c, tree) in pending.into_iter().rev() {
             let boundary = match below {
                 Some((_, s)) if s.tree == tree => s.boundary,
@@ -217,13 +285,7 @@ impl<'r> Trust<'r> {
             };
             let s = Step { tree, boundary };
             self.steps.insert(c, s);
-            learned.push((c.to_string(), tree.to_string(), boundary.map(|b| b.to_string())));
             below = Some((c, s));
-        }
-        if let (Some(db), false) = (self.memo.as_mut(), learned.is_empty()) {
-            if let Err(e) = db.remember_builder_tree_steps(&learned) {
-                tracing::warn!(error = %e, "the builder-tree walk was not remembered");
-            }
         }
         match below {
             Some((_, s)) => Ok(s),
@@ -231,24 +293,12 @@ impl<'r> Trust<'r> {
         }
     }
 
-    /// A step known in memory or in the state database.
+    /// A step known in memory or in the walk memo.
     fn remembered(&mut self, commit: Oid) -> Option<Step> {
         if let Some(s) = self.steps.get(&commit) {
             return Some(*s);
         }
-        let (tree, boundary) = self
-            .memo
-            .as_ref()?
-            .builder_tree_step(&commit.to_string())
-            .ok()
-            .flatten()?;
-        let s = Step {
-            tree: Oid::from_str(&tree).ok()?,
-            boundary: match boundary {
-                Some(b) => Some(Oid::from_str(&b).ok()?),
-                None => None,
-            },
-        };
+        let s = *self.memo.as_ref()?.known.get(&commit)?;
         self.steps.insert(commit, s);
         Some(s)
     }
@@ -457,10 +507,12 @@ mod tests {
         }
     }
 
-    fn rows(root: &Path) -> i64 {
-        let db = rusqlite::Connection::open(crate::state::db_path(root)).unwrap();
-        db.query_row("SELECT count(*) FROM builder_tree_steps", [], |r| r.get(0))
+    fn memo_lines(root: &Path) -> Vec<String> {
+        std::fs::read_to_string(root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE))
             .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     #[test]
@@ -523,24 +575,44 @@ mod tests {
         for i in 0..50 {
             commit(&repo, &[(&format!("runs/t/{i}.json"), "{}")], "runtime");
         }
+        std::fs::create_dir_all(root.join(crate::layout::STATE_DIR)).unwrap();
         let check = |at: Oid| {
-            let db = StateDb::open(&root).unwrap();
-            let judged = Trust::new(&repo, rule()).unwrap().remembering(Some(db)).commit(at).unwrap();
+            let judged = Trust::new(&repo, rule()).unwrap().remembering(Some(&root)).commit(at).unwrap();
             assert!(judged.approval.is_some(), "{:?}", judged.rejected);
             assert_eq!(judged.by, JudgedBy::Trusted(c0));
         };
         let head = repo.head().unwrap().peel_to_commit().unwrap().id();
+        let t1 = super::super::builder_tree_of_commit(&repo, c1).unwrap();
+        let t0 = super::super::builder_tree_of_commit(&repo, c0).unwrap();
         check(head);
-        assert_eq!(rows(&root), 52, "the first check walked every commit once");
-        check(head);
-        assert_eq!(rows(&root), 52);
-        // A fire's new commit: one more row; the walk stopped at the remembered parent.
+        // HEAD (its builder tree is c1's; the nearest ancestor with another is c0) and
+        // the builder changes below it: what the next fire asks about again.
+        let want = |at: Oid| {
+            vec![
+                format!("{at} {t1} {c0}"),
+                format!("{c0} {t0} -"),
+            ]
+        };
+        assert_eq!(memo_lines(&root), want(head));
+        // A fire's new commit: the walk stops at the remembered parent. Proven by a
+        // memo that lies about the parent: the new commit inherits the lie.
         let next = commit(&repo, &[("runs/t/next.json", "{}")], "runtime");
+        std::fs::write(
+            root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE),
+            format!("{head} {t1} -\n"),
+        )
+        .unwrap();
+        let judged = Trust::new(&repo, rule()).unwrap().remembering(Some(&root)).commit(next).unwrap();
+        assert_eq!(judged.by, JudgedBy::Bootstrap(next), "read from the memo, not walked");
+        // The truth again, and an unreadable memo is only a slower walk.
+        std::fs::write(
+            root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE),
+            "not a memo\n",
+        )
+        .unwrap();
         check(next);
-        assert_eq!(rows(&root), 53);
-        let db = StateDb::open(&root).unwrap();
-        let (tree, boundary) = db.builder_tree_step(&next.to_string()).unwrap().unwrap();
-        assert_eq!(tree, super::super::builder_tree_of_commit(&repo, c1).unwrap().to_string());
-        assert_eq!(boundary, Some(c0.to_string()), "c1's run starts after c0");
+        assert_eq!(memo_lines(&root), want(next));
+        check(next);
+        assert_eq!(memo_lines(&root), want(next));
     }
 }
