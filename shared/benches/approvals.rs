@@ -55,7 +55,9 @@ fn approve(repo: &Repository, keys: &[PathBuf], i: usize, tree: Oid, head: Oid) 
 /// A commit on HEAD with `files` added or replaced.
 fn commit(repo: &Repository, files: &[(&str, &[u8])], who: &str) -> Oid {
     let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
-    let empty = repo.find_tree(repo.treebuilder(None).unwrap().write().unwrap()).unwrap();
+    let empty = repo
+        .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+        .unwrap();
     let base = parent.as_ref().map(|p| p.tree().unwrap()).unwrap_or(empty);
     let mut update = git2::build::TreeUpdateBuilder::new();
     for (path, body) in files {
@@ -92,7 +94,9 @@ fn bench(c: &mut Criterion) {
     c.bench_function("approvals: read and verify 100 signed (10 keys)", |b| {
         b.iter(|| judge_all(&signed))
     });
-    c.bench_function("approvals: read 100 by identity only", |b| b.iter(|| judge_all(&unsigned)));
+    c.bench_function("approvals: read 100 by identity only", |b| {
+        b.iter(|| judge_all(&unsigned))
+    });
 
     // (2) The two-key check after 10,000 records-only commits.
     let root = dir.path().join("agent");
@@ -127,7 +131,11 @@ fn bench(c: &mut Criterion) {
             .commit(at)
             .unwrap();
         assert!(judged.approval.is_some(), "{:?}", judged.rejected);
-        assert_eq!(judged.by, JudgedBy::Trusted(c0), "HEAD's tree is judged by the list before it");
+        assert_eq!(
+            judged.by,
+            JudgedBy::Trusted(c0),
+            "HEAD's tree is judged by the list before it"
+        );
     };
     // The first fire under the memo walks once and remembers.
     check(true, head);
@@ -144,9 +152,10 @@ fn bench(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
-    c.bench_function("two-key check, 10,000 records-only commits since the last builder change: walking them all (no memo)", |b| {
-        b.iter(|| check(false, head))
-    });
+    c.bench_function(
+        "two-key check, 10,000 records-only commits since the last builder change: walking them all (no memo)",
+        |b| b.iter(|| check(false, head)),
+    );
 }
 
 criterion_group!(benches, bench);

@@ -1043,10 +1043,14 @@ mod tests {
         assert!(s.require_reviewed);
         assert_eq!(s.review.allowed_signers.as_deref(), Some("settings/allowed_signers"));
         // An absolute path is the operator's own file, outside the repository.
-        let operator = format!("{GOOD}\nreview:\n  require_signed: true\n  allowed_signers: /etc/builder/allowed_signers\n");
+        let operator =
+            format!("{GOOD}\nreview:\n  require_signed: true\n  allowed_signers: /etc/builder/allowed_signers\n");
         let mut d = Vec::new();
         let s = parse_runtime_yaml(&operator, &mut d).unwrap();
-        assert_eq!(s.review.allowed_signers.as_deref(), Some("/etc/builder/allowed_signers"));
+        assert_eq!(
+            s.review.allowed_signers.as_deref(),
+            Some("/etc/builder/allowed_signers")
+        );
         assert!(d.is_empty(), "{d:?}");
         let signed = format!("{GOOD}\nreview:\n  require_signed: true\n");
         let s = parse_runtime_yaml(&signed, &mut d).expect("valid");

@@ -770,7 +770,10 @@ mod tests {
     fn push_all(other: &Repository) {
         let mut r = other.find_remote("origin").unwrap();
         r.push(
-            &["refs/heads/main:refs/heads/main", "+refs/builder/approvals:refs/builder/approvals"],
+            &[
+                "refs/heads/main:refs/heads/main",
+                "+refs/builder/approvals:refs/builder/approvals",
+            ],
             None,
         )
         .unwrap();
@@ -796,7 +799,10 @@ mod tests {
         let first = commit(&other, &[("settings/allowed_signers", &rev_line)], "eng");
         approve(&other, first, "Rev <rev@x.org>", &rev_key);
         push_all(&other);
-        assert!(matches!(before_fire(&cron, &sync(), &rule, None).unwrap(), Before::Moved { .. }));
+        assert!(matches!(
+            before_fire(&cron, &sync(), &rule, None).unwrap(),
+            Before::Moved { .. }
+        ));
         // Mallory lists her key as Rev's and approves that very tree with it.
         let evil = commit(
             &other,
@@ -841,7 +847,10 @@ mod tests {
         push_all(&other);
         assert_eq!(
             before_fire(&cron, &sync(), &rule, None).unwrap(),
-            Before::Moved { from: before, to: fixed }
+            Before::Moved {
+                from: before,
+                to: fixed
+            }
         );
     }
 

@@ -118,7 +118,10 @@ impl Approvals {
 
     /// Every tree some approval names (whether or not it counts).
     pub fn trees(&self) -> std::collections::HashSet<Oid> {
-        self.all.iter().filter_map(|a| Oid::from_str(&a.body.tree).ok()).collect()
+        self.all
+            .iter()
+            .filter_map(|a| Oid::from_str(&a.body.tree).ok())
+            .collect()
     }
 
     /// Every approval of the proposal `name`, oldest first.
@@ -217,7 +220,11 @@ mod tests {
         record(&repo, "q", t2, t2, &rt).unwrap();
         let all = Approvals::read(&repo).unwrap();
         let rule = signing::ApprovalRule::unsigned("runtime@localhost");
-        let counting = |t| all.naming(t).find(|(_, x)| rule.judge(&x.body, None).is_ok()).map(|(_, x)| x.clone());
+        let counting = |t| {
+            all.naming(t)
+                .find(|(_, x)| rule.judge(&x.body, None).is_ok())
+                .map(|(_, x)| x.clone())
+        };
         assert_eq!(counting(t1).map(|x| x.id), Some(a.id));
         assert!(counting(t2).is_none(), "the runtime's approval never counts");
         assert_eq!(all.of_proposal("p").count(), 1);

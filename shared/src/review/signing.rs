@@ -235,7 +235,8 @@ impl AllowedSigners {
     pub fn load_absolute(path: &Path) -> Result<AllowedSigners, Diagnostic> {
         use std::io::Read;
         let unreadable = |msg: String| unreadable(path, msg);
-        let file = std::fs::File::open(path).map_err(|e| unreadable(format!("cannot open the allowed-signers file: {e}")))?;
+        let file =
+            std::fs::File::open(path).map_err(|e| unreadable(format!("cannot open the allowed-signers file: {e}")))?;
         let mut bytes = Vec::new();
         file.take(MAX_SIGNERS_BYTES + 1)
             .read_to_end(&mut bytes)

@@ -22,8 +22,8 @@
 //! instead of 10,000 trees.
 
 use super::approvals::{Approval, ApprovalBody, Approvals};
-use super::signing::{AllowedSigners, ApprovalRule, SignerList};
 use super::builder_tree_of;
+use super::signing::{AllowedSigners, ApprovalRule, SignerList};
 use crate::diag::Diagnostic;
 use git2::{Oid, Repository};
 use std::collections::HashMap;
@@ -351,7 +351,12 @@ impl<'r> Trust<'r> {
     /// The list in the tree of `commit`.
     fn list_of(&mut self, commit: Oid) -> List {
         let Some(SignerList::Repository(rel)) = &self.rule.signers else {
-            return Rc::new(Err(Diagnostic::new("", 0, "review.allowed_signers", "no list in the repository")));
+            return Rc::new(Err(Diagnostic::new(
+                "",
+                0,
+                "review.allowed_signers",
+                "no list in the repository",
+            )));
         };
         let rel = rel.clone();
         let tree = match self.repo.find_commit(commit).and_then(|c| c.tree()) {
@@ -388,7 +393,12 @@ impl<'r> Trust<'r> {
 
     /// Whether an approval with `body` of the proposal head `head` would count, judged
     /// as [`Trust::proposal`] judges (what `builder approve` checks before writing).
-    pub fn would_count(&mut self, body: &ApprovalBody, base: Oid, head: Oid) -> Result<Result<(), String>, git2::Error> {
+    pub fn would_count(
+        &mut self,
+        body: &ApprovalBody,
+        base: Oid,
+        head: Oid,
+    ) -> Result<Result<(), String>, git2::Error> {
         let tree = super::builder_tree_of_commit(self.repo, head)?;
         let trusted = if self.walks() {
             self.trusted_from(Some(base), tree)?
@@ -474,7 +484,9 @@ mod tests {
     /// A commit on HEAD replacing `files`, by `who`.
     fn commit(repo: &Repository, files: &[(&str, &str)], who: &str) -> Oid {
         let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
-        let empty = repo.find_tree(repo.treebuilder(None).unwrap().write().unwrap()).unwrap();
+        let empty = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
         let base = parent.as_ref().map(|p| p.tree().unwrap()).unwrap_or(empty);
         let mut update = git2::build::TreeUpdateBuilder::new();
         for (path, body) in files {
@@ -527,7 +539,11 @@ mod tests {
         let rev_line = format!("rev@x.org {rev_pub}");
         let both = format!("{rev_line}rev@x.org {mal_pub}");
         // The first approved tree: its own list (bootstrap).
-        let c0 = commit(&repo, &[("settings/allowed_signers", &rev_line), ("prompts/a.md", "0")], "eng");
+        let c0 = commit(
+            &repo,
+            &[("settings/allowed_signers", &rev_line), ("prompts/a.md", "0")],
+            "eng",
+        );
         approve(&repo, c0, &rev_key);
         // A direct commit adds Mallory's key (no approval), then her change, approved
         // by her key under Rev's address.
@@ -541,7 +557,11 @@ mod tests {
         let judged = trust.commit(c2).unwrap();
         assert_eq!(judged.by, JudgedBy::Trusted(c0), "the unapproved c1 is skipped");
         assert!(judged.approval.is_none());
-        assert!(judged.rejected[0].contains("is not in settings/allowed_signers"), "{:?}", judged.rejected);
+        assert!(
+            judged.rejected[0].contains("is not in settings/allowed_signers"),
+            "{:?}",
+            judged.rejected
+        );
         // The attack ran: by the list of c1 (the tree before hers), it would count.
         let c1_list = AllowedSigners::parse(Path::new("l"), &both).unwrap();
         let forged = approvals::load(&repo).unwrap().pop().unwrap();
@@ -568,7 +588,11 @@ mod tests {
         };
         let root = dir.path().join("r");
         let repo = Repository::init(&root).unwrap();
-        let c0 = commit(&repo, &[("settings/allowed_signers", &format!("rev@x.org {rev_pub}"))], "eng");
+        let c0 = commit(
+            &repo,
+            &[("settings/allowed_signers", &format!("rev@x.org {rev_pub}"))],
+            "eng",
+        );
         approve(&repo, c0, &rev_key);
         let c1 = commit(&repo, &[("prompts/a.md", "1")], "eng");
         approve(&repo, c1, &rev_key);
@@ -577,7 +601,11 @@ mod tests {
         }
         std::fs::create_dir_all(root.join(crate::layout::STATE_DIR)).unwrap();
         let check = |at: Oid| {
-            let judged = Trust::new(&repo, rule()).unwrap().remembering(Some(&root)).commit(at).unwrap();
+            let judged = Trust::new(&repo, rule())
+                .unwrap()
+                .remembering(Some(&root))
+                .commit(at)
+                .unwrap();
             assert!(judged.approval.is_some(), "{:?}", judged.rejected);
             assert_eq!(judged.by, JudgedBy::Trusted(c0));
         };
@@ -587,12 +615,7 @@ mod tests {
         check(head);
         // HEAD (its builder tree is c1's; the nearest ancestor with another is c0) and
         // the builder changes below it: what the next fire asks about again.
-        let want = |at: Oid| {
-            vec![
-                format!("{at} {t1} {c0}"),
-                format!("{c0} {t0} -"),
-            ]
-        };
+        let want = |at: Oid| vec![format!("{at} {t1} {c0}"), format!("{c0} {t0} -")];
         assert_eq!(memo_lines(&root), want(head));
         // A fire's new commit: the walk stops at the remembered parent. Proven by a
         // memo that lies about the parent: the new commit inherits the lie.
@@ -602,7 +625,11 @@ mod tests {
             format!("{head} {t1} -\n"),
         )
         .unwrap();
-        let judged = Trust::new(&repo, rule()).unwrap().remembering(Some(&root)).commit(next).unwrap();
+        let judged = Trust::new(&repo, rule())
+            .unwrap()
+            .remembering(Some(&root))
+            .commit(next)
+            .unwrap();
         assert_eq!(judged.by, JudgedBy::Bootstrap(next), "read from the memo, not walked");
         // The truth again, and an unreadable memo is only a slower walk.
         std::fs::write(
