@@ -437,6 +437,11 @@ fn a_key_added_through_review_counts_from_the_next_change_on() {
         env.receipt(&summary)["inputs"]["approval"]["approver"],
         "Carol <carol@example.com>"
     );
+    // The fire remembered its walk: its HEAD then, judged by the tree Carol's key
+    // was approved in.
+    let memo = std::fs::read_to_string(env.root.join(".runtime/builder-tree-walk")).unwrap();
+    let fired_on = env.receipt(&summary)["inputs"]["commit"].as_str().unwrap().to_string();
+    assert!(memo.starts_with(&fired_on), "{memo}");
     let (code, out, _) = builder_in(&env, &env.root, None, &["audit"]);
     assert_eq!(code, 0, "{out}");
     // Only the scaffold's commit, from before review was on, is a warning.
