@@ -539,7 +539,7 @@ pub fn before_fire(
         || Trust::new(repo, rule.clone())
             .map_err(&git)?
             .remembering(memo)
-            .commit(remote)
+            .incoming(remote, local)
             .map_err(&git)?
             .approval
             .is_some();
@@ -840,9 +840,14 @@ mod tests {
             }
         );
         assert_eq!(cron.refname_to_id("refs/heads/main").unwrap(), before);
-        // A later change Rev approves with his own key is judged by the list of the
-        // last approved tree (the first one, Mallory's being unapproved): it moves.
-        let fixed = commit(&other, &[("prompts/t.md", "reviewed\n")], "eng");
+        // A later change (dropping her key again) Rev approves with his own key is
+        // judged by the list of the last approved tree (the first one, Mallory's being
+        // unapproved): it moves.
+        let fixed = commit(
+            &other,
+            &[("prompts/t.md", "reviewed\n"), ("settings/allowed_signers", &rev_line)],
+            "eng",
+        );
         approve(&other, fixed, "Rev <rev@x.org>", &rev_key);
         push_all(&other);
         assert_eq!(
@@ -852,6 +857,28 @@ mod tests {
                 to: fixed
             }
         );
+        // An unrelated history forced over the branch, whose only tree lists her key
+        // and carries her approval: no approved tree precedes it there, but the box
+        // has one, and its list judges.
+        let tree = other.find_commit(evil).unwrap().tree().unwrap();
+        let sig = Signature::now("mallory", "mallory@localhost").unwrap();
+        let orphan = other.commit(None, &sig, &sig, "orphan", &tree, &[]).unwrap();
+        other.reference("refs/heads/main", orphan, true, "force").unwrap();
+        approve(&other, orphan, "Rev <rev@x.org>", &mal_key);
+        let mut r = other.find_remote("origin").unwrap();
+        r.push(
+            &[
+                "+refs/heads/main:refs/heads/main",
+                "+refs/builder/approvals:refs/builder/approvals",
+            ],
+            None,
+        )
+        .unwrap();
+        assert!(matches!(
+            before_fire(&cron, &sync(), &rule, None).unwrap(),
+            Before::Unapproved { tip, .. } if tip == orphan
+        ));
+        assert_eq!(cron.refname_to_id("refs/heads/main").unwrap(), fixed);
     }
 
     #[test]

@@ -248,11 +248,17 @@ fn is_merged(repo: &Repository, head: Oid) -> Result<bool, ReviewError> {
     Ok(current.id() == head || repo.graph_descendant_of(current.id(), head)?)
 }
 
-/// The commit a proposal is judged on: where it meets the current branch (its own
-/// head when there is no current branch yet).
+/// The commit a proposal is judged on: where it meets the current branch; the
+/// current branch's tip when they share no history (an unrelated history is judged
+/// by the list the branch trusts, not trusted on first use); its own head when there
+/// is no current branch yet.
 fn base_of(repo: &Repository, head: Oid) -> Result<Oid, ReviewError> {
     match repo.head().and_then(|h| h.peel_to_commit()) {
-        Ok(current) => Ok(repo.merge_base(current.id(), head)?),
+        Ok(current) => match repo.merge_base(current.id(), head) {
+            Ok(base) => Ok(base),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(current.id()),
+            Err(e) => Err(e.into()),
+        },
         Err(_) => Ok(head),
     }
 }
@@ -397,7 +403,7 @@ pub fn merge(
     let prop_commit = repo.find_commit(prop)?;
     let tree = builder_tree_of(&prop_commit.tree()?)?;
     let mut trust = Trust::new(repo, rule.clone())?;
-    let judged = trust.proposal(repo.merge_base(base.id(), prop)?, prop)?;
+    let judged = trust.proposal(base_of(repo, prop)?, prop)?;
     let Some(approval) = judged.approval.clone() else {
         let why = if !judged.rejected.is_empty() {
             format!(

@@ -220,6 +220,22 @@ impl<'r> Trust<'r> {
         Ok(self.judge_tree(step.tree, trusted, commit))
     }
 
+    /// The verdict on the builder tree of `commit` arriving over `known` (a sync's
+    /// remote tip over the branch the box has): as [`Trust::commit`], except that an
+    /// incoming history with no approved tree of its own (an unrelated history pushed
+    /// over the branch) is not trusted on first use while `known` has one: it is then
+    /// judged by the list of the last approved tree of `known`.
+    pub fn incoming(&mut self, commit: Oid, known: Oid) -> Result<Judged, git2::Error> {
+        let judged = self.commit(commit)?;
+        if !matches!(judged.by, JudgedBy::Bootstrap(_)) {
+            return Ok(judged);
+        }
+        match self.trusted_from(Some(known), judged.tree)? {
+            Some(t) => Ok(self.judge_tree(judged.tree, Some(t), commit)),
+            None => Ok(judged),
+        }
+    }
+
     /// The verdict on the builder tree of the proposal head `head`, as a commit on
     /// `base` would be judged.
     pub fn proposal(&mut self, base: Oid, head: Oid) -> Result<Judged, git2::Error> {
