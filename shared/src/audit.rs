@@ -6,7 +6,9 @@
 //! runtime commits. Trailers prove nothing: only the tree counts. With signed
 //! approvals from a list in the repository, whether an approval counts depends on the
 //! commit (`review::trust`: the list of the last approved tree before it), so coverage
-//! is judged per commit of the branch rather than per tree. An unapproved change
+//! is judged per commit of the branch rather than per tree; a commit owes signatures
+//! when its own settings or its parent's ask for them (so turning signing off is
+//! judged under signatures). An unapproved change
 //! is judged by the settings in that commit's own tree: a warning before
 //! `require_reviewed` was turned on, a violation after. A merge whose builder tree is
 //! its first parent's brings no new builder tree (that parent was judged itself), and
@@ -225,8 +227,16 @@ impl Judge<'_> {
             return Ok(None);
         }
         let tree = crate::review::builder_tree_of(&commit.tree()?)?;
+        // Signatures are owed when the commit's own settings ask for them, and also
+        // when its parent's did: turning `require_signed` off is itself judged under
+        // signatures, or an identity approval would vouch for its own downgrade.
+        let signed = self.settings_of(commit)?.1
+            || match commit.parents().next() {
+                Some(parent) => self.settings_of(&parent)?.1,
+                None => false,
+            };
         let approved = match &self.review.approved_unsigned {
-            Some(unsigned) if !self.settings_of(commit)?.1 => unsigned,
+            Some(unsigned) if !signed => unsigned,
             Some(_) | None => &self.review.approved,
         };
         if approved.covers(commit.id(), tree) {
@@ -475,5 +485,92 @@ mod tests {
             "{got:?}"
         );
         assert_eq!(got.len(), 3, "{got:?}");
+    }
+
+    #[test]
+    fn turning_signed_approvals_off_is_judged_under_signatures() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("rev");
+        let made = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "rev", "-f"])
+            .arg(&key)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !made {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
+        }
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        let root_dir = dir.path().join("r");
+        let repo = Repository::init(&root_dir).unwrap();
+        let signed = "version: 1\nrequire_reviewed: true\nreview:\n  require_signed: true\n";
+        let first = commit(
+            &repo,
+            &[],
+            &[
+                ("settings/runtime.yaml", signed),
+                ("settings/allowed_signers", &format!("rev@example.com {public}")),
+                ("prompts/t.md", "a"),
+            ],
+            "Eng",
+            true,
+        );
+        let rev = Person {
+            name: "Rev".into(),
+            email: "rev@example.com".into(),
+        };
+        let sign = |c: Oid| {
+            let tree = crate::review::builder_tree_of_commit(&repo, c).unwrap();
+            let signing = crate::review::approvals::Signing {
+                key: key.clone(),
+                program: "ssh-keygen".into(),
+            };
+            let body = crate::review::approvals::signed_body("p", tree, c, &rev, Some(&signing)).unwrap();
+            crate::review::approvals::write(&repo, body, &rev).unwrap();
+        };
+        sign(first);
+        // A direct commit turns signing off and changes the prompt, "approved" by an
+        // identity alone: its own settings would accept that.
+        let off = "version: 1\nrequire_reviewed: true\n";
+        let downgrade = commit(
+            &repo,
+            &[first],
+            &[("settings/runtime.yaml", off), ("prompts/t.md", "mallory's")],
+            "Mallory",
+            true,
+        );
+        approve(&repo, downgrade);
+        let runtime = RuntimeIdentity {
+            name: "runtime".into(),
+            email: "runtime@localhost".into(),
+        };
+        let rule = crate::review::signing::ApprovalRule {
+            runtime_email: runtime.email.clone(),
+            signers: Some(crate::review::signing::SignerList::Repository(
+                "settings/allowed_signers".into(),
+            )),
+        };
+        let report = audit(&repo, &Ownership::new(&root_dir), &runtime, &rule, None).unwrap();
+        let flagged: Vec<_> = report
+            .findings
+            .iter()
+            .map(|f| (f.severity, f.commit.clone(), f.path.clone()))
+            .collect();
+        assert_eq!(
+            flagged,
+            vec![
+                (Severity::Violation, oid_short(downgrade), "prompts/t.md".to_string()),
+                (
+                    Severity::Violation,
+                    oid_short(downgrade),
+                    "settings/runtime.yaml".to_string()
+                ),
+            ],
+            "the first, signed tree is covered; the downgrade is not"
+        );
+        // Signed by Rev, the same commit is covered.
+        sign(downgrade);
+        let report = audit(&repo, &Ownership::new(&root_dir), &runtime, &rule, None).unwrap();
+        assert!(report.findings.is_empty(), "{:?}", report.findings);
     }
 }
