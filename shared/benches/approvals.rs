@@ -1,23 +1,29 @@
-//! Signed approvals' cost on every fire under review: reading 100 approvals from
+//! Signed approvals' cost on every fire under review. (1) Reading 100 approvals from
 //! `refs/builder/approvals` and judging each (parsing its SSHSIG signature and
-//! verifying it against a 10-key allowed-signers file), against reading them by
-//! identity alone. Keys and signatures are made once with the real `ssh-keygen`.
+//! verifying it against a 10-key allowed-signers file), against judging them by
+//! identity alone. (2) The runtime's two-key check (`review::trust`) on a repository
+//! whose last builder change is followed by 10,000 records-only runtime commits: the
+//! list that judges HEAD's tree is the one of the last approved tree before it, found
+//! by walking back from HEAD; with the walk remembered in `.runtime/builder-tree-walk`
+//! (a fire adds one commit and reads one line per builder change), against walking all 10,000 commits every time.
+//! Keys and signatures are made once with the real `ssh-keygen`.
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use git2::{Oid, Repository, Signature};
 use shared::git::Person;
-use shared::review::approvals::{self, Approvals, Signing};
-use shared::review::signing::{AllowedSigners, ApprovalRule};
-use std::path::Path;
+use shared::review::approvals::{self, Signing};
+use shared::review::signing::{AllowedSigners, ApprovalRule, SignerList};
+use shared::review::trust::{JudgedBy, Trust};
+use std::path::{Path, PathBuf};
 
-fn bench(c: &mut Criterion) {
-    let dir = tempfile::tempdir().unwrap();
-    let repo = git2::Repository::init(dir.path().join("repo")).unwrap();
+/// Ten key pairs and the allowed-signers text listing `r<i>@example.com` for each.
+fn keys(dir: &Path) -> (Vec<PathBuf>, String) {
     let mut signers = String::new();
     let mut keys = Vec::new();
     for i in 0..10 {
-        let key = dir.path().join(format!("k{i}"));
+        let key = dir.join(format!("k{i}"));
         let ok = std::process::Command::new("ssh-keygen")
             .args(["-q", "-t", "ed25519", "-N", "", "-f"])
             .arg(&key)
@@ -29,35 +35,127 @@ fn bench(c: &mut Criterion) {
         signers.push_str(&format!("r{i}@example.com {public}"));
         keys.push(key);
     }
+    (keys, signers)
+}
+
+/// Records an approval of `tree` by `r<i>`, signed with its key.
+fn approve(repo: &Repository, keys: &[PathBuf], i: usize, tree: Oid, head: Oid) {
+    let who = Person {
+        name: format!("R{i}"),
+        email: format!("r{i}@example.com"),
+    };
+    let signing = Signing {
+        key: keys[i].clone(),
+        program: "ssh-keygen".into(),
+    };
+    let body = approvals::signed_body("p", tree, head, &who, Some(&signing)).unwrap();
+    approvals::write(repo, body, &who).unwrap();
+}
+
+/// A commit on HEAD with `files` added or replaced.
+fn commit(repo: &Repository, files: &[(&str, &[u8])], who: &str) -> Oid {
+    let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+    let empty = repo
+        .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+        .unwrap();
+    let base = parent.as_ref().map(|p| p.tree().unwrap()).unwrap_or(empty);
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for (path, body) in files {
+        update.upsert(*path, repo.blob(body).unwrap(), git2::FileMode::Blob);
+    }
+    let tree = repo.find_tree(update.create_updated(repo, &base).unwrap()).unwrap();
+    let sig = Signature::now(who, &format!("{who}@localhost")).unwrap();
+    let parents: Vec<&git2::Commit> = parent.iter().collect();
+    repo.commit(Some("HEAD"), &sig, &sig, "c", &tree, &parents).unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let (keys, signers) = keys(dir.path());
+
+    // (1) 100 signed approvals, judged by one list.
+    let repo = Repository::init(dir.path().join("repo")).unwrap();
     let blob = repo.blob(b"x").unwrap();
     for n in 0..100 {
         let mut tb = repo.treebuilder(None).unwrap();
         tb.insert(format!("f{n}"), blob, 0o100644).unwrap();
         let tree = tb.write().unwrap();
-        let i = n % 10;
-        let who = Person {
-            name: format!("R{i}"),
-            email: format!("r{i}@example.com"),
-        };
-        let signing = Signing {
-            key: keys[i].clone(),
-            program: "ssh-keygen".into(),
-        };
-        let body = approvals::signed_body("p", tree, tree, &who, Some(&signing)).unwrap();
-        approvals::write(&repo, body, &who).unwrap();
+        approve(&repo, &keys, n % 10, tree, tree);
     }
     let signed = ApprovalRule {
         runtime_email: "runtime@localhost".into(),
-        signers: Some(AllowedSigners::parse(Path::new("allowed_signers"), &signers).unwrap()),
+        signers: Some(SignerList::Operator(
+            AllowedSigners::parse(Path::new("allowed_signers"), &signers).unwrap(),
+        )),
     };
     let unsigned = ApprovalRule::unsigned("runtime@localhost");
-    assert_eq!(Approvals::read(&repo, &signed).unwrap().trees().len(), 100);
+    let judge_all = |rule: &ApprovalRule| Trust::new(&repo, rule.clone()).unwrap().counting_trees().unwrap();
+    assert_eq!(judge_all(&signed).len(), 100);
     c.bench_function("approvals: read and verify 100 signed (10 keys)", |b| {
-        b.iter(|| Approvals::read(&repo, &signed).unwrap())
+        b.iter(|| judge_all(&signed))
     });
     c.bench_function("approvals: read 100 by identity only", |b| {
-        b.iter(|| Approvals::read(&repo, &unsigned).unwrap())
+        b.iter(|| judge_all(&unsigned))
     });
+
+    // (2) The two-key check after 10,000 records-only commits.
+    let root = dir.path().join("agent");
+    let repo = Repository::init(&root).unwrap();
+    let c0 = commit(
+        &repo,
+        &[
+            ("settings/allowed_signers", signers.as_bytes()),
+            ("prompts/a.md", b"v0"),
+        ],
+        "eng",
+    );
+    let t0 = shared::review::builder_tree_of_commit(&repo, c0).unwrap();
+    approve(&repo, &keys, 0, t0, c0);
+    let c1 = commit(&repo, &[("prompts/a.md", b"v1")], "eng");
+    let t1 = shared::review::builder_tree_of_commit(&repo, c1).unwrap();
+    approve(&repo, &keys, 1, t1, c1);
+    // Records as a fire writes them: a directory per day (100 fires a day here).
+    let record = |i: usize| format!("runs/t/2026-{:02}-{:02}/{i}.json", 1 + i / 3100, 1 + (i / 100) % 31);
+    for i in 0..10_000 {
+        commit(&repo, &[(&record(i), b"{}")], "runtime");
+    }
+    let rule = ApprovalRule {
+        runtime_email: "runtime@localhost".into(),
+        signers: Some(SignerList::Repository("settings/allowed_signers".into())),
+    };
+    let head = repo.head().unwrap().peel_to_commit().unwrap().id();
+    let check = |memo: bool, at: Oid| {
+        let judged = Trust::new(&repo, rule.clone())
+            .unwrap()
+            .remembering(memo.then_some(root.as_path()))
+            .commit(at)
+            .unwrap();
+        assert!(judged.approval.is_some(), "{:?}", judged.rejected);
+        assert_eq!(
+            judged.by,
+            JudgedBy::Trusted(c0),
+            "HEAD's tree is judged by the list before it"
+        );
+    };
+    // The first fire under the memo walks once and remembers.
+    check(true, head);
+    c.bench_function("two-key check, 10,000 records-only commits since the last builder change: a fire's new commit, walk remembered in .runtime", |b| {
+        let mut n = 10_000;
+        // Each input is a new commit on the last; the routines run in order, so each
+        // finds its parent remembered by the one before.
+        b.iter_batched(
+            || {
+                n += 1;
+                commit(&repo, &[(&record(n), b"{}")], "runtime")
+            },
+            |at| check(true, at),
+            BatchSize::SmallInput,
+        )
+    });
+    c.bench_function(
+        "two-key check, 10,000 records-only commits since the last builder change: walking them all (no memo)",
+        |b| b.iter(|| check(false, head)),
+    );
 }
 
 criterion_group!(benches, bench);

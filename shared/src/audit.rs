@@ -3,7 +3,12 @@
 //! new files in runtime-owned paths, (b) changes to builder-owned paths on the branch
 //! (its first-parent chain) whose resulting tree of builder-owned paths no approval on
 //! `refs/builder/approvals` names, (c) symlinks, gitlinks and mode-only changes in
-//! runtime commits. Trailers prove nothing: only the tree counts. An unapproved change
+//! runtime commits. Trailers prove nothing: only the tree counts. With signed
+//! approvals from a list in the repository, whether an approval counts depends on the
+//! commit (`review::trust`: the list of the last approved tree before it), so coverage
+//! is judged per commit of the branch rather than per tree; a commit owes signatures
+//! when its own settings or its parent's ask for them (so turning signing off is
+//! judged under signatures). An unapproved change
 //! is judged by the settings in that commit's own tree: a warning before
 //! `require_reviewed` was turned on, a violation after. A merge whose builder tree is
 //! its first parent's brings no new builder tree (that parent was judged itself), and
@@ -74,21 +79,20 @@ pub fn audit(
         walk.hide(s)?;
     }
     let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
+    let on_branch = first_parent_chain(repo, &oids)?;
     let review = ReviewContext {
-        approved: crate::review::approvals::Approvals::read(repo, rule)?.trees(),
+        approved: Coverage::of(repo, rule, &on_branch)?,
         // Before `review.require_signed` (by the commit's own settings), an approval
         // counted without a signature: history from then is judged by that rule.
         approved_unsigned: match rule.signers {
-            Some(_) => Some(
-                crate::review::approvals::Approvals::read(
-                    repo,
-                    &crate::review::signing::ApprovalRule::unsigned(&rule.runtime_email),
-                )?
-                .trees(),
-            ),
+            Some(_) => Some(Coverage::of(
+                repo,
+                &crate::review::signing::ApprovalRule::unsigned(&rule.runtime_email),
+                &on_branch,
+            )?),
             None => None,
         },
-        on_branch: first_parent_chain(repo, &oids)?,
+        on_branch,
     };
     let review = &review;
     // Commits are independent: audit them on every core, each thread with its own
@@ -148,13 +152,49 @@ pub fn audit(
     Ok(report)
 }
 
+/// What is covered under one rule: trees, when the rule's verdict does not depend on
+/// history (identities, or an operator's list); else commits, each judged by the
+/// allowed-signers list of the last approved tree before it
+/// ([`crate::review::trust`]).
+enum Coverage {
+    Trees(HashSet<Oid>),
+    Commits(HashSet<Oid>),
+}
+
+impl Coverage {
+    fn of(
+        repo: &Repository,
+        rule: &crate::review::signing::ApprovalRule,
+        on_branch: &HashSet<Oid>,
+    ) -> Result<Coverage, git2::Error> {
+        let mut trust = crate::review::trust::Trust::new(repo, rule.clone())?;
+        if let Some(trees) = trust.counting_trees() {
+            return Ok(Coverage::Trees(trees));
+        }
+        let mut covered = HashSet::new();
+        for c in on_branch {
+            if trust.commit(*c)?.approval.is_some() {
+                covered.insert(*c);
+            }
+        }
+        Ok(Coverage::Commits(covered))
+    }
+
+    fn covers(&self, commit: Oid, tree: Oid) -> bool {
+        match self {
+            Coverage::Trees(t) => t.contains(&tree),
+            Coverage::Commits(c) => c.contains(&commit),
+        }
+    }
+}
+
 /// What the review half of the audit needs, shared by every thread.
 struct ReviewContext {
-    /// Builder trees some approval that counts under the rule in force names.
-    approved: HashSet<Oid>,
-    /// With signed approvals in force: the trees named by approvals that count by
-    /// identity alone, for commits whose own settings did not ask for signatures.
-    approved_unsigned: Option<HashSet<Oid>>,
+    /// What approvals that count under the rule in force cover.
+    approved: Coverage,
+    /// With signed approvals in force: what approvals that count by identity alone
+    /// cover, for commits whose own settings did not ask for signatures.
+    approved_unsigned: Option<Coverage>,
     /// The commits on the branch's first-parent chain (among those audited).
     on_branch: HashSet<Oid>,
 }
@@ -187,11 +227,19 @@ impl Judge<'_> {
             return Ok(None);
         }
         let tree = crate::review::builder_tree_of(&commit.tree()?)?;
+        // Signatures are owed when the commit's own settings ask for them, and also
+        // when its parent's did: turning `require_signed` off is itself judged under
+        // signatures, or an identity approval would vouch for its own downgrade.
+        let signed = self.settings_of(commit)?.1
+            || match commit.parents().next() {
+                Some(parent) => self.settings_of(&parent)?.1,
+                None => false,
+            };
         let approved = match &self.review.approved_unsigned {
-            Some(unsigned) if !self.settings_of(commit)?.1 => unsigned,
+            Some(unsigned) if !signed => unsigned,
             Some(_) | None => &self.review.approved,
         };
-        if approved.contains(&tree) {
+        if approved.covers(commit.id(), tree) {
             return Ok(None);
         }
         // A merge that keeps its first parent's builder tree (it brought only records)
@@ -437,5 +485,92 @@ mod tests {
             "{got:?}"
         );
         assert_eq!(got.len(), 3, "{got:?}");
+    }
+
+    #[test]
+    fn turning_signed_approvals_off_is_judged_under_signatures() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("rev");
+        let made = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "rev", "-f"])
+            .arg(&key)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !made {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
+        }
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        let root_dir = dir.path().join("r");
+        let repo = Repository::init(&root_dir).unwrap();
+        let signed = "version: 1\nrequire_reviewed: true\nreview:\n  require_signed: true\n";
+        let first = commit(
+            &repo,
+            &[],
+            &[
+                ("settings/runtime.yaml", signed),
+                ("settings/allowed_signers", &format!("rev@example.com {public}")),
+                ("prompts/t.md", "a"),
+            ],
+            "Eng",
+            true,
+        );
+        let rev = Person {
+            name: "Rev".into(),
+            email: "rev@example.com".into(),
+        };
+        let sign = |c: Oid| {
+            let tree = crate::review::builder_tree_of_commit(&repo, c).unwrap();
+            let signing = crate::review::approvals::Signing {
+                key: key.clone(),
+                program: "ssh-keygen".into(),
+            };
+            let body = crate::review::approvals::signed_body("p", tree, c, &rev, Some(&signing)).unwrap();
+            crate::review::approvals::write(&repo, body, &rev).unwrap();
+        };
+        sign(first);
+        // A direct commit turns signing off and changes the prompt, "approved" by an
+        // identity alone: its own settings would accept that.
+        let off = "version: 1\nrequire_reviewed: true\n";
+        let downgrade = commit(
+            &repo,
+            &[first],
+            &[("settings/runtime.yaml", off), ("prompts/t.md", "mallory's")],
+            "Mallory",
+            true,
+        );
+        approve(&repo, downgrade);
+        let runtime = RuntimeIdentity {
+            name: "runtime".into(),
+            email: "runtime@localhost".into(),
+        };
+        let rule = crate::review::signing::ApprovalRule {
+            runtime_email: runtime.email.clone(),
+            signers: Some(crate::review::signing::SignerList::Repository(
+                "settings/allowed_signers".into(),
+            )),
+        };
+        let report = audit(&repo, &Ownership::new(&root_dir), &runtime, &rule, None).unwrap();
+        let flagged: Vec<_> = report
+            .findings
+            .iter()
+            .map(|f| (f.severity, f.commit.clone(), f.path.clone()))
+            .collect();
+        assert_eq!(
+            flagged,
+            vec![
+                (Severity::Violation, oid_short(downgrade), "prompts/t.md".to_string()),
+                (
+                    Severity::Violation,
+                    oid_short(downgrade),
+                    "settings/runtime.yaml".to_string()
+                ),
+            ],
+            "the first, signed tree is covered; the downgrade is not"
+        );
+        // Signed by Rev, the same commit is covered.
+        sign(downgrade);
+        let report = audit(&repo, &Ownership::new(&root_dir), &runtime, &rule, None).unwrap();
+        assert!(report.findings.is_empty(), "{:?}", report.findings);
     }
 }

@@ -90,7 +90,8 @@ fn default_push_attempts() -> u32 {
 pub struct ReviewSettings {
     /// Approvals count only with an SSH signature from `allowed_signers`.
     pub require_signed: bool,
-    /// git's allowed-signers file (repo-relative, builder-owned).
+    /// git's allowed-signers file: repo-relative (builder-owned, read from the tree
+    /// trusted before the one judged), or absolute (an operator's file, the only list).
     pub allowed_signers: Option<String>,
 }
 
@@ -713,12 +714,12 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
         validate_provider(file, src, key, p, &mut d);
     }
     if let Some(p) = &s.review.allowed_signers {
-        if p.is_empty() || Path::new(p).is_absolute() || p.split('/').any(|c| c == "..") {
+        if p.is_empty() || (!Path::new(p).is_absolute() && p.split('/').any(|c| c == "..")) {
             d.push(Diagnostic::new(
                 file,
                 yamlpos::line_of(src, &["review", "allowed_signers"]),
                 "review.allowed_signers",
-                format!("`{p}` must be a repo-relative path inside the repository (builder-owned, e.g. settings/allowed_signers)"),
+                format!("`{p}` must be a repo-relative path inside the repository (builder-owned, e.g. settings/allowed_signers) or an absolute path to the operator's own file"),
             ));
         }
     }
@@ -1041,6 +1042,16 @@ mod tests {
         assert!(d.is_empty(), "{d:?}");
         assert!(s.require_reviewed);
         assert_eq!(s.review.allowed_signers.as_deref(), Some("settings/allowed_signers"));
+        // An absolute path is the operator's own file, outside the repository.
+        let operator =
+            format!("{GOOD}\nreview:\n  require_signed: true\n  allowed_signers: /etc/builder/allowed_signers\n");
+        let mut d = Vec::new();
+        let s = parse_runtime_yaml(&operator, &mut d).unwrap();
+        assert_eq!(
+            s.review.allowed_signers.as_deref(),
+            Some("/etc/builder/allowed_signers")
+        );
+        assert!(d.is_empty(), "{d:?}");
         let signed = format!("{GOOD}\nreview:\n  require_signed: true\n");
         let s = parse_runtime_yaml(&signed, &mut d).expect("valid");
         assert!(s.review.require_signed && d.is_empty(), "{d:?}");
@@ -1053,7 +1064,7 @@ mod tests {
             Some(("origin", "main", 5))
         );
         for (body, field, line) in [
-            ("review:\n  allowed_signers: /etc/keys\n", "review.allowed_signers", 10),
+            ("review:\n  allowed_signers: ../keys\n", "review.allowed_signers", 10),
             ("sync:\n  remote: origin\n  branch: \"a..b\"\n", "sync.branch", 11),
             (
                 "sync:\n  remote: origin\n  branch: main\n  push_attempts: 0\n",

@@ -44,6 +44,61 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
     ],
 };
 
+/// The builder-tree walk memo of the two-key check (`review::trust`), in
+/// [`STATE_DIR`]: one line per commit, `<commit> <builder tree> <boundary or ->`, the
+/// boundary being the nearest first-parent ancestor with another builder tree. These
+/// are facts of immutable commits, so a fire walks only the commits since the last
+/// fire's HEAD. A plain file rather than a table: opening `state.db` (its WAL
+/// recovered by the first connection of a process) costs more than the whole check.
+pub const WALK_MEMO_FILE: &str = "builder-tree-walk";
+/// A walk memo larger than this is ignored (and rewritten): it holds one line per
+/// builder change, about 100 bytes each.
+const WALK_MEMO_MAX_BYTES: u64 = 16 << 20;
+
+/// One commit's line of the walk memo: `(commit, builder tree, boundary)`.
+pub type BuilderTreeStep = (String, String, Option<String>);
+
+/// The walk memo of the repository at `root`; empty when absent or unreadable (it is
+/// only a memo: the walk is then done again).
+pub fn read_walk_memo(root: &Path) -> Vec<BuilderTreeStep> {
+    let rel = Path::new(STATE_DIR).join(WALK_MEMO_FILE);
+    let Ok(bytes) = crate::beneath::open_root(root)
+        .map_err(|e| e.to_string())
+        .and_then(|dir| crate::beneath::read_regular(&dir, &rel, WALK_MEMO_MAX_BYTES).map_err(|e| e.to_string()))
+    else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split(' ');
+            let (commit, tree, boundary) = (f.next()?, f.next()?, f.next()?);
+            Some((
+                commit.to_string(),
+                tree.to_string(),
+                (boundary != "-").then(|| boundary.to_string()),
+            ))
+        })
+        .collect()
+}
+
+/// Replaces the walk memo of the repository at `root` with `steps`. A concurrent
+/// writer may win the race; either file is a correct memo.
+pub fn write_walk_memo(root: &Path, steps: &[BuilderTreeStep]) -> std::io::Result<()> {
+    let rel = Path::new(STATE_DIR).join(WALK_MEMO_FILE);
+    let mut text = String::with_capacity(steps.len() * 124);
+    for (commit, tree, boundary) in steps {
+        text.push_str(&format!("{commit} {tree} {}\n", boundary.as_deref().unwrap_or("-")));
+    }
+    let dir = crate::beneath::open_root(root)?;
+    match crate::beneath::remove_file(&dir, &rel) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    crate::beneath::create_new(&dir, &rel, text.as_bytes())
+}
+
 /// A refusal already on record: the card that recorded it and how often it recurred.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepeatedRefusal {

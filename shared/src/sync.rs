@@ -1,8 +1,9 @@
 //! The cron box (DESIGN.md section 8, "Sync"): with a `sync` section, a fire first
 //! fetches the branch and `refs/builder/*` from the remote ([`before_fire`]) and moves
 //! to the remote tip only when the tip's tree of builder-owned paths is approved by
-//! the rule the box already runs under (or is the tree it has: the remote brought
-//! records only); otherwise it fires on what it has, and the caller writes one
+//! the rule the box already runs under, judged as every commit is ([`Trust`]: by the
+//! allowed-signers list of the last approved tree before it, never the tip's own), or
+//! is the tree it has (the remote brought records only); otherwise it fires on what it has, and the caller writes one
 //! `unreviewed_changes` card per unapproved tree. After its commit the fire pushes
 //! ([`push_after`]); a push the remote rejects because it moved is retried on the new
 //! tip, the records commit rebuilt onto it (records are new paths: no conflict), at
@@ -29,8 +30,8 @@
 //! no directory. The `git` child inherits that sandbox (it reads anything, writes only
 //! the repository's git directories) and gets a scrubbed environment.
 
-use crate::review::approvals::Approvals;
 use crate::review::signing::ApprovalRule;
+use crate::review::trust::Trust;
 use crate::settings::SyncSettings;
 use git2::{Oid, Repository};
 use std::path::PathBuf;
@@ -512,9 +513,16 @@ pub fn sandbox_ports(repo: &Repository, sync: Option<&SyncSettings>) -> Vec<u16>
 }
 
 /// Before a fire: fetch, then fast-forward (or join the runtime's unpushed records)
-/// to the remote tip when its builder tree is approved under `rule`, or is the tree
-/// the box has. Runs before the sandbox (it may update builder-owned paths).
-pub fn before_fire(repo: &Repository, sync: &SyncSettings, rule: &ApprovalRule) -> Result<Before, SyncError> {
+/// to the remote tip when its builder tree is approved under `rule` (judged by
+/// [`Trust`] over the fetched approvals, remembering its walk in the walk memo under
+/// `memo`, the repository root), or is the
+/// tree the box has. Runs before the sandbox (it may update builder-owned paths).
+pub fn before_fire(
+    repo: &Repository,
+    sync: &SyncSettings,
+    rule: &ApprovalRule,
+    memo: Option<&std::path::Path>,
+) -> Result<Before, SyncError> {
     let cx = Ctx { repo, sync };
     let local = cx.local_tip()?;
     let remote = cx.fetch(true)?;
@@ -527,8 +535,14 @@ pub fn before_fire(repo: &Repository, sync: &SyncSettings, rule: &ApprovalRule) 
     }
     let tree_of = |c: Oid| crate::review::builder_tree_of_commit(repo, c).map_err(&git);
     let tip_tree = tree_of(remote)?;
-    let approved =
-        tip_tree == tree_of(local)? || Approvals::read(repo, rule).map_err(&git)?.covering(tip_tree).is_some();
+    let approved = tip_tree == tree_of(local)?
+        || Trust::new(repo, rule.clone())
+            .map_err(&git)?
+            .remembering(memo)
+            .incoming(remote, local)
+            .map_err(&git)?
+            .approval
+            .is_some();
     if !approved {
         return Ok(Before::Unapproved {
             tip: remote,
@@ -727,6 +741,146 @@ mod tests {
         r.push(&["refs/heads/main:refs/heads/main"], None).unwrap();
     }
 
+    /// An Ed25519 key pair made by `ssh-keygen`: (private key, public key line).
+    fn keygen(dir: &Path, name: &str) -> Option<(std::path::PathBuf, String)> {
+        let key = dir.join(name);
+        let ok = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+            .arg(&key)
+            .status()
+            .ok()?
+            .success();
+        ok.then(|| (key.clone(), std::fs::read_to_string(key.with_extension("pub")).unwrap()))
+    }
+
+    /// Records in `repo` an approval of the builder tree of `commit` by `who`, signed
+    /// with `key`.
+    fn approve(repo: &Repository, commit: Oid, who: &str, key: &Path) {
+        use crate::review::approvals;
+        let person = crate::review::parse_person(who).unwrap();
+        let tree = crate::review::builder_tree_of_commit(repo, commit).unwrap();
+        let signing = approvals::Signing {
+            key: key.to_path_buf(),
+            program: "ssh-keygen".into(),
+        };
+        let body = approvals::signed_body("p", tree, commit, &person, Some(&signing)).unwrap();
+        approvals::write(repo, body, &person).unwrap();
+    }
+
+    fn push_all(other: &Repository) {
+        let mut r = other.find_remote("origin").unwrap();
+        r.push(
+            &[
+                "refs/heads/main:refs/heads/main",
+                "+refs/builder/approvals:refs/builder/approvals",
+            ],
+            None,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn an_incoming_tip_is_judged_by_the_list_of_the_last_approved_tree_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
+        };
+        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
+        let (_origin, cron, other) = origin_and_clones(dir.path());
+        let rule = ApprovalRule {
+            runtime_email: "runtime@localhost".into(),
+            signers: Some(crate::review::signing::SignerList::Repository(
+                "settings/allowed_signers".into(),
+            )),
+        };
+        let rev_line = format!("rev@x.org {rev_pub}");
+        // The first signed tree, approved by Rev: judged by its own list (bootstrap).
+        let first = commit(&other, &[("settings/allowed_signers", &rev_line)], "eng");
+        approve(&other, first, "Rev <rev@x.org>", &rev_key);
+        push_all(&other);
+        assert!(matches!(
+            before_fire(&cron, &sync(), &rule, None).unwrap(),
+            Before::Moved { .. }
+        ));
+        // Mallory lists her key as Rev's and approves that very tree with it.
+        let evil = commit(
+            &other,
+            &[
+                ("settings/allowed_signers", &format!("{rev_line}rev@x.org {mal_pub}")),
+                ("prompts/t.md", "mallory's\n"),
+            ],
+            "mallory",
+        );
+        approve(&other, evil, "Rev <rev@x.org>", &mal_key);
+        push_all(&other);
+        // The attack ran: by the list her tree brings, her approval verifies.
+        let mut own = crate::review::trust::Trust::new(
+            &other,
+            ApprovalRule {
+                signers: Some(crate::review::signing::SignerList::Operator(
+                    crate::review::signing::AllowedSigners::parse(
+                        Path::new("settings/allowed_signers"),
+                        &format!("{rev_line}rev@x.org {mal_pub}"),
+                    )
+                    .unwrap(),
+                )),
+                ..rule.clone()
+            },
+        )
+        .unwrap();
+        assert!(own.commit(evil).unwrap().approval.is_some());
+        // The cron box judges it by the list before it: it stays where it was.
+        let before = cron.refname_to_id("refs/heads/main").unwrap();
+        assert_eq!(
+            before_fire(&cron, &sync(), &rule, None).unwrap(),
+            Before::Unapproved {
+                tip: evil,
+                tree: crate::review::builder_tree_of_commit(&cron, evil).unwrap()
+            }
+        );
+        assert_eq!(cron.refname_to_id("refs/heads/main").unwrap(), before);
+        // A later change (dropping her key again) Rev approves with his own key is
+        // judged by the list of the last approved tree (the first one, Mallory's being
+        // unapproved): it moves.
+        let fixed = commit(
+            &other,
+            &[("prompts/t.md", "reviewed\n"), ("settings/allowed_signers", &rev_line)],
+            "eng",
+        );
+        approve(&other, fixed, "Rev <rev@x.org>", &rev_key);
+        push_all(&other);
+        assert_eq!(
+            before_fire(&cron, &sync(), &rule, None).unwrap(),
+            Before::Moved {
+                from: before,
+                to: fixed
+            }
+        );
+        // An unrelated history forced over the branch, whose only tree lists her key
+        // and carries her approval: no approved tree precedes it there, but the box
+        // has one, and its list judges.
+        let tree = other.find_commit(evil).unwrap().tree().unwrap();
+        let sig = Signature::now("mallory", "mallory@localhost").unwrap();
+        let orphan = other.commit(None, &sig, &sig, "orphan", &tree, &[]).unwrap();
+        other.reference("refs/heads/main", orphan, true, "force").unwrap();
+        approve(&other, orphan, "Rev <rev@x.org>", &mal_key);
+        let mut r = other.find_remote("origin").unwrap();
+        r.push(
+            &[
+                "+refs/heads/main:refs/heads/main",
+                "+refs/builder/approvals:refs/builder/approvals",
+            ],
+            None,
+        )
+        .unwrap();
+        assert!(matches!(
+            before_fire(&cron, &sync(), &rule, None).unwrap(),
+            Before::Unapproved { tip, .. } if tip == orphan
+        ));
+        assert_eq!(cron.refname_to_id("refs/heads/main").unwrap(), fixed);
+    }
+
     #[test]
     fn the_sandbox_may_write_a_local_remote_and_connect_only_to_a_network_remotes_port() {
         let dir = tempfile::tempdir().unwrap();
@@ -758,7 +912,7 @@ mod tests {
         for url in ["ftp://example.com/a.git", "https://"] {
             cron.remote_set_url("origin", url).unwrap();
             assert!(sandbox_ports(&cron, Some(&sync())).is_empty(), "{url}");
-            let e = before_fire(&cron, &sync(), &ApprovalRule::unsigned("runtime@localhost")).unwrap_err();
+            let e = before_fire(&cron, &sync(), &ApprovalRule::unsigned("runtime@localhost"), None).unwrap_err();
             assert_eq!(e.step, "setup");
             assert!(e.message.contains("neither a local repository nor"), "{e}");
         }
@@ -883,14 +1037,14 @@ mod tests {
         // The other port is reachable from outside the sandbox: the fetch through it runs.
         cron.remote_set_url("origin", &url(&elsewhere)).unwrap();
         let _ = cron.find_reference("refs/remotes/origin/main").unwrap().delete();
-        assert_eq!(before_fire(&cron, &sync(), &rule).unwrap(), Before::UpToDate);
+        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap(), Before::UpToDate);
         assert!(cron.refname_to_id("refs/remotes/origin/main").is_ok(), "fetched");
 
         // The fetch takes refs/builder/* too.
         cron.remote_set_url("origin", &url(&served)).unwrap();
         let seed = origin.refname_to_id("refs/heads/main").unwrap();
         origin.reference("refs/builder/approvals", seed, true, "test").unwrap();
-        assert_eq!(before_fire(&cron, &sync(), &rule).unwrap(), Before::UpToDate);
+        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap(), Before::UpToDate);
         assert_eq!(cron.refname_to_id("refs/builder/approvals").unwrap(), seed);
 
         // A push that lost the race to another is rejected by the lease, never

@@ -34,7 +34,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     };
     let runtime = super::runtime_person(&settings);
     refuse_runtime(&reviewer, &runtime, "approve")?;
-    let rule = super::approval_rule(&wt.root, &settings)?;
+    let rule = super::approval_rule(&settings)?;
     let (configured, program) = shared::review::signing::git_signing_key(&wt.repo);
     let signing = args
         .key

@@ -20,7 +20,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let shared::git::WorkTree { repo, root } = super::open_repo(repo_path)?;
     let (settings, ownership) = super::review_settings(&root)?;
     let identity = settings.runtime_identity.clone();
-    let rule = super::approval_rule(&root, &settings)?;
+    let rule = super::approval_rule(&settings)?;
     let since = match &args.since {
         Some(rev) => Some(super::resolve_commit(&repo, "--since", rev)?),
         None => None,

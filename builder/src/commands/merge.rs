@@ -19,7 +19,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
     let (settings, ownership) = super::review_settings(&wt.root)?;
     let actor = super::acting_identity(&wt.repo, "GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL")?;
-    let rule = super::approval_rule(&wt.root, &settings)?;
+    let rule = super::approval_rule(&settings)?;
     let merged = proposals::merge(&wt.repo, &ownership, &args.name, &actor, &rule)?;
     println!(
         "merged proposals/{} as {} (Reviewed-by: {}, Approved-tree: {})",

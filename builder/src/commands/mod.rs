@@ -154,12 +154,12 @@ pub fn review_settings(
 }
 
 /// The rule approvals are judged by (`shared::review::signing::ApprovalRule`), from
-/// the settings; an unreadable allowed-signers file is a configuration error.
+/// the settings; an unreadable operator's allowed-signers file is a configuration
+/// error (a list in the repository is read from the trusted tree when judging).
 pub fn approval_rule(
-    root: &Path,
     settings: &shared::settings::RuntimeSettings,
 ) -> Result<shared::review::signing::ApprovalRule, CommandError> {
-    shared::review::signing::ApprovalRule::from_settings(root, settings)
+    shared::review::signing::ApprovalRule::from_settings(settings)
         .map_err(|d| CommandError::from(shared::diag::Diagnostics(vec![d])))
 }
 

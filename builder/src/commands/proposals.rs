@@ -16,7 +16,7 @@ pub struct Args {
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
     let (settings, _) = super::review_settings(&wt.root)?;
-    let list = proposals::list(&wt.repo, &super::approval_rule(&wt.root, &settings)?)?;
+    let list = proposals::list(&wt.repo, &super::approval_rule(&settings)?)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(Outcome::Ok);

@@ -582,8 +582,8 @@ impl Preparing {
             return Ok(settings);
         }
         let root = self.ctx.opts.root.clone();
-        let rule = approval_rule(&root, &settings)?;
-        match crate::sync::before_fire(&self.repo, &sync, &rule) {
+        let rule = approval_rule(&settings)?;
+        match crate::sync::before_fire(&self.repo, &sync, &rule, Some(&root)) {
             Ok(crate::sync::Before::Moved { to, .. }) => {
                 self.inputs.commit = Some(to.to_string());
                 let moved = settings::load(&root)
@@ -675,15 +675,25 @@ impl Preparing {
             return Ok(());
         }
         let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
-        let head = self.repo.head().and_then(|h| h.peel_to_tree()).map_err(env)?;
-        let tree = crate::review::builder_tree_of(&head).map_err(env)?;
-        let rule = approval_rule(&self.ctx.opts.root, settings)?;
-        let approvals = crate::review::approvals::Approvals::read(&self.repo, &rule).map_err(env)?;
-        if let Some(a) = approvals.covering(tree) {
+        let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?;
+        let rule = approval_rule(settings)?;
+        // The walk to the last approved tree is remembered in `.runtime/`, so
+        // records-only commits since then are read once, not on every fire.
+        let root = (!self.dry_run).then_some(self.ctx.opts.root.as_path());
+        let judged = crate::review::trust::Trust::new(&self.repo, rule.clone())
+            .map_err(env)?
+            .remembering(root)
+            .commit(head.id())
+            .map_err(env)?;
+        if let Some(a) = &judged.approval {
             self.inputs.approval = Some(a.as_ref());
             return Ok(());
         }
-        let rejected = approvals.rejected(tree);
+        if let Some(d) = &judged.unreadable {
+            return Err(unreadable_signers(d));
+        }
+        let tree = judged.tree;
+        let rejected = judged.rejected.clone();
         let summary = format!(
             "HEAD's tree of builder-owned paths {} has no approval{}",
             &tree.to_string()[..12],
@@ -706,7 +716,11 @@ impl Preparing {
             format!(
                 "require_reviewed is on and no approval on {} that counts names builder tree {tree}: land prompt changes through `builder propose`, `builder approve` (by someone else) and `builder merge`, and fetch refs/builder/* where the runtime fires{}",
                 crate::review::APPROVALS_REF,
-                rejected.iter().map(|r| format!("\n- {r}")).collect::<String>()
+                rejected
+                    .iter()
+                    .map(|r| format!("\n- {r}"))
+                    .chain((!rejected.is_empty()).then(|| format!("\n({})", judged.judged_by(&rule))))
+                    .collect::<String>()
             ),
         ))
     }
@@ -836,17 +850,18 @@ fn first_line(s: &str) -> String {
 }
 
 /// The rule approvals are judged by (signatures when settings ask for them); an
-/// unreadable allowed-signers file refuses the fire with an `invalid_config` card.
-fn approval_rule(
-    root: &std::path::Path,
-    settings: &RuntimeSettings,
-) -> Result<crate::review::signing::ApprovalRule, Stop> {
-    crate::review::signing::ApprovalRule::from_settings(root, settings).map_err(|d| {
-        Stop::carded(
-            FireEnd::InvalidInput,
-            CardKind::InvalidConfig,
-            format!("unreadable allowed-signers file: {}", d.message),
-            d.to_string(),
-        )
-    })
+/// unreadable operator's allowed-signers file refuses the fire with an
+/// `invalid_config` card.
+fn approval_rule(settings: &RuntimeSettings) -> Result<crate::review::signing::ApprovalRule, Stop> {
+    crate::review::signing::ApprovalRule::from_settings(settings).map_err(|d| unreadable_signers(&d))
+}
+
+/// The refusal of a fire whose allowed-signers list cannot be read.
+fn unreadable_signers(d: &crate::diag::Diagnostic) -> Stop {
+    Stop::carded(
+        FireEnd::InvalidInput,
+        CardKind::InvalidConfig,
+        format!("unreadable allowed-signers file: {}", d.message),
+        d.to_string(),
+    )
 }

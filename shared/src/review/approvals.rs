@@ -4,10 +4,11 @@
 //! are commits on a ref, they travel with fetch and push through the refspec
 //! `+refs/builder/*:refs/builder/*` (see [`super::hooks`]). An approval covers only
 //! the tree it names: a later commit to the proposal changes the tree and so is not
-//! covered by it. Whether an approval counts at all is [`ApprovalRule::judge`]'s call
-//! (never the runtime identity; with signed approvals, only a valid signature).
+//! covered by it. Whether an approval counts at all is [`signing::ApprovalRule::judge`]'s call
+//! (never the runtime identity; with signed approvals, only a valid signature by a key
+//! the list [`super::trust`] picks names).
 
-use super::signing::{self, ApprovalRule};
+use super::signing;
 use super::{ReviewError, APPROVALS_REF};
 use crate::git::Person;
 use crate::records::ApprovalRef;
@@ -92,55 +93,34 @@ pub fn load(repo: &Repository) -> Result<Vec<Approval>, git2::Error> {
     Ok(out)
 }
 
-/// The approvals in hand, each judged once by the rule, looked up by tree.
+/// The approvals in hand, looked up by tree. Whether one counts is judged by
+/// [`super::trust::Trust`], which knows which allowed-signers list applies.
 pub struct Approvals {
     all: Vec<Approval>,
-    /// Per approval (same order): `Err(why)` when it does not count.
-    verdicts: Vec<Result<(), String>>,
 }
 
 impl Approvals {
-    /// Reads the approvals of `repo` and judges each by `rule`.
-    pub fn read(repo: &Repository, rule: &ApprovalRule) -> Result<Approvals, git2::Error> {
-        let all = load(repo)?;
-        let verdicts = all.iter().map(|a| rule.judge(&a.body)).collect();
-        Ok(Approvals { all, verdicts })
+    /// Reads the approvals of `repo`.
+    pub fn read(repo: &Repository) -> Result<Approvals, git2::Error> {
+        Ok(Approvals { all: load(repo)? })
     }
 
-    /// The newest approval that covers `tree` and counts, if any.
-    pub fn covering(&self, tree: Oid) -> Option<&Approval> {
+    /// The approvals naming `tree`, newest first, with their index (stable for the
+    /// life of this value).
+    pub fn naming(&self, tree: Oid) -> impl Iterator<Item = (usize, &Approval)> + '_ {
         let tree = tree.to_string();
         self.all
             .iter()
-            .zip(&self.verdicts)
+            .enumerate()
             .rev()
-            .find(|(a, v)| a.body.tree == tree && v.is_ok())
-            .map(|(a, _)| a)
+            .filter(move |(_, a)| a.body.tree == tree)
     }
 
-    /// Why each approval naming `tree` does not count (newest first): what a refusal
-    /// says when approvals exist but none counts.
-    pub fn rejected(&self, tree: Oid) -> Vec<String> {
-        let tree = tree.to_string();
-        self.all
-            .iter()
-            .zip(&self.verdicts)
-            .rev()
-            .filter(|(a, _)| a.body.tree == tree)
-            .filter_map(|(a, v)| {
-                v.as_ref()
-                    .err()
-                    .map(|why| format!("approval {} by {}: {why}", &a.id.to_string()[..12], a.body.approver))
-            })
-            .collect()
-    }
-
-    /// Every tree some counting approval names.
+    /// Every tree some approval names (whether or not it counts).
     pub fn trees(&self) -> std::collections::HashSet<Oid> {
         self.all
             .iter()
             .filter_map(|a| Oid::from_str(&a.body.tree).ok())
-            .filter(|t| self.covering(*t).is_some())
             .collect()
     }
 
@@ -238,10 +218,16 @@ mod tests {
             email: "RUNTIME@localhost".into(),
         };
         record(&repo, "q", t2, t2, &rt).unwrap();
-        let all = Approvals::read(&repo, &ApprovalRule::unsigned("runtime@localhost")).unwrap();
-        assert_eq!(all.covering(t1).map(|x| x.id), Some(a.id));
-        assert!(all.covering(t2).is_none(), "the runtime's approval never counts");
+        let all = Approvals::read(&repo).unwrap();
+        let rule = signing::ApprovalRule::unsigned("runtime@localhost");
+        let counting = |t| {
+            all.naming(t)
+                .find(|(_, x)| rule.judge(&x.body, None).is_ok())
+                .map(|(_, x)| x.clone())
+        };
+        assert_eq!(counting(t1).map(|x| x.id), Some(a.id));
+        assert!(counting(t2).is_none(), "the runtime's approval never counts");
         assert_eq!(all.of_proposal("p").count(), 1);
-        assert_eq!(all.covering(t1).unwrap().as_ref().approver, "Ann <ann@example.com>");
+        assert_eq!(counting(t1).unwrap().as_ref().approver, "Ann <ann@example.com>");
     }
 }

@@ -5,13 +5,15 @@
 //! always the tree: `builder audit` and the runtime (with `require_reviewed`) ask
 //! "does an approval name the builder tree this commit produces", never trust a
 //! trailer. With `review.require_signed`, an approval counts only with an SSH signature
-//! from a key in the allowed-signers file ([`signing`]).
+//! from a key in the allowed-signers list of the tree trusted before the approved one
+//! ([`signing`], [`trust`]).
 
 pub mod approvals;
 pub mod delta;
 pub mod hooks;
 pub mod proposals;
 pub mod signing;
+pub mod trust;
 
 use crate::layout::BUILDER_DIRS;
 use git2::{Oid, Repository};

@@ -5,8 +5,9 @@
 //! head's builder tree; `merge` lands an approved proposal on the current branch as a
 //! merge commit with `Reviewed-by:`, `Approved-tree:` and `Fixes-card:` trailers.
 
-use super::approvals::{self, Approval, Approvals, Signing};
+use super::approvals::{self, Approval, Signing};
 use super::signing::ApprovalRule;
+use super::trust::Trust;
 use super::{builder_tree_of, same_person, ReviewError, PROPOSAL_PREFIX};
 use crate::git::Person;
 use crate::layout::Ownership;
@@ -247,23 +248,39 @@ fn is_merged(repo: &Repository, head: Oid) -> Result<bool, ReviewError> {
     Ok(current.id() == head || repo.graph_descendant_of(current.id(), head)?)
 }
 
-fn state_of(repo: &Repository, approvals: &Approvals, name: &str, head: Oid, tree: Oid) -> Result<State, ReviewError> {
+/// The commit a proposal is judged on: where it meets the current branch; the
+/// current branch's tip when they share no history (an unrelated history is judged
+/// by the list the branch trusts, not trusted on first use); its own head when there
+/// is no current branch yet.
+fn base_of(repo: &Repository, head: Oid) -> Result<Oid, ReviewError> {
+    match repo.head().and_then(|h| h.peel_to_commit()) {
+        Ok(current) => match repo.merge_base(current.id(), head) {
+            Ok(base) => Ok(base),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(current.id()),
+            Err(e) => Err(e.into()),
+        },
+        Err(_) => Ok(head),
+    }
+}
+
+fn state_of(repo: &Repository, trust: &mut Trust, name: &str, head: Oid) -> Result<State, ReviewError> {
     if is_merged(repo, head)? {
         return Ok(State::Merged);
     }
-    if approvals.covering(tree).is_some() {
+    if trust.proposal(base_of(repo, head)?, head)?.approval.is_some() {
         return Ok(State::Approved);
     }
-    Ok(if approvals.of_proposal(name).next().is_some() {
+    Ok(if trust.approvals().of_proposal(name).next().is_some() {
         State::Stale
     } else {
         State::Open
     })
 }
 
-/// Every proposal (branches `proposals/*`), by name.
+/// Every proposal (branches `proposals/*`), by name. A proposal is approved when an
+/// approval of its tree counts by the allowed-signers list of its base ([`Trust`]).
 pub fn list(repo: &Repository, rule: &ApprovalRule) -> Result<Vec<Proposal>, ReviewError> {
-    let approvals = Approvals::read(repo, rule)?;
+    let mut trust = Trust::new(repo, rule.clone())?;
     let mut out = Vec::new();
     for b in repo.branches(Some(BranchType::Local))? {
         let (b, _) = b?;
@@ -275,7 +292,7 @@ pub fn list(repo: &Repository, rule: &ApprovalRule) -> Result<Vec<Proposal>, Rev
         };
         let head = b.get().peel_to_commit()?;
         let tree = builder_tree_of(&head.tree()?)?;
-        let state = state_of(repo, &approvals, name, head.id(), tree)?;
+        let state = state_of(repo, &mut trust, name, head.id())?;
         let commits = proposal_commits(repo, head.id())?;
         let commits = if commits.is_empty() {
             vec![head.clone()]
@@ -333,9 +350,10 @@ pub fn approve(
     }
     let tree = builder_tree_of(&repo.find_commit(head)?.tree()?)?;
     let body = approvals::signed_body(name, tree, head, reviewer, signing)?;
-    // An approval the rule would not count (a key not listed for this reviewer) is
-    // refused before anything is written.
-    rule.judge(&body)
+    // An approval the rule would not count (a key the base's allowed-signers list does
+    // not name for this reviewer) is refused before anything is written.
+    Trust::new(repo, rule.clone())?
+        .would_count(&body, base_of(repo, head)?, head)?
         .map_err(|why| ReviewError::Refused(format!("this approval would not count, so it was not recorded: {why}")))?;
     approvals::write(repo, body, reviewer)
 }
@@ -384,12 +402,16 @@ pub fn merge(
     }
     let prop_commit = repo.find_commit(prop)?;
     let tree = builder_tree_of(&prop_commit.tree()?)?;
-    let approvals = Approvals::read(repo, rule)?;
-    let Some(approval) = approvals.covering(tree).cloned() else {
-        let rejected = approvals.rejected(tree);
-        let why = if !rejected.is_empty() {
-            format!("no approval of it counts ({})", rejected.join("; "))
-        } else if approvals.of_proposal(name).next().is_some() {
+    let mut trust = Trust::new(repo, rule.clone())?;
+    let judged = trust.proposal(base_of(repo, prop)?, prop)?;
+    let Some(approval) = judged.approval.clone() else {
+        let why = if !judged.rejected.is_empty() {
+            format!(
+                "no approval of it counts ({}; {})",
+                judged.rejected.join("; "),
+                judged.judged_by(rule)
+            )
+        } else if trust.approvals().of_proposal(name).next().is_some() {
             "its approval is stale: the proposal changed after it was approved".to_string()
         } else {
             "it has no approval".to_string()

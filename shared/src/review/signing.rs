@@ -10,8 +10,10 @@
 //!
 //! [`ApprovalRule`] is the one rule every judge applies (the runtime's two-key check,
 //! the sync's check of an incoming tip, `builder proposals`, `merge` and `audit`): built
-//! once from the settings in hand, so an incoming tree is judged by the rule the
-//! checker already runs under, never by the allowed-signers file the tree brings.
+//! once from the settings in hand. Which allowed-signers list judges an approval is
+//! [`super::trust`]'s call: the list of the tree trusted before the approved one (never
+//! the list the approved tree brings), or an operator's file outside the repository
+//! when `review.allowed_signers` is an absolute path ([`SignerList::Operator`]).
 
 use super::approvals::ApprovalBody;
 use super::same_person;
@@ -67,6 +69,17 @@ pub struct AllowedSigners {
     signers: Vec<Signer>,
 }
 
+/// Where the allowed-signers list of signed approvals comes from.
+#[derive(Debug, Clone)]
+pub enum SignerList {
+    /// `review.allowed_signers` is repo-relative: the list in the tree trusted before
+    /// the judged one ([`super::trust`]).
+    Repository(String),
+    /// `review.allowed_signers` is an absolute path (an operator's file outside the
+    /// repository): the only list, read once as is, whatever any tree says.
+    Operator(AllowedSigners),
+}
+
 /// Splits a line into whitespace-separated tokens; double quotes group (and are kept).
 fn tokens(line: &str) -> Vec<&str> {
     let mut out = Vec::new();
@@ -113,6 +126,13 @@ fn split_commas(s: &str) -> Vec<&str> {
 
 fn unquote(s: &str) -> &str {
     s.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(s)
+}
+
+/// An allowed-signers file that cannot be read, with the hint every such error gives.
+fn unreadable(path: &Path, msg: String) -> Diagnostic {
+    Diagnostic::new(path, 0, "review.allowed_signers", msg).with_hint(
+        "list each approver's public key: `<email> namespaces=\"builder-approval\" <the contents of their .pub file>`",
+    )
 }
 
 fn is_key_type(t: &str) -> bool {
@@ -210,19 +230,56 @@ impl AllowedSigners {
         })
     }
 
-    /// Reads `rel` beneath `root` (no links followed).
-    pub fn load(root: &Path, rel: &str) -> Result<AllowedSigners, Diagnostic> {
-        let shown = Path::new(rel);
-        let unreadable = |msg: String| {
-            Diagnostic::new(shown, 0, "review.allowed_signers", msg)
-                .with_hint("list each approver's public key: `<email> namespaces=\"builder-approval\" <the contents of their .pub file>`")
-        };
-        let dir =
-            crate::beneath::open_root(root).map_err(|e| unreadable(format!("cannot open the repository: {e}")))?;
-        let bytes = crate::beneath::read_regular(&dir, shown, MAX_SIGNERS_BYTES)
+    /// Reads the operator's list at the absolute `path` (outside the repository, read
+    /// as is: links followed, as for any file an operator names).
+    pub fn load_absolute(path: &Path) -> Result<AllowedSigners, Diagnostic> {
+        use std::io::Read;
+        let unreadable = |msg: String| unreadable(path, msg);
+        let file =
+            std::fs::File::open(path).map_err(|e| unreadable(format!("cannot open the allowed-signers file: {e}")))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_SIGNERS_BYTES + 1)
+            .read_to_end(&mut bytes)
             .map_err(|e| unreadable(format!("cannot read the allowed-signers file: {e}")))?;
+        if bytes.len() as u64 > MAX_SIGNERS_BYTES {
+            return Err(unreadable(format!("larger than {MAX_SIGNERS_BYTES} bytes")));
+        }
         let text = String::from_utf8(bytes).map_err(|_| unreadable("not UTF-8".into()))?;
-        AllowedSigners::parse(shown, &text)
+        AllowedSigners::parse(path, &text)
+    }
+
+    /// Reads `rel` from the git tree `tree` (of `commit`, named in errors): a regular
+    /// file there, never a link.
+    pub fn from_tree(
+        repo: &git2::Repository,
+        commit: git2::Oid,
+        tree: &git2::Tree,
+        rel: &str,
+    ) -> Result<AllowedSigners, Diagnostic> {
+        let shown = Path::new(rel);
+        let short = &commit.to_string()[..12];
+        let unreadable = |msg: String| unreadable(shown, format!("{msg} (in commit {short})"));
+        let entry = tree
+            .get_path(shown)
+            .map_err(|_| unreadable("there is no allowed-signers file at this path".into()))?;
+        if entry.filemode() != i32::from(git2::FileMode::Blob)
+            && entry.filemode() != i32::from(git2::FileMode::BlobExecutable)
+        {
+            return Err(unreadable("not a regular file (a link or a directory)".into()));
+        }
+        let blob = repo
+            .find_blob(entry.id())
+            .map_err(|e| unreadable(format!("cannot read its blob: {}", e.message())))?;
+        if blob.size() as u64 > MAX_SIGNERS_BYTES {
+            return Err(unreadable(format!("larger than {MAX_SIGNERS_BYTES} bytes")));
+        }
+        let text = std::str::from_utf8(blob.content()).map_err(|_| unreadable("not UTF-8".into()))?;
+        AllowedSigners::parse(shown, text)
+    }
+
+    /// The file the list was read from (repo-relative, or the operator's absolute path).
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Whether `body`'s signature counts: `Ok` with the signer's line and key
@@ -275,8 +332,8 @@ impl AllowedSigners {
 pub struct ApprovalRule {
     /// Approvals by this address never count (the runtime's identity).
     pub runtime_email: String,
-    /// `Some`: only approvals signed by a key listed here count.
-    pub signers: Option<AllowedSigners>,
+    /// `Some`: only approvals signed by a key an allowed-signers list names count.
+    pub signers: Option<SignerList>,
 }
 
 impl ApprovalRule {
@@ -288,16 +345,21 @@ impl ApprovalRule {
         }
     }
 
-    /// The rule of `settings` (loaded from the work tree at `root`): with
-    /// `review.require_signed`, reads `review.allowed_signers` beneath `root`.
-    pub fn from_settings(root: &Path, settings: &RuntimeSettings) -> Result<ApprovalRule, Diagnostic> {
+    /// The rule of `settings`: with `review.require_signed`, the list is
+    /// `review.allowed_signers`, read from the trusted tree when repo-relative, or
+    /// here, once, when it is an absolute path (the operator's file).
+    pub fn from_settings(settings: &RuntimeSettings) -> Result<ApprovalRule, Diagnostic> {
         let signers = if settings.review.require_signed {
-            let rel = settings
+            let path = settings
                 .review
                 .allowed_signers
                 .as_deref()
                 .unwrap_or(DEFAULT_ALLOWED_SIGNERS);
-            Some(AllowedSigners::load(root, rel)?)
+            Some(if Path::new(path).is_absolute() {
+                SignerList::Operator(AllowedSigners::load_absolute(Path::new(path))?)
+            } else {
+                SignerList::Repository(path.to_string())
+            })
         } else {
             None
         };
@@ -307,17 +369,19 @@ impl ApprovalRule {
         })
     }
 
-    /// Whether an approval with `body` counts, or why not.
-    pub fn judge(&self, body: &ApprovalBody) -> Result<(), String> {
+    /// Whether an approval with `body` counts when judged by `list` (the list of the
+    /// tree trusted before the approved one; unused without signatures), or why not.
+    pub fn judge(&self, body: &ApprovalBody, list: Option<&AllowedSigners>) -> Result<(), String> {
         let email = super::parse_person(&body.approver)
             .map(|p| p.email)
             .ok_or_else(|| format!("its approver `{}` is not \"Name <email>\"", body.approver))?;
         if same_person(&email, &self.runtime_email) {
             return Err(format!("{email} is the runtime identity"));
         }
-        match &self.signers {
-            Some(s) => s.verify(body).map(|_| ()),
-            None => Ok(()),
+        match (&self.signers, list) {
+            (None, _) => Ok(()),
+            (Some(_), Some(list)) => list.verify(body).map(|_| ()),
+            (Some(_), None) => Err("no allowed-signers list could be read to judge its signature".into()),
         }
     }
 }
@@ -450,9 +514,10 @@ mod tests {
         // The runtime identity never counts, signed or not.
         let rule = ApprovalRule {
             runtime_email: "ann@example.com".into(),
-            signers: Some(signers),
+            signers: Some(SignerList::Repository(DEFAULT_ALLOWED_SIGNERS.into())),
         };
-        assert!(rule.judge(&b).unwrap_err().contains("runtime identity"));
+        assert!(rule.judge(&b, Some(&signers)).unwrap_err().contains("runtime identity"));
+        assert!(rule.judge(&ops, None).unwrap_err().contains("no allowed-signers list"));
     }
 
     #[test]

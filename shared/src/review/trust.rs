@@ -1,0 +1,661 @@
+//! Which allowed-signers list judges an approval (DESIGN.md section 8; issue 12): an
+//! approval of a tree is judged by the list of the tree trusted *before* it, never by
+//! the list of the tree it approves, so a change that adds a key to
+//! `settings/allowed_signers` cannot be approved with that same new key.
+//!
+//! * A proposal is judged as a commit on its base (the merge-base with the current
+//!   branch): by the base's list when the base is approved, else as below from there.
+//! * A commit's tree (the runtime's HEAD, an audited commit, a sync's incoming tip) is
+//!   judged by the list of its nearest first-parent ancestor whose builder tree differs
+//!   from the judged one and is itself covered by an approval, judged the same way. A
+//!   direct, unapproved commit that adds a key is skipped over: its key is trusted for
+//!   nothing. When no approved tree precedes it (the first approved tree of a
+//!   repository), the judged tree's own list is used: trust on first use, as SSH does.
+//! * With an absolute `review.allowed_signers` (an operator's file outside the
+//!   repository), that file is the only list; no tree is consulted.
+//!
+//! The walk goes from builder change to builder change: each commit's nearest
+//! first-parent ancestor with another builder tree (its *boundary*) is a fact of
+//! immutable commits, remembered in `.runtime/builder-tree-walk`
+//! ([`crate::state::read_walk_memo`]) when the caller asks, so a fire after 10,000
+//! records-only commits reads its own new commit and one line per builder change
+//! instead of 10,000 trees.
+
+use super::approvals::{Approval, ApprovalBody, Approvals};
+use super::builder_tree_of;
+use super::signing::{AllowedSigners, ApprovalRule, SignerList};
+use crate::diag::Diagnostic;
+use git2::{Oid, Repository};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// A commit's builder tree and its boundary (the nearest first-parent ancestor whose
+/// builder tree differs; `None` when there is none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Step {
+    tree: Oid,
+    boundary: Option<Oid>,
+}
+
+/// Which list judged a tree's approvals.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum JudgedBy {
+    /// Signatures are not required: identities only.
+    Identity,
+    /// The operator's file (an absolute `review.allowed_signers`).
+    Operator(PathBuf),
+    /// The list in the tree of this commit: the last approved tree before the judged one.
+    Trusted(Oid),
+    /// No approved tree precedes the judged one: its own list (of this commit), trusted
+    /// on first use.
+    Bootstrap(Oid),
+}
+
+/// The verdict on one builder tree.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    pub tree: Oid,
+    /// The newest approval of the tree that counts.
+    pub approval: Option<Approval>,
+    /// Why each newer approval naming the tree does not count (newest first).
+    pub rejected: Vec<String>,
+    pub by: JudgedBy,
+    /// The list that should have judged it could not be read.
+    pub unreadable: Option<Diagnostic>,
+}
+
+impl Judged {
+    /// Which list judged it, in words (for refusals and cards).
+    pub fn judged_by(&self, rule: &ApprovalRule) -> String {
+        let rel = match &rule.signers {
+            Some(SignerList::Repository(rel)) => rel.as_str(),
+            _ => "",
+        };
+        let short = |c: &Oid| c.to_string()[..12].to_string();
+        match &self.by {
+            JudgedBy::Identity => "judged by identity (signatures are not required)".into(),
+            JudgedBy::Operator(path) => format!("judged by the operator's allowed-signers file {}", path.display()),
+            JudgedBy::Trusted(c) => format!(
+                "judged by {rel} of commit {}, the last approved tree before it",
+                short(c)
+            ),
+            JudgedBy::Bootstrap(c) => format!(
+                "judged by its own {rel} (commit {}): no approved tree precedes it, so its list is trusted on first use",
+                short(c)
+            ),
+        }
+    }
+}
+
+/// A parsed list, or why it cannot be read; shared between the commits that hold the
+/// same blob.
+type List = Rc<Result<AllowedSigners, Diagnostic>>;
+
+/// The judge of approvals under one rule, with its memos.
+pub struct Trust<'r> {
+    repo: &'r Repository,
+    rule: ApprovalRule,
+    approvals: Approvals,
+    /// The operator's list, when the rule names one.
+    operator: Option<List>,
+    steps: HashMap<Oid, Step>,
+    /// Per commit (the newest of a run of commits with one builder tree): whether its
+    /// builder tree is covered.
+    covered: HashMap<Oid, bool>,
+    /// `(start, tree)` -> the commit whose list judges `tree` on top of `start`.
+    trusted: HashMap<(Option<Oid>, Oid), Option<Oid>>,
+    /// Lists by blob id.
+    lists: HashMap<Oid, List>,
+    /// `(tree, which list)` -> verdict.
+    judged: HashMap<(Oid, JudgedBy), Judged>,
+    memo: Option<Memo>,
+}
+
+/// The walk memo of a repository: what the file held, and the commits this judge
+/// asked about (what the next one will ask about again: its HEAD's parent and the
+/// same builder changes).
+struct Memo {
+    root: PathBuf,
+    known: HashMap<Oid, Step>,
+    asked: Vec<Oid>,
+    /// The file's commits, in order, to write it only when that changes.
+    held: Vec<Oid>,
+}
+
+impl<'r> Trust<'r> {
+    /// Reads the approvals of `repo`, to be judged by `rule`.
+    pub fn new(repo: &'r Repository, rule: ApprovalRule) -> Result<Trust<'r>, git2::Error> {
+        let operator = match &rule.signers {
+            Some(SignerList::Operator(list)) => Some(Rc::new(Ok(list.clone()))),
+            _ => None,
+        };
+        Ok(Trust {
+            repo,
+            approvals: Approvals::read(repo)?,
+            rule,
+            operator,
+            steps: HashMap::new(),
+            covered: HashMap::new(),
+            trusted: HashMap::new(),
+            lists: HashMap::new(),
+            judged: HashMap::new(),
+            memo: None,
+        })
+    }
+
+    /// Remembers the walk in (and reads it back from) the walk memo of the repository
+    /// at `root` (`.runtime/builder-tree-walk`), when there is a walk.
+    pub fn remembering(mut self, root: Option<&std::path::Path>) -> Trust<'r> {
+        let Some(root) = root.filter(|_| self.walks()) else {
+            return self;
+        };
+        let mut known = HashMap::new();
+        let mut held = Vec::new();
+        for (commit, tree, boundary) in crate::state::read_walk_memo(root) {
+            let parsed = (|| {
+                let boundary = match boundary {
+                    Some(b) => Some(Oid::from_str(&b).ok()?),
+                    None => None,
+                };
+                Some((Oid::from_str(&commit).ok()?, Oid::from_str(&tree).ok()?, boundary))
+            })();
+            if let Some((c, tree, boundary)) = parsed {
+                known.insert(c, Step { tree, boundary });
+                held.push(c);
+            }
+        }
+        self.memo = Some(Memo {
+            root: root.to_path_buf(),
+            known,
+            asked: Vec::new(),
+            held,
+        });
+        self
+    }
+
+    /// Writes the walk memo: the steps of the commits asked about since it was read.
+    fn save_memo(&mut self) {
+        let Some(memo) = self.memo.as_mut() else { return };
+        if memo.asked == memo.held {
+            return;
+        }
+        let rows: Vec<_> = memo
+            .asked
+            .iter()
+            .filter_map(|c| {
+                let s = self.steps.get(c)?;
+                Some((c.to_string(), s.tree.to_string(), s.boundary.map(|b| b.to_string())))
+            })
+            .collect();
+        match crate::state::write_walk_memo(&memo.root, &rows) {
+            Ok(()) => memo.held = memo.asked.clone(),
+            Err(e) => tracing::warn!(error = %e, "the builder-tree walk was not remembered"),
+        }
+    }
+
+    pub fn rule(&self) -> &ApprovalRule {
+        &self.rule
+    }
+
+    pub fn approvals(&self) -> &Approvals {
+        &self.approvals
+    }
+
+    /// Whether verdicts depend on history (signatures judged by a list in the
+    /// repository): only then is there a walk to remember.
+    pub fn walks(&self) -> bool {
+        matches!(self.rule.signers, Some(SignerList::Repository(_)))
+    }
+
+    /// The verdict on the builder tree of `commit`.
+    pub fn commit(&mut self, commit: Oid) -> Result<Judged, git2::Error> {
+        if !self.walks() {
+            let tree = super::builder_tree_of_commit(self.repo, commit)?;
+            return Ok(self.judge_tree(tree, None, commit));
+        }
+        let step = self.step(commit)?;
+        let trusted = self.trusted_from(step.boundary, step.tree)?;
+        self.save_memo();
+        Ok(self.judge_tree(step.tree, trusted, commit))
+    }
+
+    /// The verdict on the builder tree of `commit` arriving over `known` (a sync's
+    /// remote tip over the branch the box has): as [`Trust::commit`], except that an
+    /// incoming history with no approved tree of its own (an unrelated history pushed
+    /// over the branch) is not trusted on first use while `known` has one: it is then
+    /// judged by the list of the last approved tree of `known`.
+    pub fn incoming(&mut self, commit: Oid, known: Oid) -> Result<Judged, git2::Error> {
+        let judged = self.commit(commit)?;
+        if !matches!(judged.by, JudgedBy::Bootstrap(_)) {
+            return Ok(judged);
+        }
+        match self.trusted_from(Some(known), judged.tree)? {
+            Some(t) => Ok(self.judge_tree(judged.tree, Some(t), commit)),
+            None => Ok(judged),
+        }
+    }
+
+    /// The verdict on the builder tree of the proposal head `head`, as a commit on
+    /// `base` would be judged.
+    pub fn proposal(&mut self, base: Oid, head: Oid) -> Result<Judged, git2::Error> {
+        let tree = super::builder_tree_of_commit(self.repo, head)?;
+        let trusted = if self.walks() {
+            self.trusted_from(Some(base), tree)?
+        } else {
+            None
+        };
+        Ok(self.judge_tree(tree, trusted, head))
+    }
+
+    /// Every tree an approval that counts names, where the list does not depend on
+    /// history (no signatures, or the operator's list); `None` under a repository's
+    /// list, where coverage belongs to a commit ([`Trust::commit`]).
+    pub fn counting_trees(&mut self) -> Option<std::collections::HashSet<Oid>> {
+        if self.walks() {
+            return None;
+        }
+        let trees = self.approvals.trees();
+        Some(
+            trees
+                .into_iter()
+                .filter(|t| self.judge_tree(*t, None, Oid::ZERO_SHA1).approval.is_some())
+                .collect(),
+        )
+    }
+
+    /// The builder tree and boundary of `commit`: from the memos, else by walking its
+    /// first parents until a remembered commit (or the root), learning each on the way.
+    fn step(&mut self, commit: Oid) -> Result<Step, git2::Error> {
+        if let Some(memo) = self.memo.as_mut() {
+            if !memo.asked.contains(&commit) {
+                memo.asked.push(commit);
+            }
+        }
+        if let Some(s) = self.steps.get(&commit) {
+            return Ok(*s);
+        }
+        let mut pending = Vec::new();
+        let mut below: Option<(Oid, Step)> = None;
+        let mut next = Some(commit);
+        while let Some(c) = next {
+            if let Some(s) = self.remembered(c) {
+                below = Some((c, s));
+                break;
+            }
+            let found = match self.repo.find_commit(c) {
+                Ok(f) => f,
+                // A shallow clone's history ends at a parent it does not have: there
+                // the walk ends as at a root.
+                Err(e) if e.code() == git2::ErrorCode::NotFound && c != commit => break,
+                Err(e) => return Err(e),
+            };
+            pending.push((c, builder_tree_of(&found.tree()?)?));
+            next = found.parent_ids().next();
+        }
+        for (c, tree) in pending.into_iter().rev() {
+            let boundary = match below {
+                Some((_, s)) if s.tree == tree => s.boundary,
+                Some((p, _)) => Some(p),
+                None => None,
+            };
+            let s = Step { tree, boundary };
+            self.steps.insert(c, s);
+            below = Some((c, s));
+        }
+        match below {
+            Some((_, s)) => Ok(s),
+            None => Err(git2::Error::from_str("no commit to walk from")),
+        }
+    }
+
+    /// A step known in memory or in the walk memo.
+    fn remembered(&mut self, commit: Oid) -> Option<Step> {
+        if let Some(s) = self.steps.get(&commit) {
+            return Some(*s);
+        }
+        let s = *self.memo.as_ref()?.known.get(&commit)?;
+        self.steps.insert(commit, s);
+        Some(s)
+    }
+
+    /// The commit whose list judges `tree` on top of `start`: the nearest of `start`
+    /// and its first-parent ancestors whose builder tree differs from `tree` and is
+    /// covered; `None` when there is none (bootstrap).
+    fn trusted_from(&mut self, start: Option<Oid>, tree: Oid) -> Result<Option<Oid>, git2::Error> {
+        if let Some(t) = self.trusted.get(&(start, tree)) {
+            return Ok(*t);
+        }
+        let mut next = start;
+        let found = loop {
+            let Some(c) = next else { break None };
+            let s = self.step(c)?;
+            if s.tree != tree && self.covered(c)? {
+                break Some(c);
+            }
+            next = s.boundary;
+        };
+        self.trusted.insert((start, tree), found);
+        Ok(found)
+    }
+
+    /// Whether the builder tree of `commit` is covered, judged by the list trusted
+    /// before it. The runs below it are judged oldest first, so the walk never recurses
+    /// deeper than one level.
+    fn covered(&mut self, commit: Oid) -> Result<bool, git2::Error> {
+        if let Some(v) = self.covered.get(&commit) {
+            return Ok(*v);
+        }
+        let mut chain = Vec::new();
+        let mut next = Some(commit);
+        while let Some(c) = next {
+            if self.covered.contains_key(&c) {
+                break;
+            }
+            chain.push(c);
+            next = self.step(c)?.boundary;
+        }
+        for c in chain.into_iter().rev() {
+            let s = self.step(c)?;
+            let trusted = self.trusted_from(s.boundary, s.tree)?;
+            let counts = self.judge_tree(s.tree, trusted, c).approval.is_some();
+            self.covered.insert(c, counts);
+        }
+        Ok(self.covered.get(&commit).copied().unwrap_or(false))
+    }
+
+    /// The list in the tree of `commit`.
+    fn list_of(&mut self, commit: Oid) -> List {
+        let Some(SignerList::Repository(rel)) = &self.rule.signers else {
+            return Rc::new(Err(Diagnostic::new(
+                "",
+                0,
+                "review.allowed_signers",
+                "no list in the repository",
+            )));
+        };
+        let rel = rel.clone();
+        let tree = match self.repo.find_commit(commit).and_then(|c| c.tree()) {
+            Ok(t) => t,
+            Err(e) => {
+                return Rc::new(Err(Diagnostic::new(
+                    &rel,
+                    0,
+                    "review.allowed_signers",
+                    format!("cannot read commit {commit}: {}", e.message()),
+                )))
+            }
+        };
+        let blob = tree.get_path(std::path::Path::new(&rel)).ok().map(|e| e.id());
+        if let Some(hit) = blob.and_then(|b| self.lists.get(&b)) {
+            return hit.clone();
+        }
+        let list = Rc::new(AllowedSigners::from_tree(self.repo, commit, &tree, &rel));
+        if let Some(b) = blob {
+            self.lists.insert(b, list.clone());
+        }
+        list
+    }
+
+    /// The list that judges a tree on top of `trusted` (else its own, of `own`).
+    fn list_for(&mut self, trusted: Option<Oid>, own: Oid) -> (JudgedBy, Option<List>) {
+        match (&self.rule.signers, trusted) {
+            (None, _) => (JudgedBy::Identity, None),
+            (Some(SignerList::Operator(l)), _) => (JudgedBy::Operator(l.path().to_path_buf()), self.operator.clone()),
+            (Some(SignerList::Repository(_)), Some(c)) => (JudgedBy::Trusted(c), Some(self.list_of(c))),
+            (Some(SignerList::Repository(_)), None) => (JudgedBy::Bootstrap(own), Some(self.list_of(own))),
+        }
+    }
+
+    /// Whether an approval with `body` of the proposal head `head` would count, judged
+    /// as [`Trust::proposal`] judges (what `builder approve` checks before writing).
+    pub fn would_count(
+        &mut self,
+        body: &ApprovalBody,
+        base: Oid,
+        head: Oid,
+    ) -> Result<Result<(), String>, git2::Error> {
+        let tree = super::builder_tree_of_commit(self.repo, head)?;
+        let trusted = if self.walks() {
+            self.trusted_from(Some(base), tree)?
+        } else {
+            None
+        };
+        let (by, list) = self.list_for(trusted, head);
+        let verdict = match list.as_deref() {
+            Some(Ok(l)) => self.rule.judge(body, Some(l)),
+            Some(Err(d)) => self.rule.judge(body, None).map_err(|why| format!("{why}: {d}")),
+            None => self.rule.judge(body, None),
+        };
+        let judged = Judged {
+            tree,
+            approval: None,
+            rejected: Vec::new(),
+            by,
+            unreadable: None,
+        };
+        Ok(verdict.map_err(|why| format!("{why} ({})", judged.judged_by(&self.rule))))
+    }
+
+    /// Judges the approvals of `tree` by the list of `trusted`, else of `own` (trust on
+    /// first use); both are ignored when the list does not come from the repository.
+    fn judge_tree(&mut self, tree: Oid, trusted: Option<Oid>, own: Oid) -> Judged {
+        let (by, list) = self.list_for(trusted, own);
+        if let Some(hit) = self.judged.get(&(tree, by.clone())) {
+            return hit.clone();
+        }
+        let (readable, unreadable) = match list.as_deref() {
+            Some(Ok(l)) => (Some(l), None),
+            Some(Err(d)) => (None, Some(d.clone())),
+            None => (None, None),
+        };
+        let mut judged = Judged {
+            tree,
+            approval: None,
+            rejected: Vec::new(),
+            by: by.clone(),
+            unreadable: unreadable.clone(),
+        };
+        for (_, a) in self.approvals.naming(tree) {
+            match self.rule.judge(&a.body, readable) {
+                Ok(()) => {
+                    judged.approval = Some(a.clone());
+                    break;
+                }
+                Err(why) => {
+                    let why = match &unreadable {
+                        Some(d) if why.starts_with("no allowed-signers list") => format!("{why}: {d}"),
+                        _ => why,
+                    };
+                    judged.rejected.push(format!(
+                        "approval {} by {}: {why}",
+                        &a.id.to_string()[..12],
+                        a.body.approver
+                    ))
+                }
+            }
+        }
+        self.judged.insert((tree, by), judged.clone());
+        judged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::approvals::{self, Signing};
+    use std::path::Path;
+
+    fn keygen(dir: &Path, name: &str) -> Option<(PathBuf, String)> {
+        let key = dir.join(name);
+        let ok = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+            .arg(&key)
+            .status()
+            .ok()?
+            .success();
+        ok.then(|| (key.clone(), std::fs::read_to_string(key.with_extension("pub")).unwrap()))
+    }
+
+    /// A commit on HEAD replacing `files`, by `who`.
+    fn commit(repo: &Repository, files: &[(&str, &str)], who: &str) -> Oid {
+        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+        let empty = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        let base = parent.as_ref().map(|p| p.tree().unwrap()).unwrap_or(empty);
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        for (path, body) in files {
+            update.upsert(*path, repo.blob(body.as_bytes()).unwrap(), git2::FileMode::Blob);
+        }
+        let tree = repo.find_tree(update.create_updated(repo, &base).unwrap()).unwrap();
+        let sig = git2::Signature::now(who, &format!("{who}@localhost")).unwrap();
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        repo.commit(Some("HEAD"), &sig, &sig, who, &tree, &parents).unwrap()
+    }
+
+    fn approve(repo: &Repository, commit: Oid, key: &Path) {
+        let who = crate::git::Person {
+            name: "Rev".into(),
+            email: "rev@x.org".into(),
+        };
+        let tree = super::super::builder_tree_of_commit(repo, commit).unwrap();
+        let signing = Signing {
+            key: key.to_path_buf(),
+            program: "ssh-keygen".into(),
+        };
+        let body = approvals::signed_body("p", tree, commit, &who, Some(&signing)).unwrap();
+        approvals::write(repo, body, &who).unwrap();
+    }
+
+    fn rule() -> ApprovalRule {
+        ApprovalRule {
+            runtime_email: "runtime@localhost".into(),
+            signers: Some(SignerList::Repository("settings/allowed_signers".into())),
+        }
+    }
+
+    fn memo_lines(root: &Path) -> Vec<String> {
+        std::fs::read_to_string(root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_key_added_by_an_unapproved_commit_is_trusted_for_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
+        };
+        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let rev_line = format!("rev@x.org {rev_pub}");
+        let both = format!("{rev_line}rev@x.org {mal_pub}");
+        // The first approved tree: its own list (bootstrap).
+        let c0 = commit(
+            &repo,
+            &[("settings/allowed_signers", &rev_line), ("prompts/a.md", "0")],
+            "eng",
+        );
+        approve(&repo, c0, &rev_key);
+        // A direct commit adds Mallory's key (no approval), then her change, approved
+        // by her key under Rev's address.
+        let c1 = commit(&repo, &[("settings/allowed_signers", &both)], "mallory");
+        let c2 = commit(&repo, &[("prompts/a.md", "mallory's")], "mallory");
+        approve(&repo, c2, &mal_key);
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        assert_eq!(trust.commit(c0).unwrap().by, JudgedBy::Bootstrap(c0));
+        assert!(trust.commit(c0).unwrap().approval.is_some());
+        assert!(trust.commit(c1).unwrap().approval.is_none());
+        let judged = trust.commit(c2).unwrap();
+        assert_eq!(judged.by, JudgedBy::Trusted(c0), "the unapproved c1 is skipped");
+        assert!(judged.approval.is_none());
+        assert!(
+            judged.rejected[0].contains("is not in settings/allowed_signers"),
+            "{:?}",
+            judged.rejected
+        );
+        // The attack ran: by the list of c1 (the tree before hers), it would count.
+        let c1_list = AllowedSigners::parse(Path::new("l"), &both).unwrap();
+        let forged = approvals::load(&repo).unwrap().pop().unwrap();
+        assert!(c1_list.verify(&forged.body).is_ok());
+        // A proposal on c1 is judged the same way.
+        assert_eq!(trust.proposal(c1, c2).unwrap().by, JudgedBy::Trusted(c0));
+        // Rev approves a later change: judged by c0's list, it counts; and a change
+        // after that is judged by that tree's list.
+        let c3 = commit(&repo, &[("prompts/a.md", "reviewed")], "eng");
+        approve(&repo, c3, &rev_key);
+        let c4 = commit(&repo, &[("prompts/a.md", "next")], "eng");
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        assert!(trust.commit(c3).unwrap().approval.is_some());
+        assert_eq!(trust.commit(c3).unwrap().by, JudgedBy::Trusted(c0));
+        assert_eq!(trust.commit(c4).unwrap().by, JudgedBy::Trusted(c3));
+    }
+
+    #[test]
+    fn the_walk_is_remembered_so_a_fire_reads_only_its_new_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
+        };
+        let root = dir.path().join("r");
+        let repo = Repository::init(&root).unwrap();
+        let c0 = commit(
+            &repo,
+            &[("settings/allowed_signers", &format!("rev@x.org {rev_pub}"))],
+            "eng",
+        );
+        approve(&repo, c0, &rev_key);
+        let c1 = commit(&repo, &[("prompts/a.md", "1")], "eng");
+        approve(&repo, c1, &rev_key);
+        for i in 0..50 {
+            commit(&repo, &[(&format!("runs/t/{i}.json"), "{}")], "runtime");
+        }
+        std::fs::create_dir_all(root.join(crate::layout::STATE_DIR)).unwrap();
+        let check = |at: Oid| {
+            let judged = Trust::new(&repo, rule())
+                .unwrap()
+                .remembering(Some(&root))
+                .commit(at)
+                .unwrap();
+            assert!(judged.approval.is_some(), "{:?}", judged.rejected);
+            assert_eq!(judged.by, JudgedBy::Trusted(c0));
+        };
+        let head = repo.head().unwrap().peel_to_commit().unwrap().id();
+        let t1 = super::super::builder_tree_of_commit(&repo, c1).unwrap();
+        let t0 = super::super::builder_tree_of_commit(&repo, c0).unwrap();
+        check(head);
+        // HEAD (its builder tree is c1's; the nearest ancestor with another is c0) and
+        // the builder changes below it: what the next fire asks about again.
+        let want = |at: Oid| vec![format!("{at} {t1} {c0}"), format!("{c0} {t0} -")];
+        assert_eq!(memo_lines(&root), want(head));
+        // A fire's new commit: the walk stops at the remembered parent. Proven by a
+        // memo that lies about the parent: the new commit inherits the lie.
+        let next = commit(&repo, &[("runs/t/next.json", "{}")], "runtime");
+        std::fs::write(
+            root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE),
+            format!("{head} {t1} -\n"),
+        )
+        .unwrap();
+        let judged = Trust::new(&repo, rule())
+            .unwrap()
+            .remembering(Some(&root))
+            .commit(next)
+            .unwrap();
+        assert_eq!(judged.by, JudgedBy::Bootstrap(next), "read from the memo, not walked");
+        // The truth again, and an unreadable memo is only a slower walk.
+        std::fs::write(
+            root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE),
+            "not a memo\n",
+        )
+        .unwrap();
+        check(next);
+        assert_eq!(memo_lines(&root), want(next));
+        check(next);
+        assert_eq!(memo_lines(&root), want(next));
+    }
+}
