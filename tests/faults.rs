@@ -171,3 +171,93 @@ fn a_git_lock_a_killed_runtime_left_is_removed_by_the_next_fire_and_no_other() {
     let receipt = summary["receipt"].as_str().unwrap();
     assert!(env.root.join(receipt).exists(), "the records stay in the work tree");
 }
+
+/// `(status, receipt_path)` of run `run_id` in the state database.
+fn run_row(env: &TestEnv, run_id: &str) -> (String, Option<String>) {
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    db.query_row(
+        "SELECT status, receipt_path FROM runs WHERE run_id = ?1",
+        [run_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_commit_blocked_by_a_persons_index_lock_is_carded_and_the_next_fire_of_any_task_commits_its_records() {
+    let env = crate::crash::counter_env(false);
+    env.write("prompts/u.md", PLAIN_PROMPT);
+    env.commit_all("a second task");
+    // A person's git at work: an index lock no runtime intent names, held throughout
+    // the fire.
+    let lock = env.root.join(".git/index.lock");
+    std::fs::write(&lock, "a person's git").unwrap();
+    let head = env.head_id();
+    let (code, blocked, stderr) = env.fire("t");
+    assert_eq!(code, 1, "{blocked}\n{stderr}");
+    assert!(
+        stderr.contains(&lock.display().to_string()),
+        "the lock is named: {stderr}"
+    );
+    assert!(blocked["commit"].is_null());
+    assert_eq!(env.head_id(), head, "nothing committed");
+    assert_eq!(
+        std::fs::read_to_string(&lock).unwrap(),
+        "a person's git",
+        "the lock is left alone"
+    );
+    let cards = env.cards(&blocked);
+    let card = cards
+        .iter()
+        .find(|c| c["kind"] == "commit_blocked")
+        .unwrap_or_else(|| panic!("a commit_blocked card: {cards:?}"));
+    assert!(card["detail"].as_str().unwrap().contains("index.lock"), "{card:?}");
+    let run = blocked["run_id"].as_str().unwrap();
+    let receipt = blocked["receipt"].as_str().unwrap().to_string();
+    let report = blocked["report"].as_str().unwrap().to_string();
+    assert!(env.root.join(&receipt).is_file() && env.root.join(&report).is_file());
+    assert_eq!(
+        run_row(&env, run),
+        ("completed".to_string(), Some(receipt.clone())),
+        "the blocked run's row points at its receipt"
+    );
+    assert_eq!(crate::crash::hits(&env).len(), 1, "the side effect ran once");
+
+    // The person's git is done: the next fire, of another task, commits the blocked
+    // run's records with its own.
+    std::fs::remove_file(&lock).unwrap();
+    let (code, next, stderr) = env.fire("u");
+    assert_eq!(code, 0, "{next}\n{stderr}");
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let tree = repo.head().unwrap().peel_to_tree().unwrap();
+    let card_paths: Vec<String> = blocked["cards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| {
+            let id = id.as_str().unwrap();
+            let day = std::fs::read_dir(env.root.join("cards"))
+                .unwrap()
+                .flatten()
+                .find(|d| d.path().join(format!("{id}.yaml")).exists())
+                .unwrap();
+            format!("cards/{}/{id}.yaml", day.file_name().to_string_lossy())
+        })
+        .collect();
+    for path in [&receipt, &report].into_iter().chain(&card_paths) {
+        let entry = tree
+            .get_path(std::path::Path::new(path))
+            .unwrap_or_else(|_| panic!("{path} is committed"));
+        assert_eq!(
+            repo.find_blob(entry.id()).unwrap().content(),
+            std::fs::read(env.root.join(path)).unwrap(),
+            "{path} committed as written"
+        );
+    }
+    let (code, _, stderr) = env.fire("t");
+    assert_eq!(code, 0, "{stderr}");
+    // Nothing lost, duplicated or left uncommitted; one row per receipt; no lock left.
+    crate::crash_suite::check(&env).unwrap();
+    let audit = env.builder(&["audit"]);
+    assert!(audit.status.success(), "{}", String::from_utf8_lossy(&audit.stdout));
+}

@@ -196,6 +196,10 @@ pub enum CardKind {
     /// `runtime resume` refused an approved call: a repository file it names (the
     /// script it runs, a file it reads or writes) changed since the run paused.
     ApprovalStale,
+    /// The fire's records could not be committed (git's index lock held by another
+    /// process past the wait, a branch that kept moving): they are left in the work
+    /// tree for the next fire's commit, of any task.
+    CommitBlocked,
 }
 
 impl CardKind {
@@ -223,6 +227,7 @@ impl CardKind {
             CardKind::StateReset => "state_reset",
             CardKind::SyncFailed => "sync_failed",
             CardKind::ApprovalStale => "approval_stale",
+            CardKind::CommitBlocked => "commit_blocked",
         }
     }
 }
@@ -286,6 +291,7 @@ named!(
         CardKind::StateReset,
         CardKind::SyncFailed,
         CardKind::ApprovalStale,
+        CardKind::CommitBlocked,
     ]
 );
 
@@ -1212,6 +1218,7 @@ triage:
             (CardKind::StateReset, "state_reset"),
             (CardKind::SyncFailed, "sync_failed"),
             (CardKind::ApprovalStale, "approval_stale"),
+            (CardKind::CommitBlocked, "commit_blocked"),
         ]);
     }
 

@@ -382,7 +382,8 @@ fn settings_cause(kind: crate::records::CardKind) -> bool {
         | K::OutputRejected
         | K::StateReset
         | K::SyncFailed
-        | K::ApprovalStale => false,
+        | K::ApprovalStale
+        | K::CommitBlocked => false,
     }
 }
 

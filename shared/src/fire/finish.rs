@@ -127,11 +127,16 @@ pub(crate) fn write(
     }
     crate::failpoint!("between-records-and-commit");
     let mut commit = None;
+    let mut blocked = false;
     if !ctx.opts.no_commit && failure.is_none() {
         test_pause_before_commit(root);
         match commit_records(ctx, sink, &files, &held, rec.status) {
             Ok(c) => commit = Some(c),
-            Err(e) => failure = Some(e),
+            Err(mut e) => {
+                card_ids.extend(leave_blocked(ctx, sink, held, &mut e));
+                blocked = true;
+                failure = Some(e);
+            }
         }
     }
     // The row is final only once the records are committed: a run killed before
@@ -148,11 +153,11 @@ pub(crate) fn write(
         export(ctx, exporter, &rec.state.trace);
     }
     let pending = rec.state.pending.as_ref().map(|p| p.call.id.as_str());
-    let hint = rec
-        .state
-        .cards
-        .first()
-        .and_then(|c| hint_for(c.kind, &ctx.run_id, pending));
+    let first_kind = match blocked {
+        true => Some(CardKind::CommitBlocked),
+        false => rec.state.cards.first().map(|c| c.kind),
+    };
+    let hint = first_kind.and_then(|k| hint_for(k, &ctx.run_id, pending));
     FireSummary {
         run_id: ctx.run_id.clone(),
         task: task.clone(),
@@ -250,6 +255,9 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
         }
         CardKind::ApprovalStale => {
             "look at what changed in the named files; if it is what you meant to run, fire the task again and approve the new pause".into()
+        }
+        CardKind::CommitBlocked => {
+            "the card names the lock: once whoever holds it is done (or, if no git runs, it is removed), the next fire of any task commits these records".into()
         }
         CardKind::SyncFailed => {
             "the card says which step failed; `git -C <repo> fetch <remote>` shows the same error, and the records stay committed locally until a push succeeds".into()
@@ -369,6 +377,50 @@ fn write_card(
     let bytes = records::card_yaml(&card)?.into_bytes();
     records::create_new(&ctx.opts.root, &rel, &bytes)?;
     Ok((card.id, rel.to_string_lossy().into_owned(), bytes))
+}
+
+/// After a failed commit: a `commit_blocked` card, and the run's records (the card
+/// with them) left for the next fire's commit ([`crate::git::leave_for_next_commit`]),
+/// which takes each in while the work tree still holds the bytes written here. The
+/// run's row (stored next) points at its receipt all the same. Returns the card's id
+/// once written; the failure's message says where the records went.
+fn leave_blocked(
+    ctx: &FireContext,
+    sink: &RecordSink,
+    mut held: Vec<(String, Vec<u8>)>,
+    failure: &mut WriteFailure,
+) -> Option<String> {
+    let draft = CardDraft {
+        kind: CardKind::CommitBlocked,
+        summary: format!(
+            "the records of run {} were not committed; the next fire's commit takes them in",
+            ctx.run_id
+        ),
+        detail: failure.message.clone(),
+        evidence: held.iter().map(|(f, _)| format!("left uncommitted: {f}")).collect(),
+    };
+    let card = match write_card(ctx, sink, &draft, Utc::now()) {
+        Ok((id, rel, bytes)) => {
+            held.push((rel, bytes));
+            Some(id)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the commit_blocked card was not written");
+            None
+        }
+    };
+    match crate::git::leave_for_next_commit(&crate::git::intent_dir(&ctx.opts.root), &held) {
+        Ok(()) => failure
+            .message
+            .push_str("; the records stay in the work tree and the next fire's commit (of any task) takes them in"),
+        Err(e) => {
+            tracing::warn!(error = %e, "the records were not left for the next commit");
+            failure.message.push_str(&format!(
+                "; the records stay in the work tree, uncommitted (not recorded for the next commit: {e})"
+            ));
+        }
+    }
+    card
 }
 
 /// Sorts what the model left under `reports/` (none for a fire refused before it
@@ -511,7 +563,8 @@ fn save_run(
 /// How long a fire waits for another fire's commit. A commit takes milliseconds; a
 /// lock held far longer is held by something else (a tool process that outlived its
 /// call can open the lock file read-only and flock it), and the fire must end rather
-/// than hang: its records stay in the work tree, uncommitted, and it exits 3.
+/// than hang: its records stay in the work tree for the next fire's commit, with a
+/// `commit_blocked` card, and it exits 1.
 const COMMIT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Takes the commit lock, waiting at most `wait`.
