@@ -790,14 +790,24 @@ pub enum WriteError {
 /// write-once) or if a directory on the way is a symlink (see [`crate::beneath`]: the
 /// model can reach `reports/` and must not be able to redirect the runtime's write).
 pub fn create_new(root: &Path, rel: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    create_new_synced(root, rel, bytes, false)
+}
+
+/// [`create_new`], with `fsync` (`durability: strict`) the file fsynced before its
+/// rename into place and its directory after. Without it (the default) a record
+/// survives a crash of the process, not a power loss: it is committed to git right
+/// away, and git's own object writes are not fsynced either.
+pub fn create_new_synced(root: &Path, rel: &Path, bytes: &[u8], fsync: bool) -> Result<(), WriteError> {
     let io = |e: std::io::Error| WriteError::Io {
         path: rel.to_path_buf(),
         source: e,
     };
     let dir = crate::beneath::open_root(root).map_err(io)?;
-    // No fsync here: the record is committed to git right away, and git's own object
-    // writes are not fsynced either; syncing only this file would not add durability.
-    crate::beneath::create_new(&dir, rel, bytes).map_err(|e| {
+    let written = match fsync {
+        true => crate::beneath::create_new_synced(&dir, rel, bytes),
+        false => crate::beneath::create_new(&dir, rel, bytes),
+    };
+    written.map_err(|e| {
         if e.kind() == std::io::ErrorKind::AlreadyExists {
             WriteError::Exists {
                 path: rel.to_path_buf(),

@@ -26,6 +26,8 @@ pub(crate) struct RecordSink<'a> {
     pub repo: &'a git2::Repository,
     /// The caps on what the model may leave under `reports/` and see committed.
     pub limits: crate::settings::Limits,
+    /// `strict`: each record is fsynced before its rename, its directory after.
+    pub durability: crate::settings::Durability,
 }
 
 /// Why writing the records failed, and what that makes of the fire.
@@ -78,7 +80,16 @@ pub(crate) fn write(
         .into_owned();
     let mut report_text = None;
     crate::failpoint!("before-report-write");
-    let report_rel = match place_report(root, &canonical_report, &ctx.run_id, task, ctx.started_at, &report) {
+    let placed = place_report(
+        root,
+        &canonical_report,
+        &ctx.run_id,
+        task,
+        ctx.started_at,
+        &report,
+        sink.durability.fsyncs(),
+    );
+    let report_rel = match placed {
         Ok((rel, taken)) => {
             outputs.rejected.extend(taken);
             let name = rel.to_string_lossy().into_owned();
@@ -117,7 +128,8 @@ pub(crate) fn write(
     let receipt_rel = records::receipt_path(task, &ctx.run_id, ctx.started_at);
     let receipt = receipt_of(ctx, rec, finished_at, cost, outputs_list, card_ids.clone());
     let receipt_bytes = records::receipt_json(&receipt).map(|j| sink.redactor.redact(&j).into_owned().into_bytes());
-    match receipt_bytes.and_then(|b| records::create_new(root, &receipt_rel, &b).map(|()| b)) {
+    let fsync = sink.durability.fsyncs();
+    match receipt_bytes.and_then(|b| records::create_new_synced(root, &receipt_rel, &b, fsync).map(|()| b)) {
         Ok(b) => {
             let name = receipt_rel.to_string_lossy().into_owned();
             files.push(name.clone());
@@ -375,7 +387,7 @@ fn write_card(
     );
     let rel = card.rel_path();
     let bytes = records::card_yaml(&card)?.into_bytes();
-    records::create_new(&ctx.opts.root, &rel, &bytes)?;
+    records::create_new_synced(&ctx.opts.root, &rel, &bytes, sink.durability.fsyncs())?;
     Ok((card.id, rel.to_string_lossy().into_owned(), bytes))
 }
 
@@ -487,8 +499,9 @@ fn place_report(
     task: &str,
     at: chrono::DateTime<Utc>,
     text: &str,
+    fsync: bool,
 ) -> Result<(std::path::PathBuf, Option<(String, String)>), WriteError> {
-    let why = match records::create_new(root, rel, text.as_bytes()) {
+    let why = match records::create_new_synced(root, rel, text.as_bytes(), fsync) {
         Ok(()) => return Ok((rel.to_path_buf(), None)),
         Err(WriteError::Exists { .. }) => "something was already at the report's name".to_string(),
         Err(WriteError::Io { source, .. }) if is_planted(&source) => {
@@ -497,7 +510,7 @@ fn place_report(
         Err(e) => return Err(e),
     };
     let fallback = std::path::PathBuf::from(format!("runs/{task}/{}/{run_id}.report.md", records::day(at)));
-    records::create_new(root, &fallback, text.as_bytes())?;
+    records::create_new_synced(root, &fallback, text.as_bytes(), fsync)?;
     tracing::warn!(report = %fallback.display(), "the report's name was taken; the report went to runs/");
     let name = rel.to_string_lossy().into_owned();
     Ok((
@@ -731,6 +744,7 @@ impl FireRun {
             telemetry: self.config.telemetry.clone(),
             repo: &self.repo,
             limits: self.config.limits,
+            durability: self.config.settings.durability,
         };
         let mut db = match StateDb::open(&self.ctx.opts.root) {
             Ok(db) => Some(db),
@@ -943,12 +957,12 @@ mod tests {
         let day = records::day(at);
         let rel = records::report_path("t", "r1", at);
         // Free: the report is where it always is.
-        let (placed, taken) = place_report(root, &rel, "r1", "t", at, "report").unwrap();
+        let (placed, taken) = place_report(root, &rel, "r1", "t", at, "report", false).unwrap();
         assert_eq!((placed.as_path(), taken), (rel.as_path(), None));
         // Something at the name: neither overwritten nor reused.
         let rel2 = records::report_path("t", "r2", at);
         std::fs::write(root.join(&rel2), "forged").unwrap();
-        let (placed, taken) = place_report(root, &rel2, "r2", "t", at, "report").unwrap();
+        let (placed, taken) = place_report(root, &rel2, "r2", "t", at, "report", false).unwrap();
         assert_eq!(placed, std::path::PathBuf::from(format!("runs/t/{day}/r2.report.md")));
         assert_eq!(std::fs::read_to_string(root.join(&rel2)).unwrap(), "forged");
         assert_eq!(std::fs::read_to_string(root.join(&placed)).unwrap(), "report");
@@ -958,7 +972,7 @@ mod tests {
         std::fs::create_dir_all(root.join("reports/u")).unwrap();
         std::os::unix::fs::symlink("../../prompts", root.join(format!("reports/u/{day}"))).unwrap();
         let rel3 = records::report_path("u", "r3", at);
-        let (placed, taken) = place_report(root, &rel3, "r3", "u", at, "report").unwrap();
+        let (placed, taken) = place_report(root, &rel3, "r3", "u", at, "report", false).unwrap();
         assert!(placed.starts_with("runs/u"), "{placed:?}");
         assert!(taken.is_some());
         assert_eq!(std::fs::read_dir(root.join("prompts")).unwrap().count(), 0);
