@@ -121,8 +121,8 @@ fn trial(kills: &[Kill]) -> Result<usize, String> {
 }
 
 /// The properties every trial must leave (also checked after other faults: a blocked
-/// commit in `faults.rs`). Reports are those under `reports/` but the tool's
-/// `reports/hits/`, of any task.
+/// commit in `faults.rs`). Reports are the `.md` files under `reports/` (of any task)
+/// but the tool's `reports/hits/`.
 pub(crate) fn check(env: &TestEnv) -> Result<(), String> {
     let seen = hits(env);
     let distinct: BTreeSet<&String> = seen.iter().collect();
@@ -158,7 +158,7 @@ pub(crate) fn check(env: &TestEnv) -> Result<(), String> {
     tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
         let path = format!("{dir}{}", entry.name().unwrap_or_default());
         let scaffold = entry.name().is_ok_and(|n| n.starts_with('.'));
-        let report = path.starts_with("reports/") && !path.starts_with("reports/hits/");
+        let report = path.starts_with("reports/") && path.ends_with(".md") && !path.starts_with("reports/hits/");
         let runtime_owned = !scaffold && (path.starts_with("runs/") || path.starts_with("cards/") || report);
         if entry.kind() == Some(git2::ObjectType::Blob) && runtime_owned {
             let blob = repo.find_blob(entry.id()).unwrap();

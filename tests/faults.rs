@@ -261,3 +261,94 @@ fn a_commit_blocked_by_a_persons_index_lock_is_carded_and_the_next_fire_of_any_t
     let audit = env.builder(&["audit"]);
     assert!(audit.status.success(), "{}", String::from_utf8_lossy(&audit.stdout));
 }
+
+#[test]
+fn a_checkpoint_that_cannot_be_written_stops_the_fire_before_its_next_tool_call() {
+    if let Some(why) = no_mount_namespace() {
+        println!("skipped: {why}");
+        return;
+    }
+    // The model's first call fills the disk under `.runtime` (its scratch directory
+    // lives there) and leaves a marker; its second would run the side-effecting
+    // `tools/bump.sh`.
+    let env = crate::crash::counter_env(false);
+    env.write(
+        "tools/fill.sh",
+        "[ -e reports/filled ] && exit 0\ndd if=/dev/zero of=\"$TMPDIR/fill\" bs=64k 2>/dev/null\necho \"$(du -k \"$TMPDIR/fill\" | cut -f1) KB\" > reports/filled\n",
+    );
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/fill.sh"}}]},
+        {"tool_calls": [{"id": "c2", "name": "run_command", "arguments": {"command": "sh tools/bump.sh"}}]},
+        {"content": "# Done\nfilled, then bumped"}
+    ]});
+    env.write("evals/t/replay.json", &trace.to_string());
+    let settings = env.read("settings/runtime.yaml").replace(
+        "    - \"Bash(sh tools/bump.sh)\"",
+        "    - \"Bash(sh tools/bump.sh)\"\n    - \"Bash(sh tools/fill.sh)\"",
+    );
+    env.write("settings/runtime.yaml", &settings);
+    env.commit_all("a task that fills the disk");
+
+    // Two fires on one small tmpfs at `.runtime` (a private mount namespace): the
+    // first meets the full disk, the second runs after it.
+    let out = env.home.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let script = r#"mkdir -p "$0/.runtime" && mount -t tmpfs -o size=1m tmpfs "$0/.runtime" && cd "$0" &&
+for n in 1 2; do "$1" fire t --json > "$2/$n.json" 2> "$2/$n.err"; echo $? > "$2/$n.code"; done &&
+cp .runtime/state.db .runtime/state.db-wal "$2/""#;
+    let template = env.command("runtime", &[]);
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-m", "sh", "-c", script])
+        .arg(&env.root)
+        .arg(bin("runtime"))
+        .arg(&out)
+        .env_clear();
+    for (k, v) in template.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let ran = cmd.output().unwrap();
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
+    let (first, stderr): (Value, String) = (serde_json::from_str(&read("1.json")).unwrap(), read("1.err"));
+
+    // The payload ran: the disk was filled.
+    let filled = env.read("reports/filled");
+    assert!(filled.trim().ends_with("KB"), "the fill ran: {filled}");
+    // ... and the fire stopped before the next call: exit 1, named, carded.
+    assert_eq!(read("1.code").trim(), "1", "{first}\n{stderr}");
+    assert_eq!(first["stop_reason"], "checkpoint_failed", "{first}");
+    assert!(
+        stderr.contains(".runtime/state.db"),
+        "the state database is named: {stderr}"
+    );
+    let cards = env.cards(&first);
+    let card = cards
+        .iter()
+        .find(|c| c["kind"] == "checkpoint_failed")
+        .unwrap_or_else(|| panic!("a checkpoint_failed card: {cards:?}"));
+    assert!(
+        card["summary"].as_str().unwrap().contains(".runtime/state.db"),
+        "{card:?}"
+    );
+    let run1 = first["run_id"].as_str().unwrap();
+    assert!(first["commit"].is_string(), "the records are committed: {first}");
+    let hits = crate::crash::hits(&env);
+    assert!(
+        !hits.iter().any(|h| h.starts_with(run1)),
+        "no tool call after the step that was not saved: {hits:?}"
+    );
+
+    // The next fire completes, and runs the side effect once.
+    let second: Value = serde_json::from_str(&read("2.json")).unwrap();
+    assert_eq!(read("2.code").trim(), "0", "{second}\n{}", read("2.err"));
+    let run2 = second["run_id"].as_str().unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert!(hits[0].starts_with(run2), "{hits:?}");
+    // The state the namespace held, where the checks read it.
+    for f in ["state.db", "state.db-wal"] {
+        std::fs::copy(out.join(f), env.root.join(".runtime").join(f)).unwrap();
+    }
+    crate::crash_suite::check(&env).unwrap();
+}

@@ -148,6 +148,11 @@ impl Journal {
         &self.run_id
     }
 
+    /// The state database the journal writes to.
+    pub fn db_path(&self) -> &str {
+        self.store.path()
+    }
+
     /// The run whose ledger this run's calls go into.
     pub fn ledger_run(&self) -> &str {
         &self.ledger_run

@@ -123,6 +123,9 @@ pub enum StopReason {
     WaitingApproval,
     /// The fire stopped before the loop (bad config, dirty tree, prefetch, sandbox).
     NotStarted,
+    /// A step's checkpoint (or a call's ledger entry) could not be written to the
+    /// state database: the run stopped before its next step.
+    CheckpointFailed,
 }
 
 impl StopReason {
@@ -141,6 +144,7 @@ impl StopReason {
             StopReason::ContextOverflow => "context_overflow",
             StopReason::WaitingApproval => "waiting_approval",
             StopReason::NotStarted => "not_started",
+            StopReason::CheckpointFailed => "checkpoint_failed",
         }
     }
 }
@@ -200,6 +204,9 @@ pub enum CardKind {
     /// process past the wait, a branch that kept moving): they are left in the work
     /// tree for the next fire's commit, of any task.
     CommitBlocked,
+    /// A step's checkpoint could not be written to the state database (a full disk,
+    /// a read-only `.runtime`): the run stopped before its next step.
+    CheckpointFailed,
 }
 
 impl CardKind {
@@ -228,6 +235,7 @@ impl CardKind {
             CardKind::SyncFailed => "sync_failed",
             CardKind::ApprovalStale => "approval_stale",
             CardKind::CommitBlocked => "commit_blocked",
+            CardKind::CheckpointFailed => "checkpoint_failed",
         }
     }
 }
@@ -263,6 +271,7 @@ named!(
         StopReason::ContextOverflow,
         StopReason::WaitingApproval,
         StopReason::NotStarted,
+        StopReason::CheckpointFailed,
     ]
 );
 named!(
@@ -292,6 +301,7 @@ named!(
         CardKind::SyncFailed,
         CardKind::ApprovalStale,
         CardKind::CommitBlocked,
+        CardKind::CheckpointFailed,
     ]
 );
 
@@ -1204,6 +1214,7 @@ triage:
             (StopReason::ContextOverflow, "context_overflow"),
             (StopReason::WaitingApproval, "waiting_approval"),
             (StopReason::NotStarted, "not_started"),
+            (StopReason::CheckpointFailed, "checkpoint_failed"),
         ]);
         check_names(&[
             (CardKind::PermissionDenied, "permission_denied"),
@@ -1229,6 +1240,7 @@ triage:
             (CardKind::SyncFailed, "sync_failed"),
             (CardKind::ApprovalStale, "approval_stale"),
             (CardKind::CommitBlocked, "commit_blocked"),
+            (CardKind::CheckpointFailed, "checkpoint_failed"),
         ]);
     }
 

@@ -383,7 +383,8 @@ fn settings_cause(kind: crate::records::CardKind) -> bool {
         | K::StateReset
         | K::SyncFailed
         | K::ApprovalStale
-        | K::CommitBlocked => false,
+        | K::CommitBlocked
+        | K::CheckpointFailed => false,
     }
 }
 

@@ -268,6 +268,9 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
         CardKind::ApprovalStale => {
             "look at what changed in the named files; if it is what you meant to run, fire the task again and approve the new pause".into()
         }
+        CardKind::CheckpointFailed => {
+            "free space on (or make writable) the file system of .runtime/; the next fire of the task resumes the run from its last checkpoint or closes it".into()
+        }
         CardKind::CommitBlocked => {
             "the card names the lock: once whoever holds it is done (or, if no git runs, it is removed), the next fire of any task commits these records".into()
         }
@@ -738,6 +741,18 @@ impl FireRun {
             acceptance: std::mem::take(&mut self.acceptance),
         };
         let records_acceptance = records.acceptance.clone();
+        // The tools are done with their scratch (the loop and the checks are over):
+        // gone before the records are written, so space a tool filled there (on the
+        // file system of `.runtime/`) is back for the records and the state.
+        let _ = std::fs::remove_dir_all(&self.config.scratch);
+        // A run stopped by a checkpoint that could not be written says so, naming
+        // the state database: the machine's problem (exit 1), not the run's.
+        let unsaved = records
+            .state
+            .cards
+            .iter()
+            .find(|c| c.kind == CardKind::CheckpointFailed)
+            .map(|c| c.summary.clone());
         let sink = RecordSink {
             redactor: self.config.redactor.clone(),
             identity: self.config.identity.clone(),
@@ -768,7 +783,14 @@ impl FireRun {
         self.push_records(&sink, &mut summary);
         self.after_records(db.as_mut(), status);
         self.remember_sync_refusal(db.as_mut(), &summary);
-        let _ = std::fs::remove_dir_all(&self.config.scratch);
+        if let (StopReason::CheckpointFailed, Some(line)) = (self.stop, unsaved) {
+            if summary.end == FireEnd::Failed {
+                summary.end = FireEnd::Environment;
+            }
+            if summary.message.is_empty() {
+                summary.message = line;
+            }
+        }
         match abort {
             Some(a) => {
                 if summary.end == FireEnd::Failed {
@@ -900,6 +922,7 @@ fn status_of(stop: StopReason, failed_checks: bool, no_checks: bool) -> RunStatu
         | StopReason::PermissionDenied
         | StopReason::ProviderError
         | StopReason::ContextOverflow
+        | StopReason::CheckpointFailed
         | StopReason::NotStarted => RunStatus::Failed,
     }
 }
