@@ -214,7 +214,6 @@ pub fn commit_new_files(
 /// refreshes and writes the index before it moves HEAD), and the engineer's next
 /// commit then lacks the records. Steps 5-7 follow each other at once to keep that
 /// stretch as short as a ref update.
-#[allow(clippy::too_many_arguments)]
 pub fn commit_new_files_with(
     repo: &Repository,
     files: &[String],
