@@ -471,3 +471,123 @@ fn a_tool_worker_killed_mid_call_is_replaced_once() {
     );
     assert!(gone(first) && gone(second));
 }
+
+/// The files and directories a fire of `env`'s task `t` fsynced, as `strace -y`
+/// names them (repo-relative, the run id as `RUN`, a pid between dots as `PID`), and
+/// the fire's summary; `None` when `strace` cannot run here. A file fsynced twice
+/// is listed twice.
+fn fsyncs_of_a_fire(env: &TestEnv) -> Option<(Vec<String>, Value)> {
+    if !std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return None;
+    }
+    let log = env.home.join("fsyncs.txt");
+    let _ = std::fs::remove_file(&log);
+    let fire = env.command("runtime", &["fire", "t", "--json"]);
+    let mut traced = std::process::Command::new("strace");
+    traced
+        .args(["-f", "-qq", "-y", "-e", "trace=fsync,fdatasync", "-o"])
+        .arg(&log)
+        .arg(fire.get_program())
+        .args(fire.get_args())
+        .current_dir(&env.root)
+        .env_clear();
+    for (k, v) in fire.get_envs() {
+        if let Some(v) = v {
+            traced.env(k, v);
+        }
+    }
+    let out = traced.output().unwrap();
+    let summary: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let run = summary["run_id"].as_str().unwrap().to_string();
+    let root = env.root.display().to_string();
+    let mut files: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once("fsync(").map(|(_, rest)| rest))
+        .filter_map(|rest| {
+            rest.split_once('<')
+                .and_then(|(_, p)| p.split_once('>'))
+                .map(|(p, _)| p)
+        })
+        .map(|p| {
+            p.replace(&root, "")
+                .replace(&run, "RUN")
+                .split('.')
+                .map(|seg| match !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) {
+                    true => "PID",
+                    false => seg,
+                })
+                .collect::<Vec<_>>()
+                .join(".")
+        })
+        .collect();
+    files.sort();
+    Some((files, summary))
+}
+
+#[test]
+fn durability_strict_fsyncs_checkpoints_and_records_and_normal_does_not() {
+    let env = counter_env(false);
+    let Some((normal, summary)) = fsyncs_of_a_fire(&env) else {
+        println!("skipped: strace cannot run here");
+        return;
+    };
+    assert_eq!(summary["exit_code"], 0, "{summary}");
+    let day = summary["receipt"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .nth(2)
+        .unwrap()
+        .to_string();
+    let record_syncs = |files: &[String]| -> Vec<String> {
+        files
+            .iter()
+            .filter(|f| f.starts_with("/runs/") || f.starts_with("/reports/") || f.starts_with("/cards/"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        record_syncs(&normal),
+        Vec::<String>::new(),
+        "normal: no record fsync: {normal:?}"
+    );
+    let wal = |files: &[String]| files.iter().filter(|f| *f == "/.runtime/state.db-wal").count();
+    let settings = env.read("settings/runtime.yaml");
+    env.write("settings/runtime.yaml", &format!("{settings}durability: strict\n"));
+    env.commit_all("durability: strict");
+    let (strict, summary) = fsyncs_of_a_fire(&env).unwrap();
+    assert_eq!(summary["exit_code"], 0, "{summary}");
+    let day2 = summary["receipt"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .nth(2)
+        .unwrap()
+        .to_string();
+    assert_eq!(day, day2, "the test ran across midnight; run it again");
+    for expected in [
+        format!("/runs/t/{day}/.RUN.json.PID.tmp"),
+        format!("/runs/t/{day}"),
+        format!("/reports/t/{day}/.RUN.md.PID.tmp"),
+        format!("/reports/t/{day}"),
+        "/.runtime/state.db-wal".to_string(),
+    ] {
+        assert!(strict.contains(&expected), "strict: {expected} fsynced: {strict:?}");
+    }
+    // The run's row, two checkpoints after model responses, the call's `started`
+    // entry, its completion and the final answer's checkpoint: each fsynced under
+    // strict, none under normal (where the log is synced only when SQLite copies it
+    // into the database).
+    assert!(
+        wal(&strict) >= 5 && wal(&strict) >= wal(&normal) + 4,
+        "strict fsyncs each checkpoint: {} fsyncs of the log against {} under normal",
+        wal(&strict),
+        wal(&normal)
+    );
+}

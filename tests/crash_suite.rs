@@ -120,8 +120,10 @@ fn trial(kills: &[Kill]) -> Result<usize, String> {
     Ok(died)
 }
 
-/// The properties every trial must leave.
-fn check(env: &TestEnv) -> Result<(), String> {
+/// The properties every trial must leave (also checked after other faults: a blocked
+/// commit in `faults.rs`). Reports are the `.md` files under `reports/` (of any task)
+/// but the tool's `reports/hits/`.
+pub(crate) fn check(env: &TestEnv) -> Result<(), String> {
     let seen = hits(env);
     let distinct: BTreeSet<&String> = seen.iter().collect();
     if distinct.len() != seen.len() {
@@ -156,8 +158,8 @@ fn check(env: &TestEnv) -> Result<(), String> {
     tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
         let path = format!("{dir}{}", entry.name().unwrap_or_default());
         let scaffold = entry.name().is_ok_and(|n| n.starts_with('.'));
-        let runtime_owned =
-            !scaffold && (path.starts_with("runs/") || path.starts_with("cards/") || path.starts_with("reports/t/"));
+        let report = path.starts_with("reports/") && path.ends_with(".md") && !path.starts_with("reports/hits/");
+        let runtime_owned = !scaffold && (path.starts_with("runs/") || path.starts_with("cards/") || report);
         if entry.kind() == Some(git2::ObjectType::Blob) && runtime_owned {
             let blob = repo.find_blob(entry.id()).unwrap();
             if blob.content().is_empty() {
@@ -167,7 +169,7 @@ fn check(env: &TestEnv) -> Result<(), String> {
                 let v: serde_json::Value = serde_json::from_slice(blob.content()).unwrap_or_default();
                 receipts.insert(v["run_id"].as_str().unwrap_or("?").to_string(), path.clone());
             }
-            if path.starts_with("reports/t/") {
+            if report {
                 reports.push(path);
             }
         }
@@ -209,7 +211,8 @@ fn check(env: &TestEnv) -> Result<(), String> {
             "--",
             "runs",
             "cards",
-            "reports/t",
+            "reports",
+            ":(exclude)reports/hits",
         ],
     );
     let dirty = String::from_utf8_lossy(&status.stdout).to_string();

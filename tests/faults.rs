@@ -171,3 +171,184 @@ fn a_git_lock_a_killed_runtime_left_is_removed_by_the_next_fire_and_no_other() {
     let receipt = summary["receipt"].as_str().unwrap();
     assert!(env.root.join(receipt).exists(), "the records stay in the work tree");
 }
+
+/// `(status, receipt_path)` of run `run_id` in the state database.
+fn run_row(env: &TestEnv, run_id: &str) -> (String, Option<String>) {
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    db.query_row(
+        "SELECT status, receipt_path FROM runs WHERE run_id = ?1",
+        [run_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_commit_blocked_by_a_persons_index_lock_is_carded_and_the_next_fire_of_any_task_commits_its_records() {
+    let env = crate::crash::counter_env(false);
+    env.write("prompts/u.md", PLAIN_PROMPT);
+    env.commit_all("a second task");
+    // A person's git at work: an index lock no runtime intent names, held throughout
+    // the fire.
+    let lock = env.root.join(".git/index.lock");
+    std::fs::write(&lock, "a person's git").unwrap();
+    let head = env.head_id();
+    let (code, blocked, stderr) = env.fire("t");
+    assert_eq!(code, 1, "{blocked}\n{stderr}");
+    assert!(
+        stderr.contains(&lock.display().to_string()),
+        "the lock is named: {stderr}"
+    );
+    assert!(blocked["commit"].is_null());
+    assert_eq!(env.head_id(), head, "nothing committed");
+    assert_eq!(
+        std::fs::read_to_string(&lock).unwrap(),
+        "a person's git",
+        "the lock is left alone"
+    );
+    let cards = env.cards(&blocked);
+    let card = cards
+        .iter()
+        .find(|c| c["kind"] == "commit_blocked")
+        .unwrap_or_else(|| panic!("a commit_blocked card: {cards:?}"));
+    assert!(card["detail"].as_str().unwrap().contains("index.lock"), "{card:?}");
+    let run = blocked["run_id"].as_str().unwrap();
+    let receipt = blocked["receipt"].as_str().unwrap().to_string();
+    let report = blocked["report"].as_str().unwrap().to_string();
+    assert!(env.root.join(&receipt).is_file() && env.root.join(&report).is_file());
+    assert_eq!(
+        run_row(&env, run),
+        ("completed".to_string(), Some(receipt.clone())),
+        "the blocked run's row points at its receipt"
+    );
+    assert_eq!(crate::crash::hits(&env).len(), 1, "the side effect ran once");
+
+    // The person's git is done: the next fire, of another task, commits the blocked
+    // run's records with its own.
+    std::fs::remove_file(&lock).unwrap();
+    let (code, next, stderr) = env.fire("u");
+    assert_eq!(code, 0, "{next}\n{stderr}");
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let tree = repo.head().unwrap().peel_to_tree().unwrap();
+    let card_paths: Vec<String> = blocked["cards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| {
+            let id = id.as_str().unwrap();
+            let day = std::fs::read_dir(env.root.join("cards"))
+                .unwrap()
+                .flatten()
+                .find(|d| d.path().join(format!("{id}.yaml")).exists())
+                .unwrap();
+            format!("cards/{}/{id}.yaml", day.file_name().to_string_lossy())
+        })
+        .collect();
+    for path in [&receipt, &report].into_iter().chain(&card_paths) {
+        let entry = tree
+            .get_path(std::path::Path::new(path))
+            .unwrap_or_else(|_| panic!("{path} is committed"));
+        assert_eq!(
+            repo.find_blob(entry.id()).unwrap().content(),
+            std::fs::read(env.root.join(path)).unwrap(),
+            "{path} committed as written"
+        );
+    }
+    let (code, _, stderr) = env.fire("t");
+    assert_eq!(code, 0, "{stderr}");
+    // Nothing lost, duplicated or left uncommitted; one row per receipt; no lock left.
+    crate::crash_suite::check(&env).unwrap();
+    let audit = env.builder(&["audit"]);
+    assert!(audit.status.success(), "{}", String::from_utf8_lossy(&audit.stdout));
+}
+
+#[test]
+fn a_checkpoint_that_cannot_be_written_stops_the_fire_before_its_next_tool_call() {
+    if let Some(why) = no_mount_namespace() {
+        println!("skipped: {why}");
+        return;
+    }
+    // The model's first call fills the disk under `.runtime` (its scratch directory
+    // lives there) and leaves a marker; its second would run the side-effecting
+    // `tools/bump.sh`.
+    let env = crate::crash::counter_env(false);
+    env.write(
+        "tools/fill.sh",
+        "[ -e reports/filled ] && exit 0\ndd if=/dev/zero of=\"$TMPDIR/fill\" bs=64k 2>/dev/null\necho \"$(du -k \"$TMPDIR/fill\" | cut -f1) KB\" > reports/filled\n",
+    );
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/fill.sh"}}]},
+        {"tool_calls": [{"id": "c2", "name": "run_command", "arguments": {"command": "sh tools/bump.sh"}}]},
+        {"content": "# Done\nfilled, then bumped"}
+    ]});
+    env.write("evals/t/replay.json", &trace.to_string());
+    let settings = env.read("settings/runtime.yaml").replace(
+        "    - \"Bash(sh tools/bump.sh)\"",
+        "    - \"Bash(sh tools/bump.sh)\"\n    - \"Bash(sh tools/fill.sh)\"",
+    );
+    env.write("settings/runtime.yaml", &settings);
+    env.commit_all("a task that fills the disk");
+
+    // Two fires on one small tmpfs at `.runtime` (a private mount namespace): the
+    // first meets the full disk, the second runs after it.
+    let out = env.home.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let script = r#"mkdir -p "$0/.runtime" && mount -t tmpfs -o size=1m tmpfs "$0/.runtime" && cd "$0" &&
+for n in 1 2; do "$1" fire t --json > "$2/$n.json" 2> "$2/$n.err"; echo $? > "$2/$n.code"; done &&
+cp .runtime/state.db .runtime/state.db-wal "$2/""#;
+    let template = env.command("runtime", &[]);
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-m", "sh", "-c", script])
+        .arg(&env.root)
+        .arg(bin("runtime"))
+        .arg(&out)
+        .env_clear();
+    for (k, v) in template.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let ran = cmd.output().unwrap();
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
+    let (first, stderr): (Value, String) = (serde_json::from_str(&read("1.json")).unwrap(), read("1.err"));
+
+    // The payload ran: the disk was filled.
+    let filled = env.read("reports/filled");
+    assert!(filled.trim().ends_with("KB"), "the fill ran: {filled}");
+    // ... and the fire stopped before the next call: exit 1, named, carded.
+    assert_eq!(read("1.code").trim(), "1", "{first}\n{stderr}");
+    assert_eq!(first["stop_reason"], "checkpoint_failed", "{first}");
+    assert!(
+        stderr.contains(".runtime/state.db"),
+        "the state database is named: {stderr}"
+    );
+    let cards = env.cards(&first);
+    let card = cards
+        .iter()
+        .find(|c| c["kind"] == "checkpoint_failed")
+        .unwrap_or_else(|| panic!("a checkpoint_failed card: {cards:?}"));
+    assert!(
+        card["summary"].as_str().unwrap().contains(".runtime/state.db"),
+        "{card:?}"
+    );
+    let run1 = first["run_id"].as_str().unwrap();
+    assert!(first["commit"].is_string(), "the records are committed: {first}");
+    let hits = crate::crash::hits(&env);
+    assert!(
+        !hits.iter().any(|h| h.starts_with(run1)),
+        "no tool call after the step that was not saved: {hits:?}"
+    );
+
+    // The next fire completes, and runs the side effect once.
+    let second: Value = serde_json::from_str(&read("2.json")).unwrap();
+    assert_eq!(read("2.code").trim(), "0", "{second}\n{}", read("2.err"));
+    let run2 = second["run_id"].as_str().unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert!(hits[0].starts_with(run2), "{hits:?}");
+    // The state the namespace held, where the checks read it.
+    for f in ["state.db", "state.db-wal"] {
+        std::fs::copy(out.join(f), env.root.join(".runtime").join(f)).unwrap();
+    }
+    crate::crash_suite::check(&env).unwrap();
+}

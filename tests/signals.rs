@@ -1,7 +1,8 @@
 //! Every phase of a fire answers SIGINT and SIGTERM (issue 11, item 5): prefetch, the
 //! loop, acceptance; the fire ends as `cancelled` (exit 1, DESIGN.md section 7) with
 //! its report, receipt and card committed, and nothing it started outlives it. The
-//! signal lands at a named point: a marker the fire's own script writes while it runs.
+//! signal lands at a named point: a marker the fire's own script writes while it runs,
+//! or a crash point armed to raise SIGTERM or SIGINT (`RUNTIME_FAILPOINTS=name:term`).
 
 use crate::crash::{counter_env, gone, hits, process_with_cmdline, runs};
 use crate::util::*;
@@ -143,4 +144,47 @@ fn sigterm_during_an_acceptance_check_ends_the_fire_cancelled_and_kills_the_chec
     let (code, summary) = ended(fire);
     assert_cancelled(&env, code, &summary);
     assert_gone(check, "the acceptance check");
+}
+
+#[test]
+fn sigterm_and_sigint_at_named_points_end_the_fire_cancelled_and_the_next_fire_completes() {
+    for (point, sig) in [
+        ("after-model-response", "term"),
+        ("after-ledger-started", "term"),
+        ("after-model-response", "int"),
+        ("after-ledger-started", "int"),
+    ] {
+        let env = counter_env(false);
+        // The signal is raised by the fire itself at the named point (a failpoint
+        // armed to signal rather than kill): no timing involved.
+        let out = crate::crash::runtime_crashing(&env, &format!("{point}:{sig}"), &["fire", "t", "--json"]);
+        let summary: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{point}:{sig}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_cancelled(&env, out.status.code(), &summary);
+        let receipt = env.receipt(&summary);
+        assert_eq!(
+            receipt["steps"], 1,
+            "{point}:{sig}: stopped in the first step: {receipt}"
+        );
+        let calls = receipt["tool_calls"].as_array().unwrap().len();
+        let run = summary["run_id"].as_str().unwrap().to_string();
+        let ran = hits(&env).iter().filter(|h| h.starts_with(&run)).count();
+        match point {
+            // The model asked for the call; the signal came before it was handled:
+            // not run, not recorded.
+            "after-model-response" => assert_eq!((calls, ran), (0, 0), "{point}:{sig}: {receipt}"),
+            // Marked started, then the signal: the call is interrupted (the command
+            // may have begun) and recorded; it never runs twice.
+            _ => assert!(
+                calls == 1 && ran <= 1,
+                "{point}:{sig}: {calls} calls, ran {ran}: {receipt}"
+            ),
+        }
+        // A later fire starts afresh (the cancelled run is closed, not resumed) and
+        // completes, and nothing is lost, repeated or left uncommitted.
+        let (code, next, stderr) = env.fire("t");
+        assert_eq!(code, 0, "{point}:{sig}: {next}\n{stderr}");
+        assert_ne!(next["run_id"], summary["run_id"]);
+        crate::crash_suite::check(&env).unwrap_or_else(|e| panic!("{point}:{sig}: {e}"));
+    }
 }

@@ -1,7 +1,8 @@
 //! The per-step checkpoint (issue 11): the loop state of a 10-step run serialized and
 //! written with the run row's totals and one ledger entry in one SQLite transaction,
-//! on disk, with the default durability (WAL, `synchronous = NORMAL`: survives a
-//! process crash; not a power loss). Target: at most 0.5 ms per step.
+//! on disk, with each durability setting: `normal`, the default (WAL, `synchronous =
+//! NORMAL`: survives a process crash; not a power loss; target at most 0.5 ms per
+//! step), and `strict` (`synchronous = FULL`: an fsync per checkpoint).
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,6 +10,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use shared::agent::{save_checkpoint, LoopState};
 use shared::journal::{CallStage, Journal, LedgerEntry, RunStart};
 use shared::provider::{Message, ToolCall};
+use shared::settings::Durability;
 use shared::state::StateDb;
 use shared::trace::{SpanKind, SpanStatus};
 
@@ -53,10 +55,10 @@ fn state_after(steps: u32) -> LoopState {
     state
 }
 
-fn bench(c: &mut Criterion) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = StateDb::open(dir.path()).unwrap().into_store();
-    let mut journal = Journal::begin(
+/// A journal in a fresh state database under `dir`, at `durability`.
+fn journal(dir: &std::path::Path, durability: Durability) -> Journal {
+    let store = StateDb::open(dir).unwrap().into_store();
+    Journal::begin(
         store,
         &RunStart {
             run_id: "20261130T000000Z-bench",
@@ -64,9 +66,13 @@ fn bench(c: &mut Criterion) {
             started_at: chrono::Utc::now(),
             ledger_run: "20261130T000000Z-bench",
             inputs: "{}",
+            durability,
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+fn bench(c: &mut Criterion) {
     let state = state_after(10);
     let blob = serde_json::to_string(&state).unwrap();
     println!("checkpoint of a 10-step run: {} bytes of state", blob.len());
@@ -77,13 +83,19 @@ fn bench(c: &mut Criterion) {
         stage: CallStage::Completed,
         result: Some("r".repeat(2000)),
     };
-    c.bench_function("checkpoint: step 10 (state, totals, one ledger entry)", |b| {
-        b.iter(|| save_checkpoint(&mut journal, &state, std::slice::from_ref(&entry)).unwrap())
-    });
     let first = state_after(1);
-    c.bench_function("checkpoint: step 1", |b| {
-        b.iter(|| save_checkpoint(&mut journal, &first, std::slice::from_ref(&entry)).unwrap())
-    });
+    for durability in [Durability::Normal, Durability::Strict] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = journal(dir.path(), durability);
+        let name = durability.as_str();
+        c.bench_function(
+            &format!("checkpoint ({name}): step 10 (state, totals, one ledger entry)"),
+            |b| b.iter(|| save_checkpoint(&mut journal, &state, std::slice::from_ref(&entry)).unwrap()),
+        );
+        c.bench_function(&format!("checkpoint ({name}): step 1"), |b| {
+            b.iter(|| save_checkpoint(&mut journal, &first, std::slice::from_ref(&entry)).unwrap())
+        });
+    }
 }
 
 criterion_group!(benches, bench);

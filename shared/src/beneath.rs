@@ -89,6 +89,16 @@ fn open_dirs(root: &OwnedFd, dirs: &[&str]) -> std::io::Result<OwnedFd> {
 /// `AlreadyExists` when anything is at that name, and with `ELOOP`/`EXDEV`/`ENOTDIR`
 /// when a directory on the way is a symlink or not a directory.
 pub fn create_new(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_new(root, rel, bytes, false)
+}
+
+/// [`create_new`] that survives a power loss once it returns: the temporary file is
+/// fsynced before its rename and the directory after it (`durability: strict`).
+pub fn create_new_synced(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_new(root, rel, bytes, true)
+}
+
+fn write_new(root: &OwnedFd, rel: &Path, bytes: &[u8], fsync: bool) -> std::io::Result<()> {
     let parts = components(rel)?;
     let (name, dirs) = parts
         .split_last()
@@ -101,11 +111,19 @@ pub fn create_new(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<(
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
         Mode::from_raw_mode(0o644),
     )?;
-    let written = std::fs::File::from(fd).write_all(bytes).and_then(|()| {
-        crate::failpoint!("mid-record-write");
-        rustix::fs::renameat_with(&dir, temp.as_str(), &dir, *name, rustix::fs::RenameFlags::NOREPLACE)
-            .map_err(std::io::Error::from)
-    });
+    let mut file = std::fs::File::from(fd);
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| if fsync { file.sync_all() } else { Ok(()) })
+        .and_then(|()| {
+            crate::failpoint!("mid-record-write");
+            rustix::fs::renameat_with(&dir, temp.as_str(), &dir, *name, rustix::fs::RenameFlags::NOREPLACE)
+                .map_err(std::io::Error::from)
+        })
+        .and_then(|()| match fsync {
+            true => rustix::fs::fsync(&dir).map_err(std::io::Error::from),
+            false => Ok(()),
+        });
     if written.is_err() {
         let _ = rustix::fs::unlinkat(&dir, temp.as_str(), rustix::fs::AtFlags::empty());
     }

@@ -1,9 +1,11 @@
 //! Named crash points for the crash suite (TiKV's `fail` crate), compiled in only
 //! with the `failpoints` cargo feature, which the end-to-end tests enable and release
 //! builds leave out. [`crate::failpoint!`] marks a point; [`arm`] reads
-//! `RUNTIME_FAILPOINTS` (`name[@n],...`: SIGKILL this process the `n`th time the
-//! point is reached, the first by default) once at start. Without the feature both
-//! compile to nothing.
+//! `RUNTIME_FAILPOINTS` (`name[@n][:signal],...`: signal this process the `n`th time
+//! the point is reached, the first by default; `kill` (SIGKILL, the default), `term`
+//! (SIGTERM) or `int` (SIGINT), so a test cancels a fire at a named point as a
+//! person or systemd would) once at start. Without the feature both compile to
+//! nothing.
 
 /// The environment variable that arms crash points.
 pub const FAILPOINTS_ENV: &str = "RUNTIME_FAILPOINTS";
@@ -18,7 +20,8 @@ macro_rules! failpoint {
 }
 
 /// Arms the crash points `RUNTIME_FAILPOINTS` names: each SIGKILLs the process (no
-/// unwinding, no destructor, like the OOM killer) when reached the given time.
+/// unwinding, no destructor, like the OOM killer) when reached the given time, or
+/// sends it the SIGTERM or SIGINT its `:term` / `:int` asks for.
 #[cfg(feature = "failpoints")]
 pub fn arm() {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -26,6 +29,12 @@ pub fn arm() {
         return;
     };
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (item, signal) = match item.split_once(':') {
+            Some((item, "term")) => (item, libc::SIGTERM),
+            Some((item, "int")) => (item, libc::SIGINT),
+            Some((item, _)) => (item, libc::SIGKILL),
+            None => (item, libc::SIGKILL),
+        };
         let (name, nth) = match item.split_once('@') {
             Some((n, k)) => (n, k.parse::<u32>().unwrap_or(1).max(1)),
             None => (item, 1),
@@ -33,9 +42,11 @@ pub fn arm() {
         let seen = AtomicU32::new(0);
         let armed = fail::cfg_callback(name, move || {
             if seen.fetch_add(1, Ordering::SeqCst) + 1 == nth {
-                // SAFETY: raising a signal at ourselves.
+                // SAFETY: raising a signal at ourselves. Its handler (SIGTERM,
+                // SIGINT) runs on this thread before `raise` returns, and tells the
+                // async runtime's listener through the shared registry.
                 unsafe {
-                    libc::raise(libc::SIGKILL);
+                    libc::raise(signal);
                 }
             }
         });

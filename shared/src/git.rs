@@ -144,11 +144,16 @@ pub struct CommitOptions<'a> {
     pub held: &'a [(String, Vec<u8>)],
 }
 
+/// Where a repository's commits keep their intent records: `<root>/.runtime/locks`.
+pub fn intent_dir(root: &Path) -> PathBuf {
+    root.join(crate::layout::STATE_DIR).join("locks")
+}
+
 impl CommitOptions<'_> {
-    /// A fire's settings: intents under `<root>/.runtime/locks`, the default bounds.
+    /// A fire's settings: intents under [`intent_dir`], the default bounds.
     pub fn new(root: &Path) -> CommitOptions<'static> {
         CommitOptions {
-            intent_dir: Some(root.join(crate::layout::STATE_DIR).join("locks")),
+            intent_dir: Some(intent_dir(root)),
             lock_wait: INDEX_LOCK_WAIT,
             tries: COMMIT_TRIES,
             before_ref_update: None,
@@ -209,7 +214,6 @@ pub fn commit_new_files(
 /// refreshes and writes the index before it moves HEAD), and the engineer's next
 /// commit then lacks the records. Steps 5-7 follow each other at once to keep that
 /// stretch as short as a ref update.
-#[allow(clippy::too_many_arguments)]
 pub fn commit_new_files_with(
     repo: &Repository,
     files: &[String],
@@ -248,20 +252,26 @@ pub fn commit_new_files_with(
     // them, and put in the index either way.
     let mut orphans = Vec::new();
     if let Some(dir) = &opts.intent_dir {
-        for f in recover_stale_locks(dir)?.orphaned_files {
+        let recovered = recover_stale_locks(dir)?;
+        for f in recovered.orphaned_files {
             if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
                 continue;
             }
+            let expected = recovered.blobs.get(&f).and_then(|b| Oid::from_str(b).ok());
             match record_blob(repo, &root, &f, &allowed) {
+                Ok(oid) if expected.is_some_and(|e| e != oid) => tracing::warn!(
+                    file = %f,
+                    "a record left for this commit changed since its run wrote it: left uncommitted"
+                ),
                 Ok(oid) => orphans.push((f, oid)),
-                Err(e) => tracing::warn!(file = %f, error = %e, "a dead runtime's record is left alone"),
+                Err(e) => tracing::warn!(file = %f, error = %e, "a record left for this commit is left alone"),
             }
         }
     }
-    // The new intent names the dead runtime's records too: its own intent is gone, and
-    // if this commit fails or this process dies, the next one must still find them.
-    let mut named: Vec<String> = files.to_vec();
-    named.extend(orphans.iter().map(|(f, _)| f.clone()));
+    // The new intent names the records of a dead or blocked runtime too: their intent
+    // is gone, and if this commit fails or this process dies, the next one must still
+    // find them.
+    let named: Vec<(String, Oid)> = blobs.iter().chain(&orphans).cloned().collect();
     let mut intent = opts.intent_dir.as_ref().map(|dir| Intent::new(dir, &named));
     if let Some(i) = &mut intent {
         i.record.locks = intent_locks(&index_lock, &side, &ref_lock);
@@ -270,8 +280,8 @@ pub fn commit_new_files_with(
     let held = match take_index_lock(&index_lock, opts.lock_wait) {
         Ok(h) => h,
         Err(e) => {
-            if let Some(i) = &intent {
-                i.remove();
+            if let Some(i) = &mut intent {
+                i.leave_pending();
             }
             return Err(e);
         }
@@ -322,8 +332,13 @@ pub fn commit_new_files_with(
     }
     let _ = std::fs::remove_file(&side.temp_index);
     let _ = std::fs::remove_file(&side.saved_index);
-    if let Some(i) = &intent {
-        i.remove();
+    if let Some(i) = &mut intent {
+        match &result {
+            Ok(_) => i.remove(),
+            // Its locks are released: what stays is the list of records, for the next
+            // commit to take in (see [`leave_for_next_commit`]).
+            Err(_) => i.leave_pending(),
+        }
     }
     if let (Ok(oid), Some(dir)) = (&result, &opts.intent_dir) {
         let mut all: Vec<String> = files.to_vec();
@@ -802,6 +817,11 @@ pub struct IntentRecord {
     /// The commit about to become the branch's tip, once written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// The blob id of each of `files` as its writer held it: the next commit takes a
+    /// file in only while the work tree still holds those bytes (a later fire's model
+    /// may edit an uncommitted report under `reports/`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub blobs: std::collections::BTreeMap<String, String>,
 }
 
 /// This process's intent record and where it lives.
@@ -813,18 +833,42 @@ struct Intent {
 }
 
 impl Intent {
-    fn new(dir: &Path, files: &[String]) -> Intent {
+    fn new(dir: &Path, files: &[(String, Oid)]) -> Intent {
         let pid = std::process::id();
-        Intent {
+        let mut intent = Intent {
             path: dir.join(format!("{INTENT_PREFIX}{pid}.json")),
             record: IntentRecord {
                 pid,
                 start_time: process_start_time(pid),
                 locks: vec![],
-                files: files.to_vec(),
+                files: vec![],
                 commit: None,
+                blobs: Default::default(),
             },
             dir_synced: false,
+        };
+        intent.name(files);
+        intent
+    }
+
+    /// Adds `files` to the records this intent names (once each), with their blob ids.
+    fn name(&mut self, files: &[(String, Oid)]) {
+        for (f, b) in files {
+            if !self.record.files.contains(f) {
+                self.record.files.push(f.clone());
+            }
+            self.record.blobs.insert(f.clone(), b.to_string());
+        }
+    }
+
+    /// After a failed commit, with every lock released: the record keeps naming the
+    /// records and no lock, so the next commit (once this process is gone, or a later
+    /// one of this process) takes them in.
+    fn leave_pending(&mut self) {
+        self.record.locks.clear();
+        self.record.commit = None;
+        if let Err(e) = self.save() {
+            tracing::warn!(error = %e, "the records left for the next commit were not recorded");
         }
     }
 
@@ -896,8 +940,34 @@ pub fn process_is_gone(pid: u32, start_time: Option<u64>) -> bool {
 pub struct Recovered {
     /// Lock files removed.
     pub removed: Vec<PathBuf>,
-    /// Files dead runtimes were committing (added to the index if HEAD has them).
+    /// Files dead runtimes were committing, or that a failed commit left for the next
+    /// one (added to the index if HEAD has them).
     pub orphaned_files: Vec<String>,
+    /// The blob id each of those files had when its writer held it, where recorded.
+    pub blobs: std::collections::BTreeMap<String, String>,
+}
+
+/// Leaves `files` (repo-relative, with the bytes their writer holds) for the next
+/// commit of any runtime process: records a fire wrote and could not commit (git's
+/// index lock held by a person's git past the wait, a branch that kept moving). They
+/// join this process's intent record, which names no lock; the next commit, once this
+/// process is gone (or this process's own next one), commits each file whose work-tree
+/// bytes are still those, with its own records.
+pub fn leave_for_next_commit(intent_dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), GitError> {
+    let hashed = files
+        .iter()
+        .map(|(f, bytes)| Ok((f.clone(), Oid::hash_object(git2::ObjectType::Blob, bytes)?)))
+        .collect::<Result<Vec<_>, git2::Error>>()?;
+    let mut intent = Intent::new(intent_dir, &[]);
+    if let Some(old) = std::fs::read(&intent.path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<IntentRecord>(&b).ok())
+    {
+        intent.record.files = old.files;
+        intent.record.blobs = old.blobs;
+    }
+    intent.name(&hashed);
+    intent.save()
 }
 
 /// Judges every intent record in `dir`. A record of a live process is left alone. For
@@ -944,7 +1014,15 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
                 continue;
             }
         };
-        if record.pid == std::process::id() || !process_is_gone(record.pid, record.start_time) {
+        if record.pid == std::process::id() {
+            // This process's own record, left by a commit of its own that failed: it
+            // holds no lock now (commits run one at a time), only records.
+            out.orphaned_files.extend(record.files);
+            out.blobs.extend(record.blobs);
+            std::fs::remove_file(&path).map_err(|e| GitError::Io { path, source: e })?;
+            continue;
+        }
+        if !process_is_gone(record.pid, record.start_time) {
             continue;
         }
         let written = meta.modified().ok();
@@ -965,6 +1043,7 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
             }
         }
         out.orphaned_files.extend(record.files);
+        out.blobs.extend(record.blobs);
         std::fs::remove_file(&path).map_err(|e| GitError::Io { path, source: e })?;
     }
     Ok(out)
@@ -1907,9 +1986,58 @@ mod commit_tests {
             locks,
             files: vec![],
             commit: None,
+            blobs: Default::default(),
         };
         std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
         path
+    }
+
+    #[test]
+    fn records_left_for_the_next_commit_are_taken_in_while_their_bytes_are_unchanged() {
+        let (dir, repo) = setup();
+        let (r2, r3) = (b"{\"r\":2}".to_vec(), b"{\"r\":3}".to_vec());
+        std::fs::write(dir.path().join("runs/t/r2.json"), &r2).unwrap();
+        std::fs::write(dir.path().join("runs/t/r3.json"), &r3).unwrap();
+        let intents = intent_dir(dir.path());
+        leave_for_next_commit(&intents, &[("runs/t/r2.json".into(), r2)]).unwrap();
+        leave_for_next_commit(&intents, &[("runs/t/r3.json".into(), r3)]).unwrap();
+        // Edited after its run left it: not committed as someone else's bytes.
+        std::fs::write(dir.path().join("runs/t/r3.json"), "forged").unwrap();
+        commit(&repo, &opts(dir.path())).unwrap();
+        assert_committed_and_indexed(&repo, "runs/t/r2.json");
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+        assert!(head_blob(&repo, "runs/t/r3.json").unwrap().is_none());
+        assert_eq!(
+            std::fs::read_dir(&intents)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(INTENT_PREFIX))
+                .count(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_commit_that_fails_leaves_its_records_for_the_next_one() {
+        let (dir, repo) = setup();
+        let lock = repo.path().join("index.lock");
+        std::fs::write(&lock, "").unwrap();
+        assert!(matches!(commit(&repo, &opts(dir.path())), Err(GitError::Locked { .. })));
+        std::fs::remove_file(&lock).unwrap();
+        // Another record's commit takes the blocked one in.
+        std::fs::write(dir.path().join("runs/t/r4.json"), "{}").unwrap();
+        commit_new_files_with(
+            &repo,
+            &["runs/t/r4.json".into()],
+            |p| p.starts_with("runs/"),
+            "runtime",
+            "runtime@localhost",
+            "runtime: t",
+            &opts(dir.path()),
+        )
+        .unwrap();
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+        assert_committed_and_indexed(&repo, "runs/t/r4.json");
     }
 
     #[test]

@@ -74,6 +74,9 @@ pub struct RunStart<'a> {
     pub ledger_run: &'a str,
     /// The input versions (serialized receipt inputs), for recovery's comparison.
     pub inputs: &'a str,
+    /// `strict`: every write of the run (its row, checkpoints, ledger) is fsynced
+    /// before it returns (SQLite `synchronous=FULL`).
+    pub durability: crate::settings::Durability,
 }
 
 /// The running totals a checkpoint writes into the run's row.
@@ -120,6 +123,7 @@ impl Journal {
     /// Writes the run's `running` row and its live row in one transaction, and keeps
     /// the store for the run's checkpoints.
     pub fn begin(mut store: Store, run: &RunStart) -> Result<Journal, StoreError> {
+        store.sync_every_commit(run.durability.fsyncs())?;
         let pid = std::process::id();
         let pid_start = crate::git::process_start_time(pid).map(|t| t as i64);
         let at = run.started_at.to_rfc3339();
@@ -142,6 +146,11 @@ impl Journal {
 
     pub fn run_id(&self) -> &str {
         &self.run_id
+    }
+
+    /// The state database the journal writes to.
+    pub fn db_path(&self) -> &str {
+        self.store.path()
     }
 
     /// The run whose ledger this run's calls go into.

@@ -123,6 +123,9 @@ pub enum StopReason {
     WaitingApproval,
     /// The fire stopped before the loop (bad config, dirty tree, prefetch, sandbox).
     NotStarted,
+    /// A step's checkpoint (or a call's ledger entry) could not be written to the
+    /// state database: the run stopped before its next step.
+    CheckpointFailed,
 }
 
 impl StopReason {
@@ -141,6 +144,7 @@ impl StopReason {
             StopReason::ContextOverflow => "context_overflow",
             StopReason::WaitingApproval => "waiting_approval",
             StopReason::NotStarted => "not_started",
+            StopReason::CheckpointFailed => "checkpoint_failed",
         }
     }
 }
@@ -196,6 +200,13 @@ pub enum CardKind {
     /// `runtime resume` refused an approved call: a repository file it names (the
     /// script it runs, a file it reads or writes) changed since the run paused.
     ApprovalStale,
+    /// The fire's records could not be committed (git's index lock held by another
+    /// process past the wait, a branch that kept moving): they are left in the work
+    /// tree for the next fire's commit, of any task.
+    CommitBlocked,
+    /// A step's checkpoint could not be written to the state database (a full disk,
+    /// a read-only `.runtime`): the run stopped before its next step.
+    CheckpointFailed,
 }
 
 impl CardKind {
@@ -223,6 +234,8 @@ impl CardKind {
             CardKind::StateReset => "state_reset",
             CardKind::SyncFailed => "sync_failed",
             CardKind::ApprovalStale => "approval_stale",
+            CardKind::CommitBlocked => "commit_blocked",
+            CardKind::CheckpointFailed => "checkpoint_failed",
         }
     }
 }
@@ -258,6 +271,7 @@ named!(
         StopReason::ContextOverflow,
         StopReason::WaitingApproval,
         StopReason::NotStarted,
+        StopReason::CheckpointFailed,
     ]
 );
 named!(
@@ -286,6 +300,8 @@ named!(
         CardKind::StateReset,
         CardKind::SyncFailed,
         CardKind::ApprovalStale,
+        CardKind::CommitBlocked,
+        CardKind::CheckpointFailed,
     ]
 );
 
@@ -784,14 +800,24 @@ pub enum WriteError {
 /// write-once) or if a directory on the way is a symlink (see [`crate::beneath`]: the
 /// model can reach `reports/` and must not be able to redirect the runtime's write).
 pub fn create_new(root: &Path, rel: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    create_new_synced(root, rel, bytes, false)
+}
+
+/// [`create_new`], with `fsync` (`durability: strict`) the file fsynced before its
+/// rename into place and its directory after. Without it (the default) a record
+/// survives a crash of the process, not a power loss: it is committed to git right
+/// away, and git's own object writes are not fsynced either.
+pub fn create_new_synced(root: &Path, rel: &Path, bytes: &[u8], fsync: bool) -> Result<(), WriteError> {
     let io = |e: std::io::Error| WriteError::Io {
         path: rel.to_path_buf(),
         source: e,
     };
     let dir = crate::beneath::open_root(root).map_err(io)?;
-    // No fsync here: the record is committed to git right away, and git's own object
-    // writes are not fsynced either; syncing only this file would not add durability.
-    crate::beneath::create_new(&dir, rel, bytes).map_err(|e| {
+    let written = match fsync {
+        true => crate::beneath::create_new_synced(&dir, rel, bytes),
+        false => crate::beneath::create_new(&dir, rel, bytes),
+    };
+    written.map_err(|e| {
         if e.kind() == std::io::ErrorKind::AlreadyExists {
             WriteError::Exists {
                 path: rel.to_path_buf(),
@@ -1188,6 +1214,7 @@ triage:
             (StopReason::ContextOverflow, "context_overflow"),
             (StopReason::WaitingApproval, "waiting_approval"),
             (StopReason::NotStarted, "not_started"),
+            (StopReason::CheckpointFailed, "checkpoint_failed"),
         ]);
         check_names(&[
             (CardKind::PermissionDenied, "permission_denied"),
@@ -1212,6 +1239,8 @@ triage:
             (CardKind::StateReset, "state_reset"),
             (CardKind::SyncFailed, "sync_failed"),
             (CardKind::ApprovalStale, "approval_stale"),
+            (CardKind::CommitBlocked, "commit_blocked"),
+            (CardKind::CheckpointFailed, "checkpoint_failed"),
         ]);
     }
 

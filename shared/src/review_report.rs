@@ -382,7 +382,9 @@ fn settings_cause(kind: crate::records::CardKind) -> bool {
         | K::OutputRejected
         | K::StateReset
         | K::SyncFailed
-        | K::ApprovalStale => false,
+        | K::ApprovalStale
+        | K::CommitBlocked
+        | K::CheckpointFailed => false,
     }
 }
 

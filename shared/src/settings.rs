@@ -48,6 +48,9 @@ pub struct RuntimeSettings {
     pub prices: BTreeMap<String, Price>,
     #[serde(default)]
     pub limits: Limits,
+    /// How durable the run's checkpoints and records are before the fire goes on.
+    #[serde(default)]
+    pub durability: Durability,
     /// OpenTelemetry export of each fire's trace (optional).
     #[serde(default)]
     pub telemetry: Telemetry,
@@ -174,6 +177,38 @@ pub struct Permissions {
     /// Extra read roots outside the repository (absolute paths).
     #[serde(default, alias = "additionalDirectories")]
     pub additional_directories: Vec<String>,
+}
+
+/// How durable the runtime's own writes are (`durability:`): what survives a crash of
+/// the process, or a power loss too.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// SQLite WAL with `synchronous=NORMAL`; records renamed into place without an
+    /// fsync. Survives a crash of the process (SIGKILL, the OOM killer), not a power
+    /// loss: the last checkpoints before one may be lost.
+    #[default]
+    Normal,
+    /// `synchronous=FULL` for the run's row, checkpoints and tool ledger; each record
+    /// fsynced before its rename and its directory after.
+    Strict,
+}
+
+impl Durability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Normal => "normal",
+            Durability::Strict => "strict",
+        }
+    }
+
+    /// Whether writes are fsynced before the fire goes on.
+    pub fn fsyncs(self) -> bool {
+        match self {
+            Durability::Normal => false,
+            Durability::Strict => true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -365,6 +400,7 @@ const TOP_KEYS: &[&str] = &[
     "builder_paths",
     "prices",
     "limits",
+    "durability",
     "telemetry",
     "require_reviewed",
     "review",
@@ -522,6 +558,7 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> 
             "runtime_identity" => section::<Identity>(file, src, key, v, diags),
             "prices" => section::<BTreeMap<String, Price>>(file, src, key, v, diags),
             "limits" => section::<Limits>(file, src, key, v, diags),
+            "durability" => section::<Durability>(file, src, key, v, diags),
             "telemetry" => section::<Telemetry>(file, src, key, v, diags),
             "require_reviewed" => section::<bool>(file, src, key, v, diags),
             "review" => section::<ReviewSettings>(file, src, key, v, diags),

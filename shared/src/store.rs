@@ -253,6 +253,16 @@ impl Store {
         Ok(out)
     }
 
+    /// Whether each committed transaction is fsynced before the commit returns
+    /// (`synchronous=FULL`: survives a power loss) or only the write-ahead log is
+    /// written, synced at checkpoints (`NORMAL`, the default: survives a crash of the
+    /// process).
+    pub fn sync_every_commit(&self, full: bool) -> Result<(), StoreError> {
+        self.conn
+            .pragma_update(None, "synchronous", if full { "FULL" } else { "NORMAL" })
+            .map_err(self.sql_error())
+    }
+
     /// SQLite's `PRAGMA quick_check`: `None` when the file is sound, else what it
     /// found (the first few problems).
     pub fn quick_check(&self) -> Result<Option<String>, StoreError> {

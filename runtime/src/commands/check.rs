@@ -5,7 +5,7 @@
 
 use crate::command_error::{CommandError, Outcome};
 use shared::sandbox::{landlock, namespaces, seccomp};
-use shared::settings::LandlockMode;
+use shared::settings::{Durability, LandlockMode};
 use std::path::Path;
 
 /// Check that this repo and kernel can fire (Landlock ABI, settings, prompts)
@@ -22,6 +22,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let checked = shared::check::check_repo(root);
     let problems = checked.problems;
     let mode = checked.settings.as_ref().map(|s| s.runtime.sandbox.landlock);
+    let durability = checked.settings.as_ref().map(|s| s.runtime.durability);
     let missing_key = checked
         .settings
         .as_ref()
@@ -54,7 +55,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "user_namespaces": userns, "idmapped_mounts": idmap, "seccomp": filter, "mode": mode, "problems": problems, "missing_key": missing_key, "ok": ok})
+                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "user_namespaces": userns, "idmapped_mounts": idmap, "seccomp": filter, "mode": mode, "durability": durability, "problems": problems, "missing_key": missing_key, "ok": ok})
             )?
         );
     } else {
@@ -86,6 +87,16 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
             mode.map(|m| format!("{m:?}"))
                 .unwrap_or_else(|| "(settings do not load)".into())
         );
+        if let Some(d) = durability {
+            println!(
+                "durability in settings: {} ({})",
+                d.as_str(),
+                match d {
+                    Durability::Normal => "checkpoints and records survive a crash of the process, not a power loss",
+                    Durability::Strict => "checkpoints and records are fsynced before the fire goes on",
+                }
+            );
+        }
         for p in &problems {
             println!("{p}");
         }

@@ -137,7 +137,8 @@ pub fn call_hash(name: &str, arguments: &str) -> String {
 /// What handling one call did to the loop.
 enum CallOutcome {
     Done,
-    Waiting,
+    /// The loop stops: the call waits for approval, or its step is not durable.
+    Stop(StopReason),
 }
 
 /// One run of the loop: the fixed inputs and the live handles it drives.
@@ -232,7 +233,9 @@ impl Agent<'_> {
                 })
                 .unwrap_or_default();
             crate::failpoint!("after-model-response");
-            self.checkpoint(state, &intended);
+            if let Some(stop) = self.checkpoint(state, &intended) {
+                return stop;
+            }
             let resp = match resp {
                 Ok(r) => r,
                 Err(stop) => return stop,
@@ -242,8 +245,8 @@ impl Agent<'_> {
                 if *self.cancel.borrow() || crate::cancel::requested() {
                     return StopReason::Cancelled;
                 }
-                if let CallOutcome::Waiting = self.handle_call(state, call, step, false).await {
-                    return StopReason::WaitingApproval;
+                if let CallOutcome::Stop(stop) = self.handle_call(state, call, step, false).await {
+                    return stop;
                 }
                 if let Some(stop) = repetition(self.cfg, state) {
                     return stop;
@@ -269,7 +272,7 @@ impl Agent<'_> {
         }
         match self.handle_call(state, &p.call, p.step, true).await {
             CallOutcome::Done => None,
-            CallOutcome::Waiting => Some(StopReason::WaitingApproval),
+            CallOutcome::Stop(stop) => Some(stop),
         }
     }
 
@@ -301,8 +304,8 @@ impl Agent<'_> {
             if *self.cancel.borrow() || crate::cancel::requested() {
                 return Some(StopReason::Cancelled);
             }
-            if let CallOutcome::Waiting = self.handle_call(state, call, step, true).await {
-                return Some(StopReason::WaitingApproval);
+            if let CallOutcome::Stop(stop) = self.handle_call(state, call, step, true).await {
+                return Some(stop);
             }
             if let Some(stop) = repetition(self.cfg, state) {
                 return Some(stop);
@@ -430,25 +433,27 @@ impl Agent<'_> {
     }
 
     /// The checkpoint after a step or a call: the loop state and the changed ledger
-    /// entries, in one transaction. A checkpoint that cannot be written is logged: the
-    /// run goes on, and its records are still written at its end.
-    fn checkpoint(&mut self, state: &LoopState, ledger: &[LedgerEntry]) {
-        let Some(journal) = self.journal.as_deref_mut() else {
-            return;
-        };
-        if let Err(e) = save_checkpoint(journal, state, ledger) {
-            tracing::warn!(error = %e, step = state.step, "the step's checkpoint was not saved");
-        }
+    /// entries, in one transaction. One that cannot be written (a full disk, a
+    /// read-only `.runtime`) stops the run before its next step: a later crash would
+    /// otherwise repeat or lose what the step did. `Some` is that stop, with a
+    /// `checkpoint_failed` card naming the state database.
+    fn checkpoint(&mut self, state: &mut LoopState, ledger: &[LedgerEntry]) -> Option<StopReason> {
+        let journal = self.journal.as_deref_mut()?;
+        let e = save_checkpoint(journal, state, ledger).err()?;
+        let what = format!("the checkpoint after step {}", state.step);
+        Some(checkpoint_failed(state, journal, &what, e))
     }
 
-    /// Marks `call` started in the ledger before the worker gets it.
-    fn ledger_started(&mut self, call: &ToolCall) {
-        let Some(journal) = self.journal.as_deref_mut() else {
-            return;
-        };
-        if let Err(e) = journal.started(&ledger_entry(call, CallStage::Started, None)) {
-            tracing::warn!(error = %e, call = %call.id, "the call's ledger entry was not saved");
-        }
+    /// Marks `call` started in the ledger before the worker gets it; `Some` stops the
+    /// run instead when that cannot be written: the call is not run.
+    fn ledger_started(&mut self, state: &mut LoopState, call: &ToolCall) -> Option<StopReason> {
+        let journal = self.journal.as_deref_mut()?;
+        let e = journal
+            .started(&ledger_entry(call, CallStage::Started, None))
+            .err()?
+            .to_string();
+        let what = format!("the ledger entry of call {} (not run)", call.id);
+        Some(checkpoint_failed(state, journal, &what, e))
     }
 
     /// On resume, what the ledger already knows of `call`: a completed call's recorded
@@ -540,8 +545,10 @@ impl Agent<'_> {
                     record(args_json, d, rule, reason)
                 });
                 finish_call(self.cfg, state, rec, &result);
-                self.checkpoint(state, &[completed_entry(call, &result)]);
-                CallOutcome::Done
+                match self.checkpoint(state, &[completed_entry(call, &result)]) {
+                    Some(stop) => CallOutcome::Stop(stop),
+                    None => CallOutcome::Done,
+                }
             }
             Gate::Pause {
                 args,
@@ -575,8 +582,8 @@ impl Agent<'_> {
                     record(args_json, RecordedDecision::Ask, verdict.rule, verdict.reason),
                     &result,
                 );
-                self.checkpoint(state, &[]);
-                CallOutcome::Waiting
+                let stop = self.checkpoint(state, &[]);
+                CallOutcome::Stop(stop.unwrap_or(StopReason::WaitingApproval))
             }
             Gate::Run {
                 args,
@@ -587,7 +594,9 @@ impl Agent<'_> {
                 let result = match replayed {
                     Some(r) => r,
                     None => {
-                        self.ledger_started(call);
+                        if let Some(stop) = self.ledger_started(state, call) {
+                            return CallOutcome::Stop(stop);
+                        }
                         crate::failpoint!("after-ledger-started");
                         let r = self.execute(call, args).await;
                         crate::failpoint!("after-tool-side-effect");
@@ -616,8 +625,10 @@ impl Agent<'_> {
                     record(args_json, RecordedDecision::Allow, verdict.rule, verdict.reason),
                     &result,
                 );
-                self.checkpoint(state, &[completed_entry(call, &result)]);
-                CallOutcome::Done
+                match self.checkpoint(state, &[completed_entry(call, &result)]) {
+                    Some(stop) => CallOutcome::Stop(stop),
+                    None => CallOutcome::Done,
+                }
             }
         }
     }
@@ -672,6 +683,22 @@ pub fn save_checkpoint(journal: &mut Journal, state: &LoopState, ledger: &[Ledge
     journal
         .checkpoint(&blob, totals(state), ledger)
         .map_err(|e| e.to_string())
+}
+
+/// The stop of a run whose `what` (a checkpoint, a ledger entry) could not be written
+/// to the journal's state database: a `checkpoint_failed` card naming the file.
+fn checkpoint_failed(state: &mut LoopState, journal: &Journal, what: &str, error: String) -> StopReason {
+    tracing::error!(error = %error, step = state.step, "{what} was not saved: the run stops");
+    state.cards.push(CardDraft {
+        kind: CardKind::CheckpointFailed,
+        summary: format!(
+            "{what} could not be written to {}: the fire stopped before its next step",
+            journal.db_path()
+        ),
+        detail: error,
+        evidence: vec![format!("step {}", state.step)],
+    });
+    StopReason::CheckpointFailed
 }
 
 /// The ledger entry of `call` at `stage`.

@@ -26,6 +26,8 @@ pub(crate) struct RecordSink<'a> {
     pub repo: &'a git2::Repository,
     /// The caps on what the model may leave under `reports/` and see committed.
     pub limits: crate::settings::Limits,
+    /// `strict`: each record is fsynced before its rename, its directory after.
+    pub durability: crate::settings::Durability,
 }
 
 /// Why writing the records failed, and what that makes of the fire.
@@ -78,7 +80,16 @@ pub(crate) fn write(
         .into_owned();
     let mut report_text = None;
     crate::failpoint!("before-report-write");
-    let report_rel = match place_report(root, &canonical_report, &ctx.run_id, task, ctx.started_at, &report) {
+    let placed = place_report(
+        root,
+        &canonical_report,
+        &ctx.run_id,
+        task,
+        ctx.started_at,
+        &report,
+        sink.durability.fsyncs(),
+    );
+    let report_rel = match placed {
         Ok((rel, taken)) => {
             outputs.rejected.extend(taken);
             let name = rel.to_string_lossy().into_owned();
@@ -117,7 +128,8 @@ pub(crate) fn write(
     let receipt_rel = records::receipt_path(task, &ctx.run_id, ctx.started_at);
     let receipt = receipt_of(ctx, rec, finished_at, cost, outputs_list, card_ids.clone());
     let receipt_bytes = records::receipt_json(&receipt).map(|j| sink.redactor.redact(&j).into_owned().into_bytes());
-    match receipt_bytes.and_then(|b| records::create_new(root, &receipt_rel, &b).map(|()| b)) {
+    let fsync = sink.durability.fsyncs();
+    match receipt_bytes.and_then(|b| records::create_new_synced(root, &receipt_rel, &b, fsync).map(|()| b)) {
         Ok(b) => {
             let name = receipt_rel.to_string_lossy().into_owned();
             files.push(name.clone());
@@ -127,11 +139,16 @@ pub(crate) fn write(
     }
     crate::failpoint!("between-records-and-commit");
     let mut commit = None;
+    let mut blocked = false;
     if !ctx.opts.no_commit && failure.is_none() {
         test_pause_before_commit(root);
         match commit_records(ctx, sink, &files, &held, rec.status) {
             Ok(c) => commit = Some(c),
-            Err(e) => failure = Some(e),
+            Err(mut e) => {
+                card_ids.extend(leave_blocked(ctx, sink, held, &mut e));
+                blocked = true;
+                failure = Some(e);
+            }
         }
     }
     // The row is final only once the records are committed: a run killed before
@@ -148,11 +165,11 @@ pub(crate) fn write(
         export(ctx, exporter, &rec.state.trace);
     }
     let pending = rec.state.pending.as_ref().map(|p| p.call.id.as_str());
-    let hint = rec
-        .state
-        .cards
-        .first()
-        .and_then(|c| hint_for(c.kind, &ctx.run_id, pending));
+    let first_kind = match blocked {
+        true => Some(CardKind::CommitBlocked),
+        false => rec.state.cards.first().map(|c| c.kind),
+    };
+    let hint = first_kind.and_then(|k| hint_for(k, &ctx.run_id, pending));
     FireSummary {
         run_id: ctx.run_id.clone(),
         task: task.clone(),
@@ -250,6 +267,12 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
         }
         CardKind::ApprovalStale => {
             "look at what changed in the named files; if it is what you meant to run, fire the task again and approve the new pause".into()
+        }
+        CardKind::CheckpointFailed => {
+            "free space on (or make writable) the file system of .runtime/; the next fire of the task resumes the run from its last checkpoint or closes it".into()
+        }
+        CardKind::CommitBlocked => {
+            "the card names the lock: once whoever holds it is done (or, if no git runs, it is removed), the next fire of any task commits these records".into()
         }
         CardKind::SyncFailed => {
             "the card says which step failed; `git -C <repo> fetch <remote>` shows the same error, and the records stay committed locally until a push succeeds".into()
@@ -367,8 +390,52 @@ fn write_card(
     );
     let rel = card.rel_path();
     let bytes = records::card_yaml(&card)?.into_bytes();
-    records::create_new(&ctx.opts.root, &rel, &bytes)?;
+    records::create_new_synced(&ctx.opts.root, &rel, &bytes, sink.durability.fsyncs())?;
     Ok((card.id, rel.to_string_lossy().into_owned(), bytes))
+}
+
+/// After a failed commit: a `commit_blocked` card, and the run's records (the card
+/// with them) left for the next fire's commit ([`crate::git::leave_for_next_commit`]),
+/// which takes each in while the work tree still holds the bytes written here. The
+/// run's row (stored next) points at its receipt all the same. Returns the card's id
+/// once written; the failure's message says where the records went.
+fn leave_blocked(
+    ctx: &FireContext,
+    sink: &RecordSink,
+    mut held: Vec<(String, Vec<u8>)>,
+    failure: &mut WriteFailure,
+) -> Option<String> {
+    let draft = CardDraft {
+        kind: CardKind::CommitBlocked,
+        summary: format!(
+            "the records of run {} were not committed; the next fire's commit takes them in",
+            ctx.run_id
+        ),
+        detail: failure.message.clone(),
+        evidence: held.iter().map(|(f, _)| format!("left uncommitted: {f}")).collect(),
+    };
+    let card = match write_card(ctx, sink, &draft, Utc::now()) {
+        Ok((id, rel, bytes)) => {
+            held.push((rel, bytes));
+            Some(id)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the commit_blocked card was not written");
+            None
+        }
+    };
+    match crate::git::leave_for_next_commit(&crate::git::intent_dir(&ctx.opts.root), &held) {
+        Ok(()) => failure
+            .message
+            .push_str("; the records stay in the work tree and the next fire's commit (of any task) takes them in"),
+        Err(e) => {
+            tracing::warn!(error = %e, "the records were not left for the next commit");
+            failure.message.push_str(&format!(
+                "; the records stay in the work tree, uncommitted (not recorded for the next commit: {e})"
+            ));
+        }
+    }
+    card
 }
 
 /// Sorts what the model left under `reports/` (none for a fire refused before it
@@ -435,8 +502,9 @@ fn place_report(
     task: &str,
     at: chrono::DateTime<Utc>,
     text: &str,
+    fsync: bool,
 ) -> Result<(std::path::PathBuf, Option<(String, String)>), WriteError> {
-    let why = match records::create_new(root, rel, text.as_bytes()) {
+    let why = match records::create_new_synced(root, rel, text.as_bytes(), fsync) {
         Ok(()) => return Ok((rel.to_path_buf(), None)),
         Err(WriteError::Exists { .. }) => "something was already at the report's name".to_string(),
         Err(WriteError::Io { source, .. }) if is_planted(&source) => {
@@ -445,7 +513,7 @@ fn place_report(
         Err(e) => return Err(e),
     };
     let fallback = std::path::PathBuf::from(format!("runs/{task}/{}/{run_id}.report.md", records::day(at)));
-    records::create_new(root, &fallback, text.as_bytes())?;
+    records::create_new_synced(root, &fallback, text.as_bytes(), fsync)?;
     tracing::warn!(report = %fallback.display(), "the report's name was taken; the report went to runs/");
     let name = rel.to_string_lossy().into_owned();
     Ok((
@@ -511,7 +579,8 @@ fn save_run(
 /// How long a fire waits for another fire's commit. A commit takes milliseconds; a
 /// lock held far longer is held by something else (a tool process that outlived its
 /// call can open the lock file read-only and flock it), and the fire must end rather
-/// than hang: its records stay in the work tree, uncommitted, and it exits 3.
+/// than hang: its records stay in the work tree for the next fire's commit, with a
+/// `commit_blocked` card, and it exits 1.
 const COMMIT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Takes the commit lock, waiting at most `wait`.
@@ -672,12 +741,25 @@ impl FireRun {
             acceptance: std::mem::take(&mut self.acceptance),
         };
         let records_acceptance = records.acceptance.clone();
+        // The tools are done with their scratch (the loop and the checks are over):
+        // gone before the records are written, so space a tool filled there (on the
+        // file system of `.runtime/`) is back for the records and the state.
+        let _ = std::fs::remove_dir_all(&self.config.scratch);
+        // A run stopped by a checkpoint that could not be written says so, naming
+        // the state database: the machine's problem (exit 1), not the run's.
+        let unsaved = records
+            .state
+            .cards
+            .iter()
+            .find(|c| c.kind == CardKind::CheckpointFailed)
+            .map(|c| c.summary.clone());
         let sink = RecordSink {
             redactor: self.config.redactor.clone(),
             identity: self.config.identity.clone(),
             telemetry: self.config.telemetry.clone(),
             repo: &self.repo,
             limits: self.config.limits,
+            durability: self.config.settings.durability,
         };
         let mut db = match StateDb::open(&self.ctx.opts.root) {
             Ok(db) => Some(db),
@@ -701,7 +783,14 @@ impl FireRun {
         self.push_records(&sink, &mut summary);
         self.after_records(db.as_mut(), status);
         self.remember_sync_refusal(db.as_mut(), &summary);
-        let _ = std::fs::remove_dir_all(&self.config.scratch);
+        if let (StopReason::CheckpointFailed, Some(line)) = (self.stop, unsaved) {
+            if summary.end == FireEnd::Failed {
+                summary.end = FireEnd::Environment;
+            }
+            if summary.message.is_empty() {
+                summary.message = line;
+            }
+        }
         match abort {
             Some(a) => {
                 if summary.end == FireEnd::Failed {
@@ -833,6 +922,7 @@ fn status_of(stop: StopReason, failed_checks: bool, no_checks: bool) -> RunStatu
         | StopReason::PermissionDenied
         | StopReason::ProviderError
         | StopReason::ContextOverflow
+        | StopReason::CheckpointFailed
         | StopReason::NotStarted => RunStatus::Failed,
     }
 }
@@ -890,12 +980,12 @@ mod tests {
         let day = records::day(at);
         let rel = records::report_path("t", "r1", at);
         // Free: the report is where it always is.
-        let (placed, taken) = place_report(root, &rel, "r1", "t", at, "report").unwrap();
+        let (placed, taken) = place_report(root, &rel, "r1", "t", at, "report", false).unwrap();
         assert_eq!((placed.as_path(), taken), (rel.as_path(), None));
         // Something at the name: neither overwritten nor reused.
         let rel2 = records::report_path("t", "r2", at);
         std::fs::write(root.join(&rel2), "forged").unwrap();
-        let (placed, taken) = place_report(root, &rel2, "r2", "t", at, "report").unwrap();
+        let (placed, taken) = place_report(root, &rel2, "r2", "t", at, "report", false).unwrap();
         assert_eq!(placed, std::path::PathBuf::from(format!("runs/t/{day}/r2.report.md")));
         assert_eq!(std::fs::read_to_string(root.join(&rel2)).unwrap(), "forged");
         assert_eq!(std::fs::read_to_string(root.join(&placed)).unwrap(), "report");
@@ -905,7 +995,7 @@ mod tests {
         std::fs::create_dir_all(root.join("reports/u")).unwrap();
         std::os::unix::fs::symlink("../../prompts", root.join(format!("reports/u/{day}"))).unwrap();
         let rel3 = records::report_path("u", "r3", at);
-        let (placed, taken) = place_report(root, &rel3, "r3", "u", at, "report").unwrap();
+        let (placed, taken) = place_report(root, &rel3, "r3", "u", at, "report", false).unwrap();
         assert!(placed.starts_with("runs/u"), "{placed:?}");
         assert!(taken.is_some());
         assert_eq!(std::fs::read_dir(root.join("prompts")).unwrap().count(), 0);

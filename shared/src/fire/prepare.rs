@@ -106,6 +106,7 @@ impl Refusal {
             telemetry: config::exporter(self.settings.as_ref()),
             repo: &self.repo,
             limits: self.settings.as_ref().map(|s| s.limits).unwrap_or_default(),
+            durability: self.settings.as_ref().map(|s| s.durability).unwrap_or_default(),
         };
         let mut summary = finish::write(&self.ctx, &sink, &mut records, db.as_mut().ok());
         if summary.end == FireEnd::Failed {
@@ -546,6 +547,7 @@ impl Preparing {
                     started_at: self.ctx.started_at,
                     ledger_run: self.ctx.approval_run(),
                     inputs: &inputs,
+                    durability: self.settings.as_ref().map(|s| s.durability).unwrap_or_default(),
                 },
             )
         });
