@@ -62,7 +62,7 @@ fn metadata(root: &Path) -> BTreeMap<String, (u32, u32, u32, i64)> {
 }
 
 /// Listeners outside the sandbox that must hear nothing.
-struct Listeners {
+pub(crate) struct Listeners {
     tcp: TcpListener,
     udp: UdpSocket,
     unix: UnixListener,
@@ -71,7 +71,7 @@ struct Listeners {
 }
 
 impl Listeners {
-    fn new() -> Listeners {
+    pub(crate) fn new() -> Listeners {
         let dir = tempfile::tempdir().unwrap();
         let unix_path = dir.path().join("host.sock");
         let l = Listeners {
@@ -108,7 +108,7 @@ impl Listeners {
 /// Who fires: the test's own user (root in CI), or `nobody` through `setpriv` on a
 /// repository handed to it for the fire.
 #[derive(Clone, Copy, PartialEq, Debug)]
-enum As {
+pub(crate) enum As {
     Me,
     Nobody,
 }
@@ -124,7 +124,7 @@ fn chown_tree(root: &Path, uid: u32) {
     }
 }
 
-fn am_root() -> bool {
+pub(crate) fn am_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
@@ -160,17 +160,17 @@ fn fire_as(env: &TestEnv, who: As, extra: &[(&str, &str)]) -> std::process::Outp
 /// `reports/m/` and the fire's summary.
 /// A payload: its case name, its script (`reports/p.<ext>`, run by `interp`), and
 /// commands run after it in the same fire.
-struct Payload<'a> {
-    case: &'a str,
-    ext: &'a str,
-    interp: &'a str,
-    script: &'a str,
-    after: &'a [&'a str],
+pub(crate) struct Payload<'a> {
+    pub case: &'a str,
+    pub ext: &'a str,
+    pub interp: &'a str,
+    pub script: &'a str,
+    pub after: &'a [&'a str],
     /// `settings/runtime.yaml` when not [`SETTINGS`].
-    settings: Option<&'a str>,
+    pub settings: Option<&'a str>,
 }
 
-fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap<String, String>, Value) {
+pub(crate) fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap<String, String>, Value) {
     let Payload {
         case,
         ext,
@@ -251,14 +251,14 @@ fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap
     (markers, summary)
 }
 
-fn env_with_prompt() -> TestEnv {
+pub(crate) fn env_with_prompt() -> TestEnv {
     let env = TestEnv::new();
     env.write("prompts/t.md", PLAIN_PROMPT);
     env.write(".env", "PLANTED_DOTENV=dotenv-secret-77\n");
     env
 }
 
-fn kernel_ready() -> bool {
+pub(crate) fn kernel_ready() -> bool {
     let abi = shared::sandbox::landlock::kernel_abi();
     if abi < shared::sandbox::landlock::TARGET_ABI as u32 {
         eprintln!("SKIPPED: Landlock ABI {abi} is below the target");

@@ -647,7 +647,7 @@ impl Preparing {
         let dirty = crate::git::dirty_builder_paths(&self.repo, &ownership)
             .map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
         if dirty.is_empty() {
-            return Ok(());
+            return self.refuse_metadata_changes(&ownership);
         }
         if self.dry_run {
             self.notes.push(format!(
@@ -663,6 +663,51 @@ impl Preparing {
             format!("{} builder-owned path(s) have uncommitted changes", dirty.len()),
             format!("refusing to fire on unreviewed changes: {}", dirty.join(", ")),
         ))
+    }
+
+    /// What git does not track (DESIGN.md section 2: modes and owners are builder-owned
+    /// too): a mode or owner of a builder-owned path, or a hook, that changed since the
+    /// last accepted manifest ([`crate::manifest`]) refuses the fire as a dirty path
+    /// does; otherwise the current state is recorded as accepted.
+    fn refuse_metadata_changes(&mut self, ownership: &Ownership) -> Result<(), Stop> {
+        let root = &self.ctx.opts.root;
+        let env = |e: String| Stop::bare(FireEnd::Environment, e);
+        let mut db = if self.dry_run {
+            match StateDb::open_for_reading(root) {
+                Ok(db) => db,
+                Err(_) => return Ok(()),
+            }
+        } else {
+            StateDb::open(root).map_err(|e| env(e.to_string()))?
+        };
+        let changes = crate::manifest::check_and_record(&self.repo, root, ownership, &mut db, !self.dry_run)
+            .map_err(|e| env(e.to_string()))?;
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let listed = changes.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let summary = format!(
+            "{} builder-owned path(s) or hook(s) changed mode, owner or content outside git",
+            changes.len()
+        );
+        if self.dry_run {
+            self.notes
+                .push(format!("a fire would refuse: {summary}: {}", listed.join(", ")));
+            return Ok(());
+        }
+        let mut stop = Stop::carded(
+            FireEnd::Failed,
+            CardKind::UnreviewedChanges,
+            summary,
+            format!(
+                "refusing to fire on metadata changed since the last accepted manifest: {} (put it back, or accept it with `builder audit --accept-metadata`)",
+                listed.join(", ")
+            ),
+        );
+        if let Some(card) = &mut stop.card {
+            card.evidence = listed;
+        }
+        Err(stop)
     }
 
     /// Two keys (DESIGN.md section 8): with `require_reviewed`, HEAD's tree of

@@ -84,6 +84,11 @@ pub fn install(repo: &Repository) -> Result<Installed, ReviewError> {
         source: e,
     };
     let hook_state = match std::fs::read_to_string(&hook) {
+        // Made non-executable (git then skips it without a word): set it back.
+        Ok(text) if text == PRE_PUSH_HOOK && !is_executable(&hook) => {
+            write_hook(&hook).map_err(io)?;
+            HookState::Updated
+        }
         Ok(text) if text == PRE_PUSH_HOOK => HookState::Unchanged,
         Ok(text) if text.contains(MARKER) => {
             write_hook(&hook).map_err(io)?;
@@ -120,6 +125,11 @@ fn multivar(config: &git2::Config, var: &str) -> Result<Vec<String>, git2::Error
         }
     }
     Ok(out)
+}
+
+fn is_executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 == 0o111)
 }
 
 fn write_hook(path: &std::path::Path) -> std::io::Result<()> {
