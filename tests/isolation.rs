@@ -15,7 +15,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 
-fn trace(calls: &[(&str, Value)]) -> String {
+pub(crate) fn trace(calls: &[(&str, Value)]) -> String {
     let mut turns: Vec<Value> = calls
         .iter()
         .enumerate()
@@ -27,7 +27,7 @@ fn trace(calls: &[(&str, Value)]) -> String {
     json!({"version": 1, "turns": turns}).to_string()
 }
 
-const SETTINGS: &str = "version: 1\nprovider:\n  kind: replay\n  replay: evals/iso/trace.json\npermissions:\n  allow: [\"Bash(*)\", \"Read(**)\", \"Write(reports/**)\"]\n  deny: [\"Read(**/.env)\"]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\nbudgets:\n  max_steps: 10\nlimits:\n  max_denials: 10\n  repeated_call: 10\n  repeated_error: 10\n";
+pub(crate) const SETTINGS: &str = "version: 1\nprovider:\n  kind: replay\n  replay: evals/iso/trace.json\npermissions:\n  allow: [\"Bash(*)\", \"Read(**)\", \"Write(reports/**)\"]\n  deny: [\"Read(**/.env)\"]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\nbudgets:\n  max_steps: 10\nlimits:\n  max_denials: 10\n  repeated_call: 10\n  repeated_error: 10\n";
 
 /// Mode, owner and modification time of every builder file and git hook.
 fn metadata(root: &Path) -> BTreeMap<String, (u32, u32, u32, i64)> {

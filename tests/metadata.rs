@@ -6,9 +6,9 @@
 //! them (exit 1); the engineer's intended changes (a commit, `builder install-hooks`,
 //! `builder audit --accept-metadata`) are accepted and the next fire runs.
 
-use crate::isolation::{am_root, env_with_prompt, fire_payload, kernel_ready, As, Listeners, Payload};
+use crate::isolation::{am_root, env_with_prompt, fire_payload, kernel_ready, trace, As, Listeners, Payload, SETTINGS};
 use crate::util::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 const PAYLOAD: &str = "echo ran > reports/m/ran
@@ -145,4 +145,34 @@ fn metadata_changed_outside_git_refuses_the_next_fire_until_put_back_or_accepted
     expect_fire(&env, "a mode that came with a committed change");
     chmod(&env, "prompts/t.md", 0o644);
     expect_refusal(&env, &["prompts/t.md: mode 0600 -> 0644".to_string()]);
+}
+
+#[test]
+fn a_chmod_by_a_tool_without_the_sandbox_is_carded_in_its_own_fire_and_refuses_the_next() {
+    // `landlock: off`: no kernel layer at all, so the payload's chmod succeeds; the
+    // end of the fire compares the metadata again and says so.
+    let env = env_with_prompt();
+    let script = "mkdir -p reports/m\necho ran > reports/m/ran\nchmod 0666 prompts/t.md; echo $? > reports/m/chmod\n";
+    let calls = [
+        ("write_file", json!({"path": "reports/p.sh", "content": script})),
+        ("run_command", json!({"command": "/bin/sh reports/p.sh"})),
+    ];
+    env.write("settings/runtime.yaml", &SETTINGS.replace("landlock: required", "landlock: off"));
+    env.write("evals/iso/trace.json", &trace(&calls));
+    env.commit_all("unsandboxed case");
+    let was = mode_of(&env, "prompts/t.md");
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(env.read("reports/m/ran").trim(), "ran", "the payload never ran: {summary} {stderr}");
+    assert_eq!(env.read("reports/m/chmod").trim(), "0", "the chmod was not even tried");
+    assert_eq!(mode_of(&env, "prompts/t.md"), 0o666);
+    assert_eq!(code, 5, "{summary} {stderr}");
+    let cards = env.cards(&summary);
+    let said = format!("prompts/t.md: mode {was:04o} -> 0666");
+    assert!(
+        cards.iter().any(|c| c["kind"].as_str() == Some("unreviewed_changes")
+            && c["detail"].as_str().is_some_and(|d| d.contains("during the fire") || d.contains("while the fire ran"))
+            && c["detail"].as_str().is_some_and(|d| d.contains(&said))),
+        "{cards:?}"
+    );
+    expect_refusal(&env, &[said]);
 }

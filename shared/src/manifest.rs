@@ -305,23 +305,24 @@ pub fn save(db: &mut StateDb, manifest: &Manifest, last: Option<&Manifest>) -> R
 }
 
 /// The check before a fire: compares the current state with the last accepted
-/// manifest and returns the differences. With none, the current state becomes the
-/// accepted one (also when there was no manifest yet); with some, nothing is written,
-/// so every later fire refuses too until the engineer puts things back or accepts them.
+/// manifest and returns it with the differences. With none, the current state becomes
+/// the accepted one (also when there was no manifest yet); with some, nothing is
+/// written, so every later fire refuses too until the engineer puts things back or
+/// accepts them.
 pub fn check_and_record(
     repo: &git2::Repository,
     root: &Path,
     ownership: &Ownership,
     db: &mut StateDb,
     record: bool,
-) -> Result<Vec<Change>, ManifestError> {
+) -> Result<(Manifest, Vec<Change>), ManifestError> {
     let now = scan(repo, root, ownership)?;
     let last = load(db)?;
     let changes = last.as_ref().map(|l| now.changes_since(l)).unwrap_or_default();
     if changes.is_empty() && record {
         save(db, &now, last.as_ref())?;
     }
-    Ok(changes)
+    Ok((now, changes))
 }
 
 /// After `builder install-hooks`: the hooks it wrote (`names`) become the accepted
@@ -457,12 +458,12 @@ mod tests {
         let (dir, repo) = repo_with_scaffold();
         let own = Ownership::new(dir.path());
         let mut db = StateDb::open(dir.path()).unwrap();
-        assert!(check_and_record(&repo, dir.path(), &own, &mut db, true).unwrap().is_empty());
+        assert!(check_and_record(&repo, dir.path(), &own, &mut db, true).unwrap().1.is_empty());
         assert!(load(&db).unwrap().is_some(), "the first check recorded a manifest");
         std::fs::set_permissions(dir.path().join("prompts/sub"), PermissionsExt::from_mode(0o777)).unwrap();
-        let changes = check_and_record(&repo, dir.path(), &own, &mut db, true).unwrap();
+        let (_, changes) = check_and_record(&repo, dir.path(), &own, &mut db, true).unwrap();
         assert_eq!(changes.len(), 1, "{changes:?}");
-        let again = check_and_record(&repo, dir.path(), &own, &mut db, true).unwrap();
+        let (_, again) = check_and_record(&repo, dir.path(), &own, &mut db, true).unwrap();
         assert_eq!(again, changes, "a refused state is not recorded: it stays a difference");
     }
 }

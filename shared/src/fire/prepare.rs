@@ -382,6 +382,8 @@ struct Preparing {
     sync_push: bool,
     /// With `sync`: the unapproved tree to remember once its card is committed.
     sync_refusal: Option<super::SyncRefusal>,
+    /// The metadata the fire was judged on, compared again at its end.
+    metadata: Option<(crate::manifest::Manifest, Ownership)>,
     /// Cards the fire records though it runs (an unapproved remote tip).
     pending_cards: Vec<CardDraft>,
 }
@@ -403,6 +405,7 @@ impl Preparing {
             recovery_cards: Vec::new(),
             sync_push: true,
             sync_refusal: None,
+            metadata: None,
             pending_cards: Vec::new(),
         }
     }
@@ -429,6 +432,7 @@ impl Preparing {
             journal: self.journal,
             sync_push: self.sync_push,
             sync_refusal: self.sync_refusal,
+            metadata: self.metadata,
         }
     }
 
@@ -680,9 +684,10 @@ impl Preparing {
         } else {
             StateDb::open(root).map_err(|e| env(e.to_string()))?
         };
-        let changes = crate::manifest::check_and_record(&self.repo, root, ownership, &mut db, !self.dry_run)
+        let (now, changes) = crate::manifest::check_and_record(&self.repo, root, ownership, &mut db, !self.dry_run)
             .map_err(|e| env(e.to_string()))?;
         if changes.is_empty() {
+            self.metadata = Some((now, ownership.clone()));
             return Ok(());
         }
         let listed = changes.iter().map(ToString::to_string).collect::<Vec<_>>();
