@@ -1083,3 +1083,47 @@ open('reports/m/unix', 'w').write('\n'.join(out))
         assert!(line.contains("refused"), "{m:?}");
     }
 }
+
+#[test]
+fn a_read_deny_rule_holds_for_cat_past_100000_entries() {
+    // The mask walk once gave up after 100,000 entries: in a repository that big the
+    // `.env` files it had not reached yet stayed readable for `cat`. 200 directories
+    // of 505 files and a `.env` each (101,400 entries, git-ignored, so the repository
+    // stays cheap to commit): every `.env` must be masked, wherever the walk meets it.
+    // (Not through `fire_payload`: its snapshots would hash the whole tree.)
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let ignore = env.root.join(".gitignore");
+    let mut text = std::fs::read_to_string(&ignore).unwrap_or_default();
+    text.push_str("data/\n");
+    std::fs::write(&ignore, text).unwrap();
+    for d in 0..200 {
+        let sub = env.root.join(format!("data/d{d:03}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..505 {
+            std::fs::File::create(sub.join(format!("f{f:04}"))).unwrap();
+        }
+        std::fs::write(sub.join(".env"), format!("dotenv-secret-{d}\n")).unwrap();
+    }
+    let script = "mkdir -p reports/m\necho ran > reports/m/ran\nls data | wc -l > reports/m/dirs\ncat data/d*/.env .env 2>/dev/null | grep -c dotenv-secret > reports/m/leaked\n";
+    let calls = [
+        ("write_file", json!({"path": "reports/p.sh", "content": script})),
+        ("run_command", json!({"command": "/bin/sh reports/p.sh"})),
+    ];
+    env.write("settings/runtime.yaml", SETTINGS);
+    env.write("evals/iso/trace.json", &trace(&calls));
+    env.commit_all("big tree");
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(env.read("reports/m/ran").trim(), "ran", "the payload never ran: {summary} {stderr}");
+    assert_eq!(env.read("reports/m/dirs").trim(), "200", "the payload saw the tree");
+    assert_eq!(
+        env.read("reports/m/leaked").trim(),
+        "0",
+        "a `.env` past the walk's old cap was readable"
+    );
+    assert!(code == 0 || code == 5, "{summary} {stderr}");
+    // Outside the sandbox the files are there to read: the masks did it.
+    assert_eq!(env.read("data/d199/.env").trim(), "dotenv-secret-199");
+}
