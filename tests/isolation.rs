@@ -1116,7 +1116,11 @@ fn a_read_deny_rule_holds_for_cat_past_100000_entries() {
     env.write("evals/iso/trace.json", &trace(&calls));
     env.commit_all("big tree");
     let (code, summary, stderr) = env.fire("t");
-    assert_eq!(env.read("reports/m/ran").trim(), "ran", "the payload never ran: {summary} {stderr}");
+    assert_eq!(
+        env.read("reports/m/ran").trim(),
+        "ran",
+        "the payload never ran: {summary} {stderr}"
+    );
     assert_eq!(env.read("reports/m/dirs").trim(), "200", "the payload saw the tree");
     assert_eq!(
         env.read("reports/m/leaked").trim(),

@@ -157,12 +157,19 @@ fn a_chmod_by_a_tool_without_the_sandbox_is_carded_in_its_own_fire_and_refuses_t
         ("write_file", json!({"path": "reports/p.sh", "content": script})),
         ("run_command", json!({"command": "/bin/sh reports/p.sh"})),
     ];
-    env.write("settings/runtime.yaml", &SETTINGS.replace("landlock: required", "landlock: off"));
+    env.write(
+        "settings/runtime.yaml",
+        &SETTINGS.replace("landlock: required", "landlock: off"),
+    );
     env.write("evals/iso/trace.json", &trace(&calls));
     env.commit_all("unsandboxed case");
     let was = mode_of(&env, "prompts/t.md");
     let (code, summary, stderr) = env.fire("t");
-    assert_eq!(env.read("reports/m/ran").trim(), "ran", "the payload never ran: {summary} {stderr}");
+    assert_eq!(
+        env.read("reports/m/ran").trim(),
+        "ran",
+        "the payload never ran: {summary} {stderr}"
+    );
     assert_eq!(env.read("reports/m/chmod").trim(), "0", "the chmod was not even tried");
     assert_eq!(mode_of(&env, "prompts/t.md"), 0o666);
     assert_eq!(code, 5, "{summary} {stderr}");
@@ -170,7 +177,9 @@ fn a_chmod_by_a_tool_without_the_sandbox_is_carded_in_its_own_fire_and_refuses_t
     let said = format!("prompts/t.md: mode {was:04o} -> 0666");
     assert!(
         cards.iter().any(|c| c["kind"].as_str() == Some("unreviewed_changes")
-            && c["detail"].as_str().is_some_and(|d| d.contains("during the fire") || d.contains("while the fire ran"))
+            && c["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("during the fire") || d.contains("while the fire ran"))
             && c["detail"].as_str().is_some_and(|d| d.contains(&said))),
         "{cards:?}"
     );

@@ -44,7 +44,9 @@ fn in_child(f: impl FnOnce() -> Vec<u64>) -> Vec<u64> {
     std::fs::File::from(r).read_to_end(&mut buf).unwrap();
     let mut status = 0;
     unsafe { libc::waitpid(pid, &mut status, 0) };
-    buf.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+    buf.chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 /// A repository root with the scaffold's directories and `dirs` x `files` files
@@ -52,10 +54,24 @@ fn in_child(f: impl FnOnce() -> Vec<u64>) -> Vec<u64> {
 fn tree(dirs: usize, files: usize) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    for d in ["prompts", "scope", "settings", "tools", "evals/digest", "reports", ".git/hooks"] {
+    for d in [
+        "prompts",
+        "scope",
+        "settings",
+        "tools",
+        "evals/digest",
+        "reports",
+        ".git/hooks",
+    ] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
-    for f in ["prompts/digest.md", "scope/SCOPE.md", "settings/runtime.yaml", "tools/ctx.sh", ".env"] {
+    for f in [
+        "prompts/digest.md",
+        "scope/SCOPE.md",
+        "settings/runtime.yaml",
+        "tools/ctx.sh",
+        ".env",
+    ] {
         std::fs::write(root.join(f), "secret\n").unwrap();
     }
     for d in 0..dirs {

@@ -137,7 +137,9 @@ pub fn scan(repo: &git2::Repository, root: &Path, ownership: &Ownership) -> Resu
     };
     if ownership.has_extra_builder_paths() {
         for e in index.iter() {
-            if std::str::from_utf8(&e.path).is_ok_and(|p| ownership.classify_normalized(p) == crate::layout::Owner::Builder) {
+            if std::str::from_utf8(&e.path)
+                .is_ok_and(|p| ownership.classify_normalized(p) == crate::layout::Owner::Builder)
+            {
                 entry(e, &mut files);
             }
         }
@@ -416,7 +418,10 @@ mod tests {
         let first = scan(&repo, dir.path(), &own).unwrap();
         assert!(first.files.contains_key("prompts/sub/b.md"), "{first:?}");
         assert!(first.files.contains_key("prompts/sub"), "its directory too");
-        assert!(!first.files.contains_key("reports/r.md"), "runtime paths are not builder-owned");
+        assert!(
+            !first.files.contains_key("reports/r.md"),
+            "runtime paths are not builder-owned"
+        );
         let file = dir.path().join("prompts/a.md");
         std::fs::set_permissions(&file, PermissionsExt::from_mode(0o666)).unwrap();
         let now = scan(&repo, dir.path(), &own).unwrap();
@@ -458,7 +463,10 @@ mod tests {
         let (dir, repo) = repo_with_scaffold();
         let own = Ownership::new(dir.path());
         let mut db = StateDb::open(dir.path()).unwrap();
-        assert!(check_and_record(&repo, dir.path(), &own, &mut db, true).unwrap().1.is_empty());
+        assert!(check_and_record(&repo, dir.path(), &own, &mut db, true)
+            .unwrap()
+            .1
+            .is_empty());
         assert!(load(&db).unwrap().is_some(), "the first check recorded a manifest");
         std::fs::set_permissions(dir.path().join("prompts/sub"), PermissionsExt::from_mode(0o777)).unwrap();
         let (_, changes) = check_and_record(&repo, dir.path(), &own, &mut db, true).unwrap();

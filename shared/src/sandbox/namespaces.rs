@@ -687,7 +687,15 @@ mod tests {
         for d in ["a/b/c", "secrets/inner", ".git", ".runtime", "deep/1/2/3/4/5/6/7/8"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
-        for f in [".env", "a/b/c/.env", "deep/1/2/3/4/5/6/7/8/.env", ".git/.env", ".runtime/.env", "secrets/inner/.env", "a/keep"] {
+        for f in [
+            ".env",
+            "a/b/c/.env",
+            "deep/1/2/3/4/5/6/7/8/.env",
+            ".git/.env",
+            ".runtime/.env",
+            "secrets/inner/.env",
+            "a/keep",
+        ] {
             std::fs::write(root.join(f), "x").unwrap();
         }
         let _sock = std::os::unix::net::UnixListener::bind(root.join("a/b/s.sock")).unwrap();
