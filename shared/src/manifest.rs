@@ -322,7 +322,11 @@ pub fn check_and_record(
     let last = load(db)?;
     let changes = last.as_ref().map(|l| now.changes_since(l)).unwrap_or_default();
     if changes.is_empty() && record {
-        save(db, &now, last.as_ref())?;
+        // Not recorded (a full disk, a read-only database): the next fire compares
+        // with the older manifest, which is still what was last accepted.
+        if let Err(e) = save(db, &now, last.as_ref()) {
+            tracing::warn!(error = %e, "the metadata manifest was not recorded");
+        }
     }
     Ok((now, changes))
 }

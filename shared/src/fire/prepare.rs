@@ -676,14 +676,21 @@ impl Preparing {
     fn refuse_metadata_changes(&mut self, ownership: &Ownership) -> Result<(), Stop> {
         let root = &self.ctx.opts.root;
         let env = |e: String| Stop::bare(FireEnd::Environment, e);
-        let mut db = if self.dry_run {
-            match StateDb::open_for_reading(root) {
-                Ok(db) => db,
-                Err(_) => return Ok(()),
+        // A dry run writes nothing, not even a state database; a fire that cannot
+        // write one still compares (and records nothing); one that cannot read it
+        // cannot vouch for the metadata and refuses.
+        let opened = if self.dry_run {
+            if !crate::state::db_path(root).is_file() {
+                return Ok(());
             }
+            StateDb::open_for_reading(root)
         } else {
-            StateDb::open(root).map_err(|e| env(e.to_string()))?
+            StateDb::open(root).or_else(|e| {
+                tracing::warn!(error = %e, "the state database cannot be written: the metadata manifest is compared, not recorded");
+                StateDb::open_for_reading(root)
+            })
         };
+        let mut db = opened.map_err(|e| env(format!("cannot read the metadata manifest: {e}")))?;
         let (now, changes) = crate::manifest::check_and_record(&self.repo, root, ownership, &mut db, !self.dry_run)
             .map_err(|e| env(e.to_string()))?;
         if changes.is_empty() {
