@@ -164,6 +164,12 @@ mod tests {
         let second = install(&repo).unwrap();
         assert!(second.refspecs.is_empty());
         assert_eq!(second.hook_state, HookState::Unchanged);
+        // Made non-executable, git would skip it without a word: set back.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&first.hook, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(install(&repo).unwrap().hook_state, HookState::Updated);
+        let mode = std::fs::metadata(&first.hook).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o755);
         std::fs::write(&first.hook, "#!/bin/sh\necho mine\n").unwrap();
         assert_eq!(install(&repo).unwrap().hook_state, HookState::Foreign);
         assert_eq!(std::fs::read_to_string(&first.hook).unwrap(), "#!/bin/sh\necho mine\n");
