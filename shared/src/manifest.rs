@@ -99,6 +99,8 @@ pub enum ManifestError {
     Store(#[from] crate::store::StoreError),
     #[error("the metadata manifest in the state database does not parse: {0}")]
     Parse(#[from] serde_json::Error),
+    #[error("cannot open the repository root {0} for the metadata manifest: {1}")]
+    Root(std::path::PathBuf, #[source] std::io::Error),
 }
 
 /// Scans the current metadata: every builder-owned path in git's index (and the
@@ -106,14 +108,17 @@ pub enum ManifestError {
 pub fn scan(repo: &git2::Repository, root: &Path, ownership: &Ownership) -> Result<Manifest, ManifestError> {
     let index = repo.index()?;
     let mut files = BTreeMap::new();
+    // Each path is looked up from a descriptor of the root (one component walk less
+    // than from `/`, a link on the last component not followed).
+    let anchor = crate::beneath::open_root(root).map_err(|e| ManifestError::Root(root.to_path_buf(), e))?;
     let record = |rel: &str, git: Option<String>, files: &mut BTreeMap<String, FileMeta>| {
-        if let Ok(md) = std::fs::symlink_metadata(root.join(rel)) {
+        if let Ok(st) = rustix::fs::statat(&anchor, rel, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
             files.insert(
                 rel.to_string(),
                 FileMeta {
-                    mode: md.mode(),
-                    uid: md.uid(),
-                    gid: md.gid(),
+                    mode: st.st_mode,
+                    uid: st.st_uid,
+                    gid: st.st_gid,
                     git,
                 },
             );
@@ -171,11 +176,16 @@ pub fn scan(repo: &git2::Repository, root: &Path, ownership: &Ownership) -> Resu
     })
 }
 
+/// Hooks larger than this are not read: their hash says so (a hook is a script).
+const MAX_HOOK_BYTES: u64 = 1 << 20;
+
 /// Each entry of the hooks directory (git runs `<dir>/<name>`; samples included, a
-/// rename of `pre-push` to `pre-push.sample` is a removed hook).
+/// rename of `pre-push` to `pre-push.sample` is a removed hook). Only regular files
+/// are read (a FIFO planted there must not hang the fire); a symlink is hashed by
+/// where it points.
 fn scan_hooks(dir: &Path) -> BTreeMap<String, HookMeta> {
     let mut out = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let (Ok(entries), Ok(anchor)) = (std::fs::read_dir(dir), crate::beneath::open_root(dir)) else {
         return out;
     };
     for e in entries.flatten() {
@@ -185,9 +195,19 @@ fn scan_hooks(dir: &Path) -> BTreeMap<String, HookMeta> {
         if md.is_dir() {
             continue;
         }
-        let sha256 = std::fs::read(e.path())
-            .map(|bytes| format!("sha256:{}", hex::encode(Sha256::digest(&bytes))))
-            .unwrap_or_default();
+        let hash = |bytes: &[u8]| format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+        let sha256 = if md.is_symlink() {
+            std::fs::read_link(e.path())
+                .map(|to| hash(format!("symlink:{}", to.display()).as_bytes()))
+                .unwrap_or_default()
+        } else if md.is_file() {
+            match crate::beneath::read_regular(&anchor, Path::new(&e.file_name()), MAX_HOOK_BYTES) {
+                Ok(bytes) => hash(&bytes),
+                Err(why) => hash(format!("{why} {}", md.len()).as_bytes()),
+            }
+        } else {
+            String::new()
+        };
         out.insert(
             e.file_name().to_string_lossy().into_owned(),
             HookMeta {
