@@ -15,7 +15,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 
-fn trace(calls: &[(&str, Value)]) -> String {
+pub(crate) fn trace(calls: &[(&str, Value)]) -> String {
     let mut turns: Vec<Value> = calls
         .iter()
         .enumerate()
@@ -27,7 +27,7 @@ fn trace(calls: &[(&str, Value)]) -> String {
     json!({"version": 1, "turns": turns}).to_string()
 }
 
-const SETTINGS: &str = "version: 1\nprovider:\n  kind: replay\n  replay: evals/iso/trace.json\npermissions:\n  allow: [\"Bash(*)\", \"Read(**)\", \"Write(reports/**)\"]\n  deny: [\"Read(**/.env)\"]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\nbudgets:\n  max_steps: 10\nlimits:\n  max_denials: 10\n  repeated_call: 10\n  repeated_error: 10\n";
+pub(crate) const SETTINGS: &str = "version: 1\nprovider:\n  kind: replay\n  replay: evals/iso/trace.json\npermissions:\n  allow: [\"Bash(*)\", \"Read(**)\", \"Write(reports/**)\"]\n  deny: [\"Read(**/.env)\"]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\nbudgets:\n  max_steps: 10\nlimits:\n  max_denials: 10\n  repeated_call: 10\n  repeated_error: 10\n";
 
 /// Mode, owner and modification time of every builder file and git hook.
 fn metadata(root: &Path) -> BTreeMap<String, (u32, u32, u32, i64)> {
@@ -62,7 +62,7 @@ fn metadata(root: &Path) -> BTreeMap<String, (u32, u32, u32, i64)> {
 }
 
 /// Listeners outside the sandbox that must hear nothing.
-struct Listeners {
+pub(crate) struct Listeners {
     tcp: TcpListener,
     udp: UdpSocket,
     unix: UnixListener,
@@ -71,7 +71,7 @@ struct Listeners {
 }
 
 impl Listeners {
-    fn new() -> Listeners {
+    pub(crate) fn new() -> Listeners {
         let dir = tempfile::tempdir().unwrap();
         let unix_path = dir.path().join("host.sock");
         let l = Listeners {
@@ -108,7 +108,7 @@ impl Listeners {
 /// Who fires: the test's own user (root in CI), or `nobody` through `setpriv` on a
 /// repository handed to it for the fire.
 #[derive(Clone, Copy, PartialEq, Debug)]
-enum As {
+pub(crate) enum As {
     Me,
     Nobody,
 }
@@ -124,7 +124,7 @@ fn chown_tree(root: &Path, uid: u32) {
     }
 }
 
-fn am_root() -> bool {
+pub(crate) fn am_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
@@ -160,17 +160,17 @@ fn fire_as(env: &TestEnv, who: As, extra: &[(&str, &str)]) -> std::process::Outp
 /// `reports/m/` and the fire's summary.
 /// A payload: its case name, its script (`reports/p.<ext>`, run by `interp`), and
 /// commands run after it in the same fire.
-struct Payload<'a> {
-    case: &'a str,
-    ext: &'a str,
-    interp: &'a str,
-    script: &'a str,
-    after: &'a [&'a str],
+pub(crate) struct Payload<'a> {
+    pub case: &'a str,
+    pub ext: &'a str,
+    pub interp: &'a str,
+    pub script: &'a str,
+    pub after: &'a [&'a str],
     /// `settings/runtime.yaml` when not [`SETTINGS`].
-    settings: Option<&'a str>,
+    pub settings: Option<&'a str>,
 }
 
-fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap<String, String>, Value) {
+pub(crate) fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap<String, String>, Value) {
     let Payload {
         case,
         ext,
@@ -251,14 +251,14 @@ fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -> (BTreeMap
     (markers, summary)
 }
 
-fn env_with_prompt() -> TestEnv {
+pub(crate) fn env_with_prompt() -> TestEnv {
     let env = TestEnv::new();
     env.write("prompts/t.md", PLAIN_PROMPT);
     env.write(".env", "PLANTED_DOTENV=dotenv-secret-77\n");
     env
 }
 
-fn kernel_ready() -> bool {
+pub(crate) fn kernel_ready() -> bool {
     let abi = shared::sandbox::landlock::kernel_abi();
     if abi < shared::sandbox::landlock::TARGET_ABI as u32 {
         eprintln!("SKIPPED: Landlock ABI {abi} is below the target");
@@ -1082,4 +1082,52 @@ open('reports/m/unix', 'w').write('\n'.join(out))
     for line in m["unix"].lines() {
         assert!(line.contains("refused"), "{m:?}");
     }
+}
+
+#[test]
+fn a_read_deny_rule_holds_for_cat_past_100000_entries() {
+    // The mask walk once gave up after 100,000 entries: in a repository that big the
+    // `.env` files it had not reached yet stayed readable for `cat`. 200 directories
+    // of 505 files and a `.env` each (101,400 entries, git-ignored, so the repository
+    // stays cheap to commit): every `.env` must be masked, wherever the walk meets it.
+    // (Not through `fire_payload`: its snapshots would hash the whole tree.)
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let ignore = env.root.join(".gitignore");
+    let mut text = std::fs::read_to_string(&ignore).unwrap_or_default();
+    text.push_str("data/\n");
+    std::fs::write(&ignore, text).unwrap();
+    for d in 0..200 {
+        let sub = env.root.join(format!("data/d{d:03}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..505 {
+            std::fs::File::create(sub.join(format!("f{f:04}"))).unwrap();
+        }
+        std::fs::write(sub.join(".env"), format!("dotenv-secret-{d}\n")).unwrap();
+    }
+    let script = "mkdir -p reports/m\necho ran > reports/m/ran\nls data | wc -l > reports/m/dirs\ncat data/d*/.env .env 2>/dev/null | grep -c dotenv-secret > reports/m/leaked\n";
+    let calls = [
+        ("write_file", json!({"path": "reports/p.sh", "content": script})),
+        ("run_command", json!({"command": "/bin/sh reports/p.sh"})),
+    ];
+    env.write("settings/runtime.yaml", SETTINGS);
+    env.write("evals/iso/trace.json", &trace(&calls));
+    env.commit_all("big tree");
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(
+        env.read("reports/m/ran").trim(),
+        "ran",
+        "the payload never ran: {summary} {stderr}"
+    );
+    assert_eq!(env.read("reports/m/dirs").trim(), "200", "the payload saw the tree");
+    assert_eq!(
+        env.read("reports/m/leaked").trim(),
+        "0",
+        "a `.env` past the walk's old cap was readable"
+    );
+    assert!(code == 0 || code == 5, "{summary} {stderr}");
+    // Outside the sandbox the files are there to read: the masks did it.
+    assert_eq!(env.read("data/d199/.env").trim(), "dotenv-secret-199");
 }

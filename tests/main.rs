@@ -22,6 +22,7 @@ mod fire;
 mod identity;
 mod init_check;
 mod isolation;
+mod metadata;
 mod operator;
 mod otlp;
 mod progress;

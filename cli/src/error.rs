@@ -158,6 +158,7 @@ classified_from!(
     shared::history::HistoryError,
     shared::scaffold::InitError,
     ReviewError,
+    shared::manifest::ManifestError,
     serde_json::Error,
     Diagnostics,
 );

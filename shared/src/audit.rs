@@ -43,6 +43,9 @@ pub struct AuditReport {
     pub commits: usize,
     pub runtime_commits: usize,
     pub findings: Vec<Finding>,
+    /// Modes, owners and hooks of the work tree that changed since the last accepted
+    /// manifest ([`crate::manifest`]): each one a violation.
+    pub metadata: Vec<crate::manifest::Change>,
 }
 
 impl AuditReport {
@@ -51,6 +54,7 @@ impl AuditReport {
             .iter()
             .filter(|f| f.severity == Severity::Violation)
             .count()
+            + self.metadata.len()
     }
 }
 

@@ -21,6 +21,7 @@ pub mod history;
 mod import_graph;
 pub mod journal;
 pub mod layout;
+pub mod manifest;
 pub mod policy;
 pub mod progress;
 pub mod prompt;

@@ -41,6 +41,10 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
          CREATE INDEX live_runs_task ON live_runs(task);
          CREATE TABLE tool_ledger (run_id TEXT NOT NULL, call_id TEXT NOT NULL, name TEXT NOT NULL, args_hash TEXT NOT NULL,
             stage TEXT NOT NULL, result_hash TEXT, result TEXT, at TEXT NOT NULL, PRIMARY KEY (run_id, call_id));",
+        // 8: the last accepted modes, owners and hook hashes of builder-owned files
+        // (`crate::manifest`), one row: git tracks none of them but the executable bit.
+        "CREATE TABLE metadata_manifest (id INTEGER PRIMARY KEY CHECK (id = 1), manifest TEXT NOT NULL,
+            recorded_at TEXT NOT NULL);",
     ],
 };
 
@@ -338,6 +342,26 @@ impl StateDb {
     pub fn clear_refusal(&mut self, task: &str) -> Result<(), StoreError> {
         self.store
             .write(|tx| tx.execute("DELETE FROM refusals WHERE task = ?1", [task]))?;
+        Ok(())
+    }
+
+    /// The last accepted metadata manifest (JSON, see [`crate::manifest`]), if any.
+    pub fn metadata_manifest(&self) -> Result<Option<String>, StoreError> {
+        self.store
+            .conn()
+            .query_row("SELECT manifest FROM metadata_manifest WHERE id = 1", [], |r| r.get(0))
+            .optional()
+            .map_err(self.store.sql_error())
+    }
+
+    /// Replaces the metadata manifest with `manifest` (JSON), accepted at `at`.
+    pub fn save_metadata_manifest(&mut self, manifest: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+        self.store.write(|tx| {
+            tx.execute(
+                "INSERT OR REPLACE INTO metadata_manifest (id, manifest, recorded_at) VALUES (1, ?1, ?2)",
+                rusqlite::params![manifest, at.to_rfc3339()],
+            )
+        })?;
         Ok(())
     }
 

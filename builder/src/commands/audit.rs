@@ -14,6 +14,9 @@ pub struct Args {
     /// Print JSON
     #[arg(long)]
     pub json: bool,
+    /// Accept the current modes, owners and hooks of builder-owned paths as intended
+    #[arg(long)]
+    pub accept_metadata: bool,
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
@@ -25,7 +28,12 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         Some(rev) => Some(super::resolve_commit(&repo, "--since", rev)?),
         None => None,
     };
-    let report = audit::audit(
+    if args.accept_metadata {
+        for change in shared::manifest::accept(&repo, &root, &ownership)? {
+            println!("accepted: {}", shared::text::printable(&change.to_string()));
+        }
+    }
+    let mut report = audit::audit(
         &repo,
         &ownership,
         &RuntimeIdentity {
@@ -35,6 +43,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         &rule,
         since,
     )?;
+    report.metadata = shared::manifest::work_tree_changes(&repo, &root, &ownership)?;
     if args.json {
         println!(
             "{}",
@@ -52,6 +61,12 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
                 shared::text::printable(&f.author),
                 shared::text::printable(&f.path),
                 shared::text::printable(&f.what)
+            );
+        }
+        for change in &report.metadata {
+            println!(
+                "VIOLATION: metadata changed outside git: {}",
+                shared::text::printable(&change.to_string())
             );
         }
         println!(

@@ -26,6 +26,17 @@ pub fn run(_args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             eprintln!("hint: add `builder audit || exit 1` to it so pushes are audited");
         }
     }
+    // The hook as installed is the intended one: the next fire does not refuse it as
+    // changed. A foreign hook left alone is not accepted here (`builder audit
+    // --accept-metadata` does that); the builder files' entries stay as accepted.
+    let written: &[&str] = match done.hook_state {
+        HookState::Foreign => &[],
+        HookState::Created | HookState::Updated | HookState::Unchanged => &["pre-push"],
+    };
+    let ownership = shared::layout::Ownership::new(&wt.root);
+    if shared::manifest::accept_hooks(&wt.repo, &wt.root, &ownership, written)? {
+        println!("recorded {} as intended in the metadata manifest", done.hook.display());
+    }
     if done.refspecs.is_empty() && wt.repo.remotes()?.is_empty() {
         println!("no remotes yet: run `builder install-hooks` again after `git remote add`");
     }

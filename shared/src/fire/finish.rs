@@ -727,6 +727,7 @@ impl FireRun {
                 evidence: vec![format!("step {}", self.state.step)],
             });
         }
+        self.state.cards.extend(self.metadata_changed_during_the_fire());
         let abort = self.abort.take();
         if let Some(a) = &abort {
             self.stop = StopReason::NotStarted;
@@ -816,6 +817,38 @@ impl FireRun {
     /// With `sync`: once the card of an unapproved remote tree is committed, later fires
     /// on that tree add no card (remembered only now: a crash before the commit leaves
     /// the card to the next fire, never a tree remembered with no card behind it).
+    /// The metadata of builder-owned paths and hooks as the fire ends, against what it
+    /// was judged on: a change made meanwhile (by a tool where the sandbox is weaker
+    /// than namespaces, or by another process) gets a card here, and the manifest
+    /// keeps the state before it, so the next fire refuses until it is put back or
+    /// accepted.
+    fn metadata_changed_during_the_fire(&self) -> Option<CardDraft> {
+        let (start, ownership) = self.metadata.as_ref()?;
+        let changes = match crate::manifest::scan(&self.repo, &self.ctx.opts.root, ownership) {
+            Ok(now) => now.changes_since(start),
+            Err(e) => {
+                tracing::warn!(error = %e, "the metadata was not compared at the end of the fire");
+                return None;
+            }
+        };
+        if changes.is_empty() {
+            return None;
+        }
+        let listed: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        Some(CardDraft {
+            kind: CardKind::UnreviewedChanges,
+            summary: format!(
+                "{} builder-owned path(s) or hook(s) changed mode, owner or content during the fire",
+                changes.len()
+            ),
+            detail: format!(
+                "metadata changed while the fire ran: {}; the next fire refuses until it is put back or accepted (`builder audit --accept-metadata`)",
+                listed.join(", ")
+            ),
+            evidence: listed,
+        })
+    }
+
     fn remember_sync_refusal(&self, db: Option<&mut StateDb>, summary: &FireSummary) {
         let (Some(r), Some(db), Some(_)) = (&self.sync_refusal, db, &summary.commit) else {
             return;

@@ -221,6 +221,9 @@ pub struct FireRun {
     /// With `sync`: the unapproved remote tree this fire cards, remembered only once
     /// its card is committed (a crash before that cards it again next time).
     sync_refusal: Option<SyncRefusal>,
+    /// The metadata manifest the fire was judged on (see [`crate::manifest`]), with
+    /// the ownership it was scanned by: compared again when the fire ends.
+    metadata: Option<(crate::manifest::Manifest, crate::layout::Ownership)>,
 }
 
 /// An unapproved remote tip's card, as the refusals table keys it: one card per tree.

@@ -383,6 +383,8 @@ struct Preparing {
     sync_push: bool,
     /// With `sync`: the unapproved tree to remember once its card is committed.
     sync_refusal: Option<super::SyncRefusal>,
+    /// The metadata the fire was judged on, compared again at its end.
+    metadata: Option<(crate::manifest::Manifest, Ownership)>,
     /// Cards the fire records though it runs (an unapproved remote tip).
     pending_cards: Vec<CardDraft>,
 }
@@ -404,6 +406,7 @@ impl Preparing {
             recovery_cards: Vec::new(),
             sync_push: true,
             sync_refusal: None,
+            metadata: None,
             pending_cards: Vec::new(),
         }
     }
@@ -431,6 +434,7 @@ impl Preparing {
             journal: self.journal,
             sync_push: self.sync_push,
             sync_refusal: self.sync_refusal,
+            metadata: self.metadata,
         }
     }
 
@@ -650,7 +654,7 @@ impl Preparing {
         let dirty = crate::git::dirty_builder_paths(&self.repo, &ownership)
             .map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
         if dirty.is_empty() {
-            return Ok(());
+            return self.refuse_metadata_changes(&ownership);
         }
         if self.dry_run {
             self.notes.push(format!(
@@ -666,6 +670,59 @@ impl Preparing {
             format!("{} builder-owned path(s) have uncommitted changes", dirty.len()),
             format!("refusing to fire on unreviewed changes: {}", dirty.join(", ")),
         ))
+    }
+
+    /// What git does not track (DESIGN.md section 2: modes and owners are builder-owned
+    /// too): a mode or owner of a builder-owned path, or a hook, that changed since the
+    /// last accepted manifest ([`crate::manifest`]) refuses the fire as a dirty path
+    /// does; otherwise the current state is recorded as accepted.
+    fn refuse_metadata_changes(&mut self, ownership: &Ownership) -> Result<(), Stop> {
+        let root = &self.ctx.opts.root;
+        let env = |e: String| Stop::bare(FireEnd::Environment, e);
+        // A dry run writes nothing, not even a state database; a fire that cannot
+        // write one still compares (and records nothing); one that cannot read it
+        // cannot vouch for the metadata and refuses.
+        let opened = if self.dry_run {
+            if !crate::state::db_path(root).is_file() {
+                return Ok(());
+            }
+            StateDb::open_for_reading(root)
+        } else {
+            StateDb::open(root).or_else(|e| {
+                tracing::warn!(error = %e, "the state database cannot be written: the metadata manifest is compared, not recorded");
+                StateDb::open_for_reading(root)
+            })
+        };
+        let mut db = opened.map_err(|e| env(format!("cannot read the metadata manifest: {e}")))?;
+        let (now, changes) = crate::manifest::check_and_record(&self.repo, root, ownership, &mut db, !self.dry_run)
+            .map_err(|e| env(e.to_string()))?;
+        if changes.is_empty() {
+            self.metadata = Some((now, ownership.clone()));
+            return Ok(());
+        }
+        let listed = changes.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let summary = format!(
+            "{} builder-owned path(s) or hook(s) changed mode, owner or content outside git",
+            changes.len()
+        );
+        if self.dry_run {
+            self.notes
+                .push(format!("a fire would refuse: {summary}: {}", listed.join(", ")));
+            return Ok(());
+        }
+        let mut stop = Stop::carded(
+            FireEnd::Failed,
+            CardKind::UnreviewedChanges,
+            summary,
+            format!(
+                "refusing to fire on metadata changed since the last accepted manifest: {} (put it back, or accept it with `builder audit --accept-metadata`)",
+                listed.join(", ")
+            ),
+        );
+        if let Some(card) = &mut stop.card {
+            card.evidence = listed;
+        }
+        Err(stop)
     }
 
     /// Two keys (DESIGN.md section 8): with `require_reviewed`, HEAD's tree of

@@ -84,6 +84,11 @@ pub fn install(repo: &Repository) -> Result<Installed, ReviewError> {
         source: e,
     };
     let hook_state = match std::fs::read_to_string(&hook) {
+        // Made non-executable (git then skips it without a word): set it back.
+        Ok(text) if text == PRE_PUSH_HOOK && !is_executable(&hook) => {
+            write_hook(&hook).map_err(io)?;
+            HookState::Updated
+        }
         Ok(text) if text == PRE_PUSH_HOOK => HookState::Unchanged,
         Ok(text) if text.contains(MARKER) => {
             write_hook(&hook).map_err(io)?;
@@ -122,6 +127,11 @@ fn multivar(config: &git2::Config, var: &str) -> Result<Vec<String>, git2::Error
     Ok(out)
 }
 
+fn is_executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 == 0o111)
+}
+
 fn write_hook(path: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, PRE_PUSH_HOOK)?;
@@ -154,6 +164,12 @@ mod tests {
         let second = install(&repo).unwrap();
         assert!(second.refspecs.is_empty());
         assert_eq!(second.hook_state, HookState::Unchanged);
+        // Made non-executable, git would skip it without a word: set back.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&first.hook, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(install(&repo).unwrap().hook_state, HookState::Updated);
+        let mode = std::fs::metadata(&first.hook).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o755);
         std::fs::write(&first.hook, "#!/bin/sh\necho mine\n").unwrap();
         assert_eq!(install(&repo).unwrap().hook_state, HookState::Foreign);
         assert_eq!(std::fs::read_to_string(&first.hook).unwrap(), "#!/bin/sh\necho mine\n");

@@ -48,9 +48,6 @@ pub const MASKED_ROOTS: &[&str] = &["/tmp", "/var/tmp", "/run", "/var/run", "/de
 /// there instead of filling the host's process table until the call's timeout.
 pub const MAX_TOOL_PROCESSES: u64 = 1024;
 
-/// At most this many entries are walked looking for paths a `Read` deny rule masks.
-const MAX_MASK_WALK: usize = 100_000;
-
 /// What the worker's mount namespace shows, sent to it with its sandbox.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NamespacePlan {
@@ -447,48 +444,118 @@ fn mask_denied(plan: &NamespacePlan) -> Result<(), NsError> {
             }
         }
     }
-    let mut stack = vec![plan.root.clone()];
-    let mut seen = 0;
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
+    for (path, mask) in find_masks(&plan.root, set.as_ref())? {
+        let masked = match mask {
+            Mask::Socket => step("socket masks", mount_bind("/dev/null", &path)),
+            Mask::File => step("read deny masks", mount_bind("/dev/null", &path)),
+            Mask::Dir => step(
+                "read deny masks",
+                mount(
+                    "tmpfs",
+                    &path,
+                    "tmpfs",
+                    MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+                    c"size=4k",
+                ),
+            ),
         };
-        for e in entries.flatten() {
-            seen += 1;
-            if seen > MAX_MASK_WALK {
-                return Ok(());
-            }
-            let path = e.path();
-            let Ok(rel) = path.strip_prefix(&plan.root) else {
-                continue;
-            };
-            let Ok(kind) = e.file_type() else { continue };
-            if rel == Path::new(".git") || rel == Path::new(crate::layout::STATE_DIR) {
-                continue;
-            }
-            if kind.is_socket() {
-                step("socket masks", mount_bind("/dev/null", &path))?;
-            } else if set.as_ref().is_some_and(|set| set.is_match(rel)) {
-                let masked = if kind.is_dir() {
-                    mount(
-                        "tmpfs",
-                        &path,
-                        "tmpfs",
-                        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
-                        c"size=4k",
-                    )
-                } else if kind.is_file() {
-                    mount_bind("/dev/null", &path)
-                } else {
-                    Ok(())
-                };
-                step("read deny masks", masked)?;
-            } else if kind.is_dir() {
-                stack.push(path);
-            }
-        }
+        masked?;
     }
     Ok(())
+}
+
+/// How a path is masked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mask {
+    /// A UNIX socket: `/dev/null` over it.
+    Socket,
+    /// A file a deny glob matches: `/dev/null` over it.
+    File,
+    /// A directory a deny glob matches: an empty read-only tmpfs over it.
+    Dir,
+}
+
+/// What to mask under `root`: every path the deny globs match and every socket. The
+/// walk has no cap (one that gave up past 100,000 entries left the rest unmasked, so
+/// a deny rule stopped holding for `cat` in a big repository); it skips only what no
+/// tool can read through it: `.git` (its top is looked at for sockets apart),
+/// `.runtime` (masked whole) and directories it masks. Entry types come from the
+/// directory listing, not a `stat` per entry. A directory it cannot list but a tool
+/// could enter (searchable, not readable) fails the walk: a deny path inside could
+/// not be seen, so it could not be masked.
+fn find_masks(root: &Path, set: Option<&globset::GlobSet>) -> Result<Vec<(PathBuf, Mask)>, NsError> {
+    let mut out = Vec::new();
+    // Directories still to list: absolute path and repo-relative name.
+    let mut stack = vec![(root.to_path_buf(), String::new())];
+    while let Some((dir, rel_dir)) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            // Neither listable nor searchable: no tool reaches inside either.
+            Err(_) if std::fs::symlink_metadata(dir.join(".")).is_err() => continue,
+            Err(e) => return Err(unlisted(&dir, e)),
+        };
+        for e in entries {
+            let e = e.map_err(|e| unlisted(&dir, e))?;
+            let kind = e.file_type().map_err(|e| unlisted(&dir, e))?;
+            let name = e.file_name();
+            let Some(name) = name.to_str() else {
+                // Not UTF-8: globs (UTF-8) match it by its lossy name.
+                let rel = join_rel(&rel_dir, &name.to_string_lossy());
+                classify(&e.path(), &rel, kind, set, &mut out, &mut stack);
+                continue;
+            };
+            if rel_dir.is_empty() && (name == ".git" || name == crate::layout::STATE_DIR) {
+                continue;
+            }
+            let rel = join_rel(&rel_dir, name);
+            classify(&e.path(), &rel, kind, set, &mut out, &mut stack);
+        }
+    }
+    Ok(out)
+}
+
+fn join_rel(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// One entry of the walk: masked, walked into, or left as it is.
+fn classify(
+    path: &Path,
+    rel: &str,
+    kind: std::fs::FileType,
+    set: Option<&globset::GlobSet>,
+    out: &mut Vec<(PathBuf, Mask)>,
+    stack: &mut Vec<(PathBuf, String)>,
+) {
+    if kind.is_socket() {
+        out.push((path.to_path_buf(), Mask::Socket));
+    } else if set.is_some_and(|set| set.is_match(rel)) {
+        if kind.is_dir() {
+            out.push((path.to_path_buf(), Mask::Dir));
+        } else if kind.is_file() {
+            out.push((path.to_path_buf(), Mask::File));
+        }
+    } else if kind.is_dir() {
+        stack.push((path.to_path_buf(), rel.to_string()));
+    }
+}
+
+fn unlisted(dir: &Path, e: std::io::Error) -> NsError {
+    NsError {
+        piece: "read deny masks",
+        source: std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot list {} to mask what `Read` deny rules match ({e})",
+                dir.display()
+            ),
+        ),
+    }
 }
 
 /// Empties the bounding, ambient, effective, permitted and inheritable sets.
@@ -607,4 +674,51 @@ pub fn probe() -> Result<(), NsError> {
     // SAFETY: reaping our own clone.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mask_walk_finds_deny_paths_and_sockets_everywhere_and_prunes_what_it_masks() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["a/b/c", "secrets/inner", ".git", ".runtime", "deep/1/2/3/4/5/6/7/8"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in [
+            ".env",
+            "a/b/c/.env",
+            "deep/1/2/3/4/5/6/7/8/.env",
+            ".git/.env",
+            ".runtime/.env",
+            "secrets/inner/.env",
+            "a/keep",
+        ] {
+            std::fs::write(root.join(f), "x").unwrap();
+        }
+        let _sock = std::os::unix::net::UnixListener::bind(root.join("a/b/s.sock")).unwrap();
+        let set = crate::tools::exec::mask_set(&["**/.env".into(), "secrets".into()]).unwrap();
+        let mut found: Vec<(String, Mask)> = find_masks(root, Some(&set))
+            .unwrap()
+            .into_iter()
+            .map(|(p, m)| (p.strip_prefix(root).unwrap().to_string_lossy().into_owned(), m))
+            .collect();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            found,
+            [
+                (".env".to_string(), Mask::File),
+                ("a/b/c/.env".to_string(), Mask::File),
+                ("a/b/s.sock".to_string(), Mask::Socket),
+                ("deep/1/2/3/4/5/6/7/8/.env".to_string(), Mask::File),
+                // Masked whole: nothing below it is listed.
+                ("secrets".to_string(), Mask::Dir),
+            ]
+        );
+        // Without deny globs only sockets are masked.
+        let sockets = find_masks(root, None).unwrap();
+        assert_eq!(sockets.len(), 1, "{sockets:?}");
+    }
 }
