@@ -693,6 +693,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::review::signing::test_keys::keygen;
     use git2::Signature;
     use std::path::Path;
 
@@ -739,18 +740,6 @@ mod tests {
     fn push_other(other: &Repository) {
         let mut r = other.find_remote("origin").unwrap();
         r.push(&["refs/heads/main:refs/heads/main"], None).unwrap();
-    }
-
-    /// An Ed25519 key pair made by `ssh-keygen`: (private key, public key line).
-    fn keygen(dir: &Path, name: &str) -> Option<(std::path::PathBuf, String)> {
-        let key = dir.join(name);
-        let ok = std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
-            .arg(&key)
-            .status()
-            .ok()?
-            .success();
-        ok.then(|| (key.clone(), std::fs::read_to_string(key.with_extension("pub")).unwrap()))
     }
 
     /// Records in `repo` an approval of the builder tree of `commit` by `who`, signed

@@ -451,11 +451,14 @@ pub fn sign(body: &ApprovalBody, key: &Path, program: &str) -> Result<String, Si
     Ok(text)
 }
 
+/// Test keys, shared by the tests of signing, trust and sync.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod test_keys {
+    use std::path::{Path, PathBuf};
 
-    fn keygen(dir: &Path, name: &str) -> Option<(PathBuf, String)> {
+    /// An Ed25519 key pair made by `ssh-keygen`: (private key, public key line);
+    /// `None` when `ssh-keygen` cannot run here.
+    pub(crate) fn keygen(dir: &Path, name: &str) -> Option<(PathBuf, String)> {
         let key = dir.join(name);
         let ok = std::process::Command::new("ssh-keygen")
             .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
@@ -465,6 +468,12 @@ mod tests {
             .success();
         ok.then(|| (key.clone(), std::fs::read_to_string(key.with_extension("pub")).unwrap()))
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::signing::test_keys::keygen;
 
     fn body(approver: &str) -> ApprovalBody {
         ApprovalBody {

@@ -484,18 +484,8 @@ impl<'r> Trust<'r> {
 mod tests {
     use super::*;
     use crate::review::approvals::{self, Signing};
+    use crate::review::signing::test_keys::keygen;
     use std::path::Path;
-
-    fn keygen(dir: &Path, name: &str) -> Option<(PathBuf, String)> {
-        let key = dir.join(name);
-        let ok = std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
-            .arg(&key)
-            .status()
-            .ok()?
-            .success();
-        ok.then(|| (key.clone(), std::fs::read_to_string(key.with_extension("pub")).unwrap()))
-    }
 
     /// A commit on HEAD replacing `files`, by `who`.
     fn commit(repo: &Repository, files: &[(&str, &str)], who: &str) -> Oid {
