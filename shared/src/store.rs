@@ -9,6 +9,11 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::Path;
 use std::time::Duration;
 
+/// Pages of write-ahead log after which a commit checkpoints it into the database
+/// (SQLite's default is 1,000): what a process's first open reads to rebuild the
+/// log's index.
+const WAL_AUTOCHECKPOINT: i64 = 100;
+
 /// The migrations both databases began with, when they shared one list: a file
 /// written then is at one of these versions, whichever database it is, so both lists
 /// keep them as their first three steps. Each migration moves the schema from version
@@ -196,6 +201,13 @@ impl Store {
         // WAL grows, and a later open sees everything.
         self.conn
             .set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(self.sql_error())?;
+        // But the first open in a process rebuilds the WAL's index by reading every
+        // frame in it, and a fire opens the store a few times: with SQLite's default
+        // of a checkpoint every 1,000 pages (4 MB) that read cost up to several ms an
+        // open. A checkpoint every WAL_AUTOCHECKPOINT pages bounds it.
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT)
             .map_err(self.sql_error())?;
         Ok(())
     }
