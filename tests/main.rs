@@ -31,3 +31,4 @@ mod repos;
 mod review;
 mod signals;
 mod signed;
+mod two_key_attacks;

@@ -601,31 +601,33 @@ impl Preparing {
                 Ok(moved)
             }
             Ok(crate::sync::Before::Unapproved { tip, tree }) => {
-                self.sync_push = false;
-                let key = format!("sync:{}/{}", sync.remote, sync.branch);
                 let tree = tree.to_string();
-                let fingerprint = records::fingerprint(&key, CardKind::UnreviewedChanges, &tree);
-                let now = self.ctx.started_at;
-                let seen = StateDb::open(&root)
-                    .ok()
-                    .and_then(|mut db| db.repeat_refusal(&key, &fingerprint, &tree, now).ok().flatten());
-                if seen.is_none() {
-                    self.pending_cards.push(CardDraft {
-                        kind: CardKind::UnreviewedChanges,
-                        summary: format!(
-                            "{}/{} moved to a tree of builder-owned paths with no approval ({})",
-                            sync.remote,
-                            sync.branch,
-                            &tree[..12]
-                        ),
-                        detail: format!(
-                            "the remote tip {tip} has builder tree {tree}, which no approval on {} that counts names: this fire ran on what the cron box had and pushed nothing; it moves there once the change is approved (builder approve, and push refs/builder/*)",
-                            crate::review::APPROVALS_REF
-                        ),
-                        evidence: vec![tip.to_string()],
-                    });
-                    self.sync_refusal = Some(super::SyncRefusal { key, fingerprint, tree });
-                }
+                let summary = format!(
+                    "{}/{} moved to a tree of builder-owned paths with no approval ({})",
+                    sync.remote,
+                    sync.branch,
+                    &tree[..12]
+                );
+                let detail = format!(
+                    "the remote tip {tip} has builder tree {tree}, which no approval on {} that counts names: this fire ran on what the cron box had and pushed nothing; it moves there once the change is approved (builder approve, and push refs/builder/*)",
+                    crate::review::APPROVALS_REF
+                );
+                self.refuse_tip(&sync, tip, tree, summary, detail);
+                Ok(settings)
+            }
+            Ok(crate::sync::Before::TracksState { tip }) => {
+                let summary = format!(
+                    "{}/{} moved to a commit that tracks {}/ ({})",
+                    sync.remote,
+                    sync.branch,
+                    crate::layout::STATE_DIR,
+                    &tip.to_string()[..12]
+                );
+                let detail = format!(
+                    "the remote tip {tip} tracks paths under {dir}/, the runtime's private state (its state database, the walk memo of the two-key check), which no commit may write on the cron box: this fire ran on what the cron box had and pushed nothing; it moves once a commit on the remote removes {dir}/ (git rm -r --cached {dir})",
+                    dir = crate::layout::STATE_DIR
+                );
+                self.refuse_tip(&sync, tip, tip.to_string(), summary, detail);
                 Ok(settings)
             }
             Ok(crate::sync::Before::UpToDate | crate::sync::Before::Ahead) => Ok(settings),
@@ -635,6 +637,40 @@ impl Preparing {
                 format!("sync {} failed", e.step),
                 e.to_string(),
             )),
+        }
+    }
+
+    /// The remote tip `tip` is not taken (`subject`: the tree or commit the refusal is
+    /// about): the fire runs on what it has, pushes nothing, and cards it once per
+    /// subject, not once per fire.
+    fn refuse_tip(
+        &mut self,
+        sync: &settings::SyncSettings,
+        tip: git2::Oid,
+        subject: String,
+        summary: String,
+        detail: String,
+    ) {
+        self.sync_push = false;
+        let key = format!("sync:{}/{}", sync.remote, sync.branch);
+        let fingerprint = records::fingerprint(&key, CardKind::UnreviewedChanges, &subject);
+        let seen = StateDb::open(&self.ctx.opts.root).ok().and_then(|mut db| {
+            db.repeat_refusal(&key, &fingerprint, &subject, self.ctx.started_at)
+                .ok()
+                .flatten()
+        });
+        if seen.is_none() {
+            self.pending_cards.push(CardDraft {
+                kind: CardKind::UnreviewedChanges,
+                summary,
+                detail,
+                evidence: vec![tip.to_string()],
+            });
+            self.sync_refusal = Some(super::SyncRefusal {
+                key,
+                fingerprint,
+                tree: subject,
+            });
         }
     }
 

@@ -1,0 +1,248 @@
+//! The two-key promise attacked as Mallory would: an engineer with push access to
+//! the shared origin, her own git identity and SSH key, not listed as a signer. With
+//! `require_reviewed` and signed approvals on, and a cron box that syncs from the
+//! origin, she pushes commits and approval commits of her own making (real git
+//! repositories, keys and signatures from the real `ssh-keygen`) and tries to get a
+//! tree she wrote fired there. Each test first shows that her payload reached the
+//! cron box (her commits and approvals on its refs, and, where it is a forged state
+//! file, that it would have passed the check had it been used), then that the promise
+//! held: her tree is not HEAD's, the fire ran on what the box had and said why in an
+//! `unreviewed_changes` card.
+
+use crate::review::{builder_ok, fire_in, git, with_origin, REVIEWER};
+use crate::signed::{keygen, signed_review};
+use crate::util::TestEnv;
+use git2::{Oid, Repository};
+use shared::review::approvals::{self, Signing};
+use shared::review::signing::{ApprovalRule, SignerList};
+use shared::review::trust::Trust;
+use std::path::{Path, PathBuf};
+
+const MALLORY: &str = "Mallory <mallory@evil.example>";
+
+/// Signed review on (Rev's key), then sync turned on through signed review; the cron
+/// box clones the origin and fires once. Returns (origin, cron clone, Rev's key), or
+/// `None` without `ssh-keygen`.
+fn signed_cron_box(env: &TestEnv) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let (rev_key, _, _) = signed_review(env)?;
+    let origin = with_origin(env);
+    let settings = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}sync:\n  remote: origin\n  branch: main\n"),
+    );
+    builder_ok(env, &env.root, None, &["propose", "cron", "-m", "Sync the cron box"]);
+    builder_ok(
+        env,
+        &env.root,
+        Some(REVIEWER),
+        &["approve", "cron", "--key", rev_key.to_str().unwrap()],
+    );
+    builder_ok(env, &env.root, None, &["merge", "cron"]);
+    git(
+        env,
+        &env.root,
+        &["push", "-q", "origin", "main", "+refs/builder/*:refs/builder/*"],
+    );
+    let cron = env.home.join("cron");
+    git(
+        env,
+        &env.home,
+        &["clone", "-q", origin.to_str().unwrap(), cron.to_str().unwrap()],
+    );
+    builder_ok(env, &cron, None, &["install-hooks"]);
+    let (code, summary) = fire_in(env, &cron, "digest");
+    assert_eq!(code, 0, "the first fire of the cron box: {summary}");
+    Some((origin, cron, rev_key))
+}
+
+/// Mallory's clone of the origin, with its approvals.
+fn mallory_clone(env: &TestEnv, origin: &Path) -> Repository {
+    let dir = env.home.join("mallory");
+    git(
+        env,
+        &env.home,
+        &["clone", "-q", origin.to_str().unwrap(), dir.to_str().unwrap()],
+    );
+    git(env, &dir, &["fetch", "-q", "origin", "+refs/builder/*:refs/builder/*"]);
+    Repository::open(&dir).unwrap()
+}
+
+/// A commit by Mallory on `parent` replacing `files` (no ref moves).
+fn commit_on(repo: &Repository, parent: Oid, files: &[(&str, &str)], msg: &str) -> Oid {
+    let parent = repo.find_commit(parent).unwrap();
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for (path, body) in files {
+        update.upsert(*path, repo.blob(body.as_bytes()).unwrap(), git2::FileMode::Blob);
+    }
+    let tree = repo
+        .find_tree(update.create_updated(repo, &parent.tree().unwrap()).unwrap())
+        .unwrap();
+    let sig = git2::Signature::now("Mallory", "mallory@evil.example").unwrap();
+    repo.commit(None, &sig, &sig, msg, &tree, &[&parent]).unwrap()
+}
+
+/// Mallory's approval of the builder tree of `commit`, signed with her key.
+fn approve_as_mallory(repo: &Repository, commit: Oid, key: &Path) -> Oid {
+    let tree = shared::review::builder_tree_of_commit(repo, commit).unwrap();
+    let person = shared::review::parse_person(MALLORY).unwrap();
+    let signing = Signing {
+        key: key.to_path_buf(),
+        program: "ssh-keygen".into(),
+    };
+    let body = approvals::signed_body("mallory", tree, commit, &person, Some(&signing)).unwrap();
+    approvals::write(repo, body, &person).unwrap().id
+}
+
+/// Pushes `commit` as the origin's `main`, and every `refs/builder/*`, past any hook.
+fn push(env: &TestEnv, repo: &Repository, commit: Oid) {
+    let dir = repo.workdir().unwrap();
+    git(
+        env,
+        dir,
+        &[
+            "push",
+            "-q",
+            "--no-verify",
+            "origin",
+            &format!("{commit}:refs/heads/main"),
+            "+refs/builder/*:refs/builder/*",
+        ],
+    );
+}
+
+/// The path of the one card `summary` names, relative to the repository.
+fn first_card(dir: &Path, summary: &serde_json::Value) -> String {
+    let id = summary["cards"][0].as_str().unwrap();
+    let day = std::fs::read_dir(dir.join("cards"))
+        .unwrap()
+        .flatten()
+        .find(|d| d.path().join(format!("{id}.yaml")).is_file())
+        .unwrap();
+    format!("cards/{}/{id}.yaml", day.file_name().to_string_lossy())
+}
+
+fn rev(env: &TestEnv, dir: &Path, what: &str) -> String {
+    git(env, dir, &["rev-parse", what])
+}
+
+/// The walk memo is a file in `.runtime/`, which no commit may bring: Mallory forges
+/// one (her side commit Y, whose list holds only her key, as the boundary of the
+/// approved tree) and pushes it in a commit that changes no builder-owned path, so
+/// the cron box would take it without an approval; then her prompt change, approved
+/// with her own key. Had the box checked the forged memo out, the walk would have
+/// judged her change by Y's list and fired it.
+#[test]
+fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
+    let env = TestEnv::new();
+    let Some((origin, cron, _)) = signed_cron_box(&env) else {
+        eprintln!("skipped: ssh-keygen is not installed");
+        return;
+    };
+    let (mal_key, mal_pub) = keygen(&env, "mallory").unwrap();
+    let mal = mallory_clone(&env, &origin);
+    let x = Oid::from_str(&rev(&env, mal.workdir().unwrap(), "origin/main")).unwrap();
+    let t_x = shared::review::builder_tree_of_commit(&mal, x).unwrap();
+
+    // Y: a side commit whose list is hers, approved with her key; kept on a
+    // refs/builder/* ref so the box's fetch brings it.
+    let y = commit_on(
+        &mal,
+        x,
+        &[
+            (
+                "settings/allowed_signers",
+                &format!("mallory@evil.example namespaces=\"builder-approval\" {mal_pub}"),
+            ),
+            ("prompts/digest.md", "---\n---\nY.\n"),
+        ],
+        "side",
+    );
+    mal.reference("refs/builder/side", y, true, "side").unwrap();
+    approve_as_mallory(&mal, y, &mal_key);
+    let t_y = shared::review::builder_tree_of_commit(&mal, y).unwrap();
+    // p1: the forged memo, no builder-owned path changed. c1: her prompt.
+    let memo = format!("{x} {t_x} {y}\n{y} {t_y} -\n");
+    let p1 = commit_on(&mal, x, &[(".runtime/builder-tree-walk", &memo)], "notes");
+    let c1 = commit_on(
+        &mal,
+        p1,
+        &[("prompts/digest.md", "---\n---\nMALLORY WAS HERE.\n")],
+        "tweak",
+    );
+    approve_as_mallory(&mal, c1, &mal_key);
+
+    push(&env, &mal, p1);
+    let (first_code, first) = fire_in(&env, &cron, "digest");
+    let first_head = rev(&env, &cron, "HEAD");
+    assert_eq!(first["commit"], first_head.as_str());
+    push(&env, &mal, c1);
+    let (code, summary) = fire_in(&env, &cron, "digest");
+
+    // The payload reached the box: her commits and approvals are on its refs...
+    let box_repo = Repository::open(&cron).unwrap();
+    assert_eq!(rev(&env, &cron, "refs/remotes/origin/main"), c1.to_string());
+    assert_eq!(rev(&env, &cron, "refs/builder/side"), y.to_string());
+    let hers = approvals::load(&box_repo)
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.body.approver == MALLORY)
+        .count();
+    assert_eq!(hers, 2, "her approvals are on the box's approvals ref");
+    // ...and her memo is live: read from a `.runtime/` holding it, the check passes.
+    let forged_root = env.home.join("forged");
+    std::fs::create_dir_all(forged_root.join(".runtime")).unwrap();
+    std::fs::write(forged_root.join(".runtime/builder-tree-walk"), &memo).unwrap();
+    let rule = ApprovalRule {
+        runtime_email: "runtime@localhost".into(),
+        signers: Some(SignerList::Repository("settings/allowed_signers".into())),
+    };
+    let head = Oid::from_str(&rev(&env, &cron, "HEAD")).unwrap();
+    let judged = Trust::new(&box_repo, rule.clone())
+        .unwrap()
+        .remembering(Some(&forged_root))
+        .incoming(c1, p1)
+        .unwrap();
+    assert!(
+        judged.approval.is_some(),
+        "the forged memo would pass: {:?}",
+        judged.rejected
+    );
+    // Without it, her change is judged by Rev's list and does not count.
+    let honest = Trust::new(&box_repo, rule).unwrap().incoming(c1, head).unwrap();
+    assert!(honest.approval.is_none());
+
+    // The promise held: the box never moved onto her commits and never ran her prompt.
+    let head = rev(&env, &cron, "HEAD");
+    assert_ne!(head, c1.to_string(), "{summary}");
+    assert!(!std::fs::read_to_string(cron.join("prompts/digest.md"))
+        .unwrap()
+        .contains("MALLORY"));
+    let receipt = std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap();
+    let receipt: serde_json::Value = serde_json::from_str(&receipt).unwrap();
+    assert_eq!(
+        receipt["inputs"]["commit"], first["commit"],
+        "it ran on what it had: {summary}"
+    );
+    assert_eq!(code, 5, "{summary}");
+    let cards = crate::cron_box::env_cards(&cron, &summary);
+    assert_eq!(cards, vec!["unreviewed_changes"], "{summary}");
+    // The first fire already refused the tip that brought the memo, and said so once.
+    assert_ne!(first_head, p1.to_string(), "{first}");
+    assert_eq!(first_code, 5, "it fired on what it had: {first}");
+    assert_eq!(crate::cron_box::env_cards(&cron, &first), vec!["unreviewed_changes"]);
+    let card = git(
+        &env,
+        &cron,
+        &["show", &format!("{first_head}:{}", first_card(&cron, &first))],
+    );
+    assert!(
+        card.contains(&format!("tracks paths under .runtime/")) && card.contains(&p1.to_string()),
+        "{card}"
+    );
+    let memo_now = std::fs::read_to_string(cron.join(".runtime/builder-tree-walk")).unwrap_or_default();
+    assert!(
+        !memo_now.contains(&y.to_string()),
+        "her rows never entered the box's memo: {memo_now}"
+    );
+}
