@@ -68,12 +68,18 @@ fn mallory_clone(env: &TestEnv, origin: &Path) -> Repository {
     Repository::open(&dir).unwrap()
 }
 
-/// A commit by Mallory on `parent` replacing `files` (no ref moves).
+/// A commit by Mallory on `parent` replacing `files` (no ref moves; `*.sh` files are
+/// executable).
 fn commit_on(repo: &Repository, parent: Oid, files: &[(&str, &str)], msg: &str) -> Oid {
     let parent = repo.find_commit(parent).unwrap();
     let mut update = git2::build::TreeUpdateBuilder::new();
     for (path, body) in files {
-        update.upsert(*path, repo.blob(body.as_bytes()).unwrap(), git2::FileMode::Blob);
+        let mode = if path.ends_with(".sh") {
+            git2::FileMode::BlobExecutable
+        } else {
+            git2::FileMode::Blob
+        };
+        update.upsert(*path, repo.blob(body.as_bytes()).unwrap(), mode);
     }
     let tree = repo
         .find_tree(update.create_updated(repo, &parent.tree().unwrap()).unwrap())
@@ -244,5 +250,116 @@ fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
     assert!(
         !memo_now.contains(&y.to_string()),
         "her rows never entered the box's memo: {memo_now}"
+    );
+}
+
+/// A symlink in `tools/` whose target lies outside the builder-owned directories:
+/// an approval names the link (its target path), not what it reaches. The link lands
+/// through review (Rev approves "share the prefetch script with lib/"); Mallory then
+/// changes only `lib/`, which leaves the builder tree as approved, so the cron box
+/// moves onto her commit, where the prefetch would run her script.
+#[test]
+fn a_builder_link_that_leaves_the_builder_paths_is_never_covered() {
+    let env = TestEnv::new();
+    let Some((origin, cron, rev_key)) = signed_cron_box(&env) else {
+        eprintln!("skipped: ssh-keygen is not installed");
+        return;
+    };
+    let script = "tools/digest-context.sh";
+    git(&env, &env.root, &["pull", "-q", "--ff-only", "origin", "main"]);
+    std::fs::create_dir_all(env.root.join("lib")).unwrap();
+    std::fs::copy(env.root.join(script), env.root.join("lib/digest-context.sh")).unwrap();
+    env.commit_all("lib: the digest context script");
+    std::fs::remove_file(env.root.join(script)).unwrap();
+    std::os::unix::fs::symlink("../lib/digest-context.sh", env.root.join(script)).unwrap();
+    builder_ok(
+        &env,
+        &env.root,
+        None,
+        &["propose", "link", "-m", "Share the prefetch script"],
+    );
+    builder_ok(
+        &env,
+        &env.root,
+        Some(REVIEWER),
+        &["approve", "link", "--key", rev_key.to_str().unwrap()],
+    );
+    builder_ok(&env, &env.root, None, &["merge", "link"]);
+    // The pre-push hook's audit refuses the link; pushed past it (anyone with push
+    // access can).
+    let out = crate::review::git_with_path(
+        &env,
+        &env.root,
+        &crate::review::path_with_builder(),
+        &["push", "-q", "origin", "main"],
+    );
+    assert!(!out.status.success());
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("a symlink to ../lib/digest-context.sh"), "{said}");
+    git(
+        &env,
+        &env.root,
+        &[
+            "push",
+            "-q",
+            "--no-verify",
+            "origin",
+            "main",
+            "+refs/builder/*:refs/builder/*",
+        ],
+    );
+
+    let mal = mallory_clone(&env, &origin);
+    let tip = Oid::from_str(&rev(&env, mal.workdir().unwrap(), "origin/main")).unwrap();
+    let payload = "#!/bin/sh\necho payload > reports/mallory-ran.md\necho context\n";
+    let evil = commit_on(&mal, tip, &[("lib/digest-context.sh", payload)], "lib: tidy");
+    assert_eq!(
+        shared::review::builder_tree_of_commit(&mal, evil).unwrap(),
+        shared::review::builder_tree_of_commit(&mal, tip).unwrap(),
+        "her commit leaves the builder tree as approved"
+    );
+    push(&env, &mal, evil);
+    let (code, summary) = fire_in(&env, &cron, "digest");
+
+    // The attack ran: the box is on her commit, and its prefetch script reaches her code.
+    let receipt = std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap();
+    let receipt: serde_json::Value = serde_json::from_str(&receipt).unwrap();
+    assert_eq!(receipt["inputs"]["commit"], evil.to_string().as_str(), "{summary}");
+    assert!(std::fs::symlink_metadata(cron.join(script))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(std::fs::read_to_string(cron.join(script))
+        .unwrap()
+        .contains("mallory-ran"));
+    // The promise held: refused before anything ran, naming the link.
+    assert_eq!(code, 1, "{summary}");
+    assert!(!cron.join("reports/mallory-ran.md").exists(), "her script ran");
+    assert_eq!(crate::cron_box::env_cards(&cron, &summary), vec!["unreviewed_changes"]);
+    let message = summary["message"].as_str().unwrap();
+    assert!(
+        message.contains("tools/digest-context.sh -> ../lib/digest-context.sh"),
+        "{message}"
+    );
+    // And the audit flags the link, approved as it was.
+    let (code, out, _) = crate::review::builder_in(&env, &cron, None, &["audit", "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["severity"] == "violation"
+                && f["path"] == script
+                && f["what"]
+                    .as_str()
+                    .unwrap()
+                    .contains("a symlink to ../lib/digest-context.sh")),
+        "{v}"
     );
 }

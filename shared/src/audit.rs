@@ -264,6 +264,38 @@ impl Judge<'_> {
         }))
     }
 
+    /// A symlink out of the builder-owned directories (or a gitlink) that the commit
+    /// writes at the builder-owned `path` (`new`: its blob and mode): an approval names
+    /// the link, not what it reaches, so it is flagged even when approved
+    /// ([`crate::review::links_leaving`]).
+    fn link_leaving(
+        &mut self,
+        commit: &git2::Commit,
+        path: &str,
+        new: Option<(Oid, i32)>,
+    ) -> Result<Option<(Severity, String)>, git2::Error> {
+        let target = match new {
+            Some((id, mode)) if mode == i32::from(FileMode::Link) => {
+                let target = String::from_utf8_lossy(self.repo.find_blob(id)?.content()).into_owned();
+                if crate::review::link_stays_inside(path, &target) {
+                    return Ok(None);
+                }
+                format!("a symlink to {target}")
+            }
+            Some((id, mode)) if mode == i32::from(FileMode::Commit) => format!("a submodule (commit {id})"),
+            _ => return Ok(None),
+        };
+        let severity = if self.settings_of(commit)?.0 {
+            Severity::Violation
+        } else {
+            Severity::Warning
+        };
+        Ok(Some((
+            severity,
+            format!("builder-owned path is {target}, outside the builder-owned directories: no approval covers what it reaches"),
+        )))
+    }
+
     /// `require_reviewed` and `review.require_signed` in the commit's own
     /// `settings/runtime.yaml` (false when the file is absent or does not say).
     fn settings_of(&mut self, commit: &git2::Commit) -> Result<(bool, bool), git2::Error> {
@@ -355,6 +387,9 @@ fn audit_commit(
                 }
             }
         } else if owner == Owner::Builder {
+            if let Some((severity, why)) = judge.link_leaving(commit, &c.path, c.new)? {
+                flag(severity, why);
+            }
             let verdict = match &uncovered {
                 Some(v) => v.clone(),
                 None => {

@@ -711,6 +711,7 @@ impl Preparing {
             return Ok(());
         }
         let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
+        self.refuse_links_leaving()?;
         let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?;
         let rule = approval_rule(settings)?;
         // The walk to the last approved tree is remembered in `.runtime/`, so
@@ -757,6 +758,33 @@ impl Preparing {
                     .map(|r| format!("\n- {r}"))
                     .chain((!rejected.is_empty()).then(|| format!("\n({})", judged.judged_by(&rule))))
                     .collect::<String>()
+            ),
+        ))
+    }
+
+    /// Two keys, continued: an approval names a link, not what it reaches, so a HEAD
+    /// whose builder-owned directories hold a symlink out of them (or a submodule) is
+    /// not covered ([`crate::review::links_leaving`]).
+    fn refuse_links_leaving(&mut self) -> Result<(), Stop> {
+        let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading HEAD's tree: {e}"));
+        let tree = self.repo.head().and_then(|h| h.peel_to_tree()).map_err(env)?;
+        let leaving = crate::review::links_leaving(&self.repo, &tree).map_err(env)?;
+        if leaving.is_empty() || (self.ctx.opts.eval && self.ctx.opts.no_commit) {
+            return Ok(());
+        }
+        let summary = format!("HEAD's builder-owned paths link outside them: {}", leaving.join(", "));
+        if self.dry_run {
+            self.notes.push(format!("a fire would refuse: {summary}"));
+            return Ok(());
+        }
+        let builder_tree = crate::review::builder_tree_of(&tree).map_err(env)?;
+        Err(Stop::carded(
+            FireEnd::Failed,
+            CardKind::UnreviewedChanges,
+            summary,
+            format!(
+                "require_reviewed is on and builder tree {builder_tree} holds links whose targets lie outside the builder-owned directories; an approval covers the link, not what it reaches, so whoever changes the target changes what runs: put the content itself under prompts/, scope/, settings/, tools/ or evals/ (through review){}",
+                leaving.iter().map(|l| format!("\n- {l}")).collect::<String>()
             ),
         ))
     }

@@ -70,6 +70,66 @@ pub fn builder_tree_of(tree: &git2::Tree) -> Result<Oid, git2::Error> {
     Oid::hash_object(git2::ObjectType::Tree, &raw)
 }
 
+/// The links among the builder-owned directories of `tree` that reach outside them,
+/// each as `path -> target`: a symlink whose target is absolute or resolves (from its
+/// own directory) outside the builder-owned directories, and a gitlink (a submodule,
+/// whose content is another repository's). An approval names such a link, not what
+/// it reaches, so a tree holding one is never covered: whoever changes the target
+/// changes what runs without changing the approved tree.
+pub fn links_leaving(repo: &Repository, tree: &git2::Tree) -> Result<Vec<String>, git2::Error> {
+    let mut out = Vec::new();
+    let mut stack: Vec<(String, Oid, i32)> = BUILDER_DIRS
+        .iter()
+        .filter(|d| **d != ".git")
+        .filter_map(|d| tree.get_name(d).map(|e| (d.to_string(), e.id(), e.filemode())))
+        .collect();
+    while let Some((path, id, mode)) = stack.pop() {
+        match mode {
+            0o040000 => {
+                for e in repo.find_tree(id)?.iter() {
+                    let name = String::from_utf8_lossy(e.name_bytes());
+                    stack.push((format!("{path}/{name}"), e.id(), e.filemode()));
+                }
+            }
+            0o120000 => {
+                let target = String::from_utf8_lossy(repo.find_blob(id)?.content()).into_owned();
+                if !link_stays_inside(&path, &target) {
+                    out.push(format!("{path} -> {target}"));
+                }
+            }
+            0o160000 => out.push(format!("{path} -> submodule commit {id}")),
+            _ => {}
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Whether the symlink at `link` (repository-relative) with `target` resolves inside
+/// the builder-owned directories (by its path alone; a link it reaches is judged on
+/// its own).
+pub fn link_stays_inside(link: &str, target: &str) -> bool {
+    if target.starts_with('/') {
+        return false;
+    }
+    let mut parts: Vec<&str> = link.split('/').collect();
+    parts.pop();
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return false;
+                }
+            }
+            c => parts.push(c),
+        }
+    }
+    parts
+        .first()
+        .is_some_and(|top| BUILDER_DIRS.iter().any(|d| *d != ".git" && d == top))
+}
+
 /// The builder tree of the commit `commit`.
 pub fn builder_tree_of_commit(repo: &Repository, commit: Oid) -> Result<Oid, git2::Error> {
     builder_tree_of(&repo.find_commit(commit)?.tree()?)
@@ -138,6 +198,22 @@ mod tests {
             builder_tree_of(&empty).unwrap(),
             crate::git::builder_tree_id(&repo, &empty).unwrap()
         );
+    }
+
+    #[test]
+    fn a_link_counts_as_leaving_when_its_target_resolves_outside_the_builder_dirs() {
+        for (link, target, inside) in [
+            ("tools/x.sh", "real.sh", true),
+            ("tools/a/x.sh", "../../prompts/p.md", true),
+            ("tools/x.sh", "../lib/x.sh", false),
+            ("tools/x.sh", "/etc/passwd", false),
+            ("tools/x.sh", "../../tools/x.sh", false),
+            ("tools/x.sh", "..", false),
+            ("tools", "lib", false),
+            ("tools/x", "../.git/hooks", false),
+        ] {
+            assert_eq!(link_stays_inside(link, target), inside, "{link} -> {target}");
+        }
     }
 
     #[test]
