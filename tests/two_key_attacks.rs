@@ -363,3 +363,120 @@ fn a_builder_link_that_leaves_the_builder_paths_is_never_covered() {
         "{v}"
     );
 }
+
+/// The forgeries the judges already see through, against the cron box and then the
+/// laptop that pulls them: Mallory's prompt change, which in the same commit adds her
+/// key to `settings/allowed_signers` and turns `require_reviewed` off, pushed past
+/// the hook with four approvals of its tree: by Rev's identity signed with her key,
+/// Rev's real signature (of another tree) replayed over a body naming hers, her own
+/// (her key is in the list her change brings), and Rev's identity unsigned.
+#[test]
+fn forged_approvals_of_a_change_that_disarms_review_count_for_nothing() {
+    let env = TestEnv::new();
+    let Some((origin, cron, _)) = signed_cron_box(&env) else {
+        eprintln!("skipped: ssh-keygen is not installed");
+        return;
+    };
+    let (mal_key, mal_pub) = keygen(&env, "mallory").unwrap();
+    let mal = mallory_clone(&env, &origin);
+    let dir = mal.workdir().unwrap().to_path_buf();
+    let tip = Oid::from_str(&rev(&env, &dir, "origin/main")).unwrap();
+    let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).unwrap();
+    let signers = format!(
+        "{}mallory@evil.example namespaces=\"builder-approval\" {mal_pub}",
+        read("settings/allowed_signers")
+    );
+    let settings = read("settings/runtime.yaml").replace("require_reviewed: true", "require_reviewed: false");
+    assert!(settings.contains("require_reviewed: false"));
+    let evil = commit_on(
+        &mal,
+        tip,
+        &[
+            ("prompts/digest.md", "---\n---\nMALLORY WAS HERE.\n"),
+            ("settings/allowed_signers", &signers),
+            ("settings/runtime.yaml", &settings),
+        ],
+        "tweak",
+    );
+    let tree = shared::review::builder_tree_of_commit(&mal, evil).unwrap();
+    let rev_person = shared::review::parse_person("Rev <rev@example.com>").unwrap();
+    let signing = Signing {
+        key: mal_key.clone(),
+        program: "ssh-keygen".into(),
+    };
+    let spoofed = approvals::signed_body("tweak", tree, evil, &rev_person, Some(&signing)).unwrap();
+    approvals::write(&mal, spoofed, &rev_person).unwrap();
+    let real = approvals::load(&mal)
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find(|a| a.body.approver == "Rev <rev@example.com>" && a.body.signature.is_some())
+        .unwrap();
+    let mut replayed = real.body.clone();
+    replayed.tree = tree.to_string();
+    approvals::write(&mal, replayed, &rev_person).unwrap();
+    approve_as_mallory(&mal, evil, &mal_key);
+    let unsigned = approvals::signed_body("tweak", tree, evil, &rev_person, None).unwrap();
+    approvals::write(&mal, unsigned, &rev_person).unwrap();
+    push(&env, &mal, evil);
+
+    let before = rev(&env, &cron, "HEAD");
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    // The attack reached the box: her commit and her four approvals are on its refs.
+    let box_repo = Repository::open(&cron).unwrap();
+    assert_eq!(rev(&env, &cron, "refs/remotes/origin/main"), evil.to_string());
+    let naming = approvals::load(&box_repo)
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.body.tree == tree.to_string())
+        .count();
+    assert_eq!(naming, 4, "the forged approvals are on the box");
+    // The promise held: it fired on what it had, with one card, and pushed nothing.
+    assert_eq!(code, 5, "{summary}");
+    assert_eq!(crate::cron_box::env_cards(&cron, &summary), vec!["unreviewed_changes"]);
+    let receipt = std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap();
+    let receipt: serde_json::Value = serde_json::from_str(&receipt).unwrap();
+    assert_eq!(receipt["inputs"]["commit"], before.as_str());
+    assert!(!std::fs::read_to_string(cron.join("prompts/digest.md"))
+        .unwrap()
+        .contains("MALLORY"));
+    assert_eq!(
+        rev(&env, &origin, "refs/heads/main"),
+        evil.to_string(),
+        "nothing pushed"
+    );
+
+    // A laptop that pulls it: the audit flags it, and a fire there refuses it, each
+    // forged approval named with why it does not count.
+    git(&env, &env.root, &["pull", "-q", "--ff-only", "origin", "main"]);
+    git(
+        &env,
+        &env.root,
+        &["fetch", "-q", "origin", "+refs/builder/*:refs/builder/*"],
+    );
+    assert_eq!(rev(&env, &env.root, "HEAD"), evil.to_string());
+    let (code, out, _) = crate::review::builder_in(&env, &env.root, None, &["audit", "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["severity"] == "violation" && f["path"] == "prompts/digest.md"),
+        "{v}"
+    );
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 1, "{summary}");
+    assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"]);
+    let detail = env.cards(&summary)[0]["detail"].as_str().unwrap().to_string();
+    assert_eq!(detail.matches("\n- approval ").count(), 4, "{detail}");
+    assert!(
+        detail.contains("the change that turned it off has no approval"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("it is not signed") && detail.contains("is not in settings/allowed_signers"),
+        "{detail}"
+    );
+}

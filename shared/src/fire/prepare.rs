@@ -707,16 +707,26 @@ impl Preparing {
     /// the approval goes into the receipt. The refusal's detail names the tree and not
     /// the commit, so the refusal repeats (counted, not recorded) until the tree changes.
     fn require_approval(&mut self, settings: &RuntimeSettings) -> Result<(), Stop> {
-        if !settings.require_reviewed {
-            return Ok(());
-        }
         let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
+        let root = (!self.dry_run).then(|| self.ctx.opts.root.clone());
+        let root = root.as_deref();
+        if !settings.require_reviewed {
+            // Switched off: only an approved switch-off counts (as `audit` judges it).
+            let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?.id();
+            let owed = crate::review::trust::Trust::new(&self.repo, approval_rule(settings)?)
+                .map_err(env)?
+                .remembering(root)
+                .review_owed(head)
+                .map_err(env)?;
+            if !owed {
+                return Ok(());
+            }
+        }
         self.refuse_links_leaving()?;
         let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?;
         let rule = approval_rule(settings)?;
         // The walk to the last approved tree is remembered in `.runtime/`, so
         // records-only commits since then are read once, not on every fire.
-        let root = (!self.dry_run).then_some(self.ctx.opts.root.as_path());
         let judged = crate::review::trust::Trust::new(&self.repo, rule.clone())
             .map_err(env)?
             .remembering(root)
@@ -751,7 +761,12 @@ impl Preparing {
             CardKind::UnreviewedChanges,
             summary,
             format!(
-                "require_reviewed is on and no approval on {} that counts names builder tree {tree}: land prompt changes through `builder propose`, `builder approve` (by someone else) and `builder merge`, and fetch refs/builder/* where the runtime fires{}",
+                "require_reviewed is {} and no approval on {} that counts names builder tree {tree}: land prompt changes through `builder propose`, `builder approve` (by someone else) and `builder merge`, and fetch refs/builder/* where the runtime fires{}",
+                if settings.require_reviewed {
+                    "on"
+                } else {
+                    "off in HEAD's settings, but the change that turned it off has no approval, so review is still owed"
+                },
                 crate::review::APPROVALS_REF,
                 rejected
                     .iter()

@@ -130,6 +130,32 @@ pub fn link_stays_inside(link: &str, target: &str) -> bool {
         .is_some_and(|top| BUILDER_DIRS.iter().any(|d| *d != ".git" && d == top))
 }
 
+/// `require_reviewed` and `review.require_signed` as the text of a
+/// `settings/runtime.yaml` says them (false when it does not say, or does not parse).
+pub fn review_flags(settings_yaml: &[u8]) -> (bool, bool) {
+    let yaml = serde_yaml::from_slice::<serde_yaml::Value>(settings_yaml).ok();
+    let flag = |v: Option<&serde_yaml::Value>| v.and_then(serde_yaml::Value::as_bool).unwrap_or(false);
+    (
+        flag(yaml.as_ref().and_then(|v| v.get("require_reviewed"))),
+        flag(
+            yaml.as_ref()
+                .and_then(|v| v.get("review"))
+                .and_then(|r| r.get("require_signed")),
+        ),
+    )
+}
+
+/// [`review_flags`] of the settings in the tree of `commit` (false without them).
+pub fn review_flags_of_commit(repo: &Repository, commit: Oid) -> Result<(bool, bool), git2::Error> {
+    let tree = repo.find_commit(commit)?.tree()?;
+    let entry = match tree.get_path(std::path::Path::new(crate::layout::SETTINGS_FILE)) {
+        Ok(e) => e,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok((false, false)),
+        Err(e) => return Err(e),
+    };
+    Ok(review_flags(repo.find_blob(entry.id())?.content()))
+}
+
 /// The builder tree of the commit `commit`.
 pub fn builder_tree_of_commit(repo: &Repository, commit: Oid) -> Result<Oid, git2::Error> {
     builder_tree_of(&repo.find_commit(commit)?.tree()?)

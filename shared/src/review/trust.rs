@@ -248,6 +248,40 @@ impl<'r> Trust<'r> {
         Ok(self.judge_tree(tree, trusted, head))
     }
 
+    /// Whether `commit`, whose own settings have `require_reviewed` off, still owes
+    /// review by its history, as `builder audit` judges a change: a builder change owes
+    /// an approval when its own settings or those of the tree before it say
+    /// `require_reviewed`. Walking builder changes back from `commit` to the nearest
+    /// covered one, any that owes one means the switch-off was not approved (an
+    /// unapproved commit that turns review off, and whatever follows it, still runs
+    /// only with an approval). Without any approval at all there is nothing to walk
+    /// back to (review never ran here): `false`.
+    pub fn review_owed(&mut self, commit: Oid) -> Result<bool, git2::Error> {
+        if self.approvals.trees().is_empty() {
+            return Ok(false);
+        }
+        let repo = self.repo;
+        let requires = |c: Oid| super::review_flags_of_commit(repo, c).map(|f| f.0);
+        let mut next = Some(commit);
+        let owed = loop {
+            let Some(c) = next else { break false };
+            if self.covered(c)? {
+                break false;
+            }
+            if requires(c)? {
+                break true;
+            }
+            next = self.step(c)?.boundary;
+            if let Some(b) = next {
+                if requires(b)? {
+                    break true;
+                }
+            }
+        };
+        self.save_memo();
+        Ok(owed)
+    }
+
     /// Every tree an approval that counts names, where the list does not depend on
     /// history (no signatures, or the operator's list); `None` under a repository's
     /// list, where coverage belongs to a commit ([`Trust::commit`]).
