@@ -480,3 +480,45 @@ fn forged_approvals_of_a_change_that_disarms_review_count_for_nothing() {
         "{detail}"
     );
 }
+
+/// Turning `review.require_signed` off in the same commit as a prompt change, with an
+/// unsigned approval under Rev's name (pushed past the hook): both `audit` and the
+/// runtime took the rule from HEAD's own settings, where identities alone count, and
+/// let it through; both now judge it under the signatures the change switched off.
+#[test]
+fn turning_signatures_off_in_the_same_change_does_not_let_an_identity_approve_it() {
+    let env = TestEnv::new();
+    let Some(_) = signed_review(&env) else {
+        eprintln!("skipped: ssh-keygen is not installed");
+        return;
+    };
+    let repo = Repository::open(&env.root).unwrap();
+    let head = repo.head().unwrap().peel_to_commit().unwrap().id();
+    let settings = env.read("settings/runtime.yaml");
+    let cut = settings.find("review:\n").unwrap();
+    let downgraded = format!("{}\n", settings[..cut].trim_end());
+    let evil = commit_on(
+        &repo,
+        head,
+        &[
+            ("prompts/digest.md", "---\n---\nMALLORY WAS HERE.\n"),
+            ("settings/runtime.yaml", &downgraded),
+        ],
+        "tweak",
+    );
+    repo.reference("refs/heads/main", evil, true, "mallory").unwrap();
+    git(&env, &env.root, &["reset", "-q", "--hard", &evil.to_string()]);
+    let tree = shared::review::builder_tree_of_commit(&repo, evil).unwrap();
+    let rev_person = shared::review::parse_person("Rev <rev@example.com>").unwrap();
+    let body = approvals::signed_body("tweak", tree, evil, &rev_person, None).unwrap();
+    approvals::write(&repo, body, &rev_person).unwrap();
+    // The attack is in place: HEAD is hers, asks no signatures, and an unsigned
+    // approval under Rev's name names its tree.
+    assert_eq!(rev(&env, &env.root, "HEAD"), evil.to_string());
+    assert!(!env.read("settings/runtime.yaml").contains("require_signed"));
+    let (code, out, _) = crate::review::builder_in(&env, &env.root, None, &["audit"]);
+    assert_eq!(code, 1, "the audit judges it under signatures: {out}");
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 1, "{summary}");
+    assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"]);
+}

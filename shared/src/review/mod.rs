@@ -145,15 +145,39 @@ pub fn review_flags(settings_yaml: &[u8]) -> (bool, bool) {
     )
 }
 
-/// [`review_flags`] of the settings in the tree of `commit` (false without them).
-pub fn review_flags_of_commit(repo: &Repository, commit: Oid) -> Result<(bool, bool), git2::Error> {
+/// The text of the settings in the tree of `commit` (`None` without them).
+fn settings_text(repo: &Repository, commit: Oid) -> Result<Option<Vec<u8>>, git2::Error> {
     let tree = repo.find_commit(commit)?.tree()?;
     let entry = match tree.get_path(std::path::Path::new(crate::layout::SETTINGS_FILE)) {
         Ok(e) => e,
-        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok((false, false)),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    Ok(review_flags(repo.find_blob(entry.id())?.content()))
+    Ok(Some(repo.find_blob(entry.id())?.content().to_vec()))
+}
+
+/// [`review_flags`] of the settings in the tree of `commit` (false without them).
+pub fn review_flags_of_commit(repo: &Repository, commit: Oid) -> Result<(bool, bool), git2::Error> {
+    Ok(settings_text(repo, commit)?.map_or((false, false), |t| review_flags(&t)))
+}
+
+/// With `review.require_signed` in the settings of `commit`: its
+/// `review.allowed_signers` (the default path when it does not say).
+pub fn signed_list_of_commit(repo: &Repository, commit: Oid) -> Result<Option<String>, git2::Error> {
+    let Some(text) = settings_text(repo, commit)? else {
+        return Ok(None);
+    };
+    if !review_flags(&text).1 {
+        return Ok(None);
+    }
+    let yaml = serde_yaml::from_slice::<serde_yaml::Value>(&text).ok();
+    let path = yaml
+        .as_ref()
+        .and_then(|v| v.get("review"))
+        .and_then(|r| r.get("allowed_signers"))
+        .and_then(serde_yaml::Value::as_str)
+        .unwrap_or(signing::DEFAULT_ALLOWED_SIGNERS);
+    Ok(Some(path.to_string()))
 }
 
 /// The builder tree of the commit `commit`.
