@@ -243,7 +243,7 @@ fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
         &["show", &format!("{first_head}:{}", first_card(&cron, &first))],
     );
     assert!(
-        card.contains(&format!("tracks paths under .runtime/")) && card.contains(&p1.to_string()),
+        card.contains("tracks paths under .runtime/") && card.contains(&p1.to_string()),
         "{card}"
     );
     let memo_now = std::fs::read_to_string(cron.join(".runtime/builder-tree-walk")).unwrap_or_default();
