@@ -151,7 +151,7 @@ fn approved_changes_reach_the_cron_box_and_unapproved_ones_wait_with_one_card() 
     assert_eq!(code, 0, "{out}");
 }
 
-fn env_cards(dir: &Path, summary: &Value) -> Vec<String> {
+pub(crate) fn env_cards(dir: &Path, summary: &Value) -> Vec<String> {
     let mut kinds = Vec::new();
     for id in summary["cards"].as_array().unwrap() {
         let id = id.as_str().unwrap();

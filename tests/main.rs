@@ -32,3 +32,4 @@ mod repos;
 mod review;
 mod signals;
 mod signed;
+mod two_key_attacks;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 /// An unencrypted Ed25519 key pair under the test's home: (private key path, public
 /// key line). `None` when `ssh-keygen` is missing.
-fn keygen(env: &TestEnv, name: &str) -> Option<(PathBuf, String)> {
+pub(crate) fn keygen(env: &TestEnv, name: &str) -> Option<(PathBuf, String)> {
     let key = env.home.join(format!("id_{name}"));
     let ok = std::process::Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
@@ -58,7 +58,7 @@ fn forge_approval(env: &TestEnv, name: &str, approver: &str, key: Option<&PathBu
 /// signed by Rev, whose key the new `settings/allowed_signers` lists: the first
 /// signed tree, judged by its own list), merged and fired once. Returns Rev's key
 /// and public key line, and the signed approval's commit; `None` without `ssh-keygen`.
-fn signed_review(env: &TestEnv) -> Option<(PathBuf, String, String)> {
+pub(crate) fn signed_review(env: &TestEnv) -> Option<(PathBuf, String, String)> {
     let (rev_key, rev_pub) = keygen(env, "rev")?;
     require_review_through_review(env);
     env.write(

@@ -156,6 +156,26 @@ fn bench(c: &mut Criterion) {
         "two-key check, 10,000 records-only commits since the last builder change: walking them all (no memo)",
         |b| b.iter(|| check(false, head)),
     );
+    // (3) What a fire adds for the attacks of tests/two_key_attacks.rs: the links
+    // out of the builder-owned directories (every fire under review), and, with
+    // review or signatures off in HEAD's settings, the walk back to the last approved
+    // tree (no memo: the identity rule has none).
+    let tree = repo.find_commit(head).unwrap().tree().unwrap();
+    c.bench_function(
+        "two-key check: links out of the builder-owned directories of HEAD",
+        |b| b.iter(|| assert!(shared::review::links_leaving(&repo, &tree).unwrap().is_empty())),
+    );
+    let identity = ApprovalRule::unsigned("runtime@localhost");
+    c.bench_function(
+        "two-key check, review off in HEAD's settings: was the switch-off approved (10,000 records-only commits since)",
+        |b| {
+            b.iter(|| {
+                let mut trust = Trust::new(&repo, identity.clone()).unwrap();
+                assert!(!trust.review_owed(head).unwrap());
+                Trust::rule_in_force(&repo, head, identity.clone()).unwrap()
+            })
+        },
+    );
 }
 
 criterion_group!(benches, bench);

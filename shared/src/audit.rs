@@ -9,8 +9,9 @@
 //! is judged per commit of the branch rather than per tree; a commit owes signatures
 //! when its own settings or its parent's ask for them (so turning signing off is
 //! judged under signatures). An unapproved change
-//! is judged by the settings in that commit's own tree: a warning before
-//! `require_reviewed` was turned on, a violation after. A merge whose builder tree is
+//! is judged by the settings in that commit's own tree and its first parent's: a
+//! warning before `require_reviewed` was turned on, a violation after (turning it off
+//! included). A merge whose builder tree is
 //! its first parent's brings no new builder tree (that parent was judged itself), and
 //! a pulled-in approved change is covered by its approval; side-branch commits (a proposal's
 //! intermediate steps) are judged at the merge that lands them. Renames are not
@@ -258,7 +259,7 @@ impl Judge<'_> {
             }
         }
         let short = &tree.to_string()[..12];
-        Ok(Some(if self.settings_of(commit)?.0 {
+        Ok(Some(if self.owes_review(commit)? {
             (
                 Severity::Violation,
                 format!("no approval names its builder tree {short} (require_reviewed is on)"),
@@ -266,6 +267,51 @@ impl Judge<'_> {
         } else {
             (Severity::Warning, format!("no approval names its builder tree {short}"))
         }))
+    }
+
+    /// A symlink out of the builder-owned directories (or a gitlink) that the commit
+    /// writes at the builder-owned `path` (`new`: its blob and mode): an approval names
+    /// the link, not what it reaches, so it is flagged even when approved
+    /// ([`crate::review::links_leaving`]).
+    fn link_leaving(
+        &mut self,
+        commit: &git2::Commit,
+        path: &str,
+        new: Option<(Oid, i32)>,
+    ) -> Result<Option<(Severity, String)>, git2::Error> {
+        let target = match new {
+            Some((id, mode)) if mode == i32::from(FileMode::Link) => {
+                let target = String::from_utf8_lossy(self.repo.find_blob(id)?.content()).into_owned();
+                if crate::review::link_stays_inside(path, &target) {
+                    return Ok(None);
+                }
+                format!("a symlink to {target}")
+            }
+            Some((id, mode)) if mode == i32::from(FileMode::Commit) => format!("a submodule (commit {id})"),
+            _ => return Ok(None),
+        };
+        let severity = if self.owes_review(commit)? {
+            Severity::Violation
+        } else {
+            Severity::Warning
+        };
+        Ok(Some((
+            severity,
+            format!("builder-owned path is {target}, outside the builder-owned directories: no approval covers what it reaches"),
+        )))
+    }
+
+    /// Whether an unapproved builder change in `commit` is a violation: when its own
+    /// settings or its first parent's say `require_reviewed` (so turning review off is
+    /// itself judged under review, as turning signatures off is under signatures).
+    fn owes_review(&mut self, commit: &git2::Commit) -> Result<bool, git2::Error> {
+        if self.settings_of(commit)?.0 {
+            return Ok(true);
+        }
+        match commit.parents().next() {
+            Some(parent) => Ok(self.settings_of(&parent)?.0),
+            None => Ok(false),
+        }
     }
 
     /// `require_reviewed` and `review.require_signed` in the commit's own
@@ -279,17 +325,7 @@ impl Judge<'_> {
         if let Some(v) = self.require_reviewed.get(&entry.id()) {
             return Ok(*v);
         }
-        let blob = self.repo.find_blob(entry.id())?;
-        let yaml = serde_yaml::from_slice::<serde_yaml::Value>(blob.content()).ok();
-        let flag = |v: Option<&serde_yaml::Value>| v.and_then(serde_yaml::Value::as_bool).unwrap_or(false);
-        let on = (
-            flag(yaml.as_ref().and_then(|v| v.get("require_reviewed"))),
-            flag(
-                yaml.as_ref()
-                    .and_then(|v| v.get("review"))
-                    .and_then(|r| r.get("require_signed")),
-            ),
-        );
+        let on = crate::review::review_flags(self.repo.find_blob(entry.id())?.content());
         self.require_reviewed.insert(entry.id(), on);
         Ok(on)
     }
@@ -359,6 +395,9 @@ fn audit_commit(
                 }
             }
         } else if owner == Owner::Builder {
+            if let Some((severity, why)) = judge.link_leaving(commit, &c.path, c.new)? {
+                flag(severity, why);
+            }
             let verdict = match &uncovered {
                 Some(v) => v.clone(),
                 None => {

@@ -58,6 +58,11 @@ pub enum Before {
     /// The remote tip's builder tree has no approval that counts: the fire runs on
     /// what it has, and neither moves its branch nor pushes.
     Unapproved { tip: Oid, tree: Oid },
+    /// The remote tip's tree tracks a path under `.runtime/`, the runtime's private
+    /// state (its state database, the walk memo of the two-key check): checking it
+    /// out would let whoever pushed it write that state, so the fire runs on what it
+    /// has, and neither moves its branch nor pushes.
+    TracksState { tip: Oid },
 }
 
 /// What [`push_after`] did.
@@ -513,7 +518,8 @@ pub fn sandbox_ports(repo: &Repository, sync: Option<&SyncSettings>) -> Vec<u16>
 }
 
 /// Before a fire: fetch, then fast-forward (or join the runtime's unpushed records)
-/// to the remote tip when its builder tree is approved under `rule` (judged by
+/// to the remote tip when it tracks nothing under `.runtime/` and its builder tree
+/// is approved under `rule` (judged by
 /// [`Trust`] over the fetched approvals, remembering its walk in the walk memo under
 /// `memo`, the repository root), or is the
 /// tree the box has. Runs before the sandbox (it may update builder-owned paths).
@@ -532,6 +538,15 @@ pub fn before_fire(
     }
     if repo.graph_descendant_of(local, remote).map_err(&git)? {
         return Ok(Before::Ahead);
+    }
+    let tip_commit = repo.find_commit(remote).map_err(&git)?;
+    if tip_commit
+        .tree()
+        .map_err(&git)?
+        .get_name(crate::layout::STATE_DIR)
+        .is_some()
+    {
+        return Ok(Before::TracksState { tip: remote });
     }
     let tree_of = |c: Oid| crate::review::builder_tree_of_commit(repo, c).map_err(&git);
     let tip_tree = tree_of(remote)?;

@@ -23,7 +23,11 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let shared::git::WorkTree { repo, root } = super::open_repo(repo_path)?;
     let (settings, ownership) = super::review_settings(&root)?;
     let identity = settings.runtime_identity.clone();
-    let rule = super::approval_rule(&settings)?;
+    let mut rule = super::approval_rule(&settings)?;
+    // An unapproved commit that turned signatures off is judged under them.
+    if let Ok(head) = repo.head().and_then(|h| h.peel_to_commit()) {
+        rule = shared::review::trust::Trust::rule_in_force(&repo, head.id(), rule)?;
+    }
     let since = match &args.since {
         Some(rev) => Some(super::resolve_commit(&repo, "--since", rev)?),
         None => None,

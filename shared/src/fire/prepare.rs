@@ -607,31 +607,33 @@ impl Preparing {
                 Ok(moved)
             }
             Ok(crate::sync::Before::Unapproved { tip, tree }) => {
-                self.sync_push = false;
-                let key = format!("sync:{}/{}", sync.remote, sync.branch);
                 let tree = tree.to_string();
-                let fingerprint = records::fingerprint(&key, CardKind::UnreviewedChanges, &tree);
-                let now = self.ctx.started_at;
-                let seen = StateDb::open(&root)
-                    .ok()
-                    .and_then(|mut db| db.repeat_refusal(&key, &fingerprint, &tree, now).ok().flatten());
-                if seen.is_none() {
-                    self.pending_cards.push(CardDraft {
-                        kind: CardKind::UnreviewedChanges,
-                        summary: format!(
-                            "{}/{} moved to a tree of builder-owned paths with no approval ({})",
-                            sync.remote,
-                            sync.branch,
-                            &tree[..12]
-                        ),
-                        detail: format!(
-                            "the remote tip {tip} has builder tree {tree}, which no approval on {} that counts names: this fire ran on what the cron box had and pushed nothing; it moves there once the change is approved (builder approve, and push refs/builder/*)",
-                            crate::review::APPROVALS_REF
-                        ),
-                        evidence: vec![tip.to_string()],
-                    });
-                    self.sync_refusal = Some(super::SyncRefusal { key, fingerprint, tree });
-                }
+                let summary = format!(
+                    "{}/{} moved to a tree of builder-owned paths with no approval ({})",
+                    sync.remote,
+                    sync.branch,
+                    &tree[..12]
+                );
+                let detail = format!(
+                    "the remote tip {tip} has builder tree {tree}, which no approval on {} that counts names: this fire ran on what the cron box had and pushed nothing; it moves there once the change is approved (builder approve, and push refs/builder/*)",
+                    crate::review::APPROVALS_REF
+                );
+                self.refuse_tip(&sync, tip, tree, summary, detail);
+                Ok(settings)
+            }
+            Ok(crate::sync::Before::TracksState { tip }) => {
+                let summary = format!(
+                    "{}/{} moved to a commit that tracks {}/ ({})",
+                    sync.remote,
+                    sync.branch,
+                    crate::layout::STATE_DIR,
+                    &tip.to_string()[..12]
+                );
+                let detail = format!(
+                    "the remote tip {tip} tracks paths under {dir}/, the runtime's private state (its state database, the walk memo of the two-key check), which no commit may write on the cron box: this fire ran on what the cron box had and pushed nothing; it moves once a commit on the remote removes {dir}/ (git rm -r --cached {dir})",
+                    dir = crate::layout::STATE_DIR
+                );
+                self.refuse_tip(&sync, tip, tip.to_string(), summary, detail);
                 Ok(settings)
             }
             Ok(crate::sync::Before::UpToDate | crate::sync::Before::Ahead) => Ok(settings),
@@ -641,6 +643,40 @@ impl Preparing {
                 format!("sync {} failed", e.step),
                 e.to_string(),
             )),
+        }
+    }
+
+    /// The remote tip `tip` is not taken (`subject`: the tree or commit the refusal is
+    /// about): the fire runs on what it has, pushes nothing, and cards it once per
+    /// subject, not once per fire.
+    fn refuse_tip(
+        &mut self,
+        sync: &settings::SyncSettings,
+        tip: git2::Oid,
+        subject: String,
+        summary: String,
+        detail: String,
+    ) {
+        self.sync_push = false;
+        let key = format!("sync:{}/{}", sync.remote, sync.branch);
+        let fingerprint = records::fingerprint(&key, CardKind::UnreviewedChanges, &subject);
+        let seen = StateDb::open(&self.ctx.opts.root).ok().and_then(|mut db| {
+            db.repeat_refusal(&key, &fingerprint, &subject, self.ctx.started_at)
+                .ok()
+                .flatten()
+        });
+        if seen.is_none() {
+            self.pending_cards.push(CardDraft {
+                kind: CardKind::UnreviewedChanges,
+                summary,
+                detail,
+                evidence: vec![tip.to_string()],
+            });
+            self.sync_refusal = Some(super::SyncRefusal {
+                key,
+                fingerprint,
+                tree: subject,
+            });
         }
     }
 
@@ -730,15 +766,27 @@ impl Preparing {
     /// the approval goes into the receipt. The refusal's detail names the tree and not
     /// the commit, so the refusal repeats (counted, not recorded) until the tree changes.
     fn require_approval(&mut self, settings: &RuntimeSettings) -> Result<(), Stop> {
-        if !settings.require_reviewed {
-            return Ok(());
-        }
         let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
+        let root = (!self.dry_run).then(|| self.ctx.opts.root.clone());
+        let root = root.as_deref();
+        if !settings.require_reviewed {
+            // Switched off: only an approved switch-off counts (as `audit` judges it).
+            let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?.id();
+            let owed = crate::review::trust::Trust::new(&self.repo, approval_rule(settings)?)
+                .map_err(env)?
+                .remembering(root)
+                .review_owed(head)
+                .map_err(env)?;
+            if !owed {
+                return Ok(());
+            }
+        }
+        self.refuse_links_leaving()?;
         let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?;
-        let rule = approval_rule(settings)?;
+        let rule =
+            crate::review::trust::Trust::rule_in_force(&self.repo, head.id(), approval_rule(settings)?).map_err(env)?;
         // The walk to the last approved tree is remembered in `.runtime/`, so
         // records-only commits since then are read once, not on every fire.
-        let root = (!self.dry_run).then_some(self.ctx.opts.root.as_path());
         let judged = crate::review::trust::Trust::new(&self.repo, rule.clone())
             .map_err(env)?
             .remembering(root)
@@ -773,13 +821,45 @@ impl Preparing {
             CardKind::UnreviewedChanges,
             summary,
             format!(
-                "require_reviewed is on and no approval on {} that counts names builder tree {tree}: land prompt changes through `builder propose`, `builder approve` (by someone else) and `builder merge`, and fetch refs/builder/* where the runtime fires{}",
+                "require_reviewed is {} and no approval on {} that counts names builder tree {tree}: land prompt changes through `builder propose`, `builder approve` (by someone else) and `builder merge`, and fetch refs/builder/* where the runtime fires{}",
+                if settings.require_reviewed {
+                    "on"
+                } else {
+                    "off in HEAD's settings, but the change that turned it off has no approval, so review is still owed"
+                },
                 crate::review::APPROVALS_REF,
                 rejected
                     .iter()
                     .map(|r| format!("\n- {r}"))
                     .chain((!rejected.is_empty()).then(|| format!("\n({})", judged.judged_by(&rule))))
                     .collect::<String>()
+            ),
+        ))
+    }
+
+    /// Two keys, continued: an approval names a link, not what it reaches, so a HEAD
+    /// whose builder-owned directories hold a symlink out of them (or a submodule) is
+    /// not covered ([`crate::review::links_leaving`]).
+    fn refuse_links_leaving(&mut self) -> Result<(), Stop> {
+        let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading HEAD's tree: {e}"));
+        let tree = self.repo.head().and_then(|h| h.peel_to_tree()).map_err(env)?;
+        let leaving = crate::review::links_leaving(&self.repo, &tree).map_err(env)?;
+        if leaving.is_empty() || (self.ctx.opts.eval && self.ctx.opts.no_commit) {
+            return Ok(());
+        }
+        let summary = format!("HEAD's builder-owned paths link outside them: {}", leaving.join(", "));
+        if self.dry_run {
+            self.notes.push(format!("a fire would refuse: {summary}"));
+            return Ok(());
+        }
+        let builder_tree = crate::review::builder_tree_of(&tree).map_err(env)?;
+        Err(Stop::carded(
+            FireEnd::Failed,
+            CardKind::UnreviewedChanges,
+            summary,
+            format!(
+                "require_reviewed is on and builder tree {builder_tree} holds links whose targets lie outside the builder-owned directories; an approval covers the link, not what it reaches, so whoever changes the target changes what runs: put the content itself under prompts/, scope/, settings/, tools/ or evals/ (through review){}",
+                leaving.iter().map(|l| format!("\n- {l}")).collect::<String>()
             ),
         ))
     }

@@ -124,6 +124,11 @@ impl Approvals {
             .collect()
     }
 
+    /// Whether any approval carries a signature.
+    pub fn any_signed(&self) -> bool {
+        self.all.iter().any(|a| a.body.signature.is_some())
+    }
+
     /// Every approval of the proposal `name`, oldest first.
     pub fn of_proposal<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Approval> + 'a {
         self.all.iter().filter(move |a| a.body.proposal == name)

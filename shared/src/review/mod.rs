@@ -70,6 +70,116 @@ pub fn builder_tree_of(tree: &git2::Tree) -> Result<Oid, git2::Error> {
     Oid::hash_object(git2::ObjectType::Tree, &raw)
 }
 
+/// The links among the builder-owned directories of `tree` that reach outside them,
+/// each as `path -> target`: a symlink whose target is absolute or resolves (from its
+/// own directory) outside the builder-owned directories, and a gitlink (a submodule,
+/// whose content is another repository's). An approval names such a link, not what
+/// it reaches, so a tree holding one is never covered: whoever changes the target
+/// changes what runs without changing the approved tree.
+pub fn links_leaving(repo: &Repository, tree: &git2::Tree) -> Result<Vec<String>, git2::Error> {
+    let mut out = Vec::new();
+    let mut stack: Vec<(String, Oid, i32)> = BUILDER_DIRS
+        .iter()
+        .filter(|d| **d != ".git")
+        .filter_map(|d| tree.get_name(d).map(|e| (d.to_string(), e.id(), e.filemode())))
+        .collect();
+    while let Some((path, id, mode)) = stack.pop() {
+        match mode {
+            0o040000 => {
+                for e in repo.find_tree(id)?.iter() {
+                    let name = String::from_utf8_lossy(e.name_bytes());
+                    stack.push((format!("{path}/{name}"), e.id(), e.filemode()));
+                }
+            }
+            0o120000 => {
+                let target = String::from_utf8_lossy(repo.find_blob(id)?.content()).into_owned();
+                if !link_stays_inside(&path, &target) {
+                    out.push(format!("{path} -> {target}"));
+                }
+            }
+            0o160000 => out.push(format!("{path} -> submodule commit {id}")),
+            _ => {}
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Whether the symlink at `link` (repository-relative) with `target` resolves inside
+/// the builder-owned directories (by its path alone; a link it reaches is judged on
+/// its own).
+pub fn link_stays_inside(link: &str, target: &str) -> bool {
+    if target.starts_with('/') {
+        return false;
+    }
+    let mut parts: Vec<&str> = link.split('/').collect();
+    parts.pop();
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return false;
+                }
+            }
+            c => parts.push(c),
+        }
+    }
+    parts
+        .first()
+        .is_some_and(|top| BUILDER_DIRS.iter().any(|d| *d != ".git" && d == top))
+}
+
+/// `require_reviewed` and `review.require_signed` as the text of a
+/// `settings/runtime.yaml` says them (false when it does not say, or does not parse).
+pub fn review_flags(settings_yaml: &[u8]) -> (bool, bool) {
+    let yaml = serde_yaml::from_slice::<serde_yaml::Value>(settings_yaml).ok();
+    let flag = |v: Option<&serde_yaml::Value>| v.and_then(serde_yaml::Value::as_bool).unwrap_or(false);
+    (
+        flag(yaml.as_ref().and_then(|v| v.get("require_reviewed"))),
+        flag(
+            yaml.as_ref()
+                .and_then(|v| v.get("review"))
+                .and_then(|r| r.get("require_signed")),
+        ),
+    )
+}
+
+/// The text of the settings in the tree of `commit` (`None` without them).
+fn settings_text(repo: &Repository, commit: Oid) -> Result<Option<Vec<u8>>, git2::Error> {
+    let tree = repo.find_commit(commit)?.tree()?;
+    let entry = match tree.get_path(std::path::Path::new(crate::layout::SETTINGS_FILE)) {
+        Ok(e) => e,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(repo.find_blob(entry.id())?.content().to_vec()))
+}
+
+/// [`review_flags`] of the settings in the tree of `commit` (false without them).
+pub fn review_flags_of_commit(repo: &Repository, commit: Oid) -> Result<(bool, bool), git2::Error> {
+    Ok(settings_text(repo, commit)?.map_or((false, false), |t| review_flags(&t)))
+}
+
+/// With `review.require_signed` in the settings of `commit`: its
+/// `review.allowed_signers` (the default path when it does not say).
+pub fn signed_list_of_commit(repo: &Repository, commit: Oid) -> Result<Option<String>, git2::Error> {
+    let Some(text) = settings_text(repo, commit)? else {
+        return Ok(None);
+    };
+    if !review_flags(&text).1 {
+        return Ok(None);
+    }
+    let yaml = serde_yaml::from_slice::<serde_yaml::Value>(&text).ok();
+    let path = yaml
+        .as_ref()
+        .and_then(|v| v.get("review"))
+        .and_then(|r| r.get("allowed_signers"))
+        .and_then(serde_yaml::Value::as_str)
+        .unwrap_or(signing::DEFAULT_ALLOWED_SIGNERS);
+    Ok(Some(path.to_string()))
+}
+
 /// The builder tree of the commit `commit`.
 pub fn builder_tree_of_commit(repo: &Repository, commit: Oid) -> Result<Oid, git2::Error> {
     builder_tree_of(&repo.find_commit(commit)?.tree()?)
@@ -138,6 +248,22 @@ mod tests {
             builder_tree_of(&empty).unwrap(),
             crate::git::builder_tree_id(&repo, &empty).unwrap()
         );
+    }
+
+    #[test]
+    fn a_link_counts_as_leaving_when_its_target_resolves_outside_the_builder_dirs() {
+        for (link, target, inside) in [
+            ("tools/x.sh", "real.sh", true),
+            ("tools/a/x.sh", "../../prompts/p.md", true),
+            ("tools/x.sh", "../lib/x.sh", false),
+            ("tools/x.sh", "/etc/passwd", false),
+            ("tools/x.sh", "../../tools/x.sh", false),
+            ("tools/x.sh", "..", false),
+            ("tools", "lib", false),
+            ("tools/x", "../.git/hooks", false),
+        ] {
+            assert_eq!(link_stays_inside(link, target), inside, "{link} -> {target}");
+        }
     }
 
     #[test]

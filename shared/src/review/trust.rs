@@ -248,6 +248,80 @@ impl<'r> Trust<'r> {
         Ok(self.judge_tree(tree, trusted, head))
     }
 
+    /// Whether `commit`, whose own settings have `require_reviewed` off, still owes
+    /// review by its history, as `builder audit` judges a change: a builder change owes
+    /// an approval when its own settings or those of the tree before it say
+    /// `require_reviewed`. Walking builder changes back from `commit` to the nearest
+    /// covered one, any that owes one means the switch-off was not approved (an
+    /// unapproved commit that turns review off, and whatever follows it, still runs
+    /// only with an approval). Without any approval at all there is nothing to walk
+    /// back to (review never ran here): `false`.
+    pub fn review_owed(&mut self, commit: Oid) -> Result<bool, git2::Error> {
+        if self.approvals.trees().is_empty() {
+            return Ok(false);
+        }
+        let repo = self.repo;
+        let requires = |c: Oid| super::review_flags_of_commit(repo, c).map(|f| f.0);
+        let mut next = Some(commit);
+        let owed = loop {
+            let Some(c) = next else { break false };
+            if self.covered(c)? {
+                break false;
+            }
+            if requires(c)? {
+                break true;
+            }
+            next = self.step(c)?.boundary;
+            if let Some(b) = next {
+                if requires(b)? {
+                    break true;
+                }
+            }
+        };
+        self.save_memo();
+        Ok(owed)
+    }
+
+    /// The rule `commit` is judged by when its own settings (`own`) ask no signatures:
+    /// `own`, unless the change that turned `review.require_signed` off (the nearest
+    /// builder change back from `commit` whose predecessor asked for signatures) has
+    /// no approval under the predecessor's rule; then that rule, so an unapproved
+    /// switch-off cannot be vouched for by an identity approval (as `builder audit`
+    /// judges a commit whose parent asked for signatures). Without any signed
+    /// approval there was nothing signed to switch off: `own`.
+    pub fn rule_in_force(repo: &'r Repository, commit: Oid, own: ApprovalRule) -> Result<ApprovalRule, git2::Error> {
+        if own.signers.is_some() {
+            return Ok(own);
+        }
+        let mut walk = Trust::new(repo, own.clone())?;
+        if !walk.approvals.any_signed() {
+            return Ok(own);
+        }
+        let mut changed = commit;
+        while let Some(before) = walk.step(changed)?.boundary {
+            if let Some(list) = super::signed_list_of_commit(repo, before)? {
+                let signers = if std::path::Path::new(&list).is_absolute() {
+                    match AllowedSigners::load_absolute(std::path::Path::new(&list)) {
+                        Ok(l) => SignerList::Operator(l),
+                        // The operator's file cannot be read: no tree holds that
+                        // path either, so no approval counts (closed, not open).
+                        Err(_) => SignerList::Repository(list),
+                    }
+                } else {
+                    SignerList::Repository(list)
+                };
+                let strict = ApprovalRule {
+                    runtime_email: own.runtime_email.clone(),
+                    signers: Some(signers),
+                };
+                let approved = Trust::new(repo, strict.clone())?.commit(changed)?.approval.is_some();
+                return Ok(if approved { own } else { strict });
+            }
+            changed = before;
+        }
+        Ok(own)
+    }
+
     /// Every tree an approval that counts names, where the list does not depend on
     /// history (no signatures, or the operator's list); `None` under a repository's
     /// list, where coverage belongs to a commit ([`Trust::commit`]).

@@ -1,0 +1,524 @@
+//! The two-key promise attacked as Mallory would: an engineer with push access to
+//! the shared origin, her own git identity and SSH key, not listed as a signer. With
+//! `require_reviewed` and signed approvals on, and a cron box that syncs from the
+//! origin, she pushes commits and approval commits of her own making (real git
+//! repositories, keys and signatures from the real `ssh-keygen`) and tries to get a
+//! tree she wrote fired there. Each test first shows that her payload reached the
+//! cron box (her commits and approvals on its refs, and, where it is a forged state
+//! file, that it would have passed the check had it been used), then that the promise
+//! held: her tree is not HEAD's, the fire ran on what the box had and said why in an
+//! `unreviewed_changes` card.
+
+use crate::review::{builder_ok, fire_in, git, with_origin, REVIEWER};
+use crate::signed::{keygen, signed_review};
+use crate::util::TestEnv;
+use git2::{Oid, Repository};
+use shared::review::approvals::{self, Signing};
+use shared::review::signing::{ApprovalRule, SignerList};
+use shared::review::trust::Trust;
+use std::path::{Path, PathBuf};
+
+const MALLORY: &str = "Mallory <mallory@evil.example>";
+
+/// Signed review on (Rev's key), then sync turned on through signed review; the cron
+/// box clones the origin and fires once. Returns (origin, cron clone, Rev's key), or
+/// `None` without `ssh-keygen`.
+fn signed_cron_box(env: &TestEnv) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let (rev_key, _, _) = signed_review(env)?;
+    let origin = with_origin(env);
+    let settings = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}sync:\n  remote: origin\n  branch: main\n"),
+    );
+    builder_ok(env, &env.root, None, &["propose", "cron", "-m", "Sync the cron box"]);
+    builder_ok(
+        env,
+        &env.root,
+        Some(REVIEWER),
+        &["approve", "cron", "--key", rev_key.to_str().unwrap()],
+    );
+    builder_ok(env, &env.root, None, &["merge", "cron"]);
+    git(
+        env,
+        &env.root,
+        &["push", "-q", "origin", "main", "+refs/builder/*:refs/builder/*"],
+    );
+    let cron = env.home.join("cron");
+    git(
+        env,
+        &env.home,
+        &["clone", "-q", origin.to_str().unwrap(), cron.to_str().unwrap()],
+    );
+    builder_ok(env, &cron, None, &["install-hooks"]);
+    let (code, summary) = fire_in(env, &cron, "digest");
+    assert_eq!(code, 0, "the first fire of the cron box: {summary}");
+    Some((origin, cron, rev_key))
+}
+
+/// Mallory's clone of the origin, with its approvals.
+fn mallory_clone(env: &TestEnv, origin: &Path) -> Repository {
+    let dir = env.home.join("mallory");
+    git(
+        env,
+        &env.home,
+        &["clone", "-q", origin.to_str().unwrap(), dir.to_str().unwrap()],
+    );
+    git(env, &dir, &["fetch", "-q", "origin", "+refs/builder/*:refs/builder/*"]);
+    Repository::open(&dir).unwrap()
+}
+
+/// A commit by Mallory on `parent` replacing `files` (no ref moves; `*.sh` files are
+/// executable).
+fn commit_on(repo: &Repository, parent: Oid, files: &[(&str, &str)], msg: &str) -> Oid {
+    let parent = repo.find_commit(parent).unwrap();
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for (path, body) in files {
+        let mode = if path.ends_with(".sh") {
+            git2::FileMode::BlobExecutable
+        } else {
+            git2::FileMode::Blob
+        };
+        update.upsert(*path, repo.blob(body.as_bytes()).unwrap(), mode);
+    }
+    let tree = repo
+        .find_tree(update.create_updated(repo, &parent.tree().unwrap()).unwrap())
+        .unwrap();
+    let sig = git2::Signature::now("Mallory", "mallory@evil.example").unwrap();
+    repo.commit(None, &sig, &sig, msg, &tree, &[&parent]).unwrap()
+}
+
+/// Mallory's approval of the builder tree of `commit`, signed with her key.
+fn approve_as_mallory(repo: &Repository, commit: Oid, key: &Path) -> Oid {
+    let tree = shared::review::builder_tree_of_commit(repo, commit).unwrap();
+    let person = shared::review::parse_person(MALLORY).unwrap();
+    let signing = Signing {
+        key: key.to_path_buf(),
+        program: "ssh-keygen".into(),
+    };
+    let body = approvals::signed_body("mallory", tree, commit, &person, Some(&signing)).unwrap();
+    approvals::write(repo, body, &person).unwrap().id
+}
+
+/// Pushes `commit` as the origin's `main`, and every `refs/builder/*`, past any hook.
+fn push(env: &TestEnv, repo: &Repository, commit: Oid) {
+    let dir = repo.workdir().unwrap();
+    git(
+        env,
+        dir,
+        &[
+            "push",
+            "-q",
+            "--no-verify",
+            "origin",
+            &format!("{commit}:refs/heads/main"),
+            "+refs/builder/*:refs/builder/*",
+        ],
+    );
+}
+
+/// The path of the one card `summary` names, relative to the repository.
+fn first_card(dir: &Path, summary: &serde_json::Value) -> String {
+    let id = summary["cards"][0].as_str().unwrap();
+    let day = std::fs::read_dir(dir.join("cards"))
+        .unwrap()
+        .flatten()
+        .find(|d| d.path().join(format!("{id}.yaml")).is_file())
+        .unwrap();
+    format!("cards/{}/{id}.yaml", day.file_name().to_string_lossy())
+}
+
+fn rev(env: &TestEnv, dir: &Path, what: &str) -> String {
+    git(env, dir, &["rev-parse", what])
+}
+
+/// The walk memo is a file in `.runtime/`, which no commit may bring: Mallory forges
+/// one (her side commit Y, whose list holds only her key, as the boundary of the
+/// approved tree) and pushes it in a commit that changes no builder-owned path, so
+/// the cron box would take it without an approval; then her prompt change, approved
+/// with her own key. Had the box checked the forged memo out, the walk would have
+/// judged her change by Y's list and fired it.
+#[test]
+fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
+    let env = TestEnv::new();
+    let Some((origin, cron, _)) = signed_cron_box(&env) else {
+        eprintln!("skipped: ssh-keygen is not installed");
+        return;
+    };
+    let (mal_key, mal_pub) = keygen(&env, "mallory").unwrap();
+    let mal = mallory_clone(&env, &origin);
+    let x = Oid::from_str(&rev(&env, mal.workdir().unwrap(), "origin/main")).unwrap();
+    let t_x = shared::review::builder_tree_of_commit(&mal, x).unwrap();
+
+    // Y: a side commit whose list is hers, approved with her key; kept on a
+    // refs/builder/* ref so the box's fetch brings it.
+    let y = commit_on(
+        &mal,
+        x,
+        &[
+            (
+                "settings/allowed_signers",
+                &format!("mallory@evil.example namespaces=\"builder-approval\" {mal_pub}"),
+            ),
+            ("prompts/digest.md", "---\n---\nY.\n"),
+        ],
+        "side",
+    );
+    mal.reference("refs/builder/side", y, true, "side").unwrap();
+    approve_as_mallory(&mal, y, &mal_key);
+    let t_y = shared::review::builder_tree_of_commit(&mal, y).unwrap();
+    // p1: the forged memo, no builder-owned path changed. c1: her prompt.
+    let memo = format!("{x} {t_x} {y}\n{y} {t_y} -\n");
+    let p1 = commit_on(&mal, x, &[(".runtime/builder-tree-walk", &memo)], "notes");
+    let c1 = commit_on(
+        &mal,
+        p1,
+        &[("prompts/digest.md", "---\n---\nMALLORY WAS HERE.\n")],
+        "tweak",
+    );
+    approve_as_mallory(&mal, c1, &mal_key);
+
+    push(&env, &mal, p1);
+    let (first_code, first) = fire_in(&env, &cron, "digest");
+    let first_head = rev(&env, &cron, "HEAD");
+    assert_eq!(first["commit"], first_head.as_str());
+    push(&env, &mal, c1);
+    let (code, summary) = fire_in(&env, &cron, "digest");
+
+    // The payload reached the box: her commits and approvals are on its refs...
+    let box_repo = Repository::open(&cron).unwrap();
+    assert_eq!(rev(&env, &cron, "refs/remotes/origin/main"), c1.to_string());
+    assert_eq!(rev(&env, &cron, "refs/builder/side"), y.to_string());
+    let hers = approvals::load(&box_repo)
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.body.approver == MALLORY)
+        .count();
+    assert_eq!(hers, 2, "her approvals are on the box's approvals ref");
+    // ...and her memo is live: read from a `.runtime/` holding it, the check passes.
+    let forged_root = env.home.join("forged");
+    std::fs::create_dir_all(forged_root.join(".runtime")).unwrap();
+    std::fs::write(forged_root.join(".runtime/builder-tree-walk"), &memo).unwrap();
+    let rule = ApprovalRule {
+        runtime_email: "runtime@localhost".into(),
+        signers: Some(SignerList::Repository("settings/allowed_signers".into())),
+    };
+    let head = Oid::from_str(&rev(&env, &cron, "HEAD")).unwrap();
+    let judged = Trust::new(&box_repo, rule.clone())
+        .unwrap()
+        .remembering(Some(&forged_root))
+        .incoming(c1, p1)
+        .unwrap();
+    assert!(
+        judged.approval.is_some(),
+        "the forged memo would pass: {:?}",
+        judged.rejected
+    );
+    // Without it, her change is judged by Rev's list and does not count.
+    let honest = Trust::new(&box_repo, rule).unwrap().incoming(c1, head).unwrap();
+    assert!(honest.approval.is_none());
+
+    // The promise held: the box never moved onto her commits and never ran her prompt.
+    let head = rev(&env, &cron, "HEAD");
+    assert_ne!(head, c1.to_string(), "{summary}");
+    assert!(!std::fs::read_to_string(cron.join("prompts/digest.md"))
+        .unwrap()
+        .contains("MALLORY"));
+    let receipt = std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap();
+    let receipt: serde_json::Value = serde_json::from_str(&receipt).unwrap();
+    assert_eq!(
+        receipt["inputs"]["commit"], first["commit"],
+        "it ran on what it had: {summary}"
+    );
+    assert_eq!(code, 5, "{summary}");
+    let cards = crate::cron_box::env_cards(&cron, &summary);
+    assert_eq!(cards, vec!["unreviewed_changes"], "{summary}");
+    // The first fire already refused the tip that brought the memo, and said so once.
+    assert_ne!(first_head, p1.to_string(), "{first}");
+    assert_eq!(first_code, 5, "it fired on what it had: {first}");
+    assert_eq!(crate::cron_box::env_cards(&cron, &first), vec!["unreviewed_changes"]);
+    let card = git(
+        &env,
+        &cron,
+        &["show", &format!("{first_head}:{}", first_card(&cron, &first))],
+    );
+    assert!(
+        card.contains("tracks paths under .runtime/") && card.contains(&p1.to_string()),
+        "{card}"
+    );
+    let memo_now = std::fs::read_to_string(cron.join(".runtime/builder-tree-walk")).unwrap_or_default();
+    assert!(
+        !memo_now.contains(&y.to_string()),
+        "her rows never entered the box's memo: {memo_now}"
+    );
+}
+
+/// A symlink in `tools/` whose target lies outside the builder-owned directories:
+/// an approval names the link (its target path), not what it reaches. The link lands
+/// through review (Rev approves "share the prefetch script with lib/"); Mallory then
+/// changes only `lib/`, which leaves the builder tree as approved, so the cron box
+/// moves onto her commit, where the prefetch would run her script.
+#[test]
+fn a_builder_link_that_leaves_the_builder_paths_is_never_covered() {
+    let env = TestEnv::new();
+    let Some((origin, cron, rev_key)) = signed_cron_box(&env) else {
+        eprintln!("skipped: ssh-keygen is not installed");
+        return;
+    };
+    let script = "tools/digest-context.sh";
+    git(&env, &env.root, &["pull", "-q", "--ff-only", "origin", "main"]);
+    std::fs::create_dir_all(env.root.join("lib")).unwrap();
+    std::fs::copy(env.root.join(script), env.root.join("lib/digest-context.sh")).unwrap();
+    env.commit_all("lib: the digest context script");
+    std::fs::remove_file(env.root.join(script)).unwrap();
+    std::os::unix::fs::symlink("../lib/digest-context.sh", env.root.join(script)).unwrap();
+    builder_ok(
+        &env,
+        &env.root,
+        None,
+        &["propose", "link", "-m", "Share the prefetch script"],
+    );
+    builder_ok(
+        &env,
+        &env.root,
+        Some(REVIEWER),
+        &["approve", "link", "--key", rev_key.to_str().unwrap()],
+    );
+    builder_ok(&env, &env.root, None, &["merge", "link"]);
+    // The pre-push hook's audit refuses the link; pushed past it (anyone with push
+    // access can).
+    let out = crate::review::git_with_path(
+        &env,
+        &env.root,
+        &crate::review::path_with_builder(),
+        &["push", "-q", "origin", "main"],
+    );
+    assert!(!out.status.success());
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("a symlink to ../lib/digest-context.sh"), "{said}");
+    git(
+        &env,
+        &env.root,
+        &[
+            "push",
+            "-q",
+            "--no-verify",
+            "origin",
+            "main",
+            "+refs/builder/*:refs/builder/*",
+        ],
+    );
+
+    let mal = mallory_clone(&env, &origin);
+    let tip = Oid::from_str(&rev(&env, mal.workdir().unwrap(), "origin/main")).unwrap();
+    let payload = "#!/bin/sh\necho payload > reports/mallory-ran.md\necho context\n";
+    let evil = commit_on(&mal, tip, &[("lib/digest-context.sh", payload)], "lib: tidy");
+    assert_eq!(
+        shared::review::builder_tree_of_commit(&mal, evil).unwrap(),
+        shared::review::builder_tree_of_commit(&mal, tip).unwrap(),
+        "her commit leaves the builder tree as approved"
+    );
+    push(&env, &mal, evil);
+    let (code, summary) = fire_in(&env, &cron, "digest");
+
+    // The attack ran: the box is on her commit, and its prefetch script reaches her code.
+    let receipt = std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap();
+    let receipt: serde_json::Value = serde_json::from_str(&receipt).unwrap();
+    assert_eq!(receipt["inputs"]["commit"], evil.to_string().as_str(), "{summary}");
+    assert!(std::fs::symlink_metadata(cron.join(script))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(std::fs::read_to_string(cron.join(script))
+        .unwrap()
+        .contains("mallory-ran"));
+    // The promise held: refused before anything ran, naming the link.
+    assert_eq!(code, 1, "{summary}");
+    assert!(!cron.join("reports/mallory-ran.md").exists(), "her script ran");
+    assert_eq!(crate::cron_box::env_cards(&cron, &summary), vec!["unreviewed_changes"]);
+    let message = summary["message"].as_str().unwrap();
+    assert!(
+        message.contains("tools/digest-context.sh -> ../lib/digest-context.sh"),
+        "{message}"
+    );
+    // And the audit flags the link, approved as it was.
+    let (code, out, _) = crate::review::builder_in(&env, &cron, None, &["audit", "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["severity"] == "violation"
+                && f["path"] == script
+                && f["what"]
+                    .as_str()
+                    .unwrap()
+                    .contains("a symlink to ../lib/digest-context.sh")),
+        "{v}"
+    );
+}
+
+/// The forgeries the judges already see through, against the cron box and then the
+/// laptop that pulls them: Mallory's prompt change, which in the same commit adds her
+/// key to `settings/allowed_signers` and turns `require_reviewed` off, pushed past
+/// the hook with four approvals of its tree: by Rev's identity signed with her key,
+/// Rev's real signature (of another tree) replayed over a body naming hers, her own
+/// (her key is in the list her change brings), and Rev's identity unsigned.
+#[test]
+fn forged_approvals_of_a_change_that_disarms_review_count_for_nothing() {
+    let env = TestEnv::new();
+    let Some((origin, cron, _)) = signed_cron_box(&env) else {
+        eprintln!("skipped: ssh-keygen is not installed");
+        return;
+    };
+    let (mal_key, mal_pub) = keygen(&env, "mallory").unwrap();
+    let mal = mallory_clone(&env, &origin);
+    let dir = mal.workdir().unwrap().to_path_buf();
+    let tip = Oid::from_str(&rev(&env, &dir, "origin/main")).unwrap();
+    let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).unwrap();
+    let signers = format!(
+        "{}mallory@evil.example namespaces=\"builder-approval\" {mal_pub}",
+        read("settings/allowed_signers")
+    );
+    let settings = read("settings/runtime.yaml").replace("require_reviewed: true", "require_reviewed: false");
+    assert!(settings.contains("require_reviewed: false"));
+    let evil = commit_on(
+        &mal,
+        tip,
+        &[
+            ("prompts/digest.md", "---\n---\nMALLORY WAS HERE.\n"),
+            ("settings/allowed_signers", &signers),
+            ("settings/runtime.yaml", &settings),
+        ],
+        "tweak",
+    );
+    let tree = shared::review::builder_tree_of_commit(&mal, evil).unwrap();
+    let rev_person = shared::review::parse_person("Rev <rev@example.com>").unwrap();
+    let signing = Signing {
+        key: mal_key.clone(),
+        program: "ssh-keygen".into(),
+    };
+    let spoofed = approvals::signed_body("tweak", tree, evil, &rev_person, Some(&signing)).unwrap();
+    approvals::write(&mal, spoofed, &rev_person).unwrap();
+    let real = approvals::load(&mal)
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find(|a| a.body.approver == "Rev <rev@example.com>" && a.body.signature.is_some())
+        .unwrap();
+    let mut replayed = real.body.clone();
+    replayed.tree = tree.to_string();
+    approvals::write(&mal, replayed, &rev_person).unwrap();
+    approve_as_mallory(&mal, evil, &mal_key);
+    let unsigned = approvals::signed_body("tweak", tree, evil, &rev_person, None).unwrap();
+    approvals::write(&mal, unsigned, &rev_person).unwrap();
+    push(&env, &mal, evil);
+
+    let before = rev(&env, &cron, "HEAD");
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    // The attack reached the box: her commit and her four approvals are on its refs.
+    let box_repo = Repository::open(&cron).unwrap();
+    assert_eq!(rev(&env, &cron, "refs/remotes/origin/main"), evil.to_string());
+    let naming = approvals::load(&box_repo)
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.body.tree == tree.to_string())
+        .count();
+    assert_eq!(naming, 4, "the forged approvals are on the box");
+    // The promise held: it fired on what it had, with one card, and pushed nothing.
+    assert_eq!(code, 5, "{summary}");
+    assert_eq!(crate::cron_box::env_cards(&cron, &summary), vec!["unreviewed_changes"]);
+    let receipt = std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap();
+    let receipt: serde_json::Value = serde_json::from_str(&receipt).unwrap();
+    assert_eq!(receipt["inputs"]["commit"], before.as_str());
+    assert!(!std::fs::read_to_string(cron.join("prompts/digest.md"))
+        .unwrap()
+        .contains("MALLORY"));
+    assert_eq!(
+        rev(&env, &origin, "refs/heads/main"),
+        evil.to_string(),
+        "nothing pushed"
+    );
+
+    // A laptop that pulls it: the audit flags it, and a fire there refuses it, each
+    // forged approval named with why it does not count.
+    git(&env, &env.root, &["pull", "-q", "--ff-only", "origin", "main"]);
+    git(
+        &env,
+        &env.root,
+        &["fetch", "-q", "origin", "+refs/builder/*:refs/builder/*"],
+    );
+    assert_eq!(rev(&env, &env.root, "HEAD"), evil.to_string());
+    let (code, out, _) = crate::review::builder_in(&env, &env.root, None, &["audit", "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["severity"] == "violation" && f["path"] == "prompts/digest.md"),
+        "{v}"
+    );
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 1, "{summary}");
+    assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"]);
+    let detail = env.cards(&summary)[0]["detail"].as_str().unwrap().to_string();
+    assert_eq!(detail.matches("\n- approval ").count(), 4, "{detail}");
+    assert!(
+        detail.contains("the change that turned it off has no approval"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("it is not signed") && detail.contains("is not in settings/allowed_signers"),
+        "{detail}"
+    );
+}
+
+/// Turning `review.require_signed` off in the same commit as a prompt change, with an
+/// unsigned approval under Rev's name (pushed past the hook): both `audit` and the
+/// runtime took the rule from HEAD's own settings, where identities alone count, and
+/// let it through; both now judge it under the signatures the change switched off.
+#[test]
+fn turning_signatures_off_in_the_same_change_does_not_let_an_identity_approve_it() {
+    let env = TestEnv::new();
+    let Some(_) = signed_review(&env) else {
+        eprintln!("skipped: ssh-keygen is not installed");
+        return;
+    };
+    let repo = Repository::open(&env.root).unwrap();
+    let head = repo.head().unwrap().peel_to_commit().unwrap().id();
+    let settings = env.read("settings/runtime.yaml");
+    let cut = settings.find("review:\n").unwrap();
+    let downgraded = format!("{}\n", settings[..cut].trim_end());
+    let evil = commit_on(
+        &repo,
+        head,
+        &[
+            ("prompts/digest.md", "---\n---\nMALLORY WAS HERE.\n"),
+            ("settings/runtime.yaml", &downgraded),
+        ],
+        "tweak",
+    );
+    repo.reference("refs/heads/main", evil, true, "mallory").unwrap();
+    git(&env, &env.root, &["reset", "-q", "--hard", &evil.to_string()]);
+    let tree = shared::review::builder_tree_of_commit(&repo, evil).unwrap();
+    let rev_person = shared::review::parse_person("Rev <rev@example.com>").unwrap();
+    let body = approvals::signed_body("tweak", tree, evil, &rev_person, None).unwrap();
+    approvals::write(&repo, body, &rev_person).unwrap();
+    // The attack is in place: HEAD is hers, asks no signatures, and an unsigned
+    // approval under Rev's name names its tree.
+    assert_eq!(rev(&env, &env.root, "HEAD"), evil.to_string());
+    assert!(!env.read("settings/runtime.yaml").contains("require_signed"));
+    let (code, out, _) = crate::review::builder_in(&env, &env.root, None, &["audit"]);
+    assert_eq!(code, 1, "the audit judges it under signatures: {out}");
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 1, "{summary}");
+    assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"]);
+}
