@@ -617,3 +617,41 @@ fn file_tools_refuse_fifos_and_devices_without_hanging() {
     assert_eq!(calls[3]["decision"], "allow", "{}", calls[3]);
     assert_eq!(calls[4]["outcome"], "ok", "{}", calls[4]);
 }
+
+/// A commit that tracks `.runtime/` (a pull of someone's commit that wrote a state
+/// database with a decision on a paused call, or the two-key check's walk memo) makes
+/// the runtime refuse to fire or resume: nothing in that state can be trusted.
+#[test]
+fn a_head_that_tracks_the_runtimes_private_state_is_refused() {
+    let env = TestEnv::new();
+    let (code, _, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "a first fire makes .runtime/: {stderr}");
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let mut idx = repo.index().unwrap();
+    idx.add_path(std::path::Path::new(".runtime/state.db")).unwrap();
+    idx.write().unwrap();
+    let tree = repo.find_tree(idx.write_tree().unwrap()).unwrap();
+    let sig = git2::Signature::now("Mallory", "m@example.com").unwrap();
+    let head = repo.head().unwrap().peel_to_commit().unwrap();
+    repo.commit(Some("HEAD"), &sig, &sig, "track state", &tree, &[&head])
+        .unwrap();
+    assert!(
+        head.tree().unwrap().get_name(".runtime").is_none()
+            && repo
+                .head()
+                .unwrap()
+                .peel_to_tree()
+                .unwrap()
+                .get_name(".runtime")
+                .is_some(),
+        "the attack commit tracks .runtime/"
+    );
+    let before = env.head_id();
+    let (code, summary, stderr) = env.fire("digest");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(summary["message"].as_str().unwrap().contains(".runtime/"), "{summary}");
+    assert!(stderr.contains("git rm -r --cached .runtime"), "{stderr}");
+    assert_eq!(env.head_id(), before, "nothing committed");
+    let resume = env.runtime(&["resume", "no-such-run"]);
+    assert_ne!(resume.status.code(), Some(0));
+}
