@@ -321,31 +321,40 @@ pub fn process_with_cmdline(cmdline: &str) -> Option<i32> {
     })
 }
 
-#[test]
-fn nothing_the_fire_started_outlives_a_sigkill_of_the_runtime() {
+/// [`counter_env`] whose model plays `turns`, with `tools/slow.sh NAME SECONDS`
+/// allowed too: it writes `reports/hits/NAME.started`, then becomes `sleep SECONDS`.
+/// The command runs in its own PID namespace, where its `$$` means nothing out here,
+/// so a test finds it by a sleep length no other process uses.
+fn slow_command_env(turns: Value) -> TestEnv {
     let env = counter_env(false);
-    let trace = serde_json::json!({"version": 1, "turns": [
-        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/slow.sh"}}]},
-        {"content": "# Done"}
-    ]});
-    env.write("evals/t/replay.json", &trace.to_string());
-    // The command runs in its own PID namespace: its `$$` means nothing out here, so
-    // it is found by a sleep length no other process uses.
+    env.write(
+        "evals/t/replay.json",
+        &serde_json::json!({"version": 1, "turns": turns}).to_string(),
+    );
     env.write(
         "tools/slow.sh",
-        "echo started > reports/hits/slow.pid\nexec sleep 29.731\n",
+        "echo started > reports/hits/$1.started\nexec sleep $2\n",
     );
     let settings = env
         .read("settings/runtime.yaml")
-        .replace("Bash(sh tools/bump.sh)", "Bash(sh tools/slow.sh)");
+        .replace("Bash(sh tools/bump.sh)", "Bash(sh tools/*)");
     env.write("settings/runtime.yaml", &settings);
     env.commit_all("a slow command");
+    env
+}
+
+#[test]
+fn nothing_the_fire_started_outlives_a_sigkill_of_the_runtime() {
+    let env = slow_command_env(serde_json::json!([
+        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/slow.sh slow 29.731"}}]},
+        {"content": "# Done"}
+    ]));
     let mut fire = env
         .command("runtime", &["fire", "t", "--json"])
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let pid_file = env.root.join("reports/hits/slow.pid");
+    let pid_file = env.root.join("reports/hits/slow.started");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let pid: i32 = loop {
         if pid_file.exists() {
@@ -407,25 +416,14 @@ fn kill_worker_running(env: &TestEnv, marker: &str, sleep_cmdline: &str) -> i32 
 
 #[test]
 fn a_tool_worker_killed_mid_call_is_replaced_once() {
-    let env = counter_env(false);
     // c1 and c3 sleep until their worker is killed; c2 and c4 count.
-    let trace = serde_json::json!({"version": 1, "turns": [
+    let env = slow_command_env(serde_json::json!([
         {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/slow.sh one 29.713"}}]},
         {"tool_calls": [{"id": "c2", "name": "run_command", "arguments": {"command": "sh tools/bump.sh"}}]},
         {"tool_calls": [{"id": "c3", "name": "run_command", "arguments": {"command": "sh tools/slow.sh two 29.717"}}]},
         {"tool_calls": [{"id": "c4", "name": "run_command", "arguments": {"command": "sh tools/bump.sh"}}]},
         {"content": "# Done"}
-    ]});
-    env.write("evals/t/replay.json", &trace.to_string());
-    env.write(
-        "tools/slow.sh",
-        "echo started > reports/hits/$1.started\nexec sleep $2\n",
-    );
-    let settings = env
-        .read("settings/runtime.yaml")
-        .replace("Bash(sh tools/bump.sh)", "Bash(sh tools/*)");
-    env.write("settings/runtime.yaml", &settings);
-    env.commit_all("a slow command");
+    ]));
     let fire = env
         .command("runtime", &["fire", "t", "--json"])
         .stdout(std::process::Stdio::piped())

@@ -652,6 +652,10 @@ fn a_head_that_tracks_the_runtimes_private_state_is_refused() {
     assert!(summary["message"].as_str().unwrap().contains(".runtime/"), "{summary}");
     assert!(stderr.contains("git rm -r --cached .runtime"), "{stderr}");
     assert_eq!(env.head_id(), before, "nothing committed");
+    // `resume` refuses before it reads the state database (the run id is not even
+    // looked up).
     let resume = env.runtime(&["resume", "no-such-run"]);
-    assert_ne!(resume.status.code(), Some(0));
+    let resume_err = String::from_utf8_lossy(&resume.stderr);
+    assert_eq!(resume.status.code(), Some(2), "{resume_err}");
+    assert!(resume_err.contains("HEAD tracks paths under .runtime/"), "{resume_err}");
 }

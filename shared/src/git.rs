@@ -1894,9 +1894,14 @@ mod commit_tests {
     }
 
     fn commit(repo: &Repository, o: &CommitOptions) -> Result<Oid, GitError> {
+        commit_record(repo, "runs/t/r1.json", o)
+    }
+
+    /// The runtime's commit of the record `rel` (allowed: anything under `runs/`).
+    fn commit_record(repo: &Repository, rel: &str, o: &CommitOptions) -> Result<Oid, GitError> {
         commit_new_files_with(
             repo,
-            &["runs/t/r1.json".into()],
+            &[rel.into()],
             |p| p.starts_with("runs/"),
             "runtime",
             "runtime@localhost",
@@ -2026,16 +2031,7 @@ mod commit_tests {
         std::fs::remove_file(&lock).unwrap();
         // Another record's commit takes the blocked one in.
         std::fs::write(dir.path().join("runs/t/r4.json"), "{}").unwrap();
-        commit_new_files_with(
-            &repo,
-            &["runs/t/r4.json".into()],
-            |p| p.starts_with("runs/"),
-            "runtime",
-            "runtime@localhost",
-            "runtime: t",
-            &opts(dir.path()),
-        )
-        .unwrap();
+        commit_record(&repo, "runs/t/r4.json", &opts(dir.path())).unwrap();
         assert_committed_and_indexed(&repo, "runs/t/r1.json");
         assert_committed_and_indexed(&repo, "runs/t/r4.json");
     }
@@ -2344,16 +2340,7 @@ mod commit_tests {
         other.commit(Some("HEAD"), &sig, &sig, "eng", &tree, &[&head]).unwrap();
         assert!(head_blob(&repo, "runs/t/r1.json").unwrap().is_none(), "dropped");
         std::fs::write(dir.path().join("runs/t/r2.json"), "{}").unwrap();
-        commit_new_files_with(
-            &repo,
-            &["runs/t/r2.json".into()],
-            |p| p.starts_with("runs/"),
-            "runtime",
-            "runtime@localhost",
-            "runtime: t",
-            &opts(dir.path()),
-        )
-        .unwrap();
+        commit_record(&repo, "runs/t/r2.json", &opts(dir.path())).unwrap();
         assert_committed_and_indexed(&repo, "runs/t/r1.json");
         assert_committed_and_indexed(&repo, "runs/t/r2.json");
     }
@@ -2366,16 +2353,7 @@ mod commit_tests {
         std::fs::write(repo.path().join("index"), stale).unwrap();
         assert_ne!(repo.status_file(Path::new("runs/t/r1.json")).unwrap(), Status::CURRENT);
         std::fs::write(dir.path().join("runs/t/r2.json"), "{}").unwrap();
-        commit_new_files_with(
-            &repo,
-            &["runs/t/r2.json".into()],
-            |p| p.starts_with("runs/"),
-            "runtime",
-            "runtime@localhost",
-            "runtime: t",
-            &opts(dir.path()),
-        )
-        .unwrap();
+        commit_record(&repo, "runs/t/r2.json", &opts(dir.path())).unwrap();
         assert_committed_and_indexed(&repo, "runs/t/r1.json");
         assert_committed_and_indexed(&repo, "runs/t/r2.json");
     }

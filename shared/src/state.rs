@@ -59,6 +59,26 @@ pub const WALK_MEMO_FILE: &str = "builder-tree-walk";
 /// builder change, about 100 bytes each.
 const WALK_MEMO_MAX_BYTES: u64 = 16 << 20;
 
+/// Why the runtime refuses to fire or resume in `repo`, as (message, hint), when
+/// HEAD tracks anything under `.runtime/`: a pull of such a commit wrote the
+/// runtime's private state (decisions on paused calls, checkpoints, the two-key
+/// check's walk memo) from git, so nothing in it may be read or recorded. `None`
+/// when HEAD tracks nothing there (or cannot be read).
+pub fn tracked_state_refusal(repo: &git2::Repository) -> Option<(String, String)> {
+    let tracked = repo
+        .head()
+        .and_then(|h| h.peel_to_tree())
+        .is_ok_and(|t| t.get_name(STATE_DIR).is_some());
+    tracked.then(|| {
+        (
+            format!("HEAD tracks paths under {STATE_DIR}/, the runtime's private state, which no commit may write"),
+            format!(
+                "remove them from git and fire again: `git rm -r --cached {STATE_DIR} && git commit -m 'untrack {STATE_DIR}'`, then look at how they came in"
+            ),
+        )
+    })
+}
+
 /// One commit's line of the walk memo: `(commit, builder tree, boundary)`.
 pub type BuilderTreeStep = (String, String, Option<String>);
 

@@ -2,7 +2,7 @@
 //! approved (or denied) the exact call with `builder approve-call`, or a run that was
 //! interrupted (its row still `running`, its process gone) from its last checkpoint.
 
-use crate::command_error::{CommandError, Outcome};
+use crate::command_error::{CommandError, Kind, Outcome};
 use shared::state::StateDb;
 use std::path::Path;
 
@@ -30,6 +30,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
+    // Before the state database is read: a HEAD that tracks it may have written it.
+    let repo = shared::git::open_work_tree(root)?.repo;
+    if let Some((message, hint)) = shared::state::tracked_state_refusal(&repo) {
+        return Err(CommandError::new(Kind::Config, anyhow::Error::msg(message)).hint(hint));
+    }
+    drop(repo);
     let db = StateDb::open(root)?;
     let task =
         match db.checkpoint(&args.run_id)? {

@@ -38,6 +38,11 @@ pub struct WorkerClient {
     /// itself), and the configuration to send it: a worker that dies (the OOM killer,
     /// a crash) is replaced once by it instead of ending the fire's tools.
     spare: Option<Spare>,
+    /// Why no worker is left (it died and no spare could take its place): later
+    /// calls are not sent anywhere. A write into the dead worker's pipe could still
+    /// succeed while the kernel tears its namespace down, and would make a call that
+    /// never ran look uncertain.
+    dead: Option<String>,
 }
 
 /// The spare worker process (killed and reaped if never used) and its configuration.
@@ -125,6 +130,7 @@ impl WorkerClient {
                 stdout,
                 sandbox,
                 spare: None,
+                dead: None,
             }),
             Err(e) => {
                 drop(Proc(child));
@@ -152,6 +158,16 @@ impl WorkerClient {
             Ok(l) => l,
             Err(e) => return ToolResult::error(&req.call_id, ErrorClass::InvalidArguments, e.to_string()),
         };
+        let not_run = |why: &str| {
+            ToolResult::error(
+                &req.call_id,
+                ErrorClass::Failed,
+                format!("{why}: no tool worker is left; the call did not run"),
+            )
+        };
+        if let Some(why) = &self.dead {
+            return not_run(why);
+        }
         let gone = match self.exchange(&line, req.timeout_ms).await {
             Ok(answer) => return answer_of(&answer).unwrap_or_else(uncertain),
             Err(gone) => gone,
@@ -163,15 +179,14 @@ impl WorkerClient {
                 ""
             }
         };
+        if restarted.is_empty() {
+            self.dead = Some(gone.why.clone());
+        }
         if gone.delivered {
             return uncertain(format!("{}{restarted}", gone.why));
         }
         if restarted.is_empty() {
-            return ToolResult::error(
-                &req.call_id,
-                ErrorClass::Failed,
-                format!("{}: no tool worker is left; the call did not run", gone.why),
-            );
+            return not_run(&gone.why);
         }
         // The dead worker never read the call: the new one runs it.
         match self.exchange(&line, req.timeout_ms).await {

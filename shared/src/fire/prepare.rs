@@ -247,13 +247,6 @@ fn open_task(ctx: &FireContext) -> Result<git2::Repository, Box<FireSummary>> {
     }
 }
 
-/// Whether HEAD's tree tracks anything under `.runtime/` (unreadable: no).
-fn tracks_state(repo: &git2::Repository) -> bool {
-    repo.head()
-        .and_then(|h| h.peel_to_tree())
-        .is_ok_and(|t| t.get_name(crate::layout::STATE_DIR).is_some())
-}
-
 /// A dry run of steps 1-4 (DESIGN.md section 4): what [`prepare`] resolves (settings,
 /// policy, tools, prefetch output, the first conversation) without the task's lock and
 /// without a record; uncommitted builder-owned changes, which a fire refuses, become a
@@ -305,20 +298,8 @@ fn not_a_task(ctx: &FireContext, repo: &git2::Repository) -> Option<FireSummary>
             "the repository has no commits yet".to_string(),
             "commit the scaffold first: `git add -A && git commit -m scaffold`".to_string(),
         )
-    } else if tracks_state(repo) {
-        // A pull of such a commit wrote the runtime's private state (its decisions on
-        // paused calls, checkpoints, the two-key check's walk memo) from git: nothing
-        // in it can be trusted, and nothing is read or recorded.
-        (
-            format!(
-                "HEAD tracks paths under {dir}/, the runtime's private state, which no commit may write",
-                dir = crate::layout::STATE_DIR
-            ),
-            format!(
-                "remove them from git and fire again: `git rm -r --cached {dir} && git commit -m 'untrack {dir}'`, then look at how they came in",
-                dir = crate::layout::STATE_DIR
-            ),
-        )
+    } else if let Some(refusal) = state::tracked_state_refusal(repo) {
+        refusal
     } else if !ctx.opts.root.join(prompt::prompt_path(&ctx.opts.task)).is_file() {
         let known = prompt::task_names(&ctx.opts.root);
         let hint = match prompt::closest_task(&ctx.opts.task, &known) {
