@@ -159,22 +159,27 @@ fn bench(c: &mut Criterion) {
     // (3) What a fire adds for the attacks of tests/two_key_attacks.rs: the links
     // out of the builder-owned directories (every fire under review), and, with
     // review or signatures off in HEAD's settings, the walk back to the last approved
-    // tree (no memo: the identity rule has none).
+    // tree.
     let tree = repo.find_commit(head).unwrap().tree().unwrap();
     c.bench_function(
         "two-key check: links out of the builder-owned directories of HEAD",
         |b| b.iter(|| assert!(shared::review::links_leaving(&repo, &tree).unwrap().is_empty())),
     );
     let identity = ApprovalRule::unsigned("runtime@localhost");
+    let switch_off = |memo: Option<&std::path::Path>| {
+        let mut trust = Trust::new(&repo, identity.clone()).unwrap().remembering(memo);
+        assert!(!trust.review_owed(head).unwrap());
+        Trust::rule_in_force(&repo, head, identity.clone(), memo).unwrap()
+    };
     c.bench_function(
-        "two-key check, review off in HEAD's settings: was the switch-off approved (10,000 records-only commits since)",
-        |b| {
-            b.iter(|| {
-                let mut trust = Trust::new(&repo, identity.clone()).unwrap();
-                assert!(!trust.review_owed(head).unwrap());
-                Trust::rule_in_force(&repo, head, identity.clone()).unwrap()
-            })
-        },
+        "two-key check, review off in HEAD's settings: was the switch-off approved (10,000 records-only commits since; no memo)",
+        |b| b.iter(|| switch_off(None)),
+    );
+    // As a fire runs it: the walk memo of .runtime, filled by the first call.
+    switch_off(Some(root.as_path()));
+    c.bench_function(
+        "two-key check, review off in HEAD's settings: the same with the walk memo of .runtime",
+        |b| b.iter(|| switch_off(Some(root.as_path()))),
     );
 }
 

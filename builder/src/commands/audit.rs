@@ -26,7 +26,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let mut rule = super::approval_rule(&settings)?;
     // An unapproved commit that turned signatures off is judged under them.
     if let Ok(head) = repo.head().and_then(|h| h.peel_to_commit()) {
-        rule = shared::review::trust::Trust::rule_in_force(&repo, head.id(), rule)?;
+        rule = shared::review::trust::Trust::rule_in_force(&repo, head.id(), rule, None)?;
     }
     let since = match &args.since {
         Some(rev) => Some(super::resolve_commit(&repo, "--since", rev)?),

@@ -785,8 +785,8 @@ impl Preparing {
         }
         self.refuse_links_leaving()?;
         let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?;
-        let rule =
-            crate::review::trust::Trust::rule_in_force(&self.repo, head.id(), approval_rule(settings)?).map_err(env)?;
+        let rule = crate::review::trust::Trust::rule_in_force(&self.repo, head.id(), approval_rule(settings)?, root)
+            .map_err(env)?;
         // The walk to the last approved tree is remembered in `.runtime/`, so
         // records-only commits since then are read once, not on every fire.
         let judged = crate::review::trust::Trust::new(&self.repo, rule.clone())

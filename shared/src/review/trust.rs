@@ -123,6 +123,9 @@ struct Memo {
     held: Vec<Oid>,
 }
 
+/// The most rows the walk memo keeps (a row is about 124 bytes).
+const MEMO_ROWS: usize = 256;
+
 impl<'r> Trust<'r> {
     /// Reads the approvals of `repo`, to be judged by `rule`.
     pub fn new(repo: &'r Repository, rule: ApprovalRule) -> Result<Trust<'r>, git2::Error> {
@@ -145,9 +148,11 @@ impl<'r> Trust<'r> {
     }
 
     /// Remembers the walk in (and reads it back from) the walk memo of the repository
-    /// at `root` (`.runtime/builder-tree-walk`), when there is a walk.
+    /// at `root` (`.runtime/builder-tree-walk`). The memo holds the shape of the
+    /// history (each commit's builder tree and the builder change below it), which no
+    /// rule changes, so every judge of a fire shares it.
     pub fn remembering(mut self, root: Option<&std::path::Path>) -> Trust<'r> {
-        let Some(root) = root.filter(|_| self.walks()) else {
+        let Some(root) = root else {
             return self;
         };
         let mut known = HashMap::new();
@@ -174,22 +179,31 @@ impl<'r> Trust<'r> {
         self
     }
 
-    /// Writes the walk memo: the steps of the commits asked about since it was read.
+    /// Writes the walk memo: the steps of the commits asked about since it was read,
+    /// then the file's other rows (a fire judges with a few judges, each asking about
+    /// different commits: none may drop what another remembered), at most
+    /// [`MEMO_ROWS`].
     fn save_memo(&mut self) {
         let Some(memo) = self.memo.as_mut() else { return };
-        if memo.asked == memo.held {
+        let mut order = memo.asked.clone();
+        for c in &memo.held {
+            if !order.contains(c) {
+                order.push(*c);
+            }
+        }
+        order.truncate(MEMO_ROWS);
+        if order == memo.held {
             return;
         }
-        let rows: Vec<_> = memo
-            .asked
+        let rows: Vec<_> = order
             .iter()
             .filter_map(|c| {
-                let s = self.steps.get(c)?;
+                let s = self.steps.get(c).or_else(|| memo.known.get(c))?;
                 Some((c.to_string(), s.tree.to_string(), s.boundary.map(|b| b.to_string())))
             })
             .collect();
         match crate::state::write_walk_memo(&memo.root, &rows) {
-            Ok(()) => memo.held = memo.asked.clone(),
+            Ok(()) => memo.held = order,
             Err(e) => tracing::warn!(error = %e, "the builder-tree walk was not remembered"),
         }
     }
@@ -289,14 +303,35 @@ impl<'r> Trust<'r> {
     /// switch-off cannot be vouched for by an identity approval (as `builder audit`
     /// judges a commit whose parent asked for signatures). Without any signed
     /// approval there was nothing signed to switch off: `own`.
-    pub fn rule_in_force(repo: &'r Repository, commit: Oid, own: ApprovalRule) -> Result<ApprovalRule, git2::Error> {
+    /// `root`: where the walk memo lives ([`Trust::remembering`]), if anywhere.
+    pub fn rule_in_force(
+        repo: &'r Repository,
+        commit: Oid,
+        own: ApprovalRule,
+        root: Option<&std::path::Path>,
+    ) -> Result<ApprovalRule, git2::Error> {
         if own.signers.is_some() {
             return Ok(own);
         }
-        let mut walk = Trust::new(repo, own.clone())?;
+        let mut walk = Trust::new(repo, own.clone())?.remembering(root);
         if !walk.approvals.any_signed() {
             return Ok(own);
         }
+        let ruled = walk.switched_off_rule(commit, own, root);
+        walk.save_memo();
+        ruled
+    }
+
+    /// [`Trust::rule_in_force`] once signed approvals exist: walks back from `commit`
+    /// to the builder change that turned signatures off.
+    fn switched_off_rule(
+        &mut self,
+        commit: Oid,
+        own: ApprovalRule,
+        root: Option<&std::path::Path>,
+    ) -> Result<ApprovalRule, git2::Error> {
+        let repo = self.repo;
+        let walk = self;
         let mut changed = commit;
         while let Some(before) = walk.step(changed)?.boundary {
             if let Some(list) = super::signed_list_of_commit(repo, before)? {
@@ -314,7 +349,11 @@ impl<'r> Trust<'r> {
                     runtime_email: own.runtime_email.clone(),
                     signers: Some(signers),
                 };
-                let approved = Trust::new(repo, strict.clone())?.commit(changed)?.approval.is_some();
+                let approved = Trust::new(repo, strict.clone())?
+                    .remembering(root)
+                    .commit(changed)?
+                    .approval
+                    .is_some();
                 return Ok(if approved { own } else { strict });
             }
             changed = before;
