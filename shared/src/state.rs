@@ -385,7 +385,9 @@ impl StateDb {
         Ok(())
     }
 
-    /// Stores a finished run: its row and its trace, in one transaction.
+    /// Stores a finished run: its row and its trace, and forgets its live row, in one
+    /// transaction (a process killed between the two left a finished run with a live
+    /// row that no recovery looks at).
     pub fn save_run(
         &mut self,
         trace: &Trace,
@@ -393,8 +395,10 @@ impl StateDb {
         receipt_path: &str,
         report_path: &str,
     ) -> Result<(), StoreError> {
-        trace.save(&mut self.store, receipt, receipt_path, report_path)?;
-        self.store.write(|tx| crate::journal::end(tx, &receipt.run_id))?;
+        self.store.write(|tx| {
+            trace.save(tx, receipt, receipt_path, report_path)?;
+            crate::journal::end(tx, &receipt.run_id)
+        })?;
         Ok(())
     }
 

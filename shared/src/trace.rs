@@ -271,15 +271,16 @@ impl Trace {
         }
     }
 
-    /// Stores the run row, spans, steps and calls in one transaction.
+    /// Stores the run row, spans, steps and calls in the caller's transaction (the
+    /// runtime ends the run's live row in the same one).
     pub fn save(
         &self,
-        store: &mut Store,
+        tx: &rusqlite::Transaction,
         receipt: &Receipt,
         receipt_path: &str,
         report_path: &str,
-    ) -> Result<(), StoreError> {
-        store.write(|tx| {
+    ) -> rusqlite::Result<()> {
+        {
             let r = receipt;
             crate::store::insert_run(tx, r, receipt_path, Some(report_path))?;
             if !self.trace_id.is_empty() {
@@ -295,7 +296,10 @@ impl Trace {
                 )?;
             }
             for (step, report) in &self.steps {
-                tx.execute("INSERT OR REPLACE INTO steps (run_id, step, budget_report) VALUES (?1, ?2, ?3)", rusqlite::params![r.run_id, step, serde_json::to_string(report).unwrap_or_default()])?;
+                tx.execute(
+                    "INSERT OR REPLACE INTO steps (run_id, step, budget_report) VALUES (?1, ?2, ?3)",
+                    rusqlite::params![r.run_id, step, serde_json::to_string(report).unwrap_or_default()],
+                )?;
             }
             for c in &self.calls {
                 tx.execute(
@@ -304,7 +308,7 @@ impl Trace {
                 )?;
             }
             Ok(())
-        })
+        }
     }
 }
 
