@@ -320,14 +320,15 @@ pub fn commit_new_files_with(
     // otherwise look newer than the record.
     let recorded = match &mut intent {
         Some(i) => {
-            i.record.locks[0].inode = Some(held);
+            i.record.locks[0].inode = Some(held.ino);
+            i.record.locks[0].ctime_ns = Some(held.ctime_ns);
             i.save()
         }
         None => Ok(()),
     };
     let result = recorded.and_then(|()| commit_locked(repo, &parts, intent.as_mut(), opts));
     // Ours, by inode: release it.
-    if let Err(e) = remove_if_inode(&index_lock, held) {
+    if let Err(e) = remove_if_same(&index_lock, held) {
         tracing::warn!(lock = %index_lock.display(), error = %e, "the index lock was not released");
     }
     let _ = std::fs::remove_file(&side.temp_index);
@@ -687,13 +688,12 @@ fn branch_target(repo: &Repository, name: &str) -> Result<Option<Oid>, GitError>
 
 /// Creates `lock` exclusively, waiting up to `wait` while another process holds it.
 /// Returns the inode of the lock file created.
-fn take_index_lock(lock: &Path, wait: Duration) -> Result<u64, GitError> {
-    use std::os::unix::fs::MetadataExt;
+fn take_index_lock(lock: &Path, wait: Duration) -> Result<LockId, GitError> {
     let deadline = std::time::Instant::now() + wait;
     loop {
         match std::fs::OpenOptions::new().write(true).create_new(true).open(lock) {
             Ok(f) => {
-                return f.metadata().map(|m| m.ino()).map_err(|e| GitError::Io {
+                return f.metadata().map(|m| LockId::of(&m)).map_err(|e| GitError::Io {
                     path: lock.to_path_buf(),
                     source: e,
                 })
@@ -717,11 +717,10 @@ fn take_index_lock(lock: &Path, wait: Duration) -> Result<u64, GitError> {
     }
 }
 
-/// Removes `path` if it is still the file with inode `ino`.
-fn remove_if_inode(path: &Path, ino: u64) -> std::io::Result<bool> {
-    use std::os::unix::fs::MetadataExt;
+/// Removes `path` if it is still the file `id` names.
+fn remove_if_same(path: &Path, id: LockId) -> std::io::Result<bool> {
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.ino() == ino => std::fs::remove_file(path).map(|()| true),
+        Ok(m) if LockId::of(&m) == id => std::fs::remove_file(path).map(|()| true),
         Ok(_) => Ok(false),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
@@ -785,12 +784,18 @@ const LOCK_GRACE: Duration = Duration::from_secs(2);
 /// Prefix of intent record files.
 const INTENT_PREFIX: &str = "git-intent-";
 
-/// One lock an intent names; `inode` once the lock exists and is known to be ours.
+/// One lock an intent names; `inode` (and `ctime_ns`) once the lock exists and is
+/// known to be ours.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct IntentLock {
     pub path: PathBuf,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inode: Option<u64>,
+    /// The lock's change time in ns: a file system reuses a freed inode number at
+    /// once, so a runtime killed after it released its lock but before it dropped its
+    /// intent would otherwise name a lock someone else's git took since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctime_ns: Option<i64>,
 }
 
 impl IntentLock {
@@ -798,6 +803,31 @@ impl IntentLock {
         IntentLock {
             path: p.to_path_buf(),
             inode: None,
+            ctime_ns: None,
+        }
+    }
+
+    /// Whether the file `m` describes is the one this names by identity.
+    fn is(&self, m: &std::fs::Metadata) -> Option<bool> {
+        let ino = self.inode?;
+        let id = LockId::of(m);
+        Some(id.ino == ino && self.ctime_ns.is_none_or(|c| c == id.ctime_ns))
+    }
+}
+
+/// Which file a lock is: its inode and change time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LockId {
+    ino: u64,
+    ctime_ns: i64,
+}
+
+impl LockId {
+    fn of(m: &std::fs::Metadata) -> LockId {
+        use std::os::unix::fs::MetadataExt;
+        LockId {
+            ino: m.ino(),
+            ctime_ns: m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()),
         }
     }
 }
@@ -972,11 +1002,11 @@ pub fn leave_for_next_commit(intent_dir: &Path, files: &[(String, Vec<u8>)]) -> 
 
 /// Judges every intent record in `dir`. A record of a live process is left alone. For
 /// a dead one, each lock it names is removed if it still exists and is provably the
-/// dead process's: the inode the record holds, or, when none was recorded, a file not
-/// newer than the record (plus [`LOCK_GRACE`], the time within which the runtime
-/// creates such a lock after writing the record). Then the record is removed.
+/// dead process's: the inode and change time the record holds, or, when none was
+/// recorded, a file not newer than the record (plus [`LOCK_GRACE`], the time within
+/// which the runtime creates such a lock after writing the record). Then the record is
+/// removed.
 pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
-    use std::os::unix::fs::MetadataExt;
     let mut out = Recovered::default();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -1030,8 +1060,8 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
             let Ok(m) = std::fs::symlink_metadata(&lock.path) else {
                 continue;
             };
-            let ours = match lock.inode {
-                Some(ino) => m.ino() == ino,
+            let ours = match lock.is(&m) {
+                Some(same) => same,
                 None => match (m.modified().ok(), written) {
                     (Some(lm), Some(w)) => lm <= w + LOCK_GRACE,
                     _ => false,
@@ -2098,6 +2128,7 @@ mod commit_tests {
                 IntentLock {
                     path: index_lock.clone(),
                     inode: Some(wrong_inode),
+                    ctime_ns: None,
                 },
                 IntentLock::path(&ref_lock),
             ],
@@ -2138,6 +2169,40 @@ mod commit_tests {
         for f in &left {
             assert!(!f.exists(), "{} left behind", f.display());
         }
+    }
+
+    #[test]
+    fn a_lock_on_a_reused_inode_is_someone_elses_and_kept() {
+        let (dir, repo) = setup();
+        let mut child = holder();
+        let pid = child.id();
+        let start = process_start_time(pid);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The dead runtime released its lock but died before dropping its intent; a
+        // person's git took the lock since, on the very inode number (as file systems
+        // reuse them): only the change time tells the two files apart.
+        let lock = repo.path().join("index.lock");
+        std::fs::write(&lock, "").unwrap();
+        let now = LockId::of(&std::fs::metadata(&lock).unwrap());
+        let recorded = IntentLock {
+            path: lock.clone(),
+            inode: Some(now.ino),
+            ctime_ns: Some(now.ctime_ns - 1_000_000),
+        };
+        let intent = write_intent(dir.path(), pid, start, vec![recorded.clone()]);
+        let got = recover_stale_locks(&dir.path().join(".runtime/locks")).unwrap();
+        assert!(got.removed.is_empty(), "{got:?}");
+        assert!(lock.exists(), "the person's lock stays");
+        assert!(!intent.exists(), "the dead runtime's record is dropped");
+        // The same inode and change time: the dead runtime's own lock, removed.
+        let own = IntentLock {
+            ctime_ns: Some(now.ctime_ns),
+            ..recorded
+        };
+        write_intent(dir.path(), pid, start, vec![own]);
+        let got = recover_stale_locks(&dir.path().join(".runtime/locks")).unwrap();
+        assert_eq!(got.removed, vec![lock.clone()]);
     }
 
     #[test]
