@@ -30,6 +30,10 @@ const AUTHOR: (&str, &str) = ("Ann Author", "ann@example.com");
 const REVIEWER: (&str, &str) = ("Bea Reviewer", "bea@example.com");
 /// What the model writes into its answer and its denied command: markup and a
 /// terminal escape that must stay inert on every page.
+/// Chromium's own call home that no flag turns off (its sign-in service checking
+/// accounts), named exactly: the only proxied request that is not the server's. Any
+/// other host, fonts.googleapis.com or a CDN included, fails the test.
+const BROWSER_OWN: &[&str] = &["CONNECT accounts.google.com:443"];
 const HOSTILE: &str =
     "<img src=x id=pwned onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>\u{1b}[2J";
 
@@ -78,8 +82,7 @@ impl Repo {
     }
 
     fn run(&self, program: &str, args: &[&str], who: (&str, &str)) -> std::process::Output {
-        let out = self.cmd(&bin(program), args, who).output().unwrap();
-        out
+        self.cmd(&bin(program), args, who).output().unwrap()
     }
 
     fn ok(&self, program: &str, args: &[&str], who: (&str, &str)) -> String {
@@ -398,6 +401,12 @@ impl Browser {
                     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
                     "--disable-default-apps", "--disable-extensions", "--window-size=1280,900",
+                    // The browser's own calls home (form autofill hints, optimisation
+                    // hints, sign-in), which would otherwise reach the proxy's record.
+                    "--disable-features=AutofillServerCommunication,OptimizationHints,OptimizationHintsFetching,OptimizationGuideModelDownloading,Translate,MediaRouter,AccountConsistency,DiceWebSigninInterception",
+                    "--disable-client-side-phishing-detection", "--disable-domain-reliability", "--no-pings",
+                    "--disable-component-extensions-with-background-pages", "--metrics-recording-only",
+                    "--password-store=basic",
                     format!("--user-data-dir={}", profile.path().display()),
                     format!("--proxy-server=http://{proxy}"),
                     "--proxy-bypass-list=<-loopback>",
@@ -431,6 +440,12 @@ impl Browser {
     async fn shot(&self, name: &str) {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser-tests");
         std::fs::create_dir_all(&dir).unwrap();
+        // What the page itself loaded (resource timing: the page's requests only,
+        // not the browser's): all of it from the page's own origin.
+        let loaded = self
+            .js("return performance.getEntriesByType('resource').map(e => e.name).filter(n => !n.startsWith(location.origin + '/'))")
+            .await;
+        assert_eq!(loaded, json!([]), "{name} loaded from another origin");
         let png = self.c().screenshot().await.unwrap();
         assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot of {name}");
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
@@ -654,7 +669,17 @@ async fn the_pages_work_in_a_real_browser_and_nothing_leaves_the_machine() {
     form.set_by_name("decision", "accept").await.unwrap();
     form.set_by_name("note", "seen in the browser").await.unwrap();
     form.submit().await.unwrap();
-    b.c().wait().for_element(Locator::Css("#notice")).await.unwrap();
+    if b.c()
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#notice"))
+        .await
+        .is_err()
+    {
+        b.shot("cards-triage-failed").await;
+        let body = b.js("return document.body.innerText").await;
+        panic!("no triage notice at {}: {body}", b.c().current_url().await.unwrap());
+    }
     let status = b
         .c()
         .find(Locator::Css("tr.group td.status"))
@@ -745,6 +770,7 @@ async fn the_pages_work_in_a_real_browser_and_nothing_leaves_the_machine() {
     let elsewhere: Vec<&String> = seen
         .iter()
         .filter(|r| !r.split(' ').nth(1).unwrap_or("").starts_with(&ours))
+        .filter(|r| !BROWSER_OWN.contains(&r.as_str()))
         .collect();
     assert!(elsewhere.is_empty(), "requests that left 127.0.0.1: {elsewhere:?}");
     assert!(
@@ -911,7 +937,7 @@ async fn changes_need_write_a_csrf_token_the_same_origin_and_another_person() {
     let fp = group(&json_of(&c, &server.url("/cards")).await);
     let csrf = csrf_of(&c, &server.url("/cards")).await;
     for (what, token, origin) in [
-        ("no CSRF token", "", None),
+        ("no CSRF token", String::new(), None),
         ("a wrong CSRF token", "0".repeat(64), None),
         ("another site's page", csrf.clone(), Some("http://attacker.example")),
     ] {

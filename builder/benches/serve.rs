@@ -143,7 +143,16 @@ fn main() {
             ),
             200.0,
         ),
-        ("retro, 100,000 runs".into(), "/retro?since=2026-01-01".into(), 200.0),
+        (
+            "retro, the last week of runs".into(),
+            "/retro?since=2026-07-21".into(),
+            200.0,
+        ),
+        (
+            "retro, all 100,000 runs".into(),
+            "/retro?since=2026-01-01".into(),
+            200.0,
+        ),
     ];
     let mut missed = false;
     println!("{:<30} {:>12} {:>12} {:>8}", "page", "server ms", "round ms", "target");
@@ -180,7 +189,11 @@ fn main() {
             .unwrap_or(0.0)
     };
     let (peak, now) = (kb("VmHWM:") / 1024.0, kb("VmRSS:") / 1024.0);
-    println!("builder serve memory: peak {peak:.1} MB, now {now:.1} MB (target <= 50 MB)");
+    println!(
+        "builder serve memory: peak {peak:.1} MB, now {now:.1} MB (anonymous {:.1} MB, file-backed {:.1} MB) (target <= 50 MB)",
+        kb("RssAnon:") / 1024.0,
+        kb("RssFile:") / 1024.0
+    );
     missed |= peak > 50.0;
     let _ = server.kill();
     let _ = server.wait();

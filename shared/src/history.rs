@@ -54,10 +54,16 @@ pub const BUILDER_SCHEMA: Schema = Schema {
         // (prompt, scope and settings blob ids, model) are filled from every receipt
         // since step 1, so this only indexes them; no re-index is needed.
         "CREATE INDEX runs_version ON runs(task, prompt_blob, scope_blob, settings_blob, model);",
-        // 6: `builder serve` pages: the run list newest first over every task, and a
-        // run's cards (whether a run needs attention, the cards pinned on its page).
-        "CREATE INDEX runs_started ON runs(started_at, run_id);
-         CREATE INDEX cards_run ON cards(run_id);",
+        // 6: `builder serve` pages: the run list newest first over every task, a
+        // run's cards (whether a run needs attention, the cards pinned on its page),
+        // and the retro's denied and slowest calls without a pass over every call.
+        // (`runs_started` also covers the retro's sums per day.)
+        "CREATE INDEX runs_started ON runs(started_at, run_id, tokens_in, tokens_out, cost_usd);
+         CREATE INDEX runs_status ON runs(status, started_at);
+         CREATE INDEX runs_duration ON runs(duration_ms);
+         CREATE INDEX cards_run ON cards(run_id);
+         CREATE INDEX tool_calls_decision ON tool_calls(decision);
+         CREATE INDEX tool_calls_duration ON tool_calls(duration_ms, run_id);",
     ],
 };
 
@@ -208,7 +214,7 @@ fn upsert_record(tx: &Transaction, path: &str, bytes: &[u8]) -> Result<Option<Re
     }
 }
 
-fn insert_receipt(tx: &Transaction, r: &Receipt, path: &str) -> rusqlite::Result<()> {
+pub(crate) fn insert_receipt(tx: &Transaction, r: &Receipt, path: &str) -> rusqlite::Result<()> {
     crate::store::insert_run(tx, r, path, r.outputs.first().map(String::as_str))?;
     tx.prepare_cached("DELETE FROM tool_calls WHERE run_id = ?1")?
         .execute([&r.run_id])?;

@@ -562,3 +562,122 @@ pub fn span_text(t: &Store, run_id: &str, span_id: &str, which: Payload) -> Resu
         _ => None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{ToolCallRecord, ToolOutcome};
+    use crate::trace::{SpanKind, SpanStatus, Trace, TracedCall};
+
+    /// A run of three calls (the second denied) in the history index, and its trace
+    /// (one model step, one traced call with a long result) in a runtime store.
+    fn fixture(dir: &Path) -> (Store, Store, String) {
+        let mut r = crate::records::tests::sample_receipt();
+        r.tool_calls = (0..3)
+            .map(|i| ToolCallRecord {
+                id: format!("c{i}"),
+                name: "run_command".into(),
+                decision: if i == 1 {
+                    RecordedDecision::Deny
+                } else {
+                    RecordedDecision::Allow
+                },
+                rule: Some("Bash(git*)".into()),
+                reason: format!("reason {i}"),
+                outcome: ToolOutcome::Ok,
+                duration_ms: i,
+            })
+            .collect();
+        let mut index = crate::history::open_store(dir).unwrap();
+        index
+            .write(|tx| crate::history::insert_receipt(tx, &r, "runs/digest/x.json"))
+            .unwrap();
+        let mut t = Trace::default();
+        let root = t.open_root("fire digest", crate::trace::now_ns());
+        t.steps.push((
+            1,
+            BudgetReport {
+                budget: 100,
+                used: 40,
+                included: 2,
+                ..Default::default()
+            },
+        ));
+        let m = t.start(SpanKind::Model, "chat m");
+        t.attr(m, "agent.step", 1u32);
+        t.attr(m, "gen_ai.output.messages", r#"[{"role":"assistant","parts":[{"type":"text","content":"looking"},{"type":"tool_call","id":"c1","name":"run_command","arguments":{"command":"git push"}}]}]"#);
+        t.end(m, SpanStatus::Ok);
+        let s = t.start(SpanKind::Tool, "execute_tool run_command");
+        t.attr(s, "gen_ai.tool.call.id", "c1");
+        t.attr(s, "agent.decision", "deny");
+        t.attr(s, "agent.outcome", "PERMISSION_DENIED");
+        t.attr(s, "gen_ai.tool.call.arguments", r#"{"command":"git push"}"#);
+        t.attr(s, "gen_ai.tool.call.result", "y".repeat(1000));
+        t.end(s, SpanStatus::Error);
+        t.end(root, SpanStatus::Ok);
+        t.calls.push(TracedCall {
+            call_id: "c1".into(),
+            step: 1,
+            name: "run_command".into(),
+            arguments: serde_json::json!({"command": "git push"}),
+            args_hash: String::new(),
+            decision: RecordedDecision::Deny,
+            rule: Some("Bash(git push*)".into()),
+            reason: "a deny rule".into(),
+            outcome: ToolOutcome::Ok,
+            duration_ms: 1,
+        });
+        let mut trace = Store::open(&dir.join("state.db"), crate::state::RUNTIME_SCHEMA).unwrap();
+        trace.write(|tx| t.save(tx, &r, "runs/digest/x.json", "")).unwrap();
+        (index, trace, r.run_id)
+    }
+
+    #[test]
+    fn the_timeline_reads_the_trace_where_it_is_and_the_receipt_where_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (index, trace, id) = fixture(dir.path());
+        let page = timeline(&index, Some(&trace), &id, 0, 10).unwrap();
+        assert_eq!((page.source, page.total, page.next), (TimelineSource::Trace, 2, None));
+        let model = &page.entries[0];
+        assert_eq!((model.kind, model.step), (EntryKind::Model, Some(1)));
+        assert_eq!(model.budget.as_ref().map(|b| b.used), Some(40));
+        assert_eq!(
+            model.output.as_ref().unwrap().text,
+            "[assistant] looking\n[assistant] call run_command {\"command\":\"git push\"}"
+        );
+        let call = &page.entries[1];
+        assert_eq!(call.decision, Some(RecordedDecision::Deny));
+        assert_eq!(call.rule.as_deref(), Some("Bash(git push*)"));
+        assert_eq!((call.step, call.outcome.as_str()), (Some(1), "PERMISSION_DENIED"));
+        let result = call.output.as_ref().unwrap();
+        assert!(result.cut && result.chars == 1000 && result.text.chars().count() == PAYLOAD_CHARS);
+        let whole = span_text(&trace, &id, call.span_id.as_deref().unwrap(), Payload::Output).unwrap();
+        assert_eq!(whole.map(|w| w.len()), Some(1000));
+        // No trace here: the receipt's three calls, a page at a time.
+        let page = timeline(&index, None, &id, 1, 1).unwrap();
+        assert_eq!(
+            (page.source, page.total, page.next),
+            (TimelineSource::Receipt, 3, Some(2))
+        );
+        assert_eq!(page.entries.len(), 1);
+        assert_eq!(
+            (page.entries[0].seq, page.entries[0].decision),
+            (1, Some(RecordedDecision::Deny))
+        );
+        assert_eq!(page.entries[0].call_id.as_deref(), Some("c1"));
+    }
+
+    #[test]
+    fn a_run_page_pins_its_denials_and_refuses_a_path_outside_the_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let (index, trace, id) = fixture(dir.path());
+        let v = run_view(dir.path(), &repo, &index, Some(&trace), &id).unwrap().unwrap();
+        assert_eq!((v.denial_count, v.calls, v.traced), (1, 3, true));
+        assert_eq!(v.denials[0].reason, "reason 1");
+        assert!(run_view(dir.path(), &repo, &index, None, "nosuchrun")
+            .unwrap()
+            .is_none());
+        assert_eq!(record_text(dir.path(), &repo, "../etc/passwd"), None);
+    }
+}

@@ -224,11 +224,13 @@ pub async fn triage(State(app): State<Arc<App>>, wants: Wants, Form(form): Form<
                 "duplicate" if !target.is_empty() => TriageDecision::DuplicateOf(target.to_string()),
                 "fixed" if !target.is_empty() => match cards::resolve_fixed_by(&ix.repo, target) {
                     Some(fix) => TriageDecision::FixedBy(fix),
-                    None => return Err(PageError::bad_request(format!(
+                    None => {
+                        return Err(PageError::bad_request(format!(
                         "fixed by `{}`: neither a commit in this repository nor a proposal (no branch proposals/{})",
                         printable(target),
                         printable(target)
-                    ))),
+                    )))
+                    }
                 },
                 "duplicate" | "fixed" => {
                     return Err(PageError::bad_request(format!(

@@ -33,6 +33,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -73,6 +74,8 @@ const TOKEN_COOKIE: &str = "builder_token";
 /// What every response says about where its content may come from: this origin only,
 /// never in a frame, no `<base>`, forms post only here.
 pub const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+/// The runtime's card directory, watched for changes.
+const CARDS_DIR: &str = "cards";
 /// Reviews kept in memory (each costs an eval run to make).
 const REVIEW_CACHE: usize = 16;
 
@@ -186,6 +189,13 @@ pub struct App {
     hosts: Vec<String>,
     /// The index, opened on the first request and kept.
     index: Mutex<Option<Indexed>>,
+    /// The work tree's card files may have changed since the index last looked
+    /// (set by the watcher of `cards/`; always set when there is no watcher).
+    cards_changed: Arc<AtomicBool>,
+    /// Watches `cards/` (kept alive with the server; `None`: look on every request).
+    watcher: Option<notify::RecommendedWatcher>,
+    /// HEAD when the index last looked at the card files.
+    cards_head: Mutex<Option<String>>,
     /// Reviews made, by proposal name and the commits judged.
     reviews: Mutex<Vec<(String, Arc<shared::review_report::ReviewReport>)>>,
 }
@@ -210,6 +220,8 @@ impl App {
             hosts.push(bound);
         }
         let csrf: [u8; 32] = rand::random();
+        let cards_changed = Arc::new(AtomicBool::new(true));
+        let watcher = watch_cards(&root.join(CARDS_DIR), cards_changed.clone());
         App {
             root,
             write: args.write,
@@ -217,6 +229,9 @@ impl App {
             token: args.token.clone(),
             hosts,
             index: Mutex::new(None),
+            cards_changed,
+            watcher,
+            cards_head: Mutex::new(None),
             reviews: Mutex::new(Vec::new()),
         }
     }
@@ -244,10 +259,21 @@ impl App {
         let Some(ix) = guard.as_mut() else {
             return Err(PageError::internal("the index did not open"));
         };
-        history::index(&ix.repo, &mut ix.store, &|_, _| {}).map_err(PageError::from_display)?;
+        let stats = history::index(&ix.repo, &mut ix.store, &|_, _| {}).map_err(PageError::from_display)?;
         if cards {
-            history::overlay_worktree_cards(&ix.repo, &mut ix.store, &mut ix.skipped)
-                .map_err(PageError::from_display)?;
+            // A look at 20,000 card files costs more than a page may: look when a file
+            // in cards/ changed (the watcher says) or HEAD moved, as a command would
+            // find on its own look.
+            let mut head = self
+                .cards_head
+                .lock()
+                .map_err(|_| PageError::internal("the card lock was poisoned by a failed request"))?;
+            let changed = self.cards_changed.swap(false, Ordering::SeqCst);
+            if changed || *head != stats.head || self.watcher.is_none() {
+                history::overlay_worktree_cards(&ix.repo, &mut ix.store, &mut ix.skipped)
+                    .map_err(PageError::from_display)?;
+                *head = stats.head;
+            }
         }
         f(ix)
     }
@@ -269,6 +295,31 @@ impl App {
                 reviews.remove(0);
             }
             reviews.push((key, report));
+        }
+    }
+}
+
+/// A watcher that sets `changed` whenever something in `dir` is created, written,
+/// renamed or removed; `None` (with a warning) where it cannot watch, and then every
+/// card page looks at the files itself.
+fn watch_cards(dir: &Path, changed: Arc<AtomicBool>) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher as _;
+    let on_event = move |e: notify::Result<notify::Event>| {
+        let reads_only = matches!(&e, Ok(ev) if matches!(ev.kind, notify::EventKind::Access(_)));
+        if !reads_only {
+            changed.store(true, Ordering::SeqCst);
+        }
+    };
+    let watched = notify::recommended_watcher(on_event)
+        .and_then(|mut w| w.watch(dir, notify::RecursiveMode::Recursive).map(|()| w));
+    match watched {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(
+                "cannot watch {} ({e}): every card page looks at the card files",
+                dir.display()
+            );
+            None
         }
     }
 }
@@ -323,7 +374,7 @@ async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
     let h = resp.headers_mut();
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Ok(v) = HeaderValue::from_str(&format!("app;dur={:.2}", started.elapsed().as_secs_f64() * 1e3)) {
