@@ -9,7 +9,7 @@
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "scale_repo.rs"]
+#[path = "common/scale_repo.rs"]
 mod scale_repo;
 
 use git2::Repository;

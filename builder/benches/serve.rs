@@ -1,4 +1,4 @@
-//! `builder serve` on the 100,000-receipt scale repository (`scale_repo.rs`, its own
+//! `builder serve` on the 100,000-receipt scale repository (`common/scale_repo.rs`, its own
 //! copy, with one more commit: a run of 5,000 tool calls whose trace, 5,100 spans
 //! with arguments and results, is in `.runtime/state.db`). Starts the release
 //! binary, asks each page 20 times (after one warm-up request) and prints the median
@@ -10,7 +10,7 @@
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "scale_repo.rs"]
+#[path = "common/scale_repo.rs"]
 mod scale_repo;
 
 use git2::{build::TreeUpdateBuilder, FileMode, Repository, Signature};

@@ -75,8 +75,10 @@ fn health_sql(health: Health) -> String {
     let fixed = statuses_sql(|s| !card_dependent(s) && Health::of(s, false) == health);
     let when_no_cards = statuses_sql(|s| card_dependent(s) && Health::of(s, false) == health);
     let when_cards = statuses_sql(|s| card_dependent(s) && Health::of(s, true) == health);
+    // `+r.status`: walk the runs newest first (`runs_started`) and stop at a page,
+    // rather than gather every run of the statuses (`runs_status`) and sort them.
     format!(
-        "(r.status IN ({fixed}) OR (r.status IN ({when_no_cards}) AND NOT {has_cards}) OR (r.status IN ({when_cards}) AND {has_cards}))"
+        "(+r.status IN ({fixed}) OR (+r.status IN ({when_no_cards}) AND NOT {has_cards}) OR (+r.status IN ({when_cards}) AND {has_cards}))"
     )
 }
 

@@ -23,7 +23,7 @@ pub enum CompareData {
     Runs(Box<RunsCompared>),
     Versions {
         #[serde(flatten)]
-        comparison: Comparison,
+        comparison: Box<Comparison>,
         versions: Vec<VersionRow>,
     },
     /// Nothing picked yet: the tasks, and a task's versions.
@@ -75,7 +75,10 @@ pub async fn page(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<Has
                 (Some(b), Some(a)) => {
                     let comparison =
                         page::versions_compared(&ix.store, task, &b, &a, MIN_RUNS).map_err(PageError::from_display)?;
-                    Ok(CompareData::Versions { comparison, versions })
+                    Ok(CompareData::Versions {
+                        comparison: Box::new(comparison),
+                        versions,
+                    })
                 }
                 _ => Ok(CompareData::Pick { tasks, versions }),
             }

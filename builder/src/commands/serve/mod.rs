@@ -80,6 +80,7 @@ const CARDS_DIR: &str = "cards";
 const REVIEW_CACHE: usize = 16;
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
+    limit_git_maps();
     let wt = super::open_repo(repo_path)?;
     let ip = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     if let Some(t) = &args.token {
@@ -127,7 +128,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .max_blocking_threads(4)
+        .max_blocking_threads(3)
         .build()
         .map_err(|e| CommandError::environment(format!("starting the server: {e}")))?;
     rt.block_on(async move {
@@ -139,6 +140,19 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             .map_err(|e| CommandError::environment(format!("serving: {e}")))
     })?;
     Ok(Outcome::Ok)
+}
+
+/// libgit2 maps pack files in windows of up to 1 GiB and keeps up to 8 GiB mapped;
+/// a long-lived server that reads a tree now and then would keep every page it
+/// touched. Small windows and a small total keep its memory flat.
+fn limit_git_maps() {
+    // SAFETY: libgit2's global options are set before this process starts any
+    // thread (the server's runtime, its blocking pool and the card watcher come after).
+    let set =
+        unsafe { git2::opts::set_mwindow_size(1 << 20).and_then(|()| git2::opts::set_mwindow_mapped_limit(8 << 20)) };
+    if let Err(e) = set {
+        tracing::warn!("cannot limit libgit2's pack maps: {e}");
+    }
 }
 
 /// `a.b.c.d:port`, or `[v6]:port`.
@@ -194,6 +208,9 @@ pub struct App {
     cards_changed: Arc<AtomicBool>,
     /// Watches `cards/` (kept alive with the server; `None`: look on every request).
     watcher: Option<notify::RecommendedWatcher>,
+    /// The runtime's state database, read for traces: opened once (a first open
+    /// reads the whole write-ahead log) and kept; a read sees every commit since.
+    trace: Mutex<Option<Store>>,
     /// HEAD when the index last looked at the card files.
     cards_head: Mutex<Option<String>>,
     /// Reviews made, by proposal name and the commits judged.
@@ -232,6 +249,7 @@ impl App {
             cards_changed,
             watcher,
             cards_head: Mutex::new(None),
+            trace: Mutex::new(None),
             reviews: Mutex::new(Vec::new()),
         }
     }
@@ -276,6 +294,19 @@ impl App {
             }
         }
         f(ix)
+    }
+
+    /// Runs `f` with the runtime's trace store, when this machine has one (tried
+    /// again on each request until it opens: the first fire makes it).
+    pub fn with_trace<T>(&self, f: impl FnOnce(Option<&Store>) -> Result<T, PageError>) -> Result<T, PageError> {
+        let mut guard = self
+            .trace
+            .lock()
+            .map_err(|_| PageError::internal("the trace lock was poisoned by a failed request"))?;
+        if guard.is_none() {
+            *guard = shared::pages::run::open_trace(&self.root);
+        }
+        f(guard.as_ref())
     }
 
     /// Whether `given` is this server's CSRF token (compared in constant time).
@@ -369,7 +400,7 @@ async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
     let mut resp = match admit(&app, &req) {
         Ok(()) => next.run(req).await,
         Err(Refusal::Error(e)) => e.render(wants),
-        Err(Refusal::Response(r)) => r,
+        Err(Refusal::Response(r)) => *r,
     };
     let h = resp.headers_mut();
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
@@ -385,7 +416,7 @@ async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
 
 enum Refusal {
     Error(PageError),
-    Response(Response),
+    Response(Box<Response>),
 }
 
 /// Admits a request, or says why not.
@@ -438,7 +469,7 @@ fn admit(app: &App, req: &Request) -> Result<(), Refusal> {
                 {
                     r.headers_mut().insert(header::SET_COOKIE, v);
                 }
-                return Err(Refusal::Response(r));
+                return Err(Refusal::Response(Box::new(r)));
             }
             return Err(Refusal::Error(PageError::new(
                 StatusCode::UNAUTHORIZED,

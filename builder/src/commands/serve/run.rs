@@ -37,17 +37,18 @@ fn offset_of(q: &HashMap<String, String>) -> Result<usize, PageError> {
 }
 
 fn load(app: &App, id: &str, offset: usize) -> Result<RunData, PageError> {
-    let trace = page::open_trace(&app.root);
-    app.with_index(true, |ix| {
-        let view = page::run_view(&app.root, &ix.repo, &ix.store, trace.as_ref(), id)
-            .map_err(|e| PageError::internal(e.to_string()))?
-            .ok_or_else(|| {
-                PageError::not_found(format!("no run `{}` in the history index", printable(id)))
-                    .hint("records must be committed to be indexed; a unique prefix of a run id is enough")
-            })?;
-        let timeline = page::timeline(&ix.store, trace.as_ref(), &view.run.run_id, offset, TIMELINE_ROWS)
-            .map_err(PageError::from_display)?;
-        Ok(RunData { view, timeline })
+    app.with_trace(|trace| {
+        app.with_index(true, |ix| {
+            let view = page::run_view(&app.root, &ix.repo, &ix.store, trace, id)
+                .map_err(|e| PageError::internal(e.to_string()))?
+                .ok_or_else(|| {
+                    PageError::not_found(format!("no run `{}` in the history index", printable(id)))
+                        .hint("records must be committed to be indexed; a unique prefix of a run id is enough")
+                })?;
+            let timeline = page::timeline(&ix.store, trace, &view.run.run_id, offset, TIMELINE_ROWS)
+                .map_err(PageError::from_display)?;
+            Ok(RunData { view, timeline })
+        })
     })
 }
 
@@ -85,16 +86,17 @@ pub async fn timeline(
     let data = match offset_of(&q) {
         Ok(offset) => {
             blocking(&app, move |app| {
-                let trace = page::open_trace(&app.root);
-                app.with_index(false, |ix| {
-                    let run = shared::runs::run(&ix.store, &id)
-                        .map_err(PageError::from_display)?
-                        .ok_or_else(|| PageError::not_found(format!("no run `{}`", printable(&id))))?;
-                    let page = page::timeline(&ix.store, trace.as_ref(), &run.run_id, offset, TIMELINE_ROWS)
-                        .map_err(PageError::from_display)?;
-                    Ok(TimelineData {
-                        run_id: run.run_id,
-                        page,
+                app.with_trace(|trace| {
+                    app.with_index(false, |ix| {
+                        let run = shared::runs::run(&ix.store, &id)
+                            .map_err(PageError::from_display)?
+                            .ok_or_else(|| PageError::not_found(format!("no run `{}`", printable(&id))))?;
+                        let page = page::timeline(&ix.store, trace, &run.run_id, offset, TIMELINE_ROWS)
+                            .map_err(PageError::from_display)?;
+                        Ok(TimelineData {
+                            run_id: run.run_id,
+                            page,
+                        })
                     })
                 })
             })
@@ -151,17 +153,18 @@ pub async fn span(
             "output" => Payload::Output,
             _ => return Err(PageError::not_found("a span's payload is `input` or `output`")),
         };
-        let trace = page::open_trace(&app.root)
-            .ok_or_else(|| PageError::not_found("this machine holds no trace (.runtime/state.db)"))?;
-        let run_id = app.with_index(false, |ix| {
-            shared::runs::run(&ix.store, &id)
+        app.with_trace(|trace| {
+            let trace = trace.ok_or_else(|| PageError::not_found("this machine holds no trace (.runtime/state.db)"))?;
+            let run_id = app.with_index(false, |ix| {
+                shared::runs::run(&ix.store, &id)
+                    .map_err(PageError::from_display)?
+                    .map(|r| r.run_id)
+                    .ok_or_else(|| PageError::not_found(format!("no run `{}`", printable(&id))))
+            })?;
+            page::span_text(trace, &run_id, &span, which)
                 .map_err(PageError::from_display)?
-                .map(|r| r.run_id)
-                .ok_or_else(|| PageError::not_found(format!("no run `{}`", printable(&id))))
-        })?;
-        page::span_text(&trace, &run_id, &span, which)
-            .map_err(PageError::from_display)?
-            .ok_or_else(|| PageError::not_found("no such payload in this run's trace"))
+                .ok_or_else(|| PageError::not_found("no such payload in this run's trace"))
+        })
     })
     .await;
     match text {

@@ -2,7 +2,7 @@
 //! `serve`): 100,000 receipts and 20,000 cards over 10,000 runtime commits, five
 //! tasks, one receipt in seven failed, a denied call in one in eleven. Included by
 //! each bench with `#[path]` (a bench is its own crate).
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use chrono::{Duration as Days, TimeZone, Utc};
 use git2::{build::TreeUpdateBuilder, FileMode, Repository, Signature};
