@@ -247,6 +247,7 @@ fn every_subcommand_outside_a_repository_exits_as_documented_and_leaves_nothing(
         ("builder", &["install-hooks"], 1),
         ("builder", &["eval"], 1),
         ("builder", &["review", "tighter-scope"], 1),
+        ("builder", &["serve", "--port", "0"], 1),
         ("builder", &["completions", "bash"], 0),
         ("builder", &["man"], 0),
     ];

@@ -92,6 +92,55 @@ pub fn triage(
     Ok(out)
 }
 
+/// A triage to record: the cards of `id` (a card id, or a fingerprint for its whole
+/// group), the decision, who made it and an optional note.
+#[derive(Debug, Clone)]
+pub struct TriageRequest<'a> {
+    pub id: &'a str,
+    pub decision: &'a TriageDecision,
+    pub by: &'a str,
+    pub note: Option<&'a str>,
+}
+
+/// Why a triage was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum TriageError {
+    /// No card has this id or fingerprint.
+    #[error("no card or fingerprint `{0}`")]
+    NoCard(String),
+    /// A card file could not be read or written (the message names it).
+    #[error("{0}")]
+    Files(String),
+    #[error(transparent)]
+    History(#[from] crate::history::HistoryError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// Records a triage the way `builder cards triage` does, for every caller (the
+/// command and `builder serve`): the card files of `req.id` get the triage block
+/// ([`triage`]), and the work tree is looked at again so the index holds the edited
+/// files (and knows they differ from HEAD, so undoing the edit undoes it there).
+/// Nothing is committed: the card files are left for the engineer to commit.
+pub fn triage_cards(
+    repo: &git2::Repository,
+    store: &mut crate::store::Store,
+    req: &TriageRequest,
+    skipped: &mut Vec<String>,
+) -> Result<Vec<Card>, TriageError> {
+    let root = repo
+        .workdir()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| TriageError::Files("the repository has no work tree".into()))?;
+    let paths = crate::history::card_paths(store, req.id)?;
+    if paths.is_empty() {
+        return Err(TriageError::NoCard(req.id.to_string()));
+    }
+    let done = triage(&root, &paths, req.decision, req.by, req.note).map_err(TriageError::Files)?;
+    crate::history::overlay_worktree_cards(repo, store, skipped)?;
+    Ok(done)
+}
+
 /// A GitHub issue body (POST /repos/{owner}/{repo}/issues).
 #[derive(Debug, Clone, Serialize)]
 pub struct GithubIssue {

@@ -22,6 +22,7 @@ mod import_graph;
 pub mod journal;
 pub mod layout;
 pub mod manifest;
+pub mod pages;
 pub mod policy;
 pub mod progress;
 pub mod prompt;

@@ -16,6 +16,7 @@ mod proposals;
 mod propose;
 mod retro;
 mod review;
+mod serve;
 mod watch;
 
 use crate::command_error::{self, CommandError, Outcome};
@@ -68,6 +69,7 @@ pub enum Command {
     Review(review::Args),
     Eval(eval::Args),
     ApproveCall(approve_call::Args),
+    Serve(serve::Args),
     /// Print shell completions
     Completions {
         /// The shell to complete for
@@ -95,6 +97,7 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
         Command::Review(a) => review::run(a, &repo),
         Command::Eval(a) => eval::run(a, &repo),
         Command::ApproveCall(a) => approve_call::run(a, &repo),
+        Command::Serve(a) => serve::run(a, &repo),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "builder", &mut std::io::stdout());
             Ok(Outcome::Ok)
