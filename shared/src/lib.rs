@@ -23,6 +23,7 @@ pub mod journal;
 pub mod layout;
 pub mod manifest;
 pub mod policy;
+pub mod powers;
 pub mod progress;
 pub mod prompt;
 pub mod provider;

@@ -8,7 +8,7 @@
 //! reads approvals from `review`).
 
 use crate::diag::Diagnostic;
-use crate::eval::{EvalOptions, EvalReport, Revision, TempWorktree};
+use crate::eval::{EvalOptions, EvalReport, Firing, Revision, TempWorktree, Trusted, TrustedSource};
 use crate::layout::{Owner, Ownership};
 use crate::review::delta::{self, DeltaGroup, Side};
 use crate::review::proposals::UnderReview;
@@ -68,6 +68,15 @@ pub struct ReviewReport {
     /// How many recorded calls were decided again, and from where.
     pub history: HistoryScope,
     pub capability_delta: Vec<DeltaGroup>,
+    /// Where the trusted configuration evals run under came from, in words.
+    pub trusted: String,
+    /// Every power (sandbox, network, read directories, provider and key variable,
+    /// telemetry, sync, prefetch ports) the proposal sets differently from the trusted
+    /// configuration, with before and after.
+    pub powers: Vec<crate::powers::PowerChange>,
+    /// Why the proposal's evals were refused (it widens a power), if they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     pub evals: EvalReport,
     pub fixes: Vec<FixEvidence>,
     /// Checks and evals pass.
@@ -91,6 +100,8 @@ pub struct ReviewOptions {
     pub since: Option<String>,
     /// The `runtime` binary that fires the eval cases.
     pub runtime: PathBuf,
+    /// Whose powers the eval fires (and the re-runs of fixed cards' runs) run under.
+    pub trusted: TrustedSource,
 }
 
 /// Why a review could not be made.
@@ -124,7 +135,7 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
     let (before, after) = (side(&before, "the base")?, side(&after, "the proposal")?);
     let calls = delta::recorded_calls(&opts.history, opts.since.as_deref()).map_err(delta::DeltaError::from)?;
     let capability_delta = delta::capability_delta(&calls, &before, &after);
-    let evals = crate::eval::evaluate(&EvalOptions {
+    let eval_opts = EvalOptions {
         root: opts.root.clone(),
         base: Some(Revision {
             rev: "base".into(),
@@ -136,10 +147,17 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
         },
         task: None,
         runtime: opts.runtime.clone(),
-    })?;
+        trusted: opts.trusted.clone(),
+    };
+    let trusted = Trusted::resolve(repo, &opts.trusted, eval_opts.base.as_ref())?;
+    let evals = crate::eval::evaluate_trusted(&eval_opts, repo, &trusted)?;
+    let head_powers = evals.powers.iter().find(|p| p.revision == "head");
+    let powers = head_powers.map(|p| p.changes.clone()).unwrap_or_default();
+    let refused = head_powers.and_then(|p| p.refused.clone());
     let ctx = FixContext {
         opts,
-        head_wt: &head_wt.path,
+        head: Firing::new(&opts.runtime, &head_wt, &trusted),
+        refused: refused.as_deref(),
         calls: &calls,
         sides: (&before, &after),
         evals: &evals,
@@ -161,6 +179,9 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
             since: opts.since.clone(),
         },
         capability_delta,
+        trusted: trusted.from.clone(),
+        powers,
+        refused,
         evals,
         fixes,
         ok,
@@ -211,8 +232,10 @@ fn builder_diff(
 /// What the evidence for a fixed card is gathered from.
 struct FixContext<'a> {
     opts: &'a ReviewOptions,
-    /// A worktree of the proposal's head.
-    head_wt: &'a Path,
+    /// Eval fires of the proposal's head, under the trusted configuration.
+    head: Firing<'a>,
+    /// Why the proposal is not fired at all, if it is not.
+    refused: Option<&'a str>,
     calls: &'a [delta::RecordedCall],
     sides: (&'a Side, &'a Side),
     evals: &'a EvalReport,
@@ -319,9 +342,13 @@ fn fix_evidence(ctx: &FixContext, card: &str) -> FixEvidence {
             }
             match recorded_responses(&ctx.opts.history, &c.run_id) {
                 None => said.push(format!("run {} recorded no model responses here: not re-run", c.run_id)),
+                Some(_) if ctx.refused.is_some() => said.push(format!(
+                    "run {} was not re-run on the proposal: its evals are refused (it widens a power)",
+                    c.run_id
+                )),
                 Some(trace) => {
                     let turns = trace.turns.len();
-                    match crate::eval::run::refire(&ctx.opts.runtime, ctx.head_wt, &c.task, trace) {
+                    match crate::eval::run::refire(&ctx.head, &c.task, trace) {
                         Ok(r) => {
                             let recurs = r.card_kinds.iter().any(|k| k == c.kind.as_str());
                             said.push(format!(

@@ -32,6 +32,15 @@ pub fn text(r: &EvalReport) -> String {
         let _ = writeln!(o, "base: {} ({})", b.rev, short(&b.commit));
     }
     let _ = writeln!(o, "head: {} ({})", r.head.rev, short(&r.head.commit));
+    let _ = writeln!(o, "trusted: {} (every fire runs under its powers)", r.trusted);
+    for p in &r.powers {
+        for c in &p.changes {
+            let _ = writeln!(o, "power {}: {c}", p.revision);
+        }
+        if let Some(why) = &p.refused {
+            let _ = writeln!(o, "REFUSED {}: {why}", p.revision);
+        }
+    }
     let _ = writeln!(
         o,
         "{:<width$}  {:<4}  {:>5}  {:>5}  {:>5}  {:>7}  {:>8}  {:>7}  {:>8}  result",

@@ -25,6 +25,9 @@ pub(crate) struct Stop {
     end: FireEnd,
     card: Option<CardDraft>,
     message: String,
+    /// The next step for this situation, when the card kind's usual hint
+    /// ([`hint_for`]) would point the wrong way.
+    hint: Option<String>,
 }
 
 impl Stop {
@@ -38,7 +41,13 @@ impl Stop {
                 detail,
                 evidence: vec![],
             }),
+            hint: None,
         }
+    }
+
+    fn with_hint(mut self, hint: impl Into<String>) -> Stop {
+        self.hint = Some(hint.into());
+        self
     }
 
     fn bare(end: FireEnd, message: impl Into<String>) -> Stop {
@@ -46,6 +55,7 @@ impl Stop {
             end,
             card: None,
             message: message.into(),
+            hint: None,
         }
     }
 }
@@ -59,6 +69,8 @@ pub struct Refusal {
     settings: Option<RuntimeSettings>,
     repo: git2::Repository,
     _lock: LockFile,
+    /// The situation's own next step, over the card kind's usual one.
+    hint: Option<String>,
 }
 
 impl Refusal {
@@ -79,7 +91,7 @@ impl Refusal {
                         "{} (unchanged since card {}, refused {} times; not recorded again)",
                         self.card.summary, seen.card_id, seen.count
                     );
-                    summary.hint = hint_for(self.card.kind, &self.ctx.run_id, None);
+                    summary.hint = self.hint.or_else(|| hint_for(self.card.kind, &self.ctx.run_id, None));
                     return summary;
                 }
                 Ok(None) => {}
@@ -116,6 +128,9 @@ impl Refusal {
             if let Err(e) = db.remember_refusal(task, &fingerprint, &tree, card_id, self.ctx.started_at) {
                 tracing::warn!(error = %e, "the refusal was not remembered; the next one is recorded again");
             }
+        }
+        if self.hint.is_some() {
+            summary.hint = self.hint;
         }
         summary.message = match self.card.kind {
             // The paths, so the person reading cron's mail knows what to commit.
@@ -203,7 +218,10 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
     match p.phases() {
         Ok((config, state)) => Ok(p.into_run(config, state, Some(lock))),
         Err(Stop {
-            end, card: Some(card), ..
+            end,
+            card: Some(card),
+            hint,
+            ..
         }) => Err(EarlyEnd::Refused(Box::new(Refusal {
             ctx: p.ctx,
             end,
@@ -212,11 +230,13 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             settings: p.settings,
             repo: p.repo,
             _lock: lock,
+            hint,
         }))),
         Err(Stop {
             end,
             card: None,
             message,
+            ..
         }) => {
             p.close_unrecorded();
             Err(EarlyEnd::Unrecorded(Box::new(p.ctx.unrecorded(
@@ -275,7 +295,7 @@ pub(crate) fn prepare_dry(opts: FireOptions) -> Result<(FireRun, DryNotes), Box<
             };
             let mut summary = p.ctx.unrecorded(RunStatus::Failed, stop.end, message);
             if let Some(card) = &stop.card {
-                summary.hint = hint_for(card.kind, &p.ctx.run_id, None);
+                summary.hint = stop.hint.clone().or_else(|| hint_for(card.kind, &p.ctx.run_id, None));
             }
             Err(Box::new(summary))
         }
@@ -458,6 +478,14 @@ impl Preparing {
                 )
             })?
             .runtime;
+        if let Some(trusted) = &self.ctx.opts.trusted {
+            settings = crate::powers::confine(&settings, trusted).map_err(|w| refuse_widening(&w.0))?;
+        }
+        if self.ctx.opts.no_commit {
+            // Nothing is committed, so nothing is pushed and no branch moves: an eval
+            // fire in a detached worktree, or a trial fire, never syncs.
+            settings.sync = None;
+        }
         if let Some(trace) = &self.ctx.opts.replay {
             settings.provider = settings::ProviderSettings {
                 kind: settings::ProviderKind::Replay,
@@ -877,6 +905,13 @@ impl Preparing {
             let text = crate::diag::Diagnostics(d).to_string();
             invalid(format!("invalid prompt: {}", first_line(&text)), text)
         })?;
+        if let Some(trusted) = &self.ctx.opts.trusted {
+            let widened =
+                crate::powers::prefetch_widenings(trusted, &prompt.file.to_string_lossy(), &prompt.front.prefetch);
+            if !widened.is_empty() {
+                return Err(refuse_widening(&widened));
+            }
+        }
         if let Some(var) = settings.missing_key_variable() {
             return Err(invalid(
                 format!("the provider's key variable `{var}` is unset or empty"),
@@ -984,6 +1019,25 @@ impl Preparing {
         ];
         Ok(state)
     }
+}
+
+/// The refusal of an eval fire whose settings or prompt would widen the trusted
+/// configuration's powers (see [`crate::powers`]): nothing of it runs.
+fn refuse_widening(widened: &[crate::powers::PowerChange]) -> Stop {
+    Stop::carded(
+        FireEnd::Failed,
+        CardKind::InvalidConfig,
+        format!(
+            "refused: {} power(s) wider than the trusted configuration ({})",
+            widened.len(),
+            widened.iter().map(|w| w.key.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+        format!(
+            "this eval fire runs under trusted settings (--trusted-settings), and {}",
+            crate::powers::describe_widenings(widened)
+        ),
+    )
+    .with_hint("nothing of this revision ran; to evaluate it, name an operator's settings file that grants these powers with --trusted-settings")
 }
 
 fn first_line(s: &str) -> String {
