@@ -415,36 +415,47 @@ fn settings_cause(kind: crate::records::CardKind) -> bool {
     }
 }
 
-/// The review as text (`--format text`).
+/// The review as text (`--format text`). Every field a proposer or a model chose
+/// goes through [`crate::text::printable`] (the patch through its multi-line form).
 pub fn text(r: &ReviewReport) -> String {
+    use crate::text::{printable as p, printable_multiline};
     let mut o = String::new();
     let _ = writeln!(
         o,
         "review of proposals/{} ({}) against base {}",
-        r.proposal,
+        p(&r.proposal),
         short(&r.head),
         short(&r.base)
     );
     let _ = writeln!(o, "\n== diff of builder-owned paths ({})", r.diff.len());
     for c in &r.changes {
-        let _ = writeln!(o, "{:<8} {}", c.status, c.path);
+        let _ = writeln!(o, "{:<8} {}", c.status, p(&c.path));
     }
     if !r.patch.is_empty() {
-        let _ = writeln!(o, "\n{}", r.patch.trim_end());
+        let _ = writeln!(o, "\n{}", printable_multiline(r.patch.trim_end()));
     }
     let _ = writeln!(o, "\n== check of the proposal: {} problem(s)", r.check.len());
     for d in &r.check {
-        let _ = writeln!(o, "{d}");
+        let _ = writeln!(o, "{}", p(&d.to_string()));
     }
     let _ = writeln!(
         o,
         "\n== capability delta: {} recorded call(s) from {} decided again; {} change",
         r.history.calls,
-        r.history.database,
+        p(&r.history.database),
         r.capability_delta.iter().map(|g| g.count).sum::<usize>()
     );
     for g in &r.capability_delta {
-        let _ = writeln!(o, "{}", delta::describe(g));
+        let _ = writeln!(o, "{}", p(&delta::describe(g)));
+    }
+    let _ = writeln!(
+        o,
+        "\n== powers: {} change(s) against the trusted configuration, {}",
+        r.powers.len(),
+        p(&r.trusted)
+    );
+    for c in &r.powers {
+        let _ = writeln!(o, "{}", p(&c.to_string()));
     }
     let _ = writeln!(o, "\n== evals");
     o.push_str(&crate::eval::render::text(&r.evals));
@@ -454,39 +465,47 @@ pub fn text(r: &ReviewReport) -> String {
             let _ = writeln!(
                 o,
                 "card {}: {} ({})",
-                f.card,
+                p(&f.card),
                 if f.shown { "evidence shown" } else { "not shown" },
-                f.method
+                p(&f.method)
             );
         }
     }
     let _ = writeln!(
         o,
         "\n{}",
-        if r.ok {
-            "ok: checks and evals pass"
-        } else {
-            "FAIL: checks or evals fail"
+        match (&r.refused, r.ok) {
+            (Some(_), _) => "FAIL: the proposal widens powers; its evals were refused",
+            (None, true) => "ok: checks and evals pass",
+            (None, false) => "FAIL: checks or evals fail",
         }
     );
     o
 }
 
-/// A pull-request comment body (`--format github`).
+/// A pull-request comment body (`--format github`). Everything a proposer or a model
+/// chose is in code ([`crate::text::markdown_code`], [`crate::text::markdown_fence`])
+/// or escaped prose ([`crate::text::markdown_text`]): no HTML, image, link, mention or
+/// heading of theirs is live in the comment.
 pub fn github(r: &ReviewReport) -> String {
+    use crate::text::{markdown_code as code, markdown_fence, markdown_text as prose};
     let mut o = String::new();
     let mark = if r.ok { "✅" } else { "❌" };
-    let _ = writeln!(o, "## {mark} builder review: `proposals/{}`\n", r.proposal);
+    let _ = writeln!(
+        o,
+        "## {mark} builder review: {}\n",
+        code(&format!("proposals/{}", r.proposal))
+    );
     let _ = writeln!(o, "Base `{}`, head `{}`.\n", short(&r.base), short(&r.head));
     let _ = writeln!(o, "### Changed builder-owned paths\n");
     for c in &r.changes {
-        let _ = writeln!(o, "- `{}` ({})", c.path, c.status);
+        let _ = writeln!(o, "- {} ({})", code(&c.path), c.status);
     }
     if !r.patch.is_empty() {
         let _ = writeln!(
             o,
-            "\n<details><summary>diff</summary>\n\n```diff\n{}\n```\n</details>",
-            r.patch.trim_end()
+            "\n<details><summary>diff</summary>\n\n{}</details>",
+            markdown_fence(r.patch.trim_end(), "diff")
         );
     }
     let _ = writeln!(o, "\n### Check\n");
@@ -494,7 +513,13 @@ pub fn github(r: &ReviewReport) -> String {
         let _ = writeln!(o, "No problems.");
     }
     for d in &r.check {
-        let _ = writeln!(o, "- `{}:{}` {}: {}", d.file.display(), d.line, d.field, d.message);
+        let _ = writeln!(
+            o,
+            "- {} {}: {}",
+            code(&format!("{}:{}", d.file.display(), d.line)),
+            code(&d.field),
+            prose(&d.message)
+        );
     }
     let _ = writeln!(
         o,
@@ -505,18 +530,40 @@ pub fn github(r: &ReviewReport) -> String {
         let _ = writeln!(o, "No recorded call changes decision.");
     }
     for g in &r.capability_delta {
-        let _ = writeln!(o, "- {}", delta::describe(g).replace('|', "\\|"));
+        let _ = writeln!(o, "- {}", delta::describe_markdown(g));
+    }
+    let _ = writeln!(
+        o,
+        "\n### Powers\n\nAgainst the trusted configuration ({}) that every eval fire runs under.\n",
+        prose(&r.trusted)
+    );
+    if r.powers.is_empty() {
+        let _ = writeln!(o, "No power changes.");
+    }
+    for c in &r.powers {
+        let _ = writeln!(
+            o,
+            "- {}: {} → {} (**{}**: {})",
+            code(&c.key),
+            code(&c.before),
+            code(&c.after),
+            c.effect.as_str(),
+            prose(&c.why)
+        );
+    }
+    if let Some(why) = &r.refused {
+        let _ = writeln!(o, "\n**The proposal's evals were refused.** {}", prose(why));
     }
     let _ = writeln!(o, "\n### Evals\n");
     o.push_str(&crate::eval::render::markdown(&r.evals));
     for f in &r.evals.summary.failures {
         let _ = writeln!(
             o,
-            "\n- ❌ `{}`: `{}`{}: {}",
-            f.case,
-            f.assertion,
+            "\n- ❌ {}: {}{}: {}",
+            code(&f.case),
+            code(&f.assertion),
             if f.regression { " (regression)" } else { "" },
-            f.detail
+            prose(&f.detail)
         );
     }
     if !r.fixes.is_empty() {
@@ -524,10 +571,10 @@ pub fn github(r: &ReviewReport) -> String {
         for f in &r.fixes {
             let _ = writeln!(
                 o,
-                "- card `{}`: {} ({})",
-                f.card,
+                "- card {}: {} ({})",
+                code(&f.card),
                 if f.shown { "shown" } else { "not shown" },
-                f.method
+                prose(&f.method)
             );
         }
     }

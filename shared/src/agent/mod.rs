@@ -657,6 +657,7 @@ impl Agent<'_> {
             .as_deref()
             .map_or(self.cfg.run_id.as_str(), Journal::ledger_run);
         let req = ToolRequest {
+            apart: false,
             masked,
             call_id: format!("{ledger_run}:{}", call.id),
             args,

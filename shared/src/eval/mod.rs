@@ -64,6 +64,10 @@ pub struct CaseRun {
     pub duration_ms: u64,
     /// Each broken assertion once (the first fire's detail).
     pub failures: Vec<Failure>,
+    /// The sandbox the last fire's receipt records (eval fires get the full sandbox
+    /// of the trusted configuration, as cron fires do).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::records::SandboxRecord>,
 }
 
 impl CaseRun {

@@ -305,6 +305,7 @@ pub fn run_case(f: &Firing, case: &Case, secrets: &Redactor) -> Result<CaseRun, 
             row.passed += 1;
         }
         if let Some(r) = &fired.receipt {
+            row.sandbox = Some(r.sandbox.clone());
             row.steps += r.steps as u64;
             row.tool_calls += r.tool_calls.len() as u64;
             row.tokens += r.tokens.total();
