@@ -168,7 +168,7 @@ mod tests {
         let t = markdown_text(HOSTILE);
         assert_eq!(
             t,
-            "\\\\x1b\\[2J\\`\\`\\`\\\\x0a\\#\\# Approved\\\\x0a\\<img src\\=http\\:\\/\\/evil\\.example\\/x\\.png\\> @\u{2060}team \\[ok\\]\\(http\\:\\/\\/evil\\.example\\) http\\:\\/\\/evil\\.example \\<b\\>"
+            "\\\\x1b\\[2J\\`\\`\\`\\\\x0a\\#\\# Approved\\\\x0a\\<img src\\=http\\://evil\\.example/x\\.png\\> @\u{2060}team \\[ok\\]\\(http\\://evil\\.example\\) http\\://evil\\.example \\<b\\>"
         );
         assert!(!t.contains('\n') && !t.contains('\x1b'));
     }

@@ -74,9 +74,12 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let trusted = trusted_source(args.trusted_settings);
     let report = evaluate(&wt.root, base, head, args.task, trusted)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!(
+            "{}",
+            shared::text::printable_json(&serde_json::to_string_pretty(&report)?)
+        );
     } else {
-        print!("{}", eval::render::text(&report));
+        print!("{}", shared::text::printable_multiline(&eval::render::text(&report)));
     }
     if let Some(file) = &args.junit {
         std::fs::write(file, eval::render::junit(&report))

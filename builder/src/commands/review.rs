@@ -6,6 +6,7 @@
 
 use crate::command_error::{CommandError, Outcome};
 use shared::review_report::{self, ReportError, ReviewOptions};
+use shared::text::{printable_json, printable_multiline};
 use std::path::{Path, PathBuf};
 
 /// How the review is printed.
@@ -73,9 +74,11 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         ReportError::Eval(e) => super::eval::eval_error(e),
     })?;
     match args.format {
-        Format::Text => print!("{}", review_report::text(&report)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Github => print!("{}", review_report::github(&report)),
+        // The renderers escape each field; printing through the multi-line escape too
+        // keeps a field a renderer missed from driving the terminal.
+        Format::Text => print!("{}", printable_multiline(&review_report::text(&report))),
+        Format::Json => println!("{}", printable_json(&serde_json::to_string_pretty(&report)?)),
+        Format::Github => print!("{}", printable_multiline(&review_report::github(&report))),
     }
     Ok(if report.ok { Outcome::Ok } else { Outcome::Problems })
 }

@@ -156,10 +156,15 @@ fn dry_run(root: &Path, task: String, out: Output) -> Result<Outcome, CommandErr
     renderer.finish();
     match resolved {
         Ok(d) => {
+            // The prefetch output is whatever the builder's scripts printed (issue
+            // titles, log lines a model once wrote): inert on the terminal.
             if out.json {
-                println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
+                println!(
+                    "{}",
+                    shared::text::printable_json(&serde_json::to_string_pretty(&d).unwrap_or_default())
+                );
             } else {
-                print!("{}", render_dry_run(&d));
+                print!("{}", shared::text::printable_multiline(&render_dry_run(&d)));
             }
             Ok(Outcome::Ok)
         }

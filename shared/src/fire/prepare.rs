@@ -362,7 +362,7 @@ fn waiting(ctx: &FireContext) -> Option<FireSummary> {
         format!("run {run} of this task waits for a builder's approval; nothing was run"),
     );
     summary.hint = Some(format!(
-        "`builder approve-call {run} <call-id>` (or deny-call), then `runtime resume {run}`"
+        "`builder approve-call {run} <call-id>` (add `--deny` to refuse it), then `runtime resume {run}`"
     ));
     Some(summary)
 }
@@ -735,7 +735,8 @@ impl Preparing {
             CardKind::UnreviewedChanges,
             format!("{} builder-owned path(s) have uncommitted changes", dirty.len()),
             format!("refusing to fire on unreviewed changes: {}", dirty.join(", ")),
-        ))
+        )
+        .with_hint("land the changes through review (`builder propose <name>`), or `git stash` them, then fire again"))
     }
 
     /// What git does not track (DESIGN.md section 2: modes and owners are builder-owned
@@ -788,7 +789,8 @@ impl Preparing {
         if let Some(card) = &mut stop.card {
             card.evidence = listed;
         }
-        Err(stop)
+        Err(stop
+            .with_hint("put the mode, owner or hook back, or accept the change with `builder audit --accept-metadata`"))
     }
 
     /// Two keys (DESIGN.md section 8): with `require_reviewed`, HEAD's tree of
@@ -864,7 +866,8 @@ impl Preparing {
                     .chain((!rejected.is_empty()).then(|| format!("\n({})", judged.judged_by(&rule))))
                     .collect::<String>()
             ),
-        ))
+        )
+        .with_hint("have the change approved by someone else (`builder review <name>`, then `builder approve <name>`), and fetch refs/builder/* where the runtime fires"))
     }
 
     /// Two keys, continued: an approval names a link, not what it reaches, so a HEAD
@@ -891,7 +894,8 @@ impl Preparing {
                 "require_reviewed is on and builder tree {builder_tree} holds links whose targets lie outside the builder-owned directories; an approval covers the link, not what it reaches, so whoever changes the target changes what runs: put the content itself under prompts/, scope/, settings/, tools/ or evals/ (through review){}",
                 leaving.iter().map(|l| format!("\n- {l}")).collect::<String>()
             ),
-        ))
+        )
+        .with_hint("put the content itself in place of the link, through review"))
     }
 
     /// Prompt, scope and policy on top of the settings, resolved into one config; the
@@ -916,7 +920,8 @@ impl Preparing {
             return Err(invalid(
                 format!("the provider's key variable `{var}` is unset or empty"),
                 format!("{SETTINGS_FILE}: provider api_key_env names `{var}`, which is unset or empty in the fire's environment; no request was sent"),
-            ));
+            )
+            .with_hint(format!("set `{var}` in the environment the fire runs in (for cron: in the crontab line or the script it calls)")));
         }
         let scope = std::fs::read_to_string(root.join(SCOPE_FILE)).unwrap_or_default();
         if scope.trim().is_empty() {
