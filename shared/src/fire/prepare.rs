@@ -23,7 +23,8 @@ use crate::state::{self, LockFile, LockWait, StateDb};
 /// there is nothing worth a record).
 pub(crate) struct Stop {
     end: FireEnd,
-    card: Option<CardDraft>,
+    /// Boxed: a `Stop` is every preparation step's error, and stays small.
+    card: Option<Box<CardDraft>>,
     message: String,
     /// The next step for this situation, when the card kind's usual hint
     /// ([`hint_for`]) would point the wrong way.
@@ -35,12 +36,12 @@ impl Stop {
         Stop {
             end,
             message: summary.clone(),
-            card: Some(CardDraft {
+            card: Some(Box::new(CardDraft {
                 kind,
                 summary,
                 detail,
                 evidence: vec![],
-            }),
+            })),
             hint: None,
         }
     }
@@ -225,7 +226,7 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
         }) => Err(EarlyEnd::Refused(Box::new(Refusal {
             ctx: p.ctx,
             end,
-            card,
+            card: *card,
             inputs: p.inputs,
             settings: p.settings,
             repo: p.repo,
