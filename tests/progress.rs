@@ -241,7 +241,7 @@ fn a_fallback_switch_is_an_event() {
     let text = String::from_utf8_lossy(&stderr).into_owned();
     assert_eq!(code, 0, "{text}");
     assert!(
-        text.contains("progress: fallback: anthropic (primary failed: Server (HTTP 500))\n"),
+        text.contains("progress: fallback: anthropic (primary failed: server (HTTP 500, 0 retries))\n"),
         "{text}"
     );
     assert!(!stderr.contains(&0x1b), "{text:?}");

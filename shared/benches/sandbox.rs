@@ -100,6 +100,7 @@ fn main() {
         env: ExecContext::scrubbed_env(&scratch),
     };
     let req = ToolRequest {
+        apart: false,
         masked: Vec::new(),
         call_id: "b".into(),
         args: ToolArgs::RunCommand {

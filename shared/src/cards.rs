@@ -149,34 +149,46 @@ pub struct GithubIssue {
     pub labels: Vec<String>,
 }
 
-/// One issue per fingerprint group; `latest` is the group's newest card.
+/// One issue per fingerprint group; `latest` is the group's newest card. Card text
+/// (summaries, details and evidence hold what the model chose) is in code spans and
+/// fences ([`crate::text`]), so nothing of it is a live heading, image, link or mention
+/// in the issue.
 pub fn github_issue(group: &CardGroup, latest: Option<&Card>) -> GithubIssue {
+    use crate::text::{markdown_code as code, markdown_fence, printable};
     let mut body = format!(
-        "**{}** card for task `{}`, seen **{}** time(s) between {} and {}.\n\nFingerprint: `{}`  \nLatest card: `{}` (`{}`)  \nStatus: {}\n",
-        group.kind, group.task, group.count, group.first_seen, group.last_seen, group.fingerprint, group.latest_id, group.latest_path, group.status
+        "**{}** card for task {}, seen **{}** time(s) between {} and {}.\n\nFingerprint: {}  \nLatest card: {} ({})  \nStatus: {}\n",
+        group.kind,
+        code(&group.task),
+        group.count,
+        code(&group.first_seen),
+        code(&group.last_seen),
+        code(&group.fingerprint),
+        code(&group.latest_id),
+        code(&group.latest_path),
+        group.status
     );
     if let Some(c) = latest {
-        body.push_str(&format!("\n### Detail\n\n```\n{}\n```\n", c.detail.trim()));
+        body.push_str(&format!(
+            "\n### Summary\n\n{}",
+            markdown_fence(c.summary.trim(), "text")
+        ));
+        body.push_str(&format!("\n### Detail\n\n{}", markdown_fence(c.detail.trim(), "text")));
         if !c.evidence.is_empty() {
             body.push_str("\n### Evidence\n\n");
             for e in &c.evidence {
-                body.push_str(&format!("- `{}`\n", e.replace('`', "'")));
+                body.push_str(&format!("- {}\n", code(e)));
             }
         }
-        body.push_str(&format!("\nRun: `{}`\n", c.run_id));
+        body.push_str(&format!("\nRun: {}\n", code(&c.run_id)));
     }
+    let summary: String = group.summary.chars().take(120).collect();
     GithubIssue {
-        title: format!(
-            "[{}] {} ({})",
-            group.kind,
-            group.summary.chars().take(120).collect::<String>(),
-            group.task
-        ),
+        title: printable(&format!("[{}] {} ({})", group.kind, summary, group.task)).replace('@', "@\u{2060}"),
         body,
         labels: vec![
             "agent-card".into(),
             group.kind.to_string(),
-            format!("task:{}", group.task),
+            printable(&format!("task:{}", group.task)).into_owned(),
         ],
     }
 }

@@ -24,6 +24,7 @@ pub mod layout;
 pub mod manifest;
 pub mod pages;
 pub mod policy;
+pub mod powers;
 pub mod progress;
 pub mod prompt;
 pub mod provider;

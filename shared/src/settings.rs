@@ -851,6 +851,20 @@ fn permission_problems(file: &Path, src: &str, p: &Permissions, d: &mut Vec<Diag
     }
     for g in &p.write {
         let line = yamlpos::line_of_item(src, &["permissions", "write"], g);
+        // The sandbox makes each glob's directory writable: one outside the repository
+        // (absolute, `~`, or climbing with `..`) would be a host directory.
+        if g.starts_with('/') || g.starts_with('~') || g.split('/').any(|c| c == "..") {
+            d.push(
+                Diagnostic::new(
+                    file,
+                    line,
+                    "permissions.write",
+                    format!("write glob `{g}` leaves the repository"),
+                )
+                .with_hint("write globs are repo-relative, such as reports/**"),
+            );
+            continue;
+        }
         match globset::Glob::new(g) {
             Err(e) => d.push(Diagnostic::new(
                 file,
@@ -1143,6 +1157,19 @@ mod tests {
         assert!(got.contains(&(7, "budgets.max_steps")), "{d:?}");
         assert!(got.contains(&(8, "surprise")), "{d:?}");
         assert!(got.contains(&(9, "tools")), "semantic checks still run: {d:?}");
+    }
+
+    #[test]
+    fn a_write_glob_outside_the_repository_is_refused() {
+        for g in ["/root/**", "~/.ssh/**", "../outside/**", "reports/../../x/**"] {
+            let src =
+                format!("version: 1\nprovider: {{kind: replay, replay: x}}\npermissions:\n  write:\n    - \"{g}\"\n");
+            let mut d = Vec::new();
+            assert!(parse_runtime_yaml(&src, &mut d).is_none(), "{g}");
+            assert_eq!(d.len(), 1, "{g}: {d:?}");
+            assert_eq!((d[0].line, d[0].field.as_str()), (5, "permissions.write"), "{g}");
+            assert!(d[0].message.contains("leaves the repository"), "{d:?}");
+        }
     }
 
     #[test]

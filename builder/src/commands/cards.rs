@@ -125,8 +125,8 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                     println!(
                         "{:>5}  {:<10} {:<10} {:<20} {:<14} {:<10} {:<16}  {}",
                         g.count,
-                        &g.first_seen[..10.min(g.first_seen.len())],
-                        &g.last_seen[..10.min(g.last_seen.len())],
+                        printable(&g.first_seen.chars().take(10).collect::<String>()),
+                        printable(&g.last_seen.chars().take(10).collect::<String>()),
                         g.kind,
                         printable(&g.task),
                         g.status,

@@ -3,6 +3,7 @@
 
 use crate::command_error::{CommandError, Outcome};
 use shared::review::proposals;
+use shared::text::{printable, printable_json};
 use std::path::Path;
 
 /// List proposals with their state and author
@@ -18,11 +19,16 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let (settings, _) = super::review_settings(&wt.root)?;
     let list = proposals::list(&wt.repo, &super::approval_rule(&settings)?)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        println!("{}", printable_json(&serde_json::to_string_pretty(&list)?));
         return Ok(Outcome::Ok);
     }
     for p in &list {
-        println!("{}\t{}\t{}", p.name, p.state.name(), p.authors.join(", "));
+        println!(
+            "{}\t{}\t{}",
+            printable(&p.name),
+            p.state.name(),
+            printable(&p.authors.join(", "))
+        );
     }
     Ok(Outcome::Ok)
 }

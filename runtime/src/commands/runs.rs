@@ -23,7 +23,10 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let store = db.store();
     let rows = shared::trace::list_runs(store, args.task.as_deref(), args.limit)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!(
+            "{}",
+            shared::text::printable_json(&serde_json::to_string_pretty(&rows)?)
+        );
         return Ok(Outcome::Ok);
     }
     if rows.is_empty() {
@@ -37,7 +40,14 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     for r in rows {
         println!(
             "{:<26} {:<14} {:<17} {:<15} {:>5} {:>8} {:>9.4} {:>8}",
-            r.run_id, r.task, r.status, r.stop_reason, r.steps, r.tokens, r.cost_usd, r.duration_ms
+            shared::text::printable(&r.run_id),
+            shared::text::printable(&r.task),
+            r.status,
+            r.stop_reason,
+            r.steps,
+            r.tokens,
+            r.cost_usd,
+            r.duration_ms
         );
     }
     Ok(Outcome::Ok)

@@ -241,13 +241,13 @@ fn export(ctx: &FireContext, exporter: &Exporter, trace: &crate::trace::Trace) {
 /// The next command for a fire whose first card is of `kind`.
 pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>) -> Option<String> {
     Some(match kind {
-        CardKind::InvalidConfig => "`builder check` lists every problem with file:line".into(),
+        CardKind::InvalidConfig => "the card's detail names each problem with file:line; `builder check` lists them all".into(),
         CardKind::ApprovalNeeded => format!(
             "`builder approve-call {run_id} {}` decides the call (`--deny` to refuse it), then `runtime resume {run_id}`",
             pending_call.unwrap_or("<call-id>")
         ),
         CardKind::UnreviewedChanges => {
-            "land the builder-owned changes through review (or `git stash` them), then fire again".into()
+            "the card says what is not reviewed; `builder proposals` and `builder review <name>` show what waits for approval".into()
         }
         CardKind::SandboxUnavailable => {
             "`runtime check` shows what this kernel offers; settings `sandbox.landlock` chooses the mode".into()
@@ -275,7 +275,7 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
             "the card names the lock: once whoever holds it is done (or, if no git runs, it is removed), the next fire of any task commits these records".into()
         }
         CardKind::SyncFailed => {
-            "the card says which step failed; `git -C <repo> fetch <remote>` shows the same error, and the records stay committed locally until a push succeeds".into()
+            "the card names the step that failed and git's message; the records stay committed locally and the next fire tries the sync again".into()
         }
         CardKind::PermissionDenied
         | CardKind::MissingTool
@@ -754,6 +754,15 @@ impl FireRun {
             .iter()
             .find(|c| c.kind == CardKind::CheckpointFailed)
             .map(|c| c.summary.clone());
+        // A failed model call says why on cron's line: the kind, the HTTP status or
+        // the timeout, and the retries (the card's summary).
+        let model_failure = records
+            .state
+            .cards
+            .iter()
+            .find(|c| matches!(c.kind, CardKind::ProviderError | CardKind::ContextOverflow))
+            .map(|c| format!(": {}", c.summary))
+            .unwrap_or_default();
         let sink = RecordSink {
             redactor: self.config.redactor.clone(),
             identity: self.config.identity.clone(),
@@ -801,7 +810,7 @@ impl FireRun {
             }
             None if summary.message.is_empty() => {
                 summary.message = format!(
-                    "{} {} ({}), {} steps{}",
+                    "{} {} ({}), {} steps{}{model_failure}",
                     self.ctx.opts.task,
                     status.as_str(),
                     self.stop.as_str(),

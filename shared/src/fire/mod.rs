@@ -53,6 +53,11 @@ pub struct FireOptions {
     /// runs a builder tree no approval covers yet (the proposal under review) instead
     /// of refusing; nothing it does is committed.
     pub eval: bool,
+    /// For an eval fire: the trusted configuration whose powers (sandbox, network,
+    /// read directories, provider and key variable, telemetry) the fire runs under
+    /// instead of the revision's own ([`crate::powers::confine`]); settings that would
+    /// widen any of them refuse the fire.
+    pub trusted: Option<crate::settings::RuntimeSettings>,
 }
 
 /// How a fire ended, in the terms the binary maps to exit codes (DESIGN.md section 7).

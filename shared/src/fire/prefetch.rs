@@ -140,6 +140,7 @@ fn run_script(
         command.push_str(&shell_quote(a));
     }
     let req = ToolRequest {
+        apart: false,
         masked: Vec::new(),
         call_id: "prefetch".into(),
         args: ToolArgs::RunCommand {

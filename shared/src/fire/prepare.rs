@@ -23,8 +23,12 @@ use crate::state::{self, LockFile, LockWait, StateDb};
 /// there is nothing worth a record).
 pub(crate) struct Stop {
     end: FireEnd,
-    card: Option<CardDraft>,
+    /// Boxed: a `Stop` is every preparation step's error, and stays small.
+    card: Option<Box<CardDraft>>,
     message: String,
+    /// The next step for this situation, when the card kind's usual hint
+    /// ([`hint_for`]) would point the wrong way.
+    hint: Option<String>,
 }
 
 impl Stop {
@@ -32,13 +36,19 @@ impl Stop {
         Stop {
             end,
             message: summary.clone(),
-            card: Some(CardDraft {
+            card: Some(Box::new(CardDraft {
                 kind,
                 summary,
                 detail,
                 evidence: vec![],
-            }),
+            })),
+            hint: None,
         }
+    }
+
+    fn with_hint(mut self, hint: impl Into<String>) -> Stop {
+        self.hint = Some(hint.into());
+        self
     }
 
     fn bare(end: FireEnd, message: impl Into<String>) -> Stop {
@@ -46,6 +56,7 @@ impl Stop {
             end,
             card: None,
             message: message.into(),
+            hint: None,
         }
     }
 }
@@ -59,6 +70,8 @@ pub struct Refusal {
     settings: Option<RuntimeSettings>,
     repo: git2::Repository,
     _lock: LockFile,
+    /// The situation's own next step, over the card kind's usual one.
+    hint: Option<String>,
 }
 
 impl Refusal {
@@ -79,7 +92,7 @@ impl Refusal {
                         "{} (unchanged since card {}, refused {} times; not recorded again)",
                         self.card.summary, seen.card_id, seen.count
                     );
-                    summary.hint = hint_for(self.card.kind, &self.ctx.run_id, None);
+                    summary.hint = self.hint.or_else(|| hint_for(self.card.kind, &self.ctx.run_id, None));
                     return summary;
                 }
                 Ok(None) => {}
@@ -116,6 +129,9 @@ impl Refusal {
             if let Err(e) = db.remember_refusal(task, &fingerprint, &tree, card_id, self.ctx.started_at) {
                 tracing::warn!(error = %e, "the refusal was not remembered; the next one is recorded again");
             }
+        }
+        if self.hint.is_some() {
+            summary.hint = self.hint;
         }
         summary.message = match self.card.kind {
             // The paths, so the person reading cron's mail knows what to commit.
@@ -203,20 +219,25 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
     match p.phases() {
         Ok((config, state)) => Ok(p.into_run(config, state, Some(lock))),
         Err(Stop {
-            end, card: Some(card), ..
+            end,
+            card: Some(card),
+            hint,
+            ..
         }) => Err(EarlyEnd::Refused(Box::new(Refusal {
             ctx: p.ctx,
             end,
-            card,
+            card: *card,
             inputs: p.inputs,
             settings: p.settings,
             repo: p.repo,
             _lock: lock,
+            hint,
         }))),
         Err(Stop {
             end,
             card: None,
             message,
+            ..
         }) => {
             p.close_unrecorded();
             Err(EarlyEnd::Unrecorded(Box::new(p.ctx.unrecorded(
@@ -275,7 +296,7 @@ pub(crate) fn prepare_dry(opts: FireOptions) -> Result<(FireRun, DryNotes), Box<
             };
             let mut summary = p.ctx.unrecorded(RunStatus::Failed, stop.end, message);
             if let Some(card) = &stop.card {
-                summary.hint = hint_for(card.kind, &p.ctx.run_id, None);
+                summary.hint = stop.hint.clone().or_else(|| hint_for(card.kind, &p.ctx.run_id, None));
             }
             Err(Box::new(summary))
         }
@@ -342,7 +363,7 @@ fn waiting(ctx: &FireContext) -> Option<FireSummary> {
         format!("run {run} of this task waits for a builder's approval; nothing was run"),
     );
     summary.hint = Some(format!(
-        "`builder approve-call {run} <call-id>` (or deny-call), then `runtime resume {run}`"
+        "`builder approve-call {run} <call-id>` (add `--deny` to refuse it), then `runtime resume {run}`"
     ));
     Some(summary)
 }
@@ -458,6 +479,14 @@ impl Preparing {
                 )
             })?
             .runtime;
+        if let Some(trusted) = &self.ctx.opts.trusted {
+            settings = crate::powers::confine(&settings, trusted).map_err(|w| refuse_widening(&w.0))?;
+        }
+        if self.ctx.opts.no_commit {
+            // Nothing is committed, so nothing is pushed and no branch moves: an eval
+            // fire in a detached worktree, or a trial fire, never syncs.
+            settings.sync = None;
+        }
         if let Some(trace) = &self.ctx.opts.replay {
             settings.provider = settings::ProviderSettings {
                 kind: settings::ProviderKind::Replay,
@@ -707,7 +736,8 @@ impl Preparing {
             CardKind::UnreviewedChanges,
             format!("{} builder-owned path(s) have uncommitted changes", dirty.len()),
             format!("refusing to fire on unreviewed changes: {}", dirty.join(", ")),
-        ))
+        )
+        .with_hint("land the changes through review (`builder propose <name>`), or `git stash` them, then fire again"))
     }
 
     /// What git does not track (DESIGN.md section 2: modes and owners are builder-owned
@@ -760,7 +790,8 @@ impl Preparing {
         if let Some(card) = &mut stop.card {
             card.evidence = listed;
         }
-        Err(stop)
+        Err(stop
+            .with_hint("put the mode, owner or hook back, or accept the change with `builder audit --accept-metadata`"))
     }
 
     /// Two keys (DESIGN.md section 8): with `require_reviewed`, HEAD's tree of
@@ -836,7 +867,8 @@ impl Preparing {
                     .chain((!rejected.is_empty()).then(|| format!("\n({})", judged.judged_by(&rule))))
                     .collect::<String>()
             ),
-        ))
+        )
+        .with_hint("have the change approved by someone else (`builder review <name>`, then `builder approve <name>`), and fetch refs/builder/* where the runtime fires"))
     }
 
     /// Two keys, continued: an approval names a link, not what it reaches, so a HEAD
@@ -863,7 +895,8 @@ impl Preparing {
                 "require_reviewed is on and builder tree {builder_tree} holds links whose targets lie outside the builder-owned directories; an approval covers the link, not what it reaches, so whoever changes the target changes what runs: put the content itself under prompts/, scope/, settings/, tools/ or evals/ (through review){}",
                 leaving.iter().map(|l| format!("\n- {l}")).collect::<String>()
             ),
-        ))
+        )
+        .with_hint("put the content itself in place of the link, through review"))
     }
 
     /// Prompt, scope and policy on top of the settings, resolved into one config; the
@@ -877,11 +910,19 @@ impl Preparing {
             let text = crate::diag::Diagnostics(d).to_string();
             invalid(format!("invalid prompt: {}", first_line(&text)), text)
         })?;
+        if let Some(trusted) = &self.ctx.opts.trusted {
+            let widened =
+                crate::powers::prefetch_widenings(trusted, &prompt.file.to_string_lossy(), &prompt.front.prefetch);
+            if !widened.is_empty() {
+                return Err(refuse_widening(&widened));
+            }
+        }
         if let Some(var) = settings.missing_key_variable() {
             return Err(invalid(
                 format!("the provider's key variable `{var}` is unset or empty"),
                 format!("{SETTINGS_FILE}: provider api_key_env names `{var}`, which is unset or empty in the fire's environment; no request was sent"),
-            ));
+            )
+            .with_hint(format!("set `{var}` in the environment the fire runs in (for cron: in the crontab line or the script it calls)")));
         }
         let scope = std::fs::read_to_string(root.join(SCOPE_FILE)).unwrap_or_default();
         if scope.trim().is_empty() {
@@ -984,6 +1025,25 @@ impl Preparing {
         ];
         Ok(state)
     }
+}
+
+/// The refusal of an eval fire whose settings or prompt would widen the trusted
+/// configuration's powers (see [`crate::powers`]): nothing of it runs.
+fn refuse_widening(widened: &[crate::powers::PowerChange]) -> Stop {
+    Stop::carded(
+        FireEnd::Failed,
+        CardKind::InvalidConfig,
+        format!(
+            "refused: {} power(s) wider than the trusted configuration ({})",
+            widened.len(),
+            widened.iter().map(|w| w.key.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+        format!(
+            "this eval fire runs under trusted settings (--trusted-settings), and {}",
+            crate::powers::describe_widenings(widened)
+        ),
+    )
+    .with_hint("nothing of this revision ran; to evaluate it, name an operator's settings file that grants these powers with --trusted-settings")
 }
 
 fn first_line(s: &str) -> String {

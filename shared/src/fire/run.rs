@@ -287,7 +287,10 @@ impl FireRun {
         out
     }
 
-    /// Runs one acceptance script in the worker on the report; `Some` says why it failed.
+    /// Runs one acceptance script in the worker on the report; `Some` says why it
+    /// failed. The script runs apart ([`ToolRequest::apart`]): a fresh `HOME` and
+    /// `TMPDIR`, never the scratch the model's commands shared, so a startup file the
+    /// model left there (`.bashrc`, a Python `usercustomize`) cannot decide the check.
     async fn acceptance_script(
         &self,
         worker: &mut WorkerClient,
@@ -310,6 +313,7 @@ impl FireRun {
         }
         let path = root.join(&rel);
         let req = ToolRequest {
+            apart: true,
             masked: Vec::new(),
             call_id: format!("acceptance-{name}"),
             args: ToolArgs::RunCommand {

@@ -118,8 +118,11 @@ pub struct Capabilities {
     pub max_context: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Why a model call failed. Its name (`rate_limited`) is derived once, for serde and
+/// for every line and card that shows it ([`ProviderErrorKind::as_str`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ProviderErrorKind {
     RateLimited,
     Server,
@@ -134,23 +137,50 @@ pub enum ProviderErrorKind {
     ContextOverflow,
 }
 
-/// Why a model call failed, after retries.
+impl ProviderErrorKind {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// Why a model call failed, after retries: `rate_limited (HTTP 429, 3 retries): ...`.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{kind:?}{}: {message} (after {retries} retries)", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
+#[error("{}: {message}", self.headline())]
 pub struct ProviderError {
     pub kind: ProviderErrorKind,
     pub status: Option<u16>,
     pub message: String,
     pub retries: u32,
+    /// For a timeout: the request timeout that ran out, in seconds.
+    pub timeout_s: Option<u64>,
 }
 
 impl ProviderError {
+    /// What failed and how, without the server's text: the kind, the HTTP status or
+    /// the timeout, and the retries taken (`timeout (no answer within 60 s, 3 retries)`).
+    pub fn headline(&self) -> String {
+        let retries = format!(
+            "{} {}",
+            self.retries,
+            if self.retries == 1 { "retry" } else { "retries" }
+        );
+        match (self.status, self.kind) {
+            (Some(s), _) => format!("{} (HTTP {s}, {retries})", self.kind.as_str()),
+            (None, ProviderErrorKind::Timeout) => match self.timeout_s {
+                Some(t) => format!("timeout (no answer within {t} s, {retries})"),
+                None => format!("timeout ({retries})"),
+            },
+            (None, _) => format!("{} ({retries})", self.kind.as_str()),
+        }
+    }
+
     fn new(kind: ProviderErrorKind, status: Option<u16>, message: impl Into<String>) -> Self {
         ProviderError {
             kind,
             status,
             message: message.into(),
             retries: 0,
+            timeout_s: None,
         }
     }
 }
@@ -378,11 +408,7 @@ impl ProviderChain {
                     tracing::warn!(error = %e, "primary provider failed; trying the fallback");
                     progress.event(&Event::Fallback {
                         to: fb.kind().to_string(),
-                        reason: format!(
-                            "{:?}{}",
-                            e.kind,
-                            e.status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()
-                        ),
+                        reason: e.headline(),
                     });
                     let r = self.via_fallback(fb, req, e.retries, progress).await?;
                     self.trip();
