@@ -176,6 +176,9 @@ fn review_of(app: &App, name: &str) -> Result<Arc<ReviewReport>, PageError> {
             .join(shared::state::STATE_DB_FILE),
         since: None,
         runtime: crate::commands::eval::runtime_binary().map_err(PageError::from_display)?,
+        // The web view reviews as `builder review` does by default: the eval fires
+        // run under the base's powers, never the proposal's.
+        trusted: shared::eval::trusted::TrustedSource::Base,
     };
     let report = shared::review_report::review(&wt.repo, &ownership, &opts).map_err(|e| match e {
         ReportError::Review(e) => review_error(e),
