@@ -169,7 +169,7 @@ pub fn approval_rule(
 /// Settles what an interrupted builder command left (its stale locks, a half-moved
 /// work tree, a half-made proposal) and says what it did. Returns what was done.
 pub fn recover_interrupted(wt: &shared::git::WorkTree) -> Result<shared::review::work::Recovered, CommandError> {
-    let done = shared::review::work::recover(&wt.repo, &wt.root)?;
+    let done = shared::review::work::recover(&wt.repo)?;
     for lock in &done.locks {
         eprintln!("recovered: removed {} an interrupted builder left", lock.display());
     }

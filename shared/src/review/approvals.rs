@@ -309,8 +309,8 @@ pub fn write(repo: &Repository, body: ApprovalBody, approver: &Person) -> Result
 fn create_ref(repo: &Repository, id: Oid, log: &str) -> Result<(), ReviewError> {
     let name = approval_ref(id);
     let _intent = match repo.workdir() {
-        Some(root) => Some(crate::git::LockIntent::hold(
-            &super::work::intent_dir(root),
+        Some(_) => Some(crate::git::LockIntent::hold(
+            &super::work::intent_dir(repo),
             &[crate::git::lock_file_of(&repo.commondir().join(&name))],
         )?),
         None => None,

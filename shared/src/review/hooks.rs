@@ -81,8 +81,8 @@ pub fn hooks_dir(repo: &Repository) -> PathBuf {
 /// killed while writing it leaves nothing the next run cannot remove.
 pub fn install(repo: &Repository) -> Result<Installed, ReviewError> {
     let _intent = match repo.workdir() {
-        Some(root) => Some(crate::git::LockIntent::hold(
-            &super::work::intent_dir(root),
+        Some(_) => Some(crate::git::LockIntent::hold(
+            &super::work::intent_dir(repo),
             &[crate::git::lock_file_of(&repo.commondir().join("config"))],
         )?),
         None => None,

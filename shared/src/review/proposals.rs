@@ -276,7 +276,7 @@ pub fn propose(
     }
     let commit = repo.commit(None, &sig, &sig, &msg, &tree, &[&head])?;
     let _work = super::work::Work::begin(
-        root,
+        repo,
         super::work::Op::Propose {
             branch: branch.clone(),
             head: head.id().to_string(),
@@ -284,7 +284,7 @@ pub fn propose(
         },
     )?;
     let _locks = crate::git::LockIntent::hold(
-        &super::work::intent_dir(root),
+        &super::work::intent_dir(repo),
         &[
             crate::git::lock_file_of(&repo.commondir().join(format!("refs/heads/{branch}"))),
             crate::git::lock_file_of(&repo.path().join("index")),

@@ -1,9 +1,10 @@
 //! The builder's commands are crash-safe as the runtime's commit is: before a command
 //! takes a git lock it names the lock in an intent record
-//! ([`crate::git::LockIntent`], kept in `.runtime/locks/builder/`, apart from the
-//! runtime's own records, which name records a fire must still commit), and before it
-//! moves a work tree or a branch it records what it is about to do here
-//! (`.runtime/locks/builder/work-<pid>.json`, fsynced). The next run of any of these
+//! ([`crate::git::LockIntent`], kept in the git directory's `builder/`, apart from the
+//! runtime's own records in `.runtime/locks`, which name records a fire must still
+//! commit, and out of the work tree a person's tools see), and before it moves a work
+//! tree or a branch it records what it is about to do there
+//! (`builder/work-<pid>.json`, fsynced). The next run of any of these
 //! commands ([`recover`]) removes the locks a dead builder left (exactly those its
 //! records name, as [`crate::git::recover_stale_locks`] judges them) and finishes or
 //! undoes its half-done work: a work tree moved part of the way from one tree to
@@ -19,9 +20,10 @@ use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// Where the builder's intent and work records live.
-pub fn intent_dir(root: &Path) -> PathBuf {
-    crate::git::intent_dir(root).join("builder")
+/// Where the builder's intent and work records live: the (per-worktree) git
+/// directory's `builder/`.
+pub fn intent_dir(repo: &Repository) -> PathBuf {
+    repo.path().join("builder")
 }
 
 const WORK_PREFIX: &str = "work-";
@@ -54,9 +56,9 @@ pub struct Work {
 
 impl Work {
     /// Records `op` durably before it starts.
-    pub fn begin(root: &Path, op: Op) -> Result<Work, ReviewError> {
+    pub fn begin(repo: &Repository, op: Op) -> Result<Work, ReviewError> {
         use std::io::Write;
-        let dir = intent_dir(root);
+        let dir = intent_dir(repo);
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |e| ReviewError::Io { path, source: e }
@@ -112,8 +114,8 @@ impl Recovered {
 }
 
 /// Removes the locks dead builder processes left and finishes or undoes their work.
-pub fn recover(repo: &Repository, root: &Path) -> Result<Recovered, ReviewError> {
-    let dir = intent_dir(root);
+pub fn recover(repo: &Repository) -> Result<Recovered, ReviewError> {
+    let dir = intent_dir(repo);
     let mut out = Recovered {
         locks: crate::git::recover_stale_locks(&dir)?.removed,
         work: Vec::new(),
@@ -147,7 +149,7 @@ pub fn recover(repo: &Repository, root: &Path) -> Result<Recovered, ReviewError>
         }
         let did = match &record.op {
             Op::Move { branch, from, to } => settle_move(repo, branch, from, to)?,
-            Op::Propose { branch, head, commit } => settle_propose(repo, root, branch, head, commit)?,
+            Op::Propose { branch, head, commit } => settle_propose(repo, branch, head, commit)?,
         };
         std::fs::remove_file(&path).map_err(|e| ReviewError::Io {
             path: path.clone(),
@@ -278,7 +280,7 @@ fn settle_move(repo: &Repository, branch: &str, from: &str, to: &str) -> Result<
 /// An interrupted proposal: once its branch is at `commit` and HEAD still at `head`,
 /// the paths it took go back to `head`'s version; when the branch was never made,
 /// nothing was moved.
-fn settle_propose(repo: &Repository, _root: &Path, branch: &str, head: &str, commit: &str) -> Result<String, ReviewError> {
+fn settle_propose(repo: &Repository, branch: &str, head: &str, commit: &str) -> Result<String, ReviewError> {
     let (head, commit) = (oid(head)?, oid(commit)?);
     if repo.refname_to_id(&format!("refs/heads/{branch}")).ok() != Some(commit) {
         return Ok(format!("{branch} was not made: the changes are still in the work tree"));
@@ -311,9 +313,8 @@ pub enum Mover {
 /// nothing), then moves the branch by compare-and-swap against `from`. A process
 /// killed anywhere in between leaves what [`recover`] settles.
 pub fn move_checked_out(repo: &Repository, branch: &str, from: Oid, to: Oid, mover: Mover) -> Result<(), ReviewError> {
-    let root = crate::git::workdir(repo)?;
     let _work = Work::begin(
-        &root,
+        repo,
         Op::Move {
             branch: branch.to_string(),
             from: from.to_string(),
@@ -321,7 +322,7 @@ pub fn move_checked_out(repo: &Repository, branch: &str, from: Oid, to: Oid, mov
         },
     )?;
     let _locks = crate::git::LockIntent::hold(
-        &intent_dir(&root),
+        &intent_dir(repo),
         &[
             crate::git::lock_file_of(&repo.path().join("index")),
             crate::git::lock_file_of(&repo.commondir().join(branch)),
