@@ -32,7 +32,7 @@ pub struct Team {
     pub rev1: PathBuf,
     pub rev2: PathBuf,
     pub cron: PathBuf,
-    records: std::cell::Cell<u32>,
+    records: std::sync::atomic::AtomicU32,
 }
 
 impl Team {
@@ -57,6 +57,8 @@ impl Team {
             if hooks {
                 let (code, out, err) = builder_in(&env, &dir, None, &["install-hooks"]);
                 assert_eq!(code, 0, "{out}{err}");
+                // `git clone` takes branches only: the first fetch brings approvals.
+                git(&env, &dir, &["fetch", "-q"]);
             }
             dir
         };
@@ -69,7 +71,7 @@ impl Team {
             rev1,
             rev2,
             cron,
-            records: std::cell::Cell::new(0),
+            records: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -116,8 +118,7 @@ impl Team {
 
     /// The box pushes one records-only commit (as the runtime) to the origin's main.
     pub fn records_on_origin(&self) -> String {
-        let n = self.records.get() + 1;
-        self.records.set(n);
+        let n = self.records.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         self.git(&self.cron, &["pull", "-q", "--no-rebase", "origin", "main"]);
         let rel = format!("runs/digest/r{n}.json");
         std::fs::create_dir_all(self.cron.join("runs/digest")).unwrap();
@@ -179,7 +180,7 @@ fn two_reviewers_approving_with_pull_and_push_in_both_orders_and_at_once_lose_no
     team.git(&team.rev2, &["push", "-q"]);
     team.git(&team.rev1, &["pull", "-q"]);
     let all = team.approvals(&team.origin);
-    assert_eq!(all.len(), 4, "{all:?}");
+    assert_eq!(all.len(), 1 + 4, "the set-up's approval and four: {all:?}");
     assert_eq!(team.approvals(&team.rev1), all, "Rev's clone has every approval");
     assert_eq!(team.approvals(&team.rev2), all, "Ria's clone has every approval");
 
@@ -193,7 +194,8 @@ fn two_reviewers_approving_with_pull_and_push_in_both_orders_and_at_once_lose_no
             assert_eq!(code, 0, "{out}{err}");
         }
     });
-    assert_eq!(team.approvals(&team.origin).len(), 6);
+    assert_eq!(team.approvals(&team.origin).len(), 1 + 6);
+    team.git(&team.rev1, &["fetch", "-q"]);
     for p in ["p1", "p2", "p3", "p4", "q1", "q2"] {
         let out = team.builder_ok(&team.rev1, REV1, &["proposals"]);
         assert!(
@@ -207,10 +209,12 @@ fn two_reviewers_approving_with_pull_and_push_in_both_orders_and_at_once_lose_no
 fn a_forced_push_of_the_origins_approvals_loses_nothing_locally_and_is_reported() {
     let team = Team::new();
     team.propose_pushed("p1");
+    let before = team.approvals(&team.rev1);
     team.builder_ok(&team.rev1, REV1, &["approve", "p1", "--push"]);
     let had = team.approvals(&team.rev1);
-    assert_eq!(had.len(), 1);
-    let id = had.iter().next().unwrap().clone();
+    let new: Vec<&String> = had.difference(&before).collect();
+    assert_eq!(new.len(), 1);
+    let id = new[0].clone();
     // Someone deletes the approval on the origin and force-moves a legacy chain there.
     team.git(&team.cron, &["push", "-q", "origin", &format!(":refs/builder/approved/{id}")]);
     let legacy = team.git(&team.cron, &["rev-parse", "HEAD"]);
@@ -218,7 +222,7 @@ fn a_forced_push_of_the_origins_approvals_loses_nothing_locally_and_is_reported(
         &team.cron,
         &["push", "-q", "--force", "origin", &format!("{legacy}:refs/builder/approvals")],
     );
-    assert!(team.approvals(&team.origin).is_empty(), "the attack ran");
+    assert!(!team.approvals(&team.origin).contains(&id), "the attack ran");
     team.records_on_origin();
     // The reviewer's ordinary pull succeeds and keeps the approval.
     team.git(&team.rev1, &["pull", "-q"]);
@@ -257,13 +261,14 @@ fn a_proposal_travels_is_approved_elsewhere_and_lands_after_the_box_moved_the_or
     team.git(&team.author(), &["push", "-q"]);
     team.git(&team.author(), &["checkout", "-q", "main"]);
     team.git(&team.rev2, &["fetch", "-q"]);
+    let rev2_had = team.approvals(&team.rev2);
     let (code, out, err) = team.builder(&team.rev2, REV2, &["approve", "brief"]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(
         err.contains("behind origin/proposals/brief") && err.contains("git branch -f proposals/brief origin/proposals/brief"),
         "names the fix: {err}"
     );
-    assert!(team.approvals(&team.rev2).is_empty(), "nothing recorded");
+    assert_eq!(team.approvals(&team.rev2), rev2_had, "nothing recorded");
     // Rev approves from his clone and publishes; the box pushes records meanwhile.
     let out = team.builder_ok(&team.rev1, REV1, &["approve", "brief", "--push"]);
     assert!(out.contains("pushed 1 approval(s) to origin"), "{out}");

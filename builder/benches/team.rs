@@ -102,6 +102,8 @@ fn main() {
         let body = shared::review::approvals::signed_body(&format!("old{i}"), tree, tree, &rev_person, None).unwrap();
         shared::review::approvals::write(&repo, body, &rev_person).unwrap();
     }
+    // The records were committed past the index: bring index and work tree along.
+    git(&author, &["reset", "-q", "--hard"]);
     git(&author, &["push", "-q", "-u", "origin", "main"]);
     git(&author, &["push", "-q"]);
     for d in [&rev, &cron] {
@@ -131,6 +133,7 @@ fn main() {
         git(&cron, &["pull", "-q", "--no-rebase"]);
         let cron_repo = Repository::open(&cron).unwrap();
         records(&cron_repo, 1, RECORDS + i);
+        git(&cron, &["reset", "-q", "--hard"]);
         git(&cron, &["push", "-q", "--no-verify", "origin", "HEAD:main"]);
         let t = Instant::now();
         builder(&author, ENG, &["land", &name]);
