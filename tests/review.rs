@@ -271,10 +271,7 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
     let approval = &env.receipt(&summary)["inputs"]["approval"];
     assert_eq!(approval["tree"], tree.as_str(), "{approval}");
     assert_eq!(approval["approver"], "Rev <rev@example.com>");
-    assert_eq!(
-        approval["id"].as_str().unwrap(),
-        latest_approval(&env, &env.root)
-    );
+    assert_eq!(approval["id"].as_str().unwrap(), latest_approval(&env, &env.root));
 
     // A direct, unreviewed commit to prompts/: a violation under require_reviewed,
     // and the runtime refuses to fire on it, once per tree, not once per tick.
@@ -369,7 +366,10 @@ fn approvals_travel_with_push_and_fetch_and_count_in_the_other_clone() {
     );
     builder_ok(&env, &cron, None, &["install-hooks"]);
     let fetch = git(&env, &cron, &["config", "--get-all", "remote.origin.fetch"]);
-    assert!(fetch.contains("refs/builder/approved/*:refs/builder/approved/*"), "{fetch}");
+    assert!(
+        fetch.contains("refs/builder/approved/*:refs/builder/approved/*"),
+        "{fetch}"
+    );
     assert!(!fetch.contains("+refs/builder/"), "no forced refspec: {fetch}");
 
     // The laptop turns review on through review and pushes branch and approvals.

@@ -216,11 +216,20 @@ fn a_forced_push_of_the_origins_approvals_loses_nothing_locally_and_is_reported(
     assert_eq!(new.len(), 1);
     let id = new[0].clone();
     // Someone deletes the approval on the origin and force-moves a legacy chain there.
-    team.git(&team.cron, &["push", "-q", "origin", &format!(":refs/builder/approved/{id}")]);
+    team.git(
+        &team.cron,
+        &["push", "-q", "origin", &format!(":refs/builder/approved/{id}")],
+    );
     let legacy = team.git(&team.cron, &["rev-parse", "HEAD"]);
     team.git(
         &team.cron,
-        &["push", "-q", "--force", "origin", &format!("{legacy}:refs/builder/approvals")],
+        &[
+            "push",
+            "-q",
+            "--force",
+            "origin",
+            &format!("{legacy}:refs/builder/approvals"),
+        ],
     );
     assert!(!team.approvals(&team.origin).contains(&id), "the attack ran");
     team.records_on_origin();
@@ -236,7 +245,10 @@ fn a_forced_push_of_the_origins_approvals_loses_nothing_locally_and_is_reported(
     );
     // Pushed back in one step.
     let out = team.builder_ok(&team.rev1, REV1, &["approve", "p1", "--push"]);
-    assert!(out.contains("already approved") && out.contains("pushed 1 approval(s)"), "{out}");
+    assert!(
+        out.contains("already approved") && out.contains("pushed 1 approval(s)"),
+        "{out}"
+    );
     assert_eq!(team.approvals(&team.origin), had);
     let (_, _, err) = team.builder(&team.rev1, REV1, &["proposals"]);
     assert!(!err.contains("lacks"), "{err}");
@@ -250,7 +262,10 @@ fn a_proposal_travels_is_approved_elsewhere_and_lands_after_the_box_moved_the_or
     // A reviewer's clone sees it after a fetch, with no local branch.
     team.git(&team.rev1, &["fetch", "-q"]);
     let listed = team.builder_ok(&team.rev1, REV1, &["proposals"]);
-    assert!(listed.contains("brief\topen\tEng <eng@example.com>\tonly on origin"), "{listed}");
+    assert!(
+        listed.contains("brief\topen\tEng <eng@example.com>\tonly on origin"),
+        "{listed}"
+    );
     // Ria made a local branch of it earlier; the author then reworks it.
     team.git(&team.rev2, &["fetch", "-q"]);
     team.git(&team.rev2, &["branch", "proposals/brief", "origin/proposals/brief"]);
@@ -265,7 +280,8 @@ fn a_proposal_travels_is_approved_elsewhere_and_lands_after_the_box_moved_the_or
     let (code, out, err) = team.builder(&team.rev2, REV2, &["approve", "brief"]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(
-        err.contains("behind origin/proposals/brief") && err.contains("git branch -f proposals/brief origin/proposals/brief"),
+        err.contains("behind origin/proposals/brief")
+            && err.contains("git branch -f proposals/brief origin/proposals/brief"),
         "names the fix: {err}"
     );
     assert_eq!(team.approvals(&team.rev2), rev2_had, "nothing recorded");
@@ -283,7 +299,10 @@ fn a_proposal_travels_is_approved_elsewhere_and_lands_after_the_box_moved_the_or
         "merged onto the box's tip, not rebased"
     );
     let msg = team.git(&team.origin, &["log", "-1", "--format=%B", &tip]);
-    assert!(msg.contains("Reviewed-by: Rev <rev@example.com>") && msg.contains("Approved-tree: "), "{msg}");
+    assert!(
+        msg.contains("Reviewed-by: Rev <rev@example.com>") && msg.contains("Approved-tree: "),
+        "{msg}"
+    );
     // The author's checkout followed, and the history is clean by the audit.
     assert_eq!(team.git(team.author(), &["rev-parse", "HEAD"]), tip);
     assert_eq!(team.git(team.author(), &["status", "--porcelain"]), "");
@@ -308,7 +327,10 @@ fn the_hook_refuses_exactly_an_unapproved_push_to_main_and_lets_a_revert_through
     let before = team.origin_main();
     let (ok, out) = team.try_git(&team.rev1, &["push", "origin", "side:main"]);
     assert!(!ok, "{out}");
-    assert!(out.contains("pre-push: refusing to push unapproved builder changes to main"), "{out}");
+    assert!(
+        out.contains("pre-push: refusing to push unapproved builder changes to main"),
+        "{out}"
+    );
     assert_eq!(team.origin_main(), before, "nothing reached main");
     // The same commits to a branch of their own: not judged.
     let (ok, out) = team.try_git(&team.rev1, &["push", "origin", "side"]);

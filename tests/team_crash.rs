@@ -129,8 +129,16 @@ fn check(team: &Team, dir: &Path, seen: &mut BTreeSet<String>) {
         let (ok, out) = team.try_git(d, &["fsck", "--no-progress", "--no-dangling"]);
         assert!(ok && !out.contains("error"), "fsck in {}: {out}", d.display());
     }
-    let now: BTreeSet<String> = team.approvals(dir).union(&team.approvals(&team.origin)).cloned().collect();
-    assert!(seen.is_subset(&now), "approvals lost: {:?}", seen.difference(&now).collect::<Vec<_>>());
+    let now: BTreeSet<String> = team
+        .approvals(dir)
+        .union(&team.approvals(&team.origin))
+        .cloned()
+        .collect();
+    assert!(
+        seen.is_subset(&now),
+        "approvals lost: {:?}",
+        seen.difference(&now).collect::<Vec<_>>()
+    );
     *seen = now;
 }
 
@@ -167,12 +175,20 @@ fn approve_push_killed_at_each_point_and_moment_succeeds_next_time_and_loses_not
         assert!(out.contains("approved proposals/"), "{out}");
         check(&team, &team.rev1, &mut seen);
         let origin = team.approvals(&team.origin);
-        assert_eq!(team.approvals(&team.rev1), origin, "after {kill:?}: the origin has every approval");
+        assert_eq!(
+            team.approvals(&team.rev1),
+            origin,
+            "after {kill:?}: the origin has every approval"
+        );
         // One approval per proposal, however often the command was killed.
         let listed = team.builder_ok(&team.rev1, REV1, &["proposals"]);
         assert!(listed.contains(&format!("{name}\tapproved")), "{listed}");
     }
-    assert_eq!(team.approvals(&team.origin).len(), 1 + trials.len(), "one approval each");
+    assert_eq!(
+        team.approvals(&team.origin).len(),
+        1 + trials.len(),
+        "one approval each"
+    );
     assert!(kills >= 5 + 6, "only {kills} runs were killed");
     eprintln!("approve --push: {kills} SIGKILLs");
 }
@@ -188,10 +204,16 @@ fn merge_and_land_killed_at_each_point_and_moment_succeed_next_time() {
         team.propose_pushed(&name);
         team.builder_ok(&team.rev1, REV1, &["approve", &name, "--push"]);
         team.git(team.author(), &["pull", "-q"]);
-        assert!(run_killed(&team, team.author(), AUTHOR, &["merge", &name], Kill::At(point)), "{point}");
+        assert!(
+            run_killed(&team, team.author(), AUTHOR, &["merge", &name], Kill::At(point)),
+            "{point}"
+        );
         kills += 1;
         let out = team.builder_ok(team.author(), AUTHOR, &["merge", &name]);
-        assert!(out.contains("merged proposals/") || out.contains("merged already"), "{out}");
+        assert!(
+            out.contains("merged proposals/") || out.contains("merged already"),
+            "{out}"
+        );
         check(&team, team.author(), &mut seen);
         team.git(team.author(), &["push", "-q"]);
     }
@@ -212,7 +234,10 @@ fn merge_and_land_killed_at_each_point_and_moment_succeed_next_time() {
         }
         kills += usize::from(died);
         let out = team.builder_ok(team.author(), AUTHOR, &["land", &name]);
-        assert!(out.contains("landed proposals/") || out.contains("nothing to push"), "{out}");
+        assert!(
+            out.contains("landed proposals/") || out.contains("nothing to push"),
+            "{out}"
+        );
         check(&team, team.author(), &mut seen);
         assert_eq!(
             team.git(team.author(), &["rev-parse", "HEAD"]),

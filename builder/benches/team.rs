@@ -28,9 +28,12 @@ fn with_env(cmd: &mut Command, who: (&str, &str)) -> &mut Command {
 }
 
 fn builder(dir: &Path, who: (&str, &str), args: &[&str]) -> Output {
-    let out = with_env(Command::new(env!("CARGO_BIN_EXE_builder")).args(args).current_dir(dir), who)
-        .output()
-        .unwrap();
+    let out = with_env(
+        Command::new(env!("CARGO_BIN_EXE_builder")).args(args).current_dir(dir),
+        who,
+    )
+    .output()
+    .unwrap();
     assert!(
         out.status.success(),
         "builder {args:?}: {}{}",
@@ -64,12 +67,17 @@ fn records(repo: &Repository, n: usize, from: usize) {
     for i in from..from + n {
         let parent = repo.head().unwrap().peel_to_commit().unwrap();
         let mut update = git2::build::TreeUpdateBuilder::new();
-        let path = format!("runs/digest/2026-{:02}-{:02}/{i}.json", 1 + i / 3100, 1 + (i / 100) % 31);
+        let path = format!(
+            "runs/digest/2026-{:02}-{:02}/{i}.json",
+            1 + i / 3100,
+            1 + (i / 100) % 31
+        );
         update.upsert(path.as_str(), repo.blob(b"{}").unwrap(), git2::FileMode::Blob);
         let tree = repo
             .find_tree(update.create_updated(repo, &parent.tree().unwrap()).unwrap())
             .unwrap();
-        repo.commit(Some("HEAD"), &sig, &sig, "records", &tree, &[&parent]).unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "records", &tree, &[&parent])
+            .unwrap();
     }
 }
 
@@ -88,7 +96,10 @@ fn main() {
     git(&author, &["add", "-A"]);
     git(&author, &["commit", "-q", "-m", "scaffold"]);
     git(&author, &["branch", "-M", "main"]);
-    git(dir.path(), &["init", "--bare", "-q", "-b", "main", origin.to_str().unwrap()]);
+    git(
+        dir.path(),
+        &["init", "--bare", "-q", "-b", "main", origin.to_str().unwrap()],
+    );
     git(&author, &["remote", "add", "origin", origin.to_str().unwrap()]);
     builder(&author, ENG, &["install-hooks"]);
     let repo = Repository::open(&author).unwrap();
@@ -107,15 +118,21 @@ fn main() {
     git(&author, &["push", "-q", "-u", "origin", "main"]);
     git(&author, &["push", "-q"]);
     for d in [&rev, &cron] {
-        git(dir.path(), &["clone", "-q", origin.to_str().unwrap(), d.to_str().unwrap()]);
+        git(
+            dir.path(),
+            &["clone", "-q", origin.to_str().unwrap(), d.to_str().unwrap()],
+        );
     }
     builder(&rev, REV, &["install-hooks"]);
     git(&rev, &["fetch", "-q"]);
     println!(
         "setup: {RECORDS} records-only commits, {} approvals on the origin",
-        git(&origin, &["for-each-ref", "--count=100000", "--format=x", "refs/builder/approved/"])
-            .lines()
-            .count()
+        git(
+            &origin,
+            &["for-each-ref", "--count=100000", "--format=x", "refs/builder/approved/"]
+        )
+        .lines()
+        .count()
     );
 
     let mut approve_times = Vec::new();

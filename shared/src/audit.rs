@@ -598,7 +598,11 @@ mod tests {
         };
         let rule = crate::review::signing::ApprovalRule::unsigned(&runtime.email);
         let pushed = audit_range(&repo, &Ownership::new(dir.path()), &runtime, &rule, revert, &[rec]).unwrap();
-        assert!(pushed.findings.is_empty() && pushed.commits == 1, "{:?}", pushed.findings);
+        assert!(
+            pushed.findings.is_empty() && pushed.commits == 1,
+            "{:?}",
+            pushed.findings
+        );
     }
 
     #[test]

@@ -79,7 +79,11 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let approval = &approved.approval;
     println!(
         "{} proposals/{} by {}: builder tree {} (approval {})",
-        if approved.recorded { "approved" } else { "already approved" },
+        if approved.recorded {
+            "approved"
+        } else {
+            "already approved"
+        },
         args.name,
         approval.body.approver,
         approval.body.tree,

@@ -42,7 +42,8 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     }
     if let Some(range) = &args.range {
         let (old, new) = range.split_once("..").ok_or_else(|| {
-            CommandError::usage(format!("--range `{range}` is not OLD..NEW")).hint("for example: --range origin/main..HEAD")
+            CommandError::usage(format!("--range `{range}` is not OLD..NEW"))
+                .hint("for example: --range origin/main..HEAD")
         })?;
         let old = super::resolve_commit(&repo, "--range", old)?;
         let new = super::resolve_commit(&repo, "--range", new)?;

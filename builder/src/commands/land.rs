@@ -53,9 +53,9 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         LocalBranch::FastForwarded => println!("{branch} (checked out) moved to it"),
         LocalBranch::Moved => println!("{branch} moved to it"),
         LocalBranch::Unchanged | LocalBranch::Absent => {}
-        LocalBranch::Diverged => println!(
-            "hint: your {branch} has commits {remote} lacks: `git pull` merges the landed change into it"
-        ),
+        LocalBranch::Diverged => {
+            println!("hint: your {branch} has commits {remote} lacks: `git pull` merges the landed change into it")
+        }
     }
     if matches!(landed.local, LocalBranch::FastForwarded) {
         super::merge::triage_fixed(&wt.root, &args.name, &landed.fixes, &actor.to_string());

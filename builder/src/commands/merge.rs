@@ -39,7 +39,10 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         merged.approval.body.tree
     );
     triage_fixed(&wt.root, &args.name, &merged.fixes, &actor.to_string());
-    println!("hint: `builder land {}` merges onto the remote's tip and pushes in one step", args.name);
+    println!(
+        "hint: `builder land {}` merges onto the remote's tip and pushes in one step",
+        args.name
+    );
     Ok(Outcome::Ok)
 }
 

@@ -190,8 +190,10 @@ pub fn team_remote(
 ) -> Result<Option<String>, CommandError> {
     if let Some(r) = flag {
         if repo.find_remote(r).is_err() {
-            return Err(CommandError::usage(format!("--remote {r}: no such remote in this repository"))
-                .hint("`git remote -v` lists the remotes"));
+            return Err(
+                CommandError::usage(format!("--remote {r}: no such remote in this repository"))
+                    .hint("`git remote -v` lists the remotes"),
+            );
         }
         return Ok(Some(r.to_string()));
     }
@@ -212,7 +214,9 @@ pub fn report_unpublished(wt: &shared::git::WorkTree, remote: &str) {
                 "warning: {remote} lacks {} approval(s) this clone has (a forced push there, or never pushed)",
                 missing.len()
             );
-            eprintln!("hint: push them back with `git push {remote} 'refs/builder/approved/*:refs/builder/approved/*'`");
+            eprintln!(
+                "hint: push them back with `git push {remote} 'refs/builder/approved/*:refs/builder/approved/*'`"
+            );
         }
         Ok(_) => {}
         Err(e) => tracing::info!(remote, error = %e, "could not compare approvals with the remote"),

@@ -214,7 +214,11 @@ mod tests {
         let first = install(&repo).unwrap();
         assert_eq!(first.hook_state, HookState::Created);
         assert_eq!(first.refspecs.len(), 3, "{:?}", first.refspecs);
-        assert!(first.settings.contains(&"pull.rebase false".to_string()), "{:?}", first.settings);
+        assert!(
+            first.settings.contains(&"pull.rebase false".to_string()),
+            "{:?}",
+            first.settings
+        );
         let config = repo.config().unwrap().snapshot().unwrap();
         let fetch = multivar(&config, "remote.origin.fetch").unwrap();
         assert!(
@@ -247,9 +251,13 @@ mod tests {
         let repo = Repository::init(dir.path()).unwrap();
         repo.remote("origin", "/nowhere/origin.git").unwrap();
         let mut config = repo.config().unwrap();
-        config.set_multivar("remote.origin.fetch", "^$", BUILDER_REFSPEC).unwrap();
+        config
+            .set_multivar("remote.origin.fetch", "^$", BUILDER_REFSPEC)
+            .unwrap();
         config.set_multivar("remote.origin.push", "^$", "HEAD").unwrap();
-        config.set_multivar("remote.origin.push", "^$", BUILDER_REFSPEC).unwrap();
+        config
+            .set_multivar("remote.origin.push", "^$", BUILDER_REFSPEC)
+            .unwrap();
         // A legacy chain of two approvals.
         let sig = git2::Signature::now("Rev", "rev@example.com").unwrap();
         let mut parent: Option<git2::Oid> = None;
@@ -285,7 +293,11 @@ mod tests {
             vec!["HEAD".to_string(), APPROVALS_REFSPEC.to_string()]
         );
         assert_eq!(crate::review::approvals::local_refs(&repo).unwrap().len(), 2);
-        assert_eq!(crate::review::approvals::load(&repo).unwrap().len(), 2, "read once each");
+        assert_eq!(
+            crate::review::approvals::load(&repo).unwrap().len(),
+            2,
+            "read once each"
+        );
         assert_eq!(install(&repo).unwrap().adopted, 0, "adopted once");
     }
 

@@ -243,7 +243,12 @@ fn bring_local_along(repo: &Repository, branch: &str, to: Oid) -> Result<LocalBr
     if !repo.graph_descendant_of(to, at)? {
         return Ok(LocalBranch::Diverged);
     }
-    let checked_out = repo.head().ok().and_then(|h| h.name().ok().map(str::to_string)).as_deref() == Some(full.as_str());
+    let checked_out = repo
+        .head()
+        .ok()
+        .and_then(|h| h.name().ok().map(str::to_string))
+        .as_deref()
+        == Some(full.as_str());
     if checked_out {
         super::work::move_checked_out(repo, &full, at, to, super::work::Mover::Land)?;
         Ok(LocalBranch::FastForwarded)

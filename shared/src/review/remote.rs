@@ -68,7 +68,10 @@ fn git(root: &Path, args: &[&str]) -> Result<Output, ReviewError> {
     let mut cmd = Command::new("git");
     cmd.arg("-C").arg(root).args(args).stdin(Stdio::null());
     cmd.env("GIT_TERMINAL_PROMPT", "0");
-    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
         let path = std::env::var_os("PATH").unwrap_or_default();
         let mut joined = std::ffi::OsString::from(dir.as_os_str());
         joined.push(":");
@@ -135,9 +138,16 @@ pub fn push(root: &Path, remote: &str, specs: &[String]) -> Result<Pushed, Revie
         .chain(stderr.lines())
         .filter(|l| l.starts_with('!') || l.contains("[rejected]") || l.contains("[remote rejected]"))
         .find(|l| {
-            ["fetch first", "non-fast-forward", "stale info", "failed to lock", "cannot lock", "lock"]
-                .iter()
-                .any(|k| l.contains(k))
+            [
+                "fetch first",
+                "non-fast-forward",
+                "stale info",
+                "failed to lock",
+                "cannot lock",
+                "lock",
+            ]
+            .iter()
+            .any(|k| l.contains(k))
         });
     match moved {
         Some(line) => Ok(Pushed::Moved(line.trim().to_string())),

@@ -38,7 +38,11 @@ pub enum Op {
     Move { branch: String, from: String, to: String },
     /// Put the paths a proposal took (those that differ between `head`'s tree and
     /// `commit`'s) back to `head`'s version, after creating `branch` at `commit`.
-    Propose { branch: String, head: String, commit: String },
+    Propose {
+        branch: String,
+        head: String,
+        commit: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -264,7 +268,12 @@ fn settle_move(repo: &Repository, branch: &str, from: &str, to: &str) -> Result<
         return Ok(format!("{branch} moved since: left as it is"));
     };
     // Only the checked-out branch has a work tree to settle.
-    let checked_out = repo.head().ok().and_then(|h| h.name().ok().map(str::to_string)).as_deref() == Some(branch);
+    let checked_out = repo
+        .head()
+        .ok()
+        .and_then(|h| h.name().ok().map(str::to_string))
+        .as_deref()
+        == Some(branch);
     if !checked_out {
         return Ok(format!("{branch} is not checked out: nothing to settle"));
     }
