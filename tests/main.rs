@@ -35,4 +35,6 @@ mod repos;
 mod review;
 mod signals;
 mod signed;
+mod team;
+mod team_crash;
 mod two_key_attacks;

@@ -121,7 +121,10 @@ fn fifty_ticks_of_an_unchanged_refusal_commit_once() {
         stderr.contains("uncommitted changes: refusing to fire on unreviewed changes: prompts/digest.md"),
         "the refusal names the paths: {stderr}"
     );
-    assert!(stderr.contains("hint: land the builder-owned changes"), "{stderr}");
+    assert!(
+        stderr.contains("hint: land the changes through review (`builder propose <name>`)"),
+        "{stderr}"
+    );
     let after_first = commits(&env);
     assert_eq!(
         after_first,
@@ -215,7 +218,10 @@ fn an_unset_key_variable_exits_2_before_any_request() {
     );
     assert!(server.requests().is_empty(), "no request without a key");
     assert!(
-        summary["hint"].as_str().unwrap().starts_with("`builder check`"),
+        summary["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("set `{KEY_ENV}` in the environment the fire runs in")),
         "{summary}"
     );
 }

@@ -429,7 +429,10 @@ fn dry_run_with_an_unset_key_variable_exits_2_and_writes_nothing() {
         )),
         "{stderr}"
     );
-    assert!(stderr.contains("hint: `builder check`"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("hint: set `{KEY_ENV}` in the environment the fire runs in")),
+        "{stderr}"
+    );
     assert!(out.stdout.is_empty());
     assert!(server.requests().is_empty());
     assert_eq!(env.head_id(), head);

@@ -404,14 +404,15 @@ fn forged_approvals_of_a_change_that_disarms_review_count_for_nothing() {
         key: mal_key.clone(),
         program: "ssh-keygen".into(),
     };
-    let spoofed = approvals::signed_body("tweak", tree, evil, &rev_person, Some(&signing)).unwrap();
-    approvals::write(&mal, spoofed, &rev_person).unwrap();
+    // Rev's real signed approval, found before Mallory writes one in his name.
     let real = approvals::load(&mal)
         .unwrap()
         .into_iter()
         .rev()
         .find(|a| a.body.approver == "Rev <rev@example.com>" && a.body.signature.is_some())
         .unwrap();
+    let spoofed = approvals::signed_body("tweak", tree, evil, &rev_person, Some(&signing)).unwrap();
+    approvals::write(&mal, spoofed, &rev_person).unwrap();
     let mut replayed = real.body.clone();
     replayed.tree = tree.to_string();
     approvals::write(&mal, replayed, &rev_person).unwrap();

@@ -73,31 +73,51 @@ pub fn audit(
     rule: &crate::review::signing::ApprovalRule,
     since: Option<Oid>,
 ) -> Result<AuditReport, git2::Error> {
-    crate::git::tune_for_history_walks();
-    if repo.head().is_err() {
+    let Ok(Some(head)) = crate::git::head_commit(repo) else {
         return Ok(AuditReport::default());
-    }
+    };
+    audit_range(repo, ownership, runtime, rule, head, since.as_slice())
+}
+
+/// Audits the commits reachable from `tip` and from none of `known` (commits another
+/// side has already: the remote's, for a push), `tip`'s first-parent chain being the
+/// branch. A `known` commit this repository lacks is ignored.
+pub fn audit_range(
+    repo: &Repository,
+    ownership: &Ownership,
+    runtime: &RuntimeIdentity,
+    rule: &crate::review::signing::ApprovalRule,
+    tip: Oid,
+    known: &[Oid],
+) -> Result<AuditReport, git2::Error> {
+    crate::git::tune_for_history_walks();
     let mut walk = repo.revwalk()?;
     walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE)?;
-    walk.push_head()?;
-    if let Some(s) = since {
-        walk.hide(s)?;
+    walk.push(tip)?;
+    for k in known {
+        if repo.find_commit(*k).is_ok() {
+            walk.hide(*k)?;
+        }
     }
     let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
-    let on_branch = first_parent_chain(repo, &oids)?;
+    let on_branch = first_parent_chain(repo, tip, &oids)?;
+    let approved = Coverage::of(repo, rule, &on_branch)?;
+    // Before `review.require_signed` (by the commit's own settings), an approval
+    // counted without a signature: history from then is judged by that rule.
+    let approved_unsigned = match rule.signers {
+        Some(_) => Some(Coverage::of(
+            repo,
+            &crate::review::signing::ApprovalRule::unsigned(&rule.runtime_email),
+            &on_branch,
+        )?),
+        None => None,
+    };
+    let covered_later = covered_later(repo, tip, &on_branch, &approved, approved_unsigned.as_ref())?;
     let review = ReviewContext {
-        approved: Coverage::of(repo, rule, &on_branch)?,
-        // Before `review.require_signed` (by the commit's own settings), an approval
-        // counted without a signature: history from then is judged by that rule.
-        approved_unsigned: match rule.signers {
-            Some(_) => Some(Coverage::of(
-                repo,
-                &crate::review::signing::ApprovalRule::unsigned(&rule.runtime_email),
-                &on_branch,
-            )?),
-            None => None,
-        },
+        approved,
+        approved_unsigned,
         on_branch,
+        covered_later,
     };
     let review = &review;
     // Commits are independent: audit them on every core, each thread with its own
@@ -202,13 +222,43 @@ struct ReviewContext {
     approved_unsigned: Option<Coverage>,
     /// The commits on the branch's first-parent chain (among those audited).
     on_branch: HashSet<Oid>,
+    /// Those of them a later commit of the chain covers ([`covered_later`]).
+    covered_later: HashSet<Oid>,
 }
 
-/// The first-parent chain from HEAD, within the commits being audited.
-fn first_parent_chain(repo: &Repository, audited: &[Oid]) -> Result<HashSet<Oid>, git2::Error> {
+/// The commits of the first-parent chain from `tip` (among `on_branch`) that a later
+/// commit of the chain covers: some commit after it, up to `tip`, has a builder tree
+/// an approval covers. An unapproved change there was undone or taken into an
+/// approved tree since (a revert, an approved proposal built on it): history, shown
+/// as a warning, never a violation.
+fn covered_later(
+    repo: &Repository,
+    tip: Oid,
+    on_branch: &HashSet<Oid>,
+    approved: &Coverage,
+    approved_unsigned: Option<&Coverage>,
+) -> Result<HashSet<Oid>, git2::Error> {
+    let mut out = HashSet::new();
+    let mut seen_covered = false;
+    let mut next = Some(tip);
+    while let Some(oid) = next.filter(|o| on_branch.contains(o)) {
+        let commit = repo.find_commit(oid)?;
+        if seen_covered {
+            out.insert(oid);
+        } else {
+            let tree = crate::review::builder_tree_of(&commit.tree()?)?;
+            seen_covered = approved.covers(oid, tree) || approved_unsigned.is_some_and(|u| u.covers(oid, tree));
+        }
+        next = commit.parent_ids().next();
+    }
+    Ok(out)
+}
+
+/// The first-parent chain from `tip`, within the commits being audited.
+fn first_parent_chain(repo: &Repository, tip: Oid, audited: &[Oid]) -> Result<HashSet<Oid>, git2::Error> {
     let audited: HashSet<Oid> = audited.iter().copied().collect();
     let mut out = HashSet::new();
-    let mut next = crate::git::head_commit(repo).ok().flatten();
+    let mut next = Some(tip);
     while let Some(oid) = next.filter(|o| audited.contains(o)) {
         out.insert(oid);
         next = repo.find_commit(oid)?.parent_ids().next();
@@ -259,7 +309,22 @@ impl Judge<'_> {
             }
         }
         let short = &tree.to_string()[..12];
-        Ok(Some(if self.owes_review(commit)? {
+        let owed = self.owes_review(commit)?;
+        // The branch's first commit (the scaffold) is its baseline: nothing came
+        // before it to approve it against, so it is no warning; under review it is
+        // judged as any commit.
+        if commit.parent_count() == 0 && !owed {
+            return Ok(None);
+        }
+        if owed && self.review.covered_later.contains(&commit.id()) {
+            return Ok(Some((
+                Severity::Warning,
+                format!(
+                    "no approval names its builder tree {short} (require_reviewed is on), but a later commit's tree is covered: history"
+                ),
+            )));
+        }
+        Ok(Some(if owed {
             (
                 Severity::Violation,
                 format!("no approval names its builder tree {short} (require_reviewed is on)"),
@@ -498,13 +563,7 @@ mod tests {
             "Eng",
             true,
         );
-        assert_eq!(
-            findings(&repo, dir.path()),
-            vec![
-                (Severity::Warning, "prompts/t.md".into()),
-                (Severity::Warning, "settings/runtime.yaml".into())
-            ]
-        );
+        assert_eq!(findings(&repo, dir.path()), vec![], "the first commit is the baseline");
         // Turning review on through an approved proposal: its intermediate commit is
         // on the side branch and judged at the merge, whose tree is approved.
         let step = commit(&repo, &[root], &[("prompts/t.md", "b")], "Eng", false);
@@ -517,17 +576,33 @@ mod tests {
             "Eng",
             true,
         );
-        assert_eq!(findings(&repo, dir.path()).len(), 2, "only the root's warnings");
+        assert_eq!(findings(&repo, dir.path()).len(), 0, "the root is the baseline");
         // A direct change after it: a violation. A runtime records commit needs nothing.
         let direct = commit(&repo, &[merge], &[("prompts/t.md", "c")], "Eng", true);
-        commit(&repo, &[direct], &[("runs/t/r.json", "{}")], "runtime", true);
+        let rec = commit(&repo, &[direct], &[("runs/t/r.json", "{}")], "runtime", true);
         let got = findings(&repo, dir.path());
         assert_eq!(
             got.last(),
             Some(&(Severity::Violation, "prompts/t.md".into())),
             "{got:?}"
         );
-        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got.len(), 1, "{got:?}");
+        // Reverted to the approved tree: the direct change is history, a warning.
+        let revert = commit(&repo, &[rec], &[("prompts/t.md", "b")], "Eng", true);
+        let got = findings(&repo, dir.path());
+        assert_eq!(got, vec![(Severity::Warning, "prompts/t.md".into())], "{got:?}");
+        // A push of just the revert over the origin's `direct`: nothing to judge.
+        let runtime = RuntimeIdentity {
+            name: "runtime".into(),
+            email: "runtime@localhost".into(),
+        };
+        let rule = crate::review::signing::ApprovalRule::unsigned(&runtime.email);
+        let pushed = audit_range(&repo, &Ownership::new(dir.path()), &runtime, &rule, revert, &[rec]).unwrap();
+        assert!(
+            pushed.findings.is_empty() && pushed.commits == 1,
+            "{:?}",
+            pushed.findings
+        );
     }
 
     #[test]

@@ -86,7 +86,7 @@ pub fn triage(
             note: note.map(str::to_string),
         });
         let yaml = crate::records::card_yaml(&card).map_err(|e| e.to_string())?;
-        std::fs::write(&full, yaml).map_err(|e| format!("{p}: {e}"))?;
+        replace_whole(&full, yaml.as_bytes()).map_err(|e| format!("{p}: {e}"))?;
         out.push(card);
     }
     Ok(out)
@@ -139,6 +139,23 @@ pub fn triage_cards(
     let done = triage(&root, &paths, req.decision, req.by, req.note).map_err(TriageError::Files)?;
     crate::history::overlay_worktree_cards(repo, store, skipped)?;
     Ok(done)
+}
+
+/// Replaces the file at `path` with `bytes` whole or not at all: a temporary file
+/// beside it, fsynced, renamed over it. A triage killed mid-write leaves the card as
+/// it was (and at most a `.tmp*` file beside it), never a truncated card.
+fn replace_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    if let Ok(m) = std::fs::metadata(path) {
+        tmp.as_file().set_permissions(m.permissions())?;
+    }
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    crate::failpoint!("triage-before-rename");
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// A GitHub issue body (POST /repos/{owner}/{repo}/issues).

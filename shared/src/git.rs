@@ -1000,6 +1000,34 @@ pub fn leave_for_next_commit(intent_dir: &Path, files: &[(String, Vec<u8>)]) -> 
     intent.save()
 }
 
+/// An intent record held by a process other than a fire's commit (the builder's
+/// commands: an approval's ref, a merge's index and branch): it names the locks the
+/// process is about to take, written durably before the first of them, so that
+/// [`recover_stale_locks`] removes exactly those if the process dies holding them.
+/// Dropping it removes the record (after the locks are released).
+pub struct LockIntent(Intent);
+
+impl LockIntent {
+    /// Records that this process is about to take `locks`.
+    pub fn hold(dir: &Path, locks: &[PathBuf]) -> Result<LockIntent, GitError> {
+        let mut intent = Intent::new(dir, &[]);
+        intent.record.locks = locks.iter().map(|l| IntentLock::path(l)).collect();
+        intent.save()?;
+        Ok(LockIntent(intent))
+    }
+}
+
+impl Drop for LockIntent {
+    fn drop(&mut self) {
+        self.0.remove();
+    }
+}
+
+/// The lock file git takes to write `path` (`<path>.lock`).
+pub fn lock_file_of(path: &Path) -> PathBuf {
+    lock_path_of(path)
+}
+
 /// Judges every intent record in `dir`. A record of a live process is left alone. For
 /// a dead one, each lock it names is removed if it still exists and is provably the
 /// dead process's: the inode and change time the record holds, or, when none was

@@ -28,6 +28,7 @@ pub mod powers;
 pub mod progress;
 pub mod prompt;
 pub mod provider;
+pub mod pushed;
 pub mod records;
 pub mod retro;
 pub mod review;

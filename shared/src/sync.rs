@@ -771,16 +771,22 @@ mod tests {
         approvals::write(repo, body, &person).unwrap();
     }
 
+    /// Pushes `main` (forced with `force`) and every approval ref, one refspec each:
+    /// libgit2's push takes no glob refspecs.
+    fn push_main_and_approvals(other: &Repository, force: bool) {
+        let mut specs = vec![format!(
+            "{}refs/heads/main:refs/heads/main",
+            if force { "+" } else { "" }
+        )];
+        for r in other.references_glob("refs/builder/approved/*").unwrap() {
+            let name = r.unwrap().name().unwrap().to_string();
+            specs.push(format!("{name}:{name}"));
+        }
+        other.find_remote("origin").unwrap().push(&specs, None).unwrap();
+    }
+
     fn push_all(other: &Repository) {
-        let mut r = other.find_remote("origin").unwrap();
-        r.push(
-            &[
-                "refs/heads/main:refs/heads/main",
-                "+refs/builder/approvals:refs/builder/approvals",
-            ],
-            None,
-        )
-        .unwrap();
+        push_main_and_approvals(other, false);
     }
 
     #[test]
@@ -869,15 +875,7 @@ mod tests {
         let orphan = other.commit(None, &sig, &sig, "orphan", &tree, &[]).unwrap();
         other.reference("refs/heads/main", orphan, true, "force").unwrap();
         approve(&other, orphan, "Rev <rev@x.org>", &mal_key);
-        let mut r = other.find_remote("origin").unwrap();
-        r.push(
-            &[
-                "+refs/heads/main:refs/heads/main",
-                "+refs/builder/approvals:refs/builder/approvals",
-            ],
-            None,
-        )
-        .unwrap();
+        push_main_and_approvals(&other, true);
         assert!(matches!(
             before_fire(&cron, &sync(), &rule, None).unwrap(),
             Before::Unapproved { tip, .. } if tip == orphan

@@ -1,6 +1,6 @@
 //! Prompt changes through review (DESIGN.md section 8, "Review contracts"): a
-//! proposal is a branch `proposals/<name>`, an approval is a commit on
-//! `refs/builder/approvals` naming the exact tree of builder-owned paths it approved,
+//! proposal is a branch `proposals/<name>`, an approval is a commit on its own ref
+//! `refs/builder/approved/<id>` naming the exact tree of builder-owned paths it approved,
 //! and a merge lands an approved proposal on its base with trailers. What counts is
 //! always the tree: `builder audit` and the runtime (with `require_reviewed`) ask
 //! "does an approval name the builder tree this commit produces", never trust a
@@ -11,19 +11,33 @@
 pub mod approvals;
 pub mod delta;
 pub mod hooks;
+pub mod land;
 pub mod proposals;
+pub mod remote;
 pub mod signing;
 pub mod trust;
+pub mod work;
 
 use crate::layout::BUILDER_DIRS;
 use git2::{Oid, Repository};
 use std::path::PathBuf;
 
-/// The ref holding one commit per approval.
+/// The legacy chain of approvals (one commit per approval on one ref, each on the
+/// last): still read, never written. A clone converts it once into
+/// [`APPROVED_PREFIX`] refs ([`approvals::adopt_legacy`]).
 pub const APPROVALS_REF: &str = "refs/builder/approvals";
+/// Where approvals live: one ref per approval, `refs/builder/approved/<commit id>`,
+/// created once and never updated or deleted by builder.
+pub const APPROVED_PREFIX: &str = "refs/builder/approved/";
+/// The refspec (fetch and push alike) that carries approvals: not forced, so a fetch
+/// or push only ever adds approvals, and scoped to [`APPROVED_PREFIX`], so the legacy
+/// chain (which was force-moved) can never make a fetch or pull fail.
+pub const APPROVALS_REFSPEC: &str = "refs/builder/approved/*:refs/builder/approved/*";
 /// The branch prefix of proposals.
 pub const PROPOSAL_PREFIX: &str = "proposals/";
-/// The refspec that carries approvals with every fetch and push.
+/// The forced refspec earlier versions wrote for every `refs/builder/*` ref:
+/// `builder install-hooks` replaces it with [`APPROVALS_REFSPEC`] (a forced fetch
+/// let a `git pull` replace approvals the clone had not pushed yet).
 pub const BUILDER_REFSPEC: &str = "+refs/builder/*:refs/builder/*";
 
 /// Why a review step could not be done.
@@ -42,6 +56,10 @@ pub enum ReviewError {
     Repo(#[from] crate::git::GitError),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// A `git` command against the remote failed (unreachable, refused, no such
+    /// remote): exit 1.
+    #[error("{command}: {message}")]
+    Remote { command: String, message: String },
 }
 
 /// The id of the tree holding only the builder-owned directories of `tree`: the same

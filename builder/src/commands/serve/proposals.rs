@@ -328,7 +328,19 @@ pub async fn approve(State(app): State<Arc<App>>, wants: Wants, Form(form): Form
         let rule = crate::commands::approval_rule(&settings).map_err(PageError::from_display)?;
         let (configured, program) = shared::review::signing::git_signing_key(&wt.repo);
         let signing = configured.map(|key| shared::review::approvals::Signing { key, program });
-        let a = proposals::approve(&wt.repo, &form.name, &reviewer, &rule, signing.as_ref()).map_err(review_error)?;
+        // As `builder approve` without --push: the remote's proposal branch (as last
+        // fetched) is judged too; publishing the approval stays a separate step.
+        let remote = crate::commands::team_remote(&wt.repo, None, &settings, false).map_err(PageError::from_display)?;
+        let a = proposals::approve(
+            &wt.repo,
+            &form.name,
+            &reviewer,
+            &rule,
+            signing.as_ref(),
+            remote.as_deref(),
+        )
+        .map_err(review_error)?
+        .approval;
         Ok(Approved {
             proposal: form.name.clone(),
             approval: a.id.to_string(),
