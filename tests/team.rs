@@ -269,12 +269,12 @@ fn a_proposal_travels_is_approved_elsewhere_and_lands_after_the_box_moved_the_or
     // Ria made a local branch of it earlier; the author then reworks it.
     team.git(&team.rev2, &["fetch", "-q"]);
     team.git(&team.rev2, &["branch", "proposals/brief", "origin/proposals/brief"]);
-    team.git(&team.author(), &["checkout", "-q", "proposals/brief"]);
+    team.git(team.author(), &["checkout", "-q", "proposals/brief"]);
     std::fs::write(team.author().join("prompts/extra.md"), "more\n").unwrap();
-    team.git(&team.author(), &["add", "prompts/extra.md"]);
-    team.git(&team.author(), &["commit", "-q", "-m", "more"]);
-    team.git(&team.author(), &["push", "-q"]);
-    team.git(&team.author(), &["checkout", "-q", "main"]);
+    team.git(team.author(), &["add", "prompts/extra.md"]);
+    team.git(team.author(), &["commit", "-q", "-m", "more"]);
+    team.git(team.author(), &["push", "-q"]);
+    team.git(team.author(), &["checkout", "-q", "main"]);
     team.git(&team.rev2, &["fetch", "-q"]);
     let rev2_had = team.approvals(&team.rev2);
     let (code, out, err) = team.builder(&team.rev2, REV2, &["approve", "brief"]);
@@ -337,8 +337,8 @@ fn the_hook_refuses_exactly_an_unapproved_push_to_main_and_lets_a_revert_through
     assert!(ok, "{out}");
     // A proposal branch pushes, by `propose --push` and by plain git.
     team.propose_pushed("p1");
-    team.git(&team.author(), &["branch", "proposals/p2", "proposals/p1"]);
-    team.git(&team.author(), &["push", "-q", "origin", "proposals/p2"]);
+    team.git(team.author(), &["branch", "proposals/p2", "proposals/p1"]);
+    team.git(team.author(), &["push", "-q", "origin", "proposals/p2"]);
     // A clone without hooks pushes an unapproved commit to main past the gate.
     std::fs::write(team.cron.join("prompts/digest.md"), "unhooked\n").unwrap();
     team.git(&team.cron, &["commit", "-q", "-am", "unhooked"]);

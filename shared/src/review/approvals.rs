@@ -160,7 +160,7 @@ fn read_uncached(repo: &Repository, key: &RefsKey) -> Result<Vec<Approval>, git2
             }
         }
     }
-    own.sort_by(|a, b| (a.body.approved_at, a.id).cmp(&(b.body.approved_at, b.id)));
+    own.sort_by_key(|a| (a.body.approved_at, a.id));
     out.extend(own);
     Ok(out)
 }
