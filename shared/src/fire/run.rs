@@ -107,7 +107,10 @@ impl FireRun {
                 ));
             }
         };
-        chain.primary.learn_context().await;
+        chain
+            .primary
+            .learn_context(&self.ctx.opts.root.join(crate::layout::STATE_DIR))
+            .await;
         let cfg = self.loop_config(&chain);
         self.inputs.model = cfg.model.clone();
         self.stop = Agent {

@@ -6,6 +6,7 @@
 //! when the primary gives up. Keys come from environment variables only.
 
 mod anthropic;
+pub mod context_cache;
 mod http;
 mod openai;
 mod replay;
@@ -256,12 +257,24 @@ impl Provider {
 
     /// Asks a local OpenAI-compatible server for its context window, when the settings
     /// do not declare one (llama.cpp's `n_ctx`, vLLM's `max_model_len`). Settings win.
-    pub async fn learn_context(&mut self) {
+    /// The answer is remembered in `state_dir` ([`context_cache`]), so a server is
+    /// asked at most once per [`context_cache::REMEMBERED_FOR`], not on every fire.
+    pub async fn learn_context(&mut self, state_dir: &Path) {
         if self.settings.max_context_tokens.is_some() {
             return;
         }
         if let Backend::OpenAi(p) = &self.backend {
-            self.served_context = p.served_context(Duration::from_secs(1)).await;
+            let model = self.settings.model_name().to_string();
+            let mut cache = context_cache::ContextCache::open(state_dir);
+            let now = std::time::SystemTime::now();
+            self.served_context = match cache.recall(p.base(), &model, now) {
+                Some(known) => known,
+                None => {
+                    let asked = p.served_context(Duration::from_secs(1)).await;
+                    cache.remember(p.base(), &model, asked, now);
+                    asked
+                }
+            };
             if let Some(n) = self.served_context {
                 tracing::debug!(n_ctx = n, "the model server reports its context window");
             }
