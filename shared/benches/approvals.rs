@@ -163,7 +163,7 @@ fn bench(c: &mut Criterion) {
     let tree = repo.find_commit(head).unwrap().tree().unwrap();
     c.bench_function(
         "two-key check: links out of the builder-owned directories of HEAD",
-        |b| b.iter(|| assert!(shared::review::links_leaving(&repo, &tree).unwrap().is_empty())),
+        |b| b.iter(|| assert!(shared::review::links::refused_in_tree(&repo, &tree).unwrap().is_empty())),
     );
     let identity = ApprovalRule::unsigned("runtime@localhost");
     let switch_off = |memo: Option<&std::path::Path>| {

@@ -32,6 +32,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             );
         }
     }
+    shared::review::links::refuse_in_work_tree(&wt.root, &settings, "propose")?;
     let message = args.message.unwrap_or_else(|| format!("Propose {}", args.name));
     let done = proposals::propose(
         &wt.repo,

@@ -37,6 +37,9 @@ pub struct FireConfig {
     pub telemetry: Option<Exporter>,
     /// This run's private scratch directory.
     pub scratch: PathBuf,
+    /// Where the committed `tools/` was written out for this run (repo-relative,
+    /// holding `tools/`), when the task runs scripts: they run from there.
+    pub tools_dir: Option<PathBuf>,
 }
 
 impl FireConfig {
@@ -67,6 +70,7 @@ impl FireConfig {
             telemetry: exporter(Some(&settings)),
             provider_ports,
             scratch,
+            tools_dir: None,
             policy,
             prompt,
             scope,
@@ -92,6 +96,25 @@ pub fn scratch_dir(root: &Path) -> PathBuf {
     root.join(STATE_DIR)
         .join("scratch")
         .join(format!("s-{:016x}", rand::random::<u64>()))
+}
+
+impl FireConfig {
+    /// The path a builder script `script` (`tools/...`) runs from: its committed copy
+    /// when the tools were written out for this run, else the work tree's.
+    pub fn script_path(&self, script: &str) -> String {
+        match &self.tools_dir {
+            Some(dir) => dir.join(script).to_string_lossy().into_owned(),
+            None => script.to_string(),
+        }
+    }
+
+    /// Removes the run's scratch directory and its copy of the tools.
+    pub fn remove_run_dirs(&self, root: &Path) {
+        let _ = std::fs::remove_dir_all(&self.scratch);
+        if let Some(dir) = &self.tools_dir {
+            let _ = std::fs::remove_dir_all(root.join(dir));
+        }
+    }
 }
 
 /// The one way a fire finds its OTLP exporter: the settings' `telemetry` section (none

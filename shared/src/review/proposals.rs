@@ -291,7 +291,7 @@ pub fn list(repo: &Repository, rule: &ApprovalRule) -> Result<Vec<Proposal>, Rev
             continue;
         };
         let head = b.get().peel_to_commit()?;
-        let tree = builder_tree_of(&head.tree()?)?;
+        let tree = builder_tree_of(repo, &head.tree()?)?;
         let state = state_of(repo, &mut trust, name, head.id())?;
         let commits = proposal_commits(repo, head.id())?;
         let commits = if commits.is_empty() {
@@ -348,7 +348,7 @@ pub fn approve(
             "signed approvals are required (settings review.require_signed) and no signing key is configured: set git's `gpg.format ssh` and `user.signingkey`, or pass --key <private key>".into(),
         ));
     }
-    let tree = builder_tree_of(&repo.find_commit(head)?.tree()?)?;
+    let tree = builder_tree_of(repo, &repo.find_commit(head)?.tree()?)?;
     let body = approvals::signed_body(name, tree, head, reviewer, signing)?;
     // An approval the rule would not count (a key the base's allowed-signers list does
     // not name for this reviewer) is refused before anything is written.
@@ -401,7 +401,7 @@ pub fn merge(
         )));
     }
     let prop_commit = repo.find_commit(prop)?;
-    let tree = builder_tree_of(&prop_commit.tree()?)?;
+    let tree = builder_tree_of(repo, &prop_commit.tree()?)?;
     let mut trust = Trust::new(repo, rule.clone())?;
     let judged = trust.proposal(base_of(repo, prop)?, prop)?;
     let Some(approval) = judged.approval.clone() else {
@@ -428,7 +428,7 @@ pub fn merge(
         )));
     }
     let merged_tree = repo.find_tree(index.write_tree_to(repo)?)?;
-    let merged_builder = builder_tree_of(&merged_tree)?;
+    let merged_builder = builder_tree_of(repo, &merged_tree)?;
     if merged_builder != tree {
         return Err(ReviewError::Refused(format!(
             "the merge would produce builder tree {merged_builder}, not the approved {tree}: builder-owned paths changed on {} since the proposal was made; update the proposal and have it approved again",
