@@ -13,7 +13,12 @@ use std::path::Path;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The proposal's name
-    pub name: String,
+    #[arg(required_unless_present = "bootstrap")]
+    pub name: Option<String>,
+    /// Approve HEAD's builder tree as the repository's first approval (review was
+    /// turned on by a direct commit; refused once any approval exists)
+    #[arg(long, conflicts_with = "name")]
+    pub bootstrap: bool,
     /// Who approves, as "Name <email>" (default: git's author identity)
     #[arg(long, value_name = "IDENT")]
     pub reviewer: Option<String>,
@@ -40,10 +45,21 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         .key
         .or(configured)
         .map(|key| shared::review::approvals::Signing { key, program });
-    let approval = proposals::approve(&wt.repo, &args.name, &reviewer, &rule, signing.as_ref())?;
+    let Some(name) = args.name else {
+        let approval = shared::review::bootstrap::approve_head(&wt.repo, &reviewer, &rule, signing.as_ref())?;
+        println!(
+            "approved HEAD's builder tree {} by {} as the first approval (approval {})",
+            approval.body.tree,
+            approval.body.approver,
+            &approval.id.to_string()[..12]
+        );
+        return Ok(Outcome::Ok);
+    };
+    shared::review::links::refuse_in_proposal(&wt.repo, &name, "approve")?;
+    let approval = proposals::approve(&wt.repo, &name, &reviewer, &rule, signing.as_ref())?;
     println!(
         "approved proposals/{} by {}: builder tree {} (approval {})",
-        args.name,
+        name,
         approval.body.approver,
         approval.body.tree,
         &approval.id.to_string()[..12]
