@@ -37,8 +37,9 @@ pub struct FireConfig {
     pub telemetry: Option<Exporter>,
     /// This run's private scratch directory.
     pub scratch: PathBuf,
-    /// Where the committed `tools/` was written out for this run (repo-relative,
-    /// holding `tools/`), when the task runs scripts: they run from there.
+    /// Where the committed `tools/` was written out (repo-relative, holding `tools/`;
+    /// one copy per `tools/` tree, reused), when the task runs scripts: they run from
+    /// there.
     pub tools_dir: Option<PathBuf>,
 }
 
@@ -105,14 +106,6 @@ impl FireConfig {
         match &self.tools_dir {
             Some(dir) => dir.join(script).to_string_lossy().into_owned(),
             None => script.to_string(),
-        }
-    }
-
-    /// Removes the run's scratch directory and its copy of the tools.
-    pub fn remove_run_dirs(&self, root: &Path) {
-        let _ = std::fs::remove_dir_all(&self.scratch);
-        if let Some(dir) = &self.tools_dir {
-            let _ = std::fs::remove_dir_all(root.join(dir));
         }
     }
 }

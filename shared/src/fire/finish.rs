@@ -761,7 +761,7 @@ impl FireRun {
         // The tools are done with their scratch (the loop and the checks are over):
         // gone before the records are written, so space a tool filled there (on the
         // file system of `.runtime/`) is back for the records and the state.
-        self.config.remove_run_dirs(&self.ctx.opts.root);
+        let _ = std::fs::remove_dir_all(&self.config.scratch);
         // A run stopped by a checkpoint that could not be written says so, naming
         // the state database: the machine's problem (exit 1), not the run's.
         let unsaved = records

@@ -519,7 +519,7 @@ impl Preparing {
         match self.conversation(&config) {
             Ok(state) => Ok((config, state)),
             Err(stop) => {
-                config.remove_run_dirs(&self.ctx.opts.root);
+                let _ = std::fs::remove_dir_all(&config.scratch);
                 Err(stop)
             }
         }
@@ -978,9 +978,9 @@ impl Preparing {
     }
 
     /// The scripts a task runs (prefetch and acceptance `run:`) execute from the
-    /// committed `tools/`, written out for this run under the hand-over directory, which
-    /// tool processes see read-only ([`crate::review::committed`]); a dry run runs the
-    /// work tree's.
+    /// committed `tools/`, written out under the hand-over directory (once per tree),
+    /// which tool processes see read-only ([`crate::review::committed`]); a dry run runs
+    /// the work tree's.
     fn materialise_tools(&mut self, config: &mut FireConfig) -> Result<(), Stop> {
         let front = &config.prompt.front;
         let runs_scripts = !front.prefetch.is_empty() || front.acceptance.iter().any(|a| a.run.is_some());
@@ -988,9 +988,7 @@ impl Preparing {
             return Ok(());
         }
         let root = &self.ctx.opts.root;
-        let rel = std::path::PathBuf::from(crate::layout::STATE_DIR)
-            .join(crate::layout::HANDOFF_DIR)
-            .join(format!("t-{:016x}", rand::random::<u64>()));
+        let handoff = std::path::PathBuf::from(crate::layout::STATE_DIR).join(crate::layout::HANDOFF_DIR);
         let failed = |e: String| {
             Stop::carded(
                 FireEnd::Environment,
@@ -999,15 +997,15 @@ impl Preparing {
                 e,
             )
         };
-        std::fs::create_dir_all(root.join(crate::layout::STATE_DIR).join(crate::layout::HANDOFF_DIR))
-            .map_err(|e| failed(e.to_string()))?;
+        std::fs::create_dir_all(root.join(&handoff)).map_err(|e| failed(e.to_string()))?;
         let committed =
             crate::review::committed::Committed::at_head(&self.repo).map_err(|e| failed(e.message().to_string()))?;
-        if let Err(e) = committed.materialise_tools(&root.join(&rel)) {
-            let _ = std::fs::remove_dir_all(root.join(&rel));
-            return Err(failed(e.to_string()));
-        }
-        config.tools_dir = Some(rel);
+        let copy = committed
+            .tools_copy(&root.join(&handoff))
+            .map_err(|e| failed(e.to_string()))?;
+        // No committed tools/: the scripts do not exist (never the work tree's, which
+        // an ignore rule could hide from the dirty check).
+        config.tools_dir = Some(handoff.join(copy.unwrap_or_else(|| "no-tools".into())));
         Ok(())
     }
 

@@ -7,9 +7,10 @@
 //! blobs makes that the only truth instead of a precondition.
 //!
 //! Scripts the sandbox executes (prefetch and acceptance `run:` under `tools/`) are
-//! made from blobs too: [`Committed::materialise_tools`] writes the committed `tools/`
-//! into a fresh directory only the runtime writes, which tool processes see read-only,
-//! and the fire runs the script there. What executes is then the committed content by
+//! made from blobs too: [`Committed::tools_copy`] writes the committed `tools/` into a
+//! directory only the runtime writes, which tool processes see read-only, named by the
+//! tree's id (written once per tree, whole, then reused), and the fire runs the
+//! script there. What executes is then the committed content by
 //! construction, with no window between a check and the exec in which anything could
 //! change it, and helpers a script finds next to itself (`$(dirname "$0")/lib.sh`) are
 //! the committed ones too.
@@ -137,6 +138,62 @@ impl<'r> Committed<'r> {
     /// Every link among the builder-owned paths that is refused ([`links::refused_links`]).
     pub fn refused_links(&self) -> Result<Vec<RefusedLink>, ViewError> {
         links::refused_links(&self.view(), &self.owned)
+    }
+
+    /// The committed `tools/` written out under `dir` (the hand-over directory, which
+    /// only the runtime writes), once per `tools/` tree: `dir/tools-<tree id>/tools`,
+    /// made in a temporary directory and renamed into place whole, then reused by every
+    /// fire on that tree (its name is its content's id). Copies of other trees no fire
+    /// used for a day are removed. Returns the directory's name under `dir`, `None` when the
+    /// tree has no `tools/`.
+    pub fn tools_copy(&self, dir: &Path) -> Result<Option<String>, MaterialiseError> {
+        let Ok(entry) = self.tree.get_path(Path::new("tools")) else {
+            return Ok(None);
+        };
+        if entry.filemode() != 0o040000 {
+            return Ok(None);
+        }
+        let name = format!("tools-{}", entry.id());
+        let target = dir.join(&name);
+        let made = |p: &Path| std::fs::symlink_metadata(p.join("tools")).is_ok_and(|m| m.is_dir());
+        if made(&target) {
+            // In use again: its age counts from now, so the clean-up below (in another
+            // fire, on another tree) never removes a copy a fire of the last day ran.
+            if let Ok(d) = std::fs::File::open(&target) {
+                let _ = d.set_modified(std::time::SystemTime::now());
+            }
+            return Ok(Some(name));
+        }
+        let temp = dir.join(format!(".{name}-{:016x}", rand::random::<u64>()));
+        let written = self.materialise_tools(&temp).and_then(|()| {
+            std::fs::rename(&temp, &target).or_else(|e| {
+                // Another fire put the same tree in place first.
+                if made(&target) {
+                    Ok(())
+                } else {
+                    Err(MaterialiseError::Io {
+                        path: target.clone(),
+                        source: e,
+                    })
+                }
+            })
+        });
+        if written.is_err() || temp.exists() {
+            let _ = std::fs::remove_dir_all(&temp);
+        }
+        written?;
+        let day = std::time::Duration::from_secs(24 * 3600);
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let other = e.file_name().to_string_lossy().into_owned();
+            let stale = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > day));
+            if other.starts_with("tools-") && other != name && stale {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        Ok(Some(name))
     }
 
     /// Writes the committed `tools/` into `into` (which must not exist yet): regular
@@ -268,9 +325,14 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("scope")).unwrap();
         std::fs::write(dir.path().join("scope/SCOPE.md"), "work tree only").unwrap();
         assert!(committed.read("scope/SCOPE.md").is_err());
-        // tools/ written out with its modes and links.
-        let out = dir.path().join("out");
-        committed.materialise_tools(&out).unwrap();
+        // tools/ written out with its modes and links, once per tree.
+        std::fs::create_dir_all(dir.path().join("handoff")).unwrap();
+        let name = committed.tools_copy(&dir.path().join("handoff")).unwrap().unwrap();
+        assert_eq!(
+            committed.tools_copy(&dir.path().join("handoff")).unwrap().unwrap(),
+            name
+        );
+        let out = dir.path().join("handoff").join(&name);
         use std::os::unix::fs::PermissionsExt;
         let meta = std::fs::metadata(out.join("tools/run.sh")).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o755);
@@ -278,5 +340,30 @@ mod tests {
             std::fs::read_to_string(out.join("tools/lib/x")).unwrap(),
             "#!/bin/sh\necho hi\n"
         );
+        // A copy in use again counts its age from now; a fresh write removes copies of
+        // other trees unused for a day, keeps recent ones, and leaves no temporary.
+        let handoff = dir.path().join("handoff");
+        let age = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap().elapsed().unwrap();
+        let set_age = |p: &Path, secs: u64| {
+            let when = std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+            std::fs::File::open(p).unwrap().set_modified(when).unwrap();
+        };
+        set_age(&out, 2 * 24 * 3600);
+        committed.tools_copy(&handoff).unwrap().unwrap();
+        assert!(age(&out).as_secs() < 3600, "touched on reuse");
+        for (other, secs) in [("tools-old", 2 * 24 * 3600), ("tools-recent", 3600)] {
+            std::fs::create_dir_all(handoff.join(other).join("tools")).unwrap();
+            set_age(&handoff.join(other), secs);
+        }
+        std::fs::remove_dir_all(&out).unwrap();
+        committed.tools_copy(&handoff).unwrap().unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&handoff)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want = vec!["tools-recent".to_string(), name.clone()];
+        want.sort();
+        assert_eq!(left, want);
     }
 }
