@@ -613,4 +613,20 @@ fn a_forged_runtime_commit_is_flagged_and_a_signed_one_accepted() {
         "before the key: unauthenticated"
     );
     assert!(v["runtime_signed"].as_u64().unwrap() >= 1, "{v}");
+
+    // Settings that do not load still name the key: the refusal's commit is signed.
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{}not_a_setting: 1\n", env.read("settings/runtime.yaml")),
+    );
+    env.commit_all("break settings");
+    let (code, refused, _) = env.fire("digest");
+    assert_eq!(code, 2, "{refused}");
+    assert_eq!(env.card_kinds(&refused), vec!["invalid_config"]);
+    let raw = git(
+        &env,
+        &env.root,
+        &["cat-file", "commit", refused["commit"].as_str().unwrap()],
+    );
+    assert!(raw.contains("gpgsig -----BEGIN SSH SIGNATURE-----"), "{raw}");
 }

@@ -98,11 +98,17 @@ impl Refusal {
         };
         let sink = RecordSink {
             redactor,
-            identity: self
-                .settings
-                .as_ref()
-                .map(|s| s.runtime_identity.clone())
-                .unwrap_or_default(),
+            // Settings that did not load still name the runtime (and its signing key)
+            // in HEAD's text: the refusal's commit is made, and signed, as theirs.
+            identity: match self.settings.as_ref() {
+                Some(s) => s.runtime_identity.clone(),
+                None => self
+                    .repo
+                    .head()
+                    .and_then(|h| h.peel_to_tree())
+                    .and_then(|t| crate::review::runtime_commits::runtime_identity_of(&self.repo, &t))
+                    .unwrap_or_default(),
+            },
             telemetry: config::exporter(self.settings.as_ref()),
             repo: &self.repo,
             limits: self.settings.as_ref().map(|s| s.limits).unwrap_or_default(),

@@ -218,6 +218,30 @@ impl<'r> RuntimeSignatures<'r> {
     }
 }
 
+/// The runtime identity the settings in `tree` name, read leniently (defaults for
+/// what they do not say, or when they do not parse): for history walks, and for a
+/// fire whose settings did not load, which still signs its refusal's commit.
+pub fn runtime_identity_of(repo: &Repository, tree: &git2::Tree) -> Result<crate::settings::Identity, git2::Error> {
+    let default = crate::settings::Identity::default();
+    let yaml = match tree.get_path(Path::new(SETTINGS_FILE)) {
+        Ok(e) => serde_yaml::from_slice::<serde_yaml::Value>(repo.find_blob(e.id())?.content()).ok(),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let field = |k: &str| {
+        yaml.as_ref()
+            .and_then(|v| v.get("runtime_identity"))
+            .and_then(|r| r.get(k))
+            .and_then(serde_yaml::Value::as_str)
+            .map(str::to_string)
+    };
+    Ok(crate::settings::Identity {
+        name: field("name").unwrap_or(default.name),
+        email: field("email").unwrap_or(default.email),
+        signing_key: field("signing_key"),
+    })
+}
+
 /// Whether `commit` is named as the runtime: its author or committer carries the
 /// runtime's name or email (emails compared case-insensitively).
 pub fn runtime_named(commit: &git2::Commit, name: &str, email: &str) -> bool {
