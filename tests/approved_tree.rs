@@ -614,6 +614,45 @@ fn a_forged_runtime_commit_is_flagged_and_a_signed_one_accepted() {
     );
     assert!(v["runtime_signed"].as_u64().unwrap() >= 1, "{v}");
 
+    // `builder history` marks a run whose receipt came in a forged commit: a copy of
+    // the real receipt under another run id, committed as the runtime.
+    let real = env.receipt(&summary);
+    let real_id = real["run_id"].as_str().unwrap().to_string();
+    let fake_id = "20260101T000000Z-f0rged01";
+    let fake = serde_json::to_string_pretty(&real).unwrap().replace(&real_id, fake_id);
+    env.write(&format!("runs/digest/2026-01-01/{fake_id}.json"), &fake);
+    commit_as(
+        &env,
+        ("runtime", "runtime@localhost"),
+        "runtime: digest accepted (copied)",
+    );
+    let (code, out, err) = builder_in(&env, &env.root, None, &["history", "runs"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = |id: &str| {
+        out.lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{id} in {out}"))
+            .to_string()
+    };
+    assert!(line(fake_id).contains("FORGED"), "{out}");
+    assert!(!line(&real_id).contains("FORGED"), "{out}");
+    let (code, out, _) = builder_in(&env, &env.root, None, &["history", "show", fake_id]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("FORGED: this receipt came in commit"), "{out}");
+
+    // A forged commit that rewrites a real receipt marks that run too.
+    let real_path = summary["receipt"].as_str().unwrap().to_string();
+    env.write(&real_path, &env.read(&real_path).replace("\"run_id\"", "\"run_id\" "));
+    commit_as(
+        &env,
+        ("runtime", "runtime@localhost"),
+        "runtime: digest accepted (rewritten)",
+    );
+    let (code, out, err) = builder_in(&env, &env.root, None, &["history", "runs"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let rewritten = out.lines().find(|l| l.starts_with(&real_id)).unwrap_or_default();
+    assert!(rewritten.contains("FORGED"), "{out}");
+
     // Settings that do not load still name the key: the refusal's commit is signed.
     env.write(
         "settings/runtime.yaml",
