@@ -256,9 +256,16 @@ mod tests {
         let root = dir.path();
         std::fs::create_dir_all(root.join(".runtime")).unwrap();
         assert_eq!(read(&repo, root), None);
-        assert_eq!(check(&repo, t(1), std::slice::from_ref(&a1), None), None, "nothing ran yet");
+        assert_eq!(
+            check(&repo, t(1), std::slice::from_ref(&a1), None),
+            None,
+            "nothing ran yet"
+        );
         remember(&repo, root, std::slice::from_ref(&a1)).unwrap();
-        assert_eq!(check(&repo, t(2), std::slice::from_ref(&a2), read(&repo, root).as_ref()), None);
+        assert_eq!(
+            check(&repo, t(2), std::slice::from_ref(&a2), read(&repo, root).as_ref()),
+            None
+        );
         remember(&repo, root, std::slice::from_ref(&a2)).unwrap();
         let ran = read(&repo, root).unwrap();
         assert_eq!(ran.id, a2.id.to_string());
