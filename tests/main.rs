@@ -8,6 +8,7 @@
 mod util;
 
 mod approval_pins;
+mod approved_tree;
 mod builder_cmds;
 mod builder_truth;
 mod crash;

@@ -46,7 +46,7 @@ fn forge_approval(env: &TestEnv, name: &str, approver: &str, key: Option<&PathBu
         .get()
         .peel_to_commit()
         .unwrap();
-    let tree = shared::review::builder_tree_of(&head.tree().unwrap()).unwrap();
+    let tree = shared::review::builder_tree_of(&repo, &head.tree().unwrap()).unwrap();
     let person = shared::review::parse_person(approver).unwrap();
     let signing = key.map(|k| Signing {
         key: k.clone(),

@@ -255,7 +255,7 @@ fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
 
 /// A symlink in `tools/` whose target lies outside the builder-owned directories:
 /// an approval names the link (its target path), not what it reaches. The link lands
-/// through review (Rev approves "share the prefetch script with lib/"); Mallory then
+/// with an approval (Rev's, of "share the prefetch script with lib/"); Mallory then
 /// changes only `lib/`, which leaves the builder tree as approved, so the cron box
 /// moves onto her commit, where the prefetch would run her script.
 #[test]
@@ -272,19 +272,23 @@ fn a_builder_link_that_leaves_the_builder_paths_is_never_covered() {
     env.commit_all("lib: the digest context script");
     std::fs::remove_file(env.root.join(script)).unwrap();
     std::os::unix::fs::symlink("../lib/digest-context.sh", env.root.join(script)).unwrap();
-    builder_ok(
-        &env,
-        &env.root,
-        None,
-        &["propose", "link", "-m", "Share the prefetch script"],
-    );
-    builder_ok(
-        &env,
-        &env.root,
-        Some(REVIEWER),
-        &["approve", "link", "--key", rev_key.to_str().unwrap()],
-    );
-    builder_ok(&env, &env.root, None, &["merge", "link"]);
+    // `builder propose` (and approve, merge) refuse such a link outright; it lands
+    // past them, with git and Rev's signed approval of its tree written directly (a
+    // careless reviewer's, as the review once let through).
+    let (code, _, err) = crate::review::builder_in(&env, &env.root, None, &["propose", "link", "-m", "Share"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot propose") && err.contains("reaches lib"), "{err}");
+    env.commit_all("Share the prefetch script");
+    let laptop = Repository::open(&env.root).unwrap();
+    let head = laptop.head().unwrap().peel_to_commit().unwrap().id();
+    let tree = shared::review::builder_tree_of_commit(&laptop, head).unwrap();
+    let rev_person = shared::review::parse_person("Rev <rev@example.com>").unwrap();
+    let signing = Signing {
+        key: rev_key.clone(),
+        program: "ssh-keygen".into(),
+    };
+    let body = approvals::signed_body("link", tree, head, &rev_person, Some(&signing)).unwrap();
+    approvals::write(&laptop, body, &rev_person).unwrap();
     // The pre-push hook's audit refuses the link; pushed past it (anyone with push
     // access can).
     let out = crate::review::git_with_path(

@@ -19,6 +19,8 @@
 
 use crate::git::{ChangeKind, TreeDiffer};
 use crate::layout::{Owner, Ownership, SETTINGS_FILE};
+use crate::review::links::RefusedLink;
+use crate::review::runtime_commits::{runtime_named, Authenticity, RuntimeSignatures};
 use git2::{FileMode, Oid, Repository, Sort};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -43,6 +45,11 @@ pub struct Finding {
 pub struct AuditReport {
     pub commits: usize,
     pub runtime_commits: usize,
+    /// Runtime-named commits with a valid runtime signature.
+    pub runtime_signed: usize,
+    /// Runtime-named commits whose settings name no `runtime_identity.signing_key`:
+    /// anyone could have made them.
+    pub runtime_unauthenticated: usize,
     pub findings: Vec<Finding>,
     /// Modes, owners and hooks of the work tree that changed since the last accepted
     /// manifest ([`crate::manifest`]): each one a violation.
@@ -137,6 +144,8 @@ pub fn audit_range(
                         repo: &repo,
                         review,
                         require_reviewed: HashMap::new(),
+                        refused: HashMap::new(),
+                        signatures: RuntimeSignatures::new(&repo),
                     };
                     let mut report = AuditReport::default();
                     // Newest first (see TreeDiffer), findings put back in history order.
@@ -172,6 +181,8 @@ pub fn audit_range(
         let part = part?;
         report.commits += part.commits;
         report.runtime_commits += part.runtime_commits;
+        report.runtime_signed += part.runtime_signed;
+        report.runtime_unauthenticated += part.runtime_unauthenticated;
         report.findings.extend(part.findings);
     }
     Ok(report)
@@ -246,7 +257,7 @@ fn covered_later(
         if seen_covered {
             out.insert(oid);
         } else {
-            let tree = crate::review::builder_tree_of(&commit.tree()?)?;
+            let tree = crate::review::builder_tree_of(repo, &commit.tree()?)?;
             seen_covered = approved.covers(oid, tree) || approved_unsigned.is_some_and(|u| u.covers(oid, tree));
         }
         next = commit.parent_ids().next();
@@ -272,6 +283,10 @@ struct Judge<'a> {
     repo: &'a Repository,
     review: &'a ReviewContext,
     require_reviewed: HashMap<Oid, (bool, bool)>,
+    /// Refused links by tree id ([`crate::review::links`]).
+    refused: HashMap<Oid, Vec<RefusedLink>>,
+    /// The judge of runtime-named commits' signatures.
+    signatures: RuntimeSignatures<'a>,
 }
 
 impl Judge<'_> {
@@ -281,7 +296,7 @@ impl Judge<'_> {
         if !self.review.on_branch.contains(&commit.id()) {
             return Ok(None);
         }
-        let tree = crate::review::builder_tree_of(&commit.tree()?)?;
+        let tree = crate::review::builder_tree_of(self.repo, &commit.tree()?)?;
         // Signatures are owed when the commit's own settings ask for them, and also
         // when its parent's did: turning `require_signed` off is itself judged under
         // signatures, or an identity approval would vouch for its own downgrade.
@@ -303,7 +318,7 @@ impl Judge<'_> {
         // --no-ff` of an unapproved branch would pass.
         if commit.parent_count() > 1 {
             if let Some(first) = commit.parents().next() {
-                if crate::review::builder_tree_of(&first.tree()?)? == tree {
+                if crate::review::builder_tree_of(self.repo, &first.tree()?)? == tree {
                     return Ok(None);
                 }
             }
@@ -334,36 +349,40 @@ impl Judge<'_> {
         }))
     }
 
-    /// A symlink out of the builder-owned directories (or a gitlink) that the commit
-    /// writes at the builder-owned `path` (`new`: its blob and mode): an approval names
-    /// the link, not what it reaches, so it is flagged even when approved
-    /// ([`crate::review::links_leaving`]).
-    fn link_leaving(
+    /// The builder-owned links of `commit`'s tree that the kernel would resolve outside
+    /// the builder-owned paths (or into the write ACL, `/proc`, `/dev`, out of the
+    /// repository), and gitlinks there, that its first parent did not already hold
+    /// ([`crate::review::links`]): an approval names the link, not what it reaches, so
+    /// they are flagged even when approved.
+    fn new_refused_links(
         &mut self,
         commit: &git2::Commit,
-        path: &str,
-        new: Option<(Oid, i32)>,
-    ) -> Result<Option<(Severity, String)>, git2::Error> {
-        let target = match new {
-            Some((id, mode)) if mode == i32::from(FileMode::Link) => {
-                let target = String::from_utf8_lossy(self.repo.find_blob(id)?.content()).into_owned();
-                if crate::review::link_stays_inside(path, &target) {
-                    return Ok(None);
-                }
-                format!("a symlink to {target}")
-            }
-            Some((id, mode)) if mode == i32::from(FileMode::Commit) => format!("a submodule (commit {id})"),
-            _ => return Ok(None),
+        parent: Option<&git2::Commit>,
+    ) -> Result<Vec<RefusedLink>, git2::Error> {
+        let now = self.refused_in(&commit.tree()?)?;
+        if now.is_empty() {
+            return Ok(now);
+        }
+        let before = match parent {
+            Some(p) => self.refused_in(&p.tree()?)?,
+            None => Vec::new(),
         };
-        let severity = if self.owes_review(commit)? {
-            Severity::Violation
-        } else {
-            Severity::Warning
-        };
-        Ok(Some((
-            severity,
-            format!("builder-owned path is {target}, outside the builder-owned directories: no approval covers what it reaches"),
-        )))
+        Ok(now
+            .into_iter()
+            .filter(|l| !before.iter().any(|b| b.path == l.path && b.target == l.target))
+            .collect())
+    }
+
+    fn refused_in(&mut self, tree: &git2::Tree) -> Result<Vec<RefusedLink>, git2::Error> {
+        if let Some(hit) = self.refused.get(&tree.id()) {
+            return Ok(hit.clone());
+        }
+        let found = crate::review::links::refused_in_tree(self.repo, tree).map_err(|e| match e {
+            crate::review::links::ViewError::Git(g) => g,
+            other => git2::Error::from_str(&other.to_string()),
+        })?;
+        self.refused.insert(tree.id(), found.clone());
+        Ok(found)
     }
 
     /// Whether an unapproved builder change in `commit` is a violation: when its own
@@ -420,9 +439,24 @@ fn audit_commit(
     if is_runtime {
         report.runtime_commits += 1;
     }
+    if runtime_named(commit, &runtime.name, &runtime.email) {
+        match judge.signatures.judge(commit, &runtime.email)? {
+            Authenticity::Signed(_) => report.runtime_signed += 1,
+            Authenticity::Unauthenticated => report.runtime_unauthenticated += 1,
+            Authenticity::Forged(why) => report.findings.push(Finding {
+                severity: Severity::Violation,
+                commit: oid_short(commit.id()),
+                author: format!("{name} <{email}>"),
+                path: "-".into(),
+                what: format!("forged runtime commit: named as the runtime without a valid runtime signature ({why})"),
+            }),
+        }
+    }
     let changes = differ.diff(parent.map(|p| p.tree_id()), Some(commit.tree_id()), &[])?;
     // Judged once per commit, and only when it changes a builder-owned path.
     let mut uncovered: Option<Option<(Severity, String)>> = None;
+    let mut links_judged = false;
+    let mut link_findings = Vec::new();
     for c in changes {
         let owner = ownership.classify_normalized(&c.path);
         let mut flag = |severity: Severity, what: String| {
@@ -460,8 +494,33 @@ fn audit_commit(
                 }
             }
         } else if owner == Owner::Builder {
-            if let Some((severity, why)) = judge.link_leaving(commit, &c.path, c.new)? {
-                flag(severity, why);
+            if !links_judged {
+                links_judged = true;
+                let refused = judge.new_refused_links(commit, parent)?;
+                if !refused.is_empty() {
+                    let severity = if judge.owes_review(commit)? {
+                        Severity::Violation
+                    } else {
+                        Severity::Warning
+                    };
+                    for l in refused {
+                        let what = if l.target.starts_with("submodule commit") {
+                            format!("builder-owned path is a {}, outside the builder-owned paths: no approval covers what it reaches", l.target)
+                        } else {
+                            format!(
+                                "builder-owned path is a symlink to {}, which {}: no approval covers what it reaches",
+                                l.target, l.why
+                            )
+                        };
+                        link_findings.push(Finding {
+                            severity,
+                            commit: oid_short(commit.id()),
+                            author: format!("{name} <{email}>"),
+                            path: l.path,
+                            what,
+                        });
+                    }
+                }
             }
             let verdict = match &uncovered {
                 Some(v) => v.clone(),
@@ -479,6 +538,7 @@ fn audit_commit(
             }
         }
     }
+    report.findings.extend(link_findings);
     Ok(())
 }
 

@@ -39,6 +39,9 @@ pub struct IndexStats {
     pub head: Option<String>,
     /// Records that did not parse (path: reason); they are skipped, not fatal.
     pub skipped: Vec<String>,
+    /// Records newly found to have come in a forged runtime commit (one named as the
+    /// runtime without a valid signature, `review::runtime_commits`).
+    pub forged: usize,
 }
 
 /// The history index's schema: the shared beginning, then the builder's own steps.
@@ -64,6 +67,8 @@ pub const BUILDER_SCHEMA: Schema = Schema {
          CREATE INDEX cards_run ON cards(run_id);
          CREATE INDEX tool_calls_decision ON tool_calls(decision);
          CREATE INDEX tool_calls_duration ON tool_calls(duration_ms, run_id);",
+        // 7: records that came in a forged runtime commit (the commit, and why).
+        "CREATE TABLE forged_records (path TEXT PRIMARY KEY, commit_id TEXT NOT NULL, why TEXT NOT NULL);",
     ],
 };
 
@@ -155,7 +160,72 @@ pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) 
             store.checkpoint()?;
         }
     }
+    stats.forged = mark_forged(repo, store, head.id())?;
     Ok(stats)
+}
+
+/// Walks the commits since the last walk (all of them the first time) for commits
+/// named as the runtime whose settings name a signing key and which carry no valid
+/// runtime signature (the judge `builder audit` uses), and remembers the records each
+/// added or rewrote as forged. Returns how many records were marked.
+fn mark_forged(repo: &Repository, store: &mut Store, head: Oid) -> Result<usize, HistoryError> {
+    let last = get_meta(store, "forged_walked_to")?.and_then(|l| Oid::from_str(&l).ok());
+    if last == Some(head) {
+        return Ok(0);
+    }
+    let runtime = crate::review::runtime_commits::runtime_identity_of(repo, &repo.find_commit(head)?.tree()?)?;
+    let (name, email) = (runtime.name, runtime.email);
+    let mut walk = repo.revwalk()?;
+    walk.push(head)?;
+    if let Some(l) = last.filter(|l| repo.find_commit(*l).is_ok()) {
+        walk.hide(l)?;
+    }
+    let mut judge = crate::review::runtime_commits::RuntimeSignatures::new(repo);
+    let mut differ = crate::git::TreeDiffer::open(repo)?;
+    let mut marks: Vec<(String, String, String)> = Vec::new();
+    for oid in walk {
+        let commit = repo.find_commit(oid?)?;
+        if !crate::review::runtime_commits::runtime_named(&commit, &name, &email) {
+            continue;
+        }
+        let crate::review::runtime_commits::Authenticity::Forged(why) = judge.judge(&commit, &email)? else {
+            continue;
+        };
+        let parent = commit.parent_ids().next().map(|p| repo.find_commit(p)).transpose()?;
+        for c in differ.diff(parent.map(|p| p.tree_id()), Some(commit.tree_id()), &["runs", "cards"])? {
+            if c.kind != crate::git::ChangeKind::Deleted {
+                marks.push((c.path, commit.id().to_string(), why.clone()));
+            }
+        }
+    }
+    let head = head.to_string();
+    store.write(|tx| {
+        for (path, commit, why) in &marks {
+            tx.execute(
+                "INSERT OR REPLACE INTO forged_records (path, commit_id, why) VALUES (?1, ?2, ?3)",
+                params![path, commit, why],
+            )?;
+        }
+        tx.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('forged_walked_to', ?1)",
+            [&head],
+        )?;
+        Ok(())
+    })?;
+    Ok(marks.len())
+}
+
+/// Whether the record at `path` came in a forged runtime commit: (commit, why).
+pub fn forged_record(store: &Store, path: &str) -> Result<Option<(String, String)>, StoreError> {
+    store
+        .conn()
+        .query_row(
+            "SELECT commit_id, why FROM forged_records WHERE path = ?1",
+            [path],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(store.sql_error())
 }
 
 /// Card files changed in the work tree (triage not committed yet, hand edits) win

@@ -290,12 +290,19 @@ impl Default for Budgets {
 pub struct Identity {
     pub name: String,
     pub email: String,
+    /// An SSH private key on the box (absolute, or `~/`): the runtime signs its
+    /// commits with it (SSHSIG, namespace `builder-runtime`, in the commit's `gpgsig`
+    /// header), and `builder audit` then flags runtime-named commits without a valid
+    /// signature by a key the allowed-signers file lists for the runtime's email.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_key: Option<String>,
 }
 impl Default for Identity {
     fn default() -> Self {
         Identity {
             name: "runtime".into(),
             email: "runtime@localhost".into(),
+            signing_key: None,
         }
     }
 }
@@ -427,10 +434,42 @@ const CLAUDE_IGNORED_KEYS: &[&str] = &[
     "alwaysThinkingEnabled",
 ];
 
-/// Loads and validates every settings source of the repository at `root`.
+/// Where settings files are read from: the work tree ([`WorkTreeFiles`], what
+/// `builder check` and the builder's commands lint) or a commit's tree (what a fire
+/// runs on: the approved bytes, never a path through a link in the work tree).
+pub trait SettingsSource {
+    /// The text of the repo-relative file `rel`, or why it cannot be read.
+    fn read_text(&self, rel: &Path) -> Result<String, String>;
+    /// The Claude Code style `settings/*.json` files, repo-relative, sorted.
+    fn json_files(&self) -> Vec<PathBuf>;
+}
+
+/// The settings files of the work tree at a root.
+pub struct WorkTreeFiles<'a>(pub &'a Path);
+
+impl SettingsSource for WorkTreeFiles<'_> {
+    fn read_text(&self, rel: &Path) -> Result<String, String> {
+        std::fs::read_to_string(self.0.join(rel)).map_err(|e| e.to_string())
+    }
+
+    fn json_files(&self) -> Vec<PathBuf> {
+        json_files(self.0)
+            .into_iter()
+            .map(|p| p.strip_prefix(self.0).map(Path::to_path_buf).unwrap_or(p))
+            .collect()
+    }
+}
+
+/// Loads and validates every settings source of the repository at `root` (its work
+/// tree).
 pub fn load(root: &Path) -> Result<Settings, Diagnostics> {
+    load_from(&WorkTreeFiles(root))
+}
+
+/// Loads and validates every settings source `src` holds.
+pub fn load_from(src: &dyn SettingsSource) -> Result<Settings, Diagnostics> {
     let mut diags = Vec::new();
-    match lint(root, &mut diags).settings {
+    match lint_from(src, &mut diags).settings {
         Some(settings) => Ok(settings),
         None => {
             if diags.is_empty() {
@@ -457,8 +496,13 @@ pub struct Linted {
 /// Reads and checks every settings source once, every problem into `diags`
 /// (runtime.yaml's first, then each JSON file's).
 pub fn lint(root: &Path, diags: &mut Vec<Diagnostic>) -> Linted {
+    lint_from(&WorkTreeFiles(root), diags)
+}
+
+/// [`lint`] of the files `src` holds.
+pub fn lint_from(src: &dyn SettingsSource, diags: &mut Vec<Diagnostic>) -> Linted {
     let before = diags.len();
-    let (runtime_src, lenient) = match std::fs::read_to_string(root.join(SETTINGS_FILE)) {
+    let (runtime_src, lenient) = match src.read_text(Path::new(SETTINGS_FILE)) {
         Ok(src) => {
             let lenient = parse_best_effort(&src, diags);
             (src, lenient)
@@ -473,9 +517,8 @@ pub fn lint(root: &Path, diags: &mut Vec<Diagnostic>) -> Linted {
     };
     let mut json_sources = Vec::new();
     let mut json_perms = Vec::new();
-    for path in json_files(root) {
-        let rel = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
-        if let Some(p) = load_claude_json(&path, &rel, diags) {
+    for rel in src.json_files() {
+        if let Some(p) = load_claude_json(src.read_text(&rel), &rel, diags) {
             json_perms.push(p);
             json_sources.push(rel);
         }
@@ -801,6 +844,32 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
             ));
         }
     }
+    for (glob, reach) in crate::layout::builder_paths_in_reach(&s.builder_paths, &s.permissions.write) {
+        d.push(
+            Diagnostic::new(
+                file,
+                yamlpos::line_of_item(src, &["builder_paths"], &glob),
+                "builder_paths",
+                format!("`{glob}` overlaps the write ACL (`{reach}`): tools could write or replace what the approval names"),
+            )
+            .with_hint("keep builder_paths apart from permissions.write (the sandbox grants a write glob's whole literal directory)"),
+        );
+    }
+    if let Some(key) = &s.runtime_identity.signing_key {
+        if !Path::new(key).is_absolute() && !key.starts_with("~/") {
+            d.push(
+                Diagnostic::new(
+                    file,
+                    yamlpos::line_of(src, &["runtime_identity", "signing_key"]),
+                    "runtime_identity.signing_key",
+                    format!("`{key}` must be an absolute path (or start with ~/) to a key on the box"),
+                )
+                .with_hint(
+                    "a key in the repository would be readable by every tool: keep it in the runtime account's home",
+                ),
+            );
+        }
+    }
     for t in unknown_tools {
         d.push(unknown_tool(file, yamlpos::line_of_item(src, &["tools"], t), t));
     }
@@ -1001,8 +1070,8 @@ struct ClaudePermissions {
     disable_bypass_permissions_mode: Option<String>,
 }
 
-fn load_claude_json(path: &Path, rel: &Path, diags: &mut Vec<Diagnostic>) -> Option<Permissions> {
-    let src = match std::fs::read_to_string(path) {
+fn load_claude_json(text: Result<String, String>, rel: &Path, diags: &mut Vec<Diagnostic>) -> Option<Permissions> {
+    let src = match text {
         Ok(s) => s,
         Err(e) => {
             diags.push(Diagnostic::new(rel, 0, "", format!("cannot read: {e}")));

@@ -16,7 +16,12 @@ use std::path::Path;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The proposal's name
-    pub name: String,
+    #[arg(required_unless_present = "bootstrap")]
+    pub name: Option<String>,
+    /// Approve HEAD's builder tree as the repository's first approval (review was
+    /// turned on by a direct commit; refused once any approval exists)
+    #[arg(long, conflicts_with = "name")]
+    pub bootstrap: bool,
     /// Who approves, as "Name <email>" (default: git's author identity)
     #[arg(long, value_name = "IDENT")]
     pub reviewer: Option<String>,
@@ -49,6 +54,16 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         .key
         .or(configured)
         .map(|key| shared::review::approvals::Signing { key, program });
+    let Some(name) = args.name else {
+        let approval = shared::review::bootstrap::approve_head(&wt.repo, &reviewer, &rule, signing.as_ref())?;
+        println!(
+            "approved HEAD's builder tree {} by {} as the first approval (approval {})",
+            approval.body.tree,
+            approval.body.approver,
+            &approval.id.to_string()[..12]
+        );
+        return Ok(Outcome::Ok);
+    };
     super::recover_interrupted(&wt)?;
     let remote = super::team_remote(&wt.repo, args.remote.as_deref(), &settings, args.push)?;
     let (approved, pushed) = match (&remote, args.push) {
@@ -56,7 +71,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             let done = shared::review::land::approve_and_publish(
                 &wt.repo,
                 &wt.root,
-                &args.name,
+                &name,
                 &reviewer,
                 &rule,
                 signing.as_ref(),
@@ -65,14 +80,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             (done.approved, Some(done.pushed))
         }
         _ => (
-            proposals::approve(
-                &wt.repo,
-                &args.name,
-                &reviewer,
-                &rule,
-                signing.as_ref(),
-                remote.as_deref(),
-            )?,
+            proposals::approve(&wt.repo, &name, &reviewer, &rule, signing.as_ref(), remote.as_deref())?,
             None,
         ),
     };
@@ -84,7 +92,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         } else {
             "already approved"
         },
-        args.name,
+        name,
         approval.body.approver,
         approval.body.tree,
         &approval.id.to_string()[..12]
@@ -95,11 +103,10 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     match (pushed, &remote) {
         (Some(n), Some(r)) => println!("pushed {n} approval(s) to {r} (it has every approval this clone has)"),
         (None, Some(r)) => println!(
-            "hint: publish it with `builder approve {} --push` (or `git push {r} {}`)",
-            args.name,
+            "hint: publish it with `builder approve {name} --push` (or `git push {r} {}`)",
             shared::review::approvals::approval_ref(approval.id)
         ),
-        (_, None) => println!("hint: no remote yet: `git remote add origin <url>`, `builder install-hooks`, then `builder approve {} --push`", args.name),
+        (_, None) => println!("hint: no remote yet: `git remote add origin <url>`, `builder install-hooks`, then `builder approve {name} --push`"),
     }
     Ok(Outcome::Ok)
 }

@@ -119,6 +119,12 @@ fn print_report(report: &audit::AuditReport, json: bool) -> Result<(), CommandEr
             shared::text::printable(&change.to_string())
         );
     }
+    if report.runtime_unauthenticated > 0 {
+        println!(
+            "note: {} runtime commit(s) are unauthenticated: their settings name no runtime_identity.signing_key, so anyone with push access could have made them",
+            report.runtime_unauthenticated
+        );
+    }
     println!(
         "audited {} commits ({} by the runtime): {} violation(s), {} warning(s)",
         report.commits,

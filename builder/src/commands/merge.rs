@@ -23,6 +23,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let actor = super::acting_identity(&wt.repo, "GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL")?;
     let rule = super::approval_rule(&settings)?;
     super::recover_interrupted(&wt)?;
+    shared::review::links::refuse_in_proposal(&wt.repo, &args.name, "merge")?;
     let merged = proposals::merge(&wt.repo, &ownership, &args.name, &actor, &rule)?;
     if merged.already {
         println!(

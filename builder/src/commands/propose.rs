@@ -47,6 +47,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         println!("finished the interrupted proposal {branch}");
         return publish(&wt, &branch, remote.as_deref(), args.push, &args.name);
     }
+    shared::review::links::refuse_in_work_tree(&wt.root, &settings, "propose")?;
     let message = args.message.unwrap_or_else(|| format!("Propose {}", args.name));
     let done = proposals::propose(
         &wt.repo,

@@ -627,14 +627,30 @@ fn commit_records(
     );
     let runtime_owned =
         |p: &str| own.classify(p) == Owner::Runtime && RUNTIME_DIRS.iter().any(|d| p.starts_with(&format!("{d}/")));
-    let oid = crate::git::commit_new_files(
+    // With `runtime_identity.signing_key`, the commit is signed (its key checked when
+    // the fire began; one that cannot be read now leaves the commit unsigned, which
+    // `builder audit` flags).
+    let key = sink.identity.signing_key.as_deref().and_then(|k| {
+        crate::review::runtime_commits::RuntimeKey::load(k, root)
+            .map_err(|e| tracing::warn!(error = %e, "the records commit is not signed"))
+            .ok()
+    });
+    let sign = |text: &str| key.as_ref().map_or(Err("no key".to_string()), |k| k.sign(text));
+    let opts = crate::git::CommitOptions {
+        held,
+        sign: key
+            .is_some()
+            .then_some(&sign as &dyn Fn(&str) -> Result<String, String>),
+        ..crate::git::CommitOptions::new(root)
+    };
+    let oid = crate::git::commit_new_files_with(
         sink.repo,
         files,
-        held,
         runtime_owned,
         &sink.identity.name,
         &sink.identity.email,
         &msg,
+        &opts,
     )
     .map_err(|e| WriteFailure {
         end: FireEnd::Environment,

@@ -111,11 +111,17 @@ impl Refusal {
         };
         let sink = RecordSink {
             redactor,
-            identity: self
-                .settings
-                .as_ref()
-                .map(|s| s.runtime_identity.clone())
-                .unwrap_or_default(),
+            // Settings that did not load still name the runtime (and its signing key)
+            // in HEAD's text: the refusal's commit is made, and signed, as theirs.
+            identity: match self.settings.as_ref() {
+                Some(s) => s.runtime_identity.clone(),
+                None => self
+                    .repo
+                    .head()
+                    .and_then(|h| h.peel_to_tree())
+                    .and_then(|t| crate::review::runtime_commits::runtime_identity_of(&self.repo, &t))
+                    .unwrap_or_default(),
+            },
             telemetry: config::exporter(self.settings.as_ref()),
             repo: &self.repo,
             limits: self.settings.as_ref().map(|s| s.limits).unwrap_or_default(),
@@ -188,7 +194,7 @@ fn builder_tree(repo: &git2::Repository) -> String {
     repo.head()
         .and_then(|h| h.peel_to_tree())
         .ok()
-        .and_then(|t| crate::review::builder_tree_of(&t).ok())
+        .and_then(|t| crate::review::builder_tree_of(repo, &t).ok())
         .map(|o| o.to_string())
         .unwrap_or_default()
 }
@@ -461,8 +467,39 @@ impl Preparing {
         }
     }
 
+    /// The settings of what the fire runs on: HEAD's committed blobs (the approved
+    /// bytes, issue 17 item 3), or, for a dry run (which runs nothing of the model's),
+    /// the work tree with its uncommitted edits.
+    fn load_settings(&self) -> Result<settings::Settings, crate::diag::Diagnostics> {
+        if self.dry_run {
+            return settings::load(&self.ctx.opts.root);
+        }
+        match crate::review::committed::Committed::at_head(&self.repo) {
+            Ok(committed) => settings::load_from(&committed),
+            Err(e) => Err(crate::diag::Diagnostics(vec![crate::diag::Diagnostic::new(
+                SETTINGS_FILE,
+                0,
+                "",
+                format!("cannot read HEAD's tree: {}", e.message()),
+            )])),
+        }
+    }
+
+    /// Reads the builder-owned text file `rel` the fire runs on: from HEAD's committed
+    /// tree (links resolved inside it, [`crate::review::committed`]), or for a dry run
+    /// from the work tree.
+    fn read_builder_file(&self, rel: &str) -> Result<String, String> {
+        if self.dry_run {
+            return std::fs::read_to_string(self.ctx.opts.root.join(rel)).map_err(|e| e.to_string());
+        }
+        crate::review::committed::Committed::at_head(&self.repo)
+            .map_err(|e| e.message().to_string())?
+            .read_to_string(rel)
+            .map_err(|e| e.to_string())
+    }
+
     fn phases(&mut self) -> Result<(FireConfig, LoopState), Stop> {
-        let loaded = settings::load(&self.ctx.opts.root);
+        let loaded = self.load_settings();
         self.refuse_unreviewed(loaded.as_ref().ok().map(|s| &s.runtime))?;
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
@@ -500,8 +537,10 @@ impl Preparing {
         }
         self.settings = Some(settings.clone());
         let settings = self.sync(settings)?;
+        self.check_signing_key(&settings)?;
+        self.refuse_links(&settings)?;
         self.require_approval(&settings)?;
-        let config = self.load_config(settings)?;
+        let mut config = self.load_config(settings)?;
         std::fs::create_dir_all(&config.scratch).map_err(|e| {
             Stop::bare(
                 FireEnd::Environment,
@@ -511,15 +550,28 @@ impl Preparing {
                 ),
             )
         })?;
-        let recovered = self.recover(&config)?;
+        self.materialise_tools(&mut config)?;
+        match self.conversation(&config) {
+            Ok(state) => Ok((config, state)),
+            Err(stop) => {
+                let _ = std::fs::remove_dir_all(&config.scratch);
+                Err(stop)
+            }
+        }
+    }
+
+    /// The run's first conversation once its configuration is in hand: an interrupted
+    /// run's state, a paused run's checkpoint, or a fresh one with its prefetch.
+    fn conversation(&mut self, config: &FireConfig) -> Result<LoopState, Stop> {
+        let recovered = self.recover(config)?;
         self.begin_run();
         let mut state = match recovered {
             Some(state) => state,
-            None => self.first_state(&config)?,
+            None => self.first_state(config)?,
         };
         state.cards.append(&mut self.recovery_cards);
         state.cards.append(&mut self.pending_cards);
-        Ok((config, state))
+        Ok(state)
     }
 
     /// Settles the task's interrupted runs ([`recover`]): the state of the one this
@@ -623,7 +675,8 @@ impl Preparing {
         match crate::sync::before_fire(&self.repo, &sync, &rule, Some(&root)) {
             Ok(crate::sync::Before::Moved { to, .. }) => {
                 self.inputs.commit = Some(to.to_string());
-                let moved = settings::load(&root)
+                let moved = self
+                    .load_settings()
                     .map_err(|d| {
                         let text = d.to_string();
                         Stop::carded(
@@ -814,20 +867,19 @@ impl Preparing {
                 return Ok(());
             }
         }
-        self.refuse_links_leaving()?;
-        let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?;
-        let rule = crate::review::trust::Trust::rule_in_force(&self.repo, head.id(), approval_rule(settings)?, root)
+        let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?.id();
+        let rule = crate::review::trust::Trust::rule_in_force(&self.repo, head, approval_rule(settings)?, root)
             .map_err(env)?;
         // The walk to the last approved tree is remembered in `.runtime/`, so
         // records-only commits since then are read once, not on every fire.
         let judged = crate::review::trust::Trust::new(&self.repo, rule.clone())
             .map_err(env)?
             .remembering(root)
-            .commit(head.id())
+            .commit(head)
             .map_err(env)?;
         if let Some(a) = &judged.approval {
             self.inputs.approval = Some(a.as_ref());
-            return Ok(());
+            return self.refuse_rollback(&judged);
         }
         if let Some(d) = &judged.unreadable {
             return Err(unreadable_signers(d));
@@ -871,32 +923,129 @@ impl Preparing {
         .with_hint("have the change approved by someone else (`builder review <name>`, then `builder approve <name>`), and fetch refs/builder/* where the runtime fires"))
     }
 
-    /// Two keys, continued: an approval names a link, not what it reaches, so a HEAD
-    /// whose builder-owned directories hold a symlink out of them (or a submodule) is
-    /// not covered ([`crate::review::links_leaving`]).
-    fn refuse_links_leaving(&mut self) -> Result<(), Stop> {
-        let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading HEAD's tree: {e}"));
-        let tree = self.repo.head().and_then(|h| h.peel_to_tree()).map_err(env)?;
-        let leaving = crate::review::links_leaving(&self.repo, &tree).map_err(env)?;
-        if leaving.is_empty() || (self.ctx.opts.eval && self.ctx.opts.no_commit) {
+    /// Approvals only move forward (issue 17 item 4, [`crate::review::forward`]): the
+    /// approved tree HEAD holds must not be older than the newest this box ran, unless
+    /// a newer approval names it again. A rollback refuses the fire with one
+    /// `unreviewed_changes` card (repeats are counted, as for any refusal of the same
+    /// tree); otherwise the box remembers the approval it runs under.
+    fn refuse_rollback(&mut self, judged: &crate::review::trust::Judged) -> Result<(), Stop> {
+        if self.dry_run || (self.ctx.opts.eval && self.ctx.opts.no_commit) {
             return Ok(());
         }
-        let summary = format!("HEAD's builder-owned paths link outside them: {}", leaving.join(", "));
+        let root = &self.ctx.opts.root;
+        let ran = crate::review::forward::read(&self.repo, root);
+        if let Some(back) = crate::review::forward::check(&self.repo, judged.tree, &judged.counting, ran.as_ref()) {
+            return Err(Stop::carded(
+                FireEnd::Failed,
+                CardKind::UnreviewedChanges,
+                back.summary(),
+                back.detail(),
+            ));
+        }
+        if let Err(e) = crate::review::forward::remember(&self.repo, root, &judged.counting) {
+            tracing::warn!(error = %e, "the approval this fire runs under was not remembered");
+        }
+        Ok(())
+    }
+
+    /// With `runtime_identity.signing_key`, the fire's records commit is signed: a key
+    /// that cannot be used refuses the fire before anything runs (`invalid_config`),
+    /// rather than leaving commits unsigned that `builder audit` would flag as forged.
+    fn check_signing_key(&self, settings: &RuntimeSettings) -> Result<(), Stop> {
+        let Some(key) = settings.runtime_identity.signing_key.as_deref() else {
+            return Ok(());
+        };
+        if self.dry_run {
+            return Ok(());
+        }
+        match crate::review::runtime_commits::RuntimeKey::load(key, &self.ctx.opts.root) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(Stop::carded(
+                FireEnd::InvalidInput,
+                CardKind::InvalidConfig,
+                "the runtime's signing key cannot be used".into(),
+                format!("{SETTINGS_FILE}: {e}"),
+            )),
+        }
+    }
+
+    /// A builder-owned link that the kernel would resolve outside the builder-owned
+    /// paths, into what tools write, into `/proc` or `/dev` or out of the repository
+    /// (or a submodule) refuses every fire ([`crate::review::links`]): nothing is loaded
+    /// through it, and an approval covers the link, not what it reaches. Under
+    /// `require_reviewed` that is an unreviewed change (exit 1), otherwise a
+    /// configuration error (exit 2).
+    fn refuse_links(&mut self, settings: &RuntimeSettings) -> Result<(), Stop> {
+        let env = |e: String| Stop::bare(FireEnd::Environment, format!("reading HEAD's tree: {e}"));
+        let refused = if self.dry_run {
+            let owned = crate::review::owned::OwnedPaths::of_settings(settings);
+            crate::review::links::refused_links(&crate::review::links::WorkView::new(&self.ctx.opts.root), &owned)
+        } else {
+            let committed =
+                crate::review::committed::Committed::at_head(&self.repo).map_err(|e| env(e.message().to_string()))?;
+            committed.refused_links()
+        }
+        .map_err(|e| env(e.to_string()))?;
+        if refused.is_empty() || (self.ctx.opts.eval && self.ctx.opts.no_commit) {
+            return Ok(());
+        }
+        let paths: Vec<String> = refused.iter().map(|l| format!("{} -> {}", l.path, l.target)).collect();
+        let summary = format!("HEAD's builder-owned paths link outside them: {}", paths.join(", "));
         if self.dry_run {
             self.notes.push(format!("a fire would refuse: {summary}"));
             return Ok(());
         }
-        let builder_tree = crate::review::builder_tree_of(&tree).map_err(env)?;
-        Err(Stop::carded(
-            FireEnd::Failed,
-            CardKind::UnreviewedChanges,
+        let (end, kind) = if settings.require_reviewed {
+            (FireEnd::Failed, CardKind::UnreviewedChanges)
+        } else {
+            (FireEnd::InvalidInput, CardKind::InvalidConfig)
+        };
+        let mut stop = Stop::carded(
+            end,
+            kind,
             summary,
             format!(
-                "require_reviewed is on and builder tree {builder_tree} holds links whose targets lie outside the builder-owned directories; an approval covers the link, not what it reaches, so whoever changes the target changes what runs: put the content itself under prompts/, scope/, settings/, tools/ or evals/ (through review){}",
-                leaving.iter().map(|l| format!("\n- {l}")).collect::<String>()
+                "links among the builder-owned paths are resolved as the kernel would, and these leave them (or reach what tools write, /proc, /dev or outside the repository): nothing is loaded through them, and an approval covers a link, not what it reaches, so whoever changes the target changes what runs; put the content itself under prompts/, scope/, settings/, tools/, evals/ or builder_paths (through review){}",
+                crate::review::links::listed(&refused)
             ),
         )
-        .with_hint("put the content itself in place of the link, through review"))
+        .with_hint("put the content itself in place of the link, through review");
+        if let Some(card) = &mut stop.card {
+            card.evidence = paths;
+        }
+        Err(stop)
+    }
+
+    /// The scripts a task runs (prefetch and acceptance `run:`) execute from the
+    /// committed `tools/`, written out under the hand-over directory (once per tree),
+    /// which tool processes see read-only ([`crate::review::committed`]); a dry run runs
+    /// the work tree's.
+    fn materialise_tools(&mut self, config: &mut FireConfig) -> Result<(), Stop> {
+        let front = &config.prompt.front;
+        let runs_scripts = !front.prefetch.is_empty() || front.acceptance.iter().any(|a| a.run.is_some());
+        if self.dry_run || !runs_scripts {
+            return Ok(());
+        }
+        let root = &self.ctx.opts.root;
+        let handoff = std::path::PathBuf::from(crate::layout::STATE_DIR).join(crate::layout::HANDOFF_DIR);
+        let failed = |e: String| {
+            Stop::carded(
+                FireEnd::Environment,
+                CardKind::PrefetchFailed,
+                "the committed tools/ could not be written out for this run".into(),
+                e,
+            )
+        };
+        std::fs::create_dir_all(root.join(&handoff)).map_err(|e| failed(e.to_string()))?;
+        let committed =
+            crate::review::committed::Committed::at_head(&self.repo).map_err(|e| failed(e.message().to_string()))?;
+        let copy = committed
+            .tools_copy(&root.join(&handoff))
+            .map_err(|e| failed(e.to_string()))?;
+        // No committed tools/: the scripts do not exist (never the work tree's, which
+        // an ignore rule could hide from the dirty check).
+        config.tools_dir = Some(handoff.join(copy.unwrap_or_else(|| "no-tools".into())));
+        Ok(())
     }
 
     /// Prompt, scope and policy on top of the settings, resolved into one config; the
@@ -906,7 +1055,9 @@ impl Preparing {
         let invalid = |summary: String, detail: String| {
             Stop::carded(FireEnd::InvalidInput, CardKind::InvalidConfig, summary, detail)
         };
-        let prompt = prompt::load(&root, &self.ctx.opts.task, &settings).map_err(|d| {
+        let rel = prompt::prompt_path(&self.ctx.opts.task);
+        let text = self.read_builder_file(&rel.to_string_lossy());
+        let prompt = prompt::load_text(&self.ctx.opts.task, text, &settings).map_err(|d| {
             let text = crate::diag::Diagnostics(d).to_string();
             invalid(format!("invalid prompt: {}", first_line(&text)), text)
         })?;
@@ -924,7 +1075,7 @@ impl Preparing {
             )
             .with_hint(format!("set `{var}` in the environment the fire runs in (for cron: in the crontab line or the script it calls)")));
         }
-        let scope = std::fs::read_to_string(root.join(SCOPE_FILE)).unwrap_or_default();
+        let scope = self.read_builder_file(SCOPE_FILE).unwrap_or_default();
         if scope.trim().is_empty() {
             return Err(invalid(
                 "scope/SCOPE.md is missing or empty".into(),

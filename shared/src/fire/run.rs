@@ -320,7 +320,11 @@ impl FireRun {
             masked: Vec::new(),
             call_id: format!("acceptance-{name}"),
             args: ToolArgs::RunCommand {
-                command: format!("{} {}", shell_quote(script), shell_quote(&path.to_string_lossy())),
+                command: format!(
+                    "{} {}",
+                    shell_quote(&self.config.script_path(script)),
+                    shell_quote(&path.to_string_lossy())
+                ),
                 timeout_s: None,
             },
             timeout_ms: self.config.limits.prefetch_timeout_s * 1000,

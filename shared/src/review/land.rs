@@ -173,7 +173,7 @@ fn merge_onto(
 ) -> Result<MergeCommit, ReviewError> {
     let prop_commit = repo.find_commit(prop)?;
     let tip_commit = repo.find_commit(tip)?;
-    let tree = builder_tree_of(&prop_commit.tree()?)?;
+    let tree = builder_tree_of(repo, &prop_commit.tree()?)?;
     let base = match repo.merge_base(tip, prop) {
         Ok(b) => b,
         Err(e) if e.code() == git2::ErrorCode::NotFound => tip,
@@ -205,7 +205,7 @@ fn merge_onto(
         )));
     }
     let merged_tree = repo.find_tree(index.write_tree_to(repo)?)?;
-    let merged_builder = builder_tree_of(&merged_tree)?;
+    let merged_builder = builder_tree_of(repo, &merged_tree)?;
     if merged_builder != tree {
         return Err(ReviewError::Refused(format!(
             "landing would produce builder tree {merged_builder}, not the approved {tree}: the remote's branch changed builder-owned paths since the proposal was made ({}); update the proposal on it and have it approved again",

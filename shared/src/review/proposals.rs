@@ -433,7 +433,7 @@ pub fn list_with(repo: &Repository, rule: &ApprovalRule, remote: Option<&str>) -
             continue;
         };
         let head = repo.find_commit(head_id)?;
-        let tree = builder_tree_of(&head.tree()?)?;
+        let tree = builder_tree_of(repo, &head.tree()?)?;
         let state = state_of(repo, &mut trust, &name, head.id())?;
         let commits = proposal_commits(repo, head.id())?;
         let commits = if commits.is_empty() {
@@ -515,7 +515,12 @@ pub fn approve(
             "signed approvals are required (settings review.require_signed) and no signing key is configured: set git's `gpg.format ssh` and `user.signingkey`, or pass --key <private key>".into(),
         ));
     }
-    let tree = builder_tree_of(&repo.find_commit(head)?.tree()?)?;
+    let head_tree = repo.find_commit(head)?.tree()?;
+    // A link the kernel would follow out of the builder-owned paths is never approved
+    // (checked at the head being approved, the remote's when only it has the branch).
+    let refused = super::links::refused_in_tree(repo, &head_tree).map_err(|e| ReviewError::Refused(e.to_string()))?;
+    super::links::refusal("approve", &format!("{PROPOSAL_PREFIX}{name}'s"), &refused)?;
+    let tree = builder_tree_of(repo, &head_tree)?;
     let mut trust = Trust::new(repo, rule.clone())?;
     let base = base_of(repo, head)?;
     let mine = trust
@@ -600,7 +605,7 @@ pub fn merge(
         )));
     }
     let prop_commit = repo.find_commit(prop)?;
-    let tree = builder_tree_of(&prop_commit.tree()?)?;
+    let tree = builder_tree_of(repo, &prop_commit.tree()?)?;
     let mut trust = Trust::new(repo, rule.clone())?;
     let judged = trust.proposal(base_of(repo, prop)?, prop)?;
     let Some(approval) = judged.approval.clone() else {
@@ -627,7 +632,7 @@ pub fn merge(
         )));
     }
     let merged_tree = repo.find_tree(index.write_tree_to(repo)?)?;
-    let merged_builder = builder_tree_of(&merged_tree)?;
+    let merged_builder = builder_tree_of(repo, &merged_tree)?;
     if merged_builder != tree {
         return Err(ReviewError::Refused(format!(
             "the merge would produce builder tree {merged_builder}, not the approved {tree}: builder-owned paths changed on {} since the proposal was made; update the proposal and have it approved again",
