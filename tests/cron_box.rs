@@ -123,11 +123,20 @@ fn approved_changes_reach_the_cron_box_and_unapproved_ones_wait_with_one_card() 
             .unwrap();
     assert_eq!(receipt["inputs"]["commit"], before.as_str(), "it fired on what it had");
     let tip = rev(&env, &origin, "refs/heads/main");
-    assert!(is_ancestor(&env, &origin, &unapproved, &tip), "nothing of theirs rewritten");
-    assert!(is_ancestor(&env, &origin, &rev(&env, &cron, "HEAD"), &tip), "the box's records are there");
+    assert!(
+        is_ancestor(&env, &origin, &unapproved, &tip),
+        "nothing of theirs rewritten"
+    );
+    assert!(
+        is_ancestor(&env, &origin, &rev(&env, &cron, "HEAD"), &tip),
+        "the box's records are there"
+    );
     let (code, again) = fire_in(&env, &cron, "digest");
     assert_eq!(code, 5, "every fire on an old tree says so: {again}");
-    assert!(again["cards"].as_array().unwrap().is_empty(), "one card per unapproved tree, not per fire: {again}");
+    assert!(
+        again["cards"].as_array().unwrap().is_empty(),
+        "one card per unapproved tree, not per fire: {again}"
+    );
     assert!(again["message"].as_str().unwrap().contains("no approval"), "{again}");
 
     // Approved after the fact (Rev approves that exact tree): the next fire joins the
@@ -432,9 +441,15 @@ fn pushes_to_main_during_a_fire_never_keep_its_receipts_off_the_origin() {
     });
     assert_eq!(fired.code, 0, "{fired}");
     let tip = team.origin_tip();
-    assert!(team.is_ancestor(&team.origin, &notes, &tip), "the engineer's commit is kept");
+    assert!(
+        team.is_ancestor(&team.origin, &notes, &tip),
+        "the engineer's commit is kept"
+    );
     let receipt = fired.summary["receipt"].as_str().unwrap();
-    assert!(team.origin_files().iter().any(|f| f == receipt), "the receipt is on the origin in that fire");
+    assert!(
+        team.origin_files().iter().any(|f| f == receipt),
+        "the receipt is on the origin in that fire"
+    );
     // The box stays where it fired (its sandbox writes records only) and is behind
     // the origin, never diverged from it: the next fire catches up first.
     let box_head = team.rev(&team.cron, "HEAD");
@@ -442,7 +457,10 @@ fn pushes_to_main_during_a_fire_never_keep_its_receipts_off_the_origin() {
     let next = team.fire();
     assert_eq!(next.code, 0, "{next}");
     assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
-    assert_eq!(std::fs::read_to_string(team.cron.join("notes/plan.md")).unwrap(), "the plan\n");
+    assert_eq!(
+        std::fs::read_to_string(team.cron.join("notes/plan.md")).unwrap(),
+        "the plan\n"
+    );
 
     // An approved prompt change landed during a fire: the same, and the next fire
     // runs it.
@@ -450,12 +468,18 @@ fn pushes_to_main_during_a_fire_never_keep_its_receipts_off_the_origin() {
     let fired = fire_with_a_push_meanwhile(&team, "", || {
         landed = team.land(
             "weather",
-            &[("prompts/digest.md", &format!("{}\nMention the weather.\n", team.env.read("prompts/digest.md")))],
+            &[(
+                "prompts/digest.md",
+                &format!("{}\nMention the weather.\n", team.env.read("prompts/digest.md")),
+            )],
         );
     });
     assert_eq!(fired.code, 0, "{fired}");
     let receipt = fired.summary["receipt"].as_str().unwrap().to_string();
-    assert!(team.origin_files().contains(&receipt), "the receipt is on the origin in that fire");
+    assert!(
+        team.origin_files().contains(&receipt),
+        "the receipt is on the origin in that fire"
+    );
     assert!(team.is_ancestor(&team.origin, &landed, &team.origin_tip()));
     let next = team.fire();
     assert_eq!(next.code, 0, "{next}");
@@ -473,13 +497,20 @@ fn an_unapproved_tip_makes_every_fire_exit_5_with_one_card_a_clone_sees_after_a_
     assert_eq!(team.fire().code, 0);
     let (code, out) = team.check(&[]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("two keys: require_reviewed on; HEAD's builder tree"), "{out}");
+    assert!(
+        out.contains("two keys: require_reviewed on; HEAD's builder tree"),
+        "{out}"
+    );
     assert!(out.contains("approved by Rev <rev@example.com>"), "{out}");
     assert!(out.contains("unsigned; signatures not required"), "{out}");
     assert!(out.contains("sync: origin/main: reachable;"), "{out}");
     assert!(out.contains("up to date"), "{out}");
 
-    let unapproved = team.push_files(&[("prompts/digest.md", "---\n---\nNobody approved this.\n")], "unreviewed", true);
+    let unapproved = team.push_files(
+        &[("prompts/digest.md", "---\n---\nNobody approved this.\n")],
+        "unreviewed",
+        true,
+    );
     let (code, out) = team.check(&[]);
     assert_eq!(code, 1, "check says what the fire would do: {out}");
     assert!(out.contains("STUCK: its builder tree"), "{out}");
@@ -490,9 +521,19 @@ fn an_unapproved_tip_makes_every_fire_exit_5_with_one_card_a_clone_sees_after_a_
         let fired = team.fire();
         assert_eq!(fired.code, 5, "fire {n}: {fired}");
         let kinds = team.card_kinds(&fired);
-        assert_eq!(kinds, if n == 0 { vec!["unreviewed_changes"] } else { vec![] }, "fire {n}: {fired}");
-        assert!(fired.summary["message"].as_str().unwrap().contains("no approval"), "{fired}");
-        assert!(fired.summary["hint"].as_str().unwrap().contains("builder approve"), "{fired}");
+        assert_eq!(
+            kinds,
+            if n == 0 { vec!["unreviewed_changes"] } else { vec![] },
+            "fire {n}: {fired}"
+        );
+        assert!(
+            fired.summary["message"].as_str().unwrap().contains("no approval"),
+            "{fired}"
+        );
+        assert!(
+            fired.summary["hint"].as_str().unwrap().contains("builder approve"),
+            "{fired}"
+        );
         assert!(!std::fs::read_to_string(team.cron.join("prompts/digest.md"))
             .unwrap()
             .contains("Nobody"));
@@ -518,7 +559,10 @@ fn an_unapproved_tip_makes_every_fire_exit_5_with_one_card_a_clone_sees_after_a_
     assert_eq!(stuck.len(), 1, "{cards:?}");
     assert_eq!(stuck[0]["count"], 1, "one card for the cause: {cards:?}");
     team.pull();
-    assert!(team.cards_listed(team.laptop()).iter().any(|c| c["kind"] == "unreviewed_changes"));
+    assert!(team
+        .cards_listed(team.laptop())
+        .iter()
+        .any(|c| c["kind"] == "unreviewed_changes"));
 
     // Reverted on the origin: the box moves on, and says nothing more.
     team.git(team.laptop(), &["revert", "--no-edit", &unapproved]);
@@ -544,15 +588,27 @@ fn a_key_variable_missing_on_the_box_makes_every_fire_exit_non_zero_with_one_car
     let before = team.rev(&team.cron, "HEAD");
     let (code, out) = team.check(&[]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains(&format!("STUCK: its settings name the key variable `{var}`")), "{out}");
+    assert!(
+        out.contains(&format!("STUCK: its settings name the key variable `{var}`")),
+        "{out}"
+    );
     for n in 0..2 {
         let fired = team.fire();
         assert_eq!(fired.code, 5, "fire {n}: {fired}");
         assert_eq!(team.card_kinds(&fired).len(), usize::from(n == 0), "fire {n}: {fired}");
         assert!(fired.summary["message"].as_str().unwrap().contains(var), "{fired}");
-        assert!(fired.summary["hint"].as_str().unwrap().contains(&format!("set `{var}`")), "{fired}");
+        assert!(
+            fired.summary["hint"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("set `{var}`")),
+            "{fired}"
+        );
     }
-    assert!(team.is_ancestor(&team.cron, &before, "HEAD"), "the box stayed on its tree");
+    assert!(
+        team.is_ancestor(&team.cron, &before, "HEAD"),
+        "the box stayed on its tree"
+    );
     assert!(!team.is_ancestor(&team.cron, &landed, "HEAD"));
     let clone = team.clone_as("ops", false);
     let cards = team.cards_listed(&clone);
@@ -612,7 +668,10 @@ fn a_force_pushed_origin_gets_the_boxs_records_replayed_and_a_card_that_says_so(
     team.env.write("notes/b.md", "b\n");
     team.git(team.laptop(), &["add", "notes/b.md"]);
     team.git(team.laptop(), &["commit", "-qm", "rewritten"]);
-    team.git(team.laptop(), &["push", "-q", "--force", "--no-verify", "origin", "main"]);
+    team.git(
+        team.laptop(),
+        &["push", "-q", "--force", "--no-verify", "origin", "main"],
+    );
     let rewritten = team.origin_tip();
 
     let (code, out) = team.check(&[]);
@@ -633,7 +692,10 @@ fn a_force_pushed_origin_gets_the_boxs_records_replayed_and_a_card_that_says_so(
         assert!(team.origin_files().contains(r), "{r} lost");
     }
     assert!(team.is_ancestor(&team.origin, &rewritten, &team.origin_tip()));
-    assert!(!team.origin_files().contains(&"notes/a.md".to_string()), "the dropped commit stays dropped");
+    assert!(
+        !team.origin_files().contains(&"notes/a.md".to_string()),
+        "the dropped commit stays dropped"
+    );
     assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
     // A clone sees the card.
     let clone = team.clone_as("ops", false);
@@ -733,18 +795,32 @@ fn a_no_commit_fire_never_syncs() {
     assert_eq!(team.fire().code, 0);
     team.land(
         "weather",
-        &[("prompts/digest.md", &format!("{}\nMention the weather.\n", team.env.read("prompts/digest.md")))],
+        &[(
+            "prompts/digest.md",
+            &format!("{}\nMention the weather.\n", team.env.read("prompts/digest.md")),
+        )],
     );
     let fetched = "refs/runtime-sync/fetched/origin/main";
-    let before = (team.rev(&team.cron, "HEAD"), team.origin_tip(), team.rev(&team.cron, fetched));
+    let before = (
+        team.rev(&team.cron, "HEAD"),
+        team.origin_tip(),
+        team.rev(&team.cron, fetched),
+    );
     let out = team
         .env
-        .command("runtime", &["fire", "digest", "--no-commit", "-C", team.cron.to_str().unwrap()])
+        .command(
+            "runtime",
+            &["fire", "digest", "--no-commit", "-C", team.cron.to_str().unwrap()],
+        )
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
-        (team.rev(&team.cron, "HEAD"), team.origin_tip(), team.rev(&team.cron, fetched)),
+        (
+            team.rev(&team.cron, "HEAD"),
+            team.origin_tip(),
+            team.rev(&team.cron, fetched)
+        ),
         before,
         "nothing fetched, nothing moved, nothing pushed"
     );

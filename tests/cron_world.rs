@@ -98,7 +98,9 @@ impl Team {
     }
 
     pub fn is_ancestor(&self, dir: &Path, a: &str, b: &str) -> bool {
-        self.try_git(dir, &["merge-base", "--is-ancestor", a, b]).status.success()
+        self.try_git(dir, &["merge-base", "--is-ancestor", a, b])
+            .status
+            .success()
     }
 
     /// `runtime fire digest --json` on the cron box.
@@ -108,9 +110,10 @@ impl Team {
 
     /// A fire with variables set (`set`) and removed (`unset`) on the child only.
     pub fn fire_with(&self, set: &[(&str, &str)], unset: &[&str]) -> Fired {
-        let mut c = self
-            .env
-            .command("runtime", &["fire", "digest", "--json", "-C", self.cron.to_str().unwrap()]);
+        let mut c = self.env.command(
+            "runtime",
+            &["fire", "digest", "--json", "-C", self.cron.to_str().unwrap()],
+        );
         for (k, v) in set {
             c.env(k, v);
         }
@@ -122,7 +125,9 @@ impl Team {
 
     /// `runtime check` on the cron box: (exit code, stdout).
     pub fn check(&self, set: &[(&str, &str)]) -> (i32, String) {
-        let mut c = self.env.command("runtime", &["check", "-C", self.cron.to_str().unwrap()]);
+        let mut c = self
+            .env
+            .command("runtime", &["check", "-C", self.cron.to_str().unwrap()]);
         for (k, v) in set {
             c.env(k, v);
         }
@@ -168,7 +173,10 @@ impl Team {
         builder_ok(&self.env, self.laptop(), Some(REVIEWER), &["approve", name]);
         builder_ok(&self.env, self.laptop(), None, &["merge", name]);
         self.git(self.laptop(), &["push", "-q", "origin", "main"]);
-        self.git(self.laptop(), &["push", "-q", "origin", "refs/builder/*:refs/builder/*"]);
+        self.git(
+            self.laptop(),
+            &["push", "-q", "origin", "refs/builder/*:refs/builder/*"],
+        );
         self.rev(self.laptop(), "HEAD")
     }
 
@@ -229,7 +237,10 @@ impl Team {
             assert!(
                 self.is_ancestor(&self.origin, &commit, &tip),
                 "receipt {path} names {commit}, not in the origin's history:\norigin:\n{}\nbox:\n{}",
-                self.git(&self.origin, &["log", "--graph", "--format=%h %an %s", "refs/heads/main"]),
+                self.git(
+                    &self.origin,
+                    &["log", "--graph", "--format=%h %an %s", "refs/heads/main"]
+                ),
                 self.git(&self.cron, &["log", "--graph", "--all", "--format=%h %an %s %d"])
             );
         }
@@ -292,7 +303,12 @@ impl Team {
         assert!(left.is_empty(), "locks left: {left:?}");
         for dir in [&self.origin, &self.cron] {
             let out = self.try_git(dir, &["fsck", "--no-progress"]);
-            assert!(out.status.success(), "fsck in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "fsck in {}: {}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
 }

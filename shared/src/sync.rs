@@ -193,12 +193,22 @@ impl Ctx<'_> {
 
     /// Where the fetch puts the remote's tip (the runtime's own ref).
     fn fetched_ref(&self) -> String {
-        format!("{}fetched/{}/{}", locks::PRIVATE_REFS, self.sync.remote, self.sync.branch)
+        format!(
+            "{}fetched/{}/{}",
+            locks::PRIVATE_REFS,
+            self.sync.remote,
+            self.sync.branch
+        )
     }
 
     /// The remote tip the box last joined: what a rewrite is detected against.
     fn joined_ref(&self) -> String {
-        format!("{}joined/{}/{}", locks::PRIVATE_REFS, self.sync.remote, self.sync.branch)
+        format!(
+            "{}joined/{}/{}",
+            locks::PRIVATE_REFS,
+            self.sync.remote,
+            self.sync.branch
+        )
     }
 
     /// Where the fetch stages the remote's approvals (a prefix).
@@ -317,10 +327,22 @@ impl Ctx<'_> {
                     }
                 },
             };
-            let set = locks::set_ref(self.repo, intent, &name, to, Expect::Is(ours), Point::Other, "runtime sync: approvals")
-                .map_err(&git)?;
+            let set = locks::set_ref(
+                self.repo,
+                intent,
+                &name,
+                to,
+                Expect::Is(ours),
+                Point::Other,
+                "runtime sync: approvals",
+            )
+            .map_err(&git)?;
             if set != SetRef::Set {
-                tracing::warn!(name, ?set, "an approvals ref was not updated; the next fire tries again");
+                tracing::warn!(
+                    name,
+                    ?set,
+                    "an approvals ref was not updated; the next fire tries again"
+                );
             }
         }
         Ok(())
@@ -345,7 +367,12 @@ impl Ctx<'_> {
 
     /// Under the sync lock: fetch, then what the box would do ([`Look`]), moving
     /// nothing.
-    fn look(&self, rule: &ApprovalRule, memo: Option<&std::path::Path>, intent: &mut Intent) -> Result<Look, SyncError> {
+    fn look(
+        &self,
+        rule: &ApprovalRule,
+        memo: Option<&std::path::Path>,
+        intent: &mut Intent,
+    ) -> Result<Look, SyncError> {
         let local = self.local_tip()?;
         let remote = self.fetch(true)?;
         self.apply_approvals(intent, &rule.runtime_email)?;
@@ -480,7 +507,10 @@ impl Ctx<'_> {
                 ),
             )),
             SetRef::Locked(lock) => Err(self
-                .err("checkout", format!("{} is locked by another git process", lock.display()))
+                .err(
+                    "checkout",
+                    format!("{} is locked by another git process", lock.display()),
+                )
                 .hint(format!("once no git runs on the box, `rm {}`", lock.display()))),
         }
     }
@@ -501,7 +531,11 @@ fn recover_locked(repo: &Repository, held: &locks::SyncLock, intents: &std::path
                 moving.branch, moving.from, moving.to
             )
         })?;
-        tracing::warn!(branch = moving.branch, to = moving.to, "finished a move of the branch a killed sync step left");
+        tracing::warn!(
+            branch = moving.branch,
+            to = moving.to,
+            "finished a move of the branch a killed sync step left"
+        );
         let _ = std::fs::remove_file(dead);
     }
     Ok(())
@@ -516,7 +550,10 @@ fn finish_move(repo: &Repository, intent: &mut Intent, m: &locks::Moving) -> Res
     let (from, to) = (Oid::from_str(&m.from)?, Oid::from_str(&m.to)?);
     let now = repo.refname_to_id(&m.branch).ok();
     if now != Some(from) && now != Some(to) {
-        tracing::warn!(branch = m.branch, "a half-done move of a branch that moved since is left alone");
+        tracing::warn!(
+            branch = m.branch,
+            "a half-done move of a branch that moved since is left alone"
+        );
         return Ok(());
     }
     let io = |e: std::io::Error| git2::Error::from_str(&e.to_string());
@@ -551,7 +588,15 @@ fn finish_move(repo: &Repository, intent: &mut Intent, m: &locks::Moving) -> Res
     index.write()?;
     intent.released(&index_lock);
     if now == Some(from) {
-        let set = locks::set_ref(repo, intent, &m.branch, to, Expect::Is(Some(from)), Point::Branch, "runtime sync: a move finished")?;
+        let set = locks::set_ref(
+            repo,
+            intent,
+            &m.branch,
+            to,
+            Expect::Is(Some(from)),
+            Point::Branch,
+            "runtime sync: a move finished",
+        )?;
         if set != SetRef::Set {
             return Err(git2::Error::from_str(&format!("{}: {set:?}", m.branch)));
         }
@@ -813,13 +858,22 @@ pub fn push_after(repo: &Repository, sync: &SyncSettings, runtime_email: &str) -
             }
             Candidate::Merged(head) => {
                 cx.joined_now(&mut intent, head);
-                Pushed::Joined { attempts: attempt, head }
+                Pushed::Joined {
+                    attempts: attempt,
+                    head,
+                }
             }
             Candidate::Direct(head) | Candidate::Rebuilt(head) => {
                 cx.joined_now(&mut intent, head);
-                Pushed::Pushed { attempts: attempt, head }
+                Pushed::Pushed {
+                    attempts: attempt,
+                    head,
+                }
             }
-            Candidate::Nothing => Pushed::Pushed { attempts: attempt, head: local },
+            Candidate::Nothing => Pushed::Pushed {
+                attempts: attempt,
+                head: local,
+            },
         });
     }
     Err(cx.err(
@@ -1100,14 +1154,24 @@ mod tests {
             vec![theirs, ours],
             "a merge: nothing of theirs rewritten, our commit kept as it is"
         );
-        assert_eq!(cron.head().unwrap().target(), Some(ours), "the box did not check out their change");
-        assert_eq!(std::fs::read_to_string(cron.workdir().unwrap().join("prompts/t.md")).unwrap(), "hi\n");
+        assert_eq!(
+            cron.head().unwrap().target(),
+            Some(ours),
+            "the box did not check out their change"
+        );
+        assert_eq!(
+            std::fs::read_to_string(cron.workdir().unwrap().join("prompts/t.md")).unwrap(),
+            "hi\n"
+        );
         // Work of someone else on the cron box's branch is never pushed for them.
         commit(&cron, &[("notes.md", "mine")], "eng");
         let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
         assert_eq!(e.step, "join");
         assert!(e.to_string().contains("not a runtime records commit"), "{e}");
-        assert!(e.hint.as_deref().is_some_and(|h| h.contains("git rebase --onto")), "{e:?}");
+        assert!(
+            e.hint.as_deref().is_some_and(|h| h.contains("git rebase --onto")),
+            "{e:?}"
+        );
         assert_eq!(origin.refname_to_id("refs/heads/main").unwrap(), head, "nothing pushed");
     }
 
@@ -1121,12 +1185,17 @@ mod tests {
         push_after(&cron, &sync(), "runtime@localhost").unwrap();
         commit(&other, &[("notes/a.md", "a")], "eng");
         let mut r = other.find_remote("origin").unwrap();
-        r.fetch(&["refs/heads/main:refs/remotes/origin/main"], None, None).unwrap();
+        r.fetch(&["refs/heads/main:refs/remotes/origin/main"], None, None)
+            .unwrap();
         let tip = other.refname_to_id("refs/remotes/origin/main").unwrap();
         let merged = {
             let a = other.find_commit(tip).unwrap();
             let b = other.head().unwrap().peel_to_commit().unwrap();
-            let idx = other.merge_commits(&b, &a, None).unwrap().write_tree_to(&other).unwrap();
+            let idx = other
+                .merge_commits(&b, &a, None)
+                .unwrap()
+                .write_tree_to(&other)
+                .unwrap();
             let sig = Signature::now("eng", "eng@localhost").unwrap();
             let t = other.find_tree(idx).unwrap();
             other.commit(Some("HEAD"), &sig, &sig, "merge", &t, &[&b, &a]).unwrap()
@@ -1139,7 +1208,9 @@ mod tests {
         commit(&cron, &[("runs/t/3.json", "{}")], "runtime");
         let old_branch = cron.head().unwrap().target().unwrap();
         // Someone force-pushes a history without the engineer's commit or the records.
-        let seed = origin.find_commit(origin.refname_to_id("refs/heads/main").unwrap()).unwrap();
+        let seed = origin
+            .find_commit(origin.refname_to_id("refs/heads/main").unwrap())
+            .unwrap();
         let base = {
             let mut c = seed;
             while c.parent_count() > 0 {
@@ -1150,7 +1221,14 @@ mod tests {
         let sig = Signature::now("eng", "eng@localhost").unwrap();
         let base_tree = origin.find_commit(base).unwrap().tree().unwrap();
         let rewritten = origin
-            .commit(None, &sig, &sig, "rewritten", &base_tree, &[&origin.find_commit(base).unwrap()])
+            .commit(
+                None,
+                &sig,
+                &sig,
+                "rewritten",
+                &base_tree,
+                &[&origin.find_commit(base).unwrap()],
+            )
             .unwrap();
         origin.reference("refs/heads/main", rewritten, true, "force").unwrap();
         let look = before_fire(&cron, &sync(), &rule, None).unwrap();
@@ -1164,7 +1242,13 @@ mod tests {
             vec![rewritten],
             "replayed onto the new tip; the dropped history is not brought back"
         );
-        assert!(cron.find_commit(moved).unwrap().tree().unwrap().get_path(Path::new("notes/a.md")).is_err());
+        assert!(cron
+            .find_commit(moved)
+            .unwrap()
+            .tree()
+            .unwrap()
+            .get_path(Path::new("notes/a.md"))
+            .is_err());
         assert_eq!(cron.refname_to_id(look.kept.as_deref().unwrap()).unwrap(), old_branch);
         // The next push sends the replay; every record is on the origin.
         let Pushed::Pushed { head, .. } = push_after(&cron, &sync(), "runtime@localhost").unwrap() else {
@@ -1195,16 +1279,23 @@ mod tests {
         push_all(&other);
         // A ref of the new layout too (one ref per approval), and one the box keeps
         // after the origin deletes it.
-        origin.reference("refs/builder/approved/one", first, false, "t").unwrap();
+        origin
+            .reference("refs/builder/approved/one", first, false, "t")
+            .unwrap();
         before_fire(&cron, &sync(), &rule, None).unwrap();
         assert_eq!(cron.refname_to_id("refs/builder/approvals").unwrap(), first);
         assert_eq!(cron.refname_to_id("refs/builder/approved/one").unwrap(), first);
-        origin.find_reference("refs/builder/approved/one").unwrap().delete().unwrap();
+        origin
+            .find_reference("refs/builder/approved/one")
+            .unwrap()
+            .delete()
+            .unwrap();
         // Someone force-pushes a chain that lacks the first approval and has another.
         let other2 = Repository::clone(dir.path().join("origin.git").to_str().unwrap(), dir.path().join("o2")).unwrap();
         let second = approve(&other2, "Ann <ann@x.org>");
         let mut r = other2.find_remote("origin").unwrap();
-        r.push(&["+refs/builder/approvals:refs/builder/approvals"], None).unwrap();
+        r.push(&["+refs/builder/approvals:refs/builder/approvals"], None)
+            .unwrap();
         assert_eq!(origin.refname_to_id("refs/builder/approvals").unwrap(), second);
         let look = before_fire(&cron, &sync(), &rule, None).unwrap();
         assert!(cron.refname_to_id("refs/builder/approved/one").is_ok(), "not pruned");
@@ -1213,7 +1304,11 @@ mod tests {
         assert!(ids.contains(&first) && ids.contains(&second), "{ids:?}");
         assert_eq!(all.len(), 2, "the join approves nothing itself");
         assert_eq!(look.approvals, None, "a fire does not count them");
-        assert_eq!(super::look(&cron, &sync(), &rule, None).unwrap().approvals, Some(1), "one approved tree");
+        assert_eq!(
+            super::look(&cron, &sync(), &rule, None).unwrap().approvals,
+            Some(1),
+            "one approved tree"
+        );
     }
 
     #[test]
@@ -1228,7 +1323,10 @@ mod tests {
         assert!(!e.message.contains("kept moving"), "{e}");
         assert!(e.message.contains("locked"), "{e}");
         let hint = e.hint.clone().unwrap();
-        assert!(hint.contains(&format!("rm {}", lock.canonicalize().unwrap().display())), "{hint}");
+        assert!(
+            hint.contains(&format!("rm {}", lock.canonicalize().unwrap().display())),
+            "{hint}"
+        );
         assert!(lock.exists());
         std::fs::remove_file(&lock).unwrap();
         // The box's own push, killed holding the lock (its record names it by

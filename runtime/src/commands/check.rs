@@ -151,9 +151,15 @@ fn gate_lines(gate: &GateResult) -> Vec<String> {
             shared::text::printable(&a.approver),
             &a.id[..a.id.len().min(12)],
             if *signed { "signed" } else { "unsigned" },
-            if g.require_signed { "; signatures required" } else { "; signatures not required" }
+            if g.require_signed {
+                "; signatures required"
+            } else {
+                "; signatures not required"
+            }
         ),
-        (None, true) => format!("two keys: require_reviewed on; HEAD's builder tree {tree} has NO approval that counts"),
+        (None, true) => {
+            format!("two keys: require_reviewed on; HEAD's builder tree {tree} has NO approval that counts")
+        }
         (None, false) => format!("two keys: off (require_reviewed is false); HEAD's builder tree {tree}"),
     });
     if let Some((s, look)) = &g.sync {
@@ -175,17 +181,12 @@ fn gate_lines(gate: &GateResult) -> Vec<String> {
                         "a fire replays the box's records onto the rewritten {} and moves there",
                         &l.remote.to_string()[..12]
                     ),
-                    Way::Stuck(stuck) => format!(
-                        "STUCK: {}: a fire runs on what the box has and exits 5",
-                        stuck.reason()
-                    ),
+                    Way::Stuck(stuck) =>
+                        format!("STUCK: {}: a fire runs on what the box has and exits 5", stuck.reason()),
                 }
             ),
         });
-        if let Ok(Look {
-            rewritten: Some(r), ..
-        }) = look
-        {
+        if let Ok(Look { rewritten: Some(r), .. }) = look {
             out.push(format!(
                 "sync: {at} was rewritten (a force push): {} is no longer in it, with {} commit(s) the box had",
                 &r.from.to_string()[..12],

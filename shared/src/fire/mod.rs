@@ -222,4 +222,3 @@ pub struct FireRun {
     /// the ownership it was scanned by: compared again when the fire ends.
     metadata: Option<(crate::manifest::Manifest, crate::layout::Ownership)>,
 }
-

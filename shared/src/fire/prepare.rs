@@ -83,7 +83,10 @@ impl Refusal {
                         "{} (unchanged since card {}, refused {} times; not recorded again)",
                         self.card.summary, seen.card_id, seen.count
                     );
-                    summary.hint = self.hint.clone().or_else(|| hint_for(self.card.kind, &self.ctx.run_id, None));
+                    summary.hint = self
+                        .hint
+                        .clone()
+                        .or_else(|| hint_for(self.card.kind, &self.ctx.run_id, None));
                     return summary;
                 }
                 Ok(None) => {}
@@ -459,7 +462,10 @@ impl Preparing {
         // A sync step killed mid-way: its locks and half-moved branch go first (the
         // fire then fires where the branch is now).
         if !self.dry_run && crate::sync::finish_interrupted(&self.repo) {
-            self.inputs.commit = crate::git::head_commit(&self.repo).ok().flatten().map(|o| o.to_string());
+            self.inputs.commit = crate::git::head_commit(&self.repo)
+                .ok()
+                .flatten()
+                .map(|o| o.to_string());
         }
         let loaded = settings::load(&self.ctx.opts.root);
         self.refuse_unreviewed(loaded.as_ref().ok().map(|s| &s.runtime))?;
@@ -620,7 +626,12 @@ impl Preparing {
                 None => e.to_string(),
             };
             self.refusal_hint = e.hint.clone();
-            Stop::carded(FireEnd::Environment, CardKind::SyncFailed, first_line(&e.to_string()), detail)
+            Stop::carded(
+                FireEnd::Environment,
+                CardKind::SyncFailed,
+                first_line(&e.to_string()),
+                detail,
+            )
         })?;
         self.pending_cards.extend(began.card);
         self.sync = Some(began.fire);
@@ -985,7 +996,10 @@ pub struct Gate {
     /// Why a fire would refuse, one line each.
     pub refusals: Vec<String>,
     /// With `sync`: what a fire's sync would find (fetching, moving nothing).
-    pub sync: Option<(settings::SyncSettings, Result<crate::sync::Look, crate::sync::SyncError>)>,
+    pub sync: Option<(
+        settings::SyncSettings,
+        Result<crate::sync::Look, crate::sync::SyncError>,
+    )>,
 }
 
 /// The fire's gates for `runtime check` ([`Gate`]); `Err` when the repository or its

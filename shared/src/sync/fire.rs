@@ -87,9 +87,11 @@ impl FireSync {
             });
         };
         let fingerprint = records::fingerprint(&key, cause.card.kind, &cause.subject);
-        let seen = db
-            .as_mut()
-            .and_then(|db| db.repeat_refusal(&key, &fingerprint, &cause.subject, started_at).ok().flatten());
+        let seen = db.as_mut().and_then(|db| {
+            db.repeat_refusal(&key, &fingerprint, &cause.subject, started_at)
+                .ok()
+                .flatten()
+        });
         fire.stuck = cause.note.map(|mut n| {
             if let Some(seen) = &seen {
                 n.message = format!(

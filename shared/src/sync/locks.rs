@@ -453,7 +453,10 @@ mod tests {
         assert_eq!(std::fs::read_dir(&intents).unwrap().count(), 0, "no record left");
         // A lock someone else holds is reported, never removed.
         std::fs::write(ref_lock_path(&repo, name), "").unwrap();
-        assert_eq!(set(&mut intent, Expect::Any), SetRef::Locked(ref_lock_path(&repo, name)));
+        assert_eq!(
+            set(&mut intent, Expect::Any),
+            SetRef::Locked(ref_lock_path(&repo, name))
+        );
         assert!(ref_lock_path(&repo, name).exists());
     }
 
@@ -484,10 +487,22 @@ mod tests {
             pid: 4_194_305,
             start_time: Some(1),
             locks: vec![
-                Named { path: ours.clone(), ino, ctime_ns: ctime },
+                Named {
+                    path: ours.clone(),
+                    ino,
+                    ctime_ns: ctime,
+                },
                 // The identity of another file that exists (`ours`): never `reused`'s.
-                Named { path: reused.clone(), ino, ctime_ns: ctime },
-                Named { path: theirs.clone(), ino: None, ctime_ns: None },
+                Named {
+                    path: reused.clone(),
+                    ino,
+                    ctime_ns: ctime,
+                },
+                Named {
+                    path: theirs.clone(),
+                    ino: None,
+                    ctime_ns: None,
+                },
             ],
         };
         let rec = intents.join(format!("{INTENT_PREFIX}4194305.json"));
@@ -500,7 +515,11 @@ mod tests {
             moving: None,
             pid: std::os::unix::process::parent_id(),
             start_time: process_start_time(std::os::unix::process::parent_id()),
-            locks: vec![Named { path: theirs.clone(), ino: None, ctime_ns: None }],
+            locks: vec![Named {
+                path: theirs.clone(),
+                ino: None,
+                ctime_ns: None,
+            }],
         };
         let live_rec = intents.join(format!("{INTENT_PREFIX}{}.json", live.pid));
         std::fs::write(&live_rec, serde_json::to_vec(&live).unwrap()).unwrap();
@@ -511,7 +530,10 @@ mod tests {
         let removed = recover(&held, &intents, &dir.path().join("r.git")).removed;
         assert_eq!(removed.len(), 2, "{removed:?}");
         assert!(!ours.exists() && !private.exists());
-        assert!(theirs.exists(), "made after the record: not provably the dead process's");
+        assert!(
+            theirs.exists(),
+            "made after the record: not provably the dead process's"
+        );
         assert!(reused.exists(), "another file at the path");
         assert!(!rec.exists() && live_rec.exists());
     }

@@ -231,7 +231,10 @@ impl Ctx<'_> {
         let mut walk = self.repo.revwalk().map_err(&git)?;
         walk.push(commit).map_err(&git)?;
         let odb = target.odb().map_err(&git)?;
-        for h in have.into_iter().chain(self.repo.refname_to_id(&self.fetched_ref()).ok()) {
+        for h in have
+            .into_iter()
+            .chain(self.repo.refname_to_id(&self.fetched_ref()).ok())
+        {
             if odb.exists(h) && self.repo.find_commit(h).is_ok() {
                 walk.hide(h).map_err(&git)?;
             }
@@ -264,10 +267,11 @@ impl Ctx<'_> {
         }
         let stdout = String::from_utf8_lossy(&out.stdout);
         let rejected: Vec<&str> = stdout.lines().filter(|l| l.starts_with('!')).collect();
-        if rejected
-            .iter()
-            .any(|l| ["stale info", "fetch first", "non-fast-forward"].iter().any(|why| l.contains(why)))
-        {
+        if rejected.iter().any(|l| {
+            ["stale info", "fetch first", "non-fast-forward"]
+                .iter()
+                .any(|why| l.contains(why))
+        }) {
             return Ok(Sent::Moved);
         }
         if let Some(line) = rejected.iter().find(|l| l.contains("lock")) {
@@ -423,7 +427,10 @@ mod tests {
     #[test]
     fn the_approvals_namespace_comes_from_the_refspec_they_travel_with() {
         assert_eq!(approvals_namespace(), ("refs/builder/", "refs/builder/"));
-        assert_eq!(shell_quote("/srv/git/a.git/refs/heads/main.lock"), "/srv/git/a.git/refs/heads/main.lock");
+        assert_eq!(
+            shell_quote("/srv/git/a.git/refs/heads/main.lock"),
+            "/srv/git/a.git/refs/heads/main.lock"
+        );
         assert_eq!(shell_quote("/tmp/a b/x'y"), r"'/tmp/a b/x'\''y'");
     }
 }
