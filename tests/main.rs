@@ -14,6 +14,7 @@ mod builder_truth;
 mod crash;
 mod crash_suite;
 mod cron_box;
+mod cron_world;
 mod docs;
 mod escape;
 mod eval_review;

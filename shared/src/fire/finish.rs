@@ -808,7 +808,9 @@ impl FireRun {
         let steps = records.state.step;
         self.push_records(&sink, &mut summary);
         self.after_records(db.as_mut(), status);
-        self.remember_sync_refusal(db.as_mut(), &summary);
+        if let (Some(sync), Some(_)) = (&self.sync, &summary.commit) {
+            sync.remember(db.as_mut(), &self.ctx.run_id, self.ctx.started_at);
+        }
         if let (StopReason::CheckpointFailed, Some(line)) = (self.stop, unsaved) {
             if summary.end == FireEnd::Failed {
                 summary.end = FireEnd::Environment;
@@ -839,9 +841,6 @@ impl FireRun {
         summary
     }
 
-    /// With `sync`: once the card of an unapproved remote tree is committed, later fires
-    /// on that tree add no card (remembered only now: a crash before the commit leaves
-    /// the card to the next fire, never a tree remembered with no card behind it).
     /// The metadata of builder-owned paths and hooks as the fire ends, against what it
     /// was judged on: a change made meanwhile (by a tool where the sandbox is weaker
     /// than namespaces, or by another process) gets a card here, and the manifest
@@ -874,35 +873,31 @@ impl FireRun {
         })
     }
 
-    fn remember_sync_refusal(&self, db: Option<&mut StateDb>, summary: &FireSummary) {
-        let (Some(r), Some(db), Some(_)) = (&self.sync_refusal, db, &summary.commit) else {
-            return;
-        };
-        if let Err(e) = db.remember_refusal(&r.key, &r.fingerprint, &r.tree, &self.ctx.run_id, self.ctx.started_at) {
-            tracing::warn!(error = %e, "the unapproved remote tree was not remembered; the next fire cards it again");
-        }
-    }
-
-    /// With `sync`: pushes the branch after the commit ([`crate::sync::push_after`]).
-    /// A failed push is a `sync_failed` card, committed locally (the next fire pushes
+    /// With `sync`: pushes the branch after the commit ([`crate::sync::FireSync`]).
+    /// A box that cannot fire what the remote holds ends as needing attention. A
+    /// failed push is a `sync_failed` card, committed locally (the next fire pushes
     /// it with the rest), and exit 1.
     fn push_records(&self, sink: &RecordSink, summary: &mut FireSummary) {
-        let Some(sync) = &self.config.settings.sync else {
+        let Some(sync) = &self.sync else {
             return;
         };
-        if !self.sync_push || summary.commit.is_none() {
+        if summary.commit.is_none() {
+            sync.settle(None, summary);
             return;
         }
-        match crate::sync::push_after(&self.repo, sync, &self.config.identity.email) {
-            Ok(crate::sync::Pushed::Pushed { attempts, head }) => {
-                tracing::info!(attempts, head = %head, "records pushed");
+        match sync.push(&self.repo, &self.config.identity.email) {
+            Ok(pushed) => {
+                tracing::info!(?pushed, "records pushed");
+                sync.settle(Some(&pushed), summary);
             }
-            Ok(crate::sync::Pushed::Deferred(why)) => tracing::warn!(%why, "push deferred"),
             Err(e) => {
                 let draft = CardDraft {
                     kind: CardKind::SyncFailed,
                     summary: format!("sync {} failed", e.step),
-                    detail: e.to_string(),
+                    detail: match &e.hint {
+                        Some(h) => format!("{e}\nNext: {h}"),
+                        None => e.to_string(),
+                    },
                     evidence: vec![],
                 };
                 let recorded = write_card(&self.ctx, sink, &draft, Utc::now())
@@ -924,6 +919,9 @@ impl FireRun {
                 }
                 summary.end = FireEnd::Environment;
                 summary.message = e.to_string();
+                if let Some(hint) = &e.hint {
+                    summary.hint = Some(hint.clone());
+                }
             }
         }
     }

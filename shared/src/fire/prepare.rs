@@ -69,6 +69,8 @@ pub struct Refusal {
     inputs: Inputs,
     settings: Option<RuntimeSettings>,
     repo: git2::Repository,
+    /// With `sync`: the refusal's records are pushed like a fire's.
+    sync: Option<crate::sync::FireSync>,
     _lock: LockFile,
     /// The situation's own next step, over the card kind's usual one.
     hint: Option<String>,
@@ -92,7 +94,10 @@ impl Refusal {
                         "{} (unchanged since card {}, refused {} times; not recorded again)",
                         self.card.summary, seen.card_id, seen.count
                     );
-                    summary.hint = self.hint.or_else(|| hint_for(self.card.kind, &self.ctx.run_id, None));
+                    summary.hint = self
+                        .hint
+                        .clone()
+                        .or_else(|| hint_for(self.card.kind, &self.ctx.run_id, None));
                     return summary;
                 }
                 Ok(None) => {}
@@ -130,6 +135,16 @@ impl Refusal {
         let mut summary = finish::write(&self.ctx, &sink, &mut records, db.as_mut().ok());
         if summary.end == FireEnd::Failed {
             summary.end = self.end;
+        }
+        if self.hint.is_some() {
+            summary.hint = self.hint.clone();
+        }
+        if let (Some(sync), Some(_)) = (&self.sync, &summary.commit) {
+            // The refusal's card reaches the remote as a fire's records do; a push
+            // that fails leaves it committed here for the next push.
+            if let Err(e) = sync.push(&self.repo, &sink.identity.email) {
+                tracing::warn!(error = %e, "the refusal's records were not pushed");
+            }
         }
         if let (Ok(db), Some(card_id), Some(_)) = (&mut db, summary.cards.first(), &summary.commit) {
             if let Err(e) = db.remember_refusal(task, &fingerprint, &tree, card_id, self.ctx.started_at) {
@@ -236,6 +251,7 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             inputs: p.inputs,
             settings: p.settings,
             repo: p.repo,
+            sync: p.sync,
             _lock: lock,
             hint,
         }))),
@@ -408,10 +424,8 @@ struct Preparing {
     journal: Option<Journal>,
     /// Cards for interrupted runs closed as `crashed`, for this fire to record.
     recovery_cards: Vec<CardDraft>,
-    /// With `sync`: whether the fire pushes after its commit.
-    sync_push: bool,
-    /// With `sync`: the unapproved tree to remember once its card is committed.
-    sync_refusal: Option<super::SyncRefusal>,
+    /// With `sync`: what the sync before the fire found, for the push after it.
+    sync: Option<crate::sync::FireSync>,
     /// The metadata the fire was judged on, compared again at its end.
     metadata: Option<(crate::manifest::Manifest, Ownership)>,
     /// Cards the fire records though it runs (an unapproved remote tip).
@@ -433,8 +447,7 @@ impl Preparing {
             prefetched: String::new(),
             journal: None,
             recovery_cards: Vec::new(),
-            sync_push: true,
-            sync_refusal: None,
+            sync: None,
             metadata: None,
             pending_cards: Vec::new(),
         }
@@ -461,8 +474,7 @@ impl Preparing {
             worker: None,
             spare_worker: None,
             journal: self.journal,
-            sync_push: self.sync_push,
-            sync_refusal: self.sync_refusal,
+            sync: self.sync,
             metadata: self.metadata,
         }
     }
@@ -499,6 +511,14 @@ impl Preparing {
     }
 
     fn phases(&mut self) -> Result<(FireConfig, LoopState), Stop> {
+        // A sync step killed mid-way: its locks and half-moved branch go first (the
+        // fire then fires where the branch is now).
+        if !self.dry_run && crate::sync::finish_interrupted(&self.repo) {
+            self.inputs.commit = crate::git::head_commit(&self.repo)
+                .ok()
+                .flatten()
+                .map(|o| o.to_string());
+        }
         let loaded = self.load_settings();
         self.refuse_unreviewed(loaded.as_ref().ok().map(|s| &s.runtime))?;
         tracing::debug!(
@@ -655,10 +675,10 @@ impl Preparing {
     }
 
     /// The cron box (`sync`, see [`crate::sync`]): fetch, and move to the remote tip
-    /// when its builder tree is approved; the settings of the tree the fire then runs
-    /// on. An unapproved tip gets one `unreviewed_changes` card per tree (kept in the
-    /// state database's refusals under the sync's own key) and no push; a failed
-    /// fetch is a `sync_failed` card and exit 1.
+    /// when the box may fire it; the settings of the tree the fire then runs on. A tip
+    /// it cannot fire (or a rewritten remote history) gets one card per cause, kept in
+    /// the state database's refusals under the sync's own key; a failed fetch is a
+    /// `sync_failed` card and exit 1.
     fn sync(&mut self, settings: RuntimeSettings) -> Result<RuntimeSettings, Stop> {
         let Some(sync) = settings.sync.clone() else {
             return Ok(settings);
@@ -670,98 +690,47 @@ impl Preparing {
             ));
             return Ok(settings);
         }
+        if !crate::sync::applies(&self.ctx.opts) {
+            return Ok(settings);
+        }
         let root = self.ctx.opts.root.clone();
         let rule = approval_rule(&settings)?;
-        match crate::sync::before_fire(&self.repo, &sync, &rule, Some(&root)) {
-            Ok(crate::sync::Before::Moved { to, .. }) => {
-                self.inputs.commit = Some(to.to_string());
-                let moved = self
-                    .load_settings()
-                    .map_err(|d| {
-                        let text = d.to_string();
-                        Stop::carded(
-                            FireEnd::InvalidInput,
-                            CardKind::InvalidConfig,
-                            format!("invalid settings after sync: {}", first_line(&text)),
-                            text,
-                        )
-                    })?
-                    .runtime;
-                self.settings = Some(moved.clone());
-                Ok(moved)
-            }
-            Ok(crate::sync::Before::Unapproved { tip, tree }) => {
-                let tree = tree.to_string();
-                let summary = format!(
-                    "{}/{} moved to a tree of builder-owned paths with no approval ({})",
-                    sync.remote,
-                    sync.branch,
-                    &tree[..12]
-                );
-                let detail = format!(
-                    "the remote tip {tip} has builder tree {tree}, which no approval on {} that counts names: this fire ran on what the cron box had and pushed nothing; it moves there once the change is approved (builder approve, and push refs/builder/*)",
-                    crate::review::APPROVALS_REF
-                );
-                self.refuse_tip(&sync, tip, tree, summary, detail);
-                Ok(settings)
-            }
-            Ok(crate::sync::Before::TracksState { tip }) => {
-                let summary = format!(
-                    "{}/{} moved to a commit that tracks {}/ ({})",
-                    sync.remote,
-                    sync.branch,
-                    crate::layout::STATE_DIR,
-                    &tip.to_string()[..12]
-                );
-                let detail = format!(
-                    "the remote tip {tip} tracks paths under {dir}/, the runtime's private state (its state database, the walk memo of the two-key check), which no commit may write on the cron box: this fire ran on what the cron box had and pushed nothing; it moves once a commit on the remote removes {dir}/ (git rm -r --cached {dir})",
-                    dir = crate::layout::STATE_DIR
-                );
-                self.refuse_tip(&sync, tip, tip.to_string(), summary, detail);
-                Ok(settings)
-            }
-            Ok(crate::sync::Before::UpToDate | crate::sync::Before::Ahead) => Ok(settings),
-            Err(e) => Err(Stop::carded(
+        let began = crate::sync::FireSync::begin(&self.repo, &root, sync, &rule, self.ctx.started_at).map_err(|e| {
+            let detail = match &e.hint {
+                Some(h) => format!("{e}\nNext: {h}"),
+                None => e.to_string(),
+            };
+            let stop = Stop::carded(
                 FireEnd::Environment,
                 CardKind::SyncFailed,
-                format!("sync {} failed", e.step),
-                e.to_string(),
-            )),
-        }
-    }
-
-    /// The remote tip `tip` is not taken (`subject`: the tree or commit the refusal is
-    /// about): the fire runs on what it has, pushes nothing, and cards it once per
-    /// subject, not once per fire.
-    fn refuse_tip(
-        &mut self,
-        sync: &settings::SyncSettings,
-        tip: git2::Oid,
-        subject: String,
-        summary: String,
-        detail: String,
-    ) {
-        self.sync_push = false;
-        let key = format!("sync:{}/{}", sync.remote, sync.branch);
-        let fingerprint = records::fingerprint(&key, CardKind::UnreviewedChanges, &subject);
-        let seen = StateDb::open(&self.ctx.opts.root).ok().and_then(|mut db| {
-            db.repeat_refusal(&key, &fingerprint, &subject, self.ctx.started_at)
-                .ok()
-                .flatten()
-        });
-        if seen.is_none() {
-            self.pending_cards.push(CardDraft {
-                kind: CardKind::UnreviewedChanges,
-                summary,
+                first_line(&e.to_string()),
                 detail,
-                evidence: vec![tip.to_string()],
-            });
-            self.sync_refusal = Some(super::SyncRefusal {
-                key,
-                fingerprint,
-                tree: subject,
-            });
-        }
+            );
+            match &e.hint {
+                Some(h) => stop.with_hint(h.clone()),
+                None => stop,
+            }
+        })?;
+        self.pending_cards.extend(began.card);
+        self.sync = Some(began.fire);
+        let Some(to) = began.moved else {
+            return Ok(settings);
+        };
+        self.inputs.commit = Some(to.to_string());
+        let moved = self
+            .load_settings()
+            .map_err(|d| {
+                let text = d.to_string();
+                Stop::carded(
+                    FireEnd::InvalidInput,
+                    CardKind::InvalidConfig,
+                    format!("invalid settings after sync: {}", first_line(&text)),
+                    text,
+                )
+            })?
+            .runtime;
+        self.settings = Some(moved.clone());
+        Ok(moved)
     }
 
     /// Builder paths must be committed: the fire runs on reviewed versions only.
@@ -1216,4 +1185,85 @@ fn unreadable_signers(d: &crate::diag::Diagnostic) -> Stop {
         format!("unreadable allowed-signers file: {}", d.message),
         d.to_string(),
     )
+}
+
+/// What `runtime check` shows of the fire's own gates, judged by the fire's code (a
+/// dry run's preparation, which notes what a fire would refuse instead of refusing):
+/// builder-owned changes not committed, metadata changed outside git, links leaving
+/// the builder-owned paths, HEAD's tree of builder-owned paths without an approval
+/// that counts; HEAD's approval; and, with `sync`, what a fire's sync would find.
+#[derive(Debug)]
+pub struct Gate {
+    /// The settings' `require_reviewed` and `review.require_signed`.
+    pub require_reviewed: bool,
+    pub require_signed: bool,
+    /// HEAD's tree of builder-owned paths.
+    pub tree: String,
+    /// The approval that covers it, and whether it is signed.
+    pub approval: Option<(crate::records::ApprovalRef, bool)>,
+    /// Why a fire would refuse, one line each.
+    pub refusals: Vec<String>,
+    /// With `sync`: what a fire's sync would find (fetching, moving nothing).
+    pub sync: Option<(
+        settings::SyncSettings,
+        Result<crate::sync::Look, crate::sync::SyncError>,
+    )>,
+}
+
+/// The fire's gates for `runtime check` ([`Gate`]); `Err` when the repository or its
+/// settings cannot be read at all.
+pub fn check_gate(root: &std::path::Path) -> Result<Gate, String> {
+    let opts = FireOptions {
+        root: root.to_path_buf(),
+        task: "check".into(),
+        no_commit: true,
+        worker_cmd: (std::path::PathBuf::new(), Vec::new()),
+        resume: None,
+        progress: std::sync::Arc::new(crate::progress::Silent),
+        replay: None,
+        eval: false,
+        trusted: None,
+    };
+    let repo = crate::git::open_work_tree(root).map_err(|e| e.to_string())?.repo;
+    let tree = builder_tree(&repo);
+    let mut p = Preparing::new(FireContext::new(opts), repo, true);
+    let settings = settings::load(root).map_err(|d| d.to_string())?.runtime;
+    let mut refusals = Vec::new();
+    let mut gate = |r: Result<(), Stop>| {
+        if let Err(stop) = r {
+            refusals.push(stop.message);
+        }
+    };
+    gate(p.refuse_unreviewed(Some(&settings)));
+    gate(p.require_approval(&settings));
+    gate(p.refuse_links(&settings));
+    refusals.extend(
+        p.notes
+            .iter()
+            .filter_map(|n| n.strip_prefix("a fire would refuse: "))
+            .map(str::to_string),
+    );
+    let approval = p.inputs.approval.take().map(|a| {
+        let signed = crate::review::approvals::load(&p.repo)
+            .ok()
+            .and_then(|all| all.into_iter().find(|x| x.id.to_string() == a.id))
+            .is_some_and(|x| x.body.signature.is_some());
+        (a, signed)
+    });
+    let sync = match (&settings.sync, approval_rule(&settings)) {
+        (None, _) => None,
+        (Some(s), Ok(rule)) => Some((s.clone(), crate::sync::look(&p.repo, s, &rule, None))),
+        (Some(_), Err(stop)) => {
+            refusals.push(stop.message);
+            None
+        }
+    };
+    Ok(Gate {
+        require_reviewed: settings.require_reviewed,
+        require_signed: settings.review.require_signed,
+        tree,
+        approval,
+        refusals,
+        sync,
+    })
 }
