@@ -19,6 +19,7 @@ mod eval_review;
 mod exit_codes;
 mod faults;
 mod fire;
+mod host_view;
 mod identity;
 mod init_check;
 mod isolation;
