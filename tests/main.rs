@@ -22,6 +22,7 @@ mod exit_codes;
 mod failure_lines;
 mod faults;
 mod fire;
+mod host_view;
 mod hostile_review;
 mod identity;
 mod inert_output;

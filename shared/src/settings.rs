@@ -241,14 +241,35 @@ impl Default for NetworkSetting {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxSettings {
     #[serde(default)]
     pub landlock: LandlockMode,
     #[serde(default)]
     pub network: NetworkSetting,
+    /// The most bytes a tool worker's processes may write in all (scratch and write
+    /// directories together): one tmpfs of this size holds it, and only what it holds
+    /// is copied into the repository (docs/sandbox.md).
+    #[serde(default = "default_write_bytes")]
+    pub write_bytes: u64,
 }
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        SandboxSettings {
+            landlock: LandlockMode::default(),
+            network: NetworkSetting::default(),
+            write_bytes: default_write_bytes(),
+        }
+    }
+}
+/// 256 MiB: room for reports, a build or a package cache in the scratch, and far less
+/// than a host disk.
+fn default_write_bytes() -> u64 {
+    256 * 1024 * 1024
+}
+/// The smallest `sandbox.write_bytes`: a tmpfs needs a few pages for its directories.
+pub const MIN_WRITE_BYTES: u64 = 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -833,6 +854,17 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
             ));
         }
     }
+    if s.sandbox.write_bytes < MIN_WRITE_BYTES {
+        d.push(Diagnostic::new(
+            file,
+            yamlpos::line_of(src, &["sandbox", "write_bytes"]),
+            "sandbox.write_bytes",
+            format!(
+                "{} is too small: at least {MIN_WRITE_BYTES} bytes (1 MiB)",
+                s.sandbox.write_bytes
+            ),
+        ));
+    }
     permission_problems(file, src, &s.permissions, &mut d);
     for g in &s.builder_paths {
         if let Err(e) = globset::Glob::new(g) {
@@ -1192,6 +1224,7 @@ mod tests {
                 12,
             ),
             ("sync:\n  remote: origin\n  branch: main\n  force: true\n", "sync", 0),
+            ("sandbox:\n  write_bytes: 4096\n", "sandbox.write_bytes", 10),
         ] {
             let mut d = Vec::new();
             assert!(

@@ -1,10 +1,11 @@
 //! `runtime check`: can this repository and kernel fire? Prints each layer of the
 //! sandbox on its own (the Landlock ABI and the rights it supports, user namespaces,
-//! idmapped mounts when running as root, seccomp), whether settings and prompts
-//! load, the two-key state of HEAD and, on a cron box, what the sync would find; the
-//! refusals are the fire's own ([`shared::fire::check_gate`], [`shared::sync::look`]),
-//! so `check` exits 1 exactly when a fire would refuse or could not fire what the
-//! remote holds.
+//! idmapped mounts when running as root, seccomp, the tool worker's minimal root and
+//! its size-limited writes, built for real in a throwaway worker), whether settings
+//! and prompts load, the two-key state of HEAD and, on a cron box, what the sync would
+//! find; the refusals are the fire's own ([`shared::fire::check_gate`],
+//! [`shared::sync::look`]), so `check` exits 1 exactly when a fire would refuse or
+//! could not fire what the remote holds.
 
 use crate::command_error::{CommandError, Outcome};
 use shared::sandbox::{landlock, namespaces, seccomp};
@@ -42,7 +43,14 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         }
     });
     let filter = seccomp::probe().map(|()| "available".to_string());
-    let layers_ok = userns.is_ok() && idmap.is_ok() && filter.is_ok();
+    let write_bytes = checked
+        .settings
+        .as_ref()
+        .map(|s| s.runtime.sandbox.write_bytes)
+        .unwrap_or_else(|| shared::settings::SandboxSettings::default().write_bytes);
+    let view = namespaces::probe_minimal_root(root, write_bytes)
+        .map(|()| format!("minimal root (pivot_root), writes limited to {write_bytes} bytes (overlay on tmpfs)"));
+    let layers_ok = userns.is_ok() && idmap.is_ok() && filter.is_ok() && view.is_ok();
     let show = |r: &Result<String, String>| match r {
         Ok(s) => s.clone(),
         Err(e) => format!("UNAVAILABLE: {e}"),
@@ -50,6 +58,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let userns = show(&userns.map_err(|e| e.to_string()));
     let idmap = show(&idmap.map_err(|e| e.to_string()));
     let filter = show(&filter.map_err(|e| e.to_string()));
+    let view = show(&view.map_err(|e| e.to_string()));
     let sandbox_ok = match mode {
         Some(LandlockMode::Required) | None => full && layers_ok,
         Some(LandlockMode::BestEffort) | Some(LandlockMode::Off) => true,
@@ -62,7 +71,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "user_namespaces": userns, "idmapped_mounts": idmap, "seccomp": filter, "mode": mode, "durability": durability, "problems": problems, "missing_key": missing_key, "two_keys": gate.as_ref().map(two_keys_json), "sync": gate.as_ref().and_then(sync_json), "refusals": gate.as_ref().map(|g| g.as_ref().map(|g| g.refusals.clone()).unwrap_or_else(|e| vec![e.clone()])), "ok": ok})
+                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "user_namespaces": userns, "idmapped_mounts": idmap, "seccomp": filter, "file_system": view, "mode": mode, "durability": durability, "problems": problems, "missing_key": missing_key, "two_keys": gate.as_ref().map(two_keys_json), "sync": gate.as_ref().and_then(sync_json), "refusals": gate.as_ref().map(|g| g.as_ref().map(|g| g.refusals.clone()).unwrap_or_else(|e| vec![e.clone()])), "ok": ok})
             )?
         );
     } else {
@@ -86,6 +95,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         println!("user namespaces: {userns}");
         println!("idmapped mounts: {idmap}");
         println!("seccomp: {filter}");
+        println!("file system view: {view}");
         if !layers_ok {
             println!("(settings `sandbox.landlock: best_effort` runs without the missing layers)");
         }

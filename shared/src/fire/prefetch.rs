@@ -159,7 +159,12 @@ fn run_script(
     let worker = WorkerConfig {
         root: root.to_path_buf(),
         scratch: config.scratch.clone(),
-        isolation: Some(NamespacePlan::new(&spec, root, Vec::new())),
+        isolation: Some(NamespacePlan::new(
+            &spec,
+            root,
+            Vec::new(),
+            config.settings.sandbox.write_bytes,
+        )),
         spec,
         mode: config.settings.sandbox.landlock,
         env: ExecContext::scrubbed_env(&config.scratch),

@@ -150,7 +150,12 @@ impl FireRun {
         let config = WorkerConfig {
             root: root.clone(),
             scratch: self.config.scratch.clone(),
-            isolation: Some(NamespacePlan::new(&spec, root, self.config.policy.read_masks())),
+            isolation: Some(NamespacePlan::new(
+                &spec,
+                root,
+                self.config.policy.read_masks(),
+                self.config.settings.sandbox.write_bytes,
+            )),
             spec,
             mode: self.config.settings.sandbox.landlock,
             env: ExecContext::scrubbed_env(&self.config.scratch),
