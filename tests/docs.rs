@@ -92,6 +92,12 @@ fn the_readme_starts_with_the_demo_and_ci_runs_it_as_written() {
     let test_cmd = block.lines().nth(1).unwrap().split('#').next().unwrap().trim();
     assert_eq!(test_cmd, "cargo build --workspace && cargo test --workspace");
     assert!(ci.contains(test_cmd), "CI keeps the README's test command");
+    // A front door, not the reference (that is docs/).
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines; move reference material to docs/"
+    );
 }
 
 #[test]
