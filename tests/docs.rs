@@ -437,12 +437,14 @@ fn link_problems(rel: &str, text: &str) -> Vec<String> {
             Some((f, a)) => (f, Some(a)),
             None => (target.as_str(), None),
         };
-        let page_dir = root.join(rel).parent().unwrap().to_path_buf();
-        let path = if file.is_empty() {
-            root.join(rel)
-        } else {
-            page_dir.join(file)
-        };
+        if file.is_empty() {
+            // An anchor of this page.
+            if let Some(anchor) = anchor.filter(|a| !heading_anchors(text).iter().any(|h| h == a)) {
+                problems.push(format!("{rel}: no heading for #{anchor}"));
+            }
+            continue;
+        }
+        let path = root.join(rel).parent().unwrap().join(file);
         let Ok(resolved) = path.canonicalize() else {
             problems.push(format!("{rel}: broken link: {target}"));
             continue;
@@ -628,8 +630,9 @@ fn every_link_in_the_readme_and_docs_resolves_inside_the_repository() {
 
     // The check can fail: a broken file, a missing anchor, a link out.
     let bad = "# Top\n\n[a](missing.md) [b](settings.md#no-such-key) [c](https://example.com) [d](#top)\n";
-    let found = link_problems("docs/x.md", bad);
-    assert_eq!(found.len(), 3, "{found:?}");
+    let found = link_problems("docs/x.md", &format!("{bad}[e](#nowhere)\n"));
+    assert_eq!(found.len(), 4, "{found:?}");
+    assert!(found.iter().any(|p| p.ends_with("#nowhere")), "{found:?}");
 }
 
 #[test]
