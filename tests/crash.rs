@@ -354,13 +354,12 @@ fn nothing_the_fire_started_outlives_a_sigkill_of_the_runtime() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let pid_file = env.root.join("reports/hits/slow.started");
+    // The script's marker reaches the work tree only when its call ends (the sandbox
+    // copies writes back after each call): the sleep's own process shows it runs.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let pid: i32 = loop {
-        if pid_file.exists() {
-            if let Some(p) = process_with_cmdline("sleep\x0029.731") {
-                break p;
-            }
+        if let Some(p) = process_with_cmdline("sleep\x0029.731") {
+            break p;
         }
         assert!(std::time::Instant::now() < deadline, "the command never started");
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -392,15 +391,14 @@ fn worker_of(pid: i32) -> Option<i32> {
     None
 }
 
-/// Waits for `marker` under `reports/hits` and the sleep it announces, then SIGKILLs
-/// the tool worker running that sleep (as the OOM killer would); returns its pid.
-fn kill_worker_running(env: &TestEnv, marker: &str, sleep_cmdline: &str) -> i32 {
+/// Waits for the sleep the script `marker` names becomes (its marker file reaches the
+/// work tree only when the call ends), then SIGKILLs the tool worker running that
+/// sleep (as the OOM killer would); returns its pid.
+fn kill_worker_running(marker: &str, sleep_cmdline: &str) -> i32 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let sleep = loop {
-        if env.root.join("reports/hits").join(marker).exists() {
-            if let Some(p) = process_with_cmdline(sleep_cmdline) {
-                break p;
-            }
+        if let Some(p) = process_with_cmdline(sleep_cmdline) {
+            break p;
         }
         assert!(
             std::time::Instant::now() < deadline,
@@ -430,8 +428,8 @@ fn a_tool_worker_killed_mid_call_is_replaced_once() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let first = kill_worker_running(&env, "one.started", "sleep\x0029.713");
-    let second = kill_worker_running(&env, "two.started", "sleep\x0029.717");
+    let first = kill_worker_running("one.started", "sleep\x0029.713");
+    let second = kill_worker_running("two.started", "sleep\x0029.717");
     assert_ne!(first, second, "the second call ran on another worker");
     let out = fire.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

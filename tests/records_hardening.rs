@@ -299,12 +299,16 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
     );
     assert!(env.root.join("reports/big.bin").exists() && env.root.join("reports/link").is_symlink());
     assert_eq!(code, 5, "{summary}");
+    // A hard link a tool makes stays in its sandbox: the writes are copied back after
+    // the call as files of their own (never through a link), so both names arrive as
+    // plain files with their own bytes.
+    for rel in ["reports/a.txt", "reports/a2.txt"] {
+        assert_eq!(committed(&env, rel).map(|c| c.1), Some(b"a\n".to_vec()), "{rel}");
+    }
     check_common(&env, &before, &summary);
     let detail = rejected_detail(&env, &summary);
     for (rel, why) in [
         ("reports/link", "symlink"),
-        ("reports/a.txt", "hard link"),
-        ("reports/a2.txt", "hard link"),
         ("reports/.gitattributes", "git metadata"),
         ("reports/.gitmodules", "git metadata"),
         ("reports/sub/.git", "git metadata"),
@@ -333,7 +337,14 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
         assert!(committed(&env, rel).is_none());
     }
     let receipt = env.receipt(&summary);
-    assert_eq!(receipt["outputs"][1], "reports/good.md", "{receipt}");
+    assert!(
+        receipt["outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o == "reports/good.md"),
+        "{receipt}"
+    );
     // Committed from the bytes read once, and staged so the work tree shows clean.
     let repo = git2::Repository::open(&env.root).unwrap();
     let status = repo.status_file(std::path::Path::new("reports/good.md")).unwrap();

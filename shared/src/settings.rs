@@ -1376,7 +1376,7 @@ mod reference {
     /// Every field of the settings types, optional sections filled in.
     fn full() -> Value {
         typed(&format!(
-            "version: 1\nprovider: {{kind: replay}}\nfallback: {{kind: replay}}\nsync: {{remote: o, branch: m}}\nprices: {{\"{MODEL}\": {{input_per_mtok: 1.0, output_per_mtok: 2.0}}}}\n"
+            "version: 1\nprovider: {{kind: replay}}\nfallback: {{kind: replay}}\nsync: {{remote: o, branch: m}}\nruntime_identity: {{name: runtime, email: runtime@localhost, signing_key: /etc/runtime/key}}\nprices: {{\"{MODEL}\": {{input_per_mtok: 1.0, output_per_mtok: 2.0}}}}\n"
         ))
     }
 

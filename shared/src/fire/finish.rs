@@ -873,7 +873,7 @@ impl FireRun {
         })
     }
 
-    /// With `sync`: pushes the branch after the commit ([`crate::sync::FireSync`]).
+    /// With `sync`: pushes the branch after the commit ([`crate::fire::sync::FireSync`]).
     /// A box that cannot fire what the remote holds ends as needing attention. A
     /// failed push is a `sync_failed` card, committed locally (the next fire pushes
     /// it with the rest), and exit 1.

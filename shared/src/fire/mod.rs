@@ -17,6 +17,7 @@ mod prefetch;
 mod prepare;
 mod recover;
 mod run;
+pub(crate) mod sync;
 
 use crate::agent::{CardDraft, LoopState};
 use crate::progress::ProgressSink;
@@ -222,7 +223,7 @@ pub struct FireRun {
     /// `None` in a dry run or where the state database cannot be written.
     journal: Option<crate::journal::Journal>,
     /// With `sync`: what the sync before the fire found, and the push after it.
-    sync: Option<crate::sync::FireSync>,
+    sync: Option<crate::fire::sync::FireSync>,
     /// The metadata manifest the fire was judged on (see [`crate::manifest`]), with
     /// the ownership it was scanned by: compared again when the fire ends.
     metadata: Option<(crate::manifest::Manifest, crate::layout::Ownership)>,

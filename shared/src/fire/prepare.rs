@@ -70,7 +70,7 @@ pub struct Refusal {
     settings: Option<RuntimeSettings>,
     repo: git2::Repository,
     /// With `sync`: the refusal's records are pushed like a fire's.
-    sync: Option<crate::sync::FireSync>,
+    sync: Option<crate::fire::sync::FireSync>,
     _lock: LockFile,
     /// The situation's own next step, over the card kind's usual one.
     hint: Option<String>,
@@ -425,7 +425,7 @@ struct Preparing {
     /// Cards for interrupted runs closed as `crashed`, for this fire to record.
     recovery_cards: Vec<CardDraft>,
     /// With `sync`: what the sync before the fire found, for the push after it.
-    sync: Option<crate::sync::FireSync>,
+    sync: Option<crate::fire::sync::FireSync>,
     /// The metadata the fire was judged on, compared again at its end.
     metadata: Option<(crate::manifest::Manifest, Ownership)>,
     /// Cards the fire records though it runs (an unapproved remote tip).
@@ -690,27 +690,28 @@ impl Preparing {
             ));
             return Ok(settings);
         }
-        if !crate::sync::applies(&self.ctx.opts) {
+        if !super::sync::applies(&self.ctx.opts) {
             return Ok(settings);
         }
         let root = self.ctx.opts.root.clone();
         let rule = approval_rule(&settings)?;
-        let began = crate::sync::FireSync::begin(&self.repo, &root, sync, &rule, self.ctx.started_at).map_err(|e| {
-            let detail = match &e.hint {
-                Some(h) => format!("{e}\nNext: {h}"),
-                None => e.to_string(),
-            };
-            let stop = Stop::carded(
-                FireEnd::Environment,
-                CardKind::SyncFailed,
-                first_line(&e.to_string()),
-                detail,
-            );
-            match &e.hint {
-                Some(h) => stop.with_hint(h.clone()),
-                None => stop,
-            }
-        })?;
+        let began =
+            crate::fire::sync::FireSync::begin(&self.repo, &root, sync, &rule, self.ctx.started_at).map_err(|e| {
+                let detail = match &e.hint {
+                    Some(h) => format!("{e}\nNext: {h}"),
+                    None => e.to_string(),
+                };
+                let stop = Stop::carded(
+                    FireEnd::Environment,
+                    CardKind::SyncFailed,
+                    first_line(&e.to_string()),
+                    detail,
+                );
+                match &e.hint {
+                    Some(h) => stop.with_hint(h.clone()),
+                    None => stop,
+                }
+            })?;
         self.pending_cards.extend(began.card);
         self.sync = Some(began.fire);
         let Some(to) = began.moved else {

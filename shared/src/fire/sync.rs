@@ -5,13 +5,13 @@
 //! holds end as needing attention (exit 5) every time, not only the first, with the
 //! reason and the next step.
 
-use super::{Look, Pushed, Stuck, SyncError, Way};
+use super::{FireEnd, FireSummary};
 use crate::agent::CardDraft;
-use crate::fire::{FireEnd, FireSummary};
 use crate::records::{self, CardKind};
 use crate::review::signing::ApprovalRule;
 use crate::settings::SyncSettings;
 use crate::state::StateDb;
+use crate::sync::{Look, Pushed, Stuck, SyncError, Way};
 use git2::{Oid, Repository};
 use std::path::Path;
 
@@ -64,7 +64,7 @@ impl FireSync {
         rule: &ApprovalRule,
         started_at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Began, SyncError> {
-        let look = super::before_fire(repo, &settings, rule, Some(root))?;
+        let look = crate::sync::before_fire(repo, &settings, rule, Some(root))?;
         let key = format!("sync:{}/{}", settings.remote, settings.branch);
         let mut fire = FireSync {
             settings,
@@ -245,7 +245,7 @@ impl FireSync {
 
     /// After the fire's commit: pushes its records ([`super::push_after`]).
     pub(crate) fn push(&self, repo: &Repository, runtime_email: &str) -> Result<Pushed, SyncError> {
-        super::push_after(repo, &self.settings, runtime_email)
+        crate::sync::push_after(repo, &self.settings, runtime_email)
     }
 
     /// How the fire ends once pushed: a box that cannot fire what the remote holds
@@ -284,4 +284,12 @@ impl FireSync {
             tracing::warn!(error = %e, "the sync's cause was not remembered; the next fire cards it again");
         }
     }
+}
+
+/// Whether a fire syncs: one that commits and is not an eval's. A `--no-commit` fire
+/// leaves nothing to push (and must not move the branch under a person trying a
+/// task); an eval fire runs in a throwaway worktree under review. The one place this
+/// is decided.
+pub fn applies(opts: &super::FireOptions) -> bool {
+    !opts.no_commit && !opts.eval
 }
