@@ -143,7 +143,7 @@ pub fn audit_range(
                     let mut judge = Judge {
                         repo: &repo,
                         review,
-                        require_reviewed: HashMap::new(),
+                        settings: Settings::new(&repo),
                         refused: HashMap::new(),
                         signatures: RuntimeSignatures::new(&repo),
                     };
@@ -239,9 +239,11 @@ struct ReviewContext {
 
 /// The commits of the first-parent chain from `tip` (among `on_branch`) that a later
 /// commit of the chain covers: some commit after it, up to `tip`, has a builder tree
-/// an approval covers. An unapproved change there was undone or taken into an
-/// approved tree since (a revert, an approved proposal built on it): history, shown
-/// as a warning, never a violation.
+/// an approval covers, under the rule that commit owes ([`Settings::owes_signatures`]).
+/// An unapproved change there was undone or taken into an approved tree since (a
+/// revert, an approved proposal built on it): history, shown as a warning, never a
+/// violation. An approval that counts only by identity covers nothing later while
+/// signatures are asked, or an unsigned approval would excuse the change before it.
 fn covered_later(
     repo: &Repository,
     tip: Oid,
@@ -250,6 +252,7 @@ fn covered_later(
     approved_unsigned: Option<&Coverage>,
 ) -> Result<HashSet<Oid>, git2::Error> {
     let mut out = HashSet::new();
+    let mut settings = Settings::new(repo);
     let mut seen_covered = false;
     let mut next = Some(tip);
     while let Some(oid) = next.filter(|o| on_branch.contains(o)) {
@@ -258,7 +261,11 @@ fn covered_later(
             out.insert(oid);
         } else {
             let tree = crate::review::builder_tree_of(repo, &commit.tree()?)?;
-            seen_covered = approved.covers(oid, tree) || approved_unsigned.is_some_and(|u| u.covers(oid, tree));
+            let coverage = match approved_unsigned {
+                Some(unsigned) if !settings.owes_signatures(&commit)? => unsigned,
+                Some(_) | None => approved,
+            };
+            seen_covered = coverage.covers(oid, tree);
         }
         next = commit.parent_ids().next();
     }
@@ -277,12 +284,56 @@ fn first_parent_chain(repo: &Repository, tip: Oid, audited: &[Oid]) -> Result<Ha
     Ok(out)
 }
 
-/// One thread's judge of builder changes: the shared context and a cache of
-/// `(require_reviewed, review.require_signed)` by settings blob.
+/// `require_reviewed` and `review.require_signed` of commits, read once per settings blob.
+struct Settings<'a> {
+    repo: &'a Repository,
+    by_blob: HashMap<Oid, (bool, bool)>,
+}
+
+impl<'a> Settings<'a> {
+    fn new(repo: &'a Repository) -> Settings<'a> {
+        Settings {
+            repo,
+            by_blob: HashMap::new(),
+        }
+    }
+
+    /// `require_reviewed` and `review.require_signed` in the commit's own
+    /// `settings/runtime.yaml` (false when the file is absent or does not say).
+    fn of(&mut self, commit: &git2::Commit) -> Result<(bool, bool), git2::Error> {
+        let entry = match commit.tree()?.get_path(std::path::Path::new(SETTINGS_FILE)) {
+            Ok(e) => e,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok((false, false)),
+            Err(e) => return Err(e),
+        };
+        if let Some(v) = self.by_blob.get(&entry.id()) {
+            return Ok(*v);
+        }
+        let on = crate::review::review_flags(self.repo.find_blob(entry.id())?.content());
+        self.by_blob.insert(entry.id(), on);
+        Ok(on)
+    }
+
+    /// Whether `commit`'s builder tree is judged under signatures: when its own
+    /// settings ask for them, and also when its first parent's did (turning
+    /// `require_signed` off is itself judged under signatures, or an identity approval
+    /// would vouch for its own downgrade).
+    fn owes_signatures(&mut self, commit: &git2::Commit) -> Result<bool, git2::Error> {
+        if self.of(commit)?.1 {
+            return Ok(true);
+        }
+        match commit.parents().next() {
+            Some(parent) => Ok(self.of(&parent)?.1),
+            None => Ok(false),
+        }
+    }
+}
+
+/// One thread's judge of builder changes: the shared context and the settings read.
 struct Judge<'a> {
     repo: &'a Repository,
     review: &'a ReviewContext,
-    require_reviewed: HashMap<Oid, (bool, bool)>,
+    settings: Settings<'a>,
     /// Refused links by tree id ([`crate::review::links`]).
     refused: HashMap<Oid, Vec<RefusedLink>>,
     /// The judge of runtime-named commits' signatures.
@@ -297,14 +348,7 @@ impl Judge<'_> {
             return Ok(None);
         }
         let tree = crate::review::builder_tree_of(self.repo, &commit.tree()?)?;
-        // Signatures are owed when the commit's own settings ask for them, and also
-        // when its parent's did: turning `require_signed` off is itself judged under
-        // signatures, or an identity approval would vouch for its own downgrade.
-        let signed = self.settings_of(commit)?.1
-            || match commit.parents().next() {
-                Some(parent) => self.settings_of(&parent)?.1,
-                None => false,
-            };
+        let signed = self.settings.owes_signatures(commit)?;
         let approved = match &self.review.approved_unsigned {
             Some(unsigned) if !signed => unsigned,
             Some(_) | None => &self.review.approved,
@@ -389,29 +433,13 @@ impl Judge<'_> {
     /// settings or its first parent's say `require_reviewed` (so turning review off is
     /// itself judged under review, as turning signatures off is under signatures).
     fn owes_review(&mut self, commit: &git2::Commit) -> Result<bool, git2::Error> {
-        if self.settings_of(commit)?.0 {
+        if self.settings.of(commit)?.0 {
             return Ok(true);
         }
         match commit.parents().next() {
-            Some(parent) => Ok(self.settings_of(&parent)?.0),
+            Some(parent) => Ok(self.settings.of(&parent)?.0),
             None => Ok(false),
         }
-    }
-
-    /// `require_reviewed` and `review.require_signed` in the commit's own
-    /// `settings/runtime.yaml` (false when the file is absent or does not say).
-    fn settings_of(&mut self, commit: &git2::Commit) -> Result<(bool, bool), git2::Error> {
-        let entry = match commit.tree()?.get_path(std::path::Path::new(SETTINGS_FILE)) {
-            Ok(e) => e,
-            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok((false, false)),
-            Err(e) => return Err(e),
-        };
-        if let Some(v) = self.require_reviewed.get(&entry.id()) {
-            return Ok(*v);
-        }
-        let on = crate::review::review_flags(self.repo.find_blob(entry.id())?.content());
-        self.require_reviewed.insert(entry.id(), on);
-        Ok(on)
     }
 }
 
@@ -750,5 +778,66 @@ mod tests {
         sign(downgrade);
         let report = audit(&repo, &Ownership::new(&root_dir), &runtime, &rule, None).unwrap();
         assert!(report.findings.is_empty(), "{:?}", report.findings);
+    }
+
+    #[test]
+    fn an_unsigned_approval_of_a_later_commit_excuses_nothing_under_signatures() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((key, public)) = crate::review::signing::test_keys::keygen(dir.path(), "rev") else {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
+        };
+        let root_dir = dir.path().join("r");
+        let repo = Repository::init(&root_dir).unwrap();
+        let signed = "version: 1\nrequire_reviewed: true\nreview:\n  require_signed: true\n";
+        let first = commit(
+            &repo,
+            &[],
+            &[
+                ("settings/runtime.yaml", signed),
+                ("settings/allowed_signers", &format!("rev@example.com {public}")),
+                ("prompts/t.md", "a"),
+            ],
+            "Eng",
+            true,
+        );
+        let rev = Person {
+            name: "Rev".into(),
+            email: "rev@example.com".into(),
+        };
+        let tree = crate::review::builder_tree_of_commit(&repo, first).unwrap();
+        let signing = crate::review::approvals::Signing {
+            key,
+            program: "ssh-keygen".into(),
+        };
+        let body = crate::review::approvals::signed_body("p", tree, first, &rev, Some(&signing)).unwrap();
+        crate::review::approvals::write(&repo, body, &rev).unwrap();
+        // A direct change with signatures still asked, "approved" by an unsigned
+        // approval under Rev's name, and a records commit on top (the branch's tip,
+        // same builder tree): the unsigned approval counts for neither.
+        let tweak = commit(&repo, &[first], &[("prompts/t.md", "mallory's")], "Mallory", true);
+        approve(&repo, tweak);
+        commit(&repo, &[tweak], &[("runs/t/r.json", "{}")], "runtime", true);
+        let runtime = RuntimeIdentity {
+            name: "runtime".into(),
+            email: "runtime@localhost".into(),
+        };
+        let rule = crate::review::signing::ApprovalRule {
+            runtime_email: runtime.email.clone(),
+            signers: Some(crate::review::signing::SignerList::Repository(
+                "settings/allowed_signers".into(),
+            )),
+        };
+        let report = audit(&repo, &Ownership::new(&root_dir), &runtime, &rule, None).unwrap();
+        let flagged: Vec<_> = report
+            .findings
+            .iter()
+            .map(|f| (f.severity, f.commit.clone(), f.path.clone()))
+            .collect();
+        assert_eq!(
+            flagged,
+            vec![(Severity::Violation, oid_short(tweak), "prompts/t.md".to_string())],
+            "a violation, not history excused by the tip's unsigned approval"
+        );
     }
 }
