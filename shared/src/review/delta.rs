@@ -216,35 +216,20 @@ pub fn capability_delta(calls: &[RecordedCall], before: &Side, after: &Side) -> 
 /// One line per group: "would have allowed 3 call(s) denied before: `Bash(curl*)`
 /// before, `Bash(curl*)` after: curl -s https://example.com/feed".
 pub fn describe(g: &DeltaGroup) -> String {
-    let rule = |r: &Option<String>| match r {
-        Some(r) => format!("`{r}`"),
-        None => "no rule (the default)".to_string(),
-    };
-    let mut examples: Vec<&str> = g.calls.iter().map(|c| c.command_or_path.as_str()).collect();
-    examples.dedup();
-    let more = if examples.len() > 3 {
-        format!(", ... ({} distinct)", examples.len())
-    } else {
-        String::new()
-    };
-    examples.truncate(3);
-    format!(
-        "would have {} {} call(s) {} before: {} before, {} after: {}{more}",
-        verb(g.to),
-        g.count,
-        verb(g.from),
-        rule(&g.rule_before),
-        rule(&g.rule_after),
-        examples.join("; ")
-    )
+    describe_with(g, |r| format!("`{r}`"), str::to_string)
 }
 
 /// [`describe`] for markdown: the rules and the example calls (a model's commands)
 /// as code spans, so nothing in them is live in a comment.
 pub fn describe_markdown(g: &DeltaGroup) -> String {
-    use crate::text::markdown_code as code;
+    describe_with(g, crate::text::markdown_code, crate::text::markdown_code)
+}
+
+/// The one wording of a delta group, with its rules and example calls shown by
+/// `rule_span` and `example`.
+fn describe_with(g: &DeltaGroup, rule_span: impl Fn(&str) -> String, example: impl Fn(&str) -> String) -> String {
     let rule = |r: &Option<String>| match r {
-        Some(r) => code(r),
+        Some(r) => rule_span(r),
         None => "no rule (the default)".to_string(),
     };
     let mut examples: Vec<&str> = g.calls.iter().map(|c| c.command_or_path.as_str()).collect();
@@ -262,7 +247,7 @@ pub fn describe_markdown(g: &DeltaGroup) -> String {
         verb(g.from),
         rule(&g.rule_before),
         rule(&g.rule_after),
-        examples.iter().map(|e| code(e)).collect::<Vec<_>>().join("; ")
+        examples.iter().map(|e| example(e)).collect::<Vec<_>>().join("; ")
     )
 }
 
