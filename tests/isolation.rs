@@ -114,7 +114,7 @@ pub(crate) enum As {
 }
 
 /// Hands the tree at `root` to `uid` (ownership of every entry, links not followed).
-fn chown_tree(root: &Path, uid: u32) {
+pub(crate) fn chown_tree(root: &Path, uid: u32) {
     let mut stack = vec![root.to_path_buf()];
     while let Some(p) = stack.pop() {
         std::os::unix::fs::lchown(&p, Some(uid), Some(uid)).unwrap();

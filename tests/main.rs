@@ -7,9 +7,12 @@
 
 mod util;
 
+mod approval_crash;
 mod approval_pins;
 mod builder_cmds;
 mod builder_truth;
+mod checkout_ops;
+mod concurrency;
 mod crash;
 mod crash_suite;
 mod cron_box;
@@ -18,6 +21,7 @@ mod escape;
 mod eval_review;
 mod exit_codes;
 mod faults;
+mod full_disk;
 mod fire;
 mod identity;
 mod init_check;
@@ -27,6 +31,7 @@ mod operator;
 mod otlp;
 mod progress;
 mod races;
+mod records_cases;
 mod records_hardening;
 mod repos;
 mod review;
