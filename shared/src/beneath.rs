@@ -271,6 +271,16 @@ fn kind_name(t: rustix::fs::FileType) -> &'static str {
 /// `cap` bytes, checked on the open descriptor (opened non-blocking, so a FIFO
 /// neither blocks the open nor the check).
 pub fn read_regular(root: &OwnedFd, rel: &Path, cap: u64) -> Result<Vec<u8>, NotRegular> {
+    read_regular_with_meta(root, rel, cap).map(|(bytes, _)| bytes)
+}
+
+/// [`read_regular`], with the metadata of the descriptor the bytes were read from (so
+/// a caller can describe the very file it read, as git's index does).
+pub fn read_regular_with_meta(
+    root: &OwnedFd,
+    rel: &Path,
+    cap: u64,
+) -> Result<(Vec<u8>, std::fs::Metadata), NotRegular> {
     use std::os::unix::fs::MetadataExt;
     let io = |e: std::io::Error| NotRegular::Io(e.to_string());
     let parts = components(rel).map_err(io)?;
@@ -315,7 +325,7 @@ pub fn read_regular(root: &OwnedFd, rel: &Path, cap: u64) -> Result<Vec<u8>, Not
     if bytes.len() as u64 > cap {
         return Err(NotRegular::TooLarge(bytes.len() as u64));
     }
-    Ok(bytes)
+    Ok((bytes, meta))
 }
 
 #[cfg(test)]

@@ -444,15 +444,25 @@ pub fn commit_new_files_with(
     // deletes them from HEAD while they stay in the work tree.
     let mut kept = Vec::new();
     if let Some(dir) = &opts.intent_dir {
-        let (dropped, still) = watched_records(repo, dir);
-        kept = still;
-        for f in dropped {
+        let watched = watched_records(repo, dir);
+        kept = watched.kept;
+        for f in watched.dropped {
             if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
                 continue;
             }
             if let Ok(oid) = record_blob(repo, &root, &f, &allowed) {
                 tracing::warn!(file = %f, "a record an engineer's commit dropped is committed again");
                 orphans.push((f, oid));
+            }
+        }
+        for (f, blob) in watched.discarded {
+            if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
+                continue;
+            }
+            if let Some((oid, bytes)) = kept_bytes(repo, &root, &f, blob, &allowed) {
+                tracing::warn!(file = %f, "a record whose commit a reset threw away is committed again");
+                orphans.push((f.clone(), oid));
+                adopted.push((f, bytes));
             }
         }
     }
@@ -579,35 +589,82 @@ fn remember_records(dir: &Path, commit: Oid, files: Vec<String>) {
     }
 }
 
-/// The records of the runtime's last commits still in the work tree: `(dropped,
-/// kept)`, those HEAD lost and those it has. The kept ones are put back in the index
-/// if it lost them (see [`write_index`]), which reads the index once anyway.
-fn watched_records(repo: &Repository, dir: &Path) -> (Vec<String>, Vec<String>) {
+/// What became of the records of the runtime's last commits ([`watched_records`]).
+#[derive(Debug, Default)]
+struct Watched {
+    /// Still in the work tree, but HEAD lost them (an engineer's commit dropped them).
+    dropped: Vec<String>,
+    /// Still in the work tree, and HEAD has them.
+    kept: Vec<String>,
+    /// Gone from the work tree and from every branch with the commit that held them,
+    /// and the blob it held: a `git rebase --abort` or `reset --hard` that put a
+    /// branch back to where it was before a runtime commit landed on it (a commit
+    /// that raced the first moments of a person's rebase, before git marks one in
+    /// progress).
+    discarded: Vec<(String, Oid)>,
+}
+
+/// The records of the runtime's last commits: those HEAD lost while the work tree
+/// still holds them, those it has, and those a reset threw away with their commit
+/// ([`Watched`]). The kept ones are put back in the index if it lost them (see
+/// [`write_index`]), which reads the index once anyway.
+fn watched_records(repo: &Repository, dir: &Path) -> Watched {
     let recent = read_recent(dir);
-    let (mut dropped, mut kept) = (Vec::new(), Vec::new());
+    let mut out = Watched::default();
     if recent.commits.is_empty() {
-        return (dropped, kept);
+        return out;
     }
     let Ok(Some(head)) = head_commit(repo) else {
-        return (dropped, kept);
+        return out;
     };
     let Ok(tree) = repo.find_commit(head).and_then(|c| c.tree()) else {
-        return (dropped, kept);
+        return out;
     };
     let root = repo.workdir().unwrap_or(Path::new("."));
-    for (_, files) in &recent.commits {
+    let seen = |out: &Watched, f: &String| {
+        out.dropped.contains(f) || out.kept.contains(f) || out.discarded.iter().any(|(d, _)| d == f)
+    };
+    for (commit, files) in &recent.commits {
+        // Asked once per commit, and only when one of its records left the work tree.
+        let mut orphaned: Option<Option<git2::Tree>> = None;
         for f in files {
-            if dropped.contains(f) || kept.contains(f) || !root.join(f).is_file() {
+            if seen(&out, f) {
                 continue;
             }
-            if tree.get_path(Path::new(f)).is_err() {
-                dropped.push(f.clone());
+            let in_head = tree.get_path(Path::new(f)).is_ok();
+            if !root.join(f).is_file() {
+                if in_head {
+                    continue;
+                }
+                let lost_tree = orphaned.get_or_insert_with(|| {
+                    Oid::from_str(commit)
+                        .ok()
+                        .filter(|c| !on_a_branch(repo, *c))
+                        .and_then(|c| repo.find_commit(c).and_then(|c| c.tree()).ok())
+                });
+                if let Some(blob) = lost_tree.as_ref().and_then(|t| t.get_path(Path::new(f)).ok()) {
+                    out.discarded.push((f.clone(), blob.id()));
+                }
+                continue;
+            }
+            if in_head {
+                out.kept.push(f.clone());
             } else {
-                kept.push(f.clone());
+                out.dropped.push(f.clone());
             }
         }
     }
-    (dropped, kept)
+    out
+}
+
+/// Whether any local branch holds `commit`.
+fn on_a_branch(repo: &Repository, commit: Oid) -> bool {
+    let Ok(branches) = repo.references_glob("refs/heads/*") else {
+        return true;
+    };
+    branches.flatten().filter_map(|r| r.target()).any(|tip| {
+        tip == commit || repo.graph_descendant_of(tip, commit).unwrap_or(true)
+    })
 }
 
 /// Checks one record and writes its blob. The file is read beneath the root, through
@@ -833,7 +890,10 @@ fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), G
         repo.set_index(&mut index)?;
         for f in add {
             match p.held.iter().find(|(h, _)| h == f) {
-                Some((_, bytes)) => index.add_frombuffer(&held_entry(f), bytes)?,
+                Some((_, bytes)) => match worktree_entry(repo, f, bytes) {
+                    Some(entry) => index.add(&entry)?,
+                    None => index.add_frombuffer(&held_entry(f), bytes)?,
+                },
                 None => index.add_path(Path::new(f))?,
             }
         }
@@ -1289,6 +1349,41 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
         std::fs::remove_file(&path).map_err(|e| GitError::Io { path, source: e })?;
     }
     Ok(out)
+}
+
+/// The index entry of a record committed from held bytes when the work tree holds
+/// exactly those bytes (as a regular file with one name, read through no link): with
+/// the stat data of the file read, as `git add` writes it. Git's own checkouts (the
+/// one `git rebase` and `git pull --rebase` start with) trust an entry's stat data
+/// without refreshing it: an entry without any (see [`held_entry`]) reads as a local
+/// change there, and the person's rebase stops with "your local changes would be
+/// overwritten" although nothing changed. `None` when the work tree holds anything
+/// else.
+fn worktree_entry(repo: &Repository, f: &str, bytes: &[u8]) -> Option<git2::IndexEntry> {
+    use std::os::unix::fs::MetadataExt;
+    let root = repo.workdir()?;
+    let dir = crate::beneath::open_root(root).ok()?;
+    let (found, meta) = crate::beneath::read_regular_with_meta(&dir, Path::new(f), bytes.len() as u64).ok()?;
+    // Committed as a plain blob: an executable file's mode would not match it.
+    if found != bytes || meta.mode() & 0o111 != 0 {
+        return None;
+    }
+    // Git keeps these fields as 32 bits, truncated as here.
+    let time = |s: i64, ns: i64| git2::IndexTime::new(s as i32, ns as u32);
+    Some(git2::IndexEntry {
+        ctime: time(meta.ctime(), meta.ctime_nsec()),
+        mtime: time(meta.mtime(), meta.mtime_nsec()),
+        dev: meta.dev() as u32,
+        ino: meta.ino() as u32,
+        mode: u32::from(FileMode::Blob),
+        uid: meta.uid(),
+        gid: meta.gid(),
+        file_size: meta.len() as u32,
+        id: Oid::hash_object(git2::ObjectType::Blob, bytes).ok()?,
+        flags: 0,
+        flags_extended: 0,
+        path: f.as_bytes().to_vec(),
+    })
 }
 
 /// An index entry for a file committed from held bytes: no stat data, so `git status`
