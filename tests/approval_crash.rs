@@ -58,8 +58,8 @@ fn next_step(env: &TestEnv, next: Next, paused: &str) -> (i32, Value) {
         Next::Resume => env.runtime(&["resume", paused, "--json"]),
         Next::CronFire => env.runtime(&["fire", "t", "--json"]),
     };
-    let summary: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let summary: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     (out.status.code().unwrap_or(-1), summary)
 }
 
@@ -89,8 +89,14 @@ fn a_resume_killed_anywhere_around_the_approved_call_runs_it_at_most_once_and_fi
             let cards = env.card_kinds(&summary);
             assert_eq!(summary["status"], "completed", "{case}: {summary}");
             assert_eq!(code, 5, "{case}: completed with cards: {summary}");
-            assert!(!cards.contains(&"approval_stale".to_string()), "{case}: never stale: {cards:?}");
-            assert!(cards.contains(&"crashed".to_string()), "{case}: the killed resume is carded: {cards:?}");
+            assert!(
+                !cards.contains(&"approval_stale".to_string()),
+                "{case}: never stale: {cards:?}"
+            );
+            assert!(
+                cards.contains(&"crashed".to_string()),
+                "{case}: the killed resume is carded: {cards:?}"
+            );
             assert_eq!(
                 cards.contains(&"side_effect_uncertain".to_string()),
                 outcome == "SIDE_EFFECT_UNCERTAIN",
@@ -98,7 +104,11 @@ fn a_resume_killed_anywhere_around_the_approved_call_runs_it_at_most_once_and_fi
             );
             let calls = hit_calls(&env);
             assert!(calls.len() <= 1, "{case}: the approved call ran {} times", calls.len());
-            assert_eq!(calls.len(), usize::from(ran_before || outcome == "ok"), "{case}: {calls:?}");
+            assert_eq!(
+                calls.len(),
+                usize::from(ran_before || outcome == "ok"),
+                "{case}: {calls:?}"
+            );
             let receipt = env.receipt(&summary);
             assert_eq!(receipt["resumed_from"], paused.as_str(), "{case}: {receipt}");
             let last = receipt["tool_calls"].as_array().unwrap().last().unwrap().clone();
@@ -108,7 +118,10 @@ fn a_resume_killed_anywhere_around_the_approved_call_runs_it_at_most_once_and_fi
             let (code, tick, _) = env.fire("t");
             assert_eq!(code, 4, "{case}: {tick}");
             assert_ne!(tick["run_id"], paused.as_str(), "{case}: a fresh run");
-            assert!(!tick["cards"].as_array().unwrap().is_empty(), "{case}: asked again: {tick}");
+            assert!(
+                !tick["cards"].as_array().unwrap().is_empty(),
+                "{case}: asked again: {tick}"
+            );
             crate::crash_suite::check(&env).unwrap_or_else(|e| panic!("{case}: {e}"));
         }
     }

@@ -130,9 +130,19 @@ fn a_fire_inside_a_persons_operation_leaves_its_records_and_the_next_fire_commit
         let message = blocked["message"].as_str().unwrap();
         assert!(message.contains(op.named), "{}: {message}", op.name);
         assert!(blocked["commit"].is_null(), "{}: {blocked}", op.name);
-        assert_eq!(git_ok(&env, &["rev-parse", "HEAD"]), head, "{}: no commit into it", op.name);
+        assert_eq!(
+            git_ok(&env, &["rev-parse", "HEAD"]),
+            head,
+            "{}: no commit into it",
+            op.name
+        );
         let kinds = env.card_kinds(&blocked);
-        assert_eq!(kinds.iter().filter(|k| *k == "commit_blocked").count(), 1, "{}: {kinds:?}", op.name);
+        assert_eq!(
+            kinds.iter().filter(|k| *k == "commit_blocked").count(),
+            1,
+            "{}: {kinds:?}",
+            op.name
+        );
         let receipt = blocked["receipt"].as_str().unwrap().to_string();
         assert!(env.root.join(&receipt).is_file(), "{}: the records stay", op.name);
         assert_eq!(pending_refs(&env).len(), 1, "{}: kept in git", op.name);
@@ -149,12 +159,21 @@ fn a_fire_inside_a_persons_operation_leaves_its_records_and_the_next_fire_commit
             stdout(&out),
             String::from_utf8_lossy(&out.stderr)
         );
-        assert_eq!(git_ok(&env, &["symbolic-ref", "HEAD"]), "refs/heads/main", "{}", op.name);
+        assert_eq!(
+            git_ok(&env, &["symbolic-ref", "HEAD"]),
+            "refs/heads/main",
+            "{}",
+            op.name
+        );
         // The next fire commits the blocked run's records with its own.
         let (code, next, stderr) = env.fire("digest");
         assert_eq!(code, 0, "{}: {next}\n{stderr}", op.name);
         let tree = git_ok(&env, &["ls-tree", "-r", "--name-only", "HEAD"]);
-        assert!(tree.lines().any(|l| l == receipt), "{}: {receipt} not committed", op.name);
+        assert!(
+            tree.lines().any(|l| l == receipt),
+            "{}: {receipt} not committed",
+            op.name
+        );
         assert!(pending_refs(&env).is_empty(), "{}: pending refs left", op.name);
         crate::crash_suite::check(&env).unwrap_or_else(|e| panic!("{}: {e}", op.name));
     }
@@ -167,7 +186,10 @@ fn a_head_naming_a_missing_branch_is_named_as_such() {
     let (code, summary, stderr) = env.fire("digest");
     assert_eq!(code, 2, "{summary}\n{stderr}");
     let message = summary["message"].as_str().unwrap();
-    assert!(message.contains("refs/heads/gone") && message.contains("does not exist"), "{message}");
+    assert!(
+        message.contains("refs/heads/gone") && message.contains("does not exist"),
+        "{message}"
+    );
     assert!(!message.contains("no commits yet"), "{message}");
     assert!(summary["hint"].as_str().unwrap().contains("git branch -a"), "{summary}");
 }
@@ -248,9 +270,13 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
     // about the checkout, and the hook has tests of its own.)
     git_ok(&env, &["push", "-q", "--no-verify", "origin", "main"]);
     git_ok(&env, &["branch", "other"]);
-    assert!(git_in(&env, &env.home, &["clone", "-q", origin.to_str().unwrap(), laptop.to_str().unwrap()])
-        .status
-        .success());
+    assert!(git_in(
+        &env,
+        &env.home,
+        &["clone", "-q", origin.to_str().unwrap(), laptop.to_str().unwrap()]
+    )
+    .status
+    .success());
 
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -261,9 +287,15 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
             while !stop.load(Ordering::Relaxed) {
                 std::fs::write(laptop.join(format!("laptop-{n}.txt")), format!("{n}\n")).unwrap();
                 let ok = git_in(&env, &laptop, &["add", "-A"]).status.success()
-                    && git_in(&env, &laptop, &["commit", "-q", "-m", &format!("laptop {n}")]).status.success()
-                    && git_in(&env, &laptop, &["pull", "-q", "--rebase", "origin", "main"]).status.success()
-                    && git_in(&env, &laptop, &["push", "-q", "origin", "HEAD:main"]).status.success();
+                    && git_in(&env, &laptop, &["commit", "-q", "-m", &format!("laptop {n}")])
+                        .status
+                        .success()
+                    && git_in(&env, &laptop, &["pull", "-q", "--rebase", "origin", "main"])
+                        .status
+                        .success()
+                    && git_in(&env, &laptop, &["push", "-q", "origin", "HEAD:main"])
+                        .status
+                        .success();
                 if ok {
                     n += 1;
                 }
@@ -317,7 +349,10 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
                     1 => {
                         let started = step(
                             &["rebase", "-i", "HEAD~3"],
-                            &[("GIT_SEQUENCE_EDITOR", "sed -i -e 1s/^pick/edit/"), ("GIT_EDITOR", "true")],
+                            &[
+                                ("GIT_SEQUENCE_EDITOR", "sed -i -e 1s/^pick/edit/"),
+                                ("GIT_EDITOR", "true"),
+                            ],
                         );
                         std::thread::sleep(Duration::from_millis(1500));
                         started && step(&["rebase", "--continue"], &[("GIT_EDITOR", "true")])
@@ -368,7 +403,10 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
                     match code {
                         0 | 3 | 5 => {}
                         1 if summary["message"].as_str().is_some_and(|m| m.contains("not committed")) => blocked += 1,
-                        _ => bad.lock().unwrap().push(format!("{task} exited {code}: {summary}\n{stderr}")),
+                        _ => bad
+                            .lock()
+                            .unwrap()
+                            .push(format!("{task} exited {code}: {summary}\n{stderr}")),
                     }
                     if let Some(r) = summary["receipt"].as_str() {
                         receipts.lock().unwrap().push(r.to_string());
@@ -388,14 +426,24 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
     let (done, retries, raced) = engineer.join().unwrap();
     let pushed = laptop_pushes.join().unwrap();
     let failures = failures.lock().unwrap().clone();
-    assert!(failures.is_empty(), "engineer operations stopped:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "engineer operations stopped:\n{}",
+        failures.join("\n")
+    );
     // The checkout is the engineer's again: on main, nothing in progress.
     assert_eq!(git_ok(&env, &["symbolic-ref", "HEAD"]), "refs/heads/main");
     assert!(!env.root.join(".git/rebase-merge").exists() && !env.root.join(".git/MERGE_HEAD").exists());
     // One settling fire commits what a blocked fire left.
     let (code, summary, stderr) = env.fire("t1");
-    assert!([0, 5].contains(&code), "settling fire exited {code}: {summary}\n{stderr}");
-    receipts.lock().unwrap().extend(summary["receipt"].as_str().map(str::to_string));
+    assert!(
+        [0, 5].contains(&code),
+        "settling fire exited {code}: {summary}\n{stderr}"
+    );
+    receipts
+        .lock()
+        .unwrap()
+        .extend(summary["receipt"].as_str().map(str::to_string));
     println!(
         "checkout race: {fired} fires ({blocked} blocked inside an operation) in {:.0} s; engineer: {} pull --rebase, {} rebase -i, {} checkouts, {} stashes ({retries} retries on a held lock, {raced} rebases raced by a commit in their first moments and aborted); laptop pushed {pushed}",
         started.elapsed().as_secs_f64(),
@@ -405,7 +453,11 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
         done[3]
     );
     let bad = bad.lock().unwrap();
-    assert!(bad.is_empty(), "fires that did not exit 0, 1 (blocked), 3 or 5:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "fires that did not exit 0, 1 (blocked), 3 or 5:\n{}",
+        bad.join("\n")
+    );
     assert!(done.iter().all(|d| *d >= 1), "every kind of operation ran: {done:?}");
     assert!(blocked >= 1, "no fire ever met an operation: the race proves nothing");
     // Every receipt is on a branch: main, or `other` for fires that ran while it was
@@ -422,12 +474,36 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
         .iter()
         .filter(|r| !main.contains(*r) && !other.contains(*r))
         .collect();
-    assert!(lost.is_empty(), "{} of {} receipts on no branch: {lost:?}", lost.len(), receipts.len());
-    assert!(pending_refs(&env).is_empty(), "records still pending: {:?}", pending_refs(&env));
+    assert!(
+        lost.is_empty(),
+        "{} of {} receipts on no branch: {lost:?}",
+        lost.len(),
+        receipts.len()
+    );
+    assert!(
+        pending_refs(&env).is_empty(),
+        "records still pending: {:?}",
+        pending_refs(&env)
+    );
     let fsck = git(&env, &["fsck", "--no-progress"]);
-    assert!(fsck.status.success(), "git fsck: {}", String::from_utf8_lossy(&fsck.stderr));
+    assert!(
+        fsck.status.success(),
+        "git fsck: {}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
     assert!(!env.root.join(".git/index.lock").exists(), "index.lock left");
-    let status = git_ok(&env, &["status", "--porcelain", "--untracked-files=all", "--", "runs", "cards", "reports"]);
+    let status = git_ok(
+        &env,
+        &[
+            "status",
+            "--porcelain",
+            "--untracked-files=all",
+            "--",
+            "runs",
+            "cards",
+            "reports",
+        ],
+    );
     assert!(status.is_empty(), "records not as committed:\n{status}");
     assert!(receipts.len() >= 8, "the race hardly ran");
 }

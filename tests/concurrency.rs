@@ -52,7 +52,12 @@ fn sixteen_and_thirty_two_fires_at_once_never_take_each_others_temporary_files()
         }
     }
     assert_eq!(fired, 384);
-    assert!(bad.is_empty(), "{} of {fired} fires did not exit 0:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} of {fired} fires did not exit 0:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
     let repo = git2::Repository::open(&env.root).unwrap();
     let tree = repo.head().unwrap().peel_to_tree().unwrap();
     let mut committed = Vec::new();

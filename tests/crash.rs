@@ -183,7 +183,8 @@ fn an_approved_call_runs_once_however_often_resume_is_killed_and_run() {
     assert_eq!(
         env.card_kinds(&resumed),
         vec!["crashed", "side_effect_uncertain"],
-        "the killed resume is closed; the uncertain call is named"
+        "the killed resume is closed; the uncertain call is named: {:?}",
+        env.cards(&resumed)
     );
     let receipt = env.receipt(&resumed);
     let last = receipt["tool_calls"].as_array().unwrap().last().unwrap().clone();
@@ -612,11 +613,16 @@ fn a_wall_clock_stepped_forward_does_not_close_a_resumable_run() {
     let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
     let stepped = (chrono::Utc::now() - chrono::Duration::hours(3)).to_rfc3339();
     let changed = db
-        .execute("UPDATE live_runs SET updated_at = ?1 WHERE run_id = ?2", [&stepped, &run_id])
+        .execute(
+            "UPDATE live_runs SET updated_at = ?1 WHERE run_id = ?2",
+            [&stepped, &run_id],
+        )
         .unwrap();
     assert_eq!(changed, 1);
     let boot: Option<i64> = db
-        .query_row("SELECT boot_ns FROM live_runs WHERE run_id = ?1", [&run_id], |r| r.get(0))
+        .query_row("SELECT boot_ns FROM live_runs WHERE run_id = ?1", [&run_id], |r| {
+            r.get(0)
+        })
         .unwrap();
     assert!(boot.is_some(), "the checkpoint carries the boot clock");
     drop(db);
@@ -647,7 +653,8 @@ fn a_wall_clock_stepped_forward_does_not_close_a_resumable_run() {
 fn no_release_build_carries_the_crash_points() {
     // A release build has no debug assertions unless a profile turns them on; the
     // points compile only with them (`shared/src/failpoints.rs`).
-    let manifest = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml")).unwrap();
+    let manifest =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml")).unwrap();
     let mut section = String::new();
     for line in manifest.lines() {
         if line.starts_with('[') {
@@ -655,11 +662,15 @@ fn no_release_build_carries_the_crash_points() {
         }
         let on = line.replace(' ', "").starts_with("debug-assertions=true");
         assert!(
-            !(on && (section == "[profile.release]" || section == "[profile.profiling]" || section == "[profile.bench]")),
+            !(on && (section == "[profile.release]"
+                || section == "[profile.profiling]"
+                || section == "[profile.bench]")),
             "{section} turns on debug assertions: its builds would carry the crash points"
         );
     }
-    let source = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/src/failpoints.rs")).unwrap();
+    let source =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/src/failpoints.rs"))
+            .unwrap();
     assert!(source.contains("#[cfg(all(feature = \"failpoints\", debug_assertions))]\n        ::fail::fail_point!"));
 }
 
@@ -686,13 +697,23 @@ fn a_killed_prefetch_worker_is_named_as_such() {
     // The prefetch worker is killed as the OOM killer would.
     let worker = kill_worker_running(&env, "ctx.started", "sleep\x0026.317");
     let out = fire.wait_with_output().unwrap();
-    let summary: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let summary: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert!(gone(worker));
     assert_eq!(out.status.code(), Some(1), "{summary}");
     let cards = env.cards(&summary);
-    assert_eq!(env.card_kinds(&summary), vec!["prefetch_failed"], "not sandbox_unavailable: {cards:?}");
+    assert_eq!(
+        env.card_kinds(&summary),
+        vec!["prefetch_failed"],
+        "not sandbox_unavailable: {cards:?}"
+    );
     let detail = cards[0]["detail"].as_str().unwrap();
-    assert!(detail.contains("killed by signal 9 (SIGKILL)") && detail.contains("not the sandbox"), "{detail}");
-    assert!(!summary["hint"].as_str().unwrap_or("").contains("landlock"), "{summary}");
+    assert!(
+        detail.contains("killed by signal 9 (SIGKILL)") && detail.contains("not the sandbox"),
+        "{detail}"
+    );
+    assert!(
+        !summary["hint"].as_str().unwrap_or("").contains("landlock"),
+        "{summary}"
+    );
 }

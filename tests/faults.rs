@@ -377,9 +377,16 @@ fn an_emptied_state_db_is_a_reset_with_a_card_and_the_waiting_run_is_asked_again
     let kinds = env.card_kinds(&tick);
     assert!(kinds.contains(&"state_reset".to_string()), "{kinds:?}");
     assert!(kinds.contains(&"approval_needed".to_string()), "{kinds:?}");
-    let card = env.cards(&tick).into_iter().find(|c| c["kind"] == "state_reset").unwrap();
+    let card = env
+        .cards(&tick)
+        .into_iter()
+        .find(|c| c["kind"] == "state_reset")
+        .unwrap();
     let detail = card["detail"].as_str().unwrap();
-    assert!(detail.contains("empty (0 bytes)") && detail.contains("asks again"), "{detail}");
+    assert!(
+        detail.contains("empty (0 bytes)") && detail.contains("asks again"),
+        "{detail}"
+    );
     assert!(crate::crash::hits(&env).is_empty(), "nothing ran unasked");
 }
 
@@ -419,12 +426,16 @@ fn a_damaged_state_db_keeps_a_readable_pause_waiting() {
     }
     std::fs::write(&db, bytes).unwrap();
     let out = env.runtime(&["resume", &paused_run, "--json"]);
-    let resumed: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let resumed: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(resumed["status"], "completed", "the kept pause resumed: {resumed}");
     let kinds = env.card_kinds(&resumed);
     assert!(kinds.contains(&"state_reset".to_string()), "{kinds:?}");
-    let card = env.cards(&resumed).into_iter().find(|c| c["kind"] == "state_reset").unwrap();
+    let card = env
+        .cards(&resumed)
+        .into_iter()
+        .find(|c| c["kind"] == "state_reset")
+        .unwrap();
     assert!(card["detail"].as_str().unwrap().contains(&paused_run), "{card:?}");
     assert_eq!(crate::crash::hit_calls(&env), vec!["c1"], "the approved call ran once");
 }

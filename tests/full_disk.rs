@@ -54,7 +54,9 @@ fn blocked_card(env: &TestEnv, summary: &Value) -> serde_yaml::Value {
         if dir.starts_with("cards/") {
             let blob = repo.find_blob(e.id()).ok();
             let card: Option<serde_yaml::Value> = blob.and_then(|b| serde_yaml::from_slice(b.content()).ok());
-            if let Some(c) = card.filter(|c| c["kind"] == "commit_blocked" && c["run_id"] == summary["run_id"].as_str().unwrap()) {
+            if let Some(c) =
+                card.filter(|c| c["kind"] == "commit_blocked" && c["run_id"] == summary["run_id"].as_str().unwrap())
+            {
                 found = Some(c);
             }
         }
@@ -171,7 +173,14 @@ cat "$(sed -n 's/.*"report": "\(.*\)".*/\1/p' "$2/1.json")" > "$2/report" "#
     check_committed(&env, &out, &first, &second);
     // The report the full disk kept out of the work tree was written back as the
     // runtime made it.
-    assert!(read(&out, "report").starts_with("<!-- runtime report -->"), "{}", read(&out, "report"));
+    assert!(
+        read(&out, "report").starts_with("<!-- runtime report -->"),
+        "{}",
+        read(&out, "report")
+    );
     let card = blocked_card(&env, &first);
-    assert!(card["detail"].as_str().unwrap().contains("No space left on device"), "{card:?}");
+    assert!(
+        card["detail"].as_str().unwrap().contains("No space left on device"),
+        "{card:?}"
+    );
 }

@@ -57,9 +57,15 @@ fn names_git_refuses_are_never_committed_and_an_fsck_checking_remote_takes_the_p
     let env = setup(
         &[
             ("write_file", json!({"path": "reports/gitmod~1", "content": modules})),
-            ("write_file", json!({"path": "reports/sub/GITMOD~4", "content": modules})),
+            (
+                "write_file",
+                json!({"path": "reports/sub/GITMOD~4", "content": modules}),
+            ),
             ("write_file", json!({"path": "reports/gitatt~1", "content": long_line})),
-            ("write_file", json!({"path": "reports/.gitattributes\u{200c}", "content": long_line})),
+            (
+                "write_file",
+                json!({"path": "reports/.gitattributes\u{200c}", "content": long_line}),
+            ),
             cmd("echo ok > reports/notes.git && echo ran > reports/marker.txt"),
         ],
         "# Done",
@@ -72,25 +78,43 @@ fn names_git_refuses_are_never_committed_and_an_fsck_checking_remote_takes_the_p
         Some(b"ran\n".to_vec()),
         "the payload did not run: {summary}"
     );
-    for f in ["reports/gitmod~1", "reports/sub/GITMOD~4", "reports/gitatt~1", "reports/.gitattributes\u{200c}"] {
-        assert!(env.root.join(f).is_file(), "{f} was never made: the case proves nothing");
+    for f in [
+        "reports/gitmod~1",
+        "reports/sub/GITMOD~4",
+        "reports/gitatt~1",
+        "reports/.gitattributes\u{200c}",
+    ] {
+        assert!(
+            env.root.join(f).is_file(),
+            "{f} was never made: the case proves nothing"
+        );
         assert!(committed(&env, f).is_none(), "{f} was committed");
     }
-    assert!(committed(&env, "reports/notes.git").is_some(), "a plain name is committed");
+    assert!(
+        committed(&env, "reports/notes.git").is_some(),
+        "a plain name is committed"
+    );
     assert_eq!(code, 5, "{summary}");
     let detail = rejected_detail(&env, &summary);
     for f in ["reports/gitmod~1", "reports/sub/GITMOD~4", "reports/gitatt~1"] {
-        assert!(detail.contains(&format!("{f}: git metadata")), "{f} not named: {detail}");
+        assert!(
+            detail.contains(&format!("{f}: git metadata")),
+            "{f} not named: {detail}"
+        );
     }
     // A remote that checks every object takes the push.
     let remote = env.home.join("checked.git");
     let git = |args: &[&str]| crate::races::git(&env, args);
-    assert!(crate::races::git_in(&env, &env.home, &["init", "-q", "--bare", remote.to_str().unwrap()])
-        .status
-        .success());
-    assert!(crate::races::git_in(&env, &remote, &["config", "receive.fsckObjects", "true"])
-        .status
-        .success());
+    assert!(
+        crate::races::git_in(&env, &env.home, &["init", "-q", "--bare", remote.to_str().unwrap()])
+            .status
+            .success()
+    );
+    assert!(
+        crate::races::git_in(&env, &remote, &["config", "receive.fsckObjects", "true"])
+            .status
+            .success()
+    );
     // (`--no-verify`: the scaffold's pre-push hook runs `builder audit`, not git's fsck.)
     let pushed = git(&["push", "--no-verify", remote.to_str().unwrap(), "HEAD:refs/heads/main"]);
     assert!(pushed.status.success(), "{}", String::from_utf8_lossy(&pushed.stderr));
@@ -118,7 +142,10 @@ fn a_nested_git_repository_a_tool_made_is_removed_after_its_call() {
     let after = String::from_utf8(committed(&env, "reports/after.txt").unwrap().1).unwrap();
     assert!(!after.contains(".git"), "{after}");
     for gone in ["reports/n/.git", "reports/w/.git", "reports/z/.g\u{200c}it"] {
-        assert!(std::fs::symlink_metadata(env.root.join(gone)).is_err(), "{gone} is still there");
+        assert!(
+            std::fs::symlink_metadata(env.root.join(gone)).is_err(),
+            "{gone} is still there"
+        );
     }
     assert_eq!(code, 5, "{summary}");
     let cards = env.cards(&summary);
@@ -127,7 +154,10 @@ fn a_nested_git_repository_a_tool_made_is_removed_after_its_call() {
         .find(|c| c["summary"].as_str().is_some_and(|s| s.contains("nested git")))
         .unwrap_or_else(|| panic!("a card names them: {cards:?}"));
     let detail = card["detail"].as_str().unwrap();
-    assert!(detail.contains("reports/n/.git") && detail.contains("reports/w/.git"), "{detail}");
+    assert!(
+        detail.contains("reports/n/.git") && detail.contains("reports/w/.git"),
+        "{detail}"
+    );
 }
 
 #[test]
@@ -164,7 +194,11 @@ fn a_blocked_commit_keeps_the_bytes_it_held_whatever_a_later_model_does() {
     assert_eq!(code, TestEnv::completed_code(&second), "{second}");
     // The first run's report is committed as the runtime wrote it, and the work tree
     // holds those bytes again.
-    assert_eq!(committed(&env, &report).map(|c| c.1), Some(held.clone()), "the report was forged");
+    assert_eq!(
+        committed(&env, &report).map(|c| c.1),
+        Some(held.clone()),
+        "the report was forged"
+    );
     assert_eq!(std::fs::read(env.root.join(&report)).unwrap(), held);
     crate::crash_suite::check(&env).unwrap();
 }
@@ -206,7 +240,9 @@ fn a_directory_under_reports_set_to_mode_000_stops_no_fire_of_an_unprivileged_ru
                 wrapped.env(k, v);
             }
         }
-        wrapped.env("HOME", &env.root).env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        wrapped
+            .env("HOME", &env.root)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin");
         let out = wrapped.output().unwrap();
         crate::isolation::chown_tree(&env.root, 0);
         let summary = serde_json::from_slice(&out.stdout)
@@ -267,7 +303,10 @@ fn a_provider_streaming_without_end_is_a_provider_error_with_records() {
     );
     env.write(
         "settings/runtime.yaml",
-        &settings_yaml(&provider, "limits:\n  provider_response_bytes: 1048576\n  max_retries: 0\n"),
+        &settings_yaml(
+            &provider,
+            "limits:\n  provider_response_bytes: 1048576\n  max_retries: 0\n",
+        ),
     );
     env.write("prompts/t.md", PLAIN_PROMPT);
     env.commit_all("an endless provider");
@@ -276,11 +315,18 @@ fn a_provider_streaming_without_end_is_a_provider_error_with_records() {
     // The payload ran: the server streamed past the cap before the runtime let go.
     let streamed = sent.load(std::sync::atomic::Ordering::Relaxed);
     assert!(streamed > 1048576, "the server sent only {streamed} bytes");
-    assert!(started.elapsed() < std::time::Duration::from_secs(60), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(code, 1, "{summary}\n{stderr}");
     assert_eq!(summary["stop_reason"], "provider_error", "{summary}");
     let cards = env.cards(&summary);
-    let card = cards.iter().find(|c| c["kind"] == "provider_error").expect("a provider_error card");
+    let card = cards
+        .iter()
+        .find(|c| c["kind"] == "provider_error")
+        .expect("a provider_error card");
     assert!(
         card["detail"].as_str().unwrap().contains("provider_response_bytes"),
         "{card:?}"
@@ -329,11 +375,17 @@ fn the_ledger_is_redacted_and_a_denied_commands_password_never_reaches_git() {
         results.iter().any(|r| r.contains("[REDACTED]")),
         "the echo ran and its result is in the ledger: {results:?}"
     );
-    assert!(!results.iter().any(|r| r.contains(shaped)), "the ledger holds the secret: {results:?}");
+    assert!(
+        !results.iter().any(|r| r.contains(shaped)),
+        "the ledger holds the secret: {results:?}"
+    );
     let receipt = env.receipt(&summary);
     assert_eq!(receipt["tool_calls"][1]["decision"], "deny", "{receipt}");
     assert!(
-        receipt["tool_calls"][1]["reason"].as_str().unwrap().contains("arguments sha256:"),
+        receipt["tool_calls"][1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("arguments sha256:"),
         "{receipt}"
     );
     // Nothing committed, nor any record in the work tree, holds the password.
@@ -347,7 +399,10 @@ fn the_ledger_is_redacted_and_a_denied_commands_password_never_reaches_git() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    assert!(!record_files_text(&env).contains(password), "a record holds the password");
+    assert!(
+        !record_files_text(&env).contains(password),
+        "a record holds the password"
+    );
     let denied = env
         .cards(&summary)
         .into_iter()
@@ -371,7 +426,9 @@ fn a_card_stays_small_whatever_the_model_leaves_behind() {
         "",
     );
     let (code, summary) = fire(&env, &[]);
-    let made = std::fs::read_dir(env.root.join("reports/many")).map(|d| d.count()).unwrap_or(0);
+    let made = std::fs::read_dir(env.root.join("reports/many"))
+        .map(|d| d.count())
+        .unwrap_or(0);
     assert_eq!(made, 3000, "the payload did not run");
     assert_eq!(code, 5, "{summary}");
     let card_id = summary["cards"][0].as_str().unwrap();

@@ -118,9 +118,8 @@ fn open_dir_usable(dir: &OwnedFd, name: &str) -> std::io::Result<OwnedFd> {
 
 /// Whether the directory `fd` is this process's and misses some of its owner's `rwx`.
 fn lacks_owner_rwx(fd: &OwnedFd) -> bool {
-    rustix::fs::fstat(fd).is_ok_and(|st| {
-        st.st_uid == rustix::process::geteuid().as_raw() && st.st_mode & 0o700 != 0o700
-    })
+    rustix::fs::fstat(fd)
+        .is_ok_and(|st| st.st_uid == rustix::process::geteuid().as_raw() && st.st_mode & 0o700 != 0o700)
 }
 
 /// Creates `rel` under `root` holding `bytes`, whole or not at all: written to a

@@ -74,7 +74,10 @@ mod tests {
     #[test]
     fn crash_points_exist_only_in_test_builds() {
         // `cargo test` builds with debug assertions; a release build never has them.
-        assert_eq!(super::COMPILED_IN, cfg!(feature = "failpoints") && cfg!(debug_assertions));
+        assert_eq!(
+            super::COMPILED_IN,
+            cfg!(feature = "failpoints") && cfg!(debug_assertions)
+        );
         assert!(!super::COMPILED_IN || cfg!(debug_assertions));
     }
 }

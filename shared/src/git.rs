@@ -114,7 +114,9 @@ pub fn commit_blocker(repo: &Repository) -> Result<Option<Blocker>, GitError> {
             };
             op("a rebase", marker, "`git rebase --continue` or `--abort`")
         }
-        S::ApplyMailbox | S::ApplyMailboxOrRebase => op("a `git am`", "rebase-apply", "`git am --continue` or `--abort`"),
+        S::ApplyMailbox | S::ApplyMailboxOrRebase => {
+            op("a `git am`", "rebase-apply", "`git am --continue` or `--abort`")
+        }
     };
     if found.is_some() {
         return Ok(found);
@@ -122,7 +124,10 @@ pub fn commit_blocker(repo: &Repository) -> Result<Option<Blocker>, GitError> {
     let head = repo.find_reference("HEAD")?;
     match head.symbolic_target()? {
         None => Ok(Some(Blocker::Detached {
-            at: head.target().map(|o| o.to_string()[..12].to_string()).unwrap_or_default(),
+            at: head
+                .target()
+                .map(|o| o.to_string()[..12].to_string())
+                .unwrap_or_default(),
         })),
         Some(branch) => match repo.find_reference(branch) {
             Ok(_) => Ok(None),
@@ -142,7 +147,11 @@ pub fn head_branch_missing(repo: &Repository) -> Option<String> {
     if repo.find_reference(&branch).is_ok() {
         return None;
     }
-    let any_other = repo.references().ok()?.flatten().any(|r| r.name().is_ok_and(|n| n != "HEAD"));
+    let any_other = repo
+        .references()
+        .ok()?
+        .flatten()
+        .any(|r| r.name().is_ok_and(|n| n != "HEAD"));
     any_other.then_some(branch)
 }
 
@@ -662,9 +671,10 @@ fn on_a_branch(repo: &Repository, commit: Oid) -> bool {
     let Ok(branches) = repo.references_glob("refs/heads/*") else {
         return true;
     };
-    branches.flatten().filter_map(|r| r.target()).any(|tip| {
-        tip == commit || repo.graph_descendant_of(tip, commit).unwrap_or(true)
-    })
+    branches
+        .flatten()
+        .filter_map(|r| r.target())
+        .any(|tip| tip == commit || repo.graph_descendant_of(tip, commit).unwrap_or(true))
 }
 
 /// Checks one record and writes its blob. The file is read beneath the root, through

@@ -130,7 +130,14 @@ mod tests {
 
     #[test]
     fn dot_git_in_every_spelling_is_a_nested_repository() {
-        for name in [".git", ".GIT", "git~1", ".git.", ".g\u{200c}it", ".git::$INDEX_ALLOCATION"] {
+        for name in [
+            ".git",
+            ".GIT",
+            "git~1",
+            ".git.",
+            ".g\u{200c}it",
+            ".git::$INDEX_ALLOCATION",
+        ] {
             assert!(is_dot_git(name), "{name:?}");
         }
         for name in [".gitmodules", ".gitattributes", "git", "x.git", "gitmod~1"] {
@@ -140,7 +147,16 @@ mod tests {
 
     #[test]
     fn plain_names_pass() {
-        for name in ["report.md", "draft~1.md", "git", "notes.git", "a..b", "gitmodules", "über.txt", "x~1"] {
+        for name in [
+            "report.md",
+            "draft~1.md",
+            "git",
+            "notes.git",
+            "a..b",
+            "gitmodules",
+            "über.txt",
+            "x~1",
+        ] {
             assert_eq!(refused_component(name), None, "{name:?}");
         }
         assert_eq!(refused_path("reports/t/2026-01-01/r.md"), None);

@@ -45,7 +45,11 @@ pub fn keep(
     files: &[(String, Vec<u8>)],
     identity: (&str, &str),
 ) -> Result<String, PendingError> {
-    if label.is_empty() || !label.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_')) {
+    if label.is_empty()
+        || !label
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+    {
         return Err(PendingError::BadLabel { label: label.into() });
     }
     let empty = repo.find_tree(repo.treebuilder(None)?.write()?)?;

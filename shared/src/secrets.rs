@@ -132,7 +132,9 @@ fn redact_credentials(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut last = 0;
     for caps in credential_shapes().captures_iter(text) {
-        let secret = (1..caps.len()).filter_map(|i| caps.get(i)).find(|m| !m.as_str().is_empty());
+        let secret = (1..caps.len())
+            .filter_map(|i| caps.get(i))
+            .find(|m| !m.as_str().is_empty());
         let Some(secret) = secret else { continue };
         if secret.as_str() == REDACTED || secret.start() < last {
             continue;

@@ -273,7 +273,10 @@ impl StateDb {
             None => open_checked(&path),
         };
         match opened {
-            Ok(store) => Ok(StateDb { store, reset: None }),
+            Ok(store) => {
+                mark_made(&path);
+                Ok(StateDb { store, reset: None })
+            }
             Err(OpenFailure::Other(e)) => Err(e),
             Err(OpenFailure::Damaged(reason)) => {
                 let mut reset = move_aside(root, &path, inode, reason)?;
@@ -541,6 +544,12 @@ impl StateDb {
 /// crash truncated it, or someone did). SQLite would take it for a new database and
 /// the runs waiting in it would be lost without a word.
 fn emptied(path: &Path) -> Option<String> {
+    // A database being created is 0 bytes for a moment too (a concurrent fire made
+    // it), and one whose creator was killed right then never held anything: only a
+    // database once opened with its schema counts.
+    if !made_marker(path).exists() {
+        return None;
+    }
     let len = std::fs::metadata(path).ok()?.len();
     let mut wal = path.as_os_str().to_os_string();
     wal.push("-wal");
@@ -551,6 +560,25 @@ fn emptied(path: &Path) -> Option<String> {
             path.display()
         )
     })
+}
+
+/// The file beside the state database that says it was once opened with its schema
+/// (`state.db.made`), so a 0-byte database later is known to have lost what it held.
+fn made_marker(path: &Path) -> PathBuf {
+    let mut marker = path.as_os_str().to_os_string();
+    marker.push(".made");
+    PathBuf::from(marker)
+}
+
+/// Leaves [`made_marker`] once the database opened with its schema (best effort: a
+/// missing marker only means a truncated database is taken for a new one).
+fn mark_made(path: &Path) {
+    let marker = made_marker(path);
+    if !marker.exists() {
+        if let Err(e) = std::fs::write(&marker, b"") {
+            tracing::debug!(error = %e, "the state database's marker was not written");
+        }
+    }
 }
 
 /// Copies every pause the damaged database at `damaged` still shows (its checkpoint,
@@ -581,8 +609,10 @@ fn salvage_pauses(damaged: &Path, store: &mut Store) -> Vec<String> {
         let decisions: Vec<(String, String, String, String, String)> = conn
             .prepare("SELECT call_id, args_hash, decision, by, at FROM approvals WHERE run_id = ?1")
             .and_then(|mut stmt| {
-                stmt.query_map([&run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
-                    .collect::<Result<Vec<_>, _>>()
+                stmt.query_map([&run_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()
             })
             .unwrap_or_default();
         let copied = store.write(|tx| {

@@ -660,7 +660,11 @@ impl Agent<'_> {
         }
         let command = format!(
             "rm -rf -- {}",
-            found.iter().map(|p| crate::shell::quote(p)).collect::<Vec<_>>().join(" ")
+            found
+                .iter()
+                .map(|p| crate::shell::quote(p))
+                .collect::<Vec<_>>()
+                .join(" ")
         );
         let req = ToolRequest {
             masked: Vec::new(),
@@ -707,7 +711,9 @@ impl Agent<'_> {
             }
             None => state.cards.push(CardDraft {
                 kind: CardKind::OutputRejected,
-                summary: format!("{n} nested git repository(ies) the model made under the write ACL were removed after its call"),
+                summary: format!(
+                    "{n} nested git repository(ies) the model made under the write ACL were removed after its call"
+                ),
                 detail: lines.join("\n"),
                 evidence: lines,
             }),
@@ -786,8 +792,8 @@ fn nested_git(root: &std::path::Path, roots: &[String], since: std::time::System
             };
             let path = format!("{dir}/{name}");
             if crate::gitpath::is_dot_git(&name) {
-                let new = std::fs::symlink_metadata(root.join(&path))
-                    .is_ok_and(|m| (m.ctime(), m.ctime_nsec()) >= since);
+                let new =
+                    std::fs::symlink_metadata(root.join(&path)).is_ok_and(|m| (m.ctime(), m.ctime_nsec()) >= since);
                 if new {
                     found.push(path);
                 }

@@ -55,6 +55,18 @@ pub(crate) fn collect(
             return out;
         }
     };
+    // A file HEAD holds with these very bytes is no output, whatever its name (a
+    // resumed run looks back to its pause, to the second: the scaffold's
+    // `reports/.gitkeep` committed in that second reads as new).
+    let unchanged = |rel: &str| {
+        in_head(rel).is_some_and(|blob| {
+            beneath::read_regular(&dir, Path::new(rel), limits.output_file_bytes)
+                .ok()
+                .and_then(|b| git2::Oid::hash_object(git2::ObjectType::Blob, &b).ok())
+                == Some(blob)
+        })
+    };
+    out.rejected.retain(|(rel, _)| !unchanged(rel));
     let mut total = 0u64;
     for rel in found {
         // Another run's report (a fire of another task writing while this one ran) is
@@ -62,12 +74,8 @@ pub(crate) fn collect(
         if own.contains(&rel) || crate::records::is_report_path(&rel) {
             continue;
         }
-        if let Some(blob) = in_head(&rel) {
-            let same = beneath::read_regular(&dir, Path::new(&rel), limits.output_file_bytes)
-                .ok()
-                .and_then(|b| git2::Oid::hash_object(git2::ObjectType::Blob, &b).ok())
-                == Some(blob);
-            if same {
+        if in_head(&rel).is_some() {
+            if unchanged(&rel) {
                 continue;
             }
             out.rejected
@@ -169,9 +177,9 @@ fn walk(
         }
         // Another fire's report being written (its temporary name, renamed into place
         // in a moment): that fire's, never an output of this one.
-        if crate::beneath::temp_target(name).is_some_and(|(n, _)| {
-            n.strip_suffix(".md").is_some_and(crate::records::is_run_id)
-        }) {
+        if crate::beneath::temp_target(name)
+            .is_some_and(|(n, _)| n.strip_suffix(".md").is_some_and(crate::records::is_run_id))
+        {
             continue;
         }
         // Names git refuses or reads as its own metadata on some file system (a

@@ -237,7 +237,12 @@ fn exit_of(child: &mut std::process::Child) -> Option<std::process::ExitStatus> 
 /// Why a prefetch worker that ended with `status` gave no answer, in words.
 fn worker_ended(status: std::process::ExitStatus, read: &str) -> String {
     use std::os::unix::process::ExitStatusExt;
-    match status.signal() {
+    // The process started is the sandbox's outer half: it reports a worker that a
+    // signal killed inside the namespaces as 128 + the signal, as a shell does.
+    let signal = status
+        .signal()
+        .or_else(|| status.code().filter(|c| (129..=128 + 64).contains(c)).map(|c| c - 128));
+    match signal {
         Some(sig) => format!(
             "the prefetch worker was killed by signal {sig}{} while the script ran (the OOM killer or another process; not the sandbox): the script may have partly run and its output is lost",
             if sig == libc::SIGKILL { " (SIGKILL)" } else { "" }

@@ -331,7 +331,8 @@ fn not_a_task(ctx: &FireContext, repo: &git2::Repository) -> Option<FireSummary>
     let (message, hint) = if let Some(branch) = crate::git::head_branch_missing(repo) {
         (
             format!("HEAD names {branch}, which does not exist (deleted, or not created yet)"),
-            "check out an existing branch (`git branch -a` lists them) or restore this one from `git reflog`".to_string(),
+            "check out an existing branch (`git branch -a` lists them) or restore this one from `git reflog`"
+                .to_string(),
         )
     } else if matches!(crate::git::head_commit(repo), Ok(None)) {
         (
