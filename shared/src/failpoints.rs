@@ -78,6 +78,6 @@ mod tests {
             super::COMPILED_IN,
             cfg!(feature = "failpoints") && cfg!(debug_assertions)
         );
-        assert!(!super::COMPILED_IN || cfg!(debug_assertions));
+        const { assert!(!super::COMPILED_IN || cfg!(debug_assertions)) };
     }
 }
