@@ -380,7 +380,13 @@ pub fn commit_new_files_with(
                 continue;
             }
             let expected = recovered.blobs.get(&f).and_then(|b| Oid::from_str(b).ok());
-            if let Some(kept) = expected.and_then(|e| kept_bytes(repo, &root, &f, e, &allowed)) {
+            // Only a file the work tree still has: one recovery removed (an interrupted
+            // run's leftovers, its row closed as crashed) is not brought back.
+            let present = std::fs::symlink_metadata(root.join(&f)).is_ok();
+            if let Some(kept) = expected
+                .filter(|_| present)
+                .and_then(|e| kept_bytes(repo, &root, &f, e, &allowed))
+            {
                 orphans.push((f.clone(), kept.0));
                 adopted.push((f, kept.1));
                 continue;
