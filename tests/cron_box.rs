@@ -104,7 +104,8 @@ fn approved_changes_reach_the_cron_box_and_unapproved_ones_wait_with_one_card() 
         .contains("weather"));
     assert_eq!(rev(&env, &cron, "HEAD"), rev(&env, &origin, "refs/heads/main"));
 
-    // An unapproved change (pushed past the hook) does not reach it: one card, no push.
+    // An unapproved change (pushed past the hook) does not reach it: one card, and
+    // every fire says so (exit 5); the records reach the origin on top of that tip.
     git(&env, &env.root, &["pull", "-q", "--ff-only"]);
     env.write("prompts/digest.md", "---\n---\nSomething nobody approved.\n");
     env.commit_all("unreviewed prompt");
@@ -121,10 +122,22 @@ fn approved_changes_reach_the_cron_box_and_unapproved_ones_wait_with_one_card() 
         serde_json::from_str(&std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap())
             .unwrap();
     assert_eq!(receipt["inputs"]["commit"], before.as_str(), "it fired on what it had");
-    assert_eq!(rev(&env, &origin, "refs/heads/main"), unapproved, "nothing pushed");
+    let tip = rev(&env, &origin, "refs/heads/main");
+    assert!(
+        is_ancestor(&env, &origin, &unapproved, &tip),
+        "nothing of theirs rewritten"
+    );
+    assert!(
+        is_ancestor(&env, &origin, &rev(&env, &cron, "HEAD"), &tip),
+        "the box's records are there"
+    );
     let (code, again) = fire_in(&env, &cron, "digest");
-    assert_eq!(code, 0, "one card per unapproved tree, not per fire: {again}");
-    assert_eq!(rev(&env, &origin, "refs/heads/main"), unapproved, "nothing pushed");
+    assert_eq!(code, 5, "every fire on an old tree says so: {again}");
+    assert!(
+        again["cards"].as_array().unwrap().is_empty(),
+        "one card per unapproved tree, not per fire: {again}"
+    );
+    assert!(again["message"].as_str().unwrap().contains("no approval"), "{again}");
 
     // Approved after the fact (Rev approves that exact tree): the next fire joins the
     // records of the fires in between onto it and pushes them all.
@@ -378,4 +391,440 @@ fn over_a_network_remote_the_cron_box_fetches_and_pushes_through_git_from_its_sa
     );
     assert_receipts_hold(&env, &cron, &origin);
     drop(daemon);
+}
+
+// ---------------------------------------------------------------------------
+// A cron box that never strands its records and never goes quiet (issue 18, item
+// 5), `runtime check` telling the truth (item 6), and no lock left on the origin by
+// a sync push killed at any of its lock points (issue 22, item 3). Built on
+// [`crate::cron_world::Team`].
+
+use crate::cron_world::Team;
+
+/// Runs a fire of the cron box that pauses at its named point before the commit
+/// (`RUNTIME_TEST_PAUSE_BEFORE_COMMIT`: the loop is over, the push is next), runs
+/// `meanwhile` there, and lets it go on. `points` arms crash points too.
+fn fire_with_a_push_meanwhile(team: &Team, points: &str, meanwhile: impl FnOnce()) -> crate::cron_world::Fired {
+    let state = team.cron.join(".runtime");
+    let _ = std::fs::remove_file(state.join("test-pause.paused"));
+    let _ = std::fs::remove_file(state.join("test-pause.go"));
+    std::thread::scope(|s| {
+        let fire = s.spawn(|| {
+            let mut set = vec![(shared::fire::PAUSE_BEFORE_COMMIT_ENV, "1")];
+            if !points.is_empty() {
+                set.push(("RUNTIME_FAILPOINTS", points));
+            }
+            team.fire_with(&set, &[])
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !state.join("test-pause.paused").exists() {
+            assert!(std::time::Instant::now() < deadline, "the fire never reached its pause");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        meanwhile();
+        std::fs::write(state.join("test-pause.go"), "").unwrap();
+        fire.join().unwrap()
+    })
+}
+
+#[test]
+fn pushes_to_main_during_a_fire_never_keep_its_receipts_off_the_origin() {
+    let team = Team::new();
+    let first = team.fire();
+    assert_eq!(first.code, 0, "{first}");
+
+    // An engineer pushes a change outside the records (and outside the builder
+    // paths) while the fire runs: the receipts still reach the origin in that fire.
+    let mut notes = String::new();
+    let fired = fire_with_a_push_meanwhile(&team, "", || {
+        notes = team.push_files(&[("notes/plan.md", "the plan\n")], "notes", false);
+    });
+    assert_eq!(fired.code, 0, "{fired}");
+    let tip = team.origin_tip();
+    assert!(
+        team.is_ancestor(&team.origin, &notes, &tip),
+        "the engineer's commit is kept"
+    );
+    let receipt = fired.summary["receipt"].as_str().unwrap();
+    assert!(
+        team.origin_files().iter().any(|f| f == receipt),
+        "the receipt is on the origin in that fire"
+    );
+    // The box stays where it fired (its sandbox writes records only) and is behind
+    // the origin, never diverged from it: the next fire catches up first.
+    let box_head = team.rev(&team.cron, "HEAD");
+    assert!(team.is_ancestor(&team.origin, &box_head, &tip));
+    let next = team.fire();
+    assert_eq!(next.code, 0, "{next}");
+    assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
+    assert_eq!(
+        std::fs::read_to_string(team.cron.join("notes/plan.md")).unwrap(),
+        "the plan\n"
+    );
+
+    // An approved prompt change landed during a fire: the same, and the next fire
+    // runs it.
+    let mut landed = String::new();
+    let fired = fire_with_a_push_meanwhile(&team, "", || {
+        landed = team.land(
+            "weather",
+            &[(
+                "prompts/digest.md",
+                &format!("{}\nMention the weather.\n", team.env.read("prompts/digest.md")),
+            )],
+        );
+    });
+    assert_eq!(fired.code, 0, "{fired}");
+    let receipt = fired.summary["receipt"].as_str().unwrap().to_string();
+    assert!(
+        team.origin_files().contains(&receipt),
+        "the receipt is on the origin in that fire"
+    );
+    assert!(team.is_ancestor(&team.origin, &landed, &team.origin_tip()));
+    let next = team.fire();
+    assert_eq!(next.code, 0, "{next}");
+    assert!(std::fs::read_to_string(team.cron.join("prompts/digest.md"))
+        .unwrap()
+        .contains("weather"));
+    assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
+    team.assert_receipts_hold();
+    team.assert_no_lock_and_fsck_clean();
+}
+
+#[test]
+fn an_unapproved_tip_makes_every_fire_exit_5_with_one_card_a_clone_sees_after_a_pull() {
+    let team = Team::new();
+    assert_eq!(team.fire().code, 0);
+    let (code, out) = team.check(&[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("two keys: require_reviewed on; HEAD's builder tree"),
+        "{out}"
+    );
+    assert!(out.contains("approved by Rev <rev@example.com>"), "{out}");
+    assert!(out.contains("unsigned; signatures not required"), "{out}");
+    assert!(out.contains("sync: origin/main: reachable;"), "{out}");
+    assert!(out.contains("up to date"), "{out}");
+
+    let unapproved = team.push_files(
+        &[("prompts/digest.md", "---\n---\nNobody approved this.\n")],
+        "unreviewed",
+        true,
+    );
+    let (code, out) = team.check(&[]);
+    assert_eq!(code, 1, "check says what the fire would do: {out}");
+    assert!(out.contains("STUCK: its builder tree"), "{out}");
+    assert!(out.contains("has no approval that counts"), "{out}");
+    assert!(out.contains("not ready to fire"), "{out}");
+    let before = team.rev(&team.cron, "HEAD");
+    for n in 0..3 {
+        let fired = team.fire();
+        assert_eq!(fired.code, 5, "fire {n}: {fired}");
+        let kinds = team.card_kinds(&fired);
+        assert_eq!(
+            kinds,
+            if n == 0 { vec!["unreviewed_changes"] } else { vec![] },
+            "fire {n}: {fired}"
+        );
+        assert!(
+            fired.summary["message"].as_str().unwrap().contains("no approval"),
+            "{fired}"
+        );
+        assert!(
+            fired.summary["hint"].as_str().unwrap().contains("builder approve"),
+            "{fired}"
+        );
+        assert!(!std::fs::read_to_string(team.cron.join("prompts/digest.md"))
+            .unwrap()
+            .contains("Nobody"));
+    }
+    // Without --json, cron mails the line and the hint.
+    let plain = team
+        .env
+        .command("runtime", &["fire", "digest", "-C", team.cron.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(plain.status.code(), Some(5));
+    let mail = String::from_utf8_lossy(&plain.stderr);
+    assert!(mail.contains("attention:") && mail.contains("hint:"), "{mail}");
+    // The box stayed on its tree; the origin has the engineer's commit, the box's
+    // records and its card; a clone sees the card after a pull.
+    let tip = team.origin_tip();
+    assert!(team.is_ancestor(&team.origin, &unapproved, &tip));
+    assert!(team.is_ancestor(&team.cron, &before, "HEAD"));
+    team.assert_receipts_hold();
+    let reviewer = team.clone_as("reviewer", true);
+    let cards = team.cards_listed(&reviewer);
+    let stuck: Vec<&Value> = cards.iter().filter(|c| c["kind"] == "unreviewed_changes").collect();
+    assert_eq!(stuck.len(), 1, "{cards:?}");
+    assert_eq!(stuck[0]["count"], 1, "one card for the cause: {cards:?}");
+    team.pull();
+    assert!(team
+        .cards_listed(team.laptop())
+        .iter()
+        .any(|c| c["kind"] == "unreviewed_changes"));
+
+    // Reverted on the origin: the box moves on, and says nothing more.
+    team.git(team.laptop(), &["revert", "--no-edit", &unapproved]);
+    team.git(team.laptop(), &["push", "-q", "--no-verify", "origin", "main"]);
+    let fired = team.fire();
+    assert_eq!(fired.code, 0, "{fired}");
+    assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
+    assert_eq!(team.check(&[]).0, 0);
+    team.assert_no_lock_and_fsck_clean();
+}
+
+#[test]
+fn a_key_variable_missing_on_the_box_makes_every_fire_exit_non_zero_with_one_card_on_the_origin() {
+    let team = Team::new();
+    assert_eq!(team.fire().code, 0);
+    let var = "BOX_ONLY_PROVIDER_KEY";
+    // The origin's tip (approved) names a key variable the box does not have.
+    let settings = team.env.read("settings/runtime.yaml").replace(
+        "  replay: evals/digest/replay.json\n",
+        &format!("  replay: evals/digest/replay.json\n  api_key_env: {var}\n"),
+    );
+    let landed = team.land("key", &[("settings/runtime.yaml", &settings)]);
+    let before = team.rev(&team.cron, "HEAD");
+    let (code, out) = team.check(&[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!("STUCK: its settings name the key variable `{var}`")),
+        "{out}"
+    );
+    for n in 0..2 {
+        let fired = team.fire();
+        assert_eq!(fired.code, 5, "fire {n}: {fired}");
+        assert_eq!(team.card_kinds(&fired).len(), usize::from(n == 0), "fire {n}: {fired}");
+        assert!(fired.summary["message"].as_str().unwrap().contains(var), "{fired}");
+        assert!(
+            fired.summary["hint"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("set `{var}`")),
+            "{fired}"
+        );
+    }
+    assert!(
+        team.is_ancestor(&team.cron, &before, "HEAD"),
+        "the box stayed on its tree"
+    );
+    assert!(!team.is_ancestor(&team.cron, &landed, "HEAD"));
+    let clone = team.clone_as("ops", false);
+    let cards = team.cards_listed(&clone);
+    let key_cards: Vec<&Value> = cards
+        .iter()
+        .filter(|c| c["summary"].as_str().is_some_and(|s| s.contains(var)))
+        .collect();
+    assert_eq!(key_cards.len(), 1, "{cards:?}");
+    assert_eq!(key_cards[0]["count"], 1, "{cards:?}");
+    team.assert_receipts_hold();
+
+    // With the variable set, the next fire moves to the tip and runs it.
+    let fired = team.fire_with(&[(var, "set")], &[]);
+    assert_eq!(fired.code, 0, "{fired}");
+    assert!(team.is_ancestor(&team.cron, &landed, "HEAD"));
+    assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
+    assert_eq!(team.check(&[(var, "set")]).0, 0);
+
+    // Unset again: the box's own tree cannot fire. Every fire refuses (exit 2, the
+    // configuration error), its one card reaches the origin, and check says why.
+    let (code, out) = team.check(&[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(var), "{out}");
+    let tip_before = team.origin_tip();
+    let first = team.fire();
+    assert_eq!(first.code, 2, "{first}");
+    assert_eq!(team.card_kinds(&first), vec!["invalid_config"]);
+    assert_ne!(team.origin_tip(), tip_before, "the refusal's card was pushed");
+    assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
+    let again = team.fire();
+    assert_eq!(again.code, 2, "{again}");
+    assert_eq!(again.cards(), 0, "{again}");
+    team.assert_records_on_origin();
+}
+
+#[test]
+fn a_force_pushed_origin_gets_the_boxs_records_replayed_and_a_card_that_says_so() {
+    let team = Team::new();
+    let base = team.origin_tip();
+    assert_eq!(team.fire().code, 0);
+    team.push_files(&[("notes/a.md", "a\n")], "an engineer's commit", false);
+    assert_eq!(team.fire().code, 0);
+    // One fire whose push fails (a laptop's push died holding the origin's lock):
+    // its records stay on the box only.
+    let lock = team.origin.join("refs/heads/main.lock");
+    std::fs::write(&lock, "").unwrap();
+    let blocked = team.fire();
+    assert_eq!(blocked.code, 1, "{blocked}");
+    std::fs::remove_file(&lock).unwrap();
+    let unpushed = blocked.summary["receipt"].as_str().unwrap().to_string();
+    assert!(!team.origin_files().contains(&unpushed));
+    let records_before = team.box_records();
+
+    // Someone rewrites main: back to the base, with a commit of their own on it.
+    team.git(team.laptop(), &["fetch", "-q", "origin"]);
+    team.git(team.laptop(), &["reset", "-q", "--hard", &base]);
+    team.env.write("notes/b.md", "b\n");
+    team.git(team.laptop(), &["add", "notes/b.md"]);
+    team.git(team.laptop(), &["commit", "-qm", "rewritten"]);
+    team.git(
+        team.laptop(),
+        &["push", "-q", "--force", "--no-verify", "origin", "main"],
+    );
+    let rewritten = team.origin_tip();
+
+    let (code, out) = team.check(&[]);
+    assert!(out.contains("was rewritten (a force push)"), "{out}");
+    assert!(out.contains("a fire replays the box's records"), "{out}");
+    assert_eq!(code, 0, "the box can join: {out}");
+    let fired = team.fire();
+    assert_eq!(fired.code, 5, "{fired}");
+    let card = team.cards_of(&fired);
+    assert_eq!(card.len(), 1, "{fired}");
+    assert_eq!(card[0]["kind"], "sync_failed");
+    let text = serde_yaml::to_string(&card[0]).unwrap();
+    assert!(text.contains("rewritten") && text.contains("replayed"), "{text}");
+    // Nothing lost: every record the box had, and this fire's, is on the origin,
+    // on top of the rewritten history (which is not undone).
+    team.assert_records_on_origin();
+    for r in &records_before {
+        assert!(team.origin_files().contains(r), "{r} lost");
+    }
+    assert!(team.is_ancestor(&team.origin, &rewritten, &team.origin_tip()));
+    assert!(
+        !team.origin_files().contains(&"notes/a.md".to_string()),
+        "the dropped commit stays dropped"
+    );
+    assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
+    // A clone sees the card.
+    let clone = team.clone_as("ops", false);
+    assert!(team
+        .cards_listed(&clone)
+        .iter()
+        .any(|c| c["kind"] == "sync_failed" && c["summary"].as_str().unwrap().contains("rewritten")));
+    // The next fire is an ordinary one.
+    let next = team.fire();
+    assert_eq!(next.code, 0, "{next}");
+    assert_eq!(next.cards(), 0);
+    team.assert_no_lock_and_fsck_clean();
+}
+
+#[test]
+fn a_lock_left_on_the_origin_by_someone_elses_push_is_named_with_the_command_that_removes_it() {
+    let team = Team::new();
+    assert_eq!(team.fire().code, 0);
+    let lock = team.origin.join("refs/heads/main.lock");
+    std::fs::write(&lock, "").unwrap();
+    let fired = team.fire();
+    assert_eq!(fired.code, 1, "{fired}");
+    assert_eq!(team.card_kinds(&fired), vec!["sync_failed"]);
+    let message = fired.summary["message"].as_str().unwrap();
+    assert!(!message.contains("kept moving"), "{message}");
+    assert!(message.contains("locked"), "{message}");
+    let hint = fired.summary["hint"].as_str().unwrap();
+    let path = lock.canonicalize().unwrap();
+    assert!(hint.contains(&format!("rm {}", path.display())), "{hint}");
+    assert!(lock.exists(), "a lock the box did not take is never removed by it");
+    // The hint's command, then the next fire pushes everything.
+    std::fs::remove_file(&lock).unwrap();
+    let next = team.fire();
+    assert_eq!(next.code, 0, "{next}");
+    assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
+    team.assert_receipts_hold();
+    team.assert_no_lock_and_fsck_clean();
+}
+
+#[test]
+fn a_sync_push_killed_at_each_lock_point_leaves_nothing_the_next_fire_needs_a_person_for() {
+    // Each named point of the push (a remote on disk, through libgit2): the objects
+    // sent, the origin's branch lock taken (before and after its identity is
+    // recorded), the origin's branch moved, the push done, the box's own refs
+    // locked and moved.
+    let points = [
+        "sync-remote-objects-sent",
+        "sync-remote-lock-unrecorded",
+        "sync-remote-locked",
+        "sync-remote-moved",
+        "sync-pushed",
+        "sync-ref-lock-unrecorded",
+        "sync-ref-locked",
+        "sync-ref-moved",
+    ];
+    let team = Team::new();
+    assert_eq!(team.fire().code, 0);
+    for point in points {
+        let fired = team.fire_with(&[("RUNTIME_FAILPOINTS", point)], &[]);
+        assert!(fired.killed(), "{point}: not killed: {fired}");
+        if point.starts_with("sync-remote-lock") {
+            assert!(
+                team.origin.join("refs/heads/main.lock").exists(),
+                "{point}: the kill left the origin's lock (the crash landed while holding it)"
+            );
+        }
+        let next = team.fire();
+        assert_eq!(next.code, 0, "{point}: the next fire: {next}");
+        assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip(), "{point}");
+        team.assert_no_lock_and_fsck_clean();
+        team.assert_receipts_hold();
+    }
+    // The box's branch lock, taken when the origin moved with records during the
+    // fire and the box rebuilds its commit on it.
+    for point in ["sync-branch-lock-unrecorded", "sync-branch-locked", "sync-branch-moved"] {
+        let n = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let fired = fire_with_a_push_meanwhile(&team, point, || {
+            team.push_files(&[(&format!("reports/laptop/{n}.md"), "x\n")], "a record", false);
+        });
+        assert!(fired.killed(), "{point}: not killed: {fired}");
+        let next = team.fire();
+        assert_eq!(next.code, 0, "{point}: the next fire: {next}");
+        assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip(), "{point}");
+        team.assert_no_lock_and_fsck_clean();
+        team.assert_receipts_hold();
+    }
+    // No record lost, every receipt naming a commit the origin has.
+    team.assert_receipts_hold();
+}
+
+#[test]
+fn a_no_commit_fire_never_syncs() {
+    let team = Team::new();
+    assert_eq!(team.fire().code, 0);
+    team.land(
+        "weather",
+        &[(
+            "prompts/digest.md",
+            &format!("{}\nMention the weather.\n", team.env.read("prompts/digest.md")),
+        )],
+    );
+    let fetched = "refs/runtime-sync/fetched/origin/main";
+    let before = (
+        team.rev(&team.cron, "HEAD"),
+        team.origin_tip(),
+        team.rev(&team.cron, fetched),
+    );
+    let out = team
+        .env
+        .command(
+            "runtime",
+            &["fire", "digest", "--no-commit", "-C", team.cron.to_str().unwrap()],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        (
+            team.rev(&team.cron, "HEAD"),
+            team.origin_tip(),
+            team.rev(&team.cron, fetched)
+        ),
+        before,
+        "nothing fetched, nothing moved, nothing pushed"
+    );
+    let fired = team.fire();
+    assert_eq!(fired.code, 0, "{fired}");
+    assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
 }

@@ -3,7 +3,10 @@
 //! pages for every subcommand, the systemd units verified where `systemd-analyze`
 //! exists, and release builds without debug info. (The settings reference is checked
 //! against the settings types by a unit test in `shared`, and every argument's help
-//! text by unit tests in each binary.)
+//! text by unit tests in each binary.) And (issue 19, item 5) the README and every page
+//! under `docs/`: each relative link resolves to a file of the repository (and its
+//! `#anchor` to a heading), none leads outside it, and each `runtime ...`/`builder ...`
+//! command they show names subcommands and flags that `--help` lists.
 
 use crate::util::*;
 use std::path::{Path, PathBuf};
@@ -89,6 +92,12 @@ fn the_readme_starts_with_the_demo_and_ci_runs_it_as_written() {
     let test_cmd = block.lines().nth(1).unwrap().split('#').next().unwrap().trim();
     assert_eq!(test_cmd, "cargo build --workspace && cargo test --workspace");
     assert!(ci.contains(test_cmd), "CI keeps the README's test command");
+    // A front door, not the reference (that is docs/).
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines; move reference material to docs/"
+    );
 }
 
 #[test]
@@ -285,4 +294,371 @@ fn release_builds_carry_no_debug_info_and_profiling_keeps_it() {
     let profiling = section("profiling");
     assert!(profiling.contains(&"inherits=\"release\"".to_string()), "{profiling:?}");
     assert!(profiling.contains(&"debug=1".to_string()), "{profiling:?}");
+}
+
+// ---------------------------------------------------------------------------
+// README.md and docs/*.md: links resolve, commands and flags exist (issue 19, item 5).
+// A small reader of the markdown these pages use (fenced blocks, code spans, inline
+// links, `#` headings): enough to find what must be checked, not a renderer.
+
+/// README.md and every page under docs/, as (workspace-relative path, text).
+fn doc_pages() -> Vec<(String, String)> {
+    let mut rels = vec!["README.md".to_string()];
+    let mut pages: Vec<String> = std::fs::read_dir(workspace_file("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    pages.sort();
+    rels.extend(pages);
+    rels.into_iter()
+        .map(|r| {
+            let text = read_workspace_file(&r);
+            (r, text)
+        })
+        .collect()
+}
+
+/// A page split into the lines of its fenced code blocks and its prose (code blocks
+/// left out, line count kept).
+struct Markdown {
+    code_lines: Vec<String>,
+    prose: String,
+}
+
+fn parse_markdown(text: &str) -> Markdown {
+    let mut code_lines = Vec::new();
+    let mut prose = String::new();
+    let mut in_fence = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+            prose.push('\n');
+        } else if in_fence {
+            code_lines.push(line.to_string());
+            prose.push('\n');
+        } else {
+            prose.push_str(line);
+            prose.push('\n');
+        }
+    }
+    Markdown { code_lines, prose }
+}
+
+/// The code spans of prose (a span may cross a line break), and the prose with each
+/// span blanked out.
+fn code_spans(prose: &str) -> (Vec<String>, String) {
+    let chars: Vec<char> = prose.chars().collect();
+    let mut spans = Vec::new();
+    let mut rest = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] != '`' {
+            rest.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        let run = chars[i..].iter().take_while(|c| **c == '`').count();
+        let body_start = i + run;
+        let mut j = body_start;
+        let mut close = None;
+        while j < chars.len() {
+            if chars[j] == '`' {
+                let n = chars[j..].iter().take_while(|c| **c == '`').count();
+                if n == run {
+                    close = Some(j);
+                    break;
+                }
+                j += n;
+            } else {
+                j += 1;
+            }
+        }
+        match close {
+            Some(end) => {
+                let body: String = chars[body_start..end].iter().collect();
+                spans.push(body.replace('\n', " ").trim().to_string());
+                rest.push(' ');
+                i = end + run;
+            }
+            None => {
+                rest.extend(&chars[i..body_start]);
+                i = body_start;
+            }
+        }
+    }
+    (spans, rest)
+}
+
+/// The targets of the inline links `[text](target)` in prose without code spans.
+fn link_targets(prose: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = prose;
+    while let Some(at) = rest.find("](") {
+        let after = &rest[at + 2..];
+        let end = after.find(')').unwrap_or(after.len());
+        out.push(after[..end].trim().to_string());
+        rest = &after[end..];
+    }
+    out
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens.
+fn heading_anchors(text: &str) -> Vec<String> {
+    let md = parse_markdown(text);
+    md.prose
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| {
+            l.trim_start_matches('#')
+                .trim()
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect()
+}
+
+/// The problems with the links of the page `rel`: a target outside the repository,
+/// a file that does not exist, an anchor no heading makes.
+fn link_problems(rel: &str, text: &str) -> Vec<String> {
+    let root = workspace_file("").canonicalize().unwrap();
+    let (_, prose) = code_spans(&parse_markdown(text).prose);
+    let mut problems = Vec::new();
+    for target in link_targets(&prose) {
+        if target.contains("://") || target.starts_with("mailto:") {
+            problems.push(format!("{rel}: link outside the repository: {target}"));
+            continue;
+        }
+        let (file, anchor) = match target.split_once('#') {
+            Some((f, a)) => (f, Some(a)),
+            None => (target.as_str(), None),
+        };
+        if file.is_empty() {
+            // An anchor of this page.
+            if let Some(anchor) = anchor.filter(|a| !heading_anchors(text).iter().any(|h| h == a)) {
+                problems.push(format!("{rel}: no heading for #{anchor}"));
+            }
+            continue;
+        }
+        let path = root.join(rel).parent().unwrap().join(file);
+        let Ok(resolved) = path.canonicalize() else {
+            problems.push(format!("{rel}: broken link: {target}"));
+            continue;
+        };
+        if !resolved.starts_with(&root) {
+            problems.push(format!("{rel}: link outside the repository: {target}"));
+            continue;
+        }
+        if let Some(anchor) = anchor {
+            let anchors = std::fs::read_to_string(&resolved)
+                .map(|t| heading_anchors(&t))
+                .unwrap_or_default();
+            if !anchors.iter().any(|a| a == anchor) {
+                problems.push(format!("{rel}: no heading for #{anchor} in {target}"));
+            }
+        }
+    }
+    problems
+}
+
+/// What `<bin> <subcommands...> --help` says: its subcommands and its flags, each
+/// with whether it takes a value.
+#[derive(Default)]
+struct HelpPage {
+    subcommands: Vec<String>,
+    flags: Vec<(String, bool)>,
+}
+
+fn help_page(program: &str, path: &[String]) -> HelpPage {
+    let out = Command::new(bin(program)).args(path).arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{program} {path:?} --help");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut page = HelpPage::default();
+    let mut in_commands = false;
+    for line in text.lines() {
+        if line == "Commands:" {
+            in_commands = true;
+            continue;
+        }
+        if in_commands {
+            match line.split_whitespace().next() {
+                Some(name) if line.starts_with("  ") => page.subcommands.push(name.to_string()),
+                _ => in_commands = false,
+            }
+            continue;
+        }
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('-') && line.starts_with("  ") {
+            let signature = trimmed.split("  ").next().unwrap_or("");
+            let takes_value = signature.contains('<');
+            for name in signature.split(", ") {
+                let name = name.split([' ', '=']).next().unwrap_or("").trim_end_matches("...");
+                page.flags.push((name.to_string(), takes_value));
+            }
+        }
+    }
+    page
+}
+
+/// The commands of both binaries a page shows: every segment (split at `|`, `&&`,
+/// `;` outside brackets, a `#` comment cut off) of a code block line or a code span
+/// that starts with `runtime` or `builder`. A code block line that starts with
+/// whitespace and `[` continues the command above it.
+fn shown_commands(text: &str) -> Vec<String> {
+    let md = parse_markdown(text);
+    let (spans, _) = code_spans(&md.prose);
+    let mut lines: Vec<String> = Vec::new();
+    for line in &md.code_lines {
+        let continues = line.starts_with(' ') && line.trim_start().starts_with('[');
+        match lines.last_mut() {
+            Some(last) if continues => {
+                last.push(' ');
+                last.push_str(line.trim());
+            }
+            _ => lines.push(line.clone()),
+        }
+    }
+    lines.extend(spans);
+    let mut commands = Vec::new();
+    for line in lines {
+        let line = match line.find(" #") {
+            Some(at) => &line[..at],
+            None if line.trim_start().starts_with('#') => "",
+            None => line.as_str(),
+        };
+        let mut depth = 0i32;
+        let mut segment = String::new();
+        let mut chars = line.chars().peekable();
+        let mut segments = Vec::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                _ => {}
+            }
+            let ends = depth <= 0 && (c == ';' || c == '|' || (c == '&' && chars.peek() == Some(&'&')));
+            if ends {
+                if c != ';' && chars.peek() == Some(&c) {
+                    chars.next();
+                }
+                segments.push(std::mem::take(&mut segment));
+            } else {
+                segment.push(c);
+            }
+        }
+        segments.push(segment);
+        for s in segments {
+            let s = s.trim().trim_start_matches("$ ");
+            let first = s.split_whitespace().next().unwrap_or("");
+            let named = |name: &str| first == name || (first.ends_with(&format!("/{name}")) && !first.contains('='));
+            if named("runtime") || named("builder") {
+                commands.push(s.to_string());
+            }
+        }
+    }
+    commands
+}
+
+/// What is wrong with one shown command: a subcommand or a flag `--help` does not
+/// list. Subcommands are read until the first positional word.
+fn command_problems(
+    command: &str,
+    help: &mut std::collections::HashMap<(String, Vec<String>), HelpPage>,
+) -> Vec<String> {
+    let mut words = command.split_whitespace();
+    let program = words.next().unwrap().rsplit('/').next().unwrap().to_string();
+    let mut path: Vec<String> = Vec::new();
+    let mut positional = false;
+    let mut problems = Vec::new();
+    let mut skip_value = false;
+    for raw in words {
+        if skip_value {
+            skip_value = false;
+            continue;
+        }
+        let word = raw
+            .trim_start_matches(['[', '(', '`', '"', '\''])
+            .trim_end_matches([']', ')', ',', ':', '.', ';', '`', '"', '\'']);
+        if word == "--" {
+            break;
+        }
+        let page = help
+            .entry((program.clone(), path.clone()))
+            .or_insert_with(|| help_page(&program, &path));
+        if word.starts_with('-') && word.len() > 1 {
+            for piece in word.split('|').filter(|p| p.starts_with('-') && p.len() > 1) {
+                let (name, inline_value) = match piece.split_once('=') {
+                    Some((n, _)) => (n, true),
+                    None => (piece, false),
+                };
+                match page.flags.iter().find(|(f, _)| f == name) {
+                    Some((_, takes)) => skip_value = *takes && !inline_value && !word.contains('|'),
+                    None => problems.push(format!(
+                        "`{command}`: `{program} {}` has no flag {name}",
+                        path.join(" ")
+                    )),
+                }
+            }
+        } else if !positional && !word.contains(['|', '<', '>']) && page.subcommands.iter().any(|s| s == word) {
+            path.push(word.to_string());
+        } else if !word.is_empty() && word != "|" {
+            if !positional && path.is_empty() && !word.starts_with('<') {
+                problems.push(format!("`{command}`: `{program}` has no subcommand {word}"));
+            }
+            positional = true;
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_link_in_the_readme_and_docs_resolves_inside_the_repository() {
+    let mut problems = Vec::new();
+    for (rel, text) in doc_pages() {
+        problems.extend(link_problems(&rel, &text));
+        for outside in ["DESIGN.md", "../shared"] {
+            if text.contains(outside) {
+                problems.push(format!("{rel}: names {outside}, which is outside the repository"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+
+    // The check can fail: a broken file, a missing anchor, a link out.
+    let bad = "# Top\n\n[a](missing.md) [b](settings.md#no-such-key) [c](https://example.com) [d](#top)\n";
+    let found = link_problems("docs/x.md", &format!("{bad}[e](#nowhere)\n"));
+    assert_eq!(found.len(), 4, "{found:?}");
+    assert!(found.iter().any(|p| p.ends_with("#nowhere")), "{found:?}");
+}
+
+#[test]
+fn every_command_and_flag_the_readme_and_docs_show_exists() {
+    let mut help = std::collections::HashMap::new();
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for (rel, text) in doc_pages() {
+        for command in shown_commands(&text) {
+            checked += 1;
+            for p in command_problems(&command, &mut help) {
+                problems.push(format!("{rel}: {p}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(checked > 100, "only {checked} commands found in the docs");
+
+    // The check can fail: a typo'd flag, an unknown subcommand, a flag of another
+    // subcommand, in a code block and in a code span.
+    let bad = "```sh\nbuilder cards list --staus open\nruntime fier digest\n```\n\
+               and `builder approve x --pussh`, and `runtime fire t\n--json --otlp`\n";
+    let shown = shown_commands(bad);
+    assert_eq!(shown.len(), 4, "{shown:?}");
+    let found: Vec<String> = shown.iter().flat_map(|c| command_problems(c, &mut help)).collect();
+    assert_eq!(found.len(), 4, "{found:?}");
+    assert!(found.iter().any(|p| p.contains("--staus")), "{found:?}");
+    assert!(found.iter().any(|p| p.contains("fier")), "{found:?}");
 }

@@ -282,10 +282,16 @@ fn a_checkpoint_that_cannot_be_written_stops_the_fire_before_its_next_tool_call(
         {"content": "# Done\nfilled, then bumped"}
     ]});
     env.write("evals/t/replay.json", &trace.to_string());
-    let settings = env.read("settings/runtime.yaml").replace(
-        "    - \"Bash(sh tools/bump.sh)\"",
-        "    - \"Bash(sh tools/bump.sh)\"\n    - \"Bash(sh tools/fill.sh)\"",
-    );
+    // With the sandbox on, the scratch lives in the tool worker's size-limited tmpfs
+    // and never reaches `.runtime`'s disk (tests/host_view.rs): the full disk is
+    // played with the sandbox off, where the scratch is the directory on disk.
+    let settings = env
+        .read("settings/runtime.yaml")
+        .replace(
+            "    - \"Bash(sh tools/bump.sh)\"",
+            "    - \"Bash(sh tools/bump.sh)\"\n    - \"Bash(sh tools/fill.sh)\"",
+        )
+        .replace("  landlock: required", "  landlock: off");
     env.write("settings/runtime.yaml", &settings);
     env.commit_all("a task that fills the disk");
 

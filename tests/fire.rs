@@ -329,8 +329,9 @@ fn request_timeout_is_a_provider_error() {
     assert_eq!(f.receipt["stop_reason"], "provider_error");
     assert_eq!(f.receipt["retries"], 1);
     let cards = f.env.cards(&f.summary);
-    assert!(
-        cards[0]["summary"].as_str().unwrap().contains("Timeout"),
+    assert_eq!(
+        cards[0]["summary"].as_str(),
+        Some("model call failed: timeout (no answer within 1 s, 1 retry)"),
         "{:?}",
         cards[0]
     );

@@ -30,7 +30,7 @@ pub(crate) fn trace(calls: &[(&str, Value)]) -> String {
 pub(crate) const SETTINGS: &str = "version: 1\nprovider:\n  kind: replay\n  replay: evals/iso/trace.json\npermissions:\n  allow: [\"Bash(*)\", \"Read(**)\", \"Write(reports/**)\"]\n  deny: [\"Read(**/.env)\"]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\nbudgets:\n  max_steps: 10\nlimits:\n  max_denials: 10\n  repeated_call: 10\n  repeated_error: 10\n";
 
 /// Mode, owner and modification time of every builder file and git hook.
-fn metadata(root: &Path) -> BTreeMap<String, (u32, u32, u32, i64)> {
+pub(crate) fn metadata(root: &Path) -> BTreeMap<String, (u32, u32, u32, i64)> {
     let mut out = BTreeMap::new();
     let mut stack: Vec<_> = [
         "prompts",
@@ -124,6 +124,16 @@ pub(crate) fn chown_tree(root: &Path, uid: u32) {
     }
 }
 
+/// The repository and the directories above it become nobody's to use.
+pub(crate) fn hand_to_nobody(env: &TestEnv) {
+    chown_tree(&env.root, 65534);
+    let mut up = env.root.parent();
+    while let Some(d) = up.filter(|d| d.starts_with(std::env::temp_dir()) && *d != std::env::temp_dir()) {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        up = d.parent();
+    }
+}
+
 pub(crate) fn am_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -131,13 +141,19 @@ pub(crate) fn am_root() -> bool {
 
 /// `runtime fire t --json` as `who`.
 fn fire_as(env: &TestEnv, who: As, extra: &[(&str, &str)]) -> std::process::Output {
+    fire_command(env, who, extra).output().unwrap()
+}
+
+/// The command of `runtime fire t --json` as `who` (through `setpriv` for `nobody`,
+/// which execs the runtime: the child's pid is the runtime's).
+pub(crate) fn fire_command(env: &TestEnv, who: As, extra: &[(&str, &str)]) -> std::process::Command {
     let mut c = env.command("runtime", &["fire", "t", "--json"]);
     c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
     for (k, v) in extra {
         c.env(k, v);
     }
     if who == As::Me {
-        return c.output().unwrap();
+        return c;
     }
     let mut wrapped = std::process::Command::new("setpriv");
     wrapped
@@ -152,7 +168,7 @@ fn fire_as(env: &TestEnv, who: As, extra: &[(&str, &str)]) -> std::process::Outp
         }
     }
     wrapped.env("HOME", &env.root);
-    wrapped.output().unwrap()
+    wrapped
 }
 
 /// Fires once with `script` written to `reports/p.<ext>` and run by `interp`, then
@@ -200,13 +216,7 @@ pub(crate) fn fire_payload(who: As, env: &TestEnv, l: &Listeners, p: &Payload) -
     env.write("evals/iso/trace.json", &trace(&calls));
     env.commit_all(&format!("case {case}"));
     if who == As::Nobody {
-        // The repository and the directories above it become nobody's to use.
-        chown_tree(&env.root, 65534);
-        let mut up = env.root.parent();
-        while let Some(d) = up.filter(|d| d.starts_with(std::env::temp_dir()) && *d != std::env::temp_dir()) {
-            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-            up = d.parent();
-        }
+        hand_to_nobody(env);
     }
     let meta = metadata(&env.root);
     let files = env.builder_snapshot();

@@ -121,7 +121,10 @@ fn fifty_ticks_of_an_unchanged_refusal_commit_once() {
         stderr.contains("uncommitted changes: refusing to fire on unreviewed changes: prompts/digest.md"),
         "the refusal names the paths: {stderr}"
     );
-    assert!(stderr.contains("hint: land the builder-owned changes"), "{stderr}");
+    assert!(
+        stderr.contains("hint: land the changes through review (`builder propose <name>`)"),
+        "{stderr}"
+    );
     let after_first = commits(&env);
     assert_eq!(
         after_first,
@@ -215,7 +218,10 @@ fn an_unset_key_variable_exits_2_before_any_request() {
     );
     assert!(server.requests().is_empty(), "no request without a key");
     assert!(
-        summary["hint"].as_str().unwrap().starts_with("`builder check`"),
+        summary["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("set `{KEY_ENV}` in the environment the fire runs in")),
         "{summary}"
     );
 }
@@ -421,15 +427,24 @@ fn both_checks_say_when_the_key_variable_is_unset() {
 #[test]
 fn a_local_servers_own_context_window_sizes_the_budget() {
     let w = Wire::OpenAi;
-    let server = ModelServer::start(vec![turn(w, Some("# Report"), &[], (1, 1))]);
+    let report = || turn(w, Some("# Report"), &[], (1, 1));
+    let server = ModelServer::start(vec![report(), report()]);
     *server.props.lock().unwrap() = Some(serde_json::json!({"default_generation_settings": {"n_ctx": 8192}}));
     let env = repo_for(&server, "");
-    let (code, summary, stderr) = env.fire("t");
-    assert_eq!(code, 0, "{stderr}");
-    let show = env.runtime(&["show", summary["run_id"].as_str().unwrap(), "--json"]);
-    let trace: Value = serde_json::from_slice(&show.stdout).unwrap();
-    let budget = &trace["trace"]["steps"][0][1]["budget"];
+    let budget_of_a_fire = || {
+        let (code, summary, stderr) = env.fire("t");
+        assert_eq!(code, 0, "{stderr}");
+        let show = env.runtime(&["show", summary["run_id"].as_str().unwrap(), "--json"]);
+        let trace: Value = serde_json::from_slice(&show.stdout).unwrap();
+        trace["trace"]["steps"][0][1]["budget"].clone()
+    };
+    let budget = budget_of_a_fire();
     assert_eq!(budget, 8192 - 4096, "n_ctx less the output cap: {budget}");
+    assert_eq!(*server.gets.lock().unwrap(), ["/props"], "the first fire asks");
+    // The next fire remembers the answer (in .runtime) instead of asking again.
+    assert_eq!(budget_of_a_fire(), 8192 - 4096);
+    assert_eq!(*server.gets.lock().unwrap(), ["/props"], "the second fire does not ask");
+    assert!(env.root.join(".runtime/context-windows.json").is_file());
     // Settings win over what the server says.
     let server = ModelServer::start(vec![turn(w, Some("# Report"), &[], (1, 1))]);
     *server.props.lock().unwrap() = Some(serde_json::json!({"default_generation_settings": {"n_ctx": 8192}}));

@@ -241,7 +241,7 @@ fn a_fallback_switch_is_an_event() {
     let text = String::from_utf8_lossy(&stderr).into_owned();
     assert_eq!(code, 0, "{text}");
     assert!(
-        text.contains("progress: fallback: anthropic (primary failed: Server (HTTP 500))\n"),
+        text.contains("progress: fallback: anthropic (primary failed: server (HTTP 500, 0 retries))\n"),
         "{text}"
     );
     assert!(!stderr.contains(&0x1b), "{text:?}");
@@ -429,7 +429,10 @@ fn dry_run_with_an_unset_key_variable_exits_2_and_writes_nothing() {
         )),
         "{stderr}"
     );
-    assert!(stderr.contains("hint: `builder check`"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("hint: set `{KEY_ENV}` in the environment the fire runs in")),
+        "{stderr}"
+    );
     assert!(out.stdout.is_empty());
     assert!(server.requests().is_empty());
     assert_eq!(env.head_id(), head);

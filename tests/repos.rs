@@ -244,9 +244,11 @@ fn every_subcommand_outside_a_repository_exits_as_documented_and_leaves_nothing(
         ("builder", &["proposals"], 1),
         ("builder", &["approve", "tighter-scope"], 1),
         ("builder", &["merge", "tighter-scope"], 1),
+        ("builder", &["land", "tighter-scope"], 1),
         ("builder", &["install-hooks"], 1),
         ("builder", &["eval"], 1),
         ("builder", &["review", "tighter-scope"], 1),
+        ("builder", &["serve", "--port", "0"], 1),
         ("builder", &["completions", "bash"], 0),
         ("builder", &["man"], 0),
     ];

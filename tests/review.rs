@@ -52,6 +52,33 @@ pub(crate) fn git(env: &TestEnv, dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Every approval `dir` has, by commit id (`refs/builder/approved/*`).
+pub(crate) fn approval_ids(env: &TestEnv, dir: &Path) -> std::collections::BTreeSet<String> {
+    git(
+        env,
+        dir,
+        &["for-each-ref", "--format=%(objectname)", "refs/builder/approved/"],
+    )
+    .lines()
+    .map(str::to_string)
+    .collect()
+}
+
+/// The newest approval `dir` has (by its `approved_at`, to the nanosecond).
+pub(crate) fn latest_approval(env: &TestEnv, dir: &Path) -> String {
+    approval_ids(env, dir)
+        .into_iter()
+        .map(|id| {
+            let body = git(env, dir, &["show", &format!("{id}:approval.yaml")]);
+            let yaml: serde_yaml::Value = serde_yaml::from_str(&body).unwrap();
+            let at = chrono::DateTime::parse_from_rfc3339(yaml["approved_at"].as_str().unwrap()).unwrap();
+            (at, id)
+        })
+        .max()
+        .map(|(_, id)| id)
+        .expect("no approval")
+}
+
 /// `builder` in `dir`, optionally as someone else: (exit code, stdout, stderr).
 pub(crate) fn builder_in(env: &TestEnv, dir: &Path, who: Option<(&str, &str)>, args: &[&str]) -> (i32, String, String) {
     let mut c = env.command("builder", args);
@@ -111,7 +138,7 @@ pub(crate) fn with_origin(env: &TestEnv) -> PathBuf {
     git(env, &env.root, &["branch", "-M", "main"]);
     git(env, &env.root, &["remote", "add", "origin", origin.to_str().unwrap()]);
     let out = builder_ok(env, &env.root, None, &["install-hooks"]);
-    assert!(out.contains("+refs/builder/*:refs/builder/*"), "{out}");
+    assert!(out.contains("refs/builder/approved/*:refs/builder/approved/*"), "{out}");
     origin
 }
 
@@ -198,13 +225,17 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
     let approval_commit = git(
         &env,
         &env.root,
-        &["log", "-1", "--format=%an <%ae>%n%B", "refs/builder/approvals"],
+        &["log", "-1", "--format=%an <%ae>%n%B", &latest_approval(&env, &env.root)],
     );
     assert!(
         approval_commit.starts_with("Rev <rev@example.com>"),
         "{approval_commit}"
     );
-    let body = git(&env, &env.root, &["show", "refs/builder/approvals:approval.yaml"]);
+    let body = git(
+        &env,
+        &env.root,
+        &["show", &format!("{}:approval.yaml", latest_approval(&env, &env.root))],
+    );
     for key in [
         "proposal: brief",
         "tree: ",
@@ -240,10 +271,7 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
     let approval = &env.receipt(&summary)["inputs"]["approval"];
     assert_eq!(approval["tree"], tree.as_str(), "{approval}");
     assert_eq!(approval["approver"], "Rev <rev@example.com>");
-    assert_eq!(
-        approval["id"].as_str().unwrap(),
-        git(&env, &env.root, &["rev-parse", "refs/builder/approvals"])
-    );
+    assert_eq!(approval["id"].as_str().unwrap(), latest_approval(&env, &env.root));
 
     // A direct, unreviewed commit to prompts/: a violation under require_reviewed,
     // and the runtime refuses to fire on it, once per tree, not once per tick.
@@ -338,19 +366,20 @@ fn approvals_travel_with_push_and_fetch_and_count_in_the_other_clone() {
     );
     builder_ok(&env, &cron, None, &["install-hooks"]);
     let fetch = git(&env, &cron, &["config", "--get-all", "remote.origin.fetch"]);
-    assert!(fetch.contains("+refs/builder/*:refs/builder/*"), "{fetch}");
+    assert!(
+        fetch.contains("refs/builder/approved/*:refs/builder/approved/*"),
+        "{fetch}"
+    );
+    assert!(!fetch.contains("+refs/builder/"), "no forced refspec: {fetch}");
 
     // The laptop turns review on through review and pushes branch and approvals.
     let tree = require_review_through_review(&env);
     git(&env, &env.root, &["push", "-q", "origin"]);
-    assert_eq!(
-        git(&env, &origin, &["rev-parse", "refs/builder/approvals"]),
-        git(&env, &env.root, &["rev-parse", "refs/builder/approvals"])
-    );
+    assert_eq!(approval_ids(&env, &origin), approval_ids(&env, &env.root));
 
     // The cron box fetches both; the approval counts there.
     git(&env, &cron, &["pull", "-q", "--ff-only"]);
-    assert!(!git(&env, &cron, &["rev-parse", "refs/builder/approvals"]).is_empty());
+    assert!(!approval_ids(&env, &cron).is_empty());
     let (code, out, _) = builder_in(&env, &cron, None, &["audit"]);
     assert_eq!(code, 0, "{out}");
     let (code, summary) = fire_in(&env, &cron, "digest");

@@ -128,6 +128,14 @@ fn first_card(dir: &Path, summary: &serde_json::Value) -> String {
     format!("cards/{}/{id}.yaml", day.file_name().to_string_lossy())
 }
 
+/// Whether the box fetched `commit`: its `origin/main` is that commit or, once the
+/// box pushed its records as a merge onto it, a descendant of it.
+fn reached(env: &TestEnv, box_repo: &Repository, commit: Oid) -> bool {
+    let dir = box_repo.workdir().unwrap();
+    let tracked = Oid::from_str(&rev(env, dir, "refs/remotes/origin/main")).unwrap();
+    tracked == commit || box_repo.graph_descendant_of(tracked, commit).unwrap()
+}
+
 fn rev(env: &TestEnv, dir: &Path, what: &str) -> String {
     git(env, dir, &["rev-parse", what])
 }
@@ -170,24 +178,30 @@ fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
     // p1: the forged memo, no builder-owned path changed. c1: her prompt.
     let memo = format!("{x} {t_x} {y}\n{y} {t_y} -\n");
     let p1 = commit_on(&mal, x, &[(".runtime/builder-tree-walk", &memo)], "notes");
-    let c1 = commit_on(
-        &mal,
-        p1,
-        &[("prompts/digest.md", "---\n---\nMALLORY WAS HERE.\n")],
-        "tweak",
-    );
-    approve_as_mallory(&mal, c1, &mal_key);
 
     push(&env, &mal, p1);
     let (first_code, first) = fire_in(&env, &cron, "digest");
     let first_head = rev(&env, &cron, "HEAD");
     assert_eq!(first["commit"], first_head.as_str());
+    // The box pushed its records (and its card) as a merge onto p1, which keeps the
+    // memo tracked; her prompt change builds on that, as anyone's next push would.
+    let mal_dir = mal.workdir().unwrap().to_path_buf();
+    git(&env, &mal_dir, &["fetch", "-q", "origin"]);
+    let base = Oid::from_str(&rev(&env, &mal_dir, "origin/main")).unwrap();
+    assert!(mal.graph_descendant_of(base, p1).unwrap(), "the box's merge keeps p1");
+    let c1 = commit_on(
+        &mal,
+        base,
+        &[("prompts/digest.md", "---\n---\nMALLORY WAS HERE.\n")],
+        "tweak",
+    );
+    approve_as_mallory(&mal, c1, &mal_key);
     push(&env, &mal, c1);
     let (code, summary) = fire_in(&env, &cron, "digest");
 
     // The payload reached the box: her commits and approvals are on its refs...
     let box_repo = Repository::open(&cron).unwrap();
-    assert_eq!(rev(&env, &cron, "refs/remotes/origin/main"), c1.to_string());
+    assert!(reached(&env, &box_repo, c1), "{summary}");
     assert_eq!(rev(&env, &cron, "refs/builder/side"), y.to_string());
     let hers = approvals::load(&box_repo)
         .unwrap()
@@ -231,8 +245,16 @@ fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
         "it ran on what it had: {summary}"
     );
     assert_eq!(code, 5, "{summary}");
+    // Her tip still tracks the forged memo: the cause the first fire carded, so this
+    // fire adds no card and points at that one.
     let cards = crate::cron_box::env_cards(&cron, &summary);
-    assert_eq!(cards, vec!["unreviewed_changes"], "{summary}");
+    assert!(cards.is_empty(), "{summary}");
+    let message = summary["message"].as_str().unwrap();
+    assert!(
+        message.contains("tracks .runtime/")
+            && message.contains(&format!("carded by run {}", first["run_id"].as_str().unwrap())),
+        "{summary}"
+    );
     // The first fire already refused the tip that brought the memo, and said so once.
     assert_ne!(first_head, p1.to_string(), "{first}");
     assert_eq!(first_code, 5, "it fired on what it had: {first}");
@@ -243,7 +265,7 @@ fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
         &["show", &format!("{first_head}:{}", first_card(&cron, &first))],
     );
     assert!(
-        card.contains("tracks paths under .runtime/") && card.contains(&p1.to_string()),
+        card.contains("tracks .runtime/") && card.contains(&p1.to_string()),
         "{card}"
     );
     let memo_now = std::fs::read_to_string(cron.join(".runtime/builder-tree-walk")).unwrap_or_default();
@@ -255,7 +277,7 @@ fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
 
 /// A symlink in `tools/` whose target lies outside the builder-owned directories:
 /// an approval names the link (its target path), not what it reaches. The link lands
-/// through review (Rev approves "share the prefetch script with lib/"); Mallory then
+/// with an approval (Rev's, of "share the prefetch script with lib/"); Mallory then
 /// changes only `lib/`, which leaves the builder tree as approved, so the cron box
 /// moves onto her commit, where the prefetch would run her script.
 #[test]
@@ -272,19 +294,23 @@ fn a_builder_link_that_leaves_the_builder_paths_is_never_covered() {
     env.commit_all("lib: the digest context script");
     std::fs::remove_file(env.root.join(script)).unwrap();
     std::os::unix::fs::symlink("../lib/digest-context.sh", env.root.join(script)).unwrap();
-    builder_ok(
-        &env,
-        &env.root,
-        None,
-        &["propose", "link", "-m", "Share the prefetch script"],
-    );
-    builder_ok(
-        &env,
-        &env.root,
-        Some(REVIEWER),
-        &["approve", "link", "--key", rev_key.to_str().unwrap()],
-    );
-    builder_ok(&env, &env.root, None, &["merge", "link"]);
+    // `builder propose` (and approve, merge) refuse such a link outright; it lands
+    // past them, with git and Rev's signed approval of its tree written directly (a
+    // careless reviewer's, as the review once let through).
+    let (code, _, err) = crate::review::builder_in(&env, &env.root, None, &["propose", "link", "-m", "Share"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot propose") && err.contains("reaches lib"), "{err}");
+    env.commit_all("Share the prefetch script");
+    let laptop = Repository::open(&env.root).unwrap();
+    let head = laptop.head().unwrap().peel_to_commit().unwrap().id();
+    let tree = shared::review::builder_tree_of_commit(&laptop, head).unwrap();
+    let rev_person = shared::review::parse_person("Rev <rev@example.com>").unwrap();
+    let signing = Signing {
+        key: rev_key.clone(),
+        program: "ssh-keygen".into(),
+    };
+    let body = approvals::signed_body("link", tree, head, &rev_person, Some(&signing)).unwrap();
+    approvals::write(&laptop, body, &rev_person).unwrap();
     // The pre-push hook's audit refuses the link; pushed past it (anyone with push
     // access can).
     let out = crate::review::git_with_path(
@@ -404,14 +430,15 @@ fn forged_approvals_of_a_change_that_disarms_review_count_for_nothing() {
         key: mal_key.clone(),
         program: "ssh-keygen".into(),
     };
-    let spoofed = approvals::signed_body("tweak", tree, evil, &rev_person, Some(&signing)).unwrap();
-    approvals::write(&mal, spoofed, &rev_person).unwrap();
+    // Rev's real signed approval, found before Mallory writes one in his name.
     let real = approvals::load(&mal)
         .unwrap()
         .into_iter()
         .rev()
         .find(|a| a.body.approver == "Rev <rev@example.com>" && a.body.signature.is_some())
         .unwrap();
+    let spoofed = approvals::signed_body("tweak", tree, evil, &rev_person, Some(&signing)).unwrap();
+    approvals::write(&mal, spoofed, &rev_person).unwrap();
     let mut replayed = real.body.clone();
     replayed.tree = tree.to_string();
     approvals::write(&mal, replayed, &rev_person).unwrap();
@@ -424,14 +451,14 @@ fn forged_approvals_of_a_change_that_disarms_review_count_for_nothing() {
     let (code, summary) = fire_in(&env, &cron, "digest");
     // The attack reached the box: her commit and her four approvals are on its refs.
     let box_repo = Repository::open(&cron).unwrap();
-    assert_eq!(rev(&env, &cron, "refs/remotes/origin/main"), evil.to_string());
+    assert!(reached(&env, &box_repo, evil), "{summary}");
     let naming = approvals::load(&box_repo)
         .unwrap()
         .into_iter()
         .filter(|a| a.body.tree == tree.to_string())
         .count();
     assert_eq!(naming, 4, "the forged approvals are on the box");
-    // The promise held: it fired on what it had, with one card, and pushed nothing.
+    // The promise held: it fired on what it had, with one card.
     assert_eq!(code, 5, "{summary}");
     assert_eq!(crate::cron_box::env_cards(&cron, &summary), vec!["unreviewed_changes"]);
     let receipt = std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap();
@@ -440,10 +467,26 @@ fn forged_approvals_of_a_change_that_disarms_review_count_for_nothing() {
     assert!(!std::fs::read_to_string(cron.join("prompts/digest.md"))
         .unwrap()
         .contains("MALLORY"));
+    // Its card reached the origin: a merge of her tip and the box's records, which
+    // keeps her builder tree as she pushed it and never moves the box onto it.
+    let tip = rev(&env, &origin, "refs/heads/main");
+    let origin_repo = Repository::open(&origin).unwrap();
+    let tip_oid = Oid::from_str(&tip).unwrap();
+    assert!(origin_repo.graph_descendant_of(tip_oid, evil).unwrap(), "{summary}");
     assert_eq!(
-        rev(&env, &origin, "refs/heads/main"),
-        evil.to_string(),
-        "nothing pushed"
+        shared::review::builder_tree_of_commit(&origin_repo, tip_oid).unwrap(),
+        tree,
+        "the box's push changed no builder-owned path"
+    );
+    git(
+        &env,
+        &origin,
+        &["cat-file", "-e", &format!("{tip}:{}", first_card(&cron, &summary))],
+    );
+    let box_head = Oid::from_str(&rev(&env, &cron, "HEAD")).unwrap();
+    assert!(
+        origin_repo.graph_descendant_of(tip_oid, box_head).unwrap(),
+        "the box's branch is in the origin's history, behind it: {summary}"
     );
 
     // A laptop that pulls it: the audit flags it, and a fire there refuses it, each
@@ -454,7 +497,7 @@ fn forged_approvals_of_a_change_that_disarms_review_count_for_nothing() {
         &env.root,
         &["fetch", "-q", "origin", "+refs/builder/*:refs/builder/*"],
     );
-    assert_eq!(rev(&env, &env.root, "HEAD"), evil.to_string());
+    assert_eq!(rev(&env, &env.root, "HEAD"), tip);
     let (code, out, _) = crate::review::builder_in(&env, &env.root, None, &["audit", "--json"]);
     assert_eq!(code, 1, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -357,6 +357,8 @@ pub struct ModelServer {
     /// What `GET /props` answers (llama.cpp's server properties); 404 when unset.
     /// Such GETs neither consume a scripted reply nor count as requests.
     pub props: Arc<Mutex<Option<Value>>>,
+    /// The paths of the GETs the server was asked (`/props`, `/v1/models`), in order.
+    pub gets: Arc<Mutex<Vec<String>>>,
     server: Arc<tiny_http::Server>,
 }
 
@@ -367,6 +369,8 @@ impl ModelServer {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let props: Arc<Mutex<Option<Value>>> = Arc::new(Mutex::new(None));
         let props2 = props.clone();
+        let gets: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+        let gets2 = gets.clone();
         let queue = Arc::new(Mutex::new(
             replies.into_iter().collect::<std::collections::VecDeque<_>>(),
         ));
@@ -374,6 +378,7 @@ impl ModelServer {
         std::thread::spawn(move || {
             for mut req in srv.incoming_requests() {
                 if *req.method() == tiny_http::Method::Get {
+                    gets2.lock().unwrap().push(req.url().to_string());
                     let answer = match (req.url().ends_with("/props"), props2.lock().unwrap().clone()) {
                         (true, Some(v)) => tiny_http::Response::from_string(v.to_string()).with_status_code(200),
                         _ => tiny_http::Response::from_string("{}").with_status_code(404),
@@ -413,6 +418,7 @@ impl ModelServer {
             port,
             seen,
             props,
+            gets,
             server,
         }
     }

@@ -24,6 +24,8 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
+    // Named crash points (builds for tests only: `failpoints`), as the runtime arms them.
+    shared::failpoints::arm();
     let result = commands::run(cli);
     if let Err(e) = &result {
         e.print("builder");

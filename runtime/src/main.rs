@@ -13,6 +13,12 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // No core dump of the runtime (it holds the provider's key) or of the tool worker
+    // (the same binary), and no reading either's memory through /proc or ptrace.
+    if let Err(e) = shared::sandbox::process::forbid_core_dumps() {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
     // The tool worker enters its sandbox before anything else runs in its process.
     if std::env::args().nth(1).as_deref() == Some(commands::WORKER_COMMAND) {
         let stdin = std::io::stdin();

@@ -6,7 +6,8 @@
 //! list that judges HEAD's tree is the one of the last approved tree before it, found
 //! by walking back from HEAD; with the walk remembered in `.runtime/builder-tree-walk`
 //! (a fire adds one commit and reads one line per builder change), against walking all 10,000 commits every time.
-//! Keys and signatures are made once with the real `ssh-keygen`.
+//! Keys and signatures are made once with the real `ssh-keygen`. (4) What reading the
+//! approved bytes from git adds to a fire.
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -163,7 +164,7 @@ fn bench(c: &mut Criterion) {
     let tree = repo.find_commit(head).unwrap().tree().unwrap();
     c.bench_function(
         "two-key check: links out of the builder-owned directories of HEAD",
-        |b| b.iter(|| assert!(shared::review::links_leaving(&repo, &tree).unwrap().is_empty())),
+        |b| b.iter(|| assert!(shared::review::links::refused_in_tree(&repo, &tree).unwrap().is_empty())),
     );
     let identity = ApprovalRule::unsigned("runtime@localhost");
     let switch_off = |memo: Option<&std::path::Path>| {
@@ -183,5 +184,71 @@ fn bench(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench);
+/// (4) What reading the approved bytes adds to a fire (issue 17 item 3), on the
+/// scaffold: settings, prompt and scope from HEAD's blobs against the work tree; every
+/// builder-owned link of HEAD resolved; the committed `tools/` written out (once per
+/// tree) and found again (every later fire).
+fn approved_bytes(c: &mut Criterion) {
+    use shared::review::committed::Committed;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    shared::scaffold::init(&root).unwrap();
+    for args in [
+        &["add", "-A"][..],
+        &["-c", "user.name=E", "-c", "user.email=e@x", "commit", "-qm", "scaffold"],
+    ] {
+        assert!(std::process::Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .status()
+            .unwrap()
+            .success());
+    }
+    let repo = Repository::open(&root).unwrap();
+    c.bench_function(
+        "approved bytes: settings, prompt and scope from HEAD's blobs (scaffold)",
+        |b| {
+            b.iter(|| {
+                let committed = Committed::at_head(&repo).unwrap();
+                shared::settings::load_from(&committed).unwrap();
+                committed.read_to_string("prompts/digest.md").unwrap();
+                committed.read_to_string("scope/SCOPE.md").unwrap();
+            })
+        },
+    );
+    c.bench_function("the same from the work tree (what a fire read before)", |b| {
+        b.iter(|| {
+            shared::settings::load(&root).unwrap();
+            std::fs::read_to_string(root.join("prompts/digest.md")).unwrap();
+            std::fs::read_to_string(root.join("scope/SCOPE.md")).unwrap();
+        })
+    });
+    c.bench_function(
+        "approved bytes: every builder-owned link of HEAD resolved (scaffold)",
+        |b| b.iter(|| assert!(Committed::at_head(&repo).unwrap().refused_links().unwrap().is_empty())),
+    );
+    let handoff = root.join(".runtime/handoff");
+    std::fs::create_dir_all(&handoff).unwrap();
+    let committed = Committed::at_head(&repo).unwrap();
+    c.bench_function(
+        "approved bytes: tools/ written out (the first fire on a tools tree)",
+        |b| {
+            b.iter_batched(
+                || {
+                    for e in std::fs::read_dir(&handoff).unwrap().flatten() {
+                        std::fs::remove_dir_all(e.path()).unwrap();
+                    }
+                },
+                |()| committed.tools_copy(&handoff).unwrap().unwrap(),
+                BatchSize::SmallInput,
+            )
+        },
+    );
+    c.bench_function("approved bytes: tools/ copy found again (every later fire)", |b| {
+        b.iter(|| committed.tools_copy(&handoff).unwrap().unwrap())
+    });
+}
+
+criterion_group!(benches, bench, approved_bytes);
 criterion_main!(benches);

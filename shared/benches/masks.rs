@@ -108,7 +108,12 @@ fn measure(root: &Path) -> (Duration, u64) {
         scope_ipc: true,
         max_abi: None,
     };
-    let plan = namespaces::NamespacePlan::new(&spec, root, vec!["**/.env".into()]);
+    let plan = namespaces::NamespacePlan::new(
+        &spec,
+        root,
+        vec!["**/.env".into()],
+        shared::settings::SandboxSettings::default().write_bytes,
+    );
     let envs = dotenvs(root);
     let mut times = Vec::new();
     let mut readable = 0;

@@ -19,6 +19,8 @@
 
 use crate::git::{ChangeKind, TreeDiffer};
 use crate::layout::{Owner, Ownership, SETTINGS_FILE};
+use crate::review::links::RefusedLink;
+use crate::review::runtime_commits::{runtime_named, Authenticity, RuntimeSignatures};
 use git2::{FileMode, Oid, Repository, Sort};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -43,6 +45,11 @@ pub struct Finding {
 pub struct AuditReport {
     pub commits: usize,
     pub runtime_commits: usize,
+    /// Runtime-named commits with a valid runtime signature.
+    pub runtime_signed: usize,
+    /// Runtime-named commits whose settings name no `runtime_identity.signing_key`:
+    /// anyone could have made them.
+    pub runtime_unauthenticated: usize,
     pub findings: Vec<Finding>,
     /// Modes, owners and hooks of the work tree that changed since the last accepted
     /// manifest ([`crate::manifest`]): each one a violation.
@@ -73,31 +80,51 @@ pub fn audit(
     rule: &crate::review::signing::ApprovalRule,
     since: Option<Oid>,
 ) -> Result<AuditReport, git2::Error> {
-    crate::git::tune_for_history_walks();
-    if repo.head().is_err() {
+    let Ok(Some(head)) = crate::git::head_commit(repo) else {
         return Ok(AuditReport::default());
-    }
+    };
+    audit_range(repo, ownership, runtime, rule, head, since.as_slice())
+}
+
+/// Audits the commits reachable from `tip` and from none of `known` (commits another
+/// side has already: the remote's, for a push), `tip`'s first-parent chain being the
+/// branch. A `known` commit this repository lacks is ignored.
+pub fn audit_range(
+    repo: &Repository,
+    ownership: &Ownership,
+    runtime: &RuntimeIdentity,
+    rule: &crate::review::signing::ApprovalRule,
+    tip: Oid,
+    known: &[Oid],
+) -> Result<AuditReport, git2::Error> {
+    crate::git::tune_for_history_walks();
     let mut walk = repo.revwalk()?;
     walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE)?;
-    walk.push_head()?;
-    if let Some(s) = since {
-        walk.hide(s)?;
+    walk.push(tip)?;
+    for k in known {
+        if repo.find_commit(*k).is_ok() {
+            walk.hide(*k)?;
+        }
     }
     let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
-    let on_branch = first_parent_chain(repo, &oids)?;
+    let on_branch = first_parent_chain(repo, tip, &oids)?;
+    let approved = Coverage::of(repo, rule, &on_branch)?;
+    // Before `review.require_signed` (by the commit's own settings), an approval
+    // counted without a signature: history from then is judged by that rule.
+    let approved_unsigned = match rule.signers {
+        Some(_) => Some(Coverage::of(
+            repo,
+            &crate::review::signing::ApprovalRule::unsigned(&rule.runtime_email),
+            &on_branch,
+        )?),
+        None => None,
+    };
+    let covered_later = covered_later(repo, tip, &on_branch, &approved, approved_unsigned.as_ref())?;
     let review = ReviewContext {
-        approved: Coverage::of(repo, rule, &on_branch)?,
-        // Before `review.require_signed` (by the commit's own settings), an approval
-        // counted without a signature: history from then is judged by that rule.
-        approved_unsigned: match rule.signers {
-            Some(_) => Some(Coverage::of(
-                repo,
-                &crate::review::signing::ApprovalRule::unsigned(&rule.runtime_email),
-                &on_branch,
-            )?),
-            None => None,
-        },
+        approved,
+        approved_unsigned,
         on_branch,
+        covered_later,
     };
     let review = &review;
     // Commits are independent: audit them on every core, each thread with its own
@@ -117,6 +144,8 @@ pub fn audit(
                         repo: &repo,
                         review,
                         require_reviewed: HashMap::new(),
+                        refused: HashMap::new(),
+                        signatures: RuntimeSignatures::new(&repo),
                     };
                     let mut report = AuditReport::default();
                     // Newest first (see TreeDiffer), findings put back in history order.
@@ -152,6 +181,8 @@ pub fn audit(
         let part = part?;
         report.commits += part.commits;
         report.runtime_commits += part.runtime_commits;
+        report.runtime_signed += part.runtime_signed;
+        report.runtime_unauthenticated += part.runtime_unauthenticated;
         report.findings.extend(part.findings);
     }
     Ok(report)
@@ -202,13 +233,43 @@ struct ReviewContext {
     approved_unsigned: Option<Coverage>,
     /// The commits on the branch's first-parent chain (among those audited).
     on_branch: HashSet<Oid>,
+    /// Those of them a later commit of the chain covers ([`covered_later`]).
+    covered_later: HashSet<Oid>,
 }
 
-/// The first-parent chain from HEAD, within the commits being audited.
-fn first_parent_chain(repo: &Repository, audited: &[Oid]) -> Result<HashSet<Oid>, git2::Error> {
+/// The commits of the first-parent chain from `tip` (among `on_branch`) that a later
+/// commit of the chain covers: some commit after it, up to `tip`, has a builder tree
+/// an approval covers. An unapproved change there was undone or taken into an
+/// approved tree since (a revert, an approved proposal built on it): history, shown
+/// as a warning, never a violation.
+fn covered_later(
+    repo: &Repository,
+    tip: Oid,
+    on_branch: &HashSet<Oid>,
+    approved: &Coverage,
+    approved_unsigned: Option<&Coverage>,
+) -> Result<HashSet<Oid>, git2::Error> {
+    let mut out = HashSet::new();
+    let mut seen_covered = false;
+    let mut next = Some(tip);
+    while let Some(oid) = next.filter(|o| on_branch.contains(o)) {
+        let commit = repo.find_commit(oid)?;
+        if seen_covered {
+            out.insert(oid);
+        } else {
+            let tree = crate::review::builder_tree_of(repo, &commit.tree()?)?;
+            seen_covered = approved.covers(oid, tree) || approved_unsigned.is_some_and(|u| u.covers(oid, tree));
+        }
+        next = commit.parent_ids().next();
+    }
+    Ok(out)
+}
+
+/// The first-parent chain from `tip`, within the commits being audited.
+fn first_parent_chain(repo: &Repository, tip: Oid, audited: &[Oid]) -> Result<HashSet<Oid>, git2::Error> {
     let audited: HashSet<Oid> = audited.iter().copied().collect();
     let mut out = HashSet::new();
-    let mut next = crate::git::head_commit(repo).ok().flatten();
+    let mut next = Some(tip);
     while let Some(oid) = next.filter(|o| audited.contains(o)) {
         out.insert(oid);
         next = repo.find_commit(oid)?.parent_ids().next();
@@ -222,6 +283,10 @@ struct Judge<'a> {
     repo: &'a Repository,
     review: &'a ReviewContext,
     require_reviewed: HashMap<Oid, (bool, bool)>,
+    /// Refused links by tree id ([`crate::review::links`]).
+    refused: HashMap<Oid, Vec<RefusedLink>>,
+    /// The judge of runtime-named commits' signatures.
+    signatures: RuntimeSignatures<'a>,
 }
 
 impl Judge<'_> {
@@ -231,7 +296,7 @@ impl Judge<'_> {
         if !self.review.on_branch.contains(&commit.id()) {
             return Ok(None);
         }
-        let tree = crate::review::builder_tree_of(&commit.tree()?)?;
+        let tree = crate::review::builder_tree_of(self.repo, &commit.tree()?)?;
         // Signatures are owed when the commit's own settings ask for them, and also
         // when its parent's did: turning `require_signed` off is itself judged under
         // signatures, or an identity approval would vouch for its own downgrade.
@@ -253,13 +318,28 @@ impl Judge<'_> {
         // --no-ff` of an unapproved branch would pass.
         if commit.parent_count() > 1 {
             if let Some(first) = commit.parents().next() {
-                if crate::review::builder_tree_of(&first.tree()?)? == tree {
+                if crate::review::builder_tree_of(self.repo, &first.tree()?)? == tree {
                     return Ok(None);
                 }
             }
         }
         let short = &tree.to_string()[..12];
-        Ok(Some(if self.owes_review(commit)? {
+        let owed = self.owes_review(commit)?;
+        // The branch's first commit (the scaffold) is its baseline: nothing came
+        // before it to approve it against, so it is no warning; under review it is
+        // judged as any commit.
+        if commit.parent_count() == 0 && !owed {
+            return Ok(None);
+        }
+        if owed && self.review.covered_later.contains(&commit.id()) {
+            return Ok(Some((
+                Severity::Warning,
+                format!(
+                    "no approval names its builder tree {short} (require_reviewed is on), but a later commit's tree is covered: history"
+                ),
+            )));
+        }
+        Ok(Some(if owed {
             (
                 Severity::Violation,
                 format!("no approval names its builder tree {short} (require_reviewed is on)"),
@@ -269,36 +349,40 @@ impl Judge<'_> {
         }))
     }
 
-    /// A symlink out of the builder-owned directories (or a gitlink) that the commit
-    /// writes at the builder-owned `path` (`new`: its blob and mode): an approval names
-    /// the link, not what it reaches, so it is flagged even when approved
-    /// ([`crate::review::links_leaving`]).
-    fn link_leaving(
+    /// The builder-owned links of `commit`'s tree that the kernel would resolve outside
+    /// the builder-owned paths (or into the write ACL, `/proc`, `/dev`, out of the
+    /// repository), and gitlinks there, that its first parent did not already hold
+    /// ([`crate::review::links`]): an approval names the link, not what it reaches, so
+    /// they are flagged even when approved.
+    fn new_refused_links(
         &mut self,
         commit: &git2::Commit,
-        path: &str,
-        new: Option<(Oid, i32)>,
-    ) -> Result<Option<(Severity, String)>, git2::Error> {
-        let target = match new {
-            Some((id, mode)) if mode == i32::from(FileMode::Link) => {
-                let target = String::from_utf8_lossy(self.repo.find_blob(id)?.content()).into_owned();
-                if crate::review::link_stays_inside(path, &target) {
-                    return Ok(None);
-                }
-                format!("a symlink to {target}")
-            }
-            Some((id, mode)) if mode == i32::from(FileMode::Commit) => format!("a submodule (commit {id})"),
-            _ => return Ok(None),
+        parent: Option<&git2::Commit>,
+    ) -> Result<Vec<RefusedLink>, git2::Error> {
+        let now = self.refused_in(&commit.tree()?)?;
+        if now.is_empty() {
+            return Ok(now);
+        }
+        let before = match parent {
+            Some(p) => self.refused_in(&p.tree()?)?,
+            None => Vec::new(),
         };
-        let severity = if self.owes_review(commit)? {
-            Severity::Violation
-        } else {
-            Severity::Warning
-        };
-        Ok(Some((
-            severity,
-            format!("builder-owned path is {target}, outside the builder-owned directories: no approval covers what it reaches"),
-        )))
+        Ok(now
+            .into_iter()
+            .filter(|l| !before.iter().any(|b| b.path == l.path && b.target == l.target))
+            .collect())
+    }
+
+    fn refused_in(&mut self, tree: &git2::Tree) -> Result<Vec<RefusedLink>, git2::Error> {
+        if let Some(hit) = self.refused.get(&tree.id()) {
+            return Ok(hit.clone());
+        }
+        let found = crate::review::links::refused_in_tree(self.repo, tree).map_err(|e| match e {
+            crate::review::links::ViewError::Git(g) => g,
+            other => git2::Error::from_str(&other.to_string()),
+        })?;
+        self.refused.insert(tree.id(), found.clone());
+        Ok(found)
     }
 
     /// Whether an unapproved builder change in `commit` is a violation: when its own
@@ -355,9 +439,24 @@ fn audit_commit(
     if is_runtime {
         report.runtime_commits += 1;
     }
+    if runtime_named(commit, &runtime.name, &runtime.email) {
+        match judge.signatures.judge(commit, &runtime.email)? {
+            Authenticity::Signed(_) => report.runtime_signed += 1,
+            Authenticity::Unauthenticated => report.runtime_unauthenticated += 1,
+            Authenticity::Forged(why) => report.findings.push(Finding {
+                severity: Severity::Violation,
+                commit: oid_short(commit.id()),
+                author: format!("{name} <{email}>"),
+                path: "-".into(),
+                what: format!("forged runtime commit: named as the runtime without a valid runtime signature ({why})"),
+            }),
+        }
+    }
     let changes = differ.diff(parent.map(|p| p.tree_id()), Some(commit.tree_id()), &[])?;
     // Judged once per commit, and only when it changes a builder-owned path.
     let mut uncovered: Option<Option<(Severity, String)>> = None;
+    let mut links_judged = false;
+    let mut link_findings = Vec::new();
     for c in changes {
         let owner = ownership.classify_normalized(&c.path);
         let mut flag = |severity: Severity, what: String| {
@@ -395,8 +494,33 @@ fn audit_commit(
                 }
             }
         } else if owner == Owner::Builder {
-            if let Some((severity, why)) = judge.link_leaving(commit, &c.path, c.new)? {
-                flag(severity, why);
+            if !links_judged {
+                links_judged = true;
+                let refused = judge.new_refused_links(commit, parent)?;
+                if !refused.is_empty() {
+                    let severity = if judge.owes_review(commit)? {
+                        Severity::Violation
+                    } else {
+                        Severity::Warning
+                    };
+                    for l in refused {
+                        let what = if l.target.starts_with("submodule commit") {
+                            format!("builder-owned path is a {}, outside the builder-owned paths: no approval covers what it reaches", l.target)
+                        } else {
+                            format!(
+                                "builder-owned path is a symlink to {}, which {}: no approval covers what it reaches",
+                                l.target, l.why
+                            )
+                        };
+                        link_findings.push(Finding {
+                            severity,
+                            commit: oid_short(commit.id()),
+                            author: format!("{name} <{email}>"),
+                            path: l.path,
+                            what,
+                        });
+                    }
+                }
             }
             let verdict = match &uncovered {
                 Some(v) => v.clone(),
@@ -414,6 +538,7 @@ fn audit_commit(
             }
         }
     }
+    report.findings.extend(link_findings);
     Ok(())
 }
 
@@ -498,13 +623,7 @@ mod tests {
             "Eng",
             true,
         );
-        assert_eq!(
-            findings(&repo, dir.path()),
-            vec![
-                (Severity::Warning, "prompts/t.md".into()),
-                (Severity::Warning, "settings/runtime.yaml".into())
-            ]
-        );
+        assert_eq!(findings(&repo, dir.path()), vec![], "the first commit is the baseline");
         // Turning review on through an approved proposal: its intermediate commit is
         // on the side branch and judged at the merge, whose tree is approved.
         let step = commit(&repo, &[root], &[("prompts/t.md", "b")], "Eng", false);
@@ -517,17 +636,33 @@ mod tests {
             "Eng",
             true,
         );
-        assert_eq!(findings(&repo, dir.path()).len(), 2, "only the root's warnings");
+        assert_eq!(findings(&repo, dir.path()).len(), 0, "the root is the baseline");
         // A direct change after it: a violation. A runtime records commit needs nothing.
         let direct = commit(&repo, &[merge], &[("prompts/t.md", "c")], "Eng", true);
-        commit(&repo, &[direct], &[("runs/t/r.json", "{}")], "runtime", true);
+        let rec = commit(&repo, &[direct], &[("runs/t/r.json", "{}")], "runtime", true);
         let got = findings(&repo, dir.path());
         assert_eq!(
             got.last(),
             Some(&(Severity::Violation, "prompts/t.md".into())),
             "{got:?}"
         );
-        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got.len(), 1, "{got:?}");
+        // Reverted to the approved tree: the direct change is history, a warning.
+        let revert = commit(&repo, &[rec], &[("prompts/t.md", "b")], "Eng", true);
+        let got = findings(&repo, dir.path());
+        assert_eq!(got, vec![(Severity::Warning, "prompts/t.md".into())], "{got:?}");
+        // A push of just the revert over the origin's `direct`: nothing to judge.
+        let runtime = RuntimeIdentity {
+            name: "runtime".into(),
+            email: "runtime@localhost".into(),
+        };
+        let rule = crate::review::signing::ApprovalRule::unsigned(&runtime.email);
+        let pushed = audit_range(&repo, &Ownership::new(dir.path()), &runtime, &rule, revert, &[rec]).unwrap();
+        assert!(
+            pushed.findings.is_empty() && pushed.commits == 1,
+            "{:?}",
+            pushed.findings
+        );
     }
 
     #[test]

@@ -86,10 +86,76 @@ pub fn triage(
             note: note.map(str::to_string),
         });
         let yaml = crate::records::card_yaml(&card).map_err(|e| e.to_string())?;
-        std::fs::write(&full, yaml).map_err(|e| format!("{p}: {e}"))?;
+        replace_whole(&full, yaml.as_bytes()).map_err(|e| format!("{p}: {e}"))?;
         out.push(card);
     }
     Ok(out)
+}
+
+/// A triage to record: the cards of `id` (a card id, or a fingerprint for its whole
+/// group), the decision, who made it and an optional note.
+#[derive(Debug, Clone)]
+pub struct TriageRequest<'a> {
+    pub id: &'a str,
+    pub decision: &'a TriageDecision,
+    pub by: &'a str,
+    pub note: Option<&'a str>,
+}
+
+/// Why a triage was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum TriageError {
+    /// No card has this id or fingerprint.
+    #[error("no card or fingerprint `{0}`")]
+    NoCard(String),
+    /// A card file could not be read or written (the message names it).
+    #[error("{0}")]
+    Files(String),
+    #[error(transparent)]
+    History(#[from] crate::history::HistoryError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// Records a triage the way `builder cards triage` does, for every caller (the
+/// command and `builder serve`): the card files of `req.id` get the triage block
+/// ([`triage`]), and the work tree is looked at again so the index holds the edited
+/// files (and knows they differ from HEAD, so undoing the edit undoes it there).
+/// Nothing is committed: the card files are left for the engineer to commit.
+pub fn triage_cards(
+    repo: &git2::Repository,
+    store: &mut crate::store::Store,
+    req: &TriageRequest,
+    skipped: &mut Vec<String>,
+) -> Result<Vec<Card>, TriageError> {
+    let root = repo
+        .workdir()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| TriageError::Files("the repository has no work tree".into()))?;
+    let paths = crate::history::card_paths(store, req.id)?;
+    if paths.is_empty() {
+        return Err(TriageError::NoCard(req.id.to_string()));
+    }
+    let done = triage(&root, &paths, req.decision, req.by, req.note).map_err(TriageError::Files)?;
+    crate::history::overlay_worktree_cards(repo, store, skipped)?;
+    Ok(done)
+}
+
+/// Replaces the file at `path` with `bytes` whole or not at all: a temporary file
+/// beside it, fsynced, renamed over it. A triage killed mid-write leaves the card as
+/// it was (and at most a `.tmp*` file beside it), never a truncated card.
+fn replace_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    if let Ok(m) = std::fs::metadata(path) {
+        tmp.as_file().set_permissions(m.permissions())?;
+    }
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    crate::failpoint!("triage-before-rename");
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// A GitHub issue body (POST /repos/{owner}/{repo}/issues).
@@ -100,34 +166,46 @@ pub struct GithubIssue {
     pub labels: Vec<String>,
 }
 
-/// One issue per fingerprint group; `latest` is the group's newest card.
+/// One issue per fingerprint group; `latest` is the group's newest card. Card text
+/// (summaries, details and evidence hold what the model chose) is in code spans and
+/// fences ([`crate::text`]), so nothing of it is a live heading, image, link or mention
+/// in the issue.
 pub fn github_issue(group: &CardGroup, latest: Option<&Card>) -> GithubIssue {
+    use crate::text::{markdown_code as code, markdown_fence, printable};
     let mut body = format!(
-        "**{}** card for task `{}`, seen **{}** time(s) between {} and {}.\n\nFingerprint: `{}`  \nLatest card: `{}` (`{}`)  \nStatus: {}\n",
-        group.kind, group.task, group.count, group.first_seen, group.last_seen, group.fingerprint, group.latest_id, group.latest_path, group.status
+        "**{}** card for task {}, seen **{}** time(s) between {} and {}.\n\nFingerprint: {}  \nLatest card: {} ({})  \nStatus: {}\n",
+        group.kind,
+        code(&group.task),
+        group.count,
+        code(&group.first_seen),
+        code(&group.last_seen),
+        code(&group.fingerprint),
+        code(&group.latest_id),
+        code(&group.latest_path),
+        group.status
     );
     if let Some(c) = latest {
-        body.push_str(&format!("\n### Detail\n\n```\n{}\n```\n", c.detail.trim()));
+        body.push_str(&format!(
+            "\n### Summary\n\n{}",
+            markdown_fence(c.summary.trim(), "text")
+        ));
+        body.push_str(&format!("\n### Detail\n\n{}", markdown_fence(c.detail.trim(), "text")));
         if !c.evidence.is_empty() {
             body.push_str("\n### Evidence\n\n");
             for e in &c.evidence {
-                body.push_str(&format!("- `{}`\n", e.replace('`', "'")));
+                body.push_str(&format!("- {}\n", code(e)));
             }
         }
-        body.push_str(&format!("\nRun: `{}`\n", c.run_id));
+        body.push_str(&format!("\nRun: {}\n", code(&c.run_id)));
     }
+    let summary: String = group.summary.chars().take(120).collect();
     GithubIssue {
-        title: format!(
-            "[{}] {} ({})",
-            group.kind,
-            group.summary.chars().take(120).collect::<String>(),
-            group.task
-        ),
+        title: printable(&format!("[{}] {} ({})", group.kind, summary, group.task)).replace('@', "@\u{2060}"),
         body,
         labels: vec![
             "agent-card".into(),
             group.kind.to_string(),
-            format!("task:{}", group.task),
+            printable(&format!("task:{}", group.task)).into_owned(),
         ],
     }
 }

@@ -60,6 +60,12 @@ pub fn classify_one(cause: &(dyn StdError + 'static)) -> Option<Cause> {
                 CauseKind::Usage,
                 Some("`builder proposals` lists proposals and their states"),
             ),
+            ReviewError::Remote { .. } => Cause::new(
+                CauseKind::Environment,
+                Some(
+                    "check that the remote is reachable (`git fetch` shows the same error), then run the command again",
+                ),
+            ),
             // The cause below (git2, io, the repository) decides.
             ReviewError::Git(_) | ReviewError::Repo(_) | ReviewError::Io { .. } => None,
         };

@@ -35,11 +35,39 @@ pub fn check_repo(root: &Path) -> Checked {
     for path in prompt_files(root, &mut diags) {
         prompt_problems(root, &path, s, loaded.is_some(), &mut diags);
     }
+    link_problems(root, loaded.as_ref(), &mut diags);
     crate::eval::case::load_cases(root, None, &mut diags);
     diags.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
     Checked {
         problems: diags,
         settings: linted.settings,
+    }
+}
+
+/// Builder-owned links of the work tree that the kernel would resolve outside the
+/// builder-owned paths, into the write ACL, `/proc`, `/dev` or out of the repository
+/// (and submodules there): the same judgement as `propose`, `approve`, `merge`, `audit`
+/// and the runtime make ([`crate::review::links`]).
+fn link_problems(root: &Path, loaded: Option<&RuntimeSettings>, diags: &mut Vec<Diagnostic>) {
+    let owned = loaded
+        .map(crate::review::owned::OwnedPaths::of_settings)
+        .unwrap_or_default();
+    match crate::review::links::refused_links(&crate::review::links::WorkView::new(root), &owned) {
+        Ok(refused) => {
+            for l in refused {
+                diags.push(
+                    Diagnostic::new(&l.path, 0, "link", format!("-> {}: {}", l.target, l.why)).with_hint(
+                        "an approval covers a link, not what it reaches: put the content itself under the builder-owned paths",
+                    ),
+                );
+            }
+        }
+        Err(e) => diags.push(Diagnostic::new(
+            "",
+            0,
+            "link",
+            format!("cannot read the work tree: {e}"),
+        )),
     }
 }
 

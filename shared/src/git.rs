@@ -256,7 +256,14 @@ pub struct CommitOptions<'a> {
     /// memory, never re-read from the work tree, where a tool process may have
     /// replaced them since (a symlink, a FIFO, other bytes).
     pub held: &'a [(String, Vec<u8>)],
+    /// Signs the commit object (its text, as git signs it) and returns the armored
+    /// signature for its `gpgsig` header: the runtime's `runtime_identity.signing_key`
+    /// (`review::runtime_commits`); `None` makes an unsigned commit.
+    pub sign: Option<&'a SignCommit<'a>>,
 }
+
+/// Signs a commit's text, returning the armored signature (see [`CommitOptions::sign`]).
+pub type SignCommit<'a> = dyn Fn(&str) -> Result<String, String> + 'a;
 
 /// Where a repository's commits keep their intent records: `<root>/.runtime/locks`.
 pub fn intent_dir(root: &Path) -> PathBuf {
@@ -272,6 +279,7 @@ impl CommitOptions<'_> {
             tries: COMMIT_TRIES,
             before_ref_update: None,
             held: &[],
+            sign: None,
         }
     }
 }
@@ -764,7 +772,7 @@ fn commit_locked(
         let own: Vec<String> = p.blobs.iter().map(|(f, _)| f.clone()).collect();
         for attempt in 1..=opts.tries.max(1) {
             let old = branch_target(repo, p.branch)?;
-            let new = build_commit(repo, p, old, &own, &sig)?;
+            let new = build_commit(repo, p, old, &own, &sig, opts.sign)?;
             if let Some(i) = intent.as_deref_mut() {
                 i.record.commit = Some(new.to_string());
                 i.save()?;
@@ -835,6 +843,7 @@ fn build_commit(
     old: Option<Oid>,
     own: &[String],
     sig: &Signature,
+    sign: Option<&SignCommit<'_>>,
 ) -> Result<Oid, GitError> {
     let parent = old.map(|h| repo.find_commit(h)).transpose()?;
     let base_tree = match &parent {
@@ -853,7 +862,28 @@ fn build_commit(
     }
     let tree = repo.find_tree(update.create_updated(repo, &base_tree)?)?;
     let parents: Vec<&git2::Commit> = parent.iter().collect();
-    Ok(repo.commit(None, sig, sig, p.message, &tree, &parents)?)
+    commit_object(repo, sig, sig, p.message, &tree, &parents, sign)
+}
+
+/// Writes a commit object (no ref moves): signed through `sign` when given, as git's
+/// own signing does (the signature over the commit's text, in its `gpgsig` header).
+pub fn commit_object(
+    repo: &Repository,
+    author: &Signature,
+    committer: &Signature,
+    message: &str,
+    tree: &git2::Tree,
+    parents: &[&git2::Commit],
+    sign: Option<&SignCommit<'_>>,
+) -> Result<Oid, GitError> {
+    let Some(sign) = sign else {
+        return Ok(repo.commit(None, author, committer, message, tree, parents)?);
+    };
+    let buffer = repo.commit_create_buffer(author, committer, message, tree, parents)?;
+    let text = std::str::from_utf8(&buffer)
+        .map_err(|_| git2::Error::from_str("the commit's text is not UTF-8, so it cannot be signed"))?;
+    let signature = sign(text).map_err(|why| git2::Error::from_str(&format!("signing the commit failed: {why}")))?;
+    Ok(repo.commit_signed(text, &signature, Some("gpgsig"))?)
 }
 
 /// Refuses any of `files` that `tree` already has.
@@ -1286,6 +1316,34 @@ pub fn leave_for_next_commit(intent_dir: &Path, files: &[(String, Vec<u8>)]) -> 
     }
     intent.name(&hashed);
     intent.save()
+}
+
+/// An intent record held by a process other than a fire's commit (the builder's
+/// commands: an approval's ref, a merge's index and branch): it names the locks the
+/// process is about to take, written durably before the first of them, so that
+/// [`recover_stale_locks`] removes exactly those if the process dies holding them.
+/// Dropping it removes the record (after the locks are released).
+pub struct LockIntent(Intent);
+
+impl LockIntent {
+    /// Records that this process is about to take `locks`.
+    pub fn hold(dir: &Path, locks: &[PathBuf]) -> Result<LockIntent, GitError> {
+        let mut intent = Intent::new(dir, &[]);
+        intent.record.locks = locks.iter().map(|l| IntentLock::path(l)).collect();
+        intent.save()?;
+        Ok(LockIntent(intent))
+    }
+}
+
+impl Drop for LockIntent {
+    fn drop(&mut self) {
+        self.0.remove();
+    }
+}
+
+/// The lock file git takes to write `path` (`<path>.lock`).
+pub fn lock_file_of(path: &Path) -> PathBuf {
+    lock_path_of(path)
 }
 
 /// Judges every intent record in `dir`. A record of a live process is left alone. For

@@ -39,6 +39,9 @@ pub struct IndexStats {
     pub head: Option<String>,
     /// Records that did not parse (path: reason); they are skipped, not fatal.
     pub skipped: Vec<String>,
+    /// Records newly found to have come in a forged runtime commit (one named as the
+    /// runtime without a valid signature, `review::runtime_commits`).
+    pub forged: usize,
 }
 
 /// The history index's schema: the shared beginning, then the builder's own steps.
@@ -54,6 +57,18 @@ pub const BUILDER_SCHEMA: Schema = Schema {
         // (prompt, scope and settings blob ids, model) are filled from every receipt
         // since step 1, so this only indexes them; no re-index is needed.
         "CREATE INDEX runs_version ON runs(task, prompt_blob, scope_blob, settings_blob, model);",
+        // 6: `builder serve` pages: the run list newest first over every task, a
+        // run's cards (whether a run needs attention, the cards pinned on its page),
+        // and the retro's denied and slowest calls without a pass over every call.
+        // (`runs_started` also covers the retro's sums per day.)
+        "CREATE INDEX runs_started ON runs(started_at, run_id, tokens_in, tokens_out, cost_usd);
+         CREATE INDEX runs_status ON runs(status, started_at);
+         CREATE INDEX runs_duration ON runs(duration_ms);
+         CREATE INDEX cards_run ON cards(run_id);
+         CREATE INDEX tool_calls_decision ON tool_calls(decision);
+         CREATE INDEX tool_calls_duration ON tool_calls(duration_ms, run_id);",
+        // 7: records that came in a forged runtime commit (the commit, and why).
+        "CREATE TABLE forged_records (path TEXT PRIMARY KEY, commit_id TEXT NOT NULL, why TEXT NOT NULL);",
     ],
 };
 
@@ -145,7 +160,72 @@ pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) 
             store.checkpoint()?;
         }
     }
+    stats.forged = mark_forged(repo, store, head.id())?;
     Ok(stats)
+}
+
+/// Walks the commits since the last walk (all of them the first time) for commits
+/// named as the runtime whose settings name a signing key and which carry no valid
+/// runtime signature (the judge `builder audit` uses), and remembers the records each
+/// added or rewrote as forged. Returns how many records were marked.
+fn mark_forged(repo: &Repository, store: &mut Store, head: Oid) -> Result<usize, HistoryError> {
+    let last = get_meta(store, "forged_walked_to")?.and_then(|l| Oid::from_str(&l).ok());
+    if last == Some(head) {
+        return Ok(0);
+    }
+    let runtime = crate::review::runtime_commits::runtime_identity_of(repo, &repo.find_commit(head)?.tree()?)?;
+    let (name, email) = (runtime.name, runtime.email);
+    let mut walk = repo.revwalk()?;
+    walk.push(head)?;
+    if let Some(l) = last.filter(|l| repo.find_commit(*l).is_ok()) {
+        walk.hide(l)?;
+    }
+    let mut judge = crate::review::runtime_commits::RuntimeSignatures::new(repo);
+    let mut differ = crate::git::TreeDiffer::open(repo)?;
+    let mut marks: Vec<(String, String, String)> = Vec::new();
+    for oid in walk {
+        let commit = repo.find_commit(oid?)?;
+        if !crate::review::runtime_commits::runtime_named(&commit, &name, &email) {
+            continue;
+        }
+        let crate::review::runtime_commits::Authenticity::Forged(why) = judge.judge(&commit, &email)? else {
+            continue;
+        };
+        let parent = commit.parent_ids().next().map(|p| repo.find_commit(p)).transpose()?;
+        for c in differ.diff(parent.map(|p| p.tree_id()), Some(commit.tree_id()), &["runs", "cards"])? {
+            if c.kind != crate::git::ChangeKind::Deleted {
+                marks.push((c.path, commit.id().to_string(), why.clone()));
+            }
+        }
+    }
+    let head = head.to_string();
+    store.write(|tx| {
+        for (path, commit, why) in &marks {
+            tx.execute(
+                "INSERT OR REPLACE INTO forged_records (path, commit_id, why) VALUES (?1, ?2, ?3)",
+                params![path, commit, why],
+            )?;
+        }
+        tx.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('forged_walked_to', ?1)",
+            [&head],
+        )?;
+        Ok(())
+    })?;
+    Ok(marks.len())
+}
+
+/// Whether the record at `path` came in a forged runtime commit: (commit, why).
+pub fn forged_record(store: &Store, path: &str) -> Result<Option<(String, String)>, StoreError> {
+    store
+        .conn()
+        .query_row(
+            "SELECT commit_id, why FROM forged_records WHERE path = ?1",
+            [path],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(store.sql_error())
 }
 
 /// Card files changed in the work tree (triage not committed yet, hand edits) win
@@ -204,7 +284,7 @@ fn upsert_record(tx: &Transaction, path: &str, bytes: &[u8]) -> Result<Option<Re
     }
 }
 
-fn insert_receipt(tx: &Transaction, r: &Receipt, path: &str) -> rusqlite::Result<()> {
+pub(crate) fn insert_receipt(tx: &Transaction, r: &Receipt, path: &str) -> rusqlite::Result<()> {
     crate::store::insert_run(tx, r, path, r.outputs.first().map(String::as_str))?;
     tx.prepare_cached("DELETE FROM tool_calls WHERE run_id = ?1")?
         .execute([&r.run_id])?;
@@ -495,14 +575,30 @@ fn tree_blob(tree: &git2::Tree, path: &str) -> Option<String> {
     tree.get_path(Path::new(path)).ok().map(|e| e.id().to_string())
 }
 
-/// One side of a comparison: the runs of `task` on the input version at `rev`.
-fn version_metrics(repo: &Repository, store: &Store, task: &str, rev: &str) -> Result<VersionMetrics, HistoryError> {
+/// The input version of `task` at `rev`: the blob ids of its prompt, the scope and
+/// the settings in that revision's tree (the model is left to the runs).
+pub fn version_at(repo: &Repository, task: &str, rev: &str) -> Result<InputVersion, HistoryError> {
     let tree = repo.revparse_single(rev)?.peel_to_commit()?.tree()?;
-    let mut version = InputVersion {
+    Ok(InputVersion {
         prompt_blob: tree_blob(&tree, &crate::prompt::prompt_path(task).to_string_lossy()),
         scope_blob: tree_blob(&tree, crate::layout::SCOPE_FILE),
         settings_blob: tree_blob(&tree, crate::layout::SETTINGS_FILE),
         model: None,
+    })
+}
+
+/// One side of a comparison: the runs of `task` on the files of `version` (its
+/// prompt, scope and settings blobs), named `rev`; the model is the newest counted
+/// run's.
+pub fn version_metrics(
+    store: &Store,
+    task: &str,
+    rev: &str,
+    version: &InputVersion,
+) -> Result<VersionMetrics, HistoryError> {
+    let mut version = InputVersion {
+        model: None,
+        ..version.clone()
     };
     const SAME_FILES: &str = "task = ?1 AND prompt_blob IS ?2 AND scope_blob IS ?3 AND settings_blob IS ?4";
     let files = params![task, version.prompt_blob, version.scope_blob, version.settings_blob];
@@ -559,8 +655,13 @@ pub fn compare(
     after: &str,
     min_runs: i64,
 ) -> Result<Comparison, HistoryError> {
-    let b = version_metrics(repo, store, task, before)?;
-    let a = version_metrics(repo, store, task, after)?;
+    let b = version_metrics(store, task, before, &version_at(repo, task, before)?)?;
+    let a = version_metrics(store, task, after, &version_at(repo, task, after)?)?;
+    Ok(judge(task, b, a, min_runs))
+}
+
+/// Judges two sides of a comparison ([`compare`]).
+pub fn judge(task: &str, b: VersionMetrics, a: VersionMetrics, min_runs: i64) -> Comparison {
     let enough_runs = b.runs >= min_runs && a.runs >= min_runs && b.runs > 0 && a.runs > 0;
     let mut regressions = Vec::new();
     let mut success_test = None;
@@ -600,7 +701,7 @@ pub fn compare(
             }
         }
     }
-    Ok(Comparison {
+    Comparison {
         task: task.to_string(),
         before: b,
         after: a,
@@ -608,7 +709,7 @@ pub fn compare(
         enough_runs,
         success_test,
         regressions,
-    })
+    }
 }
 
 /// A p-value for people: four significant digits, scientific below 0.0001.

@@ -190,7 +190,54 @@ fn overlapping_dir(dirs: &[&'static str], m: &globset::GlobMatcher, raw: &str) -
     })
 }
 
-fn compile_globs(globs: &[String]) -> Result<Option<GlobSet>, globset::Error> {
+/// The literal directory prefix of a glob: the components before the first one
+/// holding a glob character (`docs/policy/**` -> `docs/policy`, `docs/*.md` -> `docs`,
+/// `**/*.md` -> ``). For a write glob it is what the kernel sandbox grants beneath.
+pub fn literal_prefix(glob: &str) -> String {
+    let glob = glob.trim_start_matches("./").trim_end_matches('/');
+    let mut out: Vec<&str> = Vec::new();
+    for part in glob.split('/') {
+        if part.contains(['*', '?', '[', '{', '\\']) {
+            break;
+        }
+        out.push(part);
+    }
+    out.retain(|p| !p.is_empty() && *p != ".");
+    out.join("/")
+}
+
+/// Whether the repo-relative `a` is `b` or lies beneath it (`b` empty: everything
+/// does).
+pub fn at_or_beneath(a: &str, b: &str) -> bool {
+    b.is_empty() || a == b || (a.len() > b.len() && a.starts_with(b) && a.as_bytes()[b.len()] == b'/')
+}
+
+/// The `builder_paths` globs whose paths the write ACL reaches, each with the write
+/// glob (or the directory the sandbox grants for it) that reaches it: tools could
+/// write, remove or replace files the approval names. A write glob reaches what its
+/// literal directory holds (the kernel grants `docs/` for `docs/*.md`), and a
+/// builder glob without a literal directory (`**/*.md`) may match anywhere.
+pub fn builder_paths_in_reach(builder_paths: &[String], write: &[String]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for b in builder_paths {
+        let bp = literal_prefix(b);
+        let matcher = Glob::new(b.trim_end_matches('/')).ok().map(|g| g.compile_matcher());
+        for w in write {
+            let wd = literal_prefix(w);
+            let reaches = at_or_beneath(&bp, &wd)
+                || at_or_beneath(&wd, &bp)
+                || matcher
+                    .as_ref()
+                    .is_some_and(|m| m.is_match(&wd) || m.is_match(format!("{wd}/x")));
+            if reaches {
+                out.push((b.clone(), if wd.is_empty() { w.clone() } else { format!("{wd}/") }));
+            }
+        }
+    }
+    out
+}
+
+pub(crate) fn compile_globs(globs: &[String]) -> Result<Option<GlobSet>, globset::Error> {
     if globs.is_empty() {
         return Ok(None);
     }
@@ -434,6 +481,49 @@ mod tests {
             let m = globset::Glob::new(g).unwrap().compile_matcher();
             assert!(overlapping_builder_dir(&m, g).is_none(), "{g}");
         }
+    }
+
+    #[test]
+    fn literal_prefixes_stop_at_the_first_glob_component() {
+        for (glob, want) in [
+            ("docs/policy/**", "docs/policy"),
+            ("docs/*.md", "docs"),
+            ("**/*.md", ""),
+            ("./lib/x.sh", "lib/x.sh"),
+            ("lib/", "lib"),
+            ("a/{b,c}/d", "a"),
+            ("out/a*/b", "out"),
+        ] {
+            assert_eq!(literal_prefix(glob), want, "{glob}");
+        }
+        // What the sandbox grants for a write glob (its literal directory, as the
+        // sandbox's `acl_dirs` computes it).
+        for (glob, dir) in [
+            ("reports/**", "reports"),
+            ("out/a/*.txt", "out/a"),
+            ("./logs/x.log", "logs/x.log"),
+        ] {
+            assert_eq!(literal_prefix(glob), dir, "{glob}");
+        }
+    }
+
+    #[test]
+    fn a_write_acl_that_reaches_builder_paths_is_caught() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        // The kernel grants `docs/` for `docs/*.md`: `docs/policy` is reachable.
+        assert_eq!(
+            builder_paths_in_reach(&s(&["docs/policy/**"]), &s(&["docs/*.md"])),
+            vec![("docs/policy/**".to_string(), "docs/".to_string())]
+        );
+        assert_eq!(
+            builder_paths_in_reach(&s(&["docs/**"]), &s(&["docs/out/*.md"])).len(),
+            1
+        );
+        assert_eq!(
+            builder_paths_in_reach(&s(&["**/*.policy"]), &s(&["reports/**"])).len(),
+            1
+        );
+        assert!(builder_paths_in_reach(&s(&["docs/policy/**"]), &s(&["reports/**", "out/*.txt"])).is_empty());
     }
 
     #[test]

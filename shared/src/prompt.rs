@@ -146,7 +146,30 @@ pub fn load(root: &Path, task: &str, settings: &RuntimeSettings) -> Result<Promp
             format!("`{task}` is not a valid task name (letters, digits, `-`, `_`)"),
         )]);
     }
-    let src = std::fs::read_to_string(root.join(&rel)).map_err(|e| {
+    load_text(
+        task,
+        std::fs::read_to_string(root.join(&rel)).map_err(|e| e.to_string()),
+        settings,
+    )
+}
+
+/// [`load`] of text read elsewhere (a fire reads the committed blob): `text` is the
+/// prompt's content, or why it could not be read.
+pub fn load_text(
+    task: &str,
+    text: Result<String, String>,
+    settings: &RuntimeSettings,
+) -> Result<Prompt, Vec<Diagnostic>> {
+    let rel = prompt_path(task);
+    if !valid_task_name(task) {
+        return Err(vec![Diagnostic::new(
+            &rel,
+            0,
+            "",
+            format!("`{task}` is not a valid task name (letters, digits, `-`, `_`)"),
+        )]);
+    }
+    let src = text.map_err(|e| {
         vec![Diagnostic::new(&rel, 0, "", format!("cannot read: {e}"))
             .with_hint(format!("create {} or check the task name", rel.display()))]
     })?;

@@ -124,7 +124,8 @@ fn slowest(store: &Store, since: &str, md: &mut String) -> Result<(), StoreError
     let calls = q(
         store,
         "SELECT c.run_id, c.name, c.duration_ms, c.outcome FROM tool_calls c JOIN runs r ON r.run_id = c.run_id
-         WHERE r.started_at >= ?1 AND c.decision IN ('allow', 'ask') AND c.duration_ms > 0
+         -- `+`: walk the calls by duration (tool_calls_duration), not by decision.
+         WHERE r.started_at >= ?1 AND +c.decision IN ('allow', 'ask') AND c.duration_ms > 0
          ORDER BY c.duration_ms DESC, c.run_id LIMIT 10",
         since,
         |r| {
@@ -150,9 +151,12 @@ fn slowest(store: &Store, since: &str, md: &mut String) -> Result<(), StoreError
     }
     let runs = q(
         store,
-        "SELECT r.run_id, r.task, r.duration_ms, coalesce(sum(c.duration_ms), 0), r.steps FROM runs r
-         LEFT JOIN tool_calls c ON c.run_id = r.run_id WHERE r.started_at >= ?1
-         GROUP BY r.run_id ORDER BY r.duration_ms DESC, r.run_id LIMIT 10",
+        // The ten slowest runs first, then the time in tool calls of those ten only
+        // (summing every run's calls before picking cost a scan of all of them).
+        "SELECT r.run_id, r.task, r.duration_ms,
+                (SELECT coalesce(sum(c.duration_ms), 0) FROM tool_calls c WHERE c.run_id = r.run_id), r.steps
+         FROM runs r WHERE r.started_at >= ?1
+         ORDER BY r.duration_ms DESC, r.run_id LIMIT 10",
         since,
         |r| {
             Ok((

@@ -8,7 +8,7 @@
 //! reads approvals from `review`).
 
 use crate::diag::Diagnostic;
-use crate::eval::{EvalOptions, EvalReport, Revision, TempWorktree};
+use crate::eval::{EvalOptions, EvalReport, Firing, Revision, TempWorktree, Trusted, TrustedSource};
 use crate::layout::{Owner, Ownership};
 use crate::review::delta::{self, DeltaGroup, Side};
 use crate::review::proposals::UnderReview;
@@ -68,6 +68,15 @@ pub struct ReviewReport {
     /// How many recorded calls were decided again, and from where.
     pub history: HistoryScope,
     pub capability_delta: Vec<DeltaGroup>,
+    /// Where the trusted configuration evals run under came from, in words.
+    pub trusted: String,
+    /// Every power (sandbox, network, read directories, provider and key variable,
+    /// telemetry, sync, prefetch ports) the proposal sets differently from the trusted
+    /// configuration, with before and after.
+    pub powers: Vec<crate::powers::PowerChange>,
+    /// Why the proposal's evals were refused (it widens a power), if they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     pub evals: EvalReport,
     pub fixes: Vec<FixEvidence>,
     /// Checks and evals pass.
@@ -91,6 +100,8 @@ pub struct ReviewOptions {
     pub since: Option<String>,
     /// The `runtime` binary that fires the eval cases.
     pub runtime: PathBuf,
+    /// Whose powers the eval fires (and the re-runs of fixed cards' runs) run under.
+    pub trusted: TrustedSource,
 }
 
 /// Why a review could not be made.
@@ -124,7 +135,7 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
     let (before, after) = (side(&before, "the base")?, side(&after, "the proposal")?);
     let calls = delta::recorded_calls(&opts.history, opts.since.as_deref()).map_err(delta::DeltaError::from)?;
     let capability_delta = delta::capability_delta(&calls, &before, &after);
-    let evals = crate::eval::evaluate(&EvalOptions {
+    let eval_opts = EvalOptions {
         root: opts.root.clone(),
         base: Some(Revision {
             rev: "base".into(),
@@ -136,10 +147,17 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
         },
         task: None,
         runtime: opts.runtime.clone(),
-    })?;
+        trusted: opts.trusted.clone(),
+    };
+    let trusted = Trusted::resolve(repo, &opts.trusted, eval_opts.base.as_ref())?;
+    let evals = crate::eval::evaluate_trusted(&eval_opts, repo, &trusted)?;
+    let head_powers = evals.powers.iter().find(|p| p.revision == "head");
+    let powers = head_powers.map(|p| p.changes.clone()).unwrap_or_default();
+    let refused = head_powers.and_then(|p| p.refused.clone());
     let ctx = FixContext {
         opts,
-        head_wt: &head_wt.path,
+        head: Firing::new(&opts.runtime, &head_wt, &trusted),
+        refused: refused.as_deref(),
         calls: &calls,
         sides: (&before, &after),
         evals: &evals,
@@ -161,6 +179,9 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
             since: opts.since.clone(),
         },
         capability_delta,
+        trusted: trusted.from.clone(),
+        powers,
+        refused,
         evals,
         fixes,
         ok,
@@ -211,8 +232,10 @@ fn builder_diff(
 /// What the evidence for a fixed card is gathered from.
 struct FixContext<'a> {
     opts: &'a ReviewOptions,
-    /// A worktree of the proposal's head.
-    head_wt: &'a Path,
+    /// Eval fires of the proposal's head, under the trusted configuration.
+    head: Firing<'a>,
+    /// Why the proposal is not fired at all, if it is not.
+    refused: Option<&'a str>,
     calls: &'a [delta::RecordedCall],
     sides: (&'a Side, &'a Side),
     evals: &'a EvalReport,
@@ -319,9 +342,13 @@ fn fix_evidence(ctx: &FixContext, card: &str) -> FixEvidence {
             }
             match recorded_responses(&ctx.opts.history, &c.run_id) {
                 None => said.push(format!("run {} recorded no model responses here: not re-run", c.run_id)),
+                Some(_) if ctx.refused.is_some() => said.push(format!(
+                    "run {} was not re-run on the proposal: its evals are refused (it widens a power)",
+                    c.run_id
+                )),
                 Some(trace) => {
                     let turns = trace.turns.len();
-                    match crate::eval::run::refire(&ctx.opts.runtime, ctx.head_wt, &c.task, trace) {
+                    match crate::eval::run::refire(&ctx.head, &c.task, trace) {
                         Ok(r) => {
                             let recurs = r.card_kinds.iter().any(|k| k == c.kind.as_str());
                             said.push(format!(
@@ -388,36 +415,47 @@ fn settings_cause(kind: crate::records::CardKind) -> bool {
     }
 }
 
-/// The review as text (`--format text`).
+/// The review as text (`--format text`). Every field a proposer or a model chose
+/// goes through [`crate::text::printable`] (the patch through its multi-line form).
 pub fn text(r: &ReviewReport) -> String {
+    use crate::text::{printable as p, printable_multiline};
     let mut o = String::new();
     let _ = writeln!(
         o,
         "review of proposals/{} ({}) against base {}",
-        r.proposal,
+        p(&r.proposal),
         short(&r.head),
         short(&r.base)
     );
     let _ = writeln!(o, "\n== diff of builder-owned paths ({})", r.diff.len());
     for c in &r.changes {
-        let _ = writeln!(o, "{:<8} {}", c.status, c.path);
+        let _ = writeln!(o, "{:<8} {}", c.status, p(&c.path));
     }
     if !r.patch.is_empty() {
-        let _ = writeln!(o, "\n{}", r.patch.trim_end());
+        let _ = writeln!(o, "\n{}", printable_multiline(r.patch.trim_end()));
     }
     let _ = writeln!(o, "\n== check of the proposal: {} problem(s)", r.check.len());
     for d in &r.check {
-        let _ = writeln!(o, "{d}");
+        let _ = writeln!(o, "{}", p(&d.to_string()));
     }
     let _ = writeln!(
         o,
         "\n== capability delta: {} recorded call(s) from {} decided again; {} change",
         r.history.calls,
-        r.history.database,
+        p(&r.history.database),
         r.capability_delta.iter().map(|g| g.count).sum::<usize>()
     );
     for g in &r.capability_delta {
-        let _ = writeln!(o, "{}", delta::describe(g));
+        let _ = writeln!(o, "{}", p(&delta::describe(g)));
+    }
+    let _ = writeln!(
+        o,
+        "\n== powers: {} change(s) against the trusted configuration, {}",
+        r.powers.len(),
+        p(&r.trusted)
+    );
+    for c in &r.powers {
+        let _ = writeln!(o, "{}", p(&c.to_string()));
     }
     let _ = writeln!(o, "\n== evals");
     o.push_str(&crate::eval::render::text(&r.evals));
@@ -427,39 +465,47 @@ pub fn text(r: &ReviewReport) -> String {
             let _ = writeln!(
                 o,
                 "card {}: {} ({})",
-                f.card,
+                p(&f.card),
                 if f.shown { "evidence shown" } else { "not shown" },
-                f.method
+                p(&f.method)
             );
         }
     }
     let _ = writeln!(
         o,
         "\n{}",
-        if r.ok {
-            "ok: checks and evals pass"
-        } else {
-            "FAIL: checks or evals fail"
+        match (&r.refused, r.ok) {
+            (Some(_), _) => "FAIL: the proposal widens powers; its evals were refused",
+            (None, true) => "ok: checks and evals pass",
+            (None, false) => "FAIL: checks or evals fail",
         }
     );
     o
 }
 
-/// A pull-request comment body (`--format github`).
+/// A pull-request comment body (`--format github`). Everything a proposer or a model
+/// chose is in code ([`crate::text::markdown_code`], [`crate::text::markdown_fence`])
+/// or escaped prose ([`crate::text::markdown_text`]): no HTML, image, link, mention or
+/// heading of theirs is live in the comment.
 pub fn github(r: &ReviewReport) -> String {
+    use crate::text::{markdown_code as code, markdown_fence, markdown_text as prose};
     let mut o = String::new();
     let mark = if r.ok { "✅" } else { "❌" };
-    let _ = writeln!(o, "## {mark} builder review: `proposals/{}`\n", r.proposal);
+    let _ = writeln!(
+        o,
+        "## {mark} builder review: {}\n",
+        code(&format!("proposals/{}", r.proposal))
+    );
     let _ = writeln!(o, "Base `{}`, head `{}`.\n", short(&r.base), short(&r.head));
     let _ = writeln!(o, "### Changed builder-owned paths\n");
     for c in &r.changes {
-        let _ = writeln!(o, "- `{}` ({})", c.path, c.status);
+        let _ = writeln!(o, "- {} ({})", code(&c.path), c.status);
     }
     if !r.patch.is_empty() {
         let _ = writeln!(
             o,
-            "\n<details><summary>diff</summary>\n\n```diff\n{}\n```\n</details>",
-            r.patch.trim_end()
+            "\n<details><summary>diff</summary>\n\n{}</details>",
+            markdown_fence(r.patch.trim_end(), "diff")
         );
     }
     let _ = writeln!(o, "\n### Check\n");
@@ -467,7 +513,13 @@ pub fn github(r: &ReviewReport) -> String {
         let _ = writeln!(o, "No problems.");
     }
     for d in &r.check {
-        let _ = writeln!(o, "- `{}:{}` {}: {}", d.file.display(), d.line, d.field, d.message);
+        let _ = writeln!(
+            o,
+            "- {} {}: {}",
+            code(&format!("{}:{}", d.file.display(), d.line)),
+            code(&d.field),
+            prose(&d.message)
+        );
     }
     let _ = writeln!(
         o,
@@ -478,18 +530,40 @@ pub fn github(r: &ReviewReport) -> String {
         let _ = writeln!(o, "No recorded call changes decision.");
     }
     for g in &r.capability_delta {
-        let _ = writeln!(o, "- {}", delta::describe(g).replace('|', "\\|"));
+        let _ = writeln!(o, "- {}", delta::describe_markdown(g));
+    }
+    let _ = writeln!(
+        o,
+        "\n### Powers\n\nAgainst the trusted configuration ({}) that every eval fire runs under.\n",
+        prose(&r.trusted)
+    );
+    if r.powers.is_empty() {
+        let _ = writeln!(o, "No power changes.");
+    }
+    for c in &r.powers {
+        let _ = writeln!(
+            o,
+            "- {}: {} → {} (**{}**: {})",
+            code(&c.key),
+            code(&c.before),
+            code(&c.after),
+            c.effect.as_str(),
+            prose(&c.why)
+        );
+    }
+    if let Some(why) = &r.refused {
+        let _ = writeln!(o, "\n**The proposal's evals were refused.** {}", prose(why));
     }
     let _ = writeln!(o, "\n### Evals\n");
     o.push_str(&crate::eval::render::markdown(&r.evals));
     for f in &r.evals.summary.failures {
         let _ = writeln!(
             o,
-            "\n- ❌ `{}`: `{}`{}: {}",
-            f.case,
-            f.assertion,
+            "\n- ❌ {}: {}{}: {}",
+            code(&f.case),
+            code(&f.assertion),
             if f.regression { " (regression)" } else { "" },
-            f.detail
+            prose(&f.detail)
         );
     }
     if !r.fixes.is_empty() {
@@ -497,10 +571,10 @@ pub fn github(r: &ReviewReport) -> String {
         for f in &r.fixes {
             let _ = writeln!(
                 o,
-                "- card `{}`: {} ({})",
-                f.card,
+                "- card {}: {} ({})",
+                code(&f.card),
                 if f.shown { "shown" } else { "not shown" },
-                f.method
+                prose(&f.method)
             );
         }
     }

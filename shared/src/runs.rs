@@ -28,7 +28,7 @@ pub struct RunSummary {
 }
 
 /// The columns [`row_to_run`] reads, in order.
-const RUN_COLUMNS: &str = "run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms, prompt_blob, commit_id, receipt_path, report_path";
+pub(crate) const RUN_COLUMNS: &str = "run_id, task, status, stop_reason, started_at, steps, tokens_in + tokens_out, cost_usd, duration_ms, prompt_blob, commit_id, receipt_path, report_path";
 
 /// Filters for run queries.
 #[derive(Debug, Clone, Default)]
@@ -49,7 +49,7 @@ pub fn runs(store: &Store, f: &RunFilter) -> Result<Vec<RunSummary>, StoreError>
     )
 }
 
-fn row_to_run(r: &rusqlite::Row) -> rusqlite::Result<RunSummary> {
+pub(crate) fn row_to_run(r: &rusqlite::Row) -> rusqlite::Result<RunSummary> {
     Ok(RunSummary {
         run_id: r.get(0)?,
         task: r.get(1)?,

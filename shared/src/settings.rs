@@ -241,14 +241,35 @@ impl Default for NetworkSetting {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxSettings {
     #[serde(default)]
     pub landlock: LandlockMode,
     #[serde(default)]
     pub network: NetworkSetting,
+    /// The most bytes a tool worker's processes may write in all (scratch and write
+    /// directories together): one tmpfs of this size holds it, and only what it holds
+    /// is copied into the repository (docs/sandbox.md).
+    #[serde(default = "default_write_bytes")]
+    pub write_bytes: u64,
 }
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        SandboxSettings {
+            landlock: LandlockMode::default(),
+            network: NetworkSetting::default(),
+            write_bytes: default_write_bytes(),
+        }
+    }
+}
+/// 256 MiB: room for reports, a build or a package cache in the scratch, and far less
+/// than a host disk.
+fn default_write_bytes() -> u64 {
+    256 * 1024 * 1024
+}
+/// The smallest `sandbox.write_bytes`: a tmpfs needs a few pages for its directories.
+pub const MIN_WRITE_BYTES: u64 = 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -290,12 +311,19 @@ impl Default for Budgets {
 pub struct Identity {
     pub name: String,
     pub email: String,
+    /// An SSH private key on the box (absolute, or `~/`): the runtime signs its
+    /// commits with it (SSHSIG, namespace `builder-runtime`, in the commit's `gpgsig`
+    /// header), and `builder audit` then flags runtime-named commits without a valid
+    /// signature by a key the allowed-signers file lists for the runtime's email.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_key: Option<String>,
 }
 impl Default for Identity {
     fn default() -> Self {
         Identity {
             name: "runtime".into(),
             email: "runtime@localhost".into(),
+            signing_key: None,
         }
     }
 }
@@ -431,10 +459,42 @@ const CLAUDE_IGNORED_KEYS: &[&str] = &[
     "alwaysThinkingEnabled",
 ];
 
-/// Loads and validates every settings source of the repository at `root`.
+/// Where settings files are read from: the work tree ([`WorkTreeFiles`], what
+/// `builder check` and the builder's commands lint) or a commit's tree (what a fire
+/// runs on: the approved bytes, never a path through a link in the work tree).
+pub trait SettingsSource {
+    /// The text of the repo-relative file `rel`, or why it cannot be read.
+    fn read_text(&self, rel: &Path) -> Result<String, String>;
+    /// The Claude Code style `settings/*.json` files, repo-relative, sorted.
+    fn json_files(&self) -> Vec<PathBuf>;
+}
+
+/// The settings files of the work tree at a root.
+pub struct WorkTreeFiles<'a>(pub &'a Path);
+
+impl SettingsSource for WorkTreeFiles<'_> {
+    fn read_text(&self, rel: &Path) -> Result<String, String> {
+        std::fs::read_to_string(self.0.join(rel)).map_err(|e| e.to_string())
+    }
+
+    fn json_files(&self) -> Vec<PathBuf> {
+        json_files(self.0)
+            .into_iter()
+            .map(|p| p.strip_prefix(self.0).map(Path::to_path_buf).unwrap_or(p))
+            .collect()
+    }
+}
+
+/// Loads and validates every settings source of the repository at `root` (its work
+/// tree).
 pub fn load(root: &Path) -> Result<Settings, Diagnostics> {
+    load_from(&WorkTreeFiles(root))
+}
+
+/// Loads and validates every settings source `src` holds.
+pub fn load_from(src: &dyn SettingsSource) -> Result<Settings, Diagnostics> {
     let mut diags = Vec::new();
-    match lint(root, &mut diags).settings {
+    match lint_from(src, &mut diags).settings {
         Some(settings) => Ok(settings),
         None => {
             if diags.is_empty() {
@@ -461,8 +521,13 @@ pub struct Linted {
 /// Reads and checks every settings source once, every problem into `diags`
 /// (runtime.yaml's first, then each JSON file's).
 pub fn lint(root: &Path, diags: &mut Vec<Diagnostic>) -> Linted {
+    lint_from(&WorkTreeFiles(root), diags)
+}
+
+/// [`lint`] of the files `src` holds.
+pub fn lint_from(src: &dyn SettingsSource, diags: &mut Vec<Diagnostic>) -> Linted {
     let before = diags.len();
-    let (runtime_src, lenient) = match std::fs::read_to_string(root.join(SETTINGS_FILE)) {
+    let (runtime_src, lenient) = match src.read_text(Path::new(SETTINGS_FILE)) {
         Ok(src) => {
             let lenient = parse_best_effort(&src, diags);
             (src, lenient)
@@ -477,9 +542,8 @@ pub fn lint(root: &Path, diags: &mut Vec<Diagnostic>) -> Linted {
     };
     let mut json_sources = Vec::new();
     let mut json_perms = Vec::new();
-    for path in json_files(root) {
-        let rel = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
-        if let Some(p) = load_claude_json(&path, &rel, diags) {
+    for rel in src.json_files() {
+        if let Some(p) = load_claude_json(src.read_text(&rel), &rel, diags) {
             json_perms.push(p);
             json_sources.push(rel);
         }
@@ -794,6 +858,17 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
             ));
         }
     }
+    if s.sandbox.write_bytes < MIN_WRITE_BYTES {
+        d.push(Diagnostic::new(
+            file,
+            yamlpos::line_of(src, &["sandbox", "write_bytes"]),
+            "sandbox.write_bytes",
+            format!(
+                "{} is too small: at least {MIN_WRITE_BYTES} bytes (1 MiB)",
+                s.sandbox.write_bytes
+            ),
+        ));
+    }
     permission_problems(file, src, &s.permissions, &mut d);
     for g in &s.builder_paths {
         if let Err(e) = globset::Glob::new(g) {
@@ -803,6 +878,32 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
                 "builder_paths",
                 format!("invalid glob `{g}`: {e}"),
             ));
+        }
+    }
+    for (glob, reach) in crate::layout::builder_paths_in_reach(&s.builder_paths, &s.permissions.write) {
+        d.push(
+            Diagnostic::new(
+                file,
+                yamlpos::line_of_item(src, &["builder_paths"], &glob),
+                "builder_paths",
+                format!("`{glob}` overlaps the write ACL (`{reach}`): tools could write or replace what the approval names"),
+            )
+            .with_hint("keep builder_paths apart from permissions.write (the sandbox grants a write glob's whole literal directory)"),
+        );
+    }
+    if let Some(key) = &s.runtime_identity.signing_key {
+        if !Path::new(key).is_absolute() && !key.starts_with("~/") {
+            d.push(
+                Diagnostic::new(
+                    file,
+                    yamlpos::line_of(src, &["runtime_identity", "signing_key"]),
+                    "runtime_identity.signing_key",
+                    format!("`{key}` must be an absolute path (or start with ~/) to a key on the box"),
+                )
+                .with_hint(
+                    "a key in the repository would be readable by every tool: keep it in the runtime account's home",
+                ),
+            );
         }
     }
     for t in unknown_tools {
@@ -855,6 +956,20 @@ fn permission_problems(file: &Path, src: &str, p: &Permissions, d: &mut Vec<Diag
     }
     for g in &p.write {
         let line = yamlpos::line_of_item(src, &["permissions", "write"], g);
+        // The sandbox makes each glob's directory writable: one outside the repository
+        // (absolute, `~`, or climbing with `..`) would be a host directory.
+        if g.starts_with('/') || g.starts_with('~') || g.split('/').any(|c| c == "..") {
+            d.push(
+                Diagnostic::new(
+                    file,
+                    line,
+                    "permissions.write",
+                    format!("write glob `{g}` leaves the repository"),
+                )
+                .with_hint("write globs are repo-relative, such as reports/**"),
+            );
+            continue;
+        }
         match globset::Glob::new(g) {
             Err(e) => d.push(Diagnostic::new(
                 file,
@@ -991,8 +1106,8 @@ struct ClaudePermissions {
     disable_bypass_permissions_mode: Option<String>,
 }
 
-fn load_claude_json(path: &Path, rel: &Path, diags: &mut Vec<Diagnostic>) -> Option<Permissions> {
-    let src = match std::fs::read_to_string(path) {
+fn load_claude_json(text: Result<String, String>, rel: &Path, diags: &mut Vec<Diagnostic>) -> Option<Permissions> {
+    let src = match text {
         Ok(s) => s,
         Err(e) => {
             diags.push(Diagnostic::new(rel, 0, "", format!("cannot read: {e}")));
@@ -1113,6 +1228,7 @@ mod tests {
                 12,
             ),
             ("sync:\n  remote: origin\n  branch: main\n  force: true\n", "sync", 0),
+            ("sandbox:\n  write_bytes: 4096\n", "sandbox.write_bytes", 10),
         ] {
             let mut d = Vec::new();
             assert!(
@@ -1147,6 +1263,19 @@ mod tests {
         assert!(got.contains(&(7, "budgets.max_steps")), "{d:?}");
         assert!(got.contains(&(8, "surprise")), "{d:?}");
         assert!(got.contains(&(9, "tools")), "semantic checks still run: {d:?}");
+    }
+
+    #[test]
+    fn a_write_glob_outside_the_repository_is_refused() {
+        for g in ["/root/**", "~/.ssh/**", "../outside/**", "reports/../../x/**"] {
+            let src =
+                format!("version: 1\nprovider: {{kind: replay, replay: x}}\npermissions:\n  write:\n    - \"{g}\"\n");
+            let mut d = Vec::new();
+            assert!(parse_runtime_yaml(&src, &mut d).is_none(), "{g}");
+            assert_eq!(d.len(), 1, "{g}: {d:?}");
+            assert_eq!((d[0].line, d[0].field.as_str()), (5, "permissions.write"), "{g}");
+            assert!(d[0].message.contains("leaves the repository"), "{d:?}");
+        }
     }
 
     #[test]

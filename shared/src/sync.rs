@@ -1,42 +1,47 @@
 //! The cron box (DESIGN.md section 8, "Sync"): with a `sync` section, a fire first
-//! fetches the branch and `refs/builder/*` from the remote ([`before_fire`]) and moves
-//! to the remote tip only when the tip's tree of builder-owned paths is approved by
-//! the rule the box already runs under, judged as every commit is ([`Trust`]: by the
-//! allowed-signers list of the last approved tree before it, never the tip's own), or
-//! is the tree it has (the remote brought records only); otherwise it fires on what it has, and the caller writes one
-//! `unreviewed_changes` card per unapproved tree. After its commit the fire pushes
-//! ([`push_after`]); a push the remote rejects because it moved is retried on the new
-//! tip, the records commit rebuilt onto it (records are new paths: no conflict), at
-//! most `sync.push_attempts` times, never forced.
+//! fetches the branch and the approvals from the remote and moves to the remote tip
+//! when the box may fire it ([`before_fire`]); after its commit it pushes its records
+//! ([`push_after`]). The box never strands its records and never goes quiet:
 //!
-//! Receipts keep pointing at commits that exist: a pushed commit is never rewritten.
-//! The one unpushed commit of this fire is rebuilt linearly (its receipt names the
-//! commit it fired on, which the remote has); several unpushed commits (fires while
-//! the remote tip was unapproved, whose receipts name each other) are joined to the
-//! new tip by a merge commit, so every one of them stays in the branch's history.
+//! * It moves to the tip only when [`Ctx::judge`] allows: the tip's tree of
+//!   builder-owned paths is the one it runs, or is approved by the rule the box runs
+//!   under (judged as every commit is, by [`crate::review::trust::Trust`]), the tip
+//!   tracks nothing under `.runtime/`, and its settings name no key variable unset
+//!   here. Otherwise it fires on what it has ([`Stuck`]): every such fire exits 5,
+//!   the cause gets one card ([`fire::FireSync`]), and that card reaches the remote
+//!   with the box's records.
+//! * Records always reach the remote, whatever else moved there: rebuilt onto a tip
+//!   that moved with records only (the box moves with them), or joined onto any other
+//!   tip by a merge commit (the box's own commits, which its receipts name, keep
+//!   their ids, and the box catches up before its next fire). A rejected push is
+//!   retried on the new tip, at most `sync.push_attempts` times, never forced.
+//! * A rewritten remote history (a force push) is detected against the tip the box
+//!   last joined ([`Ctx::joined`]); the records the rewrite dropped or that were never
+//!   pushed are replayed onto the new tip, and a card says what happened. The
+//!   dropped history itself is never pushed back.
+//! * Nothing it does leaves a lock: see [`locks`].
 //!
-//! Transports: the workspace's `git2` is built without default features (no ssh or
-//! https), so a local remote (a path, `file://`) is fetched and pushed by libgit2, and
-//! a network remote (`ssh://`, scp-like `host:path`, `https://`, `http://`, `git://`)
-//! through the `git` command line, as cargo's `net.git-fetch-with-cli` does: the
-//! operator's ssh keys and agent, `known_hosts`, credential helpers and proxies apply
-//! unchanged. Both keep the same contract: the fetch takes the branch and
-//! `refs/builder/*`, and the push moves the remote branch by compare-and-swap against
-//! the tip this fire built on (`--force-with-lease=<branch>:<expected>`: a laptop
-//! push that landed meanwhile makes it fail, never get overwritten). A local remote
-//! needs no network: the runtime's own sandbox may write that repository
-//! ([`sandbox_dirs`]) and connect nowhere for it; a network remote gives the sandbox
-//! its one TCP port ([`sandbox_ports`]: the URL's port, else 22, 443, 80 or 9418) and
-//! no directory. The `git` child inherits that sandbox (it reads anything, writes only
-//! the repository's git directories) and gets a scrubbed environment.
+//! The fetch never forces or prunes an approval: approvals arrive in a staging
+//! namespace and are copied into `refs/builder/` when new or a fast-forward; a
+//! rewritten approvals chain is joined with the box's, so every approval the box has
+//! seen stays. `--no-commit` and eval fires never sync ([`applies`]).
+
+mod fire;
+mod history;
+mod locks;
+mod transport;
+
+pub(crate) use fire::FireSync;
 
 use crate::review::signing::ApprovalRule;
-use crate::review::trust::Trust;
 use crate::settings::SyncSettings;
 use git2::{Oid, Repository};
+use locks::{Expect, Intent, Point, SetRef};
 use std::path::PathBuf;
+use transport::{Sent, Transport};
 
-/// A sync step that failed: which step, against which remote and branch, and why.
+/// A sync step that failed: which step, against which remote and branch, why, and
+/// what to do when there is one thing to do.
 #[derive(Debug, thiserror::Error)]
 #[error("sync {step} with {remote}/{branch}: {message}")]
 pub struct SyncError {
@@ -44,37 +49,121 @@ pub struct SyncError {
     pub remote: String,
     pub branch: String,
     pub message: String,
+    pub hint: Option<String>,
 }
 
-/// What [`before_fire`] did.
+impl SyncError {
+    fn hint(mut self, hint: impl Into<String>) -> SyncError {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+/// Whether a fire syncs: one that commits and is not an eval's. A `--no-commit` fire
+/// leaves nothing to push (and must not move the branch under a person trying a
+/// task); an eval fire runs in a throwaway worktree under review. The one place this
+/// is decided.
+pub fn applies(opts: &crate::fire::FireOptions) -> bool {
+    !opts.no_commit && !opts.eval
+}
+
+/// Why the box does not move to the remote's tip: it fires on what it has.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Before {
-    /// The local branch is the remote's.
+pub enum Stuck {
+    /// The tip's tree of builder-owned paths has no approval that counts; `why`
+    /// says why each approval naming it does not count (empty when none names it).
+    Unapproved { tip: Oid, tree: Oid, why: Vec<String> },
+    /// The tip tracks a path under `.runtime/`, the runtime's private state (its state
+    /// database, the walk memo of the two-key check): checking it out would let
+    /// whoever pushed it write that state. `state`: the tracked `.runtime` tree.
+    TracksState { tip: Oid, state: Oid },
+    /// The tip's settings name a key variable unset or empty in the box's
+    /// environment: a fire of it could not call its provider. `tree`: the tip's
+    /// tree of builder-owned paths.
+    KeyMissing { tip: Oid, var: String, tree: Oid },
+}
+
+impl Stuck {
+    /// One line saying why.
+    pub fn reason(&self) -> String {
+        let short = |o: &Oid| o.to_string()[..12].to_string();
+        match self {
+            Stuck::Unapproved { tree, .. } => format!("its builder tree {} has no approval that counts", short(tree)),
+            Stuck::TracksState { tip, .. } => format!(
+                "its tip {} tracks {}/, the runtime's private state",
+                short(tip),
+                crate::layout::STATE_DIR
+            ),
+            Stuck::KeyMissing { var, .. } => format!("its settings name the key variable `{var}`, unset or empty here"),
+        }
+    }
+}
+
+/// How the box's branch stands against the remote's, and what the box does about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Way {
+    /// The branch is the remote's.
     UpToDate,
-    /// The local branch has runtime commits the remote lacks; the push sends them.
+    /// The branch has runtime commits the remote lacks, and nothing else differs.
     Ahead,
-    /// The branch moved to (or was joined with) the remote tip: `from` -> `to`.
-    Moved { from: Oid, to: Oid },
-    /// The remote tip's builder tree has no approval that counts: the fire runs on
-    /// what it has, and neither moves its branch nor pushes.
-    Unapproved { tip: Oid, tree: Oid },
-    /// The remote tip's tree tracks a path under `.runtime/`, the runtime's private
-    /// state (its state database, the walk memo of the two-key check): checking it
-    /// out would let whoever pushed it write that state, so the fire runs on what it
-    /// has, and neither moves its branch nor pushes.
-    TracksState { tip: Oid },
+    /// The remote is ahead: the box moves to its tip.
+    FastForward,
+    /// Both moved: the box's unpushed records commits (newest first) go onto the tip.
+    Join { runtime: Vec<Oid> },
+    /// The remote's history was rewritten: the box's records go onto the tip, its
+    /// dropped history does not.
+    Replay { runtime: Vec<Oid> },
+    /// The box cannot fire the tip, and stays.
+    Stuck(Stuck),
+}
+
+/// A rewrite of the remote's history that took commits the box had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewritten {
+    /// The tip the box last joined, which the remote no longer contains.
+    pub from: Oid,
+    /// How many commits of the box's branch it took away.
+    pub lost: usize,
+}
+
+/// What the sync found (and, from [`before_fire`], did).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Look {
+    /// The box's branch before the sync.
+    pub local: Oid,
+    /// The remote's tip.
+    pub remote: Oid,
+    /// Commits on the box's branch and not on the remote's, and the other way round.
+    pub ahead: usize,
+    pub behind: usize,
+    pub rewritten: Option<Rewritten>,
+    pub way: Way,
+    /// Where the box moved before the fire.
+    pub moved: Option<Oid>,
+    /// Records replayed onto the tip after a rewrite.
+    pub replayed: Vec<String>,
+    /// The ref the box's old branch is kept at after a replay.
+    pub kept: Option<String>,
+    /// How many trees the approvals in `refs/builder/` name after the fetch (counted
+    /// by [`look`] only: a fire does not need it).
+    pub approvals: Option<usize>,
 }
 
 /// What [`push_after`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pushed {
-    /// The remote branch is the local branch; `attempts` pushes it took.
+    /// The remote branch is the box's branch.
     Pushed { attempts: u32, head: Oid },
-    /// Not pushed now: why (the next fire's [`before_fire`] joins and pushes).
-    Deferred(String),
+    /// The remote moved beyond records (or holds a tip the box does not fire): the
+    /// box's branch was joined onto it by the merge `head`, pushed; the box's branch
+    /// is behind the remote's (an ancestor of it) until its next fire.
+    Joined { attempts: u32, head: Oid },
+    /// The remote's history was rewritten and the box does not join it: `records`
+    /// records the remote lacked went onto it in `head`.
+    Replayed { attempts: u32, head: Oid, records: usize },
 }
 
-struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     repo: &'a Repository,
     sync: &'a SyncSettings,
 }
@@ -86,6 +175,7 @@ impl Ctx<'_> {
             remote: self.sync.remote.clone(),
             branch: self.sync.branch.clone(),
             message: message.into(),
+            hint: None,
         }
     }
 
@@ -101,398 +191,440 @@ impl Ctx<'_> {
         format!("refs/remotes/{}/{}", self.sync.remote, self.sync.branch)
     }
 
-    /// How this fire reaches the remote: its directory (local) or its URL and port
-    /// (through the `git` command line); an error for a remote it cannot reach.
-    fn transport(&self) -> Result<Transport, SyncError> {
-        let remote = self.repo.find_remote(&self.sync.remote).map_err(|e| {
-            self.err(
-                "setup",
-                format!("no remote `{}` in this repository ({})", self.sync.remote, e.message()),
-            )
-        })?;
-        let url = remote.url().unwrap_or("").to_string();
-        if let Some(dir) = local_path(&url, self.repo) {
-            return Ok(Transport::Local(dir));
-        }
-        let mut ports = Vec::new();
-        for u in std::iter::once(url.as_str()).chain(remote.pushurl().ok().flatten()) {
-            let port = network_port(u).ok_or_else(|| {
-                self.err(
-                    "setup",
-                    format!(
-                        "remote url `{u}` is neither a local repository nor an ssh, https, http or git url the runtime can sync with"
-                    ),
-                )
-            })?;
-            ports.push(port);
-        }
-        ports.sort_unstable();
-        ports.dedup();
-        Ok(Transport::Cli { ports })
+    /// Where the fetch puts the remote's tip (the runtime's own ref).
+    fn fetched_ref(&self) -> String {
+        format!(
+            "{}fetched/{}/{}",
+            locks::PRIVATE_REFS,
+            self.sync.remote,
+            self.sync.branch
+        )
     }
 
-    /// Runs `git` on this repository's git directory with `args` (a scrubbed
-    /// environment: what git, ssh and credential helpers need, no API keys, none of
-    /// git's checkout variables; never a prompt).
-    fn cli(&self, step: &'static str, args: &[&str]) -> Result<std::process::Output, SyncError> {
-        let mut git = std::process::Command::new("git");
-        git.arg("--git-dir")
-            .arg(self.repo.path())
-            .args(args)
-            .env_clear()
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .stdin(std::process::Stdio::null());
-        let passed = crate::env::PASSTHROUGH_ENV.iter().chain(CLI_ENV);
-        for key in passed {
-            if let Some(v) = std::env::var_os(key) {
-                git.env(key, v);
-            }
-        }
-        output_within(&mut git, CLI_TIMEOUT).map_err(|e| self.err(step, format!("`git` for a network remote: {e}")))
+    /// The remote tip the box last joined: what a rewrite is detected against.
+    fn joined_ref(&self) -> String {
+        format!(
+            "{}joined/{}/{}",
+            locks::PRIVATE_REFS,
+            self.sync.remote,
+            self.sync.branch
+        )
     }
 
-    /// Fetches `specs` through the `git` command line.
-    fn cli_fetch(&self, specs: &[String]) -> Result<(), SyncError> {
-        let mut args = vec![
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            &self.sync.remote,
-        ];
-        args.extend(specs.iter().map(String::as_str));
-        let out = self.cli("fetch", &args)?;
-        if out.status.success() {
-            return Ok(());
-        }
-        Err(self.err(
-            "fetch",
-            format!(
-                "git fetch: {}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        ))
+    /// Where the fetch stages the remote's approvals (a prefix).
+    fn staged_approvals(&self) -> String {
+        format!("{}approvals/{}/", locks::PRIVATE_REFS, self.sync.remote)
     }
 
-    /// One push through the `git` command line: a compare-and-swap of the remote
-    /// branch from `expected` (none: it must not exist) to `local`. `Ok(false)` when
-    /// the remote moved (the lease failed, or it is not a fast-forward) or its ref
-    /// was locked by another push.
-    fn cli_push(&self, local: Oid, expected: Option<Oid>) -> Result<bool, SyncError> {
-        let branch = self.local_ref();
-        // An empty expected value: the branch must not exist yet.
-        let expected = expected.map(|e| e.to_string()).unwrap_or_default();
-        let lease = format!("--force-with-lease={branch}:{expected}");
-        let spec = format!("{local}:{branch}");
-        // `--no-verify`: a pre-push hook is the engineers' gate (the libgit2 path runs
-        // none either); the runtime pushes only its records commits, checked above.
-        let out = self.cli(
-            "push",
-            &["push", "--porcelain", "--no-verify", &lease, &self.sync.remote, &spec],
-        )?;
-        if out.status.success() {
-            return Ok(true);
-        }
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let rejected = stdout.lines().filter(|l| l.starts_with('!')).any(|l| {
-            ["stale info", "fetch first", "non-fast-forward", "lock"]
-                .iter()
-                .any(|why| l.contains(why))
-        });
-        if rejected {
-            return Ok(false);
-        }
-        Err(self.err(
-            "push",
-            format!(
-                "git push: {}: {} {}",
-                out.status,
-                stdout.trim(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        ))
+    /// The tip the box last joined: its own record of it, else (a box that synced
+    /// before it kept one) the remote-tracking ref.
+    fn joined(&self) -> Option<Oid> {
+        self.repo
+            .refname_to_id(&self.joined_ref())
+            .or_else(|_| self.repo.refname_to_id(&self.tracking_ref()))
+            .ok()
     }
 
-    fn fetch(&self, with_builder: bool) -> Result<Oid, SyncError> {
-        let transport = self.transport()?;
-        let mut specs = vec![format!("+{}:{}", self.local_ref(), self.tracking_ref())];
-        if with_builder {
-            specs.push(crate::review::BUILDER_REFSPEC.to_string());
-        }
-        match transport {
-            Transport::Local(_) => {
-                let mut remote = self.repo.find_remote(&self.sync.remote).map_err(self.git("fetch"))?;
-                remote.fetch(&specs, None, None).map_err(self.git("fetch"))?;
-            }
-            Transport::Cli { .. } => self.cli_fetch(&specs)?,
-        }
-        self.repo.refname_to_id(&self.tracking_ref()).map_err(|e| {
-            self.err(
-                "fetch",
-                format!("the remote has no branch `{}` ({})", self.sync.branch, e.message()),
-            )
-        })
+    /// The repository's root, where `.runtime/` is.
+    fn root(&self) -> PathBuf {
+        self.repo
+            .workdir()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_else(|| self.repo.path().to_path_buf())
+    }
+
+    fn intents(&self) -> PathBuf {
+        crate::git::intent_dir(&self.root())
+    }
+
+    /// Takes the box's sync lock and undoes what killed sync steps left.
+    fn begin_step(&self, step: &'static str) -> Result<locks::SyncLock, SyncError> {
+        let held = locks::take(&self.root()).map_err(|e| self.err(step, e))?;
+        recover_locked(self.repo, &held, &self.intents()).map_err(|e| self.err(step, e))?;
+        Ok(held)
     }
 
     /// The local branch tip; HEAD must be that branch.
     fn local_tip(&self) -> Result<Oid, SyncError> {
         let head = self.repo.head().map_err(self.git("setup"))?;
         if head.name().ok() != Some(self.local_ref().as_str()) {
-            return Err(self.err(
-                "setup",
-                format!(
-                    "HEAD is {}, not the sync branch {}: check out `{}` on the cron box",
-                    head.shorthand().unwrap_or("detached"),
-                    self.local_ref(),
-                    self.sync.branch
-                ),
-            ));
+            return Err(self
+                .err(
+                    "setup",
+                    format!(
+                        "HEAD is {}, not the sync branch {}",
+                        head.shorthand().unwrap_or("detached"),
+                        self.local_ref()
+                    ),
+                )
+                .hint(format!("check out `{}` on the cron box", self.sync.branch)));
         }
         head.target().ok_or_else(|| self.err("setup", "HEAD names no commit"))
     }
 
-    /// Commits on `local` and not on `remote`, newest first; each must be a runtime
-    /// commit that only adds records (else the box has work of its own: an error).
-    fn runtime_only(&self, local: Oid, remote: Oid, runtime_email: &str) -> Result<Vec<Oid>, SyncError> {
-        let git = self.git("join");
-        let mut walk = self.repo.revwalk().map_err(&git)?;
-        walk.push(local).map_err(&git)?;
-        walk.hide(remote).map_err(&git)?;
-        let mut out = Vec::new();
-        for oid in walk {
-            let oid = oid.map_err(&git)?;
-            let c = self.repo.find_commit(oid).map_err(&git)?;
-            let ours = c
-                .author()
-                .email()
-                .is_ok_and(|e| crate::review::same_person(e, runtime_email));
-            let parent_tree = match c.parent(0) {
-                Ok(p) => Some(p.tree().map_err(&git)?),
-                Err(_) => None,
-            };
-            let diff = self
-                .repo
-                .diff_tree_to_tree(parent_tree.as_ref(), Some(&c.tree().map_err(&git)?), None)
-                .map_err(&git)?;
-            let records_only = diff.deltas().all(|d| {
-                d.new_file()
-                    .path()
-                    .is_some_and(|p| is_record_path(&p.to_string_lossy()))
-            });
-            if !ours || !records_only {
-                return Err(self.err(
-                    "join",
-                    format!(
-                        "local commit {} is not a runtime records commit; the cron box's branch must hold only what the runtime commits (move that work to the laptop)",
-                        &oid.to_string()[..12]
-                    ),
-                ));
+    /// Sets a bookkeeping ref of the runtime's own (under the sync lock, no one else
+    /// writes there).
+    fn note_ref(&self, name: &str, to: Oid) {
+        if let Err(e) = self.repo.reference(name, to, true, "runtime sync") {
+            tracing::warn!(name, error = %e, "a sync bookkeeping ref was not written");
+        }
+    }
+
+    /// After the box joined `remote` (moved there, pushed it, or found it equal):
+    /// the joined tip and, for people reading `git status` on the box, the
+    /// remote-tracking ref.
+    fn joined_now(&self, intent: &mut Intent, remote: Oid) {
+        self.note_ref(&self.joined_ref(), remote);
+        self.note_ref(&self.fetched_ref(), remote);
+        self.track(intent, remote);
+    }
+
+    /// The remote-tracking ref, for people: best effort (a person's `git fetch` on the
+    /// box may hold its lock).
+    fn track(&self, intent: &mut Intent, remote: Oid) {
+        match locks::set_ref(
+            self.repo,
+            intent,
+            &self.tracking_ref(),
+            remote,
+            Expect::Any,
+            Point::Other,
+            "runtime sync",
+        ) {
+            Ok(SetRef::Set) => {}
+            Ok(other) => tracing::warn!(?other, "the remote-tracking ref was not updated"),
+            Err(e) => tracing::warn!(error = %e, "the remote-tracking ref was not updated"),
+        }
+    }
+
+    /// Copies the staged approvals into `refs/builder/`: a ref the box lacks is
+    /// created, one the remote moved forward fast-forwards, and one whose history the
+    /// remote rewrote is joined with the box's by a commit with both as parents (it
+    /// approves nothing itself), so no approval the box has seen is ever lost.
+    fn apply_approvals(&self, intent: &mut Intent, runtime_email: &str) -> Result<(), SyncError> {
+        let git = self.git("fetch");
+        let staged = self.staged_approvals();
+        let (_, namespace) = transport::approvals_namespace();
+        let mut incoming = Vec::new();
+        for r in self.repo.references_glob(&format!("{staged}*")).map_err(&git)? {
+            let r = r.map_err(&git)?;
+            if let (Ok(name), Some(id)) = (r.name(), r.target()) {
+                incoming.push((format!("{namespace}{}", &name[staged.len()..]), id));
             }
-            out.push(oid);
         }
-        Ok(out)
+        for (name, theirs) in incoming {
+            let ours = self.repo.refname_to_id(&name).ok();
+            let to = match ours {
+                None => theirs,
+                Some(o) if o == theirs => continue,
+                Some(o) if self.repo.graph_descendant_of(theirs, o).unwrap_or(false) => theirs,
+                Some(o) if self.repo.graph_descendant_of(o, theirs).unwrap_or(false) => continue,
+                Some(o) => match self.join_approvals(o, theirs, runtime_email) {
+                    Ok(j) => j,
+                    Err(e) => {
+                        tracing::warn!(name, error = %e, "a rewritten approvals ref was kept as the box has it");
+                        continue;
+                    }
+                },
+            };
+            let set = locks::set_ref(
+                self.repo,
+                intent,
+                &name,
+                to,
+                Expect::Is(ours),
+                Point::Other,
+                "runtime sync: approvals",
+            )
+            .map_err(&git)?;
+            if set != SetRef::Set {
+                tracing::warn!(
+                    name,
+                    ?set,
+                    "an approvals ref was not updated; the next fire tries again"
+                );
+            }
+        }
+        Ok(())
     }
 
-    /// The tree of `onto` with the records of `local` added (a merge that cannot
-    /// conflict: records are new paths).
-    fn joined_tree(&self, onto: Oid, local: Oid) -> Result<Oid, SyncError> {
-        let git = self.git("join");
-        let a = self.repo.find_commit(onto).map_err(&git)?;
-        let b = self.repo.find_commit(local).map_err(&git)?;
-        let mut index = self.repo.merge_commits(&a, &b, None).map_err(&git)?;
-        if index.has_conflicts() {
-            return Err(self.err("join", "the records conflict with the remote's commits"));
-        }
-        index.write_tree_to(self.repo).map_err(&git)
+    /// A commit joining two histories of an approvals ref (an empty tree: it approves
+    /// nothing, and every approval of both stays reachable).
+    fn join_approvals(&self, ours: Oid, theirs: Oid, runtime_email: &str) -> Result<Oid, git2::Error> {
+        let a = self.repo.find_commit(ours)?;
+        let b = self.repo.find_commit(theirs)?;
+        let empty = self.repo.find_tree(self.repo.treebuilder(None)?.write()?)?;
+        let sig = git2::Signature::now("runtime", runtime_email)?;
+        self.repo.commit(
+            None,
+            &sig,
+            &sig,
+            "runtime: approvals joined (the remote's history of this ref was rewritten; every approval the box has seen stays)\n",
+            &empty,
+            &[&a, &b],
+        )
     }
 
-    /// Makes the commit that puts `local`'s unpushed records on `onto`: the one
-    /// unpushed commit rebuilt with `onto` as its parent, or a merge of several.
-    fn rebuild(&self, onto: Oid, local: Oid, unpushed: &[Oid]) -> Result<Oid, SyncError> {
-        let git = self.git("join");
-        let tree = self.repo.find_tree(self.joined_tree(onto, local)?).map_err(&git)?;
-        let onto_c = self.repo.find_commit(onto).map_err(&git)?;
-        let local_c = self.repo.find_commit(local).map_err(&git)?;
-        let (author, committer) = (local_c.author(), local_c.committer());
-        if let [only] = unpushed {
-            let c = self.repo.find_commit(*only).map_err(&git)?;
-            let msg = c.message().unwrap_or("runtime records");
-            return self
-                .repo
-                .commit(None, &author, &committer, msg, &tree, &[&onto_c])
-                .map_err(&git);
+    /// Under the sync lock: fetch, then what the box would do ([`Look`]), moving
+    /// nothing.
+    fn look(
+        &self,
+        rule: &ApprovalRule,
+        memo: Option<&std::path::Path>,
+        intent: &mut Intent,
+    ) -> Result<Look, SyncError> {
+        let local = self.local_tip()?;
+        let remote = self.fetch(true)?;
+        self.apply_approvals(intent, &rule.runtime_email)?;
+        let git = self.git("fetch");
+        let (ahead, behind) = self.repo.graph_ahead_behind(local, remote).map_err(&git)?;
+        let mut look = Look {
+            local,
+            remote,
+            ahead,
+            behind,
+            rewritten: None,
+            way: Way::UpToDate,
+            moved: None,
+            replayed: Vec::new(),
+            kept: None,
+            approvals: None,
+        };
+        if remote == local {
+            return Ok(look);
         }
-        let msg = format!(
-            "runtime: records of {} fire(s) joined onto {}/{}\n",
-            unpushed.len(),
-            self.sync.remote,
-            self.sync.branch
-        );
-        self.repo
-            .commit(None, &author, &committer, &msg, &tree, &[&onto_c, &local_c])
-            .map_err(&git)
+        let joined = self.joined();
+        let unpushed = self.unpushed(local, remote, joined, &rule.runtime_email)?;
+        look.rewritten = joined
+            .filter(|o| *o != remote && unpushed.lost > 0)
+            .filter(|o| !self.repo.graph_descendant_of(remote, *o).unwrap_or(false))
+            .map(|from| Rewritten {
+                from,
+                lost: unpushed.lost,
+            });
+        look.way = if !unpushed.dropped.is_empty() {
+            Way::Replay {
+                runtime: unpushed.runtime,
+            }
+        } else if unpushed.runtime.is_empty() {
+            Way::FastForward
+        } else if behind == 0 {
+            Way::Ahead
+        } else {
+            Way::Join {
+                runtime: unpushed.runtime,
+            }
+        };
+        if matches!(look.way, Way::FastForward | Way::Join { .. } | Way::Replay { .. }) {
+            if let Some(stuck) = self.judge(rule, memo, local, remote)? {
+                look.way = Way::Stuck(stuck);
+            }
+        }
+        Ok(look)
     }
 
-    /// Moves the branch from `from` to `to` (compare-and-swap) after updating the
-    /// index and work tree; `only` limits the work-tree update to those paths.
-    fn move_to(&self, from: Oid, to: Oid, only: Option<&[String]>) -> Result<(), SyncError> {
+    /// Moves the branch from `from` to `to` after updating the index and work tree;
+    /// `only` limits the work-tree update to those paths (records, inside the fire's
+    /// sandbox). The branch moves by compare-and-swap, its lock and the index's named
+    /// in `intent` first.
+    fn move_to(&self, intent: &mut Intent, from: Oid, to: Oid, only: Option<&[String]>) -> Result<(), SyncError> {
         let git = self.git("checkout");
         let tree = self.repo.find_commit(to).and_then(|c| c.tree()).map_err(&git)?;
+        let moving = locks::Moving {
+            branch: self.local_ref(),
+            from: from.to_string(),
+            to: to.to_string(),
+            paths: only.map(<[String]>::to_vec),
+        };
+        intent
+            .moving(Some(moving))
+            .map_err(|e| self.err("checkout", format!("the sync intent record: {e}")))?;
+        let index_lock = {
+            let mut p = self
+                .repo
+                .index()
+                .ok()
+                .and_then(|i| i.path().map(std::path::Path::to_path_buf))
+                .unwrap_or_else(|| self.repo.path().join("index"))
+                .into_os_string();
+            p.push(".lock");
+            PathBuf::from(p)
+        };
+        let io = |e: std::io::Error| self.err("checkout", format!("{}: {e}", index_lock.display()));
         let mut co = git2::build::CheckoutBuilder::new();
-        match only {
+        intent.about_to_lock(&index_lock).map_err(io)?;
+        let written = match only {
             Some(paths) => {
                 co.force().update_index(true).disable_pathspec_match(true);
                 for p in paths {
                     co.path(p);
                 }
-                if !paths.is_empty() {
-                    self.repo.checkout_tree(tree.as_object(), Some(&mut co)).map_err(&git)?;
-                }
+                let checked = match paths.is_empty() {
+                    true => Ok(()),
+                    false => self.repo.checkout_tree(tree.as_object(), Some(&mut co)),
+                };
                 // The index must name the new tree's records exactly (paths the
                 // checkout did not touch are the same in both trees).
-                let mut index = self.repo.index().map_err(&git)?;
-                index.read_tree(&tree).map_err(&git)?;
-                index.write().map_err(&git)?;
+                checked.and_then(|()| {
+                    let mut index = self.repo.index()?;
+                    index.read_tree(&tree)?;
+                    index.write()
+                })
             }
             None => {
+                // A safe checkout finds every conflict before it writes anything.
                 co.safe();
-                self.repo.checkout_tree(tree.as_object(), Some(&mut co)).map_err(&git)?;
+                self.repo.checkout_tree(tree.as_object(), Some(&mut co))
             }
+        };
+        if let Err(e) = written {
+            intent.released(&index_lock);
+            let _ = intent.moving(None);
+            return Err(git(e));
         }
-        self.repo
-            .reference_matching(
-                &self.local_ref(),
-                to,
-                true,
-                from,
-                &format!("runtime sync: {}/{}", self.sync.remote, self.sync.branch),
+        intent.released(&index_lock);
+        let set = locks::set_ref(
+            self.repo,
+            intent,
+            &self.local_ref(),
+            to,
+            Expect::Is(Some(from)),
+            Point::Branch,
+            &format!("runtime sync: {}/{}", self.sync.remote, self.sync.branch),
+        )
+        .map_err(&git)?;
+        if let Err(e) = intent.moving(None) {
+            tracing::warn!(error = %e, "the sync intent record was not updated");
+        }
+        match set {
+            SetRef::Set => Ok(()),
+            SetRef::Differs(now) => Err(self.err(
+                "checkout",
+                format!(
+                    "{} moved to {} while the sync moved it from {from}",
+                    self.local_ref(),
+                    now.map(|o| o.to_string()).unwrap_or_else(|| "nothing".into())
+                ),
+            )),
+            SetRef::Locked(lock) => Err(self
+                .err(
+                    "checkout",
+                    format!("{} is locked by another git process", lock.display()),
+                )
+                .hint(format!("once no git runs on the box, `rm {}`", lock.display()))),
+        }
+    }
+}
+
+/// Under the sync lock: removes the locks killed sync steps left and finishes the
+/// moves of the box's branch they left half done.
+fn recover_locked(repo: &Repository, held: &locks::SyncLock, intents: &std::path::Path) -> Result<(), String> {
+    let found = locks::recover(held, intents, repo.commondir());
+    if !found.removed.is_empty() {
+        tracing::warn!(removed = ?found.removed, "locks a killed sync step left were removed");
+    }
+    for (moving, dead) in found.moves {
+        let mut intent = Intent::new(intents);
+        finish_move(repo, &mut intent, &moving).map_err(|e| {
+            format!(
+                "a sync killed while moving {} from {} to {} left it half done, and finishing it failed: {e}",
+                moving.branch, moving.from, moving.to
             )
-            .map_err(&git)?;
-        Ok(())
+        })?;
+        tracing::warn!(
+            branch = moving.branch,
+            to = moving.to,
+            "finished a move of the branch a killed sync step left"
+        );
+        let _ = std::fs::remove_file(dead);
     }
-
-    /// One push of the branch: `Ok(true)` when the remote took it, `Ok(false)` when it
-    /// moved since the last fetch (or another push held its lock). libgit2's local
-    /// transport moves the remote's ref without comparing it to the value it read (a
-    /// push landing in between would be overwritten), so the objects travel by a push
-    /// to a ref of this process's own, and the branch then moves on the remote by a
-    /// compare-and-swap against the tip this fire built on, under git's ref lock.
-    fn push_once(&self, local: Oid) -> Result<bool, SyncError> {
-        let git = self.git("push");
-        let expected = self.repo.refname_to_id(&self.tracking_ref()).ok();
-        if let Some(e) = expected {
-            if e != local && !self.repo.graph_descendant_of(local, e).map_err(&git)? {
-                return Ok(false);
-            }
-        }
-        let dir = match self.transport()? {
-            Transport::Local(dir) => dir,
-            Transport::Cli { .. } => return self.cli_push(local, expected),
-        };
-        let target = Repository::open(dir).map_err(&git)?;
-        let carrier = format!("refs/runtime-sync/{}", std::process::id());
-        let mut remote = self.repo.find_remote(&self.sync.remote).map_err(&git)?;
-        let spec = format!("+{}:{carrier}", self.local_ref());
-        remote.push(&[spec.as_str()], None).map_err(&git)?;
-        let msg = format!("push by the runtime ({}/{})", self.sync.remote, self.sync.branch);
-        let moved = match expected {
-            Some(e) => target
-                .reference_matching(&self.local_ref(), local, true, e, &msg)
-                .map(|_| ()),
-            None => target.reference(&self.local_ref(), local, false, &msg).map(|_| ()),
-        };
-        if let Ok(mut r) = target.find_reference(&carrier) {
-            let _ = r.delete();
-        }
-        match moved {
-            Ok(()) => Ok(true),
-            Err(e)
-                if matches!(
-                    e.code(),
-                    git2::ErrorCode::Modified | git2::ErrorCode::Locked | git2::ErrorCode::Exists
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(self.err("push", e.message().to_string())),
-        }
-    }
+    Ok(())
 }
 
-/// How a fire reaches its remote.
-enum Transport {
-    /// A local repository, through libgit2.
-    Local(PathBuf),
-    /// A network remote, through the `git` command line: the TCP ports of its fetch
-    /// and push URLs.
-    Cli { ports: Vec<u16> },
-}
-
-/// What the `git` child may see of the runtime's environment besides
-/// [`crate::env::PASSTHROUGH_ENV`]: where the operator's config, keys, agent,
-/// certificates and proxies are, and the operator's choice of ssh command.
-const CLI_ENV: &[&str] = &[
-    "HOME",
-    "USER",
-    "XDG_CONFIG_HOME",
-    "SSH_AUTH_SOCK",
-    "GIT_SSH",
-    "GIT_SSH_COMMAND",
-    "GIT_CONFIG_GLOBAL",
-    "GIT_CONFIG_NOSYSTEM",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "GIT_SSL_CAINFO",
-    "HTTPS_PROXY",
-    "https_proxy",
-    "HTTP_PROXY",
-    "http_proxy",
-    "NO_PROXY",
-    "no_proxy",
-];
-
-/// The TCP port of a network remote URL: the URL's own, else the scheme's (ssh 22,
-/// https 443, http 80, git 9418); scp-like `[user@]host:path` is ssh. `None` for a
-/// URL that is not one of those.
-fn network_port(url: &str) -> Option<u16> {
-    if !url.contains("://") {
-        // scp-like: a colon before any slash, and a host before it.
-        let colon = url.find(':')?;
-        let slash = url.find('/').unwrap_or(usize::MAX);
-        return (colon > 0 && colon < slash).then_some(22);
+/// Finishes a move a killed sync step left: when the branch is still where the move
+/// started (or already where it ends), the paths that differ are written as the
+/// target has them (the box's builder paths were clean when the move began, and
+/// records are the runtime's own), the index is the target's, and the branch moves.
+/// A branch someone moved elsewhere since is left alone.
+fn finish_move(repo: &Repository, intent: &mut Intent, m: &locks::Moving) -> Result<(), git2::Error> {
+    let (from, to) = (Oid::from_str(&m.from)?, Oid::from_str(&m.to)?);
+    let now = repo.refname_to_id(&m.branch).ok();
+    if now != Some(from) && now != Some(to) {
+        tracing::warn!(
+            branch = m.branch,
+            "a half-done move of a branch that moved since is left alone"
+        );
+        return Ok(());
     }
-    let parsed = url::Url::parse(url).ok()?;
-    parsed.host_str().filter(|h| !h.is_empty())?;
-    let default = match parsed.scheme() {
-        "ssh" | "git+ssh" | "ssh+git" => 22,
-        "https" => 443,
-        "http" => 80,
-        "git" => 9418,
-        _ => return None,
+    let io = |e: std::io::Error| git2::Error::from_str(&e.to_string());
+    intent.moving(Some(m.clone())).map_err(io)?;
+    let to_tree = repo.find_commit(to)?.tree()?;
+    let paths = match &m.paths {
+        Some(p) => p.clone(),
+        None => {
+            let from_tree = repo.find_commit(from)?.tree()?;
+            repo.diff_tree_to_tree(Some(&from_tree), Some(&to_tree), None)?
+                .deltas()
+                .filter_map(|d| d.new_file().path().or(d.old_file().path()))
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect()
+        }
     };
-    Some(parsed.port().unwrap_or(default))
+    if !paths.is_empty() {
+        let mut co = git2::build::CheckoutBuilder::new();
+        co.force()
+            .remove_untracked(true)
+            .update_index(false)
+            .disable_pathspec_match(true);
+        for p in &paths {
+            co.path(p);
+        }
+        repo.checkout_tree(to_tree.as_object(), Some(&mut co))?;
+    }
+    let index_lock = repo.path().join("index.lock");
+    intent.about_to_lock(&index_lock).map_err(io)?;
+    let mut index = repo.index()?;
+    index.read_tree(&to_tree)?;
+    index.write()?;
+    intent.released(&index_lock);
+    if now == Some(from) {
+        let set = locks::set_ref(
+            repo,
+            intent,
+            &m.branch,
+            to,
+            Expect::Is(Some(from)),
+            Point::Branch,
+            "runtime sync: a move finished",
+        )?;
+        if set != SetRef::Set {
+            return Err(git2::Error::from_str(&format!("{}: {set:?}", m.branch)));
+        }
+    }
+    intent.moving(None).map_err(io)
 }
 
-/// `url` as a directory when it names a local repository (a path or `file://`).
-fn local_path(url: &str, repo: &Repository) -> Option<PathBuf> {
-    let path = if let Some(p) = url.strip_prefix("file://") {
-        PathBuf::from(p)
-    } else if url.contains("://") || (url.contains(':') && !url.starts_with('/') && !url.starts_with('.')) {
-        return None; // ssh://, https://, git://, or scp-like host:path
-    } else {
-        PathBuf::from(url)
-    };
-    let base = repo.workdir().unwrap_or(repo.path());
-    let full = if path.is_absolute() { path } else { base.join(path) };
-    std::fs::canonicalize(full).ok()
-}
-
-/// A path the runtime commits: under one of the runtime directories.
-fn is_record_path(p: &str) -> bool {
-    crate::layout::RUNTIME_DIRS
-        .iter()
-        .any(|d| p.strip_prefix(d).is_some_and(|r| r.starts_with('/')))
+/// Before a fire reads its work tree: when a killed sync step left locks or a half-done
+/// move of the branch (and only then), takes the sync lock and undoes them, so the
+/// fire neither trips over a lock nor takes the half-moved files for someone's
+/// uncommitted changes. Nothing to do costs one directory read. Returns whether it
+/// found anything to undo.
+pub fn finish_interrupted(repo: &Repository) -> bool {
+    let Some(root) = repo.workdir() else { return false };
+    let intents = crate::git::intent_dir(root);
+    let any = std::fs::read_dir(&intents)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with(locks::INTENT_PREFIX));
+    if !any {
+        return false;
+    }
+    let done = locks::take(root).and_then(|held| recover_locked(repo, &held, &intents));
+    if let Err(e) = done {
+        tracing::warn!(error = %e, "what a killed sync step left was not undone; the sync step tries again");
+    }
+    true
 }
 
 /// What the runtime's own sandbox must also be allowed to write for `sync`: the
@@ -517,111 +649,232 @@ pub fn sandbox_ports(repo: &Repository, sync: Option<&SyncSettings>) -> Vec<u16>
     }
 }
 
-/// Before a fire: fetch, then fast-forward (or join the runtime's unpushed records)
-/// to the remote tip when it tracks nothing under `.runtime/` and its builder tree
-/// is approved under `rule` (judged by
-/// [`Trust`] over the fetched approvals, remembering its walk in the walk memo under
-/// `memo`, the repository root), or is the
-/// tree the box has. Runs before the sandbox (it may update builder-owned paths).
+/// What a fire would find, without moving anything: fetches (the branch into the
+/// runtime's own ref, the approvals) and judges the remote's tip exactly as
+/// [`before_fire`] does. `runtime check` shows it.
+pub fn look(
+    repo: &Repository,
+    sync: &SyncSettings,
+    rule: &ApprovalRule,
+    memo: Option<&std::path::Path>,
+) -> Result<Look, SyncError> {
+    let cx = Ctx { repo, sync };
+    let _held = cx.begin_step("fetch")?;
+    let mut intent = Intent::new(&cx.intents());
+    let mut look = cx.look(rule, memo, &mut intent)?;
+    look.approvals = crate::review::approvals::Approvals::read(repo)
+        .ok()
+        .map(|a| a.trees().len());
+    Ok(look)
+}
+
+/// Before a fire (outside its sandbox: it may update builder-owned paths): fetch,
+/// judge, and move to the remote tip when the box may fire it (fast-forward, records
+/// joined onto it, or replayed onto a rewritten history), remembering the walk of the
+/// two-key check under `memo` (the repository root).
 pub fn before_fire(
     repo: &Repository,
     sync: &SyncSettings,
     rule: &ApprovalRule,
     memo: Option<&std::path::Path>,
-) -> Result<Before, SyncError> {
+) -> Result<Look, SyncError> {
     let cx = Ctx { repo, sync };
-    let local = cx.local_tip()?;
-    let remote = cx.fetch(true)?;
-    let git = cx.git("fetch");
-    if remote == local {
-        return Ok(Before::UpToDate);
-    }
-    if repo.graph_descendant_of(local, remote).map_err(&git)? {
-        return Ok(Before::Ahead);
-    }
-    let tip_commit = repo.find_commit(remote).map_err(&git)?;
-    if tip_commit
-        .tree()
-        .map_err(&git)?
-        .get_name(crate::layout::STATE_DIR)
-        .is_some()
-    {
-        return Ok(Before::TracksState { tip: remote });
-    }
-    let tree_of = |c: Oid| crate::review::builder_tree_of_commit(repo, c).map_err(&git);
-    let tip_tree = tree_of(remote)?;
-    let approved = tip_tree == tree_of(local)?
-        || Trust::new(repo, rule.clone())
-            .map_err(&git)?
-            .remembering(memo)
-            .incoming(remote, local)
-            .map_err(&git)?
-            .approval
-            .is_some();
-    if !approved {
-        return Ok(Before::Unapproved {
-            tip: remote,
-            tree: tip_tree,
-        });
-    }
-    let to = if repo.graph_descendant_of(remote, local).map_err(&git)? {
-        remote
-    } else {
-        let unpushed = cx.runtime_only(local, remote, &rule.runtime_email)?;
-        cx.rebuild(remote, local, &unpushed)?
+    let _held = cx.begin_step("fetch")?;
+    let mut intent = Intent::new(&cx.intents());
+    let mut look = cx.look(rule, memo, &mut intent)?;
+    let (local, remote) = (look.local, look.remote);
+    let to = match &look.way {
+        Way::UpToDate | Way::Ahead => {
+            cx.joined_now(&mut intent, remote);
+            return Ok(look);
+        }
+        Way::Stuck(_) => return Ok(look),
+        Way::FastForward => remote,
+        Way::Join { runtime } => cx.rebuild(remote, local, runtime)?,
+        Way::Replay { runtime } => {
+            let from = look.rewritten.as_ref().map(|r| r.from);
+            let replayed = cx.replay(remote, local, runtime, from)?;
+            // The box's old branch stays reachable (its receipts name its commits).
+            let kept = format!(
+                "{}kept/{}/{}/{}",
+                locks::PRIVATE_REFS,
+                sync.remote,
+                sync.branch,
+                &local.to_string()[..12]
+            );
+            cx.note_ref(&kept, local);
+            look.kept = Some(kept);
+            match replayed {
+                Some((commit, paths)) => {
+                    look.replayed = paths;
+                    commit
+                }
+                None => remote,
+            }
+        }
     };
-    cx.move_to(local, to, None)?;
-    Ok(Before::Moved { from: local, to })
+    cx.move_to(&mut intent, local, to, None)?;
+    cx.joined_now(&mut intent, remote);
+    look.moved = Some(to);
+    Ok(look)
 }
 
-/// After a fire's commit: push the branch; when the remote moved meanwhile, fetch,
-/// rebuild the unpushed records onto its tip and push again, at most
-/// `sync.push_attempts` times. Runs inside the runtime's sandbox, which may write the
-/// records directories but not builder-owned paths: when the remote's new commits
-/// change anything but records, the push is deferred to the next fire (whose
-/// [`before_fire`] checks their approval and joins them outside the sandbox).
-pub fn push_after(repo: &Repository, sync: &SyncSettings, runtime_email: &str) -> Result<Pushed, SyncError> {
-    let cx = Ctx { repo, sync };
-    let attempts = sync.push_attempts.max(1);
-    for attempt in 1..=attempts {
-        let local = cx.local_tip()?;
-        if cx.push_once(local)? {
-            let _ = repo.reference(&cx.tracking_ref(), local, true, "runtime sync: pushed");
-            return Ok(Pushed::Pushed {
-                attempts: attempt,
-                head: local,
+/// How the box's records go onto the remote's tip `remote` in one push attempt.
+#[derive(Debug, Clone, Copy)]
+enum Candidate {
+    /// The box's branch itself (it descends from the tip).
+    Direct(Oid),
+    /// Rebuilt onto a tip that moved with records only; the box moved there.
+    Rebuilt(Oid),
+    /// A merge of the tip and the box's branch; the box stays.
+    Merged(Oid),
+    /// Records replayed onto a rewritten history; the box stays.
+    Replayed(Oid, usize),
+    /// The remote has every record already.
+    Nothing,
+}
+
+impl Ctx<'_> {
+    fn candidate(
+        &self,
+        intent: &mut Intent,
+        local: Oid,
+        remote: Option<Oid>,
+        runtime_email: &str,
+    ) -> Result<Candidate, SyncError> {
+        let Some(remote) = remote else {
+            return Ok(Candidate::Direct(local));
+        };
+        if local == remote {
+            return Ok(Candidate::Nothing);
+        }
+        let git = self.git("push");
+        let joined = self.joined();
+        let unpushed = self.unpushed(local, remote, joined, runtime_email)?;
+        if !unpushed.dropped.is_empty() {
+            return Ok(match self.replay(remote, local, &unpushed.runtime, joined)? {
+                Some((commit, paths)) => Candidate::Replayed(commit, paths.len()),
+                None => Candidate::Nothing,
             });
         }
-        if attempt == attempts {
-            break;
+        if unpushed.runtime.is_empty() {
+            return Ok(Candidate::Nothing);
         }
-        let remote = cx.fetch(false)?;
-        let git = cx.git("push");
-        if repo.graph_descendant_of(local, remote).map_err(&git)? || local == remote {
-            continue; // a lock, not a move: try again
+        if self.repo.graph_descendant_of(local, remote).map_err(&git)? {
+            return Ok(Candidate::Direct(local));
         }
-        let unpushed = cx.runtime_only(local, remote, runtime_email)?;
-        let to = cx.rebuild(remote, local, &unpushed)?;
-        let old_tree = repo.find_commit(local).and_then(|c| c.tree()).map_err(&git)?;
-        let new_tree = repo.find_commit(to).and_then(|c| c.tree()).map_err(&git)?;
-        let diff = repo
-            .diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)
-            .map_err(&git)?;
-        let mut changed = Vec::new();
-        for d in diff.deltas() {
-            let Some(p) = d.new_file().path().or(d.old_file().path()) else {
-                continue;
-            };
-            let p = p.to_string_lossy().into_owned();
-            if !is_record_path(&p) {
-                return Ok(Pushed::Deferred(format!(
-                    "{}/{} moved with changes outside the records ({p}); the next fire checks their approval and pushes these records",
-                    sync.remote, sync.branch
-                )));
+        let joined_tree = self.repo.find_tree(self.joined_tree(remote, local)?).map_err(&git)?;
+        let local_tree = self.repo.find_commit(local).and_then(|c| c.tree()).map_err(&git)?;
+        let changed = self.changed_paths(&local_tree, &joined_tree)?;
+        if changed.iter().all(|p| history::is_record_path(p)) {
+            let to = self.rebuild(remote, local, &unpushed.runtime)?;
+            self.move_to(intent, local, to, Some(&changed))?;
+            return Ok(Candidate::Rebuilt(to));
+        }
+        let why = if crate::review::builder_tree_of_commit(self.repo, remote).ok()
+            == crate::review::builder_tree_of_commit(self.repo, local).ok()
+        {
+            "it moved beyond records; the box catches up before its next fire"
+        } else {
+            "its builder-owned paths differ from the tree the box fires; the box moves once it may"
+        };
+        Ok(Candidate::Merged(self.merge_onto(remote, local, why)?))
+    }
+}
+
+/// After a fire's commit (inside the runtime's sandbox, which may write the records
+/// directories, the git directories and a local remote, not builder-owned paths):
+/// put the box's records on the remote. A tip that moved with records only gets them
+/// rebuilt on it (the box moves too); any other tip gets a merge with the box's
+/// branch (the box stays, and catches up before its next fire, when it may); a
+/// rewritten history gets them replayed. A push the remote rejects because it moved
+/// is retried on its new tip, and one that died is retried, at most
+/// `sync.push_attempts` times, never forced. A lock on the remote's branch that
+/// outlasts a short wait is reported with the command that removes it; the box
+/// removes only the locks its own killed pushes left.
+pub fn push_after(repo: &Repository, sync: &SyncSettings, runtime_email: &str) -> Result<Pushed, SyncError> {
+    let cx = Ctx { repo, sync };
+    let _held = cx.begin_step("push")?;
+    let mut intent = Intent::new(&cx.intents());
+    let attempts = sync.push_attempts.max(1);
+    let mut remote = repo
+        .refname_to_id(&cx.fetched_ref())
+        .or_else(|_| repo.refname_to_id(&cx.tracking_ref()))
+        .ok();
+    for attempt in 1..=attempts {
+        let local = cx.local_tip()?;
+        let candidate = cx.candidate(&mut intent, local, remote, runtime_email)?;
+        let head = match candidate {
+            Candidate::Nothing => {
+                return Ok(Pushed::Pushed {
+                    attempts: attempt - 1,
+                    head: remote.unwrap_or(local),
+                })
             }
-            changed.push(p);
+            Candidate::Direct(h) | Candidate::Rebuilt(h) | Candidate::Merged(h) | Candidate::Replayed(h, _) => h,
+        };
+        let sent = match cx.send(&mut intent, head, remote) {
+            Ok(sent) => sent,
+            Err(e) if attempt < attempts => {
+                // A push that died (a dropped connection, a git killed at its bound)
+                // is tried again from a fresh fetch; a remote the fetch cannot reach
+                // either is the push's error.
+                tracing::warn!(error = %e, attempt, "the push failed; trying again");
+                remote = Some(cx.fetch(false).map_err(|_| e)?);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match sent {
+            Sent::Taken => {}
+            Sent::Moved => {
+                if attempt < attempts {
+                    remote = Some(cx.fetch(false)?);
+                }
+                continue;
+            }
+            Sent::Locked { lock, fix } => {
+                return Err(cx
+                    .err(
+                        "push",
+                        format!(
+                            "the remote's branch is locked ({lock}) past a {}-second wait: a push that died there left the lock, and every push to the remote fails until it is gone (the laptop's too). This fire's records stay committed on the box and go with the next push",
+                            transport::LOCK_PATIENCE.as_secs()
+                        ),
+                    )
+                    .hint(fix))
+            }
         }
-        cx.move_to(local, to, Some(&changed))?;
+        crate::failpoint!("sync-pushed");
+        return Ok(match candidate {
+            Candidate::Replayed(head, records) => {
+                cx.note_ref(&cx.fetched_ref(), head);
+                cx.track(&mut intent, head);
+                Pushed::Replayed {
+                    attempts: attempt,
+                    head,
+                    records,
+                }
+            }
+            Candidate::Merged(head) => {
+                cx.joined_now(&mut intent, head);
+                Pushed::Joined {
+                    attempts: attempt,
+                    head,
+                }
+            }
+            Candidate::Direct(head) | Candidate::Rebuilt(head) => {
+                cx.joined_now(&mut intent, head);
+                Pushed::Pushed {
+                    attempts: attempt,
+                    head,
+                }
+            }
+            Candidate::Nothing => Pushed::Pushed {
+                attempts: attempt,
+                head: local,
+            },
+        });
     }
     Err(cx.err(
         "push",
@@ -629,84 +882,8 @@ pub fn push_after(repo: &Repository, sync: &SyncSettings, runtime_email: &str) -
     ))
 }
 
-/// How long one `git fetch` or `git push` may take before it is killed (a hung ssh
-/// connection must not hang the fire past its cron slot).
-const CLI_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// Runs `command` in its own process group, collecting its output, and kills the
-/// group (git and the ssh or https helper it started) when it outlasts `limit`.
-fn output_within(
-    command: &mut std::process::Command,
-    limit: std::time::Duration,
-) -> std::io::Result<std::process::Output> {
-    use std::io::Read;
-    use std::os::unix::process::CommandExt;
-    let mut child = command
-        .process_group(0)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let deadline = std::time::Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if std::time::Instant::now() >= deadline {
-            // SAFETY: kill(2) of the process group this function started.
-            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
-            let _ = child.wait();
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("killed after {} s without an answer from the remote", limit.as_secs()),
-            ));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    Ok(std::process::Output {
-        status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_git_that_hangs_is_killed_with_its_group_at_the_bound() {
-        let marker = tempfile::tempdir().unwrap();
-        let late = marker.path().join("late");
-        // A child of the command (as ssh is of git) that would write after the bound.
-        let mut cmd = std::process::Command::new("sh");
-        cmd.arg("-c")
-            .arg(format!("(sleep 1; touch {}) & echo started; sleep 30", late.display()));
-        let started = std::time::Instant::now();
-        let err = output_within(&mut cmd, std::time::Duration::from_millis(300)).unwrap_err();
-        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
-        assert!(started.elapsed() < std::time::Duration::from_secs(10));
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        assert!(!late.exists(), "the group's other process was killed too");
-        let ok = output_within(
-            std::process::Command::new("sh").arg("-c").arg("echo out; echo err >&2"),
-            std::time::Duration::from_secs(10),
-        )
-        .unwrap();
-        assert_eq!(
-            (ok.stdout.as_slice(), ok.stderr.as_slice()),
-            (&b"out\n"[..], &b"err\n"[..])
-        );
-    }
-
     use super::*;
     use crate::review::signing::test_keys::keygen;
     use git2::Signature;
@@ -771,16 +948,22 @@ mod tests {
         approvals::write(repo, body, &person).unwrap();
     }
 
+    /// Pushes `main` (forced with `force`) and every approval ref, one refspec each:
+    /// libgit2's push takes no glob refspecs.
+    fn push_main_and_approvals(other: &Repository, force: bool) {
+        let mut specs = vec![format!(
+            "{}refs/heads/main:refs/heads/main",
+            if force { "+" } else { "" }
+        )];
+        for r in other.references_glob("refs/builder/approved/*").unwrap() {
+            let name = r.unwrap().name().unwrap().to_string();
+            specs.push(format!("{name}:{name}"));
+        }
+        other.find_remote("origin").unwrap().push(&specs, None).unwrap();
+    }
+
     fn push_all(other: &Repository) {
-        let mut r = other.find_remote("origin").unwrap();
-        r.push(
-            &[
-                "refs/heads/main:refs/heads/main",
-                "+refs/builder/approvals:refs/builder/approvals",
-            ],
-            None,
-        )
-        .unwrap();
+        push_main_and_approvals(other, false);
     }
 
     #[test]
@@ -803,10 +986,7 @@ mod tests {
         let first = commit(&other, &[("settings/allowed_signers", &rev_line)], "eng");
         approve(&other, first, "Rev <rev@x.org>", &rev_key);
         push_all(&other);
-        assert!(matches!(
-            before_fire(&cron, &sync(), &rule, None).unwrap(),
-            Before::Moved { .. }
-        ));
+        assert!(before_fire(&cron, &sync(), &rule, None).unwrap().moved.is_some());
         // Mallory lists her key as Rev's and approves that very tree with it.
         let evil = commit(
             &other,
@@ -836,13 +1016,13 @@ mod tests {
         assert!(own.commit(evil).unwrap().approval.is_some());
         // The cron box judges it by the list before it: it stays where it was.
         let before = cron.refname_to_id("refs/heads/main").unwrap();
-        assert_eq!(
-            before_fire(&cron, &sync(), &rule, None).unwrap(),
-            Before::Unapproved {
-                tip: evil,
-                tree: crate::review::builder_tree_of_commit(&cron, evil).unwrap()
-            }
+        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        let want = crate::review::builder_tree_of_commit(&cron, evil).unwrap();
+        assert!(
+            matches!(&look.way, Way::Stuck(Stuck::Unapproved { tip, tree, .. }) if *tip == evil && *tree == want),
+            "{look:?}"
         );
+        assert_eq!(look.moved, None);
         assert_eq!(cron.refname_to_id("refs/heads/main").unwrap(), before);
         // A later change (dropping her key again) Rev approves with his own key is
         // judged by the list of the last approved tree (the first one, Mallory's being
@@ -854,13 +1034,8 @@ mod tests {
         );
         approve(&other, fixed, "Rev <rev@x.org>", &rev_key);
         push_all(&other);
-        assert_eq!(
-            before_fire(&cron, &sync(), &rule, None).unwrap(),
-            Before::Moved {
-                from: before,
-                to: fixed
-            }
-        );
+        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        assert_eq!((look.local, look.moved), (before, Some(fixed)));
         // An unrelated history forced over the branch, whose only tree lists her key
         // and carries her approval: no approved tree precedes it there, but the box
         // has one, and its list judges.
@@ -869,19 +1044,14 @@ mod tests {
         let orphan = other.commit(None, &sig, &sig, "orphan", &tree, &[]).unwrap();
         other.reference("refs/heads/main", orphan, true, "force").unwrap();
         approve(&other, orphan, "Rev <rev@x.org>", &mal_key);
-        let mut r = other.find_remote("origin").unwrap();
-        r.push(
-            &[
-                "+refs/heads/main:refs/heads/main",
-                "+refs/builder/approvals:refs/builder/approvals",
-            ],
-            None,
-        )
-        .unwrap();
-        assert!(matches!(
-            before_fire(&cron, &sync(), &rule, None).unwrap(),
-            Before::Unapproved { tip, .. } if tip == orphan
-        ));
+        push_main_and_approvals(&other, true);
+        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        assert!(
+            matches!(&look.way, Way::Stuck(Stuck::Unapproved { tip, .. }) if *tip == orphan),
+            "{look:?}"
+        );
+        // The orphan history dropped everything the box had: a rewrite, named.
+        assert_eq!(look.rewritten.as_ref().map(|r| r.from), Some(fixed));
         assert_eq!(cron.refname_to_id("refs/heads/main").unwrap(), fixed);
     }
 
@@ -956,34 +1126,252 @@ mod tests {
         }
         // The other side's record is in the cron box's work tree and index too.
         assert!(cron.workdir().unwrap().join("reports/other/b.md").is_file());
+        let mut tracked = git2::StatusOptions::new();
+        tracked.include_untracked(false);
         assert!(
-            cron.statuses(None).unwrap().is_empty(),
+            cron.statuses(Some(&mut tracked)).unwrap().is_empty(),
             "work tree and index match HEAD"
         );
     }
 
     #[test]
-    fn a_remote_that_moved_beyond_records_defers_the_push_and_a_foreign_local_commit_is_refused() {
+    fn a_remote_that_moved_beyond_records_gets_the_records_by_a_merge_and_a_foreign_local_commit_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let (origin, cron, other) = origin_and_clones(dir.path());
-        commit(&cron, &[("runs/t/a.json", "{}")], "runtime");
+        let ours = commit(&cron, &[("runs/t/a.json", "{}")], "runtime");
         commit(&other, &[("prompts/t.md", "changed\n")], "other");
         push_other(&other);
         let theirs = origin.refname_to_id("refs/heads/main").unwrap();
-        match push_after(&cron, &sync(), "runtime@localhost").unwrap() {
-            Pushed::Deferred(why) => assert!(why.contains("prompts/t.md"), "{why}"),
-            p => panic!("expected a deferred push, got {p:?}"),
-        }
+        let Pushed::Joined { attempts, head } = push_after(&cron, &sync(), "runtime@localhost").unwrap() else {
+            panic!("not joined")
+        };
+        assert_eq!(attempts, 2, "rejected once, then joined");
+        assert_eq!(origin.refname_to_id("refs/heads/main").unwrap(), head);
         assert_eq!(
-            origin.refname_to_id("refs/heads/main").unwrap(),
-            theirs,
-            "nothing forced"
+            origin.find_commit(head).unwrap().parent_ids().collect::<Vec<_>>(),
+            vec![theirs, ours],
+            "a merge: nothing of theirs rewritten, our commit kept as it is"
+        );
+        assert_eq!(
+            cron.head().unwrap().target(),
+            Some(ours),
+            "the box did not check out their change"
+        );
+        assert_eq!(
+            std::fs::read_to_string(cron.workdir().unwrap().join("prompts/t.md")).unwrap(),
+            "hi\n"
         );
         // Work of someone else on the cron box's branch is never pushed for them.
         commit(&cron, &[("notes.md", "mine")], "eng");
         let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
         assert_eq!(e.step, "join");
         assert!(e.to_string().contains("not a runtime records commit"), "{e}");
+        assert!(
+            e.hint.as_deref().is_some_and(|h| h.contains("git rebase --onto")),
+            "{e:?}"
+        );
+        assert_eq!(origin.refname_to_id("refs/heads/main").unwrap(), head, "nothing pushed");
+    }
+
+    #[test]
+    fn a_rewritten_remote_history_gets_the_boxs_records_replayed_and_loses_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let (origin, cron, other) = origin_and_clones(dir.path());
+        let rule = ApprovalRule::unsigned("runtime@localhost");
+        // The box fires and pushes twice; an engineer's commit lands between.
+        commit(&cron, &[("runs/t/1.json", "{}")], "runtime");
+        push_after(&cron, &sync(), "runtime@localhost").unwrap();
+        commit(&other, &[("notes/a.md", "a")], "eng");
+        let mut r = other.find_remote("origin").unwrap();
+        r.fetch(&["refs/heads/main:refs/remotes/origin/main"], None, None)
+            .unwrap();
+        let tip = other.refname_to_id("refs/remotes/origin/main").unwrap();
+        let merged = {
+            let a = other.find_commit(tip).unwrap();
+            let b = other.head().unwrap().peel_to_commit().unwrap();
+            let idx = other
+                .merge_commits(&b, &a, None)
+                .unwrap()
+                .write_tree_to(&other)
+                .unwrap();
+            let sig = Signature::now("eng", "eng@localhost").unwrap();
+            let t = other.find_tree(idx).unwrap();
+            other.commit(Some("HEAD"), &sig, &sig, "merge", &t, &[&b, &a]).unwrap()
+        };
+        push_other(&other);
+        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap().moved, Some(merged));
+        commit(&cron, &[("runs/t/2.json", "{}")], "runtime");
+        push_after(&cron, &sync(), "runtime@localhost").unwrap();
+        // One more fire's records, not pushed yet.
+        commit(&cron, &[("runs/t/3.json", "{}")], "runtime");
+        let old_branch = cron.head().unwrap().target().unwrap();
+        // Someone force-pushes a history without the engineer's commit or the records.
+        let seed = origin
+            .find_commit(origin.refname_to_id("refs/heads/main").unwrap())
+            .unwrap();
+        let base = {
+            let mut c = seed;
+            while c.parent_count() > 0 {
+                c = c.parent(0).unwrap();
+            }
+            c.id()
+        };
+        let sig = Signature::now("eng", "eng@localhost").unwrap();
+        let base_tree = origin.find_commit(base).unwrap().tree().unwrap();
+        let rewritten = origin
+            .commit(
+                None,
+                &sig,
+                &sig,
+                "rewritten",
+                &base_tree,
+                &[&origin.find_commit(base).unwrap()],
+            )
+            .unwrap();
+        origin.reference("refs/heads/main", rewritten, true, "force").unwrap();
+        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        let rw = look.rewritten.clone().expect("the rewrite is detected");
+        assert!(rw.lost >= 3, "{look:?}");
+        assert!(matches!(look.way, Way::Replay { .. }), "{look:?}");
+        assert_eq!(look.replayed, vec!["runs/t/1.json", "runs/t/2.json", "runs/t/3.json"]);
+        let moved = look.moved.unwrap();
+        assert_eq!(
+            cron.find_commit(moved).unwrap().parent_ids().collect::<Vec<_>>(),
+            vec![rewritten],
+            "replayed onto the new tip; the dropped history is not brought back"
+        );
+        assert!(cron
+            .find_commit(moved)
+            .unwrap()
+            .tree()
+            .unwrap()
+            .get_path(Path::new("notes/a.md"))
+            .is_err());
+        assert_eq!(cron.refname_to_id(look.kept.as_deref().unwrap()).unwrap(), old_branch);
+        // The next push sends the replay; every record is on the origin.
+        let Pushed::Pushed { head, .. } = push_after(&cron, &sync(), "runtime@localhost").unwrap() else {
+            panic!("not pushed")
+        };
+        let tree = origin.find_commit(head).unwrap().tree().unwrap();
+        for p in ["runs/t/1.json", "runs/t/2.json", "runs/t/3.json"] {
+            assert!(tree.get_path(Path::new(p)).is_ok(), "{p} lost");
+        }
+        // And the next sync is an ordinary one: no rewrite named again.
+        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        assert_eq!((look.way, look.rewritten), (Way::UpToDate, None));
+    }
+
+    #[test]
+    fn approvals_are_never_forced_or_pruned_and_a_rewritten_chain_is_joined() {
+        let dir = tempfile::tempdir().unwrap();
+        let (origin, cron, other) = origin_and_clones(dir.path());
+        let rule = ApprovalRule::unsigned("runtime@localhost");
+        let head = other.head().unwrap().target().unwrap();
+        let approve = |repo: &Repository, who: &str| {
+            let person = crate::review::parse_person(who).unwrap();
+            let tree = crate::review::builder_tree_of_commit(repo, head).unwrap();
+            let body = crate::review::approvals::signed_body("p", tree, head, &person, None).unwrap();
+            crate::review::approvals::write(repo, body, &person).unwrap().id
+        };
+        let first = approve(&other, "Rev <rev@x.org>");
+        push_all(&other);
+        // A ref of the new layout too (one ref per approval), and one the box keeps
+        // after the origin deletes it.
+        origin
+            .reference("refs/builder/approved/one", first, false, "t")
+            .unwrap();
+        before_fire(&cron, &sync(), &rule, None).unwrap();
+        assert_eq!(cron.refname_to_id("refs/builder/approvals").unwrap(), first);
+        assert_eq!(cron.refname_to_id("refs/builder/approved/one").unwrap(), first);
+        origin
+            .find_reference("refs/builder/approved/one")
+            .unwrap()
+            .delete()
+            .unwrap();
+        // Someone force-pushes a chain that lacks the first approval and has another.
+        let other2 = Repository::clone(dir.path().join("origin.git").to_str().unwrap(), dir.path().join("o2")).unwrap();
+        let second = approve(&other2, "Ann <ann@x.org>");
+        let mut r = other2.find_remote("origin").unwrap();
+        r.push(&["+refs/builder/approvals:refs/builder/approvals"], None)
+            .unwrap();
+        assert_eq!(origin.refname_to_id("refs/builder/approvals").unwrap(), second);
+        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        assert!(cron.refname_to_id("refs/builder/approved/one").is_ok(), "not pruned");
+        let all = crate::review::approvals::load(&cron).unwrap();
+        let ids: Vec<Oid> = all.iter().map(|a| a.id).collect();
+        assert!(ids.contains(&first) && ids.contains(&second), "{ids:?}");
+        assert_eq!(all.len(), 2, "the join approves nothing itself");
+        assert_eq!(look.approvals, None, "a fire does not count them");
+        assert_eq!(
+            super::look(&cron, &sync(), &rule, None).unwrap().approvals,
+            Some(1),
+            "one approved tree"
+        );
+    }
+
+    #[test]
+    fn a_lock_on_the_remote_is_removed_only_when_the_boxs_own_killed_push_left_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (origin, cron, _other) = origin_and_clones(dir.path());
+        let lock = dir.path().join("origin.git/refs/heads/main.lock");
+        // A laptop's push killed on the origin: not the box's, never removed by it.
+        std::fs::write(&lock, "").unwrap();
+        commit(&cron, &[("runs/t/a.json", "{}")], "runtime");
+        let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
+        assert!(!e.message.contains("kept moving"), "{e}");
+        assert!(e.message.contains("locked"), "{e}");
+        let hint = e.hint.clone().unwrap();
+        assert!(
+            hint.contains(&format!("rm {}", lock.canonicalize().unwrap().display())),
+            "{hint}"
+        );
+        assert!(lock.exists());
+        std::fs::remove_file(&lock).unwrap();
+        // The box's own push, killed holding the lock (its record names it by
+        // identity, from a process that is gone): removed by the next push.
+        std::fs::write(&lock, "").unwrap();
+        let intents = crate::git::intent_dir(cron.workdir().unwrap());
+        std::fs::create_dir_all(&intents).unwrap();
+        let m = std::fs::metadata(&lock).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let record = serde_json::json!({"pid": 4_194_305, "start_time": 1, "locks": [{
+            "path": lock, "ino": m.ino(), "ctime_ns": m.ctime() * 1_000_000_000 + m.ctime_nsec()}]});
+        std::fs::write(intents.join("sync-intent-4194305.json"), record.to_string()).unwrap();
+        let Pushed::Pushed { head, .. } = push_after(&cron, &sync(), "runtime@localhost").unwrap() else {
+            panic!("not pushed")
+        };
+        assert_eq!(origin.refname_to_id("refs/heads/main").unwrap(), head);
+        assert!(!lock.exists());
+        let records = std::fs::read_dir(&intents)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("sync-intent-"))
+            .count();
+        assert_eq!(records, 0, "no record left");
+    }
+
+    #[test]
+    fn a_tip_whose_settings_name_a_key_unset_here_is_not_moved_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_origin, cron, other) = origin_and_clones(dir.path());
+        let rule = ApprovalRule::unsigned("runtime@localhost");
+        let var = "SYNC_TEST_KEY_THAT_IS_NEVER_SET";
+        let settings = format!(
+            "version: 1\nprovider: {{kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m, api_key_env: {var}}}\n"
+        );
+        let tip = commit(&other, &[("settings/runtime.yaml", &settings)], "eng");
+        let person = crate::review::parse_person("Rev <rev@x.org>").unwrap();
+        let tree = crate::review::builder_tree_of_commit(&other, tip).unwrap();
+        let body = crate::review::approvals::signed_body("p", tree, tip, &person, None).unwrap();
+        crate::review::approvals::write(&other, body, &person).unwrap();
+        push_all(&other);
+        let before = cron.head().unwrap().target().unwrap();
+        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        assert!(
+            matches!(&look.way, Way::Stuck(Stuck::KeyMissing { tip: t, var: v, .. }) if *t == tip && v == var),
+            "{look:?}"
+        );
+        assert_eq!(cron.head().unwrap().target(), Some(before));
     }
 
     /// A `git daemon` (git://, receive-pack on) serving `base` on a free port of
@@ -1041,14 +1429,14 @@ mod tests {
         // The other port is reachable from outside the sandbox: the fetch through it runs.
         cron.remote_set_url("origin", &url(&elsewhere)).unwrap();
         let _ = cron.find_reference("refs/remotes/origin/main").unwrap().delete();
-        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap(), Before::UpToDate);
+        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap().way, Way::UpToDate);
         assert!(cron.refname_to_id("refs/remotes/origin/main").is_ok(), "fetched");
 
         // The fetch takes refs/builder/* too.
         cron.remote_set_url("origin", &url(&served)).unwrap();
         let seed = origin.refname_to_id("refs/heads/main").unwrap();
         origin.reference("refs/builder/approvals", seed, true, "test").unwrap();
-        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap(), Before::UpToDate);
+        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap().way, Way::UpToDate);
         assert_eq!(cron.refname_to_id("refs/builder/approvals").unwrap(), seed);
 
         // A push that lost the race to another is rejected by the lease, never

@@ -1,11 +1,22 @@
-//! Record text made safe to print on a terminal. Cards, receipts and reports hold
-//! text the model chose (summaries, details, final answers, file names), and a model
-//! that writes an escape sequence into one could move the cursor, rewrite earlier
-//! lines, set the window title or worse on the engineer's terminal when a builder
-//! command prints it. Every builder command that prints record content passes it
-//! through one of these: control characters (C0, DEL, C1) and the bidirectional
-//! overrides that reorder what is shown come out as visible `\x1b`/`\u{202e}`
-//! escapes; newline and tab are kept only in fields that are multi-line by nature.
+//! Record text made inert for the people who read it: one module, used by every
+//! command that prints and every markdown output (and the web view).
+//!
+//! Terminals. Cards, receipts, reports, proposals, commit messages and eval cases hold
+//! text a model or a proposer chose (summaries, details, final answers, file names,
+//! commands), and a model that writes an escape sequence into one could move the
+//! cursor, rewrite earlier lines, set the window title or worse on the engineer's
+//! terminal when a command prints it. Every field a command prints passes through
+//! [`printable`] (one line) or [`printable_multiline`]: control characters (C0, DEL,
+//! C1) and the bidirectional overrides that reorder what is shown come out as visible
+//! `\x1b`/`\u{202e}` escapes; newline and tab are kept only in fields that are
+//! multi-line by nature.
+//!
+//! Markdown (a pull-request comment, an issue, an export). Model- and
+//! proposer-derived text goes in code: [`markdown_fence`] for blocks (a fence longer
+//! than any backtick run inside, so a closed fence in the text closes nothing),
+//! [`markdown_code`] / [`markdown_cell`] for one-line fields; prose outside code goes
+//! through [`markdown_text`], which escapes HTML, links, images, headings, emphasis and
+//! table pipes and breaks `@mentions` and bare URLs.
 
 use std::borrow::Cow;
 
@@ -61,6 +72,75 @@ pub fn printable_json(s: &str) -> Cow<'_, str> {
     )
 }
 
+/// The longest run of backticks in `s`.
+fn longest_backtick_run(s: &str) -> usize {
+    let (mut best, mut run) = (0, 0);
+    for c in s.chars() {
+        if c == '`' {
+            run += 1;
+            best = best.max(run);
+        } else {
+            run = 0;
+        }
+    }
+    best
+}
+
+/// `s` as markdown prose on one line, outside any code: every character markdown or
+/// GitHub would act on is escaped (HTML and autolink brackets, link and image syntax,
+/// emphasis, headings, lists, tables, entities), `@` is followed by a word joiner so
+/// no mention notifies anyone, and `:`/`.` are escaped so no bare URL becomes a link.
+pub fn markdown_text(s: &str) -> String {
+    let one_line = printable(s);
+    let mut out = String::with_capacity(one_line.len() + 8);
+    for c in one_line.chars() {
+        match c {
+            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '#' | '+' | '-' | '.' | '!' | '|' | '<'
+            | '>' | '~' | '&' | ':' | '=' | '"' | '\'' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '@' => out.push_str("@\u{2060}"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `s` as an inline code span on one line: delimited by more backticks than any run
+/// inside it, padded so a backtick at either end stays inside. Nothing in a code span
+/// is HTML, a link, an image or a mention.
+pub fn markdown_code(s: &str) -> String {
+    let one_line = printable(s);
+    let ticks = "`".repeat(longest_backtick_run(&one_line) + 1);
+    // Markdown strips one space from each end of a span that has both: pad only where
+    // a backtick (or a space that should stay) sits at an end.
+    let pad = [one_line.chars().next(), one_line.chars().last()]
+        .iter()
+        .any(|c| matches!(c, Some('`' | ' ')));
+    let pad = if pad { " " } else { "" };
+    format!("{ticks}{pad}{one_line}{pad}{ticks}")
+}
+
+/// [`markdown_code`] for a table cell: a pipe would end the cell, so it is escaped
+/// (GitHub reads `\|` as a pipe inside a code span in a table).
+pub fn markdown_cell(s: &str) -> String {
+    markdown_code(s).replace('|', "\\|")
+}
+
+/// `s` (any number of lines) as a fenced code block with info string `info`: the fence
+/// is longer than any backtick run in `s`, so no line of it closes the block.
+pub fn markdown_fence(s: &str, info: &str) -> String {
+    let body = printable_multiline(s);
+    let fence = "`".repeat((longest_backtick_run(&body) + 1).max(3));
+    let newline = if body.ends_with('\n') || body.is_empty() {
+        ""
+    } else {
+        "\n"
+    };
+    format!("{fence}{}\n{body}{newline}{fence}\n", printable(info))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +157,38 @@ mod tests {
         assert_eq!(printable("x\u{9b}31m\u{7f}"), "x\\x9b31m\\x7f");
         assert_eq!(printable("abc\u{202e}fed"), "abc\\u{202e}fed");
         assert_eq!(printable("héllo ✓"), "héllo ✓");
+    }
+
+    /// Hostile model text: an escape sequence, a closed fence, an image that calls out,
+    /// a mention, a forged heading, a link, a bare URL and raw HTML.
+    const HOSTILE: &str = "\x1b[2J```\n## Approved\n<img src=http://evil.example/x.png> @team [ok](http://evil.example) http://evil.example <b>";
+
+    #[test]
+    fn markdown_prose_is_inert() {
+        let t = markdown_text(HOSTILE);
+        assert_eq!(
+            t,
+            "\\\\x1b\\[2J\\`\\`\\`\\\\x0a\\#\\# Approved\\\\x0a\\<img src\\=http\\://evil\\.example/x\\.png\\> @\u{2060}team \\[ok\\]\\(http\\://evil\\.example\\) http\\://evil\\.example \\<b\\>"
+        );
+        assert!(!t.contains('\n') && !t.contains('\x1b'));
+    }
+
+    #[test]
+    fn code_spans_and_fences_outlast_every_backtick_run() {
+        assert_eq!(markdown_code("a`b"), "``a`b``");
+        assert_eq!(markdown_code("`x"), "`` `x ``");
+        assert_eq!(markdown_code("plain"), "`plain`");
+        assert_eq!(markdown_cell("ls | wc"), "`ls \\| wc`");
+        let f = markdown_fence(HOSTILE, "text");
+        assert_eq!(
+            f,
+            "````text\n\\x1b[2J```\n## Approved\n<img src=http://evil.example/x.png> @team [ok](http://evil.example) http://evil.example <b>\n````\n"
+        );
+        // Only the closing line is a fence as long as the opening one.
+        let closers = f.lines().filter(|l| l.starts_with("````")).count();
+        assert_eq!(closers, 2);
+        let longer = markdown_fence("`````", "");
+        assert!(longer.starts_with("``````\n"), "{longer}");
     }
 
     #[test]

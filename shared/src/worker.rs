@@ -5,6 +5,7 @@
 //! runtime process that holds `.git` and `.runtime/` never runs model-chosen actions.
 
 use crate::records::SandboxRecord;
+use crate::sandbox::writeback::WriteBack;
 use crate::sandbox::{isolate, landlock, namespaces::NamespacePlan, SandboxSpec};
 use crate::settings::LandlockMode;
 use crate::tools::exec::{execute, install_interrupt_handlers, ExecContext};
@@ -57,15 +58,17 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
             return Ok(());
         }
     };
-    let hello = match crate::sandbox::prepare_dirs(&config.spec)
+    let entered = crate::sandbox::prepare_dirs(&config.spec)
         .map_err(|e| e.to_string())
         .and_then(|_| isolate::before_landlock(config.isolation.as_ref(), config.mode))
         .and_then(|layers| {
-            let rec = landlock::enforce(&config.spec, config.mode).map_err(|e| e.to_string())?;
+            let rec =
+                landlock::enforce_with(&config.spec, config.mode, &layers.trusted_dirs()).map_err(|e| e.to_string())?;
             isolate::after_landlock(config.isolation.as_ref(), config.mode, layers, rec)
-        }) {
-        Ok(rec) => WorkerHello::Ready(rec),
-        Err(e) => WorkerHello::Refused(e),
+        });
+    let (hello, mut write_back) = match entered {
+        Ok((rec, write_back)) => (WorkerHello::Ready(rec), write_back),
+        Err(e) => (WorkerHello::Refused(e), None),
     };
     let refused = matches!(hello, WorkerHello::Refused(_));
     writeln!(output, "{}", serde_json::to_string(&hello)?)?;
@@ -85,9 +88,14 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
         }
         let result = match serde_json::from_str::<ToolRequest>(&line) {
             Ok(req) => {
-                let result = execute(&ctx, &req);
+                let mut result = execute(&ctx, &req);
                 if matches!(req.args, crate::tools::ToolArgs::RunCommand { .. }) {
                     crate::sandbox::namespaces::end_of_call();
+                }
+                // Every process of the call is gone: what it wrote in the write
+                // directories goes into the repository now, before the answer.
+                if let Some(wb) = write_back.as_mut() {
+                    note_write_back(&mut result, wb);
                 }
                 result
             }
@@ -97,4 +105,34 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
         output.flush()?;
     }
     Ok(())
+}
+
+/// Copies the call's writes into the repository and tells the model in the result
+/// what did not get there, and when the write limit was reached.
+fn note_write_back(result: &mut ToolResult, wb: &mut WriteBack) {
+    let problems = wb.sync();
+    let mut notes = Vec::new();
+    if wb.full() {
+        notes.push(format!(
+            "[sandbox] the write limit is reached: at most {} bytes in all (`sandbox.write_bytes`); writes past it fail with `No space left on device`",
+            wb.limit()
+        ));
+    }
+    const SHOWN: usize = 5;
+    for p in problems.iter().take(SHOWN) {
+        notes.push(format!(
+            "[sandbox] not written to the repository: {}: {}",
+            p.path.display(),
+            p.why
+        ));
+    }
+    if problems.len() > SHOWN {
+        notes.push(format!("[sandbox] ... and {} more not written", problems.len() - SHOWN));
+    }
+    if !notes.is_empty() {
+        if !result.output.is_empty() && !result.output.ends_with('\n') {
+            result.output.push('\n');
+        }
+        result.output.push_str(&notes.join("\n"));
+    }
 }

@@ -1,6 +1,9 @@
-//! `builder approve <name>`: record an approval of the proposal's exact tree of
-//! builder-owned paths as a commit on `refs/builder/approvals`. Refused (exit 1) for an
-//! author of the proposal and for the runtime identity. Signed with SSH when git is
+//! `builder approve <name> [--push]`: record an approval of the proposal's exact tree
+//! of builder-owned paths as a commit on its own ref `refs/builder/approved/<id>`;
+//! with `--push`, fetch first (the remote's proposal branch counts) and publish it
+//! ([`shared::review::land::approve_and_publish`]). Refused (exit 1) for an author of
+//! the proposal, for the runtime identity, and for a local proposal branch behind or
+//! diverged from the remote's. Signed with SSH when git is
 //! configured to sign (`gpg.format ssh`, `user.signingkey`) or `--key` names a key;
 //! with `review.require_signed` an approval the allowed-signers file would not count
 //! is refused before it is written.
@@ -13,13 +16,24 @@ use std::path::Path;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The proposal's name
-    pub name: String,
+    #[arg(required_unless_present = "bootstrap")]
+    pub name: Option<String>,
+    /// Approve HEAD's builder tree as the repository's first approval (review was
+    /// turned on by a direct commit; refused once any approval exists)
+    #[arg(long, conflicts_with = "name")]
+    pub bootstrap: bool,
     /// Who approves, as "Name <email>" (default: git's author identity)
     #[arg(long, value_name = "IDENT")]
     pub reviewer: Option<String>,
     /// Sign with this SSH private key (default: git's user.signingkey with gpg.format ssh)
     #[arg(long, value_name = "PATH")]
     pub key: Option<std::path::PathBuf>,
+    /// Fetch the remote first, then push the approval (and any other it lacks)
+    #[arg(long)]
+    pub push: bool,
+    /// The remote (default: settings sync.remote, the branch's upstream, or origin)
+    #[arg(long, value_name = "NAME")]
+    pub remote: Option<String>,
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
@@ -40,10 +54,45 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         .key
         .or(configured)
         .map(|key| shared::review::approvals::Signing { key, program });
-    let approval = proposals::approve(&wt.repo, &args.name, &reviewer, &rule, signing.as_ref())?;
+    let Some(name) = args.name else {
+        let approval = shared::review::bootstrap::approve_head(&wt.repo, &reviewer, &rule, signing.as_ref())?;
+        println!(
+            "approved HEAD's builder tree {} by {} as the first approval (approval {})",
+            approval.body.tree,
+            approval.body.approver,
+            &approval.id.to_string()[..12]
+        );
+        return Ok(Outcome::Ok);
+    };
+    super::recover_interrupted(&wt)?;
+    let remote = super::team_remote(&wt.repo, args.remote.as_deref(), &settings, args.push)?;
+    let (approved, pushed) = match (&remote, args.push) {
+        (Some(r), true) => {
+            let done = shared::review::land::approve_and_publish(
+                &wt.repo,
+                &wt.root,
+                &name,
+                &reviewer,
+                &rule,
+                signing.as_ref(),
+                r,
+            )?;
+            (done.approved, Some(done.pushed))
+        }
+        _ => (
+            proposals::approve(&wt.repo, &name, &reviewer, &rule, signing.as_ref(), remote.as_deref())?,
+            None,
+        ),
+    };
+    let approval = &approved.approval;
     println!(
-        "approved proposals/{} by {}: builder tree {} (approval {})",
-        args.name,
+        "{} proposals/{} by {}: builder tree {} (approval {})",
+        if approved.recorded {
+            "approved"
+        } else {
+            "already approved"
+        },
+        name,
         approval.body.approver,
         approval.body.tree,
         &approval.id.to_string()[..12]
@@ -51,6 +100,13 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     if approval.body.signature.is_some() {
         println!("signed (SSH, namespace {})", shared::review::signing::NAMESPACE);
     }
-    println!("hint: `git push` carries approvals when the remote has the refspec `builder install-hooks` adds");
+    match (pushed, &remote) {
+        (Some(n), Some(r)) => println!("pushed {n} approval(s) to {r} (it has every approval this clone has)"),
+        (None, Some(r)) => println!(
+            "hint: publish it with `builder approve {name} --push` (or `git push {r} {}`)",
+            shared::review::approvals::approval_ref(approval.id)
+        ),
+        (_, None) => println!("hint: no remote yet: `git remote add origin <url>`, `builder install-hooks`, then `builder approve {name} --push`"),
+    }
     Ok(Outcome::Ok)
 }

@@ -1,5 +1,8 @@
 //! `builder audit`: flag history that breaks the invariant; exit 1 on a violation, so
-//! it can gate CI or run as a server-side hook.
+//! it can gate CI or run as a server-side hook. `--range OLD..NEW` judges only the
+//! commits NEW adds to OLD (CI on a push); `--pre-push <remote>` is the pre-push hook:
+//! it reads git's ref updates on stdin and judges only the new commits on the
+//! protected branch ([`shared::pushed`]).
 
 use crate::command_error::{CommandError, Outcome};
 use shared::audit::{self, RuntimeIdentity, Severity};
@@ -17,6 +20,12 @@ pub struct Args {
     /// Accept the current modes, owners and hooks of builder-owned paths as intended
     #[arg(long)]
     pub accept_metadata: bool,
+    /// Only the commits NEW adds to OLD, as OLD..NEW (the branch is NEW's first parents)
+    #[arg(long, value_name = "OLD..NEW", conflicts_with_all = ["since", "pre_push"])]
+    pub range: Option<String>,
+    /// Judge a push to REMOTE as git's pre-push hook (ref updates on stdin)
+    #[arg(long, value_name = "REMOTE", conflicts_with = "since")]
+    pub pre_push: Option<String>,
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
@@ -27,6 +36,29 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     // An unapproved commit that turned signatures off is judged under them.
     if let Ok(head) = repo.head().and_then(|h| h.peel_to_commit()) {
         rule = shared::review::trust::Trust::rule_in_force(&repo, head.id(), rule, None)?;
+    }
+    if let Some(remote) = &args.pre_push {
+        return pre_push(&repo, &ownership, &settings, rule, remote);
+    }
+    if let Some(range) = &args.range {
+        let (old, new) = range.split_once("..").ok_or_else(|| {
+            CommandError::usage(format!("--range `{range}` is not OLD..NEW"))
+                .hint("for example: --range origin/main..HEAD")
+        })?;
+        let old = super::resolve_commit(&repo, "--range", old)?;
+        let new = super::resolve_commit(&repo, "--range", new)?;
+        let judge = shared::pushed::Judge {
+            repo: &repo,
+            ownership: &ownership,
+            runtime: &RuntimeIdentity {
+                name: identity.name,
+                email: identity.email,
+            },
+            rule: &rule,
+        };
+        let report = judge.range(new, &[old])?;
+        print_report(&report, args.json)?;
+        return Ok(outcome(&report));
     }
     let since = match &args.since {
         Some(rev) => Some(super::resolve_commit(&repo, "--since", rev)?),
@@ -48,42 +80,113 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         since,
     )?;
     report.metadata = shared::manifest::work_tree_changes(&repo, &root, &ownership)?;
-    if args.json {
+    print_report(&report, args.json)?;
+    Ok(outcome(&report))
+}
+
+fn outcome(report: &audit::AuditReport) -> Outcome {
+    if report.violations() > 0 {
+        Outcome::Problems
+    } else {
+        Outcome::Ok
+    }
+}
+
+fn print_report(report: &audit::AuditReport, json: bool) -> Result<(), CommandError> {
+    if json {
         println!(
             "{}",
-            shared::text::printable_json(&serde_json::to_string_pretty(&report)?)
+            shared::text::printable_json(&serde_json::to_string_pretty(report)?)
         );
-    } else {
-        for f in &report.findings {
+        return Ok(());
+    }
+    for f in &report.findings {
+        let tag = match f.severity {
+            Severity::Violation => "VIOLATION",
+            Severity::Warning => "warning",
+        };
+        println!(
+            "{tag}: {} {} {}: {}",
+            f.commit,
+            shared::text::printable(&f.author),
+            shared::text::printable(&f.path),
+            shared::text::printable(&f.what)
+        );
+    }
+    for change in &report.metadata {
+        println!(
+            "VIOLATION: metadata changed outside git: {}",
+            shared::text::printable(&change.to_string())
+        );
+    }
+    if report.runtime_unauthenticated > 0 {
+        println!(
+            "note: {} runtime commit(s) are unauthenticated: their settings name no runtime_identity.signing_key, so anyone with push access could have made them",
+            report.runtime_unauthenticated
+        );
+    }
+    println!(
+        "audited {} commits ({} by the runtime): {} violation(s), {} warning(s)",
+        report.commits,
+        report.runtime_commits,
+        report.violations(),
+        report.findings.len() + report.metadata.len() - report.violations()
+    );
+    Ok(())
+}
+
+/// The pre-push hook: judge the new commits of each update of the protected branch
+/// (git's ref updates on stdin); other refs pass. Output goes to stderr, which git
+/// shows the person pushing.
+fn pre_push(
+    repo: &git2::Repository,
+    ownership: &shared::layout::Ownership,
+    settings: &shared::settings::RuntimeSettings,
+    rule: shared::review::signing::ApprovalRule,
+    remote: &str,
+) -> Result<Outcome, CommandError> {
+    use std::io::Read;
+    let mut input = String::new();
+    std::io::stdin().read_to_string(&mut input)?;
+    let updates = shared::pushed::parse_updates(&input)?;
+    let protected = shared::review::remote::protected_branch(repo, remote, settings.sync.as_ref());
+    let runtime = RuntimeIdentity {
+        name: settings.runtime_identity.name.clone(),
+        email: settings.runtime_identity.email.clone(),
+    };
+    let judge = shared::pushed::Judge {
+        repo,
+        ownership,
+        runtime: &runtime,
+        rule: &rule,
+    };
+    let mut violations = 0;
+    for judged in judge.push(remote, &protected, &updates)? {
+        for f in &judged.report.findings {
             let tag = match f.severity {
                 Severity::Violation => "VIOLATION",
                 Severity::Warning => "warning",
             };
-            println!(
-                "{tag}: {} {} {}: {}",
+            eprintln!(
+                "pre-push: {tag}: {} {} {}: {}",
                 f.commit,
                 shared::text::printable(&f.author),
                 shared::text::printable(&f.path),
                 shared::text::printable(&f.what)
             );
         }
-        for change in &report.metadata {
-            println!(
-                "VIOLATION: metadata changed outside git: {}",
-                shared::text::printable(&change.to_string())
-            );
-        }
-        println!(
-            "audited {} commits ({} by the runtime): {} violation(s), {} warning(s)",
-            report.commits,
-            report.runtime_commits,
-            report.violations(),
-            report.findings.len() - report.violations()
+        violations += judged.report.violations();
+        eprintln!(
+            "pre-push: {} on {remote}: {} new commit(s) judged, {} violation(s)",
+            judged.remote_ref,
+            judged.report.commits,
+            judged.report.violations()
         );
     }
-    Ok(if report.violations() > 0 {
-        Outcome::Problems
-    } else {
-        Outcome::Ok
-    })
+    if violations > 0 {
+        eprintln!("pre-push: refusing to push unapproved builder changes to {protected}: land them through `builder propose --push`, `builder approve --push` (by someone else) and `builder land`");
+        eprintln!("pre-push: a change already made can be covered after the fact: propose its tree and have it approved, or revert it");
+        return Ok(Outcome::Problems);
+    }
+    Ok(Outcome::Ok)
 }

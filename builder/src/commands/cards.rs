@@ -125,8 +125,8 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                     println!(
                         "{:>5}  {:<10} {:<10} {:<20} {:<14} {:<10} {:<16}  {}",
                         g.count,
-                        &g.first_seen[..10.min(g.first_seen.len())],
-                        &g.last_seen[..10.min(g.last_seen.len())],
+                        printable(&g.first_seen.chars().take(10).collect::<String>()),
+                        printable(&g.last_seen.chars().take(10).collect::<String>()),
                         g.kind,
                         printable(&g.task),
                         g.status,
@@ -175,16 +175,22 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                 Some(b) => b,
                 None => super::acting_identity(&ix.repo, "--by")?.to_string(),
             };
-            let paths = history::card_paths(&ix.store, &t.id)?;
-            if paths.is_empty() {
-                return Err(no_card(&t.id));
-            }
-            // The library reports a card it cannot read or write as text only.
-            let done = cards::triage(&ix.root, &paths, &decision, &by, t.note.as_deref())
-                .map_err(|e| CommandError::environment(e).hint("check the card files named above"))?;
-            // Look at the work tree again: the index holds the edited files, and the
-            // stat cache knows they differ from HEAD, so undoing the edit undoes it here.
-            history::overlay_worktree_cards(&ix.repo, &mut ix.store, &mut ix.stats.skipped)?;
+            let req = cards::TriageRequest {
+                id: &t.id,
+                decision: &decision,
+                by: &by,
+                note: t.note.as_deref(),
+            };
+            let done =
+                cards::triage_cards(&ix.repo, &mut ix.store, &req, &mut ix.stats.skipped).map_err(|e| match e {
+                    cards::TriageError::NoCard(id) => no_card(&id),
+                    // The library reports a card it cannot read or write as text only.
+                    cards::TriageError::Files(e) => {
+                        CommandError::environment(e).hint("check the card files named above")
+                    }
+                    cards::TriageError::History(e) => CommandError::from(e),
+                    cards::TriageError::Store(e) => CommandError::from(e),
+                })?;
             let retriaged = done.iter().filter(|c| !c.triage_history.is_empty()).count();
             println!("triaged {} card(s) as {} by {by}", done.len(), decision.status());
             if retriaged > 0 {

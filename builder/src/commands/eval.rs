@@ -3,7 +3,7 @@
 //! exit 1 when a head case breaks an assertion or passes less than its `min_pass`.
 
 use crate::command_error::{CommandError, Outcome};
-use shared::eval::{self, EvalError, EvalOptions, EvalReport, Revision};
+use shared::eval::{self, EvalError, EvalOptions, EvalReport, Revision, TrustedSource};
 use std::path::{Path, PathBuf};
 
 /// Run the golden eval cases on a base and a head revision, side by side
@@ -12,7 +12,14 @@ use std::path::{Path, PathBuf};
 /// every case is a real fire there with --no-commit, so nothing is committed and the
 /// repository's own .runtime/ state is not touched. Scripted cases answer from their
 /// script (offline, deterministic); `model: provider` cases call the settings' model
-/// `repeat` times. Uncommitted edits are not evaluated: commit or propose them first
+/// `repeat` times. Uncommitted edits are not evaluated: commit or propose them first.
+///
+/// Every fire, of base and head alike, runs under the trusted configuration: the
+/// base's settings (or --trusted-settings). Its sandbox, network grants, read
+/// directories, provider, key variables and telemetry apply, never the revision's own;
+/// a revision that would widen one of them is not fired and its rows say why. The
+/// fires get only PATH, the locale, a scratch HOME and, for live cases, the trusted
+/// key variables from this environment
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The revision to compare against [default: the head's first parent]
@@ -30,6 +37,13 @@ pub struct Args {
     /// Also write the results as JUnit XML to this file
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Run every fire under this settings file's powers instead of the base's
+    ///
+    /// An operator's file in the format of settings/runtime.yaml: its sandbox, network,
+    /// read directories, provider, key variables and telemetry are what eval fires may
+    /// use. Needed when the head has no parent
+    #[arg(long, value_name = "FILE")]
+    pub trusted_settings: Option<PathBuf>,
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
@@ -57,11 +71,15 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             );
         }
     }
-    let report = evaluate(&wt.root, base, head, args.task)?;
+    let trusted = trusted_source(args.trusted_settings);
+    let report = evaluate(&wt.root, base, head, args.task, trusted)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!(
+            "{}",
+            shared::text::printable_json(&serde_json::to_string_pretty(&report)?)
+        );
     } else {
-        print!("{}", eval::render::text(&report));
+        print!("{}", shared::text::printable_multiline(&eval::render::text(&report)));
     }
     if let Some(file) = &args.junit {
         std::fs::write(file, eval::render::junit(&report))
@@ -85,6 +103,7 @@ pub fn evaluate(
     base: Option<Revision>,
     head: Revision,
     task: Option<String>,
+    trusted: TrustedSource,
 ) -> Result<EvalReport, CommandError> {
     let opts = EvalOptions {
         root: root.to_path_buf(),
@@ -92,10 +111,23 @@ pub fn evaluate(
         head,
         task,
         runtime: runtime_binary()?,
+        trusted,
     };
-    eval::evaluate(&opts).map_err(|e| match e {
+    eval::evaluate(&opts).map_err(eval_error)
+}
+
+/// The trusted configuration `--trusted-settings` names, else the base's.
+pub fn trusted_source(file: Option<PathBuf>) -> TrustedSource {
+    file.map_or(TrustedSource::Base, TrustedSource::File)
+}
+
+/// How an eval that could not run at all is reported.
+pub fn eval_error(e: EvalError) -> CommandError {
+    match e {
         EvalError::Worktree(_) | EvalError::Io { .. } => CommandError::environment(e.to_string()),
-    })
+        EvalError::Trusted(_) => CommandError::usage(e.to_string())
+            .hint("name the settings whose powers eval fires may use: --trusted-settings FILE (the format of settings/runtime.yaml)"),
+    }
 }
 
 /// The `runtime` binary that fires the cases: the one installed beside `builder`,

@@ -128,8 +128,20 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                 "{:<26} {:<12} {:<16} {:<15} {:>5} {:>8} {:>9} {:>8}  PROMPT",
                 "RUN", "TASK", "STATUS", "STOP", "STEPS", "TOKENS", "COST", "MS"
             );
+            let mut forged = 0;
             for r in rows {
-                let prompt = r.prompt_blob.as_deref().map(|p| &p[..p.len().min(8)]).unwrap_or("-");
+                let mut prompt = r
+                    .prompt_blob
+                    .as_deref()
+                    .map(|p| &p[..p.len().min(8)])
+                    .unwrap_or("-")
+                    .to_string();
+                if let Some(path) = &r.receipt_path {
+                    if history::forged_record(&ix.store, path)?.is_some() {
+                        prompt.push_str("  FORGED");
+                        forged += 1;
+                    }
+                }
                 println!(
                     "{:<26} {:<12} {:<16} {:<15} {:>5} {:>8} {:>9.4} {:>8}  {prompt}",
                     printable(&r.run_id),
@@ -140,6 +152,11 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                     r.tokens,
                     r.cost_usd,
                     r.duration_ms
+                );
+            }
+            if forged > 0 {
+                println!(
+                    "{forged} run(s) FORGED: their receipts came in commits named as the runtime without a valid runtime signature (`builder audit` lists them)"
                 );
             }
             Ok(Outcome::Ok)
@@ -164,6 +181,13 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
                     printable(&receipt_path),
                     printable(r.report_path.as_deref().unwrap_or("-"))
                 );
+                if let Some((commit, why)) = history::forged_record(&ix.store, &receipt_path)? {
+                    println!(
+                        "FORGED: this receipt came in commit {}, named as the runtime without a valid runtime signature ({})\n",
+                        &commit[..commit.len().min(12)],
+                        printable(&why)
+                    );
+                }
                 println!("{}", printable_multiline(&receipt));
             }
             Ok(Outcome::Ok)

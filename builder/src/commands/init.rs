@@ -20,9 +20,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
         println!("created {}", c.display());
     }
     if let Some(hooks) = &report.hooks {
-        for r in &hooks.refspecs {
-            println!("added {r}");
-        }
+        super::install_hooks::print_installed(hooks);
         if hooks.hook_state == shared::review::hooks::HookState::Foreign {
             eprintln!(
                 "warning: {} exists and was not written by builder: left alone",

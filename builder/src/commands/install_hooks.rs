@@ -1,21 +1,24 @@
-//! `builder install-hooks`: add `+refs/builder/*:refs/builder/*` to every remote's
-//! fetch and push refspecs (approvals travel with the branch) and install the pre-push
-//! hook that runs `builder audit` and fails closed without `builder` on PATH.
+//! `builder install-hooks`: add the non-forced approvals refspec
+//! `refs/builder/approved/*:refs/builder/approved/*` to every remote's fetch and push
+//! refspecs (replacing the forced `+refs/builder/*` of earlier versions), keep fetches
+//! from pruning approvals, set `pull.rebase false` so `git pull` keeps merges, convert
+//! a legacy approvals chain once, and install the pre-push hook that judges the new
+//! commits pushed to the protected branch and fails closed without `builder` on PATH
+//! ([`shared::review::hooks`]).
 
 use crate::command_error::{CommandError, Outcome};
 use shared::review::hooks::{self, HookState};
 use std::path::Path;
 
-/// Carry approvals with fetch and push, and audit before every push
+/// Carry approvals with fetch and push, keep merges on pull, judge what is pushed
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
 pub fn run(_args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
+    super::recover_interrupted(&wt)?;
     let done = hooks::install(&wt.repo)?;
-    for r in &done.refspecs {
-        println!("added {r}");
-    }
+    print_installed(&done);
     let hook = done.hook.display();
     match done.hook_state {
         HookState::Created => println!("installed {hook}"),
@@ -41,4 +44,32 @@ pub fn run(_args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         println!("no remotes yet: run `builder install-hooks` again after `git remote add`");
     }
     Ok(Outcome::Ok)
+}
+
+/// Prints what [`hooks::install`] changed in the repository's config and approvals.
+pub fn print_installed(done: &hooks::Installed) {
+    for r in &done.removed {
+        println!("removed {r} (forced: a fetch could replace approvals not pushed yet)");
+    }
+    for r in &done.refspecs {
+        println!("added {r}");
+    }
+    for s in &done.settings {
+        match s.split_once(' ') {
+            Some(("pull.rebase", _)) => println!(
+                "set {s}: `git pull` merges the remote's new commits and keeps an approved merge as it is (a rebase would flatten it and the pre-push hook would refuse it)"
+            ),
+            Some((key, _)) if key.ends_with(".prune") => {
+                println!("set {s}: a fetch never deletes approvals the remote no longer has")
+            }
+            _ => println!("set {s}"),
+        }
+    }
+    if done.adopted > 0 {
+        println!(
+            "converted {} approval(s) of the legacy chain {} into refs of their own",
+            done.adopted,
+            shared::review::APPROVALS_REF
+        );
+    }
 }

@@ -11,11 +11,13 @@ mod history;
 mod index;
 mod init;
 mod install_hooks;
+mod land;
 mod merge;
 mod proposals;
 mod propose;
 mod retro;
 mod review;
+mod serve;
 mod watch;
 
 use crate::command_error::{self, CommandError, Outcome};
@@ -64,10 +66,12 @@ pub enum Command {
     Proposals(proposals::Args),
     Approve(approve::Args),
     Merge(merge::Args),
+    Land(land::Args),
     InstallHooks(install_hooks::Args),
     Review(review::Args),
     Eval(eval::Args),
     ApproveCall(approve_call::Args),
+    Serve(serve::Args),
     /// Print shell completions
     Completions {
         /// The shell to complete for
@@ -91,10 +95,12 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
         Command::Proposals(a) => proposals::run(a, &repo),
         Command::Approve(a) => approve::run(a, &repo),
         Command::Merge(a) => merge::run(a, &repo),
+        Command::Land(a) => land::run(a, &repo),
         Command::InstallHooks(a) => install_hooks::run(a, &repo),
         Command::Review(a) => review::run(a, &repo),
         Command::Eval(a) => eval::run(a, &repo),
         Command::ApproveCall(a) => approve_call::run(a, &repo),
+        Command::Serve(a) => serve::run(a, &repo),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "builder", &mut std::io::stdout());
             Ok(Outcome::Ok)
@@ -161,6 +167,63 @@ pub fn approval_rule(
 ) -> Result<shared::review::signing::ApprovalRule, CommandError> {
     shared::review::signing::ApprovalRule::from_settings(settings)
         .map_err(|d| CommandError::from(shared::diag::Diagnostics(vec![d])))
+}
+
+/// Settles what an interrupted builder command left (its stale locks, a half-moved
+/// work tree, a half-made proposal) and says what it did. Returns what was done.
+pub fn recover_interrupted(wt: &shared::git::WorkTree) -> Result<shared::review::work::Recovered, CommandError> {
+    let done = shared::review::work::recover(&wt.repo)?;
+    for lock in &done.locks {
+        eprintln!("recovered: removed {} an interrupted builder left", lock.display());
+    }
+    for (_, what) in &done.work {
+        eprintln!("recovered: {}", shared::text::printable(what));
+    }
+    Ok(done)
+}
+
+/// The remote a review command talks to: `--remote`, else the default
+/// ([`shared::review::remote::default_remote`]); `needed` makes its absence a usage
+/// error.
+pub fn team_remote(
+    repo: &git2::Repository,
+    flag: Option<&str>,
+    settings: &shared::settings::RuntimeSettings,
+    needed: bool,
+) -> Result<Option<String>, CommandError> {
+    if let Some(r) = flag {
+        if repo.find_remote(r).is_err() {
+            return Err(
+                CommandError::usage(format!("--remote {r}: no such remote in this repository"))
+                    .hint("`git remote -v` lists the remotes"),
+            );
+        }
+        return Ok(Some(r.to_string()));
+    }
+    let found = shared::review::remote::default_remote(repo, settings.sync.as_ref())?;
+    if found.is_none() && needed {
+        return Err(CommandError::usage("this repository has no remote to publish to")
+            .hint("`git remote add origin <url>` then `builder install-hooks`; or name one with --remote"));
+    }
+    Ok(found)
+}
+
+/// Says on stderr how many approvals this clone has that `remote` lacks (best effort:
+/// an unreachable remote is named at -v only).
+pub fn report_unpublished(wt: &shared::git::WorkTree, remote: &str) {
+    match shared::review::remote::unpublished(&wt.repo, &wt.root, remote) {
+        Ok(missing) if !missing.is_empty() => {
+            eprintln!(
+                "warning: {remote} lacks {} approval(s) this clone has (a forced push there, or never pushed)",
+                missing.len()
+            );
+            eprintln!(
+                "hint: push them back with `git push {remote} 'refs/builder/approved/*:refs/builder/approved/*'`"
+            );
+        }
+        Ok(_) => {}
+        Err(e) => tracing::info!(remote, error = %e, "could not compare approvals with the remote"),
+    }
 }
 
 /// The runtime identity of `settings` as a person.

@@ -1,6 +1,8 @@
 //! `builder propose <name>`: move the work tree's changes to builder-owned paths onto a
 //! commit on `proposals/<name>`; the current branch does not move and is left clean of
-//! those changes (DESIGN.md section 8, "Proposals").
+//! those changes (DESIGN.md section 8, "Proposals"). `--push` publishes the branch
+//! (with its upstream set), so reviewers' clones see it after a fetch. A run after one
+//! that was killed first finishes what that one left.
 
 use crate::command_error::{CommandError, Outcome};
 use shared::review::{proposals, refuse_runtime};
@@ -17,6 +19,12 @@ pub struct Args {
     /// A card this proposal fixes (repeatable; becomes a Fixes-card: trailer)
     #[arg(long = "fixes", value_name = "CARD")]
     pub fixes: Vec<String>,
+    /// Push the proposal branch to the remote (with its upstream set)
+    #[arg(long)]
+    pub push: bool,
+    /// The remote (default: settings sync.remote, the branch's upstream, or origin)
+    #[arg(long, value_name = "NAME")]
+    pub remote: Option<String>,
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
@@ -32,6 +40,14 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             );
         }
     }
+    let recovered = super::recover_interrupted(&wt)?;
+    let remote = super::team_remote(&wt.repo, args.remote.as_deref(), &settings, args.push)?;
+    let branch = format!("{}{}", shared::review::PROPOSAL_PREFIX, args.name);
+    if recovered.finished_proposal(&branch) {
+        println!("finished the interrupted proposal {branch}");
+        return publish(&wt, &branch, remote.as_deref(), args.push, &args.name);
+    }
+    shared::review::links::refuse_in_work_tree(&wt.root, &settings, "propose")?;
     let message = args.message.unwrap_or_else(|| format!("Propose {}", args.name));
     let done = proposals::propose(
         &wt.repo,
@@ -49,6 +65,40 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         done.paths.len(),
         done.paths.join(", ")
     );
-    println!("hint: another person approves it with `builder approve {}`", args.name);
+    publish(&wt, &branch, remote.as_deref(), args.push, &args.name)
+}
+
+/// Pushes the proposal branch when asked (setting its upstream), else says how.
+fn publish(
+    wt: &shared::git::WorkTree,
+    branch: &str,
+    remote: Option<&str>,
+    push: bool,
+    name: &str,
+) -> Result<Outcome, CommandError> {
+    match (remote, push) {
+        (Some(r), true) => {
+            let spec = format!("refs/heads/{branch}:refs/heads/{branch}");
+            match shared::review::remote::push(&wt.root, r, &[spec])? {
+                shared::review::remote::Pushed::Done => {}
+                shared::review::remote::Pushed::Moved(why) => {
+                    return Err(CommandError::from(shared::review::ReviewError::Refused(format!(
+                        "{r} refused {branch}: {why}"
+                    )))
+                    .hint(format!("someone else pushed a proposal of that name: pick another name, or `git fetch {r}` and look at {r}/{branch}")));
+                }
+            }
+            let mut config = wt.repo.config()?;
+            config.set_str(&format!("branch.{branch}.remote"), r)?;
+            config.set_str(&format!("branch.{branch}.merge"), &format!("refs/heads/{branch}"))?;
+            println!("pushed {branch} to {r}");
+            println!("hint: another person approves it with `builder approve {name} --push`, then anyone lands it with `builder land {name}`");
+        }
+        (Some(r), false) => {
+            println!("hint: publish it for review with `git push -u {r} {branch}` (or propose with --push)");
+            println!("hint: another person approves it with `builder approve {name} --push`");
+        }
+        (None, _) => println!("hint: another person approves it with `builder approve {name}`"),
+    }
     Ok(Outcome::Ok)
 }

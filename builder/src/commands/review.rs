@@ -6,6 +6,7 @@
 
 use crate::command_error::{CommandError, Outcome};
 use shared::review_report::{self, ReportError, ReviewOptions};
+use shared::text::{printable_json, printable_multiline};
 use std::path::{Path, PathBuf};
 
 /// How the review is printed.
@@ -24,7 +25,10 @@ pub enum Format {
 /// The capability delta decides every tool call recorded in the runtime's state
 /// database again under the base's settings and under the proposal's, and lists the
 /// calls whose decision changes, grouped by rule. The evals run base and head in
-/// temporary worktrees, as `builder eval` does
+/// temporary worktrees, as `builder eval` does, under the trusted configuration (the
+/// base's settings, or --trusted-settings): the powers the proposal changes (sandbox,
+/// network, read directories, provider, key variable, telemetry, sync, prefetch ports)
+/// are listed with before and after, and a proposal that widens one is not fired
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The proposal's name
@@ -38,6 +42,9 @@ pub struct Args {
     /// The runtime state database holding the recorded calls [default: .runtime/state.db]
     #[arg(long, value_name = "DB")]
     pub history: Option<PathBuf>,
+    /// Run the evals under this settings file's powers instead of the base's
+    #[arg(long, value_name = "FILE")]
+    pub trusted_settings: Option<PathBuf>,
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
@@ -57,18 +64,21 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         history,
         since,
         runtime: super::eval::runtime_binary()?,
+        trusted: super::eval::trusted_source(args.trusted_settings),
     };
     let report = review_report::review(&wt.repo, &ownership, &opts).map_err(|e| match e {
         ReportError::Review(e) => CommandError::from(e),
         ReportError::Git(e) => CommandError::from(e),
         ReportError::Delta(shared::review::delta::DeltaError::Store(e)) => CommandError::from(e),
         ReportError::Delta(e) => CommandError::new(crate::command_error::Kind::Config, e),
-        ReportError::Eval(e) => CommandError::environment(e.to_string()),
+        ReportError::Eval(e) => super::eval::eval_error(e),
     })?;
     match args.format {
-        Format::Text => print!("{}", review_report::text(&report)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Github => print!("{}", review_report::github(&report)),
+        // The renderers escape each field; printing through the multi-line escape too
+        // keeps a field a renderer missed from driving the terminal.
+        Format::Text => print!("{}", printable_multiline(&review_report::text(&report))),
+        Format::Json => println!("{}", printable_json(&serde_json::to_string_pretty(&report)?)),
+        Format::Github => print!("{}", printable_multiline(&review_report::github(&report))),
     }
     Ok(if report.ok { Outcome::Ok } else { Outcome::Problems })
 }

@@ -50,8 +50,17 @@ pub struct Args {
     /// Under require_reviewed a fire refuses a builder tree no approval covers; an eval
     /// of a proposal under review must run it. Only with --no-commit: nothing such a
     /// fire does is committed, and its receipt names no approval
-    #[arg(long, requires = "no_commit")]
+    #[arg(long, requires_all = ["no_commit", "trusted_settings"])]
     pub eval: bool,
+    /// With --eval: the trusted settings file whose powers the fire runs under
+    ///
+    /// A file in the format of settings/runtime.yaml (`builder eval` writes the base's).
+    /// The sandbox, network grants, read directories, provider, fallback, key variables
+    /// and telemetry endpoint come from it, or from the revision's settings where they
+    /// are narrower; settings (or a prompt's prefetch ports) that would widen any of
+    /// them refuse the fire, and it never syncs
+    #[arg(long, value_name = "FILE", requires = "eval")]
+    pub trusted_settings: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
@@ -70,6 +79,13 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
         resume: None,
         replay: args.replay,
         eval: args.eval,
+        trusted: match &args.trusted_settings {
+            Some(file) => Some(shared::powers::load_trusted_file(file).map_err(|e| {
+                CommandError::usage(format!("--trusted-settings: {e}"))
+                    .hint("the file is a settings/runtime.yaml; `runtime fire --help` describes --eval")
+            })?),
+            None => None,
+        },
     };
     fire_task(root, fire, out)
 }
@@ -106,6 +122,7 @@ pub struct Fire {
     pub resume: Option<String>,
     pub replay: Option<std::path::PathBuf>,
     pub eval: bool,
+    pub trusted: Option<shared::settings::RuntimeSettings>,
 }
 
 /// The options of `fire` reporting to `renderer`.
@@ -120,6 +137,7 @@ fn options(root: &Path, fire: Fire, renderer: &Arc<Renderer>) -> Result<FireOpti
         progress: renderer.clone(),
         replay: fire.replay,
         eval: fire.eval,
+        trusted: fire.trusted,
     })
 }
 
@@ -132,15 +150,21 @@ fn dry_run(root: &Path, task: String, out: Output) -> Result<Outcome, CommandErr
         resume: None,
         replay: None,
         eval: false,
+        trusted: None,
     };
     let resolved = fire::dry_run(options(root, fire, &renderer)?);
     renderer.finish();
     match resolved {
         Ok(d) => {
+            // The prefetch output is whatever the builder's scripts printed (issue
+            // titles, log lines a model once wrote): inert on the terminal.
             if out.json {
-                println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
+                println!(
+                    "{}",
+                    shared::text::printable_json(&serde_json::to_string_pretty(&d).unwrap_or_default())
+                );
             } else {
-                print!("{}", render_dry_run(&d));
+                print!("{}", shared::text::printable_multiline(&render_dry_run(&d)));
             }
             Ok(Outcome::Ok)
         }

@@ -70,6 +70,7 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
         resume: Some(args.run_id),
         replay: None,
         eval: false,
+        trusted: None,
     };
     super::fire::fire_task(root, fire, out)
 }

@@ -52,7 +52,10 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         })
         .collect();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!(
+            "{}",
+            shared::text::printable_json(&serde_json::to_string_pretty(&rows)?)
+        );
         return Ok(Outcome::Ok);
     }
     if rows.is_empty() {
@@ -74,7 +77,9 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         };
         println!(
             "{:<26} {:<14} {:<17} {:<15} {:>5} {:>8} {:>9.4} {:>8}",
-            r.run_id, r.task, status, r.stop_reason, r.steps, r.tokens, r.cost_usd, r.duration_ms
+            shared::text::printable(&r.run_id),
+            shared::text::printable(&r.task),
+            status, r.stop_reason, r.steps, r.tokens, r.cost_usd, r.duration_ms
         );
     }
     if interrupted > 0 {

@@ -38,7 +38,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     } else if args.json {
         serde_json::to_string_pretty(&serde_json::json!({"run": row, "trace": trace}))?
     } else {
-        render(&row, &trace)
+        render(&row, &trace, &run_cards(root, &row))
     };
     match &args.output {
         Some(p) => std::fs::write(p, text + "\n").with_context(|| p.display().to_string())?,
@@ -49,11 +49,56 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     Ok(Outcome::Ok)
 }
 
-fn render(row: &shared::runs::RunSummary, trace: &shared::trace::Trace) -> String {
+/// The cards the run's receipt names, with their kinds (`<id> (<kind>)`); none when
+/// the run left no receipt in this work tree.
+fn run_cards(root: &Path, row: &shared::runs::RunSummary) -> Vec<String> {
+    let Some(receipt) = row
+        .receipt_path
+        .as_ref()
+        .and_then(|p| std::fs::read(root.join(p)).ok())
+        .and_then(|b| serde_json::from_slice::<shared::records::Receipt>(&b).ok())
+    else {
+        return Vec::new();
+    };
+    receipt
+        .cards
+        .iter()
+        .map(|id| {
+            let kind = shared::cards::work_tree_card_paths(root, id)
+                .first()
+                .and_then(|p| shared::records::read_card(&root.join(p)).ok())
+                .map(|c| c.kind.as_str().to_string());
+            match kind {
+                Some(k) => format!("{id} ({k})"),
+                None => id.clone(),
+            }
+        })
+        .collect()
+}
+
+/// The run as text: every field a model could have chosen goes through
+/// [`shared::text::printable`]; a failed span shows its error message.
+fn render(row: &shared::runs::RunSummary, trace: &shared::trace::Trace, cards: &[String]) -> String {
+    use shared::text::printable as p;
     let mut out = format!(
-        "run {}  task {}  {} ({})  steps {}  tokens {}  cost ${:.4}  {} ms\n\nspans:\n",
-        row.run_id, row.task, row.status, row.stop_reason, row.steps, row.tokens, row.cost_usd, row.duration_ms
+        "run {}  task {}  {} ({})  steps {}  tokens {}  cost ${:.4}  {} ms\n",
+        p(&row.run_id),
+        p(&row.task),
+        row.status,
+        row.stop_reason,
+        row.steps,
+        row.tokens,
+        row.cost_usd,
+        row.duration_ms
     );
+    out.push_str(&format!(
+        "cards: {}\n\nspans:\n",
+        if cards.is_empty() {
+            "none".to_string()
+        } else {
+            p(&cards.join(", ")).into_owned()
+        }
+    ));
     for s in &trace.spans {
         let tokens = if s.tokens_in + s.tokens_out > 0 {
             format!("  tokens {}+{}", s.tokens_in, s.tokens_out)
@@ -68,11 +113,14 @@ fn render(row: &shared::runs::RunSummary, trace: &shared::trace::Trace) -> Strin
             "  {:>9.2} ms  {:<10} {:<40} {}{}{}\n",
             s.duration_ms(),
             s.kind,
-            s.name,
+            p(&s.name),
             s.status,
             tokens,
             served
         ));
+        if let Some(message) = s.attributes.get("error.message").and_then(|v| v.as_str()) {
+            out.push_str(&format!("               error: {}\n", p(message)));
+        }
     }
     out.push_str("\nsteps (context budget):\n");
     for (step, r) in &trace.steps {
@@ -86,7 +134,7 @@ fn render(row: &shared::runs::RunSummary, trace: &shared::trace::Trace) -> Strin
             if r.reasons.is_empty() {
                 String::new()
             } else {
-                format!(" ({})", r.reasons.join("; "))
+                format!(" ({})", p(&r.reasons.join("; ")))
             }
         ));
     }
@@ -94,7 +142,13 @@ fn render(row: &shared::runs::RunSummary, trace: &shared::trace::Trace) -> Strin
     for c in &trace.calls {
         out.push_str(&format!(
             "  step {:>2} {:<10} {:<11} {:<6} {:<20} {}  {}\n",
-            c.step, c.call_id, c.name, c.decision, c.outcome, c.arguments, c.reason
+            c.step,
+            p(&c.call_id),
+            p(&c.name),
+            c.decision,
+            c.outcome,
+            p(&c.arguments.to_string()),
+            p(&c.reason)
         ));
     }
     out

@@ -744,6 +744,7 @@ impl Agent<'_> {
             .as_deref()
             .map_or(self.cfg.run_id.as_str(), Journal::ledger_run);
         let req = ToolRequest {
+            apart: false,
             masked,
             call_id: format!("{ledger_run}:{}", call.id),
             args,
@@ -897,9 +898,11 @@ fn provider_failed(
     e: &crate::provider::ProviderError,
 ) -> StopReason {
     state.retries += e.retries;
-    state.trace.attr(span, "error.type", format!("{:?}", e.kind));
-    state.trace.end(span, SpanStatus::Error);
     let detail = cfg.redactor.redact(&e.to_string()).into_owned();
+    state.trace.attr(span, "error.type", e.kind.as_str());
+    // `runtime show` prints it under the failed span.
+    state.trace.attr(span, "error.message", detail.clone());
+    state.trace.end(span, SpanStatus::Error);
     if e.kind == ProviderErrorKind::ContextOverflow {
         let last = state.trace.steps.last().map(|(_, r)| (r.used, r.budget));
         state.cards.push(CardDraft {
@@ -918,7 +921,7 @@ fn provider_failed(
     }
     state.cards.push(CardDraft {
         kind: CardKind::ProviderError,
-        summary: format!("model call failed: {:?}", e.kind),
+        summary: format!("model call failed: {}", e.headline()),
         detail,
         evidence: vec![format!("step {step}")],
     });

@@ -11,13 +11,15 @@
 pub mod case;
 pub mod render;
 pub mod run;
+pub mod trusted;
 
 use crate::diag::Diagnostic;
 use case::Case;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-pub use run::{EvalError, TempWorktree};
+pub use run::{EvalError, Firing, TempWorktree};
+pub use trusted::{RevisionPowers, Trusted, TrustedSource};
 
 /// One revision to evaluate.
 #[derive(Debug, Clone, Serialize)]
@@ -37,6 +39,8 @@ pub struct EvalOptions {
     pub task: Option<String>,
     /// The `runtime` binary that fires the cases.
     pub runtime: PathBuf,
+    /// Whose powers every eval fire runs under.
+    pub trusted: TrustedSource,
 }
 
 /// An assertion a fire broke, and what was seen instead.
@@ -60,6 +64,10 @@ pub struct CaseRun {
     pub duration_ms: u64,
     /// Each broken assertion once (the first fire's detail).
     pub failures: Vec<Failure>,
+    /// The sandbox the last fire's receipt records (eval fires get the full sandbox
+    /// of the trusted configuration, as cron fires do).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::records::SandboxRecord>,
 }
 
 impl CaseRun {
@@ -134,6 +142,10 @@ pub struct Summary {
 pub struct EvalReport {
     pub base: Option<Revision>,
     pub head: Revision,
+    /// Where the trusted configuration came from, in words.
+    pub trusted: String,
+    /// Each revision's powers against the trusted configuration (base, then head).
+    pub powers: Vec<RevisionPowers>,
     pub rows: Vec<Row>,
     pub summary: Summary,
 }
@@ -146,9 +158,23 @@ fn model_name(c: &Case) -> &'static str {
     }
 }
 
-/// Runs every case on every revision. Each revision gets one temporary worktree;
-/// the two revisions run side by side on two threads.
+/// Runs every case on every revision under the trusted configuration `opts.trusted`.
 pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, EvalError> {
+    let repo = crate::git::open_work_tree(&opts.root)
+        .map_err(|e| EvalError::Worktree(e.to_string()))?
+        .repo;
+    let trusted = Trusted::resolve(&repo, &opts.trusted, opts.base.as_ref())?;
+    evaluate_trusted(opts, &repo, &trusted)
+}
+
+/// Runs every case on every revision under `trusted`. Each revision gets one
+/// temporary worktree; the two revisions run side by side on two threads. A revision
+/// whose powers go beyond `trusted` is not fired: its rows say why.
+pub fn evaluate_trusted(
+    opts: &EvalOptions,
+    repo: &git2::Repository,
+    trusted: &Trusted,
+) -> Result<EvalReport, EvalError> {
     let head_wt = TempWorktree::add(&opts.root, &opts.head.commit)?;
     let base_wt = match &opts.base {
         Some(b) => Some(TempWorktree::add(&opts.root, &b.commit)?),
@@ -165,12 +191,26 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, EvalError> {
             }
         }
     }
+    let mut tasks: Vec<String> = cases.iter().map(|c| c.task.clone()).collect();
+    tasks.sort();
+    tasks.dedup();
+    let head_powers = trusted.judge(repo, "head", &opts.head, &tasks)?;
+    let base_powers = match &opts.base {
+        Some(b) => Some(trusted.judge(repo, "base", b, &tasks)?),
+        None => None,
+    };
     let runtime = opts.runtime.as_path();
+    let all = &cases;
     let (base_runs, head_runs) = std::thread::scope(|s| {
-        let base = base_wt
-            .as_ref()
-            .map(|wt| s.spawn(|| run_all(runtime, &wt.path, &cases)));
-        let head = run_all(runtime, &head_wt.path, &cases);
+        let base = base_wt.as_ref().map(|wt| {
+            let refused = base_powers.as_ref().and_then(|p| p.refused.clone());
+            s.spawn(move || run_all(&Firing::new(runtime, wt, trusted), all, refused))
+        });
+        let head = run_all(
+            &Firing::new(runtime, &head_wt, trusted),
+            all,
+            head_powers.refused.clone(),
+        );
         let base = base.map(|h| {
             h.join()
                 .unwrap_or_else(|_| Err(EvalError::Worktree("an eval thread panicked".into())))
@@ -178,14 +218,33 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, EvalError> {
         (base.transpose(), head)
     });
     let (base_runs, head_runs) = (base_runs?, head_runs?);
-    Ok(report(opts, &cases, base_runs, head_runs, problems))
+    let mut r = report(opts, &cases, base_runs, head_runs, problems);
+    r.trusted = trusted.from.clone();
+    r.powers = base_powers.into_iter().chain([head_powers]).collect();
+    Ok(r)
 }
 
-fn run_all(runtime: &Path, wt: &Path, cases: &[Case]) -> Result<Vec<CaseRun>, EvalError> {
-    let settings = crate::settings::load(wt).ok().map(|s| s.runtime);
-    let secrets = crate::fire::config::redactor(settings.as_ref());
-    cases.iter().map(|c| run::run_case(runtime, wt, c, &secrets)).collect()
+/// Every case on one revision; a revision `refused` (its powers go beyond the trusted
+/// configuration) is not fired, and each of its rows fails with the reason.
+fn run_all(f: &Firing, cases: &[Case], refused: Option<String>) -> Result<Vec<CaseRun>, EvalError> {
+    if let Some(why) = refused {
+        return Ok(cases
+            .iter()
+            .map(|_| CaseRun {
+                failures: vec![Failure {
+                    assertion: REFUSED.into(),
+                    detail: why.clone(),
+                }],
+                ..CaseRun::default()
+            })
+            .collect());
+    }
+    let secrets = f.trusted.redactor();
+    cases.iter().map(|c| run::run_case(f, c, &secrets)).collect()
 }
+
+/// The "assertion" a refused revision's rows fail: the trusted configuration's powers.
+pub const REFUSED: &str = "powers";
 
 fn row(c: &Case, revision: &'static str, run: CaseRun) -> Row {
     let pass_rate = run.pass_rate();
@@ -276,6 +335,8 @@ fn report(
     EvalReport {
         base: opts.base.clone(),
         head: opts.head.clone(),
+        trusted: String::new(),
+        powers: Vec::new(),
         rows,
         summary,
     }

@@ -24,14 +24,25 @@ fn total_line(label: &str, t: &Totals) -> String {
     )
 }
 
-/// The table printed by `builder eval` (and `builder review`'s text form).
+/// The table printed by `builder eval` (and `builder review`'s text form); every
+/// field a proposer or a model chose goes through [`crate::text::printable`].
 pub fn text(r: &EvalReport) -> String {
+    use crate::text::printable as p;
     let mut o = String::new();
     let width = r.rows.iter().map(|x| x.case.len()).max().unwrap_or(4).max(4);
     if let Some(b) = &r.base {
-        let _ = writeln!(o, "base: {} ({})", b.rev, short(&b.commit));
+        let _ = writeln!(o, "base: {} ({})", p(&b.rev), short(&b.commit));
     }
-    let _ = writeln!(o, "head: {} ({})", r.head.rev, short(&r.head.commit));
+    let _ = writeln!(o, "head: {} ({})", p(&r.head.rev), short(&r.head.commit));
+    let _ = writeln!(o, "trusted: {} (every fire runs under its powers)", p(&r.trusted));
+    for rev in &r.powers {
+        for c in &rev.changes {
+            let _ = writeln!(o, "power {}: {}", rev.revision, p(&c.to_string()));
+        }
+        if let Some(why) = &rev.refused {
+            let _ = writeln!(o, "REFUSED {}: {}", rev.revision, p(why));
+        }
+    }
     let _ = writeln!(
         o,
         "{:<width$}  {:<4}  {:>5}  {:>5}  {:>5}  {:>7}  {:>8}  {:>7}  {:>8}  result",
@@ -41,7 +52,7 @@ pub fn text(r: &EvalReport) -> String {
         let _ = writeln!(
             o,
             "{:<width$}  {:<4}  {:>5}  {:>5}  {:>5}  {:>7}  {:>8.4}  {:>7}  {:>8}  {}",
-            x.case,
+            p(&x.case),
             x.revision,
             rate(x.run.passed, x.run.runs),
             x.run.steps,
@@ -50,25 +61,25 @@ pub fn text(r: &EvalReport) -> String {
             x.run.cost_usd,
             x.run.denials,
             x.run.duration_ms,
-            result(x)
+            p(&result(x))
         );
     }
     if let Some(b) = &r.summary.base {
         let _ = writeln!(o, "{}", total_line("base", b));
     }
     let _ = writeln!(o, "{}", total_line("head", &r.summary.head));
-    for p in &r.summary.problems {
-        let _ = writeln!(o, "problem: {p}");
+    for problem in &r.summary.problems {
+        let _ = writeln!(o, "problem: {}", p(&problem.to_string()));
     }
     for f in &r.summary.failures {
         let _ = writeln!(
             o,
             "FAIL {} ({}): {}{}: {}",
-            f.case,
-            f.file,
-            f.assertion,
+            p(&f.case),
+            p(&f.file),
+            p(&f.assertion),
             if f.regression { " [regression]" } else { "" },
-            f.detail
+            p(&f.detail)
         );
     }
     o
@@ -101,8 +112,8 @@ pub fn markdown(r: &EvalReport) -> String {
     for x in &r.rows {
         let _ = writeln!(
             o,
-            "| `{}` | {} | {} | {} | {} | {} | {:.4} | {} | {} | {} |",
-            x.case,
+            "| {} | {} | {} | {} | {} | {} | {:.4} | {} | {} | {} |",
+            crate::text::markdown_cell(&x.case),
             x.revision,
             rate(x.run.passed, x.run.runs),
             x.run.steps,
@@ -111,7 +122,7 @@ pub fn markdown(r: &EvalReport) -> String {
             x.run.cost_usd,
             x.run.denials,
             x.run.duration_ms,
-            result(x).replace('|', "\\|")
+            crate::text::markdown_text(&result(x))
         );
     }
     o

@@ -5,8 +5,13 @@
 //! nothing and writes its records and `.runtime/` state into the throwaway worktree,
 //! never the engineer's. Scripted cases answer from their script through the replay
 //! provider (`runtime fire --replay`), offline and deterministically.
+//!
+//! Every fire runs under the trusted configuration ([`super::trusted`]): it is handed
+//! the trusted settings file and an allow-listed environment, with `HOME` a scratch
+//! directory beside the worktree.
 
 use super::case::{Assertion, Case, CaseModel};
+use super::trusted::Trusted;
 use super::{CaseRun, Failure};
 use crate::records::{Receipt, RecordedDecision};
 use crate::secrets::Redactor;
@@ -43,12 +48,17 @@ pub enum EvalError {
     Worktree(String),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// The trusted configuration cannot be had (no base, an unreadable file).
+    #[error("{0}")]
+    Trusted(String),
 }
 
 /// A detached worktree of one commit in a temporary directory; removed on drop.
 pub struct TempWorktree {
     repo_root: PathBuf,
     pub path: PathBuf,
+    /// An empty directory beside the worktree: the `HOME` of its eval fires.
+    pub home: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -64,6 +74,11 @@ impl TempWorktree {
                 source: e,
             })?;
         let path = dir.path().join("wt");
+        let home = dir.path().join("home");
+        std::fs::create_dir(&home).map_err(|source| EvalError::Io {
+            path: home.clone(),
+            source,
+        })?;
         git(
             repo_root,
             &["worktree", "add", "--detach", "--quiet"],
@@ -72,6 +87,7 @@ impl TempWorktree {
         Ok(TempWorktree {
             repo_root: repo_root.to_path_buf(),
             path,
+            home,
             _dir: dir,
         })
     }
@@ -120,10 +136,47 @@ struct Fired {
     card_kinds: Vec<String>,
 }
 
-/// Fires `case` once in the worktree `wt` with the `runtime` binary `runtime`.
-/// `n` numbers the fire (the scripted trace's file name).
-fn fire_once(runtime: &Path, wt: &Path, case: &Case, n: usize) -> Result<Fired, EvalError> {
-    let mut cmd = scrubbed(runtime);
+/// Where and how eval fires run: the `runtime` binary, the worktree, its scratch
+/// `HOME`, and the trusted configuration.
+#[derive(Clone, Copy)]
+pub struct Firing<'a> {
+    pub runtime: &'a Path,
+    pub wt: &'a Path,
+    pub home: &'a Path,
+    pub trusted: &'a Trusted,
+}
+
+impl<'a> Firing<'a> {
+    /// Eval fires of `wt` under `trusted`.
+    pub fn new(runtime: &'a Path, wt: &'a TempWorktree, trusted: &'a Trusted) -> Firing<'a> {
+        Firing {
+            runtime,
+            wt: &wt.path,
+            home: &wt.home,
+            trusted,
+        }
+    }
+}
+
+/// A fire that never started, with why.
+fn not_fired(message: String) -> Fired {
+    Fired {
+        receipt: None,
+        report: String::new(),
+        records: vec![],
+        message,
+        wall_ms: 0,
+        card_kinds: vec![],
+    }
+}
+
+/// Fires `case` once in the worktree of `f`. `n` numbers the fire (the scripted
+/// trace's file name).
+fn fire_once(f: &Firing, case: &Case, n: usize) -> Result<Fired, EvalError> {
+    let (runtime, wt) = (f.runtime, f.wt);
+    let mut cmd = Command::new(runtime);
+    f.trusted
+        .environment(&mut cmd, f.home, matches!(case.model, CaseModel::Provider));
     cmd.arg("-C").arg(wt).args([
         "fire",
         &case.task,
@@ -133,6 +186,7 @@ fn fire_once(runtime: &Path, wt: &Path, case: &Case, n: usize) -> Result<Fired, 
         "--progress",
         "never",
     ]);
+    cmd.arg("--trusted-settings").arg(f.trusted.file());
     match &case.model {
         CaseModel::Scripted(trace) => {
             let dir = wt.join(crate::layout::STATE_DIR).join("eval");
@@ -147,6 +201,14 @@ fn fire_once(runtime: &Path, wt: &Path, case: &Case, n: usize) -> Result<Fired, 
             cmd.arg("--replay").arg(&file);
         }
         CaseModel::Replay(rel) => {
+            let inside = Path::new(rel)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !inside {
+                return Ok(not_fired(format!(
+                    "the case's replay trace `{rel}` is not a path inside the repository"
+                )));
+            }
             cmd.arg("--replay").arg(wt.join(rel));
         }
         CaseModel::Provider => {}
@@ -206,12 +268,7 @@ pub struct Refired {
 
 /// Fires `task` once in `wt` answering from `trace` (a run's recorded model
 /// responses), without a commit.
-pub fn refire(
-    runtime: &Path,
-    wt: &Path,
-    task: &str,
-    trace: crate::provider::ReplayTrace,
-) -> Result<Refired, EvalError> {
+pub fn refire(f: &Firing, task: &str, trace: crate::provider::ReplayTrace) -> Result<Refired, EvalError> {
     let case = Case {
         file: PathBuf::new(),
         name: "re-run".into(),
@@ -222,7 +279,7 @@ pub fn refire(
         asserts: vec![],
         fixes: vec![],
     };
-    let fired = fire_once(runtime, wt, &case, 0)?;
+    let fired = fire_once(f, &case, 0)?;
     Ok(Refired {
         status: fired.receipt.as_ref().map_or("none", |r| r.status.as_str()).to_string(),
         card_kinds: fired.card_kinds,
@@ -232,7 +289,7 @@ pub fn refire(
 
 /// Runs `case` in `wt` (`repeat` times for a live model, once otherwise) and judges
 /// every fire by the case's assertions. `secrets` finds secret values in records.
-pub fn run_case(runtime: &Path, wt: &Path, case: &Case, secrets: &Redactor) -> Result<CaseRun, EvalError> {
+pub fn run_case(f: &Firing, case: &Case, secrets: &Redactor) -> Result<CaseRun, EvalError> {
     let runs = match case.model {
         CaseModel::Provider => case.repeat,
         CaseModel::Scripted(_) | CaseModel::Replay(_) => 1,
@@ -242,12 +299,13 @@ pub fn run_case(runtime: &Path, wt: &Path, case: &Case, secrets: &Redactor) -> R
         ..CaseRun::default()
     };
     for n in 0..runs as usize {
-        let fired = fire_once(runtime, wt, case, n)?;
+        let fired = fire_once(f, case, n)?;
         let failures = judge(case, &fired, secrets);
         if failures.is_empty() {
             row.passed += 1;
         }
         if let Some(r) = &fired.receipt {
+            row.sandbox = Some(r.sandbox.clone());
             row.steps += r.steps as u64;
             row.tool_calls += r.tool_calls.len() as u64;
             row.tokens += r.tokens.total();

@@ -37,6 +37,10 @@ pub struct FireConfig {
     pub telemetry: Option<Exporter>,
     /// This run's private scratch directory.
     pub scratch: PathBuf,
+    /// Where the committed `tools/` was written out (repo-relative, holding `tools/`;
+    /// one copy per `tools/` tree, reused), when the task runs scripts: they run from
+    /// there.
+    pub tools_dir: Option<PathBuf>,
 }
 
 impl FireConfig {
@@ -67,6 +71,7 @@ impl FireConfig {
             telemetry: exporter(Some(&settings)),
             provider_ports,
             scratch,
+            tools_dir: None,
             policy,
             prompt,
             scope,
@@ -92,6 +97,17 @@ pub fn scratch_dir(root: &Path) -> PathBuf {
     root.join(STATE_DIR)
         .join("scratch")
         .join(format!("s-{:016x}", rand::random::<u64>()))
+}
+
+impl FireConfig {
+    /// The path a builder script `script` (`tools/...`) runs from: its committed copy
+    /// when the tools were written out for this run, else the work tree's.
+    pub fn script_path(&self, script: &str) -> String {
+        match &self.tools_dir {
+            Some(dir) => dir.join(script).to_string_lossy().into_owned(),
+            None => script.to_string(),
+        }
+    }
 }
 
 /// The one way a fire finds its OTLP exporter: the settings' `telemetry` section (none

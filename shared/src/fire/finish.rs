@@ -271,13 +271,13 @@ fn export(ctx: &FireContext, exporter: &Exporter, trace: &crate::trace::Trace) {
 /// The next command for a fire whose first card is of `kind`.
 pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>) -> Option<String> {
     Some(match kind {
-        CardKind::InvalidConfig => "`builder check` lists every problem with file:line".into(),
+        CardKind::InvalidConfig => "the card's detail names each problem with file:line; `builder check` lists them all".into(),
         CardKind::ApprovalNeeded => format!(
             "`builder approve-call {run_id} {}` decides the call (`--deny` to refuse it), then `runtime resume {run_id}`",
             pending_call.unwrap_or("<call-id>")
         ),
         CardKind::UnreviewedChanges => {
-            "land the builder-owned changes through review (or `git stash` them), then fire again".into()
+            "the card says what is not reviewed; `builder proposals` and `builder review <name>` show what waits for approval".into()
         }
         CardKind::SandboxUnavailable => {
             "`runtime check` shows what this kernel offers; settings `sandbox.landlock` chooses the mode".into()
@@ -305,7 +305,7 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
             "the card says what stood in the way (a lock, a rebase or merge, a detached HEAD, a full disk): once it is gone, the next fire of any task commits these records".into()
         }
         CardKind::SyncFailed => {
-            "the card says which step failed; `git -C <repo> fetch <remote>` shows the same error, and the records stay committed locally until a push succeeds".into()
+            "the card names the step that failed and git's message; the records stay committed locally and the next fire tries the sync again".into()
         }
         CardKind::PermissionDenied
         | CardKind::MissingTool
@@ -729,14 +729,30 @@ fn commit_records(
     );
     let runtime_owned =
         |p: &str| own.classify(p) == Owner::Runtime && RUNTIME_DIRS.iter().any(|d| p.starts_with(&format!("{d}/")));
-    let oid = crate::git::commit_new_files(
+    // With `runtime_identity.signing_key`, the commit is signed (its key checked when
+    // the fire began; one that cannot be read now leaves the commit unsigned, which
+    // `builder audit` flags).
+    let key = sink.identity.signing_key.as_deref().and_then(|k| {
+        crate::review::runtime_commits::RuntimeKey::load(k, root)
+            .map_err(|e| tracing::warn!(error = %e, "the records commit is not signed"))
+            .ok()
+    });
+    let sign = |text: &str| key.as_ref().map_or(Err("no key".to_string()), |k| k.sign(text));
+    let opts = crate::git::CommitOptions {
+        held,
+        sign: key
+            .is_some()
+            .then_some(&sign as &dyn Fn(&str) -> Result<String, String>),
+        ..crate::git::CommitOptions::new(root)
+    };
+    let oid = crate::git::commit_new_files_with(
         sink.repo,
         files,
-        held,
         runtime_owned,
         &sink.identity.name,
         &sink.identity.email,
         &msg,
+        &opts,
     )
     .map_err(|e| WriteFailure {
         end: FireEnd::Environment,
@@ -857,6 +873,15 @@ impl FireRun {
             .iter()
             .find(|c| c.kind == CardKind::CheckpointFailed)
             .map(|c| c.summary.clone());
+        // A failed model call says why on cron's line: the kind, the HTTP status or
+        // the timeout, and the retries (the card's summary).
+        let model_failure = records
+            .state
+            .cards
+            .iter()
+            .find(|c| matches!(c.kind, CardKind::ProviderError | CardKind::ContextOverflow))
+            .map(|c| format!(": {}", c.summary))
+            .unwrap_or_default();
         let sink = RecordSink {
             redactor: self.config.redactor.clone(),
             identity: self.config.identity.clone(),
@@ -886,7 +911,9 @@ impl FireRun {
         let steps = records.state.step;
         self.push_records(&sink, &mut summary);
         self.after_records(db.as_mut(), status);
-        self.remember_sync_refusal(db.as_mut(), &summary);
+        if let (Some(sync), Some(_)) = (&self.sync, &summary.commit) {
+            sync.remember(db.as_mut(), &self.ctx.run_id, self.ctx.started_at);
+        }
         if let (StopReason::CheckpointFailed, Some(line)) = (self.stop, unsaved) {
             if summary.end == FireEnd::Failed {
                 summary.end = FireEnd::Environment;
@@ -904,7 +931,7 @@ impl FireRun {
             }
             None if summary.message.is_empty() => {
                 summary.message = format!(
-                    "{} {} ({}), {} steps{}",
+                    "{} {} ({}), {} steps{}{model_failure}",
                     self.ctx.opts.task,
                     status.as_str(),
                     self.stop.as_str(),
@@ -917,9 +944,6 @@ impl FireRun {
         summary
     }
 
-    /// With `sync`: once the card of an unapproved remote tree is committed, later fires
-    /// on that tree add no card (remembered only now: a crash before the commit leaves
-    /// the card to the next fire, never a tree remembered with no card behind it).
     /// The metadata of builder-owned paths and hooks as the fire ends, against what it
     /// was judged on: a change made meanwhile (by a tool where the sandbox is weaker
     /// than namespaces, or by another process) gets a card here, and the manifest
@@ -952,35 +976,31 @@ impl FireRun {
         })
     }
 
-    fn remember_sync_refusal(&self, db: Option<&mut StateDb>, summary: &FireSummary) {
-        let (Some(r), Some(db), Some(_)) = (&self.sync_refusal, db, &summary.commit) else {
-            return;
-        };
-        if let Err(e) = db.remember_refusal(&r.key, &r.fingerprint, &r.tree, &self.ctx.run_id, self.ctx.started_at) {
-            tracing::warn!(error = %e, "the unapproved remote tree was not remembered; the next fire cards it again");
-        }
-    }
-
-    /// With `sync`: pushes the branch after the commit ([`crate::sync::push_after`]).
-    /// A failed push is a `sync_failed` card, committed locally (the next fire pushes
+    /// With `sync`: pushes the branch after the commit ([`crate::sync::FireSync`]).
+    /// A box that cannot fire what the remote holds ends as needing attention. A
+    /// failed push is a `sync_failed` card, committed locally (the next fire pushes
     /// it with the rest), and exit 1.
     fn push_records(&self, sink: &RecordSink, summary: &mut FireSummary) {
-        let Some(sync) = &self.config.settings.sync else {
+        let Some(sync) = &self.sync else {
             return;
         };
-        if !self.sync_push || summary.commit.is_none() {
+        if summary.commit.is_none() {
+            sync.settle(None, summary);
             return;
         }
-        match crate::sync::push_after(&self.repo, sync, &self.config.identity.email) {
-            Ok(crate::sync::Pushed::Pushed { attempts, head }) => {
-                tracing::info!(attempts, head = %head, "records pushed");
+        match sync.push(&self.repo, &self.config.identity.email) {
+            Ok(pushed) => {
+                tracing::info!(?pushed, "records pushed");
+                sync.settle(Some(&pushed), summary);
             }
-            Ok(crate::sync::Pushed::Deferred(why)) => tracing::warn!(%why, "push deferred"),
             Err(e) => {
                 let draft = CardDraft {
                     kind: CardKind::SyncFailed,
                     summary: format!("sync {} failed", e.step),
-                    detail: e.to_string(),
+                    detail: match &e.hint {
+                        Some(h) => format!("{e}\nNext: {h}"),
+                        None => e.to_string(),
+                    },
                     evidence: vec![],
                 };
                 let recorded = write_card(&self.ctx, sink, &draft, Utc::now())
@@ -1002,6 +1022,9 @@ impl FireRun {
                 }
                 summary.end = FireEnd::Environment;
                 summary.message = e.to_string();
+                if let Some(hint) = &e.hint {
+                    summary.hint = Some(hint.clone());
+                }
             }
         }
     }

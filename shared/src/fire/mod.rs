@@ -31,7 +31,7 @@ use std::time::Instant;
 
 pub use dry_run::{dry_run, DryRun, ProviderView};
 pub use finish::PAUSE_BEFORE_COMMIT_ENV;
-pub use prepare::prepare;
+pub use prepare::{check_gate, prepare, Gate};
 
 /// What the caller asks of one fire.
 pub struct FireOptions {
@@ -53,6 +53,11 @@ pub struct FireOptions {
     /// runs a builder tree no approval covers yet (the proposal under review) instead
     /// of refusing; nothing it does is committed.
     pub eval: bool,
+    /// For an eval fire: the trusted configuration whose powers (sandbox, network,
+    /// read directories, provider and key variable, telemetry) the fire runs under
+    /// instead of the revision's own ([`crate::powers::confine`]); settings that would
+    /// widen any of them refuse the fire.
+    pub trusted: Option<crate::settings::RuntimeSettings>,
 }
 
 /// How a fire ended, in the terms the binary maps to exit codes (DESIGN.md section 7).
@@ -216,20 +221,9 @@ pub struct FireRun {
     /// The run's journal (its row, a checkpoint after every step, the tool ledger);
     /// `None` in a dry run or where the state database cannot be written.
     journal: Option<crate::journal::Journal>,
-    /// With `sync`: push after the commit (false while the remote tip is unapproved).
-    sync_push: bool,
-    /// With `sync`: the unapproved remote tree this fire cards, remembered only once
-    /// its card is committed (a crash before that cards it again next time).
-    sync_refusal: Option<SyncRefusal>,
+    /// With `sync`: what the sync before the fire found, and the push after it.
+    sync: Option<crate::sync::FireSync>,
     /// The metadata manifest the fire was judged on (see [`crate::manifest`]), with
     /// the ownership it was scanned by: compared again when the fire ends.
     metadata: Option<(crate::manifest::Manifest, crate::layout::Ownership)>,
-}
-
-/// An unapproved remote tip's card, as the refusals table keys it: one card per tree.
-#[derive(Debug, Clone)]
-pub(crate) struct SyncRefusal {
-    pub key: String,
-    pub fingerprint: String,
-    pub tree: String,
 }

@@ -131,15 +131,18 @@ fn run_script(
     config: &FireConfig,
     script: &Script,
 ) -> Result<(String, bool), (String, bool)> {
-    if !root.join(script.path).is_file() {
+    // The committed script, written out for this run (or the work tree's in a dry run).
+    let path = config.script_path(script.path);
+    if !root.join(&path).is_file() {
         return Err((format!("script `{}` does not exist", script.path), false));
     }
-    let mut command = shell_quote(script.path);
+    let mut command = shell_quote(&path);
     for a in script.args {
         command.push(' ');
         command.push_str(&shell_quote(a));
     }
     let req = ToolRequest {
+        apart: false,
         masked: Vec::new(),
         call_id: "prefetch".into(),
         args: ToolArgs::RunCommand {
@@ -156,7 +159,12 @@ fn run_script(
     let worker = WorkerConfig {
         root: root.to_path_buf(),
         scratch: config.scratch.clone(),
-        isolation: Some(NamespacePlan::new(&spec, root, Vec::new())),
+        isolation: Some(NamespacePlan::new(
+            &spec,
+            root,
+            Vec::new(),
+            config.settings.sandbox.write_bytes,
+        )),
         spec,
         mode: config.settings.sandbox.landlock,
         env: ExecContext::scrubbed_env(&config.scratch),

@@ -23,8 +23,12 @@ use crate::state::{self, LockFile, LockWait, StateDb};
 /// there is nothing worth a record).
 pub(crate) struct Stop {
     end: FireEnd,
-    card: Option<CardDraft>,
+    /// Boxed: a `Stop` is every preparation step's error, and stays small.
+    card: Option<Box<CardDraft>>,
     message: String,
+    /// The next step for this situation, when the card kind's usual hint
+    /// ([`hint_for`]) would point the wrong way.
+    hint: Option<String>,
 }
 
 impl Stop {
@@ -32,13 +36,19 @@ impl Stop {
         Stop {
             end,
             message: summary.clone(),
-            card: Some(CardDraft {
+            card: Some(Box::new(CardDraft {
                 kind,
                 summary,
                 detail,
                 evidence: vec![],
-            }),
+            })),
+            hint: None,
         }
+    }
+
+    fn with_hint(mut self, hint: impl Into<String>) -> Stop {
+        self.hint = Some(hint.into());
+        self
     }
 
     fn bare(end: FireEnd, message: impl Into<String>) -> Stop {
@@ -46,6 +56,7 @@ impl Stop {
             end,
             card: None,
             message: message.into(),
+            hint: None,
         }
     }
 }
@@ -68,7 +79,11 @@ pub struct Refusal {
     inputs: Inputs,
     settings: Option<RuntimeSettings>,
     repo: git2::Repository,
+    /// With `sync`: the refusal's records are pushed like a fire's.
+    sync: Option<crate::sync::FireSync>,
     _lock: LockFile,
+    /// The situation's own next step, over the card kind's usual one.
+    hint: Option<String>,
 }
 
 impl Refusal {
@@ -89,7 +104,10 @@ impl Refusal {
                         "{} (unchanged since card {}, refused {} times; not recorded again)",
                         self.card.summary, seen.card_id, seen.count
                     );
-                    summary.hint = hint_for(self.card.kind, &self.ctx.run_id, None);
+                    summary.hint = self
+                        .hint
+                        .clone()
+                        .or_else(|| hint_for(self.card.kind, &self.ctx.run_id, None));
                     return summary;
                 }
                 Ok(None) => {}
@@ -109,11 +127,17 @@ impl Refusal {
         };
         let sink = RecordSink {
             redactor,
-            identity: self
-                .settings
-                .as_ref()
-                .map(|s| s.runtime_identity.clone())
-                .unwrap_or_default(),
+            // Settings that did not load still name the runtime (and its signing key)
+            // in HEAD's text: the refusal's commit is made, and signed, as theirs.
+            identity: match self.settings.as_ref() {
+                Some(s) => s.runtime_identity.clone(),
+                None => self
+                    .repo
+                    .head()
+                    .and_then(|h| h.peel_to_tree())
+                    .and_then(|t| crate::review::runtime_commits::runtime_identity_of(&self.repo, &t))
+                    .unwrap_or_default(),
+            },
             telemetry: config::exporter(self.settings.as_ref()),
             repo: &self.repo,
             limits: self.settings.as_ref().map(|s| s.limits).unwrap_or_default(),
@@ -123,10 +147,23 @@ impl Refusal {
         if summary.end == FireEnd::Failed {
             summary.end = self.end;
         }
+        if self.hint.is_some() {
+            summary.hint = self.hint.clone();
+        }
+        if let (Some(sync), Some(_)) = (&self.sync, &summary.commit) {
+            // The refusal's card reaches the remote as a fire's records do; a push
+            // that fails leaves it committed here for the next push.
+            if let Err(e) = sync.push(&self.repo, &sink.identity.email) {
+                tracing::warn!(error = %e, "the refusal's records were not pushed");
+            }
+        }
         if let (Ok(db), Some(card_id), Some(_)) = (&mut db, summary.cards.first(), &summary.commit) {
             if let Err(e) = db.remember_refusal(task, &fingerprint, &tree, card_id, self.ctx.started_at) {
                 tracing::warn!(error = %e, "the refusal was not remembered; the next one is recorded again");
             }
+        }
+        if self.hint.is_some() {
+            summary.hint = self.hint;
         }
         if let (Some(paused), Ok(db)) = (&self.close_paused, &mut db) {
             if let Err(e) = db.delete_checkpoint(paused) {
@@ -198,7 +235,7 @@ fn builder_tree(repo: &git2::Repository) -> String {
     repo.head()
         .and_then(|h| h.peel_to_tree())
         .ok()
-        .and_then(|t| crate::review::builder_tree_of(&t).ok())
+        .and_then(|t| crate::review::builder_tree_of(repo, &t).ok())
         .map(|o| o.to_string())
         .unwrap_or_default()
 }
@@ -229,13 +266,13 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
     let mut p = Preparing::new(ctx, repo, false);
     match p.phases() {
         Ok((config, state)) => Ok(p.into_run(config, state, Some(lock))),
-        Err(Stop { end, card, message }) => {
+        Err(Stop { end, card, message, hint }) => {
             let close_paused = p.close_paused.take();
             let mut recovered = std::mem::take(&mut p.recovery_cards);
             // A stop with nothing of its own to record still records what recovery
             // did (runs it closed as crashed): those cards are never dropped.
             let (card, message) = match card {
-                Some(card) => (card, None),
+                Some(card) => (*card, None),
                 None if !recovered.is_empty() => (recovered.remove(0), Some(message)),
                 None => {
                     p.close_unrecorded();
@@ -256,7 +293,9 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
                 inputs: p.inputs,
                 settings: p.settings,
                 repo: p.repo,
+                sync: p.sync,
                 _lock: lock,
+                hint,
             })))
         }
     }
@@ -309,7 +348,7 @@ pub(crate) fn prepare_dry(opts: FireOptions) -> Result<(FireRun, DryNotes), Box<
             };
             let mut summary = p.ctx.unrecorded(RunStatus::Failed, stop.end, message);
             if let Some(card) = &stop.card {
-                summary.hint = hint_for(card.kind, &p.ctx.run_id, None);
+                summary.hint = stop.hint.clone().or_else(|| hint_for(card.kind, &p.ctx.run_id, None));
             }
             Err(Box::new(summary))
         }
@@ -414,7 +453,7 @@ fn waiting(ctx: &mut FireContext) -> Option<FireSummary> {
     );
     summary.hint = Some(match decided {
         Some(_) => format!("`runtime resume {run}` runs the decided call and finishes the run"),
-        None => format!("`builder approve-call {run} <call-id>` (or deny-call), then `runtime resume {run}`"),
+        None => format!("`builder approve-call {run} <call-id>` (add `--deny` to refuse it), then `runtime resume {run}`"),
     });
     Some(summary)
 }
@@ -455,10 +494,8 @@ struct Preparing {
     recovery_cards: Vec<CardDraft>,
     /// A paused run to close once a refusal is recorded (its approval went stale).
     close_paused: Option<String>,
-    /// With `sync`: whether the fire pushes after its commit.
-    sync_push: bool,
-    /// With `sync`: the unapproved tree to remember once its card is committed.
-    sync_refusal: Option<super::SyncRefusal>,
+    /// With `sync`: what the sync before the fire found, for the push after it.
+    sync: Option<crate::sync::FireSync>,
     /// The metadata the fire was judged on, compared again at its end.
     metadata: Option<(crate::manifest::Manifest, Ownership)>,
     /// Cards the fire records though it runs (an unapproved remote tip).
@@ -481,8 +518,7 @@ impl Preparing {
             journal: None,
             recovery_cards: Vec::new(),
             close_paused: None,
-            sync_push: true,
-            sync_refusal: None,
+            sync: None,
             metadata: None,
             pending_cards: Vec::new(),
         }
@@ -509,14 +545,52 @@ impl Preparing {
             worker: None,
             spare_worker: None,
             journal: self.journal,
-            sync_push: self.sync_push,
-            sync_refusal: self.sync_refusal,
+            sync: self.sync,
             metadata: self.metadata,
         }
     }
 
+    /// The settings of what the fire runs on: HEAD's committed blobs (the approved
+    /// bytes, issue 17 item 3), or, for a dry run (which runs nothing of the model's),
+    /// the work tree with its uncommitted edits.
+    fn load_settings(&self) -> Result<settings::Settings, crate::diag::Diagnostics> {
+        if self.dry_run {
+            return settings::load(&self.ctx.opts.root);
+        }
+        match crate::review::committed::Committed::at_head(&self.repo) {
+            Ok(committed) => settings::load_from(&committed),
+            Err(e) => Err(crate::diag::Diagnostics(vec![crate::diag::Diagnostic::new(
+                SETTINGS_FILE,
+                0,
+                "",
+                format!("cannot read HEAD's tree: {}", e.message()),
+            )])),
+        }
+    }
+
+    /// Reads the builder-owned text file `rel` the fire runs on: from HEAD's committed
+    /// tree (links resolved inside it, [`crate::review::committed`]), or for a dry run
+    /// from the work tree.
+    fn read_builder_file(&self, rel: &str) -> Result<String, String> {
+        if self.dry_run {
+            return std::fs::read_to_string(self.ctx.opts.root.join(rel)).map_err(|e| e.to_string());
+        }
+        crate::review::committed::Committed::at_head(&self.repo)
+            .map_err(|e| e.message().to_string())?
+            .read_to_string(rel)
+            .map_err(|e| e.to_string())
+    }
+
     fn phases(&mut self) -> Result<(FireConfig, LoopState), Stop> {
-        let loaded = settings::load(&self.ctx.opts.root);
+        // A sync step killed mid-way: its locks and half-moved branch go first (the
+        // fire then fires where the branch is now).
+        if !self.dry_run && crate::sync::finish_interrupted(&self.repo) {
+            self.inputs.commit = crate::git::head_commit(&self.repo)
+                .ok()
+                .flatten()
+                .map(|o| o.to_string());
+        }
+        let loaded = self.load_settings();
         self.refuse_unreviewed(loaded.as_ref().ok().map(|s| &s.runtime))?;
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
@@ -533,6 +607,14 @@ impl Preparing {
                 )
             })?
             .runtime;
+        if let Some(trusted) = &self.ctx.opts.trusted {
+            settings = crate::powers::confine(&settings, trusted).map_err(|w| refuse_widening(&w.0))?;
+        }
+        if self.ctx.opts.no_commit {
+            // Nothing is committed, so nothing is pushed and no branch moves: an eval
+            // fire in a detached worktree, or a trial fire, never syncs.
+            settings.sync = None;
+        }
         if let Some(trace) = &self.ctx.opts.replay {
             settings.provider = settings::ProviderSettings {
                 kind: settings::ProviderKind::Replay,
@@ -546,8 +628,10 @@ impl Preparing {
         }
         self.settings = Some(settings.clone());
         let settings = self.sync(settings)?;
+        self.check_signing_key(&settings)?;
+        self.refuse_links(&settings)?;
         self.require_approval(&settings)?;
-        let config = self.load_config(settings)?;
+        let mut config = self.load_config(settings)?;
         std::fs::create_dir_all(&config.scratch).map_err(|e| {
             Stop::bare(
                 FireEnd::Environment,
@@ -557,15 +641,28 @@ impl Preparing {
                 ),
             )
         })?;
-        let recovered = self.recover(&config)?;
+        self.materialise_tools(&mut config)?;
+        match self.conversation(&config) {
+            Ok(state) => Ok((config, state)),
+            Err(stop) => {
+                let _ = std::fs::remove_dir_all(&config.scratch);
+                Err(stop)
+            }
+        }
+    }
+
+    /// The run's first conversation once its configuration is in hand: an interrupted
+    /// run's state, a paused run's checkpoint, or a fresh one with its prefetch.
+    fn conversation(&mut self, config: &FireConfig) -> Result<LoopState, Stop> {
+        let recovered = self.recover(config)?;
         self.begin_run();
         let mut state = match recovered {
             Some(state) => state,
-            None => self.first_state(&config)?,
+            None => self.first_state(config)?,
         };
         state.cards.append(&mut self.recovery_cards);
         state.cards.append(&mut self.pending_cards);
-        Ok((config, state))
+        Ok(state)
     }
 
     /// Settles the task's interrupted runs ([`recover`]): the state of the one this
@@ -649,10 +746,10 @@ impl Preparing {
     }
 
     /// The cron box (`sync`, see [`crate::sync`]): fetch, and move to the remote tip
-    /// when its builder tree is approved; the settings of the tree the fire then runs
-    /// on. An unapproved tip gets one `unreviewed_changes` card per tree (kept in the
-    /// state database's refusals under the sync's own key) and no push; a failed
-    /// fetch is a `sync_failed` card and exit 1.
+    /// when the box may fire it; the settings of the tree the fire then runs on. A tip
+    /// it cannot fire (or a rewritten remote history) gets one card per cause, kept in
+    /// the state database's refusals under the sync's own key; a failed fetch is a
+    /// `sync_failed` card and exit 1.
     fn sync(&mut self, settings: RuntimeSettings) -> Result<RuntimeSettings, Stop> {
         let Some(sync) = settings.sync.clone() else {
             return Ok(settings);
@@ -664,97 +761,47 @@ impl Preparing {
             ));
             return Ok(settings);
         }
+        if !crate::sync::applies(&self.ctx.opts) {
+            return Ok(settings);
+        }
         let root = self.ctx.opts.root.clone();
         let rule = approval_rule(&settings)?;
-        match crate::sync::before_fire(&self.repo, &sync, &rule, Some(&root)) {
-            Ok(crate::sync::Before::Moved { to, .. }) => {
-                self.inputs.commit = Some(to.to_string());
-                let moved = settings::load(&root)
-                    .map_err(|d| {
-                        let text = d.to_string();
-                        Stop::carded(
-                            FireEnd::InvalidInput,
-                            CardKind::InvalidConfig,
-                            format!("invalid settings after sync: {}", first_line(&text)),
-                            text,
-                        )
-                    })?
-                    .runtime;
-                self.settings = Some(moved.clone());
-                Ok(moved)
-            }
-            Ok(crate::sync::Before::Unapproved { tip, tree }) => {
-                let tree = tree.to_string();
-                let summary = format!(
-                    "{}/{} moved to a tree of builder-owned paths with no approval ({})",
-                    sync.remote,
-                    sync.branch,
-                    &tree[..12]
-                );
-                let detail = format!(
-                    "the remote tip {tip} has builder tree {tree}, which no approval on {} that counts names: this fire ran on what the cron box had and pushed nothing; it moves there once the change is approved (builder approve, and push refs/builder/*)",
-                    crate::review::APPROVALS_REF
-                );
-                self.refuse_tip(&sync, tip, tree, summary, detail);
-                Ok(settings)
-            }
-            Ok(crate::sync::Before::TracksState { tip }) => {
-                let summary = format!(
-                    "{}/{} moved to a commit that tracks {}/ ({})",
-                    sync.remote,
-                    sync.branch,
-                    crate::layout::STATE_DIR,
-                    &tip.to_string()[..12]
-                );
-                let detail = format!(
-                    "the remote tip {tip} tracks paths under {dir}/, the runtime's private state (its state database, the walk memo of the two-key check), which no commit may write on the cron box: this fire ran on what the cron box had and pushed nothing; it moves once a commit on the remote removes {dir}/ (git rm -r --cached {dir})",
-                    dir = crate::layout::STATE_DIR
-                );
-                self.refuse_tip(&sync, tip, tip.to_string(), summary, detail);
-                Ok(settings)
-            }
-            Ok(crate::sync::Before::UpToDate | crate::sync::Before::Ahead) => Ok(settings),
-            Err(e) => Err(Stop::carded(
+        let began = crate::sync::FireSync::begin(&self.repo, &root, sync, &rule, self.ctx.started_at).map_err(|e| {
+            let detail = match &e.hint {
+                Some(h) => format!("{e}\nNext: {h}"),
+                None => e.to_string(),
+            };
+            let stop = Stop::carded(
                 FireEnd::Environment,
                 CardKind::SyncFailed,
-                format!("sync {} failed", e.step),
-                e.to_string(),
-            )),
-        }
-    }
-
-    /// The remote tip `tip` is not taken (`subject`: the tree or commit the refusal is
-    /// about): the fire runs on what it has, pushes nothing, and cards it once per
-    /// subject, not once per fire.
-    fn refuse_tip(
-        &mut self,
-        sync: &settings::SyncSettings,
-        tip: git2::Oid,
-        subject: String,
-        summary: String,
-        detail: String,
-    ) {
-        self.sync_push = false;
-        let key = format!("sync:{}/{}", sync.remote, sync.branch);
-        let fingerprint = records::fingerprint(&key, CardKind::UnreviewedChanges, &subject);
-        let seen = StateDb::open(&self.ctx.opts.root).ok().and_then(|mut db| {
-            db.repeat_refusal(&key, &fingerprint, &subject, self.ctx.started_at)
-                .ok()
-                .flatten()
-        });
-        if seen.is_none() {
-            self.pending_cards.push(CardDraft {
-                kind: CardKind::UnreviewedChanges,
-                summary,
+                first_line(&e.to_string()),
                 detail,
-                evidence: vec![tip.to_string()],
-            });
-            self.sync_refusal = Some(super::SyncRefusal {
-                key,
-                fingerprint,
-                tree: subject,
-            });
-        }
+            );
+            match &e.hint {
+                Some(h) => stop.with_hint(h.clone()),
+                None => stop,
+            }
+        })?;
+        self.pending_cards.extend(began.card);
+        self.sync = Some(began.fire);
+        let Some(to) = began.moved else {
+            return Ok(settings);
+        };
+        self.inputs.commit = Some(to.to_string());
+        let moved = self
+            .load_settings()
+            .map_err(|d| {
+                let text = d.to_string();
+                Stop::carded(
+                    FireEnd::InvalidInput,
+                    CardKind::InvalidConfig,
+                    format!("invalid settings after sync: {}", first_line(&text)),
+                    text,
+                )
+            })?
+            .runtime;
+        self.settings = Some(moved.clone());
+        Ok(moved)
     }
 
     /// Builder paths must be committed: the fire runs on reviewed versions only.
@@ -782,7 +829,8 @@ impl Preparing {
             CardKind::UnreviewedChanges,
             format!("{} builder-owned path(s) have uncommitted changes", dirty.len()),
             format!("refusing to fire on unreviewed changes: {}", dirty.join(", ")),
-        ))
+        )
+        .with_hint("land the changes through review (`builder propose <name>`), or `git stash` them, then fire again"))
     }
 
     /// What git does not track (DESIGN.md section 2: modes and owners are builder-owned
@@ -835,7 +883,8 @@ impl Preparing {
         if let Some(card) = &mut stop.card {
             card.evidence = listed;
         }
-        Err(stop)
+        Err(stop
+            .with_hint("put the mode, owner or hook back, or accept the change with `builder audit --accept-metadata`"))
     }
 
     /// Two keys (DESIGN.md section 8): with `require_reviewed`, HEAD's tree of
@@ -858,20 +907,19 @@ impl Preparing {
                 return Ok(());
             }
         }
-        self.refuse_links_leaving()?;
-        let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?;
-        let rule = crate::review::trust::Trust::rule_in_force(&self.repo, head.id(), approval_rule(settings)?, root)
+        let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?.id();
+        let rule = crate::review::trust::Trust::rule_in_force(&self.repo, head, approval_rule(settings)?, root)
             .map_err(env)?;
         // The walk to the last approved tree is remembered in `.runtime/`, so
         // records-only commits since then are read once, not on every fire.
         let judged = crate::review::trust::Trust::new(&self.repo, rule.clone())
             .map_err(env)?
             .remembering(root)
-            .commit(head.id())
+            .commit(head)
             .map_err(env)?;
         if let Some(a) = &judged.approval {
             self.inputs.approval = Some(a.as_ref());
-            return Ok(());
+            return self.refuse_rollback(&judged);
         }
         if let Some(d) = &judged.unreadable {
             return Err(unreadable_signers(d));
@@ -911,34 +959,133 @@ impl Preparing {
                     .chain((!rejected.is_empty()).then(|| format!("\n({})", judged.judged_by(&rule))))
                     .collect::<String>()
             ),
-        ))
+        )
+        .with_hint("have the change approved by someone else (`builder review <name>`, then `builder approve <name>`), and fetch refs/builder/* where the runtime fires"))
     }
 
-    /// Two keys, continued: an approval names a link, not what it reaches, so a HEAD
-    /// whose builder-owned directories hold a symlink out of them (or a submodule) is
-    /// not covered ([`crate::review::links_leaving`]).
-    fn refuse_links_leaving(&mut self) -> Result<(), Stop> {
-        let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading HEAD's tree: {e}"));
-        let tree = self.repo.head().and_then(|h| h.peel_to_tree()).map_err(env)?;
-        let leaving = crate::review::links_leaving(&self.repo, &tree).map_err(env)?;
-        if leaving.is_empty() || (self.ctx.opts.eval && self.ctx.opts.no_commit) {
+    /// Approvals only move forward (issue 17 item 4, [`crate::review::forward`]): the
+    /// approved tree HEAD holds must not be older than the newest this box ran, unless
+    /// a newer approval names it again. A rollback refuses the fire with one
+    /// `unreviewed_changes` card (repeats are counted, as for any refusal of the same
+    /// tree); otherwise the box remembers the approval it runs under.
+    fn refuse_rollback(&mut self, judged: &crate::review::trust::Judged) -> Result<(), Stop> {
+        if self.dry_run || (self.ctx.opts.eval && self.ctx.opts.no_commit) {
             return Ok(());
         }
-        let summary = format!("HEAD's builder-owned paths link outside them: {}", leaving.join(", "));
+        let root = &self.ctx.opts.root;
+        let ran = crate::review::forward::read(&self.repo, root);
+        if let Some(back) = crate::review::forward::check(&self.repo, judged.tree, &judged.counting, ran.as_ref()) {
+            return Err(Stop::carded(
+                FireEnd::Failed,
+                CardKind::UnreviewedChanges,
+                back.summary(),
+                back.detail(),
+            ));
+        }
+        if let Err(e) = crate::review::forward::remember(&self.repo, root, &judged.counting) {
+            tracing::warn!(error = %e, "the approval this fire runs under was not remembered");
+        }
+        Ok(())
+    }
+
+    /// With `runtime_identity.signing_key`, the fire's records commit is signed: a key
+    /// that cannot be used refuses the fire before anything runs (`invalid_config`),
+    /// rather than leaving commits unsigned that `builder audit` would flag as forged.
+    fn check_signing_key(&self, settings: &RuntimeSettings) -> Result<(), Stop> {
+        let Some(key) = settings.runtime_identity.signing_key.as_deref() else {
+            return Ok(());
+        };
+        if self.dry_run {
+            return Ok(());
+        }
+        match crate::review::runtime_commits::RuntimeKey::load(key, &self.ctx.opts.root) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(Stop::carded(
+                FireEnd::InvalidInput,
+                CardKind::InvalidConfig,
+                "the runtime's signing key cannot be used".into(),
+                format!("{SETTINGS_FILE}: {e}"),
+            )),
+        }
+    }
+
+    /// A builder-owned link that the kernel would resolve outside the builder-owned
+    /// paths, into what tools write, into `/proc` or `/dev` or out of the repository
+    /// (or a submodule) refuses every fire ([`crate::review::links`]): nothing is loaded
+    /// through it, and an approval covers the link, not what it reaches. Under
+    /// `require_reviewed` that is an unreviewed change (exit 1), otherwise a
+    /// configuration error (exit 2).
+    fn refuse_links(&mut self, settings: &RuntimeSettings) -> Result<(), Stop> {
+        let env = |e: String| Stop::bare(FireEnd::Environment, format!("reading HEAD's tree: {e}"));
+        let refused = if self.dry_run {
+            let owned = crate::review::owned::OwnedPaths::of_settings(settings);
+            crate::review::links::refused_links(&crate::review::links::WorkView::new(&self.ctx.opts.root), &owned)
+        } else {
+            let committed =
+                crate::review::committed::Committed::at_head(&self.repo).map_err(|e| env(e.message().to_string()))?;
+            committed.refused_links()
+        }
+        .map_err(|e| env(e.to_string()))?;
+        if refused.is_empty() || (self.ctx.opts.eval && self.ctx.opts.no_commit) {
+            return Ok(());
+        }
+        let paths: Vec<String> = refused.iter().map(|l| format!("{} -> {}", l.path, l.target)).collect();
+        let summary = format!("HEAD's builder-owned paths link outside them: {}", paths.join(", "));
         if self.dry_run {
             self.notes.push(format!("a fire would refuse: {summary}"));
             return Ok(());
         }
-        let builder_tree = crate::review::builder_tree_of(&tree).map_err(env)?;
-        Err(Stop::carded(
-            FireEnd::Failed,
-            CardKind::UnreviewedChanges,
+        let (end, kind) = if settings.require_reviewed {
+            (FireEnd::Failed, CardKind::UnreviewedChanges)
+        } else {
+            (FireEnd::InvalidInput, CardKind::InvalidConfig)
+        };
+        let mut stop = Stop::carded(
+            end,
+            kind,
             summary,
             format!(
-                "require_reviewed is on and builder tree {builder_tree} holds links whose targets lie outside the builder-owned directories; an approval covers the link, not what it reaches, so whoever changes the target changes what runs: put the content itself under prompts/, scope/, settings/, tools/ or evals/ (through review){}",
-                leaving.iter().map(|l| format!("\n- {l}")).collect::<String>()
+                "links among the builder-owned paths are resolved as the kernel would, and these leave them (or reach what tools write, /proc, /dev or outside the repository): nothing is loaded through them, and an approval covers a link, not what it reaches, so whoever changes the target changes what runs; put the content itself under prompts/, scope/, settings/, tools/, evals/ or builder_paths (through review){}",
+                crate::review::links::listed(&refused)
             ),
-        ))
+        )
+        .with_hint("put the content itself in place of the link, through review");
+        if let Some(card) = &mut stop.card {
+            card.evidence = paths;
+        }
+        Err(stop)
+    }
+
+    /// The scripts a task runs (prefetch and acceptance `run:`) execute from the
+    /// committed `tools/`, written out under the hand-over directory (once per tree),
+    /// which tool processes see read-only ([`crate::review::committed`]); a dry run runs
+    /// the work tree's.
+    fn materialise_tools(&mut self, config: &mut FireConfig) -> Result<(), Stop> {
+        let front = &config.prompt.front;
+        let runs_scripts = !front.prefetch.is_empty() || front.acceptance.iter().any(|a| a.run.is_some());
+        if self.dry_run || !runs_scripts {
+            return Ok(());
+        }
+        let root = &self.ctx.opts.root;
+        let handoff = std::path::PathBuf::from(crate::layout::STATE_DIR).join(crate::layout::HANDOFF_DIR);
+        let failed = |e: String| {
+            Stop::carded(
+                FireEnd::Environment,
+                CardKind::PrefetchFailed,
+                "the committed tools/ could not be written out for this run".into(),
+                e,
+            )
+        };
+        std::fs::create_dir_all(root.join(&handoff)).map_err(|e| failed(e.to_string()))?;
+        let committed =
+            crate::review::committed::Committed::at_head(&self.repo).map_err(|e| failed(e.message().to_string()))?;
+        let copy = committed
+            .tools_copy(&root.join(&handoff))
+            .map_err(|e| failed(e.to_string()))?;
+        // No committed tools/: the scripts do not exist (never the work tree's, which
+        // an ignore rule could hide from the dirty check).
+        config.tools_dir = Some(handoff.join(copy.unwrap_or_else(|| "no-tools".into())));
+        Ok(())
     }
 
     /// Prompt, scope and policy on top of the settings, resolved into one config; the
@@ -948,17 +1095,27 @@ impl Preparing {
         let invalid = |summary: String, detail: String| {
             Stop::carded(FireEnd::InvalidInput, CardKind::InvalidConfig, summary, detail)
         };
-        let prompt = prompt::load(&root, &self.ctx.opts.task, &settings).map_err(|d| {
+        let rel = prompt::prompt_path(&self.ctx.opts.task);
+        let text = self.read_builder_file(&rel.to_string_lossy());
+        let prompt = prompt::load_text(&self.ctx.opts.task, text, &settings).map_err(|d| {
             let text = crate::diag::Diagnostics(d).to_string();
             invalid(format!("invalid prompt: {}", first_line(&text)), text)
         })?;
+        if let Some(trusted) = &self.ctx.opts.trusted {
+            let widened =
+                crate::powers::prefetch_widenings(trusted, &prompt.file.to_string_lossy(), &prompt.front.prefetch);
+            if !widened.is_empty() {
+                return Err(refuse_widening(&widened));
+            }
+        }
         if let Some(var) = settings.missing_key_variable() {
             return Err(invalid(
                 format!("the provider's key variable `{var}` is unset or empty"),
                 format!("{SETTINGS_FILE}: provider api_key_env names `{var}`, which is unset or empty in the fire's environment; no request was sent"),
-            ));
+            )
+            .with_hint(format!("set `{var}` in the environment the fire runs in (for cron: in the crontab line or the script it calls)")));
         }
-        let scope = std::fs::read_to_string(root.join(SCOPE_FILE)).unwrap_or_default();
+        let scope = self.read_builder_file(SCOPE_FILE).unwrap_or_default();
         if scope.trim().is_empty() {
             return Err(invalid(
                 "scope/SCOPE.md is missing or empty".into(),
@@ -1066,6 +1223,25 @@ impl Preparing {
     }
 }
 
+/// The refusal of an eval fire whose settings or prompt would widen the trusted
+/// configuration's powers (see [`crate::powers`]): nothing of it runs.
+fn refuse_widening(widened: &[crate::powers::PowerChange]) -> Stop {
+    Stop::carded(
+        FireEnd::Failed,
+        CardKind::InvalidConfig,
+        format!(
+            "refused: {} power(s) wider than the trusted configuration ({})",
+            widened.len(),
+            widened.iter().map(|w| w.key.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+        format!(
+            "this eval fire runs under trusted settings (--trusted-settings), and {}",
+            crate::powers::describe_widenings(widened)
+        ),
+    )
+    .with_hint("nothing of this revision ran; to evaluate it, name an operator's settings file that grants these powers with --trusted-settings")
+}
+
 fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_string()
 }
@@ -1085,4 +1261,85 @@ fn unreadable_signers(d: &crate::diag::Diagnostic) -> Stop {
         format!("unreadable allowed-signers file: {}", d.message),
         d.to_string(),
     )
+}
+
+/// What `runtime check` shows of the fire's own gates, judged by the fire's code (a
+/// dry run's preparation, which notes what a fire would refuse instead of refusing):
+/// builder-owned changes not committed, metadata changed outside git, links leaving
+/// the builder-owned paths, HEAD's tree of builder-owned paths without an approval
+/// that counts; HEAD's approval; and, with `sync`, what a fire's sync would find.
+#[derive(Debug)]
+pub struct Gate {
+    /// The settings' `require_reviewed` and `review.require_signed`.
+    pub require_reviewed: bool,
+    pub require_signed: bool,
+    /// HEAD's tree of builder-owned paths.
+    pub tree: String,
+    /// The approval that covers it, and whether it is signed.
+    pub approval: Option<(crate::records::ApprovalRef, bool)>,
+    /// Why a fire would refuse, one line each.
+    pub refusals: Vec<String>,
+    /// With `sync`: what a fire's sync would find (fetching, moving nothing).
+    pub sync: Option<(
+        settings::SyncSettings,
+        Result<crate::sync::Look, crate::sync::SyncError>,
+    )>,
+}
+
+/// The fire's gates for `runtime check` ([`Gate`]); `Err` when the repository or its
+/// settings cannot be read at all.
+pub fn check_gate(root: &std::path::Path) -> Result<Gate, String> {
+    let opts = FireOptions {
+        root: root.to_path_buf(),
+        task: "check".into(),
+        no_commit: true,
+        worker_cmd: (std::path::PathBuf::new(), Vec::new()),
+        resume: None,
+        progress: std::sync::Arc::new(crate::progress::Silent),
+        replay: None,
+        eval: false,
+        trusted: None,
+    };
+    let repo = crate::git::open_work_tree(root).map_err(|e| e.to_string())?.repo;
+    let tree = builder_tree(&repo);
+    let mut p = Preparing::new(FireContext::new(opts), repo, true);
+    let settings = settings::load(root).map_err(|d| d.to_string())?.runtime;
+    let mut refusals = Vec::new();
+    let mut gate = |r: Result<(), Stop>| {
+        if let Err(stop) = r {
+            refusals.push(stop.message);
+        }
+    };
+    gate(p.refuse_unreviewed(Some(&settings)));
+    gate(p.require_approval(&settings));
+    gate(p.refuse_links(&settings));
+    refusals.extend(
+        p.notes
+            .iter()
+            .filter_map(|n| n.strip_prefix("a fire would refuse: "))
+            .map(str::to_string),
+    );
+    let approval = p.inputs.approval.take().map(|a| {
+        let signed = crate::review::approvals::load(&p.repo)
+            .ok()
+            .and_then(|all| all.into_iter().find(|x| x.id.to_string() == a.id))
+            .is_some_and(|x| x.body.signature.is_some());
+        (a, signed)
+    });
+    let sync = match (&settings.sync, approval_rule(&settings)) {
+        (None, _) => None,
+        (Some(s), Ok(rule)) => Some((s.clone(), crate::sync::look(&p.repo, s, &rule, None))),
+        (Some(_), Err(stop)) => {
+            refusals.push(stop.message);
+            None
+        }
+    };
+    Ok(Gate {
+        require_reviewed: settings.require_reviewed,
+        require_signed: settings.review.require_signed,
+        tree,
+        approval,
+        refusals,
+        sync,
+    })
 }

@@ -107,7 +107,10 @@ impl FireRun {
                 ));
             }
         };
-        chain.primary.learn_context().await;
+        chain
+            .primary
+            .learn_context(&self.ctx.opts.root.join(crate::layout::STATE_DIR))
+            .await;
         let cfg = self.loop_config(&chain);
         self.inputs.model = cfg.model.clone();
         self.stop = Agent {
@@ -147,7 +150,12 @@ impl FireRun {
         let config = WorkerConfig {
             root: root.clone(),
             scratch: self.config.scratch.clone(),
-            isolation: Some(NamespacePlan::new(&spec, root, self.config.policy.read_masks())),
+            isolation: Some(NamespacePlan::new(
+                &spec,
+                root,
+                self.config.policy.read_masks(),
+                self.config.settings.sandbox.write_bytes,
+            )),
             spec,
             mode: self.config.settings.sandbox.landlock,
             env: ExecContext::scrubbed_env(&self.config.scratch),
@@ -288,7 +296,10 @@ impl FireRun {
         out
     }
 
-    /// Runs one acceptance script in the worker on the report; `Some` says why it failed.
+    /// Runs one acceptance script in the worker on the report; `Some` says why it
+    /// failed. The script runs apart ([`ToolRequest::apart`]): a fresh `HOME` and
+    /// `TMPDIR`, never the scratch the model's commands shared, so a startup file the
+    /// model left there (`.bashrc`, a Python `usercustomize`) cannot decide the check.
     async fn acceptance_script(
         &self,
         worker: &mut WorkerClient,
@@ -311,10 +322,15 @@ impl FireRun {
         }
         let path = root.join(&rel);
         let req = ToolRequest {
+            apart: true,
             masked: Vec::new(),
             call_id: format!("acceptance-{name}"),
             args: ToolArgs::RunCommand {
-                command: format!("{} {}", shell_quote(script), shell_quote(&path.to_string_lossy())),
+                command: format!(
+                    "{} {}",
+                    shell_quote(&self.config.script_path(script)),
+                    shell_quote(&path.to_string_lossy())
+                ),
                 timeout_s: None,
             },
             timeout_ms: self.config.limits.prefetch_timeout_s * 1000,

@@ -56,7 +56,13 @@ pub async fn post_json(
                 };
                 (ProviderError::new(kind, Some(status.as_u16()), snippet), retry_after)
             }
-            Err(e) => (classify(e), None),
+            Err(e) => {
+                let mut err = classify(e);
+                if err.kind == ProviderErrorKind::Timeout {
+                    err.timeout_s = Some(policy.request_timeout.as_secs());
+                }
+                (err, None)
+            }
         };
         let retryable = matches!(
             err.kind,

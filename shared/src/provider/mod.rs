@@ -6,6 +6,7 @@
 //! when the primary gives up. Keys come from environment variables only.
 
 mod anthropic;
+pub mod context_cache;
 mod http;
 mod openai;
 mod replay;
@@ -118,8 +119,11 @@ pub struct Capabilities {
     pub max_context: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Why a model call failed. Its name (`rate_limited`) is derived once, for serde and
+/// for every line and card that shows it ([`ProviderErrorKind::as_str`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ProviderErrorKind {
     RateLimited,
     Server,
@@ -134,23 +138,50 @@ pub enum ProviderErrorKind {
     ContextOverflow,
 }
 
-/// Why a model call failed, after retries.
+impl ProviderErrorKind {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// Why a model call failed, after retries: `rate_limited (HTTP 429, 3 retries): ...`.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{kind:?}{}: {message} (after {retries} retries)", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
+#[error("{}: {message}", self.headline())]
 pub struct ProviderError {
     pub kind: ProviderErrorKind,
     pub status: Option<u16>,
     pub message: String,
     pub retries: u32,
+    /// For a timeout: the request timeout that ran out, in seconds.
+    pub timeout_s: Option<u64>,
 }
 
 impl ProviderError {
+    /// What failed and how, without the server's text: the kind, the HTTP status or
+    /// the timeout, and the retries taken (`timeout (no answer within 60 s, 3 retries)`).
+    pub fn headline(&self) -> String {
+        let retries = format!(
+            "{} {}",
+            self.retries,
+            if self.retries == 1 { "retry" } else { "retries" }
+        );
+        match (self.status, self.kind) {
+            (Some(s), _) => format!("{} (HTTP {s}, {retries})", self.kind.as_str()),
+            (None, ProviderErrorKind::Timeout) => match self.timeout_s {
+                Some(t) => format!("timeout (no answer within {t} s, {retries})"),
+                None => format!("timeout ({retries})"),
+            },
+            (None, _) => format!("{} ({retries})", self.kind.as_str()),
+        }
+    }
+
     fn new(kind: ProviderErrorKind, status: Option<u16>, message: impl Into<String>) -> Self {
         ProviderError {
             kind,
             status,
             message: message.into(),
             retries: 0,
+            timeout_s: None,
         }
     }
 }
@@ -229,12 +260,24 @@ impl Provider {
 
     /// Asks a local OpenAI-compatible server for its context window, when the settings
     /// do not declare one (llama.cpp's `n_ctx`, vLLM's `max_model_len`). Settings win.
-    pub async fn learn_context(&mut self) {
+    /// The answer is remembered in `state_dir` ([`context_cache`]), so a server is
+    /// asked at most once per [`context_cache::REMEMBERED_FOR`], not on every fire.
+    pub async fn learn_context(&mut self, state_dir: &Path) {
         if self.settings.max_context_tokens.is_some() {
             return;
         }
         if let Backend::OpenAi(p) = &self.backend {
-            self.served_context = p.served_context(Duration::from_secs(1)).await;
+            let model = self.settings.model_name().to_string();
+            let mut cache = context_cache::ContextCache::open(state_dir);
+            let now = std::time::SystemTime::now();
+            self.served_context = match cache.recall(p.base(), &model, now) {
+                Some(known) => known,
+                None => {
+                    let asked = p.served_context(Duration::from_secs(1)).await;
+                    cache.remember(p.base(), &model, asked, now);
+                    asked
+                }
+            };
             if let Some(n) = self.served_context {
                 tracing::debug!(n_ctx = n, "the model server reports its context window");
             }
@@ -381,11 +424,7 @@ impl ProviderChain {
                     tracing::warn!(error = %e, "primary provider failed; trying the fallback");
                     progress.event(&Event::Fallback {
                         to: fb.kind().to_string(),
-                        reason: format!(
-                            "{:?}{}",
-                            e.kind,
-                            e.status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()
-                        ),
+                        reason: e.headline(),
                     });
                     let r = self.via_fallback(fb, req, e.retries, progress).await?;
                     self.trip();

@@ -54,6 +54,11 @@ impl OpenAi {
         }
     }
 
+    /// The base URL requests go under (`.../v1`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     pub fn has_key(&self) -> bool {
         self.key.is_some()
     }

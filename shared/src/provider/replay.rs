@@ -58,6 +58,7 @@ impl Replay {
             status: None,
             message: m,
             retries: 0,
+            timeout_s: None,
         };
         let src = std::fs::read_to_string(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
         let trace: ReplayTrace =
@@ -84,6 +85,7 @@ impl Replay {
                 turn_index + 1
             ),
             retries: 0,
+            timeout_s: None,
         })?;
         let tool_calls = turn
             .tool_calls

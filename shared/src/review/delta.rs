@@ -216,11 +216,6 @@ pub fn capability_delta(calls: &[RecordedCall], before: &Side, after: &Side) -> 
 /// One line per group: "would have allowed 3 call(s) denied before: `Bash(curl*)`
 /// before, `Bash(curl*)` after: curl -s https://example.com/feed".
 pub fn describe(g: &DeltaGroup) -> String {
-    let verb = |d: Decision| match d {
-        Decision::Allow => "allowed",
-        Decision::Ask => "asked about",
-        Decision::Deny => "denied",
-    };
     let rule = |r: &Option<String>| match r {
         Some(r) => format!("`{r}`"),
         None => "no rule (the default)".to_string(),
@@ -242,6 +237,41 @@ pub fn describe(g: &DeltaGroup) -> String {
         rule(&g.rule_after),
         examples.join("; ")
     )
+}
+
+/// [`describe`] for markdown: the rules and the example calls (a model's commands)
+/// as code spans, so nothing in them is live in a comment.
+pub fn describe_markdown(g: &DeltaGroup) -> String {
+    use crate::text::markdown_code as code;
+    let rule = |r: &Option<String>| match r {
+        Some(r) => code(r),
+        None => "no rule (the default)".to_string(),
+    };
+    let mut examples: Vec<&str> = g.calls.iter().map(|c| c.command_or_path.as_str()).collect();
+    examples.dedup();
+    let more = if examples.len() > 3 {
+        format!(", ... ({} distinct)", examples.len())
+    } else {
+        String::new()
+    };
+    examples.truncate(3);
+    format!(
+        "would have {} {} call(s) {} before: {} before, {} after: {}{more}",
+        verb(g.to),
+        g.count,
+        verb(g.from),
+        rule(&g.rule_before),
+        rule(&g.rule_after),
+        examples.iter().map(|e| code(e)).collect::<Vec<_>>().join("; ")
+    )
+}
+
+fn verb(d: Decision) -> &'static str {
+    match d {
+        Decision::Allow => "allowed",
+        Decision::Ask => "asked about",
+        Decision::Deny => "denied",
+    }
 }
 
 #[cfg(test)]

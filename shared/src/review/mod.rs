@@ -1,6 +1,6 @@
 //! Prompt changes through review (DESIGN.md section 8, "Review contracts"): a
-//! proposal is a branch `proposals/<name>`, an approval is a commit on
-//! `refs/builder/approvals` naming the exact tree of builder-owned paths it approved,
+//! proposal is a branch `proposals/<name>`, an approval is a commit on its own ref
+//! `refs/builder/approved/<id>` naming the exact tree of builder-owned paths it approved,
 //! and a merge lands an approved proposal on its base with trailers. What counts is
 //! always the tree: `builder audit` and the runtime (with `require_reviewed`) ask
 //! "does an approval name the builder tree this commit produces", never trust a
@@ -9,21 +9,41 @@
 //! ([`signing`], [`trust`]).
 
 pub mod approvals;
+pub mod bootstrap;
+pub mod committed;
 pub mod delta;
+pub mod forward;
 pub mod hooks;
+pub mod land;
+pub mod links;
+pub mod owned;
 pub mod proposals;
+pub mod remote;
+pub mod runtime_commits;
 pub mod signing;
 pub mod trust;
+pub mod work;
 
 use crate::layout::BUILDER_DIRS;
 use git2::{Oid, Repository};
 use std::path::PathBuf;
 
-/// The ref holding one commit per approval.
+/// The legacy chain of approvals (one commit per approval on one ref, each on the
+/// last): still read, never written. A clone converts it once into
+/// [`APPROVED_PREFIX`] refs ([`approvals::adopt_legacy`]).
 pub const APPROVALS_REF: &str = "refs/builder/approvals";
+/// Where approvals live: one ref per approval, `refs/builder/approved/<commit id>`,
+/// created once and never updated or deleted by builder.
+pub const APPROVED_PREFIX: &str = "refs/builder/approved/";
+/// The refspec (fetch and push alike) that carries approvals: not forced, so a fetch
+/// or push only ever adds approvals, and scoped to [`APPROVED_PREFIX`], so the legacy
+/// chain (which was force-moved) can never make a fetch or pull fail.
+pub const APPROVALS_REFSPEC: &str = "refs/builder/approved/*:refs/builder/approved/*";
 /// The branch prefix of proposals.
 pub const PROPOSAL_PREFIX: &str = "proposals/";
-/// The refspec that carries approvals with every fetch and push.
+/// The forced refspec earlier versions wrote for every `refs/builder/*` ref:
+/// `builder install-hooks` replaces it with [`APPROVALS_REFSPEC`] (a forced fetch
+/// let a `git pull` replace approvals the clone had not pushed yet).
 pub const BUILDER_REFSPEC: &str = "+refs/builder/*:refs/builder/*";
 
 /// Why a review step could not be done.
@@ -42,72 +62,104 @@ pub enum ReviewError {
     Repo(#[from] crate::git::GitError),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// A `git` command against the remote failed (unreachable, refused, no such
+    /// remote): exit 1.
+    #[error("{command}: {message}")]
+    Remote { command: String, message: String },
 }
 
-/// The id of the tree holding only the builder-owned directories of `tree`: the same
-/// id as `git::builder_tree_id` (the test oracle), computed without writing the object, so a
-/// read-only audit (a server hook's quarantine) can compute it too.
-pub fn builder_tree_of(tree: &git2::Tree) -> Result<Oid, git2::Error> {
-    let mut entries: Vec<(&str, git2::TreeEntry)> = BUILDER_DIRS
+/// The id of the approved tree of `tree`: a tree holding the builder-owned
+/// directories of `tree` and, when its own settings name `builder_paths`, the paths
+/// they match outside those directories (each top-level directory pruned to what they
+/// match). Without such paths it is the id `git::builder_tree_id` writes (the test
+/// oracle), so approvals made before `builder_paths` counted keep their meaning. It is
+/// computed without writing any object, so a read-only audit (a server hook's
+/// quarantine) can compute it too.
+pub fn builder_tree_of(repo: &Repository, tree: &git2::Tree) -> Result<Oid, git2::Error> {
+    let mut entries: Vec<(String, i32, Oid)> = BUILDER_DIRS
         .iter()
         .filter(|d| **d != ".git")
-        .filter_map(|d| tree.get_name(d).map(|e| (*d, e)))
+        .filter_map(|d| tree.get_name(d).map(|e| (d.to_string(), e.filemode(), e.id())))
         .collect();
+    let owned = owned::OwnedPaths::of_tree(repo, tree)?;
+    if owned.has_extras() {
+        for e in tree.iter() {
+            let name = String::from_utf8_lossy(e.name_bytes()).into_owned();
+            if BUILDER_DIRS.contains(&name.as_str()) {
+                continue;
+            }
+            if owned.is_builder(&name) {
+                entries.push((name, e.filemode(), e.id()));
+            } else if e.filemode() == 0o040000 && owned.may_hold_builder(&name) {
+                if let Some(id) = pruned(repo, &owned, &name, e.id())? {
+                    entries.push((name, 0o040000, id));
+                }
+            }
+        }
+    }
+    Ok(hash_tree(&mut entries))
+}
+
+/// The id of the tree `entries` would make, in git's order, without writing it.
+fn hash_tree(entries: &mut [(String, i32, Oid)]) -> Oid {
     // git's tree order: by name, a tree's name compared as if it ended in `/`.
-    let key = |(n, e): &(&str, git2::TreeEntry)| {
+    let key = |(n, mode, _): &(String, i32, Oid)| {
         let mut k = n.as_bytes().to_vec();
-        if e.kind() == Some(git2::ObjectType::Tree) {
+        if *mode == 0o040000 {
             k.push(b'/');
         }
         k
     };
     entries.sort_by_key(key);
     let mut raw = Vec::new();
-    for (name, e) in &entries {
-        raw.extend_from_slice(format!("{:o} {name}\0", e.filemode()).as_bytes());
-        raw.extend_from_slice(e.id().as_bytes());
+    for (name, mode, id) in entries.iter() {
+        raw.extend_from_slice(format!("{mode:o} {name}\0").as_bytes());
+        raw.extend_from_slice(id.as_bytes());
     }
-    Oid::hash_object(git2::ObjectType::Tree, &raw)
+    // Hashing bytes in memory cannot fail; the zero id would never name a tree.
+    Oid::hash_object(git2::ObjectType::Tree, &raw).unwrap_or(Oid::ZERO_SHA1)
 }
 
-/// The links among the builder-owned directories of `tree` that reach outside them,
-/// each as `path -> target`: a symlink whose target is absolute or resolves (from its
-/// own directory) outside the builder-owned directories, and a gitlink (a submodule,
-/// whose content is another repository's). An approval names such a link, not what
-/// it reaches, so a tree holding one is never covered: whoever changes the target
-/// changes what runs without changing the approved tree.
-pub fn links_leaving(repo: &Repository, tree: &git2::Tree) -> Result<Vec<String>, git2::Error> {
-    let mut out = Vec::new();
-    let mut stack: Vec<(String, Oid, i32)> = BUILDER_DIRS
-        .iter()
-        .filter(|d| **d != ".git")
-        .filter_map(|d| tree.get_name(d).map(|e| (d.to_string(), e.id(), e.filemode())))
-        .collect();
-    while let Some((path, id, mode)) = stack.pop() {
-        match mode {
-            0o040000 => {
-                for e in repo.find_tree(id)?.iter() {
-                    let name = String::from_utf8_lossy(e.name_bytes());
-                    stack.push((format!("{path}/{name}"), e.id(), e.filemode()));
-                }
+/// The directory `dir` (at `path`) pruned to the paths `builder_paths` match, `None`
+/// when none is there. Remembered per (directory, path, globs) for the thread: a walk
+/// over records-only commits meets the same directories again and again.
+fn pruned(repo: &Repository, owned: &owned::OwnedPaths, path: &str, dir: Oid) -> Result<Option<Oid>, git2::Error> {
+    type Key = (Oid, String, u64);
+    thread_local! {
+        static PRUNED: std::cell::RefCell<std::collections::HashMap<Key, Option<Oid>>> =
+            std::cell::RefCell::new(std::collections::HashMap::new());
+    }
+    let key = (dir, path.to_string(), owned.key());
+    if let Some(hit) = PRUNED.with(|m| m.borrow().get(&key).copied()) {
+        return Ok(hit);
+    }
+    let mut entries = Vec::new();
+    for e in repo.find_tree(dir)?.iter() {
+        let rel = format!("{path}/{}", String::from_utf8_lossy(e.name_bytes()));
+        if owned.is_builder(&rel) {
+            entries.push((rel[path.len() + 1..].to_string(), e.filemode(), e.id()));
+        } else if e.filemode() == 0o040000 && owned.may_hold_builder(&rel) {
+            if let Some(id) = pruned(repo, owned, &rel, e.id())? {
+                entries.push((rel[path.len() + 1..].to_string(), 0o040000, id));
             }
-            0o120000 => {
-                let target = String::from_utf8_lossy(repo.find_blob(id)?.content()).into_owned();
-                if !link_stays_inside(&path, &target) {
-                    out.push(format!("{path} -> {target}"));
-                }
-            }
-            0o160000 => out.push(format!("{path} -> submodule commit {id}")),
-            _ => {}
         }
     }
-    out.sort();
+    let out = (!entries.is_empty()).then(|| hash_tree(&mut entries));
+    PRUNED.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= 4096 {
+            m.clear();
+        }
+        m.insert(key, out);
+    });
     Ok(out)
 }
 
-/// Whether the symlink at `link` (repository-relative) with `target` resolves inside
-/// the builder-owned directories (by its path alone; a link it reaches is judged on
-/// its own).
+/// Whether the symlink at `link` (repository-relative) with `target` stays inside the
+/// builder-owned directories judged by its own text alone: what the two-key check did
+/// before links were resolved component by component ([`links`]); kept to show, in
+/// tests, why that is not enough.
+#[cfg(test)]
 pub fn link_stays_inside(link: &str, target: &str) -> bool {
     if target.starts_with('/') {
         return false;
@@ -182,7 +234,7 @@ pub fn signed_list_of_commit(repo: &Repository, commit: Oid) -> Result<Option<St
 
 /// The builder tree of the commit `commit`.
 pub fn builder_tree_of_commit(repo: &Repository, commit: Oid) -> Result<Oid, git2::Error> {
-    builder_tree_of(&repo.find_commit(commit)?.tree()?)
+    builder_tree_of(repo, &repo.find_commit(commit)?.tree()?)
 }
 
 /// Email addresses compare case-insensitively (DESIGN.md section 8, "Identity").
@@ -238,16 +290,59 @@ mod tests {
         top.insert("README.md", blob, 0o100644).unwrap();
         let top = repo.find_tree(top.write().unwrap()).unwrap();
         assert_eq!(
-            builder_tree_of(&top).unwrap(),
+            builder_tree_of(&repo, &top).unwrap(),
             crate::git::builder_tree_id(&repo, &top).unwrap()
         );
         let empty = repo
             .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
             .unwrap();
         assert_eq!(
-            builder_tree_of(&empty).unwrap(),
+            builder_tree_of(&repo, &empty).unwrap(),
             crate::git::builder_tree_id(&repo, &empty).unwrap()
         );
+    }
+
+    #[test]
+    fn builder_paths_outside_the_five_directories_join_the_builder_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let build = |settings: &str, policy: &str| {
+            let mut update = git2::build::TreeUpdateBuilder::new();
+            for (path, body) in [
+                ("settings/runtime.yaml", settings),
+                ("prompts/t.md", "p"),
+                ("docs/policy/a.md", policy),
+                ("docs/other.md", "free"),
+                ("reports/r.md", "model"),
+            ] {
+                update.upsert(path, repo.blob(body.as_bytes()).unwrap(), git2::FileMode::Blob);
+            }
+            let empty = repo.treebuilder(None).unwrap().write().unwrap();
+            let empty = repo.find_tree(empty).unwrap();
+            repo.find_tree(update.create_updated(&repo, &empty).unwrap()).unwrap()
+        };
+        // Without builder_paths: exactly the id of the five directories (the oracle).
+        let plain = build("version: 1\n", "a");
+        assert_eq!(
+            builder_tree_of(&repo, &plain).unwrap(),
+            crate::git::builder_tree_id(&repo, &plain).unwrap()
+        );
+        assert_eq!(
+            builder_tree_of(&repo, &plain).unwrap(),
+            builder_tree_of(&repo, &build("version: 1\n", "changed")).unwrap(),
+            "not builder-owned without builder_paths"
+        );
+        // With them: a change to a matched file changes the tree; other files do not.
+        let with = "version: 1\nbuilder_paths: [\"docs/policy/**\"]\n";
+        let a = builder_tree_of(&repo, &build(with, "a")).unwrap();
+        assert_ne!(a, builder_tree_of(&repo, &build(with, "b")).unwrap());
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        update.upsert("docs/other.md", repo.blob(b"edited").unwrap(), git2::FileMode::Blob);
+        update.upsert("reports/s.md", repo.blob(b"more").unwrap(), git2::FileMode::Blob);
+        let t = repo
+            .find_tree(update.create_updated(&repo, &build(with, "a")).unwrap())
+            .unwrap();
+        assert_eq!(builder_tree_of(&repo, &t).unwrap(), a);
     }
 
     #[test]

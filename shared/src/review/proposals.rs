@@ -25,8 +25,10 @@ pub enum State {
     Approved,
     /// Approved once, but the proposal changed since: no approval covers its tree.
     Stale,
-    /// Its head is in the current branch.
+    /// Its head is in the current branch, and an approval of its tree counts.
     Merged,
+    /// Its head is in the current branch, and no approval of its tree counts.
+    MergedWithoutApproval,
 }
 
 impl State {
@@ -36,6 +38,7 @@ impl State {
             State::Approved => "approved",
             State::Stale => "stale",
             State::Merged => "merged",
+            State::MergedWithoutApproval => "merged without approval",
         }
     }
 }
@@ -50,6 +53,10 @@ pub struct Proposal {
     pub head: String,
     /// The builder tree of its head.
     pub tree: String,
+    /// Where the proposal's branch stands against the remote's, when they differ or
+    /// only one side has it (`not pushed`, `only on origin`, `behind origin`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
 }
 
 /// The trailer naming a card a proposal fixes.
@@ -88,14 +95,108 @@ fn head_commit(repo: &Repository) -> Result<git2::Commit<'_>, ReviewError> {
         .map_err(|_| ReviewError::Usage("HEAD names no commit yet: commit the scaffold first".into()))
 }
 
-fn proposal_head(repo: &Repository, name: &str) -> Result<Oid, ReviewError> {
-    match repo.find_branch(&branch_name(name), BranchType::Local) {
-        Ok(b) => Ok(b.get().peel_to_commit()?.id()),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => Err(ReviewError::Usage(format!(
-            "no proposal `{name}` (no branch {})",
-            branch_name(name)
+/// Where a proposal's branch is: this clone's `proposals/<name>` and the remote's
+/// (its remote-tracking ref, as last fetched).
+#[derive(Debug, Clone, Copy)]
+struct Heads {
+    local: Option<Oid>,
+    remote: Option<Oid>,
+}
+
+fn heads(repo: &Repository, name: &str, remote: Option<&str>) -> Result<Heads, ReviewError> {
+    let local = match repo.find_branch(&branch_name(name), BranchType::Local) {
+        Ok(b) => Some(b.get().peel_to_commit()?.id()),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    let remote = match remote {
+        Some(r) => super::remote::remote_proposal(repo, r, name),
+        // No remote named: the one remote that has the branch, if only one does.
+        None => {
+            let found: Vec<Oid> = repo
+                .remotes()?
+                .iter()
+                .flatten()
+                .flatten()
+                .filter_map(|r| super::remote::remote_proposal(repo, r, name))
+                .collect();
+            match found.as_slice() {
+                [one] => Some(*one),
+                _ => None,
+            }
+        }
+    };
+    Ok(Heads { local, remote })
+}
+
+/// How a local proposal branch stands against the remote's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    Same,
+    LocalOnly,
+    RemoteOnly,
+    Ahead,
+    Behind,
+    Diverged,
+}
+
+fn standing(repo: &Repository, h: Heads) -> Result<Standing, ReviewError> {
+    Ok(match (h.local, h.remote) {
+        (Some(l), Some(r)) if l == r => Standing::Same,
+        (Some(l), Some(r)) if repo.graph_descendant_of(r, l)? => Standing::Behind,
+        (Some(l), Some(r)) if repo.graph_descendant_of(l, r)? => Standing::Ahead,
+        (Some(_), Some(_)) => Standing::Diverged,
+        (Some(_), None) => Standing::LocalOnly,
+        (None, _) => Standing::RemoteOnly,
+    })
+}
+
+/// The head of proposal `name`: this clone's branch, else the remote's (fetched).
+fn proposal_head(repo: &Repository, name: &str, remote: Option<&str>) -> Result<Oid, ReviewError> {
+    let h = heads(repo, name, remote)?;
+    h.local.or(h.remote).ok_or_else(|| {
+        ReviewError::Usage(match remote {
+            Some(r) => format!(
+                "no proposal `{name}` (no branch {0}, here or as {r}/{0}; `git fetch {r}` brings the remote's)",
+                branch_name(name)
+            ),
+            None => format!("no proposal `{name}` (no branch {})", branch_name(name)),
+        })
+    })
+}
+
+/// The head of proposal `name` for an approval: this clone's branch only when it is
+/// the remote's or ahead of it (not pushed yet); refused when it is behind (the author
+/// changed it since) or diverged (the author rewrote it), naming the fix.
+fn head_to_approve(repo: &Repository, name: &str, remote: Option<&str>) -> Result<Oid, ReviewError> {
+    let h = heads(repo, name, remote)?;
+    let r = remote.unwrap_or("origin");
+    let branch = branch_name(name);
+    let checked_out = repo
+        .head()
+        .ok()
+        .and_then(|h| h.shorthand().ok().map(str::to_string))
+        .is_some_and(|b| b == branch);
+    let update = if checked_out {
+        format!("`git merge --ff-only {r}/{branch}`")
+    } else {
+        format!("`git branch -f {branch} {r}/{branch}`")
+    };
+    match standing(repo, h)? {
+        Standing::Behind => Err(ReviewError::Refused(format!(
+            "your {branch} is behind {r}/{branch} (the author changed it since you fetched it): update it with {update}, review it again, then approve"
         ))),
-        Err(e) => Err(e.into()),
+        Standing::Diverged => Err(ReviewError::Refused(format!(
+            "your {branch} and {r}/{branch} have diverged (the author rewrote it): take the author's with {} (your own commits on it are dropped), review it again, then approve",
+            if checked_out {
+                format!("`git reset --hard {r}/{branch}`")
+            } else {
+                format!("`git branch -f {branch} {r}/{branch}`")
+            }
+        ))),
+        Standing::Same | Standing::LocalOnly | Standing::RemoteOnly | Standing::Ahead => {
+            proposal_head(repo, name, remote)
+        }
     }
 }
 
@@ -174,9 +275,26 @@ pub fn propose(
         }
     }
     let commit = repo.commit(None, &sig, &sig, &msg, &tree, &[&head])?;
+    let _work = super::work::Work::begin(
+        repo,
+        super::work::Op::Propose {
+            branch: branch.clone(),
+            head: head.id().to_string(),
+            commit: commit.to_string(),
+        },
+    )?;
+    let _locks = crate::git::LockIntent::hold(
+        &super::work::intent_dir(repo),
+        &[
+            crate::git::lock_file_of(&repo.commondir().join(format!("refs/heads/{branch}"))),
+            crate::git::lock_file_of(&repo.path().join("index")),
+        ],
+    )?;
     repo.branch(&branch, &repo.find_commit(commit)?, false)?;
+    crate::failpoint!("propose-after-branch");
     // The change is safe on the branch: restore HEAD's version of those paths.
     restore_from_head(repo, root, &head, &paths)?;
+    crate::failpoint!("propose-after-restore");
     Ok(Proposed { branch, commit, paths })
 }
 
@@ -264,10 +382,15 @@ fn base_of(repo: &Repository, head: Oid) -> Result<Oid, ReviewError> {
 }
 
 fn state_of(repo: &Repository, trust: &mut Trust, name: &str, head: Oid) -> Result<State, ReviewError> {
+    let counts = trust.proposal(base_of(repo, head)?, head)?.approval.is_some();
     if is_merged(repo, head)? {
-        return Ok(State::Merged);
+        return Ok(if counts {
+            State::Merged
+        } else {
+            State::MergedWithoutApproval
+        });
     }
-    if trust.proposal(base_of(repo, head)?, head)?.approval.is_some() {
+    if counts {
         return Ok(State::Approved);
     }
     Ok(if trust.approvals().of_proposal(name).next().is_some() {
@@ -280,50 +403,94 @@ fn state_of(repo: &Repository, trust: &mut Trust, name: &str, head: Oid) -> Resu
 /// Every proposal (branches `proposals/*`), by name. A proposal is approved when an
 /// approval of its tree counts by the allowed-signers list of its base ([`Trust`]).
 pub fn list(repo: &Repository, rule: &ApprovalRule) -> Result<Vec<Proposal>, ReviewError> {
+    list_with(repo, rule, None)
+}
+
+/// [`list`], with the proposals of `remote` too (its remote-tracking branches
+/// `refs/remotes/<remote>/proposals/*`, as last fetched): one judged at this clone's
+/// head when it has the branch, else at the remote's, with where the two stand.
+pub fn list_with(repo: &Repository, rule: &ApprovalRule, remote: Option<&str>) -> Result<Vec<Proposal>, ReviewError> {
     let mut trust = Trust::new(repo, rule.clone())?;
-    let mut out = Vec::new();
+    let mut names = std::collections::BTreeSet::new();
     for b in repo.branches(Some(BranchType::Local))? {
         let (b, _) = b?;
-        let Some(full) = b.name()?.map(str::to_string) else {
+        if let Some(name) = b.name()?.and_then(|n| n.strip_prefix(PROPOSAL_PREFIX)) {
+            names.insert(name.to_string());
+        }
+    }
+    if let Some(r) = remote {
+        let prefix = format!("refs/remotes/{r}/{PROPOSAL_PREFIX}");
+        for reference in repo.references_glob(&format!("{prefix}*"))? {
+            if let Some(name) = reference?.name().ok().and_then(|n| n.strip_prefix(&prefix)) {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for name in names {
+        let h = heads(repo, &name, remote)?;
+        let Some(head_id) = h.local.or(h.remote) else {
             continue;
         };
-        let Some(name) = full.strip_prefix(PROPOSAL_PREFIX) else {
-            continue;
-        };
-        let head = b.get().peel_to_commit()?;
-        let tree = builder_tree_of(&head.tree()?)?;
-        let state = state_of(repo, &mut trust, name, head.id())?;
+        let head = repo.find_commit(head_id)?;
+        let tree = builder_tree_of(repo, &head.tree()?)?;
+        let state = state_of(repo, &mut trust, &name, head.id())?;
         let commits = proposal_commits(repo, head.id())?;
         let commits = if commits.is_empty() {
             vec![head.clone()]
         } else {
             commits
         };
+        let r = remote.unwrap_or("origin");
+        let remote_note = match remote.map(|_| standing(repo, h)).transpose()? {
+            None | Some(Standing::Same) => None,
+            Some(Standing::LocalOnly) => Some("not pushed".to_string()),
+            Some(Standing::RemoteOnly) => Some(format!("only on {r}")),
+            Some(Standing::Ahead) => Some(format!("ahead of {r} (not pushed)")),
+            Some(Standing::Behind) => Some(format!("behind {r}")),
+            Some(Standing::Diverged) => Some(format!("diverged from {r}")),
+        };
         out.push(Proposal {
-            name: name.to_string(),
+            name,
             state,
             authors: authors_of(&commits).iter().map(|p| p.to_string()).collect(),
             head: head.id().to_string(),
             tree: tree.to_string(),
+            remote: remote_note,
         });
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+/// What [`approve`] did.
+#[derive(Debug, Clone)]
+pub struct Approved {
+    pub approval: Approval,
+    /// False when this reviewer's approval of this tree was there already (a second
+    /// run, or a run after one that was killed): nothing new was written.
+    pub recorded: bool,
 }
 
 /// Records `reviewer`'s approval of the proposal's current builder tree, signed with
 /// `signing` when given. Refused for an author of the proposal, the runtime identity,
 /// a merged proposal, and an approval that `rule` would not count (unsigned, or
 /// signed by a key the allowed-signers file does not list for `reviewer`).
+///
+/// With `remote`, the remote's proposal branch (as last fetched) is seen too: a
+/// proposal only the remote has is approved at its head, and this clone's branch is
+/// refused when it is behind the remote's or diverged from it. An approval by the same
+/// reviewer of the same tree that counts already is returned as it is, not written
+/// again.
 pub fn approve(
     repo: &Repository,
     name: &str,
     reviewer: &Person,
     rule: &ApprovalRule,
     signing: Option<&Signing>,
-) -> Result<Approval, ReviewError> {
+    remote: Option<&str>,
+) -> Result<Approved, ReviewError> {
     valid_name(name)?;
-    let head = proposal_head(repo, name)?;
+    let head = head_to_approve(repo, name, remote)?;
     if same_person(&reviewer.email, &rule.runtime_email) {
         return Err(ReviewError::Refused(format!(
             "{reviewer} is the runtime identity (settings runtime_identity): the runtime can neither propose nor approve"
@@ -348,14 +515,38 @@ pub fn approve(
             "signed approvals are required (settings review.require_signed) and no signing key is configured: set git's `gpg.format ssh` and `user.signingkey`, or pass --key <private key>".into(),
         ));
     }
-    let tree = builder_tree_of(&repo.find_commit(head)?.tree()?)?;
+    let head_tree = repo.find_commit(head)?.tree()?;
+    // A link the kernel would follow out of the builder-owned paths is never approved
+    // (checked at the head being approved, the remote's when only it has the branch).
+    let refused = super::links::refused_in_tree(repo, &head_tree).map_err(|e| ReviewError::Refused(e.to_string()))?;
+    super::links::refusal("approve", &format!("{PROPOSAL_PREFIX}{name}'s"), &refused)?;
+    let tree = builder_tree_of(repo, &head_tree)?;
+    let mut trust = Trust::new(repo, rule.clone())?;
+    let base = base_of(repo, head)?;
+    let mine = trust
+        .approvals()
+        .naming(tree)
+        .map(|(_, a)| a.clone())
+        .filter(|a| a.body.proposal == name && same_person(&a.approver_email(), &reviewer.email))
+        .collect::<Vec<_>>();
+    for a in mine {
+        if trust.would_count(&a.body, base, head)?.is_ok() {
+            return Ok(Approved {
+                approval: a,
+                recorded: false,
+            });
+        }
+    }
     let body = approvals::signed_body(name, tree, head, reviewer, signing)?;
     // An approval the rule would not count (a key the base's allowed-signers list does
     // not name for this reviewer) is refused before anything is written.
-    Trust::new(repo, rule.clone())?
-        .would_count(&body, base_of(repo, head)?, head)?
+    trust
+        .would_count(&body, base, head)?
         .map_err(|why| ReviewError::Refused(format!("this approval would not count, so it was not recorded: {why}")))?;
-    approvals::write(repo, body, reviewer)
+    Ok(Approved {
+        approval: approvals::write(repo, body, reviewer)?,
+        recorded: true,
+    })
 }
 
 /// What `merge` did.
@@ -365,6 +556,8 @@ pub struct Merged {
     pub approval: Approval,
     /// Card ids from the proposal's `Fixes-card:` trailers.
     pub fixes: Vec<String>,
+    /// The proposal was merged already (a second run): nothing was done.
+    pub already: bool,
 }
 
 /// Merges the approved proposal `name` into the current branch: always a merge commit
@@ -377,7 +570,7 @@ pub fn merge(
     rule: &ApprovalRule,
 ) -> Result<Merged, ReviewError> {
     valid_name(name)?;
-    let prop = proposal_head(repo, name)?;
+    let prop = proposal_head(repo, name, None)?;
     if same_person(&actor.email, &rule.runtime_email) {
         return Err(ReviewError::Refused(format!(
             "{actor} is the runtime identity: the runtime never commits builder-owned paths"
@@ -391,6 +584,17 @@ pub fn merge(
     }
     let base = head_commit(repo)?;
     if is_merged(repo, prop)? {
+        // A second run (or one after a run killed once the branch moved): done, when
+        // an approval of it counts.
+        let mut trust = Trust::new(repo, rule.clone())?;
+        if let Some(approval) = trust.proposal(prop, prop)?.approval {
+            return Ok(Merged {
+                commit: base.id(),
+                approval,
+                fixes: Vec::new(),
+                already: true,
+            });
+        }
         return Err(ReviewError::Refused(format!("proposal `{name}` is merged already")));
     }
     let dirty = crate::git::dirty_builder_paths(repo, ownership)?;
@@ -401,7 +605,7 @@ pub fn merge(
         )));
     }
     let prop_commit = repo.find_commit(prop)?;
-    let tree = builder_tree_of(&prop_commit.tree()?)?;
+    let tree = builder_tree_of(repo, &prop_commit.tree()?)?;
     let mut trust = Trust::new(repo, rule.clone())?;
     let judged = trust.proposal(base_of(repo, prop)?, prop)?;
     let Some(approval) = judged.approval.clone() else {
@@ -428,7 +632,7 @@ pub fn merge(
         )));
     }
     let merged_tree = repo.find_tree(index.write_tree_to(repo)?)?;
-    let merged_builder = builder_tree_of(&merged_tree)?;
+    let merged_builder = builder_tree_of(repo, &merged_tree)?;
     if merged_builder != tree {
         return Err(ReviewError::Refused(format!(
             "the merge would produce builder tree {merged_builder}, not the approved {tree}: builder-owned paths changed on {} since the proposal was made; update the proposal and have it approved again",
@@ -444,18 +648,36 @@ pub fn merge(
     for f in &fixes {
         message.push_str(&format!("{FIXES_CARD} {f}\n"));
     }
-    // Update the work tree first (safe mode: local edits in the paths it touches stop
-    // it), then move the branch.
-    let mut co = git2::build::CheckoutBuilder::new();
-    co.safe();
-    repo.checkout_tree(merged_tree.as_object(), Some(&mut co))?;
     let sig = Signature::now(&actor.name, &actor.email)?;
-    let commit = repo.commit(Some("HEAD"), &sig, &sig, &message, &merged_tree, &[&base, &prop_commit])?;
+    let commit = repo.commit(None, &sig, &sig, &message, &merged_tree, &[&base, &prop_commit])?;
+    let branch = head_ref.name().unwrap_or("HEAD").to_string();
+    super::work::move_checked_out(repo, &branch, base.id(), commit, super::work::Mover::Merge)?;
     Ok(Merged {
         commit,
         approval,
         fixes,
+        already: false,
     })
+}
+
+/// The head of proposal `name` to land: as for an approval, this clone's branch only
+/// when it is not behind or diverged from `remote`'s.
+pub fn head_for_landing(repo: &Repository, name: &str, remote: &str) -> Result<Oid, ReviewError> {
+    valid_name(name)?;
+    head_to_approve(repo, name, Some(remote))
+}
+
+/// The cards named in `Fixes-card:` trailers of the proposal's commits from `head`
+/// back to where it meets `onto`, oldest first.
+pub fn fixes_of_proposal(repo: &Repository, head: Oid, onto: Oid) -> Result<Vec<String>, ReviewError> {
+    let mut walk = repo.revwalk()?;
+    walk.push(head)?;
+    walk.hide(onto)?;
+    let mut commits = Vec::new();
+    for oid in walk {
+        commits.push(repo.find_commit(oid?)?);
+    }
+    Ok(fixes_of(&commits))
 }
 
 /// The cards the proposal's commits name in `Fixes-card:` trailers, oldest first.
@@ -486,7 +708,7 @@ pub struct UnderReview {
 /// The proposal `name`, for review.
 pub fn under_review(repo: &Repository, name: &str) -> Result<UnderReview, ReviewError> {
     valid_name(name)?;
-    let head = proposal_head(repo, name)?;
+    let head = proposal_head(repo, name, None)?;
     let current = head_commit(repo)?;
     let base = repo.merge_base(current.id(), head)?;
     Ok(UnderReview {

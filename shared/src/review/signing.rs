@@ -288,36 +288,50 @@ impl AllowedSigners {
         let Some(armored) = body.signature.as_deref() else {
             return Err("it is not signed".into());
         };
-        let sig = SshSig::from_pem(armored).map_err(|e| format!("its signature is unreadable: {e}"))?;
-        if sig.namespace() != NAMESPACE {
-            return Err(format!(
-                "it is signed in namespace `{}`, not `{NAMESPACE}`",
-                sig.namespace()
-            ));
-        }
         let email = super::parse_person(&body.approver)
             .map(|p| p.email)
             .ok_or_else(|| format!("its approver `{}` is not \"Name <email>\"", body.approver))?;
+        self.verify_in(NAMESPACE, &email, body.approved_at, &payload(body), armored)
+    }
+
+    /// Whether the armored SSHSIG `armored` over `message` counts as `email`'s in
+    /// `namespace` at the time `at`: a key this list names for that email (its
+    /// `namespaces=` allowing `namespace`, valid at `at`) made it. `Ok` with the
+    /// signer's line and key fingerprint, or why not. Approvals and runtime commits are
+    /// both judged here, each in its own namespace.
+    pub fn verify_in(
+        &self,
+        namespace: &str,
+        email: &str,
+        at: DateTime<Utc>,
+        message: &[u8],
+        armored: &str,
+    ) -> Result<String, String> {
+        let sig = SshSig::from_pem(armored).map_err(|e| format!("its signature is unreadable: {e}"))?;
+        if sig.namespace() != namespace {
+            return Err(format!(
+                "it is signed in namespace `{}`, not `{namespace}`",
+                sig.namespace()
+            ));
+        }
         let fingerprint = sig.public_key().fingerprint(Default::default());
         let mut why = format!("key {fingerprint} is not in {} for {email}", self.path.display());
         for s in self.signers.iter().filter(|s| s.key.key_data() == sig.public_key()) {
-            if !s.principals.iter().any(|p| p.is_match(&email)) {
+            if !s.principals.iter().any(|p| p.is_match(email)) {
                 continue;
             }
             let line = format!("{}:{}", self.path.display(), s.line);
             if let Some(ns) = &s.namespaces {
-                if !ns.iter().any(|n| n == NAMESPACE) {
+                if !ns.iter().any(|n| n == namespace) {
                     why = format!("{line} limits key {fingerprint} to namespaces {}", ns.join(","));
                     continue;
                 }
             }
-            if s.valid_after.is_some_and(|t| body.approved_at < t)
-                || s.valid_before.is_some_and(|t| body.approved_at >= t)
-            {
-                why = format!("{line}: key {fingerprint} was not valid at {}", body.approved_at);
+            if s.valid_after.is_some_and(|t| at < t) || s.valid_before.is_some_and(|t| at >= t) {
+                why = format!("{line}: key {fingerprint} was not valid at {at}");
                 continue;
             }
-            return match s.key.verify(NAMESPACE, &payload(body), &sig) {
+            return match s.key.verify(namespace, message, &sig) {
                 Ok(()) => Ok(format!("{line} ({fingerprint})")),
                 Err(e) => Err(format!("its signature by {fingerprint} does not verify: {e}")),
             };

@@ -58,6 +58,9 @@ pub struct Judged {
     pub tree: Oid,
     /// The newest approval of the tree that counts.
     pub approval: Option<Approval>,
+    /// Every approval of the tree that counts (the newest first, as stored), for the
+    /// judgement that approvals only move forward ([`super::forward`]).
+    pub counting: Vec<Approval>,
     /// Why each newer approval naming the tree does not count (newest first).
     pub rejected: Vec<String>,
     pub by: JudgedBy,
@@ -109,6 +112,8 @@ pub struct Trust<'r> {
     lists: HashMap<Oid, List>,
     /// `(tree, which list)` -> verdict.
     judged: HashMap<(Oid, JudgedBy), Judged>,
+    /// `require_reviewed` by settings blob.
+    flags: HashMap<Oid, bool>,
     memo: Option<Memo>,
 }
 
@@ -125,6 +130,28 @@ struct Memo {
 
 /// The most rows the walk memo keeps (a row is about 124 bytes).
 const MEMO_ROWS: usize = 256;
+
+/// Under `.runtime/`: a commit no builder change at or below which (first parents)
+/// asked for review, so a walk for owed review stops there.
+pub const REVIEW_FREE_FILE: &str = "review-free";
+
+fn read_review_free(root: &std::path::Path) -> Option<Oid> {
+    let rel = std::path::Path::new(crate::layout::STATE_DIR).join(REVIEW_FREE_FILE);
+    let dir = crate::beneath::open_root(root).ok()?;
+    let bytes = crate::beneath::read_regular(&dir, &rel, 128).ok()?;
+    Oid::from_str(String::from_utf8_lossy(&bytes).trim()).ok()
+}
+
+fn write_review_free(root: &std::path::Path, commit: Oid) -> std::io::Result<()> {
+    let rel = std::path::Path::new(crate::layout::STATE_DIR).join(REVIEW_FREE_FILE);
+    let dir = crate::beneath::open_root(root)?;
+    match crate::beneath::remove_file(&dir, &rel) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    crate::beneath::create_new(&dir, &rel, format!("{commit}\n").as_bytes())
+}
 
 impl<'r> Trust<'r> {
     /// Reads the approvals of `repo`, to be judged by `rule`.
@@ -143,6 +170,7 @@ impl<'r> Trust<'r> {
             trusted: HashMap::new(),
             lists: HashMap::new(),
             judged: HashMap::new(),
+            flags: HashMap::new(),
             memo: None,
         })
     }
@@ -268,32 +296,67 @@ impl<'r> Trust<'r> {
     /// `require_reviewed`. Walking builder changes back from `commit` to the nearest
     /// covered one, any that owes one means the switch-off was not approved (an
     /// unapproved commit that turns review off, and whatever follows it, still runs
-    /// only with an approval). Without any approval at all there is nothing to walk
-    /// back to (review never ran here): `false`.
+    /// only with an approval).
+    ///
+    /// This holds from the first moment: a repository with no approval yet whose
+    /// history turned `require_reviewed` on owes review too (the first tree under
+    /// review needs an approval itself: `builder approve --bootstrap`), so an unapproved
+    /// switch-off before the first approval is judged. A walk that reaches the root
+    /// finding none is remembered ([`REVIEW_FREE_FILE`]): later fires stop
+    /// at that commit instead of walking all of history again.
     pub fn review_owed(&mut self, commit: Oid) -> Result<bool, git2::Error> {
-        if self.approvals.trees().is_empty() {
-            return Ok(false);
-        }
-        let repo = self.repo;
-        let requires = |c: Oid| super::review_flags_of_commit(repo, c).map(|f| f.0);
+        let free = self.memo.as_ref().and_then(|m| read_review_free(&m.root));
         let mut next = Some(commit);
+        let mut first_boundary = None;
         let owed = loop {
             let Some(c) = next else { break false };
-            if self.covered(c)? {
+            if Some(c) == free || self.covered(c)? {
                 break false;
             }
-            if requires(c)? {
+            if self.requires_review(c)? {
                 break true;
             }
             next = self.step(c)?.boundary;
+            first_boundary = first_boundary.or(Some(next));
             if let Some(b) = next {
-                if requires(b)? {
+                if Some(b) == free {
+                    break false;
+                }
+                if self.requires_review(b)? {
                     break true;
+                }
+            }
+            if next.is_none() {
+                // The root, and nothing on the way asked for review: remember the
+                // nearest builder change below `commit` (what the next fire's HEAD,
+                // a records commit on top, reaches first), or `commit` itself.
+                if let (Some(memo), Some(mark)) = (&self.memo, first_boundary.flatten().or(Some(commit))) {
+                    if free != Some(mark) {
+                        if let Err(e) = write_review_free(&memo.root, mark) {
+                            tracing::warn!(error = %e, "the review-free mark was not remembered");
+                        }
+                    }
                 }
             }
         };
         self.save_memo();
         Ok(owed)
+    }
+
+    /// `require_reviewed` in the settings of `commit`, remembered per settings blob.
+    fn requires_review(&mut self, commit: Oid) -> Result<bool, git2::Error> {
+        let tree = self.repo.find_commit(commit)?.tree()?;
+        let id = match tree.get_path(std::path::Path::new(crate::layout::SETTINGS_FILE)) {
+            Ok(e) => e.id(),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if let Some(v) = self.flags.get(&id) {
+            return Ok(*v);
+        }
+        let v = super::review_flags(self.repo.find_blob(id)?.content()).0;
+        self.flags.insert(id, v);
+        Ok(v)
     }
 
     /// The rule `commit` is judged by when its own settings (`own`) ask no signatures:
@@ -403,7 +466,7 @@ impl<'r> Trust<'r> {
                 Err(e) if e.code() == git2::ErrorCode::NotFound && c != commit => break,
                 Err(e) => return Err(e),
             };
-            pending.push((c, builder_tree_of(&found.tree()?)?));
+            pending.push((c, builder_tree_of(self.repo, &found.tree()?)?));
             next = found.parent_ids().next();
         }
         for (c, tree) in pending.into_iter().rev() {
@@ -543,6 +606,7 @@ impl<'r> Trust<'r> {
         let judged = Judged {
             tree,
             approval: None,
+            counting: Vec::new(),
             rejected: Vec::new(),
             by,
             unreadable: None,
@@ -565,6 +629,7 @@ impl<'r> Trust<'r> {
         let mut judged = Judged {
             tree,
             approval: None,
+            counting: Vec::new(),
             rejected: Vec::new(),
             by: by.clone(),
             unreadable: unreadable.clone(),
@@ -572,9 +637,12 @@ impl<'r> Trust<'r> {
         for (_, a) in self.approvals.naming(tree) {
             match self.rule.judge(&a.body, readable) {
                 Ok(()) => {
-                    judged.approval = Some(a.clone());
-                    break;
+                    if judged.approval.is_none() {
+                        judged.approval = Some(a.clone());
+                    }
+                    judged.counting.push(a.clone());
                 }
+                Err(_) if judged.approval.is_some() => {}
                 Err(why) => {
                     let why = match &unreadable {
                         Some(d) if why.starts_with("no allowed-signers list") => format!("{why}: {d}"),

@@ -5,14 +5,28 @@
 //! the setting that allows a weaker mode; under `best_effort` the fire goes on and its
 //! receipt names what is missing; `off` uses none of them.
 
+use super::landlock::TrustedDir;
 use super::namespaces::{self, NamespacePlan};
 use super::seccomp;
+use super::writeback::WriteBack;
 use crate::records::SandboxRecord;
 use crate::settings::LandlockMode;
 
-/// What the namespaces step left for the receipt.
+/// What the namespaces step left: notes for the receipt, and the write-back of the
+/// write directories (none without namespaces: tools then write the real ones).
 pub struct Layers {
     notes: Vec<String>,
+    write_back: Option<WriteBack>,
+}
+
+impl Layers {
+    /// The directories the worker reaches by descriptor, for Landlock.
+    pub fn trusted_dirs(&self) -> Vec<TrustedDir<'_>> {
+        self.write_back
+            .as_ref()
+            .map(WriteBack::trusted_dirs)
+            .unwrap_or_default()
+    }
 }
 
 /// The refusal under `landlock: required`, naming the missing piece and the setting.
@@ -25,39 +39,65 @@ fn refusal(missing: &str) -> String {
 /// Enters the namespaces of `plan` (see [`namespaces::enter`]).
 pub fn before_landlock(plan: Option<&NamespacePlan>, mode: LandlockMode) -> Result<Layers, String> {
     let mut notes = Vec::new();
+    let none = |notes| {
+        Ok(Layers {
+            notes,
+            write_back: None,
+        })
+    };
     let Some(plan) = plan else {
-        return Ok(Layers { notes });
+        return none(notes);
     };
     if mode == LandlockMode::Off {
-        return Ok(Layers { notes });
+        return none(notes);
     }
     match namespaces::enter(plan) {
-        Ok(()) if plan.network => notes.push("namespaces: user, mount, pid, ipc (host network granted)".to_string()),
-        Ok(()) => notes.push("namespaces: user, mount, pid, ipc, net".to_string()),
-        Err(e) if mode == LandlockMode::Required => return Err(refusal(&format!("namespaces unavailable: {e}"))),
-        Err(e) => notes.push(format!("missing: namespaces ({e})")),
+        Ok(write_back) => {
+            notes.push(if plan.network {
+                "namespaces: user, mount, pid, ipc (host network granted)".to_string()
+            } else {
+                "namespaces: user, mount, pid, ipc, net".to_string()
+            });
+            notes.push(
+                "file system: minimal root (pivot_root; system directories, the repository, read roots)".to_string(),
+            );
+            notes.push(format!(
+                "writes: at most {} bytes (tmpfs; write directories through overlays, copied back)",
+                plan.write_bytes
+            ));
+            Ok(Layers {
+                notes,
+                write_back: Some(write_back),
+            })
+        }
+        Err(e) if mode == LandlockMode::Required => Err(refusal(&format!("namespaces unavailable: {e}"))),
+        Err(e) => {
+            notes.push(format!("missing: namespaces ({e})"));
+            none(notes)
+        }
     }
-    Ok(Layers { notes })
 }
 
-/// Installs the seccomp filter and completes the record of the worker's sandbox.
+/// Installs the seccomp filter and completes the record of the worker's sandbox;
+/// hands on the write-back.
 pub fn after_landlock(
     plan: Option<&NamespacePlan>,
     mode: LandlockMode,
     layers: Layers,
     mut record: SandboxRecord,
-) -> Result<SandboxRecord, String> {
-    record.rights.extend(layers.notes);
+) -> Result<(SandboxRecord, Option<WriteBack>), String> {
+    let Layers { notes, write_back } = layers;
+    record.rights.extend(notes);
     let Some(plan) = plan else {
-        return Ok(record);
+        return Ok((record, write_back));
     };
     if mode == LandlockMode::Off {
-        return Ok(record);
+        return Ok((record, write_back));
     }
     match seccomp::install(plan.network) {
         Ok(()) => record.rights.push("seccomp".to_string()),
         Err(e) if mode == LandlockMode::Required => return Err(refusal(&e.to_string())),
         Err(e) => record.rights.push(format!("missing: seccomp ({e})")),
     }
-    Ok(record)
+    Ok((record, write_back))
 }

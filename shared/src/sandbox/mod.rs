@@ -6,7 +6,10 @@
 pub mod isolate;
 pub mod landlock;
 pub mod namespaces;
+pub mod process;
+pub mod rootfs;
 pub mod seccomp;
+pub mod writeback;
 
 use crate::layout::{Owner, Ownership, STATE_DIR};
 use crate::settings::{NetworkMode, NetworkSetting, RuntimeSettings};
@@ -29,7 +32,8 @@ pub struct SandboxSpec {
     pub write_files: Vec<PathBuf>,
     /// TCP ports connect() may reach; everything else is refused (ABI 4+).
     pub connect_ports: Vec<u16>,
-    /// Scope signals and abstract unix sockets to the sandbox (ABI 6+).
+    /// Scope signals and abstract unix sockets to the sandbox (ABI 6+), and pathname
+    /// UNIX sockets (ABI 9+: `connect` only to sockets the sandbox itself made).
     pub scope_ipc: bool,
     /// Use at most this Landlock ABI (from [`ABI_CAP_ENV`]), as on an older kernel.
     #[serde(default)]

@@ -5,16 +5,18 @@
 //! SIGTERM/SIGINT. Everything a call started is killed when the call ends (PID 1's
 //! `kill(-1)`), and everything left dies with PID 1 at the end of the fire.
 //!
-//! The mount namespace shows the repository read-only, the write ACL's directories and
-//! the run's scratch writable (`nosuid,nodev`), `.git` read-only with the rest of the
-//! repository, `.runtime` as an empty read-only tmpfs (its task and commit locks and
-//! the state database are the runtime's alone: a tool that could open them could
-//! flock them or hold an SQLite lock and block other fires) with only the scratch and
-//! the acceptance hand-over directory mounted back, `/tmp`, `/var/tmp`, `/run`,
-//! `/dev/shm`, `/home` and
-//! `/root` as empty private tmpfs (the paths above kept visible are mounted back on
-//! top), its own `/proc`, and every path a `Read` deny rule matches masked (files by
-//! `/dev/null`, directories by an empty read-only tmpfs).
+//! The mount namespace is a minimal root of its own (see [`super::rootfs`]): the
+//! system directories read-only, an allow-list of `/etc`, a small `/dev`, its own
+//! `/proc`, and at their real paths the repository read-only, the write ACL's
+//! directories and the run's scratch writable (`nosuid,nodev`, overlays whose writes
+//! go to one tmpfs of `sandbox.write_bytes`, see [`super::writeback`]), `.git`
+//! read-only with the rest of the repository, `.runtime` as an empty read-only tmpfs
+//! (its task and commit locks and the state database are the runtime's alone: a tool
+//! that could open them could flock them or hold an SQLite lock and block other
+//! fires) with only the scratch and the acceptance hand-over directory mounted back,
+//! and the read roots settings name. Every path a `Read` deny rule matches is masked
+//! (files by `/dev/null`, directories by an empty read-only tmpfs), and so is every
+//! UNIX socket found in the repository (all of `.git` included) and the read roots.
 //!
 //! Who the tools run as: the runtime's own uid when it is not root (mapped to itself;
 //! the repository is its own, so the write directories stay writable). When the
@@ -25,23 +27,19 @@
 //! and what it writes is stored under the owner's ids; `git` sees a repository owned
 //! by its user. No chown of builder files, no world-writable directory on disk.
 
+use super::rootfs::{self, Sources, Tree};
+use super::writeback::WriteBack;
 use super::SandboxSpec;
-use rustix::mount::{
-    mount, mount_bind, mount_change, move_mount, open_tree, MountFlags, MountPropagationFlags, MoveMountFlags,
-    OpenTreeFlags,
-};
+use rustix::mount::{mount, mount_bind, mount_change, open_tree, MountFlags, MountPropagationFlags, OpenTreeFlags};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The uid and gid tools run as when the runtime runs as root.
 pub const UNPRIVILEGED_ID: u32 = 65534;
-
-/// Host paths that hold sockets and other processes' files: replaced by empty tmpfs.
-pub const MASKED_ROOTS: &[&str] = &["/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm", "/home", "/root"];
 
 /// At most this many processes (threads included) of the tools' uid at once in the
 /// worker's namespace (`RLIMIT_NPROC`, counted per user namespace): a fork bomb stops
@@ -63,12 +61,20 @@ pub struct NamespacePlan {
     /// Settings grant tools network: the host network namespace is kept (Landlock
     /// scopes TCP to the granted ports, seccomp refuses everything but TCP).
     pub network: bool,
+    /// `sandbox.write_bytes`: the size of the tmpfs every write of the worker's
+    /// processes goes to.
+    #[serde(default = "default_write_bytes")]
+    pub write_bytes: u64,
+}
+
+fn default_write_bytes() -> u64 {
+    crate::settings::SandboxSettings::default().write_bytes
 }
 
 impl NamespacePlan {
     /// The plan for a worker in `spec`: read dirs outside the system and the root are
-    /// mounted back; write dirs as they are.
-    pub fn new(spec: &SandboxSpec, root: &Path, masked: Vec<String>) -> NamespacePlan {
+    /// mounted back; write dirs as they are, their writes limited to `write_bytes`.
+    pub fn new(spec: &SandboxSpec, root: &Path, masked: Vec<String>, write_bytes: u64) -> NamespacePlan {
         let system: Vec<PathBuf> = super::SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect();
         NamespacePlan {
             root: root.to_path_buf(),
@@ -81,6 +87,7 @@ impl NamespacePlan {
             write_dirs: spec.write_dirs.clone(),
             masked,
             network: !spec.connect_ports.is_empty(),
+            write_bytes,
         }
     }
 }
@@ -94,7 +101,7 @@ pub struct NsError {
     pub source: std::io::Error,
 }
 
-fn step<T, E: Into<std::io::Error>>(piece: &'static str, r: Result<T, E>) -> Result<T, NsError> {
+pub(super) fn step<T, E: Into<std::io::Error>>(piece: &'static str, r: Result<T, E>) -> Result<T, NsError> {
     r.map_err(|e| NsError {
         piece,
         source: e.into(),
@@ -108,11 +115,11 @@ fn simulated(piece: &'static str) -> NsError {
     }
 }
 
-/// Enters the namespaces. Returns `Ok` in the namespaced clone (PID 1, no capability
-/// left, ready for Landlock and seccomp); the original process never returns from a
-/// successful call (it waits for the clone and exits with its status). Must run while
-/// the process is single-threaded.
-pub fn enter(plan: &NamespacePlan) -> Result<(), NsError> {
+/// Enters the namespaces. Returns in the namespaced clone (PID 1, no capability left,
+/// ready for Landlock and seccomp) with the write-back of its write directories; the
+/// original process never returns from a successful call (it waits for the clone and
+/// exits with its status). Must run while the process is single-threaded.
+pub fn enter(plan: &NamespacePlan) -> Result<WriteBack, NsError> {
     if super::simulated_missing("userns") {
         return Err(simulated("user namespaces"));
     }
@@ -138,11 +145,21 @@ pub fn enter(plan: &NamespacePlan) -> Result<(), NsError> {
         flags |= libc::CLONE_NEWNET;
     }
     let (release_r, release_w) = step("pipe", std::io::pipe())?;
+    let (ready_r, ready_w) = step("pipe", std::io::pipe())?;
     let pid = step("user namespaces", raw_clone(flags))?;
     if pid == 0 {
         drop(release_w);
+        drop(ready_r);
         // SAFETY: prctl with integer arguments.
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        // The worker is not dumpable (see `super::process`), nor is this copy of it:
+        // its `/proc` files belong to root then, and an unprivileged original could
+        // not write its id maps. Dumpable until `inside` ends, running nothing else.
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
+        let mut w = ready_w;
+        let _ = w.write_all(b"1");
+        drop(w);
         let mut byte = [0u8; 1];
         let mut r = release_r;
         if !matches!(r.read(&mut byte), Ok(1)) {
@@ -150,9 +167,19 @@ pub fn enter(plan: &NamespacePlan) -> Result<(), NsError> {
             // SAFETY: leaving the clone without running the original's destructors.
             unsafe { libc::_exit(1) };
         }
-        return inside(plan, ids, as_root, premade);
+        let built = inside(plan, ids, as_root, premade);
+        if built.is_err() {
+            // Not dumpable again, whatever `best_effort` does next in this process.
+            // SAFETY: prctl with integer arguments.
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+        }
+        return built;
     }
     drop(release_r);
+    drop(ready_w);
+    let mut ready = ready_r;
+    let _ = ready.read(&mut [0u8; 1]);
+    drop(ready);
     if let Err(e) = write_maps(pid, ids, as_root) {
         // SAFETY: killing and reaping our own clone.
         unsafe {
@@ -229,9 +256,9 @@ fn idmap_userns(uid: u32, gid: u32) -> std::io::Result<OwnedFd> {
     opened
 }
 
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub(super) const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub(super) const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
 #[repr(C)]
@@ -268,7 +295,7 @@ fn set_attr(tree: &OwnedFd, set: u64, userns: Option<&OwnedFd>) -> std::io::Resu
 }
 
 /// A detached recursive copy of the mounts at `path` with the attributes `set`.
-fn clone_tree(path: &Path, set: u64, userns: Option<&OwnedFd>) -> std::io::Result<OwnedFd> {
+pub(super) fn clone_tree(path: &Path, set: u64, userns: Option<&OwnedFd>) -> std::io::Result<OwnedFd> {
     let fd = open_tree(
         rustix::fs::CWD,
         path,
@@ -278,37 +305,38 @@ fn clone_tree(path: &Path, set: u64, userns: Option<&OwnedFd>) -> std::io::Resul
     Ok(fd)
 }
 
-/// The trees mounted back after the masks, in order: the repository and the other
-/// read dirs read-only, then the write dirs on top of them.
-fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<Vec<(PathBuf, OwnedFd)>, NsError> {
+/// The plan's trees, cloned: the repository, the hand-over directory and the other
+/// read dirs read-only; the write dirs (the scratch among them) writable.
+fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<(Vec<Tree>, Vec<Tree>), NsError> {
     let piece = if userns.is_some() {
         "idmapped mounts"
     } else {
         "mount namespace"
     };
     let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-    let mut out = vec![(plan.root.clone(), step(piece, clone_tree(&plan.root, ro, userns))?)];
+    let mut read_only = vec![(plan.root.clone(), step(piece, clone_tree(&plan.root, ro, userns))?)];
     let handoff = handoff_dir(plan);
     if handoff.is_dir() {
-        out.push((handoff.clone(), step(piece, clone_tree(&handoff, ro, userns))?));
+        read_only.push((handoff.clone(), step(piece, clone_tree(&handoff, ro, userns))?));
     }
     for d in plan.read_dirs.iter().filter(|d| d.is_dir()) {
-        out.push((d.clone(), step(piece, clone_tree(d, ro, userns))?));
+        read_only.push((d.clone(), step(piece, clone_tree(d, ro, userns))?));
     }
+    let mut writable = Vec::new();
     for d in plan.write_dirs.iter().filter(|d| d.is_dir()) {
         let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-        out.push((d.clone(), step(piece, clone_tree(d, rw, userns))?));
+        writable.push((d.clone(), step(piece, clone_tree(d, rw, userns))?));
     }
-    Ok(out)
+    Ok((read_only, writable))
 }
 
-/// In the clone: take the ids, build the mount namespace, drop every capability.
+/// In the clone: take the ids, build the minimal root, drop every capability.
 fn inside(
     plan: &NamespacePlan,
     (uid, gid): (u32, u32),
     as_root: bool,
-    premade: Option<Vec<(PathBuf, OwnedFd)>>,
-) -> Result<(), NsError> {
+    premade: Option<(Vec<Tree>, Vec<Tree>)>,
+) -> Result<WriteBack, NsError> {
     if as_root {
         step("drop to nobody", rustix::thread::set_thread_groups(&[]))?;
         let gid = rustix::process::Gid::from_raw(gid);
@@ -321,74 +349,22 @@ fn inside(
         // SAFETY: prctl with integer arguments.
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     }
-    let piece = "mount namespace";
     step(
-        piece,
+        "mount namespace",
         mount_change("/", MountPropagationFlags::PRIVATE | MountPropagationFlags::REC),
     )?;
-    let trees = match premade {
+    let (read_only, writable) = match premade {
         Some(t) => t,
         None => clones(plan, None)?,
     };
-    let tmpfs = MountFlags::NOSUID | MountFlags::NODEV;
-    for m in MASKED_ROOTS.iter().map(Path::new) {
-        if m.symlink_metadata().is_ok_and(|md| md.is_dir()) {
-            step(piece, mount("tmpfs", m, "tmpfs", tmpfs, c"mode=0755,size=1m"))?;
-        }
-    }
-    let state = plan.root.join(crate::layout::STATE_DIR);
-    let mut state_masked = false;
-    for (i, (path, tree)) in trees.into_iter().enumerate() {
-        let _ = std::fs::create_dir_all(&path);
-        step(
-            piece,
-            move_mount(
-                tree.as_fd(),
-                "",
-                rustix::fs::CWD,
-                &path,
-                MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-            ),
-        )?;
-        // The repository is in place (a masked root above may have hidden it until
-        // now): hide its state directory before the scratch and the hand-over
-        // directory are mounted back into it.
-        if i == 0 && state.symlink_metadata().is_ok_and(|md| md.is_dir()) {
-            state_masked = true;
-            step(
-                "state directory mask",
-                mount(
-                    "tmpfs",
-                    &state,
-                    "tmpfs",
-                    tmpfs | MountFlags::NOEXEC,
-                    c"mode=0755,size=16k",
-                ),
-            )?;
-        }
-    }
-    if state_masked {
-        step(
-            "state directory mask",
-            rustix::mount::mount_remount(
-                &state,
-                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
-                c"",
-            ),
-        )?;
-    }
-    step(
-        "pid namespace /proc",
-        mount(
-            "proc",
-            "/proc",
-            "proc",
-            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
-            None,
-        ),
-    )?;
+    let sources = Sources {
+        read_only,
+        writable,
+        system: rootfs::system_entries()?,
+    };
+    let write_back = rootfs::build(plan, sources)?;
     mask_denied(plan)?;
-    step(piece, std::env::set_current_dir(&plan.root))?;
+    step("mount namespace", std::env::set_current_dir(&plan.root))?;
     drop_capabilities()?;
     let cap = rustix::process::Rlimit {
         current: Some(MAX_TOOL_PROCESSES),
@@ -408,7 +384,7 @@ fn inside(
             source: std::io::Error::last_os_error(),
         });
     }
-    Ok(())
+    Ok(write_back)
 }
 
 /// Where the runtime hands the report to acceptance scripts: created here, before
@@ -423,10 +399,11 @@ fn handoff_dir(plan: &NamespacePlan) -> PathBuf {
 }
 
 /// Masks what the `Read` deny globs match under the root, and every UNIX socket in
-/// the repository and at the top of its `.git` (a host process listening there, such
-/// as git's fsmonitor daemon on `.git/fsmonitor--daemon.ipc`, would otherwise take a
-/// tool's connection: Landlock does not scope pathname sockets). A socket is masked
-/// by `/dev/null` mounted over it, so `connect` is refused.
+/// the repository (all of `.git` too) and in the read roots outside it (a host
+/// process listening there, such as git's fsmonitor daemon on
+/// `.git/fsmonitor--daemon.ipc`, would otherwise take a tool's connection: Landlock
+/// scopes pathname sockets only from ABI 9). A socket is masked by `/dev/null`
+/// mounted over it, so `connect` is refused.
 fn mask_denied(plan: &NamespacePlan) -> Result<(), NsError> {
     let set = if plan.masked.is_empty() {
         None
@@ -436,15 +413,15 @@ fn mask_denied(plan: &NamespacePlan) -> Result<(), NsError> {
             crate::tools::exec::mask_set(&plan.masked).map_err(std::io::Error::other),
         )?)
     };
-    let git = plan.root.join(".git");
-    if let Ok(entries) = std::fs::read_dir(&git) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_socket()) {
-                step("socket masks", mount_bind("/dev/null", e.path()))?;
-            }
+    let mut found = find_masks(&plan.root, set.as_ref(), true)?;
+    // Sockets only: the repository's `.git` (the walk above passes over it) and the
+    // read roots (a linked worktree's git directories, `additional_directories`).
+    for dir in std::iter::once(plan.root.join(".git")).chain(plan.read_dirs.iter().cloned()) {
+        if dir.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            found.extend(find_masks(&dir, None, false)?);
         }
     }
-    for (path, mask) in find_masks(&plan.root, set.as_ref())? {
+    for (path, mask) in found {
         let masked = match mask {
             Mask::Socket => step("socket masks", mount_bind("/dev/null", &path)),
             Mask::File => step("read deny masks", mount_bind("/dev/null", &path)),
@@ -478,12 +455,12 @@ enum Mask {
 /// What to mask under `root`: every path the deny globs match and every socket. The
 /// walk has no cap (one that gave up past 100,000 entries left the rest unmasked, so
 /// a deny rule stopped holding for `cat` in a big repository); it skips only what no
-/// tool can read through it: `.git` (its top is looked at for sockets apart),
-/// `.runtime` (masked whole) and directories it masks. Entry types come from the
+/// tool can read through it: with `repository`, `.git` (walked for sockets apart) and
+/// `.runtime` (masked whole) at its top; and directories it masks. Entry types come from the
 /// directory listing, not a `stat` per entry. A directory it cannot list but a tool
 /// could enter (searchable, not readable) fails the walk: a deny path inside could
 /// not be seen, so it could not be masked.
-fn find_masks(root: &Path, set: Option<&globset::GlobSet>) -> Result<Vec<(PathBuf, Mask)>, NsError> {
+fn find_masks(root: &Path, set: Option<&globset::GlobSet>, repository: bool) -> Result<Vec<(PathBuf, Mask)>, NsError> {
     let mut out = Vec::new();
     // Directories still to list: absolute path and repo-relative name.
     let mut stack = vec![(root.to_path_buf(), String::new())];
@@ -505,7 +482,7 @@ fn find_masks(root: &Path, set: Option<&globset::GlobSet>) -> Result<Vec<(PathBu
                 classify(&e.path(), &rel, kind, set, &mut out, &mut stack);
                 continue;
             };
-            if rel_dir.is_empty() && (name == ".git" || name == crate::layout::STATE_DIR) {
+            if repository && rel_dir.is_empty() && (name == ".git" || name == crate::layout::STATE_DIR) {
                 continue;
             }
             let rel = join_rel(&rel_dir, name);
@@ -658,6 +635,58 @@ pub fn probe_idmap(root: &Path) -> Result<bool, NsError> {
     Ok(true)
 }
 
+/// Whether a tool worker's file-system view can be built here (`runtime check`): a
+/// throwaway worker clone builds the minimal root for `root` (its `Read` deny masks
+/// left out) with one write directory of its own behind a `write_bytes` overlay,
+/// pivots into it, and exits.
+pub fn probe_minimal_root(root: &Path, write_bytes: u64) -> Result<(), NsError> {
+    if super::simulated_missing("userns") {
+        return Err(simulated("user namespaces"));
+    }
+    let piece = "minimal root";
+    let write = step(piece, tempfile::Builder::new().prefix("runtime-check-").tempdir())?;
+    let plan = NamespacePlan {
+        root: root.to_path_buf(),
+        read_dirs: Vec::new(),
+        write_dirs: vec![write.path().to_path_buf()],
+        masked: Vec::new(),
+        network: false,
+        write_bytes,
+    };
+    let (mut r, w) = step("pipe", std::io::pipe())?;
+    let pid = step("user namespaces", raw_clone(0))?;
+    if pid == 0 {
+        drop(r);
+        let code = match enter(&plan) {
+            Ok(_) => 0,
+            Err(e) => {
+                let mut w = w;
+                let _ = w.write_all(e.to_string().as_bytes());
+                1
+            }
+        };
+        // SAFETY: the probe's copies leave without running the caller's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    drop(w);
+    let mut why = String::new();
+    let _ = r.read_to_string(&mut why);
+    let mut status = 0;
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        return Ok(());
+    }
+    Err(NsError {
+        piece,
+        source: std::io::Error::other(if why.is_empty() {
+            format!("the probe ended with status {status}")
+        } else {
+            why
+        }),
+    })
+}
+
 /// Whether namespaces can be made here (`runtime check`): a clone into fresh user,
 /// mount, PID, IPC and network namespaces that exits at once.
 pub fn probe() -> Result<(), NsError> {
@@ -700,7 +729,7 @@ mod tests {
         }
         let _sock = std::os::unix::net::UnixListener::bind(root.join("a/b/s.sock")).unwrap();
         let set = crate::tools::exec::mask_set(&["**/.env".into(), "secrets".into()]).unwrap();
-        let mut found: Vec<(String, Mask)> = find_masks(root, Some(&set))
+        let mut found: Vec<(String, Mask)> = find_masks(root, Some(&set), true)
             .unwrap()
             .into_iter()
             .map(|(p, m)| (p.strip_prefix(root).unwrap().to_string_lossy().into_owned(), m))
@@ -718,7 +747,7 @@ mod tests {
             ]
         );
         // Without deny globs only sockets are masked.
-        let sockets = find_masks(root, None).unwrap();
+        let sockets = find_masks(root, None, true).unwrap();
         assert_eq!(sockets.len(), 1, "{sockets:?}");
     }
 }

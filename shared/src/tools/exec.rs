@@ -383,6 +383,17 @@ fn run_command(ctx: &ExecContext, req: &ToolRequest, command: &str, timeout: Dur
     let cap = req.output_limit;
     let mut cmd = sandboxed_command(ctx, command);
     cmd.env(crate::env::CALL_ID_ENV, &req.call_id);
+    let apart = if req.apart {
+        match ApartHome::make(&ctx.scratch) {
+            Ok(home) => {
+                cmd.env("HOME", &home.0).env("TMPDIR", &home.0);
+                Some(home)
+            }
+            Err(e) => return io_error("a fresh HOME for the command", &e, false),
+        }
+    } else {
+        None
+    };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return io_error("/bin/sh", &e, false),
@@ -393,10 +404,31 @@ fn run_command(ctx: &ExecContext, req: &ToolRequest, command: &str, timeout: Dur
     let status = child.wait();
     let output = CommandOutput::collect(readers, cap);
     let code = status.as_ref().ok().and_then(|s| s.code());
+    drop(apart);
     match ending {
         Ending::Finished => output.into_result(code),
         Ending::TimedOut => output.killed(format!("killed after {} ms", timeout.as_millis())),
         Ending::Cancelled => output.killed("killed: the fire was cancelled".to_string()),
+    }
+}
+
+/// A fresh, empty directory under the scratch for one command run apart; removed
+/// with everything in it when dropped. Its name is random and it is made with
+/// `mkdir` (which fails on anything already there, a link included), so nothing an
+/// earlier command left can stand in for it.
+struct ApartHome(PathBuf);
+
+impl ApartHome {
+    fn make(scratch: &Path) -> std::io::Result<ApartHome> {
+        let dir = scratch.join(format!(".apart-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir(&dir)?;
+        Ok(ApartHome(dir))
+    }
+}
+
+impl Drop for ApartHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -667,6 +699,7 @@ mod tests {
             env: vec![],
         };
         let mut req = ToolRequest {
+            apart: false,
             masked: vec!["**/.env".into()],
             call_id: "c".into(),
             args: ToolArgs::Grep {
@@ -729,12 +762,44 @@ mod tests {
 
     fn req(args: ToolArgs) -> ToolRequest {
         ToolRequest {
+            apart: false,
             masked: Vec::new(),
             call_id: "c".into(),
             args,
             timeout_ms: 5000,
             output_limit: 1000,
         }
+    }
+
+    #[test]
+    fn a_command_run_apart_sees_a_fresh_home_not_the_shared_scratch() {
+        let (_d, c) = ctx();
+        let shared = execute(
+            &c,
+            &req(ToolArgs::RunCommand {
+                command: "echo planted > \"$HOME/.profile\"; echo \"$HOME\"".into(),
+                timeout_s: None,
+            }),
+        );
+        assert_eq!(shared.output.trim(), c.scratch.to_string_lossy(), "{shared:?}");
+        let mut apart = req(ToolArgs::RunCommand {
+            command: "echo \"$HOME $TMPDIR\"; ls -A \"$HOME\" | wc -l; touch \"$TMPDIR/t\"".into(),
+            timeout_s: None,
+        });
+        apart.apart = true;
+        let r = execute(&c, &apart);
+        assert_eq!(r.error, None, "{r:?}");
+        let mut lines = r.output.lines();
+        let homes: Vec<&str> = lines.next().unwrap().split(' ').collect();
+        assert_eq!(homes[0], homes[1], "HOME and TMPDIR are the one fresh directory");
+        assert_ne!(homes[0], c.scratch.to_string_lossy(), "not the shared scratch");
+        assert!(homes[0].starts_with(&*c.scratch.to_string_lossy()));
+        assert_eq!(lines.next().map(str::trim), Some("0"), "the fresh HOME is empty");
+        assert!(!Path::new(homes[0]).exists(), "removed after the command");
+        assert!(
+            c.scratch.join(".profile").exists(),
+            "the shared scratch is left as it was"
+        );
     }
 
     #[test]

@@ -339,6 +339,11 @@ pub struct ToolRequest {
     /// walk directories; repo-relative unless absolute.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub masked: Vec<String>,
+    /// `run_command` only: run apart from every earlier command, with a fresh empty
+    /// `HOME` and `TMPDIR` of its own (an acceptance check: nothing a model's command
+    /// left in the shared scratch, such as an interpreter's startup file, is read).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub apart: bool,
 }
 
 /// The worker's answer.

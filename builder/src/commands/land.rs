@@ -1,0 +1,69 @@
+//! `builder land <name>`: fetch, merge the approved proposal onto the remote's current
+//! tip of the protected branch (settings `sync.branch`, else the remote's default
+//! branch), push, and merge onto the new tip when the remote moved meanwhile (the
+//! cron box pushed records): one command for the person who lands a change
+//! ([`shared::review::land::land`]). This clone's branch follows when that is a
+//! fast-forward.
+
+use crate::command_error::{CommandError, Outcome};
+use shared::review::land::{self, LocalBranch};
+use std::path::Path;
+
+/// Merge an approved proposal onto the remote's tip and push it
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The proposal's name
+    pub name: String,
+    /// The remote (default: settings sync.remote, the branch's upstream, or origin)
+    #[arg(long, value_name = "NAME")]
+    pub remote: Option<String>,
+}
+
+pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
+    let wt = super::open_repo(repo_path)?;
+    let (settings, _) = super::review_settings(&wt.root)?;
+    let actor = super::acting_identity(&wt.repo, "GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL")?;
+    let rule = super::approval_rule(&settings)?;
+    super::recover_interrupted(&wt)?;
+    let Some(remote) = super::team_remote(&wt.repo, args.remote.as_deref(), &settings, true)? else {
+        return Err(CommandError::usage("this repository has no remote to land on"));
+    };
+    let branch = shared::review::remote::protected_branch(&wt.repo, &remote, settings.sync.as_ref());
+    let landed = land::land(&wt.repo, &wt.root, &args.name, &actor, &rule, &remote, &branch)?;
+    if landed.already {
+        println!(
+            "{remote}/{branch} has proposals/{} already (at {}): nothing to push",
+            args.name,
+            &landed.commit.to_string()[..12]
+        );
+    } else {
+        println!(
+            "landed proposals/{} on {remote}/{branch} as {} (merged onto {}; {} push(es); Reviewed-by: {})",
+            args.name,
+            &landed.commit.to_string()[..12],
+            &landed.onto.to_string()[..12],
+            landed.tries,
+            landed.approval.as_ref().map(|a| a.body.approver.as_str()).unwrap_or("")
+        );
+    }
+    if landed.approvals_pushed > 0 {
+        println!("pushed {} approval(s) {remote} lacked", landed.approvals_pushed);
+    }
+    match landed.local {
+        LocalBranch::FastForwarded => println!("{branch} (checked out) moved to it"),
+        LocalBranch::Moved => println!("{branch} moved to it"),
+        LocalBranch::Unchanged | LocalBranch::Absent => {}
+        LocalBranch::Diverged => {
+            println!("hint: your {branch} has commits {remote} lacks: `git pull` merges the landed change into it")
+        }
+    }
+    if matches!(landed.local, LocalBranch::FastForwarded) {
+        super::merge::triage_fixed(&wt.root, &args.name, &landed.fixes, &actor.to_string());
+    } else if !landed.fixes.is_empty() {
+        println!(
+            "hint: it fixes card(s) {}: `builder cards triage` them once your branch has the merge",
+            landed.fixes.join(", ")
+        );
+    }
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,367 @@
+//! The proposals pages: the list (`/proposals`, as `builder proposals` tells it), one
+//! proposal (`/proposal?name=`) with its review loaded after the page (htmx asks
+//! `/proposal/review`, which computes what `builder review` computes, evals
+//! included, once per proposal head and base), and (with `--write`) the approval:
+//! `shared::review::proposals::approve`, the function `builder approve` calls, as the
+//! git identity of the person running the server, signed with git's signing key when
+//! one is configured. Self-approval and the runtime identity are refused there.
+
+use super::{blocking, non_empty, printable, printable_multiline, respond, App, Layout, PageError, Wants};
+use axum::extract::{Form, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use shared::review::proposals::{self, Proposal};
+use shared::review::ReviewError;
+use shared::review_report::{ReportError, ReviewOptions, ReviewReport};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+fn review_error(e: ReviewError) -> PageError {
+    match e {
+        ReviewError::Refused(m) => PageError::new(StatusCode::FORBIDDEN, m),
+        ReviewError::Usage(m) => PageError::bad_request(m),
+        other => PageError::from_display(other),
+    }
+}
+
+/// Every proposal, as `builder proposals --json` prints them.
+fn all(app: &App) -> Result<Vec<Proposal>, PageError> {
+    let wt = shared::git::open_work_tree(&app.root).map_err(PageError::from_display)?;
+    let (settings, _) = crate::commands::review_settings(&wt.root).map_err(PageError::from_display)?;
+    let rule = crate::commands::approval_rule(&settings).map_err(PageError::from_display)?;
+    proposals::list(&wt.repo, &rule).map_err(review_error)
+}
+
+#[derive(askama::Template)]
+#[template(path = "proposals.html")]
+struct ListHtml {
+    l: Layout,
+    rows: Vec<Row>,
+}
+
+struct Row {
+    name: String,
+    href: String,
+    state: &'static str,
+    authors: String,
+    head: String,
+}
+
+fn href(name: &str) -> String {
+    format!(
+        "/proposal?{}",
+        url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("name", name)
+            .finish()
+    )
+}
+
+fn row(p: &Proposal) -> Row {
+    Row {
+        name: printable(&p.name),
+        href: href(&p.name),
+        state: p.state.name(),
+        authors: printable(&p.authors.join(", ")),
+        head: p.head.get(..12).unwrap_or(&p.head).to_string(),
+    }
+}
+
+pub async fn list(State(app): State<Arc<App>>, wants: Wants) -> Response {
+    let data = blocking(&app, all).await;
+    let layout = Layout::of(&app, "Proposals");
+    respond(wants, data, move |d| {
+        askama::Template::render(&ListHtml {
+            l: layout,
+            rows: d.iter().map(row).collect(),
+        })
+    })
+}
+
+#[derive(askama::Template)]
+#[template(path = "proposal.html")]
+struct PageHtml {
+    l: Layout,
+    p: Row,
+    tree: String,
+    review_href: String,
+    name_raw: String,
+    approved: Option<String>,
+}
+
+pub async fn page(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<HashMap<String, String>>) -> Response {
+    let q = non_empty(q);
+    let Some(name) = q.get("name").cloned() else {
+        return PageError::bad_request("which proposal? /proposal?name=<name>").render(wants);
+    };
+    let wanted = name.clone();
+    let data = blocking(&app, move |app| {
+        all(app)?
+            .into_iter()
+            .find(|p| p.name == wanted)
+            .ok_or_else(|| PageError::not_found(format!("no proposal `{}`", printable(&wanted))))
+    })
+    .await;
+    let layout = Layout::of(&app, format!("Proposal {name}"));
+    let approved = q.get("approved").map(|a| printable(a));
+    respond(wants, data, move |p| {
+        askama::Template::render(&PageHtml {
+            l: layout,
+            tree: p.tree.clone(),
+            review_href: format!(
+                "/proposal/review?{}",
+                url::form_urlencoded::Serializer::new(String::new())
+                    .append_pair("name", &p.name)
+                    .finish()
+            ),
+            name_raw: p.name.clone(),
+            p: row(&p),
+            approved,
+        })
+    })
+}
+
+#[derive(askama::Template)]
+#[template(path = "review.html")]
+struct ReviewHtml {
+    base: String,
+    head: String,
+    ok: bool,
+    changes: Vec<(String, &'static str)>,
+    patch: String,
+    check: Vec<String>,
+    history: String,
+    delta: Vec<Delta>,
+    evals: Vec<EvalRow>,
+    failures: Vec<String>,
+    fixes: Vec<String>,
+}
+
+struct Delta {
+    before: String,
+    after: String,
+    from: String,
+    to: String,
+    count: usize,
+    calls: Vec<String>,
+}
+
+struct EvalRow {
+    case: String,
+    revision: &'static str,
+    passed: String,
+    failed: bool,
+    steps: u64,
+    calls: u64,
+    tokens: u64,
+    cost: String,
+    denials: u64,
+    ms: u64,
+}
+
+/// The review of proposal `name`: made once per (head, base), then kept.
+fn review_of(app: &App, name: &str) -> Result<Arc<ReviewReport>, PageError> {
+    let wt = shared::git::open_work_tree(&app.root).map_err(PageError::from_display)?;
+    let p = proposals::under_review(&wt.repo, name).map_err(review_error)?;
+    let key = format!("{name}\n{}\n{}", p.head, p.base);
+    if let Some(r) = app.cached_review(&key) {
+        return Ok(r);
+    }
+    let (_, ownership) = crate::commands::review_settings(&wt.root).map_err(PageError::from_display)?;
+    let opts = ReviewOptions {
+        root: wt.root.clone(),
+        name: name.to_string(),
+        history: wt
+            .root
+            .join(shared::layout::STATE_DIR)
+            .join(shared::state::STATE_DB_FILE),
+        since: None,
+        runtime: crate::commands::eval::runtime_binary().map_err(PageError::from_display)?,
+        // The web view reviews as `builder review` does by default: the eval fires
+        // run under the base's powers, never the proposal's.
+        trusted: shared::eval::trusted::TrustedSource::Base,
+    };
+    let report = shared::review_report::review(&wt.repo, &ownership, &opts).map_err(|e| match e {
+        ReportError::Review(e) => review_error(e),
+        other => PageError::internal(other.to_string()),
+    })?;
+    let report = Arc::new(report);
+    app.keep_review(key, report.clone());
+    Ok(report)
+}
+
+pub async fn review(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<HashMap<String, String>>) -> Response {
+    let q = non_empty(q);
+    let Some(name) = q.get("name").cloned() else {
+        return PageError::bad_request("which proposal? /proposal/review?name=<name>").render(wants);
+    };
+    let data = blocking(&app, move |app| review_of(app, &name)).await;
+    // The JSON twin is `builder review --format json`.
+    respond(wants, data.map(|r| (*r).clone()), |r| {
+        askama::Template::render(&ReviewHtml {
+            base: r.base.clone(),
+            head: r.head.clone(),
+            ok: r.ok,
+            changes: r.changes.iter().map(|c| (printable(&c.path), c.status)).collect(),
+            patch: printable_multiline(&r.patch),
+            check: r.check.iter().map(|d| printable(&d.to_string())).collect(),
+            history: printable(&format!(
+                "{} recorded call(s) from {}{}",
+                r.history.calls,
+                r.history.database,
+                r.history
+                    .since
+                    .as_deref()
+                    .map(|s| format!(" since {s}"))
+                    .unwrap_or_default()
+            )),
+            delta: r
+                .capability_delta
+                .iter()
+                .map(|g| Delta {
+                    before: printable(g.rule_before.as_deref().unwrap_or("(no rule)")),
+                    after: printable(g.rule_after.as_deref().unwrap_or("(no rule)")),
+                    from: decision_name(g.from),
+                    to: decision_name(g.to),
+                    count: g.count,
+                    calls: g
+                        .calls
+                        .iter()
+                        .take(20)
+                        .map(|c| printable(&format!("{} {} {}: {}", c.run_id, c.call_id, c.tool, c.command_or_path)))
+                        .collect(),
+                })
+                .collect(),
+            evals: r
+                .evals
+                .rows
+                .iter()
+                .map(|row| EvalRow {
+                    case: printable(&row.case),
+                    revision: row.revision,
+                    passed: format!("{}/{}", row.run.passed, row.run.runs),
+                    failed: row.failed,
+                    steps: row.run.steps,
+                    calls: row.run.tool_calls,
+                    tokens: row.run.tokens,
+                    cost: format!("{:.4}", row.run.cost_usd),
+                    denials: row.run.denials,
+                    ms: row.run.duration_ms,
+                })
+                .collect(),
+            failures: r
+                .evals
+                .summary
+                .failures
+                .iter()
+                .map(|f| {
+                    printable(&format!(
+                        "FAIL {} ({}): {}: {}{}",
+                        f.case,
+                        f.file,
+                        f.assertion,
+                        f.detail,
+                        if f.regression { " [regression]" } else { "" }
+                    ))
+                })
+                .collect(),
+            fixes: r
+                .fixes
+                .iter()
+                .map(|f| {
+                    printable(&format!(
+                        "{}: {} ({})",
+                        f.card,
+                        f.method,
+                        if f.shown { "shown" } else { "not shown" }
+                    ))
+                })
+                .collect(),
+        })
+    })
+}
+
+fn decision_name(d: shared::policy::Decision) -> String {
+    match d {
+        shared::policy::Decision::Allow => "allow",
+        shared::policy::Decision::Ask => "ask",
+        shared::policy::Decision::Deny => "deny",
+    }
+    .into()
+}
+
+/// The approve form.
+#[derive(serde::Deserialize)]
+pub struct ApproveForm {
+    csrf: String,
+    name: String,
+}
+
+/// What an approval recorded (the JSON twin of the form's answer).
+#[derive(serde::Serialize)]
+struct Approved {
+    proposal: String,
+    approval: String,
+    approver: String,
+    tree: String,
+    signed: bool,
+}
+
+pub async fn approve(State(app): State<Arc<App>>, wants: Wants, Form(form): Form<ApproveForm>) -> Response {
+    if !app.csrf_ok(&form.csrf) {
+        return PageError::new(
+            StatusCode::FORBIDDEN,
+            "the form's CSRF token is not this server's: reload the page",
+        )
+        .render(wants);
+    }
+    let name = form.name.clone();
+    let done = blocking(&app, move |app| {
+        let wt = shared::git::open_work_tree(&app.root).map_err(PageError::from_display)?;
+        let (settings, _) = crate::commands::review_settings(&wt.root).map_err(PageError::from_display)?;
+        // The person running the server, as `builder approve` without --reviewer.
+        let reviewer = shared::git::acting_identity(&wt.repo).map_err(|e| {
+            PageError::bad_request(e.to_string())
+                .hint("set git's user.name and user.email for the person running builder serve")
+        })?;
+        shared::review::refuse_runtime(&reviewer, &crate::commands::runtime_person(&settings), "approve")
+            .map_err(review_error)?;
+        let rule = crate::commands::approval_rule(&settings).map_err(PageError::from_display)?;
+        let (configured, program) = shared::review::signing::git_signing_key(&wt.repo);
+        let signing = configured.map(|key| shared::review::approvals::Signing { key, program });
+        // As `builder approve` without --push: the remote's proposal branch (as last
+        // fetched) is judged too; publishing the approval stays a separate step.
+        let remote = crate::commands::team_remote(&wt.repo, None, &settings, false).map_err(PageError::from_display)?;
+        let a = proposals::approve(
+            &wt.repo,
+            &form.name,
+            &reviewer,
+            &rule,
+            signing.as_ref(),
+            remote.as_deref(),
+        )
+        .map_err(review_error)?
+        .approval;
+        Ok(Approved {
+            proposal: form.name.clone(),
+            approval: a.id.to_string(),
+            approver: a.body.approver.to_string(),
+            tree: a.body.tree.to_string(),
+            signed: a.body.signature.is_some(),
+        })
+    })
+    .await;
+    match (done, wants) {
+        (Err(e), _) => e.render(wants),
+        (Ok(a), Wants::Json) => axum::Json(a).into_response(),
+        (Ok(a), Wants::Html) => {
+            let q = url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("name", &name)
+                .append_pair(
+                    "approved",
+                    &format!("approval {} by {}", &a.approval[..12.min(a.approval.len())], a.approver),
+                )
+                .finish();
+            Redirect::to(&format!("/proposal?{q}")).into_response()
+        }
+    }
+}

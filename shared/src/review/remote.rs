@@ -1,0 +1,220 @@
+//! The team's remote, through the `git` command line (so a person's ssh keys,
+//! credential helpers, URL rewrites and hooks apply as they do to their own `git`):
+//! which remote and which branch the review commands work against, and the fetch,
+//! push and listing they need. `builder approve --push`, `propose --push` and `land`
+//! use these; the cron box's sync keeps its own (sandboxed, scrubbed) transport.
+//!
+//! The protected branch is the one the box fires from: `sync.branch` of the
+//! settings, else the branch the remote's `HEAD` names (`refs/remotes/<remote>/HEAD`),
+//! else `main`. The default remote is `sync.remote`, else the current branch's
+//! upstream remote, else `origin`, else the only remote there is.
+
+use super::{ReviewError, APPROVALS_REFSPEC, APPROVED_PREFIX, PROPOSAL_PREFIX};
+use crate::settings::SyncSettings;
+use git2::{Oid, Repository};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// The remote review commands talk to; `None` when the repository has no remote.
+pub fn default_remote(repo: &Repository, sync: Option<&SyncSettings>) -> Result<Option<String>, git2::Error> {
+    if let Some(s) = sync {
+        return Ok(Some(s.remote.clone()));
+    }
+    let remotes: Vec<String> = repo.remotes()?.iter().flatten().flatten().map(str::to_string).collect();
+    if let Ok(head) = repo.head() {
+        if let Ok(name) = head.name() {
+            if let Ok(buf) = repo.branch_upstream_remote(name) {
+                if let Ok(r) = buf.as_str() {
+                    if remotes.iter().any(|x| x == r) {
+                        return Ok(Some(r.to_string()));
+                    }
+                }
+            }
+        }
+    }
+    if remotes.iter().any(|r| r == "origin") {
+        return Ok(Some("origin".into()));
+    }
+    Ok(match remotes.as_slice() {
+        [only] => Some(only.clone()),
+        _ => None,
+    })
+}
+
+/// The protected branch (see the module's doc), without `refs/heads/`.
+pub fn protected_branch(repo: &Repository, remote: &str, sync: Option<&SyncSettings>) -> String {
+    if let Some(s) = sync {
+        return s.branch.clone();
+    }
+    let head = format!("refs/remotes/{remote}/HEAD");
+    let prefix = format!("refs/remotes/{remote}/");
+    if let Ok(r) = repo.find_reference(&head) {
+        if let Some(target) = r.symbolic_target().ok().flatten().and_then(|t| t.strip_prefix(&prefix)) {
+            return target.to_string();
+        }
+    }
+    "main".to_string()
+}
+
+/// The remote-tracking ref of `branch` on `remote`.
+pub fn tracking_ref(remote: &str, branch: &str) -> String {
+    format!("refs/remotes/{remote}/{branch}")
+}
+
+/// Runs `git` in `root` with the person's environment, no prompt on a terminal, and
+/// the directory of the running `builder` first on PATH (the pre-push hook a push
+/// runs calls `builder`: the same one).
+fn git(root: &Path, args: &[&str]) -> Result<Output, ReviewError> {
+    let mut cmd = Command::new("git");
+    cmd.arg("-C").arg(root).args(args).stdin(Stdio::null());
+    cmd.env("GIT_TERMINAL_PROMPT", "0");
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut joined = std::ffi::OsString::from(dir.as_os_str());
+        joined.push(":");
+        joined.push(path);
+        cmd.env("PATH", joined);
+    }
+    cmd.output().map_err(|e| ReviewError::Remote {
+        command: format!("git {}", args.join(" ")),
+        message: e.to_string(),
+    })
+}
+
+fn failed(args: &[&str], out: &Output) -> ReviewError {
+    ReviewError::Remote {
+        command: format!("git {}", args.join(" ")),
+        message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    }
+}
+
+/// Fetches every branch of `remote` (into `refs/remotes/<remote>/`, proposals
+/// included) and every approval (never replacing one this clone has). A fetch whose
+/// only failure is an approval ref the remote moved (someone forced it) still counts
+/// as done: this clone keeps its own, and [`unpublished`] reports the difference.
+pub fn fetch(root: &Path, remote: &str) -> Result<(), ReviewError> {
+    let branches = format!("+refs/heads/*:refs/remotes/{remote}/*");
+    let args = ["fetch", "--quiet", "--no-tags", remote, &branches, APPROVALS_REFSPEC];
+    let out = git(root, &args)?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let only_approvals = stderr
+        .lines()
+        .filter(|l| l.contains("[rejected]"))
+        .all(|l| l.contains(APPROVED_PREFIX.trim_start_matches("refs/")));
+    if stderr.contains("[rejected]") && only_approvals {
+        tracing::warn!(remote, stderr = %stderr.trim(), "the remote holds approval refs unlike this clone's: kept this clone's");
+        return Ok(());
+    }
+    Err(failed(&args, &out))
+}
+
+/// How a push went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    Done,
+    /// The remote moved (not a fast-forward, a stale lease) or its ref was locked by
+    /// another push at that moment: fetch and try again.
+    Moved(String),
+}
+
+/// Pushes `specs` to `remote` (never forced; git's pre-push hook runs).
+pub fn push(root: &Path, remote: &str, specs: &[String]) -> Result<Pushed, ReviewError> {
+    let mut args = vec!["push", "--porcelain", "--quiet", remote];
+    args.extend(specs.iter().map(String::as_str));
+    let out = git(root, &args)?;
+    if out.status.success() {
+        return Ok(Pushed::Done);
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let moved = stdout
+        .lines()
+        .chain(stderr.lines())
+        .filter(|l| l.starts_with('!') || l.contains("[rejected]") || l.contains("[remote rejected]"))
+        .find(|l| {
+            [
+                "fetch first",
+                "non-fast-forward",
+                "stale info",
+                "failed to lock",
+                "cannot lock",
+                "lock",
+            ]
+            .iter()
+            .any(|k| l.contains(k))
+        });
+    match moved {
+        Some(line) => Ok(Pushed::Moved(line.trim().to_string())),
+        None => Err(ReviewError::Remote {
+            command: format!("git {}", args.join(" ")),
+            message: format!("{}{}", stdout.trim(), stderr.trim()),
+        }),
+    }
+}
+
+/// The refs of `remote` matching `pattern` (as `git ls-remote` takes it).
+pub fn ls_remote(root: &Path, remote: &str, pattern: &str) -> Result<Vec<(String, Oid)>, ReviewError> {
+    let args = ["ls-remote", "--quiet", remote, pattern];
+    let out = git(root, &args)?;
+    if !out.status.success() {
+        return Err(failed(&args, &out));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (id, name) = l.split_once('\t')?;
+            Some((name.to_string(), Oid::from_str(id).ok()?))
+        })
+        .collect())
+}
+
+/// The approval refs this clone has and `remote` lacks (a forced push or a deleted
+/// ref there, or approvals not pushed yet), by name.
+pub fn unpublished(repo: &Repository, root: &Path, remote: &str) -> Result<Vec<String>, ReviewError> {
+    let theirs: std::collections::HashSet<String> = ls_remote(root, remote, &format!("{APPROVED_PREFIX}*"))?
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    Ok(super::approvals::local_refs(repo)?
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| !theirs.contains(n))
+        .collect())
+}
+
+/// Publishes every approval this clone has that `remote` lacks (all of
+/// `refs/builder/approved/*`, never forced: an approval the remote has already is
+/// left as it is). Returns how many were missing there.
+pub fn publish_approvals(repo: &Repository, root: &Path, remote: &str) -> Result<usize, ReviewError> {
+    let missing = unpublished(repo, root, remote)?;
+    if missing.is_empty() {
+        return Ok(0);
+    }
+    let specs: Vec<String> = missing.iter().map(|n| format!("{n}:{n}")).collect();
+    // New refs never conflict; a push can still meet another push's lock: retry.
+    for _ in 0..PUSH_TRIES {
+        match push(root, remote, &specs)? {
+            Pushed::Done => return Ok(missing.len()),
+            Pushed::Moved(_) => continue,
+        }
+    }
+    Err(ReviewError::Refused(format!(
+        "could not push {} approval(s) to {remote} after {PUSH_TRIES} tries: it kept refusing them",
+        missing.len()
+    )))
+}
+
+/// How many times a push is tried when the remote moved or was locked meanwhile.
+pub const PUSH_TRIES: u32 = 8;
+
+/// The remote-tracking head of proposal `name` on `remote`, when fetched.
+pub fn remote_proposal(repo: &Repository, remote: &str, name: &str) -> Option<Oid> {
+    repo.refname_to_id(&tracking_ref(remote, &format!("{PROPOSAL_PREFIX}{name}")))
+        .ok()
+}

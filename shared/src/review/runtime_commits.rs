@@ -1,0 +1,320 @@
+//! Runtime commits are authenticated (issue 17 item 5). Anyone who can push can author
+//! a commit as the runtime, with a receipt it never wrote; `builder audit` judged such
+//! a commit only by what it touched. With `runtime_identity.signing_key` (an SSH key on
+//! the cron box), the runtime signs each records commit as git's SSH signing does: an
+//! SSHSIG over the commit's text, in its `gpgsig` header. The namespace is
+//! `builder-runtime`, not git's `git`: a signature made by the box's key then proves
+//! "the runtime wrote this records commit" and nothing else (no commit signature git or
+//! a forge would show as a person's, and no approval, which is `builder-approval`), and
+//! a key listed for people's git signing does not vouch for runtime commits unless the
+//! allowed-signers file names it for `builder-runtime`. The cost: `git log
+//! --show-signature` checks namespace `git` and so cannot verify these; `builder audit`
+//! does.
+//!
+//! Signing is done in-process with the `ssh-key` crate (no `ssh-keygen` child of the
+//! sandboxed runtime), from an unencrypted key the runtime's account alone reads; a
+//! key inside the repository is refused (tools read the repository). Verification is
+//! the approvals' ([`super::signing::AllowedSigners::verify_in`]): a runtime-named
+//! commit (author or committer is the runtime's name or email) whose own settings name
+//! a signing key must carry a signature by a key the allowed-signers file of its own
+//! tree (or the operator's absolute file) lists for the runtime's email; otherwise it
+//! is forged. A change to that file is a builder change, judged by review like any
+//! other. Without a key in the settings, runtime commits are unauthenticated, and
+//! audit says so.
+
+use super::signing::{AllowedSigners, DEFAULT_ALLOWED_SIGNERS};
+use crate::diag::Diagnostic;
+use crate::layout::SETTINGS_FILE;
+use chrono::{DateTime, TimeZone, Utc};
+use git2::{Oid, Repository};
+use ssh_key::{HashAlg, LineEnding, PrivateKey, SshSig};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// The SSHSIG namespace of runtime commits.
+pub const NAMESPACE: &str = "builder-runtime";
+
+/// Why the runtime's signing key cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("runtime_identity.signing_key {path}: {why}")]
+    Unusable { path: PathBuf, why: String },
+}
+
+/// The absolute path `runtime_identity.signing_key` names (`~/` is `$HOME`).
+pub fn key_path(setting: &str) -> PathBuf {
+    match (setting.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(setting),
+    }
+}
+
+/// The runtime's signing key, loaded.
+pub struct RuntimeKey {
+    key: PrivateKey,
+}
+
+impl RuntimeKey {
+    /// Loads the key `setting` names, refusing one inside the repository at `root`
+    /// (every tool reads the repository) and an encrypted one (nobody is there to type
+    /// a passphrase).
+    pub fn load(setting: &str, root: &Path) -> Result<RuntimeKey, KeyError> {
+        let path = key_path(setting);
+        let unusable = |why: String| KeyError::Unusable {
+            path: path.clone(),
+            why,
+        };
+        let real = std::fs::canonicalize(&path).map_err(|e| unusable(e.to_string()))?;
+        if let Ok(repo) = std::fs::canonicalize(root) {
+            if real.starts_with(&repo) {
+                return Err(unusable(
+                    "the key lies inside the repository, where every tool can read it: keep it in the runtime account's home".into(),
+                ));
+            }
+        }
+        let key =
+            PrivateKey::read_openssh_file(&real).map_err(|e| unusable(format!("not an OpenSSH private key: {e}")))?;
+        if key.is_encrypted() {
+            return Err(unusable(
+                "the key is encrypted: the runtime signs unattended, so use a key without a passphrase that only its account can read".into(),
+            ));
+        }
+        Ok(RuntimeKey { key })
+    }
+
+    /// The armored SSHSIG of `commit_text` (a commit object's text without its
+    /// signature), in namespace [`NAMESPACE`].
+    pub fn sign(&self, commit_text: &str) -> Result<String, String> {
+        SshSig::sign(&self.key, NAMESPACE, HashAlg::Sha512, commit_text.as_bytes())
+            .and_then(|s| s.to_pem(LineEnding::LF))
+            .map_err(|e| e.to_string())
+    }
+
+    /// The key's fingerprint (SHA-256).
+    pub fn fingerprint(&self) -> String {
+        self.key.public_key().fingerprint(Default::default()).to_string()
+    }
+}
+
+/// What audit makes of one runtime-named commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authenticity {
+    /// A valid signature: the allowed-signers line and key that made it.
+    Signed(String),
+    /// Its settings name no signing key: nothing to check.
+    Unauthenticated,
+    /// Its settings name a signing key and it carries no valid signature: why.
+    Forged(String),
+}
+
+/// What a commit's own settings say about runtime signatures.
+#[derive(Debug, Clone, Default)]
+struct Config {
+    signed: bool,
+    /// `review.allowed_signers` (the default path when it does not say).
+    list: String,
+}
+
+/// The judge of runtime-named commits, with its memos (settings and lists by blob).
+pub struct RuntimeSignatures<'r> {
+    repo: &'r Repository,
+    configs: HashMap<Oid, Config>,
+    lists: HashMap<String, Rc<Result<AllowedSigners, Diagnostic>>>,
+}
+
+impl<'r> RuntimeSignatures<'r> {
+    pub fn new(repo: &'r Repository) -> RuntimeSignatures<'r> {
+        RuntimeSignatures {
+            repo,
+            configs: HashMap::new(),
+            lists: HashMap::new(),
+        }
+    }
+
+    fn config(&mut self, tree: &git2::Tree) -> Result<Config, git2::Error> {
+        let id = match tree.get_path(Path::new(SETTINGS_FILE)) {
+            Ok(e) => e.id(),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(Config::default()),
+            Err(e) => return Err(e),
+        };
+        if let Some(c) = self.configs.get(&id) {
+            return Ok(c.clone());
+        }
+        let yaml = serde_yaml::from_slice::<serde_yaml::Value>(self.repo.find_blob(id)?.content()).ok();
+        let signed = yaml
+            .as_ref()
+            .and_then(|v| v.get("runtime_identity"))
+            .and_then(|r| r.get("signing_key"))
+            .and_then(serde_yaml::Value::as_str)
+            .is_some_and(|k| !k.trim().is_empty());
+        let list = yaml
+            .as_ref()
+            .and_then(|v| v.get("review"))
+            .and_then(|r| r.get("allowed_signers"))
+            .and_then(serde_yaml::Value::as_str)
+            .unwrap_or(DEFAULT_ALLOWED_SIGNERS)
+            .to_string();
+        let c = Config { signed, list };
+        self.configs.insert(id, c.clone());
+        Ok(c)
+    }
+
+    fn list(&mut self, commit: &git2::Commit, tree: &git2::Tree, rel: &str) -> Rc<Result<AllowedSigners, Diagnostic>> {
+        let key = if Path::new(rel).is_absolute() {
+            rel.to_string()
+        } else {
+            match tree.get_path(Path::new(rel)) {
+                Ok(e) => e.id().to_string(),
+                Err(_) => format!("missing:{rel}"),
+            }
+        };
+        if let Some(hit) = self.lists.get(&key) {
+            return hit.clone();
+        }
+        let list = Rc::new(if Path::new(rel).is_absolute() {
+            AllowedSigners::load_absolute(Path::new(rel))
+        } else {
+            AllowedSigners::from_tree(self.repo, commit.id(), tree, rel)
+        });
+        self.lists.insert(key, list.clone());
+        list
+    }
+
+    /// The verdict on `commit`, named as the runtime (`runtime_email`).
+    pub fn judge(&mut self, commit: &git2::Commit, runtime_email: &str) -> Result<Authenticity, git2::Error> {
+        let tree = commit.tree()?;
+        let config = self.config(&tree)?;
+        if !config.signed {
+            return Ok(Authenticity::Unauthenticated);
+        }
+        let (signature, data) = match self.repo.extract_signature(&commit.id(), Some("gpgsig")) {
+            Ok(found) => found,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {
+                return Ok(Authenticity::Forged(
+                    "it is not signed, and its settings name runtime_identity.signing_key".into(),
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        let Ok(armored) = std::str::from_utf8(&signature) else {
+            return Ok(Authenticity::Forged("its signature is not text".into()));
+        };
+        let list = self.list(commit, &tree, &config.list);
+        let list = match list.as_ref() {
+            Ok(l) => l,
+            Err(d) => {
+                return Ok(Authenticity::Forged(format!(
+                    "no allowed-signers list to judge it by: {d}"
+                )))
+            }
+        };
+        let time = commit.committer().when();
+        let at: DateTime<Utc> = Utc.timestamp_opt(time.seconds(), 0).single().unwrap_or_default();
+        Ok(match list.verify_in(NAMESPACE, runtime_email, at, &data, armored) {
+            Ok(line) => Authenticity::Signed(line),
+            Err(why) => Authenticity::Forged(why),
+        })
+    }
+}
+
+/// The runtime identity the settings in `tree` name, read leniently (defaults for
+/// what they do not say, or when they do not parse): for history walks, and for a
+/// fire whose settings did not load, which still signs its refusal's commit.
+pub fn runtime_identity_of(repo: &Repository, tree: &git2::Tree) -> Result<crate::settings::Identity, git2::Error> {
+    let default = crate::settings::Identity::default();
+    let yaml = match tree.get_path(Path::new(SETTINGS_FILE)) {
+        Ok(e) => serde_yaml::from_slice::<serde_yaml::Value>(repo.find_blob(e.id())?.content()).ok(),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let field = |k: &str| {
+        yaml.as_ref()
+            .and_then(|v| v.get("runtime_identity"))
+            .and_then(|r| r.get(k))
+            .and_then(serde_yaml::Value::as_str)
+            .map(str::to_string)
+    };
+    Ok(crate::settings::Identity {
+        name: field("name").unwrap_or(default.name),
+        email: field("email").unwrap_or(default.email),
+        signing_key: field("signing_key"),
+    })
+}
+
+/// Whether `commit` is named as the runtime: its author or committer carries the
+/// runtime's name or email (emails compared case-insensitively).
+pub fn runtime_named(commit: &git2::Commit, name: &str, email: &str) -> bool {
+    [commit.author(), commit.committer()]
+        .iter()
+        .any(|p| p.name().is_ok_and(|n| n == name) || p.email().is_ok_and(|e| super::same_person(e, email)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::signing::test_keys::keygen;
+
+    #[test]
+    fn a_signed_runtime_commit_verifies_and_an_unsigned_or_foreign_one_is_forged() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((key, public)) = keygen(dir.path(), "box") else {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
+        };
+        let (other, _) = keygen(dir.path(), "other").unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let settings = format!(
+            "version: 1\nruntime_identity: {{name: runtime, email: runtime@localhost, signing_key: {}}}\n",
+            key.display()
+        );
+        let signers = format!("runtime@localhost namespaces=\"{NAMESPACE}\" {public}");
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        update.upsert(
+            SETTINGS_FILE,
+            repo.blob(settings.as_bytes()).unwrap(),
+            git2::FileMode::Blob,
+        );
+        update.upsert(
+            "settings/allowed_signers",
+            repo.blob(signers.as_bytes()).unwrap(),
+            git2::FileMode::Blob,
+        );
+        let empty = repo.treebuilder(None).unwrap().write().unwrap();
+        let tree = update.create_updated(&repo, &repo.find_tree(empty).unwrap()).unwrap();
+        let tree = repo.find_tree(tree).unwrap();
+        let sig = git2::Signature::now("runtime", "runtime@localhost").unwrap();
+        let root = dir.path().join("r");
+        let with = |k: &Path| {
+            let rk = RuntimeKey::load(k.to_str().unwrap(), &root).unwrap();
+            let sign = move |t: &str| rk.sign(t);
+            crate::git::commit_object(&repo, &sig, &sig, "runtime: t", &tree, &[], Some(&sign)).unwrap()
+        };
+        let good = with(&key);
+        let foreign = with(&other);
+        let bare = crate::git::commit_object(&repo, &sig, &sig, "runtime: t", &tree, &[], None).unwrap();
+        let mut judge = RuntimeSignatures::new(&repo);
+        let verdict = |c: Oid, judge: &mut RuntimeSignatures| {
+            judge.judge(&repo.find_commit(c).unwrap(), "runtime@localhost").unwrap()
+        };
+        assert!(matches!(verdict(good, &mut judge), Authenticity::Signed(_)));
+        match verdict(foreign, &mut judge) {
+            Authenticity::Forged(why) => assert!(why.contains("is not in settings/allowed_signers"), "{why}"),
+            v => panic!("{v:?}"),
+        }
+        match verdict(bare, &mut judge) {
+            Authenticity::Forged(why) => assert!(why.contains("not signed"), "{why}"),
+            v => panic!("{v:?}"),
+        }
+        // git reads the header back as a signature over the same text.
+        let (_, data) = repo.extract_signature(&good, Some("gpgsig")).unwrap();
+        assert!(std::str::from_utf8(&data).unwrap().contains("runtime: t"));
+        // A key inside the repository is refused.
+        std::fs::copy(&key, root.join("k")).unwrap();
+        assert!(RuntimeKey::load(root.join("k").to_str().unwrap(), &root)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("inside the repository"));
+    }
+}

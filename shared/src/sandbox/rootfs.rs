@@ -1,0 +1,535 @@
+//! The tool worker's file-system view (issue 17, item 2): default-deny. In the
+//! worker's mount namespace, before Landlock, a fresh tmpfs becomes the root. It
+//! holds read-only binds of what programs need from the system (`/usr`, and `/bin`,
+//! `/sbin`, `/lib*` as the host has them: symlinks or directories), the `/etc`
+//! entries of [`ETC_ENTRIES`] (small files copied, the rest bound), a `/dev` of
+//! [`DEV_NODES`], the worker's own `/proc`,
+//! and the trees of the plan at their real paths (the repository and its masks, the
+//! read roots, the write directories, the scratch). The worker pivots into it and
+//! detaches the old root: no other host path exists for tools, so no host socket
+//! either (`/run`, `/var/lib/<svc>`, `/srv`, a home directory), and
+//! `/proc/self/mountinfo` lists only this tree. The root itself is read-only.
+//!
+//! Writable directories are overlays whose upper layers share one tmpfs of
+//! `sandbox.write_bytes` (see [`super::writeback`]). A real directory is cloned
+//! before the view is built (idmapped as root), mounted at a staging path only long
+//! enough for the overlay to take it as its lower layer and for the worker to open
+//! a descriptor of it, then detached.
+
+use super::namespaces::{
+    clone_tree, step, NamespacePlan, NsError, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
+};
+use super::writeback::{Layer, WriteBack};
+use rustix::mount::{
+    fsconfig_create, fsconfig_set_flag, fsconfig_set_string, fsmount, fsopen, mount, move_mount, unmount, FsMountFlags,
+    FsOpenFlags, MountAttrFlags, MountFlags, MoveMountFlags, UnmountFlags,
+};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Top-level system directories, bound read-only when the host has them as
+/// directories, made the same symlinks when it has links (a merged `/usr`).
+pub const SYSTEM_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// What tools see of `/etc`: names and lookups (users, hosts, services), the dynamic
+/// linker's cache, time zone, certificates, Debian's alternatives (links that
+/// `/usr/bin` programs go through), interpreters' and git's system files, locale
+/// aliases. Everything else there (credentials such as `npmrc` or `pip.conf`, service
+/// configuration, `ld.so.preload`) is absent. Names may be nested (`ssl/certs`); a
+/// name ending in `*` takes every entry of `/etc` that begins with it. More can be
+/// added as `permissions.additional_directories`.
+pub const ETC_ENTRIES: &[&str] = &[
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "host.conf",
+    "hosts",
+    "resolv.conf",
+    "gai.conf",
+    "services",
+    "protocols",
+    "networks",
+    "shells",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "alternatives",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki/ca-trust",
+    "pki/tls/certs",
+    "pki/tls/cert.pem",
+    "pki/tls/openssl.cnf",
+    "crypto-policies",
+    "gitconfig",
+    "mtab",
+    "os-release",
+    "lsb-release",
+    "debian_version",
+    "redhat-release",
+    "system-release",
+    "mime.types",
+    "magic",
+    "magic.mime",
+    "inputrc",
+    "bash.bashrc",
+    "profile",
+    "locale.alias",
+    "locale.conf",
+    "terminfo",
+    "perl",
+    "python*",
+];
+
+/// The device nodes of `/dev` (besides `fd`, `stdin`, `stdout` and `stderr`, links
+/// into the worker's own `/proc`). No `tty` nor terminal multiplexer: tools run
+/// without a terminal.
+pub const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+
+/// Where the new root's tmpfs is mounted while it is built: the first that is a
+/// directory. Whatever it hides was cloned before.
+const BASE_CANDIDATES: &[&str] = &["/tmp", "/mnt", "/var/tmp", "/run", "/media"];
+
+/// The staging directory in the new root, removed before tools run.
+const STAGE: &str = ".sandbox-stage";
+
+/// A detached mount and its path (on the host, and the same in the new root).
+pub(super) type Tree = (PathBuf, OwnedFd);
+
+/// An entry of the new root taken from the host's view.
+pub(super) enum SystemEntry {
+    Link {
+        path: PathBuf,
+        target: PathBuf,
+    },
+    Mount {
+        path: PathBuf,
+        tree: OwnedFd,
+        dir: bool,
+    },
+    /// A small regular file of `/etc`, copied (a mount costs about 0.1 ms, a copy a
+    /// few microseconds; the copy is a snapshot taken as the worker starts).
+    Copy {
+        path: PathBuf,
+        bytes: Vec<u8>,
+        mode: u32,
+    },
+    /// A directory of a small `/etc` tree, made with its entries copied after it.
+    Dir {
+        path: PathBuf,
+        mode: u32,
+    },
+}
+
+/// `/etc` files up to this size are copied into the new root rather than bound.
+const COPY_MAX: u64 = 256 * 1024;
+/// `/etc` directories of at most this many entries (files up to [`COPY_MAX`], links,
+/// directories) are copied rather than bound; larger ones (`alternatives`,
+/// `ssl/certs`) are bound.
+const COPY_MAX_ENTRIES: usize = 64;
+
+/// The entries that copy the small `/etc` entry at `path` (a file, or a directory
+/// tree within [`COPY_MAX_ENTRIES`]), parents first; `None` when it is to be bound.
+/// What this process cannot read is left out (tools could not read it either).
+fn etc_copy(path: &Path) -> Option<Vec<SystemEntry>> {
+    let md = path.symlink_metadata().ok()?;
+    if md.is_file() {
+        if md.len() > COPY_MAX {
+            return None;
+        }
+        return Some(match std::fs::read(path) {
+            Ok(bytes) => vec![SystemEntry::Copy {
+                path: path.to_path_buf(),
+                bytes,
+                mode: md.mode() & 0o777,
+            }],
+            Err(_) => Vec::new(),
+        });
+    }
+    if !md.is_dir() {
+        return None;
+    }
+    // The names first (a large tree is given up on before anything is read).
+    let mut found: Vec<(PathBuf, std::fs::FileType)> = Vec::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(listing) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in listing.flatten() {
+            if found.len() >= COPY_MAX_ENTRIES {
+                return None;
+            }
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() {
+                stack.push(e.path());
+            }
+            found.push((e.path(), t));
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = vec![SystemEntry::Dir {
+        path: path.to_path_buf(),
+        mode: md.mode() & 0o777,
+    }];
+    for (p, t) in found {
+        let Ok(md) = p.symlink_metadata() else { continue };
+        if t.is_symlink() {
+            out.push(SystemEntry::Link {
+                target: std::fs::read_link(&p).ok()?,
+                path: p,
+            });
+        } else if t.is_dir() {
+            out.push(SystemEntry::Dir {
+                path: p,
+                mode: md.mode() & 0o777,
+            });
+        } else if t.is_file() && md.len() > COPY_MAX {
+            return None;
+        } else if t.is_file() {
+            if let Ok(bytes) = std::fs::read(&p) {
+                out.push(SystemEntry::Copy {
+                    path: p,
+                    bytes,
+                    mode: md.mode() & 0o777,
+                });
+            }
+        }
+    }
+    Some(out)
+}
+
+/// What the new root is made of, cloned while the host's tree is still in view.
+pub(super) struct Sources {
+    /// The repository, the acceptance hand-over directory, the read roots.
+    pub read_only: Vec<Tree>,
+    /// The write directories and the scratch (writable clones: the overlays' lower
+    /// layers and the write-back's targets).
+    pub writable: Vec<Tree>,
+    pub system: Vec<SystemEntry>,
+}
+
+/// Clones the system part of the new root ([`SYSTEM_DIRS`], [`ETC_ENTRIES`],
+/// [`DEV_NODES`]) from the host's view.
+pub(super) fn system_entries() -> Result<Vec<SystemEntry>, NsError> {
+    let piece = "minimal root";
+    let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    let mut out = Vec::new();
+    for d in SYSTEM_DIRS {
+        step(piece, host_entry(&Path::new("/").join(d), ro, &mut out))?;
+    }
+    for name in etc_names() {
+        let path = Path::new("/etc").join(name);
+        match etc_copy(&path) {
+            Some(copies) => out.extend(copies),
+            None => step(piece, host_entry(&path, ro, &mut out))?,
+        }
+    }
+    for n in DEV_NODES {
+        let path = Path::new("/dev").join(n);
+        if path.symlink_metadata().is_ok_and(|m| m.file_type().is_char_device()) {
+            // Device nodes need `nodev` off; read-only still lets them be written.
+            let tree = step(piece, clone_tree(&path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, None))?;
+            out.push(SystemEntry::Mount { path, tree, dir: false });
+        }
+    }
+    Ok(out)
+}
+
+/// [`ETC_ENTRIES`] with the `*` names expanded against the host's `/etc`.
+fn etc_names() -> Vec<String> {
+    let mut out = Vec::new();
+    let listing: Vec<String> = std::fs::read_dir("/etc")
+        .map(|d| d.flatten().filter_map(|e| e.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    for name in ETC_ENTRIES {
+        match name.strip_suffix('*') {
+            Some(prefix) => out.extend(listing.iter().filter(|e| e.starts_with(prefix)).cloned()),
+            None => out.push(name.to_string()),
+        }
+    }
+    out
+}
+
+/// One host entry: a link as a link, a directory or file as a clone with `set`;
+/// absent, or of another kind, it is left out.
+fn host_entry(path: &Path, set: u64, out: &mut Vec<SystemEntry>) -> std::io::Result<()> {
+    let md = match path.symlink_metadata() {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+    };
+    let t = md.file_type();
+    if t.is_symlink() {
+        out.push(SystemEntry::Link {
+            path: path.to_path_buf(),
+            target: std::fs::read_link(path)?,
+        });
+    } else if t.is_dir() || t.is_file() {
+        let tree = clone_tree(path, set, None)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        out.push(SystemEntry::Mount {
+            path: path.to_path_buf(),
+            tree,
+            dir: t.is_dir(),
+        });
+    }
+    Ok(())
+}
+
+/// The first of [`BASE_CANDIDATES`] that is a directory.
+fn base_dir() -> Result<&'static Path, NsError> {
+    BASE_CANDIDATES
+        .iter()
+        .map(Path::new)
+        .find(|p| p.symlink_metadata().is_ok_and(|m| m.is_dir()))
+        .ok_or_else(|| NsError {
+            piece: "minimal root",
+            source: std::io::Error::other(format!(
+                "none of {} is a directory to build the new root on",
+                BASE_CANDIDATES.join(", ")
+            )),
+        })
+}
+
+/// `p` (absolute) under `base`.
+fn under(base: &Path, p: &Path) -> PathBuf {
+    base.join(p.strip_prefix("/").unwrap_or(p))
+}
+
+fn attach(tree: &OwnedFd, at: &Path) -> std::io::Result<()> {
+    move_mount(
+        tree.as_fd(),
+        "",
+        rustix::fs::CWD,
+        at,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(std::io::Error::from)
+}
+
+fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {
+    rustix::fs::open(
+        p,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// Mounts an overlay of `lower` (read-only to it) and `upper` (with `work`, on the
+/// same tmpfs) at `target`. `userxattr`: its marks are `user.` attributes, the ones a
+/// user namespace may set.
+fn overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> std::io::Result<()> {
+    let fs = fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC)?;
+    fsconfig_set_string(fs.as_fd(), "lowerdir", lower)?;
+    fsconfig_set_string(fs.as_fd(), "upperdir", upper)?;
+    fsconfig_set_string(fs.as_fd(), "workdir", work)?;
+    fsconfig_set_flag(fs.as_fd(), "userxattr")?;
+    fsconfig_create(fs.as_fd())?;
+    let mnt = fsmount(
+        fs.as_fd(),
+        FsMountFlags::FSMOUNT_CLOEXEC,
+        MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
+    )?;
+    attach(&mnt, target)
+}
+
+/// The tmpfs options of the writable layer: `limit` bytes, and one inode per 4 KiB of
+/// it (at least 1,024), so a million empty files cannot be copied to the host either.
+fn writable_options(limit: u64) -> std::ffi::CString {
+    let inodes = (limit / 4096).max(1024);
+    // Digits and ASCII only: no NUL byte.
+    std::ffi::CString::new(format!("size={limit},nr_inodes={inodes},mode=0700")).unwrap_or_default()
+}
+
+/// Builds the new root from `sources` and pivots into it. Returns the write-back of
+/// the write directories (the scratch, under the state directory, is not copied).
+pub(super) fn build(plan: &NamespacePlan, sources: Sources) -> Result<WriteBack, NsError> {
+    let piece = "minimal root";
+    let base = base_dir()?;
+    let tmpfs = MountFlags::NOSUID | MountFlags::NODEV;
+    step(piece, mount("tmpfs", base, "tmpfs", tmpfs, c"mode=0755,size=4m"))?;
+    let at = |p: &Path| under(base, p);
+    for e in sources.system {
+        match e {
+            SystemEntry::Link { path, target } => {
+                let link = at(&path);
+                if let Some(parent) = link.parent() {
+                    step(piece, std::fs::create_dir_all(parent))?;
+                }
+                step(piece, std::os::unix::fs::symlink(&target, &link))?;
+            }
+            SystemEntry::Copy { path, bytes, mode } => {
+                let file = at(&path);
+                if let Some(parent) = file.parent() {
+                    step(piece, std::fs::create_dir_all(parent))?;
+                }
+                step(piece, std::fs::write(&file, bytes))?;
+                step(piece, std::fs::set_permissions(&file, PermissionsExt::from_mode(mode)))?;
+            }
+            SystemEntry::Dir { path, mode } => {
+                let dir = at(&path);
+                step(piece, std::fs::create_dir_all(&dir))?;
+                step(
+                    piece,
+                    std::fs::set_permissions(&dir, PermissionsExt::from_mode(mode | 0o700)),
+                )?;
+            }
+            SystemEntry::Mount { path, tree, dir } => {
+                let target = at(&path);
+                if dir {
+                    step(piece, std::fs::create_dir_all(&target))?;
+                } else {
+                    if let Some(parent) = target.parent() {
+                        step(piece, std::fs::create_dir_all(parent))?;
+                    }
+                    step(piece, std::fs::File::create(&target))?;
+                }
+                step(piece, attach(&tree, &target))?;
+            }
+        }
+    }
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        let link = at(&Path::new("/dev").join(name));
+        step(piece, std::fs::create_dir_all(at(Path::new("/dev"))))?;
+        step(piece, std::os::unix::fs::symlink(target, link))?;
+    }
+    // The worker's own /proc, mounted while the host's is still in view (the kernel
+    // lets a user namespace mount proc only where one is fully visible).
+    let proc_at = at(Path::new("/proc"));
+    step(piece, std::fs::create_dir_all(&proc_at))?;
+    step(
+        "pid namespace /proc",
+        mount(
+            "proc",
+            &proc_at,
+            "proc",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            None,
+        ),
+    )?;
+
+    // The repository, the hand-over directory and the read roots, parents first (a
+    // read root above the repository must not cover it).
+    let mut read_only = sources.read_only;
+    read_only.sort_by_key(|(p, _)| p.components().count());
+    let state = plan.root.join(crate::layout::STATE_DIR);
+    let mut state_masked = false;
+    for (path, tree) in &read_only {
+        let target = at(path);
+        let _ = std::fs::create_dir_all(&target);
+        step(piece, attach(tree, &target))?;
+        // The repository is in place: hide its state directory before the scratch
+        // and the hand-over directory are mounted back into it.
+        if *path == plan.root && at(&state).symlink_metadata().is_ok_and(|md| md.is_dir()) {
+            state_masked = true;
+            step(
+                "state directory mask",
+                mount(
+                    "tmpfs",
+                    at(&state),
+                    "tmpfs",
+                    tmpfs | MountFlags::NOEXEC,
+                    c"mode=0755,size=16k",
+                ),
+            )?;
+        }
+    }
+
+    // The writable layer, then an overlay per writable directory.
+    let piece = "size-limited writable directories (overlay on tmpfs)";
+    let stage = at(Path::new("/").join(STAGE).as_path());
+    let rw = stage.join("rw");
+    step(piece, std::fs::create_dir_all(&rw))?;
+    step(
+        piece,
+        mount(
+            "tmpfs",
+            &rw,
+            "tmpfs",
+            tmpfs,
+            writable_options(plan.write_bytes).as_c_str(),
+        ),
+    )?;
+    let mut writable = sources.writable;
+    writable.sort_by_key(|(p, _)| p.components().count());
+    let mut placed: Vec<PathBuf> = Vec::new();
+    let mut staged: Vec<PathBuf> = Vec::new();
+    let mut layers = Vec::new();
+    for (i, (path, tree)) in writable.into_iter().enumerate() {
+        // Beneath an overlay already: the outer one holds its writes.
+        if placed.iter().any(|p| path.starts_with(p)) {
+            continue;
+        }
+        let lower = stage.join(format!("l{i}"));
+        let (upper, work) = (rw.join(format!("u{i}")), rw.join(format!("w{i}")));
+        step(piece, std::fs::create_dir_all(&lower))?;
+        step(piece, attach(&tree, &lower))?;
+        drop(tree);
+        step(piece, std::fs::create_dir_all(&upper))?;
+        step(piece, std::fs::create_dir_all(&work))?;
+        // The merged directory shows the upper layer's mode: the real one's.
+        let mode = step(piece, std::fs::metadata(&lower))?.mode() & 0o1777;
+        step(piece, std::fs::set_permissions(&upper, PermissionsExt::from_mode(mode)))?;
+        let target = at(&path);
+        let _ = std::fs::create_dir_all(&target);
+        step(piece, overlay(&lower, &upper, &work, &target))?;
+        if !path.starts_with(&state) {
+            layers.push(Layer::new(
+                path.clone(),
+                step(piece, open_dir(&lower))?,
+                step(piece, open_dir(&upper))?,
+            ));
+        }
+        staged.push(lower);
+        placed.push(path);
+    }
+    let rw_fd = step(piece, open_dir(&rw))?;
+    if state_masked {
+        step(
+            "state directory mask",
+            rustix::mount::mount_remount(
+                at(&state),
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                c"",
+            ),
+        )?;
+    }
+
+    // Into the new root; the old one is detached (pivot_root(".", ".") stacks it on
+    // top of the new one, where unmounting takes it away).
+    let piece = "minimal root";
+    step(piece, std::env::set_current_dir(base))?;
+    step(piece, rustix::process::pivot_root(".", "."))?;
+    step(piece, unmount(".", UnmountFlags::DETACH))?;
+    step(piece, std::env::set_current_dir("/"))?;
+    let stage = Path::new("/").join(STAGE);
+    for l in staged {
+        let l = under(Path::new("/"), l.strip_prefix(base).unwrap_or(&l));
+        step(piece, unmount(&l, UnmountFlags::DETACH))?;
+        step(piece, std::fs::remove_dir(&l))?;
+    }
+    step(piece, unmount(stage.join("rw"), UnmountFlags::DETACH))?;
+    step(piece, std::fs::remove_dir(stage.join("rw")))?;
+    step(piece, std::fs::remove_dir(&stage))?;
+    step(
+        piece,
+        rustix::mount::mount_remount(
+            "/",
+            MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+            c"",
+        ),
+    )?;
+    Ok(WriteBack::new(layers, rw_fd, plan.write_bytes))
+}

@@ -1,0 +1,582 @@
+//! What tools wrote in the write ACL's directories, copied into the repository by
+//! trusted code (issue 17, item 6: a model must not fill the host disk). In the tool
+//! worker's namespace each write directory is an overlay: the real directory is its
+//! lower layer, read-only to the kernel's overlay code, and what tools write lands in
+//! its upper layer, on one tmpfs of `sandbox.write_bytes` shared by every writable
+//! directory of the worker (see [`super::rootfs`]). After each call, once every
+//! process the call started is gone, the worker (PID 1 of the namespace, which runs no
+//! model-chosen code) mirrors each upper layer into the real directory through
+//! descriptors it opened before it restricted itself: new and changed files, links,
+//! directories and FIFOs, and the deletions the overlay recorded as whiteouts and
+//! opaque directories. So the host receives at most what the tmpfs could hold, and a
+//! write past the limit fails in the tool with `ENOSPC`.
+//!
+//! Why not something simpler: `RLIMIT_FSIZE` bounds one file, not a directory (a
+//! model writes a thousand files); disk quotas need the host's file system and its
+//! administrator; a tmpfs over the write directory alone would hide the reports that
+//! are already there. The overlay keeps the tools' view exactly the real directory
+//! plus their own changes.
+//!
+//! Every path is walked one component at a time from a directory descriptor with
+//! `O_NOFOLLOW`, so a link a tool left (in the upper layer or, copied earlier, in the
+//! real directory) is copied as a link and never followed. Files are written to a
+//! temporary name and renamed into place, so a hard link the real directory held is
+//! replaced, not written through. The overlay is not told that its lower layer
+//! changed under it; the copy only ever makes the lower layer agree with what the
+//! merged view already shows, and the bookkeeping below does not rely on the overlay
+//! noticing: an entry copied earlier that is gone from the upper layer without a
+//! whiteout is removed from the real directory too. The scratch directory (under
+//! `.runtime/`) is an overlay on the same tmpfs but is never copied back.
+
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, CString, OsStr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The overlay's opaque-directory mark with `userxattr` (the overlay is mounted in the
+/// worker's user namespace): a directory removed and made again, whose old entries in
+/// the lower layer are gone.
+const OPAQUE_XATTR: &CStr = c"user.overlay.opaque";
+
+/// The bits of a mode the copy keeps: no setuid or setgid (the seccomp filter would
+/// refuse them, and a set-id file stored under the repository owner's ids is what that
+/// filter exists to prevent).
+const MODE_BITS: u32 = 0o1777;
+
+/// When an entry of the upper layer last changed, as the copy saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    ctime: i64,
+    ctime_ns: i64,
+}
+
+impl Stamp {
+    fn of(st: &Stat) -> Stamp {
+        Stamp {
+            ino: st.st_ino,
+            ctime: st.st_ctime,
+            ctime_ns: st.st_ctime_nsec as i64,
+        }
+    }
+}
+
+/// One write directory: its real directory, its upper layer, and what the last copy
+/// wrote (relative paths and the upper entries' stamps then).
+pub struct Layer {
+    path: PathBuf,
+    lower: OwnedFd,
+    upper: OwnedFd,
+    synced: HashMap<PathBuf, Stamp>,
+}
+
+impl Layer {
+    /// `path`: the directory as tools see it (for messages); `lower`, `upper`:
+    /// descriptors of the real directory and of the upper layer.
+    pub fn new(path: PathBuf, lower: OwnedFd, upper: OwnedFd) -> Layer {
+        Layer {
+            path,
+            lower,
+            upper,
+            synced: HashMap::new(),
+        }
+    }
+}
+
+/// The write-back of one tool worker.
+pub struct WriteBack {
+    layers: Vec<Layer>,
+    /// The tmpfs holding every upper layer and the scratch (for its free space).
+    tmpfs: OwnedFd,
+    limit: u64,
+}
+
+/// A path the copy could not bring into the repository, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotCopied {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+impl WriteBack {
+    pub fn new(layers: Vec<Layer>, tmpfs: OwnedFd, limit: u64) -> WriteBack {
+        WriteBack { layers, tmpfs, limit }
+    }
+
+    /// The directories the worker reaches by descriptor: the real write directories
+    /// (written) and the tmpfs of the upper layers (read), for Landlock.
+    pub fn trusted_dirs(&self) -> Vec<super::landlock::TrustedDir<'_>> {
+        let mut out: Vec<_> = self
+            .layers
+            .iter()
+            .map(|l| super::landlock::TrustedDir {
+                dir: l.lower.as_fd(),
+                write: true,
+            })
+            .collect();
+        out.push(super::landlock::TrustedDir {
+            dir: self.tmpfs.as_fd(),
+            write: false,
+        });
+        out
+    }
+
+    /// The limit, in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Whether the tmpfs is full (no block or no inode left): a tool's write failed
+    /// or will fail with `ENOSPC`.
+    pub fn full(&self) -> bool {
+        rfs::fstatvfs(&self.tmpfs).is_ok_and(|v| v.f_bavail == 0 || v.f_favail == 0)
+    }
+
+    /// Copies what changed in every upper layer since the last call into the real
+    /// directories. Must run when no tool process is left.
+    pub fn sync(&mut self) -> Vec<NotCopied> {
+        let mut problems = Vec::new();
+        for layer in &mut self.layers {
+            sync_layer(layer, &mut problems);
+        }
+        problems
+    }
+}
+
+/// One walk of a layer.
+struct Walk<'a> {
+    layer_path: &'a Path,
+    previous: &'a HashMap<PathBuf, Stamp>,
+    now: HashMap<PathBuf, Stamp>,
+    problems: &'a mut Vec<NotCopied>,
+}
+
+impl Walk<'_> {
+    fn fail(&mut self, rel: &Path, why: impl std::fmt::Display) {
+        self.problems.push(NotCopied {
+            path: self.layer_path.join(rel),
+            why: why.to_string(),
+        });
+    }
+
+    /// Whether the entry at `rel` changed since the last copy (or is new).
+    fn changed(&self, rel: &Path, stamp: Stamp) -> bool {
+        self.previous.get(rel) != Some(&stamp)
+    }
+}
+
+fn sync_layer(layer: &mut Layer, problems: &mut Vec<NotCopied>) {
+    let mut walk = Walk {
+        layer_path: &layer.path,
+        previous: &layer.synced,
+        now: HashMap::new(),
+        problems,
+    };
+    sync_dir(&mut walk, layer.upper.as_fd(), layer.lower.as_fd(), Path::new(""));
+    // Copied before, gone from the upper layer now, with no whiteout in its place:
+    // the overlay did not know the real directory held it. Remove it there too.
+    let gone: Vec<PathBuf> = layer
+        .synced
+        .keys()
+        .filter(|p| !walk.now.contains_key(*p))
+        .cloned()
+        .collect();
+    let now = std::mem::take(&mut walk.now);
+    for rel in gone {
+        if let Err(e) = remove_path(layer.lower.as_fd(), &rel) {
+            walk.fail(&rel, e);
+        }
+    }
+    layer.synced = now;
+}
+
+/// The names in a directory, `.` and `..` left out.
+fn entries(dir: BorrowedFd<'_>) -> std::io::Result<Vec<CString>> {
+    let mut out = Vec::new();
+    let mut d = rfs::Dir::read_from(dir)?;
+    while let Some(e) = d.read() {
+        let e = e?;
+        let name = e.file_name();
+        if name != c"." && name != c".." {
+            out.push(name.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+fn rel_join(rel: &Path, name: &CStr) -> PathBuf {
+    rel.join(OsStr::from_bytes(name.to_bytes()))
+}
+
+fn open_dir(dir: BorrowedFd<'_>, name: &CStr) -> rustix::io::Result<OwnedFd> {
+    rfs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Opens `name` in the upper layer with `flags`; when its own mode forbids it (a tool
+/// made it `000`), the worker, its owner, lends itself the bits `need` for the open
+/// and gives the mode back.
+fn open_upper(dir: BorrowedFd<'_>, name: &CStr, st: &Stat, flags: OFlags, need: u32) -> rustix::io::Result<OwnedFd> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rfs::openat(dir, name, flags, Mode::empty()) {
+        Err(Errno::ACCESS) => {
+            let mode = st.st_mode & MODE_BITS;
+            rfs::chmodat(dir, name, Mode::from_raw_mode(mode | need), AtFlags::empty())?;
+            let opened = rfs::openat(dir, name, flags, Mode::empty());
+            let restored = rfs::chmodat(dir, name, Mode::from_raw_mode(mode), AtFlags::empty());
+            let fd = opened?;
+            restored?;
+            Ok(fd)
+        }
+        r => r,
+    }
+}
+
+/// Mirrors the upper directory `up` into the real directory `low` (both at `rel`).
+fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &Path) {
+    let names = match entries(up) {
+        Ok(n) => n,
+        Err(e) => return walk.fail(rel, format!("cannot list it: {e}")),
+    };
+    for name in &names {
+        let path = rel_join(rel, name);
+        let st = match rfs::statat(up, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(e) => {
+                walk.fail(&path, e);
+                continue;
+            }
+        };
+        let stamp = Stamp::of(&st);
+        let changed = walk.changed(&path, stamp);
+        walk.now.insert(path.clone(), stamp);
+        let done = match FileType::from_raw_mode(st.st_mode) {
+            FileType::CharacterDevice if st.st_rdev == 0 => {
+                // A whiteout: the tool removed what the real directory holds here.
+                if changed {
+                    remove_entry(low, name).map_err(std::io::Error::from)
+                } else {
+                    Ok(())
+                }
+            }
+            FileType::Directory => {
+                sync_subdir(walk, up, low, name, &st, &path, changed);
+                Ok(())
+            }
+            FileType::RegularFile if changed => copy_file(up, low, name, &st),
+            FileType::Symlink if changed => copy_link(up, low, name),
+            FileType::Fifo if changed => replace_with(low, name, |tmp| {
+                rfs::mkfifoat(low, tmp, Mode::from_raw_mode(st.st_mode & MODE_BITS))
+            }),
+            // Sockets and device nodes are not data: they stay in the tools' view.
+            _ => Ok(()),
+        };
+        if let Err(e) = done {
+            walk.fail(&path, e);
+        }
+    }
+}
+
+fn sync_subdir(
+    walk: &mut Walk<'_>,
+    up: BorrowedFd<'_>,
+    low: BorrowedFd<'_>,
+    name: &CStr,
+    st: &Stat,
+    path: &Path,
+    changed: bool,
+) {
+    let mode = st.st_mode & MODE_BITS;
+    let up_child = match open_upper(up, name, st, OFlags::RDONLY | OFlags::DIRECTORY, 0o500) {
+        Ok(fd) => fd,
+        Err(e) => return walk.fail(path, e),
+    };
+    let low_child = match ensure_dir(low, name) {
+        Ok(fd) => fd,
+        Err(e) => return walk.fail(path, e),
+    };
+    if changed && is_opaque(up_child.as_fd()) {
+        // Removed and made again by a tool: nothing of the real directory's old
+        // content is in the merged view.
+        let keep: HashSet<CString> = entries(up_child.as_fd()).unwrap_or_default().into_iter().collect();
+        match entries(low_child.as_fd()) {
+            Ok(old) => {
+                for n in old.iter().filter(|n| !keep.contains(*n)) {
+                    if let Err(e) = remove_entry(low_child.as_fd(), n) {
+                        walk.fail(&rel_join(path, n), e);
+                    }
+                }
+            }
+            Err(e) => walk.fail(path, e),
+        }
+    }
+    sync_dir(walk, up_child.as_fd(), low_child.as_fd(), path);
+    // The mode last, so a directory a tool made read-only still received its entries.
+    if changed {
+        if let Err(e) = rfs::fchmod(&low_child, Mode::from_raw_mode(mode)) {
+            walk.fail(path, e);
+        }
+    }
+}
+
+fn is_opaque(dir: BorrowedFd<'_>) -> bool {
+    let mut buf = [0u8; 4];
+    matches!(rfs::fgetxattr(dir, OPAQUE_XATTR, &mut buf), Ok(n) if n >= 1 && buf[0] == b'y')
+}
+
+/// The real directory's `name` as a directory, made when absent and replacing any
+/// other kind of entry there. Made writable for the worker while it copies into it.
+fn ensure_dir(low: BorrowedFd<'_>, name: &CStr) -> rustix::io::Result<OwnedFd> {
+    match rfs::statat(low, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+            if st.st_mode & 0o700 != 0o700 {
+                rfs::chmodat(
+                    low,
+                    name,
+                    Mode::from_raw_mode((st.st_mode & MODE_BITS) | 0o700),
+                    AtFlags::empty(),
+                )?;
+            }
+        }
+        Ok(_) => {
+            remove_entry(low, name)?;
+            rfs::mkdirat(low, name, Mode::from_raw_mode(0o700))?;
+        }
+        Err(Errno::NOENT) => rfs::mkdirat(low, name, Mode::from_raw_mode(0o700))?,
+        Err(e) => return Err(e),
+    }
+    open_dir(low, name)
+}
+
+/// A name for a temporary entry beside the one it replaces.
+fn temp_name() -> CString {
+    let n: u64 = rand::random();
+    // A hex string has no NUL byte.
+    CString::new(format!(".sandbox-copy-{n:016x}")).unwrap_or_default()
+}
+
+/// Makes a temporary entry with `make`, then puts it in place of `name`.
+fn replace_with(
+    low: BorrowedFd<'_>,
+    name: &CStr,
+    make: impl FnOnce(&CStr) -> rustix::io::Result<()>,
+) -> std::io::Result<()> {
+    let tmp = temp_name();
+    make(&tmp)?;
+    put_in_place(low, &tmp, name)
+}
+
+/// Renames the temporary entry `tmp` over `name` (a directory there is removed first:
+/// a rename cannot replace one with a file); on failure `tmp` is removed.
+fn put_in_place(low: BorrowedFd<'_>, tmp: &CStr, name: &CStr) -> std::io::Result<()> {
+    let placed = (|| {
+        if let Ok(st) = rfs::statat(low, name, AtFlags::SYMLINK_NOFOLLOW) {
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                remove_entry(low, name)?;
+            }
+        }
+        rfs::renameat(low, tmp, low, name)
+    })();
+    placed.map_err(|e| {
+        let _ = rfs::unlinkat(low, tmp, AtFlags::empty());
+        std::io::Error::from(e)
+    })
+}
+
+fn copy_file(up: BorrowedFd<'_>, low: BorrowedFd<'_>, name: &CStr, st: &Stat) -> std::io::Result<()> {
+    let src = open_upper(up, name, st, OFlags::RDONLY | OFlags::NONBLOCK, 0o400)?;
+    let tmp = temp_name();
+    let dst = rfs::openat(
+        low,
+        tmp.as_c_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let written = (|| -> std::io::Result<()> {
+        let mut from = std::fs::File::from(src);
+        let mut to = std::fs::File::from(dst);
+        std::io::copy(&mut from, &mut to)?;
+        rfs::fchmod(&to, Mode::from_raw_mode(st.st_mode & MODE_BITS))?;
+        let times = rfs::Timestamps {
+            last_access: rfs::Timespec {
+                tv_sec: st.st_atime,
+                tv_nsec: st.st_atime_nsec as _,
+            },
+            last_modification: rfs::Timespec {
+                tv_sec: st.st_mtime,
+                tv_nsec: st.st_mtime_nsec as _,
+            },
+        };
+        rfs::futimens(&to, &times)?;
+        Ok(())
+    })();
+    if let Err(e) = written {
+        // A full disk leaves no half copy behind.
+        let _ = rfs::unlinkat(low, tmp.as_c_str(), AtFlags::empty());
+        return Err(e);
+    }
+    put_in_place(low, &tmp, name)
+}
+
+fn copy_link(up: BorrowedFd<'_>, low: BorrowedFd<'_>, name: &CStr) -> std::io::Result<()> {
+    let target = rfs::readlinkat(up, name, Vec::new())?;
+    replace_with(low, name, |tmp| rfs::symlinkat(target.as_c_str(), low, tmp))
+}
+
+/// Removes `name` from `dir`, a directory with everything in it; absent is fine.
+fn remove_entry(dir: BorrowedFd<'_>, name: &CStr) -> rustix::io::Result<()> {
+    match rfs::unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(Errno::ISDIR) | Err(Errno::PERM) => {
+            let child = match open_dir(dir, name) {
+                Ok(fd) => fd,
+                Err(Errno::NOTDIR) | Err(Errno::LOOP) => return rfs::unlinkat(dir, name, AtFlags::empty()),
+                Err(Errno::ACCESS) => {
+                    // A directory made unreadable: its owner (the worker) opens it up.
+                    rfs::chmodat(dir, name, Mode::from_raw_mode(0o700), AtFlags::empty())?;
+                    open_dir(dir, name)?
+                }
+                Err(e) => return Err(e),
+            };
+            let st = rfs::fstat(&child)?;
+            if st.st_mode & 0o700 != 0o700 {
+                rfs::fchmod(&child, Mode::from_raw_mode(0o700))?;
+            }
+            for n in entries(child.as_fd()).map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))? {
+                remove_entry(child.as_fd(), &n)?;
+            }
+            match rfs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
+                Ok(()) | Err(Errno::NOENT) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes the entry at `rel` under `root`, walking its directories without following
+/// links; a missing step means it is gone already.
+fn remove_path(root: BorrowedFd<'_>, rel: &Path) -> rustix::io::Result<()> {
+    let parts: Vec<CString> = rel.iter().filter_map(|c| CString::new(c.as_bytes()).ok()).collect();
+    let Some((last, dirs)) = parts.split_last() else {
+        return Ok(());
+    };
+    let mut held: Option<OwnedFd> = None;
+    for d in dirs {
+        let at = held.as_ref().map(|f| f.as_fd()).unwrap_or(root);
+        match open_dir(at, d) {
+            Ok(fd) => held = Some(fd),
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::LOOP) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    remove_entry(held.as_ref().map(|f| f.as_fd()).unwrap_or(root), last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    fn dir_fd(p: &Path) -> OwnedFd {
+        OwnedFd::from(std::fs::File::open(p).unwrap())
+    }
+
+    /// A layer over two plain directories (no overlay: the upper side is written as
+    /// the overlay would, whiteouts included when the test can make them).
+    fn layer(t: &tempfile::TempDir) -> (PathBuf, PathBuf, Layer) {
+        let (lower, upper) = (t.path().join("lower"), t.path().join("upper"));
+        std::fs::create_dir_all(&lower).unwrap();
+        std::fs::create_dir_all(&upper).unwrap();
+        let l = Layer::new(PathBuf::from("/repo/reports"), dir_fd(&lower), dir_fd(&upper));
+        (lower, upper, l)
+    }
+
+    fn sync(l: &mut Layer) -> Vec<NotCopied> {
+        let mut p = Vec::new();
+        sync_layer(l, &mut p);
+        p
+    }
+
+    #[test]
+    fn new_and_changed_files_links_and_directories_reach_the_real_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t);
+        std::fs::write(lower.join("old.md"), "old").unwrap();
+        std::fs::create_dir_all(upper.join("a/b")).unwrap();
+        std::fs::write(upper.join("a/b/new.md"), "new").unwrap();
+        std::os::unix::fs::symlink("../../etc/passwd", upper.join("a/link")).unwrap();
+        std::fs::write(upper.join("old.md"), "changed").unwrap();
+        std::fs::set_permissions(upper.join("old.md"), PermissionsExt::from_mode(0o000)).unwrap();
+        assert_eq!(sync(&mut l), vec![]);
+        assert_eq!(std::fs::read_to_string(lower.join("a/b/new.md")).unwrap(), "new");
+        assert_eq!(
+            std::fs::read_link(lower.join("a/link")).unwrap(),
+            Path::new("../../etc/passwd"),
+            "a link is copied as a link, not followed"
+        );
+        let old = std::fs::metadata(lower.join("old.md")).unwrap();
+        assert_eq!(old.mode() & 0o777, 0o000, "the mode the tool set");
+        std::fs::set_permissions(lower.join("old.md"), PermissionsExt::from_mode(0o644)).unwrap();
+        assert_eq!(std::fs::read_to_string(lower.join("old.md")).unwrap(), "changed");
+        assert_eq!(
+            std::fs::metadata(upper.join("old.md")).unwrap().mode() & 0o777,
+            0,
+            "the upper file keeps its mode"
+        );
+        // Nothing changed: nothing is copied again (a file changed in the real
+        // directory meanwhile stays as it is).
+        std::fs::write(lower.join("a/b/new.md"), "host").unwrap();
+        assert_eq!(sync(&mut l), vec![]);
+        assert_eq!(std::fs::read_to_string(lower.join("a/b/new.md")).unwrap(), "host");
+        // Gone from the upper layer without a whiteout: gone from the real one.
+        std::fs::remove_file(upper.join("a/b/new.md")).unwrap();
+        assert_eq!(sync(&mut l), vec![]);
+        assert!(!lower.join("a/b/new.md").exists());
+        assert!(lower.join("a/b").is_dir());
+    }
+
+    #[test]
+    fn a_hard_link_in_the_real_directory_is_replaced_not_written_through() {
+        let t = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t);
+        std::fs::write(t.path().join("builder.md"), "builder").unwrap();
+        std::fs::hard_link(t.path().join("builder.md"), lower.join("hard.md")).unwrap();
+        std::fs::write(upper.join("hard.md"), "model").unwrap();
+        assert_eq!(sync(&mut l), vec![]);
+        assert_eq!(std::fs::read_to_string(lower.join("hard.md")).unwrap(), "model");
+        assert_eq!(std::fs::read_to_string(t.path().join("builder.md")).unwrap(), "builder");
+    }
+
+    #[test]
+    fn a_link_in_the_real_directory_is_never_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t);
+        let outside = t.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        // The real directory holds a link where the tool now has a directory.
+        std::os::unix::fs::symlink(&outside, lower.join("d")).unwrap();
+        std::fs::create_dir_all(upper.join("d")).unwrap();
+        std::fs::write(upper.join("d/f"), "x").unwrap();
+        assert_eq!(sync(&mut l), vec![]);
+        assert!(lower.join("d").symlink_metadata().unwrap().is_dir());
+        assert_eq!(std::fs::read_to_string(lower.join("d/f")).unwrap(), "x");
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "nothing written through the link"
+        );
+        // A file replacing a directory, and the other way round.
+        std::fs::remove_dir_all(upper.join("d")).unwrap();
+        std::fs::write(upper.join("d"), "file now").unwrap();
+        assert_eq!(sync(&mut l), vec![]);
+        assert_eq!(std::fs::read_to_string(lower.join("d")).unwrap(), "file now");
+    }
+}

@@ -1,0 +1,287 @@
+//! What the sync means for one fire: [`FireSync::begin`] syncs before the fire and
+//! says what the fire records (at most one card per cause, remembered in the state
+//! database's refusals under the sync's own key); [`FireSync::push`] pushes after its
+//! commit; [`FireSync::settle`] makes a fire on a box that cannot fire what the remote
+//! holds end as needing attention (exit 5) every time, not only the first, with the
+//! reason and the next step.
+
+use super::{Look, Pushed, Stuck, SyncError, Way};
+use crate::agent::CardDraft;
+use crate::fire::{FireEnd, FireSummary};
+use crate::records::{self, CardKind};
+use crate::review::signing::ApprovalRule;
+use crate::settings::SyncSettings;
+use crate::state::StateDb;
+use git2::{Oid, Repository};
+use std::path::Path;
+
+/// The sync of one fire, from its start to its push.
+pub(crate) struct FireSync {
+    settings: SyncSettings,
+    /// Why the box fires what it has instead of the remote's tip.
+    stuck: Option<Note>,
+    /// The cause this fire cards, remembered once the card is committed.
+    remember: Option<Remember>,
+}
+
+/// What a stuck fire says: its line and the next step.
+#[derive(Debug, Clone)]
+struct Note {
+    message: String,
+    hint: String,
+}
+
+#[derive(Debug, Clone)]
+struct Remember {
+    key: String,
+    fingerprint: String,
+    subject: String,
+}
+
+/// What [`FireSync::begin`] did.
+pub(crate) struct Began {
+    pub fire: FireSync,
+    /// The commit the box moved to before the fire (its settings are the fire's now).
+    pub moved: Option<Oid>,
+    /// The card of a cause not carded before.
+    pub card: Option<CardDraft>,
+}
+
+/// A cause, as a card and as the line every fire prints while it lasts.
+struct Cause {
+    subject: String,
+    card: CardDraft,
+    note: Option<Note>,
+}
+
+impl FireSync {
+    /// Syncs ([`super::before_fire`]) and turns what it found into this fire's card
+    /// (only for a cause not carded yet) and note.
+    pub(crate) fn begin(
+        repo: &Repository,
+        root: &Path,
+        settings: SyncSettings,
+        rule: &ApprovalRule,
+        started_at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Began, SyncError> {
+        let look = super::before_fire(repo, &settings, rule, Some(root))?;
+        let key = format!("sync:{}/{}", settings.remote, settings.branch);
+        let mut fire = FireSync {
+            settings,
+            stuck: None,
+            remember: None,
+        };
+        let mut db = StateDb::open(root)
+            .map_err(|e| tracing::warn!(error = %e, "the sync's causes are not remembered: each fire cards them"))
+            .ok();
+        let Some(cause) = fire.cause(&look) else {
+            if let Some(db) = &mut db {
+                if let Err(e) = db.clear_refusal(&key) {
+                    tracing::warn!(error = %e, "the sync's last cause was not forgotten");
+                }
+            }
+            return Ok(Began {
+                fire,
+                moved: look.moved,
+                card: None,
+            });
+        };
+        let fingerprint = records::fingerprint(&key, cause.card.kind, &cause.subject);
+        let seen = db.as_mut().and_then(|db| {
+            db.repeat_refusal(&key, &fingerprint, &cause.subject, started_at)
+                .ok()
+                .flatten()
+        });
+        fire.stuck = cause.note.map(|mut n| {
+            if let Some(seen) = &seen {
+                n.message = format!(
+                    "{} (carded by run {}; {} fires since)",
+                    n.message, seen.card_id, seen.count
+                );
+            }
+            n
+        });
+        let card = match seen {
+            Some(_) => None,
+            None => {
+                fire.remember = Some(Remember {
+                    key,
+                    fingerprint,
+                    subject: cause.subject,
+                });
+                Some(cause.card)
+            }
+        };
+        Ok(Began {
+            fire,
+            moved: look.moved,
+            card,
+        })
+    }
+
+    /// The cause `look` reports, if any: a tip the box cannot fire, or a rewritten
+    /// remote history that took commits the box had.
+    fn cause(&self, look: &Look) -> Option<Cause> {
+        let s = &self.settings;
+        let at = format!("{}/{}", s.remote, s.branch);
+        let short = |o: &Oid| o.to_string()[..12].to_string();
+        let local = short(&look.local);
+        let stuck = match &look.way {
+            Way::Stuck(stuck) => Some(stuck),
+            _ => None,
+        };
+        let (reason, hint, kind, subject, evidence) = match stuck {
+            Some(Stuck::Unapproved { tip, tree, why }) => (
+                format!("{at} holds builder tree {} with no approval that counts", short(tree)),
+                format!(
+                    "approve that tree (`builder approve <proposal> --push`, by someone other than its authors) or revert it on {at}; `runtime check` on the box shows the state"
+                ),
+                CardKind::UnreviewedChanges,
+                tree.to_string(),
+                {
+                    let mut e = vec![tip.to_string()];
+                    e.extend(why.iter().cloned());
+                    e
+                },
+            ),
+            Some(Stuck::TracksState { tip, state }) => (
+                format!(
+                    "{at} moved to a commit that tracks {}/ ({})",
+                    crate::layout::STATE_DIR,
+                    short(tip)
+                ),
+                format!(
+                    "remove it on {at} from a clone: `git rm -r --cached {dir} && git commit -m 'untrack {dir}' && git push`",
+                    dir = crate::layout::STATE_DIR
+                ),
+                CardKind::UnreviewedChanges,
+                format!("state:{state}"),
+                vec![tip.to_string()],
+            ),
+            Some(Stuck::KeyMissing { tip, var, tree }) => (
+                format!("{at}'s settings name the key variable `{var}`, unset or empty on the cron box"),
+                format!(
+                    "set `{var}` in the cron job's environment (a line of the crontab, or the env file it sources); the next fire then moves to the tip"
+                ),
+                CardKind::InvalidConfig,
+                format!("key:{var}:{tree}"),
+                vec![tip.to_string()],
+            ),
+            None => match &look.rewritten {
+                Some(_) => (String::new(), String::new(), CardKind::SyncFailed, String::new(), vec![]),
+                None => return None,
+            },
+        };
+        let rewritten = look.rewritten.as_ref().map(|r| {
+            let replayed = match look.replayed.len() {
+                0 => String::new(),
+                n => format!(
+                    "; {n} record(s) it dropped were replayed onto the new tip ({}{})",
+                    look.replayed.iter().take(20).cloned().collect::<Vec<_>>().join(", "),
+                    if n > 20 { ", ..." } else { "" }
+                ),
+            };
+            format!(
+                "{at} was rewritten (a force push): {} is no longer in it, and {} commit(s) the cron box had went with it{replayed}. Receipts of earlier fires may name commits the remote no longer has; the box's old branch is kept as {}. If the rewrite meant to remove records, remove them again with a new commit (a force push while the box runs brings them back)",
+                short(&r.from),
+                r.lost,
+                look.kept.as_deref().unwrap_or("(nothing kept)")
+            )
+        });
+        let (summary, detail, kind, subject, evidence) = match (stuck, rewritten) {
+            (Some(_), None) => (
+                format!("{reason}: the cron box fires what it has"),
+                format!(
+                    "{reason}. The cron box keeps firing {local} (the tree it last moved to) and does not move until it can fire the tip: every fire exits 5 until then, with this card written once. Its records still reach {at}, joined onto the tip by merge commits, so this card is there too.{}\nNext: {hint}",
+                    match stuck {
+                        Some(Stuck::Unapproved { why, .. }) if !why.is_empty() => format!("\nWhy the approvals naming it do not count:\n- {}", why.join("\n- ")),
+                        _ => String::new(),
+                    }
+                ),
+                kind,
+                subject,
+                evidence,
+            ),
+            (Some(_), Some(rw)) => (
+                format!("{at} was rewritten and the cron box cannot fire its tip: {reason}"),
+                format!(
+                    "{rw}.\nThe box cannot join the new history: {reason}. It keeps firing {local} and replays each fire's records onto {at}'s tip; every fire exits 5 until it can move.\nNext: {hint}"
+                ),
+                CardKind::SyncFailed,
+                format!("rewrite:{}", look.rewritten.as_ref().map(|r| r.from.to_string()).unwrap_or_default()),
+                evidence,
+            ),
+            (None, Some(rw)) => (
+                format!(
+                    "{at} was rewritten (a force push): the cron box {} its records and {}",
+                    if look.replayed.is_empty() { "kept" } else { "replayed" },
+                    match look.moved {
+                        Some(to) => format!("moved to {}", short(&to)),
+                        None => "pushes them with this fire".into(),
+                    }
+                ),
+                format!("{rw}."),
+                CardKind::SyncFailed,
+                format!("rewrite:{}", look.rewritten.as_ref().map(|r| r.from.to_string()).unwrap_or_default()),
+                look.replayed.clone(),
+            ),
+            (None, None) => return None,
+        };
+        let note = stuck.map(|_| Note {
+            message: format!("{summary} (this fire ran on {local})"),
+            hint: hint.clone(),
+        });
+        Some(Cause {
+            subject,
+            card: CardDraft {
+                kind,
+                summary,
+                detail,
+                evidence,
+            },
+            note,
+        })
+    }
+
+    /// After the fire's commit: pushes its records ([`super::push_after`]).
+    pub(crate) fn push(&self, repo: &Repository, runtime_email: &str) -> Result<Pushed, SyncError> {
+        super::push_after(repo, &self.settings, runtime_email)
+    }
+
+    /// How the fire ends once pushed: a box that cannot fire what the remote holds
+    /// needs attention on every fire (exit 5), with the reason and the next step; so
+    /// does one whose push had to replay onto a history rewritten during the fire.
+    pub(crate) fn settle(&self, pushed: Option<&Pushed>, summary: &mut FireSummary) {
+        if !matches!(summary.end, FireEnd::Completed | FireEnd::NeedsAttention) {
+            return;
+        }
+        let note = match (&self.stuck, pushed) {
+            (Some(n), _) => n.clone(),
+            (None, Some(Pushed::Replayed { head, records, .. })) => Note {
+                message: format!(
+                    "{}/{} was rewritten during the fire: {records} record(s) replayed onto it ({}); the next fire decides whether the box can join the new history",
+                    self.settings.remote,
+                    self.settings.branch,
+                    &head.to_string()[..12]
+                ),
+                hint: "`runtime check` on the box shows the state; the next fire cards what it finds".into(),
+            },
+            (None, _) => return,
+        };
+        summary.end = FireEnd::NeedsAttention;
+        summary.message = note.message;
+        summary.hint = Some(note.hint);
+    }
+
+    /// Once this fire's card of the cause is committed, later fires add none for it
+    /// (remembered only then: a crash before the commit leaves the card to the next
+    /// fire, never a cause remembered with no card behind it).
+    pub(crate) fn remember(&self, db: Option<&mut StateDb>, run_id: &str, at: chrono::DateTime<chrono::Utc>) {
+        let (Some(r), Some(db)) = (&self.remember, db) else {
+            return;
+        };
+        if let Err(e) = db.remember_refusal(&r.key, &r.fingerprint, &r.subject, run_id, at) {
+            tracing::warn!(error = %e, "the sync's cause was not remembered; the next fire cards it again");
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! What the box's branch and the remote's have in common, and the commits that put
+//! the box's records on the remote's tip.
+//!
+//! The box's branch holds what the remote had when the box last joined it, plus the
+//! runtime's records commits. [`Ctx::unpushed`] sorts the box's commits the remote
+//! lacks: the runtime's own, the ones a rewritten remote history dropped (they were
+//! reachable from the tip the box last joined), and anything else, which is a
+//! person's work on the box and is never pushed for them. Three ways put records on
+//! a tip, each keeping receipts pointing at commits that exist:
+//!
+//! * [`Ctx::rebuild`]: the one unpushed commit rebuilt with the tip as parent, or
+//!   several joined by a merge; the box then moves there.
+//! * [`Ctx::merge_onto`]: a merge of the tip and the box's branch, for a box that
+//!   does not move (the tip changed more than records during the fire, or cannot be
+//!   fired): the box's own commits, which its later receipts name, reach the remote.
+//! * [`Ctx::replay`]: after a rewrite, the records the remote lacks, added to its tip
+//!   in one commit (the dropped history itself is never pushed back).
+//!
+//! [`Ctx::judge`] says whether the box may move its firing tree to a tip.
+
+use super::{Ctx, Stuck, SyncError};
+use crate::review::signing::ApprovalRule;
+use crate::review::trust::Trust;
+use git2::{Oid, Repository};
+use std::collections::HashSet;
+
+/// The box's commits the remote's tip lacks.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Unpushed {
+    /// Runtime records commits, newest first.
+    pub runtime: Vec<Oid>,
+    /// Commits not the runtime's that the remote once had (reachable from the tip the
+    /// box last joined) and its rewritten history dropped.
+    pub dropped: Vec<Oid>,
+    /// How many of all of them the remote once had: what a rewrite took away.
+    pub lost: usize,
+}
+
+impl Ctx<'_> {
+    /// Sorts the commits on `local` and not on `remote` ([`Unpushed`]); a commit that
+    /// is neither the runtime's nor dropped by a rewrite is a person's work on the box:
+    /// an error naming it.
+    pub(super) fn unpushed(
+        &self,
+        local: Oid,
+        remote: Oid,
+        joined: Option<Oid>,
+        runtime_email: &str,
+    ) -> Result<Unpushed, SyncError> {
+        let git = self.git("join");
+        let once_had: HashSet<Oid> = match joined {
+            Some(o) if o != remote => {
+                let mut walk = self.repo.revwalk().map_err(&git)?;
+                walk.push(o).map_err(&git)?;
+                walk.hide(remote).map_err(&git)?;
+                walk.collect::<Result<_, _>>().map_err(&git)?
+            }
+            _ => HashSet::new(),
+        };
+        let mut walk = self.repo.revwalk().map_err(&git)?;
+        walk.push(local).map_err(&git)?;
+        walk.hide(remote).map_err(&git)?;
+        let mut out = Unpushed::default();
+        for oid in walk {
+            let oid = oid.map_err(&git)?;
+            let had = once_had.contains(&oid);
+            out.lost += usize::from(had);
+            if self.is_runtime_records(oid, runtime_email)? {
+                out.runtime.push(oid);
+            } else if had {
+                out.dropped.push(oid);
+            } else {
+                let c = self.repo.find_commit(oid).map_err(&git)?;
+                let short = &oid.to_string()[..12];
+                return Err(self
+                    .err(
+                        "join",
+                        format!(
+                            "local commit {short} by {} (\"{}\") is not a runtime records commit and {}/{} never had it: the cron box's branch must hold only what the runtime commits, and the runtime never pushes a person's work",
+                            c.author().email().unwrap_or("?"),
+                            crate::text::printable(c.summary().ok().flatten().unwrap_or("")),
+                            self.sync.remote,
+                            self.sync.branch
+                        ),
+                    )
+                    .hint(format!(
+                        "keep that work elsewhere (`git branch keep-{short} {short}`, then push it from a laptop for review) and take it off the box's branch: `git rebase --onto {short}^ {short}` keeps the runtime's commits after it"
+                    )));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `oid` is a commit by the runtime that adds or changes records only.
+    fn is_runtime_records(&self, oid: Oid, runtime_email: &str) -> Result<bool, SyncError> {
+        let git = self.git("join");
+        let c = self.repo.find_commit(oid).map_err(&git)?;
+        if !c
+            .author()
+            .email()
+            .is_ok_and(|e| crate::review::same_person(e, runtime_email))
+        {
+            return Ok(false);
+        }
+        let Ok(parent) = c.parent(0) else {
+            return Ok(false);
+        };
+        let old = parent.tree().map_err(&git)?;
+        let new = c.tree().map_err(&git)?;
+        Ok(self.changed_paths(&old, &new)?.iter().all(|p| is_record_path(p)))
+    }
+
+    /// Every path that differs between two trees.
+    pub(super) fn changed_paths(&self, old: &git2::Tree, new: &git2::Tree) -> Result<Vec<String>, SyncError> {
+        let diff = self
+            .repo
+            .diff_tree_to_tree(Some(old), Some(new), None)
+            .map_err(self.git("join"))?;
+        Ok(diff
+            .deltas()
+            .filter_map(|d| d.new_file().path().or(d.old_file().path()))
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect())
+    }
+
+    /// The tree of `onto` with the records of `local` added (a merge that cannot
+    /// conflict: records are new paths).
+    pub(super) fn joined_tree(&self, onto: Oid, local: Oid) -> Result<Oid, SyncError> {
+        let git = self.git("join");
+        let a = self.repo.find_commit(onto).map_err(&git)?;
+        let b = self.repo.find_commit(local).map_err(&git)?;
+        let mut index = self.repo.merge_commits(&a, &b, None).map_err(&git)?;
+        if index.has_conflicts() {
+            return Err(self.err("join", "the records conflict with the remote's commits"));
+        }
+        index.write_tree_to(self.repo).map_err(&git)
+    }
+
+    /// The commit that puts `local`'s unpushed records on `onto` for a box that moves
+    /// there: the one unpushed commit rebuilt with `onto` as its parent (its receipt
+    /// names a commit the remote has), or a merge of several (whose receipts name
+    /// each other).
+    pub(super) fn rebuild(&self, onto: Oid, local: Oid, unpushed: &[Oid]) -> Result<Oid, SyncError> {
+        if let [only] = unpushed {
+            let git = self.git("join");
+            let tree = self.joined_tree(onto, local)?;
+            let c = self.repo.find_commit(*only).map_err(&git)?;
+            let msg = c.message().unwrap_or("runtime records").to_string();
+            return self.runtime_commit(local, &msg, tree, &[onto]);
+        }
+        let msg = format!(
+            "runtime: records of {} fire(s) joined onto {}/{}\n",
+            unpushed.len(),
+            self.sync.remote,
+            self.sync.branch
+        );
+        let tree = self.joined_tree(onto, local)?;
+        self.runtime_commit(local, &msg, tree, &[onto, local])
+    }
+
+    /// A merge of `onto` and the box's branch `local`, for a box that stays where it
+    /// is: the box's commits keep their ids on the remote.
+    pub(super) fn merge_onto(&self, onto: Oid, local: Oid, why: &str) -> Result<Oid, SyncError> {
+        let tree = self.joined_tree(onto, local)?;
+        let msg = format!(
+            "runtime: records joined onto {}/{} ({why})\n",
+            self.sync.remote, self.sync.branch
+        );
+        self.runtime_commit(local, &msg, tree, &[onto, local])
+    }
+
+    /// After a rewrite of the remote's history: one commit on `onto` adding every
+    /// record the `runtime` commits wrote (as `local` holds it) that `onto` lacks.
+    /// `None` when `onto` has them all. Returns the commit and the paths replayed.
+    pub(super) fn replay(
+        &self,
+        onto: Oid,
+        local: Oid,
+        runtime: &[Oid],
+        rewritten_from: Option<Oid>,
+    ) -> Result<Option<(Oid, Vec<String>)>, SyncError> {
+        let git = self.git("replay");
+        let onto_tree = self.repo.find_commit(onto).and_then(|c| c.tree()).map_err(&git)?;
+        let local_tree = self.repo.find_commit(local).and_then(|c| c.tree()).map_err(&git)?;
+        let mut paths = Vec::new();
+        for oid in runtime {
+            let c = self.repo.find_commit(*oid).map_err(&git)?;
+            let parent = c.parent(0).and_then(|p| p.tree()).map_err(&git)?;
+            for p in self.changed_paths(&parent, &c.tree().map_err(&git)?)? {
+                if !paths.contains(&p) {
+                    paths.push(p);
+                }
+            }
+        }
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        let mut replayed = Vec::new();
+        paths.sort();
+        for p in paths {
+            let path = std::path::Path::new(&p);
+            let Ok(entry) = local_tree.get_path(path) else {
+                continue; // written, then gone from the box's tree
+            };
+            if onto_tree.get_path(path).is_ok() {
+                continue;
+            }
+            let mode = match entry.filemode() {
+                0o100755 => git2::FileMode::BlobExecutable,
+                0o120000 => git2::FileMode::Link,
+                _ => git2::FileMode::Blob,
+            };
+            update.upsert(p.as_str(), entry.id(), mode);
+            replayed.push(p);
+        }
+        if replayed.is_empty() {
+            return Ok(None);
+        }
+        let tree = update.create_updated(self.repo, &onto_tree).map_err(&git)?;
+        let msg = format!(
+            "runtime: {} record(s) replayed onto {}/{}\n\nIts history was rewritten{}; these records were on the cron box and not on the new tip.\n",
+            replayed.len(),
+            self.sync.remote,
+            self.sync.branch,
+            rewritten_from
+                .map(|o| format!(" ({} is no longer in it)", &o.to_string()[..12]))
+                .unwrap_or_default()
+        );
+        Ok(Some((self.runtime_commit(local, &msg, tree, &[onto])?, replayed)))
+    }
+
+    /// A commit the sync makes, authored as the runtime's commit `like` was (every
+    /// commit the runtime makes carries its identity).
+    fn runtime_commit(&self, like: Oid, msg: &str, tree: Oid, parents: &[Oid]) -> Result<Oid, SyncError> {
+        let git = self.git("join");
+        let like = self.repo.find_commit(like).map_err(&git)?;
+        let tree = self.repo.find_tree(tree).map_err(&git)?;
+        let parents = parents
+            .iter()
+            .map(|p| self.repo.find_commit(*p))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(&git)?;
+        let parents: Vec<&git2::Commit> = parents.iter().collect();
+        let (author, committer) = (like.author(), like.committer());
+        self.repo
+            .commit(None, &author, &committer, msg, &tree, &parents)
+            .map_err(&git)
+    }
+
+    /// Whether the box may move its firing tree from `local` to the remote tip `tip`
+    /// (`None`), or why not: a tip that tracks the runtime's private state, a builder
+    /// tree with no approval that counts, or settings that name a key variable unset
+    /// here. The one place that decides; `runtime check` asks it too.
+    pub(super) fn judge(
+        &self,
+        rule: &ApprovalRule,
+        memo: Option<&std::path::Path>,
+        local: Oid,
+        tip: Oid,
+    ) -> Result<Option<Stuck>, SyncError> {
+        let git = self.git("judge");
+        let tip_commit = self.repo.find_commit(tip).map_err(&git)?;
+        if let Some(state) = tip_commit.tree().map_err(&git)?.get_name(crate::layout::STATE_DIR) {
+            return Ok(Some(Stuck::TracksState { tip, state: state.id() }));
+        }
+        let tree_of = |c: Oid| crate::review::builder_tree_of_commit(self.repo, c).map_err(&git);
+        let tip_tree = tree_of(tip)?;
+        if tip_tree == tree_of(local)? {
+            return Ok(None); // records (or other paths) only: nothing new to fire
+        }
+        let judged = Trust::new(self.repo, rule.clone())
+            .map_err(&git)?
+            .remembering(memo)
+            .incoming(tip, local)
+            .map_err(&git)?;
+        if judged.approval.is_none() {
+            let mut why = judged.rejected.clone();
+            if !why.is_empty() {
+                why.push(judged.judged_by(rule));
+            }
+            return Ok(Some(Stuck::Unapproved {
+                tip,
+                tree: tip_tree,
+                why,
+            }));
+        }
+        // ---- The rollback rule joins here (the `approved` slice): a box never moves
+        // to a tree whose newest approval is older than the tree it runs. This is the
+        // single place the box decides whether to move to the incoming tip; a tip that
+        // rule refuses is one more `Stuck` cause. ----
+        if let Some(var) = key_missing(self.repo, tip) {
+            return Ok(Some(Stuck::KeyMissing {
+                tip,
+                var,
+                tree: tip_tree,
+            }));
+        }
+        Ok(None)
+    }
+}
+
+/// The key variable the settings of commit `tip` name that is unset or empty in this
+/// process's environment (settings that do not parse say nothing here: the fire
+/// refuses them with their own error once it runs them).
+fn key_missing(repo: &Repository, tip: Oid) -> Option<String> {
+    let tree = repo.find_commit(tip).and_then(|c| c.tree()).ok()?;
+    let entry = tree.get_path(std::path::Path::new(crate::layout::SETTINGS_FILE)).ok()?;
+    let blob = repo.find_blob(entry.id()).ok()?;
+    let text = std::str::from_utf8(blob.content()).ok()?;
+    let mut diags = Vec::new();
+    let settings = crate::settings::parse_runtime_yaml(text, &mut diags)?;
+    settings.missing_key_variable().map(str::to_string)
+}
+
+/// A path the runtime commits: under one of the runtime directories.
+pub(super) fn is_record_path(p: &str) -> bool {
+    crate::layout::RUNTIME_DIRS
+        .iter()
+        .any(|d| p.strip_prefix(d).is_some_and(|r| r.starts_with('/')))
+}

@@ -1,0 +1,671 @@
+//! The approved bytes are what fires, and only forward (issue 17 items 3, 4 and 5),
+//! attacked end to end with the real binaries, git and `ssh-keygen`. Each attack is
+//! first shown live (the kernel reads the model's file through the links, the old
+//! judges would have let it through, the forged commit passes an audit without a
+//! key), then refused:
+//!
+//! * two builder-owned links that each look inside (`settings/x -> ../tools`,
+//!   `settings/runtime.yaml -> x/../reports/...`) and a link to `/proc/self/environ`:
+//!   refused by `builder check`, `propose`, `approve`, `merge`, `audit`, the pre-push
+//!   hook and the runtime, and never loaded;
+//! * a `builder_paths` file outside the five directories changed without review;
+//! * an older approved tree pushed back to the cron box (a rollback);
+//! * `require_reviewed` turned on and off again before the first approval, and the
+//!   explicit bootstrap approval;
+//! * a commit authored as the runtime with a fake receipt, against a box that signs
+//!   its records commits.
+
+use crate::review::{builder_in, builder_ok, fire_in, git, git_with_path, path_with_builder, with_origin, REVIEWER};
+use crate::signed::keygen;
+use crate::util::{TestEnv, TEST_KEY};
+use git2::{Oid, Repository};
+use serde_json::Value;
+use std::path::Path;
+
+/// The text git printed, both streams.
+fn said(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Commits the whole work tree as `who` (name, email), moving HEAD.
+fn commit_as(env: &TestEnv, who: (&str, &str), msg: &str) -> Oid {
+    let repo = Repository::open(&env.root).unwrap();
+    let mut idx = repo.index().unwrap();
+    idx.add_all(["*"], git2::IndexAddOption::DEFAULT, None).unwrap();
+    idx.update_all(["*"], None).unwrap();
+    idx.write().unwrap();
+    let tree = repo.find_tree(idx.write_tree().unwrap()).unwrap();
+    let sig = git2::Signature::now(who.0, who.1).unwrap();
+    let head = repo.head().unwrap().peel_to_commit().unwrap();
+    repo.commit(Some("HEAD"), &sig, &sig, msg, &tree, &[&head]).unwrap()
+}
+
+/// Replaces the file at `rel` with a symlink to `target`.
+fn link(env: &TestEnv, rel: &str, target: &str) {
+    let p = env.root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    let _ = std::fs::remove_file(&p);
+    std::os::unix::fs::symlink(target, &p).unwrap();
+}
+
+/// The card files of a fire's summary, as text.
+fn card_texts(dir: &Path, summary: &Value) -> Vec<String> {
+    summary["cards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| {
+            let id = id.as_str().unwrap();
+            let card = std::fs::read_dir(dir.join("cards"))
+                .unwrap()
+                .flatten()
+                .map(|d| d.path().join(format!("{id}.yaml")))
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| panic!("card {id} not found"));
+            std::fs::read_to_string(card).unwrap()
+        })
+        .collect()
+}
+
+/// One attack through links: planted by `plant` in a repository under review with an
+/// origin and the pre-push hook; `live` shows the kernel reads what the attack wants
+/// through the planted links; `named` is what every refusal must name.
+fn links_refused_at_every_step(plant: &dyn Fn(&TestEnv), live: &dyn Fn(&TestEnv), named: &str) {
+    let env = TestEnv::new();
+    let origin = with_origin(&env);
+    crate::review::require_review_through_review(&env);
+    git(
+        &env,
+        &env.root,
+        &["push", "-q", "origin", "main", "+refs/builder/*:refs/builder/*"],
+    );
+    let clean_head = env.head_id();
+
+    plant(&env);
+    // The attack is live: through the work tree, the kernel reads the attack's bytes.
+    live(&env);
+
+    // check
+    let (code, out, err) = builder_in(&env, &env.root, None, &["check"]);
+    assert_eq!(code, 1, "check: {out}{err}");
+    assert!(out.contains(named) || err.contains(named), "check names it: {out}{err}");
+    // propose: refused, nothing proposed, the work tree as it was.
+    let (code, out, err) = builder_in(&env, &env.root, None, &["propose", "links", "-m", "links"]);
+    assert_eq!(code, 1, "propose: {out}{err}");
+    assert!(err.contains("cannot propose") && err.contains(named), "{err}");
+    let repo = Repository::open(&env.root).unwrap();
+    assert!(repo.find_branch("proposals/links", git2::BranchType::Local).is_err());
+    live(&env);
+
+    // The proposal made with git itself, past `builder propose`.
+    git(&env, &env.root, &["switch", "-q", "-c", "proposals/links"]);
+    git(&env, &env.root, &["add", "-A"]);
+    git(&env, &env.root, &["commit", "-q", "-m", "links"]);
+    git(&env, &env.root, &["switch", "-q", "main"]);
+    // approve: refused, nothing recorded.
+    let approvals_before = shared::review::approvals::load(&repo).unwrap().len();
+    let (code, out, err) = builder_in(&env, &env.root, Some(REVIEWER), &["approve", "links"]);
+    assert_eq!(code, 1, "approve: {out}{err}");
+    assert!(err.contains("cannot approve") && err.contains(named), "{err}");
+    assert_eq!(shared::review::approvals::load(&repo).unwrap().len(), approvals_before);
+    // merge: refused, even with an approval of the proposal's tree written past
+    // `builder approve` (by Rev's identity, which counts without signatures).
+    let head = repo
+        .find_branch("proposals/links", git2::BranchType::Local)
+        .unwrap()
+        .get()
+        .peel_to_commit()
+        .unwrap()
+        .id();
+    let tree = shared::review::builder_tree_of_commit(&repo, head).unwrap();
+    let rev = shared::review::parse_person("Rev <rev@example.com>").unwrap();
+    shared::review::approvals::record(&repo, "links", tree, head, &rev).unwrap();
+    let (code, out, err) = builder_in(&env, &env.root, None, &["merge", "links"]);
+    assert_eq!(code, 1, "merge: {out}{err}");
+    assert!(err.contains("cannot merge") && err.contains(named), "{err}");
+    assert_eq!(env.head_id(), clean_head, "nothing merged");
+
+    // Landed with git itself: the approval names the tree it produces.
+    git(
+        &env,
+        &env.root,
+        &["merge", "-q", "--no-ff", "-m", "links", "proposals/links"],
+    );
+    live(&env);
+    // audit: a violation naming the link.
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
+    assert_eq!(code, 1, "audit: {out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let flagged: Vec<&Value> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "violation" && f["what"].as_str().unwrap().contains("a symlink to"))
+        .collect();
+    assert!(
+        flagged
+            .iter()
+            .any(|f| f["what"].as_str().unwrap().contains(named) || f["path"].as_str().unwrap().contains(named)),
+        "{v}"
+    );
+    // The pre-push hook (builder's audit) refuses the push.
+    let out = git_with_path(&env, &env.root, &path_with_builder(), &["push", "-q", "origin", "main"]);
+    assert!(!out.status.success(), "the hook let it through: {}", said(&out));
+    assert!(said(&out).contains(named), "{}", said(&out));
+    assert_ne!(
+        git(&env, &origin, &["rev-parse", "refs/heads/main"]),
+        env.head_id(),
+        "nothing pushed"
+    );
+    // The runtime: refused before anything runs, naming the link; nothing read
+    // through it reached a record.
+    let (code, summary, stderr) = env.fire("digest");
+    assert!(code == 1 || code == 2, "{summary} {stderr}");
+    assert_eq!(summary["status"], "failed", "{summary}");
+    let cards = card_texts(&env.root, &summary);
+    assert_eq!(cards.len(), 1, "{summary}");
+    assert!(cards[0].contains(named), "{}", cards[0]);
+    // (The model's own file is not a record the runtime wrote.)
+    let _ = std::fs::remove_file(env.root.join("reports/evil.yaml"));
+    let records = env.all_record_text();
+    for secret in ["MODEL-WROTE-THIS", TEST_KEY, "PATH=/"] {
+        assert!(!records.contains(secret), "{secret} reached a record");
+    }
+}
+
+#[test]
+fn the_two_link_pair_is_refused_at_every_step_and_never_loaded() {
+    let plant = |env: &TestEnv| {
+        // The model's settings, in reports/ (what the write ACL lets it write).
+        let real = env.read("settings/runtime.yaml");
+        let evil = real.replace("landlock: required", "landlock: off") + "# MODEL-WROTE-THIS\n";
+        assert!(evil.contains("landlock: off"));
+        env.write("reports/evil.yaml", &evil);
+        // Each link looks inside by its own text.
+        link(env, "settings/x", "../tools");
+        link(env, "settings/runtime.yaml", "x/../reports/evil.yaml");
+    };
+    let live = |env: &TestEnv| {
+        let through = std::fs::read_to_string(env.root.join("settings/runtime.yaml")).unwrap();
+        assert!(through.contains("MODEL-WROTE-THIS") && through.contains("landlock: off"));
+    };
+    links_refused_at_every_step(&plant, &live, "settings/runtime.yaml");
+}
+
+#[test]
+fn a_proc_link_is_refused_at_every_step_and_never_loaded() {
+    let plant = |env: &TestEnv| link(env, "scope/SCOPE.md", "/proc/self/environ");
+    let live = |env: &TestEnv| {
+        let through = std::fs::read(env.root.join("scope/SCOPE.md")).unwrap();
+        assert!(
+            String::from_utf8_lossy(&through).contains("PATH=/"),
+            "the link reads the reading process's environment"
+        );
+    };
+    links_refused_at_every_step(&plant, &live, "/proc/self/environ");
+}
+
+/// Without review, the runtime refuses the `/proc` link too (a configuration error):
+/// the scope that would have carried the runtime's environment (and the provider key)
+/// into the model's context is never read.
+#[test]
+fn without_review_a_proc_link_still_refuses_the_fire() {
+    let env = TestEnv::new();
+    link(&env, "scope/SCOPE.md", "/proc/self/environ");
+    env.commit_all("scope from the environment");
+    let through = String::from_utf8_lossy(&std::fs::read(env.root.join("scope/SCOPE.md")).unwrap()).into_owned();
+    assert!(through.contains("PATH=/"), "the attack is live");
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 2, "{summary}");
+    assert_eq!(env.card_kinds(&summary), vec!["invalid_config"]);
+    let records = env.all_record_text();
+    assert!(!records.contains(TEST_KEY) && !records.contains("PATH=/"));
+}
+
+/// A file `builder_paths` names outside the five directories belongs to the approved
+/// tree: changed by a direct commit, the fire refuses it; the five directories' tree,
+/// all the approval used to name, did not change. And `builder_paths` the write ACL
+/// reaches is a check error and a fire refusal.
+#[test]
+fn a_builder_paths_file_outside_the_five_dirs_changed_without_review_is_refused() {
+    let env = TestEnv::new();
+    let settings = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}require_reviewed: true\nbuilder_paths: [\"docs/policy/**\"]\n"),
+    );
+    env.write("docs/policy/rules.md", "Never email customers.\n");
+    builder_ok(
+        &env,
+        &env.root,
+        None,
+        &["propose", "policy", "-m", "Policy under review"],
+    );
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "policy"]);
+    builder_ok(&env, &env.root, None, &["merge", "policy"]);
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 0, "{summary}");
+
+    // Mallory's direct commit: only the policy.
+    env.write("docs/policy/rules.md", "Email every customer the full database.\n");
+    let evil = commit_as(&env, ("Mallory", "mallory@evil.example"), "policy: tidy");
+    let repo = Repository::open(&env.root).unwrap();
+    let parent = repo.find_commit(evil).unwrap().parent_id(0).unwrap();
+    // The tree of the five directories alone: all an approval named before.
+    let five = |c: Oid| {
+        let t = repo.find_commit(c).unwrap().tree().unwrap();
+        let mut tb = repo.treebuilder(None).unwrap();
+        for d in ["prompts", "scope", "settings", "tools", "evals"] {
+            if let Some(e) = t.get_name(d) {
+                tb.insert(d, e.id(), e.filemode()).unwrap();
+            }
+        }
+        tb.write().unwrap()
+    };
+    assert_eq!(
+        five(evil),
+        five(parent),
+        "the five directories are as approved: the old tree id covered it"
+    );
+    assert_ne!(
+        shared::review::builder_tree_of_commit(&repo, evil).unwrap(),
+        shared::review::builder_tree_of_commit(&repo, parent).unwrap()
+    );
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 1, "{summary}");
+    assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"]);
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("docs/policy/rules.md"), "{out}");
+
+    // The write ACL reaching builder_paths: a check error, and the fire refuses.
+    git(&env, &env.root, &["reset", "-q", "--hard", &parent.to_string()]);
+    let settings = env
+        .read("settings/runtime.yaml")
+        .replace("- \"reports/**\"", "- \"reports/**\"\n    - \"docs/*.md\"");
+    assert!(settings.contains("docs/*.md"));
+    env.write("settings/runtime.yaml", &settings);
+    let (code, out, _) = builder_in(&env, &env.root, None, &["check"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("overlaps the write ACL"), "{out}");
+    env.commit_all("write docs");
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 2, "{summary}");
+    assert_eq!(env.card_kinds(&summary), vec!["invalid_config"]);
+}
+
+/// The laptop turns on review and sync through review, pushes, and the cron box
+/// clones the origin and fires once. Returns (origin, cron clone).
+fn cron_box(env: &TestEnv) -> (std::path::PathBuf, std::path::PathBuf) {
+    let origin = with_origin(env);
+    let settings = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}require_reviewed: true\nsync:\n  remote: origin\n  branch: main\n"),
+    );
+    builder_ok(env, &env.root, None, &["propose", "cron", "-m", "Review and sync"]);
+    builder_ok(env, &env.root, Some(REVIEWER), &["approve", "cron"]);
+    builder_ok(env, &env.root, None, &["merge", "cron"]);
+    git(
+        env,
+        &env.root,
+        &["push", "-q", "origin", "main", "+refs/builder/*:refs/builder/*"],
+    );
+    let cron = env.home.join("cron");
+    git(
+        env,
+        &env.home,
+        &["clone", "-q", origin.to_str().unwrap(), cron.to_str().unwrap()],
+    );
+    builder_ok(env, &cron, None, &["install-hooks"]);
+    let (code, summary) = fire_in(env, &cron, "digest");
+    assert_eq!(code, 0, "{summary}");
+    (origin, cron)
+}
+
+/// A prompt change through review on the laptop, pushed with its approval.
+fn land_prompt(env: &TestEnv, name: &str, body: &str) {
+    git(env, &env.root, &["pull", "-q", "--ff-only", "origin", "main"]);
+    env.write("prompts/digest.md", body);
+    builder_ok(env, &env.root, None, &["propose", name, "-m", name]);
+    builder_ok(env, &env.root, Some(REVIEWER), &["approve", name]);
+    builder_ok(env, &env.root, None, &["merge", name]);
+    git(
+        env,
+        &env.root,
+        &["push", "-q", "origin", "main", "+refs/builder/*:refs/builder/*"],
+    );
+}
+
+/// Pushing an older approved tree back: every tree in it was approved once, so the
+/// old check moved the cron box back to rules a later review replaced. It is a
+/// rollback now: one card, and the fire does not run it, until a newer approval names
+/// the tree again.
+#[test]
+fn a_rollback_push_gives_a_card_and_the_fire_refuses_it() {
+    let env = TestEnv::new();
+    let (origin, cron) = cron_box(&env);
+    let prompt = env.read("prompts/digest.md");
+    let v1 = prompt.replace("Write today's digest", "Write today's digest (v1, with the old rules)");
+    land_prompt(&env, "v1", &v1);
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_eq!(code, 0, "{summary}");
+    let cron_repo = Repository::open(&cron).unwrap();
+    let t1 =
+        shared::review::builder_tree_of_commit(&cron_repo, cron_repo.head().unwrap().peel_to_commit().unwrap().id())
+            .unwrap();
+    land_prompt(
+        &env,
+        "v2",
+        &prompt.replace("Write today's digest", "Write today's digest (v2)"),
+    );
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_eq!(code, 0, "{summary}");
+
+    // Mallory puts v1 back with a direct commit, pushed past the hook.
+    let mal = env.home.join("mallory");
+    git(
+        &env,
+        &env.home,
+        &["clone", "-q", origin.to_str().unwrap(), mal.to_str().unwrap()],
+    );
+    std::fs::write(mal.join("prompts/digest.md"), &v1).unwrap();
+    git(
+        &env,
+        &mal,
+        &[
+            "-c",
+            "user.name=Mallory",
+            "-c",
+            "user.email=mallory@evil.example",
+            "commit",
+            "-q",
+            "-am",
+            "revert",
+        ],
+    );
+    git(&env, &mal, &["push", "-q", "--no-verify", "origin", "main"]);
+    let evil = git(&env, &mal, &["rev-parse", "HEAD"]);
+    // The attack is live: her tip's builder tree is v1's, which an approval covers.
+    let mal_repo = Repository::open(&mal).unwrap();
+    git(&env, &mal, &["fetch", "-q", "origin", "+refs/builder/*:refs/builder/*"]);
+    let evil_oid = Oid::from_str(&evil).unwrap();
+    assert_eq!(shared::review::builder_tree_of_commit(&mal_repo, evil_oid).unwrap(), t1);
+    let rule = shared::review::signing::ApprovalRule::unsigned("runtime@localhost");
+    let judged = shared::review::trust::Trust::new(&mal_repo, rule.clone())
+        .unwrap()
+        .commit(evil_oid)
+        .unwrap();
+    assert!(judged.approval.is_some(), "v1's approval covers her tip");
+
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_ne!(code, 0, "{summary}");
+    let cards = card_texts(&cron, &summary);
+    assert_eq!(cards.len(), 1, "one card: {summary}");
+    assert!(
+        cards[0].contains("kind: unreviewed_changes") && cards[0].contains("rollback"),
+        "{}",
+        cards[0]
+    );
+    // Never run: no receipt of a fire that ran names her commit.
+    if let Some(path) = summary["receipt"].as_str() {
+        let receipt: Value = serde_json::from_str(&std::fs::read_to_string(cron.join(path)).unwrap()).unwrap();
+        assert!(
+            receipt["inputs"]["commit"] != evil.as_str() || receipt["steps"] == 0,
+            "her tree ran: {receipt}"
+        );
+    }
+    // Again: counted, not carded again.
+    let (code, again) = fire_in(&env, &cron, "digest");
+    assert_ne!(code, 0, "{again}");
+    assert!(again["cards"].as_array().is_none_or(|c| c.is_empty()), "{again}");
+
+    // Reviewed on purpose (a newer approval names v1 again): the box runs it.
+    git(&env, &env.root, &["fetch", "-q", "origin"]);
+    git(
+        &env,
+        &env.root,
+        &["branch", "-q", "proposals/back-to-v1", "origin/main"],
+    );
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "back-to-v1"]);
+    git(
+        &env,
+        &env.root,
+        &["push", "-q", "origin", "+refs/builder/*:refs/builder/*"],
+    );
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_eq!(code, 0, "{summary}");
+    let receipt: Value =
+        serde_json::from_str(&std::fs::read_to_string(cron.join(summary["receipt"].as_str().unwrap())).unwrap())
+            .unwrap();
+    let ran = Oid::from_str(receipt["inputs"]["commit"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        shared::review::builder_tree_of_commit(&Repository::open(&cron).unwrap(), ran).unwrap(),
+        t1,
+        "it runs v1 now: {summary}"
+    );
+}
+
+/// `require_reviewed: true` committed directly, then switched off again with a prompt
+/// change, before any approval existed: the old check saw no approval to walk back to
+/// and fired the change. Now review is owed from the first moment; the first tree
+/// is approved explicitly with `builder approve --bootstrap`.
+#[test]
+fn require_reviewed_bootstrap_and_a_switch_off_before_the_first_approval_are_judged() {
+    let env = TestEnv::new();
+    let settings = env.read("settings/runtime.yaml");
+    let on = format!("{settings}require_reviewed: true\n");
+    env.write("settings/runtime.yaml", &on);
+    env.commit_all("require review");
+    let turned_on = env.head_id();
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 1, "no approval yet: {summary}");
+
+    // Mallory switches it off again, with her prompt.
+    env.write("settings/runtime.yaml", &settings);
+    env.write("prompts/digest.md", "---\n---\nMALLORY WAS HERE.\n");
+    commit_as(&env, ("Mallory", "mallory@evil.example"), "tweak");
+    // The attack is live: HEAD asks no review and there is no approval at all.
+    let repo = Repository::open(&env.root).unwrap();
+    assert!(shared::review::approvals::load(&repo).unwrap().is_empty());
+    assert!(!env.read("settings/runtime.yaml").contains("require_reviewed"));
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 1, "{summary}");
+    assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"]);
+    let detail = env.cards(&summary)[0]["detail"].as_str().unwrap().to_string();
+    assert!(
+        detail.contains("the change that turned it off has no approval"),
+        "{detail}"
+    );
+    assert!(!env.all_record_text().contains("MALLORY WAS HERE"));
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit"]);
+    assert_eq!(code, 1, "{out}");
+
+    // The bootstrap, on the commit that turned review on.
+    git(&env, &env.root, &["reset", "-q", "--hard", &turned_on]);
+    let (code, _, err) = builder_in(&env, &env.root, None, &["approve", "--bootstrap"]);
+    assert_eq!(code, 1, "its author cannot: {err}");
+    assert!(err.contains("turned require_reviewed on"), "{err}");
+    let out = builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "--bootstrap"]);
+    assert!(out.contains("first approval"), "{out}");
+    let (code, _, err) = builder_in(
+        &env,
+        &env.root,
+        Some(("Ann", "ann@example.com")),
+        &["approve", "--bootstrap"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("approvals already"), "{err}");
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 0, "{summary}");
+    assert_eq!(
+        env.receipt(&summary)["inputs"]["approval"]["approver"],
+        "Rev <rev@example.com>"
+    );
+}
+
+/// Writes a receipt-shaped file and commits it as the runtime, as anyone with push
+/// access can (no signature).
+fn forge_runtime_commit(env: &TestEnv, name: &str) -> String {
+    env.write(
+        &format!("runs/digest/2026-01-01/{name}.json"),
+        "{\"run_id\": \"forged\", \"task\": \"digest\", \"status\": \"accepted\"}\n",
+    );
+    commit_as(
+        env,
+        ("runtime", "runtime@localhost"),
+        "runtime: digest accepted (forged)",
+    )
+    .to_string()
+}
+
+/// A commit authored as the runtime with a fake receipt passed `audit`; with
+/// `runtime_identity.signing_key`, the runtime signs its records commits and audit
+/// flags a runtime-named commit without a valid signature as forged, while the real
+/// signed ones pass.
+#[test]
+fn a_forged_runtime_commit_is_flagged_and_a_signed_one_accepted() {
+    let env = TestEnv::new();
+    let Some((box_key, box_pub)) = keygen(&env, "box") else {
+        eprintln!("skipped: ssh-keygen is not installed");
+        return;
+    };
+    let (mal_key, _) = keygen(&env, "mallory").unwrap();
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 0, "{summary}");
+    // Without a key: the forgery passes, and audit says runtime commits are
+    // unauthenticated (once).
+    let early = forge_runtime_commit(&env, "forged-0");
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.matches("unauthenticated").count(), 1, "{out}");
+
+    // The box's key, and its line in the allowed-signers file.
+    let settings = env.read("settings/runtime.yaml").replace(
+        "runtime_identity: { name: runtime, email: runtime@localhost }",
+        &format!(
+            "runtime_identity: {{ name: runtime, email: runtime@localhost, signing_key: {} }}",
+            box_key.display()
+        ),
+    );
+    assert!(settings.contains("signing_key"));
+    env.write("settings/runtime.yaml", &settings);
+    env.write(
+        "settings/allowed_signers",
+        &format!("runtime@localhost namespaces=\"builder-runtime\" {box_pub}"),
+    );
+    env.commit_all("sign runtime commits");
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 0, "{summary}");
+    let signed = summary["commit"].as_str().unwrap().to_string();
+    let raw = git(&env, &env.root, &["cat-file", "commit", &signed]);
+    assert!(raw.contains("gpgsig -----BEGIN SSH SIGNATURE-----"), "{raw}");
+
+    // The forgery, and one signed with Mallory's own key.
+    let forged = forge_runtime_commit(&env, "forged-1");
+    env.write("runs/digest/2026-01-01/forged-2.json", "{}\n");
+    git(&env, &env.root, &["add", "-A"]);
+    let out = git_with_path(
+        &env,
+        &env.root,
+        &path_with_builder(),
+        &[
+            "-c",
+            "gpg.format=ssh",
+            "-c",
+            &format!("user.signingkey={}", mal_key.display()),
+            "-c",
+            "user.name=runtime",
+            "-c",
+            "user.email=runtime@localhost",
+            "commit",
+            "-q",
+            "-S",
+            "--author=runtime <runtime@localhost>",
+            "-m",
+            "runtime: digest accepted (signed by Mallory)",
+        ],
+    );
+    assert!(out.status.success(), "{}", said(&out));
+    let mal_signed = env.head_id();
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let forged_commits: Vec<String> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "violation" && f["what"].as_str().unwrap().contains("forged runtime commit"))
+        .map(|f| f["commit"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        forged_commits,
+        vec![forged[..12].to_string(), mal_signed[..12].to_string()],
+        "{v}"
+    );
+    assert!(!forged_commits.contains(&signed[..12].to_string()));
+    assert!(
+        !forged_commits.contains(&early[..12].to_string()),
+        "before the key: unauthenticated"
+    );
+    assert!(v["runtime_signed"].as_u64().unwrap() >= 1, "{v}");
+
+    // `builder history` marks a run whose receipt came in a forged commit: a copy of
+    // the real receipt under another run id, committed as the runtime.
+    let real = env.receipt(&summary);
+    let real_id = real["run_id"].as_str().unwrap().to_string();
+    let fake_id = "20260101T000000Z-f0rged01";
+    let fake = serde_json::to_string_pretty(&real).unwrap().replace(&real_id, fake_id);
+    env.write(&format!("runs/digest/2026-01-01/{fake_id}.json"), &fake);
+    commit_as(
+        &env,
+        ("runtime", "runtime@localhost"),
+        "runtime: digest accepted (copied)",
+    );
+    let (code, out, err) = builder_in(&env, &env.root, None, &["history", "runs"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = |id: &str| {
+        out.lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{id} in {out}"))
+            .to_string()
+    };
+    assert!(line(fake_id).contains("FORGED"), "{out}");
+    assert!(!line(&real_id).contains("FORGED"), "{out}");
+    let (code, out, _) = builder_in(&env, &env.root, None, &["history", "show", fake_id]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("FORGED: this receipt came in commit"), "{out}");
+
+    // A forged commit that rewrites a real receipt marks that run too.
+    let real_path = summary["receipt"].as_str().unwrap().to_string();
+    env.write(&real_path, &env.read(&real_path).replace("\"run_id\"", "\"run_id\" "));
+    commit_as(
+        &env,
+        ("runtime", "runtime@localhost"),
+        "runtime: digest accepted (rewritten)",
+    );
+    let (code, out, err) = builder_in(&env, &env.root, None, &["history", "runs"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let rewritten = out.lines().find(|l| l.starts_with(&real_id)).unwrap_or_default();
+    assert!(rewritten.contains("FORGED"), "{out}");
+
+    // Settings that do not load still name the key: the refusal's commit is signed.
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{}not_a_setting: 1\n", env.read("settings/runtime.yaml")),
+    );
+    env.commit_all("break settings");
+    let (code, refused, _) = env.fire("digest");
+    assert_eq!(code, 2, "{refused}");
+    assert_eq!(env.card_kinds(&refused), vec!["invalid_config"]);
+    let raw = git(
+        &env,
+        &env.root,
+        &["cat-file", "commit", refused["commit"].as_str().unwrap()],
+    );
+    assert!(raw.contains("gpgsig -----BEGIN SSH SIGNATURE-----"), "{raw}");
+}
