@@ -7,10 +7,13 @@
 
 mod util;
 
+mod approval_crash;
 mod approval_pins;
 mod approved_tree;
 mod builder_cmds;
 mod builder_truth;
+mod checkout_ops;
+mod concurrency;
 mod crash;
 mod crash_suite;
 mod cron_box;
@@ -22,6 +25,7 @@ mod exit_codes;
 mod failure_lines;
 mod faults;
 mod fire;
+mod full_disk;
 mod host_view;
 mod hostile_review;
 mod identity;
@@ -33,6 +37,7 @@ mod operator;
 mod otlp;
 mod progress;
 mod races;
+mod records_cases;
 mod records_hardening;
 mod repos;
 mod review;

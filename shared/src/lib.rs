@@ -16,6 +16,7 @@ pub mod eval;
 pub mod failpoints;
 pub mod fire;
 pub mod git;
+pub mod gitpath;
 pub mod history;
 #[cfg(test)]
 mod import_graph;
@@ -23,6 +24,7 @@ pub mod journal;
 pub mod layout;
 pub mod manifest;
 pub mod pages;
+pub mod pending;
 pub mod policy;
 pub mod powers;
 pub mod progress;

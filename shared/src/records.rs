@@ -692,6 +692,45 @@ impl Card {
     }
 }
 
+/// The most evidence lines a card keeps (the rest are counted in one more line).
+pub const CARD_EVIDENCE_MAX: usize = 20;
+/// The most bytes of one evidence line, and of a card's summary.
+pub const CARD_LINE_MAX: usize = 500;
+/// The most bytes of a card's detail.
+pub const CARD_DETAIL_MAX: usize = 8 * 1024;
+
+/// Caps a card's size: a summary and evidence lines of at most [`CARD_LINE_MAX`]
+/// bytes, a detail of at most [`CARD_DETAIL_MAX`] (its head kept, the cut said), at
+/// most [`CARD_EVIDENCE_MAX`] evidence lines and one counting the rest. A card is read
+/// by people and committed on every fire: one naming every path a model left behind
+/// (hundreds of KB) helps nobody. The fingerprint stays the one of the whole detail.
+pub fn cap_card(card: &mut Card) {
+    card.summary = cap_text(&card.summary, CARD_LINE_MAX);
+    card.detail = cap_text(&card.detail, CARD_DETAIL_MAX);
+    let total = card.evidence.len();
+    if total > CARD_EVIDENCE_MAX {
+        card.evidence.truncate(CARD_EVIDENCE_MAX);
+        card.evidence
+            .push(format!("... and {} more (of {total})", total - CARD_EVIDENCE_MAX));
+    }
+    for e in &mut card.evidence {
+        *e = cap_text(e, CARD_LINE_MAX);
+    }
+}
+
+/// `text` cut to at most about `max` bytes at a character boundary, saying how much
+/// was cut.
+pub fn cap_text(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max.saturating_sub(40);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}[... {} bytes cut ...]", &text[..end], text.len() - end)
+}
+
 pub fn card_path(id: &str, at: DateTime<Utc>) -> PathBuf {
     PathBuf::from(format!("cards/{}/{id}.yaml", day(at)))
 }

@@ -366,6 +366,9 @@ pub struct Limits {
     /// How long after its last checkpoint an interrupted run is resumed by the next
     /// fire of its task (on the same inputs); older ones are closed as `crashed`.
     pub resume_window_s: u64,
+    /// The most bytes of one model response body read; a longer one (a server that
+    /// streams without end) fails the call as a provider error.
+    pub provider_response_bytes: u64,
 }
 impl Default for Limits {
     fn default() -> Self {
@@ -385,6 +388,7 @@ impl Default for Limits {
             output_total_bytes: 8 * 1024 * 1024,
             output_files: 64,
             resume_window_s: 3600,
+            provider_response_bytes: 16 * 1024 * 1024,
         }
     }
 }

@@ -238,6 +238,7 @@ impl FireRun {
             redactor: self.config.redactor.clone(),
             trace_input: self.config.settings.telemetry.include_content,
             root: self.ctx.opts.root.clone(),
+            write_roots: crate::sandbox::acl_dirs(&self.config.settings.permissions.write),
             committed: Box::new(move |rel: &str| {
                 head.as_ref()
                     .is_some_and(|r| crate::git::head_blob(r, rel).ok().flatten().is_some())
