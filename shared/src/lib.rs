@@ -22,6 +22,7 @@ mod import_graph;
 pub mod journal;
 pub mod layout;
 pub mod manifest;
+pub mod mcp;
 pub mod pages;
 pub mod policy;
 pub mod powers;

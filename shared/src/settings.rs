@@ -65,6 +65,9 @@ pub struct RuntimeSettings {
     /// The cron box (optional): fetch, fast-forward to an approved tip, push records.
     #[serde(default)]
     pub sync: Option<SyncSettings>,
+    /// MCP tool servers, run inside the tool sandbox (optional; see `crate::mcp`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp: crate::mcp::McpServers,
 }
 
 /// The `sync:` section (DESIGN.md section 8, "Sync"): the remote and branch a fire
@@ -405,6 +408,7 @@ const TOP_KEYS: &[&str] = &[
     "require_reviewed",
     "review",
     "sync",
+    "mcp",
 ];
 
 /// Claude Code settings keys that are accepted and ignored (they configure the
@@ -563,6 +567,7 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> 
             "require_reviewed" => section::<bool>(file, src, key, v, diags),
             "review" => section::<ReviewSettings>(file, src, key, v, diags),
             "sync" => section::<SyncSettings>(file, src, key, v, diags),
+            "mcp" => section::<crate::mcp::McpServers>(file, src, key, v, diags),
             _ => {}
         }
         if diags.len() > n {
@@ -791,6 +796,12 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
         }
     }
     permission_problems(file, src, &s.permissions, &mut d);
+    let keys: Vec<&str> = [Some(&s.provider), s.fallback.as_ref()]
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.api_key_env.as_deref())
+        .collect();
+    crate::mcp::config::validate(file, src, &s.mcp, &keys, &mut d);
     for g in &s.builder_paths {
         if let Err(e) = globset::Glob::new(g) {
             d.push(Diagnostic::new(

@@ -158,6 +158,7 @@ fn run_script(
         root: root.to_path_buf(),
         scratch: config.scratch.clone(),
         isolation: Some(NamespacePlan::new(&spec, root, Vec::new())),
+        mcp: None,
         spec,
         mode: config.settings.sandbox.landlock,
         env: ExecContext::scrubbed_env(&config.scratch),

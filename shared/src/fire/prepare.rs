@@ -454,6 +454,7 @@ impl Preparing {
             repo: self.repo,
             worker: None,
             spare_worker: None,
+            mcp_workers: Vec::new(),
             journal: self.journal,
             sync_push: self.sync_push,
             sync_refusal: self.sync_refusal,
