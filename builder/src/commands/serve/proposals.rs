@@ -176,6 +176,7 @@ fn review_of(app: &App, name: &str) -> Result<Arc<ReviewReport>, PageError> {
             .join(shared::state::STATE_DB_FILE),
         since: None,
         runtime: crate::commands::eval::runtime_binary().map_err(PageError::from_display)?,
+        trusted: crate::commands::eval::trusted_source(None),
     };
     let report = shared::review_report::review(&wt.repo, &ownership, &opts).map_err(|e| match e {
         ReportError::Review(e) => review_error(e),
