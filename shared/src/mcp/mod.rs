@@ -11,6 +11,7 @@
 pub mod client;
 pub mod config;
 pub mod lock;
+pub mod pin;
 
 pub use client::{run_server, McpHub, McpLaunch, Offered};
 pub use config::{McpServer, McpServers};
