@@ -41,7 +41,10 @@ impl McpRepo {
             String::from_utf8_lossy(&out.stderr)
         );
         let printed = String::from_utf8_lossy(&out.stdout);
-        assert!(printed.contains("pinned files: 4 tool(s)") && printed.contains("new tool `echo`"), "{printed}");
+        assert!(
+            printed.contains("pinned files: 4 tool(s)") && printed.contains("new tool `echo`"),
+            "{printed}"
+        );
         repo.env.commit_all("declare and pin the files server");
         repo
     }
@@ -115,9 +118,21 @@ fn a_fire_lists_and_calls_pinned_tools_inside_the_sandbox() {
             &[
                 ("c1", "mcp__files__echo", r#"{"text": "hello"}"#),
                 ("c2", "mcp__files__env", "{}"),
-                ("c3", "mcp__files__write_file", r#"{"path": "reports/from-mcp.md", "content": "ok"}"#),
-                ("c4", "mcp__files__write_file", r#"{"path": "settings/evil.yaml", "content": "x"}"#),
-                ("c5", "mcp__files__write_file", r#"{"path": ".git/hooks/pre-commit", "content": "x"}"#),
+                (
+                    "c3",
+                    "mcp__files__write_file",
+                    r#"{"path": "reports/from-mcp.md", "content": "ok"}"#,
+                ),
+                (
+                    "c4",
+                    "mcp__files__write_file",
+                    r#"{"path": "settings/evil.yaml", "content": "x"}"#,
+                ),
+                (
+                    "c5",
+                    "mcp__files__write_file",
+                    r#"{"path": ".git/hooks/pre-commit", "content": "x"}"#,
+                ),
                 ("c6", "mcp__files__connect", &connect),
             ],
             (10, 5),
@@ -127,8 +142,17 @@ fn a_fire_lists_and_calls_pinned_tools_inside_the_sandbox() {
     let repo = McpRepo::new(script, "\"mcp__files\"", "", "");
     let (code, summary, stderr) = repo.fire();
     let offered = repo.offered();
-    for t in ["mcp__files__echo", "mcp__files__env", "mcp__files__write_file", "mcp__files__connect", "read_file"] {
-        assert!(offered.contains(&t.to_string()), "{t} not offered: {offered:?}\n{stderr}");
+    for t in [
+        "mcp__files__echo",
+        "mcp__files__env",
+        "mcp__files__write_file",
+        "mcp__files__connect",
+        "read_file",
+    ] {
+        assert!(
+            offered.contains(&t.to_string()),
+            "{t} not offered: {offered:?}\n{stderr}"
+        );
     }
     let results = tool_results(&repo);
     assert_eq!(content_of(&results, "c1"), "echo: hello", "{stderr}");
@@ -141,7 +165,10 @@ fn a_fire_lists_and_calls_pinned_tools_inside_the_sandbox() {
     assert_eq!(repo.env.read("reports/from-mcp.md"), "ok");
     for id in ["c4", "c5"] {
         let r = content_of(&results, id);
-        assert!(r.contains("failed") && (r.contains("denied") || r.contains("Read-only")), "{id}: {r}");
+        assert!(
+            r.contains("failed") && (r.contains("denied") || r.contains("Read-only")),
+            "{id}: {r}"
+        );
     }
     assert!(!repo.env.root.join("settings/evil.yaml").exists());
     // No network without a grant, though the model server listens on that port.
@@ -172,13 +199,22 @@ fn a_poisoned_description_is_caught_before_the_model_sees_it() {
     let (code, summary, stderr) = repo.fire();
     let offered = repo.offered();
     assert!(!offered.contains(&"mcp__files__echo".to_string()), "{offered:?}");
-    assert!(offered.contains(&"mcp__files__write_file".to_string()), "the unchanged tools stay: {offered:?}\n{stderr}");
+    assert!(
+        offered.contains(&"mcp__files__write_file".to_string()),
+        "the unchanged tools stay: {offered:?}\n{stderr}"
+    );
     assert!(!repo.sent().contains("id_rsa"), "the poisoned text reached the model");
     let cards = repo.env.cards(&summary);
-    let drift = cards.iter().find(|c| c["kind"] == "mcp_drift").expect("an mcp_drift card");
+    let drift = cards
+        .iter()
+        .find(|c| c["kind"] == "mcp_drift")
+        .expect("an mcp_drift card");
     let text = serde_yaml::to_string(drift).unwrap();
     // The server did list the poisoned definition: the card quotes it.
-    assert!(text.contains("mcp__files__echo") && text.contains("description changed"), "{text}");
+    assert!(
+        text.contains("mcp__files__echo") && text.contains("description changed"),
+        "{text}"
+    );
     assert!(text.contains("id_rsa"), "{text}");
     assert_eq!(code, 5, "{summary}");
 }
@@ -206,7 +242,11 @@ fn a_deny_rule_on_one_mcp_tool_holds() {
             Wire::OpenAi,
             None,
             &[
-                ("c1", "mcp__files__write_file", r#"{"path": "reports/denied.md", "content": "x"}"#),
+                (
+                    "c1",
+                    "mcp__files__write_file",
+                    r#"{"path": "reports/denied.md", "content": "x"}"#,
+                ),
                 ("c2", "mcp__files__echo", r#"{"text": "still here"}"#),
             ],
             (10, 5),
@@ -244,7 +284,13 @@ fn an_argument_rule_decides_by_the_call_arguments() {
     let (_, summary, _) = repo.fire();
     let receipt = repo.env.receipt(&summary);
     let decision = |id: &str| {
-        receipt["tool_calls"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap()["decision"].clone()
+        receipt["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap()["decision"]
+            .clone()
     };
     assert_eq!(decision("c1"), "deny");
     assert_eq!(decision("c2"), "allow");
@@ -260,7 +306,10 @@ fn not_starting(required: bool) -> (McpRepo, i32, Value) {
 
 fn failed_card(repo: &McpRepo, summary: &Value) -> String {
     let cards = repo.env.cards(summary);
-    let card = cards.iter().find(|c| c["kind"] == "mcp_server_failed").expect("an mcp_server_failed card");
+    let card = cards
+        .iter()
+        .find(|c| c["kind"] == "mcp_server_failed")
+        .expect("an mcp_server_failed card");
     serde_yaml::to_string(card).unwrap()
 }
 
@@ -268,7 +317,10 @@ fn failed_card(repo: &McpRepo, summary: &Value) -> String {
 fn a_server_that_will_not_start_is_named_with_its_stderr_and_left_out() {
     let (repo, code, summary) = not_starting(false);
     let text = failed_card(&repo, &summary);
-    assert!(text.contains("`files`") && text.contains("simulated crash at start"), "{text}");
+    assert!(
+        text.contains("`files`") && text.contains("simulated crash at start"),
+        "{text}"
+    );
     assert!(!repo.offered().iter().any(|t| t.starts_with("mcp__")));
     assert_eq!(code, 5, "the fire went on without the server: {summary}");
 }
@@ -278,7 +330,10 @@ fn a_required_server_that_will_not_start_fails_the_fire() {
     let (repo, code, summary) = not_starting(true);
     let text = failed_card(&repo, &summary);
     assert!(text.contains("simulated crash at start"), "{text}");
-    assert!(repo.model.requests().is_empty(), "the model was asked without the required server");
+    assert!(
+        repo.model.requests().is_empty(),
+        "the model was asked without the required server"
+    );
     assert_eq!(code, 1, "{summary}");
 }
 
@@ -289,11 +344,30 @@ fn an_unpinned_package_spec_is_a_settings_error_with_its_line() {
     let text = format!("{body}\nmcp:\n  tickets:\n    command: [\"npx\", \"-y\", \"some-mcp-server@latest\"]\n");
     env.write("settings/runtime.yaml", &text);
     let out = env.builder(&["check"]);
-    let err = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let err = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line = text.lines().position(|l| l.contains("@latest")).unwrap() + 1;
     assert!(
-        err.contains(&format!("settings/runtime.yaml:{line}")) && err.contains("mcp.tickets.command") && err.contains("@latest"),
+        err.contains(&format!("settings/runtime.yaml:{line}"))
+            && err.contains("mcp.tickets.command")
+            && err.contains("@latest"),
         "{err}"
     );
     assert_ne!(out.status.code(), Some(0));
+}
+
+#[test]
+fn a_daemon_the_server_forked_ends_with_the_fire() {
+    let repo = McpRepo::new(vec![final_turn("Done.")], "\"mcp__files\"", "", "");
+    repo.set_mode("daemon");
+    let (_, summary, stderr) = repo.fire();
+    // The daemon ran: it wrote its heartbeat during the fire.
+    let beat = repo.env.root.join("reports/heartbeat");
+    let first = std::fs::read_to_string(&beat).unwrap_or_else(|e| panic!("no heartbeat ({e}): {summary}\n{stderr}"));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let later = std::fs::read_to_string(&beat).unwrap();
+    assert_eq!(first, later, "the daemon outlived the fire");
 }

@@ -1232,6 +1232,8 @@ mod reference {
     const MINIMAL: &str = "version: 1\nprovider: {kind: replay, replay: evals/digest/replay.json}\n";
     /// Stands for a model name under `prices`.
     const MODEL: &str = "<model>";
+    /// Stands for a server name under `mcp`.
+    const SERVER: &str = "<server>";
 
     struct Row {
         key: String,
@@ -1271,7 +1273,11 @@ mod reference {
         let mut cur = v;
         for seg in path.split('.') {
             let m = cur.as_mapping()?;
-            cur = if seg == MODEL { m.values().next()? } else { m.get(seg)? };
+            cur = if seg == MODEL || seg == SERVER {
+                m.values().next()?
+            } else {
+                m.get(seg)?
+            };
         }
         Some(cur)
     }
@@ -1285,7 +1291,7 @@ mod reference {
     /// Every field of the settings types, optional sections filled in.
     fn full() -> Value {
         typed(&format!(
-            "version: 1\nprovider: {{kind: replay}}\nfallback: {{kind: replay}}\nsync: {{remote: o, branch: m}}\nprices: {{\"{MODEL}\": {{input_per_mtok: 1.0, output_per_mtok: 2.0}}}}\n"
+            "version: 1\nprovider: {{kind: replay}}\nfallback: {{kind: replay}}\nsync: {{remote: o, branch: m}}\nprices: {{\"{MODEL}\": {{input_per_mtok: 1.0, output_per_mtok: 2.0}}}}\nmcp: {{\"{SERVER}\": {{command: [x]}}}}\n"
         ))
     }
 
@@ -1322,7 +1328,7 @@ mod reference {
         if !parent.is_empty() {
             for seg in parent.split('.') {
                 let m = cur.as_mapping_mut().unwrap();
-                let key = if seg == MODEL {
+                let key = if seg == MODEL || seg == SERVER {
                     m.keys().next().unwrap().clone()
                 } else {
                     Value::from(seg)
@@ -1375,7 +1381,9 @@ mod reference {
     fn documented_defaults_and_types_are_the_codes() {
         let defaults = typed("version: 1\nprovider: {kind: replay}\n");
         // An optional section's own defaults, with only its required keys given.
-        let sections = typed("version: 1\nprovider: {kind: replay}\nsync: {remote: o, branch: m}\n");
+        let sections = typed(&format!(
+            "version: 1\nprovider: {{kind: replay}}\nsync: {{remote: o, branch: m}}\nmcp: {{\"{SERVER}\": {{command: [x]}}}}\n"
+        ));
         let full = full();
         for row in rows() {
             let key = &row.key;

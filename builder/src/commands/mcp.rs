@@ -24,12 +24,12 @@ pub enum McpCommand {
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let McpCommand::Pin { server } = args.command;
     let wt = super::open_repo(repo_path)?;
-    let settings = shared::settings::load(&wt.root)
-        .map_err(CommandError::from)?
-        .runtime;
+    let settings = shared::settings::load(&wt.root).map_err(CommandError::from)?.runtime;
     if settings.mcp.is_empty() {
-        return Err(CommandError::usage("settings/runtime.yaml declares no MCP server (`mcp:`)")
-            .hint("docs/mcp.md shows an entry"));
+        return Err(
+            CommandError::usage("settings/runtime.yaml declares no MCP server (`mcp:`)")
+                .hint("docs/mcp.md shows an entry"),
+        );
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -50,6 +50,9 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             println!("  {c}");
         }
     }
-    println!("wrote {}: commit it and `builder propose` it for review", shared::mcp::lock::LOCK_FILE);
+    println!(
+        "wrote {}: commit it and `builder propose` it for review",
+        shared::mcp::lock::LOCK_FILE
+    );
     Ok(Outcome::Ok)
 }

@@ -48,7 +48,11 @@ pub(super) mod gate_mcp {
         policy: &crate::policy::Policy,
         decision: &dyn Fn(&str, &str) -> Option<CallDecision>,
     ) -> McpGate {
-        let raw = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
+        let raw = if call.arguments.trim().is_empty() {
+            "{}"
+        } else {
+            call.arguments.as_str()
+        };
         let invalid = |class, message: String| McpGate::Refuse {
             args_json: serde_json::json!({"_invalid": call.arguments.chars().take(2000).collect::<String>()}),
             refusal: Refusal::Invalid { class, message },
@@ -56,13 +60,21 @@ pub(super) mod gate_mcp {
         let Some(offered) = hub.offered(&call.name) else {
             return invalid(
                 ErrorClass::UnknownTool,
-                format!("there is no tool `{}` (an MCP tool is offered only when it matches its pin)", call.name),
+                format!(
+                    "there is no tool `{}` (an MCP tool is offered only when it matches its pin)",
+                    call.name
+                ),
             );
         };
         let args = match serde_json::from_str::<serde_json::Value>(raw) {
             Ok(serde_json::Value::Object(m)) => m,
             Ok(_) => return invalid(ErrorClass::InvalidArguments, "arguments must be a JSON object".into()),
-            Err(e) => return invalid(ErrorClass::InvalidArguments, format!("arguments are not valid JSON: {e}")),
+            Err(e) => {
+                return invalid(
+                    ErrorClass::InvalidArguments,
+                    format!("arguments are not valid JSON: {e}"),
+                )
+            }
         };
         let args_json = serde_json::Value::Object(args.clone());
         let canonical = crate::mcp::lock::canonical_args(&args_json);
@@ -176,7 +188,11 @@ impl Agent<'_> {
                         self.cfg.redactor.redact(&args_json.to_string()).into_owned(),
                     ],
                 });
-                let result = ToolResult::error(&call.id, ErrorClass::PermissionDenied, "waiting for a builder's approval");
+                let result = ToolResult::error(
+                    &call.id,
+                    ErrorClass::PermissionDenied,
+                    "waiting for a builder's approval",
+                );
                 let rec = record(args_json, RecordedDecision::Ask, verdict.rule, verdict.reason);
                 (rec, result, Some(StopReason::WaitingApproval))
             }

@@ -15,8 +15,7 @@ use crate::tools::exec::ExecContext;
 impl FireRun {
     /// Spawns a worker process per declared server (before Landlock).
     pub(super) fn spawn_mcp_workers(&mut self, env: &[(String, String)]) {
-        self.mcp_workers =
-            crate::mcp::client::spawn_workers(&self.config.settings.mcp, &self.ctx.opts.worker_cmd, env);
+        self.mcp_workers = crate::mcp::client::spawn_workers(&self.config.settings.mcp, &self.ctx.opts.worker_cmd, env);
     }
 
     /// Starts the servers; `Err` when the lock cannot be read or a required server did
@@ -63,7 +62,10 @@ impl FireRun {
         self.state.cards.extend(started.cards);
         if let Some(card) = started.fatal {
             started.hub.shutdown().await;
-            self.abort = Some(super::Abort { end: FireEnd::Failed, card });
+            self.abort = Some(super::Abort {
+                end: FireEnd::Failed,
+                card,
+            });
             return Err(Aborted);
         }
         Ok(started.hub)

@@ -83,7 +83,11 @@ pub struct Spawned {
 }
 
 /// Spawns one worker process per declared server (synchronous: before Landlock).
-pub fn spawn_workers(servers: &McpServers, worker_cmd: &(PathBuf, Vec<String>), env: &[(String, String)]) -> Vec<Spawned> {
+pub fn spawn_workers(
+    servers: &McpServers,
+    worker_cmd: &(PathBuf, Vec<String>),
+    env: &[(String, String)],
+) -> Vec<Spawned> {
     let (exe, args) = worker_cmd;
     servers
         .keys()
@@ -161,10 +165,19 @@ pub struct Started {
 
 /// The last lines of a server's stderr, for a card.
 fn stderr_tail(path: &Path) -> String {
-    let text = std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    let text = std::fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let tail = lines[lines.len().saturating_sub(20)..].join("\n");
-    let cut: String = tail.chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
+    let cut: String = tail
+        .chars()
+        .rev()
+        .take(2000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
     if cut.trim().is_empty() {
         "(nothing on stderr)".into()
     } else {
@@ -190,11 +203,15 @@ pub async fn start(input: &StartInput<'_>, lock: &McpLock, spawned: Vec<Spawned>
         fatal: None,
     };
     for Spawned { server, child } in spawned {
-        let Some(entry) = input.servers.get(&server) else { continue };
+        let Some(entry) = input.servers.get(&server) else {
+            continue;
+        };
         let began = Instant::now();
         let stderr = input.scratch.join(format!(".mcp-{server}.stderr"));
         let result = start_one(input, lock, &server, entry, child, &stderr).await;
-        out.hub.start_ms.insert(server.clone(), began.elapsed().as_millis() as u64);
+        out.hub
+            .start_ms
+            .insert(server.clone(), began.elapsed().as_millis() as u64);
         match result {
             Ok((live, offered, drift)) => {
                 out.cards.extend(drift);
@@ -253,7 +270,14 @@ async fn start_one(
         ));
     }
     let timeout = Duration::from_secs(entry.start_timeout_s);
-    let failed = |why: String| Box::new(failed_card(server, format!("MCP server `{server}` did not start"), &why, stderr));
+    let failed = |why: String| {
+        Box::new(failed_card(
+            server,
+            format!("MCP server `{server}` did not start"),
+            &why,
+            stderr,
+        ))
+    };
     let mut child = child.map_err(|e| failed(format!("cannot start its worker: {e}")))?;
     let config = launch_config(input, server, entry, stderr);
     let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
@@ -271,8 +295,15 @@ async fn start_one(
             WorkerError::Refused(why) => format!("its sandbox could not be entered: {why}"),
             other => other.to_string(),
         })?;
-        let service = ().serve((stdout.into_inner(), stdin)).await.map_err(|e| format!("MCP initialization failed: {e}"))?;
-        let tools = service.peer().list_all_tools().await.map_err(|e| format!("tools/list failed: {e}"))?;
+        let service =
+            ().serve((stdout.into_inner(), stdin))
+                .await
+                .map_err(|e| format!("MCP initialization failed: {e}"))?;
+        let tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
         Ok::<_, String>((service, tools))
     })
     .await;
@@ -293,15 +324,15 @@ async fn start_one(
         .into_iter()
         .map(|d| CardDraft {
             kind: CardKind::McpDrift,
-            summary: format!("MCP tool `{}` differs from its pin: not offered", super::tool_name(server, &d.tool)),
+            summary: format!(
+                "MCP tool `{}` differs from its pin: not offered",
+                super::tool_name(server, &d.tool)
+            ),
             detail: d.what,
             evidence: vec![
                 format!("server {server}"),
                 format!("tool {}", d.tool),
-                format!(
-                    "pin {}",
-                    pin.tools.get(&d.tool).map_or("(none)", |p| p.hash.as_str())
-                ),
+                format!("pin {}", pin.tools.get(&d.tool).map_or("(none)", |p| p.hash.as_str())),
             ],
         })
         .collect();
@@ -395,13 +426,21 @@ impl McpHub {
         };
         let Some(live) = self.live.get(&o.server) else {
             return (
-                ToolResult::error("", ErrorClass::Failed, format!("MCP server `{}` is not running", o.server)),
+                ToolResult::error(
+                    "",
+                    ErrorClass::Failed,
+                    format!("MCP server `{}` is not running", o.server),
+                ),
                 None,
             );
         };
         if let Some(why) = live.gone.lock().ok().and_then(|g| g.clone()) {
             return (
-                ToolResult::error("", ErrorClass::Failed, format!("MCP server `{}` is gone: {why}", o.server)),
+                ToolResult::error(
+                    "",
+                    ErrorClass::Failed,
+                    format!("MCP server `{}` is gone: {why}", o.server),
+                ),
                 None,
             );
         }
@@ -422,7 +461,10 @@ impl McpHub {
             }
             Ok(Err(e)) => {
                 let why = e.to_string();
-                let gone = matches!(e, rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_));
+                let gone = matches!(
+                    e,
+                    rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
+                );
                 if gone {
                     if let Ok(mut g) = live.gone.lock() {
                         *g = Some(why.clone());
@@ -433,7 +475,11 @@ impl McpHub {
                         &why,
                         &live.stderr,
                     );
-                    let mut r = ToolResult::error("", ErrorClass::SideEffectUncertain, format!("MCP server `{}` is gone: {why}", o.server));
+                    let mut r = ToolResult::error(
+                        "",
+                        ErrorClass::SideEffectUncertain,
+                        format!("MCP server `{}` is gone: {why}", o.server),
+                    );
                     r.duration_ms = began.elapsed().as_millis() as u64;
                     return (r, Some(card));
                 }
@@ -442,7 +488,11 @@ impl McpHub {
             Err(_) => ToolResult::error(
                 "",
                 ErrorClass::Timeout,
-                format!("no answer from MCP server `{}` within {} ms", o.server, timeout.as_millis()),
+                format!(
+                    "no answer from MCP server `{}` within {} ms",
+                    o.server,
+                    timeout.as_millis()
+                ),
             ),
         };
         result.duration_ms = began.elapsed().as_millis() as u64;
@@ -486,7 +536,11 @@ fn render(content: &[ContentBlock], structured: Option<&serde_json::Value>) -> S
 /// Lists a server's tools outside any fire, for `builder mcp pin`: the server runs
 /// on the builder's own machine (the builder chose to run it) in the repository
 /// root, with only the scrubbed environment and its allowed variables.
-pub async fn list_for_pin(root: &Path, entry: &McpServer, env: &[(String, String)]) -> Result<Vec<serde_json::Value>, String> {
+pub async fn list_for_pin(
+    root: &Path,
+    entry: &McpServer,
+    env: &[(String, String)],
+) -> Result<Vec<serde_json::Value>, String> {
     let Some((program, args)) = entry.command.split_first() else {
         return Err("no command".into());
     };
@@ -506,7 +560,11 @@ pub async fn list_for_pin(root: &Path, entry: &McpServer, env: &[(String, String
     let timeout = Duration::from_secs(entry.start_timeout_s);
     let listed = tokio::time::timeout(timeout, async {
         let service = ().serve((stdout, stdin)).await.map_err(|e| format!("MCP initialization failed: {e}"))?;
-        let tools = service.peer().list_all_tools().await.map_err(|e| format!("tools/list failed: {e}"))?;
+        let tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
         let _ = service.cancel().await;
         Ok::<_, String>(tools)
     })

@@ -132,7 +132,10 @@ fn exact_version(spec: &str) -> bool {
     };
     let core = version.split(['-', '+']).next().unwrap_or("");
     let parts: Vec<&str> = core.split('.').collect();
-    parts.len() >= 2 && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+    parts.len() >= 2
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
 }
 
 /// Meaning checks of the `mcp:` section (its types already checked); `key_env` is the
@@ -143,17 +146,34 @@ pub fn validate(file: &Path, src: &str, servers: &McpServers, key_env: &[&str], 
         let field = |k: &str| format!("mcp.{name}.{k}");
         if !valid_server_name(name) {
             d.push(
-                Diagnostic::new(file, yamlpos::line_of(src, &["mcp", name]), format!("mcp.{name}"), format!("`{name}` is not a server name"))
-                    .with_hint("lower-case letters, digits, `-` and single `_` (it is the middle of `mcp__<server>__<tool>`)"),
+                Diagnostic::new(
+                    file,
+                    yamlpos::line_of(src, &["mcp", name]),
+                    format!("mcp.{name}"),
+                    format!("`{name}` is not a server name"),
+                )
+                .with_hint(
+                    "lower-case letters, digits, `-` and single `_` (it is the middle of `mcp__<server>__<tool>`)",
+                ),
             );
         }
         if s.url.is_some() {
             d.push(
-                Diagnostic::new(file, line("url"), field("url"), "streamable-HTTP servers are not supported yet")
-                    .with_hint("declare a stdio `command:`; it runs inside the tool sandbox"),
+                Diagnostic::new(
+                    file,
+                    line("url"),
+                    field("url"),
+                    "streamable-HTTP servers are not supported yet",
+                )
+                .with_hint("declare a stdio `command:`; it runs inside the tool sandbox"),
             );
         } else if s.command.is_empty() || s.command[0].is_empty() {
-            d.push(Diagnostic::new(file, line("command"), field("command"), "a server needs a `command:` (program and arguments)"));
+            d.push(Diagnostic::new(
+                file,
+                line("command"),
+                field("command"),
+                "a server needs a `command:` (program and arguments)",
+            ));
         } else if let Err(why) = package_spec(&s.command) {
             d.push(Diagnostic::new(file, line("command"), field("command"), why));
         }
@@ -168,7 +188,12 @@ pub fn validate(file: &Path, src: &str, servers: &McpServers, key_env: &[&str], 
             }
         }
         if s.network.contains(&0) {
-            d.push(Diagnostic::new(file, line("network"), field("network"), "port 0 is not a port"));
+            d.push(Diagnostic::new(
+                file,
+                line("network"),
+                field("network"),
+                "port 0 is not a port",
+            ));
         }
         for r in &s.read {
             if !(r.starts_with('/') || r.starts_with("~/")) || r.split('/').any(|c| c == "..") {
@@ -181,7 +206,12 @@ pub fn validate(file: &Path, src: &str, servers: &McpServers, key_env: &[&str], 
             }
         }
         if s.start_timeout_s == 0 || s.start_timeout_s > 300 {
-            d.push(Diagnostic::new(file, line("start_timeout_s"), field("start_timeout_s"), "out of range: 1 to 300 seconds"));
+            d.push(Diagnostic::new(
+                file,
+                line("start_timeout_s"),
+                field("start_timeout_s"),
+                "out of range: 1 to 300 seconds",
+            ));
         }
     }
 }
@@ -200,7 +230,10 @@ mod tests {
             package_spec(&argv("npx -y @modelcontextprotocol/server-filesystem@2025.8.21 /")).unwrap(),
             Some("@modelcontextprotocol/server-filesystem@2025.8.21".into())
         );
-        assert_eq!(package_spec(&argv("uvx mcp-server-git==0.6.2")).unwrap(), Some("mcp-server-git==0.6.2".into()));
+        assert_eq!(
+            package_spec(&argv("uvx mcp-server-git==0.6.2")).unwrap(),
+            Some("mcp-server-git==0.6.2".into())
+        );
         assert_eq!(package_spec(&argv("/usr/bin/my-server --flag")).unwrap(), None);
         for bad in [
             "npx -y some-server@latest",

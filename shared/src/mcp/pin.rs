@@ -78,13 +78,19 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
         for (tool, p) in &tools {
             match before.and_then(|b| b.tools.get(tool)) {
                 None => said.push(format!("new tool `{tool}`")),
-                Some(old) if old.hash != p.hash => {
-                    said.extend(changes(&old.definition, &p.definition).into_iter().map(|c| format!("tool `{tool}`: {c}")))
-                }
+                Some(old) if old.hash != p.hash => said.extend(
+                    changes(&old.definition, &p.definition)
+                        .into_iter()
+                        .map(|c| format!("tool `{tool}`: {c}")),
+                ),
                 Some(_) => {}
             }
         }
-        for tool in before.into_iter().flat_map(|b| b.tools.keys()).filter(|t| !tools.contains_key(*t)) {
+        for tool in before
+            .into_iter()
+            .flat_map(|b| b.tools.keys())
+            .filter(|t| !tools.contains_key(*t))
+        {
             said.push(format!("tool `{tool}` removed"));
         }
         out.push(Pinned {
