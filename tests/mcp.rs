@@ -371,3 +371,99 @@ fn a_daemon_the_server_forked_ends_with_the_fire() {
     let later = std::fs::read_to_string(&beat).unwrap();
     assert_eq!(first, later, "the daemon outlived the fire");
 }
+
+/// The npm prefix holding the reference filesystem server: `MCP_FS_SERVER_DIR` (CI's
+/// script installs it there), else installed here with npm; `None` when neither works
+/// and `MCP_REFERENCE_REQUIRED` is unset (a machine without the registry).
+fn reference_fs_server(scratch: &std::path::Path) -> Option<std::path::PathBuf> {
+    let script = |dir: &std::path::Path| dir.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    if let Some(dir) = std::env::var_os("MCP_FS_SERVER_DIR").map(std::path::PathBuf::from) {
+        assert!(script(&dir).is_file(), "MCP_FS_SERVER_DIR has no server-filesystem");
+        return Some(dir);
+    }
+    let installed = std::process::Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(scratch)
+        .arg(format!(
+            "@modelcontextprotocol/server-filesystem@{REFERENCE_FS_VERSION}"
+        ))
+        .output();
+    match installed {
+        Ok(o) if o.status.success() && script(scratch).is_file() => Some(scratch.to_path_buf()),
+        other => {
+            assert!(
+                std::env::var_os("MCP_REFERENCE_REQUIRED").is_none(),
+                "the reference MCP server could not be installed: {other:?}"
+            );
+            eprintln!("skipped: npm could not install the reference MCP filesystem server");
+            None
+        }
+    }
+}
+
+/// The version `.ci/run` installs.
+const REFERENCE_FS_VERSION: &str = "2026.8.31";
+
+#[test]
+fn the_reference_filesystem_server_given_the_repository_is_held_by_the_sandbox() {
+    let npm_dir = tempfile::tempdir().unwrap();
+    let Some(dir) = reference_fs_server(npm_dir.path()) else {
+        return;
+    };
+    let env = TestEnv::new();
+    let root = env.root.display().to_string();
+    let args = |path: String| format!("{{\"path\": \"{path}\", \"content\": \"x\"}}");
+    let calls = [
+        ("c1", args(format!("{root}/reports/fs-ok.md"))),
+        ("c2", args(format!("{root}/settings/evil.yaml"))),
+        ("c3", args(format!("{root}/.git/evil"))),
+    ];
+    let mut turn_calls: Vec<Call> = calls
+        .iter()
+        .map(|(id, a)| (*id, "mcp__fs__write_file", a.as_str()))
+        .collect();
+    let read = format!("{{\"path\": \"{root}/prompts/t.md\"}}");
+    turn_calls.push(("c5", "mcp__fs__read_text_file", &read));
+    let model = ModelServer::start(vec![
+        turn(Wire::OpenAi, None, &turn_calls, (10, 5)),
+        final_turn("Done."),
+    ]);
+    let script = dir.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    let settings = format!(
+        "version: 1\n{provider}permissions:\n  allow: [\"Read(**)\", \"mcp__fs\"]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\nmcp:\n  fs:\n    command: [\"/usr/bin/node\", \"{script}\", \"{root}\"]\n    read: [\"{dir}\"]\n    start_timeout_s: 30\n",
+        provider = model.provider_yaml(Wire::OpenAi),
+        script = script.display(),
+        dir = dir.display(),
+    );
+    env.write("settings/runtime.yaml", &settings);
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    let out = env.builder(&["mcp", "pin"]);
+    assert!(out.status.success(), "pin: {}", String::from_utf8_lossy(&out.stderr));
+    env.commit_all("the reference filesystem server");
+    let (_, summary, stderr) = env.fire("t");
+    let last = model.requests().last().unwrap().body.clone();
+    let results: Vec<Value> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect();
+    // The server runs and writes where tools may: the calls below reached it.
+    assert!(
+        content_of(&results, "c5").contains("Do the test task."),
+        "{results:?}\n{stderr}"
+    );
+    assert_eq!(env.read("reports/fs-ok.md"), "x", "{results:?}");
+    for id in ["c2", "c3"] {
+        let r = content_of(&results, id);
+        assert!(r.to_lowercase().contains("error"), "{id}: {r}");
+    }
+    assert!(!env.root.join("settings/evil.yaml").exists());
+    assert!(!env.root.join(".git/evil").exists());
+    assert_eq!(
+        env.receipt(&summary)["tool_calls"][1]["decision"],
+        "allow",
+        "the kernel refused it, not the gate"
+    );
+}
