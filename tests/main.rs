@@ -32,6 +32,7 @@ mod identity;
 mod inert_output;
 mod init_check;
 mod isolation;
+mod mcp;
 mod metadata;
 mod operator;
 mod otlp;

@@ -221,6 +221,7 @@ fn generated_history(root: &Path) {
                         ToolOutcome::Ok
                     },
                     duration_ms: (c % 7) as u64,
+                    mcp: None,
                 }
             })
             .collect();

@@ -23,6 +23,7 @@ mod import_graph;
 pub mod journal;
 pub mod layout;
 pub mod manifest;
+pub mod mcp;
 pub mod pages;
 pub mod pending;
 pub mod policy;

@@ -207,6 +207,11 @@ pub enum CardKind {
     /// A step's checkpoint could not be written to the state database (a full disk,
     /// a read-only `.runtime`): the run stopped before its next step.
     CheckpointFailed,
+    /// An MCP tool's definition (or what starts its server) differs from its pin in
+    /// `settings/mcp.lock`, or has none: the tool is not offered.
+    McpDrift,
+    /// An MCP server did not start, timed out, broke the protocol or stopped mid-fire.
+    McpServerFailed,
 }
 
 impl CardKind {
@@ -236,6 +241,8 @@ impl CardKind {
             CardKind::ApprovalStale => "approval_stale",
             CardKind::CommitBlocked => "commit_blocked",
             CardKind::CheckpointFailed => "checkpoint_failed",
+            CardKind::McpDrift => "mcp_drift",
+            CardKind::McpServerFailed => "mcp_server_failed",
         }
     }
 }
@@ -302,6 +309,8 @@ named!(
         CardKind::ApprovalStale,
         CardKind::CommitBlocked,
         CardKind::CheckpointFailed,
+        CardKind::McpDrift,
+        CardKind::McpServerFailed,
     ]
 );
 
@@ -573,6 +582,17 @@ pub struct ToolCallRecord {
     pub reason: String,
     pub outcome: ToolOutcome,
     pub duration_ms: u64,
+    /// An MCP tool's call: its server, tool and the pin its definition matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<McpCallRecord>,
+}
+
+/// What a receipt records of an MCP call besides its name and decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpCallRecord {
+    pub server: String,
+    pub tool: String,
+    pub pin: String,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -979,6 +999,7 @@ pub(crate) mod tests {
                 reason: "r".into(),
                 outcome: ToolOutcome::Error(ErrorClass::PermissionDenied),
                 duration_ms: 1,
+                mcp: None,
             }],
             tokens: Tokens { input: 10, output: 5 },
             cost_usd: 0.001,
@@ -1280,6 +1301,8 @@ triage:
             (CardKind::ApprovalStale, "approval_stale"),
             (CardKind::CommitBlocked, "commit_blocked"),
             (CardKind::CheckpointFailed, "checkpoint_failed"),
+            (CardKind::McpDrift, "mcp_drift"),
+            (CardKind::McpServerFailed, "mcp_server_failed"),
         ]);
     }
 

@@ -25,6 +25,10 @@ pub struct WorkerConfig {
     /// The worker's namespaces (issue 10): `None` runs it in the runtime's own.
     #[serde(default)]
     pub isolation: Option<NamespacePlan>,
+    /// Run this MCP server instead of serving tool calls: once in its sandbox, the
+    /// worker starts it on its own stdin and stdout and waits for it ([`crate::mcp`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<crate::mcp::McpLaunch>,
 }
 
 /// The worker's first answer: the sandbox it is in, or why it could not enter it.
@@ -75,6 +79,9 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
     output.flush()?;
     if refused {
         return Ok(());
+    }
+    if let Some(launch) = &config.mcp {
+        return crate::mcp::run_server(&config.root, &config.env, launch);
     }
     let ctx = ExecContext {
         root: config.root,

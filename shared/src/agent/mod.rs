@@ -6,6 +6,7 @@
 
 pub mod context;
 pub mod gate;
+mod mcp_call;
 pub mod pins;
 pub mod worker_client;
 
@@ -159,6 +160,8 @@ pub struct Agent<'a> {
     /// The run's journal: a checkpoint after every step and the tool ledger. `None`
     /// where nothing is recorded.
     pub journal: Option<&'a mut Journal>,
+    /// The fire's MCP servers and the tools they offer (empty without any).
+    pub mcp: &'a crate::mcp::McpHub,
 }
 
 /// The tool definitions the model is offered, from the task's tool names.
@@ -210,7 +213,8 @@ impl Agent<'_> {
 
     /// Runs the loop until a stop reason.
     pub async fn run(&mut self, state: &mut LoopState) -> StopReason {
-        let tool_defs = tool_defs(&self.cfg.tools);
+        let mut tool_defs = tool_defs(&self.cfg.tools);
+        tool_defs.extend(self.mcp.tool_defs());
         if let Some(stop) = self.settle_pending(state).await {
             return stop;
         }
@@ -514,6 +518,9 @@ impl Agent<'_> {
         let span = state.trace.start(SpanKind::Tool, format!("execute_tool {}", call.name));
         state.trace.attr(span, "gen_ai.tool.name", call.name.clone());
         state.trace.attr(span, "gen_ai.tool.call.id", call.id.clone());
+        if crate::mcp::split_name(&call.name).is_some() {
+            return self.handle_mcp_call(state, call, step, span, resumed).await;
+        }
         let decided = gate::gate(
             call,
             &GateInput {
@@ -1088,6 +1095,7 @@ fn finish_call(cfg: &LoopConfig, state: &mut LoopState, rec: CallRecord, result:
         reason: without_arguments(&reason, call),
         outcome,
         duration_ms: result.duration_ms,
+        mcp: None,
     });
     let arguments =
         serde_json::from_str(&cfg.redactor.redact(&args_json.to_string())).unwrap_or(serde_json::Value::Null);

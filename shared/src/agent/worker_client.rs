@@ -104,26 +104,7 @@ impl WorkerClient {
             }
         };
         let mut stdout = BufReader::new(stdout).lines();
-        let handshake = async {
-            let line = serde_json::to_string(config).map_err(|e| WorkerError::Protocol(e.to_string()))?;
-            stdin
-                .write_all(format!("{line}\n").as_bytes())
-                .await
-                .map_err(protocol)?;
-            stdin.flush().await.map_err(protocol)?;
-            let hello = stdout
-                .next_line()
-                .await
-                .map_err(protocol)?
-                .ok_or_else(|| WorkerError::Protocol("worker exited before reporting its sandbox".into()))?;
-            match serde_json::from_str::<WorkerHello>(&hello)
-                .map_err(|e| WorkerError::Protocol(format!("{e}: {hello}")))?
-            {
-                WorkerHello::Ready(sandbox) => Ok(sandbox),
-                WorkerHello::Refused(why) => Err(WorkerError::Refused(why)),
-            }
-        };
-        match handshake.await {
+        match handshake(&mut stdin, &mut stdout, config).await {
             Ok(sandbox) => Ok(WorkerClient {
                 child: Proc(child),
                 stdin,
@@ -272,6 +253,32 @@ impl WorkerClient {
             // reaps it once it is gone).
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
+    }
+}
+
+/// Sends a new worker its configuration and reads its sandbox report. The stdout
+/// reader keeps whatever the worker wrote after the report (an MCP server's first
+/// bytes, for [`crate::mcp`]).
+pub(crate) async fn handshake(
+    stdin: &mut ChildStdin,
+    stdout: &mut Lines<BufReader<ChildStdout>>,
+    config: &WorkerConfig,
+) -> Result<SandboxRecord, WorkerError> {
+    let protocol = |e: std::io::Error| WorkerError::Protocol(e.to_string());
+    let line = serde_json::to_string(config).map_err(|e| WorkerError::Protocol(e.to_string()))?;
+    stdin
+        .write_all(format!("{line}\n").as_bytes())
+        .await
+        .map_err(protocol)?;
+    stdin.flush().await.map_err(protocol)?;
+    let hello = stdout
+        .next_line()
+        .await
+        .map_err(protocol)?
+        .ok_or_else(|| WorkerError::Protocol("worker exited before reporting its sandbox".into()))?;
+    match serde_json::from_str::<WorkerHello>(&hello).map_err(|e| WorkerError::Protocol(format!("{e}: {hello}")))? {
+        WorkerHello::Ready(sandbox) => Ok(sandbox),
+        WorkerHello::Refused(why) => Err(WorkerError::Refused(why)),
     }
 }
 

@@ -307,6 +307,12 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
         CardKind::SyncFailed => {
             "the card names the step that failed and git's message; the records stay committed locally and the next fire tries the sync again".into()
         }
+        CardKind::McpDrift => {
+            "the card says what changed; if the server's new definition is what you want, `builder mcp pin` and review the lock".into()
+        }
+        CardKind::McpServerFailed => {
+            "the card has the server's stderr tail; run its command by hand, or set `required: false` to fire without it".into()
+        }
         CardKind::PermissionDenied
         | CardKind::MissingTool
         | CardKind::BudgetExceeded

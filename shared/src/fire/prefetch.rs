@@ -165,6 +165,7 @@ fn run_script(
             Vec::new(),
             config.settings.sandbox.write_bytes,
         )),
+        mcp: None,
         spec,
         mode: config.settings.sandbox.landlock,
         env: ExecContext::scrubbed_env(&config.scratch),

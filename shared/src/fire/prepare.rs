@@ -551,6 +551,7 @@ impl Preparing {
             repo: self.repo,
             worker: None,
             spare_worker: None,
+            mcp_workers: Vec::new(),
             journal: self.journal,
             sync: self.sync,
             metadata: self.metadata,
