@@ -37,9 +37,9 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         .map_err(|e| CommandError::new(Kind::Environment, e))?;
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
     let pinned = rt
-        .block_on(shared::mcp::pin::pin(&wt.root, &settings.mcp, server.as_deref(), &path))
+        .block_on(shared::agent::mcp_pin::pin(&wt.root, &settings.mcp, server.as_deref(), &path))
         .map_err(|e| match e {
-            shared::mcp::pin::PinError::Unknown(_) | shared::mcp::pin::PinError::Unpinned { .. } => {
+            shared::agent::mcp_pin::PinError::Unknown(_) | shared::agent::mcp_pin::PinError::Unpinned { .. } => {
                 CommandError::new(Kind::Config, e)
             }
             other => CommandError::new(Kind::Environment, other),

@@ -2,7 +2,7 @@
 //! decides `mcp__<server>__<tool>` deny over ask over allow, `ask` pauses the fire for
 //! `builder approve-call` bound to the call's arguments), the same ledger, the same
 //! records, caps, redaction and framing of the result; only execution differs (the
-//! server, through [`crate::mcp::McpHub`]). A name no offered tool has (no pin, drift,
+//! server, through [`crate::agent::mcp_client::McpHub`]). A name no offered tool has (no pin, drift,
 //! a server that did not start) is an unknown tool, never a call.
 
 use super::{
@@ -44,7 +44,7 @@ pub(super) mod gate_mcp {
     /// `ask` settled by a builder's recorded decision or a pause.
     pub fn gate(
         call: &ToolCall,
-        hub: &crate::mcp::McpHub,
+        hub: &crate::agent::mcp_client::McpHub,
         policy: &crate::policy::Policy,
         decision: &dyn Fn(&str, &str) -> Option<CallDecision>,
     ) -> McpGate {

@@ -7,6 +7,8 @@
 pub mod context;
 pub mod gate;
 mod mcp_call;
+pub mod mcp_client;
+pub mod mcp_pin;
 pub mod pins;
 pub mod worker_client;
 
@@ -161,7 +163,7 @@ pub struct Agent<'a> {
     /// where nothing is recorded.
     pub journal: Option<&'a mut Journal>,
     /// The fire's MCP servers and the tools they offer (empty without any).
-    pub mcp: &'a crate::mcp::McpHub,
+    pub mcp: &'a mcp_client::McpHub,
 }
 
 /// The tool definitions the model is offered, from the task's tool names.

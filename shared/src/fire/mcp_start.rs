@@ -5,9 +5,9 @@
 //! server that did not start stops the fire.
 
 use super::{Aborted, FireEnd, FireRun};
-use crate::mcp::client::{start, StartInput};
+use crate::agent::mcp_client::{start, StartInput};
 use crate::mcp::lock::McpLock;
-use crate::mcp::McpHub;
+use crate::agent::mcp_client::McpHub;
 use crate::records::CardKind;
 use crate::sandbox;
 use crate::tools::exec::ExecContext;
@@ -15,7 +15,7 @@ use crate::tools::exec::ExecContext;
 impl FireRun {
     /// Spawns a worker process per declared server (before Landlock).
     pub(super) fn spawn_mcp_workers(&mut self, env: &[(String, String)]) {
-        self.mcp_workers = crate::mcp::client::spawn_workers(&self.config.settings.mcp, &self.ctx.opts.worker_cmd, env);
+        self.mcp_workers = crate::agent::mcp_client::spawn_workers(&self.config.settings.mcp, &self.ctx.opts.worker_cmd, env);
     }
 
     /// Starts the servers; `Err` when the lock cannot be read or a required server did

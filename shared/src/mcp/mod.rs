@@ -5,15 +5,15 @@
 //! namespaces, seccomp filter, Landlock domain and uid drop, with only its allowed
 //! environment; the runtime speaks the protocol to it through the worker's stdin and
 //! stdout with the official SDK (`rmcp`, client side), lists its tools once and offers
-//! the model only those whose definition matches its pin ([`client`]). Calls are named
+//! the model only those whose definition matches its pin (`agent::mcp_client`; the
+//! worker's half is [`launch`]; `builder mcp pin` is `agent::mcp_pin`). Calls are named
 //! `mcp__<server>__<tool>` and decided by the policy like any other ([`rule_matches`]).
 
-pub mod client;
 pub mod config;
+pub mod launch;
 pub mod lock;
-pub mod pin;
 
-pub use client::{run_server, McpHub, McpLaunch, Offered};
+pub use launch::{run_server, McpLaunch};
 pub use config::{McpServer, McpServers};
 
 use crate::rules::{Rule, Spec};

@@ -3,9 +3,9 @@
 //! lock before (a new tool, a gained parameter, a changed description): the lock is a
 //! builder change that review approves like any other.
 
-use super::client::list_for_pin;
-use super::config::{package_spec, McpServers};
-use super::lock::{changes, command_digest, pin_of, LockError, McpLock, ServerPin};
+use super::mcp_client::list_for_pin;
+use crate::mcp::config::{package_spec, McpServers};
+use crate::mcp::lock::{changes, command_digest, pin_of, LockError, McpLock, ServerPin};
 use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]

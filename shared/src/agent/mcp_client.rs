@@ -8,10 +8,11 @@
 //! allows. Servers are started and listed once, with a timeout; their tools are
 //! checked against `settings/mcp.lock`; they are killed with the fire.
 
-use super::config::{McpServer, McpServers};
-use super::lock::{check_tools, command_digest, McpLock};
-use crate::agent::worker_client::{handshake, spawn_process, WorkerError};
-use crate::agent::CardDraft;
+use crate::mcp::config::{McpServer, McpServers};
+use crate::mcp::launch::McpLaunch;
+use crate::mcp::lock::{check_tools, command_digest, McpLock};
+use super::worker_client::{handshake, spawn_process, WorkerError};
+use super::CardDraft;
 use crate::provider::ToolDef;
 use crate::records::CardKind;
 use crate::sandbox::namespaces::NamespacePlan;
@@ -30,51 +31,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
-
-/// What the worker starts: sent in its [`WorkerConfig`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct McpLaunch {
-    pub server: String,
-    pub argv: Vec<String>,
-    /// Where the server's stderr goes (in the run's scratch), for failure cards.
-    pub stderr: PathBuf,
-}
-
-/// In the sandboxed worker: runs the server on the worker's own stdin and stdout, in
-/// the repository root with `env` only, and waits for it. The worker is PID 1 of its
-/// namespace: when it ends, whatever the server forked ends with it.
-pub fn run_server(root: &Path, env: &[(String, String)], launch: &McpLaunch) -> std::io::Result<()> {
-    let stderr = std::fs::File::create(&launch.stderr)?;
-    let Some((program, args)) = launch.argv.split_first() else {
-        return Ok(());
-    };
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .current_dir(root)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::inherit())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::from(stderr.try_clone()?));
-    // SAFETY: prctl only sets a flag of the child; async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    match cmd.spawn() {
-        Ok(mut child) => {
-            child.wait()?;
-        }
-        Err(e) => {
-            use std::io::Write;
-            let mut f = stderr;
-            writeln!(f, "cannot start `{program}`: {e}")?;
-        }
-    }
-    Ok(())
-}
 
 /// A worker process spawned for a server before the runtime restricted itself.
 pub struct Spawned {
@@ -248,7 +204,7 @@ async fn start_one(
             kind: CardKind::McpDrift,
             summary,
             detail,
-            evidence: vec![format!("server {server}"), format!("lock {}", super::lock::LOCK_FILE)],
+            evidence: vec![format!("server {server}"), format!("lock {}", crate::mcp::lock::LOCK_FILE)],
         })
     };
     let Some(pin) = lock.servers.get(server) else {
@@ -328,7 +284,7 @@ async fn start_one(
             kind: CardKind::McpDrift,
             summary: format!(
                 "MCP tool `{}` differs from its pin: not offered",
-                super::tool_name(server, &d.tool)
+                crate::mcp::tool_name(server, &d.tool)
             ),
             detail: d.what,
             evidence: vec![
@@ -348,7 +304,7 @@ async fn start_one(
                 tool: name.to_string(),
                 pin: hash.clone(),
                 def: ToolDef {
-                    name: super::tool_name(server, name),
+                    name: crate::mcp::tool_name(server, name),
                     description: format!(
                         "(MCP server `{server}`; its text is the server's, not the builder's) {}",
                         t["description"].as_str().unwrap_or("")
