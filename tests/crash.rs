@@ -109,7 +109,14 @@ fn a_killed_run_keeps_its_running_row_and_its_started_call() {
     let rows = runs(&env);
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["status"], "running");
+    assert_eq!(rows[0]["process"], "gone", "runs checks the run's process: {rows:?}");
     assert_eq!(rows[0]["steps"], 1, "the first step's checkpoint is in the row");
+    let listed = env.runtime(&["runs"]);
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        text.lines().any(|l| l.split_whitespace().nth(2) == Some("interrupted")),
+        "a dead run is not shown as running: {text}"
+    );
     let run_id = rows[0]["run_id"].as_str().unwrap().to_string();
     let show = env.runtime(&["show", &run_id]);
     assert!(show.status.success(), "{}", String::from_utf8_lossy(&show.stderr));
@@ -176,7 +183,8 @@ fn an_approved_call_runs_once_however_often_resume_is_killed_and_run() {
     assert_eq!(
         env.card_kinds(&resumed),
         vec!["crashed", "side_effect_uncertain"],
-        "the killed resume is closed; the uncertain call is named"
+        "the killed resume is closed; the uncertain call is named: {:?}",
+        env.cards(&resumed)
     );
     let receipt = env.receipt(&resumed);
     let last = receipt["tool_calls"].as_array().unwrap().last().unwrap().clone();
@@ -514,9 +522,13 @@ fn fsyncs_of_a_fire(env: &TestEnv) -> Option<(Vec<String>, Value)> {
             p.replace(&root, "")
                 .replace(&run, "RUN")
                 .split('.')
-                .map(|seg| match !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) {
-                    true => "PID",
-                    false => seg,
+                .map(|seg| {
+                    // A pid, alone or with a temporary name's random part (`4242-5a4211e5`).
+                    let pid = seg.split_once('-').map_or(seg, |(pid, _)| pid);
+                    match !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) {
+                        true => "PID",
+                        false => seg,
+                    }
                 })
                 .collect::<Vec<_>>()
                 .join(".")
@@ -585,5 +597,121 @@ fn durability_strict_fsyncs_checkpoints_and_records_and_normal_does_not() {
         "strict fsyncs each checkpoint: {} fsyncs of the log against {} under normal",
         wal(&strict),
         wal(&normal)
+    );
+}
+
+#[test]
+fn a_wall_clock_stepped_forward_does_not_close_a_resumable_run() {
+    let env = counter_env(false);
+    let out = runtime_crashing(&env, "after-tool-side-effect", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    let run_id = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
+    // The wall clock jumps three hours ahead of the last checkpoint (as an NTP step or
+    // a person's `date -s` would make it look); the boot clock knows it was a moment.
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let stepped = (chrono::Utc::now() - chrono::Duration::hours(3)).to_rfc3339();
+    let changed = db
+        .execute(
+            "UPDATE live_runs SET updated_at = ?1 WHERE run_id = ?2",
+            [&stepped, &run_id],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let boot: Option<i64> = db
+        .query_row("SELECT boot_ns FROM live_runs WHERE run_id = ?1", [&run_id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(boot.is_some(), "the checkpoint carries the boot clock");
+    drop(db);
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "{summary}\n{stderr}");
+    assert_eq!(summary["run_id"], run_id.as_str(), "resumed, not closed: {summary}");
+    assert_eq!(hit_calls(&env), vec!["c1"], "the side effect did not repeat");
+
+    // The boot clock decides the other way too: an hour and more on it closes the run.
+    let env = counter_env(false);
+    let out = runtime_crashing(&env, "after-tool-side-effect", &["fire", "t", "--json"]);
+    assert!(killed(&out));
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    db.execute(
+        "UPDATE live_runs SET boot_ns = boot_ns - 7200000000000, updated_at = ?1",
+        [chrono::Utc::now().to_rfc3339()],
+    )
+    .unwrap();
+    drop(db);
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "{summary}\n{stderr}");
+    assert_eq!(env.card_kinds(&summary), vec!["crashed"], "{summary}");
+    let detail = env.cards(&summary)[0]["detail"].as_str().unwrap().to_string();
+    assert!(detail.contains("resume_window_s"), "{detail}");
+}
+
+#[test]
+fn no_release_build_carries_the_crash_points() {
+    // A release build has no debug assertions unless a profile turns them on; the
+    // points compile only with them (`shared/src/failpoints.rs`).
+    let manifest =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml")).unwrap();
+    let mut section = String::new();
+    for line in manifest.lines() {
+        if line.starts_with('[') {
+            section = line.trim().to_string();
+        }
+        let on = line.replace(' ', "").starts_with("debug-assertions=true");
+        assert!(
+            !(on && (section == "[profile.release]"
+                || section == "[profile.profiling]"
+                || section == "[profile.bench]")),
+            "{section} turns on debug assertions: its builds would carry the crash points"
+        );
+    }
+    let source =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/src/failpoints.rs"))
+            .unwrap();
+    assert!(source.contains("#[cfg(all(feature = \"failpoints\", debug_assertions))]\n        ::fail::fail_point!"));
+}
+
+#[test]
+fn a_killed_prefetch_worker_is_named_as_such() {
+    let env = counter_env(false);
+    env.write(
+        "tools/ctx.sh",
+        "#!/bin/sh\necho started > reports/hits/ctx.started\nexec sleep 26.317\n",
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.root.join("tools/ctx.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\nprefetch:\n  - name: ctx\n    run: tools/ctx.sh\n---\nDo the test task.\n",
+    );
+    env.commit_all("a slow prefetch");
+    let fire = env
+        .command("runtime", &["fire", "t", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The prefetch worker is killed as the OOM killer would.
+    let worker = kill_worker_running("ctx.started", "sleep\x0026.317");
+    let out = fire.wait_with_output().unwrap();
+    let summary: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(gone(worker));
+    assert_eq!(out.status.code(), Some(1), "{summary}");
+    let cards = env.cards(&summary);
+    assert_eq!(
+        env.card_kinds(&summary),
+        vec!["prefetch_failed"],
+        "not sandbox_unavailable: {cards:?}"
+    );
+    let detail = cards[0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("killed by signal 9 (SIGKILL)") && detail.contains("not the sandbox"),
+        "{detail}"
+    );
+    assert!(
+        !summary["hint"].as_str().unwrap_or("").contains("landlock"),
+        "{summary}"
     );
 }

@@ -1,7 +1,9 @@
-//! The crash suite (issue 11, must show): more than 100 trials, each a fresh
-//! repository whose fires are SIGKILLed at named crash points (the runtime is built
-//! with the `failpoints` feature; `RUNTIME_FAILPOINTS` arms them) or at a spread of
-//! moments after start. After each trial's kills, the next fire completes (exit 0,
+//! The crash suite (issue 11, must show; grown by issue 22): more than 100 trials, each
+//! a fresh repository whose fires are SIGKILLed at named crash points (the runtime is
+//! built with the `failpoints` feature; `RUNTIME_FAILPOINTS` arms them) or at a spread
+//! of moments after start; since issue 22 also fires whose commit a person's merge in
+//! progress blocks (their records kept under `refs/runtime/pending/`), killed while
+//! keeping them and while the next commit takes them in. After each trial's kills, the next fire completes (exit 0,
 //! or 5 with only the recovery's own `crashed` / `side_effect_uncertain` cards) and
 //! the one after exits 0; then: no side-effecting command ran twice (each run of
 //! `tools/bump.sh` leaves a file naming its `RUNTIME_CALL_ID`), every receipt in HEAD
@@ -32,12 +34,24 @@ const POINTS: &[&str] = &[
     "before-ref-update",
 ];
 
-/// One kill: at a named point, or `ms` after the fire started.
+/// One kill: at a named point, or `ms` after the fire started; or a fire whose commit
+/// a person's merge in progress blocks, which keeps its records in git for the next
+/// commit, killed at a named point or not at all.
 #[derive(Debug, Clone)]
 enum Kill {
     At(&'static str),
     After(u64),
+    Blocked(Option<&'static str>),
 }
+
+/// The named points of a commit that takes in records a blocked fire kept
+/// (`refs/runtime/pending/`), in the order a commit reaches them.
+const PENDING_POINTS: &[&str] = &[
+    "after-pending-restored",
+    "before-ref-update",
+    "before-pending-dropped",
+    "between-records-and-commit",
+];
 
 /// The trials: each point alone, twice in a row, after a killed tool call, before a
 /// killed recovery, after a killed ledger entry and followed by a timed kill; then
@@ -59,6 +73,18 @@ fn trials() -> Vec<Vec<Kill>> {
     for i in 0..15u64 {
         out.push(vec![Kill::After(20 + i * 23), Kill::After(10 + i * 13)]);
     }
+    // Issue 22: a blocked fire (killed right after keeping its records, or not), then
+    // the commit that takes them in killed at each of its points, once and twice.
+    for p in PENDING_POINTS {
+        out.push(vec![Kill::Blocked(None), Kill::At(p)]);
+        out.push(vec![Kill::Blocked(None), Kill::At(p), Kill::At(p)]);
+        out.push(vec![Kill::Blocked(Some("after-pending-kept")), Kill::At(p)]);
+    }
+    out.push(vec![Kill::Blocked(Some("after-pending-kept"))]);
+    out.push(vec![Kill::Blocked(Some("during-records-write"))]);
+    for i in 0..6u64 {
+        out.push(vec![Kill::Blocked(None), Kill::After(30 + i * 45)]);
+    }
     out
 }
 
@@ -76,12 +102,25 @@ fn suite_env() -> TestEnv {
     env
 }
 
-/// Runs one fire with `kill`; whether it died by SIGKILL.
+/// Runs one fire with `kill`; whether it died by SIGKILL (a blocked fire that is not
+/// killed counts as no kill).
 fn fire_killed(env: &TestEnv, kill: &Kill) -> bool {
     let mut cmd = env.command("runtime", &["fire", "t", "--json"]);
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     match kill {
+        Kill::Blocked(point) => {
+            // A person's merge is in progress through the fire (the runtime does not
+            // commit into it), then ends.
+            let merge_head = env.root.join(".git/MERGE_HEAD");
+            std::fs::write(&merge_head, format!("{}\n", env.head_id())).unwrap();
+            if let Some(p) = point {
+                cmd.env("RUNTIME_FAILPOINTS", p);
+            }
+            let out = cmd.output().unwrap();
+            std::fs::remove_file(&merge_head).unwrap();
+            killed(&out)
+        }
         Kill::At(point) => {
             let out = cmd.env("RUNTIME_FAILPOINTS", point).output().unwrap();
             killed(&out)
@@ -107,6 +146,8 @@ fn trial(kills: &[Kill]) -> Result<usize, String> {
     let (code, summary, stderr) = env.fire("t");
     let cards = env.card_kinds(&summary);
     let expected = cards.iter().all(|k| k == "crashed" || k == "side_effect_uncertain");
+    let pending = git(&env, &["for-each-ref", "refs/runtime/pending/"]);
+    let pending = pending.stdout.clone();
     if !(code == 0 || code == 5 && expected) || summary["status"] != "completed" {
         return Err(format!(
             "the recovering fire: exit {code}, cards {cards:?}: {summary}\n{stderr}"
@@ -115,6 +156,12 @@ fn trial(kills: &[Kill]) -> Result<usize, String> {
     let (code, summary, stderr) = env.fire("t");
     if code != 0 {
         return Err(format!("the fire after recovery: exit {code}: {summary}\n{stderr}"));
+    }
+    if !pending.is_empty() {
+        return Err(format!(
+            "records still pending after the recovering fire: {}",
+            String::from_utf8_lossy(&pending)
+        ));
     }
     check(&env)?;
     Ok(died)
@@ -274,7 +321,7 @@ fn a_hundred_and_more_sigkills_at_named_points_and_moments_lose_and_repeat_nothi
                         killed_total.fetch_add(died, Ordering::SeqCst);
                         let mut counts = per_point.lock().unwrap();
                         for k in kills {
-                            if let Kill::At(p) = k {
+                            if let Kill::At(p) | Kill::Blocked(Some(p)) = k {
                                 *counts.entry(p.to_string()).or_default() += 1;
                             }
                         }

@@ -358,3 +358,90 @@ cp .runtime/state.db .runtime/state.db-wal "$2/""#;
     }
     crate::crash_suite::check(&env).unwrap();
 }
+
+#[test]
+fn an_emptied_state_db_is_a_reset_with_a_card_and_the_waiting_run_is_asked_again() {
+    let env = crate::crash::counter_env(true);
+    let (code, paused, _) = env.fire("t");
+    assert_eq!(code, 4, "{paused}");
+    let paused_run = paused["run_id"].as_str().unwrap().to_string();
+    // The state database is emptied (a full disk, a file system crash): 0 bytes.
+    let db = env.root.join(".runtime/state.db");
+    {
+        let mut store = shared::store::Store::open(&db, shared::state::RUNTIME_SCHEMA).unwrap();
+        store.checkpoint().unwrap();
+    }
+    for side in ["state.db-wal", "state.db-shm"] {
+        let _ = std::fs::remove_file(env.root.join(".runtime").join(side));
+    }
+    std::fs::write(&db, b"").unwrap();
+    // The next tick says so with a card, and the task is not held by a pause nobody
+    // can settle: it runs afresh and asks again.
+    let (code, tick, stderr) = env.fire("t");
+    assert_eq!(code, 4, "{tick}\n{stderr}");
+    assert_ne!(tick["run_id"], paused_run.as_str(), "a fresh run asks again");
+    let kinds = env.card_kinds(&tick);
+    assert!(kinds.contains(&"state_reset".to_string()), "{kinds:?}");
+    assert!(kinds.contains(&"approval_needed".to_string()), "{kinds:?}");
+    let card = env
+        .cards(&tick)
+        .into_iter()
+        .find(|c| c["kind"] == "state_reset")
+        .unwrap();
+    let detail = card["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("empty (0 bytes)") && detail.contains("asks again"),
+        "{detail}"
+    );
+    assert!(crate::crash::hits(&env).is_empty(), "nothing ran unasked");
+}
+
+#[test]
+fn a_damaged_state_db_keeps_a_readable_pause_waiting() {
+    let env = crate::crash::counter_env(true);
+    let (code, paused, _) = env.fire("t");
+    assert_eq!(code, 4, "{paused}");
+    let paused_run = paused["run_id"].as_str().unwrap().to_string();
+    let ok = env.builder(&["approve-call", &paused_run, "c1", "--by", "Eng <eng@example.com>"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    // Pages of the tail of the file scribbled over, its log gone: quick_check fails,
+    // the pause is still readable.
+    let db = env.root.join(".runtime/state.db");
+    {
+        let mut store = shared::store::Store::open(&db, shared::state::RUNTIME_SCHEMA).unwrap();
+        store
+            .write(|tx| {
+                for i in 0..3000 {
+                    tx.execute(
+                        "INSERT INTO meta (key, value) VALUES (?1, ?2)",
+                        rusqlite::params![format!("k{i:05}"), "v".repeat(200)],
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        store.checkpoint().unwrap();
+    }
+    for side in ["state.db-wal", "state.db-shm"] {
+        let _ = std::fs::remove_file(env.root.join(".runtime").join(side));
+    }
+    let mut bytes = std::fs::read(&db).unwrap();
+    let len = bytes.len();
+    for b in &mut bytes[len - 40 * 4096..len - 20 * 4096] {
+        *b = 0xff;
+    }
+    std::fs::write(&db, bytes).unwrap();
+    let out = env.runtime(&["resume", &paused_run, "--json"]);
+    let resumed: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(resumed["status"], "completed", "the kept pause resumed: {resumed}");
+    let kinds = env.card_kinds(&resumed);
+    assert!(kinds.contains(&"state_reset".to_string()), "{kinds:?}");
+    let card = env
+        .cards(&resumed)
+        .into_iter()
+        .find(|c| c["kind"] == "state_reset")
+        .unwrap();
+    assert!(card["detail"].as_str().unwrap().contains(&paused_run), "{card:?}");
+    assert_eq!(crate::crash::hit_calls(&env), vec!["c1"], "the approved call ran once");
+}

@@ -7,10 +7,13 @@
 
 mod util;
 
+mod approval_crash;
 mod approval_pins;
 mod approved_tree;
 mod builder_cmds;
 mod builder_truth;
+mod checkout_ops;
+mod concurrency;
 mod crash;
 mod crash_suite;
 mod cron_box;
@@ -22,17 +25,20 @@ mod exit_codes;
 mod failure_lines;
 mod faults;
 mod fire;
+mod full_disk;
 mod host_view;
 mod hostile_review;
 mod identity;
 mod inert_output;
 mod init_check;
 mod isolation;
+mod mcp;
 mod metadata;
 mod operator;
 mod otlp;
 mod progress;
 mod races;
+mod records_cases;
 mod records_hardening;
 mod repos;
 mod review;

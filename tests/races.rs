@@ -21,10 +21,16 @@ const TASKS: usize = 8;
 const SECONDS_ENV: &str = "RACE_TEST_SECONDS";
 
 /// `git -C <repo> args...` with the test's own HOME and identity.
-fn git(env: &TestEnv, args: &[&str]) -> Output {
+pub(crate) fn git(env: &TestEnv, args: &[&str]) -> Output {
+    git_in(env, &env.root, args)
+}
+
+/// `git -C <dir> args...` with the test's own HOME and identity (a clone or a bare
+/// remote beside the repository).
+pub(crate) fn git_in(env: &TestEnv, dir: &Path, args: &[&str]) -> Output {
     Command::new("git")
         .arg("-C")
-        .arg(&env.root)
+        .arg(dir)
         .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
@@ -39,7 +45,7 @@ fn git(env: &TestEnv, args: &[&str]) -> Output {
         .expect("run git")
 }
 
-fn stdout(o: &Output) -> String {
+pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 

@@ -11,13 +11,13 @@ use std::io::Read;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn cmd(c: &str) -> (&'static str, Value) {
+pub(crate) fn cmd(c: &str) -> (&'static str, Value) {
     ("run_command", json!({ "command": c }))
 }
 
 /// A payload the policy cannot see into: written to `reports/` as a script, then run
 /// with the system shell (only the kernel layer stands in its way).
-fn script(name: &str, body: &str) -> [(&'static str, Value); 2] {
+pub(crate) fn script(name: &str, body: &str) -> [(&'static str, Value); 2] {
     [
         (
             "write_file",
@@ -27,7 +27,7 @@ fn script(name: &str, body: &str) -> [(&'static str, Value); 2] {
     ]
 }
 
-fn trace_json(calls: &[(&str, Value)], answer: &str) -> String {
+pub(crate) fn trace_json(calls: &[(&str, Value)], answer: &str) -> String {
     let mut turns: Vec<Value> = calls
         .iter()
         .enumerate()
@@ -39,13 +39,13 @@ fn trace_json(calls: &[(&str, Value)], answer: &str) -> String {
     json!({"version": 1, "turns": turns}).to_string()
 }
 
-fn settings(write: &str, limits: &str) -> String {
+pub(crate) fn settings(write: &str, limits: &str) -> String {
     format!(
         "version: 1\nprovider:\n  kind: replay\n  replay: evals/hardening/trace.json\n  api_key_env: {KEY_ENV}\npermissions:\n  allow: [\"Bash(*)\", \"Read(**)\"]\n  write: {write}\nsandbox:\n  landlock: required\nbudgets:\n  max_steps: 12\nlimits:\n  max_denials: 10\n  repeated_call: 10\n  repeated_error: 10\n{limits}"
     )
 }
 
-fn landlock_or_skip() -> bool {
+pub(crate) fn landlock_or_skip() -> bool {
     let abi = shared::sandbox::landlock::kernel_abi();
     if abi < shared::sandbox::landlock::TARGET_ABI as u32 {
         eprintln!("SKIPPED: this kernel's Landlock ABI {abi} cannot enforce the kernel layer these cases need");
@@ -55,7 +55,7 @@ fn landlock_or_skip() -> bool {
 }
 
 /// A repo with task `t` whose replayed model makes `calls` then answers `answer`.
-fn setup(calls: &[(&str, Value)], answer: &str, limits: &str) -> TestEnv {
+pub(crate) fn setup(calls: &[(&str, Value)], answer: &str, limits: &str) -> TestEnv {
     let env = TestEnv::new();
     env.write("prompts/t.md", PLAIN_PROMPT);
     env.write("settings/runtime.yaml", &settings("[\"reports/**\"]", limits));
@@ -66,7 +66,7 @@ fn setup(calls: &[(&str, Value)], answer: &str, limits: &str) -> TestEnv {
 
 /// `runtime fire t --json` with extra variables, killed (and the test failed) if it
 /// does not end within a minute: a hung fire is a failure, not a slow pass.
-fn fire(env: &TestEnv, vars: &[(&str, &str)]) -> (i32, Value) {
+pub(crate) fn fire(env: &TestEnv, vars: &[(&str, &str)]) -> (i32, Value) {
     let mut c = env.command("runtime", &["fire", "t", "--json"]);
     c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
     for (k, v) in vars {
@@ -92,7 +92,7 @@ fn fire(env: &TestEnv, vars: &[(&str, &str)]) -> (i32, Value) {
 }
 
 /// `(mode, bytes)` of `rel` in HEAD's tree.
-fn committed(env: &TestEnv, rel: &str) -> Option<(i32, Vec<u8>)> {
+pub(crate) fn committed(env: &TestEnv, rel: &str) -> Option<(i32, Vec<u8>)> {
     let repo = git2::Repository::open(&env.root).unwrap();
     let tree = repo.head().unwrap().peel_to_commit().unwrap().tree().unwrap();
     let entry = tree.get_path(std::path::Path::new(rel)).ok()?;
@@ -100,7 +100,7 @@ fn committed(env: &TestEnv, rel: &str) -> Option<(i32, Vec<u8>)> {
     Some((entry.filemode(), blob.content().to_vec()))
 }
 
-fn rejected_detail(env: &TestEnv, summary: &Value) -> String {
+pub(crate) fn rejected_detail(env: &TestEnv, summary: &Value) -> String {
     env.cards(summary)
         .iter()
         .filter(|c| c["kind"] == "output_rejected")

@@ -249,6 +249,7 @@ fn every_subcommand_outside_a_repository_exits_as_documented_and_leaves_nothing(
         ("builder", &["eval"], 1),
         ("builder", &["review", "tighter-scope"], 1),
         ("builder", &["serve", "--port", "0"], 1),
+        ("builder", &["mcp", "pin"], 1),
         ("builder", &["completions", "bash"], 0),
         ("builder", &["man"], 0),
     ];
@@ -258,6 +259,7 @@ fn every_subcommand_outside_a_repository_exits_as_documented_and_leaves_nothing(
         ("builder", &[][..]),
         ("builder", &["cards"][..]),
         ("builder", &["history"][..]),
+        ("builder", &["mcp"][..]),
     ] {
         for sub in listed_subcommands(&env, bin, group) {
             let mut path = group.to_vec();

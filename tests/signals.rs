@@ -1,5 +1,5 @@
-//! Every phase of a fire answers SIGINT and SIGTERM (issue 11, item 5): prefetch, the
-//! loop, acceptance; the fire ends as `cancelled` (exit 1, DESIGN.md section 7) with
+//! Every phase of a fire answers SIGINT, SIGTERM and SIGHUP (issue 11, item 5; SIGHUP
+//! since issue 22): prefetch, the loop, acceptance; the fire ends as `cancelled` (exit 1, DESIGN.md section 7) with
 //! its report, receipt and card committed, and nothing it started outlives it. The
 //! signal lands at a named point: a marker the fire's own script writes while it runs,
 //! or a crash point armed to raise SIGTERM or SIGINT (`RUNTIME_FAILPOINTS=name:term`).
@@ -155,6 +155,9 @@ fn sigterm_and_sigint_at_named_points_end_the_fire_cancelled_and_the_next_fire_c
         ("after-ledger-started", "term"),
         ("after-model-response", "int"),
         ("after-ledger-started", "int"),
+        // SIGHUP (a closed terminal or ssh session) is answered like SIGTERM.
+        ("after-model-response", "hup"),
+        ("after-ledger-started", "hup"),
     ] {
         let env = counter_env(false);
         // The signal is raised by the fire itself at the named point (a failpoint

@@ -221,6 +221,7 @@ fn generated_history(root: &Path) {
                         ToolOutcome::Ok
                     },
                     duration_ms: (c % 7) as u64,
+                    mcp: None,
                 }
             })
             .collect();
@@ -607,14 +608,22 @@ async fn the_pages_work_in_a_real_browser_and_nothing_leaves_the_machine() {
     assert_ne!(inert["title"], "pwned", "{inert}");
     assert_eq!(inert["imgs"], 0, "{inert}");
     assert_eq!(inert["scripts"], json!([server.url("/assets/htmx.min.js")]), "{inert}");
-    let card_text = std::fs::read_to_string(
-        walk(&repo.root.join("cards"))
-            .into_iter()
-            .find(|p| std::fs::read_to_string(p).unwrap().contains("pwned"))
-            .expect("the model's markup reached a card file"),
-    )
-    .unwrap();
-    assert!(card_text.contains("onerror"), "the attack ran: it is in the card");
+    // The attack ran: the model's markup is in the report file as it wrote it (cards
+    // name a denied command by its digest, never by its text).
+    let report_file = walk(&repo.root.join("reports"))
+        .into_iter()
+        .find(|p| std::fs::read_to_string(p).unwrap().contains("pwned"))
+        .expect("the model's markup reached the report file");
+    assert!(
+        std::fs::read_to_string(report_file).unwrap().contains("onerror"),
+        "the attack ran: it is in the report"
+    );
+    // The fire's own denial card (the generated history's deny `call_1`).
+    let card_text = walk(&repo.root.join("cards"))
+        .into_iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .find(|t| t.contains("kind: permission_denied") && t.contains("- call call_2"))
+        .expect("the fire's permission_denied card");
     b.shot("run-traced").await;
 
     // The run of 5,000 calls: 200 rows, and the next 200 when the last comes into view.

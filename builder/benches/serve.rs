@@ -264,6 +264,7 @@ fn long_run(root: &Path) -> String {
             reason: "matches an allow rule".into(),
             outcome: ToolOutcome::Ok,
             duration_ms: (i % 50) as u64,
+            mcp: None,
         })
         .collect();
     let mut trace = Trace::default();

@@ -69,7 +69,10 @@ pub fn open_root(root: &Path) -> std::io::Result<OwnedFd> {
 }
 
 /// Opens the directory `dirs` under `root`, creating each missing level with `mkdirat`
-/// and refusing a symlink or a non-directory at any level.
+/// and refusing a symlink or a non-directory at any level. A level this process owns
+/// but may not use (a tool ran `chmod 000 reports/t`: tools write `reports/` as the
+/// same user when the runtime is not root) gets its owner's `rwx` back first
+/// ([`open_dir_usable`]): no mode a tool sets stops the runtime's records.
 fn open_dirs(root: &OwnedFd, dirs: &[&str]) -> std::io::Result<OwnedFd> {
     let mut cur = open_one(root, ".", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
     for d in dirs {
@@ -77,9 +80,46 @@ fn open_dirs(root: &OwnedFd, dirs: &[&str]) -> std::io::Result<OwnedFd> {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(e.into()),
         }
-        cur = open_one(&cur, d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+        cur = open_dir_usable(&cur, d)?;
     }
     Ok(cur)
+}
+
+/// Opens directory `name` under `dir` (no link followed) for reading and for creating
+/// entries in it. When this process owns it but its owner bits lack `rwx` (a mode a
+/// tool set), they are given back, on the inode reached through no link (an `O_PATH`
+/// descriptor, changed through its `/proc/self/fd` name), and a warning says so; a
+/// directory someone else owns is left as it is (the open then fails as it would).
+fn open_dir_usable(dir: &OwnedFd, name: &str) -> std::io::Result<OwnedFd> {
+    let opened = open_one(dir, name, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty());
+    let needs = match &opened {
+        Ok(fd) => lacks_owner_rwx(fd),
+        Err(e) => e.raw_os_error() == Some(libc::EACCES),
+    };
+    if !needs {
+        return opened;
+    }
+    let handle = open_one(dir, name, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
+    let st = rustix::fs::fstat(&handle)?;
+    if st.st_uid != rustix::process::geteuid().as_raw() {
+        return opened;
+    }
+    let mode = (st.st_mode & 0o7777) | 0o700;
+    use std::os::fd::AsRawFd;
+    let by_fd = format!("/proc/self/fd/{}", handle.as_raw_fd());
+    rustix::fs::chmod(by_fd.as_str(), Mode::from_raw_mode(mode))?;
+    tracing::warn!(
+        dir = name,
+        was = format!("{:o}", st.st_mode & 0o7777),
+        "a records directory had its owner's rights taken away (a tool's chmod): given back"
+    );
+    open_one(dir, name, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
+}
+
+/// Whether the directory `fd` is this process's and misses some of its owner's `rwx`.
+fn lacks_owner_rwx(fd: &OwnedFd) -> bool {
+    rustix::fs::fstat(fd)
+        .is_ok_and(|st| st.st_uid == rustix::process::geteuid().as_raw() && st.st_mode & 0o700 != 0o700)
 }
 
 /// Creates `rel` under `root` holding `bytes`, whole or not at all: written to a
@@ -131,15 +171,28 @@ fn write_new(root: &OwnedFd, rel: &Path, bytes: &[u8], fsync: bool) -> std::io::
 }
 
 /// The temporary name [`create_new`] writes `name` under first: hidden, naming the
-/// writing process.
+/// writing process, with a random part a tool cannot guess (a file planted at the
+/// name would fail the exclusive create).
 pub fn temp_name(name: &str, pid: u32) -> String {
-    format!(".{name}.{pid}.tmp")
+    format!(".{name}.{pid}-{:08x}.tmp", rand::random::<u32>())
+}
+
+/// The name and the writing process's pid a [`temp_name`] holds, if `file` is one
+/// (the form without the random part, written by earlier versions, too).
+pub fn temp_target(file: &str) -> Option<(&str, u32)> {
+    let inner = file.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (name, tail) = inner.rsplit_once('.')?;
+    let pid = match tail.split_once('-') {
+        Some((pid, random)) if random.len() == 8 && random.bytes().all(|b| b.is_ascii_hexdigit()) => pid,
+        Some(_) => return None,
+        None => tail,
+    };
+    Some((name, pid.parse().ok()?))
 }
 
 /// The pid a [`temp_name`] names, if `file` is one.
 pub fn temp_owner(file: &str) -> Option<u32> {
-    let inner = file.strip_prefix('.')?.strip_suffix(".tmp")?;
-    inner.rsplit_once('.')?.1.parse().ok()
+    temp_target(file).map(|(_, pid)| pid)
 }
 
 /// Removes the file `rel` under `root` (never a directory, never through a link: the
@@ -151,7 +204,7 @@ pub fn remove_file(root: &OwnedFd, rel: &Path) -> std::io::Result<()> {
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     let mut dir = open_one(root, ".", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
     for d in dirs {
-        dir = open_one(&dir, d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+        dir = open_dir_usable(&dir, d)?;
     }
     rustix::fs::unlinkat(&dir, *name, rustix::fs::AtFlags::empty()).map_err(std::io::Error::from)
 }
@@ -217,6 +270,16 @@ fn kind_name(t: rustix::fs::FileType) -> &'static str {
 /// `cap` bytes, checked on the open descriptor (opened non-blocking, so a FIFO
 /// neither blocks the open nor the check).
 pub fn read_regular(root: &OwnedFd, rel: &Path, cap: u64) -> Result<Vec<u8>, NotRegular> {
+    read_regular_with_meta(root, rel, cap).map(|(bytes, _)| bytes)
+}
+
+/// [`read_regular`], with the metadata of the descriptor the bytes were read from (so
+/// a caller can describe the very file it read, as git's index does).
+pub fn read_regular_with_meta(
+    root: &OwnedFd,
+    rel: &Path,
+    cap: u64,
+) -> Result<(Vec<u8>, std::fs::Metadata), NotRegular> {
     use std::os::unix::fs::MetadataExt;
     let io = |e: std::io::Error| NotRegular::Io(e.to_string());
     let parts = components(rel).map_err(io)?;
@@ -261,7 +324,7 @@ pub fn read_regular(root: &OwnedFd, rel: &Path, cap: u64) -> Result<Vec<u8>, Not
     if bytes.len() as u64 > cap {
         return Err(NotRegular::TooLarge(bytes.len() as u64));
     }
-    Ok(bytes)
+    Ok((bytes, meta))
 }
 
 #[cfg(test)]
@@ -283,10 +346,14 @@ mod tests {
             .collect();
         assert_eq!(names, vec!["r.json"], "no temporary file is left");
         let temp = temp_name("r.json", 4242);
-        assert_eq!(temp, ".r.json.4242.tmp");
+        assert!(temp.starts_with(".r.json.4242-") && temp.ends_with(".tmp"), "{temp}");
+        assert_ne!(temp, temp_name("r.json", 4242), "a random part");
         assert_eq!(temp_owner(&temp), Some(4242));
+        assert_eq!(temp_target(&temp), Some(("r.json", 4242)));
+        assert_eq!(temp_owner(".r.json.4242.tmp"), Some(4242));
         assert_eq!(temp_owner("r.json"), None);
         assert_eq!(temp_owner(".r.json.tmp"), None);
+        assert_eq!(temp_owner(".r.json.4242-zz.tmp"), None);
     }
 
     #[test]

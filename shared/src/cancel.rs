@@ -1,4 +1,5 @@
-//! A fire's cancellation by SIGINT or SIGTERM (DESIGN.md section 4, issue 11 item 5),
+//! A fire's cancellation by SIGINT, SIGTERM or SIGHUP (DESIGN.md section 4, issue 11
+//! item 5; SIGHUP, a closed terminal or ssh session, is treated like SIGTERM),
 //! answered in every phase: [`install`] replaces the default action (death, with no
 //! records) by a flag as the fire starts, before prefetch, so a signal at any point
 //! ends the fire as `cancelled` with its records. The async loop also listens through
@@ -14,12 +15,12 @@ static REQUESTED: AtomicBool = AtomicBool::new(false);
 static CHILD: AtomicI32 = AtomicI32::new(0);
 static INSTALLED: std::sync::Once = std::sync::Once::new();
 
-/// Installs the SIGINT/SIGTERM handler (once per process); returns an error naming
+/// Installs the SIGINT/SIGTERM/SIGHUP handler (once per process); returns an error naming
 /// the signal the kernel refused.
 pub fn install() -> std::io::Result<()> {
     let mut result = Ok(());
     INSTALLED.call_once(|| {
-        for signal in [libc::SIGINT, libc::SIGTERM] {
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
             // SAFETY: the action only stores to atomics and calls kill(2), both
             // async-signal-safe; it allocates nothing and takes no lock.
             let registered = unsafe { signal_hook_registry::register(signal, on_signal) };
@@ -44,7 +45,7 @@ fn on_signal() {
     }
 }
 
-/// Whether SIGINT or SIGTERM arrived since [`install`].
+/// Whether SIGINT, SIGTERM or SIGHUP arrived since [`install`].
 pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
 }

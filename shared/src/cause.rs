@@ -110,6 +110,9 @@ fn git_error(e: &GitError) -> Option<Cause> {
         GitError::Locked { .. } | GitError::HeadMoving { .. } | GitError::Undo { .. } => {
             Cause::new(CauseKind::Environment, None)
         }
+        // A person's rebase or merge, a detached HEAD: the checkout's state, said in
+        // the message with the way out.
+        GitError::Blocked(_) => Cause::new(CauseKind::Environment, None),
         // The cause below (git2 or io) decides.
         GitError::Git(_) | GitError::Io { .. } => None,
     }

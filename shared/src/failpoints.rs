@@ -1,20 +1,28 @@
 //! Named crash points for the crash suite (TiKV's `fail` crate), compiled in only
-//! with the `failpoints` cargo feature, which the end-to-end tests enable and release
-//! builds leave out. [`crate::failpoint!`] marks a point; [`arm`] reads
+//! in builds made for tests: the `failpoints` cargo feature (which the end-to-end
+//! tests crate turns on) *and* debug assertions (the dev and test profiles). A
+//! whole-workspace `cargo build --release --workspace` unifies the feature into
+//! `shared` too, because the tests crate is a member; without the second condition
+//! its `runtime` would carry the points and `RUNTIME_FAILPOINTS` could kill a
+//! production fire. [`crate::failpoint!`] marks a point; [`arm`] reads
 //! `RUNTIME_FAILPOINTS` (`name[@n][:signal],...`: signal this process the `n`th time
 //! the point is reached, the first by default; `kill` (SIGKILL, the default), `term`
-//! (SIGTERM) or `int` (SIGINT), so a test cancels a fire at a named point as a
-//! person or systemd would) once at start. Without the feature both compile to
-//! nothing.
+//! (SIGTERM), `int` (SIGINT) or `hup` (SIGHUP), so a test cancels a fire at a named
+//! point as a person or systemd would) once at start. Outside test builds both
+//! compile to nothing.
 
 /// The environment variable that arms crash points.
 pub const FAILPOINTS_ENV: &str = "RUNTIME_FAILPOINTS";
+
+/// Whether this build carries the crash points (a test build: the `failpoints`
+/// feature and debug assertions); release builds never do.
+pub const COMPILED_IN: bool = cfg!(all(feature = "failpoints", debug_assertions));
 
 /// Marks a named crash point.
 #[macro_export]
 macro_rules! failpoint {
     ($name:literal) => {
-        #[cfg(feature = "failpoints")]
+        #[cfg(all(feature = "failpoints", debug_assertions))]
         ::fail::fail_point!($name);
     };
 }
@@ -22,7 +30,7 @@ macro_rules! failpoint {
 /// Arms the crash points `RUNTIME_FAILPOINTS` names: each SIGKILLs the process (no
 /// unwinding, no destructor, like the OOM killer) when reached the given time, or
 /// sends it the SIGTERM or SIGINT its `:term` / `:int` asks for.
-#[cfg(feature = "failpoints")]
+#[cfg(all(feature = "failpoints", debug_assertions))]
 pub fn arm() {
     use std::sync::atomic::{AtomicU32, Ordering};
     let Ok(spec) = std::env::var(FAILPOINTS_ENV) else {
@@ -32,6 +40,7 @@ pub fn arm() {
         let (item, signal) = match item.split_once(':') {
             Some((item, "term")) => (item, libc::SIGTERM),
             Some((item, "int")) => (item, libc::SIGINT),
+            Some((item, "hup")) => (item, libc::SIGHUP),
             Some((item, _)) => (item, libc::SIGKILL),
             None => (item, libc::SIGKILL),
         };
@@ -56,6 +65,19 @@ pub fn arm() {
     }
 }
 
-/// Without the `failpoints` feature there is nothing to arm.
-#[cfg(not(feature = "failpoints"))]
+/// Outside test builds there is nothing to arm: `RUNTIME_FAILPOINTS` is ignored.
+#[cfg(not(all(feature = "failpoints", debug_assertions)))]
 pub fn arm() {}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn crash_points_exist_only_in_test_builds() {
+        // `cargo test` builds with debug assertions; a release build never has them.
+        assert_eq!(
+            super::COMPILED_IN,
+            cfg!(feature = "failpoints") && cfg!(debug_assertions)
+        );
+        const { assert!(!super::COMPILED_IN || cfg!(debug_assertions)) };
+    }
+}

@@ -39,6 +39,120 @@ pub enum GitError {
         commit: String,
         message: String,
     },
+    #[error("{0}")]
+    Blocked(Blocker),
+}
+
+/// Why the runtime does not commit now, though nothing is wrong with its records:
+/// someone else's git operation is under way in the checkout, or HEAD is not on a
+/// branch. A commit then would land inside that operation (a rebase's detached HEAD,
+/// which `git rebase --abort` throws away) or nowhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocker {
+    /// A rebase, merge, cherry-pick, revert, bisect or `git am` in progress: what it
+    /// is, the file of the git directory that says so, and how a person ends it.
+    Operation {
+        what: &'static str,
+        marker: PathBuf,
+        end: &'static str,
+    },
+    /// HEAD names a commit, not a branch.
+    Detached { at: String },
+    /// HEAD names a branch whose ref does not exist (deleted, or never created).
+    MissingBranch { branch: String },
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Blocker::Operation { what, marker, end } => write!(
+                f,
+                "{what} is in progress ({}): the runtime never commits into someone else's operation; once it is finished ({end}), the next fire commits these records",
+                marker.display()
+            ),
+            Blocker::Detached { at } => write!(
+                f,
+                "HEAD is detached at {at}: the runtime commits only on a branch; once a branch is checked out, the next fire commits these records"
+            ),
+            Blocker::MissingBranch { branch } => write!(
+                f,
+                "HEAD names {branch}, which does not exist (deleted, or not created yet): check out an existing branch (`git branch -a`) or restore it from `git reflog`"
+            ),
+        }
+    }
+}
+
+/// Why a commit on HEAD's branch must not be made now ([`Blocker`]), `None` when
+/// nothing stands in the way. Cheap (a few `stat`s and HEAD's ref): the commit asks
+/// before it takes git's index lock and again right before it moves the branch.
+/// Builder commands that commit into a person's checkout can ask the same.
+pub fn commit_blocker(repo: &Repository) -> Result<Option<Blocker>, GitError> {
+    use git2::RepositoryState as S;
+    let git_dir = repo.path();
+    let op = |what, marker: &str, end| {
+        Some(Blocker::Operation {
+            what,
+            marker: git_dir.join(marker),
+            end,
+        })
+    };
+    let found = match repo.state() {
+        S::Clean => None,
+        S::Merge => op("a merge", "MERGE_HEAD", "commit it, or `git merge --abort`"),
+        S::Revert | S::RevertSequence => op("a revert", "REVERT_HEAD", "`git revert --continue` or `--abort`"),
+        S::CherryPick | S::CherryPickSequence => op(
+            "a cherry-pick",
+            "CHERRY_PICK_HEAD",
+            "`git cherry-pick --continue` or `--abort`",
+        ),
+        S::Bisect => op("a bisect", "BISECT_LOG", "`git bisect reset`"),
+        S::Rebase | S::RebaseInteractive | S::RebaseMerge => {
+            let marker = if git_dir.join("rebase-merge").exists() {
+                "rebase-merge"
+            } else {
+                "rebase-apply"
+            };
+            op("a rebase", marker, "`git rebase --continue` or `--abort`")
+        }
+        S::ApplyMailbox | S::ApplyMailboxOrRebase => {
+            op("a `git am`", "rebase-apply", "`git am --continue` or `--abort`")
+        }
+    };
+    if found.is_some() {
+        return Ok(found);
+    }
+    let head = repo.find_reference("HEAD")?;
+    match head.symbolic_target()? {
+        None => Ok(Some(Blocker::Detached {
+            at: head
+                .target()
+                .map(|o| o.to_string()[..12].to_string())
+                .unwrap_or_default(),
+        })),
+        Some(branch) => match repo.find_reference(branch) {
+            Ok(_) => Ok(None),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(Some(Blocker::MissingBranch {
+                branch: branch.to_string(),
+            })),
+            Err(e) => Err(e.into()),
+        },
+    }
+}
+
+/// The branch HEAD names when that branch's ref is missing while the repository has
+/// other refs (a deleted branch, a fresh `git checkout --orphan`): not "no commits yet".
+pub fn head_branch_missing(repo: &Repository) -> Option<String> {
+    let head = repo.find_reference("HEAD").ok()?;
+    let branch = head.symbolic_target().ok()??.to_string();
+    if repo.find_reference(&branch).is_ok() {
+        return None;
+    }
+    let any_other = repo
+        .references()
+        .ok()?
+        .flatten()
+        .any(|r| r.name().is_ok_and(|n| n != "HEAD"));
+    any_other.then_some(branch)
 }
 
 /// The work tree root of `repo`.
@@ -107,8 +221,22 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
             opts.pathspec(*d);
         }
     }
+    // An index that reads as invalid while people's git commands and other fires
+    // replace it (seen once in 1,200 fires racing a rebasing engineer, the file whole
+    // again a moment later) is read again before the fire gives up on it.
+    let mut tries = 0;
+    let statuses = loop {
+        match repo.statuses(Some(&mut opts)) {
+            Err(e) if e.class() == git2::ErrorClass::Index && tries < INDEX_READ_TRIES => {
+                tries += 1;
+                tracing::debug!(error = %e, tries, "the index read as invalid; reading it again");
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            other => break other?,
+        }
+    };
     let mut out = Vec::new();
-    for s in repo.statuses(Some(&mut opts))?.iter() {
+    for s in statuses.iter() {
         if s.status() == Status::CURRENT || s.status().contains(Status::IGNORED) {
             continue;
         }
@@ -121,6 +249,9 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
     out.sort();
     Ok(out)
 }
+
+/// How many times [`dirty_builder_paths`] reads an index that read as invalid again.
+const INDEX_READ_TRIES: u32 = 4;
 
 /// How long [`commit_new_files`] waits for git's index lock held by someone else.
 pub const INDEX_LOCK_WAIT: Duration = Duration::from_secs(5);
@@ -232,6 +363,11 @@ pub fn commit_new_files_with(
     opts: &CommitOptions,
 ) -> Result<Oid, GitError> {
     let root = workdir(repo)?;
+    // Never into someone else's operation, never off a branch: the caller leaves the
+    // records for a later commit.
+    if let Some(b) = commit_blocker(repo)? {
+        return Err(GitError::Blocked(b));
+    }
     // Every object this commit references is written just below or already in HEAD's
     // tree; skip libgit2's existence re-checks (a measurable share of a fire's time).
     git2::opts::strict_object_creation(false);
@@ -257,8 +393,11 @@ pub fn commit_new_files_with(
     let ref_lock = lock_path_of(&ref_file(repo, &branch));
     let side = SideFiles::of(&index_path, std::process::id());
     // Records a dead runtime was committing: committed with these when HEAD lacks
-    // them, and put in the index either way.
+    // them, and put in the index either way. Where its intent names the blob and the
+    // object database has it, those bytes are committed (and put back in the work
+    // tree), whatever the file holds now.
     let mut orphans = Vec::new();
+    let mut adopted: Vec<(String, Vec<u8>)> = Vec::new();
     if let Some(dir) = &opts.intent_dir {
         let recovered = recover_stale_locks(dir)?;
         for f in recovered.orphaned_files {
@@ -266,6 +405,17 @@ pub fn commit_new_files_with(
                 continue;
             }
             let expected = recovered.blobs.get(&f).and_then(|b| Oid::from_str(b).ok());
+            // Only a file the work tree still has: one recovery removed (an interrupted
+            // run's leftovers, its row closed as crashed) is not brought back.
+            let present = std::fs::symlink_metadata(root.join(&f)).is_ok();
+            if let Some(kept) = expected
+                .filter(|_| present)
+                .and_then(|e| kept_bytes(repo, &root, &f, e, &allowed))
+            {
+                orphans.push((f.clone(), kept.0));
+                adopted.push((f, kept.1));
+                continue;
+            }
             match record_blob(repo, &root, &f, &allowed) {
                 Ok(oid) if expected.is_some_and(|e| e != oid) => tracing::warn!(
                     file = %f,
@@ -276,6 +426,41 @@ pub fn commit_new_files_with(
             }
         }
     }
+    // Records kept under `refs/runtime/pending/` by fires whose commit was blocked:
+    // committed from their blobs with these ([`crate::pending`]).
+    let head_tree = match head_commit(repo)? {
+        Some(h) => Some(repo.find_commit(h)?.tree()?),
+        None => None,
+    };
+    let in_head = |f: &str| head_tree.as_ref().is_some_and(|t| t.get_path(Path::new(f)).is_ok());
+    let mut pending_taken = Vec::new();
+    for set in crate::pending::list(repo).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "pending records could not be read");
+        Vec::new()
+    }) {
+        let mut take = Vec::new();
+        let mut whole = true;
+        for (f, oid) in &set.files {
+            if in_head(f) || files.contains(f) || orphans.iter().any(|(o, _)| o == f) {
+                continue;
+            }
+            match kept_bytes(repo, &root, f, *oid, &allowed) {
+                Some((oid, bytes)) => take.push((f.clone(), oid, bytes)),
+                None => whole = false,
+            }
+        }
+        if !whole {
+            tracing::warn!(reference = %set.reference, "pending records could not be put back in the work tree; they wait for a later commit");
+            continue;
+        }
+        for (f, oid, bytes) in take {
+            orphans.push((f.clone(), oid));
+            adopted.push((f, bytes));
+        }
+        pending_taken.push(set.reference);
+        crate::failpoint!("after-pending-restored");
+    }
+    drop(head_tree);
     // The new intent names the records of a dead or blocked runtime too: their intent
     // is gone, and if this commit fails or this process dies, the next one must still
     // find them.
@@ -299,9 +484,9 @@ pub fn commit_new_files_with(
     // deletes them from HEAD while they stay in the work tree.
     let mut kept = Vec::new();
     if let Some(dir) = &opts.intent_dir {
-        let (dropped, still) = watched_records(repo, dir);
-        kept = still;
-        for f in dropped {
+        let watched = watched_records(repo, dir);
+        kept = watched.kept;
+        for f in watched.dropped {
             if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
                 continue;
             }
@@ -310,10 +495,21 @@ pub fn commit_new_files_with(
                 orphans.push((f, oid));
             }
         }
+        for (f, blob) in watched.discarded {
+            if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
+                continue;
+            }
+            if let Some((oid, bytes)) = kept_bytes(repo, &root, &f, blob, &allowed) {
+                tracing::warn!(file = %f, "a record whose commit a reset threw away is committed again");
+                orphans.push((f.clone(), oid));
+                adopted.push((f, bytes));
+            }
+        }
     }
+    let held_bytes: Vec<(String, Vec<u8>)> = opts.held.iter().cloned().chain(adopted).collect();
     let parts = CommitParts {
         blobs: &blobs,
-        held: opts.held,
+        held: &held_bytes,
         orphans: &orphans,
         kept: &kept,
         branch: &branch,
@@ -354,7 +550,57 @@ pub fn commit_new_files_with(
         all.extend(orphans.iter().map(|(f, _)| f.clone()));
         remember_records(dir, *oid, all);
     }
+    if result.is_ok() {
+        // Committed: the refs that kept them go (a crash before this leaves refs whose
+        // files HEAD has, which the next commit drops).
+        crate::failpoint!("before-pending-dropped");
+        for reference in &pending_taken {
+            crate::pending::drop_set(repo, reference);
+        }
+    }
     result
+}
+
+/// The bytes of blob `oid` for the record `f`, put back in the work tree (written
+/// where missing, replaced where the file holds other bytes: a later fire's model may
+/// have edited an uncommitted report): the bytes the record's writer held, which the
+/// commit carries. `None` when the object database lacks the blob, a person's git
+/// operation is now in progress, or the work tree cannot be made to hold it (a full
+/// disk): the record waits.
+fn kept_bytes(
+    repo: &Repository,
+    root: &Path,
+    f: &str,
+    oid: Oid,
+    allowed: &impl Fn(&str) -> bool,
+) -> Option<(Oid, Vec<u8>)> {
+    if let Err(e) = check_record_path(f, allowed) {
+        tracing::warn!(file = %f, error = %e, "a kept record is not committed");
+        return None;
+    }
+    let bytes = repo.find_blob(oid).ok()?.content().to_vec();
+    // Asked again right before the work tree is written: a person's rebase or
+    // checkout that began since this commit started must not find a record put back
+    // under a commit it is about to replay (`untracked files would be overwritten`).
+    if !matches!(commit_blocker(repo), Ok(None)) {
+        tracing::info!(file = %f, "a person's git operation began: a kept record waits for a later commit");
+        return None;
+    }
+    match crate::pending::restore(root, f, &bytes) {
+        Ok(crate::pending::Restored::Same) => {}
+        Ok(crate::pending::Restored::Written) => {
+            tracing::info!(file = %f, "a kept record was missing from the work tree: written back")
+        }
+        Ok(crate::pending::Restored::Replaced) => tracing::warn!(
+            file = %f,
+            "a kept record was changed in the work tree since its run wrote it: put back as written"
+        ),
+        Err(e) => {
+            tracing::warn!(file = %f, error = %e, "a kept record could not be written back");
+            return None;
+        }
+    }
+    Some((oid, bytes))
 }
 
 /// The runtime's last commits and their records, kept in the intent directory.
@@ -391,35 +637,83 @@ fn remember_records(dir: &Path, commit: Oid, files: Vec<String>) {
     }
 }
 
-/// The records of the runtime's last commits still in the work tree: `(dropped,
-/// kept)`, those HEAD lost and those it has. The kept ones are put back in the index
-/// if it lost them (see [`write_index`]), which reads the index once anyway.
-fn watched_records(repo: &Repository, dir: &Path) -> (Vec<String>, Vec<String>) {
+/// What became of the records of the runtime's last commits ([`watched_records`]).
+#[derive(Debug, Default)]
+struct Watched {
+    /// Still in the work tree, but HEAD lost them (an engineer's commit dropped them).
+    dropped: Vec<String>,
+    /// Still in the work tree, and HEAD has them.
+    kept: Vec<String>,
+    /// Gone from the work tree and from every branch with the commit that held them,
+    /// and the blob it held: a `git rebase --abort` or `reset --hard` that put a
+    /// branch back to where it was before a runtime commit landed on it (a commit
+    /// that raced the first moments of a person's rebase, before git marks one in
+    /// progress).
+    discarded: Vec<(String, Oid)>,
+}
+
+/// The records of the runtime's last commits: those HEAD lost while the work tree
+/// still holds them, those it has, and those a reset threw away with their commit
+/// ([`Watched`]). The kept ones are put back in the index if it lost them (see
+/// [`write_index`]), which reads the index once anyway.
+fn watched_records(repo: &Repository, dir: &Path) -> Watched {
     let recent = read_recent(dir);
-    let (mut dropped, mut kept) = (Vec::new(), Vec::new());
+    let mut out = Watched::default();
     if recent.commits.is_empty() {
-        return (dropped, kept);
+        return out;
     }
     let Ok(Some(head)) = head_commit(repo) else {
-        return (dropped, kept);
+        return out;
     };
     let Ok(tree) = repo.find_commit(head).and_then(|c| c.tree()) else {
-        return (dropped, kept);
+        return out;
     };
     let root = repo.workdir().unwrap_or(Path::new("."));
-    for (_, files) in &recent.commits {
+    let seen = |out: &Watched, f: &String| {
+        out.dropped.contains(f) || out.kept.contains(f) || out.discarded.iter().any(|(d, _)| d == f)
+    };
+    for (commit, files) in &recent.commits {
+        // Asked once per commit, and only when one of its records left the work tree.
+        let mut orphaned: Option<Option<git2::Tree>> = None;
         for f in files {
-            if dropped.contains(f) || kept.contains(f) || !root.join(f).is_file() {
+            if seen(&out, f) {
                 continue;
             }
-            if tree.get_path(Path::new(f)).is_err() {
-                dropped.push(f.clone());
+            let in_head = tree.get_path(Path::new(f)).is_ok();
+            if !root.join(f).is_file() {
+                if in_head {
+                    continue;
+                }
+                let lost_tree = orphaned.get_or_insert_with(|| {
+                    Oid::from_str(commit)
+                        .ok()
+                        .filter(|c| !on_a_branch(repo, *c))
+                        .and_then(|c| repo.find_commit(c).and_then(|c| c.tree()).ok())
+                });
+                if let Some(blob) = lost_tree.as_ref().and_then(|t| t.get_path(Path::new(f)).ok()) {
+                    out.discarded.push((f.clone(), blob.id()));
+                }
+                continue;
+            }
+            if in_head {
+                out.kept.push(f.clone());
             } else {
-                kept.push(f.clone());
+                out.dropped.push(f.clone());
             }
         }
     }
-    (dropped, kept)
+    out
+}
+
+/// Whether any local branch holds `commit`.
+fn on_a_branch(repo: &Repository, commit: Oid) -> bool {
+    let Ok(branches) = repo.references_glob("refs/heads/*") else {
+        return true;
+    };
+    branches
+        .flatten()
+        .filter_map(|r| r.target())
+        .any(|tip| tip == commit || repo.graph_descendant_of(tip, commit).unwrap_or(true))
 }
 
 /// Checks one record and writes its blob. The file is read beneath the root, through
@@ -446,12 +740,19 @@ fn record_blob(repo: &Repository, root: &Path, f: &str, allowed: &impl Fn(&str) 
 /// The largest record file the runtime commits from the work tree.
 const MAX_RECORD_BYTES: u64 = 64 * 1024 * 1024;
 
-/// A record's path must be plain and repo-relative, and `allowed`.
+/// A record's path must be plain and repo-relative, `allowed`, and a name git takes
+/// on every file system ([`crate::gitpath`]).
 fn check_record_path(f: &str, allowed: &impl Fn(&str) -> bool) -> Result<(), GitError> {
     if f.contains("..") || f.starts_with('/') || f.contains("//") || !allowed(f) {
         return Err(GitError::Refused {
             path: f.to_string(),
             why: "outside the runtime-owned paths".into(),
+        });
+    }
+    if let Some(why) = crate::gitpath::refused_path(f) {
+        return Err(GitError::Refused {
+            path: f.to_string(),
+            why,
         });
     }
     Ok(())
@@ -505,14 +806,23 @@ fn commit_locked(
                 write_index(repo, p, &add)?;
                 published = true;
             }
+            // A person's operation that began while this commit was being built (a
+            // rebase reads HEAD, then detaches it): not into it.
+            if let Some(b) = commit_blocker(repo)? {
+                return Err(GitError::Blocked(b));
+            }
             crate::failpoint!("before-ref-update");
             if let Some(hook) = opts.before_ref_update {
                 hook(attempt);
             }
-            let moved = match old {
-                Some(old) => repo.reference_matching(p.branch, new, true, old, &reflog),
-                None => repo.reference(p.branch, new, false, &reflog),
+            // A branch that vanished (deleted under the fire) is not re-created as a
+            // root commit holding only records.
+            let Some(old) = old else {
+                return Err(GitError::Blocked(Blocker::MissingBranch {
+                    branch: p.branch.to_string(),
+                }));
             };
+            let moved = repo.reference_matching(p.branch, new, true, old, &reflog);
             match moved {
                 Ok(_) => return Ok(new),
                 Err(e)
@@ -651,7 +961,10 @@ fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), G
         repo.set_index(&mut index)?;
         for f in add {
             match p.held.iter().find(|(h, _)| h == f) {
-                Some((_, bytes)) => index.add_frombuffer(&held_entry(f), bytes)?,
+                Some((_, bytes)) => match worktree_entry(repo, f, bytes) {
+                    Some(entry) => index.add(&entry)?,
+                    None => index.add_frombuffer(&held_entry(f), bytes)?,
+                },
                 None => index.add_path(Path::new(f))?,
             }
         }
@@ -1135,6 +1448,41 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
         std::fs::remove_file(&path).map_err(|e| GitError::Io { path, source: e })?;
     }
     Ok(out)
+}
+
+/// The index entry of a record committed from held bytes when the work tree holds
+/// exactly those bytes (as a regular file with one name, read through no link): with
+/// the stat data of the file read, as `git add` writes it. Git's own checkouts (the
+/// one `git rebase` and `git pull --rebase` start with) trust an entry's stat data
+/// without refreshing it: an entry without any (see [`held_entry`]) reads as a local
+/// change there, and the person's rebase stops with "your local changes would be
+/// overwritten" although nothing changed. `None` when the work tree holds anything
+/// else.
+fn worktree_entry(repo: &Repository, f: &str, bytes: &[u8]) -> Option<git2::IndexEntry> {
+    use std::os::unix::fs::MetadataExt;
+    let root = repo.workdir()?;
+    let dir = crate::beneath::open_root(root).ok()?;
+    let (found, meta) = crate::beneath::read_regular_with_meta(&dir, Path::new(f), bytes.len() as u64).ok()?;
+    // Committed as a plain blob: an executable file's mode would not match it.
+    if found != bytes || meta.mode() & 0o111 != 0 {
+        return None;
+    }
+    // Git keeps these fields as 32 bits, truncated as here.
+    let time = |s: i64, ns: i64| git2::IndexTime::new(s as i32, ns as u32);
+    Some(git2::IndexEntry {
+        ctime: time(meta.ctime(), meta.ctime_nsec()),
+        mtime: time(meta.mtime(), meta.mtime_nsec()),
+        dev: meta.dev() as u32,
+        ino: meta.ino() as u32,
+        mode: u32::from(FileMode::Blob),
+        uid: meta.uid(),
+        gid: meta.gid(),
+        file_size: meta.len() as u32,
+        id: Oid::hash_object(git2::ObjectType::Blob, bytes).ok()?,
+        flags: 0,
+        flags_extended: 0,
+        path: f.as_bytes().to_vec(),
+    })
 }
 
 /// An index entry for a file committed from held bytes: no stat data, so `git status`

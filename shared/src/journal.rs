@@ -103,12 +103,50 @@ pub struct LiveRun {
     pub inputs: String,
     pub started_at: String,
     pub updated_at: String,
+    /// The boot (`/proc/sys/kernel/random/boot_id`) and `CLOCK_BOOTTIME` reading of its
+    /// last checkpoint, where known.
+    pub boot: Option<BootTime>,
 }
 
 impl LiveRun {
     /// Whether the process that ran it is gone (killed, crashed, rebooted).
     pub fn owner_gone(&self) -> bool {
         crate::git::process_is_gone(self.pid, self.pid_start)
+    }
+
+    /// How long ago its last checkpoint was written: on the boot clock when it was
+    /// written in this boot (a wall clock stepped forward, by NTP or a person, does
+    /// not age it), else by the wall clock (after a reboot the boot clock starts over).
+    pub fn idle(&self, now: DateTime<Utc>) -> std::time::Duration {
+        if let (Some(then), Some(current)) = (&self.boot, BootTime::now()) {
+            if then.boot_id == current.boot_id {
+                return std::time::Duration::from_nanos(current.ns.saturating_sub(then.ns).max(0) as u64);
+            }
+        }
+        let last = DateTime::parse_from_rfc3339(&self.updated_at)
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        (now - last).to_std().unwrap_or_default()
+    }
+}
+
+/// A reading of the boot clock: which boot, and `CLOCK_BOOTTIME` in nanoseconds
+/// (monotonic, counting suspend, never stepped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootTime {
+    pub boot_id: String,
+    pub ns: i64,
+}
+
+impl BootTime {
+    /// Now, or `None` without `/proc` (then the wall clock is all there is).
+    pub fn now() -> Option<BootTime> {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        Some(BootTime {
+            boot_id: boot_id.trim().to_string(),
+            ns: t.tv_sec.saturating_mul(1_000_000_000).saturating_add(t.tv_nsec),
+        })
     }
 }
 
@@ -127,14 +165,16 @@ impl Journal {
         let pid = std::process::id();
         let pid_start = crate::git::process_start_time(pid).map(|t| t as i64);
         let at = run.started_at.to_rfc3339();
+        let boot = BootTime::now();
+        let (boot_id, boot_ns) = (boot.as_ref().map(|b| b.boot_id.clone()), boot.map(|b| b.ns));
         store.write(|tx| {
             tx.execute(
                 "INSERT OR REPLACE INTO runs (run_id, task, status, stop_reason, started_at) VALUES (?1, ?2, 'running', 'not_started', ?3)",
                 rusqlite::params![run.run_id, run.task, at],
             )?;
             tx.execute(
-                "INSERT OR REPLACE INTO live_runs (run_id, task, pid, pid_start, ledger_run, step, state, inputs, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, 0, NULL, ?6, ?7)",
-                rusqlite::params![run.run_id, run.task, pid, pid_start, run.ledger_run, run.inputs, at],
+                "INSERT OR REPLACE INTO live_runs (run_id, task, pid, pid_start, ledger_run, step, state, inputs, updated_at, boot_id, boot_ns) VALUES (?1, ?2, ?3, ?4, ?5, 0, NULL, ?6, ?7, ?8, ?9)",
+                rusqlite::params![run.run_id, run.task, pid, pid_start, run.ledger_run, run.inputs, at, boot_id, boot_ns],
             )
         })?;
         Ok(Journal {
@@ -164,9 +204,13 @@ impl Journal {
     pub fn checkpoint(&mut self, state: &str, totals: Totals, ledger: &[LedgerEntry]) -> Result<(), StoreError> {
         let (run, ledger_run) = (&self.run_id, &self.ledger_run);
         let now = Utc::now().to_rfc3339();
+        let boot = BootTime::now();
+        let (boot_id, boot_ns) = (boot.as_ref().map(|b| b.boot_id.clone()), boot.map(|b| b.ns));
         self.store.write(|tx| {
-            tx.prepare_cached("UPDATE live_runs SET step = ?2, state = ?3, updated_at = ?4 WHERE run_id = ?1")?
-                .execute(rusqlite::params![run, totals.step, state, now])?;
+            tx.prepare_cached(
+                "UPDATE live_runs SET step = ?2, state = ?3, updated_at = ?4, boot_id = ?5, boot_ns = ?6 WHERE run_id = ?1",
+            )?
+            .execute(rusqlite::params![run, totals.step, state, now, boot_id, boot_ns])?;
             tx.prepare_cached(
                 "UPDATE runs SET steps = ?2, tokens_in = ?3, tokens_out = ?4, cost_usd = ?5, denials = ?6, retries = ?7 WHERE run_id = ?1 AND status = 'running'",
             )?
@@ -258,7 +302,8 @@ pub fn live_run(store: &Store, run_id: &str) -> Result<Option<LiveRun>, StoreErr
 fn query_live(store: &Store, filter: &str, value: &str) -> Result<Vec<LiveRun>, StoreError> {
     store.query_all(
         &format!(
-            "SELECT l.run_id, l.task, l.pid, l.pid_start, l.ledger_run, l.step, l.state, l.inputs, r.started_at, l.updated_at
+            "SELECT l.run_id, l.task, l.pid, l.pid_start, l.ledger_run, l.step, l.state, l.inputs, r.started_at, l.updated_at,
+                    l.boot_id, l.boot_ns
              FROM live_runs l JOIN runs r ON r.run_id = l.run_id
              WHERE {filter} AND r.status = 'running' ORDER BY r.started_at, l.run_id"
         ),
@@ -275,6 +320,10 @@ fn query_live(store: &Store, filter: &str, value: &str) -> Result<Vec<LiveRun>, 
                 inputs: r.get(7)?,
                 started_at: r.get(8)?,
                 updated_at: r.get(9)?,
+                boot: match (r.get::<_, Option<String>>(10)?, r.get::<_, Option<i64>>(11)?) {
+                    (Some(boot_id), Some(ns)) => Some(BootTime { boot_id, ns }),
+                    _ => None,
+                },
             })
         },
     )

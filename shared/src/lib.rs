@@ -16,13 +16,16 @@ pub mod eval;
 pub mod failpoints;
 pub mod fire;
 pub mod git;
+pub mod gitpath;
 pub mod history;
 #[cfg(test)]
 mod import_graph;
 pub mod journal;
 pub mod layout;
 pub mod manifest;
+pub mod mcp;
 pub mod pages;
+pub mod pending;
 pub mod policy;
 pub mod powers;
 pub mod progress;

@@ -318,6 +318,7 @@ pub fn changes(trusted: &RuntimeSettings, proposed: &RuntimeSettings) -> Vec<Pow
         require_reviewed: _,
         review: _,
         sync,
+        mcp,
     } = proposed;
     let mut out = Vec::new();
     out.extend(provider_change("provider", Some(&trusted.provider), Some(provider)));
@@ -391,6 +392,43 @@ pub fn changes(trusted: &RuntimeSettings, proposed: &RuntimeSettings) -> Vec<Pow
     }
     out.extend(telemetry_change(&trusted.telemetry, telemetry));
     out.extend(sync_change(trusted.sync.as_ref(), sync.as_ref()));
+    out.extend(mcp_changes(&trusted.mcp, mcp));
+    out
+}
+
+/// MCP servers the proposal adds or changes (each runs a program inside the tool
+/// sandbox with its own grants: a power), and those it removes.
+fn mcp_changes(trusted: &crate::mcp::McpServers, proposed: &crate::mcp::McpServers) -> Vec<PowerChange> {
+    let mut out = Vec::new();
+    for (name, p) in proposed {
+        let key = format!("mcp.{name}");
+        match trusted.get(name) {
+            None => out.push(PowerChange {
+                key,
+                before: "none".into(),
+                after: p.command.join(" "),
+                effect: Effect::Widens,
+                why: format!("new MCP server `{name}` would run in the tool sandbox"),
+            }),
+            Some(t) if t != p => out.push(PowerChange {
+                key,
+                before: t.command.join(" "),
+                after: p.command.join(" "),
+                effect: Effect::Widens,
+                why: format!("MCP server `{name}` changes what it runs, reads, reaches or is given"),
+            }),
+            Some(_) => {}
+        }
+    }
+    for (name, t) in trusted.iter().filter(|(n, _)| !proposed.contains_key(*n)) {
+        out.push(PowerChange {
+            key: format!("mcp.{name}"),
+            before: t.command.join(" "),
+            after: "none".into(),
+            effect: Effect::Narrows,
+            why: format!("MCP server `{name}` is removed"),
+        });
+    }
     out
 }
 

@@ -207,6 +207,11 @@ pub enum CardKind {
     /// A step's checkpoint could not be written to the state database (a full disk,
     /// a read-only `.runtime`): the run stopped before its next step.
     CheckpointFailed,
+    /// An MCP tool's definition (or what starts its server) differs from its pin in
+    /// `settings/mcp.lock`, or has none: the tool is not offered.
+    McpDrift,
+    /// An MCP server did not start, timed out, broke the protocol or stopped mid-fire.
+    McpServerFailed,
 }
 
 impl CardKind {
@@ -236,6 +241,8 @@ impl CardKind {
             CardKind::ApprovalStale => "approval_stale",
             CardKind::CommitBlocked => "commit_blocked",
             CardKind::CheckpointFailed => "checkpoint_failed",
+            CardKind::McpDrift => "mcp_drift",
+            CardKind::McpServerFailed => "mcp_server_failed",
         }
     }
 }
@@ -302,6 +309,8 @@ named!(
         CardKind::ApprovalStale,
         CardKind::CommitBlocked,
         CardKind::CheckpointFailed,
+        CardKind::McpDrift,
+        CardKind::McpServerFailed,
     ]
 );
 
@@ -573,6 +582,17 @@ pub struct ToolCallRecord {
     pub reason: String,
     pub outcome: ToolOutcome,
     pub duration_ms: u64,
+    /// An MCP tool's call: its server, tool and the pin its definition matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<McpCallRecord>,
+}
+
+/// What a receipt records of an MCP call besides its name and decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpCallRecord {
+    pub server: String,
+    pub tool: String,
+    pub pin: String,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -690,6 +710,45 @@ impl Card {
     pub fn rel_path(&self) -> PathBuf {
         card_path(&self.id, self.created_at)
     }
+}
+
+/// The most evidence lines a card keeps (the rest are counted in one more line).
+pub const CARD_EVIDENCE_MAX: usize = 20;
+/// The most bytes of one evidence line, and of a card's summary.
+pub const CARD_LINE_MAX: usize = 500;
+/// The most bytes of a card's detail.
+pub const CARD_DETAIL_MAX: usize = 8 * 1024;
+
+/// Caps a card's size: a summary and evidence lines of at most [`CARD_LINE_MAX`]
+/// bytes, a detail of at most [`CARD_DETAIL_MAX`] (its head kept, the cut said), at
+/// most [`CARD_EVIDENCE_MAX`] evidence lines and one counting the rest. A card is read
+/// by people and committed on every fire: one naming every path a model left behind
+/// (hundreds of KB) helps nobody. The fingerprint stays the one of the whole detail.
+pub fn cap_card(card: &mut Card) {
+    card.summary = cap_text(&card.summary, CARD_LINE_MAX);
+    card.detail = cap_text(&card.detail, CARD_DETAIL_MAX);
+    let total = card.evidence.len();
+    if total > CARD_EVIDENCE_MAX {
+        card.evidence.truncate(CARD_EVIDENCE_MAX);
+        card.evidence
+            .push(format!("... and {} more (of {total})", total - CARD_EVIDENCE_MAX));
+    }
+    for e in &mut card.evidence {
+        *e = cap_text(e, CARD_LINE_MAX);
+    }
+}
+
+/// `text` cut to at most about `max` bytes at a character boundary, saying how much
+/// was cut.
+pub fn cap_text(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max.saturating_sub(40);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}[... {} bytes cut ...]", &text[..end], text.len() - end)
 }
 
 pub fn card_path(id: &str, at: DateTime<Utc>) -> PathBuf {
@@ -940,6 +999,7 @@ pub(crate) mod tests {
                 reason: "r".into(),
                 outcome: ToolOutcome::Error(ErrorClass::PermissionDenied),
                 duration_ms: 1,
+                mcp: None,
             }],
             tokens: Tokens { input: 10, output: 5 },
             cost_usd: 0.001,
@@ -1241,6 +1301,8 @@ triage:
             (CardKind::ApprovalStale, "approval_stale"),
             (CardKind::CommitBlocked, "commit_blocked"),
             (CardKind::CheckpointFailed, "checkpoint_failed"),
+            (CardKind::McpDrift, "mcp_drift"),
+            (CardKind::McpServerFailed, "mcp_server_failed"),
         ]);
     }
 

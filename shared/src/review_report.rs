@@ -390,7 +390,7 @@ fn fix_evidence(ctx: &FixContext, card: &str) -> FixEvidence {
 fn settings_cause(kind: crate::records::CardKind) -> bool {
     use crate::records::CardKind as K;
     match kind {
-        K::PermissionDenied | K::MissingTool | K::ApprovalNeeded => true,
+        K::PermissionDenied | K::MissingTool | K::ApprovalNeeded | K::McpDrift | K::McpServerFailed => true,
         K::BudgetExceeded
         | K::MaxSteps
         | K::RepeatedCall

@@ -1,6 +1,7 @@
 //! Secret redaction. The values of the environment variables named by `api_key_env`,
-//! and strings shaped like common API keys, must never reach a report, receipt, card,
-//! trace or log line. Every writer of those passes text through [`Redactor::redact`].
+//! strings shaped like common API keys, and credentials in the shapes commands and
+//! URLs carry them (a URL's password, `curl -u user:pw`, `--password pw`,
+//! `password=pw`) must never reach a report, receipt, card, trace or log line. Every writer of those passes text through [`Redactor::redact`].
 //! A known value is also redacted in the forms a tool would print it in: base64
 //! (standard and URL-safe, at any alignment inside a longer encoded stream), hex
 //! (either case) and URL-encoding.
@@ -30,6 +31,27 @@ fn key_shapes() -> &'static Regex {
             r"|(?i:bearer)\s+[A-Za-z0-9._\-]{16,}",
         ))
         .expect("the key-shape pattern is a valid regex")
+    })
+}
+
+/// Credentials in the shapes commands and URLs carry them: a URL's password
+/// (`https://user:PASSWORD@host`), `curl -u user:PASSWORD`, `--password PASSWORD` or
+/// `--password=PASSWORD`, `password=PASSWORD` (also `passwd`, any case, `:`
+/// for `=`), `sshpass -p PASSWORD`, and `mysql`/`mariadb`'s glued `-pPASSWORD`. Only
+/// the `secret` group is replaced, so the text still says what it was.
+#[allow(clippy::expect_used)]
+fn credential_shapes() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(concat!(
+            r"(?i)[a-z][a-z0-9+.\-]*://[^\s/:@]+:(?P<secret>[^\s@/]+)@",
+            r#"|(?i)(?:^|\s)(?:-u|--user)\s+['"]?[^\s:'"]+:(?P<secret2>[^\s'"]+)"#,
+            r#"|(?i)--pass(?:word|wd)?(?:=|\s+)['"]?(?P<secret3>[^\s'"]+)"#,
+            r#"|(?i)\b(?:password|passwd)\s*[=:]\s*['"]?(?P<secret4>[^\s'",;&]+)"#,
+            r#"|(?i)\bsshpass\s+-p\s*['"]?(?P<secret5>[^\s'"]+)"#,
+            r#"|(?i)\b(?:mysql|mariadb|mysqldump)\b[^\n|;&]*?\s-p(?P<secret6>[^\s'"]+)"#,
+        ))
+        .expect("the credential pattern is a valid regex")
     })
 }
 
@@ -98,8 +120,31 @@ impl Redactor {
         if key_shapes().is_match(&out) {
             out = Cow::Owned(key_shapes().replace_all(&out, REDACTED).into_owned());
         }
+        if credential_shapes().is_match(&out) {
+            out = Cow::Owned(redact_credentials(&out));
+        }
         out
     }
+}
+
+/// `text` with the secret part of every [`credential_shapes`] match replaced.
+fn redact_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for caps in credential_shapes().captures_iter(text) {
+        let secret = (1..caps.len())
+            .filter_map(|i| caps.get(i))
+            .find(|m| !m.as_str().is_empty());
+        let Some(secret) = secret else { continue };
+        if secret.as_str() == REDACTED || secret.start() < last {
+            continue;
+        }
+        out.push_str(&text[last..secret.start()]);
+        out.push_str(REDACTED);
+        last = secret.end();
+    }
+    out.push_str(&text[last..]);
+    out
 }
 
 /// The shortest encoded fragment worth redacting (shorter ones would also match text
@@ -185,6 +230,36 @@ mod tests {
         }
         assert!(out.ends_with(" ok"));
         assert_eq!(r.redact("plain text"), "plain text");
+    }
+
+    #[test]
+    fn redacts_credentials_in_command_and_url_shapes() {
+        let r = Redactor::default();
+        for (text, secret) in [
+            ("curl https://admin:hunter2pw@db.example.com/x", "hunter2pw"),
+            ("curl -u admin:hunter2pw https://x", "hunter2pw"),
+            ("tool --password hunter2pw --x", "hunter2pw"),
+            ("tool --password=hunter2pw", "hunter2pw"),
+            ("export PASSWORD=hunter2pw; run", "hunter2pw"),
+            ("db password: hunter2pw", "hunter2pw"),
+            ("sshpass -p hunter2pw ssh host", "hunter2pw"),
+            ("mysql -u root -phunter2pw mydb", "hunter2pw"),
+        ] {
+            let out = r.redact(text);
+            assert!(!out.contains(secret), "{text:?} -> {out:?}");
+            assert!(out.contains(REDACTED), "{out}");
+        }
+        let out = r.redact("curl -u admin:hunter2pw https://x");
+        assert!(out.contains("admin:"), "what it was is still said: {out}");
+        for plain in [
+            "mkdir -p reports/x",
+            "the token budget: 2000",
+            "http://example.com/a:b",
+            "pwd",
+            "PWD=/work/repo",
+        ] {
+            assert_eq!(r.redact(plain), plain);
+        }
     }
 
     #[test]

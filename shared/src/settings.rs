@@ -65,6 +65,9 @@ pub struct RuntimeSettings {
     /// The cron box (optional): fetch, fast-forward to an approved tip, push records.
     #[serde(default)]
     pub sync: Option<SyncSettings>,
+    /// MCP tool servers, run inside the tool sandbox (optional; see `crate::mcp`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp: crate::mcp::McpServers,
 }
 
 /// The `sync:` section (DESIGN.md section 8, "Sync"): the remote and branch a fire
@@ -366,6 +369,9 @@ pub struct Limits {
     /// How long after its last checkpoint an interrupted run is resumed by the next
     /// fire of its task (on the same inputs); older ones are closed as `crashed`.
     pub resume_window_s: u64,
+    /// The most bytes of one model response body read; a longer one (a server that
+    /// streams without end) fails the call as a provider error.
+    pub provider_response_bytes: u64,
 }
 impl Default for Limits {
     fn default() -> Self {
@@ -385,6 +391,7 @@ impl Default for Limits {
             output_total_bytes: 8 * 1024 * 1024,
             output_files: 64,
             resume_window_s: 3600,
+            provider_response_bytes: 16 * 1024 * 1024,
         }
     }
 }
@@ -433,6 +440,7 @@ const TOP_KEYS: &[&str] = &[
     "require_reviewed",
     "review",
     "sync",
+    "mcp",
 ];
 
 /// Claude Code settings keys that are accepted and ignored (they configure the
@@ -627,6 +635,7 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> 
             "require_reviewed" => section::<bool>(file, src, key, v, diags),
             "review" => section::<ReviewSettings>(file, src, key, v, diags),
             "sync" => section::<SyncSettings>(file, src, key, v, diags),
+            "mcp" => section::<crate::mcp::McpServers>(file, src, key, v, diags),
             _ => {}
         }
         if diags.len() > n {
@@ -866,6 +875,12 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
         ));
     }
     permission_problems(file, src, &s.permissions, &mut d);
+    let keys: Vec<&str> = [Some(&s.provider), s.fallback.as_ref()]
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.api_key_env.as_deref())
+        .collect();
+    crate::mcp::config::validate(file, src, &s.mcp, &keys, &mut d);
     for g in &s.builder_paths {
         if let Err(e) = globset::Glob::new(g) {
             d.push(Diagnostic::new(
@@ -1323,6 +1338,8 @@ mod reference {
     const MINIMAL: &str = "version: 1\nprovider: {kind: replay, replay: evals/digest/replay.json}\n";
     /// Stands for a model name under `prices`.
     const MODEL: &str = "<model>";
+    /// Stands for a server name under `mcp`.
+    const SERVER: &str = "<server>";
 
     struct Row {
         key: String,
@@ -1362,7 +1379,11 @@ mod reference {
         let mut cur = v;
         for seg in path.split('.') {
             let m = cur.as_mapping()?;
-            cur = if seg == MODEL { m.values().next()? } else { m.get(seg)? };
+            cur = if seg == MODEL || seg == SERVER {
+                m.values().next()?
+            } else {
+                m.get(seg)?
+            };
         }
         Some(cur)
     }
@@ -1376,7 +1397,7 @@ mod reference {
     /// Every field of the settings types, optional sections filled in.
     fn full() -> Value {
         typed(&format!(
-            "version: 1\nprovider: {{kind: replay}}\nfallback: {{kind: replay}}\nsync: {{remote: o, branch: m}}\nruntime_identity: {{name: runtime, email: runtime@localhost, signing_key: /etc/runtime/key}}\nprices: {{\"{MODEL}\": {{input_per_mtok: 1.0, output_per_mtok: 2.0}}}}\n"
+            "version: 1\nprovider: {{kind: replay}}\nfallback: {{kind: replay}}\nsync: {{remote: o, branch: m}}\nruntime_identity: {{name: runtime, email: runtime@localhost, signing_key: /etc/runtime/key}}\nprices: {{\"{MODEL}\": {{input_per_mtok: 1.0, output_per_mtok: 2.0}}}}\nmcp: {{\"{SERVER}\": {{command: [x]}}}}\n"
         ))
     }
 
@@ -1413,7 +1434,7 @@ mod reference {
         if !parent.is_empty() {
             for seg in parent.split('.') {
                 let m = cur.as_mapping_mut().unwrap();
-                let key = if seg == MODEL {
+                let key = if seg == MODEL || seg == SERVER {
                     m.keys().next().unwrap().clone()
                 } else {
                     Value::from(seg)
@@ -1466,7 +1487,9 @@ mod reference {
     fn documented_defaults_and_types_are_the_codes() {
         let defaults = typed("version: 1\nprovider: {kind: replay}\n");
         // An optional section's own defaults, with only its required keys given.
-        let sections = typed("version: 1\nprovider: {kind: replay}\nsync: {remote: o, branch: m}\n");
+        let sections = typed(&format!(
+            "version: 1\nprovider: {{kind: replay}}\nsync: {{remote: o, branch: m}}\nmcp: {{\"{SERVER}\": {{command: [x]}}}}\n"
+        ));
         let full = full();
         for row in rows() {
             let key = &row.key;

@@ -152,6 +152,13 @@ pub fn join(words: &[Word]) -> String {
     s
 }
 
+/// Quotes `s` as one word for `sh` (single quotes, each `'` written `'\''`): how the
+/// runtime passes a name it did not choose (a script's path, a file a model made) to
+/// a command it runs itself.
+pub fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
 /// Why a command line could not be analysed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShellError {

@@ -45,6 +45,11 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
         // (`crate::manifest`), one row: git tracks none of them but the executable bit.
         "CREATE TABLE metadata_manifest (id INTEGER PRIMARY KEY CHECK (id = 1), manifest TEXT NOT NULL,
             recorded_at TEXT NOT NULL);",
+        // 9: a live run's last checkpoint on the boot clock (`CLOCK_BOOTTIME`, with the
+        // boot it counts from), so the resume window is not measured by a wall clock
+        // that can step.
+        "ALTER TABLE live_runs ADD COLUMN boot_id TEXT;
+         ALTER TABLE live_runs ADD COLUMN boot_ns INTEGER;",
     ],
 };
 
@@ -185,6 +190,10 @@ pub struct StateReset {
     /// What was lost, as far as the damaged file could be read: runs waiting for
     /// approval, the number of run rows. Empty when nothing could be read.
     pub lost: Vec<String>,
+    /// Runs waiting for approval whose pause (checkpoint, run row and any decision)
+    /// was read from the damaged file and kept in the new one.
+    #[serde(default)]
+    pub kept: Vec<String>,
     pub at: DateTime<Utc>,
 }
 
@@ -196,15 +205,23 @@ impl StateReset {
         } else {
             format!("it held: {}", self.lost.join("; "))
         };
+        let kept = if self.kept.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " Kept in the new database (still waiting, `runtime resume` works as before): {}.",
+                self.kept.join("; ")
+            )
+        };
         CardDraft {
             kind: CardKind::StateReset,
-            summary: "the state database was damaged; it was moved aside and rebuilt empty".into(),
+            summary: "the state database was damaged; it was moved aside and rebuilt".into(),
             detail: format!(
-                "{}; moved to {}; {lost}. Checkpoints, approvals and local run history in it are gone from the runtime's view.",
+                "{}; moved to {}; {lost}. Local run history in it is gone from the runtime's view; a run that waited for approval and could not be kept is not waited on any more: the next fire of its task runs afresh and asks again.{kept}",
                 self.reason,
                 self.moved_to.display()
             ),
-            evidence: self.lost.clone(),
+            evidence: self.lost.iter().chain(&self.kept).cloned().collect(),
         }
     }
 }
@@ -251,15 +268,24 @@ impl StateDb {
     pub fn open(root: &Path) -> Result<StateDb, StoreError> {
         let path = db_path(root);
         let inode = file_inode(&path);
-        match open_checked(&path) {
-            Ok(store) => Ok(StateDb { store, reset: None }),
+        let opened = match emptied(&path) {
+            Some(reason) => Err(OpenFailure::Damaged(reason)),
+            None => open_checked(&path),
+        };
+        match opened {
+            Ok(store) => {
+                mark_made(&path);
+                Ok(StateDb { store, reset: None })
+            }
             Err(OpenFailure::Other(e)) => Err(e),
             Err(OpenFailure::Damaged(reason)) => {
-                let reset = move_aside(root, &path, inode, reason)?;
-                Ok(StateDb {
-                    store: Store::open(&path, RUNTIME_SCHEMA)?,
-                    reset,
-                })
+                let mut reset = move_aside(root, &path, inode, reason)?;
+                let mut store = Store::open(&path, RUNTIME_SCHEMA)?;
+                if let Some(r) = &mut reset {
+                    r.kept = salvage_pauses(&root.join(&r.moved_to), &mut store);
+                    write_note(root, r);
+                }
+                Ok(StateDb { store, reset })
             }
         }
     }
@@ -513,6 +539,107 @@ impl StateDb {
     }
 }
 
+/// Why the state database at `path` is empty where it must hold a schema: a file of
+/// 0 bytes with no write-ahead log holding its pages (a full disk or a file system
+/// crash truncated it, or someone did). SQLite would take it for a new database and
+/// the runs waiting in it would be lost without a word.
+fn emptied(path: &Path) -> Option<String> {
+    // A database being created is 0 bytes for a moment too (a concurrent fire made
+    // it), and one whose creator was killed right then never held anything: only a
+    // database once opened with its schema counts.
+    if !made_marker(path).exists() {
+        return None;
+    }
+    let len = std::fs::metadata(path).ok()?.len();
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push("-wal");
+    let wal_len = std::fs::metadata(PathBuf::from(wal)).map(|m| m.len()).unwrap_or(0);
+    (len == 0 && wal_len == 0).then(|| {
+        format!(
+            "{}: the file is empty (0 bytes): what it held was lost (a full disk, a crash of its file system, or a truncation)",
+            path.display()
+        )
+    })
+}
+
+/// The file beside the state database that says it was once opened with its schema
+/// (`state.db.made`), so a 0-byte database later is known to have lost what it held.
+fn made_marker(path: &Path) -> PathBuf {
+    let mut marker = path.as_os_str().to_os_string();
+    marker.push(".made");
+    PathBuf::from(marker)
+}
+
+/// Leaves [`made_marker`] once the database opened with its schema (best effort: a
+/// missing marker only means a truncated database is taken for a new one).
+fn mark_made(path: &Path) {
+    let marker = made_marker(path);
+    if !marker.exists() {
+        if let Err(e) = std::fs::write(&marker, b"") {
+            tracing::debug!(error = %e, "the state database's marker was not written");
+        }
+    }
+}
+
+/// Copies every pause the damaged database at `damaged` still shows (its checkpoint,
+/// its run row and a builder's decision on it) into the new `store`, so a run that
+/// waited for approval goes on waiting; returns the runs kept. Best effort: a row
+/// that cannot be read is not kept (the card says the task asks again).
+fn salvage_pauses(damaged: &Path, store: &mut Store) -> Vec<String> {
+    use rusqlite::OpenFlags;
+    let Ok(conn) = rusqlite::Connection::open_with_flags(damaged, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+        return vec![];
+    };
+    type Row = (String, i64, String);
+    let checkpoints: Vec<Row> = conn
+        .prepare("SELECT run_id, step, state FROM checkpoints ORDER BY run_id")
+        .and_then(|mut stmt| {
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .unwrap_or_default();
+    let mut kept = Vec::new();
+    for (run_id, step, state) in checkpoints {
+        let Ok(task) = serde_json::from_str::<Checkpoint>(&state).map(|c| c.task) else {
+            continue;
+        };
+        let started_at: String = conn
+            .query_row("SELECT started_at FROM runs WHERE run_id = ?1", [&run_id], |r| r.get(0))
+            .unwrap_or_else(|_| Utc::now().to_rfc3339());
+        let decisions: Vec<(String, String, String, String, String)> = conn
+            .prepare("SELECT call_id, args_hash, decision, by, at FROM approvals WHERE run_id = ?1")
+            .and_then(|mut stmt| {
+                stmt.query_map([&run_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .unwrap_or_default();
+        let copied = store.write(|tx| {
+            tx.execute(
+                "INSERT OR IGNORE INTO runs (run_id, task, status, stop_reason, started_at) VALUES (?1, ?2, 'waiting_approval', 'waiting_approval', ?3)",
+                rusqlite::params![run_id, task, started_at],
+            )?;
+            tx.execute(
+                "INSERT OR IGNORE INTO checkpoints (run_id, step, state) VALUES (?1, ?2, ?3)",
+                rusqlite::params![run_id, step, state],
+            )?;
+            for (call_id, hash, decision, by, at) in &decisions {
+                tx.execute(
+                    "INSERT OR IGNORE INTO approvals (run_id, call_id, args_hash, decision, by, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    rusqlite::params![run_id, call_id, hash, decision, by, at],
+                )?;
+            }
+            Ok(())
+        });
+        match copied {
+            Ok(()) => kept.push(format!("run {run_id} of task {task} waiting for approval")),
+            Err(e) => tracing::warn!(run = %run_id, error = %e, "a paused run could not be kept"),
+        }
+    }
+    kept
+}
+
 fn file_inode(path: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| m.ino())
@@ -588,17 +715,24 @@ fn move_aside(root: &Path, path: &Path, inode: Option<u64>, reason: String) -> R
     let reset = StateReset {
         reason,
         lost: readable_contents(&moved_to),
+        kept: Vec::new(),
         moved_to: moved_to.strip_prefix(root).unwrap_or(&moved_to).to_path_buf(),
         at,
     };
     tracing::warn!(moved_to = %moved_to.display(), reason = %reset.reason, "the state database was damaged; rebuilt empty");
+    write_note(root, &reset);
+    Ok(Some(reset))
+}
+
+/// Leaves (or rewrites) the note of `reset` for the next fire's `state_reset` card.
+fn write_note(root: &Path, reset: &StateReset) {
+    let stamp = reset.at.format("%Y%m%dT%H%M%S%.3fZ");
     let note = root.join(STATE_DIR).join(format!("{RESET_NOTE_PREFIX}{stamp}.json"));
-    if let Ok(body) = serde_json::to_vec_pretty(&reset) {
+    if let Ok(body) = serde_json::to_vec_pretty(reset) {
         if let Err(e) = std::fs::write(&note, body) {
             tracing::warn!(note = %note.display(), error = %e, "the reset note was not written");
         }
     }
-    Ok(Some(reset))
 }
 
 /// What a damaged database still shows: runs waiting for approval (their
@@ -858,7 +992,38 @@ mod tests {
             "names the run that waited: {:?}",
             reset.lost
         );
-        assert!(db.checkpoint("r-waiting").unwrap().is_none(), "rebuilt empty");
+        // The pause was readable: kept, so the run still waits (and can be resumed).
+        assert!(
+            reset.kept.iter().any(|k| k.contains("r-waiting")),
+            "the readable pause is kept: {:?}",
+            reset.kept
+        );
+        assert!(db.checkpoint("r-waiting").unwrap().is_some());
+        assert_eq!(db.waiting_run("t").unwrap().as_deref(), Some("r-waiting"));
+        assert!(reset.card().detail.contains("Kept in the new database"));
+    }
+
+    #[test]
+    fn an_empty_database_file_is_a_reset_not_a_new_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db_path(dir.path());
+        let mut db = StateDb::open(dir.path()).unwrap();
+        db.save_checkpoint("r1", &paused("c1")).unwrap();
+        db.store.checkpoint().unwrap();
+        drop(db);
+        for side in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{side}", path.display()));
+        }
+        std::fs::write(&path, b"").unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        let reset = db.reset().cloned().expect("an emptied file is reported");
+        assert!(reset.reason.contains("empty (0 bytes)"), "{}", reset.reason);
+        let card = reset.card();
+        assert!(card.detail.contains("asks again"), "{}", card.detail);
+        assert_eq!(pending_resets(dir.path()).len(), 1, "a note waits for the card");
+        // A fresh database (never written) is not a reset.
+        let other = tempfile::tempdir().unwrap();
+        assert!(StateDb::open(other.path()).unwrap().reset().is_none());
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub struct WorkerConfig {
     /// The worker's namespaces (issue 10): `None` runs it in the runtime's own.
     #[serde(default)]
     pub isolation: Option<NamespacePlan>,
+    /// Run this MCP server instead of serving tool calls: once in its sandbox, the
+    /// worker starts it on its own stdin and stdout and waits for it ([`crate::mcp`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<crate::mcp::McpLaunch>,
 }
 
 /// The worker's first answer: the sandbox it is in, or why it could not enter it.
@@ -76,6 +80,19 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
     if refused {
         return Ok(());
     }
+    if let Some(launch) = &config.mcp {
+        // The server's lines go out on the worker's stdout from a thread of their
+        // own: a descriptor of its own (the caller's handle stays with this thread).
+        let out = std::fs::File::from(rustix::io::dup(std::io::stdout())?);
+        let sync = move || {
+            if let Some(wb) = write_back.as_mut() {
+                for line in write_back_notes(wb) {
+                    eprintln!("{line}");
+                }
+            }
+        };
+        return crate::mcp::run_server(&config.root, &config.env, launch, lines, out, sync);
+    }
     let ctx = ExecContext {
         root: config.root,
         scratch: config.scratch,
@@ -110,6 +127,18 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
 /// Copies the call's writes into the repository and tells the model in the result
 /// what did not get there, and when the write limit was reached.
 fn note_write_back(result: &mut ToolResult, wb: &mut WriteBack) {
+    let notes = write_back_notes(wb);
+    if !notes.is_empty() {
+        if !result.output.is_empty() && !result.output.ends_with('\n') {
+            result.output.push('\n');
+        }
+        result.output.push_str(&notes.join("\n"));
+    }
+}
+
+/// Copies what tools (or an MCP server) wrote into the repository; the lines that say
+/// what did not get there, and when the write limit was reached.
+fn write_back_notes(wb: &mut WriteBack) -> Vec<String> {
     let problems = wb.sync();
     let mut notes = Vec::new();
     if wb.full() {
@@ -129,10 +158,5 @@ fn note_write_back(result: &mut ToolResult, wb: &mut WriteBack) {
     if problems.len() > SHOWN {
         notes.push(format!("[sandbox] ... and {} more not written", problems.len() - SHOWN));
     }
-    if !notes.is_empty() {
-        if !result.output.is_empty() && !result.output.ends_with('\n') {
-            result.output.push('\n');
-        }
-        result.output.push_str(&notes.join("\n"));
-    }
+    notes
 }

@@ -67,6 +67,7 @@ pub fn receipt(i: usize) -> Receipt {
                 reason: "matches an allow rule".into(),
                 outcome: ToolOutcome::Ok,
                 duration_ms: (i % 97) as u64,
+                mcp: None,
             })
             .collect(),
         tokens: Tokens {

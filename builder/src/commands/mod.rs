@@ -12,6 +12,7 @@ mod index;
 mod init;
 mod install_hooks;
 mod land;
+mod mcp;
 mod merge;
 mod proposals;
 mod propose;
@@ -72,6 +73,7 @@ pub enum Command {
     Eval(eval::Args),
     ApproveCall(approve_call::Args),
     Serve(serve::Args),
+    Mcp(mcp::Args),
     /// Print shell completions
     Completions {
         /// The shell to complete for
@@ -101,6 +103,7 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
         Command::Eval(a) => eval::run(a, &repo),
         Command::ApproveCall(a) => approve_call::run(a, &repo),
         Command::Serve(a) => serve::run(a, &repo),
+        Command::Mcp(a) => mcp::run(a, &repo),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "builder", &mut std::io::stdout());
             Ok(Outcome::Ok)

@@ -291,9 +291,11 @@ pub fn fire_task(root: &Path, fire: Fire, out: Output) -> Result<Outcome, Comman
                     let (tx, rx) = tokio::sync::watch::channel(false);
                     tokio::spawn(async move {
                         use tokio::signal::unix::{signal, SignalKind};
-                        let (Ok(mut term), Ok(mut int)) =
-                            (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-                        else {
+                        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+                            signal(SignalKind::terminate()),
+                            signal(SignalKind::interrupt()),
+                            signal(SignalKind::hangup()),
+                        ) else {
                             return;
                         };
                         // A signal before these listeners existed is in the flag.
@@ -301,6 +303,7 @@ pub fn fire_task(root: &Path, fire: Fire, out: Output) -> Result<Outcome, Comman
                             tokio::select! {
                                 _ = term.recv() => {}
                                 _ = int.recv() => {}
+                                _ = hup.recv() => {}
                             }
                         }
                         tracing::warn!("signal received; ending the fire as cancelled");
@@ -323,13 +326,14 @@ pub fn fire_task(root: &Path, fire: Fire, out: Output) -> Result<Outcome, Comman
     result
 }
 
-/// From here on SIGINT and SIGTERM end the fire as `cancelled` with its records, in
+/// From here on SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) end the
+/// fire as `cancelled` with its records, in
 /// every phase (prefetch included), and a closed pipe (a dead tool worker) is an
 /// error the fire handles, never a SIGPIPE that kills it. Spawned processes get the
 /// default SIGPIPE back (the standard library resets it in the child).
 fn answer_signals() {
     if let Err(e) = shared::cancel::install() {
-        tracing::warn!(error = %e, "cannot handle SIGINT/SIGTERM; a signal kills the fire");
+        tracing::warn!(error = %e, "cannot handle SIGINT/SIGTERM/SIGHUP; a signal kills the fire");
     }
     // SAFETY: setting a signal disposition; no handler runs.
     unsafe {

@@ -6,6 +6,9 @@
 
 pub mod context;
 pub mod gate;
+mod mcp_call;
+pub mod mcp_client;
+pub mod mcp_pin;
 pub mod pins;
 pub mod worker_client;
 
@@ -119,6 +122,9 @@ pub struct LoopConfig {
     pub committed: Box<dyn Fn(&str) -> bool>,
     /// The repository root, where a write left `started` is reconciled on resume.
     pub root: std::path::PathBuf,
+    /// The write ACL's literal directories (repo-relative): where a nested `.git` a
+    /// tool made is looked for after each call that could write.
+    pub write_roots: Vec<String>,
     pub decision: DecisionLookup,
 }
 
@@ -156,6 +162,8 @@ pub struct Agent<'a> {
     /// The run's journal: a checkpoint after every step and the tool ledger. `None`
     /// where nothing is recorded.
     pub journal: Option<&'a mut Journal>,
+    /// The fire's MCP servers and the tools they offer (empty without any).
+    pub mcp: &'a mcp_client::McpHub,
 }
 
 /// The tool definitions the model is offered, from the task's tool names.
@@ -207,7 +215,8 @@ impl Agent<'_> {
 
     /// Runs the loop until a stop reason.
     pub async fn run(&mut self, state: &mut LoopState) -> StopReason {
-        let tool_defs = tool_defs(&self.cfg.tools);
+        let mut tool_defs = tool_defs(&self.cfg.tools);
+        tool_defs.extend(self.mcp.tool_defs());
         if let Some(stop) = self.settle_pending(state).await {
             return stop;
         }
@@ -270,7 +279,10 @@ impl Agent<'_> {
         {
             state.messages.remove(idx);
         }
-        match self.handle_call(state, &p.call, p.step, true).await {
+        crate::failpoint!("before-approved-call");
+        let outcome = self.handle_call(state, &p.call, p.step, true).await;
+        crate::failpoint!("after-approved-call");
+        match outcome {
             CallOutcome::Done => None,
             CallOutcome::Stop(stop) => Some(stop),
         }
@@ -508,6 +520,9 @@ impl Agent<'_> {
         let span = state.trace.start(SpanKind::Tool, format!("execute_tool {}", call.name));
         state.trace.attr(span, "gen_ai.tool.name", call.name.clone());
         state.trace.attr(span, "gen_ai.tool.call.id", call.id.clone());
+        if crate::mcp::split_name(&call.name).is_some() {
+            return self.handle_mcp_call(state, call, step, span, resumed).await;
+        }
         let decided = gate::gate(
             call,
             &GateInput {
@@ -541,11 +556,11 @@ impl Agent<'_> {
         };
         match decided {
             Gate::Refuse { args_json, refusal } => {
-                let (rec, result) = refuse(self.cfg, state, call, refusal, |d, rule, reason| {
+                let (rec, result) = refuse(state, call, refusal, |d, rule, reason| {
                     record(args_json, d, rule, reason)
                 });
                 finish_call(self.cfg, state, rec, &result);
-                match self.checkpoint(state, &[completed_entry(call, &result)]) {
+                match self.checkpoint(state, &[completed_entry(self.cfg, call, &result)]) {
                     Some(stop) => CallOutcome::Stop(stop),
                     None => CallOutcome::Done,
                 }
@@ -591,6 +606,10 @@ impl Agent<'_> {
                 verdict,
             } => {
                 let replayed = if resumed { self.recorded(call, &args) } else { None };
+                let writes = !matches!(
+                    args,
+                    ToolArgs::ReadFile { .. } | ToolArgs::ListDir { .. } | ToolArgs::Grep { .. }
+                );
                 let result = match replayed {
                     Some(r) => r,
                     None => {
@@ -598,8 +617,12 @@ impl Agent<'_> {
                             return CallOutcome::Stop(stop);
                         }
                         crate::failpoint!("after-ledger-started");
+                        let since = std::time::SystemTime::now();
                         let r = self.execute(call, args).await;
                         crate::failpoint!("after-tool-side-effect");
+                        if writes {
+                            self.sweep_nested_git(state, since).await;
+                        }
                         r
                     }
                 };
@@ -625,11 +648,85 @@ impl Agent<'_> {
                     record(args_json, RecordedDecision::Allow, verdict.rule, verdict.reason),
                     &result,
                 );
-                match self.checkpoint(state, &[completed_entry(call, &result)]) {
+                match self.checkpoint(state, &[completed_entry(self.cfg, call, &result)]) {
                     Some(stop) => CallOutcome::Stop(stop),
                     None => CallOutcome::Done,
                 }
             }
+        }
+    }
+
+    /// After a call that could write: every `.git` (a directory, or a `gitdir:` file, in
+    /// any spelling git knows) made since `since` under the write ACL is removed, by the
+    /// worker (which may write there; the runtime may not, outside `reports/`), and
+    /// named in one `output_rejected` card of the run. A nested repository left in the
+    /// work tree would run its config and hooks (`core.fsmonitor`, `core.pager`) for the
+    /// engineer who runs `git` inside it.
+    async fn sweep_nested_git(&mut self, state: &mut LoopState, since: std::time::SystemTime) {
+        let found = nested_git(&self.cfg.root, &self.cfg.write_roots, since);
+        if found.is_empty() {
+            return;
+        }
+        let command = format!(
+            "rm -rf -- {}",
+            found
+                .iter()
+                .map(|p| crate::shell::quote(p))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let req = ToolRequest {
+            masked: Vec::new(),
+            call_id: "sweep-nested-git".into(),
+            args: ToolArgs::RunCommand {
+                command,
+                timeout_s: None,
+            },
+            timeout_ms: 10_000,
+            output_limit: 4096,
+            apart: false,
+        };
+        let done = self.worker.call(&req).await;
+        let (mut removed, mut left) = (Vec::new(), Vec::new());
+        for p in found {
+            match std::fs::symlink_metadata(self.cfg.root.join(&p)) {
+                Err(_) => removed.push(p),
+                Ok(_) => left.push(p),
+            }
+        }
+        if !left.is_empty() {
+            tracing::warn!(left = ?left, output = %done.output, "nested git repositories could not be removed");
+        }
+        let mut lines: Vec<String> = removed
+            .iter()
+            .map(|p| format!("{}: a nested git repository the model made: removed", p.escape_debug()))
+            .collect();
+        lines.extend(left.iter().map(|p| {
+            format!(
+                "{}: a nested git repository the model made: not removed ({})",
+                p.escape_debug(),
+                done.output.trim()
+            )
+        }));
+        let n = removed.len() + left.len();
+        match state
+            .cards
+            .iter_mut()
+            .find(|c| c.kind == CardKind::OutputRejected && c.summary.contains("nested git"))
+        {
+            Some(card) => {
+                card.detail.push('\n');
+                card.detail.push_str(&lines.join("\n"));
+                card.evidence.extend(lines);
+            }
+            None => state.cards.push(CardDraft {
+                kind: CardKind::OutputRejected,
+                summary: format!(
+                    "{n} nested git repository(ies) the model made under the write ACL were removed after its call"
+                ),
+                detail: lines.join("\n"),
+                evidence: lines,
+            }),
         }
     }
 
@@ -677,6 +774,50 @@ impl Agent<'_> {
     }
 }
 
+/// The most directory entries one sweep for nested repositories looks at.
+const SWEEP_ENTRIES: usize = 20_000;
+
+/// Every `.git` ([`crate::gitpath::is_dot_git`]) changed at or after `since` under the
+/// write roots of `root` (repo-relative paths, links never followed, at most
+/// [`SWEEP_ENTRIES`] entries looked at).
+fn nested_git(root: &std::path::Path, roots: &[String], since: std::time::SystemTime) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let since = since
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| (d.as_secs() as i64, i64::from(d.subsec_nanos())))
+        .unwrap_or((0, 0));
+    let mut found = Vec::new();
+    let mut seen = 0usize;
+    let mut stack: Vec<String> = roots.to_vec();
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(root.join(&dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > SWEEP_ENTRIES {
+                return found;
+            }
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            let path = format!("{dir}/{name}");
+            if crate::gitpath::is_dot_git(&name) {
+                let new =
+                    std::fs::symlink_metadata(root.join(&path)).is_ok_and(|m| (m.ctime(), m.ctime_nsec()) >= since);
+                if new {
+                    found.push(path);
+                }
+                continue;
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            }
+        }
+    }
+    found
+}
+
 /// Saves the checkpoint after a step: `state` serialized, the run row's totals and
 /// the changed `ledger` entries, in one transaction of `journal`.
 pub fn save_checkpoint(journal: &mut Journal, state: &LoopState, ledger: &[LedgerEntry]) -> Result<(), String> {
@@ -713,9 +854,13 @@ fn ledger_entry(call: &ToolCall, stage: CallStage, result: Option<String>) -> Le
     }
 }
 
-/// The ledger entry of a call whose result is in.
-fn completed_entry(call: &ToolCall, result: &ToolResult) -> LedgerEntry {
-    ledger_entry(call, CallStage::Completed, serde_json::to_string(result).ok())
+/// The ledger entry of a call whose result is in, redacted as records are (the
+/// result goes back to the model on resume, and no secret is stored in the clear).
+fn completed_entry(cfg: &LoopConfig, call: &ToolCall, result: &ToolResult) -> LedgerEntry {
+    let stored = serde_json::to_string(result)
+        .ok()
+        .map(|json| cfg.redactor.redact(&json).into_owned());
+    ledger_entry(call, CallStage::Completed, stored)
 }
 
 /// The result of a call that may or may not have taken effect.
@@ -854,7 +999,6 @@ fn over_budget(cfg: &LoopConfig, state: &mut LoopState, step: u32) -> Option<Sto
 /// The observation and card (at most one per missing tool or denial fingerprint) for
 /// a call the gate refused.
 fn refuse<'c>(
-    cfg: &LoopConfig,
     state: &mut LoopState,
     call: &ToolCall,
     refusal: Refusal,
@@ -868,12 +1012,7 @@ fn refuse<'c>(
                     call,
                     format!("the model asked for a tool that does not exist: `{}`", call.name),
                     format!("tool `{}` requested", call.name),
-                    vec![cfg
-                        .redactor
-                        .redact(&format!("{} {}", call.name, call.arguments))
-                        .chars()
-                        .take(500)
-                        .collect()],
+                    vec![format!("call {}", call.id), arguments_hash(call)],
                 );
             }
             let result = ToolResult::error(&call.id, class, message.clone());
@@ -896,21 +1035,20 @@ fn refuse<'c>(
             let fingerprint = format!("{} {}", call.name, verdict.reason);
             if !state.denied_fingerprints.contains(&fingerprint) {
                 state.denied_fingerprints.push(fingerprint);
+                // Committed with the run: the call's arguments only as their hash
+                // (`runtime show <run>` has them, redacted, on this machine).
+                let reason = without_arguments(&verdict.reason, call);
                 state.cards.push(CardDraft {
                     kind: CardKind::PermissionDenied,
                     summary: format!(
                         "`{}` denied: {}",
                         call.name,
-                        verdict.reason.chars().take(120).collect::<String>()
+                        reason.chars().take(120).collect::<String>()
                     ),
-                    detail: verdict.reason.clone(),
+                    detail: reason,
                     evidence: vec![
                         format!("call {}", call.id),
-                        cfg.redactor
-                            .redact(&rec.args_json.to_string())
-                            .chars()
-                            .take(500)
-                            .collect(),
+                        arguments_hash(call),
                         format!("rule: {}", verdict.rule.unwrap_or_else(|| "(built-in)".into())),
                     ],
                 });
@@ -949,14 +1087,17 @@ fn finish_call(cfg: &LoopConfig, state: &mut LoopState, rec: CallRecord, result:
     } = rec;
     let outcome = ToolOutcome::from(result.error);
     let reason = cfg.redactor.redact(&reason).into_owned();
+    // The receipt is committed: it keeps no argument text (a password typed in a
+    // command), only the arguments' hash; the local trace keeps them, redacted.
     state.tool_calls.push(ToolCallRecord {
         id: call.id.clone(),
         name: call.name.clone(),
         decision,
         rule: rule.clone(),
-        reason: reason.clone(),
+        reason: without_arguments(&reason, call),
         outcome,
         duration_ms: result.duration_ms,
+        mcp: None,
     });
     let arguments =
         serde_json::from_str(&cfg.redactor.redact(&args_json.to_string())).unwrap_or(serde_json::Value::Null);
@@ -1051,14 +1192,41 @@ fn last_calls(state: &LoopState) -> Vec<String> {
         .collect()
 }
 
+/// A call's arguments as records name them: their hash (the one an approval binds
+/// to), never their text.
+fn arguments_hash(call: &ToolCall) -> String {
+    format!("arguments sha256:{}", &call_hash(&call.name, &call.arguments)[..16])
+}
+
+/// `text` with every backtick-quoted span (the policy quotes the command or path it
+/// judged) replaced by the call's [`arguments_hash`]: a receipt or card is committed
+/// and keeps no argument text, which may hold a password the redactor cannot know.
+fn without_arguments(text: &str, call: &ToolCall) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('`') {
+        let Some(close) = rest[open + 1..].find('`') else {
+            break;
+        };
+        out.push_str(&rest[..open]);
+        out.push_str(&format!("`<{}>`", arguments_hash(call)));
+        rest = &rest[open + 1 + close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The same call, or the same error, `n` times in a row.
 fn repetition(cfg: &LoopConfig, state: &mut LoopState) -> Option<StopReason> {
     if let Some(last) = repeated(&state.recent_calls, cfg.limits.repeated_call as usize, |_| true) {
+        // `last` is `<tool> <arguments>`: committed as the tool and the hash only.
+        let (name, args) = last.split_once(' ').unwrap_or((last.as_str(), ""));
+        let named = format!("{name} arguments sha256:{}", &call_hash(name, args)[..16]);
         state.cards.push(CardDraft {
             kind: CardKind::RepeatedCall,
             summary: format!("the same call was made {} times in a row", cfg.limits.repeated_call),
-            detail: last.clone(),
-            evidence: vec![last],
+            detail: named.clone(),
+            evidence: vec![named],
         });
         return Some(StopReason::RepeatedCall);
     }

@@ -104,26 +104,7 @@ impl WorkerClient {
             }
         };
         let mut stdout = BufReader::new(stdout).lines();
-        let handshake = async {
-            let line = serde_json::to_string(config).map_err(|e| WorkerError::Protocol(e.to_string()))?;
-            stdin
-                .write_all(format!("{line}\n").as_bytes())
-                .await
-                .map_err(protocol)?;
-            stdin.flush().await.map_err(protocol)?;
-            let hello = stdout
-                .next_line()
-                .await
-                .map_err(protocol)?
-                .ok_or_else(|| WorkerError::Protocol("worker exited before reporting its sandbox".into()))?;
-            match serde_json::from_str::<WorkerHello>(&hello)
-                .map_err(|e| WorkerError::Protocol(format!("{e}: {hello}")))?
-            {
-                WorkerHello::Ready(sandbox) => Ok(sandbox),
-                WorkerHello::Refused(why) => Err(WorkerError::Refused(why)),
-            }
-        };
-        match handshake.await {
+        match handshake(&mut stdin, &mut stdout, config).await {
             Ok(sandbox) => Ok(WorkerClient {
                 child: Proc(child),
                 stdin,
@@ -275,6 +256,32 @@ impl WorkerClient {
     }
 }
 
+/// Sends a new worker its configuration and reads its sandbox report. The stdout
+/// reader keeps whatever the worker wrote after the report (an MCP server's first
+/// bytes, for [`crate::mcp`]).
+pub(crate) async fn handshake(
+    stdin: &mut ChildStdin,
+    stdout: &mut Lines<BufReader<ChildStdout>>,
+    config: &WorkerConfig,
+) -> Result<SandboxRecord, WorkerError> {
+    let protocol = |e: std::io::Error| WorkerError::Protocol(e.to_string());
+    let line = serde_json::to_string(config).map_err(|e| WorkerError::Protocol(e.to_string()))?;
+    stdin
+        .write_all(format!("{line}\n").as_bytes())
+        .await
+        .map_err(protocol)?;
+    stdin.flush().await.map_err(protocol)?;
+    let hello = stdout
+        .next_line()
+        .await
+        .map_err(protocol)?
+        .ok_or_else(|| WorkerError::Protocol("worker exited before reporting its sandbox".into()))?;
+    match serde_json::from_str::<WorkerHello>(&hello).map_err(|e| WorkerError::Protocol(format!("{e}: {hello}")))? {
+        WorkerHello::Ready(sandbox) => Ok(sandbox),
+        WorkerHello::Refused(why) => Err(WorkerError::Refused(why)),
+    }
+}
+
 /// A worker's answer line as a result; `Err` names what was unreadable.
 fn answer_of(answer: &str) -> Result<ToolResult, String> {
     serde_json::from_str(answer).map_err(|e| format!("unreadable worker answer: {e}"))
@@ -297,11 +304,22 @@ impl Drop for Proc {
 /// `env` (plus the sandbox test hook [`crate::sandbox::SIMULATE_MISSING_ENV`] when
 /// set). Synchronous: callable before the runtime restricts itself.
 pub fn spawn_process(exe: &Path, args: &[String], env: &[(String, String)]) -> std::io::Result<std::process::Child> {
+    spawn_process_with_stderr(exe, args, env, Stdio::inherit())
+}
+
+/// As [`spawn_process`], with the worker's stderr sent to `stderr` (an MCP server's
+/// worker: the server writes its complaints there, for its failure card).
+pub fn spawn_process_with_stderr(
+    exe: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    stderr: Stdio,
+) -> std::io::Result<std::process::Child> {
     let mut cmd = std::process::Command::new(exe);
     cmd.args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)));
     if let Ok(v) = std::env::var(crate::sandbox::SIMULATE_MISSING_ENV) {

@@ -78,6 +78,10 @@ pub(crate) fn write(
         .redactor
         .redact(&render_report(task, &ctx.run_id, rec, cost))
         .into_owned();
+    // Records that could not be written to the work tree (a full disk, a directory a
+    // tool made unwritable): kept with the others in git for the next fire to write
+    // and commit, never lost ([`crate::pending`]).
+    let mut unwritten: Vec<(String, Vec<u8>, String)> = Vec::new();
     let mut report_text = None;
     crate::failpoint!("before-report-write");
     let placed = place_report(
@@ -98,6 +102,12 @@ pub(crate) fn write(
             report_text = Some(report);
             rel
         }
+        Err(WriteError::Io { source, .. }) => {
+            let name = canonical_report.to_string_lossy().into_owned();
+            unwritten.push((name, report.clone().into_bytes(), source.to_string()));
+            report_text = Some(report);
+            canonical_report
+        }
         Err(e) => {
             failure = Some(e.into());
             canonical_report
@@ -116,7 +126,11 @@ pub(crate) fn write(
                 held.push((rel, bytes));
                 card_ids.push(id);
             }
-            Err(e) => failure = Some(e.into()),
+            Err(CardWrite::Unwritten { id, rel, bytes, why }) => {
+                unwritten.push((rel, bytes, why));
+                card_ids.push(id);
+            }
+            Err(CardWrite::Failed(e)) => failure = Some(e.into()),
         }
     }
     let mut outputs_list = vec![report_rel.to_string_lossy().into_owned()];
@@ -129,18 +143,34 @@ pub(crate) fn write(
     let receipt = receipt_of(ctx, rec, finished_at, cost, outputs_list, card_ids.clone());
     let receipt_bytes = records::receipt_json(&receipt).map(|j| sink.redactor.redact(&j).into_owned().into_bytes());
     let fsync = sink.durability.fsyncs();
-    match receipt_bytes.and_then(|b| records::create_new_synced(root, &receipt_rel, &b, fsync).map(|()| b)) {
-        Ok(b) => {
-            let name = receipt_rel.to_string_lossy().into_owned();
+    let name = receipt_rel.to_string_lossy().into_owned();
+    match receipt_bytes.map(|b| (records::create_new_synced(root, &receipt_rel, &b, fsync), b)) {
+        Ok((Ok(()), b)) => {
             files.push(name.clone());
             held.push((name, b));
         }
-        Err(e) => failure = Some(e.into()),
+        Ok((Err(WriteError::Io { source, .. }), b)) => unwritten.push((name, b, source.to_string())),
+        Ok((Err(e), _)) | Err(e) => failure = Some(e.into()),
     }
     crate::failpoint!("between-records-and-commit");
     let mut commit = None;
     let mut blocked = false;
-    if !ctx.opts.no_commit && failure.is_none() {
+    if !unwritten.is_empty() && failure.is_none() {
+        let (path, _, why) = &unwritten[0];
+        let mut e = WriteFailure {
+            end: FireEnd::Environment,
+            message: format!(
+                "{} record(s) could not be written to the work tree ({path}: {why})",
+                unwritten.len()
+            ),
+        };
+        if !ctx.opts.no_commit {
+            held.extend(unwritten.iter().map(|(f, b, _)| (f.clone(), b.clone())));
+            card_ids.extend(leave_blocked(ctx, sink, held.clone(), &mut e));
+            blocked = true;
+        }
+        failure = Some(e);
+    } else if !ctx.opts.no_commit && failure.is_none() {
         test_pause_before_commit(root);
         match commit_records(ctx, sink, &files, &held, rec.status) {
             Ok(c) => commit = Some(c),
@@ -272,10 +302,16 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
             "free space on (or make writable) the file system of .runtime/; the next fire of the task resumes the run from its last checkpoint or closes it".into()
         }
         CardKind::CommitBlocked => {
-            "the card names the lock: once whoever holds it is done (or, if no git runs, it is removed), the next fire of any task commits these records".into()
+            "the card says what stood in the way (a lock, a rebase or merge, a detached HEAD, a full disk): once it is gone, the next fire of any task commits these records".into()
         }
         CardKind::SyncFailed => {
             "the card names the step that failed and git's message; the records stay committed locally and the next fire tries the sync again".into()
+        }
+        CardKind::McpDrift => {
+            "the card says what changed; if the server's new definition is what you want, `builder mcp pin` and review the lock".into()
+        }
+        CardKind::McpServerFailed => {
+            "the card has the server's stderr tail; run its command by hand, or set `required: false` to fire without it".into()
         }
         CardKind::PermissionDenied
         | CardKind::MissingTool
@@ -371,15 +407,40 @@ fn end_of(status: RunStatus) -> FireEnd {
     }
 }
 
-/// Creates one card file; returns its id, repo-relative path and bytes.
+/// Why a card was not written: its file could not be created (the card exists, as
+/// bytes, for the records kept in git), or it could not be made at all.
+enum CardWrite {
+    Unwritten {
+        id: String,
+        rel: String,
+        bytes: Vec<u8>,
+        why: String,
+    },
+    Failed(WriteError),
+}
+
+impl From<CardWrite> for WriteError {
+    fn from(e: CardWrite) -> WriteError {
+        match e {
+            CardWrite::Failed(e) => e,
+            CardWrite::Unwritten { rel, why, .. } => WriteError::Io {
+                path: rel.into(),
+                source: std::io::Error::other(why),
+            },
+        }
+    }
+}
+
+/// Creates one card file (redacted, and capped in size: [`records::cap_card`]);
+/// returns its id, repo-relative path and bytes.
 fn write_card(
     ctx: &FireContext,
     sink: &RecordSink,
     draft: &CardDraft,
     at: chrono::DateTime<Utc>,
-) -> Result<(String, String, Vec<u8>), WriteError> {
+) -> Result<(String, String, Vec<u8>), CardWrite> {
     let redact = |s: &str| sink.redactor.redact(s).into_owned();
-    let card = Card::new(
+    let mut card = Card::new(
         draft.kind,
         &ctx.opts.task,
         &ctx.run_id,
@@ -388,17 +449,30 @@ fn write_card(
         draft.evidence.iter().map(|e| redact(e)).collect(),
         at,
     );
+    records::cap_card(&mut card);
     let rel = card.rel_path();
-    let bytes = records::card_yaml(&card)?.into_bytes();
-    records::create_new_synced(&ctx.opts.root, &rel, &bytes, sink.durability.fsyncs())?;
-    Ok((card.id, rel.to_string_lossy().into_owned(), bytes))
+    let bytes = records::card_yaml(&card).map_err(CardWrite::Failed)?.into_bytes();
+    match records::create_new_synced(&ctx.opts.root, &rel, &bytes, sink.durability.fsyncs()) {
+        Ok(()) => Ok((card.id, rel.to_string_lossy().into_owned(), bytes)),
+        Err(WriteError::Io { source, .. }) => Err(CardWrite::Unwritten {
+            id: card.id,
+            rel: rel.to_string_lossy().into_owned(),
+            bytes,
+            why: source.to_string(),
+        }),
+        Err(e) => Err(CardWrite::Failed(e)),
+    }
 }
 
-/// After a failed commit: a `commit_blocked` card, and the run's records (the card
-/// with them) left for the next fire's commit ([`crate::git::leave_for_next_commit`]),
-/// which takes each in while the work tree still holds the bytes written here. The
-/// run's row (stored next) points at its receipt all the same. Returns the card's id
-/// once written; the failure's message says where the records went.
+/// After a failed or blocked commit (or records the work tree could not take): one
+/// `commit_blocked` card saying why, and the run's records (the card with them) kept
+/// in git for the next fire's commit ([`crate::pending::keep`]: their blobs and a ref
+/// under `refs/runtime/pending/`), which writes back any the work tree lacks or holds
+/// other bytes in and commits the bytes written here. Where git cannot take them (its
+/// disk full too), they are named for the next commit in `.runtime/` instead, taken
+/// in while the work tree still holds them. The run's row (stored next) points at its
+/// receipt all the same. Returns the card's id; the failure's message says where the
+/// records went.
 fn leave_blocked(
     ctx: &FireContext,
     sink: &RecordSink,
@@ -419,20 +493,36 @@ fn leave_blocked(
             held.push((rel, bytes));
             Some(id)
         }
-        Err(e) => {
+        Err(CardWrite::Unwritten { id, rel, bytes, why }) => {
+            tracing::warn!(card = %rel, error = %why, "the commit_blocked card could not be written to the work tree; it is kept with the records");
+            held.push((rel, bytes));
+            Some(id)
+        }
+        Err(CardWrite::Failed(e)) => {
             tracing::warn!(error = %e, "the commit_blocked card was not written");
             None
         }
     };
-    match crate::git::leave_for_next_commit(&crate::git::intent_dir(&ctx.opts.root), &held) {
-        Ok(()) => failure
-            .message
-            .push_str("; the records stay in the work tree and the next fire's commit (of any task) takes them in"),
+    let identity = (sink.identity.name.as_str(), sink.identity.email.as_str());
+    let kept = crate::pending::keep(sink.repo, &ctx.run_id, &held, identity);
+    crate::failpoint!("after-pending-kept");
+    match kept {
+        Ok(reference) => failure.message.push_str(&format!(
+            "; the records are kept in git ({reference}) and the next fire's commit (of any task) writes back and commits them"
+        )),
         Err(e) => {
-            tracing::warn!(error = %e, "the records were not left for the next commit");
-            failure.message.push_str(&format!(
-                "; the records stay in the work tree, uncommitted (not recorded for the next commit: {e})"
-            ));
+            tracing::warn!(error = %e, "the records could not be kept in git; naming them in .runtime/ instead");
+            match crate::git::leave_for_next_commit(&crate::git::intent_dir(&ctx.opts.root), &held) {
+                Ok(()) => failure.message.push_str(&format!(
+                    "; the records stay in the work tree and the next fire's commit (of any task) takes them in (not kept in git: {e})"
+                )),
+                Err(e2) => {
+                    tracing::warn!(error = %e2, "the records were not left for the next commit");
+                    failure.message.push_str(&format!(
+                        "; the records stay in the work tree, uncommitted (not kept for the next commit: {e}; {e2})"
+                    ));
+                }
+            }
         }
     }
     card
@@ -442,10 +532,16 @@ fn leave_blocked(
 /// ran anything: then nothing under `reports/` changed since it started).
 fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path) -> super::outputs::Outputs {
     let t = std::time::Instant::now();
-    let since = (
-        ctx.started_at.timestamp(),
-        i64::from(ctx.started_at.timestamp_subsec_nanos()),
-    );
+    // A resumed run's outputs go back to its pause: a resume killed after the approved
+    // call made a file left it for this one (its id holds its start, to the second).
+    let paused_at = ctx
+        .opts
+        .resume
+        .as_deref()
+        .and_then(|id| chrono::NaiveDateTime::parse_from_str(id.get(..16)?, "%Y%m%dT%H%M%SZ").ok())
+        .map(|t| t.and_utc());
+    let from = paused_at.map_or(ctx.started_at, |p| p.min(ctx.started_at));
+    let since = (from.timestamp(), i64::from(from.timestamp_subsec_nanos()));
     let head = crate::git::head_commit(sink.repo)
         .ok()
         .flatten()
@@ -530,10 +626,26 @@ fn is_planted(e: &std::io::Error) -> bool {
     )
 }
 
-/// One `output_rejected` card naming every file left out of the commit, if any.
+/// How many rejected files an `output_rejected` card names one by one.
+const REJECTED_LISTED: usize = 50;
+
+/// One `output_rejected` card for the files left out of the commit, if any: their
+/// count, the first [`REJECTED_LISTED`] with the reason, and how many more (a model
+/// can leave thousands; the card stays small: see [`records::cap_card`]).
 fn rejected_card(rejected: &[(String, String)]) -> Option<CardDraft> {
     if rejected.is_empty() {
         return None;
+    }
+    let mut detail: Vec<String> = rejected
+        .iter()
+        .take(REJECTED_LISTED)
+        .map(|(p, why)| format!("{p}: {why}"))
+        .collect();
+    if rejected.len() > REJECTED_LISTED {
+        detail.push(format!(
+            "... and {} more file(s) not listed",
+            rejected.len() - REJECTED_LISTED
+        ));
     }
     Some(CardDraft {
         kind: CardKind::OutputRejected,
@@ -541,11 +653,7 @@ fn rejected_card(rejected: &[(String, String)]) -> Option<CardDraft> {
             "{} file(s) the model left under reports/ were not committed",
             rejected.len()
         ),
-        detail: rejected
-            .iter()
-            .map(|(p, why)| format!("{p}: {why}"))
-            .collect::<Vec<_>>()
-            .join("\n"),
+        detail: detail.join("\n"),
         evidence: rejected.iter().map(|(p, _)| p.clone()).collect(),
     })
 }
@@ -655,6 +763,7 @@ fn commit_records(
     .map_err(|e| WriteFailure {
         end: FireEnd::Environment,
         message: match &e {
+            crate::git::GitError::Blocked(b) => format!("not committed: {b}"),
             // libgit2 does not say which lock: name it, and what to do.
             crate::git::GitError::Git(g) if g.code() == git2::ErrorCode::Locked => format!(
                 "commit failed: {e}: {} is held by another git process (or was left by a crashed one; remove it if none runs)",
@@ -739,7 +848,7 @@ impl FireRun {
             self.state.cards.push(CardDraft {
                 kind: CardKind::Crashed,
                 summary: "the fire was cancelled by a signal".into(),
-                detail: "SIGINT or SIGTERM".into(),
+                detail: "SIGINT, SIGTERM or SIGHUP".into(),
                 evidence: vec![format!("step {}", self.state.step)],
             });
         }
@@ -901,7 +1010,7 @@ impl FireRun {
                     evidence: vec![],
                 };
                 let recorded = write_card(&self.ctx, sink, &draft, Utc::now())
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| WriteError::from(e).to_string())
                     .and_then(|(id, rel, bytes)| {
                         commit_records(
                             &self.ctx,

@@ -12,6 +12,7 @@
 pub mod config;
 mod dry_run;
 mod finish;
+mod mcp_start;
 mod outputs;
 mod prefetch;
 mod prepare;
@@ -219,6 +220,8 @@ pub struct FireRun {
     worker: Option<std::process::Child>,
     /// A second worker process started with it, to replace it once if it dies.
     spare_worker: Option<std::process::Child>,
+    /// A worker process per declared MCP server, started with the tool worker.
+    mcp_workers: Vec<crate::agent::mcp_client::Spawned>,
     /// The run's journal (its row, a checkpoint after every step, the tool ledger);
     /// `None` in a dry run or where the state database cannot be written.
     journal: Option<crate::journal::Journal>,

@@ -21,12 +21,6 @@ const OUTPUT_DIR: &str = "reports";
 /// The most directory entries one walk looks at (a model cannot make the fire's end
 /// arbitrarily slow by leaving a million files).
 const MAX_ENTRIES: usize = 10_000;
-/// Names git gives meaning to: a nested repository, attributes (filters, diff
-/// drivers), submodules. Never committed from a model, nor any other name starting
-/// with `.git` in any case (`.GIT`, `.gitignore`), nor `git~1` (the 8.3 name of
-/// `.git`): git refuses some of them in a tree (`.git.`, `git~1`), and one refused
-/// name would fail the commit of the run's own records.
-const GIT_NAMES: &[&str] = &[".git", ".gitattributes", ".gitmodules"];
 
 /// The sorted result.
 #[derive(Debug, Default)]
@@ -61,6 +55,18 @@ pub(crate) fn collect(
             return out;
         }
     };
+    // A file HEAD holds with these very bytes is no output, whatever its name (a
+    // resumed run looks back to its pause, to the second: the scaffold's
+    // `reports/.gitkeep` committed in that second reads as new).
+    let unchanged = |rel: &str| {
+        in_head(rel).is_some_and(|blob| {
+            beneath::read_regular(&dir, Path::new(rel), limits.output_file_bytes)
+                .ok()
+                .and_then(|b| git2::Oid::hash_object(git2::ObjectType::Blob, &b).ok())
+                == Some(blob)
+        })
+    };
+    out.rejected.retain(|(rel, _)| !unchanged(rel));
     let mut total = 0u64;
     for rel in found {
         // Another run's report (a fire of another task writing while this one ran) is
@@ -68,12 +74,8 @@ pub(crate) fn collect(
         if own.contains(&rel) || crate::records::is_report_path(&rel) {
             continue;
         }
-        if let Some(blob) = in_head(&rel) {
-            let same = beneath::read_regular(&dir, Path::new(&rel), limits.output_file_bytes)
-                .ok()
-                .and_then(|b| git2::Oid::hash_object(git2::ObjectType::Blob, &b).ok())
-                == Some(blob);
-            if same {
+        if in_head(&rel).is_some() {
+            if unchanged(&rel) {
                 continue;
             }
             out.rejected
@@ -173,13 +175,20 @@ fn walk(
             }
             continue;
         }
-        let lower = name.to_ascii_lowercase();
-        if GIT_NAMES.contains(&name) || lower.starts_with(".git") || lower == "git~1" {
+        // Another fire's report being written (its temporary name, renamed into place
+        // in a moment): that fire's, never an output of this one.
+        if crate::beneath::temp_target(name)
+            .is_some_and(|(n, _)| n.strip_suffix(".md").is_some_and(crate::records::is_run_id))
+        {
+            continue;
+        }
+        // Names git refuses or reads as its own metadata on some file system (a
+        // nested repository, attributes, submodules, in every spelling git knows):
+        // one refused name would fail the commit of the run's own records, and an
+        // fsck-checking remote would refuse every later push.
+        if let Some(why) = crate::gitpath::refused_component(name) {
             if new {
-                rejected.push((
-                    path,
-                    "git metadata (a nested repository, attributes or submodules)".into(),
-                ));
+                rejected.push((path, why));
             }
             continue;
         }

@@ -165,6 +165,7 @@ fn run_script(
             Vec::new(),
             config.settings.sandbox.write_bytes,
         )),
+        mcp: None,
         spec,
         mode: config.settings.sandbox.landlock,
         env: ExecContext::scrubbed_env(&config.scratch),
@@ -212,17 +213,56 @@ fn run_in_worker(
             .map(Ok)
             .map_err(|e| format!("{e}: {result}"))
     });
+    // A worker that stopped answering: how it ended says why (a signal is the OOM
+    // killer or another process, not a sandbox that could not be set up).
+    let ended = match &answer {
+        Err(_) => exit_of(&mut child),
+        Ok(_) => None,
+    };
     let _ = child.kill();
     drop(guard);
     let _ = child.wait();
-    match answer {
-        Ok(Ok(r)) => Ok(r),
-        Ok(Err(why)) => Err((format!("the script's sandbox could not be set up: {why}"), true)),
-        Err(e) => Err(broken(e)),
+    match (answer, ended) {
+        (Ok(Ok(r)), _) => Ok(r),
+        (Ok(Err(why)), _) => Err((format!("the script's sandbox could not be set up: {why}"), true)),
+        (Err(e), Some(status)) => Err((worker_ended(status, &e), false)),
+        (Err(e), None) => Err(broken(e)),
     }
 }
 
-/// Quotes `s` as one word for `sh`.
+/// How the worker ended, waiting a moment for a worker that closed its output
+/// (`None`: still running, or its status could not be read).
+fn exit_of(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+/// Why a prefetch worker that ended with `status` gave no answer, in words.
+fn worker_ended(status: std::process::ExitStatus, read: &str) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    // The process started is the sandbox's outer half: it reports a worker that a
+    // signal killed inside the namespaces as 128 + the signal, as a shell does.
+    let signal = status
+        .signal()
+        .or_else(|| status.code().filter(|c| (129..=128 + 64).contains(c)).map(|c| c - 128));
+    match signal {
+        Some(sig) => format!(
+            "the prefetch worker was killed by signal {sig}{} while the script ran (the OOM killer or another process; not the sandbox): the script may have partly run and its output is lost",
+            if sig == libc::SIGKILL { " (SIGKILL)" } else { "" }
+        ),
+        None => format!(
+            "the prefetch worker exited ({status}) without answering: {read}"
+        ),
+    }
+}
+
+/// Quotes `s` as one word for `sh` ([`crate::shell::quote`]).
 pub(crate) fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
+    crate::shell::quote(s)
 }

@@ -66,6 +66,16 @@ pub struct Refusal {
     ctx: FireContext,
     end: FireEnd,
     card: CardDraft,
+    /// Cards recovery wrote before the refusal (runs it closed as `crashed`): always
+    /// recorded with it, never dropped, so a refusal that carries them is recorded
+    /// even when it repeats the task's last one.
+    recovered: Vec<CardDraft>,
+    /// The message, when it is not the card's summary.
+    message: Option<String>,
+    /// A paused run whose approved call can no longer run (`approval_stale`): its
+    /// checkpoint goes once the refusal is recorded, so the task is not held at exit 4
+    /// by a pause nothing can settle.
+    close_paused: Option<String>,
     inputs: Inputs,
     settings: Option<RuntimeSettings>,
     repo: git2::Repository,
@@ -86,7 +96,7 @@ impl Refusal {
         let fingerprint = records::fingerprint(task, self.card.kind, &redactor.redact(&self.card.detail));
         let tree = builder_tree(&self.repo);
         let mut db = StateDb::open(&self.ctx.opts.root);
-        if let Ok(db) = &mut db {
+        if let (Ok(db), true) = (&mut db, self.recovered.is_empty()) {
             match db.repeat_refusal(task, &fingerprint, &tree, self.ctx.started_at) {
                 Ok(Some(seen)) => {
                     let mut summary = self.ctx.unrecorded(RunStatus::Failed, self.end, "");
@@ -105,6 +115,7 @@ impl Refusal {
             }
         }
         let mut state = LoopState::default();
+        state.cards.extend(self.recovered.iter().cloned());
         state.cards.push(self.card.clone());
         let mut records = RunRecords {
             status: RunStatus::Failed,
@@ -154,10 +165,16 @@ impl Refusal {
         if self.hint.is_some() {
             summary.hint = self.hint;
         }
-        summary.message = match self.card.kind {
+        if let (Some(paused), Ok(db)) = (&self.close_paused, &mut db) {
+            if let Err(e) = db.delete_checkpoint(paused) {
+                tracing::warn!(error = %e, run = %paused, "the stale pause was not closed; the task's fires still wait on it");
+            }
+        }
+        summary.message = match (self.message, self.card.kind) {
+            (Some(m), _) => m,
             // The paths, so the person reading cron's mail knows what to commit.
-            CardKind::UnreviewedChanges => format!("{}: {}", self.card.summary, self.card.detail),
-            _ => self.card.summary,
+            (None, CardKind::UnreviewedChanges) => format!("{}: {}", self.card.summary, self.card.detail),
+            (None, _) => self.card.summary,
         };
         summary
     }
@@ -165,8 +182,12 @@ impl Refusal {
 
 /// An approved call runs on resume only on the files it was approved on: a file it
 /// names that changed since the pause ([`crate::agent::pins`]) refuses the resume
-/// with an `approval_stale` card, before anything runs. A denied call runs nothing,
-/// so its pins do not matter.
+/// with an `approval_stale` card, before anything runs, and closes the pause (the
+/// next fire of the task runs afresh and asks again). A denied call runs nothing,
+/// so its pins do not matter. The tool ledger is read first: a call an earlier resume
+/// started or completed (the files it names may have changed by its own doing) is
+/// never judged stale; the loop settles it from the ledger (its recorded result, or
+/// `SIDE_EFFECT_UNCERTAIN`) and never runs it again.
 fn refuse_stale_approval(
     db: &StateDb,
     root: &std::path::Path,
@@ -179,6 +200,11 @@ fn refuse_stale_approval(
     if decision != Some(crate::agent::CallDecision::Approve) {
         return Ok(());
     }
+    let ledger = crate::journal::ledger_entry(db.store(), run_id, &pending.call.id)
+        .map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
+    if ledger.is_some_and(|e| e.args_hash == pending.args_hash && e.stage != crate::journal::CallStage::Intended) {
+        return Ok(());
+    }
     let changed = crate::agent::pins::changed(root, &pending.pins);
     if changed.is_empty() {
         return Ok(());
@@ -187,7 +213,7 @@ fn refuse_stale_approval(
         FireEnd::Failed,
         CardKind::ApprovalStale,
         format!(
-            "the approved call `{}` of run `{run_id}` was not run: {} file(s) it names changed since the pause",
+            "the approved call `{}` of run `{run_id}` was not run: {} file(s) it names changed since the pause; the pause is closed",
             pending.call.id,
             changed.len()
         ),
@@ -233,7 +259,8 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             ))));
         }
     };
-    if let Some(summary) = waiting(&ctx) {
+    let mut ctx = ctx;
+    if let Some(summary) = waiting(&mut ctx) {
         return Err(EarlyEnd::Unrecorded(Box::new(summary)));
     }
     let mut p = Preparing::new(ctx, repo, false);
@@ -241,32 +268,40 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
         Ok((config, state)) => Ok(p.into_run(config, state, Some(lock))),
         Err(Stop {
             end,
-            card: Some(card),
-            hint,
-            ..
-        }) => Err(EarlyEnd::Refused(Box::new(Refusal {
-            ctx: p.ctx,
-            end,
-            card: *card,
-            inputs: p.inputs,
-            settings: p.settings,
-            repo: p.repo,
-            sync: p.sync,
-            _lock: lock,
-            hint,
-        }))),
-        Err(Stop {
-            end,
-            card: None,
+            card,
             message,
-            ..
+            hint,
         }) => {
-            p.close_unrecorded();
-            Err(EarlyEnd::Unrecorded(Box::new(p.ctx.unrecorded(
-                RunStatus::Failed,
+            let close_paused = p.close_paused.take();
+            let mut recovered = std::mem::take(&mut p.recovery_cards);
+            // A stop with nothing of its own to record still records what recovery
+            // did (runs it closed as crashed): those cards are never dropped.
+            let (card, message) = match card {
+                Some(card) => (*card, None),
+                None if !recovered.is_empty() => (recovered.remove(0), Some(message)),
+                None => {
+                    p.close_unrecorded();
+                    return Err(EarlyEnd::Unrecorded(Box::new(p.ctx.unrecorded(
+                        RunStatus::Failed,
+                        end,
+                        message,
+                    ))));
+                }
+            };
+            Err(EarlyEnd::Refused(Box::new(Refusal {
+                ctx: p.ctx,
                 end,
+                card,
+                recovered,
                 message,
-            ))))
+                close_paused,
+                inputs: p.inputs,
+                settings: p.settings,
+                repo: p.repo,
+                sync: p.sync,
+                _lock: lock,
+                hint,
+            })))
         }
     }
 }
@@ -333,10 +368,17 @@ pub(crate) struct DryNotes {
     pub prefetched: String,
 }
 
-/// A fire that cannot be one: no commit to fire on, a HEAD that tracks the runtime's
-/// private state, or no prompt for the task. It writes nothing, not even a directory.
+/// A fire that cannot be one: no commit to fire on (no commits yet, or HEAD names a
+/// branch whose ref is missing), a HEAD that tracks the runtime's private state, or
+/// no prompt for the task. It writes nothing, not even a directory.
 fn not_a_task(ctx: &FireContext, repo: &git2::Repository) -> Option<FireSummary> {
-    let (message, hint) = if matches!(crate::git::head_commit(repo), Ok(None)) {
+    let (message, hint) = if let Some(branch) = crate::git::head_branch_missing(repo) {
+        (
+            format!("HEAD names {branch}, which does not exist (deleted, or not created yet)"),
+            "check out an existing branch (`git branch -a` lists them) or restore this one from `git reflog`"
+                .to_string(),
+        )
+    } else if matches!(crate::git::head_commit(repo), Ok(None)) {
         (
             "the repository has no commits yet".to_string(),
             "commit the scaffold first: `git add -A && git commit -m scaffold`".to_string(),
@@ -368,25 +410,58 @@ fn not_a_task(ctx: &FireContext, repo: &git2::Repository) -> Option<FireSummary>
 
 /// While a run of the task waits for a builder's approval, a fire (not a resume)
 /// ends as waiting too, writing nothing: the cron tick adds no card and no commit.
-fn waiting(ctx: &FireContext) -> Option<FireSummary> {
+/// Once the pause is decided and a `runtime resume` of it was interrupted (its row
+/// says `running`, its process is gone), the fire does not wait on it: it continues
+/// the paused run as that resume would have (`ctx` becomes a resume of it), so a
+/// killed resume never holds the task at exit 4; the tool ledger keeps the approved
+/// call to at most one run.
+fn waiting(ctx: &mut FireContext) -> Option<FireSummary> {
     if ctx.opts.resume.is_some() {
         return None;
     }
-    let run = match StateDb::open_for_reading(&ctx.opts.root).and_then(|db| db.waiting_run(&ctx.opts.task)) {
+    let db = match StateDb::open_for_reading(&ctx.opts.root) {
+        Ok(db) => db,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot tell whether a run waits for approval");
+            return None;
+        }
+    };
+    let run = match db.waiting_run(&ctx.opts.task) {
         Ok(run) => run?,
         Err(e) => {
             tracing::warn!(error = %e, "cannot tell whether a run waits for approval");
             return None;
         }
     };
+    let decided = db.checkpoint(&run).ok().flatten().and_then(|c| {
+        let p = c.state.pending?;
+        db.decision(&run, &p.call.id, &p.args_hash).ok().flatten()
+    });
+    if decided.is_some() {
+        let interrupted = crate::journal::live_runs(db.store(), &ctx.opts.task)
+            .unwrap_or_default()
+            .into_iter()
+            .any(|l| l.ledger_run == run && l.run_id != run && l.owner_gone());
+        if interrupted {
+            tracing::info!(run = %run, "a resume of the decided pause was interrupted: this fire continues it");
+            ctx.opts.resume = Some(run);
+            return None;
+        }
+    }
     let mut summary = ctx.unrecorded(
         RunStatus::WaitingApproval,
         FireEnd::WaitingApproval,
-        format!("run {run} of this task waits for a builder's approval; nothing was run"),
+        match decided {
+            Some(_) => format!("run {run} of this task is decided and waits for `runtime resume`; nothing was run"),
+            None => format!("run {run} of this task waits for a builder's approval; nothing was run"),
+        },
     );
-    summary.hint = Some(format!(
-        "`builder approve-call {run} <call-id>` (add `--deny` to refuse it), then `runtime resume {run}`"
-    ));
+    summary.hint = Some(match decided {
+        Some(_) => format!("`runtime resume {run}` runs the decided call and finishes the run"),
+        None => {
+            format!("`builder approve-call {run} <call-id>` (add `--deny` to refuse it), then `runtime resume {run}`")
+        }
+    });
     Some(summary)
 }
 
@@ -424,6 +499,8 @@ struct Preparing {
     journal: Option<Journal>,
     /// Cards for interrupted runs closed as `crashed`, for this fire to record.
     recovery_cards: Vec<CardDraft>,
+    /// A paused run to close once a refusal is recorded (its approval went stale).
+    close_paused: Option<String>,
     /// With `sync`: what the sync before the fire found, for the push after it.
     sync: Option<crate::fire::sync::FireSync>,
     /// The metadata the fire was judged on, compared again at its end.
@@ -447,6 +524,7 @@ impl Preparing {
             prefetched: String::new(),
             journal: None,
             recovery_cards: Vec::new(),
+            close_paused: None,
             sync: None,
             metadata: None,
             pending_cards: Vec::new(),
@@ -473,6 +551,7 @@ impl Preparing {
             repo: self.repo,
             worker: None,
             spare_worker: None,
+            mcp_workers: Vec::new(),
             journal: self.journal,
             sync: self.sync,
             metadata: self.metadata,
@@ -1081,7 +1160,12 @@ impl Preparing {
                     )
                 })?;
             if let Some(pending) = &checkpoint.state.pending {
-                refuse_stale_approval(&db, &self.ctx.opts.root, paused, pending)?;
+                if let Err(stop) = refuse_stale_approval(&db, &self.ctx.opts.root, paused, pending) {
+                    if stop.card.is_some() {
+                        self.close_paused = Some(paused.clone());
+                    }
+                    return Err(stop);
+                }
             }
             let mut state = checkpoint.state;
             state.trace = Default::default();

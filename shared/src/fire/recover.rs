@@ -6,9 +6,10 @@
 //! resumed from that checkpoint under its own run id; every other is closed as
 //! `crashed`, with a card naming its last completed step. A run whose receipt is
 //! already committed (or staged by a commit killed before it moved the branch, which
-//! the next commit completes) only gets its row from that receipt. Records an interrupted run
-//! left uncommitted (its report, receipt and cards) are removed before it is resumed or
-//! closed, and named in the card: the resumed run writes them anew.
+//! the next commit completes, or kept in git by a commit that was blocked) only gets
+//! its row from that receipt. Records an interrupted run left uncommitted (its report,
+//! receipt and cards) are removed before it is resumed or closed, and named in the
+//! card: the resumed run writes them anew.
 
 use super::FireContext;
 use crate::agent::{CardDraft, LoopState};
@@ -33,10 +34,9 @@ fn not_resumable(run: &LiveRun, inputs: &Inputs, window: Duration, now: DateTime
     if run.state.is_none() {
         return Some("it had no checkpoint yet".into());
     }
-    let last = DateTime::parse_from_rfc3339(&run.updated_at)
-        .map(|t| t.with_timezone(&Utc))
-        .unwrap_or(DateTime::<Utc>::MIN_UTC);
-    let age = (now - last).to_std().unwrap_or(Duration::ZERO);
+    // On the boot clock, never the wall clock alone: a clock stepped forward would
+    // close a resumable run and the fresh run would repeat its side effects.
+    let age = run.idle(now);
     if age > window {
         return Some(format!(
             "its last checkpoint is {}s old, over limits.resume_window_s ({}s)",
@@ -94,6 +94,9 @@ pub(super) fn recover(
         let removed = remove_leftovers(ctx, repo, &run, started);
         let why_not = match explicit {
             Some(id) if id == run.run_id => None,
+            Some(id) if id == run.ledger_run => Some(format!(
+                "it was an interrupted resume of paused run {id}, which this fire continues from its pause (the tool ledger keeps its calls from running twice)"
+            )),
             Some(_) => Some("another run was asked to resume".to_string()),
             None if newest.as_deref() != Some(run.run_id.as_str()) => {
                 Some("a later run of the task was interrupted too".into())
@@ -176,14 +179,18 @@ fn committed_receipt(
 
 /// The blob of `rel` in HEAD, or else in the index: a run killed between writing the
 /// index and moving the branch left its records staged, and the dead commit's intent
-/// names them, so the next commit takes them in (`crate::git`).
+/// names them, so the next commit takes them in (`crate::git`); or else kept in git
+/// for a later commit by a run whose commit was blocked ([`crate::pending`]), which
+/// the next commit takes in too.
 fn committed_or_staged(repo: &git2::Repository, rel: &str) -> Option<git2::Oid> {
     if let Ok(Some(blob)) = crate::git::head_blob(repo, rel) {
         return Some(blob);
     }
-    let mut index = repo.index().ok()?;
-    index.read(true).ok()?;
-    index.get_path(std::path::Path::new(rel), 0).map(|e| e.id)
+    let staged = repo.index().ok().and_then(|mut index| {
+        index.read(true).ok()?;
+        index.get_path(std::path::Path::new(rel), 0).map(|e| e.id)
+    });
+    staged.or_else(|| crate::pending::blob_of(repo, rel))
 }
 
 /// Removes the report and receipt an interrupted run wrote but did not commit (the

@@ -56,6 +56,7 @@ impl FireRun {
             Ok(child) => self.spare_worker = Some(child),
             Err(e) => tracing::warn!(error = %e, "no spare tool worker"),
         }
+        self.spawn_mcp_workers(&env);
         let entered = sandbox::prepare_dirs(&spec)
             .map_err(|e| e.to_string())
             .and_then(|_| landlock::enforce(&spec, self.config.settings.sandbox.landlock).map_err(|e| e.to_string()));
@@ -73,7 +74,7 @@ impl FireRun {
         }
     }
 
-    fn abort(&mut self, end: FireEnd, kind: CardKind, summary: String, detail: String) -> Aborted {
+    pub(super) fn abort(&mut self, end: FireEnd, kind: CardKind, summary: String, detail: String) -> Aborted {
         self.abort = Some(Abort {
             end,
             card: CardDraft {
@@ -94,6 +95,13 @@ impl FireRun {
             return Ok(());
         }
         let mut worker = self.start_worker().await?;
+        let mcp = match self.start_mcp().await {
+            Ok(hub) => hub,
+            Err(aborted) => {
+                worker.shutdown().await;
+                return Err(aborted);
+            }
+        };
         let mut chain = match self.providers() {
             Ok(chain) => chain,
             Err(e) => {
@@ -122,6 +130,7 @@ impl FireRun {
             started: self.ctx.started,
             progress: &*self.ctx.opts.progress,
             journal: self.journal.as_mut(),
+            mcp: &mcp,
         }
         .run(&mut self.state)
         .await;
@@ -129,6 +138,7 @@ impl FireRun {
             self.acceptance = self.run_acceptance(&mut worker, &mut cancel).await;
         }
         worker.shutdown().await;
+        mcp.shutdown().await;
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
             steps = self.state.step,
@@ -156,6 +166,7 @@ impl FireRun {
                 self.config.policy.read_masks(),
                 self.config.settings.sandbox.write_bytes,
             )),
+            mcp: None,
             spec,
             mode: self.config.settings.sandbox.landlock,
             env: ExecContext::scrubbed_env(&self.config.scratch),
@@ -238,6 +249,7 @@ impl FireRun {
             redactor: self.config.redactor.clone(),
             trace_input: self.config.settings.telemetry.include_content,
             root: self.ctx.opts.root.clone(),
+            write_roots: crate::sandbox::acl_dirs(&self.config.settings.permissions.write),
             committed: Box::new(move |rel: &str| {
                 head.as_ref()
                     .is_some_and(|r| crate::git::head_blob(r, rel).ok().flatten().is_some())

@@ -586,6 +586,7 @@ mod tests {
                 reason: format!("reason {i}"),
                 outcome: ToolOutcome::Ok,
                 duration_ms: i,
+                mcp: None,
             })
             .collect();
         let mut index = crate::history::open_store(dir).unwrap();

@@ -224,6 +224,27 @@ impl Policy {
         }
     }
 
+    /// Decides a call of MCP tool `tool` on `server` with `args` (compact JSON, keys
+    /// in order) by the same lists as every other call: deny, then ask, then allow
+    /// ([`crate::mcp::rule_matches`]); no rule gets the default (deny in a fire).
+    pub fn decide_mcp(&self, server: &str, tool: &str, args: &str) -> Verdict {
+        let hit = |rules: &[Rule]| {
+            rules
+                .iter()
+                .position(|r| crate::mcp::rule_matches(r, server, tool, args))
+        };
+        if let Some(i) = hit(&self.deny) {
+            return Verdict::new(Decision::Deny, Some(&self.deny[i]), "matches a deny rule");
+        }
+        if let Some(i) = hit(&self.ask) {
+            return Verdict::new(Decision::Ask, Some(&self.ask[i]), "matches an ask rule");
+        }
+        if let Some(i) = hit(&self.allow) {
+            return Verdict::new(Decision::Allow, Some(&self.allow[i]), "matches an allow rule");
+        }
+        Verdict::new(self.default, None, "no rule names this MCP tool")
+    }
+
     fn abs(&self, path: &str, cwd: Option<&str>) -> PathBuf {
         let base = match cwd {
             Some(c) => self.ownership.root().join(c),

@@ -26,7 +26,9 @@ pub async fn post_json(
                 let status = resp.status();
                 let retry_after = parse_retry_after(resp.headers().get(reqwest::header::RETRY_AFTER));
                 if status.is_success() {
-                    let bytes = resp.bytes().await.map_err(|e| with_retries(classify(e), attempt))?;
+                    let bytes = read_capped(resp, policy.max_body_bytes)
+                        .await
+                        .map_err(|e| with_retries(e, attempt))?;
                     let json = serde_json::from_slice(&bytes).map_err(|e| {
                         with_retries(
                             ProviderError::new(
@@ -39,7 +41,11 @@ pub async fn post_json(
                     })?;
                     return Ok((json, attempt));
                 }
-                let text = resp.text().await.unwrap_or_default();
+                // An error body is read for its first words only.
+                let text = match read_capped(resp, ERROR_BODY_BYTES.min(policy.max_body_bytes)).await {
+                    Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                    Err(e) => e.message,
+                };
                 let snippet: String = text.chars().take(300).collect();
                 let kind = match status.as_u16() {
                     429 => ProviderErrorKind::RateLimited,
@@ -81,6 +87,28 @@ pub async fn post_json(
         tokio::time::sleep(delay).await;
         attempt += 1;
     }
+}
+
+/// The most bytes of an error response read (its first 300 characters are kept).
+const ERROR_BODY_BYTES: u64 = 64 * 1024;
+
+/// Reads a response body chunk by chunk, at most `cap` bytes: one that goes on (a
+/// server streaming without end, a body larger than any model answer) is a `Decode`
+/// error, never a runtime that fills its memory and dies without a record.
+pub(super) async fn read_capped(mut resp: reqwest::Response, cap: u64) -> Result<Vec<u8>, ProviderError> {
+    let status = resp.status().as_u16();
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(classify)? {
+        if (body.len() + chunk.len()) as u64 > cap {
+            return Err(ProviderError::new(
+                ProviderErrorKind::Decode,
+                Some(status),
+                format!("the response body went over limits.provider_response_bytes ({cap} bytes); not read further"),
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// Whether an error body says the request did not fit the model's context: OpenAI's
@@ -216,6 +244,7 @@ mod tests {
             base_delay: Duration::from_millis(100),
             max_delay: Duration::from_millis(1000),
             request_timeout: Duration::from_secs(1),
+            max_body_bytes: 1 << 20,
         };
         for attempt in 0..8 {
             let d = backoff(&p, attempt);

@@ -193,6 +193,8 @@ pub struct RetryPolicy {
     pub base_delay: Duration,
     pub max_delay: Duration,
     pub request_timeout: Duration,
+    /// The most bytes of a response body read (`limits.provider_response_bytes`).
+    pub max_body_bytes: u64,
 }
 
 impl RetryPolicy {
@@ -202,6 +204,7 @@ impl RetryPolicy {
             base_delay: Duration::from_millis(l.retry_base_ms),
             max_delay: Duration::from_secs(30),
             request_timeout: Duration::from_secs(l.request_timeout_s),
+            max_body_bytes: l.provider_response_bytes,
         }
     }
 }

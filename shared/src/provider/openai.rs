@@ -85,7 +85,9 @@ impl OpenAi {
             if !resp.status().is_success() {
                 return None;
             }
-            resp.json::<Value>().await.ok()
+            // A few KB of facts: a server that sends more is not one to learn from.
+            let body = super::http::read_capped(resp, 1 << 20).await.ok()?;
+            serde_json::from_slice::<Value>(&body).ok()
         };
         if let Some(props) = get(format!("{origin}/props")).await {
             let n = props["default_generation_settings"]["n_ctx"]

@@ -669,7 +669,7 @@ fn head_and_tail(kept: &[u8], dropped: usize, cap: usize) -> (String, bool) {
 }
 
 /// Cuts `text` to at most `cap` bytes on a char boundary.
-fn cap_text(mut text: String, cap: usize) -> (String, bool) {
+pub(crate) fn cap_text(mut text: String, cap: usize) -> (String, bool) {
     if text.len() <= cap {
         return (text, false);
     }

@@ -1,0 +1,579 @@
+//! Running the declared MCP servers for one fire. Each server gets a tool worker
+//! process of its own, spawned before the runtime restricts itself (the worker makes
+//! namespaces, which Landlock would refuse it) with the same sandbox as the tool
+//! worker plus the server's own read roots and TCP ports; once sandboxed, the worker
+//! starts the server on its stdin and stdout ([`run_server`]) and the runtime speaks
+//! MCP through them with `rmcp`. The server never sees the key or the runtime's
+//! environment: only the scrubbed tool environment and the variables its entry
+//! allows. Servers are started and listed once, with a timeout; their tools are
+//! checked against `settings/mcp.lock`; they are killed with the fire.
+
+use super::worker_client::{handshake, spawn_process_with_stderr, WorkerError};
+use super::CardDraft;
+use crate::mcp::config::{McpServer, McpServers};
+use crate::mcp::launch::McpLaunch;
+use crate::mcp::lock::{check_tools, command_digest, McpLock};
+use crate::provider::ToolDef;
+use crate::records::CardKind;
+use crate::sandbox::namespaces::NamespacePlan;
+use crate::sandbox::SandboxSpec;
+use crate::settings::LandlockMode;
+use crate::tools::{ErrorClass, ToolResult};
+use crate::worker::WorkerConfig;
+use rmcp::model::{CallToolRequestParams, ContentBlock};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::ServiceExt;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{ChildStdin, ChildStdout};
+
+/// A worker process spawned for a server before the runtime restricted itself.
+pub struct Spawned {
+    server: String,
+    child: std::io::Result<std::process::Child>,
+    /// The file the worker's (and so the server's) stderr goes to, in the scratch.
+    stderr: PathBuf,
+}
+
+/// Spawns one worker process per declared server (synchronous: before Landlock), its
+/// stderr in a file of the run's `scratch` that failure cards quote.
+pub fn spawn_workers(
+    servers: &McpServers,
+    worker_cmd: &(PathBuf, Vec<String>),
+    env: &[(String, String)],
+    scratch: &Path,
+) -> Vec<Spawned> {
+    let (exe, args) = worker_cmd;
+    servers
+        .keys()
+        .map(|name| {
+            let stderr = scratch.join(format!(".mcp-{name}.stderr"));
+            let sink = std::fs::File::create(&stderr).map_or_else(|_| Stdio::null(), Stdio::from);
+            Spawned {
+                server: name.clone(),
+                child: spawn_process_with_stderr(exe, args, env, sink),
+                stderr,
+            }
+        })
+        .collect()
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone)]
+pub struct Offered {
+    pub server: String,
+    pub tool: String,
+    /// The pin its definition matched.
+    pub pin: String,
+    pub def: ToolDef,
+}
+
+/// A running server.
+struct Live {
+    service: RunningService<RoleClient, ()>,
+    worker: Worker,
+    stderr: PathBuf,
+    /// The server is gone (it crashed, or broke the protocol): why.
+    gone: std::sync::Mutex<Option<String>>,
+}
+
+/// The worker process of a server, killed and reaped when dropped: its namespace, and
+/// the server and everything it forked in it, go with it.
+struct Worker(std::process::Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// How long a server has to end once its session is closed, before it is killed.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(1000);
+
+/// The fire's running servers and the tools they offer.
+#[derive(Default)]
+pub struct McpHub {
+    live: BTreeMap<String, Live>,
+    offered: BTreeMap<String, Offered>,
+    /// How long starting each server took, for the receipt's log and the bench.
+    pub start_ms: BTreeMap<String, u64>,
+}
+
+/// What starting the servers needs from the fire.
+pub struct StartInput<'a> {
+    pub root: &'a Path,
+    pub scratch: &'a Path,
+    pub servers: &'a McpServers,
+    /// The tool worker's sandbox, which each server's widens by its own grants.
+    pub spec: &'a SandboxSpec,
+    pub mode: LandlockMode,
+    /// `Read` deny globs, masked in the server's namespace as in the tools'.
+    pub masked: Vec<String>,
+    /// The size limit of everything the server writes (`sandbox.write_bytes`).
+    pub write_bytes: u64,
+    /// The scrubbed environment tools get; the server's allowed variables are added.
+    pub env: Vec<(String, String)>,
+    /// The runtime's `PATH`, where a server's program is resolved for its digest.
+    pub path: String,
+    pub home: Option<PathBuf>,
+}
+
+/// The outcome of starting the servers.
+pub struct Started {
+    pub hub: McpHub,
+    /// Drift and failures to note (the fire goes on without those tools).
+    pub cards: Vec<CardDraft>,
+    /// A `required` server did not start: the fire stops with this card.
+    pub fatal: Option<CardDraft>,
+}
+
+/// The last lines of a server's stderr, for a card.
+fn stderr_tail(path: &Path) -> String {
+    let text = std::fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+    let cut: String = tail
+        .chars()
+        .rev()
+        .take(2000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    if cut.trim().is_empty() {
+        "(nothing on stderr)".into()
+    } else {
+        cut
+    }
+}
+
+fn failed_card(server: &str, summary: String, why: &str, stderr: &Path) -> CardDraft {
+    CardDraft {
+        kind: CardKind::McpServerFailed,
+        summary,
+        detail: format!("{why}\nstderr (last lines):\n{}", stderr_tail(stderr)),
+        evidence: vec![format!("server {server}")],
+    }
+}
+
+/// Starts every declared server, lists its tools once and keeps those that match the
+/// lock. A server whose command differs from its pin is not started.
+pub async fn start(input: &StartInput<'_>, lock: &McpLock, spawned: Vec<Spawned>) -> Started {
+    let mut out = Started {
+        hub: McpHub::default(),
+        cards: Vec::new(),
+        fatal: None,
+    };
+    for Spawned { server, child, stderr } in spawned {
+        let Some(entry) = input.servers.get(&server) else {
+            continue;
+        };
+        let began = Instant::now();
+        let result = start_one(input, lock, &server, entry, child, &stderr).await;
+        out.hub
+            .start_ms
+            .insert(server.clone(), began.elapsed().as_millis() as u64);
+        match result {
+            Ok((live, offered, drift)) => {
+                out.cards.extend(drift);
+                for o in offered {
+                    out.hub.offered.insert(o.def.name.clone(), o);
+                }
+                out.hub.live.insert(server, live);
+            }
+            Err(card) => match entry.required {
+                true => {
+                    out.fatal.get_or_insert(*card);
+                }
+                false => out.cards.push(*card),
+            },
+        }
+    }
+    out
+}
+
+type StartedServer = (Live, Vec<Offered>, Vec<CardDraft>);
+
+async fn start_one(
+    input: &StartInput<'_>,
+    lock: &McpLock,
+    server: &str,
+    entry: &McpServer,
+    child: std::io::Result<std::process::Child>,
+    stderr: &Path,
+) -> Result<StartedServer, Box<CardDraft>> {
+    let drift_card = |summary: String, detail: String| {
+        Box::new(CardDraft {
+            kind: CardKind::McpDrift,
+            summary,
+            detail,
+            evidence: vec![
+                format!("server {server}"),
+                format!("lock {}", crate::mcp::lock::LOCK_FILE),
+            ],
+        })
+    };
+    let Some(pin) = lock.servers.get(server) else {
+        return Err(drift_card(
+            format!("MCP server `{server}` has no pin: not started"),
+            "run `builder mcp pin` and review the lock".into(),
+        ));
+    };
+    let digest = command_digest(&entry.command, input.root, &input.path);
+    if pin.command != entry.command || digest.as_ref().ok() != Some(&pin.command_digest) {
+        let now = match &digest {
+            Ok(d) => d.clone(),
+            Err(e) => e.to_string(),
+        };
+        return Err(drift_card(
+            format!("MCP server `{server}`: what starts differs from its pin; not started"),
+            format!(
+                "pinned {:?} ({}); settings say {:?} ({now})",
+                pin.command, pin.command_digest, entry.command
+            ),
+        ));
+    }
+    let timeout = Duration::from_secs(entry.start_timeout_s);
+    let failed = |why: String| {
+        Box::new(failed_card(
+            server,
+            format!("MCP server `{server}` did not start"),
+            &why,
+            stderr,
+        ))
+    };
+    let mut child = child.map_err(|e| failed(format!("cannot start its worker: {e}")))?;
+    let config = launch_config(input, server, entry);
+    let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
+        (Some(i), Some(o)) => (i, o),
+        _ => return Err(failed("its worker has no stdin or stdout".into())),
+    };
+    let worker = Worker(child);
+    let (mut stdin, stdout) = match (ChildStdin::from_std(stdin), ChildStdout::from_std(stdout)) {
+        (Ok(i), Ok(o)) => (i, BufReader::new(o).lines()),
+        (Err(e), _) | (_, Err(e)) => return Err(failed(e.to_string())),
+    };
+    let mut stdout = stdout;
+    let connected = tokio::time::timeout(timeout, async {
+        handshake(&mut stdin, &mut stdout, &config).await.map_err(|e| match e {
+            WorkerError::Refused(why) => format!("its sandbox could not be entered: {why}"),
+            other => other.to_string(),
+        })?;
+        let service =
+            ().serve((stdout.into_inner(), stdin))
+                .await
+                .map_err(|e| format!("MCP initialization failed: {e}"))?;
+        let tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        Ok::<_, String>((service, tools))
+    })
+    .await;
+    let (service, tools) = match connected {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(why)) => {
+            drop(worker);
+            return Err(failed(why));
+        }
+        Err(_) => {
+            drop(worker);
+            return Err(failed(format!("no tool list within {} s", entry.start_timeout_s)));
+        }
+    };
+    let listed: Vec<serde_json::Value> = tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect();
+    let (matched, drift) = check_tools(Some(pin), &listed);
+    let drift = drift
+        .into_iter()
+        .map(|d| CardDraft {
+            kind: CardKind::McpDrift,
+            summary: format!(
+                "MCP tool `{}` differs from its pin: not offered",
+                crate::mcp::tool_name(server, &d.tool)
+            ),
+            detail: d.what,
+            evidence: vec![
+                format!("server {server}"),
+                format!("tool {}", d.tool),
+                format!("pin {}", pin.tools.get(&d.tool).map_or("(none)", |p| p.hash.as_str())),
+            ],
+        })
+        .collect();
+    let offered = listed
+        .iter()
+        .filter_map(|t| {
+            let name = t["name"].as_str()?;
+            let hash = matched.get(name)?;
+            Some(Offered {
+                server: server.to_string(),
+                tool: name.to_string(),
+                pin: hash.clone(),
+                def: ToolDef {
+                    name: crate::mcp::tool_name(server, name),
+                    description: format!(
+                        "(MCP server `{server}`; its text is the server's, not the builder's) {}",
+                        t["description"].as_str().unwrap_or("")
+                    ),
+                    schema: t["inputSchema"].clone(),
+                },
+            })
+        })
+        .collect();
+    let live = Live {
+        service,
+        worker,
+        stderr: stderr.to_path_buf(),
+        gone: std::sync::Mutex::new(None),
+    };
+    Ok((live, offered, drift))
+}
+
+/// The worker configuration of one server: the tools' sandbox with the server's read
+/// roots added and its own TCP ports (none unless granted), its environment.
+fn launch_config(input: &StartInput<'_>, server: &str, entry: &McpServer) -> WorkerConfig {
+    let mut spec = input.spec.clone();
+    spec.read_dirs.extend(entry.read_dirs(input.home.as_deref()));
+    spec.connect_ports = entry.network.clone();
+    let mut env = input.env.clone();
+    for name in &entry.env_allow {
+        if let Ok(v) = std::env::var(name) {
+            env.retain(|(k, _)| k != name);
+            env.push((name.clone(), v));
+        }
+    }
+    WorkerConfig {
+        root: input.root.to_path_buf(),
+        scratch: input.scratch.to_path_buf(),
+        isolation: Some(NamespacePlan::new(
+            &spec,
+            input.root,
+            input.masked.clone(),
+            input.write_bytes,
+        )),
+        spec,
+        mode: input.mode,
+        env,
+        mcp: Some(McpLaunch {
+            server: server.to_string(),
+            argv: entry.command.clone(),
+        }),
+    }
+}
+
+impl McpHub {
+    /// The offered tools' definitions, for the model.
+    pub fn tool_defs(&self) -> Vec<ToolDef> {
+        self.offered.values().map(|o| o.def.clone()).collect()
+    }
+
+    /// The offered tool the model calls `name`.
+    pub fn offered(&self, name: &str) -> Option<&Offered> {
+        self.offered.get(name)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    /// Calls an offered tool; the result is capped at `cap` bytes. A server found gone
+    /// also returns the card that says so (once per server).
+    pub async fn call(
+        &self,
+        name: &str,
+        args: serde_json::Map<String, serde_json::Value>,
+        timeout: Duration,
+        cap: usize,
+    ) -> (ToolResult, Option<CardDraft>) {
+        let began = Instant::now();
+        let Some(o) = self.offered.get(name) else {
+            return (
+                ToolResult::error("", ErrorClass::UnknownTool, format!("`{name}` is not offered")),
+                None,
+            );
+        };
+        let Some(live) = self.live.get(&o.server) else {
+            return (
+                ToolResult::error(
+                    "",
+                    ErrorClass::Failed,
+                    format!("MCP server `{}` is not running", o.server),
+                ),
+                None,
+            );
+        };
+        if let Some(why) = live.gone.lock().ok().and_then(|g| g.clone()) {
+            return (
+                ToolResult::error(
+                    "",
+                    ErrorClass::Failed,
+                    format!("MCP server `{}` is gone: {why}", o.server),
+                ),
+                None,
+            );
+        }
+        let params = CallToolRequestParams::new(o.tool.clone()).with_arguments(args);
+        let answer = tokio::time::timeout(timeout, live.service.call_tool(params)).await;
+        let mut result = match answer {
+            Ok(Ok(r)) => {
+                let text = render(&r.content, r.structured_content.as_ref());
+                let (output, truncated) = crate::tools::exec::cap_text(text, cap);
+                ToolResult {
+                    call_id: String::new(),
+                    error: r.is_error.unwrap_or(false).then_some(ErrorClass::Failed),
+                    output,
+                    truncated,
+                    duration_ms: 0,
+                    kernel_denied: false,
+                }
+            }
+            Ok(Err(e)) => {
+                let why = e.to_string();
+                let gone = matches!(
+                    e,
+                    rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
+                );
+                if gone {
+                    if let Ok(mut g) = live.gone.lock() {
+                        *g = Some(why.clone());
+                    }
+                    let card = failed_card(
+                        &o.server,
+                        format!("MCP server `{}` stopped during the fire", o.server),
+                        &why,
+                        &live.stderr,
+                    );
+                    let mut r = ToolResult::error(
+                        "",
+                        ErrorClass::SideEffectUncertain,
+                        format!("MCP server `{}` is gone: {why}", o.server),
+                    );
+                    r.duration_ms = began.elapsed().as_millis() as u64;
+                    return (r, Some(card));
+                }
+                ToolResult::error("", ErrorClass::Failed, format!("MCP error: {why}"))
+            }
+            Err(_) => ToolResult::error(
+                "",
+                ErrorClass::Timeout,
+                format!(
+                    "no answer from MCP server `{}` within {} ms",
+                    o.server,
+                    timeout.as_millis()
+                ),
+            ),
+        };
+        result.duration_ms = began.elapsed().as_millis() as u64;
+        (result, None)
+    }
+
+    /// Ends every server with the fire: the session is closed, so the server sees the
+    /// end of its input; its worker copies what it wrote last into the repository and
+    /// exits within [`SHUTDOWN_GRACE`], or is killed then. Either way its namespace,
+    /// with all the server forked, goes with it.
+    pub async fn shutdown(self) {
+        for (_, live) in self.live {
+            let Live {
+                service, mut worker, ..
+            } = live;
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, service.cancel()).await;
+            let waited = Instant::now();
+            while waited.elapsed() < SHUTDOWN_GRACE {
+                if !matches!(worker.0.try_wait(), Ok(None)) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            drop(worker);
+        }
+    }
+}
+
+/// A call result as text for the model: text blocks as they are, other content named.
+fn render(content: &[ContentBlock], structured: Option<&serde_json::Value>) -> String {
+    let mut parts: Vec<String> = content
+        .iter()
+        .map(|c| match c {
+            ContentBlock::Text(t) => t.text.clone(),
+            other => format!(
+                "[{} content omitted]",
+                serde_json::to_value(other)
+                    .ok()
+                    .and_then(|v| v["type"].as_str().map(str::to_string))
+                    .unwrap_or_else(|| "non-text".into())
+            ),
+        })
+        .collect();
+    if parts.is_empty() {
+        if let Some(s) = structured {
+            parts.push(s.to_string());
+        }
+    }
+    parts.join("\n")
+}
+
+/// Lists a server's tools outside any fire, for `builder mcp pin`: the server runs
+/// on the builder's own machine (the builder chose to run it) in the repository
+/// root, with only the scrubbed environment and its allowed variables.
+pub async fn list_for_pin(
+    root: &Path,
+    entry: &McpServer,
+    env: &[(String, String)],
+) -> Result<Vec<serde_json::Value>, String> {
+    let Some((program, args)) = entry.command.split_first() else {
+        return Err("no command".into());
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(root)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start `{program}`: {e}"))?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err("no stdin or stdout".into());
+    };
+    let timeout = Duration::from_secs(entry.start_timeout_s);
+    let listed = tokio::time::timeout(timeout, async {
+        let service = ().serve((stdout, stdin)).await.map_err(|e| format!("MCP initialization failed: {e}"))?;
+        let tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        let _ = service.cancel().await;
+        Ok::<_, String>(tools)
+    })
+    .await;
+    let tail = |child: &mut tokio::process::Child| {
+        let _ = child.start_kill();
+        child.stderr.take()
+    };
+    match listed {
+        Ok(Ok(tools)) => {
+            let _ = child.start_kill();
+            Ok(tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
+        }
+        Ok(Err(why)) => {
+            let mut err = String::new();
+            if let Some(mut s) = tail(&mut child) {
+                use tokio::io::AsyncReadExt;
+                let _ = tokio::time::timeout(Duration::from_secs(1), s.read_to_string(&mut err)).await;
+            }
+            Err(format!("{why}\nstderr: {}", err.trim()))
+        }
+        Err(_) => {
+            let _ = tail(&mut child);
+            Err(format!("no tool list within {} s", entry.start_timeout_s))
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! `builder mcp pin`: starts each declared server once, lists its tools and writes
+//! what it found to `settings/mcp.lock`, saying in words what changed against the
+//! lock before (a new tool, a gained parameter, a changed description): the lock is a
+//! builder change that review approves like any other.
+
+use super::mcp_client::list_for_pin;
+use crate::mcp::config::{package_spec, McpServers};
+use crate::mcp::lock::{changes, command_digest, pin_of, LockError, McpLock, ServerPin};
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    #[error("no MCP server `{0}` in settings/runtime.yaml")]
+    Unknown(String),
+    #[error("MCP server `{server}`: {why}")]
+    Unpinned { server: String, why: String },
+    #[error("MCP server `{server}` could not be listed: {why}")]
+    Listing { server: String, why: String },
+    #[error(transparent)]
+    Lock(#[from] LockError),
+}
+
+/// What pinning one server changed, in words.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pinned {
+    pub server: String,
+    pub tools: usize,
+    pub changes: Vec<String>,
+}
+
+/// Pins `only` (or every declared server) and writes the lock; servers not pinned
+/// this time keep their pins, servers no longer declared lose them.
+pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &str) -> Result<Vec<Pinned>, PinError> {
+    if let Some(name) = only {
+        if !servers.contains_key(name) {
+            return Err(PinError::Unknown(name.to_string()));
+        }
+    }
+    let mut lock = McpLock::load(root)?;
+    lock.version = 1;
+    lock.servers.retain(|name, _| servers.contains_key(name));
+    let home = tempfile::tempdir().map_err(|e| PinError::Listing {
+        server: String::new(),
+        why: e.to_string(),
+    })?;
+    let mut out = Vec::new();
+    for (name, entry) in servers.iter().filter(|(n, _)| only.is_none_or(|o| o == n.as_str())) {
+        let package = package_spec(&entry.command).map_err(|why| PinError::Unpinned {
+            server: name.clone(),
+            why,
+        })?;
+        let digest = command_digest(&entry.command, root, path)?;
+        let mut env = crate::tools::exec::ExecContext::scrubbed_env(home.path());
+        for v in &entry.env_allow {
+            if let Ok(val) = std::env::var(v) {
+                env.push((v.clone(), val));
+            }
+        }
+        let listed = list_for_pin(root, entry, &env).await.map_err(|why| PinError::Listing {
+            server: name.clone(),
+            why,
+        })?;
+        let tools: std::collections::BTreeMap<String, _> = listed
+            .iter()
+            .map(|t| (t["name"].as_str().unwrap_or("").to_string(), pin_of(t)))
+            .collect();
+        let before = lock.servers.get(name);
+        let mut said = Vec::new();
+        match before {
+            None => said.push(format!("new server `{name}`: {}", entry.command.join(" "))),
+            Some(b) if b.command_digest != digest => said.push(format!(
+                "what starts changed: {} -> {}",
+                b.command.join(" "),
+                entry.command.join(" ")
+            )),
+            Some(_) => {}
+        }
+        for (tool, p) in &tools {
+            match before.and_then(|b| b.tools.get(tool)) {
+                None => said.push(format!("new tool `{tool}`")),
+                Some(old) if old.hash != p.hash => said.extend(
+                    changes(&old.definition, &p.definition)
+                        .into_iter()
+                        .map(|c| format!("tool `{tool}`: {c}")),
+                ),
+                Some(_) => {}
+            }
+        }
+        for tool in before
+            .into_iter()
+            .flat_map(|b| b.tools.keys())
+            .filter(|t| !tools.contains_key(*t))
+        {
+            said.push(format!("tool `{tool}` removed"));
+        }
+        out.push(Pinned {
+            server: name.clone(),
+            tools: tools.len(),
+            changes: said,
+        });
+        lock.servers.insert(
+            name.clone(),
+            ServerPin {
+                command: entry.command.clone(),
+                command_digest: digest,
+                package,
+                tools,
+            },
+        );
+    }
+    lock.save(root)?;
+    Ok(out)
+}

@@ -1,0 +1,79 @@
+//! The fire's MCP servers: their worker processes are spawned with the tool worker's,
+//! before the runtime restricts itself, and started (sandboxed, listed, checked
+//! against `settings/mcp.lock`) once the tool worker is up. Drift and servers that did
+//! not start become cards and the fire goes on without their tools; a `required`
+//! server that did not start stops the fire.
+
+use super::{Aborted, FireEnd, FireRun};
+use crate::agent::mcp_client::McpHub;
+use crate::agent::mcp_client::{start, StartInput};
+use crate::mcp::lock::McpLock;
+use crate::records::CardKind;
+use crate::sandbox;
+use crate::tools::exec::ExecContext;
+
+impl FireRun {
+    /// Spawns a worker process per declared server (before Landlock).
+    pub(super) fn spawn_mcp_workers(&mut self, env: &[(String, String)]) {
+        self.mcp_workers = crate::agent::mcp_client::spawn_workers(
+            &self.config.settings.mcp,
+            &self.ctx.opts.worker_cmd,
+            env,
+            &self.config.scratch,
+        );
+    }
+
+    /// Starts the servers; `Err` when the lock cannot be read or a required server did
+    /// not start.
+    pub(super) async fn start_mcp(&mut self) -> Result<McpHub, Aborted> {
+        let spawned = std::mem::take(&mut self.mcp_workers);
+        if spawned.is_empty() {
+            return Ok(McpHub::default());
+        }
+        let root = self.ctx.opts.root.clone();
+        let lock = match McpLock::load(&root) {
+            Ok(l) => l,
+            Err(e) => {
+                return Err(self.abort(
+                    FireEnd::InvalidInput,
+                    CardKind::InvalidConfig,
+                    "settings/mcp.lock could not be read".into(),
+                    e.to_string(),
+                ))
+            }
+        };
+        let spec = sandbox::worker_spec(
+            &root,
+            &crate::git::git_dirs(&self.repo),
+            &self.config.scratch,
+            &self.config.settings,
+            self.config.policy.ownership(),
+        );
+        let input = StartInput {
+            root: &root,
+            scratch: &self.config.scratch,
+            servers: &self.config.settings.mcp,
+            spec: &spec,
+            mode: self.config.settings.sandbox.landlock,
+            masked: self.config.policy.read_masks(),
+            write_bytes: self.config.settings.sandbox.write_bytes,
+            env: ExecContext::scrubbed_env(&self.config.scratch),
+            path: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+            home: std::env::var_os("HOME").map(Into::into),
+        };
+        let started = start(&input, &lock, spawned).await;
+        for (server, ms) in &started.hub.start_ms {
+            tracing::debug!(server = %server, start_ms = ms, "MCP server started");
+        }
+        self.state.cards.extend(started.cards);
+        if let Some(card) = started.fatal {
+            started.hub.shutdown().await;
+            self.abort = Some(super::Abort {
+                end: FireEnd::Failed,
+                card,
+            });
+            return Err(Aborted);
+        }
+        Ok(started.hub)
+    }
+}

@@ -1,0 +1,166 @@
+//! Git's own rules for the names a tree may hold, applied to every file the runtime
+//! commits. A model may leave a file under `reports/` whose name git itself refuses or
+//! treats as its metadata on some file system: `.git` spelt with HFS+'s ignorable code
+//! points (`.g\u{200c}it`), NTFS's 8.3 short names (`git~1`, `gitmod~1`) and trailing
+//! dots or streams (`.git.`, `.git::$INDEX_ALLOCATION`). One such name committed
+//! makes every fsck-checking remote (`receive.fsckObjects`) refuse every later push,
+//! and a checkout on a Mac or Windows machine write into its `.git`. The rules are
+//! git's, with `core.protectHFS` and `core.protectNTFS` both on whatever the local
+//! config says: gitoxide's port of git's `verify_path` component check
+//! ([`gix_validate::path::component`]) and libgit2's own matcher of `.gitmodules`,
+//! `.gitattributes` and `.gitignore` lookalikes (`git_path_is_gitfile`), whose
+//! contents fsck parses and checks (a `gitmod~1` blob is judged as a `.gitmodules`).
+//! Beyond git, any name that reads `.git...` once the HFS+ ignorables are dropped is
+//! refused, as the outputs walk always did for plain `.git*` names.
+
+use gix_object::bstr::ByteSlice;
+use std::os::raw::{c_char, c_int};
+
+// libgit2's public matcher (`git2/sys/path.h`), linked through `libgit2-sys`, which
+// does not declare it.
+extern "C" {
+    fn git_path_is_gitfile(path: *const c_char, pathlen: usize, gitfile: c_int, fs: c_int) -> c_int;
+}
+
+/// `git_path_gitfile` values: the files libgit2 knows lookalikes of.
+const GITFILES: [(c_int, &str); 3] = [(0, ".gitignore"), (1, ".gitmodules"), (2, ".gitattributes")];
+/// `GIT_PATH_FS_GENERIC`: both the NTFS and the HFS+ rules.
+const FS_GENERIC: c_int = 0;
+
+/// Code points HFS+ ignores when it compares names (git's `is_hfs_dot_generic`).
+fn hfs_ignorable(c: char) -> bool {
+    matches!(c as u32, 0x200c..=0x200f | 0x202a..=0x202e | 0x206a..=0x206f | 0xfeff)
+}
+
+/// Why git refuses (or treats as its metadata) the path component `name`; `None` for
+/// a plain name.
+pub fn refused_component(name: &str) -> Option<String> {
+    let options = gix_validate::path::component::Options {
+        protect_windows: false,
+        protect_hfs: true,
+        protect_ntfs: true,
+    };
+    // As a symlink, so `.gitmodules` lookalikes are judged too (git refuses them as
+    // links; fsck parses them as submodule files when they are blobs).
+    // libgit2 reads a few bytes past `pathlen` looking for the name's end: it needs
+    // the terminating NUL (a file name holds no NUL, so none is lost).
+    let Ok(c_name) = std::ffi::CString::new(name) else {
+        return Some("a name holding a NUL byte".into());
+    };
+    for (kind, file) in GITFILES {
+        // SAFETY: a NUL-terminated copy of `name` that outlives the call, and its
+        // length; libgit2 only reads it and keeps nothing.
+        let hit = unsafe { git_path_is_gitfile(c_name.as_ptr(), name.len(), kind, FS_GENERIC) };
+        if hit > 0 {
+            return Some(format!("git metadata: a name git reads as `{file}` on NTFS or HFS+"));
+        }
+    }
+    if let Err(e) = gix_validate::path::component(
+        name.as_bytes().as_bstr(),
+        Some(gix_validate::path::component::Mode::Symlink),
+        options,
+    ) {
+        return Some(format!("git metadata: a name git refuses ({e})"));
+    }
+    let folded: String = name.chars().filter(|c| !hfs_ignorable(*c)).collect();
+    if folded.to_ascii_lowercase().starts_with(".git") {
+        return Some("git metadata (a name starting with `.git`)".into());
+    }
+    None
+}
+
+/// Whether `name` is `.git` in any spelling git knows (HFS+ ignorables, NTFS short
+/// names and trailing dots): a nested repository's directory, or the `gitdir:` file
+/// of a linked worktree, either of which makes git run that repository's config and
+/// hooks for whoever runs `git` inside it.
+pub fn is_dot_git(name: &str) -> bool {
+    let options = gix_validate::path::component::Options {
+        protect_windows: false,
+        protect_hfs: true,
+        protect_ntfs: true,
+    };
+    matches!(
+        gix_validate::path::component(name.as_bytes().as_bstr(), None, options),
+        Err(gix_validate::path::component::Error::DotGitDir)
+    )
+}
+
+/// Why git refuses the repository-relative `path` (`/`-separated), naming the first
+/// component it refuses; `None` when every component is plain.
+pub fn refused_path(path: &str) -> Option<String> {
+    path.split('/')
+        .find_map(|c| refused_component(c).map(|why| format!("`{}`: {why}", c.escape_debug())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_metadata_in_every_spelling_is_refused() {
+        for name in [
+            ".git",
+            ".GIT",
+            ".git.",
+            ".git ",
+            "git~1",
+            "GIT~1",
+            ".git::$INDEX_ALLOCATION",
+            ".g\u{200c}it",
+            ".git\u{200d}",
+            "\u{feff}.git",
+            ".gitmodules",
+            "gitmod~1",
+            "GITMOD~4",
+            "gi7eba~9",
+            ".gitmodules\u{200c}",
+            ".gitattributes",
+            "gitatt~1",
+            "gi7d29~1",
+            ".git\u{200e}attributes",
+            ".gitignore",
+            "gitign~1",
+            ".gitfoo",
+            "..",
+            ".",
+        ] {
+            assert!(refused_component(name).is_some(), "{name:?} passed");
+        }
+    }
+
+    #[test]
+    fn dot_git_in_every_spelling_is_a_nested_repository() {
+        for name in [
+            ".git",
+            ".GIT",
+            "git~1",
+            ".git.",
+            ".g\u{200c}it",
+            ".git::$INDEX_ALLOCATION",
+        ] {
+            assert!(is_dot_git(name), "{name:?}");
+        }
+        for name in [".gitmodules", ".gitattributes", "git", "x.git", "gitmod~1"] {
+            assert!(!is_dot_git(name), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn plain_names_pass() {
+        for name in [
+            "report.md",
+            "draft~1.md",
+            "git",
+            "notes.git",
+            "a..b",
+            "gitmodules",
+            "über.txt",
+            "x~1",
+        ] {
+            assert_eq!(refused_component(name), None, "{name:?}");
+        }
+        assert_eq!(refused_path("reports/t/2026-01-01/r.md"), None);
+        let why = refused_path("reports/sub/gitmod~1").unwrap();
+        assert!(why.contains("gitmod~1"), "{why}");
+    }
+}

@@ -1,0 +1,191 @@
+//! The worker's side of an MCP server: what a tool worker is told to start
+//! ([`McpLaunch`], sent in its configuration) and how it runs it ([`run_server`]):
+//! the server as its child, inside the sandbox the worker already entered, with the
+//! worker passing the protocol's lines between the runtime and the server. The worker
+//! stands in the middle for one reason: what the server writes lands in the sandbox's
+//! write layer (see [`crate::sandbox::writeback`]), and the worker copies it into the
+//! repository before it passes on each answer, as it does after each tool call, and
+//! once more when the server ends. Kept apart from the runtime's client
+//! (`agent::mcp_client`) so the worker, below the agent loop, can reach it.
+
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+/// What the worker starts: sent in its [`crate::worker::WorkerConfig`]. The server's
+/// stderr is the worker's own, which the runtime points at a file for failure cards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpLaunch {
+    pub server: String,
+    pub argv: Vec<String>,
+}
+
+/// Whether a protocol line from the server answers a request (JSON-RPC: an `id` and a
+/// `result` or an `error`, no `method`): the moment a call's writes are complete.
+fn is_answer(line: &str) -> bool {
+    let Ok(serde_json::Value::Object(msg)) = serde_json::from_str::<serde_json::Value>(line) else {
+        return false;
+    };
+    msg.contains_key("id") && !msg.contains_key("method") && (msg.contains_key("result") || msg.contains_key("error"))
+}
+
+/// In the sandboxed worker: runs the server in the repository root with `env` only,
+/// passes each line of `input` to it and each of its lines to `output`, and calls
+/// `sync` before passing on an answer and once the server has ended. The worker is
+/// PID 1 of its namespace: when it returns and exits, whatever the server forked ends
+/// with it.
+pub fn run_server<I, O, S>(
+    root: &Path,
+    env: &[(String, String)],
+    launch: &McpLaunch,
+    input: I,
+    output: O,
+    sync: S,
+) -> std::io::Result<()>
+where
+    I: Iterator<Item = std::io::Result<String>>,
+    O: Write + Send + 'static,
+    S: FnMut() + Send + 'static,
+{
+    let Some((program, args)) = launch.argv.split_first() else {
+        return Ok(());
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(root)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    // SAFETY: prctl only sets a flag of the child; async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("cannot start `{program}`: {e}");
+            return Ok(());
+        }
+    };
+    let (Some(mut to_server), Some(from_server)) = (child.stdin.take(), child.stdout.take()) else {
+        let _ = child.kill();
+        return Ok(());
+    };
+    let sync = Arc::new(Mutex::new(sync));
+    let (ended, reader_ended) = std::sync::mpsc::channel::<()>();
+    {
+        let sync = Arc::clone(&sync);
+        let mut output = output;
+        std::thread::spawn(move || {
+            for line in BufReader::new(from_server).lines() {
+                let Ok(line) = line else { break };
+                if is_answer(&line) {
+                    if let Ok(mut sync) = sync.lock() {
+                        (*sync)();
+                    }
+                }
+                if writeln!(output, "{line}").and_then(|_| output.flush()).is_err() {
+                    break;
+                }
+            }
+            let _ = ended.send(());
+        });
+    }
+    for line in input {
+        let Ok(line) = line else { break };
+        if writeln!(to_server, "{line}").and_then(|_| to_server.flush()).is_err() {
+            break;
+        }
+    }
+    // The runtime closed the session: the server sees the end of its input and ends.
+    drop(to_server);
+    child.wait()?;
+    // The reader passes on the server's last lines; it ends with the server's output
+    // unless something the server forked holds that open (the worker's exit ends it).
+    let _ = reader_ended.recv_timeout(std::time::Duration::from_millis(500));
+    // What it wrote last (and what anything it forked wrote until now) goes in too.
+    if let Ok(mut sync) = sync.lock() {
+        (*sync)();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_a_result_or_error_with_an_id_and_nothing_else_is() {
+        assert!(is_answer(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#));
+        assert!(is_answer(
+            r#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"m"}}"#
+        ));
+        assert!(!is_answer(r#"{"jsonrpc":"2.0","id":4,"method":"roots/list"}"#));
+        assert!(!is_answer(
+            r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#
+        ));
+        assert!(!is_answer("not json"));
+    }
+
+    #[test]
+    fn lines_pass_both_ways_and_each_answer_is_preceded_by_a_sync() {
+        let dir = std::env::temp_dir();
+        let launch = McpLaunch {
+            server: "echo".into(),
+            // Echoes each request line back: an answer for the first, a notification
+            // for the second.
+            argv: vec!["/bin/cat".into()],
+        };
+        let synced = Arc::new(Mutex::new(0usize));
+        let seen = Arc::new(Mutex::new(Vec::<(usize, String)>::new()));
+        struct Out {
+            synced: Arc<Mutex<usize>>,
+            seen: Arc<Mutex<Vec<(usize, String)>>>,
+            buf: Vec<u8>,
+        }
+        impl Write for Out {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.buf.extend_from_slice(b);
+                while let Some(i) = self.buf.iter().position(|c| *c == b'\n') {
+                    let line: Vec<u8> = self.buf.drain(..=i).collect();
+                    let n = *self.synced.lock().unwrap();
+                    self.seen
+                        .lock()
+                        .unwrap()
+                        .push((n, String::from_utf8_lossy(&line).trim().to_string()));
+                }
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Out {
+            synced: Arc::clone(&synced),
+            seen: Arc::clone(&seen),
+            buf: Vec::new(),
+        };
+        let counter = Arc::clone(&synced);
+        let lines = vec![
+            Ok(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_string()),
+            Ok(r#"{"jsonrpc":"2.0","method":"notifications/progress"}"#.to_string()),
+        ];
+        run_server(&dir, &[], &launch, lines.into_iter(), out, move || {
+            *counter.lock().unwrap() += 1;
+        })
+        .unwrap();
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert_eq!(seen[0].0, 1, "the answer went out after one sync: {seen:?}");
+        assert_eq!(seen[1].0, 1, "a notification brings no sync: {seen:?}");
+        assert_eq!(*synced.lock().unwrap(), 2, "and one more once the server ended");
+    }
+}

@@ -1,0 +1,180 @@
+//! The approved call is exactly-once through every crash (issue 22, item 2). A run
+//! paused on an `ask` call, approved with `builder approve-call`, then `runtime
+//! resume` killed at a named point around the approved call: before it
+//! (`before-approved-call`), after its ledger entry (`after-ledger-started`), after its
+//! effect (`after-tool-side-effect`) and after its result is recorded
+//! (`after-approved-call`). The next step is either another `runtime resume` or the
+//! task's next cron `fire` (which continues the interrupted resume instead of waiting
+//! at exit 4). Whatever the point, the call ran at most once, a call that ran is never
+//! called stale, one that may have run is `SIDE_EFFECT_UNCERTAIN` with its card, the
+//! killed resume's `crashed` card is recorded, the run finishes and nothing is left
+//! waiting. The approved command writes `reports/log.txt`, a file it names: pinned as
+//! absent at the pause, so its own effect is what the stale check would see.
+
+use crate::crash::{hit_calls, killed, runtime_crashing};
+use crate::util::*;
+use serde_json::Value;
+
+/// A repository whose task `t` asks for `sh tools/bump.sh reports/log.txt` (which
+/// leaves a file under `reports/hits/` per run and appends its call id to the log).
+fn approval_env() -> TestEnv {
+    let env = crate::crash::counter_env(true);
+    env.write(
+        "tools/bump.sh",
+        "echo \"${RUNTIME_CALL_ID:-none}\" > \"reports/hits/$(date +%s%N)-$$\"\n[ -n \"$1\" ] && echo \"${RUNTIME_CALL_ID:-none}\" >> \"$1\"\nexit 0\n",
+    );
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/bump.sh reports/log.txt"}}]},
+        {"content": "# Done\nbumped once"}
+    ]});
+    env.write("evals/t/replay.json", &trace.to_string());
+    let settings = env
+        .read("settings/runtime.yaml")
+        .replace("\"Bash(sh tools/bump.sh)\"", "\"Bash(sh tools/bump.sh*)\"");
+    env.write("settings/runtime.yaml", &settings);
+    env.commit_all("an approved call that writes a file it names");
+    env
+}
+
+/// Fires `t` until it pauses and approves the call; the paused run's id.
+fn paused_and_approved(env: &TestEnv) -> String {
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 4, "{summary}\n{stderr}");
+    let paused = summary["run_id"].as_str().unwrap().to_string();
+    let ok = env.builder(&["approve-call", &paused, "c1", "--by", "Eng <eng@example.com>"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    paused
+}
+
+/// The next step after the killed resume.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Next {
+    Resume,
+    CronFire,
+}
+
+fn next_step(env: &TestEnv, next: Next, paused: &str) -> (i32, Value) {
+    let out = match next {
+        Next::Resume => env.runtime(&["resume", paused, "--json"]),
+        Next::CronFire => env.runtime(&["fire", "t", "--json"]),
+    };
+    let summary: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), summary)
+}
+
+#[test]
+fn a_resume_killed_anywhere_around_the_approved_call_runs_it_at_most_once_and_finishes() {
+    // (point, whether the command ran before the kill, the outcome the finished run
+    // records for it)
+    let points = [
+        ("before-approved-call", false, "ok"),
+        ("after-ledger-started", false, "SIDE_EFFECT_UNCERTAIN"),
+        ("after-tool-side-effect", true, "SIDE_EFFECT_UNCERTAIN"),
+        ("after-approved-call", true, "ok"),
+    ];
+    for (point, ran_before, outcome) in points {
+        for next in [Next::Resume, Next::CronFire] {
+            let case = format!("{point} then {next:?}");
+            let env = approval_env();
+            let paused = paused_and_approved(&env);
+            let out = runtime_crashing(&env, point, &["resume", &paused, "--json"]);
+            assert!(killed(&out), "{case}: the crash point fired: {:?}", out.status);
+            assert_eq!(
+                hit_calls(&env).len(),
+                usize::from(ran_before),
+                "{case}: the effect before the kill"
+            );
+            let (code, summary) = next_step(&env, next, &paused);
+            let cards = env.card_kinds(&summary);
+            assert_eq!(summary["status"], "completed", "{case}: {summary}");
+            assert_eq!(code, 5, "{case}: completed with cards: {summary}");
+            assert!(
+                !cards.contains(&"approval_stale".to_string()),
+                "{case}: never stale: {cards:?}"
+            );
+            assert!(
+                cards.contains(&"crashed".to_string()),
+                "{case}: the killed resume is carded: {cards:?}"
+            );
+            assert_eq!(
+                cards.contains(&"side_effect_uncertain".to_string()),
+                outcome == "SIDE_EFFECT_UNCERTAIN",
+                "{case}: {cards:?}"
+            );
+            let calls = hit_calls(&env);
+            assert!(calls.len() <= 1, "{case}: the approved call ran {} times", calls.len());
+            assert_eq!(
+                calls.len(),
+                usize::from(ran_before || outcome == "ok"),
+                "{case}: {calls:?}"
+            );
+            let receipt = env.receipt(&summary);
+            assert_eq!(receipt["resumed_from"], paused.as_str(), "{case}: {receipt}");
+            let last = receipt["tool_calls"].as_array().unwrap().last().unwrap().clone();
+            assert_eq!(last["outcome"], outcome, "{case}: {last}");
+            // Nothing waits any more: the next tick runs the task afresh (and asks
+            // again, as every fresh run of this task does), never the old pause.
+            let (code, tick, _) = env.fire("t");
+            assert_eq!(code, 4, "{case}: {tick}");
+            assert_ne!(tick["run_id"], paused.as_str(), "{case}: a fresh run");
+            assert!(
+                !tick["cards"].as_array().unwrap().is_empty(),
+                "{case}: asked again: {tick}"
+            );
+            crate::crash_suite::check(&env).unwrap_or_else(|e| panic!("{case}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn a_stale_approval_closes_the_pause_and_keeps_the_recovery_cards() {
+    let env = approval_env();
+    let paused = paused_and_approved(&env);
+    // A resume killed before the call, then a person changes the file the call names.
+    let out = runtime_crashing(&env, "before-approved-call", &["resume", &paused, "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    env.write("reports/log.txt", "a person's line\n");
+    let (code, summary) = next_step(&env, Next::Resume, &paused);
+    assert_eq!(code, 1, "{summary}");
+    let cards = env.card_kinds(&summary);
+    assert!(cards.contains(&"approval_stale".to_string()), "{cards:?}");
+    assert!(
+        cards.contains(&"crashed".to_string()),
+        "the killed resume's card is recorded with the refusal: {cards:?}"
+    );
+    assert!(summary["commit"].is_string(), "{summary}");
+    assert!(hit_calls(&env).is_empty(), "the stale call never ran");
+    // The pause is closed: the task is not held at exit 4 by it; the next fire runs
+    // afresh and asks again, and that pause can be approved and resumed.
+    let (code, tick, _) = env.fire("t");
+    assert_eq!(code, 4, "{tick}");
+    let fresh = tick["run_id"].as_str().unwrap().to_string();
+    assert_ne!(fresh, paused);
+    let ok = env.builder(&["approve-call", &fresh, "c1", "--by", "Eng <eng@example.com>"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    let (code, done) = next_step(&env, Next::Resume, &fresh);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(code, TestEnv::completed_code(&done));
+    assert_eq!(hit_calls(&env), vec!["c1"], "the re-asked call ran once");
+    let paths = env.last_commit_paths();
+    assert!(
+        paths.iter().any(|p| p == done["receipt"].as_str().unwrap()),
+        "the finished run's records are committed: {paths:?}"
+    );
+    // (The person's `reports/log.txt` went into the stale resume's commit as a file
+    // new under `reports/`; the re-asked call appends to it, and the runtime never
+    // rewrites a committed file: that one change stays the person's to commit.)
+}
+
+#[test]
+fn a_decided_pause_the_cron_tick_cannot_continue_names_resume_only() {
+    let env = approval_env();
+    let paused = paused_and_approved(&env);
+    // Approved, never resumed: the tick waits, and its hint is the one way out.
+    let (code, tick, _) = env.fire("t");
+    assert_eq!(code, 4, "{tick}");
+    let hint = tick["hint"].as_str().unwrap();
+    assert!(hint.contains(&format!("runtime resume {paused}")), "{hint}");
+    assert!(!hint.contains("approve-call"), "already approved: {hint}");
+}

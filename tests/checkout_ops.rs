@@ -1,0 +1,537 @@
+//! Never commit into someone else's operation (issue 22, item 1). A fire in a checkout
+//! where a person's rebase, merge, cherry-pick, revert, `git am` or bisect is under way,
+//! or whose HEAD is detached, does not commit: its records stay (untracked in the work
+//! tree, and kept in git under `refs/runtime/pending/`), one `commit_blocked` card
+//! says what stood in the way, and it exits 1. The person's `--abort` (or `bisect
+//! reset`, or checkout of the branch) works as if no fire had run, and the next fire
+//! commits the records with its own. A HEAD that names a branch whose ref is missing
+//! is named as such. Then the race: a person running `git pull --rebase`, an
+//! interactive rebase stopped at an `edit`, a checkout of another branch and back and
+//! `git stash` in the box's checkout while four tasks fire, for
+//! `CHECKOUT_RACE_SECONDS` (120 by default): no receipt is lost, no operation of the
+//! person's is stopped by the runtime, nothing is left locked or pending.
+
+use crate::races::{git, git_in, stdout};
+use crate::util::*;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `git args` in the repository, which must succeed.
+fn git_ok(env: &TestEnv, args: &[&str]) -> String {
+    let out = git(env, args);
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(&out)
+}
+
+/// A repository whose `main` and `upstream` branches changed `notes.txt` differently
+/// since their common commit `base`: every operation between them stops on a conflict.
+fn conflicting_env() -> TestEnv {
+    let env = TestEnv::new();
+    env.write("notes.txt", "base\n");
+    git_ok(&env, &["add", "notes.txt"]);
+    git_ok(&env, &["commit", "-q", "-m", "base"]);
+    git_ok(&env, &["branch", "upstream"]);
+    env.write("notes.txt", "main's line\n");
+    git_ok(&env, &["commit", "-q", "-am", "main's change"]);
+    git_ok(&env, &["checkout", "-q", "upstream"]);
+    env.write("notes.txt", "upstream's line\n");
+    git_ok(&env, &["commit", "-q", "-am", "upstream's change"]);
+    git_ok(&env, &["checkout", "-q", "main"]);
+    env
+}
+
+/// The refs under `refs/runtime/pending/`.
+fn pending_refs(env: &TestEnv) -> Vec<String> {
+    git_ok(env, &["for-each-ref", "--format=%(refname)", "refs/runtime/pending/"])
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// One operation left in progress by a person, and how that person ends it.
+struct Operation {
+    name: &'static str,
+    /// Commands that start it (the last one stops on the conflict, or leaves the
+    /// state the case is about).
+    start: &'static [&'static [&'static str]],
+    /// What the blocked fire's message names.
+    named: &'static str,
+    end: &'static [&'static str],
+}
+
+const OPERATIONS: &[Operation] = &[
+    Operation {
+        name: "rebase",
+        start: &[&["rebase", "upstream"]],
+        named: "a rebase is in progress",
+        end: &["rebase", "--abort"],
+    },
+    Operation {
+        name: "merge",
+        start: &[&["merge", "upstream"]],
+        named: "a merge is in progress",
+        end: &["merge", "--abort"],
+    },
+    Operation {
+        name: "cherry-pick",
+        start: &[&["cherry-pick", "upstream"]],
+        named: "a cherry-pick is in progress",
+        end: &["cherry-pick", "--abort"],
+    },
+    Operation {
+        name: "revert",
+        start: &[&["revert", "--no-edit", "HEAD~1"]],
+        named: "a revert is in progress",
+        end: &["revert", "--abort"],
+    },
+    Operation {
+        name: "am",
+        start: &[
+            &["format-patch", "-q", "-1", "upstream", "-o", ".git/patches"],
+            &["am", ".git/patches/0001-upstream-s-change.patch"],
+        ],
+        named: "a `git am` is in progress",
+        end: &["am", "--abort"],
+    },
+    Operation {
+        name: "bisect",
+        start: &[&["bisect", "start", "HEAD", "HEAD~2"]],
+        named: "a bisect is in progress",
+        end: &["bisect", "reset"],
+    },
+    Operation {
+        name: "detached HEAD",
+        start: &[&["checkout", "-q", "--detach", "HEAD~1"]],
+        named: "HEAD is detached",
+        end: &["checkout", "-q", "main"],
+    },
+];
+
+#[test]
+fn a_fire_inside_a_persons_operation_leaves_its_records_and_the_next_fire_commits_them() {
+    for op in OPERATIONS {
+        let env = conflicting_env();
+        for (i, cmd) in op.start.iter().enumerate() {
+            let out = git(&env, cmd);
+            if i + 1 < op.start.len() {
+                assert!(out.status.success(), "{}: {cmd:?}: {:?}", op.name, out);
+            }
+        }
+        let head = git_ok(&env, &["rev-parse", "HEAD"]);
+        let (code, blocked, stderr) = env.fire("digest");
+        assert_eq!(code, 1, "{}: {blocked}\n{stderr}", op.name);
+        let message = blocked["message"].as_str().unwrap();
+        assert!(message.contains(op.named), "{}: {message}", op.name);
+        assert!(blocked["commit"].is_null(), "{}: {blocked}", op.name);
+        assert_eq!(
+            git_ok(&env, &["rev-parse", "HEAD"]),
+            head,
+            "{}: no commit into it",
+            op.name
+        );
+        let kinds = env.card_kinds(&blocked);
+        assert_eq!(
+            kinds.iter().filter(|k| *k == "commit_blocked").count(),
+            1,
+            "{}: {kinds:?}",
+            op.name
+        );
+        let receipt = blocked["receipt"].as_str().unwrap().to_string();
+        assert!(env.root.join(&receipt).is_file(), "{}: the records stay", op.name);
+        assert_eq!(pending_refs(&env).len(), 1, "{}: kept in git", op.name);
+        // Not staged: the person's git never trips over them.
+        let staged = git_ok(&env, &["diff", "--cached", "--name-only"]);
+        assert!(!staged.contains("runs/"), "{}: records staged: {staged}", op.name);
+        // The person ends the operation as if no fire had run.
+        let out = git(&env, op.end);
+        assert!(
+            out.status.success(),
+            "{}: `git {:?}` was stopped: {}{}",
+            op.name,
+            op.end,
+            stdout(&out),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            git_ok(&env, &["symbolic-ref", "HEAD"]),
+            "refs/heads/main",
+            "{}",
+            op.name
+        );
+        // The next fire commits the blocked run's records with its own.
+        let (code, next, stderr) = env.fire("digest");
+        assert_eq!(code, 0, "{}: {next}\n{stderr}", op.name);
+        let tree = git_ok(&env, &["ls-tree", "-r", "--name-only", "HEAD"]);
+        assert!(
+            tree.lines().any(|l| l == receipt),
+            "{}: {receipt} not committed",
+            op.name
+        );
+        assert!(pending_refs(&env).is_empty(), "{}: pending refs left", op.name);
+        crate::crash_suite::check(&env).unwrap_or_else(|e| panic!("{}: {e}", op.name));
+    }
+}
+
+#[test]
+fn a_head_naming_a_missing_branch_is_named_as_such() {
+    let env = TestEnv::new();
+    git_ok(&env, &["symbolic-ref", "HEAD", "refs/heads/gone"]);
+    let (code, summary, stderr) = env.fire("digest");
+    assert_eq!(code, 2, "{summary}\n{stderr}");
+    let message = summary["message"].as_str().unwrap();
+    assert!(
+        message.contains("refs/heads/gone") && message.contains("does not exist"),
+        "{message}"
+    );
+    assert!(!message.contains("no commits yet"), "{message}");
+    assert!(summary["hint"].as_str().unwrap().contains("git branch -a"), "{summary}");
+}
+
+/// An engineer's operation in the box's checkout, retried while git says a lock is
+/// held (git refuses to start while another git, the runtime's commit included, holds
+/// the index lock for its few milliseconds). `Err` when it never went through.
+fn with_retries(env: &TestEnv, dir: &Path, args: &[&str], vars: &[(&str, &str)]) -> Result<u32, String> {
+    let mut last = String::new();
+    for attempt in 0..200 {
+        let mut c = std::process::Command::new("git");
+        c.arg("-C").arg(dir).args(args);
+        c.env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", &env.home)
+            .env("GIT_AUTHOR_NAME", "Eng")
+            .env("GIT_AUTHOR_EMAIL", "eng@example.com")
+            .env("GIT_COMMITTER_NAME", "Eng")
+            .env("GIT_COMMITTER_EMAIL", "eng@example.com");
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        if out.status.success() {
+            return Ok(attempt);
+        }
+        last = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+        // git's words for a lock another git (the runtime's commit) holds that moment,
+        // and for a commit that landed while `git pull` fetched (git then stops the
+        // pull, as it would for a person's own `git commit` in that second; the pull
+        // run again goes through, nothing to move by hand). A commit in flight also
+        // shows for its few milliseconds as an index that differs from HEAD (the
+        // runtime publishes its index, then moves the branch; `git commit` the other
+        // way round): git's rebase refuses that moment, and goes through once the
+        // commit is done, as with a person's own `git commit` in a second terminal.
+        let held = [
+            ".lock",
+            "could not write index",
+            "Unable to create",
+            "fetch updated the current branch head",
+            "Your index contains uncommitted changes",
+        ]
+        .iter()
+        .any(|m| last.contains(m));
+        if !held {
+            return Err(format!("git {args:?}: {last}"));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    Err(format!("git {args:?} never went through: {last}"))
+}
+
+const SECONDS_ENV: &str = "CHECKOUT_RACE_SECONDS";
+
+#[test]
+fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothing() {
+    let seconds: u64 = std::env::var(SECONDS_ENV)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let env = Arc::new(TestEnv::new());
+    let prompt = env.read("prompts/digest.md");
+    for i in 1..=4 {
+        env.write(&format!("prompts/t{i}.md"), &prompt);
+    }
+    env.write("notes.txt", "the engineer's notes\n");
+    env.commit_all("four tasks");
+    for n in 0..3 {
+        env.write("notes.txt", &format!("the engineer's notes, take {n}\n"));
+        env.commit_all(&format!("notes {n}"));
+    }
+    // An origin, and a laptop clone that pushes to it, so `pull --rebase` has work.
+    let origin = env.home.join("origin.git");
+    let laptop = env.home.join("laptop");
+    git_ok(&env, &["init", "-q", "--bare", origin.to_str().unwrap()]);
+    git_ok(&env, &["remote", "add", "origin", origin.to_str().unwrap()]);
+    // (`--no-verify`: the scaffold's pre-push hook runs `builder audit`; the race is
+    // about the checkout, and the hook has tests of its own.)
+    git_ok(&env, &["push", "-q", "--no-verify", "origin", "main"]);
+    git_ok(&env, &["branch", "other"]);
+    assert!(git_in(
+        &env,
+        &env.home,
+        &["clone", "-q", origin.to_str().unwrap(), laptop.to_str().unwrap()]
+    )
+    .status
+    .success());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let laptop_pushes = {
+        let (env, stop, laptop) = (env.clone(), stop.clone(), laptop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                std::fs::write(laptop.join(format!("laptop-{n}.txt")), format!("{n}\n")).unwrap();
+                let ok = git_in(&env, &laptop, &["add", "-A"]).status.success()
+                    && git_in(&env, &laptop, &["commit", "-q", "-m", &format!("laptop {n}")])
+                        .status
+                        .success()
+                    && git_in(&env, &laptop, &["pull", "-q", "--rebase", "origin", "main"])
+                        .status
+                        .success()
+                    && git_in(&env, &laptop, &["push", "-q", "origin", "HEAD:main"])
+                        .status
+                        .success();
+                if ok {
+                    n += 1;
+                }
+                std::thread::sleep(Duration::from_millis(1500));
+            }
+            n
+        })
+    };
+    // The engineer in the box's checkout.
+    let engineer = {
+        let (env, stop, failures) = (env.clone(), stop.clone(), failures.clone());
+        std::thread::spawn(move || {
+            let root = env.root.clone();
+            let mut done = [0u32; 4];
+            let mut retries = 0;
+            let mut raced = 0u32;
+            let mut round = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let kind = round % 4;
+                round += 1;
+                let mut step = |args: &[&str], vars: &[(&str, &str)]| match with_retries(&env, &root, args, vars) {
+                    Ok(r) => {
+                        retries += r;
+                        true
+                    }
+                    // A fire's commit that landed in the first moments of a rebase
+                    // (after git read the branch, before it marks a rebase in
+                    // progress: nothing on disk says so yet) makes the rebase's last
+                    // step refuse to move the branch, as a person's own `git commit`
+                    // from a second terminal would. The person aborts; the abort puts
+                    // the branch back without that commit, and the next fire commits
+                    // its records again (checked below: no receipt lost).
+                    Err(e) if e.contains("cannot lock ref 'refs/heads/main'") && e.contains("but expected") => {
+                        raced += 1;
+                        false
+                    }
+                    // git's multi-step commands take the index lock more than once: one
+                    // that met a fire's lock after its first step stops half done, and
+                    // the retry then meets its own first half (the stash's change
+                    // already in the work tree, the rebase's directory already made).
+                    // The person aborts (checked: the abort always goes through, with
+                    // nothing to move by hand) and the stash entry stays in the list.
+                    Err(e)
+                        if [
+                            "already a rebase-merge directory",
+                            "CONFLICT (content)",
+                            "would be overwritten by merge",
+                        ]
+                        .iter()
+                        .any(|m| e.contains(m)) =>
+                    {
+                        raced += 1;
+                        false
+                    }
+                    Err(e) => {
+                        failures.lock().unwrap().push(e);
+                        false
+                    }
+                };
+                let ok = match kind {
+                    // Pull the laptop's commits under the box's own, and publish.
+                    0 => {
+                        let pulled = step(&["pull", "-q", "--rebase", "origin", "main"], &[]);
+                        // A push the laptop raced is simply tried again next round.
+                        let _ = git(&env, &["push", "-q", "--no-verify", "origin", "main"]);
+                        pulled
+                    }
+                    // An interactive rebase stopped at an `edit` for a while.
+                    1 => {
+                        let started = step(
+                            &["rebase", "-i", "HEAD~3"],
+                            &[
+                                ("GIT_SEQUENCE_EDITOR", "sed -i -e 1s/^pick/edit/"),
+                                ("GIT_EDITOR", "true"),
+                            ],
+                        );
+                        std::thread::sleep(Duration::from_millis(1500));
+                        started && step(&["rebase", "--continue"], &[("GIT_EDITOR", "true")])
+                    }
+                    // Another branch for a while, and back.
+                    2 => {
+                        let away = step(&["checkout", "-q", "other"], &[]);
+                        std::thread::sleep(Duration::from_millis(1000));
+                        away && step(&["checkout", "-q", "main"], &[])
+                    }
+                    // Work in progress stashed while fires commit, then popped.
+                    _ => {
+                        std::fs::write(root.join("notes.txt"), format!("wip {round}\n")).unwrap();
+                        let stashed = step(&["stash", "-q"], &[]);
+                        std::thread::sleep(Duration::from_millis(800));
+                        stashed
+                            && step(&["stash", "pop", "-q"], &[])
+                            && step(&["commit", "-q", "-am", &format!("wip {round}")], &[])
+                    }
+                };
+                if ok {
+                    done[kind] += 1;
+                } else {
+                    // Put the checkout back for the next round, whatever broke.
+                    // The way back always goes through, with nothing to move by hand.
+                    if root.join(".git/rebase-merge").exists() || root.join(".git/rebase-apply").exists() {
+                        if let Err(e) = with_retries(&env, &root, &["rebase", "--abort"], &[]) {
+                            failures.lock().unwrap().push(e);
+                        }
+                    }
+                    if let Err(e) = with_retries(&env, &root, &["checkout", "-q", "-f", "main"], &[]) {
+                        failures.lock().unwrap().push(e);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            (done, retries, raced)
+        })
+    };
+    let receipts = Arc::new(Mutex::new(Vec::<String>::new()));
+    let bad = Arc::new(Mutex::new(Vec::<String>::new()));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let fires: Vec<_> = (1..=4)
+        .map(|i| {
+            let (env, receipts, bad) = (env.clone(), receipts.clone(), bad.clone());
+            std::thread::spawn(move || {
+                let (mut n, mut blocked) = (0, 0);
+                while Instant::now() < deadline {
+                    let task = format!("t{i}");
+                    let (code, summary, stderr) = env.fire(&task);
+                    n += 1;
+                    match code {
+                        0 | 3 | 5 => {}
+                        1 if summary["message"].as_str().is_some_and(|m| m.contains("not committed")) => blocked += 1,
+                        _ => bad
+                            .lock()
+                            .unwrap()
+                            .push(format!("{task} exited {code}: {summary}\n{stderr}")),
+                    }
+                    if let Some(r) = summary["receipt"].as_str() {
+                        receipts.lock().unwrap().push(r.to_string());
+                    }
+                }
+                (n, blocked)
+            })
+        })
+        .collect();
+    let (mut fired, mut blocked) = (0, 0);
+    for f in fires {
+        let (n, b) = f.join().unwrap();
+        fired += n;
+        blocked += b;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (done, retries, raced) = engineer.join().unwrap();
+    let pushed = laptop_pushes.join().unwrap();
+    let failures = failures.lock().unwrap().clone();
+    assert!(
+        failures.is_empty(),
+        "engineer operations stopped:\n{}",
+        failures.join("\n")
+    );
+    // The checkout is the engineer's again: on main, nothing in progress.
+    assert_eq!(git_ok(&env, &["symbolic-ref", "HEAD"]), "refs/heads/main");
+    assert!(!env.root.join(".git/rebase-merge").exists() && !env.root.join(".git/MERGE_HEAD").exists());
+    // One settling fire commits what a blocked fire left.
+    let (code, summary, stderr) = env.fire("t1");
+    assert!(
+        [0, 5].contains(&code),
+        "settling fire exited {code}: {summary}\n{stderr}"
+    );
+    receipts
+        .lock()
+        .unwrap()
+        .extend(summary["receipt"].as_str().map(str::to_string));
+    println!(
+        "checkout race: {fired} fires ({blocked} blocked inside an operation) in {:.0} s; engineer: {} pull --rebase, {} rebase -i, {} checkouts, {} stashes ({retries} retries on a held lock, {raced} rebases raced by a commit in their first moments and aborted); laptop pushed {pushed}",
+        started.elapsed().as_secs_f64(),
+        done[0],
+        done[1],
+        done[2],
+        done[3]
+    );
+    let bad = bad.lock().unwrap();
+    assert!(
+        bad.is_empty(),
+        "fires that did not exit 0, 1 (blocked), 3 or 5:\n{}",
+        bad.join("\n")
+    );
+    assert!(done.iter().all(|d| *d >= 1), "every kind of operation ran: {done:?}");
+    let rounds: u32 = done.iter().sum::<u32>() + raced;
+    assert!(
+        raced * 5 <= rounds,
+        "{raced} of {rounds} engineer operations stopped by a race: more than a person would put up with"
+    );
+    assert!(blocked >= 1, "no fire ever met an operation: the race proves nothing");
+    // Every receipt is on a branch: main, or `other` for fires that ran while it was
+    // checked out.
+    let on = |branch: &str| -> std::collections::HashSet<String> {
+        git_ok(&env, &["ls-tree", "-r", "--name-only", branch])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let (main, other) = (on("main"), on("other"));
+    let receipts = receipts.lock().unwrap();
+    let lost: Vec<&String> = receipts
+        .iter()
+        .filter(|r| !main.contains(*r) && !other.contains(*r))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} receipts on no branch: {lost:?}",
+        lost.len(),
+        receipts.len()
+    );
+    assert!(
+        pending_refs(&env).is_empty(),
+        "records still pending: {:?}",
+        pending_refs(&env)
+    );
+    let fsck = git(&env, &["fsck", "--no-progress"]);
+    assert!(
+        fsck.status.success(),
+        "git fsck: {}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    assert!(!env.root.join(".git/index.lock").exists(), "index.lock left");
+    let status = git_ok(
+        &env,
+        &[
+            "status",
+            "--porcelain",
+            "--untracked-files=all",
+            "--",
+            "runs",
+            "cards",
+            "reports",
+        ],
+    );
+    assert!(status.is_empty(), "records not as committed:\n{status}");
+    assert!(receipts.len() >= 8, "the race hardly ran");
+}

@@ -1,0 +1,481 @@
+//! MCP tool servers end to end: a real stdio server (`mcp-test-server`, built on the
+//! official SDK's server side) declared in settings, pinned with `builder mcp pin`,
+//! started by a real fire inside the tool sandbox, its tools offered to a scripted
+//! model on 127.0.0.1 and called through the policy gate. A mode file beside the
+//! server switches what it lists between the pin and the fire (a poisoned
+//! description, a renamed tool, a crash at start).
+
+use crate::util::*;
+use serde_json::Value;
+
+/// A repository with task `t`, an MCP server `files` (the test server, copied with
+/// its mode file into a directory of its own, its only extra read root) and the
+/// model `server`; pinned while the server is honest, everything committed.
+struct McpRepo {
+    env: TestEnv,
+    model: ModelServer,
+    server_dir: tempfile::TempDir,
+}
+
+impl McpRepo {
+    fn new(replies: Vec<Reply>, allow: &str, deny: &str, extra_mcp: &str) -> McpRepo {
+        let model = ModelServer::start(replies);
+        let env = TestEnv::new();
+        let server_dir = tempfile::tempdir().unwrap();
+        let exe = server_dir.path().join("mcp-test-server");
+        std::fs::copy(bin("mcp-test-server"), &exe).unwrap();
+        let repo = McpRepo { env, model, server_dir };
+        repo.set_mode("honest");
+        let dir = repo.server_dir.path().display();
+        let settings = format!(
+            "version: 1\n{provider}permissions:\n  allow: [\"Read(**)\", {allow}]\n  deny: [{deny}]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\nprices:\n  test-model: {{input_per_mtok: 1.0, output_per_mtok: 2.0}}\nmcp:\n  files:\n    command: [\"{dir}/mcp-test-server\", \"{dir}/mode\"]\n    read: [\"{dir}\"]\n    env_allow: [MCP_TEST_TOKEN]\n{extra_mcp}",
+            provider = repo.model.provider_yaml(Wire::OpenAi),
+        );
+        repo.env.write("settings/runtime.yaml", &settings);
+        repo.env.write("prompts/t.md", PLAIN_PROMPT);
+        let out = repo.env.builder(&["mcp", "pin"]);
+        assert!(
+            out.status.success(),
+            "pin failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            printed.contains("pinned files: 4 tool(s)") && printed.contains("new tool `echo`"),
+            "{printed}"
+        );
+        repo.env.commit_all("declare and pin the files server");
+        repo
+    }
+
+    fn set_mode(&self, mode: &str) {
+        std::fs::write(self.server_dir.path().join("mode"), mode).unwrap();
+    }
+
+    fn fire(&self) -> (i32, Value, String) {
+        let out = self
+            .env
+            .command("runtime", &["fire", "t", "--json"])
+            .env("MCP_TEST_TOKEN", "allowed-token")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        let summary = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("fire printed no JSON ({e}):\nstdout: {stdout}\nstderr: {stderr}"));
+        (out.status.code().unwrap_or(-1), summary, stderr)
+    }
+
+    /// The tool names the model was offered in its first request.
+    fn offered(&self) -> Vec<String> {
+        self.model.requests()[0].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Everything the model was sent, as text.
+    fn sent(&self) -> String {
+        self.model.requests().iter().map(|r| r.body.to_string()).collect()
+    }
+}
+
+fn final_turn(text: &str) -> Reply {
+    turn(Wire::OpenAi, Some(text), &[], (10, 5))
+}
+
+fn tool_results(repo: &McpRepo) -> Vec<Value> {
+    let last = repo.model.requests().last().unwrap().body.clone();
+    last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect()
+}
+
+fn content_of(results: &[Value], id: &str) -> String {
+    results
+        .iter()
+        .find(|m| m["tool_call_id"] == id)
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .unwrap_or_else(|| panic!("no result for {id}: {results:?}"))
+}
+
+#[test]
+fn a_fire_lists_and_calls_pinned_tools_inside_the_sandbox() {
+    // A port something listens on: the server must not reach it without a grant.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let connect = format!("{{\"port\": {}}}", listener.local_addr().unwrap().port());
+    let script = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[
+                ("c1", "mcp__files__echo", r#"{"text": "hello"}"#),
+                ("c2", "mcp__files__env", "{}"),
+                (
+                    "c3",
+                    "mcp__files__write_file",
+                    r#"{"path": "reports/from-mcp.md", "content": "ok"}"#,
+                ),
+                (
+                    "c4",
+                    "mcp__files__write_file",
+                    r#"{"path": "settings/evil.yaml", "content": "x"}"#,
+                ),
+                (
+                    "c5",
+                    "mcp__files__write_file",
+                    r#"{"path": ".git/hooks/pre-commit", "content": "x"}"#,
+                ),
+                ("c6", "mcp__files__connect", &connect),
+            ],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(script, "\"mcp__files\"", "", "");
+    let (code, summary, stderr) = repo.fire();
+    let offered = repo.offered();
+    for t in [
+        "mcp__files__echo",
+        "mcp__files__env",
+        "mcp__files__write_file",
+        "mcp__files__connect",
+        "read_file",
+    ] {
+        assert!(
+            offered.contains(&t.to_string()),
+            "{t} not offered: {offered:?}\n{stderr}"
+        );
+    }
+    let results = tool_results(&repo);
+    assert_eq!(content_of(&results, "c1"), "echo: hello", "{stderr}");
+    // The server sees the variable its entry allows, never the provider's key.
+    let env = content_of(&results, "c2");
+    assert!(env.contains("MCP_TEST_TOKEN") && env.contains("PATH"), "{env}");
+    assert!(!env.contains(KEY_ENV), "the server saw the key variable: {env}");
+    // It writes where the tools may, and the kernel refuses it builder paths and .git.
+    assert_eq!(content_of(&results, "c3"), "wrote reports/from-mcp.md");
+    assert_eq!(repo.env.read("reports/from-mcp.md"), "ok");
+    for id in ["c4", "c5"] {
+        let r = content_of(&results, id);
+        assert!(
+            r.contains("failed") && (r.contains("denied") || r.contains("Read-only")),
+            "{id}: {r}"
+        );
+    }
+    assert!(!repo.env.root.join("settings/evil.yaml").exists());
+    // No network without a grant, though the model server listens on that port.
+    let c6 = content_of(&results, "c6");
+    assert!(c6.contains("failed"), "{c6}");
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_err(), "the server connected out");
+    let receipt = repo.env.receipt(&summary);
+    let echo = receipt["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "c1")
+        .unwrap();
+    assert_eq!(echo["decision"], "allow");
+    assert_eq!(echo["rule"], "mcp__files");
+    assert_eq!(echo["mcp"]["server"], "files");
+    assert_eq!(echo["mcp"]["tool"], "echo");
+    assert!(echo["mcp"]["pin"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}\n{stderr}");
+    assert!(!repo.env.all_record_text().contains(TEST_KEY));
+}
+
+#[test]
+fn a_poisoned_description_is_caught_before_the_model_sees_it() {
+    let repo = McpRepo::new(vec![final_turn("Nothing to do.")], "\"mcp__files\"", "", "");
+    repo.set_mode("poisoned");
+    let (code, summary, stderr) = repo.fire();
+    let offered = repo.offered();
+    assert!(!offered.contains(&"mcp__files__echo".to_string()), "{offered:?}");
+    assert!(
+        offered.contains(&"mcp__files__write_file".to_string()),
+        "the unchanged tools stay: {offered:?}\n{stderr}"
+    );
+    assert!(!repo.sent().contains("id_rsa"), "the poisoned text reached the model");
+    let cards = repo.env.cards(&summary);
+    let drift = cards
+        .iter()
+        .find(|c| c["kind"] == "mcp_drift")
+        .expect("an mcp_drift card");
+    let text = serde_yaml::to_string(drift).unwrap();
+    // The server did list the poisoned definition: the card quotes it.
+    assert!(
+        text.contains("mcp__files__echo") && text.contains("description changed"),
+        "{text}"
+    );
+    assert!(text.contains("id_rsa"), "{text}");
+    assert_eq!(code, 5, "{summary}");
+}
+
+#[test]
+fn a_tool_renamed_to_dodge_its_pin_is_caught() {
+    let repo = McpRepo::new(vec![final_turn("Nothing to do.")], "\"mcp__files\"", "", "");
+    repo.set_mode("renamed");
+    let (code, summary, _) = repo.fire();
+    let offered = repo.offered();
+    assert!(
+        !offered.iter().any(|t| t.starts_with("mcp__files__echo")),
+        "{offered:?}"
+    );
+    let cards = repo.env.cards(&summary);
+    let text = serde_yaml::to_string(&cards).unwrap();
+    assert!(text.contains("tool `echo` was renamed to `echo_v2`"), "{text}");
+    assert_eq!(code, 5);
+}
+
+#[test]
+fn a_deny_rule_on_one_mcp_tool_holds() {
+    let replies = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[
+                (
+                    "c1",
+                    "mcp__files__write_file",
+                    r#"{"path": "reports/denied.md", "content": "x"}"#,
+                ),
+                ("c2", "mcp__files__echo", r#"{"text": "still here"}"#),
+            ],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(replies, "\"mcp__files__*\"", "\"mcp__files__write_file\"", "");
+    let (_, summary, _) = repo.fire();
+    let receipt = repo.env.receipt(&summary);
+    let calls = receipt["tool_calls"].as_array().unwrap();
+    let write = calls.iter().find(|c| c["id"] == "c1").unwrap();
+    assert_eq!(write["decision"], "deny", "{write}");
+    assert_eq!(write["rule"], "mcp__files__write_file");
+    assert!(!repo.env.root.join("reports/denied.md").exists());
+    let echo = calls.iter().find(|c| c["id"] == "c2").unwrap();
+    assert_eq!(echo["decision"], "allow");
+    assert_eq!(content_of(&tool_results(&repo), "c2"), "echo: still here");
+}
+
+#[test]
+fn an_argument_rule_decides_by_the_call_arguments() {
+    let replies = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[
+                ("c1", "mcp__files__echo", r#"{"text": "secret plans"}"#),
+                ("c2", "mcp__files__echo", r#"{"text": "weather"}"#),
+            ],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(replies, "\"mcp__files\"", r#""mcp__files__echo(*secret*)""#, "");
+    let (_, summary, _) = repo.fire();
+    let receipt = repo.env.receipt(&summary);
+    let decision = |id: &str| {
+        receipt["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap()["decision"]
+            .clone()
+    };
+    assert_eq!(decision("c1"), "deny");
+    assert_eq!(decision("c2"), "allow");
+}
+
+fn not_starting(required: bool) -> (McpRepo, i32, Value) {
+    let extra = if required { "    required: true\n" } else { "" };
+    let repo = McpRepo::new(vec![final_turn("Done without it.")], "\"mcp__files\"", "", extra);
+    repo.set_mode("crash");
+    let (code, summary, _) = repo.fire();
+    (repo, code, summary)
+}
+
+fn failed_card(repo: &McpRepo, summary: &Value) -> String {
+    let cards = repo.env.cards(summary);
+    let card = cards
+        .iter()
+        .find(|c| c["kind"] == "mcp_server_failed")
+        .expect("an mcp_server_failed card");
+    serde_yaml::to_string(card).unwrap()
+}
+
+#[test]
+fn a_server_that_will_not_start_is_named_with_its_stderr_and_left_out() {
+    let (repo, code, summary) = not_starting(false);
+    let text = failed_card(&repo, &summary);
+    assert!(
+        text.contains("`files`") && text.contains("simulated crash at start"),
+        "{text}"
+    );
+    assert!(!repo.offered().iter().any(|t| t.starts_with("mcp__")));
+    assert_eq!(code, 5, "the fire went on without the server: {summary}");
+}
+
+#[test]
+fn a_required_server_that_will_not_start_fails_the_fire() {
+    let (repo, code, summary) = not_starting(true);
+    let text = failed_card(&repo, &summary);
+    assert!(text.contains("simulated crash at start"), "{text}");
+    assert!(
+        repo.model.requests().is_empty(),
+        "the model was asked without the required server"
+    );
+    assert_eq!(code, 1, "{summary}");
+}
+
+#[test]
+fn an_unpinned_package_spec_is_a_settings_error_with_its_line() {
+    let env = TestEnv::new();
+    let body = env.read("settings/runtime.yaml");
+    let text = format!("{body}\nmcp:\n  tickets:\n    command: [\"npx\", \"-y\", \"some-mcp-server@latest\"]\n");
+    env.write("settings/runtime.yaml", &text);
+    let out = env.builder(&["check"]);
+    let err = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text.lines().position(|l| l.contains("@latest")).unwrap() + 1;
+    assert!(
+        err.contains(&format!("settings/runtime.yaml:{line}"))
+            && err.contains("mcp.tickets.command")
+            && err.contains("@latest"),
+        "{err}"
+    );
+    assert_ne!(out.status.code(), Some(0));
+}
+
+#[test]
+fn a_daemon_the_server_forked_ends_with_the_fire() {
+    let repo = McpRepo::new(vec![final_turn("Done.")], "\"mcp__files\"", "", "");
+    repo.set_mode("daemon");
+    let (_, summary, stderr) = repo.fire();
+    // The daemon ran: its heartbeat, written in the sandbox's write layer, reached the
+    // repository when the server ended.
+    let beat = repo.env.root.join("reports/heartbeat");
+    std::fs::read_to_string(&beat).unwrap_or_else(|e| panic!("no heartbeat ({e}): {summary}\n{stderr}"));
+    // And it is gone: no process of the host names this server's mode file any more
+    // (the kernel reaps a namespace's processes shortly after its first one ends).
+    let tag = format!("mcp-test-daemon:{}", repo.server_dir.path().join("mode").display());
+    let alive = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+            .any(|c| String::from_utf8_lossy(&c).contains(&tag))
+    };
+    let waited = std::time::Instant::now();
+    while alive() && waited.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!alive(), "the daemon outlived the fire");
+}
+
+/// The npm prefix holding the reference filesystem server: `MCP_FS_SERVER_DIR` (CI's
+/// script installs it there), else installed here with npm; `None` when neither works
+/// and `MCP_REFERENCE_REQUIRED` is unset (a machine without the registry).
+fn reference_fs_server(scratch: &std::path::Path) -> Option<std::path::PathBuf> {
+    let script = |dir: &std::path::Path| dir.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    if let Some(dir) = std::env::var_os("MCP_FS_SERVER_DIR").map(std::path::PathBuf::from) {
+        assert!(script(&dir).is_file(), "MCP_FS_SERVER_DIR has no server-filesystem");
+        return Some(dir);
+    }
+    let installed = std::process::Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(scratch)
+        .arg(format!(
+            "@modelcontextprotocol/server-filesystem@{REFERENCE_FS_VERSION}"
+        ))
+        .output();
+    match installed {
+        Ok(o) if o.status.success() && script(scratch).is_file() => Some(scratch.to_path_buf()),
+        other => {
+            assert!(
+                std::env::var_os("MCP_REFERENCE_REQUIRED").is_none(),
+                "the reference MCP server could not be installed: {other:?}"
+            );
+            eprintln!("skipped: npm could not install the reference MCP filesystem server");
+            None
+        }
+    }
+}
+
+/// The version `.ci/run` installs.
+const REFERENCE_FS_VERSION: &str = "2026.8.31";
+
+#[test]
+fn the_reference_filesystem_server_given_the_repository_is_held_by_the_sandbox() {
+    let npm_dir = tempfile::tempdir().unwrap();
+    let Some(dir) = reference_fs_server(npm_dir.path()) else {
+        return;
+    };
+    let env = TestEnv::new();
+    let root = env.root.display().to_string();
+    let args = |path: String| format!("{{\"path\": \"{path}\", \"content\": \"x\"}}");
+    let calls = [
+        ("c1", args(format!("{root}/reports/fs-ok.md"))),
+        ("c2", args(format!("{root}/settings/evil.yaml"))),
+        ("c3", args(format!("{root}/.git/evil"))),
+    ];
+    let mut turn_calls: Vec<Call> = calls
+        .iter()
+        .map(|(id, a)| (*id, "mcp__fs__write_file", a.as_str()))
+        .collect();
+    let read = format!("{{\"path\": \"{root}/prompts/t.md\"}}");
+    turn_calls.push(("c5", "mcp__fs__read_text_file", &read));
+    let model = ModelServer::start(vec![
+        turn(Wire::OpenAi, None, &turn_calls, (10, 5)),
+        final_turn("Done."),
+    ]);
+    let script = dir.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    let settings = format!(
+        "version: 1\n{provider}permissions:\n  allow: [\"Read(**)\", \"mcp__fs\"]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\nmcp:\n  fs:\n    command: [\"/usr/bin/node\", \"{script}\", \"{root}\"]\n    read: [\"{dir}\"]\n    start_timeout_s: 30\n",
+        provider = model.provider_yaml(Wire::OpenAi),
+        script = script.display(),
+        dir = dir.display(),
+    );
+    env.write("settings/runtime.yaml", &settings);
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    let out = env.builder(&["mcp", "pin"]);
+    assert!(out.status.success(), "pin: {}", String::from_utf8_lossy(&out.stderr));
+    env.commit_all("the reference filesystem server");
+    let (_, summary, stderr) = env.fire("t");
+    let last = model.requests().last().unwrap().body.clone();
+    let results: Vec<Value> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect();
+    // The server runs and writes where tools may: the calls below reached it.
+    assert!(
+        content_of(&results, "c5").contains("Do the test task."),
+        "{results:?}\n{stderr}"
+    );
+    assert_eq!(env.read("reports/fs-ok.md"), "x", "{results:?}");
+    for id in ["c2", "c3"] {
+        let r = content_of(&results, id);
+        assert!(r.to_lowercase().contains("error"), "{id}: {r}");
+    }
+    assert!(!env.root.join("settings/evil.yaml").exists());
+    assert!(!env.root.join(".git/evil").exists());
+    assert_eq!(
+        env.receipt(&summary)["tool_calls"][1]["decision"],
+        "allow",
+        "the kernel refused it, not the gate"
+    );
+}

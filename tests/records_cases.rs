@@ -1,0 +1,448 @@
+//! The record cases of issue 17, item 6, each a real `runtime fire` whose payload is
+//! first proven to have run, then proven held: names git refuses (`gitmod~1`, a
+//! `.gitattributes` short name, a zero-width `.git`) are never committed, and an
+//! fsck-checking remote still takes every push; a nested `.git` a tool made in the
+//! write ACL is removed after the call; a blocked commit keeps the bytes it held,
+//! whatever a later fire's model does to the uncommitted report; a directory under
+//! `reports/` set to mode 000 by a tool stops no fire of an unprivileged runtime
+//! (uid 65534, in a repository that user owns); a provider streaming without end is a
+//! `provider_error`, not a dead runtime; the tool ledger is redacted like records; a
+//! password typed in a denied command never reaches git; and a card stays small
+//! whatever the model leaves behind.
+
+use crate::records_hardening::{cmd, committed, fire, landlock_or_skip, rejected_detail, script, settings, setup};
+use crate::util::*;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+
+/// Every record the runtime committed (HEAD's blobs under `reports/`, `runs/` and
+/// `cards/`; the test's own replay trace, which holds the model's commands, is a
+/// builder file), as text.
+fn everything_committed(env: &TestEnv) -> String {
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let tree = repo.head().unwrap().peel_to_tree().unwrap();
+    let mut out = String::new();
+    tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
+        let runtime = ["reports/", "runs/", "cards/"].iter().any(|d| dir.starts_with(d));
+        if let (true, Ok(b)) = (runtime, repo.find_blob(e.id())) {
+            out.push_str(&String::from_utf8_lossy(b.content()));
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .unwrap();
+    out
+}
+
+/// Every file under `reports/`, `runs/` and `cards/` in the work tree, as text.
+fn record_files_text(env: &TestEnv) -> String {
+    let mut out = String::new();
+    let mut stack: Vec<std::path::PathBuf> = ["reports", "runs", "cards"].iter().map(|d| env.root.join(d)).collect();
+    while let Some(p) = stack.pop() {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path())),
+            Ok(m) if m.is_file() => out.push_str(&String::from_utf8_lossy(&std::fs::read(&p).unwrap())),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn names_git_refuses_are_never_committed_and_an_fsck_checking_remote_takes_the_push() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let modules = "[submodule \"x\"]\n\tpath = -x\n\turl = --upload-pack=touch /tmp/pwned\n";
+    let long_line = format!("* {}\n", "a".repeat(3000));
+    let env = setup(
+        &[
+            ("write_file", json!({"path": "reports/gitmod~1", "content": modules})),
+            (
+                "write_file",
+                json!({"path": "reports/sub/GITMOD~4", "content": modules}),
+            ),
+            ("write_file", json!({"path": "reports/gitatt~1", "content": long_line})),
+            (
+                "write_file",
+                json!({"path": "reports/.gitattributes\u{200c}", "content": long_line}),
+            ),
+            cmd("echo ok > reports/notes.git && echo ran > reports/marker.txt"),
+        ],
+        "# Done",
+        "",
+    );
+    let (code, summary) = fire(&env, &[]);
+    // The payload ran: the files are in the work tree, the plain ones committed.
+    assert_eq!(
+        committed(&env, "reports/marker.txt").map(|c| c.1),
+        Some(b"ran\n".to_vec()),
+        "the payload did not run: {summary}"
+    );
+    for f in [
+        "reports/gitmod~1",
+        "reports/sub/GITMOD~4",
+        "reports/gitatt~1",
+        "reports/.gitattributes\u{200c}",
+    ] {
+        assert!(
+            env.root.join(f).is_file(),
+            "{f} was never made: the case proves nothing"
+        );
+        assert!(committed(&env, f).is_none(), "{f} was committed");
+    }
+    assert!(
+        committed(&env, "reports/notes.git").is_some(),
+        "a plain name is committed"
+    );
+    assert_eq!(code, 5, "{summary}");
+    let detail = rejected_detail(&env, &summary);
+    for f in ["reports/gitmod~1", "reports/sub/GITMOD~4", "reports/gitatt~1"] {
+        assert!(
+            detail.contains(&format!("{f}: git metadata")),
+            "{f} not named: {detail}"
+        );
+    }
+    // A remote that checks every object takes the push.
+    let remote = env.home.join("checked.git");
+    let git = |args: &[&str]| crate::races::git(&env, args);
+    assert!(
+        crate::races::git_in(&env, &env.home, &["init", "-q", "--bare", remote.to_str().unwrap()])
+            .status
+            .success()
+    );
+    assert!(
+        crate::races::git_in(&env, &remote, &["config", "receive.fsckObjects", "true"])
+            .status
+            .success()
+    );
+    // (`--no-verify`: the scaffold's pre-push hook runs `builder audit`, not git's fsck.)
+    let pushed = git(&["push", "--no-verify", remote.to_str().unwrap(), "HEAD:refs/heads/main"]);
+    assert!(pushed.status.success(), "{}", String::from_utf8_lossy(&pushed.stderr));
+    assert!(git(&["fsck", "--no-progress"]).status.success());
+}
+
+#[test]
+fn a_nested_git_repository_a_tool_made_is_removed_after_its_call() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(
+        &[
+            cmd("mkdir -p reports/n/.git/hooks && printf '[core]\\n\\tfsmonitor = touch pwned\\n' > reports/n/.git/config && mkdir -p reports/w && echo 'gitdir: /tmp/elsewhere' > reports/w/.git && mkdir -p 'reports/z/.g\u{200c}it' && ls -a reports/n reports/w > reports/seen.txt"),
+            cmd("ls -a reports/n reports/w > reports/after.txt"),
+        ],
+        "# Done",
+        "",
+    );
+    let (code, summary) = fire(&env, &[]);
+    // The payload ran: the first call saw what it made...
+    let seen = String::from_utf8(committed(&env, "reports/seen.txt").expect("the payload did not run").1).unwrap();
+    assert_eq!(seen.matches(".git").count(), 2, "{seen}");
+    // ...and the next call found it gone: removed right after the call.
+    let after = String::from_utf8(committed(&env, "reports/after.txt").unwrap().1).unwrap();
+    assert!(!after.contains(".git"), "{after}");
+    for gone in ["reports/n/.git", "reports/w/.git", "reports/z/.g\u{200c}it"] {
+        assert!(
+            std::fs::symlink_metadata(env.root.join(gone)).is_err(),
+            "{gone} is still there"
+        );
+    }
+    assert_eq!(code, 5, "{summary}");
+    let cards = env.cards(&summary);
+    let card = cards
+        .iter()
+        .find(|c| c["summary"].as_str().is_some_and(|s| s.contains("nested git")))
+        .unwrap_or_else(|| panic!("a card names them: {cards:?}"));
+    let detail = card["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("reports/n/.git") && detail.contains("reports/w/.git"),
+        "{detail}"
+    );
+}
+
+#[test]
+fn a_blocked_commit_keeps_the_bytes_it_held_whatever_a_later_model_does() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(&[cmd("echo first > reports/first.txt")], "# Done: the real report", "");
+    // A person's git holds the index lock through the first fire.
+    let lock = env.root.join(".git/index.lock");
+    std::fs::write(&lock, "a person's git").unwrap();
+    let (code, first) = fire(&env, &[]);
+    assert_eq!(code, 1, "{first}");
+    std::fs::remove_file(&lock).unwrap();
+    let report = first["report"].as_str().unwrap().to_string();
+    let held = std::fs::read(env.root.join(&report)).unwrap();
+    // The next fire's model rewrites the uncommitted report.
+    let trace = crate::records_hardening::trace_json(
+        &[cmd(&format!("echo FORGED > {report} && echo ran > reports/marker.txt"))],
+        "# Done",
+    );
+    env.write("evals/hardening/trace.json", &trace);
+    let git = |args: &[&str]| {
+        let out = crate::races::git(&env, args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    git(&["add", "evals/hardening/trace.json"]);
+    git(&["commit", "-q", "-m", "the second fire's model"]);
+    let (code, second) = fire(&env, &[]);
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the payload did not run: {second}"
+    );
+    assert_eq!(code, TestEnv::completed_code(&second), "{second}");
+    // The first run's report is committed as the runtime wrote it, and the work tree
+    // holds those bytes again.
+    assert_eq!(
+        committed(&env, &report).map(|c| c.1),
+        Some(held.clone()),
+        "the report was forged"
+    );
+    assert_eq!(std::fs::read(env.root.join(&report)).unwrap(), held);
+    crate::crash_suite::check(&env).unwrap();
+}
+
+#[test]
+fn a_directory_under_reports_set_to_mode_000_stops_no_fire_of_an_unprivileged_runtime() {
+    if !landlock_or_skip() {
+        return;
+    }
+    if !crate::isolation::am_root() {
+        println!("skipped: needs root to hand the repository to uid 65534");
+        return;
+    }
+    let env = setup(
+        &script(
+            "mode",
+            "d=reports/t/$(date -u +%F); mkdir -p $d && chmod 000 $d reports/t && echo ran > reports/marker.txt && stat -c %a reports/t > reports/mode.txt\n",
+        ),
+        "# Done",
+        "",
+    );
+    let as_nobody = |env: &TestEnv| -> (i32, Value) {
+        crate::isolation::chown_tree(&env.root, 65534);
+        let mut up = env.root.parent();
+        while let Some(d) = up.filter(|d| d.starts_with(std::env::temp_dir()) && *d != std::env::temp_dir()) {
+            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            up = d.parent();
+        }
+        let c = env.command("runtime", &["fire", "t", "--json"]);
+        let mut wrapped = std::process::Command::new("setpriv");
+        wrapped
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(c.get_program())
+            .args(c.get_args())
+            .current_dir(&env.root)
+            .env_clear();
+        for (k, v) in c.get_envs() {
+            if let Some(v) = v {
+                wrapped.env(k, v);
+            }
+        }
+        wrapped
+            .env("HOME", &env.root)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        let out = wrapped.output().unwrap();
+        crate::isolation::chown_tree(&env.root, 0);
+        let summary = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code().unwrap_or(-1), summary)
+    };
+    let (code, first) = as_nobody(&env);
+    // The payload ran: the tool set the mode (as the same user the runtime runs as).
+    let mode = String::from_utf8(committed(&env, "reports/mode.txt").expect("the payload did not run").1).unwrap();
+    assert_eq!(mode.trim(), "0", "{mode}");
+    // The runtime wrote and committed its report all the same.
+    assert_eq!(code, TestEnv::completed_code(&first), "{first}");
+    assert_eq!(first["status"], "completed", "{first}");
+    let report = first["report"].as_str().unwrap();
+    assert!(report.starts_with("reports/t/"), "{report}");
+    assert!(committed(&env, report).is_some(), "the report is committed");
+    // And the next fire of the task, too.
+    let (code, second) = as_nobody(&env);
+    assert_eq!(second["status"], "completed", "{second}");
+    assert_eq!(code, TestEnv::completed_code(&second), "{second}");
+}
+
+/// A model server that answers every request with a 200 whose chunked body never
+/// ends; returns its port and a counter of the body bytes it sent.
+fn endless_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = sent.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut buf = [0u8; 65536];
+                let _ = stream.read(&mut buf);
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+                if stream.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                let chunk = vec![b' '; 32 * 1024];
+                let framed = [format!("{:x}\r\n", chunk.len()).into_bytes(), chunk, b"\r\n".to_vec()].concat();
+                while stream.write_all(&framed).is_ok() {
+                    counter.fetch_add(32 * 1024, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    (port, sent)
+}
+
+#[test]
+fn a_provider_streaming_without_end_is_a_provider_error_with_records() {
+    let (port, sent) = endless_server();
+    let env = TestEnv::new();
+    let provider = format!(
+        "provider:\n  kind: openai\n  base_url: http://127.0.0.1:{port}/v1\n  model: test-model\n  api_key_env: {KEY_ENV}\n"
+    );
+    env.write(
+        "settings/runtime.yaml",
+        &settings_yaml(
+            &provider,
+            "limits:\n  provider_response_bytes: 1048576\n  max_retries: 0\n",
+        ),
+    );
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("an endless provider");
+    let started = std::time::Instant::now();
+    let (code, summary, stderr) = env.fire("t");
+    // The payload ran: the server streamed past the cap before the runtime let go.
+    let streamed = sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(streamed > 1048576, "the server sent only {streamed} bytes");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(code, 1, "{summary}\n{stderr}");
+    assert_eq!(summary["stop_reason"], "provider_error", "{summary}");
+    let cards = env.cards(&summary);
+    let card = cards
+        .iter()
+        .find(|c| c["kind"] == "provider_error")
+        .expect("a provider_error card");
+    assert!(
+        card["detail"].as_str().unwrap().contains("provider_response_bytes"),
+        "{card:?}"
+    );
+    assert!(summary["commit"].is_string(), "the records are committed: {summary}");
+}
+
+#[test]
+fn the_ledger_is_redacted_and_a_denied_commands_password_never_reaches_git() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let shaped = "sk-proj-LEDGERSHAPEDSECRET0123456789";
+    let password = "hunter2-plain-77";
+    let env = TestEnv::new();
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.write(
+        "settings/runtime.yaml",
+        &settings("[\"reports/**\"]", "").replace(
+            "allow: [\"Bash(*)\", \"Read(**)\"]",
+            "allow: [\"Bash(*)\", \"Read(**)\"]\n  deny: [\"Bash(rm -rf*)\"]",
+        ),
+    );
+    env.write(
+        "evals/hardening/trace.json",
+        &crate::records_hardening::trace_json(
+            &[
+                cmd(&format!("echo {shaped}")),
+                cmd(&format!("rm -rf /srv/data --token {password}")),
+            ],
+            "# Done",
+        ),
+    );
+    env.commit_all("a secret in a result and a password in a denied command");
+    let (_, summary) = fire(&env, &[]);
+    // The payload ran: the echo's result is in the ledger, the command was denied.
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let results: Vec<String> = db
+        .prepare("SELECT result FROM tool_ledger WHERE result IS NOT NULL")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        results.iter().any(|r| r.contains("[REDACTED]")),
+        "the echo ran and its result is in the ledger: {results:?}"
+    );
+    assert!(
+        !results.iter().any(|r| r.contains(shaped)),
+        "the ledger holds the secret: {results:?}"
+    );
+    let receipt = env.receipt(&summary);
+    assert_eq!(receipt["tool_calls"][1]["decision"], "deny", "{receipt}");
+    assert!(
+        receipt["tool_calls"][1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("arguments sha256:"),
+        "{receipt}"
+    );
+    // Nothing committed, nor any record in the work tree, holds the password.
+    let committed_text = everything_committed(&env);
+    assert!(
+        !committed_text.contains(password),
+        "the password was committed: {}",
+        committed_text
+            .lines()
+            .filter(|l| l.contains(password))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        !record_files_text(&env).contains(password),
+        "a record holds the password"
+    );
+    let denied = env
+        .cards(&summary)
+        .into_iter()
+        .find(|c| c["kind"] == "permission_denied")
+        .expect("a permission_denied card");
+    let text = serde_yaml::to_string(&denied).unwrap();
+    assert!(text.contains("arguments sha256:") && !text.contains(password), "{text}");
+}
+
+#[test]
+fn a_card_stays_small_whatever_the_model_leaves_behind() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(
+        &script(
+            "many",
+            "mkdir -p reports/many && i=0; while [ $i -lt 3000 ]; do ln -s ../../prompts/t.md reports/many/link-with-a-rather-long-name-$i; i=$((i+1)); done; echo ran > reports/marker.txt\n",
+        ),
+        "# Done",
+        "",
+    );
+    let (code, summary) = fire(&env, &[]);
+    let made = std::fs::read_dir(env.root.join("reports/many"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(made, 3000, "the payload did not run");
+    assert_eq!(code, 5, "{summary}");
+    let card_id = summary["cards"][0].as_str().unwrap();
+    let path = std::fs::read_dir(env.root.join("cards"))
+        .unwrap()
+        .flatten()
+        .map(|d| d.path().join(format!("{card_id}.yaml")))
+        .find(|p| p.exists())
+        .unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size < 16 * 1024, "the card is {size} bytes");
+    let card: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(card["summary"].as_str().unwrap().contains("3000 file(s)"), "{card:?}");
+    assert!(card["detail"].as_str().unwrap().contains("more"), "{card:?}");
+    let evidence = card["evidence"].as_sequence().unwrap();
+    assert!(evidence.len() <= 21, "{} evidence lines", evidence.len());
+}
