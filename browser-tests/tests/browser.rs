@@ -18,6 +18,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -388,7 +389,10 @@ impl Browser {
             .local_addr()
             .unwrap()
             .port();
+        // A process group of its own, so the browser chromedriver starts goes with
+        // it on every way out, a failed assertion's unwinding included.
         let driver = Command::new(chromedriver)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -460,6 +464,14 @@ impl Browser {
         if let Some(c) = self.client.take() {
             let _ = c.close().await;
         }
+        self.kill_all();
+    }
+
+    /// Kills chromedriver and every browser process it started (its process group).
+    fn kill_all(&mut self) {
+        if let Some(group) = rustix::process::Pid::from_raw(self.driver.id() as i32) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -467,8 +479,7 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        self.kill_all();
     }
 }
 

@@ -277,6 +277,11 @@ pub struct CommitOptions<'a> {
     /// signature for its `gpgsig` header: the runtime's `runtime_identity.signing_key`
     /// (`review::runtime_commits`); `None` makes an unsigned commit.
     pub sign: Option<&'a SignCommit<'a>>,
+    /// Whether the intent record is fsynced (file and directory) before the locks it
+    /// names are taken: `durability: strict`. Without it the record survives a crash
+    /// of the process (the page cache keeps it), not a power loss, as the records
+    /// themselves under `durability: normal`; each fsync costs a few ms on a disk.
+    pub durable_intent: bool,
 }
 
 /// Signs a commit's text, returning the armored signature (see [`CommitOptions::sign`]).
@@ -297,6 +302,7 @@ impl CommitOptions<'_> {
             before_ref_update: None,
             held: &[],
             sign: None,
+            durable_intent: true,
         }
     }
 }
@@ -465,7 +471,11 @@ pub fn commit_new_files_with(
     // is gone, and if this commit fails or this process dies, the next one must still
     // find them.
     let named: Vec<(String, Oid)> = blobs.iter().chain(&orphans).cloned().collect();
-    let mut intent = opts.intent_dir.as_ref().map(|dir| Intent::new(dir, &named));
+    let mut intent = opts.intent_dir.as_ref().map(|dir| {
+        let mut i = Intent::new(dir, &named);
+        i.durable = opts.durable_intent;
+        i
+    });
     if let Some(i) = &mut intent {
         i.record.locks = intent_locks(&index_lock, &side, &ref_lock);
         i.save()?;
@@ -1203,6 +1213,8 @@ struct Intent {
     record: IntentRecord,
     /// Whether the directory entry is durable (after the first save).
     dir_synced: bool,
+    /// Whether saving fsyncs at all ([`CommitOptions::durable_intent`]).
+    durable: bool,
 }
 
 impl Intent {
@@ -1219,6 +1231,7 @@ impl Intent {
                 blobs: Default::default(),
             },
             dir_synced: false,
+            durable: true,
         };
         intent.name(files);
         intent
@@ -1245,8 +1258,9 @@ impl Intent {
         }
     }
 
-    /// Writes the record durably (temporary file, fsync, rename, and the first time
-    /// an fsync of the directory) before any lock it names is created.
+    /// Writes the record (temporary file, rename) before any lock it names is created;
+    /// when durable, with an fsync before the rename and, the first time, one of the
+    /// directory.
     fn save(&mut self) -> Result<(), GitError> {
         use std::io::Write;
         let io = |path: &Path| {
@@ -1262,9 +1276,11 @@ impl Intent {
         })?;
         let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
         f.write_all(&body).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
+        if self.durable {
+            f.sync_all().map_err(io(&tmp))?;
+        }
         std::fs::rename(&tmp, &self.path).map_err(io(&self.path))?;
-        if !self.dir_synced {
+        if self.durable && !self.dir_synced {
             std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
             self.dir_synced = true;
         }

@@ -152,10 +152,12 @@ fn slowest(store: &Store, since: &str, md: &mut String) -> Result<(), StoreError
     let runs = q(
         store,
         // The ten slowest runs first, then the time in tool calls of those ten only
-        // (summing every run's calls before picking cost a scan of all of them).
+        // (summing every run's calls before picking cost a scan of all of them). `+`:
+        // walk the runs by duration (runs_duration) and stop at ten, not every run of
+        // the window by start and sort them (111 ms against 9 at 100,000 runs).
         "SELECT r.run_id, r.task, r.duration_ms,
                 (SELECT coalesce(sum(c.duration_ms), 0) FROM tool_calls c WHERE c.run_id = r.run_id), r.steps
-         FROM runs r WHERE r.started_at >= ?1
+         FROM runs r WHERE +r.started_at >= ?1
          ORDER BY r.duration_ms DESC, r.run_id LIMIT 10",
         since,
         |r| {

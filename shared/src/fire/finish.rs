@@ -749,6 +749,7 @@ fn commit_records(
         sign: key
             .is_some()
             .then_some(&sign as &dyn Fn(&str) -> Result<String, String>),
+        durable_intent: sink.durability.fsyncs(),
         ..crate::git::CommitOptions::new(root)
     };
     let oid = crate::git::commit_new_files_with(
