@@ -343,6 +343,9 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
                             "already a rebase-merge directory",
                             "CONFLICT (content)",
                             "would be overwritten by merge",
+                            // A fire's commit that landed as the rebase began: the
+                            // rebase's list then holds a change already applied.
+                            "is now empty",
                         ]
                         .iter()
                         .any(|m| e.contains(m)) =>

@@ -46,4 +46,5 @@ mod signals;
 mod signed;
 mod team;
 mod team_crash;
+mod team_scenario;
 mod two_key_attacks;

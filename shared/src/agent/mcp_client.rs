@@ -34,31 +34,82 @@ use tokio::process::{ChildStdin, ChildStdout};
 pub struct Spawned {
     server: String,
     child: std::io::Result<std::process::Child>,
-    /// The file the worker's (and so the server's) stderr goes to, in the scratch.
-    stderr: PathBuf,
 }
 
 /// Spawns one worker process per declared server (synchronous: before Landlock), its
-/// stderr in a file of the run's `scratch` that failure cards quote.
+/// stderr (the server's) a pipe the fire reads once the server starts ([`StderrTail`]).
 pub fn spawn_workers(
     servers: &McpServers,
     worker_cmd: &(PathBuf, Vec<String>),
     env: &[(String, String)],
-    scratch: &Path,
 ) -> Vec<Spawned> {
     let (exe, args) = worker_cmd;
     servers
         .keys()
-        .map(|name| {
-            let stderr = scratch.join(format!(".mcp-{name}.stderr"));
-            let sink = std::fs::File::create(&stderr).map_or_else(|_| Stdio::null(), Stdio::from);
-            Spawned {
-                server: name.clone(),
-                child: spawn_process_with_stderr(exe, args, env, sink),
-                stderr,
-            }
+        .map(|name| Spawned {
+            server: name.clone(),
+            child: spawn_process_with_stderr(exe, args, env, Stdio::piped()),
         })
         .collect()
+}
+
+/// How much of a server's stderr is kept for its failure card: the last bytes only.
+const STDERR_KEEP: usize = 16 * 1024;
+
+/// The last [`STDERR_KEEP`] bytes a server wrote on stderr, read from its worker's pipe
+/// as they come. Kept in memory, never in a file: a server that writes without end
+/// fills nothing on the host (its writes to files are bounded by the sandbox's write
+/// limit; a stderr file outside the sandbox would not be).
+#[derive(Clone, Default)]
+struct StderrTail {
+    kept: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StderrTail {
+    /// Reads `pipe` until its end on the fire's runtime (after Landlock: the reader is
+    /// a task of the sandboxed runtime, not a thread that predates its restriction).
+    fn follow(pipe: Option<std::process::ChildStderr>) -> StderrTail {
+        use std::sync::atomic::Ordering;
+        use tokio::io::AsyncReadExt;
+        let tail = StderrTail::default();
+        let Some(mut pipe) = pipe.and_then(|p| tokio::process::ChildStderr::from_std(p).ok()) else {
+            tail.ended.store(true, Ordering::Release);
+            return tail;
+        };
+        let (kept, ended) = (tail.kept.clone(), tail.ended.clone());
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut k) = kept.lock() {
+                    k.extend_from_slice(&buf[..n]);
+                    let excess = k.len().saturating_sub(STDERR_KEEP);
+                    k.drain(..excess);
+                }
+            }
+            ended.store(true, Ordering::Release);
+        });
+        tail
+    }
+
+    /// Waits a moment for the pipe's end (the worker was just killed or ended), so
+    /// the last words before a crash are in the card.
+    async fn settle(&self) {
+        let waited = Instant::now();
+        while !self.ended.load(std::sync::atomic::Ordering::Acquire) && waited.elapsed() < Duration::from_millis(500) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn text(&self) -> String {
+        self.kept
+            .lock()
+            .map(|k| String::from_utf8_lossy(&k).into_owned())
+            .unwrap_or_default()
+    }
 }
 
 /// A tool offered to the model.
@@ -75,7 +126,7 @@ pub struct Offered {
 struct Live {
     service: RunningService<RoleClient, ()>,
     worker: Worker,
-    stderr: PathBuf,
+    stderr: StderrTail,
     /// The server is gone (it crashed, or broke the protocol): why.
     gone: std::sync::Mutex<Option<String>>,
 }
@@ -132,10 +183,8 @@ pub struct Started {
 }
 
 /// The last lines of a server's stderr, for a card.
-fn stderr_tail(path: &Path) -> String {
-    let text = std::fs::read(path)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default();
+fn stderr_tail(stderr: &StderrTail) -> String {
+    let text = stderr.text();
     let lines: Vec<&str> = text.lines().collect();
     let tail = lines[lines.len().saturating_sub(20)..].join("\n");
     let cut: String = tail
@@ -153,7 +202,7 @@ fn stderr_tail(path: &Path) -> String {
     }
 }
 
-fn failed_card(server: &str, summary: String, why: &str, stderr: &Path) -> CardDraft {
+fn failed_card(server: &str, summary: String, why: &str, stderr: &StderrTail) -> CardDraft {
     CardDraft {
         kind: CardKind::McpServerFailed,
         summary,
@@ -170,12 +219,12 @@ pub async fn start(input: &StartInput<'_>, lock: &McpLock, spawned: Vec<Spawned>
         cards: Vec::new(),
         fatal: None,
     };
-    for Spawned { server, child, stderr } in spawned {
+    for Spawned { server, child } in spawned {
         let Some(entry) = input.servers.get(&server) else {
             continue;
         };
         let began = Instant::now();
-        let result = start_one(input, lock, &server, entry, child, &stderr).await;
+        let result = start_one(input, lock, &server, entry, child).await;
         out.hub
             .start_ms
             .insert(server.clone(), began.elapsed().as_millis() as u64);
@@ -206,8 +255,9 @@ async fn start_one(
     server: &str,
     entry: &McpServer,
     child: std::io::Result<std::process::Child>,
-    stderr: &Path,
 ) -> Result<StartedServer, Box<CardDraft>> {
+    let mut child = child;
+    let stderr = &StderrTail::follow(child.as_mut().ok().and_then(|c| c.stderr.take()));
     let drift_card = |summary: String, detail: String| {
         Box::new(CardDraft {
             kind: CardKind::McpDrift,
@@ -281,10 +331,12 @@ async fn start_one(
         Ok(Ok(pair)) => pair,
         Ok(Err(why)) => {
             drop(worker);
+            stderr.settle().await;
             return Err(failed(why));
         }
         Err(_) => {
             drop(worker);
+            stderr.settle().await;
             return Err(failed(format!("no tool list within {} s", entry.start_timeout_s)));
         }
     };
@@ -329,7 +381,7 @@ async fn start_one(
     let live = Live {
         service,
         worker,
-        stderr: stderr.to_path_buf(),
+        stderr: stderr.clone(),
         gone: std::sync::Mutex::new(None),
     };
     Ok((live, offered, drift))
@@ -443,6 +495,7 @@ impl McpHub {
                     if let Ok(mut g) = live.gone.lock() {
                         *g = Some(why.clone());
                     }
+                    live.stderr.settle().await;
                     let card = failed_card(
                         &o.server,
                         format!("MCP server `{}` stopped during the fire", o.server),
@@ -575,5 +628,28 @@ pub async fn list_for_pin(
             let _ = tail(&mut child);
             Err(format!("no tool list within {} s", entry.start_timeout_s))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_server_that_floods_stderr_leaves_only_its_last_words() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "head -c 100000 /dev/zero | tr '\\0' a >&2; echo ' the end' >&2"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let tail = StderrTail::follow(child.stderr.take());
+        // Waited for apart: the reader is a task of this (single-threaded) runtime.
+        tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap();
+        tail.settle().await;
+        let text = tail.text();
+        assert_eq!(text.len(), STDERR_KEEP, "kept the last {STDERR_KEEP} bytes only");
+        assert!(text.ends_with(" the end\n"), "{}", &text[text.len() - 20..]);
     }
 }

@@ -15,12 +15,8 @@ use crate::tools::exec::ExecContext;
 impl FireRun {
     /// Spawns a worker process per declared server (before Landlock).
     pub(super) fn spawn_mcp_workers(&mut self, env: &[(String, String)]) {
-        self.mcp_workers = crate::agent::mcp_client::spawn_workers(
-            &self.config.settings.mcp,
-            &self.ctx.opts.worker_cmd,
-            env,
-            &self.config.scratch,
-        );
+        self.mcp_workers =
+            crate::agent::mcp_client::spawn_workers(&self.config.settings.mcp, &self.ctx.opts.worker_cmd, env);
     }
 
     /// Starts the servers; `Err` when the lock cannot be read or a required server did
