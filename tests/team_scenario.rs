@@ -254,12 +254,13 @@ struct Proposal {
 }
 
 /// A receipt the box wrote: its path, the fire (1-based) and that fire's exit, the
-/// commit it fired on.
+/// commit it fired on, and whether the origin has had it.
 struct Receipt {
     path: String,
     fire: usize,
     code: i32,
     commit: Oid,
+    reached: bool,
 }
 
 #[derive(Default)]
@@ -813,22 +814,36 @@ impl Scenario {
                     fire: self.fires,
                     code: fired.code,
                     commit,
+                    reached: false,
                 });
             }
             None => assert_ne!(fired.code, 0, "a fire that exits 0 wrote no receipt: {context}"),
         }
 
-        // Records: every receipt on the origin within two fires; all of them (and
-        // every record the box ever had) after a fire that exits 0.
+        // Records: every receipt reaches the origin within two fires (the one that
+        // wrote it and the next); after a fire that syncs (exit 0 or 5), every
+        // receipt is there, those a force push dropped replayed; after one that
+        // exits 0, every record the box ever had.
         self.records_seen.extend(self.team.box_records());
         let files: BTreeSet<String> = self.team.origin_files().into_iter().collect();
-        for r in &self.receipts {
+        let fires = self.fires;
+        for r in &mut self.receipts {
+            r.reached |= files.contains(&r.path);
             assert!(
-                r.fire == self.fires || files.contains(&r.path),
-                "receipt {} of fire #{} is not on the origin after fire #{}",
+                r.reached || r.fire == fires,
+                "receipt {} of fire #{} has not reached the origin by fire #{fires}",
+                r.path,
+                r.fire
+            );
+            // A configuration refusal (exit 2) fires nothing and, once carded,
+            // commits and pushes nothing: it does not replay what a force push
+            // dropped (the next fire that syncs does).
+            assert!(
+                fired.code == 2 || files.contains(&r.path),
+                "receipt {} of fire #{} is not on the origin after fire #{fires} (exit {})",
                 r.path,
                 r.fire,
-                self.fires
+                fired.code
             );
         }
         if fired.code == 0 {
