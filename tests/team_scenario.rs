@@ -1260,6 +1260,14 @@ impl Scenario {
     }
 
     /// The builder directories that `a` or `b` has.
+    /// Puts `dirs` in `dir`'s index and work tree as commit `from` has them.
+    fn restore_from(&self, dir: &Path, from: Oid, dirs: &[&str]) {
+        let source = format!("--source={from}");
+        let mut args = vec!["restore", source.as_str(), "--staged", "--worktree", "--"];
+        args.extend(dirs);
+        self.team.git(dir, &args);
+    }
+
     fn builder_dirs_in(&self, dir: &Path, a: Oid, b: Oid) -> Vec<&'static str> {
         let repo = open(dir);
         BUILDER_DIRS
@@ -1300,10 +1308,7 @@ impl Scenario {
         if !reverted {
             let head = commit_of(&repo, "HEAD");
             let dirs = self.builder_dirs_in(&dir, good, head);
-            let source = format!("--source={good}");
-            let mut args = vec!["restore", source.as_str(), "--staged", "--worktree", "--"];
-            args.extend(dirs);
-            self.team.git(&dir, &args);
+            self.restore_from(&dir, good, &dirs);
             self.team.git(
                 &dir,
                 &["commit", "-qm", &format!("Back to the approved builder tree of {good}")],
@@ -1349,10 +1354,7 @@ impl Scenario {
         self.team
             .git(&author, &["checkout", "-q", "-b", &branch, &good.to_string()]);
         let dirs = self.builder_dirs_in(&author, good, tip);
-        let source = format!("--source={tip}");
-        let mut args = vec!["restore", source.as_str(), "--staged", "--worktree", "--"];
-        args.extend(dirs);
-        self.team.git(&author, &args);
+        self.restore_from(&author, tip, &dirs);
         self.team.git(
             &author,
             &["commit", "-qm", &format!("Propose the tree of {tip} as it is")],

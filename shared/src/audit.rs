@@ -628,6 +628,27 @@ mod tests {
         crate::review::approvals::record(repo, "p", tree, commit, &rev).unwrap();
     }
 
+    /// Findings (severity, commit, path) of the whole history under signed approvals,
+    /// signers listed in the repository's `settings/allowed_signers`.
+    fn signed_findings(repo: &Repository, dir: &Path) -> Vec<(Severity, String, String)> {
+        let runtime = RuntimeIdentity {
+            name: "runtime".into(),
+            email: "runtime@localhost".into(),
+        };
+        let rule = crate::review::signing::ApprovalRule {
+            runtime_email: runtime.email.clone(),
+            signers: Some(crate::review::signing::SignerList::Repository(
+                "settings/allowed_signers".into(),
+            )),
+        };
+        let report = audit(repo, &Ownership::new(dir), &runtime, &rule, None).unwrap();
+        report
+            .findings
+            .into_iter()
+            .map(|f| (f.severity, f.commit, f.path))
+            .collect()
+    }
+
     fn findings(repo: &Repository, dir: &Path) -> Vec<(Severity, String)> {
         let runtime = RuntimeIdentity {
             name: "runtime".into(),
@@ -746,22 +767,7 @@ mod tests {
             true,
         );
         approve(&repo, downgrade);
-        let runtime = RuntimeIdentity {
-            name: "runtime".into(),
-            email: "runtime@localhost".into(),
-        };
-        let rule = crate::review::signing::ApprovalRule {
-            runtime_email: runtime.email.clone(),
-            signers: Some(crate::review::signing::SignerList::Repository(
-                "settings/allowed_signers".into(),
-            )),
-        };
-        let report = audit(&repo, &Ownership::new(&root_dir), &runtime, &rule, None).unwrap();
-        let flagged: Vec<_> = report
-            .findings
-            .iter()
-            .map(|f| (f.severity, f.commit.clone(), f.path.clone()))
-            .collect();
+        let flagged = signed_findings(&repo, &root_dir);
         assert_eq!(
             flagged,
             vec![
@@ -776,8 +782,8 @@ mod tests {
         );
         // Signed by Rev, the same commit is covered.
         sign(downgrade);
-        let report = audit(&repo, &Ownership::new(&root_dir), &runtime, &rule, None).unwrap();
-        assert!(report.findings.is_empty(), "{:?}", report.findings);
+        let after = signed_findings(&repo, &root_dir);
+        assert!(after.is_empty(), "{after:?}");
     }
 
     #[test]
@@ -818,22 +824,7 @@ mod tests {
         let tweak = commit(&repo, &[first], &[("prompts/t.md", "mallory's")], "Mallory", true);
         approve(&repo, tweak);
         commit(&repo, &[tweak], &[("runs/t/r.json", "{}")], "runtime", true);
-        let runtime = RuntimeIdentity {
-            name: "runtime".into(),
-            email: "runtime@localhost".into(),
-        };
-        let rule = crate::review::signing::ApprovalRule {
-            runtime_email: runtime.email.clone(),
-            signers: Some(crate::review::signing::SignerList::Repository(
-                "settings/allowed_signers".into(),
-            )),
-        };
-        let report = audit(&repo, &Ownership::new(&root_dir), &runtime, &rule, None).unwrap();
-        let flagged: Vec<_> = report
-            .findings
-            .iter()
-            .map(|f| (f.severity, f.commit.clone(), f.path.clone()))
-            .collect();
+        let flagged = signed_findings(&repo, &root_dir);
         assert_eq!(
             flagged,
             vec![(Severity::Violation, oid_short(tweak), "prompts/t.md".to_string())],

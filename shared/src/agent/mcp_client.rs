@@ -444,31 +444,15 @@ impl McpHub {
         cap: usize,
     ) -> (ToolResult, Option<CardDraft>) {
         let began = Instant::now();
+        let refused = |class, why: String| (ToolResult::error("", class, why), None);
         let Some(o) = self.offered.get(name) else {
-            return (
-                ToolResult::error("", ErrorClass::UnknownTool, format!("`{name}` is not offered")),
-                None,
-            );
+            return refused(ErrorClass::UnknownTool, format!("`{name}` is not offered"));
         };
         let Some(live) = self.live.get(&o.server) else {
-            return (
-                ToolResult::error(
-                    "",
-                    ErrorClass::Failed,
-                    format!("MCP server `{}` is not running", o.server),
-                ),
-                None,
-            );
+            return refused(ErrorClass::Failed, format!("MCP server `{}` is not running", o.server));
         };
         if let Some(why) = live.gone.lock().ok().and_then(|g| g.clone()) {
-            return (
-                ToolResult::error(
-                    "",
-                    ErrorClass::Failed,
-                    format!("MCP server `{}` is gone: {why}", o.server),
-                ),
-                None,
-            );
+            return refused(ErrorClass::Failed, format!("MCP server `{}` is gone: {why}", o.server));
         }
         let params = CallToolRequestParams::new(o.tool.clone()).with_arguments(args);
         let answer = tokio::time::timeout(timeout, live.service.call_tool(params)).await;
@@ -579,18 +563,12 @@ pub async fn list_for_pin(
     entry: &McpServer,
     env: &[(String, String)],
 ) -> Result<Vec<serde_json::Value>, String> {
-    let Some((program, args)) = entry.command.split_first() else {
+    let Some(std_cmd) = crate::mcp::launch::server_command(&entry.command, root, env) else {
         return Err("no command".into());
     };
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .current_dir(root)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    let program = entry.command[0].as_str();
+    let mut cmd = tokio::process::Command::from(std_cmd);
+    cmd.stderr(Stdio::piped()).kill_on_drop(true);
     let mut child = cmd.spawn().map_err(|e| format!("cannot start `{program}`: {e}"))?;
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err("no stdin or stdout".into());

@@ -23,6 +23,20 @@ pub struct McpLaunch {
     pub argv: Vec<String>,
 }
 
+/// A server's command as every caller starts it: `argv` in `root`, with `env` only and
+/// piped stdin and stdout (the caller decides stderr); `None` for an empty `argv`.
+pub fn server_command(argv: &[String], root: &Path, env: &[(String, String)]) -> Option<Command> {
+    let (program, args) = argv.split_first()?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(root)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    Some(cmd)
+}
+
 /// Whether a protocol line from the server answers a request (JSON-RPC: an `id` and a
 /// `result` or an `error`, no `method`): the moment a call's writes are complete.
 fn is_answer(line: &str) -> bool {
@@ -50,17 +64,11 @@ where
     O: Write + Send + 'static,
     S: FnMut() + Send + 'static,
 {
-    let Some((program, args)) = launch.argv.split_first() else {
+    let Some(mut cmd) = server_command(&launch.argv, root, env) else {
         return Ok(());
     };
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .current_dir(root)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    cmd.stderr(Stdio::inherit());
+    let program = launch.argv[0].as_str();
     // SAFETY: prctl only sets a flag of the child; async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
