@@ -828,3 +828,136 @@ fn a_no_commit_fire_never_syncs() {
     assert_eq!(fired.code, 0, "{fired}");
     assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
 }
+
+/// One card per cause, however causes come and go together (the team scenario's
+/// seeds 18 and 9): a box stuck on an unapproved tree cards it once; a force push
+/// that keeps it stuck cards the rewrite once; the tree it still cannot fire is not
+/// carded again once the rewrite is old news; a new unapproved tree while the box is
+/// still stuck on the rewritten history is news, carded once on a card of its own
+/// kind.
+#[test]
+fn a_rewrite_while_the_box_is_stuck_cards_each_cause_once() {
+    let team = Team::new();
+    let base = team.origin_tip();
+    assert_eq!(team.fire().code, 0);
+    let unreviewed = "---\n---\nNobody approved this.\n";
+    team.push_files(&[("prompts/digest.md", unreviewed)], "unreviewed", true);
+    let fired = team.fire();
+    assert_eq!(
+        (fired.code, team.card_kinds(&fired)),
+        (5, vec!["unreviewed_changes".to_string()]),
+        "{fired}"
+    );
+    let again = team.fire();
+    assert_eq!((again.code, again.cards()), (5, 0), "{again}");
+
+    // Someone rewrites main from the base, keeping the unapproved prompt.
+    team.git(team.laptop(), &["fetch", "-q", "origin"]);
+    team.git(team.laptop(), &["reset", "-q", "--hard", &base]);
+    team.env.write("prompts/digest.md", unreviewed);
+    team.env.write("notes/b.md", "b\n");
+    team.git(team.laptop(), &["add", "prompts/digest.md", "notes/b.md"]);
+    team.git(team.laptop(), &["commit", "-qm", "rewritten"]);
+    team.git(
+        team.laptop(),
+        &["push", "-q", "--force", "--no-verify", "origin", "main"],
+    );
+    let fired = team.fire();
+    assert_eq!(
+        (fired.code, team.card_kinds(&fired)),
+        (5, vec!["sync_failed".to_string()]),
+        "{fired}"
+    );
+    let text = serde_yaml::to_string(&team.cards_of(&fired)[0]).unwrap();
+    assert!(text.contains("rewritten") && text.contains("no approval"), "{text}");
+    for n in 0..2 {
+        let again = team.fire();
+        assert_eq!(
+            (again.code, again.cards()),
+            (5, 0),
+            "fire {n} after the rewrite card: {again}"
+        );
+        assert!(
+            again.summary["message"].as_str().unwrap().contains("no approval"),
+            "{again}"
+        );
+    }
+
+    // A new unapproved tree on the rewritten history: carded, once.
+    team.git(team.laptop(), &["fetch", "-q", "origin"]);
+    team.git(team.laptop(), &["reset", "-q", "--hard", "origin/main"]);
+    let newer = team.push_files(
+        &[("prompts/digest.md", "---\n---\nNor this.\n")],
+        "unreviewed too",
+        true,
+    );
+    let fired = team.fire();
+    assert_eq!(
+        (fired.code, team.card_kinds(&fired)),
+        (5, vec!["unreviewed_changes".to_string()]),
+        "the rewrite is old news, the tree is not: {fired}"
+    );
+    let text = serde_yaml::to_string(&team.cards_of(&fired)[0]).unwrap();
+    let repo = git2::Repository::open(team.laptop()).unwrap();
+    let tree = shared::review::builder_tree_of_commit(&repo, git2::Oid::from_str(&newer).unwrap()).unwrap();
+    assert!(
+        text.contains(&tree.to_string()[..12]),
+        "the card names the new tree {tree}: {text}"
+    );
+    let again = team.fire();
+    assert_eq!((again.code, again.cards()), (5, 0), "{again}");
+    assert!(!std::fs::read_to_string(team.cron.join("prompts/digest.md"))
+        .unwrap()
+        .contains("approved this"));
+    team.assert_receipts_hold();
+    team.assert_no_lock_and_fsck_clean();
+}
+
+/// A force push back to an older approved tree (the team scenario's seeds 23 and
+/// 11): every tree in it was approved once, but a later review replaced it. The box
+/// stays on the tree it runs (exit 5, one card that says rollback, its records still
+/// reach the origin) instead of moving there and then refusing to fire (exit 1), and
+/// `runtime check` says the same before any fire.
+#[test]
+fn a_force_push_back_to_an_older_approved_tree_keeps_the_box_where_it_is() {
+    let team = Team::new();
+    assert_eq!(team.fire().code, 0);
+    let old = team.origin_tip();
+    let v2 = format!("{}\nSay (v2) once.\n", team.env.read("prompts/digest.md"));
+    team.land("v2", &[("prompts/digest.md", &v2)]);
+    let fired = team.fire();
+    assert_eq!(fired.code, 0, "{fired}");
+    assert_eq!(team.rev(&team.cron, "HEAD"), team.origin_tip());
+
+    team.git(team.laptop(), &["fetch", "-q", "origin"]);
+    team.git(team.laptop(), &["reset", "-q", "--hard", &old]);
+    team.git(
+        team.laptop(),
+        &["push", "-q", "--force", "--no-verify", "origin", "main"],
+    );
+    let (code, out) = team.check(&[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("STUCK") && out.contains("rollback"), "{out}");
+    let fired = team.fire();
+    assert_eq!(fired.code, 5, "{fired}");
+    let cards = team.cards_of(&fired);
+    let text = cards
+        .iter()
+        .map(|c| serde_yaml::to_string(c).unwrap())
+        .collect::<String>();
+    assert!(text.contains("rollback"), "{text}");
+    assert!(
+        std::fs::read_to_string(team.cron.join("prompts/digest.md"))
+            .unwrap()
+            .contains("(v2)"),
+        "the box still runs v2"
+    );
+    let again = team.fire();
+    assert_eq!((again.code, again.cards()), (5, 0), "{again}");
+    assert!(
+        again.summary["message"].as_str().unwrap().contains("rollback"),
+        "{again}"
+    );
+    team.assert_records_on_origin();
+    team.assert_no_lock_and_fsck_clean();
+}

@@ -250,7 +250,8 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
     Ok(out)
 }
 
-/// How many times [`dirty_builder_paths`] reads an index that read as invalid again.
+/// How many times [`dirty_builder_paths`] reads an index that read as invalid again
+/// (and [`open_work_tree`] a HEAD that read as corrupted).
 const INDEX_READ_TRIES: u32 = 4;
 
 /// How long [`commit_new_files`] waits for git's index lock held by someone else.
@@ -1901,7 +1902,25 @@ pub fn open_work_tree(path: &Path) -> Result<WorkTree, GitError> {
         path: workdir.to_path_buf(),
         source: e,
     })?;
+    settle_head(&repo);
     Ok(WorkTree { repo, root })
+}
+
+/// Reads HEAD until it parses, a few times at most: in a checkout where a person's
+/// git is mid-operation, a fire once in some hundreds read HEAD as "corrupted" (as it
+/// read the index as invalid, see [`dirty_builder_paths`]), although every writer
+/// we know replaces it by a rename. A HEAD still unreadable after the tries is left
+/// to the caller's own read, which names the error.
+fn settle_head(repo: &Repository) {
+    for tries in 1..INDEX_READ_TRIES {
+        match repo.head() {
+            Err(e) if e.class() == git2::ErrorClass::Reference && e.message().contains("corrupted") => {
+                tracing::debug!(error = %e, tries, "HEAD read as corrupted; reading it again");
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            _ => return,
+        }
+    }
 }
 
 /// Who is acting in `repo`, the way `git commit` picks its author:

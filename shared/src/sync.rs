@@ -70,6 +70,13 @@ pub enum Stuck {
     /// environment: a fire of it could not call its provider. `tree`: the tip's
     /// tree of builder-owned paths.
     KeyMissing { tip: Oid, var: String, tree: Oid },
+    /// The tip's builder tree is approved, but its newest approval is older than
+    /// that of the newest tree this box ran ([`crate::review::forward`]): moving
+    /// there would run rules a later review replaced.
+    Rollback {
+        tip: Oid,
+        back: Box<crate::review::forward::Rollback>,
+    },
 }
 
 impl Stuck {
@@ -84,6 +91,7 @@ impl Stuck {
                 crate::layout::STATE_DIR
             ),
             Stuck::KeyMissing { var, .. } => format!("its settings name the key variable `{var}`, unset or empty here"),
+            Stuck::Rollback { back, .. } => back.summary(),
         }
     }
 }

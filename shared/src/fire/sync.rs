@@ -1,6 +1,8 @@
 //! What the sync means for one fire: [`FireSync::begin`] syncs before the fire and
 //! says what the fire records (at most one card per cause, remembered in the state
-//! database's refusals under the sync's own key); [`FireSync::push`] pushes after its
+//! database's refusals under the sync's own keys: one for why the box cannot move,
+//! one for a rewritten remote history, so that either coming or going on its own
+//! neither hides nor repeats the other's card); [`FireSync::push`] pushes after its
 //! commit; [`FireSync::settle`] makes a fire on a box that cannot fire what the remote
 //! holds end as needing attention (exit 5) every time, not only the first, with the
 //! reason and the next step.
@@ -20,8 +22,9 @@ pub(crate) struct FireSync {
     settings: SyncSettings,
     /// Why the box fires what it has instead of the remote's tip.
     stuck: Option<Note>,
-    /// The cause this fire cards, remembered once the card is committed.
-    remember: Option<Remember>,
+    /// The parts of the cause this fire cards that no earlier card covered,
+    /// remembered once the card is committed.
+    remember: Vec<Part>,
 }
 
 /// What a stuck fire says: its line and the next step.
@@ -31,11 +34,19 @@ struct Note {
     hint: String,
 }
 
+/// One part of a cause, remembered on its own key: why the box cannot move (the
+/// sync's key), or the rewrite of the remote's history (the sync's key + `:rewrite`).
 #[derive(Debug, Clone)]
-struct Remember {
+struct Part {
     key: String,
-    fingerprint: String,
+    kind: CardKind,
     subject: String,
+}
+
+impl Part {
+    fn fingerprint(&self) -> String {
+        records::fingerprint(&self.key, self.kind, &self.subject)
+    }
 }
 
 /// What [`FireSync::begin`] did.
@@ -49,7 +60,7 @@ pub(crate) struct Began {
 
 /// A cause, as a card and as the line every fire prints while it lasts.
 struct Cause {
-    subject: String,
+    parts: Vec<Part>,
     card: CardDraft,
     note: Option<Note>,
 }
@@ -65,35 +76,61 @@ impl FireSync {
         started_at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Began, SyncError> {
         let look = crate::sync::before_fire(repo, &settings, rule, Some(root))?;
-        let key = format!("sync:{}/{}", settings.remote, settings.branch);
+        let keys = Self::keys(&settings);
+        let stuck_key = keys[1].clone();
         let mut fire = FireSync {
             settings,
             stuck: None,
-            remember: None,
+            remember: Vec::new(),
         };
         let mut db = StateDb::open(root)
             .map_err(|e| tracing::warn!(error = %e, "the sync's causes are not remembered: each fire cards them"))
             .ok();
-        let Some(cause) = fire.cause(&look) else {
-            if let Some(db) = &mut db {
+        let cause = fire.cause(&look);
+        // A part that ended is forgotten: its return is news.
+        for key in keys {
+            let present = cause.as_ref().is_some_and(|c| c.parts.iter().any(|p| p.key == key));
+            if let (false, Some(db)) = (present, &mut db) {
                 if let Err(e) = db.clear_refusal(&key) {
                     tracing::warn!(error = %e, "the sync's last cause was not forgotten");
                 }
             }
+        }
+        let Some(cause) = cause else {
             return Ok(Began {
                 fire,
                 moved: look.moved,
                 card: None,
             });
         };
-        let fingerprint = records::fingerprint(&key, cause.card.kind, &cause.subject);
-        let seen = db.as_mut().and_then(|db| {
-            db.repeat_refusal(&key, &fingerprint, &cause.subject, started_at)
-                .ok()
-                .flatten()
-        });
+        let mut stuck_seen = None;
+        for part in cause.parts {
+            let seen = db.as_mut().and_then(|db| {
+                db.repeat_refusal(&part.key, &part.fingerprint(), &part.subject, started_at)
+                    .ok()
+                    .flatten()
+            });
+            match seen {
+                Some(seen) if part.key == stuck_key => stuck_seen = Some(seen),
+                Some(_) => {}
+                None => fire.remember.push(part),
+            }
+        }
+        let news = !fire.remember.is_empty();
+        let card = match fire.remember.iter().any(|p| p.key != stuck_key) {
+            true => Some(cause.card),
+            // The rewrite was carded already: the news is why the box cannot move,
+            // on a card of that cause's own kind.
+            false if news => fire
+                .cause(&crate::sync::Look {
+                    rewritten: None,
+                    ..look.clone()
+                })
+                .map(|c| c.card),
+            false => None,
+        };
         fire.stuck = cause.note.map(|mut n| {
-            if let Some(seen) = &seen {
+            if let (false, Some(seen)) = (news, &stuck_seen) {
                 n.message = format!(
                     "{} (carded by run {}; {} fires since)",
                     n.message, seen.card_id, seen.count
@@ -101,22 +138,18 @@ impl FireSync {
             }
             n
         });
-        let card = match seen {
-            Some(_) => None,
-            None => {
-                fire.remember = Some(Remember {
-                    key,
-                    fingerprint,
-                    subject: cause.subject,
-                });
-                Some(cause.card)
-            }
-        };
         Ok(Began {
             fire,
             moved: look.moved,
             card,
         })
+    }
+
+    /// The refusal keys of the sync's causes: why the box cannot move, and a
+    /// rewritten remote history.
+    fn keys(settings: &SyncSettings) -> [String; 2] {
+        let key = format!("sync:{}/{}", settings.remote, settings.branch);
+        [format!("{key}:rewrite"), key]
     }
 
     /// The cause `look` reports, if any: a tip the box cannot fire, or a rewritten
@@ -130,7 +163,7 @@ impl FireSync {
             Way::Stuck(stuck) => Some(stuck),
             _ => None,
         };
-        let (reason, hint, kind, subject, evidence) = match stuck {
+        let (reason, hint, stuck_kind, subject, evidence) = match stuck {
             Some(Stuck::Unapproved { tip, tree, why }) => (
                 format!("{at} holds builder tree {} with no approval that counts", short(tree)),
                 format!(
@@ -167,6 +200,15 @@ impl FireSync {
                 format!("key:{var}:{tree}"),
                 vec![tip.to_string()],
             ),
+            Some(Stuck::Rollback { tip, back }) => (
+                format!("{at} holds an older approved tree: {}", back.summary()),
+                format!(
+                    "to go back on purpose, have that tree approved again (propose the revert, approve, merge, push); otherwise push the newer tree back to {at}"
+                ),
+                CardKind::UnreviewedChanges,
+                format!("rollback:{}", back.tree),
+                vec![tip.to_string(), back.newest.id.clone(), back.ran.id.clone()],
+            ),
             None => match &look.rewritten {
                 Some(_) => (String::new(), String::new(), CardKind::SyncFailed, String::new(), vec![]),
                 None => return None,
@@ -188,18 +230,17 @@ impl FireSync {
                 look.kept.as_deref().unwrap_or("(nothing kept)")
             )
         });
-        let (summary, detail, kind, subject, evidence) = match (stuck, rewritten) {
+        let (summary, detail, kind, evidence) = match (stuck, rewritten) {
             (Some(_), None) => (
                 format!("{reason}: the cron box fires what it has"),
                 format!(
-                    "{reason}. The cron box keeps firing {local} (the tree it last moved to) and does not move until it can fire the tip: every fire exits 5 until then, with this card written once. Its records still reach {at}, joined onto the tip by merge commits, so this card is there too.{}\nNext: {hint}",
+                    "{reason}. The cron box keeps firing {local} (the tree it last moved to) and does not move until it can fire the tip: every fire exits 5 until then, with this card written once. Its records still reach {at}, joined onto its tip, so this card is there too.{}\nNext: {hint}",
                     match stuck {
                         Some(Stuck::Unapproved { why, .. }) if !why.is_empty() => format!("\nWhy the approvals naming it do not count:\n- {}", why.join("\n- ")),
                         _ => String::new(),
                     }
                 ),
-                kind,
-                subject,
+                stuck_kind,
                 evidence,
             ),
             (Some(_), Some(rw)) => (
@@ -208,7 +249,6 @@ impl FireSync {
                     "{rw}.\nThe box cannot join the new history: {reason}. It keeps firing {local} and replays each fire's records onto {at}'s tip; every fire exits 5 until it can move.\nNext: {hint}"
                 ),
                 CardKind::SyncFailed,
-                format!("rewrite:{}", look.rewritten.as_ref().map(|r| r.from.to_string()).unwrap_or_default()),
                 evidence,
             ),
             (None, Some(rw)) => (
@@ -222,7 +262,6 @@ impl FireSync {
                 ),
                 format!("{rw}."),
                 CardKind::SyncFailed,
-                format!("rewrite:{}", look.rewritten.as_ref().map(|r| r.from.to_string()).unwrap_or_default()),
                 look.replayed.clone(),
             ),
             (None, None) => return None,
@@ -231,8 +270,22 @@ impl FireSync {
             message: format!("{summary} (this fire ran on {local})"),
             hint: hint.clone(),
         });
+        let [rewrite_key, stuck_key] = Self::keys(s);
+        let parts = stuck
+            .map(|_| Part {
+                key: stuck_key,
+                kind: stuck_kind,
+                subject,
+            })
+            .into_iter()
+            .chain(look.rewritten.as_ref().map(|r| Part {
+                key: rewrite_key,
+                kind: CardKind::SyncFailed,
+                subject: format!("rewrite:{}", r.from),
+            }))
+            .collect();
         Some(Cause {
-            subject,
+            parts,
             card: CardDraft {
                 kind,
                 summary,
@@ -277,11 +330,13 @@ impl FireSync {
     /// (remembered only then: a crash before the commit leaves the card to the next
     /// fire, never a cause remembered with no card behind it).
     pub(crate) fn remember(&self, db: Option<&mut StateDb>, run_id: &str, at: chrono::DateTime<chrono::Utc>) {
-        let (Some(r), Some(db)) = (&self.remember, db) else {
+        let Some(db) = db else {
             return;
         };
-        if let Err(e) = db.remember_refusal(&r.key, &r.fingerprint, &r.subject, run_id, at) {
-            tracing::warn!(error = %e, "the sync's cause was not remembered; the next fire cards it again");
+        for p in &self.remember {
+            if let Err(e) = db.remember_refusal(&p.key, &p.fingerprint(), &p.subject, run_id, at) {
+                tracing::warn!(error = %e, "the sync's cause was not remembered; the next fire cards it again");
+            }
         }
     }
 }

@@ -247,8 +247,8 @@ impl Ctx<'_> {
 
     /// Whether the box may move its firing tree from `local` to the remote tip `tip`
     /// (`None`), or why not: a tip that tracks the runtime's private state, a builder
-    /// tree with no approval that counts, or settings that name a key variable unset
-    /// here. The one place that decides; `runtime check` asks it too.
+    /// tree with no approval that counts or only one older than the tree the box ran
+    /// (a rollback), or settings that name a key variable unset here. The one place that decides; `runtime check` asks it too.
     pub(super) fn judge(
         &self,
         rule: &ApprovalRule,
@@ -282,10 +282,17 @@ impl Ctx<'_> {
                 why,
             }));
         }
-        // ---- The rollback rule joins here (the `approved` slice): a box never moves
-        // to a tree whose newest approval is older than the tree it runs. This is the
-        // single place the box decides whether to move to the incoming tip; a tip that
-        // rule refuses is one more `Stuck` cause. ----
+        // Approvals only move forward: a tip whose newest approval is older than
+        // that of the tree this box ran is a rollback, and the box stays put.
+        if let Some(root) = memo.or(self.repo.workdir()) {
+            let ran = crate::review::forward::read(self.repo, root);
+            if let Some(back) = crate::review::forward::check(self.repo, tip_tree, &judged.counting, ran.as_ref()) {
+                return Ok(Some(Stuck::Rollback {
+                    tip,
+                    back: Box::new(back),
+                }));
+            }
+        }
         if let Some(var) = key_missing(self.repo, tip) {
             return Ok(Some(Stuck::KeyMissing {
                 tip,
