@@ -515,6 +515,29 @@ fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
         );
         assert!(!env.root.join("reports/ran").exists(), "{layer}: the tool ran");
 
+        // A model that calls no tool: the worker was entering its sandbox while the
+        // model answered, and the fire still ends on the missing layer, with the
+        // model's step in its receipt.
+        env.write("evals/iso/trace.json", &trace(&[]));
+        env.commit_all("no tool");
+        let out = env
+            .command("runtime", &["fire", "t", "--json"])
+            .env(shared::sandbox::SIMULATE_MISSING_ENV, layer)
+            .output()
+            .unwrap();
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{layer}: {summary}");
+        assert!(
+            env.card_kinds(&summary).contains(&"sandbox_unavailable".to_string()),
+            "{layer}: {summary}"
+        );
+        assert_eq!(env.receipt(&summary)["steps"], 1, "{layer}: {summary}");
+        env.write(
+            "evals/iso/trace.json",
+            &trace(&[("run_command", json!({"command": "echo ran > reports/ran"}))]),
+        );
+        env.commit_all("the tool again");
+
         let best = SETTINGS.replace("landlock: required", "landlock: best_effort");
         env.write("settings/runtime.yaml", &best);
         env.commit_all("best effort");

@@ -249,6 +249,11 @@ impl Agent<'_> {
                 Ok(r) => r,
                 Err(stop) => return stop,
             };
+            // The tool worker entered its sandbox while the model answered: no call
+            // runs until it reported, and none if it could not (the fire says why).
+            if !resp.is_empty() && self.worker.ready().await.is_err() {
+                return StopReason::NotStarted;
+            }
             let step = state.step;
             for call in &resp {
                 if *self.cancel.borrow() || crate::cancel::requested() {

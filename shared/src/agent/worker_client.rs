@@ -33,7 +33,8 @@ pub struct WorkerClient {
     child: Proc,
     stdin: ChildStdin,
     stdout: Lines<BufReader<ChildStdout>>,
-    pub sandbox: SandboxRecord,
+    /// The worker's sandbox report, read by [`WorkerClient::ready`].
+    hello: Hello,
     /// A second worker process, started with the first (before the runtime restricted
     /// itself), and the configuration to send it: a worker that dies (the OOM killer,
     /// a crash) is replaced once by it instead of ending the fire's tools.
@@ -43,6 +44,15 @@ pub struct WorkerClient {
     /// succeed while the kernel tears its namespace down, and would make a call that
     /// never ran look uncertain.
     dead: Option<String>,
+}
+
+/// Where the worker's sandbox report stands.
+enum Hello {
+    /// Sent its configuration; the report is not read yet.
+    Pending,
+    Ready(SandboxRecord),
+    /// It could not enter its sandbox (or broke the protocol): why. No call is sent.
+    Failed(String),
 }
 
 /// The spare worker process (killed and reaped if never used) and its configuration.
@@ -77,16 +87,25 @@ pub enum WorkerError {
 }
 
 impl WorkerClient {
-    /// Starts `exe args...` as the worker and waits for its sandbox report.
-    pub async fn spawn(exe: &Path, args: &[String], config: &WorkerConfig) -> Result<WorkerClient, WorkerError> {
-        let child = spawn_process(exe, args, &config.env).map_err(WorkerError::Spawn)?;
-        WorkerClient::adopt(child, config).await
-    }
-
     /// Takes over a worker process started by [`spawn_process`] (before the runtime
     /// restricted itself: a worker entering namespaces needs mount calls Landlock
     /// refuses), sends it `config` and waits for its sandbox report.
-    pub async fn adopt(mut child: std::process::Child, config: &WorkerConfig) -> Result<WorkerClient, WorkerError> {
+    pub async fn adopt(child: std::process::Child, config: &WorkerConfig) -> Result<WorkerClient, WorkerError> {
+        let mut worker = WorkerClient::start(child, config).await?;
+        match read_hello(&mut worker.stdout).await {
+            Ok(sandbox) => {
+                worker.hello = Hello::Ready(sandbox);
+                Ok(worker)
+            }
+            Err(e) => Err(e), // the process is killed and reaped as `worker` drops
+        }
+    }
+
+    /// As [`WorkerClient::adopt`], without waiting for the sandbox report: the worker
+    /// enters its sandbox while the runtime goes on (a fresh fire sends its first
+    /// model request meanwhile). [`WorkerClient::ready`] waits for the report; a call
+    /// waits for it first, and runs nowhere if the worker could not enter its sandbox.
+    pub async fn start(mut child: std::process::Child, config: &WorkerConfig) -> Result<WorkerClient, WorkerError> {
         let protocol = |e: std::io::Error| WorkerError::Protocol(e.to_string());
         let stdin = child
             .stdin
@@ -96,27 +115,38 @@ impl WorkerClient {
             .stdout
             .take()
             .ok_or_else(|| WorkerError::Protocol("no stdout".into()))?;
-        let (mut stdin, stdout) = match (ChildStdin::from_std(stdin), ChildStdout::from_std(stdout)) {
+        let (stdin, stdout) = match (ChildStdin::from_std(stdin), ChildStdout::from_std(stdout)) {
             (Ok(i), Ok(o)) => (i, o),
             (Err(e), _) | (_, Err(e)) => {
                 drop(Proc(child));
                 return Err(protocol(e));
             }
         };
-        let mut stdout = BufReader::new(stdout).lines();
-        match handshake(&mut stdin, &mut stdout, config).await {
-            Ok(sandbox) => Ok(WorkerClient {
-                child: Proc(child),
-                stdin,
-                stdout,
-                sandbox,
-                spare: None,
-                dead: None,
-            }),
-            Err(e) => {
-                drop(Proc(child));
-                Err(e)
-            }
+        let mut worker = WorkerClient {
+            child: Proc(child),
+            stdin,
+            stdout: BufReader::new(stdout).lines(),
+            hello: Hello::Pending,
+            spare: None,
+            dead: None,
+        };
+        send_config(&mut worker.stdin, config).await?;
+        Ok(worker)
+    }
+
+    /// The worker's sandbox, once it reported entering it (waiting for the report the
+    /// first time); why not when it could not (the same answer every time).
+    pub async fn ready(&mut self) -> Result<&SandboxRecord, String> {
+        if matches!(self.hello, Hello::Pending) {
+            self.hello = match read_hello(&mut self.stdout).await {
+                Ok(sandbox) => Hello::Ready(sandbox),
+                Err(e) => Hello::Failed(e.to_string()),
+            };
+        }
+        match &self.hello {
+            Hello::Ready(sandbox) => Ok(sandbox),
+            Hello::Failed(why) => Err(why.clone()),
+            Hello::Pending => unreachable!("the report was just read"),
         }
     }
 
@@ -146,6 +176,9 @@ impl WorkerClient {
                 format!("{why}: no tool worker is left; the call did not run"),
             )
         };
+        if let Err(why) = self.ready().await.map(|_| ()) {
+            return not_run(&why);
+        }
         if let Some(why) = &self.dead {
             return not_run(why);
         }
@@ -264,13 +297,24 @@ pub(crate) async fn handshake(
     stdout: &mut Lines<BufReader<ChildStdout>>,
     config: &WorkerConfig,
 ) -> Result<SandboxRecord, WorkerError> {
+    send_config(stdin, config).await?;
+    read_hello(stdout).await
+}
+
+/// The first half of [`handshake`]: the configuration line.
+async fn send_config(stdin: &mut ChildStdin, config: &WorkerConfig) -> Result<(), WorkerError> {
     let protocol = |e: std::io::Error| WorkerError::Protocol(e.to_string());
     let line = serde_json::to_string(config).map_err(|e| WorkerError::Protocol(e.to_string()))?;
     stdin
         .write_all(format!("{line}\n").as_bytes())
         .await
         .map_err(protocol)?;
-    stdin.flush().await.map_err(protocol)?;
+    stdin.flush().await.map_err(protocol)
+}
+
+/// The second half of [`handshake`]: the sandbox report.
+async fn read_hello(stdout: &mut Lines<BufReader<ChildStdout>>) -> Result<SandboxRecord, WorkerError> {
+    let protocol = |e: std::io::Error| WorkerError::Protocol(e.to_string());
     let hello = stdout
         .next_line()
         .await

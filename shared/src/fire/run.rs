@@ -6,7 +6,7 @@
 use super::config::ACCEPTANCE_OUTPUT_BYTES;
 use super::prefetch::shell_quote;
 use super::{Abort, Aborted, FireEnd, FireRun};
-use crate::agent::worker_client::{spawn_process, WorkerClient};
+use crate::agent::worker_client::{spawn_process, WorkerClient, WorkerError};
 use crate::agent::{Agent, CallDecision, CardDraft, LoopConfig};
 use crate::progress::Event;
 use crate::provider::{Provider, ProviderChain, ProviderError};
@@ -134,6 +134,13 @@ impl FireRun {
         }
         .run(&mut self.state)
         .await;
+        if self.ctx.opts.resume.is_none() {
+            if let Err(aborted) = self.worker_ready(&mut worker).await {
+                worker.shutdown().await;
+                mcp.shutdown().await;
+                return Err(aborted);
+            }
+        }
         if self.stop == crate::records::StopReason::FinalAnswer {
             self.acceptance = self.run_acceptance(&mut worker, &mut cancel).await;
         }
@@ -172,9 +179,13 @@ impl FireRun {
             env: ExecContext::scrubbed_env(&self.config.scratch),
         };
         let (exe, args) = &self.ctx.opts.worker_cmd;
-        let started = match self.worker.take() {
-            Some(child) => WorkerClient::adopt(child, &config).await,
-            None => WorkerClient::spawn(exe, args, &config).await,
+        let child = match self.worker.take() {
+            Some(child) => Ok(child),
+            None => spawn_process(exe, args, &config.env).map_err(WorkerError::Spawn),
+        };
+        let started = match child {
+            Ok(child) => WorkerClient::start(child, &config).await,
+            Err(e) => Err(e),
         };
         let mut worker = match started {
             Ok(w) => w,
@@ -190,17 +201,43 @@ impl FireRun {
         if let Some(spare) = self.spare_worker.take() {
             worker.keep_spare(spare, config);
         }
+        // A resumed run settles its calls before any model request: it waits now.
+        if self.ctx.opts.resume.is_some() {
+            if let Err(aborted) = self.worker_ready(&mut worker).await {
+                worker.shutdown().await;
+                return Err(aborted);
+            }
+        }
+        Ok(worker)
+    }
+
+    /// Waits for the tool worker's sandbox report, once (a fresh fire's worker enters
+    /// its sandbox while the first model request is out; the loop waits for it before
+    /// any call runs): the receipt records that sandbox. A worker that could not enter
+    /// it aborts the fire, after a model request that was already out (no tool ran).
+    async fn worker_ready(&mut self, worker: &mut WorkerClient) -> Result<(), Aborted> {
+        let sandbox = match worker.ready().await {
+            Ok(sandbox) => sandbox.clone(),
+            Err(why) => {
+                return Err(self.abort(
+                    FireEnd::Failed,
+                    CardKind::SandboxUnavailable,
+                    "the tool worker could not enter its sandbox".into(),
+                    why,
+                ))
+            }
+        };
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
             "tool worker sandboxed and ready"
         );
-        let runtime_sandbox = std::mem::replace(&mut self.sandbox, worker.sandbox.clone());
+        let runtime_sandbox = std::mem::replace(&mut self.sandbox, sandbox);
         if runtime_sandbox.landlock != self.sandbox.landlock {
             self.sandbox
                 .rights
                 .push(format!("runtime process: {}", runtime_sandbox.landlock));
         }
-        Ok(worker)
+        Ok(())
     }
 
     pub(super) fn providers(&self) -> Result<ProviderChain, ProviderError> {
