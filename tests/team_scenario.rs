@@ -118,6 +118,113 @@ fn builder_tree(repo: &Repository, commit: Oid) -> Oid {
     Oid::hash_object(ObjectType::Tree, &body).unwrap()
 }
 
+/// What git's merge of proposal head `head` into `ours` gives, asked of libgit2's
+/// own merge (onto a virtual base where the history is criss-cross, as git does),
+/// the way `builder merge` and `builder land` merge.
+struct MergeHere {
+    /// `head` is in `ours` already, or the merge is clean and leaves the proposal's
+    /// builder tree: what `merge` and `land` need to succeed as approved.
+    approved_tree: bool,
+    /// The paths that conflict.
+    conflicts: Vec<String>,
+    /// How many merge bases `ours` and `head` have.
+    bases: usize,
+}
+
+impl MergeHere {
+    fn ask(repo: &Repository, ours: Oid, head: Oid) -> MergeHere {
+        let bases = repo.merge_bases(ours, head).map(|b| b.len()).unwrap_or(0);
+        if contains(repo, head, ours) {
+            return MergeHere {
+                approved_tree: true,
+                conflicts: Vec::new(),
+                bases,
+            };
+        }
+        let (our_commit, their_commit) = (repo.find_commit(ours).unwrap(), repo.find_commit(head).unwrap());
+        let index = repo.merge_commits(&our_commit, &their_commit, None).unwrap();
+        if index.has_conflicts() {
+            let conflicts = index
+                .conflicts()
+                .unwrap()
+                .map(|c| {
+                    let c = c.unwrap();
+                    let entry = c.our.or(c.their).or(c.ancestor).unwrap();
+                    String::from_utf8_lossy(&entry.path).into_owned()
+                })
+                .collect();
+            return MergeHere {
+                approved_tree: false,
+                conflicts,
+                bases,
+            };
+        }
+        // The merged builder files against the proposal's, without writing a tree
+        // into the repository under test.
+        let merged: BTreeMap<Vec<u8>, (u32, Oid)> = index
+            .iter()
+            .filter(|e| in_builder_dir(&e.path))
+            .map(|e| (e.path, (e.mode, e.id)))
+            .collect();
+        let mut proposed = BTreeMap::new();
+        their_commit
+            .tree()
+            .unwrap()
+            .walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+                if entry.kind() == Some(ObjectType::Blob) {
+                    let path = format!("{dir}{}", String::from_utf8_lossy(entry.name_bytes())).into_bytes();
+                    if in_builder_dir(&path) {
+                        proposed.insert(path, (entry.filemode() as u32, entry.id()));
+                    }
+                }
+                git2::TreeWalkResult::Ok
+            })
+            .unwrap();
+        MergeHere {
+            approved_tree: merged == proposed,
+            conflicts: Vec::new(),
+            bases,
+        }
+    }
+
+    /// A word for the log when the merge conflicts.
+    fn describe(&self) -> String {
+        if self.conflicts.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (conflicts in {} over {} merge base(s))",
+                self.conflicts.join(", "),
+                self.bases
+            )
+        }
+    }
+}
+
+/// Whether `path` lies under one of the builder-owned top-level directories.
+fn in_builder_dir(path: &[u8]) -> bool {
+    BUILDER_DIRS
+        .iter()
+        .any(|d| path.starts_with(d.as_bytes()) && path.get(d.len()) == Some(&b'/'))
+}
+
+/// The first guess of whether `head` merges into `ours` as approved: `ours` holds it
+/// already, or kept the builder tree of where the two meet. With one merge base git
+/// must then merge cleanly to the proposal's builder tree. The box's joins onto the
+/// origin's main make criss-cross histories, where git merges onto a virtual base
+/// and a builder change on one base's side can conflict with the proposal's (the
+/// guess reads one base only), so there git's answer alone counts.
+fn check_guess(repo: &Repository, ours: Oid, head: Oid, what: &str, merge: &MergeHere) {
+    let base = repo.merge_base(ours, head).unwrap();
+    let guess = contains(repo, head, ours) || builder_tree(repo, ours) == builder_tree(repo, base);
+    assert!(
+        merge.bases > 1 || !guess || merge.approved_tree,
+        "{what}: one merge base {base}; the tip kept its builder tree: {guess}, yet git's merge leaves the approved builder tree: {}{}",
+        merge.approved_tree,
+        merge.describe()
+    );
+}
+
 /// The text of `path` in `commit`, if it has one.
 fn file_at(repo: &Repository, commit: Oid, path: &str) -> Option<String> {
     let entry = repo
@@ -1047,20 +1154,21 @@ impl Scenario {
             .collect()
     }
 
-    /// Whether the origin's tip holds proposal `index` already or has the builder
-    /// tree of its base (where it meets the tip): what `land` needs to merge it as
-    /// approved.
-    fn landable(&self, index: usize) -> bool {
-        let head = self.proposals[index].head;
+    /// What git's merge of proposal `index` into the origin's tip gives: `land`
+    /// merges it as approved exactly when the tip holds it already or the merge is
+    /// clean and leaves its builder tree.
+    fn landable(&self, index: usize) -> MergeHere {
+        let (name, head) = (&self.proposals[index].name, self.proposals[index].head);
         let origin = open(&self.team.origin);
         let tip = commit_of(&origin, "refs/heads/main");
-        let base = origin.merge_base(tip, head).unwrap();
-        contains(&origin, head, tip) || builder_tree(&origin, tip) == builder_tree(&origin, base)
+        let merge = MergeHere::ask(&origin, tip, head);
+        check_guess(&origin, tip, head, &format!("land {name}"), &merge);
+        merge
     }
 
-    /// `builder land`: succeeds exactly when the origin's tip has the builder tree of
-    /// the proposal's base (or holds it already); lands the approved tree, on top of
-    /// the tip, never rewriting it.
+    /// `builder land`: succeeds exactly when git merges the proposal into the
+    /// origin's tip cleanly to its approved builder tree (or the tip holds it
+    /// already); lands the approved tree, on top of the tip, never rewriting it.
     fn land(&mut self, index: usize) {
         let author = self.author();
         if self.needs_resync.contains(&author) {
@@ -1071,16 +1179,19 @@ impl Scenario {
             (p.name.clone(), p.head, p.tree)
         };
         let tip = self.origin_tip();
-        let landable = self.landable(index);
+        let merge = self.landable(index);
+        let landable = merge.approved_tree;
         let (code, out, err) = self.builder(&author, AUTHOR, &["land", &name]);
         let origin = open(&self.team.origin);
         let new_tip = commit_of(&origin, "refs/heads/main");
         self.note(format!(
             "    author: land {name} -> exit {code}{}",
             if landable {
-                ""
+                String::new()
+            } else if merge.conflicts.is_empty() {
+                " (the tip changed builder paths since its base)".to_string()
             } else {
-                " (the tip changed builder paths since its base)"
+                merge.describe()
             }
         ));
         if code == 0 {
@@ -1128,17 +1239,23 @@ impl Scenario {
         };
         let repo = open(&author);
         let local = commit_of(&repo, "HEAD");
-        let base = repo.merge_base(local, head).unwrap();
-        let mergeable = contains(&repo, head, local) || builder_tree(&repo, local) == builder_tree(&repo, base);
+        let merge = MergeHere::ask(&repo, local, head);
+        check_guess(&repo, local, head, &format!("merge {name}"), &merge);
+        let mergeable = merge.approved_tree;
         let (code, out, err) = self.builder(&author, AUTHOR, &["merge", &name]);
-        self.note(format!("    author: merge {name} -> exit {code}"));
+        self.note(format!("    author: merge {name} -> exit {code}{}", merge.describe()));
         if code != 0 {
             assert!(
                 !mergeable,
-                "merge refused {name}, approved and mergeable here: {out}{err}"
+                "merge refused {name}, which git merges here cleanly to its approved builder tree: {out}{err}"
             );
             return;
         }
+        assert!(
+            mergeable,
+            "merge of {name} succeeded where git's merge leaves another builder tree{}: {out}{err}",
+            merge.describe()
+        );
         let merged = commit_of(&open(&author), "HEAD");
         assert_eq!(
             builder_tree(&open(&author), merged),
@@ -1509,7 +1626,11 @@ impl Scenario {
                 let mut candidates = self.proposals_where(|p| p.approved && !p.landed && !p.dead);
                 // Mostly a proposal made on the current builder tree, as a team lands
                 // the fresh one; now and then a stale one, which land must refuse.
-                let fresh: Vec<usize> = candidates.iter().copied().filter(|&i| self.landable(i)).collect();
+                let fresh: Vec<usize> = candidates
+                    .iter()
+                    .copied()
+                    .filter(|&i| self.landable(i).approved_tree)
+                    .collect();
                 if !fresh.is_empty() && self.rng.below(4) != 0 {
                     candidates = fresh;
                 }
