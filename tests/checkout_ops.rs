@@ -199,6 +199,9 @@ fn a_head_naming_a_missing_branch_is_named_as_such() {
 /// the index lock for its few milliseconds). `Err` when it never went through.
 fn with_retries(env: &TestEnv, dir: &Path, args: &[&str], vars: &[(&str, &str)]) -> Result<u32, String> {
     let mut last = String::new();
+    // What the attempts before the last said (a failure names them: a step that half
+    // went through shows there).
+    let mut earlier: Vec<String> = Vec::new();
     for attempt in 0..200 {
         let mut c = std::process::Command::new("git");
         c.arg("-C").arg(dir).args(args);
@@ -235,8 +238,16 @@ fn with_retries(env: &TestEnv, dir: &Path, args: &[&str], vars: &[(&str, &str)])
         .iter()
         .any(|m| last.contains(m));
         if !held {
-            return Err(format!("git {args:?}: {last}"));
+            let before = match earlier.len() {
+                0 => String::new(),
+                n => format!(
+                    "\n  (after {n} attempt(s) that met a lock; the last of them: {})",
+                    earlier[n.saturating_sub(2)..].join(" | ")
+                ),
+            };
+            return Err(format!("git {args:?}: {last}{before}"));
         }
+        earlier.push(last.trim().to_string());
         std::thread::sleep(Duration::from_millis(25));
     }
     Err(format!("git {args:?} never went through: {last}"))
@@ -389,9 +400,37 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
                         std::fs::write(root.join("notes.txt"), format!("wip {round}\n")).unwrap();
                         let stashed = step(&["stash", "-q"], &[]);
                         std::thread::sleep(Duration::from_millis(800));
-                        stashed
-                            && step(&["stash", "pop", "-q"], &[])
-                            && step(&["commit", "-q", "-am", &format!("wip {round}")], &[])
+                        let message = format!("wip {round}");
+                        let popped = stashed && step(&["stash", "pop", "-q"], &[]);
+                        // A commit whose first attempt met a lock after it had moved
+                        // the branch says "nothing to commit" when tried again: the
+                        // work is in HEAD, not lost. Anything else is a failure.
+                        popped
+                            && match with_retries(&env, &root, &["commit", "-q", "-am", &message], &[]) {
+                                Ok(r) => {
+                                    retries += r;
+                                    true
+                                }
+                                Err(e)
+                                    if e.contains("nothing to commit")
+                                        && stdout(&git(&env, &["log", "-1", "--format=%s"])).trim() == message =>
+                                {
+                                    true
+                                }
+                                Err(e) => {
+                                    let look = |a: &[&str]| stdout(&git(&env, a));
+                                    let state = format!(
+                                        "{e}\n  notes.txt: {:?}\n  stash list: {}\n  log: {}\n  reflog: {}\n  status: {}",
+                                        std::fs::read_to_string(root.join("notes.txt")).unwrap_or_default(),
+                                        look(&["stash", "list"]),
+                                        look(&["log", "-4", "--format=%h %an %s"]),
+                                        look(&["reflog", "-8", "--format=%h %gs"]),
+                                        look(&["status", "--short"]),
+                                    );
+                                    failures.lock().unwrap().push(state);
+                                    false
+                                }
+                            }
                     }
                 };
                 if ok {
