@@ -489,21 +489,23 @@ fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
     if !kernel_ready() {
         return;
     }
-    for (layer, names) in [("userns", "namespaces"), ("seccomp", "seccomp")] {
-        let env = env_with_prompt();
-        env.write("settings/runtime.yaml", SETTINGS);
-        env.write(
-            "evals/iso/trace.json",
-            &trace(&[("run_command", json!({"command": "echo ran > reports/ran"}))]),
-        );
-        env.commit_all("missing layer");
+    // One fire with `layer` reported missing by the worker: (exit code, summary).
+    let fire_missing = |env: &TestEnv, layer: &str| {
         let out = env
             .command("runtime", &["fire", "t", "--json"])
             .env(shared::sandbox::SIMULATE_MISSING_ENV, layer)
             .output()
             .unwrap();
-        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_ne!(out.status.code(), Some(0), "{layer}: {summary}");
+        (out.status.code(), serde_json::from_slice::<Value>(&out.stdout).unwrap())
+    };
+    let tool_trace = trace(&[("run_command", json!({"command": "echo ran > reports/ran"}))]);
+    for (layer, names) in [("userns", "namespaces"), ("seccomp", "seccomp")] {
+        let env = env_with_prompt();
+        env.write("settings/runtime.yaml", SETTINGS);
+        env.write("evals/iso/trace.json", &tool_trace);
+        env.commit_all("missing layer");
+        let (code, summary) = fire_missing(&env, layer);
+        assert_ne!(code, Some(0), "{layer}: {summary}");
         assert!(
             env.card_kinds(&summary).contains(&"sandbox_unavailable".to_string()),
             "{layer}: {summary}"
@@ -520,33 +522,20 @@ fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
         // model's step in its receipt.
         env.write("evals/iso/trace.json", &trace(&[]));
         env.commit_all("no tool");
-        let out = env
-            .command("runtime", &["fire", "t", "--json"])
-            .env(shared::sandbox::SIMULATE_MISSING_ENV, layer)
-            .output()
-            .unwrap();
-        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(out.status.code(), Some(1), "{layer}: {summary}");
+        let (code, summary) = fire_missing(&env, layer);
+        assert_eq!(code, Some(1), "{layer}: {summary}");
         assert!(
             env.card_kinds(&summary).contains(&"sandbox_unavailable".to_string()),
             "{layer}: {summary}"
         );
         assert_eq!(env.receipt(&summary)["steps"], 1, "{layer}: {summary}");
-        env.write(
-            "evals/iso/trace.json",
-            &trace(&[("run_command", json!({"command": "echo ran > reports/ran"}))]),
-        );
+        env.write("evals/iso/trace.json", &tool_trace);
         env.commit_all("the tool again");
 
         let best = SETTINGS.replace("landlock: required", "landlock: best_effort");
         env.write("settings/runtime.yaml", &best);
         env.commit_all("best effort");
-        let out = env
-            .command("runtime", &["fire", "t", "--json"])
-            .env(shared::sandbox::SIMULATE_MISSING_ENV, layer)
-            .output()
-            .unwrap();
-        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let (_, summary) = fire_missing(&env, layer);
         let receipt = env.receipt(&summary);
         assert!(
             receipt["sandbox"]["rights"]
