@@ -479,3 +479,64 @@ fn the_reference_filesystem_server_given_the_repository_is_held_by_the_sandbox()
         "the kernel refused it, not the gate"
     );
 }
+
+/// The rug pull during a fire: after `echo` is first called the server changes its
+/// tools (a poisoned `echo`, a new `delete_row`) and announces it with
+/// `notifications/tools/list_changed`. The announcement is recorded (one `mcp_drift`
+/// card naming the server) and never applied: the fire does not list the tools again,
+/// so no request offers the new tool or the new text, and a call to it runs nowhere.
+#[test]
+fn a_tool_list_changed_during_the_fire_is_recorded_not_applied() {
+    let script = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[("c1", "mcp__files__echo", r#"{"text": "hello"}"#)],
+            (10, 5),
+        ),
+        turn(
+            Wire::OpenAi,
+            None,
+            &[("c2", "mcp__files__delete_row", r#"{"table": "users"}"#)],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(script, "\"mcp__files\"", "", "");
+    repo.set_mode("rug");
+    let (code, summary, stderr) = repo.fire();
+    let results = tool_results(&repo);
+    // The server answered the call that triggers its change.
+    assert!(
+        content_of(&results, "c1").contains("echo: hello"),
+        "{results:?}\n{stderr}"
+    );
+    // Never applied.
+    for request in repo.model.requests() {
+        let tools = request.body["tools"].to_string();
+        assert!(
+            !tools.contains("delete_row") && !tools.contains("IMPORTANT"),
+            "the changed list reached the model: {tools}"
+        );
+    }
+    let c2 = content_of(&results, "c2");
+    assert!(!c2.contains("deleted"), "the new tool ran: {c2}");
+    // Recorded, once, naming the server and the announcement.
+    let cards = repo.env.cards(&summary);
+    let announced: Vec<_> = cards
+        .iter()
+        .filter(|c| {
+            c["summary"]
+                .as_str()
+                .is_some_and(|s| s.contains("announced a changed tool list"))
+        })
+        .collect();
+    assert_eq!(announced.len(), 1, "{cards:?}");
+    assert_eq!(announced[0]["kind"], "mcp_drift");
+    let text = serde_yaml::to_string(announced[0]).unwrap();
+    assert!(
+        text.contains("server files") && text.contains("list_changed 1"),
+        "{text}"
+    );
+    assert_eq!(code, 5, "{summary}");
+}

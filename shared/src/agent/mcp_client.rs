@@ -6,7 +6,10 @@
 //! MCP through them with `rmcp`. The server never sees the key or the runtime's
 //! environment: only the scrubbed tool environment and the variables its entry
 //! allows. Servers are started and listed once, with a timeout; their tools are
-//! checked against `settings/mcp.lock`; they are killed with the fire.
+//! checked against `settings/mcp.lock`; they are killed with the fire. A server that
+//! announces a changed tool list during the fire (`notifications/tools/list_changed`)
+//! is recorded ([`McpHub::list_changes`]), never listed again: the fire keeps what it
+//! checked at its start.
 
 use super::worker_client::{handshake, spawn_process_with_stderr, WorkerError};
 use super::CardDraft;
@@ -26,6 +29,8 @@ use rmcp::ServiceExt;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
@@ -122,9 +127,22 @@ pub struct Offered {
     pub def: ToolDef,
 }
 
+/// The client's side of a server's notifications: counts the tool-list changes it
+/// announces (everything else is ignored, as by the SDK's default client).
+#[derive(Clone, Default)]
+struct ListWatch(Arc<AtomicU32>);
+
+impl rmcp::ClientHandler for ListWatch {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// A running server.
 struct Live {
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, ListWatch>,
+    /// Tool-list changes it announced since its tools were listed.
+    list_changed: ListWatch,
     worker: Worker,
     stderr: StderrTail,
     /// The server is gone (it crashed, or broke the protocol): why.
@@ -310,20 +328,24 @@ async fn start_one(
         (Err(e), _) | (_, Err(e)) => return Err(failed(e.to_string())),
     };
     let mut stdout = stdout;
+    let watch = ListWatch::default();
     let connected = tokio::time::timeout(timeout, async {
         handshake(&mut stdin, &mut stdout, &config).await.map_err(|e| match e {
             WorkerError::Refused(why) => format!("its sandbox could not be entered: {why}"),
             other => other.to_string(),
         })?;
-        let service =
-            ().serve((stdout.into_inner(), stdin))
-                .await
-                .map_err(|e| format!("MCP initialization failed: {e}"))?;
+        let service = watch
+            .clone()
+            .serve((stdout.into_inner(), stdin))
+            .await
+            .map_err(|e| format!("MCP initialization failed: {e}"))?;
         let tools = service
             .peer()
             .list_all_tools()
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
+        // What it announced before its list was read is in that list.
+        watch.0.store(0, Ordering::SeqCst);
         Ok::<_, String>((service, tools))
     })
     .await;
@@ -380,6 +402,7 @@ async fn start_one(
         .collect();
     let live = Live {
         service,
+        list_changed: watch,
         worker,
         stderr: stderr.clone(),
         gone: std::sync::Mutex::new(None),
@@ -432,6 +455,29 @@ impl McpHub {
 
     pub fn is_empty(&self) -> bool {
         self.live.is_empty()
+    }
+
+    /// One `mcp_drift` card per server that announced a changed tool list during the
+    /// fire: recorded, not applied (the fire neither lists its tools again nor offers
+    /// anything new; the next fire lists them and checks each against its pin).
+    pub fn list_changes(&self) -> Vec<CardDraft> {
+        self.live
+            .iter()
+            .filter_map(|(server, live)| {
+                let n = live.list_changed.0.load(Ordering::SeqCst);
+                (n > 0).then(|| CardDraft {
+                    kind: CardKind::McpDrift,
+                    summary: format!(
+                        "MCP server `{server}` announced a changed tool list during the fire: not applied"
+                    ),
+                    detail: format!(
+                        "The server sent notifications/tools/list_changed {n} time(s) after the fire had listed its tools and checked them against {lock}. The fire kept the tools it checked: it did not list them again and offered nothing new. A server that changes its tools after they were checked is what a rug pull looks like. The next fire lists the tools again and offers only those that match their pins; a changed one gets an mcp_drift card naming the change. If the change is one you want, run `builder mcp pin` and review the lock.",
+                        lock = crate::mcp::lock::LOCK_FILE
+                    ),
+                    evidence: vec![format!("server {server}"), format!("list_changed {n}")],
+                })
+            })
+            .collect()
     }
 
     /// Calls an offered tool; the result is capped at `cap` bytes. A server found gone

@@ -145,6 +145,7 @@ impl FireRun {
             self.acceptance = self.run_acceptance(&mut worker, &mut cancel).await;
         }
         worker.shutdown().await;
+        self.state.cards.extend(mcp.list_changes());
         mcp.shutdown().await;
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
