@@ -241,7 +241,7 @@ fn with_retries(env: &TestEnv, dir: &Path, args: &[&str], vars: &[(&str, &str)])
             let before = match earlier.len() {
                 0 => String::new(),
                 n => format!(
-                    "\n  (after {n} attempt(s) that met a lock; the last of them: {})",
+                    "\n  (after {n} attempt(s) that met a lock; the last one or two: {})",
                     earlier[n.saturating_sub(2)..].join(" | ")
                 ),
             };
@@ -402,19 +402,13 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
                         std::thread::sleep(Duration::from_millis(800));
                         let message = format!("wip {round}");
                         let popped = stashed && step(&["stash", "pop", "-q"], &[]);
-                        // A commit whose first attempt met a lock after it had moved
-                        // the branch says "nothing to commit" when tried again: the
-                        // work is in HEAD, not lost. Anything else is a failure.
+                        // A failure here names the checkout's state: "nothing to
+                        // commit" after a pop that went through was seen twice, cause
+                        // unknown (the engineer's change gone).
                         popped
                             && match with_retries(&env, &root, &["commit", "-q", "-am", &message], &[]) {
                                 Ok(r) => {
                                     retries += r;
-                                    true
-                                }
-                                Err(e)
-                                    if e.contains("nothing to commit")
-                                        && stdout(&git(&env, &["log", "-1", "--format=%s"])).trim() == message =>
-                                {
                                     true
                                 }
                                 Err(e) => {

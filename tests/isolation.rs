@@ -528,7 +528,12 @@ fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
             env.card_kinds(&summary).contains(&"sandbox_unavailable".to_string()),
             "{layer}: {summary}"
         );
-        assert_eq!(env.receipt(&summary)["steps"], 1, "{layer}: {summary}");
+        let receipt = env.receipt(&summary);
+        assert_eq!(receipt["steps"], 1, "{layer}: {receipt}");
+        assert_eq!(
+            receipt["tokens"]["input"], 10,
+            "the spent request is counted: {receipt}"
+        );
         env.write("evals/iso/trace.json", &tool_trace);
         env.commit_all("the tool again");
 

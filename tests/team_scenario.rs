@@ -277,21 +277,21 @@ struct Approval {
     head: Option<Oid>,
 }
 
-/// Whether approval `a` is older than `b`, by the rule the docs give (approvals only
-/// move forward): causally when one's head descends from the other's, else by
-/// `approved_at`.
+/// Whether approval `a` is older than `b`: the product's own rule
+/// ([`shared::review::forward::older`], unit-tested there), on what the approvals say.
 fn older(repo: &Repository, a: &Approval, b: &Approval) -> bool {
-    if let (Some(ha), Some(hb)) = (a.head, b.head) {
-        if ha != hb {
-            if repo.graph_descendant_of(hb, ha).unwrap_or(false) {
-                return true;
-            }
-            if repo.graph_descendant_of(ha, hb).unwrap_or(false) {
-                return false;
-            }
+    shared::review::forward::older(repo, &a.stamp(), &b.stamp())
+}
+
+impl Approval {
+    fn stamp(&self) -> shared::review::forward::Stamp {
+        shared::review::forward::Stamp {
+            id: self.id.to_string(),
+            tree: self.tree,
+            approved_at: self.at,
+            head: self.head,
         }
     }
-    a.at < b.at
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -358,6 +358,20 @@ struct Proposal {
     /// Refused by land (its base's builder tree is gone from main), or a covering
     /// proposal that is approved and never meant to land.
     dead: bool,
+}
+
+impl Proposal {
+    /// Just proposed: not approved, not landed (`dead` for a covering proposal).
+    fn new(name: String, head: Oid, tree: Oid, dead: bool) -> Proposal {
+        Proposal {
+            name,
+            head,
+            tree,
+            approved: false,
+            landed: false,
+            dead,
+        }
+    }
 }
 
 /// A receipt the box wrote: its path, the fire (1-based) and that fire's exit, the
@@ -1044,14 +1058,7 @@ impl Scenario {
             "    author: propose {name} --push{} -> {head}",
             if toggled { " (toggles the key variable)" } else { "" }
         ));
-        self.proposals.push(Proposal {
-            name,
-            head,
-            tree,
-            approved: false,
-            landed: false,
-            dead: false,
-        });
+        self.proposals.push(Proposal::new(name, head, tree, false));
     }
 
     /// `dir`'s clone approves a proposal: exactly one new approval there, of the
@@ -1482,14 +1489,7 @@ impl Scenario {
         self.team.git(&author, &["checkout", "-q", "main"]);
         let tree = builder_tree(&open(&author), head);
         assert_eq!(tree, builder_tree(&open(&author), tip));
-        self.proposals.push(Proposal {
-            name,
-            head,
-            tree,
-            approved: false,
-            landed: false,
-            dead: true,
-        });
+        self.proposals.push(Proposal::new(name, head, tree, true));
         let (dir, who) = self.pick_reviewer();
         self.approve(self.proposals.len() - 1, &dir, who, true);
         assert!(self.tip_approved(), "the covering approval covers the tip");

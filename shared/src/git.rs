@@ -224,17 +224,10 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
     // An index that reads as invalid while people's git commands and other fires
     // replace it (seen once in 1,200 fires racing a rebasing engineer, the file whole
     // again a moment later) is read again before the fire gives up on it.
-    let mut tries = 0;
-    let statuses = loop {
-        match repo.statuses(Some(&mut opts)) {
-            Err(e) if e.class() == git2::ErrorClass::Index && tries < INDEX_READ_TRIES => {
-                tries += 1;
-                tracing::debug!(error = %e, tries, "the index read as invalid; reading it again");
-                std::thread::sleep(Duration::from_millis(25));
-            }
-            other => break other?,
-        }
-    };
+    let statuses = read_again(
+        || repo.statuses(Some(&mut opts)),
+        |e| e.class() == git2::ErrorClass::Index,
+    )?;
     let mut out = Vec::new();
     for s in statuses.iter() {
         if s.status() == Status::CURRENT || s.status().contains(Status::IGNORED) {
@@ -250,9 +243,30 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
     Ok(out)
 }
 
-/// How many times [`dirty_builder_paths`] reads an index that read as invalid again
-/// (and [`open_work_tree`] a HEAD that read as corrupted).
-const INDEX_READ_TRIES: u32 = 4;
+/// How many times [`read_again`] reads a file of git's that read as damaged.
+const READ_TRIES: u32 = 4;
+
+/// Runs `read` until it succeeds or fails otherwise than `transient` says, at most
+/// [`READ_TRIES`] times in all, 25 ms apart. For files other processes replace while
+/// the runtime reads them (the index, HEAD: seen damaged once in some hundreds of
+/// fires racing a person's rebase, and whole again a moment later, though every
+/// writer we know renames into place).
+fn read_again<T>(
+    mut read: impl FnMut() -> Result<T, git2::Error>,
+    transient: impl Fn(&git2::Error) -> bool,
+) -> Result<T, git2::Error> {
+    let mut tries = 1;
+    loop {
+        match read() {
+            Err(e) if transient(&e) && tries < READ_TRIES => {
+                tries += 1;
+                tracing::debug!(error = %e, tries, "a file of git's read as damaged; reading it again");
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            other => return other,
+        }
+    }
+}
 
 /// How long [`commit_new_files`] waits for git's index lock held by someone else.
 pub const INDEX_LOCK_WAIT: Duration = Duration::from_secs(5);
@@ -1906,21 +1920,13 @@ pub fn open_work_tree(path: &Path) -> Result<WorkTree, GitError> {
     Ok(WorkTree { repo, root })
 }
 
-/// Reads HEAD until it parses, a few times at most: in a checkout where a person's
-/// git is mid-operation, a fire once in some hundreds read HEAD as "corrupted" (as it
-/// read the index as invalid, see [`dirty_builder_paths`]), although every writer
-/// we know replaces it by a rename. A HEAD still unreadable after the tries is left
-/// to the caller's own read, which names the error.
+/// Reads HEAD until it parses ([`read_again`]); one still unreadable is left to the
+/// caller's own read, which names the error.
 fn settle_head(repo: &Repository) {
-    for tries in 1..INDEX_READ_TRIES {
-        match repo.head() {
-            Err(e) if e.class() == git2::ErrorClass::Reference && e.message().contains("corrupted") => {
-                tracing::debug!(error = %e, tries, "HEAD read as corrupted; reading it again");
-                std::thread::sleep(Duration::from_millis(25));
-            }
-            _ => return,
-        }
-    }
+    let _ = read_again(
+        || repo.head().map(|_| ()),
+        |e| e.class() == git2::ErrorClass::Reference && e.message().contains("corrupted"),
+    );
 }
 
 /// Who is acting in `repo`, the way `git commit` picks its author:
@@ -2253,6 +2259,49 @@ mod tests {
         assert_eq!(common_entries_len(&a, &c), a.len());
         assert_eq!(common_entries_len(&b, &entry("onf", id)), 0);
         assert_eq!(common_entries_len(&[], &a), 0);
+    }
+
+    #[test]
+    fn a_damaged_read_is_tried_again_a_bounded_number_of_times() {
+        let damaged = || git2::Error::new(git2::ErrorCode::GenericError, git2::ErrorClass::Index, "bad");
+        let other = || git2::Error::new(git2::ErrorCode::NotFound, git2::ErrorClass::Os, "gone");
+        let transient = |e: &git2::Error| e.class() == git2::ErrorClass::Index;
+        // Damaged twice, then whole: read three times, the third answer returned.
+        let mut calls = 0;
+        let got = read_again(
+            || {
+                calls += 1;
+                if calls < 3 {
+                    Err(damaged())
+                } else {
+                    Ok(calls)
+                }
+            },
+            transient,
+        );
+        assert_eq!(got.unwrap(), 3);
+        // Damaged for good: given up after READ_TRIES reads, with the error.
+        let mut calls = 0;
+        let got: Result<(), _> = read_again(
+            || {
+                calls += 1;
+                Err(damaged())
+            },
+            transient,
+        );
+        assert_eq!(got.unwrap_err().class(), git2::ErrorClass::Index);
+        assert_eq!(calls, READ_TRIES);
+        // Any other error: not read again.
+        let mut calls = 0;
+        let got: Result<(), _> = read_again(
+            || {
+                calls += 1;
+                Err(other())
+            },
+            transient,
+        );
+        assert!(got.is_err());
+        assert_eq!(calls, 1);
     }
 
     #[test]

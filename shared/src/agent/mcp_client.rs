@@ -29,7 +29,7 @@ use rmcp::ServiceExt;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -67,15 +67,14 @@ const STDERR_KEEP: usize = 16 * 1024;
 /// limit; a stderr file outside the sandbox would not be).
 #[derive(Clone, Default)]
 struct StderrTail {
-    kept: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    kept: Arc<std::sync::Mutex<Vec<u8>>>,
+    ended: Arc<AtomicBool>,
 }
 
 impl StderrTail {
     /// Reads `pipe` until its end on the fire's runtime (after Landlock: the reader is
     /// a task of the sandboxed runtime, not a thread that predates its restriction).
     fn follow(pipe: Option<std::process::ChildStderr>) -> StderrTail {
-        use std::sync::atomic::Ordering;
         use tokio::io::AsyncReadExt;
         let tail = StderrTail::default();
         let Some(mut pipe) = pipe.and_then(|p| tokio::process::ChildStderr::from_std(p).ok()) else {
@@ -104,7 +103,7 @@ impl StderrTail {
     /// the last words before a crash are in the card.
     async fn settle(&self) {
         let waited = Instant::now();
-        while !self.ended.load(std::sync::atomic::Ordering::Acquire) && waited.elapsed() < Duration::from_millis(500) {
+        while !self.ended.load(Ordering::Acquire) && waited.elapsed() < Duration::from_millis(500) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -140,9 +139,9 @@ impl rmcp::ClientHandler for ListWatch {
 
 /// A running server.
 struct Live {
+    /// The session; its handler counts the tool-list changes the server announced
+    /// since its tools were listed.
     service: RunningService<RoleClient, ListWatch>,
-    /// Tool-list changes it announced since its tools were listed.
-    list_changed: ListWatch,
     worker: Worker,
     stderr: StderrTail,
     /// The server is gone (it crashed, or broke the protocol): why.
@@ -328,14 +327,12 @@ async fn start_one(
         (Err(e), _) | (_, Err(e)) => return Err(failed(e.to_string())),
     };
     let mut stdout = stdout;
-    let watch = ListWatch::default();
     let connected = tokio::time::timeout(timeout, async {
         handshake(&mut stdin, &mut stdout, &config).await.map_err(|e| match e {
             WorkerError::Refused(why) => format!("its sandbox could not be entered: {why}"),
             other => other.to_string(),
         })?;
-        let service = watch
-            .clone()
+        let service = ListWatch::default()
             .serve((stdout.into_inner(), stdin))
             .await
             .map_err(|e| format!("MCP initialization failed: {e}"))?;
@@ -345,7 +342,7 @@ async fn start_one(
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
         // What it announced before its list was read is in that list.
-        watch.0.store(0, Ordering::SeqCst);
+        service.service().0.store(0, Ordering::SeqCst);
         Ok::<_, String>((service, tools))
     })
     .await;
@@ -402,7 +399,6 @@ async fn start_one(
         .collect();
     let live = Live {
         service,
-        list_changed: watch,
         worker,
         stderr: stderr.clone(),
         gone: std::sync::Mutex::new(None),
@@ -464,7 +460,7 @@ impl McpHub {
         self.live
             .iter()
             .filter_map(|(server, live)| {
-                let n = live.list_changed.0.load(Ordering::SeqCst);
+                let n = live.service.service().0.load(Ordering::SeqCst);
                 (n > 0).then(|| CardDraft {
                     kind: CardKind::McpDrift,
                     summary: format!(

@@ -180,13 +180,13 @@ impl FireRun {
             env: ExecContext::scrubbed_env(&self.config.scratch),
         };
         let (exe, args) = &self.ctx.opts.worker_cmd;
-        let child = match self.worker.take() {
-            Some(child) => Ok(child),
-            None => spawn_process(exe, args, &config.env).map_err(WorkerError::Spawn),
-        };
-        let started = match child {
+        let started = match self
+            .worker
+            .take()
+            .map_or_else(|| spawn_process(exe, args, &config.env), Ok)
+        {
             Ok(child) => WorkerClient::start(child, &config).await,
-            Err(e) => Err(e),
+            Err(e) => Err(WorkerError::Spawn(e)),
         };
         let mut worker = match started {
             Ok(w) => w,

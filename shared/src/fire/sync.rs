@@ -34,16 +34,48 @@ struct Note {
     hint: String,
 }
 
-/// One part of a cause, remembered on its own key: why the box cannot move (the
-/// sync's key), or the rewrite of the remote's history (the sync's key + `:rewrite`).
+/// One part of a cause, remembered on its own key ([`Of::key`]).
 #[derive(Debug, Clone)]
 struct Part {
+    of: Of,
     key: String,
     kind: CardKind,
     subject: String,
 }
 
+/// Which part of a cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Of {
+    /// Why the box cannot move to the remote's tip.
+    Stuck,
+    /// A rewrite of the remote's history.
+    Rewrite,
+}
+
+impl Of {
+    const ALL: [Of; 2] = [Of::Stuck, Of::Rewrite];
+
+    /// The refusals key this part is remembered under: the sync's own, and for a
+    /// rewrite that key with `:rewrite`.
+    fn key(self, settings: &SyncSettings) -> String {
+        let key = format!("sync:{}/{}", settings.remote, settings.branch);
+        match self {
+            Of::Stuck => key,
+            Of::Rewrite => format!("{key}:rewrite"),
+        }
+    }
+}
+
 impl Part {
+    fn new(of: Of, settings: &SyncSettings, kind: CardKind, subject: String) -> Part {
+        Part {
+            of,
+            key: of.key(settings),
+            kind,
+            subject,
+        }
+    }
+
     fn fingerprint(&self) -> String {
         records::fingerprint(&self.key, self.kind, &self.subject)
     }
@@ -76,8 +108,6 @@ impl FireSync {
         started_at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Began, SyncError> {
         let look = crate::sync::before_fire(repo, &settings, rule, Some(root))?;
-        let keys = Self::keys(&settings);
-        let stuck_key = keys[1].clone();
         let mut fire = FireSync {
             settings,
             stuck: None,
@@ -88,10 +118,10 @@ impl FireSync {
             .ok();
         let cause = fire.cause(&look);
         // A part that ended is forgotten: its return is news.
-        for key in keys {
-            let present = cause.as_ref().is_some_and(|c| c.parts.iter().any(|p| p.key == key));
+        for of in Of::ALL {
+            let present = cause.as_ref().is_some_and(|c| c.parts.iter().any(|p| p.of == of));
             if let (false, Some(db)) = (present, &mut db) {
-                if let Err(e) = db.clear_refusal(&key) {
+                if let Err(e) = db.clear_refusal(&of.key(&fire.settings)) {
                     tracing::warn!(error = %e, "the sync's last cause was not forgotten");
                 }
             }
@@ -111,13 +141,13 @@ impl FireSync {
                     .flatten()
             });
             match seen {
-                Some(seen) if part.key == stuck_key => stuck_seen = Some(seen),
+                Some(seen) if part.of == Of::Stuck => stuck_seen = Some(seen),
                 Some(_) => {}
                 None => fire.remember.push(part),
             }
         }
         let news = !fire.remember.is_empty();
-        let card = match fire.remember.iter().any(|p| p.key != stuck_key) {
+        let card = match fire.remember.iter().any(|p| p.of == Of::Rewrite) {
             true => Some(cause.card),
             // The rewrite was carded already: the news is why the box cannot move,
             // on a card of that cause's own kind.
@@ -143,13 +173,6 @@ impl FireSync {
             moved: look.moved,
             card,
         })
-    }
-
-    /// The refusal keys of the sync's causes: why the box cannot move, and a
-    /// rewritten remote history.
-    fn keys(settings: &SyncSettings) -> [String; 2] {
-        let key = format!("sync:{}/{}", settings.remote, settings.branch);
-        [format!("{key}:rewrite"), key]
     }
 
     /// The cause `look` reports, if any: a tip the box cannot fire, or a rewritten
@@ -270,19 +293,14 @@ impl FireSync {
             message: format!("{summary} (this fire ran on {local})"),
             hint: hint.clone(),
         });
-        let [rewrite_key, stuck_key] = Self::keys(s);
         let parts = stuck
-            .map(|_| Part {
-                key: stuck_key,
-                kind: stuck_kind,
-                subject,
-            })
+            .map(|_| Part::new(Of::Stuck, s, stuck_kind, subject))
             .into_iter()
-            .chain(look.rewritten.as_ref().map(|r| Part {
-                key: rewrite_key,
-                kind: CardKind::SyncFailed,
-                subject: format!("rewrite:{}", r.from),
-            }))
+            .chain(
+                look.rewritten
+                    .as_ref()
+                    .map(|r| Part::new(Of::Rewrite, s, CardKind::SyncFailed, format!("rewrite:{}", r.from))),
+            )
             .collect();
         Some(Cause {
             parts,

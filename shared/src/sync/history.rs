@@ -248,7 +248,8 @@ impl Ctx<'_> {
     /// Whether the box may move its firing tree from `local` to the remote tip `tip`
     /// (`None`), or why not: a tip that tracks the runtime's private state, a builder
     /// tree with no approval that counts or only one older than the tree the box ran
-    /// (a rollback), or settings that name a key variable unset here. The one place that decides; `runtime check` asks it too.
+    /// (a rollback), or settings that name a key variable unset here. The one place
+    /// that decides; `runtime check` asks it too.
     pub(super) fn judge(
         &self,
         rule: &ApprovalRule,
