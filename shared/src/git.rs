@@ -949,12 +949,14 @@ fn refuse_existing(tree: &git2::Tree, files: &[String]) -> Result<(), GitError> 
     Ok(())
 }
 
-/// Keeps the index as it is (a hard link, or a copy), to put back if the commit
-/// fails; `false` when there is no index yet.
+/// Keeps the index as it is (a hard link, or a copy with the index's own stamp), to
+/// put back if the commit fails; `false` when there is no index yet.
 fn save_index(p: &CommitParts) -> Result<bool, GitError> {
     let _ = std::fs::remove_file(p.saved_index);
-    let saved = std::fs::hard_link(p.index_path, p.saved_index)
-        .or_else(|_| std::fs::copy(p.index_path, p.saved_index).map(|_| ()));
+    let saved = std::fs::hard_link(p.index_path, p.saved_index).or_else(|_| {
+        std::fs::copy(p.index_path, p.saved_index)?;
+        keep_index_stamp(p.index_path, p.saved_index)
+    });
     match saved {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !p.index_path.exists() => Ok(false),
@@ -976,7 +978,7 @@ fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), G
     };
     let _ = std::fs::remove_file(p.temp_index);
     match std::fs::copy(p.index_path, p.temp_index) {
-        Ok(_) => {}
+        Ok(_) => keep_index_stamp(p.index_path, p.temp_index).map_err(io(p.temp_index))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !p.index_path.exists() => {}
         Err(e) => return Err(io(p.temp_index)(e)),
     }
@@ -1008,6 +1010,19 @@ fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), G
     published?;
     restored?;
     Ok(())
+}
+
+/// Gives the copy the index's modification time. Git and libgit2 trust an entry's
+/// cached stat data only when the entry is older than the index file; an entry written
+/// in the same instant as the index is "racily clean" and its content is checked. A copy
+/// stamped now would make libgit2 treat every such entry as settled and write it out
+/// unchecked under a newer index, so a file an engineer changed in that instant (same
+/// size) would look unchanged to `git status`, `git stash` and `git commit -a`. With the
+/// old stamp, libgit2 checks those entries against the work tree and marks the changed
+/// ones for git to read again, as git itself does.
+fn keep_index_stamp(index: &Path, copy: &Path) -> std::io::Result<()> {
+    let stamp = std::fs::metadata(index)?.modified()?;
+    std::fs::File::options().write(true).open(copy)?.set_modified(stamp)
 }
 
 /// The index file of `repo` (`GIT_INDEX_FILE` when set, else `<git dir>/index`).
@@ -2472,6 +2487,61 @@ mod commit_tests {
         assert_eq!(repo.find_blob(committed).unwrap().content(), b"hi");
         let st = repo.status_file(Path::new("prompts/t.md")).unwrap();
         assert!(st.contains(Status::INDEX_MODIFIED), "still staged: {st:?}");
+    }
+
+    #[test]
+    fn a_file_changed_in_the_instant_git_wrote_its_index_still_reads_as_changed_after_a_commit() {
+        // The race of an engineer's `echo > notes; git stash` with a fire's commit, made
+        // exact: `prompts/t.md` changes, keeping its size and mtime, in the instant the
+        // index was written (the entry is "racily clean"). ctime is not trusted here, as
+        // on file systems whose ctime git cannot use, so only the racy rule can see it.
+        let (dir, repo) = setup();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        };
+        git(&["config", "core.trustctime", "false"]);
+        // Seconds ago, so that the fire's commit writes its index in a later second.
+        let mtime = std::time::SystemTime::now() - Duration::from_secs(10);
+        let file = dir.path().join("prompts/t.md");
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        git(&["update-index", "--refresh"]);
+        std::fs::write(&file, "ho").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let index = repo.path().join("index");
+        let racy = || {
+            std::fs::File::options()
+                .write(true)
+                .open(&index)
+                .unwrap()
+                .set_modified(mtime)
+                .unwrap()
+        };
+        let changed = || git(&["diff-files", "--name-only"]);
+        racy();
+        assert_eq!(changed(), "prompts/t.md\n", "git sees the change before the commit");
+        racy();
+        commit(&repo, &opts(dir.path())).unwrap();
+        assert_eq!(
+            changed(),
+            "prompts/t.md\n",
+            "git still sees the change after the fire's commit"
+        );
+        assert_committed_and_indexed(&repo, "runs/t/r1.json");
     }
 
     #[test]
