@@ -69,6 +69,44 @@ pub const BUILDER_SCHEMA: Schema = Schema {
          CREATE INDEX tool_calls_duration ON tool_calls(duration_ms, run_id);",
         // 7: records that came in a forged runtime commit (the commit, and why).
         "CREATE TABLE forged_records (path TEXT PRIMARY KEY, commit_id TEXT NOT NULL, why TEXT NOT NULL);",
+        // 8: the retro over 100,000 runs. Runs per day and status with their tokens
+        // and cost (`run_days`), kept by triggers as rows come and go, so the retro's
+        // counts and chart add up days instead of every run (see `retro`). A receipt
+        // indexed again is `INSERT OR REPLACE`, whose delete fires no delete trigger
+        // (recursive triggers are off): the row it replaces is taken out before the
+        // insert instead. And covering indexes for the top cards (each group's newest
+        // card) and the denied calls of the window.
+        "CREATE TABLE run_days (day TEXT NOT NULL, status TEXT NOT NULL, runs INTEGER NOT NULL,
+            tokens INTEGER NOT NULL, cost_usd REAL NOT NULL, PRIMARY KEY (day, status)) WITHOUT ROWID;
+         INSERT INTO run_days SELECT substr(started_at, 1, 10), status, count(*), sum(tokens_in + tokens_out), sum(cost_usd)
+            FROM runs GROUP BY 1, 2;
+         CREATE TRIGGER run_days_replaced BEFORE INSERT ON runs BEGIN
+            UPDATE run_days SET runs = runs - 1, tokens = tokens - o.old_tokens, cost_usd = cost_usd - o.old_cost
+            FROM (SELECT substr(started_at, 1, 10) AS old_day, status AS old_status,
+                         tokens_in + tokens_out AS old_tokens, cost_usd AS old_cost
+                  FROM runs WHERE run_id = NEW.run_id) AS o
+            WHERE day = o.old_day AND status = o.old_status;
+         END;
+         CREATE TRIGGER run_days_added AFTER INSERT ON runs BEGIN
+            INSERT INTO run_days VALUES (substr(NEW.started_at, 1, 10), NEW.status, 1, NEW.tokens_in + NEW.tokens_out, NEW.cost_usd)
+            ON CONFLICT (day, status) DO UPDATE SET runs = runs + 1, tokens = tokens + excluded.tokens,
+                cost_usd = cost_usd + excluded.cost_usd;
+         END;
+         CREATE TRIGGER run_days_removed AFTER DELETE ON runs BEGIN
+            UPDATE run_days SET runs = runs - 1, tokens = tokens - (OLD.tokens_in + OLD.tokens_out), cost_usd = cost_usd - OLD.cost_usd
+            WHERE day = substr(OLD.started_at, 1, 10) AND status = OLD.status;
+         END;
+         CREATE TRIGGER run_days_changed AFTER UPDATE OF started_at, status, tokens_in, tokens_out, cost_usd ON runs BEGIN
+            UPDATE run_days SET runs = runs - 1, tokens = tokens - (OLD.tokens_in + OLD.tokens_out), cost_usd = cost_usd - OLD.cost_usd
+            WHERE day = substr(OLD.started_at, 1, 10) AND status = OLD.status;
+            INSERT INTO run_days VALUES (substr(NEW.started_at, 1, 10), NEW.status, 1, NEW.tokens_in + NEW.tokens_out, NEW.cost_usd)
+            ON CONFLICT (day, status) DO UPDATE SET runs = runs + 1, tokens = tokens + excluded.tokens,
+                cost_usd = cost_usd + excluded.cost_usd;
+         END;
+         CREATE INDEX cards_fp_time ON cards(fingerprint, created_at, id);
+         DROP INDEX tool_calls_decision;
+         CREATE INDEX tool_calls_denied ON tool_calls(decision, run_id, name, rule, reason);
+         CREATE INDEX runs_id_started ON runs(run_id, started_at);",
     ],
 };
 

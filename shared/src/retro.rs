@@ -12,6 +12,15 @@ pub struct Retro {
     pub svg: String,
 }
 
+/// The window's runs per day and status, with their tokens and cost: whole days from
+/// the index's rollup (`run_days`, kept by triggers), the first day, which the window
+/// may start in the middle of, from its runs. Days are the receipt's own date
+/// (`started_at`'s first ten characters), as the window compares `started_at` as text.
+const WINDOW_DAYS: &str = "SELECT day, status, runs, tokens, cost_usd FROM run_days WHERE day > substr(?1, 1, 10)
+    UNION ALL
+    SELECT substr(started_at, 1, 10), status, count(*), sum(tokens_in + tokens_out), sum(cost_usd) FROM runs
+    WHERE started_at >= ?1 AND started_at < date(substr(?1, 1, 10), '+1 day') GROUP BY 1, 2";
+
 fn q<T>(
     store: &Store,
     sql: &str,
@@ -27,7 +36,7 @@ pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<
     let mut md = format!("# Retro: {since} to {until}\n\n");
     let by_status = q(
         store,
-        "SELECT status, count(*) FROM runs WHERE started_at >= ?1 GROUP BY status ORDER BY count(*) DESC",
+        &format!("SELECT status, sum(runs) FROM ({WINDOW_DAYS}) GROUP BY status HAVING sum(runs) > 0 ORDER BY sum(runs) DESC, status"),
         since,
         |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
     )?;
@@ -73,7 +82,7 @@ pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<
     }
     let days = q(
         store,
-        "SELECT substr(started_at, 1, 10) AS day, count(*), sum(tokens_in + tokens_out), sum(cost_usd) FROM runs WHERE started_at >= ?1 GROUP BY day ORDER BY day",
+        &format!("SELECT day, sum(runs), sum(tokens), sum(cost_usd) FROM ({WINDOW_DAYS}) GROUP BY day HAVING sum(runs) > 0 ORDER BY day"),
         since,
         |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, f64>(3)?)),
     )?;
@@ -297,4 +306,125 @@ fn chart(days: &[(String, i64, i64, f64)]) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::BUILDER_SCHEMA;
+    use crate::store::Schema;
+
+    /// The window's rows straight from `runs` (what the retro summed before the
+    /// rollup), to hold `WINDOW_DAYS` against: (day, status, runs, tokens, cost in
+    /// micro-dollars).
+    fn direct(store: &Store, since: &str) -> Vec<(String, String, i64, i64, i64)> {
+        q(
+            store,
+            "SELECT substr(started_at, 1, 10), status, count(*), sum(tokens_in + tokens_out), round(sum(cost_usd) * 1e6)
+             FROM runs WHERE started_at >= ?1 GROUP BY 1, 2 ORDER BY 1, 2",
+            since,
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get::<_, f64>(4)? as i64)),
+        )
+        .unwrap()
+    }
+
+    fn rolled_up(store: &Store, since: &str) -> Vec<(String, String, i64, i64, i64)> {
+        q(
+            store,
+            &format!(
+                "SELECT day, status, sum(runs), sum(tokens), round(sum(cost_usd) * 1e6) FROM ({WINDOW_DAYS})
+                 GROUP BY 1, 2 HAVING sum(runs) > 0 ORDER BY 1, 2"
+            ),
+            since,
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get::<_, f64>(4)? as i64)),
+        )
+        .unwrap()
+    }
+
+    fn put(store: &mut Store, id: u64, day: u64, hour: u64, status: &str, tokens: i64, cost: f64) {
+        store
+            .write(|tx| {
+                tx.execute(
+                    "INSERT OR REPLACE INTO runs (run_id, task, status, stop_reason, started_at, tokens_in, tokens_out, cost_usd)
+                     VALUES (?1, 't', ?2, 'done', ?3, ?4, 1, ?5)",
+                    params![
+                        format!("r{id}"),
+                        status,
+                        format!("2026-03-{:02}T{hour:02}:00:00+00:00", day + 1),
+                        tokens,
+                        cost
+                    ],
+                )
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn the_rollup_sums_what_the_runs_hold_through_inserts_replacements_updates_and_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("builder.db");
+        // Runs indexed before the rollup existed are counted by the migration.
+        let before = Schema {
+            migrations: BUILDER_SCHEMA.migrations.split_at(7).0,
+        };
+        let mut old = Store::open(&path, before).unwrap();
+        put(&mut old, 1_000, 3, 5, "ok", 10, 0.25);
+        put(&mut old, 1_001, 3, 6, "failed", 7, 0.5);
+        drop(old);
+        let mut store = Store::open(&path, BUILDER_SCHEMA).unwrap();
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let statuses = ["ok", "failed", "needs_attention"];
+        let sinces = [
+            "2026-01-01T00:00:00+00:00",
+            "2026-03-04T00:00:00+00:00",
+            "2026-03-04T12:00:00+00:00",
+            "2026-03-05T23:00:00+00:00",
+            "2026-04-01T00:00:00+00:00",
+        ];
+        for step in 0..400 {
+            let id = next(60);
+            match next(10) {
+                // A receipt indexed again (a replacement, maybe of another day or status).
+                0..=6 => {
+                    let status = statuses[next(3) as usize];
+                    put(
+                        &mut store,
+                        id,
+                        next(6),
+                        next(24),
+                        status,
+                        next(1000) as i64,
+                        next(100) as f64 / 8.0,
+                    );
+                }
+                7 => {
+                    store
+                        .write(|tx| tx.execute("UPDATE runs SET status = 'ok', started_at = '2026-03-02T01:00:00+00:00' WHERE run_id = ?1", [format!("r{id}")]))
+                        .unwrap();
+                }
+                _ => {
+                    store
+                        .write(|tx| tx.execute("DELETE FROM runs WHERE run_id = ?1", [format!("r{id}")]))
+                        .unwrap();
+                }
+            }
+            for since in sinces {
+                assert_eq!(
+                    rolled_up(&store, since),
+                    direct(&store, since),
+                    "step {step}, since {since}"
+                );
+            }
+        }
+        assert!(
+            !direct(&store, sinces[0]).is_empty(),
+            "the history ends with runs in it"
+        );
+    }
 }
