@@ -513,3 +513,42 @@ fn an_eval_started_from_a_hook_fires_in_its_worktree_not_the_engineers_checkout(
     let repo = git2::Repository::open(&env.root).unwrap();
     assert!(repo.statuses(None).unwrap().is_empty(), "the checkout is clean");
 }
+
+#[test]
+fn a_case_file_linked_out_of_the_repository_is_never_read() {
+    let env = TestEnv::new();
+    // A file of the reviewer's, outside the repository, that happens to be a case.
+    let private = env.home.parent().unwrap().join("reviewer-private");
+    std::fs::create_dir_all(&private).unwrap();
+    let case = "name: reviewer-private-case\nmodel: scripted\nscript:\n  - text: \"# Digest\\n\\nA quiet day.\"\nassert:\n  - report_contains: \"Digest\"\n";
+    std::fs::write(private.join("case.yaml"), case).unwrap();
+    let both = |o: &Output| format!("{}{}", stdout(o), String::from_utf8_lossy(&o.stderr));
+    // The reach of the attack: the same bytes as a case file of the revision are read,
+    // fired and named in the output.
+    env.write("evals/digest/copy.yaml", case);
+    env.commit_all("a case");
+    let out = env.builder(&["eval", "--base", "HEAD", "--head", "HEAD"]);
+    assert!(both(&out).contains("reviewer-private-case"), "{}", both(&out));
+    // A proposal's case file that is a link to it (and a task directory that is a link
+    // to the reviewer's directory): neither is followed, and the output names the link.
+    std::fs::remove_file(env.root.join("evals/digest/copy.yaml")).unwrap();
+    std::os::unix::fs::symlink(private.join("case.yaml"), env.root.join("evals/digest/steal.yaml")).unwrap();
+    std::os::unix::fs::symlink(&private, env.root.join("evals/t")).unwrap();
+    env.write("prompts/t.md", crate::util::PLAIN_PROMPT);
+    env.commit_all("links out of the repository");
+    let out = env.builder(&["eval", "--base", "HEAD", "--head", "HEAD"]);
+    let text = both(&out);
+    assert!(
+        !text.contains("reviewer-private-case"),
+        "the linked file was read:\n{text}"
+    );
+    assert!(
+        text.contains("evals/digest/steal.yaml"),
+        "the link is not named:\n{text}"
+    );
+    assert!(text.contains("symlink"), "{text}");
+    assert!(
+        text.contains("evals/t/case.yaml"),
+        "the linked directory is not named:\n{text}"
+    );
+}

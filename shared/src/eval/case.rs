@@ -139,8 +139,11 @@ pub fn case_files(root: &Path, task: Option<&str>) -> Vec<PathBuf> {
 /// a problem yields no case.
 pub fn load_cases(root: &Path, task: Option<&str>, diags: &mut Vec<Diagnostic>) -> Vec<Case> {
     let mut cases = Vec::new();
+    let Ok(dir) = crate::beneath::open_root(root) else {
+        return cases;
+    };
     for rel in case_files(root, task) {
-        match std::fs::read_to_string(root.join(&rel)) {
+        match read_case_file(&dir, &rel) {
             Ok(src) => {
                 if let Some(c) = parse_case(&rel, &src, diags) {
                     if root.join(crate::prompt::prompt_path(&c.task)).is_file() {
@@ -163,10 +166,24 @@ pub fn load_cases(root: &Path, task: Option<&str>, diags: &mut Vec<Diagnostic>) 
                     }
                 }
             }
-            Err(e) => diags.push(Diagnostic::new(&rel, 0, "", format!("cannot read: {e}"))),
+            Err(e) => diags.push(
+                Diagnostic::new(&rel, 0, "", format!("cannot read: {e}"))
+                    .with_hint("a case is a regular file inside the repository: a link (to a file or through a directory) is never followed"),
+            ),
         }
     }
     cases
+}
+
+/// The most a case file may hold.
+const CASE_FILE_CAP: u64 = 1 << 20;
+
+/// A case file's text, read through no link at any level and only from a regular
+/// file: a case is the revision's own, and a proposal whose `evals/` links to a file of
+/// the reviewer's (a key, a token file) gets nothing of it read.
+fn read_case_file(root: &std::os::fd::OwnedFd, rel: &Path) -> Result<String, String> {
+    let bytes = crate::beneath::read_regular(root, rel, CASE_FILE_CAP).map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 
 /// Parses one case file; `rel` is its repo-relative path (`evals/<task>/<case>.yaml`).
