@@ -19,6 +19,10 @@ struct McpRepo {
 
 impl McpRepo {
     fn new(replies: Vec<Reply>, allow: &str, deny: &str, extra_mcp: &str) -> McpRepo {
+        McpRepo::with_rules(replies, allow, "", deny, extra_mcp)
+    }
+
+    fn with_rules(replies: Vec<Reply>, allow: &str, ask: &str, deny: &str, extra_mcp: &str) -> McpRepo {
         let model = ModelServer::start(replies);
         let env = TestEnv::new();
         let server_dir = tempfile::tempdir().unwrap();
@@ -28,7 +32,7 @@ impl McpRepo {
         repo.set_mode("honest");
         let dir = repo.server_dir.path().display();
         let settings = format!(
-            "version: 1\n{provider}permissions:\n  allow: [\"Read(**)\", {allow}]\n  deny: [{deny}]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\nprices:\n  test-model: {{input_per_mtok: 1.0, output_per_mtok: 2.0}}\nmcp:\n  files:\n    command: [\"{dir}/mcp-test-server\", \"{dir}/mode\"]\n    read: [\"{dir}\"]\n    env_allow: [MCP_TEST_TOKEN]\n{extra_mcp}",
+            "version: 1\n{provider}permissions:\n  allow: [\"Read(**)\", {allow}]\n  ask: [{ask}]\n  deny: [{deny}]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\nprices:\n  test-model: {{input_per_mtok: 1.0, output_per_mtok: 2.0}}\nmcp:\n  files:\n    command: [\"{dir}/mcp-test-server\", \"{dir}/mode\"]\n    read: [\"{dir}\"]\n    env_allow: [MCP_TEST_TOKEN]\n{extra_mcp}",
             provider = repo.model.provider_yaml(Wire::OpenAi),
         );
         repo.env.write("settings/runtime.yaml", &settings);
@@ -296,6 +300,67 @@ fn an_argument_rule_decides_by_the_call_arguments() {
     assert_eq!(decision("c2"), "allow");
 }
 
+#[test]
+fn an_ask_rule_pauses_the_call_and_resume_runs_it_with_the_approved_arguments() {
+    let replies = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[(
+                "c1",
+                "mcp__files__write_file",
+                r#"{"path": "reports/asked.md", "content": "as approved"}"#,
+            )],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::with_rules(
+        replies,
+        "\"mcp__files\"",
+        "\"mcp__files__write_file(*reports/*)\"",
+        "",
+        "",
+    );
+    let (code, summary, stderr) = repo.fire();
+    assert_eq!(code, 4, "waiting for approval: {summary}\n{stderr}");
+    assert_eq!(summary["status"], "waiting_approval");
+    let run_id = summary["run_id"].as_str().unwrap().to_string();
+    let cards = repo.env.cards(&summary);
+    assert_eq!(cards[0]["kind"], "approval_needed", "{cards:?}");
+    assert!(
+        !repo.env.root.join("reports/asked.md").exists(),
+        "the server ran the call before anyone approved it"
+    );
+    let ok = repo
+        .env
+        .builder(&["approve-call", &run_id, "c1", "--by", "Eng <eng@example.com>"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    let out = repo
+        .env
+        .command("runtime", &["resume", &run_id, "--json"])
+        .env("MCP_TEST_TOKEN", "allowed-token")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let resumed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(repo.env.read("reports/asked.md"), "as approved", "{stderr}");
+    let receipt = repo.env.receipt(&resumed);
+    assert_eq!(receipt["resumed_from"], run_id.as_str());
+    assert_eq!(receipt["status"], "completed", "{receipt}");
+    let calls = receipt["tool_calls"].as_array().unwrap();
+    assert_eq!(calls[0]["decision"], "ask", "the paused call stays in the record");
+    let ran = calls.last().unwrap();
+    assert_eq!(ran["reason"], "approved by a builder", "{ran}");
+    assert_eq!(ran["rule"], "mcp__files__write_file(*reports/*)");
+    assert_eq!(ran["mcp"]["tool"], "write_file");
+    // The model was asked once before the pause and once after the approved call,
+    // whose result it was sent.
+    assert_eq!(repo.model.requests().len(), 2);
+    assert_eq!(content_of(&tool_results(&repo), "c1"), "wrote reports/asked.md");
+}
+
 fn not_starting(required: bool) -> (McpRepo, i32, Value) {
     let extra = if required { "    required: true\n" } else { "" };
     let repo = McpRepo::new(vec![final_turn("Done without it.")], "\"mcp__files\"", "", extra);
@@ -539,4 +604,225 @@ fn a_tool_list_changed_during_the_fire_is_recorded_not_applied() {
         "{text}"
     );
     assert_eq!(code, 5, "{summary}");
+}
+
+/// The capability delta of a proposal that adds a server and widens a pinned tool.
+/// The proposal declares a second server (pinned for real with `builder mcp pin`) and
+/// commits a lock in which `echo` gained a parameter `note`, its pin hashing as a fire
+/// checks it (a proposer writes the lock it likes; the test server has no mode that
+/// lists the wider `echo`, so the pin is written through the lock's own API). The
+/// review names the new server from the settings and both servers' pin changes from
+/// the lock, in the words `builder mcp pin` prints, and refuses the head's eval.
+#[test]
+fn a_proposal_that_adds_a_server_and_widens_a_tool_is_named_and_refused() {
+    use shared::mcp::lock::{McpLock, LOCK_FILE};
+    let repo = McpRepo::new(vec![final_turn("Done.")], "\"mcp__files\"", "", "");
+    let dir = repo.server_dir.path().display().to_string();
+    std::fs::write(repo.server_dir.path().join("mode2"), "honest").unwrap();
+    let settings = repo.env.read("settings/runtime.yaml");
+    repo.env.write(
+        "settings/runtime.yaml",
+        &format!(
+            "{settings}  extra:\n    command: [\"{dir}/mcp-test-server\", \"{dir}/mode2\"]\n    read: [\"{dir}\"]\n"
+        ),
+    );
+    let out = repo.env.builder(&["mcp", "pin", "extra"]);
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(printed.contains("new server `extra`"), "{printed}");
+    // The files server upgraded: `echo` gained `note`, re-pinned from the server.
+    repo.set_mode("wider");
+    let out = repo.env.builder(&["mcp", "pin", "files"]);
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(printed.contains("tool `echo`: gained parameter `note`"), "{printed}");
+    repo.set_mode("honest");
+    let out = repo.env.builder(&["propose", "widen", "-m", "Pin the extra server"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // The attack is on the branch: its lock pins `echo` with `note`, hashing as checked.
+    let git = git2::Repository::open(&repo.env.root).unwrap();
+    let blob = git
+        .revparse_single(&format!("proposals/widen:{LOCK_FILE}"))
+        .unwrap()
+        .peel_to_blob()
+        .unwrap();
+    let proposed = McpLock::parse(std::str::from_utf8(blob.content()).unwrap(), LOCK_FILE.as_ref()).unwrap();
+    let pinned = &proposed.servers["files"].tools["echo"];
+    assert!(
+        pinned.definition["inputSchema"]["properties"]["note"].is_object(),
+        "{pinned:?}"
+    );
+    assert_eq!(pinned.hash, shared::mcp::lock::definition_hash(&pinned.definition));
+    assert!(proposed.servers.contains_key("extra"));
+    assert!(
+        !repo.env.read(LOCK_FILE).contains("note"),
+        "the checkout keeps the base's lock"
+    );
+
+    let out = repo.env.builder(&["review", "widen", "--format", "json"]);
+    let rep: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(out.status.code(), Some(1), "{rep}");
+    let power = |key: &str| {
+        rep["powers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["key"] == key)
+            .unwrap_or_else(|| panic!("no power {key}: {}", rep["powers"]))
+            .clone()
+    };
+    let server = power("mcp.extra");
+    assert_eq!(server["effect"], "widens");
+    assert!(
+        server["why"].as_str().unwrap().contains("new MCP server `extra`"),
+        "{server}"
+    );
+    let files = power("mcp.files pins");
+    assert_eq!(files["effect"], "widens");
+    assert_eq!(files["why"], "tool `echo`: gained parameter `note`", "{files}");
+    let extra = power("mcp.extra pins");
+    assert_eq!(extra["effect"], "widens");
+    let why = extra["why"].as_str().unwrap();
+    assert!(
+        why.starts_with("new server `extra`:") && why.contains("new tool `echo`"),
+        "{extra}"
+    );
+    let refused = rep["refused"].as_str().unwrap();
+    assert!(
+        refused.contains("nothing of it ran") && refused.contains("gained parameter `note`"),
+        "{refused}"
+    );
+    for row in rep["evals"]["rows"].as_array().unwrap() {
+        if row["revision"] == "head" {
+            assert_eq!(row["runs"], 0, "the head was fired: {row}");
+            assert_eq!(row["failures"][0]["assertion"], "powers", "{row}");
+        }
+    }
+    let out = repo.env.builder(&["review", "widen"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("REFUSED head") && text.contains("mcp.files pins: [connect, echo, env, write_file] -> [connect, echo, env, write_file] (widens: tool `echo`: gained parameter `note`)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_eval_case_scripts_an_mcp_call_against_the_pinned_server() {
+    let repo = McpRepo::new(vec![], "\"mcp__files\"", "", "");
+    // The task's acceptance check passes only if the server really wrote the file.
+    repo.env.write(
+        "tools/check.sh",
+        "#!/bin/sh\ngrep -qx from-the-eval reports/eval-mcp.md\n",
+    );
+    std::fs::set_permissions(
+        repo.env.root.join("tools/check.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    repo.env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\nacceptance:\n  - name: wrote\n    run: tools/check.sh\n---\nDo the test task.\n",
+    );
+    repo.env.write(
+        "evals/t/mcp.yaml",
+        "name: mcp-echo\nmodel: scripted\nscript:\n  - call: { tool: mcp__files__write_file, args: { path: reports/eval-mcp.md, content: from-the-eval } }\n  - text: \"# Done\\n\\nwrote it\"\nassert:\n  - must_call: mcp__files__write_file\n  - no_denials: true\n  - acceptance_passes: true\n",
+    );
+    repo.env.commit_all("an eval case that calls the MCP server");
+    let out = repo
+        .env
+        .builder(&["eval", "--base", "HEAD", "--head", "HEAD", "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let r: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {text}{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    let row = r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["case"] == "mcp-echo" && x["revision"] == "head")
+        .unwrap_or_else(|| panic!("no head row: {r}"))
+        .clone();
+    assert_eq!(row["failed"], false, "{row}");
+    assert_eq!(row["tool_calls"], 1, "{row}");
+    // The eval's worktree is gone with its files; the real checkout got nothing.
+    assert!(!repo.env.root.join("reports/eval-mcp.md").exists());
+}
+
+#[test]
+fn the_capability_delta_decides_recorded_mcp_calls_again() {
+    let replies = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[
+                (
+                    "c1",
+                    "mcp__files__write_file",
+                    r#"{"path": "reports/blocked.md", "content": "x"}"#,
+                ),
+                ("c2", "mcp__files__echo", r#"{"text": "fine"}"#),
+            ],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(replies, "\"mcp__files\"", "\"mcp__files__write_file(*reports/*)\"", "");
+    let (_, summary, stderr) = repo.fire();
+    let receipt = repo.env.receipt(&summary);
+    let write = receipt["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "c1")
+        .unwrap()
+        .clone();
+    assert_eq!(write["decision"], "deny", "{write}\n{stderr}");
+    // The proposal drops the deny rule: the recorded write would have run.
+    let settings = repo
+        .env
+        .read("settings/runtime.yaml")
+        .replace("deny: [\"mcp__files__write_file(*reports/*)\"]", "deny: []");
+    repo.env.write("settings/runtime.yaml", &settings);
+    let out = repo
+        .env
+        .builder(&["propose", "allow-writes", "-m", "Let the server write reports"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = repo.env.builder(&["review", "allow-writes", "--format", "json"]);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let delta = r["capability_delta"].as_array().unwrap();
+    assert_eq!(delta.len(), 1, "{r}");
+    let g = &delta[0];
+    assert_eq!(
+        (g["from"].as_str(), g["to"].as_str()),
+        (Some("deny"), Some("allow")),
+        "{g}"
+    );
+    assert_eq!(g["rule_before"], "mcp__files__write_file(*reports/*)");
+    assert_eq!(g["rule_after"], "mcp__files");
+    assert_eq!(g["count"], 1);
+    assert_eq!(g["calls"][0]["call_id"], "c1");
+    assert_eq!(g["calls"][0]["tool"], "mcp__files__write_file");
+    assert!(
+        g["calls"][0]["command_or_path"]
+            .as_str()
+            .unwrap()
+            .contains("reports/blocked.md"),
+        "{g}"
+    );
 }

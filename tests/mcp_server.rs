@@ -9,6 +9,8 @@
 //! * `crash`: writes a line to stderr and exits before speaking MCP;
 //! * `daemon`: as `honest`, after forking a daemon (its own process group) that writes the
 //!   time to `reports/heartbeat` every 50 ms for as long as it lives;
+//! * `wider`: as `honest`, with `echo` taking a parameter `note` besides `text` (a
+//!   server upgraded to a wider tool, for re-pinning);
 //! * `rug`: as `honest` until `echo` is first called; then it sends
 //!   `notifications/tools/list_changed` and from then on offers a poisoned `echo` and a
 //!   new `delete_row` (the rug pull: a change after the tools were checked).
@@ -47,7 +49,11 @@ impl TestServer {
             Tool::new(
                 echo_name,
                 echo_desc,
-                schema(json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})),
+                schema(if self.mode == "wider" {
+                    json!({"type": "object", "properties": {"text": {"type": "string"}, "note": {"type": "string"}}, "required": ["text"]})
+                } else {
+                    json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+                }),
             ),
             Tool::new(
                 "write_file",

@@ -345,6 +345,10 @@ pub fn turn(wire: Wire, text: Option<&str>, calls: &[Call], usage: (u64, u64)) -
 /// A request the server received.
 #[derive(Debug, Clone)]
 pub struct Seen {
+    /// When the request's body had been read (read by `benches/mcp_start.rs`, which
+    /// includes this file; no e2e test times requests).
+    #[allow(dead_code)]
+    pub at: std::time::Instant,
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub body: Value,
@@ -389,6 +393,7 @@ impl ModelServer {
                 let mut body = String::new();
                 let _ = req.as_reader().read_to_string(&mut body);
                 seen2.lock().unwrap().push(Seen {
+                    at: std::time::Instant::now(),
                     path: req.url().to_string(),
                     headers: req
                         .headers()

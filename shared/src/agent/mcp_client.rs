@@ -14,8 +14,9 @@
 use super::worker_client::{handshake, spawn_process_with_stderr, WorkerError};
 use super::CardDraft;
 use crate::mcp::config::{McpServer, McpServers};
+use crate::mcp::digest::command_digest_cached;
 use crate::mcp::launch::McpLaunch;
-use crate::mcp::lock::{check_tools, command_digest, McpLock};
+use crate::mcp::lock::{check_tools, McpLock};
 use crate::provider::ToolDef;
 use crate::records::CardKind;
 use crate::sandbox::namespaces::NamespacePlan;
@@ -292,7 +293,10 @@ async fn start_one(
             "run `builder mcp pin` and review the lock".into(),
         ));
     };
-    let digest = command_digest(&entry.command, input.root, &input.path);
+    let began = Instant::now();
+    let state_dir = input.root.join(crate::layout::STATE_DIR);
+    let digest = command_digest_cached(&entry.command, input.root, &input.path, &state_dir);
+    let digested = began.elapsed();
     if pin.command != entry.command || digest.as_ref().ok() != Some(&pin.command_digest) {
         let now = match &digest {
             Ok(d) => d.clone(),
@@ -332,15 +336,25 @@ async fn start_one(
             WorkerError::Refused(why) => format!("its sandbox could not be entered: {why}"),
             other => other.to_string(),
         })?;
+        let sandboxed = began.elapsed();
         let service = ListWatch::default()
             .serve((stdout.into_inner(), stdin))
             .await
             .map_err(|e| format!("MCP initialization failed: {e}"))?;
+        let initialized = began.elapsed();
         let tools = service
             .peer()
             .list_all_tools()
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
+        tracing::debug!(
+            server,
+            digest_ms = digested.as_secs_f64() * 1e3,
+            sandboxed_ms = sandboxed.as_secs_f64() * 1e3,
+            initialized_ms = initialized.as_secs_f64() * 1e3,
+            listed_ms = began.elapsed().as_secs_f64() * 1e3,
+            "MCP server start, by phase (from its start, cumulative)"
+        );
         // What it announced before its list was read is in that list.
         service.service().0.store(0, Ordering::SeqCst);
         Ok::<_, String>((service, tools))

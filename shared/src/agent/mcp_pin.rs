@@ -5,7 +5,8 @@
 
 use super::mcp_client::list_for_pin;
 use crate::mcp::config::{package_spec, McpServers};
-use crate::mcp::lock::{changes, command_digest, pin_of, LockError, McpLock, ServerPin};
+use crate::mcp::digest::command_digest;
+use crate::mcp::lock::{lock_changes, pin_of, LockError, McpLock, ServerPin};
 use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
@@ -37,13 +38,14 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
         }
     }
     let mut lock = McpLock::load(root)?;
+    let before = lock.clone();
     lock.version = 1;
     lock.servers.retain(|name, _| servers.contains_key(name));
     let home = tempfile::tempdir().map_err(|e| PinError::Listing {
         server: String::new(),
         why: e.to_string(),
     })?;
-    let mut out = Vec::new();
+    let mut pinned = Vec::new();
     for (name, entry) in servers.iter().filter(|(n, _)| only.is_none_or(|o| o == n.as_str())) {
         let package = package_spec(&entry.command).map_err(|why| PinError::Unpinned {
             server: name.clone(),
@@ -64,40 +66,6 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
             .iter()
             .map(|t| (t["name"].as_str().unwrap_or("").to_string(), pin_of(t)))
             .collect();
-        let before = lock.servers.get(name);
-        let mut said = Vec::new();
-        match before {
-            None => said.push(format!("new server `{name}`: {}", entry.command.join(" "))),
-            Some(b) if b.command_digest != digest => said.push(format!(
-                "what starts changed: {} -> {}",
-                b.command.join(" "),
-                entry.command.join(" ")
-            )),
-            Some(_) => {}
-        }
-        for (tool, p) in &tools {
-            match before.and_then(|b| b.tools.get(tool)) {
-                None => said.push(format!("new tool `{tool}`")),
-                Some(old) if old.hash != p.hash => said.extend(
-                    changes(&old.definition, &p.definition)
-                        .into_iter()
-                        .map(|c| format!("tool `{tool}`: {c}")),
-                ),
-                Some(_) => {}
-            }
-        }
-        for tool in before
-            .into_iter()
-            .flat_map(|b| b.tools.keys())
-            .filter(|t| !tools.contains_key(*t))
-        {
-            said.push(format!("tool `{tool}` removed"));
-        }
-        out.push(Pinned {
-            server: name.clone(),
-            tools: tools.len(),
-            changes: said,
-        });
         lock.servers.insert(
             name.clone(),
             ServerPin {
@@ -107,7 +75,21 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
                 tools,
             },
         );
+        pinned.push(name.clone());
     }
     lock.save(root)?;
-    Ok(out)
+    let mut said = lock_changes(Some(&before), &lock);
+    Ok(pinned
+        .into_iter()
+        .map(|server| Pinned {
+            tools: lock.servers.get(&server).map_or(0, |p| p.tools.len()),
+            changes: said
+                .remove(&server)
+                .unwrap_or_default()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            server,
+        })
+        .collect())
 }

@@ -4,9 +4,12 @@
 //! (`runtime fire --eval --trusted-settings FILE`), the environment an eval fire gets
 //! (an allow-list: nothing of the reviewer's but the locale, `PATH` and, for a case
 //! that calls the live model, the trusted key variables), and each revision's powers
-//! judged against it before anything of the revision runs ([`crate::powers`]).
+//! judged against it before anything of the revision runs ([`crate::powers`]): its
+//! settings, its prompts' prefetch ports, and the MCP pins of its `settings/mcp.lock`
+//! (a new or changed tool definition widens what a fire offers the model).
 
 use super::{EvalError, Revision};
+use crate::mcp::lock::{lock_changes, McpLock, PinChange, LOCK_FILE};
 use crate::powers::{self, Effect, PowerChange};
 use crate::settings::RuntimeSettings;
 use serde::Serialize;
@@ -27,8 +30,102 @@ pub struct Trusted {
     pub settings: RuntimeSettings,
     /// In words: `the base (1a2b3c4d5e6f)` or the operator's file.
     pub from: String,
+    /// The MCP pins a revision's lock is compared with.
+    lock: TrustedLock,
     file: PathBuf,
     _dir: tempfile::TempDir,
+}
+
+/// The trusted side's `settings/mcp.lock`: the lock of the base revision's commit, read
+/// from git, whichever the source of the trusted settings (an operator's file names
+/// servers, never their pins). With no base revision (an operator's file and a head
+/// with no parent) nothing is pinned: every pin of the revision is new to it, and
+/// widens. A base lock that does not parse counts as empty the same way.
+struct TrustedLock {
+    /// The lock's blob at the base, if it has one: a revision with the same blob
+    /// changes no pin.
+    blob: Option<git2::Oid>,
+    lock: McpLock,
+}
+
+impl TrustedLock {
+    fn of(repo: &git2::Repository, base: Option<&Revision>) -> Result<TrustedLock, EvalError> {
+        let Some(b) = base else {
+            return Ok(TrustedLock {
+                blob: None,
+                lock: McpLock::default(),
+            });
+        };
+        let (blob, lock) = lock_of_commit(repo, &b.commit)?;
+        Ok(TrustedLock {
+            blob,
+            lock: lock.unwrap_or_default(),
+        })
+    }
+}
+
+/// The blob of `settings/mcp.lock` at `commit` (none when the commit has no lock)
+/// and the lock it holds (a missing lock is an empty one), read from git.
+fn lock_of_commit(
+    repo: &git2::Repository,
+    commit: &str,
+) -> Result<(Option<git2::Oid>, Result<McpLock, String>), EvalError> {
+    let id = git2::Oid::from_str(commit).map_err(|e| EvalError::Worktree(e.to_string()))?;
+    let tree = repo
+        .find_commit(id)
+        .and_then(|c| c.tree())
+        .map_err(|e| EvalError::Worktree(e.to_string()))?;
+    let Ok(entry) = tree.get_path(Path::new(LOCK_FILE)) else {
+        return Ok((None, Ok(McpLock::default())));
+    };
+    let blob = repo
+        .find_blob(entry.id())
+        .map_err(|e| EvalError::Worktree(format!("{LOCK_FILE} at {}: {e}", short(commit))))?;
+    let named = PathBuf::from(format!("{LOCK_FILE} at {}", short(commit)));
+    let lock = std::str::from_utf8(blob.content())
+        .map_err(|e| format!("{}: not UTF-8: {e}", named.display()))
+        .and_then(|text| McpLock::parse(text, &named).map_err(|e| e.to_string()));
+    Ok((Some(entry.id()), lock))
+}
+
+/// The pins `proposed` (the revision's lock blob and what it holds) changes against
+/// `trusted`: one change per server, its words joined. A lock that does not parse is
+/// one change that widens: what it would offer cannot be told.
+fn pin_changes(trusted: &TrustedLock, blob: Option<git2::Oid>, proposed: Result<McpLock, String>) -> Vec<PowerChange> {
+    if blob == trusted.blob {
+        return Vec::new();
+    }
+    let proposed = match proposed {
+        Ok(l) => l,
+        Err(why) => {
+            return vec![PowerChange {
+                key: LOCK_FILE.into(),
+                before: "the trusted pins".into(),
+                after: "a lock that does not parse".into(),
+                effect: Effect::Widens,
+                why: format!("{why}: what its pins would let a fire offer the model cannot be told"),
+            }]
+        }
+    };
+    let tools = |l: &McpLock, server: &str| {
+        l.servers.get(server).map_or("none".to_string(), |p| {
+            format!("[{}]", p.tools.keys().cloned().collect::<Vec<_>>().join(", "))
+        })
+    };
+    lock_changes(Some(&trusted.lock), &proposed)
+        .into_iter()
+        .map(|(server, said)| PowerChange {
+            key: format!("mcp.{server} pins"),
+            before: tools(&trusted.lock, &server),
+            after: tools(&proposed, &server),
+            effect: if said.iter().any(PinChange::widens) {
+                Effect::Widens
+            } else {
+                Effect::Narrows
+            },
+            why: said.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+        })
+        .collect()
 }
 
 /// One revision's powers against the trusted configuration.
@@ -36,7 +133,8 @@ pub struct Trusted {
 pub struct RevisionPowers {
     /// `base` or `head`.
     pub revision: &'static str,
-    /// Every power the revision sets differently (settings, and prompts' prefetch ports).
+    /// Every power the revision sets differently (settings, MCP pins, and prompts'
+    /// prefetch ports).
     pub changes: Vec<PowerChange>,
     /// Why the revision's eval was refused (it widens a power), if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -67,6 +165,7 @@ impl Trusted {
                 ))
             }
         };
+        let lock = TrustedLock::of(repo, base)?;
         let dir = tempfile::Builder::new()
             .prefix("builder-trusted-")
             .tempdir()
@@ -83,6 +182,7 @@ impl Trusted {
         Ok(Trusted {
             settings,
             from,
+            lock,
             file,
             _dir: dir,
         })
@@ -93,8 +193,8 @@ impl Trusted {
         &self.file
     }
 
-    /// The powers of `rev` (its settings and the prefetch entries of the prompts of
-    /// `tasks`, all read from git) against the trusted configuration.
+    /// The powers of `rev` (its settings, its MCP pins and the prefetch entries of the
+    /// prompts of `tasks`, all read from git) against the trusted configuration.
     pub fn judge(
         &self,
         repo: &git2::Repository,
@@ -108,6 +208,8 @@ impl Trusted {
             // Settings that do not load never fire (the fire refuses them itself).
             Err(_) => Vec::new(),
         };
+        let (blob, lock) = lock_of_commit(repo, &rev.commit)?;
+        changes.extend(pin_changes(&self.lock, blob, lock));
         let tree = repo
             .find_commit(id)
             .and_then(|c| c.tree())
@@ -174,4 +276,60 @@ impl Trusted {
 
 fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pinned(tools: &[serde_json::Value]) -> McpLock {
+        let pin = crate::mcp::lock::ServerPin {
+            command: vec!["srv".into()],
+            command_digest: "sha256:0".into(),
+            package: None,
+            tools: tools
+                .iter()
+                .map(|t| (t["name"].as_str().unwrap().to_string(), crate::mcp::lock::pin_of(t)))
+                .collect(),
+        };
+        McpLock {
+            version: 1,
+            servers: [("files".to_string(), pin)].into(),
+        }
+    }
+
+    #[test]
+    fn pin_changes_widen_on_a_new_tool_narrow_on_a_removed_one_and_widen_when_unreadable() {
+        let echo = json!({"name": "echo", "inputSchema": {"type": "object", "properties": {}}});
+        let row = json!({"name": "delete_row"});
+        let trusted = TrustedLock {
+            blob: Some(git2::Oid::hash_object(git2::ObjectType::Blob, b"trusted").unwrap()),
+            lock: pinned(std::slice::from_ref(&echo)),
+        };
+        let other = Some(git2::Oid::hash_object(git2::ObjectType::Blob, b"x").unwrap());
+        let c = pin_changes(&trusted, other, Ok(pinned(&[echo.clone(), row.clone()])));
+        assert_eq!(c.len(), 1);
+        assert_eq!(
+            (c[0].key.as_str(), c[0].effect, c[0].why.as_str()),
+            ("mcp.files pins", Effect::Widens, "new tool `delete_row`")
+        );
+        assert_eq!(
+            (c[0].before.as_str(), c[0].after.as_str()),
+            ("[echo]", "[delete_row, echo]")
+        );
+
+        let c = pin_changes(&trusted, other, Ok(pinned(&[])));
+        assert_eq!(
+            (c[0].effect, c[0].why.as_str()),
+            (Effect::Narrows, "tool `echo` removed")
+        );
+
+        let c = pin_changes(&trusted, other, Err("settings/mcp.lock:3: bad".into()));
+        assert_eq!((c[0].key.as_str(), c[0].effect), (LOCK_FILE, Effect::Widens));
+        assert!(c[0].why.starts_with("settings/mcp.lock:3: bad"), "{}", c[0].why);
+
+        // The trusted lock's own blob changes nothing, whatever it holds.
+        assert!(pin_changes(&trusted, trusted.blob, Err("unread".into())).is_empty());
+    }
 }

@@ -57,6 +57,10 @@ impl FireRun {
             path: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
             home: std::env::var_os("HOME").map(Into::into),
         };
+        tracing::debug!(
+            elapsed_ms = self.ctx.started.elapsed().as_secs_f64() * 1e3,
+            "starting MCP servers"
+        );
         let started = start(&input, &lock, spawned).await;
         for (server, ms) in &started.hub.start_ms {
             tracing::debug!(server = %server, start_ms = ms, "MCP server started");

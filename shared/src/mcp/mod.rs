@@ -10,6 +10,7 @@
 //! `mcp__<server>__<tool>` and decided by the policy like any other ([`rule_matches`]).
 
 pub mod config;
+pub mod digest;
 pub mod launch;
 pub mod lock;
 

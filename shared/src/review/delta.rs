@@ -49,10 +49,59 @@ pub struct DeltaGroup {
     pub calls: Vec<DeltaCall>,
 }
 
-/// One side of the comparison: a revision's policy and enabled tools.
+/// One side of the comparison: a revision's policy, enabled tools and declared MCP
+/// servers.
 pub struct Side {
     policy: Policy,
     tools: Vec<Tool>,
+    mcp_servers: Vec<String>,
+}
+
+/// A recorded call as the gate decides it.
+enum Gated {
+    /// A built-in tool with its arguments parsed.
+    Builtin(Tool, ToolArgs),
+    /// `mcp__<server>__<tool>` with its arguments made canonical (as the gate matches
+    /// rule specifiers against them).
+    Mcp {
+        server: String,
+        tool: String,
+        canonical: String,
+    },
+}
+
+impl Gated {
+    /// The call as the gate saw it; `None` for a call refused before any policy (a
+    /// name no tool has, arguments that never parsed).
+    fn of(c: &RecordedCall) -> Option<Gated> {
+        if let Some(tool) = Tool::from_name(&c.tool) {
+            // The state database keeps the validated arguments (tagged with their
+            // tool); a model's raw arguments parse the way the gate parses them.
+            let args = serde_json::from_str::<ToolArgs>(&c.arguments)
+                .or_else(|_| parse_args(&c.tool, &c.arguments).map_err(|_| ()))
+                .ok()?;
+            return Some(Gated::Builtin(tool, args));
+        }
+        let (server, tool) = crate::mcp::split_name(&c.tool)?;
+        let args = serde_json::from_str::<serde_json::Value>(&c.arguments).ok()?;
+        if !args.is_object() || args.get("_invalid").is_some() {
+            return None;
+        }
+        Some(Gated::Mcp {
+            server: server.to_string(),
+            tool: tool.to_string(),
+            canonical: crate::mcp::lock::canonical_args(&args),
+        })
+    }
+
+    /// What the call is about, for a reviewer: the command, else the path, else an MCP
+    /// call's arguments (cut).
+    fn subject(&self) -> String {
+        match self {
+            Gated::Builtin(_, args) => subject(args),
+            Gated::Mcp { canonical, .. } => canonical.chars().take(200).collect(),
+        }
+    }
 }
 
 impl Side {
@@ -61,16 +110,28 @@ impl Side {
         Ok(Side {
             policy: Policy::new(root, &settings.permissions, &settings.builder_paths)?,
             tools: settings.tools.clone(),
+            mcp_servers: settings.mcp.keys().cloned().collect(),
         })
     }
 
     /// The decision and the rule that made it (a tool the settings do not enable is
-    /// denied by the settings' `tools` list).
-    fn decide(&self, tool: Tool, args: &ToolArgs) -> (Decision, Option<String>) {
-        if !self.tools.contains(&tool) {
-            return (Decision::Deny, Some(format!("tools: {tool} not enabled")));
-        }
-        let v = self.policy.decide(Call::from(args));
+    /// denied by the settings' `tools` list; an MCP tool of a server the settings do
+    /// not declare is never offered, so denied too).
+    fn decide(&self, call: &Gated) -> (Decision, Option<String>) {
+        let v = match call {
+            Gated::Builtin(tool, _) if !self.tools.contains(tool) => {
+                return (Decision::Deny, Some(format!("tools: {tool} not enabled")))
+            }
+            Gated::Builtin(_, args) => self.policy.decide(Call::from(args)),
+            Gated::Mcp { server, .. } if !self.mcp_servers.contains(server) => {
+                return (Decision::Deny, Some(format!("mcp: server `{server}` not declared")))
+            }
+            Gated::Mcp {
+                server,
+                tool,
+                canonical,
+            } => self.policy.decide_mcp(server, tool, canonical),
+        };
         (v.decision, v.rule)
     }
 }
@@ -166,23 +227,17 @@ fn subject(args: &ToolArgs) -> String {
 
 /// Every call of `calls` whose decision differs between `before` and `after`,
 /// grouped by (rule before, rule after, from, to); groups with the most calls first.
-/// Calls whose arguments never parsed (refused before any policy) are left out.
+/// Calls whose arguments never parsed (refused before any policy) are left out; MCP
+/// calls are decided by their server's and tool's rules over their arguments.
 pub fn capability_delta(calls: &[RecordedCall], before: &Side, after: &Side) -> Vec<DeltaGroup> {
     type Key = (Option<String>, Option<String>, Decision, Decision);
     let mut groups: BTreeMap<String, (Key, Vec<DeltaCall>)> = BTreeMap::new();
     for c in calls {
-        let Some(tool) = Tool::from_name(&c.tool) else {
+        let Some(gated) = Gated::of(c) else {
             continue;
         };
-        // The state database keeps the validated arguments (tagged with their tool);
-        // a model's raw arguments parse the way the gate parses them.
-        let Ok(args) = serde_json::from_str::<ToolArgs>(&c.arguments)
-            .or_else(|_| parse_args(&c.tool, &c.arguments).map_err(|_| ()))
-        else {
-            continue;
-        };
-        let (from, rule_before) = before.decide(tool, &args);
-        let (to, rule_after) = after.decide(tool, &args);
+        let (from, rule_before) = before.decide(&gated);
+        let (to, rule_after) = after.decide(&gated);
         if from == to {
             continue;
         }
@@ -195,7 +250,7 @@ pub fn capability_delta(calls: &[RecordedCall], before: &Side, after: &Side) -> 
                 run_id: c.run_id.clone(),
                 call_id: c.call_id.clone(),
                 tool: c.tool.clone(),
-                command_or_path: subject(&args),
+                command_or_path: gated.subject(),
             });
     }
     let mut out: Vec<DeltaGroup> = groups
@@ -327,6 +382,62 @@ mod tests {
             describe(g)
         );
         assert!(capability_delta(&calls, &before, &before).is_empty());
+    }
+
+    #[test]
+    fn mcp_calls_are_decided_again_by_their_rules_and_their_servers_declaration() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut before = side(
+            dir.path(),
+            &["mcp__files"],
+            &["mcp__files__write_file(*\"path\":\"settings/*)"],
+        );
+        before.mcp_servers = vec!["files".into()];
+        let mut after = side(dir.path(), &["mcp__files"], &[]);
+        after.mcp_servers = vec!["files".into()];
+        let mcp = |i: usize, tool: &str, args: serde_json::Value| RecordedCall {
+            run_id: "run-1".into(),
+            call_id: format!("c{i}"),
+            tool: tool.into(),
+            arguments: args.to_string(),
+        };
+        let calls = vec![
+            mcp(
+                0,
+                "mcp__files__write_file",
+                serde_json::json!({"path": "settings/x.yaml", "content": "x"}),
+            ),
+            mcp(
+                1,
+                "mcp__files__write_file",
+                serde_json::json!({"path": "reports/a.md", "content": "x"}),
+            ),
+            mcp(2, "mcp__files__echo", serde_json::json!({"text": "hi"})),
+            mcp(3, "mcp__files__echo", serde_json::json!({"_invalid": "{not json"})),
+        ];
+        let delta = capability_delta(&calls, &before, &after);
+        assert_eq!(delta.len(), 1, "{delta:?}");
+        let g = &delta[0];
+        assert_eq!((g.from, g.to, g.count), (Decision::Deny, Decision::Allow, 1));
+        assert_eq!(
+            g.rule_before.as_deref(),
+            Some("mcp__files__write_file(*\"path\":\"settings/*)")
+        );
+        assert_eq!(g.rule_after.as_deref(), Some("mcp__files"));
+        assert_eq!(g.calls[0].call_id, "c0");
+        assert!(g.calls[0].command_or_path.contains("settings/x.yaml"), "{g:?}");
+        // A proposal that drops the server: every call of it is denied from then on.
+        after.mcp_servers.clear();
+        let dropped = capability_delta(&calls[1..3], &before, &after);
+        assert_eq!(dropped.len(), 1, "{dropped:?}");
+        assert_eq!(
+            (dropped[0].from, dropped[0].to, dropped[0].count),
+            (Decision::Allow, Decision::Deny, 2)
+        );
+        assert_eq!(
+            dropped[0].rule_after.as_deref(),
+            Some("mcp: server `files` not declared")
+        );
     }
 
     #[test]
