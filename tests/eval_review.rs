@@ -551,4 +551,58 @@ fn a_case_file_linked_out_of_the_repository_is_never_read() {
         text.contains("evals/t/case.yaml"),
         "the linked directory is not named:\n{text}"
     );
+
+    // A replay case whose trace links to a file of the reviewer's: as a regular file
+    // of the revision its answer becomes the report; as a link it is never read.
+    let trace = r##"{"version": 1, "turns": [{"content": "# Digest\n\nREVIEWER-PRIVATE-TRACE"}]}"##;
+    std::fs::write(private.join("trace.json"), trace).unwrap();
+    env.write("evals/digest/trace.json", trace);
+    env.write(
+        "evals/digest/replayed.yaml",
+        "name: replayed\nmodel: replay\nreplay: evals/digest/trace.json\nassert:\n  - report_contains: \"REVIEWER-PRIVATE-TRACE\"\n",
+    );
+    env.commit_all("a replay case");
+    let out = env.builder(&["eval", "--base", "HEAD", "--head", "HEAD", "--json"]);
+    let passed = |o: &Output| {
+        json_of(o)["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["case"] == "replayed" && r["revision"] == "head" && r["failed"] == false)
+    };
+    assert!(passed(&out), "the regular trace was replayed: {}", both(&out));
+    std::fs::remove_file(env.root.join("evals/digest/trace.json")).unwrap();
+    std::os::unix::fs::symlink(private.join("trace.json"), env.root.join("evals/digest/trace.json")).unwrap();
+    env.commit_all("the trace links out");
+    let out = env.builder(&["eval", "--base", "HEAD", "--head", "HEAD", "--json"]);
+    assert!(!passed(&out), "the linked trace was replayed: {}", both(&out));
+}
+
+#[test]
+fn a_runtime_directory_the_revision_links_out_is_never_written_through() {
+    let env = TestEnv::new();
+    let private = env.home.parent().unwrap().join("reviewer-private");
+    std::fs::create_dir_all(&private).unwrap();
+    env.write("evals/digest/lists.yaml", LISTS_CASE);
+    // The revision commits `.runtime` as a link to the reviewer's directory (the
+    // fire refuses a tree that tracks `.runtime`; the eval writes its scripts first).
+    std::os::unix::fs::symlink(&private, env.root.join(".runtime")).unwrap();
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let mut idx = repo.index().unwrap();
+    idx.add_path(std::path::Path::new(".runtime")).unwrap();
+    idx.write().unwrap();
+    env.commit_all("a case, and .runtime linked out");
+    std::fs::remove_file(env.root.join(".runtime")).unwrap();
+    let out = env.builder(&["eval", "--base", "HEAD", "--head", "HEAD"]);
+    let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    let written: Vec<_> = std::fs::read_dir(&private)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        written.is_empty(),
+        "the eval wrote through the link: {written:?}\n{text}"
+    );
+    assert!(text.contains("never followed"), "{text}");
 }

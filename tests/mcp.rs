@@ -608,10 +608,8 @@ fn a_tool_list_changed_during_the_fire_is_recorded_not_applied() {
 
 /// The capability delta of a proposal that adds a server and widens a pinned tool.
 /// The proposal declares a second server (pinned for real with `builder mcp pin`) and
-/// commits a lock in which `echo` gained a parameter `note`, its pin hashing as a fire
-/// checks it (a proposer writes the lock it likes; the test server has no mode that
-/// lists the wider `echo`, so the pin is written through the lock's own API). The
-/// review names the new server from the settings and both servers' pin changes from
+/// re-pins `files` after its `echo` gained a parameter `note` (the test server's
+/// `wider` mode), so the lock it commits pins the wider tool. The review names the new server from the settings and both servers' pin changes from
 /// the lock, in the words `builder mcp pin` prints, and refuses the head's eval.
 #[test]
 fn a_proposal_that_adds_a_server_and_widens_a_tool_is_named_and_refused() {

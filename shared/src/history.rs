@@ -60,7 +60,7 @@ pub const BUILDER_SCHEMA: Schema = Schema {
         // 6: `builder serve` pages: the run list newest first over every task, a
         // run's cards (whether a run needs attention, the cards pinned on its page),
         // and the retro's denied and slowest calls without a pass over every call.
-        // (`runs_started` also covers the retro's sums per day.)
+        // (`runs_started` covered the retro's sums per day until step 8's rollup.)
         "CREATE INDEX runs_started ON runs(started_at, run_id, tokens_in, tokens_out, cost_usd);
          CREATE INDEX runs_status ON runs(status, started_at);
          CREATE INDEX runs_duration ON runs(duration_ms);

@@ -341,7 +341,10 @@ fn uri_path(path: &Path) -> String {
 }
 
 /// Writes one run's row into the `runs` table both databases have (the runtime's
-/// state after a fire, the builder's index from a committed receipt).
+/// state after a fire, the builder's index from a committed receipt). In the
+/// builder's index, triggers keep the per-day rollup (`run_days`, history schema step
+/// 8) from `INSERT OR REPLACE` and `DELETE`: another way of writing `runs` there (an
+/// `INSERT OR IGNORE`, recursive triggers turned on) needs its own look at them.
 pub fn insert_run(
     tx: &Transaction,
     r: &Receipt,

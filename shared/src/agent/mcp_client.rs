@@ -267,15 +267,14 @@ pub async fn start(input: &StartInput<'_>, lock: &McpLock, spawned: Vec<Spawned>
 
 type StartedServer = (Live, Vec<Offered>, Vec<CardDraft>);
 
-async fn start_one(
+/// The server's pin, when what its entry starts is what the pin says (the argv, and
+/// the program's digest through the stat cache); otherwise the `mcp_drift` card.
+fn pinned_start<'l>(
     input: &StartInput<'_>,
-    lock: &McpLock,
+    lock: &'l McpLock,
     server: &str,
     entry: &McpServer,
-    child: std::io::Result<std::process::Child>,
-) -> Result<StartedServer, Box<CardDraft>> {
-    let mut child = child;
-    let stderr = &StderrTail::follow(child.as_mut().ok().and_then(|c| c.stderr.take()));
+) -> Result<&'l crate::mcp::lock::ServerPin, Box<CardDraft>> {
     let drift_card = |summary: String, detail: String| {
         Box::new(CardDraft {
             kind: CardKind::McpDrift,
@@ -293,10 +292,8 @@ async fn start_one(
             "run `builder mcp pin` and review the lock".into(),
         ));
     };
-    let began = Instant::now();
     let state_dir = input.root.join(crate::layout::STATE_DIR);
     let digest = command_digest_cached(&entry.command, input.root, &input.path, &state_dir);
-    let digested = began.elapsed();
     if pin.command != entry.command || digest.as_ref().ok() != Some(&pin.command_digest) {
         let now = match &digest {
             Ok(d) => d.clone(),
@@ -310,6 +307,21 @@ async fn start_one(
             ),
         ));
     }
+    Ok(pin)
+}
+
+async fn start_one(
+    input: &StartInput<'_>,
+    lock: &McpLock,
+    server: &str,
+    entry: &McpServer,
+    child: std::io::Result<std::process::Child>,
+) -> Result<StartedServer, Box<CardDraft>> {
+    let mut child = child;
+    let stderr = &StderrTail::follow(child.as_mut().ok().and_then(|c| c.stderr.take()));
+    let began = Instant::now();
+    let pin = pinned_start(input, lock, server, entry)?;
+    let digested = began.elapsed();
     let timeout = Duration::from_secs(entry.start_timeout_s);
     let failed = |why: String| {
         Box::new(failed_card(

@@ -79,7 +79,7 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
     }
     lock.save(root)?;
     let mut said = lock_changes(Some(&before), &lock);
-    Ok(pinned
+    let mut out: Vec<Pinned> = pinned
         .into_iter()
         .map(|server| Pinned {
             tools: lock.servers.get(&server).map_or(0, |p| p.tools.len()),
@@ -91,5 +91,16 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
                 .collect(),
             server,
         })
-        .collect())
+        .collect();
+    // Servers no longer declared lost their pins: said too, not dropped silently.
+    out.extend(
+        said.into_iter()
+            .filter(|(server, _)| !lock.servers.contains_key(server))
+            .map(|(server, changes)| Pinned {
+                tools: 0,
+                changes: changes.iter().map(ToString::to_string).collect(),
+                server,
+            }),
+    );
+    Ok(out)
 }

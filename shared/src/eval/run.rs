@@ -189,16 +189,28 @@ fn fire_once(f: &Firing, case: &Case, n: usize) -> Result<Fired, EvalError> {
     cmd.arg("--trusted-settings").arg(f.trusted.file());
     match &case.model {
         CaseModel::Scripted(trace) => {
-            let dir = wt.join(crate::layout::STATE_DIR).join("eval");
-            let io = |path: &Path| {
-                let path = path.to_path_buf();
-                move |source| EvalError::Io { path, source }
-            };
-            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-            let file = dir.join(format!("script-{n}.json"));
+            // Written through no link the revision's tree may hold (a committed
+            // `.runtime` linking into the reviewer's home is never written through):
+            // anything at the name is removed first, the directories are made one by one.
+            let rel = Path::new(crate::layout::STATE_DIR)
+                .join("eval")
+                .join(format!("script-{n}.json"));
             let body = serde_json::to_vec(trace).unwrap_or_default();
-            std::fs::write(&file, body).map_err(io(&file))?;
-            cmd.arg("--replay").arg(&file);
+            let written = crate::beneath::open_root(wt).and_then(|root| {
+                match crate::beneath::remove_file(&root, &rel) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+                crate::beneath::create_new(&root, &rel, &body)
+            });
+            if let Err(e) = written {
+                return Ok(not_fired(format!(
+                    "the case's script could not be written to {}: {e} (a link the revision put on the way is never followed)",
+                    rel.display()
+                )));
+            }
+            cmd.arg("--replay").arg(wt.join(&rel));
         }
         CaseModel::Replay(rel) => {
             let inside = Path::new(rel)

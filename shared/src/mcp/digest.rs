@@ -3,13 +3,16 @@
 //! hashes the program every time; a fire checks it against the pin at every start, so
 //! it goes through a stat cache ([`command_digest_cached`]) kept in the runtime's state
 //! directory: a server run by an interpreter (`node`, `python3`) would otherwise hash
-//! tens of megabytes before each fire's first model request. The cache is git's
-//! index rule: an entry counts only while the file has the same device, inode, size,
-//! modification and change times as when it was hashed, and only when both times were
-//! older than the moment hashing began (a file changed while it was read is hashed
-//! again next time). A replaced program (a new inode) or one written in place (a new
-//! change time, which no user can set back) misses. The cache lives where tools
-//! cannot reach (`.runtime/`, masked from their sandbox).
+//! tens of megabytes before each fire's first model request. The cache follows git's
+//! index: an entry counts only while the file has the same device, inode, size,
+//! modification and change times as when it was hashed. And, as git's racy-entry rule,
+//! only when both times were at least [`SETTLE_NS`] older than the moment hashing began:
+//! file systems stamp times from a clock that ticks coarser than the wall clock (up to
+//! a second), so a program rewritten in place within one tick of being hashed could
+//! keep its stamp; such an entry is hashed again until it has settled. A replaced
+//! program (a new inode) or one written in place (a new change time, which no user can
+//! set back) misses. The cache lives where tools cannot reach (`.runtime/`, masked from
+//! their sandbox).
 
 use super::lock::LockError;
 use serde::{Deserialize, Serialize};
@@ -20,6 +23,10 @@ use std::path::{Path, PathBuf};
 
 /// The cache file, under the runtime's state directory.
 pub const CACHE_FILE: &str = "mcp-programs.json";
+
+/// How much older than the hash a file's times must be for its entry to count: more
+/// than the coarsest file-system timestamp tick (a second) and a little clock skew.
+const SETTLE_NS: i128 = 2_000_000_000;
 
 /// Where `program` resolves: a path (relative to the repository root) when it has a
 /// `/`, else the first match on `path` (`PATH`'s syntax).
@@ -131,10 +138,11 @@ struct Cached {
 }
 
 impl Cached {
-    /// Whether the file had last changed before it was hashed, so what was read is
-    /// what the stamp describes.
+    /// Whether the file had last changed well before it was hashed (by [`SETTLE_NS`]),
+    /// so what was read is what the stamp describes.
     fn settled(&self) -> bool {
-        self.stamp.mtime_ns < self.hashed_from_ns && self.stamp.ctime_ns < self.hashed_from_ns
+        let limit = self.hashed_from_ns - SETTLE_NS;
+        self.stamp.mtime_ns < limit && self.stamp.ctime_ns < limit
     }
 }
 
@@ -157,46 +165,60 @@ fn save(file: &Path, cache: &BTreeMap<String, Cached>) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// Writes a cache that says `program` (as it is now, hashed long after it last
+    /// changed) hashes to the SHA-256 of `claimed`.
+    fn plant(state: &Path, program: &Path, claimed: &[u8], settled: bool) {
+        let stamp = Stamp::of(&std::fs::metadata(program).unwrap());
+        let after = if settled { 3 * SETTLE_NS } else { SETTLE_NS / 2 };
+        let cache = BTreeMap::from([(
+            program.to_string_lossy().into_owned(),
+            Cached {
+                stamp,
+                hashed_from_ns: stamp.ctime_ns.max(stamp.mtime_ns) + after,
+                sha256: hex::encode(Sha256::digest(claimed)),
+            },
+        )]);
+        save(&state.join(CACHE_FILE), &cache).unwrap();
+    }
+
     #[test]
-    fn the_cached_digest_is_the_pin_digest_and_follows_every_change_of_the_program() {
+    fn the_cache_answers_only_for_the_very_file_it_hashed() {
         let dir = tempfile::tempdir().unwrap();
         let (root, state) = (dir.path().join("repo"), dir.path().join("state"));
         std::fs::create_dir_all(&root).unwrap();
         std::fs::create_dir_all(&state).unwrap();
         let program = dir.path().join("server");
         std::fs::write(&program, b"#!/bin/sh\necho one\n").unwrap();
-        // Older than now, as an installed program is: the first hash may be cached.
-        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
-        std::fs::File::options()
-            .write(true)
-            .open(&program)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
         let argv = vec![program.display().to_string(), "--stdio".to_string()];
         let fresh = command_digest(&argv, &root, "").unwrap();
+        // With no cache the digest is the pin's, and it is cached.
         assert_eq!(command_digest_cached(&argv, &root, "", &state).unwrap(), fresh);
         assert!(state.join(CACHE_FILE).exists(), "the digest was cached");
-        // A cached hit gives the same digest; other argv, another digest.
+        // A settled entry is answered from the cache without reading the file: a
+        // planted entry claiming other bytes shows it was used.
+        plant(&state, &program, b"other bytes", true);
+        let claimed = combine(&Sha256::digest(b"other bytes"), &argv);
+        assert_ne!(claimed, fresh);
+        assert_eq!(command_digest_cached(&argv, &root, "", &state).unwrap(), claimed);
+        // An entry hashed within the settle time of the file's last change is not.
+        plant(&state, &program, b"other bytes", false);
         assert_eq!(command_digest_cached(&argv, &root, "", &state).unwrap(), fresh);
-        let other = vec![argv[0].clone()];
-        assert_eq!(
-            command_digest_cached(&other, &root, "", &state).unwrap(),
-            command_digest(&other, &root, "").unwrap()
-        );
         // Written in place, same size, its old modification time put back: the change
-        // time still tells.
+        // time still tells, so the planted entry no longer matches.
+        plant(&state, &program, b"other bytes", true);
+        let mtime = std::fs::metadata(&program).unwrap().modified().unwrap();
         std::fs::write(&program, b"#!/bin/sh\necho two\n").unwrap();
         std::fs::File::options()
             .write(true)
             .open(&program)
             .unwrap()
-            .set_modified(old)
+            .set_modified(mtime)
             .unwrap();
         let changed = command_digest(&argv, &root, "").unwrap();
         assert_ne!(changed, fresh);
         assert_eq!(command_digest_cached(&argv, &root, "", &state).unwrap(), changed);
         // Replaced by another file (a new inode).
+        plant(&state, &program, b"other bytes", true);
         let other_file = dir.path().join("server.new");
         std::fs::write(&other_file, b"#!/bin/sh\necho six\n").unwrap();
         std::fs::rename(&other_file, &program).unwrap();
@@ -226,8 +248,8 @@ mod tests {
             hashed_from_ns,
             sha256: String::new(),
         };
-        assert!(at(201).settled());
-        assert!(!at(200).settled(), "changed in the instant hashing began");
+        assert!(at(201 + SETTLE_NS).settled());
+        assert!(!at(200 + SETTLE_NS).settled(), "changed within a tick of the hash");
         assert!(!at(150).settled(), "changed while it was hashed");
     }
 }

@@ -248,7 +248,7 @@ impl Provider {
                 let rel = settings.replay.as_deref().ok_or_else(|| {
                     ProviderError::new(ProviderErrorKind::Config, None, "replay provider needs `replay:`")
                 })?;
-                Backend::Replay(replay::Replay::load(&root.join(rel))?)
+                Backend::Replay(replay::Replay::load(root, &root.join(rel))?)
             }
         };
         Ok(Provider {

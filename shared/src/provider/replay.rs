@@ -51,8 +51,15 @@ pub struct Replay {
     trace: ReplayTrace,
 }
 
+/// The most a replay trace may hold.
+const TRACE_CAP: u64 = 64 << 20;
+
 impl Replay {
-    pub fn load(path: &Path) -> Result<Replay, ProviderError> {
+    /// Loads the trace at `path`. One inside `root` (the repository's own trace, an
+    /// eval's case or script) is read through no link at any level and only from a
+    /// regular file: an eval fires a proposal's tree on the reviewer's machine, and a
+    /// trace linked to a file of theirs would be read as the model's answers.
+    pub fn load(root: &Path, path: &Path) -> Result<Replay, ProviderError> {
         let err = |m: String| ProviderError {
             kind: ProviderErrorKind::Config,
             status: None,
@@ -60,7 +67,14 @@ impl Replay {
             retries: 0,
             timeout_s: None,
         };
-        let src = std::fs::read_to_string(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
+        let bytes = match path.strip_prefix(root) {
+            Ok(inside) => crate::beneath::open_root(root)
+                .map_err(|e| e.to_string())
+                .and_then(|dir| crate::beneath::read_regular(&dir, inside, TRACE_CAP).map_err(|e| e.to_string())),
+            Err(_) => std::fs::read(path).map_err(|e| e.to_string()),
+        }
+        .map_err(|e| err(format!("{}: {e}", path.display())))?;
+        let src = String::from_utf8(bytes).map_err(|_| err(format!("{}: not UTF-8 text", path.display())))?;
         let trace: ReplayTrace =
             serde_json::from_str(&src).map_err(|e| err(format!("{}:{}: {e}", path.display(), e.line())))?;
         Ok(Replay { trace })

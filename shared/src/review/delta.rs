@@ -84,7 +84,10 @@ impl Gated {
         }
         let (server, tool) = crate::mcp::split_name(&c.tool)?;
         let args = serde_json::from_str::<serde_json::Value>(&c.arguments).ok()?;
-        if !args.is_object() || args.get("_invalid").is_some() {
+        let obj = args.as_object()?;
+        // What the gate records for arguments that never parsed: exactly one string
+        // under `_invalid`. A model's own `_invalid` key among others is a real call.
+        if obj.len() == 1 && obj.get("_invalid").is_some_and(serde_json::Value::is_string) {
             return None;
         }
         Some(Gated::Mcp {
@@ -414,11 +417,17 @@ mod tests {
             ),
             mcp(2, "mcp__files__echo", serde_json::json!({"text": "hi"})),
             mcp(3, "mcp__files__echo", serde_json::json!({"_invalid": "{not json"})),
+            // A model that names a key `_invalid` does not hide its call.
+            mcp(
+                4,
+                "mcp__files__write_file",
+                serde_json::json!({"path": "settings/y.yaml", "_invalid": "x"}),
+            ),
         ];
         let delta = capability_delta(&calls, &before, &after);
         assert_eq!(delta.len(), 1, "{delta:?}");
         let g = &delta[0];
-        assert_eq!((g.from, g.to, g.count), (Decision::Deny, Decision::Allow, 1));
+        assert_eq!((g.from, g.to, g.count), (Decision::Deny, Decision::Allow, 2));
         assert_eq!(
             g.rule_before.as_deref(),
             Some("mcp__files__write_file(*\"path\":\"settings/*)")
