@@ -553,7 +553,11 @@ fn a_case_file_linked_out_of_the_repository_is_never_read() {
     );
 
     // A replay case whose trace links to a file of the reviewer's: as a regular file
-    // of the revision its answer becomes the report; as a link it is never read.
+    // of the revision its answer becomes the report; as a link it is never read. (The
+    // links above go first: an eval fire refuses a tree whose builder-owned links leave
+    // the builder-owned paths, whatever the case.)
+    std::fs::remove_file(env.root.join("evals/digest/steal.yaml")).unwrap();
+    std::fs::remove_file(env.root.join("evals/t")).unwrap();
     let trace = r##"{"version": 1, "turns": [{"content": "# Digest\n\nREVIEWER-PRIVATE-TRACE"}]}"##;
     std::fs::write(private.join("trace.json"), trace).unwrap();
     env.write("evals/digest/trace.json", trace);

@@ -738,3 +738,49 @@ fn an_acceptance_check_the_model_tries_to_forge_still_judges_truthfully() {
         assert_eq!(out.status.code(), Some(1), "{who:?}: {summary}");
     }
 }
+
+#[test]
+fn an_eval_fire_loads_no_prompt_through_a_link_the_proposal_made() {
+    let r = Reviewer::new();
+    let heard = |marker: &str| r.trusted.requests().iter().any(|q| q.body.to_string().contains(marker));
+    // The channel: the head's prompt text reaches the trusted model in the live case.
+    r.env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\n---\nPROMPT-FROM-THE-HEAD\n",
+    );
+    let out = r.env.builder(&["propose", "plain", "-m", "A new prompt"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = r.builder(As::Me, &["review", "plain"], &[]);
+    assert!(
+        heard("PROMPT-FROM-THE-HEAD"),
+        "the live case never sent the head's prompt: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // The same prompt as a link to the reviewer's secret file, on a proposal branch a
+    // colleague made with git itself (`builder propose` refuses such a link): never
+    // read, never sent.
+    let git = |args: &[&str]| {
+        let out = crate::review::git_with_path(&r.env, &r.env.root, "/usr/bin:/bin", args);
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&["checkout", "-q", "-f", "-b", "proposals/linked", "main"]);
+    let prompt = r.env.root.join("prompts/t.md");
+    std::fs::remove_file(&prompt).unwrap();
+    std::os::unix::fs::symlink(r.secret_file(), &prompt).unwrap();
+    git(&["add", "prompts/t.md"]);
+    git(&["commit", "-q", "-m", "Tidy the prompt"]);
+    git(&["checkout", "-q", "-f", "main"]);
+    let out = r.builder(As::Me, &["review", "linked"], &[]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!heard(SECRET), "the reviewer's secret reached the model:\n{text}");
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(text.contains("prompts/t.md"), "the link is not named:\n{text}");
+}

@@ -1035,7 +1035,9 @@ impl Preparing {
             committed.refused_links()
         }
         .map_err(|e| env(e.to_string()))?;
-        if refused.is_empty() || (self.ctx.opts.eval && self.ctx.opts.no_commit) {
+        // Eval fires too: they run a proposal's tree on the reviewer's machine, where a
+        // prompt linked to the reviewer's file would be read and sent to the model.
+        if refused.is_empty() {
             return Ok(());
         }
         let paths: Vec<String> = refused.iter().map(|l| format!("{} -> {}", l.path, l.target)).collect();
