@@ -1020,9 +1020,22 @@ fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), G
 /// size) would look unchanged to `git status`, `git stash` and `git commit -a`. With the
 /// old stamp, libgit2 checks those entries against the work tree and marks the changed
 /// ones for git to read again, as git itself does.
+///
+/// The stamp is cut to the whole second: git compares these times by the second (as
+/// Debian builds it, without `USE_NSEC`) and libgit2 by the nanosecond, so an entry
+/// written a moment before the index in the same second is racy to git but was settled
+/// to libgit2. Cut, it is racy to both; the cost is a content check of the files
+/// changed in that second.
 fn keep_index_stamp(index: &Path, copy: &Path) -> std::io::Result<()> {
     let stamp = std::fs::metadata(index)?.modified()?;
-    std::fs::File::options().write(true).open(copy)?.set_modified(stamp)
+    let second = stamp
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| Duration::from_secs(d.as_secs()))
+        .unwrap_or_default();
+    std::fs::File::options()
+        .write(true)
+        .open(copy)?
+        .set_modified(std::time::UNIX_EPOCH + second)
 }
 
 /// The index file of `repo` (`GIT_INDEX_FILE` when set, else `<git dir>/index`).
@@ -2489,12 +2502,12 @@ mod commit_tests {
         assert!(st.contains(Status::INDEX_MODIFIED), "still staged: {st:?}");
     }
 
-    #[test]
-    fn a_file_changed_in_the_instant_git_wrote_its_index_still_reads_as_changed_after_a_commit() {
-        // The race of an engineer's `echo > notes; git stash` with a fire's commit, made
-        // exact: `prompts/t.md` changes, keeping its size and mtime, in the instant the
-        // index was written (the entry is "racily clean"). ctime is not trusted here, as
-        // on file systems whose ctime git cannot use, so only the racy rule can see it.
+    /// The race of an engineer's `echo > notes; git stash` with a fire's commit, made
+    /// exact: `prompts/t.md` changes, keeping its size and mtime, in the second the
+    /// index was written (`index_after` later than the file; the entry is "racily
+    /// clean" to git, which compares times by the second). ctime is not trusted here,
+    /// as on file systems whose ctime git cannot use, so only the racy rule can see it.
+    fn racy_change_survives_a_commit(index_after: Duration) {
         let (dir, repo) = setup();
         let git = |args: &[&str]| {
             let out = std::process::Command::new("git")
@@ -2505,32 +2518,29 @@ mod commit_tests {
             String::from_utf8(out.stdout).unwrap()
         };
         git(&["config", "core.trustctime", "false"]);
-        // Seconds ago, so that the fire's commit writes its index in a later second.
-        let mtime = std::time::SystemTime::now() - Duration::from_secs(10);
-        let file = dir.path().join("prompts/t.md");
-        std::fs::File::options()
-            .write(true)
-            .open(&file)
+        // Seconds ago (so that the fire's commit writes its index in a later second),
+        // a tenth into a second (so that `index_after` stays within it).
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
-            .set_modified(mtime)
-            .unwrap();
-        git(&["update-index", "--refresh"]);
-        std::fs::write(&file, "ho").unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&file)
-            .unwrap()
-            .set_modified(mtime)
-            .unwrap();
-        let index = repo.path().join("index");
-        let racy = || {
+            .as_secs()
+            - 10;
+        let mtime = std::time::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(100);
+        let stamp = |path: &Path, at: std::time::SystemTime| {
             std::fs::File::options()
                 .write(true)
-                .open(&index)
+                .open(path)
                 .unwrap()
-                .set_modified(mtime)
+                .set_modified(at)
                 .unwrap()
         };
+        let file = dir.path().join("prompts/t.md");
+        stamp(&file, mtime);
+        git(&["update-index", "--refresh"]);
+        std::fs::write(&file, "ho").unwrap();
+        stamp(&file, mtime);
+        let index = repo.path().join("index");
+        let racy = || stamp(&index, mtime + index_after);
         let changed = || git(&["diff-files", "--name-only"]);
         racy();
         assert_eq!(changed(), "prompts/t.md\n", "git sees the change before the commit");
@@ -2539,9 +2549,20 @@ mod commit_tests {
         assert_eq!(
             changed(),
             "prompts/t.md\n",
-            "git still sees the change after the fire's commit"
+            "git still sees the change after the fire's commit (index {index_after:?} after the file)"
         );
         assert_committed_and_indexed(&repo, "runs/t/r1.json");
+    }
+
+    #[test]
+    fn a_file_changed_in_the_instant_git_wrote_its_index_still_reads_as_changed_after_a_commit() {
+        racy_change_survives_a_commit(Duration::ZERO);
+    }
+
+    #[test]
+    fn a_file_changed_earlier_in_the_second_git_wrote_its_index_still_reads_as_changed_after_a_commit() {
+        // libgit2 compares times to the nanosecond and would take this entry as settled.
+        racy_change_survives_a_commit(Duration::from_millis(200));
     }
 
     #[test]
