@@ -1038,6 +1038,31 @@ fn keep_index_stamp(index: &Path, copy: &Path) -> std::io::Result<()> {
         .set_modified(std::time::UNIX_EPOCH + second)
 }
 
+/// Cuts the modification time of `repo`'s index file to the whole second, before a
+/// libgit2 operation reads the index to write it back (a checkout with
+/// `update_index`, `read_tree` + `write`) in a work tree a person may be editing: the
+/// same reason as [`keep_index_stamp`] (libgit2 judges racy entries by the nanosecond,
+/// git by the second). Only makes more entries racy (content-checked), so it is safe
+/// without git's lock: a writer renaming a new index in meanwhile loses nothing.
+pub fn cut_index_stamp(repo: &Repository) {
+    let Ok(path) = index_path(repo) else {
+        return;
+    };
+    let Ok(stamp) = std::fs::metadata(&path).and_then(|m| m.modified()) else {
+        return;
+    };
+    let Ok(since) = stamp.duration_since(std::time::UNIX_EPOCH) else {
+        return;
+    };
+    let cut = std::time::UNIX_EPOCH + Duration::from_secs(since.as_secs());
+    if cut != stamp {
+        let _ = std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(cut));
+    }
+}
+
 /// The index file of `repo` (`GIT_INDEX_FILE` when set, else `<git dir>/index`).
 fn index_path(repo: &Repository) -> Result<PathBuf, GitError> {
     Ok(repo
@@ -2508,6 +2533,14 @@ mod commit_tests {
     /// clean" to git, which compares times by the second). ctime is not trusted here,
     /// as on file systems whose ctime git cannot use, so only the racy rule can see it.
     fn racy_change_survives_a_commit(index_after: Duration) {
+        racy_change_survives(index_after, |repo, dir| {
+            commit(repo, &opts(dir)).unwrap();
+            assert_committed_and_indexed(repo, "runs/t/r1.json");
+        });
+    }
+
+    /// [`racy_change_survives_a_commit`] for any writer of git's index.
+    fn racy_change_survives(index_after: Duration, write: impl FnOnce(&Repository, &Path)) {
         let (dir, repo) = setup();
         let git = |args: &[&str]| {
             let out = std::process::Command::new("git")
@@ -2545,13 +2578,29 @@ mod commit_tests {
         racy();
         assert_eq!(changed(), "prompts/t.md\n", "git sees the change before the commit");
         racy();
-        commit(&repo, &opts(dir.path())).unwrap();
+        write(&repo, dir.path());
         assert_eq!(
             changed(),
             "prompts/t.md\n",
-            "git still sees the change after the fire's commit (index {index_after:?} after the file)"
+            "git still sees the change after the index was written (index {index_after:?} after the file)"
         );
-        assert_committed_and_indexed(&repo, "runs/t/r1.json");
+    }
+
+    #[test]
+    fn a_libgit2_checkout_after_the_stamp_is_cut_hides_no_racy_change() {
+        // What the box's sync and the builder's own checkouts do in a person's work
+        // tree: a checkout that updates the index, then the index read from a tree
+        // and written.
+        racy_change_survives(Duration::from_millis(200), |repo, _| {
+            cut_index_stamp(repo);
+            let tree = repo.head().unwrap().peel_to_tree().unwrap();
+            let mut co = git2::build::CheckoutBuilder::new();
+            co.force().update_index(true).path("runs/t/none");
+            repo.checkout_tree(tree.as_object(), Some(&mut co)).unwrap();
+            let mut index = repo.index().unwrap();
+            index.read_tree(&tree).unwrap();
+            index.write().unwrap();
+        });
     }
 
     #[test]

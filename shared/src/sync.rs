@@ -448,6 +448,7 @@ impl Ctx<'_> {
             PathBuf::from(p)
         };
         let io = |e: std::io::Error| self.err("checkout", format!("{}: {e}", index_lock.display()));
+        crate::git::cut_index_stamp(self.repo);
         let mut co = git2::build::CheckoutBuilder::new();
         intent.about_to_lock(&index_lock).map_err(io)?;
         let written = match only {
@@ -555,6 +556,7 @@ fn finish_move(repo: &Repository, intent: &mut Intent, m: &locks::Moving) -> Res
     }
     let io = |e: std::io::Error| git2::Error::from_str(&e.to_string());
     intent.moving(Some(m.clone())).map_err(io)?;
+    crate::git::cut_index_stamp(repo);
     let to_tree = repo.find_commit(to)?.tree()?;
     let paths = match &m.paths {
         Some(p) => p.clone(),

@@ -302,6 +302,7 @@ pub fn propose(
 /// in `head` is removed from both.
 fn restore_from_head(repo: &Repository, root: &Path, head: &git2::Commit, paths: &[String]) -> Result<(), ReviewError> {
     let head_tree = head.tree()?;
+    crate::git::cut_index_stamp(repo);
     let mut index = repo.index()?;
     index.read(false)?;
     let mut in_head = Vec::new();

@@ -225,6 +225,7 @@ fn settle_paths(repo: &Repository, paths: &[String], target: Oid, other: Oid) ->
         }
     }
     if !ours.is_empty() {
+        crate::git::cut_index_stamp(repo);
         let mut co = git2::build::CheckoutBuilder::new();
         co.force()
             .remove_untracked(false)
@@ -346,6 +347,7 @@ pub fn move_checked_out(repo: &Repository, branch: &str, from: Oid, to: Oid, mov
         }
     }
     let tree = repo.find_commit(to)?.tree()?;
+    crate::git::cut_index_stamp(repo);
     let mut co = git2::build::CheckoutBuilder::new();
     co.safe();
     co.progress(move |_, _, _| match mover {
