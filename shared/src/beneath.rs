@@ -138,41 +138,12 @@ pub fn create_new_synced(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::R
     write_new(root, rel, bytes, true)
 }
 
-/// How many times [`write_new`] makes a record's directories again after they vanished.
-const VANISHED_DIR_TRIES: u32 = 5;
-
-/// Writes through [`write_new_once`], again when a directory on the way vanished in
-/// between (`ENOENT`): a person's `git checkout` or `rebase` in the same work tree
-/// removes the directories it empties, and one it emptied between our `mkdirat` and the
-/// file's creation in it (an empty directory is all it removes) is simply made again.
 fn write_new(root: &OwnedFd, rel: &Path, bytes: &[u8], fsync: bool) -> std::io::Result<()> {
-    let mut tries = 1;
-    loop {
-        match write_new_once(root, rel, bytes, fsync) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < VANISHED_DIR_TRIES => {
-                tries += 1;
-                tracing::debug!(file = %rel.display(), tries, "a records directory vanished while it was written; made again");
-            }
-            other => return other,
-        }
-    }
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Runs between opening a record's directory and creating the file in it (tests
-    /// only: what a person's git might do at that moment).
-    static AFTER_DIRS: std::cell::RefCell<Option<Box<dyn FnMut()>>> = const { std::cell::RefCell::new(None) };
-}
-
-fn write_new_once(root: &OwnedFd, rel: &Path, bytes: &[u8], fsync: bool) -> std::io::Result<()> {
     let parts = components(rel)?;
     let (name, dirs) = parts
         .split_last()
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     let dir = open_dirs(root, dirs)?;
-    #[cfg(test)]
-    AFTER_DIRS.with_borrow_mut(|hook| hook.as_mut().map(|f| f()));
     let temp = temp_name(name, std::process::id());
     let fd = open_one(
         &dir,
@@ -383,34 +354,6 @@ mod tests {
         assert_eq!(temp_owner("r.json"), None);
         assert_eq!(temp_owner(".r.json.tmp"), None);
         assert_eq!(temp_owner(".r.json.4242-zz.tmp"), None);
-    }
-
-    #[test]
-    fn a_directory_a_persons_git_removes_mid_write_is_made_again_within_a_bound() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = open_root(dir.path()).unwrap();
-        let day = dir.path().join("runs/t/2026-12-02");
-        // A checkout empties and removes the day's directory right after the runtime
-        // made it, twice: the third try writes the record.
-        let removed = std::rc::Rc::new(std::cell::Cell::new(0));
-        let (r, d) = (removed.clone(), day.clone());
-        AFTER_DIRS.set(Some(Box::new(move || {
-            if r.get() < 2 {
-                std::fs::remove_dir(&d).unwrap();
-                r.set(r.get() + 1);
-            }
-        })));
-        create_new(&root, Path::new("runs/t/2026-12-02/r.json"), b"{}").unwrap();
-        assert_eq!(removed.get(), 2, "the directory was removed under the write twice");
-        assert_eq!(std::fs::read(day.join("r.json")).unwrap(), b"{}");
-        // One that never stops vanishing fails, named, after the bound.
-        let d = day.clone();
-        AFTER_DIRS.set(Some(Box::new(move || {
-            let _ = std::fs::remove_dir_all(&d);
-        })));
-        let e = create_new(&root, Path::new("runs/t/2026-12-02/s.json"), b"{}").unwrap_err();
-        AFTER_DIRS.set(None);
-        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]
