@@ -461,13 +461,16 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
                     n += 1;
                     match code {
                         0 | 3 | 5 => {}
-                        // Blocked inside an operation, or its records' directory removed
-                        // by the person's checkout as they were written: either way the
-                        // records are kept in git for the next fire, never written into
-                        // the person's operation.
-                        1 if summary["message"].as_str().is_some_and(|m| {
-                            m.contains("not committed") || m.contains("the records are kept in git")
-                        }) =>
+                        // Blocked inside an operation, or stopped by what the person's
+                        // operation did to the work tree (a records directory removed as
+                        // it was written, the committed tools/ not written out mid-rebase):
+                        // the records are kept in git for the next fire, which the fire
+                        // says, and never written into the person's operation. The checks
+                        // below prove the next fire commits them.
+                        1 if summary["message"].as_str().is_some_and(|m| m.contains("not committed"))
+                            || summary["hint"]
+                                .as_str()
+                                .is_some_and(|h| h.contains("the next fire of any task commits these records")) =>
                         {
                             blocked += 1
                         }
