@@ -30,8 +30,9 @@ fn q<T>(
     store.query_all(sql, params![since], f)
 }
 
-/// Builds the retro for everything since `since` (RFC 3339). `svg_name` is how the
-/// markdown refers to the chart file.
+/// Builds the retro for everything since `since`, as `history::parse_since` gives it
+/// (RFC 3339 in UTC, or a bare date; receipts' times are UTC, and the window compares
+/// them as text). `svg_name` is how the markdown refers to the chart file.
 pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<Retro, StoreError> {
     let mut md = format!("# Retro: {since} to {until}\n\n");
     let by_status = q(
@@ -384,6 +385,8 @@ mod tests {
             "2026-01-01T00:00:00+00:00",
             "2026-03-04T00:00:00+00:00",
             "2026-03-04T12:00:00+00:00",
+            // A bare date, as `history::parse_since` keeps `--since 2026-03-04`.
+            "2026-03-04",
             "2026-03-05T23:00:00+00:00",
             "2026-04-01T00:00:00+00:00",
         ];
