@@ -158,6 +158,9 @@ impl<'a> Firing<'a> {
     }
 }
 
+/// The most an eval reads of one record its fire wrote.
+const FIRED_RECORD_CAP: u64 = 64 << 20;
+
 /// A fire that never started, with why.
 fn not_fired(message: String) -> Fired {
     Fired {
@@ -242,7 +245,12 @@ fn fire_once(f: &Firing, case: &Case, n: usize) -> Result<Fired, EvalError> {
         wall_ms,
         card_kinds: vec![],
     };
-    let read = |rel: &str| std::fs::read(wt.join(rel)).ok();
+    // What the fire wrote, read through no link the revision's tree may hold.
+    let root = crate::beneath::open_root(wt).ok();
+    let read = |rel: &str| {
+        let root = root.as_ref()?;
+        crate::beneath::read_regular(root, Path::new(rel), FIRED_RECORD_CAP).ok()
+    };
     if let Some(bytes) = summary["receipt"].as_str().and_then(read) {
         fired.receipt = serde_json::from_slice(&bytes).ok();
         fired.records.push(bytes);
