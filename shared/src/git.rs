@@ -694,6 +694,7 @@ fn watched_records(repo: &Repository, dir: &Path) -> Watched {
         return out;
     };
     let root = repo.workdir().unwrap_or(Path::new("."));
+    let mut head_dirs = DirTrees::new(repo, tree);
     let seen = |out: &Watched, f: &String| {
         out.dropped.contains(f) || out.kept.contains(f) || out.discarded.iter().any(|(d, _)| d == f)
     };
@@ -704,7 +705,7 @@ fn watched_records(repo: &Repository, dir: &Path) -> Watched {
             if seen(&out, f) {
                 continue;
             }
-            let in_head = tree.get_path(Path::new(f)).is_ok();
+            let in_head = head_dirs.entry(f).is_some();
             if !root.join(f).is_file() {
                 if in_head {
                     continue;
@@ -728,6 +729,44 @@ fn watched_records(repo: &Repository, dir: &Path) -> Watched {
         }
     }
     out
+}
+
+/// Entries of one tree looked up by path, each directory's tree read once. The
+/// records of the last commits sit in a few large directories (`runs/<task>/<day>/`):
+/// looked up from the root each, every lookup read and parsed those trees again
+/// (libgit2 caches no tree over 4 KB), which made the commit's cost grow with the
+/// records a day holds.
+struct DirTrees<'r> {
+    repo: &'r Repository,
+    root: git2::Tree<'r>,
+    dirs: std::collections::HashMap<String, Option<git2::Tree<'r>>>,
+}
+
+impl<'r> DirTrees<'r> {
+    fn new(repo: &'r Repository, root: git2::Tree<'r>) -> DirTrees<'r> {
+        DirTrees {
+            repo,
+            root,
+            dirs: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The id of the entry at `path` (`/`-separated), if the tree has one.
+    fn entry(&mut self, path: &str) -> Option<Oid> {
+        let Some((dir, name)) = path.rsplit_once('/') else {
+            return self.root.get_name(path).map(|e| e.id());
+        };
+        if !self.dirs.contains_key(dir) {
+            let sub = self
+                .root
+                .get_path(Path::new(dir))
+                .ok()
+                .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
+                .and_then(|e| self.repo.find_tree(e.id()).ok());
+            self.dirs.insert(dir.to_string(), sub);
+        }
+        self.dirs.get(dir)?.as_ref()?.get_name(name).map(|e| e.id())
+    }
 }
 
 /// Whether any local branch holds `commit`.
@@ -2449,6 +2488,41 @@ mod tests {
 #[cfg(test)]
 mod commit_tests {
     use super::*;
+
+    #[test]
+    fn dir_trees_find_what_get_path_finds() {
+        let (dir, repo) = super::tests::repo();
+        for f in [
+            "top.txt",
+            "runs/t/d/r1.json",
+            "runs/t/d/r2.json",
+            "runs/t/e/r3.json",
+            "reports/x.md",
+        ] {
+            std::fs::create_dir_all(dir.path().join(f).parent().unwrap()).unwrap();
+            std::fs::write(dir.path().join(f), f).unwrap();
+        }
+        let mut index = repo.index().unwrap();
+        index.add_all(["*"], git2::IndexAddOption::DEFAULT, None).unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let mut dirs = DirTrees::new(&repo, tree.clone());
+        for f in [
+            "top.txt",
+            "runs/t/d/r1.json",
+            "runs/t/d/r2.json",
+            "runs/t/e/r3.json",
+            "runs/t/e/missing.json",
+            "runs/t/gone/r.json",
+            "runs/t",
+            "reports/x.md",
+            "top.txt/under-a-file",
+            "nothing",
+        ] {
+            let expected = tree.get_path(Path::new(f)).ok().map(|e| e.id());
+            assert_eq!(dirs.entry(f), expected, "{f}");
+        }
+        assert!(dirs.entry("runs/t/d/r1.json").is_some());
+    }
 
     /// A repository with one engineer's commit, a record written in the work tree, and
     /// options that wait briefly and keep intents in `.runtime/locks`.

@@ -647,19 +647,29 @@ fn file_inode(path: &Path) -> Option<u64> {
 
 /// Opens the store and checks it.
 fn open_checked(path: &Path) -> Result<Store, OpenFailure> {
-    let store = match Store::open(path, RUNTIME_SCHEMA) {
+    // `quick_check` reads every page (160 ms at 70 MB): once per process and file is
+    // enough, as a fire opens the database several times; later opens still catch a
+    // file SQLite cannot read at all. The checked open reads the file itself, through
+    // a new connection.
+    let checked = !checked_in_process(path);
+    let opened = if checked {
+        Store::open_new(path, RUNTIME_SCHEMA)
+    } else {
+        Store::open(path, RUNTIME_SCHEMA)
+    };
+    let store = match opened {
         Ok(s) => s,
         Err(e) if e.is_damage() => return Err(OpenFailure::Damaged(e.to_string())),
         Err(e) => return Err(OpenFailure::Other(e)),
     };
-    // `quick_check` reads every page (160 ms at 70 MB): once per process and file is
-    // enough, as a fire opens the database several times; later opens still catch a
-    // file SQLite cannot read at all.
-    if !first_open_in_process(path) {
+    if !checked {
         return Ok(store);
     }
     match store.quick_check() {
-        Ok(None) => Ok(store),
+        Ok(None) => {
+            mark_checked(path);
+            Ok(store)
+        }
         Ok(Some(found)) => Err(OpenFailure::Damaged(format!(
             "{}: PRAGMA quick_check: {found}",
             path.display()
@@ -669,16 +679,21 @@ fn open_checked(path: &Path) -> Result<Store, OpenFailure> {
     }
 }
 
-/// Whether this is the first time this process opens the database at `path`.
-fn first_open_in_process(path: &Path) -> bool {
-    use std::sync::{Mutex, OnceLock};
-    static CHECKED: OnceLock<Mutex<std::collections::HashSet<PathBuf>>> = OnceLock::new();
-    let checked = CHECKED.get_or_init(Default::default);
-    match checked.lock() {
-        Ok(mut set) => set.insert(path.to_path_buf()),
-        Err(_) => true,
+/// Whether this process has already found the database at `path` sound.
+fn checked_in_process(path: &Path) -> bool {
+    CHECKED.lock().is_ok_and(|set| set.contains(path))
+}
+
+/// Notes that this process found the database at `path` sound.
+fn mark_checked(path: &Path) {
+    if let Ok(mut set) = CHECKED.lock() {
+        set.insert(path.to_path_buf());
     }
 }
+
+/// The databases this process has checked whole ([`open_checked`]).
+static CHECKED: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
 
 /// Moves the damaged database at `path` (and its write-ahead log) aside, reads what
 /// it can of it, and leaves a note for the next fire. `None` when another process

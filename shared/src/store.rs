@@ -92,13 +92,94 @@ impl StoreError {
 
 /// An open store.
 pub struct Store {
-    conn: Connection,
+    /// `None` only once [`Drop`] has taken it to keep.
+    conn: Option<Connection>,
     path: String,
+    /// The file this connection was opened on, when the connection may be kept for
+    /// this process's next open of it ([`Kept`]); `None` for a read-only open.
+    keep: Option<FileId>,
+}
+
+/// A database file's identity: device and inode. A file moved aside and made anew
+/// (a damaged state database is) has another.
+type FileId = (u64, u64);
+
+/// A connection this process closed, kept open for its next [`Store::open`] of the
+/// same file. A fire opens the state database several times (the recovery, the
+/// manifest, the run's row, its journal, its end), and every fresh connection parses
+/// the whole schema again before its first statement: with the connection kept, the
+/// fire pays for that once.
+struct Kept {
+    path: String,
+    file: FileId,
+    conn: Connection,
+}
+
+/// At most this many connections are kept (a process uses one or two databases).
+const KEPT_MAX: usize = 4;
+
+static KEPT: std::sync::Mutex<Vec<Kept>> = std::sync::Mutex::new(Vec::new());
+
+fn file_id(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The connection kept for `path`, if it is still on the same file.
+fn take_kept(path: &str, file: FileId) -> Option<Connection> {
+    let mut kept = KEPT.lock().ok()?;
+    let at = kept.iter().position(|k| k.path == path)?;
+    let k = kept.swap_remove(at);
+    (k.file == file).then_some(k.conn)
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let (Some(file), Some(conn)) = (self.keep, self.conn.take()) else {
+            return;
+        };
+        // A connection inside a transaction (a panic unwinding through a write) is
+        // not handed on: rusqlite has rolled it back, but keep nothing uncertain.
+        if !conn.is_autocommit() || file_id(Path::new(&self.path)) != Some(file) {
+            return;
+        }
+        if let Ok(mut kept) = KEPT.lock() {
+            kept.retain(|k| k.path != self.path);
+            if kept.len() < KEPT_MAX {
+                kept.push(Kept {
+                    path: self.path.clone(),
+                    file,
+                    conn,
+                });
+            }
+        }
+    }
 }
 
 impl Store {
-    /// Opens (creating and migrating to `schema`) the database at `path`.
+    /// Opens (creating and migrating to `schema`) the database at `path`: with the
+    /// connection this process last closed on the same file, if it kept one.
     pub fn open(path: &Path, schema: Schema) -> Result<Store, StoreError> {
+        let p = path.display().to_string();
+        if let Some(conn) = file_id(path).and_then(|file| take_kept(&p, file)) {
+            let mut store = Store {
+                conn: Some(conn),
+                keep: file_id(path),
+                path: p,
+            };
+            // What a user of the last open may have changed; the rest of
+            // [`Store::configure`] holds for the connection's life.
+            store.sync_every_commit(false)?;
+            store.migrate(schema)?;
+            return Ok(store);
+        }
+        Store::open_new(path, schema)
+    }
+
+    /// As [`Store::open`], always with a new connection: one that reads the file
+    /// itself, not pages a kept connection has cached (what a check of the whole
+    /// file needs).
+    pub fn open_new(path: &Path, schema: Schema) -> Result<Store, StoreError> {
         let p = path.display().to_string();
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| StoreError::Io {
@@ -110,7 +191,11 @@ impl Store {
             path: p.clone(),
             source: e,
         })?;
-        let mut store = Store { conn, path: p };
+        let mut store = Store {
+            conn: Some(conn),
+            keep: file_id(path),
+            path: p,
+        };
         store.configure()?;
         store.migrate(schema)?;
         Ok(store)
@@ -132,8 +217,9 @@ impl Store {
         // Missing, or created empty by an open that then could not write.
         if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
             let mut store = Store {
-                conn: Connection::open_in_memory().map_err(sql)?,
+                conn: Some(Connection::open_in_memory().map_err(sql)?),
                 path: p.clone(),
+                keep: None,
             };
             store.migrate(schema)?;
             return Ok(store);
@@ -142,10 +228,14 @@ impl Store {
         let mut last = None;
         for extra in ["", "&immutable=1"] {
             let uri = format!("file:{}?mode=ro{extra}", uri_path(path));
-            let store = Connection::open_with_flags(&uri, flags).map(|conn| Store { conn, path: p.clone() });
+            let store = Connection::open_with_flags(&uri, flags).map(|conn| Store {
+                conn: Some(conn),
+                path: p.clone(),
+                keep: None,
+            });
             let version = store.and_then(|s| {
-                s.conn.busy_timeout(Duration::from_secs(10))?;
-                let v: i64 = s.conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+                s.conn().busy_timeout(Duration::from_secs(10))?;
+                let v: i64 = s.conn().pragma_query_value(None, "user_version", |r| r.get(0))?;
                 Ok((s, v as usize))
             });
             match version {
@@ -184,29 +274,29 @@ impl Store {
     }
 
     fn configure(&mut self) -> Result<(), StoreError> {
-        self.conn
+        self.conn()
             .busy_timeout(Duration::from_secs(10))
             .map_err(self.sql_error())?;
-        self.conn
+        self.conn()
             .pragma_update(None, "journal_mode", "WAL")
             .map_err(self.sql_error())?;
-        self.conn
+        self.conn()
             .pragma_update(None, "synchronous", "NORMAL")
             .map_err(self.sql_error())?;
-        self.conn
+        self.conn()
             .pragma_update(None, "foreign_keys", "ON")
             .map_err(self.sql_error())?;
         // A fire opens the store briefly; checkpointing (and fsyncing) on every close
         // would cost more than the write. SQLite still checkpoints automatically as the
         // WAL grows, and a later open sees everything.
-        self.conn
+        self.conn()
             .set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
             .map_err(self.sql_error())?;
         // But the first open in a process rebuilds the WAL's index by reading every
         // frame in it, and a fire opens the store a few times: with SQLite's default
         // of a checkpoint every 1,000 pages (4 MB) that read cost up to several ms an
         // open. A checkpoint every WAL_AUTOCHECKPOINT pages bounds it.
-        self.conn
+        self.conn()
             .pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT)
             .map_err(self.sql_error())?;
         Ok(())
@@ -257,7 +347,7 @@ impl Store {
             source: e,
         };
         let tx = self
-            .conn
+            .conn_mut()
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(e)?;
         let out = f(&tx).map_err(e)?;
@@ -270,7 +360,7 @@ impl Store {
     /// written, synced at checkpoints (`NORMAL`, the default: survives a crash of the
     /// process).
     pub fn sync_every_commit(&self, full: bool) -> Result<(), StoreError> {
-        self.conn
+        self.conn()
             .pragma_update(None, "synchronous", if full { "FULL" } else { "NORMAL" })
             .map_err(self.sql_error())
     }
@@ -290,7 +380,7 @@ impl Store {
     /// checkpoints automatically once the log passes 1,000 pages) and every read until
     /// then searches the log.
     pub fn checkpoint(&mut self) -> Result<(), StoreError> {
-        self.conn
+        self.conn()
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .map_err(self.sql_error())
     }
@@ -303,19 +393,29 @@ impl Store {
         f: impl FnMut(&rusqlite::Row) -> rusqlite::Result<T>,
     ) -> Result<Vec<T>, StoreError> {
         let e = self.sql_error();
-        let mut stmt = self.conn.prepare(sql).map_err(e)?;
+        let mut stmt = self.conn().prepare(sql).map_err(e)?;
         let rows = stmt.query_map(params, f).map_err(e)?;
         rows.collect::<Result<Vec<_>, _>>().map_err(e)
     }
 
     /// Read-only access.
     pub fn conn(&self) -> &Connection {
-        &self.conn
+        match &self.conn {
+            Some(conn) => conn,
+            None => unreachable!("a store's connection is taken only when it is dropped"),
+        }
+    }
+
+    fn conn_mut(&mut self) -> &mut Connection {
+        match &mut self.conn {
+            Some(conn) => conn,
+            None => unreachable!("a store's connection is taken only when it is dropped"),
+        }
     }
 
     pub fn schema_version(&self) -> Result<usize, StoreError> {
         let v: i64 = self
-            .conn
+            .conn()
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(self.sql_error())?;
         Ok(v as usize)
@@ -389,6 +489,47 @@ mod tests {
     const TEST_SCHEMA: Schema = Schema {
         migrations: &SHARED_HISTORY,
     };
+
+    /// Whether `store` runs on the connection that made the marker table (a TEMP
+    /// table lives and dies with its connection).
+    fn same_connection(store: &Store) -> bool {
+        store
+            .conn()
+            .query_row(
+                "SELECT count(*) FROM temp.sqlite_master WHERE name = 'marker'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+            == 1
+    }
+
+    #[test]
+    fn a_reopen_in_the_same_process_takes_the_kept_connection_until_the_file_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".runtime/state.db");
+        let s = Store::open(&path, TEST_SCHEMA).unwrap();
+        s.conn().execute_batch("CREATE TEMP TABLE marker (x)").unwrap();
+        s.sync_every_commit(true).unwrap();
+        drop(s);
+        let s = Store::open(&path, TEST_SCHEMA).unwrap();
+        assert!(same_connection(&s), "the closed connection was kept and taken again");
+        let sync: i64 = s.conn().query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
+        assert_eq!(sync, 1, "a kept connection is back at synchronous=NORMAL");
+        drop(s);
+        let fresh = Store::open_new(&path, TEST_SCHEMA).unwrap();
+        assert!(!same_connection(&fresh), "open_new never takes a kept connection");
+        drop(fresh);
+        // A file moved aside and made anew (as a damaged state database is) is another
+        // file: the kept connection, on the old one, is not taken.
+        let s = Store::open(&path, TEST_SCHEMA).unwrap();
+        s.conn().execute_batch("CREATE TEMP TABLE marker (x)").unwrap();
+        drop(s);
+        std::fs::rename(&path, dir.path().join("aside.db")).unwrap();
+        let s = Store::open(&path, TEST_SCHEMA).unwrap();
+        assert!(!same_connection(&s), "a new file gets a new connection");
+        assert_eq!(s.schema_version().unwrap(), TEST_SCHEMA.version());
+    }
 
     #[test]
     fn migrates_fresh_and_reopens() {

@@ -150,7 +150,7 @@ impl WorkerClient {
         }
     }
 
-    /// Keeps `spare` (a process from [`spawn_process`]) to replace this worker once if
+    /// Keeps `spare` (a process from [`spawn_parked`]) to replace this worker once if
     /// it dies; it gets the same `config`.
     pub fn keep_spare(&mut self, spare: std::process::Child, config: WorkerConfig) {
         self.spare = Some(Spare {
@@ -245,6 +245,7 @@ impl WorkerClient {
         let Some(child) = spare.child.take() else {
             return Err(WorkerError::Refused("no spare worker left".into()));
         };
+        let child = wake_parked(child).map_err(WorkerError::Spawn)?;
         let fresh = WorkerClient::adopt(child, &spare.config).await?;
         tracing::warn!(
             old = self.child.0.id(),
@@ -349,6 +350,36 @@ impl Drop for Proc {
 /// set). Synchronous: callable before the runtime restricts itself.
 pub fn spawn_process(exe: &Path, args: &[String], env: &[(String, String)]) -> std::io::Result<std::process::Child> {
     spawn_process_with_stderr(exe, args, env, Stdio::inherit())
+}
+
+/// The shell line a parked worker waits in: one line on stdin, then the worker itself
+/// (`$0 "$@"`) in its place, with the same stdin and stdout. The shell reads its line
+/// a byte at a time from the pipe (POSIX `read` must not read past the newline), so
+/// the configuration the runtime writes next reaches the worker whole.
+const PARKED: &str = r#"read -r go && exec "$0" "$@""#;
+
+/// As [`spawn_process`], parked: a small shell (`/bin/sh`) that starts the worker
+/// only when [`wake_parked`] says so. The spare tool worker must be started before the
+/// runtime restricts itself (a process under Landlock cannot set up the mounts a
+/// worker's sandbox needs), but is used only when the first worker dies: parked, it
+/// costs a shell's start instead of the runtime binary's on every fire.
+pub fn spawn_parked(exe: &Path, args: &[String], env: &[(String, String)]) -> std::io::Result<std::process::Child> {
+    let sh_args: Vec<String> = ["-c".to_string(), PARKED.to_string(), exe.display().to_string()]
+        .into_iter()
+        .chain(args.iter().cloned())
+        .collect();
+    spawn_process(Path::new("/bin/sh"), &sh_args, env)
+}
+
+/// Starts the worker a parked process ([`spawn_parked`]) waits to start.
+pub fn wake_parked(mut child: std::process::Child) -> std::io::Result<std::process::Child> {
+    use std::io::Write;
+    let stdin = child
+        .stdin
+        .as_mut()
+        .ok_or_else(|| std::io::Error::other("the parked worker has no stdin"))?;
+    stdin.write_all(b"go\n")?;
+    Ok(child)
 }
 
 /// As [`spawn_process`], with the worker's stderr sent to `stderr` (an MCP server's

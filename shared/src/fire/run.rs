@@ -6,7 +6,7 @@
 use super::config::ACCEPTANCE_OUTPUT_BYTES;
 use super::prefetch::shell_quote;
 use super::{Abort, Aborted, FireEnd, FireRun};
-use crate::agent::worker_client::{spawn_process, WorkerClient, WorkerError};
+use crate::agent::worker_client::{spawn_parked, spawn_process, WorkerClient, WorkerError};
 use crate::agent::{Agent, CallDecision, CardDraft, LoopConfig};
 use crate::progress::Event;
 use crate::provider::{Provider, ProviderChain, ProviderError};
@@ -52,7 +52,7 @@ impl FireRun {
             }
         }
         // The spare replaces a worker that dies; without one the fire still runs.
-        match spawn_process(exe, args, &env) {
+        match spawn_parked(exe, args, &env) {
             Ok(child) => self.spare_worker = Some(child),
             Err(e) => tracing::warn!(error = %e, "no spare tool worker"),
         }
