@@ -17,6 +17,7 @@
 
 use crate::review::{builder_in, builder_ok, fire_in, git, git_with_path, path_with_builder, with_origin, REVIEWER};
 use crate::signed::keygen;
+use crate::skip::Capability;
 use crate::util::{TestEnv, TEST_KEY};
 use git2::{Oid, Repository};
 use serde_json::Value;
@@ -531,7 +532,7 @@ fn forge_runtime_commit(env: &TestEnv, name: &str) -> String {
 fn a_forged_runtime_commit_is_flagged_and_a_signed_one_accepted() {
     let env = TestEnv::new();
     let Some((box_key, box_pub)) = keygen(&env, "box") else {
-        eprintln!("skipped: ssh-keygen is not installed");
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     };
     let (mal_key, _) = keygen(&env, "mallory").unwrap();

@@ -4,6 +4,7 @@
 //! runtime binary here is built with the `failpoints` feature: `RUNTIME_FAILPOINTS`
 //! SIGKILLs it at a named point, so each crash lands exactly where the test says.
 
+use crate::skip::Capability;
 use crate::util::*;
 use serde_json::Value;
 use std::process::Output;
@@ -542,7 +543,7 @@ fn fsyncs_of_a_fire(env: &TestEnv) -> Option<(Vec<String>, Value)> {
 fn durability_strict_fsyncs_checkpoints_and_records_and_normal_does_not() {
     let env = counter_env(false);
     let Some((normal, summary)) = fsyncs_of_a_fire(&env) else {
-        println!("skipped: strace cannot run here");
+        crate::skip::skip(Capability::Strace, "strace cannot run here");
         return;
     };
     assert_eq!(summary["exit_code"], 0, "{summary}");

@@ -8,6 +8,7 @@
 //! `#anchor` to a heading), none leads outside it, and each `runtime ...`/`builder ...`
 //! command they show names subcommands and flags that `--help` lists.
 
+use crate::skip::Capability;
 use crate::util::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -231,7 +232,10 @@ fn the_systemd_units_verify() {
     assert!(readme.contains("contrib/systemd/runtime-fire@.service") && readme.contains("/usr/local/bin/"));
 
     let Some(analyze) = which("systemd-analyze") else {
-        eprintln!("skipped: systemd-analyze is not on PATH; the units were not verified");
+        crate::skip::skip(
+            Capability::SystemdAnalyze,
+            "systemd-analyze is not on PATH; the units were not verified",
+        );
         return;
     };
     let env = TestEnv::new();

@@ -6,6 +6,7 @@
 //! payloads the policy cannot see through are stopped by Landlock, and with Landlock
 //! off the policy still stops everything it can see.
 
+use crate::skip::Capability;
 use crate::util::*;
 use serde_json::{json, Value};
 use std::net::TcpListener;
@@ -196,9 +197,12 @@ fn landlock_abi_or_skip() -> Option<u32> {
         shared::sandbox::landlock::TARGET_ABI as u32
     );
     if abi < shared::sandbox::landlock::TARGET_ABI as u32 {
-        eprintln!(
-            "SKIPPED: this kernel cannot fully enforce Landlock ABI {}; the kernel layer is not tested here",
-            shared::sandbox::landlock::TARGET_ABI as u32
+        crate::skip::skip(
+            Capability::Landlock,
+            &format!(
+                "this kernel cannot fully enforce Landlock ABI {}; the kernel layer is not tested here",
+                shared::sandbox::landlock::TARGET_ABI as u32
+            ),
         );
         return None;
     }

@@ -5,6 +5,7 @@
 //! Rows that need a read-only or full file system run the binary in a private mount
 //! namespace (`unshare -m`), so they work as root, for whom chmod protects nothing.
 
+use crate::skip::Capability;
 use crate::util::*;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -207,7 +208,10 @@ fn exit_code_table() {
                 .unwrap(),
         ));
     } else {
-        println!("skipped the forced internal error rows: the hook exists in debug builds only");
+        crate::skip::skip(
+            Capability::DebugHooks,
+            "the forced internal error rows: the hook exists in debug builds only",
+        );
     }
 
     let bad = TestEnv::new();
@@ -258,7 +262,7 @@ fn exit_code_table() {
 #[test]
 fn exit_code_table_read_only_and_full_disk() {
     if let Some(why) = no_mount_namespace() {
-        println!("skipped: {why}");
+        crate::skip::skip(Capability::MountNamespace, &why);
         return;
     }
     let ro = TestEnv::new();
@@ -300,7 +304,7 @@ fn exit_code_table_fire_environment() {
                 in_namespace(&ro, READ_ONLY, &ro.command("runtime", &["fire", "digest"])),
             ));
         }
-        Some(why) => println!("skipped the read-only fire row: {why}"),
+        Some(why) => crate::skip::skip(Capability::MountNamespace, &format!("the read-only fire row: {why}")),
     }
     check(rows);
 }

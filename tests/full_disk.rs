@@ -9,6 +9,7 @@
 //! nothing lost, duplicated or left uncommitted or pending, `git fsck` clean.
 
 use crate::exit_codes::no_mount_namespace;
+use crate::skip::Capability;
 use crate::util::*;
 use serde_json::Value;
 
@@ -96,7 +97,7 @@ git status --porcelain --untracked-files=all -- runs cards reports > "$2/status"
 #[test]
 fn records_written_before_the_runtime_disk_filled_are_committed_once_space_is_back() {
     if let Some(why) = no_mount_namespace() {
-        println!("skipped: {why}");
+        crate::skip::skip(Capability::MountNamespace, &why);
         return;
     }
     let env = TestEnv::new();
@@ -142,7 +143,7 @@ cp .runtime/state.db .runtime/state.db-wal "$2/""#
 #[test]
 fn a_report_a_full_disk_kept_from_being_written_is_written_and_committed_by_the_next_fire() {
     if let Some(why) = no_mount_namespace() {
-        println!("skipped: {why}");
+        crate::skip::skip(Capability::MountNamespace, &why);
         return;
     }
     let env = TestEnv::new();

@@ -12,6 +12,7 @@ use crate::isolation::{
     am_root, env_with_prompt, fire_command, fire_payload, hand_to_nobody, kernel_ready, trace, As, Listeners, Payload,
     SETTINGS,
 };
+use crate::skip::Capability;
 use crate::util::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -147,7 +148,10 @@ fn daemons_case(who: As) {
         return;
     }
     if !am_root() {
-        eprintln!("SKIPPED: making daemons under /var/lib, /srv and /home needs root");
+        crate::skip::skip(
+            Capability::Root,
+            "making daemons under /var/lib, /srv and /home needs root",
+        );
         return;
     }
     let env = env_with_prompt();
@@ -538,7 +542,10 @@ fn a_core_dump_of_the_runtime_or_its_worker_never_lands_in_the_work_tree() {
     unsafe { libc::kill(child.id() as i32, libc::SIGQUIT) };
     let _ = child.wait();
     if cores(control_dir.path()).is_empty() {
-        eprintln!("SKIPPED: a SIGQUIT leaves no core file in the working directory here (core_pattern)");
+        crate::skip::skip(
+            Capability::CoreFiles,
+            "a SIGQUIT leaves no core file in the working directory here (core_pattern)",
+        );
         return;
     }
     let env = slow_env();

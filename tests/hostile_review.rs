@@ -11,6 +11,7 @@
 //! not reach eval fires either (an allow-list), and they keep the full sandbox. Runs as
 //! the test's user and again as uid 65534 where a fire runs.
 
+use crate::skip::Capability;
 use crate::util::*;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -39,7 +40,7 @@ fn users() -> Vec<As> {
     if am_root() {
         vec![As::Me, As::Nobody]
     } else {
-        eprintln!("not root: the uid 65534 runs are skipped");
+        crate::skip::skip(Capability::Root, "not root: the uid 65534 runs are skipped");
         vec![As::Me]
     }
 }

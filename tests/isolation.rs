@@ -7,6 +7,7 @@
 //! TCP, UDP and UNIX listeners outside the sandbox heard nothing, that the key is in
 //! no record, and that the fire committed its own records.
 
+use crate::skip::Capability;
 use crate::util::*;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -271,7 +272,7 @@ pub(crate) fn env_with_prompt() -> TestEnv {
 pub(crate) fn kernel_ready() -> bool {
     let abi = shared::sandbox::landlock::kernel_abi();
     if abi < shared::sandbox::landlock::TARGET_ABI as u32 {
-        eprintln!("SKIPPED: Landlock ABI {abi} is below the target");
+        crate::skip::skip(Capability::Landlock, &format!("Landlock ABI {abi} is below the target"));
         return false;
     }
     true

@@ -44,6 +44,7 @@ mod repos;
 mod review;
 mod signals;
 mod signed;
+mod skip;
 mod team;
 mod team_crash;
 mod team_scenario;

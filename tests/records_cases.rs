@@ -11,6 +11,7 @@
 //! whatever the model leaves behind.
 
 use crate::records_hardening::{cmd, committed, fire, landlock_or_skip, rejected_detail, script, settings, setup};
+use crate::skip::Capability;
 use crate::util::*;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -209,7 +210,7 @@ fn a_directory_under_reports_set_to_mode_000_stops_no_fire_of_an_unprivileged_ru
         return;
     }
     if !crate::isolation::am_root() {
-        println!("skipped: needs root to hand the repository to uid 65534");
+        crate::skip::skip(Capability::Root, "needs root to hand the repository to uid 65534");
         return;
     }
     let env = setup(

@@ -5,6 +5,7 @@
 //! then that the runtime's records were neither forged nor blocked, that builder
 //! files are untouched, and that only plain data the model wrote was committed.
 
+use crate::skip::Capability;
 use crate::util::*;
 use serde_json::{json, Value};
 use std::io::Read;
@@ -48,7 +49,10 @@ pub(crate) fn settings(write: &str, limits: &str) -> String {
 pub(crate) fn landlock_or_skip() -> bool {
     let abi = shared::sandbox::landlock::kernel_abi();
     if abi < shared::sandbox::landlock::TARGET_ABI as u32 {
-        eprintln!("SKIPPED: this kernel's Landlock ABI {abi} cannot enforce the kernel layer these cases need");
+        crate::skip::skip(
+            Capability::Landlock,
+            &format!("this kernel's Landlock ABI {abi} cannot enforce the kernel layer these cases need"),
+        );
         return false;
     }
     true

@@ -14,6 +14,7 @@
 use crate::review::{
     approval_ids, builder_in, builder_ok, fire_in, git, latest_approval, require_review_through_review, state, REVIEWER,
 };
+use crate::skip::Capability;
 use crate::util::TestEnv;
 use serde_json::Value;
 use shared::review::approvals::{self, Signing};
@@ -102,7 +103,7 @@ fn with_signed_approvals_required_only_a_key_listed_for_the_approver_counts() {
     // Review is on already, with approvals by identity alone; turning signed review on
     // goes through review itself, the approval signed.
     let Some((rev_key, _, signed_approval)) = signed_review(&env) else {
-        eprintln!("skipped: ssh-keygen is not installed");
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     };
     let (eve_key, _) = keygen(&env, "eve").unwrap();
@@ -251,7 +252,7 @@ fn landed_without_builder_is_refused(env: &TestEnv, name: &str, trusted: &str) {
 fn a_key_a_change_adds_to_allowed_signers_never_approves_that_change() {
     let env = TestEnv::new();
     let Some(_) = signed_review(&env) else {
-        eprintln!("skipped: ssh-keygen is not installed");
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     };
     let (mal_key, mal_pub) = keygen(&env, "mallory").unwrap();
@@ -374,7 +375,7 @@ fn a_key_a_change_adds_to_allowed_signers_never_approves_that_change() {
 fn a_key_added_through_review_counts_from_the_next_change_on() {
     let env = TestEnv::new();
     let Some((rev_key, _, _)) = signed_review(&env) else {
-        eprintln!("skipped: ssh-keygen is not installed");
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     };
     let (carol_key, carol_pub) = keygen(&env, "carol").unwrap();
@@ -454,7 +455,7 @@ fn a_key_added_through_review_counts_from_the_next_change_on() {
 fn an_absolute_allowed_signers_path_is_the_operators_only_list() {
     let env = TestEnv::new();
     let Some((rev_key, rev_pub)) = keygen(&env, "rev") else {
-        eprintln!("skipped: ssh-keygen is not installed");
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     };
     let (ops_key, ops_pub) = keygen(&env, "ops").unwrap();

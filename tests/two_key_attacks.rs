@@ -11,6 +11,7 @@
 
 use crate::review::{builder_ok, fire_in, git, with_origin, REVIEWER};
 use crate::signed::{keygen, signed_review};
+use crate::skip::Capability;
 use crate::util::TestEnv;
 use git2::{Oid, Repository};
 use shared::review::approvals::{self, Signing};
@@ -150,7 +151,7 @@ fn rev(env: &TestEnv, dir: &Path, what: &str) -> String {
 fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
     let env = TestEnv::new();
     let Some((origin, cron, _)) = signed_cron_box(&env) else {
-        eprintln!("skipped: ssh-keygen is not installed");
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     };
     let (mal_key, mal_pub) = keygen(&env, "mallory").unwrap();
@@ -284,7 +285,7 @@ fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
 fn a_builder_link_that_leaves_the_builder_paths_is_never_covered() {
     let env = TestEnv::new();
     let Some((origin, cron, rev_key)) = signed_cron_box(&env) else {
-        eprintln!("skipped: ssh-keygen is not installed");
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     };
     let script = "tools/digest-context.sh";
@@ -400,7 +401,7 @@ fn a_builder_link_that_leaves_the_builder_paths_is_never_covered() {
 fn forged_approvals_of_a_change_that_disarms_review_count_for_nothing() {
     let env = TestEnv::new();
     let Some((origin, cron, _)) = signed_cron_box(&env) else {
-        eprintln!("skipped: ssh-keygen is not installed");
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     };
     let (mal_key, mal_pub) = keygen(&env, "mallory").unwrap();
@@ -532,7 +533,7 @@ fn forged_approvals_of_a_change_that_disarms_review_count_for_nothing() {
 fn turning_signatures_off_in_the_same_change_does_not_let_an_identity_approve_it() {
     let env = TestEnv::new();
     let Some(_) = signed_review(&env) else {
-        eprintln!("skipped: ssh-keygen is not installed");
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     };
     let repo = Repository::open(&env.root).unwrap();
