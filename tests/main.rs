@@ -45,6 +45,7 @@ mod review;
 mod signals;
 mod signed;
 mod skip;
+mod snapshots;
 mod team;
 mod team_crash;
 mod team_scenario;

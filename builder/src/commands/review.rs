@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub enum Format {
     /// Sections for a terminal
     Text,
-    /// The review as JSON (DESIGN.md section 8)
+    /// The review as JSON (its fields: docs/review.md)
     Json,
     /// A pull-request comment body (markdown)
     Github,
