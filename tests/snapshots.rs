@@ -19,7 +19,10 @@ fn filters(env: &TestEnv) -> Vec<(String, &'static str)> {
     f.extend(
         [
             (r"\d{8}T\d{6}Z-[0-9a-f]{8}", "[RUN]"),
-            (r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})", "[TIME]"),
+            (
+                r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})",
+                "[TIME]",
+            ),
             (r"\d{4}-\d{2}-\d{2}", "[DATE]"),
             (r"\b[0-9a-f]{40}\b", "[OID]"),
             (r"\b[0-9a-f]{12}\b", "[SHORT-OID]"),
@@ -94,7 +97,11 @@ fn every_commands_help_text() {
         for sub in subs {
             let out = env.command(bin, &[&sub, "--help"]).output().unwrap();
             assert!(out.status.success(), "{bin} {sub} --help");
-            check(&env, &format!("help-{bin}-{sub}"), &String::from_utf8_lossy(&out.stdout));
+            check(
+                &env,
+                &format!("help-{bin}-{sub}"),
+                &String::from_utf8_lossy(&out.stdout),
+            );
         }
     }
 }
@@ -104,7 +111,10 @@ fn failure_lines_a_cron_log_shows() {
     let env = TestEnv::new();
     check(&env, "fail-unknown-task", &shown(&env.runtime(&["fire", "nosuch"])));
     let settings = env.read("settings/runtime.yaml");
-    env.write("settings/runtime.yaml", &format!("{settings}\nbudgets:\n  max_steps: lots\n"));
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}\nbudgets:\n  max_steps: lots\n"),
+    );
     env.commit_all("a bad budget");
     check(&env, "fail-invalid-settings", &shown(&env.runtime(&["fire", "digest"])));
     check(&env, "fail-builder-check", &shown(&env.builder(&["check"])));

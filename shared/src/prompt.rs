@@ -245,12 +245,13 @@ fn parse_front(rel: &Path, fm: &str, offset: usize, diags: &mut Vec<Diagnostic>)
         Ok(serde_yaml::Value::Null) => return Some(Front::default()),
         Ok(v) => v,
         Err(e) => {
-            let line = e.location().map(|l| l.line()).unwrap_or(0) + offset;
+            let (line, what) = crate::yamlpos::syntax_error(fm, &e);
+            let line = line + offset;
             diags.push(Diagnostic::new(
                 rel,
                 line,
                 "front matter",
-                format!("YAML syntax error: {e}"),
+                format!("YAML syntax error: {what}"),
             ));
             return None;
         }

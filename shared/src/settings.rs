@@ -612,8 +612,8 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> 
     let value: serde_yaml::Value = match serde_yaml::from_str(src) {
         Ok(v) => v,
         Err(e) => {
-            let line = e.location().map(|l| l.line()).unwrap_or(0);
-            diags.push(Diagnostic::new(file, line, "", format!("YAML syntax error: {e}")));
+            let (line, what) = crate::yamlpos::syntax_error(src, &e);
+            diags.push(Diagnostic::new(file, line, "", format!("YAML syntax error: {what}")));
             return None;
         }
     };

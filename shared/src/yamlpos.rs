@@ -53,6 +53,63 @@ pub fn line_of_item(src: &str, path: &[&str], needle: &str) -> usize {
         .unwrap_or(start)
 }
 
+/// Where a serde_yaml error is (the 1-based line, 0 when it names none) and what it
+/// says. For a duplicate key serde_yaml names where the mapping begins; the line
+/// that needs fixing is the duplicate's, the key's second appearance in it.
+pub fn syntax_error(src: &str, e: &serde_yaml::Error) -> (usize, String) {
+    let Some(at) = e.location() else {
+        return (0, e.to_string());
+    };
+    let duplicate = duplicate_key(&e.to_string())
+        .and_then(|key| Some((second_appearance(src, &key, at.line(), at.column())?, key)));
+    match duplicate {
+        Some((line, key)) => (
+            line,
+            format!(
+                "duplicate key `{key}` (the mapping that begins at line {} has it twice)",
+                at.line()
+            ),
+        ),
+        None => (at.line(), e.to_string()),
+    }
+}
+
+/// The key a "duplicate entry with key ..." message names.
+fn duplicate_key(message: &str) -> Option<String> {
+    let rest = message.split_once("duplicate entry with key ")?.1;
+    let quoted = rest.strip_prefix('"')?;
+    Some(quoted.split_once('"')?.0.to_string())
+}
+
+/// The line of `key`'s second appearance as a key of the block mapping that begins
+/// at `line`, `column` (both 1-based).
+fn second_appearance(src: &str, key: &str, line: usize, column: usize) -> Option<usize> {
+    let indent = column.saturating_sub(1);
+    let mut seen = 0;
+    for (n, text) in src.lines().enumerate().skip(line.saturating_sub(1)) {
+        let body = text.trim_start_matches(' ');
+        if body.is_empty() || body.starts_with('#') {
+            continue;
+        }
+        let depth = text.len() - body.len();
+        if depth < indent {
+            return None; // the mapping ended
+        }
+        let names_key = body
+            .strip_prefix(key)
+            .or_else(|| body.strip_prefix(&format!("\"{key}\"")))
+            .or_else(|| body.strip_prefix(&format!("'{key}'")))
+            .is_some_and(|after| after.trim_start().starts_with(':'));
+        if depth == indent && names_key {
+            seen += 1;
+            if seen == 2 {
+                return Some(n + 1);
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,5 +123,31 @@ mod tests {
         assert_eq!(line_of(SRC, &["budgets", "max_steps"]), 7);
         assert_eq!(line_of(SRC, &["budgets", "nope"]), 5);
         assert_eq!(line_of_item(SRC, &["permissions", "allow"], "Bash(ls*)"), 11);
+    }
+
+    #[test]
+    fn a_duplicate_key_points_at_the_duplicate() {
+        let cases = [
+            (
+                "version: 1\nbudgets:\n  max_steps: 3\ntools: []\nbudgets:\n  max_steps: 4\n",
+                5,
+            ),
+            (
+                "provider:\n  kind: openai\n  # a note\n  model: a\n\n  model: b\nfallback:\n  model: c\n",
+                6,
+            ),
+            ("a:\n  model: x\nb:\n  model: y\n  \"model\": z\n", 5),
+        ];
+        for (src, want) in cases {
+            let e = serde_yaml::from_str::<serde_yaml::Value>(src).unwrap_err();
+            assert!(e.to_string().contains("duplicate entry"), "{e}");
+            let (line, text) = syntax_error(src, &e);
+            assert_eq!(line, want, "{src}\n{e}");
+            assert!(text.starts_with("duplicate key `"), "{text}");
+        }
+        // Another syntax error keeps serde_yaml's own line.
+        let src = "a: 1\nb: [\n";
+        let e = serde_yaml::from_str::<serde_yaml::Value>(src).unwrap_err();
+        assert_eq!(syntax_error(src, &e), (e.location().unwrap().line(), e.to_string()));
     }
 }
