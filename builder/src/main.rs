@@ -37,8 +37,5 @@ fn main() -> ExitCode {
 /// pipe: restore the default SIGPIPE action Rust replaces at start-up. (A fire prints
 /// only after its records are written and committed.)
 fn restore_sigpipe() {
-    // SAFETY: resetting a signal disposition before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    kernel::signal::restore_default(kernel::signal::Signal::Pipe);
 }

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // No core dump of the runtime (it holds the provider's key) or of the tool worker
     // (the same binary), and no reading either's memory through /proc or ptrace.
-    if let Err(e) = shared::sandbox::process::forbid_core_dumps() {
+    if let Err(e) = kernel::hardening::forbid_core_dumps() {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }
@@ -46,8 +46,5 @@ fn main() -> ExitCode {
 /// pipe: restore the default SIGPIPE action Rust replaces at start-up. (A fire prints
 /// only after its records are written and committed.)
 fn restore_sigpipe() {
-    // SAFETY: resetting a signal disposition before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    kernel::signal::restore_default(kernel::signal::Signal::Pipe);
 }
