@@ -3,6 +3,8 @@
 //! `main` parses, sets up logging, dispatches to one module per subcommand, and turns
 //! the result into the exit code (`command_error`, the only place codes are decided).
 
+#![forbid(unsafe_code)]
+
 mod command_error;
 mod commands;
 

@@ -7,6 +7,7 @@
 //! 40 MB. Prints
 //! the numbers (raw and net); exits 1 if a target is missed.
 
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -4,6 +4,8 @@
 //! Landlock restricts only the calling thread and what it creates afterwards. The
 //! exit code is decided in one place, `command_error::exit_code`.
 
+#![forbid(unsafe_code)]
+
 mod command_error;
 mod commands;
 mod logging;

@@ -7,6 +7,7 @@
 //! many it could still read: a walk that stops early leaves those unmasked. Prints
 //! medians; exits 1 when a `.env` stayed readable.
 
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
