@@ -48,10 +48,27 @@ pub fn lookalike_of(name: &str) -> Option<GitFile> {
     })
 }
 
+/// Why libgit2's pack maps were not limited.
+#[derive(Debug, thiserror::Error)]
+pub enum PackMapsError {
+    #[error("the process has {0} threads already: libgit2's options are set before any other starts")]
+    Threaded(usize),
+    #[error("cannot count this process's threads: {0}")]
+    Threads(#[source] std::io::Error),
+    #[error(transparent)]
+    Git(#[from] git2::Error),
+}
+
 /// Sets the size of libgit2's pack map windows and the most it keeps mapped, in
-/// bytes. For the start of a process, before it starts a thread that uses libgit2.
-pub fn limit_pack_maps(window: usize, mapped: usize) -> Result<(), git2::Error> {
-    // SAFETY: libgit2's global options are set with no other thread of the process
-    // using libgit2 (the caller's contract above); the calls take integers.
-    unsafe { git2::opts::set_mwindow_size(window).and_then(|()| git2::opts::set_mwindow_mapped_limit(mapped)) }
+/// bytes. For the start of a process: refused once it has another thread (one could
+/// be using libgit2 while its options change).
+pub fn limit_pack_maps(window: usize, mapped: usize) -> Result<(), PackMapsError> {
+    let threads = crate::process::thread_count().map_err(PackMapsError::Threads)?;
+    if threads != 1 {
+        return Err(PackMapsError::Threaded(threads));
+    }
+    // SAFETY: the process has a single thread (checked above), so no other uses
+    // libgit2 while its global options change; the calls take integers.
+    unsafe { git2::opts::set_mwindow_size(window).and_then(|()| git2::opts::set_mwindow_mapped_limit(mapped)) }?;
+    Ok(())
 }

@@ -80,7 +80,7 @@ impl From<CloneError> for io::Error {
 }
 
 /// How many threads this process has (the entries of `/proc/self/task`).
-fn thread_count() -> io::Result<usize> {
+pub(crate) fn thread_count() -> io::Result<usize> {
     Ok(std::fs::read_dir("/proc/self/task")?.count())
 }
 
