@@ -302,10 +302,7 @@ fn watch_prints_new_cards_and_receipts() {
             .any(|e| e["type"] == "card" && e["kind"] == "permission_denied"),
         "{got:?}"
     );
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
+    let _ = kernel::signal::kill(child.id(), kernel::signal::Signal::Int);
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "Ctrl-C ends watch cleanly");
 }

@@ -416,8 +416,8 @@ fn kill_worker_running(marker: &str, sleep_cmdline: &str) -> i32 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     let worker = worker_of(sleep).expect("the sleep runs under a tool worker");
-    // SAFETY: signalling a process of this test's own fire.
-    assert_eq!(unsafe { libc::kill(worker, libc::SIGKILL) }, 0);
+    // A process of this test's own fire.
+    kernel::signal::kill(worker as u32, kernel::signal::Signal::Kill).unwrap();
     worker
 }
 

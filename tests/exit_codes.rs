@@ -66,7 +66,6 @@ struct Flock {
 }
 
 fn flock(path: &Path) -> Flock {
-    use std::os::unix::io::AsRawFd;
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -74,9 +73,8 @@ fn flock(path: &Path) -> Flock {
         .write(true)
         .open(path)
         .unwrap();
-    // SAFETY: flock on a descriptor we own.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    assert_eq!(rc, 0, "could not take {}", path.display());
+    let taken = kernel::fs::lock_exclusive(&f, kernel::fs::Wait::No);
+    assert!(matches!(taken, Ok(true)), "could not take {}", path.display());
     Flock { _file: f }
 }
 

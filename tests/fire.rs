@@ -442,10 +442,7 @@ fn sigterm_mid_run_ends_as_cancelled_with_records() {
     let before = env.builder_snapshot();
     let child = fire_in_background(&env, &server);
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: signalling our own child process.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
+    let _ = kernel::signal::kill(child.id(), kernel::signal::Signal::Term);
     let t0 = Instant::now();
     let out = child.wait_with_output().unwrap();
     assert!(

@@ -511,18 +511,7 @@ fn cores(dir: &Path) -> Vec<PathBuf> {
 
 /// Lets `cmd` dump cores of any size (the runtime must lower it itself).
 fn unlimited_cores(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: setrlimit only changes the child's own limit; async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            let all = libc::rlimit {
-                rlim_cur: libc::RLIM_INFINITY,
-                rlim_max: libc::RLIM_INFINITY,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &all);
-            Ok(())
-        });
-    }
+    kernel::spawn::unlimited_core_dumps(cmd);
 }
 
 #[test]
@@ -538,8 +527,7 @@ fn a_core_dump_of_the_runtime_or_its_worker_never_lands_in_the_work_tree() {
     unlimited_cores(&mut control);
     let mut child = control.spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(100));
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGQUIT) };
+    let _ = kernel::signal::kill(child.id(), kernel::signal::Signal::Quit);
     let _ = child.wait();
     if cores(control_dir.path()).is_empty() {
         crate::skip::skip(
@@ -558,11 +546,9 @@ fn a_core_dump_of_the_runtime_or_its_worker_never_lands_in_the_work_tree() {
         .unwrap();
     let pid = runtime.id() as i32;
     let worker = wait_for_worker(pid);
-    // SAFETY: signalling the runtime and its worker, processes of this test.
-    unsafe {
-        libc::kill(worker, libc::SIGQUIT);
-        libc::kill(pid, libc::SIGQUIT);
-    }
+    // The runtime and its worker, processes of this test.
+    let _ = kernel::signal::kill(worker as u32, kernel::signal::Signal::Quit);
+    let _ = kernel::signal::kill(pid as u32, kernel::signal::Signal::Quit);
     let status = runtime.wait().unwrap();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(

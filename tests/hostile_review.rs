@@ -31,8 +31,7 @@ enum As {
 }
 
 fn am_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    kernel::process::is_root()
 }
 
 /// Every `As` this machine can run: nobody only as root.

@@ -136,8 +136,7 @@ pub(crate) fn hand_to_nobody(env: &TestEnv) {
 }
 
 pub(crate) fn am_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    kernel::process::is_root()
 }
 
 /// `runtime fire t --json` as `who`.
@@ -334,7 +333,7 @@ fn probe_case(who: As) {
     if am_root() {
         assert_eq!(m["uid"], "65534", "{m:?}");
     } else {
-        assert_eq!(m["uid"], unsafe { libc::geteuid() }.to_string());
+        assert_eq!(m["uid"], kernel::process::effective_uid().to_string());
     }
     assert_eq!(m["capeff"], "CapEff:0000000000000000", "{m:?}");
     let procs: usize = m["procs"].parse().unwrap();

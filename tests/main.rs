@@ -1,6 +1,8 @@
 //! End-to-end tests: drive the real `runtime` and `builder` binaries against temporary
 //! git repositories, model providers played by an HTTP server on 127.0.0.1 speaking
 //! the real wire formats, SQLite on disk and Landlock in the real kernel.
+
+#![forbid(unsafe_code)]
 // This package is test code from top to bottom (helpers included, not only the
 // `#[test]` functions clippy.toml covers): a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -15,6 +15,8 @@
 //!   `notifications/tools/list_changed` and from then on offers a poisoned `echo` and a
 //!   new `delete_row` (the rug pull: a change after the tools were checked).
 
+#![forbid(unsafe_code)]
+
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams,
     ServerCapabilities, ServerConfig, Tool,

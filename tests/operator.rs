@@ -90,11 +90,7 @@ fn a_skipped_fire_is_quiet_unless_verbose() {
     let lock_path = env.root.join(".runtime/locks/digest.lock");
     std::fs::create_dir_all(lock_path.parent().unwrap()).unwrap();
     let lock = std::fs::File::create(&lock_path).unwrap();
-    // SAFETY: flock on a descriptor this test owns.
-    assert_eq!(
-        unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
-        0
-    );
+    assert!(kernel::fs::lock_exclusive(&lock, kernel::fs::Wait::Yes).unwrap());
     let (code, stdout, stderr) = fire_plain(&env, &["fire", "digest"]);
     assert_eq!(code, 3);
     assert_eq!(

@@ -5,7 +5,7 @@
 
 use crate::util::*;
 use std::io::Read;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -35,29 +35,7 @@ fn two_steps(delay: Duration) -> Vec<Reply> {
 
 /// A pseudo-terminal: (controller, terminal) with a 120-column window.
 fn pty() -> (OwnedFd, OwnedFd) {
-    // SAFETY: plain libc calls on descriptors this function owns; each result is checked.
-    unsafe {
-        let controller = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
-        assert!(controller >= 0, "posix_openpt failed");
-        assert_eq!(libc::grantpt(controller), 0, "grantpt");
-        assert_eq!(libc::unlockpt(controller), 0, "unlockpt");
-        let mut name = [0 as libc::c_char; 128];
-        assert_eq!(
-            libc::ptsname_r(controller, name.as_mut_ptr(), name.len()),
-            0,
-            "ptsname_r"
-        );
-        let terminal = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY);
-        assert!(terminal >= 0, "open the pty's terminal side");
-        let ws = libc::winsize {
-            ws_row: 24,
-            ws_col: 120,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        assert_eq!(libc::ioctl(terminal, libc::TIOCSWINSZ, &ws), 0, "TIOCSWINSZ");
-        (OwnedFd::from_raw_fd(controller), OwnedFd::from_raw_fd(terminal))
-    }
+    kernel::term::pty(120, 24).expect("a pseudo-terminal")
 }
 
 /// Runs `runtime <args>` with stderr on a pseudo-terminal; returns (exit code, every

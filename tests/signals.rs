@@ -11,11 +11,8 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// Sends `signal` to the fire.
-fn signal(child: &Child, signal: i32) {
-    // SAFETY: signalling our own child process.
-    unsafe {
-        libc::kill(child.id() as i32, signal);
-    }
+fn signal(child: &Child, signal: kernel::signal::Signal) {
+    let _ = kernel::signal::kill(child.id(), signal);
 }
 
 /// Waits (20 s at most) until a live process has `cmdline` (the script's marker
@@ -112,7 +109,7 @@ fn sigterm_during_prefetch_ends_the_fire_cancelled_with_records_and_kills_the_sc
         .spawn()
         .unwrap();
     let script = wait_for_process("sleep\x0028.417");
-    signal(&fire, libc::SIGTERM);
+    signal(&fire, kernel::signal::Signal::Term);
     let (code, summary) = ended(fire);
     assert_cancelled(&env, code, &summary);
     assert_gone(script, "the prefetch script");
@@ -142,7 +139,7 @@ fn sigterm_during_an_acceptance_check_ends_the_fire_cancelled_and_kills_the_chec
         .spawn()
         .unwrap();
     let check = wait_for_process("sleep\x0027.913");
-    signal(&fire, libc::SIGTERM);
+    signal(&fire, kernel::signal::Signal::Term);
     let (code, summary) = ended(fire);
     assert_cancelled(&env, code, &summary);
     assert_gone(check, "the acceptance check");

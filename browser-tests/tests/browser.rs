@@ -11,6 +11,8 @@
 //! Where chromium or chromedriver is missing the browser test prints why and passes,
 //! unless `BROWSER_TESTS_REQUIRED` is set (CI sets it: there, a missing browser fails).
 //! Screenshots of each page go to `target/tmp/browser-tests/`.
+
+#![forbid(unsafe_code)]
 // Test code from top to bottom: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -5,6 +5,8 @@
 //! both sides' settings from git, deciding every call twice). Prints the numbers
 //! (best of 5); exits 1 if a target is missed. Needs the `runtime` binary beside
 //! `builder` (`cargo build --release -p runtime` before `cargo bench`).
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

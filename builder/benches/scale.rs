@@ -6,6 +6,8 @@
 //! 2 s. Prints the numbers; exits 1 if a target is missed. The repo is generated once
 //! under the system temp dir, packed with `git gc`, and reused (`SCALE_REPO`
 //! overrides where).
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

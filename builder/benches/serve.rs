@@ -7,6 +7,8 @@
 //! page at most 200 ms, the 5,000-call run at most 300 ms, and the server's peak
 //! memory (VmHWM) at most 50 MB. Exits 1 if a target is missed. The repository is
 //! generated once under the system temp dir (`SERVE_REPO` overrides where).
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

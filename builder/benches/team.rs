@@ -7,6 +7,8 @@
 //! is packed after the set-up, as a team's is (`TEAM_BENCH_LOOSE=1` keeps its 10,000
 //! objects loose, the worst case, where git's automatic gc runs during the timed
 //! commands).
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

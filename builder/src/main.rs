@@ -3,6 +3,8 @@
 //! `main` parses, sets up logging, dispatches to one module per subcommand, and turns
 //! the result into the exit code (`command_error`, the only place codes are decided).
 
+#![forbid(unsafe_code)]
+
 mod command_error;
 mod commands;
 
@@ -37,8 +39,5 @@ fn main() -> ExitCode {
 /// pipe: restore the default SIGPIPE action Rust replaces at start-up. (A fire prints
 /// only after its records are written and committed.)
 fn restore_sigpipe() {
-    // SAFETY: resetting a signal disposition before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    kernel::signal::restore_default(kernel::signal::Signal::Pipe);
 }

@@ -3,6 +3,8 @@
 //! ([`man`]) and the lint that every command and argument has help ([`help`]). Each
 //! binary keeps what differs: its exit codes, its outcomes and which code each gets.
 
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod help;
 pub mod man;

@@ -6,6 +6,8 @@
 //! its namespaces). Targets: median overhead at most 25 ms for each, peak RSS at most
 //! 40 MB. Prints
 //! the numbers (raw and net); exits 1 if a target is missed.
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -47,8 +49,7 @@ fn main() {
     let exe = env!("CARGO_BIN_EXE_runtime");
     let (mut times, peak_kb) = time_fires(exe, &root);
     // Descendants (the tool worker) that were waited for, too.
-    let mut all: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut all) };
+    let all = kernel::usage::children().unwrap();
     times.sort();
     let raw_median = times[times.len() / 2];
     // What the two external commands cost on their own, spawned directly.
@@ -110,18 +111,11 @@ fn time_fires(exe: &str, root: &Path) -> (Vec<Duration>, i64) {
             .args(["-C", root.to_str().unwrap(), "fire", "bench"])
             .spawn()
             .unwrap();
-        let mut status = 0;
-        // SAFETY: wait4 on our own child with a zeroed rusage to fill.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+        let ended = kernel::usage::wait_with_usage(&child).unwrap();
         let elapsed = t.elapsed();
-        assert_eq!(pid, child.id() as i32);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "fire failed: status {status}"
-        );
+        assert!(ended.status.success(), "fire failed: {:?}", ended.status);
         times.push(elapsed);
-        peak_kb = peak_kb.max(usage.ru_maxrss);
+        peak_kb = peak_kb.max(ended.max_rss_kb);
     }
     (times, peak_kb)
 }

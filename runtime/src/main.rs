@@ -4,6 +4,8 @@
 //! Landlock restricts only the calling thread and what it creates afterwards. The
 //! exit code is decided in one place, `command_error::exit_code`.
 
+#![forbid(unsafe_code)]
+
 mod command_error;
 mod commands;
 mod logging;
@@ -15,7 +17,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // No core dump of the runtime (it holds the provider's key) or of the tool worker
     // (the same binary), and no reading either's memory through /proc or ptrace.
-    if let Err(e) = shared::sandbox::process::forbid_core_dumps() {
+    if let Err(e) = kernel::hardening::forbid_core_dumps() {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }
@@ -46,8 +48,5 @@ fn main() -> ExitCode {
 /// pipe: restore the default SIGPIPE action Rust replaces at start-up. (A fire prints
 /// only after its records are written and committed.)
 fn restore_sigpipe() {
-    // SAFETY: resetting a signal disposition before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    kernel::signal::restore_default(kernel::signal::Signal::Pipe);
 }

@@ -364,11 +364,7 @@ fn draw(status: &Status, colour: bool) {
 
 /// Columns of the terminal on stderr, when it is one.
 fn terminal_width() -> Option<usize> {
-    // SAFETY: TIOCGWINSZ fills a `winsize` we own; fd 2 may be anything, and a
-    // non-terminal just makes the call fail.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut ws) } == 0;
-    (ok && ws.ws_col > 0).then_some(ws.ws_col as usize)
+    kernel::term::stderr_columns()
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //! (a fire adds one commit and reads one line per builder change), against walking all 10,000 commits every time.
 //! Keys and signatures are made once with the real `ssh-keygen`. (4) What reading the
 //! approved bytes from git adds to a fire.
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

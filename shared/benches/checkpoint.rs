@@ -3,6 +3,8 @@
 //! on disk, with each durability setting: `normal`, the default (WAL, `synchronous =
 //! NORMAL`: survives a process crash; not a power loss; target at most 0.5 ms per
 //! step), and `strict` (`synchronous = FULL`: an fsync per checkpoint).
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -4,6 +4,8 @@
 //! its end. Measured on the scaffold (`builder init`) and on a repository with 2,000
 //! more builder-owned files (`prompts/`, `tools/`, `evals/`) in 40 directories, both
 //! committed, with the manifest already recorded (the steady state of a cron box).
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -6,13 +6,14 @@
 //! process enters them once). Each child then reads every `.env` and reports how
 //! many it could still read: a walk that stops early leaves those unmasked. Prints
 //! medians; exits 1 when a `.env` stayed readable.
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use shared::sandbox::{isolate, namespaces, SandboxSpec};
 use shared::settings::LandlockMode;
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -23,27 +24,23 @@ const FILES_PER_DIR: usize = 505;
 /// Runs `f` in a forked child (whose namespaced clone reports) and returns the
 /// numbers it wrote.
 fn in_child(f: impl FnOnce() -> Vec<u64>) -> Vec<u64> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe(2) into a local array; fork(2) from this single-threaded bench.
-    unsafe {
-        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
-    }
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        drop(r);
-        let out: Vec<u8> = f().iter().flat_map(|n| n.to_le_bytes()).collect();
-        let mut file = std::fs::File::from(w);
-        let _ = file.write_all(&out);
-        drop(file);
-        unsafe { libc::_exit(0) };
-    }
+    let (mut r, w) = std::io::pipe().unwrap();
+    // A plain fork of this single-threaded bench (the kernel crate checks it is).
+    let pid = match kernel::process::clone(kernel::process::Namespaces::default()).expect("fork") {
+        kernel::process::Cloned::Child => {
+            drop(r);
+            let out: Vec<u8> = f().iter().flat_map(|n| n.to_le_bytes()).collect();
+            let mut w = w;
+            let _ = w.write_all(&out);
+            drop(w);
+            kernel::process::exit_now(0);
+        }
+        kernel::process::Cloned::Parent(pid) => pid,
+    };
     drop(w);
     let mut buf = Vec::new();
-    std::fs::File::from(r).read_to_end(&mut buf).unwrap();
-    let mut status = 0;
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    r.read_to_end(&mut buf).unwrap();
+    let _ = kernel::process::wait(pid);
     buf.chunks(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
         .collect()

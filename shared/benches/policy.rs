@@ -1,5 +1,7 @@
 //! Policy engine speed: one decision for a typical shell command against 100 rules
 //! (target: median at most 2 µs), and one path classification (at most 200 ns).
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -6,6 +6,8 @@
 //! and seccomp, and a `run_command` round trip in them, the end-of-call kill of the
 //! namespace and the write-back of the write directories included (target: at most
 //! 2 ms). Prints medians; exits 1 if a target is missed.
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,7 +16,6 @@ use shared::settings::LandlockMode;
 use shared::tools::exec::{execute, ExecContext};
 use shared::tools::{ToolArgs, ToolRequest};
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -29,27 +30,23 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 /// Runs `f` in a forked child and returns the durations it reports.
 fn in_child(f: impl FnOnce() -> Vec<Duration>) -> Vec<Duration> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe(2) into a local array; fork(2) from this single-threaded bench.
-    unsafe {
-        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
-    }
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        drop(r);
-        let out: Vec<u8> = f().iter().flat_map(|d| (d.as_nanos() as u64).to_le_bytes()).collect();
-        let mut file = std::fs::File::from(w);
-        let _ = file.write_all(&out);
-        drop(file);
-        unsafe { libc::_exit(0) };
-    }
+    let (mut r, w) = std::io::pipe().unwrap();
+    // A plain fork of this single-threaded bench (the kernel crate checks it is).
+    let pid = match kernel::process::clone(kernel::process::Namespaces::default()).expect("fork") {
+        kernel::process::Cloned::Child => {
+            drop(r);
+            let out: Vec<u8> = f().iter().flat_map(|d| (d.as_nanos() as u64).to_le_bytes()).collect();
+            let mut w = w;
+            let _ = w.write_all(&out);
+            drop(w);
+            kernel::process::exit_now(0);
+        }
+        kernel::process::Cloned::Parent(pid) => pid,
+    };
     drop(w);
     let mut buf = Vec::new();
-    std::fs::File::from(r).read_to_end(&mut buf).unwrap();
-    let mut status = 0;
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    r.read_to_end(&mut buf).unwrap();
+    let _ = kernel::process::wait(pid);
     buf.chunks(8)
         .map(|c| Duration::from_nanos(u64::from_le_bytes(c.try_into().unwrap())))
         .collect()
@@ -205,7 +202,7 @@ fn main() {
                     r.call_id = format!("b{n}");
                     let t = Instant::now();
                     let res = execute(&ctx_ns, &r);
-                    namespaces::end_of_call();
+                    kernel::process::kill_rest_of_namespace();
                     let synced = Instant::now();
                     let not_copied = wb.sync();
                     let full = wb.full();

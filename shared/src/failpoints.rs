@@ -32,17 +32,18 @@ macro_rules! failpoint {
 /// sends it the SIGTERM or SIGINT its `:term` / `:int` asks for.
 #[cfg(all(feature = "failpoints", debug_assertions))]
 pub fn arm() {
+    use kernel::signal::Signal;
     use std::sync::atomic::{AtomicU32, Ordering};
     let Ok(spec) = std::env::var(FAILPOINTS_ENV) else {
         return;
     };
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (item, signal) = match item.split_once(':') {
-            Some((item, "term")) => (item, libc::SIGTERM),
-            Some((item, "int")) => (item, libc::SIGINT),
-            Some((item, "hup")) => (item, libc::SIGHUP),
-            Some((item, _)) => (item, libc::SIGKILL),
-            None => (item, libc::SIGKILL),
+            Some((item, "term")) => (item, Signal::Term),
+            Some((item, "int")) => (item, Signal::Int),
+            Some((item, "hup")) => (item, Signal::Hup),
+            Some((item, _)) => (item, Signal::Kill),
+            None => (item, Signal::Kill),
         };
         let (name, nth) = match item.split_once('@') {
             Some((n, k)) => (n, k.parse::<u32>().unwrap_or(1).max(1)),
@@ -51,12 +52,10 @@ pub fn arm() {
         let seen = AtomicU32::new(0);
         let armed = fail::cfg_callback(name, move || {
             if seen.fetch_add(1, Ordering::SeqCst) + 1 == nth {
-                // SAFETY: raising a signal at ourselves. Its handler (SIGTERM,
-                // SIGINT) runs on this thread before `raise` returns, and tells the
-                // async runtime's listener through the shared registry.
-                unsafe {
-                    libc::raise(signal);
-                }
+                // Its handler (SIGTERM, SIGINT) runs on this thread before `raise`
+                // returns, and tells the async runtime's listener through the
+                // shared registry.
+                let _ = kernel::signal::raise(signal);
             }
         });
         if let Err(e) = armed {

@@ -1983,7 +1983,7 @@ pub struct WorkTree {
 ///
 /// Errors: [`GitError::Io`] when `path` cannot be read (missing, permissions),
 /// [`GitError::NotARepo`] outside a repository or in a bare one, [`GitError::Git`]
-/// for anything else libgit2 reports (a lock, an unsafe owner, a corrupt config).
+/// for anything else libgit2 reports (a lock, an untrusted owner, a corrupt config).
 pub fn open_work_tree(path: &Path) -> Result<WorkTree, GitError> {
     let abs = std::fs::canonicalize(path).map_err(|e| GitError::Io {
         path: path.to_path_buf(),

@@ -14,18 +14,6 @@
 //! refused, as the outputs walk always did for plain `.git*` names.
 
 use gix_object::bstr::ByteSlice;
-use std::os::raw::{c_char, c_int};
-
-// libgit2's public matcher (`git2/sys/path.h`), linked through `libgit2-sys`, which
-// does not declare it.
-extern "C" {
-    fn git_path_is_gitfile(path: *const c_char, pathlen: usize, gitfile: c_int, fs: c_int) -> c_int;
-}
-
-/// `git_path_gitfile` values: the files libgit2 knows lookalikes of.
-const GITFILES: [(c_int, &str); 3] = [(0, ".gitignore"), (1, ".gitmodules"), (2, ".gitattributes")];
-/// `GIT_PATH_FS_GENERIC`: both the NTFS and the HFS+ rules.
-const FS_GENERIC: c_int = 0;
 
 /// Code points HFS+ ignores when it compares names (git's `is_hfs_dot_generic`).
 fn hfs_ignorable(c: char) -> bool {
@@ -42,18 +30,12 @@ pub fn refused_component(name: &str) -> Option<String> {
     };
     // As a symlink, so `.gitmodules` lookalikes are judged too (git refuses them as
     // links; fsck parses them as submodule files when they are blobs).
-    // libgit2 reads a few bytes past `pathlen` looking for the name's end: it needs
-    // the terminating NUL (a file name holds no NUL, so none is lost).
-    let Ok(c_name) = std::ffi::CString::new(name) else {
+    if name.contains('\0') {
         return Some("a name holding a NUL byte".into());
-    };
-    for (kind, file) in GITFILES {
-        // SAFETY: a NUL-terminated copy of `name` that outlives the call, and its
-        // length; libgit2 only reads it and keeps nothing.
-        let hit = unsafe { git_path_is_gitfile(c_name.as_ptr(), name.len(), kind, FS_GENERIC) };
-        if hit > 0 {
-            return Some(format!("git metadata: a name git reads as `{file}` on NTFS or HFS+"));
-        }
+    }
+    if let Some(file) = kernel::libgit2::lookalike_of(name) {
+        let file = file.name();
+        return Some(format!("git metadata: a name git reads as `{file}` on NTFS or HFS+"));
     }
     if let Err(e) = gix_validate::path::component(
         name.as_bytes().as_bstr(),

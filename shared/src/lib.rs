@@ -3,6 +3,8 @@
 //! the SQLite store, git helpers, providers, tools, the agent loop and the sandbox.
 //! Nothing in here parses command lines or prints; the binaries do that.
 
+#![forbid(unsafe_code)]
+
 pub mod agent;
 pub mod audit;
 pub mod beneath;

@@ -803,7 +803,6 @@ pub fn commit_lock_path(root: &Path) -> PathBuf {
 
 /// Takes an flock on `path`; `Ok(None)` when busy and `wait` is [`LockWait::NoWait`].
 pub fn take_lock(path: &Path, wait: LockWait) -> std::io::Result<Option<LockFile>> {
-    use std::os::unix::io::AsRawFd;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -812,21 +811,12 @@ pub fn take_lock(path: &Path, wait: LockWait) -> std::io::Result<Option<LockFile
         .truncate(false)
         .write(true)
         .open(path)?;
-    let op = match wait {
-        LockWait::Wait => libc::LOCK_EX,
-        LockWait::NoWait => libc::LOCK_EX | libc::LOCK_NB,
+    let wait = match wait {
+        LockWait::Wait => kernel::fs::Wait::Yes,
+        LockWait::NoWait => kernel::fs::Wait::No,
     };
-    // SAFETY: flock on a descriptor we own.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
-    if rc == 0 {
-        return Ok(Some(LockFile { _file: file }));
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(None)
-    } else {
-        Err(e)
-    }
+    let taken = kernel::fs::lock_exclusive(&file, wait)?;
+    Ok(taken.then_some(LockFile { _file: file }))
 }
 
 #[cfg(test)]

@@ -1375,8 +1375,7 @@ mod tests {
     impl Drop for Daemon {
         fn drop(&mut self) {
             // `git daemon` runs `git-daemon` as its child: the whole group goes.
-            // SAFETY: kill(2) of the process group the daemon was started in.
-            unsafe { libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL) };
+            let _ = kernel::signal::kill_group(self.child.id(), kernel::signal::Signal::Kill);
             let _ = self.child.wait();
         }
     }

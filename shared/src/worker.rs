@@ -42,11 +42,8 @@ pub enum WorkerHello {
 pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
     // SIGTERM/SIGINT kill the running command, not the worker.
     install_interrupt_handlers();
-    // SAFETY: close every inherited descriptor above stderr; this process uses only
-    // stdin, stdout and stderr, and no other thread exists yet.
-    unsafe {
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-    }
+    // This process uses only stdin, stdout and stderr, and no other thread exists yet.
+    kernel::hardening::close_inherited_descriptors();
     let mut lines = input.lines();
     let Some(first) = lines.next().transpose()? else {
         return Ok(());
@@ -62,15 +59,7 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
             return Ok(());
         }
     };
-    let entered = crate::sandbox::prepare_dirs(&config.spec)
-        .map_err(|e| e.to_string())
-        .and_then(|_| isolate::before_landlock(config.isolation.as_ref(), config.mode))
-        .and_then(|layers| {
-            let rec =
-                landlock::enforce_with(&config.spec, config.mode, &layers.trusted_dirs()).map_err(|e| e.to_string())?;
-            isolate::after_landlock(config.isolation.as_ref(), config.mode, layers, rec)
-        });
-    let (hello, mut write_back) = match entered {
+    let (hello, mut write_back) = match enter_sandbox(&config) {
         Ok((rec, write_back)) => (WorkerHello::Ready(rec), write_back),
         Err(e) => (WorkerHello::Refused(e), None),
     };
@@ -107,7 +96,7 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
             Ok(req) => {
                 let mut result = execute(&ctx, &req);
                 if matches!(req.args, crate::tools::ToolArgs::RunCommand { .. }) {
-                    crate::sandbox::namespaces::end_of_call();
+                    kernel::process::kill_rest_of_namespace();
                 }
                 // Every process of the call is gone: what it wrote in the write
                 // directories goes into the repository now, before the answer.
@@ -122,6 +111,20 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
         output.flush()?;
     }
     Ok(())
+}
+
+/// Enters the worker's sandbox, layer by layer: its write directories made, the
+/// namespaces, Landlock, the seccomp filter. Returns the record of what it is in and
+/// the write-back of the write directories, or why it could not enter it.
+fn enter_sandbox(config: &WorkerConfig) -> Result<(SandboxRecord, Option<WriteBack>), String> {
+    crate::sandbox::prepare_dirs(&config.spec)
+        .map_err(|e| e.to_string())
+        .and_then(|_| isolate::before_landlock(config.isolation.as_ref(), config.mode))
+        .and_then(|layers| {
+            let rec =
+                landlock::enforce_with(&config.spec, config.mode, &layers.trusted_dirs()).map_err(|e| e.to_string())?;
+            isolate::after_landlock(config.isolation.as_ref(), config.mode, layers, rec)
+        })
 }
 
 /// Copies the call's writes into the repository and tells the model in the result

@@ -3,6 +3,8 @@
 //! pipes of the real test server (`mcp-test-server`, whose `echo` does no work of
 //! its own), and the gate's share, the policy's decision on `mcp__<server>__<tool>`
 //! with its arguments made canonical, against 20 rules.
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

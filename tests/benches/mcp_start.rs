@@ -9,6 +9,8 @@
 //! the whole fire. Needs the release binaries beside the bench:
 //! `cargo build --release -p runtime -p builder`, then
 //! `cargo bench -p tests --bench mcp_start`.
+
+#![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -335,10 +335,7 @@ fn answer_signals() {
     if let Err(e) = shared::cancel::install() {
         tracing::warn!(error = %e, "cannot handle SIGINT/SIGTERM/SIGHUP; a signal kills the fire");
     }
-    // SAFETY: setting a signal disposition; no handler runs.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
+    kernel::signal::ignore(kernel::signal::Signal::Pipe);
 }
 
 fn print(s: &FireSummary, exit_code: u8, out: Output) {

@@ -275,8 +275,7 @@ mod tests {
         assert!(c[0].now.contains("-> other.sh"), "{c:?}");
         // A FIFO behind the link is named, not waited on.
         std::fs::remove_file(root.join("tools/x.sh")).unwrap();
-        let fifo = std::ffi::CString::new(root.join("tools/fifo").to_str().unwrap()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        kernel::fs::make_fifo(&root.join("tools/fifo"), 0o600).unwrap();
         std::os::unix::fs::symlink("fifo", root.join("tools/x.sh")).unwrap();
         let c = changed(root, &pins);
         assert!(c[0].now.ends_with("target not a regular file"), "{c:?}");

@@ -7,7 +7,6 @@
 use crate::records::SandboxRecord;
 use crate::tools::{ErrorClass, ToolRequest, ToolResult};
 use crate::worker::{WorkerConfig, WorkerHello};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -21,10 +20,8 @@ pub struct Interrupter {
 impl Interrupter {
     pub fn interrupt(&self) {
         if let Some(pid) = self.pid {
-            // SAFETY: signalling our own child process.
-            unsafe {
-                libc::kill(pid as i32, libc::SIGTERM);
-            }
+            // Our own child process.
+            let _ = kernel::signal::kill(pid, kernel::signal::Signal::Term);
         }
     }
 }
@@ -274,7 +271,7 @@ impl WorkerClient {
         // Closing stdin ends the worker's loop; it has two seconds to leave, waited
         // for off this thread, then it is killed.
         drop(stdin);
-        let pid = child.0.id() as libc::pid_t;
+        let pid = child.0.id();
         let waited = tokio::task::spawn_blocking(move || {
             let _ = child.0.wait();
             child
@@ -283,9 +280,9 @@ impl WorkerClient {
             .await
             .is_err()
         {
-            // SAFETY: killing our own child, not reaped yet (the waiting thread
-            // reaps it once it is gone).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // Our own child, not reaped yet (the waiting thread reaps it once it is
+            // gone), so the pid is still its own.
+            let _ = kernel::signal::kill(pid, kernel::signal::Signal::Kill);
         }
     }
 }
@@ -400,14 +397,8 @@ pub fn spawn_process_with_stderr(
     if let Ok(v) = std::env::var(crate::sandbox::SIMULATE_MISSING_ENV) {
         cmd.env(crate::sandbox::SIMULATE_MISSING_ENV, v);
     }
-    // SAFETY: prctl only sets a flag of the child; async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            // The worker (and through it every command it runs) dies with the
-            // runtime, also when the runtime is SIGKILLed.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    // The worker (and through it every command it runs) dies with the runtime, also
+    // when the runtime is SIGKILLed.
+    kernel::spawn::die_with_parent(&mut cmd);
     cmd.spawn()
 }

@@ -10,7 +10,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -69,13 +68,7 @@ where
     };
     cmd.stderr(Stdio::inherit());
     let program = launch.argv[0].as_str();
-    // SAFETY: prctl only sets a flag of the child; async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    kernel::spawn::die_with_parent(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {

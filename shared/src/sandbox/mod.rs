@@ -6,7 +6,6 @@
 pub mod isolate;
 pub mod landlock;
 pub mod namespaces;
-pub mod process;
 pub mod rootfs;
 pub mod seccomp;
 pub mod writeback;

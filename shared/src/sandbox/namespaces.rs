@@ -30,13 +30,14 @@
 use super::rootfs::{self, Sources, Tree};
 use super::writeback::WriteBack;
 use super::SandboxSpec;
-use rustix::mount::{mount, mount_bind, mount_change, open_tree, MountFlags, MountPropagationFlags, OpenTreeFlags};
+use kernel::mount::{clone_tree, ATTR_NODEV, ATTR_NOSUID, ATTR_RDONLY};
+use kernel::process::{Cloned, Namespaces, Pid};
+use rustix::mount::{mount, mount_bind, mount_change, MountFlags, MountPropagationFlags};
 use serde::{Deserialize, Serialize};
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::{PipeReader, PipeWriter, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The uid and gid tools run as when the runtime runs as root.
 pub const UNPRIVILEGED_ID: u32 = 65534;
@@ -115,6 +116,9 @@ fn simulated(piece: &'static str) -> NsError {
     }
 }
 
+/// The trees of a plan, cloned: read-only ones, writable ones.
+type Clones = (Vec<Tree>, Vec<Tree>);
+
 /// Enters the namespaces. Returns in the namespaced clone (PID 1, no capability left,
 /// ready for Landlock and seccomp) with the write-back of its write directories; the
 /// original process never returns from a successful call (it waits for the clone and
@@ -140,84 +144,87 @@ pub fn enter(plan: &NamespacePlan) -> Result<WriteBack, NsError> {
     } else {
         None
     };
-    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
-    if !plan.network {
-        flags |= libc::CLONE_NEWNET;
-    }
+    let namespaces = Namespaces {
+        net: !plan.network,
+        ..Namespaces::ALL
+    };
     let (release_r, release_w) = step("pipe", std::io::pipe())?;
     let (ready_r, ready_w) = step("pipe", std::io::pipe())?;
-    let pid = step("user namespaces", raw_clone(flags))?;
-    if pid == 0 {
-        drop(release_w);
-        drop(ready_r);
-        // SAFETY: prctl with integer arguments.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-        // The worker is not dumpable (see `super::process`), nor is this copy of it:
-        // its `/proc` files belong to root then, and an unprivileged original could
-        // not write its id maps. Dumpable until `inside` ends, running nothing else.
-        // SAFETY: prctl with integer arguments.
-        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
-        let mut w = ready_w;
-        let _ = w.write_all(b"1");
-        drop(w);
-        let mut byte = [0u8; 1];
-        let mut r = release_r;
-        if !matches!(r.read(&mut byte), Ok(1)) {
-            // The original could not write our id maps; it reports why.
-            // SAFETY: leaving the clone without running the original's destructors.
-            unsafe { libc::_exit(1) };
+    match step("user namespaces", kernel::process::clone(namespaces))? {
+        Cloned::Child => {
+            drop(release_w);
+            drop(ready_r);
+            in_clone(plan, ids, as_root, premade, ready_w, release_r)
         }
-        let built = inside(plan, ids, as_root, premade);
-        if built.is_err() {
-            // Not dumpable again, whatever `best_effort` does next in this process.
-            // SAFETY: prctl with integer arguments.
-            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+        Cloned::Parent(pid) => {
+            drop(release_r);
+            drop(ready_w);
+            release_clone(pid, ids, as_root, premade, ready_r, release_w)
         }
-        return built;
     }
-    drop(release_r);
-    drop(ready_w);
-    let mut ready = ready_r;
+}
+
+/// The clone's side of [`enter`]: says it is there, waits until the original has
+/// written its id maps, then builds its view of the file system.
+fn in_clone(
+    plan: &NamespacePlan,
+    ids: (u32, u32),
+    as_root: bool,
+    premade: Option<Clones>,
+    ready: PipeWriter,
+    release: PipeReader,
+) -> Result<WriteBack, NsError> {
+    let _ = kernel::hardening::die_with_parent();
+    // The worker is not dumpable (see `kernel::hardening`), nor is this copy of it:
+    // its `/proc` files belong to root then, and an unprivileged original could
+    // not write its id maps. Dumpable until `inside` ends, running nothing else.
+    let _ = kernel::hardening::set_dumpable(true);
+    let mut w = ready;
+    let _ = w.write_all(b"1");
+    drop(w);
+    let mut byte = [0u8; 1];
+    let mut r = release;
+    if !matches!(r.read(&mut byte), Ok(1)) {
+        // The original could not write our id maps; it reports why. Leaving without
+        // running the original's destructors.
+        kernel::process::exit_now(1);
+    }
+    let built = inside(plan, ids, as_root, premade);
+    if built.is_err() {
+        // Not dumpable again, whatever `best_effort` does next in this process.
+        let _ = kernel::hardening::set_dumpable(false);
+    }
+    built
+}
+
+/// The original's side of [`enter`]: once the clone is there, writes its id maps and
+/// lets it go on, then supervises it until it ends (the premade trees are the clone's
+/// now: the original's copies are closed).
+fn release_clone(
+    pid: Pid,
+    ids: (u32, u32),
+    as_root: bool,
+    premade: Option<Clones>,
+    ready: PipeReader,
+    release: PipeWriter,
+) -> Result<WriteBack, NsError> {
+    let mut ready = ready;
     let _ = ready.read(&mut [0u8; 1]);
     drop(ready);
     if let Err(e) = write_maps(pid, ids, as_root) {
-        // SAFETY: killing and reaping our own clone.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-        }
+        kernel::process::kill_and_reap(pid);
         return Err(e);
     }
     drop(premade);
-    let mut w = release_w;
+    let mut w = release;
     let _ = w.write_all(b"1");
     drop(w);
-    supervise(pid)
-}
-
-/// `clone(2)` with `flags` and fork semantics (no new stack): 0 in the child.
-fn raw_clone(flags: libc::c_int) -> std::io::Result<libc::pid_t> {
-    // SAFETY: clone without CLONE_VM or a new stack behaves as fork; callers are
-    // single-threaded.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (flags | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(pid as libc::pid_t)
+    kernel::process::supervise(pid)
 }
 
 /// The id maps of the clone `pid`: 65534 to itself as root (the uid tools run as),
 /// else the runtime's own ids to themselves.
-fn write_maps(pid: libc::pid_t, (uid, gid): (u32, u32), as_root: bool) -> Result<(), NsError> {
+fn write_maps(pid: Pid, (uid, gid): (u32, u32), as_root: bool) -> Result<(), NsError> {
     let write = |name: &str, text: String| {
         step(
             "user namespace id maps",
@@ -232,88 +239,23 @@ fn write_maps(pid: libc::pid_t, (uid, gid): (u32, u32), as_root: bool) -> Result
 }
 
 /// A user namespace whose map makes the repository owner's ids (`uid`, `gid`) appear
-/// as 65534, for idmapped mounts: a short-lived clone holds it while its descriptor
-/// is opened.
+/// as 65534, for idmapped mounts.
 fn idmap_userns(uid: u32, gid: u32) -> std::io::Result<OwnedFd> {
-    let (r, w) = std::io::pipe()?;
-    let pid = raw_clone(libc::CLONE_NEWUSER)?;
-    if pid == 0 {
-        drop(w);
-        let mut r = r;
-        let _ = r.read(&mut [0u8; 1]);
-        // SAFETY: the holder leaves without running destructors.
-        unsafe { libc::_exit(0) };
-    }
-    drop(r);
-    let opened = (|| {
-        std::fs::write(format!("/proc/{pid}/uid_map"), format!("{uid} {UNPRIVILEGED_ID} 1\n"))?;
-        std::fs::write(format!("/proc/{pid}/gid_map"), format!("{gid} {UNPRIVILEGED_ID} 1\n"))?;
-        Ok(OwnedFd::from(std::fs::File::open(format!("/proc/{pid}/ns/user"))?))
-    })();
-    drop(w);
-    // SAFETY: reaping our own clone.
-    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-    opened
-}
-
-pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x1;
-pub(super) const MOUNT_ATTR_NOSUID: u64 = 0x2;
-pub(super) const MOUNT_ATTR_NODEV: u64 = 0x4;
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-/// `mount_setattr(2)` (not in rustix) on a detached tree, recursively.
-fn set_attr(tree: &OwnedFd, set: u64, userns: Option<&OwnedFd>) -> std::io::Result<()> {
-    let attr = MountAttr {
-        attr_set: set | if userns.is_some() { MOUNT_ATTR_IDMAP } else { 0 },
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: userns.map(|u| u.as_raw_fd() as u64).unwrap_or(0),
-    };
-    // SAFETY: the struct lives across the call; its size is passed.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// A detached recursive copy of the mounts at `path` with the attributes `set`.
-pub(super) fn clone_tree(path: &Path, set: u64, userns: Option<&OwnedFd>) -> std::io::Result<OwnedFd> {
-    let fd = open_tree(
-        rustix::fs::CWD,
-        path,
-        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_RECURSIVE,
-    )?;
-    set_attr(&fd, set, userns)?;
-    Ok(fd)
+    kernel::namespaces::user_namespace(
+        &format!("{uid} {UNPRIVILEGED_ID} 1\n"),
+        &format!("{gid} {UNPRIVILEGED_ID} 1\n"),
+    )
 }
 
 /// The plan's trees, cloned: the repository, the hand-over directory and the other
 /// read dirs read-only; the write dirs (the scratch among them) writable.
-fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<(Vec<Tree>, Vec<Tree>), NsError> {
+fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<Clones, NsError> {
     let piece = if userns.is_some() {
         "idmapped mounts"
     } else {
         "mount namespace"
     };
-    let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    let ro = ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV;
     let mut read_only = vec![(plan.root.clone(), step(piece, clone_tree(&plan.root, ro, userns))?)];
     let handoff = handoff_dir(plan);
     if handoff.is_dir() {
@@ -324,7 +266,7 @@ fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<(Vec<Tree>, 
     }
     let mut writable = Vec::new();
     for d in plan.write_dirs.iter().filter(|d| d.is_dir()) {
-        let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        let rw = ATTR_NOSUID | ATTR_NODEV;
         writable.push((d.clone(), step(piece, clone_tree(d, rw, userns))?));
     }
     Ok((read_only, writable))
@@ -335,7 +277,7 @@ fn inside(
     plan: &NamespacePlan,
     (uid, gid): (u32, u32),
     as_root: bool,
-    premade: Option<(Vec<Tree>, Vec<Tree>)>,
+    premade: Option<Clones>,
 ) -> Result<WriteBack, NsError> {
     if as_root {
         step("drop to nobody", rustix::thread::set_thread_groups(&[]))?;
@@ -346,8 +288,7 @@ fn inside(
         // A change of uid clears the parent-death signal: arm it again, so the
         // namespace (and every process in it) still dies with the worker. (The
         // worker cannot be gone yet: it waits for this clone's first answer.)
-        // SAFETY: prctl with integer arguments.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        let _ = kernel::hardening::die_with_parent();
     }
     step(
         "mount namespace",
@@ -365,7 +306,7 @@ fn inside(
     let write_back = rootfs::build(plan, sources)?;
     mask_denied(plan)?;
     step("mount namespace", std::env::set_current_dir(&plan.root))?;
-    drop_capabilities()?;
+    step("drop capabilities", kernel::hardening::drop_capabilities())?;
     let cap = rustix::process::Rlimit {
         current: Some(MAX_TOOL_PROCESSES),
         maximum: Some(MAX_TOOL_PROCESSES),
@@ -377,13 +318,7 @@ fn inside(
     // Tools run as this process's uid when the runtime is not root: left dumpable,
     // its `/proc/1/fd`, `pidfd_getfd` and `/proc/1/mem` would hand them the pipes to
     // the runtime (answers forged for the worker, an acceptance check passed).
-    // SAFETY: prctl with integer arguments.
-    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
-        return Err(NsError {
-            piece: "non-dumpable worker",
-            source: std::io::Error::last_os_error(),
-        });
-    }
+    step("non-dumpable worker", kernel::hardening::set_dumpable(false))?;
     Ok(write_back)
 }
 
@@ -535,91 +470,6 @@ fn unlisted(dir: &Path, e: std::io::Error) -> NsError {
     }
 }
 
-/// Empties the bounding, ambient, effective, permitted and inheritable sets.
-fn drop_capabilities() -> Result<(), NsError> {
-    // SAFETY: prctl with integer arguments; an unknown capability answers EINVAL.
-    unsafe {
-        for cap in 0..64 {
-            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
-        }
-        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-    }
-    let none = rustix::thread::CapabilitySet::empty();
-    step(
-        "drop capabilities",
-        rustix::thread::set_capabilities(
-            None,
-            rustix::thread::CapabilitySets {
-                effective: none,
-                permitted: none,
-                inheritable: none,
-            },
-        ),
-    )
-}
-
-/// The clone's pid, for the signal forwarder.
-static CLONE_PID: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn forward(sig: libc::c_int) {
-    let pid = CLONE_PID.load(Ordering::Relaxed);
-    if pid > 0 {
-        // SAFETY: kill(2) is async-signal-safe.
-        unsafe { libc::kill(pid, sig) };
-    }
-}
-
-/// The original process after a successful clone: lets go of the pipes to the
-/// runtime (so the runtime sees the worker's end when the clone ends), forwards
-/// SIGTERM/SIGINT (a cancelled call), and exits as the clone did.
-fn supervise(pid: libc::pid_t) -> ! {
-    CLONE_PID.store(pid, Ordering::Relaxed);
-    // SAFETY: installing an async-signal-safe handler; reopening stdin and stdout on
-    // /dev/null (the clone keeps its own copies).
-    unsafe {
-        libc::signal(libc::SIGTERM, forward as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, forward as *const () as libc::sighandler_t);
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            libc::dup2(null, 0);
-            libc::dup2(null, 1);
-            libc::close(null);
-        }
-    }
-    let mut status = 0;
-    loop {
-        // SAFETY: waiting for our own child.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if r == pid {
-            break;
-        }
-        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            break;
-        }
-    }
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        128 + libc::WTERMSIG(status)
-    };
-    std::process::exit(code)
-}
-
-/// After each call, in PID 1 of the worker's namespace: kills every other process of
-/// the namespace (whatever the call left behind, in any session or group) and reaps
-/// them. Does nothing outside a namespace of its own.
-pub fn end_of_call() {
-    if rustix::process::getpid().as_raw_nonzero().get() != 1 {
-        return;
-    }
-    // SAFETY: kill(-1) from PID 1 signals every other process of its namespace;
-    // waitpid reaps them (orphans are ours as PID 1).
-    unsafe {
-        libc::kill(-1, libc::SIGKILL);
-        while libc::waitpid(-1, std::ptr::null_mut(), 0) > 0 {}
-    }
-}
-
 /// Whether idmapped mounts of `root` can be made here, as a fire needs when the
 /// runtime runs as root (`runtime check`); `Ok(false)` when not root (not needed).
 pub fn probe_idmap(root: &Path) -> Result<bool, NsError> {
@@ -631,7 +481,7 @@ pub fn probe_idmap(root: &Path) -> Result<bool, NsError> {
     }
     let owner = step("repository owner", std::fs::metadata(root))?;
     let userns = step("idmapped mounts", idmap_userns(owner.uid(), owner.gid()))?;
-    step("idmapped mounts", clone_tree(root, MOUNT_ATTR_RDONLY, Some(&userns)))?;
+    step("idmapped mounts", clone_tree(root, ATTR_RDONLY, Some(&userns)))?;
     Ok(true)
 }
 
@@ -654,27 +504,28 @@ pub fn probe_minimal_root(root: &Path, write_bytes: u64) -> Result<(), NsError> 
         write_bytes,
     };
     let (mut r, w) = step("pipe", std::io::pipe())?;
-    let pid = step("user namespaces", raw_clone(0))?;
-    if pid == 0 {
-        drop(r);
-        let code = match enter(&plan) {
-            Ok(_) => 0,
-            Err(e) => {
-                let mut w = w;
-                let _ = w.write_all(e.to_string().as_bytes());
-                1
-            }
-        };
-        // SAFETY: the probe's copies leave without running the caller's destructors.
-        unsafe { libc::_exit(code) };
-    }
+    let pid = match step("user namespaces", kernel::process::clone(Namespaces::default()))? {
+        Cloned::Child => {
+            drop(r);
+            let code = match enter(&plan) {
+                Ok(_) => 0,
+                Err(e) => {
+                    let mut w = w;
+                    let _ = w.write_all(e.to_string().as_bytes());
+                    1
+                }
+            };
+            // The probe's copies leave without running the caller's destructors.
+            kernel::process::exit_now(code);
+        }
+        Cloned::Parent(pid) => pid,
+    };
     drop(w);
     let mut why = String::new();
     let _ = r.read_to_string(&mut why);
-    let mut status = 0;
-    // SAFETY: reaping our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+    // A wait that fails leaves the status at 0, as a probe that succeeded.
+    let status = kernel::process::wait(pid).map_or(0, std::os::unix::process::ExitStatusExt::into_raw);
+    if status == 0 {
         return Ok(());
     }
     Err(NsError {
@@ -693,16 +544,7 @@ pub fn probe() -> Result<(), NsError> {
     if super::simulated_missing("userns") {
         return Err(simulated("user namespaces"));
     }
-    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWNET;
-    let pid = step("user namespaces", raw_clone(flags))?;
-    if pid == 0 {
-        // SAFETY: the probe clone leaves at once.
-        unsafe { libc::_exit(0) };
-    }
-    let mut status = 0;
-    // SAFETY: reaping our own clone.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    Ok(())
+    step("user namespaces", kernel::namespaces::probe(Namespaces::ALL))
 }
 
 #[cfg(test)]

@@ -16,10 +16,9 @@
 //! enough for the overlay to take it as its lower layer and for the worker to open
 //! a descriptor of it, then detached.
 
-use super::namespaces::{
-    clone_tree, step, NamespacePlan, NsError, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
-};
+use super::namespaces::{step, NamespacePlan, NsError};
 use super::writeback::{Layer, WriteBack};
+use kernel::mount::{clone_tree, ATTR_NODEV, ATTR_NOSUID, ATTR_RDONLY};
 use rustix::mount::{
     fsconfig_create, fsconfig_set_flag, fsconfig_set_string, fsmount, fsopen, mount, move_mount, unmount, FsMountFlags,
     FsOpenFlags, MountAttrFlags, MountFlags, MoveMountFlags, UnmountFlags,
@@ -218,7 +217,7 @@ pub(super) struct Sources {
 /// [`DEV_NODES`]) from the host's view.
 pub(super) fn system_entries() -> Result<Vec<SystemEntry>, NsError> {
     let piece = "minimal root";
-    let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    let ro = ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV;
     let mut out = Vec::new();
     for d in SYSTEM_DIRS {
         step(piece, host_entry(&Path::new("/").join(d), ro, &mut out))?;
@@ -234,7 +233,7 @@ pub(super) fn system_entries() -> Result<Vec<SystemEntry>, NsError> {
         let path = Path::new("/dev").join(n);
         if path.symlink_metadata().is_ok_and(|m| m.file_type().is_char_device()) {
             // Device nodes need `nodev` off; read-only still lets them be written.
-            let tree = step(piece, clone_tree(&path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, None))?;
+            let tree = step(piece, clone_tree(&path, ATTR_RDONLY | ATTR_NOSUID, None))?;
             out.push(SystemEntry::Mount { path, tree, dir: false });
         }
     }
@@ -348,67 +347,103 @@ fn writable_options(limit: u64) -> std::ffi::CString {
     std::ffi::CString::new(format!("size={limit},nr_inodes={inodes},mode=0700")).unwrap_or_default()
 }
 
+/// The mount flags of the new root's tmpfs mounts.
+const TMPFS: MountFlags = MountFlags::NOSUID.union(MountFlags::NODEV);
+
 /// Builds the new root from `sources` and pivots into it. Returns the write-back of
 /// the write directories (the scratch, under the state directory, is not copied).
 pub(super) fn build(plan: &NamespacePlan, sources: Sources) -> Result<WriteBack, NsError> {
-    let piece = "minimal root";
     let base = base_dir()?;
-    let tmpfs = MountFlags::NOSUID | MountFlags::NODEV;
-    step(piece, mount("tmpfs", base, "tmpfs", tmpfs, c"mode=0755,size=4m"))?;
-    let at = |p: &Path| under(base, p);
-    for e in sources.system {
-        match e {
-            SystemEntry::Link { path, target } => {
-                let link = at(&path);
-                if let Some(parent) = link.parent() {
-                    step(piece, std::fs::create_dir_all(parent))?;
-                }
-                step(piece, std::os::unix::fs::symlink(&target, &link))?;
+    step(ROOT, mount("tmpfs", base, "tmpfs", TMPFS, c"mode=0755,size=4m"))?;
+    for entry in sources.system {
+        place_system_entry(base, entry)?;
+    }
+    place_dev_links(base)?;
+    mount_proc(base)?;
+    let state = plan.root.join(crate::layout::STATE_DIR);
+    let state_masked = place_read_only(base, plan, &state, sources.read_only)?;
+    let writable = place_writable(base, plan, &state, sources.writable)?;
+    if state_masked {
+        step(
+            "state directory mask",
+            rustix::mount::mount_remount(
+                under(base, &state),
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                c"",
+            ),
+        )?;
+    }
+    pivot(base, &writable.staged)?;
+    Ok(WriteBack::new(writable.layers, writable.rw, plan.write_bytes))
+}
+
+/// The piece of the set-up an error of the root's own building names.
+const ROOT: &str = "minimal root";
+
+/// Creates the parent directories of `path`.
+fn make_parent(path: &Path) -> Result<(), NsError> {
+    if let Some(parent) = path.parent() {
+        step(ROOT, std::fs::create_dir_all(parent))?;
+    }
+    Ok(())
+}
+
+/// One entry of the system part, placed at its path under `base`.
+fn place_system_entry(base: &Path, entry: SystemEntry) -> Result<(), NsError> {
+    match entry {
+        SystemEntry::Link { path, target } => {
+            let link = under(base, &path);
+            make_parent(&link)?;
+            step(ROOT, std::os::unix::fs::symlink(&target, &link))
+        }
+        SystemEntry::Copy { path, bytes, mode } => {
+            let file = under(base, &path);
+            make_parent(&file)?;
+            step(ROOT, std::fs::write(&file, bytes))?;
+            step(ROOT, std::fs::set_permissions(&file, PermissionsExt::from_mode(mode)))
+        }
+        SystemEntry::Dir { path, mode } => {
+            let dir = under(base, &path);
+            step(ROOT, std::fs::create_dir_all(&dir))?;
+            step(
+                ROOT,
+                std::fs::set_permissions(&dir, PermissionsExt::from_mode(mode | 0o700)),
+            )
+        }
+        SystemEntry::Mount { path, tree, dir } => {
+            let target = under(base, &path);
+            if dir {
+                step(ROOT, std::fs::create_dir_all(&target))?;
+            } else {
+                make_parent(&target)?;
+                step(ROOT, std::fs::File::create(&target))?;
             }
-            SystemEntry::Copy { path, bytes, mode } => {
-                let file = at(&path);
-                if let Some(parent) = file.parent() {
-                    step(piece, std::fs::create_dir_all(parent))?;
-                }
-                step(piece, std::fs::write(&file, bytes))?;
-                step(piece, std::fs::set_permissions(&file, PermissionsExt::from_mode(mode)))?;
-            }
-            SystemEntry::Dir { path, mode } => {
-                let dir = at(&path);
-                step(piece, std::fs::create_dir_all(&dir))?;
-                step(
-                    piece,
-                    std::fs::set_permissions(&dir, PermissionsExt::from_mode(mode | 0o700)),
-                )?;
-            }
-            SystemEntry::Mount { path, tree, dir } => {
-                let target = at(&path);
-                if dir {
-                    step(piece, std::fs::create_dir_all(&target))?;
-                } else {
-                    if let Some(parent) = target.parent() {
-                        step(piece, std::fs::create_dir_all(parent))?;
-                    }
-                    step(piece, std::fs::File::create(&target))?;
-                }
-                step(piece, attach(&tree, &target))?;
-            }
+            step(ROOT, attach(&tree, &target))
         }
     }
+}
+
+/// `/dev/fd`, `/dev/stdin`, `/dev/stdout` and `/dev/stderr`: links into the worker's
+/// own `/proc`.
+fn place_dev_links(base: &Path) -> Result<(), NsError> {
     for (name, target) in [
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
     ] {
-        let link = at(&Path::new("/dev").join(name));
-        step(piece, std::fs::create_dir_all(at(Path::new("/dev"))))?;
-        step(piece, std::os::unix::fs::symlink(target, link))?;
+        let link = under(base, &Path::new("/dev").join(name));
+        step(ROOT, std::fs::create_dir_all(under(base, Path::new("/dev"))))?;
+        step(ROOT, std::os::unix::fs::symlink(target, link))?;
     }
-    // The worker's own /proc, mounted while the host's is still in view (the kernel
-    // lets a user namespace mount proc only where one is fully visible).
-    let proc_at = at(Path::new("/proc"));
-    step(piece, std::fs::create_dir_all(&proc_at))?;
+    Ok(())
+}
+
+/// The worker's own /proc, mounted while the host's is still in view (the kernel
+/// lets a user namespace mount proc only where one is fully visible).
+fn mount_proc(base: &Path) -> Result<(), NsError> {
+    let proc_at = under(base, Path::new("/proc"));
+    step(ROOT, std::fs::create_dir_all(&proc_at))?;
     step(
         "pid namespace /proc",
         mount(
@@ -418,51 +453,71 @@ pub(super) fn build(plan: &NamespacePlan, sources: Sources) -> Result<WriteBack,
             MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
             None,
         ),
-    )?;
+    )
+}
 
-    // The repository, the hand-over directory and the read roots, parents first (a
-    // read root above the repository must not cover it).
-    let mut read_only = sources.read_only;
+/// The repository, the hand-over directory and the read roots, parents first (a
+/// read root above the repository must not cover it). Returns whether the state
+/// directory `state` was masked (it is remounted read-only once the writable
+/// directories beneath it are in place).
+fn place_read_only(base: &Path, plan: &NamespacePlan, state: &Path, mut read_only: Vec<Tree>) -> Result<bool, NsError> {
     read_only.sort_by_key(|(p, _)| p.components().count());
-    let state = plan.root.join(crate::layout::STATE_DIR);
     let mut state_masked = false;
     for (path, tree) in &read_only {
-        let target = at(path);
+        let target = under(base, path);
         let _ = std::fs::create_dir_all(&target);
-        step(piece, attach(tree, &target))?;
+        step(ROOT, attach(tree, &target))?;
         // The repository is in place: hide its state directory before the scratch
         // and the hand-over directory are mounted back into it.
-        if *path == plan.root && at(&state).symlink_metadata().is_ok_and(|md| md.is_dir()) {
+        if *path == plan.root && under(base, state).symlink_metadata().is_ok_and(|md| md.is_dir()) {
             state_masked = true;
             step(
                 "state directory mask",
                 mount(
                     "tmpfs",
-                    at(&state),
+                    under(base, state),
                     "tmpfs",
-                    tmpfs | MountFlags::NOEXEC,
+                    TMPFS | MountFlags::NOEXEC,
                     c"mode=0755,size=16k",
                 ),
             )?;
         }
     }
+    Ok(state_masked)
+}
 
-    // The writable layer, then an overlay per writable directory.
-    let piece = "size-limited writable directories (overlay on tmpfs)";
-    let stage = at(Path::new("/").join(STAGE).as_path());
+/// The piece of the set-up an error of the writable directories names.
+const WRITABLE: &str = "size-limited writable directories (overlay on tmpfs)";
+
+/// What [`place_writable`] left: the write-back's layers and writable layer, and the
+/// staging paths of the lower layers (under the base), detached after the pivot.
+struct Writable {
+    layers: Vec<Layer>,
+    rw: OwnedFd,
+    staged: Vec<PathBuf>,
+}
+
+/// The writable layer (one tmpfs of `write_bytes`), then an overlay per writable
+/// directory, outermost first.
+fn place_writable(
+    base: &Path,
+    plan: &NamespacePlan,
+    state: &Path,
+    mut writable: Vec<Tree>,
+) -> Result<Writable, NsError> {
+    let stage = under(base, Path::new("/").join(STAGE).as_path());
     let rw = stage.join("rw");
-    step(piece, std::fs::create_dir_all(&rw))?;
+    step(WRITABLE, std::fs::create_dir_all(&rw))?;
     step(
-        piece,
+        WRITABLE,
         mount(
             "tmpfs",
             &rw,
             "tmpfs",
-            tmpfs,
+            TMPFS,
             writable_options(plan.write_bytes).as_c_str(),
         ),
     )?;
-    let mut writable = sources.writable;
     writable.sort_by_key(|(p, _)| p.components().count());
     let mut placed: Vec<PathBuf> = Vec::new();
     let mut staged: Vec<PathBuf> = Vec::new();
@@ -474,62 +529,63 @@ pub(super) fn build(plan: &NamespacePlan, sources: Sources) -> Result<WriteBack,
         }
         let lower = stage.join(format!("l{i}"));
         let (upper, work) = (rw.join(format!("u{i}")), rw.join(format!("w{i}")));
-        step(piece, std::fs::create_dir_all(&lower))?;
-        step(piece, attach(&tree, &lower))?;
-        drop(tree);
-        step(piece, std::fs::create_dir_all(&upper))?;
-        step(piece, std::fs::create_dir_all(&work))?;
-        // The merged directory shows the upper layer's mode: the real one's.
-        let mode = step(piece, std::fs::metadata(&lower))?.mode() & 0o1777;
-        step(piece, std::fs::set_permissions(&upper, PermissionsExt::from_mode(mode)))?;
-        let target = at(&path);
-        let _ = std::fs::create_dir_all(&target);
-        step(piece, overlay(&lower, &upper, &work, &target))?;
-        if !path.starts_with(&state) {
+        overlay_tree(tree, &lower, &upper, &work, &under(base, &path))?;
+        if !path.starts_with(state) {
             layers.push(Layer::new(
                 path.clone(),
-                step(piece, open_dir(&lower))?,
-                step(piece, open_dir(&upper))?,
+                step(WRITABLE, open_dir(&lower))?,
+                step(WRITABLE, open_dir(&upper))?,
             ));
         }
         staged.push(lower);
         placed.push(path);
     }
-    let rw_fd = step(piece, open_dir(&rw))?;
-    if state_masked {
-        step(
-            "state directory mask",
-            rustix::mount::mount_remount(
-                at(&state),
-                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
-                c"",
-            ),
-        )?;
-    }
+    let rw = step(WRITABLE, open_dir(&rw))?;
+    Ok(Writable { layers, rw, staged })
+}
 
-    // Into the new root; the old one is detached (pivot_root(".", ".") stacks it on
-    // top of the new one, where unmounting takes it away).
-    let piece = "minimal root";
-    step(piece, std::env::set_current_dir(base))?;
-    step(piece, rustix::process::pivot_root(".", "."))?;
-    step(piece, unmount(".", UnmountFlags::DETACH))?;
-    step(piece, std::env::set_current_dir("/"))?;
+/// Mounts `tree` at the staging path `lower` and an overlay of it with `upper` and
+/// `work` at `target`; the merged directory shows the upper layer's mode, so that
+/// one is set to the real directory's.
+fn overlay_tree(tree: OwnedFd, lower: &Path, upper: &Path, work: &Path, target: &Path) -> Result<(), NsError> {
+    step(WRITABLE, std::fs::create_dir_all(lower))?;
+    step(WRITABLE, attach(&tree, lower))?;
+    drop(tree);
+    step(WRITABLE, std::fs::create_dir_all(upper))?;
+    step(WRITABLE, std::fs::create_dir_all(work))?;
+    let mode = step(WRITABLE, std::fs::metadata(lower))?.mode() & 0o1777;
+    step(
+        WRITABLE,
+        std::fs::set_permissions(upper, PermissionsExt::from_mode(mode)),
+    )?;
+    let _ = std::fs::create_dir_all(target);
+    step(WRITABLE, overlay(lower, upper, work, target))
+}
+
+/// Into the new root at `base`; the old one is detached (pivot_root(".", ".")
+/// stacks it on top of the new one, where unmounting takes it away). Then the
+/// staging mounts `staged` (paths under `base`) and the staging directory go, and the
+/// root becomes read-only.
+fn pivot(base: &Path, staged: &[PathBuf]) -> Result<(), NsError> {
+    step(ROOT, std::env::set_current_dir(base))?;
+    step(ROOT, rustix::process::pivot_root(".", "."))?;
+    step(ROOT, unmount(".", UnmountFlags::DETACH))?;
+    step(ROOT, std::env::set_current_dir("/"))?;
     let stage = Path::new("/").join(STAGE);
     for l in staged {
-        let l = under(Path::new("/"), l.strip_prefix(base).unwrap_or(&l));
-        step(piece, unmount(&l, UnmountFlags::DETACH))?;
-        step(piece, std::fs::remove_dir(&l))?;
+        let l = under(Path::new("/"), l.strip_prefix(base).unwrap_or(l));
+        step(ROOT, unmount(&l, UnmountFlags::DETACH))?;
+        step(ROOT, std::fs::remove_dir(&l))?;
     }
-    step(piece, unmount(stage.join("rw"), UnmountFlags::DETACH))?;
-    step(piece, std::fs::remove_dir(stage.join("rw")))?;
-    step(piece, std::fs::remove_dir(&stage))?;
+    step(ROOT, unmount(stage.join("rw"), UnmountFlags::DETACH))?;
+    step(ROOT, std::fs::remove_dir(stage.join("rw")))?;
+    step(ROOT, std::fs::remove_dir(&stage))?;
     step(
-        piece,
+        ROOT,
         rustix::mount::mount_remount(
             "/",
             MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
             c"",
         ),
-    )?;
-    Ok(WriteBack::new(layers, rw_fd, plan.write_bytes))
+    )
 }

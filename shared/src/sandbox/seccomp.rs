@@ -11,9 +11,10 @@
 //! cannot read), so libc falls back to `clone` and `openat`, which are checked. The list follows
 //! Codex's Linux sandbox (`codex-rs/linux-sandbox`).
 
+use kernel::seccomp::X32_SYSCALL_BIT;
 use seccompiler::{
-    apply_filter, sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
-    SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond,
+    SeccompFilter, SeccompRule, TargetArch,
 };
 use std::collections::BTreeMap;
 
@@ -174,9 +175,6 @@ fn eperm_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Seccomp
 /// and `openat`, which the `EPERM` filter checks.
 const NOT_IMPLEMENTED: &[libc::c_long] = &[libc::SYS_clone3, libc::SYS_openat2];
 
-/// The bit that marks an x32 syscall number on x86_64 (`__X32_SYSCALL_BIT`).
-const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-
 /// Refuses every x32 syscall with `EPERM`. x32 calls share x86_64's audit
 /// architecture, so the architecture check of the other programs lets them through,
 /// and their numbers (`0x40000000 | nr`) match none of their rules: on a kernel built
@@ -234,11 +232,10 @@ pub fn install(network: bool) -> Result<(), SeccompError> {
         )));
     }
     let progs = programs(network)?;
-    rustix::thread::set_no_new_privs(true).map_err(|e| SeccompError::Unavailable(e.to_string()))?;
-    for p in &progs {
-        apply_filter(p)?;
-    }
-    Ok(())
+    kernel::seccomp::install(&progs).map_err(|e| match e {
+        kernel::seccomp::InstallError::NoNewPrivs(e) => SeccompError::Unavailable(e.to_string()),
+        kernel::seccomp::InstallError::Apply(e) => SeccompError::Install(e),
+    })
 }
 
 /// Whether this kernel accepts a seccomp filter (`runtime check`): reads the mode of
@@ -251,47 +248,39 @@ pub fn probe() -> Result<(), SeccompError> {
             super::SIMULATE_MISSING_ENV
         )));
     }
-    // SAFETY: PR_GET_SECCOMP takes no pointer and changes nothing.
-    let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP) };
-    if mode < 0 {
-        return Err(SeccompError::Unavailable(std::io::Error::last_os_error().to_string()));
-    }
+    kernel::seccomp::mode().map_err(|e| SeccompError::Unavailable(e.to_string()))?;
     programs(false).map(|_| ())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kernel::probes;
 
-    /// Runs `f` in a forked child after installing the filter; returns its exit code.
-    fn in_filtered_child(network: bool, f: fn() -> i32) -> i32 {
-        // SAFETY: fork in a test; the child only makes syscalls and exits.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            let code = match install(network) {
-                Ok(()) => f(),
-                Err(_) => 99,
-            };
-            unsafe { libc::_exit(code) };
-        }
-        let mut status = 0;
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        libc::WEXITSTATUS(status)
+    /// Runs `f` on a thread of its own after installing the filter there (a filter
+    /// binds the thread that installs it and what that thread starts, nothing else);
+    /// returns what `f` returned, 99 when the filter could not be installed.
+    fn in_filtered_thread(network: bool, f: fn() -> i32) -> i32 {
+        std::thread::spawn(move || match install(network) {
+            Ok(()) => f(),
+            Err(_) => 99,
+        })
+        .join()
+        .unwrap()
     }
 
-    fn errno() -> i32 {
-        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    /// Whether `r` failed with `errno`.
+    fn refused<T>(r: std::io::Result<T>, errno: i32) -> bool {
+        r.is_err_and(|e| e.raw_os_error() == Some(errno))
     }
 
     #[test]
     fn sockets_other_than_unix_are_refused() {
-        let code = in_filtered_child(false, || unsafe {
-            let unix = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
-            let udp = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
-            let udp_errno = errno();
-            let tcp = libc::socket(libc::AF_INET6, libc::SOCK_STREAM, 0);
-            i32::from(unix >= 0) + 2 * i32::from(udp < 0 && udp_errno == libc::EPERM) + 4 * i32::from(tcp < 0)
+        let code = in_filtered_thread(false, || {
+            let unix = probes::socket(libc::AF_UNIX, libc::SOCK_STREAM);
+            let udp = probes::socket(libc::AF_INET, libc::SOCK_DGRAM);
+            let tcp = probes::socket(libc::AF_INET6, libc::SOCK_STREAM);
+            i32::from(unix.is_ok()) + 2 * i32::from(refused(udp, libc::EPERM)) + 4 * i32::from(tcp.is_err())
         });
         assert_eq!(code, 7, "unix allowed, udp and tcp refused with EPERM");
     }
@@ -301,68 +290,49 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn x32_syscalls_are_refused() {
-        let unfiltered = unsafe {
-            let r = libc::syscall(i64::from(X32_SYSCALL_BIT) | libc::SYS_getpid);
-            if r < 0 {
-                errno()
-            } else {
-                0
-            }
-        };
+        let unfiltered = probes::x32_getpid().err().and_then(|e| e.raw_os_error()).unwrap_or(0);
         assert_ne!(
             unfiltered,
             libc::EPERM,
             "without the filter the call is not refused by it"
         );
-        let code = in_filtered_child(false, || unsafe {
-            let sock = libc::syscall(
-                i64::from(X32_SYSCALL_BIT) | libc::SYS_socket,
-                libc::AF_INET,
-                libc::SOCK_DGRAM,
-                0,
-            );
-            let pid = libc::syscall(i64::from(X32_SYSCALL_BIT) | libc::SYS_getpid);
-            let native = libc::syscall(libc::SYS_getpid);
-            i32::from(sock < 0 && errno() == libc::EPERM) + 2 * i32::from(pid < 0) + 4 * i32::from(native > 0)
+        let code = in_filtered_thread(false, || {
+            let sock = probes::x32_udp_socket();
+            let pid = probes::x32_getpid();
+            let native = probes::native_getpid();
+            i32::from(refused(sock, libc::EPERM))
+                + 2 * i32::from(pid.is_err())
+                + 4 * i32::from(native.is_ok_and(|p| p > 0))
         });
         assert_eq!(code, 7, "x32 calls refused with EPERM, native calls untouched");
     }
 
     #[test]
     fn granted_network_is_tcp_only() {
-        let code = in_filtered_child(true, || unsafe {
-            let tcp = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-            let udp = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
-            let raw = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
-            i32::from(tcp >= 0) + 2 * i32::from(udp < 0) + 4 * i32::from(raw < 0)
+        let code = in_filtered_thread(true, || {
+            let tcp = probes::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC);
+            let udp = probes::socket(libc::AF_INET, libc::SOCK_DGRAM);
+            let raw = probes::socket(libc::AF_PACKET, libc::SOCK_RAW);
+            i32::from(tcp.is_ok()) + 2 * i32::from(udp.is_err()) + 4 * i32::from(raw.is_err())
         });
         assert_eq!(code, 7);
     }
 
     #[test]
     fn ptrace_prlimit_mknod_and_unshare_are_refused() {
-        let code = in_filtered_child(false, || unsafe {
-            let mut n = 0;
-            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) < 0 && errno() == libc::EPERM {
-                n += 1;
-            }
-            let mut lim: libc::rlimit64 = std::mem::zeroed();
-            if libc::prlimit64(libc::getppid(), libc::RLIMIT_NOFILE, std::ptr::null(), &mut lim) < 0
-                && errno() == libc::EPERM
-            {
-                n += 2;
-            }
-            if libc::prlimit64(0, libc::RLIMIT_NOFILE, std::ptr::null(), &mut lim) == 0 {
-                n += 4;
-            }
-            if libc::unshare(libc::CLONE_NEWUSER) < 0 && errno() == libc::EPERM {
-                n += 8;
-            }
-            let path = c"/nonexistent-dir/dev";
-            if libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) < 0 && errno() == libc::EPERM {
-                n += 16;
-            }
-            n
+        let code = in_filtered_thread(false, || {
+            let parent = std::os::unix::process::parent_id() as libc::pid_t;
+            [
+                refused(probes::ptrace_traceme(), libc::EPERM),
+                refused(probes::prlimit_nofile(parent), libc::EPERM),
+                probes::prlimit_nofile(0).is_ok(),
+                refused(probes::unshare_user_namespace(), libc::EPERM),
+                refused(probes::mknod_char_device(c"/nonexistent-dir/dev"), libc::EPERM),
+            ]
+            .iter()
+            .enumerate()
+            .map(|(i, ok)| i32::from(*ok) << i)
+            .sum()
         });
         assert_eq!(code, 31);
     }

@@ -378,8 +378,8 @@ pub(super) fn output_within(
             break status;
         }
         if std::time::Instant::now() >= deadline {
-            // SAFETY: kill(2) of the process group this function started.
-            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+            // The process group this function started.
+            let _ = kernel::signal::kill_group(child.id(), kernel::signal::Signal::Kill);
             let _ = child.wait();
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,

@@ -13,7 +13,6 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -61,26 +60,15 @@ fn read_regular(full: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_interrupt(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
 /// Makes SIGTERM and SIGINT kill the running command (with its process group)
 /// instead of the process, so the caller goes on serving and nothing is orphaned.
 pub fn install_interrupt_handlers() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        libc::signal(libc::SIGTERM, handler);
-        libc::signal(libc::SIGINT, handler);
-    }
+    kernel::signal::catch_interrupts();
 }
 
 /// True once after SIGTERM/SIGINT reached the process.
 fn take_interrupt() -> bool {
-    INTERRUPTED.swap(false, Ordering::SeqCst)
+    kernel::signal::take_interrupt()
 }
 
 /// Where tools run.
@@ -230,81 +218,104 @@ fn grep(ctx: &ExecContext, pattern: &str, path: &str, masked: &[String], cap: us
         Ok(m) => m,
         Err(e) => return ToolResult::error("", ErrorClass::InvalidArguments, format!("invalid mask: {e}")),
     };
-    let mut hidden = 0usize;
     let base = resolve(ctx, path);
     if let Err(e) = std::fs::metadata(&base) {
         return io_error(path, &e, false);
     }
-    let mut out = String::new();
-    let mut matches = 0;
+    let mut hits = GrepHits::default();
     let mut stack = vec![base];
     while let Some(p) = stack.pop() {
-        if matches >= MAX_GREP_MATCHES || out.len() > cap {
+        if hits.matches >= MAX_GREP_MATCHES || hits.out.len() > cap {
             break;
         }
         let Ok(meta) = std::fs::symlink_metadata(&p) else {
             continue;
         };
         if meta.is_dir() {
-            let name = p
-                .file_name()
-                .map(|n| n.to_string_lossy().to_string())
-                .unwrap_or_default();
-            if name == ".git" || name == ".runtime" || name == "target" {
-                continue;
-            }
-            if let Ok(rd) = std::fs::read_dir(&p) {
-                let mut kids: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-                kids.sort();
-                stack.extend(kids.into_iter().rev());
-            }
-        } else {
-            // Checked before the file's type: in the worker's mount namespace a
-            // masked file is `/dev/null` mounted over it.
-            let shown = p.strip_prefix(&ctx.root).unwrap_or(&p).display().to_string();
-            if masks.is_match(&shown) || masks.is_match(&p) {
-                hidden += 1;
-                continue;
-            }
-            if !meta.is_file() || meta.len() > MAX_GREP_FILE {
-                continue;
-            }
-            let Ok(bytes) = read_regular(&p, MAX_GREP_FILE) else {
-                continue;
-            };
-            if bytes.contains(&0) {
-                continue;
-            }
-            let text = String::from_utf8_lossy(&bytes);
-            for (i, line) in text.lines().enumerate() {
-                if re.is_match(line) {
-                    out.push_str(&format!(
-                        "{shown}:{}: {}\n",
-                        i + 1,
-                        line.chars().take(300).collect::<String>()
-                    ));
-                    matches += 1;
-                    if matches >= MAX_GREP_MATCHES {
-                        break;
-                    }
+            push_searched_children(&p, &mut stack);
+            continue;
+        }
+        // Checked before the file's type: in the worker's mount namespace a masked
+        // file is `/dev/null` mounted over it.
+        let shown = p.strip_prefix(&ctx.root).unwrap_or(&p).display().to_string();
+        if masks.is_match(&shown) || masks.is_match(&p) {
+            hits.hidden += 1;
+        } else if meta.is_file() && meta.len() <= MAX_GREP_FILE {
+            hits.search(&p, &shown, &re);
+        }
+    }
+    hits.into_result(cap)
+}
+
+/// What `grep` found so far: the lines it shows, how many matched, and how many
+/// files a `Read` deny rule kept it from searching.
+#[derive(Default)]
+struct GrepHits {
+    out: String,
+    matches: usize,
+    hidden: usize,
+}
+
+impl GrepHits {
+    /// Adds the lines of the regular file `p` (shown as `shown`) that `re` matches;
+    /// a file it cannot read, or a binary one (a NUL byte), adds nothing.
+    fn search(&mut self, p: &Path, shown: &str, re: &regex::Regex) {
+        let Ok(bytes) = read_regular(p, MAX_GREP_FILE) else {
+            return;
+        };
+        if bytes.contains(&0) {
+            return;
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        for (i, line) in text.lines().enumerate() {
+            if re.is_match(line) {
+                self.out.push_str(&format!(
+                    "{shown}:{}: {}\n",
+                    i + 1,
+                    line.chars().take(300).collect::<String>()
+                ));
+                self.matches += 1;
+                if self.matches >= MAX_GREP_MATCHES {
+                    break;
                 }
             }
         }
     }
-    if hidden > 0 {
-        out.push_str(&format!(
-            "({hidden} file(s) not searched: a Read deny rule covers them)\n"
-        ));
+
+    fn into_result(mut self, cap: usize) -> ToolResult {
+        if self.hidden > 0 {
+            self.out.push_str(&format!(
+                "({} file(s) not searched: a Read deny rule covers them)\n",
+                self.hidden
+            ));
+        }
+        let (out, truncated) = cap_text(self.out, cap);
+        ok(
+            if self.matches == 0 && self.hidden == 0 {
+                "(no matches)".into()
+            } else {
+                out
+            },
+            truncated || self.matches >= MAX_GREP_MATCHES,
+        )
     }
-    let (out, truncated) = cap_text(out, cap);
-    ok(
-        if matches == 0 && hidden == 0 {
-            "(no matches)".into()
-        } else {
-            out
-        },
-        truncated || matches >= MAX_GREP_MATCHES,
-    )
+}
+
+/// Pushes the entries of the directory `p` on `stack`, in name order to be popped,
+/// unless `p` is a directory `grep` passes over (`.git`, `.runtime`, `target`).
+fn push_searched_children(p: &Path, stack: &mut Vec<PathBuf>) {
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    if name == ".git" || name == ".runtime" || name == "target" {
+        return;
+    }
+    if let Ok(rd) = std::fs::read_dir(p) {
+        let mut kids: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        kids.sort();
+        stack.extend(kids.into_iter().rev());
+    }
 }
 
 /// The globs a walking tool must pass over, compiled as the rules compile them.
@@ -398,7 +409,7 @@ fn run_command(ctx: &ExecContext, req: &ToolRequest, command: &str, timeout: Dur
         Ok(c) => c,
         Err(e) => return io_error("/bin/sh", &e, false),
     };
-    let pgid = child.id() as i32;
+    let pgid = child.id();
     let (readers, finished) = read_capped(&mut child, cap);
     let ending = wait_for_readers(&finished, readers.len(), pgid, timeout);
     let status = child.wait();
@@ -455,16 +466,9 @@ fn sandboxed_command(ctx: &ExecContext, command: &str) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    // SAFETY: close_range only marks descriptors close-on-exec; it is
-    // async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
-            // Die with the worker rather than outlive it.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    kernel::spawn::close_inherited_descriptors(&mut cmd);
+    // Die with the worker rather than outlive it.
+    kernel::spawn::die_with_parent(&mut cmd);
     cmd
 }
 
@@ -544,7 +548,7 @@ enum Ending {
 /// Waits until `readers` output streams are done, killing the process group `pgid`
 /// at the deadline or when the fire is cancelled (then gives the readers two seconds
 /// to drain).
-fn wait_for_readers(finished: &mpsc::Receiver<()>, readers: usize, pgid: i32, timeout: Duration) -> Ending {
+fn wait_for_readers(finished: &mpsc::Receiver<()>, readers: usize, pgid: u32, timeout: Duration) -> Ending {
     let deadline = Instant::now() + timeout;
     let mut done = 0;
     while done < readers {
@@ -555,10 +559,8 @@ fn wait_for_readers(finished: &mpsc::Receiver<()>, readers: usize, pgid: i32, ti
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let interrupted = take_interrupt();
                 if interrupted || Instant::now() >= deadline {
-                    // SAFETY: kill(2) on our own child's process group.
-                    unsafe {
-                        libc::kill(-pgid, libc::SIGKILL);
-                    }
+                    // Our own child's process group.
+                    let _ = kernel::signal::kill_group(pgid, kernel::signal::Signal::Kill);
                     let _ = finished.recv_timeout(Duration::from_secs(2));
                     return if interrupted {
                         Ending::Cancelled

@@ -146,11 +146,9 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
 /// a long-lived server that reads a tree now and then would keep every page it
 /// touched. Small windows and a small total keep its memory flat.
 fn limit_git_maps() {
-    // SAFETY: libgit2's global options are set before this process starts any
-    // thread (the server's runtime, its blocking pool and the card watcher come after).
-    let set =
-        unsafe { git2::opts::set_mwindow_size(1 << 20).and_then(|()| git2::opts::set_mwindow_mapped_limit(8 << 20)) };
-    if let Err(e) = set {
+    // Before this process starts any thread (the server's runtime, its blocking pool
+    // and the card watcher come after).
+    if let Err(e) = kernel::libgit2::limit_pack_maps(1 << 20, 8 << 20) {
         tracing::warn!("cannot limit libgit2's pack maps: {e}");
     }
 }
