@@ -411,16 +411,20 @@ fn find_masks(root: &Path, set: Option<&globset::GlobSet>, repository: bool) -> 
             let e = e.map_err(|e| unlisted(&dir, e))?;
             let kind = e.file_type().map_err(|e| unlisted(&dir, e))?;
             let name = e.file_name();
-            let Some(name) = name.to_str() else {
-                // Not UTF-8: globs (UTF-8) match it by its lossy name.
-                let rel = join_rel(&rel_dir, &name.to_string_lossy());
-                classify(&e.path(), &rel, kind, set, &mut out, &mut stack);
-                continue;
-            };
             if repository && rel_dir.is_empty() && (name == ".git" || name == crate::layout::STATE_DIR) {
                 continue;
             }
-            let rel = join_rel(&rel_dir, name);
+            // A plain file matters only to deny globs: a walk for sockets alone (the
+            // `.git` and read-root walks, most of the entries) allocates nothing for it.
+            if set.is_none() && !kind.is_socket() && !kind.is_dir() {
+                continue;
+            }
+            // The repository-relative name is what globs match (UTF-8: a name that is
+            // not is matched by its lossy form); a sockets-only walk needs none.
+            let rel = match set {
+                Some(_) => join_rel(&rel_dir, &name.to_string_lossy()),
+                None => String::new(),
+            };
             classify(&e.path(), &rel, kind, set, &mut out, &mut stack);
         }
     }
