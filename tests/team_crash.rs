@@ -46,15 +46,29 @@ enum Kill {
     After(Duration),
 }
 
+/// The `i`th kill of a command's trials: its named points first, then moments spread
+/// over its run time (`fractions` of the longest run the named-point trials measured:
+/// each dies at its point, the last points near the command's end). Measured, not
+/// fixed: on a fast machine a fixed moment would fall after the command ended and
+/// kill nothing.
+fn trial(i: usize, points: &[&'static str], fractions: &[f64], longest: Duration) -> Kill {
+    match points.get(i) {
+        Some(point) => Kill::At(point),
+        None => Kill::After(longest.mul_f64(fractions[i - points.len()])),
+    }
+}
+
 /// Runs `builder args` in `dir` as `who`, killed as `kill` says; whether it died by
-/// SIGKILL. Waits for the `git` processes it started to end (they outlive it).
-fn run_killed(team: &Team, dir: &Path, who: (&str, &str), args: &[&str], kill: Kill) -> bool {
+/// SIGKILL, and how long it ran. Waits for the `git` processes it started to end
+/// (they outlive it).
+fn run_killed(team: &Team, dir: &Path, who: (&str, &str), args: &[&str], kill: Kill) -> (bool, Duration) {
     let mut cmd = team.env.command("builder", args);
     cmd.current_dir(dir)
         .env("GIT_AUTHOR_NAME", who.0)
         .env("GIT_AUTHOR_EMAIL", who.1)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
+    let started = std::time::Instant::now();
     let died = match kill {
         Kill::At(point) => {
             let status = cmd.env("RUNTIME_FAILPOINTS", point).status().unwrap();
@@ -71,8 +85,9 @@ fn run_killed(team: &Team, dir: &Path, who: (&str, &str), args: &[&str], kill: K
             alive && status.signal() == Some(libc::SIGKILL)
         }
     };
+    let ran = started.elapsed();
     wait_for_children_of(dir);
-    died
+    (died, ran)
 }
 
 /// Waits (up to 20 s) until no process names `dir` on its command line (the `git`
@@ -142,13 +157,14 @@ fn check(team: &Team, dir: &Path, seen: &mut BTreeSet<String>) {
     *seen = now;
 }
 
-/// Spread-out moments for the timed kills (a fixed seed: the same trials each run).
-fn moments(n: usize, seed: u64, max_ms: u64) -> Vec<Duration> {
+/// Spread-out moments for the timed kills, as fractions of a run (between 0.05 and
+/// 0.95; a fixed seed: the same trials each run).
+fn moments(n: usize, seed: u64) -> Vec<f64> {
     let mut x = seed;
     (0..n)
         .map(|_| {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            Duration::from_millis(5 + (x >> 33) % max_ms)
+            0.05 + ((x >> 33) % 900) as f64 / 1000.0
         })
         .collect()
 }
@@ -158,17 +174,17 @@ fn approve_push_killed_at_each_point_and_moment_succeeds_next_time_and_loses_not
     let team = Team::new();
     let mut seen = BTreeSet::new();
     let mut kills = 0;
-    let trials: Vec<Kill> = APPROVE_POINTS
-        .iter()
-        .map(|p| Kill::At(p))
-        .chain(moments(12, 7, 250).into_iter().map(Kill::After))
-        .collect();
-    for (i, kill) in trials.iter().enumerate() {
+    let fractions = moments(12, 7);
+    let trials = APPROVE_POINTS.len() + fractions.len();
+    let mut longest = Duration::ZERO;
+    for i in 0..trials {
+        let kill = trial(i, APPROVE_POINTS, &fractions, longest);
         let name = format!("a{i}");
         team.propose_pushed(&name);
-        let died = run_killed(&team, &team.rev1, REV1, &["approve", &name, "--push"], *kill);
+        let (died, ran) = run_killed(&team, &team.rev1, REV1, &["approve", &name, "--push"], kill);
         if let Kill::At(p) = kill {
             assert!(died, "{p} was never reached");
+            longest = longest.max(ran);
         }
         kills += usize::from(died);
         let out = team.builder_ok(&team.rev1, REV1, &["approve", &name, "--push"]);
@@ -184,11 +200,7 @@ fn approve_push_killed_at_each_point_and_moment_succeeds_next_time_and_loses_not
         let listed = team.builder_ok(&team.rev1, REV1, &["proposals"]);
         assert!(listed.contains(&format!("{name}\tapproved")), "{listed}");
     }
-    assert_eq!(
-        team.approvals(&team.origin).len(),
-        1 + trials.len(),
-        "one approval each"
-    );
+    assert_eq!(team.approvals(&team.origin).len(), 1 + trials, "one approval each");
     assert!(kills >= 5 + 6, "only {kills} runs were killed");
     eprintln!("approve --push: {kills} SIGKILLs");
 }
@@ -205,7 +217,7 @@ fn merge_and_land_killed_at_each_point_and_moment_succeed_next_time() {
         team.builder_ok(&team.rev1, REV1, &["approve", &name, "--push"]);
         team.git(team.author(), &["pull", "-q"]);
         assert!(
-            run_killed(&team, team.author(), AUTHOR, &["merge", &name], Kill::At(point)),
+            run_killed(&team, team.author(), AUTHOR, &["merge", &name], Kill::At(point)).0,
             "{point}"
         );
         kills += 1;
@@ -218,19 +230,18 @@ fn merge_and_land_killed_at_each_point_and_moment_succeed_next_time() {
         team.git(team.author(), &["push", "-q"]);
     }
     // land: the box moves the origin before each; named points, then moments.
-    let trials: Vec<Kill> = LAND_POINTS
-        .iter()
-        .map(|p| Kill::At(p))
-        .chain(moments(12, 11, 400).into_iter().map(Kill::After))
-        .collect();
-    for (i, kill) in trials.iter().enumerate() {
+    let fractions = moments(12, 11);
+    let mut longest = Duration::ZERO;
+    for i in 0..LAND_POINTS.len() + fractions.len() {
+        let kill = trial(i, LAND_POINTS, &fractions, longest);
         let name = format!("l{i}");
         team.propose_pushed(&name);
         team.builder_ok(&team.rev1, REV1, &["approve", &name, "--push"]);
         team.records_on_origin();
-        let died = run_killed(&team, team.author(), AUTHOR, &["land", &name], *kill);
+        let (died, ran) = run_killed(&team, team.author(), AUTHOR, &["land", &name], kill);
         if let Kill::At(p) = kill {
             assert!(died, "{p} was never reached");
+            longest = longest.max(ran);
         }
         kills += usize::from(died);
         let out = team.builder_ok(team.author(), AUTHOR, &["land", &name]);

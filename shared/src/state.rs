@@ -273,8 +273,9 @@ impl StateDb {
             None => open_checked(&path),
         };
         match opened {
-            Ok(store) => {
+            Ok(mut store) => {
                 mark_made(&path);
+                store.call_on_close(record_sound);
                 Ok(StateDb { store, reset: None })
             }
             Err(OpenFailure::Other(e)) => Err(e),
@@ -649,9 +650,10 @@ fn file_inode(path: &Path) -> Option<u64> {
 fn open_checked(path: &Path) -> Result<Store, OpenFailure> {
     // `quick_check` reads every page (160 ms at 70 MB): once per process and file is
     // enough, as a fire opens the database several times; later opens still catch a
-    // file SQLite cannot read at all. The checked open reads the file itself, through
-    // a new connection.
-    let checked = !checked_in_process(path);
+    // file SQLite cannot read at all. Nor is it needed when the files are as this
+    // runtime left them after its last write ([`left_as_recorded`]). The checked
+    // open reads the file itself, through a new connection.
+    let checked = !checked_in_process(path) && !left_as_recorded(path);
     let opened = if checked {
         Store::open_new(path, RUNTIME_SCHEMA)
     } else {
@@ -663,6 +665,7 @@ fn open_checked(path: &Path) -> Result<Store, OpenFailure> {
         Err(e) => return Err(OpenFailure::Other(e)),
     };
     if !checked {
+        mark_checked(path);
         return Ok(store);
     }
     match store.quick_check() {
@@ -676,6 +679,58 @@ fn open_checked(path: &Path) -> Result<Store, OpenFailure> {
         ))),
         Err(e) if e.is_damage() => Err(OpenFailure::Damaged(e.to_string())),
         Err(e) => Err(OpenFailure::Other(e)),
+    }
+}
+
+/// `state.db.sound`: the database's files (inode, size and modification time of
+/// the file and its write-ahead log) as a runtime left them when it last closed a
+/// connection on them, having found them sound when it opened them. A file changed
+/// since by anything but that close (a truncation, another writer, a crash mid-way
+/// through a write) no longer matches, and the next open checks it whole.
+fn sound_stamp(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_os_string();
+    p.push(".sound");
+    PathBuf::from(p)
+}
+
+/// What [`sound_stamp`] records of the database's files now.
+fn files_stamp(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push("-wal");
+    let wal = std::fs::metadata(PathBuf::from(wal))
+        .map(|w| format!("{} {} {}.{}", w.ino(), w.len(), w.mtime(), w.mtime_nsec()))
+        .unwrap_or_else(|_| "-".into());
+    Some(format!(
+        "{} {} {}.{}\n{wal}\n",
+        m.ino(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec()
+    ))
+}
+
+/// Whether the database's files are as [`record_sound`] last left them.
+fn left_as_recorded(path: &Path) -> bool {
+    let Ok(recorded) = std::fs::read_to_string(sound_stamp(path)) else {
+        return false;
+    };
+    files_stamp(path).is_some_and(|now| now == recorded)
+}
+
+/// Records the database's files as this process leaves them: called as a store
+/// opened sound closes (best effort: without it the next open checks the file).
+fn record_sound(path: &Path) {
+    let Some(now) = files_stamp(path) else {
+        return;
+    };
+    let stamp = sound_stamp(path);
+    let tmp = stamp.with_extension(format!("sound.{}", std::process::id()));
+    let written = std::fs::write(&tmp, now).and_then(|()| std::fs::rename(&tmp, &stamp));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::debug!(error = %e, "the state database's sound stamp was not written");
     }
 }
 
@@ -952,6 +1007,37 @@ mod tests {
         assert!(card.detail.contains(&reset.moved_to.display().to_string()));
         reset_reported(&pending[0].0);
         assert!(pending_resets(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_database_left_as_the_last_close_recorded_it_needs_no_check_and_any_change_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db_path(dir.path());
+        let mut db = StateDb::open(dir.path()).unwrap();
+        db.save_checkpoint("r1", &paused("c1")).unwrap();
+        assert!(!left_as_recorded(&path), "nothing recorded before the first close");
+        drop(db);
+        assert!(left_as_recorded(&path), "the close recorded the files as it left them");
+        // A write through another store (another process's fire) changes them.
+        let mut other = Store::open_new(&path, RUNTIME_SCHEMA).unwrap();
+        other
+            .write(|tx| tx.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')", []))
+            .unwrap();
+        assert!(!left_as_recorded(&path), "a write since the close shows");
+        drop(other);
+        // A close of a store opened sound records them again; a truncation of the
+        // write-ahead log, as a crash or a person could leave it, shows.
+        drop(StateDb::open(dir.path()).unwrap());
+        assert!(left_as_recorded(&path));
+        let mut wal = path.as_os_str().to_os_string();
+        wal.push("-wal");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(PathBuf::from(wal))
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        assert!(!left_as_recorded(&path), "a truncated log shows");
     }
 
     #[test]

@@ -98,6 +98,9 @@ pub struct Store {
     /// The file this connection was opened on, when the connection may be kept for
     /// this process's next open of it ([`Kept`]); `None` for a read-only open.
     keep: Option<FileId>,
+    /// Called with the database's path once this store is closed
+    /// ([`Store::call_on_close`]).
+    on_close: Option<fn(&Path)>,
 }
 
 /// A database file's identity: device and inode. A file moved aside and made anew
@@ -115,8 +118,9 @@ struct Kept {
     conn: Connection,
 }
 
-/// At most this many connections are kept (a process uses one or two databases).
-const KEPT_MAX: usize = 4;
+/// At most this many connections are kept, the oldest closed first (a command uses
+/// one or two databases; a test process, many at once).
+const KEPT_MAX: usize = 16;
 
 static KEPT: std::sync::Mutex<Vec<Kept>> = std::sync::Mutex::new(Vec::new());
 
@@ -135,24 +139,32 @@ fn take_kept(path: &str, file: FileId) -> Option<Connection> {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        let (Some(file), Some(conn)) = (self.keep, self.conn.take()) else {
-            return;
-        };
-        // A connection inside a transaction (a panic unwinding through a write) is
-        // not handed on: rusqlite has rolled it back, but keep nothing uncertain.
-        if !conn.is_autocommit() || file_id(Path::new(&self.path)) != Some(file) {
-            return;
+        if let (Some(file), Some(conn)) = (self.keep, self.conn.take()) {
+            keep(&self.path, file, conn);
         }
-        if let Ok(mut kept) = KEPT.lock() {
-            kept.retain(|k| k.path != self.path);
-            if kept.len() < KEPT_MAX {
-                kept.push(Kept {
-                    path: self.path.clone(),
-                    file,
-                    conn,
-                });
-            }
+        if let Some(f) = self.on_close {
+            f(Path::new(&self.path));
         }
+    }
+}
+
+/// Keeps `conn`, closed by a store on `path`, for the process's next open of it.
+fn keep(path: &str, file: FileId, conn: Connection) {
+    // A connection inside a transaction (a panic unwinding through a write) is not
+    // handed on: rusqlite has rolled it back, but keep nothing uncertain.
+    if !conn.is_autocommit() || file_id(Path::new(path)) != Some(file) {
+        return;
+    }
+    if let Ok(mut kept) = KEPT.lock() {
+        kept.retain(|k| k.path != path);
+        if kept.len() >= KEPT_MAX {
+            kept.remove(0);
+        }
+        kept.push(Kept {
+            path: path.to_string(),
+            file,
+            conn,
+        });
     }
 }
 
@@ -166,6 +178,7 @@ impl Store {
                 conn: Some(conn),
                 keep: file_id(path),
                 path: p,
+                on_close: None,
             };
             // What a user of the last open may have changed; the rest of
             // [`Store::configure`] holds for the connection's life.
@@ -195,6 +208,7 @@ impl Store {
             conn: Some(conn),
             keep: file_id(path),
             path: p,
+            on_close: None,
         };
         store.configure()?;
         store.migrate(schema)?;
@@ -220,6 +234,7 @@ impl Store {
                 conn: Some(Connection::open_in_memory().map_err(sql)?),
                 path: p.clone(),
                 keep: None,
+                on_close: None,
             };
             store.migrate(schema)?;
             return Ok(store);
@@ -232,6 +247,7 @@ impl Store {
                 conn: Some(conn),
                 path: p.clone(),
                 keep: None,
+                on_close: None,
             });
             let version = store.and_then(|s| {
                 s.conn().busy_timeout(Duration::from_secs(10))?;
@@ -396,6 +412,12 @@ impl Store {
         let mut stmt = self.conn().prepare(sql).map_err(e)?;
         let rows = stmt.query_map(params, f).map_err(e)?;
         rows.collect::<Result<Vec<_>, _>>().map_err(e)
+    }
+
+    /// Has `f` called with the database's path once this store is closed (and its
+    /// connection kept or closed): after the last write it made.
+    pub fn call_on_close(&mut self, f: fn(&Path)) {
+        self.on_close = Some(f);
     }
 
     /// Read-only access.
