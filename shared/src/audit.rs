@@ -17,13 +17,14 @@
 //! intermediate steps) are judged at the merge that lands them. Renames are not
 //! detected, so a move out of `prompts/` is a delete plus an add.
 
-use crate::git::{ChangeKind, TreeDiffer};
+use crate::git::{ChangeKind, TreeChange, TreeDiffer};
 use crate::layout::{Owner, Ownership, SETTINGS_FILE};
 use crate::review::links::RefusedLink;
 use crate::review::runtime_commits::{runtime_named, Authenticity, RuntimeSignatures};
 use git2::{FileMode, Oid, Repository, Sort};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -107,65 +108,21 @@ pub fn audit_range(
         }
     }
     let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
-    let on_branch = first_parent_chain(repo, tip, &oids)?;
-    let approved = Coverage::of(repo, rule, &on_branch)?;
-    // Before `review.require_signed` (by the commit's own settings), an approval
-    // counted without a signature: history from then is judged by that rule.
-    let approved_unsigned = match rule.signers {
-        Some(_) => Some(Coverage::of(
-            repo,
-            &crate::review::signing::ApprovalRule::unsigned(&rule.runtime_email),
-            &on_branch,
-        )?),
-        None => None,
-    };
-    let covered_later = covered_later(repo, tip, &on_branch, &approved, approved_unsigned.as_ref())?;
-    let review = ReviewContext {
-        approved,
-        approved_unsigned,
-        on_branch,
-        covered_later,
-    };
+    let review = review_context(repo, rule, tip, &oids)?;
     let review = &review;
     // Commits are independent: audit them on every core, each thread with its own
     // repository handle, and merge the findings back in history order.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
     let chunk = oids.len().div_ceil(threads).max(1);
     let path = repo.path().to_path_buf();
+    let who = Who { ownership, runtime };
+    let who = &who;
     let parts: Vec<Result<AuditReport, git2::Error>> = std::thread::scope(|scope| {
         let handles: Vec<_> = oids
             .chunks(chunk)
             .map(|part| {
                 let path = path.clone();
-                scope.spawn(move || {
-                    let repo = Repository::open(&path)?;
-                    let mut differ = TreeDiffer::open(&repo)?;
-                    let mut judge = Judge {
-                        repo: &repo,
-                        review,
-                        settings: Settings::new(&repo),
-                        refused: HashMap::new(),
-                        signatures: RuntimeSignatures::new(&repo),
-                    };
-                    let mut report = AuditReport::default();
-                    // Newest first (see TreeDiffer), findings put back in history order.
-                    // A commit's parent is usually the next one audited: read it once.
-                    let mut per_commit = Vec::with_capacity(part.len());
-                    let mut parent_read: Option<git2::Commit> = None;
-                    for oid in part.iter().rev() {
-                        let commit = match parent_read.take() {
-                            Some(c) if c.id() == *oid => c,
-                            _ => repo.find_commit(*oid)?,
-                        };
-                        let parent = commit.parent_ids().next().map(|p| repo.find_commit(p)).transpose()?;
-                        let who = Who { ownership, runtime };
-                        audit_commit(&mut differ, &mut judge, &who, &commit, parent.as_ref(), &mut report)?;
-                        per_commit.push(std::mem::take(&mut report.findings));
-                        parent_read = parent;
-                    }
-                    report.findings = per_commit.into_iter().rev().flatten().collect();
-                    Ok(report)
-                })
+                scope.spawn(move || audit_part(&path, part, review, who))
             })
             .collect();
         handles
@@ -185,6 +142,67 @@ pub fn audit_range(
         report.runtime_unauthenticated += part.runtime_unauthenticated;
         report.findings.extend(part.findings);
     }
+    Ok(report)
+}
+
+/// What judging commits for review needs: the branch's first-parent chain among
+/// `oids` and what the approvals on it cover, by the rule in force and (with signed
+/// approvals in force) by identity alone.
+fn review_context(
+    repo: &Repository,
+    rule: &crate::review::signing::ApprovalRule,
+    tip: Oid,
+    oids: &[Oid],
+) -> Result<ReviewContext, git2::Error> {
+    let on_branch = first_parent_chain(repo, tip, oids)?;
+    let approved = Coverage::of(repo, rule, &on_branch)?;
+    // Before `review.require_signed` (by the commit's own settings), an approval
+    // counted without a signature: history from then is judged by that rule.
+    let approved_unsigned = match rule.signers {
+        Some(_) => Some(Coverage::of(
+            repo,
+            &crate::review::signing::ApprovalRule::unsigned(&rule.runtime_email),
+            &on_branch,
+        )?),
+        None => None,
+    };
+    let covered_later = covered_later(repo, tip, &on_branch, &approved, approved_unsigned.as_ref())?;
+    Ok(ReviewContext {
+        approved,
+        approved_unsigned,
+        on_branch,
+        covered_later,
+    })
+}
+
+/// Audits one slice of the commits (in history order) with its own repository
+/// handle; findings come back in history order.
+fn audit_part(path: &Path, part: &[Oid], review: &ReviewContext, who: &Who) -> Result<AuditReport, git2::Error> {
+    let repo = Repository::open(path)?;
+    let mut differ = TreeDiffer::open(&repo)?;
+    let mut judge = Judge {
+        repo: &repo,
+        review,
+        settings: Settings::new(&repo),
+        refused: HashMap::new(),
+        signatures: RuntimeSignatures::new(&repo),
+    };
+    let mut report = AuditReport::default();
+    // Newest first (see TreeDiffer), findings put back in history order.
+    // A commit's parent is usually the next one audited: read it once.
+    let mut per_commit = Vec::with_capacity(part.len());
+    let mut parent_read: Option<git2::Commit> = None;
+    for oid in part.iter().rev() {
+        let commit = match parent_read.take() {
+            Some(c) if c.id() == *oid => c,
+            _ => repo.find_commit(*oid)?,
+        };
+        let parent = commit.parent_ids().next().map(|p| repo.find_commit(p)).transpose()?;
+        audit_commit(&mut differ, &mut judge, who, &commit, parent.as_ref(), &mut report)?;
+        per_commit.push(std::mem::take(&mut report.findings));
+        parent_read = parent;
+    }
+    report.findings = per_commit.into_iter().rev().flatten().collect();
     Ok(report)
 }
 
@@ -468,17 +486,7 @@ fn audit_commit(
         report.runtime_commits += 1;
     }
     if runtime_named(commit, &runtime.name, &runtime.email) {
-        match judge.signatures.judge(commit, &runtime.email)? {
-            Authenticity::Signed(_) => report.runtime_signed += 1,
-            Authenticity::Unauthenticated => report.runtime_unauthenticated += 1,
-            Authenticity::Forged(why) => report.findings.push(Finding {
-                severity: Severity::Violation,
-                commit: oid_short(commit.id()),
-                author: format!("{name} <{email}>"),
-                path: "-".into(),
-                what: format!("forged runtime commit: named as the runtime without a valid runtime signature ({why})"),
-            }),
-        }
+        count_runtime_signature(judge, commit, runtime, report)?;
     }
     let changes = differ.diff(parent.map(|p| p.tree_id()), Some(commit.tree_id()), &[])?;
     // Judged once per commit, and only when it changes a builder-owned path.
@@ -497,58 +505,13 @@ fn audit_commit(
             })
         };
         if is_runtime {
-            if owner != Owner::Runtime {
-                flag(
-                    Severity::Violation,
-                    format!("runtime commit {} a {} path", verb(c.kind), owner_name(owner)),
-                );
-            } else if c.kind != ChangeKind::Added {
-                flag(
-                    Severity::Violation,
-                    format!(
-                        "runtime commit {} an existing record (records are create-only)",
-                        verb(c.kind)
-                    ),
-                );
-            }
-            let mode = c.new.map(|(_, m)| m);
-            if mode == Some(i32::from(FileMode::Link)) {
-                flag(Severity::Violation, "runtime commit adds a symlink".into());
-            } else if mode == Some(i32::from(FileMode::Commit)) {
-                flag(Severity::Violation, "runtime commit adds a gitlink (submodule)".into());
-            } else if let (Some((oa, ma)), Some((ob, mb))) = (c.old, c.new) {
-                if oa == ob && ma != mb {
-                    flag(Severity::Violation, "runtime commit changes only a file mode".into());
-                }
+            for what in runtime_change_violations(&c, owner) {
+                flag(Severity::Violation, what);
             }
         } else if owner == Owner::Builder {
             if !links_judged {
                 links_judged = true;
-                let refused = judge.new_refused_links(commit, parent)?;
-                if !refused.is_empty() {
-                    let severity = if judge.owes_review(commit)? {
-                        Severity::Violation
-                    } else {
-                        Severity::Warning
-                    };
-                    for l in refused {
-                        let what = if l.target.starts_with("submodule commit") {
-                            format!("builder-owned path is a {}, outside the builder-owned paths: no approval covers what it reaches", l.target)
-                        } else {
-                            format!(
-                                "builder-owned path is a symlink to {}, which {}: no approval covers what it reaches",
-                                l.target, l.why
-                            )
-                        };
-                        link_findings.push(Finding {
-                            severity,
-                            commit: oid_short(commit.id()),
-                            author: format!("{name} <{email}>"),
-                            path: l.path,
-                            what,
-                        });
-                    }
-                }
+                link_findings = refused_link_findings(judge, commit, parent)?;
             }
             let verdict = match &uncovered {
                 Some(v) => v.clone(),
@@ -568,6 +531,100 @@ fn audit_commit(
     }
     report.findings.extend(link_findings);
     Ok(())
+}
+
+/// Counts a runtime-named commit as signed or unauthenticated, or finds it forged.
+fn count_runtime_signature(
+    judge: &mut Judge,
+    commit: &git2::Commit,
+    runtime: &RuntimeIdentity,
+    report: &mut AuditReport,
+) -> Result<(), git2::Error> {
+    match judge.signatures.judge(commit, &runtime.email)? {
+        Authenticity::Signed(_) => report.runtime_signed += 1,
+        Authenticity::Unauthenticated => report.runtime_unauthenticated += 1,
+        Authenticity::Forged(why) => report.findings.push(Finding {
+            severity: Severity::Violation,
+            commit: oid_short(commit.id()),
+            author: author_of(commit),
+            path: "-".into(),
+            what: format!("forged runtime commit: named as the runtime without a valid runtime signature ({why})"),
+        }),
+    }
+    Ok(())
+}
+
+/// `Name <email>` of a commit's author, as findings name it.
+fn author_of(commit: &git2::Commit) -> String {
+    let author = commit.author();
+    format!("{} <{}>", author.name().unwrap_or(""), author.email().unwrap_or(""))
+}
+
+/// What a runtime commit may not do to one path: touch a path it does not own,
+/// change an existing record, add a symlink or gitlink, change only a mode.
+fn runtime_change_violations(c: &TreeChange, owner: Owner) -> Vec<String> {
+    let mut out = Vec::new();
+    if owner != Owner::Runtime {
+        out.push(format!("runtime commit {} a {} path", verb(c.kind), owner_name(owner)));
+    } else if c.kind != ChangeKind::Added {
+        out.push(format!(
+            "runtime commit {} an existing record (records are create-only)",
+            verb(c.kind)
+        ));
+    }
+    let mode = c.new.map(|(_, m)| m);
+    if mode == Some(i32::from(FileMode::Link)) {
+        out.push("runtime commit adds a symlink".into());
+    } else if mode == Some(i32::from(FileMode::Commit)) {
+        out.push("runtime commit adds a gitlink (submodule)".into());
+    } else if let (Some((oa, ma)), Some((ob, mb))) = (c.old, c.new) {
+        if oa == ob && ma != mb {
+            out.push("runtime commit changes only a file mode".into());
+        }
+    }
+    out
+}
+
+/// A finding for each builder-owned link the commit adds that no approval can cover
+/// (a violation when the commit owes review, else a warning).
+fn refused_link_findings(
+    judge: &mut Judge,
+    commit: &git2::Commit,
+    parent: Option<&git2::Commit>,
+) -> Result<Vec<Finding>, git2::Error> {
+    let refused = judge.new_refused_links(commit, parent)?;
+    if refused.is_empty() {
+        return Ok(Vec::new());
+    }
+    let severity = if judge.owes_review(commit)? {
+        Severity::Violation
+    } else {
+        Severity::Warning
+    };
+    let findings = refused
+        .into_iter()
+        .map(|l| {
+            let what = if l.target.starts_with("submodule commit") {
+                format!(
+                    "builder-owned path is a {}, outside the builder-owned paths: no approval covers what it reaches",
+                    l.target
+                )
+            } else {
+                format!(
+                    "builder-owned path is a symlink to {}, which {}: no approval covers what it reaches",
+                    l.target, l.why
+                )
+            };
+            Finding {
+                severity,
+                commit: oid_short(commit.id()),
+                author: author_of(commit),
+                path: l.path,
+                what,
+            }
+        })
+        .collect();
+    Ok(findings)
 }
 
 fn oid_short(o: Oid) -> String {

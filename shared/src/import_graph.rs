@@ -177,7 +177,7 @@ fn crate_graph() -> Graph {
     graph
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
     paths.sort();
@@ -335,7 +335,7 @@ fn tokenize(code: &str) -> Vec<(String, usize)> {
 
 /// `src` with comments and the contents of string and char literals blanked out
 /// (newlines kept, so lines still count).
-fn strip(src: &str) -> String {
+pub(crate) fn strip(src: &str) -> String {
     let chars: Vec<char> = src.chars().collect();
     let mut out = String::with_capacity(src.len());
     let blank = |out: &mut String, c: char| out.push(if c == '\n' { '\n' } else { ' ' });

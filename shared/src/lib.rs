@@ -21,6 +21,8 @@ pub mod git;
 pub mod gitpath;
 pub mod history;
 #[cfg(test)]
+mod house;
+#[cfg(test)]
 mod import_graph;
 pub mod journal;
 pub mod layout;

@@ -16,7 +16,8 @@
 
 use crate::prompt::Prefetch;
 use crate::settings::{
-    LandlockMode, NetworkMode, NetworkSetting, ProviderSettings, RuntimeSettings, SyncSettings, Telemetry,
+    LandlockMode, NetworkMode, NetworkSetting, ProviderSettings, RuntimeSettings, SandboxSettings, SyncSettings,
+    Telemetry,
 };
 use serde::Serialize;
 use std::path::{Component, Path, PathBuf};
@@ -297,6 +298,82 @@ fn sync_change(trusted: Option<&SyncSettings>, proposed: Option<&SyncSettings>) 
     })
 }
 
+/// A change of Landlock's mode: less of the kernel sandbox widens the tools' reach.
+fn landlock_change(trusted: &SandboxSettings, proposed: &SandboxSettings) -> Option<PowerChange> {
+    let (t, p) = (trusted.landlock, proposed.landlock);
+    if t == p {
+        return None;
+    }
+    let widens = landlock_rank(p) < landlock_rank(t);
+    Some(PowerChange {
+        key: "sandbox.landlock".into(),
+        before: landlock_name(t).into(),
+        after: landlock_name(p).into(),
+        effect: if widens { Effect::Widens } else { Effect::Narrows },
+        why: if widens {
+            "model-run commands would run with less of the kernel sandbox (or none)".into()
+        } else {
+            "a stricter sandbox".into()
+        },
+    })
+}
+
+/// A change of the tools' network: a TCP port the trusted settings do not grant widens.
+fn network_change(trusted: &SandboxSettings, proposed: &SandboxSettings) -> Option<PowerChange> {
+    if trusted.network == proposed.network {
+        return None;
+    }
+    let (t, p) = (tool_ports(&trusted.network), tool_ports(&proposed.network));
+    let extra: Vec<u16> = p.iter().copied().filter(|x| !t.contains(x)).collect();
+    Some(PowerChange {
+        key: "sandbox.network".into(),
+        before: network_name(&trusted.network),
+        after: network_name(&proposed.network),
+        effect: if extra.is_empty() {
+            if p.len() < t.len() {
+                Effect::Narrows
+            } else {
+                Effect::Changes
+            }
+        } else {
+            Effect::Widens
+        },
+        why: if extra.is_empty() {
+            "no TCP port the trusted configuration does not grant".into()
+        } else {
+            format!("model-run commands could connect to TCP port(s) {}", ports_name(&extra))
+        },
+    })
+}
+
+/// A change of `permissions.additional_directories`: a directory outside the
+/// repository the trusted settings do not cover widens.
+fn directories_change(trusted: &[String], proposed: &[String]) -> Option<PowerChange> {
+    let (t, p) = (trusted, proposed);
+    if t == p {
+        return None;
+    }
+    let extra: Vec<String> = p.iter().filter(|d| !dirs_covered(t, d)).cloned().collect();
+    Some(PowerChange {
+        key: "permissions.additional_directories".into(),
+        before: list_name(t),
+        after: list_name(p),
+        effect: if extra.is_empty() {
+            Effect::Narrows
+        } else {
+            Effect::Widens
+        },
+        why: if extra.is_empty() {
+            "no directory outside the repository the trusted configuration does not grant".into()
+        } else {
+            format!(
+                "model-run commands could read {} outside the repository",
+                list_name(&extra)
+            )
+        },
+    })
+}
+
 /// Every power `proposed` sets differently from `trusted`, each with its effect.
 pub fn changes(trusted: &RuntimeSettings, proposed: &RuntimeSettings) -> Vec<PowerChange> {
     // Named one by one: a new settings key does not compile here until it is sorted
@@ -327,69 +404,12 @@ pub fn changes(trusted: &RuntimeSettings, proposed: &RuntimeSettings) -> Vec<Pow
         trusted.fallback.as_ref(),
         fallback.as_ref(),
     ));
-    let (t, p) = (trusted.sandbox.landlock, sandbox.landlock);
-    if t != p {
-        let widens = landlock_rank(p) < landlock_rank(t);
-        out.push(PowerChange {
-            key: "sandbox.landlock".into(),
-            before: landlock_name(t).into(),
-            after: landlock_name(p).into(),
-            effect: if widens { Effect::Widens } else { Effect::Narrows },
-            why: if widens {
-                "model-run commands would run with less of the kernel sandbox (or none)".into()
-            } else {
-                "a stricter sandbox".into()
-            },
-        });
-    }
-    let (t, p) = (tool_ports(&trusted.sandbox.network), tool_ports(&sandbox.network));
-    if trusted.sandbox.network != sandbox.network {
-        let extra: Vec<u16> = p.iter().copied().filter(|x| !t.contains(x)).collect();
-        out.push(PowerChange {
-            key: "sandbox.network".into(),
-            before: network_name(&trusted.sandbox.network),
-            after: network_name(&sandbox.network),
-            effect: if extra.is_empty() {
-                if p.len() < t.len() {
-                    Effect::Narrows
-                } else {
-                    Effect::Changes
-                }
-            } else {
-                Effect::Widens
-            },
-            why: if extra.is_empty() {
-                "no TCP port the trusted configuration does not grant".into()
-            } else {
-                format!("model-run commands could connect to TCP port(s) {}", ports_name(&extra))
-            },
-        });
-    }
-    let (t, p) = (
+    out.extend(landlock_change(&trusted.sandbox, sandbox));
+    out.extend(network_change(&trusted.sandbox, sandbox));
+    out.extend(directories_change(
         &trusted.permissions.additional_directories,
         &permissions.additional_directories,
-    );
-    if t != p {
-        let extra: Vec<String> = p.iter().filter(|d| !dirs_covered(t, d)).cloned().collect();
-        out.push(PowerChange {
-            key: "permissions.additional_directories".into(),
-            before: list_name(t),
-            after: list_name(p),
-            effect: if extra.is_empty() {
-                Effect::Narrows
-            } else {
-                Effect::Widens
-            },
-            why: if extra.is_empty() {
-                "no directory outside the repository the trusted configuration does not grant".into()
-            } else {
-                format!(
-                    "model-run commands could read {} outside the repository",
-                    list_name(&extra)
-                )
-            },
-        });
-    }
+    ));
     out.extend(telemetry_change(&trusted.telemetry, telemetry));
     out.extend(sync_change(trusted.sync.as_ref(), sync.as_ref()));
     out.extend(mcp_changes(&trusted.mcp, mcp));

@@ -1200,10 +1200,12 @@ triage:
         assert!(err.contains("unknown variant `maybe`"), "{err}");
     }
 
-    /// Each value's serialized form (serde, `as_str`, `Display`, `FromStr`) is the
-    /// string records held before these fields were typed.
+    // Each value's serialized form (serde, `as_str`, `Display`, `FromStr`) is the
+    // string records held before these fields were typed: the three tests below, by
+    // the record the values are in.
+
     #[test]
-    fn serialized_forms_are_the_old_strings() {
+    fn tool_call_serialized_forms_are_the_old_strings() {
         check_names(&[
             (RecordedDecision::Allow, "allow"),
             (RecordedDecision::Ask, "ask"),
@@ -1224,6 +1226,10 @@ triage:
             (ToolOutcome::Error(ErrorClass::UnknownTool), "UNKNOWN_TOOL"),
             (ToolOutcome::Error(ErrorClass::Failed), "FAILED"),
         ]);
+    }
+
+    #[test]
+    fn card_serialized_forms_are_the_old_strings() {
         check_names(&[
             (CardStatus::Open, "open"),
             (CardStatus::Accepted, "accepted"),
@@ -1237,6 +1243,38 @@ triage:
             (TriageKind::Duplicate, "duplicate"),
             (TriageKind::Fixed, "fixed"),
         ]);
+        check_names(&[
+            (CardKind::PermissionDenied, "permission_denied"),
+            (CardKind::MissingTool, "missing_tool"),
+            (CardKind::BudgetExceeded, "budget_exceeded"),
+            (CardKind::MaxSteps, "max_steps"),
+            (CardKind::RepeatedCall, "repeated_call"),
+            (CardKind::RepeatedError, "repeated_error"),
+            (CardKind::ProviderError, "provider_error"),
+            (CardKind::PrefetchFailed, "prefetch_failed"),
+            (CardKind::AcceptanceFailed, "acceptance_failed"),
+            (CardKind::InvalidConfig, "invalid_config"),
+            (CardKind::UnreviewedChanges, "unreviewed_changes"),
+            (CardKind::SandboxUnavailable, "sandbox_unavailable"),
+            (CardKind::SideEffectUncertain, "side_effect_uncertain"),
+            (CardKind::ApprovalNeeded, "approval_needed"),
+            (CardKind::Crashed, "crashed"),
+            (CardKind::EmptyReport, "empty_report"),
+            (CardKind::OutputRejected, "output_rejected"),
+            (CardKind::ContextOverflow, "context_overflow"),
+            (CardKind::PrefetchTruncated, "prefetch_truncated"),
+            (CardKind::StateReset, "state_reset"),
+            (CardKind::SyncFailed, "sync_failed"),
+            (CardKind::ApprovalStale, "approval_stale"),
+            (CardKind::CommitBlocked, "commit_blocked"),
+            (CardKind::CheckpointFailed, "checkpoint_failed"),
+            (CardKind::McpDrift, "mcp_drift"),
+            (CardKind::McpServerFailed, "mcp_server_failed"),
+        ]);
+    }
+
+    #[test]
+    fn receipt_serialized_forms_are_the_old_strings() {
         check_names(&[
             (LandlockStatus::NotEntered, ""),
             (LandlockStatus::FullyEnforced, "fully_enforced"),
@@ -1275,34 +1313,6 @@ triage:
             (StopReason::WaitingApproval, "waiting_approval"),
             (StopReason::NotStarted, "not_started"),
             (StopReason::CheckpointFailed, "checkpoint_failed"),
-        ]);
-        check_names(&[
-            (CardKind::PermissionDenied, "permission_denied"),
-            (CardKind::MissingTool, "missing_tool"),
-            (CardKind::BudgetExceeded, "budget_exceeded"),
-            (CardKind::MaxSteps, "max_steps"),
-            (CardKind::RepeatedCall, "repeated_call"),
-            (CardKind::RepeatedError, "repeated_error"),
-            (CardKind::ProviderError, "provider_error"),
-            (CardKind::PrefetchFailed, "prefetch_failed"),
-            (CardKind::AcceptanceFailed, "acceptance_failed"),
-            (CardKind::InvalidConfig, "invalid_config"),
-            (CardKind::UnreviewedChanges, "unreviewed_changes"),
-            (CardKind::SandboxUnavailable, "sandbox_unavailable"),
-            (CardKind::SideEffectUncertain, "side_effect_uncertain"),
-            (CardKind::ApprovalNeeded, "approval_needed"),
-            (CardKind::Crashed, "crashed"),
-            (CardKind::EmptyReport, "empty_report"),
-            (CardKind::OutputRejected, "output_rejected"),
-            (CardKind::ContextOverflow, "context_overflow"),
-            (CardKind::PrefetchTruncated, "prefetch_truncated"),
-            (CardKind::StateReset, "state_reset"),
-            (CardKind::SyncFailed, "sync_failed"),
-            (CardKind::ApprovalStale, "approval_stale"),
-            (CardKind::CommitBlocked, "commit_blocked"),
-            (CardKind::CheckpointFailed, "checkpoint_failed"),
-            (CardKind::McpDrift, "mcp_drift"),
-            (CardKind::McpServerFailed, "mcp_server_failed"),
         ]);
     }
 

@@ -35,6 +35,20 @@ fn q<T>(
 /// them as text). `svg_name` is how the markdown refers to the chart file.
 pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<Retro, StoreError> {
     let mut md = format!("# Retro: {since} to {until}\n\n");
+    runs_by_status(store, since, &mut md)?;
+    top_cards(store, since, &mut md)?;
+    let days = days_table(store, since, svg_name, &mut md)?;
+    denied_calls(store, since, &mut md)?;
+    missing_tools(store, since, &mut md)?;
+    slowest(store, since, &mut md)?;
+    Ok(Retro {
+        markdown: md,
+        svg: chart(&days),
+    })
+}
+
+/// The runs of the window by status, most first.
+fn runs_by_status(store: &Store, since: &str, md: &mut String) -> Result<(), StoreError> {
     let by_status = q(
         store,
         &format!("SELECT status, sum(runs) FROM ({WINDOW_DAYS}) GROUP BY status HAVING sum(runs) > 0 ORDER BY sum(runs) DESC, status"),
@@ -46,6 +60,11 @@ pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<
     for (s, n) in &by_status {
         let _ = writeln!(md, "| {s} | {n} |");
     }
+    Ok(())
+}
+
+/// The ten card groups (by fingerprint) raised most in the window.
+fn top_cards(store: &Store, since: &str, md: &mut String) -> Result<(), StoreError> {
     // Status is the group's newest card's, as `builder cards list` shows it: the index
     // holds what the card files say (work-tree triage overlaid, undone triage undone).
     let cards = q(
@@ -81,6 +100,17 @@ pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<
             c.fingerprint
         );
     }
+    Ok(())
+}
+
+/// Runs, tokens and cost per day, under the chart (`svg_name`); returns the days
+/// for the chart.
+fn days_table(
+    store: &Store,
+    since: &str,
+    svg_name: &str,
+    md: &mut String,
+) -> Result<Vec<(String, i64, i64, f64)>, StoreError> {
     let days = q(
         store,
         &format!("SELECT day, sum(runs), sum(tokens), sum(cost_usd) FROM ({WINDOW_DAYS}) GROUP BY day HAVING sum(runs) > 0 ORDER BY day"),
@@ -98,6 +128,11 @@ pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<
     for (d, n, t, c) in &days {
         let _ = writeln!(md, "| {d} | {n} | {t} | ${c:.4} |");
     }
+    Ok(days)
+}
+
+/// The ten denials most made in the window: tool, rule and reason.
+fn denied_calls(store: &Store, since: &str, md: &mut String) -> Result<(), StoreError> {
     let denied = q(
         store,
         "SELECT c.name, coalesce(c.rule, '(built-in)'), c.reason, count(*) FROM tool_calls c JOIN runs r ON r.run_id = c.run_id WHERE r.started_at >= ?1 AND c.decision = 'deny' GROUP BY c.name, c.rule, c.reason ORDER BY count(*) DESC LIMIT 10",
@@ -111,6 +146,11 @@ pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<
     for (tool, rule, reason, n) in &denied {
         let _ = writeln!(md, "| {n} | {tool} | `{rule}` | {} |", reason.replace('|', "\\|"));
     }
+    Ok(())
+}
+
+/// The tools the runs said they missed, most asked first.
+fn missing_tools(store: &Store, since: &str, md: &mut String) -> Result<(), StoreError> {
     let missing = q(store, "SELECT summary, count(*) FROM cards WHERE created_at >= ?1 AND kind = 'missing_tool' GROUP BY summary ORDER BY count(*) DESC", since, |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
     let _ = writeln!(md, "\n## Missing tools\n");
     if missing.is_empty() {
@@ -119,11 +159,7 @@ pub fn build(store: &Store, since: &str, until: &str, svg_name: &str) -> Result<
     for (s, n) in &missing {
         let _ = writeln!(md, "- {s} ({n}x)");
     }
-    slowest(store, since, &mut md)?;
-    Ok(Retro {
-        markdown: md,
-        svg: chart(&days),
-    })
+    Ok(())
 }
 
 /// The slowest tool calls that ran (their measured time, from the receipts), and
@@ -214,24 +250,32 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// Bars for cost (left axis), a line for tokens (right axis), one slot per day, with
-/// axis titles, tick values and each day's values written on the chart.
-fn chart(days: &[(String, i64, i64, f64)]) -> String {
-    let (w, h) = (760.0f64, 320.0f64);
-    let (left, right, top, bottom) = (80.0f64, 80.0f64, 50.0f64, 60.0f64);
-    let plot_w = w - left - right;
-    let plot_h = h - top - bottom;
+/// Where the chart's plot sits in the picture, and the top of each axis.
+struct Frame {
+    w: f64,
+    h: f64,
+    left: f64,
+    top: f64,
+    plot_w: f64,
+    plot_h: f64,
+    max_cost: f64,
+    max_tokens: f64,
+}
+
+/// The chart's axes: x along the bottom, cost on the left, tokens on the right, each
+/// with its ticks and title.
+fn chart_axes(s: &mut String, frame: &Frame) {
+    let Frame {
+        w,
+        h,
+        left,
+        top,
+        plot_w,
+        plot_h,
+        max_cost,
+        max_tokens,
+    } = *frame;
     let base = top + plot_h;
-    let n = days.len().max(1) as f64;
-    let slot = plot_w / n;
-    let max_cost = days.iter().map(|d| d.3).fold(0.0f64, f64::max);
-    let max_cost = if max_cost > 0.0 { max_cost } else { 1.0 };
-    let max_tokens = days.iter().map(|d| d.2).max().unwrap_or(0).max(1) as f64;
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"13\">Cost (bars, left axis) and tokens (line, right axis) per day</text>\n",
-        w / 2.0
-    );
-    // Axes: x along the bottom, cost on the left, tokens on the right.
     let _ = writeln!(
         s,
         "<g stroke=\"black\"><line x1=\"{left}\" y1=\"{base}\" x2=\"{0}\" y2=\"{base}\"/><line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{base}\"/><line x1=\"{0}\" y1=\"{top}\" x2=\"{0}\" y2=\"{base}\"/></g>",
@@ -265,6 +309,38 @@ fn chart(days: &[(String, i64, i64, f64)]) -> String {
         w - 16.0,
         left + plot_w / 2.0,
         h - 12.0
+    );
+}
+
+/// Bars for cost (left axis), a line for tokens (right axis), one slot per day, with
+/// axis titles, tick values and each day's values written on the chart.
+fn chart(days: &[(String, i64, i64, f64)]) -> String {
+    let (w, h) = (760.0f64, 320.0f64);
+    let (left, right, top, bottom) = (80.0f64, 80.0f64, 50.0f64, 60.0f64);
+    let plot_w = w - left - right;
+    let plot_h = h - top - bottom;
+    let base = top + plot_h;
+    let n = days.len().max(1) as f64;
+    let slot = plot_w / n;
+    let max_cost = days.iter().map(|d| d.3).fold(0.0f64, f64::max);
+    let max_cost = if max_cost > 0.0 { max_cost } else { 1.0 };
+    let max_tokens = days.iter().map(|d| d.2).max().unwrap_or(0).max(1) as f64;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"13\">Cost (bars, left axis) and tokens (line, right axis) per day</text>\n",
+        w / 2.0
+    );
+    chart_axes(
+        &mut s,
+        &Frame {
+            w,
+            h,
+            left,
+            top,
+            plot_w,
+            plot_h,
+            max_cost,
+            max_tokens,
+        },
     );
     let mut points = Vec::new();
     for (i, (day, runs, tokens, cost)) in days.iter().enumerate() {

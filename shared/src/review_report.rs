@@ -296,7 +296,7 @@ fn recorded_responses(db: &Path, run_id: &str) -> Option<crate::provider::Replay
 /// responses it recorded, and its recorded calls decided again under both settings;
 /// always, the eval cases that name it.
 fn fix_evidence(ctx: &FixContext, card: &str) -> FixEvidence {
-    let (root, calls, sides, evals) = (&ctx.opts.root, ctx.calls, ctx.sides, ctx.evals);
+    let (root, evals) = (&ctx.opts.root, ctx.evals);
     let found = crate::cards::work_tree_card_paths(root, card)
         .into_iter()
         .find_map(|p| std::fs::read_to_string(root.join(p)).ok())
@@ -324,48 +324,8 @@ fn fix_evidence(ctx: &FixContext, card: &str) -> FixEvidence {
     match &found {
         None => said.push("no card file here: nothing to re-run".to_string()),
         Some(c) if settings_cause(c.kind) => {
-            let run: Vec<delta::RecordedCall> = calls.iter().filter(|x| x.run_id == c.run_id).cloned().collect();
-            if run.is_empty() {
-                said.push(format!(
-                    "the card's cause lies in settings or tools, but run {} has no recorded calls in this history",
-                    c.run_id
-                ));
-            } else {
-                ev.calls_changed = delta::capability_delta(&run, sides.0, sides.1);
-                let n: usize = ev.calls_changed.iter().map(|g| g.count).sum();
-                said.push(format!(
-                    "decided run {}'s {} recorded call(s) again under the proposal's settings: {n} change decision",
-                    c.run_id,
-                    run.len()
-                ));
-                ev.shown = n > 0;
-            }
-            match recorded_responses(&ctx.opts.history, &c.run_id) {
-                None => said.push(format!("run {} recorded no model responses here: not re-run", c.run_id)),
-                Some(_) if ctx.refused.is_some() => said.push(format!(
-                    "run {} was not re-run on the proposal: its evals are refused (it widens a power)",
-                    c.run_id
-                )),
-                Some(trace) => {
-                    let turns = trace.turns.len();
-                    match crate::eval::run::refire(&ctx.head, &c.task, trace) {
-                        Ok(r) => {
-                            let recurs = r.card_kinds.iter().any(|k| k == c.kind.as_str());
-                            said.push(format!(
-                                "re-ran run {} on the proposal with its {turns} recorded model response(s): {}, cards [{}]: the {} card {}",
-                                c.run_id,
-                                r.status,
-                                r.card_kinds.join(", "),
-                                c.kind.as_str(),
-                                if recurs { "recurs" } else { "does not recur" }
-                            ));
-                            ev.rerun = Some(r);
-                            ev.shown = !recurs;
-                        }
-                        Err(e) => said.push(format!("re-running run {} failed: {e}", c.run_id)),
-                    }
-                }
-            }
+            decide_calls_again(ctx, c, &mut ev, &mut said);
+            rerun_on_proposal(ctx, c, &mut ev, &mut said);
         }
         Some(c) => said.push(format!(
             "a {} card's cause is not in settings or tools: the eval cases that name it are the evidence",
@@ -384,6 +344,59 @@ fn fix_evidence(ctx: &FixContext, card: &str) -> FixEvidence {
     }
     ev.method = said.join("; ");
     ev
+}
+
+/// Decides the card's run's recorded calls again under both sides' settings: the
+/// calls whose decision the proposal changes show the fix.
+fn decide_calls_again(ctx: &FixContext, c: &crate::records::Card, ev: &mut FixEvidence, said: &mut Vec<String>) {
+    let run: Vec<delta::RecordedCall> = ctx.calls.iter().filter(|x| x.run_id == c.run_id).cloned().collect();
+    if run.is_empty() {
+        said.push(format!(
+            "the card's cause lies in settings or tools, but run {} has no recorded calls in this history",
+            c.run_id
+        ));
+    } else {
+        ev.calls_changed = delta::capability_delta(&run, ctx.sides.0, ctx.sides.1);
+        let n: usize = ev.calls_changed.iter().map(|g| g.count).sum();
+        said.push(format!(
+            "decided run {}'s {} recorded call(s) again under the proposal's settings: {n} change decision",
+            c.run_id,
+            run.len()
+        ));
+        ev.shown = n > 0;
+    }
+}
+
+/// Re-runs the card's run on the proposal's tree with the model responses it
+/// recorded (unless the proposal's evals are refused): a card that does not recur
+/// shows the fix.
+fn rerun_on_proposal(ctx: &FixContext, c: &crate::records::Card, ev: &mut FixEvidence, said: &mut Vec<String>) {
+    match recorded_responses(&ctx.opts.history, &c.run_id) {
+        None => said.push(format!("run {} recorded no model responses here: not re-run", c.run_id)),
+        Some(_) if ctx.refused.is_some() => said.push(format!(
+            "run {} was not re-run on the proposal: its evals are refused (it widens a power)",
+            c.run_id
+        )),
+        Some(trace) => {
+            let turns = trace.turns.len();
+            match crate::eval::run::refire(&ctx.head, &c.task, trace) {
+                Ok(r) => {
+                    let recurs = r.card_kinds.iter().any(|k| k == c.kind.as_str());
+                    said.push(format!(
+                        "re-ran run {} on the proposal with its {turns} recorded model response(s): {}, cards [{}]: the {} card {}",
+                        c.run_id,
+                        r.status,
+                        r.card_kinds.join(", "),
+                        c.kind.as_str(),
+                        if recurs { "recurs" } else { "does not recur" }
+                    ));
+                    ev.rerun = Some(r);
+                    ev.shown = !recurs;
+                }
+                Err(e) => said.push(format!("re-running run {} failed: {e}", c.run_id)),
+            }
+        }
+    }
 }
 
 /// Card kinds whose cause lies in the settings or the tools.
@@ -521,6 +534,14 @@ pub fn github(r: &ReviewReport) -> String {
             prose(&d.message)
         );
     }
+    github_delta_and_powers(&mut o, r);
+    github_evals_and_fixes(&mut o, r);
+    o
+}
+
+/// The comment's capability delta and powers sections (and the refusal, if any).
+fn github_delta_and_powers(o: &mut String, r: &ReviewReport) {
+    use crate::text::{markdown_code as code, markdown_text as prose};
     let _ = writeln!(
         o,
         "\n### Capability delta\n\n{} recorded call(s) decided again under both settings.\n",
@@ -554,6 +575,11 @@ pub fn github(r: &ReviewReport) -> String {
     if let Some(why) = &r.refused {
         let _ = writeln!(o, "\n**The proposal's evals were refused.** {}", prose(why));
     }
+}
+
+/// The comment's evals section, each failure under it, and the fixes section.
+fn github_evals_and_fixes(o: &mut String, r: &ReviewReport) {
+    use crate::text::{markdown_code as code, markdown_text as prose};
     let _ = writeln!(o, "\n### Evals\n");
     o.push_str(&crate::eval::render::markdown(&r.evals));
     for f in &r.evals.summary.failures {
@@ -578,7 +604,6 @@ pub fn github(r: &ReviewReport) -> String {
             );
         }
     }
-    o
 }
 
 fn short(id: &str) -> &str {

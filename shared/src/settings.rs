@@ -617,31 +617,7 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> 
             return None;
         }
     };
-    let mut failed: Vec<String> = Vec::new();
-    check_sections(file, src, &value, TOP_KEYS, diags, |key, v, diags| {
-        let n = diags.len();
-        match key {
-            "version" => section::<u32>(file, src, key, v, diags),
-            "provider" | "fallback" => section::<ProviderSettings>(file, src, key, v, diags),
-            "permissions" => section::<Permissions>(file, src, key, v, diags),
-            "sandbox" => section::<SandboxSettings>(file, src, key, v, diags),
-            "budgets" => section::<Budgets>(file, src, key, v, diags),
-            "tools" | "builder_paths" => section::<Vec<String>>(file, src, key, v, diags),
-            "runtime_identity" => section::<Identity>(file, src, key, v, diags),
-            "prices" => section::<BTreeMap<String, Price>>(file, src, key, v, diags),
-            "limits" => section::<Limits>(file, src, key, v, diags),
-            "durability" => section::<Durability>(file, src, key, v, diags),
-            "telemetry" => section::<Telemetry>(file, src, key, v, diags),
-            "require_reviewed" => section::<bool>(file, src, key, v, diags),
-            "review" => section::<ReviewSettings>(file, src, key, v, diags),
-            "sync" => section::<SyncSettings>(file, src, key, v, diags),
-            "mcp" => section::<crate::mcp::McpServers>(file, src, key, v, diags),
-            _ => {}
-        }
-        if diags.len() > n {
-            failed.push(key.to_string());
-        }
-    });
+    let mut failed = sections_that_fail(file, src, &value, diags);
     let map = value.as_mapping()?;
     // Keep checking meaning in the sections that did parse: drop the broken ones (their
     // defaults stand in) so one typo does not hide every other problem.
@@ -689,6 +665,37 @@ fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> 
         settings,
         stand_ins: failed,
     })
+}
+
+/// Type-checks each top-level section of `value` on its own (diagnostics into
+/// `diags`); returns the keys of the sections that did not load.
+fn sections_that_fail(file: &Path, src: &str, value: &serde_yaml::Value, diags: &mut Vec<Diagnostic>) -> Vec<String> {
+    let mut failed: Vec<String> = Vec::new();
+    check_sections(file, src, value, TOP_KEYS, diags, |key, v, diags| {
+        let n = diags.len();
+        match key {
+            "version" => section::<u32>(file, src, key, v, diags),
+            "provider" | "fallback" => section::<ProviderSettings>(file, src, key, v, diags),
+            "permissions" => section::<Permissions>(file, src, key, v, diags),
+            "sandbox" => section::<SandboxSettings>(file, src, key, v, diags),
+            "budgets" => section::<Budgets>(file, src, key, v, diags),
+            "tools" | "builder_paths" => section::<Vec<String>>(file, src, key, v, diags),
+            "runtime_identity" => section::<Identity>(file, src, key, v, diags),
+            "prices" => section::<BTreeMap<String, Price>>(file, src, key, v, diags),
+            "limits" => section::<Limits>(file, src, key, v, diags),
+            "durability" => section::<Durability>(file, src, key, v, diags),
+            "telemetry" => section::<Telemetry>(file, src, key, v, diags),
+            "require_reviewed" => section::<bool>(file, src, key, v, diags),
+            "review" => section::<ReviewSettings>(file, src, key, v, diags),
+            "sync" => section::<SyncSettings>(file, src, key, v, diags),
+            "mcp" => section::<crate::mcp::McpServers>(file, src, key, v, diags),
+            _ => {}
+        }
+        if diags.len() > n {
+            failed.push(key.to_string());
+        }
+    });
+    failed
 }
 
 /// Checks the top level is a mapping with only known keys, then hands each known key
@@ -823,45 +830,9 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
         let Some(p) = p else { continue };
         validate_provider(file, src, key, p, &mut d);
     }
-    if let Some(p) = &s.review.allowed_signers {
-        if p.is_empty() || (!Path::new(p).is_absolute() && p.split('/').any(|c| c == "..")) {
-            d.push(Diagnostic::new(
-                file,
-                yamlpos::line_of(src, &["review", "allowed_signers"]),
-                "review.allowed_signers",
-                format!("`{p}` must be a repo-relative path inside the repository (builder-owned, e.g. settings/allowed_signers) or an absolute path to the operator's own file"),
-            ));
-        }
-    }
+    review_problems(file, src, &s.review, &mut d);
     if let Some(sync) = &s.sync {
-        let line = |k: &str| yamlpos::line_of(src, &["sync", k]);
-        if sync.remote.trim().is_empty() || sync.remote.starts_with('-') {
-            d.push(Diagnostic::new(
-                file,
-                line("remote"),
-                "sync.remote",
-                format!("`{}` is not a remote name", sync.remote),
-            ));
-        }
-        if !git2::Branch::name_is_valid(&sync.branch).unwrap_or(false) || sync.branch.starts_with("refs/") {
-            d.push(
-                Diagnostic::new(
-                    file,
-                    line("branch"),
-                    "sync.branch",
-                    format!("`{}` is not a branch name", sync.branch),
-                )
-                .with_hint("a short branch name such as `main`"),
-            );
-        }
-        if !(1..=20).contains(&sync.push_attempts) {
-            d.push(Diagnostic::new(
-                file,
-                line("push_attempts"),
-                "sync.push_attempts",
-                format!("{} is out of range: 1 to 20 pushes per fire", sync.push_attempts),
-            ));
-        }
+        sync_problems(file, src, sync, &mut d);
     }
     if s.sandbox.write_bytes < MIN_WRITE_BYTES {
         d.push(Diagnostic::new(
@@ -881,6 +852,74 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
         .filter_map(|p| p.api_key_env.as_deref())
         .collect();
     crate::mcp::config::validate(file, src, &s.mcp, &keys, &mut d);
+    builder_path_problems(file, src, s, &mut d);
+    identity_problems(file, src, &s.runtime_identity, &mut d);
+    for t in unknown_tools {
+        d.push(unknown_tool(file, yamlpos::line_of_item(src, &["tools"], t), t));
+    }
+    budget_problems(file, src, &s.budgets, &mut d);
+    telemetry_problems(file, src, &s.telemetry, &mut d);
+    for dir in &s.permissions.additional_directories {
+        if !Path::new(dir).is_absolute() && !dir.starts_with("~/") {
+            d.push(Diagnostic::new(
+                file,
+                yamlpos::line_of_item(src, &["permissions"], dir),
+                "permissions.additional_directories",
+                format!("`{dir}` must be an absolute path"),
+            ));
+        }
+    }
+    d
+}
+
+/// `review.allowed_signers` names a file inside the repository or an absolute one.
+fn review_problems(file: &Path, src: &str, review: &ReviewSettings, d: &mut Vec<Diagnostic>) {
+    if let Some(p) = &review.allowed_signers {
+        if p.is_empty() || (!Path::new(p).is_absolute() && p.split('/').any(|c| c == "..")) {
+            d.push(Diagnostic::new(
+                file,
+                yamlpos::line_of(src, &["review", "allowed_signers"]),
+                "review.allowed_signers",
+                format!("`{p}` must be a repo-relative path inside the repository (builder-owned, e.g. settings/allowed_signers) or an absolute path to the operator's own file"),
+            ));
+        }
+    }
+}
+
+/// The sync section names a remote, a short branch and a sane number of pushes.
+fn sync_problems(file: &Path, src: &str, sync: &SyncSettings, d: &mut Vec<Diagnostic>) {
+    let line = |k: &str| yamlpos::line_of(src, &["sync", k]);
+    if sync.remote.trim().is_empty() || sync.remote.starts_with('-') {
+        d.push(Diagnostic::new(
+            file,
+            line("remote"),
+            "sync.remote",
+            format!("`{}` is not a remote name", sync.remote),
+        ));
+    }
+    if !git2::Branch::name_is_valid(&sync.branch).unwrap_or(false) || sync.branch.starts_with("refs/") {
+        d.push(
+            Diagnostic::new(
+                file,
+                line("branch"),
+                "sync.branch",
+                format!("`{}` is not a branch name", sync.branch),
+            )
+            .with_hint("a short branch name such as `main`"),
+        );
+    }
+    if !(1..=20).contains(&sync.push_attempts) {
+        d.push(Diagnostic::new(
+            file,
+            line("push_attempts"),
+            "sync.push_attempts",
+            format!("{} is out of range: 1 to 20 pushes per fire", sync.push_attempts),
+        ));
+    }
+}
+
+/// `builder_paths` are valid globs that stay apart from the write ACL.
+fn builder_path_problems(file: &Path, src: &str, s: &RuntimeSettings, d: &mut Vec<Diagnostic>) {
     for g in &s.builder_paths {
         if let Err(e) = globset::Glob::new(g) {
             d.push(Diagnostic::new(
@@ -902,7 +941,11 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
             .with_hint("keep builder_paths apart from permissions.write (the sandbox grants a write glob's whole literal directory)"),
         );
     }
-    if let Some(key) = &s.runtime_identity.signing_key {
+}
+
+/// The runtime's signing key lives outside the repository, at an absolute path.
+fn identity_problems(file: &Path, src: &str, identity: &Identity, d: &mut Vec<Diagnostic>) {
+    if let Some(key) = &identity.signing_key {
         if !Path::new(key).is_absolute() && !key.starts_with("~/") {
             d.push(
                 Diagnostic::new(
@@ -917,11 +960,11 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
             );
         }
     }
-    for t in unknown_tools {
-        d.push(unknown_tool(file, yamlpos::line_of_item(src, &["tools"], t), t));
-    }
-    budget_problems(file, src, &s.budgets, &mut d);
-    if let Some(url) = &s.telemetry.endpoint {
+}
+
+/// The telemetry endpoint is a usable OTLP/HTTP base URL.
+fn telemetry_problems(file: &Path, src: &str, telemetry: &Telemetry, d: &mut Vec<Diagnostic>) {
+    if let Some(url) = &telemetry.endpoint {
         if let Err(why) = check_endpoint(url) {
             d.push(
                 Diagnostic::new(
@@ -934,17 +977,6 @@ pub fn validate(s: &RuntimeSettings, src: &str, unknown_tools: &[String]) -> Vec
             );
         }
     }
-    for dir in &s.permissions.additional_directories {
-        if !Path::new(dir).is_absolute() && !dir.starts_with("~/") {
-            d.push(Diagnostic::new(
-                file,
-                yamlpos::line_of_item(src, &["permissions"], dir),
-                "permissions.additional_directories",
-                format!("`{dir}` must be an absolute path"),
-            ));
-        }
-    }
-    d
 }
 
 /// Rules that do not parse, and write globs that are invalid or reach builder-owned or

@@ -436,45 +436,11 @@ impl Ctx<'_> {
         intent
             .moving(Some(moving))
             .map_err(|e| self.err("checkout", format!("the sync intent record: {e}")))?;
-        let index_lock = {
-            let mut p = self
-                .repo
-                .index()
-                .ok()
-                .and_then(|i| i.path().map(std::path::Path::to_path_buf))
-                .unwrap_or_else(|| self.repo.path().join("index"))
-                .into_os_string();
-            p.push(".lock");
-            PathBuf::from(p)
-        };
+        let index_lock = self.index_lock();
         let io = |e: std::io::Error| self.err("checkout", format!("{}: {e}", index_lock.display()));
         crate::git::cut_index_stamp(self.repo);
-        let mut co = git2::build::CheckoutBuilder::new();
         intent.about_to_lock(&index_lock).map_err(io)?;
-        let written = match only {
-            Some(paths) => {
-                co.force().update_index(true).disable_pathspec_match(true);
-                for p in paths {
-                    co.path(p);
-                }
-                let checked = match paths.is_empty() {
-                    true => Ok(()),
-                    false => self.repo.checkout_tree(tree.as_object(), Some(&mut co)),
-                };
-                // The index must name the new tree's records exactly (paths the
-                // checkout did not touch are the same in both trees).
-                checked.and_then(|()| {
-                    let mut index = self.repo.index()?;
-                    index.read_tree(&tree)?;
-                    index.write()
-                })
-            }
-            None => {
-                // A safe checkout finds every conflict before it writes anything.
-                co.safe();
-                self.repo.checkout_tree(tree.as_object(), Some(&mut co))
-            }
-        };
+        let written = self.check_out(&tree, only);
         if let Err(e) = written {
             intent.released(&index_lock);
             let _ = intent.moving(None);
@@ -510,6 +476,49 @@ impl Ctx<'_> {
                     format!("{} is locked by another git process", lock.display()),
                 )
                 .hint(format!("once no git runs on the box, `rm {}`", lock.display()))),
+        }
+    }
+
+    /// The index's lock file.
+    fn index_lock(&self) -> PathBuf {
+        let mut p = self
+            .repo
+            .index()
+            .ok()
+            .and_then(|i| i.path().map(std::path::Path::to_path_buf))
+            .unwrap_or_else(|| self.repo.path().join("index"))
+            .into_os_string();
+        p.push(".lock");
+        PathBuf::from(p)
+    }
+
+    /// Checks out `tree` into the index and work tree: only `only` (forced, with the
+    /// index then naming `tree` exactly), or everything by a safe checkout.
+    fn check_out(&self, tree: &git2::Tree, only: Option<&[String]>) -> Result<(), git2::Error> {
+        let mut co = git2::build::CheckoutBuilder::new();
+        match only {
+            Some(paths) => {
+                co.force().update_index(true).disable_pathspec_match(true);
+                for p in paths {
+                    co.path(p);
+                }
+                let checked = match paths.is_empty() {
+                    true => Ok(()),
+                    false => self.repo.checkout_tree(tree.as_object(), Some(&mut co)),
+                };
+                // The index must name the new tree's records exactly (paths the
+                // checkout did not touch are the same in both trees).
+                checked.and_then(|()| {
+                    let mut index = self.repo.index()?;
+                    index.read_tree(tree)?;
+                    index.write()
+                })
+            }
+            None => {
+                // A safe checkout finds every conflict before it writes anything.
+                co.safe();
+                self.repo.checkout_tree(tree.as_object(), Some(&mut co))
+            }
         }
     }
 }
@@ -734,6 +743,52 @@ enum Candidate {
 }
 
 impl Ctx<'_> {
+    /// The push's error when the remote's branch stays locked.
+    fn remote_locked(&self, lock: &str, fix: String) -> SyncError {
+        self.err(
+            "push",
+            format!(
+                "the remote's branch is locked ({lock}) past a {}-second wait: a push that died there left the lock, and every push to the remote fails until it is gone (the laptop's too). This fire's records stay committed on the box and go with the next push",
+                transport::LOCK_PATIENCE.as_secs()
+            ),
+        )
+        .hint(fix)
+    }
+
+    /// After the remote took `candidate` on the `attempt`th push: the box's refs
+    /// brought up to what was pushed, and what the push did.
+    fn pushed(&self, intent: &mut Intent, candidate: Candidate, attempt: u32, local: Oid) -> Pushed {
+        match candidate {
+            Candidate::Replayed(head, records) => {
+                self.note_ref(&self.fetched_ref(), head);
+                self.track(intent, head);
+                Pushed::Replayed {
+                    attempts: attempt,
+                    head,
+                    records,
+                }
+            }
+            Candidate::Merged(head) => {
+                self.joined_now(intent, head);
+                Pushed::Joined {
+                    attempts: attempt,
+                    head,
+                }
+            }
+            Candidate::Direct(head) | Candidate::Rebuilt(head) => {
+                self.joined_now(intent, head);
+                Pushed::Pushed {
+                    attempts: attempt,
+                    head,
+                }
+            }
+            Candidate::Nothing => Pushed::Pushed {
+                attempts: attempt,
+                head: local,
+            },
+        }
+    }
+
     fn candidate(
         &self,
         intent: &mut Intent,
@@ -832,48 +887,10 @@ pub fn push_after(repo: &Repository, sync: &SyncSettings, runtime_email: &str) -
                 }
                 continue;
             }
-            Sent::Locked { lock, fix } => {
-                return Err(cx
-                    .err(
-                        "push",
-                        format!(
-                            "the remote's branch is locked ({lock}) past a {}-second wait: a push that died there left the lock, and every push to the remote fails until it is gone (the laptop's too). This fire's records stay committed on the box and go with the next push",
-                            transport::LOCK_PATIENCE.as_secs()
-                        ),
-                    )
-                    .hint(fix))
-            }
+            Sent::Locked { lock, fix } => return Err(cx.remote_locked(&lock, fix)),
         }
         crate::failpoint!("sync-pushed");
-        return Ok(match candidate {
-            Candidate::Replayed(head, records) => {
-                cx.note_ref(&cx.fetched_ref(), head);
-                cx.track(&mut intent, head);
-                Pushed::Replayed {
-                    attempts: attempt,
-                    head,
-                    records,
-                }
-            }
-            Candidate::Merged(head) => {
-                cx.joined_now(&mut intent, head);
-                Pushed::Joined {
-                    attempts: attempt,
-                    head,
-                }
-            }
-            Candidate::Direct(head) | Candidate::Rebuilt(head) => {
-                cx.joined_now(&mut intent, head);
-                Pushed::Pushed {
-                    attempts: attempt,
-                    head,
-                }
-            }
-            Candidate::Nothing => Pushed::Pushed {
-                attempts: attempt,
-                head: local,
-            },
-        });
+        return Ok(cx.pushed(&mut intent, candidate, attempt, local));
     }
     Err(cx.err(
         "push",
@@ -965,6 +982,44 @@ mod tests {
         push_main_and_approvals(other, false);
     }
 
+    /// Approvals signed by a key the repository's `settings/allowed_signers` lists.
+    fn repository_signers_rule() -> ApprovalRule {
+        ApprovalRule {
+            runtime_email: "runtime@localhost".into(),
+            signers: Some(crate::review::signing::SignerList::Repository(
+                "settings/allowed_signers".into(),
+            )),
+        }
+    }
+
+    /// Whether an approval of `commit` verifies by the allowed-signers `list` given as
+    /// the operator's (`rule` otherwise).
+    fn approved_by_list(repo: &Repository, rule: &ApprovalRule, list: &str, commit: Oid) -> bool {
+        let mut own = crate::review::trust::Trust::new(
+            repo,
+            ApprovalRule {
+                signers: Some(crate::review::signing::SignerList::Operator(
+                    crate::review::signing::AllowedSigners::parse(Path::new("settings/allowed_signers"), list).unwrap(),
+                )),
+                ..rule.clone()
+            },
+        )
+        .unwrap();
+        own.commit(commit).unwrap().approval.is_some()
+    }
+
+    /// Forces over `main` (and pushes) an unrelated history: one commit with `tree_of`'s
+    /// tree, approved as Rev with `key`.
+    fn force_orphan_of(other: &Repository, tree_of: Oid, key: &Path) -> Oid {
+        let tree = other.find_commit(tree_of).unwrap().tree().unwrap();
+        let sig = Signature::now("mallory", "mallory@localhost").unwrap();
+        let orphan = other.commit(None, &sig, &sig, "orphan", &tree, &[]).unwrap();
+        other.reference("refs/heads/main", orphan, true, "force").unwrap();
+        approve(other, orphan, "Rev <rev@x.org>", key);
+        push_main_and_approvals(other, true);
+        orphan
+    }
+
     #[test]
     fn an_incoming_tip_is_judged_by_the_list_of_the_last_approved_tree_before_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -974,12 +1029,7 @@ mod tests {
         };
         let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
         let (_origin, cron, other) = origin_and_clones(dir.path());
-        let rule = ApprovalRule {
-            runtime_email: "runtime@localhost".into(),
-            signers: Some(crate::review::signing::SignerList::Repository(
-                "settings/allowed_signers".into(),
-            )),
-        };
+        let rule = repository_signers_rule();
         let rev_line = format!("rev@x.org {rev_pub}");
         // The first signed tree, approved by Rev: judged by its own list (bootstrap).
         let first = commit(&other, &[("settings/allowed_signers", &rev_line)], "eng");
@@ -998,21 +1048,8 @@ mod tests {
         approve(&other, evil, "Rev <rev@x.org>", &mal_key);
         push_all(&other);
         // The attack ran: by the list her tree brings, her approval verifies.
-        let mut own = crate::review::trust::Trust::new(
-            &other,
-            ApprovalRule {
-                signers: Some(crate::review::signing::SignerList::Operator(
-                    crate::review::signing::AllowedSigners::parse(
-                        Path::new("settings/allowed_signers"),
-                        &format!("{rev_line}rev@x.org {mal_pub}"),
-                    )
-                    .unwrap(),
-                )),
-                ..rule.clone()
-            },
-        )
-        .unwrap();
-        assert!(own.commit(evil).unwrap().approval.is_some());
+        let her_list = format!("{rev_line}rev@x.org {mal_pub}");
+        assert!(approved_by_list(&other, &rule, &her_list, evil));
         // The cron box judges it by the list before it: it stays where it was.
         let before = cron.refname_to_id("refs/heads/main").unwrap();
         let look = before_fire(&cron, &sync(), &rule, None).unwrap();
@@ -1038,12 +1075,7 @@ mod tests {
         // An unrelated history forced over the branch, whose only tree lists her key
         // and carries her approval: no approved tree precedes it there, but the box
         // has one, and its list judges.
-        let tree = other.find_commit(evil).unwrap().tree().unwrap();
-        let sig = Signature::now("mallory", "mallory@localhost").unwrap();
-        let orphan = other.commit(None, &sig, &sig, "orphan", &tree, &[]).unwrap();
-        other.reference("refs/heads/main", orphan, true, "force").unwrap();
-        approve(&other, orphan, "Rev <rev@x.org>", &mal_key);
-        push_main_and_approvals(&other, true);
+        let orphan = force_orphan_of(&other, evil, &mal_key);
         let look = before_fire(&cron, &sync(), &rule, None).unwrap();
         assert!(
             matches!(&look.way, Way::Stuck(Stuck::Unapproved { tip, .. }) if *tip == orphan),
@@ -1172,39 +1204,23 @@ mod tests {
         assert_eq!(origin.refname_to_id("refs/heads/main").unwrap(), head, "nothing pushed");
     }
 
-    #[test]
-    fn a_rewritten_remote_history_gets_the_boxs_records_replayed_and_loses_none() {
-        let dir = tempfile::tempdir().unwrap();
-        let (origin, cron, other) = origin_and_clones(dir.path());
-        let rule = ApprovalRule::unsigned("runtime@localhost");
-        // The box fires and pushes twice; an engineer's commit lands between.
-        commit(&cron, &[("runs/t/1.json", "{}")], "runtime");
-        push_after(&cron, &sync(), "runtime@localhost").unwrap();
-        commit(&other, &[("notes/a.md", "a")], "eng");
+    /// Fetches origin's `main` into `other` and merges it into HEAD; the merge.
+    fn merge_origin_main(other: &Repository) -> Oid {
         let mut r = other.find_remote("origin").unwrap();
         r.fetch(&["refs/heads/main:refs/remotes/origin/main"], None, None)
             .unwrap();
         let tip = other.refname_to_id("refs/remotes/origin/main").unwrap();
-        let merged = {
-            let a = other.find_commit(tip).unwrap();
-            let b = other.head().unwrap().peel_to_commit().unwrap();
-            let idx = other
-                .merge_commits(&b, &a, None)
-                .unwrap()
-                .write_tree_to(&other)
-                .unwrap();
-            let sig = Signature::now("eng", "eng@localhost").unwrap();
-            let t = other.find_tree(idx).unwrap();
-            other.commit(Some("HEAD"), &sig, &sig, "merge", &t, &[&b, &a]).unwrap()
-        };
-        push_other(&other);
-        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap().moved, Some(merged));
-        commit(&cron, &[("runs/t/2.json", "{}")], "runtime");
-        push_after(&cron, &sync(), "runtime@localhost").unwrap();
-        // One more fire's records, not pushed yet.
-        commit(&cron, &[("runs/t/3.json", "{}")], "runtime");
-        let old_branch = cron.head().unwrap().target().unwrap();
-        // Someone force-pushes a history without the engineer's commit or the records.
+        let a = other.find_commit(tip).unwrap();
+        let b = other.head().unwrap().peel_to_commit().unwrap();
+        let idx = other.merge_commits(&b, &a, None).unwrap().write_tree_to(other).unwrap();
+        let sig = Signature::now("eng", "eng@localhost").unwrap();
+        let t = other.find_tree(idx).unwrap();
+        other.commit(Some("HEAD"), &sig, &sig, "merge", &t, &[&b, &a]).unwrap()
+    }
+
+    /// Forces `main` of `origin` (a bare repository) to one new commit on its root
+    /// commit, dropping the rest of its history; the new commit.
+    fn rewrite_main_from_its_root(origin: &Repository) -> Oid {
         let seed = origin
             .find_commit(origin.refname_to_id("refs/heads/main").unwrap())
             .unwrap();
@@ -1228,6 +1244,28 @@ mod tests {
             )
             .unwrap();
         origin.reference("refs/heads/main", rewritten, true, "force").unwrap();
+        rewritten
+    }
+
+    #[test]
+    fn a_rewritten_remote_history_gets_the_boxs_records_replayed_and_loses_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let (origin, cron, other) = origin_and_clones(dir.path());
+        let rule = ApprovalRule::unsigned("runtime@localhost");
+        // The box fires and pushes twice; an engineer's commit lands between.
+        commit(&cron, &[("runs/t/1.json", "{}")], "runtime");
+        push_after(&cron, &sync(), "runtime@localhost").unwrap();
+        commit(&other, &[("notes/a.md", "a")], "eng");
+        let merged = merge_origin_main(&other);
+        push_other(&other);
+        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap().moved, Some(merged));
+        commit(&cron, &[("runs/t/2.json", "{}")], "runtime");
+        push_after(&cron, &sync(), "runtime@localhost").unwrap();
+        // One more fire's records, not pushed yet.
+        commit(&cron, &[("runs/t/3.json", "{}")], "runtime");
+        let old_branch = cron.head().unwrap().target().unwrap();
+        // Someone force-pushes a history without the engineer's commit or the records.
+        let rewritten = rewrite_main_from_its_root(&origin);
         let look = before_fire(&cron, &sync(), &rule, None).unwrap();
         let rw = look.rewritten.clone().expect("the rewrite is detected");
         assert!(rw.lost >= 3, "{look:?}");
@@ -1407,6 +1445,46 @@ mod tests {
         panic!("git daemon did not listen on {port}");
     }
 
+    /// In a thread inside the runtime's sandbox granted `ports`: a push from `cron`
+    /// goes through, without writing `origin_dir` itself; one to `other_url` (another
+    /// port) is refused.
+    fn push_in_the_runtime_sandbox(cron: &Repository, ports: Vec<u16>, other_url: String, origin_dir: PathBuf) {
+        let root = cron.workdir().unwrap().to_path_buf();
+        let git_dirs = crate::git::git_dirs(cron);
+        let cron_path = cron.path().to_path_buf();
+        std::thread::spawn(move || {
+            let spec = crate::sandbox::runtime_spec(&root, &git_dirs, &ports);
+            crate::sandbox::prepare_dirs(&spec).unwrap();
+            crate::sandbox::landlock::enforce(&spec, crate::settings::LandlockMode::Required).unwrap();
+            let cron = Repository::open(&cron_path).unwrap();
+            let ours = commit(&cron, &[("runs/t/b.json", "{}")], "runtime");
+            let pushed = push_after(&cron, &sync(), "runtime@localhost").unwrap();
+            assert_eq!(
+                pushed,
+                Pushed::Pushed {
+                    attempts: 1,
+                    head: ours
+                }
+            );
+            assert!(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(origin_dir.join("HEAD"))
+                    .is_err(),
+                "the sandbox does not write the origin's directory itself"
+            );
+            cron.remote_set_url("origin", &other_url).unwrap();
+            commit(&cron, &[("runs/t/c.json", "{}")], "runtime");
+            let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
+            assert_eq!(e.step, "push", "{e}");
+            // The port that served this box's fetch outside the sandbox: refused inside.
+            assert!(e.message.contains("unable to connect"), "{e}");
+            assert!(e.message.contains("Permission denied"), "{e}");
+        })
+        .join()
+        .unwrap();
+    }
+
     #[test]
     fn over_a_network_remote_the_cli_fetches_pushes_by_compare_and_swap_and_the_sandbox_allows_only_its_port() {
         let dir = tempfile::tempdir().unwrap();
@@ -1447,44 +1525,9 @@ mod tests {
 
         // Inside the runtime's own sandbox (granted the remote's port and nothing
         // else), the push through `git` works on that port; the other port is refused.
-        let root = cron.workdir().unwrap().to_path_buf();
-        let git_dirs = crate::git::git_dirs(&cron);
         let ports = sandbox_ports(&cron, Some(&sync()));
         assert_eq!(ports, vec![served.port]);
-        let cron_path = cron.path().to_path_buf();
-        let other_url = url(&elsewhere);
-        let origin_dir = dir.path().join("origin.git");
-        std::thread::spawn(move || {
-            let spec = crate::sandbox::runtime_spec(&root, &git_dirs, &ports);
-            crate::sandbox::prepare_dirs(&spec).unwrap();
-            crate::sandbox::landlock::enforce(&spec, crate::settings::LandlockMode::Required).unwrap();
-            let cron = Repository::open(&cron_path).unwrap();
-            let ours = commit(&cron, &[("runs/t/b.json", "{}")], "runtime");
-            let pushed = push_after(&cron, &sync(), "runtime@localhost").unwrap();
-            assert_eq!(
-                pushed,
-                Pushed::Pushed {
-                    attempts: 1,
-                    head: ours
-                }
-            );
-            assert!(
-                std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(origin_dir.join("HEAD"))
-                    .is_err(),
-                "the sandbox does not write the origin's directory itself"
-            );
-            cron.remote_set_url("origin", &other_url).unwrap();
-            commit(&cron, &[("runs/t/c.json", "{}")], "runtime");
-            let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
-            assert_eq!(e.step, "push", "{e}");
-            // The port that served this box's fetch outside the sandbox: refused inside.
-            assert!(e.message.contains("unable to connect"), "{e}");
-            assert!(e.message.contains("Permission denied"), "{e}");
-        })
-        .join()
-        .unwrap();
+        push_in_the_runtime_sandbox(&cron, ports, url(&elsewhere), dir.path().join("origin.git"));
         assert_ne!(
             origin.refname_to_id("refs/heads/main").unwrap(),
             cron.refname_to_id("refs/heads/main").unwrap(),

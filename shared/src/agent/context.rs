@@ -25,7 +25,6 @@ pub fn fit(messages: &[Message], budget: u64) -> (Vec<Message>, BudgetReport) {
         budget,
         ..BudgetReport::default()
     };
-    let total = |m: &[Message]| m.iter().map(Message::approx_tokens).sum::<u64>();
     let fixed = out.len().min(2);
     // The last turn (assistant + its results) is what the model must answer to.
     let last_turn_start = out
@@ -33,34 +32,58 @@ pub fn fit(messages: &[Message], budget: u64) -> (Vec<Message>, BudgetReport) {
         .rposition(|m| matches!(m, Message::Assistant { .. }))
         .unwrap_or(out.len())
         .max(fixed);
-    if total(&out) > budget {
-        for i in fixed..last_turn_start {
-            if total(&out) <= budget {
-                break;
-            }
-            if let Message::Tool { content, .. } = &mut out[i] {
-                if content.len() > SUMMARY_KEEP + 80 {
-                    let mut cut = SUMMARY_KEEP;
-                    while !content.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    let dropped = content.len() - cut;
-                    *content = format!(
-                        "{}\n[summarised: {dropped} bytes of older output left out to fit the context budget]",
-                        &content[..cut]
-                    );
-                    report.summarised += 1;
-                }
-            }
+    if total_tokens(&out) > budget {
+        summarise_older_outputs(&mut out, fixed..last_turn_start, budget, &mut report);
+    }
+    drop_oldest_turns(&mut out, fixed, budget, &mut report);
+    let used = total_tokens(&out);
+    if used > budget {
+        report.reasons.push(format!(
+            "still {used} tokens over a budget of {budget}: the task prompt and latest turn alone exceed it"
+        ));
+    }
+    report.used = used;
+    report.included = out.len();
+    (out, report)
+}
+
+fn total_tokens(messages: &[Message]) -> u64 {
+    messages.iter().map(Message::approx_tokens).sum::<u64>()
+}
+
+/// Cuts the tool outputs in `older` (oldest first) to [`SUMMARY_KEEP`] bytes, until
+/// `out` fits `budget`.
+fn summarise_older_outputs(out: &mut [Message], older: std::ops::Range<usize>, budget: u64, report: &mut BudgetReport) {
+    for i in older {
+        if total_tokens(out) <= budget {
+            break;
         }
-        if report.summarised > 0 {
-            report
-                .reasons
-                .push(format!("summarised {} older tool outputs", report.summarised));
+        if let Message::Tool { content, .. } = &mut out[i] {
+            if content.len() > SUMMARY_KEEP + 80 {
+                let mut cut = SUMMARY_KEEP;
+                while !content.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                let dropped = content.len() - cut;
+                *content = format!(
+                    "{}\n[summarised: {dropped} bytes of older output left out to fit the context budget]",
+                    &content[..cut]
+                );
+                report.summarised += 1;
+            }
         }
     }
-    while total(&out) > budget {
-        // Drop the oldest whole turn after the fixed part, never the last one.
+    if report.summarised > 0 {
+        report
+            .reasons
+            .push(format!("summarised {} older tool outputs", report.summarised));
+    }
+}
+
+/// Drops the oldest whole turns after the `fixed` part, never the last one, until
+/// `out` fits `budget`.
+fn drop_oldest_turns(out: &mut Vec<Message>, fixed: usize, budget: u64, report: &mut BudgetReport) {
+    while total_tokens(out) > budget {
         let Some(start) = out
             .iter()
             .skip(fixed)
@@ -92,15 +115,6 @@ pub fn fit(messages: &[Message], budget: u64) -> (Vec<Message>, BudgetReport) {
             .reasons
             .push(format!("dropped {} messages of the oldest turns", report.dropped));
     }
-    let used = total(&out);
-    if used > budget {
-        report.reasons.push(format!(
-            "still {used} tokens over a budget of {budget}: the task prompt and latest turn alone exceed it"
-        ));
-    }
-    report.used = used;
-    report.included = out.len();
-    (out, report)
 }
 
 #[cfg(test)]

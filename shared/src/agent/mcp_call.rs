@@ -40,6 +40,21 @@ pub(super) mod gate_mcp {
         },
     }
 
+    impl McpGate {
+        /// The decision's name in the `ToolDecided` progress event.
+        pub fn decision_name(&self) -> &'static str {
+            match self {
+                McpGate::Refuse {
+                    refusal: Refusal::Denied(_),
+                    ..
+                } => "deny",
+                McpGate::Refuse { .. } => "none",
+                McpGate::Pause { .. } => "ask",
+                McpGate::Run { .. } => "allow",
+            }
+        }
+    }
+
     /// Decides an MCP call: offered, arguments a JSON object, then the policy, and an
     /// `ask` settled by a builder's recorded decision or a pause.
     pub fn gate(
@@ -129,18 +144,9 @@ impl Agent<'_> {
         resumed: bool,
     ) -> CallOutcome {
         let decided = gate_mcp::gate(call, self.mcp, self.policy, &*self.cfg.decision);
-        let decision = match &decided {
-            McpGate::Refuse {
-                refusal: super::gate::Refusal::Denied(_),
-                ..
-            } => "deny",
-            McpGate::Refuse { .. } => "none",
-            McpGate::Pause { .. } => "ask",
-            McpGate::Run { .. } => "allow",
-        };
         self.progress.event(&Event::ToolDecided {
             name: call.name.clone(),
-            decision: decision.into(),
+            decision: decided.decision_name().into(),
         });
         let record = |args_json, decision, rule, reason| CallRecord {
             call,
@@ -173,26 +179,7 @@ impl Agent<'_> {
                 verdict,
                 args_hash,
             } => {
-                state.pending = Some(PendingApproval {
-                    call: call.clone(),
-                    args_hash: args_hash.clone(),
-                    step,
-                    pins: Vec::new(),
-                });
-                state.cards.push(CardDraft {
-                    kind: CardKind::ApprovalNeeded,
-                    summary: format!("`{}` needs approval", call.name),
-                    detail: format!("{} (rule {})", verdict.reason, verdict.rule.clone().unwrap_or_default()),
-                    evidence: vec![
-                        format!("run {} call {} hash {}", self.cfg.run_id, call.id, args_hash),
-                        self.cfg.redactor.redact(&args_json.to_string()).into_owned(),
-                    ],
-                });
-                let result = ToolResult::error(
-                    &call.id,
-                    ErrorClass::PermissionDenied,
-                    "waiting for a builder's approval",
-                );
+                let result = self.pause_for_approval(state, call, step, &args_json, &verdict, args_hash);
                 let rec = record(args_json, RecordedDecision::Ask, verdict.rule, verdict.reason);
                 (rec, result, Some(StopReason::WaitingApproval))
             }
@@ -201,26 +188,9 @@ impl Agent<'_> {
                 args_json,
                 verdict,
             } => {
-                let result = match self.mcp_recorded(call, resumed) {
-                    Some(r) => r,
-                    None => {
-                        if let Some(stop) = self.ledger_started(state, call) {
-                            return CallOutcome::Stop(stop);
-                        }
-                        let remaining = self.wall().saturating_sub(self.started.elapsed());
-                        let timeout = Duration::from_secs(self.cfg.limits.tool_timeout_s)
-                            .min(remaining)
-                            .max(Duration::from_millis(100));
-                        let (mut r, card) = self
-                            .mcp
-                            .call(&call.name, args, timeout, self.cfg.limits.tool_output_bytes)
-                            .await;
-                        r.call_id = call.id.clone();
-                        if let Some(card) = card {
-                            state.cards.push(card);
-                        }
-                        r
-                    }
+                let result = match self.run_mcp(state, call, args, resumed).await {
+                    Ok(r) => r,
+                    Err(stop) => return CallOutcome::Stop(stop),
                 };
                 self.progress.event(&Event::ToolFinished {
                     name: call.name.clone(),
@@ -243,6 +213,69 @@ impl Agent<'_> {
             (Some(s), _) | (None, Some(s)) => CallOutcome::Stop(s),
             (None, None) => CallOutcome::Done,
         }
+    }
+
+    /// Pauses the fire on an `ask` no builder has decided yet: the pending approval
+    /// bound to the call's arguments, its card, and the result the model sees.
+    fn pause_for_approval(
+        &self,
+        state: &mut super::LoopState,
+        call: &ToolCall,
+        step: u32,
+        args_json: &serde_json::Value,
+        verdict: &Verdict,
+        args_hash: String,
+    ) -> ToolResult {
+        state.pending = Some(PendingApproval {
+            call: call.clone(),
+            args_hash: args_hash.clone(),
+            step,
+            pins: Vec::new(),
+        });
+        state.cards.push(CardDraft {
+            kind: CardKind::ApprovalNeeded,
+            summary: format!("`{}` needs approval", call.name),
+            detail: format!("{} (rule {})", verdict.reason, verdict.rule.clone().unwrap_or_default()),
+            evidence: vec![
+                format!("run {} call {} hash {}", self.cfg.run_id, call.id, args_hash),
+                self.cfg.redactor.redact(&args_json.to_string()).into_owned(),
+            ],
+        });
+        ToolResult::error(
+            &call.id,
+            ErrorClass::PermissionDenied,
+            "waiting for a builder's approval",
+        )
+    }
+
+    /// The result of an allowed MCP call: the ledger's on resume, else the server's
+    /// within the time left; `Err` when the ledger says the call may already have run.
+    async fn run_mcp(
+        &mut self,
+        state: &mut super::LoopState,
+        call: &ToolCall,
+        args: serde_json::Map<String, serde_json::Value>,
+        resumed: bool,
+    ) -> Result<ToolResult, StopReason> {
+        if let Some(r) = self.mcp_recorded(call, resumed) {
+            return Ok(r);
+        }
+        if let Some(stop) = self.ledger_started(state, call) {
+            return Err(stop);
+        }
+        let remaining = self.wall().saturating_sub(self.started.elapsed());
+        let timeout = Duration::from_secs(self.cfg.limits.tool_timeout_s)
+            .min(remaining)
+            .max(Duration::from_millis(100));
+        let (mut r, card) = self
+            .mcp
+            .call(&call.name, args, timeout, self.cfg.limits.tool_output_bytes)
+            .await;
+        r.call_id = call.id.clone();
+        if let Some(card) = card {
+            state.cards.push(card);
+        }
+        Ok(r)
     }
 
     /// On resume, what the ledger knows of an MCP call: a completed call's result; a

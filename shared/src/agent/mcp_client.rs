@@ -33,7 +33,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{ChildStdin, ChildStdout};
 
 /// A worker process spawned for a server before the runtime restricted itself.
@@ -338,40 +338,11 @@ async fn start_one(
         _ => return Err(failed("its worker has no stdin or stdout".into())),
     };
     let worker = Worker(child);
-    let (mut stdin, stdout) = match (ChildStdin::from_std(stdin), ChildStdout::from_std(stdout)) {
+    let (stdin, stdout) = match (ChildStdin::from_std(stdin), ChildStdout::from_std(stdout)) {
         (Ok(i), Ok(o)) => (i, BufReader::new(o).lines()),
         (Err(e), _) | (_, Err(e)) => return Err(failed(e.to_string())),
     };
-    let mut stdout = stdout;
-    let connected = tokio::time::timeout(timeout, async {
-        handshake(&mut stdin, &mut stdout, &config).await.map_err(|e| match e {
-            WorkerError::Refused(why) => format!("its sandbox could not be entered: {why}"),
-            other => other.to_string(),
-        })?;
-        let sandboxed = began.elapsed();
-        let service = ListWatch::default()
-            .serve((stdout.into_inner(), stdin))
-            .await
-            .map_err(|e| format!("MCP initialization failed: {e}"))?;
-        let initialized = began.elapsed();
-        let tools = service
-            .peer()
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
-        tracing::debug!(
-            server,
-            digest_ms = digested.as_secs_f64() * 1e3,
-            sandboxed_ms = sandboxed.as_secs_f64() * 1e3,
-            initialized_ms = initialized.as_secs_f64() * 1e3,
-            listed_ms = began.elapsed().as_secs_f64() * 1e3,
-            "MCP server start, by phase (from its start, cumulative)"
-        );
-        // What it announced before its list was read is in that list.
-        service.service().0.store(0, Ordering::SeqCst);
-        Ok::<_, String>((service, tools))
-    })
-    .await;
+    let connected = tokio::time::timeout(timeout, connect(stdin, stdout, &config, server, began, digested)).await;
     let (service, tools) = match connected {
         Ok(Ok(pair)) => pair,
         Ok(Err(why)) => {
@@ -385,6 +356,62 @@ async fn start_one(
             return Err(failed(format!("no tool list within {} s", entry.start_timeout_s)));
         }
     };
+    let (offered, drift) = offered_tools(server, pin, &tools);
+    let live = Live {
+        service,
+        worker,
+        stderr: stderr.clone(),
+        gone: std::sync::Mutex::new(None),
+    };
+    Ok((live, offered, drift))
+}
+
+/// The MCP session with a started worker: the sandbox handshake, MCP's
+/// initialization, then the tool list; the phases' times are logged from `began`
+/// (`digested`: when the program's digest was checked).
+async fn connect(
+    mut stdin: ChildStdin,
+    mut stdout: Lines<BufReader<ChildStdout>>,
+    config: &WorkerConfig,
+    server: &str,
+    began: Instant,
+    digested: Duration,
+) -> Result<(RunningService<RoleClient, ListWatch>, Vec<rmcp::model::Tool>), String> {
+    handshake(&mut stdin, &mut stdout, config).await.map_err(|e| match e {
+        WorkerError::Refused(why) => format!("its sandbox could not be entered: {why}"),
+        other => other.to_string(),
+    })?;
+    let sandboxed = began.elapsed();
+    let service = ListWatch::default()
+        .serve((stdout.into_inner(), stdin))
+        .await
+        .map_err(|e| format!("MCP initialization failed: {e}"))?;
+    let initialized = began.elapsed();
+    let tools = service
+        .peer()
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("tools/list failed: {e}"))?;
+    tracing::debug!(
+        server,
+        digest_ms = digested.as_secs_f64() * 1e3,
+        sandboxed_ms = sandboxed.as_secs_f64() * 1e3,
+        initialized_ms = initialized.as_secs_f64() * 1e3,
+        listed_ms = began.elapsed().as_secs_f64() * 1e3,
+        "MCP server start, by phase (from its start, cumulative)"
+    );
+    // What it announced before its list was read is in that list.
+    service.service().0.store(0, Ordering::SeqCst);
+    Ok((service, tools))
+}
+
+/// The listed tools that match their pins, offered to the model, and an `mcp_drift`
+/// card for each that does not.
+fn offered_tools(
+    server: &str,
+    pin: &crate::mcp::lock::ServerPin,
+    tools: &[rmcp::model::Tool],
+) -> (Vec<Offered>, Vec<CardDraft>) {
     let listed: Vec<serde_json::Value> = tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect();
     let (matched, drift) = check_tools(Some(pin), &listed);
     let drift = drift
@@ -423,13 +450,7 @@ async fn start_one(
             })
         })
         .collect();
-    let live = Live {
-        service,
-        worker,
-        stderr: stderr.clone(),
-        gone: std::sync::Mutex::new(None),
-    };
-    Ok((live, offered, drift))
+    (offered, drift)
 }
 
 /// The worker configuration of one server: the tools' sandbox with the server's read

@@ -207,16 +207,7 @@ pub fn parse_case(rel: &Path, src: &str, diags: &mut Vec<Diagnostic>) -> Option<
         ));
         return None;
     };
-    for (k, _) in map {
-        let key = k.as_str().unwrap_or("");
-        if !CASE_KEYS.contains(&key) {
-            p.problem(
-                &[key],
-                key,
-                format!("unknown key `{key}`; a case has {}", CASE_KEYS.join(", ")),
-            );
-        }
-    }
+    p.unknown_keys(map);
     let get = |k: &str| map.get(k);
     let stem = rel
         .file_stem()
@@ -229,26 +220,8 @@ pub fn parse_case(rel: &Path, src: &str, diags: &mut Vec<Diagnostic>) -> Option<
         .unwrap_or_default();
     let name = p.string(get("name"), "name").unwrap_or(stem);
     let task = p.string(get("task"), "task").unwrap_or(dir_task);
-    let repeat = match get("repeat") {
-        None => 1,
-        Some(v) => match v.as_u64() {
-            Some(n) if (1..=1000).contains(&n) => n as u32,
-            _ => {
-                p.problem(&["repeat"], "repeat", "expected a whole number from 1 to 1000");
-                1
-            }
-        },
-    };
-    let min_pass = match get("min_pass") {
-        None => 1.0,
-        Some(v) => match v.as_f64() {
-            Some(x) if (0.0..=1.0).contains(&x) => x,
-            _ => {
-                p.problem(&["min_pass"], "min_pass", "expected a pass rate from 0 to 1");
-                1.0
-            }
-        },
-    };
+    let repeat = p.repeat(get("repeat"));
+    let min_pass = p.min_pass(get("min_pass"));
     let model = p.model(get("model"), get("script"), get("replay"));
     let asserts = p.asserts(get("assert"));
     let fixes = match get("fixes") {
@@ -277,6 +250,43 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
+    fn unknown_keys(&mut self, map: &serde_yaml::Mapping) {
+        for (k, _) in map {
+            let key = k.as_str().unwrap_or("");
+            if !CASE_KEYS.contains(&key) {
+                self.problem(
+                    &[key],
+                    key,
+                    format!("unknown key `{key}`; a case has {}", CASE_KEYS.join(", ")),
+                );
+            }
+        }
+    }
+
+    /// `repeat`: how many times the case fires (1 when absent or invalid).
+    fn repeat(&mut self, v: Option<&Value>) -> u32 {
+        match v.map(Value::as_u64) {
+            None => 1,
+            Some(Some(n)) if (1..=1000).contains(&n) => n as u32,
+            Some(_) => {
+                self.problem(&["repeat"], "repeat", "expected a whole number from 1 to 1000");
+                1
+            }
+        }
+    }
+
+    /// `min_pass`: the share of fires that must pass (1 when absent or invalid).
+    fn min_pass(&mut self, v: Option<&Value>) -> f64 {
+        match v.map(Value::as_f64) {
+            None => 1.0,
+            Some(Some(x)) if (0.0..=1.0).contains(&x) => x,
+            Some(_) => {
+                self.problem(&["min_pass"], "min_pass", "expected a pass rate from 0 to 1");
+                1.0
+            }
+        }
+    }
+
     fn problem(&mut self, path: &[&str], field: &str, message: impl Into<String>) {
         let line = line_of(self.src, path);
         self.diags.push(Diagnostic::new(self.rel, line, field, message));
@@ -375,76 +385,69 @@ impl Parser<'_> {
         };
         let mut turns = Vec::new();
         for (i, item) in items.iter().enumerate() {
-            let field = format!("script[{i}]");
-            let at = |p: &mut Self, msg: String| {
-                let line = line_of(p.src, &["script"]) + 1 + i;
-                let line = p
-                    .src
-                    .lines()
-                    .enumerate()
-                    .skip(line_of(p.src, &["script"]))
-                    .filter(|(_, l)| l.trim_start().starts_with("- "))
-                    .nth(i)
-                    .map_or(line, |(n, _)| n + 1);
-                p.diags.push(Diagnostic::new(p.rel, line, field.clone(), msg));
-            };
             let Some(m) = item.as_mapping() else {
-                at(self, "expected `call: {tool, args}` or `text: ...`".into());
+                self.turn_problem(i, "expected `call: {tool, args}` or `text: ...`".into());
                 continue;
             };
-            let problems_before = self.diags.len();
-            let mut turn = ReplayTurn {
-                content: None,
-                tool_calls: vec![],
-                usage: ReplayUsage::default(),
-            };
-            for (k, val) in m {
-                match k.as_str().unwrap_or("") {
-                    "text" => match val.as_str() {
-                        Some(t) => turn.content = Some(t.to_string()),
-                        None => at(self, "`text` must be a string".into()),
-                    },
-                    "call" => {
-                        let tool = val.get("tool").and_then(Value::as_str);
-                        let args = val.get("args").cloned().unwrap_or(Value::Mapping(Default::default()));
-                        let unknown = val
-                            .as_mapping()
-                            .map(|c| c.keys().filter_map(Value::as_str).any(|k| k != "tool" && k != "args"))
-                            .unwrap_or(true);
-                        match (tool, serde_json::to_value(&args)) {
-                            (Some(tool), Ok(json)) if !unknown && json.is_object() => {
-                                turn.tool_calls.push(ReplayCall {
-                                    id: format!("call_{}", i + 1),
-                                    name: tool.to_string(),
-                                    arguments: json,
-                                })
-                            }
-                            _ => at(
-                                self,
-                                "`call` needs `tool: <name>` and `args: {..}` (a mapping), nothing else".into(),
-                            ),
-                        }
-                    }
-                    "usage" => {
-                        let n = |key: &str| val.get(key).map(Value::as_u64);
-                        match (n("input"), n("output")) {
-                            (Some(Some(i)), Some(Some(o))) => turn.usage = ReplayUsage { input: i, output: o },
-                            _ => at(self, "`usage` needs `input` and `output` token counts".into()),
-                        }
-                    }
-                    other => at(self, format!("unknown key `{other}`; a turn has call, text, usage")),
-                }
-            }
-            if turn.content.is_none() && turn.tool_calls.is_empty() && self.diags.len() == problems_before {
-                at(self, "a turn needs `call` or `text`".into());
-            }
-            turns.push(turn);
+            turns.push(self.script_turn(i, m));
         }
         Some(ReplayTrace {
             version: 1,
             model: Some("scripted".into()),
             turns,
         })
+    }
+
+    /// A problem with the `i`th turn of `script`, at its `- ` line.
+    fn turn_problem(&mut self, i: usize, msg: String) {
+        let line = line_of(self.src, &["script"]) + 1 + i;
+        let line = self
+            .src
+            .lines()
+            .enumerate()
+            .skip(line_of(self.src, &["script"]))
+            .filter(|(_, l)| l.trim_start().starts_with("- "))
+            .nth(i)
+            .map_or(line, |(n, _)| n + 1);
+        self.diags
+            .push(Diagnostic::new(self.rel, line, format!("script[{i}]"), msg));
+    }
+
+    /// The `i`th turn of `script`: its text, its call and its usage.
+    fn script_turn(&mut self, i: usize, m: &serde_yaml::Mapping) -> ReplayTurn {
+        let problems_before = self.diags.len();
+        let mut turn = ReplayTurn {
+            content: None,
+            tool_calls: vec![],
+            usage: ReplayUsage::default(),
+        };
+        for (k, val) in m {
+            match k.as_str().unwrap_or("") {
+                "text" => match val.as_str() {
+                    Some(t) => turn.content = Some(t.to_string()),
+                    None => self.turn_problem(i, "`text` must be a string".into()),
+                },
+                "call" => match script_call(i, val) {
+                    Some(call) => turn.tool_calls.push(call),
+                    None => self.turn_problem(
+                        i,
+                        "`call` needs `tool: <name>` and `args: {..}` (a mapping), nothing else".into(),
+                    ),
+                },
+                "usage" => {
+                    let n = |key: &str| val.get(key).map(Value::as_u64);
+                    match (n("input"), n("output")) {
+                        (Some(Some(i)), Some(Some(o))) => turn.usage = ReplayUsage { input: i, output: o },
+                        _ => self.turn_problem(i, "`usage` needs `input` and `output` token counts".into()),
+                    }
+                }
+                other => self.turn_problem(i, format!("unknown key `{other}`; a turn has call, text, usage")),
+            }
+        }
+        if turn.content.is_none() && turn.tool_calls.is_empty() && self.diags.len() == problems_before {
+            self.turn_problem(i, "a turn needs `call` or `text`".into());
+        }
+        turn
     }
 
     /// `assert`: a list of one-key mappings (`- must_call: run_command`).
@@ -470,79 +473,102 @@ impl Parser<'_> {
                 return vec![];
             }
         };
-        let mut out = Vec::new();
-        for (key, val) in items {
-            let field = format!("assert.{key}");
-            let flag = |p: &mut Self, a: Assertion| match val.as_bool() {
-                Some(true) => Some(a),
-                Some(false) => None,
+        items
+            .into_iter()
+            .filter_map(|(key, val)| self.assertion(&key, &val))
+            .collect()
+    }
+
+    /// One `assertion: value` item, or `None` (with a problem, unless it is a flag
+    /// set to false).
+    fn assertion(&mut self, key: &str, val: &Value) -> Option<Assertion> {
+        let field = format!("assert.{key}");
+        let flag = |p: &mut Self, a: Assertion| match val.as_bool() {
+            Some(true) => Some(a),
+            Some(false) => None,
+            None => {
+                p.item_problem(key, &field, "expected true or false");
+                None
+            }
+        };
+        let strings = |p: &mut Self| match val {
+            Value::String(s) if !s.is_empty() => Some(vec![s.clone()]),
+            Value::Sequence(items) if !items.is_empty() => {
+                let v: Option<Vec<String>> = items.iter().map(|i| i.as_str().map(str::to_string)).collect();
+                if v.is_none() {
+                    p.item_problem(key, &field, "expected a string or a list of strings");
+                }
+                v
+            }
+            _ => {
+                p.item_problem(key, &field, "expected a string or a list of strings");
+                None
+            }
+        };
+        match key {
+            "must_call" => strings(self).map(Assertion::MustCall),
+            "must_not_call" => strings(self).map(Assertion::MustNotCall),
+            "call_order" => strings(self).map(Assertion::CallOrder),
+            "report_contains" => strings(self).map(Assertion::ReportContains),
+            "report_matches" => match val
+                .as_str()
+                .map(|s| regex::RegexBuilder::new(s).multi_line(true).build())
+            {
+                Some(Ok(r)) => Some(Assertion::ReportMatches(r)),
+                Some(Err(e)) => {
+                    self.item_problem(key, &field, format!("not a regular expression: {e}"));
+                    None
+                }
                 None => {
-                    p.item_problem(&key, &field, "expected true or false");
+                    self.item_problem(key, &field, "expected a regular expression (a string)");
                     None
                 }
-            };
-            let strings = |p: &mut Self| match &val {
-                Value::String(s) if !s.is_empty() => Some(vec![s.clone()]),
-                Value::Sequence(items) if !items.is_empty() => {
-                    let v: Option<Vec<String>> = items.iter().map(|i| i.as_str().map(str::to_string)).collect();
-                    if v.is_none() {
-                        p.item_problem(&key, &field, "expected a string or a list of strings");
-                    }
-                    v
-                }
+            },
+            "max_steps" => match val.as_u64() {
+                Some(n) if n <= u32::MAX as u64 => Some(Assertion::MaxSteps(n as u32)),
                 _ => {
-                    p.item_problem(&key, &field, "expected a string or a list of strings");
+                    self.item_problem(key, &field, "expected a whole number of steps");
                     None
                 }
-            };
-            let a = match key.as_str() {
-                "must_call" => strings(self).map(Assertion::MustCall),
-                "must_not_call" => strings(self).map(Assertion::MustNotCall),
-                "call_order" => strings(self).map(Assertion::CallOrder),
-                "report_contains" => strings(self).map(Assertion::ReportContains),
-                "report_matches" => match val
-                    .as_str()
-                    .map(|s| regex::RegexBuilder::new(s).multi_line(true).build())
-                {
-                    Some(Ok(r)) => Some(Assertion::ReportMatches(r)),
-                    Some(Err(e)) => {
-                        self.item_problem(&key, &field, format!("not a regular expression: {e}"));
-                        None
-                    }
-                    None => {
-                        self.item_problem(&key, &field, "expected a regular expression (a string)");
-                        None
-                    }
-                },
-                "max_steps" => match val.as_u64() {
-                    Some(n) if n <= u32::MAX as u64 => Some(Assertion::MaxSteps(n as u32)),
-                    _ => {
-                        self.item_problem(&key, &field, "expected a whole number of steps");
-                        None
-                    }
-                },
-                "max_cost_usd" => match val.as_f64() {
-                    Some(x) if x >= 0.0 => Some(Assertion::MaxCostUsd(x)),
-                    _ => {
-                        self.item_problem(&key, &field, "expected a cost in USD (a number, at least 0)");
-                        None
-                    }
-                },
-                "no_denials" => flag(self, Assertion::NoDenials),
-                "acceptance_passes" => flag(self, Assertion::AcceptancePasses),
-                "no_secret_in_records" => flag(self, Assertion::NoSecretInRecords),
-                other => {
-                    self.item_problem(
-                        other,
-                        &field,
-                        format!("unknown assertion `{other}`; known: {}", ASSERTIONS.join(", ")),
-                    );
+            },
+            "max_cost_usd" => match val.as_f64() {
+                Some(x) if x >= 0.0 => Some(Assertion::MaxCostUsd(x)),
+                _ => {
+                    self.item_problem(key, &field, "expected a cost in USD (a number, at least 0)");
                     None
                 }
-            };
-            out.extend(a);
+            },
+            "no_denials" => flag(self, Assertion::NoDenials),
+            "acceptance_passes" => flag(self, Assertion::AcceptancePasses),
+            "no_secret_in_records" => flag(self, Assertion::NoSecretInRecords),
+            other => {
+                self.item_problem(
+                    other,
+                    &field,
+                    format!("unknown assertion `{other}`; known: {}", ASSERTIONS.join(", ")),
+                );
+                None
+            }
         }
-        out
+    }
+}
+
+/// A turn's `call: {tool, args}` as the `i`th call of the script, or `None` when it
+/// lacks a tool, its args are not a mapping or it has other keys.
+fn script_call(i: usize, val: &Value) -> Option<ReplayCall> {
+    let tool = val.get("tool").and_then(Value::as_str);
+    let args = val.get("args").cloned().unwrap_or(Value::Mapping(Default::default()));
+    let unknown = val
+        .as_mapping()
+        .map(|c| c.keys().filter_map(Value::as_str).any(|k| k != "tool" && k != "args"))
+        .unwrap_or(true);
+    match (tool, serde_json::to_value(&args)) {
+        (Some(tool), Ok(json)) if !unknown && json.is_object() => Some(ReplayCall {
+            id: format!("call_{}", i + 1),
+            name: tool.to_string(),
+            arguments: json,
+        }),
+        _ => None,
     }
 }
 

@@ -190,6 +190,20 @@ fn fire_once(f: &Firing, case: &Case, n: usize) -> Result<Fired, EvalError> {
         "never",
     ]);
     cmd.arg("--trusted-settings").arg(f.trusted.file());
+    if let Err(why) = model_args(&mut cmd, case, wt, n) {
+        return Ok(not_fired(why));
+    }
+    let started = Instant::now();
+    let out = cmd
+        .output()
+        .map_err(|e| EvalError::Worktree(format!("cannot run {}: {e}", runtime.display())))?;
+    let wall_ms = started.elapsed().as_millis() as u64;
+    Ok(read_fired(wt, &out, wall_ms))
+}
+
+/// Adds the arguments that point the fire at the case's model: its script (written
+/// into the worktree first) or replay trace; `Err` says why the case cannot fire.
+fn model_args(cmd: &mut Command, case: &Case, wt: &Path, n: usize) -> Result<(), String> {
     match &case.model {
         CaseModel::Scripted(trace) => {
             // Written through no link the revision's tree may hold (a committed
@@ -208,10 +222,10 @@ fn fire_once(f: &Firing, case: &Case, n: usize) -> Result<Fired, EvalError> {
                 crate::beneath::create_new(&root, &rel, &body)
             });
             if let Err(e) = written {
-                return Ok(not_fired(format!(
+                return Err(format!(
                     "the case's script could not be written to {}: {e} (a link the revision put on the way is never followed)",
                     rel.display()
-                )));
+                ));
             }
             cmd.arg("--replay").arg(wt.join(&rel));
         }
@@ -220,19 +234,20 @@ fn fire_once(f: &Firing, case: &Case, n: usize) -> Result<Fired, EvalError> {
                 .components()
                 .all(|c| matches!(c, std::path::Component::Normal(_)));
             if !inside {
-                return Ok(not_fired(format!(
+                return Err(format!(
                     "the case's replay trace `{rel}` is not a path inside the repository"
-                )));
+                ));
             }
             cmd.arg("--replay").arg(wt.join(rel));
         }
         CaseModel::Provider => {}
     }
-    let started = Instant::now();
-    let out = cmd
-        .output()
-        .map_err(|e| EvalError::Worktree(format!("cannot run {}: {e}", runtime.display())))?;
-    let wall_ms = started.elapsed().as_millis() as u64;
+    Ok(())
+}
+
+/// What a finished fire left: its JSON summary's message (else its stderr), and its
+/// receipt, report and cards read through no link the revision's tree may hold.
+fn read_fired(wt: &Path, out: &std::process::Output, wall_ms: u64) -> Fired {
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     let mut fired = Fired {
         receipt: None,
@@ -274,7 +289,7 @@ fn fire_once(f: &Firing, case: &Case, n: usize) -> Result<Fired, EvalError> {
             }
         }
     }
-    Ok(fired)
+    fired
 }
 
 /// How a re-run of a recorded run ended.
@@ -358,23 +373,53 @@ fn judge(case: &Case, fired: &Fired, secrets: &Redactor) -> Vec<Failure> {
             detail: format!("the fire was refused before its first step: {}", fired.message),
         }];
     }
-    let called: Vec<&str> = r.tool_calls.iter().map(|c| c.name.as_str()).collect();
-    let ran: Vec<&str> = r
-        .tool_calls
+    let seen = Seen {
+        receipt: r,
+        fired,
+        secrets,
+        called: r.tool_calls.iter().map(|c| c.name.as_str()).collect(),
+        ran: r
+            .tool_calls
+            .iter()
+            .filter(|c| c.decision == RecordedDecision::Allow)
+            .map(|c| c.name.as_str())
+            .collect(),
+    };
+    case.asserts
         .iter()
-        .filter(|c| c.decision == RecordedDecision::Allow)
-        .map(|c| c.name.as_str())
-        .collect();
-    let mut out = Vec::new();
-    for a in &case.asserts {
-        let broken: Option<String> = match a {
+        .filter_map(|a| {
+            seen.broken(a).map(|detail| Failure {
+                assertion: a.label(),
+                detail,
+            })
+        })
+        .collect()
+}
+
+/// What one fire showed, for judging its case's assertions one by one.
+struct Seen<'a> {
+    receipt: &'a Receipt,
+    fired: &'a Fired,
+    secrets: &'a Redactor,
+    /// The tools called, in order.
+    called: Vec<&'a str>,
+    /// Those of them the policy allowed.
+    ran: Vec<&'a str>,
+}
+
+impl Seen<'_> {
+    /// What breaks `a`, or `None` when it holds.
+    fn broken(&self, a: &Assertion) -> Option<String> {
+        let (r, fired, secrets) = (self.receipt, self.fired, self.secrets);
+        let (called, ran) = (&self.called, &self.ran);
+        match a {
             Assertion::MustCall(tools) => {
                 let missing: Vec<&str> = tools.iter().map(String::as_str).filter(|t| !ran.contains(t)).collect();
                 (!missing.is_empty()).then(|| {
                     format!(
                         "not called (and allowed): {}; calls: {}",
                         missing.join(", "),
-                        shown(&called)
+                        shown(called)
                     )
                 })
             }
@@ -389,7 +434,7 @@ fn judge(case: &Case, fired: &Fired, secrets: &Redactor) -> Vec<Failure> {
             Assertion::CallOrder(order) => {
                 let mut it = called.iter();
                 let in_order = order.iter().all(|want| it.any(|c| c == want));
-                (!in_order).then(|| format!("calls were {}", shown(&called)))
+                (!in_order).then(|| format!("calls were {}", shown(called)))
             }
             Assertion::ReportContains(needles) => {
                 let missing: Vec<&str> = needles
@@ -404,46 +449,43 @@ fn judge(case: &Case, fired: &Fired, secrets: &Redactor) -> Vec<Failure> {
             }
             Assertion::MaxSteps(n) => (r.steps > *n).then(|| format!("{} steps", r.steps)),
             Assertion::MaxCostUsd(x) => (r.cost_usd > *x).then(|| format!("cost {:.4} USD", r.cost_usd)),
-            Assertion::NoDenials => (r.denials > 0).then(|| {
-                let denied: Vec<String> = r
-                    .tool_calls
-                    .iter()
-                    .filter(|c| c.decision == RecordedDecision::Deny)
-                    .map(|c| format!("{} ({})", c.name, c.rule.as_deref().unwrap_or(&c.reason)))
-                    .collect();
-                format!("{} denial(s): {}", r.denials, denied.join(", "))
-            }),
-            Assertion::AcceptancePasses => {
-                let failed: Vec<&str> = r
-                    .acceptance
-                    .iter()
-                    .filter(|a| !a.passed)
-                    .map(|a| a.check.as_str())
-                    .collect();
-                if !failed.is_empty() {
-                    Some(format!("failed checks: {}", failed.join(", ")))
-                } else if r.status != crate::records::RunStatus::Accepted
-                    && r.status != crate::records::RunStatus::Completed
-                {
-                    Some(format!("the run ended {}", r.status.as_str()))
-                } else {
-                    None
-                }
-            }
+            Assertion::NoDenials => (r.denials > 0).then(|| denials_shown(r)),
+            Assertion::AcceptancePasses => acceptance_failure(r),
             Assertion::NoSecretInRecords => fired
                 .records
                 .iter()
                 .any(|b| secrets.holds_secret(b))
                 .then(|| "a record holds a secret value".to_string()),
-        };
-        if let Some(detail) = broken {
-            out.push(Failure {
-                assertion: a.label(),
-                detail,
-            });
         }
     }
-    out
+}
+
+/// The denied calls of a run, each with the rule (or reason) that denied it.
+fn denials_shown(r: &Receipt) -> String {
+    let denied: Vec<String> = r
+        .tool_calls
+        .iter()
+        .filter(|c| c.decision == RecordedDecision::Deny)
+        .map(|c| format!("{} ({})", c.name, c.rule.as_deref().unwrap_or(&c.reason)))
+        .collect();
+    format!("{} denial(s): {}", r.denials, denied.join(", "))
+}
+
+/// Why a run does not count as passing its acceptance checks, if it does not.
+fn acceptance_failure(r: &Receipt) -> Option<String> {
+    let failed: Vec<&str> = r
+        .acceptance
+        .iter()
+        .filter(|a| !a.passed)
+        .map(|a| a.check.as_str())
+        .collect();
+    if !failed.is_empty() {
+        Some(format!("failed checks: {}", failed.join(", ")))
+    } else if r.status != crate::records::RunStatus::Accepted && r.status != crate::records::RunStatus::Completed {
+        Some(format!("the run ended {}", r.status.as_str()))
+    } else {
+        None
+    }
 }
 
 fn shown(calls: &[&str]) -> String {

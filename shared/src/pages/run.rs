@@ -104,17 +104,7 @@ pub fn run_view(
         return Ok(None);
     };
     let rid = run.run_id.clone();
-    let receipt = match &run.receipt_path {
-        Some(p) => record_text(root, repo, p)
-            .map(|text| {
-                serde_json::from_str::<Receipt>(&text).map_err(|e| RunPageError::Record {
-                    path: p.clone(),
-                    message: format!("line {}: {e}", e.line()),
-                })
-            })
-            .transpose()?,
-        None => None,
-    };
+    let receipt = run_receipt(root, repo, run.receipt_path.as_deref())?;
     let denial_count: i64 = index
         .conn()
         .query_row(
@@ -137,29 +127,8 @@ pub fn run_view(
             r.get(0)
         })
         .map_err(index.sql_error())?;
-    let cards = index.query_all(
-        "SELECT id, kind, status, summary, fingerprint, path FROM cards WHERE run_id = ?1 ORDER BY created_at, id",
-        [&rid],
-        |r| {
-            Ok(CardRef {
-                id: r.get(0)?,
-                kind: r.get(1)?,
-                status: r.get(2)?,
-                summary: r.get(3)?,
-                fingerprint: r.get(4)?,
-                path: r.get(5)?,
-            })
-        },
-    )?;
-    let traced = match trace {
-        Some(t) => t
-            .conn()
-            .query_row("SELECT 1 FROM spans WHERE run_id = ?1 LIMIT 1", [&rid], |_| Ok(()))
-            .optional()
-            .map_err(t.sql_error())?
-            .is_some(),
-        None => false,
-    };
+    let cards = run_cards(index, &rid)?;
+    let traced = has_spans(trace, &rid)?;
     let prompt = match trace.filter(|_| traced) {
         Some(t) => first_input(t, &rid)?.map(|text| Excerpt::of(&text, REPORT_CHARS)),
         None => None,
@@ -181,6 +150,57 @@ pub fn run_view(
         prompt,
         report,
     }))
+}
+
+/// The run's receipt, read from its record (`None` without one).
+fn run_receipt(
+    root: &Path,
+    repo: &git2::Repository,
+    receipt_path: Option<&str>,
+) -> Result<Option<Receipt>, RunPageError> {
+    match receipt_path {
+        Some(p) => record_text(root, repo, p)
+            .map(|text| {
+                serde_json::from_str::<Receipt>(&text).map_err(|e| RunPageError::Record {
+                    path: p.to_string(),
+                    message: format!("line {}: {e}", e.line()),
+                })
+            })
+            .transpose(),
+        None => Ok(None),
+    }
+}
+
+/// The cards the run raised, oldest first.
+fn run_cards(index: &Store, rid: &str) -> Result<Vec<CardRef>, StoreError> {
+    index.query_all(
+        "SELECT id, kind, status, summary, fingerprint, path FROM cards WHERE run_id = ?1 ORDER BY created_at, id",
+        [rid],
+        |r| {
+            Ok(CardRef {
+                id: r.get(0)?,
+                kind: r.get(1)?,
+                status: r.get(2)?,
+                summary: r.get(3)?,
+                fingerprint: r.get(4)?,
+                path: r.get(5)?,
+            })
+        },
+    )
+}
+
+/// Whether the trace holds any span of the run.
+fn has_spans(trace: Option<&Store>, rid: &str) -> Result<bool, StoreError> {
+    let traced = match trace {
+        Some(t) => t
+            .conn()
+            .query_row("SELECT 1 FROM spans WHERE run_id = ?1 LIMIT 1", [rid], |_| Ok(()))
+            .optional()
+            .map_err(t.sql_error())?
+            .is_some(),
+        None => false,
+    };
+    Ok(traced)
 }
 
 /// A record's text: the work tree's file, else HEAD's blob (a record deleted from
@@ -382,9 +402,10 @@ struct SpanRow {
     attributes: serde_json::Map<String, Value>,
 }
 
-fn trace_entries(t: &Store, run_id: &str, offset: usize, limit: usize) -> Result<Vec<TimelineEntry>, StoreError> {
+/// The page's spans (all but the fire's own), in start order.
+fn page_spans(t: &Store, run_id: &str, offset: usize, limit: usize) -> Result<Vec<SpanRow>, StoreError> {
     // The page's row ids first (a sort of small keys), then only their attributes.
-    let spans = t.query_all(
+    t.query_all(
         "SELECT span_id, kind, name, start_ns, end_ns, status, tokens_in, tokens_out, attributes FROM spans
          WHERE rowid IN (SELECT rowid FROM spans WHERE run_id = ?1 AND kind != 'fire' ORDER BY start_ns, span_id LIMIT ?2 OFFSET ?3)
          ORDER BY start_ns, span_id",
@@ -402,7 +423,43 @@ fn trace_entries(t: &Store, run_id: &str, offset: usize, limit: usize) -> Result
                 attributes: serde_json::from_str(&r.get::<_, String>(8)?).unwrap_or_default(),
             })
         },
-    )?;
+    )
+}
+
+/// A span as the `seq`th entry of the timeline, before the details its kind adds;
+/// with the span's attributes, which those details come from.
+fn timeline_entry(s: SpanRow, seq: usize) -> (TimelineEntry, serde_json::Map<String, Value>) {
+    let kind = match s.kind.as_str() {
+        "model" => EntryKind::Model,
+        "tool" => EntryKind::Tool,
+        "prefetch" => EntryKind::Prefetch,
+        "acceptance" => EntryKind::Acceptance,
+        _ => EntryKind::Commit,
+    };
+    let step = s.attributes.get("agent.step").and_then(Value::as_u64);
+    let e = TimelineEntry {
+        seq,
+        kind,
+        name: s.name,
+        span_id: Some(format!("{:016x}", s.id as u64)),
+        step,
+        call_id: None,
+        decision: None,
+        rule: None,
+        reason: None,
+        outcome: s.status,
+        duration_ms: s.end_ns.saturating_sub(s.start_ns).max(0) as f64 / 1e6,
+        tokens_in: s.tokens_in.max(0) as u64,
+        tokens_out: s.tokens_out.max(0) as u64,
+        budget: None,
+        input: None,
+        output: None,
+    };
+    (e, s.attributes)
+}
+
+fn trace_entries(t: &Store, run_id: &str, offset: usize, limit: usize) -> Result<Vec<TimelineEntry>, StoreError> {
+    let spans = page_spans(t, run_id, offset, limit)?;
     let conn = t.conn();
     let mut call = conn
         .prepare_cached("SELECT rule, reason, step FROM tool_calls WHERE run_id = ?1 AND call_id = ?2")
@@ -412,34 +469,10 @@ fn trace_entries(t: &Store, run_id: &str, offset: usize, limit: usize) -> Result
         .map_err(t.sql_error())?;
     let mut out = Vec::with_capacity(spans.len());
     for (i, s) in spans.into_iter().enumerate() {
-        let attr = |k: &str| s.attributes.get(k).and_then(Value::as_str).map(str::to_string);
-        let kind = match s.kind.as_str() {
-            "model" => EntryKind::Model,
-            "tool" => EntryKind::Tool,
-            "prefetch" => EntryKind::Prefetch,
-            "acceptance" => EntryKind::Acceptance,
-            _ => EntryKind::Commit,
-        };
-        let step = s.attributes.get("agent.step").and_then(Value::as_u64);
-        let mut e = TimelineEntry {
-            seq: offset + i,
-            kind,
-            name: s.name,
-            span_id: Some(format!("{:016x}", s.id as u64)),
-            step,
-            call_id: None,
-            decision: None,
-            rule: None,
-            reason: None,
-            outcome: s.status,
-            duration_ms: s.end_ns.saturating_sub(s.start_ns).max(0) as f64 / 1e6,
-            tokens_in: s.tokens_in.max(0) as u64,
-            tokens_out: s.tokens_out.max(0) as u64,
-            budget: None,
-            input: None,
-            output: None,
-        };
-        match kind {
+        let (mut e, attributes) = timeline_entry(s, offset + i);
+        let attr = |k: &str| attributes.get(k).and_then(Value::as_str).map(str::to_string);
+        let step = e.step;
+        match e.kind {
             EntryKind::Tool => {
                 e.call_id = attr("gen_ai.tool.call.id");
                 e.decision = attr("agent.decision").and_then(|d| d.parse().ok());

@@ -343,10 +343,10 @@ mod tests {
         ]);
     }
 
-    #[test]
-    fn runs_are_filtered_by_health_counted_and_keyset_paged() {
-        let (_d, mut s) = store();
-        // 0..9: every third failed, every fourth ok run wrote a card.
+    /// Eleven runs: 0..9 over tasks `a` and `b`, every third failed, every fourth
+    /// ok run wrote a card; 10 waits for an approval.
+    fn eleven_runs() -> (tempfile::TempDir, Store) {
+        let (d, mut s) = store();
         for n in 0..10 {
             let status = if n % 3 == 0 {
                 RunStatus::Failed
@@ -356,6 +356,57 @@ mod tests {
             add(&mut s, n, if n < 5 { "a" } else { "b" }, status, n % 4 == 1);
         }
         add(&mut s, 10, "a", RunStatus::WaitingApproval, false);
+        (d, s)
+    }
+
+    /// Each health filter keeps only runs of that health, as many as its count.
+    fn assert_health_filters_match_counts(s: &Store, counts: &HealthCounts) {
+        for h in [Health::Failed, Health::Attention, Health::Ok] {
+            let page = runs_page(
+                s,
+                &RunsQuery {
+                    health: Some(h),
+                    limit: 100,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            assert!(page.runs.iter().all(|r| r.health == h), "{h}: {:?}", page.runs);
+            let want = match h {
+                Health::Failed => counts.failed,
+                Health::Attention => counts.attention,
+                Health::Ok => counts.ok,
+            };
+            assert_eq!(page.runs.len() as i64, want, "{h}");
+        }
+    }
+
+    /// The run ids of every page of `limit` runs, following each page's cursor.
+    fn ids_page_by_page(s: &Store, limit: usize) -> Vec<String> {
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let page = runs_page(
+                s,
+                &RunsQuery {
+                    after: after.clone(),
+                    limit,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            seen.extend(page.runs.iter().map(|r| r.run.run_id.clone()));
+            match page.next {
+                Some(n) => after = Cursor::parse(&n),
+                None => break,
+            }
+        }
+        seen
+    }
+
+    #[test]
+    fn runs_are_filtered_by_health_counted_and_keyset_paged() {
+        let (_d, s) = eleven_runs();
         let all = runs_page(
             &s,
             &RunsQuery {
@@ -375,43 +426,9 @@ mod tests {
                 ok: 4
             }
         );
-        for h in [Health::Failed, Health::Attention, Health::Ok] {
-            let page = runs_page(
-                &s,
-                &RunsQuery {
-                    health: Some(h),
-                    limit: 100,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            assert!(page.runs.iter().all(|r| r.health == h), "{h}: {:?}", page.runs);
-            let want = match h {
-                Health::Failed => all.counts.failed,
-                Health::Attention => all.counts.attention,
-                Health::Ok => all.counts.ok,
-            };
-            assert_eq!(page.runs.len() as i64, want, "{h}");
-        }
+        assert_health_filters_match_counts(&s, &all.counts);
         // Pages of 3 cover every run once, in order.
-        let mut seen = Vec::new();
-        let mut after = None;
-        loop {
-            let page = runs_page(
-                &s,
-                &RunsQuery {
-                    after: after.clone(),
-                    limit: 3,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            seen.extend(page.runs.iter().map(|r| r.run.run_id.clone()));
-            match page.next {
-                Some(n) => after = Cursor::parse(&n),
-                None => break,
-            }
-        }
+        let seen = ids_page_by_page(&s, 3);
         let want: Vec<String> = all.runs.iter().map(|r| r.run.run_id.clone()).collect();
         assert_eq!(seen, want);
         // Task and prompt filters, and counts under them.

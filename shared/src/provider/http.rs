@@ -26,35 +26,10 @@ pub async fn post_json(
                 let status = resp.status();
                 let retry_after = parse_retry_after(resp.headers().get(reqwest::header::RETRY_AFTER));
                 if status.is_success() {
-                    let bytes = read_capped(resp, policy.max_body_bytes)
-                        .await
-                        .map_err(|e| with_retries(e, attempt))?;
-                    let json = serde_json::from_slice(&bytes).map_err(|e| {
-                        with_retries(
-                            ProviderError::new(
-                                ProviderErrorKind::Decode,
-                                Some(status.as_u16()),
-                                format!("response is not JSON: {e}"),
-                            ),
-                            attempt,
-                        )
-                    })?;
+                    let json = read_json(resp, policy).await.map_err(|e| with_retries(e, attempt))?;
                     return Ok((json, attempt));
                 }
-                // An error body is read for its first words only.
-                let text = match read_capped(resp, ERROR_BODY_BYTES.min(policy.max_body_bytes)).await {
-                    Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-                    Err(e) => e.message,
-                };
-                let snippet: String = text.chars().take(300).collect();
-                let kind = match status.as_u16() {
-                    429 => ProviderErrorKind::RateLimited,
-                    401 | 403 => ProviderErrorKind::Auth,
-                    s if s >= 500 => ProviderErrorKind::Server,
-                    _ if refused_for_length(&text) => ProviderErrorKind::ContextOverflow,
-                    _ => ProviderErrorKind::BadRequest,
-                };
-                (ProviderError::new(kind, Some(status.as_u16()), snippet), retry_after)
+                (error_response(resp, policy).await, retry_after)
             }
             Err(e) => {
                 let mut err = classify(e);
@@ -87,6 +62,39 @@ pub async fn post_json(
         tokio::time::sleep(delay).await;
         attempt += 1;
     }
+}
+
+/// A successful response's body, read up to the cap and parsed as JSON.
+async fn read_json(resp: reqwest::Response, policy: &RetryPolicy) -> Result<serde_json::Value, ProviderError> {
+    let status = resp.status();
+    let bytes = read_capped(resp, policy.max_body_bytes).await?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ProviderError::new(
+            ProviderErrorKind::Decode,
+            Some(status.as_u16()),
+            format!("response is not JSON: {e}"),
+        )
+    })
+}
+
+/// The error an unsuccessful response stands for, classed by its status (and, for a
+/// plain 4xx, by whether its body says the request was too long).
+async fn error_response(resp: reqwest::Response, policy: &RetryPolicy) -> ProviderError {
+    let status = resp.status();
+    // An error body is read for its first words only.
+    let text = match read_capped(resp, ERROR_BODY_BYTES.min(policy.max_body_bytes)).await {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(e) => e.message,
+    };
+    let snippet: String = text.chars().take(300).collect();
+    let kind = match status.as_u16() {
+        429 => ProviderErrorKind::RateLimited,
+        401 | 403 => ProviderErrorKind::Auth,
+        s if s >= 500 => ProviderErrorKind::Server,
+        _ if refused_for_length(&text) => ProviderErrorKind::ContextOverflow,
+        _ => ProviderErrorKind::BadRequest,
+    };
+    ProviderError::new(kind, Some(status.as_u16()), snippet)
 }
 
 /// The most bytes of an error response read (its first 300 characters are kept).

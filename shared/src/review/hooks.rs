@@ -123,6 +123,20 @@ pub fn install(repo: &Repository) -> Result<Installed, ReviewError> {
     }
     drop(config);
     let adopted = super::approvals::adopt_legacy(repo)?;
+    let (hook, hook_state) = install_hook(repo)?;
+    Ok(Installed {
+        refspecs,
+        removed,
+        settings,
+        adopted,
+        hook,
+        hook_state,
+    })
+}
+
+/// Writes the pre-push hook where git looks for it, unless a hook of someone else's
+/// is there; says what it found.
+fn install_hook(repo: &Repository) -> Result<(PathBuf, HookState), ReviewError> {
     let dir = hooks_dir(repo);
     let hook = dir.join("pre-push");
     let io = |e| ReviewError::Io {
@@ -151,14 +165,7 @@ pub fn install(repo: &Repository) -> Result<Installed, ReviewError> {
         }
         Err(e) => return Err(io(e)),
     };
-    Ok(Installed {
-        refspecs,
-        removed,
-        settings,
-        adopted,
-        hook,
-        hook_state,
-    })
+    Ok((hook, hook_state))
 }
 
 /// `text` as a regular expression matching exactly it (git's config takes a regex

@@ -203,32 +203,28 @@ fn absolute(target: &str) -> String {
 /// follows more than [`MAX_HOPS`] links. Reaching nothing (a dangling link within the
 /// builder-owned paths, which no tool can create) is not refused.
 pub fn resolve(view: &dyn TreeView, owned: &OwnedPaths, rel: &str) -> Result<Result<Resolved, String>, ViewError> {
-    let mut done: Vec<String> = Vec::new();
-    let mut todo: VecDeque<String> = rel.split('/').map(str::to_string).collect();
-    let mut via: Vec<String> = Vec::new();
-    let refuse = |why: String, via: &[String]| {
-        if via.len() > 1 {
-            Ok(Err(format!("{why} (through {})", via.join(", "))))
-        } else {
-            Ok(Err(why))
-        }
+    let mut walk = Walk {
+        done: Vec::new(),
+        todo: rel.split('/').map(str::to_string).collect(),
+        via: Vec::new(),
     };
+    let refuse = |why: String, walk: &Walk| Ok(Err(walk.refusal(why)));
     let mut last = Node::Dir;
-    while let Some(c) = todo.pop_front() {
+    while let Some(c) = walk.todo.pop_front() {
         match c.as_str() {
             "" | "." => continue,
             ".." => {
-                if done.pop().is_none() {
-                    return refuse("climbs above the repository".into(), &via);
+                if walk.done.pop().is_none() {
+                    return refuse("climbs above the repository".into(), &walk);
                 }
                 last = Node::Dir;
                 continue;
             }
-            _ => done.push(c),
+            _ => walk.done.push(c),
         }
-        let here = done.join("/");
+        let here = walk.done.join("/");
         if owned.writable(&here) {
-            return refuse(format!("reaches {here}, which the write ACL lets tools write"), &via);
+            return refuse(format!("reaches {here}, which the write ACL lets tools write"), &walk);
         }
         let builder = owned.is_builder(&here);
         let on_the_way = || owned.may_hold_builder(&here);
@@ -237,33 +233,22 @@ pub fn resolve(view: &dyn TreeView, owned: &OwnedPaths, rel: &str) -> Result<Res
         match &node {
             Node::Link(target) => {
                 if !builder && !on_the_way() {
-                    return refuse(leaves(), &via);
+                    return refuse(leaves(), &walk);
                 }
-                via.push(format!("{here} -> {target}"));
-                if via.len() > MAX_HOPS {
-                    return refuse(format!("follows more than {MAX_HOPS} links"), &via);
-                }
-                if target.is_empty() {
-                    return refuse(format!("{here} is an empty link"), &via);
-                }
-                if target.starts_with('/') {
-                    return refuse(absolute(target), &via);
-                }
-                done.pop();
-                for part in target.split('/').rev() {
-                    todo.push_front(part.to_string());
+                if let Err(why) = walk.follow(&here, target) {
+                    return refuse(why, &walk);
                 }
             }
             Node::Dir => {
                 if !builder && !on_the_way() {
-                    return refuse(leaves(), &via);
+                    return refuse(leaves(), &walk);
                 }
             }
             Node::File | Node::Missing => {
                 if !builder {
-                    return refuse(leaves(), &via);
+                    return refuse(leaves(), &walk);
                 }
-                if todo.iter().any(|c| !c.is_empty() && c != ".") {
+                if walk.todo.iter().any(|c| !c.is_empty() && c != ".") {
                     // Nothing beneath a file or a missing name: the kernel stops here.
                     return Ok(Ok(Resolved {
                         path: here,
@@ -272,24 +257,63 @@ pub fn resolve(view: &dyn TreeView, owned: &OwnedPaths, rel: &str) -> Result<Res
                 }
             }
             Node::Submodule(id) => {
-                return refuse(format!("enters {here}, a submodule (commit {id})"), &via);
+                return refuse(format!("enters {here}, a submodule (commit {id})"), &walk);
             }
         }
         last = node;
     }
-    let path = done.join("/");
+    let path = walk.done.join("/");
     if !owned.is_builder(&path) {
         let at = if path.is_empty() {
             "the repository's top".to_string()
         } else {
             path.clone()
         };
-        return refuse(format!("ends at {at}, outside the builder-owned paths"), &via);
+        return refuse(format!("ends at {at}, outside the builder-owned paths"), &walk);
     }
     Ok(Ok(Resolved {
         is_file: last == Node::File,
         path,
     }))
+}
+
+/// Where [`resolve`]'s walk is: the components resolved so far, those still to
+/// resolve, and the links followed on the way.
+struct Walk {
+    done: Vec<String>,
+    todo: VecDeque<String>,
+    via: Vec<String>,
+}
+
+impl Walk {
+    /// `why`, naming the links followed when there was more than one.
+    fn refusal(&self, why: String) -> String {
+        if self.via.len() > 1 {
+            format!("{why} (through {})", self.via.join(", "))
+        } else {
+            why
+        }
+    }
+
+    /// Follows the link at `here` (the last component resolved) to `target`, as the
+    /// kernel does; `Err` when it is one too many, empty or absolute.
+    fn follow(&mut self, here: &str, target: &str) -> Result<(), String> {
+        self.via.push(format!("{here} -> {target}"));
+        if self.via.len() > MAX_HOPS {
+            return Err(format!("follows more than {MAX_HOPS} links"));
+        }
+        if target.is_empty() {
+            return Err(format!("{here} is an empty link"));
+        }
+        if target.starts_with('/') {
+            return Err(absolute(target));
+        }
+        self.done.pop();
+        for part in target.split('/').rev() {
+            self.todo.push_front(part.to_string());
+        }
+        Ok(())
+    }
 }
 
 /// A builder-owned link (or gitlink) that [`resolve`] refuses.

@@ -227,8 +227,44 @@ pub fn propose(
         ));
     }
     let base_tree = head.tree()?;
+    let mut update = work_tree_update(repo, root, &paths)?;
+    let tree = repo.find_tree(update.create_updated(repo, &base_tree)?)?;
+    if tree.id() == base_tree.id() {
+        return Err(ReviewError::Refused(
+            "nothing to propose: the changes to builder-owned paths undo each other".into(),
+        ));
+    }
+    let sig = Signature::now(&author.name, &author.email)?;
+    let msg = proposal_message(message, fixes);
+    let commit = repo.commit(None, &sig, &sig, &msg, &tree, &[&head])?;
+    let _work = super::work::Work::begin(
+        repo,
+        super::work::Op::Propose {
+            branch: branch.clone(),
+            head: head.id().to_string(),
+            commit: commit.to_string(),
+        },
+    )?;
+    let _locks = crate::git::LockIntent::hold(
+        &super::work::intent_dir(repo),
+        &[
+            crate::git::lock_file_of(&repo.commondir().join(format!("refs/heads/{branch}"))),
+            crate::git::lock_file_of(&repo.path().join("index")),
+        ],
+    )?;
+    repo.branch(&branch, &repo.find_commit(commit)?, false)?;
+    crate::failpoint!("propose-after-branch");
+    // The change is safe on the branch: restore HEAD's version of those paths.
+    restore_from_head(repo, root, &head, &paths)?;
+    crate::failpoint!("propose-after-restore");
+    Ok(Proposed { branch, commit, paths })
+}
+
+/// The tree update that makes `paths` what they are in the work tree: a symlink's
+/// target, a regular file's bytes and executable bit, or gone.
+fn work_tree_update(repo: &Repository, root: &Path, paths: &[String]) -> Result<TreeUpdateBuilder, ReviewError> {
     let mut update = TreeUpdateBuilder::new();
-    for p in &paths {
+    for p in paths {
         let full = root.join(p);
         match std::fs::symlink_metadata(&full) {
             Ok(meta) if meta.file_type().is_symlink() => {
@@ -260,13 +296,12 @@ pub fn propose(
             Err(e) => return Err(ReviewError::Io { path: full, source: e }),
         }
     }
-    let tree = repo.find_tree(update.create_updated(repo, &base_tree)?)?;
-    if tree.id() == base_tree.id() {
-        return Err(ReviewError::Refused(
-            "nothing to propose: the changes to builder-owned paths undo each other".into(),
-        ));
-    }
-    let sig = Signature::now(&author.name, &author.email)?;
+    Ok(update)
+}
+
+/// The proposal commit's message: the proposer's, then a [`FIXES_CARD`] line per
+/// card it says it fixes.
+fn proposal_message(message: &str, fixes: &[String]) -> String {
     let mut msg = message.trim_end().to_string();
     if !fixes.is_empty() {
         msg.push_str("\n\n");
@@ -274,28 +309,7 @@ pub fn propose(
             msg.push_str(&format!("{FIXES_CARD} {f}\n"));
         }
     }
-    let commit = repo.commit(None, &sig, &sig, &msg, &tree, &[&head])?;
-    let _work = super::work::Work::begin(
-        repo,
-        super::work::Op::Propose {
-            branch: branch.clone(),
-            head: head.id().to_string(),
-            commit: commit.to_string(),
-        },
-    )?;
-    let _locks = crate::git::LockIntent::hold(
-        &super::work::intent_dir(repo),
-        &[
-            crate::git::lock_file_of(&repo.commondir().join(format!("refs/heads/{branch}"))),
-            crate::git::lock_file_of(&repo.path().join("index")),
-        ],
-    )?;
-    repo.branch(&branch, &repo.find_commit(commit)?, false)?;
-    crate::failpoint!("propose-after-branch");
-    // The change is safe on the branch: restore HEAD's version of those paths.
-    restore_from_head(repo, root, &head, &paths)?;
-    crate::failpoint!("propose-after-restore");
-    Ok(Proposed { branch, commit, paths })
+    msg
 }
 
 /// Puts `paths` back to `head`'s version in the index and the work tree; a path not
@@ -585,18 +599,7 @@ pub fn merge(
     }
     let base = head_commit(repo)?;
     if is_merged(repo, prop)? {
-        // A second run (or one after a run killed once the branch moved): done, when
-        // an approval of it counts.
-        let mut trust = Trust::new(repo, rule.clone())?;
-        if let Some(approval) = trust.proposal(prop, prop)?.approval {
-            return Ok(Merged {
-                commit: base.id(),
-                approval,
-                fixes: Vec::new(),
-                already: true,
-            });
-        }
-        return Err(ReviewError::Refused(format!("proposal `{name}` is merged already")));
+        return merged_already(repo, rule, name, prop, base.id());
     }
     let dirty = crate::git::dirty_builder_paths(repo, ownership)?;
     if !dirty.is_empty() {
@@ -607,24 +610,7 @@ pub fn merge(
     }
     let prop_commit = repo.find_commit(prop)?;
     let tree = builder_tree_of(repo, &prop_commit.tree()?)?;
-    let mut trust = Trust::new(repo, rule.clone())?;
-    let judged = trust.proposal(base_of(repo, prop)?, prop)?;
-    let Some(approval) = judged.approval.clone() else {
-        let why = if !judged.rejected.is_empty() {
-            format!(
-                "no approval of it counts ({}; {})",
-                judged.rejected.join("; "),
-                judged.judged_by(rule)
-            )
-        } else if trust.approvals().of_proposal(name).next().is_some() {
-            "its approval is stale: the proposal changed after it was approved".to_string()
-        } else {
-            "it has no approval".to_string()
-        };
-        return Err(ReviewError::Refused(format!(
-            "refusing to merge proposal `{name}`: {why} (builder tree {tree})"
-        )));
-    };
+    let approval = approval_to_merge(repo, rule, name, prop, tree)?;
     let mut index = repo.merge_commits(&base, &prop_commit, None)?;
     if index.has_conflicts() {
         return Err(ReviewError::Refused(format!(
@@ -659,6 +645,58 @@ pub fn merge(
         fixes,
         already: false,
     })
+}
+
+/// A second `merge` of proposal `name` (or one after a run killed once the branch
+/// moved, now at `base`): done, when an approval of it counts.
+fn merged_already(
+    repo: &Repository,
+    rule: &ApprovalRule,
+    name: &str,
+    prop: Oid,
+    base: Oid,
+) -> Result<Merged, ReviewError> {
+    let mut trust = Trust::new(repo, rule.clone())?;
+    if let Some(approval) = trust.proposal(prop, prop)?.approval {
+        return Ok(Merged {
+            commit: base,
+            approval,
+            fixes: Vec::new(),
+            already: true,
+        });
+    }
+    Err(ReviewError::Refused(format!("proposal `{name}` is merged already")))
+}
+
+/// The approval under `rule` that lets proposal `name` (head `prop`, builder tree
+/// `tree`) merge; else the refusal, saying whether approvals were rejected, stale or
+/// missing.
+fn approval_to_merge(
+    repo: &Repository,
+    rule: &ApprovalRule,
+    name: &str,
+    prop: Oid,
+    tree: Oid,
+) -> Result<Approval, ReviewError> {
+    let mut trust = Trust::new(repo, rule.clone())?;
+    let judged = trust.proposal(base_of(repo, prop)?, prop)?;
+    if let Some(approval) = judged.approval.clone() {
+        return Ok(approval);
+    }
+    let why = if !judged.rejected.is_empty() {
+        format!(
+            "no approval of it counts ({}; {})",
+            judged.rejected.join("; "),
+            judged.judged_by(rule)
+        )
+    } else if trust.approvals().of_proposal(name).next().is_some() {
+        "its approval is stale: the proposal changed after it was approved".to_string()
+    } else {
+        "it has no approval".to_string()
+    };
+    Err(ReviewError::Refused(format!(
+        "refusing to merge proposal `{name}`: {why} (builder tree {tree})"
+    )))
 }
 
 /// The head of proposal `name` to land: as for an approval, this clone's branch only
