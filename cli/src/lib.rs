@@ -5,6 +5,10 @@
 
 #![forbid(unsafe_code)]
 
+/// `--version` of both binaries: the package version and the commit they were built
+/// from (`unknown` outside a git checkout).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUILD_COMMIT"), ")");
+
 pub mod error;
 pub mod help;
 pub mod man;

@@ -71,18 +71,37 @@ fn link_problems(root: &Path, loaded: Option<&RuntimeSettings>, diags: &mut Vec<
     }
 }
 
-/// The boundary document must exist and say something.
+/// The boundary document must exist, be UTF-8 text and say something.
 fn scope_problems(root: &Path, diags: &mut Vec<Diagnostic>) {
-    match std::fs::read_to_string(root.join(SCOPE_FILE)) {
-        Err(_) => diags.push(
-            Diagnostic::new(
-                SCOPE_FILE,
-                0,
-                "",
-                "missing: the boundary document is appended to every system prompt",
+    let bytes = match std::fs::read(root.join(SCOPE_FILE)) {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            diags.push(
+                Diagnostic::new(
+                    SCOPE_FILE,
+                    0,
+                    "",
+                    "missing: the boundary document is appended to every system prompt",
+                )
+                .with_hint("create scope/SCOPE.md (builder init writes an example)"),
+            );
+            return;
+        }
+    };
+    match String::from_utf8(bytes) {
+        Err(e) => {
+            let at = e.utf8_error().valid_up_to();
+            let line = 1 + e.as_bytes()[..at].iter().filter(|b| **b == b'\n').count();
+            diags.push(
+                Diagnostic::new(
+                    SCOPE_FILE,
+                    line,
+                    "",
+                    format!("not UTF-8 text (the first invalid byte is at offset {at})"),
+                )
+                .with_hint("save scope/SCOPE.md as UTF-8"),
             )
-            .with_hint("create scope/SCOPE.md (builder init writes an example)"),
-        ),
+        }
         Ok(s) if s.trim().is_empty() => {
             diags.push(Diagnostic::new(SCOPE_FILE, 1, "", "the boundary document is empty"))
         }
@@ -203,6 +222,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         crate::scaffold::init(dir.path()).unwrap();
         dir
+    }
+
+    #[test]
+    fn a_scope_that_is_not_utf8_says_so_with_its_line_and_a_missing_one_says_missing() {
+        let dir = scaffolded();
+        std::fs::write(dir.path().join(SCOPE_FILE), b"# Scope\nok line\nbad \xff byte\n").unwrap();
+        let checked = check_repo(dir.path());
+        let scope: Vec<String> = checked
+            .problems
+            .iter()
+            .filter(|d| d.file == Path::new(SCOPE_FILE))
+            .map(|d| format!("{}: {}", d.line, d.message))
+            .collect();
+        assert_eq!(scope, vec!["3: not UTF-8 text (the first invalid byte is at offset 20)"]);
+        std::fs::remove_file(dir.path().join(SCOPE_FILE)).unwrap();
+        let checked = check_repo(dir.path());
+        assert!(
+            checked.problems.iter().any(|d| d.message.starts_with("missing:")),
+            "{:?}",
+            checked.problems
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ fn named<T: Named + Clone + Send + Sync>() -> impl TypedValueParser<Value = T> {
 
 /// Build and review what the runtime runs: prompts, scope, settings, tools
 #[derive(Debug, Parser)]
-#[command(name = "builder", version, propagate_version = true, after_help = command_error::exit_codes_help())]
+#[command(name = "builder", version = cli::VERSION, propagate_version = true, after_help = command_error::exit_codes_help())]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,

@@ -17,7 +17,7 @@ pub const WORKER_COMMAND: &str = "__tool-worker";
 
 /// Fire agent tasks unattended, inside a sandbox, leaving reports, receipts and cards
 #[derive(Debug, Parser)]
-#[command(name = "runtime", version, propagate_version = true, after_help = command_error::exit_codes_help())]
+#[command(name = "runtime", version = cli::VERSION, propagate_version = true, after_help = command_error::exit_codes_help())]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
