@@ -22,6 +22,7 @@ pub mod history;
 mod import_graph;
 pub mod journal;
 pub mod layout;
+pub mod loop_state;
 pub mod manifest;
 pub mod mcp;
 pub mod pages;
