@@ -9,7 +9,10 @@
 //! fire, left behind.
 
 use super::index::{index_path, save_index, write_index};
-use super::locks::{intent_dir, intent_locks, lock_path_of, remove_if_same, take_index_lock, Intent, SideFiles};
+use super::locks::{
+    intent_dir, intent_locks, lock_path_of, remove_if_same, take_index_lock, Intent, IntentLock, LockId, Recovered,
+    SideFiles,
+};
 use super::recent::{remember_records, watched_records};
 use super::{commit_blocker, head_commit, recover_stale_locks, workdir, Blocker, GitError};
 use git2::{build::TreeUpdateBuilder, FileMode, Oid, Repository, Signature};
@@ -135,17 +138,7 @@ pub fn commit_new_files_with(
     // Every object this commit references is written just below or already in HEAD's
     // tree; skip libgit2's existence re-checks (a measurable share of a fire's time).
     git2::opts::strict_object_creation(false);
-    let mut blobs = Vec::with_capacity(files.len());
-    for f in files {
-        let oid = match opts.held.iter().find(|(p, _)| p == f) {
-            Some((_, bytes)) => {
-                check_record_path(f, &allowed)?;
-                repo.blob(bytes)?
-            }
-            None => record_blob(repo, &root, f, &allowed)?,
-        };
-        blobs.push((f.clone(), oid));
-    }
+    let blobs = own_blobs(repo, &root, files, opts.held, &allowed)?;
     // Refuse a rewrite before taking any lock.
     if let Some(head) = head_commit(repo)? {
         let tree = repo.find_commit(head)?.tree()?;
@@ -156,129 +149,30 @@ pub fn commit_new_files_with(
     let branch = head_branch(repo)?;
     let ref_lock = lock_path_of(&ref_file(repo, &branch));
     let side = SideFiles::of(&index_path, std::process::id());
-    // Records a dead runtime was committing: committed with these when HEAD lacks
-    // them, and put in the index either way. Where its intent names the blob and the
-    // object database has it, those bytes are committed (and put back in the work
-    // tree), whatever the file holds now.
-    let mut orphans = Vec::new();
-    let mut adopted: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut others = Others::new(repo, &root, files, &allowed);
     if let Some(dir) = &opts.intent_dir {
-        let recovered = recover_stale_locks(dir)?;
-        for f in recovered.orphaned_files {
-            if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
-                continue;
-            }
-            let expected = recovered.blobs.get(&f).and_then(|b| Oid::from_str(b).ok());
-            // Only a file the work tree still has: one recovery removed (an interrupted
-            // run's leftovers, its row closed as crashed) is not brought back.
-            let present = std::fs::symlink_metadata(root.join(&f)).is_ok();
-            if let Some(kept) = expected
-                .filter(|_| present)
-                .and_then(|e| kept_bytes(repo, &root, &f, e, &allowed))
-            {
-                orphans.push((f.clone(), kept.0));
-                adopted.push((f, kept.1));
-                continue;
-            }
-            match record_blob(repo, &root, &f, &allowed) {
-                Ok(oid) if expected.is_some_and(|e| e != oid) => tracing::warn!(
-                    file = %f,
-                    "a record left for this commit changed since its run wrote it: left uncommitted"
-                ),
-                Ok(oid) => orphans.push((f, oid)),
-                Err(e) => tracing::warn!(file = %f, error = %e, "a record left for this commit is left alone"),
-            }
-        }
+        others.take_in_dead_runtimes(recover_stale_locks(dir)?);
     }
-    // Records kept under `refs/runtime/pending/` by fires whose commit was blocked:
-    // committed from their blobs with these ([`crate::pending`]).
-    let head_tree = match head_commit(repo)? {
-        Some(h) => Some(repo.find_commit(h)?.tree()?),
-        None => None,
-    };
-    let in_head = |f: &str| head_tree.as_ref().is_some_and(|t| t.get_path(Path::new(f)).is_ok());
-    let mut pending_taken = Vec::new();
-    for set in crate::pending::list(repo).unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "pending records could not be read");
-        Vec::new()
-    }) {
-        let mut take = Vec::new();
-        let mut whole = true;
-        for (f, oid) in &set.files {
-            if in_head(f) || files.contains(f) || orphans.iter().any(|(o, _)| o == f) {
-                continue;
-            }
-            match kept_bytes(repo, &root, f, *oid, &allowed) {
-                Some((oid, bytes)) => take.push((f.clone(), oid, bytes)),
-                None => whole = false,
-            }
-        }
-        if !whole {
-            tracing::warn!(reference = %set.reference, "pending records could not be put back in the work tree; they wait for a later commit");
-            continue;
-        }
-        for (f, oid, bytes) in take {
-            orphans.push((f.clone(), oid));
-            adopted.push((f, bytes));
-        }
-        pending_taken.push(set.reference);
-        crate::failpoint!("after-pending-restored");
-    }
-    drop(head_tree);
+    let pending_taken = others.take_in_pending_refs()?;
     // The new intent names the records of a dead or blocked runtime too: their intent
     // is gone, and if this commit fails or this process dies, the next one must still
     // find them.
-    let named: Vec<(String, Oid)> = blobs.iter().chain(&orphans).cloned().collect();
-    let mut intent = opts.intent_dir.as_ref().map(|dir| {
-        let mut i = Intent::new(dir, &named);
-        i.durable = opts.durable_intent;
-        i
-    });
-    if let Some(i) = &mut intent {
-        i.record.locks = intent_locks(&index_lock, &side, &ref_lock);
-        i.save()?;
-    }
-    let held = match take_index_lock(&index_lock, opts.lock_wait) {
-        Ok(h) => h,
-        Err(e) => {
-            if let Some(i) = &mut intent {
-                i.leave_pending();
-            }
-            return Err(e);
+    let named: Vec<(String, Oid)> = blobs.iter().chain(&others.orphans).cloned().collect();
+    let mut intent = start_intent(opts, &named, intent_locks(&index_lock, &side, &ref_lock))?;
+    let held = take_index_lock(&index_lock, opts.lock_wait).inspect_err(|_| {
+        if let Some(i) = &mut intent {
+            i.leave_pending();
         }
+    })?;
+    let kept = match &opts.intent_dir {
+        Some(dir) => others.take_in_last_commits(dir),
+        None => Vec::new(),
     };
-    // Records of the last commits that an engineer's `git commit` dropped: it can
-    // write back an index it read before ours (see above), and its next commit then
-    // deletes them from HEAD while they stay in the work tree.
-    let mut kept = Vec::new();
-    if let Some(dir) = &opts.intent_dir {
-        let watched = watched_records(repo, dir);
-        kept = watched.kept;
-        for f in watched.dropped {
-            if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
-                continue;
-            }
-            if let Ok(oid) = record_blob(repo, &root, &f, &allowed) {
-                tracing::warn!(file = %f, "a record an engineer's commit dropped is committed again");
-                orphans.push((f, oid));
-            }
-        }
-        for (f, blob) in watched.discarded {
-            if files.contains(&f) || orphans.iter().any(|(o, _)| o == &f) {
-                continue;
-            }
-            if let Some((oid, bytes)) = kept_bytes(repo, &root, &f, blob, &allowed) {
-                tracing::warn!(file = %f, "a record whose commit a reset threw away is committed again");
-                orphans.push((f.clone(), oid));
-                adopted.push((f, bytes));
-            }
-        }
-    }
-    let held_bytes: Vec<(String, Vec<u8>)> = opts.held.iter().cloned().chain(adopted).collect();
+    let held_bytes: Vec<(String, Vec<u8>)> = opts.held.iter().cloned().chain(others.adopted).collect();
     let parts = CommitParts {
         blobs: &blobs,
         held: &held_bytes,
-        orphans: &orphans,
+        orphans: &others.orphans,
         kept: &kept,
         branch: &branch,
         index_path: &index_path,
@@ -288,45 +182,239 @@ pub fn commit_new_files_with(
         email,
         message,
     };
-    // The lock's inode, recorded at once: a lock taken after a long wait would
-    // otherwise look newer than the record.
     let recorded = match &mut intent {
-        Some(i) => {
-            i.record.locks[0].inode = Some(held.ino);
-            i.record.locks[0].ctime_ns = Some(held.ctime_ns);
-            i.save()
-        }
+        Some(i) => record_lock_id(i, held),
         None => Ok(()),
     };
     let result = recorded.and_then(|()| commit_locked(repo, &parts, intent.as_mut(), opts));
-    // Ours, by inode: release it.
-    if let Err(e) = remove_if_same(&index_lock, held) {
+    release(&index_lock, held, &side);
+    if let Some(i) = &mut intent {
+        settle_intent(i, &result);
+    }
+    if let Ok(oid) = &result {
+        committed(repo, *oid, opts, files, &others.orphans, &pending_taken);
+    }
+    result
+}
+
+/// The blobs of the commit's own files: from the bytes held for them
+/// ([`CommitOptions::held`]), or read from the work tree.
+fn own_blobs(
+    repo: &Repository,
+    root: &Path,
+    files: &[String],
+    held: &[(String, Vec<u8>)],
+    allowed: &impl Fn(&str) -> bool,
+) -> Result<Vec<(String, Oid)>, GitError> {
+    let mut blobs = Vec::with_capacity(files.len());
+    for f in files {
+        let oid = match held.iter().find(|(p, _)| p == f) {
+            Some((_, bytes)) => {
+                check_record_path(f, allowed)?;
+                repo.blob(bytes)?
+            }
+            None => record_blob(repo, root, f, allowed)?,
+        };
+        blobs.push((f.clone(), oid));
+    }
+    Ok(blobs)
+}
+
+/// Step 2 of [`commit_new_files_with`]: this process's intent, naming `files` and
+/// `locks`, saved before any of the locks is taken; `None` without an intent directory.
+fn start_intent(
+    opts: &CommitOptions,
+    files: &[(String, Oid)],
+    locks: Vec<IntentLock>,
+) -> Result<Option<Intent>, GitError> {
+    let Some(dir) = &opts.intent_dir else {
+        return Ok(None);
+    };
+    let mut intent = Intent::new(dir, files);
+    intent.durable = opts.durable_intent;
+    intent.record.locks = locks;
+    intent.save()?;
+    Ok(Some(intent))
+}
+
+/// The lock's inode, recorded at once: a lock taken after a long wait would otherwise
+/// look newer than the record.
+fn record_lock_id(intent: &mut Intent, lock: LockId) -> Result<(), GitError> {
+    intent.record.locks[0].inode = Some(lock.ino);
+    intent.record.locks[0].ctime_ns = Some(lock.ctime_ns);
+    intent.save()
+}
+
+/// Step 7: releases the index lock (ours, by inode) and removes the side files.
+fn release(index_lock: &Path, held: LockId, side: &SideFiles) {
+    if let Err(e) = remove_if_same(index_lock, held) {
         tracing::warn!(lock = %index_lock.display(), error = %e, "the index lock was not released");
     }
     let _ = std::fs::remove_file(&side.temp_index);
     let _ = std::fs::remove_file(&side.saved_index);
-    if let Some(i) = &mut intent {
-        match &result {
-            Ok(_) => i.remove(),
-            // Its locks are released: what stays is the list of records, for the next
-            // commit to take in (see [`leave_for_next_commit`]).
-            Err(_) => i.leave_pending(),
-        }
+}
+
+/// Once the locks are released: the intent goes, or after a failed commit keeps only
+/// the list of records, for the next commit to take in (see
+/// [`super::leave_for_next_commit`]).
+fn settle_intent(intent: &mut Intent, result: &Result<Oid, GitError>) {
+    match result {
+        Ok(_) => intent.remove(),
+        Err(_) => intent.leave_pending(),
     }
-    if let (Ok(oid), Some(dir)) = (&result, &opts.intent_dir) {
+}
+
+/// After a commit landed: its records join the watched ones, and the refs that kept
+/// the pending records it took in go (a crash before this leaves refs whose files
+/// HEAD has, which the next commit drops).
+fn committed(
+    repo: &Repository,
+    oid: Oid,
+    opts: &CommitOptions,
+    files: &[String],
+    orphans: &[(String, Oid)],
+    pending_taken: &[String],
+) {
+    if let Some(dir) = &opts.intent_dir {
         let mut all: Vec<String> = files.to_vec();
         all.extend(orphans.iter().map(|(f, _)| f.clone()));
-        remember_records(dir, *oid, all);
+        remember_records(dir, oid, all);
     }
-    if result.is_ok() {
-        // Committed: the refs that kept them go (a crash before this leaves refs whose
-        // files HEAD has, which the next commit drops).
-        crate::failpoint!("before-pending-dropped");
-        for reference in &pending_taken {
-            crate::pending::drop_set(repo, reference);
+    crate::failpoint!("before-pending-dropped");
+    for reference in pending_taken {
+        crate::pending::drop_set(repo, reference);
+    }
+}
+
+/// The records a commit takes in besides its own files, each with its blob
+/// (`orphans`), and the bytes of those committed as held rather than read from the
+/// work tree again (`adopted`).
+struct Others<'a, A> {
+    repo: &'a Repository,
+    root: &'a Path,
+    /// The commit's own files.
+    files: &'a [String],
+    allowed: &'a A,
+    orphans: Vec<(String, Oid)>,
+    adopted: Vec<(String, Vec<u8>)>,
+}
+
+impl<'a, A: Fn(&str) -> bool> Others<'a, A> {
+    fn new(repo: &'a Repository, root: &'a Path, files: &'a [String], allowed: &'a A) -> Self {
+        Others {
+            repo,
+            root,
+            files,
+            allowed,
+            orphans: Vec::new(),
+            adopted: Vec::new(),
         }
     }
-    result
+
+    /// Whether `f` is in the commit already, as one of its own files or one taken in.
+    fn has(&self, f: &str) -> bool {
+        self.files.iter().any(|own| own == f) || self.orphans.iter().any(|(o, _)| o == f)
+    }
+
+    /// Records a dead runtime was committing: committed with these when HEAD lacks
+    /// them, and put in the index either way. Where its intent names the blob and the
+    /// object database has it, those bytes are committed (and put back in the work
+    /// tree), whatever the file holds now.
+    fn take_in_dead_runtimes(&mut self, recovered: Recovered) {
+        for f in recovered.orphaned_files {
+            if self.has(&f) {
+                continue;
+            }
+            let expected = recovered.blobs.get(&f).and_then(|b| Oid::from_str(b).ok());
+            // Only a file the work tree still has: one recovery removed (an interrupted
+            // run's leftovers, its row closed as crashed) is not brought back.
+            let present = std::fs::symlink_metadata(self.root.join(&f)).is_ok();
+            if let Some(kept) = expected
+                .filter(|_| present)
+                .and_then(|e| kept_bytes(self.repo, self.root, &f, e, self.allowed))
+            {
+                self.orphans.push((f.clone(), kept.0));
+                self.adopted.push((f, kept.1));
+                continue;
+            }
+            match record_blob(self.repo, self.root, &f, self.allowed) {
+                Ok(oid) if expected.is_some_and(|e| e != oid) => tracing::warn!(
+                    file = %f,
+                    "a record left for this commit changed since its run wrote it: left uncommitted"
+                ),
+                Ok(oid) => self.orphans.push((f, oid)),
+                Err(e) => tracing::warn!(file = %f, error = %e, "a record left for this commit is left alone"),
+            }
+        }
+    }
+
+    /// Records kept under `refs/runtime/pending/` by fires whose commit was blocked:
+    /// committed from their blobs with these ([`crate::pending`]). Returns the refs of
+    /// the sets taken in whole.
+    fn take_in_pending_refs(&mut self) -> Result<Vec<String>, GitError> {
+        let head_tree = match head_commit(self.repo)? {
+            Some(h) => Some(self.repo.find_commit(h)?.tree()?),
+            None => None,
+        };
+        let in_head = |f: &str| head_tree.as_ref().is_some_and(|t| t.get_path(Path::new(f)).is_ok());
+        let mut pending_taken = Vec::new();
+        for set in crate::pending::list(self.repo).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "pending records could not be read");
+            Vec::new()
+        }) {
+            let mut take = Vec::new();
+            let mut whole = true;
+            for (f, oid) in &set.files {
+                if in_head(f) || self.has(f) {
+                    continue;
+                }
+                match kept_bytes(self.repo, self.root, f, *oid, self.allowed) {
+                    Some((oid, bytes)) => take.push((f.clone(), oid, bytes)),
+                    None => whole = false,
+                }
+            }
+            if !whole {
+                tracing::warn!(reference = %set.reference, "pending records could not be put back in the work tree; they wait for a later commit");
+                continue;
+            }
+            for (f, oid, bytes) in take {
+                self.orphans.push((f.clone(), oid));
+                self.adopted.push((f, bytes));
+            }
+            pending_taken.push(set.reference);
+            crate::failpoint!("after-pending-restored");
+        }
+        Ok(pending_taken)
+    }
+
+    /// Records of the last commits that an engineer's `git commit` dropped: it can
+    /// write back an index it read before ours (see [`commit_new_files_with`]), and its
+    /// next commit then deletes them from HEAD while they stay in the work tree; and
+    /// records whose commit a reset threw away. Returns the watched records HEAD has,
+    /// to put back in the index if it lost them.
+    fn take_in_last_commits(&mut self, dir: &Path) -> Vec<String> {
+        let watched = watched_records(self.repo, dir);
+        for f in watched.dropped {
+            if self.has(&f) {
+                continue;
+            }
+            if let Ok(oid) = record_blob(self.repo, self.root, &f, self.allowed) {
+                tracing::warn!(file = %f, "a record an engineer's commit dropped is committed again");
+                self.orphans.push((f, oid));
+            }
+        }
+        for (f, blob) in watched.discarded {
+            if self.has(&f) {
+                continue;
+            }
+            if let Some((oid, bytes)) = kept_bytes(self.repo, self.root, &f, blob, self.allowed) {
+                tracing::warn!(file = %f, "a record whose commit a reset threw away is committed again");
+                self.orphans.push((f.clone(), oid));
+                self.adopted.push((f, bytes));
+            }
+        }
+        watched.kept
+    }
 }
 
 /// The bytes of blob `oid` for the record `f`, put back in the work tree (written
@@ -500,20 +588,25 @@ fn commit_locked(
         })
     })();
     if result.is_err() && published {
-        // The records stay in the work tree, not staged: put the index back.
-        let restored = if had_index {
-            std::fs::rename(p.saved_index, p.index_path)
-        } else {
-            std::fs::remove_file(p.index_path)
-        };
-        if let Err(e) = restored {
-            tracing::warn!(index = %p.index_path.display(), error = %e, "the index was not put back");
-        }
-        if let Ok(mut real) = git2::Index::open(p.index_path) {
-            let _ = repo.set_index(&mut real);
-        }
+        put_index_back(repo, p, had_index);
     }
     result
+}
+
+/// After a failed commit whose index was published: the records stay in the work
+/// tree, not staged, so the index goes back to what it was (or away, if there was none).
+fn put_index_back(repo: &Repository, p: &CommitParts, had_index: bool) {
+    let restored = if had_index {
+        std::fs::rename(p.saved_index, p.index_path)
+    } else {
+        std::fs::remove_file(p.index_path)
+    };
+    if let Err(e) = restored {
+        tracing::warn!(index = %p.index_path.display(), error = %e, "the index was not put back");
+    }
+    if let Ok(mut real) = git2::Index::open(p.index_path) {
+        let _ = repo.set_index(&mut real);
+    }
 }
 
 /// Step 5: the commit of HEAD's tree (`old`'s) plus the records, on `old`.

@@ -149,41 +149,55 @@ impl<'r> TreeDiffer<'r> {
                     continue;
                 }
             }
-            let Some(name) = x.or(y).map(|e| String::from_utf8_lossy(e.filename)) else {
-                continue;
-            };
-            if prefix.is_empty() && !only.is_empty() && !only.contains(&name.as_ref()) {
-                continue;
-            }
-            let path = if prefix.is_empty() {
-                name.into_owned()
-            } else {
-                format!("{prefix}/{name}")
-            };
-            let tree = |e: Option<EntryRef>| e.filter(|e| e.mode.is_tree()).map(|e| e.oid.to_owned());
-            let (tree_a, tree_b) = (tree(x), tree(y));
-            if tree_a.is_some() || tree_b.is_some() {
-                self.diff_level(tree_a, tree_b, &path, only, out)?;
-            }
-            let blob = |e: Option<EntryRef>| {
-                e.filter(|e| !e.mode.is_tree())
-                    .map(|e| Ok::<_, git2::Error>((Oid::from_bytes(e.oid.as_bytes())?, i32::from(e.mode.value()))))
-                    .transpose()
-            };
-            let (blob_a, blob_b) = (blob(x)?, blob(y)?);
-            let kind = match (blob_a, blob_b) {
-                (None, None) => continue,
-                (Some(_), None) => ChangeKind::Deleted,
-                (None, Some(_)) => ChangeKind::Added,
-                (Some(_), Some(_)) => ChangeKind::Modified,
-            };
-            out.push(TreeChange {
-                path,
-                kind,
-                old: blob_a,
-                new: blob_b,
-            });
+            self.diff_entry(x, y, prefix, only, out)?;
         }
+        Ok(())
+    }
+
+    /// One name of the trees at `prefix` whose entries `x` (old) and `y` (new) differ:
+    /// the subtrees below it diffed, the file at it reported.
+    fn diff_entry(
+        &mut self,
+        x: Option<EntryRef>,
+        y: Option<EntryRef>,
+        prefix: &str,
+        only: &[&str],
+        out: &mut Vec<TreeChange>,
+    ) -> Result<(), git2::Error> {
+        let Some(name) = x.or(y).map(|e| String::from_utf8_lossy(e.filename)) else {
+            return Ok(());
+        };
+        if prefix.is_empty() && !only.is_empty() && !only.contains(&name.as_ref()) {
+            return Ok(());
+        }
+        let path = if prefix.is_empty() {
+            name.into_owned()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let tree = |e: Option<EntryRef>| e.filter(|e| e.mode.is_tree()).map(|e| e.oid.to_owned());
+        let (tree_a, tree_b) = (tree(x), tree(y));
+        if tree_a.is_some() || tree_b.is_some() {
+            self.diff_level(tree_a, tree_b, &path, only, out)?;
+        }
+        let blob = |e: Option<EntryRef>| {
+            e.filter(|e| !e.mode.is_tree())
+                .map(|e| Ok::<_, git2::Error>((Oid::from_bytes(e.oid.as_bytes())?, i32::from(e.mode.value()))))
+                .transpose()
+        };
+        let (blob_a, blob_b) = (blob(x)?, blob(y)?);
+        let kind = match (blob_a, blob_b) {
+            (None, None) => return Ok(()),
+            (Some(_), None) => ChangeKind::Deleted,
+            (None, Some(_)) => ChangeKind::Added,
+            (Some(_), Some(_)) => ChangeKind::Modified,
+        };
+        out.push(TreeChange {
+            path,
+            kind,
+            old: blob_a,
+            new: blob_b,
+        });
         Ok(())
     }
 }
@@ -332,12 +346,11 @@ mod tests {
         v
     }
 
-    #[test]
-    fn tree_differ_matches_flattened_trees_over_a_random_history() {
-        // Names chosen to stress git's tree order ("a" as file vs dir, "a.b", "a-b",
-        // "a0" sort around "a/"), file <-> directory swaps, mode-only and symlink
-        // changes, and appends at the end of long trees (the common-prefix skip).
-        let (_dir, repo) = repo();
+    /// The trees of a random history of 300 steps from HEAD's tree, oldest first.
+    /// Names chosen to stress git's tree order ("a" as file vs dir, "a.b", "a-b",
+    /// "a0" sort around "a/"), file <-> directory swaps, mode-only and symlink
+    /// changes, and appends at the end of long trees (the common-prefix skip).
+    fn random_history(repo: &Repository) -> Vec<Oid> {
         let names = ["a", "a.b", "a-b", "a0", "b", "zz"];
         let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
         let mut next = move |n: u64| {
@@ -346,13 +359,10 @@ mod tests {
             rng ^= rng << 17;
             rng % n
         };
-        let empty = repo
-            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
-            .unwrap();
         let mut trees = vec![repo.head().unwrap().peel_to_tree().unwrap().id()];
         for step in 0..300 {
             let base = repo.find_tree(*trees.last().unwrap()).unwrap();
-            let mut files = flatten(&repo, base.id());
+            let mut files = flatten(repo, base.id());
             for _ in 0..1 + next(3) {
                 let depth = 1 + next(3) as usize;
                 let path: Vec<&str> = (0..depth).map(|_| names[next(names.len() as u64) as usize]).collect();
@@ -372,17 +382,32 @@ mod tests {
             // Appends: many files in one directory, one more each step.
             let blob = repo.blob(format!("append {step}").as_bytes()).unwrap();
             files.insert(format!("log/{step:05}.md"), (blob, 0o100644));
-            let mut update = TreeUpdateBuilder::new();
-            for (p, (oid, mode)) in &files {
-                let mode = match *mode {
-                    0o100755 => FileMode::BlobExecutable,
-                    0o120000 => FileMode::Link,
-                    _ => FileMode::Blob,
-                };
-                update.upsert(p.as_str(), *oid, mode);
-            }
-            trees.push(update.create_updated(&repo, &empty).unwrap());
+            trees.push(tree_of(repo, &files));
         }
+        trees
+    }
+
+    /// Writes the tree holding `files` (path to blob id and mode).
+    fn tree_of(repo: &Repository, files: &std::collections::BTreeMap<String, (Oid, i32)>) -> Oid {
+        let empty = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        let mut update = TreeUpdateBuilder::new();
+        for (p, (oid, mode)) in files {
+            let mode = match *mode {
+                0o100755 => FileMode::BlobExecutable,
+                0o120000 => FileMode::Link,
+                _ => FileMode::Blob,
+            };
+            update.upsert(p.as_str(), *oid, mode);
+        }
+        update.create_updated(repo, &empty).unwrap()
+    }
+
+    #[test]
+    fn tree_differ_matches_flattened_trees_over_a_random_history() {
+        let (_dir, repo) = repo();
+        let trees = random_history(&repo);
         // One differ walked newest first (as the audit does), one walked oldest first,
         // and a fresh one per pair must all agree with the flattened trees.
         let mut newest_first = TreeDiffer::open(&repo).unwrap();
