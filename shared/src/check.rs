@@ -235,7 +235,10 @@ mod tests {
             .filter(|d| d.file == Path::new(SCOPE_FILE))
             .map(|d| format!("{}: {}", d.line, d.message))
             .collect();
-        assert_eq!(scope, vec!["3: not UTF-8 text (the first invalid byte is at offset 20)"]);
+        assert_eq!(
+            scope,
+            vec!["3: not UTF-8 text (the first invalid byte is at offset 20)"]
+        );
         std::fs::remove_file(dir.path().join(SCOPE_FILE)).unwrap();
         let checked = check_repo(dir.path());
         assert!(

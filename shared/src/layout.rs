@@ -23,6 +23,15 @@ pub const SETTINGS_FILE: &str = "settings/runtime.yaml";
 /// Directory of task prompts.
 pub const PROMPTS_DIR: &str = "prompts";
 
+/// Is `task` a valid task name (it becomes a file and directory name: `prompts/<task>.md`,
+/// `runs/<task>/`, `reports/<task>/`)?
+pub fn valid_task_name(task: &str) -> bool {
+    !task.is_empty()
+        && task.len() <= 64
+        && task.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !task.starts_with('-')
+}
+
 /// Who may write a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -26,6 +26,7 @@ mod house;
 mod import_graph;
 pub mod journal;
 pub mod layout;
+pub mod loop_state;
 pub mod manifest;
 pub mod mcp;
 pub mod pages;

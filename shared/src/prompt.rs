@@ -4,6 +4,7 @@
 //! checks. Errors name the file, the line in the file, and the field.
 
 use crate::diag::{DiagKind, Diagnostic};
+pub use crate::layout::valid_task_name;
 use crate::settings::{check_sections, section, take_unknown_tools, unknown_tool, Budgets, RuntimeSettings};
 use crate::tools::Tool;
 use crate::yamlpos;
@@ -93,14 +94,6 @@ const FRONT_KEYS: &[&str] = &[
     "prefetch",
     "acceptance",
 ];
-
-/// Is `task` a valid task name (it becomes a file and directory name)?
-pub fn valid_task_name(task: &str) -> bool {
-    !task.is_empty()
-        && task.len() <= 64
-        && task.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        && !task.starts_with('-')
-}
 
 /// The tasks of the repository at `root`: the stems of `prompts/*.md`, sorted.
 pub fn task_names(root: &Path) -> Vec<String> {

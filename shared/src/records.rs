@@ -775,7 +775,7 @@ pub fn is_report_path(rel: &str) -> bool {
         return false;
     };
     *dir == "reports"
-        && crate::prompt::valid_task_name(task)
+        && crate::layout::valid_task_name(task)
         && chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok()
         && is_run_id(id)
 }

@@ -4,8 +4,8 @@
 //! two commits, from running at once. Both binaries use this one home: the runtime
 //! writes runs and checkpoints, `builder approve-call` records decisions.
 
-use crate::agent::{call_hash, CallDecision, CardDraft, LoopState};
 use crate::layout::STATE_DIR;
+use crate::loop_state::{call_hash, CallDecision, CardDraft, LoopState};
 use crate::records::{CardKind, Receipt};
 use crate::store::{Schema, Store, StoreError, SHARED_HISTORY};
 use crate::trace::Trace;
@@ -877,7 +877,7 @@ pub fn take_lock(path: &Path, wait: LockWait) -> std::io::Result<Option<LockFile
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::PendingApproval;
+    use crate::loop_state::PendingApproval;
     use crate::provider::ToolCall;
 
     fn paused(call_id: &str) -> Checkpoint {
@@ -886,14 +886,16 @@ mod tests {
             name: "run_command".into(),
             arguments: r#"{"command":"curl x"}"#.into(),
         };
-        let mut state = LoopState::default();
-        state.step = 2;
-        state.pending = Some(PendingApproval {
-            args_hash: call_hash(&call.name, &call.arguments),
-            call,
+        let state = LoopState {
             step: 2,
-            pins: vec![],
-        });
+            pending: Some(PendingApproval {
+                args_hash: call_hash(&call.name, &call.arguments),
+                call,
+                step: 2,
+                pins: vec![],
+            }),
+            ..LoopState::default()
+        };
         Checkpoint {
             task: "t".into(),
             state,

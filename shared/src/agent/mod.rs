@@ -18,85 +18,19 @@ use crate::progress::{Event, ProgressSink};
 use crate::provider::{
     cost_usd, Message, ModelRequest, ModelResponse, ProviderChain, ProviderErrorKind, ToolCall, ToolDef,
 };
-use crate::records::{CardKind, RecordedDecision, StopReason, Tokens, ToolCallRecord, ToolOutcome};
+use crate::records::{CardKind, RecordedDecision, StopReason, ToolCallRecord, ToolOutcome};
 use crate::secrets::Redactor;
 use crate::settings::{Budgets, Limits, Price};
 use crate::tools::{ErrorClass, Tool, ToolArgs, ToolRequest, ToolResult};
-use crate::trace::{SpanKind, SpanStatus, Trace, TracedCall};
+use crate::trace::{SpanKind, SpanStatus, TracedCall};
 use gate::{Gate, GateInput, Refusal};
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use worker_client::WorkerClient;
 
-/// A failure the builder should hear about; becomes a card file at the end.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CardDraft {
-    pub kind: CardKind,
-    pub summary: String,
-    pub detail: String,
-    pub evidence: Vec<String>,
-}
-
-/// A call paused for approval, bound to its exact content.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PendingApproval {
-    pub call: ToolCall,
-    pub args_hash: String,
-    pub step: u32,
-    /// The repository files the call names, as they were at the pause: `runtime
-    /// resume` refuses the approved call when any changed ([`pins`]).
-    #[serde(default)]
-    pub pins: Vec<pins::Pin>,
-}
-
-/// Everything needed to continue a run: the checkpoint.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct LoopState {
-    pub messages: Vec<Message>,
-    pub step: u32,
-    pub tokens: Tokens,
-    pub cost_usd: f64,
-    pub retries: u32,
-    pub denials: u32,
-    pub tool_calls: Vec<ToolCallRecord>,
-    pub cards: Vec<CardDraft>,
-    pub final_answer: Option<String>,
-    pub last_content: Option<String>,
-    pub pending: Option<PendingApproval>,
-    recent_calls: Vec<String>,
-    recent_errors: Vec<String>,
-    missing_tools: Vec<String>,
-    denied_fingerprints: Vec<String>,
-    pub trace: Trace,
-}
-
-/// A builder's decision on a paused call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallDecision {
-    Approve,
-    Deny,
-}
-
-impl CallDecision {
-    /// The form stored in the state database's `approvals` table.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CallDecision::Approve => "approve",
-            CallDecision::Deny => "deny",
-        }
-    }
-
-    /// Reads the stored form; anything but an approval counts as a denial (fail closed).
-    pub fn from_stored(s: &str) -> CallDecision {
-        if s == "approve" {
-            CallDecision::Approve
-        } else {
-            CallDecision::Deny
-        }
-    }
-}
+/// The loop's checkpoint types live in the stores' layer ([`crate::loop_state`]), so
+/// the state store can keep a checkpoint without importing the loop.
+pub use crate::loop_state::{call_hash, CallDecision, CardDraft, LoopState, PendingApproval};
 
 /// Looks up a builder's decision on a paused call, by `(call_id, args_hash)`: an
 /// approval counts only for the exact call it names.
@@ -126,18 +60,6 @@ pub struct LoopConfig {
     /// tool made is looked for after each call that could write.
     pub write_roots: Vec<String>,
     pub decision: DecisionLookup,
-}
-
-/// Hash binding an approval to one exact call (tool name + raw arguments).
-pub fn call_hash(name: &str, arguments: &str) -> String {
-    let canonical = serde_json::from_str::<serde_json::Value>(arguments)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| arguments.to_string());
-    let mut h = Sha256::new();
-    h.update(name.as_bytes());
-    h.update([0]);
-    h.update(canonical.as_bytes());
-    hex::encode(h.finalize())
 }
 
 /// What handling one call did to the loop.

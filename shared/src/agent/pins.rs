@@ -10,9 +10,9 @@
 //! never read; a symlink is pinned by its target and the content it reaches, a hard
 //! link by its content (a command runs through either).
 
+pub use crate::loop_state::Pin;
 use crate::shell;
 use crate::tools::ToolArgs;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -21,16 +21,6 @@ use std::path::Path;
 const MAX_PINS: usize = 64;
 /// Files larger than this are pinned by their size instead of their content.
 const HASH_CAP: u64 = 64 << 20;
-
-/// One file a paused call names, and what it was when the run paused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pin {
-    /// Repository-relative path.
-    pub path: String,
-    /// `sha256:<hex>` of a regular file's content, or why there is none
-    /// (`absent`, `symlink`, `directory`, ...).
-    pub state: String,
-}
 
 /// A pinned file that is no longer what the approval saw.
 #[derive(Debug, Clone, PartialEq, Eq)]

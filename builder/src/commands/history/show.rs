@@ -1,0 +1,52 @@
+//! `builder history show`: one indexed run's receipt, with where its records are and
+//! whether its commit was forged.
+
+use crate::command_error::{CommandError, Outcome};
+use crate::commands::index;
+use anyhow::Context;
+use shared::history;
+use shared::runs;
+use shared::text::{printable, printable_json, printable_multiline};
+use std::path::Path;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The run's id (as `builder history runs` lists it)
+    run_id: String,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
+    let Args { run_id, json } = args;
+    let ix = index::open(repo)?;
+    let Some(r) = runs::run(&ix.store, &run_id)? else {
+        return Err(CommandError::usage(format!("no run `{run_id}` in the history index"))
+            .hint("`builder history runs` lists runs; records must be committed to be indexed"));
+    };
+    // The builder's index holds committed receipts only, so the path is set.
+    let receipt_path = r.receipt_path.clone().unwrap_or_default();
+    let full = ix.root.join(&receipt_path);
+    let receipt = std::fs::read_to_string(&full).with_context(|| full.display().to_string())?;
+    if json {
+        println!("{}", printable_json(&receipt));
+    } else {
+        println!(
+            "run {} ({})\nreceipt {}\nreport {}\n",
+            printable(&r.run_id),
+            printable(&r.task),
+            printable(&receipt_path),
+            printable(r.report_path.as_deref().unwrap_or("-"))
+        );
+        if let Some((commit, why)) = history::forged_record(&ix.store, &receipt_path)? {
+            println!(
+                "FORGED: this receipt came in commit {}, named as the runtime without a valid runtime signature ({})\n",
+                &commit[..commit.len().min(12)],
+                printable(&why)
+            );
+        }
+        println!("{}", printable_multiline(&receipt));
+    }
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,443 @@
+//! Intent records, which git locks a runtime process is about to hold, and taking
+//! and releasing those locks.
+//!
+//! A runtime killed while it holds a git lock leaves the lock behind, and git (the
+//! engineer's and every later fire's) then refuses to work. Before creating a lock the
+//! runtime writes what it is about to lock into `.runtime/locks/git-intent-<pid>.json`
+//! (fsynced), and removes the record once the locks are gone. The next commit judges
+//! each record: a record whose process is gone (no `/proc/<pid>`, or a process there
+//! that started at another time: the pid was reused) had its locks removed, exactly
+//! those it names, and only when they are provably the dead process's (see
+//! [`recover_stale_locks`]). A lock with no record is never touched: it may be a
+//! person's git at work.
+
+use super::GitError;
+use git2::Oid;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where a repository's commits keep their intent records: `<root>/.runtime/locks`.
+pub fn intent_dir(root: &Path) -> PathBuf {
+    root.join(crate::layout::STATE_DIR).join("locks")
+}
+
+/// `<path>.lock`, git's name for the lock of `path`.
+pub(super) fn lock_path_of(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(".lock");
+    PathBuf::from(s)
+}
+
+/// Creates `lock` exclusively, waiting up to `wait` while another process holds it.
+/// Returns the inode of the lock file created.
+pub(super) fn take_index_lock(lock: &Path, wait: Duration) -> Result<LockId, GitError> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(lock) {
+            Ok(f) => {
+                return f.metadata().map(|m| LockId::of(&m)).map_err(|e| GitError::Io {
+                    path: lock.to_path_buf(),
+                    source: e,
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(GitError::Locked {
+                        path: lock.to_path_buf(),
+                        waited: wait,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            Err(e) => {
+                return Err(GitError::Io {
+                    path: lock.to_path_buf(),
+                    source: e,
+                })
+            }
+        }
+    }
+}
+
+/// Removes `path` if it is still the file `id` names.
+pub(super) fn remove_if_same(path: &Path, id: LockId) -> std::io::Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if LockId::of(&m) == id => std::fs::remove_file(path).map(|()| true),
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The private files a commit by process `pid` keeps beside the index: the copy it
+/// writes the new index into (libgit2 writes it through `<copy>.lock`), and the
+/// index as it was, to put back if the commit fails.
+pub(super) struct SideFiles {
+    pub(super) temp_index: PathBuf,
+    pub(super) saved_index: PathBuf,
+}
+
+impl SideFiles {
+    pub(super) fn of(index_path: &Path, pid: u32) -> SideFiles {
+        let side = |what: &str| {
+            index_path.with_file_name(format!(
+                "{}.runtime-{pid}{what}",
+                index_path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+            ))
+        };
+        SideFiles {
+            temp_index: side(""),
+            saved_index: side(".orig"),
+        }
+    }
+}
+
+/// Every file a commit creates in `.git` and may leave behind if killed: the index
+/// lock, its side files, the lock libgit2 takes to write the private index copy, and
+/// the branch's ref lock.
+pub(super) fn intent_locks(index_lock: &Path, side: &SideFiles, ref_lock: &Path) -> Vec<IntentLock> {
+    vec![
+        IntentLock::path(index_lock),
+        IntentLock::path(&side.temp_index),
+        IntentLock::path(&lock_path_of(&side.temp_index)),
+        IntentLock::path(&side.saved_index),
+        IntentLock::path(ref_lock),
+    ]
+}
+
+/// How long after an intent was last written the runtime may create a lock it names
+/// without having recorded the lock's inode (libgit2 takes a ref lock milliseconds
+/// after the record names it).
+pub(super) const LOCK_GRACE: Duration = Duration::from_secs(2);
+
+/// Prefix of intent record files.
+pub(super) const INTENT_PREFIX: &str = "git-intent-";
+
+/// One lock an intent names; `inode` (and `ctime_ns`) once the lock exists and is
+/// known to be ours.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct IntentLock {
+    pub path: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u64>,
+    /// The lock's change time in ns: a file system reuses a freed inode number at
+    /// once, so a runtime killed after it released its lock but before it dropped its
+    /// intent would otherwise name a lock someone else's git took since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctime_ns: Option<i64>,
+}
+
+impl IntentLock {
+    pub(super) fn path(p: &Path) -> IntentLock {
+        IntentLock {
+            path: p.to_path_buf(),
+            inode: None,
+            ctime_ns: None,
+        }
+    }
+
+    /// Whether the file `m` describes is the one this names by identity.
+    fn is(&self, m: &std::fs::Metadata) -> Option<bool> {
+        let ino = self.inode?;
+        let id = LockId::of(m);
+        Some(id.ino == ino && self.ctime_ns.is_none_or(|c| c == id.ctime_ns))
+    }
+}
+
+/// Which file a lock is: its inode and change time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct LockId {
+    pub(super) ino: u64,
+    pub(super) ctime_ns: i64,
+}
+
+impl LockId {
+    pub(super) fn of(m: &std::fs::Metadata) -> LockId {
+        use std::os::unix::fs::MetadataExt;
+        LockId {
+            ino: m.ino(),
+            ctime_ns: m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()),
+        }
+    }
+}
+
+/// What `.runtime/locks/git-intent-<pid>.json` holds.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct IntentRecord {
+    pub pid: u32,
+    /// The process's start time (`/proc/<pid>/stat` field 22, clock ticks since
+    /// boot), so a reused pid is not taken for the runtime.
+    pub start_time: Option<u64>,
+    pub locks: Vec<IntentLock>,
+    /// The records being committed: a dead runtime that moved the branch but never
+    /// wrote the index left these out of the index, and the next commit adds them.
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// The commit about to become the branch's tip, once written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The blob id of each of `files` as its writer held it: the next commit takes a
+    /// file in only while the work tree still holds those bytes (a later fire's model
+    /// may edit an uncommitted report under `reports/`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub blobs: std::collections::BTreeMap<String, String>,
+}
+
+/// This process's intent record and where it lives.
+pub(super) struct Intent {
+    path: PathBuf,
+    pub(super) record: IntentRecord,
+    /// Whether the directory entry is durable (after the first save).
+    dir_synced: bool,
+    /// Whether saving fsyncs at all ([`super::CommitOptions::durable_intent`]).
+    pub(super) durable: bool,
+}
+
+impl Intent {
+    pub(super) fn new(dir: &Path, files: &[(String, Oid)]) -> Intent {
+        let pid = std::process::id();
+        let mut intent = Intent {
+            path: dir.join(format!("{INTENT_PREFIX}{pid}.json")),
+            record: IntentRecord {
+                pid,
+                start_time: process_start_time(pid),
+                locks: vec![],
+                files: vec![],
+                commit: None,
+                blobs: Default::default(),
+            },
+            dir_synced: false,
+            durable: true,
+        };
+        intent.name(files);
+        intent
+    }
+
+    /// Adds `files` to the records this intent names (once each), with their blob ids.
+    pub(super) fn name(&mut self, files: &[(String, Oid)]) {
+        for (f, b) in files {
+            if !self.record.files.contains(f) {
+                self.record.files.push(f.clone());
+            }
+            self.record.blobs.insert(f.clone(), b.to_string());
+        }
+    }
+
+    /// After a failed commit, with every lock released: the record keeps naming the
+    /// records and no lock, so the next commit (once this process is gone, or a later
+    /// one of this process) takes them in.
+    pub(super) fn leave_pending(&mut self) {
+        self.record.locks.clear();
+        self.record.commit = None;
+        if let Err(e) = self.save() {
+            tracing::warn!(error = %e, "the records left for the next commit were not recorded");
+        }
+    }
+
+    /// Writes the record (temporary file, rename) before any lock it names is created;
+    /// when durable, with an fsync before the rename and, the first time, one of the
+    /// directory.
+    pub(super) fn save(&mut self) -> Result<(), GitError> {
+        use std::io::Write;
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |e| GitError::Io { path, source: e }
+        };
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let tmp = self.path.with_extension("json.tmp");
+        let body = serde_json::to_vec(&self.record).map_err(|e| GitError::Io {
+            path: self.path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(&body).map_err(io(&tmp))?;
+        if self.durable {
+            f.sync_all().map_err(io(&tmp))?;
+        }
+        std::fs::rename(&tmp, &self.path).map_err(io(&self.path))?;
+        if self.durable && !self.dir_synced {
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
+            self.dir_synced = true;
+        }
+        Ok(())
+    }
+
+    pub(super) fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The start time of process `pid` in clock ticks since boot, `None` when it cannot
+/// be read (no such process, no `/proc`).
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ...`: comm may hold spaces and parentheses; fields after the
+    // last `)` start at field 3, so field 22 is the 20th of them.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process an intent names is gone: no `/proc/<pid>` (on a system with
+/// `/proc`), a zombie, or another process that reuses the pid.
+pub fn process_is_gone(pid: u32, start_time: Option<u64>) -> bool {
+    if !Path::new("/proc/self/stat").exists() {
+        return false; // cannot tell: assume it lives
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return false;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return true;
+    }
+    match (start_time, fields.get(19).and_then(|f| f.parse::<u64>().ok())) {
+        (Some(recorded), Some(now)) => recorded != now,
+        _ => false,
+    }
+}
+
+/// What [`recover_stale_locks`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// Lock files removed.
+    pub removed: Vec<PathBuf>,
+    /// Files dead runtimes were committing, or that a failed commit left for the next
+    /// one (added to the index if HEAD has them).
+    pub orphaned_files: Vec<String>,
+    /// The blob id each of those files had when its writer held it, where recorded.
+    pub blobs: std::collections::BTreeMap<String, String>,
+}
+
+/// Leaves `files` (repo-relative, with the bytes their writer holds) for the next
+/// commit of any runtime process: records a fire wrote and could not commit (git's
+/// index lock held by a person's git past the wait, a branch that kept moving). They
+/// join this process's intent record, which names no lock; the next commit, once this
+/// process is gone (or this process's own next one), commits each file whose work-tree
+/// bytes are still those, with its own records.
+pub fn leave_for_next_commit(intent_dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), GitError> {
+    let hashed = files
+        .iter()
+        .map(|(f, bytes)| Ok((f.clone(), Oid::hash_object(git2::ObjectType::Blob, bytes)?)))
+        .collect::<Result<Vec<_>, git2::Error>>()?;
+    let mut intent = Intent::new(intent_dir, &[]);
+    if let Some(old) = std::fs::read(&intent.path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<IntentRecord>(&b).ok())
+    {
+        intent.record.files = old.files;
+        intent.record.blobs = old.blobs;
+    }
+    intent.name(&hashed);
+    intent.save()
+}
+
+/// An intent record held by a process other than a fire's commit (the builder's
+/// commands: an approval's ref, a merge's index and branch): it names the locks the
+/// process is about to take, written durably before the first of them, so that
+/// [`recover_stale_locks`] removes exactly those if the process dies holding them.
+/// Dropping it removes the record (after the locks are released).
+pub struct LockIntent(Intent);
+
+impl LockIntent {
+    /// Records that this process is about to take `locks`.
+    pub fn hold(dir: &Path, locks: &[PathBuf]) -> Result<LockIntent, GitError> {
+        let mut intent = Intent::new(dir, &[]);
+        intent.record.locks = locks.iter().map(|l| IntentLock::path(l)).collect();
+        intent.save()?;
+        Ok(LockIntent(intent))
+    }
+}
+
+impl Drop for LockIntent {
+    fn drop(&mut self) {
+        self.0.remove();
+    }
+}
+
+/// The lock file git takes to write `path` (`<path>.lock`).
+pub fn lock_file_of(path: &Path) -> PathBuf {
+    lock_path_of(path)
+}
+
+/// Judges every intent record in `dir`. A record of a live process is left alone. For
+/// a dead one, each lock it names is removed if it still exists and is provably the
+/// dead process's: the inode and change time the record holds, or, when none was
+/// recorded, a file not newer than the record (plus [`LOCK_GRACE`], the time within
+/// which the runtime creates such a lock after writing the record). Then the record is
+/// removed.
+pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
+    let mut out = Recovered::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => {
+            return Err(GitError::Io {
+                path: dir.to_path_buf(),
+                source: e,
+            })
+        }
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(INTENT_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        if name.ends_with(".json.tmp") {
+            // A record being written by a process that died before renaming it named
+            // no lock yet; a live writer's is younger than a minute.
+            let old = meta.modified().ok().and_then(|m| m.elapsed().ok());
+            if old.is_some_and(|age| age > Duration::from_secs(60)) {
+                let _ = std::fs::remove_file(&path);
+            }
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let record: IntentRecord = match serde_json::from_str(&text) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "unreadable git intent record left alone");
+                continue;
+            }
+        };
+        if record.pid == std::process::id() {
+            // This process's own record, left by a commit of its own that failed: it
+            // holds no lock now (commits run one at a time), only records.
+            out.orphaned_files.extend(record.files);
+            out.blobs.extend(record.blobs);
+            std::fs::remove_file(&path).map_err(|e| GitError::Io { path, source: e })?;
+            continue;
+        }
+        if !process_is_gone(record.pid, record.start_time) {
+            continue;
+        }
+        let written = meta.modified().ok();
+        for lock in &record.locks {
+            let Ok(m) = std::fs::symlink_metadata(&lock.path) else {
+                continue;
+            };
+            let ours = match lock.is(&m) {
+                Some(same) => same,
+                None => match (m.modified().ok(), written) {
+                    (Some(lm), Some(w)) => lm <= w + LOCK_GRACE,
+                    _ => false,
+                },
+            };
+            if ours && std::fs::remove_file(&lock.path).is_ok() {
+                tracing::warn!(lock = %lock.path.display(), pid = record.pid, "removed a git lock a dead runtime left");
+                out.removed.push(lock.path.clone());
+            }
+        }
+        out.orphaned_files.extend(record.files);
+        out.blobs.extend(record.blobs);
+        std::fs::remove_file(&path).map_err(|e| GitError::Io { path, source: e })?;
+    }
+    Ok(out)
+}
