@@ -47,14 +47,19 @@ enum Kill {
 }
 
 /// The `i`th kill of a command's trials: its named points first, then moments spread
-/// over its run time (`fractions` of the longest run the named-point trials measured:
-/// each dies at its point, the last points near the command's end). Measured, not
-/// fixed: on a fast machine a fixed moment would fall after the command ended and
-/// kill nothing.
-fn trial(i: usize, points: &[&'static str], fractions: &[f64], longest: Duration) -> Kill {
+/// over its run time: `fractions` of the median time the named-point trials took to
+/// reach their points (spread through the command, so every moment falls inside a
+/// run; the median, as the first run of a freshly built binary is slow). Measured,
+/// not fixed: on a fast machine a fixed moment would fall after the command ended
+/// and kill nothing.
+fn trial(i: usize, points: &[&'static str], fractions: &[f64], reached: &[Duration]) -> Kill {
     match points.get(i) {
         Some(point) => Kill::At(point),
-        None => Kill::After(longest.mul_f64(fractions[i - points.len()])),
+        None => {
+            let mut sorted = reached.to_vec();
+            sorted.sort();
+            Kill::After(sorted[sorted.len() / 2].mul_f64(fractions[i - points.len()]))
+        }
     }
 }
 
@@ -176,15 +181,15 @@ fn approve_push_killed_at_each_point_and_moment_succeeds_next_time_and_loses_not
     let mut kills = 0;
     let fractions = moments(12, 7);
     let trials = APPROVE_POINTS.len() + fractions.len();
-    let mut longest = Duration::ZERO;
+    let mut reached = Vec::new();
     for i in 0..trials {
-        let kill = trial(i, APPROVE_POINTS, &fractions, longest);
+        let kill = trial(i, APPROVE_POINTS, &fractions, &reached);
         let name = format!("a{i}");
         team.propose_pushed(&name);
         let (died, ran) = run_killed(&team, &team.rev1, REV1, &["approve", &name, "--push"], kill);
         if let Kill::At(p) = kill {
             assert!(died, "{p} was never reached");
-            longest = longest.max(ran);
+            reached.push(ran);
         }
         kills += usize::from(died);
         let out = team.builder_ok(&team.rev1, REV1, &["approve", &name, "--push"]);
@@ -231,9 +236,9 @@ fn merge_and_land_killed_at_each_point_and_moment_succeed_next_time() {
     }
     // land: the box moves the origin before each; named points, then moments.
     let fractions = moments(12, 11);
-    let mut longest = Duration::ZERO;
+    let mut reached = Vec::new();
     for i in 0..LAND_POINTS.len() + fractions.len() {
-        let kill = trial(i, LAND_POINTS, &fractions, longest);
+        let kill = trial(i, LAND_POINTS, &fractions, &reached);
         let name = format!("l{i}");
         team.propose_pushed(&name);
         team.builder_ok(&team.rev1, REV1, &["approve", &name, "--push"]);
@@ -241,7 +246,7 @@ fn merge_and_land_killed_at_each_point_and_moment_succeed_next_time() {
         let (died, ran) = run_killed(&team, team.author(), AUTHOR, &["land", &name], kill);
         if let Kill::At(p) = kill {
             assert!(died, "{p} was never reached");
-            longest = longest.max(ran);
+            reached.push(ran);
         }
         kills += usize::from(died);
         let out = team.builder_ok(team.author(), AUTHOR, &["land", &name]);

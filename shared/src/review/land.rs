@@ -10,7 +10,6 @@ use super::approvals::Signing;
 use super::proposals::{self, Approved};
 use super::remote::{self, Pushed, PUSH_TRIES};
 use super::signing::ApprovalRule;
-use super::trust::Trust;
 use super::{builder_tree_of, ReviewError};
 use crate::git::Person;
 use git2::{Oid, Repository, Signature};
@@ -179,24 +178,12 @@ fn merge_onto(
         Err(e) if e.code() == git2::ErrorCode::NotFound => tip,
         Err(e) => return Err(e.into()),
     };
-    let mut trust = Trust::new(repo, rule.clone())?;
-    let judged = trust.proposal(base, prop)?;
-    let Some(approval) = judged.approval.clone() else {
-        let why = if !judged.rejected.is_empty() {
-            format!(
-                "no approval of it counts ({}; {})",
-                judged.rejected.join("; "),
-                judged.judged_by(rule)
-            )
-        } else if trust.approvals().of_proposal(name).next().is_some() {
-            "its approval is stale: the proposal changed after it was approved".to_string()
-        } else {
-            "it has no approval".to_string()
-        };
-        return Err(ReviewError::Refused(format!(
-            "refusing to land proposal `{name}`: {why} (builder tree {tree})"
-        )));
-    };
+    let approval = super::proposals::approval_that_counts(
+        repo,
+        rule,
+        super::proposals::ProposalAt { name, base, prop, tree },
+        "land",
+    )?;
     let mut index = repo.merge_commits(&tip_commit, &prop_commit, None)?;
     if index.has_conflicts() {
         return Err(ReviewError::Refused(format!(

@@ -678,8 +678,31 @@ fn approval_to_merge(
     prop: Oid,
     tree: Oid,
 ) -> Result<Approval, ReviewError> {
+    let base = base_of(repo, prop)?;
+    approval_that_counts(repo, rule, ProposalAt { name, base, prop, tree }, "merge")
+}
+
+/// A proposal as judged for merging or landing: its name, the base it is judged
+/// against, its head and its builder tree.
+pub(crate) struct ProposalAt<'a> {
+    pub name: &'a str,
+    pub base: Oid,
+    pub prop: Oid,
+    pub tree: Oid,
+}
+
+/// The approval under `rule` that counts for the proposal `at`; else the refusal to
+/// `verb` it (`merge`, `land`), saying whether approvals were rejected, stale or
+/// missing.
+pub(crate) fn approval_that_counts(
+    repo: &Repository,
+    rule: &ApprovalRule,
+    at: ProposalAt,
+    verb: &str,
+) -> Result<Approval, ReviewError> {
+    let ProposalAt { name, base, prop, tree } = at;
     let mut trust = Trust::new(repo, rule.clone())?;
-    let judged = trust.proposal(base_of(repo, prop)?, prop)?;
+    let judged = trust.proposal(base, prop)?;
     if let Some(approval) = judged.approval.clone() {
         return Ok(approval);
     }
@@ -695,7 +718,7 @@ fn approval_to_merge(
         "it has no approval".to_string()
     };
     Err(ReviewError::Refused(format!(
-        "refusing to merge proposal `{name}`: {why} (builder tree {tree})"
+        "refusing to {verb} proposal `{name}`: {why} (builder tree {tree})"
     )))
 }
 

@@ -207,23 +207,24 @@ fn blob_in(tree: &git2::Tree, path: &str) -> Option<Oid> {
         .map(|e| e.id())
 }
 
-/// Puts each of `paths` to its version in commit `target` (work tree and index),
-/// where the work tree holds the version of `target` or of `other` (or lacks the file
-/// where one of them does): a path holding anything else is a person's edit, left
-/// alone and named in the result.
-fn settle_paths(repo: &Repository, paths: &[String], target: Oid, other: Oid) -> Result<Vec<String>, ReviewError> {
+/// Puts each of `paths` to its version in commit `target` (work tree and index).
+/// A path holding neither `target`'s nor `other`'s version (or lacking the file where
+/// one of them does) holds a write the crash cut short, or a person's edit since:
+/// its content is copied under `.git/builder/recovered/<time>/` first, so the retry
+/// can go on and nothing is lost. Returns the paths copied and where.
+fn settle_paths(repo: &Repository, paths: &[String], target: Oid, other: Oid) -> Result<KeptAside, ReviewError> {
     let t = repo.find_commit(target)?.tree()?;
     let o = repo.find_commit(other)?.tree()?;
     let mut ours = Vec::new();
-    let mut edited = Vec::new();
+    let mut odd = Vec::new();
     for p in paths {
         let now = work_blob(repo, p)?;
-        if now == blob_in(&t, p) || now == blob_in(&o, p) {
-            ours.push(p.clone());
-        } else {
-            edited.push(p.clone());
+        if now != blob_in(&t, p) && now != blob_in(&o, p) {
+            odd.push(p.clone());
         }
+        ours.push(p.clone());
     }
+    let recovered = keep_copies(repo, &odd)?;
     if !ours.is_empty() {
         crate::git::cut_index_stamp(repo);
         let mut co = git2::build::CheckoutBuilder::new();
@@ -250,7 +251,64 @@ fn settle_paths(repo: &Repository, paths: &[String], target: Oid, other: Oid) ->
             index.write()?;
         }
     }
-    Ok(edited)
+    Ok(recovered)
+}
+
+/// What [`settle_paths`] copied aside before settling: the paths and the directory.
+struct KeptAside {
+    paths: Vec<String>,
+    dir: std::path::PathBuf,
+}
+
+impl KeptAside {
+    /// `what` the settling did, and what it kept, for the command's message.
+    fn say(&self, what: &str) -> String {
+        if self.paths.is_empty() {
+            return what.to_string();
+        }
+        format!(
+            "{what}; {} held neither version (a write the crash cut short, or an edit since): a copy of each is in {}",
+            self.paths.join(", "),
+            self.dir.display()
+        )
+    }
+}
+
+/// The largest file [`keep_copies`] copies (builder-owned files are prompts, settings
+/// and scripts).
+const KEEP_MAX_BYTES: u64 = 64 << 20;
+
+/// Copies each of `paths` (work-tree files) under a new directory
+/// `.git/builder/recovered/<unix time>/`, keeping their relative paths.
+fn keep_copies(repo: &Repository, paths: &[String]) -> Result<KeptAside, ReviewError> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let dir = repo.commondir().join("builder/recovered").join(stamp.to_string());
+    let root = repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf();
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ReviewError::Io { path, source }
+    };
+    let beneath = crate::beneath::open_root(&root).map_err(io(&root))?;
+    for p in paths {
+        let from = root.join(p);
+        // Read through no link, as a regular file: a link or directory there is put
+        // back by the settling and holds no content of its own to keep.
+        let Ok(bytes) = crate::beneath::read_regular(&beneath, Path::new(p), KEEP_MAX_BYTES) else {
+            continue;
+        };
+        let to = dir.join(p);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::write(&to, bytes).map_err(io(&from))?;
+    }
+    Ok(KeptAside {
+        paths: paths.to_vec(),
+        dir,
+    })
 }
 
 /// An interrupted move: the work tree goes where the branch is (`from` when the
@@ -279,12 +337,7 @@ fn settle_move(repo: &Repository, branch: &str, from: &str, to: &str) -> Result<
         return Ok(format!("{branch} is not checked out: nothing to settle"));
     }
     let paths = changed_paths(repo, from, to)?;
-    let edited = settle_paths(repo, &paths, target, other)?;
-    Ok(if edited.is_empty() {
-        what.to_string()
-    } else {
-        format!("{what}; left edited files alone: {}", edited.join(", "))
-    })
+    Ok(settle_paths(repo, &paths, target, other)?.say(what))
 }
 
 /// An interrupted proposal: once its branch is at `commit` and HEAD still at `head`,
@@ -299,15 +352,7 @@ fn settle_propose(repo: &Repository, branch: &str, head: &str, commit: &str) -> 
         return Ok("HEAD moved since: the work tree is left as it is".into());
     }
     let paths = changed_paths(repo, head, commit)?;
-    let edited = settle_paths(repo, &paths, head, commit)?;
-    Ok(if edited.is_empty() {
-        format!("finished the interrupted proposal {branch}")
-    } else {
-        format!(
-            "finished the interrupted proposal {branch}; left edited files alone: {}",
-            edited.join(", ")
-        )
-    })
+    Ok(settle_paths(repo, &paths, head, commit)?.say(&format!("finished the interrupted proposal {branch}")))
 }
 
 /// Which command moves a work tree (for its named crash points).
