@@ -130,6 +130,43 @@ struct CallRecord<'c> {
     reason: String,
 }
 
+/// Where one call is handled: the call, the step that asked for it, and its span.
+#[derive(Clone, Copy)]
+struct CallSite<'c> {
+    call: &'c ToolCall,
+    step: u32,
+    span: u64,
+}
+
+impl<'c> CallSite<'c> {
+    /// How the call is recorded, with the gate's decision and its rule and reason.
+    fn record(
+        self,
+        args_json: serde_json::Value,
+        decision: RecordedDecision,
+        rule: Option<String>,
+        reason: String,
+    ) -> CallRecord<'c> {
+        CallRecord {
+            call: self.call,
+            step: self.step,
+            span: self.span,
+            args_json,
+            decision,
+            rule,
+            reason,
+        }
+    }
+}
+
+/// A call the gate paused for approval: what [`Gate::Pause`] holds.
+struct Pause {
+    args: ToolArgs,
+    args_json: serde_json::Value,
+    verdict: crate::policy::Verdict,
+    args_hash: String,
+}
+
 impl Agent<'_> {
     fn wall(&self) -> Duration {
         Duration::from_secs(self.cfg.budgets.max_wall_s)
@@ -284,24 +321,8 @@ impl Agent<'_> {
     /// wall clock), account tokens and cost. Returns the calls to handle, or the stop.
     async fn model_step(&mut self, state: &mut LoopState, tool_defs: &[ToolDef]) -> Result<Vec<ToolCall>, StopReason> {
         let cfg = self.cfg;
-        state.step += 1;
+        let (req, span) = self.open_model_span(state, tool_defs);
         let step = state.step;
-        self.progress.event(&Event::StepStarted {
-            step,
-            max_steps: cfg.budgets.max_steps,
-        });
-        let (req, report) = model_request(cfg, &state.messages, tool_defs);
-        state.trace.steps.push((step, report));
-        let span = state.trace.start(SpanKind::Model, format!("chat {}", cfg.model));
-        state.trace.attr(span, "gen_ai.request.model", cfg.model.clone());
-        state.trace.attr(span, "agent.step", step);
-        if cfg.trace_input {
-            let input = cfg
-                .redactor
-                .redact(&semconv_messages(&req.messages).to_string())
-                .into_owned();
-            state.trace.attr(span, "gen_ai.input.messages", input);
-        }
         let remaining = self.wall().saturating_sub(self.started.elapsed());
         self.progress.event(&Event::ModelCallStarted {
             step,
@@ -344,10 +365,48 @@ impl Agent<'_> {
             state.trace.end(span, SpanStatus::Cancelled);
             return Err(StopReason::Cancelled);
         };
-        let resp = match answer {
-            Ok(r) => r,
-            Err(e) => return Err(provider_failed(cfg, state, span, step, &e)),
-        };
+        match answer {
+            Ok(resp) => self.take_response(state, span, resp),
+            Err(e) => Err(provider_failed(cfg, state, span, step, &e)),
+        }
+    }
+
+    /// Starts the next step: counts it, reports it, fits the request to the context
+    /// budget and opens the model call's span. Returns the request and the span.
+    fn open_model_span(&self, state: &mut LoopState, tool_defs: &[ToolDef]) -> (ModelRequest, u64) {
+        let cfg = self.cfg;
+        state.step += 1;
+        let step = state.step;
+        self.progress.event(&Event::StepStarted {
+            step,
+            max_steps: cfg.budgets.max_steps,
+        });
+        let (req, report) = model_request(cfg, &state.messages, tool_defs);
+        state.trace.steps.push((step, report));
+        let span = state.trace.start(SpanKind::Model, format!("chat {}", cfg.model));
+        state.trace.attr(span, "gen_ai.request.model", cfg.model.clone());
+        state.trace.attr(span, "agent.step", step);
+        if cfg.trace_input {
+            let input = cfg
+                .redactor
+                .redact(&semconv_messages(&req.messages).to_string())
+                .into_owned();
+            state.trace.attr(span, "gen_ai.input.messages", input);
+        }
+        (req, span)
+    }
+
+    /// Takes a model response into the run: its usage and serving provider on the
+    /// span, the assistant message in the conversation, then the stop it causes (a
+    /// final answer, a token or cost budget) or the tool calls to handle.
+    fn take_response(
+        &self,
+        state: &mut LoopState,
+        span: u64,
+        resp: ModelResponse,
+    ) -> Result<Vec<ToolCall>, StopReason> {
+        let cfg = self.cfg;
+        let step = state.step;
         account(cfg, state, span, &resp);
         let served = match &self.provider.fallback {
             Some(fallback) if resp.served_by.starts_with("fallback") => fallback,
@@ -472,115 +531,165 @@ impl Agent<'_> {
             name: call.name.clone(),
             decision: decision.into(),
         });
-        let record = |args_json, decision, rule, reason| CallRecord {
-            call,
-            step,
-            span,
-            args_json,
-            decision,
-            rule,
-            reason,
-        };
+        let site = CallSite { call, step, span };
         match decided {
-            Gate::Refuse { args_json, refusal } => {
-                let (rec, result) = refuse(state, call, refusal, |d, rule, reason| {
-                    record(args_json, d, rule, reason)
-                });
-                finish_call(self.cfg, state, rec, &result);
-                match self.checkpoint(state, &[completed_entry(self.cfg, call, &result)]) {
-                    Some(stop) => CallOutcome::Stop(stop),
-                    None => CallOutcome::Done,
-                }
-            }
+            Gate::Refuse { args_json, refusal } => self.refused(state, site, args_json, refusal),
             Gate::Pause {
                 args,
                 args_json,
                 verdict,
                 args_hash,
-            } => {
-                state.pending = Some(PendingApproval {
-                    call: call.clone(),
-                    args_hash: args_hash.clone(),
-                    step,
-                    pins: pins::pin(self.policy.ownership().root(), &args),
-                });
-                state.cards.push(CardDraft {
-                    kind: CardKind::ApprovalNeeded,
-                    summary: format!("`{}` needs approval", call.name),
-                    detail: format!("{} (rule {})", verdict.reason, verdict.rule.clone().unwrap_or_default()),
-                    evidence: vec![
-                        format!("run {} call {} hash {}", self.cfg.run_id, call.id, args_hash),
-                        self.cfg.redactor.redact(&args_json.to_string()).into_owned(),
-                    ],
-                });
-                let result = ToolResult::error(
-                    &call.id,
-                    ErrorClass::PermissionDenied,
-                    "waiting for a builder's approval",
-                );
-                finish_call(
-                    self.cfg,
-                    state,
-                    record(args_json, RecordedDecision::Ask, verdict.rule, verdict.reason),
-                    &result,
-                );
-                let stop = self.checkpoint(state, &[]);
-                CallOutcome::Stop(stop.unwrap_or(StopReason::WaitingApproval))
-            }
+            } => self.paused(
+                state,
+                site,
+                Pause {
+                    args,
+                    args_json,
+                    verdict,
+                    args_hash,
+                },
+            ),
             Gate::Run {
                 args,
                 args_json,
                 verdict,
-            } => {
-                let replayed = if resumed { self.recorded(call, &args) } else { None };
-                let writes = !matches!(
-                    args,
-                    ToolArgs::ReadFile { .. } | ToolArgs::ListDir { .. } | ToolArgs::Grep { .. }
-                );
-                let result = match replayed {
-                    Some(r) => r,
-                    None => {
-                        if let Some(stop) = self.ledger_started(state, call) {
-                            return CallOutcome::Stop(stop);
-                        }
-                        crate::failpoint!("after-ledger-started");
-                        let since = std::time::SystemTime::now();
-                        let r = self.execute(call, args).await;
-                        crate::failpoint!("after-tool-side-effect");
-                        if writes {
-                            self.sweep_nested_git(state, since).await;
-                        }
-                        r
-                    }
-                };
-                self.progress.event(&Event::ToolFinished {
-                    name: call.name.clone(),
-                    outcome: result.error.map_or("ok", |c| c.as_str()).to_string(),
-                    elapsed: Duration::from_millis(result.duration_ms),
-                });
-                if result.error == Some(ErrorClass::SideEffectUncertain) {
-                    state.cards.push(CardDraft {
-                        kind: CardKind::SideEffectUncertain,
-                        summary: format!("`{}` may or may not have taken effect", call.name),
-                        detail: self.cfg.redactor.redact(&result.output).into_owned(),
-                        evidence: vec![format!("call {}", call.id)],
-                    });
-                }
-                if result.kernel_denied {
-                    state.denials += 1;
-                }
-                finish_call(
-                    self.cfg,
-                    state,
-                    record(args_json, RecordedDecision::Allow, verdict.rule, verdict.reason),
-                    &result,
-                );
-                match self.checkpoint(state, &[completed_entry(self.cfg, call, &result)]) {
-                    Some(stop) => CallOutcome::Stop(stop),
-                    None => CallOutcome::Done,
-                }
-            }
+            } => self.run_allowed(state, site, resumed, args, args_json, verdict).await,
         }
+    }
+
+    /// A call the gate refused: its observation and card, recorded and checkpointed.
+    fn refused(
+        &mut self,
+        state: &mut LoopState,
+        site: CallSite,
+        args_json: serde_json::Value,
+        refusal: Refusal,
+    ) -> CallOutcome {
+        let call = site.call;
+        let (rec, result) = refuse(state, call, refusal, |d, rule, reason| {
+            site.record(args_json, d, rule, reason)
+        });
+        finish_call(self.cfg, state, rec, &result);
+        match self.checkpoint(state, &[completed_entry(self.cfg, call, &result)]) {
+            Some(stop) => CallOutcome::Stop(stop),
+            None => CallOutcome::Done,
+        }
+    }
+
+    /// A call that needs a builder's approval: the run pauses on it, with an
+    /// `approval_needed` card binding the approval to its exact arguments.
+    fn paused(&mut self, state: &mut LoopState, site: CallSite, pause: Pause) -> CallOutcome {
+        let Pause {
+            args,
+            args_json,
+            verdict,
+            args_hash,
+        } = pause;
+        let CallSite { call, step, .. } = site;
+        state.pending = Some(PendingApproval {
+            call: call.clone(),
+            args_hash: args_hash.clone(),
+            step,
+            pins: pins::pin(self.policy.ownership().root(), &args),
+        });
+        state.cards.push(CardDraft {
+            kind: CardKind::ApprovalNeeded,
+            summary: format!("`{}` needs approval", call.name),
+            detail: format!("{} (rule {})", verdict.reason, verdict.rule.clone().unwrap_or_default()),
+            evidence: vec![
+                format!("run {} call {} hash {}", self.cfg.run_id, call.id, args_hash),
+                self.cfg.redactor.redact(&args_json.to_string()).into_owned(),
+            ],
+        });
+        let result = ToolResult::error(
+            &call.id,
+            ErrorClass::PermissionDenied,
+            "waiting for a builder's approval",
+        );
+        finish_call(
+            self.cfg,
+            state,
+            site.record(args_json, RecordedDecision::Ask, verdict.rule, verdict.reason),
+            &result,
+        );
+        let stop = self.checkpoint(state, &[]);
+        CallOutcome::Stop(stop.unwrap_or(StopReason::WaitingApproval))
+    }
+
+    /// A call the gate allowed: run (or, resumed, replayed from the ledger), reported,
+    /// recorded and checkpointed.
+    async fn run_allowed(
+        &mut self,
+        state: &mut LoopState,
+        site: CallSite<'_>,
+        resumed: bool,
+        args: ToolArgs,
+        args_json: serde_json::Value,
+        verdict: crate::policy::Verdict,
+    ) -> CallOutcome {
+        let call = site.call;
+        let result = match self.run_or_replay(state, call, args, resumed).await {
+            Ok(r) => r,
+            Err(stop) => return CallOutcome::Stop(stop),
+        };
+        self.progress.event(&Event::ToolFinished {
+            name: call.name.clone(),
+            outcome: result.error.map_or("ok", |c| c.as_str()).to_string(),
+            elapsed: Duration::from_millis(result.duration_ms),
+        });
+        if result.error == Some(ErrorClass::SideEffectUncertain) {
+            state.cards.push(CardDraft {
+                kind: CardKind::SideEffectUncertain,
+                summary: format!("`{}` may or may not have taken effect", call.name),
+                detail: self.cfg.redactor.redact(&result.output).into_owned(),
+                evidence: vec![format!("call {}", call.id)],
+            });
+        }
+        if result.kernel_denied {
+            state.denials += 1;
+        }
+        finish_call(
+            self.cfg,
+            state,
+            site.record(args_json, RecordedDecision::Allow, verdict.rule, verdict.reason),
+            &result,
+        );
+        match self.checkpoint(state, &[completed_entry(self.cfg, call, &result)]) {
+            Some(stop) => CallOutcome::Stop(stop),
+            None => CallOutcome::Done,
+        }
+    }
+
+    /// The result of an allowed call: on resume, what the ledger already knows of it;
+    /// otherwise it is marked started in the ledger, run, and any nested `.git` a
+    /// writing call made is swept. `Err` is the stop when the ledger entry cannot be
+    /// written (the call is not run).
+    async fn run_or_replay(
+        &mut self,
+        state: &mut LoopState,
+        call: &ToolCall,
+        args: ToolArgs,
+        resumed: bool,
+    ) -> Result<ToolResult, StopReason> {
+        let replayed = if resumed { self.recorded(call, &args) } else { None };
+        let writes = !matches!(
+            args,
+            ToolArgs::ReadFile { .. } | ToolArgs::ListDir { .. } | ToolArgs::Grep { .. }
+        );
+        if let Some(r) = replayed {
+            return Ok(r);
+        }
+        if let Some(stop) = self.ledger_started(state, call) {
+            return Err(stop);
+        }
+        crate::failpoint!("after-ledger-started");
+        let since = std::time::SystemTime::now();
+        let r = self.execute(call, args).await;
+        crate::failpoint!("after-tool-side-effect");
+        if writes {
+            self.sweep_nested_git(state, since).await;
+        }
+        Ok(r)
     }
 
     /// After a call that could write: every `.git` (a directory, or a `gitdir:` file, in
@@ -1040,6 +1149,20 @@ fn finish_call(cfg: &LoopConfig, state: &mut LoopState, rec: CallRecord, result:
         outcome,
         duration_ms: result.duration_ms,
     });
+    annotate_tool_span(cfg, state, span, decision, result);
+    remember_call(cfg, state, call, result);
+}
+
+/// Ends a handled call's span with its decision, arguments (as the trace row keeps
+/// them), outcome and result.
+fn annotate_tool_span(
+    cfg: &LoopConfig,
+    state: &mut LoopState,
+    span: u64,
+    decision: RecordedDecision,
+    result: &ToolResult,
+) {
+    let outcome = ToolOutcome::from(result.error);
     state.trace.attr(span, "agent.decision", decision.to_string());
     if let Some(args) = state.trace.calls.last().map(|c| c.arguments.to_string()) {
         state.trace.attr(span, "gen_ai.tool.call.arguments", args);
@@ -1065,6 +1188,11 @@ fn finish_call(cfg: &LoopConfig, state: &mut LoopState, rec: CallRecord, result:
             SpanStatus::Error
         },
     );
+}
+
+/// Puts a handled call's observation in the conversation and the call and its error
+/// (if any) in the repetition detectors.
+fn remember_call(cfg: &LoopConfig, state: &mut LoopState, call: &ToolCall, result: &ToolResult) {
     state.messages.push(Message::Tool {
         call_id: call.id.clone(),
         name: call.name.clone(),

@@ -4,7 +4,7 @@
 //! new files under the runtime identity. [`FireRun::finish`] builds that value for a
 //! run that reached the loop.
 
-use super::{FireContext, FireEnd, FireRun, FireSummary, RunRecords};
+use super::{Abort, FireContext, FireEnd, FireRun, FireSummary, RunRecords};
 use crate::agent::{CardDraft, LoopState};
 use crate::git::AutoGc;
 use crate::layout::{Owner, Ownership, RUNTIME_DIRS};
@@ -50,6 +50,35 @@ impl From<WriteError> for WriteFailure {
     }
 }
 
+/// What the records writer has produced so far, step by step: the records written
+/// and their bytes, those the work tree could not take, the cards' ids, the first
+/// failure that decides the fire, and the commit.
+#[derive(Default)]
+struct Written {
+    /// Records written to the work tree (and accepted model outputs), repo-relative.
+    files: Vec<String>,
+    /// The bytes of each of `files`, as committed (never re-read from the work tree).
+    held: Vec<(String, Vec<u8>)>,
+    /// Records that could not be written to the work tree (a full disk, a directory a
+    /// tool made unwritable): path, bytes and why. Kept with the others in git for the
+    /// next fire to write and commit, never lost ([`crate::pending`]).
+    unwritten: Vec<(String, Vec<u8>, String)>,
+    /// The ids of the cards made (written or not).
+    card_ids: Vec<String>,
+    failure: Option<WriteFailure>,
+    /// The records' commit, once made.
+    commit: Option<String>,
+    /// The commit was blocked: a `commit_blocked` card says why.
+    blocked: bool,
+}
+
+/// The fire's report: where it went (repo-relative) and its text, `None` when it
+/// could not be made.
+struct ReportPlaced {
+    rel: std::path::PathBuf,
+    text: Option<String>,
+}
+
 /// Writes cards, report and receipt (create-only), closes and stores the trace,
 /// commits, and last exports the trace (best effort: it never changes the outcome).
 /// The commit carries the bytes written here (held in memory), the model's accepted
@@ -63,14 +92,11 @@ pub(crate) fn write(
     rec: &mut RunRecords,
     db: Option<&mut StateDb>,
 ) -> FireSummary {
-    let root = &ctx.opts.root;
     let task = &ctx.opts.task;
     close_root(ctx, rec);
     let resets = state_resets(ctx, rec);
     let finished_at = crate::trace::now_utc();
-    let mut files: Vec<String> = Vec::new();
-    let mut held: Vec<(String, Vec<u8>)> = Vec::new();
-    let mut failure: Option<WriteFailure> = None;
+    let mut w = Written::default();
     let canonical_report = records::report_path(task, &ctx.run_id, ctx.started_at);
     let mut outputs = model_outputs(ctx, sink, &canonical_report);
     let cost = (rec.state.cost_usd * 1e6).round() / 1e6;
@@ -78,140 +104,198 @@ pub(crate) fn write(
         .redactor
         .redact(&render_report(task, &ctx.run_id, rec, cost))
         .into_owned();
-    // Records that could not be written to the work tree (a full disk, a directory a
-    // tool made unwritable): kept with the others in git for the next fire to write
-    // and commit, never lost ([`crate::pending`]).
-    let mut unwritten: Vec<(String, Vec<u8>, String)> = Vec::new();
-    let mut report_text = None;
     crate::failpoint!("before-report-write");
-    let placed = place_report(
-        root,
-        &canonical_report,
-        &ctx.run_id,
-        task,
-        ctx.started_at,
-        &report,
-        sink.durability.fsyncs(),
-    );
-    let report_rel = match placed {
-        Ok((rel, taken)) => {
-            outputs.rejected.extend(taken);
-            let name = rel.to_string_lossy().into_owned();
-            files.push(name.clone());
-            held.push((name, report.clone().into_bytes()));
-            report_text = Some(report);
-            rel
-        }
-        Err(WriteError::Io { source, .. }) => {
-            let name = canonical_report.to_string_lossy().into_owned();
-            unwritten.push((name, report.clone().into_bytes(), source.to_string()));
-            report_text = Some(report);
-            canonical_report
-        }
-        Err(e) => {
-            failure = Some(e.into());
-            canonical_report
-        }
-    };
+    let report = write_report(ctx, sink, canonical_report, report, &mut outputs.rejected, &mut w);
     if let Some(card) = rejected_card(&outputs.rejected) {
         rec.state.cards.push(card);
     }
     crate::failpoint!("during-records-write");
     let rec = &*rec;
-    let mut card_ids = Vec::new();
-    for draft in &rec.state.cards {
-        match write_card(ctx, sink, draft, finished_at) {
-            Ok((id, rel, bytes)) => {
-                files.push(rel.clone());
-                held.push((rel, bytes));
-                card_ids.push(id);
-            }
-            Err(CardWrite::Unwritten { id, rel, bytes, why }) => {
-                unwritten.push((rel, bytes, why));
-                card_ids.push(id);
-            }
-            Err(CardWrite::Failed(e)) => failure = Some(e.into()),
-        }
-    }
-    let mut outputs_list = vec![report_rel.to_string_lossy().into_owned()];
+    write_cards(ctx, sink, &rec.state.cards, finished_at, &mut w);
+    let mut outputs_list = vec![report.rel.to_string_lossy().into_owned()];
     for (rel, bytes) in outputs.accepted {
         outputs_list.push(rel.clone());
-        files.push(rel.clone());
-        held.push((rel, bytes));
+        w.files.push(rel.clone());
+        w.held.push((rel, bytes));
     }
     let receipt_rel = records::receipt_path(task, &ctx.run_id, ctx.started_at);
-    let receipt = receipt_of(ctx, rec, finished_at, cost, outputs_list, card_ids.clone());
-    let receipt_bytes = records::receipt_json(&receipt).map(|j| sink.redactor.redact(&j).into_owned().into_bytes());
-    let fsync = sink.durability.fsyncs();
-    let name = receipt_rel.to_string_lossy().into_owned();
-    match receipt_bytes.map(|b| (records::create_new_synced(root, &receipt_rel, &b, fsync), b)) {
-        Ok((Ok(()), b)) => {
-            files.push(name.clone());
-            held.push((name, b));
-        }
-        Ok((Err(WriteError::Io { source, .. }), b)) => unwritten.push((name, b, source.to_string())),
-        Ok((Err(e), _)) | Err(e) => failure = Some(e.into()),
-    }
+    let receipt = receipt_of(ctx, rec, finished_at, cost, outputs_list, w.card_ids.clone());
+    write_receipt(ctx, sink, &receipt, &receipt_rel, &mut w);
     crate::failpoint!("between-records-and-commit");
-    let mut commit = None;
-    let mut blocked = false;
-    if !unwritten.is_empty() && failure.is_none() {
-        let (path, _, why) = &unwritten[0];
-        let mut e = WriteFailure {
-            end: FireEnd::Environment,
-            message: format!(
-                "{} record(s) could not be written to the work tree ({path}: {why})",
-                unwritten.len()
-            ),
-        };
-        if !ctx.opts.no_commit {
-            held.extend(unwritten.iter().map(|(f, b, _)| (f.clone(), b.clone())));
-            card_ids.extend(leave_blocked(ctx, sink, held.clone(), &mut e));
-            blocked = true;
-        }
-        failure = Some(e);
-    } else if !ctx.opts.no_commit && failure.is_none() {
-        test_pause_before_commit(root);
-        match commit_records(ctx, sink, &files, &held, rec.status) {
-            Ok(c) => commit = Some(c),
-            Err(mut e) => {
-                card_ids.extend(leave_blocked(ctx, sink, held, &mut e));
-                blocked = true;
-                failure = Some(e);
-            }
-        }
-    }
+    commit_or_keep(ctx, sink, rec.status, &mut w);
     // The row is final only once the records are committed: a run killed before
     // keeps its `running` row, and the next fire resumes it (rewriting its records)
     // or finds its receipt committed and takes the row from there.
-    save_run(db, &rec.state, &receipt, &receipt_rel, &report_rel);
-    if failure.is_none() && (commit.is_some() || ctx.opts.no_commit) {
+    save_run(db, &rec.state, &receipt, &receipt_rel, &report.rel);
+    if w.failure.is_none() && (w.commit.is_some() || ctx.opts.no_commit) {
         for note in &resets {
             state::reset_reported(note);
         }
     }
-    let end = end_after_writing(rec.status, failure.as_ref(), !card_ids.is_empty());
+    let end = end_after_writing(rec.status, w.failure.as_ref(), !w.card_ids.is_empty());
     if let Some(exporter) = &sink.telemetry {
         export(ctx, exporter, &rec.state.trace);
     }
+    summary_of(ctx, rec, w, end, report, &receipt_rel)
+}
+
+/// Creates the report (at its canonical name, or under `runs/` when a tool took
+/// that: the name taken is added to `rejected`). One the work tree cannot take is
+/// kept as unwritten; another failure is the fire's.
+fn write_report(
+    ctx: &FireContext,
+    sink: &RecordSink,
+    canonical: std::path::PathBuf,
+    report: String,
+    rejected: &mut Vec<(String, String)>,
+    w: &mut Written,
+) -> ReportPlaced {
+    let placed = place_report(
+        &ctx.opts.root,
+        &canonical,
+        &ctx.run_id,
+        &ctx.opts.task,
+        ctx.started_at,
+        &report,
+        sink.durability.fsyncs(),
+    );
+    match placed {
+        Ok((rel, taken)) => {
+            rejected.extend(taken);
+            let name = rel.to_string_lossy().into_owned();
+            w.files.push(name.clone());
+            w.held.push((name, report.clone().into_bytes()));
+            ReportPlaced {
+                rel,
+                text: Some(report),
+            }
+        }
+        Err(WriteError::Io { source, .. }) => {
+            let name = canonical.to_string_lossy().into_owned();
+            w.unwritten
+                .push((name, report.clone().into_bytes(), source.to_string()));
+            ReportPlaced {
+                rel: canonical,
+                text: Some(report),
+            }
+        }
+        Err(e) => {
+            w.failure = Some(e.into());
+            ReportPlaced {
+                rel: canonical,
+                text: None,
+            }
+        }
+    }
+}
+
+/// Creates a card file for each draft, in order.
+fn write_cards(
+    ctx: &FireContext,
+    sink: &RecordSink,
+    drafts: &[CardDraft],
+    finished_at: chrono::DateTime<Utc>,
+    w: &mut Written,
+) {
+    for draft in drafts {
+        match write_card(ctx, sink, draft, finished_at) {
+            Ok((id, rel, bytes)) => {
+                w.files.push(rel.clone());
+                w.held.push((rel, bytes));
+                w.card_ids.push(id);
+            }
+            Err(CardWrite::Unwritten { id, rel, bytes, why }) => {
+                w.unwritten.push((rel, bytes, why));
+                w.card_ids.push(id);
+            }
+            Err(CardWrite::Failed(e)) => w.failure = Some(e.into()),
+        }
+    }
+}
+
+/// Creates the receipt (redacted) at `receipt_rel`.
+fn write_receipt(
+    ctx: &FireContext,
+    sink: &RecordSink,
+    receipt: &Receipt,
+    receipt_rel: &std::path::Path,
+    w: &mut Written,
+) {
+    let receipt_bytes = records::receipt_json(receipt).map(|j| sink.redactor.redact(&j).into_owned().into_bytes());
+    let fsync = sink.durability.fsyncs();
+    let name = receipt_rel.to_string_lossy().into_owned();
+    match receipt_bytes.map(|b| (records::create_new_synced(&ctx.opts.root, receipt_rel, &b, fsync), b)) {
+        Ok((Ok(()), b)) => {
+            w.files.push(name.clone());
+            w.held.push((name, b));
+        }
+        Ok((Err(WriteError::Io { source, .. }), b)) => w.unwritten.push((name, b, source.to_string())),
+        Ok((Err(e), _)) | Err(e) => w.failure = Some(e.into()),
+    }
+}
+
+/// Commits the records written (unless `--no-commit` or a failure); records the work
+/// tree could not take, or a commit that fails, leave them kept in git with a
+/// `commit_blocked` card ([`leave_blocked`]).
+fn commit_or_keep(ctx: &FireContext, sink: &RecordSink, status: RunStatus, w: &mut Written) {
+    if !w.unwritten.is_empty() && w.failure.is_none() {
+        let (path, _, why) = &w.unwritten[0];
+        let mut e = WriteFailure {
+            end: FireEnd::Environment,
+            message: format!(
+                "{} record(s) could not be written to the work tree ({path}: {why})",
+                w.unwritten.len()
+            ),
+        };
+        if !ctx.opts.no_commit {
+            w.held
+                .extend(w.unwritten.iter().map(|(f, b, _)| (f.clone(), b.clone())));
+            w.card_ids.extend(leave_blocked(ctx, sink, w.held.clone(), &mut e));
+            w.blocked = true;
+        }
+        w.failure = Some(e);
+    } else if !ctx.opts.no_commit && w.failure.is_none() {
+        test_pause_before_commit(&ctx.opts.root);
+        match commit_records(ctx, sink, &w.files, &w.held, status) {
+            Ok(c) => w.commit = Some(c),
+            Err(mut e) => {
+                w.card_ids
+                    .extend(leave_blocked(ctx, sink, std::mem::take(&mut w.held), &mut e));
+                w.blocked = true;
+                w.failure = Some(e);
+            }
+        }
+    }
+}
+
+/// The fire's summary once its records are written (or not), with the next command
+/// for its first card.
+fn summary_of(
+    ctx: &FireContext,
+    rec: &RunRecords,
+    w: Written,
+    end: FireEnd,
+    report: ReportPlaced,
+    receipt_rel: &std::path::Path,
+) -> FireSummary {
     let pending = rec.state.pending.as_ref().map(|p| p.call.id.as_str());
-    let first_kind = match blocked {
+    let first_kind = match w.blocked {
         true => Some(CardKind::CommitBlocked),
         false => rec.state.cards.first().map(|c| c.kind),
     };
     let hint = first_kind.and_then(|k| hint_for(k, &ctx.run_id, pending));
     FireSummary {
         run_id: ctx.run_id.clone(),
-        task: task.clone(),
+        task: ctx.opts.task.clone(),
         status: rec.status,
         stop_reason: rec.stop,
         end,
-        report: Some(report_rel.to_string_lossy().into_owned()),
-        report_text,
+        report: Some(report.rel.to_string_lossy().into_owned()),
+        report_text: report.text,
         receipt: Some(receipt_rel.to_string_lossy().into_owned()),
-        cards: card_ids,
-        commit,
-        message: failure.map(|f| f.message).unwrap_or_default(),
+        cards: w.card_ids,
+        commit: w.commit,
+        message: w.failure.map(|f| f.message).unwrap_or_default(),
         hint,
     }
 }
@@ -819,12 +903,97 @@ fn render_report(task: &str, run_id: &str, rec: &RunRecords, cost: f64) -> Strin
     r
 }
 
+/// What the fire's closing line draws from its records, taken before they are written.
+struct EndLines {
+    /// The summary of a `checkpoint_failed` card: a run stopped by a checkpoint that
+    /// could not be written says so, naming the state database.
+    unsaved: Option<String>,
+    /// `: <summary>` of a failed model call's card (the kind, the HTTP status or the
+    /// timeout, and the retries), or empty.
+    model_failure: String,
+    acceptance: Vec<AcceptanceRecord>,
+}
+
+impl EndLines {
+    fn of(records: &RunRecords) -> EndLines {
+        let cards = &records.state.cards;
+        EndLines {
+            unsaved: cards
+                .iter()
+                .find(|c| c.kind == CardKind::CheckpointFailed)
+                .map(|c| c.summary.clone()),
+            model_failure: cards
+                .iter()
+                .find(|c| matches!(c.kind, CardKind::ProviderError | CardKind::ContextOverflow))
+                .map(|c| format!(": {}", c.summary))
+                .unwrap_or_default(),
+            acceptance: records.acceptance.clone(),
+        }
+    }
+}
+
+/// Opens the state database for the records; `None` (logged) when it cannot be.
+fn open_state_db(root: &std::path::Path) -> Option<StateDb> {
+    match StateDb::open(root) {
+        Ok(db) => Some(db),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot open the state database");
+            None
+        }
+    }
+}
+
 impl FireRun {
     /// Step 6: report, cards, receipt, trace, commit; then the checkpoint of a paused
     /// run (or its removal once resumed) and the scratch directory.
     pub fn finish(mut self) -> FireSummary {
-        // A signal up to here (the loop, acceptance, the start of the write) ends the
-        // run as cancelled; one during the write lets the write finish as it began.
+        let status = self.closing_cards();
+        let abort = self.abort.take();
+        if let Some(a) = &abort {
+            self.stop = StopReason::NotStarted;
+            self.state.cards.push(a.card.clone());
+        }
+        let mut records = self.take_records(status);
+        // The tools are done with their scratch (the loop and the checks are over):
+        // gone before the records are written, so space a tool filled there (on the
+        // file system of `.runtime/`) is back for the records and the state.
+        let _ = std::fs::remove_dir_all(&self.config.scratch);
+        let lines = EndLines::of(&records);
+        let sink = RecordSink {
+            redactor: self.config.redactor.clone(),
+            identity: self.config.identity.clone(),
+            telemetry: self.config.telemetry.clone(),
+            repo: &self.repo,
+            limits: self.config.limits,
+            durability: self.config.settings.durability,
+        };
+        let mut db = open_state_db(&self.ctx.opts.root);
+        // A paused run's checkpoint is saved before its records are committed: a crash
+        // in between leaves a run `runtime resume` can still continue, never a committed
+        // `waiting_approval` receipt with nothing to resume.
+        if status == RunStatus::WaitingApproval {
+            self.save_checkpoint(db.as_mut(), &records.state);
+        }
+        let mut summary = super::finish::write(&self.ctx, &sink, &mut records, db.as_mut());
+        tracing::debug!(
+            elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
+            "records written and committed"
+        );
+        let steps = records.state.step;
+        self.push_records(&sink, &mut summary);
+        self.after_records(db.as_mut(), status);
+        if let (Some(sync), Some(_)) = (&self.sync, &summary.commit) {
+            sync.remember(db.as_mut(), &self.ctx.run_id, self.ctx.started_at);
+        }
+        self.settle_message(&mut summary, abort, lines, status, steps);
+        summary
+    }
+
+    /// The cards the end of the run adds (failed checks, an empty report, a
+    /// cancellation, metadata changed meanwhile) and the run's status. A signal up to
+    /// here (the loop, acceptance, the start of the write) ends the run as cancelled;
+    /// one during the write lets the write finish as it began.
+    fn closing_cards(&mut self) -> RunStatus {
         if crate::cancel::requested() && self.abort.is_none() {
             self.stop = StopReason::Cancelled;
         }
@@ -854,74 +1023,33 @@ impl FireRun {
             });
         }
         self.state.cards.extend(self.metadata_changed_during_the_fire());
-        let abort = self.abort.take();
-        if let Some(a) = &abort {
-            self.stop = StopReason::NotStarted;
-            self.state.cards.push(a.card.clone());
-        }
-        let mut records = RunRecords {
+        status
+    }
+
+    /// The run's records, taken out of the fire.
+    fn take_records(&mut self, status: RunStatus) -> RunRecords {
+        RunRecords {
             status,
             stop: self.stop,
             inputs: std::mem::take(&mut self.inputs),
             sandbox: std::mem::take(&mut self.sandbox),
             state: std::mem::take(&mut self.state),
             acceptance: std::mem::take(&mut self.acceptance),
-        };
-        let records_acceptance = records.acceptance.clone();
-        // The tools are done with their scratch (the loop and the checks are over):
-        // gone before the records are written, so space a tool filled there (on the
-        // file system of `.runtime/`) is back for the records and the state.
-        let _ = std::fs::remove_dir_all(&self.config.scratch);
-        // A run stopped by a checkpoint that could not be written says so, naming
-        // the state database: the machine's problem (exit 1), not the run's.
-        let unsaved = records
-            .state
-            .cards
-            .iter()
-            .find(|c| c.kind == CardKind::CheckpointFailed)
-            .map(|c| c.summary.clone());
-        // A failed model call says why on cron's line: the kind, the HTTP status or
-        // the timeout, and the retries (the card's summary).
-        let model_failure = records
-            .state
-            .cards
-            .iter()
-            .find(|c| matches!(c.kind, CardKind::ProviderError | CardKind::ContextOverflow))
-            .map(|c| format!(": {}", c.summary))
-            .unwrap_or_default();
-        let sink = RecordSink {
-            redactor: self.config.redactor.clone(),
-            identity: self.config.identity.clone(),
-            telemetry: self.config.telemetry.clone(),
-            repo: &self.repo,
-            limits: self.config.limits,
-            durability: self.config.settings.durability,
-        };
-        let mut db = match StateDb::open(&self.ctx.opts.root) {
-            Ok(db) => Some(db),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot open the state database");
-                None
-            }
-        };
-        // A paused run's checkpoint is saved before its records are committed: a crash
-        // in between leaves a run `runtime resume` can still continue, never a committed
-        // `waiting_approval` receipt with nothing to resume.
-        if status == RunStatus::WaitingApproval {
-            self.save_checkpoint(db.as_mut(), &records.state);
         }
-        let mut summary = super::finish::write(&self.ctx, &sink, &mut records, db.as_mut());
-        tracing::debug!(
-            elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
-            "records written and committed"
-        );
-        let steps = records.state.step;
-        self.push_records(&sink, &mut summary);
-        self.after_records(db.as_mut(), status);
-        if let (Some(sync), Some(_)) = (&self.sync, &summary.commit) {
-            sync.remember(db.as_mut(), &self.ctx.run_id, self.ctx.started_at);
-        }
-        if let (StopReason::CheckpointFailed, Some(line)) = (self.stop, unsaved) {
+    }
+
+    /// The fire's end and closing line after the write: a failed checkpoint is the
+    /// machine's problem (exit 1), not the run's; an abort says why; otherwise the
+    /// line sums the run up.
+    fn settle_message(
+        &self,
+        summary: &mut FireSummary,
+        abort: Option<Abort>,
+        lines: EndLines,
+        status: RunStatus,
+        steps: u32,
+    ) {
+        if let (StopReason::CheckpointFailed, Some(line)) = (self.stop, lines.unsaved) {
             if summary.end == FireEnd::Failed {
                 summary.end = FireEnd::Environment;
             }
@@ -938,17 +1066,17 @@ impl FireRun {
             }
             None if summary.message.is_empty() => {
                 summary.message = format!(
-                    "{} {} ({}), {} steps{}{model_failure}",
+                    "{} {} ({}), {} steps{}{}",
                     self.ctx.opts.task,
                     status.as_str(),
                     self.stop.as_str(),
                     steps,
-                    failed_checks_line(&records_acceptance)
+                    failed_checks_line(&lines.acceptance),
+                    lines.model_failure
                 );
             }
             None => {}
         }
-        summary
     }
 
     /// The metadata of builder-owned paths and hooks as the fire ends, against what it

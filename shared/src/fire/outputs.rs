@@ -113,6 +113,47 @@ fn changed_since(meta: &std::fs::Metadata, since: (i64, i64)) -> bool {
     (meta.ctime(), meta.ctime_nsec()) >= since
 }
 
+/// Why an entry is never a candidate, whatever it holds.
+enum Skip {
+    /// Not this fire's at all: said nowhere.
+    Quietly,
+    /// A name the commit cannot take: the name as shown, and why (a rejection when
+    /// the entry is new since the fire began).
+    Refused(String, String),
+}
+
+/// Whether the entry `name` (at repo-relative `path`) is skipped by its name alone.
+fn skip(name: &str, path: &str) -> Option<Skip> {
+    if name.chars().any(char::is_control) {
+        return Some(Skip::Refused(
+            path.escape_debug().to_string(),
+            "the name holds control characters".into(),
+        ));
+    }
+    // Another fire's report being written (its temporary name, renamed into place
+    // in a moment): that fire's, never an output of this one.
+    if crate::beneath::temp_target(name)
+        .is_some_and(|(n, _)| n.strip_suffix(".md").is_some_and(crate::records::is_run_id))
+    {
+        return Some(Skip::Quietly);
+    }
+    // Names git refuses or reads as its own metadata on some file system (a
+    // nested repository, attributes, submodules, in every spelling git knows):
+    // one refused name would fail the commit of the run's own records, and an
+    // fsck-checking remote would refuse every later push.
+    if let Some(why) = crate::gitpath::refused_component(name) {
+        return Some(Skip::Refused(path.to_string(), why));
+    }
+    // A name the commit would refuse (and so refuse the run's records with it).
+    if name.contains("..") {
+        return Some(Skip::Refused(
+            path.to_string(),
+            "a name with `..`, which the commit refuses".into(),
+        ));
+    }
+    None
+}
+
 /// Collects candidate files under `rel`; names what cannot be a candidate at all.
 /// A directory whose change time is older than the fire gained or lost no entry
 /// since: only its subdirectories are visited (by the entry type `readdir` gives,
@@ -166,38 +207,15 @@ fn walk(
             continue;
         };
         let new = changed_since(&meta, since);
-        if name.chars().any(char::is_control) {
-            if new {
-                rejected.push((
-                    path.escape_debug().to_string(),
-                    "the name holds control characters".into(),
-                ));
+        match skip(name, &path) {
+            Some(Skip::Refused(shown, why)) => {
+                if new {
+                    rejected.push((shown, why));
+                }
+                continue;
             }
-            continue;
-        }
-        // Another fire's report being written (its temporary name, renamed into place
-        // in a moment): that fire's, never an output of this one.
-        if crate::beneath::temp_target(name)
-            .is_some_and(|(n, _)| n.strip_suffix(".md").is_some_and(crate::records::is_run_id))
-        {
-            continue;
-        }
-        // Names git refuses or reads as its own metadata on some file system (a
-        // nested repository, attributes, submodules, in every spelling git knows):
-        // one refused name would fail the commit of the run's own records, and an
-        // fsck-checking remote would refuse every later push.
-        if let Some(why) = crate::gitpath::refused_component(name) {
-            if new {
-                rejected.push((path, why));
-            }
-            continue;
-        }
-        // A name the commit would refuse (and so refuse the run's records with it).
-        if name.contains("..") {
-            if new {
-                rejected.push((path, "a name with `..`, which the commit refuses".into()));
-            }
-            continue;
+            Some(Skip::Quietly) => continue,
+            None => {}
         }
         if meta.file_type().is_dir() {
             walk(root, &path, since, found, seen, rejected);

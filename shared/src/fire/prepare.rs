@@ -97,21 +97,8 @@ impl Refusal {
         let tree = builder_tree(&self.repo);
         let mut db = StateDb::open(&self.ctx.opts.root);
         if let (Ok(db), true) = (&mut db, self.recovered.is_empty()) {
-            match db.repeat_refusal(task, &fingerprint, &tree, self.ctx.started_at) {
-                Ok(Some(seen)) => {
-                    let mut summary = self.ctx.unrecorded(RunStatus::Failed, self.end, "");
-                    summary.message = format!(
-                        "{} (unchanged since card {}, refused {} times; not recorded again)",
-                        self.card.summary, seen.card_id, seen.count
-                    );
-                    summary.hint = self
-                        .hint
-                        .clone()
-                        .or_else(|| hint_for(self.card.kind, &self.ctx.run_id, None));
-                    return summary;
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "cannot read the last refusal; recording this one"),
+            if let Some(summary) = self.already_recorded(db, &fingerprint, &tree) {
+                return summary;
             }
         }
         let mut state = LoopState::default();
@@ -125,24 +112,7 @@ impl Refusal {
             state,
             acceptance: vec![],
         };
-        let sink = RecordSink {
-            redactor,
-            // Settings that did not load still name the runtime (and its signing key)
-            // in HEAD's text: the refusal's commit is made, and signed, as theirs.
-            identity: match self.settings.as_ref() {
-                Some(s) => s.runtime_identity.clone(),
-                None => self
-                    .repo
-                    .head()
-                    .and_then(|h| h.peel_to_tree())
-                    .and_then(|t| crate::review::runtime_commits::runtime_identity_of(&self.repo, &t))
-                    .unwrap_or_default(),
-            },
-            telemetry: config::exporter(self.settings.as_ref()),
-            repo: &self.repo,
-            limits: self.settings.as_ref().map(|s| s.limits).unwrap_or_default(),
-            durability: self.settings.as_ref().map(|s| s.durability).unwrap_or_default(),
-        };
+        let sink = refusal_sink(&self.repo, self.settings.as_ref(), redactor);
         let mut summary = finish::write(&self.ctx, &sink, &mut records, db.as_mut().ok());
         if summary.end == FireEnd::Failed {
             summary.end = self.end;
@@ -177,6 +147,57 @@ impl Refusal {
             (None, _) => self.card.summary,
         };
         summary
+    }
+
+    /// The summary of a refusal identical to the task's last one (same fingerprint,
+    /// same builder tree), counted in the state database and not recorded again;
+    /// `None` records it.
+    fn already_recorded(&self, db: &mut StateDb, fingerprint: &str, tree: &str) -> Option<FireSummary> {
+        let task = &self.ctx.opts.task;
+        match db.repeat_refusal(task, fingerprint, tree, self.ctx.started_at) {
+            Ok(Some(seen)) => {
+                let mut summary = self.ctx.unrecorded(RunStatus::Failed, self.end, "");
+                summary.message = format!(
+                    "{} (unchanged since card {}, refused {} times; not recorded again)",
+                    self.card.summary, seen.card_id, seen.count
+                );
+                summary.hint = self
+                    .hint
+                    .clone()
+                    .or_else(|| hint_for(self.card.kind, &self.ctx.run_id, None));
+                Some(summary)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the last refusal; recording this one");
+                None
+            }
+        }
+    }
+}
+
+/// Where a refusal's records go and who signs them. Settings that did not load
+/// still name the runtime (and its signing key) in HEAD's text: the refusal's commit
+/// is made, and signed, as theirs.
+fn refusal_sink<'r>(
+    repo: &'r git2::Repository,
+    settings: Option<&RuntimeSettings>,
+    redactor: crate::secrets::Redactor,
+) -> RecordSink<'r> {
+    RecordSink {
+        redactor,
+        identity: match settings {
+            Some(s) => s.runtime_identity.clone(),
+            None => repo
+                .head()
+                .and_then(|h| h.peel_to_tree())
+                .and_then(|t| crate::review::runtime_commits::runtime_identity_of(repo, &t))
+                .unwrap_or_default(),
+        },
+        telemetry: config::exporter(settings),
+        repo,
+        limits: settings.map(|s| s.limits).unwrap_or_default(),
+        durability: settings.map(|s| s.durability).unwrap_or_default(),
     }
 }
 
@@ -1150,31 +1171,43 @@ impl Preparing {
     /// The conversation the loop starts from: a paused run's checkpoint (no prefetch
     /// again), or the system prompt and the task prompt with its prefetched context.
     fn first_state(&mut self, config: &FireConfig) -> Result<LoopState, Stop> {
-        if let Some(paused) = &self.ctx.opts.resume {
-            let db = StateDb::open(&self.ctx.opts.root).map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
-            let checkpoint = db
-                .checkpoint(paused)
-                .map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?
-                .ok_or_else(|| {
-                    Stop::bare(
-                        FireEnd::InvalidInput,
-                        format!("run `{paused}` has no checkpoint to resume"),
-                    )
-                })?;
-            if let Some(pending) = &checkpoint.state.pending {
-                if let Err(stop) = refuse_stale_approval(&db, &self.ctx.opts.root, paused, pending) {
-                    if stop.card.is_some() {
-                        self.close_paused = Some(paused.clone());
-                    }
-                    return Err(stop);
-                }
-            }
-            let mut state = checkpoint.state;
-            state.trace = Default::default();
-            self.ctx.open_root(&mut state.trace);
-            state.cards.clear();
-            return Ok(state);
+        match self.ctx.opts.resume.clone() {
+            Some(paused) => self.resumed_state(&paused),
+            None => self.fresh_state(config),
         }
+    }
+
+    /// A paused run's checkpoint, with a new trace and no cards; refused when an
+    /// approved call's files changed since the pause (and the pause then closed).
+    fn resumed_state(&mut self, paused: &str) -> Result<LoopState, Stop> {
+        let db = StateDb::open(&self.ctx.opts.root).map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
+        let checkpoint = db
+            .checkpoint(paused)
+            .map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?
+            .ok_or_else(|| {
+                Stop::bare(
+                    FireEnd::InvalidInput,
+                    format!("run `{paused}` has no checkpoint to resume"),
+                )
+            })?;
+        if let Some(pending) = &checkpoint.state.pending {
+            if let Err(stop) = refuse_stale_approval(&db, &self.ctx.opts.root, paused, pending) {
+                if stop.card.is_some() {
+                    self.close_paused = Some(paused.to_string());
+                }
+                return Err(stop);
+            }
+        }
+        let mut state = checkpoint.state;
+        state.trace = Default::default();
+        self.ctx.open_root(&mut state.trace);
+        state.cards.clear();
+        Ok(state)
+    }
+
+    /// A new run's conversation: the system prompt and the task prompt with its
+    /// prefetched context (a card for each prefetch cut to its cap).
+    fn fresh_state(&mut self, config: &FireConfig) -> Result<LoopState, Stop> {
         let mut state = LoopState::default();
         self.ctx.open_root(&mut state.trace);
         let prefetched = prefetch::run_all(

@@ -180,121 +180,32 @@ impl FireSync {
     fn cause(&self, look: &Look) -> Option<Cause> {
         let s = &self.settings;
         let at = format!("{}/{}", s.remote, s.branch);
-        let short = |o: &Oid| o.to_string()[..12].to_string();
         let local = short(&look.local);
         let stuck = match &look.way {
             Way::Stuck(stuck) => Some(stuck),
             _ => None,
         };
-        let (reason, hint, stuck_kind, subject, evidence) = match stuck {
-            Some(Stuck::Unapproved { tip, tree, why }) => (
-                format!("{at} holds builder tree {} with no approval that counts", short(tree)),
-                format!(
-                    "approve that tree (`builder approve <proposal> --push`, by someone other than its authors) or revert it on {at}; `runtime check` on the box shows the state"
-                ),
-                CardKind::UnreviewedChanges,
-                tree.to_string(),
-                {
-                    let mut e = vec![tip.to_string()];
-                    e.extend(why.iter().cloned());
-                    e
-                },
-            ),
-            Some(Stuck::TracksState { tip, state }) => (
-                format!(
-                    "{at} moved to a commit that tracks {}/ ({})",
-                    crate::layout::STATE_DIR,
-                    short(tip)
-                ),
-                format!(
-                    "remove it on {at} from a clone: `git rm -r --cached {dir} && git commit -m 'untrack {dir}' && git push`",
-                    dir = crate::layout::STATE_DIR
-                ),
-                CardKind::UnreviewedChanges,
-                format!("state:{state}"),
-                vec![tip.to_string()],
-            ),
-            Some(Stuck::KeyMissing { tip, var, tree }) => (
-                format!("{at}'s settings name the key variable `{var}`, unset or empty on the cron box"),
-                format!(
-                    "set `{var}` in the cron job's environment (a line of the crontab, or the env file it sources); the next fire then moves to the tip"
-                ),
-                CardKind::InvalidConfig,
-                format!("key:{var}:{tree}"),
-                vec![tip.to_string()],
-            ),
-            Some(Stuck::Rollback { tip, back }) => (
-                format!("{at} holds an older approved tree: {}", back.summary()),
-                format!(
-                    "to go back on purpose, have that tree approved again (propose the revert, approve, merge, push); otherwise push the newer tree back to {at}"
-                ),
-                CardKind::UnreviewedChanges,
-                format!("rollback:{}", back.tree),
-                vec![tip.to_string(), back.newest.id.clone(), back.ran.id.clone()],
-            ),
+        let why = match stuck {
+            Some(stuck) => stuck_why(&at, stuck),
             None => match &look.rewritten {
-                Some(_) => (String::new(), String::new(), CardKind::SyncFailed, String::new(), vec![]),
+                Some(_) => StuckWhy {
+                    reason: String::new(),
+                    hint: String::new(),
+                    kind: CardKind::SyncFailed,
+                    subject: String::new(),
+                    evidence: vec![],
+                },
                 None => return None,
             },
         };
-        let rewritten = look.rewritten.as_ref().map(|r| {
-            let replayed = match look.replayed.len() {
-                0 => String::new(),
-                n => format!(
-                    "; {n} record(s) it dropped were replayed onto the new tip ({}{})",
-                    look.replayed.iter().take(20).cloned().collect::<Vec<_>>().join(", "),
-                    if n > 20 { ", ..." } else { "" }
-                ),
-            };
-            format!(
-                "{at} was rewritten (a force push): {} is no longer in it, and {} commit(s) the cron box had went with it{replayed}. Receipts of earlier fires may name commits the remote no longer has; the box's old branch is kept as {}. If the rewrite meant to remove records, remove them again with a new commit (a force push while the box runs brings them back)",
-                short(&r.from),
-                r.lost,
-                look.kept.as_deref().unwrap_or("(nothing kept)")
-            )
-        });
-        let (summary, detail, kind, evidence) = match (stuck, rewritten) {
-            (Some(_), None) => (
-                format!("{reason}: the cron box fires what it has"),
-                format!(
-                    "{reason}. The cron box keeps firing {local} (the tree it last moved to) and does not move until it can fire the tip: every fire exits 5 until then, with this card written once. Its records still reach {at}, joined onto its tip, so this card is there too.{}\nNext: {hint}",
-                    match stuck {
-                        Some(Stuck::Unapproved { why, .. }) if !why.is_empty() => format!("\nWhy the approvals naming it do not count:\n- {}", why.join("\n- ")),
-                        _ => String::new(),
-                    }
-                ),
-                stuck_kind,
-                evidence,
-            ),
-            (Some(_), Some(rw)) => (
-                format!("{at} was rewritten and the cron box cannot fire its tip: {reason}"),
-                format!(
-                    "{rw}.\nThe box cannot join the new history: {reason}. It keeps firing {local} and replays each fire's records onto {at}'s tip; every fire exits 5 until it can move.\nNext: {hint}"
-                ),
-                CardKind::SyncFailed,
-                evidence,
-            ),
-            (None, Some(rw)) => (
-                format!(
-                    "{at} was rewritten (a force push): the cron box {} its records and {}",
-                    if look.replayed.is_empty() { "kept" } else { "replayed" },
-                    match look.moved {
-                        Some(to) => format!("moved to {}", short(&to)),
-                        None => "pushes them with this fire".into(),
-                    }
-                ),
-                format!("{rw}."),
-                CardKind::SyncFailed,
-                look.replayed.clone(),
-            ),
-            (None, None) => return None,
-        };
+        let rewritten = rewrite_detail(&at, look);
+        let card = cause_card(&at, &local, look, stuck, rewritten, &why)?;
         let note = stuck.map(|_| Note {
-            message: format!("{summary} (this fire ran on {local})"),
-            hint: hint.clone(),
+            message: format!("{} (this fire ran on {local})", card.summary),
+            hint: why.hint.clone(),
         });
         let parts = stuck
-            .map(|_| Part::new(Of::Stuck, s, stuck_kind, subject))
+            .map(|_| Part::new(Of::Stuck, s, why.kind, why.subject))
             .into_iter()
             .chain(
                 look.rewritten
@@ -302,16 +213,7 @@ impl FireSync {
                     .map(|r| Part::new(Of::Rewrite, s, CardKind::SyncFailed, format!("rewrite:{}", r.from))),
             )
             .collect();
-        Some(Cause {
-            parts,
-            card: CardDraft {
-                kind,
-                summary,
-                detail,
-                evidence,
-            },
-            note,
-        })
+        Some(Cause { parts, card, note })
     }
 
     /// After the fire's commit: pushes its records ([`super::push_after`]).
@@ -365,4 +267,153 @@ impl FireSync {
 /// is decided.
 pub fn applies(opts: &super::FireOptions) -> bool {
     !opts.no_commit && !opts.eval
+}
+
+/// Why the box cannot fire the remote's tip, and what its card records.
+struct StuckWhy {
+    reason: String,
+    /// The next step.
+    hint: String,
+    kind: CardKind,
+    /// What the card is about, remembered so the same cause is carded once.
+    subject: String,
+    evidence: Vec<String>,
+}
+
+/// The first 12 hex digits of a commit or tree id.
+fn short(o: &Oid) -> String {
+    o.to_string()[..12].to_string()
+}
+
+/// Why a box stuck on `stuck` cannot fire the tip of `at` (`remote/branch`).
+fn stuck_why(at: &str, stuck: &Stuck) -> StuckWhy {
+    match stuck {
+        Stuck::Unapproved { tip, tree, why } => StuckWhy {
+            reason: format!("{at} holds builder tree {} with no approval that counts", short(tree)),
+            hint: format!(
+                "approve that tree (`builder approve <proposal> --push`, by someone other than its authors) or revert it on {at}; `runtime check` on the box shows the state"
+            ),
+            kind: CardKind::UnreviewedChanges,
+            subject: tree.to_string(),
+            evidence: {
+                let mut e = vec![tip.to_string()];
+                e.extend(why.iter().cloned());
+                e
+            },
+        },
+        Stuck::TracksState { tip, state } => StuckWhy {
+            reason: format!(
+                "{at} moved to a commit that tracks {}/ ({})",
+                crate::layout::STATE_DIR,
+                short(tip)
+            ),
+            hint: format!(
+                "remove it on {at} from a clone: `git rm -r --cached {dir} && git commit -m 'untrack {dir}' && git push`",
+                dir = crate::layout::STATE_DIR
+            ),
+            kind: CardKind::UnreviewedChanges,
+            subject: format!("state:{state}"),
+            evidence: vec![tip.to_string()],
+        },
+        Stuck::KeyMissing { tip, var, tree } => StuckWhy {
+            reason: format!("{at}'s settings name the key variable `{var}`, unset or empty on the cron box"),
+            hint: format!(
+                "set `{var}` in the cron job's environment (a line of the crontab, or the env file it sources); the next fire then moves to the tip"
+            ),
+            kind: CardKind::InvalidConfig,
+            subject: format!("key:{var}:{tree}"),
+            evidence: vec![tip.to_string()],
+        },
+        Stuck::Rollback { tip, back } => StuckWhy {
+            reason: format!("{at} holds an older approved tree: {}", back.summary()),
+            hint: format!(
+                "to go back on purpose, have that tree approved again (propose the revert, approve, merge, push); otherwise push the newer tree back to {at}"
+            ),
+            kind: CardKind::UnreviewedChanges,
+            subject: format!("rollback:{}", back.tree),
+            evidence: vec![tip.to_string(), back.newest.id.clone(), back.ran.id.clone()],
+        },
+    }
+}
+
+/// What a rewritten remote history took from the box, for its card; `None` when the
+/// history was not rewritten.
+fn rewrite_detail(at: &str, look: &Look) -> Option<String> {
+    look.rewritten.as_ref().map(|r| {
+        let replayed = match look.replayed.len() {
+            0 => String::new(),
+            n => format!(
+                "; {n} record(s) it dropped were replayed onto the new tip ({}{})",
+                look.replayed.iter().take(20).cloned().collect::<Vec<_>>().join(", "),
+                if n > 20 { ", ..." } else { "" }
+            ),
+        };
+        format!(
+            "{at} was rewritten (a force push): {} is no longer in it, and {} commit(s) the cron box had went with it{replayed}. Receipts of earlier fires may name commits the remote no longer has; the box's old branch is kept as {}. If the rewrite meant to remove records, remove them again with a new commit (a force push while the box runs brings them back)",
+            short(&r.from),
+            r.lost,
+            look.kept.as_deref().unwrap_or("(nothing kept)")
+        )
+    })
+}
+
+/// The card of a cause: why the box is stuck, the rewrite, or both; `None` for
+/// neither.
+fn cause_card(
+    at: &str,
+    local: &str,
+    look: &Look,
+    stuck: Option<&Stuck>,
+    rewritten: Option<String>,
+    stuck_why: &StuckWhy,
+) -> Option<CardDraft> {
+    let StuckWhy {
+        reason,
+        hint,
+        kind: stuck_kind,
+        evidence,
+        ..
+    } = stuck_why;
+    let (summary, detail, kind, evidence) = match (stuck, rewritten) {
+        (Some(_), None) => (
+            format!("{reason}: the cron box fires what it has"),
+            format!(
+                "{reason}. The cron box keeps firing {local} (the tree it last moved to) and does not move until it can fire the tip: every fire exits 5 until then, with this card written once. Its records still reach {at}, joined onto its tip, so this card is there too.{}\nNext: {hint}",
+                match stuck {
+                    Some(Stuck::Unapproved { why, .. }) if !why.is_empty() => format!("\nWhy the approvals naming it do not count:\n- {}", why.join("\n- ")),
+                    _ => String::new(),
+                }
+            ),
+            *stuck_kind,
+            evidence.clone(),
+        ),
+        (Some(_), Some(rw)) => (
+            format!("{at} was rewritten and the cron box cannot fire its tip: {reason}"),
+            format!(
+                "{rw}.\nThe box cannot join the new history: {reason}. It keeps firing {local} and replays each fire's records onto {at}'s tip; every fire exits 5 until it can move.\nNext: {hint}"
+            ),
+            CardKind::SyncFailed,
+            evidence.clone(),
+        ),
+        (None, Some(rw)) => (
+            format!(
+                "{at} was rewritten (a force push): the cron box {} its records and {}",
+                if look.replayed.is_empty() { "kept" } else { "replayed" },
+                match look.moved {
+                    Some(to) => format!("moved to {}", short(&to)),
+                    None => "pushes them with this fire".into(),
+                }
+            ),
+            format!("{rw}."),
+            CardKind::SyncFailed,
+            look.replayed.clone(),
+        ),
+        (None, None) => return None,
+    };
+    Some(CardDraft {
+        kind,
+        summary,
+        detail,
+        evidence,
+    })
 }
