@@ -1,4 +1,4 @@
-//! The exit-code table (DESIGN.md section 7, issue 9): each situation cron or a
+//! The exit-code table (docs/design.md, issue 9): each situation cron or a
 //! person can meet, with the exact code and a line of stderr that says what went
 //! wrong. Only a bug may exit 70; the forced internal error uses the binaries'
 //! test-only hook (`*_TEST_FORCE_INTERNAL_ERROR`, honoured in debug builds only).

@@ -1,4 +1,4 @@
-//! Who is acting (DESIGN.md section 8, "Identity"): a builder command records the
+//! Who is acting (docs/design.md): a builder command records the
 //! person git would name as the author: `GIT_AUTHOR_NAME`/`EMAIL`, then `user.name`
 //! and `user.email` from git's config chain (`GIT_CONFIG_GLOBAL`, the repository's
 //! config). Nothing is guessed from `$USER`.

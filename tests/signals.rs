@@ -1,5 +1,5 @@
 //! Every phase of a fire answers SIGINT, SIGTERM and SIGHUP (issue 11, item 5; SIGHUP
-//! since issue 22): prefetch, the loop, acceptance; the fire ends as `cancelled` (exit 1, DESIGN.md section 7) with
+//! since issue 22): prefetch, the loop, acceptance; the fire ends as `cancelled` (exit 1, docs/design.md) with
 //! its report, receipt and card committed, and nothing it started outlives it. The
 //! signal lands at a named point: a marker the fire's own script writes while it runs,
 //! or a crash point armed to raise SIGTERM or SIGINT (`RUNTIME_FAILPOINTS=name:term`).

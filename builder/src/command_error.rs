@@ -1,4 +1,4 @@
-//! The one place a `builder` command's exit code is decided (DESIGN.md section 7). A
+//! The one place a `builder` command's exit code is decided (docs/exit-codes.md). A
 //! command returns `Result<Outcome, CommandError>`; a [`CommandError`] (shared with
 //! the runtime, in the `cli` crate) is classified by its cause into a [`Kind`], which
 //! [`exit_code`] maps to this binary's code. `main` prints the error as `error: ...`
@@ -10,7 +10,7 @@ pub use cli::error::{CommandError, Kind};
 /// (see `cli::error::forced_internal_error`).
 pub const FORCE_INTERNAL_ERROR_ENV: &str = "BUILDER_TEST_FORCE_INTERNAL_ERROR";
 
-/// The process exit codes of `builder` (DESIGN.md section 7), defined here only.
+/// The process exit codes of `builder` (docs/exit-codes.md), defined here only.
 pub mod exit {
     pub const OK: u8 = 0;
     pub const PROBLEMS: u8 = 1;

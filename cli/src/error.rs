@@ -4,7 +4,7 @@
 //! source chain for `io::Error`, `git2::Error` and `rusqlite::Error`), so a permission
 //! problem, a held lock or a full disk gets its exit code and a hint instead of
 //! looking like a crash, and only an unclassified error (a bug) is [`Kind::Internal`].
-//! Each binary maps a [`Kind`] to its own exit code (DESIGN.md section 7).
+//! Each binary maps a [`Kind`] to its own exit code (docs/exit-codes.md).
 //!
 //! Test-only hook: in debug builds (`cfg(debug_assertions)`), a non-empty variable
 //! named by the binary makes every command fail at once with an internal error

@@ -1,4 +1,4 @@
-//! The one place a `runtime` command's exit code is decided (DESIGN.md section 7;
+//! The one place a `runtime` command's exit code is decided (docs/exit-codes.md;
 //! cron reads them). A command returns `Result<Outcome, CommandError>`: a fire's own
 //! outcome (failed, skipped, waiting, needs attention) is an [`Outcome`], not an
 //! error; a [`CommandError`] (shared with the builder, in the `cli` crate) is
@@ -12,7 +12,7 @@ use shared::fire::{FireEnd, FireSummary};
 /// (see `cli::error::forced_internal_error`).
 pub const FORCE_INTERNAL_ERROR_ENV: &str = "RUNTIME_TEST_FORCE_INTERNAL_ERROR";
 
-/// The process exit codes of `runtime` (DESIGN.md section 7; cron reads them),
+/// The process exit codes of `runtime` (docs/exit-codes.md; cron reads them),
 /// defined here only.
 pub mod exit {
     pub const OK: u8 = 0;

@@ -1,4 +1,4 @@
-//! `builder audit`: the history check of the invariant (DESIGN.md section 2). Walks
+//! `builder audit`: the history check of the invariant (docs/design.md). Walks
 //! git history and flags (a) commits by the runtime identity that touch anything but
 //! new files in runtime-owned paths, (b) changes to builder-owned paths on the branch
 //! (its first-parent chain) whose resulting tree of builder-owned paths no approval on

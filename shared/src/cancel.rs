@@ -1,4 +1,4 @@
-//! A fire's cancellation by SIGINT, SIGTERM or SIGHUP (DESIGN.md section 4, issue 11
+//! A fire's cancellation by SIGINT, SIGTERM or SIGHUP (docs/design.md, issue 11
 //! item 5; SIGHUP, a closed terminal or ssh session, is treated like SIGTERM),
 //! answered in every phase: [`install`] replaces the default action (death, with no
 //! records) by a flag as the fire starts, before prefetch, so a signal at any point

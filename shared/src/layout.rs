@@ -1,4 +1,4 @@
-//! The agent repository's layout and who owns which path (DESIGN.md sections 2 and 3).
+//! The agent repository's layout and who owns which path (docs/design.md).
 //! One function, [`Ownership::classify`], decides whether any path a tool or command
 //! names is builder-owned, runtime-owned or neither; builder-owned always wins and a
 //! path that escapes the repository is never writable. Everything that guards writes

@@ -1,4 +1,4 @@
-//! Runtime records (DESIGN.md section 6): the run receipt (`runs/<task>/<day>/<id>.json`)
+//! Runtime records (docs/design.md): the run receipt (`runs/<task>/<day>/<id>.json`)
 //! and failure cards (`cards/<day>/<id>.yaml`), their ids and fingerprints, and the
 //! create-only writer. The runtime never rewrites a record once written; only the
 //! builder adds a `triage` block to a card later.
@@ -551,7 +551,7 @@ pub struct Inputs {
     pub approval: Option<ApprovalRef>,
 }
 
-/// Which approval covered the builder-owned tree a fire ran on (DESIGN.md section 8).
+/// Which approval covered the builder-owned tree a fire ran on (docs/design.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalRef {
     /// The approval's commit on `refs/builder/approvals`.

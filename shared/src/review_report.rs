@@ -1,4 +1,4 @@
-//! `builder review <name>` (DESIGN.md section 8, "`review --format json`"): what a
+//! `builder review <name>` (docs/design.md): what a
 //! reviewer needs to approve a proposal, gathered in one value: the diff of
 //! builder-owned paths against the base, `builder check` on the proposal's tree, the
 //! capability delta over the recorded history ([`crate::review::delta`]), the eval table for

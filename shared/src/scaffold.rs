@@ -1,4 +1,4 @@
-//! `builder init`: scaffold an agent repository (DESIGN.md section 3) with the example
+//! `builder init`: scaffold an agent repository (docs/design.md) with the example
 //! task this repository itself ships. The templates are the top-level files of this
 //! repo, compiled in, so the scaffold and the working example never drift apart.
 //! Idempotent: an existing file is never overwritten, and a second run changes nothing.

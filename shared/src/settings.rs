@@ -1,4 +1,4 @@
-//! Typed, validated settings: `settings/runtime.yaml` (DESIGN.md section 8) plus any
+//! Typed, validated settings: `settings/runtime.yaml` (docs/design.md) plus any
 //! Claude Code style `settings/*.json` whose `permissions` block is merged in, so a
 //! team moving off `claude -p --settings settings.json` keeps its file. Loading
 //! rejects unknown keys and wrong types and then checks meaning (rules parse, globs
@@ -56,7 +56,7 @@ pub struct RuntimeSettings {
     pub telemetry: Telemetry,
     /// Fire only when HEAD's tree of builder-owned paths has an approval on
     /// `refs/builder/approvals`; `builder audit` then calls an unapproved change a
-    /// violation, not a warning (DESIGN.md section 8, "Review contracts").
+    /// violation, not a warning (docs/design.md).
     #[serde(default)]
     pub require_reviewed: bool,
     /// How approvals are checked (optional).
@@ -70,7 +70,7 @@ pub struct RuntimeSettings {
     pub mcp: crate::mcp::McpServers,
 }
 
-/// The `sync:` section (DESIGN.md section 8, "Sync"): the remote and branch a fire
+/// The `sync:` section (docs/design.md): the remote and branch a fire
 /// fetches before and pushes after, and how often a rejected push is rebuilt on the
 /// remote's new tip and tried again.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! The cron box (DESIGN.md section 8, "Sync"): with a `sync` section, a fire first
+//! The cron box (docs/design.md): with a `sync` section, a fire first
 //! fetches the branch and the approvals from the remote and moves to the remote tip
 //! when the box may fire it ([`before_fire`]); after its commit it pushes its records
 //! ([`push_after`]). The box never strands its records and never goes quiet:

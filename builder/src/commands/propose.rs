@@ -1,6 +1,6 @@
 //! `builder propose <name>`: move the work tree's changes to builder-owned paths onto a
 //! commit on `proposals/<name>`; the current branch does not move and is left clean of
-//! those changes (DESIGN.md section 8, "Proposals"). `--push` publishes the branch
+//! those changes (docs/design.md). `--push` publishes the branch
 //! (with its upstream set), so reviewers' clones see it after a fetch. A run after one
 //! that was killed first finishes what that one left.
 

@@ -1,5 +1,5 @@
 //! The loop controller: context builder -> provider -> policy gate -> tool executor ->
-//! checkpoint, until a stop reason (DESIGN.md section 4). Every tool call is parsed
+//! checkpoint, until a stop reason (docs/design.md). Every tool call is parsed
 //! strictly, decided by the policy engine, and only then sent to the sandboxed tool
 //! worker. Failures come back to the model as classified observations; those the
 //! builder must hear about become card drafts.

@@ -1,4 +1,4 @@
-//! Eval case files, `evals/<task>/<case>.yaml` (DESIGN.md section 8, "Eval cases"):
+//! Eval case files, `evals/<task>/<case>.yaml` (docs/eval-cases.md):
 //! read strictly, so an unknown key, an unknown assertion or a value of the wrong
 //! type is a diagnostic with file, line and field (what `builder check` lists), never
 //! a case that silently asserts less than its author meant.

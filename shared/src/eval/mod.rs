@@ -1,4 +1,4 @@
-//! `builder eval` (DESIGN.md section 8, "Eval cases" and "Eval output"): the golden
+//! `builder eval` (docs/design.md and "Eval output"): the golden
 //! cases of `evals/<task>/*.yaml` run on a base and a head revision in one go, each
 //! revision in its own temporary worktree (see [`run`]), side by side: pass rate,
 //! steps, tool calls, tokens, cost, denials, duration. A head case that breaks an

@@ -1,4 +1,4 @@
-//! The trusted configuration of an eval (DESIGN.md section 8, "Evals are not powers"):
+//! The trusted configuration of an eval (docs/design.md):
 //! where it comes from (the base revision's settings, read from git, or an operator's
 //! file named on the command line), the file every eval fire is handed
 //! (`runtime fire --eval --trusted-settings FILE`), the environment an eval fire gets

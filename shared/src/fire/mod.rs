@@ -1,4 +1,4 @@
-//! One fire of a task (DESIGN.md section 4), in phases so the binary can enter the
+//! One fire of a task (docs/design.md), in phases so the binary can enter the
 //! sandbox between them: [`prepare`] (repository, lock, dirty check, load and validate,
 //! prefetch) runs single-threaded and ends in a [`FireRun`] or an [`EarlyEnd`]; the
 //! binary then restricts itself with Landlock ([`FireRun::enter_sandbox`]) and starts
@@ -62,7 +62,7 @@ pub struct FireOptions {
     pub trusted: Option<crate::settings::RuntimeSettings>,
 }
 
-/// How a fire ended, in the terms the binary maps to exit codes (DESIGN.md section 7).
+/// How a fire ended, in the terms the binary maps to exit codes (docs/design.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FireEnd {

@@ -1,4 +1,4 @@
-//! Prefetch (DESIGN.md section 4, step 4): the builder's deterministic context
+//! Prefetch (docs/design.md, step 4): the builder's deterministic context
 //! scripts from `tools/`, run before any model call with a timeout, an output cap and
 //! a scrubbed environment, their output appended to the prompt as markdown so the
 //! model spends no turns on it. Each script runs in a tool worker of its own, in the

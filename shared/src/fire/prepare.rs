@@ -346,7 +346,7 @@ fn open_task(ctx: &FireContext) -> Result<git2::Repository, Box<FireSummary>> {
     }
 }
 
-/// A dry run of steps 1-4 (DESIGN.md section 4): what [`prepare`] resolves (settings,
+/// A dry run of steps 1-4 (docs/design.md): what [`prepare`] resolves (settings,
 /// policy, tools, prefetch output, the first conversation) without the task's lock and
 /// without a record; uncommitted builder-owned changes, which a fire refuses, become a
 /// note. The caller removes the scratch directory.
@@ -863,7 +863,7 @@ impl Preparing {
         .with_hint("land the changes through review (`builder propose <name>`), or `git stash` them, then fire again"))
     }
 
-    /// What git does not track (DESIGN.md section 2: modes and owners are builder-owned
+    /// What git does not track (docs/design.md: modes and owners are builder-owned
     /// too): a mode or owner of a builder-owned path, or a hook, that changed since the
     /// last accepted manifest ([`crate::manifest`]) refuses the fire as a dirty path
     /// does; otherwise the current state is recorded as accepted.
@@ -917,7 +917,7 @@ impl Preparing {
             .with_hint("put the mode, owner or hook back, or accept the change with `builder audit --accept-metadata`"))
     }
 
-    /// Two keys (DESIGN.md section 8): with `require_reviewed`, HEAD's tree of
+    /// Two keys (docs/design.md): with `require_reviewed`, HEAD's tree of
     /// builder-owned paths must be named by an approval on `refs/builder/approvals`;
     /// the approval goes into the receipt. The refusal's detail names the tree and not
     /// the commit, so the refusal repeats (counted, not recorded) until the tree changes.
@@ -1147,13 +1147,22 @@ impl Preparing {
             )
             .with_hint(format!("set `{var}` in the environment the fire runs in (for cron: in the crontab line or the script it calls)")));
         }
-        let scope = self.read_builder_file(SCOPE_FILE).unwrap_or_default();
-        if scope.trim().is_empty() {
-            return Err(invalid(
-                "scope/SCOPE.md is missing or empty".into(),
-                format!("{SCOPE_FILE}:0: the boundary document is required"),
-            ));
-        }
+        let scope = match self.read_builder_file(SCOPE_FILE) {
+            Ok(scope) if !scope.trim().is_empty() => scope,
+            Ok(_) => {
+                return Err(invalid(
+                    "scope/SCOPE.md is empty".into(),
+                    format!("{SCOPE_FILE}:1: the boundary document is required and says nothing"),
+                ))
+            }
+            // Missing, not UTF-8 text, or a refused link: the reader says which.
+            Err(why) => {
+                return Err(invalid(
+                    format!("the boundary document cannot be read: {}", first_line(&why)),
+                    format!("{SCOPE_FILE}:0: the boundary document is required: {why}"),
+                ))
+            }
+        };
         let blob = |p: &str| {
             crate::git::head_blob(&self.repo, p)
                 .ok()

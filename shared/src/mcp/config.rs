@@ -1,5 +1,5 @@
 //! The `mcp:` section of `settings/runtime.yaml`: the MCP tool servers a builder
-//! declares (DESIGN.md section 8). Each entry says what starts (a stdio argv), which
+//! declares (docs/design.md). Each entry says what starts (a stdio argv), which
 //! variables of the runtime's environment it may see, which TCP ports it may reach,
 //! which extra directories it may read, and whether a fire may go on without it.
 //! The checks here are the ones a reviewer relies on: a name usable in rule names, a

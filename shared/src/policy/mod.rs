@@ -1,4 +1,4 @@
-//! The policy engine (DESIGN.md section 4, "Policy"): every tool call is decided
+//! The policy engine (docs/design.md): every tool call is decided
 //! allow / ask / deny before it runs. Deny rules first, then ask, then allow; first
 //! match wins; builder-owned paths are always denied for writes, and writes outside
 //! the write ACL are always denied. Reads inside the read roots and writes inside the

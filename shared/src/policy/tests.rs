@@ -1,4 +1,4 @@
-//! Policy engine cases: each bypass class of DESIGN.md section 4 (flag reordering,
+//! Policy engine cases: each bypass class of docs/design.md (flag reordering,
 //! chaining, wrappers, nested shells, substitutions, heredocs, interpreters, `sed -i`
 //! with several targets, path tricks) against a realistic rule set.
 

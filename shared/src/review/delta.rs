@@ -1,5 +1,4 @@
-//! The capability delta of a proposal (DESIGN.md section 8, "`review --format
-//! json`"): every tool call recorded in the run history, decided again under the
+//! The capability delta of a proposal (docs/design.md): every tool call recorded in the run history, decided again under the
 //! base's settings and under the proposal's, keeping only the calls whose decision
 //! changes, grouped by the rules that decided them before and after. A reviewer
 //! approves "this would have allowed 3 denied `git push` calls", not a text diff of

@@ -1,4 +1,4 @@
-//! Prompt changes through review (DESIGN.md section 8, "Review contracts"): a
+//! Prompt changes through review (docs/design.md): a
 //! proposal is a branch `proposals/<name>`, an approval is a commit on its own ref
 //! `refs/builder/approved/<id>` naming the exact tree of builder-owned paths it approved,
 //! and a merge lands an approved proposal on its base with trailers. What counts is
@@ -237,7 +237,7 @@ pub fn builder_tree_of_commit(repo: &Repository, commit: Oid) -> Result<Oid, git
     builder_tree_of(repo, &repo.find_commit(commit)?.tree()?)
 }
 
-/// Email addresses compare case-insensitively (DESIGN.md section 8, "Identity").
+/// Email addresses compare case-insensitively (docs/design.md).
 pub fn same_person(a_email: &str, b_email: &str) -> bool {
     a_email.trim().eq_ignore_ascii_case(b_email.trim())
 }

@@ -15,7 +15,7 @@ use git2::{build::TreeUpdateBuilder, BranchType, FileMode, Oid, Repository, Sign
 use serde::Serialize;
 use std::path::Path;
 
-/// A proposal's state (DESIGN.md section 8).
+/// A proposal's state (docs/design.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {

@@ -1,4 +1,4 @@
-//! Signed approvals (DESIGN.md section 8): with `review.require_signed`, an approval
+//! Signed approvals (docs/design.md): with `review.require_signed`, an approval
 //! counts only when it carries an SSHSIG signature (what `ssh-keygen -Y sign` and git's
 //! SSH signing make), in the namespace `builder-approval`, over the approval's
 //! canonical [`payload`], by a key that `review.allowed_signers` (git's allowed-signers

@@ -1,4 +1,4 @@
-//! Which allowed-signers list judges an approval (DESIGN.md section 8; issue 12): an
+//! Which allowed-signers list judges an approval (docs/design.md): an
 //! approval of a tree is judged by the list of the tree trusted *before* it, never by
 //! the list of the tree it approves, so a change that adds a key to
 //! `settings/allowed_signers` cannot be approved with that same new key.

@@ -1,4 +1,4 @@
-//! The runtime's tools (DESIGN.md section 4, "Tools"): `read_file`, `list_dir`, `grep`,
+//! The runtime's tools (docs/design.md): `read_file`, `list_dir`, `grep`,
 //! `write_file`, `edit_file`, `run_command`. Each has a JSON schema, a risk level, a
 //! timeout and an output limit. Arguments are parsed strictly from the model's raw
 //! JSON; anything malformed becomes an `INVALID_ARGUMENTS` observation, never a crash
