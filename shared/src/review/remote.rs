@@ -78,9 +78,32 @@ fn git(root: &Path, args: &[&str]) -> Result<Output, ReviewError> {
         joined.push(path);
         cmd.env("PATH", joined);
     }
-    cmd.output().map_err(|e| ReviewError::Remote {
+    let error = |e: std::io::Error| ReviewError::Remote {
         command: format!("git {}", args.join(" ")),
         message: e.to_string(),
+    };
+    // Its output goes to files, not pipes: a `builder` killed mid-fetch or mid-push
+    // would close the pipes, and git, writing to them, would die of SIGPIPE while it
+    // holds a ref's lock (`refs/remotes/origin/main.lock`), which then stops every
+    // later fetch. Writing to files, git finishes and removes its locks.
+    let (mut stdout, mut stderr) = (
+        tempfile::tempfile().map_err(error)?,
+        tempfile::tempfile().map_err(error)?,
+    );
+    cmd.stdout(stdout.try_clone().map_err(error)?)
+        .stderr(stderr.try_clone().map_err(error)?);
+    let status = cmd.status().map_err(error)?;
+    let read = |f: &mut std::fs::File| -> std::io::Result<Vec<u8>> {
+        use std::io::{Read, Seek};
+        let mut bytes = Vec::new();
+        f.seek(std::io::SeekFrom::Start(0))?;
+        f.read_to_end(&mut bytes)?;
+        Ok(bytes)
+    };
+    Ok(Output {
+        status,
+        stdout: read(&mut stdout).map_err(error)?,
+        stderr: read(&mut stderr).map_err(error)?,
     })
 }
 
