@@ -240,7 +240,7 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
     // again a moment later) is read again before the fire gives up on it.
     let statuses = read_again(
         || repo.statuses(Some(&mut opts)),
-        |e| e.class() == git2::ErrorClass::Index,
+        |e| e.class() == git2::ErrorClass::Index || replaced_while_read(e),
     )?;
     let mut out = Vec::new();
     for s in statuses.iter() {
@@ -264,7 +264,7 @@ const READ_TRIES: u32 = 4;
 /// [`READ_TRIES`] times in all, 25 ms apart. For files other processes replace while
 /// the runtime reads them (the index, HEAD: seen damaged once in some hundreds of
 /// fires racing a person's rebase, and whole again a moment later, though every
-/// writer we know renames into place).
+/// writer we know renames into place; see [`replaced_while_read`] for one way).
 fn read_again<T>(
     mut read: impl FnMut() -> Result<T, git2::Error>,
     transient: impl Fn(&git2::Error) -> bool,
@@ -280,6 +280,15 @@ fn read_again<T>(
             other => return other,
         }
     }
+}
+
+/// Whether `e` is libgit2's short read of a file replaced while it read it: it takes a
+/// file's size from its path, then opens the path, and a file git renamed into place
+/// in between (HEAD going from a detached commit, 41 bytes, back to `ref:
+/// refs/heads/main`, 21, as a rebase ends) reads as "could not read (expected 41
+/// bytes, read 21)".
+fn replaced_while_read(e: &git2::Error) -> bool {
+    e.class() == git2::ErrorClass::Filesystem && e.message().starts_with("could not read (expected")
 }
 
 /// The id of the tree holding only the builder-owned directories of `tree`, built by
@@ -430,7 +439,7 @@ pub fn open_work_tree(path: &Path) -> Result<WorkTree, GitError> {
 fn settle_head(repo: &Repository) {
     let _ = read_again(
         || repo.head().map(|_| ()),
-        |e| e.class() == git2::ErrorClass::Reference && e.message().contains("corrupted"),
+        |e| (e.class() == git2::ErrorClass::Reference && e.message().contains("corrupted")) || replaced_while_read(e),
     );
 }
 
@@ -465,6 +474,38 @@ pub fn acting_identity(repo: &Repository) -> Result<Person, GitError> {
 #[cfg(test)]
 mod open_tests {
     use super::*;
+
+    #[test]
+    fn a_short_read_of_a_replaced_file_is_read_again_and_other_errors_are_not() {
+        let short = || {
+            git2::Error::new(
+                git2::ErrorCode::GenericError,
+                git2::ErrorClass::Filesystem,
+                "could not read (expected 41 bytes, read 21)",
+            )
+        };
+        assert!(replaced_while_read(&short()));
+        let missing = git2::Error::new(
+            git2::ErrorCode::NotFound,
+            git2::ErrorClass::Filesystem,
+            "could not open '/x/HEAD': No such file or directory",
+        );
+        assert!(!replaced_while_read(&missing));
+        // Replaced once, then whole: read_again returns the second read.
+        let mut reads = 0;
+        let got = read_again(
+            || {
+                reads += 1;
+                if reads == 1 {
+                    Err(short())
+                } else {
+                    Ok(reads)
+                }
+            },
+            replaced_while_read,
+        );
+        assert_eq!(got.unwrap(), 2);
+    }
 
     #[test]
     fn a_path_outside_any_repository_is_not_a_repo() {
