@@ -19,23 +19,32 @@ fn main() {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=BUILD_COMMIT={commit}");
-    // HEAD names the branch; the branch's ref (loose or packed) names the commit.
-    let git_dir = Command::new("git")
-        .args(["rev-parse", "--absolute-git-dir"])
-        .current_dir(&workspace)
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|s| s.trim().to_string());
-    if let Some(dir) = git_dir.filter(|d| !d.is_empty()) {
-        let dir = Path::new(&dir);
-        for watched in ["HEAD", "packed-refs"] {
-            println!("cargo:rerun-if-changed={}", dir.join(watched).display());
-        }
-        if let Ok(head) = std::fs::read_to_string(dir.join("HEAD")) {
+    // HEAD names the branch; the branch's ref (loose, or in packed-refs) names the
+    // commit. A linked worktree keeps its HEAD apart and its refs in the common
+    // directory. Only paths that exist are named: cargo runs a build script again
+    // on every build while a path it watches is missing (a repository with no
+    // packed-refs yet would rebuild both binaries every time).
+    let rev_parse = |arg: &str| {
+        Command::new("git")
+            .args(["rev-parse", arg])
+            .current_dir(&workspace)
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    if let (Some(git_dir), Some(common)) = (rev_parse("--absolute-git-dir"), rev_parse("--git-common-dir")) {
+        let git_dir = Path::new(&git_dir);
+        let common = git_dir.join(common);
+        let mut watched = vec![git_dir.join("HEAD"), common.join("packed-refs")];
+        if let Ok(head) = std::fs::read_to_string(git_dir.join("HEAD")) {
             if let Some(branch) = head.trim().strip_prefix("ref: ") {
-                println!("cargo:rerun-if-changed={}", dir.join(branch).display());
+                watched.push(common.join(branch));
             }
+        }
+        for path in watched.iter().filter(|p| p.exists()) {
+            println!("cargo:rerun-if-changed={}", path.display());
         }
     }
     println!("cargo:rerun-if-changed=build.rs");
