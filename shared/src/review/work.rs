@@ -211,7 +211,8 @@ fn blob_in(tree: &git2::Tree, path: &str) -> Option<Oid> {
 /// A path holding neither `target`'s nor `other`'s version (or lacking the file where
 /// one of them does) holds a write the crash cut short, or a person's edit since:
 /// its content is copied under `.git/builder/recovered/<time>/` first, so the retry
-/// can go on and nothing is lost. Returns the paths copied and where.
+/// can go on and nothing is lost; one that cannot be copied is left alone. Returns
+/// the paths copied and where, and those left.
 fn settle_paths(repo: &Repository, paths: &[String], target: Oid, other: Oid) -> Result<KeptAside, ReviewError> {
     let t = repo.find_commit(target)?.tree()?;
     let o = repo.find_commit(other)?.tree()?;
@@ -225,6 +226,9 @@ fn settle_paths(repo: &Repository, paths: &[String], target: Oid, other: Oid) ->
         ours.push(p.clone());
     }
     let recovered = keep_copies(repo, &odd)?;
+    // A file that could not be copied (larger than the cap, not a regular file) is a
+    // person's, for all this can tell: left as it is, and named.
+    ours.retain(|p| !recovered.left.contains(p));
     if !ours.is_empty() {
         crate::git::cut_index_stamp(repo);
         let mut co = git2::build::CheckoutBuilder::new();
@@ -254,23 +258,29 @@ fn settle_paths(repo: &Repository, paths: &[String], target: Oid, other: Oid) ->
     Ok(recovered)
 }
 
-/// What [`settle_paths`] copied aside before settling: the paths and the directory.
+/// What [`settle_paths`] copied aside before settling (the paths and the
+/// directory), and what it could not copy and so left alone.
 struct KeptAside {
     paths: Vec<String>,
     dir: std::path::PathBuf,
+    left: Vec<String>,
 }
 
 impl KeptAside {
     /// `what` the settling did, and what it kept, for the command's message.
     fn say(&self, what: &str) -> String {
-        if self.paths.is_empty() {
-            return what.to_string();
+        let mut said = what.to_string();
+        if !self.paths.is_empty() {
+            said.push_str(&format!(
+                "; {} held neither version (a write the crash cut short, or an edit since): a copy of each is in {}",
+                self.paths.join(", "),
+                self.dir.display()
+            ));
         }
-        format!(
-            "{what}; {} held neither version (a write the crash cut short, or an edit since): a copy of each is in {}",
-            self.paths.join(", "),
-            self.dir.display()
-        )
+        if !self.left.is_empty() {
+            said.push_str(&format!("; left edited files alone: {}", self.left.join(", ")));
+        }
+        said
     }
 }
 
@@ -286,17 +296,29 @@ fn keep_copies(repo: &Repository, paths: &[String]) -> Result<KeptAside, ReviewE
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     let dir = repo.commondir().join("builder/recovered").join(stamp.to_string());
+    if paths.is_empty() {
+        return Ok(KeptAside {
+            paths: vec![],
+            dir,
+            left: vec![],
+        });
+    }
     let root = repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf();
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ReviewError::Io { path, source }
     };
     let beneath = crate::beneath::open_root(&root).map_err(io(&root))?;
+    let mut kept = Vec::new();
+    let mut left = Vec::new();
     for p in paths {
         let from = root.join(p);
-        // Read through no link, as a regular file: a link or directory there is put
-        // back by the settling and holds no content of its own to keep.
+        if from.symlink_metadata().is_err() {
+            continue; // gone: nothing to keep, the settling puts it back
+        }
+        // Read through no link, as a regular file.
         let Ok(bytes) = crate::beneath::read_regular(&beneath, Path::new(p), KEEP_MAX_BYTES) else {
+            left.push(p.clone());
             continue;
         };
         let to = dir.join(p);
@@ -304,11 +326,9 @@ fn keep_copies(repo: &Repository, paths: &[String]) -> Result<KeptAside, ReviewE
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
         std::fs::write(&to, bytes).map_err(io(&from))?;
+        kept.push(p.clone());
     }
-    Ok(KeptAside {
-        paths: paths.to_vec(),
-        dir,
-    })
+    Ok(KeptAside { paths: kept, dir, left })
 }
 
 /// An interrupted move: the work tree goes where the branch is (`from` when the
