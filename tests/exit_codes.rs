@@ -332,3 +332,44 @@ fn help_lists_every_exit_code() {
         );
     }
 }
+
+/// A reader that goes away (`runtime fire t --json | head -c 100`, a closed pipe
+/// under cron) ends what a fire prints, not the fire: it still commits and exits with
+/// its own code, and nothing panics (Rust's `println!` would, with exit 101, since a
+/// fire ignores SIGPIPE). Other commands end as Unix tools do, by SIGPIPE.
+#[test]
+fn a_closed_stdout_ends_the_output_not_the_command() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = TestEnv::new();
+    let closed = || {
+        let (read, write) = std::io::pipe().unwrap();
+        drop(read);
+        write
+    };
+    let before = git_commits(&env);
+    let fire = env
+        .command("runtime", &["fire", "digest", "--json"])
+        .stdout(closed())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&fire.stderr);
+    assert_eq!(fire.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(git_commits(&env), before + 1, "the fire's records are committed");
+    let runs = env.command("runtime", &["runs"]).stdout(closed()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&runs.stderr);
+    assert_eq!(
+        runs.status.signal(),
+        Some(13),
+        "runs ends by SIGPIPE: {:?} {stderr}",
+        runs.status
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+fn git_commits(env: &TestEnv) -> usize {
+    let repo = git2::Repository::open(&env.root).unwrap();
+    let mut walk = repo.revwalk().unwrap();
+    walk.push_head().unwrap();
+    walk.count()
+}

@@ -12,3 +12,4 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUILD_C
 pub mod error;
 pub mod help;
 pub mod man;
+pub mod stdout;

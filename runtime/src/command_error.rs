@@ -138,6 +138,7 @@ mod tests {
             receipt: None,
             cards: vec![],
             commit: None,
+            records_kept: false,
             message: "m".into(),
             hint: None,
         };

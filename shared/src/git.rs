@@ -135,7 +135,7 @@ pub fn commit_blocker(repo: &Repository) -> Result<Option<Blocker>, GitError> {
     if found.is_some() {
         return Ok(found);
     }
-    let head = repo.find_reference("HEAD")?;
+    let head = head_ref(repo)?;
     match head.symbolic_target()? {
         None => Ok(Some(Blocker::Detached {
             at: head
@@ -156,7 +156,7 @@ pub fn commit_blocker(repo: &Repository) -> Result<Option<Blocker>, GitError> {
 /// The branch HEAD names when that branch's ref is missing while the repository has
 /// other refs (a deleted branch, a fresh `git checkout --orphan`): not "no commits yet".
 pub fn head_branch_missing(repo: &Repository) -> Option<String> {
-    let head = repo.find_reference("HEAD").ok()?;
+    let head = head_ref(repo).ok()?;
     let branch = head.symbolic_target().ok()??.to_string();
     if repo.find_reference(&branch).is_ok() {
         return None;
@@ -197,7 +197,7 @@ pub fn git_dirs(repo: &Repository) -> Vec<PathBuf> {
 
 /// HEAD's commit id, `None` on an unborn branch.
 pub fn head_commit(repo: &Repository) -> Result<Option<Oid>, GitError> {
-    match repo.head() {
+    match head_resolved(repo) {
         Ok(h) => Ok(Some(h.peel_to_commit()?.id())),
         Err(e) if e.code() == git2::ErrorCode::UnbornBranch || e.code() == git2::ErrorCode::NotFound => Ok(None),
         Err(e) => Err(e.into()),
@@ -437,10 +437,25 @@ pub fn open_work_tree(path: &Path) -> Result<WorkTree, GitError> {
 /// Reads HEAD until it parses ([`read_again`]); one still unreadable is left to the
 /// caller's own read, which names the error.
 fn settle_head(repo: &Repository) {
-    let _ = read_again(
-        || repo.head().map(|_| ()),
-        |e| (e.class() == git2::ErrorClass::Reference && e.message().contains("corrupted")) || replaced_while_read(e),
-    );
+    let _ = read_again(|| repo.head().map(|_| ()), head_read_transient);
+}
+
+/// HEAD's own reference (symbolic or detached), read again while a person's git
+/// command replaces it ([`head_read_transient`]).
+pub(crate) fn head_ref(repo: &Repository) -> Result<git2::Reference<'_>, git2::Error> {
+    read_again(|| repo.find_reference("HEAD"), head_read_transient)
+}
+
+/// HEAD resolved to its branch's commit (`git2::Repository::head`), read again as
+/// [`head_ref`] is.
+pub(crate) fn head_resolved(repo: &Repository) -> Result<git2::Reference<'_>, git2::Error> {
+    read_again(|| repo.head(), head_read_transient)
+}
+
+/// A read of HEAD that failed because HEAD was being replaced: damaged for a moment,
+/// or shorter than when libgit2 took its size ([`replaced_while_read`]).
+fn head_read_transient(e: &git2::Error) -> bool {
+    (e.class() == git2::ErrorClass::Reference && e.message().contains("corrupted")) || replaced_while_read(e)
 }
 
 /// Who is acting in `repo`, the way `git commit` picks its author:

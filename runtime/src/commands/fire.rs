@@ -159,12 +159,12 @@ fn dry_run(root: &Path, task: String, out: Output) -> Result<Outcome, CommandErr
             // The prefetch output is whatever the builder's scripts printed (issue
             // titles, log lines a model once wrote): inert on the terminal.
             if out.json {
-                println!(
+                cli::outln!(
                     "{}",
                     shared::text::printable_json(&serde_json::to_string_pretty(&d).unwrap_or_default())
                 );
             } else {
-                print!("{}", shared::text::printable_multiline(&render_dry_run(&d)));
+                cli::out!("{}", shared::text::printable_multiline(&render_dry_run(&d)));
             }
             Ok(Outcome::Ok)
         }
@@ -320,7 +320,7 @@ pub fn fire_task(root: &Path, fire: Fire, out: Output) -> Result<Outcome, Comman
     print(&summary, command_error::exit_code(&result), out);
     if out.print_report {
         if let Some(text) = &summary.report_text {
-            print!("{}", shared::text::printable_multiline(text));
+            cli::out!("{}", shared::text::printable_multiline(text));
         }
     }
     result
@@ -343,7 +343,7 @@ fn print(s: &FireSummary, exit_code: u8, out: Output) {
         // The summary and the exit code it leads to.
         let mut value = serde_json::to_value(s).unwrap_or_default();
         value["exit_code"] = exit_code.into();
-        println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+        cli::outln!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
         return;
     }
     let line = format!(
@@ -365,7 +365,7 @@ fn print(s: &FireSummary, exit_code: u8, out: Output) {
     let tag = match s.end {
         FireEnd::Completed => {
             if std::io::stdout().is_terminal() {
-                println!("{line}");
+                cli::outln!("{line}");
             }
             return;
         }

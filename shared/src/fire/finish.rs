@@ -295,6 +295,7 @@ fn summary_of(
         receipt: Some(receipt_rel.to_string_lossy().into_owned()),
         cards: w.card_ids,
         commit: w.commit,
+        records_kept: w.blocked,
         message: w.failure.map(|f| f.message).unwrap_or_default(),
         hint,
     }

@@ -101,6 +101,10 @@ pub struct FireSummary {
     pub receipt: Option<String>,
     pub cards: Vec<String>,
     pub commit: Option<String>,
+    /// The records were written (or kept in git) but not committed: a
+    /// `commit_blocked` card says what stood in the way (a person's rebase, a lock, a
+    /// full disk), and the next fire of any task commits them.
+    pub records_kept: bool,
     /// One line: what happened, and for a failure, why.
     pub message: String,
     /// The next command to run, when there is one.
@@ -152,6 +156,7 @@ impl FireContext {
             receipt: None,
             cards: vec![],
             commit: None,
+            records_kept: false,
             message: message.into(),
             hint: None,
         }

@@ -253,7 +253,7 @@ fn refuse_stale_approval(
 
 /// HEAD's tree of builder-owned paths, or an empty marker when it cannot be read.
 fn builder_tree(repo: &git2::Repository) -> String {
-    repo.head()
+    crate::git::head_resolved(repo)
         .and_then(|h| h.peel_to_tree())
         .ok()
         .and_then(|t| crate::review::builder_tree_of(repo, &t).ok())
@@ -927,7 +927,10 @@ impl Preparing {
         let root = root.as_deref();
         if !settings.require_reviewed {
             // Switched off: only an approved switch-off counts (as `audit` judges it).
-            let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?.id();
+            let head = crate::git::head_resolved(&self.repo)
+                .and_then(|h| h.peel_to_commit())
+                .map_err(env)?
+                .id();
             let owed = crate::review::trust::Trust::new(&self.repo, approval_rule(settings)?)
                 .map_err(env)?
                 .remembering(root)
@@ -937,7 +940,10 @@ impl Preparing {
                 return Ok(());
             }
         }
-        let head = self.repo.head().and_then(|h| h.peel_to_commit()).map_err(env)?.id();
+        let head = crate::git::head_resolved(&self.repo)
+            .and_then(|h| h.peel_to_commit())
+            .map_err(env)?
+            .id();
         let rule = crate::review::trust::Trust::rule_in_force(&self.repo, head, approval_rule(settings)?, root)
             .map_err(env)?;
         // The walk to the last approved tree is remembered in `.runtime/`, so

@@ -674,7 +674,7 @@ fn refuse_existing(tree: &git2::Tree, files: &[String]) -> Result<(), GitError> 
 
 /// The ref HEAD points to (`refs/heads/<branch>`), or `HEAD` itself when detached.
 fn head_branch(repo: &Repository) -> Result<String, GitError> {
-    let head = repo.find_reference("HEAD")?;
+    let head = crate::git::head_ref(repo)?;
     Ok(match head.symbolic_target()? {
         Some(t) => t.to_string(),
         None => "HEAD".to_string(),
