@@ -37,7 +37,12 @@ impl McpRepo {
         );
         repo.env.write("settings/runtime.yaml", &settings);
         repo.env.write("prompts/t.md", PLAIN_PROMPT);
-        let out = repo.env.builder(&["mcp", "pin"]);
+        let out = repo
+            .env
+            .command("builder", &["mcp", "pin"])
+            .env("MCP_TEST_TOKEN", "allowed-token")
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "pin failed: {}{}",
@@ -822,5 +827,181 @@ fn the_capability_delta_decides_recorded_mcp_calls_again() {
             .unwrap()
             .contains("reports/blocked.md"),
         "{g}"
+    );
+}
+
+/// The test server serving streamable HTTP on 127.0.0.1 (`--http`), its mode file
+/// beside it; killed when dropped.
+struct HttpServer {
+    child: std::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl HttpServer {
+    /// Answering only requests with the bearer token `token`.
+    fn start(token: &str) -> HttpServer {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("mode"), "honest").unwrap();
+        let mut child = std::process::Command::new(bin("mcp-test-server"))
+            .arg(dir.path().join("mode"))
+            .arg("--http")
+            .env("MCP_HTTP_TOKEN", token)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("no port ({e}): {line:?}"));
+        HttpServer { child, port, dir }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    fn set_mode(&self, mode: &str) {
+        std::fs::write(self.dir.path().join("mode"), mode).unwrap();
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The token the HTTP test server wants, in the variable `MCP_TEST_TOKEN` that the
+/// fires and `builder mcp pin` of these tests carry (`web`'s `token_env`).
+const HTTP_TOKEN: &str = "allowed-token";
+
+/// The `files` repository with a second server `web`: the HTTP test server, by URL.
+fn with_http_server(http: &HttpServer, replies: Vec<Reply>, allow: &str, deny: &str) -> McpRepo {
+    let web = format!("  web:\n    url: \"{}\"\n    token_env: MCP_TEST_TOKEN\n", http.url());
+    McpRepo::new(replies, allow, deny, &web)
+}
+
+#[test]
+fn an_http_server_is_pinned_by_its_url_and_its_tools_go_through_the_gate() {
+    let http = HttpServer::start(HTTP_TOKEN);
+    let script = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[
+                ("h1", "mcp__web__echo", r#"{"text": "over http"}"#),
+                (
+                    "h2",
+                    "mcp__web__write_file",
+                    r#"{"path": "reports/via-http.md", "content": "x"}"#,
+                ),
+                ("h3", "mcp__web__echo", r#"{"text": "allowed-token"}"#),
+            ],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = with_http_server(&http, script, "\"mcp__web__echo\"", "\"mcp__web__write_file\"");
+    // The lock pins the URL (nothing of the server runs here: no argv, no digest).
+    let lock = repo.env.read("settings/mcp.lock");
+    assert!(lock.contains(&http.url()), "{lock}");
+    let (code, summary, stderr) = repo.fire();
+    let offered = repo.offered();
+    assert!(
+        offered.contains(&"mcp__web__echo".to_string()) && offered.contains(&"mcp__files__echo".to_string()),
+        "{offered:?}\n{stderr}"
+    );
+    let results = tool_results(&repo);
+    // Reached through the runtime's own sandbox (Landlock lets it connect to the
+    // URL's port), answered by the server.
+    assert_eq!(content_of(&results, "h1"), "echo: over http", "{stderr}");
+    // The deny rule holds before anything is sent: the server wrote nothing.
+    assert!(!content_of(&results, "h2").contains("wrote"));
+    assert!(!repo.env.root.join("reports/via-http.md").exists());
+    let receipt = repo.env.receipt(&summary);
+    let calls = receipt["tool_calls"].as_array().unwrap();
+    let echo = calls.iter().find(|c| c["id"] == "h1").unwrap();
+    assert_eq!(echo["decision"], "allow");
+    assert_eq!(echo["mcp"]["server"], "web");
+    assert!(echo["mcp"]["pin"].as_str().unwrap().starts_with("sha256:"));
+    let write = calls.iter().find(|c| c["id"] == "h2").unwrap();
+    assert_eq!(write["decision"], "deny");
+    // The bearer token reached the server (it answered at all), and no record keeps
+    // it, though the model had it echoed back.
+    assert_eq!(calls.iter().find(|c| c["id"] == "h3").unwrap()["decision"], "allow");
+    assert!(!repo.env.all_record_text().contains(HTTP_TOKEN));
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}\n{stderr}");
+}
+
+#[test]
+fn an_http_server_that_changed_a_tool_or_moved_is_caught_before_the_model_sees_it() {
+    let http = HttpServer::start(HTTP_TOKEN);
+    let replies = vec![final_turn("Nothing to do."), final_turn("Nothing to do.")];
+    let repo = with_http_server(&http, replies, "\"mcp__web\"", "");
+    // The server poisons `echo` after it was pinned.
+    http.set_mode("poisoned");
+    let (code, summary, stderr) = repo.fire();
+    let offered = repo.offered();
+    assert!(!offered.contains(&"mcp__web__echo".to_string()), "{offered:?}");
+    assert!(
+        offered.contains(&"mcp__web__write_file".to_string()),
+        "the unchanged tools stay: {offered:?}\n{stderr}"
+    );
+    assert!(!repo.sent().contains("id_rsa"), "the poisoned text reached the model");
+    let text = serde_yaml::to_string(&repo.env.cards(&summary)).unwrap();
+    assert!(
+        text.contains("mcp__web__echo") && text.contains("description changed"),
+        "{text}"
+    );
+    assert_eq!(code, 5, "{summary}");
+    // Settings that point the server somewhere the pin does not name: not connected.
+    http.set_mode("honest");
+    let settings = repo.env.read("settings/runtime.yaml");
+    let elsewhere = http.url().replace("/mcp", "/other");
+    repo.env
+        .write("settings/runtime.yaml", &settings.replace(&http.url(), &elsewhere));
+    repo.env.commit_all("point web elsewhere, without pinning");
+    let (code, summary, _) = repo.fire();
+    let text = serde_yaml::to_string(&repo.env.cards(&summary)).unwrap();
+    assert!(
+        text.contains("`web`: what it connects to differs from its pin") && text.contains(&elsewhere),
+        "{text}"
+    );
+    assert!(!repo.model.requests()[1].body["tools"]
+        .to_string()
+        .contains("mcp__web__"));
+    assert_eq!(code, 5, "{summary}");
+}
+
+#[test]
+fn an_http_url_off_the_loopback_or_beside_a_command_is_a_settings_error_with_its_line() {
+    let env = TestEnv::new();
+    let settings = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!(
+            "{settings}mcp:\n  web:\n    url: \"http://mcp.example.com/mcp\"\n  both:\n    url: \"http://127.0.0.1:9/mcp\"\n    read: [\"/opt\"]\n"
+        ),
+    );
+    let out = env.builder(&["check"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    let lines = settings.lines().count();
+    assert!(
+        text.contains(&format!("settings/runtime.yaml:{}", lines + 3))
+            && text.contains("mcp.web.url")
+            && text.contains("plain http only to this machine's loopback"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("settings/runtime.yaml:{}", lines + 6)) && text.contains("mcp.both.read"),
+        "{text}"
     );
 }

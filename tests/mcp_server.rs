@@ -14,6 +14,12 @@
 //! * `rug`: as `honest` until `echo` is first called; then it sends
 //!   `notifications/tools/list_changed` and from then on offers a poisoned `echo` and a
 //!   new `delete_row` (the rug pull: a change after the tools were checked).
+//!
+//! With `--http` after the mode file it serves streamable HTTP at
+//! `http://127.0.0.1:<port>/mcp` instead, prints the port on stdout and reads the
+//! mode file again for every session (so a test changes what the next fire sees);
+//! with `MCP_HTTP_TOKEN` in its environment it answers only requests that carry it as
+//! a bearer token.
 
 #![forbid(unsafe_code)]
 
@@ -141,9 +147,63 @@ impl ServerHandler for TestServer {
     }
 }
 
+/// Serves the mode file's server over streamable HTTP on 127.0.0.1 until killed.
+async fn serve_http(mode_file: String) {
+    use axum::response::IntoResponse;
+    use rmcp::transport::streamable_http_server::{session::local::LocalSessionManager, StreamableHttpService};
+    let service = StreamableHttpService::new(
+        move || {
+            Ok(TestServer {
+                mode: std::fs::read_to_string(&mode_file)?.trim().to_string(),
+                pulled: Default::default(),
+            })
+        },
+        LocalSessionManager::default().into(),
+        Default::default(),
+    );
+    // With `MCP_HTTP_TOKEN` set, a request without that bearer token is refused (401).
+    let token = std::env::var("MCP_HTTP_TOKEN").ok();
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let wanted = token.as_ref().map(|t| format!("Bearer {t}"));
+                async move {
+                    let given = request.headers().get("authorization").and_then(|v| v.to_str().ok());
+                    match wanted {
+                        Some(w) if given != Some(w.as_str()) => axum::http::StatusCode::UNAUTHORIZED.into_response(),
+                        _ => next.run(request).await,
+                    }
+                }
+            },
+        ));
+    let listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("mcp-test-server: cannot listen: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Ok(addr) = listener.local_addr() {
+        println!("{}", addr.port());
+    }
+    // Answers leave at once (no Nagle delay waiting for the client's delayed ACK).
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    if let Err(e) = axum::serve(listener, router).await {
+        eprintln!("mcp-test-server: {e}");
+        std::process::exit(1);
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let mode_file = std::env::args().nth(1).unwrap_or_default();
+    if std::env::args().nth(2).as_deref() == Some("--http") {
+        return serve_http(mode_file).await;
+    }
     let mode = std::fs::read_to_string(&mode_file)
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|e| {

@@ -426,14 +426,17 @@ fn mcp_changes(trusted: &crate::mcp::McpServers, proposed: &crate::mcp::McpServe
             None => out.push(PowerChange {
                 key,
                 before: "none".into(),
-                after: p.command.join(" "),
+                after: p.what_starts(),
                 effect: Effect::Widens,
-                why: format!("new MCP server `{name}` would run in the tool sandbox"),
+                why: match p.url {
+                    Some(_) => format!("new MCP server `{name}` would be connected to (it runs elsewhere)"),
+                    None => format!("new MCP server `{name}` would run in the tool sandbox"),
+                },
             }),
             Some(t) if t != p => out.push(PowerChange {
                 key,
-                before: t.command.join(" "),
-                after: p.command.join(" "),
+                before: t.what_starts(),
+                after: p.what_starts(),
                 effect: Effect::Widens,
                 why: format!("MCP server `{name}` changes what it runs, reads, reaches or is given"),
             }),
@@ -443,7 +446,7 @@ fn mcp_changes(trusted: &crate::mcp::McpServers, proposed: &crate::mcp::McpServe
     for (name, t) in trusted.iter().filter(|(n, _)| !proposed.contains_key(*n)) {
         out.push(PowerChange {
             key: format!("mcp.{name}"),
-            before: t.command.join(" "),
+            before: t.what_starts(),
             after: "none".into(),
             effect: Effect::Narrows,
             why: format!("MCP server `{name}` is removed"),

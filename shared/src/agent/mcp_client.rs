@@ -9,7 +9,8 @@
 //! checked against `settings/mcp.lock`; they are killed with the fire. A server that
 //! announces a changed tool list during the fire (`notifications/tools/list_changed`)
 //! is recorded ([`McpHub::list_changes`]), never listed again: the fire keeps what it
-//! checked at its start.
+//! checked at its start. A `url:` server runs elsewhere: its session is opened from
+//! the runtime ([`super::mcp_http`]), with no worker, and checked the same way.
 
 use super::worker_client::{handshake, spawn_process_with_stderr, WorkerError};
 use super::CardDraft;
@@ -51,8 +52,9 @@ pub fn spawn_workers(
 ) -> Vec<Spawned> {
     let (exe, args) = worker_cmd;
     servers
-        .keys()
-        .map(|name| Spawned {
+        .iter()
+        .filter(|(_, s)| s.url.is_none())
+        .map(|(name, _)| Spawned {
             server: name.clone(),
             child: spawn_process_with_stderr(exe, args, env, Stdio::piped()),
         })
@@ -73,6 +75,13 @@ struct StderrTail {
 }
 
 impl StderrTail {
+    /// The tail of a server with no stderr here (a `url:` server): empty, and ended.
+    fn none() -> StderrTail {
+        let tail = StderrTail::default();
+        tail.ended.store(true, Ordering::Release);
+        tail
+    }
+
     /// Reads `pipe` until its end on the fire's runtime (after Landlock: the reader is
     /// a task of the sandboxed runtime, not a thread that predates its restriction).
     fn follow(pipe: Option<std::process::ChildStderr>) -> StderrTail {
@@ -143,7 +152,8 @@ struct Live {
     /// The session; its handler counts the tool-list changes the server announced
     /// since its tools were listed.
     service: RunningService<RoleClient, ListWatch>,
-    worker: Worker,
+    /// The worker of a stdio server; none for a `url:` server (it runs elsewhere).
+    worker: Option<Worker>,
     stderr: StderrTail,
     /// The server is gone (it crashed, or broke the protocol): why.
     gone: std::sync::Mutex<Option<String>>,
@@ -237,12 +247,16 @@ pub async fn start(input: &StartInput<'_>, lock: &McpLock, spawned: Vec<Spawned>
         cards: Vec::new(),
         fatal: None,
     };
-    for Spawned { server, child } in spawned {
-        let Some(entry) = input.servers.get(&server) else {
-            continue;
-        };
+    let mut children: BTreeMap<String, std::io::Result<std::process::Child>> =
+        spawned.into_iter().map(|s| (s.server, s.child)).collect();
+    for (server, entry) in input.servers {
         let began = Instant::now();
-        let result = start_one(input, lock, &server, entry, child).await;
+        let result = match (&entry.url, children.remove(server)) {
+            (Some(url), _) => start_http(input, lock, server, entry, url).await,
+            (None, Some(child)) => start_one(input, lock, server, entry, child).await,
+            (None, None) => continue,
+        };
+        let server = server.clone();
         out.hub
             .start_ms
             .insert(server.clone(), began.elapsed().as_millis() as u64);
@@ -292,6 +306,15 @@ fn pinned_start<'l>(
             "run `builder mcp pin` and review the lock".into(),
         ));
     };
+    if let Some(url) = &entry.url {
+        if pin.url.as_ref() != Some(url) {
+            return Err(drift_card(
+                format!("MCP server `{server}`: what it connects to differs from its pin; not started"),
+                format!("pinned {}; settings say {url}", pin.starts().join(" ")),
+            ));
+        }
+        return Ok(pin);
+    }
     let state_dir = input.root.join(crate::layout::STATE_DIR);
     let digest = command_digest_cached(&entry.command, input.root, &input.path, &state_dir);
     if pin.command != entry.command || digest.as_ref().ok() != Some(&pin.command_digest) {
@@ -359,8 +382,50 @@ async fn start_one(
     let (offered, drift) = offered_tools(server, pin, &tools);
     let live = Live {
         service,
-        worker,
+        worker: Some(worker),
         stderr: stderr.clone(),
+        gone: std::sync::Mutex::new(None),
+    };
+    Ok((live, offered, drift))
+}
+
+/// Opens the session with a `url:` server once its pin says this URL, lists its
+/// tools and checks them, as [`start_one`] does for a stdio server.
+async fn start_http(
+    input: &StartInput<'_>,
+    lock: &McpLock,
+    server: &str,
+    entry: &McpServer,
+    url: &str,
+) -> Result<StartedServer, Box<CardDraft>> {
+    let pin = pinned_start(input, lock, server, entry)?;
+    let stderr = StderrTail::none();
+    let failed = |why: String| {
+        Box::new(failed_card(
+            server,
+            format!("MCP server `{server}` at {url} could not be reached"),
+            &why,
+            &stderr,
+        ))
+    };
+    let timeout = Duration::from_secs(entry.start_timeout_s);
+    let (service, tools) = match tokio::time::timeout(
+        timeout,
+        super::mcp_http::connect(ListWatch::default(), entry, |v| std::env::var(v).ok()),
+    )
+    .await
+    {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(why)) => return Err(failed(why)),
+        Err(_) => return Err(failed(format!("no tool list within {} s", entry.start_timeout_s))),
+    };
+    // What it announced before its list was read is in that list.
+    service.service().0.store(0, Ordering::SeqCst);
+    let (offered, drift) = offered_tools(server, pin, &tools);
+    let live = Live {
+        service,
+        worker: None,
+        stderr,
         gone: std::sync::Mutex::new(None),
     };
     Ok((live, offered, drift))
@@ -605,10 +670,11 @@ impl McpHub {
     /// with all the server forked, goes with it.
     pub async fn shutdown(self) {
         for (_, live) in self.live {
-            let Live {
-                service, mut worker, ..
-            } = live;
+            let Live { service, worker, .. } = live;
             let _ = tokio::time::timeout(SHUTDOWN_GRACE, service.cancel()).await;
+            let Some(mut worker) = worker else {
+                continue;
+            };
             let waited = Instant::now();
             while waited.elapsed() < SHUTDOWN_GRACE {
                 if !matches!(worker.0.try_wait(), Ok(None)) {
@@ -652,6 +718,19 @@ pub async fn list_for_pin(
     entry: &McpServer,
     env: &[(String, String)],
 ) -> Result<Vec<serde_json::Value>, String> {
+    let timeout = Duration::from_secs(entry.start_timeout_s);
+    if let Some(url) = &entry.url {
+        let listed =
+            tokio::time::timeout(timeout, super::mcp_http::connect((), entry, |v| std::env::var(v).ok())).await;
+        return match listed {
+            Ok(Ok((service, tools))) => {
+                let _ = service.cancel().await;
+                Ok(tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
+            }
+            Ok(Err(why)) => Err(why),
+            Err(_) => Err(format!("no tool list from {url} within {} s", entry.start_timeout_s)),
+        };
+    }
     let Some(std_cmd) = crate::mcp::launch::server_command(&entry.command, root, env) else {
         return Err("no command".into());
     };
@@ -662,7 +741,6 @@ pub async fn list_for_pin(
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err("no stdin or stdout".into());
     };
-    let timeout = Duration::from_secs(entry.start_timeout_s);
     let listed = tokio::time::timeout(timeout, async {
         let service = ().serve((stdout, stdin)).await.map_err(|e| format!("MCP initialization failed: {e}"))?;
         let tools = service

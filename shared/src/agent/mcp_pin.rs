@@ -1,10 +1,11 @@
-//! `builder mcp pin`: starts each declared server once, lists its tools and writes
+//! `builder mcp pin`: starts (or, for a `url:` server, connects to) each declared
+//! server once, lists its tools and writes
 //! what it found to `settings/mcp.lock`, saying in words what changed against the
 //! lock before (a new tool, a gained parameter, a changed description): the lock is a
 //! builder change that review approves like any other.
 
 use super::mcp_client::list_for_pin;
-use crate::mcp::config::{package_spec, McpServers};
+use crate::mcp::config::{package_spec, McpServer, McpServers};
 use crate::mcp::digest::command_digest;
 use crate::mcp::lock::{lock_changes, pin_of, LockError, McpLock, ServerPin};
 use std::path::Path;
@@ -29,6 +30,19 @@ pub struct Pinned {
     pub changes: Vec<String>,
 }
 
+/// The package a stdio server's launcher fetches and the digest of its program; for a
+/// `url:` server neither (it runs elsewhere: its URL is what the pin says starts).
+fn what_starts(root: &Path, name: &str, entry: &McpServer, path: &str) -> Result<(Option<String>, String), PinError> {
+    if entry.url.is_some() {
+        return Ok((None, String::new()));
+    }
+    let package = package_spec(&entry.command).map_err(|why| PinError::Unpinned {
+        server: name.to_string(),
+        why,
+    })?;
+    Ok((package, command_digest(&entry.command, root, path)?))
+}
+
 /// Pins `only` (or every declared server) and writes the lock; servers not pinned
 /// this time keep their pins, servers no longer declared lose them.
 pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &str) -> Result<Vec<Pinned>, PinError> {
@@ -47,11 +61,7 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
     })?;
     let mut pinned = Vec::new();
     for (name, entry) in servers.iter().filter(|(n, _)| only.is_none_or(|o| o == n.as_str())) {
-        let package = package_spec(&entry.command).map_err(|why| PinError::Unpinned {
-            server: name.clone(),
-            why,
-        })?;
-        let digest = command_digest(&entry.command, root, path)?;
+        let (package, digest) = what_starts(root, name, entry, path)?;
         let mut env = crate::tools::exec::ExecContext::scrubbed_env(home.path());
         for v in &entry.env_allow {
             if let Ok(val) = std::env::var(v) {
@@ -71,6 +81,7 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
             ServerPin {
                 command: entry.command.clone(),
                 command_digest: digest,
+                url: entry.url.clone(),
                 package,
                 tools,
             },

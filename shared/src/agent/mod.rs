@@ -8,6 +8,7 @@ pub mod context;
 pub mod gate;
 mod mcp_call;
 pub mod mcp_client;
+mod mcp_http;
 pub mod mcp_pin;
 pub mod pins;
 pub mod worker_client;

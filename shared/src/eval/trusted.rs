@@ -288,6 +288,7 @@ mod tests {
             command: vec!["srv".into()],
             command_digest: "sha256:0".into(),
             package: None,
+            url: None,
             tools: tools
                 .iter()
                 .map(|t| (t["name"].as_str().unwrap().to_string(), crate::mcp::lock::pin_of(t)))

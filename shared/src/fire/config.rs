@@ -80,10 +80,18 @@ impl FireConfig {
     }
 
     /// The TCP ports the runtime's own sandbox may connect to: the providers' and the
-    /// OTLP endpoint's (the export happens inside the sandbox, at the end of the fire).
+    /// OTLP endpoint's (the export happens inside the sandbox, at the end of the fire),
+    /// and those of `url:` MCP servers.
     pub fn connect_ports(&self) -> Vec<u16> {
         let mut ports = self.provider_ports.clone();
         ports.extend(self.telemetry.as_ref().and_then(Exporter::port));
+        // `url:` MCP servers: the runtime opens their sessions.
+        ports.extend(
+            self.settings
+                .mcp
+                .values()
+                .filter_map(|s| s.endpoint()?.port_or_known_default()),
+        );
         ports.sort_unstable();
         ports.dedup();
         ports
@@ -125,11 +133,15 @@ pub fn exporter(settings: Option<&RuntimeSettings>) -> Option<Exporter> {
 /// The one way a fire builds its redactor: the key variables the settings name (both
 /// providers), or none when the settings could not be read.
 pub fn redactor(settings: Option<&RuntimeSettings>) -> Redactor {
-    Redactor::from_env(
-        settings
-            .into_iter()
-            .flat_map(|s| [Some(&s.provider), s.fallback.as_ref()])
-            .flatten()
-            .filter_map(|p| p.api_key_env.as_deref()),
-    )
+    let keys = settings
+        .into_iter()
+        .flat_map(|s| [Some(&s.provider), s.fallback.as_ref()])
+        .flatten()
+        .filter_map(|p| p.api_key_env.as_deref());
+    // The tokens the runtime sends to `url:` MCP servers are secrets of the same kind.
+    let tokens = settings
+        .into_iter()
+        .flat_map(|s| s.mcp.values())
+        .filter_map(|m| m.token_env.as_deref());
+    Redactor::from_env(keys.chain(tokens))
 }

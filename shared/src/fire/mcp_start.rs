@@ -1,6 +1,7 @@
-//! The fire's MCP servers: their worker processes are spawned with the tool worker's,
-//! before the runtime restricts itself, and started (sandboxed, listed, checked
-//! against `settings/mcp.lock`) once the tool worker is up. Drift and servers that did
+//! The fire's MCP servers: the worker processes of stdio servers are spawned with the
+//! tool worker's, before the runtime restricts itself, and started (sandboxed, listed,
+//! checked against `settings/mcp.lock`) once the tool worker is up; `url:` servers are
+//! connected to then. Drift and servers that did
 //! not start become cards and the fire goes on without their tools; a `required`
 //! server that did not start stops the fire.
 
@@ -23,7 +24,7 @@ impl FireRun {
     /// not start.
     pub(super) async fn start_mcp(&mut self) -> Result<McpHub, Aborted> {
         let spawned = std::mem::take(&mut self.mcp_workers);
-        if spawned.is_empty() {
+        if self.config.settings.mcp.is_empty() {
             return Ok(McpHub::default());
         }
         let root = self.ctx.opts.root.clone();

@@ -1,7 +1,9 @@
 //! The `mcp:` section of `settings/runtime.yaml`: the MCP tool servers a builder
 //! declares (docs/design.md). Each entry says what starts (a stdio argv), which
 //! variables of the runtime's environment it may see, which TCP ports it may reach,
-//! which extra directories it may read, and whether a fire may go on without it.
+//! which extra directories it may read, and whether a fire may go on without it; or,
+//! for a server that runs elsewhere, its streamable-HTTP `url:` (https, or http to
+//! this machine's loopback only), and nothing about a process.
 //! The checks here are the ones a reviewer relies on: a name usable in rule names, a
 //! package launcher given an exact version (never `@latest`), no way to hand the
 //! provider's key to a server.
@@ -19,9 +21,15 @@ pub struct McpServer {
     /// The program and its arguments, started over stdio inside the tool sandbox.
     #[serde(default)]
     pub command: Vec<String>,
-    /// A streamable-HTTP endpoint instead of a command (not supported yet: refused).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A streamable-HTTP endpoint instead of a command: the runtime connects to it
+    /// (the server runs elsewhere, outside any sandbox of ours; its tools still go
+    /// through the pins and the gate).
+    #[serde(default)]
     pub url: Option<String>,
+    /// For a `url:` server: the runtime's environment variable whose value is sent as
+    /// `Authorization: Bearer` (redacted from every record like the provider's key).
+    #[serde(default)]
+    pub token_env: Option<String>,
     /// Names of the runtime's environment variables the server gets (nothing else).
     #[serde(default)]
     pub env_allow: Vec<String>,
@@ -47,6 +55,19 @@ fn default_start_timeout() -> u64 {
 pub type McpServers = BTreeMap<String, McpServer>;
 
 impl McpServer {
+    /// What the entry starts (its argv) or connects to (its URL), as one line.
+    pub fn what_starts(&self) -> String {
+        match &self.url {
+            Some(u) => u.clone(),
+            None => self.command.join(" "),
+        }
+    }
+
+    /// The endpoint of a `url:` server, when its URL is one ([`http_endpoint`]).
+    pub fn endpoint(&self) -> Option<url::Url> {
+        self.url.as_deref().and_then(|u| http_endpoint(u).ok())
+    }
+
     /// The read roots with `~/` expanded against `home`.
     pub fn read_dirs(&self, home: Option<&Path>) -> Vec<PathBuf> {
         self.read
@@ -56,6 +77,30 @@ impl McpServer {
                 None => Some(PathBuf::from(r)),
             })
             .collect()
+    }
+}
+
+/// A streamable-HTTP server's URL, checked: `https://`, or `http://` to the
+/// loopback (`127.0.0.1`, `[::1]`, `localhost`), where nothing on the way can read
+/// or change the tool definitions; no credentials in it (they would be committed).
+pub fn http_endpoint(raw: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(raw).map_err(|e| format!("`{raw}` is not a URL: {e}"))?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("a URL with credentials in it would be committed: leave them out".into());
+    }
+    let loopback = matches!(
+        url.host(),
+        Some(url::Host::Domain("localhost"))
+            | Some(url::Host::Ipv4(std::net::Ipv4Addr::LOCALHOST))
+            | Some(url::Host::Ipv6(std::net::Ipv6Addr::LOCALHOST))
+    );
+    match url.scheme() {
+        "https" => Ok(url),
+        "http" if loopback => Ok(url),
+        "http" => Err(format!(
+            "`{raw}`: plain http only to this machine's loopback; use https for a server elsewhere"
+        )),
+        other => Err(format!("`{raw}`: `{other}:` is not http or https")),
     }
 }
 
@@ -157,54 +202,6 @@ pub fn validate(file: &Path, src: &str, servers: &McpServers, key_env: &[&str], 
                 ),
             );
         }
-        if s.url.is_some() {
-            d.push(
-                Diagnostic::new(
-                    file,
-                    line("url"),
-                    field("url"),
-                    "streamable-HTTP servers are not supported yet",
-                )
-                .with_hint("declare a stdio `command:`; it runs inside the tool sandbox"),
-            );
-        } else if s.command.is_empty() || s.command[0].is_empty() {
-            d.push(Diagnostic::new(
-                file,
-                line("command"),
-                field("command"),
-                "a server needs a `command:` (program and arguments)",
-            ));
-        } else if let Err(why) = package_spec(&s.command) {
-            d.push(Diagnostic::new(file, line("command"), field("command"), why));
-        }
-        for v in &s.env_allow {
-            if key_env.contains(&v.as_str()) {
-                d.push(Diagnostic::new(
-                    file,
-                    yamlpos::line_of_item(src, &["mcp", name, "env_allow"], v),
-                    field("env_allow"),
-                    format!("`{v}` holds the provider's key; a tool server never gets it"),
-                ));
-            }
-        }
-        if s.network.contains(&0) {
-            d.push(Diagnostic::new(
-                file,
-                line("network"),
-                field("network"),
-                "port 0 is not a port",
-            ));
-        }
-        for r in &s.read {
-            if !(r.starts_with('/') || r.starts_with("~/")) || r.split('/').any(|c| c == "..") {
-                d.push(Diagnostic::new(
-                    file,
-                    yamlpos::line_of_item(src, &["mcp", name, "read"], r),
-                    field("read"),
-                    format!("`{r}` must be an absolute path or start with `~/`, without `..`"),
-                ));
-            }
-        }
         if s.start_timeout_s == 0 || s.start_timeout_s > 300 {
             d.push(Diagnostic::new(
                 file,
@@ -213,12 +210,124 @@ pub fn validate(file: &Path, src: &str, servers: &McpServers, key_env: &[&str], 
                 "out of range: 1 to 300 seconds",
             ));
         }
+        if let Some(v) = s.token_env.as_deref().filter(|v| key_env.contains(v)) {
+            d.push(Diagnostic::new(
+                file,
+                line("token_env"),
+                field("token_env"),
+                format!("`{v}` holds the provider's key; a tool server never gets it"),
+            ));
+        }
+        match &s.url {
+            Some(url) => validate_http(file, src, name, s, url, d),
+            None => validate_stdio(file, src, name, s, key_env, d),
+        }
+    }
+}
+
+/// The checks of a stdio entry: a command (a launcher's package pinned to an exact
+/// version), no key variable in its environment, real ports, plain read roots.
+fn validate_stdio(file: &Path, src: &str, name: &str, s: &McpServer, key_env: &[&str], d: &mut Vec<Diagnostic>) {
+    let line = |k: &str| yamlpos::line_of(src, &["mcp", name, k]);
+    let field = |k: &str| format!("mcp.{name}.{k}");
+    if s.token_env.is_some() {
+        d.push(Diagnostic::new(
+            file,
+            line("token_env"),
+            field("token_env"),
+            "`token_env` is sent to a `url:` server; a stdio server gets variables through `env_allow`",
+        ));
+    }
+    if s.command.is_empty() || s.command[0].is_empty() {
+        d.push(Diagnostic::new(
+            file,
+            line("command"),
+            field("command"),
+            "a server needs a `command:` (program and arguments) or a `url:`",
+        ));
+    } else if let Err(why) = package_spec(&s.command) {
+        d.push(Diagnostic::new(file, line("command"), field("command"), why));
+    }
+    for v in s.env_allow.iter().filter(|v| key_env.contains(&v.as_str())) {
+        d.push(Diagnostic::new(
+            file,
+            yamlpos::line_of_item(src, &["mcp", name, "env_allow"], v),
+            field("env_allow"),
+            format!("`{v}` holds the provider's key; a tool server never gets it"),
+        ));
+    }
+    if s.network.contains(&0) {
+        d.push(Diagnostic::new(
+            file,
+            line("network"),
+            field("network"),
+            "port 0 is not a port",
+        ));
+    }
+    for r in &s.read {
+        if !(r.starts_with('/') || r.starts_with("~/")) || r.split('/').any(|c| c == "..") {
+            d.push(Diagnostic::new(
+                file,
+                yamlpos::line_of_item(src, &["mcp", name, "read"], r),
+                field("read"),
+                format!("`{r}` must be an absolute path or start with `~/`, without `..`"),
+            ));
+        }
+    }
+}
+
+/// The checks of a `url:` entry: a good endpoint, and none of the keys that describe
+/// a process the runtime starts (it starts none for this server).
+fn validate_http(file: &Path, src: &str, name: &str, s: &McpServer, url: &str, d: &mut Vec<Diagnostic>) {
+    let line = |k: &str| yamlpos::line_of(src, &["mcp", name, k]);
+    if let Err(why) = http_endpoint(url) {
+        d.push(Diagnostic::new(file, line("url"), format!("mcp.{name}.url"), why));
+    }
+    let process_keys = [
+        ("command", !s.command.is_empty()),
+        ("env_allow", !s.env_allow.is_empty()),
+        ("network", !s.network.is_empty()),
+        ("read", !s.read.is_empty()),
+    ];
+    for (key, _) in process_keys.iter().filter(|(_, set)| *set) {
+        d.push(
+            Diagnostic::new(
+                file,
+                line(key),
+                format!("mcp.{name}.{key}"),
+                format!("`{key}` describes a process the runtime starts; a `url:` server runs elsewhere"),
+            )
+            .with_hint(
+                "keep `url:` (and `token_env`, `required`, `start_timeout_s`), or declare a stdio `command:` instead",
+            ),
+        );
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_endpoints_are_https_or_loopback_http_without_credentials() {
+        for good in [
+            "https://mcp.example.com/mcp",
+            "http://127.0.0.1:8931/mcp",
+            "http://localhost:3000/",
+            "http://[::1]:9000/mcp",
+        ] {
+            assert!(http_endpoint(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "http://mcp.example.com/mcp",
+            "http://10.0.0.5:80/",
+            "https://user:pw@mcp.example.com/",
+            "ftp://127.0.0.1/",
+            "not a url",
+        ] {
+            assert!(http_endpoint(bad).is_err(), "{bad}");
+        }
+    }
 
     fn argv(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_string).collect()

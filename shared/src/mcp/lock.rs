@@ -36,12 +36,29 @@ pub struct McpLock {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerPin {
+    /// The argv of a stdio server (empty for a `url:` one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
-    /// `sha256:` of the program `command[0]` resolves to, with the argv.
+    /// `sha256:` of the program `command[0]` resolves to, with the argv (empty for a
+    /// `url:` server: nothing of it runs here).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub command_digest: String,
+    /// The endpoint of a streamable-HTTP server: what the pin's tools were listed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub package: Option<String>,
     pub tools: BTreeMap<String, ToolPin>,
+}
+
+impl ServerPin {
+    /// What the pin says starts (the argv), or is connected to (the URL), as words.
+    pub fn starts(&self) -> Vec<String> {
+        match &self.url {
+            Some(u) => vec![u.clone()],
+            None => self.command.clone(),
+        }
+    }
 }
 
 /// One tool's approved definition.
@@ -269,14 +286,13 @@ pub fn lock_changes(before: Option<&McpLock>, after: &McpLock) -> BTreeMap<Strin
         match was {
             None => said.push(PinChange::NewServer {
                 server: name.clone(),
-                command: pin.command.clone(),
+                command: pin.starts(),
             }),
-            Some(b) if b.command_digest != pin.command_digest || b.command != pin.command => {
-                said.push(PinChange::StartChanged {
-                    before: b.command.clone(),
-                    after: pin.command.clone(),
-                })
-            }
+            Some(b) if b.command_digest != pin.command_digest || b.command != pin.command || b.url != pin.url => said
+                .push(PinChange::StartChanged {
+                    before: b.starts(),
+                    after: pin.starts(),
+                }),
             Some(_) => {}
         }
         for (tool, p) in &pin.tools {
@@ -405,6 +421,7 @@ mod tests {
             command: vec!["x".into()],
             command_digest: "sha256:0".into(),
             package: None,
+            url: None,
             tools,
         };
         let (ok, drift) = check_tools(Some(&pin), &[tool("echo", "Echo text.")]);
@@ -439,6 +456,7 @@ mod tests {
             command: vec![command.into()],
             command_digest: format!("sha256:{command}"),
             package: None,
+            url: None,
             tools: tools
                 .iter()
                 .map(|t| (t["name"].as_str().unwrap().to_string(), pin_of(t)))
