@@ -3,7 +3,7 @@
 //! (the tool list checked against its pins, the gate, the output caps, the records)
 //! is the same as for a stdio server. Nothing of such a server runs here, so it has
 //! no worker and no sandbox of ours: what review pins is the URL and each tool's
-//! definition, and the runtime's own Landlock lets it connect to that port only.
+//! definition, and the runtime's own Landlock domain gets the URL's TCP port.
 
 use crate::mcp::config::McpServer;
 use rmcp::service::{RoleClient, RunningService};
@@ -23,11 +23,7 @@ pub(super) async fn connect<H: rmcp::ClientHandler>(
         let token = env(var).ok_or_else(|| format!("`{var}` (its `token_env`) is not set"))?;
         config = config.auth_header(token);
     }
-    // rmcp's HTTP client is built on its own reqwest, with rustls and no crypto
-    // provider of its own: ring, which the providers' rustls already links, serves
-    // the process (installing it twice is refused, and harmless).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let transport = rmcp::transport::StreamableHttpClientTransport::from_config(config);
+    let transport = rmcp::transport::StreamableHttpClientTransport::with_client(client()?, config);
     let service = handler
         .serve(transport)
         .await
@@ -38,4 +34,25 @@ pub(super) async fn connect<H: rmcp::ClientHandler>(
         .await
         .map_err(|e| format!("tools/list failed: {e}"))?;
     Ok((service, tools))
+}
+
+/// The HTTP client of a session: rustls with ring and the web's roots bundled in the
+/// binary (as the providers have: no system store to load, none missing on a minimal
+/// image), no redirects (a server cannot send the session, or its token, to another
+/// URL than the pinned one), no proxy from the environment.
+fn client() -> Result<reqwest_mcp::Client, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let tls =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS set-up: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    reqwest_mcp::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .redirect(reqwest_mcp::redirect::Policy::none())
+        .no_proxy()
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }

@@ -43,6 +43,22 @@ fn what_starts(root: &Path, name: &str, entry: &McpServer, path: &str) -> Result
     Ok((package, command_digest(&entry.command, root, path)?))
 }
 
+/// `listed`, unless a definition holds the value of the server's `token_env` (a
+/// server that echoes its token would have it committed in the lock).
+fn without_token(entry: &McpServer, listed: Vec<serde_json::Value>) -> Result<Vec<serde_json::Value>, String> {
+    // As the redactor: values shorter than 6 bytes would match by chance.
+    let token = entry
+        .token_env
+        .as_deref()
+        .and_then(|v| Some((v, std::env::var(v).ok().filter(|t| t.len() >= 6)?)));
+    match token {
+        Some((var, value)) if listed.iter().any(|t| t.to_string().contains(&value)) => Err(format!(
+            "a tool definition contains the value of `{var}` (its token): not pinned, it would be committed"
+        )),
+        _ => Ok(listed),
+    }
+}
+
 /// Pins `only` (or every declared server) and writes the lock; servers not pinned
 /// this time keep their pins, servers no longer declared lose them.
 pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &str) -> Result<Vec<Pinned>, PinError> {
@@ -68,10 +84,13 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
                 env.push((v.clone(), val));
             }
         }
-        let listed = list_for_pin(root, entry, &env).await.map_err(|why| PinError::Listing {
-            server: name.clone(),
-            why,
-        })?;
+        let listed = list_for_pin(root, entry, &env)
+            .await
+            .and_then(|listed| without_token(entry, listed))
+            .map_err(|why| PinError::Listing {
+                server: name.clone(),
+                why,
+            })?;
         let tools: std::collections::BTreeMap<String, _> = listed
             .iter()
             .map(|t| (t["name"].as_str().unwrap_or("").to_string(), pin_of(t)))

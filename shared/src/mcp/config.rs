@@ -57,9 +57,10 @@ pub type McpServers = BTreeMap<String, McpServer>;
 impl McpServer {
     /// What the entry starts (its argv) or connects to (its URL), as one line.
     pub fn what_starts(&self) -> String {
-        match &self.url {
-            Some(u) => u.clone(),
-            None => self.command.join(" "),
+        match (&self.url, &self.token_env) {
+            (Some(u), Some(t)) => format!("{u} (bearer ${t})"),
+            (Some(u), None) => u.clone(),
+            (None, _) => self.command.join(" "),
         }
     }
 
