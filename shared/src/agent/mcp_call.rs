@@ -192,11 +192,7 @@ impl Agent<'_> {
                     Ok(r) => r,
                     Err(stop) => return CallOutcome::Stop(stop),
                 };
-                self.progress.event(&Event::ToolFinished {
-                    name: call.name.clone(),
-                    outcome: result.error.map_or("ok", |c| c.as_str()).to_string(),
-                    elapsed: Duration::from_millis(result.duration_ms),
-                });
+                self.report_finished(&call.name, &result);
                 let rec = record(args_json, RecordedDecision::Allow, verdict.rule, verdict.reason);
                 (rec, result, None)
             }

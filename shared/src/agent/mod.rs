@@ -617,6 +617,15 @@ impl Agent<'_> {
         CallOutcome::Stop(stop.unwrap_or(StopReason::WaitingApproval))
     }
 
+    /// Tells the progress sink that the call `name` finished, and how.
+    fn report_finished(&self, name: &str, result: &ToolResult) {
+        self.progress.event(&Event::ToolFinished {
+            name: name.to_string(),
+            outcome: result.error.map_or("ok", |c| c.as_str()).to_string(),
+            elapsed: Duration::from_millis(result.duration_ms),
+        });
+    }
+
     /// A call the gate allowed: run (or, resumed, replayed from the ledger), reported,
     /// recorded and checkpointed.
     async fn run_allowed(
@@ -633,11 +642,7 @@ impl Agent<'_> {
             Ok(r) => r,
             Err(stop) => return CallOutcome::Stop(stop),
         };
-        self.progress.event(&Event::ToolFinished {
-            name: call.name.clone(),
-            outcome: result.error.map_or("ok", |c| c.as_str()).to_string(),
-            elapsed: Duration::from_millis(result.duration_ms),
-        });
+        self.report_finished(&call.name, &result);
         if result.error == Some(ErrorClass::SideEffectUncertain) {
             state.cards.push(CardDraft {
                 kind: CardKind::SideEffectUncertain,
