@@ -245,6 +245,70 @@ open('reports/m/unix', 'w').write('\n'.join(out))
     }
 }
 
+/// The runtime walks for sockets with a cache of the directories it listed (a
+/// directory whose `ctime` has not moved is not listed again): a daemon that starts
+/// listening in a `.git` directory after the cache holds it is still masked at the
+/// next fire.
+#[test]
+fn a_socket_made_after_the_walk_cache_holds_its_directory_is_masked_at_the_next_fire() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    std::fs::create_dir_all(env.root.join(".git/late")).unwrap();
+    // A second passes: every directory is settled, so the first fire caches it.
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let first = Payload {
+        case: "walk cache",
+        ext: "sh",
+        interp: "/bin/sh",
+        script: "echo ran > reports/m/ran\n",
+        after: &[],
+        settings: None,
+    };
+    let (m, _) = fire_payload(As::Me, &env, &l, &first);
+    assert_eq!(m["ran"], "ran", "{m:?}");
+    let cache = std::fs::read_to_string(env.root.join(".runtime/mask-walk.json")).unwrap();
+    let late = env.root.join(".git/late");
+    assert!(
+        cache.contains(&format!("{:?}", late.to_string_lossy())),
+        "the cache holds .git/late: {cache}"
+    );
+    let daemon = Daemon::start(&late, None);
+    let out = python_as(As::Me, &connect_code(&daemon.socket, "control"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for _ in 0..200 {
+        if !daemon.heard().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(daemon.heard(), "ran: control\n", "the daemon runs what it hears");
+    daemon.forget();
+    let script = format!(
+        "import errno, socket\nopen('reports/m/ran', 'w').write('ran')\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ntry:\n    s.connect({:?})\n    s.sendall(b'tool\\n')\n    how = 'connected'\nexcept OSError as e:\n    how = errno.errorcode.get(e.errno, str(e.errno))\nopen('reports/m/unix', 'w').write(how)\n",
+        daemon.socket.to_string_lossy()
+    );
+    let (m, _) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "walk cache, late daemon",
+            ext: "py",
+            interp: "/usr/bin/python3",
+            script: &script,
+            after: &[],
+            settings: None,
+        },
+    );
+    assert_eq!(m["ran"], "ran", "the payload ran: {m:?}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(daemon.heard(), "", "a tool reached the late daemon: {m:?}");
+    assert_eq!(m["unix"], "ECONNREFUSED", "masked by /dev/null: {m:?}");
+}
+
 #[test]
 fn a_tool_sees_only_its_minimal_root_in_mountinfo_and_git_still_works() {
     view_case(As::Me);

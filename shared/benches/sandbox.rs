@@ -189,7 +189,8 @@ fn main() {
         );
         let got = in_child(move || {
             let t = Instant::now();
-            let layers = isolate::before_landlock(Some(&plan), LandlockMode::Required).expect("namespaces");
+            let layers =
+                isolate::before_landlock(Some(&plan), LandlockMode::Required, &mut || Ok(None)).expect("namespaces");
             let rec =
                 landlock::enforce_with(&spec_ns, LandlockMode::Required, &layers.trusted_dirs()).expect("enforce");
             let (_, wb) = isolate::after_landlock(Some(&plan), LandlockMode::Required, layers, rec).expect("seccomp");

@@ -59,7 +59,22 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
             return Ok(());
         }
     };
-    let (hello, mut write_back) = match enter_sandbox(&config) {
+    // The line after the configuration, when the runtime sends the masks: read
+    // where the namespace is built, or here when none is (read all the same, so it
+    // is not taken for a call).
+    let masks_follow = config
+        .isolation
+        .as_ref()
+        .is_some_and(|p| p.masks == crate::sandbox::namespaces::MaskSource::NextLine);
+    let mut masks_read = false;
+    let entered = enter_sandbox(&config, &mut || {
+        masks_read = true;
+        lines.next().transpose()
+    });
+    if masks_follow && !masks_read {
+        let _ = lines.next();
+    }
+    let (hello, mut write_back) = match entered {
         Ok((rec, write_back)) => (WorkerHello::Ready(rec), write_back),
         Err(e) => (WorkerHello::Refused(e), None),
     };
@@ -116,10 +131,13 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
 /// Enters the worker's sandbox, layer by layer: its write directories made, the
 /// namespaces, Landlock, the seccomp filter. Returns the record of what it is in and
 /// the write-back of the write directories, or why it could not enter it.
-fn enter_sandbox(config: &WorkerConfig) -> Result<(SandboxRecord, Option<WriteBack>), String> {
+fn enter_sandbox(
+    config: &WorkerConfig,
+    next_line: crate::sandbox::namespaces::NextLine<'_>,
+) -> Result<(SandboxRecord, Option<WriteBack>), String> {
     crate::sandbox::prepare_dirs(&config.spec)
         .map_err(|e| e.to_string())
-        .and_then(|_| isolate::before_landlock(config.isolation.as_ref(), config.mode))
+        .and_then(|_| isolate::before_landlock(config.isolation.as_ref(), config.mode, next_line))
         .and_then(|layers| {
             let rec =
                 landlock::enforce_with(&config.spec, config.mode, &layers.trusted_dirs()).map_err(|e| e.to_string())?;

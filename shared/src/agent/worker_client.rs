@@ -5,6 +5,7 @@
 //! its place, once.
 
 use crate::records::SandboxRecord;
+use crate::sandbox::namespaces::MaskLine;
 use crate::tools::{ErrorClass, ToolRequest, ToolResult};
 use crate::worker::{WorkerConfig, WorkerHello};
 use std::path::Path;
@@ -28,7 +29,7 @@ impl Interrupter {
 
 pub struct WorkerClient {
     child: Proc,
-    stdin: ChildStdin,
+    stdin: Pipe,
     stdout: Lines<BufReader<ChildStdout>>,
     /// The worker's sandbox report, read by [`WorkerClient::ready`].
     hello: Hello,
@@ -41,7 +42,24 @@ pub struct WorkerClient {
     /// succeed while the kernel tears its namespace down, and would make a call that
     /// never ran look uncertain.
     dead: Option<String>,
+    /// A request was sent to it: on shutdown it is given time to write back what the
+    /// calls wrote. A worker never asked anything has nothing to write back and is
+    /// killed at once.
+    asked: bool,
 }
+
+/// The pipe to the worker.
+enum Pipe {
+    Open(ChildStdin),
+    /// The line after the configuration (the masks, which the runtime is still
+    /// walking for) is written by a task of its own, which hands the pipe back.
+    Sending(tokio::task::JoinHandle<Result<ChildStdin, WorkerError>>),
+    /// Nothing can be sent.
+    Closed,
+}
+
+/// The masks of a worker's namespace, still being found.
+pub type PendingMasks = tokio::task::JoinHandle<MaskLine>;
 
 /// Where the worker's sandbox report stands.
 enum Hello {
@@ -102,7 +120,37 @@ impl WorkerClient {
     /// enters its sandbox while the runtime goes on (a fresh fire sends its first
     /// model request meanwhile). [`WorkerClient::ready`] waits for the report; a call
     /// waits for it first, and runs nowhere if the worker could not enter its sandbox.
-    pub async fn start(mut child: std::process::Child, config: &WorkerConfig) -> Result<WorkerClient, WorkerError> {
+    pub async fn start(child: std::process::Child, config: &WorkerConfig) -> Result<WorkerClient, WorkerError> {
+        let (mut worker, mut stdin) = WorkerClient::take_pipes(child)?;
+        send_config(&mut stdin, config).await?;
+        worker.stdin = Pipe::Open(stdin);
+        Ok(worker)
+    }
+
+    /// As [`WorkerClient::start`], for a worker whose plan takes its masks from the
+    /// line after the configuration ([`MaskSource::NextLine`]): the configuration
+    /// goes now, and a task of its own sends the masks once they are found, while the
+    /// worker builds its root and the runtime goes on. Masks that could not be found
+    /// are the worker's refusal to start, reported by [`WorkerClient::ready`].
+    ///
+    /// [`MaskSource::NextLine`]: crate::sandbox::namespaces::MaskSource::NextLine
+    pub async fn start_with_masks(
+        child: std::process::Child,
+        config: &WorkerConfig,
+        masks: PendingMasks,
+    ) -> Result<WorkerClient, WorkerError> {
+        let (mut worker, mut stdin) = WorkerClient::take_pipes(child)?;
+        send_config(&mut stdin, config).await?;
+        worker.stdin = Pipe::Sending(tokio::spawn(async move {
+            let line: MaskLine = masks.await.unwrap_or_else(|e| Err(e.to_string()));
+            send_line(&mut stdin, &line).await?;
+            Ok(stdin)
+        }));
+        Ok(worker)
+    }
+
+    /// The client of `child`, its pipe to the worker apart (no configuration sent yet).
+    fn take_pipes(mut child: std::process::Child) -> Result<(WorkerClient, ChildStdin), WorkerError> {
         let protocol = |e: std::io::Error| WorkerError::Protocol(e.to_string());
         let stdin = child
             .stdin
@@ -119,25 +167,47 @@ impl WorkerClient {
                 return Err(protocol(e));
             }
         };
-        let mut worker = WorkerClient {
+        let worker = WorkerClient {
             child: Proc(child),
-            stdin,
+            stdin: Pipe::Closed,
             stdout: BufReader::new(stdout).lines(),
             hello: Hello::Pending,
             spare: None,
             dead: None,
+            asked: false,
         };
-        send_config(&mut worker.stdin, config).await?;
-        Ok(worker)
+        Ok((worker, stdin))
+    }
+
+    /// The pipe to the worker, once its configuration is sent.
+    async fn pipe(&mut self) -> Result<&mut ChildStdin, WorkerError> {
+        if let Pipe::Sending(sending) = &mut self.stdin {
+            let sent = sending
+                .await
+                .unwrap_or_else(|e| Err(WorkerError::Protocol(e.to_string())));
+            self.stdin = match sent {
+                Ok(stdin) => Pipe::Open(stdin),
+                Err(e) => {
+                    self.stdin = Pipe::Closed;
+                    return Err(e);
+                }
+            };
+        }
+        match &mut self.stdin {
+            Pipe::Open(stdin) => Ok(stdin),
+            _ => Err(WorkerError::Protocol("no configuration was sent to the worker".into())),
+        }
     }
 
     /// The worker's sandbox, once it reported entering it (waiting for the report the
     /// first time); why not when it could not (the same answer every time).
     pub async fn ready(&mut self) -> Result<&SandboxRecord, String> {
         if matches!(self.hello, Hello::Pending) {
-            self.hello = match read_hello(&mut self.stdout).await {
-                Ok(sandbox) => Hello::Ready(sandbox),
-                Err(e) => Hello::Failed(e.to_string()),
+            // What the worker says comes first: a worker that refused did not read on.
+            let sent = self.pipe().await.map(|_| ());
+            self.hello = match (read_hello(&mut self.stdout).await, sent) {
+                (Ok(sandbox), Ok(())) => Hello::Ready(sandbox),
+                (Ok(_), Err(e)) | (Err(e), _) => Hello::Failed(e.to_string()),
             };
         }
         match &self.hello {
@@ -212,11 +282,16 @@ impl WorkerClient {
             delivered: false,
             why: format!("tool worker gone: {e}"),
         };
-        self.stdin
+        self.asked = true;
+        let stdin = self
+            .pipe()
+            .await
+            .map_err(|e| undelivered(std::io::Error::other(e.to_string())))?;
+        stdin
             .write_all(format!("{line}\n").as_bytes())
             .await
             .map_err(undelivered)?;
-        self.stdin.flush().await.map_err(undelivered)?;
+        stdin.flush().await.map_err(undelivered)?;
         let delivered = |why: String| Gone { delivered: true, why };
         let margin = std::time::Duration::from_millis(timeout_ms + 5_000);
         match tokio::time::timeout(margin, self.stdout.next_line()).await {
@@ -267,7 +342,19 @@ impl WorkerClient {
     }
 
     pub async fn shutdown(self) {
-        let WorkerClient { mut child, stdin, .. } = self;
+        let WorkerClient {
+            mut child,
+            stdin,
+            asked,
+            ..
+        } = self;
+        if let Pipe::Sending(sending) = &stdin {
+            sending.abort();
+        }
+        if !asked {
+            // Killed and reaped as the handle drops.
+            return;
+        }
         // Closing stdin ends the worker's loop; it has two seconds to leave, waited
         // for off this thread, then it is killed.
         drop(stdin);
@@ -301,8 +388,13 @@ pub(crate) async fn handshake(
 
 /// The first half of [`handshake`]: the configuration line.
 async fn send_config(stdin: &mut ChildStdin, config: &WorkerConfig) -> Result<(), WorkerError> {
+    send_line(stdin, config).await
+}
+
+/// Writes `value` as one JSON line.
+async fn send_line(stdin: &mut ChildStdin, value: &impl serde::Serialize) -> Result<(), WorkerError> {
     let protocol = |e: std::io::Error| WorkerError::Protocol(e.to_string());
-    let line = serde_json::to_string(config).map_err(|e| WorkerError::Protocol(e.to_string()))?;
+    let line = serde_json::to_string(value).map_err(|e| WorkerError::Protocol(e.to_string()))?;
     stdin
         .write_all(format!("{line}\n").as_bytes())
         .await

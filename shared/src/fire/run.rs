@@ -11,7 +11,8 @@ use crate::agent::{Agent, CallDecision, CardDraft, LoopConfig};
 use crate::progress::Event;
 use crate::provider::{Provider, ProviderChain, ProviderError};
 use crate::records::{AcceptanceRecord, CardKind};
-use crate::sandbox::{self, landlock, namespaces::NamespacePlan};
+use crate::sandbox::namespaces::{MaskSource, NamespacePlan};
+use crate::sandbox::{self, landlock};
 use crate::state::StateDb;
 use crate::tools::exec::ExecContext;
 use crate::tools::{ToolArgs, ToolRequest};
@@ -165,15 +166,27 @@ impl FireRun {
             &self.config.settings,
             self.config.policy.ownership(),
         );
+        let mut plan = NamespacePlan::new(
+            &spec,
+            root,
+            self.config.policy.read_masks(),
+            self.config.settings.sandbox.write_bytes,
+        );
+        // The masks are walked for here, with the runtime's cache (an unchanged
+        // directory is not listed again), on a thread of their own while the worker
+        // builds its root and the first model request goes out. (The spare walks for
+        // itself, if it is ever woken.)
+        let spare_config = self.spare_worker.is_some().then(|| plan.clone());
+        plan.masks = MaskSource::NextLine;
+        let cache = root.join(crate::layout::STATE_DIR).join(sandbox::mask_walk::CACHE_FILE);
+        let walked = plan.clone();
+        let masks = tokio::task::spawn_blocking(move || {
+            sandbox::mask_walk::plan_masks(&walked, Some(&cache)).map_err(|e| e.to_string())
+        });
         let config = WorkerConfig {
             root: root.clone(),
             scratch: self.config.scratch.clone(),
-            isolation: Some(NamespacePlan::new(
-                &spec,
-                root,
-                self.config.policy.read_masks(),
-                self.config.settings.sandbox.write_bytes,
-            )),
+            isolation: Some(plan),
             mcp: None,
             spec,
             mode: self.config.settings.sandbox.landlock,
@@ -185,7 +198,7 @@ impl FireRun {
             .take()
             .map_or_else(|| spawn_process(exe, args, &config.env), Ok)
         {
-            Ok(child) => WorkerClient::start(child, &config).await,
+            Ok(child) => WorkerClient::start_with_masks(child, &config, masks).await,
             Err(e) => Err(WorkerError::Spawn(e)),
         };
         let mut worker = match started {
@@ -199,8 +212,14 @@ impl FireRun {
                 ))
             }
         };
-        if let Some(spare) = self.spare_worker.take() {
-            worker.keep_spare(spare, config);
+        if let (Some(spare), Some(plan)) = (self.spare_worker.take(), spare_config) {
+            worker.keep_spare(
+                spare,
+                WorkerConfig {
+                    isolation: Some(plan),
+                    ..config
+                },
+            );
         }
         // A resumed run settles its calls before any model request: it waits now.
         if self.ctx.opts.resume.is_some() {

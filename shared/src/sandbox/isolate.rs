@@ -37,7 +37,11 @@ fn refusal(missing: &str) -> String {
 }
 
 /// Enters the namespaces of `plan` (see [`namespaces::enter`]).
-pub fn before_landlock(plan: Option<&NamespacePlan>, mode: LandlockMode) -> Result<Layers, String> {
+pub fn before_landlock(
+    plan: Option<&NamespacePlan>,
+    mode: LandlockMode,
+    next_line: namespaces::NextLine<'_>,
+) -> Result<Layers, String> {
     let mut notes = Vec::new();
     let none = |notes| {
         Ok(Layers {
@@ -51,7 +55,7 @@ pub fn before_landlock(plan: Option<&NamespacePlan>, mode: LandlockMode) -> Resu
     if mode == LandlockMode::Off {
         return none(notes);
     }
-    match namespaces::enter(plan) {
+    match namespaces::enter(plan, next_line) {
         Ok(write_back) => {
             notes.push(if plan.network {
                 "namespaces: user, mount, pid, ipc (host network granted)".to_string()

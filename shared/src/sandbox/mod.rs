@@ -5,6 +5,7 @@
 
 pub mod isolate;
 pub mod landlock;
+pub mod mask_walk;
 pub mod namespaces;
 pub mod rootfs;
 pub mod seccomp;

@@ -27,6 +27,7 @@
 //! and what it writes is stored under the owner's ids; `git` sees a repository owned
 //! by its user. No chown of builder files, no world-writable directory on disk.
 
+use super::mask_walk::{self, Mask};
 use super::rootfs::{self, Sources, Tree};
 use super::writeback::WriteBack;
 use super::SandboxSpec;
@@ -36,7 +37,7 @@ use rustix::mount::{mount, mount_bind, mount_change, MountFlags, MountPropagatio
 use serde::{Deserialize, Serialize};
 use std::io::{PipeReader, PipeWriter, Read, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The uid and gid tools run as when the runtime runs as root.
@@ -66,7 +67,28 @@ pub struct NamespacePlan {
     /// processes goes to.
     #[serde(default = "default_write_bytes")]
     pub write_bytes: u64,
+    /// Where the list of paths to mask comes from.
+    #[serde(default)]
+    pub masks: MaskSource,
 }
+
+/// Where a worker gets the paths its namespace masks (see [`super::mask_walk`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MaskSource {
+    /// It walks for them itself, once its root is built.
+    #[default]
+    Walk,
+    /// The runtime walks for them (with its cache) while the worker builds its root,
+    /// and sends them as the line after the configuration: a [`MaskLine`].
+    NextLine,
+}
+
+/// The line a [`MaskSource::NextLine`] worker reads: the paths to mask, or why the
+/// runtime could not find them (the worker then refuses to start).
+pub type MaskLine = Result<Vec<(PathBuf, Mask)>, String>;
+
+/// Reads the line after the worker's configuration, once.
+pub type NextLine<'a> = &'a mut dyn FnMut() -> std::io::Result<Option<String>>;
 
 fn default_write_bytes() -> u64 {
     crate::settings::SandboxSettings::default().write_bytes
@@ -89,6 +111,7 @@ impl NamespacePlan {
             masked,
             network: !spec.connect_ports.is_empty(),
             write_bytes,
+            masks: MaskSource::Walk,
         }
     }
 }
@@ -123,7 +146,7 @@ type Clones = (Vec<Tree>, Vec<Tree>);
 /// ready for Landlock and seccomp) with the write-back of its write directories; the
 /// original process never returns from a successful call (it waits for the clone and
 /// exits with its status). Must run while the process is single-threaded.
-pub fn enter(plan: &NamespacePlan) -> Result<WriteBack, NsError> {
+pub fn enter(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<WriteBack, NsError> {
     if super::simulated_missing("userns") {
         return Err(simulated("user namespaces"));
     }
@@ -154,7 +177,7 @@ pub fn enter(plan: &NamespacePlan) -> Result<WriteBack, NsError> {
         Cloned::Child => {
             drop(release_w);
             drop(ready_r);
-            in_clone(plan, ids, as_root, premade, ready_w, release_r)
+            in_clone(plan, next_line, ids, as_root, premade, ready_w, release_r)
         }
         Cloned::Parent(pid) => {
             drop(release_r);
@@ -168,6 +191,7 @@ pub fn enter(plan: &NamespacePlan) -> Result<WriteBack, NsError> {
 /// written its id maps, then builds its view of the file system.
 fn in_clone(
     plan: &NamespacePlan,
+    next_line: NextLine<'_>,
     ids: (u32, u32),
     as_root: bool,
     premade: Option<Clones>,
@@ -189,7 +213,7 @@ fn in_clone(
         // running the original's destructors.
         kernel::process::exit_now(1);
     }
-    let built = inside(plan, ids, as_root, premade);
+    let built = inside(plan, next_line, ids, as_root, premade);
     if built.is_err() {
         // Not dumpable again, whatever `best_effort` does next in this process.
         let _ = kernel::hardening::set_dumpable(false);
@@ -275,6 +299,7 @@ fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<Clones, NsEr
 /// In the clone: take the ids, build the minimal root, drop every capability.
 fn inside(
     plan: &NamespacePlan,
+    next_line: NextLine<'_>,
     (uid, gid): (u32, u32),
     as_root: bool,
     premade: Option<Clones>,
@@ -304,7 +329,7 @@ fn inside(
         system: rootfs::system_entries()?,
     };
     let write_back = rootfs::build(plan, sources)?;
-    mask_denied(plan)?;
+    mask_denied(plan, next_line)?;
     step("mount namespace", std::env::set_current_dir(&plan.root))?;
     step("drop capabilities", kernel::hardening::drop_capabilities())?;
     let cap = rustix::process::Rlimit {
@@ -333,29 +358,22 @@ fn handoff_dir(plan: &NamespacePlan) -> PathBuf {
     dir
 }
 
-/// Masks what the `Read` deny globs match under the root, and every UNIX socket in
-/// the repository (all of `.git` too) and in the read roots outside it (a host
-/// process listening there, such as git's fsmonitor daemon on
-/// `.git/fsmonitor--daemon.ipc`, would otherwise take a tool's connection: Landlock
-/// scopes pathname sockets only from ABI 9). A socket is masked by `/dev/null`
-/// mounted over it, so `connect` is refused.
-fn mask_denied(plan: &NamespacePlan) -> Result<(), NsError> {
-    let set = if plan.masked.is_empty() {
-        None
-    } else {
-        Some(step(
-            "read deny masks",
-            crate::tools::exec::mask_set(&plan.masked).map_err(std::io::Error::other),
-        )?)
-    };
-    let mut found = find_masks(&plan.root, set.as_ref(), true)?;
-    // Sockets only: the repository's `.git` (the walk above passes over it) and the
-    // read roots (a linked worktree's git directories, `additional_directories`).
-    for dir in std::iter::once(plan.root.join(".git")).chain(plan.read_dirs.iter().cloned()) {
-        if dir.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-            found.extend(find_masks(&dir, None, false)?);
+/// Masks what [`super::mask_walk`] finds (walked here, or by the runtime and read
+/// from the next line). A socket is masked by `/dev/null` mounted over it, so
+/// `connect` is refused; a path gone since the runtime's walk has nothing left to
+/// mask.
+fn mask_denied(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<(), NsError> {
+    let found = match plan.masks {
+        MaskSource::Walk => mask_walk::plan_masks(plan, None)?,
+        MaskSource::NextLine => {
+            let line = step("read deny masks", next_line())?.unwrap_or_default();
+            let sent: MaskLine = step(
+                "read deny masks",
+                serde_json::from_str(&line).map_err(|e| std::io::Error::other(format!("unreadable mask line: {e}"))),
+            )?;
+            step("read deny masks", sent.map_err(std::io::Error::other))?
         }
-    }
+    };
     for (path, mask) in found {
         let masked = match mask {
             Mask::Socket => step("socket masks", mount_bind("/dev/null", &path)),
@@ -371,107 +389,12 @@ fn mask_denied(plan: &NamespacePlan) -> Result<(), NsError> {
                 ),
             ),
         };
-        masked?;
+        match masked {
+            Err(e) if plan.masks == MaskSource::NextLine && e.source.kind() == std::io::ErrorKind::NotFound => {}
+            other => other?,
+        }
     }
     Ok(())
-}
-
-/// How a path is masked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mask {
-    /// A UNIX socket: `/dev/null` over it.
-    Socket,
-    /// A file a deny glob matches: `/dev/null` over it.
-    File,
-    /// A directory a deny glob matches: an empty read-only tmpfs over it.
-    Dir,
-}
-
-/// What to mask under `root`: every path the deny globs match and every socket. The
-/// walk has no cap (one that gave up past 100,000 entries left the rest unmasked, so
-/// a deny rule stopped holding for `cat` in a big repository); it skips only what no
-/// tool can read through it: with `repository`, `.git` (walked for sockets apart) and
-/// `.runtime` (masked whole) at its top; and directories it masks. Entry types come from the
-/// directory listing, not a `stat` per entry. A directory it cannot list but a tool
-/// could enter (searchable, not readable) fails the walk: a deny path inside could
-/// not be seen, so it could not be masked.
-fn find_masks(root: &Path, set: Option<&globset::GlobSet>, repository: bool) -> Result<Vec<(PathBuf, Mask)>, NsError> {
-    let mut out = Vec::new();
-    // Directories still to list: absolute path and repo-relative name.
-    let mut stack = vec![(root.to_path_buf(), String::new())];
-    while let Some((dir, rel_dir)) = stack.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            // Neither listable nor searchable: no tool reaches inside either.
-            Err(_) if std::fs::symlink_metadata(dir.join(".")).is_err() => continue,
-            Err(e) => return Err(unlisted(&dir, e)),
-        };
-        for e in entries {
-            let e = e.map_err(|e| unlisted(&dir, e))?;
-            let kind = e.file_type().map_err(|e| unlisted(&dir, e))?;
-            let name = e.file_name();
-            if repository && rel_dir.is_empty() && (name == ".git" || name == crate::layout::STATE_DIR) {
-                continue;
-            }
-            // A plain file matters only to deny globs: a walk for sockets alone (the
-            // `.git` and read-root walks, most of the entries) allocates nothing for it.
-            if set.is_none() && !kind.is_socket() && !kind.is_dir() {
-                continue;
-            }
-            // The repository-relative name is what globs match (UTF-8: a name that is
-            // not is matched by its lossy form); a sockets-only walk needs none.
-            let rel = match set {
-                Some(_) => join_rel(&rel_dir, &name.to_string_lossy()),
-                None => String::new(),
-            };
-            classify(&e.path(), &rel, kind, set, &mut out, &mut stack);
-        }
-    }
-    Ok(out)
-}
-
-fn join_rel(dir: &str, name: &str) -> String {
-    if dir.is_empty() {
-        name.to_string()
-    } else {
-        format!("{dir}/{name}")
-    }
-}
-
-/// One entry of the walk: masked, walked into, or left as it is.
-fn classify(
-    path: &Path,
-    rel: &str,
-    kind: std::fs::FileType,
-    set: Option<&globset::GlobSet>,
-    out: &mut Vec<(PathBuf, Mask)>,
-    stack: &mut Vec<(PathBuf, String)>,
-) {
-    if kind.is_socket() {
-        out.push((path.to_path_buf(), Mask::Socket));
-    } else if set.is_some_and(|set| set.is_match(rel)) {
-        if kind.is_dir() {
-            out.push((path.to_path_buf(), Mask::Dir));
-        } else if kind.is_file() {
-            out.push((path.to_path_buf(), Mask::File));
-        }
-    } else if kind.is_dir() {
-        stack.push((path.to_path_buf(), rel.to_string()));
-    }
-}
-
-fn unlisted(dir: &Path, e: std::io::Error) -> NsError {
-    NsError {
-        piece: "read deny masks",
-        source: std::io::Error::new(
-            e.kind(),
-            format!(
-                "cannot list {} to mask what `Read` deny rules match ({e})",
-                dir.display()
-            ),
-        ),
-    }
 }
 
 /// Whether idmapped mounts of `root` can be made here, as a fire needs when the
@@ -506,12 +429,13 @@ pub fn probe_minimal_root(root: &Path, write_bytes: u64) -> Result<(), NsError> 
         masked: Vec::new(),
         network: false,
         write_bytes,
+        masks: MaskSource::Walk,
     };
     let (mut r, w) = step("pipe", std::io::pipe())?;
     let pid = match step("user namespaces", kernel::process::clone(Namespaces::default()))? {
         Cloned::Child => {
             drop(r);
-            let code = match enter(&plan) {
+            let code = match enter(&plan, &mut || Ok(None)) {
                 Ok(_) => 0,
                 Err(e) => {
                     let mut w = w;
@@ -549,51 +473,4 @@ pub fn probe() -> Result<(), NsError> {
         return Err(simulated("user namespaces"));
     }
     step("user namespaces", kernel::namespaces::probe(Namespaces::ALL))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_mask_walk_finds_deny_paths_and_sockets_everywhere_and_prunes_what_it_masks() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        for d in ["a/b/c", "secrets/inner", ".git", ".runtime", "deep/1/2/3/4/5/6/7/8"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        for f in [
-            ".env",
-            "a/b/c/.env",
-            "deep/1/2/3/4/5/6/7/8/.env",
-            ".git/.env",
-            ".runtime/.env",
-            "secrets/inner/.env",
-            "a/keep",
-        ] {
-            std::fs::write(root.join(f), "x").unwrap();
-        }
-        let _sock = std::os::unix::net::UnixListener::bind(root.join("a/b/s.sock")).unwrap();
-        let set = crate::tools::exec::mask_set(&["**/.env".into(), "secrets".into()]).unwrap();
-        let mut found: Vec<(String, Mask)> = find_masks(root, Some(&set), true)
-            .unwrap()
-            .into_iter()
-            .map(|(p, m)| (p.strip_prefix(root).unwrap().to_string_lossy().into_owned(), m))
-            .collect();
-        found.sort_by(|a, b| a.0.cmp(&b.0));
-        assert_eq!(
-            found,
-            [
-                (".env".to_string(), Mask::File),
-                ("a/b/c/.env".to_string(), Mask::File),
-                ("a/b/s.sock".to_string(), Mask::Socket),
-                ("deep/1/2/3/4/5/6/7/8/.env".to_string(), Mask::File),
-                // Masked whole: nothing below it is listed.
-                ("secrets".to_string(), Mask::Dir),
-            ]
-        );
-        // Without deny globs only sockets are masked.
-        let sockets = find_masks(root, None, true).unwrap();
-        assert_eq!(sockets.len(), 1, "{sockets:?}");
-    }
 }

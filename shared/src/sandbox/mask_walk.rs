@@ -1,0 +1,433 @@
+//! What a worker's mount namespace masks, found by walking the directories it shows:
+//! every path a `Read` deny glob matches under the repository, and every UNIX socket
+//! in the repository (all of `.git` too) and in the read roots outside it (a host
+//! process listening there, such as git's fsmonitor daemon on
+//! `.git/fsmonitor--daemon.ipc`, would otherwise take a tool's connection: Landlock
+//! scopes pathname sockets only from ABI 9).
+//!
+//! Listing a directory costs the kernel far more than a `stat` of it (about 20 µs
+//! against 1 µs on ext4), and a repository's `.git` alone holds hundreds of
+//! directories, so the runtime walks with a cache ([`WalkCache`], in `.runtime`,
+//! which no tool can reach): a directory whose identity and change time (`ctime`)
+//! are those recorded is not listed again. Any entry made, removed or renamed in a
+//! directory sets its `ctime` to the present, which no process can set back; an
+//! entry is kept only once its `ctime` is a second older than the walk that listed
+//! it, so a change in the same clock tick as that listing cannot be taken for none.
+
+use super::namespaces::{NamespacePlan, NsError};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How a path is masked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mask {
+    /// A UNIX socket: `/dev/null` over it.
+    Socket,
+    /// A file a deny glob matches: `/dev/null` over it.
+    File,
+    /// A directory a deny glob matches: an empty read-only tmpfs over it.
+    Dir,
+}
+
+/// Where the runtime keeps its walk cache, under the state directory.
+pub const CACHE_FILE: &str = "mask-walk.json";
+
+/// Everything `plan`'s namespace masks: the repository walked for deny globs and
+/// sockets, its `.git` and the read roots for sockets. With `cache` (a file the
+/// runtime alone writes), directories unchanged since the last walk are not listed
+/// again; the cache is written back when the walk changed it (best effort: a cache
+/// that cannot be written costs the next walk its time, nothing else).
+pub fn plan_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<Vec<(PathBuf, Mask)>, NsError> {
+    let set = if plan.masked.is_empty() {
+        None
+    } else {
+        Some(
+            crate::tools::exec::mask_set(&plan.masked)
+                .map_err(|e| unlisted_error(std::io::Error::other(e.to_string())))?,
+        )
+    };
+    let mut walk = Walk {
+        cache: cache.map(|f| WalkCache::load(f, &plan.masked)).unwrap_or_default(),
+        changed: false,
+        listed: 0,
+        now: SystemTime::now(),
+    };
+    let mut found = walk.find(&plan.root, set.as_ref(), true)?;
+    // Sockets only: the repository's `.git` (the walk above passes over it) and the
+    // read roots (a linked worktree's git directories, `additional_directories`).
+    for dir in std::iter::once(plan.root.join(".git")).chain(plan.read_dirs.iter().cloned()) {
+        if dir.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            found.extend(walk.find(&dir, None, false)?);
+        }
+    }
+    tracing::debug!(listed = walk.listed, found = found.len(), "mask walk");
+    if let (Some(file), true) = (cache, walk.changed) {
+        walk.cache.globs = plan.masked.clone();
+        let _ = walk.cache.store(file);
+    }
+    Ok(found)
+}
+
+/// The walk cache: per directory walked, what its listing held the last time.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct WalkCache {
+    /// The deny globs the entries were matched with (other globs: the cache is empty).
+    globs: Vec<String>,
+    dirs: HashMap<PathBuf, CachedDir>,
+}
+
+/// One directory as a walk listed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct CachedDir {
+    /// Device, inode and `ctime` (seconds, nanoseconds) when it was listed.
+    stamp: (u64, u64, i64, i64),
+    /// Listed for deny globs too (the repository walk), or for sockets alone.
+    globbed: bool,
+    /// Its subdirectories the walk went into.
+    subdirs: Vec<String>,
+    /// Its entries masked.
+    masks: Vec<(String, Mask)>,
+}
+
+impl WalkCache {
+    fn load(file: &Path, globs: &[String]) -> WalkCache {
+        let cache: WalkCache = std::fs::read(file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default();
+        if cache.globs == globs {
+            cache
+        } else {
+            WalkCache::default()
+        }
+    }
+
+    fn store(&self, file: &Path) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        let tmp = file.with_extension(format!("tmp.{}", std::process::id()));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, file)
+    }
+}
+
+/// A directory's entries the walk cares about, by name.
+#[derive(Debug, Default)]
+struct Listed {
+    subdirs: Vec<OsString>,
+    masks: Vec<(OsString, Mask)>,
+}
+
+impl Listed {
+    fn from_cache(c: &CachedDir) -> Listed {
+        Listed {
+            subdirs: c.subdirs.iter().map(OsString::from).collect(),
+            masks: c.masks.iter().map(|(n, m)| (OsString::from(n), *m)).collect(),
+        }
+    }
+
+    /// As the cache keeps it; `None` when a name is not UTF-8 (such a directory is
+    /// listed every time).
+    fn to_cache(&self, stamp: (u64, u64, i64, i64), globbed: bool) -> Option<CachedDir> {
+        Some(CachedDir {
+            stamp,
+            globbed,
+            subdirs: self
+                .subdirs
+                .iter()
+                .map(|n| n.to_str().map(str::to_string))
+                .collect::<Option<_>>()?,
+            masks: self
+                .masks
+                .iter()
+                .map(|(n, m)| n.to_str().map(|n| (n.to_string(), *m)))
+                .collect::<Option<_>>()?,
+        })
+    }
+}
+
+struct Walk {
+    cache: WalkCache,
+    changed: bool,
+    /// Directories listed (not served from the cache).
+    listed: usize,
+    /// When the walk started: a directory changed less than a second before is
+    /// listed, never kept in the cache.
+    now: SystemTime,
+}
+
+impl Walk {
+    /// What to mask under `root`: every path the deny globs match and every socket.
+    /// The walk has no cap (one that gave up past 100,000 entries left the rest
+    /// unmasked, so a deny rule stopped holding for `cat` in a big repository); it
+    /// skips only what no tool can read through it: with `repository`, `.git` (walked
+    /// for sockets apart) and `.runtime` (masked whole) at its top; and directories
+    /// it masks. Entry types come from the directory listing, not a `stat` per entry.
+    /// A directory it cannot list but a tool could enter (searchable, not readable)
+    /// fails the walk: a deny path inside could not be seen, so it could not be masked.
+    fn find(
+        &mut self,
+        root: &Path,
+        set: Option<&globset::GlobSet>,
+        repository: bool,
+    ) -> Result<Vec<(PathBuf, Mask)>, NsError> {
+        let mut out = Vec::new();
+        // Directories still to list: absolute path and repo-relative name.
+        let mut stack = vec![(root.to_path_buf(), String::new())];
+        while let Some((dir, rel_dir)) = stack.pop() {
+            let top = repository && rel_dir.is_empty();
+            let Some(listed) = self.list(&dir, &rel_dir, set, top)? else {
+                continue;
+            };
+            for (name, mask) in listed.masks {
+                out.push((dir.join(name), mask));
+            }
+            for name in listed.subdirs {
+                let rel = join_rel(&rel_dir, &name.to_string_lossy());
+                stack.push((dir.join(name), rel));
+            }
+        }
+        Ok(out)
+    }
+
+    /// One directory's masks and subdirectories: from the cache when it is unchanged,
+    /// else listed (`None`: gone, or neither listable nor searchable).
+    fn list(
+        &mut self,
+        dir: &Path,
+        rel_dir: &str,
+        set: Option<&globset::GlobSet>,
+        top: bool,
+    ) -> Result<Option<Listed>, NsError> {
+        let meta = std::fs::symlink_metadata(dir).ok().filter(|m| m.is_dir());
+        let stamp = meta.as_ref().map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()));
+        if let (Some(stamp), Some(hit)) = (stamp, self.cache.dirs.get(dir)) {
+            if hit.stamp == stamp && hit.globbed == set.is_some() {
+                return Ok(Some(Listed::from_cache(hit)));
+            }
+        }
+        self.listed += 1;
+        let Some(listed) = list_dir(dir, rel_dir, set, top)? else {
+            return Ok(None);
+        };
+        let settled = meta
+            .as_ref()
+            .and_then(changed_at)
+            .is_some_and(|t| t + Duration::from_secs(1) < self.now);
+        let entry = stamp
+            .filter(|_| settled)
+            .and_then(|s| listed.to_cache(s, set.is_some()));
+        match entry {
+            Some(entry) if self.cache.dirs.get(dir) != Some(&entry) => {
+                self.cache.dirs.insert(dir.to_path_buf(), entry);
+                self.changed = true;
+            }
+            Some(_) => {}
+            None => self.changed |= self.cache.dirs.remove(dir).is_some(),
+        }
+        Ok(Some(listed))
+    }
+}
+
+/// A directory's `ctime` as a time.
+fn changed_at(meta: &std::fs::Metadata) -> Option<SystemTime> {
+    let secs = u64::try_from(meta.ctime()).ok()?;
+    let nanos = u32::try_from(meta.ctime_nsec()).ok()?;
+    Some(UNIX_EPOCH + Duration::new(secs, nanos))
+}
+
+/// Lists `dir`: its entries to mask and its subdirectories to walk.
+fn list_dir(dir: &Path, rel_dir: &str, set: Option<&globset::GlobSet>, top: bool) -> Result<Option<Listed>, NsError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // Neither listable nor searchable: no tool reaches inside either.
+        Err(_) if std::fs::symlink_metadata(dir.join(".")).is_err() => return Ok(None),
+        Err(e) => return Err(unlisted(dir, e)),
+    };
+    let mut listed = Listed::default();
+    for e in entries {
+        let e = e.map_err(|e| unlisted(dir, e))?;
+        let kind = e.file_type().map_err(|e| unlisted(dir, e))?;
+        let name = e.file_name();
+        if top && (name == ".git" || name == crate::layout::STATE_DIR) {
+            continue;
+        }
+        if kind.is_socket() {
+            listed.masks.push((name, Mask::Socket));
+            continue;
+        }
+        // A plain file matters only to deny globs: a walk for sockets alone (the
+        // `.git` and read-root walks, most of the entries) allocates nothing for it.
+        if set.is_none() && !kind.is_dir() {
+            continue;
+        }
+        // The repository-relative name is what globs match (UTF-8: a name that is
+        // not is matched by its lossy form).
+        let matched = set.is_some_and(|set| set.is_match(join_rel(rel_dir, &name.to_string_lossy())));
+        if matched && kind.is_dir() {
+            listed.masks.push((name, Mask::Dir));
+        } else if matched && kind.is_file() {
+            listed.masks.push((name, Mask::File));
+        } else if kind.is_dir() {
+            listed.subdirs.push(name);
+        }
+    }
+    Ok(Some(listed))
+}
+
+fn join_rel(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+fn unlisted(dir: &Path, e: std::io::Error) -> NsError {
+    unlisted_error(std::io::Error::new(
+        e.kind(),
+        format!(
+            "cannot list {} to mask what `Read` deny rules match ({e})",
+            dir.display()
+        ),
+    ))
+}
+
+fn unlisted_error(source: std::io::Error) -> NsError {
+    NsError {
+        piece: "read deny masks",
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A walk without a cache file, its clock `ahead` of now (every directory settled).
+    fn walk(ahead: Option<u64>) -> Walk {
+        Walk {
+            cache: WalkCache::default(),
+            changed: false,
+            listed: 0,
+            now: SystemTime::now() + Duration::from_secs(ahead.unwrap_or(0)),
+        }
+    }
+
+    #[test]
+    fn the_mask_walk_finds_deny_paths_and_sockets_everywhere_and_prunes_what_it_masks() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["a/b/c", "secrets/inner", ".git", ".runtime", "deep/1/2/3/4/5/6/7/8"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in [
+            ".env",
+            "a/b/c/.env",
+            "deep/1/2/3/4/5/6/7/8/.env",
+            ".git/.env",
+            ".runtime/.env",
+            "secrets/inner/.env",
+            "a/keep",
+        ] {
+            std::fs::write(root.join(f), "x").unwrap();
+        }
+        let _sock = std::os::unix::net::UnixListener::bind(root.join("a/b/s.sock")).unwrap();
+        let set = crate::tools::exec::mask_set(&["**/.env".into(), "secrets".into()]).unwrap();
+        let mut found: Vec<(String, Mask)> = walk(None)
+            .find(root, Some(&set), true)
+            .unwrap()
+            .into_iter()
+            .map(|(p, m)| (p.strip_prefix(root).unwrap().to_string_lossy().into_owned(), m))
+            .collect();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            found,
+            [
+                (".env".to_string(), Mask::File),
+                ("a/b/c/.env".to_string(), Mask::File),
+                ("a/b/s.sock".to_string(), Mask::Socket),
+                ("deep/1/2/3/4/5/6/7/8/.env".to_string(), Mask::File),
+                // Masked whole: nothing below it is listed.
+                ("secrets".to_string(), Mask::Dir),
+            ]
+        );
+        // Without deny globs only sockets are masked.
+        let sockets = walk(None).find(root, None, true).unwrap();
+        assert_eq!(sockets.len(), 1, "{sockets:?}");
+    }
+
+    #[test]
+    fn a_cached_walk_lists_only_the_directories_that_changed_and_sees_a_new_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["a/b/c", "x/y", ".git/objects/ab", ".git/refs/heads"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("x/.env"), "x").unwrap();
+        let set = crate::tools::exec::mask_set(&["**/.env".into()]).unwrap();
+        let mut w = walk(Some(10));
+        let first = w.find(root, Some(&set), true).unwrap();
+        let git = w.find(&root.join(".git"), None, false).unwrap();
+        assert_eq!((first.len(), git.len()), (1, 0));
+        assert_eq!(w.listed, 11, "every directory is listed once");
+        assert!(w.changed);
+        let cached = w.cache.dirs.len();
+        assert_eq!(cached, 11);
+
+        // Nothing changed: nothing is listed, the same masks come back.
+        w.listed = 0;
+        assert_eq!(w.find(root, Some(&set), true).unwrap(), first);
+        assert_eq!(w.find(&root.join(".git"), None, false).unwrap(), git);
+        assert_eq!(w.listed, 0);
+
+        // A socket made in `.git/objects/ab` and a new deny match in `a/b/c`: the two
+        // directories are listed again (their ctime moved), and only they.
+        let _sock = std::os::unix::net::UnixListener::bind(root.join(".git/objects/ab/d.sock")).unwrap();
+        std::fs::write(root.join("a/b/c/.env"), "x").unwrap();
+        w.listed = 0;
+        let again = w.find(root, Some(&set), true).unwrap();
+        let git = w.find(&root.join(".git"), None, false).unwrap();
+        assert_eq!(w.listed, 2);
+        assert_eq!(git, vec![(root.join(".git/objects/ab/d.sock"), Mask::Socket)]);
+        assert!(again.contains(&(root.join("a/b/c/.env"), Mask::File)), "{again:?}");
+
+        // A directory replaced by another (a new inode) is listed, whatever its times.
+        std::fs::remove_dir_all(root.join("x/y")).unwrap();
+        std::fs::create_dir(root.join("x/y")).unwrap();
+        std::os::unix::net::UnixListener::bind(root.join("x/y/s"))
+            .map(drop)
+            .unwrap();
+        w.listed = 0;
+        let found = w.find(root, Some(&set), true).unwrap();
+        assert!(found.contains(&(root.join("x/y/s"), Mask::Socket)), "{found:?}");
+    }
+
+    #[test]
+    fn a_directory_changed_within_the_last_second_is_never_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("a")).unwrap();
+        let mut w = walk(None);
+        w.find(dir.path(), None, true).unwrap();
+        assert!(w.cache.dirs.is_empty(), "{:?}", w.cache.dirs);
+        w.listed = 0;
+        w.find(dir.path(), None, true).unwrap();
+        assert_eq!(w.listed, 2, "listed again");
+    }
+
+    #[test]
+    fn the_cache_file_round_trips_and_other_globs_start_it_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(CACHE_FILE);
+        let mut w = walk(Some(10));
+        w.find(dir.path(), None, true).unwrap();
+        w.cache.globs = vec!["**/.env".into()];
+        w.cache.store(&file).unwrap();
+        assert_eq!(WalkCache::load(&file, &["**/.env".into()]).dirs.len(), 1);
+        assert!(WalkCache::load(&file, &["secrets".into()]).dirs.is_empty());
+    }
+}
