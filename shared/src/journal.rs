@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// Where a call stands in the ledger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum CallStage {
     /// The model asked for it; nothing has run.
@@ -27,11 +28,7 @@ pub enum CallStage {
 
 impl CallStage {
     pub fn as_str(self) -> &'static str {
-        match self {
-            CallStage::Intended => "intended",
-            CallStage::Started => "started",
-            CallStage::Completed => "completed",
-        }
+        self.into()
     }
 
     fn from_stored(s: &str) -> CallStage {

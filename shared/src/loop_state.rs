@@ -53,7 +53,8 @@ pub struct LoopState {
 }
 
 /// A builder's decision on a paused call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum CallDecision {
     Approve,
     Deny,
@@ -62,10 +63,7 @@ pub enum CallDecision {
 impl CallDecision {
     /// The form stored in the state database's `approvals` table.
     pub fn as_str(self) -> &'static str {
-        match self {
-            CallDecision::Approve => "approve",
-            CallDecision::Deny => "deny",
-        }
+        self.into()
     }
 
     /// Reads the stored form; anything but an approval counts as a denial (fail closed).

@@ -23,7 +23,8 @@ use serde::Serialize;
 use std::path::{Component, Path, PathBuf};
 
 /// How a proposed value compares with the trusted one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum Effect {
     /// Grants more than the trusted configuration: an eval of it is refused.
@@ -37,11 +38,7 @@ pub enum Effect {
 
 impl Effect {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Effect::Widens => "widens",
-            Effect::Narrows => "narrows",
-            Effect::Changes => "changes",
-        }
+        self.into()
     }
 }
 

@@ -42,10 +42,29 @@ pub fn parse_name<T: Named>(name: &str) -> Result<T, UnknownName> {
         })
 }
 
-/// Implements [`Named`], `FromStr`, `Display` and the SQLite conversions for a type
-/// with an exhaustive `as_str`, given every value (the list is checked to be
-/// exhaustive too: a new variant does not compile until it is listed).
+/// Implements [`Named`], `as_str`, `FromStr`, `Display`, the SQLite conversions and
+/// the `TryFrom<String>` serde reads through, for a type whose names are derived
+/// once: `strum::IntoStaticStr` (the name, `serialize_all = "snake_case"`) and
+/// `strum::VariantArray` (every value, in declaration order), with
+/// `#[serde(into = "&'static str", try_from = "String")]` so records, the trace and
+/// SQLite columns spell the same names. A type with data in a variant (`ToolOutcome`)
+/// gives its own `as_str` and every value instead (the list is checked to be
+/// exhaustive: a new variant does not compile until it is listed).
 macro_rules! named {
+    ($t:ty, $what:literal) => {
+        impl $t {
+            pub fn as_str(&self) -> &'static str {
+                (*self).into()
+            }
+        }
+        impl TryFrom<String> for $t {
+            type Error = $crate::records::UnknownName;
+            fn try_from(s: String) -> Result<Self, $crate::records::UnknownName> {
+                $crate::records::parse_name(&s)
+            }
+        }
+        $crate::records::named!(@impls $t, $what, <$t as strum::VariantArray>::VARIANTS);
+    };
     ($t:ty, $what:literal, [$($($v:ident)::+ $(($($inner:ident)::+))?),* $(,)?]) => {
         const _: () = {
             fn every_value_is_listed(v: $t) {
@@ -55,9 +74,12 @@ macro_rules! named {
             }
             let _ = every_value_is_listed;
         };
+        $crate::records::named!(@impls $t, $what, &[$($($v)::+ $(($($inner)::+))?),*]);
+    };
+    (@impls $t:ty, $what:literal, $all:expr) => {
         impl $crate::records::Named for $t {
             const WHAT: &'static str = $what;
-            const ALL: &'static [Self] = &[$($($v)::+ $(($($inner)::+))?),*];
+            const ALL: &'static [Self] = $all;
             fn name(self) -> &'static str {
                 self.as_str()
             }
@@ -88,8 +110,22 @@ macro_rules! named {
 }
 pub(crate) use named;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Hash,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum RunStatus {
     Accepted,
     Completed,
@@ -105,8 +141,22 @@ pub enum RunStatus {
     Crashed,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Hash,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum StopReason {
     FinalAnswer,
     MaxSteps,
@@ -128,44 +178,22 @@ pub enum StopReason {
     CheckpointFailed,
 }
 
-impl StopReason {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            StopReason::FinalAnswer => "final_answer",
-            StopReason::MaxSteps => "max_steps",
-            StopReason::MaxWallTime => "max_wall_time",
-            StopReason::TokenBudget => "token_budget",
-            StopReason::CostBudget => "cost_budget",
-            StopReason::RepeatedCall => "repeated_call",
-            StopReason::RepeatedError => "repeated_error",
-            StopReason::Cancelled => "cancelled",
-            StopReason::PermissionDenied => "permission_denied",
-            StopReason::ProviderError => "provider_error",
-            StopReason::ContextOverflow => "context_overflow",
-            StopReason::WaitingApproval => "waiting_approval",
-            StopReason::NotStarted => "not_started",
-            StopReason::CheckpointFailed => "checkpoint_failed",
-        }
-    }
-}
-
-impl RunStatus {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            RunStatus::Accepted => "accepted",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Skipped => "skipped",
-            RunStatus::WaitingApproval => "waiting_approval",
-            RunStatus::Cancelled => "cancelled",
-            RunStatus::Running => "running",
-            RunStatus::Crashed => "crashed",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Hash,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum CardKind {
     PermissionDenied,
     MissingTool,
@@ -214,109 +242,27 @@ pub enum CardKind {
     McpServerFailed,
 }
 
-impl CardKind {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            CardKind::PermissionDenied => "permission_denied",
-            CardKind::MissingTool => "missing_tool",
-            CardKind::BudgetExceeded => "budget_exceeded",
-            CardKind::MaxSteps => "max_steps",
-            CardKind::RepeatedCall => "repeated_call",
-            CardKind::RepeatedError => "repeated_error",
-            CardKind::ProviderError => "provider_error",
-            CardKind::PrefetchFailed => "prefetch_failed",
-            CardKind::AcceptanceFailed => "acceptance_failed",
-            CardKind::InvalidConfig => "invalid_config",
-            CardKind::UnreviewedChanges => "unreviewed_changes",
-            CardKind::SandboxUnavailable => "sandbox_unavailable",
-            CardKind::SideEffectUncertain => "side_effect_uncertain",
-            CardKind::ApprovalNeeded => "approval_needed",
-            CardKind::Crashed => "crashed",
-            CardKind::EmptyReport => "empty_report",
-            CardKind::ContextOverflow => "context_overflow",
-            CardKind::PrefetchTruncated => "prefetch_truncated",
-            CardKind::OutputRejected => "output_rejected",
-            CardKind::StateReset => "state_reset",
-            CardKind::SyncFailed => "sync_failed",
-            CardKind::ApprovalStale => "approval_stale",
-            CardKind::CommitBlocked => "commit_blocked",
-            CardKind::CheckpointFailed => "checkpoint_failed",
-            CardKind::McpDrift => "mcp_drift",
-            CardKind::McpServerFailed => "mcp_server_failed",
-        }
-    }
-}
-
-named!(
-    RunStatus,
-    "run status",
-    [
-        RunStatus::Accepted,
-        RunStatus::Completed,
-        RunStatus::Failed,
-        RunStatus::Skipped,
-        RunStatus::WaitingApproval,
-        RunStatus::Cancelled,
-        RunStatus::Running,
-        RunStatus::Crashed,
-    ]
-);
-named!(
-    StopReason,
-    "stop reason",
-    [
-        StopReason::FinalAnswer,
-        StopReason::MaxSteps,
-        StopReason::MaxWallTime,
-        StopReason::TokenBudget,
-        StopReason::CostBudget,
-        StopReason::RepeatedCall,
-        StopReason::RepeatedError,
-        StopReason::Cancelled,
-        StopReason::PermissionDenied,
-        StopReason::ProviderError,
-        StopReason::ContextOverflow,
-        StopReason::WaitingApproval,
-        StopReason::NotStarted,
-        StopReason::CheckpointFailed,
-    ]
-);
-named!(
-    CardKind,
-    "card kind",
-    [
-        CardKind::PermissionDenied,
-        CardKind::MissingTool,
-        CardKind::BudgetExceeded,
-        CardKind::MaxSteps,
-        CardKind::RepeatedCall,
-        CardKind::RepeatedError,
-        CardKind::ProviderError,
-        CardKind::PrefetchFailed,
-        CardKind::AcceptanceFailed,
-        CardKind::InvalidConfig,
-        CardKind::UnreviewedChanges,
-        CardKind::SandboxUnavailable,
-        CardKind::SideEffectUncertain,
-        CardKind::ApprovalNeeded,
-        CardKind::Crashed,
-        CardKind::EmptyReport,
-        CardKind::ContextOverflow,
-        CardKind::PrefetchTruncated,
-        CardKind::OutputRejected,
-        CardKind::StateReset,
-        CardKind::SyncFailed,
-        CardKind::ApprovalStale,
-        CardKind::CommitBlocked,
-        CardKind::CheckpointFailed,
-        CardKind::McpDrift,
-        CardKind::McpServerFailed,
-    ]
-);
+named!(RunStatus, "run status");
+named!(StopReason, "stop reason");
+named!(CardKind, "card kind");
 
 /// A card's status: `open` when the runtime writes it, then what triage made it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Hash,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum CardStatus {
     Open,
     Accepted,
@@ -325,33 +271,14 @@ pub enum CardStatus {
     Fixed,
 }
 
-impl CardStatus {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            CardStatus::Open => "open",
-            CardStatus::Accepted => "accepted",
-            CardStatus::Rejected => "rejected",
-            CardStatus::Duplicate => "duplicate",
-            CardStatus::Fixed => "fixed",
-        }
-    }
-}
-
-named!(
-    CardStatus,
-    "card status",
-    [
-        CardStatus::Open,
-        CardStatus::Accepted,
-        CardStatus::Rejected,
-        CardStatus::Duplicate,
-        CardStatus::Fixed,
-    ]
-);
+named!(CardStatus, "card status");
 
 /// The decision a triage block records (`duplicate_of` / `fixed_by` carry the rest).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
-#[serde(rename_all = "snake_case")]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum TriageKind {
     Accept,
     Reject,
@@ -359,32 +286,15 @@ pub enum TriageKind {
     Fixed,
 }
 
-impl TriageKind {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            TriageKind::Accept => "accept",
-            TriageKind::Reject => "reject",
-            TriageKind::Duplicate => "duplicate",
-            TriageKind::Fixed => "fixed",
-        }
-    }
-}
-
-named!(
-    TriageKind,
-    "triage decision",
-    [
-        TriageKind::Accept,
-        TriageKind::Reject,
-        TriageKind::Duplicate,
-        TriageKind::Fixed,
-    ]
-);
+named!(TriageKind, "triage decision");
 
 /// The policy decision recorded for a tool call; `none` for a call that never reached
 /// the policy (unknown tool, invalid arguments, a tool the task does not enable).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
-#[serde(rename_all = "snake_case")]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum RecordedDecision {
     Allow,
     Ask,
@@ -392,27 +302,7 @@ pub enum RecordedDecision {
     None,
 }
 
-impl RecordedDecision {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            RecordedDecision::Allow => "allow",
-            RecordedDecision::Ask => "ask",
-            RecordedDecision::Deny => "deny",
-            RecordedDecision::None => "none",
-        }
-    }
-}
-
-named!(
-    RecordedDecision,
-    "decision",
-    [
-        RecordedDecision::Allow,
-        RecordedDecision::Ask,
-        RecordedDecision::Deny,
-        RecordedDecision::None,
-    ]
-);
+named!(RecordedDecision, "decision");
 
 /// How a tool call ended: `ok`, or its error class (`PERMISSION_DENIED`, `TIMEOUT`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -466,11 +356,14 @@ impl<'de> Deserialize<'de> for ToolOutcome {
 }
 
 /// What Landlock enforced (`""` in records of fires that ended before the sandbox).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Hash)]
-#[serde(rename_all = "snake_case")]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Hash, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum LandlockStatus {
     #[default]
-    #[serde(rename = "")]
+    #[strum(serialize = "")]
     NotEntered,
     FullyEnforced,
     PartiallyEnforced,
@@ -478,63 +371,24 @@ pub enum LandlockStatus {
     Off,
 }
 
-impl LandlockStatus {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            LandlockStatus::NotEntered => "",
-            LandlockStatus::FullyEnforced => "fully_enforced",
-            LandlockStatus::PartiallyEnforced => "partially_enforced",
-            LandlockStatus::NotEnforced => "not_enforced",
-            LandlockStatus::Off => "off",
-        }
-    }
-}
-
-named!(
-    LandlockStatus,
-    "landlock status",
-    [
-        LandlockStatus::NotEntered,
-        LandlockStatus::FullyEnforced,
-        LandlockStatus::PartiallyEnforced,
-        LandlockStatus::NotEnforced,
-        LandlockStatus::Off,
-    ]
-);
+named!(LandlockStatus, "landlock status");
 
 /// The Landlock mode the settings asked for, as recorded (`""` before the sandbox).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Hash)]
-#[serde(rename_all = "snake_case")]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Hash, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum SandboxMode {
     #[default]
-    #[serde(rename = "")]
+    #[strum(serialize = "")]
     NotEntered,
     Required,
     BestEffort,
     Off,
 }
 
-impl SandboxMode {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            SandboxMode::NotEntered => "",
-            SandboxMode::Required => "required",
-            SandboxMode::BestEffort => "best_effort",
-            SandboxMode::Off => "off",
-        }
-    }
-}
-
-named!(
-    SandboxMode,
-    "sandbox mode",
-    [
-        SandboxMode::NotEntered,
-        SandboxMode::Required,
-        SandboxMode::BestEffort,
-        SandboxMode::Off,
-    ]
-);
+named!(SandboxMode, "sandbox mode");
 
 /// Versions a fire ran on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -1197,7 +1051,10 @@ triage:
 
         let bad = RECEIPT_ON_DISK.replace("\"decision\": \"deny\"", "\"decision\": \"maybe\"");
         let err = serde_json::from_str::<Receipt>(&bad).unwrap_err().to_string();
-        assert!(err.contains("unknown variant `maybe`"), "{err}");
+        assert!(
+            err.contains("unknown decision `maybe` (expected one of: allow, ask, deny, none)"),
+            "{err}"
+        );
     }
 
     // Each value's serialized form (serde, `as_str`, `Display`, `FromStr`) is the

@@ -184,7 +184,8 @@ pub struct Permissions {
 
 /// How durable the runtime's own writes are (`durability:`): what survives a crash of
 /// the process, or a power loss too.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum Durability {
     /// SQLite WAL with `synchronous=NORMAL`; records renamed into place without an
@@ -199,10 +200,7 @@ pub enum Durability {
 
 impl Durability {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Durability::Normal => "normal",
-            Durability::Strict => "strict",
-        }
+        self.into()
     }
 
     /// Whether writes are fsynced before the fire goes on.

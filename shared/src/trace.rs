@@ -35,8 +35,11 @@ pub const CONTENT_ATTRIBUTES: &[&str] = &[
 ];
 
 /// What a span times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
-#[serde(rename_all = "snake_case")]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum SpanKind {
     Fire,
     Prefetch,
@@ -46,35 +49,14 @@ pub enum SpanKind {
     Commit,
 }
 
-impl SpanKind {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            SpanKind::Fire => "fire",
-            SpanKind::Prefetch => "prefetch",
-            SpanKind::Model => "model",
-            SpanKind::Tool => "tool",
-            SpanKind::Acceptance => "acceptance",
-            SpanKind::Commit => "commit",
-        }
-    }
-}
-
-named!(
-    SpanKind,
-    "span kind",
-    [
-        SpanKind::Fire,
-        SpanKind::Prefetch,
-        SpanKind::Model,
-        SpanKind::Tool,
-        SpanKind::Acceptance,
-        SpanKind::Commit,
-    ]
-);
+named!(SpanKind, "span kind");
 
 /// How a span ended (`running` until it does).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
-#[serde(rename_all = "snake_case")]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum SpanStatus {
     Running,
     Ok,
@@ -86,31 +68,7 @@ pub enum SpanStatus {
     Cancelled,
 }
 
-impl SpanStatus {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            SpanStatus::Running => "running",
-            SpanStatus::Ok => "ok",
-            SpanStatus::Error => "error",
-            SpanStatus::Failed => "failed",
-            SpanStatus::WallTime => "wall_time",
-            SpanStatus::Cancelled => "cancelled",
-        }
-    }
-}
-
-named!(
-    SpanStatus,
-    "span status",
-    [
-        SpanStatus::Running,
-        SpanStatus::Ok,
-        SpanStatus::Error,
-        SpanStatus::Failed,
-        SpanStatus::WallTime,
-        SpanStatus::Cancelled,
-    ]
-);
+named!(SpanStatus, "span status");
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Span {

@@ -59,22 +59,7 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
             return Ok(());
         }
     };
-    // The line after the configuration, when the runtime sends the masks: read
-    // where the namespace is built, or here when none is (read all the same, so it
-    // is not taken for a call).
-    let masks_follow = config
-        .isolation
-        .as_ref()
-        .is_some_and(|p| p.masks == crate::sandbox::namespaces::MaskSource::NextLine);
-    let mut masks_read = false;
-    let entered = enter_sandbox(&config, &mut || {
-        masks_read = true;
-        lines.next().transpose()
-    });
-    if masks_follow && !masks_read {
-        let _ = lines.next();
-    }
-    let (hello, mut write_back) = match entered {
+    let (hello, mut write_back) = match enter_sandbox_reading_masks(&config, &mut lines) {
         Ok((rec, write_back)) => (WorkerHello::Ready(rec), write_back),
         Err(e) => (WorkerHello::Refused(e), None),
     };
@@ -126,6 +111,28 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
         output.flush()?;
     }
     Ok(())
+}
+
+/// [`enter_sandbox`], with the line after the configuration when the runtime sends
+/// the masks: read where the namespace is built, or after when none is (read all
+/// the same, so it is not taken for a call).
+fn enter_sandbox_reading_masks(
+    config: &WorkerConfig,
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+) -> Result<(SandboxRecord, Option<WriteBack>), String> {
+    let masks_follow = config
+        .isolation
+        .as_ref()
+        .is_some_and(|p| p.masks == crate::sandbox::namespaces::MaskSource::NextLine);
+    let mut masks_read = false;
+    let entered = enter_sandbox(config, &mut || {
+        masks_read = true;
+        lines.next().transpose()
+    });
+    if masks_follow && !masks_read {
+        let _ = lines.next();
+    }
+    entered
 }
 
 /// Enters the worker's sandbox, layer by layer: its write directories made, the

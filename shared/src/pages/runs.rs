@@ -13,8 +13,11 @@ use serde::{Deserialize, Serialize};
 
 /// How a run went, as the run list groups it: the three answers cron's exit codes
 /// give (section 7 of the design: failed, needs attention, ok).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
-#[serde(rename_all = "snake_case")]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum Health {
     /// Failed, cancelled or crashed.
     Failed,
@@ -25,14 +28,6 @@ pub enum Health {
 }
 
 impl Health {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Health::Failed => "failed",
-            Health::Attention => "attention",
-            Health::Ok => "ok",
-        }
-    }
-
     /// The health of a run with `status` that wrote cards or not.
     pub fn of(status: RunStatus, has_cards: bool) -> Health {
         match status {
@@ -49,7 +44,7 @@ impl Health {
     }
 }
 
-named!(Health, "run health", [Health::Failed, Health::Attention, Health::Ok]);
+named!(Health, "run health");
 
 /// The statuses whose health is `health` whatever the cards say (`with_cards`
 /// false), or only when the run wrote cards, as an SQL list of names.

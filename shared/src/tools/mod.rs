@@ -20,7 +20,8 @@ pub enum Risk {
 }
 
 /// How a tool call failed; goes back to the model as part of the observation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, strum::IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorClass {
     InvalidArguments,
@@ -35,16 +36,7 @@ pub enum ErrorClass {
 
 impl ErrorClass {
     pub fn as_str(&self) -> &'static str {
-        match self {
-            ErrorClass::InvalidArguments => "INVALID_ARGUMENTS",
-            ErrorClass::NotFound => "NOT_FOUND",
-            ErrorClass::PermissionDenied => "PERMISSION_DENIED",
-            ErrorClass::Timeout => "TIMEOUT",
-            ErrorClass::OutputTooLarge => "OUTPUT_TOO_LARGE",
-            ErrorClass::SideEffectUncertain => "SIDE_EFFECT_UNCERTAIN",
-            ErrorClass::UnknownTool => "UNKNOWN_TOOL",
-            ErrorClass::Failed => "FAILED",
-        }
+        (*self).into()
     }
 }
 
