@@ -420,13 +420,34 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
                                 }
                                 Err(e) => {
                                     let look = |a: &[&str]| stdout(&git(&env, a));
+                                    // The index entry's stat data against the file's,
+                                    // and where HEAD's notes.txt came from: an entry
+                                    // with the file's stat and HEAD's blob is a racily
+                                    // clean entry someone wrote out as settled.
+                                    let meta = std::fs::metadata(root.join("notes.txt"));
                                     let state = format!(
-                                        "{e}\n  notes.txt: {:?}\n  stash list: {}\n  log: {}\n  reflog: {}\n  status: {}",
+                                        "{e}\n  notes.txt: {:?}\n  stash list: {}\n  log: {}\n  reflog: {}\n  status: {}\n  HEAD:notes.txt {:?} last changed by {}\n  index entry: {}\n  file: {}\n  index file: {:?}",
                                         std::fs::read_to_string(root.join("notes.txt")).unwrap_or_default(),
                                         look(&["stash", "list"]),
                                         look(&["log", "-4", "--format=%h %an %s"]),
                                         look(&["reflog", "-8", "--format=%h %gs"]),
                                         look(&["status", "--short"]),
+                                        look(&["show", "HEAD:notes.txt"]),
+                                        look(&["log", "-1", "--format=%h %an %s", "--", "notes.txt"]),
+                                        look(&["ls-files", "--debug", "-s", "notes.txt"]).replace('\n', " "),
+                                        meta.as_ref().map_or(String::new(), |m| {
+                                            use std::os::unix::fs::MetadataExt;
+                                            format!(
+                                                "mtime {}.{:09} ctime {}.{:09} ino {} size {}",
+                                                m.mtime(),
+                                                m.mtime_nsec(),
+                                                m.ctime(),
+                                                m.ctime_nsec(),
+                                                m.ino(),
+                                                m.size()
+                                            )
+                                        }),
+                                        std::fs::metadata(root.join(".git/index")).and_then(|m| m.modified()),
                                     );
                                     failures.lock().unwrap().push(state);
                                     false

@@ -257,8 +257,9 @@ fn a_socket_made_after_the_walk_cache_holds_its_directory_is_masked_at_the_next_
     let env = env_with_prompt();
     let l = Listeners::new();
     std::fs::create_dir_all(env.root.join(".git/late")).unwrap();
-    // A second passes: every directory is settled, so the first fire caches it.
-    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    // Every directory settles (its change is more than 3 s old), so the first fire
+    // caches it.
+    std::thread::sleep(std::time::Duration::from_millis(3_200));
     let first = Payload {
         case: "walk cache",
         ext: "sh",

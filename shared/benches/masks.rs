@@ -184,7 +184,7 @@ fn main() {
         times[RUNS / 2].as_secs_f64() * 1e3
     };
     let uncached = walk(None);
-    std::thread::sleep(Duration::from_millis(1_100));
+    std::thread::sleep(Duration::from_millis(3_200));
     mask_walk::plan_masks(&plan, Some(&cache)).expect("walk");
     let cached = walk(Some(&cache));
     println!(

@@ -181,7 +181,8 @@ impl FireRun {
         let cache = root.join(crate::layout::STATE_DIR).join(sandbox::mask_walk::CACHE_FILE);
         let walked = plan.clone();
         let masks = tokio::task::spawn_blocking(move || {
-            sandbox::mask_walk::plan_masks(&walked, Some(&cache)).map_err(|e| e.to_string())
+            let found = sandbox::mask_walk::plan_masks(&walked, Some(&cache));
+            sandbox::namespaces::mask_line(found.map_err(|e| e.to_string()))
         });
         let config = WorkerConfig {
             root: root.clone(),

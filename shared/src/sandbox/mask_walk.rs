@@ -11,8 +11,9 @@
 //! which no tool can reach): a directory whose identity and change time (`ctime`)
 //! are those recorded is not listed again. Any entry made, removed or renamed in a
 //! directory sets its `ctime` to the present, which no process can set back; an
-//! entry is kept only once its `ctime` is a second older than the walk that listed
-//! it, so a change in the same clock tick as that listing cannot be taken for none.
+//! entry is kept only once its `ctime` is [`SETTLED`] older than the walk that
+//! listed it, so a change in the same timestamp step as that listing cannot be taken
+//! for none. Paths go to the worker as bytes: a name that is not UTF-8 is masked too.
 
 use super::namespaces::{NamespacePlan, NsError};
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,11 @@ pub enum Mask {
     /// A directory a deny glob matches: an empty read-only tmpfs over it.
     Dir,
 }
+
+/// How much older than the walk a directory's `ctime` must be for the cache to keep
+/// it: more than any file system's timestamp step (FAT's is 2 s; ext4, XFS, btrfs and
+/// tmpfs keep nanoseconds of a clock tick of a few ms).
+const SETTLED: Duration = Duration::from_secs(3);
 
 /// Where the runtime keeps its walk cache, under the state directory.
 pub const CACHE_FILE: &str = "mask-walk.json";
@@ -54,18 +60,29 @@ pub fn plan_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<Vec<(Pat
         cache: cache.map(|f| WalkCache::load(f, &plan.masked)).unwrap_or_default(),
         changed: false,
         listed: 0,
+        seen: Default::default(),
         now: SystemTime::now(),
     };
     let mut found = walk.find(&plan.root, set.as_ref(), true)?;
     // Sockets only: the repository's `.git` (the walk above passes over it) and the
     // read roots (a linked worktree's git directories, `additional_directories`).
-    for dir in std::iter::once(plan.root.join(".git")).chain(plan.read_dirs.iter().cloned()) {
-        if dir.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-            found.extend(walk.find(&dir, None, false)?);
+    // (`.git` as the worker shows it: a link stays a link. A read root that is a link
+    // is mounted at its path as the directory it points to, so it is walked as one.)
+    if plan.root.join(".git").symlink_metadata().is_ok_and(|m| m.is_dir()) {
+        found.extend(walk.find(&plan.root.join(".git"), None, false)?);
+    }
+    for dir in &plan.read_dirs {
+        if dir.metadata().is_ok_and(|m| m.is_dir()) {
+            found.extend(walk.find(dir, None, false)?);
         }
     }
     tracing::debug!(listed = walk.listed, found = found.len(), "mask walk");
-    if let (Some(file), true) = (cache, walk.changed) {
+    // Only what this walk saw is kept: a directory gone (or no longer walked) leaves
+    // the cache, which no model can grow by making and removing directories.
+    let before = walk.cache.dirs.len();
+    let seen = std::mem::take(&mut walk.seen);
+    walk.cache.dirs.retain(|d, _| seen.contains(d));
+    if let (Some(file), true) = (cache, walk.changed || walk.cache.dirs.len() != before) {
         walk.cache.globs = plan.masked.clone();
         let _ = walk.cache.store(file);
     }
@@ -87,6 +104,9 @@ struct CachedDir {
     stamp: (u64, u64, i64, i64),
     /// Listed for deny globs too (the repository walk), or for sockets alone.
     globbed: bool,
+    /// Listed as the repository's top (its `.git` and `.runtime` passed over).
+    #[serde(default)]
+    top: bool,
     /// Its subdirectories the walk went into.
     subdirs: Vec<String>,
     /// Its entries masked.
@@ -131,10 +151,11 @@ impl Listed {
 
     /// As the cache keeps it; `None` when a name is not UTF-8 (such a directory is
     /// listed every time).
-    fn to_cache(&self, stamp: (u64, u64, i64, i64), globbed: bool) -> Option<CachedDir> {
+    fn to_cache(&self, stamp: (u64, u64, i64, i64), globbed: bool, top: bool) -> Option<CachedDir> {
         Some(CachedDir {
             stamp,
             globbed,
+            top,
             subdirs: self
                 .subdirs
                 .iter()
@@ -154,7 +175,9 @@ struct Walk {
     changed: bool,
     /// Directories listed (not served from the cache).
     listed: usize,
-    /// When the walk started: a directory changed less than a second before is
+    /// Every directory this walk went through.
+    seen: std::collections::HashSet<PathBuf>,
+    /// When the walk started: a directory changed less than [`SETTLED`] before is
     /// listed, never kept in the cache.
     now: SystemTime,
 }
@@ -202,10 +225,11 @@ impl Walk {
         set: Option<&globset::GlobSet>,
         top: bool,
     ) -> Result<Option<Listed>, NsError> {
+        self.seen.insert(dir.to_path_buf());
         let meta = std::fs::symlink_metadata(dir).ok().filter(|m| m.is_dir());
         let stamp = meta.as_ref().map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()));
         if let (Some(stamp), Some(hit)) = (stamp, self.cache.dirs.get(dir)) {
-            if hit.stamp == stamp && hit.globbed == set.is_some() {
+            if hit.stamp == stamp && hit.globbed == set.is_some() && hit.top == top {
                 return Ok(Some(Listed::from_cache(hit)));
             }
         }
@@ -216,10 +240,11 @@ impl Walk {
         let settled = meta
             .as_ref()
             .and_then(changed_at)
-            .is_some_and(|t| t + Duration::from_secs(1) < self.now);
+            .is_some_and(|t| t + SETTLED < self.now);
+        // A path the cache file cannot spell (not UTF-8) is listed every time.
         let entry = stamp
-            .filter(|_| settled)
-            .and_then(|s| listed.to_cache(s, set.is_some()));
+            .filter(|_| settled && dir.to_str().is_some())
+            .and_then(|s| listed.to_cache(s, set.is_some(), top));
         match entry {
             Some(entry) if self.cache.dirs.get(dir) != Some(&entry) => {
                 self.cache.dirs.insert(dir.to_path_buf(), entry);
@@ -314,6 +339,7 @@ mod tests {
             cache: WalkCache::default(),
             changed: false,
             listed: 0,
+            seen: Default::default(),
             now: SystemTime::now() + Duration::from_secs(ahead.unwrap_or(0)),
         }
     }
@@ -408,7 +434,7 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_changed_within_the_last_second_is_never_cached() {
+    fn a_directory_changed_moments_before_the_walk_is_never_cached() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("a")).unwrap();
         let mut w = walk(None);
@@ -429,5 +455,15 @@ mod tests {
         w.cache.store(&file).unwrap();
         assert_eq!(WalkCache::load(&file, &["**/.env".into()]).dirs.len(), 1);
         assert!(WalkCache::load(&file, &["secrets".into()]).dirs.is_empty());
+    }
+
+    #[test]
+    fn a_path_that_is_not_utf8_goes_to_the_worker_whole() {
+        use std::os::unix::ffi::OsStrExt;
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(b"/r/reports/\xff/.env"));
+        let line = crate::sandbox::namespaces::mask_line(Ok(vec![(path.clone(), Mask::File)]));
+        let sent = serde_json::to_string(&line).unwrap();
+        let read: crate::sandbox::namespaces::MaskLine = serde_json::from_str(&sent).unwrap();
+        assert_eq!(read.unwrap(), vec![(path.as_os_str().as_bytes().to_vec(), Mask::File)]);
     }
 }

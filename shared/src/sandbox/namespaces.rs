@@ -83,9 +83,21 @@ pub enum MaskSource {
     NextLine,
 }
 
-/// The line a [`MaskSource::NextLine`] worker reads: the paths to mask, or why the
-/// runtime could not find them (the worker then refuses to start).
-pub type MaskLine = Result<Vec<(PathBuf, Mask)>, String>;
+/// The line a [`MaskSource::NextLine`] worker reads: the paths to mask (as bytes: a
+/// path need not be UTF-8), or why the runtime could not find them (the worker then
+/// refuses to start).
+pub type MaskLine = Result<Vec<(Vec<u8>, Mask)>, String>;
+
+/// The [`MaskLine`] of the masks found (or why none could be).
+pub fn mask_line(found: Result<Vec<(PathBuf, Mask)>, String>) -> MaskLine {
+    use std::os::unix::ffi::OsStringExt;
+    found.map(|found| {
+        found
+            .into_iter()
+            .map(|(p, m)| (p.into_os_string().into_vec(), m))
+            .collect()
+    })
+}
 
 /// Reads the line after the worker's configuration, once.
 pub type NextLine<'a> = &'a mut dyn FnMut() -> std::io::Result<Option<String>>;
@@ -371,7 +383,11 @@ fn mask_denied(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<(), NsEr
                 "read deny masks",
                 serde_json::from_str(&line).map_err(|e| std::io::Error::other(format!("unreadable mask line: {e}"))),
             )?;
-            step("read deny masks", sent.map_err(std::io::Error::other))?
+            use std::os::unix::ffi::OsStringExt;
+            let sent = step("read deny masks", sent.map_err(std::io::Error::other))?;
+            sent.into_iter()
+                .map(|(p, m)| (PathBuf::from(std::ffi::OsString::from_vec(p)), m))
+                .collect()
         }
     };
     for (path, mask) in found {
@@ -390,7 +406,14 @@ fn mask_denied(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<(), NsEr
             ),
         };
         match masked {
-            Err(e) if plan.masks == MaskSource::NextLine && e.source.kind() == std::io::ErrorKind::NotFound => {}
+            // Gone since the runtime's walk: nothing left to mask. (Only the target:
+            // a missing `/dev/null` still refuses the worker.)
+            Err(e)
+                if plan.masks == MaskSource::NextLine
+                    && e.source.kind() == std::io::ErrorKind::NotFound
+                    && path
+                        .symlink_metadata()
+                        .is_err_and(|m| m.kind() == std::io::ErrorKind::NotFound) => {}
             other => other?,
         }
     }
