@@ -35,6 +35,30 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// Proves the daemon runs what an unsandboxed process of `who` sends it (then
+    /// forgets that line): a later silence means a tool did not reach it.
+    fn prove_live(&self, who: As) {
+        let out = python_as(who, &connect_code(&self.socket, "control"));
+        assert!(
+            out.status.success(),
+            "{who:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for _ in 0..200 {
+            if !self.heard().is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(
+            self.heard(),
+            "ran: control\n",
+            "{who:?}: the daemon at {:?} heard its control",
+            self.socket
+        );
+        self.forget();
+    }
+
     fn start(dir: &Path, made: Option<PathBuf>) -> Daemon {
         std::fs::create_dir_all(dir).unwrap();
         std::fs::set_permissions(dir, PermissionsExt::from_mode(0o755)).unwrap();
@@ -166,25 +190,7 @@ fn daemons_case(who: As) {
     // Each daemon is reachable from an unsandboxed process of the fire's user, and
     // runs what it hears.
     for d in &daemons {
-        let out = python_as(who, &connect_code(&d.socket, "control"));
-        assert!(
-            out.status.success(),
-            "{who:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for _ in 0..200 {
-            if !d.heard().is_empty() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert_eq!(
-            d.heard(),
-            "ran: control\n",
-            "{who:?}: the daemon at {:?} heard its control",
-            d.socket
-        );
-        d.forget();
+        d.prove_live(who);
     }
     let paths: Vec<String> = daemons
         .iter()
@@ -277,16 +283,7 @@ fn a_socket_made_after_the_walk_cache_holds_its_directory_is_masked_at_the_next_
         "the cache holds .git/late: {cache}"
     );
     let daemon = Daemon::start(&late, None);
-    let out = python_as(As::Me, &connect_code(&daemon.socket, "control"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for _ in 0..200 {
-        if !daemon.heard().is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert_eq!(daemon.heard(), "ran: control\n", "the daemon runs what it hears");
-    daemon.forget();
+    daemon.prove_live(As::Me);
     let script = format!(
         "import errno, socket\nopen('reports/m/ran', 'w').write('ran')\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ntry:\n    s.connect({:?})\n    s.sendall(b'tool\\n')\n    how = 'connected'\nexcept OSError as e:\n    how = errno.errorcode.get(e.errno, str(e.errno))\nopen('reports/m/unix', 'w').write(how)\n",
         daemon.socket.to_string_lossy()
