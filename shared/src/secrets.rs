@@ -55,31 +55,29 @@ fn credential_shapes() -> &'static Regex {
     })
 }
 
-/// Literals every match of [`key_shapes`] (the first seven) and of
-/// [`credential_shapes`] (the rest) contains, looked for ASCII case-insensitively:
-/// a text holding none of a pattern's literals cannot match it, and is not run
-/// through it. The patterns cost about 1.4 ms to compile, which most texts then
-/// never pay (a URL's password needs `@` too, see [`may_hold_shapes`]). The literals
-/// are ASCII: Unicode case folds the patterns' `(?i)` also accepts (`ſ` for `s`)
-/// are not looked for.
-const SHAPE_LITERALS: &[&str] = &[
+/// Literals every match of [`key_shapes`] contains (its prefixes, exactly: a short
+/// one such as `gh` would be in most English text), looked for ASCII
+/// case-insensitively: a text holding none cannot match, and is not run through the
+/// pattern. The patterns cost about 1.4 ms to compile, which most texts then never
+/// pay. The literals are ASCII: Unicode case folds the patterns' `(?i)` also accepts
+/// (`ſ` for `s`) are not looked for.
+const KEY_LITERALS: &[&str] = &[
     "sk-",
     "akia",
-    "gh",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
     "github_pat_",
     "xox",
     "aiza",
-    "bearer", // keys
-    "://",
-    "-u",
-    "--user",
-    "--pass",
-    "passw",
-    "sshpass",
-    "mysql",
-    "mariadb", // credentials
+    "bearer",
 ];
-const KEY_LITERALS: usize = 7;
+
+/// The same for [`credential_shapes`] (a URL's password needs `@` too, see
+/// [`may_hold_shapes`]).
+const CREDENTIAL_LITERALS: &[&str] = &["://", "-u", "--pass", "passw", "sshpass", "mysql", "mariadb"];
 
 /// Whether `text` may hold a key shape, and a credential shape.
 #[allow(clippy::expect_used)]
@@ -88,16 +86,14 @@ fn may_hold_shapes(text: &str) -> (bool, bool) {
     let literals = LITERALS.get_or_init(|| {
         aho_corasick::AhoCorasick::builder()
             .ascii_case_insensitive(true)
-            .build(SHAPE_LITERALS)
+            .build(KEY_LITERALS.iter().chain(CREDENTIAL_LITERALS))
             .expect("the shape literals build an automaton")
     });
     let (mut key, mut credential) = (false, false);
     for m in literals.find_overlapping_iter(text) {
-        let i = m.pattern().as_usize();
-        if i < KEY_LITERALS {
-            key = true;
-        } else if SHAPE_LITERALS[i] != "://" || text.contains('@') {
-            credential = true;
+        match m.pattern().as_usize().checked_sub(KEY_LITERALS.len()) {
+            None => key = true,
+            Some(i) => credential |= CREDENTIAL_LITERALS[i] != "://" || text.contains('@'),
         }
         if key && credential {
             break;
