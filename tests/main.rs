@@ -9,6 +9,7 @@
 
 mod util;
 
+mod agent_loop;
 mod approval_crash;
 mod approval_pins;
 mod approved_tree;
