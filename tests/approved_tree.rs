@@ -15,7 +15,7 @@
 //! * a commit authored as the runtime with a fake receipt, against a box that signs
 //!   its records commits.
 
-use crate::review::{builder_in, builder_ok, fire_in, git, git_with_path, path_with_builder, with_origin, REVIEWER};
+use crate::review::{builder_in, builder_ok, fire_in, git, path_with_builder, with_origin, REVIEWER};
 use crate::signed::keygen;
 use crate::skip::Capability;
 use crate::util::{TestEnv, TEST_KEY};
@@ -154,7 +154,7 @@ fn links_refused_at_every_step(plant: &dyn Fn(&TestEnv), live: &dyn Fn(&TestEnv)
         "{v}"
     );
     // The pre-push hook (builder's audit) refuses the push.
-    let out = git_with_path(&env, &env.root, &path_with_builder(), &["push", "-q", "origin", "main"]);
+    let out = env.git_with_path(&env.root, &path_with_builder(), &["push", "-q", "origin", "main"]);
     assert!(!out.status.success(), "the hook let it through: {}", said(&out));
     assert!(said(&out).contains(named), "{}", said(&out));
     assert_ne!(
@@ -570,8 +570,7 @@ fn a_forged_runtime_commit_is_flagged_and_a_signed_one_accepted() {
     let forged = forge_runtime_commit(&env, "forged-1");
     env.write("runs/digest/2026-01-01/forged-2.json", "{}\n");
     git(&env, &env.root, &["add", "-A"]);
-    let out = git_with_path(
-        &env,
+    let out = env.git_with_path(
         &env.root,
         &path_with_builder(),
         &[

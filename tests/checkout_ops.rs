@@ -11,7 +11,7 @@
 //! `CHECKOUT_RACE_SECONDS` (120 by default): no receipt is lost, no operation of the
 //! person's is stopped by the runtime, nothing is left locked or pending.
 
-use crate::races::{git, git_in, stdout};
+use crate::races::{git, stdout};
 use crate::util::*;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -204,15 +204,8 @@ fn with_retries(env: &TestEnv, dir: &Path, args: &[&str], vars: &[(&str, &str)])
     // went through shows there).
     let mut earlier: Vec<String> = Vec::new();
     for attempt in 0..200 {
-        let mut c = std::process::Command::new("git");
+        let mut c = env.clean_command("git");
         c.arg("-C").arg(dir).args(args);
-        c.env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", &env.home)
-            .env("GIT_AUTHOR_NAME", "Eng")
-            .env("GIT_AUTHOR_EMAIL", "eng@example.com")
-            .env("GIT_COMMITTER_NAME", "Eng")
-            .env("GIT_COMMITTER_EMAIL", "eng@example.com");
         for (k, v) in vars {
             c.env(k, v);
         }
@@ -288,13 +281,13 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
     // about the checkout, and the hook has tests of its own.)
     git_ok(&env, &["push", "-q", "--no-verify", "origin", "main"]);
     git_ok(&env, &["branch", "other"]);
-    assert!(git_in(
-        &env,
-        &env.home,
-        &["clone", "-q", origin.to_str().unwrap(), laptop.to_str().unwrap()]
-    )
-    .status
-    .success());
+    assert!(env
+        .git_in(
+            &env.home,
+            &["clone", "-q", origin.to_str().unwrap(), laptop.to_str().unwrap()]
+        )
+        .status
+        .success());
 
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -304,14 +297,17 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {
                 std::fs::write(laptop.join(format!("laptop-{n}.txt")), format!("{n}\n")).unwrap();
-                let ok = git_in(&env, &laptop, &["add", "-A"]).status.success()
-                    && git_in(&env, &laptop, &["commit", "-q", "-m", &format!("laptop {n}")])
+                let ok = env.git_in(&laptop, &["add", "-A"]).status.success()
+                    && env
+                        .git_in(&laptop, &["commit", "-q", "-m", &format!("laptop {n}")])
                         .status
                         .success()
-                    && git_in(&env, &laptop, &["pull", "-q", "--rebase", "origin", "main"])
+                    && env
+                        .git_in(&laptop, &["pull", "-q", "--rebase", "origin", "main"])
                         .status
                         .success()
-                    && git_in(&env, &laptop, &["push", "-q", "origin", "HEAD:main"])
+                    && env
+                        .git_in(&laptop, &["push", "-q", "origin", "HEAD:main"])
                         .status
                         .success();
                 if ok {

@@ -279,13 +279,7 @@ pub(crate) fn check(env: &TestEnv) -> Result<(), String> {
 
 /// `git <args>` in the repository, as the engineer.
 fn git(env: &TestEnv, args: &[&str]) -> std::process::Output {
-    std::process::Command::new("git")
-        .args(args)
-        .current_dir(&env.root)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap()
+    env.git_in(&env.root, args)
 }
 
 fn walk_locks(dir: &std::path::Path) -> Vec<String> {

@@ -42,7 +42,7 @@ fn rev(env: &TestEnv, dir: &Path, what: &str) -> String {
 }
 
 fn is_ancestor(env: &TestEnv, dir: &Path, a: &str, b: &str) -> bool {
-    crate::review::git_with_path(env, dir, "/usr/bin:/bin", &["merge-base", "--is-ancestor", a, b])
+    env.git_with_path(dir, "/usr/bin:/bin", &["merge-base", "--is-ancestor", a, b])
         .status
         .success()
 }
@@ -196,7 +196,7 @@ fn fires_pushing_while_the_laptop_pushes_lose_no_record_and_rewrite_no_commit() 
                 let mut n = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 400 {
                     n += 1;
-                    let pull = crate::review::git_with_path(env, &root, "/usr/bin:/bin", &["pull", "-q", "--rebase"]);
+                    let pull = env.git_with_path(&root, "/usr/bin:/bin", &["pull", "-q", "--rebase"]);
                     if !pull.status.success() {
                         last_failure = format!("pull: {}", String::from_utf8_lossy(&pull.stderr));
                     }
@@ -210,12 +210,8 @@ fn fires_pushing_while_the_laptop_pushes_lose_no_record_and_rewrite_no_commit() 
                     env.write(&rel, "from the laptop\n");
                     git(env, &root, &["add", &rel]);
                     git(env, &root, &["commit", "-qm", &format!("laptop {n}")]);
-                    let out = crate::review::git_with_path(
-                        env,
-                        &root,
-                        "/usr/bin:/bin",
-                        &["push", "-q", "--no-verify", "origin", "main"],
-                    );
+                    let out =
+                        env.git_with_path(&root, "/usr/bin:/bin", &["push", "-q", "--no-verify", "origin", "main"]);
                     if out.status.success() {
                         pushed.push(rel);
                         pushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -328,20 +324,19 @@ fn approve_a_change_and_fire(env: &TestEnv, cron: &Path) {
     );
 }
 
-fn git_daemon(base: &Path) -> Daemon {
+fn git_daemon(env: &TestEnv, base: &Path) -> Daemon {
     use std::os::unix::process::CommandExt;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let child = std::process::Command::new("git")
+    let child = env
+        .isolated_command("git")
         .args(["daemon", "--reuseaddr", "--export-all", "--enable=receive-pack"])
         .arg("--listen=127.0.0.1")
         .arg(format!("--port={port}"))
         .arg(format!("--base-path={}", base.display()))
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .process_group(0)
         .spawn()
         .unwrap();
@@ -359,7 +354,7 @@ fn git_daemon(base: &Path) -> Daemon {
 fn over_a_network_remote_the_cron_box_fetches_and_pushes_through_git_from_its_sandbox() {
     let env = TestEnv::new();
     let (origin, cron) = laptop_and_cron_box(&env);
-    let daemon = git_daemon(&env.home);
+    let daemon = git_daemon(&env, &env.home);
     let url = format!("git://127.0.0.1:{}/origin.git", daemon.port);
     git(&env, &cron, &["remote", "set-url", "origin", &url]);
 

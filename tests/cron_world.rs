@@ -7,7 +7,7 @@
 //! approved change, push past the hook, force-push) and what the tests check
 //! (receipts on the origin, cards a clone sees after a pull, locks left anywhere).
 
-use crate::review::{builder_ok, git, git_with_path, path_with_builder, with_origin, REVIEWER};
+use crate::review::{builder_ok, git, path_with_builder, with_origin, REVIEWER};
 use crate::util::TestEnv;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ impl Team {
 
     /// `git` in `dir`, whatever it says.
     pub fn try_git(&self, dir: &Path, args: &[&str]) -> Output {
-        git_with_path(&self.env, dir, &path_with_builder(), args)
+        self.env.git_with_path(dir, &path_with_builder(), args)
     }
 
     pub fn rev(&self, dir: &Path, what: &str) -> String {

@@ -22,29 +22,15 @@ fn read_workspace_file(rel: &str) -> String {
     std::fs::read_to_string(workspace_file(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
-/// A command with the test environment of `env` (HOME, git config, identity).
-fn with_env(env: &TestEnv, program: &Path) -> Command {
-    let mut c = Command::new(program);
-    c.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
-        .env("HOME", &env.home)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1");
-    c
-}
-
+/// `git args` in `dir` with no identity (the demo's own commits say who made them).
 fn git(env: &TestEnv, dir: &Path, args: &[&str]) -> String {
-    let out = with_env(env, Path::new("git"))
+    let out = env
+        .isolated_command("git")
         .args(args)
         .current_dir(dir)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    succeeded(out, dir, args)
 }
 
 /// Stands in for `cargo` in the demo script: `cargo run -q -p <pkg> -- <args>` runs
@@ -68,7 +54,7 @@ fn demo(env: &TestEnv, project: &Path, args: &[&str]) -> Output {
     std::fs::write(&shim, CARGO_SHIM).unwrap();
     std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let path = format!("{}:{}", shim_dir.display(), std::env::var("PATH").unwrap_or_default());
-    with_env(env, &project.join("demo"))
+    env.isolated_command(project.join("demo"))
         .args(args)
         .current_dir(project)
         .env("PATH", path)
@@ -252,7 +238,7 @@ fn the_systemd_units_verify() {
     // Documentation=man:runtime-fire(1): the pages `runtime man --dir` writes.
     let man_root = env.home.parent().unwrap().join("man");
     man_pages(&env, "runtime", &man_root.join("man1"));
-    let mut cmd = with_env(&env, &analyze);
+    let mut cmd = env.isolated_command(&analyze);
     cmd.arg("verify");
     if which("man").is_none() {
         eprintln!("note: `man` is not on PATH; Documentation= pages not checked");

@@ -760,7 +760,7 @@ fn an_eval_fire_loads_no_prompt_through_a_link_the_proposal_made() {
     // colleague made with git itself (`builder propose` refuses such a link): never
     // read, never sent.
     let git = |args: &[&str]| {
-        let out = crate::review::git_with_path(&r.env, &r.env.root, "/usr/bin:/bin", args);
+        let out = r.env.git_with_path(&r.env.root, "/usr/bin:/bin", args);
         assert!(
             out.status.success(),
             "git {args:?}: {}",

@@ -12,7 +12,7 @@
 
 use crate::util::*;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,27 +22,7 @@ const SECONDS_ENV: &str = "RACE_TEST_SECONDS";
 
 /// `git -C <repo> args...` with the test's own HOME and identity.
 pub(crate) fn git(env: &TestEnv, args: &[&str]) -> Output {
-    git_in(env, &env.root, args)
-}
-
-/// `git -C <dir> args...` with the test's own HOME and identity (a clone or a bare
-/// remote beside the repository).
-pub(crate) fn git_in(env: &TestEnv, dir: &Path, args: &[&str]) -> Output {
-    Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
-        .env("HOME", &env.home)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "Eng")
-        .env("GIT_AUTHOR_EMAIL", "eng@example.com")
-        .env("GIT_COMMITTER_NAME", "Eng")
-        .env("GIT_COMMITTER_EMAIL", "eng@example.com")
-        .output()
-        .expect("run git")
+    env.git_in(&env.root, args)
 }
 
 pub(crate) fn stdout(o: &Output) -> String {

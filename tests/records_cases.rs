@@ -106,16 +106,14 @@ fn names_git_refuses_are_never_committed_and_an_fsck_checking_remote_takes_the_p
     // A remote that checks every object takes the push.
     let remote = env.home.join("checked.git");
     let git = |args: &[&str]| crate::races::git(&env, args);
-    assert!(
-        crate::races::git_in(&env, &env.home, &["init", "-q", "--bare", remote.to_str().unwrap()])
-            .status
-            .success()
-    );
-    assert!(
-        crate::races::git_in(&env, &remote, &["config", "receive.fsckObjects", "true"])
-            .status
-            .success()
-    );
+    assert!(env
+        .git_in(&env.home, &["init", "-q", "--bare", remote.to_str().unwrap()])
+        .status
+        .success());
+    assert!(env
+        .git_in(&remote, &["config", "receive.fsckObjects", "true"])
+        .status
+        .success());
     // (`--no-verify`: the scaffold's pre-push hook runs `builder audit`, not git's fsck.)
     let pushed = git(&["push", "--no-verify", remote.to_str().unwrap(), "HEAD:refs/heads/main"]);
     assert!(pushed.status.success(), "{}", String::from_utf8_lossy(&pushed.stderr));

@@ -9,26 +9,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-/// Runs the `git` CLI in `dir` with the test's isolated configuration.
-fn git(env: &TestEnv, dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
-        .env("HOME", &env.home)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// Runs `bin args` with `dir` as the working directory.
 fn run_in(env: &TestEnv, bin: &str, dir: &Path, args: &[&str]) -> Output {
     env.command(bin, args).current_dir(dir).output().expect("run binary")
@@ -70,11 +50,7 @@ fn listing(dir: &Path) -> Vec<String> {
 /// A linked worktree of `env`'s repository on a new branch `wt`, made with the git CLI.
 fn linked_worktree(env: &TestEnv) -> PathBuf {
     let wt = env.home.parent().unwrap().join("linked");
-    git(
-        env,
-        &env.root,
-        &["worktree", "add", "-q", "-b", "wt", wt.to_str().unwrap()],
-    );
+    env.git_ok(&env.root, &["worktree", "add", "-q", "-b", "wt", wt.to_str().unwrap()]);
     assert!(wt.join(".git").is_file(), "a linked worktree has a .git file");
     wt
 }
@@ -91,26 +67,26 @@ fn a_fire_in_a_linked_worktree_commits_on_its_branch_and_leaves_the_main_checkou
     assert_eq!(code, 0, "{summary}\n{stderr}");
     assert_eq!(summary["status"], "accepted", "{summary}");
     let commit = summary["commit"].as_str().expect("a commit");
-    let branch_tip = git(&env, &wt, &["rev-parse", "refs/heads/wt"]);
+    let branch_tip = env.git_ok(&wt, &["rev-parse", "refs/heads/wt"]);
     assert!(
         branch_tip.starts_with(commit),
         "{commit} is not the tip of wt ({branch_tip})"
     );
-    assert_eq!(git(&env, &wt, &["rev-parse", "HEAD^"]), main_head);
+    assert_eq!(env.git_ok(&wt, &["rev-parse", "HEAD^"]), main_head);
     assert_eq!(
-        git(&env, &wt, &["log", "-1", "--format=%an <%ae>"]),
+        env.git_ok(&wt, &["log", "-1", "--format=%an <%ae>"]),
         "runtime <runtime@localhost>"
     );
     for rel in [&summary["report"], &summary["receipt"]] {
         assert!(wt.join(rel.as_str().unwrap()).is_file(), "{rel} in the worktree");
     }
-    assert_eq!(git(&env, &wt, &["status", "--porcelain"]), "", "the worktree is clean");
+    assert_eq!(env.git_ok(&wt, &["status", "--porcelain"]), "", "the worktree is clean");
 
     // The main checkout: same branch tip, same files, same git config and hooks.
     assert_eq!(env.head_id(), main_head, "main's branch did not move");
     assert_eq!(listing(&env.root), main_files);
     assert_eq!(env.git_snapshot(), main_git);
-    assert_eq!(git(&env, &env.root, &["status", "--porcelain"]), "");
+    assert_eq!(env.git_ok(&env.root, &["status", "--porcelain"]), "");
 
     // The tool worker sees the repository as in a plain checkout: `git log` (the
     // example's second call) reads objects from the main checkout's git directory.

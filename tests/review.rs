@@ -5,10 +5,9 @@
 //! to fire on it; approvals travel with push and fetch through the refspec that
 //! `builder install-hooks` adds, and the pre-push hook fails closed without `builder`.
 
-use crate::util::{bin, TestEnv};
+use crate::util::{bin, succeeded, TestEnv};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 pub(crate) const REVIEWER: (&str, &str) = ("Rev", "rev@example.com");
 
@@ -22,34 +21,10 @@ pub(crate) fn path_with_builder() -> String {
     )
 }
 
-/// The git CLI in `dir` with the test's isolated config and the engineer's identity.
-pub(crate) fn git_with_path(env: &TestEnv, dir: &Path, path: &str, args: &[&str]) -> Output {
-    Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", path)
-        .env("HOME", &env.home)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "Eng")
-        .env("GIT_AUTHOR_EMAIL", "eng@example.com")
-        .env("GIT_COMMITTER_NAME", "Eng")
-        .env("GIT_COMMITTER_EMAIL", "eng@example.com")
-        .output()
-        .expect("run git")
-}
-
+/// `git args` in `dir` as the engineer, with `builder` on `PATH` for the hooks; must
+/// succeed: its stdout, trimmed.
 pub(crate) fn git(env: &TestEnv, dir: &Path, args: &[&str]) -> String {
-    let out = git_with_path(env, dir, &path_with_builder(), args);
-    assert!(
-        out.status.success(),
-        "git {args:?} in {}: {}{}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    succeeded(env.git_with_path(dir, &path_with_builder(), args), dir, args)
 }
 
 /// Every approval `dir` has, by commit id (`refs/builder/approved/*`).
@@ -352,7 +327,7 @@ fn approvals_travel_with_push_and_fetch_and_count_in_the_other_clone() {
     let env = TestEnv::new();
     let origin = with_origin(&env);
     // The hook audits before the push; without builder on PATH it fails closed.
-    let out = git_with_path(&env, &env.root, "/usr/bin:/bin", &["push", "-q", "origin"]);
+    let out = env.git_with_path(&env.root, "/usr/bin:/bin", &["push", "-q", "origin"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("builder is not on PATH"), "{err}");

@@ -9,7 +9,7 @@
 //! past unapproved commit through; `git pull` keeps an approved merge. The [`Team`]
 //! helpers are for the later randomized team scenario too.
 
-use crate::review::{builder_in, git, git_with_path, path_with_builder, with_origin};
+use crate::review::{builder_in, git, path_with_builder, with_origin};
 use crate::util::TestEnv;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ impl Team {
 
     /// `git` in `dir`: (success, stdout + stderr).
     pub fn try_git(&self, dir: &Path, args: &[&str]) -> (bool, String) {
-        let out = git_with_path(&self.env, dir, &path_with_builder(), args);
+        let out = self.env.git_with_path(dir, &path_with_builder(), args);
         (
             out.status.success(),
             format!(

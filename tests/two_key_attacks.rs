@@ -314,8 +314,7 @@ fn a_builder_link_that_leaves_the_builder_paths_is_never_covered() {
     approvals::write(&laptop, body, &rev_person).unwrap();
     // The pre-push hook's audit refuses the link; pushed past it (anyone with push
     // access can).
-    let out = crate::review::git_with_path(
-        &env,
+    let out = env.git_with_path(
         &env.root,
         &crate::review::path_with_builder(),
         &["push", "-q", "origin", "main"],

@@ -26,6 +26,19 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// The trimmed stdout of `git args` run in `dir`, which must have succeeded (the
+/// failure names the command, the directory and what git said).
+pub fn succeeded(out: Output, dir: &Path, args: &[&str]) -> String {
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// A temporary agent repository.
 pub struct TestEnv {
     _dir: tempfile::TempDir,
@@ -51,21 +64,63 @@ impl TestEnv {
         env
     }
 
-    pub fn command(&self, bin_name: &str, args: &[&str]) -> Command {
-        let mut c = Command::new(bin(bin_name));
-        c.args(args)
-            .current_dir(if self.root.exists() { &self.root } else { &self.home })
-            .env_clear()
+    /// `program` with none of the caller's environment but `PATH`: this env's HOME
+    /// and no system or global git configuration, so no identity either (what a new
+    /// user's shell has).
+    pub fn isolated_command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(program);
+        c.env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
             .env("HOME", &self.home)
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_AUTHOR_NAME", "Eng")
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+        c
+    }
+
+    /// [`TestEnv::isolated_command`] as the engineer (`Eng <eng@example.com>`): every
+    /// process a test starts begins here.
+    pub fn clean_command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = self.isolated_command(program);
+        c.env("GIT_AUTHOR_NAME", "Eng")
             .env("GIT_AUTHOR_EMAIL", "eng@example.com")
             .env("GIT_COMMITTER_NAME", "Eng")
-            .env("GIT_COMMITTER_EMAIL", "eng@example.com")
+            .env("GIT_COMMITTER_EMAIL", "eng@example.com");
+        c
+    }
+
+    /// A workspace binary with the test's environment and the provider key, in the
+    /// repository (or HOME before it exists).
+    pub fn command(&self, bin_name: &str, args: &[&str]) -> Command {
+        let mut c = self.clean_command(bin(bin_name));
+        c.args(args)
+            .current_dir(if self.root.exists() { &self.root } else { &self.home })
             .env(KEY_ENV, TEST_KEY);
         c
+    }
+
+    /// `git args` in `dir` as the engineer with `path` as `PATH` (a hook may need
+    /// `builder` on it), whatever it says.
+    pub fn git_with_path(&self, dir: &Path, path: &str, args: &[&str]) -> Output {
+        self.clean_command("git")
+            .args(args)
+            .current_dir(dir)
+            .env("PATH", path)
+            .output()
+            .expect("run git")
+    }
+
+    /// `git args` in `dir` as the engineer, whatever it says.
+    pub fn git_in(&self, dir: &Path, args: &[&str]) -> Output {
+        self.clean_command("git")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("run git")
+    }
+
+    /// `git args` in `dir` as the engineer, which must succeed: its stdout, trimmed.
+    pub fn git_ok(&self, dir: &Path, args: &[&str]) -> String {
+        succeeded(self.git_in(dir, args), dir, args)
     }
 
     pub fn builder(&self, args: &[&str]) -> Output {
