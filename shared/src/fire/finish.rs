@@ -4,7 +4,8 @@
 //! new files under the runtime identity. [`FireRun::finish`] builds that value for a
 //! run that reached the loop.
 
-use super::{Abort, FireContext, FireEnd, FireRun, FireSummary, RunRecords};
+use super::ending::{hint_for, After, Ending};
+use super::{FireContext, FireEnd, FireRun, FireSummary, RunRecords};
 use crate::agent::{CardDraft, LoopState};
 use crate::git::AutoGc;
 use crate::layout::{Owner, Ownership, RUNTIME_DIRS};
@@ -91,6 +92,7 @@ pub(crate) fn write(
     sink: &RecordSink,
     rec: &mut RunRecords,
     db: Option<&mut StateDb>,
+    decide: impl FnOnce(&RunRecords) -> Ending,
 ) -> FireSummary {
     let task = &ctx.opts.task;
     close_root(ctx, rec);
@@ -109,6 +111,9 @@ pub(crate) fn write(
     if let Some(card) = rejected_card(&outputs.rejected) {
         rec.state.cards.push(card);
     }
+    // Every card is known now: the fire's ending is decided here, once, before any
+    // card, receipt or commit; what follows can only worsen it (`Ending::worsen`).
+    let mut ending = decide(rec);
     crate::failpoint!("during-records-write");
     let rec = &*rec;
     write_cards(ctx, sink, &rec.state.cards, finished_at, &mut w);
@@ -132,11 +137,21 @@ pub(crate) fn write(
             state::reset_reported(note);
         }
     }
-    let end = end_after_writing(rec.status, w.failure.as_ref(), !w.card_ids.is_empty());
+    if let Some(failure) = w.failure.take() {
+        tracing::error!(error = %failure.message, "writing the fire's records failed");
+        ending.worsen(After::Failed {
+            end: failure.end,
+            message: failure.message,
+            hint: w
+                .blocked
+                .then(|| hint_for(CardKind::CommitBlocked, &ctx.run_id, None))
+                .flatten(),
+        });
+    }
     if let Some(exporter) = &sink.telemetry {
         export(ctx, exporter, &rec.state.trace);
     }
-    summary_of(ctx, rec, w, end, report, &receipt_rel)
+    summary_of(ctx, rec, w, ending, report, &receipt_rel)
 }
 
 /// Creates the report (at its canonical name, or under `runs/` when a tool took
@@ -268,36 +283,29 @@ fn commit_or_keep(ctx: &FireContext, sink: &RecordSink, status: RunStatus, w: &m
     }
 }
 
-/// The fire's summary once its records are written (or not), with the next command
-/// for its first card.
+/// The fire's summary once its records are written (or not), ending as decided.
 fn summary_of(
     ctx: &FireContext,
     rec: &RunRecords,
     w: Written,
-    end: FireEnd,
+    ending: Ending,
     report: ReportPlaced,
     receipt_rel: &std::path::Path,
 ) -> FireSummary {
-    let pending = rec.state.pending.as_ref().map(|p| p.call.id.as_str());
-    let first_kind = match w.blocked {
-        true => Some(CardKind::CommitBlocked),
-        false => rec.state.cards.first().map(|c| c.kind),
-    };
-    let hint = first_kind.and_then(|k| hint_for(k, &ctx.run_id, pending));
     FireSummary {
         run_id: ctx.run_id.clone(),
         task: ctx.opts.task.clone(),
         status: rec.status,
         stop_reason: rec.stop,
-        end,
+        end: ending.end,
         report: Some(report.rel.to_string_lossy().into_owned()),
         report_text: report.text,
         receipt: Some(receipt_rel.to_string_lossy().into_owned()),
         cards: w.card_ids,
         commit: w.commit,
         records_kept: w.blocked,
-        message: w.failure.map(|f| f.message).unwrap_or_default(),
-        hint,
+        message: ending.message,
+        hint: ending.hint,
     }
 }
 
@@ -353,65 +361,6 @@ fn export(ctx: &FireContext, exporter: &Exporter, trace: &crate::trace::Trace) {
     }
 }
 
-/// The next command for a fire whose first card is of `kind`.
-pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>) -> Option<String> {
-    Some(match kind {
-        CardKind::InvalidConfig => "the card's detail names each problem with file:line; `builder check` lists them all".into(),
-        CardKind::ApprovalNeeded => format!(
-            "`builder approve-call {run_id} {}` decides the call (`--deny` to refuse it), then `runtime resume {run_id}`",
-            pending_call.unwrap_or("<call-id>")
-        ),
-        CardKind::UnreviewedChanges => {
-            "the card says what is not reviewed; `builder proposals` and `builder review <name>` show what waits for approval".into()
-        }
-        CardKind::SandboxUnavailable => {
-            "`runtime check` shows what this kernel offers; settings `sandbox.landlock` chooses the mode".into()
-        }
-        CardKind::PrefetchFailed => "run the prefetch script by hand to see why; the card has its output".into(),
-        CardKind::PrefetchTruncated => {
-            "make the prefetch script print less, or raise limits.tool_output_bytes".into()
-        }
-        CardKind::OutputRejected => {
-            "the card names each file left out of the commit and why; `limits.output_*` sets the caps".into()
-        }
-        CardKind::ContextOverflow => {
-            "set `max_context_tokens` on the provider in settings/runtime.yaml to the server's real window".into()
-        }
-        CardKind::StateReset => {
-            "the damaged file is kept beside the new one in .runtime/; runs it held waiting for approval must be fired again".into()
-        }
-        CardKind::ApprovalStale => {
-            "look at what changed in the named files; if it is what you meant to run, fire the task again and approve the new pause".into()
-        }
-        CardKind::CheckpointFailed => {
-            "free space on (or make writable) the file system of .runtime/; the next fire of the task resumes the run from its last checkpoint or closes it".into()
-        }
-        CardKind::CommitBlocked => {
-            "the card says what stood in the way (a lock, a rebase or merge, a detached HEAD, a full disk): once it is gone, the next fire of any task commits these records".into()
-        }
-        CardKind::SyncFailed => {
-            "the card names the step that failed and git's message; the records stay committed locally and the next fire tries the sync again".into()
-        }
-        CardKind::McpDrift => {
-            "the card says what changed; if the server's new definition is what you want, `builder mcp pin` and review the lock".into()
-        }
-        CardKind::McpServerFailed => {
-            "the card has the server's stderr tail; run its command by hand, or set `required: false` to fire without it".into()
-        }
-        CardKind::PermissionDenied
-        | CardKind::MissingTool
-        | CardKind::BudgetExceeded
-        | CardKind::MaxSteps
-        | CardKind::RepeatedCall
-        | CardKind::RepeatedError
-        | CardKind::ProviderError
-        | CardKind::AcceptanceFailed
-        | CardKind::SideEffectUncertain
-        | CardKind::Crashed
-        | CardKind::EmptyReport => "`builder cards list` shows the cards; the receipt has the details".into(),
-    })
-}
-
 /// Test-only (debug builds): with this variable set, a fire stops after writing its
 /// records and before committing them, creates `.runtime/test-pause.paused` and waits
 /// (at most 30 s) for `.runtime/test-pause.go`: the named point at which an attack
@@ -462,33 +411,6 @@ fn receipt_of(
         cards,
         acceptance: rec.acceptance.clone(),
         resumed_from: ctx.opts.resume.clone(),
-    }
-}
-
-/// How the fire ends once its records were (or were not) written: a failure to write
-/// decides; a completed run that wrote cards needs attention.
-fn end_after_writing(status: RunStatus, failure: Option<&WriteFailure>, wrote_cards: bool) -> FireEnd {
-    match failure {
-        Some(f) => {
-            tracing::error!(error = %f.message, "writing the fire's records failed");
-            f.end
-        }
-        None => match end_of(status) {
-            FireEnd::Completed if wrote_cards => FireEnd::NeedsAttention,
-            end => end,
-        },
-    }
-}
-
-/// How a run's status ends the fire, when its records were written.
-fn end_of(status: RunStatus) -> FireEnd {
-    match status {
-        RunStatus::Accepted | RunStatus::Completed => FireEnd::Completed,
-        RunStatus::Failed | RunStatus::Cancelled | RunStatus::Crashed => FireEnd::Failed,
-        // A run's records are written when it ends; a row still running is a bug.
-        RunStatus::Running => FireEnd::Internal,
-        RunStatus::Skipped => FireEnd::Skipped,
-        RunStatus::WaitingApproval => FireEnd::WaitingApproval,
     }
 }
 
@@ -904,35 +826,6 @@ fn render_report(task: &str, run_id: &str, rec: &RunRecords, cost: f64) -> Strin
     r
 }
 
-/// What the fire's closing line draws from its records, taken before they are written.
-struct EndLines {
-    /// The summary of a `checkpoint_failed` card: a run stopped by a checkpoint that
-    /// could not be written says so, naming the state database.
-    unsaved: Option<String>,
-    /// `: <summary>` of a failed model call's card (the kind, the HTTP status or the
-    /// timeout, and the retries), or empty.
-    model_failure: String,
-    acceptance: Vec<AcceptanceRecord>,
-}
-
-impl EndLines {
-    fn of(records: &RunRecords) -> EndLines {
-        let cards = &records.state.cards;
-        EndLines {
-            unsaved: cards
-                .iter()
-                .find(|c| c.kind == CardKind::CheckpointFailed)
-                .map(|c| c.summary.clone()),
-            model_failure: cards
-                .iter()
-                .find(|c| matches!(c.kind, CardKind::ProviderError | CardKind::ContextOverflow))
-                .map(|c| format!(": {}", c.summary))
-                .unwrap_or_default(),
-            acceptance: records.acceptance.clone(),
-        }
-    }
-}
-
 /// Opens the state database for the records; `None` (logged) when it cannot be.
 fn open_state_db(root: &std::path::Path) -> Option<StateDb> {
     match StateDb::open(root) {
@@ -959,7 +852,6 @@ impl FireRun {
         // gone before the records are written, so space a tool filled there (on the
         // file system of `.runtime/`) is back for the records and the state.
         let _ = std::fs::remove_dir_all(&self.config.scratch);
-        let lines = EndLines::of(&records);
         let sink = RecordSink {
             redactor: self.config.redactor.clone(),
             identity: self.config.identity.clone(),
@@ -975,18 +867,18 @@ impl FireRun {
         if status == RunStatus::WaitingApproval {
             self.save_checkpoint(db.as_mut(), &records.state);
         }
-        let mut summary = super::finish::write(&self.ctx, &sink, &mut records, db.as_mut());
+        let (task, run_id) = (&self.ctx.opts.task, &self.ctx.run_id);
+        let decide = |rec: &RunRecords| Ending::of_run(task, run_id, rec, abort.as_ref());
+        let mut summary = super::finish::write(&self.ctx, &sink, &mut records, db.as_mut(), decide);
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
             "records written and committed"
         );
-        let steps = records.state.step;
         self.push_records(&sink, &mut summary);
         self.after_records(db.as_mut(), status);
         if let (Some(sync), Some(_)) = (&self.sync, &summary.commit) {
             sync.remember(db.as_mut(), &self.ctx.run_id, self.ctx.started_at);
         }
-        self.settle_message(&mut summary, abort, lines, status, steps);
         summary
     }
 
@@ -1039,47 +931,6 @@ impl FireRun {
         }
     }
 
-    /// The fire's end and closing line after the write: a failed checkpoint is the
-    /// machine's problem (exit 1), not the run's; an abort says why; otherwise the
-    /// line sums the run up.
-    fn settle_message(
-        &self,
-        summary: &mut FireSummary,
-        abort: Option<Abort>,
-        lines: EndLines,
-        status: RunStatus,
-        steps: u32,
-    ) {
-        if let (StopReason::CheckpointFailed, Some(line)) = (self.stop, lines.unsaved) {
-            if summary.end == FireEnd::Failed {
-                summary.end = FireEnd::Environment;
-            }
-            if summary.message.is_empty() {
-                summary.message = line;
-            }
-        }
-        match abort {
-            Some(a) => {
-                if summary.end == FireEnd::Failed {
-                    summary.end = a.end;
-                }
-                summary.message = a.card.summary;
-            }
-            None if summary.message.is_empty() => {
-                summary.message = format!(
-                    "{} {} ({}), {} steps{}{}",
-                    self.ctx.opts.task,
-                    status.as_str(),
-                    self.stop.as_str(),
-                    steps,
-                    failed_checks_line(&lines.acceptance),
-                    lines.model_failure
-                );
-            }
-            None => {}
-        }
-    }
-
     /// The metadata of builder-owned paths and hooks as the fire ends, against what it
     /// was judged on: a change made meanwhile (by a tool where the sandbox is weaker
     /// than namespaces, or by another process) gets a card here, and the manifest
@@ -1121,13 +972,13 @@ impl FireRun {
             return;
         };
         if summary.commit.is_none() {
-            sync.settle(None, summary);
+            summary.worsen_with(sync.attention(None));
             return;
         }
         match sync.push(&self.repo, &self.config.identity.email) {
             Ok(pushed) => {
                 tracing::info!(?pushed, "records pushed");
-                sync.settle(Some(&pushed), summary);
+                summary.worsen_with(sync.attention(Some(&pushed)));
             }
             Err(e) => {
                 let draft = CardDraft {
@@ -1156,11 +1007,11 @@ impl FireRun {
                     Ok(id) => summary.cards.push(id),
                     Err(why) => tracing::warn!(%why, "the sync_failed card was not recorded"),
                 }
-                summary.end = FireEnd::Environment;
-                summary.message = e.to_string();
-                if let Some(hint) = &e.hint {
-                    summary.hint = Some(hint.clone());
-                }
+                summary.worsen_with(Some(After::Failed {
+                    end: FireEnd::Environment,
+                    message: e.to_string(),
+                    hint: e.hint.clone(),
+                }));
             }
         }
     }
@@ -1220,15 +1071,6 @@ fn status_of(stop: StopReason, failed_checks: bool, no_checks: bool) -> RunStatu
         | StopReason::CheckpointFailed
         | StopReason::NotStarted => RunStatus::Failed,
     }
-}
-
-/// `: acceptance check `x` failed (detail)` for each failed check, for the summary line.
-fn failed_checks_line(acceptance: &[AcceptanceRecord]) -> String {
-    acceptance
-        .iter()
-        .filter(|a| !a.passed)
-        .map(|a| format!("; acceptance check `{}` failed: {}", a.check, a.detail))
-        .collect()
 }
 
 /// One `acceptance_failed` card naming every failed check, if any failed.

@@ -11,6 +11,7 @@
 
 pub mod config;
 mod dry_run;
+mod ending;
 mod finish;
 mod mcp_start;
 mod outputs;

@@ -6,7 +6,8 @@
 //! writes.
 
 use super::config::{self, FireConfig};
-use super::finish::{self, hint_for, RecordSink};
+use super::ending::{hint_for, Ending};
+use super::finish::{self, RecordSink};
 use super::prefetch;
 use super::recover;
 use super::{EarlyEnd, FireContext, FireEnd, FireOptions, FireRun, FireSummary, RunRecords};
@@ -113,13 +114,18 @@ impl Refusal {
             acceptance: vec![],
         };
         let sink = refusal_sink(&self.repo, self.settings.as_ref(), redactor);
-        let mut summary = finish::write(&self.ctx, &sink, &mut records, db.as_mut().ok());
-        if summary.end == FireEnd::Failed {
-            summary.end = self.end;
-        }
-        if self.hint.is_some() {
-            summary.hint = self.hint.clone();
-        }
+        let message = match (&self.message, self.card.kind) {
+            (Some(m), _) => m.clone(),
+            // The paths, so the person reading cron's mail knows what to commit.
+            (None, CardKind::UnreviewedChanges) => format!("{}: {}", self.card.summary, self.card.detail),
+            (None, _) => self.card.summary.clone(),
+        };
+        let hint = self
+            .hint
+            .clone()
+            .or_else(|| hint_for(self.card.kind, &self.ctx.run_id, None));
+        let ending = Ending::refused(self.end, message, hint);
+        let summary = finish::write(&self.ctx, &sink, &mut records, db.as_mut().ok(), |_| ending);
         if let (Some(sync), Some(_)) = (&self.sync, &summary.commit) {
             // The refusal's card reaches the remote as a fire's records do; a push
             // that fails leaves it committed here for the next push.
@@ -132,20 +138,11 @@ impl Refusal {
                 tracing::warn!(error = %e, "the refusal was not remembered; the next one is recorded again");
             }
         }
-        if self.hint.is_some() {
-            summary.hint = self.hint;
-        }
         if let (Some(paused), Ok(db)) = (&self.close_paused, &mut db) {
             if let Err(e) = db.delete_checkpoint(paused) {
                 tracing::warn!(error = %e, run = %paused, "the stale pause was not closed; the task's fires still wait on it");
             }
         }
-        summary.message = match (self.message, self.card.kind) {
-            (Some(m), _) => m,
-            // The paths, so the person reading cron's mail knows what to commit.
-            (None, CardKind::UnreviewedChanges) => format!("{}: {}", self.card.summary, self.card.detail),
-            (None, _) => self.card.summary,
-        };
         summary
     }
 

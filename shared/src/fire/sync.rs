@@ -7,7 +7,7 @@
 //! holds end as needing attention (exit 5) every time, not only the first, with the
 //! reason and the next step.
 
-use super::{FireEnd, FireSummary};
+use super::ending::After;
 use crate::agent::CardDraft;
 use crate::records::{self, CardKind};
 use crate::review::signing::ApprovalRule;
@@ -221,13 +221,11 @@ impl FireSync {
         crate::sync::push_after(repo, &self.settings, runtime_email)
     }
 
-    /// How the fire ends once pushed: a box that cannot fire what the remote holds
+    /// What the push makes of the fire: a box that cannot fire what the remote holds
     /// needs attention on every fire (exit 5), with the reason and the next step; so
     /// does one whose push had to replay onto a history rewritten during the fire.
-    pub(crate) fn settle(&self, pushed: Option<&Pushed>, summary: &mut FireSummary) {
-        if !matches!(summary.end, FireEnd::Completed | FireEnd::NeedsAttention) {
-            return;
-        }
+    /// `None` when neither holds.
+    pub(crate) fn attention(&self, pushed: Option<&Pushed>) -> Option<After> {
         let note = match (&self.stuck, pushed) {
             (Some(n), _) => n.clone(),
             (None, Some(Pushed::Replayed { head, records, .. })) => Note {
@@ -239,11 +237,12 @@ impl FireSync {
                 ),
                 hint: "`runtime check` on the box shows the state; the next fire cards what it finds".into(),
             },
-            (None, _) => return,
+            (None, _) => return None,
         };
-        summary.end = FireEnd::NeedsAttention;
-        summary.message = note.message;
-        summary.hint = Some(note.hint);
+        Some(After::Attention {
+            message: note.message,
+            hint: note.hint,
+        })
     }
 
     /// Once this fire's card of the cause is committed, later fires add none for it
