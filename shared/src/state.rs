@@ -721,15 +721,28 @@ fn left_as_recorded(path: &Path) -> bool {
 
 /// Records the database's files as this process leaves them: called as a store
 /// opened sound closes (best effort: without it the next open checks the file).
+/// Written in place and only when it changes: a fire closes the database several
+/// times, and a new file for each (a temporary renamed over the stamp) is an inode
+/// allocated and one freed every time. The stamp is a hint, so a torn or interleaved
+/// write costs nothing but the next open's full check: it cannot match the files.
 fn record_sound(path: &Path) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let Some(now) = files_stamp(path) else {
         return;
     };
     let stamp = sound_stamp(path);
-    let tmp = stamp.with_extension(format!("sound.{}", std::process::id()));
-    let written = std::fs::write(&tmp, now).and_then(|()| std::fs::rename(&tmp, &stamp));
+    if std::fs::read_to_string(&stamp).is_ok_and(|held| held == now) {
+        return;
+    }
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&stamp)
+        .and_then(|mut f| f.write_all(now.as_bytes()));
     if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
         tracing::debug!(error = %e, "the state database's sound stamp was not written");
     }
 }

@@ -329,8 +329,10 @@ impl<'r> Trust<'r> {
             if next.is_none() {
                 // The root, and nothing on the way asked for review: remember the
                 // nearest builder change below `commit` (what the next fire's HEAD,
-                // a records commit on top, reaches first), or `commit` itself.
-                if let (Some(memo), Some(mark)) = (&self.memo, first_boundary.flatten().or(Some(commit))) {
+                // a records commit on top, reaches first). With none (one builder
+                // tree all the way down), the next walk is one step as this one was,
+                // and a mark of `commit` would only be rewritten by every fire.
+                if let (Some(memo), Some(mark)) = (&self.memo, first_boundary.flatten()) {
                     if free != Some(mark) {
                         if let Err(e) = write_review_free(&memo.root, mark) {
                             tracing::warn!(error = %e, "the review-free mark was not remembered");
