@@ -384,6 +384,32 @@ fn nothing_the_fire_started_outlives_a_sigkill_of_the_runtime() {
     assert!(gone(pid), "the tool command {pid} outlived the SIGKILLed runtime");
 }
 
+/// The worker asks the kernel for its death signal itself (the runtime spawns it
+/// with no hook in the child, as a `vfork`), so a runtime that ended before the
+/// worker asked would leave it unbound: a worker whose named runtime is no longer its
+/// parent refuses to start. Named rightly, it starts and waits for its configuration.
+#[test]
+fn a_tool_worker_whose_runtime_has_ended_refuses_to_start() {
+    let worker = |parent: u32| {
+        std::process::Command::new(bin("runtime"))
+            .arg("__tool-worker")
+            .env("RUNTIME_WORKER_PARENT", parent.to_string())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // Not its parent: what a worker sees once its runtime died and it was reparented.
+    let orphan = worker(1);
+    assert_eq!(orphan.status.code(), Some(1), "{orphan:?}");
+    let said = String::from_utf8_lossy(&orphan.stderr);
+    assert!(said.contains("(1) has ended"), "{said}");
+    assert!(orphan.stdout.is_empty(), "it answered: {orphan:?}");
+    // Its parent (this test): it starts, finds no configuration on stdin, and says so.
+    let bound = worker(std::process::id());
+    let said = String::from_utf8_lossy(&bound.stderr);
+    assert!(!said.contains("has ended"), "{said}");
+}
+
 /// The host pid of the tool worker serving the namespace `pid` runs in: its nearest
 /// ancestor whose command line is the worker's (the clone that is PID 1 in there).
 fn worker_of(pid: i32) -> Option<i32> {

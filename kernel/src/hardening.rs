@@ -62,6 +62,22 @@ pub fn die_with_parent() -> io::Result<()> {
     Ok(())
 }
 
+/// As [`die_with_parent`], for a process that sets it for itself after its `exec`
+/// (spawned with no hook in the child, so the spawn can be a `vfork` rather than a
+/// copy of the parent's page tables): `Err` when `expected`, the process that
+/// spawned it, is no longer its parent. It ended before the signal was asked for, so
+/// the kernel will never send it.
+pub fn die_with_parent_of(expected: u32) -> io::Result<()> {
+    die_with_parent()?;
+    let parent = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32);
+    if parent != expected {
+        return Err(io::Error::other(format!(
+            "the process that started this one ({expected}) has ended"
+        )));
+    }
+    Ok(())
+}
+
 /// Empties the bounding, ambient, effective, permitted and inheritable capability
 /// sets of the calling thread.
 pub fn drop_capabilities() -> io::Result<()> {

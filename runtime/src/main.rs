@@ -23,6 +23,10 @@ fn main() -> ExitCode {
     }
     // The tool worker enters its sandbox before anything else runs in its process.
     if std::env::args().nth(1).as_deref() == Some(commands::WORKER_COMMAND) {
+        if let Err(e) = shared::worker::die_with_runtime() {
+            eprintln!("error: tool worker: {e}");
+            return ExitCode::from(1);
+        }
         let stdin = std::io::stdin();
         let stdout = std::io::stdout();
         return match shared::worker::serve(stdin.lock(), stdout.lock()) {

@@ -38,6 +38,20 @@ pub enum WorkerHello {
     Refused(String),
 }
 
+/// The variable naming the runtime that spawned a worker (its pid).
+pub const PARENT_ENV: &str = "RUNTIME_WORKER_PARENT";
+
+/// Has the kernel kill this worker (and with it everything it runs) when the runtime
+/// that spawned it ends, also by SIGKILL. Called first thing in the worker's process;
+/// `Err` when that runtime has already ended. A worker started by hand, with no
+/// runtime named, dies with whatever parent it has.
+pub fn die_with_runtime() -> std::io::Result<()> {
+    match std::env::var(PARENT_ENV).ok().and_then(|p| p.parse::<u32>().ok()) {
+        Some(runtime) => kernel::hardening::die_with_parent_of(runtime),
+        None => kernel::hardening::die_with_parent(),
+    }
+}
+
 /// The worker's main loop. Must run before any other thread of the process starts.
 pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
     // SIGTERM/SIGINT kill the running command, not the worker.
