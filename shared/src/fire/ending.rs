@@ -33,8 +33,9 @@ pub(crate) enum After {
 }
 
 impl Ending {
-    /// The ending of a run that reached its loop (or was stopped before it with an
-    /// `abort`), from its records with every card known: an abort says why; a run
+    /// The ending of a prepared run (or of one stopped by an `abort`: no sandbox, no
+    /// provider, a tool worker that could not enter its sandbox, before or after the
+    /// loop), from its records with every card known: an abort says why; a run
     /// stopped by a checkpoint it could not save is the machine's problem; otherwise
     /// the run's status decides, and a completed run that left cards needs attention.
     pub fn of_run(task: &str, run_id: &str, rec: &RunRecords, abort: Option<&Abort>) -> Ending {

@@ -3,9 +3,9 @@
 //! database's refusals under the sync's own keys: one for why the box cannot move,
 //! one for a rewritten remote history, so that either coming or going on its own
 //! neither hides nor repeats the other's card); [`FireSync::push`] pushes after its
-//! commit; [`FireSync::settle`] makes a fire on a box that cannot fire what the remote
-//! holds end as needing attention (exit 5) every time, not only the first, with the
-//! reason and the next step.
+//! commit; [`FireSync::attention`] makes a fire on a box that cannot fire what the
+//! remote holds end as needing attention (exit 5) every time, not only the first, with
+//! the reason and the next step (through [`super::ending::Ending::worsen`]).
 
 use super::ending::After;
 use crate::agent::CardDraft;

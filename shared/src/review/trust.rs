@@ -302,8 +302,9 @@ impl<'r> Trust<'r> {
     /// history turned `require_reviewed` on owes review too (the first tree under
     /// review needs an approval itself: `builder approve --bootstrap`), so an unapproved
     /// switch-off before the first approval is judged. A walk that reaches the root
-    /// finding none is remembered ([`REVIEW_FREE_FILE`]): later fires stop
-    /// at that commit instead of walking all of history again.
+    /// finding none is remembered ([`REVIEW_FREE_FILE`]), unless no builder change lies
+    /// below `commit` (then the walk is one step anyway): later fires stop at the
+    /// nearest builder change instead of walking all of history again.
     pub fn review_owed(&mut self, commit: Oid) -> Result<bool, git2::Error> {
         let free = self.memo.as_ref().and_then(|m| read_review_free(&m.root));
         let mut next = Some(commit);
