@@ -173,8 +173,10 @@ fn tool_result(state: &LoopState, call_id: &str) -> String {
         .unwrap_or_else(|| panic!("no tool result for {call_id} in {:#?}", state.messages))
 }
 
-fn card_kinds(state: &LoopState) -> Vec<CardKind> {
-    state.cards.iter().map(|c| c.kind).collect()
+/// Fails unless the loop left a card of `kind`.
+fn assert_carded(state: &LoopState, kind: CardKind) {
+    let kinds: Vec<CardKind> = state.cards.iter().map(|c| c.kind).collect();
+    assert!(kinds.contains(&kind), "no {kind:?} card: {kinds:?}");
 }
 
 fn exists(p: &Path) -> bool {
@@ -278,11 +280,7 @@ fn the_same_call_over_and_over_stops_as_repeated_call() {
     let stop = s.run(&mut state, None, false);
     assert_eq!(stop, StopReason::RepeatedCall, "{state:#?}");
     assert_eq!(state.tool_calls.len(), 3, "stops at the third identical call");
-    assert!(
-        card_kinds(&state).contains(&CardKind::RepeatedCall),
-        "{:?}",
-        card_kinds(&state)
-    );
+    assert_carded(&state, CardKind::RepeatedCall);
 }
 
 #[test]
@@ -326,11 +324,7 @@ fn the_token_budget_stops_the_loop_once_a_response_passes_it() {
     let stop = s.run(&mut state, None, false);
     assert_eq!(stop, StopReason::TokenBudget, "{state:#?}");
     assert_eq!(state.tokens.input + state.tokens.output, 1_400);
-    assert!(
-        card_kinds(&state).contains(&CardKind::BudgetExceeded),
-        "{:?}",
-        card_kinds(&state)
-    );
+    assert_carded(&state, CardKind::BudgetExceeded);
 }
 
 #[test]
