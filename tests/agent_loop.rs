@@ -72,6 +72,18 @@ impl Script {
         }
     }
 
+    /// `turns` with only reads allowed (what most cases need).
+    fn reading(turns: Vec<Value>) -> Script {
+        Script::new(turns, &["Read(**)"], &[], &[])
+    }
+
+    /// Runs the loop from a fresh state until it stops: the stop and the state.
+    fn fresh(&self) -> (StopReason, LoopState) {
+        let mut state = LoopState::default();
+        let stop = self.run(&mut state, None, false);
+        (stop, state)
+    }
+
     /// Runs the loop on `state` until it stops; `decision` answers a paused call's
     /// approval lookup; `cancelled` starts it already cancelled.
     fn run(&self, state: &mut LoopState, decision: Option<CallDecision>, cancelled: bool) -> StopReason {
@@ -173,6 +185,12 @@ fn tool_result(state: &LoopState, call_id: &str) -> String {
         .unwrap_or_else(|| panic!("no tool result for {call_id} in {:#?}", state.messages))
 }
 
+/// A model that asks for `command` (under an ask rule), then answers `answer`.
+fn pausing(command: &str, answer: &str) -> Script {
+    let ask = asks(vec![call("p1", "run_command", json!({ "command": command }))], 10, 5);
+    Script::new(vec![ask, answers(answer)], &["Read(**)"], &["Bash(echo*)"], &[])
+}
+
 /// Fails unless the loop left a card of `kind`.
 fn assert_carded(state: &LoopState, kind: CardKind) {
     let kinds: Vec<CardKind> = state.cards.iter().map(|c| c.kind).collect();
@@ -185,9 +203,8 @@ fn exists(p: &Path) -> bool {
 
 #[test]
 fn a_final_answer_ends_the_loop_at_its_step_with_its_tokens_counted() {
-    let s = Script::new(vec![answers("all quiet")], &["Read(**)"], &[], &[]);
-    let mut state = LoopState::default();
-    let stop = s.run(&mut state, None, false);
+    let s = Script::reading(vec![answers("all quiet")]);
+    let (stop, state) = s.fresh();
     assert_eq!(stop, StopReason::FinalAnswer);
     assert_eq!(state.final_answer.as_deref(), Some("all quiet"));
     assert_eq!(state.step, 1);
@@ -216,8 +233,7 @@ fn an_allowed_call_runs_in_the_worker_and_its_output_goes_back_to_the_model() {
         &[],
     );
     std::fs::write(s.path("notes.txt"), "seventeen-apples\n").unwrap();
-    let mut state = LoopState::default();
-    let stop = s.run(&mut state, None, false);
+    let (stop, state) = s.fresh();
     assert_eq!(stop, StopReason::FinalAnswer, "{state:#?}");
     assert!(tool_result(&state, "c1").contains("seventeen-apples"));
     assert_eq!(
@@ -251,8 +267,7 @@ fn denials_past_the_limit_stop_the_loop_and_no_denied_call_runs() {
         &["Bash(touch*)"],
     );
     s.limits.max_denials = 1;
-    let mut state = LoopState::default();
-    let stop = s.run(&mut state, None, false);
+    let (stop, state) = s.fresh();
     assert_eq!(stop, StopReason::PermissionDenied, "{state:#?}");
     assert_eq!(state.denials, 2);
     // The model was told each time, and neither command ran.
@@ -270,14 +285,8 @@ fn denials_past_the_limit_stop_the_loop_and_no_denied_call_runs() {
 #[test]
 fn the_same_call_over_and_over_stops_as_repeated_call() {
     let same = || asks(vec![call("r", "list_dir", json!({"path": "."}))], 10, 5);
-    let s = Script::new(
-        vec![same(), same(), same(), same(), answers("never reached")],
-        &["Read(**)"],
-        &[],
-        &[],
-    );
-    let mut state = LoopState::default();
-    let stop = s.run(&mut state, None, false);
+    let s = Script::reading(vec![same(), same(), same(), same(), answers("never reached")]);
+    let (stop, state) = s.fresh();
     assert_eq!(stop, StopReason::RepeatedCall, "{state:#?}");
     assert_eq!(state.tool_calls.len(), 3, "stops at the third identical call");
     assert_carded(&state, CardKind::RepeatedCall);
@@ -285,21 +294,15 @@ fn the_same_call_over_and_over_stops_as_repeated_call() {
 
 #[test]
 fn max_steps_stops_before_the_next_model_call_with_a_card_naming_the_last_calls() {
-    let mut s = Script::new(
-        vec![
-            asks(vec![call("a", "list_dir", json!({"path": "."}))], 10, 5),
-            asks(vec![call("b", "read_file", json!({"path": "notes.txt"}))], 10, 5),
-            asks(vec![call("c", "grep", json!({"pattern": "x", "path": "."}))], 10, 5),
-            answers("never reached"),
-        ],
-        &["Read(**)"],
-        &[],
-        &[],
-    );
+    let mut s = Script::reading(vec![
+        asks(vec![call("a", "list_dir", json!({"path": "."}))], 10, 5),
+        asks(vec![call("b", "read_file", json!({"path": "notes.txt"}))], 10, 5),
+        asks(vec![call("c", "grep", json!({"pattern": "x", "path": "."}))], 10, 5),
+        answers("never reached"),
+    ]);
     std::fs::write(s.path("notes.txt"), "x\n").unwrap();
     s.budgets.max_steps = 2;
-    let mut state = LoopState::default();
-    let stop = s.run(&mut state, None, false);
+    let (stop, state) = s.fresh();
     assert_eq!(stop, StopReason::MaxSteps);
     assert_eq!(state.step, 2);
     assert_eq!(state.tool_calls.len(), 2, "the third turn is never asked for");
@@ -309,19 +312,13 @@ fn max_steps_stops_before_the_next_model_call_with_a_card_naming_the_last_calls(
 
 #[test]
 fn the_token_budget_stops_the_loop_once_a_response_passes_it() {
-    let mut s = Script::new(
-        vec![
-            asks(vec![call("a", "list_dir", json!({"path": "."}))], 600, 100),
-            asks(vec![call("b", "list_dir", json!({"path": "reports"}))], 600, 100),
-            answers("never reached"),
-        ],
-        &["Read(**)"],
-        &[],
-        &[],
-    );
+    let mut s = Script::reading(vec![
+        asks(vec![call("a", "list_dir", json!({"path": "."}))], 600, 100),
+        asks(vec![call("b", "list_dir", json!({"path": "reports"}))], 600, 100),
+        answers("never reached"),
+    ]);
     s.budgets.max_tokens = 1_000;
-    let mut state = LoopState::default();
-    let stop = s.run(&mut state, None, false);
+    let (stop, state) = s.fresh();
     assert_eq!(stop, StopReason::TokenBudget, "{state:#?}");
     assert_eq!(state.tokens.input + state.tokens.output, 1_400);
     assert_carded(&state, CardKind::BudgetExceeded);
@@ -329,25 +326,8 @@ fn the_token_budget_stops_the_loop_once_a_response_passes_it() {
 
 #[test]
 fn an_ask_call_pauses_without_running_and_runs_once_approved_on_resume() {
-    let s = Script::new(
-        vec![
-            asks(
-                vec![call(
-                    "p1",
-                    "run_command",
-                    json!({"command": "echo approved > reports/flag"}),
-                )],
-                10,
-                5,
-            ),
-            answers("flag set"),
-        ],
-        &["Read(**)"],
-        &["Bash(echo*)"],
-        &[],
-    );
-    let mut state = LoopState::default();
-    let stop = s.run(&mut state, None, false);
+    let s = pausing("echo approved > reports/flag", "flag set");
+    let (stop, mut state) = s.fresh();
     assert_eq!(stop, StopReason::WaitingApproval, "{state:#?}");
     let pending = state.pending.clone().expect("the call waits");
     assert_eq!(pending.call.id, "p1");
@@ -364,25 +344,9 @@ fn an_ask_call_pauses_without_running_and_runs_once_approved_on_resume() {
 
 #[test]
 fn an_ask_call_denied_on_resume_never_runs_and_the_model_is_told() {
-    let s = Script::new(
-        vec![
-            asks(
-                vec![call(
-                    "p1",
-                    "run_command",
-                    json!({"command": "echo refused > reports/flag"}),
-                )],
-                10,
-                5,
-            ),
-            answers("understood"),
-        ],
-        &["Read(**)"],
-        &["Bash(echo*)"],
-        &[],
-    );
-    let mut state = LoopState::default();
-    assert_eq!(s.run(&mut state, None, false), StopReason::WaitingApproval);
+    let s = pausing("echo refused > reports/flag", "understood");
+    let (stop, mut state) = s.fresh();
+    assert_eq!(stop, StopReason::WaitingApproval);
     let stop = s.run(&mut state, Some(CallDecision::Deny), false);
     assert_eq!(stop, StopReason::FinalAnswer, "{state:#?}");
     assert!(!exists(&s.path("reports/flag")));
@@ -395,14 +359,8 @@ fn an_ask_call_denied_on_resume_never_runs_and_the_model_is_told() {
 
 #[test]
 fn a_script_that_runs_out_stops_as_a_provider_error_with_its_card() {
-    let s = Script::new(
-        vec![asks(vec![call("a", "list_dir", json!({"path": "."}))], 10, 5)],
-        &["Read(**)"],
-        &[],
-        &[],
-    );
-    let mut state = LoopState::default();
-    let stop = s.run(&mut state, None, false);
+    let s = Script::reading(vec![asks(vec![call("a", "list_dir", json!({"path": "."}))], 10, 5)]);
+    let (stop, state) = s.fresh();
     assert_eq!(stop, StopReason::ProviderError, "{state:#?}");
     let card = state.cards.iter().find(|c| c.kind == CardKind::ProviderError).unwrap();
     assert!(card.detail.contains("turn 2"), "{card:?}");
@@ -410,7 +368,7 @@ fn a_script_that_runs_out_stops_as_a_provider_error_with_its_card() {
 
 #[test]
 fn a_cancelled_fire_stops_before_its_first_model_call() {
-    let s = Script::new(vec![answers("never reached")], &["Read(**)"], &[], &[]);
+    let s = Script::reading(vec![answers("never reached")]);
     let mut state = LoopState::default();
     let stop = s.run(&mut state, None, true);
     assert_eq!(stop, StopReason::Cancelled);
@@ -420,17 +378,11 @@ fn a_cancelled_fire_stops_before_its_first_model_call() {
 
 #[test]
 fn a_call_to_an_unknown_tool_is_answered_as_an_error_and_the_loop_goes_on() {
-    let s = Script::new(
-        vec![
-            asks(vec![call("u", "launch_rockets", json!({"count": 3}))], 10, 5),
-            answers("no rockets then"),
-        ],
-        &["Read(**)"],
-        &[],
-        &[],
-    );
-    let mut state = LoopState::default();
-    let stop = s.run(&mut state, None, false);
+    let s = Script::reading(vec![
+        asks(vec![call("u", "launch_rockets", json!({"count": 3}))], 10, 5),
+        answers("no rockets then"),
+    ]);
+    let (stop, state) = s.fresh();
     assert_eq!(stop, StopReason::FinalAnswer, "{state:#?}");
     assert!(
         tool_result(&state, "u").contains("launch_rockets"),
