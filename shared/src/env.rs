@@ -11,3 +11,9 @@ pub const PASSTHROUGH_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "TZ"];
 /// can tell a call it already served (the runtime never re-runs a completed call, nor
 /// a command whose run an interruption left uncertain).
 pub const CALL_ID_ENV: &str = "RUNTIME_CALL_ID";
+
+/// Whether `name` can name an environment variable in settings: ASCII letters, digits
+/// and `_` (`OPENAI_API_KEY`), nothing that could be a value put there by mistake.
+pub fn is_variable_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}

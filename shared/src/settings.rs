@@ -1113,7 +1113,7 @@ fn validate_provider(file: &Path, src: &str, key: &str, p: &ProviderSettings, d:
         }
     }
     if let Some(env) = &p.api_key_env {
-        if env.is_empty() || !env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        if !crate::env::is_variable_name(env) {
             d.push(
                 Diagnostic::new(
                     file,

@@ -211,6 +211,19 @@ pub fn validate(file: &Path, src: &str, servers: &McpServers, key_env: &[&str], 
                 "out of range: 1 to 300 seconds",
             ));
         }
+        if let Some(v) = s.token_env.as_deref().filter(|v| !crate::env::is_variable_name(v)) {
+            d.push(
+                Diagnostic::new(
+                    file,
+                    line("token_env"),
+                    field("token_env"),
+                    format!("`{v}` is not an environment variable name"),
+                )
+                .with_hint(
+                    "name the variable that holds the token (MCP_TOKEN); never put the token itself in the repo",
+                ),
+            );
+        }
         if let Some(v) = s.token_env.as_deref().filter(|v| key_env.contains(v)) {
             d.push(Diagnostic::new(
                 file,
@@ -248,6 +261,14 @@ fn validate_stdio(file: &Path, src: &str, name: &str, s: &McpServer, key_env: &[
         ));
     } else if let Err(why) = package_spec(&s.command) {
         d.push(Diagnostic::new(file, line("command"), field("command"), why));
+    }
+    for v in s.env_allow.iter().filter(|v| !crate::env::is_variable_name(v)) {
+        d.push(Diagnostic::new(
+            file,
+            yamlpos::line_of_item(src, &["mcp", name, "env_allow"], v),
+            field("env_allow"),
+            format!("`{v}` is not an environment variable name"),
+        ));
     }
     for v in s.env_allow.iter().filter(|v| key_env.contains(&v.as_str())) {
         d.push(Diagnostic::new(
@@ -308,6 +329,50 @@ fn validate_http(file: &Path, src: &str, name: &str, s: &McpServer, url: &str, d
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The diagnostics of the `mcp:` section of `src`, as `field: message`.
+    fn diagnose(src: &str) -> Vec<String> {
+        let doc: serde_yaml::Value = serde_yaml::from_str(src).unwrap();
+        let servers: McpServers = serde_yaml::from_value(doc["mcp"].clone()).unwrap();
+        let mut d = Vec::new();
+        validate(
+            Path::new("settings/runtime.yaml"),
+            src,
+            &servers,
+            &["OPENAI_API_KEY"],
+            &mut d,
+        );
+        d.iter()
+            .map(|d| format!("{}:{} {}", d.line, d.field, d.message))
+            .collect()
+    }
+
+    #[test]
+    fn variable_names_are_names_and_never_the_providers_key() {
+        let src = "mcp:\n  remote:\n    url: https://mcp.example.com/mcp\n    token_env: \"ghp_abc def\"\n  local:\n    command: [srv]\n    env_allow: [HOME, \"A=B\", OPENAI_API_KEY]\n";
+        let found = diagnose(src);
+        assert!(
+            found
+                .iter()
+                .any(|d| d.starts_with("4:mcp.remote.token_env") && d.contains("not an environment variable name")),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|d| d.starts_with("7:mcp.local.env_allow") && d.contains("`A=B` is not")),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|d| d.contains("`OPENAI_API_KEY` holds the provider's key")),
+            "{found:?}"
+        );
+        assert!(!found.iter().any(|d| d.contains("`HOME`")), "{found:?}");
+        let fine = diagnose("mcp:\n  remote:\n    url: https://mcp.example.com/mcp\n    token_env: MCP_TOKEN\n");
+        assert!(fine.is_empty(), "{fine:?}");
+    }
 
     #[test]
     fn http_endpoints_are_https_or_loopback_http_without_credentials() {
