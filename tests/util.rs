@@ -98,24 +98,22 @@ impl TestEnv {
         c
     }
 
+    /// `git args` in `dir` as the engineer, not run yet.
+    fn git_command(&self, dir: &Path, args: &[&str]) -> Command {
+        let mut c = self.clean_command("git");
+        c.args(args).current_dir(dir);
+        c
+    }
+
     /// `git args` in `dir` as the engineer with `path` as `PATH` (a hook may need
     /// `builder` on it), whatever it says.
     pub fn git_with_path(&self, dir: &Path, path: &str, args: &[&str]) -> Output {
-        self.clean_command("git")
-            .args(args)
-            .current_dir(dir)
-            .env("PATH", path)
-            .output()
-            .expect("run git")
+        self.git_command(dir, args).env("PATH", path).output().expect("run git")
     }
 
     /// `git args` in `dir` as the engineer, whatever it says.
     pub fn git_in(&self, dir: &Path, args: &[&str]) -> Output {
-        self.clean_command("git")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("run git")
+        self.git_command(dir, args).output().expect("run git")
     }
 
     /// `git args` in `dir` as the engineer, which must succeed: its stdout, trimmed.

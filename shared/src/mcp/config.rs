@@ -351,25 +351,17 @@ mod tests {
     fn variable_names_are_names_and_never_the_providers_key() {
         let src = "mcp:\n  remote:\n    url: https://mcp.example.com/mcp\n    token_env: \"ghp_abc def\"\n  local:\n    command: [srv]\n    env_allow: [HOME, \"A=B\", OPENAI_API_KEY]\n";
         let found = diagnose(src);
+        let has = |at: &str, says: &str| found.iter().any(|d| d.starts_with(at) && d.contains(says));
         assert!(
-            found
-                .iter()
-                .any(|d| d.starts_with("4:mcp.remote.token_env") && d.contains("not an environment variable name")),
+            has("4:mcp.remote.token_env", "not an environment variable name"),
             "{found:?}"
         );
+        assert!(has("7:mcp.local.env_allow", "`A=B` is not"), "{found:?}");
         assert!(
-            found
-                .iter()
-                .any(|d| d.starts_with("7:mcp.local.env_allow") && d.contains("`A=B` is not")),
+            has("7:mcp.local.env_allow", "`OPENAI_API_KEY` holds the provider's key"),
             "{found:?}"
         );
-        assert!(
-            found
-                .iter()
-                .any(|d| d.contains("`OPENAI_API_KEY` holds the provider's key")),
-            "{found:?}"
-        );
-        assert!(!found.iter().any(|d| d.contains("`HOME`")), "{found:?}");
+        assert!(!has("", "`HOME`"), "{found:?}");
         let fine = diagnose("mcp:\n  remote:\n    url: https://mcp.example.com/mcp\n    token_env: MCP_TOKEN\n");
         assert!(fine.is_empty(), "{fine:?}");
     }
