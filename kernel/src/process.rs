@@ -206,12 +206,19 @@ pub fn supervise(pid: Pid) -> ! {
     std::process::exit(code)
 }
 
+/// Whether this process is PID 1 of its PID namespace (the sandboxed worker is).
+/// When it ends, the kernel kills every other process of that namespace, so nothing
+/// it spawned can outlive it.
+pub fn is_namespace_init() -> bool {
+    rustix::process::getpid().as_raw_nonzero().get() == 1
+}
+
 /// In PID 1 of a PID namespace: kills every other process of the namespace
 /// (whatever the last job left behind, in any session or group) and reaps them.
 /// Does nothing in any other process (there `kill(-1)` would reach every process of
 /// the user).
 pub fn kill_rest_of_namespace() {
-    if rustix::process::getpid().as_raw_nonzero().get() != 1 {
+    if !is_namespace_init() {
         return;
     }
     // SAFETY: kill(-1) from PID 1 signals every other process of its namespace;

@@ -32,6 +32,20 @@ pub fn close_inherited_descriptors(cmd: &mut Command) -> &mut Command {
     }
 }
 
+/// Marks every descriptor of this process above stderr close-on-exec, so a child
+/// spawned next inherits none of them past its `exec`. For a spawner that wants its
+/// child made with `posix_spawn` (a `vfork`, no copy of the spawner's memory), which
+/// a `pre_exec` hook such as [`close_inherited_descriptors`] rules out. Nothing is
+/// closed here; a descriptor another thread opens without `O_CLOEXEC` after this call
+/// would still be inherited, so the caller is the only thread opening descriptors.
+pub fn mark_descriptors_close_on_exec() {
+    // SAFETY: close_range(2) with CLOSE_RANGE_CLOEXEC takes integers and only sets a
+    // flag on descriptors; no descriptor is closed under its owner.
+    unsafe {
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+    }
+}
+
 /// The child of `cmd` may write core files of any size (`RLIMIT_CORE` unlimited).
 pub fn unlimited_core_dumps(cmd: &mut Command) -> &mut Command {
     // SAFETY: setrlimit takes a `rlimit` the hook owns on its stack; it is

@@ -136,12 +136,17 @@ pub struct BootTime {
 }
 
 impl BootTime {
-    /// Now, or `None` without `/proc` (then the wall clock is all there is).
+    /// Now, or `None` without `/proc` (then the wall clock is all there is). The boot
+    /// id is read once per process: it cannot change while the process lives.
     pub fn now() -> Option<BootTime> {
-        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        let boot_id = BOOT_ID.get_or_init(|| {
+            let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+            Some(id.trim().to_string())
+        });
         let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
         Some(BootTime {
-            boot_id: boot_id.trim().to_string(),
+            boot_id: boot_id.clone()?,
             ns: t.tv_sec.saturating_mul(1_000_000_000).saturating_add(t.tv_nsec),
         })
     }

@@ -13,7 +13,6 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -409,11 +408,9 @@ fn run_command(ctx: &ExecContext, req: &ToolRequest, command: &str, timeout: Dur
         Ok(c) => c,
         Err(e) => return io_error("/bin/sh", &e, false),
     };
-    let pgid = child.id();
-    let (readers, finished) = read_capped(&mut child, cap);
-    let ending = wait_for_readers(&finished, readers.len(), pgid, timeout);
+    let (captures, ending) = capture_output(&mut child, cap, timeout);
     let status = child.wait();
-    let output = CommandOutput::collect(readers, cap);
+    let output = CommandOutput::collect(captures, cap);
     let code = status.as_ref().ok().and_then(|s| s.code());
     drop(apart);
     match ending {
@@ -446,11 +443,16 @@ impl Drop for ApartHome {
 /// The process for `command`: run directly when it is a simple external command (one
 /// process fewer), else through `/bin/sh -c`; in the root, with the scrubbed
 /// environment, in its own process group, inherited descriptors closed.
+///
+/// In the sandbox the worker is PID 1 of its PID namespace, so the kernel kills the
+/// command with the worker and no `pre_exec` hook is needed: with none, and an
+/// absolute program path, the standard library spawns with `posix_spawn` (a `vfork`)
+/// instead of copying the worker. Elsewhere the child sets its own death signal.
 fn sandboxed_command(ctx: &ExecContext, command: &str) -> Command {
     let mut cmd = match crate::shell::plain_argv(command) {
         Some(argv) => {
-            let mut c = Command::new(argv[0]);
-            c.args(&argv[1..]);
+            let mut c = Command::new(program_path(argv[0], ctx));
+            c.arg0(argv[0]).args(&argv[1..]);
             c
         }
         None => {
@@ -466,14 +468,35 @@ fn sandboxed_command(ctx: &ExecContext, command: &str) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    kernel::spawn::close_inherited_descriptors(&mut cmd);
-    // Die with the worker rather than outlive it.
-    kernel::spawn::die_with_parent(&mut cmd);
+    if kernel::process::is_namespace_init() {
+        kernel::spawn::mark_descriptors_close_on_exec();
+    } else {
+        kernel::spawn::close_inherited_descriptors(&mut cmd);
+        // Die with the worker rather than outlive it.
+        kernel::spawn::die_with_parent(&mut cmd);
+    }
     cmd
 }
 
-/// What a reader thread returns: the first `cap` bytes, and how many it read in all.
-type Captured = std::thread::JoinHandle<Capture>;
+/// Where `program` is found on the command's `PATH` (relative entries taken from the
+/// root, where the command runs), as `execvp` would look: the first regular file with
+/// an execute bit. A name with a slash, or one found nowhere, is left as it is (then
+/// the spawn reports it missing).
+fn program_path(program: &str, ctx: &ExecContext) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') {
+        return PathBuf::from(program);
+    }
+    let path = ctx
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or(DEFAULT_PATH, |(_, v)| v.as_str());
+    path.split(':')
+        .map(|dir| ctx.root.join(dir).join(program))
+        .find(|full| std::fs::metadata(full).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+        .unwrap_or_else(|| PathBuf::from(program))
+}
 
 /// What a reader kept of one output stream: its first `cap` bytes, the last `cap`
 /// bytes after those, and how many bytes the stream wrote in all.
@@ -506,35 +529,6 @@ impl Capture {
     }
 }
 
-/// One thread per output stream of `child` (stdout first, then stderr), each keeping
-/// the first `cap` bytes and draining the rest; each signals the channel when done.
-fn read_capped(child: &mut std::process::Child, cap: usize) -> (Vec<Captured>, mpsc::Receiver<()>) {
-    let (tx, rx) = mpsc::channel();
-    let readers: Vec<_> = [
-        child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
-        child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|mut stream| {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let mut capture = Capture::default();
-            let mut buf = [0u8; 8192];
-            loop {
-                match stream.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => capture.push(&buf[..n], cap),
-                }
-            }
-            let _ = tx.send(());
-            capture
-        })
-    })
-    .collect();
-    (readers, rx)
-}
-
 /// How a command's run ended.
 enum Ending {
     /// Its output streams closed before the deadline.
@@ -545,33 +539,67 @@ enum Ending {
     Cancelled,
 }
 
-/// Waits until `readers` output streams are done, killing the process group `pgid`
-/// at the deadline or when the fire is cancelled (then gives the readers two seconds
-/// to drain).
-fn wait_for_readers(finished: &mpsc::Receiver<()>, readers: usize, pgid: u32, timeout: Duration) -> Ending {
-    let deadline = Instant::now() + timeout;
-    let mut done = 0;
-    while done < readers {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match finished.recv_timeout(left.min(Duration::from_millis(50))) {
-            Ok(()) => done += 1,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let interrupted = take_interrupt();
-                if interrupted || Instant::now() >= deadline {
-                    // Our own child's process group.
-                    let _ = kernel::signal::kill_group(pgid, kernel::signal::Signal::Kill);
-                    let _ = finished.recv_timeout(Duration::from_secs(2));
-                    return if interrupted {
-                        Ending::Cancelled
-                    } else {
-                        Ending::TimedOut
-                    };
-                }
+/// How long a killed command's output streams get to drain.
+const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
+
+/// Reads `child`'s stdout and stderr in this thread as they come (`poll`), each
+/// keeping its first and last `cap` bytes, until both streams close. At the deadline,
+/// or when the fire is cancelled, kills the child's process group and gives the
+/// streams [`DRAIN_AFTER_KILL`] more before it stops reading.
+fn capture_output(child: &mut std::process::Child, cap: usize, timeout: Duration) -> ([Capture; 2], Ending) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let pgid = child.id();
+    let mut open: Vec<(usize, std::fs::File)> = [
+        child.stdout.take().map(std::os::fd::OwnedFd::from),
+        child.stderr.take().map(std::os::fd::OwnedFd::from),
+    ]
+    .into_iter()
+    .enumerate()
+    .filter_map(|(i, fd)| fd.map(|fd| (i, std::fs::File::from(fd))))
+    .collect();
+    let mut captures = [Capture::default(), Capture::default()];
+    let mut ending = Ending::Finished;
+    let mut stop_at = Instant::now() + timeout;
+    let mut buf = [0u8; 8192];
+    while !open.is_empty() {
+        let now = Instant::now();
+        let interrupted = matches!(ending, Ending::Finished) && take_interrupt();
+        if interrupted || now >= stop_at {
+            if !matches!(ending, Ending::Finished) {
+                break;
             }
+            // Our own child's process group.
+            let _ = kernel::signal::kill_group(pgid, kernel::signal::Signal::Kill);
+            ending = if interrupted {
+                Ending::Cancelled
+            } else {
+                Ending::TimedOut
+            };
+            stop_at = now + DRAIN_AFTER_KILL;
         }
+        let wait = stop_at.saturating_duration_since(now).min(Duration::from_millis(50));
+        let mut fds: Vec<PollFd> = open.iter().map(|(_, f)| PollFd::new(f, PollFlags::IN)).collect();
+        // EINTR (a signal) and a timeout both go round again.
+        let _ = poll(&mut fds, Timespec::try_from(wait).ok().as_ref());
+        let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
+        let mut index = 0;
+        open.retain_mut(|(stream, file)| {
+            let is_ready = ready[index];
+            index += 1;
+            if !is_ready {
+                return true;
+            }
+            match file.read(&mut buf) {
+                Ok(0) => false,
+                Ok(n) => {
+                    captures[*stream].push(&buf[..n], cap);
+                    true
+                }
+                Err(e) => e.kind() == ErrorKind::Interrupted,
+            }
+        });
     }
-    Ending::Finished
+    (captures, ending)
 }
 
 /// A command's output as the model sees it.
@@ -583,11 +611,10 @@ struct CommandOutput {
 }
 
 impl CommandOutput {
-    /// Joins the reader threads (stdout first, then stderr) and caps the text, keeping
+    /// Joins the captured streams (stdout, then stderr) and caps the text, keeping
     /// its head and its tail with a marker of what was cut in between (the end of a
     /// command's output is often what matters: the error, the summary line).
-    fn collect(readers: Vec<Captured>, cap: usize) -> CommandOutput {
-        let captures: Vec<Capture> = readers.into_iter().map(|r| r.join().unwrap_or_default()).collect();
+    fn collect(captures: [Capture; 2], cap: usize) -> CommandOutput {
         let dropped: usize = captures.iter().map(Capture::dropped).sum();
         let mut streams = captures.iter().map(Capture::kept);
         let mut bytes = streams.next().unwrap_or_default();
@@ -901,5 +928,26 @@ mod tests {
         );
         assert_eq!(f.error, Some(ErrorClass::Failed));
         assert!(f.output.contains("exit status 3") && f.output.contains("oops"));
+    }
+
+    #[test]
+    fn a_process_that_left_the_group_holding_the_output_does_not_hold_the_call() {
+        let (_d, c) = ctx();
+        // The shell exits at once; `sleep`, in a session of its own, keeps both
+        // streams open past the kill of the command's process group.
+        let mut held = req(ToolArgs::RunCommand {
+            command: "setsid sleep 8 & echo started".into(),
+            timeout_s: None,
+        });
+        held.timeout_ms = 300;
+        let t0 = Instant::now();
+        let r = execute(&c, &held);
+        assert_eq!(r.error, Some(ErrorClass::Timeout), "{}", r.output);
+        assert!(r.output.contains("started"), "{}", r.output);
+        let took = t0.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "the call waited for the escaped process: {took:?}"
+        );
     }
 }
