@@ -59,7 +59,7 @@ enum Pipe {
 }
 
 /// The masks of a worker's namespace, still being found.
-pub type PendingMasks = tokio::task::JoinHandle<MaskLine>;
+pub type PendingMasks = tokio::sync::oneshot::Receiver<MaskLine>;
 
 /// Where the worker's sandbox report stands.
 enum Hello {
@@ -139,14 +139,26 @@ impl WorkerClient {
         config: &WorkerConfig,
         masks: PendingMasks,
     ) -> Result<WorkerClient, WorkerError> {
-        let (mut worker, mut stdin) = WorkerClient::take_pipes(child)?;
+        let (worker, mut stdin) = WorkerClient::take_pipes(child)?;
         send_config(&mut stdin, config).await?;
-        worker.stdin = Pipe::Sending(tokio::spawn(async move {
+        Ok(worker.sending_masks(stdin, masks))
+    }
+
+    /// As [`WorkerClient::start_with_masks`], for a worker whose configuration was
+    /// already sent ([`send_config_now`]).
+    pub fn configured_with_masks(child: std::process::Child, masks: PendingMasks) -> Result<WorkerClient, WorkerError> {
+        let (worker, stdin) = WorkerClient::take_pipes(child)?;
+        Ok(worker.sending_masks(stdin, masks))
+    }
+
+    /// This client, with a task of its own sending the masks once they are found.
+    fn sending_masks(mut self, mut stdin: ChildStdin, masks: PendingMasks) -> WorkerClient {
+        self.stdin = Pipe::Sending(tokio::spawn(async move {
             let line: MaskLine = masks.await.unwrap_or_else(|e| Err(e.to_string()));
             send_line(&mut stdin, &line).await?;
             Ok(stdin)
         }));
-        Ok(worker)
+        self
     }
 
     /// The client of `child`, its pipe to the worker apart (no configuration sent yet).
@@ -389,6 +401,22 @@ pub(crate) async fn handshake(
 /// The first half of [`handshake`]: the configuration line.
 async fn send_config(stdin: &mut ChildStdin, config: &WorkerConfig) -> Result<(), WorkerError> {
     send_line(stdin, config).await
+}
+
+/// Sends `config` to the worker `child` now, from outside any async runtime, so the
+/// worker builds its sandbox while this process goes on; the client is made later
+/// with [`WorkerClient::configured_with_masks`]. (The pipe's buffer holds a usual
+/// configuration; a larger one waits for the worker, which is reading it.)
+pub fn send_config_now(child: &mut std::process::Child, config: &WorkerConfig) -> std::io::Result<()> {
+    use std::io::Write;
+    let stdin = child
+        .stdin
+        .as_mut()
+        .ok_or_else(|| std::io::Error::other("the worker has no stdin"))?;
+    let mut line = serde_json::to_vec(config).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    stdin.write_all(&line)?;
+    stdin.flush()
 }
 
 /// Writes `value` as one JSON line.

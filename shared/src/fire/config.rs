@@ -48,11 +48,11 @@ impl FireConfig {
     /// Fails only when the permissions do not compile into a policy.
     pub fn resolve(
         root: &Path,
+        scratch: PathBuf,
         settings: RuntimeSettings,
         prompt: Prompt,
         scope: String,
     ) -> Result<FireConfig, PolicyError> {
-        let scratch = scratch_dir(root);
         let mut perms = settings.permissions.clone();
         perms.deny.extend(prompt.front.deny.iter().cloned());
         let policy = Policy::new(root, &perms, &settings.builder_paths)?.with_scratch(&scratch);

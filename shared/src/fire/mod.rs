@@ -120,6 +120,9 @@ pub(crate) struct FireContext {
     pub started_at: DateTime<Utc>,
     /// Monotonic start, for budgets and durations.
     pub started: Instant,
+    /// The run's private scratch directory ([`config::scratch_dir`]), chosen now: the
+    /// tool worker's process, started early, has it as its `HOME`.
+    pub scratch: std::path::PathBuf,
 }
 
 impl FireContext {
@@ -129,6 +132,7 @@ impl FireContext {
             run_id: crate::records::new_id(started_at, &opts.task),
             started_at,
             started: Instant::now(),
+            scratch: config::scratch_dir(&opts.root),
             opts,
         }
     }
@@ -221,9 +225,10 @@ pub struct FireRun {
     /// Opened for the dirty check and kept for the commit: git's index is loaded
     /// once per fire, not twice (0.3 s a load at 220,000 tracked files).
     repo: git2::Repository,
-    /// The tool worker's process, started before this process restricts itself (it
-    /// makes namespaces, which Landlock would refuse it) and adopted by the loop.
-    worker: Option<std::process::Child>,
+    /// The tool worker's process, started early in the preparation (before this
+    /// process restricts itself: it makes namespaces, which Landlock would refuse
+    /// it) and adopted by the loop.
+    worker: Option<run::WorkerProcess>,
     /// A second worker process started with it, to replace it once if it dies.
     spare_worker: Option<std::process::Child>,
     /// A worker process per declared MCP server, started with the tool worker.

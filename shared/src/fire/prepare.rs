@@ -282,6 +282,7 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
         return Err(EarlyEnd::Unrecorded(Box::new(summary)));
     }
     let mut p = Preparing::new(ctx, repo, false);
+    p.start_worker_process();
     match p.phases() {
         Ok((config, state)) => Ok(p.into_run(config, state, Some(lock))),
         Err(Stop {
@@ -525,6 +526,9 @@ struct Preparing {
     metadata: Option<(crate::manifest::Manifest, Ownership)>,
     /// Cards the fire records though it runs (an unapproved remote tip).
     pending_cards: Vec<CardDraft>,
+    /// The tool worker's process, started early ([`Preparing::start_worker_process`])
+    /// and sent its configuration once that is known ([`Preparing::configure_worker`]).
+    worker: Option<super::run::WorkerProcess>,
 }
 
 impl Preparing {
@@ -546,6 +550,39 @@ impl Preparing {
             sync: None,
             metadata: None,
             pending_cards: Vec::new(),
+            worker: None,
+        }
+    }
+
+    /// Starts the tool worker's process now, so that its start (an exec of this
+    /// binary) overlaps the rest of the preparation; it waits for its configuration,
+    /// which step 5 sends. A process that could not be started is tried again in step
+    /// 5, where the failure is recorded. A refused fire drops it: its stdin closes and
+    /// it exits without doing anything.
+    fn start_worker_process(&mut self) {
+        let (exe, args) = &self.ctx.opts.worker_cmd;
+        let env = crate::tools::exec::ExecContext::scrubbed_env(&self.ctx.scratch);
+        match crate::agent::worker_client::spawn_process(exe, args, &env) {
+            Ok(child) => self.worker = Some(super::run::WorkerProcess { child, sent: None }),
+            Err(e) => tracing::debug!(error = %e, "the tool worker was not started early"),
+        }
+    }
+
+    /// Sends the early worker its configuration as soon as the fire's configuration
+    /// is complete, so it builds its sandbox while the preparation goes on (it then
+    /// waits for the masks, which the runtime walks in step 5). A worker the
+    /// configuration could not reach is dropped: step 5 starts another.
+    fn configure_worker(&mut self, config: &FireConfig) {
+        let Some(mut worker) = self.worker.take() else {
+            return;
+        };
+        let setup = super::run::WorkerSetup::new(&self.ctx.opts.root, &self.repo, config);
+        match crate::agent::worker_client::send_config_now(&mut worker.child, &setup.config) {
+            Ok(()) => {
+                worker.sent = Some(setup);
+                self.worker = Some(worker);
+            }
+            Err(e) => tracing::debug!(error = %e, "the early tool worker could not be configured"),
         }
     }
 
@@ -567,7 +604,7 @@ impl Preparing {
             acceptance: Vec::new(),
             abort: None,
             repo: self.repo,
-            worker: None,
+            worker: self.worker,
             spare_worker: None,
             mcp_workers: Vec::new(),
             journal: self.journal,
@@ -668,6 +705,7 @@ impl Preparing {
             )
         })?;
         self.materialise_tools(&mut config)?;
+        self.configure_worker(&config);
         match self.conversation(&config) {
             Ok(state) => Ok((config, state)),
             Err(stop) => {
@@ -1176,7 +1214,7 @@ impl Preparing {
         self.inputs.scope = blob(SCOPE_FILE);
         self.inputs.settings = blob(SETTINGS_FILE);
         self.inputs.provider = format!("{:?}", settings.provider.kind).to_lowercase();
-        FireConfig::resolve(&root, settings, prompt, scope)
+        FireConfig::resolve(&root, self.ctx.scratch.clone(), settings, prompt, scope)
             .map_err(|e| invalid("invalid permissions".into(), e.to_string()))
     }
 

@@ -41,15 +41,17 @@ impl FireRun {
         let spec = sandbox::runtime_spec(&self.ctx.opts.root, &git_dirs, &ports);
         let (exe, args) = &self.ctx.opts.worker_cmd;
         let env = ExecContext::scrubbed_env(&self.config.scratch);
-        match spawn_process(exe, args, &env) {
-            Ok(child) => self.worker = Some(child),
-            Err(e) => {
-                return Err(self.abort(
-                    FireEnd::Failed,
-                    CardKind::SandboxUnavailable,
-                    "the tool worker could not be started".into(),
-                    e.to_string(),
-                ))
+        if self.worker.is_none() {
+            match spawn_process(exe, args, &env) {
+                Ok(child) => self.worker = Some(WorkerProcess { child, sent: None }),
+                Err(e) => {
+                    return Err(self.abort(
+                        FireEnd::Failed,
+                        CardKind::SandboxUnavailable,
+                        "the tool worker could not be started".into(),
+                        e.to_string(),
+                    ))
+                }
             }
         }
         // The spare replaces a worker that dies; without one the fire still runs.
@@ -157,48 +159,50 @@ impl FireRun {
     }
 
     /// Starts the tool worker in its own sandbox; the receipt records that sandbox.
+    /// A worker sent its configuration in the preparation is adopted as it is.
     async fn start_worker(&mut self) -> Result<WorkerClient, Aborted> {
-        let root = &self.ctx.opts.root;
-        let spec = sandbox::worker_spec(
-            root,
-            &crate::git::git_dirs(&self.repo),
-            &self.config.scratch,
-            &self.config.settings,
-            self.config.policy.ownership(),
-        );
-        let mut plan = NamespacePlan::new(
-            &spec,
-            root,
-            self.config.policy.read_masks(),
-            self.config.settings.sandbox.write_bytes,
-        );
+        let (child, setup, sent) = match self.worker.take() {
+            Some(WorkerProcess {
+                child,
+                sent: Some(setup),
+            }) => (Ok(child), setup, true),
+            early => {
+                let setup = WorkerSetup::new(&self.ctx.opts.root, &self.repo, &self.config);
+                let child = match early {
+                    Some(early) => Ok(early.child),
+                    None => {
+                        let (exe, args) = &self.ctx.opts.worker_cmd;
+                        spawn_process(exe, args, &setup.config.env)
+                    }
+                };
+                (child, setup, false)
+            }
+        };
         // The masks are walked for here, with the runtime's cache (an unchanged
         // directory is not listed again), on a thread of their own while the worker
         // builds its root and the first model request goes out. (The spare walks for
         // itself, if it is ever woken.)
-        let spare_config = self.spare_worker.is_some().then(|| plan.clone());
-        plan.masks = MaskSource::NextLine;
-        let cache = root.join(crate::layout::STATE_DIR).join(sandbox::mask_walk::CACHE_FILE);
-        let walked = plan.clone();
-        let masks = tokio::task::spawn_blocking(move || {
-            let found = sandbox::mask_walk::plan_masks(&walked, Some(&cache));
-            sandbox::namespaces::mask_line(found.map_err(|e| e.to_string()))
+        let cache = self
+            .ctx
+            .opts
+            .root
+            .join(crate::layout::STATE_DIR)
+            .join(sandbox::mask_walk::CACHE_FILE);
+        let walked = setup.walk;
+        let (found, masks) = tokio::sync::oneshot::channel();
+        tokio::task::spawn_blocking(move || match sandbox::mask_walk::walk_masks(&walked, Some(&cache)) {
+            Ok((masked, write)) => {
+                // The worker waits for the masks; the cache can wait for it.
+                let _ = found.send(sandbox::namespaces::mask_line(Ok(masked)));
+                write.finish();
+            }
+            Err(e) => {
+                let _ = found.send(sandbox::namespaces::mask_line(Err(e.to_string())));
+            }
         });
-        let config = WorkerConfig {
-            root: root.clone(),
-            scratch: self.config.scratch.clone(),
-            isolation: Some(plan),
-            mcp: None,
-            spec,
-            mode: self.config.settings.sandbox.landlock,
-            env: ExecContext::scrubbed_env(&self.config.scratch),
-        };
-        let (exe, args) = &self.ctx.opts.worker_cmd;
-        let started = match self
-            .worker
-            .take()
-            .map_or_else(|| spawn_process(exe, args, &config.env), Ok)
-        {
+        let config = setup.config;
+        let started = match child {
+            Ok(child) if sent => WorkerClient::configured_with_masks(child, masks),
             Ok(child) => WorkerClient::start_with_masks(child, &config, masks).await,
             Err(e) => Err(WorkerError::Spawn(e)),
         };
@@ -213,11 +217,11 @@ impl FireRun {
                 ))
             }
         };
-        if let (Some(spare), Some(plan)) = (self.spare_worker.take(), spare_config) {
+        if let Some(spare) = self.spare_worker.take() {
             worker.keep_spare(
                 spare,
                 WorkerConfig {
-                    isolation: Some(plan),
+                    isolation: Some(setup.spare),
                     ..config
                 },
             );
@@ -429,6 +433,58 @@ fn lookup_decision(root: &std::path::Path, run: &str, call_id: &str, args_hash: 
         Err(e) => {
             tracing::warn!(error = %e, "cannot read approvals; the call stays paused");
             None
+        }
+    }
+}
+
+/// The tool worker's process before the loop adopts it.
+pub(crate) struct WorkerProcess {
+    pub child: std::process::Child,
+    /// What it was sent, when its configuration went out in the preparation.
+    pub sent: Option<WorkerSetup>,
+}
+
+/// What the tool worker of a fire is configured with.
+pub(crate) struct WorkerSetup {
+    /// Its configuration; its plan takes the masks from the line after it.
+    pub config: WorkerConfig,
+    /// The plan the runtime walks for the masks.
+    pub walk: NamespacePlan,
+    /// The spare's plan: a spare walks for itself, if it is ever woken.
+    pub spare: NamespacePlan,
+}
+
+impl WorkerSetup {
+    pub fn new(root: &std::path::Path, repo: &git2::Repository, config: &super::config::FireConfig) -> WorkerSetup {
+        let spec = sandbox::worker_spec(
+            root,
+            &crate::git::git_dirs(repo),
+            &config.scratch,
+            &config.settings,
+            config.policy.ownership(),
+        );
+        let spare = NamespacePlan::new(
+            &spec,
+            root,
+            config.policy.read_masks(),
+            config.settings.sandbox.write_bytes,
+        );
+        let walk = NamespacePlan {
+            masks: MaskSource::NextLine,
+            ..spare.clone()
+        };
+        WorkerSetup {
+            config: WorkerConfig {
+                root: root.to_path_buf(),
+                scratch: config.scratch.clone(),
+                isolation: Some(walk.clone()),
+                mcp: None,
+                spec,
+                mode: config.settings.sandbox.landlock,
+                env: ExecContext::scrubbed_env(&config.scratch),
+            },
+            walk,
+            spare,
         }
     }
 }

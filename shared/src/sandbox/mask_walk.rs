@@ -48,6 +48,25 @@ pub const CACHE_FILE: &str = "mask-walk.json";
 /// again; the cache is written back when the walk changed it (best effort: a cache
 /// that cannot be written costs the next walk its time, nothing else).
 pub fn plan_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<Vec<(PathBuf, Mask)>, NsError> {
+    let (found, write) = walk_masks(plan, cache)?;
+    write.finish();
+    Ok(found)
+}
+
+/// The cache a walk changed, written by [`CacheWrite::finish`].
+pub struct CacheWrite(Option<(PathBuf, WalkCache)>);
+
+impl CacheWrite {
+    pub fn finish(self) {
+        if let Some((file, cache)) = self.0 {
+            let _ = cache.store(&file);
+        }
+    }
+}
+
+/// As [`plan_masks`], with the cache written only when the returned [`CacheWrite`]
+/// is finished: the masks can go to the worker first.
+pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(PathBuf, Mask)>, CacheWrite), NsError> {
     let set = if plan.masked.is_empty() {
         None
     } else {
@@ -82,16 +101,19 @@ pub fn plan_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<Vec<(Pat
     let before = walk.cache.dirs.len();
     let seen = std::mem::take(&mut walk.seen);
     walk.cache.dirs.retain(|d, _| seen.contains(d));
-    if let (Some(file), true) = (cache, walk.changed || walk.cache.dirs.len() != before) {
-        walk.cache.globs = plan.masked.clone();
-        let _ = walk.cache.store(file);
-    }
-    Ok(found)
+    let write = match (cache, walk.changed || walk.cache.dirs.len() != before) {
+        (Some(file), true) => {
+            walk.cache.globs = plan.masked.clone();
+            Some((file.to_path_buf(), walk.cache))
+        }
+        _ => None,
+    };
+    Ok((found, CacheWrite(write)))
 }
 
 /// The walk cache: per directory walked, what its listing held the last time.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct WalkCache {
+pub struct WalkCache {
     /// The deny globs the entries were matched with (other globs: the cache is empty).
     globs: Vec<String>,
     dirs: HashMap<PathBuf, CachedDir>,
