@@ -277,12 +277,14 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
             ))));
         }
     };
+    // Started before the state database is read: its start overlaps all of that.
+    let worker = start_worker_process(&ctx);
     let mut ctx = ctx;
     if let Some(summary) = waiting(&mut ctx) {
         return Err(EarlyEnd::Unrecorded(Box::new(summary)));
     }
     let mut p = Preparing::new(ctx, repo, false);
-    p.start_worker_process();
+    p.worker = worker;
     match p.phases() {
         Ok((config, state)) => Ok(p.into_run(config, state, Some(lock))),
         Err(Stop {
@@ -427,6 +429,23 @@ fn not_a_task(ctx: &FireContext, repo: &git2::Repository) -> Option<FireSummary>
     Some(summary)
 }
 
+/// Starts the tool worker's process now, so that its start (an exec of this binary)
+/// overlaps the rest of the preparation; it waits for its configuration, which
+/// [`Preparing::configure_worker`] sends. A process that could not be started is tried
+/// again in step 5, where the failure is recorded. A refused fire drops it (and so
+/// ends it: [`super::run::WorkerProcess`]).
+fn start_worker_process(ctx: &FireContext) -> Option<super::run::WorkerProcess> {
+    let (exe, args) = &ctx.opts.worker_cmd;
+    let env = crate::tools::exec::ExecContext::scrubbed_env(&ctx.scratch);
+    match crate::agent::worker_client::spawn_process(exe, args, &env) {
+        Ok(child) => Some(super::run::WorkerProcess::new(child)),
+        Err(e) => {
+            tracing::debug!(error = %e, "the tool worker was not started early");
+            None
+        }
+    }
+}
+
 /// While a run of the task waits for a builder's approval, a fire (not a resume)
 /// ends as waiting too, writing nothing: the cron tick adds no card and no commit.
 /// Once the pause is decided and a `runtime resume` of it was interrupted (its row
@@ -526,7 +545,7 @@ struct Preparing {
     metadata: Option<(crate::manifest::Manifest, Ownership)>,
     /// Cards the fire records though it runs (an unapproved remote tip).
     pending_cards: Vec<CardDraft>,
-    /// The tool worker's process, started early ([`Preparing::start_worker_process`])
+    /// The tool worker's process, started early ([`start_worker_process`])
     /// and sent its configuration once that is known ([`Preparing::configure_worker`]).
     worker: Option<super::run::WorkerProcess>,
 }
@@ -554,20 +573,6 @@ impl Preparing {
         }
     }
 
-    /// Starts the tool worker's process now, so that its start (an exec of this
-    /// binary) overlaps the rest of the preparation; it waits for its configuration,
-    /// which step 5 sends. A process that could not be started is tried again in step
-    /// 5, where the failure is recorded. A refused fire drops it: its stdin closes and
-    /// it exits without doing anything.
-    fn start_worker_process(&mut self) {
-        let (exe, args) = &self.ctx.opts.worker_cmd;
-        let env = crate::tools::exec::ExecContext::scrubbed_env(&self.ctx.scratch);
-        match crate::agent::worker_client::spawn_process(exe, args, &env) {
-            Ok(child) => self.worker = Some(super::run::WorkerProcess { child, sent: None }),
-            Err(e) => tracing::debug!(error = %e, "the tool worker was not started early"),
-        }
-    }
-
     /// Sends the early worker its configuration as soon as the fire's configuration
     /// is complete, so it builds its sandbox while the preparation goes on (it then
     /// waits for the masks, which the runtime walks in step 5). A worker the
@@ -577,7 +582,10 @@ impl Preparing {
             return;
         };
         let setup = super::run::WorkerSetup::new(&self.ctx.opts.root, &self.repo, config);
-        match crate::agent::worker_client::send_config_now(&mut worker.child, &setup.config) {
+        let Some(child) = worker.child_mut() else {
+            return;
+        };
+        match crate::agent::worker_client::send_config_now(child, &setup.config) {
             Ok(()) => {
                 worker.sent = Some(setup);
                 self.worker = Some(worker);

@@ -43,7 +43,7 @@ impl FireRun {
         let env = ExecContext::scrubbed_env(&self.config.scratch);
         if self.worker.is_none() {
             match spawn_process(exe, args, &env) {
-                Ok(child) => self.worker = Some(WorkerProcess { child, sent: None }),
+                Ok(child) => self.worker = Some(WorkerProcess::new(child)),
                 Err(e) => {
                     return Err(self.abort(
                         FireEnd::Failed,
@@ -161,15 +161,13 @@ impl FireRun {
     /// Starts the tool worker in its own sandbox; the receipt records that sandbox.
     /// A worker sent its configuration in the preparation is adopted as it is.
     async fn start_worker(&mut self) -> Result<WorkerClient, Aborted> {
-        let (child, setup, sent) = match self.worker.take() {
-            Some(WorkerProcess {
-                child,
-                sent: Some(setup),
-            }) => (Ok(child), setup, true),
-            early => {
+        let (early, sent) = self.worker.take().map_or((None, None), WorkerProcess::adopt);
+        let (child, setup, sent) = match (early, sent) {
+            (Some(child), Some(setup)) => (Ok(child), setup, true),
+            (early, _) => {
                 let setup = WorkerSetup::new(&self.ctx.opts.root, &self.repo, &self.config);
                 let child = match early {
-                    Some(early) => Ok(early.child),
+                    Some(child) => Ok(child),
                     None => {
                         let (exe, args) = &self.ctx.opts.worker_cmd;
                         spawn_process(exe, args, &setup.config.env)
@@ -437,11 +435,42 @@ fn lookup_decision(root: &std::path::Path, run: &str, call_id: &str, args_hash: 
     }
 }
 
-/// The tool worker's process before the loop adopts it.
+/// The tool worker's process before the loop adopts it. One the fire never adopts (a
+/// refused or waiting fire, a sandbox that could not be entered) is killed and reaped
+/// when dropped: it never outlives the runtime to say, on the terminal, that the
+/// runtime that started it has ended.
 pub(crate) struct WorkerProcess {
-    pub child: std::process::Child,
+    child: Option<std::process::Child>,
     /// What it was sent, when its configuration went out in the preparation.
     pub sent: Option<WorkerSetup>,
+}
+
+impl WorkerProcess {
+    pub fn new(child: std::process::Child) -> WorkerProcess {
+        WorkerProcess {
+            child: Some(child),
+            sent: None,
+        }
+    }
+
+    /// Its process, to send it its configuration.
+    pub fn child_mut(&mut self) -> Option<&mut std::process::Child> {
+        self.child.as_mut()
+    }
+
+    /// Its process and what it was sent, for the loop to adopt.
+    fn adopt(mut self) -> (Option<std::process::Child>, Option<WorkerSetup>) {
+        (self.child.take(), self.sent.take())
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// What the tool worker of a fire is configured with.
