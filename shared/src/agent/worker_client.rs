@@ -364,7 +364,10 @@ impl WorkerClient {
             sending.abort();
         }
         if !asked {
-            // Killed and reaped as the handle drops.
+            // Never asked anything, so it wrote nothing: killed now and reaped on a
+            // thread of its own while the fire writes its records.
+            let _ = child.0.kill();
+            std::thread::spawn(move || drop(child));
             return;
         }
         // Closing stdin ends the worker's loop; it has two seconds to leave, waited
