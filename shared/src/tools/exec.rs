@@ -789,6 +789,14 @@ mod tests {
         (dir, ExecContext { root, scratch, env })
     }
 
+    /// A `run_command` request of `line`, with the default timeout.
+    fn command(line: &str) -> ToolRequest {
+        req(ToolArgs::RunCommand {
+            command: line.into(),
+            timeout_s: None,
+        })
+    }
+
     fn req(args: ToolArgs) -> ToolRequest {
         ToolRequest {
             apart: false,
@@ -803,18 +811,9 @@ mod tests {
     #[test]
     fn a_command_run_apart_sees_a_fresh_home_not_the_shared_scratch() {
         let (_d, c) = ctx();
-        let shared = execute(
-            &c,
-            &req(ToolArgs::RunCommand {
-                command: "echo planted > \"$HOME/.profile\"; echo \"$HOME\"".into(),
-                timeout_s: None,
-            }),
-        );
+        let shared = execute(&c, &command("echo planted > \"$HOME/.profile\"; echo \"$HOME\""));
         assert_eq!(shared.output.trim(), c.scratch.to_string_lossy(), "{shared:?}");
-        let mut apart = req(ToolArgs::RunCommand {
-            command: "echo \"$HOME $TMPDIR\"; ls -A \"$HOME\" | wc -l; touch \"$TMPDIR/t\"".into(),
-            timeout_s: None,
-        });
+        let mut apart = command("echo \"$HOME $TMPDIR\"; ls -A \"$HOME\" | wc -l; touch \"$TMPDIR/t\"");
         apart.apart = true;
         let r = execute(&c, &apart);
         assert_eq!(r.error, None, "{r:?}");
@@ -893,39 +892,18 @@ mod tests {
     fn commands_are_capped_timed_and_scrubbed() {
         let (_d, c) = ctx();
         std::env::set_var("SECRET_TEST_KEY_FOR_EXEC", "sk-should-not-leak");
-        let r = execute(
-            &c,
-            &req(ToolArgs::RunCommand {
-                command: "env".into(),
-                timeout_s: None,
-            }),
-        );
+        let r = execute(&c, &command("env"));
         assert!(!r.output.contains("sk-should-not-leak"), "{}", r.output);
         assert!(r.output.contains("HOME="), "{}", r.output);
-        let big = execute(
-            &c,
-            &req(ToolArgs::RunCommand {
-                command: "yes | head -c 100000".into(),
-                timeout_s: None,
-            }),
-        );
+        let big = execute(&c, &command("yes | head -c 100000"));
         assert!(big.truncated && big.output.len() <= 1000);
-        let mut slow = req(ToolArgs::RunCommand {
-            command: "sleep 5 & sleep 5; echo done".into(),
-            timeout_s: None,
-        });
+        let mut slow = command("sleep 5 & sleep 5; echo done");
         slow.timeout_ms = 200;
         let t0 = Instant::now();
         let s = execute(&c, &slow);
         assert_eq!(s.error, Some(ErrorClass::Timeout));
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
-        let f = execute(
-            &c,
-            &req(ToolArgs::RunCommand {
-                command: "echo oops >&2; exit 3".into(),
-                timeout_s: None,
-            }),
-        );
+        let f = execute(&c, &command("echo oops >&2; exit 3"));
         assert_eq!(f.error, Some(ErrorClass::Failed));
         assert!(f.output.contains("exit status 3") && f.output.contains("oops"));
     }
@@ -935,10 +913,7 @@ mod tests {
         let (_d, c) = ctx();
         // The shell exits at once; `sleep`, in a session of its own, keeps both
         // streams open past the kill of the command's process group.
-        let mut held = req(ToolArgs::RunCommand {
-            command: "setsid sleep 8 & echo started".into(),
-            timeout_s: None,
-        });
+        let mut held = command("setsid sleep 8 & echo started");
         held.timeout_ms = 300;
         let t0 = Instant::now();
         let r = execute(&c, &held);
