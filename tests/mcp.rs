@@ -1005,3 +1005,28 @@ fn an_http_url_off_the_loopback_or_beside_a_command_is_a_settings_error_with_its
         "{text}"
     );
 }
+
+#[test]
+fn a_lock_whose_pin_names_both_a_command_and_a_url_fails_the_fire_with_its_line() {
+    let repo = McpRepo::new(vec![final_turn("Nothing to do.")], "\"mcp__files__echo\"", "", "");
+    let lock = repo.env.read("settings/mcp.lock");
+    let line = lock.lines().position(|l| l == "  files:").expect("the files pin") + 1;
+    repo.env.write(
+        "settings/mcp.lock",
+        &lock.replacen("  files:\n", "  files:\n    url: https://mcp.example.com/mcp\n", 1),
+    );
+    repo.env.commit_all("a pin edited by hand");
+    let (code, summary, stderr) = repo.fire();
+    let text = serde_yaml::to_string(&repo.env.cards(&summary)).unwrap();
+    assert!(
+        text.contains("invalid_config")
+            && text.contains(&format!("settings/mcp.lock:{line}: servers.files:"))
+            && text.contains("names both"),
+        "{text}\n{stderr}"
+    );
+    assert!(
+        repo.model.requests().is_empty(),
+        "the model was asked with an invalid lock"
+    );
+    assert_eq!(code, 2, "{summary}");
+}
