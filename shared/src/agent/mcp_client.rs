@@ -72,12 +72,17 @@ const STDERR_KEEP: usize = 16 * 1024;
 struct StderrTail {
     kept: Arc<std::sync::Mutex<Vec<u8>>>,
     ended: Arc<AtomicBool>,
+    /// A `url:` server's: its stderr is on its own host, so a card has none to show.
+    elsewhere: bool,
 }
 
 impl StderrTail {
     /// The tail of a server with no stderr here (a `url:` server): empty, and ended.
     fn none() -> StderrTail {
-        let tail = StderrTail::default();
+        let tail = StderrTail {
+            elsewhere: true,
+            ..StderrTail::default()
+        };
         tail.ended.store(true, Ordering::Release);
         tail
     }
@@ -231,10 +236,15 @@ fn stderr_tail(stderr: &StderrTail) -> String {
 }
 
 fn failed_card(server: &str, summary: String, why: &str, stderr: &StderrTail) -> CardDraft {
+    let detail = if stderr.elsewhere {
+        why.to_string()
+    } else {
+        format!("{why}\nstderr (last lines):\n{}", stderr_tail(stderr))
+    };
     CardDraft {
         kind: CardKind::McpServerFailed,
         summary,
-        detail: format!("{why}\nstderr (last lines):\n{}", stderr_tail(stderr)),
+        detail,
         evidence: vec![format!("server {server}")],
     }
 }
@@ -779,6 +789,15 @@ pub async fn list_for_pin(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_servers_card_has_no_stderr_section_and_a_stdio_servers_says_it_was_silent() {
+        let remote = failed_card("web", "web failed".into(), "connection refused", &StderrTail::none());
+        assert_eq!(remote.detail, "connection refused");
+        let silent = StderrTail::default();
+        let local = failed_card("files", "files failed".into(), "exited", &silent);
+        assert_eq!(local.detail, "exited\nstderr (last lines):\n(nothing on stderr)");
+    }
 
     #[tokio::test]
     async fn a_server_that_floods_stderr_leaves_only_its_last_words() {
