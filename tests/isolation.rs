@@ -460,6 +460,43 @@ fn outlive_case(who: As) {
     assert!(!env.root.join("reports/m/late").exists(), "a process outlived the fire");
 }
 
+/// In the sandbox commands are spawned with `posix_spawn`, which, unlike `execvp`,
+/// does not run a file without `#!` as a shell script; and a command that sends its
+/// output elsewhere closes its streams long before it exits.
+#[test]
+fn a_sandboxed_command_runs_a_plain_script_and_keeps_to_its_deadline() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let script = "echo ran > reports/m/ran\nprintf 'echo plain > reports/m/plain\\n' > reports/plain.sh\nchmod +x reports/plain.sh\n";
+    let (m, summary) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "no #! and a quiet sleep",
+            ext: "sh",
+            interp: "/bin/sh",
+            script,
+            after: &[
+                "reports/plain.sh",
+                "date +%s%N > reports/m/before",
+                "exec sleep 20 >/dev/null 2>&1",
+                "date +%s%N > reports/m/after",
+            ],
+            settings: Some(&SETTINGS.replace("limits:", "limits:\n  tool_timeout_s: 1")),
+        },
+    );
+    assert_eq!(m.get("plain").map(String::as_str), Some("plain"), "{m:?} {summary}");
+    let took_ms = (m["after"].parse::<u128>().unwrap() - m["before"].parse::<u128>().unwrap()) / 1_000_000;
+    assert!(
+        (900..4_000).contains(&took_ms),
+        "the quiet sleep was not killed at its 1 s deadline: {took_ms} ms {summary}"
+    );
+}
+
 #[test]
 fn ptrace_is_refused() {
     if !kernel_ready() {

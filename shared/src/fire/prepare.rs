@@ -717,6 +717,8 @@ impl Preparing {
         match self.conversation(&config) {
             Ok(state) => Ok((config, state)),
             Err(stop) => {
+                // The worker may be working in the scratch: it ends first.
+                self.worker = None;
                 let _ = std::fs::remove_dir_all(&config.scratch);
                 Err(stop)
             }

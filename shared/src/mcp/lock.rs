@@ -121,7 +121,7 @@ impl McpLock {
             return Err(LockError::Parse {
                 line: crate::yamlpos::line_of(text, &["servers", name]),
                 message: format!(
-                    "servers.{name}: a pin names the server's `command` (a stdio server) or its `url` (an HTTP one); this one names {named}: pin it again with `builder mcp pin`"
+                    "servers.{name}: a pin names the server's `command` (a stdio server) or its `url` (an HTTP one); this one names {named}: remove `servers.{name}` from the lock and pin it again with `builder mcp pin`"
                 ),
                 path: path.to_path_buf(),
             });

@@ -391,22 +391,32 @@ fn edit_file(ctx: &ExecContext, path: &str, old: &str, new: &str) -> ToolResult 
 
 fn run_command(ctx: &ExecContext, req: &ToolRequest, command: &str, timeout: Duration) -> ToolResult {
     let cap = req.output_limit;
-    let mut cmd = sandboxed_command(ctx, command);
-    cmd.env(crate::env::CALL_ID_ENV, &req.call_id);
     let apart = if req.apart {
         match ApartHome::make(&ctx.scratch) {
-            Ok(home) => {
-                cmd.env("HOME", &home.0).env("TMPDIR", &home.0);
-                Some(home)
-            }
+            Ok(home) => Some(home),
             Err(e) => return io_error("a fresh HOME for the command", &e, false),
         }
     } else {
         None
     };
-    let mut child = match cmd.spawn() {
+    let spawn = |argv: Option<Vec<&str>>| {
+        let mut cmd = sandboxed_command(ctx, command, argv.as_deref());
+        cmd.env(crate::env::CALL_ID_ENV, &req.call_id);
+        if let Some(home) = &apart {
+            cmd.env("HOME", &home.0).env("TMPDIR", &home.0);
+        }
+        cmd.spawn()
+    };
+    let argv = crate::shell::plain_argv(command);
+    let program = argv.as_ref().map_or("/bin/sh", |a| a[0]).to_string();
+    let spawned = match spawn(argv) {
+        // A file without `#!` is a shell script to `execvp`, and so to the shell.
+        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => spawn(None),
+        spawned => spawned,
+    };
+    let mut child = match spawned {
         Ok(c) => c,
-        Err(e) => return io_error("/bin/sh", &e, false),
+        Err(e) => return io_error(&program, &e, false),
     };
     let (captures, ending) = capture_output(&mut child, cap, timeout);
     let status = child.wait();
@@ -440,16 +450,16 @@ impl Drop for ApartHome {
     }
 }
 
-/// The process for `command`: run directly when it is a simple external command (one
-/// process fewer), else through `/bin/sh -c`; in the root, with the scrubbed
-/// environment, in its own process group, inherited descriptors closed.
+/// The process for `command`: run directly as `argv` when it is a simple external
+/// command (one process fewer), else (`None`) through `/bin/sh -c`; in the root, with
+/// the scrubbed environment, in its own process group, inherited descriptors closed.
 ///
 /// In the sandbox the worker is PID 1 of its PID namespace, so the kernel kills the
 /// command with the worker and no `pre_exec` hook is needed: with none, and an
 /// absolute program path, the standard library spawns with `posix_spawn` (a `vfork`)
 /// instead of copying the worker. Elsewhere the child sets its own death signal.
-fn sandboxed_command(ctx: &ExecContext, command: &str) -> Command {
-    let mut cmd = match crate::shell::plain_argv(command) {
+fn sandboxed_command(ctx: &ExecContext, command: &str, argv: Option<&[&str]>) -> Command {
+    let mut cmd = match argv {
         Some(argv) => {
             let mut c = Command::new(program_path(argv[0], ctx));
             c.arg0(argv[0]).args(&argv[1..]);
@@ -479,11 +489,11 @@ fn sandboxed_command(ctx: &ExecContext, command: &str) -> Command {
 }
 
 /// Where `program` is found on the command's `PATH` (relative entries taken from the
-/// root, where the command runs), as `execvp` would look: the first regular file with
-/// an execute bit. A name with a slash, or one found nowhere, is left as it is (then
-/// the spawn reports it missing).
+/// root, where the command runs), as `execvp` would look: the first regular file this
+/// process may execute (one it may not is passed over, as `execvp` passes over
+/// `EACCES`). A name with a slash, or one found nowhere, is left as it is (then the
+/// spawn reports it missing).
 fn program_path(program: &str, ctx: &ExecContext) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     if program.contains('/') {
         return PathBuf::from(program);
     }
@@ -494,7 +504,10 @@ fn program_path(program: &str, ctx: &ExecContext) -> PathBuf {
         .map_or(DEFAULT_PATH, |(_, v)| v.as_str());
     path.split(':')
         .map(|dir| ctx.root.join(dir).join(program))
-        .find(|full| std::fs::metadata(full).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+        .find(|full| {
+            std::fs::metadata(full).is_ok_and(|m| m.is_file())
+                && rustix::fs::access(full, rustix::fs::Access::EXEC_OK).is_ok()
+        })
         .unwrap_or_else(|| PathBuf::from(program))
 }
 
@@ -543,12 +556,21 @@ enum Ending {
 const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 
 /// Reads `child`'s stdout and stderr in this thread as they come (`poll`), each
-/// keeping its first and last `cap` bytes, until both streams close. At the deadline,
-/// or when the fire is cancelled, kills the child's process group and gives the
-/// streams [`DRAIN_AFTER_KILL`] more before it stops reading.
+/// keeping its first and last `cap` bytes, until both streams close and the child has
+/// exited (a command that sent its output elsewhere, `make >log 2>&1`, is still held
+/// to its deadline). At the deadline, or when the fire is cancelled, kills the child
+/// and its process group and gives the streams [`DRAIN_AFTER_KILL`] more before it
+/// stops reading. The child's exit is watched through a pidfd where the kernel has
+/// one, else by asking every few milliseconds.
 fn capture_output(child: &mut std::process::Child, cap: usize, timeout: Duration) -> ([Capture; 2], Ending) {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let pgid = child.id();
+    let exit_fd = rustix::process::pidfd_open(
+        rustix::process::Pid::from_child(child),
+        rustix::process::PidfdFlags::empty(),
+    )
+    .ok();
+    let mut running = true;
     let mut open: Vec<(usize, std::fs::File)> = [
         child.stdout.take().map(std::os::fd::OwnedFd::from),
         child.stderr.take().map(std::os::fd::OwnedFd::from),
@@ -561,14 +583,15 @@ fn capture_output(child: &mut std::process::Child, cap: usize, timeout: Duration
     let mut ending = Ending::Finished;
     let mut stop_at = Instant::now() + timeout;
     let mut buf = [0u8; 8192];
-    while !open.is_empty() {
+    while !open.is_empty() || running {
         let now = Instant::now();
         let interrupted = matches!(ending, Ending::Finished) && take_interrupt();
         if interrupted || now >= stop_at {
             if !matches!(ending, Ending::Finished) {
                 break;
             }
-            // Our own child's process group.
+            // Our own child, and its process group (which it may have left).
+            let _ = child.kill();
             let _ = kernel::signal::kill_group(pgid, kernel::signal::Signal::Kill);
             ending = if interrupted {
                 Ending::Cancelled
@@ -577,11 +600,20 @@ fn capture_output(child: &mut std::process::Child, cap: usize, timeout: Duration
             };
             stop_at = now + DRAIN_AFTER_KILL;
         }
-        let wait = stop_at.saturating_duration_since(now).min(Duration::from_millis(50));
+        let asking = open.is_empty() && exit_fd.is_none();
+        let most = Duration::from_millis(if asking { 5 } else { 50 });
+        let wait = stop_at.saturating_duration_since(now).min(most);
         let mut fds: Vec<PollFd> = open.iter().map(|(_, f)| PollFd::new(f, PollFlags::IN)).collect();
+        if let (true, Some(fd)) = (running, &exit_fd) {
+            fds.push(PollFd::new(fd, PollFlags::IN));
+        }
         // EINTR (a signal) and a timeout both go round again.
         let _ = poll(&mut fds, Timespec::try_from(wait).ok().as_ref());
         let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
+        drop(fds);
+        if running && (open.is_empty() || ready.get(open.len()).copied().unwrap_or(false)) {
+            running = matches!(child.try_wait(), Ok(None));
+        }
         let mut index = 0;
         open.retain_mut(|(stream, file)| {
             let is_ready = ready[index];
@@ -906,6 +938,26 @@ mod tests {
         let f = execute(&c, &command("echo oops >&2; exit 3"));
         assert_eq!(f.error, Some(ErrorClass::Failed));
         assert!(f.output.contains("exit status 3") && f.output.contains("oops"));
+    }
+
+    #[test]
+    fn a_command_whose_output_goes_elsewhere_is_still_held_to_its_deadline() {
+        let (_d, c) = ctx();
+        for line in ["sleep 8 >/dev/null 2>&1", "exec sleep 8 >/dev/null 2>&1"] {
+            let mut quiet = command(line);
+            quiet.timeout_ms = 300;
+            let t0 = Instant::now();
+            let r = execute(&c, &quiet);
+            let took = t0.elapsed();
+            assert_eq!(r.error, Some(ErrorClass::Timeout), "{line}: {}", r.output);
+            assert!(
+                took < Duration::from_secs(3),
+                "{line}: the call outlived its deadline: {took:?}"
+            );
+        }
+        // Closing its streams early does not cut a command short either.
+        let r = execute(&c, &command("exec >/dev/null 2>&1; sleep 0.2; exit 4"));
+        assert!(r.output.contains("exit status 4"), "{}", r.output);
     }
 
     #[test]
