@@ -360,6 +360,7 @@ fn view_case(who: As) {
         let (fs_root, point) = (fields[3], fields[4]);
         let fs_type = line.split(" - ").nth(1).and_then(|t| t.split(' ').next()).unwrap_or("");
         let in_view = system.contains(&point)
+            || point == "/etc"
             || point.starts_with("/etc/")
             || point.starts_with("/dev/")
             || point == root
@@ -367,7 +368,16 @@ fn view_case(who: As) {
         assert!(in_view, "{who:?}: a mount outside the minimal root: {line}\n{info}");
         // A bind of a host directory or file shows the path it has on the host,
         // which is its path here too: nothing else of the host is named.
-        if !["tmpfs", "proc", "overlay", "devtmpfs", "devpts"].contains(&fs_type) {
+        // `/etc` is the snapshot of the host's entries in the repository's state
+        // directory, which names nothing outside the repository either.
+        let etc_snapshot = format!("{root}/.runtime/sandbox-etc/");
+        if point == "/etc" {
+            let stamp = fs_root.strip_prefix(&etc_snapshot);
+            assert!(
+                stamp.is_some_and(|s| s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit())),
+                "{who:?}: /etc is not the snapshot: {line}"
+            );
+        } else if !["tmpfs", "proc", "overlay", "devtmpfs", "devpts"].contains(&fs_type) {
             assert_eq!(fs_root, point, "{who:?}: {line}");
         }
     }

@@ -3,6 +3,7 @@
 //! Landlock lives apart in [`landlock`], so the policy can be built, logged, sent to
 //! the tool worker and tested without touching the kernel.
 
+mod etc_view;
 pub mod isolate;
 pub mod landlock;
 pub mod mask_walk;

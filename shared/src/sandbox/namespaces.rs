@@ -27,6 +27,7 @@
 //! and what it writes is stored under the owner's ids; `git` sees a repository owned
 //! by its user. No chown of builder files, no world-writable directory on disk.
 
+use super::etc_view::EtcView;
 use super::mask_walk::{self, Mask};
 use super::rootfs::{self, Sources, Tree};
 use super::writeback::WriteBack;
@@ -153,6 +154,9 @@ fn simulated(piece: &'static str) -> NsError {
 
 /// The trees of a plan, cloned: read-only ones, writable ones.
 type Clones = (Vec<Tree>, Vec<Tree>);
+/// What the original made before the clone: as root, the trees and `/etc`'s
+/// snapshot cloned; and `/etc` walked.
+type Premade = (Option<(Clones, Option<OwnedFd>)>, EtcView);
 
 /// Enters the namespaces. Returns in the namespaced clone (PID 1, no capability left,
 /// ready for Landlock and seccomp) with the write-back of its write directories; the
@@ -169,13 +173,19 @@ pub fn enter(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<WriteBack,
     } else {
         (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
     };
-    // As root the trees are cloned and idmapped here, before the namespaces exist.
+    // `/etc` walked, and its snapshot made, as the runtime's user.
+    let etc = EtcView::prepare(&plan.root.join(crate::layout::STATE_DIR));
+    // As root the trees are cloned and idmapped here, before the namespaces exist;
+    // so is `/etc`'s snapshot (not idmapped: its files are root's, read as others').
     let premade = if as_root {
         if super::simulated_missing("idmap") {
             return Err(simulated("idmapped mounts"));
         }
         let userns = step("idmapped mounts", idmap_userns(owner.uid(), owner.gid()))?;
-        Some(clones(plan, Some(&userns))?)
+        let etc_tree = etc
+            .snapshot()
+            .and_then(|s| clone_tree(s, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV, None).ok());
+        Some((clones(plan, Some(&userns))?, etc_tree))
     } else {
         None
     };
@@ -189,7 +199,7 @@ pub fn enter(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<WriteBack,
         Cloned::Child => {
             drop(release_w);
             drop(ready_r);
-            in_clone(plan, next_line, ids, as_root, premade, ready_w, release_r)
+            in_clone(plan, next_line, ids, as_root, (premade, etc), ready_w, release_r)
         }
         Cloned::Parent(pid) => {
             drop(release_r);
@@ -206,7 +216,7 @@ fn in_clone(
     next_line: NextLine<'_>,
     ids: (u32, u32),
     as_root: bool,
-    premade: Option<Clones>,
+    premade: Premade,
     ready: PipeWriter,
     release: PipeReader,
 ) -> Result<WriteBack, NsError> {
@@ -240,7 +250,7 @@ fn release_clone(
     pid: Pid,
     ids: (u32, u32),
     as_root: bool,
-    premade: Option<Clones>,
+    premade: Option<(Clones, Option<OwnedFd>)>,
     ready: PipeReader,
     release: PipeWriter,
 ) -> Result<WriteBack, NsError> {
@@ -314,7 +324,7 @@ fn inside(
     next_line: NextLine<'_>,
     (uid, gid): (u32, u32),
     as_root: bool,
-    premade: Option<Clones>,
+    (premade, etc): Premade,
 ) -> Result<WriteBack, NsError> {
     if as_root {
         step("drop to nobody", rustix::thread::set_thread_groups(&[]))?;
@@ -331,14 +341,14 @@ fn inside(
         "mount namespace",
         mount_change("/", MountPropagationFlags::PRIVATE | MountPropagationFlags::REC),
     )?;
-    let (read_only, writable) = match premade {
+    let ((read_only, writable), etc_tree) = match premade {
         Some(t) => t,
-        None => clones(plan, None)?,
+        None => (clones(plan, None)?, None),
     };
     let sources = Sources {
         read_only,
         writable,
-        system: rootfs::system_entries()?,
+        system: rootfs::system_entries(&etc, etc_tree)?,
     };
     let write_back = rootfs::build(plan, sources)?;
     mask_denied(plan, next_line)?;

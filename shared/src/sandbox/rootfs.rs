@@ -2,7 +2,8 @@
 //! worker's mount namespace, before Landlock, a fresh tmpfs becomes the root. It
 //! holds read-only binds of what programs need from the system (`/usr`, and `/bin`,
 //! `/sbin`, `/lib*` as the host has them: symlinks or directories), the `/etc`
-//! entries of [`ETC_ENTRIES`] (small files copied, the rest bound), a `/dev` of
+//! entries of [`ETC_ENTRIES`] (small files copied, or one bind of their snapshot, see
+//! [`super::etc_view`]; the rest bound), a `/dev` of
 //! [`DEV_NODES`], the worker's own `/proc`,
 //! and the trees of the plan at their real paths (the repository and its masks, the
 //! read roots, the write directories, the scratch). The worker pivots into it and
@@ -16,6 +17,7 @@
 //! enough for the overlay to take it as its lower layer and for the worker to open
 //! a descriptor of it, then detached.
 
+use super::etc_view::EtcView;
 use super::namespaces::{step, NamespacePlan, NsError};
 use super::writeback::{Layer, WriteBack};
 use kernel::mount::{clone_tree, ATTR_NODEV, ATTR_NOSUID, ATTR_RDONLY};
@@ -125,84 +127,6 @@ pub(super) enum SystemEntry {
     },
 }
 
-/// `/etc` files up to this size are copied into the new root rather than bound.
-const COPY_MAX: u64 = 256 * 1024;
-/// `/etc` directories of at most this many entries (files up to [`COPY_MAX`], links,
-/// directories) are copied rather than bound; larger ones (`alternatives`,
-/// `ssl/certs`) are bound.
-const COPY_MAX_ENTRIES: usize = 64;
-
-/// The entries that copy the small `/etc` entry at `path` (a file, or a directory
-/// tree within [`COPY_MAX_ENTRIES`]), parents first; `None` when it is to be bound.
-/// What this process cannot read is left out (tools could not read it either).
-fn etc_copy(path: &Path) -> Option<Vec<SystemEntry>> {
-    let md = path.symlink_metadata().ok()?;
-    if md.is_file() {
-        if md.len() > COPY_MAX {
-            return None;
-        }
-        return Some(match std::fs::read(path) {
-            Ok(bytes) => vec![SystemEntry::Copy {
-                path: path.to_path_buf(),
-                bytes,
-                mode: md.mode() & 0o777,
-            }],
-            Err(_) => Vec::new(),
-        });
-    }
-    if !md.is_dir() {
-        return None;
-    }
-    // The names first (a large tree is given up on before anything is read).
-    let mut found: Vec<(PathBuf, std::fs::FileType)> = Vec::new();
-    let mut stack = vec![path.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(listing) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in listing.flatten() {
-            if found.len() >= COPY_MAX_ENTRIES {
-                return None;
-            }
-            let Ok(t) = e.file_type() else { continue };
-            if t.is_dir() {
-                stack.push(e.path());
-            }
-            found.push((e.path(), t));
-        }
-    }
-    found.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut out = vec![SystemEntry::Dir {
-        path: path.to_path_buf(),
-        mode: md.mode() & 0o777,
-    }];
-    for (p, t) in found {
-        let Ok(md) = p.symlink_metadata() else { continue };
-        if t.is_symlink() {
-            out.push(SystemEntry::Link {
-                target: std::fs::read_link(&p).ok()?,
-                path: p,
-            });
-        } else if t.is_dir() {
-            out.push(SystemEntry::Dir {
-                path: p,
-                mode: md.mode() & 0o777,
-            });
-        } else if t.is_file() && md.len() > COPY_MAX {
-            return None;
-        } else if t.is_file() {
-            if let Ok(bytes) = std::fs::read(&p) {
-                out.push(SystemEntry::Copy {
-                    path: p,
-                    bytes,
-                    mode: md.mode() & 0o777,
-                });
-            }
-        }
-    }
-    Some(out)
-}
-
 /// What the new root is made of, cloned while the host's tree is still in view.
 pub(super) struct Sources {
     /// The repository, the acceptance hand-over directory, the read roots.
@@ -213,22 +137,25 @@ pub(super) struct Sources {
     pub system: Vec<SystemEntry>,
 }
 
-/// Clones the system part of the new root ([`SYSTEM_DIRS`], [`ETC_ENTRIES`],
-/// [`DEV_NODES`]) from the host's view.
-pub(super) fn system_entries() -> Result<Vec<SystemEntry>, NsError> {
+/// Clones the system part of the new root ([`SYSTEM_DIRS`], `/etc` as `etc` has it,
+/// [`DEV_NODES`]) from the host's view. `etc_snapshot` is the clone of `etc`'s
+/// snapshot when the caller made it; else, when `etc` has a snapshot, it is cloned
+/// here, and if that fails the small entries are copied.
+pub(super) fn system_entries(etc: &EtcView, etc_snapshot: Option<OwnedFd>) -> Result<Vec<SystemEntry>, NsError> {
     let piece = "minimal root";
     let ro = ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV;
     let mut out = Vec::new();
     for d in SYSTEM_DIRS {
         step(piece, host_entry(&Path::new("/").join(d), ro, &mut out))?;
     }
-    for name in etc_names() {
-        let path = Path::new("/etc").join(name);
-        match etc_copy(&path) {
-            Some(copies) => out.extend(copies),
-            None => step(piece, host_entry(&path, ro, &mut out))?,
-        }
+    let snapshot = etc_snapshot.or_else(|| etc.snapshot().and_then(|s| clone_tree(s, ro, None).ok()));
+    if let Some(s) = etc.snapshot().filter(|_| snapshot.is_some()) {
+        super::etc_view::touch(s);
     }
+    out.extend(step(
+        piece,
+        etc.entries(snapshot, &mut |path, out| host_entry(path, ro, out)),
+    )?);
     for n in DEV_NODES {
         let path = Path::new("/dev").join(n);
         if path.symlink_metadata().is_ok_and(|m| m.file_type().is_char_device()) {
@@ -238,21 +165,6 @@ pub(super) fn system_entries() -> Result<Vec<SystemEntry>, NsError> {
         }
     }
     Ok(out)
-}
-
-/// [`ETC_ENTRIES`] with the `*` names expanded against the host's `/etc`.
-fn etc_names() -> Vec<String> {
-    let mut out = Vec::new();
-    let listing: Vec<String> = std::fs::read_dir("/etc")
-        .map(|d| d.flatten().filter_map(|e| e.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
-    for name in ETC_ENTRIES {
-        match name.strip_suffix('*') {
-            Some(prefix) => out.extend(listing.iter().filter(|e| e.starts_with(prefix)).cloned()),
-            None => out.push(name.to_string()),
-        }
-    }
-    out
 }
 
 /// One host entry: a link as a link, a directory or file as a clone with `set`;
@@ -355,8 +267,9 @@ const TMPFS: MountFlags = MountFlags::NOSUID.union(MountFlags::NODEV);
 pub(super) fn build(plan: &NamespacePlan, sources: Sources) -> Result<WriteBack, NsError> {
     let base = base_dir()?;
     step(ROOT, mount("tmpfs", base, "tmpfs", TMPFS, c"mode=0755,size=4m"))?;
+    let mut placer = SystemPlacer::new(base);
     for entry in sources.system {
-        place_system_entry(base, entry)?;
+        placer.place(entry)?;
     }
     place_dev_links(base)?;
     mount_proc(base)?;
@@ -380,45 +293,85 @@ pub(super) fn build(plan: &NamespacePlan, sources: Sources) -> Result<WriteBack,
 /// The piece of the set-up an error of the root's own building names.
 const ROOT: &str = "minimal root";
 
-/// Creates the parent directories of `path`.
-fn make_parent(path: &Path) -> Result<(), NsError> {
-    if let Some(parent) = path.parent() {
-        step(ROOT, std::fs::create_dir_all(parent))?;
-    }
-    Ok(())
+/// Places the system part of the new root under `base`, remembering the last parent
+/// directory it made (most entries are siblings in `/etc`) and the process's umask
+/// (a file created with its mode needs no `chmod` unless the umask took bits away).
+struct SystemPlacer<'a> {
+    base: &'a Path,
+    umask: u32,
+    made: PathBuf,
 }
 
-/// One entry of the system part, placed at its path under `base`.
-fn place_system_entry(base: &Path, entry: SystemEntry) -> Result<(), NsError> {
-    match entry {
-        SystemEntry::Link { path, target } => {
-            let link = under(base, &path);
-            make_parent(&link)?;
-            step(ROOT, std::os::unix::fs::symlink(&target, &link))
+impl<'a> SystemPlacer<'a> {
+    fn new(base: &'a Path) -> SystemPlacer<'a> {
+        let umask = rustix::process::umask(rustix::fs::Mode::empty());
+        rustix::process::umask(umask);
+        SystemPlacer {
+            base,
+            umask: umask.bits(),
+            made: PathBuf::new(),
         }
-        SystemEntry::Copy { path, bytes, mode } => {
-            let file = under(base, &path);
-            make_parent(&file)?;
-            step(ROOT, std::fs::write(&file, bytes))?;
-            step(ROOT, std::fs::set_permissions(&file, PermissionsExt::from_mode(mode)))
-        }
-        SystemEntry::Dir { path, mode } => {
-            let dir = under(base, &path);
-            step(ROOT, std::fs::create_dir_all(&dir))?;
-            step(
-                ROOT,
-                std::fs::set_permissions(&dir, PermissionsExt::from_mode(mode | 0o700)),
-            )
-        }
-        SystemEntry::Mount { path, tree, dir } => {
-            let target = under(base, &path);
-            if dir {
-                step(ROOT, std::fs::create_dir_all(&target))?;
-            } else {
-                make_parent(&target)?;
-                step(ROOT, std::fs::File::create(&target))?;
+    }
+
+    /// Creates the parent directories of `path`, unless they were the last made.
+    fn make_parent(&mut self, path: &Path) -> Result<(), NsError> {
+        if let Some(parent) = path.parent() {
+            if parent != self.made {
+                step(ROOT, std::fs::create_dir_all(parent))?;
+                self.made = parent.to_path_buf();
             }
-            step(ROOT, attach(&tree, &target))
+        }
+        Ok(())
+    }
+
+    /// One entry of the system part, placed at its path under `base`.
+    fn place(&mut self, entry: SystemEntry) -> Result<(), NsError> {
+        match entry {
+            SystemEntry::Link { path, target } => {
+                let link = under(self.base, &path);
+                self.make_parent(&link)?;
+                step(ROOT, std::os::unix::fs::symlink(&target, &link))
+            }
+            SystemEntry::Copy { path, bytes, mode } => {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                let file = under(self.base, &path);
+                self.make_parent(&file)?;
+                let mut f = step(
+                    ROOT,
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .truncate(true)
+                        .mode(mode)
+                        .open(&file),
+                )?;
+                step(ROOT, f.write_all(&bytes))?;
+                if mode & self.umask != 0 {
+                    step(ROOT, f.set_permissions(PermissionsExt::from_mode(mode)))?;
+                }
+                Ok(())
+            }
+            SystemEntry::Dir { path, mode } => {
+                let dir = under(self.base, &path);
+                step(ROOT, std::fs::create_dir_all(&dir))?;
+                step(
+                    ROOT,
+                    std::fs::set_permissions(&dir, PermissionsExt::from_mode(mode | 0o700)),
+                )
+            }
+            SystemEntry::Mount { path, tree, dir } => {
+                let target = under(self.base, &path);
+                // A mount point may be there already: `/etc`'s snapshot (read-only)
+                // has one for each entry bound over it.
+                if dir {
+                    step(ROOT, std::fs::create_dir_all(&target))?;
+                } else if target.symlink_metadata().is_err() {
+                    self.make_parent(&target)?;
+                    step(ROOT, std::fs::File::create(&target))?;
+                }
+                step(ROOT, attach(&tree, &target))
+            }
         }
     }
 }
