@@ -497,6 +497,61 @@ fn a_sandboxed_command_runs_a_plain_script_and_keeps_to_its_deadline() {
     );
 }
 
+/// A link one fire's tool leaves in a write directory must not turn a later fire's
+/// write directory into a builder directory: the runtime made the missing levels
+/// through the link (as root) and the worker's overlay took the link's target as its
+/// lower layer, so a tool's write reached `prompts/` on the host.
+#[test]
+fn a_link_left_in_a_write_directory_is_not_a_later_fires_write_directory() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    let l = Listeners::new();
+    let (m, summary) = fire_payload(
+        As::Me,
+        &env,
+        &l,
+        &Payload {
+            case: "link left in reports",
+            ext: "sh",
+            interp: "/bin/sh",
+            script: "echo ran > reports/m/ran\nln -s ../prompts reports/daily\n",
+            after: &[],
+            settings: None,
+        },
+    );
+    assert_eq!(m["ran"], "ran", "{summary}");
+    let left = env.root.join("reports/daily");
+    assert_eq!(
+        std::fs::read_link(&left).ok(),
+        Some(std::path::PathBuf::from("../prompts")),
+        "the first fire did not leave its link on the host: {summary}"
+    );
+    // The next fire writes under the link.
+    let calls = [(
+        "run_command",
+        json!({"command": "d=reports/daily/x; echo planted > $d/evil.md"}),
+    )];
+    env.write(
+        "settings/runtime.yaml",
+        &SETTINGS.replace("write: [\"reports/**\"]", "write: [\"reports/daily/x/**\"]"),
+    );
+    env.write("evals/iso/trace.json", &trace(&calls));
+    env.commit_all("write under the link");
+    let out = fire_as(&env, As::Me, &[]);
+    let summary: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(
+        !env.root.join("prompts/x").exists(),
+        "a write directory was made through the link: {summary}"
+    );
+    assert_ne!(summary["exit_code"], 0, "{summary}");
+    let cards = env.cards(&summary);
+    let text = serde_yaml::to_string(&cards).unwrap();
+    assert!(text.contains("symbolic link"), "the card does not say why: {text}");
+}
+
 #[test]
 fn ptrace_is_refused() {
     if !kernel_ready() {

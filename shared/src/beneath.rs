@@ -68,6 +68,46 @@ pub fn open_root(root: &Path) -> std::io::Result<OwnedFd> {
     .map_err(std::io::Error::from)
 }
 
+/// Creates the directory `rel` under the repository `root` level by level (as
+/// [`open_dirs`]): a symlink, a non-directory or a `..` at any level is refused, so a
+/// link an earlier fire's tool left in a write directory cannot turn a later fire's
+/// write directory (its Landlock rule, its overlay) into a directory elsewhere.
+pub fn make_dirs(root: &Path, rel: &Path) -> std::io::Result<()> {
+    let mut names = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => names.push(n.to_str().ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{}: not UTF-8", rel.display()),
+                )
+            })?),
+            Component::CurDir => {}
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{}: only plain names may lead to a write directory", rel.display()),
+                ))
+            }
+        }
+    }
+    let fd = open_root(root)?;
+    open_dirs(&fd, &names).map(drop).map_err(|e| {
+        let linked = matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV));
+        std::io::Error::new(
+            e.kind(),
+            if linked {
+                format!(
+                    "{}: a level of it is a symbolic link or not a directory ({e}); a write directory is used only through plain directories",
+                    rel.display()
+                )
+            } else {
+                format!("{}: {e}", rel.display())
+            },
+        )
+    })
+}
+
 /// Opens the directory `dirs` under `root`, creating each missing level with `mkdirat`
 /// and refusing a symlink or a non-directory at any level. A level this process owns
 /// but may not use (a tool ran `chmod 000 reports/t`: tools write `reports/` as the

@@ -1454,7 +1454,7 @@ mod tests {
         let cron_path = cron.path().to_path_buf();
         std::thread::spawn(move || {
             let spec = crate::sandbox::runtime_spec(&root, &git_dirs, &ports);
-            crate::sandbox::prepare_dirs(&spec).unwrap();
+            crate::sandbox::prepare_dirs(&spec, &root).unwrap();
             crate::sandbox::landlock::enforce(&spec, crate::settings::LandlockMode::Required).unwrap();
             let cron = Repository::open(&cron_path).unwrap();
             let ours = commit(&cron, &[("runs/t/b.json", "{}")], "runtime");

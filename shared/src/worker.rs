@@ -156,7 +156,7 @@ fn enter_sandbox(
     config: &WorkerConfig,
     next_line: crate::sandbox::namespaces::NextLine<'_>,
 ) -> Result<(SandboxRecord, Option<WriteBack>), String> {
-    crate::sandbox::prepare_dirs(&config.spec)
+    crate::sandbox::prepare_dirs(&config.spec, &config.root)
         .map_err(|e| e.to_string())
         .and_then(|_| isolate::before_landlock(config.isolation.as_ref(), config.mode, next_line))
         .and_then(|layers| {

@@ -60,7 +60,7 @@ impl FireRun {
             Err(e) => tracing::warn!(error = %e, "no spare tool worker"),
         }
         self.spawn_mcp_workers(&env);
-        let entered = sandbox::prepare_dirs(&spec)
+        let entered = sandbox::prepare_dirs(&spec, &self.ctx.opts.root)
             .map_err(|e| e.to_string())
             .and_then(|_| landlock::enforce(&spec, self.config.settings.sandbox.landlock).map_err(|e| e.to_string()));
         match entered {

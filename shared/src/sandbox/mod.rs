@@ -132,10 +132,15 @@ pub fn acl_dirs(globs: &[String]) -> Vec<String> {
 }
 
 /// Creates the write directories so Landlock can open them (a missing path cannot
-/// carry a rule and would silently lose its access).
-pub fn prepare_dirs(spec: &SandboxSpec) -> std::io::Result<()> {
+/// carry a rule and would silently lose its access). One inside the repository `root`
+/// is made through plain directories only ([`crate::beneath::make_dirs`]): a level
+/// that is a link (one a tool left) is refused, never followed.
+pub fn prepare_dirs(spec: &SandboxSpec, root: &Path) -> std::io::Result<()> {
     for d in &spec.write_dirs {
-        std::fs::create_dir_all(d)?;
+        match d.strip_prefix(root) {
+            Ok(rel) => crate::beneath::make_dirs(root, rel)?,
+            Err(_) => std::fs::create_dir_all(d)?,
+        }
     }
     Ok(())
 }
