@@ -547,6 +547,10 @@ fn a_link_left_in_a_write_directory_is_not_a_later_fires_write_directory() {
         "a write directory was made through the link: {summary}"
     );
     assert_ne!(summary["exit_code"], 0, "{summary}");
+    assert!(
+        env.card_kinds(&summary).contains(&"sandbox_unavailable".to_string()),
+        "{summary}"
+    );
     let cards = env.cards(&summary);
     let text = serde_yaml::to_string(&cards).unwrap();
     assert!(text.contains("symbolic link"), "the card does not say why: {text}");

@@ -43,8 +43,10 @@ const OPAQUE_XATTR: &CStr = c"user.overlay.opaque";
 
 /// The bits of a mode the copy keeps: no setuid or setgid (the seccomp filter would
 /// refuse them, and a set-id file stored under the repository owner's ids is what that
-/// filter exists to prevent).
-const MODE_BITS: u32 = 0o1777;
+/// filter exists to prevent), no sticky bit, and nothing writable by the group or
+/// others: the copy is stored under the repository owner's ids, where a world-writable
+/// report would let any local user change it before it is committed or read.
+const MODE_BITS: u32 = 0o755;
 
 /// When an entry of the upper layer last changed, as the copy saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -541,6 +543,20 @@ mod tests {
         assert_eq!(sync(&mut l), vec![]);
         assert!(!lower.join("a/b/new.md").exists());
         assert!(lower.join("a/b").is_dir());
+    }
+
+    #[test]
+    fn nothing_reaches_the_real_directory_writable_by_others() {
+        let t = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t);
+        std::fs::create_dir_all(upper.join("ww")).unwrap();
+        std::fs::write(upper.join("ww/f"), "x").unwrap();
+        std::fs::set_permissions(upper.join("ww/f"), PermissionsExt::from_mode(0o777)).unwrap();
+        std::fs::set_permissions(upper.join("ww"), PermissionsExt::from_mode(0o1777)).unwrap();
+        assert_eq!(sync(&mut l), vec![]);
+        let mode = |p: &str| std::fs::metadata(lower.join(p)).unwrap().mode() & 0o7777;
+        assert_eq!(mode("ww/f"), 0o755);
+        assert_eq!(mode("ww"), 0o755);
     }
 
     #[test]
