@@ -556,6 +556,29 @@ fn a_link_left_in_a_write_directory_is_not_a_later_fires_write_directory() {
     assert!(text.contains("symbolic link"), "the card does not say why: {text}");
 }
 
+/// The repository's own `.git` may be a link (to a git directory kept elsewhere):
+/// only the write directories are refused through links.
+#[test]
+fn a_repository_whose_git_directory_is_a_link_still_fires() {
+    if !kernel_ready() {
+        return;
+    }
+    let env = env_with_prompt();
+    env.write("settings/runtime.yaml", SETTINGS);
+    env.write(
+        "evals/iso/trace.json",
+        &trace(&[("run_command", json!({"command": "mkdir -p reports/m"}))]),
+    );
+    env.commit_all("plain fire");
+    let kept = env.root.parent().unwrap().join("kept.git");
+    std::fs::rename(env.root.join(".git"), &kept).unwrap();
+    std::os::unix::fs::symlink(&kept, env.root.join(".git")).unwrap();
+    let out = fire_as(&env, As::Me, &[]);
+    let summary: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(summary["exit_code"], 0, "{summary}");
+}
+
 #[test]
 fn ptrace_is_refused() {
     if !kernel_ready() {

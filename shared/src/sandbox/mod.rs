@@ -134,12 +134,13 @@ pub fn acl_dirs(globs: &[String]) -> Vec<String> {
 /// Creates the write directories so Landlock can open them (a missing path cannot
 /// carry a rule and would silently lose its access). One inside the repository `root`
 /// is made through plain directories only ([`crate::beneath::make_dirs`]): a level
-/// that is a link (one a tool left) is refused, never followed.
+/// that is a link (one a tool left) is refused, never followed. The repository's own
+/// `.git` (the runtime's write directory; read-only to tools) may be a link.
 pub fn prepare_dirs(spec: &SandboxSpec, root: &Path) -> std::io::Result<()> {
     for d in &spec.write_dirs {
         match d.strip_prefix(root) {
-            Ok(rel) => crate::beneath::make_dirs(root, rel)?,
-            Err(_) => std::fs::create_dir_all(d)?,
+            Ok(rel) if !rel.starts_with(".git") => crate::beneath::make_dirs(root, rel)?,
+            _ => std::fs::create_dir_all(d)?,
         }
     }
     Ok(())
