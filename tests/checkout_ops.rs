@@ -601,3 +601,57 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
     assert!(status.is_empty(), "records not as committed:\n{status}");
     assert!(receipts.len() >= 8, "the race hardly ran");
 }
+
+/// A person commits (or rebases, or checks out) while a fire prepares: the fire goes
+/// on with the one commit it read its settings from. Its prompt and the versions in
+/// its receipt come from that commit, not from HEAD read again later (the prompt of
+/// the new HEAD here has no body, which a fire reading HEAD again refused as invalid
+/// input). The fire is held by SIGSTOP at the named point `after-settings-read`.
+#[test]
+fn a_fire_reads_every_builder_file_from_the_commit_it_began_on() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = TestEnv::new();
+    let began = git_ok(&env, &["rev-parse", "HEAD"]);
+    let prompt_then = git_ok(&env, &["rev-parse", "HEAD:prompts/digest.md"]);
+    let child = env
+        .command("runtime", &["fire", "digest", "--json"])
+        .env("RUNTIME_FAILPOINTS", "after-settings-read:stop")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stat = format!("/proc/{}/stat", child.id());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The state field follows the command's closing parenthesis: `T` once stopped.
+    while !std::fs::read_to_string(&stat)
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+    {
+        assert!(Instant::now() < deadline, "the fire never reached after-settings-read");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    env.write("prompts/digest.md", "---\ntools: []\n---\n");
+    git_ok(&env, &["commit", "-q", "-am", "a prompt with no body"]);
+    assert_ne!(git_ok(&env, &["rev-parse", "HEAD"]), began);
+    let cont = std::process::Command::new("kill")
+        .args(["-CONT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(cont.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.signal(), None, "{out:?}");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        out.status.code(),
+        Some(TestEnv::completed_code(&summary)),
+        "{summary}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let receipt = env.receipt(&summary);
+    assert_eq!(receipt["inputs"]["commit"], began.as_str(), "{receipt}");
+    assert_eq!(receipt["inputs"]["prompt"], prompt_then.as_str(), "{receipt}");
+}

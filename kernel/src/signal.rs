@@ -15,6 +15,8 @@ pub enum Signal {
     Hup,
     Quit,
     Pipe,
+    /// Stops the process until a `SIGCONT` (a test holds a process at a named point).
+    Stop,
 }
 
 impl Signal {
@@ -27,6 +29,7 @@ impl Signal {
             Signal::Hup => libc::SIGHUP,
             Signal::Quit => libc::SIGQUIT,
             Signal::Pipe => libc::SIGPIPE,
+            Signal::Stop => libc::SIGSTOP,
         }
     }
 }

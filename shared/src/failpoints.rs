@@ -8,7 +8,9 @@
 //! `RUNTIME_FAILPOINTS` (`name[@n][:signal],...`: signal this process the `n`th time
 //! the point is reached, the first by default; `kill` (SIGKILL, the default), `term`
 //! (SIGTERM), `int` (SIGINT) or `hup` (SIGHUP), so a test cancels a fire at a named
-//! point as a person or systemd would) once at start. Outside test builds both
+//! point as a person or systemd would; `stop` (SIGSTOP), so a test changes the
+//! repository under a fire held at a named point and then sends `SIGCONT`) once at
+//! start. Outside test builds both
 //! compile to nothing.
 
 /// The environment variable that arms crash points.
@@ -42,6 +44,7 @@ pub fn arm() {
             Some((item, "term")) => (item, Signal::Term),
             Some((item, "int")) => (item, Signal::Int),
             Some((item, "hup")) => (item, Signal::Hup),
+            Some((item, "stop")) => (item, Signal::Stop),
             Some((item, _)) => (item, Signal::Kill),
             None => (item, Signal::Kill),
         };

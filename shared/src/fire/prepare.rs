@@ -628,7 +628,7 @@ impl Preparing {
         if self.dry_run {
             return settings::load(&self.ctx.opts.root);
         }
-        match crate::review::committed::Committed::at_head(&self.repo) {
+        match self.committed() {
             Ok(committed) => settings::load_from(&committed),
             Err(e) => Err(crate::diag::Diagnostics(vec![crate::diag::Diagnostic::new(
                 SETTINGS_FILE,
@@ -639,6 +639,22 @@ impl Preparing {
         }
     }
 
+    /// The commit this fire runs on, as read once ([`Preparing::new`], after an
+    /// interrupted sync, after the fire's own sync): every builder file, the
+    /// approval and the links are judged on this one commit, even while a person
+    /// rebases or checks out in the same work tree and HEAD moves under the fire.
+    fn fired_commit(&self) -> Result<git2::Oid, git2::Error> {
+        match &self.inputs.commit {
+            Some(id) => git2::Oid::from_str(id),
+            None => crate::git::head_resolved(&self.repo)?.peel_to_commit().map(|c| c.id()),
+        }
+    }
+
+    /// The committed tree of [`Preparing::fired_commit`], links resolved inside it.
+    fn committed(&self) -> Result<crate::review::committed::Committed<'_>, git2::Error> {
+        crate::review::committed::Committed::at(&self.repo, self.fired_commit()?)
+    }
+
     /// Reads the builder-owned text file `rel` the fire runs on: from HEAD's committed
     /// tree (links resolved inside it, [`crate::review::committed`]), or for a dry run
     /// from the work tree.
@@ -646,7 +662,7 @@ impl Preparing {
         if self.dry_run {
             return std::fs::read_to_string(self.ctx.opts.root.join(rel)).map_err(|e| e.to_string());
         }
-        crate::review::committed::Committed::at_head(&self.repo)
+        self.committed()
             .map_err(|e| e.message().to_string())?
             .read_to_string(rel)
             .map_err(|e| e.to_string())
@@ -701,6 +717,9 @@ impl Preparing {
         let settings = self.sync(settings)?;
         self.check_signing_key(&settings)?;
         self.refuse_links(&settings)?;
+        // A person may move HEAD from here on (a rebase, a checkout): the fire goes on
+        // with the commit it read its settings from (a test stops the fire here).
+        crate::failpoint!("after-settings-read");
         self.require_approval(&settings)?;
         let mut config = self.load_config(settings)?;
         std::fs::create_dir_all(&config.scratch).map_err(|e| {
@@ -972,10 +991,7 @@ impl Preparing {
         let root = root.as_deref();
         if !settings.require_reviewed {
             // Switched off: only an approved switch-off counts (as `audit` judges it).
-            let head = crate::git::head_resolved(&self.repo)
-                .and_then(|h| h.peel_to_commit())
-                .map_err(env)?
-                .id();
+            let head = self.fired_commit().map_err(env)?;
             let owed = crate::review::trust::Trust::new(&self.repo, approval_rule(settings)?)
                 .map_err(env)?
                 .remembering(root)
@@ -985,10 +1001,7 @@ impl Preparing {
                 return Ok(());
             }
         }
-        let head = crate::git::head_resolved(&self.repo)
-            .and_then(|h| h.peel_to_commit())
-            .map_err(env)?
-            .id();
+        let head = self.fired_commit().map_err(env)?;
         let rule = crate::review::trust::Trust::rule_in_force(&self.repo, head, approval_rule(settings)?, root)
             .map_err(env)?;
         // The walk to the last approved tree is remembered in `.runtime/`, so
@@ -1102,8 +1115,7 @@ impl Preparing {
             let owned = crate::review::owned::OwnedPaths::of_settings(settings);
             crate::review::links::refused_links(&crate::review::links::WorkView::new(&self.ctx.opts.root), &owned)
         } else {
-            let committed =
-                crate::review::committed::Committed::at_head(&self.repo).map_err(|e| env(e.message().to_string()))?;
+            let committed = self.committed().map_err(|e| env(e.message().to_string()))?;
             committed.refused_links()
         }
         .map_err(|e| env(e.to_string()))?;
@@ -1160,8 +1172,7 @@ impl Preparing {
             )
         };
         std::fs::create_dir_all(root.join(&handoff)).map_err(|e| failed(e.to_string()))?;
-        let committed =
-            crate::review::committed::Committed::at_head(&self.repo).map_err(|e| failed(e.message().to_string()))?;
+        let committed = self.committed().map_err(|e| failed(e.message().to_string()))?;
         let copy = committed
             .tools_copy(&root.join(&handoff))
             .map_err(|e| failed(e.to_string()))?;
@@ -1214,15 +1225,21 @@ impl Preparing {
                 ))
             }
         };
+        // The versions of the commit the fire read them from, not of HEAD now.
+        let tree = self.committed().ok().map(|c| c.tree().clone());
         let blob = |p: &str| {
-            crate::git::head_blob(&self.repo, p)
-                .ok()
-                .flatten()
-                .map(|o| o.to_string())
+            let entry = tree.as_ref()?.get_path(std::path::Path::new(p)).ok()?;
+            Some(entry.id().to_string())
         };
-        self.inputs.prompt = blob(&prompt.file.to_string_lossy());
-        self.inputs.scope = blob(SCOPE_FILE);
-        self.inputs.settings = blob(SETTINGS_FILE);
+        let (prompt_id, scope_id, settings_id) = (
+            blob(&prompt.file.to_string_lossy()),
+            blob(SCOPE_FILE),
+            blob(SETTINGS_FILE),
+        );
+        drop(tree);
+        self.inputs.prompt = prompt_id;
+        self.inputs.scope = scope_id;
+        self.inputs.settings = settings_id;
         self.inputs.provider = format!("{:?}", settings.provider.kind).to_lowercase();
         FireConfig::resolve(&root, self.ctx.scratch.clone(), settings, prompt, scope)
             .map_err(|e| invalid("invalid permissions".into(), e.to_string()))

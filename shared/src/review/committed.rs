@@ -75,9 +75,9 @@ impl<'r> Committed<'r> {
         })
     }
 
-    /// The tree of HEAD.
+    /// The tree of HEAD (read again while HEAD is being replaced, [`crate::git::head_resolved`]).
     pub fn at_head(repo: &'r Repository) -> Result<Committed<'r>, git2::Error> {
-        let head = repo.head()?.peel_to_commit()?.id();
+        let head = crate::git::head_resolved(repo)?.peel_to_commit()?.id();
         Committed::at(repo, head)
     }
 
