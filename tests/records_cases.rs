@@ -2,7 +2,8 @@
 //! first proven to have run, then proven held: names git refuses (`gitmod~1`, a
 //! `.gitattributes` short name, a zero-width `.git`) are never committed, and an
 //! fsck-checking remote still takes every push; a nested `.git` a tool made in the
-//! write ACL is removed after the call; a blocked commit keeps the bytes it held,
+//! write ACL is removed after the call, however many entries the call made and for a
+//! bare repository too; a blocked commit keeps the bytes it held,
 //! whatever a later fire's model does to the uncommitted report; a directory under
 //! `reports/` set to mode 000 by a tool stops no fire of an unprivileged runtime
 //! (uid 65534, in a repository that user owns); a provider streaming without end is a
@@ -159,6 +160,87 @@ fn a_nested_git_repository_a_tool_made_is_removed_after_its_call() {
     );
 }
 
+/// Past any count a walk of the real tree stops at: a `.git` beneath 25,000 empty
+/// directories (which git does not commit), and a bare repository (`HEAD`, `objects`,
+/// `refs`). The write-back looks at every entry the call changed, so neither reaches
+/// the repository, and the tools' next call no longer sees them.
+#[test]
+fn a_git_repository_past_twenty_thousand_entries_or_bare_never_reaches_the_repository() {
+    if landlock_or_skip() {
+        planted_repositories_never_reach_the_repository(false);
+    }
+}
+
+/// The same as uid 65534, the runtime unprivileged (the overlay then keeps its marks
+/// in `user.` extended attributes).
+#[test]
+fn a_git_repository_past_twenty_thousand_entries_never_reaches_the_repository_of_an_unprivileged_runtime() {
+    if !landlock_or_skip() {
+        return;
+    }
+    if !crate::isolation::am_root() {
+        crate::skip::skip(Capability::Root, "needs root to hand the repository to uid 65534");
+        return;
+    }
+    planted_repositories_never_reach_the_repository(true);
+}
+
+fn planted_repositories_never_reach_the_repository(as_nobody: bool) {
+    let env = setup(
+        &[
+            script(
+                "plant",
+                "mkdir -p reports/many/zz/.git/hooks && printf '[core]\\n\\tfsmonitor = touch pwned\\n' > reports/many/zz/.git/config && cd reports/many && seq 1 25000 | xargs mkdir && cd ../.. && mkdir -p reports/bare/objects reports/bare/refs && echo 'ref: refs/heads/main' > reports/bare/HEAD && ls -a reports/many/zz reports/bare > reports/seen.txt && ls reports/many | wc -l >> reports/seen.txt\n",
+            ),
+            [cmd("ls -a reports/many/zz reports/bare > reports/after.txt"), cmd("true")],
+        ]
+        .concat(),
+        "# Done",
+        "",
+    );
+    let (code, summary) = if as_nobody {
+        fire_as_nobody(&env)
+    } else {
+        fire(&env, &[])
+    };
+    // (Read from the work tree: past 10,000 new entries under `reports/` the fire
+    // commits none of them, with a card of its own.)
+    let seen = std::fs::read_to_string(env.root.join("reports/seen.txt"))
+        .unwrap_or_else(|e| panic!("the payload did not run ({e}): {:?}", env.cards(&summary)));
+    assert!(
+        seen.contains(".git") && seen.contains("HEAD") && seen.contains("25001"),
+        "{seen}"
+    );
+    let after = env.read("reports/after.txt");
+    assert!(!after.contains(".git") && !after.contains("HEAD"), "{after}");
+    assert!(
+        after.contains("objects"),
+        "the rest of the bare repository stays: {after}"
+    );
+    for gone in ["reports/many/zz/.git", "reports/bare/HEAD"] {
+        assert!(
+            std::fs::symlink_metadata(env.root.join(gone)).is_err(),
+            "{gone} reached the repository"
+        );
+    }
+    assert!(
+        env.root.join("reports/many/25000").is_dir(),
+        "the empty directories were copied"
+    );
+    assert_eq!(code, 5, "{summary}");
+    let cards = env.cards(&summary);
+    let card = cards
+        .iter()
+        .find(|c| c["summary"].as_str().is_some_and(|s| s.contains("nested git")))
+        .unwrap_or_else(|| panic!("a card names them: {cards:?}"));
+    let detail = card["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("reports/many/zz/.git: a nested git repository the model made: removed")
+            && detail.contains("reports/bare: a nested git repository the model made: removed"),
+        "{detail}"
+    );
+}
+
 #[test]
 fn a_blocked_commit_keeps_the_bytes_it_held_whatever_a_later_model_does() {
     if !landlock_or_skip() {
@@ -202,6 +284,38 @@ fn a_blocked_commit_keeps_the_bytes_it_held_whatever_a_later_model_does() {
     crate::crash_suite::check(&env).unwrap();
 }
 
+/// `runtime fire t --json` as uid 65534 in a repository handed to that user (and
+/// handed back to root after): the runtime unprivileged. Needs root.
+fn fire_as_nobody(env: &TestEnv) -> (i32, Value) {
+    crate::isolation::chown_tree(&env.root, 65534);
+    let mut up = env.root.parent();
+    while let Some(d) = up.filter(|d| d.starts_with(std::env::temp_dir()) && *d != std::env::temp_dir()) {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        up = d.parent();
+    }
+    let c = env.command("runtime", &["fire", "t", "--json"]);
+    let mut wrapped = std::process::Command::new("setpriv");
+    wrapped
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(c.get_program())
+        .args(c.get_args())
+        .current_dir(&env.root)
+        .env_clear();
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            wrapped.env(k, v);
+        }
+    }
+    wrapped
+        .env("HOME", &env.root)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let out = wrapped.output().unwrap();
+    crate::isolation::chown_tree(&env.root, 0);
+    let summary = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), summary)
+}
+
 #[test]
 fn a_directory_under_reports_set_to_mode_000_stops_no_fire_of_an_unprivileged_runtime() {
     if !landlock_or_skip() {
@@ -219,36 +333,7 @@ fn a_directory_under_reports_set_to_mode_000_stops_no_fire_of_an_unprivileged_ru
         "# Done",
         "",
     );
-    let as_nobody = |env: &TestEnv| -> (i32, Value) {
-        crate::isolation::chown_tree(&env.root, 65534);
-        let mut up = env.root.parent();
-        while let Some(d) = up.filter(|d| d.starts_with(std::env::temp_dir()) && *d != std::env::temp_dir()) {
-            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-            up = d.parent();
-        }
-        let c = env.command("runtime", &["fire", "t", "--json"]);
-        let mut wrapped = std::process::Command::new("setpriv");
-        wrapped
-            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-            .arg(c.get_program())
-            .args(c.get_args())
-            .current_dir(&env.root)
-            .env_clear();
-        for (k, v) in c.get_envs() {
-            if let Some(v) = v {
-                wrapped.env(k, v);
-            }
-        }
-        wrapped
-            .env("HOME", &env.root)
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin");
-        let out = wrapped.output().unwrap();
-        crate::isolation::chown_tree(&env.root, 0);
-        let summary = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
-        (out.status.code().unwrap_or(-1), summary)
-    };
-    let (code, first) = as_nobody(&env);
+    let (code, first) = fire_as_nobody(&env);
     // The payload ran: the tool set the mode (as the same user the runtime runs as).
     let mode = String::from_utf8(committed(&env, "reports/mode.txt").expect("the payload did not run").1).unwrap();
     assert_eq!(mode.trim(), "0", "{mode}");
@@ -259,7 +344,7 @@ fn a_directory_under_reports_set_to_mode_000_stops_no_fire_of_an_unprivileged_ru
     assert!(report.starts_with("reports/t/"), "{report}");
     assert!(committed(&env, report).is_some(), "the report is committed");
     // And the next fire of the task, too.
-    let (code, second) = as_nobody(&env);
+    let (code, second) = fire_as_nobody(&env);
     assert_eq!(second["status"], "completed", "{second}");
     assert_eq!(code, TestEnv::completed_code(&second), "{second}");
 }

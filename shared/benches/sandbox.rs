@@ -210,7 +210,7 @@ fn main() {
                     out.push(t.elapsed());
                     syncs.push(synced.elapsed());
                     assert!(
-                        res.error.is_none() && not_copied.is_empty() && !full,
+                        res.error.is_none() && not_copied == Default::default() && !full,
                         "{res:?} {not_copied:?}"
                     );
                 }

@@ -9,7 +9,7 @@ use crate::sandbox::writeback::WriteBack;
 use crate::sandbox::{isolate, landlock, namespaces::NamespacePlan, SandboxSpec};
 use crate::settings::LandlockMode;
 use crate::tools::exec::{execute, install_interrupt_handlers, ExecContext};
-use crate::tools::{ErrorClass, ToolRequest, ToolResult};
+use crate::tools::{ErrorClass, ToolRequest, ToolResult, WrittenBack};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -89,7 +89,7 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
         let out = std::fs::File::from(rustix::io::dup(std::io::stdout())?);
         let sync = move || {
             if let Some(wb) = write_back.as_mut() {
-                for line in write_back_notes(wb) {
+                for line in write_back_notes(wb).0 {
                     eprintln!("{line}");
                 }
             }
@@ -169,7 +169,8 @@ fn enter_sandbox(
 /// Copies the call's writes into the repository and tells the model in the result
 /// what did not get there, and when the write limit was reached.
 fn note_write_back(result: &mut ToolResult, wb: &mut WriteBack) {
-    let notes = write_back_notes(wb);
+    let (notes, written_back) = write_back_notes(wb);
+    result.written_back = Some(written_back);
     if !notes.is_empty() {
         if !result.output.is_empty() && !result.output.ends_with('\n') {
             result.output.push('\n');
@@ -179,17 +180,37 @@ fn note_write_back(result: &mut ToolResult, wb: &mut WriteBack) {
 }
 
 /// Copies what tools (or an MCP server) wrote into the repository; the lines that say
-/// what did not get there, and when the write limit was reached.
-fn write_back_notes(wb: &mut WriteBack) -> Vec<String> {
-    let problems = wb.sync();
+/// what did not get there, and when the write limit was reached, and the git
+/// repositories the copy removed (for the runtime's card).
+fn write_back_notes(wb: &mut WriteBack) -> (Vec<String>, WrittenBack) {
+    const SHOWN: usize = 5;
+    let synced = wb.sync();
+    let problems = synced.problems;
     let mut notes = Vec::new();
+    for r in synced.repositories.iter().take(SHOWN) {
+        notes.push(match &r.left {
+            None => format!(
+                "[sandbox] a git repository is not written to the repository and was removed: {}",
+                r.path
+            ),
+            Some(why) => format!(
+                "[sandbox] a git repository is not written to the repository: {}: could not remove it: {why}",
+                r.path
+            ),
+        });
+    }
+    if synced.repositories.len() > SHOWN {
+        notes.push(format!(
+            "[sandbox] ... and {} more git repositories not written",
+            synced.repositories.len() - SHOWN
+        ));
+    }
     if wb.full() {
         notes.push(format!(
             "[sandbox] the write limit is reached: at most {} bytes in all (`sandbox.write_bytes`); writes past it fail with `No space left on device`",
             wb.limit()
         ));
     }
-    const SHOWN: usize = 5;
     for p in problems.iter().take(SHOWN) {
         notes.push(format!(
             "[sandbox] not written to the repository: {}: {}",
@@ -200,5 +221,8 @@ fn write_back_notes(wb: &mut WriteBack) -> Vec<String> {
     if problems.len() > SHOWN {
         notes.push(format!("[sandbox] ... and {} more not written", problems.len() - SHOWN));
     }
-    notes
+    let written_back = WrittenBack {
+        nested_repositories: synced.repositories,
+    };
+    (notes, written_back)
 }

@@ -631,6 +631,7 @@ impl McpHub {
                     truncated,
                     duration_ms: 0,
                     kernel_denied: false,
+                    written_back: None,
                 }
             }
             Ok(Err(e)) => {

@@ -489,6 +489,7 @@ impl Agent<'_> {
                         truncated: false,
                         duration_ms: 0,
                         kernel_denied: false,
+                        written_back: None,
                     }),
                     false => None,
                 },
@@ -693,21 +694,34 @@ impl Agent<'_> {
         let r = self.execute(call, args).await;
         crate::failpoint!("after-tool-side-effect");
         if writes {
-            self.sweep_nested_git(state, since).await;
+            let lines = match &r.written_back {
+                // The worker's write-back never copied them, and removed them from
+                // the tools' view, however many entries the call wrote.
+                Some(wb) => wb
+                    .nested_repositories
+                    .iter()
+                    .map(|n| {
+                        let path = std::path::Path::new(&n.path);
+                        let rel = path.strip_prefix(&self.cfg.root).unwrap_or(path).to_string_lossy();
+                        nested_repository_line(&rel, n.left.as_deref())
+                    })
+                    .collect(),
+                None => self.sweep_nested_git(since).await,
+            };
+            note_nested_repositories(state, lines);
         }
         Ok(r)
     }
 
-    /// After a call that could write: every `.git` (a directory, or a `gitdir:` file, in
-    /// any spelling git knows) made since `since` under the write ACL is removed, by the
-    /// worker (which may write there; the runtime may not, outside `reports/`), and
-    /// named in one `output_rejected` card of the run. A nested repository left in the
-    /// work tree would run its config and hooks (`core.fsmonitor`, `core.pager`) for the
-    /// engineer who runs `git` inside it.
-    async fn sweep_nested_git(&mut self, state: &mut LoopState, since: std::time::SystemTime) {
+    /// After a call that could write, in a worker without a write-back (its writes
+    /// went straight into the repository): every `.git` (a directory, or a `gitdir:`
+    /// file, in any spelling git knows) made since `since` under the write ACL is
+    /// removed, by the worker (which may write there; the runtime may not, outside
+    /// `reports/`). The lines for the card, one per repository.
+    async fn sweep_nested_git(&mut self, since: std::time::SystemTime) -> Vec<String> {
         let found = nested_git(&self.cfg.root, &self.cfg.write_roots, since);
         if found.is_empty() {
-            return;
+            return Vec::new();
         }
         let command = format!(
             "rm -rf -- {}",
@@ -729,47 +743,16 @@ impl Agent<'_> {
             apart: false,
         };
         let done = self.worker.call(&req).await;
-        let (mut removed, mut left) = (Vec::new(), Vec::new());
-        for p in found {
-            match std::fs::symlink_metadata(self.cfg.root.join(&p)) {
-                Err(_) => removed.push(p),
-                Ok(_) => left.push(p),
-            }
-        }
-        if !left.is_empty() {
-            tracing::warn!(left = ?left, output = %done.output, "nested git repositories could not be removed");
-        }
-        let mut lines: Vec<String> = removed
+        found
             .iter()
-            .map(|p| format!("{}: a nested git repository the model made: removed", p.escape_debug()))
-            .collect();
-        lines.extend(left.iter().map(|p| {
-            format!(
-                "{}: a nested git repository the model made: not removed ({})",
-                p.escape_debug(),
-                done.output.trim()
-            )
-        }));
-        let n = removed.len() + left.len();
-        match state
-            .cards
-            .iter_mut()
-            .find(|c| c.kind == CardKind::OutputRejected && c.summary.contains("nested git"))
-        {
-            Some(card) => {
-                card.detail.push('\n');
-                card.detail.push_str(&lines.join("\n"));
-                card.evidence.extend(lines);
-            }
-            None => state.cards.push(CardDraft {
-                kind: CardKind::OutputRejected,
-                summary: format!(
-                    "{n} nested git repository(ies) the model made under the write ACL were removed after its call"
-                ),
-                detail: lines.join("\n"),
-                evidence: lines,
-            }),
-        }
+            .map(|p| match std::fs::symlink_metadata(self.cfg.root.join(p)) {
+                Err(_) => nested_repository_line(p, None),
+                Ok(_) => {
+                    tracing::warn!(path = %p, output = %done.output, "a nested git repository could not be removed");
+                    nested_repository_line(p, Some(done.output.trim()))
+                }
+            })
+            .collect()
     }
 
     /// Sends an allowed call to the sandboxed worker, within the tool timeout and what
@@ -814,6 +797,53 @@ impl Agent<'_> {
             }
         }
     }
+}
+
+/// The card's line for a nested repository at `rel`: removed, or `left` for why not.
+fn nested_repository_line(rel: &str, left: Option<&str>) -> String {
+    match left {
+        None => format!(
+            "{}: a nested git repository the model made: removed",
+            rel.escape_debug()
+        ),
+        Some(why) => format!(
+            "{}: a nested git repository the model made: not removed ({why})",
+            rel.escape_debug()
+        ),
+    }
+}
+
+/// Names the nested repositories of `lines` in the run's one `output_rejected` card
+/// for them (its summary counts them all; the card is capped when written): a nested
+/// repository left in the work tree would run its config and hooks
+/// (`core.fsmonitor`, `core.pager`) for the engineer who runs `git` inside it.
+fn note_nested_repositories(state: &mut LoopState, lines: Vec<String>) {
+    if lines.is_empty() {
+        return;
+    }
+    let found = state
+        .cards
+        .iter()
+        .position(|c| c.kind == CardKind::OutputRejected && c.summary.contains("nested git"));
+    let at = found.unwrap_or_else(|| {
+        state.cards.push(CardDraft {
+            kind: CardKind::OutputRejected,
+            summary: String::new(),
+            detail: String::new(),
+            evidence: Vec::new(),
+        });
+        state.cards.len() - 1
+    });
+    let card = &mut state.cards[at];
+    if !card.detail.is_empty() {
+        card.detail.push('\n');
+    }
+    card.detail.push_str(&lines.join("\n"));
+    card.evidence.extend(lines);
+    card.summary = format!(
+        "{} nested git repository(ies) the model made under the write ACL were kept out of the repository",
+        card.evidence.len()
+    );
 }
 
 /// The most directory entries one sweep for nested repositories looks at.

@@ -482,12 +482,14 @@ fn place_writable(
         }
         let lower = stage.join(format!("l{i}"));
         let (upper, work) = (rw.join(format!("u{i}")), rw.join(format!("w{i}")));
-        overlay_tree(tree, &lower, &upper, &work, &under(base, &path))?;
+        let merged = under(base, &path);
+        overlay_tree(tree, &lower, &upper, &work, &merged)?;
         if !path.starts_with(state) {
             layers.push(Layer::new(
                 path.clone(),
                 step(WRITABLE, open_dir(&lower))?,
                 step(WRITABLE, open_dir(&upper))?,
+                step(WRITABLE, open_dir(&merged))?,
             ));
         }
         staged.push(lower);

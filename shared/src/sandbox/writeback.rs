@@ -27,6 +27,14 @@
 //! noticing: an entry copied earlier that is gone from the upper layer without a
 //! whiteout is removed from the real directory too. The scratch directory (under
 //! `.runtime/`) is an overlay on the same tmpfs but is never copied back.
+//!
+//! A git repository never reaches the repository (issue 17, item 6): an entry named
+//! `.git` in any spelling git knows ([`crate::gitpath::is_dot_git`]), or the `HEAD`
+//! of a directory that also holds `objects` and `refs` (a bare repository), is not
+//! copied but removed through the merged view, so tools no longer see it either and
+//! an engineer's `git` in that directory never runs its config or hooks. Every
+//! changed entry is looked at, however many there are; the runtime names them in a
+//! card ([`Synced::repositories`]).
 
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
@@ -35,6 +43,8 @@ use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use crate::tools::NestedRepository;
 
 /// The overlay's opaque-directory mark with `userxattr` (the overlay is mounted in the
 /// worker's user namespace): a directory removed and made again, whose old entries in
@@ -66,23 +76,27 @@ impl Stamp {
     }
 }
 
-/// One write directory: its real directory, its upper layer, and what the last copy
-/// wrote (relative paths and the upper entries' stamps then).
+/// One write directory: its real directory, its upper layer, the merged view tools
+/// see, and what the last copy wrote (relative paths and the upper entries' stamps
+/// then).
 pub struct Layer {
     path: PathBuf,
     lower: OwnedFd,
     upper: OwnedFd,
+    merged: OwnedFd,
     synced: HashMap<PathBuf, Stamp>,
 }
 
 impl Layer {
-    /// `path`: the directory as tools see it (for messages); `lower`, `upper`:
-    /// descriptors of the real directory and of the upper layer.
-    pub fn new(path: PathBuf, lower: OwnedFd, upper: OwnedFd) -> Layer {
+    /// `path`: the directory as tools see it (for messages); `lower`, `upper`,
+    /// `merged`: descriptors of the real directory, of the upper layer and of the
+    /// overlay tools write through.
+    pub fn new(path: PathBuf, lower: OwnedFd, upper: OwnedFd, merged: OwnedFd) -> Layer {
         Layer {
             path,
             lower,
             upper,
+            merged,
             synced: HashMap::new(),
         }
     }
@@ -103,21 +117,27 @@ pub struct NotCopied {
     pub why: String,
 }
 
+/// What one copy did not bring into the repository.
+#[derive(Debug, Default, PartialEq)]
+pub struct Synced {
+    pub problems: Vec<NotCopied>,
+    pub repositories: Vec<NestedRepository>,
+}
+
 impl WriteBack {
     pub fn new(layers: Vec<Layer>, tmpfs: OwnedFd, limit: u64) -> WriteBack {
         WriteBack { layers, tmpfs, limit }
     }
 
     /// The directories the worker reaches by descriptor: the real write directories
-    /// (written) and the tmpfs of the upper layers (read), for Landlock.
+    /// and the merged views (written) and the tmpfs of the upper layers (read), for
+    /// Landlock.
     pub fn trusted_dirs(&self) -> Vec<super::landlock::TrustedDir<'_>> {
         let mut out: Vec<_> = self
             .layers
             .iter()
-            .map(|l| super::landlock::TrustedDir {
-                dir: l.lower.as_fd(),
-                write: true,
-            })
+            .flat_map(|l| [l.lower.as_fd(), l.merged.as_fd()])
+            .map(|dir| super::landlock::TrustedDir { dir, write: true })
             .collect();
         out.push(super::landlock::TrustedDir {
             dir: self.tmpfs.as_fd(),
@@ -139,28 +159,39 @@ impl WriteBack {
 
     /// Copies what changed in every upper layer since the last call into the real
     /// directories. Must run when no tool process is left.
-    pub fn sync(&mut self) -> Vec<NotCopied> {
-        let mut problems = Vec::new();
+    pub fn sync(&mut self) -> Synced {
+        let mut synced = Synced::default();
         for layer in &mut self.layers {
-            sync_layer(layer, &mut problems);
+            sync_layer(layer, &mut synced);
         }
-        problems
+        synced
     }
 }
 
 /// One walk of a layer.
 struct Walk<'a> {
     layer_path: &'a Path,
+    merged: BorrowedFd<'a>,
     previous: &'a HashMap<PathBuf, Stamp>,
     now: HashMap<PathBuf, Stamp>,
-    problems: &'a mut Vec<NotCopied>,
+    out: &'a mut Synced,
 }
 
 impl Walk<'_> {
     fn fail(&mut self, rel: &Path, why: impl std::fmt::Display) {
-        self.problems.push(NotCopied {
+        self.out.problems.push(NotCopied {
             path: self.layer_path.join(rel),
             why: why.to_string(),
+        });
+    }
+
+    /// Removes the entry `rel` (of a repository at `repository`) through the merged
+    /// view, and names the repository.
+    fn remove_repository(&mut self, repository: &Path, rel: &Path) {
+        let left = remove_path(self.merged, rel).err().map(|e| e.to_string());
+        self.out.repositories.push(NestedRepository {
+            path: self.layer_path.join(repository).to_string_lossy().into_owned(),
+            left,
         });
     }
 
@@ -170,12 +201,13 @@ impl Walk<'_> {
     }
 }
 
-fn sync_layer(layer: &mut Layer, problems: &mut Vec<NotCopied>) {
+fn sync_layer(layer: &mut Layer, out: &mut Synced) {
     let mut walk = Walk {
         layer_path: &layer.path,
+        merged: layer.merged.as_fd(),
         previous: &layer.synced,
         now: HashMap::new(),
-        problems,
+        out,
     };
     sync_dir(&mut walk, layer.upper.as_fd(), layer.lower.as_fd(), Path::new(""));
     // Copied before, gone from the upper layer now, with no whiteout in its place:
@@ -247,20 +279,44 @@ fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &
         Ok(n) => n,
         Err(e) => return walk.fail(rel, format!("cannot list it: {e}")),
     };
+    // A bare repository taking shape here, whichever of its three entries this call
+    // added: its `HEAD` goes, from the tools' view and from the real directory.
+    let bare = names.iter().any(|n| REPOSITORY_ENTRIES.contains(&n.as_c_str())) && bare_repository(up, low);
+    if bare {
+        walk.remove_repository(rel, &rel.join("HEAD"));
+        if let Err(e) = remove_entry(low, c"HEAD") {
+            walk.fail(&rel.join("HEAD"), e);
+        }
+    }
     for name in &names {
         let path = rel_join(rel, name);
-        let st = match rfs::statat(up, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        let mut st = match rfs::statat(up, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => st,
+            // A bare repository's `HEAD` removed above.
+            Err(Errno::NOENT) => continue,
             Err(e) => {
                 walk.fail(&path, e);
                 continue;
             }
         };
+        let dot_git = std::str::from_utf8(name.to_bytes()).is_ok_and(crate::gitpath::is_dot_git);
+        if dot_git && !is_whiteout(&st) {
+            walk.remove_repository(&path, &path);
+        }
+        if (dot_git || (bare && name.as_c_str() == c"HEAD")) && !is_whiteout(&st) {
+            // What the removal left in the upper layer: nothing (the real directory
+            // held no such entry), a whiteout over the real one (removed below), or
+            // the entry itself when it could not be removed (never copied).
+            match rfs::statat(up, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(now) if is_whiteout(&now) => st = now,
+                _ => continue,
+            }
+        }
         let stamp = Stamp::of(&st);
         let changed = walk.changed(&path, stamp);
         walk.now.insert(path.clone(), stamp);
         let done = match FileType::from_raw_mode(st.st_mode) {
-            FileType::CharacterDevice if st.st_rdev == 0 => {
+            _ if is_whiteout(&st) => {
                 // A whiteout: the tool removed what the real directory holds here.
                 if changed {
                     remove_entry(low, name).map_err(std::io::Error::from)
@@ -326,6 +382,27 @@ fn sync_subdir(
             walk.fail(path, e);
         }
     }
+}
+
+/// The entries that together make a directory a bare git repository.
+const REPOSITORY_ENTRIES: [&CStr; 3] = [c"HEAD", c"objects", c"refs"];
+
+/// The overlay's mark of a removed entry: a character device numbered 0/0.
+fn is_whiteout(st: &Stat) -> bool {
+    FileType::from_raw_mode(st.st_mode) == FileType::CharacterDevice && st.st_rdev == 0
+}
+
+/// Whether the directory tools see (upper layer `up` over the real `low`) holds
+/// `HEAD`, `objects` and `refs`: what git takes for a bare repository. An entry
+/// hidden by a whiteout is absent; one of an opaque directory's real entries counts
+/// as present (refusing more, never less).
+fn bare_repository(up: BorrowedFd<'_>, low: BorrowedFd<'_>) -> bool {
+    REPOSITORY_ENTRIES
+        .iter()
+        .all(|n| match rfs::statat(up, *n, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => !is_whiteout(&st),
+            Err(_) => rfs::statat(low, *n, AtFlags::SYMLINK_NOFOLLOW).is_ok(),
+        })
 }
 
 fn is_opaque(dir: BorrowedFd<'_>) -> bool {
@@ -493,18 +570,111 @@ mod tests {
 
     /// A layer over two plain directories (no overlay: the upper side is written as
     /// the overlay would, whiteouts included when the test can make them).
+    /// The merged view is the upper directory itself: what is removed through it is
+    /// gone from the upper layer, as in an overlay over a real directory that held no
+    /// such entry.
     fn layer(t: &tempfile::TempDir) -> (PathBuf, PathBuf, Layer) {
         let (lower, upper) = (t.path().join("lower"), t.path().join("upper"));
         std::fs::create_dir_all(&lower).unwrap();
         std::fs::create_dir_all(&upper).unwrap();
-        let l = Layer::new(PathBuf::from("/repo/reports"), dir_fd(&lower), dir_fd(&upper));
+        let l = Layer::new(
+            PathBuf::from("/repo/reports"),
+            dir_fd(&lower),
+            dir_fd(&upper),
+            dir_fd(&upper),
+        );
         (lower, upper, l)
     }
 
+    fn sync_all(l: &mut Layer) -> Synced {
+        let mut out = Synced::default();
+        sync_layer(l, &mut out);
+        out
+    }
+
     fn sync(l: &mut Layer) -> Vec<NotCopied> {
-        let mut p = Vec::new();
-        sync_layer(l, &mut p);
-        p
+        let out = sync_all(l);
+        assert_eq!(out.repositories, vec![]);
+        out.problems
+    }
+
+    #[test]
+    fn no_git_repository_reaches_the_real_directory_however_deep_or_spelled() {
+        let t = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t);
+        // Past any entry count a walk of the real tree would stop at.
+        std::fs::create_dir_all(upper.join("many")).unwrap();
+        for i in 0..25_000 {
+            std::fs::write(upper.join(format!("many/{i}")), "").unwrap();
+        }
+        std::fs::create_dir_all(upper.join("z/deep/n/.git/hooks")).unwrap();
+        std::fs::write(
+            upper.join("z/deep/n/.git/config"),
+            "[core]\n\tfsmonitor = touch pwned\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(upper.join("w")).unwrap();
+        std::fs::write(upper.join("w/.GIT"), "gitdir: /elsewhere\n").unwrap();
+        std::fs::create_dir_all(upper.join("b/objects")).unwrap();
+        std::fs::create_dir_all(upper.join("b/refs")).unwrap();
+        std::fs::write(upper.join("b/HEAD"), "ref: refs/heads/main\n").unwrap();
+        // `HEAD` alone, or beside only one of the two, is an ordinary file.
+        std::fs::create_dir_all(upper.join("notes/refs")).unwrap();
+        std::fs::write(upper.join("notes/HEAD"), "a file named HEAD\n").unwrap();
+        let out = sync_all(&mut l);
+        assert_eq!(out.problems, vec![]);
+        let mut named: Vec<_> = out
+            .repositories
+            .iter()
+            .map(|r| (r.path.clone(), r.left.clone()))
+            .collect();
+        named.sort();
+        assert_eq!(
+            named,
+            vec![
+                ("/repo/reports/b".to_string(), None),
+                ("/repo/reports/w/.GIT".to_string(), None),
+                ("/repo/reports/z/deep/n/.git".to_string(), None),
+            ]
+        );
+        for gone in ["z/deep/n/.git", "w/.GIT", "b/HEAD"] {
+            assert!(
+                lower.join(gone).symlink_metadata().is_err(),
+                "{gone} reached the real directory"
+            );
+            assert!(
+                upper.join(gone).symlink_metadata().is_err(),
+                "{gone} is still in the tools' view"
+            );
+        }
+        assert!(lower.join("b/objects").is_dir() && lower.join("b/refs").is_dir());
+        assert!(lower.join("z/deep/n").is_dir() && lower.join("many/24999").is_file());
+        assert_eq!(
+            std::fs::read_to_string(lower.join("notes/HEAD")).unwrap(),
+            "a file named HEAD\n"
+        );
+        // A HEAD copied earlier, then `objects` and `refs` beside it: the HEAD goes.
+        std::fs::create_dir_all(upper.join("later")).unwrap();
+        std::fs::write(upper.join("later/HEAD"), "x").unwrap();
+        assert_eq!(sync(&mut l), vec![]);
+        assert!(lower.join("later/HEAD").is_file());
+        std::fs::create_dir_all(upper.join("later/objects")).unwrap();
+        std::fs::create_dir_all(upper.join("later/refs")).unwrap();
+        let out = sync_all(&mut l);
+        assert_eq!(out.repositories.len(), 1, "{out:?}");
+        assert!(lower.join("later/HEAD").symlink_metadata().is_err());
+        // A later fire's worker (an empty upper layer): the real directory holds the
+        // HEAD, the tool adds `objects` and `refs`.
+        let t2 = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t2);
+        std::fs::create_dir_all(lower.join("old")).unwrap();
+        std::fs::write(lower.join("old/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::create_dir_all(upper.join("old/objects")).unwrap();
+        std::fs::create_dir_all(upper.join("old/refs")).unwrap();
+        let out = sync_all(&mut l);
+        assert_eq!(out.repositories.len(), 1, "{out:?}");
+        assert!(lower.join("old/HEAD").symlink_metadata().is_err());
+        assert!(lower.join("old/objects").is_dir());
     }
 
     #[test]

@@ -124,6 +124,7 @@ fn ok(output: String, truncated: bool) -> ToolResult {
         truncated,
         duration_ms: 0,
         kernel_denied: false,
+        written_back: None,
     }
 }
 

@@ -349,6 +349,28 @@ pub struct ToolResult {
     /// The kernel refused an operation (EACCES/EPERM/EROFS) during the call.
     #[serde(default)]
     pub kernel_denied: bool,
+    /// What the worker's write-back did after the call; absent when the worker has
+    /// none (no overlay over the write directories).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_back: Option<WrittenBack>,
+}
+
+/// What a worker's write-back ([`crate::sandbox::writeback`]) did after a call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WrittenBack {
+    /// Git repositories a tool made in a write directory: never copied, removed from
+    /// the tools' view.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nested_repositories: Vec<NestedRepository>,
+}
+
+/// A git repository a tool made: its `.git` entry, or a bare repository's directory,
+/// as tools see it, and why it could not be removed, if it could not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NestedRepository {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<String>,
 }
 
 impl ToolResult {
@@ -360,6 +382,7 @@ impl ToolResult {
             truncated: false,
             duration_ms: 0,
             kernel_denied: false,
+            written_back: None,
         }
     }
 
