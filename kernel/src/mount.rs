@@ -64,3 +64,67 @@ pub fn clone_tree(path: &Path, set: u64, userns: Option<&OwnedFd>) -> io::Result
     set_attributes(&fd, set, userns)?;
     Ok(fd)
 }
+
+/// The directory `rel` beneath the directory `root`, reached without following any
+/// link and without leaving `root` (`openat2` with `RESOLVE_NO_SYMLINKS |
+/// RESOLVE_BENEATH`), as an `O_PATH` descriptor. A link anywhere on the way, put
+/// there after the path was checked, fails with `ELOOP` instead of leading elsewhere.
+pub fn open_beneath(root: &Path, rel: &Path) -> io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let dir = rustix::fs::open(root, flags, Mode::empty())?;
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+    Ok(rustix::fs::openat2(&dir, rel, flags, Mode::empty(), resolve)?)
+}
+
+/// [`clone_tree`] of the directory `rel` beneath `root`, reached as [`open_beneath`]
+/// reaches it: what is cloned is the directory that was checked, never a link's
+/// target swapped in since.
+pub fn clone_tree_beneath(root: &Path, rel: &Path, set: u64, userns: Option<&OwnedFd>) -> io::Result<OwnedFd> {
+    let dir = open_beneath(root, rel)?;
+    let fd = open_tree(
+        &dir,
+        "",
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_RECURSIVE
+            | OpenTreeFlags::AT_EMPTY_PATH,
+    )?;
+    set_attributes(&fd, set, userns)?;
+    Ok(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_on_the_way_beneath_the_root_is_never_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        std::fs::create_dir_all(root.join("prompts")).unwrap();
+        std::fs::create_dir_all(root.join("reports/real")).unwrap();
+        std::os::unix::fs::symlink("../prompts", root.join("reports/daily")).unwrap();
+        std::os::unix::fs::symlink(root.join("prompts"), root.join("reports/abs")).unwrap();
+        assert!(open_beneath(root, Path::new("reports/real")).is_ok());
+        for rel in ["reports/daily", "reports/abs", "reports/daily/.", "../x"] {
+            let e = open_beneath(root, Path::new(rel)).expect_err(rel);
+            assert!(
+                matches!(
+                    e.raw_os_error(),
+                    Some(libc::ELOOP) | Some(libc::EXDEV) | Some(libc::ENOENT)
+                ),
+                "{rel}: {e}"
+            );
+        }
+        // Through a plain directory and back inside is fine; a file is not a directory.
+        assert!(open_beneath(root, Path::new("reports/real/../real")).is_ok());
+        std::fs::write(root.join("reports/f"), "").unwrap();
+        assert!(open_beneath(root, Path::new("reports/f")).is_err());
+    }
+}

@@ -138,12 +138,20 @@ pub fn acl_dirs(globs: &[String]) -> Vec<String> {
 /// `.git` (the runtime's write directory; read-only to tools) may be a link.
 pub fn prepare_dirs(spec: &SandboxSpec, root: &Path) -> std::io::Result<()> {
     for d in &spec.write_dirs {
-        match d.strip_prefix(root) {
-            Ok(rel) if !rel.starts_with(".git") => crate::beneath::make_dirs(root, rel)?,
-            _ => std::fs::create_dir_all(d)?,
+        match beneath_repository(root, d) {
+            Some(rel) => crate::beneath::make_dirs(root, rel)?,
+            None => std::fs::create_dir_all(d)?,
         }
     }
     Ok(())
+}
+
+/// The write directory `dir` relative to the repository `root` when it is one tools
+/// can reach links in: inside the repository, outside its `.git` (which tools never
+/// write, and which may itself be a link: a worktree's, a submodule's). Such a
+/// directory is made, and cloned for the worker, through plain directories only.
+pub fn beneath_repository<'d>(root: &Path, dir: &'d Path) -> Option<&'d Path> {
+    dir.strip_prefix(root).ok().filter(|rel| !rel.starts_with(".git"))
 }
 
 #[cfg(test)]

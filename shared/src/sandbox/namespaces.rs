@@ -32,7 +32,7 @@ use super::mask_walk::{self, Mask};
 use super::rootfs::{self, Sources, Tree};
 use super::writeback::WriteBack;
 use super::SandboxSpec;
-use kernel::mount::{clone_tree, ATTR_NODEV, ATTR_NOSUID, ATTR_RDONLY};
+use kernel::mount::{clone_tree, clone_tree_beneath, ATTR_NODEV, ATTR_NOSUID, ATTR_RDONLY};
 use kernel::process::{Cloned, Namespaces, Pid};
 use rustix::mount::{mount, mount_bind, mount_change, MountFlags, MountPropagationFlags};
 use serde::{Deserialize, Serialize};
@@ -311,9 +311,16 @@ fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<Clones, NsEr
         read_only.push((d.clone(), step(piece, clone_tree(d, ro, userns))?));
     }
     let mut writable = Vec::new();
+    let rw = ATTR_NOSUID | ATTR_NODEV;
     for d in plan.write_dirs.iter().filter(|d| d.is_dir()) {
-        let rw = ATTR_NOSUID | ATTR_NODEV;
-        writable.push((d.clone(), step(piece, clone_tree(d, rw, userns))?));
+        // One in the repository is reached through plain directories only: a link a
+        // tool of another fire put on the way since the runtime checked it fails the
+        // worker instead of making the link's target its write directory.
+        let tree = match super::beneath_repository(&plan.root, d) {
+            Some(rel) => clone_tree_beneath(&plan.root, rel, rw, userns),
+            None => clone_tree(d, rw, userns),
+        };
+        writable.push((d.clone(), step(piece, tree)?));
     }
     Ok((read_only, writable))
 }
