@@ -18,7 +18,8 @@
 //! plus their own changes.
 //!
 //! Every path is walked one component at a time from a directory descriptor with
-//! `O_NOFOLLOW`, so a link a tool left (in the upper layer or, copied earlier, in the
+//! `O_NOFOLLOW` (and a mode is set with `fchmodat2`'s `AT_SYMLINK_NOFOLLOW`), so a
+//! link a tool left (in the upper layer or, copied earlier, in the
 //! real directory) is copied as a link and never followed. Files are written to a
 //! temporary name and renamed into place, so a hard link the real directory held is
 //! replaced, not written through. The overlay is not told that its lower layer
@@ -262,9 +263,9 @@ fn open_upper(dir: BorrowedFd<'_>, name: &CStr, st: &Stat, flags: OFlags, need: 
     match rfs::openat(dir, name, flags, Mode::empty()) {
         Err(Errno::ACCESS) => {
             let mode = st.st_mode & MODE_BITS;
-            rfs::chmodat(dir, name, Mode::from_raw_mode(mode | need), AtFlags::empty())?;
+            kernel::fs::chmod_nofollow(dir, name, mode | need).map_err(io_errno)?;
             let opened = rfs::openat(dir, name, flags, Mode::empty());
-            let restored = rfs::chmodat(dir, name, Mode::from_raw_mode(mode), AtFlags::empty());
+            let restored = kernel::fs::chmod_nofollow(dir, name, mode).map_err(io_errno);
             let fd = opened?;
             restored?;
             Ok(fd)
@@ -387,6 +388,11 @@ fn sync_subdir(
 /// The entries that together make a directory a bare git repository.
 const REPOSITORY_ENTRIES: [&CStr; 3] = [c"HEAD", c"objects", c"refs"];
 
+/// A [`kernel::fs`] error as the errno the rest of this file speaks.
+fn io_errno(e: std::io::Error) -> Errno {
+    Errno::from_io_error(&e).unwrap_or(Errno::IO)
+}
+
 /// The overlay's mark of a removed entry: a character device numbered 0/0.
 fn is_whiteout(st: &Stat) -> bool {
     FileType::from_raw_mode(st.st_mode) == FileType::CharacterDevice && st.st_rdev == 0
@@ -416,12 +422,7 @@ fn ensure_dir(low: BorrowedFd<'_>, name: &CStr) -> rustix::io::Result<OwnedFd> {
     match rfs::statat(low, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
             if st.st_mode & 0o700 != 0o700 {
-                rfs::chmodat(
-                    low,
-                    name,
-                    Mode::from_raw_mode((st.st_mode & MODE_BITS) | 0o700),
-                    AtFlags::empty(),
-                )?;
+                kernel::fs::chmod_nofollow(low, name, (st.st_mode & MODE_BITS) | 0o700).map_err(io_errno)?;
             }
         }
         Ok(_) => {
@@ -519,7 +520,7 @@ fn remove_entry(dir: BorrowedFd<'_>, name: &CStr) -> rustix::io::Result<()> {
                 Err(Errno::NOTDIR) | Err(Errno::LOOP) => return rfs::unlinkat(dir, name, AtFlags::empty()),
                 Err(Errno::ACCESS) => {
                     // A directory made unreadable: its owner (the worker) opens it up.
-                    rfs::chmodat(dir, name, Mode::from_raw_mode(0o700), AtFlags::empty())?;
+                    kernel::fs::chmod_nofollow(dir, name, 0o700).map_err(io_errno)?;
                     open_dir(dir, name)?
                 }
                 Err(e) => return Err(e),
@@ -528,7 +529,7 @@ fn remove_entry(dir: BorrowedFd<'_>, name: &CStr) -> rustix::io::Result<()> {
             if st.st_mode & 0o700 != 0o700 {
                 rfs::fchmod(&child, Mode::from_raw_mode(0o700))?;
             }
-            for n in entries(child.as_fd()).map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))? {
+            for n in entries(child.as_fd()).map_err(io_errno)? {
                 remove_entry(child.as_fd(), &n)?;
             }
             match rfs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
