@@ -121,6 +121,16 @@ fn names_git_refuses_are_never_committed_and_an_fsck_checking_remote_takes_the_p
     assert!(git(&["fsck", "--no-progress"]).status.success());
 }
 
+/// The detail of the fire's card naming the nested git repositories it kept out.
+fn nested_git_card(env: &TestEnv, summary: &Value) -> String {
+    let cards = env.cards(summary);
+    let card = cards
+        .iter()
+        .find(|c| c["summary"].as_str().is_some_and(|s| s.contains("nested git")))
+        .unwrap_or_else(|| panic!("a card names them: {cards:?}"));
+    card["detail"].as_str().unwrap().to_string()
+}
+
 #[test]
 fn a_nested_git_repository_a_tool_made_is_removed_after_its_call() {
     if !landlock_or_skip() {
@@ -148,12 +158,7 @@ fn a_nested_git_repository_a_tool_made_is_removed_after_its_call() {
         );
     }
     assert_eq!(code, 5, "{summary}");
-    let cards = env.cards(&summary);
-    let card = cards
-        .iter()
-        .find(|c| c["summary"].as_str().is_some_and(|s| s.contains("nested git")))
-        .unwrap_or_else(|| panic!("a card names them: {cards:?}"));
-    let detail = card["detail"].as_str().unwrap();
+    let detail = nested_git_card(&env, &summary);
     assert!(
         detail.contains("reports/n/.git") && detail.contains("reports/w/.git"),
         "{detail}"
@@ -228,12 +233,7 @@ fn planted_repositories_never_reach_the_repository(as_nobody: bool) {
         "the empty directories were copied"
     );
     assert_eq!(code, 5, "{summary}");
-    let cards = env.cards(&summary);
-    let card = cards
-        .iter()
-        .find(|c| c["summary"].as_str().is_some_and(|s| s.contains("nested git")))
-        .unwrap_or_else(|| panic!("a card names them: {cards:?}"));
-    let detail = card["detail"].as_str().unwrap();
+    let detail = nested_git_card(&env, &summary);
     assert!(
         detail.contains("reports/many/zz/.git: a nested git repository the model made: removed")
             && detail.contains("reports/bare: a nested git repository the model made: removed"),
@@ -287,30 +287,10 @@ fn a_blocked_commit_keeps_the_bytes_it_held_whatever_a_later_model_does() {
 /// `runtime fire t --json` as uid 65534 in a repository handed to that user (and
 /// handed back to root after): the runtime unprivileged. Needs root.
 fn fire_as_nobody(env: &TestEnv) -> (i32, Value) {
-    crate::isolation::chown_tree(&env.root, 65534);
-    let mut up = env.root.parent();
-    while let Some(d) = up.filter(|d| d.starts_with(std::env::temp_dir()) && *d != std::env::temp_dir()) {
-        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        up = d.parent();
-    }
-    let c = env.command("runtime", &["fire", "t", "--json"]);
-    let mut wrapped = std::process::Command::new("setpriv");
-    wrapped
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        .arg(c.get_program())
-        .args(c.get_args())
-        .current_dir(&env.root)
-        .env_clear();
-    for (k, v) in c.get_envs() {
-        if let Some(v) = v {
-            wrapped.env(k, v);
-        }
-    }
-    wrapped
-        .env("HOME", &env.root)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin");
-    let out = wrapped.output().unwrap();
-    crate::isolation::chown_tree(&env.root, 0);
+    use crate::isolation::{chown_tree, fire_command, hand_to_nobody, As};
+    hand_to_nobody(env);
+    let out = fire_command(env, As::Nobody, &[]).output().unwrap();
+    chown_tree(&env.root, 0);
     let summary = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
     (out.status.code().unwrap_or(-1), summary)
