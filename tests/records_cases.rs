@@ -195,9 +195,9 @@ fn planted_repositories_never_reach_the_repository(as_nobody: bool) {
         &[
             script(
                 "plant",
-                "mkdir -p reports/many/zz/.git/hooks && printf '[core]\\n\\tfsmonitor = touch pwned\\n' > reports/many/zz/.git/config && cd reports/many && seq 1 25000 | xargs mkdir && cd ../.. && mkdir -p reports/bare/objects reports/bare/refs && echo 'ref: refs/heads/main' > reports/bare/HEAD && ls -a reports/many/zz reports/bare > reports/seen.txt && ls reports/many | wc -l >> reports/seen.txt\n",
+                "mkdir -p reports/many/zz/.git/hooks && printf '[core]\\n\\tfsmonitor = touch pwned\\n' > reports/many/zz/.git/config && cd reports/many && seq 1 25000 | xargs mkdir && cd ../.. && mkdir -p reports/bare/objects reports/bare/refs && echo 'ref: refs/heads/main' > reports/bare/HEAD && mkdir -p reports/c/objects reports/c/refs reports/e && printf '[core]\\n\\tpager = touch pwned\\n' > reports/c/config && echo 'ref: refs/heads/main' > reports/e/HEAD && echo ../c > reports/e/commondir && ls -a reports/many/zz reports/bare reports/e > reports/seen.txt && ls reports/many | wc -l >> reports/seen.txt && (cd reports/e && git rev-parse --git-common-dir) >> reports/seen.txt\n",
             ),
-            [cmd("ls -a reports/many/zz reports/bare > reports/after.txt"), cmd("true")],
+            [cmd("ls -a reports/many/zz reports/bare reports/e > reports/after.txt"), cmd("true")],
         ]
         .concat(),
         "# Done",
@@ -216,13 +216,16 @@ fn planted_repositories_never_reach_the_repository(as_nobody: bool) {
         seen.contains(".git") && seen.contains("HEAD") && seen.contains("25001"),
         "{seen}"
     );
+    // git took `reports/e` (a `HEAD` and a `commondir`) for a repository whose objects,
+    // refs and config are `reports/c`'s.
+    assert!(seen.trim_end().ends_with("/c"), "{seen}");
     let after = env.read("reports/after.txt");
     assert!(!after.contains(".git") && !after.contains("HEAD"), "{after}");
     assert!(
         after.contains("objects"),
         "the rest of the bare repository stays: {after}"
     );
-    for gone in ["reports/many/zz/.git", "reports/bare/HEAD"] {
+    for gone in ["reports/many/zz/.git", "reports/bare/HEAD", "reports/e/HEAD"] {
         assert!(
             std::fs::symlink_metadata(env.root.join(gone)).is_err(),
             "{gone} reached the repository"
@@ -236,7 +239,8 @@ fn planted_repositories_never_reach_the_repository(as_nobody: bool) {
     let detail = nested_git_card(&env, &summary);
     assert!(
         detail.contains("reports/many/zz/.git: a nested git repository the model made: removed")
-            && detail.contains("reports/bare: a nested git repository the model made: removed"),
+            && detail.contains("reports/bare: a nested git repository the model made: removed")
+            && detail.contains("reports/e: a nested git repository the model made: removed"),
         "{detail}"
     );
 }

@@ -31,7 +31,8 @@
 //!
 //! A git repository never reaches the repository (issue 17, item 6): an entry named
 //! `.git` in any spelling git knows ([`crate::gitpath::is_dot_git`]), or the `HEAD`
-//! of a directory that also holds `objects` and `refs` (a bare repository), is not
+//! of a directory that also holds `objects` and `refs`, or `commondir` (a bare
+//! repository, [`bare_repository`]), is not
 //! copied but removed through the merged view, so tools no longer see it either and
 //! an engineer's `git` in that directory never runs its config or hooks. Every
 //! changed entry is looked at, however many there are; the runtime names them in a
@@ -385,8 +386,9 @@ fn sync_subdir(
     }
 }
 
-/// The entries that together make a directory a bare git repository.
-const REPOSITORY_ENTRIES: [&CStr; 3] = [c"HEAD", c"objects", c"refs"];
+/// The entries that together make a directory a bare git repository
+/// ([`bare_repository`]).
+const REPOSITORY_ENTRIES: [&CStr; 4] = [c"HEAD", c"objects", c"refs", c"commondir"];
 
 /// A [`kernel::fs`] error as the errno the rest of this file speaks.
 fn io_errno(e: std::io::Error) -> Errno {
@@ -398,17 +400,18 @@ fn is_whiteout(st: &Stat) -> bool {
     FileType::from_raw_mode(st.st_mode) == FileType::CharacterDevice && st.st_rdev == 0
 }
 
-/// Whether the directory tools see (upper layer `up` over the real `low`) holds
-/// `HEAD`, `objects` and `refs`: what git takes for a bare repository. An entry
-/// hidden by a whiteout is absent; one of an opaque directory's real entries counts
-/// as present (refusing more, never less).
+/// Whether the directory tools see (upper layer `up` over the real `low`) is what
+/// git takes for a repository of its own (`is_git_directory`): a `HEAD` beside
+/// `objects` and `refs`, or beside a `commondir` file (which points git at the
+/// objects, refs and config of another directory, one the model may also have
+/// made). An entry hidden by a whiteout is absent; one of an opaque directory's real
+/// entries counts as present (refusing more, never less).
 fn bare_repository(up: BorrowedFd<'_>, low: BorrowedFd<'_>) -> bool {
-    REPOSITORY_ENTRIES
-        .iter()
-        .all(|n| match rfs::statat(up, *n, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => !is_whiteout(&st),
-            Err(_) => rfs::statat(low, *n, AtFlags::SYMLINK_NOFOLLOW).is_ok(),
-        })
+    let present = |n: &CStr| match rfs::statat(up, n, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => !is_whiteout(&st),
+        Err(_) => rfs::statat(low, n, AtFlags::SYMLINK_NOFOLLOW).is_ok(),
+    };
+    present(c"HEAD") && (present(c"commondir") || (present(c"objects") && present(c"refs")))
 }
 
 fn is_opaque(dir: BorrowedFd<'_>) -> bool {
@@ -619,6 +622,14 @@ mod tests {
         std::fs::create_dir_all(upper.join("b/objects")).unwrap();
         std::fs::create_dir_all(upper.join("b/refs")).unwrap();
         std::fs::write(upper.join("b/HEAD"), "ref: refs/heads/main\n").unwrap();
+        // A `HEAD` and a `commondir` naming another directory's objects, refs and
+        // config (which has no `HEAD` of its own).
+        std::fs::create_dir_all(upper.join("c/objects")).unwrap();
+        std::fs::create_dir_all(upper.join("c/refs")).unwrap();
+        std::fs::write(upper.join("c/config"), "[core]\n\tfsmonitor = touch pwned\n").unwrap();
+        std::fs::create_dir_all(upper.join("e")).unwrap();
+        std::fs::write(upper.join("e/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(upper.join("e/commondir"), "../c\n").unwrap();
         // `HEAD` alone, or beside only one of the two, is an ordinary file.
         std::fs::create_dir_all(upper.join("notes/refs")).unwrap();
         std::fs::write(upper.join("notes/HEAD"), "a file named HEAD\n").unwrap();
@@ -634,11 +645,12 @@ mod tests {
             named,
             vec![
                 ("/repo/reports/b".to_string(), None),
+                ("/repo/reports/e".to_string(), None),
                 ("/repo/reports/w/.GIT".to_string(), None),
                 ("/repo/reports/z/deep/n/.git".to_string(), None),
             ]
         );
-        for gone in ["z/deep/n/.git", "w/.GIT", "b/HEAD"] {
+        for gone in ["z/deep/n/.git", "w/.GIT", "b/HEAD", "e/HEAD"] {
             assert!(
                 lower.join(gone).symlink_metadata().is_err(),
                 "{gone} reached the real directory"
