@@ -666,6 +666,12 @@ mod tests {
             std::fs::read_to_string(lower.join("notes/HEAD")).unwrap(),
             "a file named HEAD\n"
         );
+    }
+
+    #[test]
+    fn a_bare_repository_assembled_over_calls_or_fires_loses_its_head() {
+        let t = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t);
         // A HEAD copied earlier, then `objects` and `refs` beside it: the HEAD goes.
         std::fs::create_dir_all(upper.join("later")).unwrap();
         std::fs::write(upper.join("later/HEAD"), "x").unwrap();
