@@ -9,7 +9,7 @@ use crate::sandbox::writeback::WriteBack;
 use crate::sandbox::{isolate, landlock, namespaces::NamespacePlan, SandboxSpec};
 use crate::settings::LandlockMode;
 use crate::tools::exec::{execute, install_interrupt_handlers, ExecContext};
-use crate::tools::{ErrorClass, ToolRequest, ToolResult, WrittenBack};
+use crate::tools::{ErrorClass, ToolRequest, ToolResult, WrittenBack, NESTED_REPOSITORIES_SENT};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -221,8 +221,12 @@ fn write_back_notes(wb: &mut WriteBack) -> (Vec<String>, WrittenBack) {
     if problems.len() > SHOWN {
         notes.push(format!("[sandbox] ... and {} more not written", problems.len() - SHOWN));
     }
+    let mut repositories = synced.repositories;
+    let more_repositories = repositories.len().saturating_sub(NESTED_REPOSITORIES_SENT);
+    repositories.truncate(NESTED_REPOSITORIES_SENT);
     let written_back = WrittenBack {
-        nested_repositories: synced.repositories,
+        nested_repositories: repositories,
+        more_repositories,
     };
     (notes, written_back)
 }

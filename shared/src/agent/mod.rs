@@ -697,15 +697,19 @@ impl Agent<'_> {
             let lines = match &r.written_back {
                 // The worker's write-back never copied them, and removed them from
                 // the tools' view, however many entries the call wrote.
-                Some(wb) => wb
-                    .nested_repositories
-                    .iter()
-                    .map(|n| {
-                        let path = std::path::Path::new(&n.path);
-                        let rel = path.strip_prefix(&self.cfg.root).unwrap_or(path).to_string_lossy();
-                        nested_repository_line(&rel, n.left.as_deref())
-                    })
-                    .collect(),
+                Some(wb) => {
+                    let mut lines: Vec<String> = wb
+                        .nested_repositories
+                        .iter()
+                        .map(|n| {
+                            let path = std::path::Path::new(&n.path);
+                            let rel = path.strip_prefix(&self.cfg.root).unwrap_or(path).to_string_lossy();
+                            nested_repository_line(&rel, n.left.as_deref())
+                        })
+                        .collect();
+                    lines.extend((0..wb.more_repositories).map(|_| String::new()));
+                    lines
+                }
                 None => self.sweep_nested_git(since).await,
             };
             note_nested_repositories(state, lines);
@@ -813,10 +817,12 @@ fn nested_repository_line(rel: &str, left: Option<&str>) -> String {
     }
 }
 
-/// Names the nested repositories of `lines` in the run's one `output_rejected` card
-/// for them (its summary counts them all; the card is capped when written): a nested
-/// repository left in the work tree would run its config and hooks
-/// (`core.fsmonitor`, `core.pager`) for the engineer who runs `git` inside it.
+/// Names the nested repositories of `lines` (an empty line: one the worker only
+/// counted) in the run's one `output_rejected` card for them: its summary counts them
+/// all, its detail and evidence keep the first [`crate::records::CARD_EVIDENCE_MAX`]
+/// (the state is saved after every step). A nested repository left in the work tree
+/// would run its config and hooks (`core.fsmonitor`, `core.pager`) for the engineer
+/// who runs `git` inside it.
 fn note_nested_repositories(state: &mut LoopState, lines: Vec<String>) {
     if lines.is_empty() {
         return;
@@ -835,14 +841,19 @@ fn note_nested_repositories(state: &mut LoopState, lines: Vec<String>) {
         state.cards.len() - 1
     });
     let card = &mut state.cards[at];
-    if !card.detail.is_empty() {
-        card.detail.push('\n');
+    // The count so far is the summary's first word (this function wrote it).
+    let before: usize = card.summary.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    let total = before + lines.len();
+    let room = crate::records::CARD_EVIDENCE_MAX.saturating_sub(card.evidence.len());
+    for line in lines.into_iter().filter(|l| !l.is_empty()).take(room) {
+        if !card.detail.is_empty() {
+            card.detail.push('\n');
+        }
+        card.detail.push_str(&line);
+        card.evidence.push(line);
     }
-    card.detail.push_str(&lines.join("\n"));
-    card.evidence.extend(lines);
     card.summary = format!(
-        "{} nested git repository(ies) the model made under the write ACL were kept out of the repository",
-        card.evidence.len()
+        "{total} nested git repository(ies) the model made under the write ACL were kept out of the repository"
     );
 }
 
@@ -1339,4 +1350,30 @@ fn repetition(cfg: &LoopConfig, state: &mut LoopState) -> Option<StopReason> {
 fn repeated(recent: &[String], n: usize, counts: impl Fn(&str) -> bool) -> Option<String> {
     let last = recent.last()?;
     (n > 1 && recent.len() >= n && recent.iter().rev().take(n).all(|c| counts(c) && c == last)).then(|| last.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nested_repository_card_counts_them_all_and_keeps_a_sample() {
+        let mut state = LoopState::default();
+        note_nested_repositories(
+            &mut state,
+            (0..25).map(|i| format!("reports/{i}/.git: removed")).collect(),
+        );
+        let mut later: Vec<String> = vec!["reports/x/.git: removed".into()];
+        later.extend([String::new(), String::new()]);
+        note_nested_repositories(&mut state, later);
+        assert_eq!(state.cards.len(), 1);
+        let card = &state.cards[0];
+        assert!(
+            card.summary.starts_with("28 nested git repository(ies)"),
+            "{}",
+            card.summary
+        );
+        assert_eq!(card.evidence.len(), crate::records::CARD_EVIDENCE_MAX);
+        assert_eq!(card.detail.lines().count(), crate::records::CARD_EVIDENCE_MAX);
+    }
 }

@@ -283,7 +283,8 @@ fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &
     };
     // A bare repository taking shape here, whichever of its three entries this call
     // added: its `HEAD` goes, from the tools' view and from the real directory.
-    let bare = names.iter().any(|n| REPOSITORY_ENTRIES.contains(&n.as_c_str())) && bare_repository(up, low);
+    let shaping = names.iter().any(|n| REPOSITORY_ENTRIES.contains(&n.as_c_str()));
+    let bare = shaping && bare_repository(up, low);
     if bare {
         walk.remove_repository(rel, &rel.join("HEAD"));
         if let Err(e) = remove_entry(low, c"HEAD") {
@@ -341,6 +342,9 @@ fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &
         if let Err(e) = done {
             walk.fail(&path, e);
         }
+    }
+    if shaping && !bare {
+        refuse_assembled_repository(walk, low, rel);
     }
 }
 
@@ -407,11 +411,29 @@ fn is_whiteout(st: &Stat) -> bool {
 /// made). An entry hidden by a whiteout is absent; one of an opaque directory's real
 /// entries counts as present (refusing more, never less).
 fn bare_repository(up: BorrowedFd<'_>, low: BorrowedFd<'_>) -> bool {
-    let present = |n: &CStr| match rfs::statat(up, n, AtFlags::SYMLINK_NOFOLLOW) {
+    forms_repository(|n| match rfs::statat(up, n, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => !is_whiteout(&st),
-        Err(_) => rfs::statat(low, n, AtFlags::SYMLINK_NOFOLLOW).is_ok(),
-    };
+        Err(Errno::NOENT) => rfs::statat(low, n, AtFlags::SYMLINK_NOFOLLOW).is_ok(),
+        Err(_) => true,
+    })
+}
+
+/// [`bare_repository`]'s rule over the entries `present` says a directory holds.
+fn forms_repository(present: impl Fn(&CStr) -> bool) -> bool {
     present(c"HEAD") && (present(c"commondir") || (present(c"objects") && present(c"refs")))
+}
+
+/// After the copy, the real directory `low` alone: another writer of it (a fire of
+/// another task, an MCP server's worker) may have copied the rest of a repository
+/// while this one copied its part. Each writer checks after it wrote, so the later of
+/// two sees both parts and removes the `HEAD`.
+fn refuse_assembled_repository(walk: &mut Walk<'_>, low: BorrowedFd<'_>, rel: &Path) {
+    if forms_repository(|n| rfs::statat(low, n, AtFlags::SYMLINK_NOFOLLOW).is_ok()) {
+        walk.remove_repository(rel, &rel.join("HEAD"));
+        if let Err(e) = remove_entry(low, c"HEAD") {
+            walk.fail(&rel.join("HEAD"), e);
+        }
+    }
 }
 
 fn is_opaque(dir: BorrowedFd<'_>) -> bool {
@@ -666,6 +688,30 @@ mod tests {
             std::fs::read_to_string(lower.join("notes/HEAD")).unwrap(),
             "a file named HEAD\n"
         );
+    }
+
+    #[test]
+    fn a_repository_another_writer_completes_meanwhile_loses_its_head() {
+        let t = tempfile::tempdir().unwrap();
+        let (lower, _upper, l) = layer(&t);
+        // This worker copied `objects` and `refs`; another wrote `HEAD` after this
+        // one looked (its own check saw no `objects` yet).
+        for d in ["objects", "refs"] {
+            std::fs::create_dir_all(lower.join(d)).unwrap();
+        }
+        std::fs::write(lower.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let mut out = Synced::default();
+        let mut walk = Walk {
+            layer_path: &l.path,
+            merged: l.merged.as_fd(),
+            previous: &l.synced,
+            now: HashMap::new(),
+            out: &mut out,
+        };
+        refuse_assembled_repository(&mut walk, l.lower.as_fd(), Path::new(""));
+        assert_eq!(out.repositories.len(), 1, "{out:?}");
+        assert!(lower.join("HEAD").symlink_metadata().is_err());
+        assert!(lower.join("objects").is_dir());
     }
 
     #[test]

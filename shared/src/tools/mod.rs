@@ -362,6 +362,17 @@ pub struct WrittenBack {
     /// the tools' view.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nested_repositories: Vec<NestedRepository>,
+    /// How many more were removed than the list names (it is capped at
+    /// [`NESTED_REPOSITORIES_SENT`], so one answer line stays small).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_repositories: usize,
+}
+
+/// The most nested repositories one answer names ([`WrittenBack`]).
+pub const NESTED_REPOSITORIES_SENT: usize = 100;
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A git repository a tool made: its `.git` entry, or a bare repository's directory,
