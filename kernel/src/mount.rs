@@ -56,11 +56,20 @@ fn set_attributes(tree: &OwnedFd, set: u64, userns: Option<&OwnedFd>) -> io::Res
 /// A detached recursive copy of the mounts at `path` with the attributes `set`
 /// (`ATTR_*`), idmapped through `userns` when given.
 pub fn clone_tree(path: &Path, set: u64, userns: Option<&OwnedFd>) -> io::Result<OwnedFd> {
-    let fd = open_tree(
-        rustix::fs::CWD,
-        path,
-        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_RECURSIVE,
-    )?;
+    clone_at(rustix::fs::CWD, path, OpenTreeFlags::empty(), set, userns)
+}
+
+/// `open_tree(dir, path, OPEN_TREE_CLONE | extra)`, recursive, with the attributes
+/// `set`.
+fn clone_at(
+    dir: impl std::os::fd::AsFd,
+    path: &Path,
+    extra: OpenTreeFlags,
+    set: u64,
+    userns: Option<&OwnedFd>,
+) -> io::Result<OwnedFd> {
+    let flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_RECURSIVE | extra;
+    let fd = open_tree(dir, path, flags)?;
     set_attributes(&fd, set, userns)?;
     Ok(fd)
 }
@@ -87,16 +96,7 @@ pub fn open_beneath(root: &Path, rel: &Path) -> io::Result<OwnedFd> {
 /// target swapped in since.
 pub fn clone_tree_beneath(root: &Path, rel: &Path, set: u64, userns: Option<&OwnedFd>) -> io::Result<OwnedFd> {
     let dir = open_beneath(root, rel)?;
-    let fd = open_tree(
-        &dir,
-        "",
-        OpenTreeFlags::OPEN_TREE_CLONE
-            | OpenTreeFlags::OPEN_TREE_CLOEXEC
-            | OpenTreeFlags::AT_RECURSIVE
-            | OpenTreeFlags::AT_EMPTY_PATH,
-    )?;
-    set_attributes(&fd, set, userns)?;
-    Ok(fd)
+    clone_at(&dir, Path::new(""), OpenTreeFlags::AT_EMPTY_PATH, set, userns)
 }
 
 #[cfg(test)]

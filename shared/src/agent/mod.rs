@@ -694,11 +694,11 @@ impl Agent<'_> {
         let r = self.execute(call, args).await;
         crate::failpoint!("after-tool-side-effect");
         if writes {
-            let lines = match &r.written_back {
+            let (lines, uncounted) = match &r.written_back {
                 // The worker's write-back never copied them, and removed them from
                 // the tools' view, however many entries the call wrote.
                 Some(wb) => {
-                    let mut lines: Vec<String> = wb
+                    let lines = wb
                         .nested_repositories
                         .iter()
                         .map(|n| {
@@ -707,12 +707,11 @@ impl Agent<'_> {
                             nested_repository_line(&rel, n.left.as_deref())
                         })
                         .collect();
-                    lines.extend((0..wb.more_repositories).map(|_| String::new()));
-                    lines
+                    (lines, wb.more_repositories)
                 }
-                None => self.sweep_nested_git(since).await,
+                None => (self.sweep_nested_git(since).await, 0),
             };
-            note_nested_repositories(state, lines);
+            note_nested_repositories(state, lines, uncounted);
         }
         Ok(r)
     }
@@ -817,14 +816,14 @@ fn nested_repository_line(rel: &str, left: Option<&str>) -> String {
     }
 }
 
-/// Names the nested repositories of `lines` (an empty line: one the worker only
-/// counted) in the run's one `output_rejected` card for them: its summary counts them
-/// all, its detail and evidence keep the first [`crate::records::CARD_EVIDENCE_MAX`]
+/// Names the nested repositories of `lines`, and counts `uncounted` more the worker
+/// did not name, in the run's one `output_rejected` card for them: its summary counts
+/// them all, its detail and evidence keep the first [`crate::records::CARD_EVIDENCE_MAX`]
 /// (the state is saved after every step). A nested repository left in the work tree
 /// would run its config and hooks (`core.fsmonitor`, `core.pager`) for the engineer
 /// who runs `git` inside it.
-fn note_nested_repositories(state: &mut LoopState, lines: Vec<String>) {
-    if lines.is_empty() {
+fn note_nested_repositories(state: &mut LoopState, lines: Vec<String>, uncounted: usize) {
+    if lines.is_empty() && uncounted == 0 {
         return;
     }
     let found = state
@@ -843,9 +842,9 @@ fn note_nested_repositories(state: &mut LoopState, lines: Vec<String>) {
     let card = &mut state.cards[at];
     // The count so far is the summary's first word (this function wrote it).
     let before: usize = card.summary.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0);
-    let total = before + lines.len();
+    let total = before + lines.len() + uncounted;
     let room = crate::records::CARD_EVIDENCE_MAX.saturating_sub(card.evidence.len());
-    for line in lines.into_iter().filter(|l| !l.is_empty()).take(room) {
+    for line in lines.into_iter().take(room) {
         if !card.detail.is_empty() {
             card.detail.push('\n');
         }
@@ -1362,10 +1361,9 @@ mod tests {
         note_nested_repositories(
             &mut state,
             (0..25).map(|i| format!("reports/{i}/.git: removed")).collect(),
+            0,
         );
-        let mut later: Vec<String> = vec!["reports/x/.git: removed".into()];
-        later.extend([String::new(), String::new()]);
-        note_nested_repositories(&mut state, later);
+        note_nested_repositories(&mut state, vec!["reports/x/.git: removed".into()], 2);
         assert_eq!(state.cards.len(), 1);
         let card = &state.cards[0];
         assert!(
