@@ -620,19 +620,7 @@ fn a_fire_reads_every_builder_file_from_the_commit_it_began_on() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stat = format!("/proc/{}/stat", child.id());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    // The state field follows the command's closing parenthesis: `T` once stopped.
-    while !std::fs::read_to_string(&stat)
-        .map(|s| {
-            s.rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
-        })
-        .unwrap_or(false)
-    {
-        assert!(Instant::now() < deadline, "the fire never reached after-settings-read");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_stopped(child.id(), "after-settings-read");
     env.write("prompts/digest.md", "---\ntools: []\n---\n");
     git_ok(&env, &["commit", "-q", "-am", "a prompt with no body"]);
     assert_ne!(git_ok(&env, &["rev-parse", "HEAD"]), began);
@@ -654,4 +642,85 @@ fn a_fire_reads_every_builder_file_from_the_commit_it_began_on() {
     let receipt = env.receipt(&summary);
     assert_eq!(receipt["inputs"]["commit"], began.as_str(), "{receipt}");
     assert_eq!(receipt["inputs"]["prompt"], prompt_then.as_str(), "{receipt}");
+}
+
+/// Waits until process `pid` is stopped (SIGSTOP at the failpoint `point`).
+fn wait_stopped(pid: u32, point: &str) {
+    let stat = format!("/proc/{pid}/stat");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The state field follows the command's closing parenthesis: `T` once stopped.
+    while !std::fs::read_to_string(&stat)
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+    {
+        assert!(Instant::now() < deadline, "the fire never reached {point}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A fire makes a missing records directory (`runs/<task>/<day>`) with git's index
+/// lock held, as git's own commands do while they change the work tree: a person's
+/// checkout then never meets a directory appearing between git's check and its
+/// `mkdir` (which stopped it half-way: `cannot create directory at 'runs/t3': Is a
+/// directory`, seen in CI). Held by SIGSTOP at `records-dir-locked`, the fire holds
+/// the lock, and the person's checkout, which goes through before and after, waits
+/// for it. A fire killed there leaves the lock naming it; the next fire removes it.
+#[test]
+fn a_records_directory_is_made_under_gits_index_lock_and_a_killed_holders_lock_goes() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = TestEnv::new();
+    git_ok(&env, &["branch", "other"]);
+    let lock = env.root.join(".git/index.lock");
+    let checkout = |to: &str| env.git_in(&env.root, &["checkout", "-q", to]);
+    // The checkout the held lock stops goes through on its own.
+    assert!(checkout("other").status.success() && checkout("main").status.success());
+    let child = env
+        .command("runtime", &["fire", "digest", "--json"])
+        .env("RUNTIME_FAILPOINTS", "records-dir-locked:stop")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_stopped(child.id(), "records-dir-locked");
+    let held = std::fs::read_to_string(&lock).expect("the fire holds git's index lock");
+    assert!(held.starts_with(&format!("runtime-dirs {} ", child.id())), "{held:?}");
+    let refused = checkout("other");
+    assert!(!refused.status.success(), "a checkout went through the fire's lock");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("index.lock"),
+        "{refused:?}"
+    );
+    assert!(std::process::Command::new("kill")
+        .args(["-CONT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(TestEnv::completed_code(&summary)), "{summary}");
+    assert!(!lock.exists(), "the fire left git's index lock");
+    assert!(checkout("other").status.success() && checkout("main").status.success());
+
+    // Killed holding it: the lock stays, naming the dead fire, until the next fire.
+    git_ok(&env, &["rm", "-rq", "runs"]);
+    git_ok(&env, &["commit", "-qm", "no runs directory"]);
+    let killed = env
+        .command("runtime", &["fire", "digest", "--json"])
+        .env("RUNTIME_FAILPOINTS", "records-dir-locked")
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.signal(), Some(9), "{killed:?}");
+    assert!(std::fs::read_to_string(&lock).is_ok_and(|t| t.starts_with("runtime-dirs ")));
+    assert!(
+        !checkout("other").status.success(),
+        "the killed fire's lock was not there"
+    );
+    let (code, summary, stderr) = env.fire("digest");
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}\n{stderr}");
+    assert!(!lock.exists(), "the next fire left the dead fire's lock");
+    assert!(checkout("other").status.success());
 }

@@ -20,8 +20,8 @@ pub use commit::{
 pub use history::{diff_trees, tune_for_history_walks, ChangeKind, TreeChange, TreeDiffer};
 pub use index::cut_index_stamp;
 pub use locks::{
-    intent_dir, leave_for_next_commit, lock_file_of, process_is_gone, process_start_time, recover_stale_locks,
-    IntentLock, IntentRecord, LockIntent, Recovered,
+    intent_dir, leave_for_next_commit, lock_file_of, make_dirs_under_index_lock, process_is_gone, process_start_time,
+    recover_stale_locks, IntentLock, IntentRecord, LockIntent, Recovered,
 };
 
 use crate::layout::{Owner, Ownership, BUILDER_DIRS};

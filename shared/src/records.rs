@@ -716,6 +716,10 @@ pub fn create_new(root: &Path, rel: &Path, bytes: &[u8]) -> Result<(), WriteErro
     create_new_synced(root, rel, bytes, false)
 }
 
+/// How long a record's writer waits for git's index lock before it makes a missing
+/// records directory without it ([`crate::git::make_dirs_under_index_lock`]).
+const RECORDS_DIR_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// [`create_new`], with `fsync` (`durability: strict`) the file fsynced before its
 /// rename into place and its directory after. Without it (the default) a record
 /// survives a crash of the process, not a power loss: it is committed to git right
@@ -725,6 +729,13 @@ pub fn create_new_synced(root: &Path, rel: &Path, bytes: &[u8], fsync: bool) -> 
         path: rel.to_path_buf(),
         source: e,
     };
+    if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        // A directory that cannot be made here (a link on the way) is refused below,
+        // by the write, with its own error.
+        if let Err(e) = crate::git::make_dirs_under_index_lock(root, parent, RECORDS_DIR_LOCK_WAIT) {
+            tracing::debug!(dir = %parent.display(), error = %e, "records directory not made ahead");
+        }
+    }
     let dir = crate::beneath::open_root(root).map_err(io)?;
     let written = match fsync {
         true => crate::beneath::create_new_synced(&dir, rel, bytes),

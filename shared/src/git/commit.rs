@@ -153,7 +153,7 @@ pub fn commit_new_files_with(
     if let Some(dir) = &opts.intent_dir {
         others.take_in_dead_runtimes(recover_stale_locks(dir)?);
     }
-    let pending_taken = others.take_in_pending_refs()?;
+    let mut pending_taken = others.take_in_pending_refs()?;
     // The new intent names the records of a dead or blocked runtime too: their intent
     // is gone, and if this commit fails or this process dies, the next one must still
     // find them.
@@ -168,6 +168,7 @@ pub fn commit_new_files_with(
         Some(dir) => others.take_in_last_commits(dir),
         None => Vec::new(),
     };
+    others.put_back_in_work_tree(&mut pending_taken);
     let held_bytes: Vec<(String, Vec<u8>)> = opts.held.iter().cloned().chain(others.adopted).collect();
     let parts = CommitParts {
         blobs: &blobs,
@@ -297,6 +298,8 @@ struct Others<'a, A> {
     allowed: &'a A,
     orphans: Vec<(String, Oid)>,
     adopted: Vec<(String, Vec<u8>)>,
+    /// Which pending ref each adopted record came from, if any.
+    from_pending: Vec<(String, String)>,
 }
 
 impl<'a, A: Fn(&str) -> bool> Others<'a, A> {
@@ -308,6 +311,7 @@ impl<'a, A: Fn(&str) -> bool> Others<'a, A> {
             allowed,
             orphans: Vec::new(),
             adopted: Vec::new(),
+            from_pending: Vec::new(),
         }
     }
 
@@ -331,7 +335,7 @@ impl<'a, A: Fn(&str) -> bool> Others<'a, A> {
             let present = std::fs::symlink_metadata(self.root.join(&f)).is_ok();
             if let Some(kept) = expected
                 .filter(|_| present)
-                .and_then(|e| kept_bytes(self.repo, self.root, &f, e, self.allowed))
+                .and_then(|e| kept_bytes(self.repo, &f, e, self.allowed))
             {
                 self.orphans.push((f.clone(), kept.0));
                 self.adopted.push((f, kept.1));
@@ -368,23 +372,72 @@ impl<'a, A: Fn(&str) -> bool> Others<'a, A> {
                 if in_head(f) || self.has(f) {
                     continue;
                 }
-                match kept_bytes(self.repo, self.root, f, *oid, self.allowed) {
+                match kept_bytes(self.repo, f, *oid, self.allowed) {
                     Some((oid, bytes)) => take.push((f.clone(), oid, bytes)),
                     None => whole = false,
                 }
             }
             if !whole {
-                tracing::warn!(reference = %set.reference, "pending records could not be put back in the work tree; they wait for a later commit");
+                tracing::warn!(reference = %set.reference, "pending records whose objects are missing wait for a later commit");
                 continue;
             }
             for (f, oid, bytes) in take {
                 self.orphans.push((f.clone(), oid));
+                self.from_pending.push((f.clone(), set.reference.clone()));
                 self.adopted.push((f, bytes));
             }
             pending_taken.push(set.reference);
-            crate::failpoint!("after-pending-restored");
         }
         Ok(pending_taken)
+    }
+
+    /// Puts each adopted record back in the work tree as its writer held it (written
+    /// where missing, replaced where the file holds other bytes: a later fire's model
+    /// may have edited an uncommitted report), so the work tree matches the commit. A
+    /// record that cannot be written (a full disk) leaves the commit, and so does the
+    /// pending set it came from: it waits for a later commit.
+    ///
+    /// Called with git's index lock held, and does nothing while a person's operation
+    /// is in progress (the commit then refuses anyway): a person's checkout or rebase
+    /// step holds that lock while it updates the work tree, and must never meet a file
+    /// of ours appearing under it (`untracked working tree files would be
+    /// overwritten`, a directory made between git's check and its `mkdir`).
+    fn put_back_in_work_tree(&mut self, pending_taken: &mut Vec<String>) {
+        if !matches!(commit_blocker(self.repo), Ok(None)) {
+            return;
+        }
+        let mut failed = Vec::new();
+        for (f, bytes) in &self.adopted {
+            match crate::pending::restore(self.root, f, bytes) {
+                Ok(crate::pending::Restored::Same) => {}
+                Ok(crate::pending::Restored::Written) => {
+                    tracing::info!(file = %f, "a kept record was missing from the work tree: written back")
+                }
+                Ok(crate::pending::Restored::Replaced) => tracing::warn!(
+                    file = %f,
+                    "a kept record was changed in the work tree since its run wrote it: put back as written"
+                ),
+                Err(e) => {
+                    tracing::warn!(file = %f, error = %e, "a kept record could not be written back: it waits for a later commit");
+                    failed.push(f.clone());
+                }
+            }
+        }
+        if !failed.is_empty() {
+            let sets: Vec<String> = (self.from_pending.iter())
+                .filter(|(f, _)| failed.contains(f))
+                .map(|(_, r)| r.clone())
+                .collect();
+            let left: Vec<String> = (self.from_pending.iter())
+                .filter(|(_, r)| sets.contains(r))
+                .map(|(f, _)| f.clone())
+                .chain(failed)
+                .collect();
+            self.orphans.retain(|(f, _)| !left.contains(f));
+            self.adopted.retain(|(f, _)| !left.contains(f));
+            pending_taken.retain(|r| !sets.contains(r));
+        }
+        crate::failpoint!("after-pending-restored");
     }
 
     /// Records of the last commits that an engineer's `git commit` dropped: it can
@@ -407,7 +460,7 @@ impl<'a, A: Fn(&str) -> bool> Others<'a, A> {
             if self.has(&f) {
                 continue;
             }
-            if let Some((oid, bytes)) = kept_bytes(self.repo, self.root, &f, blob, self.allowed) {
+            if let Some((oid, bytes)) = kept_bytes(self.repo, &f, blob, self.allowed) {
                 tracing::warn!(file = %f, "a record whose commit a reset threw away is committed again");
                 self.orphans.push((f.clone(), oid));
                 self.adopted.push((f, bytes));
@@ -417,45 +470,16 @@ impl<'a, A: Fn(&str) -> bool> Others<'a, A> {
     }
 }
 
-/// The bytes of blob `oid` for the record `f`, put back in the work tree (written
-/// where missing, replaced where the file holds other bytes: a later fire's model may
-/// have edited an uncommitted report): the bytes the record's writer held, which the
-/// commit carries. `None` when the object database lacks the blob, a person's git
-/// operation is now in progress, or the work tree cannot be made to hold it (a full
-/// disk): the record waits.
-fn kept_bytes(
-    repo: &Repository,
-    root: &Path,
-    f: &str,
-    oid: Oid,
-    allowed: &impl Fn(&str) -> bool,
-) -> Option<(Oid, Vec<u8>)> {
+/// The bytes of blob `oid` for the record `f`, which the commit carries: the bytes
+/// the record's writer held ([`Others::put_back_in_work_tree`] writes them to the work
+/// tree once the index lock is held). `None` when the path is not a record's or the
+/// object database lacks the blob: the record waits.
+fn kept_bytes(repo: &Repository, f: &str, oid: Oid, allowed: &impl Fn(&str) -> bool) -> Option<(Oid, Vec<u8>)> {
     if let Err(e) = check_record_path(f, allowed) {
         tracing::warn!(file = %f, error = %e, "a kept record is not committed");
         return None;
     }
     let bytes = repo.find_blob(oid).ok()?.content().to_vec();
-    // Asked again right before the work tree is written: a person's rebase or
-    // checkout that began since this commit started must not find a record put back
-    // under a commit it is about to replay (`untracked files would be overwritten`).
-    if !matches!(commit_blocker(repo), Ok(None)) {
-        tracing::info!(file = %f, "a person's git operation began: a kept record waits for a later commit");
-        return None;
-    }
-    match crate::pending::restore(root, f, &bytes) {
-        Ok(crate::pending::Restored::Same) => {}
-        Ok(crate::pending::Restored::Written) => {
-            tracing::info!(file = %f, "a kept record was missing from the work tree: written back")
-        }
-        Ok(crate::pending::Restored::Replaced) => tracing::warn!(
-            file = %f,
-            "a kept record was changed in the work tree since its run wrote it: put back as written"
-        ),
-        Err(e) => {
-            tracing::warn!(file = %f, error = %e, "a kept record could not be written back");
-            return None;
-        }
-    }
     Some((oid, bytes))
 }
 

@@ -32,15 +32,15 @@ pub(super) fn lock_path_of(path: &Path) -> PathBuf {
 /// Returns the inode of the lock file created.
 pub(super) fn take_index_lock(lock: &Path, wait: Duration) -> Result<LockId, GitError> {
     let deadline = std::time::Instant::now() + wait;
+    let pid = std::process::id();
+    let mark = format!("{HOLDER_MARK} {pid} {}\n", process_start_time(pid).unwrap_or(0));
     loop {
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(lock) {
-            Ok(f) => {
-                return f.metadata().map(|m| LockId::of(&m)).map_err(|e| GitError::Io {
-                    path: lock.to_path_buf(),
-                    source: e,
-                })
-            }
+        match create_lock_with(lock, mark.as_bytes()) {
+            Ok(m) => return Ok(LockId::of(&m)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if remove_if_dead_holder(lock) {
+                    continue;
+                }
                 if std::time::Instant::now() >= deadline {
                     return Err(GitError::Locked {
                         path: lock.to_path_buf(),
@@ -57,6 +57,133 @@ pub(super) fn take_index_lock(lock: &Path, wait: Duration) -> Result<LockId, Git
             }
         }
     }
+}
+
+/// Creates `lock` holding `mark`, whole or not at all: an unnamed file in the lock's
+/// directory (`O_TMPFILE`) is written first, then given the lock's name (`linkat`,
+/// which fails when the name exists), so a kill at any moment leaves no lock or one
+/// that names its holder. Where that cannot be done (a file system without
+/// `O_TMPFILE`, a sandbox that refuses the link), the lock is created, then written.
+/// Returns the lock's metadata once it holds the mark.
+fn create_lock_with(lock: &Path, mark: &[u8]) -> std::io::Result<std::fs::Metadata> {
+    use std::io::Write;
+    match link_written(lock, mark) {
+        Ok(m) => Ok(m),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
+        Err(e) => {
+            tracing::debug!(error = %e, "an unnamed lock file could not be linked: created, then written");
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(lock)?;
+            f.write_all(mark)?;
+            f.metadata()
+        }
+    }
+}
+
+/// [`create_lock_with`]'s first way: `O_TMPFILE`, written, linked by its
+/// `/proc/self/fd` name.
+fn link_written(lock: &Path, mark: &[u8]) -> std::io::Result<std::fs::Metadata> {
+    use rustix::fs::{AtFlags, Mode, OFlags, CWD};
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let dir = lock
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(mark)?;
+    let by_fd = format!("/proc/self/fd/{}", file.as_raw_fd());
+    rustix::fs::linkat(CWD, by_fd.as_str(), CWD, lock, AtFlags::SYMLINK_FOLLOW)?;
+    file.metadata()
+}
+
+/// The first word of what a runtime writes into every git index lock it takes,
+/// followed by its pid and start time: a lock taken with no intent record
+/// ([`make_dirs_under_index_lock`]) is judged by it.
+const HOLDER_MARK: &str = "runtime-dirs";
+
+/// Removes `lock` when a runtime process marked it as its own ([`HOLDER_MARK`]) and
+/// that process is gone (killed while it held the lock for a `mkdir`). Git's own
+/// locks hold an index or a ref, never that mark, and are never touched.
+fn remove_if_dead_holder(lock: &Path) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(lock) else {
+        return false;
+    };
+    if !meta.is_file() || meta.len() > 64 {
+        return false;
+    }
+    let Ok(text) = std::fs::read_to_string(lock) else {
+        return false;
+    };
+    let mut words = text.split_whitespace();
+    if words.next() != Some(HOLDER_MARK) {
+        return false;
+    }
+    let Some(pid) = words.next().and_then(|p| p.parse().ok()) else {
+        return false;
+    };
+    let start = words.next().and_then(|s| s.parse().ok());
+    if !process_is_gone(pid, start) {
+        return false;
+    }
+    let removed = remove_if_same(lock, LockId::of(&meta)).unwrap_or(false);
+    if removed {
+        tracing::warn!(lock = %lock.display(), pid, "a lock a killed runtime held was removed");
+    }
+    removed
+}
+
+/// The index lock of the repository whose work tree is `root`: `<root>/.git/index.lock`,
+/// or, where `.git` is a file (a linked worktree, a submodule), the one in the git
+/// directory it names.
+fn index_lock_of_work_tree(root: &Path) -> Option<PathBuf> {
+    let dot_git = root.join(".git");
+    let meta = std::fs::metadata(&dot_git).ok()?;
+    let git_dir = if meta.is_dir() {
+        dot_git
+    } else {
+        let text = std::fs::read_to_string(&dot_git).ok()?;
+        let named = Path::new(text.strip_prefix("gitdir:")?.trim());
+        root.join(named)
+    };
+    Some(lock_path_of(&git_dir.join("index")))
+}
+
+/// Makes the directory `rel` exist under the work tree `root` ([`crate::beneath::make_dirs`]),
+/// creating any missing level with git's index lock held. A person's `git checkout`
+/// or rebase step holds that lock while it updates the work tree, and git checks a
+/// directory is missing before it makes it: a directory of ours made in between stops
+/// git half-way (`cannot create directory at 'runs/t': Is a directory`). A directory
+/// that exists costs one `stat` and no lock. A lock still held after `wait` (a
+/// person's git left it) is waited out no longer: the directory is made anyway, as a
+/// record is never lost. The lock names this process ([`HOLDER_MARK`]), so one left by
+/// a kill is removed by the next runtime that meets it.
+pub fn make_dirs_under_index_lock(root: &Path, rel: &Path, wait: Duration) -> std::io::Result<()> {
+    if std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.is_dir()) {
+        return Ok(());
+    }
+    let Some(lock) = index_lock_of_work_tree(root) else {
+        return crate::beneath::make_dirs(root, rel);
+    };
+    let held = match take_index_lock(&lock, wait) {
+        Ok(id) => Some(id),
+        Err(e) => {
+            tracing::warn!(error = %e, dir = %rel.display(), "git's index lock stayed held: the records directory is made without it");
+            None
+        }
+    };
+    crate::failpoint!("records-dir-locked");
+    let made = crate::beneath::make_dirs(root, rel);
+    if let Some(id) = held {
+        if let Err(e) = remove_if_same(&lock, id) {
+            tracing::warn!(lock = %lock.display(), error = %e, "the index lock was not released");
+        }
+    }
+    made
 }
 
 /// Removes `path` if it is still the file `id` names.
@@ -440,4 +567,50 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
         std::fs::remove_file(&path).map_err(|e| GitError::Io { path, source: e })?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A missing directory waits for a lock someone holds and is made once it goes; a
+    /// lock of git's own that stays is waited out and the directory made anyway; a
+    /// lock a dead runtime marked is removed at once; one a live runtime marked is not.
+    #[test]
+    fn a_records_directory_waits_for_gits_index_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        git2::Repository::init(&root).unwrap();
+        let lock = root.join(".git/index.lock");
+        std::fs::write(&lock, b"DIRC git's own index being written").unwrap();
+        let (release, root2) = (lock.clone(), root.clone());
+        let maker = std::thread::spawn(move || {
+            make_dirs_under_index_lock(&root2, Path::new("runs/t/day"), Duration::from_secs(20)).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!root.join("runs").exists(), "made while git held its lock");
+        std::fs::remove_file(&release).unwrap();
+        maker.join().unwrap();
+        assert!(root.join("runs/t/day").is_dir() && !lock.exists());
+        // An existing directory takes no lock, whoever holds it.
+        std::fs::write(&lock, b"DIRC").unwrap();
+        make_dirs_under_index_lock(&root, Path::new("runs/t/day"), Duration::ZERO).unwrap();
+        // Git's lock past the wait: made anyway, the lock left as it was.
+        make_dirs_under_index_lock(&root, Path::new("runs/t/other"), Duration::from_millis(50)).unwrap();
+        assert!(root.join("runs/t/other").is_dir());
+        assert_eq!(std::fs::read(&lock).unwrap(), b"DIRC");
+        // A runtime that is gone (no such pid): its lock goes at once.
+        std::fs::write(&lock, format!("{HOLDER_MARK} {} 1\n", i32::MAX)).unwrap();
+        make_dirs_under_index_lock(&root, Path::new("cards/day"), Duration::ZERO).unwrap();
+        assert!(root.join("cards/day").is_dir() && !lock.exists());
+        // A live one (this process): kept.
+        let live = format!(
+            "{HOLDER_MARK} {} {}\n",
+            std::process::id(),
+            process_start_time(std::process::id()).unwrap()
+        );
+        std::fs::write(&lock, &live).unwrap();
+        make_dirs_under_index_lock(&root, Path::new("cards/later"), Duration::ZERO).unwrap();
+        assert_eq!(std::fs::read_to_string(&lock).unwrap(), live);
+    }
 }
