@@ -160,8 +160,13 @@ fn enter_sandbox(
         .map_err(|e| e.to_string())
         .and_then(|_| isolate::before_landlock(config.isolation.as_ref(), config.mode, next_line))
         .and_then(|layers| {
-            let rec =
-                landlock::enforce_with(&config.spec, config.mode, &layers.trusted_dirs()).map_err(|e| e.to_string())?;
+            let (spec, beneath) = landlock::write_dirs_beneath(&config.spec, &config.root);
+            let mut trusted = layers.trusted_dirs();
+            trusted.extend(beneath.iter().map(|fd| landlock::TrustedDir {
+                dir: std::os::fd::AsFd::as_fd(fd),
+                write: true,
+            }));
+            let rec = landlock::enforce_with(&spec, config.mode, &trusted).map_err(|e| e.to_string())?;
             isolate::after_landlock(config.isolation.as_ref(), config.mode, layers, rec)
         })
 }

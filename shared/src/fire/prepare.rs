@@ -646,7 +646,13 @@ impl Preparing {
     fn fired_commit(&self) -> Result<git2::Oid, git2::Error> {
         match &self.inputs.commit {
             Some(id) => git2::Oid::from_str(id),
-            None => crate::git::head_resolved(&self.repo)?.peel_to_commit().map(|c| c.id()),
+            // HEAD named no commit that could be read when the fire began (a
+            // repository with no commits was refused before, as not a task). Read
+            // again now, HEAD could name another commit than the one the fire was
+            // judged on: the fire stops instead.
+            None => Err(git2::Error::from_str(
+                "HEAD named no commit that could be read when the fire began",
+            )),
         }
     }
 

@@ -15,6 +15,8 @@ use crate::settings::LandlockMode;
 pub use kernel::landlock::{kernel_abi, supported_rights, TrustedDir, NEWEST_HANDLED_ABI, TARGET_ABI};
 use kernel::landlock::{restrict_self, Rules};
 use landlock::RulesetStatus;
+use std::os::fd::OwnedFd;
+use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -22,6 +24,30 @@ pub enum SandboxError {
     Landlock(#[from] landlock::RulesetError),
     #[error("landlock is {status} on this kernel (ABI {abi}) and settings require it fully enforced")]
     NotFullyEnforced { status: LandlockStatus, abi: u32 },
+}
+
+/// The write directories of `spec` that lie in the repository `root`, each opened
+/// through plain directories only ([`kernel::mount::open_beneath`]) for Landlock to
+/// grant by descriptor, and `spec` without them. Granted by path, a directory a tool
+/// of another fire replaced by a link since it was made (`reports` -> `prompts`)
+/// would make the link's target writable: with the namespaces the worker's clone of
+/// it refuses the link, but under `best_effort` the worker goes on with Landlock
+/// alone. A directory that is now a link, or gone, is left out: nothing is granted
+/// there.
+pub fn write_dirs_beneath(spec: &SandboxSpec, root: &Path) -> (SandboxSpec, Vec<OwnedFd>) {
+    let mut by_path = spec.clone();
+    let mut opened = Vec::new();
+    by_path.write_dirs.retain(|d| {
+        let Some(rel) = super::beneath_repository(root, d) else {
+            return true;
+        };
+        match kernel::mount::open_beneath(root, rel) {
+            Ok(fd) => opened.push(fd),
+            Err(e) => tracing::warn!(dir = %d.display(), error = %e, "a write directory is not reached through plain directories: not writable"),
+        }
+        false
+    });
+    (by_path, opened)
 }
 
 /// Restricts the calling thread (and its future children) to `spec`. `Off` does
@@ -93,4 +119,65 @@ pub fn enforce_with(
         mode: mode_name,
         rights,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// A write directory replaced by a link to `prompts/` is granted neither by path
+    /// nor by descriptor: written through the link before the ruleset (the link leads
+    /// there), refused after it, while the plain write directory stays writable.
+    #[test]
+    fn a_write_directory_turned_link_is_not_granted_its_target() {
+        if kernel_abi() == 0 {
+            // A run that declares Landlock (`TEST_CAPABILITIES`, as CI does) fails here.
+            let declared = std::env::var("TEST_CAPABILITIES").unwrap_or_default();
+            assert!(
+                !declared.split(',').any(|c| c == "landlock"),
+                "Landlock declared, not found"
+            );
+            eprintln!("SKIPPED: this kernel has no Landlock");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().to_path_buf();
+        for d in ["reports", "prompts"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("prompts", root.join("cards")).unwrap();
+        let spec = SandboxSpec {
+            read_dirs: vec![root.clone()],
+            write_dirs: vec![root.join("reports"), root.join("cards")],
+            ..SandboxSpec::default()
+        };
+        let (by_path, beneath) = write_dirs_beneath(&spec, &root);
+        assert!(by_path.write_dirs.is_empty(), "{:?}", by_path.write_dirs);
+        assert_eq!(beneath.len(), 1);
+        std::fs::write(root.join("cards/before"), "x").unwrap();
+        assert!(
+            root.join("prompts/before").is_file(),
+            "the link does not lead to prompts/"
+        );
+        let r = root.clone();
+        let (plain, linked) = std::thread::spawn(move || {
+            let trusted: Vec<TrustedDir<'_>> = (beneath.iter())
+                .map(|fd| TrustedDir {
+                    dir: fd.as_fd(),
+                    write: true,
+                })
+                .collect();
+            enforce_with(&by_path, LandlockMode::BestEffort, &trusted).unwrap();
+            (
+                std::fs::write(r.join("reports/after"), "x"),
+                std::fs::write(r.join("cards/after"), "x"),
+            )
+        })
+        .join()
+        .unwrap();
+        plain.unwrap();
+        assert_eq!(linked.unwrap_err().kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(!root.join("prompts/after").exists());
+    }
 }
