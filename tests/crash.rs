@@ -223,6 +223,58 @@ fn the_next_fire_resumes_an_interrupted_run_under_its_id_and_never_reruns_its_co
     assert!(paths.iter().any(|p| p.starts_with("runs/t/")), "{paths:?}");
 }
 
+/// While a person's merge (or rebase) is in progress, HEAD is not the branch the
+/// interrupted run committed to: no fire resumes or closes it then (a resume would
+/// write again, untracked, records the operation's commits may hold, which stops
+/// `git rebase --abort`), `runtime resume` says why, and the first fire after the
+/// operation resumes it under its id.
+#[test]
+fn an_interrupted_run_waits_for_a_persons_operation_to_end_before_it_is_resumed() {
+    let env = counter_env(false);
+    let out = runtime_crashing(&env, "after-tool-side-effect", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    let killed_run = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
+    let merge_head = env.root.join(".git/MERGE_HEAD");
+    std::fs::write(&merge_head, format!("{}\n", env.head_id())).unwrap();
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(
+        (code, &summary["records_kept"]),
+        (1, &Value::Bool(true)),
+        "{summary}\n{stderr}"
+    );
+    assert_ne!(summary["run_id"], killed_run.as_str(), "resumed inside the merge");
+    let killed_row = |env: &TestEnv| {
+        runs(env)
+            .into_iter()
+            .find(|r| r["run_id"] == killed_run.as_str())
+            .map(|r| r["status"].clone())
+    };
+    assert_eq!(
+        killed_row(&env),
+        Some(Value::from("running")),
+        "settled inside the merge"
+    );
+    let resumed = env
+        .command("runtime", &["resume", &killed_run, "--json"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("is not resumed now") && said.contains("a merge is in progress"),
+        "{said}"
+    );
+    std::fs::remove_file(&merge_head).unwrap();
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "completed with a card: {summary}\n{stderr}");
+    assert_eq!(
+        summary["run_id"],
+        killed_run.as_str(),
+        "the interrupted run is continued"
+    );
+    assert_eq!(killed_row(&env), Some(Value::from("completed")));
+}
+
 #[test]
 fn a_run_killed_before_its_first_checkpoint_is_closed_as_crashed_and_the_fire_starts_fresh() {
     let env = counter_env(false);

@@ -92,7 +92,7 @@ pub fn make_dirs(root: &Path, rel: &Path) -> std::io::Result<()> {
         }
     }
     let fd = open_root(root)?;
-    open_dirs(&fd, &names).map(drop).map_err(|e| {
+    open_dirs(&fd, &names, MakeDirs::Yes).map(drop).map_err(|e| {
         let linked = matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV));
         std::io::Error::new(
             e.kind(),
@@ -113,16 +113,27 @@ pub fn make_dirs(root: &Path, rel: &Path) -> std::io::Result<()> {
 /// but may not use (a tool ran `chmod 000 reports/t`: tools write `reports/` as the
 /// same user when the runtime is not root) gets its owner's `rwx` back first
 /// ([`open_dir_usable`]): no mode a tool sets stops the runtime's records.
-fn open_dirs(root: &OwnedFd, dirs: &[&str]) -> std::io::Result<OwnedFd> {
+fn open_dirs(root: &OwnedFd, dirs: &[&str], make: MakeDirs) -> std::io::Result<OwnedFd> {
     let mut cur = open_one(root, ".", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
     for d in dirs {
-        match rustix::fs::mkdirat(&cur, *d, Mode::from_raw_mode(0o755)) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-            Err(e) => return Err(e.into()),
+        if make == MakeDirs::Yes {
+            match rustix::fs::mkdirat(&cur, *d, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         cur = open_dir_usable(&cur, d)?;
     }
     Ok(cur)
+}
+
+/// Whether a write makes the missing directories on its way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MakeDirs {
+    Yes,
+    /// No: a missing one fails the write with `NotFound` (the caller makes it, as
+    /// `crate::git`'s lock protocol asks).
+    No,
 }
 
 /// Opens directory `name` under `dir` (no link followed) for reading and for creating
@@ -169,21 +180,27 @@ fn lacks_owner_rwx(fd: &OwnedFd) -> bool {
 /// `AlreadyExists` when anything is at that name, and with `ELOOP`/`EXDEV`/`ENOTDIR`
 /// when a directory on the way is a symlink or not a directory.
 pub fn create_new(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_new(root, rel, bytes, false)
+    write_new(root, rel, bytes, false, MakeDirs::Yes)
+}
+
+/// [`create_new`] or [`create_new_synced`] (`fsync`), making the missing directories
+/// on the way or not (`make`).
+pub fn create_new_with(root: &OwnedFd, rel: &Path, bytes: &[u8], fsync: bool, make: MakeDirs) -> std::io::Result<()> {
+    write_new(root, rel, bytes, fsync, make)
 }
 
 /// [`create_new`] that survives a power loss once it returns: the temporary file is
 /// fsynced before its rename and the directory after it (`durability: strict`).
 pub fn create_new_synced(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_new(root, rel, bytes, true)
+    write_new(root, rel, bytes, true, MakeDirs::Yes)
 }
 
-fn write_new(root: &OwnedFd, rel: &Path, bytes: &[u8], fsync: bool) -> std::io::Result<()> {
+fn write_new(root: &OwnedFd, rel: &Path, bytes: &[u8], fsync: bool, make: MakeDirs) -> std::io::Result<()> {
     let parts = components(rel)?;
     let (name, dirs) = parts
         .split_last()
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let dir = open_dirs(root, dirs)?;
+    let dir = open_dirs(root, dirs, make)?;
     let temp = temp_name(name, std::process::id());
     let fd = open_one(
         &dir,

@@ -729,17 +729,26 @@ pub fn create_new_synced(root: &Path, rel: &Path, bytes: &[u8], fsync: bool) -> 
         path: rel.to_path_buf(),
         source: e,
     };
-    if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-        // A directory that cannot be made here (a link on the way) is refused below,
-        // by the write, with its own error.
-        if let Err(e) = crate::git::make_dirs_under_index_lock(root, parent, RECORDS_DIR_LOCK_WAIT) {
-            tracing::debug!(dir = %parent.display(), error = %e, "records directory not made ahead");
-        }
-    }
+    let make_ahead = || {
+        let parent = rel.parent().filter(|p| !p.as_os_str().is_empty())?;
+        // A directory that cannot be made here (a link on the way) is refused by the
+        // write, with its own error.
+        crate::git::make_dirs_under_index_lock(root, parent, RECORDS_DIR_LOCK_WAIT)
+            .inspect_err(|e| tracing::debug!(dir = %parent.display(), error = %e, "records directory not made ahead"))
+            .ok()
+    };
+    use crate::beneath::MakeDirs;
     let dir = crate::beneath::open_root(root).map_err(io)?;
-    let written = match fsync {
-        true => crate::beneath::create_new_synced(&dir, rel, bytes),
-        false => crate::beneath::create_new(&dir, rel, bytes),
+    make_ahead();
+    // Written into the directories made under git's lock; one a person's checkout
+    // removed since is made again the same way, and only a third time by the write
+    // itself (a record is never lost to a moving work tree).
+    let written = match crate::beneath::create_new_with(&dir, rel, bytes, fsync, MakeDirs::No) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            make_ahead();
+            crate::beneath::create_new_with(&dir, rel, bytes, fsync, MakeDirs::Yes)
+        }
+        other => other,
     };
     written.map_err(|e| {
         if e.kind() == std::io::ErrorKind::AlreadyExists {

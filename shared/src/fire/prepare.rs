@@ -790,6 +790,10 @@ impl Preparing {
         self.recovery_cards = found.cards;
         let Some((run, mut state)) = found.resume else {
             return match explicit {
+                Some(id) if found.deferred.is_some() => Err(Stop::bare(
+                    FireEnd::Environment,
+                    format!("run `{id}` is not resumed now: {}", found.deferred.unwrap_or_default()),
+                )),
                 Some(id) => Err(Stop::bare(
                     FireEnd::InvalidInput,
                     format!("run `{id}` has no checkpoint to resume (not paused, not interrupted)"),

@@ -27,6 +27,30 @@ pub(super) struct Recovery {
     pub resume: Option<(LiveRun, LoopState)>,
     /// Cards for runs closed as `crashed`, recorded by this fire.
     pub cards: Vec<CardDraft>,
+    /// Why interrupted runs were left for a later fire: a person's operation (a
+    /// rebase, a merge) is in progress or HEAD is off a branch.
+    pub deferred: Option<String>,
+}
+
+/// Why interrupted runs wait for a later fire, if they do. Under a person's operation
+/// HEAD is not the branch the runs committed to (a rebase's detached HEAD lacks the
+/// commits it replays): a run would be taken for uncommitted, and a resume would
+/// write again, as untracked files, records the operation's own commits hold, which
+/// then stop `git rebase --abort`.
+fn deferred(repo: &git2::Repository) -> Option<String> {
+    use crate::git::Blocker;
+    let b = crate::git::commit_blocker(repo).ok()??;
+    tracing::info!(blocker = %b, "interrupted runs are left for a later fire");
+    Some(match b {
+        Blocker::Operation { what, marker, end } => format!(
+            "{what} is in progress ({}); once it is finished ({end}), the next fire or `runtime resume` continues it",
+            marker.display()
+        ),
+        Blocker::Detached { at } => format!(
+            "HEAD is detached at {at}; once a branch is checked out, the next fire or `runtime resume` continues it"
+        ),
+        other => other.to_string(),
+    })
 }
 
 /// Why an interrupted run is not resumed, if it is not.
@@ -82,6 +106,12 @@ pub(super) fn recover(
         .into_iter()
         .filter(|r| r.run_id != ctx.run_id && r.owner_gone())
         .collect();
+    if !interrupted.is_empty() {
+        out.deferred = deferred(repo);
+        if out.deferred.is_some() {
+            return out;
+        }
+    }
     let now = Utc::now();
     let newest = interrupted.last().map(|r| r.run_id.clone());
     for run in interrupted {

@@ -168,7 +168,7 @@ pub fn commit_new_files_with(
         Some(dir) => others.take_in_last_commits(dir),
         None => Vec::new(),
     };
-    others.put_back_in_work_tree(&mut pending_taken);
+    others.put_back_in_work_tree(&mut pending_taken, (name, email));
     let held_bytes: Vec<(String, Vec<u8>)> = opts.held.iter().cloned().chain(others.adopted).collect();
     let parts = CommitParts {
         blobs: &blobs,
@@ -394,15 +394,15 @@ impl<'a, A: Fn(&str) -> bool> Others<'a, A> {
     /// Puts each adopted record back in the work tree as its writer held it (written
     /// where missing, replaced where the file holds other bytes: a later fire's model
     /// may have edited an uncommitted report), so the work tree matches the commit. A
-    /// record that cannot be written (a full disk) leaves the commit, and so does the
-    /// pending set it came from: it waits for a later commit.
+    /// record that cannot be written (a full disk) leaves the commit, with every
+    /// pending set: they wait for a later commit ([`Others::wait_for_a_later_commit`]).
     ///
     /// Called with git's index lock held, and does nothing while a person's operation
     /// is in progress (the commit then refuses anyway): a person's checkout or rebase
     /// step holds that lock while it updates the work tree, and must never meet a file
     /// of ours appearing under it (`untracked working tree files would be
     /// overwritten`, a directory made between git's check and its `mkdir`).
-    fn put_back_in_work_tree(&mut self, pending_taken: &mut Vec<String>) {
+    fn put_back_in_work_tree(&mut self, pending_taken: &mut Vec<String>, identity: (&str, &str)) {
         if !matches!(commit_blocker(self.repo), Ok(None)) {
             return;
         }
@@ -424,20 +424,31 @@ impl<'a, A: Fn(&str) -> bool> Others<'a, A> {
             }
         }
         if !failed.is_empty() {
-            let sets: Vec<String> = (self.from_pending.iter())
-                .filter(|(f, _)| failed.contains(f))
-                .map(|(_, r)| r.clone())
-                .collect();
-            let left: Vec<String> = (self.from_pending.iter())
-                .filter(|(_, r)| sets.contains(r))
-                .map(|(f, _)| f.clone())
-                .chain(failed)
-                .collect();
-            self.orphans.retain(|(f, _)| !left.contains(f));
-            self.adopted.retain(|(f, _)| !left.contains(f));
-            pending_taken.retain(|r| !sets.contains(r));
+            self.wait_for_a_later_commit(&failed, pending_taken, identity);
         }
         crate::failpoint!("after-pending-restored");
+    }
+
+    /// After a put-back that failed for `failed`: every pending set waits, its ref
+    /// kept (a set that skipped a file another set adopted may hold other bytes for
+    /// it), and the failed records of dead runtimes and discarded commits, whose
+    /// bytes nothing else names now, are kept under a pending ref of their own.
+    fn wait_for_a_later_commit(&mut self, failed: &[String], pending_taken: &mut Vec<String>, identity: (&str, &str)) {
+        let from_sets: Vec<&String> = self.from_pending.iter().map(|(f, _)| f).collect();
+        let unnamed: Vec<(String, Vec<u8>)> = (self.adopted.iter())
+            .filter(|(f, _)| failed.contains(f) && !from_sets.contains(&f))
+            .cloned()
+            .collect();
+        if !unnamed.is_empty() {
+            let label = format!("put-back-{}", std::process::id());
+            if let Err(e) = crate::pending::keep(self.repo, &label, &unnamed, identity) {
+                tracing::warn!(error = %e, "records that could not be put back were not kept in git either");
+            }
+        }
+        let out = |f: &String| failed.contains(f) || from_sets.contains(&f);
+        self.orphans.retain(|(f, _)| !out(f));
+        self.adopted.retain(|(f, _)| !out(f));
+        pending_taken.clear();
     }
 
     /// Records of the last commits that an engineer's `git commit` dropped: it can

@@ -13,6 +13,7 @@
 
 use super::GitError;
 use git2::Oid;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -31,11 +32,28 @@ pub(super) fn lock_path_of(path: &Path) -> PathBuf {
 /// Creates `lock` exclusively, waiting up to `wait` while another process holds it.
 /// Returns the inode of the lock file created.
 pub(super) fn take_index_lock(lock: &Path, wait: Duration) -> Result<LockId, GitError> {
+    take_marked_lock(lock, wait, Unmarked::Allowed)
+}
+
+/// Whether a lock may be created and then written, where it cannot be created whole
+/// ([`create_lock_with`]): a kill in between leaves it empty, and only an intent
+/// record that names it lets the next runtime remove it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unmarked {
+    /// The caller's intent record names the lock.
+    Allowed,
+    /// No record names it: the lock is created whole or not taken.
+    Refused,
+}
+
+/// [`take_index_lock`], the lock holding [`HOLDER_MARK`] with this process's pid
+/// and start time.
+fn take_marked_lock(lock: &Path, wait: Duration, unmarked: Unmarked) -> Result<LockId, GitError> {
     let deadline = std::time::Instant::now() + wait;
     let pid = std::process::id();
     let mark = format!("{HOLDER_MARK} {pid} {}\n", process_start_time(pid).unwrap_or(0));
     loop {
-        match create_lock_with(lock, mark.as_bytes()) {
+        match create_lock_with(lock, mark.as_bytes(), unmarked) {
             Ok(m) => return Ok(LockId::of(&m)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 if remove_if_dead_holder(lock) {
@@ -65,11 +83,11 @@ pub(super) fn take_index_lock(lock: &Path, wait: Duration) -> Result<LockId, Git
 /// that names its holder. Where that cannot be done (a file system without
 /// `O_TMPFILE`, a sandbox that refuses the link), the lock is created, then written.
 /// Returns the lock's metadata once it holds the mark.
-fn create_lock_with(lock: &Path, mark: &[u8]) -> std::io::Result<std::fs::Metadata> {
+fn create_lock_with(lock: &Path, mark: &[u8], unmarked: Unmarked) -> std::io::Result<std::fs::Metadata> {
     use std::io::Write;
     match link_written(lock, mark) {
         Ok(m) => Ok(m),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists || unmarked == Unmarked::Refused => Err(e),
         Err(e) => {
             tracing::debug!(error = %e, "an unnamed lock file could not be linked: created, then written");
             let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(lock)?;
@@ -106,6 +124,35 @@ fn link_written(lock: &Path, mark: &[u8]) -> std::io::Result<std::fs::Metadata> 
 /// ([`make_dirs_under_index_lock`]) is judged by it.
 const HOLDER_MARK: &str = "runtime-dirs";
 
+/// An exclusive `flock` of `lock`'s directory, held while a runtime removes a lock
+/// another process left ([`remove_if_dead_holder`], [`recover_stale_locks`]): only
+/// for a `stat` and an `unlink`, so waiting for it is short. `None` when the
+/// directory cannot be opened or locked.
+fn one_remover(lock: &Path) -> Option<OwnedFd> {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    let dir = lock
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let fd = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    rustix::fs::flock(&fd, FlockOperation::LockExclusive).ok()?;
+    Some(fd)
+}
+
+/// The pid a runtime's mark in `lock` names ([`HOLDER_MARK`]), with its start time.
+fn marked_holder(lock: &Path) -> Option<(u32, Option<u64>)> {
+    if std::fs::symlink_metadata(lock).ok()?.len() > 64 {
+        return None;
+    }
+    let text = std::fs::read_to_string(lock).ok()?;
+    let mut words = text.split_whitespace();
+    if words.next() != Some(HOLDER_MARK) {
+        return None;
+    }
+    let pid = words.next()?.parse().ok()?;
+    Some((pid, words.next().and_then(|s| s.parse().ok())))
+}
+
 /// Removes `lock` when a runtime process marked it as its own ([`HOLDER_MARK`]) and
 /// that process is gone (killed while it held the lock for a `mkdir`). Git's own
 /// locks hold an index or a ref, never that mark, and are never touched.
@@ -113,23 +160,22 @@ fn remove_if_dead_holder(lock: &Path) -> bool {
     let Ok(meta) = std::fs::symlink_metadata(lock) else {
         return false;
     };
-    if !meta.is_file() || meta.len() > 64 {
+    if !meta.is_file() {
         return false;
     }
-    let Ok(text) = std::fs::read_to_string(lock) else {
+    let Some((pid, start)) = marked_holder(lock) else {
         return false;
     };
-    let mut words = text.split_whitespace();
-    if words.next() != Some(HOLDER_MARK) {
-        return false;
-    }
-    let Some(pid) = words.next().and_then(|p| p.parse().ok()) else {
-        return false;
-    };
-    let start = words.next().and_then(|s| s.parse().ok());
     if !process_is_gone(pid, start) {
         return false;
     }
+    // One remover at a time (an exclusive `flock` of the lock's directory, which git
+    // never takes): between two runtimes that both found the dead lock, the second
+    // could otherwise remove the lock someone took after the first removed it. Under
+    // it the name still holds the dead lock, as only a remover takes a lock away.
+    let Some(_one_remover) = one_remover(lock) else {
+        return false;
+    };
     let removed = remove_if_same(lock, LockId::of(&meta)).unwrap_or(false);
     if removed {
         tracing::warn!(lock = %lock.display(), pid, "a lock a killed runtime held was removed");
@@ -169,7 +215,7 @@ pub fn make_dirs_under_index_lock(root: &Path, rel: &Path, wait: Duration) -> st
     let Some(lock) = index_lock_of_work_tree(root) else {
         return crate::beneath::make_dirs(root, rel);
     };
-    let held = match take_index_lock(&lock, wait) {
+    let held = match take_marked_lock(&lock, wait, Unmarked::Refused) {
         Ok(id) => Some(id),
         Err(e) => {
             tracing::warn!(error = %e, dir = %rel.display(), "git's index lock stayed held: the records directory is made without it");
@@ -550,14 +596,20 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
             let Ok(m) = std::fs::symlink_metadata(&lock.path) else {
                 continue;
             };
+            // A lock that names a live runtime is that runtime's, whatever its age.
+            let live_holder =
+                marked_holder(&lock.path).is_some_and(|(pid, start)| pid != record.pid && !process_is_gone(pid, start));
             let ours = match lock.is(&m) {
                 Some(same) => same,
                 None => match (m.modified().ok(), written) {
-                    (Some(lm), Some(w)) => lm <= w + LOCK_GRACE,
+                    (Some(lm), Some(w)) => lm <= w + LOCK_GRACE && !live_holder,
                     _ => false,
                 },
             };
-            if ours && std::fs::remove_file(&lock.path).is_ok() {
+            let _one = ours.then(|| one_remover(&lock.path));
+            let still_ours =
+                ours && std::fs::symlink_metadata(&lock.path).is_ok_and(|now| LockId::of(&now) == LockId::of(&m));
+            if still_ours && std::fs::remove_file(&lock.path).is_ok() {
                 tracing::warn!(lock = %lock.path.display(), pid = record.pid, "removed a git lock a dead runtime left");
                 out.removed.push(lock.path.clone());
             }

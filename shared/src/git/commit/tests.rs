@@ -686,3 +686,45 @@ fn commits_only_new_allowed_files() {
     let statuses = repo.statuses(None).unwrap();
     assert!(statuses.iter().all(|s| s.path().ok() != Some("reports/t/a.md")));
 }
+
+/// A dead runtime's intent named the index lock but died before taking it; within
+/// the grace time a live runtime took the lock (its mark names it): the dead record's
+/// recovery leaves that lock alone.
+#[test]
+fn a_dead_intent_never_removes_a_lock_a_live_runtime_marked() {
+    let (dir, repo) = setup();
+    let lock = repo.path().join("index.lock");
+    let mut child = holder();
+    let (pid, start) = (child.id(), process_start_time(child.id()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    write_intent(dir.path(), pid, start, vec![IntentLock::path(&lock)]);
+    let me = std::process::id();
+    let live = format!("runtime-dirs {me} {}\n", process_start_time(me).unwrap());
+    std::fs::write(&lock, &live).unwrap();
+    let recovered = recover_stale_locks(&intent_dir(dir.path())).unwrap();
+    assert!(recovered.removed.is_empty(), "{recovered:?}");
+    assert_eq!(std::fs::read_to_string(&lock).unwrap(), live);
+}
+
+/// Kept records that cannot be put back in the work tree (a directory stands at one's
+/// path) leave the commit, and their pending set keeps its ref for a later commit;
+/// the commit's own record is committed.
+#[test]
+fn a_kept_record_that_cannot_be_put_back_waits_under_its_ref() {
+    let (dir, repo) = setup();
+    let kept = "runs/t/kept.json";
+    let reference =
+        crate::pending::keep(&repo, "r0", &[(kept.into(), b"{\"k\":1}".to_vec())], ("runtime", "r@x")).unwrap();
+    std::fs::create_dir_all(dir.path().join(kept).join("in-the-way")).unwrap();
+    commit(&repo, &opts(dir.path())).unwrap();
+    assert_committed_and_indexed(&repo, "runs/t/r1.json");
+    assert_eq!(head_blob(&repo, kept).unwrap(), None, "committed without its file");
+    assert!(repo.find_reference(&reference).is_ok(), "the pending ref was dropped");
+    // Once the way is clear, the next commit takes it in and drops the ref.
+    std::fs::remove_dir_all(dir.path().join(kept)).unwrap();
+    std::fs::write(dir.path().join("runs/t/r2.json"), "{}").unwrap();
+    commit_record(&repo, "runs/t/r2.json", &opts(dir.path())).unwrap();
+    assert_committed_and_indexed(&repo, kept);
+    assert!(repo.find_reference(&reference).is_err());
+}
