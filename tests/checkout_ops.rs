@@ -613,14 +613,7 @@ fn a_fire_reads_every_builder_file_from_the_commit_it_began_on() {
     let env = TestEnv::new();
     let began = git_ok(&env, &["rev-parse", "HEAD"]);
     let prompt_then = git_ok(&env, &["rev-parse", "HEAD:prompts/digest.md"]);
-    let child = env
-        .command("runtime", &["fire", "digest", "--json"])
-        .env("RUNTIME_FAILPOINTS", "after-settings-read:stop")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_stopped(child.id(), "after-settings-read");
+    let child = fire_held_at(&env, "after-settings-read");
     env.write("prompts/digest.md", "---\ntools: []\n---\n");
     git_ok(&env, &["commit", "-q", "-am", "a prompt with no body"]);
     assert_ne!(git_ok(&env, &["rev-parse", "HEAD"]), began);
@@ -644,9 +637,17 @@ fn a_fire_reads_every_builder_file_from_the_commit_it_began_on() {
     assert_eq!(receipt["inputs"]["prompt"], prompt_then.as_str(), "{receipt}");
 }
 
-/// Waits until process `pid` is stopped (SIGSTOP at the failpoint `point`).
-fn wait_stopped(pid: u32, point: &str) {
-    let stat = format!("/proc/{pid}/stat");
+/// A fire of `digest` held by SIGSTOP at the failpoint `point`, once it is stopped
+/// there (its output piped, for `wait_with_output` after SIGCONT).
+fn fire_held_at(env: &TestEnv, point: &str) -> std::process::Child {
+    let child = env
+        .command("runtime", &["fire", "digest", "--json"])
+        .env("RUNTIME_FAILPOINTS", format!("{point}:stop"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stat = format!("/proc/{}/stat", child.id());
     let deadline = Instant::now() + Duration::from_secs(60);
     // The state field follows the command's closing parenthesis: `T` once stopped.
     while !std::fs::read_to_string(&stat)
@@ -659,6 +660,7 @@ fn wait_stopped(pid: u32, point: &str) {
         assert!(Instant::now() < deadline, "the fire never reached {point}");
         std::thread::sleep(Duration::from_millis(5));
     }
+    child
 }
 
 /// A fire makes a missing records directory (`runs/<task>/<day>`) with git's index
@@ -677,14 +679,7 @@ fn a_records_directory_is_made_under_gits_index_lock_and_a_killed_holders_lock_g
     let checkout = |to: &str| env.git_in(&env.root, &["checkout", "-q", to]);
     // The checkout the held lock stops goes through on its own.
     assert!(checkout("other").status.success() && checkout("main").status.success());
-    let child = env
-        .command("runtime", &["fire", "digest", "--json"])
-        .env("RUNTIME_FAILPOINTS", "records-dir-locked:stop")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_stopped(child.id(), "records-dir-locked");
+    let child = fire_held_at(&env, "records-dir-locked");
     let held = std::fs::read_to_string(&lock).expect("the fire holds git's index lock");
     assert!(held.starts_with(&format!("runtime-dirs {} ", child.id())), "{held:?}");
     let refused = checkout("other");

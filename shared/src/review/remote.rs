@@ -121,7 +121,20 @@ fn failed(args: &[&str], out: &Output) -> ReviewError {
 pub fn fetch(root: &Path, remote: &str) -> Result<(), ReviewError> {
     let branches = format!("+refs/heads/*:refs/remotes/{remote}/*");
     let args = ["fetch", "--quiet", "--no-tags", remote, &branches, APPROVALS_REFSPEC];
-    let out = git(root, &args)?;
+    let mut out = git(root, &args)?;
+    // Another fetch of this clone at the same moment (an editor's background fetch,
+    // the `git` a killed builder started) moves a tracking ref between this fetch's
+    // read and its update, or holds its lock: git refuses that one update (`cannot
+    // lock ref ...`). The fetch run again goes through.
+    for wait_ms in [100, 300, 900] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !stderr.contains("cannot lock ref") {
+            break;
+        }
+        tracing::debug!(stderr = %stderr.trim(), "another git moved a ref this fetch updates: fetched again");
+        std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+        out = git(root, &args)?;
+    }
     if out.status.success() {
         return Ok(());
     }
@@ -240,4 +253,59 @@ pub const PUSH_TRIES: u32 = 8;
 pub fn remote_proposal(repo: &Repository, remote: &str, name: &str) -> Option<Oid> {
     repo.refname_to_id(&tracking_ref(remote, &format!("{PROPOSAL_PREFIX}{name}")))
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git_ok(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "a")
+            .env("GIT_AUTHOR_EMAIL", "a@x")
+            .env("GIT_COMMITTER_NAME", "a")
+            .env("GIT_COMMITTER_EMAIL", "a@x")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// A tracking ref another git holds locked when the fetch first tries (an
+    /// editor's background fetch) is updated by the fetch run again.
+    #[test]
+    fn a_fetch_that_meets_another_fetchs_ref_lock_goes_through_once_it_is_gone() {
+        let t = tempfile::tempdir().unwrap();
+        let (origin, work, clone) = (t.path().join("origin.git"), t.path().join("w"), t.path().join("c"));
+        git_ok(
+            t.path(),
+            &["init", "-q", "--bare", "-b", "main", origin.to_str().unwrap()],
+        );
+        git_ok(
+            t.path(),
+            &["clone", "-q", origin.to_str().unwrap(), work.to_str().unwrap()],
+        );
+        git_ok(&work, &["commit", "-q", "--allow-empty", "-m", "one"]);
+        git_ok(&work, &["push", "-q", "origin", "HEAD:main"]);
+        git_ok(
+            t.path(),
+            &["clone", "-q", origin.to_str().unwrap(), clone.to_str().unwrap()],
+        );
+        git_ok(&work, &["commit", "-q", "--allow-empty", "-m", "two"]);
+        git_ok(&work, &["push", "-q", "origin", "HEAD:main"]);
+        let lock = clone.join(".git/refs/remotes/origin/main.lock");
+        std::fs::write(&lock, "").unwrap();
+        let held = lock.clone();
+        let other = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            std::fs::remove_file(held).unwrap();
+        });
+        fetch(&clone, "origin").unwrap();
+        other.join().unwrap();
+        let tip = git_ok(&work, &["rev-parse", "HEAD"]);
+        assert_eq!(git_ok(&clone, &["rev-parse", "refs/remotes/origin/main"]), tip);
+    }
 }
