@@ -1,7 +1,8 @@
 //! Puts the commit the binaries are built from into their `--version`
 //! (`BUILD_COMMIT`): the workspace's HEAD, or `unknown` where there is no git or no
-//! repository (a source tarball). Rebuilt when HEAD or the branch it names moves;
-//! uncommitted changes are not tracked (that would rebuild on every `git add`).
+//! repository (a source tarball). Rebuilt when HEAD or the branch it names moves, also
+//! when the branch lived only in `packed-refs` until its commit; uncommitted changes
+//! are not tracked (that would rebuild on every `git add`).
 
 use std::path::Path;
 use std::process::Command;
@@ -40,7 +41,11 @@ fn main() {
         let mut watched = vec![git_dir.join("HEAD"), common.join("packed-refs")];
         if let Ok(head) = std::fs::read_to_string(git_dir.join("HEAD")) {
             if let Some(branch) = head.trim().strip_prefix("ref: ") {
-                watched.push(common.join(branch));
+                // A branch kept only in packed-refs gets a loose ref at its next
+                // commit: the directory it will appear in is watched until then.
+                let loose = common.join(branch);
+                let first_existing = loose.ancestors().find(|p| p.exists()).map(Path::to_path_buf);
+                watched.extend(first_existing);
             }
         }
         for path in watched.iter().filter(|p| p.exists()) {
