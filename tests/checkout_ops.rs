@@ -681,7 +681,7 @@ fn a_records_directory_is_made_under_gits_index_lock_and_a_killed_holders_lock_g
     assert!(checkout("other").status.success() && checkout("main").status.success());
     let child = fire_held_at(&env, "records-dir-locked");
     let held = std::fs::read_to_string(&lock).expect("the fire holds git's index lock");
-    assert!(held.starts_with(&format!("runtime-dirs {} ", child.id())), "{held:?}");
+    assert!(held.starts_with(&format!("runtime-lock {} ", child.id())), "{held:?}");
     let refused = checkout("other");
     assert!(!refused.status.success(), "a checkout went through the fire's lock");
     assert!(
@@ -709,7 +709,7 @@ fn a_records_directory_is_made_under_gits_index_lock_and_a_killed_holders_lock_g
         .output()
         .unwrap();
     assert_eq!(killed.status.signal(), Some(9), "{killed:?}");
-    assert!(std::fs::read_to_string(&lock).is_ok_and(|t| t.starts_with("runtime-dirs ")));
+    assert!(std::fs::read_to_string(&lock).is_ok_and(|t| t.starts_with("runtime-lock ")));
     assert!(
         !checkout("other").status.success(),
         "the killed fire's lock was not there"

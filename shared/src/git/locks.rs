@@ -122,7 +122,7 @@ fn link_written(lock: &Path, mark: &[u8]) -> std::io::Result<std::fs::Metadata> 
 /// The first word of what a runtime writes into every git index lock it takes,
 /// followed by its pid and start time: a lock taken with no intent record
 /// ([`make_dirs_under_index_lock`]) is judged by it.
-const HOLDER_MARK: &str = "runtime-dirs";
+const HOLDER_MARK: &str = "runtime-lock";
 
 /// An exclusive `flock` of `lock`'s directory, held while a runtime removes a lock
 /// another process left ([`remove_if_dead_holder`], [`recover_stale_locks`]): only

@@ -700,7 +700,7 @@ fn a_dead_intent_never_removes_a_lock_a_live_runtime_marked() {
     child.wait().unwrap();
     write_intent(dir.path(), pid, start, vec![IntentLock::path(&lock)]);
     let me = std::process::id();
-    let live = format!("runtime-dirs {me} {}\n", process_start_time(me).unwrap());
+    let live = format!("runtime-lock {me} {}\n", process_start_time(me).unwrap());
     std::fs::write(&lock, &live).unwrap();
     let recovered = recover_stale_locks(&intent_dir(dir.path())).unwrap();
     assert!(recovered.removed.is_empty(), "{recovered:?}");
