@@ -51,7 +51,10 @@ enum Unmarked {
 fn take_marked_lock(lock: &Path, wait: Duration, unmarked: Unmarked) -> Result<LockId, GitError> {
     let deadline = std::time::Instant::now() + wait;
     let pid = std::process::id();
-    let mark = format!("{HOLDER_MARK} {pid} {}\n", process_start_time(pid).unwrap_or(0));
+    // An unknown start time is written as `-`: read back, it is none, and the holder
+    // is judged by its pid alone (never taken for a reused pid).
+    let started = process_start_time(pid).map_or_else(|| "-".to_string(), |t| t.to_string());
+    let mark = format!("{HOLDER_MARK} {pid} {started}\n");
     loop {
         match create_lock_with(lock, mark.as_bytes(), unmarked) {
             Ok(m) => return Ok(LockId::of(&m)),
