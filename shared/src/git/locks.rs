@@ -106,10 +106,7 @@ fn link_written(lock: &Path, mark: &[u8]) -> std::io::Result<std::fs::Metadata> 
     use rustix::fs::{AtFlags, Mode, OFlags, CWD};
     use std::io::Write;
     use std::os::fd::AsRawFd;
-    let dir = lock
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = lock_dir(lock);
     let fd = rustix::fs::open(
         dir,
         OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
@@ -127,16 +124,20 @@ fn link_written(lock: &Path, mark: &[u8]) -> std::io::Result<std::fs::Metadata> 
 /// ([`make_dirs_under_index_lock`]) is judged by it.
 const HOLDER_MARK: &str = "runtime-lock";
 
+/// The directory `lock` is in (`.` for a bare name).
+fn lock_dir(lock: &Path) -> &Path {
+    lock.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 /// An exclusive `flock` of `lock`'s directory, held while a runtime removes a lock
 /// another process left ([`remove_if_dead_holder`], [`recover_stale_locks`]): only
 /// for a `stat` and an `unlink`, so waiting for it is short. `None` when the
 /// directory cannot be opened or locked.
 fn one_remover(lock: &Path) -> Option<OwnedFd> {
     use rustix::fs::{FlockOperation, Mode, OFlags};
-    let dir = lock
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = lock_dir(lock);
     let fd = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok()?;
     rustix::fs::flock(&fd, FlockOperation::LockExclusive).ok()?;
     Some(fd)
@@ -600,12 +601,13 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
                 continue;
             };
             // A lock that names a live runtime is that runtime's, whatever its age.
-            let live_holder =
-                marked_holder(&lock.path).is_some_and(|(pid, start)| pid != record.pid && !process_is_gone(pid, start));
+            let live_holder = || {
+                marked_holder(&lock.path).is_some_and(|(pid, start)| pid != record.pid && !process_is_gone(pid, start))
+            };
             let ours = match lock.is(&m) {
                 Some(same) => same,
                 None => match (m.modified().ok(), written) {
-                    (Some(lm), Some(w)) => lm <= w + LOCK_GRACE && !live_holder,
+                    (Some(lm), Some(w)) => lm <= w + LOCK_GRACE && !live_holder(),
                     _ => false,
                 },
             };
