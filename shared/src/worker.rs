@@ -160,7 +160,12 @@ fn enter_sandbox(
         .map_err(|e| e.to_string())
         .and_then(|_| isolate::before_landlock(config.isolation.as_ref(), config.mode, next_line))
         .and_then(|layers| {
-            let (spec, beneath) = landlock::write_dirs_beneath(&config.spec, &config.root);
+            let (spec, beneath) = match landlock::write_dirs_beneath(&config.spec, &config.root) {
+                Ok(opened) => opened,
+                // `off` enforces nothing, by path or by descriptor.
+                Err(_) if config.mode == crate::settings::LandlockMode::Off => (config.spec.clone(), Vec::new()),
+                Err(why) => return Err(why),
+            };
             let mut trusted = layers.trusted_dirs();
             trusted.extend(beneath.iter().map(|fd| landlock::TrustedDir {
                 dir: std::os::fd::AsFd::as_fd(fd),

@@ -74,12 +74,25 @@ pub fn before_landlock(
                 write_back: Some(write_back),
             })
         }
-        Err(e) if mode == LandlockMode::Required => Err(refusal(&format!("namespaces unavailable: {e}"))),
-        Err(e) => {
-            notes.push(format!("missing: namespaces ({e})"));
-            none(notes)
-        }
+        Err(e) => without_namespaces(&e, mode, notes),
     }
+}
+
+/// After the namespaces failed with `e`: refused, or under `best_effort` the worker
+/// goes on without them and says so. A link in a write directory's way is no missing
+/// layer: it refuses the worker in any mode.
+fn without_namespaces(e: &namespaces::NsError, mode: LandlockMode, mut notes: Vec<String>) -> Result<Layers, String> {
+    if e.piece == super::LINKED_WRITE_DIR {
+        return Err(e.to_string());
+    }
+    if mode == LandlockMode::Required {
+        return Err(refusal(&format!("namespaces unavailable: {e}")));
+    }
+    notes.push(format!("missing: namespaces ({e})"));
+    Ok(Layers {
+        notes,
+        write_back: None,
+    })
 }
 
 /// Installs the seccomp filter and completes the record of the worker's sandbox;
@@ -104,4 +117,36 @@ pub fn after_landlock(
         Err(e) => record.rights.push(format!("missing: seccomp ({e})")),
     }
     Ok((record, write_back))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(piece: &'static str) -> namespaces::NsError {
+        namespaces::NsError {
+            piece,
+            source: std::io::Error::other("refused"),
+        }
+    }
+
+    #[test]
+    fn a_linked_write_directory_refuses_the_worker_where_a_missing_layer_would_not() {
+        let linked = failed(super::super::LINKED_WRITE_DIR);
+        for mode in [LandlockMode::Required, LandlockMode::BestEffort] {
+            let why = without_namespaces(&linked, mode, Vec::new()).err().unwrap();
+            assert!(why.contains("symbolic link"), "{mode:?}: {why}");
+        }
+        let missing = failed("user namespaces");
+        let why = without_namespaces(&missing, LandlockMode::Required, Vec::new())
+            .err()
+            .unwrap();
+        assert!(why.contains("best_effort"), "{why}");
+        let layers = without_namespaces(&missing, LandlockMode::BestEffort, Vec::new()).unwrap();
+        assert_eq!(
+            layers.notes,
+            vec!["missing: namespaces (user namespaces: refused)".to_string()]
+        );
+        assert!(layers.write_back.is_none());
+    }
 }

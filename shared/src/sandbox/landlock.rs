@@ -30,24 +30,28 @@ pub enum SandboxError {
 /// through plain directories only ([`kernel::mount::open_beneath`]) for Landlock to
 /// grant by descriptor, and `spec` without them. Granted by path, a directory a tool
 /// of another fire replaced by a link since it was made (`reports` -> `prompts`)
-/// would make the link's target writable: with the namespaces the worker's clone of
-/// it refuses the link, but under `best_effort` the worker goes on with Landlock
-/// alone. A directory that is now a link, or gone, is left out: nothing is granted
-/// there.
-pub fn write_dirs_beneath(spec: &SandboxSpec, root: &Path) -> (SandboxSpec, Vec<OwnedFd>) {
+/// would make the link's target writable; by descriptor, a link swapped in after
+/// this opened the directory changes nothing. One that is a link now refuses the
+/// worker ([`super::LINKED_WRITE_DIR`]); one that is gone is left out (nothing is
+/// granted there).
+pub fn write_dirs_beneath(spec: &SandboxSpec, root: &Path) -> Result<(SandboxSpec, Vec<OwnedFd>), String> {
     let mut by_path = spec.clone();
+    by_path.write_dirs.clear();
     let mut opened = Vec::new();
-    by_path.write_dirs.retain(|d| {
+    for d in &spec.write_dirs {
         let Some(rel) = super::beneath_repository(root, d) else {
-            return true;
+            by_path.write_dirs.push(d.clone());
+            continue;
         };
         match kernel::mount::open_beneath(root, rel) {
             Ok(fd) => opened.push(fd),
-            Err(e) => tracing::warn!(dir = %d.display(), error = %e, "a write directory is not reached through plain directories: not writable"),
+            Err(e) if super::met_a_link(&e) => {
+                return Err(format!("{}: {}: {e}", super::LINKED_WRITE_DIR, d.display()))
+            }
+            Err(e) => tracing::warn!(dir = %d.display(), error = %e, "a write directory is gone: not writable"),
         }
-        false
-    });
-    (by_path, opened)
+    }
+    Ok((by_path, opened))
 }
 
 /// Restricts the calling thread (and its future children) to `spec`. `Off` does
@@ -152,16 +156,29 @@ mod tests {
             write_dirs: vec![root.join("reports"), root.join("cards")],
             ..SandboxSpec::default()
         };
-        let (by_path, beneath) = write_dirs_beneath(&spec, &root);
+        let refused = write_dirs_beneath(&spec, &root).unwrap_err();
+        assert!(
+            refused.starts_with(super::super::LINKED_WRITE_DIR) && refused.contains("cards"),
+            "{refused}"
+        );
+        // Opened while plain, then swapped for a link before Landlock is entered: the
+        // grant is the directory opened, never the link's target.
+        let spec = SandboxSpec {
+            write_dirs: vec![root.join("reports")],
+            ..spec
+        };
+        let (by_path, beneath) = write_dirs_beneath(&spec, &root).unwrap();
         assert!(by_path.write_dirs.is_empty(), "{:?}", by_path.write_dirs);
         assert_eq!(beneath.len(), 1);
-        std::fs::write(root.join("cards/before"), "x").unwrap();
+        std::fs::rename(root.join("reports"), root.join("reports-opened")).unwrap();
+        std::os::unix::fs::symlink("prompts", root.join("reports")).unwrap();
+        std::fs::write(root.join("reports/before"), "x").unwrap();
         assert!(
             root.join("prompts/before").is_file(),
             "the link does not lead to prompts/"
         );
         let r = root.clone();
-        let (plain, linked) = std::thread::spawn(move || {
+        let (opened, linked) = std::thread::spawn(move || {
             let trusted: Vec<TrustedDir<'_>> = (beneath.iter())
                 .map(|fd| TrustedDir {
                     dir: fd.as_fd(),
@@ -170,13 +187,13 @@ mod tests {
                 .collect();
             enforce_with(&by_path, LandlockMode::BestEffort, &trusted).unwrap();
             (
+                std::fs::write(r.join("reports-opened/after"), "x"),
                 std::fs::write(r.join("reports/after"), "x"),
-                std::fs::write(r.join("cards/after"), "x"),
             )
         })
         .join()
         .unwrap();
-        plain.unwrap();
+        opened.unwrap();
         assert_eq!(linked.unwrap_err().kind(), std::io::ErrorKind::PermissionDenied);
         assert!(!root.join("prompts/after").exists());
     }

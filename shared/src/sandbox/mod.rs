@@ -154,6 +154,21 @@ pub fn beneath_repository<'d>(root: &Path, dir: &'d Path) -> Option<&'d Path> {
     dir.strip_prefix(root).ok().filter(|rel| !rel.starts_with(".git"))
 }
 
+/// What the worker says when a write directory in the repository is reached through
+/// a link (a tool of another fire swapped one in since the runtime made it): the
+/// worker refuses in every mode but `off`, as an attack rather than a missing kernel
+/// layer (`best_effort` would otherwise go on with less of the sandbox, the one
+/// downgrade such a link could buy).
+pub const LINKED_WRITE_DIR: &str = "a write directory is reached through a symbolic link";
+
+/// Whether `e`, from opening a directory beneath the repository through plain
+/// directories only, means a link stood on the way (not a missing directory).
+pub fn met_a_link(e: &std::io::Error) -> bool {
+    [libc::ELOOP, libc::EXDEV, libc::ENOTDIR]
+        .iter()
+        .any(|c| e.raw_os_error() == Some(*c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -311,18 +311,28 @@ fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<Clones, NsEr
         read_only.push((d.clone(), step(piece, clone_tree(d, ro, userns))?));
     }
     let mut writable = Vec::new();
-    let rw = ATTR_NOSUID | ATTR_NODEV;
     for d in plan.write_dirs.iter().filter(|d| d.is_dir()) {
-        // One in the repository is reached through plain directories only: a link a
-        // tool of another fire put on the way since the runtime checked it fails the
-        // worker instead of making the link's target its write directory.
-        let tree = match super::beneath_repository(&plan.root, d) {
-            Some(rel) => clone_tree_beneath(&plan.root, rel, rw, userns),
-            None => clone_tree(d, rw, userns),
-        };
-        writable.push((d.clone(), step(piece, tree)?));
+        writable.push((d.clone(), clone_write_dir(&plan.root, d, userns, piece)?));
     }
     Ok((read_only, writable))
+}
+
+/// One write directory, cloned writable. One in the repository is reached through
+/// plain directories only: a link a tool of another fire put on the way since the
+/// runtime checked it fails the worker ([`super::LINKED_WRITE_DIR`], in every mode)
+/// instead of making the link's target its write directory.
+fn clone_write_dir(root: &Path, d: &Path, userns: Option<&OwnedFd>, piece: &'static str) -> Result<OwnedFd, NsError> {
+    let rw = ATTR_NOSUID | ATTR_NODEV;
+    let Some(rel) = super::beneath_repository(root, d) else {
+        return step(piece, clone_tree(d, rw, userns));
+    };
+    clone_tree_beneath(root, rel, rw, userns).map_err(|e| match super::met_a_link(&e) {
+        true => NsError {
+            piece: super::LINKED_WRITE_DIR,
+            source: std::io::Error::new(e.kind(), format!("{}: {e}", d.display())),
+        },
+        false => NsError { piece, source: e },
+    })
 }
 
 /// In the clone: take the ids, build the minimal root, drop every capability.
@@ -513,4 +523,27 @@ pub fn probe() -> Result<(), NsError> {
         return Err(simulated("user namespaces"));
     }
     step("user namespaces", kernel::namespaces::probe(Namespaces::ALL))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_directory_reached_through_a_link_is_named_as_such() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        std::fs::create_dir_all(root.join("prompts")).unwrap();
+        std::os::unix::fs::symlink("prompts", root.join("reports")).unwrap();
+        std::fs::create_dir_all(root.join("out")).unwrap();
+        std::os::unix::fs::symlink("../prompts", root.join("out/daily")).unwrap();
+        for linked in ["reports", "out/daily"] {
+            let e = clone_write_dir(root, &root.join(linked), None, "mount namespace").unwrap_err();
+            assert_eq!(e.piece, super::super::LINKED_WRITE_DIR, "{linked}: {e}");
+            assert!(e.to_string().contains(linked), "{e}");
+        }
+        // A directory that is gone is no link: the clone's own failure, as before.
+        let e = clone_write_dir(root, &root.join("gone"), None, "mount namespace").unwrap_err();
+        assert_eq!(e.piece, "mount namespace", "{e}");
+    }
 }
