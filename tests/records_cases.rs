@@ -165,6 +165,54 @@ fn a_nested_git_repository_a_tool_made_is_removed_after_its_call() {
     );
 }
 
+/// Under `best_effort` on a box without user namespaces the worker has no write-back
+/// (tools write the real directories) and a sweep after each writing call stands in
+/// for it: it removes a bare repository's `HEAD` (beside `objects` and `refs`, or a
+/// `commondir`) as well as every `.git`, one assembled over two calls included.
+#[test]
+fn without_namespaces_the_sweep_removes_bare_repositories_too() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(
+        &[
+            cmd("mkdir -p reports/bare/objects reports/bare/refs reports/c/objects reports/c/refs reports/e reports/late/objects && echo 'ref: refs/heads/main' > reports/bare/HEAD && echo 'ref: refs/heads/main' > reports/e/HEAD && echo ../c > reports/e/commondir && echo 'ref: refs/heads/main' > reports/late/HEAD && (cd reports/e && git rev-parse --git-common-dir) > reports/seen.txt"),
+            cmd("mkdir reports/late/refs && ls reports/bare reports/e > reports/after.txt"),
+            cmd("ls reports/late > reports/last.txt"),
+        ],
+        "# Done",
+        "",
+    );
+    env.write(
+        "settings/runtime.yaml",
+        &env.read("settings/runtime.yaml")
+            .replace("landlock: required", "landlock: best_effort"),
+    );
+    env.commit_all("best effort");
+    let (code, summary) = fire(&env, &[(shared::sandbox::SIMULATE_MISSING_ENV, "userns")]);
+    let receipt = env.receipt(&summary);
+    assert!(
+        receipt["sandbox"]["rights"].to_string().contains("missing: namespaces"),
+        "the sweep, not the write-back: {receipt}"
+    );
+    // The payload ran: git took `reports/e` for a repository borrowing `reports/c`.
+    let seen = String::from_utf8(committed(&env, "reports/seen.txt").expect("the payload did not run").1).unwrap();
+    assert!(seen.trim().ends_with("reports/c"), "{seen}");
+    // The next call found their HEADs gone, and the third the one its call completed.
+    let after = String::from_utf8(committed(&env, "reports/after.txt").unwrap().1).unwrap();
+    let last = String::from_utf8(committed(&env, "reports/last.txt").unwrap().1).unwrap();
+    assert!(after.contains("objects") && !after.contains("HEAD"), "{after}");
+    assert!(!last.contains("HEAD"), "{last}");
+    for gone in ["reports/bare/HEAD", "reports/e/HEAD", "reports/late/HEAD"] {
+        assert!(!env.root.join(gone).exists(), "{gone} is still there");
+    }
+    assert_eq!(code, 5, "{summary}");
+    let detail = nested_git_card(&env, &summary);
+    for named in ["reports/bare/HEAD", "reports/e/HEAD", "reports/late/HEAD"] {
+        assert!(detail.contains(named), "{named}: {detail}");
+    }
+}
+
 /// Past any count a walk of the real tree stops at: a `.git` beneath 25,000 empty
 /// directories (which git does not commit), and a bare repository (`HEAD`, `objects`,
 /// `refs`). The write-back looks at every entry the call changed, so neither reaches

@@ -14,6 +14,19 @@
 //! refused, as the outputs walk always did for plain `.git*` names.
 
 use gix_object::bstr::ByteSlice;
+use std::ffi::CStr;
+
+/// The entries that together make a directory a repository of its own to git
+/// ([`forms_repository`]).
+pub const REPOSITORY_ENTRIES: [&CStr; 4] = [c"HEAD", c"objects", c"refs", c"commondir"];
+
+/// Whether a directory holding the entries `present` says it holds is what git takes
+/// for a repository of its own (`is_git_directory`): a `HEAD` beside `objects` and
+/// `refs`, or beside a `commondir` file (which points git at the objects, refs and
+/// config of another directory). Removing the `HEAD` unmakes it.
+pub fn forms_repository(present: impl Fn(&CStr) -> bool) -> bool {
+    present(c"HEAD") && (present(c"commondir") || (present(c"objects") && present(c"refs")))
+}
 
 /// Code points HFS+ ignores when it compares names (git's `is_hfs_dot_generic`).
 fn hfs_ignorable(c: char) -> bool {

@@ -690,7 +690,11 @@ impl Agent<'_> {
             return Err(stop);
         }
         crate::failpoint!("after-ledger-started");
-        let since = std::time::SystemTime::now();
+        // File times come from the kernel's coarse clock, up to a tick behind this
+        // one: a `.git` made in the call's first milliseconds may carry a time before
+        // `now`. Set back past any tick (an earlier call's repository that this takes
+        // in again was removed by its own sweep, or is named again).
+        let since = std::time::SystemTime::now() - FILE_CLOCK_LAG;
         let r = self.execute(call, args).await;
         crate::failpoint!("after-tool-side-effect");
         if writes {
@@ -856,11 +860,17 @@ fn note_nested_repositories(state: &mut LoopState, lines: Vec<String>, uncounted
     );
 }
 
+/// How far behind the precise clock a file's times may be (the kernel stamps them
+/// from its coarse clock, one tick at most: 10 ms at `HZ=100`), with a margin.
+const FILE_CLOCK_LAG: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The most directory entries one sweep for nested repositories looks at.
 const SWEEP_ENTRIES: usize = 20_000;
 
-/// Every `.git` ([`crate::gitpath::is_dot_git`]) changed at or after `since` under the
-/// write roots of `root` (repo-relative paths, links never followed, at most
+/// Every `.git` ([`crate::gitpath::is_dot_git`]), and every `HEAD` that makes its
+/// directory a bare repository ([`crate::gitpath::forms_repository`]: removing it
+/// unmakes the repository, as the write-back does), changed at or after `since` under
+/// the write roots of `root` (repo-relative paths, links never followed, at most
 /// [`SWEEP_ENTRIES`] entries looked at).
 fn nested_git(root: &std::path::Path, roots: &[String], since: std::time::SystemTime) -> Vec<String> {
     use std::os::unix::fs::MetadataExt;
@@ -884,10 +894,24 @@ fn nested_git(root: &std::path::Path, roots: &[String], since: std::time::System
                 continue;
             };
             let path = format!("{dir}/{name}");
+            let changed =
+                |p: &std::path::Path| std::fs::symlink_metadata(p).is_ok_and(|m| (m.ctime(), m.ctime_nsec()) >= since);
             if crate::gitpath::is_dot_git(&name) {
-                let new =
-                    std::fs::symlink_metadata(root.join(&path)).is_ok_and(|m| (m.ctime(), m.ctime_nsec()) >= since);
-                if new {
+                if changed(&root.join(&path)) {
+                    found.push(path);
+                }
+                continue;
+            }
+            // A bare repository, whichever of its entries a call added last (one
+            // assembled over calls is judged by the call that completed it).
+            if name == "HEAD" {
+                let here = root.join(&dir);
+                let entry_of = |n: &std::ffi::CStr| n.to_str().map(|n| here.join(n));
+                let present = |n: &std::ffi::CStr| entry_of(n).is_ok_and(|p| std::fs::symlink_metadata(p).is_ok());
+                let completed_now = crate::gitpath::REPOSITORY_ENTRIES
+                    .iter()
+                    .any(|n| entry_of(n).is_ok_and(|p| changed(&p)));
+                if crate::gitpath::forms_repository(present) && completed_now {
                     found.push(path);
                 }
                 continue;
@@ -1354,6 +1378,45 @@ fn repeated(recent: &[String], n: usize, counts: impl Fn(&str) -> bool) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sweep_finds_every_repository_a_tool_made_bare_ones_too() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let make = |rel: &str| std::fs::create_dir_all(root.join(rel)).unwrap();
+        let file = |rel: &str, text: &str| std::fs::write(root.join(rel), text).unwrap();
+        make("reports/old/objects");
+        make("reports/old/refs");
+        file("reports/old/HEAD", "ref: refs/heads/main\n");
+        make("reports/assembled/objects");
+        file("reports/assembled/HEAD", "ref: refs/heads/main\n");
+        let since = std::time::SystemTime::now();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        make("reports/n/.git");
+        make("reports/bare/objects");
+        make("reports/bare/refs");
+        file("reports/bare/HEAD", "ref: refs/heads/main\n");
+        make("reports/borrow");
+        file("reports/borrow/HEAD", "ref: refs/heads/main\n");
+        file("reports/borrow/commondir", "../bare\n");
+        // Its HEAD and `objects` from an earlier call, its `refs` from this one.
+        make("reports/assembled/refs");
+        // A file named HEAD alone, or beside `refs` only, is an ordinary file.
+        make("reports/plain/refs");
+        file("reports/plain/HEAD", "a note\n");
+        let mut found = nested_git(root, &["reports".to_string()], since);
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                "reports/assembled/HEAD",
+                "reports/bare/HEAD",
+                "reports/borrow/HEAD",
+                "reports/n/.git"
+            ],
+            "the repository made before `since` is an earlier call's, already judged"
+        );
+    }
 
     #[test]
     fn the_nested_repository_card_counts_them_all_and_keeps_a_sample() {

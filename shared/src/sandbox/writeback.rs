@@ -46,6 +46,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::gitpath::{forms_repository, REPOSITORY_ENTRIES};
 use crate::tools::NestedRepository;
 
 /// The overlay's opaque-directory mark with `userxattr` (the overlay is mounted in the
@@ -390,10 +391,6 @@ fn sync_subdir(
     }
 }
 
-/// The entries that together make a directory a bare git repository
-/// ([`bare_repository`]).
-const REPOSITORY_ENTRIES: [&CStr; 4] = [c"HEAD", c"objects", c"refs", c"commondir"];
-
 /// A [`kernel::fs`] error as the errno the rest of this file speaks.
 fn io_errno(e: std::io::Error) -> Errno {
     Errno::from_io_error(&e).unwrap_or(Errno::IO)
@@ -416,11 +413,6 @@ fn bare_repository(up: BorrowedFd<'_>, low: BorrowedFd<'_>) -> bool {
         Err(Errno::NOENT) => rfs::statat(low, n, AtFlags::SYMLINK_NOFOLLOW).is_ok(),
         Err(_) => true,
     })
-}
-
-/// [`bare_repository`]'s rule over the entries `present` says a directory holds.
-fn forms_repository(present: impl Fn(&CStr) -> bool) -> bool {
-    present(c"HEAD") && (present(c"commondir") || (present(c"objects") && present(c"refs")))
 }
 
 /// After the copy, the real directory `low` alone: another writer of it (a fire of
