@@ -121,6 +121,66 @@ fn names_git_refuses_are_never_committed_and_an_fsck_checking_remote_takes_the_p
     assert!(git(&["fsck", "--no-progress"]).status.success());
 }
 
+/// A `.gitattributes` or `.gitignore` a model leaves under `reports/` is not only kept
+/// out of the commit: git reads them from the work tree, so for the person running git
+/// in the box's checkout they would set diff and merge drivers, filters and encodings
+/// on the runtime's records, or hide files. The fire removes them.
+#[test]
+fn a_models_gitattributes_and_gitignore_are_removed_from_the_work_tree() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let [write_script, run_script] = script(
+        "look",
+        "git check-attr diff merge -- reports/x.md > reports/seen.txt; git check-ignore reports/t/y >> reports/seen.txt\n",
+    );
+    let env = setup(
+        &[
+            (
+                "write_file",
+                json!({"path": "reports/.gitattributes", "content": "*.md -diff merge=ours\n"}),
+            ),
+            ("write_file", json!({"path": "reports/t/.gitignore", "content": "*\n"})),
+            cmd("echo '# x' > reports/x.md"),
+            write_script,
+            run_script,
+        ],
+        "# Done",
+        "",
+    );
+    let (code, summary) = fire(&env, &[]);
+    // The payload ran, and git in the sandbox read both files.
+    let seen = String::from_utf8(
+        committed(&env, "reports/seen.txt")
+            .unwrap_or_else(|| panic!("the payload did not run: {summary} {:?}", env.cards(&summary)))
+            .1,
+    )
+    .unwrap();
+    assert!(
+        seen.contains("reports/x.md: diff: unset")
+            && seen.contains("reports/x.md: merge: ours")
+            && seen.contains("reports/t/y"),
+        "{seen}"
+    );
+    for f in ["reports/.gitattributes", "reports/t/.gitignore"] {
+        assert!(committed(&env, f).is_none(), "{f} was committed");
+        assert!(!env.root.join(f).exists(), "{f} stays in the work tree");
+    }
+    assert!(committed(&env, "reports/x.md").is_some(), "{summary}");
+    // The person's git reads none of it.
+    let attrs = crate::races::git(&env, &["check-attr", "diff", "merge", "--", "reports/x.md"]);
+    let attrs = String::from_utf8_lossy(&attrs.stdout);
+    assert!(!attrs.contains("unset") && !attrs.contains("ours"), "{attrs}");
+    assert_eq!(code, 5, "{summary}");
+    let detail = rejected_detail(&env, &summary);
+    for f in ["reports/.gitattributes", "reports/t/.gitignore"] {
+        assert!(
+            detail.contains(f) && detail.contains("removed from the work tree"),
+            "{f}: {detail}"
+        );
+    }
+}
+
 /// The detail of the fire's card naming the nested git repositories it kept out.
 fn nested_git_card(env: &TestEnv, summary: &Value) -> String {
     let cards = env.cards(summary);

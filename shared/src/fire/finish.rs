@@ -583,6 +583,7 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
         out.rejected.push((rel, why));
     }
     out.accepted = accepted;
+    remove_git_read_files(&ctx.opts.root, &mut out.rejected, &in_head);
     tracing::debug!(
         scan_ms = t.elapsed().as_secs_f64() * 1e3,
         accepted = out.accepted.len(),
@@ -590,6 +591,34 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
         "model outputs sorted"
     );
     out
+}
+
+/// The names git reads from the work tree it checks out (on this file system, where
+/// names are compared as they are): a model's `.gitattributes` under `reports/` would
+/// set filters, encodings and merge drivers for whoever runs git in this checkout,
+/// and a `.gitignore` would hide files from them.
+const GIT_READS: [&str; 2] = [".gitattributes", ".gitignore"];
+
+/// A rejected output git would read ([`GIT_READS`]) is removed from the work tree
+/// too, when HEAD does not hold it (a committed one a model changed stays, named):
+/// rejecting it from the commit alone leaves it working on the person's git.
+fn remove_git_read_files(
+    root: &std::path::Path,
+    rejected: &mut [(String, String)],
+    in_head: &dyn Fn(&str) -> Option<git2::Oid>,
+) {
+    for (rel, why) in rejected.iter_mut() {
+        let name = rel.rsplit('/').next().unwrap_or_default();
+        if !GIT_READS.contains(&name) || in_head(rel).is_some() {
+            continue;
+        }
+        let removed = crate::beneath::open_root(root)
+            .and_then(|d| crate::beneath::remove_file(&d, std::path::Path::new(rel.as_str())));
+        match removed {
+            Ok(()) => why.push_str("; removed from the work tree, where git would read it"),
+            Err(e) => why.push_str(&format!("; not removed from the work tree ({e})")),
+        }
+    }
 }
 
 /// Creates the report at its name, `reports/<task>/<day>/<run-id>.md`. When something
