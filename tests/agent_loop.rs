@@ -28,6 +28,10 @@ struct Script {
     permissions: Permissions,
     budgets: Budgets,
     limits: Limits,
+    /// Directories (`None`) and files made once the loop's sweep window has begun,
+    /// before its first step (what a process an earlier call left running made in
+    /// between).
+    made_meanwhile: Vec<(&'static str, Option<&'static str>)>,
 }
 
 /// A call in a scripted turn.
@@ -69,6 +73,7 @@ impl Script {
             },
             budgets: Budgets::default(),
             limits: Limits::default(),
+            made_meanwhile: Vec::new(),
         }
     }
 
@@ -149,6 +154,17 @@ impl Script {
         let mut worker = WorkerClient::start(child, &config).await.unwrap();
         let (_cancel_tx, mut cancel) = tokio::sync::watch::channel(cancelled);
         let hub = shared::agent::mcp_client::McpHub::default();
+        let sweep_from = shared::agent::sweep_window_start();
+        for (path, content) in &self.made_meanwhile {
+            match content {
+                None => std::fs::create_dir_all(self.root.join(path)).unwrap(),
+                Some(text) => std::fs::write(self.root.join(path), text).unwrap(),
+            }
+        }
+        if !self.made_meanwhile.is_empty() {
+            // Older than any one call's window, with its margin for the file clock.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
         let stop = Agent {
             cfg: &cfg,
             provider: &chain,
@@ -159,6 +175,8 @@ impl Script {
             progress: &shared::progress::SILENT,
             journal: None,
             mcp: &hub,
+            sweep_from,
+            swept: None,
         }
         .run(state)
         .await;
@@ -199,6 +217,43 @@ fn assert_carded(state: &LoopState, kind: CardKind) {
 
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
+}
+
+/// A worker without a write-back: the sweep after a writing call looks back to where
+/// the last one began (here the loop's start), not to the call's own start, so a
+/// repository made between calls (by a process an earlier call left running, or
+/// during a read) is found and named; a bare one's HEAD too.
+#[test]
+fn the_sweep_finds_what_was_made_between_calls() {
+    let mut s = Script::new(
+        vec![
+            asks(vec![call("w1", "run_command", json!({"command": "true"}))], 10, 5),
+            answers("done"),
+        ],
+        &["Bash(true)"],
+        &[],
+        &[],
+    );
+    s.made_meanwhile = vec![
+        ("reports/between/.git", None),
+        ("reports/bare/objects", None),
+        ("reports/bare/refs", None),
+        ("reports/bare/HEAD", Some("ref: refs/heads/main\n")),
+    ];
+    let (stop, state) = s.fresh();
+    assert_eq!(stop, StopReason::FinalAnswer);
+    assert!(!s.path("reports/between/.git").exists());
+    assert!(!s.path("reports/bare/HEAD").exists());
+    let card = state
+        .cards
+        .iter()
+        .find(|c| c.summary.contains("nested git"))
+        .unwrap_or_else(|| panic!("no card: {:#?}", state.cards));
+    assert!(
+        card.detail.contains("reports/between/.git") && card.detail.contains("reports/bare/HEAD"),
+        "{}",
+        card.detail
+    );
 }
 
 #[test]

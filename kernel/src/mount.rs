@@ -91,12 +91,11 @@ pub fn open_beneath(root: &Path, rel: &Path) -> io::Result<OwnedFd> {
     Ok(rustix::fs::openat2(&dir, rel, flags, Mode::empty(), resolve)?)
 }
 
-/// [`clone_tree`] of the directory `rel` beneath `root`, reached as [`open_beneath`]
-/// reaches it: what is cloned is the directory that was checked, never a link's
-/// target swapped in since.
-pub fn clone_tree_beneath(root: &Path, rel: &Path, set: u64, userns: Option<&OwnedFd>) -> io::Result<OwnedFd> {
-    let dir = open_beneath(root, rel)?;
-    clone_at(&dir, Path::new(""), OpenTreeFlags::AT_EMPTY_PATH, set, userns)
+/// [`clone_tree`] of the directory `dir` is open on (one [`open_beneath`] reached):
+/// what is cloned is the directory that was checked, never a link's target swapped
+/// in since.
+pub fn clone_opened(dir: impl std::os::fd::AsFd, set: u64, userns: Option<&OwnedFd>) -> io::Result<OwnedFd> {
+    clone_at(dir, Path::new(""), OpenTreeFlags::AT_EMPTY_PATH, set, userns)
 }
 
 #[cfg(test)]

@@ -87,6 +87,15 @@ pub struct Agent<'a> {
     pub journal: Option<&'a mut Journal>,
     /// The fire's MCP servers and the tools they offer (empty without any).
     pub mcp: &'a mcp_client::McpHub,
+    /// Where the first sweep for nested repositories looks from (a worker without a
+    /// write-back, [`Agent::sweep_nested_git`]): the loop's start
+    /// ([`sweep_window_start`]).
+    pub sweep_from: std::time::SystemTime,
+    /// Where the last sweep began looking from, once one ran: each sweep looks back to
+    /// the previous one's start, so what a process a call left behind made between
+    /// calls (no PID namespace ends it there) is still found, and one more sweep runs
+    /// as the loop ends.
+    pub swept: Option<std::time::SystemTime>,
 }
 
 /// The tool definitions the model is offered, from the task's tool names.
@@ -175,6 +184,17 @@ impl Agent<'_> {
 
     /// Runs the loop until a stop reason.
     pub async fn run(&mut self, state: &mut LoopState) -> StopReason {
+        let stop = self.run_loop(state).await;
+        // Without a write-back, what a call's leftover process made after the last
+        // sweep: once more, as the loop ends.
+        if self.swept.is_some() {
+            let lines = self.sweep_nested_git().await;
+            note_nested_repositories(state, lines, 0);
+        }
+        stop
+    }
+
+    async fn run_loop(&mut self, state: &mut LoopState) -> StopReason {
         let mut tool_defs = tool_defs(&self.cfg.tools);
         tool_defs.extend(self.mcp.tool_defs());
         if let Some(stop) = self.settle_pending(state).await {
@@ -690,11 +710,6 @@ impl Agent<'_> {
             return Err(stop);
         }
         crate::failpoint!("after-ledger-started");
-        // File times come from the kernel's coarse clock, up to a tick behind this
-        // one: a `.git` made in the call's first milliseconds may carry a time before
-        // `now`. Set back past any tick (an earlier call's repository that this takes
-        // in again was removed by its own sweep, or is named again).
-        let since = std::time::SystemTime::now() - FILE_CLOCK_LAG;
         let r = self.execute(call, args).await;
         crate::failpoint!("after-tool-side-effect");
         if writes {
@@ -713,7 +728,7 @@ impl Agent<'_> {
                         .collect();
                     (lines, wb.more_repositories)
                 }
-                None => (self.sweep_nested_git(since).await, 0),
+                None => (self.sweep_nested_git().await, 0),
             };
             note_nested_repositories(state, lines, uncounted);
         }
@@ -722,11 +737,18 @@ impl Agent<'_> {
 
     /// After a call that could write, in a worker without a write-back (its writes
     /// went straight into the repository): every `.git` (a directory, or a `gitdir:`
-    /// file, in any spelling git knows) made since `since` under the write ACL is
+    /// file, in any spelling git knows) and bare repository's `HEAD` made under the
+    /// write ACL since the last sweep began (the loop's start for the first) is
     /// removed, by the worker (which may write there; the runtime may not, outside
     /// `reports/`). The lines for the card, one per repository.
-    async fn sweep_nested_git(&mut self, since: std::time::SystemTime) -> Vec<String> {
-        let found = nested_git(&self.cfg.root, &self.cfg.write_roots, since);
+    async fn sweep_nested_git(&mut self) -> Vec<String> {
+        let next = sweep_window_start();
+        let found = nested_git(
+            &self.cfg.root,
+            &self.cfg.write_roots,
+            self.swept.unwrap_or(self.sweep_from),
+        );
+        self.swept = Some(next);
         if found.is_empty() {
             return Vec::new();
         }
@@ -864,6 +886,13 @@ fn note_nested_repositories(state: &mut LoopState, lines: Vec<String>, uncounted
 /// from its coarse clock, one tick at most: 10 ms at `HZ=100`), with a margin.
 const FILE_CLOCK_LAG: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// Where a window of file change times that begins now starts: set back past the
+/// kernel's coarse file clock ([`FILE_CLOCK_LAG`]), so a `.git` made in the next
+/// milliseconds, stamped a tick behind, is inside it.
+pub fn sweep_window_start() -> std::time::SystemTime {
+    std::time::SystemTime::now() - FILE_CLOCK_LAG
+}
+
 /// The most directory entries one sweep for nested repositories looks at.
 const SWEEP_ENTRIES: usize = 20_000;
 
@@ -903,8 +932,10 @@ fn nested_git(root: &std::path::Path, roots: &[String], since: std::time::System
                 continue;
             }
             // A bare repository, whichever of its entries a call added last (one
-            // assembled over calls is judged by the call that completed it).
-            if name == "HEAD" {
+            // assembled over calls is judged by the call that completed it). A
+            // directory named `HEAD` is no repository's: it is walked like any other.
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if name == "HEAD" && !is_dir {
                 let here = root.join(&dir);
                 let entry_of = |n: &std::ffi::CStr| n.to_str().map(|n| here.join(n));
                 let present = |n: &std::ffi::CStr| entry_of(n).is_ok_and(|p| std::fs::symlink_metadata(p).is_ok());
@@ -914,9 +945,7 @@ fn nested_git(root: &std::path::Path, roots: &[String], since: std::time::System
                 if crate::gitpath::forms_repository(present) && completed_now {
                     found.push(path);
                 }
-                continue;
-            }
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            } else if is_dir {
                 stack.push(path);
             }
         }
@@ -1390,9 +1419,14 @@ mod tests {
         file("reports/old/HEAD", "ref: refs/heads/main\n");
         make("reports/assembled/objects");
         file("reports/assembled/HEAD", "ref: refs/heads/main\n");
-        let since = std::time::SystemTime::now();
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // Past the window's margin, then made at once: stamped by the kernel's coarse
+        // clock, these carry times a tick behind `now`, inside the window only for
+        // its margin.
+        std::thread::sleep(FILE_CLOCK_LAG * 2);
+        let since = sweep_window_start();
         make("reports/n/.git");
+        // A directory named HEAD is walked like any other.
+        make("reports/HEAD/x/.git");
         make("reports/bare/objects");
         make("reports/bare/refs");
         file("reports/bare/HEAD", "ref: refs/heads/main\n");
@@ -1409,6 +1443,7 @@ mod tests {
         assert_eq!(
             found,
             [
+                "reports/HEAD/x/.git",
                 "reports/assembled/HEAD",
                 "reports/bare/HEAD",
                 "reports/borrow/HEAD",

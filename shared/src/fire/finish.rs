@@ -29,6 +29,9 @@ pub(crate) struct RecordSink<'a> {
     pub limits: crate::settings::Limits,
     /// `strict`: each record is fsynced before its rename, its directory after.
     pub durability: crate::settings::Durability,
+    /// The write ACL's directories, repo-relative: where a tool may have left what git
+    /// reads from the work tree ([`super::outputs::git_read_files`]).
+    pub write_roots: Vec<String>,
 }
 
 /// Why writing the records failed, and what that makes of the fire.
@@ -583,6 +586,7 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
         out.rejected.push((rel, why));
     }
     out.accepted = accepted;
+    (out.rejected).extend(super::outputs::git_read_files(&ctx.opts.root, &sink.write_roots, since));
     remove_git_read_files(&ctx.opts.root, &mut out.rejected, &in_head);
     tracing::debug!(
         scan_ms = t.elapsed().as_secs_f64() * 1e3,
@@ -593,15 +597,10 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
     out
 }
 
-/// The names git reads from the work tree it checks out (on this file system, where
-/// names are compared as they are): a model's `.gitattributes` under `reports/` would
-/// set filters, encodings and merge drivers for whoever runs git in this checkout,
-/// and a `.gitignore` would hide files from them.
-const GIT_READS: [&str; 2] = [".gitattributes", ".gitignore"];
-
-/// A rejected output git would read ([`GIT_READS`]) is removed from the work tree
-/// too, when HEAD does not hold it (a committed one a model changed stays, named):
-/// rejecting it from the commit alone leaves it working on the person's git.
+/// A rejected output git would read ([`super::outputs::GIT_READS`]) is removed from
+/// the work tree too, when HEAD does not hold it (a committed one a model changed
+/// stays, named): rejecting it from the commit alone leaves it working on the
+/// person's git.
 fn remove_git_read_files(
     root: &std::path::Path,
     rejected: &mut [(String, String)],
@@ -609,7 +608,7 @@ fn remove_git_read_files(
 ) {
     for (rel, why) in rejected.iter_mut() {
         let name = rel.rsplit('/').next().unwrap_or_default();
-        if !GIT_READS.contains(&name) || in_head(rel).is_some() {
+        if !super::outputs::GIT_READS.contains(&name) || in_head(rel).is_some() {
             continue;
         }
         let removed = crate::beneath::open_root(root)
@@ -888,6 +887,7 @@ impl FireRun {
             repo: &self.repo,
             limits: self.config.limits,
             durability: self.config.settings.durability,
+            write_roots: crate::sandbox::acl_dirs(&self.config.settings.permissions.write),
         };
         let mut db = open_state_db(&self.ctx.opts.root);
         // A paused run's checkpoint is saved before its records are committed: a crash

@@ -18,9 +18,17 @@ use std::path::Path;
 
 /// The only directory whose new files a fire commits besides its own records.
 const OUTPUT_DIR: &str = "reports";
-/// The most directory entries one walk looks at (a model cannot make the fire's end
-/// arbitrarily slow by leaving a million files).
+/// The most directory entries one walk looks at in full (a model cannot make the
+/// fire's end arbitrarily slow by leaving a million files); past it, new entries are
+/// looked at by name for [`GIT_READS`] only.
 const MAX_ENTRIES: usize = 10_000;
+
+/// The names git reads from the work tree it checks out (on this file system, where
+/// names are compared as they are): a model's `.gitattributes` would set filters,
+/// encodings and merge drivers for whoever runs git in the box's checkout, and a
+/// `.gitignore` would hide files from them. Rejected like every `.git` name, and
+/// removed from the work tree too ([`super::finish`]).
+pub(crate) const GIT_READS: [&str; 2] = [".gitattributes", ".gitignore"];
 
 /// The sorted result.
 #[derive(Debug, Default)]
@@ -186,14 +194,15 @@ fn walk(
             continue;
         }
         *seen += 1;
+        if *seen == MAX_ENTRIES + 1 {
+            rejected.push((
+                format!("{rel}/"),
+                format!("more than {MAX_ENTRIES} new entries: the rest was looked at only for .gitattributes and .gitignore"),
+            ));
+        }
         if *seen > MAX_ENTRIES {
-            if *seen == MAX_ENTRIES + 1 {
-                rejected.push((
-                    format!("{rel}/"),
-                    format!("more than {MAX_ENTRIES} new entries: the rest was not looked at"),
-                ));
-            }
-            return;
+            past_the_cap(root, rel, &name, is_dir, since, (found, seen, rejected));
+            continue;
         }
         let Some(name) = name.to_str() else {
             rejected.push((
@@ -225,9 +234,82 @@ fn walk(
     }
 }
 
+/// An entry past [`MAX_ENTRIES`]: a new [`GIT_READS`] file is rejected (so removed),
+/// a directory walked on; nothing else is looked at.
+fn past_the_cap(
+    root: &Path,
+    rel: &str,
+    name: &std::ffi::OsStr,
+    is_dir: bool,
+    since: (i64, i64),
+    (found, seen, rejected): (&mut Vec<String>, &mut usize, &mut Vec<(String, String)>),
+) {
+    let Some(name) = name.to_str() else {
+        return;
+    };
+    let path = format!("{rel}/{name}");
+    if is_dir {
+        walk(root, &path, since, found, seen, rejected);
+    } else if GIT_READS.contains(&name)
+        && std::fs::symlink_metadata(root.join(&path)).is_ok_and(|m| changed_since(&m, since))
+    {
+        if let Some(Skip::Refused(shown, why)) = skip(name, &path) {
+            rejected.push((shown, why));
+        }
+    }
+}
+
+/// The new [`GIT_READS`] files under the write directories `roots` other than
+/// `reports/` (which [`collect`] walks), rejected with why: no output is committed
+/// from them, but git reads these there all the same.
+pub(crate) fn git_read_files(root: &Path, roots: &[String], since: (i64, i64)) -> Vec<(String, String)> {
+    let mut rejected = Vec::new();
+    for r in roots.iter().filter(|r| {
+        Path::new(r.as_str()).components().next() != Some(std::path::Component::Normal(OUTPUT_DIR.as_ref()))
+    }) {
+        let (mut found, mut seen, mut refused) = (Vec::new(), 0usize, Vec::new());
+        walk(root, r, since, &mut found, &mut seen, &mut refused);
+        rejected.extend(
+            refused
+                .into_iter()
+                .filter(|(p, _)| GIT_READS.contains(&p.rsplit('/').next().unwrap_or_default())),
+        );
+    }
+    rejected
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn git_read_files_are_found_past_the_cap_and_in_every_write_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::create_dir_all(p.join("reports/big")).unwrap();
+        for i in 0..3 * MAX_ENTRIES {
+            std::fs::write(p.join(format!("reports/big/{i}")), "").unwrap();
+        }
+        // Ten directories among 30,000 files: past the cap, whatever order the
+        // directory is read in, unless all ten come in its first third.
+        for i in 0..10 {
+            std::fs::create_dir_all(p.join(format!("reports/big/d{i}"))).unwrap();
+            std::fs::write(p.join(format!("reports/big/d{i}/.gitignore")), "*\n").unwrap();
+        }
+        let out = collect(p, (0, 0), &[], &|_| None, &limits());
+        let rejected: Vec<&str> = out.rejected.iter().map(|(r, _)| r.as_str()).collect();
+        for i in 0..10 {
+            let f = format!("reports/big/d{i}/.gitignore");
+            assert!(rejected.contains(&f.as_str()), "{f} not found");
+        }
+        assert!(rejected.contains(&"reports/big/"), "the cap is named");
+        std::fs::create_dir_all(p.join("out/x")).unwrap();
+        std::fs::write(p.join("out/x/.gitattributes"), "* -diff\n").unwrap();
+        std::fs::write(p.join("out/y.txt"), "x").unwrap();
+        let others = git_read_files(p, &["reports".into(), "out".into()], (0, 0));
+        let others: Vec<&str> = others.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(others, ["out/x/.gitattributes"]);
+    }
 
     fn limits() -> Limits {
         Limits {

@@ -195,6 +195,8 @@ fn refusal_sink<'r>(
         repo,
         limits: settings.map(|s| s.limits).unwrap_or_default(),
         durability: settings.map(|s| s.durability).unwrap_or_default(),
+        // A refused fire ran no tool.
+        write_roots: Vec::new(),
     }
 }
 

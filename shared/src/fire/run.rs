@@ -134,6 +134,8 @@ impl FireRun {
             progress: &*self.ctx.opts.progress,
             journal: self.journal.as_mut(),
             mcp: &mcp,
+            sweep_from: crate::agent::sweep_window_start(),
+            swept: None,
         }
         .run(&mut self.state)
         .await;

@@ -79,10 +79,10 @@ pub fn before_landlock(
 }
 
 /// After the namespaces failed with `e`: refused, or under `best_effort` the worker
-/// goes on without them and says so. A link in a write directory's way is no missing
-/// layer: it refuses the worker in any mode.
+/// goes on without them and says so. A write directory not reached through plain
+/// directories is no missing layer: it refuses the worker in any mode.
 fn without_namespaces(e: &namespaces::NsError, mode: LandlockMode, mut notes: Vec<String>) -> Result<Layers, String> {
-    if e.piece == super::LINKED_WRITE_DIR {
+    if e.piece == super::UNREACHABLE_WRITE_DIR {
         return Err(e.to_string());
     }
     if mode == LandlockMode::Required {
@@ -132,10 +132,10 @@ mod tests {
 
     #[test]
     fn a_linked_write_directory_refuses_the_worker_where_a_missing_layer_would_not() {
-        let linked = failed(super::super::LINKED_WRITE_DIR);
+        let linked = failed(super::super::UNREACHABLE_WRITE_DIR);
         for mode in [LandlockMode::Required, LandlockMode::BestEffort] {
             let why = without_namespaces(&linked, mode, Vec::new()).err().unwrap();
-            assert!(why.contains("symbolic link"), "{mode:?}: {why}");
+            assert!(why.contains("plain directories"), "{mode:?}: {why}");
         }
         let missing = failed("user namespaces");
         let why = without_namespaces(&missing, LandlockMode::Required, Vec::new())

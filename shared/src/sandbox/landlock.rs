@@ -31,9 +31,9 @@ pub enum SandboxError {
 /// grant by descriptor, and `spec` without them. Granted by path, a directory a tool
 /// of another fire replaced by a link since it was made (`reports` -> `prompts`)
 /// would make the link's target writable; by descriptor, a link swapped in after
-/// this opened the directory changes nothing. One that is a link now refuses the
-/// worker ([`super::LINKED_WRITE_DIR`]); one that is gone is left out (nothing is
-/// granted there).
+/// this opened the directory changes nothing. One not reached through plain
+/// directories now refuses the worker ([`super::UNREACHABLE_WRITE_DIR`]); one that is
+/// gone is left out (nothing is granted there).
 pub fn write_dirs_beneath(spec: &SandboxSpec, root: &Path) -> Result<(SandboxSpec, Vec<OwnedFd>), String> {
     let mut by_path = spec.clone();
     by_path.write_dirs.clear();
@@ -43,12 +43,10 @@ pub fn write_dirs_beneath(spec: &SandboxSpec, root: &Path) -> Result<(SandboxSpe
             by_path.write_dirs.push(d.clone());
             continue;
         };
-        match kernel::mount::open_beneath(root, rel) {
-            Ok(fd) => opened.push(fd),
-            Err(e) if super::met_a_link(&e) => {
-                return Err(format!("{}: {}: {e}", super::LINKED_WRITE_DIR, d.display()))
-            }
-            Err(e) => tracing::warn!(dir = %d.display(), error = %e, "a write directory is gone: not writable"),
+        match super::open_write_dir(root, rel) {
+            Ok(Some(fd)) => opened.push(fd),
+            Ok(None) => tracing::warn!(dir = %d.display(), "a write directory is gone: not writable"),
+            Err(e) => return Err(e.to_string()),
         }
     }
     Ok((by_path, opened))
@@ -158,7 +156,7 @@ mod tests {
         };
         let refused = write_dirs_beneath(&spec, &root).unwrap_err();
         assert!(
-            refused.starts_with(super::super::LINKED_WRITE_DIR) && refused.contains("cards"),
+            refused.starts_with(super::super::UNREACHABLE_WRITE_DIR) && refused.contains("cards"),
             "{refused}"
         );
         // Opened while plain, then swapped for a link before Landlock is entered: the

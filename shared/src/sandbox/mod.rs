@@ -154,19 +154,26 @@ pub fn beneath_repository<'d>(root: &Path, dir: &'d Path) -> Option<&'d Path> {
     dir.strip_prefix(root).ok().filter(|rel| !rel.starts_with(".git"))
 }
 
-/// What the worker says when a write directory in the repository is reached through
-/// a link (a tool of another fire swapped one in since the runtime made it): the
-/// worker refuses in every mode but `off`, as an attack rather than a missing kernel
-/// layer (`best_effort` would otherwise go on with less of the sandbox, the one
-/// downgrade such a link could buy).
-pub const LINKED_WRITE_DIR: &str = "a write directory is reached through a symbolic link";
+/// What the worker says when a write directory in the repository cannot be opened
+/// through plain directories (a tool of another fire swapped a link in since the
+/// runtime made it, or made a directory on the way unreadable): it refuses in every
+/// mode but `off`, as an attack rather than a missing kernel layer (`best_effort`
+/// would otherwise go on with less of the sandbox, the one downgrade such a link
+/// could buy). A directory that is gone is only left out.
+pub const UNREACHABLE_WRITE_DIR: &str = "a write directory is not reached through plain directories";
 
-/// Whether `e`, from opening a directory beneath the repository through plain
-/// directories only, means a link stood on the way (not a missing directory).
-pub fn met_a_link(e: &std::io::Error) -> bool {
-    [libc::ELOOP, libc::EXDEV, libc::ENOTDIR]
-        .iter()
-        .any(|c| e.raw_os_error() == Some(*c))
+/// A write directory in the repository, opened through plain directories only
+/// ([`kernel::mount::open_beneath`]): `None` when it is gone, the refusal
+/// ([`UNREACHABLE_WRITE_DIR`], naming it) for anything else on the way.
+pub fn open_write_dir(root: &Path, rel: &Path) -> Result<Option<std::os::fd::OwnedFd>, std::io::Error> {
+    match kernel::mount::open_beneath(root, rel) {
+        Ok(dir) => Ok(Some(dir)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("{UNREACHABLE_WRITE_DIR}: {}: {e}", root.join(rel).display()),
+        )),
+    }
 }
 
 #[cfg(test)]

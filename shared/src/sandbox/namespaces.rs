@@ -32,7 +32,7 @@ use super::mask_walk::{self, Mask};
 use super::rootfs::{self, Sources, Tree};
 use super::writeback::WriteBack;
 use super::SandboxSpec;
-use kernel::mount::{clone_tree, clone_tree_beneath, ATTR_NODEV, ATTR_NOSUID, ATTR_RDONLY};
+use kernel::mount::{clone_opened, clone_tree, ATTR_NODEV, ATTR_NOSUID, ATTR_RDONLY};
 use kernel::process::{Cloned, Namespaces, Pid};
 use rustix::mount::{mount, mount_bind, mount_change, MountFlags, MountPropagationFlags};
 use serde::{Deserialize, Serialize};
@@ -312,27 +312,36 @@ fn clones(plan: &NamespacePlan, userns: Option<&OwnedFd>) -> Result<Clones, NsEr
     }
     let mut writable = Vec::new();
     for d in plan.write_dirs.iter().filter(|d| d.is_dir()) {
-        writable.push((d.clone(), clone_write_dir(&plan.root, d, userns, piece)?));
+        if let Some(tree) = clone_write_dir(&plan.root, d, userns, piece)? {
+            writable.push((d.clone(), tree));
+        }
     }
     Ok((read_only, writable))
 }
 
-/// One write directory, cloned writable. One in the repository is reached through
-/// plain directories only: a link a tool of another fire put on the way since the
-/// runtime checked it fails the worker ([`super::LINKED_WRITE_DIR`], in every mode)
-/// instead of making the link's target its write directory.
-fn clone_write_dir(root: &Path, d: &Path, userns: Option<&OwnedFd>, piece: &'static str) -> Result<OwnedFd, NsError> {
+/// One write directory, cloned writable; `None` when it is gone. One in the
+/// repository is reached through plain directories only: a link a tool of another
+/// fire put on the way since the runtime checked it, or a directory on the way made
+/// unreadable, fails the worker ([`super::UNREACHABLE_WRITE_DIR`], in every mode)
+/// instead of making the link's target its write directory. Only the clone itself
+/// failing is a missing layer (`piece`).
+fn clone_write_dir(
+    root: &Path,
+    d: &Path,
+    userns: Option<&OwnedFd>,
+    piece: &'static str,
+) -> Result<Option<OwnedFd>, NsError> {
     let rw = ATTR_NOSUID | ATTR_NODEV;
     let Some(rel) = super::beneath_repository(root, d) else {
-        return step(piece, clone_tree(d, rw, userns));
+        return step(piece, clone_tree(d, rw, userns)).map(Some);
     };
-    clone_tree_beneath(root, rel, rw, userns).map_err(|e| match super::met_a_link(&e) {
-        true => NsError {
-            piece: super::LINKED_WRITE_DIR,
-            source: std::io::Error::new(e.kind(), format!("{}: {e}", d.display())),
-        },
-        false => NsError { piece, source: e },
-    })
+    let opened = super::open_write_dir(root, rel).map_err(|source| NsError {
+        piece: super::UNREACHABLE_WRITE_DIR,
+        source,
+    })?;
+    opened
+        .map(|dir| step(piece, clone_opened(&dir, rw, userns)))
+        .transpose()
 }
 
 /// In the clone: take the ids, build the minimal root, drop every capability.
@@ -537,13 +546,15 @@ mod tests {
         std::os::unix::fs::symlink("prompts", root.join("reports")).unwrap();
         std::fs::create_dir_all(root.join("out")).unwrap();
         std::os::unix::fs::symlink("../prompts", root.join("out/daily")).unwrap();
-        for linked in ["reports", "out/daily"] {
+        std::fs::write(root.join("out/file"), "x").unwrap();
+        for linked in ["reports", "out/daily", "out/file/x"] {
             let e = clone_write_dir(root, &root.join(linked), None, "mount namespace").unwrap_err();
-            assert_eq!(e.piece, super::super::LINKED_WRITE_DIR, "{linked}: {e}");
+            assert_eq!(e.piece, super::super::UNREACHABLE_WRITE_DIR, "{linked}: {e}");
             assert!(e.to_string().contains(linked), "{e}");
         }
-        // A directory that is gone is no link: the clone's own failure, as before.
-        let e = clone_write_dir(root, &root.join("gone"), None, "mount namespace").unwrap_err();
-        assert_eq!(e.piece, "mount namespace", "{e}");
+        // A directory that is gone is left out: nothing to write there.
+        assert!(clone_write_dir(root, &root.join("gone"), None, "mount namespace")
+            .unwrap()
+            .is_none());
     }
 }
