@@ -247,6 +247,23 @@ fn exit_code_table() {
     ));
     let quiet = busy.runtime(&["fire", "digest"]);
     assert_eq!(quiet.status.code(), Some(3));
+    // A lock held only for a moment (a process a killed fire had just forked) is
+    // waited for, not skipped on.
+    let lock = busy.root.join(".runtime/locks/digest.lock");
+    drop(_held);
+    let moment = flock(&lock);
+    let released = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        drop(moment);
+    });
+    let fired = busy.runtime(&["fire", "digest"]);
+    released.join().unwrap();
+    assert_eq!(
+        fired.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&fired.stderr)
+    );
     assert!(
         quiet.stderr.is_empty(),
         "a skip prints nothing unless -v: {}",

@@ -260,6 +260,26 @@ fn builder_tree(repo: &git2::Repository) -> String {
         .unwrap_or_default()
 }
 
+/// How long a fire waits for its task's lock before it skips. A process a fire had
+/// just started (forked, not yet `exec`ed) holds a copy of its descriptors, the lock's
+/// among them, for a moment after that fire was killed: a fire right after the kill
+/// would otherwise skip on a lock no fire holds (seen in the crash suite on a loaded
+/// machine). A fire that is really running holds it far longer.
+const TASK_LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The task's lock, waiting at most [`TASK_LOCK_GRACE`]; `None` when another fire
+/// still holds it then.
+fn take_task_lock(path: &std::path::Path) -> std::io::Result<Option<state::LockFile>> {
+    let start = std::time::Instant::now();
+    loop {
+        match state::take_lock(path, LockWait::NoWait)? {
+            Some(lock) => return Ok(Some(lock)),
+            None if start.elapsed() < TASK_LOCK_GRACE => std::thread::sleep(std::time::Duration::from_millis(10)),
+            None => return Ok(None),
+        }
+    }
+}
+
 /// Steps 1-4: repository, lock, dirty check, load and validate, prefetch.
 pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
     let ctx = FireContext::new(opts);
@@ -267,7 +287,7 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
         Ok(repo) => repo,
         Err(summary) => return Err(EarlyEnd::Unrecorded(summary)),
     };
-    let lock = match state::take_lock(&state::task_lock_path(&ctx.opts.root, &ctx.opts.task), LockWait::NoWait) {
+    let lock = match take_task_lock(&state::task_lock_path(&ctx.opts.root, &ctx.opts.task)) {
         Ok(Some(lock)) => lock,
         Ok(None) => return Err(EarlyEnd::Unrecorded(Box::new(skipped(&ctx)))),
         Err(e) => {
