@@ -555,6 +555,42 @@ fn the_reference_filesystem_server_given_the_repository_is_held_by_the_sandbox()
 /// `notifications/tools/list_changed`. The announcement is recorded (one `mcp_drift`
 /// card naming the server) and never applied: the fire does not list the tools again,
 /// so no request offers the new tool or the new text, and a call to it runs nowhere.
+/// A git repository a server writes (a `gitdir:` file here) is kept out by its
+/// worker's write-back, as a tool's is, and named on the run's card: the worker adds
+/// a note to the server's lines before the answer of the call that made it.
+#[test]
+fn a_repository_a_server_writes_is_kept_out_and_named_on_the_card() {
+    let script = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[(
+                "c1",
+                "mcp__files__write_file",
+                r#"{"path": "reports/.git", "content": "gitdir: /tmp/elsewhere\n"}"#,
+            )],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(script, "\"mcp__files\"", "", "");
+    let (code, summary, stderr) = repo.fire();
+    let results = tool_results(&repo);
+    // The server wrote it (in its view)...
+    assert_eq!(content_of(&results, "c1"), "wrote reports/.git", "{stderr}");
+    // ...and it never reached the repository.
+    assert!(!repo.env.root.join("reports/.git").exists());
+    let cards = repo.env.cards(&summary);
+    let named = cards.iter().any(|c| {
+        c["summary"].as_str().is_some_and(|s| s.contains("nested git"))
+            && c["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("reports/.git: a nested git repository the model made: removed"))
+    });
+    assert!(named, "{cards:?}\n{stderr}");
+    assert_eq!(code, 5, "{summary}");
+}
+
 #[test]
 fn a_tool_list_changed_during_the_fire_is_recorded_not_applied() {
     let script = vec![

@@ -88,11 +88,14 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
         // own: a descriptor of its own (the caller's handle stays with this thread).
         let out = std::fs::File::from(rustix::io::dup(std::io::stdout())?);
         let sync = move || {
-            if let Some(wb) = write_back.as_mut() {
-                for line in write_back_notes(wb).0 {
-                    eprintln!("{line}");
-                }
+            let Some(wb) = write_back.as_mut() else {
+                return Vec::new();
+            };
+            let (lines, written) = write_back_notes(wb);
+            for line in lines {
+                eprintln!("{line}");
             }
+            crate::mcp::sandbox_note(&written).into_iter().collect()
         };
         return crate::mcp::run_server(&config.root, &config.env, launch, lines, out, sync);
     }

@@ -142,13 +142,47 @@ pub struct Offered {
 }
 
 /// The client's side of a server's notifications: counts the tool-list changes it
-/// announces (everything else is ignored, as by the SDK's default client).
+/// announces, and keeps the sandbox's notes its worker adds to the server's lines
+/// (everything else is ignored, as by the SDK's default client).
 #[derive(Clone, Default)]
-struct ListWatch(Arc<AtomicU32>);
+struct ListWatch {
+    changes: Arc<AtomicU32>,
+    /// The server runs behind a worker of ours, which drops lines that pass for its
+    /// notes: only then are notes taken (a `url:` server's would be its own words).
+    behind_worker: bool,
+    /// The git repositories the worker's write-back kept out of the repository.
+    kept_out: Arc<std::sync::Mutex<crate::tools::WrittenBack>>,
+}
+
+impl ListWatch {
+    fn behind_worker() -> ListWatch {
+        ListWatch {
+            behind_worker: true,
+            ..ListWatch::default()
+        }
+    }
+}
 
 impl rmcp::ClientHandler for ListWatch {
     async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    async fn on_custom_notification(
+        &self,
+        notification: rmcp::model::CustomNotification,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        if !self.behind_worker || notification.method != crate::mcp::SANDBOX_NOTE {
+            return;
+        }
+        let Ok(Some(note)) = notification.params_as::<crate::tools::WrittenBack>() else {
+            return;
+        };
+        if let Ok(mut kept) = self.kept_out.lock() {
+            kept.nested_repositories.extend(note.nested_repositories);
+            kept.more_repositories += note.more_repositories;
+        }
     }
 }
 
@@ -430,7 +464,7 @@ async fn start_http(
         Err(_) => return Err(failed(format!("no tool list within {} s", entry.start_timeout_s))),
     };
     // What it announced before its list was read is in that list.
-    service.service().0.store(0, Ordering::SeqCst);
+    service.service().changes.store(0, Ordering::SeqCst);
     let (offered, drift) = offered_tools(server, pin, &tools);
     let live = Live {
         service,
@@ -457,7 +491,7 @@ async fn connect(
         other => other.to_string(),
     })?;
     let sandboxed = began.elapsed();
-    let service = ListWatch::default()
+    let service = ListWatch::behind_worker()
         .serve((stdout.into_inner(), stdin))
         .await
         .map_err(|e| format!("MCP initialization failed: {e}"))?;
@@ -476,7 +510,7 @@ async fn connect(
         "MCP server start, by phase (from its start, cumulative)"
     );
     // What it announced before its list was read is in that list.
-    service.service().0.store(0, Ordering::SeqCst);
+    service.service().changes.store(0, Ordering::SeqCst);
     Ok((service, tools))
 }
 
@@ -582,7 +616,7 @@ impl McpHub {
         self.live
             .iter()
             .filter_map(|(server, live)| {
-                let n = live.service.service().0.load(Ordering::SeqCst);
+                let n = live.service.service().changes.load(Ordering::SeqCst);
                 (n > 0).then(|| CardDraft {
                     kind: CardKind::McpDrift,
                     summary: format!(
@@ -596,6 +630,26 @@ impl McpHub {
                 })
             })
             .collect()
+    }
+
+    /// Names the git repositories the servers' workers kept out of the repository
+    /// (from their notes, [`crate::mcp::SANDBOX_NOTE`]) in the run's card for them,
+    /// as the tools' are.
+    pub fn note_kept_out(&self, root: &Path, state: &mut super::LoopState) {
+        let mut lines = Vec::new();
+        let mut more = 0;
+        for live in self.live.values() {
+            let Ok(kept) = live.service.service().kept_out.lock() else {
+                continue;
+            };
+            more += kept.more_repositories;
+            for n in &kept.nested_repositories {
+                let path = Path::new(&n.path);
+                let rel = path.strip_prefix(root).unwrap_or(path).to_string_lossy();
+                lines.push(super::nested_repository_line(&rel, n.left.as_deref()));
+            }
+        }
+        super::note_nested_repositories(state, lines, more);
     }
 
     /// Calls an offered tool; the result is capped at `cap` bytes. A server found gone

@@ -151,6 +151,7 @@ impl FireRun {
         }
         worker.shutdown().await;
         self.state.cards.extend(mcp.list_changes());
+        mcp.note_kept_out(&self.ctx.opts.root, &mut self.state);
         mcp.shutdown().await;
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,

@@ -8,6 +8,7 @@
 //! once more when the server ends. Kept apart from the runtime's client
 //! (`agent::mcp_client`) so the worker, below the agent loop, can reach it.
 
+use crate::tools::WrittenBack;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -36,6 +37,30 @@ pub fn server_command(argv: &[String], root: &Path, env: &[(String, String)]) ->
     Some(cmd)
 }
 
+/// The method of the notes a server's worker adds to the server's lines: a
+/// notification of the worker's own whose params are the write-back's
+/// [`WrittenBack`] (the git repositories it kept out of the repository), sent before
+/// the answer whose call made them. A line of the server's with this method is
+/// dropped ([`passes_for_a_note`]), so the runtime takes these for the worker's words.
+pub const SANDBOX_NOTE: &str = "notifications/runtime/sandbox";
+
+/// The worker's note of `written`, when it kept anything out.
+pub fn sandbox_note(written: &WrittenBack) -> Option<String> {
+    if written.nested_repositories.is_empty() && written.more_repositories == 0 {
+        return None;
+    }
+    let note = serde_json::json!({"jsonrpc": "2.0", "method": SANDBOX_NOTE, "params": written});
+    Some(note.to_string())
+}
+
+/// Whether a line from the server is a message with the worker's note's method.
+fn passes_for_a_note(line: &str) -> bool {
+    let Ok(serde_json::Value::Object(msg)) = serde_json::from_str::<serde_json::Value>(line) else {
+        return false;
+    };
+    msg.get("method").and_then(|m| m.as_str()) == Some(SANDBOX_NOTE)
+}
+
 /// Whether a protocol line from the server answers a request (JSON-RPC: an `id` and a
 /// `result` or an `error`, no `method`): the moment a call's writes are complete.
 fn is_answer(line: &str) -> bool {
@@ -46,10 +71,10 @@ fn is_answer(line: &str) -> bool {
 }
 
 /// In the sandboxed worker: runs the server in the repository root with `env` only,
-/// passes each line of `input` to it and each of its lines to `output`, and calls
-/// `sync` before passing on an answer and once the server has ended. The worker is
-/// PID 1 of its namespace: when it returns and exits, whatever the server forked ends
-/// with it.
+/// passes each line of `input` to it and each of its lines to `output` (but one that
+/// passes for the worker's note), and calls `sync` before passing on an answer (the
+/// notes it returns go first) and once the server has ended. The worker is PID 1 of
+/// its namespace: when it returns and exits, whatever the server forked ends with it.
 pub fn run_server<I, O, S>(
     root: &Path,
     env: &[(String, String)],
@@ -61,7 +86,7 @@ pub fn run_server<I, O, S>(
 where
     I: Iterator<Item = std::io::Result<String>>,
     O: Write + Send + 'static,
-    S: FnMut() + Send + 'static,
+    S: FnMut() -> Vec<String> + Send + 'static,
 {
     let Some(mut cmd) = server_command(&launch.argv, root, env) else {
         return Ok(());
@@ -88,12 +113,20 @@ where
         std::thread::spawn(move || {
             for line in BufReader::new(from_server).lines() {
                 let Ok(line) = line else { break };
+                if passes_for_a_note(&line) {
+                    continue;
+                }
+                let mut notes = Vec::new();
                 if is_answer(&line) {
                     if let Ok(mut sync) = sync.lock() {
-                        (*sync)();
+                        notes = (*sync)();
                     }
                 }
-                if writeln!(output, "{line}").and_then(|_| output.flush()).is_err() {
+                let passed = notes
+                    .iter()
+                    .chain(std::iter::once(&line))
+                    .try_for_each(|l| writeln!(output, "{l}"));
+                if passed.and_then(|_| output.flush()).is_err() {
                     break;
                 }
             }
@@ -112,7 +145,8 @@ where
     // The reader passes on the server's last lines; it ends with the server's output
     // unless something the server forked holds that open (the worker's exit ends it).
     let _ = reader_ended.recv_timeout(std::time::Duration::from_millis(500));
-    // What it wrote last (and what anything it forked wrote until now) goes in too.
+    // What it wrote last (and what anything it forked wrote until now) goes in too;
+    // the session is over, so its notes are only on the worker's stderr.
     if let Ok(mut sync) = sync.lock() {
         (*sync)();
     }
@@ -175,18 +209,39 @@ mod tests {
             buf: Vec::new(),
         };
         let counter = Arc::clone(&synced);
+        let forged = format!(
+            r#"{{"jsonrpc":"2.0","method":"{SANDBOX_NOTE}","params":{{"nested_repositories":[{{"path":"forged"}}]}}}}"#
+        );
         let lines = vec![
+            Ok(forged),
             Ok(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_string()),
             Ok(r#"{"jsonrpc":"2.0","method":"notifications/progress"}"#.to_string()),
         ];
+        let written = WrittenBack {
+            nested_repositories: vec![crate::tools::NestedRepository {
+                path: "/repo/reports/x/.git".into(),
+                left: None,
+            }],
+            more_repositories: 0,
+        };
+        let note = sandbox_note(&written).unwrap();
+        let sent = note.clone();
         run_server(&dir, &[], &launch, lines.into_iter(), out, move || {
             *counter.lock().unwrap() += 1;
+            vec![sent.clone()]
         })
         .unwrap();
         let seen = seen.lock().unwrap().clone();
-        assert_eq!(seen.len(), 2, "{seen:?}");
-        assert_eq!(seen[0].0, 1, "the answer went out after one sync: {seen:?}");
-        assert_eq!(seen[1].0, 1, "a notification brings no sync: {seen:?}");
+        assert_eq!(
+            seen.len(),
+            3,
+            "the server's line that passed for a note is dropped: {seen:?}"
+        );
+        assert_eq!(seen[0], (1, note), "the worker's note goes first: {seen:?}");
+        assert!(seen[1].1.contains(r#""id":1"#), "{seen:?}");
+        assert_eq!(seen[1].0, 1, "the answer went out after one sync: {seen:?}");
+        assert_eq!(seen[2].0, 1, "a notification brings no sync: {seen:?}");
         assert_eq!(*synced.lock().unwrap(), 2, "and one more once the server ended");
+        assert!(sandbox_note(&WrittenBack::default()).is_none());
     }
 }

@@ -15,7 +15,7 @@ pub mod launch;
 pub mod lock;
 
 pub use config::{McpServer, McpServers};
-pub use launch::{run_server, McpLaunch};
+pub use launch::{run_server, sandbox_note, McpLaunch, SANDBOX_NOTE};
 
 use crate::rules::{Rule, Spec};
 
