@@ -41,7 +41,8 @@ pub fn server_command(argv: &[String], root: &Path, env: &[(String, String)]) ->
 /// notification of the worker's own whose params are the write-back's
 /// [`WrittenBack`] (the git repositories it kept out of the repository), sent before
 /// the answer whose call made them. A line of the server's with this method is
-/// dropped ([`passes_for_a_note`]), so the runtime takes these for the worker's words.
+/// dropped ([`ServerLine::PassesForANote`]), so the runtime takes these for the
+/// worker's words.
 pub const SANDBOX_NOTE: &str = "notifications/runtime/sandbox";
 
 /// The worker's note of `written`, when it kept anything out.
@@ -53,21 +54,29 @@ pub fn sandbox_note(written: &WrittenBack) -> Option<String> {
     Some(note.to_string())
 }
 
-/// Whether a line from the server is a message with the worker's note's method.
-fn passes_for_a_note(line: &str) -> bool {
-    let Ok(serde_json::Value::Object(msg)) = serde_json::from_str::<serde_json::Value>(line) else {
-        return false;
-    };
-    msg.get("method").and_then(|m| m.as_str()) == Some(SANDBOX_NOTE)
+/// What a protocol line from the server is, to its worker.
+#[derive(Debug, PartialEq, Eq)]
+enum ServerLine {
+    /// It answers a request (JSON-RPC: an `id` and a `result` or an `error`, no
+    /// `method`): the moment a call's writes are complete.
+    Answer,
+    /// It has the worker's note's method ([`SANDBOX_NOTE`]): dropped.
+    PassesForANote,
+    Other,
 }
 
-/// Whether a protocol line from the server answers a request (JSON-RPC: an `id` and a
-/// `result` or an `error`, no `method`): the moment a call's writes are complete.
-fn is_answer(line: &str) -> bool {
+/// Reads one line from the server (parsed once: lines can be large).
+fn server_line(line: &str) -> ServerLine {
     let Ok(serde_json::Value::Object(msg)) = serde_json::from_str::<serde_json::Value>(line) else {
-        return false;
+        return ServerLine::Other;
     };
-    msg.contains_key("id") && !msg.contains_key("method") && (msg.contains_key("result") || msg.contains_key("error"))
+    match msg.get("method") {
+        Some(m) if m.as_str() == Some(SANDBOX_NOTE) => ServerLine::PassesForANote,
+        None if msg.contains_key("id") && (msg.contains_key("result") || msg.contains_key("error")) => {
+            ServerLine::Answer
+        }
+        _ => ServerLine::Other,
+    }
 }
 
 /// In the sandboxed worker: runs the server in the repository root with `env` only,
@@ -113,11 +122,12 @@ where
         std::thread::spawn(move || {
             for line in BufReader::new(from_server).lines() {
                 let Ok(line) = line else { break };
-                if passes_for_a_note(&line) {
+                let kind = server_line(&line);
+                if kind == ServerLine::PassesForANote {
                     continue;
                 }
                 let mut notes = Vec::new();
-                if is_answer(&line) {
+                if kind == ServerLine::Answer {
                     if let Ok(mut sync) = sync.lock() {
                         notes = (*sync)();
                     }
@@ -159,15 +169,18 @@ mod tests {
 
     #[test]
     fn an_answer_is_a_result_or_error_with_an_id_and_nothing_else_is() {
-        assert!(is_answer(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#));
-        assert!(is_answer(
-            r#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"m"}}"#
-        ));
-        assert!(!is_answer(r#"{"jsonrpc":"2.0","id":4,"method":"roots/list"}"#));
-        assert!(!is_answer(
+        let answer = |l: &str| server_line(l) == ServerLine::Answer;
+        assert!(answer(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#));
+        assert!(answer(r#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"m"}}"#));
+        assert!(!answer(r#"{"jsonrpc":"2.0","id":4,"method":"roots/list"}"#));
+        assert!(!answer(
             r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#
         ));
-        assert!(!is_answer("not json"));
+        assert!(!answer("not json"));
+        assert_eq!(
+            server_line(&format!(r#"{{"jsonrpc":"2.0","id":5,"method":"{SANDBOX_NOTE}"}}"#)),
+            ServerLine::PassesForANote
+        );
     }
 
     #[test]
