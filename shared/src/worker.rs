@@ -86,7 +86,9 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
     if let Some(launch) = &config.mcp {
         // The server's lines go out on the worker's stdout from a thread of their
         // own: a descriptor of its own (the caller's handle stays with this thread).
-        let out = std::fs::File::from(rustix::io::dup(std::io::stdout())?);
+        // Close-on-exec: the server must never hold a line to the runtime that
+        // bypasses this worker (a plain `dup` would hand it one).
+        let out = std::fs::File::from(rustix::io::fcntl_dupfd_cloexec(std::io::stdout(), 3)?);
         let sync = move || {
             let Some(wb) = write_back.as_mut() else {
                 return Vec::new();

@@ -179,9 +179,16 @@ impl rmcp::ClientHandler for ListWatch {
         let Ok(Some(note)) = notification.params_as::<crate::tools::WrittenBack>() else {
             return;
         };
+        // Bounded whatever the note says: at most a card's worth named, the rest
+        // counted.
         if let Ok(mut kept) = self.kept_out.lock() {
-            kept.nested_repositories.extend(note.nested_repositories);
-            kept.more_repositories += note.more_repositories;
+            let room = crate::records::CARD_EVIDENCE_MAX.saturating_sub(kept.nested_repositories.len());
+            let over = note.nested_repositories.len().saturating_sub(room);
+            kept.nested_repositories
+                .extend(note.nested_repositories.into_iter().take(room));
+            kept.more_repositories = (kept.more_repositories)
+                .saturating_add(note.more_repositories)
+                .saturating_add(over);
         }
     }
 }

@@ -835,9 +835,11 @@ fn nested_repository_line(rel: &str, left: Option<&str>) -> String {
             "{}: a nested git repository the model made: removed",
             rel.escape_debug()
         ),
+        // One line each, whoever wrote `why`.
         Some(why) => format!(
-            "{}: a nested git repository the model made: not removed ({why})",
-            rel.escape_debug()
+            "{}: a nested git repository the model made: not removed ({})",
+            rel.escape_debug(),
+            why.replace(|c: char| c.is_control(), " ")
         ),
     }
 }

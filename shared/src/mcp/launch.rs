@@ -65,18 +65,23 @@ enum ServerLine {
     Other,
 }
 
-/// Reads one line from the server (parsed once: lines can be large).
-fn server_line(line: &str) -> ServerLine {
+/// Reads one line from the server (parsed once: lines can be large): what it is, and
+/// the line as the worker passes it on, written out again from what the worker read
+/// (`None`: not a JSON object, not passed on). So the runtime's client parses exactly
+/// what the worker judged: no byte-order mark it strips and this parse refuses, no
+/// duplicate key read one way here and another there.
+fn server_line(line: &str) -> (ServerLine, Option<String>) {
     let Ok(serde_json::Value::Object(msg)) = serde_json::from_str::<serde_json::Value>(line) else {
-        return ServerLine::Other;
+        return (ServerLine::Other, None);
     };
-    match msg.get("method") {
+    let kind = match msg.get("method") {
         Some(m) if m.as_str() == Some(SANDBOX_NOTE) => ServerLine::PassesForANote,
         None if msg.contains_key("id") && (msg.contains_key("result") || msg.contains_key("error")) => {
             ServerLine::Answer
         }
         _ => ServerLine::Other,
-    }
+    };
+    (kind, serde_json::to_string(&msg).ok())
 }
 
 /// In the sandboxed worker: runs the server in the repository root with `env` only,
@@ -103,6 +108,8 @@ where
     cmd.stderr(Stdio::inherit());
     let program = launch.argv[0].as_str();
     kernel::spawn::die_with_parent(&mut cmd);
+    // Nothing of the worker's but the three pipes: above all no line to the runtime.
+    kernel::spawn::close_inherited_descriptors(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -122,10 +129,10 @@ where
         std::thread::spawn(move || {
             for line in BufReader::new(from_server).lines() {
                 let Ok(line) = line else { break };
-                let kind = server_line(&line);
-                if kind == ServerLine::PassesForANote {
+                let (kind, line) = server_line(&line);
+                let (ServerLine::Answer | ServerLine::Other, Some(line)) = (&kind, line) else {
                     continue;
-                }
+                };
                 let mut notes = Vec::new();
                 if kind == ServerLine::Answer {
                     if let Ok(mut sync) = sync.lock() {
@@ -169,7 +176,7 @@ mod tests {
 
     #[test]
     fn an_answer_is_a_result_or_error_with_an_id_and_nothing_else_is() {
-        let answer = |l: &str| server_line(l) == ServerLine::Answer;
+        let answer = |l: &str| server_line(l).0 == ServerLine::Answer;
         assert!(answer(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#));
         assert!(answer(r#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"m"}}"#));
         assert!(!answer(r#"{"jsonrpc":"2.0","id":4,"method":"roots/list"}"#));
@@ -178,8 +185,65 @@ mod tests {
         ));
         assert!(!answer("not json"));
         assert_eq!(
-            server_line(&format!(r#"{{"jsonrpc":"2.0","id":5,"method":"{SANDBOX_NOTE}"}}"#)),
+            server_line(&format!(r#"{{"jsonrpc":"2.0","id":5,"method":"{SANDBOX_NOTE}"}}"#)).0,
             ServerLine::PassesForANote
+        );
+        // A byte-order mark, which the runtime's client strips: refused here, so a
+        // note behind one is never passed on.
+        let bom = format!("\u{feff}{{\"jsonrpc\":\"2.0\",\"method\":\"{SANDBOX_NOTE}\"}}");
+        assert_eq!(server_line(&bom).1, None);
+        // What is passed on is what was read, written out again (keys sorted).
+        let (_, out) = server_line(r#"{ "jsonrpc" : "2.0", "id" : 1, "result" : {} }"#);
+        assert_eq!(out.as_deref(), Some(r#"{"id":1,"jsonrpc":"2.0","result":{}}"#));
+    }
+
+    /// Collects what is written to it.
+    #[derive(Clone, Default)]
+    struct Collected(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Collected {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_server_inherits_no_descriptor_of_the_worker() {
+        use std::os::fd::AsRawFd;
+        // A descriptor without close-on-exec (as the worker's copy of its stdout, a
+        // line to the runtime, once was).
+        let leaked = rustix::io::fcntl_dupfd_cloexec(std::io::stderr(), 200).unwrap();
+        rustix::io::fcntl_setfd(&leaked, rustix::io::FdFlags::empty()).unwrap();
+        let launch = McpLaunch {
+            server: "fds".into(),
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                r#"for f in /proc/$$/fd/*; do printf '{"fd":"%s"}\n' "${f##*/}"; done"#.into(),
+            ],
+        };
+        let out = Collected::default();
+        run_server(
+            &std::env::temp_dir(),
+            &[],
+            &launch,
+            std::iter::empty(),
+            out.clone(),
+            Vec::new,
+        )
+        .unwrap();
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains(r#"{"fd":"0"}"#),
+            "the server listed its descriptors: {text}"
+        );
+        assert!(
+            !text.contains(&format!(r#""{}""#, leaked.as_raw_fd())),
+            "the server holds the worker's descriptor: {text}"
         );
     }
 
