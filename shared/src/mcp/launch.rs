@@ -125,28 +125,8 @@ where
     let (ended, reader_ended) = std::sync::mpsc::channel::<()>();
     {
         let sync = Arc::clone(&sync);
-        let mut output = output;
         std::thread::spawn(move || {
-            for line in BufReader::new(from_server).lines() {
-                let Ok(line) = line else { break };
-                let (kind, line) = server_line(&line);
-                let (ServerLine::Answer | ServerLine::Other, Some(line)) = (&kind, line) else {
-                    continue;
-                };
-                let mut notes = Vec::new();
-                if kind == ServerLine::Answer {
-                    if let Ok(mut sync) = sync.lock() {
-                        notes = (*sync)();
-                    }
-                }
-                let passed = notes
-                    .iter()
-                    .chain(std::iter::once(&line))
-                    .try_for_each(|l| writeln!(output, "{l}"));
-                if passed.and_then(|_| output.flush()).is_err() {
-                    break;
-                }
-            }
+            pass_server_lines(from_server, output, &sync);
             let _ = ended.send(());
         });
     }
@@ -168,6 +148,36 @@ where
         (*sync)();
     }
     Ok(())
+}
+
+/// The reader of [`run_server`]: each line from the server, read as
+/// [`server_line`] reads it, to `output`, an answer after `sync` and the notes it
+/// returned; until the server's output ends or `output` fails.
+fn pass_server_lines<O: Write, S: FnMut() -> Vec<String>>(
+    from_server: std::process::ChildStdout,
+    mut output: O,
+    sync: &Mutex<S>,
+) {
+    for line in BufReader::new(from_server).lines() {
+        let Ok(line) = line else { break };
+        let (kind, line) = server_line(&line);
+        let (ServerLine::Answer | ServerLine::Other, Some(line)) = (&kind, line) else {
+            continue;
+        };
+        let mut notes = Vec::new();
+        if kind == ServerLine::Answer {
+            if let Ok(mut sync) = sync.lock() {
+                notes = (*sync)();
+            }
+        }
+        let passed = notes
+            .iter()
+            .chain(std::iter::once(&line))
+            .try_for_each(|l| writeln!(output, "{l}"));
+        if passed.and_then(|_| output.flush()).is_err() {
+            break;
+        }
+    }
 }
 
 #[cfg(test)]
