@@ -451,6 +451,9 @@ fn four_tasks_firing_while_an_engineer_rebases_checks_out_and_stashes_lose_nothi
                     // no fire on this branch committed them within the retries (the
                     // fires' deadline had passed). The records stay on the branch
                     // they were committed on, checked below with every receipt.
+                    // (This cannot tell git's race from a runtime bug that staged
+                    // records on the wrong branch; it accepts only the exact bytes
+                    // another branch holds.)
                     Err(e)
                         if e.contains("Your index contains uncommitted changes")
                             && staged_only_records_of_another_branch(&env) =>

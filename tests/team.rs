@@ -65,6 +65,13 @@ impl Team {
         let rev1 = clone("rev1", true);
         let rev2 = clone("rev2", true);
         let cron = clone("cron", false);
+        // `git gc --auto` in the foreground: detached, as git runs it by default (after
+        // a fetch, a pull, a receive), it would still be packing refs, each loose one
+        // locked in turn (`refs/remotes/origin/main.lock`), when a test looks for
+        // locks a killed command left (seen once in CI in `team_crash`).
+        for repo in [&env.root, &origin, &rev1, &rev2, &cron] {
+            git(&env, repo, &["config", "gc.autoDetach", "false"]);
+        }
         Team {
             env,
             origin,
