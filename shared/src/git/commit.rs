@@ -404,6 +404,14 @@ impl<'a, A: Fn(&str) -> bool> Others<'a, A> {
     /// overwritten`, a directory made between git's check and its `mkdir`).
     fn put_back_in_work_tree(&mut self, pending_taken: &mut Vec<String>, identity: (&str, &str)) {
         if !matches!(commit_blocker(self.repo), Ok(None)) {
+            // Not written into the operation, and so not committed either: a commit
+            // goes on if the operation ends before it moves the branch, and would then
+            // commit records the work tree lacks (seen in the race test, after a
+            // `rebase --abort` threw a commit's records away). They all wait.
+            let all: Vec<String> = self.adopted.iter().map(|(f, _)| f.clone()).collect();
+            if !all.is_empty() {
+                self.wait_for_a_later_commit(&all, pending_taken, identity);
+            }
             return;
         }
         let mut failed = Vec::new();

@@ -707,6 +707,39 @@ fn a_dead_intent_never_removes_a_lock_a_live_runtime_marked() {
     assert_eq!(std::fs::read_to_string(&lock).unwrap(), live);
 }
 
+/// Kept records are not put back in the work tree while a person's operation is in
+/// progress, and so leave the commit (which goes on if the operation ends before it
+/// moves the branch): their pending set keeps its ref for a later commit.
+#[test]
+fn kept_records_wait_while_a_persons_operation_is_in_progress() {
+    let (dir, repo) = setup();
+    let kept = "runs/t/kept.json";
+    let reference =
+        crate::pending::keep(&repo, "r0", &[(kept.into(), b"{\"k\":1}".to_vec())], ("runtime", "r@x")).unwrap();
+    let files = vec!["runs/t/r1.json".to_string()];
+    let allowed = |_: &str| true;
+    let mut others = Others::new(&repo, dir.path(), &files, &allowed);
+    let mut taken = others.take_in_pending_refs().unwrap();
+    assert_eq!(taken, vec![reference.clone()]);
+    assert_eq!(others.adopted.len(), 1);
+    // A person's rebase began after the commit's first check, and may end before the
+    // commit moves the branch.
+    std::fs::create_dir_all(repo.path().join("rebase-merge")).unwrap();
+    others.put_back_in_work_tree(&mut taken, ("runtime", "r@x"));
+    assert!(!dir.path().join(kept).exists(), "written into the operation");
+    assert!(
+        others.orphans.is_empty() && others.adopted.is_empty(),
+        "a record the work tree lacks would be committed"
+    );
+    assert!(taken.is_empty(), "its pending set would be dropped");
+    assert!(repo.find_reference(&reference).is_ok());
+    // Once the operation is over, the next commit takes it in.
+    std::fs::remove_dir_all(repo.path().join("rebase-merge")).unwrap();
+    commit(&repo, &opts(dir.path())).unwrap();
+    assert_committed_and_indexed(&repo, kept);
+    assert!(dir.path().join(kept).is_file());
+}
+
 /// Kept records that cannot be put back in the work tree (a directory stands at one's
 /// path) leave the commit, and their pending set keeps its ref for a later commit;
 /// the commit's own record is committed.
