@@ -238,7 +238,8 @@ fn exit_code_table() {
     ));
 
     let busy = TestEnv::new();
-    let _held = flock(&busy.root.join(".runtime/locks/digest.lock"));
+    let lock = busy.root.join(".runtime/locks/digest.lock");
+    let held = flock(&lock);
     rows.push(row(
         "a skipped fire (-v)",
         3,
@@ -249,8 +250,7 @@ fn exit_code_table() {
     assert_eq!(quiet.status.code(), Some(3));
     // A lock held only for a moment (a process a killed fire had just forked) is
     // waited for, not skipped on.
-    let lock = busy.root.join(".runtime/locks/digest.lock");
-    drop(_held);
+    drop(held);
     let moment = flock(&lock);
     let released = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(60));

@@ -607,8 +607,7 @@ fn remove_git_read_files(
     in_head: &dyn Fn(&str) -> Option<git2::Oid>,
 ) {
     for (rel, why) in rejected.iter_mut() {
-        let name = rel.rsplit('/').next().unwrap_or_default();
-        if !super::outputs::GIT_READS.contains(&name) || in_head(rel).is_some() {
+        if !super::outputs::is_git_read(rel) || in_head(rel).is_some() {
             continue;
         }
         let removed = crate::beneath::open_root(root)

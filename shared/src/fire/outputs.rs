@@ -264,18 +264,17 @@ fn past_the_cap(
 /// from them, but git reads these there all the same.
 pub(crate) fn git_read_files(root: &Path, roots: &[String], since: (i64, i64)) -> Vec<(String, String)> {
     let mut rejected = Vec::new();
-    for r in roots.iter().filter(|r| {
-        Path::new(r.as_str()).components().next() != Some(std::path::Component::Normal(OUTPUT_DIR.as_ref()))
-    }) {
+    for r in roots.iter().filter(|r| !Path::new(r.as_str()).starts_with(OUTPUT_DIR)) {
         let (mut found, mut seen, mut refused) = (Vec::new(), 0usize, Vec::new());
         walk(root, r, since, &mut found, &mut seen, &mut refused);
-        rejected.extend(
-            refused
-                .into_iter()
-                .filter(|(p, _)| GIT_READS.contains(&p.rsplit('/').next().unwrap_or_default())),
-        );
+        rejected.extend(refused.into_iter().filter(|(p, _)| is_git_read(p)));
     }
     rejected
+}
+
+/// Whether the repo-relative `rel` names a file git reads ([`GIT_READS`]).
+pub(crate) fn is_git_read(rel: &str) -> bool {
+    GIT_READS.contains(&rel.rsplit('/').next().unwrap_or_default())
 }
 
 #[cfg(test)]
