@@ -735,13 +735,18 @@ fn record_sound(path: &Path) {
     if std::fs::read_to_string(&stamp).is_ok_and(|held| held == now) {
         return;
     }
+    // Over the old bytes, then cut to length: truncating first would free the file's
+    // block and allocate another for every stamp.
     let written = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .truncate(false)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&stamp)
-        .and_then(|mut f| f.write_all(now.as_bytes()));
+        .and_then(|mut f| {
+            f.write_all(now.as_bytes())?;
+            f.set_len(now.len() as u64)
+        });
     if let Err(e) = written {
         tracing::debug!(error = %e, "the state database's sound stamp was not written");
     }

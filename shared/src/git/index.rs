@@ -1,8 +1,8 @@
-//! Git's index as the runtime's commit writes it: a private copy of the index with
-//! the new records, renamed over the index while git's index lock is held, the index
-//! as it was kept to put back if the commit fails, and the copies' modification
-//! stamps kept (cut to the second) so no racily clean entry of a person's work tree
-//! is taken for settled.
+//! Git's index as the runtime's commit writes it: the index read under a private
+//! name, the new records added, the result renamed over the index while git's index
+//! lock is held, the index as it was kept to put back if the commit fails, and the
+//! modification stamp cut to the second so no racily clean entry of a person's work
+//! tree is taken for settled.
 
 use super::commit::CommitParts;
 use super::GitError;
@@ -30,35 +30,59 @@ pub(super) fn save_index(p: &CommitParts) -> Result<bool, GitError> {
 
 /// Step 4: the index on disk now plus `add`, renamed over the index while the lock
 /// stays held (only the holder writes the index; the lock file itself is only the
-/// claim). libgit2 writes an index only through its own lock, so it writes a private
-/// copy.
+/// claim). libgit2 writes an index only through its own lock, so it reads the index
+/// under a private name and writes its new index there.
 pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), GitError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |e| GitError::Io { path, source: e }
     };
     let _ = std::fs::remove_file(p.temp_index);
-    match std::fs::copy(p.index_path, p.temp_index) {
-        Ok(_) => keep_index_stamp(p.index_path, p.temp_index).map_err(io(p.temp_index))?,
+    // A second name for the index rather than a copy: libgit2 writes its new index
+    // through a lock file renamed over that name, so the index file itself is never
+    // written, and no file is made for a copy (each file a fire makes costs it time,
+    // see docs/benchmarks.md). The stamp is then cut on the index itself, which only
+    // makes more entries racy (see `cut_index_stamp`).
+    let linked =
+        std::fs::hard_link(p.index_path, p.temp_index).or_else(|_| std::fs::copy(p.index_path, p.temp_index).map(drop));
+    match linked {
+        Ok(()) => keep_index_stamp(p.index_path, p.temp_index).map_err(io(p.temp_index))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !p.index_path.exists() => {}
         Err(e) => return Err(io(p.temp_index)(e)),
     }
+    // Bound to the repository, the index finds the work tree for `add_path` and the
+    // object database for `add_frombuffer`; an entry made from held bytes needs
+    // neither, and then the repository's handle is never swapped (nor the real index
+    // read again to swap it back).
+    let mut bound = false;
     let written = (|| -> Result<(), GitError> {
         let mut index = git2::Index::open(p.temp_index)?;
-        // Bound to the repository, the copy finds the work tree for `add_path`.
-        repo.set_index(&mut index)?;
+        let mut bind = |index: &mut git2::Index| -> Result<(), git2::Error> {
+            if !bound {
+                repo.set_index(index)?;
+                bound = true;
+            }
+            Ok(())
+        };
         for f in add {
             match p.held.iter().find(|(h, _)| h == f) {
                 Some((_, bytes)) => match worktree_entry(repo, f, bytes) {
                     Some(entry) => index.add(&entry)?,
-                    None => index.add_frombuffer(&held_entry(f), bytes)?,
+                    None => {
+                        bind(&mut index)?;
+                        index.add_frombuffer(&held_entry(f), bytes)?
+                    }
                 },
-                None => index.add_path(Path::new(f))?,
+                None => {
+                    bind(&mut index)?;
+                    index.add_path(Path::new(f))?
+                }
             }
         }
         for f in p.kept {
             if index.get_path(Path::new(f), 0).is_none() {
                 tracing::warn!(file = %f, "a record the index lost is put back");
+                bind(&mut index)?;
                 index.add_path(Path::new(f))?;
             }
         }
@@ -66,8 +90,11 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
         Ok(())
     })();
     let published = written.and_then(|()| std::fs::rename(p.temp_index, p.index_path).map_err(io(p.index_path)));
-    // Whatever happened, the handle goes back to the real index.
-    let restored = git2::Index::open(p.index_path).and_then(|mut real| repo.set_index(&mut real));
+    // Whatever happened, a swapped handle goes back to the real index.
+    let restored = match bound {
+        true => git2::Index::open(p.index_path).and_then(|mut real| repo.set_index(&mut real)),
+        false => Ok(()),
+    };
     published?;
     restored?;
     Ok(())

@@ -366,6 +366,9 @@ pub(super) struct Intent {
     pub(super) record: IntentRecord,
     /// Whether the directory entry is durable (after the first save).
     dir_synced: bool,
+    /// Whether this process has written to the file (its first save appends to what a
+    /// failed commit of the same pid left, on a line of its own).
+    opened: bool,
     /// Whether saving fsyncs at all ([`super::CommitOptions::durable_intent`]).
     pub(super) durable: bool,
 }
@@ -384,6 +387,7 @@ impl Intent {
                 blobs: Default::default(),
             },
             dir_synced: false,
+            opened: false,
             durable: true,
         };
         intent.name(files);
@@ -411,9 +415,13 @@ impl Intent {
         }
     }
 
-    /// Writes the record (temporary file, rename) before any lock it names is created;
-    /// when durable, with an fsync before the rename and, the first time, one of the
-    /// directory.
+    /// Writes the record before any lock it names is created: appended to the file as
+    /// one line, so the record before it stays whole if this process dies mid-write
+    /// (readers take the last whole line, [`last_record`]). Appending rather than
+    /// writing a temporary file and renaming it makes no new file and frees none after
+    /// the first save: on a file system that scans recently freed inodes for every new
+    /// one, each costs a fire time (docs/benchmarks.md). When durable, with an fsync
+    /// of the file and, the first time, of the directory.
     pub(super) fn save(&mut self) -> Result<(), GitError> {
         use std::io::Write;
         let io = |path: &Path| {
@@ -421,21 +429,31 @@ impl Intent {
             move |e| GitError::Io { path, source: e }
         };
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let tmp = self.path.with_extension("json.tmp");
-        let body = serde_json::to_vec(&self.record).map_err(|e| GitError::Io {
+        if !self.opened {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+        }
+        let mut line = serde_json::to_vec(&self.record).map_err(|e| GitError::Io {
             path: self.path.clone(),
             source: std::io::Error::other(e),
         })?;
-        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(&body).map_err(io(&tmp))?;
-        if self.durable {
-            f.sync_all().map_err(io(&tmp))?;
+        line.push(b'\n');
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.path)
+            .map_err(io(&self.path))?;
+        if !self.opened && f.metadata().is_ok_and(|m| m.len() > 0) {
+            // A record this pid left earlier (its own failed commit's): start a new line.
+            line.insert(0, b'\n');
         }
-        std::fs::rename(&tmp, &self.path).map_err(io(&self.path))?;
-        if self.durable && !self.dir_synced {
-            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
-            self.dir_synced = true;
+        self.opened = true;
+        f.write_all(&line).map_err(io(&self.path))?;
+        if self.durable {
+            f.sync_data().map_err(io(&self.path))?;
+            if !self.dir_synced {
+                std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
+                self.dir_synced = true;
+            }
         }
         Ok(())
     }
@@ -443,6 +461,14 @@ impl Intent {
     pub(super) fn remove(&self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// The newest whole record of an intent file: its last line that parses (a writer
+/// killed mid-append leaves a torn last line; the record before it stands).
+fn last_record(text: &[u8]) -> Option<IntentRecord> {
+    text.split(|b| *b == b'\n')
+        .rev()
+        .find_map(|line| serde_json::from_slice::<IntentRecord>(line).ok())
 }
 
 /// The start time of process `pid` in clock ticks since boot, `None` when it cannot
@@ -501,10 +527,7 @@ pub fn leave_for_next_commit(intent_dir: &Path, files: &[(String, Vec<u8>)]) -> 
         .map(|(f, bytes)| Ok((f.clone(), Oid::hash_object(git2::ObjectType::Blob, bytes)?)))
         .collect::<Result<Vec<_>, git2::Error>>()?;
     let mut intent = Intent::new(intent_dir, &[]);
-    if let Some(old) = std::fs::read(&intent.path)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<IntentRecord>(&b).ok())
-    {
+    if let Some(old) = std::fs::read(&intent.path).ok().and_then(|b| last_record(&b)) {
         intent.record.files = old.files;
         intent.record.blobs = old.blobs;
     }
@@ -574,15 +597,18 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
             }
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        let Ok(text) = std::fs::read(&path) else {
             continue;
         };
-        let record: IntentRecord = match serde_json::from_str(&text) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "unreadable git intent record left alone");
-                continue;
+        let Some(record) = last_record(&text) else {
+            // No whole line: a first record its writer died writing (it named no lock
+            // yet), or one being written now (younger than a minute).
+            let old = meta.modified().ok().and_then(|m| m.elapsed().ok());
+            if old.is_some_and(|age| age > Duration::from_secs(60)) {
+                tracing::warn!(path = %path.display(), "an unreadable git intent record removed");
+                let _ = std::fs::remove_file(&path);
             }
+            continue;
         };
         if record.pid == std::process::id() {
             // This process's own record, left by a commit of its own that failed: it
@@ -629,6 +655,85 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record is appended line by line: a writer killed mid-append leaves a torn
+    /// line after the record it had, which stands; a file holding only a torn line
+    /// (its first record, naming no lock yet) is removed once it is a minute old.
+    #[test]
+    fn a_torn_intent_line_leaves_the_record_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let lock = root.join("index.lock");
+        std::fs::write(&lock, "").unwrap();
+        let old = std::time::SystemTime::now() - Duration::from_secs(120);
+        std::fs::File::options()
+            .write(true)
+            .open(&lock)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        // A process that is gone (no such pid) named the lock, then began a second
+        // save and was killed in it.
+        let whole = serde_json::json!({"pid": i32::MAX, "start_time": 1, "locks": [{"path": lock}], "files": ["runs/t/a.json"]});
+        let intent = root.join(format!("{INTENT_PREFIX}{}.json", i32::MAX));
+        std::fs::write(&intent, format!("{whole}\n{{\"pid\": {}, \"start_ti", i32::MAX)).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&intent)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let recovered = recover_stale_locks(root).unwrap();
+        assert_eq!(
+            recovered.removed,
+            vec![lock.clone()],
+            "the whole record's lock is removed"
+        );
+        assert_eq!(recovered.orphaned_files, vec!["runs/t/a.json".to_string()]);
+        assert!(!intent.exists());
+        // Only a torn first line: left while young, removed once old.
+        std::fs::write(&intent, "{\"pid\": 12").unwrap();
+        assert_eq!(recover_stale_locks(root).unwrap(), Recovered::default());
+        assert!(intent.exists(), "a young torn record may be one being written");
+        std::fs::File::options()
+            .write(true)
+            .open(&intent)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        recover_stale_locks(root).unwrap();
+        assert!(!intent.exists(), "an old torn record is removed");
+    }
+
+    /// Saves append whole lines, the first after what the same pid left on a line of
+    /// its own, and the last line read is the newest record.
+    #[test]
+    fn intent_saves_append_and_the_last_line_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{INTENT_PREFIX}{}.json", std::process::id()));
+        std::fs::write(
+            &path,
+            br#"{"pid": 1, "start_time": null, "locks": [], "files": ["runs/t/old.json"]}"#,
+        )
+        .unwrap();
+        let mut intent = Intent::new(dir.path(), &[]);
+        intent.durable = false;
+        intent.record.files = vec!["runs/t/a.json".into()];
+        intent.save().unwrap();
+        intent.record.files.push("runs/t/b.json".into());
+        intent.save().unwrap();
+        let text = std::fs::read(&path).unwrap();
+        assert_eq!(
+            text.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count(),
+            3,
+            "{}",
+            String::from_utf8_lossy(&text)
+        );
+        assert_eq!(
+            last_record(&text).unwrap().files,
+            vec!["runs/t/a.json", "runs/t/b.json"]
+        );
+    }
 
     /// A missing directory waits for a lock someone holds and is made once it goes; a
     /// lock of git's own that stays is waited out and the directory made anyway; a

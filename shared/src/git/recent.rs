@@ -18,27 +18,77 @@ struct RecentCommits {
     commits: Vec<(String, Vec<String>)>,
 }
 
+/// The watched commits, oldest first ([`parse_recent`]).
 fn read_recent(dir: &Path) -> RecentCommits {
-    std::fs::read(dir.join(RECENT_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+    std::fs::read(dir.join(RECENT_FILE)).map_or_else(|_| RecentCommits::default(), |b| parse_recent(&b))
+}
+
+/// The file's commits: one line per commit, `[commit, [records]]`, the last
+/// [`RECENT_KEEP`] kept (a torn last line, from a writer killed mid-append, is passed
+/// over; a file in the older form, one `{"commits": [...]}` object, is read as well).
+fn parse_recent(bytes: &[u8]) -> RecentCommits {
+    let mut recent = RecentCommits::default();
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        if let Ok(one) = serde_json::from_slice::<(String, Vec<String>)>(line) {
+            recent.commits.push(one);
+        } else if let Ok(older) = serde_json::from_slice::<RecentCommits>(line) {
+            recent.commits.extend(older.commits);
+        }
+    }
+    let excess = recent.commits.len().saturating_sub(RECENT_KEEP);
+    recent.commits.drain(..excess);
+    recent
 }
 
 /// Adds a commit to the watched ones (best effort: a lost list only loses the watch).
+/// Appended as a line, so no file is made and none freed per commit (each costs a
+/// fire time on a file system that scans recently freed inodes); once the file would
+/// hold twice [`RECENT_KEEP`] lines it is written again with the last ones
+/// (temporary file, rename).
 pub(super) fn remember_records(dir: &Path, commit: Oid, files: Vec<String>) {
-    let mut recent = read_recent(dir);
-    recent.commits.push((commit.to_string(), files));
-    let excess = recent.commits.len().saturating_sub(RECENT_KEEP);
-    recent.commits.drain(..excess);
-    let tmp = dir.join(format!("{RECENT_FILE}.{}", std::process::id()));
-    let written = serde_json::to_vec(&recent)
+    use std::io::Write;
+    let path = dir.join(RECENT_FILE);
+    let existing = std::fs::read(&path).unwrap_or_default();
+    if existing.iter().filter(|b| **b == b'\n').count() + 1 >= 2 * RECENT_KEEP {
+        let mut recent = parse_recent(&existing);
+        recent.commits.push((commit.to_string(), files));
+        let excess = recent.commits.len().saturating_sub(RECENT_KEEP);
+        recent.commits.drain(..excess);
+        return compact(dir, &recent);
+    }
+    let written = serde_json::to_vec(&(commit.to_string(), &files))
         .map_err(std::io::Error::other)
-        .and_then(|b| std::fs::write(&tmp, b))
-        .and_then(|()| std::fs::rename(&tmp, dir.join(RECENT_FILE)));
+        .and_then(|mut line| {
+            line.push(b'\n');
+            // After a torn line (or a file in the older form), start a new one.
+            if existing.last().is_some_and(|b| *b != b'\n') {
+                line.insert(0, b'\n');
+            }
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&path)?
+                .write_all(&line)
+        });
+    if let Err(e) = written {
+        tracing::debug!(error = %e, "the list of recent records was not updated");
+    }
+}
+
+/// Writes the file again with `recent` alone.
+fn compact(dir: &Path, recent: &RecentCommits) {
+    let tmp = dir.join(format!("{RECENT_FILE}.{}", std::process::id()));
+    let mut text = Vec::new();
+    for one in &recent.commits {
+        if let Ok(line) = serde_json::to_vec(one) {
+            text.extend(line);
+            text.push(b'\n');
+        }
+    }
+    let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, dir.join(RECENT_FILE)));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
-        tracing::debug!(error = %e, "the list of recent records was not updated");
+        tracing::debug!(error = %e, "the list of recent records was not compacted");
     }
 }
 
@@ -163,6 +213,47 @@ fn on_a_branch(repo: &Repository, commit: Oid) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Commits are appended a line each, read oldest first, the last RECENT_KEEP
+    /// kept; a torn line is passed over and the next append starts a line of its own;
+    /// the file is written again once it would hold twice RECENT_KEEP lines; a file in
+    /// the older form is read.
+    #[test]
+    fn recent_commits_are_appended_and_compacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let older = serde_json::json!({"commits": [["aa", ["runs/t/0.json"]]]});
+        std::fs::write(dir.path().join(RECENT_FILE), older.to_string()).unwrap();
+        let oid = |i: usize| Oid::hash_object(git2::ObjectType::Blob, i.to_string().as_bytes()).unwrap();
+        remember_records(dir.path(), oid(1), vec!["runs/t/1.json".into()]);
+        let read = read_recent(dir.path()).commits;
+        assert_eq!(read.len(), 2, "{read:?}");
+        assert_eq!(read[0].0, "aa");
+        assert_eq!(read[1], (oid(1).to_string(), vec!["runs/t/1.json".to_string()]));
+        // A writer killed mid-append.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(RECENT_FILE))
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"[\"bb\", [\"runs/t/").unwrap();
+        remember_records(dir.path(), oid(2), vec!["runs/t/2.json".into()]);
+        let read = read_recent(dir.path()).commits;
+        assert_eq!(
+            read.iter().map(|c| c.0.clone()).collect::<Vec<_>>(),
+            vec!["aa".to_string(), oid(1).to_string(), oid(2).to_string()]
+        );
+        for i in 3..2 * RECENT_KEEP + 10 {
+            remember_records(dir.path(), oid(i), vec![format!("runs/t/{i}.json")]);
+        }
+        let text = std::fs::read_to_string(dir.path().join(RECENT_FILE)).unwrap();
+        assert!(
+            text.lines().count() < 2 * RECENT_KEEP,
+            "compacted: {} lines",
+            text.lines().count()
+        );
+        let read = read_recent(dir.path()).commits;
+        assert_eq!(read.len(), RECENT_KEEP);
+        assert_eq!(read.last().unwrap().0, oid(2 * RECENT_KEEP + 9).to_string());
+    }
 
     #[test]
     fn dir_trees_find_what_get_path_finds() {

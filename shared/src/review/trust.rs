@@ -131,6 +131,13 @@ struct Memo {
 /// The most rows the walk memo keeps (a row is about 124 bytes).
 const MEMO_ROWS: usize = 256;
 
+/// Records commits (a builder tree and boundary the memo already holds) a walk may
+/// learn before the memo is written again. Each fire adds one such commit; rewriting
+/// the file for it makes a file and frees one on every fire (slow on a file system
+/// that scans recently freed inodes), while walking a few more commits next time
+/// costs microseconds each.
+const MEMO_SAVE_AFTER: usize = 8;
+
 /// Under `.runtime/`: a commit no builder change at or below which (first parents)
 /// asked for review, so a walk for owed review stops there.
 pub const REVIEW_FREE_FILE: &str = "review-free";
@@ -221,6 +228,16 @@ impl<'r> Trust<'r> {
         }
         order.truncate(MEMO_ROWS);
         if order == memo.held {
+            return;
+        }
+        let learned: Vec<&Step> = self
+            .steps
+            .iter()
+            .filter(|(c, _)| !memo.known.contains_key(c))
+            .map(|(_, s)| s)
+            .collect();
+        let only_repeats = !memo.known.is_empty() && learned.iter().all(|s| memo.known.values().any(|k| k == *s));
+        if only_repeats && learned.len() < MEMO_SAVE_AFTER {
             return;
         }
         let rows: Vec<_> = order
@@ -831,5 +848,27 @@ mod tests {
         assert_eq!(memo_lines(&root), want(next));
         check(next);
         assert_eq!(memo_lines(&root), want(next));
+        // Fires' records commits on top: judged right, the memo left as it is until
+        // the walk from it grows to MEMO_SAVE_AFTER commits, then written again.
+        for i in 1..MEMO_SAVE_AFTER {
+            let tip = commit(&repo, &[(&format!("runs/t/later{i}.json"), "{}")], "runtime");
+            check(tip);
+            assert_eq!(memo_lines(&root), want(next), "rewritten after {i} records commits");
+        }
+        let tip = commit(&repo, &[("runs/t/last.json", "{}")], "runtime");
+        check(tip);
+        assert_eq!(memo_lines(&root)[0], want(tip)[0]);
+        // A builder change is written at once.
+        let change = commit(&repo, &[("prompts/a.md", "2")], "eng");
+        Trust::new(&repo, rule())
+            .unwrap()
+            .remembering(Some(&root))
+            .commit(change)
+            .unwrap();
+        assert!(
+            memo_lines(&root)[0].starts_with(&change.to_string()),
+            "{:?}",
+            memo_lines(&root)
+        );
     }
 }

@@ -39,14 +39,24 @@ pub enum Mask {
 /// tmpfs keep nanoseconds of a clock tick of a few ms).
 const SETTLED: Duration = Duration::from_secs(3);
 
+/// Directories whose entries must have changed before the cache file is written
+/// again, plus a tenth of the entries it holds. Every fire changes a few dozen (its
+/// records' directories, `.git`'s object fan-out and ref directories, each dropped
+/// while freshly changed and kept again once settled), which the next walk lists
+/// again at about ten microseconds each; rewriting the file for them costs more (a
+/// new file and a freed one, each slow on a file system that scans recently freed
+/// inodes, and the whole cache serialized, about a microsecond an entry).
+const CACHE_WRITE_AFTER: usize = 32;
+
 /// Where the runtime keeps its walk cache, under the state directory.
 pub const CACHE_FILE: &str = "mask-walk.json";
 
 /// Everything `plan`'s namespace masks: the repository walked for deny globs and
 /// sockets, its `.git` and the read roots for sockets. With `cache` (a file the
 /// runtime alone writes), directories unchanged since the last walk are not listed
-/// again; the cache is written back when the walk changed it (best effort: a cache
-/// that cannot be written costs the next walk its time, nothing else).
+/// again; the cache is written back when the walk changed more of its entries than
+/// [`CACHE_WRITE_AFTER`] says (best effort: a cache that cannot be written
+/// costs the next walk its time, nothing else).
 pub fn plan_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<Vec<(PathBuf, Mask)>, NsError> {
     let (found, write) = walk_masks(plan, cache)?;
     write.finish();
@@ -77,7 +87,7 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
     };
     let mut walk = Walk {
         cache: cache.map(|f| WalkCache::load(f, &plan.masked)).unwrap_or_default(),
-        changed: false,
+        updated: 0,
         listed: 0,
         seen: Default::default(),
         now: SystemTime::now(),
@@ -101,7 +111,8 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
     let before = walk.cache.dirs.len();
     let seen = std::mem::take(&mut walk.seen);
     walk.cache.dirs.retain(|d, _| seen.contains(d));
-    let write = match (cache, walk.changed || walk.cache.dirs.len() != before) {
+    let updated = walk.updated + (before - walk.cache.dirs.len());
+    let write = match (cache, updated >= CACHE_WRITE_AFTER + walk.cache.dirs.len() / 10) {
         (Some(file), true) => {
             walk.cache.globs = plan.masked.clone();
             Some((file.to_path_buf(), walk.cache))
@@ -194,7 +205,8 @@ impl Listed {
 
 struct Walk {
     cache: WalkCache,
-    changed: bool,
+    /// Directories whose cache entry this walk made, replaced or dropped.
+    updated: usize,
     /// Directories listed (not served from the cache).
     listed: usize,
     /// Every directory this walk went through.
@@ -270,10 +282,10 @@ impl Walk {
         match entry {
             Some(entry) if self.cache.dirs.get(dir) != Some(&entry) => {
                 self.cache.dirs.insert(dir.to_path_buf(), entry);
-                self.changed = true;
+                self.updated += 1;
             }
             Some(_) => {}
-            None => self.changed |= self.cache.dirs.remove(dir).is_some(),
+            None => self.updated += usize::from(self.cache.dirs.remove(dir).is_some()),
         }
         Ok(Some(listed))
     }
@@ -359,7 +371,7 @@ mod tests {
     fn walk(ahead: Option<u64>) -> Walk {
         Walk {
             cache: WalkCache::default(),
-            changed: false,
+            updated: 0,
             listed: 0,
             seen: Default::default(),
             now: SystemTime::now() + Duration::from_secs(ahead.unwrap_or(0)),
@@ -423,7 +435,7 @@ mod tests {
         let git = w.find(&root.join(".git"), None, false).unwrap();
         assert_eq!((first.len(), git.len()), (1, 0));
         assert_eq!(w.listed, 11, "every directory is listed once");
-        assert!(w.changed);
+        assert_eq!(w.updated, 11);
         let cached = w.cache.dirs.len();
         assert_eq!(cached, 11);
 
@@ -441,6 +453,10 @@ mod tests {
         let again = w.find(root, Some(&set), true).unwrap();
         let git = w.find(&root.join(".git"), None, false).unwrap();
         assert_eq!(w.listed, 2);
+        assert_eq!(
+            w.updated, 13,
+            "two entries replaced: fewer than it takes to write the file again"
+        );
         assert_eq!(git, vec![(root.join(".git/objects/ab/d.sock"), Mask::Socket)]);
         assert!(again.contains(&(root.join("a/b/c/.env"), Mask::File)), "{again:?}");
 
