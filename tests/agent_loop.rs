@@ -154,7 +154,7 @@ impl Script {
         let mut worker = WorkerClient::start(child, &config).await.unwrap();
         let (_cancel_tx, mut cancel) = tokio::sync::watch::channel(cancelled);
         let hub = shared::agent::mcp_client::McpHub::default();
-        let sweep_from = shared::agent::sweep_window_start();
+        let sweep = shared::agent::SweepWindow::opening_now();
         for (path, content) in &self.made_meanwhile {
             match content {
                 None => std::fs::create_dir_all(self.root.join(path)).unwrap(),
@@ -175,8 +175,7 @@ impl Script {
             progress: &shared::progress::SILENT,
             journal: None,
             mcp: &hub,
-            sweep_from,
-            swept: None,
+            sweep,
         }
         .run(state)
         .await;

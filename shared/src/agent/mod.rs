@@ -87,15 +87,29 @@ pub struct Agent<'a> {
     pub journal: Option<&'a mut Journal>,
     /// The fire's MCP servers and the tools they offer (empty without any).
     pub mcp: &'a mcp_client::McpHub,
-    /// Where the first sweep for nested repositories looks from (a worker without a
-    /// write-back, [`Agent::sweep_nested_git`]): the loop's start
-    /// ([`sweep_window_start`]).
-    pub sweep_from: std::time::SystemTime,
-    /// Where the last sweep began looking from, once one ran: each sweep looks back to
-    /// the previous one's start, so what a process a call left behind made between
-    /// calls (no PID namespace ends it there) is still found, and one more sweep runs
-    /// as the loop ends.
-    pub swept: Option<std::time::SystemTime>,
+    /// Where the next sweep for nested repositories looks from (a worker without a
+    /// write-back, [`Agent::sweep_nested_git`]).
+    pub sweep: SweepWindow,
+}
+
+/// The window of change times a sweep for nested repositories looks through: from
+/// the loop's start for the first sweep, then from where the previous sweep began,
+/// so what a process a call left behind made between calls (no PID namespace ends it
+/// there) is still found; once one ran, one more runs as the loop ends.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepWindow {
+    from: std::time::SystemTime,
+    ran: bool,
+}
+
+impl SweepWindow {
+    /// A window that opens now ([`sweep_window_start`]), no sweep run yet.
+    pub fn opening_now() -> SweepWindow {
+        SweepWindow {
+            from: sweep_window_start(),
+            ran: false,
+        }
+    }
 }
 
 /// The tool definitions the model is offered, from the task's tool names.
@@ -187,7 +201,7 @@ impl Agent<'_> {
         let stop = self.run_loop(state).await;
         // Without a write-back, what a call's leftover process made after the last
         // sweep: once more, as the loop ends.
-        if self.swept.is_some() {
+        if self.sweep.ran {
             let lines = self.sweep_nested_git().await;
             note_nested_repositories(state, lines, 0);
         }
@@ -742,13 +756,12 @@ impl Agent<'_> {
     /// removed, by the worker (which may write there; the runtime may not, outside
     /// `reports/`). The lines for the card, one per repository.
     async fn sweep_nested_git(&mut self) -> Vec<String> {
-        let next = sweep_window_start();
-        let found = nested_git(
-            &self.cfg.root,
-            &self.cfg.write_roots,
-            self.swept.unwrap_or(self.sweep_from),
-        );
-        self.swept = Some(next);
+        let next = SweepWindow {
+            from: sweep_window_start(),
+            ran: true,
+        };
+        let found = nested_git(&self.cfg.root, &self.cfg.write_roots, self.sweep.from);
+        self.sweep = next;
         if found.is_empty() {
             return Vec::new();
         }
@@ -891,7 +904,7 @@ const FILE_CLOCK_LAG: std::time::Duration = std::time::Duration::from_millis(50)
 /// Where a window of file change times that begins now starts: set back past the
 /// kernel's coarse file clock ([`FILE_CLOCK_LAG`]), so a `.git` made in the next
 /// milliseconds, stamped a tick behind, is inside it.
-pub fn sweep_window_start() -> std::time::SystemTime {
+fn sweep_window_start() -> std::time::SystemTime {
     std::time::SystemTime::now() - FILE_CLOCK_LAG
 }
 

@@ -134,8 +134,7 @@ impl FireRun {
             progress: &*self.ctx.opts.progress,
             journal: self.journal.as_mut(),
             mcp: &mcp,
-            sweep_from: crate::agent::sweep_window_start(),
-            swept: None,
+            sweep: crate::agent::SweepWindow::opening_now(),
         }
         .run(&mut self.state)
         .await;

@@ -463,6 +463,27 @@ impl Intent {
     }
 }
 
+/// The record an intent file holds ([`last_record`]), or `None`: for a temporary
+/// file (an older runtime's, written then renamed) and for a file with no whole line
+/// (a first record its writer died writing, which named no lock yet), both removed
+/// once a minute old (a live writer's is younger).
+fn readable_record(path: &Path, name: &str, meta: &std::fs::Metadata) -> Option<IntentRecord> {
+    let old = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .is_some_and(|age| age > Duration::from_secs(60));
+    let record = match name.ends_with(".json.tmp") {
+        true => None,
+        false => last_record(&std::fs::read(path).ok()?),
+    };
+    if record.is_none() && old {
+        tracing::warn!(path = %path.display(), "an unfinished git intent record removed");
+        let _ = std::fs::remove_file(path);
+    }
+    record
+}
+
 /// The newest whole record of an intent file: its last line that parses (a writer
 /// killed mid-append leaves a torn last line; the record before it stands).
 fn last_record(text: &[u8]) -> Option<IntentRecord> {
@@ -588,26 +609,7 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
         }
         let path = entry.path();
         let Ok(meta) = std::fs::metadata(&path) else { continue };
-        if name.ends_with(".json.tmp") {
-            // A record being written by a process that died before renaming it named
-            // no lock yet; a live writer's is younger than a minute.
-            let old = meta.modified().ok().and_then(|m| m.elapsed().ok());
-            if old.is_some_and(|age| age > Duration::from_secs(60)) {
-                let _ = std::fs::remove_file(&path);
-            }
-            continue;
-        }
-        let Ok(text) = std::fs::read(&path) else {
-            continue;
-        };
-        let Some(record) = last_record(&text) else {
-            // No whole line: a first record its writer died writing (it named no lock
-            // yet), or one being written now (younger than a minute).
-            let old = meta.modified().ok().and_then(|m| m.elapsed().ok());
-            if old.is_some_and(|age| age > Duration::from_secs(60)) {
-                tracing::warn!(path = %path.display(), "an unreadable git intent record removed");
-                let _ = std::fs::remove_file(&path);
-            }
+        let Some(record) = readable_record(&path, &name, &meta) else {
             continue;
         };
         if record.pid == std::process::id() {

@@ -786,14 +786,11 @@ mod tests {
         assert_eq!(trust.commit(c4).unwrap().by, JudgedBy::Trusted(c3));
     }
 
-    #[test]
-    fn the_walk_is_remembered_so_a_fire_reads_only_its_new_commits() {
-        let dir = tempfile::tempdir().unwrap();
-        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
-            eprintln!("skipped: ssh-keygen is not installed");
-            return;
-        };
-        let root = dir.path().join("r");
+    /// A repository with the signers list approved (`c0`), an approved builder
+    /// change (`c1`) and 50 records commits on top, and its state directory.
+    fn approved_history(dir: &Path) -> Option<(Repository, PathBuf, Oid, Oid)> {
+        let (rev_key, rev_pub) = keygen(dir, "rev")?;
+        let root = dir.join("r");
         let repo = Repository::init(&root).unwrap();
         let c0 = commit(
             &repo,
@@ -807,15 +804,28 @@ mod tests {
             commit(&repo, &[(&format!("runs/t/{i}.json"), "{}")], "runtime");
         }
         std::fs::create_dir_all(root.join(crate::layout::STATE_DIR)).unwrap();
-        let check = |at: Oid| {
-            let judged = Trust::new(&repo, rule())
-                .unwrap()
-                .remembering(Some(&root))
-                .commit(at)
-                .unwrap();
-            assert!(judged.approval.is_some(), "{:?}", judged.rejected);
-            assert_eq!(judged.by, JudgedBy::Trusted(c0));
+        Some((repo, root, c0, c1))
+    }
+
+    /// Judges `at` with the walk memo of `root`: trusted by `c0`'s list.
+    fn check_trusted(repo: &Repository, root: &Path, at: Oid, c0: Oid) {
+        let judged = Trust::new(repo, rule())
+            .unwrap()
+            .remembering(Some(root))
+            .commit(at)
+            .unwrap();
+        assert!(judged.approval.is_some(), "{:?}", judged.rejected);
+        assert_eq!(judged.by, JudgedBy::Trusted(c0));
+    }
+
+    #[test]
+    fn the_walk_is_remembered_so_a_fire_reads_only_its_new_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((repo, root, c0, c1)) = approved_history(dir.path()) else {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
         };
+        let check = |at: Oid| check_trusted(&repo, &root, at, c0);
         let head = repo.head().unwrap().peel_to_commit().unwrap().id();
         let t1 = super::super::builder_tree_of_commit(&repo, c1).unwrap();
         let t0 = super::super::builder_tree_of_commit(&repo, c0).unwrap();
@@ -848,17 +858,30 @@ mod tests {
         assert_eq!(memo_lines(&root), want(next));
         check(next);
         assert_eq!(memo_lines(&root), want(next));
-        // Fires' records commits on top: judged right, the memo left as it is until
-        // the walk from it grows to MEMO_SAVE_AFTER commits, then written again.
+    }
+
+    /// Fires' records commits on top of a remembered HEAD are judged right, the memo
+    /// left as it is until the walk from it grows to MEMO_SAVE_AFTER commits, then
+    /// written again; a builder change is written at once.
+    #[test]
+    fn the_memo_is_written_again_once_enough_records_commits_pile_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((repo, root, c0, _)) = approved_history(dir.path()) else {
+            eprintln!("skipped: ssh-keygen is not installed");
+            return;
+        };
+        let head = repo.head().unwrap().peel_to_commit().unwrap().id();
+        check_trusted(&repo, &root, head, c0);
+        let first = memo_lines(&root);
+        assert!(first[0].starts_with(&head.to_string()), "{first:?}");
         for i in 1..MEMO_SAVE_AFTER {
             let tip = commit(&repo, &[(&format!("runs/t/later{i}.json"), "{}")], "runtime");
-            check(tip);
-            assert_eq!(memo_lines(&root), want(next), "rewritten after {i} records commits");
+            check_trusted(&repo, &root, tip, c0);
+            assert_eq!(memo_lines(&root), first, "rewritten after {i} records commits");
         }
         let tip = commit(&repo, &[("runs/t/last.json", "{}")], "runtime");
-        check(tip);
-        assert_eq!(memo_lines(&root)[0], want(tip)[0]);
-        // A builder change is written at once.
+        check_trusted(&repo, &root, tip, c0);
+        assert!(memo_lines(&root)[0].starts_with(&tip.to_string()));
         let change = commit(&repo, &[("prompts/a.md", "2")], "eng");
         Trust::new(&repo, rule())
             .unwrap()
