@@ -106,7 +106,10 @@ pub enum ManifestError {
 /// Scans the current metadata: every builder-owned path in git's index (and the
 /// directories holding them, up to the builder directory), and the hooks directory.
 pub fn scan(repo: &git2::Repository, root: &Path, ownership: &Ownership) -> Result<Manifest, ManifestError> {
-    let index = repo.index()?;
+    let mut index = repo.index()?;
+    // As on disk now: a handle this process read before a commit of its own wrote
+    // the index is stale (the commit does not swap it unless it must).
+    index.read(false)?;
     let mut files = BTreeMap::new();
     // Each path is looked up from a descriptor of the root (one component walk less
     // than from `/`, a link on the last component not followed).

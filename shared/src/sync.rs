@@ -509,7 +509,11 @@ impl Ctx<'_> {
                 // The index must name the new tree's records exactly (paths the
                 // checkout did not touch are the same in both trees).
                 checked.and_then(|()| {
+                    // As on disk now (a handle read earlier in this process, before
+                    // the fire's commit wrote the index, is stale): `read_tree` keeps
+                    // the stat data of the entries it finds.
                     let mut index = self.repo.index()?;
+                    index.read(false)?;
                     index.read_tree(tree)?;
                     index.write()
                 })
@@ -592,6 +596,7 @@ fn finish_move(repo: &Repository, intent: &mut Intent, m: &locks::Moving) -> Res
     let index_lock = repo.path().join("index.lock");
     intent.about_to_lock(&index_lock).map_err(io)?;
     let mut index = repo.index()?;
+    index.read(false)?;
     index.read_tree(&to_tree)?;
     index.write()?;
     intent.released(&index_lock);

@@ -31,7 +31,9 @@ pub(super) fn save_index(p: &CommitParts) -> Result<bool, GitError> {
 /// Step 4: the index on disk now plus `add`, renamed over the index while the lock
 /// stays held (only the holder writes the index; the lock file itself is only the
 /// claim). libgit2 writes an index only through its own lock, so it reads the index
-/// under a private name and writes its new index there.
+/// under a private name and writes its new index there. The repository's index
+/// handle is left as it was unless an entry needed it: whoever reads the index
+/// through it afterwards reads it again first (`Index::read(false)`).
 pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> Result<(), GitError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -50,10 +52,17 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !p.index_path.exists() => {}
         Err(e) => return Err(io(p.temp_index)(e)),
     }
-    // Bound to the repository, the index finds the work tree for `add_path` and the
-    // object database for `add_frombuffer`; an entry made from held bytes needs
-    // neither, and then the repository's handle is never swapped (nor the real index
-    // read again to swap it back).
+    // Bound to the repository, the index finds the work tree for `add_path`, the
+    // object database for `add_frombuffer`, and the work tree again for libgit2's
+    // check of racily clean entries as it writes (an index of no repository skips
+    // it). An entry made from held bytes needs none of them, and an index with no
+    // racy entry needs no check: then the repository's handle is never swapped (nor
+    // the real index read again to swap it back).
+    let stamp = std::fs::metadata(p.temp_index)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_secs());
     let mut bound = false;
     let written = (|| -> Result<(), GitError> {
         let mut index = git2::Index::open(p.temp_index)?;
@@ -64,6 +73,9 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
             }
             Ok(())
         };
+        if has_racy_entry(&index, stamp) {
+            bind(&mut index)?;
+        }
         for f in add {
             match p.held.iter().find(|(h, _)| h == f) {
                 Some((_, bytes)) => match worktree_entry(repo, f, bytes) {
@@ -98,6 +110,16 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
     published?;
     restored?;
     Ok(())
+}
+
+/// Whether an entry of `index` changed in or after the second of the index file's
+/// (cut) stamp, so that only a look at the work tree can tell whether it is clean:
+/// git's racy rule, by the second. Every entry when the stamp is unknown.
+fn has_racy_entry(index: &git2::Index, stamp: Option<u64>) -> bool {
+    let Some(stamp) = stamp else { return true };
+    index
+        .iter()
+        .any(|e| u64::try_from(e.mtime.seconds()).map_or(true, |s| s >= stamp))
 }
 
 /// Gives the copy the index's modification time. Git and libgit2 trust an entry's

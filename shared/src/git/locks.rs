@@ -353,6 +353,10 @@ pub struct IntentRecord {
     /// The commit about to become the branch's tip, once written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// When this record was saved (ns since the epoch): a lock named by its path
+    /// alone is the writer's only if not newer than this plus [`LOCK_GRACE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_ns: Option<i64>,
     /// The blob id of each of `files` as its writer held it: the next commit takes a
     /// file in only while the work tree still holds those bytes (a later fire's model
     /// may edit an uncommitted report under `reports/`).
@@ -366,8 +370,8 @@ pub(super) struct Intent {
     pub(super) record: IntentRecord,
     /// Whether the directory entry is durable (after the first save).
     dir_synced: bool,
-    /// Whether this process has written to the file (its first save appends to what a
-    /// failed commit of the same pid left, on a line of its own).
+    /// Whether this process has written to the file (its first save makes it whole,
+    /// or appends to what a failed commit of the same pid left).
     opened: bool,
     /// Whether saving fsyncs at all ([`super::CommitOptions::durable_intent`]).
     pub(super) durable: bool,
@@ -384,6 +388,7 @@ impl Intent {
                 locks: vec![],
                 files: vec![],
                 commit: None,
+                saved_ns: None,
                 blobs: Default::default(),
             },
             dir_synced: false,
@@ -415,13 +420,14 @@ impl Intent {
         }
     }
 
-    /// Writes the record before any lock it names is created: appended to the file as
-    /// one line, so the record before it stays whole if this process dies mid-write
-    /// (readers take the last whole line, [`last_record`]). Appending rather than
-    /// writing a temporary file and renaming it makes no new file and frees none after
-    /// the first save: on a file system that scans recently freed inodes for every new
-    /// one, each costs a fire time (docs/benchmarks.md). When durable, with an fsync
-    /// of the file and, the first time, of the directory.
+    /// Writes the record before any lock it names is created. The first save makes
+    /// the file whole (written unnamed, then linked: no reader ever sees it half
+    /// written); later ones append a line each, so the record before stays whole if
+    /// this process dies mid-write (readers take the last whole line,
+    /// [`last_record`]). Appending rather than renaming a temporary file over the
+    /// record makes no new file and frees none: on a file system that scans recently
+    /// freed inodes for every new one, each costs a fire time (docs/benchmarks.md).
+    /// When durable, with an fsync of the file and, the first time, of the directory.
     pub(super) fn save(&mut self) -> Result<(), GitError> {
         use std::io::Write;
         let io = |path: &Path| {
@@ -432,22 +438,29 @@ impl Intent {
         if !self.opened {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
         }
-        let mut line = serde_json::to_vec(&self.record).map_err(|e| GitError::Io {
+        self.record.saved_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .and_then(|d| i64::try_from(d.as_nanos()).ok());
+        let json = serde_json::to_vec(&self.record).map_err(|e| GitError::Io {
             path: self.path.clone(),
             source: std::io::Error::other(e),
         })?;
-        line.push(b'\n');
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&self.path)
-            .map_err(io(&self.path))?;
-        if !self.opened && f.metadata().is_ok_and(|m| m.len() > 0) {
-            // A record this pid left earlier (its own failed commit's): start a new line.
-            line.insert(0, b'\n');
-        }
+        // Every line starts a line of its own: after a torn or failed write too.
+        let line = [b"\n".as_slice(), &json, b"\n"].concat();
+        let linked = !self.opened && link_written(&self.path, &line).is_ok();
         self.opened = true;
-        f.write_all(&line).map_err(io(&self.path))?;
+        let f = match linked {
+            true => std::fs::File::open(&self.path),
+            // A record this pid left earlier (its own failed commit's), a later save,
+            // or no unnamed files here.
+            false => std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&self.path)
+                .and_then(|mut f| f.write_all(&line).map(|()| f)),
+        }
+        .map_err(io(&self.path))?;
         if self.durable {
             f.sync_data().map_err(io(&self.path))?;
             if !self.dir_synced {
@@ -464,22 +477,21 @@ impl Intent {
 }
 
 /// The record an intent file holds ([`last_record`]), or `None`: for a temporary
-/// file (an older runtime's, written then renamed) and for a file with no whole line
-/// (a first record its writer died writing, which named no lock yet), both removed
-/// once a minute old (a live writer's is younger).
+/// file (an older runtime's, written then renamed; removed once a minute old, a
+/// live writer's is younger) and for a file with no whole record (left alone, named
+/// in the log: a record is written whole before any lock it names is taken, so this
+/// is another program's file, or a newer runtime's record this one cannot read).
 fn readable_record(path: &Path, name: &str, meta: &std::fs::Metadata) -> Option<IntentRecord> {
-    let old = meta
-        .modified()
-        .ok()
-        .and_then(|m| m.elapsed().ok())
-        .is_some_and(|age| age > Duration::from_secs(60));
-    let record = match name.ends_with(".json.tmp") {
-        true => None,
-        false => last_record(&std::fs::read(path).ok()?),
-    };
-    if record.is_none() && old {
-        tracing::warn!(path = %path.display(), "an unfinished git intent record removed");
-        let _ = std::fs::remove_file(path);
+    if name.ends_with(".json.tmp") {
+        let old = meta.modified().ok().and_then(|m| m.elapsed().ok());
+        if old.is_some_and(|age| age > Duration::from_secs(60)) {
+            let _ = std::fs::remove_file(path);
+        }
+        return None;
+    }
+    let record = last_record(&std::fs::read(path).ok()?);
+    if record.is_none() {
+        tracing::warn!(path = %path.display(), "unreadable git intent record left alone");
     }
     record
 }
@@ -602,6 +614,7 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
             })
         }
     };
+    let own_start = process_start_time(std::process::id());
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if !name.starts_with(INTENT_PREFIX) {
@@ -612,7 +625,7 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
         let Some(record) = readable_record(&path, &name, &meta) else {
             continue;
         };
-        if record.pid == std::process::id() {
+        if record.pid == std::process::id() && record.start_time == own_start {
             // This process's own record, left by a commit of its own that failed: it
             // holds no lock now (commits run one at a time), only records.
             out.orphaned_files.extend(record.files);
@@ -623,7 +636,12 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
         if !process_is_gone(record.pid, record.start_time) {
             continue;
         }
-        let written = meta.modified().ok();
+        // When the record in force was saved: a later line torn by the kill moved
+        // the file's time, not the record's.
+        let written = match record.saved_ns.and_then(|ns| u64::try_from(ns).ok()) {
+            Some(ns) => Some(std::time::UNIX_EPOCH + Duration::from_nanos(ns)),
+            None => meta.modified().ok(),
+        };
         for lock in &record.locks {
             let Ok(m) = std::fs::symlink_metadata(&lock.path) else {
                 continue;
@@ -659,13 +677,61 @@ mod tests {
     use super::*;
 
     /// A record is appended line by line: a writer killed mid-append leaves a torn
-    /// line after the record it had, which stands; a file holding only a torn line
-    /// (its first record, naming no lock yet) is removed once it is a minute old.
+    /// line after the record it had, which stands, dated by its own save time (not
+    /// the file's, which the torn write moved); a file with no whole record is left
+    /// alone (the first record is written whole, so it is no runtime's half-written
+    /// one).
     #[test]
     fn a_torn_intent_line_leaves_the_record_before_it() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let lock = root.join("index.lock");
+        let old = std::time::SystemTime::now() - Duration::from_secs(120);
+        let old_ns = old.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+        let stale = root.join("index.lock");
+        std::fs::write(&stale, "").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        // Made after the record was saved, past the grace: someone else's.
+        let later = root.join("HEAD.lock");
+        std::fs::write(&later, "").unwrap();
+        // A process that is gone (no such pid) named both by path, then began a
+        // second save and was killed in it (which stamped the file now).
+        let whole = serde_json::json!({"pid": i32::MAX, "start_time": 1, "saved_ns": old_ns,
+            "locks": [{"path": stale}, {"path": later}], "files": ["runs/t/a.json"]});
+        let intent = root.join(format!("{INTENT_PREFIX}{}.json", i32::MAX));
+        std::fs::write(&intent, format!("\n{whole}\n\n{{\"pid\": {}, \"start_ti", i32::MAX)).unwrap();
+        let recovered = recover_stale_locks(root).unwrap();
+        assert_eq!(
+            recovered.removed,
+            vec![stale.clone()],
+            "the whole record's own lock goes, no other"
+        );
+        assert!(later.exists());
+        assert_eq!(recovered.orphaned_files, vec!["runs/t/a.json".to_string()]);
+        assert!(!intent.exists());
+        // No whole record: left alone, however old.
+        std::fs::write(&intent, "{\"pid\": 12").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&intent)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        assert_eq!(recover_stale_locks(root).unwrap(), Recovered::default());
+        assert!(intent.exists(), "an unreadable record is left alone");
+    }
+
+    /// A record under this process's pid that another process wrote (a pid reused,
+    /// after a reboot say: another start time) is judged as a dead process's, its
+    /// lock removed, not taken for this process's own.
+    #[test]
+    fn a_record_of_a_reused_pid_is_a_dead_processs() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join("index.lock");
         std::fs::write(&lock, "").unwrap();
         let old = std::time::SystemTime::now() - Duration::from_secs(120);
         std::fs::File::options()
@@ -674,37 +740,18 @@ mod tests {
             .unwrap()
             .set_modified(old)
             .unwrap();
-        // A process that is gone (no such pid) named the lock, then began a second
-        // save and was killed in it.
-        let whole = serde_json::json!({"pid": i32::MAX, "start_time": 1, "locks": [{"path": lock}], "files": ["runs/t/a.json"]});
-        let intent = root.join(format!("{INTENT_PREFIX}{}.json", i32::MAX));
-        std::fs::write(&intent, format!("{whole}\n{{\"pid\": {}, \"start_ti", i32::MAX)).unwrap();
+        let pid = std::process::id();
+        let record = serde_json::json!({"pid": pid, "start_time": 1, "locks": [{"path": lock}], "files": []});
+        let intent = dir.path().join(format!("{INTENT_PREFIX}{pid}.json"));
+        std::fs::write(&intent, record.to_string()).unwrap();
         std::fs::File::options()
             .write(true)
             .open(&intent)
             .unwrap()
             .set_modified(old)
             .unwrap();
-        let recovered = recover_stale_locks(root).unwrap();
-        assert_eq!(
-            recovered.removed,
-            vec![lock.clone()],
-            "the whole record's lock is removed"
-        );
-        assert_eq!(recovered.orphaned_files, vec!["runs/t/a.json".to_string()]);
-        assert!(!intent.exists());
-        // Only a torn first line: left while young, removed once old.
-        std::fs::write(&intent, "{\"pid\": 12").unwrap();
-        assert_eq!(recover_stale_locks(root).unwrap(), Recovered::default());
-        assert!(intent.exists(), "a young torn record may be one being written");
-        std::fs::File::options()
-            .write(true)
-            .open(&intent)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
-        recover_stale_locks(root).unwrap();
-        assert!(!intent.exists(), "an old torn record is removed");
+        assert_eq!(recover_stale_locks(dir.path()).unwrap().removed, vec![lock.clone()]);
+        assert!(!lock.exists() && !intent.exists());
     }
 
     /// Saves append whole lines, the first after what the same pid left on a line of
@@ -735,6 +782,13 @@ mod tests {
             last_record(&text).unwrap().files,
             vec!["runs/t/a.json", "runs/t/b.json"]
         );
+        // A first save where nothing was: the file whole at once.
+        let fresh = tempfile::tempdir().unwrap();
+        let mut first = Intent::new(fresh.path(), &[]);
+        first.durable = false;
+        first.save().unwrap();
+        let text = std::fs::read(&first.path).unwrap();
+        assert!(last_record(&text).is_some_and(|r| r.pid == std::process::id()));
     }
 
     /// A missing directory waits for a lock someone holds and is made once it goes; a

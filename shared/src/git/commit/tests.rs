@@ -174,6 +174,24 @@ fn a_file_changed_earlier_in_the_second_git_wrote_its_index_still_reads_as_chang
 }
 
 #[test]
+fn a_racy_change_survives_a_commit_of_held_bytes_the_work_tree_holds() {
+    // A fire's own commit: its records committed from the bytes it holds, which the
+    // work tree holds too (index entries made from them, no work-tree read by
+    // libgit2).
+    for index_after in [Duration::ZERO, Duration::from_millis(200)] {
+        racy_change_survives(index_after, |repo, dir| {
+            let held = vec![("runs/t/r1.json".to_string(), b"{}".to_vec())];
+            let o = CommitOptions {
+                held: &held,
+                ..opts(dir)
+            };
+            commit(repo, &o).unwrap();
+            assert_committed_and_indexed(repo, "runs/t/r1.json");
+        });
+    }
+}
+
+#[test]
 fn a_held_index_lock_is_waited_for_then_named_and_head_stays() {
     let (dir, repo) = setup();
     let before = head_commit(&repo).unwrap();
@@ -210,6 +228,7 @@ fn write_intent(dir: &Path, pid: u32, start_time: Option<u64>, locks: Vec<Intent
         locks,
         files: vec![],
         commit: None,
+        saved_ns: None,
         blobs: Default::default(),
     };
     std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
