@@ -676,6 +676,16 @@ pub fn recover_stale_locks(dir: &Path) -> Result<Recovered, GitError> {
 mod tests {
     use super::*;
 
+    /// Sets `path`'s modification time to `at`.
+    fn backdate(path: &Path, at: std::time::SystemTime) {
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(at)
+            .unwrap();
+    }
+
     /// A record is appended line by line: a writer killed mid-append leaves a torn
     /// line after the record it had, which stands, dated by its own save time (not
     /// the file's, which the torn write moved); a file with no whole record is left
@@ -689,12 +699,7 @@ mod tests {
         let old_ns = old.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
         let stale = root.join("index.lock");
         std::fs::write(&stale, "").unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&stale)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        backdate(&stale, old);
         // Made after the record was saved, past the grace: someone else's.
         let later = root.join("HEAD.lock");
         std::fs::write(&later, "").unwrap();
@@ -715,12 +720,7 @@ mod tests {
         assert!(!intent.exists());
         // No whole record: left alone, however old.
         std::fs::write(&intent, "{\"pid\": 12").unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&intent)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        backdate(&intent, old);
         assert_eq!(recover_stale_locks(root).unwrap(), Recovered::default());
         assert!(intent.exists(), "an unreadable record is left alone");
     }
@@ -734,22 +734,12 @@ mod tests {
         let lock = dir.path().join("index.lock");
         std::fs::write(&lock, "").unwrap();
         let old = std::time::SystemTime::now() - Duration::from_secs(120);
-        std::fs::File::options()
-            .write(true)
-            .open(&lock)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        backdate(&lock, old);
         let pid = std::process::id();
         let record = serde_json::json!({"pid": pid, "start_time": 1, "locks": [{"path": lock}], "files": []});
         let intent = dir.path().join(format!("{INTENT_PREFIX}{pid}.json"));
         std::fs::write(&intent, record.to_string()).unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&intent)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        backdate(&intent, old);
         assert_eq!(recover_stale_locks(dir.path()).unwrap().removed, vec![lock.clone()]);
         assert!(!lock.exists() && !intent.exists());
     }
