@@ -550,11 +550,6 @@ fn the_reference_filesystem_server_given_the_repository_is_held_by_the_sandbox()
     );
 }
 
-/// The rug pull during a fire: after `echo` is first called the server changes its
-/// tools (a poisoned `echo`, a new `delete_row`) and announces it with
-/// `notifications/tools/list_changed`. The announcement is recorded (one `mcp_drift`
-/// card naming the server) and never applied: the fire does not list the tools again,
-/// so no request offers the new tool or the new text, and a call to it runs nowhere.
 /// A git repository a server writes (a `gitdir:` file here) is kept out by its
 /// worker's write-back, as a tool's is, and named on the run's card: the worker adds
 /// a note to the server's lines before the answer of the call that made it.
@@ -591,6 +586,11 @@ fn a_repository_a_server_writes_is_kept_out_and_named_on_the_card() {
     assert_eq!(code, 5, "{summary}");
 }
 
+/// The rug pull during a fire: after `echo` is first called the server changes its
+/// tools (a poisoned `echo`, a new `delete_row`) and announces it with
+/// `notifications/tools/list_changed`. The announcement is recorded (one `mcp_drift`
+/// card naming the server) and never applied: the fire does not list the tools again,
+/// so no request offers the new tool or the new text, and a call to it runs nowhere.
 #[test]
 fn a_tool_list_changed_during_the_fire_is_recorded_not_applied() {
     let script = vec![

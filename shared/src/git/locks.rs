@@ -88,7 +88,7 @@ fn take_marked_lock(lock: &Path, wait: Duration, unmarked: Unmarked) -> Result<L
 /// Returns the lock's metadata once it holds the mark.
 fn create_lock_with(lock: &Path, mark: &[u8], unmarked: Unmarked) -> std::io::Result<std::fs::Metadata> {
     use std::io::Write;
-    match link_written(lock, mark) {
+    match link_written(lock, mark, false) {
         Ok(m) => Ok(m),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists || unmarked == Unmarked::Refused => Err(e),
         Err(e) => {
@@ -100,9 +100,9 @@ fn create_lock_with(lock: &Path, mark: &[u8], unmarked: Unmarked) -> std::io::Re
     }
 }
 
-/// [`create_lock_with`]'s first way: `O_TMPFILE`, written, linked by its
-/// `/proc/self/fd` name.
-fn link_written(lock: &Path, mark: &[u8]) -> std::io::Result<std::fs::Metadata> {
+/// [`create_lock_with`]'s first way: `O_TMPFILE`, written (and with `durable`,
+/// flushed to disk), linked by its `/proc/self/fd` name.
+fn link_written(lock: &Path, mark: &[u8], durable: bool) -> std::io::Result<std::fs::Metadata> {
     use rustix::fs::{AtFlags, Mode, OFlags, CWD};
     use std::io::Write;
     use std::os::fd::AsRawFd;
@@ -114,6 +114,9 @@ fn link_written(lock: &Path, mark: &[u8]) -> std::io::Result<std::fs::Metadata> 
     )?;
     let mut file = std::fs::File::from(fd);
     file.write_all(mark)?;
+    if durable {
+        file.sync_data()?;
+    }
     let by_fd = format!("/proc/self/fd/{}", file.as_raw_fd());
     rustix::fs::linkat(CWD, by_fd.as_str(), CWD, lock, AtFlags::SYMLINK_FOLLOW)?;
     file.metadata()
@@ -448,25 +451,24 @@ impl Intent {
         })?;
         // Every line starts a line of its own: after a torn or failed write too.
         let line = [b"\n".as_slice(), &json, b"\n"].concat();
-        let linked = !self.opened && link_written(&self.path, &line).is_ok();
+        let linked = !self.opened && link_written(&self.path, &line, self.durable).is_ok();
         self.opened = true;
-        let f = match linked {
-            true => std::fs::File::open(&self.path),
+        if !linked {
             // A record this pid left earlier (its own failed commit's), a later save,
             // or no unnamed files here.
-            false => std::fs::OpenOptions::new()
+            let mut f = std::fs::OpenOptions::new()
                 .append(true)
                 .create(true)
                 .open(&self.path)
-                .and_then(|mut f| f.write_all(&line).map(|()| f)),
-        }
-        .map_err(io(&self.path))?;
-        if self.durable {
-            f.sync_data().map_err(io(&self.path))?;
-            if !self.dir_synced {
-                std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
-                self.dir_synced = true;
+                .map_err(io(&self.path))?;
+            f.write_all(&line).map_err(io(&self.path))?;
+            if self.durable {
+                f.sync_data().map_err(io(&self.path))?;
             }
+        }
+        if self.durable && !self.dir_synced {
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
+            self.dir_synced = true;
         }
         Ok(())
     }

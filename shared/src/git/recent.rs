@@ -18,6 +18,15 @@ struct RecentCommits {
     commits: Vec<(String, Vec<String>)>,
 }
 
+impl RecentCommits {
+    /// Adds `commits` after those held, keeping the last [`RECENT_KEEP`].
+    fn extend(&mut self, commits: impl IntoIterator<Item = (String, Vec<String>)>) {
+        self.commits.extend(commits);
+        let excess = self.commits.len().saturating_sub(RECENT_KEEP);
+        self.commits.drain(..excess);
+    }
+}
+
 /// The watched commits, oldest first ([`parse_recent`]).
 fn read_recent(dir: &Path) -> RecentCommits {
     std::fs::read(dir.join(RECENT_FILE)).map_or_else(|_| RecentCommits::default(), |b| parse_recent(&b))
@@ -30,13 +39,11 @@ fn parse_recent(bytes: &[u8]) -> RecentCommits {
     let mut recent = RecentCommits::default();
     for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         if let Ok(one) = serde_json::from_slice::<(String, Vec<String>)>(line) {
-            recent.commits.push(one);
+            recent.extend([one]);
         } else if let Ok(older) = serde_json::from_slice::<RecentCommits>(line) {
-            recent.commits.extend(older.commits);
+            recent.extend(older.commits);
         }
     }
-    let excess = recent.commits.len().saturating_sub(RECENT_KEEP);
-    recent.commits.drain(..excess);
     recent
 }
 
@@ -51,9 +58,7 @@ pub(super) fn remember_records(dir: &Path, commit: Oid, files: Vec<String>) {
     let existing = std::fs::read(&path).unwrap_or_default();
     if existing.iter().filter(|b| **b == b'\n').count() + 1 >= 2 * RECENT_KEEP {
         let mut recent = parse_recent(&existing);
-        recent.commits.push((commit.to_string(), files));
-        let excess = recent.commits.len().saturating_sub(RECENT_KEEP);
-        recent.commits.drain(..excess);
+        recent.extend([(commit.to_string(), files)]);
         return compact(dir, &recent);
     }
     let written = serde_json::to_vec(&(commit.to_string(), &files))
