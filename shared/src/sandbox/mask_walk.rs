@@ -40,7 +40,8 @@ pub enum Mask {
 const SETTLED: Duration = Duration::from_secs(3);
 
 /// Directories whose entries must have changed before the cache file is written
-/// again, plus a tenth of the entries it holds. Every fire changes a few dozen (its
+/// again, plus a tenth of the entries it holds (a cache that held nothing is written
+/// at once). Every fire changes a few dozen (its
 /// records' directories, `.git`'s object fan-out and ref directories, each dropped
 /// while freshly changed and kept again once settled), which the next walk lists
 /// again at about ten microseconds each; rewriting the file for them costs more (a
@@ -92,6 +93,9 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
         seen: Default::default(),
         now: SystemTime::now(),
     };
+    // A cache that held nothing (none yet, or kept for other globs) is written as
+    // soon as this walk settles anything, whatever the threshold.
+    let held_nothing = walk.cache.dirs.is_empty();
     let mut found = walk.find(&plan.root, set.as_ref(), true)?;
     // Sockets only: the repository's `.git` (the walk above passes over it) and the
     // read roots (a linked worktree's git directories, `additional_directories`).
@@ -112,7 +116,8 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
     let seen = std::mem::take(&mut walk.seen);
     walk.cache.dirs.retain(|d, _| seen.contains(d));
     let updated = walk.updated + (before - walk.cache.dirs.len());
-    let write = match (cache, updated >= CACHE_WRITE_AFTER + walk.cache.dirs.len() / 10) {
+    let worth = updated > 0 && (held_nothing || updated >= CACHE_WRITE_AFTER + walk.cache.dirs.len() / 10);
+    let write = match (cache, worth) {
         (Some(file), true) => {
             walk.cache.globs = plan.masked.clone();
             Some((file.to_path_buf(), walk.cache))
