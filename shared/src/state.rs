@@ -325,6 +325,13 @@ impl StateDb {
         self.store
     }
 
+    /// The state database of a store [`StateDb::open`] opened and
+    /// [`StateDb::into_store`] gave a run's journal: the fire's end writes its records
+    /// through the connection the run began with rather than opening another.
+    pub(crate) fn from_store(store: Store) -> StateDb {
+        StateDb { store, reset: None }
+    }
+
     /// Records a skipped fire (another fire held the lock): a row, no files.
     pub fn record_skip(&mut self, run_id: &str, task: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
         self.store.write(|tx| {

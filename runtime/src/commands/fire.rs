@@ -63,7 +63,8 @@ pub struct Args {
     pub trusted_settings: Option<std::path::PathBuf>,
 }
 
-pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandError> {
+pub fn run(args: Args, work_tree: shared::git::WorkTree, verbose: bool) -> Result<Outcome, CommandError> {
+    let root = &work_tree.root;
     let out = Output {
         json: args.json,
         verbose,
@@ -86,8 +87,9 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
             })?),
             None => None,
         },
+        opened: Some(work_tree.repo),
     };
-    fire_task(root, fire, out)
+    fire_task(&work_tree.root, fire, out)
 }
 
 /// How a fire's outcome is printed.
@@ -123,6 +125,8 @@ pub struct Fire {
     pub replay: Option<std::path::PathBuf>,
     pub eval: bool,
     pub trusted: Option<shared::settings::RuntimeSettings>,
+    /// The repository, when the command opened it already to find its root.
+    pub opened: Option<git2::Repository>,
 }
 
 /// The options of `fire` reporting to `renderer`.
@@ -138,6 +142,7 @@ fn options(root: &Path, fire: Fire, renderer: &Arc<Renderer>) -> Result<FireOpti
         replay: fire.replay,
         eval: fire.eval,
         trusted: fire.trusted,
+        opened: fire.opened,
     })
 }
 
@@ -151,6 +156,7 @@ fn dry_run(root: &Path, task: String, out: Output) -> Result<Outcome, CommandErr
         replay: None,
         eval: false,
         trusted: None,
+        opened: None,
     };
     let resolved = fire::dry_run(options(root, fire, &renderer)?);
     renderer.finish();

@@ -58,7 +58,7 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
     let repo = &cli.global.repo;
     let verbose = cli.global.verbose > 0;
     match cli.command {
-        Command::Fire(a) => fire::run(a, &resolve_root(repo)?, verbose),
+        Command::Fire(a) => fire::run(a, open_root(repo)?, verbose),
         Command::Resume(a) => resume::run(a, &resolve_root(repo)?, verbose),
         Command::Runs(a) => runs::run(a, &resolve_root(repo)?),
         Command::Show(a) => show::run(a, &resolve_root(repo)?),
@@ -74,7 +74,12 @@ pub fn run(cli: Cli) -> Result<Outcome, CommandError> {
 /// The work-tree root of the repository containing `path` (the `-C` directory),
 /// opened the one way every command does.
 fn resolve_root(path: &Path) -> Result<PathBuf, CommandError> {
-    Ok(shared::git::open_work_tree(path)?.root)
+    Ok(open_root(path)?.root)
+}
+
+/// The work tree at `path`, opened as git does: a fire goes on with this handle.
+fn open_root(path: &Path) -> Result<shared::git::WorkTree, CommandError> {
+    Ok(shared::git::open_work_tree(path)?)
 }
 
 #[cfg(test)]

@@ -71,6 +71,7 @@ pub fn run(args: Args, root: &Path, verbose: bool) -> Result<Outcome, CommandErr
         replay: None,
         eval: false,
         trusted: None,
+        opened: None,
     };
     super::fire::fire_task(root, fire, out)
 }

@@ -888,7 +888,11 @@ impl FireRun {
             durability: self.config.settings.durability,
             write_roots: crate::sandbox::acl_dirs(&self.config.settings.permissions.write),
         };
-        let mut db = open_state_db(&self.ctx.opts.root);
+        // One state handle per fire: the journal's, where the run has one.
+        let mut db = match self.journal.take() {
+            Some(journal) => Some(StateDb::from_store(journal.into_store())),
+            None => open_state_db(&self.ctx.opts.root),
+        };
         // A paused run's checkpoint is saved before its records are committed: a crash
         // in between leaves a run `runtime resume` can still continue, never a committed
         // `waiting_approval` receipt with nothing to resume.

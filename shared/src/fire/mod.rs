@@ -13,6 +13,7 @@ pub mod config;
 mod dry_run;
 mod ending;
 mod finish;
+mod masks;
 mod mcp_start;
 mod outputs;
 mod prefetch;
@@ -61,6 +62,10 @@ pub struct FireOptions {
     /// instead of the revision's own ([`crate::powers::confine`]); settings that would
     /// widen any of them refuse the fire.
     pub trusted: Option<crate::settings::RuntimeSettings>,
+    /// The repository at `root` when the caller opened it already
+    /// ([`crate::git::open_work_tree`], as `runtime fire` does to find `root`): the
+    /// fire goes on with this handle instead of opening the repository again.
+    pub opened: Option<git2::Repository>,
 }
 
 /// How a fire ended, in the terms the binary maps to exit codes (docs/design.md).
@@ -233,6 +238,8 @@ pub struct FireRun {
     spare_worker: Option<std::process::Child>,
     /// A worker process per declared MCP server, started with the tool worker.
     mcp_workers: Vec<crate::agent::mcp_client::Spawned>,
+    /// The tool worker's mask walk, when the preparation started it.
+    mask_walk: masks::MaskWalk,
     /// The run's journal (its row, a checkpoint after every step, the tool ledger);
     /// `None` in a dry run or where the state database cannot be written.
     journal: Option<crate::journal::Journal>,

@@ -281,9 +281,10 @@ fn take_task_lock(path: &std::path::Path) -> std::io::Result<Option<state::LockF
 }
 
 /// Steps 1-4: repository, lock, dirty check, load and validate, prefetch.
-pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
+pub fn prepare(mut opts: FireOptions) -> Result<FireRun, EarlyEnd> {
+    let opened = opts.opened.take();
     let ctx = FireContext::new(opts);
-    let repo = match open_task(&ctx) {
+    let repo = match open_task(&ctx, opened) {
         Ok(repo) => repo,
         Err(summary) => return Err(EarlyEnd::Unrecorded(summary)),
     };
@@ -351,7 +352,7 @@ pub fn prepare(opts: FireOptions) -> Result<FireRun, EarlyEnd> {
 
 /// Step 1 before the lock: a valid task name, the repository, a commit to fire on and
 /// a prompt for the task; otherwise the summary of a fire that writes nothing.
-fn open_task(ctx: &FireContext) -> Result<git2::Repository, Box<FireSummary>> {
+fn open_task(ctx: &FireContext, opened: Option<git2::Repository>) -> Result<git2::Repository, Box<FireSummary>> {
     if !prompt::valid_task_name(&ctx.opts.task) {
         let why = format!(
             "`{}` is not a valid task name (letters, digits, `-`, `_`)",
@@ -359,9 +360,12 @@ fn open_task(ctx: &FireContext) -> Result<git2::Repository, Box<FireSummary>> {
         );
         return Err(Box::new(ctx.unrecorded(RunStatus::Failed, FireEnd::InvalidInput, why)));
     }
-    let repo = crate::git::open_work_tree(&ctx.opts.root)
-        .map(|wt| wt.repo)
-        .map_err(|e| Box::new(ctx.unrecorded(RunStatus::Failed, FireEnd::Environment, e.to_string())))?;
+    let repo = match opened {
+        Some(repo) => repo,
+        None => crate::git::open_work_tree(&ctx.opts.root)
+            .map(|wt| wt.repo)
+            .map_err(|e| Box::new(ctx.unrecorded(RunStatus::Failed, FireEnd::Environment, e.to_string())))?,
+    };
     match not_a_task(ctx, &repo) {
         Some(summary) => Err(Box::new(summary)),
         None => Ok(repo),
@@ -372,9 +376,10 @@ fn open_task(ctx: &FireContext) -> Result<git2::Repository, Box<FireSummary>> {
 /// policy, tools, prefetch output, the first conversation) without the task's lock and
 /// without a record; uncommitted builder-owned changes, which a fire refuses, become a
 /// note. The caller removes the scratch directory.
-pub(crate) fn prepare_dry(opts: FireOptions) -> Result<(FireRun, DryNotes), Box<FireSummary>> {
+pub(crate) fn prepare_dry(mut opts: FireOptions) -> Result<(FireRun, DryNotes), Box<FireSummary>> {
+    let opened = opts.opened.take();
     let ctx = FireContext::new(opts);
-    let repo = open_task(&ctx)?;
+    let repo = open_task(&ctx, opened)?;
     let mut p = Preparing::new(ctx, repo, true);
     match p.phases() {
         Ok((config, state)) => {
@@ -570,6 +575,8 @@ struct Preparing {
     /// The tool worker's process, started early ([`start_worker_process`])
     /// and sent its configuration once that is known ([`Preparing::configure_worker`]).
     worker: Option<super::run::WorkerProcess>,
+    /// The worker's mask walk, started once it has its configuration.
+    mask_walk: super::masks::MaskWalk,
 }
 
 impl Preparing {
@@ -592,6 +599,7 @@ impl Preparing {
             metadata: None,
             pending_cards: Vec::new(),
             worker: None,
+            mask_walk: super::masks::MaskWalk::Later,
         }
     }
 
@@ -609,6 +617,11 @@ impl Preparing {
         };
         match crate::agent::worker_client::send_config_now(child, &setup.config) {
             Ok(()) => {
+                // Nothing of the fire runs in the work tree before the model but a
+                // prefetch: without one, the masks can be walked from here on.
+                if config.prompt.front.prefetch.is_empty() && !self.dry_run {
+                    self.mask_walk = super::masks::MaskWalk::start(&self.ctx.opts.root, &setup.walk);
+                }
                 worker.sent = Some(setup);
                 self.worker = Some(worker);
             }
@@ -635,6 +648,7 @@ impl Preparing {
             abort: None,
             repo: self.repo,
             worker: self.worker,
+            mask_walk: self.mask_walk,
             spare_worker: None,
             mcp_workers: Vec::new(),
             journal: self.journal,
@@ -1452,6 +1466,7 @@ pub fn check_gate(root: &std::path::Path) -> Result<Gate, String> {
         replay: None,
         eval: false,
         trusted: None,
+        opened: None,
     };
     let repo = crate::git::open_work_tree(root).map_err(|e| e.to_string())?.repo;
     let tree = builder_tree(&repo);

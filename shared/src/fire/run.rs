@@ -60,6 +60,8 @@ impl FireRun {
             Err(e) => tracing::warn!(error = %e, "no spare tool worker"),
         }
         self.spawn_mcp_workers(&env);
+        // No thread of this process stays outside the sandbox it enters.
+        self.mask_walk.join();
         let entered = sandbox::prepare_dirs(&spec, &self.ctx.opts.root)
             .map_err(|e| e.to_string())
             .and_then(|_| landlock::enforce(&spec, self.config.settings.sandbox.landlock).map_err(|e| e.to_string()));
@@ -178,28 +180,10 @@ impl FireRun {
                 (child, setup, false)
             }
         };
-        // The masks are walked for here, with the runtime's cache (an unchanged
-        // directory is not listed again), on a thread of their own while the worker
-        // builds its root and the first model request goes out. (The spare walks for
-        // itself, if it is ever woken.)
-        let cache = self
-            .ctx
-            .opts
-            .root
-            .join(crate::layout::STATE_DIR)
-            .join(sandbox::mask_walk::CACHE_FILE);
-        let walked = setup.walk;
-        let (found, masks) = tokio::sync::oneshot::channel();
-        tokio::task::spawn_blocking(move || match sandbox::mask_walk::walk_masks(&walked, Some(&cache)) {
-            Ok((masked, write)) => {
-                // The worker waits for the masks; the cache can wait for it.
-                let _ = found.send(sandbox::namespaces::mask_line(Ok(masked)));
-                write.finish();
-            }
-            Err(e) => {
-                let _ = found.send(sandbox::namespaces::mask_line(Err(e.to_string())));
-            }
-        });
+        // The masks, walked in the preparation or now while the worker builds its
+        // root and the first model request goes out ([`super::masks`]). (The spare
+        // walks for itself, if it is ever woken.)
+        let masks = std::mem::take(&mut self.mask_walk).masks(&self.ctx.opts.root, setup.walk);
         let config = setup.config;
         let started = match child {
             Ok(child) if sent => WorkerClient::configured_with_masks(child, masks),
@@ -282,8 +266,10 @@ impl FireRun {
     pub(super) fn loop_config(&self, chain: &ProviderChain) -> LoopConfig {
         // A handle on the fire's own repository (the one `prepare` opened through the
         // one way in), for the loop's thread of work: HEAD is read at each check, as
-        // other fires commit meanwhile.
-        let head = git2::Repository::open(self.repo.path()).ok();
+        // other fires commit meanwhile. Opened at the first check, not before the first
+        // request: a fire whose model writes nothing never needs it.
+        let git_dir = self.repo.path().to_path_buf();
+        let head = std::cell::OnceCell::new();
         let root = self.ctx.opts.root.clone();
         let run = self.ctx.approval_run().to_string();
         // Only a paused run being resumed can have a builder's decision waiting; a
@@ -313,7 +299,8 @@ impl FireRun {
             root: self.ctx.opts.root.clone(),
             write_roots: crate::sandbox::acl_dirs(&self.config.settings.permissions.write),
             committed: Box::new(move |rel: &str| {
-                head.as_ref()
+                head.get_or_init(|| git2::Repository::open(&git_dir).ok())
+                    .as_ref()
                     .is_some_and(|r| crate::git::head_blob(r, rel).ok().flatten().is_some())
             }),
             decision,

@@ -73,7 +73,7 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
             }
             Ok(())
         };
-        if has_racy_entry(&index, stamp) {
+        if !racy_entries_unchanged(repo, &index, stamp) {
             bind(&mut index)?;
         }
         for f in add {
@@ -112,14 +112,46 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
     Ok(())
 }
 
-/// Whether an entry of `index` changed in or after the second of the index file's
-/// (cut) stamp, so that only a look at the work tree can tell whether it is clean:
-/// git's racy rule, by the second. Every entry when the stamp is unknown.
-fn has_racy_entry(index: &git2::Index, stamp: Option<u64>) -> bool {
-    let Some(stamp) = stamp else { return true };
-    index
+/// Whether every entry of `index` that changed in or after the second of the index
+/// file's (cut) stamp, the entries only a look at the work tree can tell clean (git's
+/// racy rule, by the second), still has its content there: then libgit2's own check
+/// of them as it writes (a diff of the index against the work tree, with the
+/// attributes and filters of each path loaded: about a quarter of a fire's commit)
+/// has nothing to mark, and the index need not be bound to the repository for it.
+///
+/// A racy entry reads as unchanged only when its path holds a regular file with one
+/// name, reached through no link, whose bytes hash to the entry's blob; anything else
+/// (a changed or missing file, a link, a submodule, a conflict, an unknown stamp) is
+/// left to libgit2, which marks what changed for git to read again. Bytes that hash
+/// to the blob as they are match what git compares for a file without filters; a
+/// file whose clean filter would change them is one git shows as unchanged anyway
+/// while its stat data holds (the entry is not smudged, as outside the racy second).
+fn racy_entries_unchanged(repo: &Repository, index: &git2::Index, stamp: Option<u64>) -> bool {
+    let Some(stamp) = stamp else { return false };
+    let mut racy = index
         .iter()
-        .any(|e| u64::try_from(e.mtime.seconds()).map_or(true, |s| s >= stamp))
+        .filter(|e| e.mode != u32::from(FileMode::Commit))
+        .filter(|e| u64::try_from(e.mtime.seconds()).map_or(true, |s| s >= stamp))
+        .peekable();
+    if racy.peek().is_none() {
+        return true;
+    }
+    let Some(root) = repo.workdir().and_then(|w| crate::beneath::open_root(w).ok()) else {
+        return false;
+    };
+    racy.all(|e| {
+        let conflict = (e.flags >> 12) & 0x3 != 0;
+        let blob = e.mode == u32::from(FileMode::Blob) || e.mode == u32::from(FileMode::BlobExecutable);
+        let Ok(path) = std::str::from_utf8(&e.path) else {
+            return false;
+        };
+        !conflict
+            && blob
+            && crate::beneath::read_regular(&root, Path::new(path), u64::from(e.file_size))
+                .ok()
+                .and_then(|bytes| Oid::hash_object(git2::ObjectType::Blob, &bytes).ok())
+                .is_some_and(|id| id == e.id)
+    })
 }
 
 /// Gives the copy the index's modification time. Git and libgit2 trust an entry's
@@ -234,5 +266,48 @@ fn held_entry(path: &str) -> git2::IndexEntry {
         flags: 0,
         flags_extended: 0,
         path: path.as_bytes().to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::tests::repo;
+
+    /// The second `path` was last written in, as the racy rule counts it.
+    fn second_of(path: &Path) -> u64 {
+        let t = std::fs::metadata(path).unwrap().modified().unwrap();
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+    }
+
+    #[test]
+    fn a_racy_entry_is_unchanged_only_while_its_file_holds_its_blob() {
+        let (dir, repo) = repo();
+        let file = dir.path().join("prompts/t.md");
+        let racy_at = Some(second_of(&file));
+        let unchanged = || racy_entries_unchanged(&repo, &repo.index().unwrap(), racy_at);
+        assert!(unchanged(), "the committed bytes are still there");
+        // Same size, other bytes: libgit2 has to look (and mark it for git).
+        std::fs::write(&file, "ho").unwrap();
+        assert!(!unchanged());
+        // Its bytes again, but through a second name, or as a link to them.
+        std::fs::write(&file, "hi").unwrap();
+        assert!(unchanged());
+        std::fs::hard_link(&file, dir.path().join("second-name")).unwrap();
+        assert!(!unchanged());
+        std::fs::remove_file(dir.path().join("second-name")).unwrap();
+        std::fs::write(dir.path().join("hi"), "hi").unwrap();
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("hi"), &file).unwrap();
+        assert!(!unchanged());
+        // Gone: changed. Unknown stamp: every entry is racy and left to libgit2.
+        std::fs::remove_file(&file).unwrap();
+        assert!(!unchanged());
+        std::fs::write(&file, "hi").unwrap();
+        assert!(!racy_entries_unchanged(&repo, &repo.index().unwrap(), None));
+        // An index stamped after the entry's second has no racy entry: nothing is read.
+        std::fs::remove_file(&file).unwrap();
+        let later = racy_at.map(|s| s + 1);
+        assert!(racy_entries_unchanged(&repo, &repo.index().unwrap(), later));
     }
 }
