@@ -325,11 +325,17 @@ impl StateDb {
         self.store
     }
 
-    /// The state database of a store [`StateDb::open`] opened and
-    /// [`StateDb::into_store`] gave a run's journal: the fire's end writes its records
-    /// through the connection the run began with rather than opening another.
-    pub(crate) fn from_store(store: Store) -> StateDb {
-        StateDb { store, reset: None }
+    /// The state database of `root` through a store [`StateDb::open`] opened there
+    /// and [`StateDb::into_store`] gave a run's journal: the fire's end writes its
+    /// records through the connection the run began with rather than opening another,
+    /// unless the file was replaced since (another fire found it damaged and moved it
+    /// aside) or emptied; then it is opened again, as [`StateDb::open`] does.
+    pub(crate) fn reopen(store: Store, root: &Path) -> Result<StateDb, StoreError> {
+        if store.still_on_its_file() && emptied(&db_path(root)).is_none() {
+            return Ok(StateDb { store, reset: None });
+        }
+        drop(store);
+        StateDb::open(root)
     }
 
     /// Records a skipped fire (another fire held the lock): a row, no files.
@@ -1142,6 +1148,24 @@ mod tests {
         // A fresh database (never written) is not a reset.
         let other = tempfile::tempdir().unwrap();
         assert!(StateDb::open(other.path()).unwrap().reset().is_none());
+    }
+
+    #[test]
+    fn a_journals_store_serves_the_fires_end_only_while_its_file_is_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db_path(dir.path());
+        let store = StateDb::open(dir.path()).unwrap().into_store();
+        let store = StateDb::reopen(store, dir.path()).unwrap().into_store();
+        assert!(store.still_on_its_file(), "the same file: the same connection");
+        // Another fire found it damaged: moved aside (with its log), a new one made.
+        for ext in ["", "-wal", "-shm"] {
+            let from = format!("{}{ext}", path.display());
+            let _ = std::fs::rename(&from, format!("{from}.aside"));
+        }
+        drop(StateDb::open(dir.path()).unwrap());
+        assert!(!store.still_on_its_file());
+        let again = StateDb::reopen(store, dir.path()).unwrap();
+        assert!(again.store().still_on_its_file(), "opened on the new file");
     }
 
     #[test]

@@ -124,6 +124,14 @@ const KEPT_MAX: usize = 16;
 
 static KEPT: std::sync::Mutex<Vec<Kept>> = std::sync::Mutex::new(Vec::new());
 
+impl Store {
+    /// Whether the database file at this store's path is still the one it opened (not
+    /// moved aside and replaced since, as a damaged file is).
+    pub fn still_on_its_file(&self) -> bool {
+        self.keep.is_some() && file_id(Path::new(&self.path)) == self.keep
+    }
+}
+
 fn file_id(path: &Path) -> Option<FileId> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))

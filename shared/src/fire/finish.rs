@@ -854,8 +854,14 @@ fn render_report(task: &str, run_id: &str, rec: &RunRecords, cost: f64) -> Strin
 }
 
 /// Opens the state database for the records; `None` (logged) when it cannot be.
-fn open_state_db(root: &std::path::Path) -> Option<StateDb> {
-    match StateDb::open(root) {
+/// The state database for the records: through the run journal's connection where the
+/// run has one ([`StateDb::reopen`]), so a fire holds one state handle.
+fn open_state_db(root: &std::path::Path, journal: Option<crate::journal::Journal>) -> Option<StateDb> {
+    let opened = match journal {
+        Some(journal) => StateDb::reopen(journal.into_store(), root),
+        None => StateDb::open(root),
+    };
+    match opened {
         Ok(db) => Some(db),
         Err(e) => {
             tracing::warn!(error = %e, "cannot open the state database");
@@ -889,10 +895,7 @@ impl FireRun {
             write_roots: crate::sandbox::acl_dirs(&self.config.settings.permissions.write),
         };
         // One state handle per fire: the journal's, where the run has one.
-        let mut db = match self.journal.take() {
-            Some(journal) => Some(StateDb::from_store(journal.into_store())),
-            None => open_state_db(&self.ctx.opts.root),
-        };
+        let mut db = open_state_db(&self.ctx.opts.root, self.journal.take());
         // A paused run's checkpoint is saved before its records are committed: a crash
         // in between leaves a run `runtime resume` can still continue, never a committed
         // `waiting_approval` receipt with nothing to resume.

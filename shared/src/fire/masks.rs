@@ -26,14 +26,23 @@ pub(super) enum MaskWalk {
     #[default]
     Later,
     /// Walking on a thread started in the preparation, until told to stop.
-    Walking(std::thread::JoinHandle<Walked>, Arc<AtomicBool>),
+    Walking(EarlyWalk),
     /// Walked before the sandbox was entered.
     Walked(Walked),
 }
 
 impl MaskWalk {
-    /// Starts the walk of `plan` for the work tree at `root` on a thread of its own.
+    /// Starts the walk of `plan` for the work tree at `root` on a thread of its own,
+    /// when every directory the sandbox's entry makes is there already (one made
+    /// after the walk, which a deny rule matches, would not be masked): the records
+    /// directories and the worker's write directories. Otherwise the walk waits.
     pub(super) fn start(root: &Path, plan: &NamespacePlan) -> MaskWalk {
+        let is_dir = |d: &Path| d.symlink_metadata().is_ok_and(|m| m.is_dir());
+        let in_place = crate::layout::RUNTIME_DIRS.iter().all(|d| is_dir(&root.join(d)))
+            && plan.write_dirs.iter().all(|d| is_dir(d));
+        if !in_place {
+            return MaskWalk::Later;
+        }
         let (plan, cache) = (plan.clone(), cache_file(root));
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
@@ -41,7 +50,10 @@ impl MaskWalk {
             .name("mask-walk".into())
             .spawn(move || walk(&plan, &cache, &stopped))
         {
-            Ok(thread) => MaskWalk::Walking(thread, stop),
+            Ok(thread) => MaskWalk::Walking(EarlyWalk {
+                thread: Some(thread),
+                stop,
+            }),
             // Walked later, as without the early start.
             Err(_) => MaskWalk::Later,
         }
@@ -51,17 +63,11 @@ impl MaskWalk {
     /// masks when it is done, else it stops at its next directory and the walk is
     /// left to [`MaskWalk::masks`].
     pub(super) fn join(&mut self) {
-        if let MaskWalk::Walking(..) = self {
-            let MaskWalk::Walking(thread, stop) = std::mem::take(self) else {
-                return;
+        if let MaskWalk::Walking(early) = self {
+            *self = match early.end() {
+                Some(walked) => MaskWalk::Walked(walked),
+                None => MaskWalk::Later,
             };
-            let done = thread.is_finished();
-            stop.store(true, Ordering::Relaxed);
-            *self = match thread.join() {
-                Ok(walked) if done => MaskWalk::Walked(walked),
-                _ => MaskWalk::Later,
-            };
-            tracing::debug!(done, "early mask walk ended");
         }
     }
 
@@ -93,6 +99,32 @@ impl MaskWalk {
     }
 }
 
+/// The thread of an early walk, stopped and joined when dropped: a preparation that
+/// ends before the sandbox leaves no walk behind.
+pub(super) struct EarlyWalk {
+    thread: Option<std::thread::JoinHandle<Walked>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl EarlyWalk {
+    /// Its masks when it is done by now; else stopped (at its next directory) and
+    /// joined, `None`.
+    fn end(&mut self) -> Option<Walked> {
+        let thread = self.thread.take()?;
+        let done = thread.is_finished();
+        self.stop.store(true, Ordering::Relaxed);
+        let walked = thread.join().ok().filter(|_| done);
+        tracing::debug!(done, "early mask walk ended");
+        walked
+    }
+}
+
+impl Drop for EarlyWalk {
+    fn drop(&mut self) {
+        let _ = self.end();
+    }
+}
+
 fn cache_file(root: &Path) -> PathBuf {
     root.join(crate::layout::STATE_DIR).join(CACHE_FILE)
 }
@@ -101,5 +133,29 @@ fn walk(plan: &NamespacePlan, cache: &Path, stop: &AtomicBool) -> Walked {
     match walk_masks_until(plan, Some(cache), stop) {
         Ok((masked, write)) => (mask_line(Ok(masked)), Some(write)),
         Err(e) => (mask_line(Err(e.to_string())), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_early_walk_waits_while_a_directory_the_sandbox_makes_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = NamespacePlan {
+            root: dir.path().to_path_buf(),
+            write_dirs: vec![dir.path().join("reports")],
+            ..NamespacePlan::default()
+        };
+        assert!(matches!(MaskWalk::start(dir.path(), &plan), MaskWalk::Later));
+        for d in crate::layout::RUNTIME_DIRS {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        let mut walk = MaskWalk::start(dir.path(), &plan);
+        assert!(matches!(walk, MaskWalk::Walking(_)));
+        // Ended before the sandbox: walked, or stopped and left for later; never running.
+        walk.join();
+        assert!(matches!(walk, MaskWalk::Walked(_) | MaskWalk::Later));
     }
 }

@@ -73,9 +73,6 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
             }
             Ok(())
         };
-        if !racy_entries_unchanged(repo, &index, stamp) {
-            bind(&mut index)?;
-        }
         for f in add {
             match p.held.iter().find(|(h, _)| h == f) {
                 Some((_, bytes)) => match worktree_entry(repo, f, bytes) {
@@ -97,6 +94,11 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
                 bind(&mut index)?;
                 index.add_path(Path::new(f))?;
             }
+        }
+        // Last, right before the write (as libgit2's own check runs in it): the
+        // entries just added hold what was just hashed.
+        if !racy_entries_unchanged(repo, &index, stamp, add) {
+            bind(&mut index)?;
         }
         index.write()?;
         Ok(())
@@ -120,17 +122,19 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
 /// has nothing to mark, and the index need not be bound to the repository for it.
 ///
 /// A racy entry reads as unchanged only when its path holds a regular file with one
-/// name, reached through no link, whose bytes hash to the entry's blob; anything else
-/// (a changed or missing file, a link, a submodule, a conflict, an unknown stamp) is
-/// left to libgit2, which marks what changed for git to read again. Bytes that hash
-/// to the blob as they are match what git compares for a file without filters; a
-/// file whose clean filter would change them is one git shows as unchanged anyway
-/// while its stat data holds (the entry is not smudged, as outside the racy second).
-fn racy_entries_unchanged(repo: &Repository, index: &git2::Index, stamp: Option<u64>) -> bool {
+/// name, reached through no link, whose bytes hash to the entry's blob and are bytes
+/// no filter of git's changes (no carriage return for the line-ending filters, no
+/// `$Id` for `ident`): git compares a file's content after its clean filter, so a
+/// file those filters could change is left to libgit2, which filters as git does.
+/// Anything else too (a changed or missing file, a link, a submodule, a conflict, an
+/// unknown stamp) is left to libgit2, which marks what changed for git to read again.
+/// The paths of `added` are skipped: their entries hold what was just hashed.
+fn racy_entries_unchanged(repo: &Repository, index: &git2::Index, stamp: Option<u64>, added: &[&str]) -> bool {
     let Some(stamp) = stamp else { return false };
     let mut racy = index
         .iter()
         .filter(|e| e.mode != u32::from(FileMode::Commit))
+        .filter(|e| !added.iter().any(|a| a.as_bytes() == e.path.as_slice()))
         .filter(|e| u64::try_from(e.mtime.seconds()).map_or(true, |s| s >= stamp))
         .peekable();
     if racy.peek().is_none() {
@@ -149,9 +153,16 @@ fn racy_entries_unchanged(repo: &Repository, index: &git2::Index, stamp: Option<
             && blob
             && crate::beneath::read_regular(&root, Path::new(path), u64::from(e.file_size))
                 .ok()
+                .filter(|bytes| !filterable(bytes))
                 .and_then(|bytes| Oid::hash_object(git2::ObjectType::Blob, &bytes).ok())
                 .is_some_and(|id| id == e.id)
     })
+}
+
+/// Bytes one of git's own clean filters could change: line endings (`text`, `eol`,
+/// `core.autocrlf`) or an `ident` keyword.
+fn filterable(bytes: &[u8]) -> bool {
+    bytes.contains(&b'\r') || bytes.windows(3).any(|w| w == b"$Id")
 }
 
 /// Gives the copy the index's modification time. Git and libgit2 trust an entry's
@@ -281,11 +292,18 @@ mod tests {
     }
 
     #[test]
+    fn bytes_a_clean_filter_could_change_are_left_to_libgit2() {
+        assert!(filterable(b"a\r\nb"));
+        assert!(filterable(b"x $Id$ y"));
+        assert!(!filterable(b"plain\nlines\n"));
+    }
+
+    #[test]
     fn a_racy_entry_is_unchanged_only_while_its_file_holds_its_blob() {
         let (dir, repo) = repo();
         let file = dir.path().join("prompts/t.md");
         let racy_at = Some(second_of(&file));
-        let unchanged = || racy_entries_unchanged(&repo, &repo.index().unwrap(), racy_at);
+        let unchanged = || racy_entries_unchanged(&repo, &repo.index().unwrap(), racy_at, &[]);
         assert!(unchanged(), "the committed bytes are still there");
         // Same size, other bytes: libgit2 has to look (and mark it for git).
         std::fs::write(&file, "ho").unwrap();
@@ -304,10 +322,19 @@ mod tests {
         std::fs::remove_file(&file).unwrap();
         assert!(!unchanged());
         std::fs::write(&file, "hi").unwrap();
-        assert!(!racy_entries_unchanged(&repo, &repo.index().unwrap(), None));
+        assert!(!racy_entries_unchanged(&repo, &repo.index().unwrap(), None, &[]));
+        // A path just added is not looked at, whatever its file holds.
+        std::fs::write(&file, "ho").unwrap();
+        assert!(racy_entries_unchanged(
+            &repo,
+            &repo.index().unwrap(),
+            racy_at,
+            &["prompts/t.md"]
+        ));
+        std::fs::write(&file, "hi").unwrap();
         // An index stamped after the entry's second has no racy entry: nothing is read.
         std::fs::remove_file(&file).unwrap();
         let later = racy_at.map(|s| s + 1);
-        assert!(racy_entries_unchanged(&repo, &repo.index().unwrap(), later));
+        assert!(racy_entries_unchanged(&repo, &repo.index().unwrap(), later, &[]));
     }
 }
