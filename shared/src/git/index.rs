@@ -55,21 +55,22 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
     // Bound to the repository, the index finds the work tree for `add_path`, the
     // object database for `add_frombuffer`, and the work tree again for libgit2's
     // check of racily clean entries as it writes (an index of no repository skips
-    // it). An entry made from held bytes needs none of them, and an index with no
-    // racy entry needs no check: then the repository's handle is never swapped (nor
-    // the real index read again to swap it back).
+    // it). An entry made from held bytes needs none of them, and an index whose racy
+    // entries all still hold their blobs ([`racy_entries_unchanged`]) needs no check:
+    // then the repository's handle is never swapped (nor the real index read again
+    // to swap it back).
     let stamp = std::fs::metadata(p.temp_index)
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_secs());
-    let mut bound = false;
+    let bound = std::cell::Cell::new(false);
     let written = (|| -> Result<(), GitError> {
         let mut index = git2::Index::open(p.temp_index)?;
-        let mut bind = |index: &mut git2::Index| -> Result<(), git2::Error> {
-            if !bound {
+        let bind = |index: &mut git2::Index| -> Result<(), git2::Error> {
+            if !bound.get() {
                 repo.set_index(index)?;
-                bound = true;
+                bound.set(true);
             }
             Ok(())
         };
@@ -96,8 +97,9 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
             }
         }
         // Last, right before the write (as libgit2's own check runs in it): the
-        // entries just added hold what was just hashed.
-        if !racy_entries_unchanged(repo, &index, stamp, add) {
+        // entries just added hold what was just hashed. Bound already, libgit2
+        // checks them itself.
+        if !bound.get() && !racy_entries_unchanged(repo, &index, stamp, add) {
             bind(&mut index)?;
         }
         index.write()?;
@@ -105,7 +107,7 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
     })();
     let published = written.and_then(|()| std::fs::rename(p.temp_index, p.index_path).map_err(io(p.index_path)));
     // Whatever happened, a swapped handle goes back to the real index.
-    let restored = match bound {
+    let restored = match bound.get() {
         true => git2::Index::open(p.index_path).and_then(|mut real| repo.set_index(&mut real)),
         false => Ok(()),
     };
