@@ -59,11 +59,7 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
     // entries all still hold their blobs ([`racy_entries_unchanged`]) needs no check:
     // then the repository's handle is never swapped (nor the real index read again
     // to swap it back).
-    let stamp = std::fs::metadata(p.temp_index)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_secs());
+    let stamp = second_of_stamp(p.temp_index);
     let bound = std::cell::Cell::new(false);
     let written = (|| -> Result<(), GitError> {
         let mut index = git2::Index::open(p.temp_index)?;
@@ -114,6 +110,12 @@ pub(super) fn write_index(repo: &Repository, p: &CommitParts, add: &[&str]) -> R
     published?;
     restored?;
     Ok(())
+}
+
+/// The second of `index`'s modification time, which git's racy rule compares with.
+fn second_of_stamp(index: &Path) -> Option<u64> {
+    let modified = std::fs::metadata(index).and_then(|m| m.modified()).ok()?;
+    Some(modified.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs())
 }
 
 /// Whether every entry of `index` that changed in or after the second of the index
@@ -287,12 +289,6 @@ mod tests {
     use super::*;
     use crate::git::tests::repo;
 
-    /// The second `path` was last written in, as the racy rule counts it.
-    fn second_of(path: &Path) -> u64 {
-        let t = std::fs::metadata(path).unwrap().modified().unwrap();
-        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
-    }
-
     #[test]
     fn bytes_a_clean_filter_could_change_are_left_to_libgit2() {
         assert!(filterable(b"a\r\nb"));
@@ -304,7 +300,7 @@ mod tests {
     fn a_racy_entry_is_unchanged_only_while_its_file_holds_its_blob() {
         let (dir, repo) = repo();
         let file = dir.path().join("prompts/t.md");
-        let racy_at = Some(second_of(&file));
+        let racy_at = second_of_stamp(&file);
         let unchanged = || racy_entries_unchanged(&repo, &repo.index().unwrap(), racy_at, &[]);
         assert!(unchanged(), "the committed bytes are still there");
         // Same size, other bytes: libgit2 has to look (and mark it for git).
