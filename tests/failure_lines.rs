@@ -132,3 +132,42 @@ fn each_hint_fits_its_situation() {
     assert!(stderr.contains("hint: have the change approved"), "{stderr}");
     assert!(!stderr.contains("git stash"), "{stderr}");
 }
+
+/// A key whose variable is named like no secret (`LLM_CRED`, not `*KEY*`) echoed back
+/// in a provider's error body (a proxy that quotes the request's header) is redacted
+/// from the `-v` log line that quotes the body, as it is from the records: log lines
+/// are redacted of the variables the settings name, whatever their names.
+#[test]
+fn a_key_the_provider_echoes_is_redacted_from_log_lines_whatever_its_variable_is_named() {
+    const CRED: &str = "horse-battery-staple-9137";
+    let echoed = format!("upstream refused: header was {CRED}");
+    let server = ModelServer::start(vec![Reply::status(503, &echoed), Reply::status(503, &echoed)]);
+    let provider = server.provider_yaml(Wire::OpenAi).replace(KEY_ENV, "LLM_CRED");
+    let env = TestEnv::new();
+    env.write(
+        "settings/runtime.yaml",
+        &settings_yaml(&provider, "limits:\n  retry_base_ms: 10\n  max_retries: 1\n"),
+    );
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("test settings");
+    let out = env
+        .command("runtime", &["-v", "fire", "t"])
+        .env("LLM_CRED", CRED)
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    // The attack ran: the server got the key, and the log line quoting its body is there.
+    let sent = server.requests();
+    assert!(
+        sent.iter()
+            .any(|r| r.headers.iter().any(|(k, v)| k == "authorization" && v.contains(CRED))),
+        "the key was sent"
+    );
+    assert!(
+        stderr.contains("retrying model call") && stderr.contains("upstream refused: header was [REDACTED]"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(CRED), "{stderr}");
+    assert!(!env.all_record_text().contains(CRED));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+}

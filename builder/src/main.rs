@@ -21,9 +21,11 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("BUILDER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // Redacted as the runtime's are (`builder mcp pin` sends a server its token).
+    cli::log::redact_secret_like_env();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| cli::log::RedactingStderr { before: || {} })
         .with_target(false)
         .try_init();
     // Named crash points (builds for tests only: `failpoints`), as the runtime arms them.

@@ -4,31 +4,13 @@
 //! first, and carries colour only at a terminal without `NO_COLOR` (cron mail and
 //! pipes get no escape code).
 
-use shared::secrets::Redactor;
-use std::io::{IsTerminal, Write};
-use std::sync::Arc;
+use std::io::IsTerminal;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
 pub enum LogFormat {
     #[default]
     Text,
     Json,
-}
-
-struct RedactingStderr {
-    redactor: Arc<Redactor>,
-}
-
-impl Write for RedactingStderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let text = String::from_utf8_lossy(buf);
-        crate::progress::clear_line();
-        std::io::stderr().write_all(self.redactor.redact(&text).as_bytes())?;
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stderr().flush()
-    }
 }
 
 pub fn init(verbose: u8, format: LogFormat) {
@@ -39,9 +21,9 @@ pub fn init(verbose: u8, format: LogFormat) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUNTIME_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let redactor = Arc::new(Redactor::from_secret_like_env());
-    let make = move || RedactingStderr {
-        redactor: redactor.clone(),
+    cli::log::redact_secret_like_env();
+    let make = || cli::log::RedactingStderr {
+        before: crate::progress::clear_line,
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

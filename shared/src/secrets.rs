@@ -149,6 +149,13 @@ impl Redactor {
         self
     }
 
+    /// Adds the values `other` knows (a log line's redactor learning a fire's).
+    pub fn merge(&mut self, other: &Redactor) {
+        self.values.extend(other.values.iter().cloned());
+        self.values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        self.values.dedup();
+    }
+
     /// Whether `bytes` (not text: a binary file) hold a known secret value in any of
     /// its encoded forms.
     pub fn holds_secret(&self, bytes: &[u8]) -> bool {
@@ -172,6 +179,29 @@ impl Redactor {
             out = Cow::Owned(redact_credentials(&out));
         }
         out
+    }
+}
+
+/// What log lines are redacted of: process-wide, as logging is. The binaries add the
+/// secret-looking variables at start ([`Redactor::from_secret_like_env`]); a fire
+/// adds the variables its settings name for keys and tokens once it has read them
+/// ([`crate::fire::config::redactor`]), whatever their names, so a key a provider
+/// or a proxy echoes in an error body is not printed in a `-v` line of cron's mail.
+static LOG_REDACTOR: std::sync::RwLock<Redactor> = std::sync::RwLock::new(Redactor { values: Vec::new() });
+
+/// Log lines are redacted of `more`'s values too, from now on.
+pub fn redact_in_logs(more: &Redactor) {
+    if let Ok(mut log) = LOG_REDACTOR.write() {
+        log.merge(more);
+    }
+}
+
+/// `text` as a log line may show it ([`redact_in_logs`]).
+pub fn redact_log_line(text: &str) -> Cow<'_, str> {
+    match LOG_REDACTOR.read() {
+        Ok(log) => log.redact(text),
+        // Poisoned only by a panic while merging: redact shapes at least.
+        Err(_) => Redactor::default().redact(text),
     }
 }
 
@@ -260,6 +290,17 @@ fn lowercase_escapes(pct: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn log_lines_learn_the_values_a_fire_names_whatever_their_variable() {
+        let line = "upstream said quokka-passphrase-4471";
+        assert_eq!(redact_log_line(line), line, "not secret-shaped, not yet known");
+        redact_in_logs(&Redactor::default().with_value("quokka-passphrase-4471"));
+        assert_eq!(redact_log_line(line), "upstream said [REDACTED]");
+        let encoded = redact_log_line("in base64 cXVva2thLXBhc3NwaHJhc2UtNDQ3MQ==");
+        assert!(encoded.starts_with("in base64 [REDACTED]"), "{encoded}");
+    }
+
     #[test]
     fn a_text_without_any_shape_literal_skips_the_patterns() {
         assert_eq!(

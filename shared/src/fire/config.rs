@@ -131,7 +131,8 @@ pub fn exporter(settings: Option<&RuntimeSettings>) -> Option<Exporter> {
 }
 
 /// The one way a fire builds its redactor: the key variables the settings name (both
-/// providers), or none when the settings could not be read.
+/// providers), or none when the settings could not be read. Log lines are redacted
+/// of the same values from here on ([`crate::secrets::redact_in_logs`]).
 pub fn redactor(settings: Option<&RuntimeSettings>) -> Redactor {
     let keys = settings
         .into_iter()
@@ -143,5 +144,7 @@ pub fn redactor(settings: Option<&RuntimeSettings>) -> Redactor {
         .into_iter()
         .flat_map(|s| s.mcp.values())
         .filter_map(|m| m.token_env.as_deref());
-    Redactor::from_env(keys.chain(tokens))
+    let redactor = Redactor::from_env(keys.chain(tokens));
+    crate::secrets::redact_in_logs(&redactor);
+    redactor
 }
