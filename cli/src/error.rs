@@ -102,16 +102,29 @@ impl CommandError {
         out
     }
 
-    /// Prints `error: ...` and one `hint: ...` per hint on stderr (an internal
-    /// error always ends with the request for a bug report about `program`).
+    /// Prints [`CommandError::lines`] on stderr.
     pub fn print(&self, program: &str) {
-        eprintln!("error: {}", self.message());
-        for h in &self.hints {
-            eprintln!("hint: {h}");
+        for line in self.lines(program) {
+            eprintln!("{line}");
         }
+    }
+
+    /// `error: ...` and one `hint: ...` per hint (an internal error always ends with
+    /// the request for a bug report about `program`), redacted as log lines are
+    /// ([`shared::secrets::redact_log_line`]): a cause may quote what a server said,
+    /// and a server may quote the key or token it was sent.
+    pub fn lines(&self, program: &str) -> Vec<String> {
+        let mut lines = vec![format!("error: {}", self.message())];
+        lines.extend(self.hints.iter().map(|h| format!("hint: {h}")));
         if self.kind == Kind::Internal {
-            eprintln!("hint: this is a bug in {program}: please report it with the command line and its -vv output");
+            lines.push(format!(
+                "hint: this is a bug in {program}: please report it with the command line and its -vv output"
+            ));
         }
+        lines
+            .into_iter()
+            .map(|l| shared::secrets::redact_log_line(&l).into_owned())
+            .collect()
     }
 }
 
@@ -174,6 +187,21 @@ mod tests {
 
     // What each cause is (io, git2, SQLite errors) is tested with `shared::cause`;
     // these test the command layer over it.
+
+    #[test]
+    fn the_printed_lines_are_redacted_of_what_a_fire_named_secret() {
+        let said = "the server said: your token wallaby-phrase-5521 is refused";
+        let e = CommandError::new(Kind::Environment, anyhow::Error::msg(said)).hint("wallaby-phrase-5521 again?");
+        assert_eq!(e.lines("builder")[0], format!("error: {said}"), "not known yet");
+        shared::secrets::redact_in_logs(&shared::secrets::Redactor::default().with_value("wallaby-phrase-5521"));
+        assert_eq!(
+            e.lines("builder"),
+            [
+                "error: the server said: your token [REDACTED] is refused",
+                "hint: [REDACTED] again?"
+            ]
+        );
+    }
 
     #[test]
     fn a_cause_deep_in_the_chain_decides() {
