@@ -86,7 +86,9 @@ impl CommandError {
     }
 
     /// The error and its causes on one line, each cause once (typed errors often
-    /// repeat their source in their own message).
+    /// repeat their source in their own message), redacted as log lines are
+    /// ([`shared::secrets::redact_log_line`]): a cause may quote what a server said,
+    /// and a server may quote the key or token it was sent.
     pub fn message(&self) -> String {
         let mut out = String::new();
         for cause in self.error.chain() {
@@ -99,7 +101,14 @@ impl CommandError {
             }
             out.push_str(&text);
         }
-        out
+        shared::secrets::redact_log_line(&out).into_owned()
+    }
+
+    /// The hints, in order, redacted as [`CommandError::message`] is.
+    pub fn hints(&self) -> impl Iterator<Item = String> + '_ {
+        self.hints
+            .iter()
+            .map(|h| shared::secrets::redact_log_line(h).into_owned())
     }
 
     /// Prints [`CommandError::lines`] on stderr.
@@ -110,21 +119,16 @@ impl CommandError {
     }
 
     /// `error: ...` and one `hint: ...` per hint (an internal error always ends with
-    /// the request for a bug report about `program`), redacted as log lines are
-    /// ([`shared::secrets::redact_log_line`]): a cause may quote what a server said,
-    /// and a server may quote the key or token it was sent.
+    /// the request for a bug report about `program`).
     pub fn lines(&self, program: &str) -> Vec<String> {
         let mut lines = vec![format!("error: {}", self.message())];
-        lines.extend(self.hints.iter().map(|h| format!("hint: {h}")));
+        lines.extend(self.hints().map(|h| format!("hint: {h}")));
         if self.kind == Kind::Internal {
             lines.push(format!(
                 "hint: this is a bug in {program}: please report it with the command line and its -vv output"
             ));
         }
         lines
-            .into_iter()
-            .map(|l| shared::secrets::redact_log_line(&l).into_owned())
-            .collect()
     }
 }
 

@@ -118,9 +118,9 @@ impl Redactor {
             .collect();
         let encoded: Vec<String> = values.iter().flat_map(|v| encodings(v)).collect();
         values.extend(encoded);
-        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-        values.dedup();
-        Redactor { values }
+        let mut redactor = Redactor { values };
+        redactor.settle();
+        redactor
     }
 
     /// A redactor for every environment variable whose name looks secret
@@ -143,8 +143,7 @@ impl Redactor {
         if v.len() >= 6 {
             self.values.extend(encodings(&v));
             self.values.push(v);
-            self.values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-            self.values.dedup();
+            self.settle();
         }
         self
     }
@@ -152,7 +151,14 @@ impl Redactor {
     /// Adds the values `other` knows (a log line's redactor learning a fire's).
     pub fn merge(&mut self, other: &Redactor) {
         self.values.extend(other.values.iter().cloned());
-        self.values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        self.settle();
+    }
+
+    /// Longest values first (a value inside a longer one must not cut it up), each
+    /// once: equal lengths sorted too, so a value learned again is dropped however
+    /// often a fire builds its redactor.
+    fn settle(&mut self) {
+        self.values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         self.values.dedup();
     }
 
@@ -290,6 +296,17 @@ fn lowercase_escapes(pct: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_value_learned_again_is_kept_once() {
+        // Equal lengths, so a sort by length alone would not bring the copies together.
+        let fire = Redactor::default().with_value("kestrel-1").with_value("kestrel-2");
+        let mut log = fire.clone();
+        log.merge(&fire);
+        log.merge(&fire);
+        assert_eq!(log.values, fire.values);
+        assert!(log.values.windows(2).all(|w| w[0].len() >= w[1].len()), "longest first");
+    }
 
     #[test]
     fn log_lines_learn_the_values_a_fire_names_whatever_their_variable() {

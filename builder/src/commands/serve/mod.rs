@@ -581,10 +581,11 @@ impl PageError {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
         };
+        let hint = ce.hints().next();
         PageError {
             status,
             message: ce.message(),
-            hint: ce.hints.first().cloned(),
+            hint,
         }
     }
 
