@@ -784,3 +784,134 @@ fn an_eval_fire_loads_no_prompt_through_a_link_the_proposal_made() {
     assert!(!text.contains(SECRET), "{text}");
     assert!(text.contains("prompts/t.md"), "the link is not named:\n{text}");
 }
+
+/// What the reviewer's own git directory holds that no eval fire may read: its config
+/// (here a private remote; a CI checkout leaves its token there too, which tool output
+/// redacts only where it looks like one) and a stash of work in progress.
+const GIT_CONFIG_SECRET: &str = "https://git.corp.example/reviewer-private-7d21.git";
+const STASH_SECRET: &str = "REVIEWER-STASHED-DRAFT-94be";
+
+/// The git directory an eval fire's tools can read is the revision's own, never the
+/// reviewer's. The hostile model is the live case's (the trusted server, scripted
+/// here): its tool prints the config of the common git directory and the stash, and
+/// the tool's output reaches the server in the next request. Shown live first: the
+/// same call in a fire of a linked worktree of the reviewer's repository (what eval
+/// used to fire in) sends both. Under `builder eval` the call runs (its marker and the
+/// revision's own commit reach the server) and neither does; a direct eval fire in a
+/// linked worktree is refused before anything of it runs.
+#[test]
+fn an_eval_fires_tools_read_nothing_of_the_reviewers_git_directory() {
+    let env = TestEnv::new();
+    let payload = r#"{"command": "cat \"$(git rev-parse --git-common-dir)/config\"; git diff refs/stash~1 refs/stash; echo PAYLOAD-$((6*7))-RAN; git log -1 --format=subject:%s"}"#;
+    let call = || turn(Wire::OpenAi, None, &[("c1", "run_command", payload)], (10, 5));
+    // The proof fire takes two replies; the two eval fires (base and head, side by
+    // side) take what is left in whatever order they ask, and at least one gets a call.
+    let server = ModelServer::start(vec![
+        call(),
+        answer(),
+        call(),
+        call(),
+        answer(),
+        answer(),
+        answer(),
+        answer(),
+    ]);
+    std::fs::remove_dir_all(env.root.join("evals/digest")).unwrap();
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.write(
+        "settings/runtime.yaml",
+        &format!(
+            "version: 1\n{}permissions:\n  allow: [\"Bash(*)\", \"Read(**)\", \"Write(reports/**)\"]\n  write: [\"reports/**\"]\nsandbox:\n  landlock: required\n  network: none\nbudgets:\n  max_steps: 10\nlimits:\n  max_retries: 0\n  request_timeout_s: 5\n",
+            server.provider_yaml(Wire::OpenAi)
+        ),
+    );
+    env.write(
+        "evals/t/live.yaml",
+        "name: live\nmodel: provider\nassert:\n  - report_contains: \"Done\"\n",
+    );
+    env.commit_all("trusted base: a task and a live case");
+    env.git_ok(&env.root, &["remote", "add", "origin", GIT_CONFIG_SECRET]);
+    env.write("prompts/t.md", &format!("{PLAIN_PROMPT}{STASH_SECRET}\n"));
+    env.git_ok(&env.root, &["stash", "push", "-q", "-m", "draft"]);
+    env.write("prompts/t.md", &format!("{PLAIN_PROMPT}Be brief.\n"));
+    let out = env.builder(&["propose", "brief", "-m", "Be brief"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let sent = |from: usize, what: &str| {
+        server.requests()[from..]
+            .iter()
+            .any(|q| q.body.to_string().contains(what))
+    };
+
+    // Live: a fire in a linked worktree reads the reviewer's config and stash.
+    let linked = env.home.join("linked");
+    env.git_ok(
+        &env.root,
+        &["worktree", "add", "-q", "--detach", linked.to_str().unwrap(), "main"],
+    );
+    let out = env
+        .command(
+            "runtime",
+            &["-C", linked.to_str().unwrap(), "fire", "t", "--json", "--no-commit"],
+        )
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(sent(0, "PAYLOAD-42-RAN"), "the payload never ran: {said}");
+    assert!(
+        sent(0, GIT_CONFIG_SECRET) && sent(0, STASH_SECRET),
+        "in a linked worktree the tool did not read the common git directory: {said}"
+    );
+    // The same fire as an eval fire is refused before it runs.
+    let seen = server.requests().len();
+    let trusted = env.home.join("trusted.yaml");
+    std::fs::write(&trusted, env.read("settings/runtime.yaml")).unwrap();
+    let out = env
+        .command(
+            "runtime",
+            &[
+                "-C",
+                linked.to_str().unwrap(),
+                "fire",
+                "t",
+                "--json",
+                "--no-commit",
+                "--eval",
+                "--trusted-settings",
+                trusted.to_str().unwrap(),
+            ],
+        )
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("outside its work tree"), "{said}");
+    assert_eq!(server.requests().len(), seen, "the refused fire called the model");
+    env.git_ok(&env.root, &["worktree", "remove", "--force", linked.to_str().unwrap()]);
+
+    // Eval: the call runs in the revision's own repository, and reads nothing else.
+    let seen = server.requests().len();
+    let out = env
+        .command(
+            "builder",
+            &["eval", "--base", "main", "--head", "proposals/brief", "--json"],
+        )
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let rep = json_of(&out);
+    assert!(sent(seen, "PAYLOAD-42-RAN"), "no eval fire ran the payload: {rep}");
+    assert!(
+        sent(seen, "subject:Be brief") || sent(seen, "subject:trusted base"),
+        "the eval fire's git did not see its own revision: {rep}"
+    );
+    assert!(
+        !sent(seen, GIT_CONFIG_SECRET) && !sent(seen, STASH_SECRET),
+        "an eval fire read the reviewer's git directory: {rep}"
+    );
+    let text = format!("{rep}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !text.contains(GIT_CONFIG_SECRET) && !text.contains(STASH_SECRET),
+        "{text}"
+    );
+}

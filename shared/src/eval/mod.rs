@@ -1,6 +1,6 @@
 //! `builder eval` (docs/design.md and "Eval output"): the golden
 //! cases of `evals/<task>/*.yaml` run on a base and a head revision in one go, each
-//! revision in its own temporary worktree (see [`run`]), side by side: pass rate,
+//! revision in a temporary repository of its own (see [`run`]), side by side: pass rate,
 //! steps, tool calls, tokens, cost, denials, duration. A head case that breaks an
 //! assertion, or passes less often than its `min_pass`, fails the eval and is named
 //! with the assertion; when the base passed it, that is a regression.
@@ -31,7 +31,7 @@ pub struct Revision {
 
 /// What `evaluate` is asked to do.
 pub struct EvalOptions {
-    /// The repository's work-tree root (worktrees are added from it).
+    /// The repository's work-tree root (each revision is fetched from it).
     pub root: PathBuf,
     pub base: Option<Revision>,
     pub head: Revision,
@@ -168,7 +168,7 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, EvalError> {
 }
 
 /// Runs every case on every revision under `trusted`. Each revision gets one
-/// temporary worktree; the two revisions run side by side on two threads. A revision
+/// temporary repository; the two revisions run side by side on two threads. A revision
 /// whose powers go beyond `trusted` is not fired: its rows say why.
 pub fn evaluate_trusted(
     opts: &EvalOptions,

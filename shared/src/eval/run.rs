@@ -1,5 +1,6 @@
-//! Running eval cases against one revision: a temporary git worktree of the commit
-//! (detached, under a temporary directory, removed afterwards), and for each case one
+//! Running eval cases against one revision: a temporary checkout of the commit in a
+//! repository of its own (detached, under a temporary directory, removed afterwards;
+//! never a linked worktree, whose git directory is the engineer's), and for each case one
 //! or more real fires of the `runtime` binary there with `--no-commit`, so a case
 //! runs the same loader, policy, tool worker and sandbox as cron does, commits
 //! nothing and writes its records and `.runtime/` state into the throwaway worktree,
@@ -53,9 +54,13 @@ pub enum EvalError {
     Trusted(String),
 }
 
-/// A detached worktree of one commit in a temporary directory; removed on drop.
+/// A checkout of one commit in a repository of its own, in a temporary directory;
+/// removed on drop. Not a linked worktree of the engineer's repository: an eval fire's
+/// tools may read the git directory of the repository they run in (`git log` works
+/// there), and a linked worktree's common directory is the engineer's own (its
+/// config with credentials, the stash, hooks, every branch). The repository holds
+/// the commit's tree and nothing the engineer has besides.
 pub struct TempWorktree {
-    repo_root: PathBuf,
     pub path: PathBuf,
     /// An empty directory beside the worktree: the `HOME` of its eval fires.
     pub home: PathBuf,
@@ -63,8 +68,9 @@ pub struct TempWorktree {
 }
 
 impl TempWorktree {
-    /// `git worktree add --detach` of `commit` (git's own command: it writes the
-    /// worktree's administrative files the way every other git tool expects them).
+    /// A fresh repository (`git init` with no template, so no hooks) that fetches
+    /// `commit` alone from `repo_root` (depth 1: no history, no other ref) and checks
+    /// it out detached, with git's own commands.
     pub fn add(repo_root: &Path, commit: &str) -> Result<TempWorktree, EvalError> {
         let dir = tempfile::Builder::new()
             .prefix("builder-eval-")
@@ -79,29 +85,14 @@ impl TempWorktree {
             path: home.clone(),
             source,
         })?;
+        git(dir.path(), &["init", "--quiet", "--template="], &[path.as_os_str()])?;
         git(
-            repo_root,
-            &["worktree", "add", "--detach", "--quiet"],
-            &[path.as_os_str(), commit.as_ref()],
+            &path,
+            &["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1"],
+            &[repo_root.as_os_str(), commit.as_ref()],
         )?;
-        Ok(TempWorktree {
-            repo_root: repo_root.to_path_buf(),
-            path,
-            home,
-            _dir: dir,
-        })
-    }
-}
-
-impl Drop for TempWorktree {
-    fn drop(&mut self) {
-        if let Err(e) = git(
-            &self.repo_root,
-            &["worktree", "remove", "--force"],
-            &[self.path.as_os_str()],
-        ) {
-            tracing::warn!(error = %e, "the temporary worktree was not removed; `git worktree prune` cleans up");
-        }
+        git(&path, &["checkout", "--quiet", "--detach"], &[commit.as_ref()])?;
+        Ok(TempWorktree { path, home, _dir: dir })
     }
 }
 

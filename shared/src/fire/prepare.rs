@@ -711,6 +711,9 @@ impl Preparing {
     }
 
     fn phases(&mut self) -> Result<(FireConfig, LoopState), Stop> {
+        if self.ctx.opts.eval {
+            self.refuse_outside_git_dirs()?;
+        }
         // A sync step killed mid-way: its locks and half-moved branch go first (the
         // fire then fires where the branch is now).
         if !self.dry_run && crate::sync::finish_interrupted(&self.repo) {
@@ -784,6 +787,34 @@ impl Preparing {
                 Err(stop)
             }
         }
+    }
+
+    /// An eval fire runs in a repository of its own ([`crate::eval::TempWorktree`]).
+    /// Its tools may read the git directories of the repository they run in, so one
+    /// outside the work tree (a linked worktree's common directory: its checkout's
+    /// config with credentials, stash, hooks and branches) refuses the fire before
+    /// anything of it runs.
+    fn refuse_outside_git_dirs(&self) -> Result<(), Stop> {
+        let root = &self.ctx.opts.root;
+        let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+        let outside: Vec<String> = crate::git::git_dirs(&self.repo)
+            .into_iter()
+            .filter(|d| !d.starts_with(&root))
+            .map(|d| d.display().to_string())
+            .collect();
+        if outside.is_empty() {
+            return Ok(());
+        }
+        Err(Stop::carded(
+            FireEnd::Failed,
+            CardKind::SandboxUnavailable,
+            format!(
+                "refused: an eval fire's git directory lies outside its work tree ({})",
+                outside.join(", ")
+            ),
+            "an eval fire's tools may read the git directories of the repository they run in, and these belong to another checkout (a linked worktree's common directory holds its config with credentials, its stash, hooks and branches): nothing of this revision ran".into(),
+        )
+        .with_hint("evaluate through `builder eval` or `builder review`, which fire each revision in a repository of its own"))
     }
 
     /// The run's first conversation once its configuration is in hand: an interrupted
