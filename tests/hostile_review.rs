@@ -9,7 +9,9 @@
 //! listeners hear nothing, the secret is in no output and no record, the review names
 //! every widening with before and after, exit 1. The reviewer's own environment does
 //! not reach eval fires either (an allow-list), and they keep the full sandbox. Runs as
-//! the test's user and again as uid 65534 where a fire runs.
+//! the test's user and again as uid 65534 where a fire runs. Last, the reviewer's git
+//! setup: an eval fire's tools read nothing of the reviewer's git directory (config,
+//! stash), and checking a revision out runs none of the reviewer's git filters.
 
 use crate::skip::Capability;
 use crate::util::*;
@@ -913,5 +915,72 @@ fn an_eval_fires_tools_read_nothing_of_the_reviewers_git_directory() {
     assert!(
         !text.contains(GIT_CONFIG_SECRET) && !text.contains(STASH_SECRET),
         "{text}"
+    );
+}
+
+/// A proposal's `.gitattributes` picks which of the reviewer's configured filters run
+/// on its files when git checks them out (git-lfs fetching from the URL a proposal's
+/// `.lfsconfig` names is the common one). Shown live: the reviewer's own checkout of
+/// the proposal runs the reviewer's smudge command. `builder eval` checks each
+/// revision out with no configuration but the new repository's: the command never
+/// runs, and the revision is still evaluated.
+#[test]
+fn an_eval_checkout_runs_none_of_the_reviewers_git_filters() {
+    let env = TestEnv::new();
+    let marker = env.home.join("smudged");
+    let global = env.home.join("reviewer.gitconfig");
+    std::fs::write(
+        &global,
+        format!(
+            "[filter \"probe\"]\n\tsmudge = \"echo ran >> {}; cat\"\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let git = |args: &[&str]| env.git_ok(&env.root, args);
+    git(&["checkout", "-q", "-b", "proposals/attrs", "main"]);
+    env.write(".gitattributes", "*.md filter=probe\n");
+    git(&["add", ".gitattributes"]);
+    git(&["commit", "-q", "-m", "Attributes for the prompts"]);
+    git(&["checkout", "-q", "main"]);
+
+    let linked = env.home.join("linked");
+    let out = env
+        .clean_command("git")
+        .args([
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            linked.to_str().unwrap(),
+            "proposals/attrs",
+        ])
+        .current_dir(&env.root)
+        .env("GIT_CONFIG_GLOBAL", &global)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ran = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert!(ran.contains("ran"), "the reviewer's own checkout ran no smudge command");
+    git(&["worktree", "remove", "--force", linked.to_str().unwrap()]);
+    std::fs::remove_file(&marker).unwrap();
+
+    let out = env
+        .command(
+            "builder",
+            &["eval", "--base", "main", "--head", "proposals/attrs", "--json"],
+        )
+        .env("GIT_CONFIG_GLOBAL", &global)
+        .output()
+        .unwrap();
+    let rep = json_of(&out);
+    let rows = rep["rows"].as_array().unwrap();
+    assert!(
+        !rows.is_empty() && rows.iter().all(|r| r["runs"].as_u64() >= Some(1)),
+        "the revisions were not evaluated: {rep}"
+    );
+    assert!(
+        !marker.exists(),
+        "an eval checkout ran the reviewer's smudge command: {rep}"
     );
 }

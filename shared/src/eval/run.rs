@@ -85,19 +85,41 @@ impl TempWorktree {
             path: home.clone(),
             source,
         })?;
-        git(dir.path(), &["init", "--quiet", "--template="], &[path.as_os_str()])?;
+        let init = ["init", "--quiet", "--template="];
+        git(dir.path(), GitConfig::RepositoryOnly, &init, &[path.as_os_str()])?;
         git(
             &path,
+            GitConfig::Engineers,
             &["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1"],
             &[repo_root.as_os_str(), commit.as_ref()],
         )?;
-        git(&path, &["checkout", "--quiet", "--detach"], &[commit.as_ref()])?;
+        let checkout = ["checkout", "--quiet", "--detach"];
+        git(&path, GitConfig::RepositoryOnly, &checkout, &[commit.as_ref()])?;
         Ok(TempWorktree { path, home, _dir: dir })
     }
 }
 
-fn git(root: &Path, args: &[&str], paths: &[&std::ffi::OsStr]) -> Result<(), EvalError> {
-    let out = scrubbed(Path::new("git"))
+/// Whose git configuration a git command of [`TempWorktree::add`] reads.
+#[derive(Clone, Copy, PartialEq)]
+enum GitConfig {
+    /// The engineer's too (global and system): the fetch from their repository.
+    Engineers,
+    /// The new repository's own alone: the commands that write the revision's files.
+    /// A proposal's `.gitattributes` picks which of the configured filters run on its
+    /// content (git-lfs fetching from the URL its `.lfsconfig` names, any smudge
+    /// command), and the engineer's `core.hooksPath` or `core.fsmonitor` would run
+    /// beside it: none of them is configured here.
+    RepositoryOnly,
+}
+
+fn git(root: &Path, config: GitConfig, args: &[&str], paths: &[&std::ffi::OsStr]) -> Result<(), EvalError> {
+    let mut cmd = scrubbed(Path::new("git"));
+    if config == GitConfig::RepositoryOnly {
+        cmd.env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null");
+        cmd.env_remove("GIT_CONFIG_PARAMETERS").env_remove("GIT_CONFIG_COUNT");
+    }
+    let out = cmd
         .arg("-C")
         .arg(root)
         .args(args)
