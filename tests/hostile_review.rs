@@ -46,6 +46,18 @@ fn users() -> Vec<As> {
     }
 }
 
+/// The test's directory (the repository and its HOME) becomes `uid`'s; the
+/// directories above it passable.
+fn hand_to(env: &TestEnv, uid: u32) {
+    let top = env.root.parent().unwrap();
+    chown_tree(top, uid);
+    let mut up = Some(top);
+    while let Some(d) = up.filter(|d| d.starts_with(std::env::temp_dir()) && *d != std::env::temp_dir()) {
+        std::fs::set_permissions(d, PermissionsExt::from_mode(0o755)).unwrap();
+        up = d.parent();
+    }
+}
+
 fn chown_tree(root: &Path, uid: u32) {
     let mut stack = vec![root.to_path_buf()];
     while let Some(p) = stack.pop() {
@@ -248,13 +260,7 @@ impl Reviewer {
     /// The repository, its HOME and the secret become `uid`'s (the reviewer's own file
     /// is readable by the reviewer); the directories above them passable.
     fn hand_to(&self, uid: u32) {
-        let top = self.env.root.parent().unwrap();
-        chown_tree(top, uid);
-        let mut up = Some(top);
-        while let Some(d) = up.filter(|d| d.starts_with(std::env::temp_dir()) && *d != std::env::temp_dir()) {
-            std::fs::set_permissions(d, PermissionsExt::from_mode(0o755)).unwrap();
-            up = d.parent();
-        }
+        hand_to(&self.env, uid);
     }
 
     /// Proposes the base's settings widened by `widen` (and `prompt` for `t`) as
@@ -710,17 +716,11 @@ fn an_acceptance_check_the_model_tries_to_forge_still_judges_truthfully() {
         let mut c = env.command("runtime", &["fire", "t", "--json"]);
         c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
         if who == As::Nobody {
-            let top = env.root.parent().unwrap();
-            chown_tree(top, 65534);
-            let mut up = Some(top);
-            while let Some(d) = up.filter(|d| d.starts_with(std::env::temp_dir()) && *d != std::env::temp_dir()) {
-                std::fs::set_permissions(d, PermissionsExt::from_mode(0o755)).unwrap();
-                up = d.parent();
-            }
+            hand_to(&env, 65534);
         }
         let out = run_as(who, c);
         if who == As::Nobody {
-            chown_tree(env.root.parent().unwrap(), 0);
+            hand_to(&env, 0);
         }
         let summary = json_of(&out);
         let marker = |name: &str| std::fs::read_to_string(env.root.join("reports/m").join(name)).unwrap_or_default();
@@ -806,18 +806,14 @@ fn an_eval_fires_tools_read_nothing_of_the_reviewers_git_directory() {
     let env = TestEnv::new();
     let payload = r#"{"command": "cat \"$(git rev-parse --git-common-dir)/config\"; git diff refs/stash~1 refs/stash; echo PAYLOAD-$((6*7))-RAN; git log -1 --format=subject:%s"}"#;
     let call = || turn(Wire::OpenAi, None, &[("c1", "run_command", payload)], (10, 5));
-    // The proof fire takes two replies; the two eval fires (base and head, side by
-    // side) take what is left in whatever order they ask, and at least one gets a call.
-    let server = ModelServer::start(vec![
-        call(),
-        answer(),
-        call(),
-        call(),
-        answer(),
-        answer(),
-        answer(),
-        answer(),
-    ]);
+    // The proof fire takes two replies. Each eval (base and head side by side) takes
+    // four in whatever order its fires ask: the first two asks get the call (so at
+    // least one fire runs it), the next two the answer that ends each fire.
+    let mut replies = vec![call(), answer()];
+    for _ in users() {
+        replies.extend([call(), call(), answer(), answer()]);
+    }
+    let server = ModelServer::start(replies);
     std::fs::remove_dir_all(env.root.join("evals/digest")).unwrap();
     env.write("prompts/t.md", PLAIN_PROMPT);
     env.write(
@@ -892,30 +888,39 @@ fn an_eval_fires_tools_read_nothing_of_the_reviewers_git_directory() {
     env.git_ok(&env.root, &["worktree", "remove", "--force", linked.to_str().unwrap()]);
 
     // Eval: the call runs in the revision's own repository, and reads nothing else.
-    let seen = server.requests().len();
-    let out = env
-        .command(
+    for who in users() {
+        let seen = server.requests().len();
+        let mut cmd = env.command(
             "builder",
             &["eval", "--base", "main", "--head", "proposals/brief", "--json"],
-        )
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .output()
-        .unwrap();
-    let rep = json_of(&out);
-    assert!(sent(seen, "PAYLOAD-42-RAN"), "no eval fire ran the payload: {rep}");
-    assert!(
-        sent(seen, "subject:Be brief") || sent(seen, "subject:trusted base"),
-        "the eval fire's git did not see its own revision: {rep}"
-    );
-    assert!(
-        !sent(seen, GIT_CONFIG_SECRET) && !sent(seen, STASH_SECRET),
-        "an eval fire read the reviewer's git directory: {rep}"
-    );
-    let text = format!("{rep}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(
-        !text.contains(GIT_CONFIG_SECRET) && !text.contains(STASH_SECRET),
-        "{text}"
-    );
+        );
+        cmd.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        if who == As::Nobody {
+            hand_to(&env, 65534);
+        }
+        let out = run_as(who, cmd);
+        if who == As::Nobody {
+            hand_to(&env, 0);
+        }
+        let rep = json_of(&out);
+        assert!(
+            sent(seen, "PAYLOAD-42-RAN"),
+            "{who:?}: no eval fire ran the payload: {rep}"
+        );
+        assert!(
+            sent(seen, "subject:Be brief") || sent(seen, "subject:trusted base"),
+            "{who:?}: the eval fire's git did not see its own revision: {rep}"
+        );
+        assert!(
+            !sent(seen, GIT_CONFIG_SECRET) && !sent(seen, STASH_SECRET),
+            "{who:?}: an eval fire read the reviewer's git directory: {rep}"
+        );
+        let text = format!("{rep}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            !text.contains(GIT_CONFIG_SECRET) && !text.contains(STASH_SECRET),
+            "{text}"
+        );
+    }
 }
 
 /// A proposal's `.gitattributes` picks which of the reviewer's configured filters run
