@@ -989,3 +989,141 @@ fn an_eval_checkout_runs_none_of_the_reviewers_git_filters() {
         "an eval checkout ran the reviewer's smudge command: {rep}"
     );
 }
+
+/// Settings that are not powers may still name a file of the reviewer's: an
+/// allowed-signers path under `review` (whose parse errors quote what they could not
+/// read) and a signing key under `runtime_identity`. Shown live: a plain fire under
+/// such settings opens both (its refusal quotes the reviewer's file, or says the key
+/// cannot be used). An eval fire of a proposal setting both opens neither: it judges
+/// no approval and signs nothing, so the head runs its cases and nothing of the file
+/// reaches any output.
+#[test]
+fn an_eval_fire_opens_no_file_the_proposals_review_or_identity_settings_name() {
+    let r = Reviewer::new();
+    let history = r.secret_dir.join("history");
+    std::fs::write(
+        &history,
+        format!("git clone https://rev:{SECRET}@git.example/x.git work\n"),
+    )
+    .unwrap();
+    let signers = format!(
+        "review:\n  require_signed: true\n  allowed_signers: {}\n",
+        history.display()
+    );
+    let key = format!(
+        "runtime_identity:\n  name: runtime\n  email: runtime@localhost\n  signing_key: {}\n",
+        r.secret_file().display()
+    );
+    for (extra, shows) in [(&signers, SECRET), (&key, "signing key cannot be used")] {
+        let throwaway = TestEnv::new();
+        throwaway.write("prompts/t.md", PLAIN_PROMPT);
+        throwaway.write("settings/runtime.yaml", &format!("{}{extra}", r.settings(&[])));
+        throwaway.write("evals/iso/trace.json", &crate::isolation::trace(&[]));
+        throwaway.commit_all("settings naming a file outside the repository");
+        let replay = throwaway.root.join("evals/iso/trace.json");
+        let out = throwaway
+            .command(
+                "runtime",
+                &["fire", "t", "--json", "--replay", replay.to_str().unwrap()],
+            )
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(said.contains(shows), "a plain fire did not open the file: {said}");
+    }
+    r.env
+        .write("settings/runtime.yaml", &format!("{}{signers}{key}", r.settings(&[])));
+    let out = r.env.builder(&["propose", "naming", "-m", "Signed approvals"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for who in users() {
+        let out = r.builder(
+            who,
+            &["eval", "--base", "main", "--head", "proposals/naming", "--json"],
+            &[],
+        );
+        let rep = json_of(&out);
+        let live_head = rep["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["revision"] == "head" && x["case"] == "live")
+            .unwrap();
+        assert_eq!(live_head["runs"], 1, "{who:?}: {live_head}");
+        assert_eq!(live_head["failed"], false, "{who:?}: {live_head}");
+        r.assert_nothing_left(&format!("{who:?} naming"), &[&out]);
+    }
+}
+
+/// `sandbox.write_bytes` is the room a tool worker writes in (memory, then disk): more
+/// of it than the trusted configuration grants is a widening, and eval refuses it.
+/// Shown live: under the head's settings a plain fire writes 4 MiB; under the base's
+/// (2 MiB) it cannot. Under eval the base runs and the head is refused, named.
+#[test]
+fn more_room_to_write_than_the_trusted_configuration_grants_is_refused_by_eval() {
+    let env = TestEnv::new();
+    let settings = |bytes: u64| {
+        crate::isolation::SETTINGS.replace(
+            "  landlock: required\n",
+            &format!("  landlock: required\n  write_bytes: {bytes}\n"),
+        )
+    };
+    let payload = "head -c 4194304 /dev/zero > reports/big.bin && echo roomy > reports/room.md";
+    let calls = [("run_command", json!({ "command": payload }))];
+    for (bytes, roomy) in [(64 << 20, true), (2 << 20, false)] {
+        let throwaway = TestEnv::new();
+        throwaway.write("prompts/t.md", PLAIN_PROMPT);
+        throwaway.write("settings/runtime.yaml", &settings(bytes));
+        throwaway.write("evals/iso/trace.json", &crate::isolation::trace(&calls));
+        throwaway.commit_all("room to write");
+        let (_, summary, _) = throwaway.fire("t");
+        assert_eq!(
+            throwaway.root.join("reports/room.md").exists(),
+            roomy,
+            "write_bytes {bytes}: {summary}"
+        );
+    }
+    std::fs::remove_dir_all(env.root.join("evals/digest")).unwrap();
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.write("settings/runtime.yaml", &settings(2 << 20));
+    let mut script = String::new();
+    script.push_str(&format!(
+        "  - call: {{ tool: run_command, args: {{ command: {} }} }}\n",
+        serde_json::to_string(payload).unwrap()
+    ));
+    env.write(
+        "evals/t/room.yaml",
+        &format!("name: room\nmodel: scripted\nscript:\n{script}  - text: \"# Done\"\nassert:\n  - report_contains: \"Done\"\n"),
+    );
+    env.commit_all("a task with 2 MiB to write in");
+    env.write("settings/runtime.yaml", &settings(64 << 20));
+    let out = env.builder(&["propose", "roomy", "-m", "More room"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env
+        .command(
+            "builder",
+            &["eval", "--base", "main", "--head", "proposals/roomy", "--json"],
+        )
+        .output()
+        .unwrap();
+    let rep = json_of(&out);
+    for row in rep["rows"].as_array().unwrap() {
+        if row["revision"] == "head" {
+            assert_eq!(row["runs"], 0, "the head was fired: {row}");
+            assert_eq!(row["failures"][0]["assertion"], "powers", "{row}");
+        } else {
+            assert_eq!(row["runs"], 1, "{row}");
+        }
+    }
+    let refused = rep["powers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["revision"] == "head")
+        .unwrap()["refused"]
+        .to_string();
+    assert!(refused.contains("sandbox.write_bytes"), "{rep}");
+}

@@ -1063,6 +1063,13 @@ impl Preparing {
     /// the approval goes into the receipt. The refusal's detail names the tree and not
     /// the commit, so the refusal repeats (counted, not recorded) until the tree changes.
     fn require_approval(&mut self, settings: &RuntimeSettings) -> Result<(), Stop> {
+        if self.ctx.opts.eval && self.ctx.opts.no_commit {
+            // An eval fire of a proposal under review commits nothing and runs in a
+            // repository that holds no approvals: it judges none, and reads nothing
+            // the revision's `review` settings name (an allowed-signers path is the
+            // proposal's to choose, and a file it names must not be read for it).
+            return Ok(());
+        }
         let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
         let root = (!self.dry_run).then(|| self.ctx.opts.root.clone());
         let root = root.as_deref();
@@ -1106,12 +1113,6 @@ impl Preparing {
             self.notes.push(format!("a fire would refuse: {summary}"));
             return Ok(());
         }
-        if self.ctx.opts.eval && self.ctx.opts.no_commit {
-            // An eval of a proposal under review: nothing is committed, and the
-            // receipt it leaves in the throwaway worktree names no approval.
-            tracing::info!("{summary}: an eval fire without a commit runs it anyway");
-            return Ok(());
-        }
         Err(Stop::carded(
             FireEnd::Failed,
             CardKind::UnreviewedChanges,
@@ -1140,7 +1141,7 @@ impl Preparing {
     /// `unreviewed_changes` card (repeats are counted, as for any refusal of the same
     /// tree); otherwise the box remembers the approval it runs under.
     fn refuse_rollback(&mut self, judged: &crate::review::trust::Judged) -> Result<(), Stop> {
-        if self.dry_run || (self.ctx.opts.eval && self.ctx.opts.no_commit) {
+        if self.dry_run {
             return Ok(());
         }
         let root = &self.ctx.opts.root;
@@ -1166,7 +1167,9 @@ impl Preparing {
         let Some(key) = settings.runtime_identity.signing_key.as_deref() else {
             return Ok(());
         };
-        if self.dry_run {
+        // A dry run signs nothing, nor does an eval fire (no commit): the key the
+        // revision names is not even opened for it.
+        if self.dry_run || self.ctx.opts.eval {
             return Ok(());
         }
         match crate::review::runtime_commits::RuntimeKey::load(key, &self.ctx.opts.root) {
