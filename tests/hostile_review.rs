@@ -1127,3 +1127,56 @@ fn more_room_to_write_than_the_trusted_configuration_grants_is_refused_by_eval()
         .to_string();
     assert!(refused.contains("sandbox.write_bytes"), "{rep}");
 }
+
+/// A proposal writes its own cases, and a live case (`model: provider`) spends the
+/// provider account of whoever runs the eval, `repeat` times on each revision. Over
+/// `--max-live-fires` no live case fires: its rows say why, the server hears nothing,
+/// and the scripted cases still run. Given the room, the same cases fire (the spend
+/// is real: the server hears every one).
+#[test]
+fn cases_asking_for_more_live_fires_than_allowed_fire_none_of_them() {
+    let env = TestEnv::new();
+    let server = ModelServer::start((0..6).map(|_| answer()).collect());
+    std::fs::remove_dir_all(env.root.join("evals/digest")).unwrap();
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.write(
+        "settings/runtime.yaml",
+        &format!("version: 1\n{}", server.provider_yaml(Wire::OpenAi)),
+    );
+    env.commit_all("a task");
+    env.write(
+        "evals/t/live.yaml",
+        "name: live\nmodel: provider\nrepeat: 3\nmin_pass: 0\nassert:\n  - report_contains: \"Done\"\n",
+    );
+    env.write(
+        "evals/t/offline.yaml",
+        "name: offline\nmodel: scripted\nscript:\n  - text: \"# Done\"\nassert:\n  - report_contains: \"Done\"\n",
+    );
+    env.commit_all("cases for the task");
+    let eval = |max: &str| {
+        let out = env
+            .command("builder", &["eval", "--json", "--max-live-fires", max])
+            .output()
+            .unwrap();
+        json_of(&out)
+    };
+    let rep = eval("2");
+    assert!(server.requests().is_empty(), "a live case fired: {rep}");
+    for row in rep["rows"].as_array().unwrap() {
+        if row["case"] == "live" {
+            assert_eq!(row["runs"], 0, "{row}");
+            assert_eq!(row["failures"][0]["assertion"], "live_fires", "{row}");
+            assert!(
+                row["failures"][0]["detail"]
+                    .as_str()
+                    .unwrap()
+                    .contains("3 live model fires"),
+                "{row}"
+            );
+        } else {
+            assert_eq!(row["runs"], 1, "the scripted case did not run: {row}");
+        }
+    }
+    let rep = eval("3");
+    assert_eq!(server.requests().len(), 6, "three live fires on each revision: {rep}");
+}

@@ -102,6 +102,9 @@ pub struct ReviewOptions {
     pub runtime: PathBuf,
     /// Whose powers the eval fires (and the re-runs of fixed cards' runs) run under.
     pub trusted: TrustedSource,
+    /// The most live model fires the eval may make per revision
+    /// ([`crate::eval::EvalOptions::max_live_fires`]).
+    pub max_live_fires: u32,
 }
 
 /// Why a review could not be made.
@@ -148,6 +151,7 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
         task: None,
         runtime: opts.runtime.clone(),
         trusted: opts.trusted.clone(),
+        max_live_fires: opts.max_live_fires,
     };
     let trusted = Trusted::resolve(repo, &opts.trusted, eval_opts.base.as_ref())?;
     let evals = crate::eval::evaluate_trusted(&eval_opts, repo, &trusted)?;

@@ -44,6 +44,11 @@ pub struct Args {
     /// use. Needed when the head has no parent
     #[arg(long, value_name = "FILE")]
     pub trusted_settings: Option<PathBuf>,
+    /// The most live model fires (`model: provider` cases times their `repeat`) one
+    /// revision may ask for; over it, no live case fires (each spends your provider
+    /// account, and a proposal writes its own cases)
+    #[arg(long, value_name = "N", default_value_t = shared::eval::DEFAULT_MAX_LIVE_FIRES)]
+    pub max_live_fires: u32,
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
@@ -72,7 +77,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         }
     }
     let trusted = trusted_source(args.trusted_settings);
-    let report = evaluate(&wt.root, base, head, args.task, trusted)?;
+    let report = evaluate(&wt.root, base, head, args.task, trusted, args.max_live_fires)?;
     if args.json {
         println!(
             "{}",
@@ -104,6 +109,7 @@ pub fn evaluate(
     head: Revision,
     task: Option<String>,
     trusted: TrustedSource,
+    max_live_fires: u32,
 ) -> Result<EvalReport, CommandError> {
     let opts = EvalOptions {
         root: root.to_path_buf(),
@@ -112,6 +118,7 @@ pub fn evaluate(
         task,
         runtime: runtime_binary()?,
         trusted,
+        max_live_fires,
     };
     eval::evaluate(&opts).map_err(eval_error)
 }

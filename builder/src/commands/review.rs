@@ -45,6 +45,10 @@ pub struct Args {
     /// Run the evals under this settings file's powers instead of the base's
     #[arg(long, value_name = "FILE")]
     pub trusted_settings: Option<PathBuf>,
+    /// The most live model fires (`model: provider` cases times their `repeat`) the
+    /// evals may make per revision; over it, no live case fires
+    #[arg(long, value_name = "N", default_value_t = shared::eval::DEFAULT_MAX_LIVE_FIRES)]
+    pub max_live_fires: u32,
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
@@ -65,6 +69,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         since,
         runtime: super::eval::runtime_binary()?,
         trusted: super::eval::trusted_source(args.trusted_settings),
+        max_live_fires: args.max_live_fires,
     };
     let report = review_report::review(&wt.repo, &ownership, &opts).map_err(|e| match e {
         ReportError::Review(e) => CommandError::from(e),

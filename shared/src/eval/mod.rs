@@ -41,7 +41,18 @@ pub struct EvalOptions {
     pub runtime: PathBuf,
     /// Whose powers every eval fire runs under.
     pub trusted: TrustedSource,
+    /// The most live model fires (`model: provider` cases, each `repeat` times) one
+    /// revision may ask for: each spends the provider account of whoever runs the
+    /// eval, and the cases are the proposal's to write. Over it, no live case fires.
+    pub max_live_fires: u32,
 }
+
+/// `--max-live-fires` when not given: room for a few live cases run a few times each.
+pub const DEFAULT_MAX_LIVE_FIRES: u32 = 20;
+
+/// The "assertion" a live case fails when the cases ask for more live fires than
+/// [`EvalOptions::max_live_fires`] allows.
+pub const LIVE_FIRES: &str = "live_fires";
 
 /// An assertion a fire broke, and what was seen instead.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -201,15 +212,18 @@ pub fn evaluate_trusted(
     };
     let runtime = opts.runtime.as_path();
     let all = &cases;
+    let too_many = too_many_live_fires(&cases, opts.max_live_fires);
+    let too_many = too_many.as_deref();
     let (base_runs, head_runs) = std::thread::scope(|s| {
         let base = base_wt.as_ref().map(|wt| {
             let refused = base_powers.as_ref().and_then(|p| p.refused.clone());
-            s.spawn(move || run_all(&Firing::new(runtime, wt, trusted), all, refused))
+            s.spawn(move || run_all(&Firing::new(runtime, wt, trusted), all, refused, too_many))
         });
         let head = run_all(
             &Firing::new(runtime, &head_wt, trusted),
             all,
             head_powers.refused.clone(),
+            too_many,
         );
         let base = base.map(|h| {
             h.join()
@@ -224,23 +238,52 @@ pub fn evaluate_trusted(
     Ok(r)
 }
 
-/// Every case on one revision; a revision `refused` (its powers go beyond the trusted
-/// configuration) is not fired, and each of its rows fails with the reason.
-fn run_all(f: &Firing, cases: &[Case], refused: Option<String>) -> Result<Vec<CaseRun>, EvalError> {
+/// Why no live case fires: the cases ask for more live model fires per revision
+/// than `max` (`None` when they do not).
+fn too_many_live_fires(cases: &[Case], max: u32) -> Option<String> {
+    let live: u64 = cases
+        .iter()
+        .filter(|c| matches!(c.model, case::CaseModel::Provider))
+        .map(|c| u64::from(c.repeat))
+        .sum();
+    (live > u64::from(max)).then(|| {
+        format!(
+            "the cases ask for {live} live model fires per revision (`model: provider` cases, counting `repeat`), more than the {max} allowed, and each spends the provider account of whoever runs the eval: no live case fired (raise the bound with --max-live-fires after reading the cases)"
+        )
+    })
+}
+
+/// A case not fired, failing `assertion` with `why`.
+fn not_fired(assertion: &str, why: &str) -> CaseRun {
+    CaseRun {
+        failures: vec![Failure {
+            assertion: assertion.into(),
+            detail: why.into(),
+        }],
+        ..CaseRun::default()
+    }
+}
+
+/// Every case on one revision. A revision `refused` (its powers go beyond the trusted
+/// configuration) is not fired, and each of its rows fails with the reason; with
+/// `too_many_live` no live case fires, and each of their rows fails with that.
+fn run_all(
+    f: &Firing,
+    cases: &[Case],
+    refused: Option<String>,
+    too_many_live: Option<&str>,
+) -> Result<Vec<CaseRun>, EvalError> {
     if let Some(why) = refused {
-        return Ok(cases
-            .iter()
-            .map(|_| CaseRun {
-                failures: vec![Failure {
-                    assertion: REFUSED.into(),
-                    detail: why.clone(),
-                }],
-                ..CaseRun::default()
-            })
-            .collect());
+        return Ok(cases.iter().map(|_| not_fired(REFUSED, &why)).collect());
     }
     let secrets = f.trusted.redactor();
-    cases.iter().map(|c| run::run_case(f, c, &secrets)).collect()
+    cases
+        .iter()
+        .map(|c| match (too_many_live, &c.model) {
+            (Some(why), case::CaseModel::Provider) => Ok(not_fired(LIVE_FIRES, why)),
+            _ => run::run_case(f, c, &secrets),
+        })
+        .collect()
 }
 
 /// The "assertion" a refused revision's rows fail: the trusted configuration's powers.

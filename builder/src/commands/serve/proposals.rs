@@ -179,6 +179,7 @@ fn review_of(app: &App, name: &str) -> Result<Arc<ReviewReport>, PageError> {
         // The web view reviews as `builder review` does by default: the eval fires
         // run under the base's powers, never the proposal's.
         trusted: shared::eval::trusted::TrustedSource::Base,
+        max_live_fires: shared::eval::DEFAULT_MAX_LIVE_FIRES,
     };
     let report = shared::review_report::review(&wt.repo, &ownership, &opts).map_err(|e| match e {
         ReportError::Review(e) => review_error(e),
