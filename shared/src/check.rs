@@ -186,7 +186,10 @@ fn prompt_problems(root: &Path, path: &Path, s: &RuntimeSettings, own_settings: 
             .iter()
             .filter_map(|a| a.run.as_ref().map(|r| ("acceptance", r))),
     );
-    for (what, script) in scripts {
+    // A script outside tools/ is refused by the parse above; it is never looked for,
+    // so a prompt under review cannot ask the reviewer's machine whether a file of
+    // theirs exists (or is executable).
+    for (what, script) in scripts.filter(|(_, s)| crate::prompt::script_under_tools(s)) {
         let line = crate::yamlpos::line_of_item(&src, &[what], script);
         match std::fs::metadata(root.join(script)) {
             Err(_) => diags.push(
@@ -246,6 +249,43 @@ mod tests {
             "{:?}",
             checked.problems
         );
+    }
+
+    #[test]
+    fn a_script_outside_tools_is_refused_and_never_looked_for() {
+        let dir = scaffolded();
+        let outside = dir
+            .path()
+            .parent()
+            .unwrap()
+            .join(format!("outside-{}", std::process::id()));
+        std::fs::write(&outside, "not a script\n").unwrap();
+        let probe = |run: &str| {
+            std::fs::write(
+                dir.path().join("prompts/probe.md"),
+                format!("---\ndescription: p\nacceptance:\n  - name: a\n    run: {run}\n---\nDo it.\n"),
+            )
+            .unwrap();
+            let mut seen: Vec<String> = check_repo(dir.path())
+                .problems
+                .iter()
+                .filter(|d| d.file == Path::new("prompts/probe.md"))
+                .map(|d| d.message.clone())
+                .collect();
+            seen.sort();
+            seen
+        };
+        // Inside tools/, the file is looked for: a missing one and a plain file say so.
+        assert!(probe("tools/absent.sh")[0].contains("does not exist"));
+        std::fs::write(dir.path().join("tools/plain.sh"), "echo\n").unwrap();
+        assert!(probe("tools/plain.sh")[0].contains("is not executable"));
+        // Outside, an existing file and a missing one read the same: refused, unlooked-for.
+        let there = probe(outside.to_str().unwrap());
+        let absent = probe("/nonexistent/probe.sh");
+        assert_eq!(there.len(), 1, "{there:?}");
+        assert!(there[0].contains("must be a script under tools/"), "{there:?}");
+        assert_eq!(absent.len(), 1, "{absent:?}");
+        std::fs::remove_file(&outside).unwrap();
     }
 
     #[test]

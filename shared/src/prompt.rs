@@ -401,6 +401,12 @@ fn budget_problems(pos: &FrontPos, front: &FrontMatter, s: &RuntimeSettings, d: 
     }
 }
 
+/// Whether a prefetch or acceptance `run:` names a script under `tools/` (no `..`):
+/// the only scripts a prompt may run, and the only paths `builder check` looks at.
+pub fn script_under_tools(run: &str) -> bool {
+    run.starts_with("tools/") && !run.contains("..")
+}
+
 /// Deny rules that do not parse, and prefetch and acceptance scripts outside tools/.
 fn rule_and_script_problems(pos: &FrontPos, front: &FrontMatter, d: &mut Vec<Diagnostic>) {
     let rel = pos.rel;
@@ -415,7 +421,7 @@ fn rule_and_script_problems(pos: &FrontPos, front: &FrontMatter, d: &mut Vec<Dia
         }
     }
     for (i, p) in front.prefetch.iter().enumerate() {
-        if !p.run.starts_with("tools/") || p.run.contains("..") {
+        if !script_under_tools(&p.run) {
             d.push(Diagnostic::new(
                 rel,
                 pos.item(&["prefetch"], &p.run),
@@ -434,7 +440,7 @@ fn rule_and_script_problems(pos: &FrontPos, front: &FrontMatter, d: &mut Vec<Dia
             ));
         }
         if let Some(run) = &a.run {
-            if !run.starts_with("tools/") || run.contains("..") {
+            if !script_under_tools(run) {
                 d.push(Diagnostic::new(
                     rel,
                     pos.item(&["acceptance"], run),
