@@ -46,8 +46,21 @@ fn users() -> Vec<As> {
     }
 }
 
-/// The test's directory (the repository and its HOME) becomes `uid`'s; the
-/// directories above it passable.
+/// `cmd` as `who` in `env`: as uid 65534, the test's directory is that user's for the
+/// run, then root's again.
+fn run_in(env: &TestEnv, who: As, cmd: Command) -> Output {
+    if who == As::Nobody {
+        hand_to(env, 65534);
+    }
+    let out = run_as(who, cmd);
+    if who == As::Nobody {
+        hand_to(env, 0);
+    }
+    out
+}
+
+/// The test's directory (the repository, its HOME, a secret beside them) becomes
+/// `uid`'s; the directories above it passable.
 fn hand_to(env: &TestEnv, uid: u32) {
     let top = env.root.parent().unwrap();
     chown_tree(top, uid);
@@ -247,20 +260,7 @@ impl Reviewer {
         for (k, v) in extra {
             c.env(k, v);
         }
-        if who == As::Nobody {
-            self.hand_to(65534);
-        }
-        let out = run_as(who, c);
-        if who == As::Nobody {
-            self.hand_to(0);
-        }
-        out
-    }
-
-    /// The repository, its HOME and the secret become `uid`'s (the reviewer's own file
-    /// is readable by the reviewer); the directories above them passable.
-    fn hand_to(&self, uid: u32) {
-        hand_to(&self.env, uid);
+        run_in(&self.env, who, c)
     }
 
     /// Proposes the base's settings widened by `widen` (and `prompt` for `t`) as
@@ -715,13 +715,7 @@ fn an_acceptance_check_the_model_tries_to_forge_still_judges_truthfully() {
         env.commit_all("a task with a Python acceptance check");
         let mut c = env.command("runtime", &["fire", "t", "--json"]);
         c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
-        if who == As::Nobody {
-            hand_to(&env, 65534);
-        }
-        let out = run_as(who, c);
-        if who == As::Nobody {
-            hand_to(&env, 0);
-        }
+        let out = run_in(&env, who, c);
         let summary = json_of(&out);
         let marker = |name: &str| std::fs::read_to_string(env.root.join("reports/m").join(name)).unwrap_or_default();
         assert_eq!(marker("ran").trim(), "ran", "{who:?}: the payload never ran: {summary}");
@@ -895,13 +889,7 @@ fn an_eval_fires_tools_read_nothing_of_the_reviewers_git_directory() {
             &["eval", "--base", "main", "--head", "proposals/brief", "--json"],
         );
         cmd.env("PATH", "/usr/local/bin:/usr/bin:/bin");
-        if who == As::Nobody {
-            hand_to(&env, 65534);
-        }
-        let out = run_as(who, cmd);
-        if who == As::Nobody {
-            hand_to(&env, 0);
-        }
+        let out = run_in(&env, who, cmd);
         let rep = json_of(&out);
         assert!(
             sent(seen, "PAYLOAD-42-RAN"),
