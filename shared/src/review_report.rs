@@ -63,6 +63,9 @@ pub struct ReviewReport {
     /// The unified diff of those paths.
     #[serde(skip)]
     pub patch: String,
+    /// Paths the proposal changes outside the builder-owned ones: no approval covers
+    /// them, and `builder land` refuses the proposal while it holds any.
+    pub unowned: Vec<String>,
     /// `builder check` on the proposal's tree.
     pub check: Vec<Diagnostic>,
     /// How many recorded calls were decided again, and from where.
@@ -124,6 +127,7 @@ pub enum ReportError {
 pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) -> Result<ReviewReport, ReportError> {
     let p: UnderReview = crate::review::proposals::under_review(repo, &opts.name)?;
     let (changes, patch) = builder_diff(repo, ownership, &p)?;
+    let unowned = crate::review::unowned_changes(repo, p.base, p.head)?;
     let diff = changes.iter().map(|c| c.path.clone()).collect();
     let head_wt = TempWorktree::add(&opts.root, &p.head.to_string())?;
     let check = crate::check::check_repo(&head_wt.path).problems;
@@ -168,7 +172,7 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
     };
     let fixes = p.fixes.iter().map(|card| fix_evidence(&ctx, card)).collect();
     drop(head_wt);
-    let ok = check.is_empty() && evals.summary.ok;
+    let ok = check.is_empty() && evals.summary.ok && unowned.is_empty();
     Ok(ReviewReport {
         proposal: opts.name.clone(),
         base: p.base.to_string(),
@@ -176,6 +180,7 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
         diff,
         changes,
         patch,
+        unowned,
         check,
         history: HistoryScope {
             database: opts.history.to_string_lossy().into_owned(),
@@ -344,7 +349,17 @@ fn fix_evidence(ctx: &FixContext, card: &str) -> FixEvidence {
             "{passing} of {} eval case(s) naming the card pass on the head",
             ev.cases.len()
         ));
-        ev.shown = ev.shown || passing == ev.cases.len();
+        // Cases the proposal wrote itself never outweigh a re-run of the card's own
+        // run in which the card came back.
+        let recurred = ev
+            .rerun
+            .as_ref()
+            .zip(found.as_ref())
+            .is_some_and(|(r, c)| card_recurs(r, c));
+        if recurred && passing == ev.cases.len() {
+            said.push("the re-run, in which the card came back, outweighs them".into());
+        }
+        ev.shown = !recurred && (ev.shown || passing == ev.cases.len());
     }
     ev.method = said.join("; ");
     ev
@@ -385,7 +400,7 @@ fn rerun_on_proposal(ctx: &FixContext, c: &crate::records::Card, ev: &mut FixEvi
             let turns = trace.turns.len();
             match crate::eval::run::refire(&ctx.head, &c.task, trace) {
                 Ok(r) => {
-                    let recurs = r.card_kinds.iter().any(|k| k == c.kind.as_str());
+                    let recurs = card_recurs(&r, c);
                     said.push(format!(
                         "re-ran run {} on the proposal with its {turns} recorded model response(s): {}, cards [{}]: the {} card {}",
                         c.run_id,
@@ -401,6 +416,11 @@ fn rerun_on_proposal(ctx: &FixContext, c: &crate::records::Card, ev: &mut FixEvi
             }
         }
     }
+}
+
+/// Whether the re-run `r` of card `c`'s run wrote a card of `c`'s kind again.
+fn card_recurs(r: &crate::eval::run::Refired, c: &crate::records::Card) -> bool {
+    r.card_kinds.iter().any(|k| k == c.kind.as_str())
 }
 
 /// Card kinds whose cause lies in the settings or the tools.
@@ -451,6 +471,16 @@ pub fn text(r: &ReviewReport) -> String {
     if !r.patch.is_empty() {
         let _ = writeln!(o, "\n{}", printable_multiline(r.patch.trim_end()));
     }
+    if !r.unowned.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n== changed outside builder-owned paths ({}): no approval covers these, and `builder land` refuses the proposal while it holds them",
+            r.unowned.len()
+        );
+        for path in &r.unowned {
+            let _ = writeln!(o, "{}", p(path));
+        }
+    }
     let _ = writeln!(o, "\n== check of the proposal: {} problem(s)", r.check.len());
     for d in &r.check {
         let _ = writeln!(o, "{}", p(&d.to_string()));
@@ -488,16 +518,18 @@ pub fn text(r: &ReviewReport) -> String {
             );
         }
     }
-    let _ = writeln!(
-        o,
-        "\n{}",
-        match (&r.refused, r.ok) {
-            (Some(_), _) => "FAIL: the proposal widens powers; its evals were refused",
-            (None, true) => "ok: checks and evals pass",
-            (None, false) => "FAIL: checks or evals fail",
-        }
-    );
+    let _ = writeln!(o, "\n{}", verdict(r));
     o
+}
+
+/// The review's last line.
+fn verdict(r: &ReviewReport) -> &'static str {
+    match (&r.refused, r.ok) {
+        (Some(_), _) => "FAIL: the proposal widens powers; its evals were refused",
+        (None, true) => "ok: checks and evals pass",
+        (None, false) if !r.unowned.is_empty() => "FAIL: the proposal changes paths outside the builder-owned ones",
+        (None, false) => "FAIL: checks or evals fail",
+    }
 }
 
 /// A pull-request comment body (`--format github`). Everything a proposer or a model
@@ -524,6 +556,15 @@ pub fn github(r: &ReviewReport) -> String {
             "\n<details><summary>diff</summary>\n\n{}</details>",
             markdown_fence(r.patch.trim_end(), "diff")
         );
+    }
+    if !r.unowned.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n### Changed outside builder-owned paths\n\nNo approval covers these, and `builder land` refuses the proposal while it holds them.\n"
+        );
+        for path in &r.unowned {
+            let _ = writeln!(o, "- {}", code(path));
+        }
     }
     let _ = writeln!(o, "\n### Check\n");
     if r.check.is_empty() {

@@ -146,7 +146,19 @@ pub fn load_cases(root: &Path, task: Option<&str>, diags: &mut Vec<Diagnostic>) 
         match read_case_file(&dir, &rel) {
             Ok(src) => {
                 if let Some(c) = parse_case(&rel, &src, diags) {
-                    if root.join(crate::prompt::prompt_path(&c.task)).is_file() {
+                    // A name that is not a task's is refused before any file is looked
+                    // for: `task: ../../x` would ask whether a file outside exists.
+                    if !crate::layout::valid_task_name(&c.task) {
+                        diags.push(Diagnostic::new(
+                            &rel,
+                            line_of(&src, &["task"]),
+                            "task",
+                            format!(
+                                "`{}` is not a valid task name (letters, digits, `-`, `_`)",
+                                crate::text::printable(&c.task)
+                            ),
+                        ));
+                    } else if root.join(crate::prompt::prompt_path(&c.task)).is_file() {
                         cases.push(c);
                     } else {
                         let line = if src.lines().any(|l| l.starts_with("task:")) {
@@ -629,6 +641,35 @@ mod tests {
         let (_, d) = parse(src);
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!((d[0].line, d[0].field.as_str()), (4, "script[1]"));
+    }
+
+    #[test]
+    fn a_task_name_that_climbs_out_is_refused_without_looking_for_its_prompt() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        std::fs::create_dir_all(root.join("evals/t")).unwrap();
+        std::fs::create_dir_all(root.join("prompts")).unwrap();
+        // The file the name reaches exists: the message must not depend on that.
+        std::fs::write(dir.path().join("plan.md"), "private\n").unwrap();
+        let messages = |task: &str| {
+            std::fs::write(
+                root.join("evals/t/a.yaml"),
+                format!("task: \"{task}\"\nmodel: scripted\nscript:\n  - text: hi\nassert:\n  - no_denials: true\n"),
+            )
+            .unwrap();
+            let mut d = vec![];
+            let cases = load_cases(&root, None, &mut d);
+            assert!(cases.is_empty());
+            d.iter().map(|d| d.message.replace(task, "NAME")).collect::<Vec<_>>()
+        };
+        let there = messages("../../plan");
+        assert_eq!(
+            there,
+            messages("../../absent"),
+            "the answer tells whether the file exists"
+        );
+        assert_eq!(there.len(), 1, "{there:?}");
+        assert!(there[0].contains("not a valid task name"), "{there:?}");
     }
 
     #[test]

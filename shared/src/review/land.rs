@@ -160,6 +160,7 @@ struct MergeCommit {
 
 /// The merge commit of proposal head `prop` onto the remote's `tip` (first parent),
 /// written but on no branch. Refused when no approval of the proposal counts, when it
+/// changes paths outside the builder-owned ones (no approval covers them), when it
 /// conflicts, and when the merged builder tree is not the approved one (the tip moved
 /// with builder changes the proposal does not hold).
 fn merge_onto(
@@ -184,6 +185,7 @@ fn merge_onto(
         super::proposals::ProposalAt { name, base, prop, tree },
         "land",
     )?;
+    proposals::refuse_unowned(repo, name, base, prop)?;
     let mut index = repo.merge_commits(&tip_commit, &prop_commit, None)?;
     if index.has_conflicts() {
         return Err(ReviewError::Refused(format!(

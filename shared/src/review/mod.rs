@@ -237,6 +237,26 @@ pub fn builder_tree_of_commit(repo: &Repository, commit: Oid) -> Result<Oid, git
     builder_tree_of(repo, &repo.find_commit(commit)?.tree()?)
 }
 
+/// The paths `head` changes from `base` that are not builder-owned (by `head`'s own
+/// settings): an approval names the builder tree alone, so none covers them.
+/// `builder review` lists them and `builder land` refuses a proposal that holds any.
+pub fn unowned_changes(repo: &Repository, base: Oid, head: Oid) -> Result<Vec<String>, git2::Error> {
+    let head_tree = repo.find_commit(head)?.tree()?;
+    let base_tree = repo.find_commit(base)?.tree()?;
+    let owned = owned::OwnedPaths::of_tree(repo, &head_tree)?;
+    let diff = repo.diff_tree_to_tree(Some(&base_tree), Some(&head_tree), None)?;
+    let mut out: Vec<String> = Vec::new();
+    for d in diff.deltas() {
+        for path in [d.old_file().path(), d.new_file().path()].into_iter().flatten() {
+            let path = path.to_string_lossy().into_owned();
+            if !owned.is_builder(&path) && !out.contains(&path) {
+                out.push(path);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Email addresses compare case-insensitively (docs/design.md).
 pub fn same_person(a_email: &str, b_email: &str) -> bool {
     a_email.trim().eq_ignore_ascii_case(b_email.trim())

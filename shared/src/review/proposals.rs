@@ -575,8 +575,24 @@ pub struct Merged {
     pub already: bool,
 }
 
+/// Refuses proposal `name` (head `prop`) when it changes, from `base`, paths outside
+/// the builder-owned ones: an approval names the builder tree alone, so a merge or a
+/// land under it would bring in what no one approved ([`super::unowned_changes`]).
+pub(super) fn refuse_unowned(repo: &Repository, name: &str, base: Oid, prop: Oid) -> Result<(), ReviewError> {
+    let unowned = super::unowned_changes(repo, base, prop)?;
+    if unowned.is_empty() {
+        return Ok(());
+    }
+    Err(ReviewError::Refused(format!(
+        "proposal `{name}` also changes {} path(s) outside the builder-owned ones, which no approval covers: {}; bring those in through your ordinary code review, and keep the proposal to builder-owned paths",
+        unowned.len(),
+        unowned.iter().map(|p| crate::text::printable(p)).collect::<Vec<_>>().join(", ")
+    )))
+}
+
 /// Merges the approved proposal `name` into the current branch: always a merge commit
-/// (two parents), by `actor`, whose builder tree is exactly the approved one.
+/// (two parents), by `actor`, whose builder tree is exactly the approved one, and
+/// which brings in no change outside the builder-owned paths.
 pub fn merge(
     repo: &Repository,
     ownership: &Ownership,
@@ -611,6 +627,12 @@ pub fn merge(
     let prop_commit = repo.find_commit(prop)?;
     let tree = builder_tree_of(repo, &prop_commit.tree()?)?;
     let approval = approval_to_merge(repo, rule, name, prop, tree)?;
+    let from = match repo.merge_base(base.id(), prop) {
+        Ok(b) => b,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => base.id(),
+        Err(e) => return Err(e.into()),
+    };
+    refuse_unowned(repo, name, from, prop)?;
     let mut index = repo.merge_commits(&base, &prop_commit, None)?;
     if index.has_conflicts() {
         return Err(ReviewError::Refused(format!(
