@@ -313,6 +313,9 @@ fn upsert_record(tx: &Transaction, path: &str, bytes: &[u8]) -> Result<Option<Re
         insert_receipt(tx, &r, path)?;
         Ok(Some(RecordKind::Receipt))
     } else if is_card_path(path) {
+        if let Some(why) = crate::yamlpos::too_many_flow_openings(bytes) {
+            return Err(RecordError::Parse(why));
+        }
         let c: Card = serde_yaml::from_slice(bytes).map_err(|e| RecordError::Parse(e.to_string()))?;
         tx.prepare_cached("INSERT OR REPLACE INTO cards (id, fingerprint, kind, task, run_id, created_at, status, summary, path) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?
             .execute(params![c.id, c.fingerprint, c.kind.as_str(), c.task, c.run_id, c.created_at.to_rfc3339(), c.status, c.summary, path])?;

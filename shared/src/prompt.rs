@@ -234,6 +234,10 @@ fn split_front_matter(src: &str) -> (Option<&str>, &str, usize) {
 type Front = (FrontMatter, Vec<(usize, String)>);
 
 fn parse_front(rel: &Path, fm: &str, offset: usize, diags: &mut Vec<Diagnostic>) -> Option<Front> {
+    if let Some(why) = crate::yamlpos::too_many_flow_openings(fm.as_bytes()) {
+        diags.push(Diagnostic::new(rel, offset, "front matter", why));
+        return None;
+    }
     let mut value: serde_yaml::Value = match serde_yaml::from_str(fm) {
         Ok(serde_yaml::Value::Null) => return Some(Front::default()),
         Ok(v) => v,

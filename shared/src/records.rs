@@ -780,6 +780,9 @@ pub fn receipt_json(r: &Receipt) -> Result<String, WriteError> {
 /// Reads a card file.
 pub fn read_card(path: &Path) -> Result<Card, String> {
     let src = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(why) = crate::yamlpos::too_many_flow_openings(src.as_bytes()) {
+        return Err(format!("{}: {why}", path.display()));
+    }
     serde_yaml::from_str(&src).map_err(|e| {
         let line = e.location().map(|l| l.line()).unwrap_or(0);
         format!("{}:{line}: {e}", path.display())

@@ -607,6 +607,10 @@ pub struct Lenient {
 
 fn parse_best_effort(src: &str, diags: &mut Vec<Diagnostic>) -> Option<Lenient> {
     let file = Path::new(SETTINGS_FILE);
+    if let Some(why) = crate::yamlpos::too_many_flow_openings(src.as_bytes()) {
+        diags.push(Diagnostic::new(file, 0, "", why));
+        return None;
+    }
     let value: serde_yaml::Value = match serde_yaml::from_str(src) {
         Ok(v) => v,
         Err(e) => {

@@ -4,6 +4,31 @@
 //! a dotted field path, and of a sequence item under it, by walking block-style YAML
 //! by indentation — the style every file in an agent repo is written in.
 
+/// The most flow collections (`[...]`, `{...}`) one YAML file of an agent repository
+/// may open. libyaml's scanner takes time quadratic in how deep they nest: a megabyte
+/// of `[` held a parse for many minutes (a proposal's case file stalling
+/// `builder review`). No file written by hand comes near the bound, and counting every
+/// opening bracket, quoted or not, is a bound quotes cannot fool.
+pub const MAX_FLOW_OPENINGS: usize = 10_000;
+
+/// Why `src` is not parsed at all: more flow collections than [`MAX_FLOW_OPENINGS`].
+pub fn too_many_flow_openings(src: &[u8]) -> Option<String> {
+    let n = src.iter().filter(|b| matches!(b, b'[' | b'{')).count();
+    (n > MAX_FLOW_OPENINGS).then(|| {
+        format!("{n} opening `[` and `{{` (more than {MAX_FLOW_OPENINGS}): not parsed, as nesting that deep stalls the YAML parser; write it in block style")
+    })
+}
+
+/// `src` as a YAML value, or `None` when it does not parse or is refused unparsed
+/// ([`too_many_flow_openings`]): for the readers that take what does not parse as
+/// saying nothing.
+pub fn lenient_value(src: &[u8]) -> Option<serde_yaml::Value> {
+    if too_many_flow_openings(src).is_some() {
+        return None;
+    }
+    serde_yaml::from_slice(src).ok()
+}
+
 /// 1-based line of `path` (e.g. `["budgets", "max_steps"]`) in `src`, or of the
 /// deepest ancestor found. Returns 1 when nothing matches, so errors always point
 /// somewhere in the file.
@@ -112,6 +137,20 @@ fn second_appearance(src: &str, key: &str, line: usize, column: usize) -> Option
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_flow_bomb_is_refused_unparsed() {
+        // Deep enough to hold libyaml for minutes if it were parsed (the test would
+        // then time out rather than pass).
+        let bomb = format!("name: x\nmodel: {}{}\n", "[".repeat(300_000), "]".repeat(300_000));
+        let why = too_many_flow_openings(bomb.as_bytes()).expect("refused");
+        assert!(why.contains("300000 opening"), "{why}");
+        assert!(lenient_value(bomb.as_bytes()).is_none());
+        // A file well inside the bound parses as before.
+        let flat = format!("xs: [{}]\n", vec!["{a: 1}"; 2_000].join(", "));
+        assert!(too_many_flow_openings(flat.as_bytes()).is_none());
+        assert!(lenient_value(flat.as_bytes()).is_some());
+    }
     use super::*;
 
     const SRC: &str = "version: 1\nprovider:\n  kind: openai\n  model: x\nbudgets:\n  # steps\n  max_steps: 20\npermissions:\n  allow:\n    - \"Read(**)\"\n    - \"Bash(ls*)\"\n";

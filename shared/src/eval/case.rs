@@ -202,6 +202,10 @@ fn read_case_file(root: &std::os::fd::OwnedFd, rel: &Path) -> Result<String, Str
 pub fn parse_case(rel: &Path, src: &str, diags: &mut Vec<Diagnostic>) -> Option<Case> {
     let before = diags.len();
     let mut p = Parser { rel, src, diags };
+    if let Some(why) = crate::yamlpos::too_many_flow_openings(src.as_bytes()) {
+        p.diags.push(Diagnostic::new(rel, 0, "", why));
+        return None;
+    }
     let doc: Value = match serde_yaml::from_str(src) {
         Ok(v) => v,
         Err(e) => {
@@ -670,6 +674,20 @@ mod tests {
         );
         assert_eq!(there.len(), 1, "{there:?}");
         assert!(there[0].contains("not a valid task name"), "{there:?}");
+    }
+
+    #[test]
+    fn a_flow_bomb_is_refused_unparsed_naming_the_file() {
+        // Deep enough to hold libyaml for minutes if it were parsed.
+        let bomb = format!("name: x\nmodel: {}{}\n", "[".repeat(300_000), "]".repeat(300_000));
+        let (c, d) = parse(&bomb);
+        assert!(c.is_none());
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(d[0].to_string().starts_with("evals/digest/a.yaml"), "{d:?}");
+        assert!(d[0].message.contains("not parsed"), "{d:?}");
+        let mut d = Vec::new();
+        assert!(crate::settings::parse_runtime_yaml(&bomb, &mut d).is_none());
+        assert!(d[0].message.contains("not parsed"), "{d:?}");
     }
 
     #[test]

@@ -70,7 +70,8 @@ pub struct TempWorktree {
 impl TempWorktree {
     /// A fresh repository (`git init` with no template, so no hooks) that fetches
     /// `commit` alone from `repo_root` (depth 1: no history, no other ref) and checks
-    /// it out detached, with git's own commands.
+    /// it out detached, with git's own commands; refused first when the checkout
+    /// would be oversized ([`refuse_oversized`]).
     pub fn add(repo_root: &Path, commit: &str) -> Result<TempWorktree, EvalError> {
         let dir = tempfile::Builder::new()
             .prefix("builder-eval-")
@@ -85,6 +86,7 @@ impl TempWorktree {
             path: home.clone(),
             source,
         })?;
+        refuse_oversized(repo_root, commit)?;
         let init = ["init", "--quiet", "--template="];
         git(dir.path(), GitConfig::RepositoryOnly, &init, &[path.as_os_str()])?;
         git(
@@ -97,6 +99,44 @@ impl TempWorktree {
         git(&path, GitConfig::RepositoryOnly, &checkout, &[commit.as_ref()])?;
         Ok(TempWorktree { path, home, _dir: dir })
     }
+}
+
+/// The most a revision's checkout may write (blob bytes summed over its paths) and the
+/// most entries its tree may hold. A proposal is small; a tree that repeats one blob
+/// under many paths (a few kilobytes in git, gigabytes checked out) or holds a huge
+/// file would otherwise fill the reviewer's disk before any sandbox.
+pub const MAX_CHECKOUT_BYTES: u64 = 1 << 30;
+pub const MAX_CHECKOUT_ENTRIES: u64 = 100_000;
+
+/// Refuses `commit` of the repository at `repo_root` when checking it out would
+/// write more than [`MAX_CHECKOUT_BYTES`] or [`MAX_CHECKOUT_ENTRIES`]. Walks the tree
+/// with a stack (no recursion however deep it nests) and stops at the first excess,
+/// so a tree of billions of paths costs no more than the bound to judge.
+fn refuse_oversized(repo_root: &Path, commit: &str) -> Result<(), EvalError> {
+    let git = |e: git2::Error| EvalError::Worktree(format!("reading {commit}: {}", e.message()));
+    let repo = git2::Repository::open(repo_root).map_err(git)?;
+    let odb = repo.odb().map_err(git)?;
+    let oid = git2::Oid::from_str(commit).map_err(git)?;
+    let mut stack = vec![repo.find_commit(oid).map_err(git)?.tree_id()];
+    let (mut bytes, mut entries) = (0u64, 0u64);
+    while let Some(id) = stack.pop() {
+        let tree = repo.find_tree(id).map_err(git)?;
+        for e in tree.iter() {
+            entries += 1;
+            match e.kind() {
+                Some(git2::ObjectType::Tree) => stack.push(e.id()),
+                Some(git2::ObjectType::Blob) => bytes += odb.read_header(e.id()).map_err(git)?.0 as u64,
+                _ => {}
+            }
+            if bytes > MAX_CHECKOUT_BYTES || entries > MAX_CHECKOUT_ENTRIES {
+                return Err(EvalError::Worktree(format!(
+                    "{commit} is not checked out for evaluation: its tree would write more than {} MiB or {MAX_CHECKOUT_ENTRIES} entries (a blob repeated under many paths, or a huge file); nothing of it ran",
+                    MAX_CHECKOUT_BYTES >> 20
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whose git configuration a git command of [`TempWorktree::add`] reads.
@@ -511,4 +551,49 @@ fn shown(calls: &[&str]) -> String {
 
 fn quoted(v: &[&str]) -> String {
     v.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A commit whose tree nests `levels` directories of `fan` entries each over
+    /// one blob of `blob` bytes, in a new repository.
+    fn bomb(dir: &Path, blob: usize, fan: usize, levels: usize) -> String {
+        let repo = git2::Repository::init(dir).unwrap();
+        let mut id = repo.blob(&vec![b'x'; blob]).unwrap();
+        let mut mode = 0o100644;
+        for _ in 0..levels {
+            let mut b = repo.treebuilder(None).unwrap();
+            for i in 0..fan {
+                b.insert(format!("e{i}"), id, mode).unwrap();
+            }
+            id = b.write().unwrap();
+            mode = 0o040000;
+        }
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let tree = repo.find_tree(id).unwrap();
+        repo.commit(None, &sig, &sig, "bomb", &tree, &[]).unwrap().to_string()
+    }
+
+    #[test]
+    fn a_tree_that_would_check_out_too_much_is_refused_before_any_checkout() {
+        let dir = tempfile::tempdir().unwrap();
+        // 10^4 paths to one 1 MiB blob: 10 GiB checked out, kilobytes in git.
+        let big = bomb(&dir.path().join("bytes"), 1 << 20, 10, 4);
+        let err = TempWorktree::add(&dir.path().join("bytes"), &big)
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("not checked out for evaluation"), "{err}");
+        // 1000 x 1000 empty files: a million entries.
+        let many = bomb(&dir.path().join("entries"), 0, 1000, 2);
+        let err = TempWorktree::add(&dir.path().join("entries"), &many)
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("100000 entries"), "{err}");
+        // A small tree is checked out.
+        let small = bomb(&dir.path().join("small"), 10, 3, 2);
+        let wt = TempWorktree::add(&dir.path().join("small"), &small).unwrap();
+        assert!(wt.path.join("e0/e2").is_file());
+    }
 }

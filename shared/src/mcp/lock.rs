@@ -107,6 +107,13 @@ impl McpLock {
     /// A pin names what it approved: a stdio server's `command` or an HTTP server's
     /// `url`, exactly one of them.
     pub fn parse(text: &str, path: &Path) -> Result<McpLock, LockError> {
+        if let Some(why) = crate::yamlpos::too_many_flow_openings(text.as_bytes()) {
+            return Err(LockError::Parse {
+                line: 0,
+                message: why,
+                path: path.to_path_buf(),
+            });
+        }
         let lock: McpLock = serde_yaml::from_str(text).map_err(|e| LockError::Parse {
             line: e.location().map_or(0, |l| l.line()),
             message: e.to_string(),

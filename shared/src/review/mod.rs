@@ -185,7 +185,7 @@ pub fn link_stays_inside(link: &str, target: &str) -> bool {
 /// `require_reviewed` and `review.require_signed` as the text of a
 /// `settings/runtime.yaml` says them (false when it does not say, or does not parse).
 pub fn review_flags(settings_yaml: &[u8]) -> (bool, bool) {
-    let yaml = serde_yaml::from_slice::<serde_yaml::Value>(settings_yaml).ok();
+    let yaml = crate::yamlpos::lenient_value(settings_yaml);
     let flag = |v: Option<&serde_yaml::Value>| v.and_then(serde_yaml::Value::as_bool).unwrap_or(false);
     (
         flag(yaml.as_ref().and_then(|v| v.get("require_reviewed"))),
@@ -222,7 +222,7 @@ pub fn signed_list_of_commit(repo: &Repository, commit: Oid) -> Result<Option<St
     if !review_flags(&text).1 {
         return Ok(None);
     }
-    let yaml = serde_yaml::from_slice::<serde_yaml::Value>(&text).ok();
+    let yaml = crate::yamlpos::lenient_value(&text);
     let path = yaml
         .as_ref()
         .and_then(|v| v.get("review"))

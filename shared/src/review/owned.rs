@@ -74,7 +74,7 @@ impl OwnedPaths {
     /// The paths a `settings/runtime.yaml` text names (read leniently: what does not
     /// parse names nothing, and such settings refuse every fire anyway).
     pub fn of_settings_text(yaml: &[u8]) -> OwnedPaths {
-        let value = serde_yaml::from_slice::<serde_yaml::Value>(yaml).ok();
+        let value = crate::yamlpos::lenient_value(yaml);
         let list = |v: Option<&serde_yaml::Value>| -> Vec<String> {
             v.and_then(serde_yaml::Value::as_sequence)
                 .map(|s| s.iter().filter_map(|g| g.as_str().map(str::to_string)).collect())

@@ -141,7 +141,7 @@ impl<'r> RuntimeSignatures<'r> {
         if let Some(c) = self.configs.get(&id) {
             return Ok(c.clone());
         }
-        let yaml = serde_yaml::from_slice::<serde_yaml::Value>(self.repo.find_blob(id)?.content()).ok();
+        let yaml = crate::yamlpos::lenient_value(self.repo.find_blob(id)?.content());
         let signed = yaml
             .as_ref()
             .and_then(|v| v.get("runtime_identity"))
@@ -224,7 +224,7 @@ impl<'r> RuntimeSignatures<'r> {
 pub fn runtime_identity_of(repo: &Repository, tree: &git2::Tree) -> Result<crate::settings::Identity, git2::Error> {
     let default = crate::settings::Identity::default();
     let yaml = match tree.get_path(Path::new(SETTINGS_FILE)) {
-        Ok(e) => serde_yaml::from_slice::<serde_yaml::Value>(repo.find_blob(e.id())?.content()).ok(),
+        Ok(e) => crate::yamlpos::lenient_value(repo.find_blob(e.id())?.content()),
         Err(e) if e.code() == git2::ErrorCode::NotFound => None,
         Err(e) => return Err(e),
     };
