@@ -654,3 +654,29 @@ fn a_runtime_directory_the_revision_links_out_is_never_written_through() {
     );
     assert!(text.contains("never followed"), "{text}");
 }
+
+/// A proposal's big files do not make the review hold or print them whole: a file
+/// over 1 MiB is diffed as binary, and the diff text stops at 4 MiB with a note
+/// naming the command that shows the rest.
+#[test]
+fn a_review_of_big_files_shows_a_bounded_diff() {
+    let env = TestEnv::new();
+    let line = "all work and no play makes a long file\n";
+    env.write("tools/big.txt", &line.repeat((2 << 20) / line.len()));
+    for i in 0..5 {
+        env.write(
+            &format!("tools/part{i}.txt"),
+            &format!("{i} {line}").repeat(900_000 / line.len()),
+        );
+    }
+    let out = env.builder(&["propose", "big", "-m", "Big files"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env.builder(&["review", "big"]);
+    let text = stdout(&out);
+    assert!(text.contains("Binary files"), "the 2 MiB file is diffed as binary");
+    assert!(
+        text.contains("more bytes of diff not shown: `git diff "),
+        "no truncation note"
+    );
+    assert!(text.len() < 5 << 20, "{} bytes printed", text.len());
+}

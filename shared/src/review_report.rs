@@ -206,7 +206,12 @@ fn builder_diff(
 ) -> Result<(Vec<Changed>, String), git2::Error> {
     let base = repo.find_commit(p.base)?.tree()?;
     let head = repo.find_commit(p.head)?.tree()?;
-    let diff = repo.diff_tree_to_tree(Some(&base), Some(&head), None)?;
+    // A file over the size bound is diffed as binary ("Binary files differ"), and
+    // the text kept stops at its own bound: a proposal's 256 MiB text file is not
+    // held in memory or printed whole.
+    let mut opts = git2::DiffOptions::new();
+    opts.max_size(DIFF_FILE_BYTES);
+    let diff = repo.diff_tree_to_tree(Some(&base), Some(&head), Some(&mut opts))?;
     let owned = |d: &git2::DiffDelta| {
         d.new_file()
             .path()
@@ -226,8 +231,13 @@ fn builder_diff(
         }
     }
     let mut patch = String::new();
+    let mut left_out = 0usize;
     diff.print(git2::DiffFormat::Patch, |d, _hunk, line| {
         if owned(&d).is_some() {
+            if patch.len() >= DIFF_TEXT_BYTES {
+                left_out += line.content().len();
+                return true;
+            }
             if matches!(line.origin(), '+' | '-' | ' ') {
                 patch.push(line.origin());
             }
@@ -235,8 +245,19 @@ fn builder_diff(
         }
         true
     })?;
+    if left_out > 0 {
+        patch.push_str(&format!(
+            "\n[{left_out} more bytes of diff not shown: `git diff {} {}` has it all]\n",
+            p.base, p.head
+        ));
+    }
     Ok((changed, patch))
 }
+
+/// Files larger than this are diffed as binary in a review.
+const DIFF_FILE_BYTES: i64 = 1 << 20;
+/// The most diff text a review keeps and prints.
+const DIFF_TEXT_BYTES: usize = 4 << 20;
 
 /// What the evidence for a fixed card is gathered from.
 struct FixContext<'a> {
