@@ -202,15 +202,20 @@ fn trace_with_curl(n: usize) -> Value {
     ]})
 }
 
+/// The scaffold's settings with `curl` denied instead of asked about.
+fn denying_curl(settings: &str) -> String {
+    settings.replacen("  ask:\n    - \"Bash(curl*)\"\n", "", 1).replacen(
+        "  deny:\n",
+        "  deny:\n    - \"Bash(curl*)\"\n",
+        1,
+    )
+}
+
 #[test]
 fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audit() {
     let env = TestEnv::new();
     let settings = env.read("settings/runtime.yaml");
-    let denying = settings.replacen("  ask:\n    - \"Bash(curl*)\"\n", "", 1).replacen(
-        "  deny:\n",
-        "  deny:\n    - \"Bash(curl*)\"\n",
-        1,
-    );
+    let denying = denying_curl(&settings);
     assert_ne!(denying, settings, "the scaffold's settings have the expected shape");
     env.write("settings/runtime.yaml", &denying);
     env.write("evals/digest/lists.yaml", LISTS_CASE);
@@ -355,11 +360,7 @@ fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audi
 fn a_case_the_author_wrote_does_not_outweigh_a_rerun_in_which_the_card_recurs() {
     let env = TestEnv::new();
     let settings = env.read("settings/runtime.yaml");
-    let denying = settings.replacen("  ask:\n    - \"Bash(curl*)\"\n", "", 1).replacen(
-        "  deny:\n",
-        "  deny:\n    - \"Bash(curl*)\"\n",
-        1,
-    );
+    let denying = denying_curl(&settings);
     env.write("settings/runtime.yaml", &denying);
     env.commit_all("deny curl");
     let trace = env.home.join("trace.json");
