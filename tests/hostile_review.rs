@@ -411,6 +411,16 @@ fn prove_live(r: &Reviewer, w: Widening) {
     r.heard();
 }
 
+/// The eval report's row of `case` on `revision`.
+fn row_of<'a>(rep: &'a Value, revision: &str, case: &str) -> &'a Value {
+    rep["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["revision"] == revision && x["case"] == case)
+        .unwrap_or_else(|| panic!("no row of {case} on {revision}: {rep}"))
+}
+
 fn json_of(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!(
@@ -466,12 +476,7 @@ fn each_widening_is_live_in_a_plain_fire_and_refused_by_eval() {
             r.assert_nothing_left(&case, &[&out]);
             // The base's own payload case failed to read the secret or reach the port:
             // the trusted configuration grants neither.
-            let base_payload = rep["rows"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|x| x["revision"] == "base" && x["case"] == "payload")
-                .unwrap();
+            let base_payload = row_of(&rep, "base", "payload");
             assert_eq!(base_payload["tool_calls"], 2, "{case}: {base_payload}");
         }
     }
@@ -1034,12 +1039,7 @@ fn an_eval_fire_opens_no_file_the_proposals_review_or_identity_settings_name() {
             &[],
         );
         let rep = json_of(&out);
-        let live_head = rep["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["revision"] == "head" && x["case"] == "live")
-            .unwrap();
+        let live_head = row_of(&rep, "head", "live");
         assert_eq!(live_head["runs"], 1, "{who:?}: {live_head}");
         assert_eq!(live_head["failed"], false, "{who:?}: {live_head}");
         r.assert_nothing_left(&format!("{who:?} naming"), &[&out]);

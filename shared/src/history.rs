@@ -5,7 +5,7 @@
 //! `worktree`). Queries for `builder cards`, `builder history` and `builder retro`
 //! read the index.
 
-use crate::records::{Card, CardKind, CardStatus, Receipt};
+use crate::records::{CardKind, CardStatus, Receipt};
 use crate::runs::{run, RunSummary};
 use crate::store::{Schema, Store, StoreError, SHARED_HISTORY};
 use git2::{Oid, Repository};
@@ -313,10 +313,7 @@ fn upsert_record(tx: &Transaction, path: &str, bytes: &[u8]) -> Result<Option<Re
         insert_receipt(tx, &r, path)?;
         Ok(Some(RecordKind::Receipt))
     } else if is_card_path(path) {
-        if let Some(why) = crate::yamlpos::too_many_flow_openings(bytes) {
-            return Err(RecordError::Parse(why));
-        }
-        let c: Card = serde_yaml::from_slice(bytes).map_err(|e| RecordError::Parse(e.to_string()))?;
+        let c = crate::records::parse_card(bytes).map_err(|(_, e)| RecordError::Parse(e))?;
         tx.prepare_cached("INSERT OR REPLACE INTO cards (id, fingerprint, kind, task, run_id, created_at, status, summary, path) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?
             .execute(params![c.id, c.fingerprint, c.kind.as_str(), c.task, c.run_id, c.created_at.to_rfc3339(), c.status, c.summary, path])?;
         Ok(Some(RecordKind::Card))

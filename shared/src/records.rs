@@ -777,16 +777,34 @@ pub fn receipt_json(r: &Receipt) -> Result<String, WriteError> {
         })
 }
 
+/// The largest card file parsed. A card the runtime writes is capped ([`cap_card`])
+/// at about 20 KB of text, at most four times that once YAML escapes control
+/// characters; a file beyond the bound is no card of the runtime's and is not parsed
+/// (a pushed file of nested `[` would hold the YAML parser for as long as its size
+/// squared). Cards are not held to [`crate::yamlpos::MAX_FLOW_OPENINGS`]: their text
+/// is the model's too (paths it named, its reasons), brackets included, and it is
+/// always quoted, never nested.
+pub const CARD_FILE_MAX: usize = 128 * 1024;
+
+/// A card from the bytes of its file; `Err` says why not: the line (0 for the whole
+/// file) and the message.
+pub fn parse_card(bytes: &[u8]) -> Result<Card, (usize, String)> {
+    if bytes.len() > CARD_FILE_MAX {
+        return Err((
+            0,
+            format!(
+                "{} bytes, larger than any card the runtime writes ({CARD_FILE_MAX}): not parsed",
+                bytes.len()
+            ),
+        ));
+    }
+    serde_yaml::from_slice(bytes).map_err(|e| (e.location().map(|l| l.line()).unwrap_or(0), e.to_string()))
+}
+
 /// Reads a card file.
 pub fn read_card(path: &Path) -> Result<Card, String> {
-    let src = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if let Some(why) = crate::yamlpos::too_many_flow_openings(src.as_bytes()) {
-        return Err(format!("{}: {why}", path.display()));
-    }
-    serde_yaml::from_str(&src).map_err(|e| {
-        let line = e.location().map(|l| l.line()).unwrap_or(0);
-        format!("{}:{line}: {e}", path.display())
-    })
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse_card(&bytes).map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))
 }
 
 /// Reads a receipt file.
@@ -820,6 +838,26 @@ where
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_card_full_of_brackets_or_control_characters_reads_back_and_an_oversized_file_does_not() {
+        let mut c: Card = serde_yaml::from_str(CARD_ON_DISK).unwrap();
+        // Model text at every cap: brackets (paths a model named), then control
+        // characters (which YAML escapes, four bytes each).
+        for fill in ["[", "\u{1}"] {
+            c.summary = fill.repeat(CARD_LINE_MAX * 2);
+            c.detail = fill.repeat(CARD_DETAIL_MAX * 2);
+            c.evidence = vec![fill.repeat(CARD_LINE_MAX * 2); CARD_EVIDENCE_MAX * 2];
+            cap_card(&mut c);
+            let yaml = card_yaml(&c).unwrap();
+            assert!(yaml.len() <= CARD_FILE_MAX, "{} bytes", yaml.len());
+            assert_eq!(parse_card(yaml.as_bytes()).unwrap().detail, c.detail);
+        }
+        let bomb = format!("id: x\nsummary: {}", "[".repeat(CARD_FILE_MAX));
+        let (line, why) = parse_card(bomb.as_bytes()).unwrap_err();
+        assert_eq!(line, 0);
+        assert!(why.contains("not parsed"), "{why}");
+    }
 
     #[test]
     fn report_paths_of_any_run_are_recognised() {

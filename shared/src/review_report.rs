@@ -129,7 +129,7 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
     let (changes, patch) = builder_diff(repo, ownership, &p)?;
     let unowned = crate::review::unowned_changes(repo, p.base, p.head)?;
     let diff = changes.iter().map(|c| c.path.clone()).collect();
-    let head_wt = TempWorktree::add(&opts.root, &p.head.to_string())?;
+    let head_wt = TempWorktree::add(repo, &opts.root, &p.head.to_string())?;
     let check = crate::check::check_repo(&head_wt.path).problems;
     let before = delta::settings_of_commit(repo, p.base, "the base")?;
     let after = delta::settings_of_commit(repo, p.head, &format!("proposals/{}", opts.name))?;
@@ -329,8 +329,7 @@ fn fix_evidence(ctx: &FixContext, card: &str) -> FixEvidence {
     let (root, evals) = (&ctx.opts.root, ctx.evals);
     let found = crate::cards::work_tree_card_paths(root, card)
         .into_iter()
-        .find_map(|p| std::fs::read_to_string(root.join(p)).ok())
-        .and_then(|s| serde_yaml::from_str::<crate::records::Card>(&s).ok());
+        .find_map(|p| crate::records::read_card(&root.join(p)).ok());
     let cases: Vec<CaseEvidence> = evals
         .rows
         .iter()

@@ -186,9 +186,9 @@ pub fn evaluate_trusted(
     repo: &git2::Repository,
     trusted: &Trusted,
 ) -> Result<EvalReport, EvalError> {
-    let head_wt = TempWorktree::add(&opts.root, &opts.head.commit)?;
+    let head_wt = TempWorktree::add(repo, &opts.root, &opts.head.commit)?;
     let base_wt = match &opts.base {
-        Some(b) => Some(TempWorktree::add(&opts.root, &b.commit)?),
+        Some(b) => Some(TempWorktree::add(repo, &opts.root, &b.commit)?),
         None => None,
     };
     let mut problems = Vec::new();

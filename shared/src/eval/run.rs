@@ -69,10 +69,10 @@ pub struct TempWorktree {
 
 impl TempWorktree {
     /// A fresh repository (`git init` with no template, so no hooks) that fetches
-    /// `commit` alone from `repo_root` (depth 1: no history, no other ref) and checks
-    /// it out detached, with git's own commands; refused first when the checkout
-    /// would be oversized ([`refuse_oversized`]).
-    pub fn add(repo_root: &Path, commit: &str) -> Result<TempWorktree, EvalError> {
+    /// `commit` alone from `repo` (whose work tree is `repo_root`; depth 1: no history,
+    /// no other ref) and checks it out detached, with git's own commands; refused
+    /// first when the checkout would be oversized ([`refuse_oversized`]).
+    pub fn add(repo: &git2::Repository, repo_root: &Path, commit: &str) -> Result<TempWorktree, EvalError> {
         let dir = tempfile::Builder::new()
             .prefix("builder-eval-")
             .tempdir()
@@ -86,7 +86,7 @@ impl TempWorktree {
             path: home.clone(),
             source,
         })?;
-        refuse_oversized(repo_root, commit)?;
+        refuse_oversized(repo, commit)?;
         let init = ["init", "--quiet", "--template="];
         git(dir.path(), GitConfig::RepositoryOnly, &init, &[path.as_os_str()])?;
         git(
@@ -108,13 +108,12 @@ impl TempWorktree {
 pub const MAX_CHECKOUT_BYTES: u64 = 1 << 30;
 pub const MAX_CHECKOUT_ENTRIES: u64 = 100_000;
 
-/// Refuses `commit` of the repository at `repo_root` when checking it out would
-/// write more than [`MAX_CHECKOUT_BYTES`] or [`MAX_CHECKOUT_ENTRIES`]. Walks the tree
-/// with a stack (no recursion however deep it nests) and stops at the first excess,
-/// so a tree of billions of paths costs no more than the bound to judge.
-fn refuse_oversized(repo_root: &Path, commit: &str) -> Result<(), EvalError> {
+/// Refuses `commit` of `repo` when checking it out would write more than
+/// [`MAX_CHECKOUT_BYTES`] or [`MAX_CHECKOUT_ENTRIES`]. Walks the tree with a stack (no
+/// recursion however deep it nests) and stops at the first excess, so a tree of
+/// billions of paths costs no more than the bound to judge.
+fn refuse_oversized(repo: &git2::Repository, commit: &str) -> Result<(), EvalError> {
     let git = |e: git2::Error| EvalError::Worktree(format!("reading {commit}: {}", e.message()));
-    let repo = git2::Repository::open(repo_root).map_err(git)?;
     let odb = repo.odb().map_err(git)?;
     let oid = git2::Oid::from_str(commit).map_err(git)?;
     let mut stack = vec![repo.find_commit(oid).map_err(git)?.tree_id()];
@@ -559,7 +558,7 @@ mod tests {
 
     /// A commit whose tree nests `levels` directories of `fan` entries each over
     /// one blob of `blob` bytes, in a new repository.
-    fn bomb(dir: &Path, blob: usize, fan: usize, levels: usize) -> String {
+    fn bomb(dir: &Path, blob: usize, fan: usize, levels: usize) -> (git2::Repository, String) {
         let repo = git2::Repository::init(dir).unwrap();
         let mut id = repo.blob(&vec![b'x'; blob]).unwrap();
         let mut mode = 0o100644;
@@ -573,27 +572,29 @@ mod tests {
         }
         let sig = git2::Signature::now("t", "t@example.com").unwrap();
         let tree = repo.find_tree(id).unwrap();
-        repo.commit(None, &sig, &sig, "bomb", &tree, &[]).unwrap().to_string()
+        let commit = repo.commit(None, &sig, &sig, "bomb", &tree, &[]).unwrap().to_string();
+        drop(tree);
+        (repo, commit)
     }
 
     #[test]
     fn a_tree_that_would_check_out_too_much_is_refused_before_any_checkout() {
         let dir = tempfile::tempdir().unwrap();
         // 10^4 paths to one 1 MiB blob: 10 GiB checked out, kilobytes in git.
-        let big = bomb(&dir.path().join("bytes"), 1 << 20, 10, 4);
-        let err = TempWorktree::add(&dir.path().join("bytes"), &big)
+        let (repo, big) = bomb(&dir.path().join("bytes"), 1 << 20, 10, 4);
+        let err = TempWorktree::add(&repo, &dir.path().join("bytes"), &big)
             .err()
             .expect("refused");
         assert!(err.to_string().contains("not checked out for evaluation"), "{err}");
         // 1000 x 1000 empty files: a million entries.
-        let many = bomb(&dir.path().join("entries"), 0, 1000, 2);
-        let err = TempWorktree::add(&dir.path().join("entries"), &many)
+        let (repo, many) = bomb(&dir.path().join("entries"), 0, 1000, 2);
+        let err = TempWorktree::add(&repo, &dir.path().join("entries"), &many)
             .err()
             .expect("refused");
         assert!(err.to_string().contains("100000 entries"), "{err}");
         // A small tree is checked out.
-        let small = bomb(&dir.path().join("small"), 10, 3, 2);
-        let wt = TempWorktree::add(&dir.path().join("small"), &small).unwrap();
+        let (repo, small) = bomb(&dir.path().join("small"), 10, 3, 2);
+        let wt = TempWorktree::add(&repo, &dir.path().join("small"), &small).unwrap();
         assert!(wt.path.join("e0/e2").is_file());
     }
 }
