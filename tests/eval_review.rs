@@ -681,3 +681,109 @@ fn a_review_of_big_files_shows_a_bounded_diff() {
     );
     assert!(text.len() < 5 << 20, "{} bytes printed", text.len());
 }
+
+/// The `builder-*` entries of `tmp`.
+fn eval_scratch(tmp: &std::path::Path) -> BTreeSet<String> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("builder-"))
+        .collect()
+}
+
+#[test]
+fn what_a_killed_eval_left_in_the_temporary_directory_the_next_eval_removes() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = TestEnv::new();
+    env.write("evals/digest/lists.yaml", LISTS_CASE);
+    env.commit_all("a golden case");
+    let tmp = env.home.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let eval = |failpoint: Option<&str>| {
+        let mut c = env.command("builder", &["eval", "--base", "HEAD", "--head", "HEAD"]);
+        c.env("TMPDIR", &tmp);
+        if let Some(point) = failpoint {
+            c.env("RUNTIME_FAILPOINTS", point);
+        }
+        c.output().unwrap()
+    };
+
+    // SIGKILLed (a CI job's timeout) with the first checkout made: no destructor runs.
+    let killed = eval(Some("eval-checkout-made"));
+    assert_eq!(killed.status.signal(), Some(9), "{killed:?}");
+    let left = eval_scratch(&tmp);
+    assert!(
+        left.iter().any(|n| n.starts_with("builder-eval-")) && left.iter().any(|n| n.starts_with("builder-trusted-")),
+        "the kill left its checkout and its trusted settings: {left:?}"
+    );
+    let checkout = tmp.join(left.iter().find(|n| n.starts_with("builder-eval-")).unwrap());
+    assert!(checkout.join("wt/prompts/digest.md").exists());
+
+    // One held by a live eval elsewhere stays: a directory of the same name whose
+    // lock this test holds.
+    let live = tmp.join("builder-eval-live");
+    std::fs::create_dir(&live).unwrap();
+    let held = std::fs::File::create(live.join(".held")).unwrap();
+    assert!(kernel::fs::lock_exclusive(&held, kernel::fs::Wait::No).unwrap());
+
+    let out = eval(None);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(
+        eval_scratch(&tmp),
+        BTreeSet::from(["builder-eval-live".to_string()]),
+        "the killed eval's directories are swept and this one's removed"
+    );
+    drop(held);
+}
+
+#[test]
+fn a_case_the_head_weakens_still_runs_as_the_base_has_it() {
+    let env = TestEnv::new();
+    env.write("evals/digest/lists.yaml", LISTS_CASE);
+    env.commit_all("a golden case");
+    // The worse prompt denies `ls`; the same commit weakens the case that would catch
+    // it: the assertions the denial breaks are gone.
+    env.write("prompts/digest.md", &worse_prompt(&env));
+    let weakened = LISTS_CASE
+        .replace("  - must_call: run_command\n", "")
+        .replace("  - call_order: [run_command]\n", "")
+        .replace("  - no_denials: true\n", "");
+    env.write("evals/digest/lists.yaml", &weakened);
+    env.commit_all("a worse prompt, a weaker case");
+
+    let out = env.builder(&["eval", "--json"]);
+    let r = json_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{r}");
+    let failing: BTreeSet<String> = r["summary"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}/{}", f["case"].as_str().unwrap(), f["assertion"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        failing,
+        BTreeSet::from([
+            "lists-cards (base's version)/must_call: run_command".to_string(),
+            "lists-cards (base's version)/no_denials: true".to_string(),
+        ]),
+        "the head's own weakened case passes; the base's version catches the denial: {r}"
+    );
+    let text = stdout(&env.builder(&["eval"]));
+    assert!(
+        text.contains("FAIL lists-cards (base's version) (evals/digest/lists.yaml): no_denials: true [regression]"),
+        "{text}"
+    );
+
+    // An unchanged case runs once per revision, under its own name only.
+    let out = env.builder(&["eval", "--base", "HEAD", "--head", "HEAD", "--json"]);
+    let r = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    assert!(
+        !r["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["case"].as_str().unwrap().contains("base's version")),
+        "{r}"
+    );
+}

@@ -88,24 +88,46 @@ fn longest_backtick_run(s: &str) -> usize {
 
 /// `s` as markdown prose on one line, outside any code: every character markdown or
 /// GitHub would act on is escaped (HTML and autolink brackets, link and image syntax,
-/// emphasis, headings, lists, tables, entities), `@` is followed by a word joiner so
-/// no mention notifies anyone, and `:`/`.` are escaped so no bare URL becomes a link.
+/// emphasis, headings, lists, tables, entities), and `:`/`.` are escaped so no bare URL
+/// becomes a link. GitHub links some text after markdown is rendered, so an escape
+/// cannot stop it: a word joiner follows each `@` (no mention notifies anyone), each
+/// `#` and the `-` of `GH-` (no `#123` or `GH-123` cross-references an issue, which
+/// shows in that issue's timeline) and each `:` (no `:shortcode:` becomes an emoji).
 pub fn markdown_text(s: &str) -> String {
     let one_line = printable(s);
     let mut out = String::with_capacity(one_line.len() + 8);
     for c in one_line.chars() {
         match c {
-            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '#' | '+' | '-' | '.' | '!' | '|' | '<'
-            | '>' | '~' | '&' | ':' | '=' | '"' | '\'' => {
+            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '+' | '.' | '!' | '|' | '<' | '>' | '~'
+            | '&' | '=' | '"' | '\'' => {
                 out.push('\\');
                 out.push(c);
             }
-            '@' => out.push_str("@\u{2060}"),
+            '#' | ':' => {
+                out.push('\\');
+                out.push(c);
+                out.push(WORD_JOINER);
+            }
+            '-' => {
+                let tail = out.len().checked_sub(2).and_then(|at| out.get(at..));
+                let after_gh = tail.is_some_and(|t| t.eq_ignore_ascii_case("gh"));
+                out.push_str("\\-");
+                if after_gh {
+                    out.push(WORD_JOINER);
+                }
+            }
+            '@' => {
+                out.push('@');
+                out.push(WORD_JOINER);
+            }
             c => out.push(c),
         }
     }
     out
 }
+
+/// U+2060: invisible, not a space, and it ends the word GitHub's autolinkers match.
+const WORD_JOINER: char = '\u{2060}';
 
 /// `s` as an inline code span on one line: delimited by more backticks than any run
 /// inside it, padded so a backtick at either end stays inside. Nothing in a code span
@@ -164,11 +186,31 @@ mod tests {
     const HOSTILE: &str = "\x1b[2J```\n## Approved\n<img src=http://evil.example/x.png> @team [ok](http://evil.example) http://evil.example <b>";
 
     #[test]
+    fn markdown_prose_references_no_issue_and_shows_no_emoji() {
+        let t = markdown_text("fixes #12, gh-7 and o/r#3 :tada: bench-final");
+        let wj = WORD_JOINER;
+        assert_eq!(
+            t,
+            format!("fixes \\#{wj}12, gh\\-{wj}7 and o/r\\#{wj}3 \\:{wj}tada\\:{wj} bench\\-final")
+        );
+        // What GitHub's filters match, on the text a renderer makes of it (escapes
+        // dropped): a `#` or `GH-` right before a digit, a `:` right before a letter.
+        let rendered = t.replace('\\', "").to_ascii_lowercase();
+        for (i, _) in rendered.match_indices(['#', ':']).chain(rendered.match_indices("gh-")) {
+            let at = i + rendered[i..].find(['#', ':', '-']).unwrap_or(0) + 1;
+            let next = rendered[at..].chars().next();
+            assert!(!next.is_some_and(|c| c.is_ascii_alphanumeric()), "{rendered}");
+        }
+        // A multi-byte character before a `-` is not cut.
+        assert_eq!(markdown_text("✓-x"), "✓\\-x");
+    }
+
+    #[test]
     fn markdown_prose_is_inert() {
         let t = markdown_text(HOSTILE);
         assert_eq!(
             t,
-            "\\\\x1b\\[2J\\`\\`\\`\\\\x0a\\#\\# Approved\\\\x0a\\<img src\\=http\\://evil\\.example/x\\.png\\> @\u{2060}team \\[ok\\]\\(http\\://evil\\.example\\) http\\://evil\\.example \\<b\\>"
+            "\\\\x1b\\[2J\\`\\`\\`\\\\x0a\\#\u{2060}\\#\u{2060} Approved\\\\x0a\\<img src\\=http\\:\u{2060}//evil\\.example/x\\.png\\> @\u{2060}team \\[ok\\]\\(http\\:\u{2060}//evil\\.example\\) http\\:\u{2060}//evil\\.example \\<b\\>"
         );
         assert!(!t.contains('\n') && !t.contains('\x1b'));
     }

@@ -198,6 +198,16 @@ fn read_case_file(root: &std::os::fd::OwnedFd, rel: &Path) -> Result<String, Str
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 
+/// Whether the case file `rel` holds the same text in the checkouts at `a` and `b`,
+/// each read as [`load_cases`] reads it (one that cannot be read counts as changed).
+pub fn same_in(a: &Path, b: &Path, rel: &Path) -> bool {
+    let text = |root: &Path| {
+        let dir = crate::beneath::open_root(root).ok()?;
+        read_case_file(&dir, rel).ok()
+    };
+    matches!((text(a), text(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// Parses one case file; `rel` is its repo-relative path (`evals/<task>/<case>.yaml`).
 pub fn parse_case(rel: &Path, src: &str, diags: &mut Vec<Diagnostic>) -> Option<Case> {
     let before = diags.len();

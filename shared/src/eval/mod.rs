@@ -6,11 +6,13 @@
 //! with the assertion; when the base passed it, that is a regression.
 //!
 //! The cases are the head's (the revision under review), plus any case the head
-//! deleted, so removing a failing case does not hide it; each runs on both revisions.
+//! deleted and the base's version of any case it edited, so neither removing nor
+//! weakening a case hides a regression; each runs on both revisions.
 
 pub mod case;
 pub mod render;
 pub mod run;
+pub mod scratch;
 pub mod trusted;
 
 use crate::diag::Diagnostic;
@@ -192,16 +194,7 @@ pub fn evaluate_trusted(
         None => None,
     };
     let mut problems = Vec::new();
-    let mut cases = case::load_cases(&head_wt.path, opts.task.as_deref(), &mut problems);
-    if let Some(b) = &base_wt {
-        let mut ignored = Vec::new();
-        let in_head = case::case_files(&head_wt.path, opts.task.as_deref());
-        for c in case::load_cases(&b.path, opts.task.as_deref(), &mut ignored) {
-            if !in_head.contains(&c.file) {
-                cases.push(c);
-            }
-        }
-    }
+    let cases = gather_cases(opts.task.as_deref(), &head_wt, base_wt.as_ref(), &mut problems);
     let mut tasks: Vec<String> = cases.iter().map(|c| c.task.clone()).collect();
     tasks.sort();
     tasks.dedup();
@@ -236,6 +229,34 @@ pub fn evaluate_trusted(
     r.trusted = trusted.from.clone();
     r.powers = base_powers.into_iter().chain([head_powers]).collect();
     Ok(r)
+}
+
+/// The cases an eval runs: the head's; every case of the base the head deleted, so
+/// removing a failing case does not hide it; and the base's version of every case the
+/// head edited, as `<name> (base's version)`, so weakening a case (`min_pass: 0`, an
+/// assertion dropped) does not hide a regression either. Problems are the head's.
+fn gather_cases(
+    task: Option<&str>,
+    head: &TempWorktree,
+    base: Option<&TempWorktree>,
+    problems: &mut Vec<Diagnostic>,
+) -> Vec<Case> {
+    let mut cases = case::load_cases(&head.path, task, problems);
+    let Some(base) = base else {
+        return cases;
+    };
+    let in_head = case::case_files(&head.path, task);
+    for mut c in case::load_cases(&base.path, task, &mut Vec::new()) {
+        if !in_head.contains(&c.file) {
+            cases.push(c);
+        } else if !case::same_in(&head.path, &base.path, &c.file) {
+            c.name = format!("{} (base's version)", c.name);
+            // The author's own case speaks for the cards it fixes (`builder review`).
+            c.fixes.clear();
+            cases.push(c);
+        }
+    }
+    cases
 }
 
 /// Why no live case fires: the cases ask for more live model fires per revision

@@ -12,6 +12,7 @@
 //! directory beside the worktree.
 
 use super::case::{Assertion, Case, CaseModel};
+use super::scratch::Scratch;
 use super::trusted::Trusted;
 use super::{CaseRun, Failure};
 use crate::records::{Receipt, RecordedDecision};
@@ -64,7 +65,7 @@ pub struct TempWorktree {
     pub path: PathBuf,
     /// An empty directory beside the worktree: the `HOME` of its eval fires.
     pub home: PathBuf,
-    _dir: tempfile::TempDir,
+    _dir: Scratch,
 }
 
 impl TempWorktree {
@@ -73,13 +74,7 @@ impl TempWorktree {
     /// no other ref) and checks it out detached, with git's own commands; refused
     /// first when the checkout would be oversized ([`refuse_oversized`]).
     pub fn add(repo: &git2::Repository, repo_root: &Path, commit: &str) -> Result<TempWorktree, EvalError> {
-        let dir = tempfile::Builder::new()
-            .prefix("builder-eval-")
-            .tempdir()
-            .map_err(|e| EvalError::Io {
-                path: std::env::temp_dir(),
-                source: e,
-            })?;
+        let dir = Scratch::new("builder-eval-").map_err(|(path, source)| EvalError::Io { path, source })?;
         let path = dir.path().join("wt");
         let home = dir.path().join("home");
         std::fs::create_dir(&home).map_err(|source| EvalError::Io {
@@ -97,6 +92,8 @@ impl TempWorktree {
         )?;
         let checkout = ["checkout", "--quiet", "--detach"];
         git(&path, GitConfig::RepositoryOnly, &checkout, &[commit.as_ref()])?;
+        // A test kills the eval here: the next eval sweeps what it left.
+        crate::failpoint!("eval-checkout-made");
         Ok(TempWorktree { path, home, _dir: dir })
     }
 }

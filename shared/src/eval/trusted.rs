@@ -8,6 +8,7 @@
 //! settings, its prompts' prefetch ports, and the MCP pins of its `settings/mcp.lock`
 //! (a new or changed tool definition widens what a fire offers the model).
 
+use super::scratch::Scratch;
 use super::{EvalError, Revision};
 use crate::mcp::lock::{lock_changes, McpLock, PinChange, LOCK_FILE};
 use crate::powers::{self, Effect, PowerChange};
@@ -33,7 +34,7 @@ pub struct Trusted {
     /// The MCP pins a revision's lock is compared with.
     lock: TrustedLock,
     file: PathBuf,
-    _dir: tempfile::TempDir,
+    _dir: Scratch,
 }
 
 /// The trusted side's `settings/mcp.lock`: the lock of the base revision's commit, read
@@ -166,13 +167,7 @@ impl Trusted {
             }
         };
         let lock = TrustedLock::of(repo, base)?;
-        let dir = tempfile::Builder::new()
-            .prefix("builder-trusted-")
-            .tempdir()
-            .map_err(|source| EvalError::Io {
-                path: std::env::temp_dir(),
-                source,
-            })?;
+        let dir = Scratch::new("builder-trusted-").map_err(|(path, source)| EvalError::Io { path, source })?;
         let file = dir.path().join("runtime.yaml");
         let text = powers::to_yaml(&settings).map_err(|e| EvalError::Trusted(e.to_string()))?;
         std::fs::write(&file, text).map_err(|source| EvalError::Io {

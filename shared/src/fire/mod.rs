@@ -238,8 +238,6 @@ pub struct FireRun {
     spare_worker: Option<std::process::Child>,
     /// A worker process per declared MCP server, started with the tool worker.
     mcp_workers: Vec<crate::agent::mcp_client::Spawned>,
-    /// The tool worker's mask walk, when the preparation started it.
-    mask_walk: masks::MaskWalk,
     /// The run's journal (its row, a checkpoint after every step, the tool ledger);
     /// `None` in a dry run or where the state database cannot be written.
     journal: Option<crate::journal::Journal>,

@@ -575,8 +575,6 @@ struct Preparing {
     /// The tool worker's process, started early ([`start_worker_process`])
     /// and sent its configuration once that is known ([`Preparing::configure_worker`]).
     worker: Option<super::run::WorkerProcess>,
-    /// The worker's mask walk, started once it has its configuration.
-    mask_walk: super::masks::MaskWalk,
 }
 
 impl Preparing {
@@ -599,7 +597,6 @@ impl Preparing {
             metadata: None,
             pending_cards: Vec::new(),
             worker: None,
-            mask_walk: super::masks::MaskWalk::Later,
         }
     }
 
@@ -617,11 +614,6 @@ impl Preparing {
         };
         match crate::agent::worker_client::send_config_now(child, &setup.config) {
             Ok(()) => {
-                // Nothing of the fire runs in the work tree before the model but a
-                // prefetch: without one, the masks can be walked from here on.
-                if config.prompt.front.prefetch.is_empty() && !self.dry_run {
-                    self.mask_walk = super::masks::MaskWalk::start(&self.ctx.opts.root, &setup.walk);
-                }
                 worker.sent = Some(setup);
                 self.worker = Some(worker);
             }
@@ -648,7 +640,6 @@ impl Preparing {
             abort: None,
             repo: self.repo,
             worker: self.worker,
-            mask_walk: self.mask_walk,
             spare_worker: None,
             mcp_workers: Vec::new(),
             journal: self.journal,

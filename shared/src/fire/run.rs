@@ -60,8 +60,6 @@ impl FireRun {
             Err(e) => tracing::warn!(error = %e, "no spare tool worker"),
         }
         self.spawn_mcp_workers(&env);
-        // No thread of this process stays outside the sandbox it enters.
-        self.mask_walk.join();
         let entered = sandbox::prepare_dirs(&spec, &self.ctx.opts.root)
             .map_err(|e| e.to_string())
             .and_then(|_| landlock::enforce(&spec, self.config.settings.sandbox.landlock).map_err(|e| e.to_string()));
@@ -180,10 +178,10 @@ impl FireRun {
                 (child, setup, false)
             }
         };
-        // The masks, walked in the preparation or now while the worker builds its
-        // root and the first model request goes out ([`super::masks`]). (The spare
-        // walks for itself, if it is ever woken.)
-        let masks = std::mem::take(&mut self.mask_walk).masks(&self.ctx.opts.root, setup.walk);
+        // The masks, walked now while the worker builds its root and the first model
+        // request goes out ([`super::masks`]). (The spare walks for itself, if it is
+        // ever woken.)
+        let masks = super::masks::masks(&self.ctx.opts.root, setup.walk);
         let config = setup.config;
         let started = match child {
             Ok(child) if sent => WorkerClient::configured_with_masks(child, masks),

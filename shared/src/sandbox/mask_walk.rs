@@ -21,7 +21,6 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How a path is masked.
@@ -79,16 +78,6 @@ impl CacheWrite {
 /// As [`plan_masks`], with the cache written only when the returned [`CacheWrite`]
 /// is finished: the masks can go to the worker first.
 pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(PathBuf, Mask)>, CacheWrite), NsError> {
-    walk_masks_until(plan, cache, &AtomicBool::new(false))
-}
-
-/// As [`walk_masks`], given up (an error, the cache left as it was) at the next
-/// directory once `stop` is set.
-pub fn walk_masks_until(
-    plan: &NamespacePlan,
-    cache: Option<&Path>,
-    stop: &AtomicBool,
-) -> Result<(Vec<(PathBuf, Mask)>, CacheWrite), NsError> {
     let set = if plan.masked.is_empty() {
         None
     } else {
@@ -103,7 +92,6 @@ pub fn walk_masks_until(
         listed: 0,
         seen: Default::default(),
         now: SystemTime::now(),
-        stop,
     };
     // A cache that held nothing (none yet, or kept for other globs) is written as
     // soon as this walk settles anything, whatever the threshold.
@@ -220,7 +208,7 @@ impl Listed {
     }
 }
 
-struct Walk<'s> {
+struct Walk {
     cache: WalkCache,
     /// Directories whose cache entry this walk made, replaced or dropped.
     updated: usize,
@@ -231,11 +219,9 @@ struct Walk<'s> {
     /// When the walk started: a directory changed less than [`SETTLED`] before is
     /// listed, never kept in the cache.
     now: SystemTime,
-    /// Set by whoever gave up waiting for this walk.
-    stop: &'s AtomicBool,
 }
 
-impl Walk<'_> {
+impl Walk {
     /// What to mask under `root`: every path the deny globs match and every socket.
     /// The walk has no cap (one that gave up past 100,000 entries left the rest
     /// unmasked, so a deny rule stopped holding for `cat` in a big repository); it
@@ -254,9 +240,6 @@ impl Walk<'_> {
         // Directories still to list: absolute path and repo-relative name.
         let mut stack = vec![(root.to_path_buf(), String::new())];
         while let Some((dir, rel_dir)) = stack.pop() {
-            if self.stop.load(Ordering::Relaxed) {
-                return Err(unlisted_error(std::io::Error::other("the walk was stopped")));
-            }
             let top = repository && rel_dir.is_empty();
             let Some(listed) = self.list(&dir, &rel_dir, set, top)? else {
                 continue;
@@ -390,35 +373,14 @@ mod tests {
     use super::*;
 
     /// A walk without a cache file, its clock `ahead` of now (every directory settled).
-    fn walk(ahead: Option<u64>) -> Walk<'static> {
-        static GO_ON: AtomicBool = AtomicBool::new(false);
+    fn walk(ahead: Option<u64>) -> Walk {
         Walk {
             cache: WalkCache::default(),
             updated: 0,
             listed: 0,
             seen: Default::default(),
             now: SystemTime::now() + Duration::from_secs(ahead.unwrap_or(0)),
-            stop: &GO_ON,
         }
-    }
-
-    #[test]
-    fn a_stopped_walk_gives_up_and_leaves_the_cache_unwritten() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
-        std::fs::write(dir.path().join("a/b/.env"), "k").unwrap();
-        let plan = NamespacePlan {
-            root: dir.path().to_path_buf(),
-            masked: vec!["**/.env".into()],
-            ..NamespacePlan::default()
-        };
-        let cache = dir.path().join("cache.json");
-        let stopped = walk_masks_until(&plan, Some(&cache), &AtomicBool::new(true));
-        assert!(stopped.is_err(), "a stopped walk must not pass for a whole one");
-        assert!(!cache.exists());
-        // Not stopped, the same walk finds the file.
-        let (found, _) = walk_masks_until(&plan, Some(&cache), &AtomicBool::new(false)).unwrap();
-        assert_eq!(found, vec![(dir.path().join("a/b/.env"), Mask::File)]);
     }
 
     #[test]
