@@ -43,6 +43,16 @@ fn json_of(o: &Output) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", stdout(o), String::from_utf8_lossy(&o.stderr)))
 }
 
+/// The failures of an eval's JSON, as `case/assertion`.
+fn failures(r: &Value) -> BTreeSet<String> {
+    r["summary"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}/{}", f["case"].as_str().unwrap(), f["assertion"].as_str().unwrap()))
+        .collect()
+}
+
 fn git_worktrees(env: &TestEnv) -> usize {
     let repo = git2::Repository::open(&env.root).unwrap();
     repo.worktrees().unwrap().len()
@@ -95,12 +105,7 @@ fn eval_compares_base_and_head_and_names_the_worse_prompts_failing_assertions() 
         false,
         "the scaffold's replay case still passes"
     );
-    let failing: BTreeSet<String> = r["summary"]["failures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| format!("{}/{}", f["case"].as_str().unwrap(), f["assertion"].as_str().unwrap()))
-        .collect();
+    let failing = failures(&r);
     assert_eq!(
         failing,
         BTreeSet::from([
@@ -754,12 +759,7 @@ fn a_case_the_head_weakens_still_runs_as_the_base_has_it() {
     let out = env.builder(&["eval", "--json"]);
     let r = json_of(&out);
     assert_eq!(out.status.code(), Some(1), "{r}");
-    let failing: BTreeSet<String> = r["summary"]["failures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| format!("{}/{}", f["case"].as_str().unwrap(), f["assertion"].as_str().unwrap()))
-        .collect();
+    let failing = failures(&r);
     assert_eq!(
         failing,
         BTreeSet::from([
