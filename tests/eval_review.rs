@@ -787,3 +787,58 @@ fn a_case_the_head_weakens_still_runs_as_the_base_has_it() {
         "{r}"
     );
 }
+
+#[test]
+fn a_replay_case_whose_trace_the_head_edits_still_runs_with_the_base_trace() {
+    let env = TestEnv::new();
+    let trace = |turns: Value| json!({ "version": 1, "model": "replay-lists", "turns": turns }).to_string();
+    let answer = json!({
+        "content": "# Digest\n\nOpen cards: none were found in the cards directory today, so there is nothing to triage this morning. Activity: a quiet day with no new commits worth a closer look.",
+        "usage": { "input": 100, "output": 40 }
+    });
+    let ls = json!({
+        "tool_calls": [{ "id": "c1", "name": "run_command", "arguments": { "command": "ls cards" } }],
+        "usage": { "input": 100, "output": 10 }
+    });
+    env.write("evals/digest/lists.json", &trace(json!([ls, answer])));
+    env.write(
+        "evals/digest/lists-replay.yaml",
+        "name: lists-replay\nmodel: replay\nreplay: evals/digest/lists.json\nassert:\n  - no_denials: true\n  - report_contains: \"Open cards\"\n",
+    );
+    env.commit_all("a replay case");
+    // The worse prompt denies `ls`; the case file stays as it was, and its trace no
+    // longer makes the call the denial would catch.
+    env.write("prompts/digest.md", &worse_prompt(&env));
+    env.write("evals/digest/lists.json", &trace(json!([answer])));
+    env.commit_all("a worse prompt, a friendlier trace");
+
+    let out = env.builder(&["eval", "--json"]);
+    let r = json_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{r}");
+    assert_eq!(
+        failures(&r),
+        BTreeSet::from(["lists-replay (base's version)/no_denials: true".to_string()]),
+        "the head's own case passes on its own trace; the base's trace meets the denial: {r}"
+    );
+}
+
+#[test]
+fn correcting_an_assertion_the_base_failed_too_passes() {
+    let env = TestEnv::new();
+    env.write(
+        "evals/digest/lists.yaml",
+        &LISTS_CASE.replace("report_contains: \"Open cards\"", "report_contains: \"Closed cards\""),
+    );
+    env.commit_all("a case with a wrong assertion");
+    env.write("evals/digest/lists.yaml", LISTS_CASE);
+    env.commit_all("the assertion corrected");
+    let out = env.builder(&["eval", "--json"]);
+    let r = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    let rows = r["rows"].as_array().unwrap();
+    let base_version = rows
+        .iter()
+        .find(|x| x["case"] == "lists-cards (base's version)" && x["revision"] == "head")
+        .unwrap_or_else(|| panic!("the base's version ran: {r}"));
+    assert_eq!(base_version["failed"], true, "it fails on the head as on the base: {r}");
+}

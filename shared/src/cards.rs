@@ -200,7 +200,7 @@ pub fn github_issue(group: &CardGroup, latest: Option<&Card>) -> GithubIssue {
     }
     let summary: String = group.summary.chars().take(120).collect();
     GithubIssue {
-        title: printable(&format!("[{}] {} ({})", group.kind, summary, group.task)).replace('@', "@\u{2060}"),
+        title: crate::text::github_plain(&format!("[{}] {} ({})", group.kind, summary, group.task)),
         body,
         labels: vec![
             "agent-card".into(),

@@ -94,33 +94,55 @@ fn longest_backtick_run(s: &str) -> usize {
 /// `#` and the `-` of `GH-` (no `#123` or `GH-123` cross-references an issue, which
 /// shows in that issue's timeline) and each `:` (no `:shortcode:` becomes an emoji).
 pub fn markdown_text(s: &str) -> String {
+    inert_on_github(s, true)
+}
+
+/// `s` on one line for a GitHub field that is not markdown but is still linked (an
+/// issue's title): no escapes, the word joiners of [`markdown_text`].
+pub fn github_plain(s: &str) -> String {
+    inert_on_github(s, false)
+}
+
+/// [`markdown_text`], with markdown's escapes only when `escape`.
+fn inert_on_github(s: &str, escape: bool) -> String {
     let one_line = printable(s);
     let mut out = String::with_capacity(one_line.len() + 8);
     for c in one_line.chars() {
-        match c {
-            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '+' | '.' | '!' | '|' | '<' | '>' | '~'
-            | '&' | '=' | '"' | '\'' => {
-                out.push('\\');
-                out.push(c);
-            }
-            '#' | ':' => {
-                out.push('\\');
-                out.push(c);
-                out.push(WORD_JOINER);
-            }
-            '-' => {
-                let tail = out.len().checked_sub(2).and_then(|at| out.get(at..));
-                let after_gh = tail.is_some_and(|t| t.eq_ignore_ascii_case("gh"));
-                out.push_str("\\-");
-                if after_gh {
-                    out.push(WORD_JOINER);
-                }
-            }
-            '@' => {
-                out.push('@');
-                out.push(WORD_JOINER);
-            }
-            c => out.push(c),
+        let escaped = matches!(
+            c,
+            '\\' | '`'
+                | '*'
+                | '_'
+                | '{'
+                | '}'
+                | '['
+                | ']'
+                | '('
+                | ')'
+                | '+'
+                | '.'
+                | '!'
+                | '|'
+                | '<'
+                | '>'
+                | '~'
+                | '&'
+                | '='
+                | '"'
+                | '\''
+                | '#'
+                | ':'
+                | '-'
+        );
+        // Before `c` goes in: whether it is the `-` of `GH-`.
+        let tail = out.len().checked_sub(2).and_then(|at| out.get(at..));
+        let after_gh = c == '-' && tail.is_some_and(|t| t.eq_ignore_ascii_case("gh"));
+        if escape && escaped {
+            out.push('\\');
+        }
+        out.push(c);
+        if matches!(c, '#' | ':' | '@') || after_gh {
+            out.push(WORD_JOINER);
         }
     }
     out
@@ -201,6 +223,11 @@ mod tests {
             let next = rendered[at..].chars().next();
             assert!(!next.is_some_and(|c| c.is_ascii_alphanumeric()), "{rendered}");
         }
+        // An issue title (not markdown) gets the joiners and no escapes.
+        assert_eq!(
+            github_plain("fixes #12 @team gh-7"),
+            format!("fixes #{wj}12 @{wj}team gh-{wj}7")
+        );
         // A multi-byte character before a `-` is not cut.
         assert_eq!(markdown_text("✓-x"), "✓\\-x");
     }

@@ -108,6 +108,25 @@ pub struct Case {
     pub asserts: Vec<Assertion>,
     /// Cards this case guards against (`fixes: [card-id]`), for `builder review`.
     pub fixes: Vec<String>,
+    /// The base's version of a case the head edited ([`Case::as_the_base_has_it`]):
+    /// only what it passed on the base and fails on the head fails the eval.
+    pub base_version: bool,
+}
+
+impl Case {
+    /// This case of the base's checkout at `base`, run on both revisions as the base
+    /// has it: named `<name> (base's version)`, and a `replay` case answering from the
+    /// base's trace (read now, through no link), not from the trace file of whichever
+    /// checkout it runs in. `None` when that trace cannot be read.
+    pub fn as_the_base_has_it(mut self, base: &Path) -> Option<Case> {
+        if let CaseModel::Replay(rel) = &self.model {
+            let trace = crate::provider::Replay::load(base, &base.join(rel)).ok()?;
+            self.model = CaseModel::Scripted(trace.into_trace());
+        }
+        self.name = format!("{} (base's version)", self.name);
+        self.base_version = true;
+        Some(self)
+    }
 }
 
 /// Every case file under `evals/` (of `task` only, when given), sorted by path.
@@ -198,14 +217,21 @@ fn read_case_file(root: &std::os::fd::OwnedFd, rel: &Path) -> Result<String, Str
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 
-/// Whether the case file `rel` holds the same text in the checkouts at `a` and `b`,
-/// each read as [`load_cases`] reads it (one that cannot be read counts as changed).
-pub fn same_in(a: &Path, b: &Path, rel: &Path) -> bool {
-    let text = |root: &Path| {
+/// Whether case `c` reads the same in the checkouts at `a` and `b`: its file, and
+/// for a `replay` case the trace it names (a head that leaves the case alone and
+/// edits the trace changes what the case checks as much). Each file is read as the
+/// eval reads it, through no link; one that cannot be read counts as changed.
+pub fn same_in(a: &Path, b: &Path, c: &Case) -> bool {
+    let bytes = |root: &Path, rel: &Path, cap: u64| {
         let dir = crate::beneath::open_root(root).ok()?;
-        read_case_file(&dir, rel).ok()
+        crate::beneath::read_regular(&dir, rel, cap).ok()
     };
-    matches!((text(a), text(b)), (Some(x), Some(y)) if x == y)
+    let same = |rel: &Path, cap: u64| matches!((bytes(a, rel, cap), bytes(b, rel, cap)), (Some(x), Some(y)) if x == y);
+    same(&c.file, CASE_FILE_CAP)
+        && match &c.model {
+            CaseModel::Replay(rel) => same(Path::new(rel), crate::provider::TRACE_CAP),
+            _ => true,
+        }
 }
 
 /// Parses one case file; `rel` is its repo-relative path (`evals/<task>/<case>.yaml`).
@@ -266,6 +292,7 @@ pub fn parse_case(rel: &Path, src: &str, diags: &mut Vec<Diagnostic>) -> Option<
         min_pass,
         asserts,
         fixes,
+        base_version: false,
     })
 }
 

@@ -233,8 +233,10 @@ pub fn evaluate_trusted(
 
 /// The cases an eval runs: the head's; every case of the base the head deleted, so
 /// removing a failing case does not hide it; and the base's version of every case the
-/// head edited, as `<name> (base's version)`, so weakening a case (`min_pass: 0`, an
-/// assertion dropped) does not hide a regression either. Problems are the head's.
+/// head edited (its file, or the trace a `replay` case names), as `<name> (base's
+/// version)` ([`Case::as_the_base_has_it`]), so weakening a case (`min_pass: 0`, an
+/// assertion dropped, a friendlier trace) does not hide a regression either. Problems
+/// are the head's.
 fn gather_cases(
     task: Option<&str>,
     head: &TempWorktree,
@@ -246,14 +248,11 @@ fn gather_cases(
         return cases;
     };
     let in_head = case::case_files(&head.path, task);
-    for mut c in case::load_cases(&base.path, task, &mut Vec::new()) {
+    for c in case::load_cases(&base.path, task, &mut Vec::new()) {
         if !in_head.contains(&c.file) {
             cases.push(c);
-        } else if !case::same_in(&head.path, &base.path, &c.file) {
-            c.name = format!("{} (base's version)", c.name);
-            // The author's own case speaks for the cards it fixes (`builder review`).
-            c.fixes.clear();
-            cases.push(c);
+        } else if !case::same_in(&head.path, &base.path, &c) {
+            cases.extend(c.as_the_base_has_it(&base.path));
         }
     }
     cases
@@ -366,7 +365,10 @@ fn report(
                 b.as_ref()
                     .is_none_or(|b| b.run.failures.iter().any(|f| f.assertion == a))
             };
-            for f in &h.run.failures {
+            // The base's version of an edited case judges the head alone: what the
+            // base broke too is the base's, and correcting it is the edit's point.
+            let judged = |regression: bool| regression || !c.base_version;
+            for f in h.run.failures.iter().filter(|f| judged(!base_broke(&f.assertion))) {
                 failures.push(Finding {
                     case: c.name.clone(),
                     file: h.file.clone(),
@@ -375,13 +377,14 @@ fn report(
                     regression: !base_broke(&f.assertion),
                 });
             }
-            if h.run.runs > 1 || h.run.failures.is_empty() {
+            let regression = b.as_ref().is_some_and(|b| b.pass_rate >= c.min_pass);
+            if (h.run.runs > 1 || h.run.failures.is_empty()) && judged(regression) {
                 failures.push(Finding {
                     case: c.name.clone(),
                     file: h.file.clone(),
                     assertion: format!("min_pass: {}", c.min_pass),
                     detail: format!("passed {} of {} runs", h.run.passed, h.run.runs),
-                    regression: b.as_ref().is_some_and(|b| b.pass_rate >= c.min_pass),
+                    regression,
                 });
             }
         }

@@ -362,6 +362,7 @@ pub fn refire(f: &Firing, task: &str, trace: crate::provider::ReplayTrace) -> Re
         min_pass: 1.0,
         asserts: vec![],
         fixes: vec![],
+        base_version: false,
     };
     let fired = fire_once(f, &case, 0)?;
     Ok(Refired {

@@ -8,10 +8,12 @@
 //! the kernel when the process ends, however it ends. Making a new directory first
 //! removes every directory of the same prefix and owner whose `.held` nobody holds;
 //! one without a `.held` (an older build's, or an eval killed between making the
-//! directory and naming the file) is removed once it is an hour old.
+//! directory and naming the file) is removed once it is an hour old. A tree a tool
+//! left unreadable (a directory of mode 000 in the checkout, which the write-back
+//! keeps) is made readable by its owner and removed, on drop and in the sweep alike.
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -23,7 +25,7 @@ const UNHELD_GRACE: Duration = Duration::from_secs(3600);
 
 /// A directory in the temporary directory, removed on drop and held until then.
 pub struct Scratch {
-    dir: tempfile::TempDir,
+    dir: PathBuf,
     _held: File,
 }
 
@@ -45,12 +47,62 @@ impl Scratch {
         let held = File::create(&taking).map_err(at(&taking))?;
         kernel::fs::lock_exclusive(&held, kernel::fs::Wait::Yes).map_err(at(&taking))?;
         std::fs::rename(&taking, dir.path().join(HELD)).map_err(at(&taking))?;
-        Ok(Scratch { dir, _held: held })
+        Ok(Scratch {
+            dir: dir.keep(),
+            _held: held,
+        })
     }
 
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.dir
     }
+}
+
+impl Drop for Scratch {
+    /// Removes the tree while still holding it (`_held` closes after this).
+    fn drop(&mut self) {
+        remove_tree(&self.dir);
+    }
+}
+
+/// Removes the tree at `dir`; where that fails (a directory its owner cannot list or
+/// write), gives every directory in it, reached through no link, its owner's rights
+/// and tries once more. Best effort: what still cannot be removed stays.
+fn remove_tree(dir: &Path) {
+    if std::fs::remove_dir_all(dir).is_ok() {
+        return;
+    }
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let (Some(parent), Some(name)) = (d.parent(), d.file_name()) else {
+            continue;
+        };
+        let Ok(parent_fd) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::DIRECTORY.bits() as i32 | rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(parent)
+        else {
+            continue;
+        };
+        let Ok(name) = std::ffi::CString::new(name.as_encoded_bytes()) else {
+            continue;
+        };
+        use std::os::fd::AsFd;
+        if kernel::fs::chmod_nofollow(parent_fd.as_fd(), &name, 0o700).is_err() {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        // The entry's type from the listing: a link is not followed.
+        stack.extend(
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path()),
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Removes the directories of `tmp` named `prefix…`, owned by this user, that no
@@ -75,17 +127,27 @@ fn sweep_abandoned(tmp: &Path, prefix: &str) {
             continue;
         }
         if abandoned(&dir, &meta) {
-            let _ = std::fs::remove_dir_all(&dir);
+            remove_tree(&dir);
         }
     }
 }
 
 /// Whether `dir` is no longer any live process's: its `.held` lock is free, or it has
-/// none and is older than [`UNHELD_GRACE`].
+/// none and is older than [`UNHELD_GRACE`]. `.held` is opened through no link, without
+/// waiting (a FIFO in its place would block every eval), and counts only as a regular
+/// file.
 fn abandoned(dir: &Path, meta: &std::fs::Metadata) -> bool {
-    match File::open(dir.join(HELD)) {
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(dir.join(HELD));
+    match opened {
         // Taken now means nobody held it; the file closes at the end of this call.
-        Ok(held) => kernel::fs::lock_exclusive(&held, kernel::fs::Wait::No).unwrap_or(false),
+        Ok(held) if held.metadata().is_ok_and(|m| m.is_file()) => {
+            kernel::fs::lock_exclusive(&held, kernel::fs::Wait::No).unwrap_or(false)
+        }
+        Ok(_) => false,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => meta
             .modified()
             .ok()
@@ -109,9 +171,16 @@ mod tests {
             std::fs::write(d.join("wt/.git/HEAD"), "x").unwrap();
             d
         };
-        // Killed with its lock: the file is there and nobody holds it.
+        // Killed with its lock: the file is there and nobody holds it; a tool left a
+        // directory of its checkout unreadable (mode 000).
         let killed = made("killed");
         std::fs::write(killed.join(HELD), "").unwrap();
+        std::fs::create_dir_all(killed.join("wt/locked/in")).unwrap();
+        std::fs::set_permissions(
+            killed.join("wt/locked"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o000),
+        )
+        .unwrap();
         // In use by a live eval (this process, on another open file description).
         let live = made("live");
         let held = File::create(live.join(HELD)).unwrap();

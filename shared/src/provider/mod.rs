@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-pub use replay::{ReplayCall, ReplayTrace, ReplayTurn, ReplayUsage};
+pub use replay::{Replay, ReplayCall, ReplayTrace, ReplayTurn, ReplayUsage, TRACE_CAP};
 
 /// A tool call requested by the model. `arguments` is the raw JSON text as the
 /// model sent it (it may be invalid).

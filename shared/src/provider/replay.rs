@@ -52,7 +52,7 @@ pub struct Replay {
 }
 
 /// The most a replay trace may hold.
-const TRACE_CAP: u64 = 64 << 20;
+pub const TRACE_CAP: u64 = 64 << 20;
 
 impl Replay {
     /// Loads the trace at `path`. One inside `root` (the repository's own trace, an
@@ -78,6 +78,11 @@ impl Replay {
         let trace: ReplayTrace =
             serde_json::from_str(&src).map_err(|e| err(format!("{}:{}: {e}", path.display(), e.line())))?;
         Ok(Replay { trace })
+    }
+
+    /// The recorded turns.
+    pub fn into_trace(self) -> ReplayTrace {
+        self.trace
     }
 
     pub fn model(&self) -> &str {
