@@ -842,3 +842,77 @@ fn correcting_an_assertion_the_base_failed_too_passes() {
         .unwrap_or_else(|| panic!("the base's version ran: {r}"));
     assert_eq!(base_version["failed"], true, "it fails on the head as on the base: {r}");
 }
+
+/// A case whose fire runs a command that outlasts the test's patience.
+const SLOW_CASE: &str = r##"name: slow
+model: scripted
+script:
+  - call: { tool: run_command, args: { command: "sleep 29.743" } }
+  - text: "# Digest\n\nOpen cards: none."
+assert:
+  - must_call: run_command
+"##;
+
+#[test]
+fn a_killed_eval_takes_its_fire_and_the_fires_commands_with_it() {
+    use crate::crash::{gone, process_with_cmdline};
+    let env = TestEnv::new();
+    let settings = env.read("settings/runtime.yaml").replacen(
+        "    - \"Bash(ls*)\"\n",
+        "    - \"Bash(ls*)\"\n    - \"Bash(sleep*)\"\n",
+        1,
+    );
+    env.write("settings/runtime.yaml", &settings);
+    env.write("evals/digest/slow.yaml", SLOW_CASE);
+    env.commit_all("a slow case");
+    let mut eval = env
+        .command("builder", &["eval", "--base", "HEAD", "--head", "HEAD"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let eval_pid = i32::try_from(eval.id()).unwrap();
+    // The case's command runs (its own process shows it), under a runtime the eval
+    // started.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let sleep = loop {
+        if let Some(p) = process_with_cmdline("sleep\x0029.743") {
+            break p;
+        }
+        assert!(std::time::Instant::now() < deadline, "the case's command never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let fire = children_of(eval_pid)
+        .into_iter()
+        .find(|p| {
+            String::from_utf8_lossy(&std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default()).contains("--eval")
+        })
+        .expect("the eval's runtime is its child");
+    assert!(!gone(fire) && !gone(sleep));
+
+    // SIGKILLed (a CI job's timeout): no destructor runs, no signal is forwarded.
+    eval.kill().unwrap();
+    eval.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !(gone(fire) && gone(sleep)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(gone(fire), "the eval's fire {fire} outlived the killed builder");
+    assert!(gone(sleep), "the fire's command {sleep} outlived the killed builder");
+}
+
+/// The processes whose parent is `pid` (field 4 of `/proc/<pid>/stat`).
+fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    procs
+        .flatten()
+        .filter_map(|e| {
+            let child: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid: i32 = stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == pid).then_some(child)
+        })
+        .collect()
+}

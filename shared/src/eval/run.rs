@@ -227,6 +227,10 @@ fn not_fired(message: String) -> Fired {
 fn fire_once(f: &Firing, case: &Case, n: usize) -> Result<Fired, EvalError> {
     let (runtime, wt) = (f.runtime, f.wt);
     let mut cmd = Command::new(runtime);
+    // A builder killed meanwhile (a CI job's timeout) takes the fire with it: no eval
+    // fire runs on, unwatched, after the review that started it ended. This thread
+    // waits for the fire, so the signal never comes while the fire is wanted.
+    kernel::spawn::die_with_parent(&mut cmd);
     f.trusted
         .environment(&mut cmd, f.home, matches!(case.model, CaseModel::Provider));
     cmd.arg("-C").arg(wt).args([
