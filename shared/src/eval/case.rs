@@ -226,12 +226,30 @@ pub fn same_in(a: &Path, b: &Path, c: &Case) -> bool {
         let dir = crate::beneath::open_root(root).ok()?;
         crate::beneath::read_regular(&dir, rel, cap).ok()
     };
-    let same = |rel: &Path, cap: u64| matches!((bytes(a, rel, cap), bytes(b, rel, cap)), (Some(x), Some(y)) if x == y);
-    same(&c.file, CASE_FILE_CAP)
+    // The same bytes, or the same document: an edit of layout, quoting or comments
+    // changes nothing the case does, and would only run it twice.
+    let same = |rel: &Path, cap: u64, doc: fn(&[u8]) -> Option<Value>| match (bytes(a, rel, cap), bytes(b, rel, cap)) {
+        (Some(x), Some(y)) => x == y || doc(&x).is_some_and(|x| doc(&y).is_some_and(|y| x == y)),
+        _ => false,
+    };
+    same(&c.file, CASE_FILE_CAP, yaml_document)
         && match &c.model {
-            CaseModel::Replay(rel) => same(Path::new(rel), crate::provider::TRACE_CAP),
+            CaseModel::Replay(rel) => same(Path::new(rel), crate::provider::TRACE_CAP, json_document),
             _ => true,
         }
+}
+
+/// A case file's YAML document (`None` where [`parse_case`] would not parse it).
+fn yaml_document(src: &[u8]) -> Option<Value> {
+    if crate::yamlpos::too_many_flow_openings(src).is_some() {
+        return None;
+    }
+    serde_yaml::from_slice(src).ok()
+}
+
+/// A replay trace's JSON document, as YAML's data model (JSON is YAML).
+fn json_document(src: &[u8]) -> Option<Value> {
+    serde_json::from_slice(src).ok()
 }
 
 /// Parses one case file; `rel` is its repo-relative path (`evals/<task>/<case>.yaml`).
@@ -725,6 +743,42 @@ mod tests {
         let mut d = Vec::new();
         assert!(crate::settings::parse_runtime_yaml(&bomb, &mut d).is_none());
         assert!(d[0].message.contains("not parsed"), "{d:?}");
+    }
+
+    #[test]
+    fn a_case_edited_only_in_layout_is_the_same_and_one_edited_in_substance_is_not() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let write = |root: &Path, rel: &str, text: &str| {
+            std::fs::create_dir_all(root.join(rel).parent().unwrap()).unwrap();
+            std::fs::write(root.join(rel), text).unwrap();
+        };
+        let case = "name: c\nmodel: replay\nreplay: evals/digest/t.json\nassert:\n  - must_call: run_command\n";
+        let trace = r##"{"version": 1, "turns": [{"content": "# Done"}]}"##;
+        write(a.path(), "evals/digest/c.yaml", case);
+        write(a.path(), "evals/digest/t.json", trace);
+        let (c, d) = parse(case);
+        assert!(d.is_empty(), "{d:?}");
+        let c = Case {
+            file: PathBuf::from("evals/digest/c.yaml"),
+            ..c.unwrap()
+        };
+        let same = |case_b: &str, trace_b: &str| {
+            write(b.path(), "evals/digest/c.yaml", case_b);
+            write(b.path(), "evals/digest/t.json", trace_b);
+            same_in(a.path(), b.path(), &c)
+        };
+        assert!(same(case, trace));
+        // Comments, quoting, flow style, key order and JSON layout: the same case.
+        let relaid = "# reworded\nassert: [{must_call: \"run_command\"}]\nreplay: 'evals/digest/t.json'\nmodel: replay\nname: c\n";
+        assert!(same(
+            relaid,
+            "{\n  \"turns\": [ { \"content\": \"# Done\" } ],\n  \"version\": 1\n}\n"
+        ));
+        // What it checks, or what the model says, changed: not the same.
+        assert!(!same(&case.replace("must_call", "must_not_call"), trace));
+        assert!(!same(case, &trace.replace("# Done", "# Other")));
+        // A file the eval would not parse is changed.
+        assert!(!same(&format!("{case}{}", "[".repeat(20_000)), trace));
     }
 
     #[test]
