@@ -16,6 +16,7 @@
 //! first fire) records one and refuses nothing.
 
 use crate::layout::{Ownership, BUILDER_DIRS};
+use crate::sandbox::mask_walk::SETTLED;
 use crate::state::StateDb;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -49,6 +50,44 @@ pub struct HookMeta {
     /// `sha256:<hex>` of the content (a symlinked hook: of what it points to; an
     /// unreadable one: empty).
     pub sha256: String,
+    /// The regular file's identity and times as hashed, when its `ctime` was already
+    /// [`SETTLED`] then: a later scan that finds them unchanged keeps the hash
+    /// without reading the file again. Any write, rename or `chmod` sets `ctime` to
+    /// the present, which no process can set back, so a settled one that still
+    /// reads the same means the bytes hashed are the bytes there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unchanged_since: Option<FileStamp>,
+}
+
+/// What tells a file's content unchanged without reading it ([`HookMeta`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+}
+
+impl FileStamp {
+    fn of(md: &std::fs::Metadata) -> FileStamp {
+        FileStamp {
+            dev: md.dev(),
+            ino: md.ino(),
+            size: md.size(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            ctime: (md.ctime(), md.ctime_nsec()),
+        }
+    }
+
+    /// Whether `ctime` is [`SETTLED`] older than `now`.
+    fn settled(&self, now: std::time::SystemTime) -> bool {
+        let (Ok(secs), Ok(nanos)) = (u64::try_from(self.ctime.0), u32::try_from(self.ctime.1)) else {
+            return false;
+        };
+        let ctime = std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos);
+        now.duration_since(ctime).is_ok_and(|age| age > SETTLED)
+    }
 }
 
 /// What one fire or audit saw: builder-owned paths (repo-relative) and hooks by name.
@@ -105,7 +144,14 @@ pub enum ManifestError {
 
 /// Scans the current metadata: every builder-owned path in git's index (and the
 /// directories holding them, up to the builder directory), and the hooks directory.
-pub fn scan(repo: &git2::Repository, root: &Path, ownership: &Ownership) -> Result<Manifest, ManifestError> {
+/// A hook `known` holds with the same settled stamp keeps its hash unread
+/// ([`HookMeta::unchanged_since`]).
+pub fn scan(
+    repo: &git2::Repository,
+    root: &Path,
+    ownership: &Ownership,
+    known: Option<&Manifest>,
+) -> Result<Manifest, ManifestError> {
     let mut index = repo.index()?;
     // As on disk now: a handle this process read before a commit of its own wrote
     // the index is stale (the commit does not swap it unless it must).
@@ -172,10 +218,12 @@ pub fn scan(repo: &git2::Repository, root: &Path, ownership: &Ownership) -> Resu
         }
     }
     let hooks_dir = crate::review::hooks::hooks_dir(repo);
+    let hooks_dir_name = hooks_dir.to_string_lossy().into_owned();
+    let known = known.filter(|k| k.hooks_dir == hooks_dir_name).map(|k| &k.hooks);
     Ok(Manifest {
-        hooks_dir: hooks_dir.to_string_lossy().into_owned(),
+        hooks_dir: hooks_dir_name,
         files,
-        hooks: scan_hooks(&hooks_dir),
+        hooks: scan_hooks(&hooks_dir, known),
     })
 }
 
@@ -185,8 +233,18 @@ const MAX_HOOK_BYTES: u64 = 1 << 20;
 /// Each entry of the hooks directory (git runs `<dir>/<name>`; samples included, a
 /// rename of `pre-push` to `pre-push.sample` is a removed hook). Only regular files
 /// are read (a FIFO planted there must not hang the fire); a symlink is hashed by
-/// where it points.
-fn scan_hooks(dir: &Path) -> BTreeMap<String, HookMeta> {
+/// where it points. A regular file `known` holds with the stamp it has now keeps
+/// its hash.
+fn scan_hooks(dir: &Path, known: Option<&BTreeMap<String, HookMeta>>) -> BTreeMap<String, HookMeta> {
+    scan_hooks_at(dir, known, std::time::SystemTime::now())
+}
+
+/// [`scan_hooks`] as at `now`.
+fn scan_hooks_at(
+    dir: &Path,
+    known: Option<&BTreeMap<String, HookMeta>>,
+    now: std::time::SystemTime,
+) -> BTreeMap<String, HookMeta> {
     let mut out = BTreeMap::new();
     let (Ok(entries), Ok(anchor)) = (std::fs::read_dir(dir), crate::beneath::open_root(dir)) else {
         return out;
@@ -198,8 +256,17 @@ fn scan_hooks(dir: &Path) -> BTreeMap<String, HookMeta> {
         if md.is_dir() {
             continue;
         }
+        let name = e.file_name().to_string_lossy().into_owned();
         let hash = |bytes: &[u8]| format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
-        let sha256 = if md.is_symlink() {
+        // Taken before the read: a write after it leaves a newer `ctime`.
+        let stamp = FileStamp::of(&md);
+        let unchanged_since = (md.is_file() && stamp.settled(now)).then_some(stamp);
+        let kept = known
+            .and_then(|k| k.get(&name))
+            .filter(|k| unchanged_since.is_some() && k.unchanged_since == unchanged_since);
+        let sha256 = if let Some(kept) = kept {
+            kept.sha256.clone()
+        } else if md.is_symlink() {
             std::fs::read_link(e.path())
                 .map(|to| hash(format!("symlink:{}", to.display()).as_bytes()))
                 .unwrap_or_default()
@@ -212,12 +279,13 @@ fn scan_hooks(dir: &Path) -> BTreeMap<String, HookMeta> {
             String::new()
         };
         out.insert(
-            e.file_name().to_string_lossy().into_owned(),
+            name,
             HookMeta {
                 mode: md.mode(),
                 uid: md.uid(),
                 gid: md.gid(),
                 sha256,
+                unchanged_since,
             },
         );
     }
@@ -341,8 +409,8 @@ pub fn check_and_record(
     db: &mut StateDb,
     record: bool,
 ) -> Result<(Manifest, Vec<Change>), ManifestError> {
-    let now = scan(repo, root, ownership)?;
     let last = load(db)?;
+    let now = scan(repo, root, ownership, last.as_ref())?;
     let changes = last.as_ref().map(|l| now.changes_since(l)).unwrap_or_default();
     if changes.is_empty() && record {
         // Not recorded (a full disk, a read-only database): the next fire compares
@@ -371,7 +439,7 @@ pub fn accept_hooks(
     let Some(mut last) = load(&db)? else {
         return Ok(false);
     };
-    let now = scan(repo, root, ownership)?;
+    let now = scan(repo, root, ownership, None)?;
     let before = last.clone();
     if last.hooks_dir != now.hooks_dir {
         // Another directory: every hook in it is new; what it holds is what runs now.
@@ -403,7 +471,7 @@ pub fn work_tree_changes(
     let Some(last) = load(&db)? else {
         return Ok(Vec::new());
     };
-    Ok(scan(repo, root, ownership)?.changes_since(&last))
+    Ok(scan(repo, root, ownership, None)?.changes_since(&last))
 }
 
 /// `builder audit --accept-metadata`: the current state becomes the accepted one;
@@ -411,7 +479,7 @@ pub fn work_tree_changes(
 pub fn accept(repo: &git2::Repository, root: &Path, ownership: &Ownership) -> Result<Vec<Change>, ManifestError> {
     let mut db = StateDb::open(root)?;
     let last = load(&db)?;
-    let now = scan(repo, root, ownership)?;
+    let now = scan(repo, root, ownership, None)?;
     let changes = last.as_ref().map(|l| now.changes_since(l)).unwrap_or_default();
     save(&mut db, &now, last.as_ref())?;
     Ok(changes)
@@ -442,7 +510,7 @@ mod tests {
     fn a_chmod_is_named_with_both_modes_and_a_commit_is_accepted() {
         let (dir, repo) = repo_with_scaffold();
         let own = Ownership::new(dir.path());
-        let first = scan(&repo, dir.path(), &own).unwrap();
+        let first = scan(&repo, dir.path(), &own, None).unwrap();
         assert!(first.files.contains_key("prompts/sub/b.md"), "{first:?}");
         assert!(first.files.contains_key("prompts/sub"), "its directory too");
         assert!(
@@ -451,7 +519,7 @@ mod tests {
         );
         let file = dir.path().join("prompts/a.md");
         std::fs::set_permissions(&file, PermissionsExt::from_mode(0o666)).unwrap();
-        let now = scan(&repo, dir.path(), &own).unwrap();
+        let now = scan(&repo, dir.path(), &own, None).unwrap();
         let changes: Vec<String> = now.changes_since(&first).iter().map(ToString::to_string).collect();
         let was = first.files["prompts/a.md"].mode & PERM_BITS;
         assert_eq!(changes, [format!("prompts/a.md: mode {was:04o} -> 0666")]);
@@ -460,7 +528,7 @@ mod tests {
         let mut index = repo.index().unwrap();
         index.add_path(Path::new("prompts/a.md")).unwrap();
         index.write().unwrap();
-        let now = scan(&repo, dir.path(), &own).unwrap();
+        let now = scan(&repo, dir.path(), &own, None).unwrap();
         assert!(now.changes_since(&first).is_empty(), "{:?}", now.changes_since(&first));
     }
 
@@ -468,15 +536,15 @@ mod tests {
     fn a_hook_made_non_executable_or_rewritten_is_named() {
         let (dir, repo) = repo_with_scaffold();
         let own = Ownership::new(dir.path());
-        let first = scan(&repo, dir.path(), &own).unwrap();
+        let first = scan(&repo, dir.path(), &own, None).unwrap();
         let hook = dir.path().join(".git/hooks/pre-push");
         std::fs::set_permissions(&hook, PermissionsExt::from_mode(0o644)).unwrap();
-        let now = scan(&repo, dir.path(), &own).unwrap();
+        let now = scan(&repo, dir.path(), &own, None).unwrap();
         let said: Vec<String> = now.changes_since(&first).iter().map(ToString::to_string).collect();
         assert_eq!(said, ["hook pre-push: not executable"]);
         std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
         std::fs::write(dir.path().join(".git/hooks/post-checkout"), "x").unwrap();
-        let now = scan(&repo, dir.path(), &own).unwrap();
+        let now = scan(&repo, dir.path(), &own, None).unwrap();
         let said: Vec<String> = now.changes_since(&first).iter().map(ToString::to_string).collect();
         assert!(said.contains(&"hook post-checkout: added".to_string()), "{said:?}");
         assert!(
@@ -500,5 +568,41 @@ mod tests {
         assert_eq!(changes.len(), 1, "{changes:?}");
         let (_, again) = check_and_record(&repo, dir.path(), &own, &mut db, true).unwrap();
         assert_eq!(again, changes, "a refused state is not recorded: it stays a difference");
+    }
+
+    #[test]
+    fn a_settled_hook_keeps_its_hash_until_its_file_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let hook = dir.path().join("pre-commit");
+        std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
+        let now = std::time::SystemTime::now;
+        // Just written: not settled, so nothing is kept and every scan reads it.
+        let fresh = scan_hooks_at(dir.path(), None, now());
+        assert_eq!(fresh["pre-commit"].unchanged_since, None);
+        // As seen later, once settled: its stamp is recorded.
+        let later = || now() + SETTLED * 2;
+        let first = scan_hooks_at(dir.path(), None, later());
+        assert!(first["pre-commit"].unchanged_since.is_some());
+        // A known hash with the same stamp is kept unread (a forged one shows it).
+        let mut known = first.clone();
+        known.get_mut("pre-commit").unwrap().sha256 = "sha256:kept".into();
+        assert_eq!(
+            scan_hooks_at(dir.path(), Some(&known), later())["pre-commit"].sha256,
+            "sha256:kept"
+        );
+        // Rewritten with the same length: its ctime moved, so it is read again.
+        std::fs::write(&hook, "#!/bin/sh\nexit 1\n").unwrap();
+        let again = scan_hooks_at(dir.path(), Some(&known), later());
+        assert_ne!(again["pre-commit"].sha256, "sha256:kept");
+        assert_ne!(again["pre-commit"].sha256, first["pre-commit"].sha256);
+        // A chmod moves it too.
+        let known = again.clone();
+        let mut forged = known.clone();
+        forged.get_mut("pre-commit").unwrap().sha256 = "sha256:kept".into();
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        assert_eq!(
+            scan_hooks_at(dir.path(), Some(&forged), later())["pre-commit"].sha256,
+            known["pre-commit"].sha256
+        );
     }
 }

@@ -973,7 +973,7 @@ impl FireRun {
     /// accepted.
     fn metadata_changed_during_the_fire(&self) -> Option<CardDraft> {
         let (start, ownership) = self.metadata.as_ref()?;
-        let changes = match crate::manifest::scan(&self.repo, &self.ctx.opts.root, ownership) {
+        let changes = match crate::manifest::scan(&self.repo, &self.ctx.opts.root, ownership, Some(start)) {
             Ok(now) => now.changes_since(start),
             Err(e) => {
                 tracing::warn!(error = %e, "the metadata was not compared at the end of the fire");

@@ -36,8 +36,9 @@ pub enum Mask {
 
 /// How much older than the walk a directory's `ctime` must be for the cache to keep
 /// it: more than any file system's timestamp step (FAT's is 2 s; ext4, XFS, btrfs and
-/// tmpfs keep nanoseconds of a clock tick of a few ms).
-const SETTLED: Duration = Duration::from_secs(3);
+/// tmpfs keep nanoseconds of a clock tick of a few ms). The metadata manifest keeps a
+/// hook's hash by the same rule ([`crate::manifest`]).
+pub const SETTLED: Duration = Duration::from_secs(3);
 
 /// Directories whose entries must have changed before the cache file is written
 /// again, plus a tenth of the entries it holds (a cache that held nothing is written
