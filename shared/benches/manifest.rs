@@ -55,7 +55,7 @@ fn bench_repo(c: &mut Criterion, name: &str, root: &Path) {
     });
     c.bench_function(&format!("manifest scan at the end of a fire, {name}"), |b| {
         b.iter(|| {
-            let end = manifest::scan(&repo, root, &ownership).unwrap();
+            let end = manifest::scan(&repo, root, &ownership, Some(&now)).unwrap();
             assert!(end.changes_since(&now).is_empty());
         })
     });

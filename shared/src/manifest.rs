@@ -217,14 +217,22 @@ pub fn scan(
             record(dir, None, &mut files);
         }
     }
-    let hooks_dir = crate::review::hooks::hooks_dir(repo);
-    let hooks_dir_name = hooks_dir.to_string_lossy().into_owned();
-    let known = known.filter(|k| k.hooks_dir == hooks_dir_name).map(|k| &k.hooks);
+    let (hooks_dir, hooks) = hooks_of(repo, known);
     Ok(Manifest {
-        hooks_dir: hooks_dir_name,
+        hooks_dir,
         files,
-        hooks: scan_hooks(&hooks_dir, known),
+        hooks,
     })
+}
+
+/// Where hooks run from, and each hook there ([`scan_hooks`]; the hashes `known`
+/// holds count only for the same directory).
+fn hooks_of(repo: &git2::Repository, known: Option<&Manifest>) -> (String, BTreeMap<String, HookMeta>) {
+    let dir = crate::review::hooks::hooks_dir(repo);
+    let name = dir.to_string_lossy().into_owned();
+    let known = known.filter(|k| k.hooks_dir == name).map(|k| &k.hooks);
+    let hooks = scan_hooks(&dir, known);
+    (name, hooks)
 }
 
 /// Hooks larger than this are not read: their hash says so (a hook is a script).
