@@ -465,12 +465,30 @@ fn start_worker_process(ctx: &FireContext) -> Option<super::run::WorkerProcess> 
     let (exe, args) = &ctx.opts.worker_cmd;
     let env = crate::tools::exec::ExecContext::scrubbed_env(&ctx.scratch);
     match crate::agent::worker_client::spawn_process(exe, args, &env) {
-        Ok(child) => Some(super::run::WorkerProcess::new(child)),
+        // The spare too, by a thread of its own: a spawn waits for its child's `exec`
+        // (a `vfork`), which would otherwise hold the preparation.
+        Ok(child) => Some(match spawn_spare(exe, args, env) {
+            Ok(spare) => super::run::WorkerProcess::with_spare(child, spare),
+            Err(_) => super::run::WorkerProcess::new(child),
+        }),
         Err(e) => {
             tracing::debug!(error = %e, "the tool worker was not started early");
             None
         }
     }
+}
+
+/// Spawns the spare tool worker ([`crate::agent::worker_client::spawn_parked`]) on a
+/// thread of its own.
+fn spawn_spare(
+    exe: &std::path::Path,
+    args: &[String],
+    env: Vec<(String, String)>,
+) -> std::io::Result<std::thread::JoinHandle<std::io::Result<std::process::Child>>> {
+    let (exe, args) = (exe.to_path_buf(), args.to_vec());
+    std::thread::Builder::new()
+        .name("spare-worker".into())
+        .spawn(move || crate::agent::worker_client::spawn_parked(&exe, &args, &env))
 }
 
 /// While a run of the task waits for a builder's approval, a fire (not a resume)

@@ -55,7 +55,8 @@ impl FireRun {
             }
         }
         // The spare replaces a worker that dies; without one the fire still runs.
-        match spawn_parked(exe, args, &env) {
+        let early = self.worker.as_mut().and_then(WorkerProcess::join_spare);
+        match early.unwrap_or_else(|| spawn_parked(exe, args, &env)) {
             Ok(child) => self.spare_worker = Some(child),
             Err(e) => tracing::warn!(error = %e, "no spare tool worker"),
         }
@@ -430,6 +431,10 @@ pub(crate) struct WorkerProcess {
     child: Option<std::process::Child>,
     /// What it was sent, when its configuration went out in the preparation.
     pub sent: Option<WorkerSetup>,
+    /// The spare ([`spawn_parked`]), spawned by a thread of its own while the
+    /// preparation goes on; [`FireRun::enter_sandbox`] joins it before the runtime
+    /// restricts itself, when no other thread may exist.
+    spare: Option<std::thread::JoinHandle<std::io::Result<std::process::Child>>>,
 }
 
 impl WorkerProcess {
@@ -437,7 +442,30 @@ impl WorkerProcess {
         WorkerProcess {
             child: Some(child),
             sent: None,
+            spare: None,
         }
+    }
+
+    /// As [`WorkerProcess::new`], with the spare being spawned meanwhile.
+    pub fn with_spare(
+        child: std::process::Child,
+        spare: std::thread::JoinHandle<std::io::Result<std::process::Child>>,
+    ) -> WorkerProcess {
+        WorkerProcess {
+            child: Some(child),
+            sent: None,
+            spare: Some(spare),
+        }
+    }
+
+    /// The spare, once its thread ended (`None` when none was being spawned).
+    fn join_spare(&mut self) -> Option<std::io::Result<std::process::Child>> {
+        let thread = self.spare.take()?;
+        Some(
+            thread
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the spare's spawn panicked"))),
+        )
     }
 
     /// Its process, to send it its configuration.
@@ -453,7 +481,8 @@ impl WorkerProcess {
 
 impl Drop for WorkerProcess {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        let spare = self.join_spare().and_then(Result::ok);
+        for mut child in self.child.take().into_iter().chain(spare) {
             let _ = child.kill();
             let _ = child.wait();
         }
