@@ -61,6 +61,13 @@ impl FireRun {
             Err(e) => tracing::warn!(error = %e, "no spare tool worker"),
         }
         self.spawn_mcp_workers(&env);
+        // Every thread the preparation started has ended (the spare's was joined):
+        // Landlock restricts the calling thread and those it starts, not the others.
+        debug_assert_eq!(
+            std::fs::read_dir("/proc/self/task").map_or(1, Iterator::count),
+            1,
+            "a thread runs on as the runtime restricts itself"
+        );
         let entered = sandbox::prepare_dirs(&spec, &self.ctx.opts.root)
             .map_err(|e| e.to_string())
             .and_then(|_| landlock::enforce(&spec, self.config.settings.sandbox.landlock).map_err(|e| e.to_string()));
