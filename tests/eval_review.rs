@@ -843,16 +843,6 @@ fn correcting_an_assertion_the_base_failed_too_passes() {
     assert_eq!(base_version["failed"], true, "it fails on the head as on the base: {r}");
 }
 
-/// A case whose fire runs a command that outlasts the test's patience.
-const SLOW_CASE: &str = r##"name: slow
-model: scripted
-script:
-  - call: { tool: run_command, args: { command: "sleep 29.743" } }
-  - text: "# Digest\n\nOpen cards: none."
-assert:
-  - must_call: run_command
-"##;
-
 #[test]
 fn a_killed_eval_takes_its_fire_and_the_fires_commands_with_it() {
     use crate::crash::{gone, process_with_cmdline};
@@ -863,7 +853,11 @@ fn a_killed_eval_takes_its_fire_and_the_fires_commands_with_it() {
         1,
     );
     env.write("settings/runtime.yaml", &settings);
-    env.write("evals/digest/slow.yaml", SLOW_CASE);
+    // A case whose command outlasts the test's patience.
+    env.write(
+        "evals/digest/slow.yaml",
+        &LISTS_CASE.replace("ls cards", "sleep 29.743"),
+    );
     env.commit_all("a slow case");
     let mut eval = env
         .command("builder", &["eval", "--base", "HEAD", "--head", "HEAD"])
