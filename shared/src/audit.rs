@@ -198,7 +198,15 @@ fn audit_part(path: &Path, part: &[Oid], review: &ReviewContext, who: &Who) -> R
             _ => repo.find_commit(*oid)?,
         };
         let parent = commit.parent_ids().next().map(|p| repo.find_commit(p)).transpose()?;
-        audit_commit(&mut differ, &mut judge, who, &commit, parent.as_ref(), &mut report)?;
+        let against = judge.judged_against(&commit, parent.as_ref())?;
+        audit_commit(
+            &mut differ,
+            &mut judge,
+            who,
+            &commit,
+            against.as_ref().or(parent.as_ref()),
+            &mut report,
+        )?;
         per_commit.push(std::mem::take(&mut report.findings));
         parent_read = parent;
     }
@@ -366,19 +374,16 @@ impl Judge<'_> {
             return Ok(None);
         }
         let tree = crate::review::builder_tree_of(self.repo, &commit.tree()?)?;
-        let signed = self.settings.owes_signatures(commit)?;
-        let approved = match &self.review.approved_unsigned {
-            Some(unsigned) if !signed => unsigned,
-            Some(_) | None => &self.review.approved,
-        };
-        if approved.covers(commit.id(), tree) {
+        if self.covers(commit, tree)? {
             return Ok(None);
         }
         // A merge that keeps its first parent's builder tree (it brought only records)
         // changes nothing that was not judged on that parent. Another parent's tree is
         // no excuse: that parent is off the branch and was never judged, so `git merge
-        // --no-ff` of an unapproved branch would pass.
-        if commit.parent_count() > 1 {
+        // --no-ff` of an unapproved branch would pass. (A merge that replaced a
+        // reviewed tree under review-off settings is diffed against that parent,
+        // [`Judge::judged_against`], and judged here as any change.)
+        if commit.parent_count() > 1 && self.judged_against(commit, commit.parents().next().as_ref())?.is_none() {
             if let Some(first) = commit.parents().next() {
                 if crate::review::builder_tree_of(self.repo, &first.tree()?)? == tree {
                     return Ok(None);
@@ -454,10 +459,63 @@ impl Judge<'_> {
         if self.settings.of(commit)?.0 {
             return Ok(true);
         }
+        let tree = crate::review::builder_tree_of(self.repo, &commit.tree()?)?;
         match commit.parents().next() {
-            Some(parent) => Ok(self.settings.of(&parent)?.0),
+            Some(parent) if self.settings.of(&parent)?.0 => Ok(true),
+            Some(_) => Ok(self.reviewed_parent_replaced(commit, tree)?.is_some()),
             None => Ok(false),
         }
+    }
+
+    /// Whether an approval covers `tree` at `commit`, under the rule in force there
+    /// (identities alone before `review.require_signed`).
+    fn covers(&mut self, commit: &git2::Commit, tree: Oid) -> Result<bool, git2::Error> {
+        let signed = self.settings.owes_signatures(commit)?;
+        let approved = match &self.review.approved_unsigned {
+            Some(unsigned) if !signed => unsigned,
+            Some(_) | None => &self.review.approved,
+        };
+        Ok(approved.covers(commit.id(), tree))
+    }
+
+    /// The parent `commit` is judged against instead of its `first`: for a merge on
+    /// the branch whose own settings turn review off and whose first parent keeps its
+    /// uncovered builder tree, the parent under review whose tree it replaced
+    /// ([`Judge::reviewed_parent_replaced`]), if any: the first parent's line (an
+    /// orphan history, `git merge -s ours` from it) said review was off all along.
+    /// Any other merge is judged against its first parent: with review on, the
+    /// commit that made its tree was judged on that line (the box joining its
+    /// records onto an unreviewed tip of the origin).
+    fn judged_against<'c>(
+        &mut self,
+        commit: &git2::Commit<'c>,
+        first: Option<&git2::Commit<'c>>,
+    ) -> Result<Option<git2::Commit<'c>>, git2::Error> {
+        let Some(first) = first.filter(|_| commit.parent_count() > 1) else {
+            return Ok(None);
+        };
+        let tree = crate::review::builder_tree_of(self.repo, &commit.tree()?)?;
+        if !self.review.on_branch.contains(&commit.id())
+            || self.settings.of(commit)?.0
+            || crate::review::builder_tree_of(self.repo, &first.tree()?)? != tree
+            || self.covers(commit, tree)?
+        {
+            return Ok(None);
+        }
+        let replaced = self.reviewed_parent_replaced(commit, tree)?;
+        Ok(replaced.and_then(|p| commit.parents().find(|c| c.id() == p)))
+    }
+
+    /// A parent of the merge `commit` after the first whose settings say
+    /// `require_reviewed` and whose builder tree is not `tree` (the merge's): the
+    /// merge replaced a reviewed tree, whatever its first parent says.
+    fn reviewed_parent_replaced(&mut self, commit: &git2::Commit, tree: Oid) -> Result<Option<Oid>, git2::Error> {
+        for parent in commit.parents().skip(1) {
+            if self.settings.of(&parent)?.0 && crate::review::builder_tree_of(self.repo, &parent.tree()?)? != tree {
+                return Ok(Some(parent.id()));
+            }
+        }
+        Ok(None)
     }
 }
 

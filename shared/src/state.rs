@@ -84,8 +84,10 @@ pub fn tracked_state_refusal(repo: &git2::Repository) -> Option<(String, String)
     })
 }
 
-/// One commit's line of the walk memo: `(commit, builder tree, boundary)`.
-pub type BuilderTreeStep = (String, String, Option<String>);
+/// One commit's line of the walk memo: `(commit, builder tree, boundary, replaced)`,
+/// `replaced` being the reviewed parent a merge in its run replaced, if any (a line
+/// without it, as older versions wrote, has none).
+pub type BuilderTreeStep = (String, String, Option<String>, Option<String>);
 
 /// The walk memo of the repository at `root`; empty when absent or unreadable (it is
 /// only a memo: the walk is then done again).
@@ -106,6 +108,7 @@ pub fn read_walk_memo(root: &Path) -> Vec<BuilderTreeStep> {
                 commit.to_string(),
                 tree.to_string(),
                 (boundary != "-").then(|| boundary.to_string()),
+                f.next().map(str::to_string),
             ))
         })
         .collect()
@@ -116,8 +119,12 @@ pub fn read_walk_memo(root: &Path) -> Vec<BuilderTreeStep> {
 pub fn write_walk_memo(root: &Path, steps: &[BuilderTreeStep]) -> std::io::Result<()> {
     let rel = Path::new(STATE_DIR).join(WALK_MEMO_FILE);
     let mut text = String::with_capacity(steps.len() * 124);
-    for (commit, tree, boundary) in steps {
-        text.push_str(&format!("{commit} {tree} {}\n", boundary.as_deref().unwrap_or("-")));
+    for (commit, tree, boundary, replaced) in steps {
+        text.push_str(&format!("{commit} {tree} {}", boundary.as_deref().unwrap_or("-")));
+        if let Some(r) = replaced {
+            text.push_str(&format!(" {r}"));
+        }
+        text.push('\n');
     }
     let dir = crate::beneath::open_root(root)?;
     match crate::beneath::remove_file(&dir, &rel) {

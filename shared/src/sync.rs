@@ -295,7 +295,8 @@ impl Ctx<'_> {
     }
 
     /// Copies the staged approvals into `refs/builder/`: a ref the box lacks is
-    /// created, one the remote moved forward fast-forwards, and one whose history the
+    /// created; an approval ref (`refs/builder/approved/<id>`) the box has is never
+    /// moved; on the legacy chain, one the remote moved forward fast-forwards, and one whose history the
     /// remote rewrote is joined with the box's by a commit with both as parents (it
     /// approves nothing itself), so no approval the box has seen is ever lost.
     fn apply_approvals(&self, intent: &mut Intent, runtime_email: &str) -> Result<(), SyncError> {
@@ -314,6 +315,12 @@ impl Ctx<'_> {
             let to = match ours {
                 None => theirs,
                 Some(o) if o == theirs => continue,
+                // One approval per ref, named by its own id: a ref the origin moved
+                // was forced there, and the box keeps the approval it has.
+                Some(_) if name.starts_with(crate::review::APPROVED_PREFIX) => {
+                    tracing::warn!(name, moved_to = %theirs, "the remote moved an approval ref: kept the box's");
+                    continue;
+                }
                 Some(o) if self.repo.graph_descendant_of(theirs, o).unwrap_or(false) => theirs,
                 Some(o) if self.repo.graph_descendant_of(o, theirs).unwrap_or(false) => continue,
                 Some(o) => match self.join_approvals(o, theirs, runtime_email) {

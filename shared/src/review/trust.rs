@@ -36,6 +36,10 @@ use std::rc::Rc;
 struct Step {
     tree: Oid,
     boundary: Option<Oid>,
+    /// A merge in the run from the commit down to its boundary kept its first
+    /// parent's tree while another parent under review had another tree: that parent
+    /// ([`Trust::reviewed_parent_replaced`]). The tree came in over a reviewed one.
+    replaced: Option<Oid>,
 }
 
 /// Which list judged a tree's approvals.
@@ -192,16 +196,21 @@ impl<'r> Trust<'r> {
         };
         let mut known = HashMap::new();
         let mut held = Vec::new();
-        for (commit, tree, boundary) in crate::state::read_walk_memo(root) {
+        for (commit, tree, boundary, replaced) in crate::state::read_walk_memo(root) {
+            let oid = |o: Option<String>| match o {
+                Some(b) => Oid::from_str(&b).ok().map(Some),
+                None => Some(None),
+            };
             let parsed = (|| {
-                let boundary = match boundary {
-                    Some(b) => Some(Oid::from_str(&b).ok()?),
-                    None => None,
+                let step = Step {
+                    tree: Oid::from_str(&tree).ok()?,
+                    boundary: oid(boundary)?,
+                    replaced: oid(replaced)?,
                 };
-                Some((Oid::from_str(&commit).ok()?, Oid::from_str(&tree).ok()?, boundary))
+                Some((Oid::from_str(&commit).ok()?, step))
             })();
-            if let Some((c, tree, boundary)) = parsed {
-                known.insert(c, Step { tree, boundary });
+            if let Some((c, step)) = parsed {
+                known.insert(c, step);
                 held.push(c);
             }
         }
@@ -244,7 +253,12 @@ impl<'r> Trust<'r> {
             .iter()
             .filter_map(|c| {
                 let s = self.steps.get(c).or_else(|| memo.known.get(c))?;
-                Some((c.to_string(), s.tree.to_string(), s.boundary.map(|b| b.to_string())))
+                Some((
+                    c.to_string(),
+                    s.tree.to_string(),
+                    s.boundary.map(|b| b.to_string()),
+                    s.replaced.map(|r| r.to_string()),
+                ))
             })
             .collect();
         match crate::state::write_walk_memo(&memo.root, &rows) {
@@ -313,7 +327,8 @@ impl<'r> Trust<'r> {
     /// `require_reviewed`. Walking builder changes back from `commit` to the nearest
     /// covered one, any that owes one means the switch-off was not approved (an
     /// unapproved commit that turns review off, and whatever follows it, still runs
-    /// only with an approval).
+    /// only with an approval). So does an uncovered tree a merge brought in over a
+    /// parent under review, whatever its first parent's line says (`Step::replaced`).
     ///
     /// This holds from the first moment: a repository with no approval yet whose
     /// history turned `require_reviewed` on owes review too (the first tree under
@@ -334,7 +349,11 @@ impl<'r> Trust<'r> {
             if self.requires_review(c)? {
                 break true;
             }
-            next = self.step(c)?.boundary;
+            let step = self.step(c)?;
+            if step.replaced.is_some() {
+                break true;
+            }
+            next = step.boundary;
             first_boundary = first_boundary.or(Some(next));
             if let Some(b) = next {
                 if Some(b) == free {
@@ -486,16 +505,26 @@ impl<'r> Trust<'r> {
                 Err(e) if e.code() == git2::ErrorCode::NotFound && c != commit => break,
                 Err(e) => return Err(e),
             };
-            pending.push((c, builder_tree_of(self.repo, &found.tree()?)?));
+            let tree = builder_tree_of(self.repo, &found.tree()?)?;
+            let replaced_here = if found.parent_count() > 1 && !self.requires_review(c)? {
+                self.reviewed_parent_replaced(&found, tree)?
+            } else {
+                None
+            };
+            pending.push((c, tree, replaced_here));
             next = found.parent_ids().next();
         }
-        for (c, tree) in pending.into_iter().rev() {
-            let boundary = match below {
-                Some((_, s)) if s.tree == tree => s.boundary,
-                Some((p, _)) => Some(p),
-                None => None,
+        for (c, tree, replaced_here) in pending.into_iter().rev() {
+            let (boundary, replaced) = match below {
+                Some((_, s)) if s.tree == tree => (s.boundary, replaced_here.or(s.replaced)),
+                Some((p, _)) => (Some(p), None),
+                None => (None, None),
             };
-            let s = Step { tree, boundary };
+            let s = Step {
+                tree,
+                boundary,
+                replaced,
+            };
             self.steps.insert(c, s);
             below = Some((c, s));
         }
@@ -503,6 +532,28 @@ impl<'r> Trust<'r> {
             Some((_, s)) => Ok(s),
             None => Err(git2::Error::from_str("no commit to walk from")),
         }
+    }
+
+    /// A parent of the merge `commit` after the first whose settings say
+    /// `require_reviewed` and whose builder tree is not `tree` (the merge's). Asked of
+    /// merges whose own settings turn review off: when the first parent keeps the
+    /// merge's tree, the merge replaced a reviewed tree, and the first parent's line
+    /// (an orphan history with review off, `git merge -s ours` from it) never judged
+    /// that, so the tree owes review ([`Trust::review_owed`]). With review on, the
+    /// commit that made the tree was judged on the first parent's line.
+    fn reviewed_parent_replaced(&mut self, commit: &git2::Commit, tree: Oid) -> Result<Option<Oid>, git2::Error> {
+        for parent in commit.parent_ids().skip(1) {
+            let theirs = match self.repo.find_commit(parent) {
+                Ok(p) => builder_tree_of(self.repo, &p.tree()?)?,
+                // A shallow clone lacks it: nothing to judge by there.
+                Err(e) if e.code() == git2::ErrorCode::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if theirs != tree && self.requires_review(parent)? {
+                return Ok(Some(parent));
+            }
+        }
+        Ok(None)
     }
 
     /// A step known in memory or in the walk memo.

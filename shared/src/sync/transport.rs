@@ -111,7 +111,19 @@ impl Ctx<'_> {
         }
         match self.transport()? {
             Transport::Local(_) => {
-                let mut remote = self.repo.find_remote(&self.sync.remote).map_err(self.git("fetch"))?;
+                // An anonymous remote of the same URL: fetching through the named one,
+                // libgit2 also applies the remote's configured refspecs to what it
+                // fetched (opportunistic updates), and moves the box's own
+                // `refs/builder/approved/*` to whatever the origin was forced to,
+                // whatever the refspec's force flag says.
+                let named = self.repo.find_remote(&self.sync.remote).map_err(self.git("fetch"))?;
+                let url = std::str::from_utf8(named.url_bytes()).map_err(|_| {
+                    self.err(
+                        "fetch",
+                        format!("remote `{}` has a URL that is not UTF-8", self.sync.remote),
+                    )
+                })?;
+                let mut remote = self.repo.remote_anonymous(url).map_err(self.git("fetch"))?;
                 let mut opts = git2::FetchOptions::new();
                 opts.prune(git2::FetchPrune::Off)
                     .update_fetchhead(false)
@@ -156,6 +168,10 @@ impl Ctx<'_> {
             "--no-tags",
             "--no-prune",
             "--no-write-fetch-head",
+            // Only the refspecs given here: with the remote's configured ones git
+            // would also update `refs/builder/approved/*` opportunistically, and an
+            // approval ref the origin was forced to move would fail the whole fetch.
+            "--refmap=",
             &self.sync.remote,
         ];
         args.extend(specs.iter().map(String::as_str));
