@@ -1168,3 +1168,55 @@ fn cases_asking_for_more_live_fires_than_allowed_fire_none_of_them() {
     let rep = eval("3");
     assert_eq!(server.requests().len(), 6, "three live fires on each revision: {rep}");
 }
+
+/// A proposal of two commits: the first widens every power, the second only touches
+/// the prompt. Taking the head's first parent (or the merge-base with the checked-out
+/// proposal) as the base would make the proposer's first commit the "trusted"
+/// configuration. The base is where the head meets the protected branch (`main`):
+/// `builder eval --head`, `builder eval` and `builder review` with the proposal
+/// checked out all judge it from there, fire nothing of it and send nothing.
+#[test]
+fn a_proposal_cannot_supply_its_own_base_through_an_earlier_commit_or_a_checkout() {
+    let r = Reviewer::new();
+    prove_live(&r, Widening::Provider);
+    prove_live(&r, Widening::Port);
+    let git = |args: &[&str]| crate::review::git(&r.env, &r.env.root, args);
+    let main = git(&["rev-parse", "HEAD"]);
+    git(&["checkout", "-q", "-b", "proposals/two"]);
+    r.env.write("settings/runtime.yaml", &r.settings(&Widening::ALL));
+    r.env.commit_all("settings tidy-up");
+    r.env.write("prompts/t.md", &format!("{PLAIN_PROMPT}\nBe brief.\n"));
+    r.env.commit_all("Be brief");
+    git(&["checkout", "-q", "main"]);
+    // The base each command judged from, once it is shown that the head was refused
+    // and nothing left.
+    let judged = |out: &Output, case: &str| -> String {
+        let rep = json_of(out);
+        assert_eq!(out.status.code(), Some(1), "{case}: {rep}");
+        let refused = match rep["refused"].as_str() {
+            Some(review) => review.to_string(),
+            None => rep["powers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["revision"] == "head")
+                .and_then(|p| p["refused"].as_str())
+                .unwrap_or_default()
+                .to_string(),
+        };
+        assert!(refused.contains("provider"), "{case}: the head was not refused: {rep}");
+        r.assert_nothing_left(case, &[out]);
+        rep["base"]
+            .as_str()
+            .or(rep["base"]["commit"].as_str())
+            .unwrap_or_else(|| panic!("{case}: no base in {rep}"))
+            .to_string()
+    };
+    let out = r.builder(As::Me, &["eval", "--head", "proposals/two", "--json"], &[]);
+    assert_eq!(judged(&out, "eval --head"), main, "eval's base is main's commit");
+    git(&["checkout", "-q", "proposals/two"]);
+    let out = r.builder(As::Me, &["eval", "--json"], &[]);
+    assert_eq!(judged(&out, "eval of the checked-out proposal"), main);
+    let out = r.builder(As::Me, &["review", "two", "--format", "json"], &[]);
+    assert_eq!(judged(&out, "review with the proposal checked out"), main);
+}

@@ -22,7 +22,12 @@ use std::path::{Path, PathBuf};
 /// key variables from this environment
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The revision to compare against [default: the head's first parent]
+    /// The revision to compare against [default: where the head meets the protected
+    /// branch; for a commit on that branch itself, its first parent]
+    ///
+    /// Never the head's own history: a proposal's earlier commit is not a trusted
+    /// base. The protected branch is the remote's default branch (its tracking ref,
+    /// else the local one), else `main`
     #[arg(long, value_name = "REV")]
     pub base: Option<String>,
     /// The revision under test
@@ -59,9 +64,9 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             rev: rev.clone(),
             commit: super::resolve_commit(&wt.repo, "--base", rev)?.to_string(),
         }),
-        None => wt.repo.find_commit(head_id)?.parent_ids().next().map(|p| Revision {
-            rev: format!("{}^", args.head),
-            commit: p.to_string(),
+        None => shared::review::base::eval_base(&wt.repo, head_id)?.map(|(name, commit)| Revision {
+            rev: name.unwrap_or_else(|| format!("{}^", args.head)),
+            commit: commit.to_string(),
         }),
     };
     let head = Revision {

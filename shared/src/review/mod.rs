@@ -9,6 +9,7 @@
 //! ([`signing`], [`trust`]).
 
 pub mod approvals;
+pub mod base;
 pub mod bootstrap;
 pub mod committed;
 pub mod delta;
@@ -206,6 +207,20 @@ fn settings_text(repo: &Repository, commit: Oid) -> Result<Option<Vec<u8>>, git2
         Err(e) => return Err(e),
     };
     Ok(Some(repo.find_blob(entry.id())?.content().to_vec()))
+}
+
+/// The `sync.branch` the settings in the tree of `commit` name, if any.
+pub fn sync_branch_of_commit(repo: &Repository, commit: Oid) -> Result<Option<String>, git2::Error> {
+    let Some(text) = settings_text(repo, commit)? else {
+        return Ok(None);
+    };
+    let yaml = crate::yamlpos::lenient_value(&text);
+    Ok(yaml
+        .as_ref()
+        .and_then(|v| v.get("sync"))
+        .and_then(|s| s.get("branch"))
+        .and_then(serde_yaml::Value::as_str)
+        .map(str::to_string))
 }
 
 /// [`review_flags`] of the settings in the tree of `commit` (false without them).

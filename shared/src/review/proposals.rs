@@ -781,7 +781,8 @@ fn fixes_of(commits: &[git2::Commit]) -> Vec<String> {
 }
 
 /// A proposal as `builder review` sees it: its head, the base it is compared with
-/// (where it meets the current branch) and the cards it says it fixes.
+/// (where it meets the protected branch, [`super::base::trusted_base`], whatever is
+/// checked out) and the cards it says it fixes.
 #[derive(Debug, Clone)]
 pub struct UnderReview {
     pub head: Oid,
@@ -793,8 +794,7 @@ pub struct UnderReview {
 pub fn under_review(repo: &Repository, name: &str) -> Result<UnderReview, ReviewError> {
     valid_name(name)?;
     let head = proposal_head(repo, name, None)?;
-    let current = head_commit(repo)?;
-    let base = repo.merge_base(current.id(), head)?;
+    let (base, _) = super::base::trusted_base(repo, head)?;
     Ok(UnderReview {
         head,
         base,

@@ -1,0 +1,157 @@
+//! The trusted base of a revision under review or eval: where it meets the protected
+//! branch, as this clone knows that branch. Its settings are the powers eval fires
+//! run under and its tree is what a review compares with, so it is found without the
+//! revision's help: not its first parent (a proposal of two commits would make its
+//! own first commit the "trusted" configuration), not the checked-out branch (a
+//! reviewer who checked the proposal out would compare it with itself), and not the
+//! work tree's settings (which may be the proposal's).
+//!
+//! The protected branch is the one the remote's `HEAD` names, else `main`, or the
+//! `sync.branch` that branch's own committed settings name; its remote-tracking ref
+//! when the clone has one (what the team pushed, past the pre-push hook), else the
+//! local branch.
+
+use super::remote::{default_remote, protected_branch, tracking_ref};
+use super::ReviewError;
+use git2::{Oid, Repository};
+
+/// The protected branch's tip: how it is named to a person, and the commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtectedTip {
+    /// `origin/main`, or `main` for the local branch.
+    pub name: String,
+    pub commit: Oid,
+}
+
+/// The protected branch's tip as this clone knows it (see the module's doc); `None`
+/// when the clone has neither its remote-tracking ref nor a local branch of it.
+pub fn protected_tip(repo: &Repository) -> Result<Option<ProtectedTip>, git2::Error> {
+    let remote = default_remote(repo, None)?;
+    let tip_of = |branch: &str| -> Option<ProtectedTip> {
+        let tracked = remote.as_deref().and_then(|r| {
+            repo.refname_to_id(&tracking_ref(r, branch))
+                .ok()
+                .map(|commit| ProtectedTip {
+                    name: format!("{r}/{branch}"),
+                    commit,
+                })
+        });
+        tracked.or_else(|| {
+            repo.refname_to_id(&format!("refs/heads/{branch}"))
+                .ok()
+                .map(|commit| ProtectedTip {
+                    name: branch.to_string(),
+                    commit,
+                })
+        })
+    };
+    let guess = remote
+        .as_deref()
+        .map_or_else(|| "main".to_string(), |r| protected_branch(repo, r, None));
+    let Some(first) = tip_of(&guess) else {
+        return Ok(None);
+    };
+    let named = super::sync_branch_of_commit(repo, first.commit)?
+        .filter(|b| *b != guess && !b.starts_with(super::PROPOSAL_PREFIX));
+    Ok(Some(named.and_then(|b| tip_of(&b)).unwrap_or(first)))
+}
+
+/// Where `head` meets the protected branch, and that branch's tip.
+pub fn trusted_base(repo: &Repository, head: Oid) -> Result<(Oid, ProtectedTip), ReviewError> {
+    let Some(tip) = protected_tip(repo)? else {
+        return Err(ReviewError::Usage(
+            "no protected branch to judge against: this clone has neither the remote's default branch nor `main`"
+                .into(),
+        ));
+    };
+    match repo.merge_base(tip.commit, head) {
+        Ok(base) => Ok((base, tip)),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Err(ReviewError::Refused(format!(
+            "{} shares no history with {}: there is no trusted base to judge it from",
+            &head.to_string()[..12],
+            tip.name
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The base `builder eval` compares `head` with by default: where it meets the
+/// protected branch, named after it; for a commit on that branch's first-parent line
+/// already (its tip, a commit made on `main` and not pushed yet), its first parent,
+/// unnamed (`None`: the caller says `<head>^`), and no base at the root. A commit
+/// merged into the branch from another line has no base of its own: a usage error.
+pub fn eval_base(repo: &Repository, head: Oid) -> Result<Option<(Option<String>, Oid)>, ReviewError> {
+    let (base, tip) = trusted_base(repo, head)?;
+    if base != head {
+        let name = if base == tip.commit {
+            tip.name
+        } else {
+            format!("where the head meets {}", tip.name)
+        };
+        return Ok(Some((Some(name), base)));
+    }
+    let mut next = Some(tip.commit);
+    while let Some(c) = next {
+        if c == head {
+            let parent = repo.find_commit(head)?.parent_ids().next();
+            return Ok(parent.map(|p| (None, p)));
+        }
+        next = repo.find_commit(c)?.parent_ids().next();
+    }
+    Err(ReviewError::Usage(format!(
+        "{} was merged into {} from another line: name the revision to compare with (--base REV)",
+        &head.to_string()[..12],
+        tip.name
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(repo: &Repository, branch: &str, parent: Option<Oid>, settings: &str) -> Oid {
+        let blob = repo.blob(settings.as_bytes()).unwrap();
+        let mut dir = repo.treebuilder(None).unwrap();
+        dir.insert("runtime.yaml", blob, 0o100644).unwrap();
+        let dir = dir.write().unwrap();
+        let mut top = repo.treebuilder(None).unwrap();
+        top.insert("settings", dir, 0o040000).unwrap();
+        let tree = repo.find_tree(top.write().unwrap()).unwrap();
+        let sig = git2::Signature::now("Eng", "eng@example.com").unwrap();
+        let parents: Vec<git2::Commit> = parent.iter().map(|p| repo.find_commit(*p).unwrap()).collect();
+        let refs: Vec<&git2::Commit> = parents.iter().collect();
+        repo.commit(Some(&format!("refs/heads/{branch}")), &sig, &sig, "c", &tree, &refs)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_protected_branch_is_found_from_committed_settings_never_from_a_proposal() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        assert_eq!(protected_tip(&repo).unwrap(), None);
+        let main = commit(&repo, "main", None, "version: 1\n");
+        let tip = protected_tip(&repo).unwrap().unwrap();
+        assert_eq!((tip.name.as_str(), tip.commit), ("main", main));
+        // A proposal naming itself as the sync branch is not believed: main's
+        // settings are read, not the proposal's.
+        let prop = commit(
+            &repo,
+            "proposals/p",
+            Some(main),
+            "sync: {remote: origin, branch: proposals/p}\n",
+        );
+        assert_eq!(protected_tip(&repo).unwrap().unwrap().commit, main);
+        assert_eq!(trusted_base(&repo, prop).unwrap().0, main);
+        assert_eq!(eval_base(&repo, prop).unwrap(), Some((Some("main".to_string()), main)));
+        // main's own settings name `prod`: that branch is the protected one.
+        let main2 = commit(&repo, "main", Some(main), "sync: {remote: origin, branch: prod}\n");
+        let prod = commit(&repo, "prod", Some(main2), "sync: {remote: origin, branch: prod}\n");
+        assert_eq!(protected_tip(&repo).unwrap().unwrap().commit, prod);
+        // A commit on the branch's first-parent line is compared with its parent.
+        assert_eq!(eval_base(&repo, prod).unwrap(), Some((None, main2)));
+        assert_eq!(eval_base(&repo, main).unwrap(), None, "the root has no base");
+        let stray = commit(&repo, "stray", None, "version: 1 # another history\n");
+        let r = trusted_base(&repo, stray);
+        assert!(matches!(r, Err(ReviewError::Refused(_))), "{r:?}");
+    }
+}
