@@ -491,8 +491,14 @@ fn require_reviewed_bootstrap_and_a_switch_off_before_the_first_approval_are_jud
     let (code, _, err) = builder_in(&env, &env.root, None, &["approve", "--bootstrap"]);
     assert_eq!(code, 1, "its author cannot: {err}");
     assert!(err.contains("turned require_reviewed on"), "{err}");
-    let out = builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "--bootstrap"]);
+    // With a remote, `--push` publishes it.
+    let origin = with_origin(&env);
+    git(&env, &env.root, &["push", "-q", "--no-verify", "origin", "main"]);
+    let out = builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "--bootstrap", "--push"]);
     assert!(out.contains("first approval"), "{out}");
+    assert!(out.contains("pushed 1 approval(s) to origin"), "{out}");
+    let on_origin = git(&env, &origin, &["for-each-ref", "refs/builder/approved/"]);
+    assert_eq!(on_origin.lines().count(), 1, "{on_origin}");
     let (code, _, err) = builder_in(
         &env,
         &env.root,
@@ -668,4 +674,58 @@ fn a_forged_runtime_commit_is_flagged_and_a_signed_one_accepted() {
         &["cat-file", "commit", refused["commit"].as_str().unwrap()],
     );
     assert!(raw.contains("gpgsig -----BEGIN SSH SIGNATURE-----"), "{raw}");
+}
+
+/// A person's commit that adds a receipt, or rewrites one the runtime wrote, is not a
+/// record the runtime made, signing key or not: `builder audit` calls each a
+/// violation and `builder history` marks those runs FORGED. A `git pull` merge that
+/// brings the runtime's receipts in from the other line is not flagged.
+#[test]
+fn receipts_a_person_commits_are_flagged_and_a_pull_that_brings_the_runtimes_is_not() {
+    let env = TestEnv::new();
+    git(&env, &env.root, &["branch", "side"]);
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 0, "{summary}");
+    let real = env.receipt(&summary);
+    let real_id = real["run_id"].as_str().unwrap().to_string();
+    let real_path = summary["receipt"].as_str().unwrap().to_string();
+
+    // A person's line merges the runtime's records in, as `git pull` does.
+    git(&env, &env.root, &["checkout", "-q", "side"]);
+    env.write("notes/side.md", "a person's note\n");
+    env.commit_all("a note");
+    git(&env, &env.root, &["merge", "-q", "--no-ff", "--no-edit", "main"]);
+    let (code, out, err) = builder_in(&env, &env.root, None, &["audit"]);
+    assert_eq!(code, 0, "a pull merge is no forgery: {out}{err}");
+
+    // On main: a made-up receipt and a rewritten real one, committed by a person.
+    git(&env, &env.root, &["checkout", "-q", "main"]);
+    let fake_id = "20260101T000000Z-f0rged02";
+    let fake = serde_json::to_string_pretty(&real).unwrap().replace(&real_id, fake_id);
+    let fake_path = format!("runs/digest/2026-01-01/{fake_id}.json");
+    env.write(&fake_path, &fake);
+    env.write(&real_path, &env.read(&real_path).replace("\"run_id\"", "\"run_id\" "));
+    env.commit_all("tidy the records");
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let mut flagged: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "violation" && f["what"].as_str().unwrap().contains("a receipt"))
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    flagged.sort_unstable();
+    let mut want = vec![fake_path.as_str(), real_path.as_str()];
+    want.sort_unstable();
+    assert_eq!(flagged, want, "{v}");
+    let (code, out, err) = builder_in(&env, &env.root, None, &["history", "runs"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for id in [fake_id, real_id.as_str()] {
+        let line = out.lines().find(|l| l.starts_with(id)).unwrap_or_default();
+        assert!(line.contains("FORGED"), "{id}: {out}");
+    }
+    let (_, out, _) = builder_in(&env, &env.root, None, &["history", "show", fake_id]);
+    assert!(out.contains("a commit not the runtime's"), "{out}");
 }

@@ -441,6 +441,66 @@ fn a_directory_under_reports_set_to_mode_000_stops_no_fire_of_an_unprivileged_ru
     assert_eq!(code, TestEnv::completed_code(&second), "{second}");
 }
 
+/// `chmod 000` on `reports` itself and on a directory in it, after the model wrote an
+/// output in each and a name git refuses: the worker's write-back still lists them
+/// (and keeps what it copied before, where it cannot), the runtime, unprivileged,
+/// still walks them, commits the outputs and names the refused file in its
+/// `output_rejected` card; a report committed before stays.
+#[test]
+fn reports_set_to_mode_000_loses_no_output_and_no_card_of_an_unprivileged_runtime() {
+    if !landlock_or_skip() {
+        return;
+    }
+    if !crate::isolation::am_root() {
+        crate::skip::skip(Capability::Root, "needs root to hand the repository to uid 65534");
+        return;
+    }
+    let env = setup(
+        &[
+            ("write_file", json!({"path": "reports/gitmod~1", "content": "[submodule \"x\"]\n"})),
+            ("write_file", json!({"path": "reports/ok2.md", "content": "legit\n"})),
+            ("write_file", json!({"path": "reports/sub/inner.md", "content": "inner\n"})),
+            cmd("chmod 000 reports/sub reports && stat -c mode=%a reports; ls reports > /dev/null 2>&1; echo ls-exit=$?"),
+        ],
+        "# Done",
+        "",
+    );
+    env.write("reports/earlier.md", "kept\n");
+    env.commit_all("an earlier report");
+    let (code, summary) = fire_as_nobody(&env);
+    // The payload ran: in the tools' view `reports` was mode 0 and unreadable.
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let results: Vec<String> = db
+        .prepare("SELECT result FROM tool_ledger WHERE result IS NOT NULL")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        results.iter().any(|r| r.contains("mode=0") && r.contains("ls-exit=2")),
+        "the chmod took effect in the tools' view: {results:?}"
+    );
+    assert_eq!(summary["status"], "completed", "{summary}");
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}");
+    for (path, body) in [("reports/ok2.md", "legit\n"), ("reports/sub/inner.md", "inner\n")] {
+        assert_eq!(
+            committed(&env, path).map(|c| c.1),
+            Some(body.as_bytes().to_vec()),
+            "{path} is committed: {summary}"
+        );
+    }
+    assert!(rejected_detail(&env, &summary).contains("gitmod~1"), "{summary}");
+    assert_eq!(
+        committed(&env, "reports/earlier.md").map(|c| c.1),
+        Some(b"kept\n".to_vec()),
+        "a report committed before is still in HEAD"
+    );
+    assert_eq!(env.read("reports/earlier.md"), "kept\n", "and in the work tree");
+    let (code, second) = fire_as_nobody(&env);
+    assert_eq!(code, TestEnv::completed_code(&second), "{second}");
+}
+
 /// A model server that answers every request with a 200 whose chunked body never
 /// ends; returns its port and a counter of the body bytes it sent.
 fn endless_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {

@@ -20,7 +20,7 @@
 use crate::git::{ChangeKind, TreeChange, TreeDiffer};
 use crate::layout::{Owner, Ownership, SETTINGS_FILE};
 use crate::review::links::RefusedLink;
-use crate::review::runtime_commits::{runtime_named, Authenticity, RuntimeSignatures};
+use crate::review::runtime_commits::{receipt_written_by_a_person, runtime_named, Authenticity, RuntimeSignatures};
 use git2::{FileMode, Oid, Repository, Sort};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -566,6 +566,14 @@ fn audit_commit(
             for what in runtime_change_violations(&c, owner) {
                 flag(Severity::Violation, what);
             }
+        } else if receipt_written_by_a_person(commit, &c, (&runtime.name, &runtime.email))? {
+            flag(
+                Severity::Violation,
+                format!(
+                    "a commit not the runtime's {} a receipt: the runtime did not write this record",
+                    verb(c.kind)
+                ),
+            );
         } else if owner == Owner::Builder {
             if !links_judged {
                 links_judged = true;

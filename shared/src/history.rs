@@ -202,12 +202,19 @@ pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) 
     Ok(stats)
 }
 
+/// The meta key of the commit the forged-records walk reached. Its name changed when
+/// people's receipts joined runtime-named commits in the walk, so an index made
+/// before walks all of history again.
+const FORGED_WALKED_TO: &str = "records_judged_to";
+
 /// Walks the commits since the last walk (all of them the first time) for commits
 /// named as the runtime whose settings name a signing key and which carry no valid
-/// runtime signature (the judge `builder audit` uses), and remembers the records each
-/// added or rewrote as forged. Returns how many records were marked.
+/// runtime signature (the judge `builder audit` uses), and for commits of people that
+/// add or rewrite a receipt ([`crate::review::runtime_commits::receipt_written_by_a_person`]),
+/// and remembers the records each wrote as forged. Returns how many records were
+/// marked.
 fn mark_forged(repo: &Repository, store: &mut Store, head: Oid) -> Result<usize, HistoryError> {
-    let last = get_meta(store, "forged_walked_to")?.and_then(|l| Oid::from_str(&l).ok());
+    let last = get_meta(store, FORGED_WALKED_TO)?.and_then(|l| Oid::from_str(&l).ok());
     if last == Some(head) {
         return Ok(0);
     }
@@ -223,15 +230,28 @@ fn mark_forged(repo: &Repository, store: &mut Store, head: Oid) -> Result<usize,
     let mut marks: Vec<(String, String, String)> = Vec::new();
     for oid in walk {
         let commit = repo.find_commit(oid?)?;
-        if !crate::review::runtime_commits::runtime_named(&commit, &name, &email) {
-            continue;
-        }
-        let crate::review::runtime_commits::Authenticity::Forged(why) = judge.judge(&commit, &email)? else {
-            continue;
+        let runtime_named = crate::review::runtime_commits::runtime_named(&commit, &name, &email);
+        let why = if runtime_named {
+            match judge.judge(&commit, &email)? {
+                crate::review::runtime_commits::Authenticity::Forged(why) => why,
+                _ => continue,
+            }
+        } else {
+            let author = commit.author();
+            format!(
+                "written by {} <{}>, a commit not the runtime's",
+                author.name().unwrap_or(""),
+                author.email().unwrap_or("")
+            )
         };
         let parent = commit.parent_ids().next().map(|p| repo.find_commit(p)).transpose()?;
         for c in differ.diff(parent.map(|p| p.tree_id()), Some(commit.tree_id()), &["runs", "cards"])? {
-            if c.kind != crate::git::ChangeKind::Deleted {
+            let forged = if runtime_named {
+                c.kind != crate::git::ChangeKind::Deleted
+            } else {
+                crate::review::runtime_commits::receipt_written_by_a_person(&commit, &c, (&name, &email))?
+            };
+            if forged {
                 marks.push((c.path, commit.id().to_string(), why.clone()));
             }
         }
@@ -245,8 +265,8 @@ fn mark_forged(repo: &Repository, store: &mut Store, head: Oid) -> Result<usize,
             )?;
         }
         tx.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('forged_walked_to', ?1)",
-            [&head],
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
+            [FORGED_WALKED_TO, &head],
         )?;
         Ok(())
     })?;
@@ -307,7 +327,7 @@ fn is_card_path(path: &str) -> bool {
 }
 
 fn upsert_record(tx: &Transaction, path: &str, bytes: &[u8]) -> Result<Option<RecordKind>, RecordError> {
-    if path.starts_with("runs/") && path.ends_with(".json") {
+    if crate::layout::is_receipt_path(path) {
         let r: Receipt =
             serde_json::from_slice(bytes).map_err(|e| RecordError::Parse(format!("line {}: {e}", e.line())))?;
         insert_receipt(tx, &r, path)?;

@@ -179,6 +179,17 @@ pub fn overlapping_builder_dir(m: &globset::GlobMatcher, raw: &str) -> Option<&'
 /// for a card through a tool or its final answer, it never writes one.
 pub const RECORD_DIRS: &[&str] = &["runs", "cards"];
 
+/// A receipt's path (`runs/<task>/<day>/<run>.json`): written by the runtime alone.
+pub fn is_receipt_path(path: &str) -> bool {
+    path.starts_with("runs/") && path.ends_with(".json")
+}
+
+/// Whether a write glob reaches the runtime's state directory ([`STATE_DIR`]: its
+/// database, its walk memo, the report it hands to acceptance scripts).
+pub fn overlaps_state_dir(m: &globset::GlobMatcher, raw: &str) -> bool {
+    overlapping_dir(&[STATE_DIR], m, raw).is_some()
+}
+
 /// The record directory (`runs`, `cards`) a write glob reaches, if any.
 pub fn overlapping_record_dir(m: &globset::GlobMatcher, raw: &str) -> Option<&'static str> {
     // Also the shapes of real records, so `**/*.json` (a forged receipt) is caught.

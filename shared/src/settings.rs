@@ -1022,33 +1022,49 @@ fn permission_problems(file: &Path, src: &str, p: &Permissions, d: &mut Vec<Diag
                 "permissions.write",
                 format!("invalid glob `{g}`: {e}"),
             )),
-            Ok(glob) => {
-                if let Some(dir) = overlapping_builder_dir(&glob.compile_matcher(), g) {
-                    d.push(
-                        Diagnostic::new(
-                            file,
-                            line,
-                            "permissions.write",
-                            format!("write glob `{g}` overlaps builder-owned `{dir}/`"),
-                        )
-                        .with_hint(
-                            "the runtime may only write reports/, cards/, runs/ and paths outside builder directories",
-                        ),
-                    );
-                }
-                if let Some(dir) = crate::layout::overlapping_record_dir(&glob.compile_matcher(), g) {
-                    d.push(
-                        Diagnostic::new(
-                            file,
-                            line,
-                            "permissions.write",
-                            format!("write glob `{g}` reaches `{dir}/`, where only the runtime writes records"),
-                        )
-                        .with_hint("receipts and cards are the runtime's alone; point the write ACL at reports/**"),
-                    );
-                }
-            }
+            Ok(glob) => write_glob_overlaps(file, line, g, &glob.compile_matcher(), d),
         }
+    }
+}
+
+/// The places a write glob `g` (at `file:line`) must not reach: builder-owned
+/// directories, the record directories, the runtime's state.
+fn write_glob_overlaps(file: &Path, line: usize, g: &str, m: &globset::GlobMatcher, d: &mut Vec<Diagnostic>) {
+    if let Some(dir) = overlapping_builder_dir(m, g) {
+        d.push(
+            Diagnostic::new(
+                file,
+                line,
+                "permissions.write",
+                format!("write glob `{g}` overlaps builder-owned `{dir}/`"),
+            )
+            .with_hint("the runtime may only write reports/, cards/, runs/ and paths outside builder directories"),
+        );
+    }
+    if let Some(dir) = crate::layout::overlapping_record_dir(m, g) {
+        d.push(
+            Diagnostic::new(
+                file,
+                line,
+                "permissions.write",
+                format!("write glob `{g}` reaches `{dir}/`, where only the runtime writes records"),
+            )
+            .with_hint("receipts and cards are the runtime's alone; point the write ACL at reports/**"),
+        );
+    }
+    if crate::layout::overlaps_state_dir(m, g) {
+        d.push(
+            Diagnostic::new(
+                file,
+                line,
+                "permissions.write",
+                format!(
+                    "write glob `{g}` reaches `{}/`, the runtime's own state (its database, its walk memo)",
+                    crate::layout::STATE_DIR
+                ),
+            )
+            .with_hint("point the write ACL at reports/**"),
+        );
     }
 }
 
@@ -1320,6 +1336,21 @@ mod tests {
             assert_eq!(d.len(), 1, "{g}: {d:?}");
             assert_eq!((d[0].line, d[0].field.as_str()), (5, "permissions.write"), "{g}");
             assert!(d[0].message.contains("leaves the repository"), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn a_write_glob_reaching_the_runtimes_state_is_refused() {
+        for g in [".runtime/**", "./.runtime/state.db", ".runtime/*"] {
+            let src =
+                format!("version: 1\nprovider: {{kind: replay, replay: x}}\npermissions:\n  write:\n    - \"{g}\"\n");
+            let mut d = Vec::new();
+            assert!(parse_runtime_yaml(&src, &mut d).is_none(), "{g}");
+            assert_eq!((d[0].line, d[0].field.as_str()), (5, "permissions.write"), "{g}");
+            assert!(
+                d.iter().any(|x| x.message.contains("the runtime's own state")),
+                "{g}: {d:?}"
+            );
         }
     }
 

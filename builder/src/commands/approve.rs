@@ -62,6 +62,13 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             approval.body.approver,
             &approval.id.to_string()[..12]
         );
+        if args.push {
+            let Some(r) = super::team_remote(&wt.repo, args.remote.as_deref(), &settings, true)? else {
+                return Err(CommandError::usage("--push: this repository has no remote"));
+            };
+            let n = shared::review::remote::publish_approvals(&wt.repo, &wt.root, &r)?;
+            println!("pushed {n} approval(s) to {r} (it has every approval this clone has)");
+        }
         return Ok(Outcome::Ok);
     };
     super::recover_interrupted(&wt)?;

@@ -179,7 +179,7 @@ fn walk(
         return;
     };
     let dir_changed = changed_since(&dir_meta, since);
-    let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
+    let Ok(entries) = read_dir_restoring(&root.join(rel), &dir_meta) else {
         return;
     };
     for entry in entries.flatten() {
@@ -231,6 +231,28 @@ fn walk(
         } else if new {
             found.push(path);
         }
+    }
+}
+
+/// Reads the directory `path` (`meta`: its own metadata, not followed). One a tool
+/// made unreadable (`chmod 000 reports`) gets its owner's rights back first: the
+/// runtime and its tools run as one user, so the tool could take them and the
+/// runtime can give them back; left so, the fire's outputs under it would go unseen,
+/// uncommitted and on no card.
+fn read_dir_restoring(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<std::fs::ReadDir> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::read_dir(path) {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::PermissionDenied
+                && meta.file_type().is_dir()
+                && meta.uid() == rustix::process::geteuid().as_raw() =>
+        {
+            let mode = (meta.mode() & 0o7777) | 0o700;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+            tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "a tool made this directory unreadable: its owner's rights are back");
+            std::fs::read_dir(path)
+        }
+        other => other,
     }
 }
 

@@ -242,6 +242,35 @@ pub fn runtime_identity_of(repo: &Repository, tree: &git2::Tree) -> Result<crate
     })
 }
 
+/// Whether `commit` wrote the receipt `change` holds as a person: not named as the
+/// runtime, the path a receipt, added or rewritten (a deletion prunes, it forges
+/// nothing), and, for a merge, held by no other parent (a `git pull` brings the
+/// runtime's receipts from the origin; only content no parent had is the merge's own).
+pub fn receipt_written_by_a_person(
+    commit: &git2::Commit,
+    change: &crate::git::TreeChange,
+    runtime: (&str, &str),
+) -> Result<bool, git2::Error> {
+    if runtime_named(commit, runtime.0, runtime.1)
+        || !crate::layout::is_receipt_path(&change.path)
+        || change.kind == crate::git::ChangeKind::Deleted
+    {
+        return Ok(false);
+    }
+    let Some((blob, _)) = change.new else {
+        return Ok(false);
+    };
+    for parent in commit.parents().skip(1) {
+        match parent.tree()?.get_path(Path::new(&change.path)) {
+            Ok(e) if e.id() == blob => return Ok(false),
+            Ok(_) => {}
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
 /// Whether `commit` is named as the runtime: its author or committer carries the
 /// runtime's name or email (emails compared case-insensitively).
 pub fn runtime_named(commit: &git2::Commit, name: &str, email: &str) -> bool {

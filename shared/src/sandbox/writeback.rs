@@ -188,6 +188,28 @@ impl Walk<'_> {
         });
     }
 
+    /// What was copied from beneath `rel` before counts as still there: `rel` could
+    /// not be listed or opened this time, and an entry not seen is not an entry
+    /// gone (its removal from the real directory would lose what a tool wrote).
+    fn keep_beneath(&mut self, rel: &Path) {
+        self.keep_where(|p| p.starts_with(rel) && p != rel);
+    }
+
+    /// As [`Walk::keep_beneath`], for `rel` itself and what lies beneath it.
+    fn keep(&mut self, rel: &Path) {
+        self.keep_where(|p| p.starts_with(rel));
+    }
+
+    fn keep_where(&mut self, kept: impl Fn(&Path) -> bool) {
+        let kept: Vec<(PathBuf, Stamp)> = self
+            .previous
+            .iter()
+            .filter(|(p, _)| kept(p))
+            .map(|(p, s)| (p.clone(), *s))
+            .collect();
+        self.now.extend(kept);
+    }
+
     /// Removes the entry `rel` (of a repository at `repository`) through the merged
     /// view, and names the repository.
     fn remove_repository(&mut self, repository: &Path, rel: &Path) {
@@ -228,6 +250,34 @@ fn sync_layer(layer: &mut Layer, out: &mut Synced) {
         }
     }
     layer.synced = now;
+}
+
+/// Read and search lent to an upper directory whose mode a tool took them from
+/// (`chmod 000 reports`: a write directory's root too, which no parent's open can
+/// lend them to) for as long as the copy walks it; its mode is given back on drop.
+/// The worker owns the upper layer, so it may.
+struct Lent<'a> {
+    dir: BorrowedFd<'a>,
+    mode: Option<u32>,
+}
+
+impl<'a> Lent<'a> {
+    fn to(dir: BorrowedFd<'a>) -> Lent<'a> {
+        let mode = rfs::fstat(dir)
+            .ok()
+            .map(|st| st.st_mode & 0o7777)
+            .filter(|m| m & 0o500 != 0o500)
+            .filter(|m| rfs::fchmod(dir, Mode::from_raw_mode(m | 0o500)).is_ok());
+        Lent { dir, mode }
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(m) = self.mode {
+            let _ = rfs::fchmod(self.dir, Mode::from_raw_mode(m));
+        }
+    }
 }
 
 /// The names in a directory, `.` and `..` left out.
@@ -278,9 +328,13 @@ fn open_upper(dir: BorrowedFd<'_>, name: &CStr, st: &Stat, flags: OFlags, need: 
 
 /// Mirrors the upper directory `up` into the real directory `low` (both at `rel`).
 fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &Path) {
+    let _lent = Lent::to(up);
     let names = match entries(up) {
         Ok(n) => n,
-        Err(e) => return walk.fail(rel, format!("cannot list it: {e}")),
+        Err(e) => {
+            walk.keep_beneath(rel);
+            return walk.fail(rel, format!("cannot list it: {e}"));
+        }
     };
     // A bare repository taking shape here, whichever of its three entries this call
     // added: its `HEAD` goes, from the tools' view and from the real directory.
@@ -299,6 +353,7 @@ fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &
             // A bare repository's `HEAD` removed above.
             Err(Errno::NOENT) => continue,
             Err(e) => {
+                walk.keep(&path);
                 walk.fail(&path, e);
                 continue;
             }
@@ -361,18 +416,26 @@ fn sync_subdir(
     let mode = st.st_mode & MODE_BITS;
     let up_child = match open_upper(up, name, st, OFlags::RDONLY | OFlags::DIRECTORY, 0o500) {
         Ok(fd) => fd,
-        Err(e) => return walk.fail(path, e),
+        Err(e) => {
+            walk.keep_beneath(path);
+            return walk.fail(path, e);
+        }
     };
     let low_child = match ensure_dir(low, name) {
         Ok(fd) => fd,
-        Err(e) => return walk.fail(path, e),
+        Err(e) => {
+            walk.keep_beneath(path);
+            return walk.fail(path, e);
+        }
     };
     if changed && is_opaque(up_child.as_fd()) {
         // Removed and made again by a tool: nothing of the real directory's old
         // content is in the merged view.
-        let keep: HashSet<CString> = entries(up_child.as_fd()).unwrap_or_default().into_iter().collect();
-        match entries(low_child.as_fd()) {
-            Ok(old) => {
+        let _lent = Lent::to(up_child.as_fd());
+        let listed = entries(up_child.as_fd());
+        match listed.and_then(|keep| Ok((keep, entries(low_child.as_fd())?))) {
+            Ok((keep, old)) => {
+                let keep: HashSet<CString> = keep.into_iter().collect();
                 for n in old.iter().filter(|n| !keep.contains(*n)) {
                     if let Err(e) = remove_entry(low_child.as_fd(), n) {
                         walk.fail(&rel_join(path, n), e);

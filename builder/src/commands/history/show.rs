@@ -41,7 +41,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
         );
         if let Some((commit, why)) = history::forged_record(&ix.store, &receipt_path)? {
             println!(
-                "FORGED: this receipt came in commit {}, named as the runtime without a valid runtime signature ({})\n",
+                "FORGED: this receipt came in commit {}, which the runtime did not make ({})\n",
                 &commit[..commit.len().min(12)],
                 printable(&why)
             );
