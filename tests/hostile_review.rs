@@ -1220,3 +1220,47 @@ fn a_proposal_cannot_supply_its_own_base_through_an_earlier_commit_or_a_checkout
     let out = r.builder(As::Me, &["review", "two", "--format", "json"], &[]);
     assert_eq!(judged(&out, "review with the proposal checked out"), main);
 }
+
+/// A colleague with push access but no say in review commits the widened settings
+/// straight onto `main` (past the pre-push hook), then proposes a prompt tweak on
+/// top. Under `require_reviewed`, `main`'s tip owes review nobody gave, so it lends
+/// no powers: the eval trusts the last reviewed commit's settings, refuses the base's
+/// and the head's fires alike, and the token goes nowhere.
+#[test]
+fn a_base_pushed_past_review_lends_its_widened_powers_to_no_eval() {
+    let r = Reviewer::new();
+    prove_live(&r, Widening::Provider);
+    let git = |args: &[&str]| crate::review::git(&r.env, &r.env.root, args);
+    let reviewed = format!("{}require_reviewed: true\n", r.settings(&[]));
+    r.env.write("settings/runtime.yaml", &reviewed);
+    r.env.commit_all("review on");
+    let out = r
+        .env
+        .builder(&["approve", "--bootstrap", "--reviewer", "Rev <rev@example.com>"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let trusted = git(&["rev-parse", "HEAD"]);
+    let widened = format!("{}require_reviewed: true\n", r.settings(&[Widening::Provider]));
+    r.env.write("settings/runtime.yaml", &widened);
+    r.env.commit_all("provider tidy-up (pushed past the hook)");
+    git(&["checkout", "-q", "-b", "proposals/tweak"]);
+    r.env.write("prompts/t.md", &format!("{PLAIN_PROMPT}\nBe brief.\n"));
+    r.env.commit_all("Be brief");
+    git(&["checkout", "-q", "main"]);
+    let out = r.builder(As::Me, &["eval", "--head", "proposals/tweak", "--json"], &[]);
+    let rep = json_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{rep}");
+    assert!(rep["trusted"].as_str().unwrap().contains(&trusted[..12]), "{rep}");
+    for revision in ["base", "head"] {
+        let powers = rep["powers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["revision"] == revision)
+            .unwrap();
+        assert!(
+            powers["refused"].as_str().unwrap_or("").contains("provider"),
+            "{revision} was not refused: {rep}"
+        );
+    }
+    r.assert_nothing_left("a base pushed past review", &[&out]);
+}

@@ -65,6 +65,14 @@ impl TrustedLock {
     }
 }
 
+/// The commit whose settings and MCP pins an eval against the base `b` trusts: the
+/// base, or its nearest reviewed ancestor when it owes review nobody gave
+/// ([`crate::review::base::reviewed_ancestor`]).
+fn trusted_commit(repo: &git2::Repository, b: &Revision) -> Result<git2::Oid, EvalError> {
+    let id = git2::Oid::from_str(&b.commit).map_err(|e| EvalError::Worktree(e.to_string()))?;
+    crate::review::base::reviewed_ancestor(repo, id).map_err(|e| EvalError::Trusted(e.to_string()))
+}
+
 /// The blob of `settings/mcp.lock` at `commit` (none when the commit has no lock)
 /// and the lock it holds (a missing lock is an empty one), read from git.
 fn lock_of_commit(
@@ -155,10 +163,19 @@ impl Trusted {
                 format!("the operator's file {}", path.display()),
             ),
             (TrustedSource::Base, Some(b)) => {
-                let id = git2::Oid::from_str(&b.commit).map_err(|e| EvalError::Worktree(e.to_string()))?;
+                let id = trusted_commit(repo, b)?;
                 let s = crate::review::delta::settings_of_commit(repo, id, &b.rev)
                     .map_err(|e| EvalError::Trusted(format!("the base's settings cannot be trusted: {e}")))?;
-                (s, format!("the base ({})", short(&b.commit)))
+                let from = if id.to_string() == b.commit {
+                    format!("the base ({})", short(&b.commit))
+                } else {
+                    format!(
+                        "{}, the nearest reviewed commit below the base ({}, which owes review)",
+                        short(&id.to_string()),
+                        short(&b.commit)
+                    )
+                };
+                (s, from)
             }
             (TrustedSource::Base, None) => {
                 return Err(EvalError::Trusted(
@@ -166,7 +183,14 @@ impl Trusted {
                 ))
             }
         };
-        let lock = TrustedLock::of(repo, base)?;
+        let reviewed = match base {
+            Some(b) => Some(Revision {
+                rev: b.rev.clone(),
+                commit: trusted_commit(repo, b)?.to_string(),
+            }),
+            None => None,
+        };
+        let lock = TrustedLock::of(repo, reviewed.as_ref())?;
         let dir = Scratch::new("builder-trusted-").map_err(|(path, source)| EvalError::Io { path, source })?;
         let file = dir.path().join("runtime.yaml");
         let text = powers::to_yaml(&settings).map_err(|e| EvalError::Trusted(e.to_string()))?;

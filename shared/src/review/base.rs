@@ -6,6 +6,10 @@
 //! reviewer who checked the proposal out would compare it with itself), and not the
 //! work tree's settings (which may be the proposal's).
 //!
+//! A base whose builder tree owes review nobody gave (pushed past the pre-push hook)
+//! lends no powers: evals trust its nearest reviewed first-parent ancestor's settings
+//! ([`reviewed_ancestor`]).
+//!
 //! The protected branch is the one the remote's `HEAD` names, else `main`, or the
 //! `sync.branch` that branch's own committed settings name; its remote-tracking ref
 //! when the clone has one (what the team pushed, past the pre-push hook), else the
@@ -73,6 +77,33 @@ pub fn trusted_base(repo: &Repository, head: Oid) -> Result<(Oid, ProtectedTip),
         ))),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whose settings an eval of `base` trusts: `base`, or, when its builder tree owes
+/// review that no approval gave (a colleague pushed past the pre-push hook onto the
+/// protected branch), its nearest first-parent ancestor that owes none
+/// ([`super::trust::Trust::review_owed`], by the approval rule of `base`'s own
+/// settings). The base itself is still what a review compares with; its eval is
+/// then judged against that ancestor's powers like the head's. Settings that do not
+/// load leave `base` as it is (the eval refuses them itself).
+pub fn reviewed_ancestor(repo: &Repository, base: Oid) -> Result<Oid, ReviewError> {
+    let Ok(settings) = super::delta::settings_of_commit(repo, base, "the base") else {
+        return Ok(base);
+    };
+    let Ok(rule) = super::signing::ApprovalRule::from_settings(&settings) else {
+        return Ok(base);
+    };
+    let mut trust = super::trust::Trust::new(repo, rule)?;
+    let mut at = base;
+    while trust.review_owed(at)? {
+        at = repo.find_commit(at)?.parent_ids().next().ok_or_else(|| {
+            ReviewError::Refused(format!(
+                "no reviewed commit below {}: there is no trusted base to judge from",
+                &base.to_string()[..12]
+            ))
+        })?;
+    }
+    Ok(at)
 }
 
 /// The base `builder eval` compares `head` with by default: where it meets the
@@ -153,5 +184,38 @@ mod tests {
         let stray = commit(&repo, "stray", None, "version: 1 # another history\n");
         let r = trusted_base(&repo, stray);
         assert!(matches!(r, Err(ReviewError::Refused(_))), "{r:?}");
+    }
+
+    #[test]
+    fn a_base_pushed_past_review_lends_no_powers_its_reviewed_ancestor_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let on = "version: 1\nprovider: {kind: replay, replay: x}\nrequire_reviewed: true\n";
+        let off = format!("{on}sandbox: {{landlock: \"off\"}}\n");
+        let reviewed_tip = commit(&repo, "main", None, on);
+        let tree = crate::review::builder_tree_of_commit(&repo, reviewed_tip).unwrap();
+        let rev = crate::git::Person {
+            name: "Rev".into(),
+            email: "rev@example.com".into(),
+        };
+        crate::review::approvals::record(&repo, "p", tree, reviewed_tip, &rev).unwrap();
+        // Pushed past the hook: wider settings, no approval.
+        let pushed = commit(&repo, "main", Some(reviewed_tip), &off);
+        let prop = commit(&repo, "proposals/p", Some(pushed), &format!("{off}# p\n"));
+        assert_eq!(
+            trusted_base(&repo, prop).unwrap().0,
+            pushed,
+            "the review compares with it"
+        );
+        assert_eq!(
+            reviewed_ancestor(&repo, pushed).unwrap(),
+            reviewed_tip,
+            "its powers are not trusted"
+        );
+        assert_eq!(reviewed_ancestor(&repo, reviewed_tip).unwrap(), reviewed_tip);
+        // Approved, it is trusted.
+        let tree = crate::review::builder_tree_of_commit(&repo, pushed).unwrap();
+        crate::review::approvals::record(&repo, "q", tree, pushed, &rev).unwrap();
+        assert_eq!(reviewed_ancestor(&repo, pushed).unwrap(), pushed);
     }
 }
