@@ -286,13 +286,32 @@ fn a_git_repository_past_twenty_thousand_entries_or_bare_never_reaches_the_repos
 
 /// The same as uid 65534, the runtime unprivileged (the overlay then keeps its marks
 /// in `user.` extended attributes).
-#[test]
-fn a_git_repository_past_twenty_thousand_entries_never_reaches_the_repository_of_an_unprivileged_runtime() {
+/// Every tool result the fire's ledger (`.runtime/state.db`) holds.
+fn ledger_results(env: &TestEnv) -> Vec<String> {
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let mut q = db
+        .prepare("SELECT result FROM tool_ledger WHERE result IS NOT NULL")
+        .unwrap();
+    let rows = q.query_map([], |r| r.get(0)).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// Whether fires of an unprivileged runtime can be tested here: Landlock, and root
+/// to hand the repository to uid 65534. Says why when not.
+fn unprivileged_fires_or_skip() -> bool {
     if !landlock_or_skip() {
-        return;
+        return false;
     }
     if !crate::isolation::am_root() {
         crate::skip::skip(Capability::Root, "needs root to hand the repository to uid 65534");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn a_git_repository_past_twenty_thousand_entries_never_reaches_the_repository_of_an_unprivileged_runtime() {
+    if !unprivileged_fires_or_skip() {
         return;
     }
     planted_repositories_never_reach_the_repository(true);
@@ -410,11 +429,7 @@ fn fire_as_nobody(env: &TestEnv) -> (i32, Value) {
 
 #[test]
 fn a_directory_under_reports_set_to_mode_000_stops_no_fire_of_an_unprivileged_runtime() {
-    if !landlock_or_skip() {
-        return;
-    }
-    if !crate::isolation::am_root() {
-        crate::skip::skip(Capability::Root, "needs root to hand the repository to uid 65534");
+    if !unprivileged_fires_or_skip() {
         return;
     }
     let env = setup(
@@ -448,11 +463,7 @@ fn a_directory_under_reports_set_to_mode_000_stops_no_fire_of_an_unprivileged_ru
 /// `output_rejected` card; a report committed before stays.
 #[test]
 fn reports_set_to_mode_000_loses_no_output_and_no_card_of_an_unprivileged_runtime() {
-    if !landlock_or_skip() {
-        return;
-    }
-    if !crate::isolation::am_root() {
-        crate::skip::skip(Capability::Root, "needs root to hand the repository to uid 65534");
+    if !unprivileged_fires_or_skip() {
         return;
     }
     let env = setup(
@@ -469,14 +480,7 @@ fn reports_set_to_mode_000_loses_no_output_and_no_card_of_an_unprivileged_runtim
     env.commit_all("an earlier report");
     let (code, summary) = fire_as_nobody(&env);
     // The payload ran: in the tools' view `reports` was mode 0 and unreadable.
-    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
-    let results: Vec<String> = db
-        .prepare("SELECT result FROM tool_ledger WHERE result IS NOT NULL")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let results = ledger_results(&env);
     assert!(
         results.iter().any(|r| r.contains("mode=0") && r.contains("ls-exit=2")),
         "the chmod took effect in the tools' view: {results:?}"
@@ -599,14 +603,7 @@ fn the_ledger_is_redacted_and_a_denied_commands_password_never_reaches_git() {
     env.commit_all("a secret in a result and a password in a denied command");
     let (_, summary) = fire(&env, &[]);
     // The payload ran: the echo's result is in the ledger, the command was denied.
-    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
-    let results: Vec<String> = db
-        .prepare("SELECT result FROM tool_ledger WHERE result IS NOT NULL")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let results = ledger_results(&env);
     assert!(
         results.iter().any(|r| r.contains("[REDACTED]")),
         "the echo ran and its result is in the ledger: {results:?}"
