@@ -177,7 +177,7 @@ fn a_walk_memo_pushed_in_a_commit_never_reaches_the_cron_box() {
     approve_as_mallory(&mal, y, &mal_key);
     let t_y = shared::review::builder_tree_of_commit(&mal, y).unwrap();
     // p1: the forged memo, no builder-owned path changed. c1: her prompt.
-    let memo = format!("{x} {t_x} {y}\n{y} {t_y} -\n");
+    let memo = format!("{}\n{x} {t_x} {y}\n{y} {t_y} -\n", shared::state::WALK_MEMO_HEADER);
     let p1 = commit_on(&mal, x, &[(".runtime/builder-tree-walk", &memo)], "notes");
 
     push(&env, &mal, p1);

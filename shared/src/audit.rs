@@ -840,17 +840,9 @@ mod tests {
     #[test]
     fn turning_signed_approvals_off_is_judged_under_signatures() {
         let dir = tempfile::tempdir().unwrap();
-        let key = dir.path().join("rev");
-        let made = std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-C", "rev", "-f"])
-            .arg(&key)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !made {
-            eprintln!("skipped: ssh-keygen is not installed");
+        let Some((key, public)) = crate::review::signing::test_keys::keygen(dir.path(), "rev") else {
             return;
-        }
-        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        };
         let root_dir = dir.path().join("r");
         let repo = Repository::init(&root_dir).unwrap();
         let signed = "version: 1\nrequire_reviewed: true\nreview:\n  require_signed: true\n";
@@ -913,7 +905,6 @@ mod tests {
     fn an_unsigned_approval_of_a_later_commit_excuses_nothing_under_signatures() {
         let dir = tempfile::tempdir().unwrap();
         let Some((key, public)) = crate::review::signing::test_keys::keygen(dir.path(), "rev") else {
-            eprintln!("skipped: ssh-keygen is not installed");
             return;
         };
         let root_dir = dir.path().join("r");

@@ -50,6 +50,7 @@ const LAYERS: &[Layer] = &[
             "secrets",
             "shell",
             "stats",
+            "test_skip",
             "text",
             "yamlpos",
         ],

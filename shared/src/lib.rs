@@ -53,6 +53,8 @@ pub mod stats;
 pub mod store;
 pub mod sync;
 pub mod telemetry;
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_skip;
 pub mod text;
 pub mod tools;
 pub mod trace;

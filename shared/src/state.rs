@@ -54,12 +54,17 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
 };
 
 /// The builder-tree walk memo of the two-key check (`review::trust`), in
-/// [`STATE_DIR`]: one line per commit, `<commit> <builder tree> <boundary or ->`, the
-/// boundary being the nearest first-parent ancestor with another builder tree. These
+/// [`STATE_DIR`]: [`WALK_MEMO_HEADER`], then one line per commit, `<commit> <builder
+/// tree> <boundary or -> [<replaced reviewed parent>]`, the boundary being the nearest
+/// first-parent ancestor with another builder tree. These
 /// are facts of immutable commits, so a fire walks only the commits since the last
 /// fire's HEAD. A plain file rather than a table: opening `state.db` (its WAL
 /// recovered by the first connection of a process) costs more than the whole check.
 pub const WALK_MEMO_FILE: &str = "builder-tree-walk";
+/// The first line of a walk memo this version reads. A memo without it was written
+/// before merges that replace a reviewed tree were remembered (the fourth column), so
+/// its silence about them is no fact: it is ignored, and the walk done again once.
+pub const WALK_MEMO_HEADER: &str = "builder-tree-walk 2";
 /// A walk memo larger than this is ignored (and rewritten): it holds one line per
 /// builder change, about 100 bytes each.
 const WALK_MEMO_MAX_BYTES: u64 = 16 << 20;
@@ -85,12 +90,11 @@ pub fn tracked_state_refusal(repo: &git2::Repository) -> Option<(String, String)
 }
 
 /// One commit's line of the walk memo: `(commit, builder tree, boundary, replaced)`,
-/// `replaced` being the reviewed parent a merge in its run replaced, if any (a line
-/// without it, as older versions wrote, has none).
+/// `replaced` being the reviewed parent a merge in its run replaced, if any.
 pub type BuilderTreeStep = (String, String, Option<String>, Option<String>);
 
-/// The walk memo of the repository at `root`; empty when absent or unreadable (it is
-/// only a memo: the walk is then done again).
+/// The walk memo of the repository at `root`; empty when absent, unreadable or
+/// without [`WALK_MEMO_HEADER`] (it is only a memo: the walk is then done again).
 pub fn read_walk_memo(root: &Path) -> Vec<BuilderTreeStep> {
     let rel = Path::new(STATE_DIR).join(WALK_MEMO_FILE);
     let Ok(bytes) = crate::beneath::open_root(root)
@@ -99,8 +103,12 @@ pub fn read_walk_memo(root: &Path) -> Vec<BuilderTreeStep> {
     else {
         return Vec::new();
     };
-    String::from_utf8_lossy(&bytes)
-        .lines()
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines = text.lines();
+    if lines.next() != Some(WALK_MEMO_HEADER) {
+        return Vec::new();
+    }
+    lines
         .filter_map(|line| {
             let mut f = line.split(' ');
             let (commit, tree, boundary) = (f.next()?, f.next()?, f.next()?);
@@ -118,7 +126,9 @@ pub fn read_walk_memo(root: &Path) -> Vec<BuilderTreeStep> {
 /// writer may win the race; either file is a correct memo.
 pub fn write_walk_memo(root: &Path, steps: &[BuilderTreeStep]) -> std::io::Result<()> {
     let rel = Path::new(STATE_DIR).join(WALK_MEMO_FILE);
-    let mut text = String::with_capacity(steps.len() * 124);
+    let mut text = String::with_capacity(steps.len() * 124 + WALK_MEMO_HEADER.len() + 1);
+    text.push_str(WALK_MEMO_HEADER);
+    text.push('\n');
     for (commit, tree, boundary, replaced) in steps {
         text.push_str(&format!("{commit} {tree} {}", boundary.as_deref().unwrap_or("-")));
         if let Some(r) = replaced {

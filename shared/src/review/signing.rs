@@ -471,16 +471,25 @@ pub(crate) mod test_keys {
     use std::path::{Path, PathBuf};
 
     /// An Ed25519 key pair made by `ssh-keygen`: (private key, public key line);
-    /// `None` when `ssh-keygen` cannot run here.
+    /// `None` when `ssh-keygen` is not installed, the test then skipping
+    /// ([`crate::test_skip::skip`]: a failure where the run declares `ssh-keygen`).
     pub(crate) fn keygen(dir: &Path, name: &str) -> Option<(PathBuf, String)> {
         let key = dir.join(name);
-        let ok = std::process::Command::new("ssh-keygen")
+        let status = std::process::Command::new("ssh-keygen")
             .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
             .arg(&key)
-            .status()
-            .ok()?
-            .success();
-        ok.then(|| (key.clone(), std::fs::read_to_string(key.with_extension("pub")).unwrap()))
+            .status();
+        match status {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                crate::test_skip::skip(crate::test_skip::Capability::SshKeygen, "ssh-keygen is not installed");
+                None
+            }
+            Err(e) => panic!("ssh-keygen: {e}"),
+            Ok(s) => {
+                assert!(s.success(), "ssh-keygen failed: {s}");
+                Some((key.clone(), std::fs::read_to_string(key.with_extension("pub")).unwrap()))
+            }
+        }
     }
 }
 
@@ -504,7 +513,6 @@ mod tests {
     fn a_signature_counts_only_from_a_listed_key_for_the_approvers_email() {
         let dir = tempfile::tempdir().unwrap();
         let Some((ann_key, ann_pub)) = keygen(dir.path(), "ann") else {
-            eprintln!("skipped: ssh-keygen is not installed");
             return;
         };
         let (eve_key, _) = keygen(dir.path(), "eve").unwrap();
@@ -547,7 +555,6 @@ mod tests {
     fn options_limit_a_key_and_bad_lines_name_their_line() {
         let dir = tempfile::tempdir().unwrap();
         let Some((key, public)) = keygen(dir.path(), "k") else {
-            eprintln!("skipped: ssh-keygen is not installed");
             return;
         };
         let path = Path::new("s");

@@ -145,12 +145,17 @@ const MEMO_SAVE_AFTER: usize = 8;
 /// Under `.runtime/`: a commit no builder change at or below which (first parents)
 /// asked for review, so a walk for owed review stops there.
 pub const REVIEW_FREE_FILE: &str = "review-free";
+/// What a review-free mark this version reads begins with. An older version's mark
+/// (the bare commit id) was written by a walk that did not look for merges replacing
+/// a reviewed tree, so it is no fact now: it is ignored, and the walk done again.
+const REVIEW_FREE_FORMAT: &str = "review-free 2 ";
 
 fn read_review_free(root: &std::path::Path) -> Option<Oid> {
     let rel = std::path::Path::new(crate::layout::STATE_DIR).join(REVIEW_FREE_FILE);
     let dir = crate::beneath::open_root(root).ok()?;
     let bytes = crate::beneath::read_regular(&dir, &rel, 128).ok()?;
-    Oid::from_str(String::from_utf8_lossy(&bytes).trim()).ok()
+    let text = String::from_utf8_lossy(&bytes);
+    Oid::from_str(text.strip_prefix(REVIEW_FREE_FORMAT)?.trim()).ok()
 }
 
 fn write_review_free(root: &std::path::Path, commit: Oid) -> std::io::Result<()> {
@@ -161,7 +166,7 @@ fn write_review_free(root: &std::path::Path, commit: Oid) -> std::io::Result<()>
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    crate::beneath::create_new(&dir, &rel, format!("{commit}\n").as_bytes())
+    crate::beneath::create_new(&dir, &rel, format!("{REVIEW_FREE_FORMAT}{commit}\n").as_bytes())
 }
 
 impl<'r> Trust<'r> {
@@ -778,18 +783,17 @@ mod tests {
     }
 
     fn memo_lines(root: &Path) -> Vec<String> {
-        std::fs::read_to_string(root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE))
-            .unwrap()
-            .lines()
-            .map(str::to_string)
-            .collect()
+        let text =
+            std::fs::read_to_string(root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE)).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some(crate::state::WALK_MEMO_HEADER), "{text}");
+        lines.map(str::to_string).collect()
     }
 
     #[test]
     fn a_key_added_by_an_unapproved_commit_is_trusted_for_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
-            eprintln!("skipped: ssh-keygen is not installed");
             return;
         };
         let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
@@ -873,7 +877,6 @@ mod tests {
     fn the_walk_is_remembered_so_a_fire_reads_only_its_new_commits() {
         let dir = tempfile::tempdir().unwrap();
         let Some((repo, root, c0, c1)) = approved_history(dir.path()) else {
-            eprintln!("skipped: ssh-keygen is not installed");
             return;
         };
         let check = |at: Oid| check_trusted(&repo, &root, at, c0);
@@ -890,7 +893,7 @@ mod tests {
         let next = commit(&repo, &[("runs/t/next.json", "{}")], "runtime");
         std::fs::write(
             root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE),
-            format!("{head} {t1} -\n"),
+            format!("{}\n{head} {t1} -\n", crate::state::WALK_MEMO_HEADER),
         )
         .unwrap();
         let judged = Trust::new(&repo, rule())
@@ -899,16 +902,73 @@ mod tests {
             .commit(next)
             .unwrap();
         assert_eq!(judged.by, JudgedBy::Bootstrap(next), "read from the memo, not walked");
-        // The truth again, and an unreadable memo is only a slower walk.
-        std::fs::write(
-            root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE),
-            "not a memo\n",
-        )
-        .unwrap();
+        // The truth again, and an unreadable memo is only a slower walk; so is one an
+        // older version wrote (no header: its rows never say which merges replaced a
+        // reviewed tree), however well it reads.
+        for stale in ["not a memo\n".to_string(), format!("{head} {t1} -\n")] {
+            std::fs::write(
+                root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE),
+                stale,
+            )
+            .unwrap();
+            check(next);
+            assert_eq!(memo_lines(&root), want(next));
+        }
         check(next);
         assert_eq!(memo_lines(&root), want(next));
-        check(next);
-        assert_eq!(memo_lines(&root), want(next));
+    }
+
+    /// A merge that brought an uncovered tree in over a reviewed parent owes review,
+    /// and a review-free mark above it that an older version wrote (its walk never
+    /// looked for such merges) does not hide it; a mark this version wrote is read.
+    #[test]
+    fn a_review_free_mark_of_an_older_version_hides_no_merge_over_a_reviewed_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("r");
+        let repo = Repository::init(&root).unwrap();
+        std::fs::create_dir_all(root.join(crate::layout::STATE_DIR)).unwrap();
+        let reviewed = commit(
+            &repo,
+            &[
+                (crate::layout::SETTINGS_FILE, "require_reviewed: true\n"),
+                ("prompts/a.md", "1"),
+            ],
+            "eng",
+        );
+        // An orphan line with review off, merged over the reviewed branch keeping its
+        // own tree (`git merge -s ours`), then a builder change and records on top.
+        repo.set_head_detached(reviewed).unwrap();
+        let sig = git2::Signature::now("eng", "eng@localhost").unwrap();
+        let mut own = git2::build::TreeUpdateBuilder::new();
+        own.upsert("prompts/a.md", repo.blob(b"mine").unwrap(), git2::FileMode::Blob);
+        let empty = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        let orphan_tree = repo.find_tree(own.create_updated(&repo, &empty).unwrap()).unwrap();
+        let orphan = repo.commit(None, &sig, &sig, "orphan", &orphan_tree, &[]).unwrap();
+        let parents = [&repo.find_commit(orphan).unwrap(), &repo.find_commit(reviewed).unwrap()];
+        let merge = repo.commit(None, &sig, &sig, "merge", &orphan_tree, &parents).unwrap();
+        repo.set_head_detached(merge).unwrap();
+        commit(&repo, &[("prompts/a.md", "2")], "eng");
+        let head = commit(&repo, &[("runs/t/1.json", "{}")], "runtime");
+        let owed = |mark: Option<String>| {
+            let path = root.join(crate::layout::STATE_DIR).join(REVIEW_FREE_FILE);
+            let _ = std::fs::remove_file(&path);
+            if let Some(m) = mark {
+                std::fs::write(&path, m).unwrap();
+            }
+            Trust::new(&repo, rule())
+                .unwrap()
+                .remembering(Some(&root))
+                .review_owed(head)
+                .unwrap()
+        };
+        assert!(owed(None), "the merge replaced a reviewed tree");
+        assert!(owed(Some(format!("{merge}\n"))), "an older version's mark is ignored");
+        assert!(
+            !owed(Some(format!("{REVIEW_FREE_FORMAT}{merge}\n"))),
+            "this version's mark is read"
+        );
     }
 
     /// Fires' records commits on top of a remembered HEAD are judged right, the memo
@@ -918,7 +978,6 @@ mod tests {
     fn the_memo_is_written_again_once_enough_records_commits_pile_up() {
         let dir = tempfile::tempdir().unwrap();
         let Some((repo, root, c0, _)) = approved_history(dir.path()) else {
-            eprintln!("skipped: ssh-keygen is not installed");
             return;
         };
         let head = repo.head().unwrap().peel_to_commit().unwrap().id();
