@@ -1264,3 +1264,40 @@ fn a_base_pushed_past_review_lends_its_widened_powers_to_no_eval() {
     }
     r.assert_nothing_left("a base pushed past review", &[&out]);
 }
+
+/// The same colleague, instead of widening powers, pushes onto `main` (past the
+/// hook) settings whose `sync.branch` names a branch of theirs holding the proposal
+/// itself. Were that followed, the review would compare the proposal with itself: no
+/// diff, no regression. The settings owe review nobody gave, so the branch they name
+/// is not followed: the review compares with `main`'s tip and shows the change.
+#[test]
+fn a_sync_branch_pushed_past_review_does_not_make_the_proposal_its_own_base() {
+    let r = Reviewer::new();
+    let git = |args: &[&str]| crate::review::git(&r.env, &r.env.root, args);
+    let reviewed = format!("{}require_reviewed: true\n", r.settings(&[]));
+    r.env.write("settings/runtime.yaml", &reviewed);
+    r.env.commit_all("review on");
+    let out = r
+        .env
+        .builder(&["approve", "--bootstrap", "--reviewer", "Rev <rev@example.com>"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    r.env.write(
+        "settings/runtime.yaml",
+        &format!("{reviewed}sync: {{remote: origin, branch: hers}}\n"),
+    );
+    r.env.commit_all("sync tidy-up (pushed past the hook)");
+    let pushed = git(&["rev-parse", "HEAD"]);
+    git(&["checkout", "-q", "-b", "proposals/tweak"]);
+    r.env.write("prompts/t.md", &format!("{PLAIN_PROMPT}\nBe brief.\n"));
+    r.env.commit_all("Be brief");
+    git(&["branch", "hers", "proposals/tweak"]);
+    git(&["checkout", "-q", "main"]);
+    let out = r.builder(As::Me, &["review", "tweak", "--format", "json"], &[]);
+    let rep = json_of(&out);
+    assert_eq!(rep["base"].as_str(), Some(pushed.as_str()), "{rep}");
+    assert!(
+        rep["diff"].as_array().unwrap().iter().any(|p| p == "prompts/t.md"),
+        "the change is shown: {rep}"
+    );
+    r.assert_nothing_left("a sync branch pushed past review", &[&out]);
+}

@@ -11,7 +11,8 @@
 //! ([`reviewed_ancestor`]).
 //!
 //! The protected branch is the one the remote's `HEAD` names, else `main`, or the
-//! `sync.branch` that branch's own committed settings name; its remote-tracking ref
+//! `sync.branch` that branch's own committed settings name (those of its nearest
+//! reviewed first-parent commit, [`reviewed_ancestor`]); its remote-tracking ref
 //! when the clone has one (what the team pushed, past the pre-push hook), else the
 //! local branch.
 
@@ -55,8 +56,20 @@ pub fn protected_tip(repo: &Repository) -> Result<Option<ProtectedTip>, git2::Er
     let Some(first) = tip_of(&guess) else {
         return Ok(None);
     };
-    let named = super::sync_branch_of_commit(repo, first.commit)?
-        .filter(|b| *b != guess && !b.starts_with(super::PROPOSAL_PREFIX));
+    // The branch's settings as review left them: a tip pushed past review (a
+    // colleague's `sync.branch: <their branch>`) names no branch of its own choosing,
+    // which would make the proposal, or anything its author pushed, the base.
+    let reviewed = match approval_rule_of(repo, first.commit).map(|rule| reviewed_below(repo, first.commit, rule)) {
+        Some(Ok(c)) => Some(c),
+        Some(Err(ReviewError::Git(e))) => return Err(e),
+        // Settings that do not load, or nothing reviewed below: no branch followed.
+        _ => None,
+    };
+    let named = match reviewed {
+        Some(c) => super::sync_branch_of_commit(repo, c)?,
+        None => None,
+    }
+    .filter(|b| *b != guess && !b.starts_with(super::PROPOSAL_PREFIX));
     Ok(Some(named.and_then(|b| tip_of(&b)).unwrap_or(first)))
 }
 
@@ -87,12 +100,21 @@ pub fn trusted_base(repo: &Repository, head: Oid) -> Result<(Oid, ProtectedTip),
 /// then judged against that ancestor's powers like the head's. Settings that do not
 /// load leave `base` as it is (the eval refuses them itself).
 pub fn reviewed_ancestor(repo: &Repository, base: Oid) -> Result<Oid, ReviewError> {
-    let Ok(settings) = super::delta::settings_of_commit(repo, base, "the base") else {
-        return Ok(base);
-    };
-    let Ok(rule) = super::signing::ApprovalRule::from_settings(&settings) else {
-        return Ok(base);
-    };
+    match approval_rule_of(repo, base) {
+        Some(rule) => reviewed_below(repo, base, rule),
+        None => Ok(base),
+    }
+}
+
+/// The approval rule the committed settings of `commit` give; `None` when they do not
+/// load.
+fn approval_rule_of(repo: &Repository, commit: Oid) -> Option<super::signing::ApprovalRule> {
+    let settings = super::delta::settings_of_commit(repo, commit, "the base").ok()?;
+    super::signing::ApprovalRule::from_settings(&settings).ok()
+}
+
+/// The nearest first-parent commit from `base` down that owes no review under `rule`.
+fn reviewed_below(repo: &Repository, base: Oid, rule: super::signing::ApprovalRule) -> Result<Oid, ReviewError> {
     let mut trust = super::trust::Trust::new(repo, rule)?;
     let mut at = base;
     while trust.review_owed(at)? {
@@ -175,8 +197,9 @@ mod tests {
         assert_eq!(trusted_base(&repo, prop).unwrap().0, main);
         assert_eq!(eval_base(&repo, prop).unwrap(), Some((Some("main".to_string()), main)));
         // main's own settings name `prod`: that branch is the protected one.
-        let main2 = commit(&repo, "main", Some(main), "sync: {remote: origin, branch: prod}\n");
-        let prod = commit(&repo, "prod", Some(main2), "sync: {remote: origin, branch: prod}\n");
+        let to_prod = "version: 1\nprovider: {kind: replay, replay: x}\nsync: {remote: origin, branch: prod}\n";
+        let main2 = commit(&repo, "main", Some(main), to_prod);
+        let prod = commit(&repo, "prod", Some(main2), to_prod);
         assert_eq!(protected_tip(&repo).unwrap().unwrap().commit, prod);
         // A commit on the branch's first-parent line is compared with its parent.
         assert_eq!(eval_base(&repo, prod).unwrap(), Some((None, main2)));
@@ -217,5 +240,46 @@ mod tests {
         let tree = crate::review::builder_tree_of_commit(&repo, pushed).unwrap();
         crate::review::approvals::record(&repo, "q", tree, pushed, &rev).unwrap();
         assert_eq!(reviewed_ancestor(&repo, pushed).unwrap(), pushed);
+    }
+
+    /// A `sync.branch` pushed past review onto the protected branch does not pick the
+    /// base: naming the proposal's own branch would make a review compare the proposal
+    /// with itself (an empty diff, no regression). Once reviewed, it is followed.
+    #[test]
+    fn a_sync_branch_pushed_past_review_picks_no_base() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let on = "version: 1\nprovider: {kind: replay, replay: x}\nrequire_reviewed: true\n";
+        let reviewed_tip = commit(&repo, "main", None, on);
+        let rev = crate::git::Person {
+            name: "Rev".into(),
+            email: "rev@example.com".into(),
+        };
+        let tree = crate::review::builder_tree_of_commit(&repo, reviewed_tip).unwrap();
+        crate::review::approvals::record(&repo, "p", tree, reviewed_tip, &rev).unwrap();
+        let pushed = commit(
+            &repo,
+            "main",
+            Some(reviewed_tip),
+            &format!("{on}sync: {{remote: origin, branch: hers}}\n"),
+        );
+        let prop = commit(&repo, "hers", Some(pushed), &format!("{on}# her change\n"));
+        assert_eq!(protected_tip(&repo).unwrap().unwrap().commit, pushed);
+        assert_eq!(trusted_base(&repo, prop).unwrap().0, pushed, "not the proposal itself");
+        let tree = crate::review::builder_tree_of_commit(&repo, pushed).unwrap();
+        crate::review::approvals::record(&repo, "q", tree, pushed, &rev).unwrap();
+        assert_eq!(
+            protected_tip(&repo).unwrap().unwrap().commit,
+            prop,
+            "reviewed, it is followed"
+        );
+        // Settings that do not load say nothing of which branch is protected.
+        let broken = commit(
+            &repo,
+            "main",
+            Some(pushed),
+            "sync: {remote: origin, branch: hers}\nnot_a_setting: 1\n",
+        );
+        assert_eq!(protected_tip(&repo).unwrap().unwrap().commit, broken);
     }
 }
