@@ -29,8 +29,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
-    let shared::git::WorkTree { repo, root } = super::open_repo(repo_path)?;
-    let (settings, ownership) = super::review_settings(&root)?;
+    let wt = super::open_repo(repo_path)?;
+    // The hook judges a push to the protected branch by that branch's settings, not
+    // those of whatever is checked out (a proposal's own rule would judge it).
+    let (settings, ownership) = match args.pre_push {
+        Some(_) => super::protected_branch_settings(&wt)?,
+        None => super::review_settings(&wt.root)?,
+    };
+    let shared::git::WorkTree { repo, root } = wt;
     let identity = settings.runtime_identity.clone();
     let mut rule = super::approval_rule(&settings)?;
     // An unapproved commit that turned signatures off is judged under them.

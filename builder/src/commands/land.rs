@@ -21,7 +21,9 @@ pub struct Args {
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
-    let (settings, _) = super::review_settings(&wt.root)?;
+    // The branch's own settings, not the work tree's: a CI job landing the proposal
+    // it checked out would otherwise judge its approval by the proposal's rule.
+    let (settings, _) = super::protected_branch_settings(&wt)?;
     let actor = super::acting_identity(&wt.repo, "GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL")?;
     let rule = super::approval_rule(&settings)?;
     super::recover_interrupted(&wt)?;

@@ -156,10 +156,38 @@ pub fn review_settings(
                 .hint("this command needs the settings for the runtime identity and the builder-owned paths")
         })?
         .runtime;
-    let ownership = shared::layout::Ownership::new(root)
-        .with_globs(&settings.builder_paths, &[])
-        .map_err(|e| CommandError::new(command_error::Kind::Config, e))?;
+    let ownership = ownership_of(root, &settings)?;
     Ok((settings, ownership))
+}
+
+/// Who owns which path in the work tree at `root`, by `settings`' `builder_paths`.
+fn ownership_of(
+    root: &Path,
+    settings: &shared::settings::RuntimeSettings,
+) -> Result<shared::layout::Ownership, CommandError> {
+    shared::layout::Ownership::new(root)
+        .with_globs(&settings.builder_paths, &[])
+        .map_err(|e| CommandError::new(command_error::Kind::Config, e))
+}
+
+/// The settings (and ownership) a command acting on the protected branch judges by
+/// (`land`, the pre-push hook): the branch's committed settings as review left them
+/// ([`shared::review::base::protected_settings`]), never a checked-out proposal's
+/// (its approval rule, allowed-signers list and `sync` are the author's); the work
+/// tree's where the clone has no protected branch yet.
+pub fn protected_branch_settings(
+    wt: &shared::git::WorkTree,
+) -> Result<(shared::settings::RuntimeSettings, shared::layout::Ownership), CommandError> {
+    match shared::review::base::protected_settings(&wt.repo) {
+        Ok(Some((_, settings))) => {
+            let ownership = ownership_of(&wt.root, &settings)?;
+            Ok((settings, ownership))
+        }
+        Ok(None) => review_settings(&wt.root),
+        Err(shared::review::delta::DeltaError::Store(e)) => Err(CommandError::from(e)),
+        Err(e) => Err(CommandError::new(command_error::Kind::Config, e)
+            .hint("the protected branch's committed settings judge this command: fix them through review")),
+    }
 }
 
 /// The rule approvals are judged by (`shared::review::signing::ApprovalRule`), from

@@ -92,6 +92,30 @@ pub fn trusted_base(repo: &Repository, head: Oid) -> Result<(Oid, ProtectedTip),
     }
 }
 
+/// The committed settings a command acting on the protected branch judges by: those
+/// of the branch's tip as review left it ([`reviewed_ancestor`]), never the work
+/// tree's, which are a proposal's when the proposal is checked out (a CI job landing
+/// the branch it was started for). Their approval rule, allowed-signers list and
+/// `sync` are then the branch's, not the author's: an absolute
+/// `review.allowed_signers` pointing into the checkout would otherwise make the
+/// author's own list the only judge of the author's approval. `None` when the clone
+/// has no protected branch to read (the caller falls back to the work tree's).
+pub fn protected_settings(
+    repo: &Repository,
+) -> Result<Option<(ProtectedTip, crate::settings::RuntimeSettings)>, super::delta::DeltaError> {
+    let Some(tip) = protected_tip(repo)? else {
+        return Ok(None);
+    };
+    let at = match reviewed_ancestor(repo, tip.commit) {
+        Ok(c) => c,
+        Err(ReviewError::Git(e)) => return Err(e.into()),
+        // Nothing reviewed below: the tip's own settings, which judge it owing review.
+        Err(_) => tip.commit,
+    };
+    let settings = super::delta::settings_of_commit(repo, at, &format!("{} ({})", tip.name, &at.to_string()[..12]))?;
+    Ok(Some((tip, settings)))
+}
+
 /// Whose settings an eval of `base` trusts: `base`, or, when its builder tree owes
 /// review that no approval gave (a colleague pushed past the pre-push hook onto the
 /// protected branch), its nearest first-parent ancestor that owes none
