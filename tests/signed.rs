@@ -619,4 +619,21 @@ fn landing_from_a_checkout_of_the_proposal_judges_by_the_branchs_own_settings() 
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(git(&env, &origin, &["rev-parse", "main"]), before, "nothing pushed");
+    // Merged past every check (a plain `git merge`, as a colleague with push access
+    // could push it with --no-verify): her list is a switch to another list that no
+    // approval under the list before it covers, so it judges nothing. The fire (here,
+    // where her absolute path resolves as on the box she aimed at) refuses, and the
+    // audit flags it.
+    git(&env, &env.root, &["checkout", "-q", "main"]);
+    git(
+        &env,
+        &env.root,
+        &["merge", "-q", "--no-ff", "--no-edit", "proposals/evil"],
+    );
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 1, "{summary}");
+    assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"]);
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("VIOLATION") && out.contains("prompts/digest.md"), "{out}");
 }

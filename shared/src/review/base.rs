@@ -59,7 +59,7 @@ pub fn protected_tip(repo: &Repository) -> Result<Option<ProtectedTip>, git2::Er
     // The branch's settings as review left them: a tip pushed past review (a
     // colleague's `sync.branch: <their branch>`) names no branch of its own choosing,
     // which would make the proposal, or anything its author pushed, the base.
-    let reviewed = match approval_rule_of(repo, first.commit).map(|rule| reviewed_below(repo, first.commit, rule)) {
+    let reviewed = match approval_rule_of(repo, first.commit)?.map(|rule| reviewed_below(repo, first.commit, rule)) {
         Some(Ok(c)) => Some(c),
         Some(Err(ReviewError::Git(e))) => return Err(e),
         // Settings that do not load, or nothing reviewed below: no branch followed.
@@ -124,17 +124,24 @@ pub fn protected_settings(
 /// then judged against that ancestor's powers like the head's. Settings that do not
 /// load leave `base` as it is (the eval refuses them itself).
 pub fn reviewed_ancestor(repo: &Repository, base: Oid) -> Result<Oid, ReviewError> {
-    match approval_rule_of(repo, base) {
+    match approval_rule_of(repo, base)? {
         Some(rule) => reviewed_below(repo, base, rule),
         None => Ok(base),
     }
 }
 
-/// The approval rule the committed settings of `commit` give; `None` when they do not
-/// load.
-fn approval_rule_of(repo: &Repository, commit: Oid) -> Option<super::signing::ApprovalRule> {
-    let settings = super::delta::settings_of_commit(repo, commit, "the base").ok()?;
-    super::signing::ApprovalRule::from_settings(&settings).ok()
+/// The approval rule `commit` is judged by: its committed settings' rule as
+/// [`super::trust::Trust::rule_in_force`] holds it (an unapproved switch-off of
+/// signatures, or to another list, is judged by the rule before it); `None` when the
+/// settings do not load.
+fn approval_rule_of(repo: &Repository, commit: Oid) -> Result<Option<super::signing::ApprovalRule>, git2::Error> {
+    let Ok(settings) = super::delta::settings_of_commit(repo, commit, "the base") else {
+        return Ok(None);
+    };
+    let Ok(rule) = super::signing::ApprovalRule::from_settings(&settings) else {
+        return Ok(None);
+    };
+    super::trust::Trust::rule_in_force(repo, commit, rule, None).map(Some)
 }
 
 /// The nearest first-parent commit from `base` down that owes no review under `rule`.

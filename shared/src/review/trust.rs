@@ -118,6 +118,8 @@ pub struct Trust<'r> {
     judged: HashMap<(Oid, JudgedBy), Judged>,
     /// `require_reviewed` by settings blob.
     flags: HashMap<Oid, bool>,
+    /// [`Trust::signed_list`] by settings blob.
+    signed_lists: HashMap<Oid, Option<String>>,
     memo: Option<Memo>,
 }
 
@@ -187,6 +189,7 @@ impl<'r> Trust<'r> {
             lists: HashMap::new(),
             judged: HashMap::new(),
             flags: HashMap::new(),
+            signed_lists: HashMap::new(),
             memo: None,
         })
     }
@@ -403,13 +406,16 @@ impl<'r> Trust<'r> {
         Ok(v)
     }
 
-    /// The rule `commit` is judged by when its own settings (`own`) ask no signatures:
-    /// `own`, unless the change that turned `review.require_signed` off (the nearest
-    /// builder change back from `commit` whose predecessor asked for signatures) has
-    /// no approval under the predecessor's rule; then that rule, so an unapproved
-    /// switch-off cannot be vouched for by an identity approval (as `builder audit`
-    /// judges a commit whose parent asked for signatures). Without any signed
-    /// approval there was nothing signed to switch off: `own`.
+    /// The rule `commit` is judged by, its own settings giving `own`: `own`, unless the
+    /// builder change that made the signers list what it is at `commit` (the nearest
+    /// one back whose predecessor named another list, or asked no signatures, or
+    /// asked them where `commit` does not) has no approval under the predecessor's
+    /// rule; then that rule. So neither an unapproved switch-off of signatures nor an
+    /// unapproved switch to another list (a new `review.allowed_signers` path in the
+    /// repository, or an absolute one the author can write) can vouch for itself: the
+    /// new list would otherwise judge the very change that brought it. Turning
+    /// signatures on is judged by the new list (the first signed tree, by its own).
+    /// Without any signed approval there was nothing signed to leave: `own`.
     /// `root`: where the walk memo lives ([`Trust::remembering`]), if anywhere.
     pub fn rule_in_force(
         repo: &'r Repository,
@@ -417,55 +423,75 @@ impl<'r> Trust<'r> {
         own: ApprovalRule,
         root: Option<&std::path::Path>,
     ) -> Result<ApprovalRule, git2::Error> {
-        if own.signers.is_some() {
-            return Ok(own);
-        }
         let mut walk = Trust::new(repo, own.clone())?.remembering(root);
         if !walk.approvals.any_signed() {
             return Ok(own);
         }
-        let ruled = walk.switched_off_rule(commit, own, root);
+        let ruled = walk.list_change_rule(commit, own, root);
         walk.save_memo();
         ruled
     }
 
     /// [`Trust::rule_in_force`] once signed approvals exist: walks back from `commit`
-    /// to the builder change that turned signatures off.
-    fn switched_off_rule(
+    /// to the builder change that brought its signers list (or its lack of one).
+    fn list_change_rule(
         &mut self,
         commit: Oid,
         own: ApprovalRule,
         root: Option<&std::path::Path>,
     ) -> Result<ApprovalRule, git2::Error> {
         let repo = self.repo;
-        let walk = self;
+        let spec = self.signed_list(commit)?;
         let mut changed = commit;
-        while let Some(before) = walk.step(changed)?.boundary {
-            if let Some(list) = super::signed_list_of_commit(repo, before)? {
-                let signers = if std::path::Path::new(&list).is_absolute() {
-                    match AllowedSigners::load_absolute(std::path::Path::new(&list)) {
-                        Ok(l) => SignerList::Operator(l),
-                        // The operator's file cannot be read: no tree holds that
-                        // path either, so no approval counts (closed, not open).
-                        Err(_) => SignerList::Repository(list),
-                    }
-                } else {
-                    SignerList::Repository(list)
-                };
-                let strict = ApprovalRule {
-                    runtime_email: own.runtime_email.clone(),
-                    signers: Some(signers),
-                };
-                let approved = Trust::new(repo, strict.clone())?
-                    .remembering(root)
-                    .commit(changed)?
-                    .approval
-                    .is_some();
-                return Ok(if approved { own } else { strict });
+        while let Some(before) = self.step(changed)?.boundary {
+            let earlier = self.signed_list(before)?;
+            if earlier == spec {
+                changed = before;
+                continue;
             }
-            changed = before;
+            let Some(list) = earlier else {
+                // Signatures turned on: the first signed tree is judged by its own list.
+                return Ok(own);
+            };
+            let signers = if std::path::Path::new(&list).is_absolute() {
+                match AllowedSigners::load_absolute(std::path::Path::new(&list)) {
+                    Ok(l) => SignerList::Operator(l),
+                    // The operator's file cannot be read: no tree holds that path
+                    // either, so no approval counts (closed, not open).
+                    Err(_) => SignerList::Repository(list),
+                }
+            } else {
+                SignerList::Repository(list)
+            };
+            let strict = ApprovalRule {
+                runtime_email: own.runtime_email.clone(),
+                signers: Some(signers),
+            };
+            let approved = Trust::new(repo, strict.clone())?
+                .remembering(root)
+                .commit(changed)?
+                .approval
+                .is_some();
+            return Ok(if approved { own } else { strict });
         }
         Ok(own)
+    }
+
+    /// The signers list the settings of `commit` name when they ask signatures
+    /// ([`super::signed_list_of_commit`]), remembered per settings blob.
+    fn signed_list(&mut self, commit: Oid) -> Result<Option<String>, git2::Error> {
+        let tree = self.repo.find_commit(commit)?.tree()?;
+        let id = match tree.get_path(std::path::Path::new(crate::layout::SETTINGS_FILE)) {
+            Ok(e) => e.id(),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if let Some(v) = self.signed_lists.get(&id) {
+            return Ok(v.clone());
+        }
+        let v = super::signed_list_of_commit(self.repo, commit)?;
+        self.signed_lists.insert(id, v.clone());
+        Ok(v)
     }
 
     /// Every tree an approval that counts names, where the list does not depend on
@@ -522,7 +548,7 @@ impl<'r> Trust<'r> {
         for (c, tree, replaced_here) in pending.into_iter().rev() {
             let (boundary, replaced) = match below {
                 Some((_, s)) if s.tree == tree => (s.boundary, replaced_here.or(s.replaced)),
-                Some((p, _)) => (Some(p), None),
+                Some((p, _)) => (Some(p), replaced_here),
                 None => (None, None),
             };
             let s = Step {
@@ -969,6 +995,38 @@ mod tests {
             !owed(Some(format!("{REVIEW_FREE_FORMAT}{merge}\n"))),
             "this version's mark is read"
         );
+    }
+
+    /// A merge over a reviewed tree whose own builder tree is new (a conflict
+    /// resolved, one byte added) owes review as one keeping its first parent's does.
+    #[test]
+    fn a_merge_making_a_new_tree_over_a_reviewed_one_owes_review() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let reviewed = commit(
+            &repo,
+            &[
+                (crate::layout::SETTINGS_FILE, "require_reviewed: true\n"),
+                ("prompts/a.md", "1"),
+            ],
+            "eng",
+        );
+        let sig = git2::Signature::now("eng", "eng@localhost").unwrap();
+        let tree_of = |body: &[u8]| {
+            let mut own = git2::build::TreeUpdateBuilder::new();
+            own.upsert("prompts/a.md", repo.blob(body).unwrap(), git2::FileMode::Blob);
+            let empty = repo
+                .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+                .unwrap();
+            repo.find_tree(own.create_updated(&repo, &empty).unwrap()).unwrap()
+        };
+        let orphan = repo.commit(None, &sig, &sig, "orphan", &tree_of(b"mine"), &[]).unwrap();
+        let parents = [&repo.find_commit(orphan).unwrap(), &repo.find_commit(reviewed).unwrap()];
+        let merge = repo
+            .commit(None, &sig, &sig, "merge", &tree_of(b"mine, resolved"), &parents)
+            .unwrap();
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        assert!(trust.review_owed(merge).unwrap());
     }
 
     /// Fires' records commits on top of a remembered HEAD are judged right, the memo
