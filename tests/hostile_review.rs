@@ -1221,6 +1221,19 @@ fn a_proposal_cannot_supply_its_own_base_through_an_earlier_commit_or_a_checkout
     assert_eq!(judged(&out, "review with the proposal checked out"), main);
 }
 
+/// Review turned on and its first tree approved (`approve --bootstrap` by Rev);
+/// returns the settings it holds.
+fn review_on_bootstrapped(r: &Reviewer) -> String {
+    let reviewed = format!("{}require_reviewed: true\n", r.settings(&[]));
+    r.env.write("settings/runtime.yaml", &reviewed);
+    r.env.commit_all("review on");
+    let out = r
+        .env
+        .builder(&["approve", "--bootstrap", "--reviewer", "Rev <rev@example.com>"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    reviewed
+}
+
 /// A colleague with push access but no say in review commits the widened settings
 /// straight onto `main` (past the pre-push hook), then proposes a prompt tweak on
 /// top. Under `require_reviewed`, `main`'s tip owes review nobody gave, so it lends
@@ -1231,13 +1244,7 @@ fn a_base_pushed_past_review_lends_its_widened_powers_to_no_eval() {
     let r = Reviewer::new();
     prove_live(&r, Widening::Provider);
     let git = |args: &[&str]| crate::review::git(&r.env, &r.env.root, args);
-    let reviewed = format!("{}require_reviewed: true\n", r.settings(&[]));
-    r.env.write("settings/runtime.yaml", &reviewed);
-    r.env.commit_all("review on");
-    let out = r
-        .env
-        .builder(&["approve", "--bootstrap", "--reviewer", "Rev <rev@example.com>"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    review_on_bootstrapped(&r);
     let trusted = git(&["rev-parse", "HEAD"]);
     let widened = format!("{}require_reviewed: true\n", r.settings(&[Widening::Provider]));
     r.env.write("settings/runtime.yaml", &widened);
@@ -1274,13 +1281,7 @@ fn a_base_pushed_past_review_lends_its_widened_powers_to_no_eval() {
 fn a_sync_branch_pushed_past_review_does_not_make_the_proposal_its_own_base() {
     let r = Reviewer::new();
     let git = |args: &[&str]| crate::review::git(&r.env, &r.env.root, args);
-    let reviewed = format!("{}require_reviewed: true\n", r.settings(&[]));
-    r.env.write("settings/runtime.yaml", &reviewed);
-    r.env.commit_all("review on");
-    let out = r
-        .env
-        .builder(&["approve", "--bootstrap", "--reviewer", "Rev <rev@example.com>"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reviewed = review_on_bootstrapped(&r);
     r.env.write(
         "settings/runtime.yaml",
         &format!("{reviewed}sync: {{remote: origin, branch: hers}}\n"),

@@ -184,6 +184,13 @@ fn bench(c: &mut Criterion) {
         "two-key check, review off in HEAD's settings: the same with the walk memo of .runtime",
         |b| b.iter(|| switch_off(Some(root.as_path()))),
     );
+    // Under a signed rule every fire asks which builder change brought its signers
+    // list, and whether the list before it approved that change: the walk back over
+    // the builder changes (two here), with the walk memo of .runtime as a fire has it.
+    c.bench_function(
+        "two-key check, signatures on: which change brought the signers list (walk memo of .runtime)",
+        |b| b.iter(|| Trust::rule_in_force(&repo, head, rule.clone(), Some(root.as_path())).unwrap()),
+    );
 }
 
 /// (4) What reading the approved bytes adds to a fire (issue 17 item 3), on the

@@ -157,38 +157,40 @@ impl Trusted {
         source: &TrustedSource,
         base: Option<&Revision>,
     ) -> Result<Trusted, EvalError> {
-        let (settings, from) = match (source, base) {
-            (TrustedSource::File(path), _) => (
-                powers::load_trusted_file(path).map_err(|e| EvalError::Trusted(e.to_string()))?,
-                format!("the operator's file {}", path.display()),
-            ),
-            (TrustedSource::Base, Some(b)) => {
-                let id = trusted_commit(repo, b)?;
-                let s = crate::review::delta::settings_of_commit(repo, id, &b.rev)
-                    .map_err(|e| EvalError::Trusted(format!("the base's settings cannot be trusted: {e}")))?;
-                let from = if id.to_string() == b.commit {
-                    format!("the base ({})", short(&b.commit))
-                } else {
-                    format!(
-                        "{}, the nearest reviewed commit below the base ({}, which owes review)",
-                        short(&id.to_string()),
-                        short(&b.commit)
-                    )
-                };
-                (s, from)
-            }
-            (TrustedSource::Base, None) => {
-                return Err(EvalError::Trusted(
-                    "no base revision to take the trusted settings from (the head has no parent)".into(),
-                ))
-            }
-        };
+        // The base's nearest reviewed commit, found once: its settings (unless the
+        // operator's file is given) and its MCP pins are what evals trust.
         let reviewed = match base {
             Some(b) => Some(Revision {
                 rev: b.rev.clone(),
                 commit: trusted_commit(repo, b)?.to_string(),
             }),
             None => None,
+        };
+        let (settings, from) = match (source, base, &reviewed) {
+            (TrustedSource::File(path), _, _) => (
+                powers::load_trusted_file(path).map_err(|e| EvalError::Trusted(e.to_string()))?,
+                format!("the operator's file {}", path.display()),
+            ),
+            (TrustedSource::Base, Some(b), Some(r)) => {
+                let id = git2::Oid::from_str(&r.commit).map_err(|e| EvalError::Worktree(e.to_string()))?;
+                let s = crate::review::delta::settings_of_commit(repo, id, &b.rev)
+                    .map_err(|e| EvalError::Trusted(format!("the base's settings cannot be trusted: {e}")))?;
+                let from = if r.commit == b.commit {
+                    format!("the base ({})", short(&b.commit))
+                } else {
+                    format!(
+                        "{}, the nearest reviewed commit below the base ({}, which owes review)",
+                        short(&r.commit),
+                        short(&b.commit)
+                    )
+                };
+                (s, from)
+            }
+            (TrustedSource::Base, _, _) => {
+                return Err(EvalError::Trusted(
+                    "no base revision to take the trusted settings from (the head has no parent)".into(),
+                ))
+            }
         };
         let lock = TrustedLock::of(repo, reviewed.as_ref())?;
         let dir = Scratch::new("builder-trusted-").map_err(|(path, source)| EvalError::Io { path, source })?;

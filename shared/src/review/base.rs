@@ -31,6 +31,13 @@ pub struct ProtectedTip {
 /// The protected branch's tip as this clone knows it (see the module's doc); `None`
 /// when the clone has neither its remote-tracking ref nor a local branch of it.
 pub fn protected_tip(repo: &Repository) -> Result<Option<ProtectedTip>, git2::Error> {
+    Ok(protected_tip_judged(repo)?.map(|(tip, _)| tip))
+}
+
+/// [`protected_tip`], with the tip's nearest commit that owes no review when that was
+/// found on the way ([`reviewed_ancestor`]: the tip is the guessed branch's, whose
+/// settings were judged to read its `sync.branch`).
+fn protected_tip_judged(repo: &Repository) -> Result<Option<(ProtectedTip, Option<Oid>)>, git2::Error> {
     let remote = default_remote(repo, None)?;
     let tip_of = |branch: &str| -> Option<ProtectedTip> {
         let tracked = remote.as_deref().and_then(|r| {
@@ -70,7 +77,10 @@ pub fn protected_tip(repo: &Repository) -> Result<Option<ProtectedTip>, git2::Er
         None => None,
     }
     .filter(|b| *b != guess && !b.starts_with(super::PROPOSAL_PREFIX));
-    Ok(Some(named.and_then(|b| tip_of(&b)).unwrap_or(first)))
+    Ok(Some(match named.and_then(|b| tip_of(&b)) {
+        Some(tip) => (tip, None),
+        None => (first, reviewed),
+    }))
 }
 
 /// Where `head` meets the protected branch, and that branch's tip.
@@ -103,10 +113,10 @@ pub fn trusted_base(repo: &Repository, head: Oid) -> Result<(Oid, ProtectedTip),
 pub fn protected_settings(
     repo: &Repository,
 ) -> Result<Option<(ProtectedTip, crate::settings::RuntimeSettings)>, super::delta::DeltaError> {
-    let Some(tip) = protected_tip(repo)? else {
+    let Some((tip, reviewed)) = protected_tip_judged(repo)? else {
         return Ok(None);
     };
-    let at = match reviewed_ancestor(repo, tip.commit) {
+    let at = match reviewed.map_or_else(|| reviewed_ancestor(repo, tip.commit), Ok) {
         Ok(c) => c,
         Err(ReviewError::Git(e)) => return Err(e.into()),
         // Nothing reviewed below: the tip's own settings, which judge it owing review.
@@ -208,6 +218,16 @@ mod tests {
             .unwrap()
     }
 
+    /// Rev's approval of `commit`'s builder tree, as proposal `name`.
+    fn approve(repo: &Repository, name: &str, commit: Oid) {
+        let rev = crate::git::Person {
+            name: "Rev".into(),
+            email: "rev@example.com".into(),
+        };
+        let tree = crate::review::builder_tree_of_commit(repo, commit).unwrap();
+        crate::review::approvals::record(repo, name, tree, commit, &rev).unwrap();
+    }
+
     #[test]
     fn the_protected_branch_is_found_from_committed_settings_never_from_a_proposal() {
         let dir = tempfile::tempdir().unwrap();
@@ -247,12 +267,7 @@ mod tests {
         let on = "version: 1\nprovider: {kind: replay, replay: x}\nrequire_reviewed: true\n";
         let off = format!("{on}sandbox: {{landlock: \"off\"}}\n");
         let reviewed_tip = commit(&repo, "main", None, on);
-        let tree = crate::review::builder_tree_of_commit(&repo, reviewed_tip).unwrap();
-        let rev = crate::git::Person {
-            name: "Rev".into(),
-            email: "rev@example.com".into(),
-        };
-        crate::review::approvals::record(&repo, "p", tree, reviewed_tip, &rev).unwrap();
+        approve(&repo, "p", reviewed_tip);
         // Pushed past the hook: wider settings, no approval.
         let pushed = commit(&repo, "main", Some(reviewed_tip), &off);
         let prop = commit(&repo, "proposals/p", Some(pushed), &format!("{off}# p\n"));
@@ -268,8 +283,7 @@ mod tests {
         );
         assert_eq!(reviewed_ancestor(&repo, reviewed_tip).unwrap(), reviewed_tip);
         // Approved, it is trusted.
-        let tree = crate::review::builder_tree_of_commit(&repo, pushed).unwrap();
-        crate::review::approvals::record(&repo, "q", tree, pushed, &rev).unwrap();
+        approve(&repo, "q", pushed);
         assert_eq!(reviewed_ancestor(&repo, pushed).unwrap(), pushed);
     }
 
@@ -282,12 +296,7 @@ mod tests {
         let repo = Repository::init(dir.path()).unwrap();
         let on = "version: 1\nprovider: {kind: replay, replay: x}\nrequire_reviewed: true\n";
         let reviewed_tip = commit(&repo, "main", None, on);
-        let rev = crate::git::Person {
-            name: "Rev".into(),
-            email: "rev@example.com".into(),
-        };
-        let tree = crate::review::builder_tree_of_commit(&repo, reviewed_tip).unwrap();
-        crate::review::approvals::record(&repo, "p", tree, reviewed_tip, &rev).unwrap();
+        approve(&repo, "p", reviewed_tip);
         let pushed = commit(
             &repo,
             "main",
@@ -297,8 +306,7 @@ mod tests {
         let prop = commit(&repo, "hers", Some(pushed), &format!("{on}# her change\n"));
         assert_eq!(protected_tip(&repo).unwrap().unwrap().commit, pushed);
         assert_eq!(trusted_base(&repo, prop).unwrap().0, pushed, "not the proposal itself");
-        let tree = crate::review::builder_tree_of_commit(&repo, pushed).unwrap();
-        crate::review::approvals::record(&repo, "q", tree, pushed, &rev).unwrap();
+        approve(&repo, "q", pushed);
         assert_eq!(
             protected_tip(&repo).unwrap().unwrap().commit,
             prop,

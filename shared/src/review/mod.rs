@@ -231,20 +231,23 @@ pub fn review_flags_of_commit(repo: &Repository, commit: Oid) -> Result<(bool, b
 /// With `review.require_signed` in the settings of `commit`: its
 /// `review.allowed_signers` (the default path when it does not say).
 pub fn signed_list_of_commit(repo: &Repository, commit: Oid) -> Result<Option<String>, git2::Error> {
-    let Some(text) = settings_text(repo, commit)? else {
-        return Ok(None);
-    };
-    if !review_flags(&text).1 {
-        return Ok(None);
+    Ok(settings_text(repo, commit)?.and_then(|t| signed_list(&t)))
+}
+
+/// With `review.require_signed` in the settings text `settings_yaml`: its
+/// `review.allowed_signers` (the default path when it does not say).
+pub fn signed_list(settings_yaml: &[u8]) -> Option<String> {
+    if !review_flags(settings_yaml).1 {
+        return None;
     }
-    let yaml = crate::yamlpos::lenient_value(&text);
+    let yaml = crate::yamlpos::lenient_value(settings_yaml);
     let path = yaml
         .as_ref()
         .and_then(|v| v.get("review"))
         .and_then(|r| r.get("allowed_signers"))
         .and_then(serde_yaml::Value::as_str)
         .unwrap_or(signing::DEFAULT_ALLOWED_SIGNERS);
-    Ok(Some(path.to_string()))
+    Some(path.to_string())
 }
 
 /// The builder tree of the commit `commit`.

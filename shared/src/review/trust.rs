@@ -117,9 +117,8 @@ pub struct Trust<'r> {
     /// `(tree, which list)` -> verdict.
     judged: HashMap<(Oid, JudgedBy), Judged>,
     /// `require_reviewed` by settings blob.
-    flags: HashMap<Oid, bool>,
-    /// [`Trust::signed_list`] by settings blob.
-    signed_lists: HashMap<Oid, Option<String>>,
+    /// [`Trust::settings_facts`] by settings blob.
+    facts: HashMap<Oid, (bool, Option<String>)>,
     memo: Option<Memo>,
 }
 
@@ -188,8 +187,7 @@ impl<'r> Trust<'r> {
             trusted: HashMap::new(),
             lists: HashMap::new(),
             judged: HashMap::new(),
-            flags: HashMap::new(),
-            signed_lists: HashMap::new(),
+            facts: HashMap::new(),
             memo: None,
         })
     }
@@ -392,17 +390,28 @@ impl<'r> Trust<'r> {
 
     /// `require_reviewed` in the settings of `commit`, remembered per settings blob.
     fn requires_review(&mut self, commit: Oid) -> Result<bool, git2::Error> {
+        Ok(self.settings_facts(commit)?.0)
+    }
+
+    /// What the settings of `commit` say for judging: `require_reviewed`, and the
+    /// signers list when they ask signatures ([`super::signed_list`]); remembered per
+    /// settings blob, so a walk parses each version of the settings once.
+    fn settings_facts(&mut self, commit: Oid) -> Result<(bool, Option<String>), git2::Error> {
         let tree = self.repo.find_commit(commit)?.tree()?;
         let id = match tree.get_path(std::path::Path::new(crate::layout::SETTINGS_FILE)) {
             Ok(e) => e.id(),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(false),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok((false, None)),
             Err(e) => return Err(e),
         };
-        if let Some(v) = self.flags.get(&id) {
-            return Ok(*v);
+        if let Some(v) = self.facts.get(&id) {
+            return Ok(v.clone());
         }
-        let v = super::review_flags(self.repo.find_blob(id)?.content()).0;
-        self.flags.insert(id, v);
+        let blob = self.repo.find_blob(id)?;
+        let v = (
+            super::review_flags(blob.content()).0,
+            super::signed_list(blob.content()),
+        );
+        self.facts.insert(id, v.clone());
         Ok(v)
     }
 
@@ -441,10 +450,10 @@ impl<'r> Trust<'r> {
         root: Option<&std::path::Path>,
     ) -> Result<ApprovalRule, git2::Error> {
         let repo = self.repo;
-        let spec = self.signed_list(commit)?;
+        let spec = self.settings_facts(commit)?.1;
         let mut changed = commit;
         while let Some(before) = self.step(changed)?.boundary {
-            let earlier = self.signed_list(before)?;
+            let earlier = self.settings_facts(before)?.1;
             if earlier == spec {
                 changed = before;
                 continue;
@@ -475,23 +484,6 @@ impl<'r> Trust<'r> {
             return Ok(if approved { own } else { strict });
         }
         Ok(own)
-    }
-
-    /// The signers list the settings of `commit` name when they ask signatures
-    /// ([`super::signed_list_of_commit`]), remembered per settings blob.
-    fn signed_list(&mut self, commit: Oid) -> Result<Option<String>, git2::Error> {
-        let tree = self.repo.find_commit(commit)?.tree()?;
-        let id = match tree.get_path(std::path::Path::new(crate::layout::SETTINGS_FILE)) {
-            Ok(e) => e.id(),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        if let Some(v) = self.signed_lists.get(&id) {
-            return Ok(v.clone());
-        }
-        let v = super::signed_list_of_commit(self.repo, commit)?;
-        self.signed_lists.insert(id, v.clone());
-        Ok(v)
     }
 
     /// Every tree an approval that counts names, where the list does not depend on
