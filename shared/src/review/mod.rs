@@ -237,17 +237,21 @@ pub fn signed_list_of_commit(repo: &Repository, commit: Oid) -> Result<Option<St
 /// With `review.require_signed` in the settings text `settings_yaml`: its
 /// `review.allowed_signers` (the default path when it does not say).
 pub fn signed_list(settings_yaml: &[u8]) -> Option<String> {
-    if !review_flags(settings_yaml).1 {
-        return None;
-    }
+    review_flags(settings_yaml)
+        .1
+        .then(|| allowed_signers_path(settings_yaml))
+}
+
+/// The `review.allowed_signers` of the settings text `settings_yaml`, the default
+/// path when it does not say (whether signatures are asked or not).
+pub fn allowed_signers_path(settings_yaml: &[u8]) -> String {
     let yaml = crate::yamlpos::lenient_value(settings_yaml);
-    let path = yaml
-        .as_ref()
+    yaml.as_ref()
         .and_then(|v| v.get("review"))
         .and_then(|r| r.get("allowed_signers"))
         .and_then(serde_yaml::Value::as_str)
-        .unwrap_or(signing::DEFAULT_ALLOWED_SIGNERS);
-    Some(path.to_string())
+        .unwrap_or(signing::DEFAULT_ALLOWED_SIGNERS)
+        .to_string()
 }
 
 /// The builder tree of the commit `commit`.

@@ -394,7 +394,7 @@ impl<'r> Trust<'r> {
     }
 
     /// What the settings of `commit` say for judging: `require_reviewed`, and the
-    /// signers list when they ask signatures ([`super::signed_list`]); remembered per
+    /// signers list when they ask signatures ([`super::allowed_signers_path`]); remembered per
     /// settings blob, so a walk parses each version of the settings once.
     fn settings_facts(&mut self, commit: Oid) -> Result<(bool, Option<String>), git2::Error> {
         let tree = self.repo.find_commit(commit)?.tree()?;
@@ -407,10 +407,9 @@ impl<'r> Trust<'r> {
             return Ok(v.clone());
         }
         let blob = self.repo.find_blob(id)?;
-        let v = (
-            super::review_flags(blob.content()).0,
-            super::signed_list(blob.content()),
-        );
+        // One parse for settings that ask no signatures, as `require_reviewed` alone took.
+        let (reviewed, signed) = super::review_flags(blob.content());
+        let v = (reviewed, signed.then(|| super::allowed_signers_path(blob.content())));
         self.facts.insert(id, v.clone());
         Ok(v)
     }
