@@ -680,6 +680,36 @@ fn a_forged_runtime_commit_is_flagged_and_a_signed_one_accepted() {
 /// record the runtime made, signing key or not: `builder audit` calls each a
 /// violation and `builder history` marks those runs FORGED. A `git pull` merge that
 /// brings the runtime's receipts in from the other line is not flagged.
+/// A person's commit that takes only the runtime's name (its own email, no
+/// signing key set, so nothing can tell it from the runtime's) is held to the
+/// runtime's rules: rewriting a receipt and touching a prompt are violations.
+#[test]
+fn a_commit_named_as_the_runtime_by_name_alone_is_held_to_the_runtimes_rules() {
+    let env = TestEnv::new();
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 0, "{summary}");
+    let receipt = summary["receipt"].as_str().unwrap().to_string();
+    env.write(&receipt, &env.read(&receipt).replace("\"run_id\"", "\"run_id\" "));
+    env.write("prompts/digest.md", "Say EVIL.\n");
+    commit_as(&env, ("runtime", "mallory@example.com"), "records");
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let said_of = |path: &str| -> Vec<String> {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["severity"] == "violation" && f["path"] == path)
+            .map(|f| f["what"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let on_receipt = said_of(&receipt);
+    assert!(on_receipt.iter().any(|w| w.contains("existing record")), "{v}");
+    let on_prompt = said_of("prompts/digest.md");
+    assert!(on_prompt.iter().any(|w| w.contains("runtime commit")), "{v}");
+}
+
 #[test]
 fn receipts_a_person_commits_are_flagged_and_a_pull_that_brings_the_runtimes_is_not() {
     let env = TestEnv::new();

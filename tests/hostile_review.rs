@@ -1302,3 +1302,77 @@ fn a_sync_branch_pushed_past_review_does_not_make_the_proposal_its_own_base() {
     );
     r.assert_nothing_left("a sync branch pushed past review", &[&out]);
 }
+
+/// Under signed review, the same colleague pushes the widened settings with
+/// `require_signed` switched off, and writes an approval of that tip by hand in
+/// Rev's name, unsigned. By the tip's own rule (identities only) it would count;
+/// but the switch-off of signatures is judged by the signed rule before it, where an
+/// unsigned approval counts for nothing: the tip still owes review, the eval trusts
+/// the last signed tree's settings and refuses the base's and the head's widening.
+#[test]
+fn an_unsigned_approval_of_a_tip_that_switched_signatures_off_lends_it_no_powers() {
+    let r = Reviewer::new();
+    let Some((rev_key, rev_pub)) = crate::signed::keygen(&r.env, "rev") else {
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
+        return;
+    };
+    prove_live(&r, Widening::Provider);
+    let git = |args: &[&str]| crate::review::git(&r.env, &r.env.root, args);
+    review_on_bootstrapped(&r);
+    r.env.write(
+        "settings/allowed_signers",
+        &format!("rev@example.com namespaces=\"builder-approval\" {rev_pub}"),
+    );
+    let signed =
+        "require_reviewed: true\nreview:\n  require_signed: true\n  allowed_signers: settings/allowed_signers\n";
+    r.env
+        .write("settings/runtime.yaml", &format!("{}{signed}", r.settings(&[])));
+    let key = rev_key.to_str().unwrap();
+    let rev = "Rev <rev@example.com>";
+    for step in [
+        vec!["propose", "signed", "-m", "Require signed review"],
+        vec!["approve", "signed", "--reviewer", rev, "--key", key],
+        vec!["merge", "signed"],
+    ] {
+        let out = r.env.builder(&step);
+        assert!(
+            out.status.success(),
+            "{step:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let trusted = git(&["rev-parse", "HEAD"]);
+    let widened = format!("{}require_reviewed: true\n", r.settings(&[Widening::Provider]));
+    r.env.write("settings/runtime.yaml", &widened);
+    r.env
+        .commit_all("provider tidy-up, signatures off (pushed past the hook)");
+    {
+        let repo = git2::Repository::open(&r.env.root).unwrap();
+        let head = repo.head().unwrap().peel_to_commit().unwrap();
+        let tree = shared::review::builder_tree_of(&repo, &head.tree().unwrap()).unwrap();
+        let person = shared::review::parse_person(rev).unwrap();
+        let body = shared::review::approvals::signed_body("tidy", tree, head.id(), &person, None).unwrap();
+        shared::review::approvals::write(&repo, body, &person).unwrap();
+    }
+    git(&["checkout", "-q", "-b", "proposals/tweak"]);
+    r.env.write("prompts/t.md", &format!("{PLAIN_PROMPT}\nBe brief.\n"));
+    r.env.commit_all("Be brief");
+    git(&["checkout", "-q", "main"]);
+    let out = r.builder(As::Me, &["eval", "--head", "proposals/tweak", "--json"], &[]);
+    let rep = json_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{rep}");
+    assert!(rep["trusted"].as_str().unwrap().contains(&trusted[..12]), "{rep}");
+    for revision in ["base", "head"] {
+        let powers = rep["powers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["revision"] == revision)
+            .unwrap();
+        assert!(
+            powers["refused"].as_str().unwrap_or("").contains("provider"),
+            "{revision} was not refused: {rep}"
+        );
+    }
+    r.assert_nothing_left("an unsigned approval of a tip that switched signatures off", &[&out]);
+}

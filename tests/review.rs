@@ -117,6 +117,56 @@ pub(crate) fn with_origin(env: &TestEnv) -> PathBuf {
     origin
 }
 
+/// CI auditing a pull request from its checkout (`builder audit --range
+/// origin/main..HEAD`) judges it by the protected branch's committed settings, not
+/// the proposal's: an approved proposal that names Mallory as the runtime, with her
+/// made-up receipt committed on top (records only, so its tree stays approved), is a
+/// person writing a receipt, not the runtime's record.
+#[test]
+fn an_audit_from_a_proposals_checkout_judges_by_the_protected_branchs_settings() {
+    let env = TestEnv::new();
+    require_review_through_review(&env);
+    let _origin = with_origin(&env);
+    git(
+        &env,
+        &env.root,
+        &["push", "-q", "origin", "main", crate::team::APPROVALS_SPEC],
+    );
+    let settings = env.read("settings/runtime.yaml");
+    let hers = settings.replace(
+        "runtime_identity: { name: runtime, email: runtime@localhost }",
+        "runtime_identity: { name: Mallory, email: mallory@example.com }",
+    );
+    assert_ne!(hers, settings);
+    env.write("settings/runtime.yaml", &hers);
+    builder_ok(&env, &env.root, None, &["propose", "rename", "-m", "Name the box"]);
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "rename"]);
+    git(&env, &env.root, &["checkout", "-q", "proposals/rename"]);
+    let receipt = "runs/digest/2026-01-01/20260101T000000Z-f0rged03.json";
+    env.write(
+        receipt,
+        "{\"run_id\": \"20260101T000000Z-f0rged03\", \"outcome\": \"completed\"}\n",
+    );
+    git(&env, &env.root, &["add", receipt]);
+    git(
+        &env,
+        &env.root,
+        &[
+            "commit",
+            "-q",
+            "--author",
+            "Mallory <mallory@example.com>",
+            "-m",
+            "records",
+        ],
+    );
+    // By her settings the commit is the runtime's own: the attack is live there.
+    assert!(env.read("settings/runtime.yaml").contains("name: Mallory"));
+    let (code, out, err) = builder_in(&env, &env.root, None, &["audit", "--range", "origin/main..HEAD"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains(receipt) && out.contains("a receipt"), "{out}");
+}
+
 /// Turns on `require_reviewed` through review: proposed by Eng, approved by Rev,
 /// merged. Returns the approved builder tree.
 pub(crate) fn require_review_through_review(env: &TestEnv) -> String {

@@ -172,6 +172,7 @@ fn review_context(
         approved_unsigned,
         on_branch,
         covered_later,
+        rule: rule.clone(),
     })
 }
 
@@ -186,6 +187,7 @@ fn audit_part(path: &Path, part: &[Oid], review: &ReviewContext, who: &Who) -> R
         settings: Settings::new(&repo),
         refused: HashMap::new(),
         signatures: RuntimeSignatures::new(&repo),
+        trust: None,
     };
     let mut report = AuditReport::default();
     // Newest first (see TreeDiffer), findings put back in history order.
@@ -261,6 +263,8 @@ struct ReviewContext {
     on_branch: HashSet<Oid>,
     /// Those of them a later commit of the chain covers ([`covered_later`]).
     covered_later: HashSet<Oid>,
+    /// The rule in force, for judging what a merge replaced ([`Judge::trust`]).
+    rule: crate::review::signing::ApprovalRule,
 }
 
 /// The commits of the first-parent chain from `tip` (among `on_branch`) that a later
@@ -364,6 +368,9 @@ struct Judge<'a> {
     refused: HashMap<Oid, Vec<RefusedLink>>,
     /// The judge of runtime-named commits' signatures.
     signatures: RuntimeSignatures<'a>,
+    /// The two-key walk, made when a merge is first judged for the parents it
+    /// replaced (one predicate for fires and audit).
+    trust: Option<crate::review::trust::Trust<'a>>,
 }
 
 impl Judge<'_> {
@@ -459,10 +466,9 @@ impl Judge<'_> {
         if self.settings.of(commit)?.0 {
             return Ok(true);
         }
-        let tree = crate::review::builder_tree_of(self.repo, &commit.tree()?)?;
         match commit.parents().next() {
             Some(parent) if self.settings.of(&parent)?.0 => Ok(true),
-            Some(_) => Ok(self.reviewed_parent_replaced(commit, tree)?.is_some()),
+            Some(_) => Ok(self.reviewed_parent_replaced(commit)?.is_some()),
             None => Ok(false),
         }
     }
@@ -502,20 +508,22 @@ impl Judge<'_> {
         {
             return Ok(None);
         }
-        let replaced = self.reviewed_parent_replaced(commit, tree)?;
+        let replaced = self.reviewed_parent_replaced(commit)?;
         Ok(replaced.and_then(|p| commit.parents().find(|c| c.id() == p)))
     }
 
-    /// A parent of the merge `commit` after the first whose settings say
-    /// `require_reviewed` and whose builder tree is not `tree` (the merge's): the
-    /// merge replaced a reviewed tree, whatever its first parent says.
-    fn reviewed_parent_replaced(&mut self, commit: &git2::Commit, tree: Oid) -> Result<Option<Oid>, git2::Error> {
-        for parent in commit.parents().skip(1) {
-            if self.settings.of(&parent)?.0 && crate::review::builder_tree_of(self.repo, &parent.tree()?)? != tree {
-                return Ok(Some(parent.id()));
-            }
+    /// A parent of the merge `commit` after the first whose builder tree is not the
+    /// merge's and that is under review (its settings ask review, or its history owes
+    /// it), as fires judge it ([`crate::review::trust::Trust::replaced_reviewed_parent`]):
+    /// the merge replaced a reviewed tree, whatever its first parent says.
+    fn reviewed_parent_replaced(&mut self, commit: &git2::Commit) -> Result<Option<Oid>, git2::Error> {
+        if self.trust.is_none() {
+            self.trust = Some(crate::review::trust::Trust::new(self.repo, self.review.rule.clone())?);
         }
-        Ok(None)
+        match self.trust.as_mut() {
+            Some(trust) => trust.replaced_reviewed_parent(commit.id()),
+            None => Ok(None),
+        }
     }
 }
 
@@ -539,11 +547,12 @@ fn audit_commit(
     let author = commit.author();
     let name = author.name().unwrap_or("");
     let email = author.email().unwrap_or("");
-    let is_runtime = name == runtime.name && email == runtime.email;
+    // Named as the runtime by any of author and committer, name or email: held to the
+    // runtime's rules (records only, create-only), whoever really wrote it, so a
+    // person's commit cannot take the runtime's name to pass as neither.
+    let is_runtime = runtime_named(commit, &runtime.name, &runtime.email);
     if is_runtime {
         report.runtime_commits += 1;
-    }
-    if runtime_named(commit, &runtime.name, &runtime.email) {
         count_runtime_signature(judge, commit, runtime, report)?;
     }
     let changes = differ.diff(parent.map(|p| p.tree_id()), Some(commit.tree_id()), &[])?;

@@ -20,6 +20,8 @@ pub const HANDOFF_DIR: &str = "handoff";
 pub const SCOPE_FILE: &str = "scope/SCOPE.md";
 /// Where the runtime settings live.
 pub const SETTINGS_FILE: &str = "settings/runtime.yaml";
+/// The branch prefix of proposals (never the protected branch).
+pub const PROPOSAL_PREFIX: &str = "proposals/";
 /// Directory of task prompts.
 pub const PROMPTS_DIR: &str = "prompts";
 

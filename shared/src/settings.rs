@@ -909,6 +909,19 @@ fn sync_problems(file: &Path, src: &str, sync: &SyncSettings, d: &mut Vec<Diagno
             )
             .with_hint("a short branch name such as `main`"),
         );
+    } else if sync.branch.starts_with(crate::layout::PROPOSAL_PREFIX) {
+        d.push(
+            Diagnostic::new(
+                file,
+                line("branch"),
+                "sync.branch",
+                format!(
+                    "`{}` is a proposal's branch: a proposal cannot be the branch it is reviewed against",
+                    sync.branch
+                ),
+            )
+            .with_hint("the branch the box fires from, such as `main`"),
+        );
     }
     if !(1..=20).contains(&sync.push_attempts) {
         d.push(Diagnostic::new(
@@ -1283,6 +1296,7 @@ mod tests {
         for (body, field, line) in [
             ("review:\n  allowed_signers: ../keys\n", "review.allowed_signers", 10),
             ("sync:\n  remote: origin\n  branch: \"a..b\"\n", "sync.branch", 11),
+            ("sync:\n  remote: origin\n  branch: proposals/x\n", "sync.branch", 11),
             (
                 "sync:\n  remote: origin\n  branch: main\n  push_attempts: 0\n",
                 "sync.push_attempts",

@@ -55,16 +55,19 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
 
 /// The builder-tree walk memo of the two-key check (`review::trust`), in
 /// [`STATE_DIR`]: [`WALK_MEMO_HEADER`], then one line per commit, `<commit> <builder
-/// tree> <boundary or -> [<replaced reviewed parent>]`, the boundary being the nearest
-/// first-parent ancestor with another builder tree. These
+/// tree> <boundary or -> [<merge>]`, the boundary being the nearest first-parent
+/// ancestor with another builder tree, the merge the nearest one in between that
+/// turned review off over a parent with another builder tree. These
 /// are facts of immutable commits, so a fire walks only the commits since the last
 /// fire's HEAD. A plain file rather than a table: opening `state.db` (its WAL
 /// recovered by the first connection of a process) costs more than the whole check.
 pub const WALK_MEMO_FILE: &str = "builder-tree-walk";
 /// The first line of a walk memo this version reads. A memo without it was written
-/// before merges that replace a reviewed tree were remembered (the fourth column), so
-/// its silence about them is no fact: it is ignored, and the walk done again once.
-pub const WALK_MEMO_HEADER: &str = "builder-tree-walk 2";
+/// before merges that replace a reviewed tree were remembered (the fourth column), and
+/// one with `builder-tree-walk 2` remembered only merges over a parent whose own
+/// settings asked review (not one whose history owed it), so their silence about
+/// such merges is no fact: they are ignored, and the walk done again once.
+pub const WALK_MEMO_HEADER: &str = "builder-tree-walk 3";
 /// A walk memo larger than this is ignored (and rewritten): it holds one line per
 /// builder change, about 100 bytes each.
 const WALK_MEMO_MAX_BYTES: u64 = 16 << 20;
@@ -89,8 +92,9 @@ pub fn tracked_state_refusal(repo: &git2::Repository) -> Option<(String, String)
     })
 }
 
-/// One commit's line of the walk memo: `(commit, builder tree, boundary, replaced)`,
-/// `replaced` being the reviewed parent a merge in its run replaced, if any.
+/// One commit's line of the walk memo: `(commit, builder tree, boundary, merge)`,
+/// `merge` being the nearest merge in its run over a parent with another builder
+/// tree, under settings that turn review off, if any.
 pub type BuilderTreeStep = (String, String, Option<String>, Option<String>);
 
 /// The walk memo of the repository at `root`; empty when absent, unreadable or
@@ -129,10 +133,10 @@ pub fn write_walk_memo(root: &Path, steps: &[BuilderTreeStep]) -> std::io::Resul
     let mut text = String::with_capacity(steps.len() * 124 + WALK_MEMO_HEADER.len() + 1);
     text.push_str(WALK_MEMO_HEADER);
     text.push('\n');
-    for (commit, tree, boundary, replaced) in steps {
+    for (commit, tree, boundary, merge) in steps {
         text.push_str(&format!("{commit} {tree} {}", boundary.as_deref().unwrap_or("-")));
-        if let Some(r) = replaced {
-            text.push_str(&format!(" {r}"));
+        if let Some(m) = merge {
+            text.push_str(&format!(" {m}"));
         }
         text.push('\n');
     }

@@ -2,7 +2,8 @@
 //! it can gate CI or run as a server-side hook. `--range OLD..NEW` judges only the
 //! commits NEW adds to OLD (CI on a push); `--pre-push <remote>` is the pre-push hook:
 //! it reads git's ref updates on stdin and judges only the new commits on the
-//! protected branch ([`shared::pushed`]).
+//! protected branch ([`shared::pushed`]). Every mode judges by the protected
+//! branch's committed settings (the work tree's in a clone without one).
 
 use crate::command_error::{CommandError, Outcome};
 use shared::audit::{self, RuntimeIdentity, Severity};
@@ -30,12 +31,10 @@ pub struct Args {
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
-    // The hook judges a push to the protected branch by that branch's settings, not
-    // those of whatever is checked out (a proposal's own rule would judge it).
-    let (settings, ownership) = match args.pre_push {
-        Some(_) => super::protected_branch_settings(&wt)?,
-        None => super::review_settings(&wt.root)?,
-    };
+    // History is judged by the protected branch's committed settings, not those of
+    // whatever is checked out: a proposal's own rule (CI auditing a pull request, the
+    // hook judging a push from a proposal's checkout) would judge the proposal.
+    let (settings, ownership) = super::protected_branch_settings(&wt)?;
     let shared::git::WorkTree { repo, root } = wt;
     let identity = settings.runtime_identity.clone();
     let mut rule = super::approval_rule(&settings)?;

@@ -40,8 +40,7 @@ pub const APPROVED_PREFIX: &str = "refs/builder/approved/";
 /// or push only ever adds approvals, and scoped to [`APPROVED_PREFIX`], so the legacy
 /// chain (which was force-moved) can never make a fetch or pull fail.
 pub const APPROVALS_REFSPEC: &str = "refs/builder/approved/*:refs/builder/approved/*";
-/// The branch prefix of proposals.
-pub const PROPOSAL_PREFIX: &str = "proposals/";
+pub use crate::layout::PROPOSAL_PREFIX;
 /// The forced refspec earlier versions wrote for every `refs/builder/*` ref:
 /// `builder install-hooks` replaces it with [`APPROVALS_REFSPEC`] (a forced fetch
 /// let a `git pull` replace approvals the clone had not pushed yet).

@@ -5,9 +5,12 @@
 //! use these; the cron box's sync keeps its own (sandboxed, scrubbed) transport.
 //!
 //! The protected branch is the one the box fires from: `sync.branch` of the
-//! settings, else the branch the remote's `HEAD` names (`refs/remotes/<remote>/HEAD`),
-//! else `main`. The default remote is `sync.remote`, else the current branch's
-//! upstream remote, else `origin`, else the only remote there is.
+//! settings, else the branch the remote's `HEAD` names (`refs/remotes/<remote>/HEAD`,
+//! which `git clone` writes and `git remote set-head <remote> --auto` restores), else
+//! `main` or `master`, whichever the remote has (`main` first), else `main`. A
+//! proposal's branch (`proposals/...`) is never the protected one. The default remote
+//! is `sync.remote`, else the current branch's upstream remote, else `origin`, else
+//! the only remote there is.
 
 use super::{ReviewError, APPROVALS_REFSPEC, APPROVED_PREFIX, PROPOSAL_PREFIX};
 use crate::settings::SyncSettings;
@@ -50,10 +53,16 @@ pub fn protected_branch(repo: &Repository, remote: &str, sync: Option<&SyncSetti
     let prefix = format!("refs/remotes/{remote}/");
     if let Ok(r) = repo.find_reference(&head) {
         if let Some(target) = r.symbolic_target().ok().flatten().and_then(|t| t.strip_prefix(&prefix)) {
-            return target.to_string();
+            if !target.starts_with(PROPOSAL_PREFIX) {
+                return target.to_string();
+            }
         }
     }
-    "main".to_string()
+    ["main", "master"]
+        .into_iter()
+        .find(|b| repo.find_reference(&tracking_ref(remote, b)).is_ok())
+        .unwrap_or("main")
+        .to_string()
 }
 
 /// The remote-tracking ref of `branch` on `remote`.
@@ -272,6 +281,36 @@ mod tests {
             .unwrap();
         assert!(out.status.success(), "git {args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Without `refs/remotes/origin/HEAD` (a `git remote add` and fetch, not a clone),
+    /// a team on `master` is protected on `master`; a remote `HEAD` naming a
+    /// proposal's branch is not believed; one naming a branch is.
+    #[test]
+    fn the_protected_branch_is_found_without_the_remotes_head_and_is_never_a_proposal() {
+        let t = tempfile::tempdir().unwrap();
+        let repo = Repository::init(t.path()).unwrap();
+        let sig = git2::Signature::now("a", "a@x").unwrap();
+        let tree = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        let c = repo.commit(None, &sig, &sig, "one", &tree, &[]).unwrap();
+        assert_eq!(protected_branch(&repo, "origin", None), "main", "nothing to go by");
+        for b in ["master", "proposals/x", "dev"] {
+            repo.reference(&tracking_ref("origin", b), c, true, "fetch").unwrap();
+        }
+        assert_eq!(protected_branch(&repo, "origin", None), "master");
+        let head = "refs/remotes/origin/HEAD";
+        repo.reference_symbolic(head, &tracking_ref("origin", "proposals/x"), true, "set-head")
+            .unwrap();
+        assert_eq!(protected_branch(&repo, "origin", None), "master");
+        repo.reference_symbolic(head, &tracking_ref("origin", "dev"), true, "set-head")
+            .unwrap();
+        assert_eq!(protected_branch(&repo, "origin", None), "dev");
+        repo.reference(&tracking_ref("origin", "main"), c, true, "fetch")
+            .unwrap();
+        repo.find_reference(head).unwrap().delete().unwrap();
+        assert_eq!(protected_branch(&repo, "origin", None), "main", "main before master");
     }
 
     /// A tracking ref another git holds locked when the fetch first tries (an

@@ -36,10 +36,13 @@ use std::rc::Rc;
 struct Step {
     tree: Oid,
     boundary: Option<Oid>,
-    /// A merge in the run from the commit down to its boundary kept its first
-    /// parent's tree while another parent under review had another tree: that parent
-    /// ([`Trust::reviewed_parent_replaced`]). The tree came in over a reviewed one.
-    replaced: Option<Oid>,
+    /// The nearest merge in the run from the commit down to its boundary (the commit
+    /// itself included) whose own settings turn review off and a later parent of which
+    /// has another builder tree: a merge that may have brought its tree in over a
+    /// reviewed one. Whether that parent was under review is judged when asked
+    /// ([`Trust::replaced_reviewed_parent`]): it depends on approvals, which grow, and
+    /// a step holds only facts of immutable commits.
+    merged: Option<Oid>,
 }
 
 /// Which list judged a tree's approvals.
@@ -119,6 +122,8 @@ pub struct Trust<'r> {
     /// `require_reviewed` by settings blob.
     /// [`Trust::settings_facts`] by settings blob.
     facts: HashMap<Oid, (bool, Option<String>)>,
+    /// Per commit: whether its history owes review ([`Trust::owed_walk`]).
+    owed: HashMap<Oid, bool>,
     memo: Option<Memo>,
 }
 
@@ -147,9 +152,10 @@ const MEMO_SAVE_AFTER: usize = 8;
 /// asked for review, so a walk for owed review stops there.
 pub const REVIEW_FREE_FILE: &str = "review-free";
 /// What a review-free mark this version reads begins with. An older version's mark
-/// (the bare commit id) was written by a walk that did not look for merges replacing
-/// a reviewed tree, so it is no fact now: it is ignored, and the walk done again.
-const REVIEW_FREE_FORMAT: &str = "review-free 2 ";
+/// was written by a walk that did not look for merges replacing a reviewed tree (the
+/// bare commit id), or that counted a parent under review only by its own settings
+/// (`review-free 2`), so it is no fact now: it is ignored, and the walk done again.
+const REVIEW_FREE_FORMAT: &str = "review-free 3 ";
 
 fn read_review_free(root: &std::path::Path) -> Option<Oid> {
     let rel = std::path::Path::new(crate::layout::STATE_DIR).join(REVIEW_FREE_FILE);
@@ -188,6 +194,7 @@ impl<'r> Trust<'r> {
             lists: HashMap::new(),
             judged: HashMap::new(),
             facts: HashMap::new(),
+            owed: HashMap::new(),
             memo: None,
         })
     }
@@ -202,7 +209,7 @@ impl<'r> Trust<'r> {
         };
         let mut known = HashMap::new();
         let mut held = Vec::new();
-        for (commit, tree, boundary, replaced) in crate::state::read_walk_memo(root) {
+        for (commit, tree, boundary, merged) in crate::state::read_walk_memo(root) {
             let oid = |o: Option<String>| match o {
                 Some(b) => Oid::from_str(&b).ok().map(Some),
                 None => Some(None),
@@ -211,7 +218,7 @@ impl<'r> Trust<'r> {
                 let step = Step {
                     tree: Oid::from_str(&tree).ok()?,
                     boundary: oid(boundary)?,
-                    replaced: oid(replaced)?,
+                    merged: oid(merged)?,
                 };
                 Some((Oid::from_str(&commit).ok()?, step))
             })();
@@ -263,7 +270,7 @@ impl<'r> Trust<'r> {
                     c.to_string(),
                     s.tree.to_string(),
                     s.boundary.map(|b| b.to_string()),
-                    s.replaced.map(|r| r.to_string()),
+                    s.merged.map(|m| m.to_string()),
                 ))
             })
             .collect();
@@ -334,7 +341,8 @@ impl<'r> Trust<'r> {
     /// covered one, any that owes one means the switch-off was not approved (an
     /// unapproved commit that turns review off, and whatever follows it, still runs
     /// only with an approval). So does an uncovered tree a merge brought in over a
-    /// parent under review, whatever its first parent's line says (`Step::replaced`).
+    /// parent under review, whatever its first parent's line says
+    /// ([`Trust::replaced_reviewed_parent`]).
     ///
     /// This holds from the first moment: a repository with no approval yet whose
     /// history turned `require_reviewed` on owes review too (the first tree under
@@ -344,11 +352,27 @@ impl<'r> Trust<'r> {
     /// below `commit` (then the walk is one step anyway): later fires stop at the
     /// nearest builder change instead of walking all of history again.
     pub fn review_owed(&mut self, commit: Oid) -> Result<bool, git2::Error> {
+        let owed = self.owed_walk(commit, true)?;
+        self.save_memo();
+        Ok(owed)
+    }
+
+    /// [`Trust::review_owed`] without saving the walk memo; `mark`: whether a walk
+    /// that reaches the root may write the review-free mark (only the walk from a
+    /// fire's HEAD, whose line the next fire walks again). Every commit the walk
+    /// passes owes review exactly when the walk's answer says so (each one's answer is
+    /// the next one's), so all of them are remembered with it.
+    fn owed_walk(&mut self, commit: Oid, mark: bool) -> Result<bool, git2::Error> {
         let free = self.memo.as_ref().and_then(|m| read_review_free(&m.root));
+        let mut passed = Vec::new();
         let mut next = Some(commit);
         let mut first_boundary = None;
         let owed = loop {
             let Some(c) = next else { break false };
+            if let Some(known) = self.owed.get(&c) {
+                break *known;
+            }
+            passed.push(c);
             if Some(c) == free || self.covered(c)? {
                 break false;
             }
@@ -356,7 +380,7 @@ impl<'r> Trust<'r> {
                 break true;
             }
             let step = self.step(c)?;
-            if step.replaced.is_some() {
+            if self.run_replaced_reviewed(step)? {
                 break true;
             }
             next = step.boundary;
@@ -369,7 +393,7 @@ impl<'r> Trust<'r> {
                     break true;
                 }
             }
-            if next.is_none() {
+            if next.is_none() && mark {
                 // The root, and nothing on the way asked for review: remember the
                 // nearest builder change below `commit` (what the next fire's HEAD,
                 // a records commit on top, reaches first). With none (one builder
@@ -384,8 +408,66 @@ impl<'r> Trust<'r> {
                 }
             }
         };
-        self.save_memo();
+        for c in passed {
+            self.owed.insert(c, owed);
+        }
         Ok(owed)
+    }
+
+    /// Whether a merge in the run of `step` (its [`Step::merged`] and the ones below it
+    /// with the same builder tree) replaced a parent under review.
+    fn run_replaced_reviewed(&mut self, step: Step) -> Result<bool, git2::Error> {
+        let mut merged = step.merged;
+        while let Some(merge) = merged {
+            if self.replaced_reviewed_parent(merge)?.is_some() {
+                return Ok(true);
+            }
+            let Some(first) = self.repo.find_commit(merge)?.parent_ids().next() else {
+                break;
+            };
+            if self.repo.find_commit(first).is_err() {
+                // A shallow clone's history ends here.
+                break;
+            }
+            let below = self.step(first)?;
+            merged = below.merged.filter(|_| below.tree == step.tree);
+        }
+        Ok(false)
+    }
+
+    /// A parent of the merge `merge` after the first whose builder tree is not the
+    /// merge's and that is under review: its settings say `require_reviewed`, or its
+    /// history owes review (an unapproved switch-off on its line,
+    /// [`Trust::owed_walk`]). Asked of merges whose own settings turn review off: the
+    /// merge replaced a reviewed tree, and its first parent's line (an orphan history
+    /// with review off, `git merge -s ours` from it) never judged that, so the tree
+    /// owes review ([`Trust::review_owed`]). With review on, the commit that made the
+    /// tree was judged on the first parent's line. `builder audit` judges merges by it
+    /// too.
+    pub fn replaced_reviewed_parent(&mut self, merge: Oid) -> Result<Option<Oid>, git2::Error> {
+        let found = self.repo.find_commit(merge)?;
+        let tree = builder_tree_of(self.repo, &found.tree()?)?;
+        for parent in self.other_trees(&found, tree)? {
+            if self.requires_review(parent)? || self.owed_walk(parent, false)? {
+                return Ok(Some(parent));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The parents of the merge `found` after the first whose builder tree is not
+    /// `tree` (the merge's); a parent a shallow clone lacks is not among them.
+    fn other_trees(&self, found: &git2::Commit, tree: Oid) -> Result<Vec<Oid>, git2::Error> {
+        let mut out = Vec::new();
+        for parent in found.parent_ids().skip(1) {
+            match self.repo.find_commit(parent) {
+                Ok(p) if builder_tree_of(self.repo, &p.tree()?)? != tree => out.push(parent),
+                Ok(_) => {}
+                Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
     }
 
     /// `require_reviewed` in the settings of `commit`, remembered per settings blob.
@@ -528,25 +610,19 @@ impl<'r> Trust<'r> {
                 Err(e) => return Err(e),
             };
             let tree = builder_tree_of(self.repo, &found.tree()?)?;
-            let replaced_here = if found.parent_count() > 1 && !self.requires_review(c)? {
-                self.reviewed_parent_replaced(&found, tree)?
-            } else {
-                None
-            };
-            pending.push((c, tree, replaced_here));
+            let merged_here =
+                (found.parent_count() > 1 && !self.requires_review(c)? && !self.other_trees(&found, tree)?.is_empty())
+                    .then_some(c);
+            pending.push((c, tree, merged_here));
             next = found.parent_ids().next();
         }
-        for (c, tree, replaced_here) in pending.into_iter().rev() {
-            let (boundary, replaced) = match below {
-                Some((_, s)) if s.tree == tree => (s.boundary, replaced_here.or(s.replaced)),
-                Some((p, _)) => (Some(p), replaced_here),
-                None => (None, None),
+        for (c, tree, merged_here) in pending.into_iter().rev() {
+            let (boundary, merged) = match below {
+                Some((_, s)) if s.tree == tree => (s.boundary, merged_here.or(s.merged)),
+                Some((p, _)) => (Some(p), merged_here),
+                None => (None, merged_here),
             };
-            let s = Step {
-                tree,
-                boundary,
-                replaced,
-            };
+            let s = Step { tree, boundary, merged };
             self.steps.insert(c, s);
             below = Some((c, s));
         }
@@ -554,28 +630,6 @@ impl<'r> Trust<'r> {
             Some((_, s)) => Ok(s),
             None => Err(git2::Error::from_str("no commit to walk from")),
         }
-    }
-
-    /// A parent of the merge `commit` after the first whose settings say
-    /// `require_reviewed` and whose builder tree is not `tree` (the merge's). Asked of
-    /// merges whose own settings turn review off: when the first parent keeps the
-    /// merge's tree, the merge replaced a reviewed tree, and the first parent's line
-    /// (an orphan history with review off, `git merge -s ours` from it) never judged
-    /// that, so the tree owes review ([`Trust::review_owed`]). With review on, the
-    /// commit that made the tree was judged on the first parent's line.
-    fn reviewed_parent_replaced(&mut self, commit: &git2::Commit, tree: Oid) -> Result<Option<Oid>, git2::Error> {
-        for parent in commit.parent_ids().skip(1) {
-            let theirs = match self.repo.find_commit(parent) {
-                Ok(p) => builder_tree_of(self.repo, &p.tree()?)?,
-                // A shallow clone lacks it: nothing to judge by there.
-                Err(e) if e.code() == git2::ErrorCode::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            if theirs != tree && self.requires_review(parent)? {
-                return Ok(Some(parent));
-            }
-        }
-        Ok(None)
     }
 
     /// A step known in memory or in the walk memo.
@@ -921,8 +975,10 @@ mod tests {
         assert_eq!(judged.by, JudgedBy::Bootstrap(next), "read from the memo, not walked");
         // The truth again, and an unreadable memo is only a slower walk; so is one an
         // older version wrote (no header: its rows never say which merges replaced a
-        // reviewed tree), however well it reads.
-        for stale in ["not a memo\n".to_string(), format!("{head} {t1} -\n")] {
+        // reviewed tree; version 2: only those over a parent whose own settings asked
+        // review), however well it reads.
+        let version_2 = format!("builder-tree-walk 2\n{head} {t1} -\n");
+        for stale in ["not a memo\n".to_string(), format!("{head} {t1} -\n"), version_2] {
             std::fs::write(
                 root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE),
                 stale,
@@ -982,9 +1038,63 @@ mod tests {
         };
         assert!(owed(None), "the merge replaced a reviewed tree");
         assert!(owed(Some(format!("{merge}\n"))), "an older version's mark is ignored");
+        assert!(owed(Some(format!("review-free 2 {merge}\n"))), "so is version 2's");
         assert!(
             !owed(Some(format!("{REVIEW_FREE_FORMAT}{merge}\n"))),
             "this version's mark is read"
+        );
+    }
+
+    /// A merge over a side commit that only switched review off, without an approval:
+    /// the side's own settings ask no review, but its history owes it, so the merge
+    /// replaced a tree under review and owes review, read back from the walk memo as
+    /// walked. Once that switch-off is approved, the merge owes nothing.
+    #[test]
+    fn a_merge_over_an_unapproved_switch_off_owes_review_until_that_is_approved() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("r");
+        let repo = Repository::init(&root).unwrap();
+        std::fs::create_dir_all(root.join(crate::layout::STATE_DIR)).unwrap();
+        let settings = crate::layout::SETTINGS_FILE;
+        commit(
+            &repo,
+            &[(settings, "require_reviewed: true\n"), ("prompts/a.md", "1")],
+            "eng",
+        );
+        let side = commit(&repo, &[(settings, "require_reviewed: false\n")], "eng");
+        let sig = git2::Signature::now("eng", "eng@localhost").unwrap();
+        let mut own = git2::build::TreeUpdateBuilder::new();
+        own.upsert("prompts/a.md", repo.blob(b"EVIL").unwrap(), git2::FileMode::Blob);
+        let off = repo.blob(b"require_reviewed: false\n").unwrap();
+        own.upsert(settings, off, git2::FileMode::Blob);
+        let empty = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        let orphan_tree = repo.find_tree(own.create_updated(&repo, &empty).unwrap()).unwrap();
+        let orphan = repo.commit(None, &sig, &sig, "orphan", &orphan_tree, &[]).unwrap();
+        let parents = [&repo.find_commit(orphan).unwrap(), &repo.find_commit(side).unwrap()];
+        let merge = repo.commit(None, &sig, &sig, "merge", &orphan_tree, &parents).unwrap();
+        repo.set_head_detached(merge).unwrap();
+        let head = commit(&repo, &[("runs/t/1.json", "{}")], "runtime");
+        let owed = || {
+            Trust::new(&repo, ApprovalRule::unsigned("runtime@localhost"))
+                .unwrap()
+                .remembering(Some(&root))
+                .review_owed(head)
+                .unwrap()
+        };
+        assert!(owed(), "the merge replaced a side whose switch-off owes review");
+        assert!(owed(), "read back from the walk memo");
+        let who = crate::git::Person {
+            name: "Rev".into(),
+            email: "rev@x.org".into(),
+        };
+        let tree = super::super::builder_tree_of_commit(&repo, side).unwrap();
+        let body = approvals::signed_body("p", tree, side, &who, None).unwrap();
+        approvals::write(&repo, body, &who).unwrap();
+        assert!(
+            !owed(),
+            "the switch-off is approved: the merge replaced nothing under review"
         );
     }
 
