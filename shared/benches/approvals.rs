@@ -7,7 +7,9 @@
 //! by walking back from HEAD; with the walk remembered in `.runtime/builder-tree-walk`
 //! (a fire adds one commit and reads one line per builder change), against walking all 10,000 commits every time.
 //! Keys and signatures are made once with the real `ssh-keygen`. (4) What reading the
-//! approved bytes from git adds to a fire.
+//! approved bytes from git adds to a fire. (5) The walk for owed review with review
+//! off, in a history of 1,000 feature branches merged, each forked just before a
+//! prompt change: every merge's other parent is judged too.
 
 #![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
@@ -259,5 +261,71 @@ fn approved_bytes(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench, approved_bytes);
+/// (5) Review off from the first commit, 1,000 feature branches merged, each forked
+/// just before a prompt change: every merge turns review off over a parent with
+/// another builder tree, so the walk judges every merge's other parent as well.
+fn merges(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    let repo = Repository::init(&root).unwrap();
+    std::fs::create_dir_all(root.join(shared::layout::STATE_DIR)).unwrap();
+    let settings = shared::layout::SETTINGS_FILE;
+    commit(
+        &repo,
+        &[(settings, b"require_reviewed: false\n"), ("prompts/a.md", b"0")],
+        "eng",
+    );
+    let sig = Signature::now("eng", "eng@localhost").unwrap();
+    for i in 0..1000 {
+        let fork = repo.head().unwrap().peel_to_commit().unwrap().id();
+        let feature = commit(&repo, &[("docs/a.md", format!("{i}").as_bytes())], "eng");
+        repo.set_head_detached(fork).unwrap();
+        let tweak = commit(&repo, &[("prompts/a.md", format!("{i}").as_bytes())], "eng");
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        update.upsert(
+            "docs/a.md",
+            repo.blob(format!("{i}").as_bytes()).unwrap(),
+            git2::FileMode::Blob,
+        );
+        let tree = update
+            .create_updated(&repo, &repo.find_commit(tweak).unwrap().tree().unwrap())
+            .unwrap();
+        let parents = [&repo.find_commit(tweak).unwrap(), &repo.find_commit(feature).unwrap()];
+        let merge = repo
+            .commit(None, &sig, &sig, "merge", &repo.find_tree(tree).unwrap(), &parents)
+            .unwrap();
+        repo.set_head_detached(merge).unwrap();
+    }
+    let rule = ApprovalRule::unsigned("runtime@localhost");
+    let head = commit(&repo, &[("runs/t/0.json", b"{}")], "runtime");
+    let owed = |at: Oid, memo: Option<&Path>| {
+        Trust::new(&repo, rule.clone())
+            .unwrap()
+            .remembering(memo)
+            .review_owed(at)
+            .unwrap()
+    };
+    assert!(!owed(head, None));
+    c.bench_function(
+        "two-key check, review off, 1,000 feature branches merged over prompt changes: the walk (no memo)",
+        |b| b.iter(|| owed(head, None)),
+    );
+    owed(head, Some(root.as_path()));
+    let mut n = 0;
+    c.bench_function(
+        "two-key check, review off, 1,000 feature branches merged over prompt changes: a fire's new commit (walk memo and review-free mark of .runtime)",
+        |b| {
+            b.iter_batched(
+                || {
+                    n += 1;
+                    commit(&repo, &[(&format!("runs/t/{n}.json"), b"{}")], "runtime")
+                },
+                |at| assert!(!owed(at, Some(root.as_path()))),
+                BatchSize::SmallInput,
+            )
+        },
+    );
+}
+
+criterion_group!(benches, bench, approved_bytes, merges);
 criterion_main!(benches);

@@ -269,11 +269,15 @@ struct ReviewContext {
 
 /// The commits of the first-parent chain from `tip` (among `on_branch`) that a later
 /// commit of the chain covers: some commit after it, up to `tip`, has a builder tree
-/// an approval covers, under the rule that commit owes ([`Settings::owes_signatures`]).
-/// An unapproved change there was undone or taken into an approved tree since (a
-/// revert, an approved proposal built on it): history, shown as a warning, never a
-/// violation. An approval that counts only by identity covers nothing later while
-/// signatures are asked, or an unsigned approval would excuse the change before it.
+/// an approval covers, under the rule the commit that made that tree owes
+/// ([`Settings::owes_signatures`]). An unapproved change there was undone or taken
+/// into an approved tree since (a revert, an approved proposal built on it): history,
+/// shown as a warning, never a violation. An approval that counts only by identity
+/// covers nothing later while signatures are asked, or an unsigned approval would
+/// excuse the change before it; and a records commit on a tree keeps the obligation
+/// of the commit that made the tree (one that turned signatures off along with
+/// review is judged under signatures, so an unsigned approval of its tree excuses
+/// nothing either).
 fn covered_later(
     repo: &Repository,
     tip: Oid,
@@ -281,23 +285,48 @@ fn covered_later(
     approved: &Coverage,
     approved_unsigned: Option<&Coverage>,
 ) -> Result<HashSet<Oid>, git2::Error> {
-    let mut out = HashSet::new();
     let mut settings = Settings::new(repo);
-    let mut seen_covered = false;
+    let mut chain = Vec::new();
     let mut next = Some(tip);
     while let Some(oid) = next.filter(|o| on_branch.contains(o)) {
-        let commit = repo.find_commit(oid)?;
-        if seen_covered {
-            out.insert(oid);
-        } else {
-            let tree = crate::review::builder_tree_of(repo, &commit.tree()?)?;
-            let coverage = match approved_unsigned {
-                Some(unsigned) if !settings.owes_signatures(&commit)? => unsigned,
-                Some(_) | None => approved,
-            };
-            seen_covered = coverage.covers(oid, tree);
+        chain.push(oid);
+        next = repo.find_commit(oid)?.parent_ids().next();
+    }
+    // Builder trees of the chain, read as far as the judgement needs.
+    let mut trees: Vec<Option<Oid>> = vec![None; chain.len()];
+    let mut tree_at = |i: usize| -> Result<Oid, git2::Error> {
+        if let Some(t) = trees[i] {
+            return Ok(t);
         }
-        next = commit.parent_ids().next();
+        let t = crate::review::builder_tree_of(repo, &repo.find_commit(chain[i])?.tree()?)?;
+        trees[i] = Some(t);
+        Ok(t)
+    };
+    let mut out = HashSet::new();
+    let mut run: Option<(Oid, usize)> = None;
+    for i in 0..chain.len() {
+        let tree = tree_at(i)?;
+        // The commit that made this tree: the oldest of the run below with it (the
+        // same as the commit before it in the chain, when that has this tree too).
+        let maker = match run {
+            Some((t, m)) if t == tree => m,
+            _ => {
+                let mut m = i;
+                while m + 1 < chain.len() && tree_at(m + 1)? == tree {
+                    m += 1;
+                }
+                m
+            }
+        };
+        run = Some((tree, maker));
+        let coverage = match approved_unsigned {
+            Some(unsigned) if !settings.owes_signatures(&repo.find_commit(chain[maker])?)? => unsigned,
+            Some(_) | None => approved,
+        };
+        if coverage.covers(chain[i], tree) {
+            out.extend(chain[i + 1..].iter().copied());
+            break;
+        }
     }
     Ok(out)
 }

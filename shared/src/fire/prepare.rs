@@ -1082,10 +1082,15 @@ impl Preparing {
         let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
         let root = (!self.dry_run).then(|| self.ctx.opts.root.clone());
         let root = root.as_deref();
+        let head = self.fired_commit().map_err(env)?;
+        // An unapproved switch-off of signatures (or to another list) is judged by the
+        // rule before it: the switch-off of review too, or an unsigned approval would
+        // vouch for a tip that turned both off.
+        let rule = crate::review::trust::Trust::rule_in_force(&self.repo, head, approval_rule(settings)?, root)
+            .map_err(env)?;
         if !settings.require_reviewed {
             // Switched off: only an approved switch-off counts (as `audit` judges it).
-            let head = self.fired_commit().map_err(env)?;
-            let owed = crate::review::trust::Trust::new(&self.repo, approval_rule(settings)?)
+            let owed = crate::review::trust::Trust::new(&self.repo, rule.clone())
                 .map_err(env)?
                 .remembering(root)
                 .review_owed(head)
@@ -1094,9 +1099,6 @@ impl Preparing {
                 return Ok(());
             }
         }
-        let head = self.fired_commit().map_err(env)?;
-        let rule = crate::review::trust::Trust::rule_in_force(&self.repo, head, approval_rule(settings)?, root)
-            .map_err(env)?;
         // The walk to the last approved tree is remembered in `.runtime/`, so
         // records-only commits since then are read once, not on every fire.
         let judged = crate::review::trust::Trust::new(&self.repo, rule.clone())

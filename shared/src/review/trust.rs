@@ -30,6 +30,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
+mod owed;
+
 /// A commit's builder tree and its boundary (the nearest first-parent ancestor whose
 /// builder tree differs; `None` when there is none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,11 +39,10 @@ struct Step {
     tree: Oid,
     boundary: Option<Oid>,
     /// The nearest merge in the run from the commit down to its boundary (the commit
-    /// itself included) whose own settings turn review off and a later parent of which
-    /// has another builder tree: a merge that may have brought its tree in over a
-    /// reviewed one. Whether that parent was under review is judged when asked
-    /// ([`Trust::replaced_reviewed_parent`]): it depends on approvals, which grow, and
-    /// a step holds only facts of immutable commits.
+    /// itself included) whose own settings turn review off: a merge that may have
+    /// brought its tree in over a reviewed one. Whether a later parent of it was under
+    /// review is judged when asked ([`Trust::replaced_reviewed_parent`]): it depends on
+    /// approvals, which grow, and a step holds only facts of immutable commits.
     merged: Option<Oid>,
 }
 
@@ -122,8 +123,10 @@ pub struct Trust<'r> {
     /// `require_reviewed` by settings blob.
     /// [`Trust::settings_facts`] by settings blob.
     facts: HashMap<Oid, (bool, Option<String>)>,
-    /// Per commit: whether its history owes review ([`Trust::owed_walk`]).
-    owed: HashMap<Oid, bool>,
+    /// Per commit: whether its history owes review ([`owed`]).
+    owed: HashMap<Oid, owed::Owed>,
+    /// The repository is a shallow clone: its history ends at parents it lacks.
+    shallow: bool,
     memo: Option<Memo>,
 }
 
@@ -136,6 +139,8 @@ struct Memo {
     asked: Vec<Oid>,
     /// The file's commits, in order, to write it only when that changes.
     held: Vec<Oid>,
+    /// The review-free mark ([`REVIEW_FREE_FILE`]), read once.
+    free: Option<Oid>,
 }
 
 /// The most rows the walk memo keeps (a row is about 124 bytes).
@@ -195,6 +200,7 @@ impl<'r> Trust<'r> {
             judged: HashMap::new(),
             facts: HashMap::new(),
             owed: HashMap::new(),
+            shallow: repo.is_shallow(),
             memo: None,
         })
     }
@@ -204,7 +210,9 @@ impl<'r> Trust<'r> {
     /// history (each commit's builder tree and the builder change below it), which no
     /// rule changes, so every judge of a fire shares it.
     pub fn remembering(mut self, root: Option<&std::path::Path>) -> Trust<'r> {
-        let Some(root) = root else {
+        // A shallow clone's walk ends where its history does, not at the root: what
+        // it would learn (a boundary that is none, a mark) is no fact of the history.
+        let Some(root) = root.filter(|_| !self.shallow) else {
             return self;
         };
         let mut known = HashMap::new();
@@ -232,6 +240,7 @@ impl<'r> Trust<'r> {
             known,
             asked: Vec::new(),
             held,
+            free: read_review_free(root),
         });
         self
     }
@@ -332,142 +341,6 @@ impl<'r> Trust<'r> {
             None
         };
         Ok(self.judge_tree(tree, trusted, head))
-    }
-
-    /// Whether `commit`, whose own settings have `require_reviewed` off, still owes
-    /// review by its history, as `builder audit` judges a change: a builder change owes
-    /// an approval when its own settings or those of the tree before it say
-    /// `require_reviewed`. Walking builder changes back from `commit` to the nearest
-    /// covered one, any that owes one means the switch-off was not approved (an
-    /// unapproved commit that turns review off, and whatever follows it, still runs
-    /// only with an approval). So does an uncovered tree a merge brought in over a
-    /// parent under review, whatever its first parent's line says
-    /// ([`Trust::replaced_reviewed_parent`]).
-    ///
-    /// This holds from the first moment: a repository with no approval yet whose
-    /// history turned `require_reviewed` on owes review too (the first tree under
-    /// review needs an approval itself: `builder approve --bootstrap`), so an unapproved
-    /// switch-off before the first approval is judged. A walk that reaches the root
-    /// finding none is remembered ([`REVIEW_FREE_FILE`]), unless no builder change lies
-    /// below `commit` (then the walk is one step anyway): later fires stop at the
-    /// nearest builder change instead of walking all of history again.
-    pub fn review_owed(&mut self, commit: Oid) -> Result<bool, git2::Error> {
-        let owed = self.owed_walk(commit, true)?;
-        self.save_memo();
-        Ok(owed)
-    }
-
-    /// [`Trust::review_owed`] without saving the walk memo; `mark`: whether a walk
-    /// that reaches the root may write the review-free mark (only the walk from a
-    /// fire's HEAD, whose line the next fire walks again). Every commit the walk
-    /// passes owes review exactly when the walk's answer says so (each one's answer is
-    /// the next one's), so all of them are remembered with it.
-    fn owed_walk(&mut self, commit: Oid, mark: bool) -> Result<bool, git2::Error> {
-        let free = self.memo.as_ref().and_then(|m| read_review_free(&m.root));
-        let mut passed = Vec::new();
-        let mut next = Some(commit);
-        let mut first_boundary = None;
-        let owed = loop {
-            let Some(c) = next else { break false };
-            if let Some(known) = self.owed.get(&c) {
-                break *known;
-            }
-            passed.push(c);
-            if Some(c) == free || self.covered(c)? {
-                break false;
-            }
-            if self.requires_review(c)? {
-                break true;
-            }
-            let step = self.step(c)?;
-            if self.run_replaced_reviewed(step)? {
-                break true;
-            }
-            next = step.boundary;
-            first_boundary = first_boundary.or(Some(next));
-            if let Some(b) = next {
-                if Some(b) == free {
-                    break false;
-                }
-                if self.requires_review(b)? {
-                    break true;
-                }
-            }
-            if next.is_none() && mark {
-                // The root, and nothing on the way asked for review: remember the
-                // nearest builder change below `commit` (what the next fire's HEAD,
-                // a records commit on top, reaches first). With none (one builder
-                // tree all the way down), the next walk is one step as this one was,
-                // and a mark of `commit` would only be rewritten by every fire.
-                if let (Some(memo), Some(mark)) = (&self.memo, first_boundary.flatten()) {
-                    if free != Some(mark) {
-                        if let Err(e) = write_review_free(&memo.root, mark) {
-                            tracing::warn!(error = %e, "the review-free mark was not remembered");
-                        }
-                    }
-                }
-            }
-        };
-        for c in passed {
-            self.owed.insert(c, owed);
-        }
-        Ok(owed)
-    }
-
-    /// Whether a merge in the run of `step` (its [`Step::merged`] and the ones below it
-    /// with the same builder tree) replaced a parent under review.
-    fn run_replaced_reviewed(&mut self, step: Step) -> Result<bool, git2::Error> {
-        let mut merged = step.merged;
-        while let Some(merge) = merged {
-            if self.replaced_reviewed_parent(merge)?.is_some() {
-                return Ok(true);
-            }
-            let Some(first) = self.repo.find_commit(merge)?.parent_ids().next() else {
-                break;
-            };
-            if self.repo.find_commit(first).is_err() {
-                // A shallow clone's history ends here.
-                break;
-            }
-            let below = self.step(first)?;
-            merged = below.merged.filter(|_| below.tree == step.tree);
-        }
-        Ok(false)
-    }
-
-    /// A parent of the merge `merge` after the first whose builder tree is not the
-    /// merge's and that is under review: its settings say `require_reviewed`, or its
-    /// history owes review (an unapproved switch-off on its line,
-    /// [`Trust::owed_walk`]). Asked of merges whose own settings turn review off: the
-    /// merge replaced a reviewed tree, and its first parent's line (an orphan history
-    /// with review off, `git merge -s ours` from it) never judged that, so the tree
-    /// owes review ([`Trust::review_owed`]). With review on, the commit that made the
-    /// tree was judged on the first parent's line. `builder audit` judges merges by it
-    /// too.
-    pub fn replaced_reviewed_parent(&mut self, merge: Oid) -> Result<Option<Oid>, git2::Error> {
-        let found = self.repo.find_commit(merge)?;
-        let tree = builder_tree_of(self.repo, &found.tree()?)?;
-        for parent in self.other_trees(&found, tree)? {
-            if self.requires_review(parent)? || self.owed_walk(parent, false)? {
-                return Ok(Some(parent));
-            }
-        }
-        Ok(None)
-    }
-
-    /// The parents of the merge `found` after the first whose builder tree is not
-    /// `tree` (the merge's); a parent a shallow clone lacks is not among them.
-    fn other_trees(&self, found: &git2::Commit, tree: Oid) -> Result<Vec<Oid>, git2::Error> {
-        let mut out = Vec::new();
-        for parent in found.parent_ids().skip(1) {
-            match self.repo.find_commit(parent) {
-                Ok(p) if builder_tree_of(self.repo, &p.tree()?)? != tree => out.push(parent),
-                Ok(_) => {}
-                Err(e) if e.code() == git2::ErrorCode::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(out)
     }
 
     /// `require_reviewed` in the settings of `commit`, remembered per settings blob.
@@ -587,7 +460,8 @@ impl<'r> Trust<'r> {
     /// first parents until a remembered commit (or the root), learning each on the way.
     fn step(&mut self, commit: Oid) -> Result<Step, git2::Error> {
         if let Some(memo) = self.memo.as_mut() {
-            if !memo.asked.contains(&commit) {
+            // Only the first rows asked for are kept ([`Trust::save_memo`]).
+            if memo.asked.len() < MEMO_ROWS && !memo.asked.contains(&commit) {
                 memo.asked.push(commit);
             }
         }
@@ -610,9 +484,7 @@ impl<'r> Trust<'r> {
                 Err(e) => return Err(e),
             };
             let tree = builder_tree_of(self.repo, &found.tree()?)?;
-            let merged_here =
-                (found.parent_count() > 1 && !self.requires_review(c)? && !self.other_trees(&found, tree)?.is_empty())
-                    .then_some(c);
+            let merged_here = (found.parent_count() > 1 && !self.requires_review(c)?).then_some(c);
             pending.push((c, tree, merged_here));
             next = found.parent_ids().next();
         }
@@ -668,6 +540,13 @@ impl<'r> Trust<'r> {
     fn covered(&mut self, commit: Oid) -> Result<bool, git2::Error> {
         if let Some(v) = self.covered.get(&commit) {
             return Ok(*v);
+        }
+        // No approval names the tree at all: nothing to judge (and no walk to the
+        // root for the lists before it, in a history of thousands of builder changes).
+        let tree = self.step(commit)?.tree;
+        if self.approvals.naming(tree).next().is_none() {
+            self.covered.insert(commit, false);
+            return Ok(false);
         }
         let mut chain = Vec::new();
         let mut next = Some(commit);
