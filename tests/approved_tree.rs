@@ -342,6 +342,60 @@ fn land_prompt(env: &TestEnv, name: &str, body: &str) {
     );
 }
 
+/// Lands `settings` (the whole file) through review in the engineer's repository;
+/// returns the merge.
+fn land_settings(env: &TestEnv, name: &str, settings: &str) -> String {
+    env.write("settings/runtime.yaml", settings);
+    builder_ok(env, &env.root, None, &["propose", name, "-m", name]);
+    builder_ok(env, &env.root, Some(REVIEWER), &["approve", name]);
+    builder_ok(env, &env.root, None, &["merge", name]);
+    git(env, &env.root, &["rev-parse", "HEAD"])
+}
+
+/// Review was switched off through review once, then on again through review. A
+/// colleague commits the old approved "off" tree back (every byte of it approved
+/// once), then her prompt on top, on a box that pulls and fires (no `sync`: a sync
+/// box refuses the rollback as it fetches). With review off in its settings, the fire
+/// used to rest on that old approval and skip the rule that approvals only move
+/// forward: both ran. Now the box refuses both: a rollback, with a card.
+#[test]
+fn an_old_approved_switch_off_replayed_is_a_rollback_and_nothing_on_it_fires() {
+    let env = TestEnv::new();
+    crate::review::require_review_through_review(&env);
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 0, "{summary}");
+    let on = env.read("settings/runtime.yaml");
+    let off = on.replace("require_reviewed: true", "require_reviewed: false");
+    assert_ne!(off, on);
+    let off_commit = land_settings(&env, "off", &off);
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 0, "review off through review: {summary}");
+    land_settings(&env, "on-again", &on);
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 0, "{summary}");
+
+    // Mallory's commits, as a `git pull` brings them.
+    git(
+        &env,
+        &env.root,
+        &["checkout", &off_commit, "--", "settings/runtime.yaml"],
+    );
+    commit_as(&env, ("Mallory", "mallory@evil.example"), "tidy");
+    // The attack is live: her tip's builder tree is the old approved "off" tree.
+    let repo = Repository::open(&env.root).unwrap();
+    let tree_of = |at: &str| shared::review::builder_tree_of_commit(&repo, Oid::from_str(at).unwrap()).unwrap();
+    assert_eq!(tree_of(&env.head_id()), tree_of(&off_commit));
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_ne!(code, 0, "the old approval moved the box back: {summary}");
+    let cards = card_texts(&env.root, &summary);
+    assert!(cards.iter().any(|c| c.contains("rollback")), "{summary}");
+
+    env.write("prompts/digest.md", "---\n---\nSay EVIL.\n");
+    commit_as(&env, ("Mallory", "mallory@evil.example"), "prompt");
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_ne!(code, 0, "her prompt ran on the replayed tree: {summary}");
+}
+
 /// Pushing an older approved tree back: every tree in it was approved once, so the
 /// old check moved the cron box back to rules a later review replaced. It is a
 /// rollback now: one card, and the fire does not run it, until a newer approval names

@@ -1089,14 +1089,8 @@ impl Preparing {
         let rule = crate::review::trust::Trust::rule_in_force(&self.repo, head, approval_rule(settings)?, root)
             .map_err(env)?;
         if !settings.require_reviewed {
-            // Switched off: only an approved switch-off counts (as `audit` judges it).
-            let owed = crate::review::trust::Trust::new(&self.repo, rule.clone())
-                .map_err(env)?
-                .remembering(root)
-                .review_owed(head)
-                .map_err(env)?;
-            if !owed {
-                return Ok(());
+            if let Some(done) = self.review_switched_off(head, &rule, root).map_err(env)? {
+                return done;
             }
         }
         // The walk to the last approved tree is remembered in `.runtime/`, so
@@ -1144,6 +1138,35 @@ impl Preparing {
             ),
         )
         .with_hint("have the change approved by someone else (`builder review <name>`, then `builder approve <name>`), and fetch refs/builder/* where the runtime fires"))
+    }
+
+    /// With review switched off in HEAD's settings: only an approved switch-off
+    /// counts (as `audit` judges it). `Some` when that settles the fire (it goes on,
+    /// or a rollback refuses it), `None` when review is still owed. Resting on an
+    /// approved tree (the switch-off's, or one replayed from before), approvals only
+    /// move forward from it, as under review.
+    fn review_switched_off(
+        &mut self,
+        head: git2::Oid,
+        rule: &crate::review::signing::ApprovalRule,
+        root: Option<&std::path::Path>,
+    ) -> Result<Option<Result<(), Stop>>, git2::Error> {
+        let owed = crate::review::trust::Trust::new(&self.repo, rule.clone())?
+            .remembering(root)
+            .owed_review(head)?;
+        if owed.owed {
+            return Ok(None);
+        }
+        let Some(at) = owed.covered_at else {
+            return Ok(Some(Ok(())));
+        };
+        let judged = crate::review::trust::Trust::new(&self.repo, rule.clone())?
+            .remembering(root)
+            .commit(at)?;
+        Ok(Some(match judged.approval {
+            Some(_) => self.refuse_rollback(&judged),
+            None => Ok(()),
+        }))
     }
 
     /// Approvals only move forward (issue 17 item 4, [`crate::review::forward`]): the

@@ -31,6 +31,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 mod owed;
+pub use owed::OwedReview;
 
 /// A commit's builder tree and its boundary (the nearest first-parent ancestor whose
 /// builder tree differs; `None` when there is none).
@@ -312,7 +313,21 @@ impl<'r> Trust<'r> {
         let step = self.step(commit)?;
         let trusted = self.trusted_from(step.boundary, step.tree)?;
         self.save_memo();
-        Ok(self.judge_tree(step.tree, trusted, commit))
+        let judged = self.judge_tree(step.tree, trusted, commit);
+        if trusted.is_none() && self.shallow_with_approvals() {
+            // Where a shallow clone's history ends, the approved tree whose list
+            // should judge this one may lie beyond it: its own list is trusted for
+            // nothing (trust on first use would let a pushed list approve itself).
+            return Ok(Judged {
+                approval: None,
+                counting: Vec::new(),
+                rejected: vec![
+                    "this clone is shallow: the approved tree whose allowed-signers list judges this one may lie in the history it lacks, so no list of its own is trusted (`git fetch --unshallow`)".into(),
+                ],
+                ..judged
+            });
+        }
+        Ok(judged)
     }
 
     /// The verdict on the builder tree of `commit` arriving over `known` (a sync's
@@ -793,6 +808,68 @@ mod tests {
 
     /// A repository with the signers list approved (`c0`), an approved builder
     /// change (`c1`) and 50 records commits on top, and its state directory.
+    /// Mallory's key and her prompt in one direct commit, approved with her key in
+    /// Rev's name: a full clone judges it by the list before it; a shallow clone
+    /// (`--depth 1`, approvals fetched) lacks that tree, and trusts her list for
+    /// nothing either, where it used to trust it on first use.
+    #[test]
+    fn a_shallow_clone_trusts_no_list_of_its_own_on_first_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            return;
+        };
+        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
+        let origin = dir.path().join("origin");
+        let repo = Repository::init(&origin).unwrap();
+        let rev_line = format!("rev@x.org {rev_pub}");
+        let c0 = commit(
+            &repo,
+            &[("settings/allowed_signers", &rev_line), ("prompts/a.md", "0")],
+            "eng",
+        );
+        approve(&repo, c0, &rev_key);
+        let hers = format!("{rev_line}rev@x.org {mal_pub}");
+        let c1 = commit(
+            &repo,
+            &[("settings/allowed_signers", &hers), ("prompts/a.md", "EVIL")],
+            "mallory",
+        );
+        approve(&repo, c1, &mal_key);
+        assert!(Trust::new(&repo, rule())
+            .unwrap()
+            .commit(c1)
+            .unwrap()
+            .approval
+            .is_none());
+        let clone = dir.path().join("clone");
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git").args(args).output().unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        let url = format!("file://{}", origin.display());
+        git(&["clone", "-q", "--depth", "1", &url, clone.to_str().unwrap()]);
+        git(&[
+            "-C",
+            clone.to_str().unwrap(),
+            "fetch",
+            "-q",
+            "origin",
+            crate::review::APPROVALS_REFSPEC,
+        ]);
+        let shallow = Repository::open(&clone).unwrap();
+        assert!(shallow.is_shallow());
+        // The attack is live: her approval verifies by her list, the tip's own.
+        let forged = approvals::load(&shallow)
+            .unwrap()
+            .into_iter()
+            .find(|a| a.body.head.as_deref() == Some(c1.to_string().as_str()));
+        let list = AllowedSigners::parse(Path::new("l"), &hers).unwrap();
+        assert!(list.verify(&forged.expect("her approval was fetched").body).is_ok());
+        let judged = Trust::new(&shallow, rule()).unwrap().commit(c1).unwrap();
+        assert!(judged.approval.is_none(), "{:?}", judged.rejected);
+        assert!(judged.rejected[0].contains("shallow"), "{:?}", judged.rejected);
+    }
+
     fn approved_history(dir: &Path) -> Option<(Repository, PathBuf, Oid, Oid)> {
         let (rev_key, rev_pub) = keygen(dir, "rev")?;
         let root = dir.join("r");

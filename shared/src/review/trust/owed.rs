@@ -21,12 +21,24 @@ use git2::Oid;
 pub(super) struct Owed {
     owed: bool,
     to_root: bool,
+    /// The covered commit the answer rests on, along the builder changes below it.
+    covered_at: Option<Oid>,
 }
 
 const OWED: Owed = Owed {
     owed: true,
     to_root: true,
+    covered_at: None,
 };
+
+/// What [`Trust::owed_review`] found: whether review is owed, and when it is not
+/// because the walk reached a covered commit, that commit (whose approval the tree
+/// rests on: approvals only move forward from there too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwedReview {
+    pub owed: bool,
+    pub covered_at: Option<Oid>,
+}
 
 /// What one look at a commit found: its answer, or the older commits to answer first.
 enum Look {
@@ -54,12 +66,21 @@ impl Trust<'_> {
     /// In a shallow clone that has approvals, history that ends at a parent the clone
     /// lacks owes review: what lies beyond cannot be judged (`git fetch --unshallow`).
     pub fn review_owed(&mut self, commit: Oid) -> Result<bool, git2::Error> {
+        Ok(self.owed_review(commit)?.owed)
+    }
+
+    /// [`Trust::review_owed`], with the covered commit an answer of "not owed" rests
+    /// on, if any.
+    pub fn owed_review(&mut self, commit: Oid) -> Result<OwedReview, git2::Error> {
         let owed = self.owed_walk(commit)?;
         if !owed.owed && owed.to_root {
             self.mark_review_free(commit)?;
         }
         self.save_memo();
-        Ok(owed.owed)
+        Ok(OwedReview {
+            owed: owed.owed,
+            covered_at: owed.covered_at.filter(|_| !owed.owed),
+        })
     }
 
     /// A parent of the merge `merge` after the first that is under review: its
@@ -118,12 +139,14 @@ impl Trust<'_> {
             return Ok(Look::Answer(Owed {
                 owed: false,
                 to_root: true,
+                covered_at: None,
             }));
         }
         if self.covered(commit)? {
             return Ok(Look::Answer(Owed {
                 owed: false,
                 to_root: false,
+                covered_at: Some(commit),
             }));
         }
         if self.requires_review(commit)? {
@@ -160,9 +183,11 @@ impl Trust<'_> {
             }
         }
         let answers: Vec<Owed> = older.iter().map(|o| self.owed[o]).collect();
+        let below = below.map(|b| self.owed[&b]);
         Ok(Look::Answer(Owed {
-            owed: below.is_some_and(|b| self.owed[&b].owed),
+            owed: below.is_some_and(|b| b.owed),
             to_root: answers.iter().all(|a| a.to_root),
+            covered_at: below.and_then(|b| b.covered_at),
         }))
     }
 
@@ -227,7 +252,7 @@ impl Trust<'_> {
 
     /// A shallow clone of a repository under review: where its history ends, what lies
     /// beyond is not known to owe nothing.
-    fn shallow_with_approvals(&self) -> bool {
+    pub(super) fn shallow_with_approvals(&self) -> bool {
         self.shallow && !self.approvals.all().is_empty()
     }
 
