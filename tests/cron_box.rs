@@ -1026,6 +1026,29 @@ fn a_forced_approval_ref_on_the_origin_never_replaces_the_boxs_copy() {
     drop(daemon);
 }
 
+/// Mallory's `merge` (over her `orphan`), checked out in her clone: the pre-push
+/// hook refuses it naming `require_reviewed`, `builder audit` calls it a violation,
+/// and pushed past the hook, the cron box exits 5 without her prompt.
+fn her_merge_is_refused_everywhere(team: &Team, mallory: &Path, merge: &str, orphan: &str) {
+    team.git(mallory, &["reset", "-q", "--hard", merge]);
+
+    let pushed = team.try_git(mallory, &["push", "origin", "HEAD:main"]);
+    let said = String::from_utf8_lossy(&pushed.stderr);
+    assert!(!pushed.status.success(), "the hook let it through: {said}");
+    assert!(said.contains("require_reviewed"), "{said}");
+    let (code, out, err) = crate::review::builder_in(&team.env, mallory, None, &["audit"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains(&merge[..12]) || out.contains(&orphan[..12]), "{out}");
+
+    team.git(mallory, &["push", "-q", "--no-verify", "origin", "HEAD:main"]);
+    assert_eq!(team.origin_tip(), merge, "the attack reached the origin");
+    let fired = team.fire();
+    assert_eq!(fired.code, 5, "{fired}");
+    assert!(!std::fs::read_to_string(team.cron.join("prompts/digest.md"))
+        .unwrap()
+        .contains("EVIL"));
+}
+
 /// The same merge over a side commit instead of `main` itself: the side commit,
 /// pushed to a branch of its own, only switches `require_reviewed` off, without an
 /// approval. Its own settings no longer ask review, but its history owes it, so the
@@ -1052,23 +1075,7 @@ fn a_merge_over_a_side_commit_that_switched_review_off_is_judged_by_that_side() 
         &mallory,
         &["commit-tree", &tree, "-p", &orphan, "-p", &side, "-m", "Merge tidy"],
     );
-    team.git(&mallory, &["reset", "-q", "--hard", &merge]);
-
-    let pushed = team.try_git(&mallory, &["push", "origin", "HEAD:main"]);
-    let said = String::from_utf8_lossy(&pushed.stderr);
-    assert!(!pushed.status.success(), "the hook let it through: {said}");
-    assert!(said.contains("require_reviewed"), "{said}");
-    let (code, out, err) = crate::review::builder_in(&team.env, &mallory, None, &["audit"]);
-    assert_eq!(code, 1, "{out}{err}");
-    assert!(out.contains(&merge[..12]) || out.contains(&orphan[..12]), "{out}");
-
-    team.git(&mallory, &["push", "-q", "--no-verify", "origin", "HEAD:main"]);
-    assert_eq!(team.origin_tip(), merge, "the attack reached the origin");
-    let fired = team.fire();
-    assert_eq!(fired.code, 5, "{fired}");
-    assert!(!std::fs::read_to_string(team.cron.join("prompts/digest.md"))
-        .unwrap()
-        .contains("EVIL"));
+    her_merge_is_refused_everywhere(&team, &mallory, &merge, &orphan);
 }
 
 /// A merge whose first parent was never reviewed (the team scenario's attack by a
@@ -1106,23 +1113,7 @@ fn a_merge_whose_first_parent_was_never_reviewed_is_judged_by_the_reviewed_paren
             "Merge main",
         ],
     );
-    team.git(&mallory, &["reset", "-q", "--hard", &merge]);
-
-    let pushed = team.try_git(&mallory, &["push", "origin", "HEAD:main"]);
-    let said = String::from_utf8_lossy(&pushed.stderr);
-    assert!(!pushed.status.success(), "the hook let it through: {said}");
-    assert!(said.contains("require_reviewed"), "{said}");
-    let (code, out, err) = crate::review::builder_in(&team.env, &mallory, None, &["audit"]);
-    assert_eq!(code, 1, "{out}{err}");
-    assert!(out.contains(&merge[..12]) || out.contains(&orphan[..12]), "{out}");
-
-    team.git(&mallory, &["push", "-q", "--no-verify", "origin", "HEAD:main"]);
-    assert_eq!(team.origin_tip(), merge, "the attack reached the origin");
-    let fired = team.fire();
-    assert_eq!(fired.code, 5, "{fired}");
-    assert!(!std::fs::read_to_string(team.cron.join("prompts/digest.md"))
-        .unwrap()
-        .contains("EVIL"));
+    her_merge_is_refused_everywhere(&team, &mallory, &merge, &orphan);
     let fresh = team.clone_as("fresh", false);
     let (code, summary) = crate::review::fire_in(&team.env, &fresh, "digest");
     assert_ne!(code, 0, "a fresh clone fired her tree: {summary}");

@@ -1234,21 +1234,11 @@ fn review_on_bootstrapped(r: &Reviewer) -> String {
     reviewed
 }
 
-/// A colleague with push access but no say in review commits the widened settings
-/// straight onto `main` (past the pre-push hook), then proposes a prompt tweak on
-/// top. Under `require_reviewed`, `main`'s tip owes review nobody gave, so it lends
-/// no powers: the eval trusts the last reviewed commit's settings, refuses the base's
-/// and the head's fires alike, and the token goes nowhere.
-#[test]
-fn a_base_pushed_past_review_lends_its_widened_powers_to_no_eval() {
-    let r = Reviewer::new();
-    prove_live(&r, Widening::Provider);
+/// Proposes a prompt tweak on `main`'s tip and evaluates it: the eval trusts the
+/// settings of `trusted` (the last reviewed commit), and refuses the provider
+/// widening of both the base and the head. Returns the eval's output.
+fn eval_of_a_tweak_trusts(r: &Reviewer, trusted: &str) -> Output {
     let git = |args: &[&str]| crate::review::git(&r.env, &r.env.root, args);
-    review_on_bootstrapped(&r);
-    let trusted = git(&["rev-parse", "HEAD"]);
-    let widened = format!("{}require_reviewed: true\n", r.settings(&[Widening::Provider]));
-    r.env.write("settings/runtime.yaml", &widened);
-    r.env.commit_all("provider tidy-up (pushed past the hook)");
     git(&["checkout", "-q", "-b", "proposals/tweak"]);
     r.env.write("prompts/t.md", &format!("{PLAIN_PROMPT}\nBe brief.\n"));
     r.env.commit_all("Be brief");
@@ -1269,6 +1259,25 @@ fn a_base_pushed_past_review_lends_its_widened_powers_to_no_eval() {
             "{revision} was not refused: {rep}"
         );
     }
+    out
+}
+
+/// A colleague with push access but no say in review commits the widened settings
+/// straight onto `main` (past the pre-push hook), then proposes a prompt tweak on
+/// top. Under `require_reviewed`, `main`'s tip owes review nobody gave, so it lends
+/// no powers: the eval trusts the last reviewed commit's settings, refuses the base's
+/// and the head's fires alike, and the token goes nowhere.
+#[test]
+fn a_base_pushed_past_review_lends_its_widened_powers_to_no_eval() {
+    let r = Reviewer::new();
+    prove_live(&r, Widening::Provider);
+    let git = |args: &[&str]| crate::review::git(&r.env, &r.env.root, args);
+    review_on_bootstrapped(&r);
+    let trusted = git(&["rev-parse", "HEAD"]);
+    let widened = format!("{}require_reviewed: true\n", r.settings(&[Widening::Provider]));
+    r.env.write("settings/runtime.yaml", &widened);
+    r.env.commit_all("provider tidy-up (pushed past the hook)");
+    let out = eval_of_a_tweak_trusts(&r, &trusted);
     r.assert_nothing_left("a base pushed past review", &[&out]);
 }
 
@@ -1354,25 +1363,6 @@ fn an_unsigned_approval_of_a_tip_that_switched_signatures_off_lends_it_no_powers
         let body = shared::review::approvals::signed_body("tidy", tree, head.id(), &person, None).unwrap();
         shared::review::approvals::write(&repo, body, &person).unwrap();
     }
-    git(&["checkout", "-q", "-b", "proposals/tweak"]);
-    r.env.write("prompts/t.md", &format!("{PLAIN_PROMPT}\nBe brief.\n"));
-    r.env.commit_all("Be brief");
-    git(&["checkout", "-q", "main"]);
-    let out = r.builder(As::Me, &["eval", "--head", "proposals/tweak", "--json"], &[]);
-    let rep = json_of(&out);
-    assert_eq!(out.status.code(), Some(1), "{rep}");
-    assert!(rep["trusted"].as_str().unwrap().contains(&trusted[..12]), "{rep}");
-    for revision in ["base", "head"] {
-        let powers = rep["powers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["revision"] == revision)
-            .unwrap();
-        assert!(
-            powers["refused"].as_str().unwrap_or("").contains("provider"),
-            "{revision} was not refused: {rep}"
-        );
-    }
+    let out = eval_of_a_tweak_trusts(&r, &trusted);
     r.assert_nothing_left("an unsigned approval of a tip that switched signatures off", &[&out]);
 }

@@ -452,6 +452,36 @@ impl Judge<'_> {
         }))
     }
 
+    /// For a merge on the branch that keeps its first parent's builder tree (so no
+    /// builder path changes): a finding when the first parent's tree is covered and
+    /// the merge's is not. Then a line the merge joined trusts a list that does not
+    /// accept the tree: an orphan line's own list, trusted on first use, merged over
+    /// the branch with the orphan as first parent (`review::trust`'s joins).
+    fn refused_by_a_joined_line(&mut self, commit: &git2::Commit) -> Result<Option<(Severity, String)>, git2::Error> {
+        let Some(first) = commit.parents().next().filter(|_| commit.parent_count() > 1) else {
+            return Ok(None);
+        };
+        if !self.review.on_branch.contains(&commit.id()) {
+            return Ok(None);
+        }
+        let tree = crate::review::builder_tree_of(self.repo, &commit.tree()?)?;
+        if crate::review::builder_tree_of(self.repo, &first.tree()?)? != tree
+            || !self.covers(&first, tree)?
+            || self.covers(commit, tree)?
+        {
+            return Ok(None);
+        }
+        let why = format!(
+            "a merge joining another line: no approval of its builder tree {} counts by the list that line trusts",
+            &tree.to_string()[..12]
+        );
+        Ok(Some(if self.owes_review(commit)? {
+            (Severity::Violation, format!("{why} (require_reviewed is on)"))
+        } else {
+            (Severity::Warning, why)
+        }))
+    }
+
     /// The builder-owned links of `commit`'s tree that the kernel would resolve outside
     /// the builder-owned paths (or into the write ACL, `/proc`, `/dev`, out of the
     /// repository), and gitlinks there, that its first parent did not already hold
@@ -634,7 +664,22 @@ fn audit_commit(
         }
     }
     report.findings.extend(link_findings);
+    if !links_judged {
+        report.findings.extend(joined_line_finding(judge, commit)?);
+    }
     Ok(())
+}
+
+/// The finding of a merge that changed no builder path but whose tree a joined line's
+/// list does not accept ([`Judge::refused_by_a_joined_line`]), if any.
+fn joined_line_finding(judge: &mut Judge, commit: &git2::Commit) -> Result<Option<Finding>, git2::Error> {
+    Ok(judge.refused_by_a_joined_line(commit)?.map(|(severity, what)| Finding {
+        severity,
+        commit: oid_short(commit.id()),
+        author: author_of(commit),
+        path: "-".into(),
+        what,
+    }))
 }
 
 /// Counts a runtime-named commit as signed or unauthenticated, or finds it forged.

@@ -55,9 +55,10 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
 
 /// The builder-tree walk memo of the two-key check (`review::trust`), in
 /// [`STATE_DIR`]: [`WALK_MEMO_HEADER`], then one line per commit, `<commit> <builder
-/// tree> <boundary or -> [<merge>]`, the boundary being the nearest first-parent
-/// ancestor with another builder tree, the merge the nearest one in between that
-/// turned review off over a parent with another builder tree. These
+/// tree> <boundary or -> <merge or -> <join or ->`, the boundary being the nearest
+/// first-parent ancestor with another builder tree, the merge the nearest one in
+/// between whose settings turn review off, the join the nearest one in between with a
+/// later parent of another builder tree. These
 /// are facts of immutable commits, so a fire walks only the commits since the last
 /// fire's HEAD. A plain file rather than a table: opening `state.db` (its WAL
 /// recovered by the first connection of a process) costs more than the whole check.
@@ -65,9 +66,11 @@ pub const WALK_MEMO_FILE: &str = "builder-tree-walk";
 /// The first line of a walk memo this version reads. A memo without it was written
 /// before merges that replace a reviewed tree were remembered (the fourth column), and
 /// one with `builder-tree-walk 2` remembered only merges over a parent whose own
-/// settings asked review (not one whose history owed it), so their silence about
-/// such merges is no fact: they are ignored, and the walk done again once.
-pub const WALK_MEMO_HEADER: &str = "builder-tree-walk 3";
+/// settings asked review (not one whose history owed it), and one with `3` no merge
+/// joining another line's tree (whose trusted list judges the tree too), so their
+/// silence about such merges is no fact: they are ignored, and the walk done again
+/// once.
+pub const WALK_MEMO_HEADER: &str = "builder-tree-walk 4";
 /// A walk memo larger than this is ignored (and rewritten): it holds one line per
 /// builder change, about 100 bytes each.
 const WALK_MEMO_MAX_BYTES: u64 = 16 << 20;
@@ -92,10 +95,11 @@ pub fn tracked_state_refusal(repo: &git2::Repository) -> Option<(String, String)
     })
 }
 
-/// One commit's line of the walk memo: `(commit, builder tree, boundary, merge)`,
-/// `merge` being the nearest merge in its run over a parent with another builder
-/// tree, under settings that turn review off, if any.
-pub type BuilderTreeStep = (String, String, Option<String>, Option<String>);
+/// One commit's line of the walk memo: `(commit, builder tree, boundary, merge,
+/// join)`, `merge` being the nearest merge in its run under settings that turn review
+/// off, `join` the nearest one in its run with a later parent of another builder
+/// tree, if any.
+pub type BuilderTreeStep = (String, String, Option<String>, Option<String>, Option<String>);
 
 /// The walk memo of the repository at `root`; empty when absent, unreadable or
 /// without [`WALK_MEMO_HEADER`] (it is only a memo: the walk is then done again).
@@ -116,12 +120,9 @@ pub fn read_walk_memo(root: &Path) -> Vec<BuilderTreeStep> {
         .filter_map(|line| {
             let mut f = line.split(' ');
             let (commit, tree, boundary) = (f.next()?, f.next()?, f.next()?);
-            Some((
-                commit.to_string(),
-                tree.to_string(),
-                (boundary != "-").then(|| boundary.to_string()),
-                f.next().map(str::to_string),
-            ))
+            let mut oid = || f.next().filter(|o| *o != "-").map(str::to_string);
+            let boundary = (boundary != "-").then(|| boundary.to_string());
+            Some((commit.to_string(), tree.to_string(), boundary, oid(), oid()))
         })
         .collect()
 }
@@ -133,12 +134,14 @@ pub fn write_walk_memo(root: &Path, steps: &[BuilderTreeStep]) -> std::io::Resul
     let mut text = String::with_capacity(steps.len() * 124 + WALK_MEMO_HEADER.len() + 1);
     text.push_str(WALK_MEMO_HEADER);
     text.push('\n');
-    for (commit, tree, boundary, merge) in steps {
-        text.push_str(&format!("{commit} {tree} {}", boundary.as_deref().unwrap_or("-")));
-        if let Some(m) = merge {
-            text.push_str(&format!(" {m}"));
-        }
-        text.push('\n');
+    for (commit, tree, boundary, merge, join) in steps {
+        let or_dash = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
+        text.push_str(&format!(
+            "{commit} {tree} {} {} {}\n",
+            or_dash(boundary),
+            or_dash(merge),
+            or_dash(join)
+        ));
     }
     let dir = crate::beneath::open_root(root)?;
     match crate::beneath::remove_file(&dir, &rel) {

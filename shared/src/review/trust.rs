@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
+mod joins;
 mod owed;
 pub use owed::OwedReview;
 
@@ -45,6 +46,10 @@ struct Step {
     /// review is judged when asked ([`Trust::replaced_reviewed_parent`]): it depends on
     /// approvals, which grow, and a step holds only facts of immutable commits.
     merged: Option<Oid>,
+    /// The nearest merge in the run (the commit itself included) with a later parent
+    /// of another builder tree: a merge joining another line, whose trusted list
+    /// judges the tree too ([`joins`]).
+    joined: Option<Oid>,
 }
 
 /// Which list judged a tree's approvals.
@@ -218,7 +223,7 @@ impl<'r> Trust<'r> {
         };
         let mut known = HashMap::new();
         let mut held = Vec::new();
-        for (commit, tree, boundary, merged) in crate::state::read_walk_memo(root) {
+        for (commit, tree, boundary, merged, joined) in crate::state::read_walk_memo(root) {
             let oid = |o: Option<String>| match o {
                 Some(b) => Oid::from_str(&b).ok().map(Some),
                 None => Some(None),
@@ -228,6 +233,7 @@ impl<'r> Trust<'r> {
                     tree: Oid::from_str(&tree).ok()?,
                     boundary: oid(boundary)?,
                     merged: oid(merged)?,
+                    joined: oid(joined)?,
                 };
                 Some((Oid::from_str(&commit).ok()?, step))
             })();
@@ -281,6 +287,7 @@ impl<'r> Trust<'r> {
                     s.tree.to_string(),
                     s.boundary.map(|b| b.to_string()),
                     s.merged.map(|m| m.to_string()),
+                    s.joined.map(|j| j.to_string()),
                 ))
             })
             .collect();
@@ -312,8 +319,9 @@ impl<'r> Trust<'r> {
         }
         let step = self.step(commit)?;
         let trusted = self.trusted_from(step.boundary, step.tree)?;
-        self.save_memo();
         let judged = self.judge_tree(step.tree, trusted, commit);
+        let judged = self.joined_verdict(commit, step, judged)?;
+        self.save_memo();
         if trusted.is_none() && self.shallow_with_approvals() {
             // Where a shallow clone's history ends, the approved tree whose list
             // should judge this one may lie beyond it: its own list is trusted for
@@ -418,41 +426,65 @@ impl<'r> Trust<'r> {
         own: ApprovalRule,
         root: Option<&std::path::Path>,
     ) -> Result<ApprovalRule, git2::Error> {
-        let repo = self.repo;
         let spec = self.settings_facts(commit)?.1;
         let mut changed = commit;
-        while let Some(before) = self.step(changed)?.boundary {
+        loop {
+            // A line a merge of this run joined: its list is one the tree changed from.
+            for (_, earlier) in self.joined_specs(changed)? {
+                if earlier != spec {
+                    if let Some(strict) = self.strict_unless_approved(changed, earlier, &own, root)? {
+                        return Ok(strict);
+                    }
+                }
+            }
+            let Some(before) = self.step(changed)?.boundary else {
+                return Ok(own);
+            };
             let earlier = self.settings_facts(before)?.1;
             if earlier == spec {
                 changed = before;
                 continue;
             }
-            let Some(list) = earlier else {
-                // Signatures turned on: the first signed tree is judged by its own list.
-                return Ok(own);
-            };
-            let signers = if std::path::Path::new(&list).is_absolute() {
-                match AllowedSigners::load_absolute(std::path::Path::new(&list)) {
-                    Ok(l) => SignerList::Operator(l),
-                    // The operator's file cannot be read: no tree holds that path
-                    // either, so no approval counts (closed, not open).
-                    Err(_) => SignerList::Repository(list),
-                }
-            } else {
-                SignerList::Repository(list)
-            };
-            let strict = ApprovalRule {
-                runtime_email: own.runtime_email.clone(),
-                signers: Some(signers),
-            };
-            let approved = Trust::new(repo, strict.clone())?
-                .remembering(root)
-                .commit(changed)?
-                .approval
-                .is_some();
-            return Ok(if approved { own } else { strict });
+            return Ok(self
+                .strict_unless_approved(changed, earlier, &own, root)?
+                .unwrap_or(own));
         }
-        Ok(own)
+    }
+
+    /// The rule of the signers list `earlier` (the one before the change `changed`
+    /// made), when no approval under it covers `changed`; `None` when one does, or when
+    /// `earlier` asked no signatures (turning them on is judged by the new list: the
+    /// first signed tree, by its own).
+    fn strict_unless_approved(
+        &mut self,
+        changed: Oid,
+        earlier: Option<String>,
+        own: &ApprovalRule,
+        root: Option<&std::path::Path>,
+    ) -> Result<Option<ApprovalRule>, git2::Error> {
+        let Some(list) = earlier else {
+            return Ok(None);
+        };
+        let signers = if std::path::Path::new(&list).is_absolute() {
+            match AllowedSigners::load_absolute(std::path::Path::new(&list)) {
+                Ok(l) => SignerList::Operator(l),
+                // The operator's file cannot be read: no tree holds that path
+                // either, so no approval counts (closed, not open).
+                Err(_) => SignerList::Repository(list),
+            }
+        } else {
+            SignerList::Repository(list)
+        };
+        let strict = ApprovalRule {
+            runtime_email: own.runtime_email.clone(),
+            signers: Some(signers),
+        };
+        let approved = Trust::new(self.repo, strict.clone())?
+            .remembering(root)
+            .commit(changed)?
+            .approval
+            .is_some();
+        Ok((!approved).then_some(strict))
     }
 
     /// Every tree an approval that counts names, where the list does not depend on
@@ -500,16 +532,22 @@ impl<'r> Trust<'r> {
             };
             let tree = builder_tree_of(self.repo, &found.tree()?)?;
             let merged_here = (found.parent_count() > 1 && !self.requires_review(c)?).then_some(c);
-            pending.push((c, tree, merged_here));
+            let joined_here = (found.parent_count() > 1 && self.joins_another_tree(&found, tree)?).then_some(c);
+            pending.push((c, tree, merged_here, joined_here));
             next = found.parent_ids().next();
         }
-        for (c, tree, merged_here) in pending.into_iter().rev() {
-            let (boundary, merged) = match below {
-                Some((_, s)) if s.tree == tree => (s.boundary, merged_here.or(s.merged)),
-                Some((p, _)) => (Some(p), merged_here),
-                None => (None, merged_here),
+        for (c, tree, merged_here, joined_here) in pending.into_iter().rev() {
+            let (boundary, merged, joined) = match below {
+                Some((_, s)) if s.tree == tree => (s.boundary, merged_here.or(s.merged), joined_here.or(s.joined)),
+                Some((p, _)) => (Some(p), merged_here, joined_here),
+                None => (None, merged_here, joined_here),
             };
-            let s = Step { tree, boundary, merged };
+            let s = Step {
+                tree,
+                boundary,
+                merged,
+                joined,
+            };
             self.steps.insert(c, s);
             below = Some((c, s));
         }
@@ -575,7 +613,8 @@ impl<'r> Trust<'r> {
         for c in chain.into_iter().rev() {
             let s = self.step(c)?;
             let trusted = self.trusted_from(s.boundary, s.tree)?;
-            let counts = self.judge_tree(s.tree, trusted, c).approval.is_some();
+            let judged = self.judge_tree(s.tree, trusted, c);
+            let counts = self.joined_verdict(c, s, judged)?.approval.is_some();
             self.covered.insert(c, counts);
         }
         Ok(self.covered.get(&commit).copied().unwrap_or(false))
@@ -726,7 +765,7 @@ mod tests {
         repo.commit(Some("HEAD"), &sig, &sig, who, &tree, &parents).unwrap()
     }
 
-    fn approve(repo: &Repository, commit: Oid, key: &Path) {
+    pub(super) fn approve(repo: &Repository, commit: Oid, key: &Path) {
         let who = crate::git::Person {
             name: "Rev".into(),
             email: "rev@x.org".into(),
@@ -740,7 +779,7 @@ mod tests {
         approvals::write(repo, body, &who).unwrap();
     }
 
-    fn rule() -> ApprovalRule {
+    pub(super) fn rule() -> ApprovalRule {
         ApprovalRule {
             runtime_email: "runtime@localhost".into(),
             signers: Some(SignerList::Repository("settings/allowed_signers".into())),
@@ -841,7 +880,21 @@ mod tests {
             .unwrap()
             .approval
             .is_none());
-        let clone = dir.path().join("clone");
+        let shallow = shallow_clone(&origin, &dir.path().join("clone"));
+        // The attack is live: her approval verifies by her list, the tip's own.
+        let forged = approvals::load(&shallow)
+            .unwrap()
+            .into_iter()
+            .find(|a| a.body.head.as_deref() == Some(c1.to_string().as_str()));
+        let list = AllowedSigners::parse(Path::new("l"), &hers).unwrap();
+        assert!(list.verify(&forged.expect("her approval was fetched").body).is_ok());
+        let judged = Trust::new(&shallow, rule()).unwrap().commit(c1).unwrap();
+        assert!(judged.approval.is_none(), "{:?}", judged.rejected);
+        assert!(judged.rejected[0].contains("shallow"), "{:?}", judged.rejected);
+    }
+
+    /// `git clone --depth 1` of `origin`'s HEAD into `clone`, with its approvals.
+    pub(super) fn shallow_clone(origin: &Path, clone: &Path) -> Repository {
         let git = |args: &[&str]| {
             let out = std::process::Command::new("git").args(args).output().unwrap();
             assert!(out.status.success(), "git {args:?}: {out:?}");
@@ -856,18 +909,9 @@ mod tests {
             "origin",
             crate::review::APPROVALS_REFSPEC,
         ]);
-        let shallow = Repository::open(&clone).unwrap();
+        let shallow = Repository::open(clone).unwrap();
         assert!(shallow.is_shallow());
-        // The attack is live: her approval verifies by her list, the tip's own.
-        let forged = approvals::load(&shallow)
-            .unwrap()
-            .into_iter()
-            .find(|a| a.body.head.as_deref() == Some(c1.to_string().as_str()));
-        let list = AllowedSigners::parse(Path::new("l"), &hers).unwrap();
-        assert!(list.verify(&forged.expect("her approval was fetched").body).is_ok());
-        let judged = Trust::new(&shallow, rule()).unwrap().commit(c1).unwrap();
-        assert!(judged.approval.is_none(), "{:?}", judged.rejected);
-        assert!(judged.rejected[0].contains("shallow"), "{:?}", judged.rejected);
+        shallow
     }
 
     fn approved_history(dir: &Path) -> Option<(Repository, PathBuf, Oid, Oid)> {
@@ -913,7 +957,7 @@ mod tests {
         check(head);
         // HEAD (its builder tree is c1's; the nearest ancestor with another is c0) and
         // the builder changes below it: what the next fire asks about again.
-        let want = |at: Oid| vec![format!("{at} {t1} {c0}"), format!("{c0} {t0} -")];
+        let want = |at: Oid| vec![format!("{at} {t1} {c0} - -"), format!("{c0} {t0} - - -")];
         assert_eq!(memo_lines(&root), want(head));
         // A fire's new commit: the walk stops at the remembered parent. Proven by a
         // memo that lies about the parent: the new commit inherits the lie.
@@ -932,9 +976,14 @@ mod tests {
         // The truth again, and an unreadable memo is only a slower walk; so is one an
         // older version wrote (no header: its rows never say which merges replaced a
         // reviewed tree; version 2: only those over a parent whose own settings asked
-        // review), however well it reads.
-        let version_2 = format!("builder-tree-walk 2\n{head} {t1} -\n");
-        for stale in ["not a memo\n".to_string(), format!("{head} {t1} -\n"), version_2] {
+        // review; version 3: no merge joining another line), however well it reads.
+        let older = |v: u32| format!("builder-tree-walk {v}\n{head} {t1} -\n");
+        for stale in [
+            "not a memo\n".to_string(),
+            format!("{head} {t1} -\n"),
+            older(2),
+            older(3),
+        ] {
             std::fs::write(
                 root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE),
                 stale,

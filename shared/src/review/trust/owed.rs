@@ -230,7 +230,12 @@ impl Trust<'_> {
     /// parent's line, so the merge brought in nothing of the parent's own (a stale
     /// feature branch merged after review was turned off through review). An orphan
     /// history meets nothing.
-    fn judged_on_first_line(&self, merge: &git2::Commit, parent: Oid, theirs: Oid) -> Result<bool, git2::Error> {
+    pub(super) fn judged_on_first_line(
+        &self,
+        merge: &git2::Commit,
+        parent: Oid,
+        theirs: Oid,
+    ) -> Result<bool, git2::Error> {
         let Some(first) = merge.parent_ids().next() else {
             return Ok(false);
         };
@@ -242,7 +247,7 @@ impl Trust<'_> {
     }
 
     /// The builder tree of `commit`, or `None` when a shallow clone lacks it.
-    fn present_tree(&self, commit: Oid) -> Result<Option<Oid>, git2::Error> {
+    pub(super) fn present_tree(&self, commit: Oid) -> Result<Option<Oid>, git2::Error> {
         match self.repo.find_commit(commit) {
             Ok(c) => Ok(Some(builder_tree_of(self.repo, &c.tree()?)?)),
             Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
@@ -280,7 +285,7 @@ impl Trust<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::review::trust) mod tests {
     use super::*;
     use crate::review::approvals;
     use crate::review::signing::ApprovalRule;
@@ -291,7 +296,12 @@ mod tests {
     const OFF: &str = "require_reviewed: false\n";
 
     /// A commit whose tree is `from`'s (or empty) with `files` replaced, on `parents`.
-    fn commit_on(repo: &Repository, from: Option<Oid>, parents: &[Oid], files: &[(&str, &str)]) -> Oid {
+    pub(in crate::review::trust) fn commit_on(
+        repo: &Repository,
+        from: Option<Oid>,
+        parents: &[Oid],
+        files: &[(&str, &str)],
+    ) -> Oid {
         let empty = repo.treebuilder(None).unwrap().write().unwrap();
         let base = match from {
             Some(c) => repo.find_commit(c).unwrap().tree().unwrap(),
@@ -399,26 +409,9 @@ mod tests {
         approve(&repo, on);
         let off = commit_on(&repo, Some(on), &[on], &[(SETTINGS, OFF), ("prompts/a.md", "EVIL")]);
         repo.reference("refs/heads/main", off, true, "tip").unwrap();
+        repo.set_head("refs/heads/main").unwrap();
         let clone = dir.path().join("clone");
-        let git = |args: &[&str]| {
-            let out = std::process::Command::new("git").args(args).output().unwrap();
-            assert!(out.status.success(), "git {args:?}: {out:?}");
-        };
-        let url = format!("file://{}", origin.display());
-        git(&[
-            "clone",
-            "-q",
-            "--depth",
-            "1",
-            "-b",
-            "main",
-            &url,
-            clone.to_str().unwrap(),
-        ]);
-        let at = clone.to_str().unwrap();
-        git(&["-C", at, "fetch", "-q", "origin", crate::review::APPROVALS_REFSPEC]);
-        let shallow = Repository::open(&clone).unwrap();
-        assert!(shallow.is_shallow());
+        let shallow = super::super::tests::shallow_clone(&origin, &clone);
         std::fs::create_dir_all(clone.join(crate::layout::STATE_DIR)).unwrap();
         let judge = || {
             Trust::new(&shallow, ApprovalRule::unsigned("runtime@localhost"))
@@ -430,7 +423,11 @@ mod tests {
         assert!(judge(), "the history beyond the clone is not known to owe nothing");
         let memo = clone.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE);
         assert!(!memo.exists(), "a shallow walk is remembered");
-        git(&["-C", at, "fetch", "-q", "--unshallow", "origin"]);
+        let unshallow = std::process::Command::new("git")
+            .args(["-C", clone.to_str().unwrap(), "fetch", "-q", "--unshallow", "origin"])
+            .status()
+            .unwrap();
+        assert!(unshallow.success());
         let full = Repository::open(&clone).unwrap();
         assert!(!full.is_shallow());
         let owed = Trust::new(&full, ApprovalRule::unsigned("runtime@localhost"))

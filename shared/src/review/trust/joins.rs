@@ -1,0 +1,219 @@
+//! Merges that join another line of history ([`super::Step::joined`]): a later
+//! parent whose builder tree is not the merge's. The first-parent walk judges a tree
+//! by the list its own line trusts; a merge whose first parent is an orphan history
+//! (`git commit-tree <tree> -p <orphan> -p origin/main`) would bring a root of trust of
+//! its own, its list trusted on first use, and a rule of its own (signatures off).
+//! So the lines such a merge joined judge the tree too: an approval counts only when
+//! the list each of them trusts accepts it ([`Trust::joined_verdict`]), and a signers
+//! list or rule there is one the tree changed from ([`Trust::joined_specs`]). A line
+//! that made no builder change since it forked from the first parent's history is
+//! not one ([`Trust::judged_on_first_line`]): a stale feature branch adds nothing.
+
+use super::{Judged, Step, Trust};
+use git2::Oid;
+
+impl Trust<'_> {
+    /// Whether a later parent of the merge `found` has a builder tree other than
+    /// `tree` (the merge's); a parent a shallow clone lacks is none.
+    pub(super) fn joins_another_tree(&self, found: &git2::Commit, tree: Oid) -> Result<bool, git2::Error> {
+        for parent in found.parent_ids().skip(1) {
+            if self.present_tree(parent)?.is_some_and(|t| t != tree) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The later parents of the merges in the run of `step` that joined another line
+    /// with something of its own: another builder tree, and a builder change since it
+    /// forked from the merge's first parent's history.
+    fn joined_lines(&mut self, step: Step) -> Result<Vec<Oid>, git2::Error> {
+        let mut out = Vec::new();
+        let mut joined = step.joined;
+        while let Some(merge) = joined {
+            let found = self.repo.find_commit(merge)?;
+            for parent in found.parent_ids().skip(1) {
+                let Some(theirs) = self.present_tree(parent)? else {
+                    continue;
+                };
+                if theirs != step.tree && !self.judged_on_first_line(&found, parent, theirs)? {
+                    out.push(parent);
+                }
+            }
+            let Some(first) = found.parent_ids().next() else {
+                break;
+            };
+            if self.present_tree(first)?.is_none() {
+                break;
+            }
+            let below = self.step(first)?;
+            if below.tree != step.tree {
+                break;
+            }
+            joined = below.joined;
+        }
+        Ok(out)
+    }
+
+    /// `judged` (the verdict on the tree of `step` at `commit`, by the list its first
+    /// parents' line trusts), held to the list every joined line trusts as well: the
+    /// approval counts only when each of them accepts it.
+    pub(super) fn joined_verdict(&mut self, commit: Oid, step: Step, judged: Judged) -> Result<Judged, git2::Error> {
+        if judged.approval.is_none() {
+            return Ok(judged);
+        }
+        for parent in self.joined_lines(step)? {
+            let Some(trusted) = self.trusted_from(Some(parent), step.tree)? else {
+                continue;
+            };
+            let other = self.judge_tree(step.tree, Some(trusted), commit);
+            if other.approval.is_none() {
+                let mut rejected = other.rejected;
+                rejected.push(format!(
+                    "a merge in its history joined the line of {}, whose trusted list (of commit {}) does not accept it",
+                    &parent.to_string()[..12],
+                    &trusted.to_string()[..12]
+                ));
+                return Ok(Judged {
+                    approval: None,
+                    counting: Vec::new(),
+                    rejected,
+                    ..judged
+                });
+            }
+        }
+        Ok(judged)
+    }
+
+    /// The signers lists (or none) the lines joined in the run of `commit` ask for:
+    /// for the rule in force, each is one the tree changed from.
+    pub(super) fn joined_specs(&mut self, commit: Oid) -> Result<Vec<(Oid, Option<String>)>, git2::Error> {
+        let step = self.step(commit)?;
+        let mut out = Vec::new();
+        for parent in self.joined_lines(step)? {
+            out.push((parent, self.settings_facts(parent)?.1));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::owed::tests::commit_on;
+    use super::super::tests::{approve, rule};
+    use super::*;
+    use crate::review::approvals;
+    use crate::review::signing::test_keys::keygen;
+    use crate::review::signing::{ApprovalRule, SignerList};
+    use git2::Repository;
+
+    const LIST: &str = "settings/allowed_signers";
+
+    /// An orphan line holding Mallory's key as Rev's, merged over the reviewed branch
+    /// as its first parent (`git commit-tree <tree> -p <orphan> -p main`), its tree
+    /// approved with her key: by its own line's list (trusted on first use, or by a
+    /// planted approved root of its own) the approval counts; the branch it joined
+    /// trusts Rev's list, which does not accept it.
+    #[test]
+    fn a_merge_of_an_orphan_line_is_judged_by_the_list_of_the_line_it_joined() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            return;
+        };
+        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let revs = format!("rev@x.org {rev_pub}");
+        let main = commit_on(&repo, None, &[], &[(LIST, &revs), ("prompts/a.md", "1")]);
+        approve(&repo, main, &rev_key);
+        let hers = format!("rev@x.org {mal_pub}");
+        // Straight onto the orphan, and with an approved root of her own below it.
+        let orphan = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "EVIL")]);
+        let planted = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "mine")]);
+        approve(&repo, planted, &mal_key);
+        let on_planted = commit_on(&repo, Some(planted), &[planted], &[("prompts/a.md", "EVIL 2")]);
+        for line in [orphan, on_planted] {
+            let tree = repo.find_commit(line).unwrap().tree_id();
+            let sig = git2::Signature::now("m", "m@x").unwrap();
+            let parents = [&repo.find_commit(line).unwrap(), &repo.find_commit(main).unwrap()];
+            let merge = repo
+                .commit(None, &sig, &sig, "Merge main", &repo.find_tree(tree).unwrap(), &parents)
+                .unwrap();
+            approve(&repo, merge, &mal_key);
+            // The attack is live: the merge's own line trusts her list.
+            let own = Trust::new(&repo, rule()).unwrap().commit(line).unwrap();
+            assert!(matches!(
+                own.by,
+                super::super::JudgedBy::Bootstrap(_) | super::super::JudgedBy::Trusted(_)
+            ));
+            let judged = Trust::new(&repo, rule()).unwrap().commit(merge).unwrap();
+            assert!(judged.approval.is_none(), "{:?}", judged.rejected);
+            assert!(
+                judged.rejected.iter().any(|r| r.contains("joined the line")),
+                "{:?}",
+                judged.rejected
+            );
+        }
+    }
+
+    /// The same orphan line turning signatures off (its settings ask none), its tree
+    /// approved by hand in Rev's name without a signature: the line it joined asked
+    /// for Rev's signed list, so the rule in force is that list's, and the unsigned
+    /// approval counts for nothing.
+    #[test]
+    fn signatures_switched_off_by_a_merge_of_an_orphan_line_are_judged_by_the_joined_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            return;
+        };
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let signed = "review:\n  require_signed: true\n  allowed_signers: settings/allowed_signers\n";
+        let settings = crate::layout::SETTINGS_FILE;
+        let revs = format!("rev@x.org {rev_pub}");
+        let main = commit_on(
+            &repo,
+            None,
+            &[],
+            &[(LIST, &revs), (settings, signed), ("prompts/a.md", "1")],
+        );
+        approve(&repo, main, &rev_key);
+        let orphan = commit_on(
+            &repo,
+            None,
+            &[],
+            &[(settings, "version: 1\n"), ("prompts/a.md", "EVIL")],
+        );
+        let tree = repo.find_commit(orphan).unwrap().tree_id();
+        let sig = git2::Signature::now("m", "m@x").unwrap();
+        let parents = [&repo.find_commit(orphan).unwrap(), &repo.find_commit(main).unwrap()];
+        let merge = repo
+            .commit(None, &sig, &sig, "Merge main", &repo.find_tree(tree).unwrap(), &parents)
+            .unwrap();
+        let who = crate::git::Person {
+            name: "Rev".into(),
+            email: "rev@x.org".into(),
+        };
+        let merged_tree = crate::review::builder_tree_of_commit(&repo, merge).unwrap();
+        let body = approvals::signed_body("p", merged_tree, merge, &who, None).unwrap();
+        approvals::write(&repo, body, &who).unwrap();
+        let identity = ApprovalRule::unsigned("runtime@localhost");
+        // The attack is live: by identity, the hand-made approval counts.
+        assert!(Trust::new(&repo, identity.clone())
+            .unwrap()
+            .commit(merge)
+            .unwrap()
+            .approval
+            .is_some());
+        let ruled = Trust::rule_in_force(&repo, merge, identity, None).unwrap();
+        assert!(
+            matches!(&ruled.signers, Some(SignerList::Repository(l)) if l == LIST),
+            "{:?}",
+            ruled.signers.as_ref().map(|_| "another list")
+        );
+        assert!(Trust::new(&repo, ruled)
+            .unwrap()
+            .commit(merge)
+            .unwrap()
+            .approval
+            .is_none());
+    }
+}
