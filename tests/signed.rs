@@ -97,6 +97,22 @@ pub(crate) fn signed_review(env: &TestEnv) -> Option<(PathBuf, String, String)> 
     Some((rev_key, rev_pub, signed_approval))
 }
 
+/// [`signed_review`], then `main` and its approvals pushed to a new origin with the
+/// hooks installed; returns the origin. `None` (the test skips) without `ssh-keygen`.
+fn signed_review_on_origin(env: &TestEnv) -> Option<PathBuf> {
+    if signed_review(env).is_none() {
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
+        return None;
+    }
+    let origin = crate::review::with_origin(env);
+    git(
+        env,
+        &env.root,
+        &["push", "-q", "origin", "main", crate::team::APPROVALS_SPEC],
+    );
+    Some(origin)
+}
+
 #[test]
 fn with_signed_approvals_required_only_a_key_listed_for_the_approver_counts() {
     let env = TestEnv::new();
@@ -558,16 +574,9 @@ fn an_absolute_allowed_signers_path_is_the_operators_only_list() {
 #[test]
 fn landing_from_a_checkout_of_the_proposal_judges_by_the_branchs_own_settings() {
     let env = TestEnv::new();
-    let Some(_) = signed_review(&env) else {
-        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
+    let Some(origin) = signed_review_on_origin(&env) else {
         return;
     };
-    let origin = crate::review::with_origin(&env);
-    git(
-        &env,
-        &env.root,
-        &["push", "-q", "origin", "main", crate::team::APPROVALS_SPEC],
-    );
     git(&env, &env.root, &["branch", "-q", "-u", "origin/main"]);
     let (mal_key, mal_pub) = keygen(&env, "mallory").unwrap();
     let her_list = env.root.join("settings/review_signers");
@@ -719,16 +728,9 @@ fn an_unsigned_approval_of_a_tip_that_switched_review_and_signatures_off_counts_
 #[test]
 fn a_merge_of_an_orphan_line_bringing_its_own_signers_is_judged_by_mains_list() {
     let env = TestEnv::new();
-    let Some(_) = signed_review(&env) else {
-        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
+    let Some(origin) = signed_review_on_origin(&env) else {
         return;
     };
-    let origin = crate::review::with_origin(&env);
-    git(
-        &env,
-        &env.root,
-        &["push", "-q", "origin", "main", crate::team::APPROVALS_SPEC],
-    );
     let (mal_key, mal_pub) = keygen(&env, "mallory").unwrap();
     env.write(
         "settings/allowed_signers",

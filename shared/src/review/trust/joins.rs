@@ -40,16 +40,9 @@ impl Trust<'_> {
                     out.push(parent);
                 }
             }
-            let Some(first) = found.parent_ids().next() else {
+            let Some((_, below)) = self.below_in_run(merge, step.tree)? else {
                 break;
             };
-            if self.present_tree(first)?.is_none() {
-                break;
-            }
-            let below = self.step(first)?;
-            if below.tree != step.tree {
-                break;
-            }
             joined = below.joined;
         }
         Ok(out)

@@ -206,22 +206,28 @@ impl Trust<'_> {
                 return Ok((out, Some(merge)));
             }
             out.push(merge);
-            let Some(first) = self.repo.find_commit(merge)?.parent_ids().next() else {
+            let Some((first, below)) = self.below_in_run(merge, step.tree)? else {
                 break;
             };
-            if self.present_tree(first)?.is_none() {
-                break;
-            }
-            let below = self.step(first)?;
-            if below.tree != step.tree {
-                break;
-            }
             if answered(self, first) {
                 return Ok((out, Some(first)));
             }
             merged = below.merged;
         }
         Ok((out, None))
+    }
+
+    /// The first parent of `merge` and its step, when it is in the same run (its
+    /// builder tree is `tree`) and the clone has it.
+    pub(super) fn below_in_run(&mut self, merge: Oid, tree: Oid) -> Result<Option<(Oid, Step)>, git2::Error> {
+        let Some(first) = self.repo.find_commit(merge)?.parent_ids().next() else {
+            return Ok(None);
+        };
+        if self.present_tree(first)?.is_none() {
+            return Ok(None);
+        }
+        let below = self.step(first)?;
+        Ok((below.tree == tree).then_some((first, below)))
     }
 
     /// Whether the later parent `parent` of the merge `merge` (builder tree `theirs`)
