@@ -24,10 +24,10 @@ impl Trust<'_> {
         Ok(false)
     }
 
-    /// The later parents of the merges in the run of `step` that joined another line
-    /// with something of its own: another builder tree, and a builder change since it
-    /// forked from the merge's first parent's history.
-    fn joined_lines(&mut self, step: Step) -> Result<Vec<Oid>, git2::Error> {
+    /// The merges in the run of `step` that joined another line with something of its
+    /// own (another builder tree, and a builder change since it forked from the
+    /// merge's first parent's history), each with that later parent.
+    fn joined_lines(&mut self, step: Step) -> Result<Vec<(Oid, Oid)>, git2::Error> {
         let mut out = Vec::new();
         let mut joined = step.joined;
         while let Some(merge) = joined {
@@ -37,7 +37,7 @@ impl Trust<'_> {
                     continue;
                 };
                 if theirs != step.tree && !self.judged_on_first_line(&found, parent, theirs)? {
-                    out.push(parent);
+                    out.push((merge, parent));
                 }
             }
             let Some((_, below)) = self.below_in_run(merge, step.tree)? else {
@@ -55,10 +55,13 @@ impl Trust<'_> {
         if judged.approval.is_none() {
             return Ok(judged);
         }
-        for parent in self.joined_lines(step)? {
+        for (merge, parent) in self.joined_lines(step)? {
             let Some(trusted) = self.trusted_from(Some(parent), step.tree)? else {
                 continue;
             };
+            if self.trusted_on_first_line(merge, trusted)? {
+                continue;
+            }
             let other = self.judge_tree(step.tree, Some(trusted), commit);
             if other.approval.is_none() {
                 let mut rejected = other.rejected;
@@ -78,12 +81,30 @@ impl Trust<'_> {
         Ok(judged)
     }
 
-    /// The signers lists (or none) the lines joined in the run of `commit` ask for:
-    /// for the rule in force, each is one the tree changed from.
+    /// Whether `trusted` (the approved commit a joined line trusts) is in the history
+    /// of `merge`'s first parent too: that line replaced its trust since, through
+    /// approved changes (a key rotated, a reviewer added), so it is no other root.
+    /// An orphan line's merge never has the branch it joined in its first parent's
+    /// history.
+    fn trusted_on_first_line(&self, merge: Oid, trusted: Oid) -> Result<bool, git2::Error> {
+        let Some(first) = self.repo.find_commit(merge)?.parent_ids().next() else {
+            return Ok(false);
+        };
+        Ok(first == trusted || self.repo.graph_descendant_of(first, trusted)?)
+    }
+
+    /// The signers lists (or none) the lines joined in the run of `commit` ask for,
+    /// but those whose trust the first parent's line replaced through review: for the
+    /// rule in force, each is one the tree changed from.
     pub(super) fn joined_specs(&mut self, commit: Oid) -> Result<Vec<(Oid, Option<String>)>, git2::Error> {
         let step = self.step(commit)?;
         let mut out = Vec::new();
-        for parent in self.joined_lines(step)? {
+        for (merge, parent) in self.joined_lines(step)? {
+            if let Some(trusted) = self.trusted_from(Some(parent), step.tree)? {
+                if self.trusted_on_first_line(merge, trusted)? {
+                    continue;
+                }
+            }
             out.push((parent, self.settings_facts(parent)?.1));
         }
         Ok(out)
@@ -208,5 +229,36 @@ mod tests {
             .unwrap()
             .approval
             .is_none());
+    }
+
+    /// A feature branch forked before `main`'s list rotated Rev's key out for Carol's
+    /// (approved), merged with a new tree Carol approved: the feature's line still
+    /// trusts the old list, but `main` replaced that trust through review, so it is no
+    /// other root and Carol's approval counts.
+    #[test]
+    fn a_branch_forked_before_a_key_rotation_merged_after_it_is_judged_by_the_new_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            return;
+        };
+        let (carol_key, carol_pub) = keygen(dir.path(), "carol").unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let revs = format!("rev@x.org {rev_pub}");
+        let c0 = commit_on(
+            &repo,
+            None,
+            &[],
+            &[(LIST, &revs), ("prompts/a.md", "1"), ("prompts/b.md", "1")],
+        );
+        approve(&repo, c0, &rev_key);
+        let feature = commit_on(&repo, Some(c0), &[c0], &[("prompts/b.md", "2")]);
+        // Carol's key as Rev's address, so an approval by her key names Rev.
+        let carols = format!("rev@x.org {carol_pub}");
+        let rotated = commit_on(&repo, Some(c0), &[c0], &[(LIST, &carols), ("prompts/a.md", "2")]);
+        approve(&repo, rotated, &rev_key);
+        let merge = commit_on(&repo, Some(rotated), &[rotated, feature], &[("prompts/b.md", "2")]);
+        approve(&repo, merge, &carol_key);
+        let judged = Trust::new(&repo, rule()).unwrap().commit(merge).unwrap();
+        assert!(judged.approval.is_some(), "{:?}", judged.rejected);
     }
 }
