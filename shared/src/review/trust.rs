@@ -588,8 +588,11 @@ impl<'r> Trust<'r> {
     }
 
     /// Whether the builder tree of `commit` is covered, judged by the list trusted
-    /// before it. The runs below it are judged oldest first, so the walk never recurses
-    /// deeper than one level.
+    /// before it (and by the lists of the lines a merge in its run joined,
+    /// [`joins`]). The runs below it on its first-parent line are judged oldest first,
+    /// so that line never recurses; each nested join does, one level for each (a known
+    /// limit: a crafted history of thousands of approved nested joins could exhaust the
+    /// stack, failing closed).
     fn covered(&mut self, commit: Oid) -> Result<bool, git2::Error> {
         if let Some(v) = self.covered.get(&commit) {
             return Ok(*v);
