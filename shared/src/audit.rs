@@ -576,13 +576,13 @@ impl Judge<'_> {
     /// it), as fires judge it ([`crate::review::trust::Trust::replaced_reviewed_parent`]):
     /// the merge replaced a reviewed tree, whatever its first parent says.
     fn reviewed_parent_replaced(&mut self, commit: &git2::Commit) -> Result<Option<Oid>, git2::Error> {
-        if self.trust.is_none() {
-            self.trust = Some(crate::review::trust::Trust::new(self.repo, self.review.rule.clone())?);
-        }
-        match self.trust.as_mut() {
-            Some(trust) => trust.replaced_reviewed_parent(commit.id()),
-            None => Ok(None),
-        }
+        let trust = match &mut self.trust {
+            Some(t) => t,
+            None => self
+                .trust
+                .insert(crate::review::trust::Trust::new(self.repo, self.review.rule.clone())?),
+        };
+        trust.replaced_reviewed_parent(commit.id())
     }
 }
 

@@ -1151,18 +1151,16 @@ impl Preparing {
         rule: &crate::review::signing::ApprovalRule,
         root: Option<&std::path::Path>,
     ) -> Result<Option<Result<(), Stop>>, git2::Error> {
-        let owed = crate::review::trust::Trust::new(&self.repo, rule.clone())?
-            .remembering(root)
-            .owed_review(head)?;
+        // One judge for both questions: the approvals and the walk memo read once.
+        let mut trust = crate::review::trust::Trust::new(&self.repo, rule.clone())?.remembering(root);
+        let owed = trust.owed_review(head)?;
         if owed.owed {
             return Ok(None);
         }
         let Some(at) = owed.covered_at else {
             return Ok(Some(Ok(())));
         };
-        let judged = crate::review::trust::Trust::new(&self.repo, rule.clone())?
-            .remembering(root)
-            .commit(at)?;
+        let judged = trust.commit(at)?;
         Ok(Some(match judged.approval {
             Some(_) => self.refuse_rollback(&judged),
             None => Ok(()),

@@ -1070,18 +1070,14 @@ mod tests {
             "eng",
         );
         let side = commit(&repo, &[(settings, "require_reviewed: false\n")], "eng");
-        let sig = git2::Signature::now("eng", "eng@localhost").unwrap();
-        let mut own = git2::build::TreeUpdateBuilder::new();
-        own.upsert("prompts/a.md", repo.blob(b"EVIL").unwrap(), git2::FileMode::Blob);
-        let off = repo.blob(b"require_reviewed: false\n").unwrap();
-        own.upsert(settings, off, git2::FileMode::Blob);
-        let empty = repo
-            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
-            .unwrap();
-        let orphan_tree = repo.find_tree(own.create_updated(&repo, &empty).unwrap()).unwrap();
-        let orphan = repo.commit(None, &sig, &sig, "orphan", &orphan_tree, &[]).unwrap();
-        let parents = [&repo.find_commit(orphan).unwrap(), &repo.find_commit(side).unwrap()];
-        let merge = repo.commit(None, &sig, &sig, "merge", &orphan_tree, &parents).unwrap();
+        let commit_on = super::owed::tests::commit_on;
+        let orphan = commit_on(
+            &repo,
+            None,
+            &[],
+            &[(settings, "require_reviewed: false\n"), ("prompts/a.md", "EVIL")],
+        );
+        let merge = commit_on(&repo, Some(orphan), &[orphan, side], &[]);
         repo.set_head_detached(merge).unwrap();
         let head = commit(&repo, &[("runs/t/1.json", "{}")], "runtime");
         let owed = || {

@@ -146,12 +146,8 @@ mod tests {
         approve(&repo, planted, &mal_key);
         let on_planted = commit_on(&repo, Some(planted), &[planted], &[("prompts/a.md", "EVIL 2")]);
         for line in [orphan, on_planted] {
-            let tree = repo.find_commit(line).unwrap().tree_id();
-            let sig = git2::Signature::now("m", "m@x").unwrap();
-            let parents = [&repo.find_commit(line).unwrap(), &repo.find_commit(main).unwrap()];
-            let merge = repo
-                .commit(None, &sig, &sig, "Merge main", &repo.find_tree(tree).unwrap(), &parents)
-                .unwrap();
+            // `git commit-tree <line's tree> -p <line> -p main`.
+            let merge = commit_on(&repo, Some(line), &[line, main], &[]);
             approve(&repo, merge, &mal_key);
             // The attack is live: the merge's own line trusts her list.
             let own = Trust::new(&repo, rule()).unwrap().commit(line).unwrap();
@@ -196,12 +192,7 @@ mod tests {
             &[],
             &[(settings, "version: 1\n"), ("prompts/a.md", "EVIL")],
         );
-        let tree = repo.find_commit(orphan).unwrap().tree_id();
-        let sig = git2::Signature::now("m", "m@x").unwrap();
-        let parents = [&repo.find_commit(orphan).unwrap(), &repo.find_commit(main).unwrap()];
-        let merge = repo
-            .commit(None, &sig, &sig, "Merge main", &repo.find_tree(tree).unwrap(), &parents)
-            .unwrap();
+        let merge = commit_on(&repo, Some(orphan), &[orphan, main], &[]);
         let who = crate::git::Person {
             name: "Rev".into(),
             email: "rev@x.org".into(),
