@@ -9,7 +9,8 @@
 //! Keys and signatures are made once with the real `ssh-keygen`. (4) What reading the
 //! approved bytes from git adds to a fire. (5) The walk for owed review with review
 //! off, in a history of 1,000 feature branches merged, each forked just before a
-//! prompt change: every merge's other parent is judged too.
+//! prompt change: every merge's other parent is judged too. (6) Signatures turned on
+//! over that history: whether anything below asked signatures before.
 
 #![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
@@ -324,6 +325,49 @@ fn merges(c: &mut Criterion) {
                 BatchSize::SmallInput,
             )
         },
+    );
+    // (6) Signatures turned on over that history, the change approved by its own
+    // list: every fire asks whether anything below asked signatures before (the
+    // first time, a walk over the 1,000 merges and the lines they joined; then the
+    // unsigned-below mark of .runtime answers).
+    let (keys, signers) = keys(dir.path());
+    let on = commit(
+        &repo,
+        &[
+            ("settings/allowed_signers", signers.as_bytes()),
+            (
+                settings,
+                b"require_reviewed: false\nreview:\n  require_signed: true\n  allowed_signers: settings/allowed_signers\n",
+            ),
+        ],
+        "eng",
+    );
+    approve(
+        &repo,
+        &keys,
+        0,
+        shared::review::builder_tree_of_commit(&repo, on).unwrap(),
+        on,
+    );
+    let head = commit(&repo, &[("runs/t/signed.json", b"{}")], "runtime");
+    let signed = ApprovalRule {
+        runtime_email: "runtime@localhost".into(),
+        signers: Some(SignerList::Repository("settings/allowed_signers".into())),
+    };
+    let ruled = |memo: Option<&Path>| Trust::rule_in_force(&repo, head, signed.clone(), memo).unwrap();
+    assert!(matches!(ruled(None).signers, Some(SignerList::Repository(_))));
+    c.bench_function(
+        "signatures turned on over 1,000 unsigned merges: the rule in force (no memo: the first fire)",
+        |b| b.iter(|| ruled(None)),
+    );
+    ruled(Some(root.as_path()));
+    assert!(root
+        .join(shared::layout::STATE_DIR)
+        .join(shared::review::trust::UNSIGNED_BELOW_FILE)
+        .exists());
+    c.bench_function(
+        "signatures turned on over 1,000 unsigned merges: the rule in force (walk memo and unsigned-below mark)",
+        |b| b.iter(|| ruled(Some(root.as_path()))),
     );
 }
 

@@ -31,7 +31,9 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 mod joins;
+mod lines;
 mod owed;
+mod rules;
 pub use owed::OwedReview;
 
 /// A commit's builder tree and its boundary (the nearest first-parent ancestor whose
@@ -120,8 +122,10 @@ pub struct Trust<'r> {
     /// Per commit (the newest of a run of commits with one builder tree): whether its
     /// builder tree is covered.
     covered: HashMap<Oid, bool>,
-    /// `(start, tree)` -> the commit whose list judges `tree` on top of `start`.
-    trusted: HashMap<(Option<Oid>, Oid), Option<Oid>>,
+    /// `(start, tree)` -> the walk down the line from `start` for `tree`.
+    lines: HashMap<(Option<Oid>, Oid), Rc<lines::Line>>,
+    /// Per commit: the lines merges in its run joined ([`joins`]).
+    run_joins: HashMap<Oid, Rc<Vec<(Oid, Oid)>>>,
     /// Lists by blob id.
     lists: HashMap<Oid, List>,
     /// `(tree, which list)` -> verdict.
@@ -147,6 +151,8 @@ struct Memo {
     held: Vec<Oid>,
     /// The review-free mark ([`REVIEW_FREE_FILE`]), read once.
     free: Option<Oid>,
+    /// The unsigned-below mark ([`UNSIGNED_BELOW_FILE`]), read once.
+    unsigned: Option<Oid>,
 }
 
 /// The most rows the walk memo keeps (a row is about 124 bytes).
@@ -168,23 +174,40 @@ pub const REVIEW_FREE_FILE: &str = "review-free";
 /// (`review-free 2`), so it is no fact now: it is ignored, and the walk done again.
 const REVIEW_FREE_FORMAT: &str = "review-free 3 ";
 
-fn read_review_free(root: &std::path::Path) -> Option<Oid> {
-    let rel = std::path::Path::new(crate::layout::STATE_DIR).join(REVIEW_FREE_FILE);
+/// Under `.runtime/`: a commit below which (its line and the lines joined into it,
+/// down to the root) no settings asked signatures, so turning them on above it is
+/// their first use ([`Trust::rule_in_force`]).
+pub const UNSIGNED_BELOW_FILE: &str = "unsigned-below";
+/// What an unsigned-below mark this version reads begins with.
+const UNSIGNED_BELOW_FORMAT: &str = "unsigned-below 1 ";
+
+/// The commit a mark under `.runtime/` names, when it is `format` then a commit id.
+fn read_mark(root: &std::path::Path, file: &str, format: &str) -> Option<Oid> {
+    let rel = std::path::Path::new(crate::layout::STATE_DIR).join(file);
     let dir = crate::beneath::open_root(root).ok()?;
     let bytes = crate::beneath::read_regular(&dir, &rel, 128).ok()?;
     let text = String::from_utf8_lossy(&bytes);
-    Oid::from_str(text.strip_prefix(REVIEW_FREE_FORMAT)?.trim()).ok()
+    Oid::from_str(text.strip_prefix(format)?.trim()).ok()
 }
 
-fn write_review_free(root: &std::path::Path, commit: Oid) -> std::io::Result<()> {
-    let rel = std::path::Path::new(crate::layout::STATE_DIR).join(REVIEW_FREE_FILE);
+/// Replaces the mark `file` under `.runtime/` with `format` and `commit`.
+fn write_mark(root: &std::path::Path, file: &str, format: &str, commit: Oid) -> std::io::Result<()> {
+    let rel = std::path::Path::new(crate::layout::STATE_DIR).join(file);
     let dir = crate::beneath::open_root(root)?;
     match crate::beneath::remove_file(&dir, &rel) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    crate::beneath::create_new(&dir, &rel, format!("{REVIEW_FREE_FORMAT}{commit}\n").as_bytes())
+    crate::beneath::create_new(&dir, &rel, format!("{format}{commit}\n").as_bytes())
+}
+
+fn write_review_free(root: &std::path::Path, commit: Oid) -> std::io::Result<()> {
+    write_mark(root, REVIEW_FREE_FILE, REVIEW_FREE_FORMAT, commit)
+}
+
+fn write_unsigned_below(root: &std::path::Path, commit: Oid) -> std::io::Result<()> {
+    write_mark(root, UNSIGNED_BELOW_FILE, UNSIGNED_BELOW_FORMAT, commit)
 }
 
 impl<'r> Trust<'r> {
@@ -201,7 +224,8 @@ impl<'r> Trust<'r> {
             operator,
             steps: HashMap::new(),
             covered: HashMap::new(),
-            trusted: HashMap::new(),
+            lines: HashMap::new(),
+            run_joins: HashMap::new(),
             lists: HashMap::new(),
             judged: HashMap::new(),
             facts: HashMap::new(),
@@ -247,7 +271,8 @@ impl<'r> Trust<'r> {
             known,
             asked: Vec::new(),
             held,
-            free: read_review_free(root),
+            free: read_mark(root, REVIEW_FREE_FILE, REVIEW_FREE_FORMAT),
+            unsigned: read_mark(root, UNSIGNED_BELOW_FILE, UNSIGNED_BELOW_FORMAT),
         });
         self
     }
@@ -318,23 +343,8 @@ impl<'r> Trust<'r> {
             return Ok(self.judge_tree(tree, None, commit));
         }
         let step = self.step(commit)?;
-        let trusted = self.trusted_from(step.boundary, step.tree)?;
-        let judged = self.judge_tree(step.tree, trusted, commit);
-        let judged = self.joined_verdict(commit, step, judged)?;
+        let judged = self.settle(|t| t.verdict(step.tree, step.boundary, &[commit], commit))?;
         self.save_memo();
-        if trusted.is_none() && self.shallow_with_approvals() {
-            // Where a shallow clone's history ends, the approved tree whose list
-            // should judge this one may lie beyond it: its own list is trusted for
-            // nothing (trust on first use would let a pushed list approve itself).
-            return Ok(Judged {
-                approval: None,
-                counting: Vec::new(),
-                rejected: vec![
-                    "this clone is shallow: the approved tree whose allowed-signers list judges this one may lie in the history it lacks, so no list of its own is trusted (`git fetch --unshallow`)".into(),
-                ],
-                ..judged
-            });
-        }
         Ok(judged)
     }
 
@@ -348,9 +358,16 @@ impl<'r> Trust<'r> {
         if !matches!(judged.by, JudgedBy::Bootstrap(_)) {
             return Ok(judged);
         }
-        match self.trusted_from(Some(known), judged.tree)? {
-            Some(t) => Ok(self.judge_tree(judged.tree, Some(t), commit)),
-            None => Ok(judged),
+        // Judged on `known`'s line, and still by the lines the incoming one joined.
+        let step = self.step(commit)?;
+        let own = self.settle(|t| t.walk_line(step.boundary, step.tree))?;
+        let mut runs = vec![commit];
+        runs.extend(own.passed.iter().copied());
+        let on_known = self.settle(|t| t.verdict(judged.tree, Some(known), &runs, commit))?;
+        self.save_memo();
+        match on_known.by {
+            JudgedBy::Trusted(_) => Ok(on_known),
+            _ => Ok(judged),
         }
     }
 
@@ -358,12 +375,10 @@ impl<'r> Trust<'r> {
     /// `base` would be judged.
     pub fn proposal(&mut self, base: Oid, head: Oid) -> Result<Judged, git2::Error> {
         let tree = super::builder_tree_of_commit(self.repo, head)?;
-        let trusted = if self.walks() {
-            self.trusted_from(Some(base), tree)?
-        } else {
-            None
-        };
-        Ok(self.judge_tree(tree, trusted, head))
+        if !self.walks() {
+            return Ok(self.judge_tree(tree, None, head));
+        }
+        self.settle(|t| t.verdict(tree, Some(base), &[], head))
     }
 
     /// `require_reviewed` in the settings of `commit`, remembered per settings blob.
@@ -390,101 +405,6 @@ impl<'r> Trust<'r> {
         let v = (reviewed, signed.then(|| super::allowed_signers_path(blob.content())));
         self.facts.insert(id, v.clone());
         Ok(v)
-    }
-
-    /// The rule `commit` is judged by, its own settings giving `own`: `own`, unless the
-    /// builder change that made the signers list what it is at `commit` (the nearest
-    /// one back whose predecessor named another list, or asked no signatures, or
-    /// asked them where `commit` does not) has no approval under the predecessor's
-    /// rule; then that rule. So neither an unapproved switch-off of signatures nor an
-    /// unapproved switch to another list (a new `review.allowed_signers` path in the
-    /// repository, or an absolute one the author can write) can vouch for itself: the
-    /// new list would otherwise judge the very change that brought it. Turning
-    /// signatures on is judged by the new list (the first signed tree, by its own).
-    /// Without any signed approval there was nothing signed to leave: `own`.
-    /// `root`: where the walk memo lives ([`Trust::remembering`]), if anywhere.
-    pub fn rule_in_force(
-        repo: &'r Repository,
-        commit: Oid,
-        own: ApprovalRule,
-        root: Option<&std::path::Path>,
-    ) -> Result<ApprovalRule, git2::Error> {
-        let mut walk = Trust::new(repo, own.clone())?.remembering(root);
-        if !walk.approvals.any_signed() {
-            return Ok(own);
-        }
-        let ruled = walk.list_change_rule(commit, own, root);
-        walk.save_memo();
-        ruled
-    }
-
-    /// [`Trust::rule_in_force`] once signed approvals exist: walks back from `commit`
-    /// to the builder change that brought its signers list (or its lack of one).
-    fn list_change_rule(
-        &mut self,
-        commit: Oid,
-        own: ApprovalRule,
-        root: Option<&std::path::Path>,
-    ) -> Result<ApprovalRule, git2::Error> {
-        let spec = self.settings_facts(commit)?.1;
-        let mut changed = commit;
-        loop {
-            // A line a merge of this run joined: its list is one the tree changed from.
-            for (_, earlier) in self.joined_specs(changed)? {
-                if earlier != spec {
-                    if let Some(strict) = self.strict_unless_approved(changed, earlier, &own, root)? {
-                        return Ok(strict);
-                    }
-                }
-            }
-            let Some(before) = self.step(changed)?.boundary else {
-                return Ok(own);
-            };
-            let earlier = self.settings_facts(before)?.1;
-            if earlier == spec {
-                changed = before;
-                continue;
-            }
-            return Ok(self
-                .strict_unless_approved(changed, earlier, &own, root)?
-                .unwrap_or(own));
-        }
-    }
-
-    /// The rule of the signers list `earlier` (the one before the change `changed`
-    /// made), when no approval under it covers `changed`; `None` when one does, or when
-    /// `earlier` asked no signatures (turning them on is judged by the new list: the
-    /// first signed tree, by its own).
-    fn strict_unless_approved(
-        &mut self,
-        changed: Oid,
-        earlier: Option<String>,
-        own: &ApprovalRule,
-        root: Option<&std::path::Path>,
-    ) -> Result<Option<ApprovalRule>, git2::Error> {
-        let Some(list) = earlier else {
-            return Ok(None);
-        };
-        let signers = if std::path::Path::new(&list).is_absolute() {
-            match AllowedSigners::load_absolute(std::path::Path::new(&list)) {
-                Ok(l) => SignerList::Operator(l),
-                // The operator's file cannot be read: no tree holds that path
-                // either, so no approval counts (closed, not open).
-                Err(_) => SignerList::Repository(list),
-            }
-        } else {
-            SignerList::Repository(list)
-        };
-        let strict = ApprovalRule {
-            runtime_email: own.runtime_email.clone(),
-            signers: Some(signers),
-        };
-        let approved = Trust::new(self.repo, strict.clone())?
-            .remembering(root)
-            .commit(changed)?
-            .approval
-            .is_some();
-        Ok((!approved).then_some(strict))
     }
 
     /// Every tree an approval that counts names, where the list does not depend on
@@ -565,62 +485,6 @@ impl<'r> Trust<'r> {
         let s = *self.memo.as_ref()?.known.get(&commit)?;
         self.steps.insert(commit, s);
         Some(s)
-    }
-
-    /// The commit whose list judges `tree` on top of `start`: the nearest of `start`
-    /// and its first-parent ancestors whose builder tree differs from `tree` and is
-    /// covered; `None` when there is none (bootstrap).
-    fn trusted_from(&mut self, start: Option<Oid>, tree: Oid) -> Result<Option<Oid>, git2::Error> {
-        if let Some(t) = self.trusted.get(&(start, tree)) {
-            return Ok(*t);
-        }
-        let mut next = start;
-        let found = loop {
-            let Some(c) = next else { break None };
-            let s = self.step(c)?;
-            if s.tree != tree && self.covered(c)? {
-                break Some(c);
-            }
-            next = s.boundary;
-        };
-        self.trusted.insert((start, tree), found);
-        Ok(found)
-    }
-
-    /// Whether the builder tree of `commit` is covered, judged by the list trusted
-    /// before it (and by the lists of the lines a merge in its run joined,
-    /// [`joins`]). The runs below it on its first-parent line are judged oldest first,
-    /// so that line never recurses; each nested join does, one level for each (a known
-    /// limit: a crafted history of thousands of approved nested joins could exhaust the
-    /// stack, failing closed).
-    fn covered(&mut self, commit: Oid) -> Result<bool, git2::Error> {
-        if let Some(v) = self.covered.get(&commit) {
-            return Ok(*v);
-        }
-        // No approval names the tree at all: nothing to judge (and no walk to the
-        // root for the lists before it, in a history of thousands of builder changes).
-        let tree = self.step(commit)?.tree;
-        if self.approvals.naming(tree).next().is_none() {
-            self.covered.insert(commit, false);
-            return Ok(false);
-        }
-        let mut chain = Vec::new();
-        let mut next = Some(commit);
-        while let Some(c) = next {
-            if self.covered.contains_key(&c) {
-                break;
-            }
-            chain.push(c);
-            next = self.step(c)?.boundary;
-        }
-        for c in chain.into_iter().rev() {
-            let s = self.step(c)?;
-            let trusted = self.trusted_from(s.boundary, s.tree)?;
-            let judged = self.judge_tree(s.tree, trusted, c);
-            let counts = self.joined_verdict(c, s, judged)?.approval.is_some();
-            self.covered.insert(c, counts);
-        }
-        Ok(self.covered.get(&commit).copied().unwrap_or(false))
     }
 
     /// The list in the tree of `commit`.
@@ -894,16 +758,30 @@ mod tests {
         let judged = Trust::new(&shallow, rule()).unwrap().commit(c1).unwrap();
         assert!(judged.approval.is_none(), "{:?}", judged.rejected);
         assert!(judged.rejected[0].contains("shallow"), "{:?}", judged.rejected);
+        // Her change on top, approved with her key: in a clone two commits deep, her
+        // list's tree is within the history and would be trusted as the approved
+        // tree below; it is itself judged by nothing the clone has, so it is none.
+        let c2 = commit(&repo, &[("prompts/a.md", "EVIL 2")], "mallory");
+        approve(&repo, c2, &mal_key);
+        let deeper = shallow_clone_at(&origin, &dir.path().join("deeper"), 2);
+        let judged = Trust::new(&deeper, rule()).unwrap().commit(c2).unwrap();
+        assert!(judged.approval.is_none(), "{:?}", judged.by);
     }
 
     /// `git clone --depth 1` of `origin`'s HEAD into `clone`, with its approvals.
     pub(super) fn shallow_clone(origin: &Path, clone: &Path) -> Repository {
+        shallow_clone_at(origin, clone, 1)
+    }
+
+    /// `git clone --depth <depth>` of `origin`'s HEAD into `clone`, with its approvals.
+    fn shallow_clone_at(origin: &Path, clone: &Path, depth: u32) -> Repository {
         let git = |args: &[&str]| {
             let out = std::process::Command::new("git").args(args).output().unwrap();
             assert!(out.status.success(), "git {args:?}: {out:?}");
         };
         let url = format!("file://{}", origin.display());
-        git(&["clone", "-q", "--depth", "1", &url, clone.to_str().unwrap()]);
+        let depth = depth.to_string();
+        git(&["clone", "-q", "--depth", &depth, &url, clone.to_str().unwrap()]);
         git(&[
             "-C",
             clone.to_str().unwrap(),

@@ -3,14 +3,18 @@
 //! by the list its own line trusts; a merge whose first parent is an orphan history
 //! (`git commit-tree <tree> -p <orphan> -p origin/main`) would bring a root of trust of
 //! its own, its list trusted on first use, and a rule of its own (signatures off).
-//! So the lines such a merge joined judge the tree too: an approval counts only when
-//! the list each of them trusts accepts it ([`Trust::joined_verdict`]), and a signers
-//! list or rule there is one the tree changed from ([`Trust::joined_specs`]). A line
-//! that made no builder change since it forked from the first parent's history is
-//! not one ([`Trust::judged_on_first_line`]): a stale feature branch adds nothing.
+//! So the lines such a merge joined judge the tree too, and every tree above it whose
+//! walk passes over it ([`super::lines`]): an approval counts only when the list each
+//! of them trusts accepts it ([`Trust::joins_accept`]), and a signers list or rule
+//! there is one the tree changed from ([`Trust::joined_specs`]). A line that made no
+//! builder change since it forked from the first parent's history is not one
+//! ([`Trust::judged_on_first_line`]): a stale feature branch adds nothing.
 
-use super::{Judged, Step, Trust};
+use super::lines::{ready, Pending};
+use super::{Judged, Trust};
 use git2::Oid;
+use std::collections::HashSet;
+use std::rc::Rc;
 
 impl Trust<'_> {
     /// Whether a later parent of the merge `found` has a builder tree other than
@@ -24,20 +28,38 @@ impl Trust<'_> {
         Ok(false)
     }
 
-    /// The merges in the run of `step` that joined another line with something of its
-    /// own (another builder tree, and a builder change since it forked from the
-    /// merge's first parent's history), each with that later parent.
-    fn joined_lines(&mut self, step: Step) -> Result<Vec<(Oid, Oid)>, git2::Error> {
+    /// The merges in the run of `commit` (from it down to its boundary) that joined
+    /// another line with something of its own (another builder tree, and a builder
+    /// change since it forked from the merge's first parent's history), each with that
+    /// later parent; remembered per commit.
+    pub(super) fn joined_lines(&mut self, commit: Oid) -> Result<Rc<Vec<(Oid, Oid)>>, git2::Error> {
+        if let Some(known) = self.run_joins.get(&commit) {
+            return Ok(known.clone());
+        }
+        let mut out = Vec::new();
+        for (merge, parent, theirs) in self.later_trees(commit)? {
+            let found = self.repo.find_commit(merge)?;
+            if !self.judged_on_first_line(&found, parent, theirs)? {
+                out.push((merge, parent));
+            }
+        }
+        let out = Rc::new(out);
+        self.run_joins.insert(commit, out.clone());
+        Ok(out)
+    }
+
+    /// The merges in the run of `commit` with a later parent of another builder tree,
+    /// each with that parent and its builder tree.
+    pub(super) fn later_trees(&mut self, commit: Oid) -> Result<Vec<(Oid, Oid, Oid)>, git2::Error> {
+        let step = self.step(commit)?;
         let mut out = Vec::new();
         let mut joined = step.joined;
         while let Some(merge) = joined {
             let found = self.repo.find_commit(merge)?;
             for parent in found.parent_ids().skip(1) {
-                let Some(theirs) = self.present_tree(parent)? else {
-                    continue;
-                };
-                if theirs != step.tree && !self.judged_on_first_line(&found, parent, theirs)? {
-                    out.push((merge, parent));
+                match self.present_tree(parent)? {
+                    Some(theirs) if theirs != step.tree => out.push((merge, parent, theirs)),
+                    _ => {}
                 }
             }
             let Some((_, below)) = self.below_in_run(merge, step.tree)? else {
@@ -48,21 +70,38 @@ impl Trust<'_> {
         Ok(out)
     }
 
-    /// `judged` (the verdict on the tree of `step` at `commit`, by the list its first
-    /// parents' line trusts), held to the list every joined line trusts as well: the
-    /// approval counts only when each of them accepts it.
-    pub(super) fn joined_verdict(&mut self, commit: Oid, step: Step, judged: Judged) -> Result<Judged, git2::Error> {
-        if judged.approval.is_none() {
-            return Ok(judged);
+    /// `judged` (the verdict on `tree` of `own` by the list its line trusts), held to
+    /// the list every line joined in the runs of `runs` trusts, and, through the runs
+    /// each such line's walk passes over, every line joined below them: the approval
+    /// counts only when each of them accepts it. A joined line with no covered commit
+    /// has no list to ask.
+    pub(super) fn joins_accept(
+        &mut self,
+        tree: Oid,
+        runs: &[Oid],
+        own: Oid,
+        judged: Judged,
+    ) -> Result<Pending<Judged>, git2::Error> {
+        let mut todo = Vec::new();
+        for run in runs {
+            todo.extend(self.joined_lines(*run)?.iter().copied());
         }
-        for (merge, parent) in self.joined_lines(step)? {
-            let Some(trusted) = self.trusted_from(Some(parent), step.tree)? else {
+        let mut seen = HashSet::new();
+        while let Some((merge, parent)) = todo.pop() {
+            if !seen.insert((merge, parent)) {
+                continue;
+            }
+            let line = ready!(self.walk_line(Some(parent), tree));
+            for run in &line.passed {
+                todo.extend(self.joined_lines(*run)?.iter().copied());
+            }
+            let Some(trusted) = line.trusted else {
                 continue;
             };
             if self.trusted_on_first_line(merge, trusted)? {
                 continue;
             }
-            let other = self.judge_tree(step.tree, Some(trusted), commit);
+            let other = self.judge_tree(tree, Some(trusted), own);
             if other.approval.is_none() {
                 let mut rejected = other.rejected;
                 rejected.push(format!(
@@ -70,15 +109,15 @@ impl Trust<'_> {
                     &parent.to_string()[..12],
                     &trusted.to_string()[..12]
                 ));
-                return Ok(Judged {
+                return Ok(Pending::Ready(Judged {
                     approval: None,
                     counting: Vec::new(),
                     rejected,
                     ..judged
-                });
+                }));
             }
         }
-        Ok(judged)
+        Ok(Pending::Ready(judged))
     }
 
     /// Whether `trusted` (the approved commit a joined line trusts) is in the history
@@ -97,10 +136,10 @@ impl Trust<'_> {
     /// but those whose trust the first parent's line replaced through review: for the
     /// rule in force, each is one the tree changed from.
     pub(super) fn joined_specs(&mut self, commit: Oid) -> Result<Vec<(Oid, Option<String>)>, git2::Error> {
-        let step = self.step(commit)?;
+        let tree = self.step(commit)?.tree;
         let mut out = Vec::new();
-        for (merge, parent) in self.joined_lines(step)? {
-            if let Some(trusted) = self.trusted_from(Some(parent), step.tree)? {
+        for (merge, parent) in self.joined_lines(commit)?.iter().copied() {
+            if let Some(trusted) = self.trusted_from(Some(parent), tree)? {
                 if self.trusted_on_first_line(merge, trusted)? {
                     continue;
                 }
@@ -162,6 +201,60 @@ mod tests {
                 "{:?}",
                 judged.rejected
             );
+        }
+    }
+
+    /// The merge of an orphan line with builder changes on top of it (her prompt,
+    /// approved with her key): the top commit's walk passes over the merge, whose
+    /// joined line's list judges it as it judges the merge. So does a second orphan
+    /// merged over that whole history (nested).
+    #[test]
+    fn a_change_on_top_of_a_merge_of_an_orphan_line_is_judged_by_the_list_of_the_line_it_joined() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            return;
+        };
+        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let revs = format!("rev@x.org {rev_pub}");
+        let main = commit_on(&repo, None, &[], &[(LIST, &revs), ("prompts/a.md", "1")]);
+        approve(&repo, main, &rev_key);
+        let hers = format!("rev@x.org {mal_pub}");
+        let orphan = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "O")]);
+        let planted = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "P")]);
+        approve(&repo, planted, &mal_key);
+        let on_planted = commit_on(&repo, Some(planted), &[planted], &[("prompts/a.md", "P2")]);
+        let judged = |at: Oid| Trust::new(&repo, rule()).unwrap().commit(at).unwrap();
+        let refused = |at: Oid| {
+            let j = judged(at);
+            assert!(j.approval.is_none(), "{:?}", j.rejected);
+            assert!(
+                j.rejected.iter().any(|r| r.contains("joined the line")),
+                "{:?}",
+                j.rejected
+            );
+        };
+        for line in [orphan, on_planted] {
+            let merge = commit_on(&repo, Some(line), &[line, main], &[]);
+            let change = commit_on(&repo, Some(merge), &[merge], &[("prompts/a.md", "EVIL")]);
+            let records = commit_on(&repo, Some(change), &[change], &[("runs/t/1.json", "{}")]);
+            approve(&repo, change, &mal_key);
+            // The attack is live: by her line's own list the approval counts, and the
+            // walk from `change` finds no joined merge in its own run.
+            assert!(Trust::new(&repo, rule())
+                .unwrap()
+                .judge_tree(judged(change).tree, None, change)
+                .approval
+                .is_some());
+            assert_eq!(Trust::new(&repo, rule()).unwrap().step(change).unwrap().joined, None);
+            refused(change);
+            refused(records);
+            // Nested: a second orphan merged over the whole of it, and a change on top.
+            let second = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "O2")]);
+            let outer = commit_on(&repo, Some(second), &[second, records], &[]);
+            let top = commit_on(&repo, Some(outer), &[outer], &[("prompts/a.md", "EVIL 2")]);
+            approve(&repo, top, &mal_key);
+            refused(top);
         }
     }
 

@@ -1,0 +1,178 @@
+//! The walks that judge a tree, without recursion. A tree is judged by the list of the
+//! nearest covered commit below it on its line ([`Line::trusted`]), and by the lists
+//! of every line joined on the way there: the merges in its own run and in each run
+//! the walk passed over ([`Line::passed`]), and, the same way, in the runs each joined
+//! line's walk passed over. A commit on top of a merge of an orphan history therefore
+//! answers to the line that merge joined as the merge itself does, however many builder
+//! changes lie between them and however deep such merges nest.
+//!
+//! Whether a commit is covered depends on whether older commits are, down its line and
+//! the lines it joined. A judgement asks only what is already known
+//! ([`Trust::known_covered`]); meeting a commit not yet judged, it answers
+//! [`Pending::After`] with that commit, which [`Trust::cover`] judges first from an
+//! explicit stack (its own older commits first the same way), and the judgement is
+//! asked again. However deep the history or the nesting, nothing recurses.
+
+use super::{Judged, Trust};
+use git2::Oid;
+use std::rc::Rc;
+
+/// One walk down a line's first parents for a tree: the commit whose list judges it
+/// (`None`: no covered commit with another builder tree lies below, so the tree's own
+/// list is trusted on first use), and the commits passed over on the way, each the
+/// newest of its run, whose merges' joined lines judge the tree too.
+#[derive(Debug, Default)]
+pub(super) struct Line {
+    pub(super) trusted: Option<Oid>,
+    pub(super) passed: Vec<Oid>,
+}
+
+/// An answer, or the older commit whose coverage must be judged first.
+pub(super) enum Pending<T> {
+    Ready(T),
+    After(Oid),
+}
+
+/// `?` for [`Pending`]: the answer, or return the commit to judge first.
+macro_rules! ready {
+    ($e:expr) => {
+        match $e? {
+            Pending::Ready(v) => v,
+            Pending::After(c) => return Ok(Pending::After(c)),
+        }
+    };
+}
+pub(super) use ready;
+
+impl Trust<'_> {
+    /// Whether the builder tree of `commit` is covered: judged by the list its line
+    /// trusts before it and by the lists of the lines joined on the way ([`Trust::verdict`]).
+    pub(super) fn covered(&mut self, commit: Oid) -> Result<bool, git2::Error> {
+        if let Some(v) = self.known_covered(commit)? {
+            return Ok(v);
+        }
+        self.cover(commit)?;
+        Ok(self.covered.get(&commit).copied().unwrap_or(false))
+    }
+
+    /// Whether `commit` is covered, when that is known without a walk: judged before,
+    /// or no approval names its tree at all.
+    pub(super) fn known_covered(&mut self, commit: Oid) -> Result<Option<bool>, git2::Error> {
+        if let Some(v) = self.covered.get(&commit) {
+            return Ok(Some(*v));
+        }
+        let tree = self.step(commit)?.tree;
+        if self.approvals.naming(tree).next().is_none() {
+            self.covered.insert(commit, false);
+            return Ok(Some(false));
+        }
+        Ok(None)
+    }
+
+    /// Judges whether `commit` is covered, and first every older commit its verdict
+    /// depends on, from a stack: each answer is remembered, each commit a judgement
+    /// waits for is an ancestor of the one waiting (so the stack ends).
+    fn cover(&mut self, commit: Oid) -> Result<(), git2::Error> {
+        let mut stack = vec![commit];
+        while let Some(&c) = stack.last() {
+            if self.covered.contains_key(&c) {
+                stack.pop();
+                continue;
+            }
+            let step = self.step(c)?;
+            match self.verdict(step.tree, step.boundary, &[c], c)? {
+                Pending::Ready(judged) => {
+                    self.covered.insert(c, judged.approval.is_some());
+                    stack.pop();
+                }
+                Pending::After(older) if stack.contains(&older) => {
+                    return Err(git2::Error::from_str(&format!(
+                        "the walk of approvals met commit {older} twice: the history is not a graph of ancestors"
+                    )));
+                }
+                Pending::After(older) => stack.push(older),
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `judge` until it no longer waits for an older commit, judging each one it
+    /// waits for ([`Trust::cover`]).
+    pub(super) fn settle<T>(
+        &mut self,
+        mut judge: impl FnMut(&mut Self) -> Result<Pending<T>, git2::Error>,
+    ) -> Result<T, git2::Error> {
+        loop {
+            match judge(self)? {
+                Pending::Ready(v) => return Ok(v),
+                Pending::After(older) => self.cover(older)?,
+            }
+        }
+    }
+
+    /// The walk from `start` down its first parents for `tree`: to the nearest commit
+    /// whose builder tree differs from `tree` and is covered, passing over the rest.
+    pub(super) fn walk_line(&mut self, start: Option<Oid>, tree: Oid) -> Result<Pending<Rc<Line>>, git2::Error> {
+        if let Some(line) = self.lines.get(&(start, tree)) {
+            return Ok(Pending::Ready(line.clone()));
+        }
+        let mut line = Line::default();
+        let mut next = start;
+        while let Some(c) = next {
+            let s = self.step(c)?;
+            if s.tree != tree {
+                match self.known_covered(c)? {
+                    Some(true) => {
+                        line.trusted = Some(c);
+                        break;
+                    }
+                    Some(false) => {}
+                    None => return Ok(Pending::After(c)),
+                }
+            }
+            line.passed.push(c);
+            next = s.boundary;
+        }
+        let line = Rc::new(line);
+        self.lines.insert((start, tree), line.clone());
+        Ok(Pending::Ready(line))
+    }
+
+    /// The commit whose list judges `tree` on top of `start` ([`Line::trusted`]).
+    pub(super) fn trusted_from(&mut self, start: Option<Oid>, tree: Oid) -> Result<Option<Oid>, git2::Error> {
+        Ok(self.settle(|t| t.walk_line(start, tree))?.trusted)
+    }
+
+    /// The verdict on `tree` (of `own`, whose list is trusted on first use) on the line
+    /// from `start`, held to the lists of the lines joined in the runs of `runs` and of
+    /// the commits that walk passes over ([`Trust::joins_accept`]).
+    pub(super) fn verdict(
+        &mut self,
+        tree: Oid,
+        start: Option<Oid>,
+        runs: &[Oid],
+        own: Oid,
+    ) -> Result<Pending<Judged>, git2::Error> {
+        let line = ready!(self.walk_line(start, tree));
+        let judged = self.judge_tree(tree, line.trusted, own);
+        if line.trusted.is_none() && judged.approval.is_some() && self.shallow_with_approvals() {
+            // Where a shallow clone's history ends, the approved tree whose list
+            // should judge this one may lie beyond it: its own list is trusted for
+            // nothing (trust on first use would let a pushed list approve itself).
+            return Ok(Pending::Ready(Judged {
+                approval: None,
+                counting: Vec::new(),
+                rejected: vec![
+                    "this clone is shallow: the approved tree whose allowed-signers list judges this one may lie in the history it lacks, so no list of its own is trusted (`git fetch --unshallow`)".into(),
+                ],
+                ..judged
+            }));
+        }
+        if judged.approval.is_none() {
+            return Ok(Pending::Ready(judged));
+        }
+        let mut runs = runs.to_vec();
+        runs.extend(line.passed.iter().copied());
+        self.joins_accept(tree, &runs, own, judged)
+    }
+}
