@@ -369,6 +369,21 @@ fn merges(c: &mut Criterion) {
         "signatures turned on over 1,000 unsigned merges: the rule in force (walk memo and unsigned-below mark)",
         |b| b.iter(|| ruled(Some(root.as_path()))),
     );
+    // (7) The fire's verdict on HEAD's tree there: the first signed tree, trusted on
+    // first use, answers to every line joined below it (each merge's feature line).
+    let judge = |memo: Option<&Path>| {
+        let judged = Trust::new(&repo, signed.clone())
+            .unwrap()
+            .remembering(memo)
+            .commit(head)
+            .unwrap();
+        assert!(judged.approval.is_some(), "{:?}", judged.rejected);
+    };
+    judge(Some(root.as_path()));
+    c.bench_function(
+        "signatures turned on over 1,000 unsigned merges: the verdict on HEAD's tree (walk memo)",
+        |b| b.iter(|| judge(Some(root.as_path()))),
+    );
 }
 
 criterion_group!(benches, bench, approved_bytes, merges);

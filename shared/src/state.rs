@@ -55,10 +55,11 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
 
 /// The builder-tree walk memo of the two-key check (`review::trust`), in
 /// [`STATE_DIR`]: [`WALK_MEMO_HEADER`], then one line per commit, `<commit> <builder
-/// tree> <boundary or -> <merge or -> <join or ->`, the boundary being the nearest
-/// first-parent ancestor with another builder tree, the merge the nearest one in
-/// between whose settings turn review off, the join the nearest one in between with a
-/// later parent of another builder tree. These
+/// tree> <boundary or -> <merge or -> <join or -> <any merge or ->`, the boundary
+/// being the nearest first-parent ancestor with another builder tree, the merge the
+/// nearest one in between whose settings turn review off, the join the nearest one in
+/// between with a later parent of another builder tree, the last the nearest merge in
+/// between of any kind. These
 /// are facts of immutable commits, so a fire walks only the commits since the last
 /// fire's HEAD. A plain file rather than a table: opening `state.db` (its WAL
 /// recovered by the first connection of a process) costs more than the whole check.
@@ -67,10 +68,11 @@ pub const WALK_MEMO_FILE: &str = "builder-tree-walk";
 /// before merges that replace a reviewed tree were remembered (the fourth column), and
 /// one with `builder-tree-walk 2` remembered only merges over a parent whose own
 /// settings asked review (not one whose history owed it), and one with `3` no merge
-/// joining another line's tree (whose trusted list judges the tree too), so their
-/// silence about such merges is no fact: they are ignored, and the walk done again
-/// once.
-pub const WALK_MEMO_HEADER: &str = "builder-tree-walk 4";
+/// joining another line's tree (whose trusted list judges the tree too), and one with
+/// `4` no merge of any kind (whose joined lines judge every tree whose walk passes
+/// over it), so their silence about such merges is no fact: they are ignored, and the
+/// walk done again once.
+pub const WALK_MEMO_HEADER: &str = "builder-tree-walk 5";
 /// A walk memo larger than this is ignored (and rewritten): it holds one line per
 /// builder change, about 100 bytes each.
 const WALK_MEMO_MAX_BYTES: u64 = 16 << 20;
@@ -96,10 +98,17 @@ pub fn tracked_state_refusal(repo: &git2::Repository) -> Option<(String, String)
 }
 
 /// One commit's line of the walk memo: `(commit, builder tree, boundary, merge,
-/// join)`, `merge` being the nearest merge in its run under settings that turn review
-/// off, `join` the nearest one in its run with a later parent of another builder
-/// tree, if any.
-pub type BuilderTreeStep = (String, String, Option<String>, Option<String>, Option<String>);
+/// join, any merge)`, `merge` being the nearest merge in its run under settings that
+/// turn review off, `join` the nearest one in its run with a later parent of another
+/// builder tree, `any merge` the nearest merge in its run, if any.
+pub type BuilderTreeStep = (
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
 
 /// The walk memo of the repository at `root`; empty when absent, unreadable or
 /// without [`WALK_MEMO_HEADER`] (it is only a memo: the walk is then done again).
@@ -122,7 +131,7 @@ pub fn read_walk_memo(root: &Path) -> Vec<BuilderTreeStep> {
             let (commit, tree, boundary) = (f.next()?, f.next()?, f.next()?);
             let mut oid = || f.next().filter(|o| *o != "-").map(str::to_string);
             let boundary = (boundary != "-").then(|| boundary.to_string());
-            Some((commit.to_string(), tree.to_string(), boundary, oid(), oid()))
+            Some((commit.to_string(), tree.to_string(), boundary, oid(), oid(), oid()))
         })
         .collect()
 }
@@ -134,13 +143,14 @@ pub fn write_walk_memo(root: &Path, steps: &[BuilderTreeStep]) -> std::io::Resul
     let mut text = String::with_capacity(steps.len() * 124 + WALK_MEMO_HEADER.len() + 1);
     text.push_str(WALK_MEMO_HEADER);
     text.push('\n');
-    for (commit, tree, boundary, merge, join) in steps {
+    for (commit, tree, boundary, merge, join, any) in steps {
         let or_dash = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
         text.push_str(&format!(
-            "{commit} {tree} {} {} {}\n",
+            "{commit} {tree} {} {} {} {}\n",
             or_dash(boundary),
             or_dash(merge),
-            or_dash(join)
+            or_dash(join),
+            or_dash(any)
         ));
     }
     let dir = crate::beneath::open_root(root)?;

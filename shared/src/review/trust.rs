@@ -34,7 +34,9 @@ mod joins;
 mod lines;
 mod owed;
 mod rules;
+mod verdicts;
 pub use owed::OwedReview;
+pub use verdicts::VERDICTS_FILE;
 
 /// A commit's builder tree and its boundary (the nearest first-parent ancestor whose
 /// builder tree differs; `None` when there is none).
@@ -52,6 +54,9 @@ struct Step {
     /// of another builder tree: a merge joining another line, whose trusted list
     /// judges the tree too ([`joins`]).
     joined: Option<Oid>,
+    /// The nearest merge in the run (the commit itself included), of any kind: a walk
+    /// that passes over the run answers to every line it joined ([`lines`]).
+    merge: Option<Oid>,
 }
 
 /// Which list judged a tree's approvals.
@@ -123,9 +128,14 @@ pub struct Trust<'r> {
     /// builder tree is covered.
     covered: HashMap<Oid, bool>,
     /// `(start, tree)` -> the walk down the line from `start` for `tree`.
-    lines: HashMap<(Option<Oid>, Oid), Rc<lines::Line>>,
-    /// Per commit: the lines merges in its run joined ([`joins`]).
-    run_joins: HashMap<Oid, Rc<Vec<(Oid, Oid)>>>,
+    lines: HashMap<(Option<Oid>, Oid), lines::Line>,
+    /// Per commit and kind: the lines merges in its run joined ([`joins`]).
+    run_joins: HashMap<(Oid, bool), joins::Joined>,
+    /// Commits known to be uncovered -> where a walk goes on below them (the next
+    /// commit not known to be uncovered), shortened as walks learn ([`lines`]).
+    skip: HashMap<Oid, Option<Oid>>,
+    /// Per tree: whether any approval naming it could count under the rule.
+    may_count: HashMap<Oid, bool>,
     /// Lists by blob id.
     lists: HashMap<Oid, List>,
     /// `(tree, which list)` -> verdict.
@@ -138,6 +148,8 @@ pub struct Trust<'r> {
     /// The repository is a shallow clone: its history ends at parents it lacks.
     shallow: bool,
     memo: Option<Memo>,
+    /// The verdicts remembered between fires ([`verdicts`]).
+    verdicts: Option<verdicts::Verdicts>,
 }
 
 /// The walk memo of a repository: what the file held, and the commits this judge
@@ -226,12 +238,15 @@ impl<'r> Trust<'r> {
             covered: HashMap::new(),
             lines: HashMap::new(),
             run_joins: HashMap::new(),
+            skip: HashMap::new(),
+            may_count: HashMap::new(),
             lists: HashMap::new(),
             judged: HashMap::new(),
             facts: HashMap::new(),
             owed: HashMap::new(),
             shallow: repo.is_shallow(),
             memo: None,
+            verdicts: None,
         })
     }
 
@@ -247,7 +262,7 @@ impl<'r> Trust<'r> {
         };
         let mut known = HashMap::new();
         let mut held = Vec::new();
-        for (commit, tree, boundary, merged, joined) in crate::state::read_walk_memo(root) {
+        for (commit, tree, boundary, merged, joined, merge) in crate::state::read_walk_memo(root) {
             let oid = |o: Option<String>| match o {
                 Some(b) => Oid::from_str(&b).ok().map(Some),
                 None => Some(None),
@@ -258,6 +273,7 @@ impl<'r> Trust<'r> {
                     boundary: oid(boundary)?,
                     merged: oid(merged)?,
                     joined: oid(joined)?,
+                    merge: oid(merge)?,
                 };
                 Some((Oid::from_str(&commit).ok()?, step))
             })();
@@ -274,6 +290,7 @@ impl<'r> Trust<'r> {
             free: read_mark(root, REVIEW_FREE_FILE, REVIEW_FREE_FORMAT),
             unsigned: read_mark(root, UNSIGNED_BELOW_FILE, UNSIGNED_BELOW_FORMAT),
         });
+        self.read_verdicts(root);
         self
     }
 
@@ -282,6 +299,7 @@ impl<'r> Trust<'r> {
     /// different commits: none may drop what another remembered), at most
     /// [`MEMO_ROWS`].
     fn save_memo(&mut self) {
+        self.save_verdicts();
         let Some(memo) = self.memo.as_mut() else { return };
         let mut order = memo.asked.clone();
         for c in &memo.held {
@@ -313,6 +331,7 @@ impl<'r> Trust<'r> {
                     s.boundary.map(|b| b.to_string()),
                     s.merged.map(|m| m.to_string()),
                     s.joined.map(|j| j.to_string()),
+                    s.merge.map(|m| m.to_string()),
                 ))
             })
             .collect();
@@ -343,7 +362,7 @@ impl<'r> Trust<'r> {
             return Ok(self.judge_tree(tree, None, commit));
         }
         let step = self.step(commit)?;
-        let judged = self.settle(|t| t.verdict(step.tree, step.boundary, &[commit], commit))?;
+        let judged = self.settle(|t| t.verdict(step.tree, step.boundary, Some(commit), commit))?;
         self.save_memo();
         Ok(judged)
     }
@@ -352,23 +371,54 @@ impl<'r> Trust<'r> {
     /// remote tip over the branch the box has): as [`Trust::commit`], except that an
     /// incoming history with no approved tree of its own (an unrelated history pushed
     /// over the branch) is not trusted on first use while `known` has one: it is then
-    /// judged by the list of the last approved tree of `known`.
+    /// judged by the list of the last approved tree of `known`, and still by the lines
+    /// it joined. And one that trusts an approved tree of its own while not descending
+    /// from the one `known` trusts (a rewritten history with a root planted in it)
+    /// answers to `known`'s list as well.
     pub fn incoming(&mut self, commit: Oid, known: Oid) -> Result<Judged, git2::Error> {
         let judged = self.commit(commit)?;
-        if !matches!(judged.by, JudgedBy::Bootstrap(_)) {
-            return Ok(judged);
-        }
-        // Judged on `known`'s line, and still by the lines the incoming one joined.
         let step = self.step(commit)?;
-        let own = self.settle(|t| t.walk_line(step.boundary, step.tree))?;
-        let mut runs = vec![commit];
-        runs.extend(own.passed.iter().copied());
-        let on_known = self.settle(|t| t.verdict(judged.tree, Some(known), &runs, commit))?;
+        let own = match judged.by {
+            JudgedBy::Bootstrap(_) => self.settle(|t| t.walk_line(step.boundary, step.tree))?,
+            JudgedBy::Trusted(_) if judged.approval.is_some() => return self.known_accepts(commit, known, judged),
+            _ => return Ok(judged),
+        };
+        let on_known = self.settle(|t| t.verdict_also(step.tree, Some(known), Some(commit), Some(own), commit))?;
         self.save_memo();
         match on_known.by {
             JudgedBy::Trusted(_) => Ok(on_known),
             _ => Ok(judged),
         }
+    }
+
+    /// `judged` (an approval of the tree of `commit` that counts by the approved tree
+    /// its own line trusts), held to the list of the approved tree `known` trusts too
+    /// unless `commit` descends from that tree.
+    fn known_accepts(&mut self, commit: Oid, known: Oid, judged: Judged) -> Result<Judged, git2::Error> {
+        let Some(theirs) = self.trusted_from(Some(known), judged.tree)? else {
+            return Ok(judged);
+        };
+        if JudgedBy::Trusted(theirs) == judged.by
+            || commit == theirs
+            || self.repo.graph_descendant_of(commit, theirs)?
+        {
+            return Ok(judged);
+        }
+        let other = self.judge_tree(judged.tree, Some(theirs), commit);
+        if other.approval.is_some() {
+            return Ok(judged);
+        }
+        let mut rejected = other.rejected;
+        rejected.push(format!(
+            "its history does not descend from commit {}, the approved tree the branch it arrives over trusts, whose list does not accept it",
+            &theirs.to_string()[..12]
+        ));
+        Ok(Judged {
+            approval: None,
+            counting: Vec::new(),
+            rejected,
+            ..judged
+        })
     }
 
     /// The verdict on the builder tree of the proposal head `head`, as a commit on
@@ -378,7 +428,7 @@ impl<'r> Trust<'r> {
         if !self.walks() {
             return Ok(self.judge_tree(tree, None, head));
         }
-        self.settle(|t| t.verdict(tree, Some(base), &[], head))
+        self.settle(|t| t.verdict(tree, Some(base), None, head))
     }
 
     /// `require_reviewed` in the settings of `commit`, remembered per settings blob.
@@ -453,20 +503,33 @@ impl<'r> Trust<'r> {
             let tree = builder_tree_of(self.repo, &found.tree()?)?;
             let merged_here = (found.parent_count() > 1 && !self.requires_review(c)?).then_some(c);
             let joined_here = (found.parent_count() > 1 && self.joins_another_tree(&found, tree)?).then_some(c);
-            pending.push((c, tree, merged_here, joined_here));
+            let merge_here = (found.parent_count() > 1).then_some(c);
+            pending.push((c, tree, merged_here, joined_here, merge_here));
             next = found.parent_ids().next();
         }
-        for (c, tree, merged_here, joined_here) in pending.into_iter().rev() {
-            let (boundary, merged, joined) = match below {
-                Some((_, s)) if s.tree == tree => (s.boundary, merged_here.or(s.merged), joined_here.or(s.joined)),
-                Some((p, _)) => (Some(p), merged_here, joined_here),
-                None => (None, merged_here, joined_here),
-            };
-            let s = Step {
-                tree,
-                boundary,
-                merged,
-                joined,
+        for (c, tree, merged_here, joined_here, merge_here) in pending.into_iter().rev() {
+            let s = match below {
+                Some((_, s)) if s.tree == tree => Step {
+                    tree,
+                    boundary: s.boundary,
+                    merged: merged_here.or(s.merged),
+                    joined: joined_here.or(s.joined),
+                    merge: merge_here.or(s.merge),
+                },
+                Some((p, _)) => Step {
+                    tree,
+                    boundary: Some(p),
+                    merged: merged_here,
+                    joined: joined_here,
+                    merge: merge_here,
+                },
+                None => Step {
+                    tree,
+                    boundary: None,
+                    merged: merged_here,
+                    joined: joined_here,
+                    merge: merge_here,
+                },
             };
             self.steps.insert(c, s);
             below = Some((c, s));
@@ -838,7 +901,7 @@ mod tests {
         check(head);
         // HEAD (its builder tree is c1's; the nearest ancestor with another is c0) and
         // the builder changes below it: what the next fire asks about again.
-        let want = |at: Oid| vec![format!("{at} {t1} {c0} - -"), format!("{c0} {t0} - - -")];
+        let want = |at: Oid| vec![format!("{at} {t1} {c0} - - -"), format!("{c0} {t0} - - - -")];
         assert_eq!(memo_lines(&root), want(head));
         // A fire's new commit: the walk stops at the remembered parent. Proven by a
         // memo that lies about the parent: the new commit inherits the lie.
@@ -857,24 +920,62 @@ mod tests {
         // The truth again, and an unreadable memo is only a slower walk; so is one an
         // older version wrote (no header: its rows never say which merges replaced a
         // reviewed tree; version 2: only those over a parent whose own settings asked
-        // review; version 3: no merge joining another line), however well it reads.
+        // review; version 3: no merge joining another line; version 4: no merge of
+        // any kind), however well it reads.
         let older = |v: u32| format!("builder-tree-walk {v}\n{head} {t1} -\n");
         for stale in [
             "not a memo\n".to_string(),
             format!("{head} {t1} -\n"),
             older(2),
             older(3),
+            older(4),
         ] {
             std::fs::write(
                 root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE),
                 stale,
             )
             .unwrap();
+            // The verdicts remembered would spare the walk to c0 (a row fewer).
+            let _ = std::fs::remove_file(root.join(crate::layout::STATE_DIR).join(VERDICTS_FILE));
             check(next);
             assert_eq!(memo_lines(&root), want(next));
         }
         check(next);
         assert_eq!(memo_lines(&root), want(next));
+    }
+
+    /// The verdicts a judge learned are read back by the next one while the approvals
+    /// stay the same (proven by a lie: a remembered verdict is believed), and ignored
+    /// once an approval is added.
+    #[test]
+    fn verdicts_are_remembered_while_the_approvals_stay_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((repo, root, c0, c1)) = approved_history(dir.path()) else {
+            return;
+        };
+        let head = repo.head().unwrap().peel_to_commit().unwrap().id();
+        check_trusted(&repo, &root, head, c0);
+        let file = root.join(crate::layout::STATE_DIR).join(VERDICTS_FILE);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let t1 = super::super::builder_tree_of_commit(&repo, c1).unwrap();
+        let row = format!("l {c0} {t1} -");
+        assert!(text.contains(&format!("l {c0} {t1} {c0}")), "{text}");
+        // Say the walk from c0 trusts nothing: the next judge believes it.
+        std::fs::write(&file, text.replace(&format!("l {c0} {t1} {c0}"), &row)).unwrap();
+        let judged = Trust::new(&repo, rule())
+            .unwrap()
+            .remembering(Some(&root))
+            .commit(head)
+            .unwrap();
+        assert_eq!(
+            judged.by,
+            JudgedBy::Bootstrap(head),
+            "the remembered verdict was not read"
+        );
+        // A new approval (of any tree) makes the file another set's: walked again.
+        let (key, _) = keygen(dir.path(), "other").unwrap();
+        approve(&repo, c0, &key);
+        check_trusted(&repo, &root, head, c0);
     }
 
     /// A merge that brought an uncovered tree in over a reviewed parent owes review,

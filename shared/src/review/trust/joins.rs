@@ -10,11 +10,29 @@
 //! builder change since it forked from the first parent's history is not one
 //! ([`Trust::judged_on_first_line`]): a stale feature branch adds nothing.
 
-use super::lines::{ready, Pending};
+use super::lines::{ready, Line, Pending};
 use super::{Judged, Trust};
 use git2::Oid;
 use std::collections::HashSet;
 use std::rc::Rc;
+
+/// The lines joined in a run, each as its merge and later parent.
+pub(super) type Joined = Rc<Vec<(Oid, Oid)>>;
+
+/// Why a joined line refuses a tree's approvals.
+struct Refused(Vec<String>);
+
+impl Refused {
+    /// `judged`, its approval refused for these reasons.
+    fn onto(self, judged: Judged) -> Judged {
+        Judged {
+            approval: None,
+            counting: Vec::new(),
+            rejected: self.0,
+            ..judged
+        }
+    }
+}
 
 impl Trust<'_> {
     /// Whether a later parent of the merge `found` has a builder tree other than
@@ -28,96 +46,193 @@ impl Trust<'_> {
         Ok(false)
     }
 
-    /// The merges in the run of `commit` (from it down to its boundary) that joined
-    /// another line with something of its own (another builder tree, and a builder
-    /// change since it forked from the merge's first parent's history), each with that
-    /// later parent; remembered per commit.
-    pub(super) fn joined_lines(&mut self, commit: Oid) -> Result<Rc<Vec<(Oid, Oid)>>, git2::Error> {
-        if let Some(known) = self.run_joins.get(&commit) {
+    /// The lines joined in the run of `commit` (from it down to its boundary), each as
+    /// its merge and later parent: with `every`, every later parent of every merge (the
+    /// runs a walk passes over); else only later parents whose builder tree is not the
+    /// merge's (the judged commit's own run, whose tree is the merge's: a later parent
+    /// of the same tree brings nothing the first parent's list does not judge, and the
+    /// sync merges of a cron box cost nothing). Remembered per commit.
+    pub(super) fn joined_lines(&mut self, commit: Oid, every: bool) -> Result<Joined, git2::Error> {
+        if let Some(known) = self.run_joins.get(&(commit, every)) {
             return Ok(known.clone());
         }
-        let mut out = Vec::new();
-        for (merge, parent, theirs) in self.later_trees(commit)? {
-            let found = self.repo.find_commit(merge)?;
-            if !self.judged_on_first_line(&found, parent, theirs)? {
-                out.push((merge, parent));
-            }
-        }
-        let out = Rc::new(out);
-        self.run_joins.insert(commit, out.clone());
+        let out = Rc::new(self.run_joins_until(commit, every, |_| false)?);
+        self.run_joins.insert((commit, every), out.clone());
         Ok(out)
     }
 
-    /// The merges in the run of `commit` with a later parent of another builder tree,
-    /// each with that parent and its builder tree.
-    pub(super) fn later_trees(&mut self, commit: Oid) -> Result<Vec<(Oid, Oid, Oid)>, git2::Error> {
+    /// [`Trust::joined_lines`], not remembered, stopping at the first merge for which
+    /// `stop` answers true.
+    fn run_joins_until(
+        &mut self,
+        commit: Oid,
+        every: bool,
+        mut stop: impl FnMut(Oid) -> bool,
+    ) -> Result<Vec<(Oid, Oid)>, git2::Error> {
         let step = self.step(commit)?;
         let mut out = Vec::new();
-        let mut joined = step.joined;
-        while let Some(merge) = joined {
+        let mut next = if every { step.merge } else { step.joined };
+        while let Some(merge) = next.filter(|m| !stop(*m)) {
             let found = self.repo.find_commit(merge)?;
             for parent in found.parent_ids().skip(1) {
                 match self.present_tree(parent)? {
-                    Some(theirs) if theirs != step.tree => out.push((merge, parent, theirs)),
+                    Some(theirs) if every || theirs != step.tree => out.push((merge, parent)),
                     _ => {}
                 }
             }
             let Some((_, below)) = self.below_in_run(merge, step.tree)? else {
                 break;
             };
-            joined = below.joined;
+            next = if every { below.merge } else { below.joined };
         }
         Ok(out)
     }
 
     /// `judged` (the verdict on `tree` of `own` by the list its line trusts), held to
-    /// the list every line joined in the runs of `runs` trusts, and, through the runs
-    /// each such line's walk passes over, every line joined below them: the approval
-    /// counts only when each of them accepts it. A joined line with no covered commit
-    /// has no list to ask.
+    /// the list every joined line trusts: the lines joined in the run of `own_run`, in
+    /// every run the walks of `lines` passed over, and, the same way, in every run
+    /// each joined line's walk passes over. The approval counts only when each of them
+    /// accepts it, but for a line with no covered commit (no list to ask), one that
+    /// trusts what `lines` trust, one whose trust a merge on the way to it replaced
+    /// through review ([`Trust::trusted_on_first_line`]), and a stale one
+    /// ([`Trust::judged_on_first_line`], asked last: it costs a merge base).
     pub(super) fn joins_accept(
         &mut self,
         tree: Oid,
-        runs: &[Oid],
+        own_run: Option<Oid>,
+        lines: &[Line],
         own: Oid,
         judged: Judged,
     ) -> Result<Pending<Judged>, git2::Error> {
-        let mut todo = Vec::new();
-        for run in runs {
-            todo.extend(self.joined_lines(*run)?.iter().copied());
+        let top: Rc<Vec<Oid>> = Rc::new(Vec::new());
+        let firsts: Vec<Oid> = lines.iter().filter_map(|l| l.trusted).collect();
+        if let Some(run) = own_run {
+            let todo = self
+                .joined_lines(run, false)?
+                .iter()
+                .map(|(m, p)| (*m, *p, top.clone()))
+                .collect();
+            if let Some(refused) = ready!(self.joined_refuse(tree, todo, &firsts, own)) {
+                return Ok(Pending::Ready(refused.onto(judged)));
+            }
         }
+        // The walks' part is the same for every commit of a run, fire after fire:
+        // remembered per walk while the approvals stay as they are.
+        let walk = match lines {
+            [one] => Some((one.start, tree)),
+            _ => None,
+        };
+        if walk.is_some_and(|(s, t)| self.remembered_clear(s, t) == Some(true)) {
+            return Ok(Pending::Ready(judged));
+        }
+        let mut todo = Vec::new();
+        let mut visited = HashSet::new();
+        for line in lines {
+            self.passed_joins(*line, &top, &mut visited, &mut todo)?;
+        }
+        let refused = ready!(self.joined_refuse(tree, todo, &firsts, own));
+        if let Some((start, tree)) = walk {
+            self.remember_clear(start, tree, refused.is_none());
+        }
+        Ok(Pending::Ready(match refused {
+            Some(refused) => refused.onto(judged),
+            None => judged,
+        }))
+    }
+
+    /// The first joined line of `todo` (and, the same way, of the runs each one's walk
+    /// passes over) whose trusted list refuses the approvals of `tree`, if any
+    /// ([`Trust::joins_accept`]).
+    fn joined_refuse(
+        &mut self,
+        tree: Oid,
+        mut todo: Vec<(Oid, Oid, Rc<Vec<Oid>>)>,
+        firsts: &[Oid],
+        own: Oid,
+    ) -> Result<Pending<Option<Refused>>, git2::Error> {
         let mut seen = HashSet::new();
-        while let Some((merge, parent)) = todo.pop() {
+        let mut visited = HashSet::new();
+        while let Some((merge, parent, outer)) = todo.pop() {
             if !seen.insert((merge, parent)) {
                 continue;
             }
             let line = ready!(self.walk_line(Some(parent), tree));
-            for run in &line.passed {
-                todo.extend(self.joined_lines(*run)?.iter().copied());
-            }
-            let Some(trusted) = line.trusted else {
+            let mut path = outer.as_ref().clone();
+            path.push(merge);
+            let path = Rc::new(path);
+            self.passed_joins(line, &path, &mut visited, &mut todo)?;
+            let Some(trusted) = line.trusted.filter(|t| !firsts.contains(t)) else {
                 continue;
             };
-            if self.trusted_on_first_line(merge, trusted)? {
+            if self.replaced_on_the_way(&path, trusted)? {
                 continue;
             }
             let other = self.judge_tree(tree, Some(trusted), own);
-            if other.approval.is_none() {
-                let mut rejected = other.rejected;
-                rejected.push(format!(
-                    "a merge in its history joined the line of {}, whose trusted list (of commit {}) does not accept it",
-                    &parent.to_string()[..12],
-                    &trusted.to_string()[..12]
-                ));
-                return Ok(Pending::Ready(Judged {
-                    approval: None,
-                    counting: Vec::new(),
-                    rejected,
-                    ..judged
-                }));
+            if other.approval.is_some() || self.stale(merge, parent)? {
+                continue;
+            }
+            let mut rejected = other.rejected;
+            rejected.push(format!(
+                "a merge in its history joined the line of {}, whose trusted list (of commit {}) does not accept it",
+                &parent.to_string()[..12],
+                &trusted.to_string()[..12]
+            ));
+            return Ok(Pending::Ready(Some(Refused(rejected))));
+        }
+        Ok(Pending::Ready(None))
+    }
+
+    /// Adds to `todo` every line joined in the runs `line` passed over that no other
+    /// walk of this judgement has passed (the walks are for one tree, so below a run
+    /// passed already, the rest of the walk is the same), each with `path`: the merges
+    /// on the way to it.
+    fn passed_joins(
+        &mut self,
+        line: Line,
+        path: &Rc<Vec<Oid>>,
+        visited: &mut HashSet<Oid>,
+        todo: &mut Vec<(Oid, Oid, Rc<Vec<Oid>>)>,
+    ) -> Result<(), git2::Error> {
+        for run in self.passed_runs(line)? {
+            if !visited.insert(run) {
+                break;
+            }
+            todo.extend(
+                self.joined_lines(run, true)?
+                    .iter()
+                    .map(|(m, p)| (*m, *p, path.clone())),
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether a merge on the way to a joined line has `trusted` in its first parent's
+    /// history ([`Trust::trusted_on_first_line`]).
+    fn replaced_on_the_way(&self, path: &[Oid], trusted: Oid) -> Result<bool, git2::Error> {
+        for merge in path {
+            if self.trusted_on_first_line(*merge, trusted)? {
+                return Ok(true);
             }
         }
-        Ok(Pending::Ready(judged))
+        Ok(false)
+    }
+
+    /// Whether the later parent `parent` of `merge` made no builder change since it
+    /// forked from the merge's first parent's history ([`Trust::judged_on_first_line`]).
+    fn stale(&self, merge: Oid, parent: Oid) -> Result<bool, git2::Error> {
+        let found = self.repo.find_commit(merge)?;
+        let Some(theirs) = self.present_tree(parent)? else {
+            return Ok(false);
+        };
+        self.judged_on_first_line(&found, parent, theirs)
+    }
+
+    /// The merges in the run of `commit` with a later parent of another builder tree,
+    /// each with that parent, but those in `done` (met already from another commit of
+    /// the run, below which the rest of the run was met too); each one met is added to
+    /// `done`.
+    pub(super) fn later_trees(&mut self, commit: Oid, done: &mut HashSet<Oid>) -> Result<Vec<(Oid, Oid)>, git2::Error> {
+        self.run_joins_until(commit, false, |merge| !done.insert(merge))
     }
 
     /// Whether `trusted` (the approved commit a joined line trusts) is in the history
@@ -133,16 +248,20 @@ impl Trust<'_> {
     }
 
     /// The signers lists (or none) the lines joined in the run of `commit` ask for,
-    /// but those whose trust the first parent's line replaced through review: for the
-    /// rule in force, each is one the tree changed from.
+    /// each with its later parent, but those whose trust the first parent's line
+    /// replaced through review, and stale ones: for the rule in force, each is one the
+    /// tree changed from.
     pub(super) fn joined_specs(&mut self, commit: Oid) -> Result<Vec<(Oid, Option<String>)>, git2::Error> {
         let tree = self.step(commit)?.tree;
         let mut out = Vec::new();
-        for (merge, parent) in self.joined_lines(commit)?.iter().copied() {
+        for (merge, parent) in self.joined_lines(commit, false)?.iter().copied() {
             if let Some(trusted) = self.trusted_from(Some(parent), tree)? {
                 if self.trusted_on_first_line(merge, trusted)? {
                     continue;
                 }
+            }
+            if self.stale(merge, parent)? {
+                continue;
             }
             out.push((parent, self.settings_facts(parent)?.1));
         }
@@ -256,6 +375,119 @@ mod tests {
             approve(&repo, top, &mal_key);
             refused(top);
         }
+    }
+
+    /// Her orphan line with a root approved by her key, merged with `main` as a later
+    /// parent whose builder tree the merge takes whole (`git commit-tree main^{tree}
+    /// -p <orphan> -p main`, helper-48's finding), her change on top: the merge is
+    /// uncovered (her line's list rejects Rev's approval of main's tree), so her
+    /// change's walk passes over it, and the line it joined judges her change,
+    /// whatever the trees. So with a third parent of hers (octopus), and with her line
+    /// taking main's tree itself before the merge (every tree the same).
+    #[test]
+    fn a_merge_taking_mains_tree_over_an_orphan_line_still_answers_to_main() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            return;
+        };
+        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let revs = format!("rev@x.org {rev_pub}");
+        let main = commit_on(&repo, None, &[], &[(LIST, &revs), ("prompts/a.md", "1")]);
+        approve(&repo, main, &rev_key);
+        let hers = format!("rev@x.org {mal_pub}");
+        let root = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "O")]);
+        approve(&repo, root, &mal_key);
+        let x = commit_on(&repo, Some(root), &[root], &[("prompts/x.md", "x")]);
+        let same = commit_on(&repo, Some(main), &[root], &[]);
+        for parents in [vec![root, main], vec![root, x, main], vec![same, main]] {
+            let merge = commit_on(&repo, Some(main), &parents, &[]);
+            let evil = commit_on(&repo, Some(merge), &[merge], &[(LIST, &hers), ("prompts/a.md", "EVIL")]);
+            approve(&repo, evil, &mal_key);
+            // The attack is live: the walk passes over the merge to her root.
+            let mut trust = Trust::new(&repo, rule()).unwrap();
+            let judged = trust.commit(evil).unwrap();
+            assert!(!trust.covered(merge).unwrap());
+            assert!(matches!(judged.by, super::super::JudgedBy::Trusted(t) if t == root || t == same));
+            assert!(judged.approval.is_none(), "{parents:?}: {:?}", judged.rejected);
+        }
+    }
+
+    /// A feature branch that merged `main` before `main` rotated Rev's key out for
+    /// Carol's, landed after with Carol's approval: inside the feature's line, the
+    /// back-merge joined `main` when it trusted Rev's list, but the landing merge's
+    /// first parent has replaced that trust through review (helper-48's finding), so
+    /// Carol's approval counts.
+    #[test]
+    fn a_back_merge_before_a_key_rotation_does_not_block_the_landing_approved_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            return;
+        };
+        let (carol_key, carol_pub) = keygen(dir.path(), "carol").unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let revs = format!("rev@x.org {rev_pub}");
+        let carols = format!("rev@x.org {carol_pub}");
+        let c0 = commit_on(
+            &repo,
+            None,
+            &[],
+            &[(LIST, &revs), ("prompts/a.md", "1"), ("prompts/b.md", "1")],
+        );
+        approve(&repo, c0, &rev_key);
+        let f1 = commit_on(&repo, Some(c0), &[c0], &[("prompts/b.md", "2")]);
+        let m1 = commit_on(&repo, Some(c0), &[c0], &[("prompts/a.md", "2")]);
+        approve(&repo, m1, &rev_key);
+        let back = commit_on(&repo, Some(m1), &[f1, m1], &[("prompts/b.md", "2")]);
+        let rotated = commit_on(&repo, Some(m1), &[m1], &[(LIST, &carols)]);
+        approve(&repo, rotated, &rev_key);
+        let landed = commit_on(&repo, Some(rotated), &[rotated, back], &[("prompts/b.md", "2")]);
+        approve(&repo, landed, &carol_key);
+        let judged = Trust::new(&repo, rule()).unwrap().commit(landed).unwrap();
+        assert!(judged.approval.is_some(), "{:?}", judged.rejected);
+    }
+
+    /// A history rewritten from scratch with a root of her own approved by her key
+    /// (force-pushed over the branch), her change on top: it trusts her root, not the
+    /// approved tree of the branch it arrives over, and does not descend from it, so
+    /// that tree's list judges it too (helper-48's finding 8).
+    #[test]
+    fn an_unrelated_history_with_a_root_of_its_own_answers_to_the_branch_it_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            return;
+        };
+        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let main = commit_on(
+            &repo,
+            None,
+            &[],
+            &[(LIST, &format!("rev@x.org {rev_pub}")), ("prompts/a.md", "1")],
+        );
+        approve(&repo, main, &rev_key);
+        let hers = format!("rev@x.org {mal_pub}");
+        let root = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "O")]);
+        approve(&repo, root, &mal_key);
+        let evil = commit_on(&repo, Some(root), &[root], &[("prompts/a.md", "EVIL")]);
+        approve(&repo, evil, &mal_key);
+        // The attack is live: on its own, the rewritten history counts.
+        assert!(Trust::new(&repo, rule())
+            .unwrap()
+            .commit(evil)
+            .unwrap()
+            .approval
+            .is_some());
+        let judged = Trust::new(&repo, rule()).unwrap().incoming(evil, main).unwrap();
+        assert!(judged.approval.is_none(), "{:?}", judged.rejected);
+        // Rev's own approval of her tree counts by the branch's list: reviewed.
+        approve(&repo, evil, &rev_key);
+        assert!(Trust::new(&repo, rule())
+            .unwrap()
+            .incoming(evil, main)
+            .unwrap()
+            .approval
+            .is_some());
     }
 
     /// The same orphan line turning signatures off (its settings ask none), its tree

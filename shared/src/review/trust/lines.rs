@@ -15,16 +15,17 @@
 
 use super::{Judged, Trust};
 use git2::Oid;
-use std::rc::Rc;
+use std::collections::HashSet;
 
 /// One walk down a line's first parents for a tree: the commit whose list judges it
 /// (`None`: no covered commit with another builder tree lies below, so the tree's own
-/// list is trusted on first use), and the commits passed over on the way, each the
-/// newest of its run, whose merges' joined lines judge the tree too.
-#[derive(Debug, Default)]
+/// list is trusted on first use), and where the walk began. The commits it passed
+/// over, each the newest of its run, are those from `start` down to `trusted`
+/// ([`Trust::passed_runs`]); their merges' joined lines judge the tree too.
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Line {
     pub(super) trusted: Option<Oid>,
-    pub(super) passed: Vec<Oid>,
+    pub(super) start: Option<Oid>,
 }
 
 /// An answer, or the older commit whose coverage must be judged first.
@@ -62,11 +63,27 @@ impl Trust<'_> {
             return Ok(Some(*v));
         }
         let tree = self.step(commit)?.tree;
-        if self.approvals.naming(tree).next().is_none() {
+        if !self.may_count(tree) {
             self.covered.insert(commit, false);
             return Ok(Some(false));
         }
         Ok(None)
+    }
+
+    /// Whether any approval naming `tree` could count under the rule: one exists, and
+    /// carries a signature when the rule asks for one (an unsigned approval of the
+    /// years before signatures counts for nothing, so those trees need no walk).
+    fn may_count(&mut self, tree: Oid) -> bool {
+        if let Some(v) = self.may_count.get(&tree) {
+            return *v;
+        }
+        let signed = self.rule.signers.is_some();
+        let v = self
+            .approvals
+            .naming(tree)
+            .any(|(_, a)| !signed || a.body.signature.is_some());
+        self.may_count.insert(tree, v);
+        v
     }
 
     /// Judges whether `commit` is covered, and first every older commit its verdict
@@ -74,18 +91,22 @@ impl Trust<'_> {
     /// waits for is an ancestor of the one waiting (so the stack ends).
     fn cover(&mut self, commit: Oid) -> Result<(), git2::Error> {
         let mut stack = vec![commit];
+        let mut waiting = HashSet::from([commit]);
         while let Some(&c) = stack.last() {
             if self.covered.contains_key(&c) {
                 stack.pop();
+                waiting.remove(&c);
                 continue;
             }
             let step = self.step(c)?;
-            match self.verdict(step.tree, step.boundary, &[c], c)? {
+            match self.verdict(step.tree, step.boundary, Some(c), c)? {
                 Pending::Ready(judged) => {
                     self.covered.insert(c, judged.approval.is_some());
+                    self.remember_covered(c, judged.approval.is_some());
                     stack.pop();
+                    waiting.remove(&c);
                 }
-                Pending::After(older) if stack.contains(&older) => {
+                Pending::After(older) if !waiting.insert(older) => {
                     return Err(git2::Error::from_str(&format!(
                         "the walk of approvals met commit {older} twice: the history is not a graph of ancestors"
                     )));
@@ -111,31 +132,64 @@ impl Trust<'_> {
     }
 
     /// The walk from `start` down its first parents for `tree`: to the nearest commit
-    /// whose builder tree differs from `tree` and is covered, passing over the rest.
-    pub(super) fn walk_line(&mut self, start: Option<Oid>, tree: Oid) -> Result<Pending<Rc<Line>>, git2::Error> {
+    /// whose builder tree differs from `tree` and is covered, passing over the rest. A
+    /// run of commits known to be uncovered is skipped in one step the next time
+    /// ([`Trust::skip`]): such a run passes every walk, whatever its tree, so a chain
+    /// of thousands of uncovered builder changes is walked once, not once per change.
+    pub(super) fn walk_line(&mut self, start: Option<Oid>, tree: Oid) -> Result<Pending<Line>, git2::Error> {
         if let Some(line) = self.lines.get(&(start, tree)) {
-            return Ok(Pending::Ready(line.clone()));
+            return Ok(Pending::Ready(*line));
         }
-        let mut line = Line::default();
+        if let Some(trusted) = self.remembered_line(start, tree) {
+            return Ok(Pending::Ready(Line { trusted, start }));
+        }
+        let mut uncovered = Vec::new();
         let mut next = start;
-        while let Some(c) = next {
+        let trusted = loop {
+            let Some(c) = next else { break None };
+            if let Some(below) = self.skip.get(&c) {
+                uncovered.push(c);
+                next = *below;
+                continue;
+            }
             let s = self.step(c)?;
-            if s.tree != tree {
+            let known = if s.tree != tree {
                 match self.known_covered(c)? {
-                    Some(true) => {
-                        line.trusted = Some(c);
-                        break;
-                    }
-                    Some(false) => {}
+                    Some(true) => break Some(c),
+                    Some(false) => Some(false),
                     None => return Ok(Pending::After(c)),
                 }
+            } else {
+                self.covered.get(&c).copied()
+            };
+            if known == Some(false) {
+                uncovered.push(c);
+            } else {
+                // A run that may stop another tree's walk ends the chain to skip.
+                for u in uncovered.drain(..) {
+                    self.skip.insert(u, Some(c));
+                }
             }
-            line.passed.push(c);
             next = s.boundary;
+        };
+        for u in uncovered {
+            self.skip.insert(u, next);
         }
-        let line = Rc::new(line);
-        self.lines.insert((start, tree), line.clone());
+        let line = Line { trusted, start };
+        self.lines.insert((start, tree), line);
+        self.remember_line(start, tree, trusted);
         Ok(Pending::Ready(line))
+    }
+
+    /// The commits a walk passed over (each the newest of its run), newest first.
+    pub(super) fn passed_runs(&mut self, line: Line) -> Result<Vec<Oid>, git2::Error> {
+        let mut out = Vec::new();
+        let mut next = line.start;
+        while let Some(c) = next.filter(|c| Some(*c) != line.trusted) {
+            out.push(c);
+            next = self.step(c)?.boundary;
+        }
+        Ok(out)
     }
 
     /// The commit whose list judges `tree` on top of `start` ([`Line::trusted`]).
@@ -144,13 +198,26 @@ impl Trust<'_> {
     }
 
     /// The verdict on `tree` (of `own`, whose list is trusted on first use) on the line
-    /// from `start`, held to the lists of the lines joined in the runs of `runs` and of
-    /// the commits that walk passes over ([`Trust::joins_accept`]).
+    /// from `start`, held to the lists of the lines joined in the run of `own_run` and
+    /// in every run that walk passes over ([`Trust::joins_accept`]).
     pub(super) fn verdict(
         &mut self,
         tree: Oid,
         start: Option<Oid>,
-        runs: &[Oid],
+        own_run: Option<Oid>,
+        own: Oid,
+    ) -> Result<Pending<Judged>, git2::Error> {
+        self.verdict_also(tree, start, own_run, None, own)
+    }
+
+    /// [`Trust::verdict`], the runs `also` passed over judging too (the incoming
+    /// line of a sync judged on the line of the branch it arrives over).
+    pub(super) fn verdict_also(
+        &mut self,
+        tree: Oid,
+        start: Option<Oid>,
+        own_run: Option<Oid>,
+        also: Option<Line>,
         own: Oid,
     ) -> Result<Pending<Judged>, git2::Error> {
         let line = ready!(self.walk_line(start, tree));
@@ -171,8 +238,7 @@ impl Trust<'_> {
         if judged.approval.is_none() {
             return Ok(Pending::Ready(judged));
         }
-        let mut runs = runs.to_vec();
-        runs.extend(line.passed.iter().copied());
-        self.joins_accept(tree, &runs, own, judged)
+        let lines: Vec<Line> = std::iter::once(line).chain(also).collect();
+        self.joins_accept(tree, own_run, &lines, own, judged)
     }
 }

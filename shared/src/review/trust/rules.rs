@@ -13,12 +13,20 @@ use crate::review::signing::{AllowedSigners, ApprovalRule, SignerList};
 use git2::{Oid, Repository};
 use std::collections::HashSet;
 
-/// What [`Trust::signed_before`] found: each list asked, with the commit that left it,
-/// on the line walked from (`line`) and on the lines joined into it (`joined`).
+/// What [`Trust::signed_before`] found on the line walked from (`line`) and on the lines
+/// joined into it (`joined`).
 #[derive(Default)]
 struct SignedBefore {
-    line: Vec<(Oid, String)>,
-    joined: Vec<(Oid, String)>,
+    line: Vec<Asked>,
+    joined: Vec<Asked>,
+}
+
+/// A signers list asked below where signatures were off: `asker` asks `list`, and
+/// `left` (the commit above it, or the merge that joined it) asks none.
+struct Asked {
+    left: Oid,
+    list: String,
+    asker: Oid,
 }
 
 impl<'r> Trust<'r> {
@@ -100,32 +108,49 @@ impl<'r> Trust<'r> {
             return self.strict_unless_approved(changed, earlier, own, root);
         }
         let found = self.signed_before(from)?;
-        let mut left_through_review = Vec::new();
-        for (on_line, (left, list)) in found
+        let mut left_through_review: Vec<Asked> = Vec::new();
+        for (on_line, asked) in found
             .line
             .into_iter()
-            .map(|f| (true, f))
-            .chain(found.joined.into_iter().map(|f| (false, f)))
+            .map(|a| (true, a))
+            .chain(found.joined.into_iter().map(|a| (false, a)))
         {
             // The same list: the walk of trust judges by it (the approved tree below is
             // trusted, not the one the switch-off left behind).
-            if Some(list.as_str()) == spec || (!on_line && left_through_review.contains(&list)) {
+            if Some(asked.list.as_str()) == spec || (!on_line && self.left_with(&asked, &left_through_review)?) {
                 continue;
             }
             if self
-                .strict_unless_approved(left, Some(list.clone()), own, root)?
+                .strict_unless_approved(asked.left, Some(asked.list.clone()), own, root)?
                 .is_none()
             {
-                // Left through an approval under it: a branch forked while it was
-                // asked and merged later asks it no more either.
-                left_through_review.push(list);
+                left_through_review.push(asked);
                 continue;
             }
-            if let Some(strict) = self.strict_unless_approved(changed, Some(list), own, root)? {
+            if let Some(strict) = self.strict_unless_approved(changed, Some(asked.list), own, root)? {
                 return Ok(Some(strict));
             }
         }
         Ok(None)
+    }
+
+    /// Whether the list a joined line asked was left through review on the line
+    /// walked from, where the two share that list's history: a branch forked while it
+    /// was asked (they meet at a commit asking it) and merged after it was left asks it
+    /// no more. A list of the same name left on an unrelated line (an orphan history's
+    /// own "approved" switch-off) leaves nothing for the joined one.
+    fn left_with(&mut self, joined: &Asked, left: &[Asked]) -> Result<bool, git2::Error> {
+        for line in left.iter().filter(|l| l.list == joined.list) {
+            let base = match self.repo.merge_base(joined.asker, line.left) {
+                Ok(b) => b,
+                Err(e) if e.code() == git2::ErrorCode::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if self.settings_facts(base)?.1.as_deref() == Some(joined.list.as_str()) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The signers lists asked below `from`, where no signatures were asked: walking
@@ -142,38 +167,29 @@ impl<'r> Trust<'r> {
             return Ok(found);
         }
         let mut seen = HashSet::new();
+        let mut done = HashSet::new();
         let mut joined = Vec::new();
         // `from`'s own line first, so that what it asked is found as its own.
         let mut next = Some((from, from));
         while let Some((c, left)) = next.take() {
             seen.insert(c);
             if let Some(list) = self.settings_facts(c)?.1 {
-                found.line.push((left, list));
+                found.line.push(Asked { left, list, asker: c });
                 break;
             }
             next = self.step(c)?.boundary.map(|b| (b, c));
-            joined.extend(
-                self.later_trees(c)?
-                    .into_iter()
-                    .map(|(merge, parent, _)| (parent, merge)),
-            );
+            joined.extend(self.later_trees(c, &mut done)?.into_iter().map(|(m, p)| (p, m)));
         }
         while let Some((c, left)) = joined.pop() {
             if !seen.insert(c) {
                 continue;
             }
             if let Some(list) = self.settings_facts(c)?.1 {
-                if !found.joined.contains(&(left, list.clone())) {
-                    found.joined.push((left, list));
-                }
+                found.joined.push(Asked { left, list, asker: c });
                 continue;
             }
             joined.extend(self.step(c)?.boundary.map(|b| (b, c)));
-            joined.extend(
-                self.later_trees(c)?
-                    .into_iter()
-                    .map(|(merge, parent, _)| (parent, merge)),
-            );
+            joined.extend(self.later_trees(c, &mut done)?.into_iter().map(|(m, p)| (p, m)));
         }
         if found.line.is_empty() && found.joined.is_empty() && !self.shallow_with_approvals() {
             self.mark_unsigned_below(from);
@@ -354,6 +370,30 @@ mod tests {
         let stale = commit_on(&t.repo, Some(off), &[off], &[("docs/x.md", "x")]);
         let hers = commit_on(&t.repo, Some(off), &[off], &[("prompts/a.md", "mine")]);
         let merge = commit_on(&t.repo, Some(hers), &[hers, stale], &[]);
+        let change = t.her_change(merge, &[merge]);
+        let (judged, live) = t.judged(change, None);
+        assert!(live);
+        assert!(judged.approval.is_none(), "{:?}", judged.rejected);
+    }
+
+    /// A decoy on her orphan line: it asks Rev's list path with her key in it, and
+    /// switches signatures off with an approval by her key (so "left through
+    /// review" on a line of her own), then joins `main` and turns signatures on with
+    /// her list elsewhere (helper-48's finding): `main`'s list was never left where
+    /// the two lines share history (they share none), so it stays the rule.
+    #[test]
+    fn a_list_left_on_an_unrelated_line_is_still_asked_by_the_line_that_asked_it() {
+        let Some(t) = team() else { return };
+        let decoy = commit_on(
+            &t.repo,
+            None,
+            &[],
+            &[(LIST, &t.hers), (SETTINGS, &signed(LIST)), ("prompts/a.md", "O")],
+        );
+        approve(&t.repo, decoy, &t.mal_key);
+        let off = commit_on(&t.repo, Some(decoy), &[decoy], &[(SETTINGS, "version: 1\n")]);
+        approve(&t.repo, off, &t.mal_key);
+        let merge = commit_on(&t.repo, Some(off), &[off, t.main], &[("prompts/a.md", "M")]);
         let change = t.her_change(merge, &[merge]);
         let (judged, live) = t.judged(change, None);
         assert!(live);
