@@ -58,21 +58,32 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
 /// tree> <boundary or -> <merge or -> <join or -> <any merge or ->`, the boundary
 /// being the nearest first-parent ancestor with another builder tree, the merge the
 /// nearest one in between whose settings turn review off, the join the nearest one in
-/// between with a later parent of another builder tree, the last the nearest merge in
-/// between of any kind. These
+/// between with a later parent of another builder tree (or a first parent of
+/// another), the last the nearest merge in between of any kind. These
 /// are facts of immutable commits, so a fire walks only the commits since the last
 /// fire's HEAD. A plain file rather than a table: opening `state.db` (its WAL
 /// recovered by the first connection of a process) costs more than the whole check.
 pub const WALK_MEMO_FILE: &str = "builder-tree-walk";
+/// In [`STATE_DIR`]: a commit no builder change at or below which (first parents)
+/// asked for review, so a walk for owed review stops there (`review::trust`).
+pub const REVIEW_FREE_FILE: &str = "review-free";
+/// In [`STATE_DIR`]: a commit below which (its line and the lines joined into it,
+/// down to the root) no settings asked signatures, so turning them on above it is
+/// their first use (`review::trust`).
+pub const UNSIGNED_BELOW_FILE: &str = "unsigned-below";
+/// In [`STATE_DIR`]: the verdicts of the walks under signed review, remembered while
+/// the approvals stay the same (`review::trust`).
+pub const VERDICTS_FILE: &str = "trust-verdicts";
 /// The first line of a walk memo this version reads. A memo without it was written
 /// before merges that replace a reviewed tree were remembered (the fourth column), and
 /// one with `builder-tree-walk 2` remembered only merges over a parent whose own
 /// settings asked review (not one whose history owed it), and one with `3` no merge
 /// joining another line's tree (whose trusted list judges the tree too), and one with
 /// `4` no merge of any kind (whose joined lines judge every tree whose walk passes
-/// over it), so their silence about such merges is no fact: they are ignored, and the
-/// walk done again once.
-pub const WALK_MEMO_HEADER: &str = "builder-tree-walk 5";
+/// over it), and one with `5` no merge that took its tree from a later parent, so their
+/// silence about such merges is no fact: they are ignored, and the walk done again
+/// once.
+pub const WALK_MEMO_HEADER: &str = "builder-tree-walk 6";
 /// A walk memo larger than this is ignored (and rewritten): it holds one line per
 /// builder change, about 100 bytes each.
 const WALK_MEMO_MAX_BYTES: u64 = 16 << 20;
@@ -91,7 +102,10 @@ pub fn tracked_state_refusal(repo: &git2::Repository) -> Option<(String, String)
         (
             format!("HEAD tracks paths under {STATE_DIR}/, the runtime's private state, which no commit may write"),
             format!(
-                "remove them from git and fire again: `git rm -r --cached {STATE_DIR} && git commit -m 'untrack {STATE_DIR}'`, then look at how they came in"
+                "remove them from git, delete the memos a checkout of them may have written, and fire again: `git rm -r --cached {STATE_DIR} && git commit -m 'untrack {STATE_DIR}' && rm -f {STATE_DIR}/{WALK_MEMO_FILE} {STATE_DIR}/{} {STATE_DIR}/{} {STATE_DIR}/{}`, then look at how they came in",
+                VERDICTS_FILE,
+                REVIEW_FREE_FILE,
+                UNSIGNED_BELOW_FILE
             ),
         )
     })

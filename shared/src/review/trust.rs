@@ -36,7 +36,6 @@ mod owed;
 mod rules;
 mod verdicts;
 pub use owed::OwedReview;
-pub use verdicts::VERDICTS_FILE;
 
 /// A commit's builder tree and its boundary (the nearest first-parent ancestor whose
 /// builder tree differs; `None` when there is none).
@@ -177,19 +176,13 @@ const MEMO_ROWS: usize = 256;
 /// costs microseconds each.
 const MEMO_SAVE_AFTER: usize = 8;
 
-/// Under `.runtime/`: a commit no builder change at or below which (first parents)
-/// asked for review, so a walk for owed review stops there.
-pub const REVIEW_FREE_FILE: &str = "review-free";
+pub use crate::state::{REVIEW_FREE_FILE, UNSIGNED_BELOW_FILE, VERDICTS_FILE};
 /// What a review-free mark this version reads begins with. An older version's mark
 /// was written by a walk that did not look for merges replacing a reviewed tree (the
 /// bare commit id), or that counted a parent under review only by its own settings
 /// (`review-free 2`), so it is no fact now: it is ignored, and the walk done again.
 const REVIEW_FREE_FORMAT: &str = "review-free 3 ";
 
-/// Under `.runtime/`: a commit below which (its line and the lines joined into it,
-/// down to the root) no settings asked signatures, so turning them on above it is
-/// their first use ([`Trust::rule_in_force`]).
-pub const UNSIGNED_BELOW_FILE: &str = "unsigned-below";
 /// What an unsigned-below mark this version reads begins with.
 const UNSIGNED_BELOW_FORMAT: &str = "unsigned-below 1 ";
 
@@ -372,9 +365,9 @@ impl<'r> Trust<'r> {
     /// incoming history with no approved tree of its own (an unrelated history pushed
     /// over the branch) is not trusted on first use while `known` has one: it is then
     /// judged by the list of the last approved tree of `known`, and still by the lines
-    /// it joined. And one that trusts an approved tree of its own while not descending
-    /// from the one `known` trusts (a rewritten history with a root planted in it)
-    /// answers to `known`'s list as well.
+    /// it joined. And one that trusts an approved tree that does not descend from the
+    /// one `known` trusts (a rewritten history with a root planted in it, or one that
+    /// merged the branch in somewhere) answers to `known`'s list as well.
     pub fn incoming(&mut self, commit: Oid, known: Oid) -> Result<Judged, git2::Error> {
         let judged = self.commit(commit)?;
         let step = self.step(commit)?;
@@ -393,15 +386,18 @@ impl<'r> Trust<'r> {
 
     /// `judged` (an approval of the tree of `commit` that counts by the approved tree
     /// its own line trusts), held to the list of the approved tree `known` trusts too
-    /// unless `commit` descends from that tree.
+    /// unless the tree it trusts is that one or descends from it.
     fn known_accepts(&mut self, commit: Oid, known: Oid, judged: Judged) -> Result<Judged, git2::Error> {
         let Some(theirs) = self.trusted_from(Some(known), judged.tree)? else {
             return Ok(judged);
         };
-        if JudgedBy::Trusted(theirs) == judged.by
-            || commit == theirs
-            || self.repo.graph_descendant_of(commit, theirs)?
-        {
+        let JudgedBy::Trusted(ours) = judged.by else {
+            return Ok(judged);
+        };
+        // The approved tree it trusts must itself descend from the branch's: a history
+        // that merely holds the branch somewhere (a merge of `main` into an orphan line
+        // with a root of its own) brings another root.
+        if ours == theirs || self.repo.graph_descendant_of(ours, theirs)? {
             return Ok(judged);
         }
         let other = self.judge_tree(judged.tree, Some(theirs), commit);
@@ -410,7 +406,7 @@ impl<'r> Trust<'r> {
         }
         let mut rejected = other.rejected;
         rejected.push(format!(
-            "its history does not descend from commit {}, the approved tree the branch it arrives over trusts, whose list does not accept it",
+            "the approved tree it trusts does not descend from commit {}, the one the branch it arrives over trusts, whose list does not accept it",
             &theirs.to_string()[..12]
         ));
         Ok(Judged {
@@ -921,7 +917,8 @@ mod tests {
         // older version wrote (no header: its rows never say which merges replaced a
         // reviewed tree; version 2: only those over a parent whose own settings asked
         // review; version 3: no merge joining another line; version 4: no merge of
-        // any kind), however well it reads.
+        // any kind; version 5: no merge taking a later parent's tree), however well it
+        // reads.
         let older = |v: u32| format!("builder-tree-walk {v}\n{head} {t1} -\n");
         for stale in [
             "not a memo\n".to_string(),
@@ -929,6 +926,7 @@ mod tests {
             older(2),
             older(3),
             older(4),
+            older(5),
         ] {
             std::fs::write(
                 root.join(crate::layout::STATE_DIR).join(crate::state::WALK_MEMO_FILE),

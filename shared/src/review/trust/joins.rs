@@ -35,9 +35,14 @@ impl Refused {
 }
 
 impl Trust<'_> {
-    /// Whether a later parent of the merge `found` has a builder tree other than
-    /// `tree` (the merge's); a parent a shallow clone lacks is none.
+    /// Whether the merge `found` (builder tree `tree`) joins another line in its own
+    /// run's sense ([`Trust::joined_lines`]): a later parent has another builder tree,
+    /// or its first parent has (it took its tree from a later parent). A parent a
+    /// shallow clone lacks is none.
     pub(super) fn joins_another_tree(&self, found: &git2::Commit, tree: Oid) -> Result<bool, git2::Error> {
+        if found.parent_count() > 1 && self.present_tree(found.parent_id(0)?)?.is_some_and(|t| t != tree) {
+            return Ok(true);
+        }
         for parent in found.parent_ids().skip(1) {
             if self.present_tree(parent)?.is_some_and(|t| t != tree) {
                 return Ok(true);
@@ -48,10 +53,12 @@ impl Trust<'_> {
 
     /// The lines joined in the run of `commit` (from it down to its boundary), each as
     /// its merge and later parent: with `every`, every later parent of every merge (the
-    /// runs a walk passes over); else only later parents whose builder tree is not the
-    /// merge's (the judged commit's own run, whose tree is the merge's: a later parent
-    /// of the same tree brings nothing the first parent's list does not judge, and the
-    /// sync merges of a cron box cost nothing). Remembered per commit.
+    /// runs a walk passes over); else those of merges whose tree is not their first
+    /// parent's (the merge took it from a later parent) and later parents whose builder
+    /// tree is not the merge's (the judged commit's own run: so the sync merges of a
+    /// cron box, every tree the same, cost nothing; a merge with every tree the same
+    /// is judged at a sync against the branch it arrives over, [`Trust::incoming`]).
+    /// Remembered per commit.
     pub(super) fn joined_lines(&mut self, commit: Oid, every: bool) -> Result<Joined, git2::Error> {
         if let Some(known) = self.run_joins.get(&(commit, every)) {
             return Ok(known.clone());
@@ -74,9 +81,12 @@ impl Trust<'_> {
         let mut next = if every { step.merge } else { step.joined };
         while let Some(merge) = next.filter(|m| !stop(*m)) {
             let found = self.repo.find_commit(merge)?;
+            // A merge whose tree is not its first parent's took it from a later parent:
+            // every later parent is a line it joined, whatever its tree.
+            let took = !every && self.present_tree(found.parent_id(0)?)? != Some(step.tree);
             for parent in found.parent_ids().skip(1) {
                 match self.present_tree(parent)? {
-                    Some(theirs) if every || theirs != step.tree => out.push((merge, parent)),
+                    Some(theirs) if every || took || theirs != step.tree => out.push((merge, parent)),
                     _ => {}
                 }
             }
@@ -168,7 +178,7 @@ impl Trust<'_> {
                 continue;
             }
             let other = self.judge_tree(tree, Some(trusted), own);
-            if other.approval.is_some() || self.stale(merge, parent)? {
+            if other.approval.is_some() || ready!(self.stale(merge, parent, trusted)) {
                 continue;
             }
             let mut rejected = other.rejected;
@@ -217,14 +227,30 @@ impl Trust<'_> {
         Ok(false)
     }
 
-    /// Whether the later parent `parent` of `merge` made no builder change since it
-    /// forked from the merge's first parent's history ([`Trust::judged_on_first_line`]).
-    fn stale(&self, merge: Oid, parent: Oid) -> Result<bool, git2::Error> {
-        let found = self.repo.find_commit(merge)?;
-        let Some(theirs) = self.present_tree(parent)? else {
-            return Ok(false);
+    /// Whether the later parent `parent` of `merge`, whose line trusts `trusted`, is a
+    /// stale branch the first parent's line judged: it made no builder change since the
+    /// two forked ([`Trust::judged_on_first_line`]), the commit where they meet is
+    /// covered, and `trusted` holds that commit's builder tree (so its list is one the
+    /// first line judged by). Tree equality alone says nothing of where the parent's
+    /// line goes: a merge of `main` keeping an orphan's tree meets the orphan at a
+    /// commit no one approved.
+    fn stale(&mut self, merge: Oid, parent: Oid, trusted: Oid) -> Result<Pending<bool>, git2::Error> {
+        let Some(first) = self.repo.find_commit(merge)?.parent_ids().next() else {
+            return Ok(Pending::Ready(false));
         };
-        self.judged_on_first_line(&found, parent, theirs)
+        let base = match self.repo.merge_base(first, parent) {
+            Ok(b) => b,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(Pending::Ready(false)),
+            Err(e) => return Err(e),
+        };
+        let at_base = self.step(base)?.tree;
+        if self.present_tree(parent)? != Some(at_base) || self.step(trusted)?.tree != at_base {
+            return Ok(Pending::Ready(false));
+        }
+        Ok(match self.known_covered(base)? {
+            Some(covered) => Pending::Ready(covered),
+            None => Pending::After(base),
+        })
     }
 
     /// The merges in the run of `commit` with a later parent of another builder tree,
@@ -256,12 +282,9 @@ impl Trust<'_> {
         let mut out = Vec::new();
         for (merge, parent) in self.joined_lines(commit, false)?.iter().copied() {
             if let Some(trusted) = self.trusted_from(Some(parent), tree)? {
-                if self.trusted_on_first_line(merge, trusted)? {
+                if self.trusted_on_first_line(merge, trusted)? || self.settle(|t| t.stale(merge, parent, trusted))? {
                     continue;
                 }
-            }
-            if self.stale(merge, parent)? {
-                continue;
             }
             out.push((parent, self.settings_facts(parent)?.1));
         }
@@ -488,6 +511,56 @@ mod tests {
             .unwrap()
             .approval
             .is_some());
+    }
+
+    /// helper-49's two ways around the joins, each with her root (her list, approved
+    /// by her key) as the merge's first parent. A: a later parent that merged `main`
+    /// into an orphan keeping the orphan's tree looks stale (its tree is the one where
+    /// it meets her line), but they meet at a commit no one approved, so `main`'s list
+    /// judges. B: a later parent on `main` (her tree pushed there directly) whose tree
+    /// the merge takes whole. Both refused by the fire and by a sync over `main`; and
+    /// B with every tree the same (her line takes that tree first) by the sync, whose
+    /// branch's trusted tree her root does not descend from.
+    #[test]
+    fn a_later_parent_that_only_looks_stale_or_lends_its_tree_still_answers_to_main() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            return;
+        };
+        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let main = commit_on(
+            &repo,
+            None,
+            &[],
+            &[(LIST, &format!("rev@x.org {rev_pub}")), ("prompts/a.md", "1")],
+        );
+        approve(&repo, main, &rev_key);
+        let hers = format!("rev@x.org {mal_pub}");
+        let refused = |at: Oid, fire: bool| {
+            let own = Trust::new(&repo, rule()).unwrap().commit(at).unwrap();
+            assert_eq!(own.approval.is_none(), fire, "{:?}", own.rejected);
+            let synced = Trust::new(&repo, rule()).unwrap().incoming(at, main).unwrap();
+            assert!(synced.approval.is_none(), "{:?}", synced.rejected);
+        };
+        // A.
+        let z = commit_on(&repo, None, &[], &[("prompts/z.md", "z")]);
+        let p = commit_on(&repo, Some(z), &[main, z], &[]);
+        let root = commit_on(&repo, Some(z), &[z], &[(LIST, &hers), ("prompts/a.md", "R")]);
+        approve(&repo, root, &mal_key);
+        let j = commit_on(&repo, Some(root), &[root, p], &[("prompts/a.md", "EVIL")]);
+        approve(&repo, j, &mal_key);
+        refused(j, true);
+        // B.
+        let pushed = commit_on(&repo, Some(main), &[main], &[(LIST, &hers), ("prompts/a.md", "EVIL B")]);
+        let k = commit_on(&repo, Some(pushed), &[root, pushed], &[]);
+        approve(&repo, k, &mal_key);
+        refused(k, true);
+        // B, every tree the same: the fire alone lets it through (a box updates by sync).
+        let same = commit_on(&repo, Some(pushed), &[root], &[]);
+        let k2 = commit_on(&repo, Some(pushed), &[same, pushed], &[]);
+        approve(&repo, k2, &mal_key);
+        refused(k2, false);
     }
 
     /// The same orphan line turning signatures off (its settings ask none), its tree

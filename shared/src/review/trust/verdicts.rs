@@ -11,15 +11,15 @@
 //! otherwise pays about 32 ms a fire to ask each branch's line
 //! (docs/benchmarks.md).
 
-use super::Trust;
+use super::{Trust, VERDICTS_FILE};
 use git2::Oid;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// Under `.runtime/`: the remembered verdicts.
-pub const VERDICTS_FILE: &str = "trust-verdicts";
-/// What the first line of a verdicts file this version reads begins with.
-const VERDICTS_FORMAT: &str = "trust-verdicts 1 ";
+/// What the first line of a verdicts file this version reads begins with. The stamp
+/// also covers this and the walk memo's format: verdicts an older judge reached (one
+/// that let through what this one refuses) are never read.
+const VERDICTS_FORMAT: &str = "trust-verdicts 2 ";
 /// The most rows written (and read).
 const VERDICT_ROWS: usize = 4096;
 
@@ -139,7 +139,11 @@ impl Trust<'_> {
             return;
         };
         let rule = format!("{list}\n{}\n", self.rule.runtime_email);
-        let text = format!("{VERDICTS_FORMAT}\n{rule}{}", ids.join("\n"));
+        let text = format!(
+            "{VERDICTS_FORMAT}\n{}\n{rule}{}",
+            crate::state::WALK_MEMO_HEADER,
+            ids.join("\n")
+        );
         let Ok(stamp) = Oid::hash_object(git2::ObjectType::Blob, text.as_bytes()) else {
             return;
         };
