@@ -304,6 +304,32 @@ mod tests {
 
     const LIST: &str = "settings/allowed_signers";
 
+    /// Rev's list on `main` (approved by his key), and Mallory's key in Rev's name for
+    /// lists of her own.
+    struct Mallory {
+        repo: Repository,
+        rev_key: std::path::PathBuf,
+        mal_key: std::path::PathBuf,
+        hers: String,
+        main: Oid,
+    }
+
+    fn mallory(dir: &std::path::Path) -> Option<Mallory> {
+        let (rev_key, rev_pub) = keygen(dir, "rev")?;
+        let (mal_key, mal_pub) = keygen(dir, "mallory").unwrap();
+        let repo = Repository::init(dir.join("r")).unwrap();
+        let revs = format!("rev@x.org {rev_pub}");
+        let main = commit_on(&repo, None, &[], &[(LIST, &revs), ("prompts/a.md", "1")]);
+        approve(&repo, main, &rev_key);
+        Some(Mallory {
+            repo,
+            rev_key,
+            mal_key,
+            hers: format!("rev@x.org {mal_pub}"),
+            main,
+        })
+    }
+
     /// An orphan line holding Mallory's key as Rev's, merged over the reviewed branch
     /// as its first parent (`git commit-tree <tree> -p <orphan> -p main`), its tree
     /// approved with her key: by its own line's list (trusted on first use, or by a
@@ -312,15 +338,16 @@ mod tests {
     #[test]
     fn a_merge_of_an_orphan_line_is_judged_by_the_list_of_the_line_it_joined() {
         let dir = tempfile::tempdir().unwrap();
-        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+        let Some(Mallory {
+            repo,
+            rev_key: _,
+            mal_key,
+            hers,
+            main,
+        }) = mallory(dir.path())
+        else {
             return;
         };
-        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
-        let repo = Repository::init(dir.path().join("r")).unwrap();
-        let revs = format!("rev@x.org {rev_pub}");
-        let main = commit_on(&repo, None, &[], &[(LIST, &revs), ("prompts/a.md", "1")]);
-        approve(&repo, main, &rev_key);
-        let hers = format!("rev@x.org {mal_pub}");
         // Straight onto the orphan, and with an approved root of her own below it.
         let orphan = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "EVIL")]);
         let planted = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "mine")]);
@@ -353,15 +380,16 @@ mod tests {
     #[test]
     fn a_change_on_top_of_a_merge_of_an_orphan_line_is_judged_by_the_list_of_the_line_it_joined() {
         let dir = tempfile::tempdir().unwrap();
-        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+        let Some(Mallory {
+            repo,
+            rev_key: _,
+            mal_key,
+            hers,
+            main,
+        }) = mallory(dir.path())
+        else {
             return;
         };
-        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
-        let repo = Repository::init(dir.path().join("r")).unwrap();
-        let revs = format!("rev@x.org {rev_pub}");
-        let main = commit_on(&repo, None, &[], &[(LIST, &revs), ("prompts/a.md", "1")]);
-        approve(&repo, main, &rev_key);
-        let hers = format!("rev@x.org {mal_pub}");
         let orphan = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "O")]);
         let planted = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "P")]);
         approve(&repo, planted, &mal_key);
@@ -410,15 +438,16 @@ mod tests {
     #[test]
     fn a_merge_taking_mains_tree_over_an_orphan_line_still_answers_to_main() {
         let dir = tempfile::tempdir().unwrap();
-        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+        let Some(Mallory {
+            repo,
+            rev_key: _,
+            mal_key,
+            hers,
+            main,
+        }) = mallory(dir.path())
+        else {
             return;
         };
-        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
-        let repo = Repository::init(dir.path().join("r")).unwrap();
-        let revs = format!("rev@x.org {rev_pub}");
-        let main = commit_on(&repo, None, &[], &[(LIST, &revs), ("prompts/a.md", "1")]);
-        approve(&repo, main, &rev_key);
-        let hers = format!("rev@x.org {mal_pub}");
         let root = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "O")]);
         approve(&repo, root, &mal_key);
         let x = commit_on(&repo, Some(root), &[root], &[("prompts/x.md", "x")]);
@@ -477,19 +506,16 @@ mod tests {
     #[test]
     fn an_unrelated_history_with_a_root_of_its_own_answers_to_the_branch_it_replaces() {
         let dir = tempfile::tempdir().unwrap();
-        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+        let Some(Mallory {
+            repo,
+            rev_key,
+            mal_key,
+            hers,
+            main,
+        }) = mallory(dir.path())
+        else {
             return;
         };
-        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
-        let repo = Repository::init(dir.path().join("r")).unwrap();
-        let main = commit_on(
-            &repo,
-            None,
-            &[],
-            &[(LIST, &format!("rev@x.org {rev_pub}")), ("prompts/a.md", "1")],
-        );
-        approve(&repo, main, &rev_key);
-        let hers = format!("rev@x.org {mal_pub}");
         let root = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "O")]);
         approve(&repo, root, &mal_key);
         let evil = commit_on(&repo, Some(root), &[root], &[("prompts/a.md", "EVIL")]);
@@ -524,19 +550,16 @@ mod tests {
     #[test]
     fn a_later_parent_that_only_looks_stale_or_lends_its_tree_still_answers_to_main() {
         let dir = tempfile::tempdir().unwrap();
-        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+        let Some(Mallory {
+            repo,
+            rev_key: _,
+            mal_key,
+            hers,
+            main,
+        }) = mallory(dir.path())
+        else {
             return;
         };
-        let (mal_key, mal_pub) = keygen(dir.path(), "mallory").unwrap();
-        let repo = Repository::init(dir.path().join("r")).unwrap();
-        let main = commit_on(
-            &repo,
-            None,
-            &[],
-            &[(LIST, &format!("rev@x.org {rev_pub}")), ("prompts/a.md", "1")],
-        );
-        approve(&repo, main, &rev_key);
-        let hers = format!("rev@x.org {mal_pub}");
         let refused = |at: Oid, fire: bool| {
             let own = Trust::new(&repo, rule()).unwrap().commit(at).unwrap();
             assert_eq!(own.approval.is_none(), fire, "{:?}", own.rejected);
