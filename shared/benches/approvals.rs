@@ -10,7 +10,9 @@
 //! approved bytes from git adds to a fire. (5) The walk for owed review with review
 //! off, in a history of 1,000 feature branches merged, each forked just before a
 //! prompt change: every merge's other parent is judged too. (6) Signatures turned on
-//! over that history: whether anything below asked signatures before.
+//! over that history: whether anything below asked signatures before. (8) Two cron
+//! boxes that update with a bare `git pull`: 1,000 sync merges, each of the other
+//! box's line, whose later parent's run is learned to see it brings no other line.
 
 #![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
@@ -386,5 +388,85 @@ fn merges(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench, approved_bytes, merges);
+criterion_group!(benches, bench, approved_bytes, merges, sync_merges);
 criterion_main!(benches);
+
+/// A commit with `parents` (the first one's tree, `files` added or replaced).
+fn commit_on(repo: &Repository, parents: &[Oid], files: &[(&str, &[u8])]) -> Oid {
+    let parents: Vec<git2::Commit> = parents.iter().map(|p| repo.find_commit(*p).unwrap()).collect();
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for (path, body) in files {
+        update.upsert(*path, repo.blob(body).unwrap(), git2::FileMode::Blob);
+    }
+    let tree = update.create_updated(repo, &parents[0].tree().unwrap()).unwrap();
+    let sig = Signature::now("runtime", "runtime@localhost").unwrap();
+    let refs: Vec<&git2::Commit> = parents.iter().collect();
+    repo.commit(None, &sig, &sig, "c", &repo.find_tree(tree).unwrap(), &refs)
+        .unwrap()
+}
+
+/// (8) Two cron boxes on one approved tree, each firing five times and then merging
+/// the other's line with a bare `git pull` (1,000 such merges, 10,000 records
+/// commits): a fire's new sync merge learns the other box's new commits, to see
+/// that its later parent brings no other line (the same builder change below).
+fn sync_merges(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let (keys, signers) = keys(dir.path());
+    let root = dir.path().join("boxes");
+    let repo = Repository::init(&root).unwrap();
+    let c0 = commit(
+        &repo,
+        &[
+            ("settings/allowed_signers", signers.as_bytes()),
+            ("prompts/a.md", b"v0"),
+        ],
+        "eng",
+    );
+    let t0 = shared::review::builder_tree_of_commit(&repo, c0).unwrap();
+    approve(&repo, &keys, 0, t0, c0);
+    let (mut a, mut b) = (c0, c0);
+    let mut n = 0;
+    let mut fire = |at: Oid| {
+        n += 1;
+        commit_on(&repo, &[at], &[(&format!("runs/t/{n}.json"), b"{}")])
+    };
+    for round in 0..1000 {
+        for _ in 0..5 {
+            a = fire(a);
+            b = fire(b);
+        }
+        if round % 2 == 0 {
+            a = commit_on(&repo, &[a, b], &[]);
+        } else {
+            b = commit_on(&repo, &[b, a], &[]);
+        }
+    }
+    let rule = ApprovalRule {
+        runtime_email: "runtime@localhost".into(),
+        signers: Some(SignerList::Repository("settings/allowed_signers".into())),
+    };
+    let check = |at: Oid| {
+        let judged = Trust::new(&repo, rule.clone())
+            .unwrap()
+            .remembering(Some(root.as_path()))
+            .commit(at)
+            .unwrap();
+        assert!(judged.approval.is_some(), "{:?}", judged.rejected);
+    };
+    a = commit_on(&repo, &[a, b], &[]);
+    check(a);
+    c.bench_function(
+        "two-key check, two cron boxes with 1,000 sync merges (git pull): a fire's new merge of the other box's new commit (walk memo)",
+        |bench| {
+            bench.iter_batched(
+                || {
+                    b = fire(b);
+                    a = commit_on(&repo, &[fire(a), b], &[]);
+                    a
+                },
+                check,
+                BatchSize::SmallInput,
+            )
+        },
+    );
+}

@@ -471,16 +471,54 @@ impl<'r> Trust<'r> {
 
     /// The builder tree and boundary of `commit`: from the memos, else by walking its
     /// first parents until a remembered commit (or the root), learning each on the way.
+    /// A merge's later parents that hold its own builder tree are learned first
+    /// (whether their line is another decides whether the merge joins one,
+    /// [`Trust::merge_joins`]), from an explicit stack: nothing recurses.
     fn step(&mut self, commit: Oid) -> Result<Step, git2::Error> {
+        self.asked(commit);
+        if let Some(s) = self.steps.get(&commit) {
+            return Ok(*s);
+        }
+        let mut stack = vec![commit];
+        let mut waiting = std::collections::HashSet::from([commit]);
+        while let Some(&c) = stack.last() {
+            match self.learn_run(c)? {
+                None => {
+                    stack.pop();
+                    waiting.remove(&c);
+                }
+                Some(parent) if !waiting.insert(parent) => {
+                    return Err(git2::Error::from_str(&format!(
+                        "the walk of builder trees met commit {parent} twice: the history is not a graph of ancestors"
+                    )));
+                }
+                Some(parent) => {
+                    self.asked(parent);
+                    stack.push(parent);
+                }
+            }
+        }
+        self.steps
+            .get(&commit)
+            .copied()
+            .ok_or_else(|| git2::Error::from_str("no commit to walk from"))
+    }
+
+    /// Notes that `commit` was asked about, for the walk memo (only the first rows
+    /// asked for are kept, [`Trust::save_memo`]).
+    fn asked(&mut self, commit: Oid) {
         if let Some(memo) = self.memo.as_mut() {
-            // Only the first rows asked for are kept ([`Trust::save_memo`]).
             if memo.asked.len() < MEMO_ROWS && !memo.asked.contains(&commit) {
                 memo.asked.push(commit);
             }
         }
-        if let Some(s) = self.steps.get(&commit) {
-            return Ok(*s);
-        }
+    }
+
+    /// Learns the steps from `commit` down its first parents to a known one (or the
+    /// root). `Some(parent)`: a merge on the way has a later parent `parent` holding
+    /// its own builder tree whose step is not known yet, to learn first; the steps
+    /// below that merge are learned already, so asking again goes on from there.
+    fn learn_run(&mut self, commit: Oid) -> Result<Option<Oid>, git2::Error> {
         let mut pending = Vec::new();
         let mut below: Option<(Oid, Step)> = None;
         let mut next = Some(commit);
@@ -498,12 +536,17 @@ impl<'r> Trust<'r> {
             };
             let tree = builder_tree_of(self.repo, &found.tree()?)?;
             let merged_here = (found.parent_count() > 1 && !self.requires_review(c)?).then_some(c);
-            let joined_here = (found.parent_count() > 1 && self.joins_another_tree(&found, tree)?).then_some(c);
-            let merge_here = (found.parent_count() > 1).then_some(c);
-            pending.push((c, tree, merged_here, joined_here, merge_here));
+            let later: Vec<Oid> = found.parent_ids().skip(1).collect();
+            pending.push((c, tree, merged_here, later));
             next = found.parent_ids().next();
         }
-        for (c, tree, merged_here, joined_here, merge_here) in pending.into_iter().rev() {
+        for (c, tree, merged_here, later) in pending.into_iter().rev() {
+            let merge_here = (!later.is_empty()).then_some(c);
+            let joined_here = match self.merge_joins(tree, below, &later)? {
+                joins::MergeJoins::Learn(parent) => return Ok(Some(parent)),
+                joins::MergeJoins::Yes => merge_here,
+                joins::MergeJoins::No => None,
+            };
             let s = match below {
                 Some((_, s)) if s.tree == tree => Step {
                     tree,
@@ -530,10 +573,7 @@ impl<'r> Trust<'r> {
             self.steps.insert(c, s);
             below = Some((c, s));
         }
-        match below {
-            Some((_, s)) => Ok(s),
-            None => Err(git2::Error::from_str("no commit to walk from")),
-        }
+        Ok(None)
     }
 
     /// A step known in memory or in the walk memo.

@@ -11,7 +11,7 @@
 //! ([`Trust::judged_on_first_line`]): a stale feature branch adds nothing.
 
 use super::lines::{ready, Line, Pending};
-use super::{Judged, Trust};
+use super::{Judged, Step, Trust};
 use git2::Oid;
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -34,30 +34,65 @@ impl Refused {
     }
 }
 
+/// Whether a merge joins another line ([`Trust::merge_joins`]).
+pub(super) enum MergeJoins {
+    Yes,
+    No,
+    /// Not known until the step of this later parent (holding the merge's own builder
+    /// tree) is.
+    Learn(Oid),
+}
+
+/// Whether a later parent holding its merge's own builder tree, whose step is
+/// `theirs`, brings another line than the first parent's, whose run ends at
+/// `boundary`: its own run ends elsewhere (its walk goes down another history), or it
+/// joins another line itself. The sync merge of a cron box (its records over the
+/// branch's, both on the same builder change) does neither.
+fn other_line(theirs: Step, boundary: Option<Oid>) -> bool {
+    theirs.boundary != boundary || theirs.joined.is_some()
+}
+
 impl Trust<'_> {
-    /// Whether the merge `found` (builder tree `tree`) joins another line in its own
-    /// run's sense ([`Trust::joined_lines`]): a later parent has another builder tree,
-    /// or its first parent has (it took its tree from a later parent). A parent a
-    /// shallow clone lacks is none.
-    pub(super) fn joins_another_tree(&self, found: &git2::Commit, tree: Oid) -> Result<bool, git2::Error> {
-        if found.parent_count() > 1 && self.present_tree(found.parent_id(0)?)?.is_some_and(|t| t != tree) {
-            return Ok(true);
-        }
-        for parent in found.parent_ids().skip(1) {
-            if self.present_tree(parent)?.is_some_and(|t| t != tree) {
-                return Ok(true);
+    /// Whether a merge of builder tree `tree`, its first parent with its step `below`
+    /// (`None`: a shallow clone lacks it) and its later parents `later`, joins another
+    /// line in its own run's sense ([`Trust::joined_lines`]): its first parent has
+    /// another builder tree (it took its tree from a later parent), a later parent
+    /// has, or a later parent with its tree brings another line ([`other_line`]). A
+    /// parent a shallow clone lacks is none.
+    pub(super) fn merge_joins(
+        &mut self,
+        tree: Oid,
+        below: Option<(Oid, Step)>,
+        later: &[Oid],
+    ) -> Result<MergeJoins, git2::Error> {
+        let boundary = match below {
+            Some((_, s)) if s.tree != tree => return Ok(MergeJoins::Yes),
+            Some((_, s)) => s.boundary,
+            None => None,
+        };
+        for parent in later {
+            match self.present_tree(*parent)? {
+                Some(theirs) if theirs != tree => return Ok(MergeJoins::Yes),
+                Some(_) => match self.remembered(*parent) {
+                    Some(theirs) if other_line(theirs, boundary) => return Ok(MergeJoins::Yes),
+                    Some(_) => {}
+                    None => return Ok(MergeJoins::Learn(*parent)),
+                },
+                None => {}
             }
         }
-        Ok(false)
+        Ok(MergeJoins::No)
     }
 
     /// The lines joined in the run of `commit` (from it down to its boundary), each as
     /// its merge and later parent: with `every`, every later parent of every merge (the
     /// runs a walk passes over); else those of merges whose tree is not their first
-    /// parent's (the merge took it from a later parent) and later parents whose builder
-    /// tree is not the merge's (the judged commit's own run: so the sync merges of a
-    /// cron box, every tree the same, cost nothing; a merge with every tree the same
-    /// is judged at a sync against the branch it arrives over, [`Trust::incoming`]).
+    /// parent's (the merge took it from a later parent), later parents whose builder
+    /// tree is not the merge's, and later parents with the merge's tree that bring
+    /// another line ([`other_line`]: a history pushed straight onto the branch and
+    /// merged under an orphan line of the same tree). That is the judged commit's own
+    /// run: the sync merges of a cron box, every tree and boundary the same, cost
+    /// nothing.
     /// Remembered per commit.
     pub(super) fn joined_lines(&mut self, commit: Oid, every: bool) -> Result<Joined, git2::Error> {
         if let Some(known) = self.run_joins.get(&(commit, every)) {
@@ -85,9 +120,13 @@ impl Trust<'_> {
             // every later parent is a line it joined, whatever its tree.
             let took = !every && self.present_tree(found.parent_id(0)?)? != Some(step.tree);
             for parent in found.parent_ids().skip(1) {
-                match self.present_tree(parent)? {
-                    Some(theirs) if every || took || theirs != step.tree => out.push((merge, parent)),
-                    _ => {}
+                let joins = match self.present_tree(parent)? {
+                    None => false,
+                    Some(theirs) if every || took || theirs != step.tree => true,
+                    Some(_) => other_line(self.step(parent)?, step.boundary),
+                };
+                if joins {
+                    out.push((merge, parent));
                 }
             }
             let Some((_, below)) = self.below_in_run(merge, step.tree)? else {
@@ -545,8 +584,9 @@ mod tests {
     /// it meets her line), but they meet at a commit no one approved, so `main`'s list
     /// judges. B: a later parent on `main` (her tree pushed there directly) whose tree
     /// the merge takes whole. Both refused by the fire and by a sync over `main`; and
-    /// B with every tree the same (her line takes that tree first) by the sync, whose
-    /// branch's trusted tree her root does not descend from.
+    /// so is B with every tree the same (her line takes that tree first), by the fire
+    /// alone too (a box that updates by a bare `git pull`): the later parent's line is
+    /// another one.
     #[test]
     fn a_later_parent_that_only_looks_stale_or_lends_its_tree_still_answers_to_main() {
         let dir = tempfile::tempdir().unwrap();
@@ -560,9 +600,9 @@ mod tests {
         else {
             return;
         };
-        let refused = |at: Oid, fire: bool| {
+        let refused = |at: Oid| {
             let own = Trust::new(&repo, rule()).unwrap().commit(at).unwrap();
-            assert_eq!(own.approval.is_none(), fire, "{:?}", own.rejected);
+            assert!(own.approval.is_none(), "{:?}", own.rejected);
             let synced = Trust::new(&repo, rule()).unwrap().incoming(at, main).unwrap();
             assert!(synced.approval.is_none(), "{:?}", synced.rejected);
         };
@@ -573,17 +613,78 @@ mod tests {
         approve(&repo, root, &mal_key);
         let j = commit_on(&repo, Some(root), &[root, p], &[("prompts/a.md", "EVIL")]);
         approve(&repo, j, &mal_key);
-        refused(j, true);
+        refused(j);
         // B.
         let pushed = commit_on(&repo, Some(main), &[main], &[(LIST, &hers), ("prompts/a.md", "EVIL B")]);
         let k = commit_on(&repo, Some(pushed), &[root, pushed], &[]);
         approve(&repo, k, &mal_key);
-        refused(k, true);
-        // B, every tree the same: the fire alone lets it through (a box updates by sync).
+        refused(k);
+        // B, every tree the same: the later parent's run ends at another boundary
+        // (`main`, where her line's ends at her root), so it is another line.
         let same = commit_on(&repo, Some(pushed), &[root], &[]);
         let k2 = commit_on(&repo, Some(pushed), &[same, pushed], &[]);
         approve(&repo, k2, &mal_key);
-        refused(k2, false);
+        assert_eq!(Trust::new(&repo, rule()).unwrap().step(k2).unwrap().joined, Some(k2));
+        refused(k2);
+    }
+
+    /// Two cron boxes on `main`, each adding records and merging the other's with a
+    /// bare `git pull`, box into box: every merge holds one builder tree and every
+    /// parent's run ends at the same boundary, so none joins a line, and the tree is
+    /// judged by `main`'s own approval alone.
+    #[test]
+    fn the_sync_merges_of_two_cron_boxes_join_no_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(Mallory { repo, main, .. }) = mallory(dir.path()) else {
+            return;
+        };
+        let records = |at: Oid, parents: &[Oid], n: &str| {
+            commit_on(&repo, Some(at), parents, &[(&format!("runs/t/{n}.json"), "{}")])
+        };
+        let a1 = records(main, &[main], "a1");
+        let b1 = records(main, &[main], "b1");
+        let a2 = records(a1, &[a1, b1], "a2");
+        let b2 = records(b1, &[b1], "b2");
+        let b3 = records(b2, &[b2, a2], "b3");
+        let a3 = records(a2, &[a2], "a3");
+        let a4 = records(a3, &[a3, b3], "a4");
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        for merge in [a2, b3, a4] {
+            assert_eq!(trust.step(merge).unwrap().joined, None, "{merge}");
+            assert_eq!(trust.step(merge).unwrap().merge, Some(merge), "{merge}");
+        }
+        assert!(trust.joined_lines(a4, false).unwrap().is_empty());
+        assert!(trust.commit(a4).unwrap().approval.is_some());
+    }
+
+    /// Merges nested 3,000 deep through their later parents, each first parent a root
+    /// of its own: learning the tip's step learns every later parent first, from a
+    /// stack, so it fits in a thread with a small stack.
+    #[test]
+    fn merges_nested_through_later_parents_are_learned_without_recursion() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let mut tip = commit_on(&repo, None, &[], &[("prompts/a.md", "1")]);
+        for n in 0..3000 {
+            let root = commit_on(
+                &repo,
+                None,
+                &[],
+                &[("prompts/a.md", "1"), ("runs/t/r.json", &n.to_string())],
+            );
+            tip = commit_on(&repo, Some(root), &[root, tip], &[]);
+        }
+        let path = repo.path().to_path_buf();
+        let step = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || {
+                let repo = Repository::open(path).unwrap();
+                Trust::new(&repo, rule()).unwrap().step(tip).unwrap()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!((step.boundary, step.joined, step.merge), (None, None, Some(tip)));
     }
 
     /// The same orphan line turning signatures off (its settings ask none), its tree
