@@ -13,6 +13,9 @@
 //! over that history: whether anything below asked signatures before. (8) Two cron
 //! boxes that update with a bare `git pull`: 1,000 sync merges, each of the other
 //! box's line, whose later parent's run is learned to see it brings no other line.
+//! (9) A chain of 10,000 builder changes alternating between two trees approved by
+//! a key only an orphan root's list holds, merged over `main`: each change answers to
+//! `main`'s list through the runs below it.
 
 #![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
@@ -388,7 +391,7 @@ fn merges(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench, approved_bytes, merges, sync_merges);
+criterion_group!(benches, bench, approved_bytes, merges, sync_merges, alternating_chain);
 criterion_main!(benches);
 
 /// A commit with `parents` (the first one's tree, `files` added or replaced).
@@ -469,4 +472,68 @@ fn sync_merges(c: &mut Criterion) {
             )
         },
     );
+}
+
+/// (9) An orphan root whose list holds a key `main`'s does not, merged over `main`,
+/// then 10,000 builder changes alternating between two trees that key approved (a
+/// colleague's denial of service, helper-49's D): every change is judged, each walk
+/// passing over every change below it, and refused by `main`'s list.
+fn alternating_chain(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let (keys, signers) = keys(dir.path());
+    let root = dir.path().join("chain");
+    let repo = Repository::init(&root).unwrap();
+    let list = "settings/allowed_signers";
+    let only_r0 = signers.lines().next().unwrap().to_string() + "\n";
+    let main = commit(&repo, &[(list, only_r0.as_bytes()), ("prompts/a.md", b"main")], "eng");
+    approve(
+        &repo,
+        &keys,
+        0,
+        shared::review::builder_tree_of_commit(&repo, main).unwrap(),
+        main,
+    );
+    repo.set_head_detached(main).unwrap();
+    let sig = Signature::now("m", "m@localhost").unwrap();
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    update.upsert(list, repo.blob(signers.as_bytes()).unwrap(), git2::FileMode::Blob);
+    update.upsert("prompts/a.md", repo.blob(b"R").unwrap(), git2::FileMode::Blob);
+    let empty = repo
+        .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+        .unwrap();
+    let tree = repo.find_tree(update.create_updated(&repo, &empty).unwrap()).unwrap();
+    let hers = repo.commit(None, &sig, &sig, "root", &tree, &[]).unwrap();
+    let tree_of = |at: Oid| shared::review::builder_tree_of_commit(&repo, at).unwrap();
+    approve(&repo, &keys, 9, tree_of(hers), hers);
+    let mut tip = commit_on(&repo, &[hers, main], &[("prompts/a.md", b"A")]);
+    approve(&repo, &keys, 9, tree_of(tip), tip);
+    tip = commit_on(&repo, &[tip], &[("prompts/a.md", b"B")]);
+    approve(&repo, &keys, 9, tree_of(tip), tip);
+    for n in 0..10_000 {
+        tip = commit_on(&repo, &[tip], &[("prompts/a.md", [b"A", b"B"][n % 2])]);
+    }
+    let rule = ApprovalRule {
+        runtime_email: "runtime@localhost".into(),
+        signers: Some(SignerList::Repository(list.into())),
+    };
+    let refused = |memo: Option<&Path>| {
+        let judged = Trust::new(&repo, rule.clone())
+            .unwrap()
+            .remembering(memo)
+            .commit(tip)
+            .unwrap();
+        assert!(judged.approval.is_none());
+    };
+    let mut group = c.benchmark_group("chain");
+    group.sample_size(10);
+    group.bench_function(
+        "two-key check, 10,000 builder changes alternating between two trees over an orphan merge: the verdict (no memo)",
+        |b| b.iter(|| refused(None)),
+    );
+    refused(Some(root.as_path()));
+    group.bench_function(
+        "two-key check, 10,000 builder changes alternating between two trees over an orphan merge: the verdict (.runtime memos)",
+        |b| b.iter(|| refused(Some(root.as_path()))),
+    );
+    group.finish();
 }

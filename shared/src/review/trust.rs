@@ -130,6 +130,13 @@ pub struct Trust<'r> {
     lines: HashMap<(Option<Oid>, Oid), lines::Line>,
     /// Per commit and kind: the lines merges in its run joined ([`joins`]).
     run_joins: HashMap<(Oid, bool), joins::Joined>,
+    /// `(run, tree)` -> why the lines joined in the runs a walk for `tree` passes over
+    /// from `run` down refuse its approvals (`None`: they accept them), for one walk's
+    /// part of [`joins`] ([`Trust::passed_refuse`]).
+    passed_clear: HashMap<(Oid, Oid), Option<Rc<Vec<String>>>>,
+    /// How many runs [`Trust::passed_refuse`] found unanswered (the measure of its
+    /// work the tests hold to the length of the history).
+    runs_asked: usize,
     /// Commits known to be uncovered -> where a walk goes on below them (the next
     /// commit not known to be uncovered), shortened as walks learn ([`lines`]).
     skip: HashMap<Oid, Option<Oid>>,
@@ -231,6 +238,8 @@ impl<'r> Trust<'r> {
             covered: HashMap::new(),
             lines: HashMap::new(),
             run_joins: HashMap::new(),
+            passed_clear: HashMap::new(),
+            runs_asked: 0,
             skip: HashMap::new(),
             may_count: HashMap::new(),
             lists: HashMap::new(),

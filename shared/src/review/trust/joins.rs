@@ -22,6 +22,14 @@ pub(super) type Joined = Rc<Vec<(Oid, Oid)>>;
 /// Why a joined line refuses a tree's approvals.
 struct Refused(Vec<String>);
 
+/// What one judgement has asked already: the joined lines (merge and later parent),
+/// and the runs whose joined lines it gathered while walking them.
+#[derive(Default)]
+struct Seen {
+    lines: HashSet<(Oid, Oid)>,
+    runs: HashSet<Oid>,
+}
+
 impl Refused {
     /// `judged`, its approval refused for these reasons.
     fn onto(self, judged: Judged) -> Judged {
@@ -161,32 +169,75 @@ impl Trust<'_> {
                 .iter()
                 .map(|(m, p)| (*m, *p, top.clone()))
                 .collect();
-            if let Some(refused) = ready!(self.joined_refuse(tree, todo, &firsts, own)) {
+            if let Some(refused) = ready!(self.joined_refuse(tree, todo, &firsts, own, &mut Seen::default())) {
                 return Ok(Pending::Ready(refused.onto(judged)));
             }
         }
         // The walks' part is the same for every commit of a run, fire after fire:
         // remembered per walk while the approvals stay as they are.
-        let walk = match lines {
-            [one] => Some((one.start, tree)),
-            _ => None,
-        };
-        if walk.is_some_and(|(s, t)| self.remembered_clear(s, t) == Some(true)) {
-            return Ok(Pending::Ready(judged));
+        if let [line] = lines {
+            if self.remembered_clear(line.start, tree) == Some(true) {
+                return Ok(Pending::Ready(judged));
+            }
+            let refused = ready!(self.passed_refuse(tree, *line, own));
+            self.remember_clear(line.start, tree, refused.is_none());
+            return Ok(Pending::Ready(match refused {
+                Some(refused) => Refused(refused.to_vec()).onto(judged),
+                None => judged,
+            }));
         }
         let mut todo = Vec::new();
         let mut visited = HashSet::new();
         for line in lines {
             self.passed_joins(*line, &top, &mut visited, &mut todo)?;
         }
-        let refused = ready!(self.joined_refuse(tree, todo, &firsts, own));
-        if let Some((start, tree)) = walk {
-            self.remember_clear(start, tree, refused.is_none());
-        }
+        let refused = ready!(self.joined_refuse(tree, todo, &firsts, own, &mut Seen::default()));
         Ok(Pending::Ready(match refused {
             Some(refused) => refused.onto(judged),
             None => judged,
         }))
+    }
+
+    /// Why the lines joined in the runs `line` passed over (and, the same way, in the
+    /// runs each one's walk passes over) refuse the approvals of `tree`, if they do.
+    /// The runs are asked oldest first, as one judgement would ask them, and each
+    /// answer is remembered for the runs from there down ([`Trust::passed_clear`]):
+    /// the walk below a run is the same whichever commit above it is judged, so a
+    /// chain of k builder changes costs k run answers, not k² ([`Trust::joins_accept`]).
+    fn passed_refuse(
+        &mut self,
+        tree: Oid,
+        line: Line,
+        own: Oid,
+    ) -> Result<Pending<Option<Rc<Vec<String>>>>, git2::Error> {
+        let (fresh, known) = self.passed_runs_until(line, |t, run| t.passed_clear.contains_key(&(run, tree)))?;
+        let below = known.and_then(|run| self.passed_clear.get(&(run, tree)).cloned().flatten());
+        self.runs_asked += fresh.len();
+        if let Some(refused) = below {
+            for above in fresh {
+                self.passed_clear.insert((above, tree), Some(refused.clone()));
+            }
+            return Ok(Pending::Ready(Some(refused)));
+        }
+        let top: Rc<Vec<Oid>> = Rc::new(Vec::new());
+        let firsts: Vec<Oid> = line.trusted.into_iter().collect();
+        let mut seen = Seen::default();
+        for (n, run) in fresh.iter().enumerate().rev() {
+            let todo = self
+                .joined_lines(*run, true)?
+                .iter()
+                .map(|(m, p)| (*m, *p, top.clone()))
+                .collect();
+            let answer = ready!(self.joined_refuse(tree, todo, &firsts, own, &mut seen)).map(|r| Rc::new(r.0));
+            // A refusal below is one for every run above it on the walk.
+            for above in &fresh[if answer.is_some() { 0 } else { n }..=n] {
+                self.passed_clear.insert((*above, tree), answer.clone());
+            }
+            if answer.is_some() {
+                return Ok(Pending::Ready(answer));
+            }
+        }
+        Ok(Pending::Ready(None))
     }
 
     /// The first joined line of `todo` (and, the same way, of the runs each one's walk
@@ -198,18 +249,17 @@ impl Trust<'_> {
         mut todo: Vec<(Oid, Oid, Rc<Vec<Oid>>)>,
         firsts: &[Oid],
         own: Oid,
+        seen: &mut Seen,
     ) -> Result<Pending<Option<Refused>>, git2::Error> {
-        let mut seen = HashSet::new();
-        let mut visited = HashSet::new();
         while let Some((merge, parent, outer)) = todo.pop() {
-            if !seen.insert((merge, parent)) {
+            if !seen.lines.insert((merge, parent)) {
                 continue;
             }
             let line = ready!(self.walk_line(Some(parent), tree));
             let mut path = outer.as_ref().clone();
             path.push(merge);
             let path = Rc::new(path);
-            self.passed_joins(line, &path, &mut visited, &mut todo)?;
+            self.passed_joins(line, &path, &mut seen.runs, &mut todo)?;
             let Some(trusted) = line.trusted.filter(|t| !firsts.contains(t)) else {
                 continue;
             };
@@ -626,6 +676,49 @@ mod tests {
         approve(&repo, k2, &mal_key);
         assert_eq!(Trust::new(&repo, rule()).unwrap().step(k2).unwrap().joined, Some(k2));
         refused(k2);
+    }
+
+    /// helper-49's D: her root (her list, approved by her key) merged with `main`, so
+    /// `main`'s list refuses what lies above, then a chain of 2,000 builder changes
+    /// alternating between two trees she approved. Every commit of the chain is
+    /// judged (an approval names its tree), each walk passing over every change below
+    /// it; each run's answer is remembered for the runs above it, so each commit asks
+    /// a few runs, not all those below it (k² of them in all).
+    #[test]
+    fn a_chain_of_alternating_trees_asks_each_run_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(Mallory {
+            repo,
+            mal_key,
+            hers,
+            main,
+            ..
+        }) = mallory(dir.path())
+        else {
+            return;
+        };
+        let root = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "R")]);
+        approve(&repo, root, &mal_key);
+        let c1 = commit_on(&repo, Some(root), &[root, main], &[("prompts/a.md", "A")]);
+        approve(&repo, c1, &mal_key);
+        let c2 = commit_on(&repo, Some(c1), &[c1], &[("prompts/a.md", "B")]);
+        approve(&repo, c2, &mal_key);
+        let k = 2000;
+        let mut tip = c2;
+        for n in 0..k {
+            tip = commit_on(&repo, Some(tip), &[tip], &[("prompts/a.md", ["A", "B"][n % 2])]);
+        }
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        let judged = trust.commit(tip).unwrap();
+        assert!(judged.approval.is_none());
+        assert!(
+            judged.rejected.iter().any(|r| r.contains("joined the line")),
+            "{:?}",
+            judged.rejected
+        );
+        // A few runs asked per commit, however long the chain (k²/2 without the
+        // answers remembered).
+        assert!(trust.runs_asked <= 4 * (k + 3), "{}", trust.runs_asked);
     }
 
     /// Two cron boxes on `main`, each adding records and merging the other's with a

@@ -183,13 +183,26 @@ impl Trust<'_> {
 
     /// The commits a walk passed over (each the newest of its run), newest first.
     pub(super) fn passed_runs(&mut self, line: Line) -> Result<Vec<Oid>, git2::Error> {
+        Ok(self.passed_runs_until(line, |_, _| false)?.0)
+    }
+
+    /// [`Trust::passed_runs`] down to the first one for which `stop` answers true,
+    /// which is returned apart.
+    pub(super) fn passed_runs_until(
+        &mut self,
+        line: Line,
+        stop: impl Fn(&Self, Oid) -> bool,
+    ) -> Result<(Vec<Oid>, Option<Oid>), git2::Error> {
         let mut out = Vec::new();
         let mut next = line.start;
         while let Some(c) = next.filter(|c| Some(*c) != line.trusted) {
+            if stop(self, c) {
+                return Ok((out, Some(c)));
+            }
             out.push(c);
             next = self.step(c)?.boundary;
         }
-        Ok(out)
+        Ok((out, None))
     }
 
     /// The commit whose list judges `tree` on top of `start` ([`Line::trusted`]).
