@@ -89,6 +89,28 @@ pub struct Judged {
 }
 
 impl Judged {
+    /// No approval counted yet for `tree`, judged `by` that list.
+    fn unapproved(tree: Oid, by: JudgedBy, unreadable: Option<Diagnostic>) -> Judged {
+        Judged {
+            tree,
+            approval: None,
+            counting: Vec::new(),
+            rejected: Vec::new(),
+            by,
+            unreadable,
+        }
+    }
+
+    /// This verdict with its approvals refused, for these reasons.
+    fn refused(self, rejected: Vec<String>) -> Judged {
+        Judged {
+            approval: None,
+            counting: Vec::new(),
+            rejected,
+            ..self
+        }
+    }
+
     /// Which list judged it, in words (for refusals and cards).
     pub fn judged_by(&self, rule: &ApprovalRule) -> String {
         let rel = match &rule.signers {
@@ -418,12 +440,7 @@ impl<'r> Trust<'r> {
             "the approved tree it trusts does not descend from commit {}, the one the branch it arrives over trusts, whose list does not accept it",
             &theirs.to_string()[..12]
         ));
-        Ok(Judged {
-            approval: None,
-            counting: Vec::new(),
-            rejected,
-            ..judged
-        })
+        Ok(judged.refused(rejected))
     }
 
     /// The verdict on the builder tree of the proposal head `head`, as a commit on
@@ -658,14 +675,7 @@ impl<'r> Trust<'r> {
             Some(Err(d)) => self.rule.judge(body, None).map_err(|why| format!("{why}: {d}")),
             None => self.rule.judge(body, None),
         };
-        let judged = Judged {
-            tree,
-            approval: None,
-            counting: Vec::new(),
-            rejected: Vec::new(),
-            by,
-            unreadable: None,
-        };
+        let judged = Judged::unapproved(tree, by, None);
         Ok(verdict.map_err(|why| format!("{why} ({})", judged.judged_by(&self.rule))))
     }
 
@@ -681,14 +691,7 @@ impl<'r> Trust<'r> {
             Some(Err(d)) => (None, Some(d.clone())),
             None => (None, None),
         };
-        let mut judged = Judged {
-            tree,
-            approval: None,
-            counting: Vec::new(),
-            rejected: Vec::new(),
-            by: by.clone(),
-            unreadable: unreadable.clone(),
-        };
+        let mut judged = Judged::unapproved(tree, by.clone(), unreadable.clone());
         for (_, a) in self.approvals.naming(tree) {
             match self.rule.judge(&a.body, readable) {
                 Ok(()) => {

@@ -22,6 +22,40 @@ pub(super) type Joined = Rc<Vec<(Oid, Oid)>>;
 /// Why a joined line refuses a tree's approvals.
 struct Refused(Vec<String>);
 
+/// The merges on the way to a joined line, the nearest first: a list each line
+/// found below shares with the way to it, so d nested joins hold d links, not d².
+#[derive(Clone, Default)]
+struct Way(Option<Rc<(Oid, Way)>>);
+
+impl Way {
+    /// This way, on through `merge`.
+    fn through(&self, merge: Oid) -> Way {
+        Way(Some(Rc::new((merge, self.clone()))))
+    }
+
+    /// The merges on the way, the nearest first.
+    fn merges(&self) -> impl Iterator<Item = Oid> + '_ {
+        std::iter::successors(self.0.as_deref(), |(_, outer)| outer.0.as_deref()).map(|(m, _)| *m)
+    }
+}
+
+impl Drop for Way {
+    /// Unlinks the list from the nearest merge on, without recursion (a crafted
+    /// nesting may be deep).
+    fn drop(&mut self) {
+        let mut next = self.0.take();
+        while let Some(link) = next {
+            next = match Rc::try_unwrap(link) {
+                Ok((_, mut outer)) => outer.0.take(),
+                Err(_) => None,
+            };
+        }
+    }
+}
+
+/// A joined line to ask: its merge, its later parent, and the way to the merge.
+type Ask = (Oid, Oid, Way);
+
 /// What one judgement has asked already: the joined lines (merge and later parent),
 /// and the runs whose joined lines it gathered while walking them.
 #[derive(Default)]
@@ -33,12 +67,7 @@ struct Seen {
 impl Refused {
     /// `judged`, its approval refused for these reasons.
     fn onto(self, judged: Judged) -> Judged {
-        Judged {
-            approval: None,
-            counting: Vec::new(),
-            rejected: self.0,
-            ..judged
-        }
+        judged.refused(self.0)
     }
 }
 
@@ -161,13 +190,12 @@ impl Trust<'_> {
         own: Oid,
         judged: Judged,
     ) -> Result<Pending<Judged>, git2::Error> {
-        let top: Rc<Vec<Oid>> = Rc::new(Vec::new());
         let firsts: Vec<Oid> = lines.iter().filter_map(|l| l.trusted).collect();
         if let Some(run) = own_run {
             let todo = self
                 .joined_lines(run, false)?
                 .iter()
-                .map(|(m, p)| (*m, *p, top.clone()))
+                .map(|(m, p)| (*m, *p, Way::default()))
                 .collect();
             if let Some(refused) = ready!(self.joined_refuse(tree, todo, &firsts, own, &mut Seen::default())) {
                 return Ok(Pending::Ready(refused.onto(judged)));
@@ -189,7 +217,7 @@ impl Trust<'_> {
         let mut todo = Vec::new();
         let mut visited = HashSet::new();
         for line in lines {
-            self.passed_joins(*line, &top, &mut visited, &mut todo)?;
+            self.passed_joins(*line, &Way::default(), &mut visited, &mut todo)?;
         }
         let refused = ready!(self.joined_refuse(tree, todo, &firsts, own, &mut Seen::default()));
         Ok(Pending::Ready(match refused {
@@ -219,14 +247,13 @@ impl Trust<'_> {
             }
             return Ok(Pending::Ready(Some(refused)));
         }
-        let top: Rc<Vec<Oid>> = Rc::new(Vec::new());
         let firsts: Vec<Oid> = line.trusted.into_iter().collect();
         let mut seen = Seen::default();
         for (n, run) in fresh.iter().enumerate().rev() {
             let todo = self
                 .joined_lines(*run, true)?
                 .iter()
-                .map(|(m, p)| (*m, *p, top.clone()))
+                .map(|(m, p)| (*m, *p, Way::default()))
                 .collect();
             let answer = ready!(self.joined_refuse(tree, todo, &firsts, own, &mut seen)).map(|r| Rc::new(r.0));
             // A refusal below is one for every run above it on the walk.
@@ -246,7 +273,7 @@ impl Trust<'_> {
     fn joined_refuse(
         &mut self,
         tree: Oid,
-        mut todo: Vec<(Oid, Oid, Rc<Vec<Oid>>)>,
+        mut todo: Vec<Ask>,
         firsts: &[Oid],
         own: Oid,
         seen: &mut Seen,
@@ -256,18 +283,18 @@ impl Trust<'_> {
                 continue;
             }
             let line = ready!(self.walk_line(Some(parent), tree));
-            let mut path = outer.as_ref().clone();
-            path.push(merge);
-            let path = Rc::new(path);
-            self.passed_joins(line, &path, &mut seen.runs, &mut todo)?;
+            let way = outer.through(merge);
+            self.passed_joins(line, &way, &mut seen.runs, &mut todo)?;
             let Some(trusted) = line.trusted.filter(|t| !firsts.contains(t)) else {
                 continue;
             };
-            if self.replaced_on_the_way(&path, trusted)? {
+            // The cheap, remembered verdict first: each merge on the way costs a
+            // question to the commit graph.
+            let other = self.judge_tree(tree, Some(trusted), own);
+            if other.approval.is_some() || self.replaced_on_the_way(&way, trusted)? {
                 continue;
             }
-            let other = self.judge_tree(tree, Some(trusted), own);
-            if other.approval.is_some() || ready!(self.stale(merge, parent, trusted)) {
+            if ready!(self.stale(merge, parent, trusted)) {
                 continue;
             }
             let mut rejected = other.rejected;
@@ -283,33 +310,28 @@ impl Trust<'_> {
 
     /// Adds to `todo` every line joined in the runs `line` passed over that no other
     /// walk of this judgement has passed (the walks are for one tree, so below a run
-    /// passed already, the rest of the walk is the same), each with `path`: the merges
+    /// passed already, the rest of the walk is the same), each with `way`: the merges
     /// on the way to it.
     fn passed_joins(
         &mut self,
         line: Line,
-        path: &Rc<Vec<Oid>>,
+        way: &Way,
         visited: &mut HashSet<Oid>,
-        todo: &mut Vec<(Oid, Oid, Rc<Vec<Oid>>)>,
+        todo: &mut Vec<Ask>,
     ) -> Result<(), git2::Error> {
-        for run in self.passed_runs(line)? {
-            if !visited.insert(run) {
-                break;
-            }
-            todo.extend(
-                self.joined_lines(run, true)?
-                    .iter()
-                    .map(|(m, p)| (*m, *p, path.clone())),
-            );
+        let (runs, _) = self.passed_runs_until(line, |_, run| visited.contains(&run))?;
+        for run in runs {
+            visited.insert(run);
+            todo.extend(self.joined_lines(run, true)?.iter().map(|(m, p)| (*m, *p, way.clone())));
         }
         Ok(())
     }
 
     /// Whether a merge on the way to a joined line has `trusted` in its first parent's
     /// history ([`Trust::trusted_on_first_line`]).
-    fn replaced_on_the_way(&self, path: &[Oid], trusted: Oid) -> Result<bool, git2::Error> {
-        for merge in path {
-            if self.trusted_on_first_line(*merge, trusted)? {
+    fn replaced_on_the_way(&self, way: &Way, trusted: Oid) -> Result<bool, git2::Error> {
+        for merge in way.merges() {
+            if self.trusted_on_first_line(merge, trusted)? {
                 return Ok(true);
             }
         }
@@ -719,6 +741,42 @@ mod tests {
         // A few runs asked per commit, however long the chain (k²/2 without the
         // answers remembered).
         assert!(trust.runs_asked <= 4 * (k + 3), "{}", trust.runs_asked);
+    }
+
+    /// Lines joined inside lines 3,000 deep (each merge joins an orphan root's line,
+    /// the next merge down as its later parent), under a tree approved on top: each
+    /// joined line's walk finds the next, so the way to the deepest passes 3,000
+    /// merges. Asked in a thread with a small stack, with the ways shared and dropped
+    /// without recursion.
+    #[test]
+    fn lines_joined_thousands_deep_are_asked_without_recursion() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((rev_key, rev_pub)) = keygen(dir.path(), "rev") else {
+            return;
+        };
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let revs = format!("rev@x.org {rev_pub}");
+        let mut tip = commit_on(&repo, None, &[], &[(LIST, &revs), ("prompts/a.md", "0")]);
+        for n in 1..=3000 {
+            let other = commit_on(&repo, None, &[], &[(LIST, &revs), ("prompts/a.md", &n.to_string())]);
+            tip = commit_on(&repo, Some(other), &[other, tip], &[]);
+        }
+        let top = commit_on(&repo, Some(tip), &[tip], &[("prompts/a.md", "top")]);
+        approve(&repo, top, &rev_key);
+        let path = repo.path().to_path_buf();
+        let judged = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || {
+                let repo = Repository::open(path).unwrap();
+                let mut trust = Trust::new(&repo, rule()).unwrap();
+                let judged = trust.commit(top).unwrap();
+                (judged.approval.is_some(), judged.rejected, trust.run_joins.len())
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(judged.0, "{:?}", judged.1);
+        assert!(judged.2 >= 3000, "every nested line was asked: {}", judged.2);
     }
 
     /// Two cron boxes on `main`, each adding records and merging the other's with a

@@ -21,7 +21,7 @@ use std::collections::HashSet;
 /// (`None`: no covered commit with another builder tree lies below, so the tree's own
 /// list is trusted on first use), and where the walk began. The commits it passed
 /// over, each the newest of its run, are those from `start` down to `trusted`
-/// ([`Trust::passed_runs`]); their merges' joined lines judge the tree too.
+/// ([`Trust::passed_runs_until`]); their merges' joined lines judge the tree too.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Line {
     pub(super) trusted: Option<Oid>,
@@ -181,13 +181,8 @@ impl Trust<'_> {
         Ok(Pending::Ready(line))
     }
 
-    /// The commits a walk passed over (each the newest of its run), newest first.
-    pub(super) fn passed_runs(&mut self, line: Line) -> Result<Vec<Oid>, git2::Error> {
-        Ok(self.passed_runs_until(line, |_, _| false)?.0)
-    }
-
-    /// [`Trust::passed_runs`] down to the first one for which `stop` answers true,
-    /// which is returned apart.
+    /// The commits a walk passed over (each the newest of its run), newest first, down
+    /// to the first one for which `stop` answers true, which is returned apart.
     pub(super) fn passed_runs_until(
         &mut self,
         line: Line,
@@ -239,14 +234,9 @@ impl Trust<'_> {
             // Where a shallow clone's history ends, the approved tree whose list
             // should judge this one may lie beyond it: its own list is trusted for
             // nothing (trust on first use would let a pushed list approve itself).
-            return Ok(Pending::Ready(Judged {
-                approval: None,
-                counting: Vec::new(),
-                rejected: vec![
-                    "this clone is shallow: the approved tree whose allowed-signers list judges this one may lie in the history it lacks, so no list of its own is trusted (`git fetch --unshallow`)".into(),
-                ],
-                ..judged
-            }));
+            return Ok(Pending::Ready(judged.refused(vec![
+                "this clone is shallow: the approved tree whose allowed-signers list judges this one may lie in the history it lacks, so no list of its own is trusted (`git fetch --unshallow`)".into(),
+            ])));
         }
         if judged.approval.is_none() {
             return Ok(Pending::Ready(judged));
