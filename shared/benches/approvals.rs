@@ -411,8 +411,18 @@ fn commit_on(repo: &Repository, parents: &[Oid], files: &[(&str, &[u8])]) -> Oid
 /// (8) Two cron boxes on one approved tree, each firing five times and then merging
 /// the other's line with a bare `git pull` (1,000 such merges, 10,000 records
 /// commits): a fire's new sync merge learns the other box's new commits, to see
-/// that its later parent brings no other line (the same builder change below).
+/// that its later parent brings no other line (the same builder change below). And
+/// the same after a builder change reached each box by a merge of its own (box A
+/// merging the change, box B merging box A), so that the boxes' runs end at
+/// different commits and every sync merge joins the other box's line.
 fn sync_merges(c: &mut Criterion) {
+    for after_change in [false, true] {
+        two_boxes(c, after_change);
+    }
+}
+
+/// Case (8), with or without the builder change before the 1,000 sync merges.
+fn two_boxes(c: &mut Criterion, after_change: bool) {
     let dir = tempfile::tempdir().unwrap();
     let (keys, signers) = keys(dir.path());
     let root = dir.path().join("boxes");
@@ -433,6 +443,22 @@ fn sync_merges(c: &mut Criterion) {
         n += 1;
         commit_on(&repo, &[at], &[(&format!("runs/t/{n}.json"), b"{}")])
     };
+    if after_change {
+        a = fire(a);
+        b = fire(b);
+        let change = commit_on(&repo, &[c0], &[("prompts/a.md", b"v1")]);
+        let t1 = shared::review::builder_tree_of_commit(&repo, change).unwrap();
+        approve(&repo, &keys, 0, t1, change);
+        let tree = repo.find_commit(change).unwrap().tree_id();
+        let sig = Signature::now("runtime", "runtime@localhost").unwrap();
+        let merge = |first: Oid, later: Oid| {
+            let parents = [&repo.find_commit(first).unwrap(), &repo.find_commit(later).unwrap()];
+            repo.commit(None, &sig, &sig, "pull", &repo.find_tree(tree).unwrap(), &parents)
+                .unwrap()
+        };
+        a = merge(a, change);
+        b = merge(b, a);
+    }
     for round in 0..1000 {
         for _ in 0..5 {
             a = fire(a);
@@ -448,18 +474,29 @@ fn sync_merges(c: &mut Criterion) {
         runtime_email: "runtime@localhost".into(),
         signers: Some(SignerList::Repository("settings/allowed_signers".into())),
     };
-    let check = |at: Oid| {
+    let check = |at: Oid, memo: bool| {
         let judged = Trust::new(&repo, rule.clone())
             .unwrap()
-            .remembering(Some(root.as_path()))
+            .remembering(memo.then_some(root.as_path()))
             .commit(at)
             .unwrap();
         assert!(judged.approval.is_some(), "{:?}", judged.rejected);
     };
     a = commit_on(&repo, &[a, b], &[]);
-    check(a);
-    c.bench_function(
-        "two-key check, two cron boxes with 1,000 sync merges (git pull): a fire's new merge of the other box's new commit (walk memo)",
+    let case = if after_change {
+        "after a builder change merged by each box"
+    } else {
+        "on one builder change"
+    };
+    let mut group = c.benchmark_group("boxes");
+    group.sample_size(20);
+    group.bench_function(
+        format!("two-key check, two cron boxes with 1,000 sync merges (git pull) {case}: the first fire (no memo)"),
+        |bench| bench.iter(|| check(a, false)),
+    );
+    check(a, true);
+    group.bench_function(
+        format!("two-key check, two cron boxes with 1,000 sync merges (git pull) {case}: a fire's new merge of the other box's new commit (.runtime memos)"),
         |bench| {
             bench.iter_batched(
                 || {
@@ -467,11 +504,12 @@ fn sync_merges(c: &mut Criterion) {
                     a = commit_on(&repo, &[fire(a), b], &[]);
                     a
                 },
-                check,
+                |at| check(at, true),
                 BatchSize::SmallInput,
             )
         },
     );
+    group.finish();
 }
 
 /// (9) An orphan root whose list holds a key `main`'s does not, merged over `main`,

@@ -83,7 +83,7 @@ pub const VERDICTS_FILE: &str = "trust-verdicts";
 /// over it), and one with `5` no merge that took its tree from a later parent, so their
 /// silence about such merges is no fact: they are ignored, and the walk done again
 /// once.
-pub const WALK_MEMO_HEADER: &str = "builder-tree-walk 7";
+pub const WALK_MEMO_HEADER: &str = "builder-tree-walk 8";
 /// A walk memo larger than this is ignored (and rewritten): it holds one line per
 /// builder change, about 100 bytes each.
 const WALK_MEMO_MAX_BYTES: u64 = 16 << 20;

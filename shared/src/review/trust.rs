@@ -58,6 +58,17 @@ struct Step {
     merge: Option<Oid>,
 }
 
+/// What [`Trust::walk_down`] found: the commits to learn (the lowest last) and the
+/// known commit below them, with its step.
+type Walked = (Vec<(Oid, Oid, Option<Oid>, Vec<Oid>)>, Option<(Oid, Step)>);
+
+/// A commit whose step [`Trust::step`] is learning, with what its walk down found and
+/// is still to learn (`None` before the walk).
+struct Unlearned {
+    commit: Oid,
+    walked: Option<Walked>,
+}
+
 /// Which list judged a tree's approvals.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum JudgedBy {
@@ -156,9 +167,11 @@ pub struct Trust<'r> {
     /// from `run` down refuse its approvals (`None`: they accept them), for one walk's
     /// part of [`joins`] ([`Trust::passed_refuse`]).
     passed_clear: HashMap<(Oid, Oid), Option<Rc<Vec<String>>>>,
-    /// How many runs [`Trust::passed_refuse`] found unanswered (the measure of its
-    /// work the tests hold to the length of the history).
+    /// How many runs [`Trust::passed_refuse`] found unanswered, and how many commits
+    /// [`Trust::walk_down`] read: the measures of work the tests hold to the length of
+    /// the history.
     runs_asked: usize,
+    commits_read: usize,
     /// Commits known to be uncovered -> where a walk goes on below them (the next
     /// commit not known to be uncovered), shortened as walks learn ([`lines`]).
     skip: HashMap<Oid, Option<Oid>>,
@@ -262,6 +275,7 @@ impl<'r> Trust<'r> {
             run_joins: HashMap::new(),
             passed_clear: HashMap::new(),
             runs_asked: 0,
+            commits_read: 0,
             skip: HashMap::new(),
             may_count: HashMap::new(),
             lists: HashMap::new(),
@@ -386,7 +400,17 @@ impl<'r> Trust<'r> {
             return Ok(self.judge_tree(tree, None, commit));
         }
         let step = self.step(commit)?;
+        // The other box's tip of a sync merge: judged before when that is cheap (its
+        // last tip, just below, is covered), so the merge's line is answered at once;
+        // else after, so the next fire finds it so.
+        self.cover_later_parents(commit, step.tree, true)?;
         let judged = self.settle(|t| t.verdict(step.tree, step.boundary, Some(commit), commit))?;
+        self.cover_later_parents(commit, step.tree, false)?;
+        // The same verdict as [`Trust::cover`] reaches: remembered for the next fire,
+        // whose own run stops asking below it.
+        let covered = judged.approval.is_some();
+        self.covered.insert(commit, covered);
+        self.remember_covered(commit, covered);
         self.save_memo();
         Ok(judged)
     }
@@ -505,13 +529,13 @@ impl<'r> Trust<'r> {
         if let Some(s) = self.steps.get(&commit) {
             return Ok(*s);
         }
-        let mut stack = vec![commit];
+        let mut stack = vec![Unlearned { commit, walked: None }];
         let mut waiting = std::collections::HashSet::from([commit]);
-        while let Some(&c) = stack.last() {
-            match self.learn_run(c)? {
+        while let Some(frame) = stack.last_mut() {
+            match self.learn_run(frame)? {
                 None => {
+                    waiting.remove(&frame.commit);
                     stack.pop();
-                    waiting.remove(&c);
                 }
                 Some(parent) if !waiting.insert(parent) => {
                     return Err(git2::Error::from_str(&format!(
@@ -520,7 +544,10 @@ impl<'r> Trust<'r> {
                 }
                 Some(parent) => {
                     self.asked(parent);
-                    stack.push(parent);
+                    stack.push(Unlearned {
+                        commit: parent,
+                        walked: None,
+                    });
                 }
             }
         }
@@ -540,36 +567,24 @@ impl<'r> Trust<'r> {
         }
     }
 
-    /// Learns the steps from `commit` down its first parents to a known one (or the
-    /// root). `Some(parent)`: a merge on the way has a later parent `parent` holding
-    /// its own builder tree whose step is not known yet, to learn first; the steps
-    /// below that merge are learned already, so asking again goes on from there.
-    fn learn_run(&mut self, commit: Oid) -> Result<Option<Oid>, git2::Error> {
-        let mut pending = Vec::new();
-        let mut below: Option<(Oid, Step)> = None;
-        let mut next = Some(commit);
-        while let Some(c) = next {
-            if let Some(s) = self.remembered(c) {
-                below = Some((c, s));
-                break;
-            }
-            let found = match self.repo.find_commit(c) {
-                Ok(f) => f,
-                // A shallow clone's history ends at a parent it does not have: there
-                // the walk ends as at a root.
-                Err(e) if e.code() == git2::ErrorCode::NotFound && c != commit => break,
-                Err(e) => return Err(e),
-            };
-            let tree = builder_tree_of(self.repo, &found.tree()?)?;
-            let merged_here = (found.parent_count() > 1 && !self.requires_review(c)?).then_some(c);
-            let later: Vec<Oid> = found.parent_ids().skip(1).collect();
-            pending.push((c, tree, merged_here, later));
-            next = found.parent_ids().next();
-        }
-        for (c, tree, merged_here, later) in pending.into_iter().rev() {
+    /// Learns the steps from `frame`'s commit down its first parents to a known one
+    /// (or the root). `Some(parent)`: a merge on the way has a later parent `parent`
+    /// holding its own builder tree whose step is not known yet, to learn first; the
+    /// frame keeps what is left to learn, so asking again goes on from that merge (a
+    /// run of n such merges is walked once, not n times).
+    fn learn_run(&mut self, frame: &mut Unlearned) -> Result<Option<Oid>, git2::Error> {
+        let (mut pending, mut below) = match frame.walked.take() {
+            Some(walked) => walked,
+            None => self.walk_down(frame.commit)?,
+        };
+        while let Some((c, tree, merged_here, later)) = pending.pop() {
             let merge_here = (!later.is_empty()).then_some(c);
             let joined_here = match self.merge_joins(tree, below, &later)? {
-                joins::MergeJoins::Learn(parent) => return Ok(Some(parent)),
+                joins::MergeJoins::Learn(parent) => {
+                    pending.push((c, tree, merged_here, later));
+                    frame.walked = Some((pending, below));
+                    return Ok(Some(parent));
+                }
                 joins::MergeJoins::Yes => merge_here,
                 joins::MergeJoins::No => None,
             };
@@ -600,6 +615,33 @@ impl<'r> Trust<'r> {
             below = Some((c, s));
         }
         Ok(None)
+    }
+
+    /// The commits from `commit` down its first parents to a known one (or the root),
+    /// the lowest last, each with its builder tree, itself when it is a merge whose
+    /// settings turn review off, and its later parents; and the known one with its step.
+    fn walk_down(&mut self, commit: Oid) -> Result<Walked, git2::Error> {
+        let mut pending = Vec::new();
+        let mut next = Some(commit);
+        while let Some(c) = next {
+            if let Some(s) = self.remembered(c) {
+                return Ok((pending, Some((c, s))));
+            }
+            let found = match self.repo.find_commit(c) {
+                Ok(f) => f,
+                // A shallow clone's history ends at a parent it does not have: there
+                // the walk ends as at a root.
+                Err(e) if e.code() == git2::ErrorCode::NotFound && c != commit => break,
+                Err(e) => return Err(e),
+            };
+            let tree = builder_tree_of(self.repo, &found.tree()?)?;
+            let merged_here = (found.parent_count() > 1 && !self.requires_review(c)?).then_some(c);
+            let later: Vec<Oid> = found.parent_ids().skip(1).collect();
+            pending.push((c, tree, merged_here, later));
+            self.commits_read += 1;
+            next = found.parent_ids().next();
+        }
+        Ok((pending, None))
     }
 
     /// A step known in memory or in the walk memo.

@@ -57,11 +57,12 @@ impl Drop for Way {
 type Ask = (Oid, Oid, Way);
 
 /// What one judgement has asked already: the joined lines (merge and later parent),
-/// and the runs whose joined lines it gathered while walking them.
+/// and the runs and merges whose joined lines it gathered while walking them.
 #[derive(Default)]
 struct Seen {
     lines: HashSet<(Oid, Oid)>,
     runs: HashSet<Oid>,
+    merges: HashSet<Oid>,
 }
 
 impl Refused {
@@ -70,6 +71,10 @@ impl Refused {
         judged.refused(self.0)
     }
 }
+
+/// How many commits below a fire's HEAD (or a merge asked) [`Trust::unanswered_run_joins`]
+/// looks for a covered one before asking the next merge of the run.
+const ANSWERED_WITHIN: usize = 8;
 
 /// Whether a merge joins another line ([`Trust::merge_joins`]).
 pub(super) enum MergeJoins {
@@ -81,10 +86,13 @@ pub(super) enum MergeJoins {
 }
 
 /// Whether a later parent holding its merge's own builder tree, whose step is
-/// `theirs`, brings another line than the first parent's, whose run ends at
+/// `theirs`, brings another line than the first parent, whose run ends at
 /// `boundary`: its own run ends elsewhere (its walk goes down another history), or it
 /// joins another line itself. The sync merge of a cron box (its records over the
-/// branch's, both on the same builder change) does neither.
+/// branch's, both on the same builder change) does neither. Two boxes that update by
+/// a bare `git pull` each take a builder change by a merge of their own, so their
+/// later sync merges are other lines; a fire asks only its new one, and the other
+/// box's tip is judged once ([`Trust::commit`]).
 fn other_line(theirs: Step, boundary: Option<Oid>) -> bool {
     theirs.boundary != boundary || theirs.joined.is_some()
 }
@@ -135,7 +143,7 @@ impl Trust<'_> {
         if let Some(known) = self.run_joins.get(&(commit, every)) {
             return Ok(known.clone());
         }
-        let out = Rc::new(self.run_joins_until(commit, every, |_| false)?);
+        let out = Rc::new(self.run_joins_until(commit, every, |_, _| false)?);
         self.run_joins.insert((commit, every), out.clone());
         Ok(out)
     }
@@ -146,12 +154,12 @@ impl Trust<'_> {
         &mut self,
         commit: Oid,
         every: bool,
-        mut stop: impl FnMut(Oid) -> bool,
+        mut stop: impl FnMut(&Self, Oid) -> bool,
     ) -> Result<Vec<(Oid, Oid)>, git2::Error> {
         let step = self.step(commit)?;
         let mut out = Vec::new();
         let mut next = if every { step.merge } else { step.joined };
-        while let Some(merge) = next.filter(|m| !stop(*m)) {
+        while let Some(merge) = next.filter(|m| !stop(self, *m)) {
             let found = self.repo.find_commit(merge)?;
             // A merge whose tree is not its first parent's took it from a later parent:
             // every later parent is a line it joined, whatever its tree.
@@ -193,9 +201,9 @@ impl Trust<'_> {
         let firsts: Vec<Oid> = lines.iter().filter_map(|l| l.trusted).collect();
         if let Some(run) = own_run {
             let todo = self
-                .joined_lines(run, false)?
-                .iter()
-                .map(|(m, p)| (*m, *p, Way::default()))
+                .unanswered_run_joins(run)?
+                .into_iter()
+                .map(|(m, p)| (m, p, Way::default()))
                 .collect();
             if let Some(refused) = ready!(self.joined_refuse(tree, todo, &firsts, own, &mut Seen::default())) {
                 return Ok(Pending::Ready(refused.onto(judged)));
@@ -215,9 +223,9 @@ impl Trust<'_> {
             }));
         }
         let mut todo = Vec::new();
-        let mut visited = HashSet::new();
+        let mut passed = Seen::default();
         for line in lines {
-            self.passed_joins(*line, &Way::default(), &mut visited, &mut todo)?;
+            self.passed_joins(*line, &Way::default(), &mut passed, &mut todo)?;
         }
         let refused = ready!(self.joined_refuse(tree, todo, &firsts, own, &mut Seen::default()));
         Ok(Pending::Ready(match refused {
@@ -226,12 +234,79 @@ impl Trust<'_> {
         }))
     }
 
+    /// The lines joined in the run of `commit` in its own run's sense
+    /// ([`Trust::joined_lines`]) that no covered commit of the run answers for: below
+    /// a covered commit of the run, the lines joined accepted this same tree, judged
+    /// by the same walk. So a fire asks the lines its new merge joined, not every one
+    /// since the last builder change (the last fire's HEAD, a few commits below, is
+    /// covered: [`Trust::commit`] remembers it).
+    fn unanswered_run_joins(&mut self, commit: Oid) -> Result<Vec<(Oid, Oid)>, git2::Error> {
+        let covered = |t: &Self, c: Oid| t.covered.get(&c) == Some(&true);
+        let first = |t: &Self, c: Oid| t.repo.find_commit(c).ok().and_then(|c| c.parent_id(0).ok());
+        // Whether a commit from below `from` down to `to` (a merge of the run), at
+        // most a few, is covered: the last fires' commits lie just below a fire's HEAD.
+        let answered = |t: &Self, from: Oid, to: Oid| {
+            let mut next = first(t, from);
+            for _ in 0..ANSWERED_WITHIN {
+                match next {
+                    Some(c) if covered(t, c) => return true,
+                    Some(c) if c != to => next = first(t, c),
+                    _ => return false,
+                }
+            }
+            false
+        };
+        // The commit below which the run is still to ask: the top, then each merge
+        // asked. A covered commit below it answers for the rest (or is the run's
+        // boundary: no merge of the run lies below it).
+        let mut lowest = commit;
+        self.run_joins_until(commit, false, |t, merge| {
+            if merge != lowest && answered(t, lowest, merge) {
+                return true;
+            }
+            lowest = merge;
+            false
+        })
+    }
+
+    /// Judges whether each later parent with the builder tree `tree` of a merge the
+    /// run of `commit` still asks ([`Trust::unanswered_run_joins`]) is covered (with
+    /// `cheap`, only those with a covered commit just below): a covered one answers
+    /// for its whole line ([`Trust::joined_refuse`]), and judging it stops where the
+    /// other box's last tip was judged, so a cron box's sync merge asks the other
+    /// box's new commits, not its whole run.
+    pub(super) fn cover_later_parents(&mut self, commit: Oid, tree: Oid, cheap: bool) -> Result<(), git2::Error> {
+        for (_, parent) in self.unanswered_run_joins(commit)? {
+            if self.step(parent)?.tree == tree && (!cheap || self.answered_below(parent)) {
+                self.covered(parent)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a commit at most [`ANSWERED_WITHIN`] first parents below `commit` is
+    /// known to be covered.
+    fn answered_below(&self, commit: Oid) -> bool {
+        let first = |c: Oid| self.repo.find_commit(c).ok().and_then(|c| c.parent_id(0).ok());
+        let mut next = first(commit);
+        for _ in 0..ANSWERED_WITHIN {
+            match next {
+                Some(c) if self.covered.get(&c) == Some(&true) => return true,
+                Some(c) => next = first(c),
+                None => return false,
+            }
+        }
+        false
+    }
+
     /// Why the lines joined in the runs `line` passed over (and, the same way, in the
     /// runs each one's walk passes over) refuse the approvals of `tree`, if they do.
-    /// The runs are asked oldest first, as one judgement would ask them, and each
-    /// answer is remembered for the runs from there down ([`Trust::passed_clear`]):
-    /// the walk below a run is the same whichever commit above it is judged, so a
-    /// chain of k builder changes costs k run answers, not k² ([`Trust::joins_accept`]).
+    /// The runs are asked oldest first, as one judgement would ask them, and answers
+    /// are remembered per run, each for the runs from there down
+    /// ([`Trust::passed_clear`]): the walk below a run is the same whichever commit
+    /// above it is judged, so a chain of k builder changes alternating between a few
+    /// trees costs k run answers, not k² ([`Trust::joins_accept`]). A chain of k
+    /// distinct trees still asks k²/2 runs (no tree is asked twice), in time only.
     fn passed_refuse(
         &mut self,
         tree: Oid,
@@ -242,8 +317,8 @@ impl Trust<'_> {
         let below = known.and_then(|run| self.passed_clear.get(&(run, tree)).cloned().flatten());
         self.runs_asked += fresh.len();
         if let Some(refused) = below {
-            for above in fresh {
-                self.passed_clear.insert((above, tree), Some(refused.clone()));
+            if let Some(start) = fresh.first() {
+                self.passed_clear.insert((*start, tree), Some(refused.clone()));
             }
             return Ok(Pending::Ready(Some(refused)));
         }
@@ -256,11 +331,16 @@ impl Trust<'_> {
                 .map(|(m, p)| (*m, *p, Way::default()))
                 .collect();
             let answer = ready!(self.joined_refuse(tree, todo, &firsts, own, &mut seen)).map(|r| Rc::new(r.0));
-            // A refusal below is one for every run above it on the walk.
-            for above in &fresh[if answer.is_some() { 0 } else { n }..=n] {
-                self.passed_clear.insert((*above, tree), answer.clone());
+            // Remembered at the oldest run asked, where a refusal was found, and at
+            // the walk's start (a refusal below is one for every run above it): two
+            // answers a judgement, however many runs it passed. A later walk passing
+            // the start stops there; one starting between them asks down to the other.
+            let found = answer.is_some() || n == fresh.len() - 1;
+            if found || n == 0 {
+                self.passed_clear.insert((*run, tree), answer.clone());
             }
             if answer.is_some() {
+                self.passed_clear.insert((fresh[0], tree), answer.clone());
                 return Ok(Pending::Ready(answer));
             }
         }
@@ -282,9 +362,15 @@ impl Trust<'_> {
             if !seen.lines.insert((merge, parent)) {
                 continue;
             }
+            // A later parent holding the judged tree known to be covered answers for
+            // its whole line: its walk's list and every line joined on the way
+            // accepted this same tree, asked from it with no way (the strictest).
+            if self.covered.get(&parent) == Some(&true) && self.step(parent)?.tree == tree {
+                continue;
+            }
             let line = ready!(self.walk_line(Some(parent), tree));
             let way = outer.through(merge);
-            self.passed_joins(line, &way, &mut seen.runs, &mut todo)?;
+            self.passed_joins(line, &way, seen, &mut todo)?;
             let Some(trusted) = line.trusted.filter(|t| !firsts.contains(t)) else {
                 continue;
             };
@@ -311,18 +397,17 @@ impl Trust<'_> {
     /// Adds to `todo` every line joined in the runs `line` passed over that no other
     /// walk of this judgement has passed (the walks are for one tree, so below a run
     /// passed already, the rest of the walk is the same), each with `way`: the merges
-    /// on the way to it.
-    fn passed_joins(
-        &mut self,
-        line: Line,
-        way: &Way,
-        visited: &mut HashSet<Oid>,
-        todo: &mut Vec<Ask>,
-    ) -> Result<(), git2::Error> {
-        let (runs, _) = self.passed_runs_until(line, |_, run| visited.contains(&run))?;
+    /// on the way to it. Within a run, the merges are gathered down to the first one
+    /// gathered already (from a newer commit of the run: the walks of two cron boxes'
+    /// merges start at a new commit of the other box's run every time), so each
+    /// merge's lines are gathered once a judgement, with the way of the first walk
+    /// that met it (the oldest: the judgement asks its lines oldest first).
+    fn passed_joins(&mut self, line: Line, way: &Way, seen: &mut Seen, todo: &mut Vec<Ask>) -> Result<(), git2::Error> {
+        let (runs, _) = self.passed_runs_until(line, |_, run| seen.runs.contains(&run))?;
         for run in runs {
-            visited.insert(run);
-            todo.extend(self.joined_lines(run, true)?.iter().map(|(m, p)| (*m, *p, way.clone())));
+            seen.runs.insert(run);
+            let lines = self.run_joins_until(run, true, |_, merge| !seen.merges.insert(merge))?;
+            todo.extend(lines.into_iter().map(|(m, p)| (m, p, way.clone())));
         }
         Ok(())
     }
@@ -369,7 +454,7 @@ impl Trust<'_> {
     /// the run, below which the rest of the run was met too); each one met is added to
     /// `done`.
     pub(super) fn later_trees(&mut self, commit: Oid, done: &mut HashSet<Oid>) -> Result<Vec<(Oid, Oid)>, git2::Error> {
-        self.run_joins_until(commit, false, |merge| !done.insert(merge))
+        self.run_joins_until(commit, false, |_, merge| !done.insert(merge))
     }
 
     /// Whether `trusted` (the approved commit a joined line trusts) is in the history
@@ -700,12 +785,34 @@ mod tests {
         refused(k2);
     }
 
+    /// helper-50's DoS-1: a run of 2,000 merges on `main`, each with a fresh records
+    /// commit of the same tree as its later parent (no approval needed). Each merge
+    /// waits for its later parent's step; the run is walked down once and learned on
+    /// from where it waited, not walked again from its top after each later parent
+    /// (2,000²/2 commit reads).
+    #[test]
+    fn a_run_of_merges_waiting_for_their_later_parents_is_walked_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path().join("r")).unwrap();
+        let main = commit_on(&repo, None, &[], &[("prompts/a.md", "1")]);
+        let n = 2000;
+        let mut tip = main;
+        for i in 0..n {
+            let x = commit_on(&repo, Some(main), &[main], &[(&format!("runs/t/x{i}.json"), "{}")]);
+            tip = commit_on(&repo, Some(tip), &[tip, x], &[]);
+        }
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        let step = trust.step(tip).unwrap();
+        assert_eq!((step.boundary, step.joined, step.merge), (None, None, Some(tip)));
+        assert!(trust.commits_read <= 2 * n + 2, "{}", trust.commits_read);
+    }
+
     /// helper-49's D: her root (her list, approved by her key) merged with `main`, so
     /// `main`'s list refuses what lies above, then a chain of 2,000 builder changes
     /// alternating between two trees she approved. Every commit of the chain is
     /// judged (an approval names its tree), each walk passing over every change below
-    /// it; each run's answer is remembered for the runs above it, so each commit asks
-    /// a few runs, not all those below it (k² of them in all).
+    /// it; the runs' answers are remembered for the walks above them, so each commit
+    /// asks a few runs, not all those below it (k² of them in all).
     #[test]
     fn a_chain_of_alternating_trees_asks_each_run_once() {
         let dir = tempfile::tempdir().unwrap();
@@ -770,7 +877,7 @@ mod tests {
                 let repo = Repository::open(path).unwrap();
                 let mut trust = Trust::new(&repo, rule()).unwrap();
                 let judged = trust.commit(top).unwrap();
-                (judged.approval.is_some(), judged.rejected, trust.run_joins.len())
+                (judged.approval.is_some(), judged.rejected, trust.lines.len())
             })
             .unwrap()
             .join()
@@ -779,14 +886,87 @@ mod tests {
         assert!(judged.2 >= 3000, "every nested line was asked: {}", judged.2);
     }
 
+    /// helper-50's DoS-3: that chain with 300 distinct trees, each approved by her
+    /// key. Each commit's walk passes every run below it with a tree no other walk
+    /// asked; the answers kept are two per judgement, not one per run passed (k²/2).
+    #[test]
+    fn a_chain_of_distinct_trees_keeps_two_answers_a_judgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(Mallory {
+            repo,
+            mal_key,
+            hers,
+            main,
+            ..
+        }) = mallory(dir.path())
+        else {
+            return;
+        };
+        let root = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "R")]);
+        approve(&repo, root, &mal_key);
+        let k = 300;
+        let mut tip = commit_on(&repo, Some(root), &[root, main], &[("prompts/a.md", "t0")]);
+        approve(&repo, tip, &mal_key);
+        for n in 1..k {
+            tip = commit_on(&repo, Some(tip), &[tip], &[("prompts/a.md", &format!("t{n}"))]);
+            approve(&repo, tip, &mal_key);
+        }
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        let judged = trust.commit(tip).unwrap();
+        assert!(judged.approval.is_none());
+        assert!(
+            trust.runs_asked >= k * (k - 1) / 2 - k,
+            "every run asked: {}",
+            trust.runs_asked
+        );
+        assert!(trust.passed_clear.len() <= 2 * k, "{}", trust.passed_clear.len());
+    }
+
+    /// Her tree on two commits of her own line, both on her root (one boundary), one
+    /// of them a merge of `main` into her line: a merge of the two with the plain one
+    /// first brings `main` in through a later parent whose run ends where the first
+    /// parent's does. That run joins `main`'s line, which is not in the first
+    /// parent's history, so `main`'s list judges the merge.
+    #[test]
+    fn a_later_parent_whose_run_merged_main_still_answers_to_main() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(Mallory {
+            repo,
+            mal_key,
+            hers,
+            main,
+            ..
+        }) = mallory(dir.path())
+        else {
+            return;
+        };
+        let root = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "R")]);
+        approve(&repo, root, &mal_key);
+        let f = commit_on(&repo, Some(root), &[root], &[("prompts/a.md", "EVIL")]);
+        let p = commit_on(&repo, Some(f), &[root, main], &[]);
+        let merge = commit_on(&repo, Some(f), &[f, p], &[]);
+        approve(&repo, merge, &mal_key);
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        // The later parent's run ends at her root, as the first parent's does.
+        assert_eq!(trust.step(p).unwrap().boundary, trust.step(f).unwrap().boundary);
+        assert_eq!(trust.step(merge).unwrap().joined, Some(merge));
+        let judged = trust.commit(merge).unwrap();
+        assert!(judged.approval.is_none(), "{:?}", judged.rejected);
+    }
+
     /// Two cron boxes on `main`, each adding records and merging the other's with a
     /// bare `git pull`, box into box: every merge holds one builder tree and every
     /// parent's run ends at the same boundary, so none joins a line, and the tree is
-    /// judged by `main`'s own approval alone.
+    /// judged by `main`'s own approval alone. After a builder change that each box
+    /// took by a merge of its own, their runs end at different commits: each sync
+    /// merge joins the other box's line, and a fire asks only its new one.
     #[test]
-    fn the_sync_merges_of_two_cron_boxes_join_no_line() {
+    fn the_sync_merges_of_two_cron_boxes_ask_only_the_new_line() {
         let dir = tempfile::tempdir().unwrap();
-        let Some(Mallory { repo, main, .. }) = mallory(dir.path()) else {
+        let Some(Mallory {
+            repo, main, rev_key, ..
+        }) = mallory(dir.path())
+        else {
             return;
         };
         let records = |at: Oid, parents: &[Oid], n: &str| {
@@ -806,6 +986,27 @@ mod tests {
         }
         assert!(trust.joined_lines(a4, false).unwrap().is_empty());
         assert!(trust.commit(a4).unwrap().approval.is_some());
+        // A builder change Rev approved reaches box A by a merge of its own, and box B
+        // by merging box A: their runs end at different commits, so each sync merge
+        // joins the other box's line. Each is accepted, and a fire asks only its new
+        // merge: the last fire's HEAD, a commit below, is covered, and so is the
+        // other box's tip once judged.
+        let c = commit_on(&repo, Some(main), &[main], &[("prompts/a.md", "2")]);
+        approve(&repo, c, &rev_key);
+        let ma = commit_on(&repo, Some(c), &[a4, c], &[]);
+        let mb = commit_on(&repo, Some(c), &[b3, ma], &[]);
+        let a5 = records(ma, &[ma], "a5");
+        let b5 = records(mb, &[mb], "b5");
+        let a6 = records(a5, &[a5, b5], "a6");
+        let b6 = records(b5, &[b5, a6], "b6");
+        let a7 = records(a6, &[records(a6, &[a6], "a7r"), b6], "a7");
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        assert_eq!(trust.step(a6).unwrap().joined, Some(a6));
+        assert!(trust.commit(a6).unwrap().approval.is_some());
+        assert_eq!(trust.unanswered_run_joins(a7).unwrap(), vec![(a7, b6)]);
+        assert!(!trust.covered.contains_key(&b6));
+        assert!(trust.commit(a7).unwrap().approval.is_some());
+        assert_eq!(trust.covered.get(&b6), Some(&true));
     }
 
     /// Merges nested 3,000 deep through their later parents, each first parent a root
