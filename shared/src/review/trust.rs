@@ -403,9 +403,15 @@ impl<'r> Trust<'r> {
         // The other box's tip of a sync merge: judged before when that is cheap (its
         // last tip, just below, is covered), so the merge's line is answered at once;
         // else after, so the next fire finds it so.
-        self.cover_later_parents(commit, step.tree, true)?;
+        let later = self.same_tree_later_parents(commit, step.tree)?;
+        let (cheap, dear): (Vec<Oid>, Vec<Oid>) = later.into_iter().partition(|p| self.answered_below(*p, None));
+        for parent in cheap {
+            self.covered(parent)?;
+        }
         let judged = self.settle(|t| t.verdict(step.tree, step.boundary, Some(commit), commit))?;
-        self.cover_later_parents(commit, step.tree, false)?;
+        for parent in dear {
+            self.covered(parent)?;
+        }
         // The same verdict as [`Trust::cover`] reaches: remembered for the next fire,
         // whose own run stops asking below it.
         let covered = judged.approval.is_some();

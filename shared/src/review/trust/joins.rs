@@ -241,27 +241,12 @@ impl Trust<'_> {
     /// since the last builder change (the last fire's HEAD, a few commits below, is
     /// covered: [`Trust::commit`] remembers it).
     fn unanswered_run_joins(&mut self, commit: Oid) -> Result<Vec<(Oid, Oid)>, git2::Error> {
-        let covered = |t: &Self, c: Oid| t.covered.get(&c) == Some(&true);
-        let first = |t: &Self, c: Oid| t.repo.find_commit(c).ok().and_then(|c| c.parent_id(0).ok());
-        // Whether a commit from below `from` down to `to` (a merge of the run), at
-        // most a few, is covered: the last fires' commits lie just below a fire's HEAD.
-        let answered = |t: &Self, from: Oid, to: Oid| {
-            let mut next = first(t, from);
-            for _ in 0..ANSWERED_WITHIN {
-                match next {
-                    Some(c) if covered(t, c) => return true,
-                    Some(c) if c != to => next = first(t, c),
-                    _ => return false,
-                }
-            }
-            false
-        };
         // The commit below which the run is still to ask: the top, then each merge
-        // asked. A covered commit below it answers for the rest (or is the run's
+        // asked. A covered commit just below it answers for the rest (or is the run's
         // boundary: no merge of the run lies below it).
         let mut lowest = commit;
         self.run_joins_until(commit, false, |t, merge| {
-            if merge != lowest && answered(t, lowest, merge) {
+            if merge != lowest && t.answered_below(lowest, Some(merge)) {
                 return true;
             }
             lowest = merge;
@@ -269,31 +254,32 @@ impl Trust<'_> {
         })
     }
 
-    /// Judges whether each later parent with the builder tree `tree` of a merge the
-    /// run of `commit` still asks ([`Trust::unanswered_run_joins`]) is covered (with
-    /// `cheap`, only those with a covered commit just below): a covered one answers
-    /// for its whole line ([`Trust::joined_refuse`]), and judging it stops where the
-    /// other box's last tip was judged, so a cron box's sync merge asks the other
-    /// box's new commits, not its whole run.
-    pub(super) fn cover_later_parents(&mut self, commit: Oid, tree: Oid, cheap: bool) -> Result<(), git2::Error> {
+    /// The later parents with the builder tree `tree` of the merges the run of
+    /// `commit` still asks ([`Trust::unanswered_run_joins`]): each one covered answers
+    /// for its whole line ([`Trust::joined_refuse`]), so [`Trust::commit`] judges them
+    /// (a cron box's sync merge then asks the other box's tip, judged once, not its
+    /// run).
+    pub(super) fn same_tree_later_parents(&mut self, commit: Oid, tree: Oid) -> Result<Vec<Oid>, git2::Error> {
+        let mut out = Vec::new();
         for (_, parent) in self.unanswered_run_joins(commit)? {
-            if self.step(parent)?.tree == tree && (!cheap || self.answered_below(parent)) {
-                self.covered(parent)?;
+            if self.step(parent)?.tree == tree {
+                out.push(parent);
             }
         }
-        Ok(())
+        Ok(out)
     }
 
-    /// Whether a commit at most [`ANSWERED_WITHIN`] first parents below `commit` is
-    /// known to be covered.
-    fn answered_below(&self, commit: Oid) -> bool {
+    /// Whether a commit at most [`ANSWERED_WITHIN`] first parents below `commit`, and
+    /// not below `to`, is known to be covered: the last fires' commits lie just below
+    /// a fire's HEAD.
+    pub(super) fn answered_below(&self, commit: Oid, to: Option<Oid>) -> bool {
         let first = |c: Oid| self.repo.find_commit(c).ok().and_then(|c| c.parent_id(0).ok());
         let mut next = first(commit);
         for _ in 0..ANSWERED_WITHIN {
             match next {
                 Some(c) if self.covered.get(&c) == Some(&true) => return true,
-                Some(c) => next = first(c),
-                None => return false,
+                Some(c) if Some(c) != to => next = first(c),
+                _ => return false,
             }
         }
         false
