@@ -167,11 +167,12 @@ pub struct Trust<'r> {
     /// from `run` down refuse its approvals (`None`: they accept them), for one walk's
     /// part of [`joins`] ([`Trust::passed_refuse`]).
     passed_clear: HashMap<(Oid, Oid), Option<Rc<Vec<String>>>>,
-    /// How many runs [`Trust::passed_refuse`] found unanswered, and how many commits
-    /// [`Trust::walk_down`] read: the measures of work the tests hold to the length of
-    /// the history.
+    /// How many runs [`Trust::passed_refuse`] found unanswered, how many commits
+    /// [`Trust::walk_down`] read, and how many merges the walks of runs' joins met:
+    /// the measures of work the tests hold to the length of the history.
     runs_asked: usize,
     commits_read: usize,
+    merges_met: usize,
     /// Commits known to be uncovered -> where a walk goes on below them (the next
     /// commit not known to be uncovered), shortened as walks learn ([`lines`]).
     skip: HashMap<Oid, Option<Oid>>,
@@ -276,6 +277,7 @@ impl<'r> Trust<'r> {
             passed_clear: HashMap::new(),
             runs_asked: 0,
             commits_read: 0,
+            merges_met: 0,
             skip: HashMap::new(),
             may_count: HashMap::new(),
             lists: HashMap::new(),
@@ -400,18 +402,11 @@ impl<'r> Trust<'r> {
             return Ok(self.judge_tree(tree, None, commit));
         }
         let step = self.step(commit)?;
-        // The other box's tip of a sync merge: judged before when that is cheap (its
-        // last tip, just below, is covered), so the merge's line is answered at once;
-        // else after, so the next fire finds it so.
+        // The other box's tip of a sync merge, judged first ([`Trust::cover_each`]):
+        // covered, it answers for its line, so the merge's line is answered at once.
         let later = self.same_tree_later_parents(commit, step.tree)?;
-        let (cheap, dear): (Vec<Oid>, Vec<Oid>) = later.into_iter().partition(|p| self.answered_below(*p, None));
-        for parent in cheap {
-            self.covered(parent)?;
-        }
+        self.cover_each(later)?;
         let judged = self.settle(|t| t.verdict(step.tree, step.boundary, Some(commit), commit))?;
-        for parent in dear {
-            self.covered(parent)?;
-        }
         // The same verdict as [`Trust::cover`] reaches: remembered for the next fire,
         // whose own run stops asking below it.
         let covered = judged.approval.is_some();

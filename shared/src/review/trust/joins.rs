@@ -160,6 +160,7 @@ impl Trust<'_> {
         let mut out = Vec::new();
         let mut next = if every { step.merge } else { step.joined };
         while let Some(merge) = next.filter(|m| !stop(self, *m)) {
+            self.merges_met += 1;
             let found = self.repo.find_commit(merge)?;
             // A merge whose tree is not its first parent's took it from a later parent:
             // every later parent is a line it joined, whatever its tree.
@@ -272,7 +273,7 @@ impl Trust<'_> {
     /// Whether a commit at most [`ANSWERED_WITHIN`] first parents below `commit`, and
     /// not below `to`, is known to be covered: the last fires' commits lie just below
     /// a fire's HEAD.
-    pub(super) fn answered_below(&self, commit: Oid, to: Option<Oid>) -> bool {
+    fn answered_below(&self, commit: Oid, to: Option<Oid>) -> bool {
         let first = |c: Oid| self.repo.find_commit(c).ok().and_then(|c| c.parent_id(0).ok());
         let mut next = first(commit);
         for _ in 0..ANSWERED_WITHIN {
@@ -993,6 +994,47 @@ mod tests {
         assert!(!trust.covered.contains_key(&b6));
         assert!(trust.commit(a7).unwrap().approval.is_some());
         assert_eq!(trust.covered.get(&b6), Some(&true));
+    }
+
+    /// Two cron boxes that each took a builder change by a merge of their own, then
+    /// synced by a bare `git pull` 300 times: a box's first fire with no memos judges
+    /// the other box's tips the oldest first, each finding the one before covered
+    /// just below, so the walks meet each merge a few times, not once per tip above
+    /// it (that was 1.6 s at 1,000 sync merges).
+    #[test]
+    fn the_first_fire_over_two_boxes_sync_merges_judges_each_tip_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(Mallory {
+            repo, main, rev_key, ..
+        }) = mallory(dir.path())
+        else {
+            return;
+        };
+        let mut n = 0;
+        let mut records = |at: Oid, parents: &[Oid]| {
+            n += 1;
+            commit_on(&repo, Some(at), parents, &[(&format!("runs/t/{n}.json"), "{}")])
+        };
+        let (a, b) = (records(main, &[main]), records(main, &[main]));
+        let c = commit_on(&repo, Some(main), &[main], &[("prompts/a.md", "2")]);
+        approve(&repo, c, &rev_key);
+        let mut a = commit_on(&repo, Some(c), &[a, c], &[]);
+        let mut b = commit_on(&repo, Some(c), &[b, a], &[]);
+        let rounds = 300;
+        for round in 0..rounds {
+            for _ in 0..3 {
+                a = records(a, &[a]);
+                b = records(b, &[b]);
+            }
+            if round % 2 == 0 {
+                a = records(a, &[a, b]);
+            } else {
+                b = records(b, &[b, a]);
+            }
+        }
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        assert!(trust.commit(a).unwrap().approval.is_some());
+        assert!(trust.merges_met <= 8 * rounds, "{}", trust.merges_met);
     }
 
     /// Merges nested 3,000 deep through their later parents, each first parent a root

@@ -87,31 +87,57 @@ impl Trust<'_> {
     }
 
     /// Judges whether `commit` is covered, and first every older commit its verdict
-    /// depends on, from a stack: each answer is remembered, each commit a judgement
-    /// waits for is an ancestor of the one waiting (so the stack ends).
+    /// depends on ([`Trust::cover_each`]).
     fn cover(&mut self, commit: Oid) -> Result<(), git2::Error> {
-        let mut stack = vec![commit];
-        let mut waiting = HashSet::from([commit]);
+        self.cover_each(vec![commit])
+    }
+
+    /// Judges whether each commit of `commits` (the last first) is covered, and first
+    /// every older commit its verdict depends on, from a stack; each answer is
+    /// remembered. Before a commit is judged, the later parents holding its tree that
+    /// its run still asks ([`Trust::same_tree_later_parents`]) are, the oldest first:
+    /// each covered one answers for its whole line, and each finds the one before it
+    /// covered just below, so two cron boxes' thousand sync merges are judged once
+    /// each, not each down the whole history. Everything a commit waits for is an
+    /// ancestor of it, so the stack ends; a commit waiting for itself is an error.
+    pub(super) fn cover_each(&mut self, commits: Vec<Oid>) -> Result<(), git2::Error> {
+        let mut stack = commits;
+        let mut expanded = HashSet::new();
+        let mut judging = HashSet::new();
         while let Some(&c) = stack.last() {
             if self.covered.contains_key(&c) {
                 stack.pop();
-                waiting.remove(&c);
+                judging.remove(&c);
                 continue;
             }
             let step = self.step(c)?;
+            if expanded.insert(c) {
+                let before = stack.len();
+                for parent in self.same_tree_later_parents(c, step.tree)? {
+                    if self.known_covered(parent)?.is_none() {
+                        stack.push(parent);
+                    }
+                }
+                if stack.len() > before {
+                    continue;
+                }
+            }
             match self.verdict(step.tree, step.boundary, Some(c), c)? {
                 Pending::Ready(judged) => {
                     self.covered.insert(c, judged.approval.is_some());
                     self.remember_covered(c, judged.approval.is_some());
                     stack.pop();
-                    waiting.remove(&c);
+                    judging.remove(&c);
                 }
-                Pending::After(older) if !waiting.insert(older) => {
+                Pending::After(older) if judging.contains(&older) => {
                     return Err(git2::Error::from_str(&format!(
                         "the walk of approvals met commit {older} twice: the history is not a graph of ancestors"
                     )));
                 }
-                Pending::After(older) => stack.push(older),
+                Pending::After(older) => {
+                    judging.insert(c);
+                    stack.push(older);
+                }
             }
         }
         Ok(())
