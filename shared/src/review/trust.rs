@@ -26,7 +26,7 @@ use super::builder_tree_of;
 use super::signing::{AllowedSigners, ApprovalRule, SignerList};
 use crate::diag::Diagnostic;
 use git2::{Oid, Repository};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -156,9 +156,14 @@ pub struct Trust<'r> {
     /// The operator's list, when the rule names one.
     operator: Option<List>,
     steps: HashMap<Oid, Step>,
-    /// Per commit (the newest of a run of commits with one builder tree): whether its
-    /// builder tree is covered.
+    /// Per commit (a fire's HEAD, a later parent of a merge, the newest of a run a
+    /// walk met): whether its builder tree is covered.
     covered: HashMap<Oid, bool>,
+    /// Merges whose lines joined in their run's own sense (and those of every merge
+    /// below them in the run) were asked, and accepted the run's tree on the run's
+    /// line, by the verdict on a commit of that run ([`Trust::joins_accept`]): a
+    /// newer commit of the run asks down to them, not past them.
+    answered: HashSet<Oid>,
     /// `(start, tree)` -> the walk down the line from `start` for `tree`.
     lines: HashMap<(Option<Oid>, Oid), lines::Line>,
     /// Per commit and kind: the lines merges in its run joined ([`joins`]).
@@ -271,6 +276,7 @@ impl<'r> Trust<'r> {
             rule,
             operator,
             steps: HashMap::new(),
+            answered: HashSet::new(),
             covered: HashMap::new(),
             lines: HashMap::new(),
             run_joins: HashMap::new(),

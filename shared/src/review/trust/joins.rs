@@ -201,13 +201,18 @@ impl Trust<'_> {
     ) -> Result<Pending<Judged>, git2::Error> {
         let firsts: Vec<Oid> = lines.iter().filter_map(|l| l.trusted).collect();
         if let Some(run) = own_run {
-            let todo = self
-                .unanswered_run_joins(run)?
-                .into_iter()
-                .map(|(m, p)| (m, p, Way::default()))
-                .collect();
+            let asked = self.unanswered_run_joins(run)?;
+            let todo = asked.iter().map(|(m, p)| (*m, *p, Way::default())).collect();
             if let Some(refused) = ready!(self.joined_refuse(tree, todo, &firsts, own, &mut Seen::default())) {
                 return Ok(Pending::Ready(refused.onto(judged)));
+            }
+            // Asked on the run's own line alone (no other line's list excusing one), the
+            // merges answer for the run's newer commits ([`Trust::unanswered_run_joins`]).
+            let step = self.step(run)?;
+            if let [line] = lines {
+                if line.start == step.boundary && tree == step.tree {
+                    self.answered.extend(asked.iter().map(|(m, _)| *m));
+                }
             }
         }
         // The walks' part is the same for every commit of a run, fire after fire:
@@ -240,14 +245,15 @@ impl Trust<'_> {
     /// a covered commit of the run, the lines joined accepted this same tree, judged
     /// by the same walk. So a fire asks the lines its new merge joined, not every one
     /// since the last builder change (the last fire's HEAD, a few commits below, is
-    /// covered: [`Trust::commit`] remembers it).
+    /// covered: [`Trust::commit`] remembers it). A merge the verdict on an older
+    /// commit of the run asked ([`Trust::answered`]) answers for itself and the rest.
     fn unanswered_run_joins(&mut self, commit: Oid) -> Result<Vec<(Oid, Oid)>, git2::Error> {
         // The commit below which the run is still to ask: the top, then each merge
         // asked. A covered commit just below it answers for the rest (or is the run's
         // boundary: no merge of the run lies below it).
         let mut lowest = commit;
         self.run_joins_until(commit, false, |t, merge| {
-            if merge != lowest && t.answered_below(lowest, Some(merge)) {
+            if t.answered.contains(&merge) || (merge != lowest && t.answered_below(lowest, Some(merge))) {
                 return true;
             }
             lowest = merge;
@@ -257,9 +263,9 @@ impl Trust<'_> {
 
     /// The later parents with the builder tree `tree` of the merges the run of
     /// `commit` still asks ([`Trust::unanswered_run_joins`]): each one covered answers
-    /// for its whole line ([`Trust::joined_refuse`]), so [`Trust::commit`] judges them
-    /// (a cron box's sync merge then asks the other box's tip, judged once, not its
-    /// run).
+    /// for its whole line ([`Trust::joined_refuse`]), so [`Trust::cover_each`] judges
+    /// them before `commit` (a cron box's sync merge then asks the other box's tip,
+    /// judged once, not its run).
     pub(super) fn same_tree_later_parents(&mut self, commit: Oid, tree: Oid) -> Result<Vec<Oid>, git2::Error> {
         let mut out = Vec::new();
         for (_, parent) in self.unanswered_run_joins(commit)? {
@@ -956,9 +962,7 @@ mod tests {
         else {
             return;
         };
-        let records = |at: Oid, parents: &[Oid], n: &str| {
-            commit_on(&repo, Some(at), parents, &[(&format!("runs/t/{n}.json"), "{}")])
-        };
+        let records = |at: Oid, parents: &[Oid], n: &str| commit_on(&repo, Some(at), parents, &[("runs/t/r.json", n)]);
         let a1 = records(main, &[main], "a1");
         let b1 = records(main, &[main], "b1");
         let a2 = records(a1, &[a1, b1], "a2");
@@ -1013,7 +1017,7 @@ mod tests {
         let mut n = 0;
         let mut records = |at: Oid, parents: &[Oid]| {
             n += 1;
-            commit_on(&repo, Some(at), parents, &[(&format!("runs/t/{n}.json"), "{}")])
+            commit_on(&repo, Some(at), parents, &[("runs/t/r.json", &n.to_string())])
         };
         let (a, b) = (records(main, &[main]), records(main, &[main]));
         let c = commit_on(&repo, Some(main), &[main], &[("prompts/a.md", "2")]);
@@ -1035,6 +1039,61 @@ mod tests {
         let mut trust = Trust::new(&repo, rule()).unwrap();
         assert!(trust.commit(a).unwrap().approval.is_some());
         assert!(trust.merges_met <= 8 * rounds, "{}", trust.merges_met);
+    }
+
+    /// helper-52's history: a run of merges of `main` over an approved change, a
+    /// record far above each merge (beyond [`ANSWERED_WITHIN`]) taken by a merge of
+    /// another line, and a commit joining that line. Each record is judged before
+    /// the commit that joined it, and its run is asked down to the merges the record
+    /// before it asked ([`Trust::answered`]), not down to the change: the walks meet
+    /// each merge a few times, not once per record above it.
+    #[test]
+    fn records_far_above_the_merges_of_their_run_each_ask_only_their_new_merges() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(Mallory {
+            repo,
+            main,
+            rev_key,
+            mal_key,
+            ..
+        }) = mallory(dir.path())
+        else {
+            return;
+        };
+        let mut n = 0;
+        let mut records = |at: Oid, parents: &[Oid]| {
+            n += 1;
+            commit_on(&repo, Some(at), parents, &[("runs/t/r.json", &n.to_string())])
+        };
+        let merges = 300;
+        let mut history = |change: Oid| {
+            let (mut k, mut g) = (change, change);
+            for _ in 0..merges {
+                k = commit_on(&repo, Some(k), &[k, main], &[]);
+                for _ in 0..10 {
+                    k = records(k, &[k]);
+                }
+                g = records(g, &[g, k]);
+                for _ in 0..9 {
+                    k = records(k, &[k]);
+                }
+            }
+            records(change, &[change, g])
+        };
+        let change = commit_on(&repo, Some(main), &[main], &[("prompts/a.md", "2")]);
+        approve(&repo, change, &rev_key);
+        let top = history(change);
+        // The same over a change her key approved, which `main`'s list refuses: no
+        // record is judged before the commit, whose line refuses it at once.
+        let hers = commit_on(&repo, Some(main), &[main], &[("prompts/a.md", "3")]);
+        approve(&repo, hers, &mal_key);
+        let refused = history(hers);
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        assert!(trust.commit(top).unwrap().approval.is_some());
+        assert!(trust.merges_met <= 8 * merges, "{}", trust.merges_met);
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        assert!(trust.commit(refused).unwrap().approval.is_none());
+        assert!(trust.merges_met <= 2 * merges, "{}", trust.merges_met);
     }
 
     /// Merges nested 3,000 deep through their later parents, each first parent a root

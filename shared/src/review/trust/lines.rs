@@ -94,51 +94,69 @@ impl Trust<'_> {
 
     /// Judges whether each commit of `commits` (the last first) is covered, and first
     /// every older commit its verdict depends on, from a stack; each answer is
-    /// remembered. Before a commit is judged, the later parents holding its tree that
-    /// its run still asks ([`Trust::same_tree_later_parents`]) are, the oldest first:
-    /// each covered one answers for its whole line, and each finds the one before it
-    /// covered just below, so two cron boxes' thousand sync merges are judged once
-    /// each, not each down the whole history. Everything a commit waits for is an
-    /// ancestor of it, so the stack ends; a commit waiting for itself is an error.
+    /// remembered. Before a commit whose line accepts its tree is judged, the later
+    /// parents holding its tree that its run still asks ([`Trust::same_tree_later_parents`])
+    /// are, the oldest first: each covered one answers for its whole line, and a
+    /// commit's run is asked down to the merges an older covered commit of it asked
+    /// ([`Trust::unanswered_run_joins`]), so two cron boxes' thousand sync merges are
+    /// judged once each, not each down the whole history. Everything a commit waits
+    /// for is an ancestor of it (a commit may be on the stack twice, pushed by two
+    /// commits), so the stack ends; a commit waiting, through others, for one whose
+    /// judgement waits for it is an error.
     pub(super) fn cover_each(&mut self, commits: Vec<Oid>) -> Result<(), git2::Error> {
         let mut stack = commits;
         let mut expanded = HashSet::new();
         let mut judging = HashSet::new();
         while let Some(&c) = stack.last() {
-            if self.covered.contains_key(&c) {
+            if self.known_covered(c)?.is_some() {
                 stack.pop();
                 judging.remove(&c);
                 continue;
             }
             let step = self.step(c)?;
-            if expanded.insert(c) {
-                let before = stack.len();
-                for parent in self.same_tree_later_parents(c, step.tree)? {
-                    if self.known_covered(parent)?.is_none() {
-                        stack.push(parent);
+            // A run that joins no line has no later parent to judge first.
+            let next = if step.joined.is_none() || expanded.contains(&c) {
+                None
+            } else {
+                match self.walk_line(step.boundary, step.tree)? {
+                    Pending::After(older) => Some(older),
+                    Pending::Ready(line) => {
+                        expanded.insert(c);
+                        let before = stack.len();
+                        if self.judge_tree(step.tree, line.trusted, c).approval.is_some() {
+                            for parent in self.same_tree_later_parents(c, step.tree)? {
+                                if self.known_covered(parent)?.is_none() {
+                                    stack.push(parent);
+                                }
+                            }
+                        }
+                        if stack.len() > before {
+                            continue;
+                        }
+                        None
                     }
                 }
-                if stack.len() > before {
-                    continue;
-                }
+            };
+            let older = match next {
+                Some(older) => older,
+                None => match self.verdict(step.tree, step.boundary, Some(c), c)? {
+                    Pending::Ready(judged) => {
+                        self.covered.insert(c, judged.approval.is_some());
+                        self.remember_covered(c, judged.approval.is_some());
+                        stack.pop();
+                        judging.remove(&c);
+                        continue;
+                    }
+                    Pending::After(older) => older,
+                },
+            };
+            if judging.contains(&older) {
+                return Err(git2::Error::from_str(&format!(
+                    "the walk of approvals found commit {older} waiting for a commit that waits for it: the history is not a graph of ancestors"
+                )));
             }
-            match self.verdict(step.tree, step.boundary, Some(c), c)? {
-                Pending::Ready(judged) => {
-                    self.covered.insert(c, judged.approval.is_some());
-                    self.remember_covered(c, judged.approval.is_some());
-                    stack.pop();
-                    judging.remove(&c);
-                }
-                Pending::After(older) if judging.contains(&older) => {
-                    return Err(git2::Error::from_str(&format!(
-                        "the walk of approvals met commit {older} twice: the history is not a graph of ancestors"
-                    )));
-                }
-                Pending::After(older) => {
-                    judging.insert(c);
-                    stack.push(older);
-                }
-            }
+            judging.insert(c);
+            stack.push(older);
         }
         Ok(())
     }
