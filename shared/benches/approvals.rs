@@ -50,7 +50,7 @@ fn keys(dir: &Path) -> (Vec<PathBuf>, String) {
 }
 
 /// Records an approval of `tree` by `r<i>`, signed with its key.
-fn approve(repo: &Repository, keys: &[PathBuf], i: usize, tree: Oid, head: Oid) {
+fn approve_tree(repo: &Repository, keys: &[PathBuf], i: usize, tree: Oid, head: Oid) {
     let who = Person {
         name: format!("R{i}"),
         email: format!("r{i}@example.com"),
@@ -61,6 +61,27 @@ fn approve(repo: &Repository, keys: &[PathBuf], i: usize, tree: Oid, head: Oid) 
     };
     let body = approvals::signed_body("p", tree, head, &who, Some(&signing)).unwrap();
     approvals::write(repo, body, &who).unwrap();
+}
+
+/// Records `r<i>`'s signed approval of the builder tree of `commit`.
+fn approve(repo: &Repository, keys: &[PathBuf], i: usize, commit: Oid) {
+    let tree = shared::review::builder_tree_of_commit(repo, commit).unwrap();
+    approve_tree(repo, keys, i, tree, commit);
+}
+
+/// The first commit on HEAD: `signers` as `settings/allowed_signers` and a prompt,
+/// approved by `r0`.
+fn signed_root(repo: &Repository, keys: &[PathBuf], signers: &str) -> Oid {
+    let root = commit(
+        repo,
+        &[
+            ("settings/allowed_signers", signers.as_bytes()),
+            ("prompts/a.md", b"v0"),
+        ],
+        "eng",
+    );
+    approve(repo, keys, 0, root);
+    root
 }
 
 /// A commit on HEAD with `files` added or replaced.
@@ -91,7 +112,7 @@ fn bench(c: &mut Criterion) {
         let mut tb = repo.treebuilder(None).unwrap();
         tb.insert(format!("f{n}"), blob, 0o100644).unwrap();
         let tree = tb.write().unwrap();
-        approve(&repo, &keys, n % 10, tree, tree);
+        approve_tree(&repo, &keys, n % 10, tree, tree);
     }
     let signed = ApprovalRule {
         runtime_email: "runtime@localhost".into(),
@@ -112,19 +133,9 @@ fn bench(c: &mut Criterion) {
     // (2) The two-key check after 10,000 records-only commits.
     let root = dir.path().join("agent");
     let repo = Repository::init(&root).unwrap();
-    let c0 = commit(
-        &repo,
-        &[
-            ("settings/allowed_signers", signers.as_bytes()),
-            ("prompts/a.md", b"v0"),
-        ],
-        "eng",
-    );
-    let t0 = shared::review::builder_tree_of_commit(&repo, c0).unwrap();
-    approve(&repo, &keys, 0, t0, c0);
+    let c0 = signed_root(&repo, &keys, &signers);
     let c1 = commit(&repo, &[("prompts/a.md", b"v1")], "eng");
-    let t1 = shared::review::builder_tree_of_commit(&repo, c1).unwrap();
-    approve(&repo, &keys, 1, t1, c1);
+    approve(&repo, &keys, 1, c1);
     // Records as a fire writes them: a directory per day (100 fires a day here).
     let record = |i: usize| format!("runs/t/2026-{:02}-{:02}/{i}.json", 1 + i / 3100, 1 + (i / 100) % 31);
     for i in 0..10_000 {
@@ -347,13 +358,7 @@ fn merges(c: &mut Criterion) {
         ],
         "eng",
     );
-    approve(
-        &repo,
-        &keys,
-        0,
-        shared::review::builder_tree_of_commit(&repo, on).unwrap(),
-        on,
-    );
+    approve(&repo, &keys, 0, on);
     let head = commit(&repo, &[("runs/t/signed.json", b"{}")], "runtime");
     let signed = ApprovalRule {
         runtime_email: "runtime@localhost".into(),
@@ -427,16 +432,7 @@ fn two_boxes(c: &mut Criterion, after_change: bool) {
     let (keys, signers) = keys(dir.path());
     let root = dir.path().join("boxes");
     let repo = Repository::init(&root).unwrap();
-    let c0 = commit(
-        &repo,
-        &[
-            ("settings/allowed_signers", signers.as_bytes()),
-            ("prompts/a.md", b"v0"),
-        ],
-        "eng",
-    );
-    let t0 = shared::review::builder_tree_of_commit(&repo, c0).unwrap();
-    approve(&repo, &keys, 0, t0, c0);
+    let c0 = signed_root(&repo, &keys, &signers);
     let (mut a, mut b) = (c0, c0);
     let mut n = 0;
     let mut fire = |at: Oid| {
@@ -447,8 +443,7 @@ fn two_boxes(c: &mut Criterion, after_change: bool) {
         a = fire(a);
         b = fire(b);
         let change = commit_on(&repo, &[c0], &[("prompts/a.md", b"v1")]);
-        let t1 = shared::review::builder_tree_of_commit(&repo, change).unwrap();
-        approve(&repo, &keys, 0, t1, change);
+        approve(&repo, &keys, 0, change);
         let tree = repo.find_commit(change).unwrap().tree_id();
         let sig = Signature::now("runtime", "runtime@localhost").unwrap();
         let merge = |first: Oid, later: Oid| {
@@ -524,13 +519,7 @@ fn alternating_chain(c: &mut Criterion) {
     let list = "settings/allowed_signers";
     let only_r0 = signers.lines().next().unwrap().to_string() + "\n";
     let main = commit(&repo, &[(list, only_r0.as_bytes()), ("prompts/a.md", b"main")], "eng");
-    approve(
-        &repo,
-        &keys,
-        0,
-        shared::review::builder_tree_of_commit(&repo, main).unwrap(),
-        main,
-    );
+    approve(&repo, &keys, 0, main);
     repo.set_head_detached(main).unwrap();
     let sig = Signature::now("m", "m@localhost").unwrap();
     let mut update = git2::build::TreeUpdateBuilder::new();
@@ -541,12 +530,11 @@ fn alternating_chain(c: &mut Criterion) {
         .unwrap();
     let tree = repo.find_tree(update.create_updated(&repo, &empty).unwrap()).unwrap();
     let hers = repo.commit(None, &sig, &sig, "root", &tree, &[]).unwrap();
-    let tree_of = |at: Oid| shared::review::builder_tree_of_commit(&repo, at).unwrap();
-    approve(&repo, &keys, 9, tree_of(hers), hers);
+    approve(&repo, &keys, 9, hers);
     let mut tip = commit_on(&repo, &[hers, main], &[("prompts/a.md", b"A")]);
-    approve(&repo, &keys, 9, tree_of(tip), tip);
+    approve(&repo, &keys, 9, tip);
     tip = commit_on(&repo, &[tip], &[("prompts/a.md", b"B")]);
-    approve(&repo, &keys, 9, tree_of(tip), tip);
+    approve(&repo, &keys, 9, tip);
     for n in 0..10_000 {
         tip = commit_on(&repo, &[tip], &[("prompts/a.md", [b"A", b"B"][n % 2])]);
     }
