@@ -13,7 +13,7 @@
 
 use super::{Trust, VERDICTS_FILE};
 use git2::Oid;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// What the first line of a verdicts file this version reads begins with. The stamp
@@ -29,6 +29,11 @@ pub(super) struct Verdicts {
     stamp: Oid,
     /// Per commit: covered or not.
     pub(super) covered: HashMap<Oid, bool>,
+    /// The commits of `covered` as the file lists them (the newest first), and those
+    /// learned since, the newest last: the rows kept when the file is full are the
+    /// newest (the last fires' HEADs, which the next fire's walk stops at).
+    listed: Vec<Oid>,
+    learned_covered: Vec<Oid>,
     /// Per walk `(start, tree)`: whether the lines joined in the runs it passed over
     /// accept the tree's approvals.
     pub(super) clear: HashMap<(Option<Oid>, Oid), bool>,
@@ -45,6 +50,8 @@ impl Verdicts {
             root: root.to_path_buf(),
             stamp,
             covered: HashMap::new(),
+            listed: Vec::new(),
+            learned_covered: Vec::new(),
             clear: HashMap::new(),
             trusted: HashMap::new(),
             learned: false,
@@ -73,7 +80,9 @@ impl Verdicts {
             match f.as_slice() {
                 ["c", c, b] => {
                     if let (Some(c), Some(b)) = (oid(c), yes(b)) {
-                        v.covered.insert(c, b);
+                        if v.covered.insert(c, b).is_none() {
+                            v.listed.push(c);
+                        }
                     }
                 }
                 ["j", s, t, b] => {
@@ -90,6 +99,14 @@ impl Verdicts {
             }
         }
         v
+    }
+
+    /// Remembers that `commit` is covered or not, as the newest row.
+    fn remember(&mut self, commit: Oid, covered: bool) {
+        if self.covered.insert(commit, covered) != Some(covered) {
+            self.learned_covered.push(commit);
+            self.learned = true;
+        }
     }
 
     /// Writes the file again when something was learned, at most [`VERDICT_ROWS`]
@@ -111,10 +128,18 @@ impl Verdicts {
         // The walks' rows first (they spare the most), but at most half the file, so a
         // chain of thousands of walks still leaves coverage rows their share.
         rows.truncate(VERDICT_ROWS / 2);
-        for (c, b) in &self.covered {
-            rows.push(format!("c {c} {}\n", bit(*b)));
+        let mut kept = HashSet::new();
+        let newest_first = self.learned_covered.iter().rev().chain(&self.listed);
+        let listed: Vec<Oid> = newest_first
+            .filter(|c| kept.insert(**c))
+            .take(VERDICT_ROWS - rows.len())
+            .copied()
+            .collect();
+        for c in &listed {
+            rows.push(format!("c {c} {}\n", bit(self.covered[c])));
         }
-        rows.truncate(VERDICT_ROWS);
+        self.listed = listed;
+        self.learned_covered.clear();
         text.extend(rows);
         let rel = Path::new(crate::layout::STATE_DIR).join(VERDICTS_FILE);
         let written = crate::beneath::open_root(&self.root).and_then(|dir| {
@@ -159,9 +184,7 @@ impl Trust<'_> {
     /// Remembers that `commit` is covered or not.
     pub(super) fn remember_covered(&mut self, commit: Oid, covered: bool) {
         if let Some(v) = self.verdicts.as_mut() {
-            if v.covered.insert(commit, covered) != Some(covered) {
-                v.learned = true;
-            }
+            v.remember(commit, covered);
         }
     }
 
@@ -200,5 +223,47 @@ impl Trust<'_> {
         if let Some(v) = self.verdicts.as_mut() {
             v.write();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oid(n: usize) -> Oid {
+        Oid::hash_object(git2::ObjectType::Blob, n.to_string().as_bytes()).unwrap()
+    }
+
+    /// More coverage rows than the file holds: the ones kept are the newest, so the
+    /// last fires' HEADs are never the rows dropped.
+    #[test]
+    fn a_full_verdicts_file_keeps_the_newest_coverage_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(crate::layout::STATE_DIR)).unwrap();
+        let stamp = oid(usize::MAX);
+        let mut v = Verdicts::read(dir.path(), stamp);
+        let covered = |n: usize| !n.is_multiple_of(3);
+        for n in 0..VERDICT_ROWS + 500 {
+            v.remember(oid(n), covered(n));
+        }
+        v.write();
+        let mut again = Verdicts::read(dir.path(), stamp);
+        assert_eq!(again.covered.len(), VERDICT_ROWS);
+        for n in [500, 501, VERDICT_ROWS + 498, VERDICT_ROWS + 499] {
+            assert_eq!(again.covered.get(&oid(n)), Some(&covered(n)), "{n}");
+        }
+        assert_eq!(again.covered.get(&oid(499)), None);
+        // The next fire's rows go first, and the oldest kept so far are dropped.
+        again.remember(oid(0), true);
+        again.write();
+        let third = Verdicts::read(dir.path(), stamp);
+        assert_eq!(third.covered.get(&oid(0)), Some(&true));
+        assert_eq!(
+            third.covered.get(&oid(VERDICT_ROWS + 499)),
+            Some(&covered(VERDICT_ROWS + 499))
+        );
+        assert_eq!(third.covered.get(&oid(501)), Some(&covered(501)));
+        assert_eq!(third.covered.get(&oid(500)), None);
+        assert_eq!(third.listed.first(), Some(&oid(0)));
     }
 }
