@@ -568,9 +568,9 @@ fn an_absolute_allowed_signers_path_is_the_operators_only_list() {
 /// checkout of that proposal. Mallory's proposal names, as the operator's list
 /// (`review.allowed_signers`, an absolute path), a file of her own proposal in that
 /// checkout listing her key as Rev's, and her approval is signed with it: judged by
-/// the work tree's settings, it would count there and be pushed to `main`. `land`
-/// (and the pre-push hook) judge by `main`'s committed settings instead: refused,
-/// nothing pushed.
+/// the work tree's settings, it would count there and be pushed to `main`. `land`,
+/// the pre-push hook, `approve` and `proposals` judge by `main`'s committed settings
+/// instead: refused, nothing written or pushed.
 #[test]
 fn landing_from_a_checkout_of_the_proposal_judges_by_the_branchs_own_settings() {
     let env = TestEnv::new();
@@ -592,6 +592,28 @@ fn landing_from_a_checkout_of_the_proposal_judges_by_the_branchs_own_settings() 
     assert_ne!(hers, settings);
     env.write("settings/runtime.yaml", &hers);
     propose_mallorys_prompt(&env);
+    // A reviewer whose work tree carries her settings (`git checkout proposals/evil --
+    // settings`) and runs `builder approve` as Rev with her key: by those settings the
+    // approval would count and be written; by `main`'s committed settings, which
+    // `approve` judges by, it is refused and nothing is written.
+    git(&env, &env.root, &["checkout", "-q", "proposals/evil", "--", "settings"]);
+    assert_eq!(env.read("settings/runtime.yaml"), hers);
+    let count = || {
+        approvals::load(&git2::Repository::open(&env.root).unwrap())
+            .unwrap()
+            .len()
+    };
+    let before = count();
+    let (code, _, err) = builder_in(
+        &env,
+        &env.root,
+        Some(REVIEWER),
+        &["approve", "evil", "--key", mal_key.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("settings/allowed_signers"), "{err}");
+    assert_eq!(count(), before, "nothing written");
+    git(&env, &env.root, &["reset", "-q", "--hard"]);
     forge_approval(&env, "evil", "Rev <rev@example.com>", Some(&mal_key));
     git(
         &env,
@@ -603,8 +625,9 @@ fn landing_from_a_checkout_of_the_proposal_judges_by_the_branchs_own_settings() 
     let forged = last_approval(&env);
     let listed = AllowedSigners::parse(&her_list, &std::fs::read_to_string(&her_list).unwrap()).unwrap();
     assert!(listed.verify(&forged.body).is_ok(), "her list names her key as Rev's");
-    // (`merged`: it is HEAD, and an approval of it counts; else `merged without approval`.)
-    assert_eq!(state(&env, &env.root, "evil"), "merged", "judged by her settings");
+    // `proposals` judges by `main`'s committed settings, not the checkout's: her
+    // approval counts for nothing there (`merged`, as HEAD, would say it counts).
+    assert_eq!(state(&env, &env.root, "evil"), "merged without approval");
 
     let before = git(&env, &origin, &["rev-parse", "main"]);
     let (code, out, err) = builder_in(&env, &env.root, None, &["land", "evil"]);

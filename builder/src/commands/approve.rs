@@ -38,7 +38,7 @@ pub struct Args {
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
-    let (settings, _) = super::review_settings(&wt.root)?;
+    let (settings, _) = super::protected_branch_settings(&wt)?;
     let reviewer = match &args.reviewer {
         Some(r) => parse_person(r).ok_or_else(|| {
             CommandError::usage(format!("--reviewer `{r}` is not \"Name <email>\""))

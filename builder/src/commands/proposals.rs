@@ -19,7 +19,7 @@ pub struct Args {
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
-    let (settings, _) = super::review_settings(&wt.root)?;
+    let (settings, _) = super::protected_branch_settings(&wt)?;
     let remote = super::team_remote(&wt.repo, None, &settings, false)?;
     let list = proposals::list_with(&wt.repo, &super::approval_rule(&settings)?, remote.as_deref())?;
     if args.json {

@@ -49,9 +49,9 @@ struct Step {
     /// review is judged when asked ([`Trust::replaced_reviewed_parent`]): it depends on
     /// approvals, which grow, and a step holds only facts of immutable commits.
     merged: Option<Oid>,
-    /// The nearest merge in the run (the commit itself included) with a later parent
-    /// of another builder tree: a merge joining another line, whose trusted list
-    /// judges the tree too ([`joins`]).
+    /// The nearest merge in the run (the commit itself included) joining another line
+    /// ([`Trust::merge_joins`]: a later parent of another builder tree, or of its own
+    /// that brings another line), whose trusted list judges the tree too ([`joins`]).
     joined: Option<Oid>,
     /// The nearest merge in the run (the commit itself included), of any kind: a walk
     /// that passes over the run answers to every line it joined ([`lines`]).
