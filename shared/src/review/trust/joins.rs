@@ -503,6 +503,13 @@ mod tests {
         main: Oid,
     }
 
+    /// A records-only commit on `at` (a fire's), with `parents`, unlike every other.
+    fn record(repo: &Repository, at: Oid, parents: &[Oid]) -> Oid {
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        commit_on(repo, Some(at), parents, &[("runs/t/r.json", &n.to_string())])
+    }
+
     fn mallory(dir: &std::path::Path) -> Option<Mallory> {
         let (rev_key, rev_pub) = keygen(dir, "rev")?;
         let (mal_key, mal_pub) = keygen(dir, "mallory").unwrap();
@@ -1014,11 +1021,7 @@ mod tests {
         else {
             return;
         };
-        let mut n = 0;
-        let mut records = |at: Oid, parents: &[Oid]| {
-            n += 1;
-            commit_on(&repo, Some(at), parents, &[("runs/t/r.json", &n.to_string())])
-        };
+        let records = |at: Oid, parents: &[Oid]| record(&repo, at, parents);
         let (a, b) = (records(main, &[main]), records(main, &[main]));
         let c = commit_on(&repo, Some(main), &[main], &[("prompts/a.md", "2")]);
         approve(&repo, c, &rev_key);
@@ -1060,13 +1063,9 @@ mod tests {
         else {
             return;
         };
-        let mut n = 0;
-        let mut records = |at: Oid, parents: &[Oid]| {
-            n += 1;
-            commit_on(&repo, Some(at), parents, &[("runs/t/r.json", &n.to_string())])
-        };
+        let records = |at: Oid, parents: &[Oid]| record(&repo, at, parents);
         let merges = 300;
-        let mut history = |change: Oid| {
+        let history = |change: Oid| {
             let (mut k, mut g) = (change, change);
             for _ in 0..merges {
                 k = commit_on(&repo, Some(k), &[k, main], &[]);
