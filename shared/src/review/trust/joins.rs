@@ -1095,6 +1095,47 @@ mod tests {
         assert!(trust.merges_met <= 2 * merges, "{}", trust.merges_met);
     }
 
+    /// helper-53's case: the verdict on a commit of a run marks the merges it asked
+    /// and accepted ([`Trust::answered`]); a newer merge of the same run joining her
+    /// planted root, whose list refuses the tree, is still asked, and refuses.
+    #[test]
+    fn a_run_answered_below_still_asks_its_newer_merges() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(Mallory {
+            repo,
+            main,
+            rev_key,
+            mal_key,
+            hers,
+        }) = mallory(dir.path())
+        else {
+            return;
+        };
+        let change = commit_on(&repo, Some(main), &[main], &[("prompts/a.md", "2")]);
+        approve(&repo, change, &rev_key);
+        let k1 = commit_on(&repo, Some(change), &[change, main], &[]);
+        let c1 = record(&repo, k1, &[k1]);
+        let planted = commit_on(&repo, None, &[], &[(LIST, &hers), ("prompts/a.md", "mine")]);
+        approve(&repo, planted, &mal_key);
+        let k2 = commit_on(&repo, Some(c1), &[c1, planted], &[]);
+        let c2 = record(&repo, k2, &[k2]);
+        // One judge, as `builder audit` judges commit after commit (a judge reads the
+        // approvals once, when it is made).
+        let mut trust = Trust::new(&repo, rule()).unwrap();
+        assert!(trust.commit(c1).unwrap().approval.is_some());
+        assert!(trust.answered.contains(&k1));
+        let marked = trust.commit(c2).unwrap();
+        let fresh = Trust::new(&repo, rule()).unwrap().commit(c2).unwrap();
+        for judged in [marked, fresh] {
+            assert!(judged.approval.is_none(), "{:?}", judged.rejected);
+            assert!(
+                judged.rejected.iter().any(|r| r.contains("joined the line")),
+                "{:?}",
+                judged.rejected
+            );
+        }
+    }
+
     /// Merges nested 3,000 deep through their later parents, each first parent a root
     /// of its own: learning the tip's step learns every later parent first, from a
     /// stack, so it fits in a thread with a small stack.
