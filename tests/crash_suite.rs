@@ -50,6 +50,7 @@ const PENDING_POINTS: &[&str] = &[
     "after-pending-restored",
     "before-ref-update",
     "before-pending-dropped",
+    "pending-drop-named",
     "between-records-and-commit",
 ];
 

@@ -282,8 +282,35 @@ fn committed(
         remember_records(dir, oid, all);
     }
     crate::failpoint!("before-pending-dropped");
-    for reference in pending_taken {
+    drop_pending_refs(repo, opts, pending_taken);
+}
+
+/// Drops the refs that kept the pending records a commit took in, under an intent
+/// naming their locks: a process killed while git holds one of them leaves a lock the
+/// next commit's recovery removes ([`recover_stale_locks`]: a lock no intent names is
+/// never removed, and the ref could never be dropped again).
+fn drop_pending_refs(repo: &Repository, opts: &CommitOptions, refs: &[String]) {
+    if refs.is_empty() {
+        return;
+    }
+    let mut intent = opts.intent_dir.as_ref().map(|dir| {
+        let mut intent = Intent::new(dir, &[]);
+        intent.durable = opts.durable_intent;
+        intent.record.locks = refs
+            .iter()
+            .map(|r| IntentLock::path(&lock_path_of(&ref_file(repo, r))))
+            .collect();
+        intent
+    });
+    if let Some(Err(e)) = intent.as_mut().map(Intent::save) {
+        tracing::warn!(error = %e, "the pending refs are dropped with no intent naming their locks");
+    }
+    crate::failpoint!("pending-drop-named");
+    for reference in refs {
         crate::pending::drop_set(repo, reference);
+    }
+    if let Some(intent) = &mut intent {
+        intent.remove();
     }
 }
 
