@@ -415,9 +415,7 @@ impl<'r> Trust<'r> {
         let judged = self.settle(|t| t.verdict(step.tree, step.boundary, Some(commit), commit))?;
         // The same verdict as [`Trust::cover`] reaches: remembered for the next fire,
         // whose own run stops asking below it.
-        let covered = judged.approval.is_some();
-        self.covered.insert(commit, covered);
-        self.remember_covered(commit, covered);
+        self.record_covered(commit, judged.approval.is_some());
         self.save_memo();
         Ok(judged)
     }

@@ -13,7 +13,7 @@
 //! explicit stack (its own older commits first the same way), and the judgement is
 //! asked again. However deep the history or the nesting, nothing recurses.
 
-use super::{Judged, Trust};
+use super::{Judged, Step, Trust};
 use git2::Oid;
 use std::collections::HashSet;
 
@@ -114,23 +114,14 @@ impl Trust<'_> {
                 continue;
             }
             let step = self.step(c)?;
-            // A run that joins no line has no later parent to judge first.
-            let next = if step.joined.is_none() || expanded.contains(&c) {
+            let next = if expanded.contains(&c) {
                 None
             } else {
-                match self.walk_line(step.boundary, step.tree)? {
+                match self.later_parents_first(c, step, &mut stack)? {
                     Pending::After(older) => Some(older),
-                    Pending::Ready(line) => {
+                    Pending::Ready(pushed) => {
                         expanded.insert(c);
-                        let before = stack.len();
-                        if self.judge_tree(step.tree, line.trusted, c).approval.is_some() {
-                            for parent in self.same_tree_later_parents(c, step.tree)? {
-                                if self.known_covered(parent)?.is_none() {
-                                    stack.push(parent);
-                                }
-                            }
-                        }
-                        if stack.len() > before {
+                        if pushed {
                             continue;
                         }
                         None
@@ -141,8 +132,7 @@ impl Trust<'_> {
                 Some(older) => older,
                 None => match self.verdict(step.tree, step.boundary, Some(c), c)? {
                     Pending::Ready(judged) => {
-                        self.covered.insert(c, judged.approval.is_some());
-                        self.remember_covered(c, judged.approval.is_some());
+                        self.record_covered(c, judged.approval.is_some());
                         stack.pop();
                         judging.remove(&c);
                         continue;
@@ -159,6 +149,34 @@ impl Trust<'_> {
             stack.push(older);
         }
         Ok(())
+    }
+
+    /// Pushes onto `stack` the later parents holding the tree of `c` (whose step is
+    /// `step`) that its run still asks and no verdict answers yet
+    /// ([`Trust::same_tree_later_parents`]), when its line accepts its tree; whether
+    /// it pushed any. A run that joins no line has none.
+    fn later_parents_first(&mut self, c: Oid, step: Step, stack: &mut Vec<Oid>) -> Result<Pending<bool>, git2::Error> {
+        if step.joined.is_none() {
+            return Ok(Pending::Ready(false));
+        }
+        let line = ready!(self.walk_line(step.boundary, step.tree));
+        if self.judge_tree(step.tree, line.trusted, c).approval.is_none() {
+            return Ok(Pending::Ready(false));
+        }
+        let before = stack.len();
+        for parent in self.same_tree_later_parents(c, step.tree)? {
+            if self.known_covered(parent)?.is_none() {
+                stack.push(parent);
+            }
+        }
+        Ok(Pending::Ready(stack.len() > before))
+    }
+
+    /// Whether `commit` is covered, known now: kept for this judge and remembered in
+    /// the verdicts for the next fire.
+    pub(super) fn record_covered(&mut self, commit: Oid, covered: bool) {
+        self.covered.insert(commit, covered);
+        self.remember_covered(commit, covered);
     }
 
     /// Runs `judge` until it no longer waits for an older commit, judging each one it
