@@ -628,6 +628,19 @@ fn landing_from_a_checkout_of_the_proposal_judges_by_the_branchs_own_settings() 
     // `proposals` judges by `main`'s committed settings, not the checkout's: her
     // approval counts for nothing there (`merged`, as HEAD, would say it counts).
     assert_eq!(state(&env, &env.root, "evil"), "merged without approval");
+    // `merge` on a branch of Rev's whose committed settings are hers (a clean work
+    // tree: the dirty check passes): by those settings her approval counts and the
+    // merge is made; by `main`'s, which `merge` judges by, it is refused.
+    git(&env, &env.root, &["checkout", "-q", "-b", "with-her-settings", "main"]);
+    git(&env, &env.root, &["checkout", "-q", "proposals/evil", "--", "settings"]);
+    git(&env, &env.root, &["commit", "-qm", "her settings"]);
+    assert_eq!(env.read("settings/runtime.yaml"), hers);
+    let branch_before = env.head_id();
+    let (code, out, err) = builder_in(&env, &env.root, Some(REVIEWER), &["merge", "evil"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("no approval of it counts"), "{err}");
+    assert_eq!(env.head_id(), branch_before, "nothing merged");
+    git(&env, &env.root, &["checkout", "-q", "proposals/evil"]);
 
     let before = git(&env, &origin, &["rev-parse", "main"]);
     let (code, out, err) = builder_in(&env, &env.root, None, &["land", "evil"]);

@@ -1003,6 +1003,52 @@ async fn changes_need_write_a_csrf_token_the_same_origin_and_another_person() {
     assert_eq!(repo.proposals()[0]["state"], "open");
 }
 
+/// An approval from the page is judged by `main`'s committed settings, as `builder
+/// approve` judges it, never by the work tree of the person running the server:
+/// `main` requires signed approvals, and Bea's work tree (signatures switched off
+/// again, uncommitted, as a checkout of a proposal's settings would leave it) would
+/// let her unsigned approval count. Refused, nothing written.
+#[tokio::test]
+async fn an_approval_from_the_page_is_judged_by_the_protected_branchs_settings() {
+    let repo = Repo::generate();
+    let settings = repo.root.join("settings/runtime.yaml");
+    let unsigned = std::fs::read_to_string(&settings).unwrap();
+    assert!(!unsigned.contains("require_signed"), "{unsigned}");
+    std::fs::write(
+        &settings,
+        format!("{unsigned}review:\n  require_signed: true\n  allowed_signers: settings/allowed_signers\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        repo.root.join("settings/allowed_signers"),
+        "bea@example.com namespaces=\"builder-approval\" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAbb27p3t6zmfoS3avTY1jZ+/Voj/tR0aIN/VoDBNNC4\n",
+    )
+    .unwrap();
+    repo.git(&["add", "-A", "settings"]);
+    repo.git(&["commit", "-qm", "signed approvals"]);
+    std::fs::write(&settings, &unsigned).unwrap();
+    let server = Server::start(&repo, REVIEWER, &["--write"]);
+    let c = http();
+    let csrf = csrf_of(&c, &server.url("/proposal?name=shorter")).await;
+    let r = c
+        .post(server.url("/proposal/approve"))
+        .header("accept", "application/json")
+        .form(&[("csrf", csrf.as_str()), ("name", "shorter")])
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let why: Value = r.json().await.unwrap();
+    assert_eq!(status, 403, "an unsigned approval under main's signed rule: {why}");
+    assert!(
+        why["error"].as_str().unwrap().contains("signed approvals are required"),
+        "{why}"
+    );
+    let git = git2::Repository::open(&repo.root).unwrap();
+    assert!(git.find_reference("refs/builder/approvals").is_err(), "nothing written");
+    assert_eq!(repo.proposals()[0]["state"], "open");
+}
+
 #[tokio::test]
 async fn a_token_guards_every_request_and_a_public_bind_needs_one() {
     let repo = Repo::generate();

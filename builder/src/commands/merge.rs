@@ -19,7 +19,9 @@ pub struct Args {
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
-    let (settings, ownership) = super::review_settings(&wt.root)?;
+    // Judged by the protected branch's committed settings, as `approve` and `land` are:
+    // a branch carrying a proposal's settings would make its author's rule the judge.
+    let (settings, ownership) = super::protected_branch_settings(&wt)?;
     let actor = super::acting_identity(&wt.repo, "GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL")?;
     let rule = super::approval_rule(&settings)?;
     super::recover_interrupted(&wt)?;

@@ -27,7 +27,7 @@ fn review_error(e: ReviewError) -> PageError {
 /// Every proposal, as `builder proposals --json` prints them.
 fn all(app: &App) -> Result<Vec<Proposal>, PageError> {
     let wt = shared::git::open_work_tree(&app.root).map_err(PageError::from_display)?;
-    let (settings, _) = crate::commands::review_settings(&wt.root).map_err(PageError::from_display)?;
+    let (settings, _) = crate::commands::protected_branch_settings(&wt).map_err(PageError::from_display)?;
     let rule = crate::commands::approval_rule(&settings).map_err(PageError::from_display)?;
     proposals::list(&wt.repo, &rule).map_err(review_error)
 }
@@ -318,7 +318,9 @@ pub async fn approve(State(app): State<Arc<App>>, wants: Wants, Form(form): Form
     let name = form.name.clone();
     let done = blocking(&app, move |app| {
         let wt = shared::git::open_work_tree(&app.root).map_err(PageError::from_display)?;
-        let (settings, _) = crate::commands::review_settings(&wt.root).map_err(PageError::from_display)?;
+        // The protected branch's committed settings judge, as for `builder approve`: a
+        // work tree carrying a proposal's settings must not make its rule the judge.
+        let (settings, _) = crate::commands::protected_branch_settings(&wt).map_err(PageError::from_display)?;
         // The person running the server, as `builder approve` without --reviewer.
         let reviewer = shared::git::acting_identity(&wt.repo).map_err(|e| {
             PageError::bad_request(e.to_string())
