@@ -3,9 +3,9 @@
 //! included. Two of the ten steps run external commands (`git log`, `ls`); their own
 //! run time is measured separately and subtracted, as it is the tools' cost, not the
 //! runtime's. Then the same fire with no tool call (the tool worker still starts in
-//! its namespaces). Targets: median overhead at most 25 ms for each, peak RSS at most
-//! 40 MB. Prints
-//! the numbers (raw and net); exits 1 if a target is missed.
+//! its namespaces), and that fire phase by phase (the runtime's debug spans). Targets:
+//! median overhead at most 25 ms for each, peak RSS at most 40 MB. Prints the numbers
+//! (raw and net); exits 1 if a target is missed.
 
 #![forbid(unsafe_code)]
 // Benchmark code is test code: a failed setup step should panic and stop the run.
@@ -93,6 +93,7 @@ fn main() {
         ms(bare_median),
         ms(bare[bare.len() * 9 / 10])
     );
+    print_phases(exe, &root);
     if median > Duration::from_millis(25) || bare_median > Duration::from_millis(25) || peak_kb > 40 * 1024 {
         println!("TARGET MISSED (median <= 25 ms, peak RSS <= 40 MB)");
         std::process::exit(1);
@@ -118,6 +119,69 @@ fn time_fires(exe: &str, root: &Path) -> (Vec<Duration>, i64) {
         peak_kb = peak_kb.max(ended.max_rss_kb);
     }
     (times, peak_kb)
+}
+
+/// The no-tool fire phase by phase: [`FIRES`] more fires (untimed: their debug log
+/// costs) whose phases, the runtime's debug spans, report their busy time as each
+/// closes; prints each phase's median in the order the phases first closed. A nested
+/// phase is named `outer:inner` and counted in its outer phase too.
+fn print_phases(exe: &str, root: &Path) {
+    let mut order: Vec<String> = Vec::new();
+    let mut times: std::collections::HashMap<String, Vec<f64>> = Default::default();
+    for _ in 0..FIRES {
+        let out = Command::new(exe)
+            .args(["-C", root.to_str().unwrap(), "--log-format", "json", "fire", "bench"])
+            .env("RUNTIME_LOG", "debug")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "fire failed: {:?}", out.status);
+        for line in String::from_utf8_lossy(&out.stderr).lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let (Some("close"), Some(busy), Some(name)) = (
+                v["fields"]["message"].as_str(),
+                v["fields"]["time.busy"].as_str(),
+                v["span"]["name"].as_str(),
+            ) else {
+                continue;
+            };
+            let outer: Vec<&str> = v["spans"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s["name"].as_str())
+                .collect();
+            let phase = outer.into_iter().chain([name]).collect::<Vec<_>>().join(":");
+            if !order.contains(&phase) {
+                order.push(phase.clone());
+            }
+            times.entry(phase).or_default().push(span_ms(busy));
+        }
+    }
+    println!("fire (replay, no tool, commit) phase by phase, median busy time over {FIRES} fires:");
+    for phase in order {
+        let t = times.get_mut(&phase).unwrap();
+        t.sort_by(f64::total_cmp);
+        println!("  {:>8.3} ms  {phase}", t[t.len() / 2]);
+    }
+}
+
+/// A span's time as tracing prints it (`184µs`, `1.20ms`, `311ns`, `2.1s`), in ms.
+fn span_ms(text: &str) -> f64 {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (value, unit) = text.split_at(split);
+    let value: f64 = value.parse().unwrap();
+    value
+        * match unit {
+            "ns" => 1e-6,
+            "µs" => 1e-3,
+            "ms" => 1.0,
+            "s" => 1e3,
+            other => panic!("unknown unit {other} in {text}"),
+        }
 }
 
 fn ms(d: Duration) -> f64 {

@@ -29,7 +29,10 @@ pub fn init(verbose: u8, format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(make)
         .with_ansi(std::io::stderr().is_terminal() && !crate::progress::no_color())
-        .with_target(false);
+        .with_target(false)
+        // At `-vv`, each phase of a fire (a debug span) prints its time when it closes:
+        // the fire's profile, phase by phase (docs/benchmarks.md).
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

@@ -160,6 +160,7 @@ pub(crate) fn write(
 /// Creates the report (at its canonical name, or under `runs/` when a tool took
 /// that: the name taken is added to `rejected`). One the work tree cannot take is
 /// kept as unwritten; another failure is the fire's.
+#[tracing::instrument(level = "debug", skip_all)]
 fn write_report(
     ctx: &FireContext,
     sink: &RecordSink,
@@ -232,6 +233,7 @@ fn write_cards(
 }
 
 /// Creates the receipt (redacted) at `receipt_rel`.
+#[tracing::instrument(level = "debug", skip_all)]
 fn write_receipt(
     ctx: &FireContext,
     sink: &RecordSink,
@@ -255,6 +257,7 @@ fn write_receipt(
 /// Commits the records written (unless `--no-commit` or a failure); records the work
 /// tree could not take, or a commit that fails, leave them kept in git with a
 /// `commit_blocked` card ([`leave_blocked`]).
+#[tracing::instrument(level = "debug", skip_all)]
 fn commit_or_keep(ctx: &FireContext, sink: &RecordSink, status: RunStatus, w: &mut Written) {
     if !w.unwritten.is_empty() && w.failure.is_none() {
         let (path, _, why) = &w.unwritten[0];
@@ -540,6 +543,7 @@ fn leave_blocked(
 
 /// Sorts what the model left under `reports/` (none for a fire refused before it
 /// ran anything: then nothing under `reports/` changed since it started).
+#[tracing::instrument(level = "debug", skip_all)]
 fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path) -> super::outputs::Outputs {
     let t = std::time::Instant::now();
     // A resumed run's outputs go back to its pause: a resume killed after the approved
@@ -694,6 +698,7 @@ fn rejected_card(rejected: &[(String, String)]) -> Option<CardDraft> {
 
 /// Stores the run's row and trace in the state database. A failure here loses the
 /// local trace only (the receipt is in git), so it is logged, not fatal.
+#[tracing::instrument(level = "debug", skip_all)]
 fn save_run(
     db: Option<&mut StateDb>,
     state: &LoopState,
@@ -873,6 +878,7 @@ fn open_state_db(root: &std::path::Path, journal: Option<crate::journal::Journal
 impl FireRun {
     /// Step 6: report, cards, receipt, trace, commit; then the checkpoint of a paused
     /// run (or its removal once resumed) and the scratch directory.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub fn finish(mut self) -> FireSummary {
         let status = self.closing_cards();
         let abort = self.abort.take();

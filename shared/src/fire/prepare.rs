@@ -269,6 +269,7 @@ const TASK_LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(25
 
 /// The task's lock, waiting at most [`TASK_LOCK_GRACE`]; `None` when another fire
 /// still holds it then.
+#[tracing::instrument(level = "debug", skip_all)]
 fn take_task_lock(path: &std::path::Path) -> std::io::Result<Option<state::LockFile>> {
     let start = std::time::Instant::now();
     loop {
@@ -352,6 +353,7 @@ pub fn prepare(mut opts: FireOptions) -> Result<FireRun, EarlyEnd> {
 
 /// Step 1 before the lock: a valid task name, the repository, a commit to fire on and
 /// a prompt for the task; otherwise the summary of a fire that writes nothing.
+#[tracing::instrument(level = "debug", skip_all)]
 fn open_task(ctx: &FireContext, opened: Option<git2::Repository>) -> Result<git2::Repository, Box<FireSummary>> {
     if !prompt::valid_task_name(&ctx.opts.task) {
         let why = format!(
@@ -461,6 +463,7 @@ fn not_a_task(ctx: &FireContext, repo: &git2::Repository) -> Option<FireSummary>
 /// [`Preparing::configure_worker`] sends. A process that could not be started is tried
 /// again in step 5, where the failure is recorded. A refused fire drops it (and so
 /// ends it: [`super::run::WorkerProcess`]).
+#[tracing::instrument(level = "debug", skip_all)]
 fn start_worker_process(ctx: &FireContext) -> Option<super::run::WorkerProcess> {
     let (exe, args) = &ctx.opts.worker_cmd;
     let env = crate::tools::exec::ExecContext::scrubbed_env(&ctx.scratch);
@@ -498,6 +501,7 @@ fn spawn_spare(
 /// the paused run as that resume would have (`ctx` becomes a resume of it), so a
 /// killed resume never holds the task at exit 4; the tool ledger keeps the approved
 /// call to at most one run.
+#[tracing::instrument(level = "debug", skip_all)]
 fn waiting(ctx: &mut FireContext) -> Option<FireSummary> {
     if ctx.opts.resume.is_some() {
         return None;
@@ -622,6 +626,7 @@ impl Preparing {
     /// is complete, so it builds its sandbox while the preparation goes on (it then
     /// waits for the masks, which the runtime walks in step 5). A worker the
     /// configuration could not reach is dropped: step 5 starts another.
+    #[tracing::instrument(level = "debug", skip_all)]
     fn configure_worker(&mut self, config: &FireConfig) {
         let Some(mut worker) = self.worker.take() else {
             return;
@@ -669,6 +674,7 @@ impl Preparing {
     /// The settings of what the fire runs on: HEAD's committed blobs (the approved
     /// bytes, issue 17 item 3), or, for a dry run (which runs nothing of the model's),
     /// the work tree with its uncommitted edits.
+    #[tracing::instrument(level = "debug", skip_all)]
     fn load_settings(&self) -> Result<settings::Settings, crate::diag::Diagnostics> {
         if self.dry_run {
             return settings::load(&self.ctx.opts.root);
@@ -843,6 +849,7 @@ impl Preparing {
     /// Settles the task's interrupted runs ([`recover`]): the state of the one this
     /// fire continues (under its run id), or `None` to start as asked. `runtime
     /// resume` of a paused run goes on to its checkpoint in [`Preparing::first_state`].
+    #[tracing::instrument(level = "debug", skip_all)]
     fn recover(&mut self, config: &FireConfig) -> Result<Option<LoopState>, Stop> {
         if self.dry_run {
             return Ok(None);
@@ -890,6 +897,7 @@ impl Preparing {
     /// The run exists from here on (before prefetch): its row says `running` and names
     /// this process. A state database that cannot be written costs the run its
     /// checkpoints, not the fire.
+    #[tracing::instrument(level = "debug", skip_all)]
     fn begin_run(&mut self) {
         if self.dry_run {
             return;
@@ -929,6 +937,7 @@ impl Preparing {
     /// it cannot fire (or a rewritten remote history) gets one card per cause, kept in
     /// the state database's refusals under the sync's own key; a failed fetch is a
     /// `sync_failed` card and exit 1.
+    #[tracing::instrument(level = "debug", skip_all)]
     fn sync(&mut self, settings: RuntimeSettings) -> Result<RuntimeSettings, Stop> {
         let Some(sync) = settings.sync.clone() else {
             return Ok(settings);
@@ -985,6 +994,7 @@ impl Preparing {
     }
 
     /// Builder paths must be committed: the fire runs on reviewed versions only.
+    #[tracing::instrument(level = "debug", skip_all)]
     fn refuse_unreviewed(&mut self, settings: Option<&RuntimeSettings>) -> Result<(), Stop> {
         let root = &self.ctx.opts.root;
         let extra_builder = settings.map(|s| s.builder_paths.as_slice()).unwrap_or(&[]);
@@ -1017,6 +1027,7 @@ impl Preparing {
     /// too): a mode or owner of a builder-owned path, or a hook, that changed since the
     /// last accepted manifest ([`crate::manifest`]) refuses the fire as a dirty path
     /// does; otherwise the current state is recorded as accepted.
+    #[tracing::instrument(level = "debug", skip_all)]
     fn refuse_metadata_changes(&mut self, ownership: &Ownership) -> Result<(), Stop> {
         let root = &self.ctx.opts.root;
         let env = |e: String| Stop::bare(FireEnd::Environment, e);
@@ -1071,6 +1082,7 @@ impl Preparing {
     /// builder-owned paths must be named by an approval on `refs/builder/approvals`;
     /// the approval goes into the receipt. The refusal's detail names the tree and not
     /// the commit, so the refusal repeats (counted, not recorded) until the tree changes.
+    #[tracing::instrument(level = "debug", skip_all)]
     fn require_approval(&mut self, settings: &RuntimeSettings) -> Result<(), Stop> {
         if self.ctx.opts.eval && self.ctx.opts.no_commit {
             // An eval fire of a proposal under review commits nothing and runs in a
@@ -1221,6 +1233,7 @@ impl Preparing {
     /// through it, and an approval covers the link, not what it reaches. Under
     /// `require_reviewed` that is an unreviewed change (exit 1), otherwise a
     /// configuration error (exit 2).
+    #[tracing::instrument(level = "debug", skip_all)]
     fn refuse_links(&mut self, settings: &RuntimeSettings) -> Result<(), Stop> {
         let env = |e: String| Stop::bare(FireEnd::Environment, format!("reading HEAD's tree: {e}"));
         let refused = if self.dry_run {
@@ -1267,6 +1280,7 @@ impl Preparing {
     /// committed `tools/`, written out under the hand-over directory (once per tree),
     /// which tool processes see read-only ([`crate::review::committed`]); a dry run runs
     /// the work tree's.
+    #[tracing::instrument(level = "debug", skip_all)]
     fn materialise_tools(&mut self, config: &mut FireConfig) -> Result<(), Stop> {
         let front = &config.prompt.front;
         let runs_scripts = !front.prefetch.is_empty() || front.acceptance.iter().any(|a| a.run.is_some());
@@ -1296,6 +1310,7 @@ impl Preparing {
 
     /// Prompt, scope and policy on top of the settings, resolved into one config; the
     /// input versions go into the receipt.
+    #[tracing::instrument(level = "debug", skip_all)]
     fn load_config(&mut self, settings: RuntimeSettings) -> Result<FireConfig, Stop> {
         let root = self.ctx.opts.root.clone();
         let invalid = |summary: String, detail: String| {
@@ -1396,6 +1411,7 @@ impl Preparing {
 
     /// A new run's conversation: the system prompt and the task prompt with its
     /// prefetched context (a card for each prefetch cut to its cap).
+    #[tracing::instrument(level = "debug", skip_all)]
     fn fresh_state(&mut self, config: &FireConfig) -> Result<LoopState, Stop> {
         let mut state = LoopState::default();
         self.ctx.open_root(&mut state.trace);

@@ -23,6 +23,7 @@ impl FireRun {
     /// Step 5a: restrict this process (no threads may exist yet): writes only to its
     /// records, state and git objects; TCP only to the providers and the OTLP
     /// endpoint. On `Err` the fire cannot go on; [`FireRun::finish`] records why.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub fn enter_sandbox(&mut self) -> Result<(), Aborted> {
         let mut git_dirs = crate::git::git_dirs(&self.repo);
         // A local sync remote: the push writes there (no port is granted for it).
@@ -170,6 +171,7 @@ impl FireRun {
 
     /// Starts the tool worker in its own sandbox; the receipt records that sandbox.
     /// A worker sent its configuration in the preparation is adopted as it is.
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn start_worker(&mut self) -> Result<WorkerClient, Aborted> {
         let (early, sent) = self.worker.take().map_or((None, None), WorkerProcess::adopt);
         let (child, setup, sent) = match (early, sent) {

@@ -262,6 +262,7 @@ impl Provider {
     /// do not declare one (llama.cpp's `n_ctx`, vLLM's `max_model_len`). Settings win.
     /// The answer is remembered in `state_dir` ([`context_cache`]), so a server is
     /// asked at most once per [`context_cache::REMEMBERED_FOR`], not on every fire.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn learn_context(&mut self, state_dir: &Path) {
         if self.settings.max_context_tokens.is_some() {
             return;
