@@ -9,8 +9,10 @@
 //! `tools/bump.sh` leaves a file naming its `RUNTIME_CALL_ID`), every receipt in HEAD
 //! has exactly one run row and every finished row its receipt, no row is left
 //! `running`, no record is empty, duplicated or left uncommitted, no git lock is
-//! left, `PRAGMA integrity_check` is ok and `git fsck` is clean. Trials run in
-//! parallel over their own temporary repositories.
+//! left, `PRAGMA integrity_check` is ok and `git fsck` is clean. Every named point's
+//! kill must land in at least one trial: a point the fires never reach (renamed, or
+//! moved off their path) would otherwise pass its trials without a crash. Trials run
+//! in parallel over their own temporary repositories.
 
 use crate::crash::{counter_env, hits, killed};
 use crate::util::*;
@@ -137,12 +139,26 @@ fn fire_killed(env: &TestEnv, kill: &Kill) -> bool {
     }
 }
 
+/// What one trial's kills did: how many processes died by SIGKILL, and for each kill
+/// at a named point, the point and whether its kill landed.
+struct Landed {
+    died: usize,
+    points: Vec<(&'static str, bool)>,
+}
+
 /// Runs one trial; `Err` says which property failed.
-fn trial(kills: &[Kill]) -> Result<usize, String> {
+fn trial(kills: &[Kill]) -> Result<Landed, String> {
     let env = suite_env();
-    let mut died = 0;
+    let mut landed = Landed {
+        died: 0,
+        points: Vec::new(),
+    };
     for k in kills {
-        died += usize::from(fire_killed(&env, k));
+        let died = fire_killed(&env, k);
+        landed.died += usize::from(died);
+        if let Kill::At(p) | Kill::Blocked(Some(p)) = k {
+            landed.points.push((p, died));
+        }
     }
     let (code, summary, stderr) = env.fire("t");
     let cards = env.card_kinds(&summary);
@@ -165,7 +181,7 @@ fn trial(kills: &[Kill]) -> Result<usize, String> {
         ));
     }
     check(&env)?;
-    Ok(died)
+    Ok(landed)
 }
 
 /// The properties every trial must leave (also checked after other faults: a blocked
@@ -305,20 +321,21 @@ fn a_hundred_and_more_sigkills_at_named_points_and_moments_lose_and_repeat_nothi
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let killed_total = AtomicUsize::new(0);
-    let per_point = Mutex::new(BTreeMap::<String, usize>::new());
+    // Per named point: (armed, landed).
+    let per_point = Mutex::new(BTreeMap::<&str, (usize, usize)>::new());
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(kills) = trials.get(i) else { break };
                 match trial(kills) {
-                    Ok(died) => {
-                        killed_total.fetch_add(died, Ordering::SeqCst);
+                    Ok(landed) => {
+                        killed_total.fetch_add(landed.died, Ordering::SeqCst);
                         let mut counts = per_point.lock().unwrap();
-                        for k in kills {
-                            if let Kill::At(p) | Kill::Blocked(Some(p)) = k {
-                                *counts.entry(p.to_string()).or_default() += 1;
-                            }
+                        for (p, died) in landed.points {
+                            let (armed, hit) = counts.entry(p).or_default();
+                            *armed += 1;
+                            *hit += usize::from(died);
                         }
                     }
                     Err(e) => failures.lock().unwrap().push(format!("trial {i} {kills:?}: {e}")),
@@ -336,9 +353,20 @@ fn a_hundred_and_more_sigkills_at_named_points_and_moments_lose_and_repeat_nothi
     let counts = per_point.into_inner().unwrap();
     let killed_total = killed_total.into_inner();
     eprintln!(
-        "{} trials, {killed_total} processes SIGKILLed; armed points: {counts:?}",
+        "{} trials, {killed_total} processes SIGKILLed; named points (armed, landed): {counts:?}",
         trials.len()
     );
     assert!(counts.len() >= 8, "{counts:?}");
+    // A point armed but never reached (renamed in the runtime, or moved off the path
+    // the trials take) would kill nothing, and its trials would pass without a crash.
+    let never: Vec<&&str> = counts
+        .iter()
+        .filter(|(_, (_, hit))| *hit == 0)
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        never.is_empty(),
+        "named points whose kill never landed: {never:?} ({counts:?})"
+    );
     assert!(killed_total >= 100, "only {killed_total} kills landed");
 }
