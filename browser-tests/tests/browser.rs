@@ -853,6 +853,18 @@ async fn json_of(c: &reqwest::Client, url: &str) -> Value {
 }
 
 /// The CSRF token of a page's forms.
+/// Approves proposal `name` from its page, as the person running `server`, asking for
+/// the JSON answer.
+async fn approve_from_page(c: &reqwest::Client, server: &Server, name: &str) -> reqwest::Response {
+    let csrf = csrf_of(c, &server.url(&format!("/proposal?name={name}"))).await;
+    c.post(server.url("/proposal/approve"))
+        .header("accept", "application/json")
+        .form(&[("csrf", csrf.as_str()), ("name", name)])
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn csrf_of(c: &reqwest::Client, url: &str) -> String {
     let html = c.get(url).send().await.unwrap().text().await.unwrap();
     let at = html.find("name=\"csrf\" value=\"").expect("a form with a CSRF token") + "name=\"csrf\" value=\"".len();
@@ -989,14 +1001,7 @@ async fn changes_need_write_a_csrf_token_the_same_origin_and_another_person() {
     let done: Value = r.json().await.unwrap();
     assert_eq!(done["status"], "rejected");
     assert_eq!(done["by"], "Ann Author <ann@example.com>");
-    let csrf = csrf_of(&c, &server.url("/proposal?name=shorter")).await;
-    let r = c
-        .post(server.url("/proposal/approve"))
-        .header("accept", "application/json")
-        .form(&[("csrf", csrf.as_str()), ("name", "shorter")])
-        .send()
-        .await
-        .unwrap();
+    let r = approve_from_page(&c, &server, "shorter").await;
     assert_eq!(r.status(), 403, "self-approval is refused");
     let why: Value = r.json().await.unwrap();
     assert!(why["error"].as_str().unwrap().contains("authored"), "{why}");
@@ -1029,14 +1034,7 @@ async fn an_approval_from_the_page_is_judged_by_the_protected_branchs_settings()
     std::fs::write(&settings, &unsigned).unwrap();
     let server = Server::start(&repo, REVIEWER, &["--write"]);
     let c = http();
-    let csrf = csrf_of(&c, &server.url("/proposal?name=shorter")).await;
-    let r = c
-        .post(server.url("/proposal/approve"))
-        .header("accept", "application/json")
-        .form(&[("csrf", csrf.as_str()), ("name", "shorter")])
-        .send()
-        .await
-        .unwrap();
+    let r = approve_from_page(&c, &server, "shorter").await;
     let status = r.status();
     let why: Value = r.json().await.unwrap();
     assert_eq!(status, 403, "an unsigned approval under main's signed rule: {why}");
