@@ -159,6 +159,17 @@ fn trial(kills: &[Kill]) -> Result<Landed, String> {
         if let Kill::At(p) | Kill::Blocked(Some(p)) = k {
             landed.points.push((p, died));
         }
+        // The next commit's kills test the taking in of kept records only if there
+        // are some: a blocked fire that ran past keeping them must have kept them
+        // (most of the commit's named points are on every commit's path).
+        if let Kill::Blocked(None | Some("after-pending-kept")) = k {
+            let kept = git(&env, &["for-each-ref", "refs/runtime/pending/"]).stdout;
+            if kept.is_empty() {
+                return Err(format!(
+                    "the blocked fire ({k:?}) kept no records under refs/runtime/pending/"
+                ));
+            }
+        }
     }
     let (code, summary, stderr) = env.fire("t");
     let cards = env.card_kinds(&summary);

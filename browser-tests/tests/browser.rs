@@ -852,7 +852,6 @@ async fn json_of(c: &reqwest::Client, url: &str) -> Value {
     r.json().await.unwrap()
 }
 
-/// The CSRF token of a page's forms.
 /// Approves proposal `name` from its page, as the person running `server`, asking for
 /// the JSON answer.
 async fn approve_from_page(c: &reqwest::Client, server: &Server, name: &str) -> reqwest::Response {
@@ -865,6 +864,7 @@ async fn approve_from_page(c: &reqwest::Client, server: &Server, name: &str) -> 
         .unwrap()
 }
 
+/// The CSRF token of a page's forms.
 async fn csrf_of(c: &reqwest::Client, url: &str) -> String {
     let html = c.get(url).send().await.unwrap().text().await.unwrap();
     let at = html.find("name=\"csrf\" value=\"").expect("a form with a CSRF token") + "name=\"csrf\" value=\"".len();

@@ -30,11 +30,22 @@ pub fn init(verbose: u8, format: LogFormat) {
         .with_writer(make)
         .with_ansi(std::io::stderr().is_terminal() && !crate::progress::no_color())
         .with_target(false)
-        // At `-vv`, each phase of a fire (a debug span) prints its time when it closes:
-        // the fire's profile, phase by phase (docs/benchmarks.md).
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE);
+        .with_span_events(span_events(verbose));
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+/// At `-vv` (or with `RUNTIME_LOG` set), each phase of a fire (a debug span) prints
+/// its time when it closes: the fire's profile, phase by phase (docs/benchmarks.md).
+/// Not at `-v`, where the info-level spans of libraries (an MCP server's session)
+/// would print their own.
+fn span_events(verbose: u8) -> tracing_subscriber::fmt::format::FmtSpan {
+    use tracing_subscriber::fmt::format::FmtSpan;
+    if verbose >= 2 || std::env::var_os("RUNTIME_LOG").is_some() {
+        FmtSpan::CLOSE
+    } else {
+        FmtSpan::NONE
+    }
 }

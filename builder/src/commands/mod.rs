@@ -144,9 +144,10 @@ pub fn acting_identity(repo: &git2::Repository, flag: &str) -> Result<shared::gi
         .map_err(|e| CommandError::from(e).hint(format!("or name the person: {flag} \"Name <email>\"")))
 }
 
-/// The settings a review or audit command needs (the runtime identity, extra builder
-/// paths), loaded from the work tree; bad settings are a configuration error: judging
-/// with defaults would pass history it should flag.
+/// The settings of the work tree (the runtime identity, extra builder paths), for the
+/// commands that act on what is checked out (`propose`, `review`'s diff); bad
+/// settings are a configuration error: judging with defaults would pass history it
+/// should flag. Commands that judge approvals use [`protected_branch_settings`].
 pub fn review_settings(
     root: &Path,
 ) -> Result<(shared::settings::RuntimeSettings, shared::layout::Ownership), CommandError> {
@@ -170,8 +171,9 @@ fn ownership_of(
         .map_err(|e| CommandError::new(command_error::Kind::Config, e))
 }
 
-/// The settings (and ownership) a command acting on the protected branch judges by
-/// (`land`, the pre-push hook): the branch's committed settings as review left them
+/// The settings (and ownership) every command that judges approvals goes by (`land`,
+/// `merge`, `approve`, `proposals`, `audit`, the same actions in `builder serve`, the
+/// pre-push hook): the protected branch's committed settings as review left them
 /// ([`shared::review::base::protected_settings`]), never a checked-out proposal's
 /// (its approval rule, allowed-signers list and `sync` are the author's); the work
 /// tree's where the clone has no protected branch yet.
