@@ -163,8 +163,7 @@ fn trial(kills: &[Kill]) -> Result<Landed, String> {
         // are some: a blocked fire that ran past keeping them must have kept them
         // (most of the commit's named points are on every commit's path).
         if let Kill::Blocked(None | Some("after-pending-kept")) = k {
-            let kept = git(&env, &["for-each-ref", "refs/runtime/pending/"]).stdout;
-            if kept.is_empty() {
+            if pending_refs(&env).is_empty() {
                 return Err(format!(
                     "the blocked fire ({k:?}) kept no records under refs/runtime/pending/"
                 ));
@@ -174,8 +173,7 @@ fn trial(kills: &[Kill]) -> Result<Landed, String> {
     let (code, summary, stderr) = env.fire("t");
     let cards = env.card_kinds(&summary);
     let expected = cards.iter().all(|k| k == "crashed" || k == "side_effect_uncertain");
-    let pending = git(&env, &["for-each-ref", "refs/runtime/pending/"]);
-    let pending = pending.stdout.clone();
+    let pending = pending_refs(&env);
     if !(code == 0 || code == 5 && expected) || summary["status"] != "completed" {
         return Err(format!(
             "the recovering fire: exit {code}, cards {cards:?}: {summary}\n{stderr}"
@@ -306,6 +304,11 @@ pub(crate) fn check(env: &TestEnv) -> Result<(), String> {
 }
 
 /// `git <args>` in the repository, as the engineer.
+/// The refs under which blocked fires keep their records, as `git for-each-ref` lists them.
+fn pending_refs(env: &TestEnv) -> Vec<u8> {
+    git(env, &["for-each-ref", "refs/runtime/pending/"]).stdout
+}
+
 fn git(env: &TestEnv, args: &[&str]) -> std::process::Output {
     env.git_in(&env.root, args)
 }

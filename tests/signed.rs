@@ -598,12 +598,7 @@ fn landing_from_a_checkout_of_the_proposal_judges_by_the_branchs_own_settings() 
     // `approve` judges by, it is refused and nothing is written.
     git(&env, &env.root, &["checkout", "-q", "proposals/evil", "--", "settings"]);
     assert_eq!(env.read("settings/runtime.yaml"), hers);
-    let count = || {
-        approvals::load(&git2::Repository::open(&env.root).unwrap())
-            .unwrap()
-            .len()
-    };
-    let before = count();
+    let before = approval_ids(&env, &env.root);
     let (code, _, err) = builder_in(
         &env,
         &env.root,
@@ -612,7 +607,7 @@ fn landing_from_a_checkout_of_the_proposal_judges_by_the_branchs_own_settings() 
     );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("settings/allowed_signers"), "{err}");
-    assert_eq!(count(), before, "nothing written");
+    assert_eq!(approval_ids(&env, &env.root), before, "nothing written");
     git(&env, &env.root, &["reset", "-q", "--hard"]);
     forge_approval(&env, "evil", "Rev <rev@example.com>", Some(&mal_key));
     git(

@@ -1043,7 +1043,10 @@ async fn an_approval_from_the_page_is_judged_by_the_protected_branchs_settings()
         "{why}"
     );
     let git = git2::Repository::open(&repo.root).unwrap();
-    assert!(git.find_reference("refs/builder/approvals").is_err(), "nothing written");
+    assert!(
+        git.find_reference(shared::review::APPROVALS_REF).is_err(),
+        "nothing written"
+    );
     assert_eq!(repo.proposals()[0]["state"], "open");
 }
 

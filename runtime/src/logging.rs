@@ -19,8 +19,9 @@ pub fn init(verbose: u8, format: LogFormat) {
         1 => "info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RUNTIME_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let from_env = tracing_subscriber::EnvFilter::try_from_env("RUNTIME_LOG").ok();
+    let spans = span_events(verbose >= 2 || from_env.is_some());
+    let filter = from_env.unwrap_or_else(|| tracing_subscriber::EnvFilter::new(level));
     cli::log::redact_secret_like_env();
     let make = || cli::log::RedactingStderr {
         before: crate::progress::clear_line,
@@ -30,22 +31,21 @@ pub fn init(verbose: u8, format: LogFormat) {
         .with_writer(make)
         .with_ansi(std::io::stderr().is_terminal() && !crate::progress::no_color())
         .with_target(false)
-        .with_span_events(span_events(verbose));
+        .with_span_events(spans);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
 }
 
-/// At `-vv` (or with `RUNTIME_LOG` set), each phase of a fire (a debug span) prints
-/// its time when it closes: the fire's profile, phase by phase (docs/benchmarks.md).
-/// Not at `-v`, where the info-level spans of libraries (an MCP server's session)
-/// would print their own.
-fn span_events(verbose: u8) -> tracing_subscriber::fmt::format::FmtSpan {
-    use tracing_subscriber::fmt::format::FmtSpan;
-    if verbose >= 2 || std::env::var_os("RUNTIME_LOG").is_some() {
-        FmtSpan::CLOSE
+/// At `-vv` (or with a `RUNTIME_LOG` filter), each phase of a fire (a debug span)
+/// prints its time when it closes: the fire's profile, phase by phase
+/// (docs/benchmarks.md). Not at `-v`, where the info-level spans of libraries (an MCP
+/// server's session) would print their own.
+fn span_events(profiling: bool) -> tracing_subscriber::fmt::format::FmtSpan {
+    if profiling {
+        tracing_subscriber::fmt::format::FmtSpan::CLOSE
     } else {
-        FmtSpan::NONE
+        tracing_subscriber::fmt::format::FmtSpan::NONE
     }
 }
