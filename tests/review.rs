@@ -432,3 +432,38 @@ fn approvals_travel_with_push_and_fetch_and_count_in_the_other_clone() {
     let (code, summary) = fire_in(&env, &cron, "digest");
     assert_eq!(code, 0, "{summary}");
 }
+
+/// A proposal that makes `lib/**` builder-owned: once merged, an uncommitted edit of
+/// `lib/other.sh` is an unreviewed change of the approved tree (the next fire refuses
+/// it), so `merge` refuses it up front, as it refuses one in `prompts/`, judged by the
+/// proposal's committed `builder_paths` as well as the branch's.
+#[test]
+fn merge_refuses_uncommitted_changes_under_the_proposals_builder_paths() {
+    let env = TestEnv::new();
+    env.write("lib/helper.sh", "echo one\n");
+    env.write("lib/other.sh", "echo other\n");
+    env.commit_all("helpers");
+    let settings = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}\nbuilder_paths: [\"lib/**\"]\n"),
+    );
+    env.write("lib/helper.sh", "echo two\n");
+    builder_ok(&env, &env.root, None, &["propose", "own-lib"]);
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "own-lib"]);
+    git(&env, &env.root, &["reset", "-q", "--hard"]);
+    let before = env.head_id();
+    env.write("lib/other.sh", "echo local edit\n");
+    let (code, _, err) = builder_in(&env, &env.root, None, &["merge", "own-lib"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("builder-owned paths have uncommitted changes: lib/other.sh"),
+        "{err}"
+    );
+    assert_eq!(env.head_id(), before, "the branch moved");
+    assert_eq!(env.read("lib/other.sh"), "echo local edit\n");
+    // Discarded, the proposal merges.
+    git(&env, &env.root, &["checkout", "--", "lib/other.sh"]);
+    builder_ok(&env, &env.root, None, &["merge", "own-lib"]);
+    assert_eq!(env.read("lib/helper.sh"), "echo two\n");
+}

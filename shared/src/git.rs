@@ -220,6 +220,19 @@ pub fn head_blob(repo: &Repository, rel: &str) -> Result<Option<Oid>, GitError> 
 /// Builder-owned paths with uncommitted changes (modified, staged, untracked,
 /// deleted, renamed), relative to the work tree.
 pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<Vec<String>, GitError> {
+    dirty_paths_where(repo, ownership.has_extra_builder_paths(), |p| {
+        ownership.classify(p) == Owner::Builder
+    })
+}
+
+/// The paths with uncommitted changes that `owned` keeps, sorted. `anywhere`: owned
+/// paths may lie outside the five builder directories (extra `builder_paths`), so
+/// the whole work tree is looked at.
+pub fn dirty_paths_where(
+    repo: &Repository,
+    anywhere: bool,
+    owned: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, GitError> {
     let mut opts = StatusOptions::new();
     opts.include_untracked(true)
         .recurse_untracked_dirs(true)
@@ -229,7 +242,7 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
     // Otherwise only the fixed directories, given as literal paths: libgit2 then
     // skips whatever lies outside them in the index and the work tree, where
     // patterns make it walk all of both (1.3-1.6 s at 220,000 tracked files).
-    if !ownership.has_extra_builder_paths() {
+    if !anywhere {
         opts.disable_pathspec_match(true);
         for d in BUILDER_DIRS.iter().filter(|d| **d != ".git") {
             opts.pathspec(*d);
@@ -248,7 +261,7 @@ pub fn dirty_builder_paths(repo: &Repository, ownership: &Ownership) -> Result<V
             continue;
         }
         if let Ok(p) = s.path() {
-            if ownership.classify(p) == Owner::Builder {
+            if owned(p) {
                 out.push(p.to_string());
             }
         }

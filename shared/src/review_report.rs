@@ -9,8 +9,8 @@
 
 use crate::diag::Diagnostic;
 use crate::eval::{EvalOptions, EvalReport, Firing, Revision, TempWorktree, Trusted, TrustedSource};
-use crate::layout::{Owner, Ownership};
 use crate::review::delta::{self, DeltaGroup, Side};
+use crate::review::owned::OwnedPaths;
 use crate::review::proposals::UnderReview;
 use crate::review::ReviewError;
 use git2::Repository;
@@ -124,9 +124,9 @@ pub enum ReportError {
 }
 
 /// Gathers the review of proposal `opts.name` in `repo`.
-pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) -> Result<ReviewReport, ReportError> {
+pub fn review(repo: &Repository, opts: &ReviewOptions) -> Result<ReviewReport, ReportError> {
     let p: UnderReview = crate::review::proposals::under_review(repo, &opts.name)?;
-    let (changes, patch) = builder_diff(repo, ownership, &p)?;
+    let (changes, patch) = builder_diff(repo, &p)?;
     let unowned = crate::review::unowned_changes(repo, p.base, p.head)?;
     let diff = changes.iter().map(|c| c.path.clone()).collect();
     let head_wt = TempWorktree::add(repo, &opts.root, &p.head.to_string())?;
@@ -198,14 +198,16 @@ pub fn review(repo: &Repository, ownership: &Ownership, opts: &ReviewOptions) ->
 }
 
 /// The builder-owned paths that differ between the base and the proposal, and their
-/// unified diff.
-fn builder_diff(
-    repo: &Repository,
-    ownership: &Ownership,
-    p: &UnderReview,
-) -> Result<(Vec<Changed>, String), git2::Error> {
+/// unified diff. A path is builder-owned here when either side's committed
+/// `builder_paths` says so, never by the reviewer's work tree: a proposal that makes
+/// `lib/**` builder-owned and changes `lib/x.sh` has that change approved with its
+/// tree, so it is shown here (the head's paths), and what it stops owning is shown too
+/// (the base's), besides being listed as unowned.
+fn builder_diff(repo: &Repository, p: &UnderReview) -> Result<(Vec<Changed>, String), git2::Error> {
     let base = repo.find_commit(p.base)?.tree()?;
     let head = repo.find_commit(p.head)?.tree()?;
+    let base_owned = OwnedPaths::of_tree(repo, &base)?;
+    let head_owned = OwnedPaths::of_tree(repo, &head)?;
     // A file over the size bound is diffed as binary ("Binary files differ"), and
     // the text kept stops at its own bound: a proposal's 256 MiB text file is not
     // held in memory or printed whole.
@@ -217,7 +219,7 @@ fn builder_diff(
             .path()
             .or(d.old_file().path())
             .map(|p| p.to_string_lossy().into_owned())
-            .filter(|p| ownership.classify_normalized(p) == Owner::Builder)
+            .filter(|p| head_owned.is_builder(p) || base_owned.is_builder(p))
     };
     let mut changed = Vec::new();
     for d in diff.deltas() {

@@ -10,7 +10,7 @@
 
 use crate::command_error::{CommandError, Outcome};
 use shared::review::{parse_person, proposals, refuse_runtime};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Approve a proposal's current builder-owned tree (someone other than its authors)
 #[derive(Debug, clap::Args)]
@@ -38,24 +38,10 @@ pub struct Args {
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
-    let (settings, _) = super::protected_branch_settings(&wt)?;
-    let reviewer = match &args.reviewer {
-        Some(r) => parse_person(r).ok_or_else(|| {
-            CommandError::usage(format!("--reviewer `{r}` is not \"Name <email>\""))
-                .hint("for example: --reviewer \"Ann Lee <ann@example.com>\"")
-        })?,
-        None => super::acting_identity(&wt.repo, "--reviewer")?,
-    };
-    let runtime = super::runtime_person(&settings);
-    refuse_runtime(&reviewer, &runtime, "approve")?;
-    let rule = super::approval_rule(&settings)?;
-    let (configured, program) = shared::review::signing::git_signing_key(&wt.repo);
-    let signing = args
-        .key
-        .or(configured)
-        .map(|key| shared::review::approvals::Signing { key, program });
     let Some(name) = args.name else {
-        let approval = shared::review::bootstrap::approve_head(&wt.repo, &reviewer, &rule, signing.as_ref())?;
+        let who = Approver::of(&wt, args.reviewer.as_deref(), args.key)?;
+        let approval =
+            shared::review::bootstrap::approve_head(&wt.repo, &who.reviewer, &who.rule, who.signing.as_ref())?;
         println!(
             "approved HEAD's builder tree {} by {} as the first approval (approval {})",
             approval.body.tree,
@@ -63,7 +49,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             &approval.id.to_string()[..12]
         );
         if args.push {
-            let Some(r) = super::team_remote(&wt.repo, args.remote.as_deref(), &settings, true)? else {
+            let Some(r) = super::team_remote(&wt.repo, args.remote.as_deref(), &who.settings, true)? else {
                 return Err(CommandError::usage("--push: this repository has no remote"));
             };
             let n = shared::review::remote::publish_approvals(&wt.repo, &wt.root, &r)?;
@@ -71,26 +57,17 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         }
         return Ok(Outcome::Ok);
     };
-    super::recover_interrupted(&wt)?;
-    let remote = super::team_remote(&wt.repo, args.remote.as_deref(), &settings, args.push)?;
-    let (approved, pushed) = match (&remote, args.push) {
-        (Some(r), true) => {
-            let done = shared::review::land::approve_and_publish(
-                &wt.repo,
-                &wt.root,
-                &name,
-                &reviewer,
-                &rule,
-                signing.as_ref(),
-                r,
-            )?;
-            (done.approved, Some(done.pushed))
-        }
-        _ => (
-            proposals::approve(&wt.repo, &name, &reviewer, &rule, signing.as_ref(), remote.as_deref())?,
-            None,
-        ),
-    };
+    let done = approve_proposal(
+        &wt,
+        &name,
+        Approving {
+            reviewer: args.reviewer.as_deref(),
+            key: args.key,
+            push: args.push,
+            remote: args.remote.as_deref(),
+        },
+    )?;
+    let (approved, pushed, remote) = (done.approved, done.pushed, done.remote);
     let approval = &approved.approval;
     println!(
         "{} proposals/{} by {}: builder tree {} (approval {})",
@@ -116,4 +93,100 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         (_, None) => println!("hint: no remote yet: `git remote add origin <url>`, `builder install-hooks`, then `builder approve {name} --push`"),
     }
     Ok(Outcome::Ok)
+}
+
+/// Who approves and by which rule: the protected branch's committed settings judge
+/// (never a checked-out proposal's), the reviewer is `--reviewer` or git's acting
+/// identity (never the runtime's), the key `--key` or git's signing key.
+struct Approver {
+    settings: shared::settings::RuntimeSettings,
+    reviewer: shared::git::Person,
+    rule: shared::review::signing::ApprovalRule,
+    signing: Option<shared::review::approvals::Signing>,
+}
+
+impl Approver {
+    fn of(wt: &shared::git::WorkTree, reviewer: Option<&str>, key: Option<PathBuf>) -> Result<Approver, CommandError> {
+        let (settings, _) = super::protected_branch_settings(wt)?;
+        let reviewer = match reviewer {
+            Some(r) => parse_person(r).ok_or_else(|| {
+                CommandError::usage(format!("--reviewer `{r}` is not \"Name <email>\""))
+                    .hint("for example: --reviewer \"Ann Lee <ann@example.com>\"")
+            })?,
+            None => super::acting_identity(&wt.repo, "--reviewer")?,
+        };
+        refuse_runtime(&reviewer, &super::runtime_person(&settings), "approve")?;
+        let rule = super::approval_rule(&settings)?;
+        let (configured, program) = shared::review::signing::git_signing_key(&wt.repo);
+        let signing = key
+            .or(configured)
+            .map(|key| shared::review::approvals::Signing { key, program });
+        Ok(Approver {
+            settings,
+            reviewer,
+            rule,
+            signing,
+        })
+    }
+}
+
+/// How to approve a proposal: `builder approve`'s flags (the web view passes none).
+pub struct Approving<'a> {
+    pub reviewer: Option<&'a str>,
+    pub key: Option<PathBuf>,
+    pub push: bool,
+    pub remote: Option<&'a str>,
+}
+
+/// What approving a proposal did: the approval, the remote judged against, and with
+/// `push` how many approvals it was sent.
+pub struct ApprovedProposal {
+    pub approved: proposals::Approved,
+    pub pushed: Option<usize>,
+    pub remote: Option<String>,
+}
+
+/// Approves proposal `name`: the one path of `builder approve <name>` and of the web
+/// view's approve action. Settles what an interrupted builder left first, judges by
+/// the protected branch's committed settings ([`Approver`]), judges the remote's
+/// proposal branch as last fetched (with `push`: fetched now, and the approval
+/// published).
+pub fn approve_proposal(
+    wt: &shared::git::WorkTree,
+    name: &str,
+    how: Approving<'_>,
+) -> Result<ApprovedProposal, CommandError> {
+    let who = Approver::of(wt, how.reviewer, how.key)?;
+    super::recover_interrupted(wt)?;
+    let remote = super::team_remote(&wt.repo, how.remote, &who.settings, how.push)?;
+    let (approved, pushed) = match (&remote, how.push) {
+        (Some(r), true) => {
+            let done = shared::review::land::approve_and_publish(
+                &wt.repo,
+                &wt.root,
+                name,
+                &who.reviewer,
+                &who.rule,
+                who.signing.as_ref(),
+                r,
+            )?;
+            (done.approved, Some(done.pushed))
+        }
+        _ => (
+            proposals::approve(
+                &wt.repo,
+                name,
+                &who.reviewer,
+                &who.rule,
+                who.signing.as_ref(),
+                remote.as_deref(),
+            )?,
+            None,
+        ),
+    };
+    Ok(ApprovedProposal {
+        approved,
+        pushed,
+        remote,
+    })
 }

@@ -21,15 +21,12 @@ pub struct Args {
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
+    let actor = super::acting_identity(&wt.repo, "GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL")?;
+    super::recover_interrupted(&wt)?;
     // The branch's own settings, not the work tree's: a CI job landing the proposal
     // it checked out would otherwise judge its approval by the proposal's rule.
-    let (settings, _) = super::protected_branch_settings(&wt)?;
-    let actor = super::acting_identity(&wt.repo, "GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL")?;
+    let (settings, remote) = super::settings_to_land_by(&wt, args.remote.as_deref())?;
     let rule = super::approval_rule(&settings)?;
-    super::recover_interrupted(&wt)?;
-    let Some(remote) = super::team_remote(&wt.repo, args.remote.as_deref(), &settings, true)? else {
-        return Err(CommandError::usage("this repository has no remote to land on"));
-    };
     let branch = shared::review::remote::protected_branch(&wt.repo, &remote, settings.sync.as_ref());
     let landed = land::land(&wt.repo, &wt.root, &args.name, &actor, &rule, &remote, &branch)?;
     if landed.already {

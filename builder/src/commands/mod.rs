@@ -180,16 +180,53 @@ fn ownership_of(
 pub fn protected_branch_settings(
     wt: &shared::git::WorkTree,
 ) -> Result<(shared::settings::RuntimeSettings, shared::layout::Ownership), CommandError> {
-    match shared::review::base::protected_settings(&wt.repo) {
-        Ok(Some((_, settings))) => {
+    match committed_protected_settings(wt)? {
+        Some(settings) => {
             let ownership = ownership_of(&wt.root, &settings)?;
             Ok((settings, ownership))
         }
-        Ok(None) => review_settings(&wt.root),
+        None => review_settings(&wt.root),
+    }
+}
+
+/// The protected branch's committed settings ([`shared::review::base::protected_settings`]),
+/// `None` when this clone has no protected branch.
+fn committed_protected_settings(
+    wt: &shared::git::WorkTree,
+) -> Result<Option<shared::settings::RuntimeSettings>, CommandError> {
+    match shared::review::base::protected_settings(&wt.repo) {
+        Ok(found) => Ok(found.map(|(_, settings)| settings)),
         Err(shared::review::delta::DeltaError::Store(e)) => Err(CommandError::from(e)),
         Err(e) => Err(CommandError::new(command_error::Kind::Config, e)
             .hint("the protected branch's committed settings judge this command: fix them through review")),
     }
+}
+
+/// The settings and remote of a command that lands on the protected branch (`land`):
+/// [`protected_branch_settings`], except that a clone without the protected branch
+/// (a CI job's clone of the proposal alone, `--single-branch`) fetches the remote
+/// first and then reads the branch's. Never the work tree's there, which are the
+/// proposal's: its approval rule would judge its own approvals. Refused when the
+/// remote has no protected branch either.
+pub fn settings_to_land_by(
+    wt: &shared::git::WorkTree,
+    remote_flag: Option<&str>,
+) -> Result<(shared::settings::RuntimeSettings, String), CommandError> {
+    let no_remote = || CommandError::usage("this repository has no remote to land on");
+    let had_branch = shared::review::base::protected_tip(&wt.repo)?.is_some();
+    let (settings, _) = protected_branch_settings(wt)?;
+    let remote = team_remote(&wt.repo, remote_flag, &settings, true)?.ok_or_else(no_remote)?;
+    if had_branch {
+        return Ok((settings, remote));
+    }
+    shared::review::remote::fetch(&wt.root, &remote)?;
+    let Some(settings) = committed_protected_settings(wt)? else {
+        return Err(CommandError::usage(format!(
+            "{remote} has no protected branch to land on (settings sync.branch, else the remote's default branch, `main` or `master`)"
+        )));
+    };
+    let remote = team_remote(&wt.repo, remote_flag, &settings, true)?.ok_or_else(no_remote)?;
+    Ok((settings, remote))
 }
 
 /// The rule approvals are judged by (`shared::review::signing::ApprovalRule`), from

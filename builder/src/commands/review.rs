@@ -53,7 +53,6 @@ pub struct Args {
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
-    let (_, ownership) = super::review_settings(&wt.root)?;
     let history = args.history.unwrap_or_else(|| {
         wt.root
             .join(shared::layout::STATE_DIR)
@@ -71,7 +70,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         trusted: super::eval::trusted_source(args.trusted_settings),
         max_live_fires: args.max_live_fires,
     };
-    let report = review_report::review(&wt.repo, &ownership, &opts).map_err(|e| match e {
+    let report = review_report::review(&wt.repo, &opts).map_err(|e| match e {
         ReportError::Review(e) => CommandError::from(e),
         ReportError::Git(e) => CommandError::from(e),
         ReportError::Delta(shared::review::delta::DeltaError::Store(e)) => CommandError::from(e),

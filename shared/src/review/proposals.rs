@@ -6,11 +6,12 @@
 //! merge commit with `Reviewed-by:`, `Approved-tree:` and `Fixes-card:` trailers.
 
 use super::approvals::{self, Approval, Signing};
+use super::owned::OwnedPaths;
 use super::signing::ApprovalRule;
 use super::trust::Trust;
 use super::{builder_tree_of, same_person, ReviewError, PROPOSAL_PREFIX};
 use crate::git::Person;
-use crate::layout::Ownership;
+use crate::layout::{Owner, Ownership};
 use git2::{build::TreeUpdateBuilder, BranchType, FileMode, Oid, Repository, Signature};
 use serde::Serialize;
 use std::path::Path;
@@ -617,14 +618,8 @@ pub fn merge(
     if is_merged(repo, prop)? {
         return merged_already(repo, rule, name, prop, base.id());
     }
-    let dirty = crate::git::dirty_builder_paths(repo, ownership)?;
-    if !dirty.is_empty() {
-        return Err(ReviewError::Refused(format!(
-            "builder-owned paths have uncommitted changes: {} (propose or discard them first)",
-            dirty.join(", ")
-        )));
-    }
     let prop_commit = repo.find_commit(prop)?;
+    refuse_dirty_before_merge(repo, ownership, &prop_commit)?;
     let tree = builder_tree_of(repo, &prop_commit.tree()?)?;
     let approval = approval_to_merge(repo, rule, name, prop, tree)?;
     let from = match repo.merge_base(base.id(), prop) {
@@ -667,6 +662,27 @@ pub fn merge(
         fixes,
         already: false,
     })
+}
+
+/// Refuses a merge while builder-owned paths have uncommitted changes: owned by the
+/// branch's settings (`ownership`) or by the proposal's, which the merge brings. An
+/// edit left in either is an unreviewed change once merged.
+fn refuse_dirty_before_merge(
+    repo: &Repository,
+    ownership: &Ownership,
+    prop: &git2::Commit<'_>,
+) -> Result<(), ReviewError> {
+    let theirs = OwnedPaths::of_tree(repo, &prop.tree()?)?;
+    let dirty = crate::git::dirty_paths_where(repo, ownership.has_extra_builder_paths() || theirs.has_extras(), |p| {
+        ownership.classify(p) == Owner::Builder || theirs.is_builder(p)
+    })?;
+    if dirty.is_empty() {
+        return Ok(());
+    }
+    Err(ReviewError::Refused(format!(
+        "builder-owned paths have uncommitted changes: {} (propose or discard them first)",
+        dirty.join(", ")
+    )))
 }
 
 /// A second `merge` of proposal `name` (or one after a run killed once the branch

@@ -166,7 +166,6 @@ fn review_of(app: &App, name: &str) -> Result<Arc<ReviewReport>, PageError> {
     if let Some(r) = app.cached_review(&key) {
         return Ok(r);
     }
-    let (_, ownership) = crate::commands::review_settings(&wt.root).map_err(PageError::from_display)?;
     let opts = ReviewOptions {
         root: wt.root.clone(),
         name: name.to_string(),
@@ -181,7 +180,7 @@ fn review_of(app: &App, name: &str) -> Result<Arc<ReviewReport>, PageError> {
         trusted: shared::eval::trusted::TrustedSource::Base,
         max_live_fires: shared::eval::DEFAULT_MAX_LIVE_FIRES,
     };
-    let report = shared::review_report::review(&wt.repo, &ownership, &opts).map_err(|e| match e {
+    let report = shared::review_report::review(&wt.repo, &opts).map_err(|e| match e {
         ReportError::Review(e) => review_error(e),
         other => PageError::internal(other.to_string()),
     })?;
@@ -318,32 +317,18 @@ pub async fn approve(State(app): State<Arc<App>>, wants: Wants, Form(form): Form
     let name = form.name.clone();
     let done = blocking(&app, move |app| {
         let wt = shared::git::open_work_tree(&app.root).map_err(PageError::from_display)?;
-        // The protected branch's committed settings judge, as for `builder approve`: a
-        // work tree carrying a proposal's settings must not make its rule the judge.
-        let (settings, _) = crate::commands::protected_branch_settings(&wt).map_err(PageError::from_display)?;
-        // The person running the server, as `builder approve` without --reviewer.
-        let reviewer = shared::git::acting_identity(&wt.repo).map_err(|e| {
-            PageError::bad_request(e.to_string())
-                .hint("set git's user.name and user.email for the person running builder serve")
-        })?;
-        shared::review::refuse_runtime(&reviewer, &crate::commands::runtime_person(&settings), "approve")
-            .map_err(review_error)?;
-        let rule = crate::commands::approval_rule(&settings).map_err(PageError::from_display)?;
-        let (configured, program) = shared::review::signing::git_signing_key(&wt.repo);
-        let signing = configured.map(|key| shared::review::approvals::Signing { key, program });
-        // As `builder approve` without --push: the remote's proposal branch (as last
-        // fetched) is judged too; publishing the approval stays a separate step.
-        let remote = crate::commands::team_remote(&wt.repo, None, &settings, false).map_err(PageError::from_display)?;
-        let a = proposals::approve(
-            &wt.repo,
-            &form.name,
-            &reviewer,
-            &rule,
-            signing.as_ref(),
-            remote.as_deref(),
-        )
-        .map_err(review_error)?
-        .approval;
+        // Exactly `builder approve <name>` as the person running the server, without
+        // --push: publishing the approval stays a separate step.
+        let how = crate::commands::approve::Approving {
+            reviewer: None,
+            key: None,
+            push: false,
+            remote: None,
+        };
+        let a = crate::commands::approve::approve_proposal(&wt, &form.name, how)
+            .map_err(PageError::from_display)?
+            .approved
+            .approval;
         Ok(Approved {
             proposal: form.name.clone(),
             approval: a.id.to_string(),
