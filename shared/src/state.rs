@@ -302,6 +302,14 @@ pub fn reset_reported(note: &Path) {
     let _ = std::fs::remove_file(note);
 }
 
+/// The run of a task that waits for approval ([`StateDb::waiting_run`]), asked on
+/// every fire: from the checkpoints (only runs that pause keep one) to their runs.
+/// `CROSS JOIN` keeps that order; the planner otherwise walked every run the task ever
+/// had through `runs_task`, reading each row's status, a read that grew with the
+/// history (about 40 pages at 372 runs).
+const WAITING_RUN_SQL: &str = "SELECT c.run_id FROM checkpoints c CROSS JOIN runs r ON r.run_id = c.run_id
+     WHERE r.task = ?1 AND r.status = 'waiting_approval' ORDER BY r.started_at DESC LIMIT 1";
+
 /// Why opening failed: a damaged file, or anything else (busy, read-only, full).
 enum OpenFailure {
     Damaged(String),
@@ -567,12 +575,7 @@ impl StateDb {
     pub fn waiting_run(&self, task: &str) -> Result<Option<String>, StoreError> {
         self.store
             .conn()
-            .query_row(
-                "SELECT c.run_id FROM checkpoints c JOIN runs r ON r.run_id = c.run_id
-                 WHERE r.task = ?1 AND r.status = 'waiting_approval' ORDER BY r.started_at DESC LIMIT 1",
-                [task],
-                |r| r.get(0),
-            )
+            .query_row(WAITING_RUN_SQL, [task], |r| r.get(0))
             .optional()
             .map_err(self.store.sql_error())
     }
@@ -979,6 +982,26 @@ mod tests {
             task: "t".into(),
             state,
         }
+    }
+
+    #[test]
+    fn the_waiting_run_is_found_from_the_checkpoints_not_the_tasks_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        let plan: Vec<String> = db
+            .store()
+            .conn()
+            .prepare(&format!("EXPLAIN QUERY PLAN {WAITING_RUN_SQL}"))
+            .unwrap()
+            .query_map(["t"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(plan[0].starts_with("SCAN c"), "{plan:?}");
+        assert!(
+            plan[1].starts_with("SEARCH r USING INDEX sqlite_autoindex_runs_1"),
+            "{plan:?}"
+        );
     }
 
     #[test]

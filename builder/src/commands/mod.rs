@@ -213,12 +213,14 @@ pub fn settings_to_land_by(
     remote_flag: Option<&str>,
 ) -> Result<(shared::settings::RuntimeSettings, String), CommandError> {
     let no_remote = || CommandError::usage("this repository has no remote to land on");
-    let had_branch = shared::review::base::protected_tip(&wt.repo)?.is_some();
-    let (settings, _) = protected_branch_settings(wt)?;
-    let remote = team_remote(&wt.repo, remote_flag, &settings, true)?.ok_or_else(no_remote)?;
-    if had_branch {
+    if shared::review::base::protected_tip(&wt.repo)?.is_some() {
+        let (settings, _) = protected_branch_settings(wt)?;
+        let remote = team_remote(&wt.repo, remote_flag, &settings, true)?.ok_or_else(no_remote)?;
         return Ok((settings, remote));
     }
+    // The work tree's settings are the proposal's here: its `sync.remote` (a bare
+    // repository it commits, say) must not choose where the approvals come from.
+    let remote = remote_by(&wt.repo, remote_flag, None, true)?.ok_or_else(no_remote)?;
     shared::review::remote::fetch(&wt.root, &remote)?;
     let Some(settings) = committed_protected_settings(wt)? else {
         return Err(CommandError::usage(format!(
@@ -261,6 +263,16 @@ pub fn team_remote(
     settings: &shared::settings::RuntimeSettings,
     needed: bool,
 ) -> Result<Option<String>, CommandError> {
+    remote_by(repo, flag, settings.sync.as_ref(), needed)
+}
+
+/// [`team_remote`] by `sync` alone (`None`: the branch's upstream, or origin).
+fn remote_by(
+    repo: &git2::Repository,
+    flag: Option<&str>,
+    sync: Option<&shared::settings::SyncSettings>,
+    needed: bool,
+) -> Result<Option<String>, CommandError> {
     if let Some(r) = flag {
         if repo.find_remote(r).is_err() {
             return Err(
@@ -270,7 +282,7 @@ pub fn team_remote(
         }
         return Ok(Some(r.to_string()));
     }
-    let found = shared::review::remote::default_remote(repo, settings.sync.as_ref())?;
+    let found = shared::review::remote::default_remote(repo, sync)?;
     if found.is_none() && needed {
         return Err(CommandError::usage("this repository has no remote to publish to")
             .hint("`git remote add origin <url>` then `builder install-hooks`; or name one with --remote"));

@@ -16,7 +16,7 @@
 //! when the clone has one (what the team pushed, past the pre-push hook), else the
 //! local branch.
 
-use super::remote::{default_remote, protected_branch, tracking_ref};
+use super::remote::{judging_remote, protected_branch, tracking_ref};
 use super::ReviewError;
 use git2::{Oid, Repository};
 
@@ -38,7 +38,7 @@ pub fn protected_tip(repo: &Repository) -> Result<Option<ProtectedTip>, git2::Er
 /// found on the way ([`reviewed_ancestor`]: the tip is the guessed branch's, whose
 /// settings were judged to read its `sync.branch`).
 fn protected_tip_judged(repo: &Repository) -> Result<Option<(ProtectedTip, Option<Oid>)>, git2::Error> {
-    let remote = default_remote(repo, None)?;
+    let remote = judging_remote(repo)?;
     let tip_of = |branch: &str| -> Option<ProtectedTip> {
         let tracked = remote.as_deref().and_then(|r| {
             repo.refname_to_id(&tracking_ref(r, branch))

@@ -10,7 +10,9 @@
 //! `main` or `master`, whichever the remote has (`main` first), else `main`. A
 //! proposal's branch (`proposals/...`) is never the protected one. The default remote
 //! is `sync.remote`, else the current branch's upstream remote, else `origin`, else
-//! the only remote there is.
+//! the only remote there is. The protected branch that judges approvals is read from
+//! the remote the local `main` (or `master`) tracks, else `origin`, else the only
+//! remote: never from the checked-out branch's upstream ([`judging_remote`]).
 
 use super::{ReviewError, APPROVALS_REFSPEC, APPROVED_PREFIX, PROPOSAL_PREFIX};
 use crate::settings::SyncSettings;
@@ -23,14 +25,31 @@ pub fn default_remote(repo: &Repository, sync: Option<&SyncSettings>) -> Result<
     if let Some(s) = sync {
         return Ok(Some(s.remote.clone()));
     }
+    let head = repo.head().ok().and_then(|h| h.name().ok().map(str::to_string));
+    remote_tracked_by(repo, head.as_deref().into_iter())
+}
+
+/// The remote whose protected branch judges approvals (`super::base::protected_tip`):
+/// the upstream remote of the local `main` or `master`, else `origin`, else the only
+/// remote. Never the checked-out branch's upstream, as [`default_remote`] takes it: a
+/// reviewer on a branch that tracks a colleague's fork would be judged by the fork's
+/// `main`, which the colleague controls.
+pub fn judging_remote(repo: &Repository) -> Result<Option<String>, git2::Error> {
+    remote_tracked_by(repo, ["refs/heads/main", "refs/heads/master"].into_iter())
+}
+
+/// The upstream remote of the first of `branches` that has one among the repository's
+/// remotes, else `origin`, else the only remote; `None` without a remote.
+fn remote_tracked_by<'a>(
+    repo: &Repository,
+    branches: impl Iterator<Item = &'a str>,
+) -> Result<Option<String>, git2::Error> {
     let remotes: Vec<String> = repo.remotes()?.iter().flatten().flatten().map(str::to_string).collect();
-    if let Ok(head) = repo.head() {
-        if let Ok(name) = head.name() {
-            if let Ok(buf) = repo.branch_upstream_remote(name) {
-                if let Ok(r) = buf.as_str() {
-                    if remotes.iter().any(|x| x == r) {
-                        return Ok(Some(r.to_string()));
-                    }
+    for branch in branches {
+        if let Ok(buf) = repo.branch_upstream_remote(branch) {
+            if let Ok(r) = buf.as_str() {
+                if remotes.iter().any(|x| x == r) {
+                    return Ok(Some(r.to_string()));
                 }
             }
         }
