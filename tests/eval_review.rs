@@ -451,7 +451,21 @@ fn under_require_reviewed_an_eval_runs_the_unapproved_proposal_without_committin
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = env.builder(&["review", "shorter", "--format", "json"]);
     let r = json_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{r}");
+    // Review was turned on by a direct commit no approval covers: approving the
+    // proposal covers it too, so the review shows it and fails; the evals pass.
+    assert_eq!(out.status.code(), Some(1), "{r}");
+    assert_eq!(r["evals"]["summary"]["ok"], true, "{r}");
+    let base_changes: Vec<&str> = r["unreviewed_base"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["path"].as_str())
+        .collect();
+    assert_eq!(
+        base_changes,
+        ["evals/digest/lists.yaml", "settings/runtime.yaml"],
+        "{r}"
+    );
     let head_rows: Vec<&Value> = r["evals"]["rows"]
         .as_array()
         .unwrap()

@@ -13,7 +13,7 @@ use crate::review::delta::{self, DeltaGroup, Side};
 use crate::review::owned::OwnedPaths;
 use crate::review::proposals::UnderReview;
 use crate::review::ReviewError;
-use git2::Repository;
+use git2::{Oid, Repository};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,30 @@ pub struct Changed {
     pub path: String,
     /// `added`, `deleted` or `modified`.
     pub status: &'static str,
+}
+
+/// What the base holds that no approval covers: an approval names the proposal's whole
+/// builder tree, so approving the proposal covers these changes too (the way a team
+/// covers a push past review after the fact, docs/team.md), and the review shows them.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnreviewedBase {
+    /// The base's nearest first-parent ancestor that owes no review.
+    pub reviewed: String,
+    /// The commits from there to the base (first parents, newest first).
+    pub commits: Vec<BaseCommit>,
+    /// The builder-owned paths they change.
+    pub changes: Vec<Changed>,
+    /// The unified diff of those paths.
+    #[serde(skip)]
+    pub patch: String,
+}
+
+/// One commit of [`UnreviewedBase`].
+#[derive(Debug, Clone, Serialize)]
+pub struct BaseCommit {
+    pub id: String,
+    pub author: String,
+    pub summary: String,
 }
 
 /// The evidence for one card the proposal fixes.
@@ -66,6 +90,10 @@ pub struct ReviewReport {
     /// Paths the proposal changes outside the builder-owned ones: no approval covers
     /// them, and `builder land` refuses the proposal while it holds any.
     pub unowned: Vec<String>,
+    /// Builder-owned changes the base holds that no approval covers (pushed past
+    /// review), which an approval of the proposal covers too; `None` when the base owes
+    /// no review.
+    pub unreviewed_base: Option<UnreviewedBase>,
     /// `builder check` on the proposal's tree.
     pub check: Vec<Diagnostic>,
     /// How many recorded calls were decided again, and from where.
@@ -126,8 +154,9 @@ pub enum ReportError {
 /// Gathers the review of proposal `opts.name` in `repo`.
 pub fn review(repo: &Repository, opts: &ReviewOptions) -> Result<ReviewReport, ReportError> {
     let p: UnderReview = crate::review::proposals::under_review(repo, &opts.name)?;
-    let (changes, patch) = builder_diff(repo, &p)?;
+    let (changes, patch) = builder_diff(repo, p.base, p.head)?;
     let unowned = crate::review::unowned_changes(repo, p.base, p.head)?;
+    let unreviewed_base = unreviewed_base(repo, p.base)?;
     let diff = changes.iter().map(|c| c.path.clone()).collect();
     let head_wt = TempWorktree::add(repo, &opts.root, &p.head.to_string())?;
     let check = crate::check::check_repo(&head_wt.path).problems;
@@ -172,7 +201,7 @@ pub fn review(repo: &Repository, opts: &ReviewOptions) -> Result<ReviewReport, R
     };
     let fixes = p.fixes.iter().map(|card| fix_evidence(&ctx, card)).collect();
     drop(head_wt);
-    let ok = check.is_empty() && evals.summary.ok && unowned.is_empty();
+    let ok = check.is_empty() && evals.summary.ok && unowned.is_empty() && unreviewed_base.is_none();
     Ok(ReviewReport {
         proposal: opts.name.clone(),
         base: p.base.to_string(),
@@ -181,6 +210,7 @@ pub fn review(repo: &Repository, opts: &ReviewOptions) -> Result<ReviewReport, R
         changes,
         patch,
         unowned,
+        unreviewed_base,
         check,
         history: HistoryScope {
             database: opts.history.to_string_lossy().into_owned(),
@@ -203,9 +233,9 @@ pub fn review(repo: &Repository, opts: &ReviewOptions) -> Result<ReviewReport, R
 /// `lib/**` builder-owned and changes `lib/x.sh` has that change approved with its
 /// tree, so it is shown here (the head's paths), and what it stops owning is shown too
 /// (the base's), besides being listed as unowned.
-fn builder_diff(repo: &Repository, p: &UnderReview) -> Result<(Vec<Changed>, String), git2::Error> {
-    let base = repo.find_commit(p.base)?.tree()?;
-    let head = repo.find_commit(p.head)?.tree()?;
+fn builder_diff(repo: &Repository, from: Oid, to: Oid) -> Result<(Vec<Changed>, String), git2::Error> {
+    let base = repo.find_commit(from)?.tree()?;
+    let head = repo.find_commit(to)?.tree()?;
     let base_owned = OwnedPaths::of_tree(repo, &base)?;
     let head_owned = OwnedPaths::of_tree(repo, &head)?;
     // A file over the size bound is diffed as binary ("Binary files differ"), and
@@ -249,11 +279,43 @@ fn builder_diff(repo: &Repository, p: &UnderReview) -> Result<(Vec<Changed>, Str
     })?;
     if left_out > 0 {
         patch.push_str(&format!(
-            "\n[{left_out} more bytes of diff not shown: `git diff {} {}` has it all]\n",
-            p.base, p.head
+            "\n[{left_out} more bytes of diff not shown: `git diff {from} {to}` has it all]\n"
         ));
     }
     Ok((changed, patch))
+}
+
+/// What `base` holds that no approval covers ([`UnreviewedBase`]), if anything:
+/// its commits down to its nearest first-parent ancestor that owes no review
+/// ([`crate::review::base::reviewed_ancestor`]). `None` as well when nothing below
+/// is reviewed at all (review was never bootstrapped: every fire refuses anyway).
+fn unreviewed_base(repo: &Repository, base: Oid) -> Result<Option<UnreviewedBase>, ReportError> {
+    let reviewed = match crate::review::base::reviewed_ancestor(repo, base) {
+        Ok(c) if c != base => c,
+        Ok(_) => return Ok(None),
+        Err(ReviewError::Git(e)) => return Err(e.into()),
+        Err(_) => return Ok(None),
+    };
+    let mut walk = repo.revwalk()?;
+    walk.simplify_first_parent()?;
+    walk.push(base)?;
+    walk.hide(reviewed)?;
+    let mut commits = Vec::new();
+    for id in walk {
+        let c = repo.find_commit(id?)?;
+        commits.push(BaseCommit {
+            id: c.id().to_string(),
+            author: c.author().to_string(),
+            summary: c.summary().ok().flatten().unwrap_or("").to_string(),
+        });
+    }
+    let (changes, patch) = builder_diff(repo, reviewed, base)?;
+    Ok(Some(UnreviewedBase {
+        reviewed: reviewed.to_string(),
+        commits,
+        changes,
+        patch,
+    }))
 }
 
 /// Files larger than this are diffed as binary in a review.
@@ -503,6 +565,7 @@ pub fn text(r: &ReviewReport) -> String {
             let _ = writeln!(o, "{}", p(path));
         }
     }
+    text_unreviewed_base(&mut o, r);
     let _ = writeln!(o, "\n== check of the proposal: {} problem(s)", r.check.len());
     for d in &r.check {
         let _ = writeln!(o, "{}", p(&d.to_string()));
@@ -544,12 +607,38 @@ pub fn text(r: &ReviewReport) -> String {
     o
 }
 
+/// The text review's section on the base's changes no approval covers, if any.
+fn text_unreviewed_base(o: &mut String, r: &ReviewReport) {
+    use crate::text::{printable as p, printable_multiline};
+    let Some(u) = &r.unreviewed_base else {
+        return;
+    };
+    let _ = writeln!(
+        o,
+        "\n== also approved with it: the base's builder-owned changes since {} that no approval covers ({} commit(s))",
+        short(&u.reviewed),
+        u.commits.len()
+    );
+    for c in &u.commits {
+        let _ = writeln!(o, "commit {} {}: {}", short(&c.id), p(&c.author), p(&c.summary));
+    }
+    for c in &u.changes {
+        let _ = writeln!(o, "{:<8} {}", c.status, p(&c.path));
+    }
+    if !u.patch.is_empty() {
+        let _ = writeln!(o, "\n{}", printable_multiline(u.patch.trim_end()));
+    }
+}
+
 /// The review's last line.
-fn verdict(r: &ReviewReport) -> &'static str {
+pub fn verdict(r: &ReviewReport) -> &'static str {
     match (&r.refused, r.ok) {
         (Some(_), _) => "FAIL: the proposal widens powers; its evals were refused",
         (None, true) => "ok: checks and evals pass",
         (None, false) if !r.unowned.is_empty() => "FAIL: the proposal changes paths outside the builder-owned ones",
+        (None, false) if r.unreviewed_base.is_some() => {
+            "FAIL: the base holds builder-owned changes no approval covers; approving the proposal covers them too"
+        }
         (None, false) => "FAIL: checks or evals fail",
     }
 }
@@ -586,6 +675,26 @@ pub fn github(r: &ReviewReport) -> String {
         );
         for path in &r.unowned {
             let _ = writeln!(o, "- {}", code(path));
+        }
+    }
+    if let Some(u) = &r.unreviewed_base {
+        let _ = writeln!(
+            o,
+            "\n### Also approved with it\n\nThe base's builder-owned changes since `{}` that no approval covers: approving the proposal covers them too.\n",
+            short(&u.reviewed)
+        );
+        for c in &u.commits {
+            let _ = writeln!(o, "- {} {}: {}", code(short(&c.id)), code(&c.author), prose(&c.summary));
+        }
+        for c in &u.changes {
+            let _ = writeln!(o, "- {} ({})", code(&c.path), c.status);
+        }
+        if !u.patch.is_empty() {
+            let _ = writeln!(
+                o,
+                "\n<details><summary>diff</summary>\n\n{}</details>",
+                markdown_fence(u.patch.trim_end(), "diff")
+            );
         }
     }
     let _ = writeln!(o, "\n### Check\n");

@@ -126,14 +126,25 @@ struct ReviewHtml {
     base: String,
     head: String,
     ok: bool,
+    verdict: &'static str,
     changes: Vec<(String, &'static str)>,
     patch: String,
+    unowned: Vec<String>,
+    unreviewed_base: Option<BaseHtml>,
     check: Vec<String>,
     history: String,
     delta: Vec<Delta>,
     evals: Vec<EvalRow>,
     failures: Vec<String>,
     fixes: Vec<String>,
+}
+
+/// The base's changes no approval covers ([`shared::review_report::UnreviewedBase`]).
+struct BaseHtml {
+    reviewed: String,
+    commits: Vec<String>,
+    changes: Vec<(String, &'static str)>,
+    patch: String,
 }
 
 struct Delta {
@@ -201,8 +212,20 @@ pub async fn review(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<H
             base: r.base.clone(),
             head: r.head.clone(),
             ok: r.ok,
+            verdict: shared::review_report::verdict(&r),
             changes: r.changes.iter().map(|c| (printable(&c.path), c.status)).collect(),
             patch: printable_multiline(&r.patch),
+            unowned: r.unowned.iter().map(|p| printable(p)).collect(),
+            unreviewed_base: r.unreviewed_base.as_ref().map(|u| BaseHtml {
+                reviewed: u.reviewed.clone(),
+                commits: u
+                    .commits
+                    .iter()
+                    .map(|c| printable(&format!("{} {}: {}", &c.id[..12.min(c.id.len())], c.author, c.summary)))
+                    .collect(),
+                changes: u.changes.iter().map(|c| (printable(&c.path), c.status)).collect(),
+                patch: printable_multiline(&u.patch),
+            }),
             check: r.check.iter().map(|d| printable(&d.to_string())).collect(),
             history: printable(&format!(
                 "{} recorded call(s) from {}{}",
