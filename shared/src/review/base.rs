@@ -154,11 +154,20 @@ fn approval_rule_of(repo: &Repository, commit: Oid) -> Result<Option<super::sign
     super::trust::Trust::rule_in_force(repo, commit, rule, None).map(Some)
 }
 
-/// The nearest first-parent commit from `base` down that owes no review under `rule`.
+/// The nearest commit from `base` down that owes no review under `rule`, along first
+/// parents, except past a merge that brought its tree in over a reviewed parent
+/// ([`super::trust::Trust::replaced_reviewed_parent`]: an orphan line with review off,
+/// merged with its own line first): there the walk goes on along the replaced line.
+/// The orphan's own line never judged anything, and its root owes nothing, which
+/// would make its settings the judge.
 fn reviewed_below(repo: &Repository, base: Oid, rule: super::signing::ApprovalRule) -> Result<Oid, ReviewError> {
     let mut trust = super::trust::Trust::new(repo, rule)?;
     let mut at = base;
     while trust.review_owed(at)? {
+        if let Some(replaced) = trust.replaced_reviewed_parent(at)? {
+            at = replaced;
+            continue;
+        }
         at = repo.find_commit(at)?.parent_ids().next().ok_or_else(|| {
             ReviewError::Refused(format!(
                 "no reviewed commit below {}: there is no trusted base to judge from",
@@ -285,6 +294,34 @@ mod tests {
         // Approved, it is trusted.
         approve(&repo, "q", pushed);
         assert_eq!(reviewed_ancestor(&repo, pushed).unwrap(), pushed);
+    }
+
+    /// An orphan history with review off, merged onto `main` with its own line first
+    /// (`git commit-tree -p <orphan> -p main`: a fast-forward of `main`, pushed past the
+    /// hook). The merge owes review (it replaced a reviewed tree); the walk down to a
+    /// reviewed commit goes on along the line it replaced, never down the orphan's,
+    /// whose root owes nothing and would lend its settings (review off, the sandbox
+    /// off) to every command that judges and every eval.
+    #[test]
+    fn a_merge_over_an_orphan_line_lends_the_orphans_settings_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let on = "version: 1\nprovider: {kind: replay, replay: x}\nrequire_reviewed: true\n";
+        let off = "version: 1\nprovider: {kind: replay, replay: x}\nsandbox: {landlock: \"off\"}\n";
+        let reviewed_tip = commit(&repo, "main", None, on);
+        approve(&repo, "p", reviewed_tip);
+        let orphan = repo.find_commit(commit(&repo, "o", None, off)).unwrap();
+        let main = repo.find_commit(reviewed_tip).unwrap();
+        let sig = git2::Signature::now("Mallory", "mallory@example.com").unwrap();
+        let merge = repo
+            .commit(None, &sig, &sig, "m", &orphan.tree().unwrap(), &[&orphan, &main])
+            .unwrap();
+        repo.reference("refs/heads/main", merge, true, "fast-forward past the hook")
+            .unwrap();
+        assert_eq!(protected_tip(&repo).unwrap().unwrap().commit, merge);
+        assert_eq!(reviewed_ancestor(&repo, merge).unwrap(), reviewed_tip);
+        let (_, settings) = protected_settings(&repo).unwrap().unwrap();
+        assert!(settings.require_reviewed, "the orphan's settings judge: {settings:?}");
     }
 
     /// A `sync.branch` pushed past review onto the protected branch does not pick the
