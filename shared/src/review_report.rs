@@ -31,10 +31,13 @@ pub struct Changed {
 /// covers a push past review after the fact, docs/team.md), and the review shows them.
 #[derive(Debug, Clone, Serialize)]
 pub struct UnreviewedBase {
-    /// The base's nearest first-parent ancestor that owes no review.
+    /// The base's nearest reviewed ancestor ([`crate::review::base::reviewed_ancestor`]).
     pub reviewed: String,
-    /// The commits from there to the base (first parents, newest first).
+    /// The commits from the base down to it that owe review, newest first (at most
+    /// 50).
     pub commits: Vec<BaseCommit>,
+    /// How many more such commits there are.
+    pub more_commits: usize,
     /// The builder-owned paths they change.
     pub changes: Vec<Changed>,
     /// The unified diff of those paths.
@@ -285,38 +288,39 @@ fn builder_diff(repo: &Repository, from: Oid, to: Oid) -> Result<(Vec<Changed>, 
     Ok((changed, patch))
 }
 
-/// What `base` holds that no approval covers ([`UnreviewedBase`]), if anything:
-/// its commits down to its nearest first-parent ancestor that owes no review
-/// ([`crate::review::base::reviewed_ancestor`]). `None` as well when nothing below
-/// is reviewed at all (review was never bootstrapped: every fire refuses anyway).
+/// What `base` holds that no approval covers ([`UnreviewedBase`]), if anything: the
+/// commits that owe review on the way down to its nearest reviewed ancestor
+/// ([`crate::review::base::reviewed_ancestor_path`]), at most [`BASE_COMMITS_SHOWN`]
+/// of them listed. `None` as well when nothing below is reviewed at all (review was
+/// never bootstrapped: every fire refuses anyway).
 fn unreviewed_base(repo: &Repository, base: Oid) -> Result<Option<UnreviewedBase>, ReportError> {
-    let reviewed = match crate::review::base::reviewed_ancestor(repo, base) {
-        Ok(c) if c != base => c,
+    let path = match crate::review::base::reviewed_ancestor_path(repo, base) {
+        Ok(path) if path.reviewed != base => path,
         Ok(_) => return Ok(None),
         Err(ReviewError::Git(e)) => return Err(e.into()),
         Err(_) => return Ok(None),
     };
-    let mut walk = repo.revwalk()?;
-    walk.simplify_first_parent()?;
-    walk.push(base)?;
-    walk.hide(reviewed)?;
     let mut commits = Vec::new();
-    for id in walk {
-        let c = repo.find_commit(id?)?;
+    for id in path.owed.iter().take(BASE_COMMITS_SHOWN) {
+        let c = repo.find_commit(*id)?;
         commits.push(BaseCommit {
             id: c.id().to_string(),
             author: c.author().to_string(),
             summary: c.summary().ok().flatten().unwrap_or("").to_string(),
         });
     }
-    let (changes, patch) = builder_diff(repo, reviewed, base)?;
+    let (changes, patch) = builder_diff(repo, path.reviewed, base)?;
     Ok(Some(UnreviewedBase {
-        reviewed: reviewed.to_string(),
+        reviewed: path.reviewed.to_string(),
         commits,
+        more_commits: path.owed.len().saturating_sub(BASE_COMMITS_SHOWN),
         changes,
         patch,
     }))
 }
+
+/// The most commits of [`UnreviewedBase`] a review lists.
+const BASE_COMMITS_SHOWN: usize = 50;
 
 /// Files larger than this are diffed as binary in a review.
 const DIFF_FILE_BYTES: i64 = 1 << 20;
@@ -622,6 +626,9 @@ fn text_unreviewed_base(o: &mut String, r: &ReviewReport) {
     for c in &u.commits {
         let _ = writeln!(o, "commit {} {}: {}", short(&c.id), p(&c.author), p(&c.summary));
     }
+    if u.more_commits > 0 {
+        let _ = writeln!(o, "... and {} more commit(s)", u.more_commits);
+    }
     for c in &u.changes {
         let _ = writeln!(o, "{:<8} {}", c.status, p(&c.path));
     }
@@ -685,6 +692,9 @@ pub fn github(r: &ReviewReport) -> String {
         );
         for c in &u.commits {
             let _ = writeln!(o, "- {} {}: {}", code(short(&c.id)), code(&c.author), prose(&c.summary));
+        }
+        if u.more_commits > 0 {
+            let _ = writeln!(o, "- ... and {} more commit(s)", u.more_commits);
         }
         for c in &u.changes {
             let _ = writeln!(o, "- {} ({})", code(&c.path), c.status);

@@ -39,7 +39,7 @@ pub struct Args {
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
     let Some(name) = args.name else {
-        let who = Approver::of(&wt, args.reviewer.as_deref(), args.key)?;
+        let who = Approver::of(&wt, args.reviewer.as_deref(), true, args.key)?;
         let approval =
             shared::review::bootstrap::approve_head(&wt.repo, &who.reviewer, &who.rule, who.signing.as_ref())?;
         println!(
@@ -62,6 +62,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         &name,
         Approving {
             reviewer: args.reviewer.as_deref(),
+            reviewer_flag: true,
             key: args.key,
             push: args.push,
             remote: args.remote.as_deref(),
@@ -106,14 +107,24 @@ struct Approver {
 }
 
 impl Approver {
-    fn of(wt: &shared::git::WorkTree, reviewer: Option<&str>, key: Option<PathBuf>) -> Result<Approver, CommandError> {
+    /// `reviewer_flag`: whether the caller has `--reviewer` to name someone (the web
+    /// view has not: its hint for a missing git identity does not offer it).
+    fn of(
+        wt: &shared::git::WorkTree,
+        reviewer: Option<&str>,
+        reviewer_flag: bool,
+        key: Option<PathBuf>,
+    ) -> Result<Approver, CommandError> {
         let (settings, _) = super::protected_branch_settings(wt)?;
         let reviewer = match reviewer {
             Some(r) => parse_person(r).ok_or_else(|| {
                 CommandError::usage(format!("--reviewer `{r}` is not \"Name <email>\""))
                     .hint("for example: --reviewer \"Ann Lee <ann@example.com>\"")
             })?,
-            None => super::acting_identity(&wt.repo, "--reviewer")?,
+            None if reviewer_flag => super::acting_identity(&wt.repo, "--reviewer")?,
+            None => shared::git::acting_identity(&wt.repo).map_err(|e| {
+                CommandError::from(e).hint("set git's user.name and user.email for the person running builder serve")
+            })?,
         };
         refuse_runtime(&reviewer, &super::runtime_person(&settings), "approve")?;
         let rule = super::approval_rule(&settings)?;
@@ -133,6 +144,8 @@ impl Approver {
 /// How to approve a proposal: `builder approve`'s flags (the web view passes none).
 pub struct Approving<'a> {
     pub reviewer: Option<&'a str>,
+    /// Whether the caller has `--reviewer` (for the hint when git names nobody).
+    pub reviewer_flag: bool,
     pub key: Option<PathBuf>,
     pub push: bool,
     pub remote: Option<&'a str>,
@@ -156,7 +169,7 @@ pub fn approve_proposal(
     name: &str,
     how: Approving<'_>,
 ) -> Result<ApprovedProposal, CommandError> {
-    let who = Approver::of(wt, how.reviewer, how.key)?;
+    let who = Approver::of(wt, how.reviewer, how.reviewer_flag, how.key)?;
     super::recover_interrupted(wt)?;
     let remote = super::team_remote(&wt.repo, how.remote, &who.settings, how.push)?;
     let (approved, pushed) = match (&remote, how.push) {

@@ -145,7 +145,7 @@ pub fn acting_identity(repo: &git2::Repository, flag: &str) -> Result<shared::gi
 }
 
 /// The settings of the work tree (the runtime identity, extra builder paths), for the
-/// commands that act on what is checked out (`propose`, `review`'s diff); bad
+/// commands that act on what is checked out (`propose`, `mcp`); bad
 /// settings are a configuration error: judging with defaults would pass history it
 /// should flag. Commands that judge approvals use [`protected_branch_settings`].
 pub fn review_settings(
@@ -219,8 +219,13 @@ pub fn settings_to_land_by(
         return Ok((settings, remote));
     }
     // The work tree's settings are the proposal's here: its `sync.remote` (a bare
-    // repository it commits, say) must not choose where the approvals come from.
-    let remote = remote_by(&wt.repo, remote_flag, None, true)?.ok_or_else(no_remote)?;
+    // repository it commits, say) must not choose where the approvals come from. The
+    // remote fetched is the one the protected branch is then read from.
+    let remote = match remote_flag {
+        Some(_) => remote_by(&wt.repo, remote_flag, None, true)?,
+        None => shared::review::remote::judging_remote(&wt.repo)?,
+    }
+    .ok_or_else(no_remote)?;
     shared::review::remote::fetch(&wt.root, &remote)?;
     let Some(settings) = committed_protected_settings(wt)? else {
         return Err(CommandError::usage(format!(

@@ -7,12 +7,13 @@
 //! work tree's settings (which may be the proposal's).
 //!
 //! A base whose builder tree owes review nobody gave (pushed past the pre-push hook)
-//! lends no powers: evals trust its nearest reviewed first-parent ancestor's settings
-//! ([`reviewed_ancestor`]).
+//! lends no powers: evals trust its nearest reviewed ancestor's settings
+//! ([`reviewed_ancestor`]: along first parents, except past a merge of an unrelated
+//! line with review off, where the line it replaced is followed).
 //!
 //! The protected branch is the one the remote's `HEAD` names, else `main`, or the
 //! `sync.branch` that branch's own committed settings name (those of its nearest
-//! reviewed first-parent commit, [`reviewed_ancestor`]); its remote-tracking ref
+//! reviewed ancestor, [`reviewed_ancestor`]); its remote-tracking ref
 //! when the clone has one (what the team pushed, past the pre-push hook), else the
 //! local branch.
 
@@ -67,7 +68,7 @@ fn protected_tip_judged(repo: &Repository) -> Result<Option<(ProtectedTip, Optio
     // colleague's `sync.branch: <their branch>`) names no branch of its own choosing,
     // which would make the proposal, or anything its author pushed, the base.
     let reviewed = match approval_rule_of(repo, first.commit)?.map(|rule| reviewed_below(repo, first.commit, rule)) {
-        Some(Ok(c)) => Some(c),
+        Some(Ok(path)) => Some(path.reviewed),
         Some(Err(ReviewError::Git(e))) => return Err(e),
         // Settings that do not load, or nothing reviewed below: no branch followed.
         _ => None,
@@ -128,16 +129,33 @@ pub fn protected_settings(
 
 /// Whose settings an eval of `base` trusts: `base`, or, when its builder tree owes
 /// review that no approval gave (a colleague pushed past the pre-push hook onto the
-/// protected branch), its nearest first-parent ancestor that owes none
-/// ([`super::trust::Trust::review_owed`], by the approval rule of `base`'s own
-/// settings). The base itself is still what a review compares with; its eval is
-/// then judged against that ancestor's powers like the head's. Settings that do not
-/// load leave `base` as it is (the eval refuses them itself).
+/// protected branch), its nearest ancestor that owes none ([`reviewed_below`], by the
+/// approval rule of `base`'s own settings). The base itself is still what a review
+/// compares with; its eval is then judged against that ancestor's powers like the
+/// head's. Settings that do not load leave `base` as it is (the eval refuses them
+/// itself).
 pub fn reviewed_ancestor(repo: &Repository, base: Oid) -> Result<Oid, ReviewError> {
+    Ok(reviewed_ancestor_path(repo, base)?.reviewed)
+}
+
+/// [`reviewed_ancestor`], with the commits that owe review on the way to it.
+pub fn reviewed_ancestor_path(repo: &Repository, base: Oid) -> Result<ReviewedPath, ReviewError> {
     match approval_rule_of(repo, base)? {
         Some(rule) => reviewed_below(repo, base, rule),
-        None => Ok(base),
+        None => Ok(ReviewedPath {
+            reviewed: base,
+            owed: Vec::new(),
+        }),
     }
+}
+
+/// The way from a commit down to its nearest reviewed ancestor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewedPath {
+    /// The nearest ancestor that owes no review (the commit itself when it owes none).
+    pub reviewed: Oid,
+    /// The commits walked that owe review, newest first.
+    pub owed: Vec<Oid>,
 }
 
 /// The approval rule `commit` is judged by: its committed settings' rule as
@@ -154,17 +172,21 @@ fn approval_rule_of(repo: &Repository, commit: Oid) -> Result<Option<super::sign
     super::trust::Trust::rule_in_force(repo, commit, rule, None).map(Some)
 }
 
-/// The nearest commit from `base` down that owes no review under `rule`, along first
-/// parents, except past a merge that brought its tree in over a reviewed parent
-/// ([`super::trust::Trust::replaced_reviewed_parent`]: an orphan line with review off,
-/// merged with its own line first): there the walk goes on along the replaced line.
-/// The orphan's own line never judged anything, and its root owes nothing, which
-/// would make its settings the judge.
-fn reviewed_below(repo: &Repository, base: Oid, rule: super::signing::ApprovalRule) -> Result<Oid, ReviewError> {
+/// The nearest commit from `base` down that owes no review under `rule`, and the
+/// commits that owe it on the way: along first parents, except past a merge whose
+/// first parent's line shares no history with a reviewed parent whose tree it replaced
+/// ([`replaced_line`]).
+fn reviewed_below(
+    repo: &Repository,
+    base: Oid,
+    rule: super::signing::ApprovalRule,
+) -> Result<ReviewedPath, ReviewError> {
     let mut trust = super::trust::Trust::new(repo, rule)?;
     let mut at = base;
+    let mut owed = Vec::new();
     while trust.review_owed(at)? {
-        if let Some(replaced) = trust.replaced_reviewed_parent(at)? {
+        owed.push(at);
+        if let Some(replaced) = replaced_line(repo, &mut trust, at)? {
             at = replaced;
             continue;
         }
@@ -175,7 +197,37 @@ fn reviewed_below(repo: &Repository, base: Oid, rule: super::signing::ApprovalRu
             ))
         })?;
     }
-    Ok(at)
+    Ok(ReviewedPath { reviewed: at, owed })
+}
+
+/// The parent of the merge `at` whose line the walk to a reviewed commit follows
+/// instead of the first: a reviewed parent whose tree the merge replaced
+/// ([`super::trust::Trust::replaced_reviewed_parent`]) that shares no history with
+/// the first parent. That is an unrelated line (an orphan with review off) merged with
+/// its own line first, where `git commit-tree -p <orphan> -p main` makes a
+/// fast-forward of `main`: that line never judged anything, and its root owes nothing,
+/// which would make its settings the judge. An ordinary merge keeps to its first
+/// parent. A parent below a shallow clone's boundary is refused.
+fn replaced_line(repo: &Repository, trust: &mut super::trust::Trust<'_>, at: Oid) -> Result<Option<Oid>, ReviewError> {
+    let merge = repo.find_commit(at)?;
+    if merge.parent_count() < 2 {
+        return Ok(None);
+    }
+    let Some(replaced) = trust.replaced_reviewed_parent(at)? else {
+        return Ok(None);
+    };
+    if repo.find_commit(replaced).is_err() {
+        return Err(ReviewError::Refused(format!(
+            "{} merges {}, which this clone does not have (a shallow clone): there is no trusted base to judge from; fetch the whole history",
+            &at.to_string()[..12],
+            &replaced.to_string()[..12]
+        )));
+    }
+    match repo.merge_base(merge.parent_id(0)?, replaced) {
+        Ok(_) => Ok(None),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(Some(replaced)),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The base `builder eval` compares `head` with by default: where it meets the
@@ -319,9 +371,55 @@ mod tests {
         repo.reference("refs/heads/main", merge, true, "fast-forward past the hook")
             .unwrap();
         assert_eq!(protected_tip(&repo).unwrap().unwrap().commit, merge);
-        assert_eq!(reviewed_ancestor(&repo, merge).unwrap(), reviewed_tip);
+        assert_eq!(
+            reviewed_ancestor_path(&repo, merge).unwrap(),
+            ReviewedPath {
+                reviewed: reviewed_tip,
+                owed: vec![merge]
+            }
+        );
         let (_, settings) = protected_settings(&repo).unwrap().unwrap();
         assert!(settings.require_reviewed, "the orphan's settings judge: {settings:?}");
+    }
+
+    /// An ordinary merge pushed past the hook with review on (a feature line that
+    /// forked from `main` before `main` tightened its settings) keeps to its first
+    /// parent: the judge is `main`'s reviewed tip, not the older commit the feature
+    /// line forked from, whose looser settings a later review removed.
+    #[test]
+    fn an_ordinary_merge_past_review_is_judged_along_its_first_parent() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let on = "version: 1\nprovider: {kind: replay, replay: x}\nrequire_reviewed: true\n";
+        let forked = commit(&repo, "main", None, &format!("{on}sandbox: {{landlock: \"off\"}}\n"));
+        approve(&repo, "p", forked);
+        let feature = commit(
+            &repo,
+            "feature",
+            Some(forked),
+            &format!("{on}sandbox: {{landlock: \"off\"}}\n# f\n"),
+        );
+        let tightened = commit(&repo, "main", Some(forked), on);
+        approve(&repo, "q", tightened);
+        let (first, second) = (repo.find_commit(tightened).unwrap(), repo.find_commit(feature).unwrap());
+        let sig = git2::Signature::now("Eng", "eng@example.com").unwrap();
+        let merge = repo
+            .commit(
+                Some("refs/heads/main"),
+                &sig,
+                &sig,
+                "merge",
+                &second.tree().unwrap(),
+                &[&first, &second],
+            )
+            .unwrap();
+        assert_eq!(
+            reviewed_ancestor_path(&repo, merge).unwrap(),
+            ReviewedPath {
+                reviewed: tightened,
+                owed: vec![merge]
+            }
+        );
     }
 
     /// A `sync.branch` pushed past review onto the protected branch does not pick the

@@ -222,6 +222,7 @@ pub async fn review(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<H
                     .commits
                     .iter()
                     .map(|c| printable(&format!("{} {}: {}", &c.id[..12.min(c.id.len())], c.author, c.summary)))
+                    .chain((u.more_commits > 0).then(|| format!("... and {} more commit(s)", u.more_commits)))
                     .collect(),
                 changes: u.changes.iter().map(|c| (printable(&c.path), c.status)).collect(),
                 patch: printable_multiline(&u.patch),
@@ -344,6 +345,7 @@ pub async fn approve(State(app): State<Arc<App>>, wants: Wants, Form(form): Form
         // --push: publishing the approval stays a separate step.
         let how = crate::commands::approve::Approving {
             reviewer: None,
+            reviewer_flag: false,
             key: None,
             push: false,
             remote: None,
