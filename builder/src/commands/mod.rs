@@ -213,8 +213,7 @@ pub fn settings_to_land_by(
     remote_flag: Option<&str>,
 ) -> Result<(shared::settings::RuntimeSettings, String), CommandError> {
     let no_remote = || CommandError::usage("this repository has no remote to land on");
-    if shared::review::base::protected_tip(&wt.repo)?.is_some() {
-        let (settings, _) = protected_branch_settings(wt)?;
+    if let Some(settings) = committed_protected_settings(wt)? {
         let remote = team_remote(&wt.repo, remote_flag, &settings, true)?.ok_or_else(no_remote)?;
         return Ok((settings, remote));
     }
