@@ -556,3 +556,37 @@ fn the_hook_in_a_clone_of_the_proposal_alone_judges_main_whatever_the_proposal_n
     assert!(stderr.contains("pre-push: refusing"), "{stderr}");
     assert_eq!(git(&env, &origin, &["rev-parse", "main"]), before, "nothing pushed");
 }
+
+/// `land` in a clone of the proposal alone fetches the remote to read its protected
+/// branch's settings; a remote without one (here `main` was deleted) is refused by
+/// name, and nothing is pushed, rather than judged by the proposal's own settings.
+#[test]
+fn land_from_a_clone_of_the_proposal_alone_refuses_a_remote_without_a_protected_branch() {
+    let env = TestEnv::new();
+    let origin = with_origin(&env);
+    git(&env, &env.root, &["push", "-q", "-u", "origin", "main"]);
+    env.write("prompts/digest.md", "---\n---\nBe brief.\n");
+    builder_ok(&env, &env.root, None, &["propose", "brief", "--push"]);
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "brief", "--push"]);
+    git(&env, &origin, &["symbolic-ref", "HEAD", "refs/heads/proposals/brief"]);
+    git(&env, &env.root, &["push", "-q", "origin", ":main"]);
+    let solo = env.home.join("solo");
+    git(
+        &env,
+        &env.home,
+        &[
+            "clone",
+            "-q",
+            "--single-branch",
+            "-b",
+            "proposals/brief",
+            origin.to_str().unwrap(),
+            solo.to_str().unwrap(),
+        ],
+    );
+    let (code, out, err) = builder_in(&env, &solo, None, &["land", "brief"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("origin has no protected branch to land on"), "{err}");
+    let branches = git(&env, &origin, &["branch", "--list", "main"]);
+    assert_eq!(branches, "", "nothing landed");
+}
