@@ -645,20 +645,7 @@ fn landing_from_a_checkout_of_the_proposal_judges_by_the_branchs_own_settings() 
     // A CI job's clone of the proposal alone (`--single-branch`) has no `main` to
     // read settings from until `land` fetches it: `land` fetches first, and judges by
     // main's settings all the same.
-    let ci = env.home.join("ci");
-    git(
-        &env,
-        &env.home,
-        &[
-            "clone",
-            "-q",
-            "--single-branch",
-            "-b",
-            "proposals/evil",
-            origin.to_str().unwrap(),
-            ci.to_str().unwrap(),
-        ],
-    );
+    let ci = crate::review::clone_one_branch(&env, &origin, "proposals/evil", "ci");
     let has_main = env.git_in(&ci, &["rev-parse", "-q", "--verify", "refs/remotes/origin/main"]);
     assert!(!has_main.status.success(), "the CI clone has main already");
     let (code, out, err) = builder_in(&env, &ci, None, &["land", "evil"]);
