@@ -543,7 +543,7 @@ fn settings_cause(kind: crate::records::CardKind) -> bool {
 /// The review as text (`--format text`). Every field a proposer or a model chose
 /// goes through [`crate::text::printable`] (the patch through its multi-line form).
 pub fn text(r: &ReviewReport) -> String {
-    use crate::text::{printable as p, printable_multiline};
+    use crate::text::printable as p;
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -553,12 +553,7 @@ pub fn text(r: &ReviewReport) -> String {
         short(&r.base)
     );
     let _ = writeln!(o, "\n== diff of builder-owned paths ({})", r.diff.len());
-    for c in &r.changes {
-        let _ = writeln!(o, "{:<8} {}", c.status, p(&c.path));
-    }
-    if !r.patch.is_empty() {
-        let _ = writeln!(o, "\n{}", printable_multiline(r.patch.trim_end()));
-    }
+    text_changes(&mut o, &r.changes, &r.patch);
     if !r.unowned.is_empty() {
         let _ = writeln!(
             o,
@@ -613,7 +608,7 @@ pub fn text(r: &ReviewReport) -> String {
 
 /// The text review's section on the base's changes no approval covers, if any.
 fn text_unreviewed_base(o: &mut String, r: &ReviewReport) {
-    use crate::text::{printable as p, printable_multiline};
+    use crate::text::printable as p;
     let Some(u) = &r.unreviewed_base else {
         return;
     };
@@ -621,7 +616,7 @@ fn text_unreviewed_base(o: &mut String, r: &ReviewReport) {
         o,
         "\n== also approved with it: the base's builder-owned changes since {} that no approval covers ({} commit(s))",
         short(&u.reviewed),
-        u.commits.len()
+        u.commits.len() + u.more_commits
     );
     for c in &u.commits {
         let _ = writeln!(o, "commit {} {}: {}", short(&c.id), p(&c.author), p(&c.summary));
@@ -629,11 +624,32 @@ fn text_unreviewed_base(o: &mut String, r: &ReviewReport) {
     if u.more_commits > 0 {
         let _ = writeln!(o, "... and {} more commit(s)", u.more_commits);
     }
-    for c in &u.changes {
-        let _ = writeln!(o, "{:<8} {}", c.status, p(&c.path));
+    text_changes(o, &u.changes, &u.patch);
+}
+
+/// Changed builder-owned paths, a line each, then their diff (text review).
+fn text_changes(o: &mut String, changes: &[Changed], patch: &str) {
+    use crate::text::{printable, printable_multiline};
+    for c in changes {
+        let _ = writeln!(o, "{:<8} {}", c.status, printable(&c.path));
     }
-    if !u.patch.is_empty() {
-        let _ = writeln!(o, "\n{}", printable_multiline(u.patch.trim_end()));
+    if !patch.is_empty() {
+        let _ = writeln!(o, "\n{}", printable_multiline(patch.trim_end()));
+    }
+}
+
+/// Changed builder-owned paths, an item each, then their diff folded away (comment).
+fn github_changes(o: &mut String, changes: &[Changed], patch: &str) {
+    use crate::text::{markdown_code, markdown_fence};
+    for c in changes {
+        let _ = writeln!(o, "- {} ({})", markdown_code(&c.path), c.status);
+    }
+    if !patch.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n<details><summary>diff</summary>\n\n{}</details>",
+            markdown_fence(patch.trim_end(), "diff")
+        );
     }
 }
 
@@ -655,7 +671,7 @@ pub fn verdict(r: &ReviewReport) -> &'static str {
 /// or escaped prose ([`crate::text::markdown_text`]): no HTML, image, link, mention or
 /// heading of theirs is live in the comment.
 pub fn github(r: &ReviewReport) -> String {
-    use crate::text::{markdown_code as code, markdown_fence, markdown_text as prose};
+    use crate::text::{markdown_code as code, markdown_text as prose};
     let mut o = String::new();
     let mark = if r.ok { "✅" } else { "❌" };
     let _ = writeln!(
@@ -665,16 +681,7 @@ pub fn github(r: &ReviewReport) -> String {
     );
     let _ = writeln!(o, "Base `{}`, head `{}`.\n", short(&r.base), short(&r.head));
     let _ = writeln!(o, "### Changed builder-owned paths\n");
-    for c in &r.changes {
-        let _ = writeln!(o, "- {} ({})", code(&c.path), c.status);
-    }
-    if !r.patch.is_empty() {
-        let _ = writeln!(
-            o,
-            "\n<details><summary>diff</summary>\n\n{}</details>",
-            markdown_fence(r.patch.trim_end(), "diff")
-        );
-    }
+    github_changes(&mut o, &r.changes, &r.patch);
     if !r.unowned.is_empty() {
         let _ = writeln!(
             o,
@@ -696,16 +703,7 @@ pub fn github(r: &ReviewReport) -> String {
         if u.more_commits > 0 {
             let _ = writeln!(o, "- ... and {} more commit(s)", u.more_commits);
         }
-        for c in &u.changes {
-            let _ = writeln!(o, "- {} ({})", code(&c.path), c.status);
-        }
-        if !u.patch.is_empty() {
-            let _ = writeln!(
-                o,
-                "\n<details><summary>diff</summary>\n\n{}</details>",
-                markdown_fence(u.patch.trim_end(), "diff")
-            );
-        }
+        github_changes(&mut o, &u.changes, &u.patch);
     }
     let _ = writeln!(o, "\n### Check\n");
     if r.check.is_empty() {
@@ -792,6 +790,7 @@ fn github_evals_and_fixes(o: &mut String, r: &ReviewReport) {
     }
 }
 
-fn short(id: &str) -> &str {
+/// A commit or object id as people read it: its first 12 characters.
+pub fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
 }

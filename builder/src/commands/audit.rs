@@ -43,14 +43,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         rule = shared::review::trust::Trust::rule_in_force(&repo, head.id(), rule, None)?;
     }
     if let Some(remote) = &args.pre_push {
-        // In a clone without the protected branch the settings above are the work
-        // tree's, a proposal's when one is checked out: its `sync.branch` must not
-        // name which branch the hook judges (a push to `main` would pass unjudged).
-        let trusted_sync = match shared::review::base::protected_tip(&repo)? {
-            Some(_) => settings.sync.as_ref(),
-            None => None,
-        };
-        return pre_push(&repo, &ownership, &settings, trusted_sync, rule, remote);
+        return pre_push(&repo, &ownership, &settings, rule, remote);
     }
     if let Some(range) = &args.range {
         let (old, new) = range.split_once("..").ok_or_else(|| {
@@ -154,7 +147,6 @@ fn pre_push(
     repo: &git2::Repository,
     ownership: &shared::layout::Ownership,
     settings: &shared::settings::RuntimeSettings,
-    sync: Option<&shared::settings::SyncSettings>,
     rule: shared::review::signing::ApprovalRule,
     remote: &str,
 ) -> Result<Outcome, CommandError> {
@@ -162,7 +154,7 @@ fn pre_push(
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input)?;
     let updates = shared::pushed::parse_updates(&input)?;
-    let protected = shared::review::remote::protected_branch(repo, remote, sync);
+    let protected = shared::review::remote::protected_branch(repo, remote, settings.sync.as_ref());
     let runtime = RuntimeIdentity {
         name: settings.runtime_identity.name.clone(),
         email: settings.runtime_identity.email.clone(),

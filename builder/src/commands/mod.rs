@@ -176,7 +176,10 @@ fn ownership_of(
 /// pre-push hook): the protected branch's committed settings as review left them
 /// ([`shared::review::base::protected_settings`]), never a checked-out proposal's
 /// (its approval rule, allowed-signers list and `sync` are the author's); the work
-/// tree's where the clone has no protected branch yet.
+/// tree's where the clone has no protected branch yet, without their `sync`: there
+/// they may be a proposal's (a clone of it alone), whose `sync.branch` or
+/// `sync.remote` would name which branch the pre-push hook judges and where `land`
+/// and `approve --push` go.
 pub fn protected_branch_settings(
     wt: &shared::git::WorkTree,
 ) -> Result<(shared::settings::RuntimeSettings, shared::layout::Ownership), CommandError> {
@@ -185,7 +188,11 @@ pub fn protected_branch_settings(
             let ownership = ownership_of(&wt.root, &settings)?;
             Ok((settings, ownership))
         }
-        None => review_settings(&wt.root),
+        None => {
+            let (mut settings, ownership) = review_settings(&wt.root)?;
+            settings.sync = None;
+            Ok((settings, ownership))
+        }
     }
 }
 

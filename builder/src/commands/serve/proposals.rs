@@ -221,7 +221,14 @@ pub async fn review(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<H
                 commits: u
                     .commits
                     .iter()
-                    .map(|c| printable(&format!("{} {}: {}", &c.id[..12.min(c.id.len())], c.author, c.summary)))
+                    .map(|c| {
+                        printable(&format!(
+                            "{} {}: {}",
+                            shared::review_report::short(&c.id),
+                            c.author,
+                            c.summary
+                        ))
+                    })
                     .chain((u.more_commits > 0).then(|| format!("... and {} more commit(s)", u.more_commits)))
                     .collect(),
                 changes: u.changes.iter().map(|c| (printable(&c.path), c.status)).collect(),
@@ -371,7 +378,11 @@ pub async fn approve(State(app): State<Arc<App>>, wants: Wants, Form(form): Form
                 .append_pair("name", &name)
                 .append_pair(
                     "approved",
-                    &format!("approval {} by {}", &a.approval[..12.min(a.approval.len())], a.approver),
+                    &format!(
+                        "approval {} by {}",
+                        shared::review_report::short(&a.approval),
+                        a.approver
+                    ),
                 )
                 .finish();
             Redirect::to(&format!("/proposal?{q}")).into_response()
