@@ -303,12 +303,12 @@ pub(crate) fn check(env: &TestEnv) -> Result<(), String> {
     Ok(())
 }
 
-/// `git <args>` in the repository, as the engineer.
 /// The refs under which blocked fires keep their records, as `git for-each-ref` lists them.
 fn pending_refs(env: &TestEnv) -> Vec<u8> {
     git(env, &["for-each-ref", "refs/runtime/pending/"]).stdout
 }
 
+/// `git <args>` in the repository, as the engineer.
 fn git(env: &TestEnv, args: &[&str]) -> std::process::Output {
     env.git_in(&env.root, args)
 }
