@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         .with_writer(|| cli::log::RedactingStderr { before: || {} })
         .with_target(false)
         .try_init();
+    shared::git::cache_large_trees();
     // Named crash points (builds for tests only: `failpoints`), as the runtime arms them.
     shared::failpoints::arm();
     let result = commands::run(cli);

@@ -40,6 +40,7 @@ fn main() -> ExitCode {
     restore_sigpipe();
     let cli = commands::Cli::parse();
     logging::init(cli.global.verbose, cli.global.log_format);
+    shared::git::cache_large_trees();
     shared::failpoints::arm();
     let result = commands::run(cli);
     if let Err(e) = &result {
