@@ -580,7 +580,7 @@ fn land_from_a_clone_of_the_proposal_alone_refuses_a_remote_without_a_protected_
     let solo = clone_one_branch(&env, &origin, "proposals/brief", "solo");
     let (code, out, err) = builder_in(&env, &solo, None, &["land", "brief"]);
     assert_eq!(code, 2, "{out}{err}");
-    assert!(err.contains("origin has no protected branch to land on"), "{err}");
+    assert!(err.contains("origin has no protected branch to judge by"), "{err}");
     let branches = git(&env, &origin, &["branch", "--list", "main"]);
     assert_eq!(branches, "", "nothing landed");
 }

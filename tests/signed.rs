@@ -652,6 +652,35 @@ fn landing_from_a_checkout_of_the_proposal_judges_by_the_branchs_own_settings() 
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("no approval of it counts"), "{err}");
     assert_eq!(git(&env, &origin, &["rev-parse", "main"]), before, "nothing landed");
+    // `approve` in another such clone, of a proposal fetched next to hers: her
+    // settings are the only ones the clone has, and by them (her list) her key
+    // approves as Rev. `approve` fetches `main` first, as `land` does, and by main's
+    // list the key is refused; nothing is written.
+    git(&env, &env.root, &["checkout", "-q", "main"]);
+    env.write("prompts/digest.md", "---\n---\nBe brief.\n");
+    builder_ok(&env, &env.root, None, &["propose", "brief", "--push"]);
+    git(&env, &env.root, &["checkout", "-q", "proposals/evil"]);
+    let ci2 = crate::review::clone_one_branch(&env, &origin, "proposals/evil", "ci2");
+    git(
+        &env,
+        &ci2,
+        &["fetch", "-q", "origin", "proposals/brief:proposals/brief"],
+    );
+    let has_main = env.git_in(&ci2, &["rev-parse", "-q", "--verify", "refs/remotes/origin/main"]);
+    assert!(!has_main.status.success(), "the second CI clone has main already");
+    assert_eq!(
+        std::fs::read_to_string(ci2.join("settings/runtime.yaml")).unwrap(),
+        hers
+    );
+    let (code, out, err) = builder_in(
+        &env,
+        &ci2,
+        Some(REVIEWER),
+        &["approve", "brief", "--key", mal_key.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("settings/allowed_signers"), "{err}");
+    assert_eq!(approval_ids(&env, &ci2), approval_ids(&env, &origin), "nothing written");
     // Pushed by hand from the same checkout, the hook judges by main's settings too.
     let out = env.git_with_path(
         &env.root,

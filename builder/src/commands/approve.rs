@@ -39,7 +39,7 @@ pub struct Args {
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let wt = super::open_repo(repo_path)?;
     let Some(name) = args.name else {
-        let who = Approver::of(&wt, args.reviewer.as_deref(), true, args.key)?;
+        let who = Approver::of(&wt, args.reviewer.as_deref(), true, args.key, args.remote.as_deref())?;
         let approval =
             shared::review::bootstrap::approve_head(&wt.repo, &who.reviewer, &who.rule, who.signing.as_ref())?;
         println!(
@@ -97,7 +97,8 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
 }
 
 /// Who approves and by which rule: the protected branch's committed settings judge
-/// (never a checked-out proposal's), the reviewer is `--reviewer` or git's acting
+/// (never a checked-out proposal's; fetched first in a clone that lacks the branch,
+/// [`super::settings_fetched_if_missing`]), the reviewer is `--reviewer` or git's acting
 /// identity (never the runtime's), the key `--key` or git's signing key.
 struct Approver {
     settings: shared::settings::RuntimeSettings,
@@ -114,8 +115,9 @@ impl Approver {
         reviewer: Option<&str>,
         reviewer_flag: bool,
         key: Option<PathBuf>,
+        remote: Option<&str>,
     ) -> Result<Approver, CommandError> {
-        let (settings, _) = super::protected_branch_settings(wt)?;
+        let (settings, _) = super::settings_fetched_if_missing(wt, remote)?;
         let reviewer = match reviewer {
             Some(r) => parse_person(r).ok_or_else(|| {
                 CommandError::usage(format!("--reviewer `{r}` is not \"Name <email>\""))
@@ -169,7 +171,7 @@ pub fn approve_proposal(
     name: &str,
     how: Approving<'_>,
 ) -> Result<ApprovedProposal, CommandError> {
-    let who = Approver::of(wt, how.reviewer, how.reviewer_flag, how.key)?;
+    let who = Approver::of(wt, how.reviewer, how.reviewer_flag, how.key, how.remote)?;
     super::recover_interrupted(wt)?;
     let remote = super::team_remote(&wt.repo, how.remote, &who.settings, how.push)?;
     let (approved, pushed) = match (&remote, how.push) {

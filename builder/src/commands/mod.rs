@@ -210,35 +210,54 @@ fn committed_protected_settings(
 }
 
 /// The settings and remote of a command that lands on the protected branch (`land`):
-/// [`protected_branch_settings`], except that a clone without the protected branch
-/// (a CI job's clone of the proposal alone, `--single-branch`) fetches the remote
-/// first and then reads the branch's. Never the work tree's there, which are the
-/// proposal's: its approval rule would judge its own approvals. Refused when the
-/// remote has no protected branch either.
+/// [`settings_fetched_if_missing`], where a remote is required.
 pub fn settings_to_land_by(
     wt: &shared::git::WorkTree,
     remote_flag: Option<&str>,
 ) -> Result<(shared::settings::RuntimeSettings, String), CommandError> {
-    let no_remote = || CommandError::usage("this repository has no remote to land on");
+    let (settings, remote) = settings_fetched_if_missing(wt, remote_flag)?;
+    let remote = match remote {
+        Some(r) => Some(r),
+        None => team_remote(&wt.repo, remote_flag, &settings, true)?,
+    };
+    Ok((
+        settings,
+        remote.ok_or_else(|| CommandError::usage("this repository has no remote to land on"))?,
+    ))
+}
+
+/// [`protected_branch_settings`] for a command that also speaks with the team's
+/// remote (`land`, `approve`): in a clone without the protected branch (a checkout of
+/// the proposal alone, as CI makes one), the judging remote (`remote_flag`, else
+/// [`shared::review::remote::judging_remote`], never the work tree's `sync.remote`,
+/// which may be the proposal's) is fetched first and its protected branch judges;
+/// a remote without one is refused. Only a repository with no remote at all (a new
+/// one, before its first push) is judged by the work tree's settings. Returns the
+/// remote fetched, if any.
+pub fn settings_fetched_if_missing(
+    wt: &shared::git::WorkTree,
+    remote_flag: Option<&str>,
+) -> Result<(shared::settings::RuntimeSettings, Option<String>), CommandError> {
     if let Some(settings) = committed_protected_settings(wt)? {
-        let remote = team_remote(&wt.repo, remote_flag, &settings, true)?.ok_or_else(no_remote)?;
-        return Ok((settings, remote));
+        return Ok((settings, None));
     }
-    // The work tree's settings are the proposal's here: its `sync.remote` (a bare
-    // repository it commits, say) must not choose where the approvals come from. The
-    // remote fetched is the one the protected branch is then read from.
     let remote = match remote_flag {
         Some(_) => remote_by(&wt.repo, remote_flag, None, true)?,
         None => shared::review::remote::judging_remote(&wt.repo)?,
-    }
-    .ok_or_else(no_remote)?;
+    };
+    let Some(remote) = remote else {
+        let (mut settings, _) = review_settings(&wt.root)?;
+        settings.sync = None;
+        return Ok((settings, None));
+    };
     shared::review::remote::fetch(&wt.root, &remote)?;
     let Some(settings) = committed_protected_settings(wt)? else {
         return Err(CommandError::usage(format!(
-            "{remote} has no protected branch to land on (settings sync.branch, else the remote's default branch, `main` or `master`)"
-        )));
+            "{remote} has no protected branch to judge by (settings sync.branch, else the remote's default branch, `main` or `master`)"
+        ))
+        .hint("push the protected branch first, or run this in a clone that has it"));
     };
-    let remote = team_remote(&wt.repo, remote_flag, &settings, true)?.ok_or_else(no_remote)?;
+    let remote = team_remote(&wt.repo, remote_flag, &settings, true)?;
     Ok((settings, remote))
 }
 
