@@ -792,7 +792,6 @@ fn left_as_recorded(path: &Path) -> bool {
 fn record_sound(path: &Path) {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    join_checkpoint_aside();
     let Some(now) = files_stamp(path) else {
         return;
     };
@@ -828,62 +827,6 @@ fn mark_checked(path: &Path) {
         set.insert(path.to_path_buf());
     }
 }
-
-/// Copies the state database's write-ahead log into the database on a thread of its
-/// own, through a connection of its own, while the fire writes its records and
-/// commits (a `PASSIVE` checkpoint: it waits for no reader or writer). Otherwise the
-/// connection whose commit crosses SQLite's threshold checkpoints on the fire's way
-/// to its exit, with three `fsync`s (1.3 ms on a quiet disk, about every third fire).
-/// The next write then starts the log over, so the fire's own commits seldom reach
-/// the threshold. Best effort: a checkpoint that cannot run leaves the log to the
-/// automatic one. Joined before the database's files are stamped sound
-/// ([`record_sound`]), so the stamp sees what the checkpoint wrote.
-pub fn checkpoint_aside(root: &Path) {
-    let path = db_path(root);
-    if !path.exists() {
-        return;
-    }
-    let spawned = std::thread::Builder::new()
-        .name("state-checkpoint".into())
-        .spawn(move || {
-            use rusqlite::OpenFlags;
-            let checkpointed = rusqlite::Connection::open_with_flags(
-                &path,
-                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .and_then(|conn| {
-                conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
-                conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                    Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-                })
-            });
-            match checkpointed {
-                Ok((log, copied)) => tracing::debug!(log, copied, "state database checkpointed aside"),
-                Err(e) => tracing::debug!(error = %e, "the state database was not checkpointed aside"),
-            }
-        });
-    match spawned {
-        Ok(thread) => {
-            if let Ok(mut aside) = ASIDE.lock() {
-                if let Some(earlier) = aside.replace(thread) {
-                    let _ = earlier.join();
-                }
-            }
-        }
-        Err(e) => tracing::debug!(error = %e, "no thread to checkpoint the state database aside"),
-    }
-}
-
-/// Waits for the checkpoint [`checkpoint_aside`] started, if one runs.
-fn join_checkpoint_aside() {
-    let thread = ASIDE.lock().ok().and_then(|mut aside| aside.take());
-    if let Some(thread) = thread {
-        let _ = thread.join();
-    }
-}
-
-/// The checkpoint [`checkpoint_aside`] started.
-static ASIDE: std::sync::Mutex<Option<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(None);
 
 /// The databases this process has checked whole ([`open_checked`]).
 static CHECKED: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
@@ -1199,26 +1142,6 @@ mod tests {
             .set_len(0)
             .unwrap();
         assert!(!left_as_recorded(&path), "a truncated log shows");
-    }
-
-    #[test]
-    fn a_checkpoint_aside_copies_the_log_and_ends_before_the_files_are_stamped() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = db_path(dir.path());
-        let mut db = StateDb::open(dir.path()).unwrap();
-        for i in 0..20 {
-            db.save_checkpoint(&format!("r{i}"), &paused("c1")).unwrap();
-        }
-        let before = std::fs::metadata(&path).unwrap().len();
-        checkpoint_aside(dir.path());
-        drop(db);
-        assert!(ASIDE.lock().unwrap().is_none(), "the close waited for the checkpoint");
-        assert!(left_as_recorded(&path), "stamped after the checkpoint wrote");
-        let after = std::fs::metadata(&path).unwrap().len();
-        assert!(
-            after > before,
-            "the log's pages are in the database: {before} -> {after} bytes"
-        );
     }
 
     #[test]

@@ -880,7 +880,6 @@ impl FireRun {
     /// run (or its removal once resumed) and the scratch directory.
     #[tracing::instrument(level = "debug", skip_all)]
     pub fn finish(mut self) -> FireSummary {
-        crate::state::checkpoint_aside(&self.ctx.opts.root);
         let status = self.closing_cards();
         let abort = self.abort.take();
         if let Some(a) = &abort {
