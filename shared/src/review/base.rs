@@ -120,6 +120,12 @@ pub fn protected_settings(
     let at = match reviewed.map_or_else(|| reviewed_ancestor(repo, tip.commit), Ok) {
         Ok(c) => c,
         Err(ReviewError::Git(e)) => return Err(e.into()),
+        // A shallow clone's boundary reads as a root: where it holds approvals, the
+        // reviewed commit may lie below it, and the tip's own settings (which owe
+        // review, perhaps for turning it off) would judge.
+        Err(ReviewError::Refused(why)) if repo.is_shallow() && !super::approvals::local_refs(repo)?.is_empty() => {
+            return Err(super::delta::DeltaError::Refused(format!("{}: {why}", tip.name)))
+        }
         // Nothing reviewed below: the tip's own settings, which judge it owing review.
         Err(_) => tip.commit,
     };
@@ -191,8 +197,13 @@ fn reviewed_below(
             continue;
         }
         at = repo.find_commit(at)?.parent_ids().next().ok_or_else(|| {
+            // A shallow clone's boundary commits read as roots.
+            let shallow = match repo.is_shallow() {
+                true => " (this clone is shallow: `git fetch --unshallow` fetches the whole history)",
+                false => "",
+            };
             ReviewError::Refused(format!(
-                "no reviewed commit below {}: there is no trusted base to judge from",
+                "no reviewed commit below {}: there is no trusted base to judge from{shallow}",
                 &base.to_string()[..12]
             ))
         })?;
@@ -380,6 +391,76 @@ mod tests {
         );
         let (_, settings) = protected_settings(&repo).unwrap().unwrap();
         assert!(settings.require_reviewed, "the orphan's settings judge: {settings:?}");
+    }
+
+    /// The same merge over an orphan line, judged in a shallow clone (`--depth 1`) that
+    /// has the approvals but neither parent (its boundary commits read as roots): no
+    /// walk reaches a reviewed commit there, so what judges is refused, and told to
+    /// fetch the whole history, rather than judged by the merge's own settings.
+    #[test]
+    fn a_shallow_clone_missing_the_replaced_reviewed_parent_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let full = dir.path().join("full");
+        let repo = Repository::init(&full).unwrap();
+        let on = "version: 1\nprovider: {kind: replay, replay: x}\nrequire_reviewed: true\n";
+        let off = "version: 1\nprovider: {kind: replay, replay: x}\nsandbox: {landlock: \"off\"}\n";
+        let reviewed_tip = commit(&repo, "main", None, on);
+        approve(&repo, "p", reviewed_tip);
+        let orphan = repo.find_commit(commit(&repo, "o", None, off)).unwrap();
+        let main = repo.find_commit(reviewed_tip).unwrap();
+        let sig = git2::Signature::now("Mallory", "mallory@example.com").unwrap();
+        let merge = repo
+            .commit(None, &sig, &sig, "m", &orphan.tree().unwrap(), &[&orphan, &main])
+            .unwrap();
+        repo.reference("refs/heads/main", merge, true, "fast-forward past the hook")
+            .unwrap();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(args)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", dir.path())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "git {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let shallow = dir.path().join("shallow");
+        let url = format!("file://{}", full.display());
+        git(&[
+            "clone",
+            "-q",
+            "--depth",
+            "1",
+            "--branch",
+            "main",
+            &url,
+            shallow.to_str().unwrap(),
+        ]);
+        let at = shallow.to_str().unwrap();
+        git(&["-C", at, "fetch", "-q", "origin", crate::review::APPROVALS_REFSPEC]);
+        let clone = Repository::open(&shallow).unwrap();
+        assert!(clone.is_shallow());
+        assert!(
+            clone.find_commit(reviewed_tip).is_err(),
+            "the clone has the reviewed parent"
+        );
+        assert!(
+            !crate::review::approvals::load(&clone).unwrap().is_empty(),
+            "the clone has no approvals"
+        );
+        let r = reviewed_ancestor_path(&clone, merge);
+        assert!(
+            matches!(&r, Err(ReviewError::Refused(why)) if why.contains("shallow")),
+            "{r:?}"
+        );
+        let settings = protected_settings(&clone);
+        assert!(
+            matches!(&settings, Err(super::super::delta::DeltaError::Refused(why)) if why.contains("shallow")),
+            "judged by the merge's own settings: {settings:?}"
+        );
     }
 
     /// An ordinary merge pushed past the hook with review on (a feature line that
