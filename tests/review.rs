@@ -584,3 +584,24 @@ fn land_from_a_clone_of_the_proposal_alone_refuses_a_remote_without_a_protected_
     let branches = git(&env, &origin, &["branch", "--list", "main"]);
     assert_eq!(branches, "", "nothing landed");
 }
+
+/// A new repository on a branch no protected-branch rule names (`trunk`), its remote
+/// added and nothing pushed yet: `approve --bootstrap` fetches the remote, finds no
+/// protected branch there either, and judges by the work tree's settings, as before
+/// the first push. `land`, which needs a protected branch to land on, refuses there.
+#[test]
+fn approve_before_the_first_push_is_judged_by_the_work_tree_and_land_refuses() {
+    let env = TestEnv::new();
+    let settings = env.read("settings/runtime.yaml");
+    env.write("settings/runtime.yaml", &format!("{settings}require_reviewed: true\n"));
+    env.commit_all("require review");
+    git(&env, &env.root, &["branch", "-M", "trunk"]);
+    let origin = env.home.join("origin.git");
+    git(&env, &env.home, &["init", "--bare", "-q", origin.to_str().unwrap()]);
+    git(&env, &env.root, &["remote", "add", "origin", origin.to_str().unwrap()]);
+    let out = builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "--bootstrap"]);
+    assert!(out.contains("as the first approval"), "{out}");
+    let (code, out, err) = builder_in(&env, &env.root, None, &["land", "anything"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("origin has no protected branch to judge by"), "{err}");
+}

@@ -337,11 +337,12 @@ const TREE_CACHE_LIMIT: usize = 1 << 20;
 
 /// Lets libgit2 cache trees up to [`TREE_CACHE_LIMIT`] (its default stops at 4 KiB):
 /// a commit then inflates and parses each large directory once, not once per lookup.
-/// For the start of `main`, before any other thread exists (refused after, with a
-/// warning: only speed is lost).
+/// For the start of `main`, before any other thread exists (refused after, or
+/// without `/proc` to count threads: only speed is lost, said at debug level, so
+/// cron mails nothing).
 pub fn cache_large_trees() {
     if let Err(e) = kernel::libgit2::cache_trees_up_to(TREE_CACHE_LIMIT) {
-        tracing::warn!("cannot raise libgit2's tree cache limit: {e}");
+        tracing::debug!("cannot raise libgit2's tree cache limit: {e}");
     }
 }
 

@@ -117,7 +117,7 @@ impl Approver {
         key: Option<PathBuf>,
         remote: Option<&str>,
     ) -> Result<Approver, CommandError> {
-        let (settings, _) = super::settings_fetched_if_missing(wt, remote)?;
+        let (settings, _) = super::settings_fetched_if_missing(wt, remote, super::Landing::No)?;
         let reviewer = match reviewer {
             Some(r) => parse_person(r).ok_or_else(|| {
                 CommandError::usage(format!("--reviewer `{r}` is not \"Name <email>\""))

@@ -210,12 +210,13 @@ fn committed_protected_settings(
 }
 
 /// The settings and remote of a command that lands on the protected branch (`land`):
-/// [`settings_fetched_if_missing`], where a remote is required.
+/// [`settings_fetched_if_missing`], where a remote with a protected branch is
+/// required.
 pub fn settings_to_land_by(
     wt: &shared::git::WorkTree,
     remote_flag: Option<&str>,
 ) -> Result<(shared::settings::RuntimeSettings, String), CommandError> {
-    let (settings, remote) = settings_fetched_if_missing(wt, remote_flag)?;
+    let (settings, remote) = settings_fetched_if_missing(wt, remote_flag, Landing::OntoIt)?;
     let remote = match remote {
         Some(r) => Some(r),
         None => team_remote(&wt.repo, remote_flag, &settings, true)?,
@@ -226,18 +227,31 @@ pub fn settings_to_land_by(
     ))
 }
 
+/// Whether the command lands on the protected branch, which must then exist.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Landing {
+    OntoIt,
+    No,
+}
+
 /// [`protected_branch_settings`] for a command that also speaks with the team's
 /// remote (`land`, `approve`): in a clone without the protected branch (a checkout of
 /// the proposal alone, as CI makes one), the judging remote (`remote_flag`, else
 /// [`shared::review::remote::judging_remote`], never the work tree's `sync.remote`,
-/// which may be the proposal's) is fetched first and its protected branch judges;
-/// a remote without one is refused. Only a repository with no remote at all (a new
-/// one, before its first push) is judged by the work tree's settings. Returns the
-/// remote fetched, if any.
+/// which may be the proposal's) is fetched first and its protected branch judges. A
+/// repository with no remote, or whose remote has no protected branch yet (a new one,
+/// before its first push), is judged by the work tree's settings without their
+/// `sync`, except by `land`, which refuses. Returns the remote fetched, if any.
 pub fn settings_fetched_if_missing(
     wt: &shared::git::WorkTree,
     remote_flag: Option<&str>,
+    landing: Landing,
 ) -> Result<(shared::settings::RuntimeSettings, Option<String>), CommandError> {
+    let work_tree = || -> Result<_, CommandError> {
+        let (mut settings, _) = review_settings(&wt.root)?;
+        settings.sync = None;
+        Ok(settings)
+    };
     if let Some(settings) = committed_protected_settings(wt)? {
         return Ok((settings, None));
     }
@@ -246,12 +260,13 @@ pub fn settings_fetched_if_missing(
         None => shared::review::remote::judging_remote(&wt.repo)?,
     };
     let Some(remote) = remote else {
-        let (mut settings, _) = review_settings(&wt.root)?;
-        settings.sync = None;
-        return Ok((settings, None));
+        return Ok((work_tree()?, None));
     };
     shared::review::remote::fetch(&wt.root, &remote)?;
     let Some(settings) = committed_protected_settings(wt)? else {
+        if landing == Landing::No {
+            return Ok((work_tree()?, None));
+        }
         return Err(CommandError::usage(format!(
             "{remote} has no protected branch to judge by (settings sync.branch, else the remote's default branch, `main` or `master`)"
         ))

@@ -160,10 +160,6 @@ pub enum DeltaError {
         rev: String,
         source: crate::policy::PolicyError,
     },
-    /// No trusted settings to judge by can be found here (a shallow clone whose
-    /// protected tip owes review).
-    #[error("{0}")]
-    Refused(String),
 }
 
 /// The calls of the history at `db` (the runtime's state database), those of runs
