@@ -399,6 +399,20 @@ mod tests {
         (reviewed_tip, merge)
     }
 
+    /// A clone of `full`'s `main` at `--depth 1` (a CI checkout's default), at `at`,
+    /// with the approvals fetched.
+    fn shallow_clone(full: &std::path::Path, at: &std::path::Path) -> Repository {
+        let url = format!("file://{}", full.display());
+        let cloned = std::process::Command::new("git")
+            .args(["clone", "-q", "--depth", "1", "--branch", "main", &url])
+            .arg(at)
+            .output()
+            .unwrap();
+        assert!(cloned.status.success(), "{}", String::from_utf8_lossy(&cloned.stderr));
+        crate::review::remote::fetch(at, "origin").unwrap();
+        Repository::open(at).unwrap()
+    }
+
     /// The same merge in a shallow clone (`--depth 1`) that has the approvals but
     /// neither parent (its boundary commits read as roots): no walk reaches a reviewed
     /// commit there, and the refusal says the clone is shallow. (What the builder
@@ -409,16 +423,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let full = dir.path().join("full");
         let (reviewed_tip, merge) = merge_over_an_orphan_line(&Repository::init(&full).unwrap());
-        let shallow = dir.path().join("shallow");
-        let url = format!("file://{}", full.display());
-        let cloned = std::process::Command::new("git")
-            .args(["clone", "-q", "--depth", "1", "--branch", "main", &url])
-            .arg(&shallow)
-            .output()
-            .unwrap();
-        assert!(cloned.status.success(), "{}", String::from_utf8_lossy(&cloned.stderr));
-        crate::review::remote::fetch(&shallow, "origin").unwrap();
-        let clone = Repository::open(&shallow).unwrap();
+        let clone = shallow_clone(&full, &dir.path().join("shallow"));
         assert!(clone.is_shallow());
         assert!(
             clone.find_commit(reviewed_tip).is_err(),
@@ -465,16 +470,7 @@ mod tests {
                 &[&parent],
             )
             .unwrap();
-        let shallow = dir.path().join("shallow");
-        let url = format!("file://{}", full.display());
-        let cloned = std::process::Command::new("git")
-            .args(["clone", "-q", "--depth", "1", "--branch", "main", &url])
-            .arg(&shallow)
-            .output()
-            .unwrap();
-        assert!(cloned.status.success(), "{}", String::from_utf8_lossy(&cloned.stderr));
-        crate::review::remote::fetch(&shallow, "origin").unwrap();
-        let clone = Repository::open(&shallow).unwrap();
+        let clone = shallow_clone(&full, &dir.path().join("shallow"));
         assert!(clone.is_shallow() && clone.find_commit(reviewed).is_err());
         let (found, settings) = protected_settings(&clone).unwrap().unwrap();
         assert_eq!(found.commit, tip);
