@@ -21,6 +21,7 @@ mod prepare;
 mod recover;
 mod run;
 pub(crate) mod sync;
+mod waiting;
 
 use crate::agent::{CardDraft, LoopState};
 use crate::progress::ProgressSink;

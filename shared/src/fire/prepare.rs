@@ -303,13 +303,15 @@ pub fn prepare(mut opts: FireOptions) -> Result<FireRun, EarlyEnd> {
     };
     // Started before the state database is read: its start overlaps all of that.
     let worker = start_worker_process(&ctx);
-    let mut ctx = ctx;
-    if let Some(summary) = waiting(&mut ctx) {
-        return Err(EarlyEnd::Unrecorded(Box::new(summary)));
-    }
+    let waiting = super::waiting::WaitingCheck::start(&ctx);
     let mut p = Preparing::new(ctx, repo, false);
     p.worker = worker;
-    match p.phases() {
+    p.waiting = waiting;
+    let phases = p.phases();
+    if let (Err(_), Some(summary)) = (&phases, p.waits.take()) {
+        return Err(EarlyEnd::Unrecorded(summary));
+    }
+    match phases {
         Ok((config, state)) => Ok(p.into_run(config, state, Some(lock))),
         Err(Stop {
             end,
@@ -494,64 +496,6 @@ fn spawn_spare(
         .spawn(move || crate::agent::worker_client::spawn_parked(&exe, &args, &env))
 }
 
-/// While a run of the task waits for a builder's approval, a fire (not a resume)
-/// ends as waiting too, writing nothing: the cron tick adds no card and no commit.
-/// Once the pause is decided and a `runtime resume` of it was interrupted (its row
-/// says `running`, its process is gone), the fire does not wait on it: it continues
-/// the paused run as that resume would have (`ctx` becomes a resume of it), so a
-/// killed resume never holds the task at exit 4; the tool ledger keeps the approved
-/// call to at most one run.
-#[tracing::instrument(level = "debug", skip_all)]
-fn waiting(ctx: &mut FireContext) -> Option<FireSummary> {
-    if ctx.opts.resume.is_some() {
-        return None;
-    }
-    let db = match StateDb::open_for_reading(&ctx.opts.root) {
-        Ok(db) => db,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot tell whether a run waits for approval");
-            return None;
-        }
-    };
-    let run = match db.waiting_run(&ctx.opts.task) {
-        Ok(run) => run?,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot tell whether a run waits for approval");
-            return None;
-        }
-    };
-    let decided = db.checkpoint(&run).ok().flatten().and_then(|c| {
-        let p = c.state.pending?;
-        db.decision(&run, &p.call.id, &p.args_hash).ok().flatten()
-    });
-    if decided.is_some() {
-        let interrupted = crate::journal::live_runs(db.store(), &ctx.opts.task)
-            .unwrap_or_default()
-            .into_iter()
-            .any(|l| l.ledger_run == run && l.run_id != run && l.owner_gone());
-        if interrupted {
-            tracing::info!(run = %run, "a resume of the decided pause was interrupted: this fire continues it");
-            ctx.opts.resume = Some(run);
-            return None;
-        }
-    }
-    let mut summary = ctx.unrecorded(
-        RunStatus::WaitingApproval,
-        FireEnd::WaitingApproval,
-        match decided {
-            Some(_) => format!("run {run} of this task is decided and waits for `runtime resume`; nothing was run"),
-            None => format!("run {run} of this task waits for a builder's approval; nothing was run"),
-        },
-    );
-    summary.hint = Some(match decided {
-        Some(_) => format!("`runtime resume {run}` runs the decided call and finishes the run"),
-        None => {
-            format!("`builder approve-call {run} <call-id>` (add `--deny` to refuse it), then `runtime resume {run}`")
-        }
-    });
-    Some(summary)
-}
-
 /// A skipped fire leaves a row in the state database, never a file: a minute cron
 /// must not flood history.
 fn skipped(ctx: &FireContext) -> FireSummary {
@@ -594,6 +538,10 @@ struct Preparing {
     metadata: Option<(crate::manifest::Manifest, Ownership)>,
     /// Cards the fire records though it runs (an unapproved remote tip).
     pending_cards: Vec<CardDraft>,
+    /// Whether a run of the task waits for approval, being asked on a thread.
+    waiting: super::waiting::WaitingCheck,
+    /// The summary of a fire that found a run waiting ([`Preparing::settle_waiting`]).
+    waits: Option<Box<FireSummary>>,
     /// The tool worker's process, started early ([`start_worker_process`])
     /// and sent its configuration once that is known ([`Preparing::configure_worker`]).
     worker: Option<super::run::WorkerProcess>,
@@ -619,6 +567,29 @@ impl Preparing {
             metadata: None,
             pending_cards: Vec::new(),
             worker: None,
+            waiting: super::waiting::WaitingCheck::none(),
+            waits: None,
+        }
+    }
+
+    /// Takes the answer of the waiting check ([`super::waiting`]) before the fire
+    /// writes or syncs anything: a run that waits ends the fire with nothing recorded
+    /// (its summary kept in `waits`); an interrupted resume of a decided pause makes
+    /// this fire that resume.
+    fn settle_waiting(&mut self) -> Result<(), Stop> {
+        use super::waiting::Waiting;
+        match self.waiting.answer() {
+            Waiting::No => Ok(()),
+            Waiting::Continue(run) => {
+                self.ctx.opts.resume = Some(run);
+                Ok(())
+            }
+            Waiting::Waits { run, decided } => {
+                let summary = super::waiting::waiting_summary(&self.ctx, &run, decided);
+                let message = summary.message.clone();
+                self.waits = Some(Box::new(summary));
+                Err(Stop::bare(FireEnd::WaitingApproval, message))
+            }
         }
     }
 
@@ -1001,8 +972,10 @@ impl Preparing {
         let ownership = Ownership::new(root)
             .with_globs(extra_builder, &[])
             .unwrap_or_else(|_| Ownership::new(root));
-        let dirty = crate::git::dirty_builder_paths(&self.repo, &ownership)
-            .map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
+        let dirty = crate::git::dirty_builder_paths(&self.repo, &ownership);
+        // Nothing is written or carded before this: a waiting run ends the fire here.
+        self.settle_waiting()?;
+        let dirty = dirty.map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
         if dirty.is_empty() {
             return self.refuse_metadata_changes(&ownership);
         }
