@@ -624,6 +624,17 @@ fn finish_move(repo: &Repository, intent: &mut Intent, m: &locks::Moving) -> Res
     intent.moving(None).map_err(io)
 }
 
+/// Whether a killed sync step left an intent to settle ([`finish_interrupted`]): one
+/// directory read, nothing written.
+pub fn interrupted(repo: &Repository) -> bool {
+    let Some(root) = repo.workdir() else { return false };
+    std::fs::read_dir(crate::git::intent_dir(root))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with(locks::INTENT_PREFIX))
+}
+
 /// Before a fire reads its work tree: when a killed sync step left locks or a half-done
 /// move of the branch (and only then), takes the sync lock and undoes them, so the
 /// fire neither trips over a lock nor takes the half-moved files for someone's
@@ -631,15 +642,10 @@ fn finish_move(repo: &Repository, intent: &mut Intent, m: &locks::Moving) -> Res
 /// found anything to undo.
 pub fn finish_interrupted(repo: &Repository) -> bool {
     let Some(root) = repo.workdir() else { return false };
-    let intents = crate::git::intent_dir(root);
-    let any = std::fs::read_dir(&intents)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| e.file_name().to_string_lossy().starts_with(locks::INTENT_PREFIX));
-    if !any {
+    if !interrupted(repo) {
         return false;
     }
+    let intents = crate::git::intent_dir(root);
     let done = locks::take(root).and_then(|held| recover_locked(repo, &held, &intents));
     if let Err(e) = done {
         tracing::warn!(error = %e, "what a killed sync step left was not undone; the sync step tries again");

@@ -306,9 +306,14 @@ pub fn prepare(mut opts: FireOptions) -> Result<FireRun, EarlyEnd> {
     let waiting = super::waiting::WaitingCheck::start(&ctx);
     let mut p = Preparing::new(ctx, repo, false);
     p.worker = worker;
-    p.waiting = waiting;
+    p.waiting_check = waiting;
     let phases = p.phases();
-    if let (Err(_), Some(summary)) = (&phases, p.waits.take()) {
+    if phases.is_err() {
+        // A stop before the answer was taken (an eval fire's refusal) still yields to
+        // a waiting run, which records nothing.
+        let _ = p.settle_waiting();
+    }
+    if let (Err(_), Some(summary)) = (&phases, p.waiting_summary.take()) {
         return Err(EarlyEnd::Unrecorded(summary));
     }
     match phases {
@@ -515,6 +520,12 @@ fn skipped(ctx: &FireContext) -> FireSummary {
     )
 }
 
+/// Git's status of the builder-owned paths ([`Preparing::builder_status`]).
+struct BuilderStatus {
+    ownership: Ownership,
+    dirty: Result<Vec<String>, crate::git::GitError>,
+}
+
 /// The state preparation builds up: what a refusal needs to record.
 struct Preparing {
     ctx: FireContext,
@@ -539,9 +550,9 @@ struct Preparing {
     /// Cards the fire records though it runs (an unapproved remote tip).
     pending_cards: Vec<CardDraft>,
     /// Whether a run of the task waits for approval, being asked on a thread.
-    waiting: super::waiting::WaitingCheck,
+    waiting_check: super::waiting::WaitingCheck,
     /// The summary of a fire that found a run waiting ([`Preparing::settle_waiting`]).
-    waits: Option<Box<FireSummary>>,
+    waiting_summary: Option<Box<FireSummary>>,
     /// The tool worker's process, started early ([`start_worker_process`])
     /// and sent its configuration once that is known ([`Preparing::configure_worker`]).
     worker: Option<super::run::WorkerProcess>,
@@ -567,8 +578,8 @@ impl Preparing {
             metadata: None,
             pending_cards: Vec::new(),
             worker: None,
-            waiting: super::waiting::WaitingCheck::none(),
-            waits: None,
+            waiting_check: super::waiting::WaitingCheck::none(),
+            waiting_summary: None,
         }
     }
 
@@ -578,7 +589,7 @@ impl Preparing {
     /// this fire that resume.
     fn settle_waiting(&mut self) -> Result<(), Stop> {
         use super::waiting::Waiting;
-        match self.waiting.answer() {
+        match self.waiting_check.answer() {
             Waiting::No => Ok(()),
             Waiting::Continue(run) => {
                 self.ctx.opts.resume = Some(run);
@@ -586,9 +597,9 @@ impl Preparing {
             }
             Waiting::Waits { run, decided } => {
                 let summary = super::waiting::waiting_summary(&self.ctx, &run, decided);
-                let message = summary.message.clone();
-                self.waits = Some(Box::new(summary));
-                Err(Stop::bare(FireEnd::WaitingApproval, message))
+                let stop = Stop::bare(FireEnd::WaitingApproval, summary.message.clone());
+                self.waiting_summary = Some(Box::new(summary));
+                Err(stop)
             }
         }
     }
@@ -700,16 +711,13 @@ impl Preparing {
         if self.ctx.opts.eval {
             self.refuse_outside_git_dirs()?;
         }
-        // A sync step killed mid-way: its locks and half-moved branch go first (the
-        // fire then fires where the branch is now).
-        if !self.dry_run && crate::sync::finish_interrupted(&self.repo) {
-            self.inputs.commit = crate::git::head_commit(&self.repo)
-                .ok()
-                .flatten()
-                .map(|o| o.to_string());
-        }
+        self.settle_interrupted_sync()?;
         let loaded = self.load_settings();
-        self.refuse_unreviewed(loaded.as_ref().ok().map(|s| &s.runtime))?;
+        let status = self.builder_status(loaded.as_ref().ok().map(|s| &s.runtime));
+        // Everything so far only read: a run that waits ends the fire here, before the
+        // manifest, a card or a record is written.
+        self.settle_waiting()?;
+        self.refuse_unreviewed(status)?;
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
             "lock taken, builder paths clean"
@@ -964,17 +972,40 @@ impl Preparing {
         Ok(moved)
     }
 
-    /// Builder paths must be committed: the fire runs on reviewed versions only.
+    /// A sync step killed mid-way: its locks and half-moved branch go first (the fire
+    /// then fires where the branch is now), once no run waits: a fire that finds one
+    /// writes nothing.
+    fn settle_interrupted_sync(&mut self) -> Result<(), Stop> {
+        if self.dry_run || !crate::sync::interrupted(&self.repo) {
+            return Ok(());
+        }
+        self.settle_waiting()?;
+        if crate::sync::finish_interrupted(&self.repo) {
+            self.inputs.commit = crate::git::head_commit(&self.repo)
+                .ok()
+                .flatten()
+                .map(|o| o.to_string());
+        }
+        Ok(())
+    }
+
+    /// Which builder-owned paths differ from HEAD (git's status of them), read before
+    /// the waiting answer is taken: it writes nothing.
     #[tracing::instrument(level = "debug", skip_all)]
-    fn refuse_unreviewed(&mut self, settings: Option<&RuntimeSettings>) -> Result<(), Stop> {
+    fn builder_status(&self, settings: Option<&RuntimeSettings>) -> BuilderStatus {
         let root = &self.ctx.opts.root;
         let extra_builder = settings.map(|s| s.builder_paths.as_slice()).unwrap_or(&[]);
         let ownership = Ownership::new(root)
             .with_globs(extra_builder, &[])
             .unwrap_or_else(|_| Ownership::new(root));
         let dirty = crate::git::dirty_builder_paths(&self.repo, &ownership);
-        // Nothing is written or carded before this: a waiting run ends the fire here.
-        self.settle_waiting()?;
+        BuilderStatus { ownership, dirty }
+    }
+
+    /// Builder paths must be committed: the fire runs on reviewed versions only.
+    #[tracing::instrument(level = "debug", skip_all)]
+    fn refuse_unreviewed(&mut self, status: BuilderStatus) -> Result<(), Stop> {
+        let BuilderStatus { ownership, dirty } = status;
         let dirty = dirty.map_err(|e| Stop::bare(FireEnd::Environment, e.to_string()))?;
         if dirty.is_empty() {
             return self.refuse_metadata_changes(&ownership);
@@ -1533,7 +1564,8 @@ pub fn check_gate(root: &std::path::Path) -> Result<Gate, String> {
             refusals.push(stop.message);
         }
     };
-    gate(p.refuse_unreviewed(Some(&settings)));
+    let status = p.builder_status(Some(&settings));
+    gate(p.refuse_unreviewed(status));
     gate(p.require_approval(&settings));
     gate(p.refuse_links(&settings));
     refusals.extend(

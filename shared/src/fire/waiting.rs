@@ -5,9 +5,9 @@
 //! preparation reads HEAD's settings and the builder paths' status. The fire takes
 //! the answer before it writes a record, a card or a manifest, and before it syncs
 //! ([`WaitingCheck::answer`]); the connection the thread opened is kept for the
-//! fire's next open of the database. Of what comes before, only the settling of a
-//! sync step a killed fire left half done writes (every fire does that first, a
-//! fire that then finds a run waiting too).
+//! fire's next open of the database. What comes before only reads: a sync step a
+//! killed fire left half done is settled after the answer, and a stop before it (an
+//! eval fire's refusal) still yields to a waiting run.
 //!
 //! While a run waits, a fire runs nothing and records nothing. Once the pause is
 //! decided and a `runtime resume` of it was interrupted (its row says `running`, its
@@ -81,19 +81,20 @@ impl WaitingCheck {
         match self.asking.take().map(JoinHandle::join) {
             None => Waiting::No,
             Some(Ok(w)) => w,
-            Some(Err(_)) => {
-                tracing::warn!("the waiting check failed: the fire goes on");
-                Waiting::No
-            }
+            // A bug in the check: it ends the fire as it did when asked in line.
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
         }
     }
 }
 
 impl Drop for WaitingCheck {
-    /// Never left running: the fire enters its sandbox (which binds only the threads
-    /// that exist after it) and writes its records after the thread is done.
+    /// Never left running: the fire enters its sandbox (which binds the calling
+    /// thread and those it creates afterwards) and writes its records after the
+    /// thread is done.
     fn drop(&mut self) {
-        let _ = self.answer();
+        if let Some(asking) = self.asking.take() {
+            let _ = asking.join();
+        }
     }
 }
 
