@@ -134,7 +134,7 @@ pub fn land(
         }
         crate::failpoint!("land-after-push");
         // The push moved the remote-tracking ref only through the fetch refspec; set it.
-        repo.reference(&tracking, merge.commit, true, "builder land: pushed")?;
+        super::work::write_ref(repo, &tracking, merge.commit, None, "builder land: pushed")?;
         let local = bring_local_along(repo, branch, merge.commit)?;
         return Ok(Landed {
             commit: merge.commit,
@@ -242,7 +242,7 @@ fn bring_local_along(repo: &Repository, branch: &str, to: Oid) -> Result<LocalBr
         super::work::move_checked_out(repo, &full, at, to, super::work::Mover::Land)?;
         Ok(LocalBranch::FastForwarded)
     } else {
-        repo.reference_matching(&full, to, true, at, "builder land: fast-forward")?;
+        super::work::write_ref(repo, &full, to, Some(at), "builder land: fast-forward")?;
         Ok(LocalBranch::Moved)
     }
 }

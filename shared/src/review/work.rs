@@ -95,6 +95,21 @@ impl Drop for Work {
     }
 }
 
+/// Moves (or creates) the ref `name` to `to`, its lock named in an intent record
+/// first, so a builder killed while libgit2 holds that lock leaves nothing the next
+/// run's [`recover`] cannot remove. With `from`, only if the ref is still there.
+pub fn write_ref(repo: &Repository, name: &str, to: Oid, from: Option<Oid>, log: &str) -> Result<(), ReviewError> {
+    let _lock = crate::git::LockIntent::hold(
+        &intent_dir(repo),
+        &[crate::git::lock_file_of(&repo.commondir().join(name))],
+    )?;
+    match from {
+        Some(from) => repo.reference_matching(name, to, true, from, log)?,
+        None => repo.reference(name, to, true, log)?,
+    };
+    Ok(())
+}
+
 /// What [`recover`] did.
 #[derive(Debug, Default, Clone)]
 pub struct Recovered {
