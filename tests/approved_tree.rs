@@ -15,7 +15,9 @@
 //! * a commit authored as the runtime with a fake receipt, against a box that signs
 //!   its records commits.
 
-use crate::review::{builder_in, builder_ok, fire_in, git, path_with_builder, with_origin, REVIEWER};
+use crate::review::{
+    builder_in, builder_ok, clone_at, commit_all_as, fire_in, git, path_with_builder, with_origin, REVIEWER,
+};
 use crate::signed::keygen;
 use crate::skip::Capability;
 use crate::util::{TestEnv, TEST_KEY};
@@ -420,29 +422,13 @@ fn a_rollback_push_gives_a_card_and_the_fire_refuses_it() {
     );
     let (code, summary) = fire_in(&env, &cron, "digest");
     assert_eq!(code, 0, "{summary}");
+    // The engineer's clone judges by v2's rules from now on (any judging command).
+    builder_ok(&env, &env.root, None, &["audit"]);
 
     // Mallory puts v1 back with a direct commit, pushed past the hook.
-    let mal = env.home.join("mallory");
-    git(
-        &env,
-        &env.home,
-        &["clone", "-q", origin.to_str().unwrap(), mal.to_str().unwrap()],
-    );
+    let mal = clone_at(&env, &origin, "mallory");
     std::fs::write(mal.join("prompts/digest.md"), &v1).unwrap();
-    git(
-        &env,
-        &mal,
-        &[
-            "-c",
-            "user.name=Mallory",
-            "-c",
-            "user.email=mallory@evil.example",
-            "commit",
-            "-q",
-            "-am",
-            "revert",
-        ],
-    );
+    commit_all_as(&env, &mal, ("Mallory", "mallory@evil.example"), "revert");
     git(&env, &mal, &["push", "-q", "--no-verify", "origin", "main"]);
     let evil = git(&env, &mal, &["rev-parse", "HEAD"]);
     // The attack is live: her tip's builder tree is v1's, which an approval covers.
@@ -479,14 +465,29 @@ fn a_rollback_push_gives_a_card_and_the_fire_refuses_it() {
     assert_ne!(code, 0, "{again}");
     assert!(again["cards"].as_array().is_none_or(|c| c.is_empty()), "{again}");
 
-    // Reviewed on purpose (a newer approval names v1 again): the box runs it.
+    // Reviewed on purpose (a newer approval names v1 again): the box runs it. The
+    // engineer's clone judged by v2's rules before, so until then it keeps judging
+    // by them, and says so.
     git(&env, &env.root, &["fetch", "-q", "origin"]);
     git(
         &env,
         &env.root,
         &["branch", "-q", "proposals/back-to-v1", "origin/main"],
     );
-    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "back-to-v1"]);
+    let (code, out, err) = builder_in(&env, &env.root, Some(REVIEWER), &["approve", "back-to-v1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("origin/main went back to older rules")
+            && err.contains("has no approval newer than")
+            && err.contains("judging by that commit's settings"),
+        "{err}"
+    );
+    let (code, out, err) = builder_in(&env, &env.root, None, &["audit"]);
+    assert!(
+        !err.contains("went back"),
+        "approved again, v1's rules judge: {code} {out}{err}"
+    );
+
     git(
         &env,
         &env.root,
@@ -503,6 +504,62 @@ fn a_rollback_push_gives_a_card_and_the_fire_refuses_it() {
         t1,
         "it runs v1 now: {summary}"
     );
+}
+
+/// A forced push of `main` to another history: her own root, the same files with
+/// review switched off in its settings. Nothing below her tip owes review (review is
+/// off from its root), so her tip's own settings would judge every approval, landing,
+/// audit and hooked push in a clone. The engineer's clone, which judged by the
+/// reviewed tree before, keeps judging by that tree's settings and says so; a clone
+/// made after the push has nothing to compare with.
+#[test]
+fn a_forced_push_to_another_history_leaves_a_clone_judging_by_the_reviewed_settings() {
+    let env = TestEnv::new();
+    let (origin, _cron) = cron_box(&env);
+    git(&env, &env.root, &["fetch", "-q", "origin"]);
+    builder_ok(&env, &env.root, None, &["audit"]);
+
+    let mal = clone_at(&env, &origin, "mallory");
+    git(&env, &mal, &["checkout", "-q", "--orphan", "other"]);
+    let settings = std::fs::read_to_string(mal.join("settings/runtime.yaml")).unwrap();
+    let off = settings.replace("require_reviewed: true\n", "");
+    assert_ne!(off, settings);
+    std::fs::write(mal.join("settings/runtime.yaml"), off).unwrap();
+    git(&env, &mal, &["add", "-A"]);
+    commit_all_as(&env, &mal, ("Mallory", "mallory@evil.example"), "fresh start");
+    git(
+        &env,
+        &mal,
+        &["push", "-q", "--no-verify", "--force", "origin", "other:main"],
+    );
+
+    git(&env, &env.root, &["fetch", "-q", "origin"]);
+    // The attack is live: her tip owes no review by its own settings, so they judge.
+    let repo = Repository::open(&env.root).unwrap();
+    let tip = repo.refname_to_id("refs/remotes/origin/main").unwrap();
+    assert_eq!(tip, Oid::from_str(&git(&env, &mal, &["rev-parse", "HEAD"])).unwrap());
+    assert_eq!(shared::review::base::reviewed_ancestor(&repo, tip).unwrap(), tip);
+    // The engineer's clone keeps judging by the reviewed settings, and says so.
+    let (code, out, err) = builder_in(&env, &env.root, None, &["proposals"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("origin/main went back to older rules")
+            && err.contains("rests on no approval")
+            && err.contains("judging by that commit's settings"),
+        "{err}"
+    );
+    let (_, judged_by) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
+    assert!(judged_by.require_reviewed, "her settings (review off) judge");
+
+    // A clone made after the push judges by what it finds (a known limit).
+    let late = clone_at(&env, &origin, "late");
+    let (code, out, err) = builder_in(&env, &late, None, &["proposals"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("went back"), "{err}");
+    let (_, judged_by) = shared::review::base::protected_settings(&Repository::open(&late).unwrap())
+        .unwrap()
+        .unwrap();
+    assert!(!judged_by.require_reviewed, "the late clone judges by her settings");
 }
 
 /// `require_reviewed: true` committed directly, then switched off again with a prompt

@@ -117,6 +117,25 @@ pub(crate) fn with_origin(env: &TestEnv) -> PathBuf {
     origin
 }
 
+/// A full clone of `origin` at `home/<name>`.
+pub(crate) fn clone_at(env: &TestEnv, origin: &Path, name: &str) -> PathBuf {
+    let dest = env.home.join(name);
+    git(
+        env,
+        &env.home,
+        &["clone", "-q", origin.to_str().unwrap(), dest.to_str().unwrap()],
+    );
+    dest
+}
+
+/// Commits every change to tracked files in `dir` (`git commit -a`) as `who` (name,
+/// email), with the git CLI.
+pub(crate) fn commit_all_as(env: &TestEnv, dir: &Path, who: (&str, &str), msg: &str) {
+    let name = format!("user.name={}", who.0);
+    let email = format!("user.email={}", who.1);
+    git(env, dir, &["-c", &name, "-c", &email, "commit", "-qam", msg]);
+}
+
 /// A clone of `origin`'s branch `branch` alone (`git clone --single-branch`, what a CI
 /// job checking out one pull request has), at `home/<name>`.
 pub(crate) fn clone_one_branch(env: &TestEnv, origin: &Path, branch: &str, name: &str) -> PathBuf {

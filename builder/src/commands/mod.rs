@@ -204,6 +204,21 @@ fn committed_protected_settings(
     match shared::review::base::protected_settings(&wt.repo) {
         Ok(found) => Ok(found.map(|(_, settings)| settings)),
         Err(shared::review::delta::DeltaError::Store(e)) => Err(CommandError::from(e)),
+        Err(shared::review::delta::DeltaError::WentBack(back)) => {
+            let again = format!(
+                "if {} went back by mistake, or was pushed back by someone who may not, push its newer tip again",
+                back.tip
+            );
+            let accept = format!(
+                "if it went back on purpose, approve a new commit on top of it (a newer approval), or remove {} to judge by its rules in this clone",
+                back.mark.display()
+            );
+            let lost = format!("this clone no longer has commit {} to judge by", back.before.commit);
+            Err(CommandError::new(command_error::Kind::Refused, *back)
+                .hint(lost)
+                .hint(again)
+                .hint(accept))
+        }
         Err(e) => Err(CommandError::new(command_error::Kind::Config, e)
             .hint("the protected branch's committed settings judge this command: fix them through review")),
     }

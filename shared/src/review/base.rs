@@ -27,6 +27,9 @@ pub struct ProtectedTip {
     /// `origin/main`, or `main` for the local branch.
     pub name: String,
     pub commit: Oid,
+    /// Whether it is the remote-tracking ref (what the team pushed), not the local
+    /// branch.
+    pub tracked: bool,
 }
 
 /// The protected branch's tip as this clone knows it (see the module's doc); `None`
@@ -47,6 +50,7 @@ fn protected_tip_judged(repo: &Repository) -> Result<Option<(ProtectedTip, Optio
                 .map(|commit| ProtectedTip {
                     name: format!("{r}/{branch}"),
                     commit,
+                    tracked: true,
                 })
         });
         tracked.or_else(|| {
@@ -55,6 +59,7 @@ fn protected_tip_judged(repo: &Repository) -> Result<Option<(ProtectedTip, Optio
                 .map(|commit| ProtectedTip {
                     name: branch.to_string(),
                     commit,
+                    tracked: false,
                 })
         })
     };
@@ -127,8 +132,64 @@ pub fn protected_settings(
         // docs/approved-tree.md).
         Err(_) => tip.commit,
     };
+    let at = forward_only(repo, &tip, at)?;
     let settings = super::delta::settings_of_commit(repo, at, &format!("{} ({})", tip.name, &at.to_string()[..12]))?;
     Ok(Some((tip, settings)))
+}
+
+/// The commit whose settings judge: `at` (the branch's nearest reviewed commit), or,
+/// when the branch went back from the point this clone's commands judged by before
+/// ([`super::judged`]), that point's commit, with a warning. A local branch with no
+/// remote-tracking ref and a shallow clone (whose walk ends at its cut) are judged
+/// as found.
+fn forward_only(repo: &Repository, tip: &ProtectedTip, at: Oid) -> Result<Oid, super::delta::DeltaError> {
+    use super::judged::{decide, Decision, Mark, Point, WentBack};
+    if !tip.tracked || repo.is_shallow() {
+        return Ok(at);
+    }
+    let counting = match approval_rule_of(repo, at)? {
+        Some(rule) => super::trust::Trust::new(repo, rule)?.commit(at)?.counting,
+        None => Vec::new(),
+    };
+    let stamps: Vec<_> = counting.iter().filter_map(super::forward::Stamp::of).collect();
+    let now = Point {
+        commit: at,
+        tree: super::builder_tree_of_commit(repo, at)?,
+        approval: super::forward::newest(repo, &stamps).cloned(),
+    };
+    let mark = Mark::of(repo.commondir(), &tip.name);
+    let before = mark.read();
+    let decision = match &before {
+        Some(b) => decide(repo, b, &now, tip.commit)?,
+        None => Decision::Forward,
+    };
+    let (Decision::Back(why), Some(before)) = (decision.clone(), before) else {
+        if decision == Decision::Forward {
+            if let Err(e) = mark.write(&now) {
+                tracing::warn!(error = %e, mark = %mark.path().display(), "the reviewed commit this clone judged by was not remembered");
+            }
+        }
+        return Ok(at);
+    };
+    let back = WentBack {
+        tip: tip.name.clone(),
+        before,
+        now,
+        why,
+        mark: mark.path().to_path_buf(),
+    };
+    match repo.find_commit(back.before.commit).map(|c| c.id()) {
+        Ok(kept) if super::builder_tree_of_commit(repo, kept)? == back.before.tree => {
+            tracing::warn!(
+                "{back}; judging by that commit's settings until the branch's tree is approved again (approve a new commit on top of {}; fetch approvals first: `git fetch {}`), or remove {} to accept the branch's rules",
+                back.tip,
+                back.tip.split('/').next().unwrap_or("origin"),
+                back.mark.display()
+            );
+            Ok(kept)
+        }
+        _ => Err(super::delta::DeltaError::WentBack(Box::new(back))),
+    }
 }
 
 /// Whose settings an eval of `base` trusts: `base`, or, when its builder tree owes

@@ -160,6 +160,10 @@ pub enum DeltaError {
         rev: String,
         source: crate::policy::PolicyError,
     },
+    /// The protected branch went back from the reviewed commit this clone judged by,
+    /// which it no longer has ([`super::judged`]).
+    #[error(transparent)]
+    WentBack(Box<super::judged::WentBack>),
 }
 
 /// The calls of the history at `db` (the runtime's state database), those of runs

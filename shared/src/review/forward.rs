@@ -52,7 +52,8 @@ impl Stamp {
         })
     }
 
-    fn line(&self) -> String {
+    /// The mark's line: tree, time and head.
+    pub(super) fn line(&self) -> String {
         format!(
             "{} {} {}\n",
             self.tree,
@@ -61,7 +62,8 @@ impl Stamp {
         )
     }
 
-    fn parse(id: &str, line: &str) -> Option<Stamp> {
+    /// Reads [`Stamp::line`] back.
+    pub(super) fn parse(id: &str, line: &str) -> Option<Stamp> {
         let mut f = line.split_whitespace();
         let tree = Oid::from_str(f.next()?).ok()?;
         let approved_at = DateTime::parse_from_rfc3339(f.next()?).ok()?.with_timezone(&Utc);

@@ -15,6 +15,7 @@ pub mod committed;
 pub mod delta;
 pub mod forward;
 pub mod hooks;
+pub mod judged;
 pub mod land;
 pub mod links;
 pub mod owned;
