@@ -522,15 +522,30 @@ fn a_forced_push_to_another_history_leaves_a_clone_judging_by_the_reviewed_setti
     let mal = clone_at(&env, &origin, "mallory");
     git(&env, &mal, &["checkout", "-q", "--orphan", "other"]);
     let settings = std::fs::read_to_string(mal.join("settings/runtime.yaml")).unwrap();
-    let off = settings.replace("require_reviewed: true\n", "");
-    assert_ne!(off, settings);
+    // Review off, and `sync.branch` naming her own branch (the same orphan), which
+    // the judge would follow to a branch this clone never judged by.
+    let off = settings
+        .replace("require_reviewed: true\n", "")
+        .replace("  branch: main\n", "  branch: hers\n");
+    assert!(
+        !off.contains("require_reviewed") && off.contains("branch: hers"),
+        "{off}"
+    );
     std::fs::write(mal.join("settings/runtime.yaml"), off).unwrap();
     git(&env, &mal, &["add", "-A"]);
     commit_all_as(&env, &mal, ("Mallory", "mallory@evil.example"), "fresh start");
     git(
         &env,
         &mal,
-        &["push", "-q", "--no-verify", "--force", "origin", "other:main"],
+        &[
+            "push",
+            "-q",
+            "--no-verify",
+            "--force",
+            "origin",
+            "other:main",
+            "other:hers",
+        ],
     );
 
     git(&env, &env.root, &["fetch", "-q", "origin"]);
@@ -548,18 +563,20 @@ fn a_forced_push_to_another_history_leaves_a_clone_judging_by_the_reviewed_setti
             && err.contains("judging by that commit's settings"),
         "{err}"
     );
-    let (_, judged_by) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
+    let (tip, judged_by) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
     assert!(judged_by.require_reviewed, "her settings (review off) judge");
+    assert_eq!(tip.name, "origin/main", "her sync.branch was followed");
 
     // A clone made after the push judges by what it finds (a known limit).
     let late = clone_at(&env, &origin, "late");
     let (code, out, err) = builder_in(&env, &late, None, &["proposals"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(!err.contains("went back"), "{err}");
-    let (_, judged_by) = shared::review::base::protected_settings(&Repository::open(&late).unwrap())
+    let (tip, judged_by) = shared::review::base::protected_settings(&Repository::open(&late).unwrap())
         .unwrap()
         .unwrap();
     assert!(!judged_by.require_reviewed, "the late clone judges by her settings");
+    assert_eq!(tip.name, "origin/hers", "the late clone follows her sync.branch");
 }
 
 /// `require_reviewed: true` committed directly, then switched off again with a prompt
@@ -869,4 +886,70 @@ fn receipts_a_person_commits_are_flagged_and_a_pull_that_brings_the_runtimes_is_
     }
     let (_, out, _) = builder_in(&env, &env.root, None, &["history", "show", fake_id]);
     assert!(out.contains("a commit not the runtime's"), "{out}");
+}
+
+/// A merge commit that puts the repository's first tree (review off) back over
+/// `main`, with that old commit as its first parent and `main` as its second: a
+/// fast-forward of `main`, pushed past the hook without any force. The walk to the
+/// branch's reviewed commit took the first parent down to the root, where review is
+/// off, so every clone (a fresh one too) judged by no review at all. It now follows
+/// the line the merge replaced: the engineer's clone and a fresh clone alike judge by
+/// main's reviewed settings.
+#[test]
+fn an_old_tree_merged_over_main_as_a_fast_forward_is_judged_by_mains_rules() {
+    let env = TestEnv::new();
+    let (origin, _cron) = cron_box(&env);
+    git(&env, &env.root, &["fetch", "-q", "origin"]);
+    builder_ok(&env, &env.root, None, &["audit"]);
+    let reviewed_tip = git(&env, &env.root, &["rev-parse", "origin/main"]);
+
+    let mal = clone_at(&env, &origin, "mallory");
+    let root = git(&env, &mal, &["rev-list", "--max-parents=0", "HEAD"]);
+    let old = git(&env, &mal, &["show", &format!("{root}:settings/runtime.yaml")]);
+    assert!(!old.contains("require_reviewed"), "the root asks review: {old}");
+    let tree = git(&env, &mal, &["rev-parse", &format!("{root}^{{tree}}")]);
+    let merge = git(
+        &env,
+        &mal,
+        &[
+            "-c",
+            "user.name=Mallory",
+            "-c",
+            "user.email=mallory@evil.example",
+            "commit-tree",
+            &tree,
+            "-p",
+            &root,
+            "-p",
+            "HEAD",
+            "-m",
+            "tidy",
+        ],
+    );
+    git(
+        &env,
+        &mal,
+        &["push", "-q", "--no-verify", "origin", &format!("{merge}:main")],
+    );
+    assert_eq!(git(&env, &origin, &["rev-parse", "main"]), merge, "not a fast-forward");
+
+    let fresh = clone_at(&env, &origin, "fresh");
+    git(&env, &fresh, &["fetch", "-q", "origin", crate::team::APPROVALS_SPEC]);
+    git(&env, &env.root, &["fetch", "-q", "origin"]);
+    for dir in [&env.root, &fresh] {
+        let repo = Repository::open(dir).unwrap();
+        let at = shared::review::base::reviewed_ancestor(&repo, Oid::from_str(&merge).unwrap()).unwrap();
+        assert_eq!(
+            at.to_string(),
+            reviewed_tip,
+            "{}: the walk went down her line",
+            dir.display()
+        );
+        let (_, settings) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
+        assert!(
+            settings.require_reviewed,
+            "{}: the root's settings judge",
+            dir.display()
+        );
+    }
 }

@@ -794,3 +794,39 @@ fn a_killed_prefetch_worker_is_named_as_such() {
         "{summary}"
     );
 }
+
+/// A killed sync step's intent record, naming a lock its dead process created: the
+/// next fire settles it (the lock goes) before it reads its tree.
+fn plant_a_killed_sync_step(env: &TestEnv) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = env.root.join(".runtime/locks");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lock = env.root.join(".git/refs/heads/synced.lock");
+    let record = dir.join("sync-intent-999999.json");
+    let body = serde_json::json!({"pid": 999999, "start_time": null, "locks": [{"path": lock}]});
+    std::fs::write(&record, body.to_string()).unwrap();
+    std::fs::write(&lock, "").unwrap();
+    (record, lock)
+}
+
+/// A fire yields to a run waiting for approval before it writes anything, settling a
+/// killed sync step included (docs/design.md: exit 4, nothing written). Shown live
+/// first: without a waiting run, the same record's lock is removed by the fire.
+#[test]
+fn a_run_waiting_for_approval_leaves_a_killed_sync_steps_locks_for_later() {
+    let free = counter_env(false);
+    let (record, lock) = plant_a_killed_sync_step(&free);
+    let (code, summary, stderr) = free.fire("t");
+    assert_eq!(code, 0, "{summary} {stderr}");
+    assert!(!lock.exists() && !record.exists(), "the killed step was not settled");
+
+    let env = counter_env(true);
+    let (code, _, _) = env.fire("t");
+    assert_eq!(code, 4, "waiting for approval");
+    let head = env.head_id();
+    let (record, lock) = plant_a_killed_sync_step(&env);
+    let (code, tick, stderr) = env.fire("t");
+    assert_eq!(code, 4, "{tick} {stderr}");
+    assert_eq!(tick["status"], "waiting_approval");
+    assert!(lock.exists() && record.exists(), "settled before the answer");
+    assert_eq!(env.head_id(), head, "no commit");
+}

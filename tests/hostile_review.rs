@@ -1410,3 +1410,46 @@ fn an_unsigned_approval_of_a_tip_that_switched_signatures_off_lends_it_no_powers
     let out = eval_of_a_tweak_trusts(&r, &trusted);
     r.assert_nothing_left("an unsigned approval of a tip that switched signatures off", &[&out]);
 }
+
+/// A proposal made on an older commit of `main`, whose settings were committed once
+/// with a power `main` has since dropped (a read directory holding the reviewer's
+/// secret). Where the head meets `main` is that old commit, so its settings would be
+/// the trusted configuration, and the payload reads the secret under them (shown
+/// live). Approvals only move forward for evals too: the base lends no power the
+/// branch no longer grants. The branch's settings are trusted, `trusted` says why,
+/// and the base's eval and the head's are both refused, named; nothing runs.
+#[test]
+fn a_proposal_on_an_older_base_gets_no_power_the_branch_has_since_dropped() {
+    let r = Reviewer::new();
+    prove_live(&r, Widening::ReadDir);
+    r.env.write("settings/runtime.yaml", &r.settings(&[Widening::ReadDir]));
+    r.env.commit_all("read the data directory");
+    let old = r.env.head_id();
+    r.env.write("settings/runtime.yaml", &r.settings(&[]));
+    r.env.commit_all("the data directory is read no more");
+    let git = |args: &[&str]| assert!(r.env.git_in(&r.env.root, args).status.success(), "{args:?}");
+    git(&["checkout", "-q", "-b", "proposals/evil", &old]);
+    r.env.write(
+        "prompts/t.md",
+        &PLAIN_PROMPT.replace("test task.", "test task, thoroughly."),
+    );
+    r.env.commit_all("A clearer prompt");
+    git(&["checkout", "-q", "main"]);
+
+    let out = r.builder(As::Me, &["eval", "--head", "proposals/evil", "--json"], &[]);
+    let rep = json_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{rep}");
+    let trusted = rep["trusted"].as_str().unwrap();
+    assert!(
+        trusted.contains("bounded by main") && trusted.contains("permissions.additional_directories"),
+        "{trusted}"
+    );
+    for p in rep["powers"].as_array().unwrap() {
+        let refused = p["refused"].as_str().unwrap_or_default();
+        assert!(refused.contains("permissions.additional_directories"), "{p}");
+    }
+    for row in rep["rows"].as_array().unwrap() {
+        assert_eq!(row["runs"], 0, "fired under the old base's powers: {row}");
+    }
+    r.assert_nothing_left("a proposal on an older base", &[&out]);
+}

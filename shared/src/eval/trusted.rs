@@ -57,7 +57,15 @@ impl TrustedLock {
                 lock: McpLock::default(),
             });
         };
-        let (blob, lock) = lock_of_commit(repo, &b.commit)?;
+        Self::of_commit(
+            repo,
+            git2::Oid::from_str(&b.commit).map_err(|e| EvalError::Worktree(e.to_string()))?,
+        )
+    }
+
+    /// The lock of `commit`.
+    fn of_commit(repo: &git2::Repository, commit: git2::Oid) -> Result<TrustedLock, EvalError> {
+        let (blob, lock) = lock_of_commit(repo, &commit.to_string())?;
         Ok(TrustedLock {
             blob,
             lock: lock.unwrap_or_default(),
@@ -71,6 +79,65 @@ impl TrustedLock {
 fn trusted_commit(repo: &git2::Repository, b: &Revision) -> Result<git2::Oid, EvalError> {
     let id = git2::Oid::from_str(&b.commit).map_err(|e| EvalError::Worktree(e.to_string()))?;
     crate::review::base::reviewed_ancestor(repo, id).map_err(|e| EvalError::Trusted(e.to_string()))
+}
+
+/// Bounds what an eval trusts by the protected branch ([`crate::review::base::protected_judgement`]):
+/// approvals only move forward for evals too. A proposal made on an old commit of the
+/// branch (or naming it as `--base`), whose settings or MCP pins a review approved once
+/// with more powers than the branch grants now (a read directory, a port, Landlock
+/// off, another provider, a tool pin since dropped), would otherwise be fired under
+/// them on the reviewer's machine. Where the base's `settings` (unless they are an
+/// operator's file: `bound_settings` false) or its `lock` grant what the branch's do
+/// not, the branch's stand in, `from` says so, and the base is judged against them
+/// like the head (so its eval is refused, named). A clone with no protected branch
+/// keeps the base's.
+fn bound_by_the_branch(
+    repo: &git2::Repository,
+    settings: &mut RuntimeSettings,
+    bound_settings: bool,
+    lock: &mut TrustedLock,
+    from: &mut String,
+) -> Result<(), EvalError> {
+    let branch = match crate::review::base::protected_judgement(repo) {
+        Ok(Some(p)) => p,
+        Ok(None) => return Ok(()),
+        // The operator's file answers for the settings; the base's pins stand.
+        Err(e) if !bound_settings => {
+            tracing::warn!(error = %e, "the protected branch's settings cannot be read: the base's MCP pins are not bounded by its");
+            return Ok(());
+        }
+        Err(e) => {
+            return Err(EvalError::Trusted(format!(
+                "the protected branch's settings, which bound what an eval trusts, cannot be read: {e}"
+            )))
+        }
+    };
+    let widens = |changes: Vec<PowerChange>| -> Vec<PowerChange> {
+        changes.into_iter().filter(|c| c.effect == Effect::Widens).collect()
+    };
+    let mut dropped = match bound_settings {
+        true => widens(powers::changes(&branch.settings, settings)),
+        false => Vec::new(),
+    };
+    if !dropped.is_empty() {
+        *settings = branch.settings;
+    }
+    let branch_lock = TrustedLock::of_commit(repo, branch.commit)?;
+    let pins = widens(pin_changes(&branch_lock, lock.blob, Ok(lock.lock.clone())));
+    if !pins.is_empty() {
+        *lock = branch_lock;
+        dropped.extend(pins);
+    }
+    if !dropped.is_empty() {
+        *from = format!(
+            "{from}, bounded by {} ({}), which no longer grants: {} (rebase the proposal onto {}, fetched, or name an operator's file)",
+            branch.tip.name,
+            short(&branch.commit.to_string()),
+            dropped.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+            branch.tip.name
+        );
+    }
+    Ok(())
 }
 
 /// The blob of `settings/mcp.lock` at `commit` (none when the commit has no lock)
@@ -192,7 +259,10 @@ impl Trusted {
                 ))
             }
         };
-        let lock = TrustedLock::of(repo, reviewed.as_ref())?;
+        let (mut settings, mut from) = (settings, from);
+        let mut lock = TrustedLock::of(repo, reviewed.as_ref())?;
+        let bound_settings = matches!(source, TrustedSource::Base);
+        bound_by_the_branch(repo, &mut settings, bound_settings, &mut lock, &mut from)?;
         let dir = Scratch::new("builder-trusted-").map_err(|(path, source)| EvalError::Io { path, source })?;
         let file = dir.path().join("runtime.yaml");
         let text = powers::to_yaml(&settings).map_err(|e| EvalError::Trusted(e.to_string()))?;

@@ -27,9 +27,11 @@ pub struct ProtectedTip {
     /// `origin/main`, or `main` for the local branch.
     pub name: String,
     pub commit: Oid,
-    /// Whether it is the remote-tracking ref (what the team pushed), not the local
-    /// branch.
-    pub tracked: bool,
+    /// The remote whose remote-tracking ref it is (what the team pushed); `None` for
+    /// the local branch.
+    pub remote: Option<String>,
+    /// The branch's name.
+    pub branch: String,
 }
 
 /// The protected branch's tip as this clone knows it (see the module's doc); `None`
@@ -50,7 +52,8 @@ fn protected_tip_judged(repo: &Repository) -> Result<Option<(ProtectedTip, Optio
                 .map(|commit| ProtectedTip {
                     name: format!("{r}/{branch}"),
                     commit,
-                    tracked: true,
+                    remote: Some(r.to_string()),
+                    branch: branch.to_string(),
                 })
         });
         tracked.or_else(|| {
@@ -59,7 +62,8 @@ fn protected_tip_judged(repo: &Repository) -> Result<Option<(ProtectedTip, Optio
                 .map(|commit| ProtectedTip {
                     name: branch.to_string(),
                     commit,
-                    tracked: false,
+                    remote: None,
+                    branch: branch.to_string(),
                 })
         })
     };
@@ -83,6 +87,23 @@ fn protected_tip_judged(repo: &Repository) -> Result<Option<(ProtectedTip, Optio
         None => None,
     }
     .filter(|b| *b != guess && !b.starts_with(super::PROPOSAL_PREFIX));
+    // Another branch named: only if the guessed branch did not go back from the
+    // commit this clone judged it by (a forced push of an orphan naming her branch
+    // would otherwise lead the judge to a branch with no mark of its own).
+    let named = match (named, reviewed) {
+        (Some(b), Some(c)) => match judge_forward(repo, &first, c) {
+            Ok(f) if f.at == c => {
+                // Remembered too, so a later forced push of this branch has a mark to
+                // meet even while the judge follows the other one.
+                f.remember();
+                Some(b)
+            }
+            Ok(f) => super::sync_branch_of_commit(repo, f.at)?
+                .filter(|n| *n != guess && !n.starts_with(super::PROPOSAL_PREFIX)),
+            Err(_) => None,
+        },
+        _ => None,
+    };
     Ok(Some(match named.and_then(|b| tip_of(&b)) {
         Some(tip) => (tip, None),
         None => (first, reviewed),
@@ -119,6 +140,20 @@ pub fn trusted_base(repo: &Repository, head: Oid) -> Result<(Oid, ProtectedTip),
 pub fn protected_settings(
     repo: &Repository,
 ) -> Result<Option<(ProtectedTip, crate::settings::RuntimeSettings)>, super::delta::DeltaError> {
+    Ok(protected_judgement(repo)?.map(|p| (p.tip, p.settings)))
+}
+
+/// The protected branch as this clone's commands judge by it.
+pub struct Protected {
+    pub tip: ProtectedTip,
+    /// The commit whose settings judge: the branch's nearest reviewed commit, or the
+    /// one this clone judged by before when the branch went back ([`super::judged`]).
+    pub commit: Oid,
+    pub settings: crate::settings::RuntimeSettings,
+}
+
+/// [`protected_settings`], with the commit they are read from.
+pub fn protected_judgement(repo: &Repository) -> Result<Option<Protected>, super::delta::DeltaError> {
     let Some((tip, reviewed)) = protected_tip_judged(repo)? else {
         return Ok(None);
     };
@@ -132,64 +167,139 @@ pub fn protected_settings(
         // docs/approved-tree.md).
         Err(_) => tip.commit,
     };
-    let at = forward_only(repo, &tip, at)?;
-    let settings = super::delta::settings_of_commit(repo, at, &format!("{} ({})", tip.name, &at.to_string()[..12]))?;
-    Ok(Some((tip, settings)))
+    let forward = judge_forward(repo, &tip, at)?;
+    if let Some(back) = &forward.back {
+        tracing::warn!(
+            "{back}; judging by that commit's settings until the branch's tree is approved again (approve a new commit on top of {}; fetch approvals first: `git fetch {}`), or remove {} to accept the branch's rules",
+            back.tip,
+            back.remote,
+            back.mark.display()
+        );
+    }
+    forward.remember();
+    Ok(Some(Protected {
+        tip,
+        commit: forward.at,
+        settings: forward.settings,
+    }))
 }
 
-/// The commit whose settings judge: `at` (the branch's nearest reviewed commit), or,
-/// when the branch went back from the point this clone's commands judged by before
-/// ([`super::judged`]), that point's commit, with a warning. A local branch with no
-/// remote-tracking ref and a shallow clone (whose walk ends at its cut) are judged
-/// as found.
-fn forward_only(repo: &Repository, tip: &ProtectedTip, at: Oid) -> Result<Oid, super::delta::DeltaError> {
-    use super::judged::{decide, Decision, Mark, Point, WentBack};
-    if !tip.tracked || repo.is_shallow() {
-        return Ok(at);
-    }
-    let counting = match approval_rule_of(repo, at)? {
-        Some(rule) => super::trust::Trust::new(repo, rule)?.commit(at)?.counting,
-        None => Vec::new(),
-    };
-    let stamps: Vec<_> = counting.iter().filter_map(super::forward::Stamp::of).collect();
-    let now = Point {
-        commit: at,
-        tree: super::builder_tree_of_commit(repo, at)?,
-        approval: super::forward::newest(repo, &stamps).cloned(),
-    };
-    let mark = Mark::of(repo.commondir(), &tip.name);
-    let before = mark.read();
-    let decision = match &before {
-        Some(b) => decide(repo, b, &now, tip.commit)?,
-        None => Decision::Forward,
-    };
-    let (Decision::Back(why), Some(before)) = (decision.clone(), before) else {
-        if decision == Decision::Forward {
-            if let Err(e) = mark.write(&now) {
-                tracing::warn!(error = %e, mark = %mark.path().display(), "the reviewed commit this clone judged by was not remembered");
+/// What the forward rule ([`super::judged`]) makes of judging `tip` by its reviewed
+/// commit, before any effect: the commit whose settings judge and those settings, why
+/// that is not the reviewed commit, and the point to remember.
+struct Forward {
+    at: Oid,
+    settings: crate::settings::RuntimeSettings,
+    back: Option<super::judged::WentBack>,
+    remember: Option<Remember>,
+}
+
+impl Forward {
+    /// Writes the point to remember, if any (a failure is said, not fatal: the
+    /// judgement stands).
+    fn remember(&self) {
+        if let Some(r) = &self.remember {
+            if let Err(e) = r.mark.write(r.seen.as_ref(), &r.point) {
+                tracing::warn!(error = %e, mark = %r.mark.path().display(), "the reviewed commit this clone judged by was not remembered");
             }
         }
-        return Ok(at);
+    }
+}
+
+/// A point to remember once the settings judged, unless the mark moved from `seen`.
+struct Remember {
+    mark: super::judged::Mark,
+    seen: Option<super::judged::Point>,
+    point: super::judged::Point,
+}
+
+/// [`Forward`] for `tip`, whose reviewed commit is `at`. A local branch with no
+/// remote-tracking ref and a shallow clone (whose walk ends at its cut) are judged as
+/// found. Nothing is remembered unless `at`'s settings load.
+fn judge_forward(repo: &Repository, tip: &ProtectedTip, at: Oid) -> Result<Forward, super::delta::DeltaError> {
+    use super::judged::{decide, Decision, Line, Mark, Point, WentBack};
+    let label = |c: Oid| format!("{} ({})", tip.name, &c.to_string()[..12]);
+    let settings = super::delta::settings_of_commit(repo, at, &label(at))?;
+    let as_found = |settings, remember| Forward {
+        at,
+        settings,
+        back: None,
+        remember,
+    };
+    let Some(remote) = tip.remote.as_deref().filter(|_| !repo.is_shallow()) else {
+        return Ok(as_found(settings, None));
+    };
+    let mark = Mark::of(repo.commondir(), remote, &tip.branch);
+    let tree = super::builder_tree_of_commit(repo, at)?;
+    let Some(before) = mark.read() else {
+        let point = Point {
+            commit: at,
+            tree,
+            approval: newest_counting(repo, at, None)?,
+        };
+        return Ok(as_found(
+            settings,
+            Some(Remember {
+                mark,
+                seen: None,
+                point,
+            }),
+        ));
+    };
+    let line = Line::of(repo, &before, at)?;
+    let mut now = Point {
+        commit: at,
+        tree,
+        approval: newest_counting(repo, at, (line.kept && !line.on_line).then_some(before.commit))?,
+    };
+    if now.tree == before.tree && now.approval.is_none() {
+        now.approval = before.approval.clone();
+    }
+    let why = match decide(&before, &now, &line, settings.require_reviewed, |a, b| {
+        super::forward::older(repo, a, b)
+    }) {
+        Decision::Stay => return Ok(as_found(settings, None)),
+        Decision::Forward => {
+            let seen = Some(before);
+            return Ok(as_found(settings, Some(Remember { mark, seen, point: now })));
+        }
+        Decision::Back(why) => why,
     };
     let back = WentBack {
         tip: tip.name.clone(),
+        remote: remote.to_string(),
         before,
         now,
         why,
         mark: mark.path().to_path_buf(),
     };
-    match repo.find_commit(back.before.commit).map(|c| c.id()) {
-        Ok(kept) if super::builder_tree_of_commit(repo, kept)? == back.before.tree => {
-            tracing::warn!(
-                "{back}; judging by that commit's settings until the branch's tree is approved again (approve a new commit on top of {}; fetch approvals first: `git fetch {}`), or remove {} to accept the branch's rules",
-                back.tip,
-                back.tip.split('/').next().unwrap_or("origin"),
-                back.mark.display()
-            );
-            Ok(kept)
-        }
-        _ => Err(super::delta::DeltaError::WentBack(Box::new(back))),
+    let kept = back.before.commit;
+    if !line.kept || super::builder_tree_of_commit(repo, kept)? != back.before.tree {
+        return Err(super::delta::DeltaError::WentBack(Box::new(back)));
     }
+    Ok(Forward {
+        at: kept,
+        settings: super::delta::settings_of_commit(repo, kept, &label(kept))?,
+        back: Some(back),
+        remember: None,
+    })
+}
+
+/// The newest approval of `at`'s builder tree that counts: by the rules of `at`'s own
+/// history, or, with `on` (a remembered commit the branch's history lost), as a
+/// change on that commit would be judged (its rule and its signers list): the rules of
+/// a history that replaced the branch never judge their own approvals.
+fn newest_counting(repo: &Repository, at: Oid, on: Option<Oid>) -> Result<Option<super::forward::Stamp>, git2::Error> {
+    let Some(rule) = approval_rule_of(repo, on.unwrap_or(at))? else {
+        return Ok(None);
+    };
+    let mut trust = super::trust::Trust::new(repo, rule)?;
+    let judged = match on {
+        Some(base) => trust.proposal(base, at)?,
+        None => trust.commit(at)?,
+    };
+    let stamps: Vec<_> = judged.counting.iter().filter_map(super::forward::Stamp::of).collect();
+    Ok(super::forward::newest(repo, &stamps).cloned())
 }
 
 /// Whose settings an eval of `base` trusts: `base`, or, when its builder tree owes
@@ -273,11 +383,13 @@ fn reviewed_below(
 /// The parent of the merge `at` whose line the walk to a reviewed commit follows
 /// instead of the first: a reviewed parent whose tree the merge replaced
 /// ([`super::trust::Trust::replaced_reviewed_parent`]) that shares no history with
-/// the first parent. That is an unrelated line (an orphan with review off) merged with
-/// its own line first, where `git commit-tree -p <orphan> -p main` makes a
-/// fast-forward of `main`: that line never judged anything, and its root owes nothing,
-/// which would make its settings the judge. An ordinary merge keeps to its first
-/// parent. A parent below a shallow clone's boundary is refused.
+/// the first parent, or that the first parent lies below. The first is an unrelated
+/// line (an orphan with review off) merged with its own line first, where `git
+/// commit-tree -p <orphan> -p main` makes a fast-forward of `main`: that line never
+/// judged anything, and its root owes nothing, which would make its settings the
+/// judge. The second is an old commit of the branch itself put first the same way
+/// (its tree over `main`'s), whose line leads down to rules the branch left behind.
+/// An ordinary merge keeps to its first parent. A parent below a shallow clone's boundary is refused.
 fn replaced_line(repo: &Repository, trust: &mut super::trust::Trust<'_>, at: Oid) -> Result<Option<Oid>, ReviewError> {
     let merge = repo.find_commit(at)?;
     if merge.parent_count() < 2 {
@@ -293,7 +405,13 @@ fn replaced_line(repo: &Repository, trust: &mut super::trust::Trust<'_>, at: Oid
             &replaced.to_string()[..12]
         )));
     }
-    match repo.merge_base(merge.parent_id(0)?, replaced) {
+    let first = merge.parent_id(0)?;
+    match repo.merge_base(first, replaced) {
+        // The first parent lies below the reviewed line the merge replaced: an old
+        // tree put back over it (`git commit-tree <old tree> -p <old> -p main`, a
+        // fast-forward of `main`), whose first line leads down to rules the branch
+        // left behind.
+        Ok(base) if base == first => Ok(Some(replaced)),
         Ok(_) => Ok(None),
         Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(Some(replaced)),
         Err(e) => Err(e.into()),

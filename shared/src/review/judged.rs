@@ -3,25 +3,29 @@
 //! serve`) go by the settings of the protected branch's nearest reviewed commit
 //! ([`super::base::protected_settings`]). A colleague with push access who is not a
 //! signer could move that commit back: force-push the branch to an older approved
-//! commit (alone, or under commits of hers that owe review), push a revert to an older
-//! approved tree past the hook, or force-push another history with review off at its
-//! root. Every clone would then judge by rules a later review replaced, or by hers.
+//! commit (alone, or under commits of hers that owe review), or force-push another
+//! history with review off at its root, or with approvals she wrote that only its own
+//! rules accept. Every clone would then judge by rules a later review replaced, or by
+//! hers.
 //!
 //! So each clone remembers, per remote-tracking branch, the reviewed commit its
-//! commands last judged by ([`Mark`], in `<git common dir>/builder-judged/<remote>/<branch>`:
-//! the commit, its builder tree and the newest approval of that tree that counts). The
-//! next judgement ([`decide`]) goes back when the new reviewed commit's builder tree
-//! differs and either its newest approval is older than the remembered one
-//! ([`super::forward::older`]: causally first, then by time), or it rests on no
-//! approval in a history that lost the remembered commit. Then the commands keep
-//! judging by the remembered commit's settings and say so; a newer approval of the
-//! branch's tree (approve a new commit on top of it) moves the mark on. A history that
-//! lost the remembered commit with the same builder tree (an honest rewrite of records)
-//! is no step back. A local branch with no remote-tracking ref and a shallow clone keep
-//! no mark.
+//! commands last judged by ([`Mark`], in `<git common dir>/builder-judged/`: the
+//! commit, its builder tree and the newest approval of that tree that counts). The
+//! next judgement ([`decide`]) compares the branch's reviewed commit with it. On the
+//! remembered commit's line (the tip holds it), the walk's own rules are trusted: they
+//! descend from the remembered ones through approved changes. Off that line (the
+//! branch's history lost it), the new commit's approvals are judged as a change on
+//! the remembered commit would be (its rule, its signers list), never by the rules of
+//! the history that replaced it. Either way, another builder tree whose newest
+//! approval is older than the remembered one, or that rests on no approval while
+//! review is on (or off the line at all), is a step back: the commands keep judging by
+//! the remembered commit's settings and say so. A newer approval of the branch's tree
+//! (approve a new commit on top of it) moves the mark on; a history rewritten with the
+//! same builder tree is no step back.
 
-use super::forward::{older, Stamp};
+use super::forward::Stamp;
 use git2::{Oid, Repository};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Under the git common directory: one file per remote-tracking branch.
@@ -44,13 +48,20 @@ pub struct Mark {
     path: PathBuf,
 }
 
+/// `name` as one file-name component: `%`, `/` and `:` escaped, so that no two
+/// (remote, branch) pairs share a file and no branch is a directory of another's.
+fn escaped(name: &str) -> String {
+    name.replace('%', "%25").replace('/', "%2F").replace(':', "%3A")
+}
+
 impl Mark {
-    /// The mark of the remote-tracking branch `tip_name` (`origin/main`) in the clone
-    /// whose git common directory is `common_dir`. Git's ref-name rules keep the name
-    /// inside the directory (no `..` component, no leading `/`).
-    pub fn of(common_dir: &Path, tip_name: &str) -> Mark {
+    /// The mark of `remote`'s branch `branch` in the clone whose git common directory
+    /// is `common_dir`.
+    pub fn of(common_dir: &Path, remote: &str, branch: &str) -> Mark {
         Mark {
-            path: common_dir.join(JUDGED_DIR).join(tip_name),
+            path: common_dir
+                .join(JUDGED_DIR)
+                .join(format!("{}:{}", escaped(remote), escaped(branch))),
         }
     }
 
@@ -58,37 +69,85 @@ impl Mark {
         &self.path
     }
 
-    /// The remembered point; `None` before the first judgement, or when the file does
-    /// not parse (it is then written afresh).
+    /// The remembered point; `None` before the first judgement. A file that does not
+    /// parse (written whole and fsynced before it is renamed into place, so only a
+    /// hand or a broken disk makes one) is said loudly and read as none.
     pub fn read(&self) -> Option<Point> {
-        let text = std::fs::read_to_string(&self.path).ok()?;
-        let mut lines = text.lines();
-        let mut first = lines.next()?.split_whitespace();
-        let commit = Oid::from_str(first.next()?).ok()?;
-        let tree = Oid::from_str(first.next()?).ok()?;
-        let approval = match lines.next() {
-            Some(line) => {
-                let (id, rest) = line.split_once(' ')?;
-                Some(Stamp::parse(id, rest)?)
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(mark = %self.path.display(), error = %e, "the reviewed commit this clone judged by cannot be read: judging as a fresh clone would");
+                return None;
             }
-            None => None,
         };
-        Some(Point { commit, tree, approval })
+        let point = parse(&text);
+        if point.is_none() {
+            tracing::warn!(mark = %self.path.display(), "the reviewed commit this clone judged by does not parse: judging as a fresh clone would");
+        }
+        point
     }
 
-    /// Remembers `point` (a temporary file renamed over the mark: a reader sees the
-    /// old point or the new one).
-    pub fn write(&self, point: &Point) -> std::io::Result<()> {
+    /// Remembers `point` unless another command moved the mark since `seen` was read
+    /// (its judgement stands). The file is written whole, fsynced and renamed into
+    /// place: a reader sees the old point or the new one.
+    pub fn write(&self, seen: Option<&Point>, point: &Point) -> std::io::Result<()> {
+        if self.read().as_ref() != seen {
+            return Ok(());
+        }
         let mut body = format!("{} {}\n", point.commit, point.tree);
         if let Some(a) = &point.approval {
             body.push_str(&format!("{} {}", a.id, a.line()));
         }
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)?;
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        tmp.write_all(body.as_bytes())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(&self.path).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+fn parse(text: &str) -> Option<Point> {
+    let mut lines = text.lines();
+    let mut first = lines.next()?.split_whitespace();
+    let commit = Oid::from_str(first.next()?).ok()?;
+    let tree = Oid::from_str(first.next()?).ok()?;
+    let approval = match lines.next() {
+        Some(line) => {
+            let (id, rest) = line.split_once(' ')?;
+            Some(Stamp::parse(id, rest)?)
         }
-        let tmp = self.path.with_extension(format!("tmp-{}", std::process::id()));
-        std::fs::write(&tmp, body)?;
-        std::fs::rename(&tmp, &self.path)
+        None => None,
+    };
+    Some(Point { commit, tree, approval })
+}
+
+/// Where the branch stands against the remembered commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Line {
+    /// This clone still has the remembered commit.
+    pub kept: bool,
+    /// The new reviewed commit holds it (is it, or descends from it). Not the
+    /// branch's tip: a merge that descends from it can still lead the walk down its
+    /// other parent, to an older commit.
+    pub on_line: bool,
+    /// The new reviewed commit lies below it (an ancestor).
+    pub below: bool,
+}
+
+impl Line {
+    /// Where the reviewed commit `at` stands against `before`.
+    pub fn of(repo: &Repository, before: &Point, at: Oid) -> Result<Line, git2::Error> {
+        // A remembered commit this clone no longer has: the branch lost it long ago
+        // (git gc pruned it), so nothing is on its line.
+        let kept = repo.find_commit(before.commit).is_ok();
+        Ok(Line {
+            kept,
+            on_line: kept && (at == before.commit || repo.graph_descendant_of(at, before.commit)?),
+            below: kept && repo.graph_descendant_of(before.commit, at)?,
+        })
     }
 }
 
@@ -97,8 +156,8 @@ impl Mark {
 pub enum Decision {
     /// Judge by the new point and remember it.
     Forward,
-    /// Judge by the new point; the mark stays (the new point is the remembered one, or
-    /// below it on the same line with the same rules).
+    /// Judge by the new point; the mark stays (it is the remembered one, or below it
+    /// on the same line with the same rules).
     Stay,
     /// The branch went back: judge by the remembered point.
     Back(Why),
@@ -107,40 +166,60 @@ pub enum Decision {
 /// Why the branch went back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Why {
-    /// Its reviewed tree's newest approval is older than the remembered one.
+    /// Its reviewed tree's newest approval that counts is older than the remembered one.
     OlderApproval(Stamp),
-    /// It rests on no approval, in a history that lost the remembered commit.
-    NoApprovalOffTheLine,
+    /// Its reviewed tree rests on no approval that counts: off the remembered line, or
+    /// on it with review on (a walk that found nothing reviewed).
+    NoApproval { on_line: bool },
 }
 
-/// The judgement of `now` (the branch's reviewed point; the branch's tip is `tip`)
-/// against `before` (the remembered one).
-pub fn decide(repo: &Repository, before: &Point, now: &Point, tip: Oid) -> Result<Decision, git2::Error> {
+/// The judgement of `now` (the branch's reviewed point, whose settings ask review when
+/// `review_on`) against `before` (the remembered one), `line` being where `now`
+/// stands. A clone that lost the remembered commit goes back from any other tree (it
+/// has no rules left to judge the new one's approvals by). `older(a, b)` says whether approval `a` is older than `b`
+/// ([`super::forward::older`]).
+pub fn decide(
+    before: &Point,
+    now: &Point,
+    line: &Line,
+    review_on: bool,
+    older: impl Fn(&Stamp, &Stamp) -> bool,
+) -> Decision {
     if now.commit == before.commit {
-        return Ok(Decision::Stay);
+        return Decision::Stay;
     }
-    // A remembered commit this clone no longer has: the branch lost it long ago (git
-    // gc pruned it), so nothing is on its line.
-    let kept = repo.find_commit(before.commit).is_ok();
-    let on_line = kept && (tip == before.commit || repo.graph_descendant_of(tip, before.commit)?);
-    let below = kept && repo.graph_descendant_of(before.commit, now.commit)?;
     if now.tree != before.tree {
-        if let Some(why) = went_back(before, now, on_line, |a, b| older(repo, a, b)) {
-            return Ok(Decision::Back(why));
+        // Other rules, and nothing left to judge their approvals by.
+        if !line.kept && before.approval.is_some() {
+            return Decision::Back(Why::NoApproval { on_line: false });
+        }
+        if let Some(why) = went_back(before, now, line.on_line, review_on, older) {
+            return Decision::Back(why);
         }
     }
-    Ok(if below { Decision::Stay } else { Decision::Forward })
+    if line.below {
+        Decision::Stay
+    } else {
+        Decision::Forward
+    }
 }
 
-/// Whether the rules of `now` (another builder tree than `before`'s) are older:
-/// `older(a, b)` says whether approval `a` is older than `b`. A clone that judged under
-/// no approval (review off) has nothing to lose; review switched off through an
-/// approved change on the same line is no step back.
-fn went_back(before: &Point, now: &Point, on_line: bool, older: impl Fn(&Stamp, &Stamp) -> bool) -> Option<Why> {
+/// Whether the rules of `now` (another builder tree than `before`'s) are older. A
+/// clone that judged under no approval (review off) has nothing to lose; review
+/// switched off through an approved change on the same line is no step back (the walk
+/// to `now` judged that switch by the rules before it).
+fn went_back(
+    before: &Point,
+    now: &Point,
+    on_line: bool,
+    review_on: bool,
+    older: impl Fn(&Stamp, &Stamp) -> bool,
+) -> Option<Why> {
     let judged = before.approval.as_ref()?;
     match &now.approval {
         Some(newest) => older(newest, judged).then(|| Why::OlderApproval(newest.clone())),
-        None => (!on_line).then_some(Why::NoApprovalOffTheLine),
+        None if on_line && !review_on => None,
+        None => Some(Why::NoApproval { on_line }),
     }
 }
 
@@ -156,10 +235,14 @@ fn went_back(before: &Point, now: &Point, on_line: bool, older: impl Fn(&Stamp, 
             short(&n.id),
             n.approved_at.to_rfc3339()
         ),
-        Why::NoApprovalOffTheLine => format!(
-            "its builder tree {} rests on no approval, in a history without commit {}",
+        Why::NoApproval { on_line: false } => format!(
+            "its builder tree {} rests on no approval that the rules of commit {} accept, and does not descend from that commit",
             short(&now.tree.to_string()),
             short(&before.commit.to_string())
+        ),
+        Why::NoApproval { on_line: true } => format!(
+            "its builder tree {} rests on no approval, with review on",
+            short(&now.tree.to_string())
         ),
     },
     short(&before.tree.to_string()),
@@ -168,6 +251,8 @@ fn went_back(before: &Point, now: &Point, on_line: bool, older: impl Fn(&Stamp, 
 pub struct WentBack {
     /// The protected branch, as named to a person (`origin/main`).
     pub tip: String,
+    /// Its remote.
+    pub remote: String,
     pub before: Point,
     pub now: Point,
     pub why: Why,
@@ -206,41 +291,103 @@ mod tests {
         a.id < b.id
     }
 
+    const ON: Line = Line {
+        kept: true,
+        on_line: true,
+        below: false,
+    };
+    const OFF: Line = Line {
+        kept: true,
+        on_line: false,
+        below: false,
+    };
+
     #[test]
     fn an_older_approval_goes_back_on_the_line_and_off_it() {
         let (before, now) = (point(2, Some("a2")), point(1, Some("a1")));
-        for on_line in [true, false] {
+        for line in [ON, OFF] {
             assert_eq!(
-                went_back(&before, &now, on_line, by_name),
-                Some(Why::OlderApproval(now.approval.clone().unwrap()))
+                decide(&before, &now, &line, true, by_name),
+                Decision::Back(Why::OlderApproval(now.approval.clone().unwrap()))
             );
         }
-        assert_eq!(went_back(&now, &before, false, by_name), None, "a newer approval");
+        assert_eq!(decide(&now, &before, &OFF, true, by_name), Decision::Forward, "newer");
     }
 
     #[test]
-    fn resting_on_no_approval_goes_back_only_off_the_line() {
-        let (before, off) = (point(2, Some("a2")), point(3, None));
+    fn resting_on_no_approval_goes_back_unless_an_approved_switch_off_on_the_line() {
+        let (before, none) = (point(2, Some("a2")), point(3, None));
+        let back = |on_line| Decision::Back(Why::NoApproval { on_line });
+        assert_eq!(decide(&before, &none, &OFF, false, by_name), back(false));
+        assert_eq!(decide(&before, &none, &OFF, true, by_name), back(false));
+        assert_eq!(decide(&before, &none, &ON, true, by_name), back(true), "review on");
         assert_eq!(
-            went_back(&before, &off, false, by_name),
-            Some(Why::NoApprovalOffTheLine)
+            decide(&before, &none, &ON, false, by_name),
+            Decision::Forward,
+            "switched off"
         );
-        assert_eq!(went_back(&before, &off, true, by_name), None, "an approved switch-off");
-        assert_eq!(went_back(&point(2, None), &point(1, Some("a1")), false, by_name), None);
+        assert_eq!(
+            decide(&point(2, None), &point(1, Some("a1")), &OFF, true, by_name),
+            Decision::Forward,
+            "nothing judged under review before"
+        );
     }
 
     #[test]
-    fn the_mark_round_trips_and_a_torn_one_reads_as_none() {
+    fn a_clone_that_lost_the_remembered_commit_goes_back_from_any_other_tree() {
+        let lost = Line {
+            kept: false,
+            on_line: false,
+            below: false,
+        };
+        let back = Decision::Back(Why::NoApproval { on_line: false });
+        assert_eq!(
+            decide(&point(1, Some("a1")), &point(2, Some("a2")), &lost, true, by_name),
+            back
+        );
+        let mut same = point(1, None);
+        same.commit = Oid::from_bytes(&[9; 20]).unwrap();
+        assert_eq!(
+            decide(&point(1, Some("a1")), &same, &lost, true, by_name),
+            Decision::Forward
+        );
+    }
+
+    #[test]
+    fn the_same_tree_is_no_step_back_and_a_point_below_leaves_the_mark() {
+        let before = point(2, Some("a2"));
+        let mut rewritten = point(2, None);
+        rewritten.commit = Oid::from_bytes(&[7; 20]).unwrap();
+        assert_eq!(decide(&before, &rewritten, &OFF, true, by_name), Decision::Forward);
+        let below = Line { below: true, ..ON };
+        assert_eq!(decide(&before, &rewritten, &below, true, by_name), Decision::Stay);
+        assert_eq!(decide(&before, &before, &ON, true, by_name), Decision::Stay);
+    }
+
+    #[test]
+    fn the_mark_round_trips_keeps_branches_apart_and_a_torn_one_reads_as_none() {
         let dir = tempfile::tempdir().unwrap();
-        let mark = Mark::of(dir.path(), "origin/release/1");
+        let mark = Mark::of(dir.path(), "origin", "release/1");
         assert_eq!(mark.read(), None);
+        let mut seen = None;
         for p in [point(1, None), point(2, Some("a2"))] {
-            mark.write(&p).unwrap();
+            mark.write(seen.as_ref(), &p).unwrap();
             let got = mark.read().unwrap();
             assert_eq!((got.commit, got.tree), (p.commit, p.tree));
-            assert_eq!(got.approval.map(|a| a.id), p.approval.map(|a| a.id));
+            assert_eq!(got.approval.as_ref().map(|a| &a.id), p.approval.as_ref().map(|a| &a.id));
+            seen = Some(got);
         }
-        assert!(mark.path().ends_with("builder-judged/origin/release/1"));
+        // Another command moved it since this one read it: its point stands.
+        mark.write(None, &point(3, None)).unwrap();
+        assert_eq!(mark.read().unwrap().commit, point(2, None).commit);
+        // `release` and `release/1`, remote `a` branch `b/c` and remote `a/b` branch `c`.
+        let release = Mark::of(dir.path(), "origin", "release");
+        release.write(None, &point(4, None)).unwrap();
+        assert_eq!(release.read().unwrap().commit, point(4, None).commit);
+        assert_ne!(
+            Mark::of(dir.path(), "a", "b/c").path(),
+            Mark::of(dir.path(), "a/b", "c").path()
+        );
         std::fs::write(mark.path(), "not a mark").unwrap();
         assert_eq!(mark.read(), None);
     }
