@@ -888,17 +888,19 @@ fn receipts_a_person_commits_are_flagged_and_a_pull_that_brings_the_runtimes_is_
     assert!(out.contains("a commit not the runtime's"), "{out}");
 }
 
-/// A merge commit that puts the repository's first tree (review off) back over
-/// `main`, with that old commit as its first parent and `main` as its second: a
-/// fast-forward of `main`, pushed past the hook without any force. The walk to the
-/// branch's reviewed commit took the first parent down to the root, where review is
-/// off, so every clone (a fresh one too) judged by no review at all. It now follows
-/// the line the merge replaced: the engineer's clone and a fresh clone alike judge by
-/// main's reviewed settings.
+/// Merge commits that put the repository's first tree (review off) back over `main`,
+/// each a fast-forward of `main` pushed past the hook without any force: the root
+/// itself as the first parent; a commit of hers on the root as the first parent; and
+/// `main` first, with a second parent that is the previous kind. The walk to the
+/// branch's reviewed commit took the first parent's line down to the review-off root
+/// (or, with `main` first, followed the line the merge replaced), so every clone, a
+/// fresh one too, judged by no review at all. Now every parent's line is walked and the
+/// reviewed commit that holds the others judges: the engineer's clone and a fresh clone
+/// alike judge by main's reviewed settings.
 #[test]
 fn an_old_tree_merged_over_main_as_a_fast_forward_is_judged_by_mains_rules() {
     let env = TestEnv::new();
-    let (origin, _cron) = cron_box(&env);
+    let (origin, cron) = cron_box(&env);
     git(&env, &env.root, &["fetch", "-q", "origin"]);
     builder_ok(&env, &env.root, None, &["audit"]);
     let reviewed_tip = git(&env, &env.root, &["rev-parse", "origin/main"]);
@@ -908,48 +910,70 @@ fn an_old_tree_merged_over_main_as_a_fast_forward_is_judged_by_mains_rules() {
     let old = git(&env, &mal, &["show", &format!("{root}:settings/runtime.yaml")]);
     assert!(!old.contains("require_reviewed"), "the root asks review: {old}");
     let tree = git(&env, &mal, &["rev-parse", &format!("{root}^{{tree}}")]);
-    let merge = git(
-        &env,
-        &mal,
-        &[
+    let commit_tree = |parents: &[&str]| {
+        let mut args = vec![
             "-c",
             "user.name=Mallory",
             "-c",
             "user.email=mallory@evil.example",
             "commit-tree",
             &tree,
-            "-p",
-            &root,
-            "-p",
-            "HEAD",
             "-m",
             "tidy",
-        ],
-    );
-    git(
-        &env,
-        &mal,
-        &["push", "-q", "--no-verify", "origin", &format!("{merge}:main")],
-    );
-    assert_eq!(git(&env, &origin, &["rev-parse", "main"]), merge, "not a fast-forward");
-
-    let fresh = clone_at(&env, &origin, "fresh");
-    git(&env, &fresh, &["fetch", "-q", "origin", crate::team::APPROVALS_SPEC]);
-    git(&env, &env.root, &["fetch", "-q", "origin"]);
-    for dir in [&env.root, &fresh] {
-        let repo = Repository::open(dir).unwrap();
-        let at = shared::review::base::reviewed_ancestor(&repo, Oid::from_str(&merge).unwrap()).unwrap();
+        ];
+        for p in parents {
+            args.extend(["-p", p]);
+        }
+        git(&env, &mal, &args)
+    };
+    let on_root = commit_tree(&[&root]);
+    for (i, kind) in ["the root first", "her commit on the root first", "main first"]
+        .iter()
+        .enumerate()
+    {
+        git(&env, &mal, &["fetch", "-q", "origin"]);
+        let main = git(&env, &mal, &["rev-parse", "origin/main"]);
+        let merge = match i {
+            0 => commit_tree(&[&root, &main]),
+            1 => commit_tree(&[&on_root, &main]),
+            _ => {
+                let inner = commit_tree(&[&on_root, &main]);
+                commit_tree(&[&main, &inner])
+            }
+        };
+        git(
+            &env,
+            &mal,
+            &["push", "-q", "--no-verify", "origin", &format!("{merge}:main")],
+        );
         assert_eq!(
-            at.to_string(),
-            reviewed_tip,
-            "{}: the walk went down her line",
-            dir.display()
+            git(&env, &origin, &["rev-parse", "main"]),
+            merge,
+            "{kind}: not a fast-forward"
         );
-        let (_, settings) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
-        assert!(
-            settings.require_reviewed,
-            "{}: the root's settings judge",
-            dir.display()
-        );
+
+        let fresh = clone_at(&env, &origin, &format!("fresh{i}"));
+        git(&env, &fresh, &["fetch", "-q", "origin", crate::team::APPROVALS_SPEC]);
+        git(&env, &env.root, &["fetch", "-q", "origin"]);
+        for dir in [&env.root, &fresh] {
+            let repo = Repository::open(dir).unwrap();
+            let at = shared::review::base::reviewed_ancestor(&repo, Oid::from_str(&merge).unwrap()).unwrap();
+            // Main's reviewed tip, or a commit of the box's records on top of it.
+            let reviewed = Oid::from_str(&reviewed_tip).unwrap();
+            assert!(
+                at == reviewed || repo.graph_descendant_of(at, reviewed).unwrap(),
+                "{kind}, {}: the walk went down her line to {at}",
+                dir.display()
+            );
+            let (_, settings) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
+            assert!(
+                settings.require_reviewed,
+                "{kind}, {}: the root's settings judge",
+                dir.display()
+            );
+        }
+        // The cron box never runs her tree either.
+        let (code, summary) = fire_in(&env, &cron, "digest");
+        assert_ne!(code, 0, "{kind}: the box ran her tree: {summary}");
     }
 }

@@ -324,14 +324,7 @@ pub fn reviewed_ancestor_path(repo: &Repository, base: Oid) -> Result<ReviewedPa
     }
 }
 
-/// The way from a commit down to its nearest reviewed ancestor.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReviewedPath {
-    /// The nearest ancestor that owes no review (the commit itself when it owes none).
-    pub reviewed: Oid,
-    /// The commits walked that owe review, newest first.
-    pub owed: Vec<Oid>,
-}
+pub use super::walk::ReviewedPath;
 
 /// The approval rule `commit` is judged by: its committed settings' rule as
 /// [`super::trust::Trust::rule_in_force`] holds it (an unapproved switch-off of
@@ -348,74 +341,14 @@ fn approval_rule_of(repo: &Repository, commit: Oid) -> Result<Option<super::sign
 }
 
 /// The nearest commit from `base` down that owes no review under `rule`, and the
-/// commits that owe it on the way: along first parents, except past a merge whose
-/// first parent's line shares no history with a reviewed parent whose tree it replaced
-/// ([`replaced_line`]).
+/// commits that owe it on the way ([`super::walk`]).
 fn reviewed_below(
     repo: &Repository,
     base: Oid,
     rule: super::signing::ApprovalRule,
 ) -> Result<ReviewedPath, ReviewError> {
     let mut trust = super::trust::Trust::new(repo, rule)?;
-    let mut at = base;
-    let mut owed = Vec::new();
-    while trust.review_owed(at)? {
-        owed.push(at);
-        if let Some(replaced) = replaced_line(repo, &mut trust, at)? {
-            at = replaced;
-            continue;
-        }
-        at = repo.find_commit(at)?.parent_ids().next().ok_or_else(|| {
-            // A shallow clone's boundary commits read as roots.
-            let shallow = match repo.is_shallow() {
-                true => " (this clone is shallow: `git fetch --unshallow` fetches the whole history)",
-                false => "",
-            };
-            ReviewError::Refused(format!(
-                "no reviewed commit below {}: there is no trusted base to judge from{shallow}",
-                &base.to_string()[..12]
-            ))
-        })?;
-    }
-    Ok(ReviewedPath { reviewed: at, owed })
-}
-
-/// The parent of the merge `at` whose line the walk to a reviewed commit follows
-/// instead of the first: a reviewed parent whose tree the merge replaced
-/// ([`super::trust::Trust::replaced_reviewed_parent`]) that shares no history with
-/// the first parent, or that the first parent lies below. The first is an unrelated
-/// line (an orphan with review off) merged with its own line first, where `git
-/// commit-tree -p <orphan> -p main` makes a fast-forward of `main`: that line never
-/// judged anything, and its root owes nothing, which would make its settings the
-/// judge. The second is an old commit of the branch itself put first the same way
-/// (its tree over `main`'s), whose line leads down to rules the branch left behind.
-/// An ordinary merge keeps to its first parent. A parent below a shallow clone's boundary is refused.
-fn replaced_line(repo: &Repository, trust: &mut super::trust::Trust<'_>, at: Oid) -> Result<Option<Oid>, ReviewError> {
-    let merge = repo.find_commit(at)?;
-    if merge.parent_count() < 2 {
-        return Ok(None);
-    }
-    let Some(replaced) = trust.replaced_reviewed_parent(at)? else {
-        return Ok(None);
-    };
-    if repo.find_commit(replaced).is_err() {
-        return Err(ReviewError::Refused(format!(
-            "{} merges {}, which this clone does not have (a shallow clone): there is no trusted base to judge from; fetch the whole history",
-            &at.to_string()[..12],
-            &replaced.to_string()[..12]
-        )));
-    }
-    let first = merge.parent_id(0)?;
-    match repo.merge_base(first, replaced) {
-        // The first parent lies below the reviewed line the merge replaced: an old
-        // tree put back over it (`git commit-tree <old tree> -p <old> -p main`, a
-        // fast-forward of `main`), whose first line leads down to rules the branch
-        // left behind.
-        Ok(base) if base == first => Ok(Some(replaced)),
-        Ok(_) => Ok(None),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(Some(replaced)),
-        Err(e) => Err(e.into()),
-    }
+    super::walk::reviewed_below(repo, &mut trust, base)
 }
 
 /// The base `builder eval` compares `head` with by default: where it meets the

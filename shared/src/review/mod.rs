@@ -24,6 +24,7 @@ pub mod remote;
 pub mod runtime_commits;
 pub mod signing;
 pub mod trust;
+pub mod walk;
 pub mod work;
 
 use crate::layout::BUILDER_DIRS;
