@@ -889,82 +889,58 @@ fn receipts_a_person_commits_are_flagged_and_a_pull_that_brings_the_runtimes_is_
 }
 
 /// Merge commits that put the repository's first tree (review off) back over `main`,
-/// each a fast-forward of `main` pushed past the hook without any force: the root
-/// itself as the first parent; a commit of hers on the root as the first parent; and
-/// `main` first, with a second parent that is the previous kind. The walk to the
+/// each a fast-forward of `main` pushed past the hook without any force, each on a
+/// repository of its own: the root itself as the first parent; a commit of hers on the
+/// root as the first parent; `main` first, with the previous kind as the second
+/// parent; and the first kind, then the second pushed on top of it. The walk to the
 /// branch's reviewed commit took the first parent's line down to the review-off root
 /// (or, with `main` first, followed the line the merge replaced), so every clone, a
 /// fresh one too, judged by no review at all. Now every parent's line is walked and the
 /// reviewed commit that holds the others judges: the engineer's clone and a fresh clone
-/// alike judge by main's reviewed settings.
+/// alike judge by main's reviewed settings, and the cron box refuses to fire.
 #[test]
 fn an_old_tree_merged_over_main_as_a_fast_forward_is_judged_by_mains_rules() {
-    let env = TestEnv::new();
-    let (origin, cron) = cron_box(&env);
-    git(&env, &env.root, &["fetch", "-q", "origin"]);
-    builder_ok(&env, &env.root, None, &["audit"]);
-    let reviewed_tip = git(&env, &env.root, &["rev-parse", "origin/main"]);
-
-    let mal = clone_at(&env, &origin, "mallory");
-    let root = git(&env, &mal, &["rev-list", "--max-parents=0", "HEAD"]);
-    let old = git(&env, &mal, &["show", &format!("{root}:settings/runtime.yaml")]);
-    assert!(!old.contains("require_reviewed"), "the root asks review: {old}");
-    let tree = git(&env, &mal, &["rev-parse", &format!("{root}^{{tree}}")]);
-    let commit_tree = |parents: &[&str]| {
-        let mut args = vec![
-            "-c",
-            "user.name=Mallory",
-            "-c",
-            "user.email=mallory@evil.example",
-            "commit-tree",
-            &tree,
-            "-m",
-            "tidy",
-        ];
-        for p in parents {
-            args.extend(["-p", p]);
-        }
-        git(&env, &mal, &args)
-    };
-    let on_root = commit_tree(&[&root]);
-    for (i, kind) in ["the root first", "her commit on the root first", "main first"]
-        .iter()
-        .enumerate()
-    {
-        git(&env, &mal, &["fetch", "-q", "origin"]);
-        let main = git(&env, &mal, &["rev-parse", "origin/main"]);
+    let kinds = [
+        "the root first",
+        "her commit on the root first",
+        "main first",
+        "the root first, then her commit on the root first over it",
+    ];
+    for (i, kind) in kinds.iter().enumerate() {
+        let env = TestEnv::new();
+        let (origin, cron) = cron_box(&env);
+        git(&env, &env.root, &["fetch", "-q", "origin"]);
+        builder_ok(&env, &env.root, None, &["audit"]);
+        let reviewed = Oid::from_str(&git(&env, &env.root, &["rev-parse", "origin/main"])).unwrap();
+        let mal = clone_at(&env, &origin, "mallory");
+        let root = git(&env, &mal, &["rev-list", "--max-parents=0", "HEAD"]);
+        let old = git(&env, &mal, &["show", &format!("{root}:settings/runtime.yaml")]);
+        assert!(!old.contains("require_reviewed"), "the root asks review: {old}");
+        let tree = git(&env, &mal, &["rev-parse", &format!("{root}^{{tree}}")]);
+        let commit_tree = |parents: &[&str]| mallorys_commit(&env, &mal, &tree, parents);
+        let on_root = commit_tree(&[&root]);
+        let main = reviewed.to_string();
         let merge = match i {
             0 => commit_tree(&[&root, &main]),
             1 => commit_tree(&[&on_root, &main]),
-            _ => {
+            2 => {
                 let inner = commit_tree(&[&on_root, &main]);
                 commit_tree(&[&main, &inner])
             }
+            _ => {
+                let first = commit_tree(&[&root, &main]);
+                commit_tree(&[&on_root, &first])
+            }
         };
-        git(
-            &env,
-            &mal,
-            &["push", "-q", "--no-verify", "origin", &format!("{merge}:main")],
-        );
-        assert_eq!(
-            git(&env, &origin, &["rev-parse", "main"]),
-            merge,
-            "{kind}: not a fast-forward"
-        );
+        fast_forward_past_the_hook(&env, &mal, &origin, &merge, kind);
 
-        let fresh = clone_at(&env, &origin, &format!("fresh{i}"));
+        let fresh = clone_at(&env, &origin, "fresh");
         git(&env, &fresh, &["fetch", "-q", "origin", crate::team::APPROVALS_SPEC]);
         git(&env, &env.root, &["fetch", "-q", "origin"]);
         for dir in [&env.root, &fresh] {
             let repo = Repository::open(dir).unwrap();
             let at = shared::review::base::reviewed_ancestor(&repo, Oid::from_str(&merge).unwrap()).unwrap();
-            // Main's reviewed tip, or a commit of the box's records on top of it.
-            let reviewed = Oid::from_str(&reviewed_tip).unwrap();
-            assert!(
-                at == reviewed || repo.graph_descendant_of(at, reviewed).unwrap(),
-                "{kind}, {}: the walk went down her line to {at}",
-                dir.display()
-            );
+            assert_eq!(at, reviewed, "{kind}, {}: the walk went down her line", dir.display());
             let (_, settings) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
             assert!(
                 settings.require_reviewed,
@@ -972,8 +948,99 @@ fn an_old_tree_merged_over_main_as_a_fast_forward_is_judged_by_mains_rules() {
                 dir.display()
             );
         }
-        // The cron box never runs her tree either.
         let (code, summary) = fire_in(&env, &cron, "digest");
         assert_ne!(code, 0, "{kind}: the box ran her tree: {summary}");
+    }
+}
+
+/// Pushes `commit` from Mallory's clone `dir` to `main` on `origin` past the hook,
+/// and checks it went in as a fast-forward (no force).
+fn fast_forward_past_the_hook(env: &TestEnv, dir: &Path, origin: &Path, commit: &str, kind: &str) {
+    git(
+        env,
+        dir,
+        &["push", "-q", "--no-verify", "origin", &format!("{commit}:main")],
+    );
+    assert_eq!(
+        git(env, origin, &["rev-parse", "main"]),
+        commit,
+        "{kind}: not a fast-forward"
+    );
+}
+
+/// A commit of `tree` with `parents`, made by Mallory in her clone `dir` with `git
+/// commit-tree` (no branch moves).
+fn mallorys_commit(env: &TestEnv, dir: &Path, tree: &str, parents: &[&str]) -> String {
+    let mut args = vec![
+        "-c",
+        "user.name=Mallory",
+        "-c",
+        "user.email=mallory@evil.example",
+        "commit-tree",
+        tree,
+        "-m",
+        "tidy",
+    ];
+    for p in parents {
+        args.extend(["-p", p]);
+    }
+    git(env, dir, &args)
+}
+
+/// More merges with the root's tree (review off), each pushed onto `main` as a
+/// fast-forward past the hook: `main` joined with an approved proposal that forked
+/// from an older `main` (lines whose reviewed commits hold none of each other, each
+/// resting on an approval), in both parent orders; and nine merges of an orphan line
+/// with review off stacked on `main`. A walk that refused at such a merge must not
+/// fall back to the tip's own settings, and a deep stack must not drop `main`'s line:
+/// each time an approved line judges, with review on, in a fresh clone too.
+#[test]
+fn merges_of_disagreeing_approved_lines_or_a_deep_stack_never_make_the_tip_judge() {
+    let env = TestEnv::new();
+    let (origin, _cron) = cron_box(&env);
+    git(&env, &env.root, &["pull", "-q", "--ff-only", "origin", "main"]);
+    env.write("prompts/digest.md", "---\n---\nA side change.\n");
+    builder_ok(&env, &env.root, None, &["propose", "side", "-m", "side"]);
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "side"]);
+    git(
+        &env,
+        &env.root,
+        &[
+            "push",
+            "-q",
+            "origin",
+            "proposals/side",
+            "+refs/builder/*:refs/builder/*",
+        ],
+    );
+    land_prompt(&env, "later", "---\n---\nA later change.\n");
+
+    let mal = clone_at(&env, &origin, "mallory");
+    let root = git(&env, &mal, &["rev-list", "--max-parents=0", "HEAD"]);
+    let tree = git(&env, &mal, &["rev-parse", &format!("{root}^{{tree}}")]);
+    let side = git(&env, &mal, &["rev-parse", "origin/proposals/side"]);
+    let orphan = mallorys_commit(&env, &mal, &tree, &[]);
+    for (i, kind) in ["main, then the proposal", "the proposal, then main", "nine stacked"]
+        .iter()
+        .enumerate()
+    {
+        git(&env, &mal, &["fetch", "-q", "origin"]);
+        let main = git(&env, &mal, &["rev-parse", "origin/main"]);
+        let merge = match i {
+            0 => mallorys_commit(&env, &mal, &tree, &[&main, &side]),
+            1 => mallorys_commit(&env, &mal, &tree, &[&side, &main]),
+            _ => (0..9).fold(main.clone(), |below, _| {
+                mallorys_commit(&env, &mal, &tree, &[&below, &orphan])
+            }),
+        };
+        fast_forward_past_the_hook(&env, &mal, &origin, &merge, kind);
+        let fresh = clone_at(&env, &origin, &format!("fresh{i}"));
+        git(&env, &fresh, &["fetch", "-q", "origin", crate::team::APPROVALS_SPEC]);
+        let repo = Repository::open(&fresh).unwrap();
+        let (_, settings) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
+        assert!(
+            settings.require_reviewed,
+            "{kind}: the tip's own settings (review off) judge"
+        );
     }
 }

@@ -204,6 +204,11 @@ fn committed_protected_settings(
     match shared::review::base::protected_settings(&wt.repo) {
         Ok(found) => Ok(found.map(|(_, settings)| settings)),
         Err(shared::review::delta::DeltaError::Store(e)) => Err(CommandError::from(e)),
+        Err(e @ shared::review::delta::DeltaError::NoTrustedBase(_)) => Err(CommandError::new(
+            command_error::Kind::Refused,
+            e,
+        )
+        .hint("the protected branch's history gives no reviewed commit to judge by: push its reviewed tip back, or fix the merge that owes review")),
         Err(shared::review::delta::DeltaError::WentBack(back)) => {
             let again = format!(
                 "if {} went back by mistake, or was pushed back by someone who may not, push its newer tip again",

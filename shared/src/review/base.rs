@@ -8,8 +8,8 @@
 //!
 //! A base whose builder tree owes review nobody gave (pushed past the pre-push hook)
 //! lends no powers: evals trust its nearest reviewed ancestor's settings
-//! ([`reviewed_ancestor`]: along first parents, except past a merge of an unrelated
-//! line with review off, where the line it replaced is followed).
+//! ([`reviewed_ancestor`]: along first parents, and at a merge that owes review the
+//! reviewed commit of the parent line that holds the others, [`super::walk`]).
 //!
 //! The protected branch is the one the remote's `HEAD` names, else `main`, or the
 //! `sync.branch` that branch's own committed settings name (those of its nearest
@@ -157,15 +157,17 @@ pub fn protected_judgement(repo: &Repository) -> Result<Option<Protected>, super
     let Some((tip, reviewed)) = protected_tip_judged(repo)? else {
         return Ok(None);
     };
-    let at = match reviewed.map_or_else(|| reviewed_ancestor(repo, tip.commit), Ok) {
-        Ok(c) => c,
+    let at = match reviewed.map_or_else(|| reviewed_found(repo, tip.commit), |c| Ok(reviewed_at(c))) {
+        Ok(super::walk::Found::Reviewed(path)) => path.reviewed,
+        // Nothing reviewed below: the tip's own settings, which judge it owing review
+        // (a repository before its first approval). In a shallow clone the walk also
+        // ends at the cut, whose commits read as roots: an honest tip (records on a
+        // reviewed tree) reads as owing review there too, so the tip's settings judge
+        // as well (a known limit, docs/approved-tree.md).
+        Ok(super::walk::Found::Nothing) => tip.commit,
         Err(ReviewError::Git(e)) => return Err(e.into()),
-        // Nothing reviewed below: the tip's own settings, which judge it owing review.
-        // In a shallow clone the walk also ends at the cut, whose commits read as
-        // roots: an honest tip (records on a reviewed tree) reads as owing review
-        // there too, so the tip's settings judge as well (a known limit,
-        // docs/approved-tree.md).
-        Err(_) => tip.commit,
+        // The walk refused: nothing judges, least of all the tip's own settings.
+        Err(e) => return Err(super::delta::DeltaError::NoTrustedBase(format!("{}: {e}", tip.name))),
     };
     let forward = judge_forward(repo, &tip, at)?;
     if let Some(back) = &forward.back {
@@ -182,6 +184,13 @@ pub fn protected_judgement(repo: &Repository) -> Result<Option<Protected>, super
         commit: forward.at,
         settings: forward.settings,
     }))
+}
+
+fn reviewed_at(commit: Oid) -> super::walk::Found {
+    super::walk::Found::Reviewed(ReviewedPath {
+        reviewed: commit,
+        owed: Vec::new(),
+    })
 }
 
 /// What the forward rule ([`super::judged`]) makes of judging `tip` by its reviewed
@@ -341,14 +350,33 @@ fn approval_rule_of(repo: &Repository, commit: Oid) -> Result<Option<super::sign
 }
 
 /// The nearest commit from `base` down that owes no review under `rule`, and the
-/// commits that owe it on the way ([`super::walk`]).
+/// commits that owe it on the way ([`super::walk`]); nothing reviewed below is refused.
 fn reviewed_below(
     repo: &Repository,
     base: Oid,
     rule: super::signing::ApprovalRule,
 ) -> Result<ReviewedPath, ReviewError> {
     let mut trust = super::trust::Trust::new(repo, rule)?;
-    super::walk::reviewed_below(repo, &mut trust, base)
+    match super::walk::reviewed_below(repo, &mut trust, base)? {
+        super::walk::Found::Reviewed(path) => Ok(path),
+        super::walk::Found::Nothing => Err(super::walk::nothing_reviewed(repo, base)),
+    }
+}
+
+/// [`reviewed_ancestor`], telling "nothing reviewed below" (a repository before its
+/// first approval) apart from a walk that refused (lines that disagree, a shallow
+/// clone's missing parent): only the first may fall back to the tip's own settings.
+fn reviewed_found(repo: &Repository, base: Oid) -> Result<super::walk::Found, ReviewError> {
+    match approval_rule_of(repo, base)? {
+        Some(rule) => {
+            let mut trust = super::trust::Trust::new(repo, rule)?;
+            super::walk::reviewed_below(repo, &mut trust, base)
+        }
+        None => Ok(super::walk::Found::Reviewed(ReviewedPath {
+            reviewed: base,
+            owed: Vec::new(),
+        })),
+    }
 }
 
 /// The base `builder eval` compares `head` with by default: where it meets the

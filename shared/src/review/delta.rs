@@ -160,6 +160,10 @@ pub enum DeltaError {
         rev: String,
         source: crate::policy::PolicyError,
     },
+    /// The walk down the protected branch to a reviewed commit refused (lines that
+    /// disagree, too many merges that owe review, a shallow clone's missing parent).
+    #[error("{0}")]
+    NoTrustedBase(String),
     /// The protected branch went back from the reviewed commit this clone judged by,
     /// which it no longer has ([`super::judged`]).
     #[error(transparent)]

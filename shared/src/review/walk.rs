@@ -2,18 +2,26 @@
 //! settings judge a branch's approvals ([`super::base::protected_settings`]) and lend
 //! an eval its powers ([`super::base::reviewed_ancestor`]). Along first parents while
 //! commits owe review; at a merge that owes review, every parent's line is walked down
-//! to its own reviewed commit and the one that holds all the others is taken
-//! ([`merge_line`]), so that no order of parents makes older or foreign rules the
-//! judge: `git commit-tree <tree> -p <old or orphan commit> -p main` is a fast-forward
-//! of `main` whose first line would lead down to rules the branch left behind, or to
-//! a root with review off.
+//! to its own reviewed commit and the one that holds the others is taken
+//! ([`Walker::merge_line`]), so that no order of parents makes older or foreign rules
+//! the judge: `git commit-tree <tree> -p <old or orphan commit> -p main` is a
+//! fast-forward of `main` whose first line would lead down to rules the branch left
+//! behind, or to a root with review off.
+//!
+//! A walk that reaches a root owing review found nothing reviewed ([`Found::Nothing`]:
+//! a repository before its first approval); every other refusal (lines that disagree,
+//! too many merges that owe review, a parent a shallow clone lacks) is an error the
+//! caller must not read as "nothing reviewed". Each commit's line is walked once per
+//! walk (remembered), and at most [`MERGE_BUDGET`] merges that owe review are looked
+//! through, so no history makes the walk slow.
 
 use super::trust::Trust;
 use super::ReviewError;
 use git2::{Commit, Oid, Repository};
+use std::collections::HashMap;
 
-/// How many merges that owe review, one inside another's line, the walk looks through.
-const MERGE_DEPTH: usize = 8;
+/// How many merges that owe review one walk looks through before it refuses.
+const MERGE_BUDGET: usize = 64;
 
 /// The way from a commit down to its nearest reviewed ancestor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,117 +32,155 @@ pub struct ReviewedPath {
     pub owed: Vec<Oid>,
 }
 
+/// What a walk found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    Reviewed(ReviewedPath),
+    /// A root owing review: nothing below was ever reviewed.
+    Nothing,
+}
+
 /// The nearest commit from `base` down that owes no review under `trust`'s rule, and
 /// the commits that owe it on the way.
-pub fn reviewed_below(repo: &Repository, trust: &mut Trust<'_>, base: Oid) -> Result<ReviewedPath, ReviewError> {
-    walk_down(repo, trust, base, MERGE_DEPTH)
+pub fn reviewed_below(repo: &Repository, trust: &mut Trust<'_>, base: Oid) -> Result<Found, ReviewError> {
+    Walker {
+        repo,
+        trust,
+        lines: HashMap::new(),
+        merges: 0,
+    }
+    .walk_down(base)
 }
 
-fn walk_down(repo: &Repository, trust: &mut Trust<'_>, from: Oid, depth: usize) -> Result<ReviewedPath, ReviewError> {
-    let mut at = from;
-    let mut owed = Vec::new();
-    while trust.review_owed(at)? || switched_off_over_review(repo, trust, at, depth)? {
-        owed.push(at);
-        let commit = repo.find_commit(at)?;
-        if commit.parent_count() > 1 {
-            let below = merge_line(repo, trust, &commit, depth)?;
-            owed.extend(below.owed);
-            return Ok(ReviewedPath {
-                reviewed: below.reviewed,
-                owed,
-            });
-        }
-        at = commit.parent_ids().next().ok_or_else(|| nothing_reviewed(repo, from))?;
-    }
-    Ok(ReviewedPath { reviewed: at, owed })
+/// The refusal of a walk from `from` that found nothing reviewed.
+pub fn nothing_reviewed(repo: &Repository, from: Oid) -> ReviewError {
+    // A shallow clone's boundary commits read as roots.
+    let shallow = match repo.is_shallow() {
+        true => " (this clone is shallow: `git fetch --unshallow` fetches the whole history)",
+        false => "",
+    };
+    ReviewError::Refused(format!(
+        "no reviewed commit below {}: there is no trusted base to judge from{shallow}",
+        short(from)
+    ))
 }
 
-/// Whether `at`, which owes no review by its own history, is a merge whose settings
-/// turn review off over a later parent whose line judged under review (its reviewed
-/// commit asks review): a switch-off no approval gave, brought in by a merge whose
-/// first line never asked review (a commit on the root, or such a merge stacked on an
-/// earlier one, whose later parent is itself unreviewed and so lends the merge no
-/// reviewed tree to have replaced). The walk treats it as owing review. Past
-/// [`MERGE_DEPTH`] nested merges it is taken as owing (the walk then refuses).
-fn switched_off_over_review(
-    repo: &Repository,
-    trust: &mut Trust<'_>,
-    at: Oid,
-    depth: usize,
-) -> Result<bool, ReviewError> {
-    let commit = repo.find_commit(at)?;
-    if commit.parent_count() < 2 || super::review_flags_of_commit(repo, at)?.0 {
-        return Ok(false);
-    }
-    if depth == 0 {
-        return Ok(true);
-    }
-    for parent in commit.parent_ids().skip(1) {
-        if repo.find_commit(parent).is_err() {
-            continue;
+struct Walker<'a, 'r> {
+    repo: &'a Repository,
+    trust: &'a mut Trust<'r>,
+    /// Each commit's line, once walked.
+    lines: HashMap<Oid, Found>,
+    merges: usize,
+}
+
+impl Walker<'_, '_> {
+    fn walk_down(&mut self, from: Oid) -> Result<Found, ReviewError> {
+        if let Some(found) = self.lines.get(&from) {
+            return Ok(found.clone());
         }
-        if let Ok(line) = walk_down(repo, trust, parent, depth - 1) {
-            if super::review_flags_of_commit(repo, line.reviewed)?.0 {
-                return Ok(true);
+        let found = self.walk_uncached(from)?;
+        self.lines.insert(from, found.clone());
+        Ok(found)
+    }
+
+    fn walk_uncached(&mut self, from: Oid) -> Result<Found, ReviewError> {
+        let mut at = from;
+        let mut owed = Vec::new();
+        while self.trust.review_owed(at)? || self.switched_off_over_review(at)? {
+            owed.push(at);
+            let commit = self.repo.find_commit(at)?;
+            if commit.parent_count() > 1 {
+                let Found::Reviewed(below) = self.merge_line(&commit)? else {
+                    return Ok(Found::Nothing);
+                };
+                owed.extend(below.owed);
+                let reviewed = below.reviewed;
+                return Ok(Found::Reviewed(ReviewedPath { reviewed, owed }));
+            }
+            let Some(parent) = commit.parent_ids().next() else {
+                return Ok(Found::Nothing);
+            };
+            at = parent;
+        }
+        Ok(Found::Reviewed(ReviewedPath { reviewed: at, owed }))
+    }
+
+    /// Whether `at`, which owes no review by its own history, is a merge whose settings
+    /// turn review off over a later parent that is not a stale branch (one with no
+    /// builder change of its own, [`Trust::judged_on_first_line`], owing nothing) and whose line judged
+    /// under review (its reviewed commit asks review): a switch-off no approval gave,
+    /// brought in by a merge whose first line never asked review (a commit on the
+    /// root, or such a merge stacked on an earlier one, whose later parent is itself
+    /// unreviewed and so lends the merge no reviewed tree to have replaced). The walk
+    /// treats it as owing review.
+    fn switched_off_over_review(&mut self, at: Oid) -> Result<bool, ReviewError> {
+        let commit = self.repo.find_commit(at)?;
+        if commit.parent_count() < 2 || super::review_flags_of_commit(self.repo, at)?.0 {
+            return Ok(false);
+        }
+        for parent in commit.parent_ids().skip(1) {
+            let Ok(theirs) = super::builder_tree_of_commit(self.repo, parent) else {
+                continue;
+            };
+            // A stale branch (no builder change of its own, and owing nothing: not a
+            // line that an unreviewed merge put an old tree back on).
+            if self.trust.judged_on_first_line(&commit, parent, theirs)? && !self.trust.review_owed(parent)? {
+                continue;
+            }
+            if let Found::Reviewed(line) = self.walk_down(parent)? {
+                if super::review_flags_of_commit(self.repo, line.reviewed)?.0 {
+                    return Ok(true);
+                }
             }
         }
+        Ok(false)
     }
-    Ok(false)
-}
 
-/// At `merge`, which owes review: each parent's line walked down to its reviewed
-/// commit, and the one taken that holds (is, or descends from) every other. Where none
-/// does, the same among those whose builder tree rests on an approval that counts (an
-/// unrelated line with review off, or an old tree put back, rests on none, or on an
-/// older one the branch's holds). Where none of them rests on one, review is off on
-/// every line and the first parent's judges; otherwise the lines disagree, and
-/// nothing judges (refused). A parent's line with nothing reviewed below lends
-/// nothing; a parent this clone lacks (a shallow clone) is refused.
-fn merge_line(
-    repo: &Repository,
-    trust: &mut Trust<'_>,
-    merge: &Commit,
-    depth: usize,
-) -> Result<ReviewedPath, ReviewError> {
-    let at = merge.id();
-    if depth == 0 {
-        return Err(ReviewError::Refused(format!(
-            "{} sits under more than {MERGE_DEPTH} merges that owe review: there is no trusted base to judge from",
-            short(at)
-        )));
-    }
-    let mut lines = Vec::new();
-    for parent in merge.parent_ids() {
-        if repo.find_commit(parent).is_err() {
+    /// At `merge`, which owes review: each parent's line walked down to its reviewed
+    /// commit, and the one taken that holds (is, or descends from) every other. Where
+    /// none does, the same among those resting on an approval that counts (an
+    /// unrelated line with review off, or an old tree put back, rests on none, or on
+    /// one the branch's holds); where still none does, the first of those in parent
+    /// order (each was approved). Where none rests on one, review is off on every line
+    /// and the first line's judges. A parent's line with nothing reviewed below lends
+    /// nothing; a parent this clone lacks (a shallow clone) is refused.
+    fn merge_line(&mut self, merge: &Commit) -> Result<Found, ReviewError> {
+        let at = merge.id();
+        self.merges += 1;
+        if self.merges > MERGE_BUDGET {
             return Err(ReviewError::Refused(format!(
-                "{} merges {}, which this clone does not have (a shallow clone): there is no trusted base to judge from; fetch the whole history",
-                short(at),
-                short(parent)
+                "{} sits over more than {MERGE_BUDGET} merges that owe review: there is no trusted base to judge from",
+                short(at)
             )));
         }
-        match walk_down(repo, trust, parent, depth - 1) {
-            Ok(line) => lines.push(line),
-            Err(ReviewError::Git(e)) => return Err(e.into()),
-            Err(_) => {}
+        let mut lines = Vec::new();
+        for parent in merge.parent_ids() {
+            if self.repo.find_commit(parent).is_err() {
+                return Err(ReviewError::Refused(format!(
+                    "{} merges {}, which this clone does not have (a shallow clone): there is no trusted base to judge from; fetch the whole history",
+                    short(at),
+                    short(parent)
+                )));
+            }
+            if let Found::Reviewed(line) = self.walk_down(parent)? {
+                lines.push(line);
+            }
         }
-    }
-    if let Some(i) = holding_all(repo, &lines, &vec![true; lines.len()])? {
-        return Ok(lines.swap_remove(i));
-    }
-    let mut approved = Vec::with_capacity(lines.len());
-    for line in &lines {
-        approved.push(trust.commit(line.reviewed)?.approval.is_some());
-    }
-    if !approved.contains(&true) {
-        return lines.into_iter().next().ok_or_else(|| nothing_reviewed(repo, at));
-    }
-    match holding_all(repo, &lines, &approved)? {
-        Some(i) => Ok(lines.swap_remove(i)),
-        None => Err(ReviewError::Refused(format!(
-            "{} joins lines whose reviewed commits ({}) hold none of each other: there is no trusted base to judge from",
-            short(at),
-            lines.iter().map(|l| short(l.reviewed)).collect::<Vec<_>>().join(", ")
-        ))),
+        if let Some(i) = holding_all(self.repo, &lines, &vec![true; lines.len()])? {
+            return Ok(Found::Reviewed(lines.swap_remove(i)));
+        }
+        let mut approved = Vec::with_capacity(lines.len());
+        for line in &lines {
+            approved.push(self.trust.owed_review(line.reviewed)?.covered_at.is_some());
+        }
+        let pick = match holding_all(self.repo, &lines, &approved)? {
+            Some(i) => Some(i),
+            None => approved.iter().position(|a| *a),
+        };
+        Ok(match pick {
+            Some(i) => Found::Reviewed(lines.swap_remove(i)),
+            None => lines.into_iter().next().map_or(Found::Nothing, Found::Reviewed),
+        })
     }
 }
 
@@ -150,19 +196,6 @@ fn holding_all(repo: &Repository, lines: &[ReviewedPath], among: &[bool]) -> Res
         return Ok(Some(i));
     }
     Ok(None)
-}
-
-/// The refusal of a walk from `from` that reached a root owing review.
-fn nothing_reviewed(repo: &Repository, from: Oid) -> ReviewError {
-    // A shallow clone's boundary commits read as roots.
-    let shallow = match repo.is_shallow() {
-        true => " (this clone is shallow: `git fetch --unshallow` fetches the whole history)",
-        false => "",
-    };
-    ReviewError::Refused(format!(
-        "no reviewed commit below {}: there is no trusted base to judge from{shallow}",
-        short(from)
-    ))
 }
 
 fn short(id: Oid) -> String {
