@@ -1044,3 +1044,33 @@ fn merges_of_disagreeing_approved_lines_or_a_deep_stack_never_make_the_tip_judge
         );
     }
 }
+
+/// A box that fires whatever its checkout holds (no `sync`: a `git pull` by cron), at
+/// two merges with the root's tree (review off) stacked on `main`: the root first,
+/// then a commit of hers on the root first over that merge. The second merge's later
+/// parent (the first merge) has the tree where the lines meet, so it was excused as a
+/// stale branch, although its own history owes review: the fire ran the root's
+/// unreviewed tree. Now both fires refuse (the same tree is carded once).
+#[test]
+fn a_box_at_a_stacked_merge_putting_the_root_back_refuses_to_fire() {
+    let env = TestEnv::new();
+    cron_box(&env);
+    git(&env, &env.root, &["pull", "-q", "--ff-only", "origin", "main"]);
+    let root = git(&env, &env.root, &["rev-list", "--max-parents=0", "HEAD"]);
+    let tree = git(&env, &env.root, &["rev-parse", &format!("{root}^{{tree}}")]);
+    let main = git(&env, &env.root, &["rev-parse", "HEAD"]);
+    let on_root = mallorys_commit(&env, &env.root, &tree, &[&root]);
+    let first = mallorys_commit(&env, &env.root, &tree, &[&root, &main]);
+    let second = mallorys_commit(&env, &env.root, &tree, &[&on_root, &first]);
+    for (kind, at) in [("the first merge", &first), ("the second, over it", &second)] {
+        git(&env, &env.root, &["reset", "-q", "--hard", at]);
+        assert!(
+            !env.read("settings/runtime.yaml").contains("require_reviewed"),
+            "{kind}"
+        );
+        let (code, summary) = fire_in(&env, &env.root, "digest");
+        assert_eq!(code, 1, "{kind}: the root's unreviewed tree ran: {summary}");
+        let message = summary["message"].as_str().unwrap_or_default();
+        assert!(message.contains("has no approval"), "{kind}: {summary}");
+    }
+}

@@ -227,9 +227,11 @@ const MEMO_SAVE_AFTER: usize = 8;
 pub use crate::state::{REVIEW_FREE_FILE, UNSIGNED_BELOW_FILE, VERDICTS_FILE};
 /// What a review-free mark this version reads begins with. An older version's mark
 /// was written by a walk that did not look for merges replacing a reviewed tree (the
-/// bare commit id), or that counted a parent under review only by its own settings
-/// (`review-free 2`), so it is no fact now: it is ignored, and the walk done again.
-const REVIEW_FREE_FORMAT: &str = "review-free 3 ";
+/// bare commit id), that counted a parent under review only by its own settings
+/// (`review-free 2`), or that excused a later parent whose own history owes review as
+/// a stale branch (`review-free 3`), so it is no fact now: it is ignored, and the walk
+/// done again.
+const REVIEW_FREE_FORMAT: &str = "review-free 4 ";
 
 /// What an unsigned-below mark this version reads begins with.
 const UNSIGNED_BELOW_FORMAT: &str = "unsigned-below 1 ";

@@ -103,8 +103,12 @@ impl Trust<'_> {
                 }
                 continue;
             };
-            let under_review = (theirs != tree && self.requires_review(parent)?) || self.owed_walk(parent)?.owed;
-            if under_review && !self.judged_on_first_line(&found, parent, theirs)? {
+            let owed = self.owed_walk(parent)?.owed;
+            let under_review = (theirs != tree && self.requires_review(parent)?) || owed;
+            // A stale branch is excused only while its own history owes nothing: a
+            // parent whose line an unreviewed merge put an old tree back on (its tree
+            // then equals the one where the lines meet) is no stale branch.
+            if under_review && (owed || !self.judged_on_first_line(&found, parent, theirs)?) {
                 return Ok(Some(parent));
             }
         }
