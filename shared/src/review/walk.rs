@@ -86,7 +86,7 @@ impl Walker<'_, '_> {
     fn walk_uncached(&mut self, from: Oid) -> Result<Found, ReviewError> {
         let mut at = from;
         let mut owed = Vec::new();
-        while self.trust.review_owed(at)? || self.switched_off_over_review(at)? {
+        while self.trust.review_owed(at)? {
             owed.push(at);
             let commit = self.repo.find_commit(at)?;
             if commit.parent_count() > 1 {
@@ -103,37 +103,6 @@ impl Walker<'_, '_> {
             at = parent;
         }
         Ok(Found::Reviewed(ReviewedPath { reviewed: at, owed }))
-    }
-
-    /// Whether `at`, which owes no review by its own history, is a merge whose settings
-    /// turn review off over a later parent that is not a stale branch (one with no
-    /// builder change of its own, [`Trust::judged_on_first_line`], owing nothing) and whose line judged
-    /// under review (its reviewed commit asks review): a switch-off no approval gave,
-    /// brought in by a merge whose first line never asked review (a commit on the
-    /// root, or such a merge stacked on an earlier one, whose later parent is itself
-    /// unreviewed and so lends the merge no reviewed tree to have replaced). The walk
-    /// treats it as owing review.
-    fn switched_off_over_review(&mut self, at: Oid) -> Result<bool, ReviewError> {
-        let commit = self.repo.find_commit(at)?;
-        if commit.parent_count() < 2 || super::review_flags_of_commit(self.repo, at)?.0 {
-            return Ok(false);
-        }
-        for parent in commit.parent_ids().skip(1) {
-            let Ok(theirs) = super::builder_tree_of_commit(self.repo, parent) else {
-                continue;
-            };
-            // A stale branch (no builder change of its own, and owing nothing: not a
-            // line that an unreviewed merge put an old tree back on).
-            if self.trust.judged_on_first_line(&commit, parent, theirs)? && !self.trust.review_owed(parent)? {
-                continue;
-            }
-            if let Found::Reviewed(line) = self.walk_down(parent)? {
-                if super::review_flags_of_commit(self.repo, line.reviewed)?.0 {
-                    return Ok(true);
-                }
-            }
-        }
-        Ok(false)
     }
 
     /// At `merge`, which owes review: each parent's line walked down to its reviewed
