@@ -16,7 +16,8 @@
 //!   its records commits.
 
 use crate::review::{
-    builder_in, builder_ok, clone_at, commit_all_as, fire_in, git, path_with_builder, with_origin, REVIEWER,
+    builder_in, builder_ok, clone_at, commit_all_as, fire_in, git, path_with_builder, push_past_the_hook, with_origin,
+    REVIEWER,
 };
 use crate::signed::keygen;
 use crate::skip::Capability;
@@ -429,7 +430,7 @@ fn a_rollback_push_gives_a_card_and_the_fire_refuses_it() {
     let mal = clone_at(&env, &origin, "mallory");
     std::fs::write(mal.join("prompts/digest.md"), &v1).unwrap();
     commit_all_as(&env, &mal, ("Mallory", "mallory@evil.example"), "revert");
-    git(&env, &mal, &["push", "-q", "--no-verify", "origin", "main"]);
+    push_past_the_hook(&env, &mal, &["main"], false);
     let evil = git(&env, &mal, &["rev-parse", "HEAD"]);
     // The attack is live: her tip's builder tree is v1's, which an approval covers.
     let mal_repo = Repository::open(&mal).unwrap();
@@ -534,19 +535,7 @@ fn a_forced_push_to_another_history_leaves_a_clone_judging_by_the_reviewed_setti
     std::fs::write(mal.join("settings/runtime.yaml"), off).unwrap();
     git(&env, &mal, &["add", "-A"]);
     commit_all_as(&env, &mal, ("Mallory", "mallory@evil.example"), "fresh start");
-    git(
-        &env,
-        &mal,
-        &[
-            "push",
-            "-q",
-            "--no-verify",
-            "--force",
-            "origin",
-            "other:main",
-            "other:hers",
-        ],
-    );
+    push_past_the_hook(&env, &mal, &["other:main", "other:hers"], true);
 
     git(&env, &env.root, &["fetch", "-q", "origin"]);
     // The attack is live: her tip owes no review by its own settings, so they judge.
@@ -956,11 +945,7 @@ fn an_old_tree_merged_over_main_as_a_fast_forward_is_judged_by_mains_rules() {
 /// Pushes `commit` from Mallory's clone `dir` to `main` on `origin` past the hook,
 /// and checks it went in as a fast-forward (no force).
 fn fast_forward_past_the_hook(env: &TestEnv, dir: &Path, origin: &Path, commit: &str, kind: &str) {
-    git(
-        env,
-        dir,
-        &["push", "-q", "--no-verify", "origin", &format!("{commit}:main")],
-    );
+    push_past_the_hook(env, dir, &[&format!("{commit}:main")], false);
     assert_eq!(
         git(env, origin, &["rev-parse", "main"]),
         commit,
@@ -1073,4 +1058,64 @@ fn a_box_at_a_stacked_merge_putting_the_root_back_refuses_to_fire() {
         let message = summary["message"].as_str().unwrap_or_default();
         assert!(message.contains("has no approval"), "{kind}: {summary}");
     }
+}
+
+/// Three merges with the root's tree (review off), each pushed onto `main` as a
+/// fast-forward past the hook after the box's fire on the one before (its card commit
+/// in between): the root first; her commit on the root first; and `main` first with
+/// the second kind as its later parent. Stacked this way, the third merge's lines all
+/// inherited "owes nothing" from the second while the walk alone judged the switch-off
+/// (1355c86 moved that judgement into the trust walk). After each push the engineer's
+/// marked clone judges by main's reviewed settings, and the box refuses the merge and
+/// fires the reviewed tree it had (exit 5, with a card).
+#[test]
+fn three_old_tree_merges_pushed_one_over_another_never_make_the_roots_rules_judge() {
+    let env = TestEnv::new();
+    let (origin, cron) = cron_box(&env);
+    git(&env, &env.root, &["fetch", "-q", "origin"]);
+    builder_ok(&env, &env.root, None, &["audit"]);
+    let mal = clone_at(&env, &origin, "mallory");
+    let root = git(&env, &mal, &["rev-list", "--max-parents=0", "HEAD"]);
+    let tree = git(&env, &mal, &["rev-parse", &format!("{root}^{{tree}}")]);
+    let commit_tree = |parents: &[&str]| mallorys_commit(&env, &mal, &tree, parents);
+    let on_root = commit_tree(&[&root]);
+    let kinds = [
+        "the root first",
+        "her commit on the root first",
+        "main first, over both",
+    ];
+    for (i, kind) in kinds.iter().enumerate() {
+        git(&env, &mal, &["fetch", "-q", "origin"]);
+        let main = git(&env, &mal, &["rev-parse", "origin/main"]);
+        let merge = match i {
+            0 => commit_tree(&[&root, &main]),
+            1 => commit_tree(&[&on_root, &main]),
+            _ => {
+                let inner = commit_tree(&[&on_root, &main]);
+                commit_tree(&[&main, &inner])
+            }
+        };
+        fast_forward_past_the_hook(&env, &mal, &origin, &merge, kind);
+        git(&env, &env.root, &["fetch", "-q", "origin"]);
+        let repo = Repository::open(&env.root).unwrap();
+        let (_, settings) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
+        assert!(settings.require_reviewed, "{kind}: the root's settings judge the clone");
+        let (code, summary) = fire_in(&env, &cron, "digest");
+        // A box with `sync` refuses the incoming tree and fires what it had.
+        assert_eq!(code, 5, "{kind}: {summary}");
+        let message = summary["message"].as_str().unwrap_or_default();
+        assert!(message.contains("no approval that counts"), "{kind}: {summary}");
+        let took = std::process::Command::new("git")
+            .args(["merge-base", "--is-ancestor", &merge, "HEAD"])
+            .current_dir(&cron)
+            .status()
+            .unwrap();
+        assert!(!took.success(), "{kind}: the box took her merge");
+    }
+    git(&env, &mal, &["fetch", "-q", "origin"]);
+    let authors = git(&env, &mal, &["log", "--format=%an", "origin/main", "-n", "8"]);
+    assert!(
+        authors.contains("runtime"),
+        "no card commit of the box's came between the merges: {authors}"
+    );
 }

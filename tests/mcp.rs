@@ -755,6 +755,66 @@ fn a_proposal_that_adds_a_server_and_widens_a_tool_is_named_and_refused() {
     );
 }
 
+/// A proposal made on an older commit of `main`, whose lock pinned the server's `echo`
+/// with its extra parameter `note`; `main` has since re-pinned it without. Where the
+/// head meets `main` is that old commit, so its lock would be the trusted pins, and the
+/// eval would call the wider `echo` on the reviewer's machine (the server offers it
+/// again). The branch's pins bound the base's, as its settings do: `trusted` names the
+/// pin `main` no longer grants, both evals are refused, and the case never runs.
+#[test]
+fn a_proposal_on_an_older_base_gets_no_mcp_pin_the_branch_has_since_narrowed() {
+    use shared::mcp::lock::LOCK_FILE;
+    let repo = McpRepo::new(vec![final_turn("Done.")], "\"mcp__files\"", "", "");
+    repo.env.write(
+        "evals/t/mcp.yaml",
+        "name: mcp-note\nmodel: scripted\nscript:\n  - call: { tool: mcp__files__echo, args: { text: hi, note: wide } }\n  - text: \"# Done\\n\\nechoed\"\nassert:\n  - must_call: mcp__files__echo\n",
+    );
+    repo.set_mode("wider");
+    let pinned = |what: &str| {
+        let out = repo.env.builder(&["mcp", "pin", "files"]);
+        assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    pinned("the wider echo");
+    assert!(
+        repo.env.read(LOCK_FILE).contains("note"),
+        "the wider echo is not pinned"
+    );
+    repo.env.commit_all("pin echo with note");
+    let old = repo.env.head_id();
+    repo.set_mode("honest");
+    pinned("the narrower echo");
+    assert!(
+        !repo.env.read(LOCK_FILE).contains("note"),
+        "echo still pinned with note"
+    );
+    repo.env.commit_all("echo without note");
+    let git = |args: &[&str]| assert!(repo.env.git_in(&repo.env.root, args).status.success(), "{args:?}");
+    git(&["checkout", "-q", "-b", "proposals/evil", &old]);
+    repo.env.write(
+        "prompts/t.md",
+        "---\ndescription: test task\n---\nDo the test task, thoroughly.\n",
+    );
+    repo.env.commit_all("A clearer prompt");
+    git(&["checkout", "-q", "main"]);
+    repo.set_mode("wider");
+
+    let out = repo.env.builder(&["eval", "--head", "proposals/evil", "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rep: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {text}{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(1), "{rep}");
+    let trusted = rep["trusted"].as_str().unwrap();
+    assert!(
+        trusted.contains("bounded by main") && trusted.contains("mcp.files pins"),
+        "{trusted}"
+    );
+    let rows = rep["rows"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["case"] == "mcp-note"), "{rep}");
+    for row in rows {
+        assert_eq!(row["runs"], 0, "fired under the old base's pins: {row}");
+    }
+}
+
 #[test]
 fn an_eval_case_scripts_an_mcp_call_against_the_pinned_server() {
     let repo = McpRepo::new(vec![], "\"mcp__files\"", "", "");

@@ -117,6 +117,18 @@ pub(crate) fn with_origin(env: &TestEnv) -> PathBuf {
     origin
 }
 
+/// Mallory's push of `refspecs` from her clone `dir` to its `origin`, past the pre-push
+/// hook (`--no-verify`: a colleague with push access who skips it), forced when `force`.
+pub(crate) fn push_past_the_hook(env: &TestEnv, dir: &Path, refspecs: &[&str], force: bool) {
+    let mut args = vec!["push", "-q", "--no-verify"];
+    if force {
+        args.push("--force");
+    }
+    args.push("origin");
+    args.extend(refspecs);
+    git(env, dir, &args);
+}
+
 /// A full clone of `origin` at `home/<name>`.
 pub(crate) fn clone_at(env: &TestEnv, origin: &Path, name: &str) -> PathBuf {
     let dest = env.home.join(name);

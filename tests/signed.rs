@@ -12,7 +12,7 @@
 //! absolute `review.allowed_signers` (the operator's file) is the only list.
 
 use crate::review::{
-    approval_ids, builder_in, builder_ok, clone_at, commit_all_as, fire_in, git, latest_approval,
+    approval_ids, builder_in, builder_ok, clone_at, commit_all_as, fire_in, git, latest_approval, push_past_the_hook,
     require_review_through_review, state, REVIEWER,
 };
 use crate::skip::Capability;
@@ -1020,19 +1020,11 @@ fn main_forced_back_before_signatures_leaves_a_clone_that_saw_them_judging_signe
     .unwrap();
     commit_all_as(&env, &mal, MALLORY, "evil");
     forge("evil");
-    git(
+    push_past_the_hook(
         &env,
         &mal,
-        &[
-            "push",
-            "-q",
-            "--no-verify",
-            "--force",
-            "origin",
-            "tidy:main",
-            "proposals/evil",
-            crate::team::APPROVALS_SPEC,
-        ],
+        &["tidy:main", "proposals/evil", crate::team::APPROVALS_SPEC],
+        true,
     );
 
     // A clone made after her push judges by the unsigned rules: her approval counts.

@@ -238,3 +238,11 @@ pub fn is_root() -> bool {
 pub fn effective_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
+
+/// Lowers the calling thread's scheduling priority to the nice value `nice`. Linux
+/// keeps a nice value per thread, and `setpriority(PRIO_PROCESS, 0)` changes only the
+/// caller's. For background work that should take only the CPU time nobody else
+/// wants. An unprivileged thread cannot raise it again: use it on a thread of its own.
+pub fn lower_thread_priority(nice: i32) -> io::Result<()> {
+    rustix::process::setpriority_process(None, nice).map_err(io::Error::from)
+}

@@ -1,8 +1,8 @@
 //! The tool worker's mask walk (the Read-deny files, sockets and other special files
 //! of the work tree it must not see), run by the runtime with its cache in `.runtime/`
 //! so an unchanged directory is not listed again. The walk runs once the runtime is in
-//! its sandbox, on tokio's blocking pool, while the worker builds its root and the
-//! first model request is out. (A walk started during the preparation, on a thread
+//! its sandbox, on a thread of its own at a lower priority, while the worker builds its
+//! root and the first model request goes out. (A walk started during the preparation, on a thread
 //! stopped before the sandbox, made the first request 2.5-3 ms later on 2 cores and
 //! the fire no shorter: docs/benchmarks.md.)
 
@@ -11,19 +11,32 @@ use crate::sandbox::mask_walk::{walk_masks, CACHE_FILE};
 use crate::sandbox::namespaces::{mask_line, NamespacePlan};
 use std::path::Path;
 
-/// The worker's masks for `plan` in the work tree at `root`: walked on tokio's
-/// blocking pool and sent as soon as found; the cache is written after that.
+/// How much lower than the fire's own threads the walk runs (a nice value): on a
+/// small machine it takes only the CPU time that the first model request and the
+/// worker's sandbox do not.
+const WALK_NICE: i32 = 10;
+
+/// The worker's masks for `plan` in the work tree at `root`: walked on a thread of its
+/// own at a lower priority and sent as soon as found; the cache is written after that.
 pub(super) fn masks(root: &Path, plan: NamespacePlan) -> PendingMasks {
     let (found, masks) = tokio::sync::oneshot::channel();
     let cache = root.join(crate::layout::STATE_DIR).join(CACHE_FILE);
-    tokio::task::spawn_blocking(move || match walk_masks(&plan, Some(&cache)) {
-        Ok((masked, write)) => {
-            let _ = found.send(mask_line(Ok(masked)));
-            write.finish();
+    let walk = move || {
+        if let Err(e) = kernel::process::lower_thread_priority(WALK_NICE) {
+            tracing::debug!(error = %e, "the mask walk runs at the fire's priority");
         }
-        Err(e) => {
-            let _ = found.send(mask_line(Err(e.to_string())));
+        match walk_masks(&plan, Some(&cache)) {
+            Ok((masked, write)) => {
+                let _ = found.send(mask_line(Ok(masked)));
+                write.finish();
+            }
+            Err(e) => {
+                let _ = found.send(mask_line(Err(e.to_string())));
+            }
         }
-    });
+    };
+    if let Err(e) = std::thread::Builder::new().name("mask-walk".into()).spawn(walk) {
+        tracing::warn!(error = %e, "no thread for the mask walk");
+    }
     masks
 }
