@@ -16,9 +16,23 @@ use std::path::Path;
 /// worker's sandbox do not.
 const WALK_NICE: i32 = 10;
 
+/// The walk's thread, joined when dropped: the fire does not end (and the process
+/// exit cut the cache's write short, leaving its temporary file) while it runs.
+#[derive(Default)]
+pub(super) struct WalkThread(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for WalkThread {
+    fn drop(&mut self) {
+        if let Some(walk) = self.0.take() {
+            let _ = walk.join();
+        }
+    }
+}
+
 /// The worker's masks for `plan` in the work tree at `root`: walked on a thread of its
 /// own at a lower priority and sent as soon as found; the cache is written after that.
-pub(super) fn masks(root: &Path, plan: NamespacePlan) -> PendingMasks {
+/// (No thread: the masks' channel closes, and the worker refuses to start.)
+pub(super) fn masks(root: &Path, plan: NamespacePlan) -> (PendingMasks, WalkThread) {
     let (found, masks) = tokio::sync::oneshot::channel();
     let cache = root.join(crate::layout::STATE_DIR).join(CACHE_FILE);
     let walk = move || {
@@ -35,8 +49,9 @@ pub(super) fn masks(root: &Path, plan: NamespacePlan) -> PendingMasks {
             }
         }
     };
-    if let Err(e) = std::thread::Builder::new().name("mask-walk".into()).spawn(walk) {
+    let thread = std::thread::Builder::new().name("mask-walk".into()).spawn(walk);
+    if let Err(e) = &thread {
         tracing::warn!(error = %e, "no thread for the mask walk");
     }
-    masks
+    (masks, WalkThread(thread.ok()))
 }

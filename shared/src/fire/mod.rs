@@ -237,6 +237,8 @@ pub struct FireRun {
     worker: Option<run::WorkerProcess>,
     /// A second worker process started with it, to replace it once if it dies.
     spare_worker: Option<std::process::Child>,
+    /// The thread walking the worker's masks, joined when the fire's run is dropped.
+    mask_walk: masks::WalkThread,
     /// A worker process per declared MCP server, started with the tool worker.
     mcp_workers: Vec<crate::agent::mcp_client::Spawned>,
     /// The run's journal (its row, a checkpoint after every step, the tool ledger);

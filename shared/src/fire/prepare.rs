@@ -646,6 +646,7 @@ impl Preparing {
             repo: self.repo,
             worker: self.worker,
             spare_worker: None,
+            mask_walk: Default::default(),
             mcp_workers: Vec::new(),
             journal: self.journal,
             sync: self.sync,

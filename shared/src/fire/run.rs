@@ -191,7 +191,8 @@ impl FireRun {
         // The masks, walked now while the worker builds its root and the first model
         // request goes out ([`super::masks`]). (The spare walks for itself, if it is
         // ever woken.)
-        let masks = super::masks::masks(&self.ctx.opts.root, setup.walk);
+        let (masks, walk) = super::masks::masks(&self.ctx.opts.root, setup.walk);
+        self.mask_walk = walk;
         let config = setup.config;
         let started = match child {
             Ok(child) if sent => WorkerClient::configured_with_masks(child, masks),

@@ -90,7 +90,7 @@ impl Mark {
 
     /// Remembers `point` unless another command moved the mark since `seen` was read
     /// (its judgement stands). The file is written whole, fsynced and renamed into
-    /// place: a reader sees the old point or the new one.
+    /// place (a reader sees the old point or the new one), and the rename is fsynced.
     pub fn write(&self, seen: Option<&Point>, point: &Point) -> std::io::Result<()> {
         if self.read().as_ref() != seen {
             return Ok(());
@@ -105,7 +105,9 @@ impl Mark {
         tmp.write_all(body.as_bytes())?;
         tmp.as_file().sync_all()?;
         tmp.persist(&self.path).map_err(|e| e.error)?;
-        Ok(())
+        // The rename itself made durable: after a power loss the clone must not wake
+        // up remembering an older commit than its commands already judged by.
+        std::fs::File::open(dir)?.sync_all()
     }
 }
 
