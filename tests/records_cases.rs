@@ -456,6 +456,63 @@ fn a_directory_under_reports_set_to_mode_000_stops_no_fire_of_an_unprivileged_ru
     assert_eq!(code, TestEnv::completed_code(&second), "{second}");
 }
 
+/// Under `sandbox.landlock: best_effort`, with a `Read` deny rule on a data file and a
+/// read root (`permissions.additional_directories`) that holds a directory the
+/// unprivileged runtime can enter but not list (root's, mode 711), as a shared data
+/// directory on a host may. The runtime's walk for the worker's masks cannot list it.
+/// That failure reached the worker as a missing namespace layer, which `best_effort`
+/// lets a fire go without: the fire ran with no minimal root and no masks, and the
+/// payload read the denied file (shown live with the rule disabled below). Masks that
+/// cannot be had are no layer the kernel lacks: the worker refuses in every mode,
+/// named, and nothing of the fire runs. (A tool cannot make such a directory in the
+/// repository: the write-back gives every directory's owner its read bit, so a `chmod
+/// 311` lands as 711.)
+#[test]
+fn an_unlistable_directory_in_a_read_root_buys_no_fire_without_masks_under_best_effort() {
+    if !unprivileged_fires_or_skip() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let env = setup(
+        &script("leak", "echo payload-ran; cat data/secret.txt 2>&1; true\n"),
+        "# Done",
+        "",
+    );
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let private = shared.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let yaml = env
+        .read("settings/runtime.yaml")
+        .replace("landlock: required", "landlock: best_effort")
+        .replace(
+            "allow: [\"Bash(*)\", \"Read(**)\"]",
+            &format!(
+                "allow: [\"Bash(*)\", \"Read(**)\"]\n  deny: [\"Read(data/secret.txt)\"]\n  additional_directories: [\"{}\"]",
+                shared.path().display()
+            ),
+        );
+    env.write("settings/runtime.yaml", &yaml);
+    env.write("data/secret.txt", "the-secret-bytes\n");
+    env.commit_all("best effort, a denied file, a shared read root");
+    let (code, summary) = fire_as_nobody(&env);
+    // What the payload printed reaches the model (and the ledger).
+    let seen = ledger_results(&env).join("\n");
+    assert!(
+        !seen.contains("the-secret-bytes"),
+        "the fire read the denied file: {seen}"
+    );
+    assert_eq!(code, 1, "{summary} {}", env.receipt(&summary)["sandbox"]);
+    assert_eq!(env.card_kinds(&summary), vec!["sandbox_unavailable"], "{summary}");
+    let card = serde_json::to_string(&env.cards(&summary)).unwrap();
+    assert!(
+        card.contains("read deny masks") && card.contains("cannot list"),
+        "{card}"
+    );
+    assert!(!seen.contains("payload-ran"), "the payload ran: {seen}");
+}
+
 /// `chmod 000` on `reports` itself and on a directory in it, after the model wrote an
 /// output in each and a name git refuses: the worker's write-back still lists them
 /// (and keeps what it copied before, where it cannot), the runtime, unprivileged,

@@ -117,8 +117,8 @@ pub(crate) fn with_origin(env: &TestEnv) -> PathBuf {
     origin
 }
 
-/// Mallory's push of `refspecs` from her clone `dir` to its `origin`, past the pre-push
-/// hook (`--no-verify`: a colleague with push access who skips it), forced when `force`.
+/// A push of `refspecs` from the clone `dir` to its `origin` past the pre-push hook
+/// (`--no-verify`: a colleague with push access who skips it), forced when `force`.
 pub(crate) fn push_past_the_hook(env: &TestEnv, dir: &Path, refspecs: &[&str], force: bool) {
     let mut args = vec!["push", "-q", "--no-verify"];
     if force {

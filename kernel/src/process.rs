@@ -241,8 +241,9 @@ pub fn effective_uid() -> u32 {
 
 /// Lowers the calling thread's scheduling priority to the nice value `nice`. Linux
 /// keeps a nice value per thread, and `setpriority(PRIO_PROCESS, 0)` changes only the
-/// caller's. For background work that should take only the CPU time nobody else
-/// wants. An unprivileged thread cannot raise it again: use it on a thread of its own.
+/// caller's. For background work that should yield to the rest of the process where
+/// they compete for a CPU. Without `CAP_SYS_NICE` (or an `RLIMIT_NICE` that allows
+/// it) the thread cannot raise it back: use it on a thread of its own.
 pub fn lower_thread_priority(nice: i32) -> io::Result<()> {
     rustix::process::setpriority_process(None, nice).map_err(io::Error::from)
 }

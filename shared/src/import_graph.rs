@@ -36,11 +36,13 @@ const LAYERS: &[Layer] = &[
     Layer {
         name: "leaves",
         why: "helpers that import nothing of this crate: path safety, the repository's \
-              names, text, the shell lexer, shared env lists (`env`), diagnostics",
+              names, text, the shell lexer, shared env lists (`env`), diagnostics, \
+              files replaced durably",
         modules: &[
             "beneath",
             "cancel",
             "diag",
+            "durable",
             "env",
             "failpoints",
             "gitpath",

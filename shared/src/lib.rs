@@ -13,6 +13,7 @@ pub mod cards;
 pub mod cause;
 pub mod check;
 pub mod diag;
+pub mod durable;
 pub mod env;
 pub mod eval;
 pub mod failpoints;

@@ -11,13 +11,13 @@ use crate::sandbox::mask_walk::{walk_masks, CACHE_FILE};
 use crate::sandbox::namespaces::{mask_line, NamespacePlan};
 use std::path::Path;
 
-/// How much lower than the fire's own threads the walk runs (a nice value): on a
-/// small machine it takes only the CPU time that the first model request and the
-/// worker's sandbox do not.
+/// How much lower than the fire's own threads the walk runs (a nice value): where they
+/// compete for a CPU, as on 2 cores while the first model request is made and the
+/// worker builds its root, the walk gets about a tenth of it.
 const WALK_NICE: i32 = 10;
 
-/// The walk's thread, joined when dropped: the fire does not end (and the process
-/// exit cut the cache's write short, leaving its temporary file) while it runs.
+/// The walk's thread, joined when dropped, so the process never exits in the middle of
+/// the cache's write (which would leave its temporary file behind).
 #[derive(Default)]
 pub(super) struct WalkThread(Option<std::thread::JoinHandle<()>>);
 
@@ -31,7 +31,8 @@ impl Drop for WalkThread {
 
 /// The worker's masks for `plan` in the work tree at `root`: walked on a thread of its
 /// own at a lower priority and sent as soon as found; the cache is written after that.
-/// (No thread: the masks' channel closes, and the worker refuses to start.)
+/// (No thread: the masks' channel closes, and the worker refuses to start in every
+/// mode, [`crate::sandbox::DENY_MASKS`].)
 pub(super) fn masks(root: &Path, plan: NamespacePlan) -> (PendingMasks, WalkThread) {
     let (found, masks) = tokio::sync::oneshot::channel();
     let cache = root.join(crate::layout::STATE_DIR).join(CACHE_FILE);

@@ -209,7 +209,7 @@ impl Forward {
     fn remember(&self) {
         if let Some(r) = &self.remember {
             if let Err(e) = r.mark.write(r.seen.as_ref(), &r.point) {
-                tracing::warn!(error = %e, mark = %r.mark.path().display(), "the reviewed commit this clone judged by was not remembered");
+                tracing::warn!(error = %e, mark = %r.mark.path().display(), "remembering the reviewed commit this clone judged by failed");
             }
         }
     }

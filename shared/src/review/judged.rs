@@ -25,7 +25,6 @@
 
 use super::forward::Stamp;
 use git2::{Oid, Repository};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Under the git common directory: one file per remote-tracking branch.
@@ -89,8 +88,8 @@ impl Mark {
     }
 
     /// Remembers `point` unless another command moved the mark since `seen` was read
-    /// (its judgement stands). The file is written whole, fsynced and renamed into
-    /// place (a reader sees the old point or the new one), and the rename is fsynced.
+    /// (its judgement stands). The file is replaced whole and durably
+    /// ([`crate::durable`]): a reader sees the old point or the new one.
     pub fn write(&self, seen: Option<&Point>, point: &Point) -> std::io::Result<()> {
         if self.read().as_ref() != seen {
             return Ok(());
@@ -99,15 +98,7 @@ impl Mark {
         if let Some(a) = &point.approval {
             body.push_str(&format!("{} {}", a.id, a.line()));
         }
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        tmp.write_all(body.as_bytes())?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(&self.path).map_err(|e| e.error)?;
-        // The rename itself made durable: after a power loss the clone must not wake
-        // up remembering an older commit than its commands already judged by.
-        std::fs::File::open(dir)?.sync_all()
+        crate::durable::replace(&self.path, body.as_bytes())
     }
 }
 

@@ -61,7 +61,6 @@ pub struct Work {
 impl Work {
     /// Records `op` durably before it starts.
     pub fn begin(repo: &Repository, op: Op) -> Result<Work, ReviewError> {
-        use std::io::Write;
         let dir = intent_dir(repo);
         let io = |path: &Path| {
             let path = path.to_path_buf();
@@ -79,12 +78,7 @@ impl Work {
             path: path.clone(),
             source: std::io::Error::other(e),
         })?;
-        let tmp = path.with_extension("json.tmp");
-        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(&body).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io(&path))?;
-        std::fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(io(&dir))?;
+        crate::durable::replace(&path, &body).map_err(io(&path))?;
         Ok(Work { path })
     }
 }
@@ -150,7 +144,7 @@ pub fn recover(repo: &Repository) -> Result<Recovered, ReviewError> {
         if !name.starts_with(WORK_PREFIX) {
             continue;
         }
-        if name.ends_with(".json.tmp") {
+        if name.ends_with(crate::durable::TMP_SUFFIX) {
             // Died before the record existed: nothing was started.
             let _ = std::fs::remove_file(&path);
             continue;

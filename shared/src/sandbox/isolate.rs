@@ -80,9 +80,10 @@ pub fn before_landlock(
 
 /// After the namespaces failed with `e`: refused, or under `best_effort` the worker
 /// goes on without them and says so. A write directory not reached through plain
-/// directories is no missing layer: it refuses the worker in any mode.
+/// directories, or masks that cannot be had, is no missing layer: it refuses the
+/// worker in any mode.
 fn without_namespaces(e: &namespaces::NsError, mode: LandlockMode, mut notes: Vec<String>) -> Result<Layers, String> {
-    if e.piece == super::UNREACHABLE_WRITE_DIR {
+    if [super::UNREACHABLE_WRITE_DIR, super::DENY_MASKS, super::SOCKET_MASKS].contains(&e.piece) {
         return Err(e.to_string());
     }
     if mode == LandlockMode::Required {
@@ -131,11 +132,18 @@ mod tests {
     }
 
     #[test]
-    fn a_linked_write_directory_refuses_the_worker_where_a_missing_layer_would_not() {
+    fn a_linked_write_directory_or_failed_masks_refuse_the_worker_where_a_missing_layer_would_not() {
         let linked = failed(super::super::UNREACHABLE_WRITE_DIR);
         for mode in [LandlockMode::Required, LandlockMode::BestEffort] {
             let why = without_namespaces(&linked, mode, Vec::new()).err().unwrap();
             assert!(why.contains("plain directories"), "{mode:?}: {why}");
+        }
+        for piece in [super::super::DENY_MASKS, super::super::SOCKET_MASKS] {
+            let unmasked = failed(piece);
+            for mode in [LandlockMode::Required, LandlockMode::BestEffort] {
+                let why = without_namespaces(&unmasked, mode, Vec::new()).err().unwrap();
+                assert!(why.starts_with(piece), "{mode:?}: {why}");
+            }
         }
         let missing = failed("user namespaces");
         let why = without_namespaces(&missing, LandlockMode::Required, Vec::new())

@@ -364,7 +364,7 @@ fn unlisted(dir: &Path, e: std::io::Error) -> NsError {
 
 fn unlisted_error(source: std::io::Error) -> NsError {
     NsError {
-        piece: "read deny masks",
+        piece: super::DENY_MASKS,
         source,
     }
 }

@@ -162,6 +162,16 @@ pub fn beneath_repository<'d>(root: &Path, dir: &'d Path) -> Option<&'d Path> {
 /// could buy). A directory that is gone is only left out.
 pub const UNREACHABLE_WRITE_DIR: &str = "a write directory is not reached through plain directories";
 
+/// What the worker says when its masks cannot be had or mounted (the runtime's walk
+/// failed, for one on a directory a tool made searchable but not readable; or a mask's
+/// mount failed): like [`UNREACHABLE_WRITE_DIR`], it refuses the worker in every mode
+/// but `off`. It is no kernel layer missing, and under `best_effort` it would buy a
+/// fire without namespaces, so without its minimal root and its masks.
+pub const DENY_MASKS: &str = "read deny masks";
+
+/// [`DENY_MASKS`] for the masks over sockets.
+pub const SOCKET_MASKS: &str = "socket masks";
+
 /// A write directory in the repository, opened through plain directories only
 /// ([`kernel::mount::open_beneath`]): `None` when it is gone, the refusal
 /// ([`UNREACHABLE_WRITE_DIR`], naming it) for anything else on the way.

@@ -414,13 +414,13 @@ fn mask_denied(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<(), NsEr
     let found = match plan.masks {
         MaskSource::Walk => mask_walk::plan_masks(plan, None)?,
         MaskSource::NextLine => {
-            let line = step("read deny masks", next_line())?.unwrap_or_default();
+            let line = step(super::DENY_MASKS, next_line())?.unwrap_or_default();
             let sent: MaskLine = step(
-                "read deny masks",
+                super::DENY_MASKS,
                 serde_json::from_str(&line).map_err(|e| std::io::Error::other(format!("unreadable mask line: {e}"))),
             )?;
             use std::os::unix::ffi::OsStringExt;
-            let sent = step("read deny masks", sent.map_err(std::io::Error::other))?;
+            let sent = step(super::DENY_MASKS, sent.map_err(std::io::Error::other))?;
             sent.into_iter()
                 .map(|(p, m)| (PathBuf::from(std::ffi::OsString::from_vec(p)), m))
                 .collect()
@@ -428,10 +428,10 @@ fn mask_denied(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<(), NsEr
     };
     for (path, mask) in found {
         let masked = match mask {
-            Mask::Socket => step("socket masks", mount_bind("/dev/null", &path)),
-            Mask::File => step("read deny masks", mount_bind("/dev/null", &path)),
+            Mask::Socket => step(super::SOCKET_MASKS, mount_bind("/dev/null", &path)),
+            Mask::File => step(super::DENY_MASKS, mount_bind("/dev/null", &path)),
             Mask::Dir => step(
-                "read deny masks",
+                super::DENY_MASKS,
                 mount(
                     "tmpfs",
                     &path,

@@ -205,18 +205,10 @@ impl Intent {
         }
     }
 
-    /// Writes the record durably (temporary file, fsync, rename, directory fsync).
+    /// Writes the record durably ([`crate::durable`]).
     fn save(&self) -> std::io::Result<()> {
-        use std::io::Write;
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
-        let tmp = self.path.with_extension("json.tmp");
         let body = serde_json::to_vec(&self.record).map_err(std::io::Error::other)?;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&body)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &self.path)?;
-        std::fs::File::open(dir)?.sync_all()
+        crate::durable::replace(&self.path, &body)
     }
 }
 
@@ -233,7 +225,7 @@ pub(super) fn recover(_held: &SyncLock, intents: &Path, git_dir: &Path) -> Recov
             continue;
         }
         let path = entry.path();
-        if name.ends_with(".json.tmp") {
+        if name.ends_with(crate::durable::TMP_SUFFIX) {
             // Renamed into place only once complete: a dead writer's leftover.
             let _ = std::fs::remove_file(&path);
             continue;
