@@ -24,7 +24,7 @@ use crate::skip::Capability;
 use crate::util::{TestEnv, TEST_KEY};
 use git2::{Oid, Repository};
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The text git printed, both streams.
 fn said(out: &std::process::Output) -> String {
@@ -923,23 +923,34 @@ fn an_old_tree_merged_over_main_as_a_fast_forward_is_judged_by_mains_rules() {
         };
         fast_forward_past_the_hook(&env, &mal, &origin, &merge, kind);
 
-        let fresh = clone_at(&env, &origin, "fresh");
-        git(&env, &fresh, &["fetch", "-q", "origin", crate::team::APPROVALS_SPEC]);
-        git(&env, &env.root, &["fetch", "-q", "origin"]);
-        for dir in [&env.root, &fresh] {
-            let repo = Repository::open(dir).unwrap();
+        for dir in clones_judge_with_review_on(&env, &origin, "fresh", kind) {
+            let repo = Repository::open(&dir).unwrap();
             let at = shared::review::base::reviewed_ancestor(&repo, Oid::from_str(&merge).unwrap()).unwrap();
             assert_eq!(at, reviewed, "{kind}, {}: the walk went down her line", dir.display());
-            let (_, settings) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
-            assert!(
-                settings.require_reviewed,
-                "{kind}, {}: the root's settings judge",
-                dir.display()
-            );
         }
         let (code, summary) = fire_in(&env, &cron, "digest");
         assert_ne!(code, 0, "{kind}: the box ran her tree: {summary}");
     }
+}
+
+/// After a push to `origin`: the engineer's clone (fetched, its mark kept) and a fresh
+/// clone named `name` (approvals fetched) both judge `main` with review on. Returns
+/// the two clones.
+fn clones_judge_with_review_on(env: &TestEnv, origin: &Path, name: &str, kind: &str) -> [PathBuf; 2] {
+    git(env, &env.root, &["fetch", "-q", "origin"]);
+    let fresh = clone_at(env, origin, name);
+    git(env, &fresh, &["fetch", "-q", "origin", crate::team::APPROVALS_SPEC]);
+    let dirs = [env.root.clone(), fresh];
+    for dir in &dirs {
+        let repo = Repository::open(dir).unwrap();
+        let (_, settings) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
+        assert!(
+            settings.require_reviewed,
+            "{kind}, {}: the root's settings judge",
+            dir.display()
+        );
+    }
+    dirs
 }
 
 /// Pushes `commit` from Mallory's clone `dir` to `main` on `origin` past the hook,
@@ -1019,14 +1030,7 @@ fn merges_of_disagreeing_approved_lines_or_a_deep_stack_never_make_the_tip_judge
             }),
         };
         fast_forward_past_the_hook(&env, &mal, &origin, &merge, kind);
-        let fresh = clone_at(&env, &origin, &format!("fresh{i}"));
-        git(&env, &fresh, &["fetch", "-q", "origin", crate::team::APPROVALS_SPEC]);
-        let repo = Repository::open(&fresh).unwrap();
-        let (_, settings) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
-        assert!(
-            settings.require_reviewed,
-            "{kind}: the tip's own settings (review off) judge"
-        );
+        clones_judge_with_review_on(&env, &origin, &format!("fresh{i}"), kind);
     }
 }
 
@@ -1096,18 +1100,7 @@ fn three_old_tree_merges_pushed_one_over_another_never_make_the_roots_rules_judg
             }
         };
         fast_forward_past_the_hook(&env, &mal, &origin, &merge, kind);
-        git(&env, &env.root, &["fetch", "-q", "origin"]);
-        let fresh = clone_at(&env, &origin, &format!("fresh{i}"));
-        git(&env, &fresh, &["fetch", "-q", "origin", crate::team::APPROVALS_SPEC]);
-        for dir in [&env.root, &fresh] {
-            let repo = Repository::open(dir).unwrap();
-            let (_, settings) = shared::review::base::protected_settings(&repo).unwrap().unwrap();
-            assert!(
-                settings.require_reviewed,
-                "{kind}, {}: the root's settings judge",
-                dir.display()
-            );
-        }
+        clones_judge_with_review_on(&env, &origin, &format!("fresh{i}"), kind);
         let (code, summary) = fire_in(&env, &cron, "digest");
         // A box with `sync` refuses the incoming tree and fires what it had.
         assert_eq!(code, 5, "{kind}: {summary}");
