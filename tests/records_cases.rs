@@ -461,12 +461,10 @@ fn a_directory_under_reports_set_to_mode_000_stops_no_fire_of_an_unprivileged_ru
 /// unprivileged runtime can enter but not list (root's, mode 711), as a shared data
 /// directory on a host may. The runtime's walk for the worker's masks cannot list it.
 /// That failure reached the worker as a missing namespace layer, which `best_effort`
-/// lets a fire go without: the fire ran with no minimal root and no masks, and the
-/// payload read the denied file (shown live with the rule disabled below). Masks that
-/// cannot be had are no layer the kernel lacks: the worker refuses in every mode,
-/// named, and nothing of the fire runs. (A tool cannot make such a directory in the
-/// repository: the write-back gives every directory's owner its read bit, so a `chmod
-/// 311` lands as 711.)
+/// lets a fire go without: the worker went on without its masks, and the payload read
+/// the denied file (seen with the rule in `isolate.rs` disabled). Masks that cannot be
+/// had are no layer the kernel lacks: the worker refuses in every mode, named, and
+/// nothing of the fire runs. The payload is shown live first, without the deny rule.
 #[test]
 fn an_unlistable_directory_in_a_read_root_buys_no_fire_without_masks_under_best_effort() {
     if !unprivileged_fires_or_skip() {
@@ -493,12 +491,34 @@ fn an_unlistable_directory_in_a_read_root_buys_no_fire_without_masks_under_best_
                 shared.path().display()
             ),
         );
-    env.write("settings/runtime.yaml", &yaml);
     env.write("data/secret.txt", "the-secret-bytes\n");
+    // What the payload printed reaches the model (and the ledger), per run.
+    let printed = |env: &TestEnv, summary: &Value| -> String {
+        let run = format!("{}:", summary["run_id"].as_str().unwrap());
+        ledger_results(env)
+            .into_iter()
+            .filter(|r| r.contains(&run))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    // Live: with no deny rule, the payload runs and reads the file.
+    let plain = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &plain.replace("landlock: required", "landlock: best_effort"),
+    );
+    env.commit_all("best effort, no deny rule");
+    let (code, summary) = fire_as_nobody(&env);
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}");
+    let seen = printed(&env, &summary);
+    assert!(
+        seen.contains("payload-ran") && seen.contains("the-secret-bytes"),
+        "{seen}"
+    );
+    env.write("settings/runtime.yaml", &yaml);
     env.commit_all("best effort, a denied file, a shared read root");
     let (code, summary) = fire_as_nobody(&env);
-    // What the payload printed reaches the model (and the ledger).
-    let seen = ledger_results(&env).join("\n");
+    let seen = printed(&env, &summary);
     assert!(
         !seen.contains("the-secret-bytes"),
         "the fire read the denied file: {seen}"

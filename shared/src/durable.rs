@@ -2,8 +2,9 @@
 //! command's work record, a sync step's record) whole and durably: written to a
 //! temporary file beside it, fsynced, renamed over it, and the directory fsynced. A
 //! reader sees the old content or the new, never part of either, and after a power
-//! loss the rename is not undone. The temporary file is `<name>.<pid>.tmp`: two
-//! processes never share one, and what a killed writer left ends in [`TMP_SUFFIX`].
+//! loss the rename is not undone. Each call writes a temporary file of its own
+//! (`<name>.<random>.tmp`, created exclusively), so concurrent writers, threads of one
+//! process included, never share one; what a killed writer left ends in [`TMP_SUFFIX`].
 
 use std::io::Write;
 use std::path::Path;
@@ -18,13 +19,15 @@ pub fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         _ => Path::new("."),
     };
     std::fs::create_dir_all(dir)?;
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{}{TMP_SUFFIX}", std::process::id()));
-    let tmp = dir.join(name);
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
+    let mut prefix = path.file_name().unwrap_or_default().to_os_string();
+    prefix.push(".");
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(TMP_SUFFIX)
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
     std::fs::File::open(dir)?.sync_all()
 }
 
@@ -42,5 +45,33 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("on.the.way")]);
+    }
+
+    /// Threads of one process replacing one file at once (as `builder serve`'s page
+    /// jobs remember a mark): every read finds one writer's bytes whole.
+    #[test]
+    fn concurrent_writers_never_publish_a_torn_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mark");
+        let bodies: Vec<Vec<u8>> = (0..4).map(|i| vec![b'a' + i as u8; 10 + 4000 * i]).collect();
+        std::thread::scope(|s| {
+            for body in &bodies {
+                let path = &path;
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        super::replace(path, body).unwrap();
+                    }
+                });
+            }
+            s.spawn(|| {
+                for _ in 0..500 {
+                    if let Ok(read) = std::fs::read(&path) {
+                        assert!(bodies.contains(&read), "a torn file of {} bytes", read.len());
+                    }
+                }
+            });
+        });
+        let left = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(left, 1, "temporary files left");
     }
 }

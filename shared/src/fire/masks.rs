@@ -45,8 +45,9 @@ pub(super) fn masks(root: &Path, plan: NamespacePlan) -> (PendingMasks, WalkThre
                 let _ = found.send(mask_line(Ok(masked)));
                 write.finish();
             }
+            // The worker names the piece (`read deny masks`) as it refuses.
             Err(e) => {
-                let _ = found.send(mask_line(Err(e.to_string())));
+                let _ = found.send(mask_line(Err(e.source.to_string())));
             }
         }
     };

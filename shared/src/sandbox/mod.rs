@@ -162,11 +162,11 @@ pub fn beneath_repository<'d>(root: &Path, dir: &'d Path) -> Option<&'d Path> {
 /// could buy). A directory that is gone is only left out.
 pub const UNREACHABLE_WRITE_DIR: &str = "a write directory is not reached through plain directories";
 
-/// What the worker says when its masks cannot be had or mounted (the runtime's walk
-/// failed, for one on a directory a tool made searchable but not readable; or a mask's
-/// mount failed): like [`UNREACHABLE_WRITE_DIR`], it refuses the worker in every mode
-/// but `off`. It is no kernel layer missing, and under `best_effort` it would buy a
-/// fire without namespaces, so without its minimal root and its masks.
+/// What the worker says when its masks cannot be had or mounted (the walk failed on a
+/// directory it can enter but not list, or a mask's mount failed): like
+/// [`UNREACHABLE_WRITE_DIR`], it refuses the worker in every mode but `off`. It is no
+/// kernel layer missing; under `best_effort` the worker went on inside its half-made
+/// sandbox without its masks, its capability drop and its process cap.
 pub const DENY_MASKS: &str = "read deny masks";
 
 /// [`DENY_MASKS`] for the masks over sockets.
