@@ -186,6 +186,7 @@ pub fn protected_judgement(repo: &Repository) -> Result<Option<Protected>, super
     }))
 }
 
+/// `commit` itself as the reviewed commit (nothing owed on the way).
 fn reviewed_at(commit: Oid) -> super::walk::Found {
     super::walk::Found::Reviewed(ReviewedPath {
         reviewed: commit,
@@ -372,10 +373,7 @@ fn reviewed_found(repo: &Repository, base: Oid) -> Result<super::walk::Found, Re
             let mut trust = super::trust::Trust::new(repo, rule)?;
             super::walk::reviewed_below(repo, &mut trust, base)
         }
-        None => Ok(super::walk::Found::Reviewed(ReviewedPath {
-            reviewed: base,
-            owed: Vec::new(),
-        })),
+        None => Ok(reviewed_at(base)),
     }
 }
 
