@@ -240,7 +240,7 @@ impl Trust<'_> {
     /// parent's line, so the merge brought in nothing of the parent's own (a stale
     /// feature branch merged after review was turned off through review). An orphan
     /// history meets nothing.
-    pub(crate) fn judged_on_first_line(
+    pub(super) fn judged_on_first_line(
         &self,
         merge: &git2::Commit,
         parent: Oid,
