@@ -674,6 +674,90 @@ fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
     }
 }
 
+/// A step the worker's clone fails while building its root (its own `/proc`,
+/// simulated here, as in a container whose `/proc` is partly covered)
+/// ends the clone, not the worker. Under `best_effort` the worker goes on as it was
+/// before the clone: in the runtime's namespaces, the receipt naming what is missing,
+/// and the tools run. A clone that went on instead served the tools from a half-made
+/// sandbox: namespaces of its own with neither the host's root nor one of its own, no
+/// masks, no process cap (seen with the clone's report disabled, as root and as
+/// 65534: every command failed, `/bin/sh: No such file or directory`). Under `required` the fire is
+/// refused, naming the piece.
+#[test]
+fn a_root_the_clone_cannot_build_leaves_no_half_made_sandbox() {
+    if kernel_ready() {
+        a_root_the_clone_cannot_build(As::Me);
+    }
+}
+
+/// The same with the runtime unprivileged (uid 65534, in a repository it owns).
+#[test]
+fn a_root_the_clone_cannot_build_leaves_no_half_made_sandbox_of_an_unprivileged_runtime() {
+    if !kernel_ready() {
+        return;
+    }
+    if !am_root() {
+        crate::skip::skip(Capability::Root, "needs root to hand the repository to uid 65534");
+        return;
+    }
+    a_root_the_clone_cannot_build(As::Nobody);
+}
+
+fn a_root_the_clone_cannot_build(who: As) {
+    let env = env_with_prompt();
+    env.write(
+        "settings/runtime.yaml",
+        &SETTINGS.replace("landlock: required", "landlock: best_effort"),
+    );
+    env.write(
+        "evals/iso/trace.json",
+        &trace(&[(
+            "run_command",
+            json!({"command": "echo payload-ran; readlink /proc/self/ns/user /proc/self/ns/pid /proc/self/ns/mnt"}),
+        )]),
+    );
+    env.commit_all("best effort");
+    let fire = |env: &TestEnv| {
+        if who == As::Nobody {
+            hand_to_nobody(env);
+        }
+        let out = fire_command(env, who, &[(shared::sandbox::SIMULATE_MISSING_ENV, "proc")])
+            .output()
+            .unwrap();
+        if who == As::Nobody {
+            chown_tree(&env.root, 0);
+        }
+        (out.status.code(), serde_json::from_slice::<Value>(&out.stdout).unwrap())
+    };
+    let (code, summary) = fire(&env);
+    assert_eq!(code, Some(TestEnv::completed_code(&summary)), "{summary}");
+    let rights = env.receipt(&summary)["sandbox"]["rights"].to_string();
+    assert!(
+        rights.contains("missing: namespaces (pid namespace /proc: simulated"),
+        "{rights}"
+    );
+    let printed = crate::records_cases::ledger_results(&env).join("\n");
+    assert!(printed.contains("payload-ran"), "the payload did not run: {printed}");
+    for ns in ["user", "pid", "mnt"] {
+        let runtimes = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+        assert!(
+            printed.contains(&*runtimes.to_string_lossy()),
+            "the tools ran in namespaces of their own, half made ({ns}): {printed}"
+        );
+    }
+
+    env.write("settings/runtime.yaml", SETTINGS);
+    env.commit_all("required");
+    let (code, summary) = fire(&env);
+    assert_eq!(code, Some(1), "{summary}");
+    assert_eq!(env.card_kinds(&summary), vec!["sandbox_unavailable"], "{summary}");
+    let card = serde_json::to_string(&env.cards(&summary)).unwrap();
+    assert!(
+        card.contains("pid namespace /proc") && card.contains("best_effort"),
+        "{card}"
+    );
+}
+
 #[test]
 fn runtime_check_reports_each_layer() {
     if !kernel_ready() {

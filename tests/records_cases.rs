@@ -287,7 +287,7 @@ fn a_git_repository_past_twenty_thousand_entries_or_bare_never_reaches_the_repos
 /// The same as uid 65534, the runtime unprivileged (the overlay then keeps its marks
 /// in `user.` extended attributes).
 /// Every tool result the fire's ledger (`.runtime/state.db`) holds.
-fn ledger_results(env: &TestEnv) -> Vec<String> {
+pub(crate) fn ledger_results(env: &TestEnv) -> Vec<String> {
     let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
     let mut q = db
         .prepare("SELECT result FROM tool_ledger WHERE result IS NOT NULL")

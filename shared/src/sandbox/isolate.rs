@@ -6,7 +6,7 @@
 //! receipt names what is missing; `off` uses none of them.
 
 use super::landlock::TrustedDir;
-use super::namespaces::{self, NamespacePlan};
+use super::namespaces::{self, NamespacePlan, NotEntered};
 use super::seccomp;
 use super::writeback::WriteBack;
 use crate::records::SandboxRecord;
@@ -78,22 +78,24 @@ pub fn before_landlock(
     }
 }
 
-/// After the namespaces failed with `e`: refused, or under `best_effort` the worker
-/// goes on without them and says so. A write directory not reached through plain
-/// directories, or masks that cannot be had, is no missing layer: it refuses the
-/// worker in any mode.
-fn without_namespaces(e: &namespaces::NsError, mode: LandlockMode, mut notes: Vec<String>) -> Result<Layers, String> {
-    if [super::UNREACHABLE_WRITE_DIR, super::DENY_MASKS, super::SOCKET_MASKS].contains(&e.piece) {
-        return Err(e.to_string());
+/// After the namespaces failed with `e`: refused, or under `best_effort`, when the
+/// layer is only unavailable here, the worker goes on without them (in the process
+/// as it was before) and says so. What is no missing layer (see
+/// [`NotEntered::Refused`]) refuses the worker in any mode.
+fn without_namespaces(e: &NotEntered, mode: LandlockMode, mut notes: Vec<String>) -> Result<Layers, String> {
+    match e {
+        NotEntered::Refused(why) => Err(why.clone()),
+        NotEntered::Unavailable(why) if mode == LandlockMode::Required => {
+            Err(refusal(&format!("namespaces unavailable: {why}")))
+        }
+        NotEntered::Unavailable(why) => {
+            notes.push(format!("missing: namespaces ({why})"));
+            Ok(Layers {
+                notes,
+                write_back: None,
+            })
+        }
     }
-    if mode == LandlockMode::Required {
-        return Err(refusal(&format!("namespaces unavailable: {e}")));
-    }
-    notes.push(format!("missing: namespaces ({e})"));
-    Ok(Layers {
-        notes,
-        write_back: None,
-    })
 }
 
 /// Installs the seccomp filter and completes the record of the worker's sandbox;
@@ -124,11 +126,12 @@ pub fn after_landlock(
 mod tests {
     use super::*;
 
-    fn failed(piece: &'static str) -> namespaces::NsError {
+    fn failed(piece: &'static str) -> NotEntered {
         namespaces::NsError {
             piece,
             source: std::io::Error::other("refused"),
         }
+        .into()
     }
 
     #[test]

@@ -145,10 +145,60 @@ pub(super) fn step<T, E: Into<std::io::Error>>(piece: &'static str, r: Result<T,
     })
 }
 
-fn simulated(piece: &'static str) -> NsError {
+pub(super) fn simulated(piece: &'static str) -> NsError {
     NsError {
         piece,
         source: std::io::Error::other(format!("simulated by {}", super::SIMULATE_MISSING_ENV)),
+    }
+}
+
+/// Why the worker entered no namespaces.
+#[derive(Debug, thiserror::Error)]
+pub enum NotEntered {
+    /// A layer this host does not give (the clone, its id maps, a mount the kernel
+    /// refuses in the clone's namespaces): the worker is as it was before [`enter`]
+    /// (a clone that failed is gone), and `best_effort` may go on without namespaces.
+    #[error("{0}")]
+    Unavailable(String),
+    /// No missing layer: a write directory reached through a link, masks that cannot
+    /// be had, or anything after the clone's root was built (the clone is then half
+    /// made and cannot go back). Refuses the worker in every mode but `off`.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// The pieces whose failure is no missing kernel layer (see [`NotEntered::Refused`]).
+const REFUSING: [&str; 3] = [super::UNREACHABLE_WRITE_DIR, super::DENY_MASKS, super::SOCKET_MASKS];
+
+impl From<NsError> for NotEntered {
+    fn from(e: NsError) -> NotEntered {
+        if REFUSING.contains(&e.piece) {
+            NotEntered::Refused(e.to_string())
+        } else {
+            NotEntered::Unavailable(e.to_string())
+        }
+    }
+}
+
+impl NotEntered {
+    /// The clone's report of a root it could not build, for the original: a byte
+    /// for the kind, then the reason.
+    fn report(&self) -> Vec<u8> {
+        let (kind, why) = match self {
+            NotEntered::Unavailable(why) => (b'U', why),
+            NotEntered::Refused(why) => (b'R', why),
+        };
+        [&[kind][..], why.as_bytes()].concat()
+    }
+
+    /// Reads a [`NotEntered::report`]; one cut short refuses.
+    fn from_report(report: &[u8]) -> NotEntered {
+        let why = String::from_utf8_lossy(report.get(1..).unwrap_or_default()).into_owned();
+        match report.first() {
+            Some(b'U') if !why.is_empty() => NotEntered::Unavailable(why),
+            Some(b'R') if !why.is_empty() => NotEntered::Refused(why),
+            _ => NotEntered::Refused("the worker's namespaces: the clone ended with an unreadable report".into()),
+        }
     }
 }
 
@@ -161,10 +211,12 @@ type Premade = (Option<(Clones, Option<OwnedFd>)>, EtcView);
 /// Enters the namespaces. Returns in the namespaced clone (PID 1, no capability left,
 /// ready for Landlock and seccomp) with the write-back of its write directories; the
 /// original process never returns from a successful call (it waits for the clone and
-/// exits with its status). Must run while the process is single-threaded.
-pub fn enter(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<WriteBack, NsError> {
+/// exits with its status). A clone that cannot build its root reports why to the
+/// original and ends, so a layer this host lacks returns in the original, as it was
+/// before the call. Must run while the process is single-threaded.
+pub fn enter(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<WriteBack, NotEntered> {
     if super::simulated_missing("userns") {
-        return Err(simulated("user namespaces"));
+        return Err(simulated("user namespaces").into());
     }
     let as_root = rustix::process::geteuid().is_root();
     let owner = step("repository owner", std::fs::metadata(&plan.root))?;
@@ -179,7 +231,7 @@ pub fn enter(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<WriteBack,
     // so is `/etc`'s snapshot (not idmapped: its files are root's, read as others').
     let premade = if as_root {
         if super::simulated_missing("idmap") {
-            return Err(simulated("idmapped mounts"));
+            return Err(simulated("idmapped mounts").into());
         }
         let userns = step("idmapped mounts", idmap_userns(owner.uid(), owner.gid()))?;
         let etc_tree = etc
@@ -195,35 +247,50 @@ pub fn enter(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<WriteBack,
     };
     let (release_r, release_w) = step("pipe", std::io::pipe())?;
     let (ready_r, ready_w) = step("pipe", std::io::pipe())?;
+    let (built_r, built_w) = step("pipe", std::io::pipe())?;
     match step("user namespaces", kernel::process::clone(namespaces))? {
         Cloned::Child => {
-            drop(release_w);
-            drop(ready_r);
-            in_clone(plan, next_line, ids, as_root, (premade, etc), ready_w, release_r)
+            drop((release_w, ready_r, built_r));
+            let pipes = ClonePipes {
+                ready: ready_w,
+                release: release_r,
+                built: built_w,
+            };
+            in_clone(plan, next_line, ids, as_root, (premade, etc), pipes)
         }
         Cloned::Parent(pid) => {
-            drop(release_r);
-            drop(ready_w);
-            release_clone(pid, ids, as_root, premade, ready_r, release_w)
+            drop((release_r, ready_w, built_w));
+            release_clone(pid, ids, as_root, premade, (ready_r, release_w, built_r))
         }
     }
 }
 
+/// The clone's ends of the pipes to the original: it says it is there (`ready`),
+/// waits until its id maps are written (`release`), and reports on building its root
+/// (`built`: closed empty once built, else a [`NotEntered::report`]).
+struct ClonePipes {
+    ready: PipeWriter,
+    release: PipeReader,
+    built: PipeWriter,
+}
+
 /// The clone's side of [`enter`]: says it is there, waits until the original has
-/// written its id maps, then builds its view of the file system.
+/// written its id maps, then builds its view of the file system. A root it cannot
+/// build, it reports to the original and ends there; anything failing after, it
+/// refuses (see [`NotEntered::Refused`]).
 fn in_clone(
     plan: &NamespacePlan,
     next_line: NextLine<'_>,
     ids: (u32, u32),
     as_root: bool,
     premade: Premade,
-    ready: PipeWriter,
-    release: PipeReader,
-) -> Result<WriteBack, NsError> {
+    pipes: ClonePipes,
+) -> Result<WriteBack, NotEntered> {
+    let ClonePipes { ready, release, built } = pipes;
     let _ = kernel::hardening::die_with_parent();
     // The worker is not dumpable (see `kernel::hardening`), nor is this copy of it:
     // its `/proc` files belong to root then, and an unprivileged original could
-    // not write its id maps. Dumpable until `inside` ends, running nothing else.
+    // not write its id maps. Dumpable until `finish_clone` ends, running nothing else.
     let _ = kernel::hardening::set_dumpable(true);
     let mut w = ready;
     let _ = w.write_all(b"1");
@@ -235,37 +302,55 @@ fn in_clone(
         // running the original's destructors.
         kernel::process::exit_now(1);
     }
-    let built = inside(plan, next_line, ids, as_root, premade);
-    if built.is_err() {
-        // Not dumpable again, whatever `best_effort` does next in this process.
+    let write_back = match build_root(plan, ids, as_root, premade) {
+        Ok(write_back) => write_back,
+        Err(e) => {
+            let mut built = built;
+            let _ = built.write_all(&NotEntered::from(e).report());
+            // The original goes on (or refuses) as it was; this half-made copy ends
+            // without running the original's destructors.
+            kernel::process::exit_now(1);
+        }
+    };
+    drop(built);
+    finish_clone(plan, next_line).map_err(|e| {
+        // Not dumpable again, whatever the worker does next in this process.
         let _ = kernel::hardening::set_dumpable(false);
-    }
-    built
+        NotEntered::Refused(e.to_string())
+    })?;
+    Ok(write_back)
 }
 
 /// The original's side of [`enter`]: once the clone is there, writes its id maps and
-/// lets it go on, then supervises it until it ends (the premade trees are the clone's
-/// now: the original's copies are closed).
+/// lets it go on (the premade trees are the clone's now: the original's copies are
+/// closed). Once the clone has built its root, supervises it until it ends; a clone
+/// that could not is reaped, and its reason returned.
 fn release_clone(
     pid: Pid,
     ids: (u32, u32),
     as_root: bool,
     premade: Option<(Clones, Option<OwnedFd>)>,
-    ready: PipeReader,
-    release: PipeWriter,
-) -> Result<WriteBack, NsError> {
+    (ready, release, built): (PipeReader, PipeWriter, PipeReader),
+) -> Result<WriteBack, NotEntered> {
     let mut ready = ready;
     let _ = ready.read(&mut [0u8; 1]);
     drop(ready);
     if let Err(e) = write_maps(pid, ids, as_root) {
         kernel::process::kill_and_reap(pid);
-        return Err(e);
+        return Err(e.into());
     }
     drop(premade);
     let mut w = release;
     let _ = w.write_all(b"1");
     drop(w);
-    kernel::process::supervise(pid)
+    let mut report = Vec::new();
+    let mut built = built;
+    let _ = built.read_to_end(&mut report);
+    if report.is_empty() {
+        kernel::process::supervise(pid)
+    }
+    let _ = kernel::process::wait(pid);
+    Err(NotEntered::from_report(&report))
 }
 
 /// The id maps of the clone `pid`: 65534 to itself as root (the uid tools run as),
@@ -344,10 +429,9 @@ fn clone_write_dir(
         .transpose()
 }
 
-/// In the clone: take the ids, build the minimal root, drop every capability.
-fn inside(
+/// In the clone: take the ids, build the minimal root and pivot into it.
+fn build_root(
     plan: &NamespacePlan,
-    next_line: NextLine<'_>,
     (uid, gid): (u32, u32),
     as_root: bool,
     (premade, etc): Premade,
@@ -376,7 +460,12 @@ fn inside(
         writable,
         system: rootfs::system_entries(&etc, etc_tree)?,
     };
-    let write_back = rootfs::build(plan, sources)?;
+    rootfs::build(plan, sources)
+}
+
+/// In the clone, its root built: mask what `Read` deny rules name, drop every
+/// capability, cap the processes, and leave the worker non-dumpable.
+fn finish_clone(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<(), NsError> {
     mask_denied(plan, next_line)?;
     step("mount namespace", std::env::set_current_dir(&plan.root))?;
     step("drop capabilities", kernel::hardening::drop_capabilities())?;
@@ -391,8 +480,7 @@ fn inside(
     // Tools run as this process's uid when the runtime is not root: left dumpable,
     // its `/proc/1/fd`, `pidfd_getfd` and `/proc/1/mem` would hand them the pipes to
     // the runtime (answers forged for the worker, an acceptance check passed).
-    step("non-dumpable worker", kernel::hardening::set_dumpable(false))?;
-    Ok(write_back)
+    step("non-dumpable worker", kernel::hardening::set_dumpable(false))
 }
 
 /// Where the runtime hands the report to acceptance scripts: created here, before
@@ -537,6 +625,31 @@ pub fn probe() -> Result<(), NsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clones_report_reads_back_and_one_cut_short_refuses() {
+        let unavailable: NotEntered = NsError {
+            piece: "pid namespace /proc",
+            source: std::io::Error::other("refused"),
+        }
+        .into();
+        let refused: NotEntered = NsError {
+            piece: super::super::DENY_MASKS,
+            source: std::io::Error::other("cannot list"),
+        }
+        .into();
+        for (sent, unavailable) in [(unavailable, true), (refused, false)] {
+            let read = NotEntered::from_report(&sent.report());
+            assert_eq!(read.to_string(), sent.to_string());
+            assert_eq!(matches!(read, NotEntered::Unavailable(_)), unavailable, "{read}");
+        }
+        for cut in [&b""[..], b"U", b"x why"] {
+            assert!(
+                matches!(NotEntered::from_report(cut), NotEntered::Refused(_)),
+                "{cut:?}"
+            );
+        }
+    }
 
     #[test]
     fn a_write_directory_reached_through_a_link_is_named_as_such() {

@@ -395,6 +395,9 @@ fn place_dev_links(base: &Path) -> Result<(), NsError> {
 /// The worker's own /proc, mounted while the host's is still in view (the kernel
 /// lets a user namespace mount proc only where one is fully visible).
 fn mount_proc(base: &Path) -> Result<(), NsError> {
+    if super::simulated_missing("proc") {
+        return Err(super::namespaces::simulated("pid namespace /proc"));
+    }
     let proc_at = under(base, Path::new("/proc"));
     step(ROOT, std::fs::create_dir_all(&proc_at))?;
     step(
