@@ -413,7 +413,10 @@ fn sync_subdir(
     path: &Path,
     changed: bool,
 ) {
-    let mode = st.st_mode & MODE_BITS;
+    // Git keeps no directory's mode: what a tool set serves only to stop the
+    // runtime's own walks of the real directory (`chmod 311` leaves it unlistable).
+    // Its owner keeps `rwx`.
+    let mode = (st.st_mode & MODE_BITS) | 0o700;
     let up_child = match open_upper(up, name, st, OFlags::RDONLY | OFlags::DIRECTORY, 0o500) {
         Ok(fd) => fd,
         Err(e) => {
@@ -833,6 +836,21 @@ mod tests {
         assert_eq!(sync(&mut l), vec![]);
         assert!(!lower.join("a/b/new.md").exists());
         assert!(lower.join("a/b").is_dir());
+    }
+
+    #[test]
+    fn a_directory_a_tool_closed_to_its_owner_reaches_the_real_directory_open_to_it() {
+        let t = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t);
+        for (d, set, kept) in [("wx", 0o311, 0o711), ("none", 0o000, 0o700), ("ro", 0o555, 0o755)] {
+            std::fs::create_dir_all(upper.join(d)).unwrap();
+            std::fs::write(upper.join(d).join("f"), "x").unwrap();
+            std::fs::set_permissions(upper.join(d), PermissionsExt::from_mode(set)).unwrap();
+            assert_eq!(sync(&mut l), vec![], "{d}");
+            let real = std::fs::metadata(lower.join(d)).unwrap().mode() & 0o7777;
+            assert_eq!(real, kept, "{d}: {real:o}");
+            assert_eq!(std::fs::read_to_string(lower.join(d).join("f")).unwrap(), "x");
+        }
     }
 
     #[test]
