@@ -145,8 +145,12 @@ pub fn recover(repo: &Repository) -> Result<Recovered, ReviewError> {
             continue;
         }
         if name.ends_with(crate::durable::TMP_SUFFIX) {
-            // Died before the record existed: nothing was started.
-            let _ = std::fs::remove_file(&path);
+            // A record being written: its writer died before the record existed
+            // (nothing was started), or it is another builder command's, writing now
+            // (this recovery holds no lock), left to it.
+            if writer_is_gone(&name) {
+                let _ = std::fs::remove_file(&path);
+            }
             continue;
         }
         let Ok(record) = std::fs::read(&path)
@@ -171,6 +175,17 @@ pub fn recover(repo: &Repository) -> Result<Recovered, ReviewError> {
         out.work.push((record.op, did));
     }
     Ok(out)
+}
+
+/// Whether the builder process that was writing the temporary file `name`
+/// (`work-<pid>.json.<random>.tmp`, see [`Work::begin`]) is gone; one that does not
+/// name its writer is.
+fn writer_is_gone(name: &str) -> bool {
+    let writer = name
+        .strip_prefix(WORK_PREFIX)
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|pid| pid.parse::<u32>().ok());
+    writer.is_none_or(|pid| pid != std::process::id() && process_is_gone(pid, None))
 }
 
 fn oid(s: &str) -> Result<Oid, ReviewError> {
@@ -452,4 +467,42 @@ pub fn move_checked_out(repo: &Repository, branch: &str, from: Oid, to: Oid, mov
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two builder commands at once: one's recovery leaves the record the other is
+    /// writing, and removes what a dead writer left.
+    #[test]
+    fn recovery_leaves_a_live_writers_temporary_record_and_removes_a_dead_ones() {
+        let t = tempfile::tempdir().unwrap();
+        let repo = Repository::init(t.path()).unwrap();
+        let dir = intent_dir(&repo);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let live = sleeper.id();
+        let name = |pid: u32| format!("{WORK_PREFIX}{pid}.json.a1B2c3{}", crate::durable::TMP_SUFFIX);
+        for pid in [dead, live, std::process::id()] {
+            std::fs::write(dir.join(name(pid)), b"{").unwrap();
+        }
+        std::fs::write(dir.join(format!("{WORK_PREFIX}x{}", crate::durable::TMP_SUFFIX)), b"{").unwrap();
+        let done = recover(&repo).unwrap();
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        assert!(done.work.is_empty());
+        assert!(!dir.join(name(dead)).exists(), "a dead writer's leftover stays");
+        assert!(!dir
+            .join(format!("{WORK_PREFIX}x{}", crate::durable::TMP_SUFFIX))
+            .exists());
+        assert!(dir.join(name(live)).exists(), "a live writer's record was removed");
+        assert!(
+            dir.join(name(std::process::id())).exists(),
+            "this process's own writer's record was removed"
+        );
+    }
 }
