@@ -426,7 +426,7 @@ impl Judge<'_> {
                 }
             }
         }
-        let short = &tree.to_string()[..12];
+        let short = crate::text::short_oid(tree);
         let owed = self.owes_review(commit)?;
         // The branch's first commit (the scaffold) is its baseline: nothing came
         // before it to approve it against, so it is no warning; under review it is
@@ -473,7 +473,7 @@ impl Judge<'_> {
         }
         let why = format!(
             "a merge joining another line: no approval of its builder tree {} counts by the list that line trusts",
-            &tree.to_string()[..12]
+            crate::text::short_oid(tree)
         );
         Ok(Some(if self.owes_review(commit)? {
             (Severity::Violation, format!("{why} (require_reviewed is on)"))
@@ -624,7 +624,7 @@ fn audit_commit(
         let mut flag = |severity: Severity, what: String| {
             report.findings.push(Finding {
                 severity,
-                commit: oid_short(commit.id()),
+                commit: crate::text::short_oid(commit.id()),
                 author: format!("{name} <{email}>"),
                 path: c.path.clone(),
                 what,
@@ -675,7 +675,7 @@ fn audit_commit(
 fn joined_line_finding(judge: &mut Judge, commit: &git2::Commit) -> Result<Option<Finding>, git2::Error> {
     Ok(judge.refused_by_a_joined_line(commit)?.map(|(severity, what)| Finding {
         severity,
-        commit: oid_short(commit.id()),
+        commit: crate::text::short_oid(commit.id()),
         author: author_of(commit),
         path: "-".into(),
         what,
@@ -694,7 +694,7 @@ fn count_runtime_signature(
         Authenticity::Unauthenticated => report.runtime_unauthenticated += 1,
         Authenticity::Forged(why) => report.findings.push(Finding {
             severity: Severity::Violation,
-            commit: oid_short(commit.id()),
+            commit: crate::text::short_oid(commit.id()),
             author: author_of(commit),
             path: "-".into(),
             what: format!("forged runtime commit: named as the runtime without a valid runtime signature ({why})"),
@@ -766,7 +766,7 @@ fn refused_link_findings(
             };
             Finding {
                 severity,
-                commit: oid_short(commit.id()),
+                commit: crate::text::short_oid(commit.id()),
                 author: author_of(commit),
                 path: l.path,
                 what,
@@ -774,10 +774,6 @@ fn refused_link_findings(
         })
         .collect();
     Ok(findings)
-}
-
-fn oid_short(o: Oid) -> String {
-    o.to_string()[..12].to_string()
 }
 
 fn verb(k: ChangeKind) -> &'static str {
@@ -969,10 +965,14 @@ mod tests {
         assert_eq!(
             flagged,
             vec![
-                (Severity::Violation, oid_short(downgrade), "prompts/t.md".to_string()),
                 (
                     Severity::Violation,
-                    oid_short(downgrade),
+                    crate::text::short_oid(downgrade),
+                    "prompts/t.md".to_string()
+                ),
+                (
+                    Severity::Violation,
+                    crate::text::short_oid(downgrade),
                     "settings/runtime.yaml".to_string()
                 ),
             ],
@@ -1024,7 +1024,11 @@ mod tests {
         let flagged = signed_findings(&repo, &root_dir);
         assert_eq!(
             flagged,
-            vec![(Severity::Violation, oid_short(tweak), "prompts/t.md".to_string())],
+            vec![(
+                Severity::Violation,
+                crate::text::short_oid(tweak),
+                "prompts/t.md".to_string()
+            )],
             "a violation, not history excused by the tip's unsigned approval"
         );
     }

@@ -138,10 +138,7 @@ pub fn commit_blocker(repo: &Repository) -> Result<Option<Blocker>, GitError> {
     let head = head_ref(repo)?;
     match head.symbolic_target()? {
         None => Ok(Some(Blocker::Detached {
-            at: head
-                .target()
-                .map(|o| o.to_string()[..12].to_string())
-                .unwrap_or_default(),
+            at: head.target().map(crate::text::short_oid).unwrap_or_default(),
         })),
         Some(branch) => match repo.find_reference(branch) {
             Ok(_) => Ok(None),

@@ -549,8 +549,8 @@ pub fn text(r: &ReviewReport) -> String {
         o,
         "review of proposals/{} ({}) against base {}",
         p(&r.proposal),
-        short(&r.head),
-        short(&r.base)
+        crate::text::short_id(&r.head),
+        crate::text::short_id(&r.base)
     );
     let _ = writeln!(o, "\n== diff of builder-owned paths ({})", r.diff.len());
     text_changes(&mut o, &r.changes, &r.patch);
@@ -615,11 +615,17 @@ fn text_unreviewed_base(o: &mut String, r: &ReviewReport) {
     let _ = writeln!(
         o,
         "\n== also approved with it: the base's builder-owned changes since {} that no approval covers ({} commit(s))",
-        short(&u.reviewed),
+        crate::text::short_id(&u.reviewed),
         u.commits.len() + u.more_commits
     );
     for c in &u.commits {
-        let _ = writeln!(o, "commit {} {}: {}", short(&c.id), p(&c.author), p(&c.summary));
+        let _ = writeln!(
+            o,
+            "commit {} {}: {}",
+            crate::text::short_id(&c.id),
+            p(&c.author),
+            p(&c.summary)
+        );
     }
     if u.more_commits > 0 {
         let _ = writeln!(o, "... and {} more commit(s)", u.more_commits);
@@ -679,7 +685,12 @@ pub fn github(r: &ReviewReport) -> String {
         "## {mark} builder review: {}\n",
         code(&format!("proposals/{}", r.proposal))
     );
-    let _ = writeln!(o, "Base `{}`, head `{}`.\n", short(&r.base), short(&r.head));
+    let _ = writeln!(
+        o,
+        "Base `{}`, head `{}`.\n",
+        crate::text::short_id(&r.base),
+        crate::text::short_id(&r.head)
+    );
     let _ = writeln!(o, "### Changed builder-owned paths\n");
     github_changes(&mut o, &r.changes, &r.patch);
     if !r.unowned.is_empty() {
@@ -695,10 +706,16 @@ pub fn github(r: &ReviewReport) -> String {
         let _ = writeln!(
             o,
             "\n### Also approved with it\n\nThe base's builder-owned changes since `{}` that no approval covers: approving the proposal covers them too.\n",
-            short(&u.reviewed)
+            crate::text::short_id(&u.reviewed)
         );
         for c in &u.commits {
-            let _ = writeln!(o, "- {} {}: {}", code(short(&c.id)), code(&c.author), prose(&c.summary));
+            let _ = writeln!(
+                o,
+                "- {} {}: {}",
+                code(crate::text::short_id(&c.id)),
+                code(&c.author),
+                prose(&c.summary)
+            );
         }
         if u.more_commits > 0 {
             let _ = writeln!(o, "- ... and {} more commit(s)", u.more_commits);
@@ -788,9 +805,4 @@ fn github_evals_and_fixes(o: &mut String, r: &ReviewReport) {
             );
         }
     }
-}
-
-/// A commit or object id as people read it: its first 12 characters.
-pub fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
 }

@@ -82,12 +82,14 @@ pub enum Stuck {
 impl Stuck {
     /// One line saying why.
     pub fn reason(&self) -> String {
-        let short = |o: &Oid| o.to_string()[..12].to_string();
         match self {
-            Stuck::Unapproved { tree, .. } => format!("its builder tree {} has no approval that counts", short(tree)),
+            Stuck::Unapproved { tree, .. } => format!(
+                "its builder tree {} has no approval that counts",
+                crate::text::short_oid(*tree)
+            ),
             Stuck::TracksState { tip, .. } => format!(
                 "its tip {} tracks {}/, the runtime's private state",
-                short(tip),
+                crate::text::short_oid(*tip),
                 crate::layout::STATE_DIR
             ),
             Stuck::KeyMissing { var, .. } => format!("its settings name the key variable `{var}`, unset or empty here"),
@@ -726,7 +728,7 @@ pub fn before_fire(
                 locks::PRIVATE_REFS,
                 sync.remote,
                 sync.branch,
-                &local.to_string()[..12]
+                crate::text::short_oid(local)
             );
             cx.note_ref(&kept, local);
             look.kept = Some(kept);

@@ -185,6 +185,20 @@ pub fn markdown_fence(s: &str, info: &str) -> String {
     format!("{fence}{}\n{body}{newline}{fence}\n", printable(info))
 }
 
+/// How many characters of a commit, tree or approval id a message shows.
+pub const SHORT_ID: usize = 12;
+
+/// The first [`SHORT_ID`] characters of an id (all of a shorter one), as messages show
+/// it.
+pub fn short_id(id: &str) -> &str {
+    id.get(..SHORT_ID).unwrap_or(id)
+}
+
+/// [`short_id`] of an object id.
+pub fn short_oid(id: git2::Oid) -> String {
+    short_id(&id.to_string()).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

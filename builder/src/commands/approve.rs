@@ -46,7 +46,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             "approved HEAD's builder tree {} by {} as the first approval (approval {})",
             approval.body.tree,
             approval.body.approver,
-            &approval.id.to_string()[..12]
+            shared::text::short_oid(approval.id)
         );
         if args.push {
             let Some(r) = super::team_remote(&wt.repo, args.remote.as_deref(), &who.settings, true)? else {
@@ -80,7 +80,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         name,
         approval.body.approver,
         approval.body.tree,
-        &approval.id.to_string()[..12]
+        shared::text::short_oid(approval.id)
     );
     if approval.body.signature.is_some() {
         println!("signed (SSH, namespace {})", shared::review::signing::NAMESPACE);

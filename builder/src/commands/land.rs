@@ -33,14 +33,14 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         println!(
             "{remote}/{branch} has proposals/{} already (at {}): nothing to push",
             args.name,
-            &landed.commit.to_string()[..12]
+            shared::text::short_oid(landed.commit)
         );
     } else {
         println!(
             "landed proposals/{} on {remote}/{branch} as {} (merged onto {}; {} push(es); Reviewed-by: {})",
             args.name,
-            &landed.commit.to_string()[..12],
-            &landed.onto.to_string()[..12],
+            shared::text::short_oid(landed.commit),
+            shared::text::short_oid(landed.onto),
             landed.tries,
             landed.approval.as_ref().map(|a| a.body.approver.as_str()).unwrap_or("")
         );

@@ -37,7 +37,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     println!(
         "merged proposals/{} as {} (Reviewed-by: {}, Approved-tree: {})",
         args.name,
-        &merged.commit.to_string()[..12],
+        shared::text::short_oid(merged.commit),
         merged.approval.body.approver,
         merged.approval.body.tree
     );

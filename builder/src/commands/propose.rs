@@ -61,7 +61,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     println!(
         "proposed {} as {} ({} path(s)): {}",
         done.branch,
-        &done.commit.to_string()[..12],
+        shared::text::short_oid(done.commit),
         done.paths.len(),
         done.paths.join(", ")
     );

@@ -153,13 +153,13 @@ fn gate_lines(gate: &GateResult) -> Vec<String> {
         Err(e) => return vec![format!("problem: the two-key state cannot be read: {e}")],
     };
     let mut out = Vec::new();
-    let tree = &g.tree[..g.tree.len().min(12)];
+    let tree = shared::text::short_id(&g.tree);
     out.push(match (&g.approval, g.require_reviewed) {
         (Some((a, signed)), on) => format!(
             "two keys: require_reviewed {}; HEAD's builder tree {tree} approved by {} (approval {}, {}{})",
             if on { "on" } else { "off" },
             shared::text::printable(&a.approver),
-            &a.id[..a.id.len().min(12)],
+            shared::text::short_id(&a.id),
             if *signed { "signed" } else { "unsigned" },
             if g.require_signed {
                 "; signatures required"
@@ -185,11 +185,11 @@ fn gate_lines(gate: &GateResult) -> Vec<String> {
                     Way::UpToDate => "up to date".to_string(),
                     Way::Ahead => "a fire pushes the box's records".to_string(),
                     Way::FastForward | Way::Join { .. } => {
-                        format!("a fire moves to {}", &l.remote.to_string()[..12])
+                        format!("a fire moves to {}", shared::text::short_oid(l.remote))
                     }
                     Way::Replay { .. } => format!(
                         "a fire replays the box's records onto the rewritten {} and moves there",
-                        &l.remote.to_string()[..12]
+                        shared::text::short_oid(l.remote)
                     ),
                     Way::Stuck(stuck) =>
                         format!("STUCK: {}: a fire runs on what the box has and exits 5", stuck.reason()),
@@ -199,7 +199,7 @@ fn gate_lines(gate: &GateResult) -> Vec<String> {
         if let Ok(Look { rewritten: Some(r), .. }) = look {
             out.push(format!(
                 "sync: {at} was rewritten (a force push): {} is no longer in it, with {} commit(s) the box had",
-                &r.from.to_string()[..12],
+                shared::text::short_oid(r.from),
                 r.lost
             ));
         }

@@ -363,7 +363,7 @@ fn print(s: &FireSummary, exit_code: u8, out: Output) {
         s.cards.len(),
         s.commit
             .as_deref()
-            .map(|c| format!(" commit={}", &c[..c.len().min(12)]))
+            .map(|c| format!(" commit={}", shared::text::short_id(c)))
             .unwrap_or_default()
     );
     // Cron mails whatever is printed: a success prints only at a terminal, a skip

@@ -31,9 +31,14 @@ pub fn text(r: &EvalReport) -> String {
     let mut o = String::new();
     let width = r.rows.iter().map(|x| x.case.len()).max().unwrap_or(4).max(4);
     if let Some(b) = &r.base {
-        let _ = writeln!(o, "base: {} ({})", p(&b.rev), short(&b.commit));
+        let _ = writeln!(o, "base: {} ({})", p(&b.rev), crate::text::short_id(&b.commit));
     }
-    let _ = writeln!(o, "head: {} ({})", p(&r.head.rev), short(&r.head.commit));
+    let _ = writeln!(
+        o,
+        "head: {} ({})",
+        p(&r.head.rev),
+        crate::text::short_id(&r.head.commit)
+    );
     let _ = writeln!(o, "trusted: {} (every fire runs under its powers)", p(&r.trusted));
     for rev in &r.powers {
         for c in &rev.changes {
@@ -92,10 +97,6 @@ fn result(x: &Row) -> String {
         let broken: Vec<&str> = x.run.failures.iter().map(|f| f.assertion.as_str()).collect();
         format!("{}: {}", if x.failed { "FAIL" } else { "flaky" }, broken.join("; "))
     }
-}
-
-fn short(commit: &str) -> &str {
-    commit.get(..12).unwrap_or(commit)
 }
 
 /// A markdown table, for `builder review --format github`.

@@ -132,7 +132,7 @@ fn bound_by_the_branch(
         *from = format!(
             "{from}, bounded by {} ({}), which no longer grants: {} (rebase the proposal onto {}, fetched, or name an operator's file)",
             branch.tip.name,
-            short(&branch.commit.to_string()),
+            crate::text::short_oid(branch.commit),
             dropped.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
             branch.tip.name
         );
@@ -156,8 +156,8 @@ fn lock_of_commit(
     };
     let blob = repo
         .find_blob(entry.id())
-        .map_err(|e| EvalError::Worktree(format!("{LOCK_FILE} at {}: {e}", short(commit))))?;
-    let named = PathBuf::from(format!("{LOCK_FILE} at {}", short(commit)));
+        .map_err(|e| EvalError::Worktree(format!("{LOCK_FILE} at {}: {e}", crate::text::short_id(commit))))?;
+    let named = PathBuf::from(format!("{LOCK_FILE} at {}", crate::text::short_id(commit)));
     let lock = std::str::from_utf8(blob.content())
         .map_err(|e| format!("{}: not UTF-8: {e}", named.display()))
         .and_then(|text| McpLock::parse(text, &named).map_err(|e| e.to_string()));
@@ -243,12 +243,12 @@ impl Trusted {
                 let s = crate::review::delta::settings_of_commit(repo, id, &b.rev)
                     .map_err(|e| EvalError::Trusted(format!("the base's settings cannot be trusted: {e}")))?;
                 let from = if r.commit == b.commit {
-                    format!("the base ({})", short(&b.commit))
+                    format!("the base ({})", crate::text::short_id(&b.commit))
                 } else {
                     format!(
                         "{}, the nearest reviewed commit below the base ({}, which owes review)",
-                        short(&r.commit),
-                        short(&b.commit)
+                        crate::text::short_id(&r.commit),
+                        crate::text::short_id(&b.commit)
                     )
                 };
                 (s, from)
@@ -363,10 +363,6 @@ impl Trusted {
     pub fn redactor(&self) -> crate::secrets::Redactor {
         crate::fire::config::redactor(Some(&self.settings))
     }
-}
-
-fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
 }
 
 #[cfg(test)]

@@ -1128,7 +1128,7 @@ impl Preparing {
         let rejected = judged.rejected.clone();
         let summary = format!(
             "HEAD's tree of builder-owned paths {} has no approval{}",
-            &tree.to_string()[..12],
+            crate::text::short_oid(tree),
             if rejected.is_empty() { "" } else { " that counts" }
         );
         if self.dry_run {

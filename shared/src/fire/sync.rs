@@ -180,7 +180,7 @@ impl FireSync {
     fn cause(&self, look: &Look) -> Option<Cause> {
         let s = &self.settings;
         let at = format!("{}/{}", s.remote, s.branch);
-        let local = short(&look.local);
+        let local = crate::text::short_oid(look.local);
         let stuck = match &look.way {
             Way::Stuck(stuck) => Some(stuck),
             _ => None,
@@ -233,7 +233,7 @@ impl FireSync {
                     "{}/{} was rewritten during the fire: {records} record(s) replayed onto it ({}); the next fire decides whether the box can join the new history",
                     self.settings.remote,
                     self.settings.branch,
-                    &head.to_string()[..12]
+                    crate::text::short_oid(*head)
                 ),
                 hint: "`runtime check` on the box shows the state; the next fire cards what it finds".into(),
             },
@@ -279,16 +279,11 @@ struct StuckWhy {
     evidence: Vec<String>,
 }
 
-/// The first 12 hex digits of a commit or tree id.
-fn short(o: &Oid) -> String {
-    o.to_string()[..12].to_string()
-}
-
 /// Why a box stuck on `stuck` cannot fire the tip of `at` (`remote/branch`).
 fn stuck_why(at: &str, stuck: &Stuck) -> StuckWhy {
     match stuck {
         Stuck::Unapproved { tip, tree, why } => StuckWhy {
-            reason: format!("{at} holds builder tree {} with no approval that counts", short(tree)),
+            reason: format!("{at} holds builder tree {} with no approval that counts", crate::text::short_oid(*tree)),
             hint: format!(
                 "approve that tree (`builder approve <proposal> --push`, by someone other than its authors) or revert it on {at}; `runtime check` on the box shows the state"
             ),
@@ -304,7 +299,7 @@ fn stuck_why(at: &str, stuck: &Stuck) -> StuckWhy {
             reason: format!(
                 "{at} moved to a commit that tracks {}/ ({})",
                 crate::layout::STATE_DIR,
-                short(tip)
+                crate::text::short_oid(*tip)
             ),
             hint: format!(
                 "remove it on {at} from a clone: `git rm -r --cached {dir} && git commit -m 'untrack {dir}' && git push`",
@@ -349,7 +344,7 @@ fn rewrite_detail(at: &str, look: &Look) -> Option<String> {
         };
         format!(
             "{at} was rewritten (a force push): {} is no longer in it, and {} commit(s) the cron box had went with it{replayed}. Receipts of earlier fires may name commits the remote no longer has; the box's old branch is kept as {}. If the rewrite meant to remove records, remove them again with a new commit (a force push while the box runs brings them back)",
-            short(&r.from),
+            crate::text::short_oid(r.from),
             r.lost,
             look.kept.as_deref().unwrap_or("(nothing kept)")
         )
@@ -399,7 +394,7 @@ fn cause_card(
                 "{at} was rewritten (a force push): the cron box {} its records and {}",
                 if look.replayed.is_empty() { "kept" } else { "replayed" },
                 match look.moved {
-                    Some(to) => format!("moved to {}", short(&to)),
+                    Some(to) => format!("moved to {}", crate::text::short_oid(to)),
                     None => "pushes them with this fire".into(),
                 }
             ),

@@ -122,7 +122,7 @@ pub fn trusted_base(repo: &Repository, head: Oid) -> Result<(Oid, ProtectedTip),
         Ok(base) => Ok((base, tip)),
         Err(e) if e.code() == git2::ErrorCode::NotFound => Err(ReviewError::Refused(format!(
             "{} shares no history with {}: there is no trusted base to judge it from",
-            &head.to_string()[..12],
+            crate::text::short_oid(head),
             tip.name
         ))),
         Err(e) => Err(e.into()),
@@ -228,7 +228,7 @@ struct Remember {
 /// found. Nothing is remembered unless `at`'s settings load.
 fn judge_forward(repo: &Repository, tip: &ProtectedTip, at: Oid) -> Result<Forward, super::delta::DeltaError> {
     use super::judged::{decide, Decision, Line, Mark, Point, WentBack};
-    let label = |c: Oid| format!("{} ({})", tip.name, &c.to_string()[..12]);
+    let label = |c: Oid| format!("{} ({})", tip.name, crate::text::short_oid(c));
     let settings = super::delta::settings_of_commit(repo, at, &label(at))?;
     let as_found = |settings, remember| Forward {
         at,
@@ -402,7 +402,7 @@ pub fn eval_base(repo: &Repository, head: Oid) -> Result<Option<(Option<String>,
     }
     Err(ReviewError::Usage(format!(
         "{} was merged into {} from another line: name the revision to compare with (--base REV)",
-        &head.to_string()[..12],
+        crate::text::short_oid(head),
         tip.name
     )))
 }

@@ -68,7 +68,7 @@ pub fn approve_head(
     if same_person(author_email, &approver.email) {
         return Err(ReviewError::Refused(format!(
             "{approver} turned require_reviewed on (commit {}): someone else approves the first tree",
-            &on.to_string()[..12]
+            crate::text::short_oid(on)
         )));
     }
     if rule.signers.is_some() && signing.is_none() {

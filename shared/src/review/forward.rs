@@ -81,7 +81,7 @@ impl Stamp {
 
     /// The approval id shortened for messages.
     fn short(&self) -> &str {
-        &self.id[..self.id.len().min(12)]
+        crate::text::short_id(&self.id)
     }
 }
 
@@ -125,8 +125,8 @@ impl Rollback {
     pub fn summary(&self) -> String {
         format!(
             "builder tree {} is a rollback: its newest approval is older than that of tree {}, which this box ran",
-            &self.tree.to_string()[..12],
-            &self.ran.tree.to_string()[..12]
+            crate::text::short_oid(self.tree),
+            crate::text::short_oid(self.ran.tree)
         )
     }
 

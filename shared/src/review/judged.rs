@@ -224,22 +224,22 @@ fn went_back(
     match why {
         Why::OlderApproval(n) => format!(
             "its reviewed builder tree {} has no approval newer than {} ({})",
-            short(&now.tree.to_string()),
-            short(&n.id),
+            crate::text::short_oid(now.tree),
+            crate::text::short_id(&n.id),
             n.approved_at.to_rfc3339()
         ),
         Why::NoApproval { on_line: false } => format!(
             "its builder tree {} rests on no approval that the rules of commit {} accept, and does not descend from that commit",
-            short(&now.tree.to_string()),
-            short(&before.commit.to_string())
+            crate::text::short_oid(now.tree),
+            crate::text::short_oid(before.commit)
         ),
         Why::NoApproval { on_line: true } => format!(
             "its builder tree {} rests on no approval, with review on",
-            short(&now.tree.to_string())
+            crate::text::short_oid(now.tree)
         ),
     },
-    short(&before.tree.to_string()),
-    short(&before.commit.to_string())
+    crate::text::short_oid(before.tree),
+    crate::text::short_oid(before.commit)
 )]
 pub struct WentBack {
     /// The protected branch, as named to a person (`origin/main`).
@@ -251,10 +251,6 @@ pub struct WentBack {
     pub why: Why,
     /// The mark's file.
     pub mark: PathBuf,
-}
-
-fn short(id: &str) -> &str {
-    &id[..id.len().min(12)]
 }
 
 #[cfg(test)]

@@ -190,7 +190,7 @@ fn merge_onto(
     if index.has_conflicts() {
         return Err(ReviewError::Refused(format!(
             "proposal `{name}` conflicts with the remote's tip {}: update the proposal on it and have it approved again",
-            &tip.to_string()[..12]
+            crate::text::short_oid(tip)
         )));
     }
     let merged_tree = repo.find_tree(index.write_tree_to(repo)?)?;
@@ -198,7 +198,7 @@ fn merge_onto(
     if merged_builder != tree {
         return Err(ReviewError::Refused(format!(
             "landing would produce builder tree {merged_builder}, not the approved {tree}: the remote's branch changed builder-owned paths since the proposal was made ({}); update the proposal on it and have it approved again",
-            &tip.to_string()[..12]
+            crate::text::short_oid(tip)
         )));
     }
     let fixes = proposals::fixes_of_proposal(repo, prop, tip)?;

@@ -257,7 +257,7 @@ impl AllowedSigners {
         rel: &str,
     ) -> Result<AllowedSigners, Diagnostic> {
         let shown = Path::new(rel);
-        let short = &commit.to_string()[..12];
+        let short = crate::text::short_oid(commit);
         let unreadable = |msg: String| unreadable(shown, format!("{msg} (in commit {short})"));
         let entry = tree
             .get_path(shown)

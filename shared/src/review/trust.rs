@@ -128,17 +128,16 @@ impl Judged {
             Some(SignerList::Repository(rel)) => rel.as_str(),
             _ => "",
         };
-        let short = |c: &Oid| c.to_string()[..12].to_string();
         match &self.by {
             JudgedBy::Identity => "judged by identity (signatures are not required)".into(),
             JudgedBy::Operator(path) => format!("judged by the operator's allowed-signers file {}", path.display()),
             JudgedBy::Trusted(c) => format!(
                 "judged by {rel} of commit {}, the last approved tree before it",
-                short(c)
+                crate::text::short_oid(*c)
             ),
             JudgedBy::Bootstrap(c) => format!(
                 "judged by its own {rel} (commit {}): no approved tree precedes it, so its list is trusted on first use",
-                short(c)
+                crate::text::short_oid(*c)
             ),
         }
     }
@@ -469,7 +468,7 @@ impl<'r> Trust<'r> {
         let mut rejected = other.rejected;
         rejected.push(format!(
             "the approved tree it trusts does not descend from commit {}, the one the branch it arrives over trusts, whose list does not accept it",
-            &theirs.to_string()[..12]
+            crate::text::short_oid(theirs)
         ));
         Ok(judged.refused(rejected))
     }
@@ -757,7 +756,7 @@ impl<'r> Trust<'r> {
                     };
                     judged.rejected.push(format!(
                         "approval {} by {}: {why}",
-                        &a.id.to_string()[..12],
+                        crate::text::short_oid(a.id),
                         a.body.approver
                     ))
                 }

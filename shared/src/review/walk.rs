@@ -61,7 +61,7 @@ pub fn nothing_reviewed(repo: &Repository, from: Oid) -> ReviewError {
     };
     ReviewError::Refused(format!(
         "no reviewed commit below {}: there is no trusted base to judge from{shallow}",
-        short(from)
+        crate::text::short_oid(from)
     ))
 }
 
@@ -119,7 +119,7 @@ impl Walker<'_, '_> {
         if self.merges > MERGE_BUDGET {
             return Err(ReviewError::Refused(format!(
                 "{} sits over more than {MERGE_BUDGET} merges that owe review: there is no trusted base to judge from",
-                short(at)
+                crate::text::short_oid(at)
             )));
         }
         let mut lines = Vec::new();
@@ -127,8 +127,8 @@ impl Walker<'_, '_> {
             if self.repo.find_commit(parent).is_err() {
                 return Err(ReviewError::Refused(format!(
                     "{} merges {}, which this clone does not have (a shallow clone): there is no trusted base to judge from; fetch the whole history",
-                    short(at),
-                    short(parent)
+                    crate::text::short_oid(at),
+                    crate::text::short_oid(parent)
                 )));
             }
             if let Found::Reviewed(line) = self.walk_down(parent)? {
@@ -165,8 +165,4 @@ fn holding_all(repo: &Repository, lines: &[ReviewedPath], among: &[bool]) -> Res
         return Ok(Some(i));
     }
     Ok(None)
-}
-
-fn short(id: Oid) -> String {
-    id.to_string()[..12].to_string()
 }

@@ -71,7 +71,7 @@ impl Ctx<'_> {
                 out.dropped.push(oid);
             } else {
                 let c = self.repo.find_commit(oid).map_err(&git)?;
-                let short = &oid.to_string()[..12];
+                let short = crate::text::short_oid(oid);
                 return Err(self
                     .err(
                         "join",
@@ -221,7 +221,7 @@ impl Ctx<'_> {
             self.sync.remote,
             self.sync.branch,
             rewritten_from
-                .map(|o| format!(" ({} is no longer in it)", &o.to_string()[..12]))
+                .map(|o| format!(" ({} is no longer in it)", crate::text::short_oid(o)))
                 .unwrap_or_default()
         );
         Ok(Some((self.runtime_commit(local, &msg, tree, &[onto])?, replayed)))

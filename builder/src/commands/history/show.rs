@@ -42,7 +42,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
         if let Some((commit, why)) = history::forged_record(&ix.store, &receipt_path)? {
             println!(
                 "FORGED: this receipt came in commit {}, which the runtime did not make ({})\n",
-                &commit[..commit.len().min(12)],
+                shared::text::short_id(&commit),
                 printable(&why)
             );
         }

@@ -62,7 +62,7 @@ fn row(p: &Proposal) -> Row {
         href: href(&p.name),
         state: p.state.name(),
         authors: printable(&p.authors.join(", ")),
-        head: p.head.get(..12).unwrap_or(&p.head).to_string(),
+        head: shared::text::short_id(&p.head).to_string(),
     }
 }
 
@@ -224,7 +224,7 @@ pub async fn review(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<H
                     .map(|c| {
                         printable(&format!(
                             "{} {}: {}",
-                            shared::review_report::short(&c.id),
+                            shared::text::short_id(&c.id),
                             c.author,
                             c.summary
                         ))
@@ -378,11 +378,7 @@ pub async fn approve(State(app): State<Arc<App>>, wants: Wants, Form(form): Form
                 .append_pair("name", &name)
                 .append_pair(
                     "approved",
-                    &format!(
-                        "approval {} by {}",
-                        shared::review_report::short(&a.approval),
-                        a.approver
-                    ),
+                    &format!("approval {} by {}", shared::text::short_id(&a.approval), a.approver),
                 )
                 .finish();
             Redirect::to(&format!("/proposal?{q}")).into_response()

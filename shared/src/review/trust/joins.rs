@@ -379,8 +379,8 @@ impl Trust<'_> {
             let mut rejected = other.rejected;
             rejected.push(format!(
                 "a merge in its history joined the line of {}, whose trusted list (of commit {}) does not accept it",
-                &parent.to_string()[..12],
-                &trusted.to_string()[..12]
+                crate::text::short_oid(parent),
+                crate::text::short_oid(trusted)
             ));
             return Ok(Pending::Ready(Some(Refused(rejected))));
         }
