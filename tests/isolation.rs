@@ -659,7 +659,37 @@ fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
         let best = SETTINGS.replace("landlock: required", "landlock: best_effort");
         env.write("settings/runtime.yaml", &best);
         env.commit_all("best effort");
-        let (_, summary) = fire_missing(&env, layer);
+        let env = if layer == "userns" && am_root() {
+            // As root, tools run as 65534 inside the namespaces only: without them
+            // they would run as root, so `best_effort` refuses too.
+            let (code, summary) = fire_missing(&env, layer);
+            assert_eq!(code, Some(1), "{summary}");
+            let cards = serde_json::to_string(&env.cards(&summary)).unwrap();
+            assert!(cards.contains("would run as root"), "{cards}");
+            assert!(!env.root.join("reports/ran").exists(), "the tool ran as root");
+            // A runtime unprivileged (in a repository of its own) goes on without
+            // them.
+            let unprivileged = env_with_prompt();
+            unprivileged.write("settings/runtime.yaml", &best);
+            unprivileged.write("evals/iso/trace.json", &tool_trace);
+            unprivileged.commit_all("best effort, unprivileged");
+            hand_to_nobody(&unprivileged);
+            unprivileged
+        } else {
+            env
+        };
+        let who = if layer == "userns" && am_root() {
+            As::Nobody
+        } else {
+            As::Me
+        };
+        let out = fire_command(&env, who, &[(shared::sandbox::SIMULATE_MISSING_ENV, layer)])
+            .output()
+            .unwrap();
+        if who == As::Nobody {
+            chown_tree(&env.root, 0);
+        }
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
         let receipt = env.receipt(&summary);
         assert!(
             receipt["sandbox"]["rights"]
@@ -681,8 +711,9 @@ fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
 /// and the tools run. A clone that went on instead served the tools from a half-made
 /// sandbox: namespaces of its own with neither the host's root nor one of its own, no
 /// masks, no process cap (seen with the clone's report disabled, as root and as
-/// 65534: every command failed, `/bin/sh: No such file or directory`). Under `required` the fire is
-/// refused, naming the piece.
+/// 65534: every command failed, `/bin/sh: No such file or directory`). A runtime run
+/// as root refuses under `best_effort` too: its tools would run as root without the
+/// namespaces. Under `required` the fire is refused, naming the piece.
 #[test]
 fn a_root_the_clone_cannot_build_leaves_no_half_made_sandbox() {
     if kernel_ready() {
@@ -704,6 +735,9 @@ fn a_root_the_clone_cannot_build_leaves_no_half_made_sandbox_of_an_unprivileged_
 }
 
 fn a_root_the_clone_cannot_build(who: As) {
+    // As root, `best_effort` refuses to go on without namespaces: tools would run as
+    // root there.
+    let refused_as_root = who == As::Me && am_root();
     let env = env_with_prompt();
     env.write(
         "settings/runtime.yaml",
@@ -713,7 +747,7 @@ fn a_root_the_clone_cannot_build(who: As) {
         "evals/iso/trace.json",
         &trace(&[(
             "run_command",
-            json!({"command": "echo payload-ran; readlink /proc/self/ns/user /proc/self/ns/pid /proc/self/ns/mnt"}),
+            json!({"command": "echo payload-ran; echo uid=$(id -u); readlink /proc/self/ns/user /proc/self/ns/pid /proc/self/ns/mnt"}),
         )]),
     );
     env.commit_all("best effort");
@@ -730,20 +764,23 @@ fn a_root_the_clone_cannot_build(who: As) {
         (out.status.code(), serde_json::from_slice::<Value>(&out.stdout).unwrap())
     };
     let (code, summary) = fire(&env);
-    assert_eq!(code, Some(TestEnv::completed_code(&summary)), "{summary}");
-    let rights = env.receipt(&summary)["sandbox"]["rights"].to_string();
-    assert!(
-        rights.contains("missing: namespaces (pid namespace /proc: simulated"),
-        "{rights}"
-    );
     let printed = crate::records_cases::ledger_results(&env).join("\n");
-    assert!(printed.contains("payload-ran"), "the payload did not run: {printed}");
-    for ns in ["user", "pid", "mnt"] {
-        let runtimes = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+    if refused_as_root {
+        assert_eq!(code, Some(1), "{summary}");
+        let card = serde_json::to_string(&env.cards(&summary)).unwrap();
         assert!(
-            printed.contains(&*runtimes.to_string_lossy()),
-            "the tools ran in namespaces of their own, half made ({ns}): {printed}"
+            card.contains("pid namespace /proc") && card.contains("would run as root"),
+            "{card}"
         );
+        assert!(!printed.contains("payload-ran"), "the tool ran as root: {printed}");
+    } else {
+        assert_eq!(code, Some(TestEnv::completed_code(&summary)), "{summary}");
+        let rights = env.receipt(&summary)["sandbox"]["rights"].to_string();
+        assert!(
+            rights.contains("missing: namespaces (pid namespace /proc: simulated"),
+            "{rights}"
+        );
+        ran_unprivileged_in_the_runtimes_namespaces(&printed);
     }
 
     env.write("settings/runtime.yaml", SETTINGS);
@@ -756,6 +793,20 @@ fn a_root_the_clone_cannot_build(who: As) {
         card.contains("pid namespace /proc") && card.contains("best_effort"),
         "{card}"
     );
+}
+
+/// The payload ran, as the runtime's uid, in the runtime's namespaces: not as root,
+/// and not in a half-made clone's.
+fn ran_unprivileged_in_the_runtimes_namespaces(printed: &str) {
+    assert!(printed.contains("payload-ran"), "the payload did not run: {printed}");
+    assert!(!printed.contains("uid=0\n"), "the tool ran as root: {printed}");
+    for ns in ["user", "pid", "mnt"] {
+        let runtimes = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+        assert!(
+            printed.contains(&*runtimes.to_string_lossy()),
+            "the tools ran in namespaces of their own, half made ({ns}): {printed}"
+        );
+    }
 }
 
 #[test]
@@ -795,6 +846,15 @@ fn runtime_check_reports_each_layer() {
         "{no_userns}"
     );
     assert_eq!(no_userns["ok"], false);
+    // `best_effort` fires without namespaces, but not a runtime run as root (its
+    // tools would run as root).
+    env.write(
+        "settings/runtime.yaml",
+        &SETTINGS.replace("landlock: required", "landlock: best_effort"),
+    );
+    env.commit_all("best effort");
+    assert_eq!(check("seccomp")["ok"], true, "{}", check("seccomp"));
+    assert_eq!(check("userns,idmap")["ok"], !am_root(), "{}", check("userns,idmap"));
 }
 
 #[test]

@@ -50,7 +50,9 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         .unwrap_or_else(|| shared::settings::SandboxSettings::default().write_bytes);
     let view = namespaces::probe_minimal_root(root, write_bytes)
         .map(|()| format!("minimal root (pivot_root), writes limited to {write_bytes} bytes (overlay on tmpfs)"));
-    let layers_ok = userns.is_ok() && idmap.is_ok() && filter.is_ok() && view.is_ok();
+    let namespaces_ok = userns.is_ok() && idmap.is_ok() && view.is_ok();
+    let layers_ok = namespaces_ok && filter.is_ok();
+    let as_root = kernel::process::is_root();
     let show = |r: &Result<String, String>| match r {
         Ok(s) => s.clone(),
         Err(e) => format!("UNAVAILABLE: {e}"),
@@ -61,7 +63,10 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let view = show(&view.map_err(|e| e.to_string()));
     let sandbox_ok = match mode {
         Some(LandlockMode::Required) | None => full && layers_ok,
-        Some(LandlockMode::BestEffort) | Some(LandlockMode::Off) => true,
+        // As root, `best_effort` refuses a fire without namespaces (tools would run as
+        // root): see `shared::sandbox::isolate`.
+        Some(LandlockMode::BestEffort) => !as_root || namespaces_ok,
+        Some(LandlockMode::Off) => true,
     };
     let gate = checked.settings.as_ref().map(|_| shared::fire::check_gate(root));
     let gate_lines = gate.as_ref().map(gate_lines).unwrap_or_default();
@@ -96,7 +101,9 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         println!("idmapped mounts: {idmap}");
         println!("seccomp: {filter}");
         println!("file system view: {view}");
-        if !layers_ok {
+        if !namespaces_ok && as_root {
+            println!("(a runtime run as root refuses to fire without namespaces, `best_effort` included: its tools would run as root)");
+        } else if !layers_ok {
             println!("(settings `sandbox.landlock: best_effort` runs without the missing layers)");
         }
         println!(

@@ -74,20 +74,30 @@ pub fn before_landlock(
                 write_back: Some(write_back),
             })
         }
-        Err(e) => without_namespaces(&e, mode, notes),
+        Err(e) => without_namespaces(&e, mode, kernel::process::is_root(), notes),
     }
 }
 
 /// After the namespaces failed with `e`: refused, or under `best_effort`, when the
 /// layer is only unavailable here, the worker goes on without them (in the process
 /// as it was before) and says so. What is no missing layer (see
-/// [`NotEntered::Refused`]) refuses the worker in any mode.
-fn without_namespaces(e: &NotEntered, mode: LandlockMode, mut notes: Vec<String>) -> Result<Layers, String> {
+/// [`NotEntered::Refused`]) refuses the worker in any mode, and so does a worker run
+/// `as_root`: its tools run as 65534 only inside the namespaces, and would run as
+/// root, with every capability, without them.
+fn without_namespaces(
+    e: &NotEntered,
+    mode: LandlockMode,
+    as_root: bool,
+    mut notes: Vec<String>,
+) -> Result<Layers, String> {
     match e {
         NotEntered::Refused(why) => Err(why.clone()),
         NotEntered::Unavailable(why) if mode == LandlockMode::Required => {
             Err(refusal(&format!("namespaces unavailable: {why}")))
         }
+        NotEntered::Unavailable(why) if as_root => Err(format!(
+            "namespaces unavailable: {why}; a runtime run as root runs tools as 65534 inside its namespaces only, and without them they would run as root: `sandbox.landlock: best_effort` goes on without namespaces only for a runtime that is not root (run it as the repository's owner)"
+        )),
         NotEntered::Unavailable(why) => {
             notes.push(format!("missing: namespaces ({why})"));
             Ok(Layers {
@@ -138,22 +148,26 @@ mod tests {
     fn a_linked_write_directory_or_failed_masks_refuse_the_worker_where_a_missing_layer_would_not() {
         let linked = failed(super::super::UNREACHABLE_WRITE_DIR);
         for mode in [LandlockMode::Required, LandlockMode::BestEffort] {
-            let why = without_namespaces(&linked, mode, Vec::new()).err().unwrap();
+            let why = without_namespaces(&linked, mode, false, Vec::new()).err().unwrap();
             assert!(why.contains("plain directories"), "{mode:?}: {why}");
         }
         for piece in [super::super::DENY_MASKS, super::super::SOCKET_MASKS] {
             let unmasked = failed(piece);
             for mode in [LandlockMode::Required, LandlockMode::BestEffort] {
-                let why = without_namespaces(&unmasked, mode, Vec::new()).err().unwrap();
+                let why = without_namespaces(&unmasked, mode, false, Vec::new()).err().unwrap();
                 assert!(why.starts_with(piece), "{mode:?}: {why}");
             }
         }
         let missing = failed("user namespaces");
-        let why = without_namespaces(&missing, LandlockMode::Required, Vec::new())
+        let why = without_namespaces(&missing, LandlockMode::Required, false, Vec::new())
             .err()
             .unwrap();
         assert!(why.contains("best_effort"), "{why}");
-        let layers = without_namespaces(&missing, LandlockMode::BestEffort, Vec::new()).unwrap();
+        let why = without_namespaces(&missing, LandlockMode::BestEffort, true, Vec::new())
+            .err()
+            .unwrap();
+        assert!(why.contains("would run as root"), "{why}");
+        let layers = without_namespaces(&missing, LandlockMode::BestEffort, false, Vec::new()).unwrap();
         assert_eq!(
             layers.notes,
             vec!["missing: namespaces (user namespaces: refused)".to_string()]
