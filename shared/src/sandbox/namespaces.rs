@@ -148,7 +148,10 @@ pub(super) fn step<T, E: Into<std::io::Error>>(piece: &'static str, r: Result<T,
 pub(super) fn simulated(piece: &'static str) -> NsError {
     NsError {
         piece,
-        source: std::io::Error::other(format!("simulated by {}", super::SIMULATE_MISSING_ENV)),
+        source: std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("simulated by {}", super::SIMULATE_MISSING_ENV),
+        ),
     }
 }
 
@@ -181,6 +184,34 @@ impl From<NsError> for NotEntered {
 }
 
 impl NotEntered {
+    /// A failure of the clone while it builds its root. Only the kernel or the host
+    /// refusing an operation (`EPERM`, `EACCES`, `EINVAL`, `ENOSYS`, `EOPNOTSUPP`,
+    /// `ENODEV`: a mount type or a mount in a user namespace it does not allow) is a
+    /// missing layer. The file system's state (a path gone or swapped for a link or a
+    /// file, a full tmpfs, no memory), which another fire's tools can bring about
+    /// between the runtime's checks and the clone's mounts, refuses: it must not buy a
+    /// fire without namespaces.
+    fn of_clone(e: NsError) -> NotEntered {
+        use rustix::io::Errno;
+        let refused_by_the_host = match e.source.raw_os_error() {
+            Some(n) => [
+                Errno::PERM,
+                Errno::ACCESS,
+                Errno::INVAL,
+                Errno::NOSYS,
+                Errno::OPNOTSUPP,
+                Errno::NODEV,
+            ]
+            .contains(&Errno::from_raw_os_error(n)),
+            // The test hook's stand-in for such a refusal.
+            None => e.source.kind() == std::io::ErrorKind::PermissionDenied,
+        };
+        match NotEntered::from(e) {
+            NotEntered::Unavailable(why) if !refused_by_the_host => NotEntered::Refused(why),
+            other => other,
+        }
+    }
+
     /// The clone's report of a root it could not build, for the original: a byte
     /// for the kind, then the reason.
     fn report(&self) -> Vec<u8> {
@@ -267,7 +298,7 @@ pub fn enter(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<WriteBack,
 
 /// The clone's ends of the pipes to the original: it says it is there (`ready`),
 /// waits until its id maps are written (`release`), and reports on building its root
-/// (`built`: closed empty once built, else a [`NotEntered::report`]).
+/// (`built`: [`BUILT`] once built, else a [`NotEntered::report`]).
 struct ClonePipes {
     ready: PipeWriter,
     release: PipeReader,
@@ -306,12 +337,14 @@ fn in_clone(
         Ok(write_back) => write_back,
         Err(e) => {
             let mut built = built;
-            let _ = built.write_all(&NotEntered::from(e).report());
+            let _ = built.write_all(&NotEntered::of_clone(e).report());
             // The original goes on (or refuses) as it was; this half-made copy ends
             // without running the original's destructors.
             kernel::process::exit_now(1);
         }
     };
+    let mut built = built;
+    let _ = built.write_all(BUILT);
     drop(built);
     finish_clone(plan, next_line).map_err(|e| {
         // Not dumpable again, whatever the worker does next in this process.
@@ -346,12 +379,22 @@ fn release_clone(
     let mut report = Vec::new();
     let mut built = built;
     let _ = built.read_to_end(&mut report);
-    if report.is_empty() {
+    if report == BUILT {
         kernel::process::supervise(pid)
     }
-    let _ = kernel::process::wait(pid);
+    let status = kernel::process::wait(pid);
+    if report.is_empty() {
+        // Ended (killed, or a panic) before it could say.
+        let status = status.map_or(-1, kernel::process::shell_code);
+        return Err(NotEntered::Refused(format!(
+            "the worker's namespaces: the clone ended while building its root (status {status})"
+        )));
+    }
     Err(NotEntered::from_report(&report))
 }
+
+/// What a clone that built its root sends on its `built` pipe before closing it.
+const BUILT: &[u8] = b"B";
 
 /// The id maps of the clone `pid`: 65534 to itself as root (the uid tools run as),
 /// else the runtime's own ids to themselves.
@@ -643,6 +686,32 @@ mod tests {
             assert_eq!(read.to_string(), sent.to_string());
             assert_eq!(matches!(read, NotEntered::Unavailable(_)), unavailable, "{read}");
         }
+        let in_clone = |piece, errno: i32| {
+            NotEntered::of_clone(NsError {
+                piece,
+                source: std::io::Error::from_raw_os_error(errno),
+            })
+        };
+        for errno in [libc::EPERM, libc::EINVAL, libc::ENODEV] {
+            assert!(matches!(
+                in_clone("pid namespace /proc", errno),
+                NotEntered::Unavailable(_)
+            ));
+        }
+        for errno in [libc::ENOENT, libc::ENOTDIR, libc::ELOOP, libc::ENOSPC] {
+            assert!(
+                matches!(in_clone("writable directories", errno), NotEntered::Refused(_)),
+                "{errno}"
+            );
+        }
+        assert!(matches!(
+            in_clone(super::super::DENY_MASKS, libc::EPERM),
+            NotEntered::Refused(_)
+        ));
+        assert!(matches!(
+            NotEntered::of_clone(simulated("pid namespace /proc")),
+            NotEntered::Unavailable(_)
+        ));
         for cut in [&b""[..], b"U", b"x why"] {
             assert!(
                 matches!(NotEntered::from_report(cut), NotEntered::Refused(_)),
