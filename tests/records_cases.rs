@@ -291,8 +291,6 @@ fn a_git_repository_past_twenty_thousand_entries_or_bare_never_reaches_the_repos
     }
 }
 
-/// The same as uid 65534, the runtime unprivileged (the overlay then keeps its marks
-/// in `user.` extended attributes).
 /// Every tool result the fire's ledger (`.runtime/state.db`) holds.
 pub(crate) fn ledger_results(env: &TestEnv) -> Vec<String> {
     let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
@@ -316,6 +314,8 @@ fn unprivileged_fires_or_skip() -> bool {
     true
 }
 
+/// The same as uid 65534, the runtime unprivileged (the overlay then keeps its marks
+/// in `user.` extended attributes).
 #[test]
 fn a_git_repository_past_twenty_thousand_entries_never_reaches_the_repository_of_an_unprivileged_runtime() {
     if !unprivileged_fires_or_skip() {

@@ -8,7 +8,7 @@
 //! could not fire what the remote holds.
 
 use crate::command_error::{CommandError, Outcome};
-use shared::sandbox::{landlock, namespaces, seccomp};
+use shared::sandbox::{isolate, landlock, namespaces, seccomp};
 use shared::settings::{Durability, LandlockMode};
 use shared::sync::{Look, SyncError, Way};
 use std::path::Path;
@@ -63,9 +63,9 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let view = show(&view.map_err(|e| e.to_string()));
     let sandbox_ok = match mode {
         Some(LandlockMode::Required) | None => full && layers_ok,
-        // As root, `best_effort` refuses a fire without namespaces (tools would run as
-        // root): see `shared::sandbox::isolate`.
-        Some(LandlockMode::BestEffort) => !as_root || namespaces_ok,
+        Some(LandlockMode::BestEffort) => {
+            namespaces_ok || isolate::goes_on_without_namespaces(LandlockMode::BestEffort, as_root)
+        }
         Some(LandlockMode::Off) => true,
     };
     let gate = checked.settings.as_ref().map(|_| shared::fire::check_gate(root));
@@ -101,7 +101,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         println!("idmapped mounts: {idmap}");
         println!("seccomp: {filter}");
         println!("file system view: {view}");
-        if !namespaces_ok && as_root {
+        if !namespaces_ok && as_root && mode != Some(LandlockMode::Off) {
             println!("(a runtime run as root refuses to fire without namespaces, `best_effort` included: its tools would run as root)");
         } else if !layers_ok {
             println!("(settings `sandbox.landlock: best_effort` runs without the missing layers)");

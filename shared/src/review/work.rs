@@ -179,7 +179,9 @@ pub fn recover(repo: &Repository) -> Result<Recovered, ReviewError> {
 
 /// Whether the builder process that was writing the temporary file `name`
 /// (`work-<pid>.json.<random>.tmp`, see [`Work::begin`]) is gone; one that does not
-/// name its writer is.
+/// name its writer is. By pid alone (the name has no start time): a dead writer whose
+/// pid another process took leaves its file until that process ends, which costs
+/// only the file.
 fn writer_is_gone(name: &str) -> bool {
     let writer = name
         .strip_prefix(WORK_PREFIX)

@@ -3,7 +3,9 @@
 //! after it. Fails closed (issue 10, item 7): under `landlock: required` a layer that
 //! cannot be set up refuses the worker with a reason that names the missing piece and
 //! the setting that allows a weaker mode; under `best_effort` the fire goes on and its
-//! receipt names what is missing; `off` uses none of them.
+//! receipt names what is missing (not without namespaces for a runtime run as root,
+//! whose tools would run as root, nor past what is no missing layer: see
+//! [`NotEntered::Refused`]); `off` uses none of them.
 
 use super::landlock::TrustedDir;
 use super::namespaces::{self, NamespacePlan, NotEntered};
@@ -92,12 +94,12 @@ fn without_namespaces(
 ) -> Result<Layers, String> {
     match e {
         NotEntered::Refused(why) => Err(why.clone()),
-        NotEntered::Unavailable(why) if mode == LandlockMode::Required => {
+        NotEntered::Unavailable(why) if as_root => Err(format!(
+            "namespaces unavailable: {why}; a runtime run as root runs tools as 65534 inside its namespaces only, and without them they would run as root: no `sandbox.landlock` mode but `off` fires so (run the runtime as the repository's owner for `best_effort` without namespaces)"
+        )),
+        NotEntered::Unavailable(why) if !goes_on_without_namespaces(mode, as_root) => {
             Err(refusal(&format!("namespaces unavailable: {why}")))
         }
-        NotEntered::Unavailable(why) if as_root => Err(format!(
-            "namespaces unavailable: {why}; a runtime run as root runs tools as 65534 inside its namespaces only, and without them they would run as root: `sandbox.landlock: best_effort` goes on without namespaces only for a runtime that is not root (run it as the repository's owner)"
-        )),
         NotEntered::Unavailable(why) => {
             notes.push(format!("missing: namespaces ({why})"));
             Ok(Layers {
@@ -106,6 +108,13 @@ fn without_namespaces(
             })
         }
     }
+}
+
+/// Whether a worker in `mode` fires without namespaces the host does not give it: only
+/// under `best_effort` (`off` uses none), and never for a runtime run `as_root` (its
+/// tools run as 65534 inside the namespaces only).
+pub fn goes_on_without_namespaces(mode: LandlockMode, as_root: bool) -> bool {
+    mode == LandlockMode::BestEffort && !as_root
 }
 
 /// Installs the seccomp filter and completes the record of the worker's sandbox;

@@ -164,8 +164,10 @@ pub enum NotEntered {
     #[error("{0}")]
     Unavailable(String),
     /// No missing layer: a write directory reached through a link, masks that cannot
-    /// be had, or anything after the clone's root was built (the clone is then half
-    /// made and cannot go back). Refuses the worker in every mode but `off`.
+    /// be had, the file system's state failing the clone's root (see
+    /// [`NotEntered::of_clone`]), a clone that ended without a report, or anything
+    /// after the clone's root was built (the clone is then half made and cannot go
+    /// back). Refuses the worker in every mode but `off`.
     #[error("{0}")]
     Refused(String),
 }
@@ -193,6 +195,7 @@ impl NotEntered {
     /// fire without namespaces.
     fn of_clone(e: NsError) -> NotEntered {
         use rustix::io::Errno;
+        use std::io::ErrorKind;
         let refused_by_the_host = match e.source.raw_os_error() {
             Some(n) => [
                 Errno::PERM,
@@ -203,8 +206,12 @@ impl NotEntered {
                 Errno::NODEV,
             ]
             .contains(&Errno::from_raw_os_error(n)),
-            // The test hook's stand-in for such a refusal.
-            None => e.source.kind() == std::io::ErrorKind::PermissionDenied,
+            // An error rebuilt with a path in its message (and the test hook's) keeps
+            // only its kind: the same codes but `ENODEV`.
+            None => matches!(
+                e.source.kind(),
+                ErrorKind::PermissionDenied | ErrorKind::InvalidInput | ErrorKind::Unsupported
+            ),
         };
         match NotEntered::from(e) {
             NotEntered::Unavailable(why) if !refused_by_the_host => NotEntered::Refused(why),
@@ -712,6 +719,15 @@ mod tests {
             NotEntered::of_clone(simulated("pid namespace /proc")),
             NotEntered::Unavailable(_)
         ));
+        let rebuilt = |errno: i32| {
+            let e = std::io::Error::from_raw_os_error(errno);
+            NotEntered::of_clone(NsError {
+                piece: "minimal root",
+                source: std::io::Error::new(e.kind(), format!("/usr: {e}")),
+            })
+        };
+        assert!(matches!(rebuilt(libc::EOPNOTSUPP), NotEntered::Unavailable(_)));
+        assert!(matches!(rebuilt(libc::ENOENT), NotEntered::Refused(_)));
         for cut in [&b""[..], b"U", b"x why"] {
             assert!(
                 matches!(NotEntered::from_report(cut), NotEntered::Refused(_)),
