@@ -46,8 +46,9 @@ pub struct SandboxSpec {
 pub const ABI_CAP_ENV: &str = "RUNTIME_LANDLOCK_ABI_CAP";
 
 /// Test hook: a comma-separated list of layers to behave as missing (`userns`,
-/// `idmap`, `seccomp`, and `proc`: the worker's own `/proc`, mounted in its clone, as a
-/// container whose `/proc` is partly covered refuses it), to check that a fire fails closed and says why.
+/// `idmap`, `seccomp`, `proc`: the worker's own `/proc`, mounted in its clone, as a
+/// container whose `/proc` is partly covered refuses it; and `write_dir_gone`: a
+/// write directory gone before the clone's overlay over it, `ENOENT`), to check that a fire fails closed and says why.
 pub const SIMULATE_MISSING_ENV: &str = "RUNTIME_SANDBOX_SIMULATE_MISSING";
 
 /// Whether [`SIMULATE_MISSING_ENV`] names `layer`.

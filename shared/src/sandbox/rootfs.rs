@@ -486,6 +486,10 @@ fn place_writable(
         let lower = stage.join(format!("l{i}"));
         let (upper, work) = (rw.join(format!("u{i}")), rw.join(format!("w{i}")));
         let merged = under(base, &path);
+        if super::simulated_missing("write_dir_gone") {
+            // As a write directory another fire's tools removed since it was opened.
+            return step(WRITABLE, Err(std::io::Error::from_raw_os_error(libc::ENOENT)));
+        }
         overlay_tree(tree, &lower, &upper, &work, &merged)?;
         if !path.starts_with(state) {
             layers.push(Layer::new(
