@@ -30,6 +30,10 @@ use std::path::{Path, PathBuf};
 /// Under the git common directory: one file per remote-tracking branch.
 pub const JUDGED_DIR: &str = "builder-judged";
 
+/// How old a mark's temporary file must be before a later write removes it as a killed
+/// writer's (a live one takes milliseconds).
+const LEFTOVER_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// A reviewed commit of the protected branch as a judge saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Point {
@@ -98,7 +102,9 @@ impl Mark {
         if let Some(a) = &point.approval {
             body.push_str(&format!("{} {}", a.id, a.line()));
         }
-        crate::durable::replace(&self.path, body.as_bytes())
+        crate::durable::replace(&self.path, body.as_bytes())?;
+        crate::durable::remove_leftovers(&self.path, LEFTOVER_AGE);
+        Ok(())
     }
 }
 
