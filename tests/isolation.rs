@@ -603,6 +603,37 @@ fn ptrace_is_refused() {
     assert_eq!(m["ptrace"], "-1 Operation not permitted", "{m:?}");
 }
 
+/// A repository whose task `t` runs `command` once under `sandbox.landlock:
+/// best_effort`, committed.
+fn best_effort_env(command: &str) -> TestEnv {
+    let env = env_with_prompt();
+    env.write(
+        "settings/runtime.yaml",
+        &SETTINGS.replace("landlock: required", "landlock: best_effort"),
+    );
+    env.write(
+        "evals/iso/trace.json",
+        &trace(&[("run_command", json!({ "command": command }))]),
+    );
+    env.commit_all("best effort");
+    env
+}
+
+/// One fire of task `t` as `who` with the test hook simulating `missing` (the
+/// repository handed to 65534 for the fire and back after): (exit code, summary).
+fn fire_simulating(env: &TestEnv, who: As, missing: &str) -> (Option<i32>, Value) {
+    if who == As::Nobody {
+        hand_to_nobody(env);
+    }
+    let out = fire_command(env, who, &[(shared::sandbox::SIMULATE_MISSING_ENV, missing)])
+        .output()
+        .unwrap();
+    if who == As::Nobody {
+        chown_tree(&env.root, 0);
+    }
+    (out.status.code(), serde_json::from_slice(&out.stdout).unwrap())
+}
+
 #[test]
 fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
     if !kernel_ready() {
@@ -669,12 +700,7 @@ fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
             assert!(!env.root.join("reports/ran").exists(), "the tool ran as root");
             // A runtime unprivileged (in a repository of its own) goes on without
             // them.
-            let unprivileged = env_with_prompt();
-            unprivileged.write("settings/runtime.yaml", &best);
-            unprivileged.write("evals/iso/trace.json", &tool_trace);
-            unprivileged.commit_all("best effort, unprivileged");
-            hand_to_nobody(&unprivileged);
-            unprivileged
+            best_effort_env("echo ran > reports/ran")
         } else {
             env
         };
@@ -683,13 +709,7 @@ fn a_missing_layer_refuses_a_required_fire_and_names_the_setting() {
         } else {
             As::Me
         };
-        let out = fire_command(&env, who, &[(shared::sandbox::SIMULATE_MISSING_ENV, layer)])
-            .output()
-            .unwrap();
-        if who == As::Nobody {
-            chown_tree(&env.root, 0);
-        }
-        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let (_, summary) = fire_simulating(&env, who, layer);
         let receipt = env.receipt(&summary);
         assert!(
             receipt["sandbox"]["rights"]
@@ -738,31 +758,10 @@ fn a_root_the_clone_cannot_build(who: As) {
     // As root, `best_effort` refuses to go on without namespaces: tools would run as
     // root there.
     let refused_as_root = who == As::Me && am_root();
-    let env = env_with_prompt();
-    env.write(
-        "settings/runtime.yaml",
-        &SETTINGS.replace("landlock: required", "landlock: best_effort"),
+    let env = best_effort_env(
+        "echo payload-ran; echo uid=$(id -u); readlink /proc/self/ns/user /proc/self/ns/pid /proc/self/ns/mnt",
     );
-    env.write(
-        "evals/iso/trace.json",
-        &trace(&[(
-            "run_command",
-            json!({"command": "echo payload-ran; echo uid=$(id -u); readlink /proc/self/ns/user /proc/self/ns/pid /proc/self/ns/mnt"}),
-        )]),
-    );
-    env.commit_all("best effort");
-    let fire = |env: &TestEnv| {
-        if who == As::Nobody {
-            hand_to_nobody(env);
-        }
-        let out = fire_command(env, who, &[(shared::sandbox::SIMULATE_MISSING_ENV, "proc")])
-            .output()
-            .unwrap();
-        if who == As::Nobody {
-            chown_tree(&env.root, 0);
-        }
-        (out.status.code(), serde_json::from_slice::<Value>(&out.stdout).unwrap())
-    };
+    let fire = |env: &TestEnv| fire_simulating(env, who, "proc");
     let (code, summary) = fire(&env);
     let printed = crate::records_cases::ledger_results(&env).join("\n");
     if refused_as_root {
@@ -815,33 +814,15 @@ fn a_write_directory_gone_under_the_clone_buys_no_fire_without_namespaces() {
         return;
     }
     let who = if am_root() { As::Nobody } else { As::Me };
-    let env = env_with_prompt();
-    env.write(
-        "settings/runtime.yaml",
-        &SETTINGS.replace("landlock: required", "landlock: best_effort"),
-    );
-    env.write(
-        "evals/iso/trace.json",
-        &trace(&[("run_command", json!({"command": "echo payload-ran"}))]),
-    );
-    env.commit_all("best effort");
+    let env = best_effort_env("echo payload-ran");
     let fire = |simulate: &str| {
-        if who == As::Nobody {
-            hand_to_nobody(&env);
-        }
-        let out = fire_command(&env, who, &[(shared::sandbox::SIMULATE_MISSING_ENV, simulate)])
-            .output()
-            .unwrap();
-        if who == As::Nobody {
-            chown_tree(&env.root, 0);
-        }
-        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let (code, summary) = fire_simulating(&env, who, simulate);
         let run = format!("{}:", summary["run_id"].as_str().unwrap());
         let printed: Vec<String> = crate::records_cases::ledger_results(&env)
             .into_iter()
             .filter(|r| r.contains(&run))
             .collect();
-        (out.status.code(), summary, printed.join("\n"))
+        (code, summary, printed.join("\n"))
     };
     let (code, summary, printed) = fire("");
     assert_eq!(code, Some(TestEnv::completed_code(&summary)), "{summary}");
