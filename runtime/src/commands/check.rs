@@ -63,9 +63,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let view = show(&view.map_err(|e| e.to_string()));
     let sandbox_ok = match mode {
         Some(LandlockMode::Required) | None => full && layers_ok,
-        Some(LandlockMode::BestEffort) => {
-            namespaces_ok || isolate::goes_on_without_namespaces(LandlockMode::BestEffort, as_root)
-        }
+        Some(m @ LandlockMode::BestEffort) => namespaces_ok || isolate::goes_on_without_namespaces(m, as_root),
         Some(LandlockMode::Off) => true,
     };
     let gate = checked.settings.as_ref().map(|_| shared::fire::check_gate(root));
