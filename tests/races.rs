@@ -67,12 +67,6 @@ fn fires_racing_an_engineers_commit_loop_lose_nothing() {
         env.write(&format!("prompts/t{i}.md"), &prompt);
     }
     env.commit_all("eight tasks");
-    // A minute of this race writes enough loose objects for `git gc --auto` (from
-    // the engineer's commits or the runtime's records commits). Detached, as git runs
-    // it by default, it would still be packing and deleting loose objects when the
-    // final `git fsck` lists them ("unable to mmap ... No such file"): in the
-    // foreground it is over when the command that started it is.
-    env.git_ok(&env.root, &["config", "gc.autoDetach", "false"]);
 
     let stop = Arc::new(AtomicBool::new(false));
     let engineer = {

@@ -60,6 +60,12 @@ impl TestEnv {
             "init failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // Long races write enough loose objects for `git gc --auto` (from an engineer's
+        // git command or the runtime's records commit). Detached, as git runs it by
+        // default, it would still be packing and deleting loose objects when a test's
+        // final `git fsck` lists them ("unable to mmap ... No such file"): in the
+        // foreground it is over when the command that started it is.
+        env.git_ok(&env.root, &["config", "gc.autoDetach", "false"]);
         env.commit_all("scaffold");
         env
     }
