@@ -762,6 +762,26 @@ fn a_forged_runtime_commit_is_flagged_and_a_signed_one_accepted() {
     let (code, out, _) = builder_in(&env, &env.root, None, &["history", "show", fake_id]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("FORGED: this receipt came in commit"), "{out}");
+    // And so does the web view: the run list marks it, its page says why.
+    let pages = served_pages(
+        &env,
+        &["/runs", &format!("/runs/{fake_id}"), &format!("/runs/{real_id}")],
+    );
+    let row = |id: &str| {
+        pages[0]
+            .lines()
+            .find(|l| l.contains(id))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(row(fake_id).contains("FORGED"), "{}", pages[0]);
+    assert!(!row(&real_id).contains("FORGED"), "{}", pages[0]);
+    assert!(
+        pages[1].contains("id=\"forged\"") && pages[1].contains("which the runtime did not make"),
+        "{}",
+        pages[1]
+    );
+    assert!(!pages[2].contains("id=\"forged\""), "{}", pages[2]);
 
     // A forged commit that rewrites a real receipt marks that run too.
     let real_path = summary["receipt"].as_str().unwrap().to_string();
@@ -1118,4 +1138,37 @@ fn three_old_tree_merges_pushed_one_over_another_never_make_the_roots_rules_judg
         assert_eq!(tip, "runtime", "{kind}: no commit of the box's on top of her merge");
         git(&env, &mal, &["merge-base", "--is-ancestor", &merge, "origin/main"]);
     }
+}
+
+/// The bodies of `paths` as `builder serve` (read-only, on a free port) answers them.
+fn served_pages(env: &TestEnv, paths: &[&str]) -> Vec<String> {
+    use std::io::{BufRead, Read, Write};
+    let mut child = env
+        .command("builder", &["serve", "--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .trim_start_matches("listening on http://")
+        .trim_end_matches('/')
+        .to_string();
+    let pages = paths
+        .iter()
+        .map(|path| {
+            let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+            write!(conn, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+            let mut body = String::new();
+            conn.read_to_string(&mut body).unwrap();
+            assert!(body.starts_with("HTTP/1.1 200"), "{path}: {body}");
+            body
+        })
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    pages
 }

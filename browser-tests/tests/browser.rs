@@ -259,6 +259,8 @@ fn generated_history(root: &Path) {
 struct Server {
     child: Child,
     addr: SocketAddr,
+    /// The token `--write` made for this start (printed in the URL to open).
+    token: Option<String>,
 }
 
 impl Server {
@@ -271,16 +273,38 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
+        let mut out = BufReader::new(child.stdout.as_mut().unwrap());
         let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        out.read_line(&mut line).unwrap();
         let url = line
             .trim()
             .strip_prefix("listening on http://")
             .unwrap_or_else(|| panic!("serve printed {line:?}"));
         let addr: SocketAddr = url.trim_end_matches('/').parse().unwrap();
-        Server { child, addr }
+        let made = extra.contains(&"--write") && !extra.contains(&"--token");
+        let mut token = None;
+        while made && token.is_none() {
+            let mut line = String::new();
+            assert!(out.read_line(&mut line).unwrap() > 0, "serve --write printed no token");
+            token = line
+                .split_once("?token=")
+                .map(|(_, t)| t.split_whitespace().next().unwrap_or("").to_string());
+        }
+        Server { child, addr, token }
+    }
+
+    /// A client of this server: with the token `--write` made, sent on every request.
+    fn http(&self) -> reqwest::Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(t) = &self.token {
+            headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {t}").parse().unwrap());
+        }
+        reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .default_headers(headers)
+            .build()
+            .unwrap()
     }
 
     fn url(&self, path: &str) -> String {
@@ -538,6 +562,11 @@ async fn the_pages_work_in_a_real_browser_and_nothing_leaves_the_machine() {
         "the proxy must see a request for another host: {control:?}"
     );
 
+    // `--write` made a token for this start: opened once with it, the page keeps it
+    // in a cookie and leaves the address bar without it.
+    let token = server.token.clone().expect("--write makes a token");
+    b.c().goto(&server.url(&format!("/runs?token={token}"))).await.unwrap();
+    assert!(!b.c().current_url().await.unwrap().as_str().contains("token"));
     // Runs: filter to failures.
     b.c().goto(&server.url("/runs")).await.unwrap();
     b.shot("runs").await;
@@ -968,6 +997,18 @@ async fn changes_need_write_a_csrf_token_the_same_origin_and_another_person() {
     let before = repo.git(&["status", "--porcelain"]);
     // Ann runs the server: her own proposal is refused, as `builder approve` refuses it.
     let server = Server::start(&repo, AUTHOR, &["--write"]);
+    // Every request to a `--write` server needs its token: another local user or
+    // program reaching the port cannot triage or approve as Ann.
+    let r = c.get(server.url("/cards")).send().await.unwrap();
+    assert_eq!(r.status(), 401, "a --write server without its token");
+    let r = c
+        .post(server.url("/cards/triage"))
+        .form(&[("csrf", "x"), ("id", "y"), ("decision", "accept")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "a change without the token");
+    let c = server.http();
     let fp = group(&json_of(&c, &server.url("/cards")).await);
     let csrf = csrf_of(&c, &server.url("/cards")).await;
     for (what, token, origin) in [
@@ -1008,6 +1049,42 @@ async fn changes_need_write_a_csrf_token_the_same_origin_and_another_person() {
     assert_eq!(repo.proposals()[0]["state"], "open");
 }
 
+/// What another site's link or image can do to a read-only server: start no review
+/// (a review fires the evals, live cases spending the provider's key), and put no
+/// words of its own in a page (the notice after an approval names an approval that
+/// exists). The server's own page still loads its review.
+#[tokio::test]
+async fn another_sites_link_starts_no_review_and_writes_no_notice() {
+    let repo = Repo::generate();
+    let server = Server::start(&repo, REVIEWER, &[]);
+    let c = http();
+    let review = |site: &'static str| {
+        c.get(server.url("/proposal/review?name=shorter"))
+            .header("sec-fetch-site", site)
+            .send()
+    };
+    for site in ["cross-site", "same-site"] {
+        let r = review(site).await.unwrap();
+        assert_eq!(r.status(), 403, "a review asked from {site}");
+        assert_guarded(&r, site);
+    }
+    let r = review("same-origin").await.unwrap();
+    assert_eq!(r.status(), 200, "the proposal page's own request");
+    let page = c
+        .get(server.url("/proposal?name=shorter&approved=by%20the%20Security%20Team%3B%20safe%20to%20land"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("shorter"), "{page}");
+    assert!(
+        !page.contains("Security Team") && !page.contains("id=\"notice\""),
+        "{page}"
+    );
+}
+
 /// An approval from the page is judged by `main`'s committed settings, as `builder
 /// approve` judges it, never by the work tree of the person running the server:
 /// `main` requires signed approvals, and Bea's work tree (signatures switched off
@@ -1033,7 +1110,7 @@ async fn an_approval_from_the_page_is_judged_by_the_protected_branchs_settings()
     repo.git(&["commit", "-qm", "signed approvals"]);
     std::fs::write(&settings, &unsigned).unwrap();
     let server = Server::start(&repo, REVIEWER, &["--write"]);
-    let c = http();
+    let c = server.http();
     let r = approve_from_page(&c, &server, "shorter").await;
     let status = r.status();
     let why: Value = r.json().await.unwrap();
@@ -1141,4 +1218,28 @@ async fn a_token_guards_every_request_and_a_public_bind_needs_one() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    // On every address, with its token, it answers whatever name the machine was
+    // reached by; the token still decides.
+    let everywhere = Server::start(&repo, AUTHOR, &["--bind", "0.0.0.0", "--token", token]);
+    let port = everywhere.addr.port();
+    let by_name = |host: String| {
+        c.get(format!("http://127.0.0.1:{port}/runs"))
+            .header("host", host)
+            .bearer_auth(token)
+            .send()
+    };
+    assert_eq!(by_name(format!("box.example:{port}")).await.unwrap().status(), 200);
+    assert_eq!(by_name(format!("192.0.2.2:{port}")).await.unwrap().status(), 200);
+    assert_eq!(
+        by_name("box.example:1".into()).await.unwrap().status(),
+        421,
+        "another port"
+    );
+    let r = c
+        .get(format!("http://127.0.0.1:{port}/runs"))
+        .header("host", format!("box.example:{port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "no token, whatever the name");
 }

@@ -552,8 +552,8 @@ pub fn diff(repo: &Repository, store: &Store, a: &str, b: &str) -> Result<Option
     let root = repo.workdir().map(Path::to_path_buf).unwrap_or_default();
     let report = |r: &RunSummary| {
         r.report_path
-            .as_ref()
-            .and_then(|p| std::fs::read_to_string(root.join(p)).ok())
+            .as_deref()
+            .and_then(|p| crate::records::record_text(&root, repo, p))
             .unwrap_or_default()
     };
     let report_diff = unified(&report(&ra), &report(&rb), "report.md");

@@ -634,6 +634,42 @@ pub fn is_report_path(rel: &str) -> bool {
         && is_run_id(id)
 }
 
+/// The largest record a person is shown ([`record_text`]).
+const MAX_SHOWN_RECORD: u64 = 16 << 20;
+
+/// A record's text for people to read (`builder serve`'s pages, `builder history
+/// diff`): the file `rel` under a runtime directory (`runs/`, `reports/`, `cards/`),
+/// read from the work tree only as a regular file with one name reached through no
+/// link, else, when the work tree has nothing there, HEAD's blob of a regular file.
+/// A receipt names its report's path, and anyone who can push can write a receipt:
+/// a path elsewhere (`/etc/shadow`, `.git/config`), a link (to the reader's private
+/// files) or a special file yields `None`, so reading the history reads nothing else.
+pub fn record_text(root: &Path, repo: &git2::Repository, rel: &str) -> Option<String> {
+    let first = rel.split('/').next()?;
+    if !crate::layout::RUNTIME_DIRS.contains(&first) || rel.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return None;
+    }
+    let bytes = match std::fs::symlink_metadata(root.join(rel)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tree = repo.head().ok()?.peel_to_tree().ok()?;
+            let entry = tree.get_path(Path::new(rel)).ok()?;
+            if !matches!(entry.filemode(), 0o100644 | 0o100755) {
+                return None;
+            }
+            let blob = repo.find_blob(entry.id()).ok()?;
+            if blob.size() as u64 > MAX_SHOWN_RECORD {
+                return None;
+            }
+            blob.content().to_vec()
+        }
+        _ => {
+            let dir = crate::beneath::open_root(root).ok()?;
+            crate::beneath::read_regular(&dir, Path::new(rel), MAX_SHOWN_RECORD).ok()?
+        }
+    };
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Whether `id` has the shape [`new_id`] gives (`20261129T073000Z-3f9a1c2b`).
 pub fn is_run_id(id: &str) -> bool {
     let b = id.as_bytes();
@@ -1267,5 +1303,47 @@ triage:
             Err(WriteError::Exists { .. })
         ));
         assert_eq!(std::fs::read(dir.path().join(rel)).unwrap(), b"one");
+    }
+
+    /// A receipt anyone could push names its report's path: what a reader is shown is
+    /// a record's own text and nothing the path or a link leads to.
+    #[test]
+    fn a_record_shown_to_a_person_is_a_record_and_never_what_a_link_or_path_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let repo = git2::Repository::init(root).unwrap();
+        let secret = root.join("secret.txt");
+        std::fs::write(&secret, "TOP-SECRET").unwrap();
+        let day = root.join("reports/t/2026-12-07");
+        std::fs::create_dir_all(&day).unwrap();
+        std::fs::write(day.join("kept.md"), "the report").unwrap();
+        std::fs::write(day.join("gone.md"), "committed only").unwrap();
+        std::os::unix::fs::symlink(&secret, day.join("link.md")).unwrap();
+        std::os::unix::fs::symlink(&secret, day.join("committed-link.md")).unwrap();
+        // HEAD holds every one of them (the links as links).
+        let mut index = repo.index().unwrap();
+        index.add_all(["reports"], git2::IndexAddOption::DEFAULT, None).unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("c", "c@example.com").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "records", &tree, &[]).unwrap();
+        std::fs::remove_file(day.join("gone.md")).unwrap();
+        std::fs::remove_file(day.join("committed-link.md")).unwrap();
+        let shown = |rel: &str| record_text(root, &repo, rel);
+        assert_eq!(shown("reports/t/2026-12-07/kept.md").as_deref(), Some("the report"));
+        assert_eq!(shown("reports/t/2026-12-07/gone.md").as_deref(), Some("committed only"));
+        // The secret is there to be read, by a path that is not a record's.
+        assert_eq!(std::fs::read_to_string(day.join("link.md")).unwrap(), "TOP-SECRET");
+        for rel in [
+            "reports/t/2026-12-07/link.md",
+            "reports/t/2026-12-07/committed-link.md",
+            secret.to_str().unwrap(),
+            "secret.txt",
+            ".git/config",
+            "reports/../secret.txt",
+            "reports//t/2026-12-07/kept.md",
+            "../etc/passwd",
+        ] {
+            assert_eq!(shown(rel), None, "{rel}");
+        }
     }
 }

@@ -10,7 +10,7 @@
 
 use super::runs::Health;
 use super::Excerpt;
-use crate::records::{CardKind, CardStatus, Receipt, RecordedDecision};
+use crate::records::{record_text, CardKind, CardStatus, Receipt, RecordedDecision};
 use crate::runs::RunSummary;
 use crate::store::{Store, StoreError};
 use crate::trace::BudgetReport;
@@ -71,6 +71,17 @@ pub struct RunView {
     /// kept model input.
     pub prompt: Option<Excerpt>,
     pub report: Option<Excerpt>,
+    /// The receipt came in a commit the runtime did not make ([`Forged`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forged: Option<Forged>,
+}
+
+/// A receipt that came in a forged commit: named as the runtime without a valid
+/// runtime signature, or a person's (`builder history show` says `FORGED`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Forged {
+    pub commit: String,
+    pub why: String,
 }
 
 /// Why a run page could not be made.
@@ -105,6 +116,10 @@ pub fn run_view(
     };
     let rid = run.run_id.clone();
     let receipt = run_receipt(root, repo, run.receipt_path.as_deref())?;
+    let forged = match run.receipt_path.as_deref() {
+        Some(p) => crate::history::forged_record(index, p)?.map(|(commit, why)| Forged { commit, why }),
+        None => None,
+    };
     let denial_count: i64 = index
         .conn()
         .query_row(
@@ -149,6 +164,7 @@ pub fn run_view(
         traced,
         prompt,
         report,
+        forged,
     }))
 }
 
@@ -201,26 +217,6 @@ fn has_spans(trace: Option<&Store>, rid: &str) -> Result<bool, StoreError> {
         None => false,
     };
     Ok(traced)
-}
-
-/// A record's text: the work tree's file, else HEAD's blob (a record deleted from
-/// the work tree but still committed).
-pub fn record_text(root: &Path, repo: &git2::Repository, rel: &str) -> Option<String> {
-    if rel.split('/').any(|c| c == ".." || c.is_empty()) {
-        return None;
-    }
-    if let Ok(text) = std::fs::read_to_string(root.join(rel)) {
-        return Some(text);
-    }
-    let tree = repo.head().ok()?.peel_to_tree().ok()?;
-    let blob = tree
-        .get_path(Path::new(rel))
-        .ok()?
-        .to_object(repo)
-        .ok()?
-        .peel_to_blob()
-        .ok()?;
-    Some(String::from_utf8_lossy(blob.content()).into_owned())
 }
 
 /// The run's calls from the history index, in order.

@@ -121,6 +121,10 @@ pub struct RunRow {
     pub run: RunSummary,
     pub health: Health,
     pub cards: i64,
+    /// Its receipt came in a forged commit (`builder history runs` marks it `FORGED`;
+    /// `builder audit` says why).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub forged: bool,
 }
 
 /// Runs under the filter (day, task, prompt; health aside) by health.
@@ -204,7 +208,7 @@ pub fn runs_page(store: &Store, q: &RunsQuery) -> Result<RunsPage, StoreError> {
     let limit = q.limit.max(1);
     args.push(Box::new((limit + 1) as i64));
     let sql = format!(
-        "SELECT {RUN_COLUMNS}, (SELECT count(*) FROM cards c WHERE c.run_id = r.run_id) FROM runs r {} ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?{}",
+        "SELECT {RUN_COLUMNS}, (SELECT count(*) FROM cards c WHERE c.run_id = r.run_id), EXISTS (SELECT 1 FROM forged_records f WHERE f.path = r.receipt_path) FROM runs r {} ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?{}",
         where_clause(&cond),
         args.len()
     );
@@ -216,6 +220,7 @@ pub fn runs_page(store: &Store, q: &RunsQuery) -> Result<RunsPage, StoreError> {
             health: Health::of(run.status, cards > 0),
             run,
             cards,
+            forged: r.get(14)?,
         })
     })?;
     let next = (runs.len() > limit).then(|| {

@@ -51,7 +51,9 @@ pub struct Args {
     /// Open the page in the desktop's browser (xdg-open)
     #[arg(long)]
     pub open: bool,
-    /// Allow changes from the page: card triage and approvals (read-only without it)
+    /// Allow changes from the page: card triage and approvals (read-only without it).
+    /// Every request then needs a token: one is made for this start and printed with
+    /// the URL, unless --token gives one
     #[arg(long)]
     pub write: bool,
     /// Listen on this address instead of 127.0.0.1 (anything but loopback needs --token)
@@ -108,7 +110,13 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let addr = listener
         .local_addr()
         .map_err(|e| CommandError::environment(format!("listening socket: {e}")))?;
-    let app = Arc::new(App::new(wt.root.clone(), &args, addr));
+    // Changes act as the person running the server (their name on a triage, their
+    // signing key on an approval): with --write, any other local user or program
+    // that can reach the port could otherwise make them. A token they cannot know
+    // is made for this start when none is given.
+    let made = (args.write && args.token.is_none()).then(|| hex(&rand::random::<[u8; 24]>()));
+    let token = args.token.clone().or_else(|| made.clone());
+    let app = Arc::new(App::new(wt.root.clone(), &args, token.clone(), addr));
     let url = format!("http://{}/", host_port(addr));
     println!("listening on {url}");
     println!(
@@ -119,12 +127,20 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             "read-only: start with --write to triage or approve from the pages"
         }
     );
-    if args.token.is_some() {
-        println!("every request needs the token: open {url}?token=<T> once, or send Authorization: Bearer <T>");
-    }
+    let opened = match &made {
+        Some(t) => {
+            println!("every request needs this start's token: open {url}?token={t} (once: a cookie keeps it), or send Authorization: Bearer {t}");
+            format!("{url}?token={t}")
+        }
+        None if token.is_some() => {
+            println!("every request needs the token: open {url}?token=<T> once, or send Authorization: Bearer <T>");
+            url.clone()
+        }
+        None => url.clone(),
+    };
     let _ = std::io::stdout().flush();
     if args.open {
-        open_browser(&url);
+        open_browser(&opened);
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -199,6 +215,11 @@ pub struct App {
     token: Option<String>,
     /// `Host` header values this server answers to.
     hosts: Vec<String>,
+    /// Listening on every address (`--bind 0.0.0.0`, which needs a token): any
+    /// `Host` with the server's port is answered, as the machine's names and
+    /// addresses are not known here. A page whose name was rebound to this machine
+    /// still lacks the token (the browser keeps the cookie for the name it was set on).
+    any_host: Option<u16>,
     /// The index, opened on the first request and kept.
     index: Mutex<Option<Indexed>>,
     /// The work tree's card files may have changed since the index last looked
@@ -223,7 +244,7 @@ pub struct Indexed {
 }
 
 impl App {
-    fn new(root: PathBuf, args: &Args, addr: SocketAddr) -> App {
+    fn new(root: PathBuf, args: &Args, token: Option<String>, addr: SocketAddr) -> App {
         let port = addr.port();
         let mut hosts = vec![
             format!("127.0.0.1:{port}"),
@@ -234,6 +255,7 @@ impl App {
         if !hosts.contains(&bound) {
             hosts.push(bound);
         }
+        let any_host = (addr.ip().is_unspecified() && token.is_some()).then_some(port);
         let csrf: [u8; 32] = rand::random();
         let cards_changed = Arc::new(AtomicBool::new(true));
         let watcher = watch_cards(&root.join(CARDS_DIR), cards_changed.clone());
@@ -241,8 +263,9 @@ impl App {
             root,
             write: args.write,
             csrf: hex(&csrf),
-            token: args.token.clone(),
+            token,
             hosts,
+            any_host,
             index: Mutex::new(None),
             cards_changed,
             watcher,
@@ -305,6 +328,15 @@ impl App {
             *guard = shared::pages::run::open_trace(&self.root);
         }
         f(guard.as_ref())
+    }
+
+    /// Whether this server answers to the `Host` (or `Origin` host) `host`.
+    fn answers_to(&self, host: &str) -> bool {
+        self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+            || self.any_host.is_some_and(|port| {
+                host.rsplit_once(':')
+                    .is_some_and(|(name, p)| !name.is_empty() && p.parse() == Ok(port))
+            })
     }
 
     /// Whether `given` is this server's CSRF token (compared in constant time).
@@ -422,7 +454,7 @@ fn admit(app: &App, req: &Request) -> Result<(), Refusal> {
     let headers = req.headers();
     // A page of another site whose name was rebound to 127.0.0.1 sends its own name.
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-    if !app.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+    if !app.answers_to(host) {
         return Err(Refusal::Error(PageError::new(
             StatusCode::MISDIRECTED_REQUEST,
             format!("this server answers to {}, not to Host `{host}`", app.hosts.join(", ")),
@@ -486,9 +518,7 @@ fn admit(app: &App, req: &Request) -> Result<(), Refusal> {
             }
             // A browser names the page a POST came from; it must be one of ours.
             if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
-                let ours = origin
-                    .strip_prefix("http://")
-                    .is_some_and(|h| app.hosts.iter().any(|x| x.eq_ignore_ascii_case(h)));
+                let ours = origin.strip_prefix("http://").is_some_and(|h| app.answers_to(h));
                 if !ours {
                     return Err(Refusal::Error(PageError::new(
                         StatusCode::FORBIDDEN,

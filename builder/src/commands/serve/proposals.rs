@@ -94,15 +94,20 @@ pub async fn page(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<Has
         return PageError::bad_request("which proposal? /proposal?name=<name>").render(wants);
     };
     let wanted = name.clone();
+    let just_approved = q.get("approved").cloned();
     let data = blocking(&app, move |app| {
-        all(app)?
+        let p = all(app)?
             .into_iter()
             .find(|p| p.name == wanted)
-            .ok_or_else(|| PageError::not_found(format!("no proposal `{}`", printable(&wanted))))
+            .ok_or_else(|| PageError::not_found(format!("no proposal `{}`", printable(&wanted))))?;
+        Ok((p, just_approved.and_then(|id| approval_notice(app, &wanted, &id))))
     })
     .await;
     let layout = Layout::of(&app, format!("Proposal {name}"));
-    let approved = q.get("approved").map(|a| printable(a));
+    let (data, approved) = match data {
+        Ok((p, approved)) => (Ok(p), approved),
+        Err(e) => (Err(e), None),
+    };
     respond(wants, data, move |p| {
         askama::Template::render(&PageHtml {
             l: layout,
@@ -118,6 +123,20 @@ pub async fn page(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<Has
             approved,
         })
     })
+}
+
+/// The notice the page shows after an approval from it: the address names only the
+/// approval's id (any page could link here with words of its own), and the words
+/// come from that approval of this proposal as written, or there is no notice.
+fn approval_notice(app: &App, proposal: &str, id: &str) -> Option<String> {
+    let wt = shared::git::open_work_tree(&app.root).ok()?;
+    let approvals = shared::review::approvals::Approvals::read(&wt.repo).ok()?;
+    let found = approvals.of_proposal(proposal).find(|a| a.id.to_string() == id)?;
+    Some(printable(&format!(
+        "approval {} by {}",
+        shared::text::short_oid(found.id),
+        found.body.approver
+    )))
 }
 
 #[derive(askama::Template)]
@@ -200,7 +219,23 @@ fn review_of(app: &App, name: &str) -> Result<Arc<ReviewReport>, PageError> {
     Ok(report)
 }
 
-pub async fn review(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<HashMap<String, String>>) -> Response {
+pub async fn review(
+    State(app): State<Arc<App>>,
+    wants: Wants,
+    headers: axum::http::HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    // A review fires the evals of base and head (live cases spend the provider's key):
+    // only this server's own pages, or the person typing the address (or a client
+    // that is no browser), may start one, not an image or link on another site.
+    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if site.is_some_and(|s| !matches!(s, "same-origin" | "none")) {
+        return PageError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "a review runs evals: start it from this server's own proposal page",
+        )
+        .render(wants);
+    }
     let q = non_empty(q);
     let Some(name) = q.get("name").cloned() else {
         return PageError::bad_request("which proposal? /proposal/review?name=<name>").render(wants);
@@ -376,10 +411,7 @@ pub async fn approve(State(app): State<Arc<App>>, wants: Wants, Form(form): Form
         (Ok(a), Wants::Html) => {
             let q = url::form_urlencoded::Serializer::new(String::new())
                 .append_pair("name", &name)
-                .append_pair(
-                    "approved",
-                    &format!("approval {} by {}", shared::text::short_id(&a.approval), a.approver),
-                )
+                .append_pair("approved", &a.approval)
                 .finish();
             Redirect::to(&format!("/proposal?{q}")).into_response()
         }

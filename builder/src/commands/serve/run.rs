@@ -130,7 +130,7 @@ pub async fn report(State(app): State<Arc<App>>, wants: Wants, UrlPath(id): UrlP
                 .ok_or_else(|| PageError::not_found(format!("no run `{}`", printable(&id))))?;
             run.report_path
                 .as_deref()
-                .and_then(|p| page::record_text(&app.root, &ix.repo, p))
+                .and_then(|p| shared::records::record_text(&app.root, &ix.repo, p))
                 .ok_or_else(|| PageError::not_found("this run has no report"))
         })
     })
@@ -196,6 +196,8 @@ struct RunHtml {
     rows: Vec<Row>,
     more: Option<More>,
     report: Option<Text>,
+    /// Why the receipt is not the runtime's (`FORGED`), when it is not.
+    forged: Option<String>,
 }
 
 #[derive(askama::Template)]
@@ -372,6 +374,13 @@ fn html(l: Layout, d: &RunData) -> RunHtml {
         stop_reason: v.run.stop_reason.to_string(),
         health: v.health.as_str(),
         started_at: printable(&v.run.started_at),
+        forged: v.forged.as_ref().map(|f| {
+            printable(&format!(
+                "this receipt came in commit {}, which the runtime did not make ({})",
+                shared::text::short_id(&f.commit),
+                f.why
+            ))
+        }),
         facts,
         denials: v
             .denials

@@ -65,6 +65,7 @@ struct Row {
     ms: i64,
     cards: i64,
     prompt: String,
+    forged: bool,
 }
 
 /// The filters of a query string.
@@ -249,6 +250,7 @@ fn row(r: &RunRow) -> Row {
         cost: format!("{:.4}", r.run.cost_usd),
         ms: r.run.duration_ms,
         cards: r.cards,
+        forged: r.forged,
         prompt: r
             .run
             .prompt_blob
