@@ -1126,3 +1126,77 @@ fn a_lock_whose_pin_names_both_a_command_and_a_url_fails_the_fire_with_its_line(
     );
     assert_eq!(code, 2, "{summary}");
 }
+
+/// A stdio server that echoes a value its entry hands it (`env_allow`) brings it to
+/// neither the model nor git: the value is a secret to the runtime, as the key is.
+#[test]
+fn a_value_a_server_is_handed_is_redacted_from_what_it_answers() {
+    let script = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[("e1", "mcp__files__echo", r#"{"text": "allowed-token"}"#)],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(script, "\"mcp__files__echo\"", "", "");
+    let (code, summary, stderr) = repo.fire();
+    let echoed = content_of(&tool_results(&repo), "e1");
+    // The server ran the call and answered with the value (the answer's prefix).
+    assert!(echoed.starts_with("echo: "), "{echoed}\n{stderr}");
+    assert!(
+        !echoed.contains("allowed-token"),
+        "the model was sent the value: {echoed}"
+    );
+    assert!(!repo.env.all_record_text().contains("allowed-token"));
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}\n{stderr}");
+}
+
+/// A server's argv names a file of the repository (the script an interpreter runs):
+/// anyone who can push can change it without touching a builder-owned path, so its
+/// bytes are pinned. The test server's mode file stands in for the script: in
+/// `daemon` mode the server forks a process that writes `reports/heartbeat`.
+#[test]
+fn a_script_in_the_repository_changed_by_a_push_is_drift_and_never_runs() {
+    let replies = vec![final_turn("Done."), final_turn("Done."), final_turn("Done.")];
+    let repo = McpRepo::new(replies, "\"mcp__files\"", "", "");
+    let beat = repo.env.root.join("reports/heartbeat");
+    // The payload is live: a mode file outside the repository (the machine's, not
+    // pinned) switched to `daemon` runs the daemon.
+    repo.set_mode("daemon");
+    let (_, summary, stderr) = repo.fire();
+    assert!(beat.exists(), "the daemon ran: {summary}\n{stderr}");
+    std::fs::remove_file(&beat).unwrap();
+    // The same server reading its mode from the repository, pinned and committed.
+    let dir = repo.server_dir.path().display().to_string();
+    repo.env.write("mcp/mode", "honest");
+    let settings = repo.env.read("settings/runtime.yaml");
+    repo.env.write(
+        "settings/runtime.yaml",
+        &settings.replace(&format!("\"{dir}/mode\""), "\"mcp/mode\""),
+    );
+    let out = repo
+        .env
+        .command("builder", &["mcp", "pin"])
+        .env("MCP_TEST_TOKEN", "allowed-token")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    repo.env
+        .commit_all("the files server reads its mode from the repository");
+    let (code, summary, stderr) = repo.fire();
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}\n{stderr}");
+    assert!(repo.offered().contains(&"mcp__files__echo".to_string()), "{stderr}");
+    // A colleague pushes a changed script, no builder-owned path touched.
+    repo.env.write("mcp/mode", "daemon");
+    repo.env.commit_all("tweak the server");
+    let (code, summary, stderr) = repo.fire();
+    let text = serde_yaml::to_string(&repo.env.cards(&summary)).unwrap();
+    assert!(
+        text.contains("mcp_drift") && text.contains("what starts differs from its pin"),
+        "{text}\n{stderr}"
+    );
+    assert!(!beat.exists(), "the changed script ran");
+    assert_eq!(code, 5, "{summary}\n{stderr}");
+}

@@ -225,8 +225,16 @@ async fn main() {
             .stdout(std::process::Stdio::null())
             .process_group(0)
             .spawn();
-        if let Err(e) = spawned {
-            eprintln!("mcp-test-server: cannot fork the daemon: {e}");
+        match spawned {
+            // Serves once the daemon has beaten once: the test reads that beat after a
+            // fire that may end in moments.
+            Ok(_) => {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                while !std::path::Path::new("reports/heartbeat").exists() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+            Err(e) => eprintln!("mcp-test-server: cannot fork the daemon: {e}"),
         }
     }
     let server = TestServer {

@@ -55,6 +55,42 @@ pub(super) mod gate_mcp {
         }
     }
 
+    /// The call's arguments: a JSON object whose keys the tool's pinned `schema`
+    /// admits ([`undeclared_argument`]), or why not.
+    fn checked_arguments(
+        raw: &str,
+        schema: &serde_json::Value,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+        let args = match serde_json::from_str::<serde_json::Value>(raw) {
+            Ok(serde_json::Value::Object(m)) => m,
+            Ok(_) => return Err("arguments must be a JSON object".into()),
+            Err(e) => return Err(format!("arguments are not valid JSON: {e}")),
+        };
+        match undeclared_argument(schema, &args) {
+            Some(extra) => Err(format!(
+                "argument `{extra}` is not in the tool's pinned schema, which admits no other"
+            )),
+            None => Ok(args),
+        }
+    }
+
+    /// The first argument the pinned schema does not name when it admits no other
+    /// (`additionalProperties: false`): refused before the policy, whose argument
+    /// patterns match the call's JSON as a whole, so a key the server ignores (holding
+    /// the text an allow pattern looks for) cannot widen what a rule allows.
+    pub(super) fn undeclared_argument<'a>(
+        schema: &serde_json::Value,
+        args: &'a serde_json::Map<String, serde_json::Value>,
+    ) -> Option<&'a str> {
+        if schema.get("additionalProperties") != Some(&serde_json::Value::Bool(false)) {
+            return None;
+        }
+        let declared = schema.get("properties").and_then(serde_json::Value::as_object);
+        args.keys()
+            .find(|k| !declared.is_some_and(|d| d.contains_key(k.as_str())))
+            .map(String::as_str)
+    }
+
     /// Decides an MCP call: offered, arguments a JSON object, then the policy, and an
     /// `ask` settled by a builder's recorded decision or a pause.
     pub fn gate(
@@ -81,15 +117,9 @@ pub(super) mod gate_mcp {
                 ),
             );
         };
-        let args = match serde_json::from_str::<serde_json::Value>(raw) {
-            Ok(serde_json::Value::Object(m)) => m,
-            Ok(_) => return invalid(ErrorClass::InvalidArguments, "arguments must be a JSON object".into()),
-            Err(e) => {
-                return invalid(
-                    ErrorClass::InvalidArguments,
-                    format!("arguments are not valid JSON: {e}"),
-                )
-            }
+        let args = match checked_arguments(raw, &offered.def.schema) {
+            Ok(args) => args,
+            Err(why) => return invalid(ErrorClass::InvalidArguments, why),
         };
         let args_json = serde_json::Value::Object(args.clone());
         let canonical = crate::mcp::lock::canonical_args(&args_json);
@@ -293,5 +323,26 @@ impl Agent<'_> {
                 "the run was interrupted after this MCP call started; it may or may not have taken effect and is not sent again",
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gate_mcp::undeclared_argument;
+    use serde_json::json;
+
+    #[test]
+    fn an_argument_a_closed_schema_does_not_name_is_found() {
+        let closed =
+            json!({"type": "object", "properties": {"path": {"type": "string"}}, "additionalProperties": false});
+        let open = json!({"type": "object", "properties": {"path": {"type": "string"}}});
+        let args = |v: serde_json::Value| v.as_object().unwrap().clone();
+        let smuggled = args(json!({"path": "prompts/t.md", "z": {"path": "reports/"}}));
+        assert_eq!(undeclared_argument(&closed, &smuggled), Some("z"));
+        assert_eq!(undeclared_argument(&open, &smuggled), None, "an open schema admits it");
+        assert_eq!(
+            undeclared_argument(&closed, &args(json!({"path": "reports/a.md"}))),
+            None
+        );
     }
 }

@@ -8,12 +8,28 @@
 use super::{Aborted, FireEnd, FireRun};
 use crate::agent::mcp_client::McpHub;
 use crate::agent::mcp_client::{start, StartInput};
-use crate::mcp::lock::McpLock;
+use crate::mcp::lock::{McpLock, LOCK_FILE};
 use crate::records::CardKind;
 use crate::sandbox;
 use crate::tools::exec::ExecContext;
 
 impl FireRun {
+    /// The lock of the commit the fire runs on, read as its settings are: a lock
+    /// only in the work tree (ignored, or a committed one marked `--skip-worktree`
+    /// and changed) pins nothing anyone reviewed. A commit without one pins nothing.
+    fn committed_lock(&self) -> Result<McpLock, String> {
+        use crate::review::committed::{Committed, ReadError};
+        let commit = (self.inputs.commit.as_deref())
+            .and_then(|c| git2::Oid::from_str(c).ok())
+            .ok_or_else(|| "the fire has no commit to read it from".to_string())?;
+        let committed = Committed::at(&self.repo, commit).map_err(|e| e.message().to_string())?;
+        match committed.read_to_string(LOCK_FILE) {
+            Ok(text) => McpLock::parse(&text, std::path::Path::new(LOCK_FILE)).map_err(|e| e.to_string()),
+            Err(ReadError::Missing { .. }) => Ok(McpLock::empty()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     /// Spawns a worker process per declared server (before Landlock).
     pub(super) fn spawn_mcp_workers(&mut self, env: &[(String, String)]) {
         self.mcp_workers =
@@ -28,14 +44,14 @@ impl FireRun {
             return Ok(McpHub::default());
         }
         let root = self.ctx.opts.root.clone();
-        let lock = match McpLock::load(&root) {
+        let lock = match self.committed_lock() {
             Ok(l) => l,
-            Err(e) => {
+            Err(why) => {
                 return Err(self.abort(
                     FireEnd::InvalidInput,
                     CardKind::InvalidConfig,
                     "settings/mcp.lock could not be read".into(),
-                    e.to_string(),
+                    why,
                 ))
             }
         };

@@ -1,5 +1,8 @@
 //! What an MCP server's entry starts, as a digest: `sha256:` over the program its
-//! `argv[0]` resolves to and the argv itself ([`command_digest`]). `builder mcp pin`
+//! `argv[0]` resolves to, every later argument that names a file (the script an
+//! interpreter runs: `python3 mcp/server.py`; [`file_arguments`]) and the argv itself
+//! ([`command_digest`]). What those files import, and files named inside an argument
+//! (`--config=x.json`), are not pinned. `builder mcp pin`
 //! hashes the program every time; a fire checks it against the pin at every start, so
 //! it goes through a stat cache ([`command_digest_cached`]) kept in the runtime's state
 //! directory: a server run by an interpreter (`node`, `python3`) would otherwise hash
@@ -41,52 +44,115 @@ pub fn resolve_program(program: &str, root: &Path, path: &str) -> Option<PathBuf
         .find(|p| p.is_file())
 }
 
-/// `sha256:` of the program `argv[0]` resolves to and of the argv itself: what a
-/// server's pin says starts. Hashes the program now.
+/// `sha256:` of the program `argv[0]` resolves to, of the files later arguments
+/// name ([`file_arguments`]) and of the argv itself: what a server's pin says starts.
+/// Hashes the files now.
 pub fn command_digest(argv: &[String], root: &Path, path: &str) -> Result<String, LockError> {
-    let program = resolved(argv, root, path)?;
-    let bytes = std::fs::read(&program).map_err(|source| LockError::Read { path: program, source })?;
-    Ok(combine(&Sha256::digest(&bytes), argv))
+    digest_with(argv, root, path, |file| {
+        std::fs::read(file)
+            .map(|bytes| Sha256::digest(&bytes).to_vec())
+            .map_err(|source| LockError::Read {
+                path: file.to_path_buf(),
+                source,
+            })
+    })
 }
 
 /// [`command_digest`] through the stat cache in `state_dir` (see the module's
 /// comment). A cache that cannot be read or written only costs the hash.
 pub fn command_digest_cached(argv: &[String], root: &Path, path: &str, state_dir: &Path) -> Result<String, LockError> {
-    let program = resolved(argv, root, path)?;
-    let key = program.to_string_lossy().into_owned();
     let cache_file = state_dir.join(CACHE_FILE);
     let mut cache: BTreeMap<String, Cached> = std::fs::read(&cache_file)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
-    let read_error = |source| LockError::Read {
-        path: program.clone(),
-        source,
-    };
-    let before = std::fs::metadata(&program).map_err(read_error)?;
-    if let Some(hit) = cache.get(&key).filter(|c| c.stamp == Stamp::of(&before) && c.settled()) {
-        if let Ok(sha) = hex::decode(&hit.sha256) {
-            return Ok(combine(&sha, argv));
-        }
-    }
-    let began_ns = now_ns();
-    let bytes = std::fs::read(&program).map_err(read_error)?;
-    let sha = Sha256::digest(&bytes);
-    let after = std::fs::metadata(&program).map_err(read_error)?;
-    if Stamp::of(&after) == Stamp::of(&before) {
-        cache.insert(
-            key,
-            Cached {
-                stamp: Stamp::of(&after),
-                hashed_from_ns: began_ns,
-                sha256: hex::encode(sha),
-            },
-        );
+    let mut changed = false;
+    let digest = digest_with(argv, root, path, |file| {
+        let (sha, new) = hash_cached(file, &mut cache)?;
+        changed |= new;
+        Ok(sha)
+    });
+    if changed {
         if let Err(e) = save(&cache_file, &cache) {
             tracing::debug!(file = %cache_file.display(), error = %e, "the MCP program digest cache was not written");
         }
     }
-    Ok(combine(&sha, argv))
+    digest
+}
+
+/// The SHA-256 of `file` from `cache` when its entry still describes it (see the
+/// module's comment), else hashed now and, unless it changed while read, cached
+/// (`true`: the cache gained an entry).
+fn hash_cached(file: &Path, cache: &mut BTreeMap<String, Cached>) -> Result<(Vec<u8>, bool), LockError> {
+    let key = file.to_string_lossy().into_owned();
+    let read_error = |source| LockError::Read {
+        path: file.to_path_buf(),
+        source,
+    };
+    let before = std::fs::metadata(file).map_err(read_error)?;
+    if let Some(hit) = cache.get(&key).filter(|c| c.stamp == Stamp::of(&before) && c.settled()) {
+        if let Ok(sha) = hex::decode(&hit.sha256) {
+            return Ok((sha, false));
+        }
+    }
+    let began_ns = now_ns();
+    let bytes = std::fs::read(file).map_err(read_error)?;
+    let sha = Sha256::digest(&bytes).to_vec();
+    let after = std::fs::metadata(file).map_err(read_error)?;
+    if Stamp::of(&after) != Stamp::of(&before) {
+        return Ok((sha, false));
+    }
+    cache.insert(
+        key,
+        Cached {
+            stamp: Stamp::of(&after),
+            hashed_from_ns: began_ns,
+            sha256: hex::encode(&sha),
+        },
+    );
+    Ok((sha, true))
+}
+
+/// The digest of `argv`, each file it starts or names hashed by `hash`.
+fn digest_with(
+    argv: &[String],
+    root: &Path,
+    path: &str,
+    mut hash: impl FnMut(&Path) -> Result<Vec<u8>, LockError>,
+) -> Result<String, LockError> {
+    let program = hash(&resolved(argv, root, path)?)?;
+    let files = file_arguments(argv, root)
+        .into_iter()
+        .map(|(i, file)| hash(&file).map(|sha| (i, sha)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(combine(&program, &files, argv))
+}
+
+/// The arguments after `argv[0]` that name a regular file of the repository (relative
+/// to its root, where servers start, or absolute under it), by position: the script
+/// an interpreter runs (`python3 mcp/server.py`) is what the server is, and anyone
+/// who can push can change it, so its bytes are pinned as the program's are; a change
+/// (reviewed or not) is drift until the lock is pinned again, and the lock is
+/// builder-owned. Files outside the repository are the machine's, as the program's
+/// imports are. A flag (`-m`, `--stdio`) names none.
+pub fn file_arguments(argv: &[String], root: &Path) -> Vec<(usize, PathBuf)> {
+    argv.iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, a)| !a.is_empty() && !a.starts_with('-'))
+        .filter_map(|(i, a)| {
+            let rel = Path::new(a.as_str());
+            let rel = if rel.is_absolute() {
+                rel.strip_prefix(root).ok()?
+            } else {
+                rel
+            };
+            let inside = rel
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+            (inside && root.join(rel).is_file()).then(|| (i, root.join(rel)))
+        })
+        .collect()
 }
 
 fn resolved(argv: &[String], root: &Path, path: &str) -> Result<PathBuf, LockError> {
@@ -96,13 +162,18 @@ fn resolved(argv: &[String], root: &Path, path: &str) -> Result<PathBuf, LockErr
     })
 }
 
-/// The digest of a program whose own hash is `program_sha256`, started with `argv`.
-fn combine(program_sha256: &[u8], argv: &[String]) -> String {
+/// The digest of a program whose own hash is `program_sha256`, started with `argv`
+/// whose file arguments (by position) hash to `files`.
+fn combine(program_sha256: &[u8], files: &[(usize, Vec<u8>)], argv: &[String]) -> String {
     let mut h = Sha256::new();
     h.update(program_sha256);
-    for a in argv {
+    for (i, a) in argv.iter().enumerate() {
         h.update([0]);
         h.update(a.as_bytes());
+        if let Some((_, sha)) = files.iter().find(|(at, _)| *at == i) {
+            h.update([1]);
+            h.update(sha);
+        }
     }
     format!("sha256:{}", hex::encode(h.finalize()))
 }
@@ -197,7 +268,7 @@ mod tests {
         // A settled entry is answered from the cache without reading the file: a
         // planted entry claiming other bytes shows it was used.
         plant(&state, &program, b"other bytes", true);
-        let claimed = combine(&Sha256::digest(b"other bytes"), &argv);
+        let claimed = combine(&Sha256::digest(b"other bytes"), &[], &argv);
         assert_ne!(claimed, fresh);
         assert_eq!(command_digest_cached(&argv, &root, "", &state).unwrap(), claimed);
         // An entry hashed within the settle time of the file's last change is not.
@@ -232,6 +303,42 @@ mod tests {
             command_digest_cached(&argv, &root, "", &state).unwrap(),
             command_digest(&argv, &root, "").unwrap()
         );
+    }
+
+    /// `python3 mcp/server.py`: the script is the server, and a change to it (by
+    /// anyone who can push, or in the work tree) is a change of what the pin names.
+    #[test]
+    fn the_script_an_interpreter_runs_is_pinned_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, state) = (dir.path().join("repo"), dir.path().join("state"));
+        std::fs::create_dir_all(root.join("mcp")).unwrap();
+        std::fs::create_dir_all(&state).unwrap();
+        let interpreter = dir.path().join("python3");
+        std::fs::write(&interpreter, b"an interpreter").unwrap();
+        std::fs::write(root.join("mcp/server.py"), b"print('reviewed')\n").unwrap();
+        let data = dir.path().join("outside.db");
+        std::fs::write(&data, b"the machine's data").unwrap();
+        let argv: Vec<String> = [
+            interpreter.to_str().unwrap(),
+            "-u",
+            "mcp/server.py",
+            "--stdio",
+            data.to_str().unwrap(),
+            "../outside.db",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            file_arguments(&argv, &root),
+            vec![(2, root.join("mcp/server.py"))],
+            "a flag names no file, nor does a path outside the repository"
+        );
+        let pinned = command_digest(&argv, &root, "").unwrap();
+        assert_eq!(command_digest_cached(&argv, &root, "", &state).unwrap(), pinned);
+        std::fs::write(root.join("mcp/server.py"), b"print('TROJAN')\n").unwrap();
+        let changed = command_digest(&argv, &root, "").unwrap();
+        assert_ne!(changed, pinned, "the script's bytes are in the digest");
+        assert_eq!(command_digest_cached(&argv, &root, "", &state).unwrap(), changed);
     }
 
     #[test]

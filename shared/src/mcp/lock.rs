@@ -86,17 +86,22 @@ pub enum LockError {
 }
 
 impl McpLock {
-    /// Reads the lock of the repository at `root`; a missing file is an empty lock.
+    /// A lock that pins nothing (a repository without `settings/mcp.lock`).
+    pub fn empty() -> McpLock {
+        McpLock {
+            version: 1,
+            ..McpLock::default()
+        }
+    }
+
+    /// Reads the lock in the work tree of the repository at `root` (`builder mcp
+    /// pin` writes it there); a missing file is an empty lock. A fire reads the
+    /// committed one instead.
     pub fn load(root: &Path) -> Result<McpLock, LockError> {
         let path = root.join(LOCK_FILE);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(McpLock {
-                    version: 1,
-                    ..McpLock::default()
-                })
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(McpLock::empty()),
             Err(source) => return Err(LockError::Read { path, source }),
         };
         McpLock::parse(&text, &path)
