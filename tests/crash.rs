@@ -830,3 +830,40 @@ fn a_run_waiting_for_approval_leaves_a_killed_sync_steps_locks_for_later() {
     assert!(lock.exists() && record.exists(), "settled before the answer");
     assert_eq!(env.head_id(), head, "no commit");
 }
+
+/// A fire removes what a dead writer left half-written among the records, without
+/// listing the task's whole history each time: only the day directories that changed
+/// since shortly before the task's last sweep (marked on the task's lock) are listed.
+#[test]
+fn a_dead_writers_file_is_removed_and_unchanged_days_are_not_listed_again() {
+    let env = TestEnv::new();
+    let (code, _, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{stderr}");
+    // A pid no process can have (above the kernel's largest): its writer is dead.
+    let dead = |day: &str| {
+        let dir = env.root.join("runs/digest").join(day);
+        std::fs::create_dir_all(&dir).unwrap();
+        let temp = dir.join(".20250101T000000Z-deadbeef.json.4194305-0badf00d.tmp");
+        std::fs::write(&temp, "{\"half\": ").unwrap();
+        (dir, temp)
+    };
+    // A day that changed now, after the mark: listed, the file removed.
+    let (_, fresh) = dead("2026-11-30");
+    // A day last changed two days ago, before the mark's margin: not listed (its file
+    // could only be there if the sweep that made the mark had seen it).
+    let (old_dir, stale) = dead("2025-01-01");
+    let two_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 86_400);
+    std::fs::File::open(&old_dir)
+        .unwrap()
+        .set_modified(two_days_ago)
+        .unwrap();
+    let (code, _, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!fresh.exists(), "a changed day is swept: {stderr}");
+    assert!(stale.exists(), "an unchanged day is not listed again");
+    // Without the mark (a lock file no sweep marked: a new box) every day is listed.
+    std::fs::remove_file(env.root.join(".runtime/locks/digest.lock")).unwrap();
+    let (code, _, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stale.exists(), "a sweep with no mark lists every day: {stderr}");
+}

@@ -918,7 +918,30 @@ fn readable_contents(path: &Path) -> Vec<String> {
 /// A held lock file; released when dropped (or when the process dies).
 #[derive(Debug)]
 pub struct LockFile {
-    _file: File,
+    file: File,
+}
+
+impl LockFile {
+    /// When the last sweep marked on this lock began ([`LockFile::mark_swept`]): the
+    /// file's modification time, trusted only beside the access time the mark sets
+    /// (the epoch; nothing reads a lock file, so nothing moves it). A lock file no
+    /// sweep marked yet (new, or copied with a new box) reads as never swept.
+    pub fn last_sweep(&self) -> Option<std::time::SystemTime> {
+        let meta = self.file.metadata().ok()?;
+        (meta.accessed().ok()? == std::time::UNIX_EPOCH)
+            .then(|| meta.modified().ok())
+            .flatten()
+    }
+
+    /// Marks a sweep that began at `began` ([`LockFile::last_sweep`]). It changes the
+    /// times of the file only, so it makes no inode and writes no data.
+    pub fn mark_swept(&self, began: std::time::SystemTime) -> std::io::Result<()> {
+        self.file.set_times(
+            std::fs::FileTimes::new()
+                .set_accessed(std::time::UNIX_EPOCH)
+                .set_modified(began),
+        )
+    }
 }
 
 /// Whether to wait for a busy lock.
@@ -953,7 +976,7 @@ pub fn take_lock(path: &Path, wait: LockWait) -> std::io::Result<Option<LockFile
         LockWait::NoWait => kernel::fs::Wait::No,
     };
     let taken = kernel::fs::lock_exclusive(&file, wait)?;
-    Ok(taken.then_some(LockFile { _file: file }))
+    Ok(taken.then_some(LockFile { file }))
 }
 
 #[cfg(test)]

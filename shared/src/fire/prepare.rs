@@ -82,7 +82,7 @@ pub struct Refusal {
     repo: git2::Repository,
     /// With `sync`: the refusal's records are pushed like a fire's.
     sync: Option<crate::fire::sync::FireSync>,
-    _lock: LockFile,
+    _lock: Option<LockFile>,
     /// The situation's own next step, over the card kind's usual one.
     hint: Option<String>,
 }
@@ -305,6 +305,7 @@ pub fn prepare(mut opts: FireOptions) -> Result<FireRun, EarlyEnd> {
     let worker = start_worker_process(&ctx);
     let waiting = super::waiting::WaitingCheck::start(&ctx);
     let mut p = Preparing::new(ctx, repo, false);
+    p.task_lock = Some(lock);
     p.worker = worker;
     p.waiting_check = waiting;
     let phases = p.phases();
@@ -317,7 +318,10 @@ pub fn prepare(mut opts: FireOptions) -> Result<FireRun, EarlyEnd> {
         return Err(EarlyEnd::Unrecorded(summary));
     }
     match phases {
-        Ok((config, state)) => Ok(p.into_run(config, state, Some(lock))),
+        Ok((config, state)) => {
+            let lock = p.task_lock.take();
+            Ok(p.into_run(config, state, lock))
+        }
         Err(Stop {
             end,
             card,
@@ -351,7 +355,7 @@ pub fn prepare(mut opts: FireOptions) -> Result<FireRun, EarlyEnd> {
                 settings: p.settings,
                 repo: p.repo,
                 sync: p.sync,
-                _lock: lock,
+                _lock: p.task_lock.take(),
                 hint,
             })))
         }
@@ -556,6 +560,9 @@ struct Preparing {
     /// The tool worker's process, started early ([`start_worker_process`])
     /// and sent its configuration once that is known ([`Preparing::configure_worker`]).
     worker: Option<super::run::WorkerProcess>,
+    /// The task's lock, held from [`prepare`] on (none in a dry run); recovery keeps
+    /// its sweep mark on it ([`recover::recover`]).
+    task_lock: Option<LockFile>,
 }
 
 impl Preparing {
@@ -580,6 +587,7 @@ impl Preparing {
             worker: None,
             waiting_check: super::waiting::WaitingCheck::none(),
             waiting_summary: None,
+            task_lock: None,
         }
     }
 
@@ -843,13 +851,27 @@ impl Preparing {
             if paused.is_some() {
                 // An earlier resume of it that was interrupted is superseded: closed.
                 let window = std::time::Duration::from_secs(config.limits.resume_window_s);
-                let found = recover::recover(&self.ctx, &self.repo, &self.inputs, window, Some(id));
+                let found = recover::recover(
+                    &self.ctx,
+                    &self.repo,
+                    &self.inputs,
+                    window,
+                    Some(id),
+                    self.task_lock.as_ref(),
+                );
                 self.recovery_cards = found.cards;
                 return Ok(None);
             }
         }
         let window = std::time::Duration::from_secs(config.limits.resume_window_s);
-        let found = recover::recover(&self.ctx, &self.repo, &self.inputs, window, explicit.as_deref());
+        let found = recover::recover(
+            &self.ctx,
+            &self.repo,
+            &self.inputs,
+            window,
+            explicit.as_deref(),
+            self.task_lock.as_ref(),
+        );
         self.recovery_cards = found.cards;
         let Some((run, mut state)) = found.resume else {
             return match explicit {
