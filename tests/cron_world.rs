@@ -59,6 +59,12 @@ impl Team {
             &["clone", "-q", origin.to_str().unwrap(), cron.to_str().unwrap()],
         );
         builder_ok(&env, &cron, None, &["install-hooks"]);
+        // `git gc --auto` in the foreground, as in every test repository (`TestEnv::new`):
+        // each fire's sync pushes a pack into the origin, and a detached repack started
+        // by the next push could still be deleting packs under a fetch or a final fsck.
+        for repo in [&origin, &cron] {
+            git(&env, repo, &["config", "gc.autoDetach", "false"]);
+        }
         Team { env, origin, cron }
     }
 
@@ -73,6 +79,7 @@ impl Team {
             &self.env.home,
             &["clone", "-q", self.origin.to_str().unwrap(), dir.to_str().unwrap()],
         );
+        self.git(&dir, &["config", "gc.autoDetach", "false"]);
         if hooks {
             builder_ok(&self.env, &dir, None, &["install-hooks"]);
         }

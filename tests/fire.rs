@@ -644,7 +644,9 @@ fn a_file_staged_during_a_fire_stays_staged() {
     let server = ModelServer::start(vec![
         turn(w, Some("# Report\nslow"), &[], (1, 1)).delayed(Duration::from_millis(1500))
     ]);
-    let env = env_for(&server, w, FAST);
+    // Not FAST: its 2 s request timeout left a loaded machine 0.5 s for everything
+    // around the answer's 1.5 s, and a timed-out request used up the only answer.
+    let env = env_for(&server, w, "limits:\n  request_timeout_s: 60\n");
     let child = fire_in_background(&env, &server);
     // The fire has checked the tree and is waiting for the model: stage a note.
     env.write("notes/todo.md", "staged while the fire ran\n");

@@ -650,8 +650,18 @@ fn a_process_of_the_runtime_s_own_uid_cannot_read_its_environment() {
         .env("CONTROL_SECRET", "visible-to-the-same-uid")
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    let seen = read_environ(control.id());
+    // Readable by uid 65534 once `setpriv` has become it and run `sleep` (before, it is
+    // root's, then not dumpable): asked again until then, however loaded the machine.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let seen = loop {
+        let seen = read_environ(control.id());
+        if String::from_utf8_lossy(&seen.stdout).contains("visible-to-the-same-uid")
+            || std::time::Instant::now() > deadline
+        {
+            break seen;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let _ = control.kill();
     let _ = control.wait();
     assert!(

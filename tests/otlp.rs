@@ -359,8 +359,10 @@ fn a_dead_or_silent_collector_changes_neither_the_exit_code_nor_the_time_beyond_
         assert_eq!(summary["status"], "accepted");
         assert!(summary["commit"].is_string(), "the records are committed");
         assert_eq!(env.receipt(&summary)["status"], "accepted");
+        // A hang would take far longer; two fires of one machine under the suite's
+        // load differ by seconds, so the bound is generous.
         assert!(
-            took < baseline + EXPORT_TIMEOUT + Duration::from_secs(1),
+            took < baseline * 3 + EXPORT_TIMEOUT + Duration::from_secs(10),
             "port {port}: {took:?} against {baseline:?} without an endpoint"
         );
         assert!(stderr.contains("the trace was not exported"), "port {port}: {stderr}");
