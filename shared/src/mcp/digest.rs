@@ -136,21 +136,18 @@ fn digest_with(
 /// builder-owned. Files outside the repository are the machine's, as the program's
 /// imports are. A flag (`-m`, `--stdio`) names none.
 pub fn file_arguments(argv: &[String], root: &Path) -> Vec<(usize, PathBuf)> {
+    // Judged where the file really is, however the argument spells it (`./`, `..`,
+    // `//`, an absolute path, a link into the repository).
+    let Ok(root) = root.canonicalize() else {
+        return Vec::new();
+    };
     argv.iter()
         .enumerate()
         .skip(1)
         .filter(|(_, a)| !a.is_empty() && !a.starts_with('-'))
         .filter_map(|(i, a)| {
-            let rel = Path::new(a.as_str());
-            let rel = if rel.is_absolute() {
-                rel.strip_prefix(root).ok()?
-            } else {
-                rel
-            };
-            let inside = rel
-                .components()
-                .all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
-            (inside && root.join(rel).is_file()).then(|| (i, root.join(rel)))
+            let file = root.join(a).canonicalize().ok()?;
+            (file.starts_with(&root) && file.is_file()).then_some((i, file))
         })
         .collect()
 }
@@ -318,6 +315,8 @@ mod tests {
         std::fs::write(root.join("mcp/server.py"), b"print('reviewed')\n").unwrap();
         let data = dir.path().join("outside.db");
         std::fs::write(&data, b"the machine's data").unwrap();
+        std::os::unix::fs::symlink(&root, dir.path().join("link-to-repo")).unwrap();
+        let through_link = dir.path().join("link-to-repo/mcp/server.py");
         let argv: Vec<String> = [
             interpreter.to_str().unwrap(),
             "-u",
@@ -325,13 +324,16 @@ mod tests {
             "--stdio",
             data.to_str().unwrap(),
             "../outside.db",
+            "mcp/../mcp//server.py",
+            through_link.to_str().unwrap(),
         ]
         .map(String::from)
         .to_vec();
+        let script = root.join("mcp/server.py").canonicalize().unwrap();
         assert_eq!(
             file_arguments(&argv, &root),
-            vec![(2, root.join("mcp/server.py"))],
-            "a flag names no file, nor does a path outside the repository"
+            vec![(2, script.clone()), (6, script.clone()), (7, script)],
+            "a flag names no file, nor does a path outside the repository; any spelling of the script does"
         );
         let pinned = command_digest(&argv, &root, "").unwrap();
         assert_eq!(command_digest_cached(&argv, &root, "", &state).unwrap(), pinned);
