@@ -465,3 +465,63 @@ fn unknown_status_and_kind_filters_are_usage_errors() {
     let ok = env.builder(&["cards", "list", "--status", "open", "--kind", "missing_tool", "--json"]);
     assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
 }
+
+/// `builder serve --write --open` makes a token for the start and opens the server
+/// without putting the token on a command line (any local user reads those in
+/// `/proc`): `xdg-open` (here a script that records its arguments) gets a page only
+/// its owner can read, which sends the browser on to the URL with the token.
+#[test]
+fn serve_open_hands_the_browser_its_token_through_a_private_page() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    let bin_dir = env.home.join("fake-bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let opened = env.home.join("opened");
+    let fake = bin_dir.join("xdg-open");
+    std::fs::write(
+        &fake,
+        format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\n", opened.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let mut child = env
+        .command("builder", &["serve", "--port", "0", "--write", "--open"])
+        .env("PATH", path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.as_mut().unwrap());
+    let mut printed = String::new();
+    while !printed.contains("?token=") {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "no token printed: {printed}");
+        printed.push_str(&line);
+    }
+    let token = printed
+        .split("?token=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(token.len() >= 32, "{printed}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !opened.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let argv = std::fs::read_to_string(&opened).expect("xdg-open ran");
+    assert!(!argv.contains(&token), "the token on xdg-open's command line: {argv}");
+    let page = std::path::PathBuf::from(argv.trim());
+    assert_eq!(page, env.root.join(".runtime/serve-open.html"), "{argv}");
+    let mode = std::fs::metadata(&page).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "only its owner reads the page");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!("?token={token}")) && html.contains("http-equiv=\"refresh\""),
+        "{html}"
+    );
+}

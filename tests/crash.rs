@@ -857,10 +857,30 @@ fn a_dead_writers_file_is_removed_and_unchanged_days_are_not_listed_again() {
         .unwrap()
         .set_modified(two_days_ago)
         .unwrap();
+    let lock = env.root.join(".runtime/locks/digest.lock");
+    let marked = || std::fs::metadata(&lock).unwrap().modified().unwrap();
+    let first_mark = marked();
+    // A live writer's file (this test's own pid): left, and the mark stays where it
+    // was, so the next sweep lists that day again.
+    let live_dir = env.root.join("runs/digest/2026-11-29");
+    std::fs::create_dir_all(&live_dir).unwrap();
+    let live = live_dir.join(format!(".x.json.{}-0badf00d.tmp", std::process::id()));
+    std::fs::write(&live, "{").unwrap();
     let (code, _, stderr) = env.fire("digest");
     assert_eq!(code, 0, "{stderr}");
     assert!(!fresh.exists(), "a changed day is swept: {stderr}");
     assert!(stale.exists(), "an unchanged day is not listed again");
+    assert!(live.exists(), "a live writer's file stays");
+    assert_eq!(
+        marked(),
+        first_mark,
+        "a sweep that met a live writer keeps the earlier mark"
+    );
+    std::fs::remove_file(&live).unwrap();
+    let (code, _, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{stderr}");
+    assert!(marked() > first_mark, "a clean sweep moves the mark");
+    assert!(stale.exists(), "still not listed");
     // Without the mark (a lock file no sweep marked: a new box) every day is listed.
     std::fs::remove_file(env.root.join(".runtime/locks/digest.lock")).unwrap();
     let (code, _, stderr) = env.fire("digest");

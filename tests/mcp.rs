@@ -1200,3 +1200,48 @@ fn a_script_in_the_repository_changed_by_a_push_is_drift_and_never_runs() {
     assert!(!beat.exists(), "the changed script ran");
     assert_eq!(code, 5, "{summary}\n{stderr}");
 }
+
+/// A server that dies in the middle of a call ends that call at once, as uncertain
+/// (it may have acted), with a card naming it: its worker ends with it, so the
+/// runtime does not wait out the call's timeout (here two minutes).
+#[test]
+fn a_server_that_dies_during_a_call_makes_it_uncertain_at_once() {
+    let script = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[("d1", "mcp__files__echo", r#"{"text": "last words"}"#)],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(script, "\"mcp__files__echo\"", "", "");
+    let settings = repo.env.read("settings/runtime.yaml");
+    repo.env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}limits:\n  tool_timeout_s: 120\n"),
+    );
+    repo.env.commit_all("a patient call timeout");
+    repo.set_mode("dies");
+    let started = std::time::Instant::now();
+    let (_, summary, stderr) = repo.fire();
+    let took = started.elapsed();
+    let result = content_of(&tool_results(&repo), "d1");
+    assert!(result.contains("is gone"), "{result}\n{stderr}");
+    let receipt = repo.env.receipt(&summary);
+    let call = &receipt["tool_calls"].as_array().unwrap()[0];
+    assert_eq!(call["outcome"], "SIDE_EFFECT_UNCERTAIN", "{call}");
+    let text = serde_yaml::to_string(&repo.env.cards(&summary)).unwrap();
+    assert!(
+        text.contains("mcp_server_failed") && text.contains("stopped during the fire"),
+        "{text}"
+    );
+    assert!(
+        text.contains("dying in the middle of a call"),
+        "its stderr on the card: {text}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(60),
+        "the call waited for its timeout: {took:?}"
+    );
+}

@@ -7,6 +7,7 @@
 //! * `poisoned`: `echo`'s description gains hidden instructions;
 //! * `renamed`: `echo` is offered as `echo_v2`, to dodge a pin keyed by name;
 //! * `crash`: writes a line to stderr and exits before speaking MCP;
+//! * `dies`: as `honest`, but a call of `echo` ends the process in the middle of it;
 //! * `daemon`: as `honest`, after forking a daemon (its own process group) that writes the
 //!   time to `reports/heartbeat` every 50 ms for as long as it lives;
 //! * `wider`: as `honest`, with `echo` taking a parameter `note` besides `text` (a
@@ -139,6 +140,10 @@ impl ServerHandler for TestServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
+        if self.mode == "dies" && request.name == "echo" {
+            eprintln!("mcp-test-server: dying in the middle of a call");
+            std::process::exit(9);
+        }
         if self.mode == "rug" && request.name == "echo" && !self.pulled.swap(true, std::sync::atomic::Ordering::SeqCst)
         {
             let _ = context.peer.notify_tool_list_changed().await;

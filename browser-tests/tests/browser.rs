@@ -1063,13 +1063,22 @@ async fn another_sites_link_starts_no_review_and_writes_no_notice() {
             .header("sec-fetch-site", site)
             .send()
     };
-    for site in ["cross-site", "same-site"] {
+    for site in ["cross-site", "same-site", "none"] {
         let r = review(site).await.unwrap();
         assert_eq!(r.status(), 403, "a review asked from {site}");
         assert_guarded(&r, site);
     }
+    let r = c.get(server.url("/proposal/review?name=shorter")).send().await.unwrap();
+    assert_eq!(r.status(), 403, "no header at all (an old browser, or no browser)");
     let r = review("same-origin").await.unwrap();
     assert_eq!(r.status(), 200, "the proposal page's own request");
+    let r = c
+        .get(server.url("/proposal/review?name=shorter"))
+        .header("hx-request", "true")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "htmx's request, or a client that says it is one");
     let page = c
         .get(server.url("/proposal?name=shorter&approved=by%20the%20Security%20Team%3B%20safe%20to%20land"))
         .send()
@@ -1155,7 +1164,12 @@ async fn the_review_page_shows_the_bases_changes_no_approval_covers() {
     repo.ok("builder", &["propose", "tweak", "-m", "Be brief"], AUTHOR);
     let server = Server::start(&repo, REVIEWER, &[]);
     let c = http();
-    let page = c.get(server.url("/proposal/review?name=tweak")).send().await.unwrap();
+    let page = c
+        .get(server.url("/proposal/review?name=tweak"))
+        .header("hx-request", "true")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(page.status(), 200);
     let html = page.text().await.unwrap();
     let section = html

@@ -52,6 +52,17 @@ pub fn die_with_runtime() -> std::io::Result<()> {
     }
 }
 
+/// What an MCP server's worker does before it passes on an answer and once the
+/// server ends: copies the write layer into the repository, says on stderr what it
+/// kept out, and returns the note for the runtime.
+fn mcp_sync(wb: &mut WriteBack) -> Vec<String> {
+    let (lines, written) = write_back_notes(wb);
+    for line in lines {
+        eprintln!("{line}");
+    }
+    crate::mcp::sandbox_note(&written).into_iter().collect()
+}
+
 /// The worker's main loop. Must run before any other thread of the process starts.
 pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
     // SIGTERM/SIGINT kill the running command, not the worker.
@@ -89,17 +100,10 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
         // Close-on-exec: the server must never hold a line to the runtime that
         // bypasses this worker (a plain `dup` would hand it one).
         let out = std::fs::File::from(rustix::io::fcntl_dupfd_cloexec(std::io::stdout(), 3)?);
-        let sync = move || {
-            let Some(wb) = write_back.as_mut() else {
-                return Vec::new();
-            };
-            let (lines, written) = write_back_notes(wb);
-            for line in lines {
-                eprintln!("{line}");
-            }
-            crate::mcp::sandbox_note(&written).into_iter().collect()
-        };
-        return crate::mcp::run_server(&config.root, &config.env, launch, lines, out, sync);
+        let sync = move || write_back.as_mut().map(mcp_sync).unwrap_or_default();
+        // A server gone while the session is open ends the worker (and its line).
+        let gone = || std::process::exit(0);
+        return crate::mcp::run_server(&config.root, &config.env, launch, lines, out, sync, gone);
     }
     let ctx = ExecContext {
         root: config.root,

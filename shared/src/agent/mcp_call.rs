@@ -82,7 +82,12 @@ pub(super) mod gate_mcp {
         schema: &serde_json::Value,
         args: &'a serde_json::Map<String, serde_json::Value>,
     ) -> Option<&'a str> {
-        if schema.get("additionalProperties") != Some(&serde_json::Value::Bool(false)) {
+        // Keys admitted another way (patterns, composed or referenced schemas) are
+        // not judged here: only a plain closed list of properties.
+        let composed = ["patternProperties", "allOf", "anyOf", "oneOf", "$ref"]
+            .iter()
+            .any(|k| schema.get(k).is_some());
+        if composed || schema.get("additionalProperties") != Some(&serde_json::Value::Bool(false)) {
             return None;
         }
         let declared = schema.get("properties").and_then(serde_json::Value::as_object);

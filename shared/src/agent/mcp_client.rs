@@ -373,10 +373,24 @@ fn pinned_start<'l>(
             Ok(d) => d.clone(),
             Err(e) => e.to_string(),
         };
+        let scripts = crate::mcp::digest::file_arguments(&entry.command, input.root);
+        let why = if scripts.is_empty() {
+            String::new()
+        } else {
+            // Pins made before scripts were part of the digest differ for that alone.
+            format!(
+                "; the digest covers the file(s) the argv names in the repository ({}): a changed script is drift, and a lock pinned before scripts were covered needs `builder mcp pin` again, reviewed",
+                scripts
+                    .iter()
+                    .map(|(i, _)| entry.command[*i].as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
         return Err(drift_card(
             format!("MCP server `{server}`: what starts differs from its pin; not started"),
             format!(
-                "pinned {:?} ({}); settings say {:?} ({now})",
+                "pinned {:?} ({}); settings say {:?} ({now}){why}",
                 pin.command, pin.command_digest, entry.command
             ),
         ));

@@ -302,8 +302,9 @@ const SWEEP_MARGIN: Duration = Duration::from_secs(600);
 /// and a sweep that saw no live writer's file left none behind in what it listed: a
 /// directory that has not changed since then holds none. The start of such a sweep
 /// is kept on the task's lock ([`LockFile::mark_swept`]); a sweep that saw a writer
-/// still at work keeps the earlier mark, so its file is looked at again. Without a
-/// mark (no lock, a new one) every day is listed.
+/// still at work keeps the earlier mark, so its file is looked at again, and so does
+/// one that could not list a day or remove a file. Without a mark (no lock, a new
+/// one), or with one later than now (a clock set back), every day is listed.
 fn remove_dead_temps(ctx: &FireContext, lock: Option<&LockFile>) {
     let began = std::time::SystemTime::now();
     let Ok(dir) = crate::beneath::open_root(&ctx.opts.root) else {
@@ -311,10 +312,12 @@ fn remove_dead_temps(ctx: &FireContext, lock: Option<&LockFile>) {
     };
     let since = lock
         .and_then(LockFile::last_sweep)
+        .filter(|mark| *mark <= began)
         .and_then(|t| t.checked_sub(SWEEP_MARGIN));
     let unchanged = |day: &std::fs::DirEntry| {
         since.is_some_and(|since| day.metadata().and_then(|m| m.modified()).is_ok_and(|m| m < since))
     };
+    // A file left for a later sweep: a writer still at work, or one not removed.
     let mut writer_at_work = false;
     let task = &ctx.opts.task;
     for top in [format!("reports/{task}"), format!("runs/{task}"), "cards".to_string()] {
@@ -326,6 +329,7 @@ fn remove_dead_temps(ctx: &FireContext, lock: Option<&LockFile>) {
                 continue;
             }
             let Ok(files) = std::fs::read_dir(day.path()) else {
+                writer_at_work = true;
                 continue;
             };
             for f in files.flatten() {
@@ -338,8 +342,9 @@ fn remove_dead_temps(ctx: &FireContext, lock: Option<&LockFile>) {
                     continue;
                 }
                 let rel = std::path::Path::new(&top).join(day.file_name()).join(&name);
-                if crate::beneath::remove_file(&dir, &rel).is_ok() {
-                    tracing::info!(file = %rel.display(), pid, "removed a dead fire's half-written record");
+                match crate::beneath::remove_file(&dir, &rel) {
+                    Ok(()) => tracing::info!(file = %rel.display(), pid, "removed a dead fire's half-written record"),
+                    Err(_) => writer_at_work = true,
                 }
             }
         }

@@ -89,18 +89,25 @@ fn server_line(line: &str) -> (ServerLine, Option<String>) {
 /// passes for the worker's note), and calls `sync` before passing on an answer (the
 /// notes it returns go first) and once the server has ended. The worker is PID 1 of
 /// its namespace: when it returns and exits, whatever the server forked ends with it.
-pub fn run_server<I, O, S>(
+///
+/// A server whose output ends while `input` is still open (it died, in a call or at
+/// its start) has what it wrote synced, then `gone` is called with the sync held:
+/// the worker exits there, so the runtime sees the session close at once (a call in
+/// flight ends as uncertain, with a card) instead of waiting out the call's timeout.
+pub fn run_server<I, O, S, G>(
     root: &Path,
     env: &[(String, String)],
     launch: &McpLaunch,
     input: I,
     output: O,
     sync: S,
+    gone: G,
 ) -> std::io::Result<()>
 where
     I: Iterator<Item = std::io::Result<String>>,
     O: Write + Send + 'static,
     S: FnMut() -> Vec<String> + Send + 'static,
+    G: FnOnce() + Send + 'static,
 {
     let Some(mut cmd) = server_command(&launch.argv, root, env) else {
         return Ok(());
@@ -122,11 +129,18 @@ where
         return Ok(());
     };
     let sync = Arc::new(Mutex::new(sync));
+    let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (ended, reader_ended) = std::sync::mpsc::channel::<()>();
     {
-        let sync = Arc::clone(&sync);
+        let (sync, closing) = (Arc::clone(&sync), Arc::clone(&closing));
         std::thread::spawn(move || {
             pass_server_lines(from_server, output, &sync);
+            if !closing.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(mut sync) = sync.lock() {
+                    (*sync)();
+                    gone();
+                }
+            }
             let _ = ended.send(());
         });
     }
@@ -137,6 +151,7 @@ where
         }
     }
     // The runtime closed the session: the server sees the end of its input and ends.
+    closing.store(true, std::sync::atomic::Ordering::SeqCst);
     drop(to_server);
     child.wait()?;
     // The reader passes on the server's last lines; it ends with the server's output
@@ -244,6 +259,7 @@ mod tests {
             std::iter::empty(),
             out.clone(),
             Vec::new,
+            || {},
         )
         .unwrap();
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
@@ -257,6 +273,88 @@ mod tests {
         );
     }
 
+    /// A server that ends while the session is open: synced, then `gone` (the worker
+    /// exits there) without waiting for the runtime's next line; a server that ends
+    /// because the session closed is not `gone`.
+    #[test]
+    fn a_server_that_ends_by_itself_is_gone_at_once() {
+        let launch = McpLaunch {
+            server: "dies".into(),
+            argv: vec!["/bin/sh".into(), "-c".into(), "exit 3".into()],
+        };
+        let (to_worker, input) = std::sync::mpsc::channel::<String>();
+        let (said_gone, heard_gone) = std::sync::mpsc::channel::<usize>();
+        let synced = Arc::new(Mutex::new(0usize));
+        let (counter, seen) = (Arc::clone(&synced), Arc::clone(&synced));
+        let worker = std::thread::spawn(move || {
+            run_server(
+                &std::env::temp_dir(),
+                &[],
+                &launch,
+                std::iter::from_fn(move || input.recv().ok().map(Ok)),
+                Collected::default(),
+                move || {
+                    *counter.lock().unwrap() += 1;
+                    Vec::new()
+                },
+                move || {
+                    let _ = said_gone.send(*seen.lock().unwrap());
+                },
+            )
+        });
+        // The runtime has sent nothing and closed nothing: the server's end is news.
+        let synced_first = heard_gone
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a server that died is gone without waiting for input");
+        assert_eq!(synced_first, 1, "what it wrote was synced before");
+        drop(to_worker);
+        worker.join().unwrap().unwrap();
+        // Ended by the session's close instead: never `gone`.
+        let launch = McpLaunch {
+            server: "cat".into(),
+            argv: vec!["/bin/cat".into()],
+        };
+        let (said_gone, heard_gone) = std::sync::mpsc::channel::<()>();
+        run_server(
+            &std::env::temp_dir(),
+            &[],
+            &launch,
+            std::iter::empty(),
+            Collected::default(),
+            Vec::new,
+            move || {
+                let _ = said_gone.send(());
+            },
+        )
+        .unwrap();
+        assert!(heard_gone.try_recv().is_err(), "a closed session's server is not gone");
+    }
+
+    /// Each line written, with how many syncs had run when it was.
+    struct Out {
+        synced: Arc<Mutex<usize>>,
+        seen: Arc<Mutex<Vec<(usize, String)>>>,
+        buf: Vec<u8>,
+    }
+
+    impl Write for Out {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.buf.extend_from_slice(b);
+            while let Some(i) = self.buf.iter().position(|c| *c == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                let n = *self.synced.lock().unwrap();
+                self.seen
+                    .lock()
+                    .unwrap()
+                    .push((n, String::from_utf8_lossy(&line).trim().to_string()));
+            }
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
     #[test]
     fn lines_pass_both_ways_and_each_answer_is_preceded_by_a_sync() {
         let dir = std::env::temp_dir();
@@ -268,28 +366,6 @@ mod tests {
         };
         let synced = Arc::new(Mutex::new(0usize));
         let seen = Arc::new(Mutex::new(Vec::<(usize, String)>::new()));
-        struct Out {
-            synced: Arc<Mutex<usize>>,
-            seen: Arc<Mutex<Vec<(usize, String)>>>,
-            buf: Vec<u8>,
-        }
-        impl Write for Out {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.buf.extend_from_slice(b);
-                while let Some(i) = self.buf.iter().position(|c| *c == b'\n') {
-                    let line: Vec<u8> = self.buf.drain(..=i).collect();
-                    let n = *self.synced.lock().unwrap();
-                    self.seen
-                        .lock()
-                        .unwrap()
-                        .push((n, String::from_utf8_lossy(&line).trim().to_string()));
-                }
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let out = Out {
             synced: Arc::clone(&synced),
             seen: Arc::clone(&seen),
@@ -313,10 +389,18 @@ mod tests {
         };
         let note = sandbox_note(&written).unwrap();
         let sent = note.clone();
-        run_server(&dir, &[], &launch, lines.into_iter(), out, move || {
-            *counter.lock().unwrap() += 1;
-            vec![sent.clone()]
-        })
+        run_server(
+            &dir,
+            &[],
+            &launch,
+            lines.into_iter(),
+            out,
+            move || {
+                *counter.lock().unwrap() += 1;
+                vec![sent.clone()]
+            },
+            || {},
+        )
         .unwrap();
         let seen = seen.lock().unwrap().clone();
         assert_eq!(

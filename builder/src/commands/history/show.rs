@@ -27,8 +27,8 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
     };
     // The builder's index holds committed receipts only, so the path is set.
     let receipt_path = r.receipt_path.clone().unwrap_or_default();
-    let full = ix.root.join(&receipt_path);
-    let receipt = std::fs::read_to_string(&full).with_context(|| full.display().to_string())?;
+    let receipt = shared::records::record_text(&ix.root, &ix.repo, &receipt_path)
+        .with_context(|| format!("{receipt_path}: not a record that can be read (gone, or not a plain file)"))?;
     if json {
         println!("{}", printable_json(&receipt));
     } else {

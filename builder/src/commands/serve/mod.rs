@@ -71,8 +71,10 @@ pub const DEFAULT_PORT: u16 = 8420;
 pub const TOKEN_ENV: &str = "BUILDER_SERVE_TOKEN";
 /// The shortest token accepted.
 const MIN_TOKEN: usize = 16;
-/// The cookie a browser keeps the token in.
-const TOKEN_COOKIE: &str = "builder_token";
+/// The cookie a browser keeps the token in, followed by the server's port: a browser
+/// sends a host's cookies to every port of it, so two servers must not overwrite each
+/// other's.
+const TOKEN_COOKIE: &str = "builder_token_";
 /// What every response says about where its content may come from: this origin only,
 /// never in a frame, no `<base>`, forms post only here.
 pub const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
@@ -140,7 +142,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     };
     let _ = std::io::stdout().flush();
     if args.open {
-        open_browser(&opened);
+        open_browser(&opened, made.is_some().then_some(wt.root.as_path()));
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -177,17 +179,51 @@ fn host_port(addr: SocketAddr) -> String {
     }
 }
 
-fn open_browser(url: &str) {
+/// Opens `url` in the desktop's browser. A URL holding a token made for this start
+/// (`private`: the repository, whose state directory is the runtime's) is not put on
+/// a command line, where any local user reads it in `/proc`: a page only its owner
+/// can read, which sends the browser on to it, is opened instead (as Jupyter does).
+fn open_browser(url: &str, private: Option<&Path>) {
+    let target = match private.map(|root| redirect_page(root, url)) {
+        Some(Ok(page)) => page.display().to_string(),
+        Some(Err(e)) => {
+            tracing::warn!(
+                "--open: cannot write the page that opens the server ({e}); open the URL printed above yourself"
+            );
+            return;
+        }
+        None => url.to_string(),
+    };
     match std::process::Command::new("xdg-open")
-        .arg(url)
+        .arg(&target)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
     {
         Ok(_) => {}
-        Err(e) => tracing::warn!("--open: cannot run xdg-open ({e}); open {url} yourself"),
+        Err(e) => tracing::warn!("--open: cannot run xdg-open ({e}); open the URL printed above yourself"),
     }
+}
+
+/// `.runtime/serve-open.html`, readable by its owner only, sending a browser to `url`.
+fn redirect_page(root: &Path, url: &str) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = root.join(shared::layout::STATE_DIR);
+    std::fs::create_dir_all(&dir)?;
+    let page = dir.join("serve-open.html");
+    let _ = std::fs::remove_file(&page);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&page)?;
+    let escaped = url.replace('&', "&amp;").replace('"', "&quot;");
+    writeln!(
+        f,
+        "<!doctype html><meta http-equiv=\"refresh\" content=\"0;url={escaped}\"><a href=\"{escaped}\">open builder serve</a>"
+    )?;
+    Ok(page)
 }
 
 /// Ends the server on SIGINT or SIGTERM, letting requests in flight finish.
@@ -215,6 +251,8 @@ pub struct App {
     token: Option<String>,
     /// `Host` header values this server answers to.
     hosts: Vec<String>,
+    /// The port it listens on.
+    port: u16,
     /// Listening on every address (`--bind 0.0.0.0`, which needs a token): any
     /// `Host` with the server's port is answered, as the machine's names and
     /// addresses are not known here. A page whose name was rebound to this machine
@@ -255,6 +293,10 @@ impl App {
         if !hosts.contains(&bound) {
             hosts.push(bound);
         }
+        if port == 80 {
+            // A browser leaves the scheme's own port out of `Host`.
+            hosts.extend(["127.0.0.1", "localhost", "[::1]"].map(String::from));
+        }
         let any_host = (addr.ip().is_unspecified() && token.is_some()).then_some(port);
         let csrf: [u8; 32] = rand::random();
         let cards_changed = Arc::new(AtomicBool::new(true));
@@ -265,6 +307,7 @@ impl App {
             csrf: hex(&csrf),
             token,
             hosts,
+            port,
             any_host,
             index: Mutex::new(None),
             cards_changed,
@@ -470,7 +513,11 @@ fn admit(app: &App, req: &Request) -> Result<(), Refusal> {
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
-            .filter_map(|c| c.trim().strip_prefix(&format!("{TOKEN_COOKIE}=")).map(str::to_string))
+            .filter_map(|c| {
+                c.trim()
+                    .strip_prefix(&format!("{TOKEN_COOKIE}{}=", app.port))
+                    .map(str::to_string)
+            })
             .next();
         let ok =
             bearer.is_some_and(|b| same_secret(b, token)) || cookie.as_deref().is_some_and(|c| same_secret(c, token));
@@ -494,9 +541,10 @@ fn admit(app: &App, req: &Request) -> Result<(), Refusal> {
                     );
                 }
                 let mut r = Redirect::to(&to).into_response();
-                if let Ok(v) =
-                    HeaderValue::from_str(&format!("{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"))
-                {
+                if let Ok(v) = HeaderValue::from_str(&format!(
+                    "{TOKEN_COOKIE}{}={token}; HttpOnly; SameSite=Strict; Path=/",
+                    app.port
+                )) {
                     r.headers_mut().insert(header::SET_COOKIE, v);
                 }
                 return Err(Refusal::Response(Box::new(r)));
@@ -516,9 +564,13 @@ fn admit(app: &App, req: &Request) -> Result<(), Refusal> {
                     "read-only: this server was started without --write",
                 )));
             }
-            // A browser names the page a POST came from; it must be one of ours.
+            // A browser names the page a POST came from; it must be this very server
+            // as the request reached it (on every address any name is answered, but a
+            // page of another name is not ours).
             if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
-                let ours = origin.strip_prefix("http://").is_some_and(|h| app.answers_to(h));
+                let ours = origin
+                    .strip_prefix("http://")
+                    .is_some_and(|h| h.eq_ignore_ascii_case(host) && app.answers_to(h));
                 if !ours {
                     return Err(Refusal::Error(PageError::new(
                         StatusCode::FORBIDDEN,

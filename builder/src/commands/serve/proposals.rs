@@ -226,10 +226,14 @@ pub async fn review(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     // A review fires the evals of base and head (live cases spend the provider's key):
-    // only this server's own pages, or the person typing the address (or a client
-    // that is no browser), may start one, not an image or link on another site.
+    // only this server's own page starts one. It asks with `HX-Request` (a header no
+    // other site can add without a CORS preflight this server never answers), or a
+    // browser says the request is the page's own (`Sec-Fetch-Site: same-origin`). A
+    // link or image elsewhere, a link in a chat (`none`), or an old browser that says
+    // nothing gets 403; a client that is no browser sends `HX-Request: true`.
     let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-    if site.is_some_and(|s| !matches!(s, "same-origin" | "none")) {
+    let from_page = headers.contains_key("hx-request") || site == Some("same-origin");
+    if !from_page {
         return PageError::new(
             axum::http::StatusCode::FORBIDDEN,
             "a review runs evals: start it from this server's own proposal page",
