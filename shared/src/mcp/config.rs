@@ -105,10 +105,14 @@ pub fn http_endpoint(raw: &str) -> Result<url::Url, String> {
     }
 }
 
-/// Whether `name` can be a server's name: the middle of `mcp__<server>__<tool>`.
+/// Whether `name` can be a server's name: the middle of `mcp__<server>__<tool>`, so
+/// no `__` and no `_` at either end (server `a_` with tool `b` and server `a` with
+/// tool `_b` would both be `mcp__a___b`).
 pub fn valid_server_name(name: &str) -> bool {
     !name.is_empty()
         && !name.contains("__")
+        && !name.starts_with('_')
+        && !name.ends_with('_')
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
@@ -199,7 +203,7 @@ pub fn validate(file: &Path, src: &str, servers: &McpServers, key_env: &[&str], 
                     format!("`{name}` is not a server name"),
                 )
                 .with_hint(
-                    "lower-case letters, digits, `-` and single `_` (it is the middle of `mcp__<server>__<tool>`)",
+                    "lower-case letters, digits, `-` and single `_` inside (it is the middle of `mcp__<server>__<tool>`)",
                 ),
             );
         }
@@ -421,7 +425,7 @@ mod tests {
     #[test]
     fn server_names_fit_rule_names() {
         assert!(valid_server_name("tickets") && valid_server_name("my-db_2"));
-        for bad in ["", "a__b", "Tickets", "a b", "a/b"] {
+        for bad in ["", "a__b", "Tickets", "a b", "a/b", "a_", "_b"] {
             assert!(!valid_server_name(bad), "{bad}");
         }
     }

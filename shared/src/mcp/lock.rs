@@ -213,6 +213,19 @@ pub fn check_tools(pin: Option<&ServerPin>, listed: &[Value]) -> (BTreeMap<Strin
     let listed_names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
     for tool in listed {
         let name = tool["name"].as_str().unwrap_or("").to_string();
+        if !callable_tool_name(&name) {
+            // Never offered, pinned or not: a provider refuses such a name (every
+            // request would fail), and a lookalike (`еcho`, a Cyrillic `е`) would
+            // escape a rule that names the real one.
+            drift.push(Drift {
+                what: format!(
+                    "tool name `{}` is not one a model can call (ASCII letters, digits, `_` and `-`, at most 64)",
+                    crate::text::printable(&name)
+                ),
+                tool: name,
+            });
+            continue;
+        }
         let now = pin_of(tool);
         match pinned.and_then(|p| p.get(&name)) {
             Some(p) if p.hash == now.hash && definition_hash(&p.definition) == p.hash => {
@@ -240,6 +253,15 @@ pub fn check_tools(pin: Option<&ServerPin>, listed: &[Value]) -> (BTreeMap<Strin
         }
     }
     (offered, drift)
+}
+
+/// Whether `name` can be offered as a tool: what providers accept in a function's
+/// name (`^[A-Za-z0-9_-]{1,64}$`).
+pub fn callable_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn same_but_name(a: &Value, b: &Value) -> bool {
@@ -477,6 +499,17 @@ mod tests {
 
         let (_, drift) = check_tools(None, &[tool("echo", "Echo text.")]);
         assert!(drift[0].what.contains("no pin"));
+
+        // A lookalike (Cyrillic `е`), a space, a newline: never offered, even pinned.
+        for odd in ["\u{435}cho", "x y", "weird\nname", ""] {
+            let mut tools = pin.tools.clone();
+            tools.insert(odd.to_string(), pin_of(&tool(odd, "Echo text.")));
+            let pinned = ServerPin { tools, ..pin.clone() };
+            let (ok, drift) = check_tools(Some(&pinned), &[tool(odd, "Echo text.")]);
+            assert!(ok.is_empty(), "{odd:?} offered");
+            assert!(drift[0].what.contains("is not one a model can call"), "{drift:?}");
+        }
+        assert!(callable_tool_name("read_file-2") && !callable_tool_name(&"a".repeat(65)));
     }
 
     #[test]
