@@ -761,7 +761,7 @@ fn a_forged_runtime_commit_is_flagged_and_a_signed_one_accepted() {
     assert!(!line(&real_id).contains("FORGED"), "{out}");
     let (code, out, _) = builder_in(&env, &env.root, None, &["history", "show", fake_id]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("FORGED: this receipt came in commit"), "{out}");
+    assert!(out.contains("FORGED: this run's records came in commit"), "{out}");
     // And so does the web view: the run list marks it, its page says why.
     let pages = served_pages(
         &env,
@@ -1171,4 +1171,42 @@ fn served_pages(env: &TestEnv, paths: &[&str]) -> Vec<String> {
     let _ = child.kill();
     let _ = child.wait();
     pages
+}
+
+/// A run's report rewritten in a person's commit is no record the runtime made, as a
+/// receipt would not be: `builder audit` calls it a violation, `builder history runs`
+/// and `show` mark the run `FORGED`, and so does `builder serve`.
+#[test]
+fn a_report_a_person_rewrote_marks_its_run_forged() {
+    let env = TestEnv::new();
+    let (code, summary, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{stderr}");
+    let run_id = summary["run_id"].as_str().unwrap().to_string();
+    let (code, out, err) = builder_in(&env, &env.root, None, &["history", "runs"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("FORGED"), "the runtime's own run: {out}");
+    let report = summary["report"].as_str().unwrap().to_string();
+    env.write(&report, "# Digest\n\nAll is well, nothing to see.\n");
+    env.commit_all("tidy the report");
+    let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["severity"] == "violation"
+                && f["path"] == report.as_str()
+                && f["what"].as_str().unwrap().contains("modifies a run's report")),
+        "{v}"
+    );
+    let (code, out, err) = builder_in(&env, &env.root, None, &["history", "runs"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = out.lines().find(|l| l.starts_with(&run_id)).unwrap_or_default();
+    assert!(line.contains("FORGED"), "{out}");
+    let (_, out, _) = builder_in(&env, &env.root, None, &["history", "show", &run_id]);
+    assert!(out.contains("FORGED: this run's records came in commit"), "{out}");
+    let pages = served_pages(&env, &[&format!("/runs/{run_id}")]);
+    assert!(pages[0].contains("id=\"forged\""), "{}", pages[0]);
 }

@@ -20,7 +20,7 @@
 use crate::git::{ChangeKind, TreeChange, TreeDiffer};
 use crate::layout::{Owner, Ownership, SETTINGS_FILE};
 use crate::review::links::RefusedLink;
-use crate::review::runtime_commits::{receipt_written_by_a_person, runtime_named, Authenticity, RuntimeSignatures};
+use crate::review::runtime_commits::{record_written_by_a_person, runtime_named, Authenticity, RuntimeSignatures};
 use git2::{FileMode, Oid, Repository, Sort};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -634,12 +634,13 @@ fn audit_commit(
             for what in runtime_change_violations(&c, owner) {
                 flag(Severity::Violation, what);
             }
-        } else if receipt_written_by_a_person(commit, &c, (&runtime.name, &runtime.email))? {
+        } else if record_written_by_a_person(commit, &c, (&runtime.name, &runtime.email))? {
             flag(
                 Severity::Violation,
                 format!(
-                    "a commit not the runtime's {} a receipt: the runtime did not write this record",
-                    verb(c.kind)
+                    "a commit not the runtime's {} {}: the runtime did not write this record",
+                    verb(c.kind),
+                    run_record_name(&c.path)
                 ),
             );
         } else if owner == Owner::Builder {
@@ -774,6 +775,15 @@ fn refused_link_findings(
         })
         .collect();
     Ok(findings)
+}
+
+/// What the run record at `path` is, in a finding's words.
+fn run_record_name(path: &str) -> &'static str {
+    if crate::layout::is_receipt_path(path) {
+        "a receipt"
+    } else {
+        "a run's report"
+    }
 }
 
 fn verb(k: ChangeKind) -> &'static str {

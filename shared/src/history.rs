@@ -203,14 +203,14 @@ pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) 
 }
 
 /// The meta key of the commit the forged-records walk reached. Its name changed when
-/// people's receipts joined runtime-named commits in the walk, so an index made
-/// before walks all of history again.
-const FORGED_WALKED_TO: &str = "records_judged_to";
+/// people's receipts joined runtime-named commits in the walk, and again when reports
+/// joined receipts and cards, so an index made before walks all of history again.
+const FORGED_WALKED_TO: &str = "run_records_judged_to";
 
 /// Walks the commits since the last walk (all of them the first time) for commits
 /// named as the runtime whose settings name a signing key and which carry no valid
 /// runtime signature (the judge `builder audit` uses), and for commits of people that
-/// add or rewrite a receipt ([`crate::review::runtime_commits::receipt_written_by_a_person`]),
+/// add or rewrite a receipt or a run's report ([`crate::review::runtime_commits::record_written_by_a_person`]),
 /// and remembers the records each wrote as forged. Returns how many records were
 /// marked.
 fn mark_forged(repo: &Repository, store: &mut Store, head: Oid) -> Result<usize, HistoryError> {
@@ -245,11 +245,15 @@ fn mark_forged(repo: &Repository, store: &mut Store, head: Oid) -> Result<usize,
             )
         };
         let parent = commit.parent_ids().next().map(|p| repo.find_commit(p)).transpose()?;
-        for c in differ.diff(parent.map(|p| p.tree_id()), Some(commit.tree_id()), &["runs", "cards"])? {
+        for c in differ.diff(
+            parent.map(|p| p.tree_id()),
+            Some(commit.tree_id()),
+            &["runs", "cards", "reports"],
+        )? {
             let forged = if runtime_named {
                 c.kind != crate::git::ChangeKind::Deleted
             } else {
-                crate::review::runtime_commits::receipt_written_by_a_person(&commit, &c, (&name, &email))?
+                crate::review::runtime_commits::record_written_by_a_person(&commit, &c, (&name, &email))?
             };
             if forged {
                 marks.push((c.path, commit.id().to_string(), why.clone()));
@@ -271,6 +275,17 @@ fn mark_forged(repo: &Repository, store: &mut Store, head: Oid) -> Result<usize,
         Ok(())
     })?;
     Ok(marks.len())
+}
+
+/// Whether the run's receipt or report came in a forged commit: (commit, why) of the
+/// first that did.
+pub fn forged_run(store: &Store, run: &crate::runs::RunSummary) -> Result<Option<(String, String)>, StoreError> {
+    for path in [&run.receipt_path, &run.report_path].into_iter().flatten() {
+        if let Some(found) = forged_record(store, path)? {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
 }
 
 /// Whether the record at `path` came in a forged runtime commit: (commit, why).

@@ -116,10 +116,7 @@ pub fn run_view(
     };
     let rid = run.run_id.clone();
     let receipt = run_receipt(root, repo, run.receipt_path.as_deref())?;
-    let forged = match run.receipt_path.as_deref() {
-        Some(p) => crate::history::forged_record(index, p)?.map(|(commit, why)| Forged { commit, why }),
-        None => None,
-    };
+    let forged = crate::history::forged_run(index, &run)?.map(|(commit, why)| Forged { commit, why });
     let denial_count: i64 = index
         .conn()
         .query_row(

@@ -208,7 +208,7 @@ pub fn runs_page(store: &Store, q: &RunsQuery) -> Result<RunsPage, StoreError> {
     let limit = q.limit.max(1);
     args.push(Box::new((limit + 1) as i64));
     let sql = format!(
-        "SELECT {RUN_COLUMNS}, (SELECT count(*) FROM cards c WHERE c.run_id = r.run_id), EXISTS (SELECT 1 FROM forged_records f WHERE f.path = r.receipt_path) FROM runs r {} ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?{}",
+        "SELECT {RUN_COLUMNS}, (SELECT count(*) FROM cards c WHERE c.run_id = r.run_id), EXISTS (SELECT 1 FROM forged_records f WHERE f.path IN (r.receipt_path, r.report_path)) FROM runs r {} ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?{}",
         where_clause(&cond),
         args.len()
     );

@@ -242,19 +242,18 @@ pub fn runtime_identity_of(repo: &Repository, tree: &git2::Tree) -> Result<crate
     })
 }
 
-/// Whether `commit` wrote the receipt `change` holds as a person: not named as the
-/// runtime, the path a receipt, added or rewritten (a deletion prunes, it forges
-/// nothing), and, for a merge, held by no other parent (a `git pull` brings the
-/// runtime's receipts from the origin; only content no parent had is the merge's own).
-pub fn receipt_written_by_a_person(
+/// Whether `commit` wrote the run record `change` holds as a person: not named as the
+/// runtime, the path a receipt or a run's report, added or rewritten (a deletion
+/// prunes, it forges nothing), and, for a merge, held by no other parent (a `git pull`
+/// brings the runtime's records from the origin; only content no parent had is the
+/// merge's own).
+pub fn record_written_by_a_person(
     commit: &git2::Commit,
     change: &crate::git::TreeChange,
     runtime: (&str, &str),
 ) -> Result<bool, git2::Error> {
-    if runtime_named(commit, runtime.0, runtime.1)
-        || !crate::layout::is_receipt_path(&change.path)
-        || change.kind == crate::git::ChangeKind::Deleted
-    {
+    let run_record = crate::layout::is_receipt_path(&change.path) || crate::records::is_report_path(&change.path);
+    if runtime_named(commit, runtime.0, runtime.1) || !run_record || change.kind == crate::git::ChangeKind::Deleted {
         return Ok(false);
     }
     let Some((blob, _)) = change.new else {

@@ -66,11 +66,9 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
             .map(|p| &p[..p.len().min(8)])
             .unwrap_or("-")
             .to_string();
-        if let Some(path) = &r.receipt_path {
-            if history::forged_record(&ix.store, path)?.is_some() {
-                prompt.push_str("  FORGED");
-                forged += 1;
-            }
+        if history::forged_run(&ix.store, &r)?.is_some() {
+            prompt.push_str("  FORGED");
+            forged += 1;
         }
         println!(
             "{:<26} {:<12} {:<16} {:<15} {:>5} {:>8} {:>9.4} {:>8}  {prompt}",

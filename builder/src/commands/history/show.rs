@@ -39,9 +39,9 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
             printable(&receipt_path),
             printable(r.report_path.as_deref().unwrap_or("-"))
         );
-        if let Some((commit, why)) = history::forged_record(&ix.store, &receipt_path)? {
+        if let Some((commit, why)) = history::forged_run(&ix.store, &r)? {
             println!(
-                "FORGED: this receipt came in commit {}, which the runtime did not make ({})\n",
+                "FORGED: this run's records came in commit {}, which the runtime did not make ({})\n",
                 shared::text::short_id(&commit),
                 printable(&why)
             );

@@ -376,7 +376,7 @@ fn html(l: Layout, d: &RunData) -> RunHtml {
         started_at: printable(&v.run.started_at),
         forged: v.forged.as_ref().map(|f| {
             printable(&format!(
-                "this receipt came in commit {}, which the runtime did not make ({})",
+                "this run's records came in commit {}, which the runtime did not make ({})",
                 shared::text::short_id(&f.commit),
                 f.why
             ))
