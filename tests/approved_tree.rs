@@ -1173,9 +1173,9 @@ fn served_pages(env: &TestEnv, paths: &[&str]) -> Vec<String> {
     pages
 }
 
-/// A run's report rewritten in a person's commit is no record the runtime made, as a
-/// receipt would not be: `builder audit` calls it a violation, `builder history runs`
-/// and `show` mark the run `FORGED`, and so does `builder serve`.
+/// A run's report rewritten in a person's commit is no record the runtime made:
+/// `builder audit` warns (a receipt would be a violation), `builder history runs` and
+/// `show` mark the run `FORGED`, and so does `builder serve`.
 #[test]
 fn a_report_a_person_rewrote_marks_its_run_forged() {
     let env = TestEnv::new();
@@ -1188,15 +1188,17 @@ fn a_report_a_person_rewrote_marks_its_run_forged() {
     let report = summary["report"].as_str().unwrap().to_string();
     env.write(&report, "# Digest\n\nAll is well, nothing to see.\n");
     env.commit_all("tidy the report");
+    // A warning, not a violation: a report edited by hand (a typo, a redaction) or
+    // restored by a revert should not refuse a push.
     let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 0, "{out}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert!(
         v["findings"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|f| f["severity"] == "violation"
+            .any(|f| f["severity"] == "warning"
                 && f["path"] == report.as_str()
                 && f["what"].as_str().unwrap().contains("modifies a run's report")),
         "{v}"

@@ -635,14 +635,8 @@ fn audit_commit(
                 flag(Severity::Violation, what);
             }
         } else if record_written_by_a_person(commit, &c, (&runtime.name, &runtime.email))? {
-            flag(
-                Severity::Violation,
-                format!(
-                    "a commit not the runtime's {} {}: the runtime did not write this record",
-                    verb(c.kind),
-                    run_record_name(&c.path)
-                ),
-            );
+            let (severity, what) = person_record_finding(&c.path, c.kind);
+            flag(severity, what);
         } else if owner == Owner::Builder {
             if !links_judged {
                 links_judged = true;
@@ -777,13 +771,20 @@ fn refused_link_findings(
     Ok(findings)
 }
 
-/// What the run record at `path` is, in a finding's words.
-fn run_record_name(path: &str) -> &'static str {
-    if crate::layout::is_receipt_path(path) {
-        "a receipt"
-    } else {
-        "a run's report"
-    }
+/// The finding for a run record a person's commit added or changed. A receipt is the
+/// run's account: a violation. A report a person edited (a typo, a redaction, a
+/// formatter) or restored (`git revert` of its deletion) is worth a word, not a
+/// refused push. `history` marks the run `FORGED` either way.
+fn person_record_finding(path: &str, kind: ChangeKind) -> (Severity, String) {
+    let (severity, record) = match crate::layout::is_receipt_path(path) {
+        true => (Severity::Violation, "a receipt"),
+        false => (Severity::Warning, "a run's report"),
+    };
+    let what = format!(
+        "a commit not the runtime's {} {record}: the runtime did not write this record",
+        verb(kind)
+    );
+    (severity, what)
 }
 
 fn verb(k: ChangeKind) -> &'static str {

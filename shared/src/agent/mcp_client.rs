@@ -543,15 +543,21 @@ fn offered_tools(
     tools: &[rmcp::model::Tool],
 ) -> (Vec<Offered>, Vec<CardDraft>) {
     let listed: Vec<serde_json::Value> = tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect();
-    let (matched, drift) = check_tools(Some(pin), &listed);
+    let (matched, drift) = check_tools(server, Some(pin), &listed);
     let drift = drift
         .into_iter()
         .map(|d| CardDraft {
             kind: CardKind::McpDrift,
-            summary: format!(
-                "MCP tool `{}` differs from its pin: not offered",
-                crate::mcp::tool_name(server, &d.tool)
-            ),
+            summary: match crate::mcp::lock::offerable(server, &d.tool) {
+                true => format!(
+                    "MCP tool `{}` differs from its pin: not offered",
+                    crate::mcp::tool_name(server, &d.tool)
+                ),
+                false => format!(
+                    "MCP tool `{}` has a name no model can call: not offered",
+                    crate::text::printable(&crate::mcp::tool_name(server, &d.tool))
+                ),
+            },
             detail: d.what,
             evidence: vec![
                 format!("server {server}"),

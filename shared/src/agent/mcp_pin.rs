@@ -95,6 +95,7 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
             .iter()
             .map(|t| (t["name"].as_str().unwrap_or("").to_string(), pin_of(t)))
             .collect();
+        warn_never_offered(name, tools.keys());
         lock.servers.insert(
             name.clone(),
             ServerPin {
@@ -133,4 +134,16 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
             }),
     );
     Ok(out)
+}
+
+/// Warns of each listed tool of `server` a fire will never offer: its name is not one
+/// providers accept ([`crate::mcp::lock::offerable`]); it is pinned all the same, so
+/// the lock says what the server lists.
+fn warn_never_offered<'a>(server: &str, tools: impl Iterator<Item = &'a String>) {
+    for tool in tools.filter(|t| !crate::mcp::lock::offerable(server, t)) {
+        tracing::warn!(
+            "`{}` will never be offered: not a name providers accept (ASCII letters, digits, `_` and `-`, at most 64)",
+            crate::text::printable(&crate::mcp::tool_name(server, tool))
+        );
+    }
 }

@@ -84,7 +84,7 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
     }
     if forged > 0 {
         println!(
-            "{forged} run(s) FORGED: their receipts came in commits named as the runtime without a valid runtime signature, or in people's commits (`builder audit` lists them)"
+            "{forged} run(s) FORGED: their records came in commits named as the runtime without a valid runtime signature, or in people's commits (`builder audit` lists them)"
         );
     }
     Ok(Outcome::Ok)
