@@ -202,6 +202,9 @@ pub fn push(root: &Path, remote: &str, specs: &[String]) -> Result<Pushed, Revie
         .chain(stderr.lines())
         .filter(|l| l.starts_with('!') || l.contains("[rejected]") || l.contains("[remote rejected]"))
         .find(|l| {
+            // `failed to update ref`: the remote's ref moved between its advertisement
+            // and this update (a push a killed command started, still running on
+            // the remote, landed it meanwhile: seen in `team_crash`).
             [
                 "fetch first",
                 "non-fast-forward",
@@ -209,6 +212,7 @@ pub fn push(root: &Path, remote: &str, specs: &[String]) -> Result<Pushed, Revie
                 "failed to lock",
                 "cannot lock",
                 "lock",
+                "failed to update ref",
             ]
             .iter()
             .any(|k| l.contains(k))
