@@ -16,8 +16,8 @@
 //!   its records commits.
 
 use crate::review::{
-    builder_in, builder_ok, clone_at, commit_all_as, fire_in, git, path_with_builder, push_past_the_hook, with_origin,
-    REVIEWER,
+    audit_json, builder_in, builder_ok, clone_at, commit_all_as, fire_in, git, path_with_builder, push_past_the_hook,
+    with_origin, REVIEWER,
 };
 use crate::signed::keygen;
 use crate::skip::Capability;
@@ -1190,18 +1190,13 @@ fn a_report_a_person_rewrote_marks_its_run_forged() {
     env.commit_all("tidy the report");
     // A warning, not a violation: a report edited by hand (a typo, a redaction) or
     // restored by a revert should not refuse a push.
-    let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
+    let (code, findings, out) = audit_json(&env);
     assert_eq!(code, 0, "{out}");
-    let v: Value = serde_json::from_str(&out).unwrap();
     assert!(
-        v["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["severity"] == "warning"
-                && f["path"] == report.as_str()
-                && f["what"].as_str().unwrap().contains("modifies a run's report")),
-        "{v}"
+        findings.iter().any(|f| f["severity"] == "warning"
+            && f["path"] == report.as_str()
+            && f["what"].as_str().unwrap().contains("modifies a run's report")),
+        "{out}"
     );
     let (code, out, err) = builder_in(&env, &env.root, None, &["history", "runs"]);
     assert_eq!(code, 0, "{out}{err}");

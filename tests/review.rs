@@ -54,6 +54,16 @@ pub(crate) fn latest_approval(env: &TestEnv, dir: &Path) -> String {
         .expect("no approval")
 }
 
+/// `builder audit --json` in the repository: its exit code, and its findings (the
+/// whole report is in the message of a failed assertion on them).
+pub(crate) fn audit_json(env: &TestEnv) -> (i32, Vec<serde_json::Value>, String) {
+    let (code, out, _) = builder_in(env, &env.root, None, &["audit", "--json"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("audit printed no JSON ({e}): {out}"));
+    let findings = v["findings"].as_array().cloned().unwrap_or_default();
+    (code, findings, out)
+}
+
 /// `builder` in `dir`, optionally as someone else: (exit code, stdout, stderr).
 pub(crate) fn builder_in(env: &TestEnv, dir: &Path, who: Option<(&str, &str)>, args: &[&str]) -> (i32, String, String) {
     let mut c = env.command("builder", args);
@@ -356,18 +366,13 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
     env.commit_all(&format!(
         "direct edit\n\nReviewed-by: Rev <rev@example.com>\nApproved-tree: {tree}\n"
     ));
-    let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
+    let (code, findings, out) = audit_json(&env);
     assert_eq!(code, 1, "{out}");
-    let v: Value = serde_json::from_str(&out).unwrap();
     assert!(
-        v["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["severity"] == "violation"
-                && f["path"] == "prompts/digest.md"
-                && f["what"].as_str().unwrap().contains("no approval")),
-        "{v}"
+        findings.iter().any(|f| f["severity"] == "violation"
+            && f["path"] == "prompts/digest.md"
+            && f["what"].as_str().unwrap().contains("no approval")),
+        "{out}"
     );
     let (code, summary) = fire_in(&env, &env.root, "digest");
     assert_eq!(code, 1, "{summary}");

@@ -12,8 +12,8 @@
 //! absolute `review.allowed_signers` (the operator's file) is the only list.
 
 use crate::review::{
-    approval_ids, builder_in, builder_ok, clone_at, commit_all_as, fire_in, git, latest_approval, push_past_the_hook,
-    require_review_through_review, state, REVIEWER,
+    approval_ids, audit_json, builder_in, builder_ok, clone_at, commit_all_as, fire_in, git, latest_approval,
+    push_past_the_hook, require_review_through_review, state, REVIEWER,
 };
 use crate::skip::Capability;
 use crate::util::TestEnv;
@@ -182,16 +182,13 @@ fn with_signed_approvals_required_only_a_key_listed_for_the_approver_counts() {
         &env.root,
         &["merge", "-q", "--no-ff", "--no-edit", "proposals/tweak"],
     );
-    let (code, out, _) = builder_in(&env, &env.root, None, &["audit", "--json"]);
+    let (code, findings, out) = audit_json(&env);
     assert_eq!(code, 1, "{out}");
-    let v: Value = serde_json::from_str(&out).unwrap();
     assert!(
-        v["findings"]
-            .as_array()
-            .unwrap()
+        findings
             .iter()
             .any(|f| f["severity"] == "violation" && f["path"] == "prompts/digest.md"),
-        "{v}"
+        "{out}"
     );
     let (code, summary) = fire_in(&env, &env.root, "digest");
     assert_eq!(code, 1, "{summary}");
