@@ -355,6 +355,103 @@ fn land_settings(env: &TestEnv, name: &str, settings: &str) -> String {
     git(env, &env.root, &["rev-parse", "HEAD"])
 }
 
+/// Mallory's commit whose top-level tree holds `evals` twice (git fsck's
+/// `duplicateEntries`; a bare origin checks nothing it receives): the approved
+/// directory first, hers second. libgit2's lookup by name finds the approved one, so
+/// the judge saw the approved tree; a checkout writes hers, so the replay the fire
+/// read through the work tree answered with her text under the old approval.
+#[test]
+fn a_tree_with_two_entries_of_one_name_is_never_approved() {
+    let env = TestEnv::new();
+    let (origin, cron) = cron_box(&env);
+    let mal = clone_at(&env, &origin, "mallory");
+    let repo = Repository::open(&mal).unwrap();
+    let head = repo.head().unwrap().peel_to_commit().unwrap();
+    let top = head.tree().unwrap();
+    let evals = top
+        .get_name("evals")
+        .unwrap()
+        .to_object(&repo)
+        .unwrap()
+        .peel_to_tree()
+        .unwrap();
+    let digest = evals
+        .get_name("digest")
+        .unwrap()
+        .to_object(&repo)
+        .unwrap()
+        .peel_to_tree()
+        .unwrap();
+    let replay = repo.find_blob(digest.get_name("replay.json").unwrap().id()).unwrap();
+    let hers = String::from_utf8_lossy(replay.content()).replace("# Digest", "# PWNED-BY-MALLORY");
+    let mut tb = repo.treebuilder(Some(&digest)).unwrap();
+    tb.insert("replay.json", repo.blob(hers.as_bytes()).unwrap(), 0o100644)
+        .unwrap();
+    let digest_hers = tb.write().unwrap();
+    let mut tb = repo.treebuilder(Some(&evals)).unwrap();
+    tb.insert("digest", digest_hers, 0o040000).unwrap();
+    let evals_hers = tb.write().unwrap();
+    let mut raw = Vec::new();
+    for e in top.iter() {
+        let mut entry = |id: Oid| {
+            raw.extend_from_slice(format!("{:o} ", e.filemode()).as_bytes());
+            raw.extend_from_slice(e.name_bytes());
+            raw.push(0);
+            raw.extend_from_slice(id.as_bytes());
+        };
+        entry(e.id());
+        if e.name_bytes() == b"evals" {
+            entry(evals_hers);
+        }
+    }
+    let dup = repo.odb().unwrap().write(git2::ObjectType::Tree, &raw).unwrap();
+    let sig = git2::Signature::now("Mallory", "mallory@evil.example").unwrap();
+    let evil = repo
+        .commit(
+            Some("HEAD"),
+            &sig,
+            &sig,
+            "notes",
+            &repo.find_tree(dup).unwrap(),
+            &[&head],
+        )
+        .unwrap();
+    // The attack is live: the lookup finds the approved `evals`, the checkout hers.
+    let read = repo.find_commit(evil).unwrap().tree().unwrap();
+    assert_eq!(read.get_name("evals").unwrap().id(), evals.id());
+    git(&env, &mal, &["reset", "-q", "--hard", &evil.to_string()]);
+    assert!(
+        std::fs::read_to_string(mal.join("evals/digest/replay.json"))
+            .unwrap()
+            .contains("PWNED"),
+        "the checkout wrote her replay"
+    );
+
+    // Refused by the judge everywhere: the pre-push hook, `audit`, the box.
+    builder_ok(&env, &mal, None, &["install-hooks"]);
+    let out = env.git_with_path(&mal, &path_with_builder(), &["push", "origin", "main"]);
+    assert!(!out.status.success(), "the hook refused: {}", said(&out));
+    assert!(said(&out).contains("duplicateEntries"), "{}", said(&out));
+    let (code, out, err) = builder_in(&env, &mal, None, &["audit"]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(format!("{out}{err}").contains("duplicateEntries"), "{out}{err}");
+    push_past_the_hook(&env, &mal, &["main"], false);
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_ne!(code, 0, "{summary}");
+    let cards = card_texts(&cron, &summary).join("\n");
+    assert!(cards.contains("duplicateEntries"), "{summary}\n{cards}");
+    if let Some(report) = summary["report"].as_str() {
+        let text = std::fs::read_to_string(cron.join(report)).unwrap_or_default();
+        assert!(!text.contains("PWNED"), "{text}");
+    }
+    assert!(
+        !std::fs::read_to_string(cron.join("evals/digest/replay.json"))
+            .unwrap()
+            .contains("PWNED"),
+        "the box's work tree never held her replay"
+    );
+}
+
 /// Review was switched off through review once, then on again through review. A
 /// colleague commits the old approved "off" tree back (every byte of it approved
 /// once), then her prompt on top, on a box that pulls and fires (no `sync`: a sync

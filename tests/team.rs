@@ -212,6 +212,37 @@ fn two_reviewers_approving_with_pull_and_push_in_both_orders_and_at_once_lose_no
     }
 }
 
+/// An approval ref anyone with push access points at a blob (not a commit) is
+/// fetched into every clone and box and never pruned there: it approves nothing and
+/// stops nothing (no fire, no `approve`, no hook, no `proposals`).
+#[test]
+fn an_approval_ref_naming_a_blob_stops_no_fire_and_no_review() {
+    let team = Team::new();
+    team.propose_pushed("p1");
+    let junk = team.env.home.join("junk");
+    std::fs::write(&junk, "junk\n").unwrap();
+    let blob = team.git(&team.cron, &["hash-object", "-w", junk.to_str().unwrap()]);
+    let blob = blob.trim();
+    team.git(
+        &team.cron,
+        &["push", "-q", "origin", &format!("{blob}:refs/builder/approved/{blob}")],
+    );
+    let author = team.author();
+    team.git(author, &["fetch", "-q", "origin", APPROVALS_SPEC]);
+    team.git(&team.rev1, &["fetch", "-q"]);
+    let kind = team.git(author, &["cat-file", "-t", &format!("refs/builder/approved/{blob}")]);
+    assert_eq!(kind.trim(), "blob", "the attack ran: the ref was fetched");
+    let (code, summary, stderr) = team.env.fire("digest");
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}\n{stderr}");
+    assert_eq!(summary["end"], "completed", "{summary}\n{stderr}");
+    let (code, out, err) = team.builder(&team.rev1, REV1, &["proposals"]);
+    assert_eq!(code, 0, "{out}{err}");
+    team.builder_ok(&team.rev1, REV1, &["approve", "p1", "--push"]);
+    // The land pushes through the author's pre-push hook, which judges approvals too.
+    let out = team.builder_ok(author, AUTHOR, &["land", "p1"]);
+    assert!(out.contains("landed proposals/p1 on origin/main"), "{out}");
+}
+
 #[test]
 fn a_forced_push_of_the_origins_approvals_loses_nothing_locally_and_is_reported() {
     let team = Team::new();

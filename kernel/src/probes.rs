@@ -22,8 +22,13 @@ fn done(r: libc::c_long) -> io::Result<()> {
 
 /// `socket(domain, kind, 0)`.
 pub fn socket(domain: libc::c_int, kind: libc::c_int) -> io::Result<OwnedFd> {
+    socket_of(domain, kind, 0)
+}
+
+/// `socket(domain, kind, protocol)`: a socket of a named protocol (MPTCP, SCTP).
+pub fn socket_of(domain: libc::c_int, kind: libc::c_int, protocol: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: socket(2) takes integers and returns a new descriptor.
-    fd_or_error(unsafe { libc::socket(domain, kind, 0) }.into())
+    fd_or_error(unsafe { libc::socket(domain, kind, protocol) }.into())
 }
 
 /// `ptrace(PTRACE_TRACEME)`: the parent would become the caller's tracer.

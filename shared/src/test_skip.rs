@@ -29,6 +29,11 @@ pub enum Capability {
     CoreFiles,
     /// The test hooks a debug build of the binaries carries.
     DebugHooks,
+    /// A kernel that makes MPTCP sockets (`net.mptcp.enabled`), which Landlock's TCP
+    /// port rules do not judge.
+    Mptcp,
+    /// A kernel that makes SCTP sockets (the `sctp` module), likewise.
+    Sctp,
 }
 
 /// The variable a run declares its machine's capabilities in.

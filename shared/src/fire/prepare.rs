@@ -1118,7 +1118,17 @@ impl Preparing {
             // proposal's to choose, and a file it names must not be read for it).
             return Ok(());
         }
-        let env = |e: git2::Error| Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"));
+        let env = |e: git2::Error| {
+            if crate::review::canonical::is_refused_tree(&e) {
+                return Stop::carded(
+                    FireEnd::Failed,
+                    CardKind::UnreviewedChanges,
+                    "a commit the fire would judge holds a tree git itself refuses; no approval covers it".into(),
+                    e.message().to_string(),
+                );
+            }
+            Stop::bare(FireEnd::Environment, format!("reading approvals: {e}"))
+        };
         let root = (!self.dry_run).then(|| self.ctx.opts.root.clone());
         let root = root.as_deref();
         let head = self.fired_commit().map_err(env)?;

@@ -113,9 +113,17 @@ fn cache() -> &'static Cache {
 }
 
 /// The approval the commit `oid` holds, `None` when it holds no readable
-/// `approval.yaml` (it approves nothing).
+/// `approval.yaml` (it approves nothing), or is no commit at all: anyone who can push
+/// a ref can point one at a blob, and such a ref must not stop every fire and every
+/// judge of the repository that fetched it (approvals are never pruned).
 fn read_one(repo: &Repository, oid: Oid) -> Result<Option<Approval>, git2::Error> {
-    let commit = repo.find_commit(oid)?;
+    let commit = match repo.find_commit(oid) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(object = %oid, error = %e, "an approval ref that names no commit (ignored)");
+            return Ok(None);
+        }
+    };
     let tree = commit.tree()?;
     let Some(entry) = tree.get_name(APPROVAL_FILE) else {
         return Ok(None);
@@ -134,6 +142,10 @@ fn read_one(repo: &Repository, oid: Oid) -> Result<Option<Approval>, git2::Error
 
 /// The approvals on the legacy chain from `tip`, oldest first.
 fn legacy_chain(repo: &Repository, tip: Oid) -> Result<Vec<Approval>, git2::Error> {
+    if let Err(e) = repo.find_commit(tip) {
+        tracing::warn!(object = %tip, error = %e, "the legacy approvals ref names no commit (ignored)");
+        return Ok(Vec::new());
+    }
     let mut walk = repo.revwalk()?;
     walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)?;
     walk.push(tip)?;

@@ -11,6 +11,7 @@
 pub mod approvals;
 pub mod base;
 pub mod bootstrap;
+pub mod canonical;
 pub mod committed;
 pub mod delta;
 pub mod forward;
@@ -78,11 +79,18 @@ pub enum ReviewError {
 /// computed without writing any object, so a read-only audit (a server hook's
 /// quarantine) can compute it too.
 pub fn builder_tree_of(repo: &Repository, tree: &git2::Tree) -> Result<Oid, git2::Error> {
-    let mut entries: Vec<(String, i32, Oid)> = BUILDER_DIRS
-        .iter()
-        .filter(|d| **d != ".git")
-        .filter_map(|d| tree.get_name(d).map(|e| (d.to_string(), e.filemode(), e.id())))
-        .collect();
+    // Nothing is read from a tree git refuses (two entries of one name read differently
+    // by different programs).
+    canonical::check(repo, tree.id(), "", false)?;
+    let mut entries: Vec<(String, i32, Oid)> = Vec::new();
+    for dir in BUILDER_DIRS.iter().filter(|d| **d != ".git") {
+        if let Some(e) = tree.get_name(dir) {
+            if e.filemode() == 0o040000 {
+                canonical::check(repo, e.id(), dir, true)?;
+            }
+            entries.push((dir.to_string(), e.filemode(), e.id()));
+        }
+    }
     let owned = owned::OwnedPaths::of_tree(repo, tree)?;
     if owned.has_extras() {
         for e in tree.iter() {
@@ -91,6 +99,9 @@ pub fn builder_tree_of(repo: &Repository, tree: &git2::Tree) -> Result<Oid, git2
                 continue;
             }
             if owned.is_builder(&name) {
+                if e.filemode() == 0o040000 {
+                    canonical::check(repo, e.id(), &name, true)?;
+                }
                 entries.push((name, e.filemode(), e.id()));
             } else if e.filemode() == 0o040000 && owned.may_hold_builder(&name) {
                 if let Some(id) = pruned(repo, &owned, &name, e.id())? {
@@ -104,15 +115,7 @@ pub fn builder_tree_of(repo: &Repository, tree: &git2::Tree) -> Result<Oid, git2
 
 /// The id of the tree `entries` would make, in git's order, without writing it.
 fn hash_tree(entries: &mut [(String, i32, Oid)]) -> Oid {
-    // git's tree order: by name, a tree's name compared as if it ended in `/`.
-    let key = |(n, mode, _): &(String, i32, Oid)| {
-        let mut k = n.as_bytes().to_vec();
-        if *mode == 0o040000 {
-            k.push(b'/');
-        }
-        k
-    };
-    entries.sort_by_key(key);
+    entries.sort_by_key(|(name, mode, _)| canonical::order_key(name.as_bytes(), *mode));
     let mut raw = Vec::new();
     for (name, mode, id) in entries.iter() {
         raw.extend_from_slice(format!("{mode:o} {name}\0").as_bytes());
@@ -135,10 +138,14 @@ fn pruned(repo: &Repository, owned: &owned::OwnedPaths, path: &str, dir: Oid) ->
     if let Some(hit) = PRUNED.with(|m| m.borrow().get(&key).copied()) {
         return Ok(hit);
     }
+    canonical::check(repo, dir, path, false)?;
     let mut entries = Vec::new();
     for e in repo.find_tree(dir)?.iter() {
         let rel = format!("{path}/{}", String::from_utf8_lossy(e.name_bytes()));
         if owned.is_builder(&rel) {
+            if e.filemode() == 0o040000 {
+                canonical::check(repo, e.id(), &rel, true)?;
+            }
             entries.push((rel[path.len() + 1..].to_string(), e.filemode(), e.id()));
         } else if e.filemode() == 0o040000 && owned.may_hold_builder(&rel) {
             if let Some(id) = pruned(repo, owned, &rel, e.id())? {

@@ -123,6 +123,14 @@ fn eperm_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Seccomp
                     cond(1, Op::MaskedEq(0xf), kind as u64)?,
                 ])?);
             }
+            // A stream socket of another protocol than TCP (MPTCP, SCTP): Landlock's
+            // port rules check TCP sockets alone, so one would connect to any port.
+            socket.push(rule(vec![
+                cond(0, Op::Eq, family as u64)?,
+                cond(1, Op::MaskedEq(0xf), libc::SOCK_STREAM as u64)?,
+                cond(2, Op::Ne, 0)?,
+                cond(2, Op::Ne, libc::IPPROTO_TCP as u64)?,
+            ])?);
         }
     }
     socket.push(rule(other_family)?);
@@ -260,7 +268,7 @@ mod tests {
     /// Runs `f` on a thread of its own after installing the filter there (a filter
     /// binds the thread that installs it and what that thread starts, nothing else);
     /// returns what `f` returned, 99 when the filter could not be installed.
-    fn in_filtered_thread(network: bool, f: fn() -> i32) -> i32 {
+    fn in_filtered_thread(network: bool, f: impl FnOnce() -> i32 + Send + 'static) -> i32 {
         std::thread::spawn(move || match install(network) {
             Ok(()) => f(),
             Err(_) => 99,
@@ -313,9 +321,36 @@ mod tests {
             let tcp = probes::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC);
             let udp = probes::socket(libc::AF_INET, libc::SOCK_DGRAM);
             let raw = probes::socket(libc::AF_PACKET, libc::SOCK_RAW);
-            i32::from(tcp.is_ok()) + 2 * i32::from(udp.is_err()) + 4 * i32::from(raw.is_err())
+            let tcp_named = probes::socket_of(libc::AF_INET6, libc::SOCK_STREAM, libc::IPPROTO_TCP);
+            i32::from(tcp.is_ok())
+                + 2 * i32::from(udp.is_err())
+                + 4 * i32::from(raw.is_err())
+                + 8 * i32::from(tcp_named.is_ok())
         });
-        assert_eq!(code, 7);
+        assert_eq!(code, 15);
+    }
+
+    /// MPTCP and SCTP stream sockets: Landlock's TCP port rules do not apply to them,
+    /// so a tool with one granted port would reach every port. The kernel makes them
+    /// outside the filter (the attack would run), and the filter refuses them.
+    #[test]
+    fn granted_network_refuses_stream_sockets_landlock_cannot_judge() {
+        use crate::test_skip::{skip, Capability};
+        for (protocol, cap) in [
+            (libc::IPPROTO_MPTCP, Capability::Mptcp),
+            (libc::IPPROTO_SCTP, Capability::Sctp),
+        ] {
+            if let Err(e) = probes::socket_of(libc::AF_INET, libc::SOCK_STREAM, protocol) {
+                skip(cap, &format!("this kernel makes no such socket ({e})"));
+                continue;
+            }
+            let code = in_filtered_thread(true, move || {
+                let v4 = probes::socket_of(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, protocol);
+                let v6 = probes::socket_of(libc::AF_INET6, libc::SOCK_STREAM, protocol);
+                i32::from(refused(v4, libc::EPERM)) + 2 * i32::from(refused(v6, libc::EPERM))
+            });
+            assert_eq!(code, 3, "{cap:?} stream sockets refused with EPERM");
+        }
     }
 
     #[test]

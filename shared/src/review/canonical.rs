@@ -1,0 +1,203 @@
+//! Trees git itself refuses are never a builder tree. `git fsck` refuses a tree with
+//! two entries of one name (`duplicateEntries`), entries out of git's order
+//! (`treeNotSorted`), or a name git never writes (`.`, `..`, `.git` in any spelling,
+//! an empty name, one holding `/`). An origin that does not check what it receives
+//! (a bare repository's default) accepts such a tree from anyone who can push, and
+//! then two programs read different bytes at one path: libgit2's lookup by name finds
+//! one of two same-named entries, a checkout writes the other. The judge would approve
+//! one file while the work tree, and every script reading it, held the other. So
+//! every tree the approved tree is computed from is checked here first:
+//! [`super::builder_tree_of`] refuses the commit, and the fire, the hook, `audit`
+//! and the sync refuse with it.
+
+use git2::{Oid, Repository};
+use std::cell::RefCell;
+use std::collections::HashSet;
+
+/// Git's order of tree entries: by name, a directory's compared as if it ended in `/`.
+pub(super) fn order_key(name: &[u8], mode: i32) -> Vec<u8> {
+    let mut key = name.to_vec();
+    if mode == 0o040000 {
+        key.push(b'/');
+    }
+    key
+}
+
+/// Why git refuses the entry name `name`; `None` for a name git writes.
+fn refused_name(name: &[u8]) -> Option<&'static str> {
+    match name {
+        b"" => Some("an empty name (git fsck: emptyName)"),
+        b"." => Some("`.` (git fsck: hasDot)"),
+        b".." => Some("`..` (git fsck: hasDotdot)"),
+        _ if name.contains(&b'/') => Some("a name holding `/` (git fsck: fullPathname)"),
+        _ if name.contains(&0) => Some("a name holding a NUL byte"),
+        _ if crate::gitpath::is_dot_git(&String::from_utf8_lossy(name)) => Some("`.git` (git fsck: hasDotgit)"),
+        _ => None,
+    }
+}
+
+/// What makes the tree `id` (at `path`, `""` for the top) one git refuses, checking
+/// its own entries only; `None` when git writes it so.
+fn entries_refused(repo: &Repository, id: Oid, path: &str) -> Result<Option<String>, git2::Error> {
+    let tree = repo.find_tree(id)?;
+    let mut names: HashSet<Vec<u8>> = HashSet::with_capacity(tree.len());
+    let mut last: Option<Vec<u8>> = None;
+    let at = |name: &[u8]| {
+        let name = String::from_utf8_lossy(name);
+        if path.is_empty() {
+            name.escape_debug().to_string()
+        } else {
+            format!("{path}/{}", name.escape_debug())
+        }
+    };
+    for e in tree.iter() {
+        let name = e.name_bytes();
+        if let Some(why) = refused_name(name) {
+            return Ok(Some(format!("`{}`: {why}", at(name))));
+        }
+        if !names.insert(name.to_vec()) {
+            return Ok(Some(format!(
+                "two entries named `{}` (git fsck: duplicateEntries)",
+                at(name)
+            )));
+        }
+        let key = order_key(name, e.filemode());
+        if last.as_ref().is_some_and(|l| *l >= key) {
+            return Ok(Some(format!(
+                "`{}` out of git's order (git fsck: treeNotSorted)",
+                at(name)
+            )));
+        }
+        last = Some(key);
+    }
+    Ok(None)
+}
+
+/// The error for a tree git refuses: class `Tree`, code `Invalid`
+/// ([`is_refused_tree`]).
+fn refusal(path: &str, id: Oid, why: &str) -> git2::Error {
+    let at = if path.is_empty() {
+        "the top-level tree".to_string()
+    } else {
+        format!("the tree `{path}/`")
+    };
+    git2::Error::new(
+        git2::ErrorCode::Invalid,
+        git2::ErrorClass::Tree,
+        format!(
+            "{at} ({}) is one git itself refuses: {why}. Different programs read different files from such a tree, so no approval covers it; replace the commit that made it (`git fsck` names it) with one git writes",
+            crate::text::short_oid(id)
+        ),
+    )
+}
+
+/// Whether `e` is this module's refusal of a tree.
+pub fn is_refused_tree(e: &git2::Error) -> bool {
+    e.class() == git2::ErrorClass::Tree && e.code() == git2::ErrorCode::Invalid
+}
+
+/// Refuses the tree `id` at `path` when git would: its own entries and, with `deep`,
+/// every tree below it. Trees found as git writes them are remembered for the thread
+/// (a walk over records-only commits meets the same builder directories again).
+pub fn check(repo: &Repository, id: Oid, path: &str, deep: bool) -> Result<(), git2::Error> {
+    thread_local! {
+        static PLAIN: RefCell<HashSet<(Oid, bool)>> = RefCell::new(HashSet::new());
+    }
+    if PLAIN.with(|p| p.borrow().contains(&(id, deep)) || p.borrow().contains(&(id, true))) {
+        return Ok(());
+    }
+    if let Some(why) = entries_refused(repo, id, path)? {
+        return Err(refusal(path, id, &why));
+    }
+    if deep {
+        for e in repo.find_tree(id)?.iter() {
+            if e.filemode() == 0o040000 {
+                let below = format!(
+                    "{}{}",
+                    if path.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{path}/")
+                    },
+                    String::from_utf8_lossy(e.name_bytes())
+                );
+                check(repo, e.id(), &below, true)?;
+            }
+        }
+    }
+    PLAIN.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() >= 16_384 {
+            p.clear();
+        }
+        p.insert((id, deep));
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A raw tree of `entries` (mode, name, id) in the order given, as anyone can
+    /// write with `git hash-object -t tree --literally`.
+    fn raw_tree(repo: &Repository, entries: &[(&str, &[u8], Oid)]) -> Oid {
+        let mut raw = Vec::new();
+        for (mode, name, id) in entries {
+            raw.extend_from_slice(mode.as_bytes());
+            raw.push(b' ');
+            raw.extend_from_slice(name);
+            raw.push(0);
+            raw.extend_from_slice(id.as_bytes());
+        }
+        repo.odb().unwrap().write(git2::ObjectType::Tree, &raw).unwrap()
+    }
+
+    #[test]
+    fn trees_git_refuses_are_refused_at_any_depth_and_plain_ones_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let a = repo.blob(b"approved\n").unwrap();
+        let b = repo.blob(b"someone else's\n").unwrap();
+        let plain = raw_tree(&repo, &[("100644", b"lib.sh", a), ("100755", b"run.sh", a)]);
+        let dup = raw_tree(&repo, &[("100644", b"lib.sh", a), ("100644", b"lib.sh", b)]);
+        // The attack's premise: libgit2 reads such a tree, and finds one entry by name.
+        let read = repo.find_tree(dup).unwrap();
+        assert_eq!(read.len(), 2, "libgit2 parses both entries");
+        assert!(read.get_name("lib.sh").is_some());
+        let cases: Vec<(Oid, &str)> = vec![
+            (dup, "duplicateEntries"),
+            (
+                raw_tree(&repo, &[("100644", b"b", a), ("100644", b"a", a)]),
+                "treeNotSorted",
+            ),
+            (
+                raw_tree(&repo, &[("100644", b"x", a), ("40000", b"x", plain)]),
+                "duplicateEntries",
+            ),
+            (raw_tree(&repo, &[("100644", b"..", a)]), "hasDotdot"),
+            (raw_tree(&repo, &[("40000", b".GIT", plain)]), "hasDotgit"),
+        ];
+        for (bad, why) in cases {
+            let e = check(&repo, bad, "tools", false).unwrap_err();
+            assert!(is_refused_tree(&e) && e.message().contains(why), "{why}: {e}");
+            // One level down, found only by the deep check.
+            let top = raw_tree(&repo, &[("40000", b"tools", bad)]);
+            check(&repo, top, "", false).unwrap();
+            let e = check(&repo, top, "", true).unwrap_err();
+            assert!(e.message().contains("`tools/`") && e.message().contains(why), "{e}");
+        }
+        check(&repo, plain, "tools", true).unwrap();
+        let nested = raw_tree(
+            &repo,
+            &[("100644", b"a", a), ("40000", b"a", plain), ("100644", b"a0", a)],
+        );
+        assert!(check(&repo, nested, "", true).is_err(), "a blob and a tree of one name");
+        // Git's order puts a directory `a` (as `a/`) after `a-b` and `a.x`.
+        let ordered = raw_tree(
+            &repo,
+            &[("100644", b"a-b", a), ("100644", b"a.x", a), ("40000", b"a", plain)],
+        );
+        check(&repo, ordered, "", true).unwrap();
+    }
+}
