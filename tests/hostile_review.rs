@@ -937,8 +937,9 @@ fn an_eval_checkout_runs_none_of_the_reviewers_git_filters() {
     .unwrap();
     let git = |args: &[&str]| env.git_ok(&env.root, args);
     git(&["checkout", "-q", "-b", "proposals/attrs", "main"]);
-    env.write(".gitattributes", "*.md filter=probe\n");
-    git(&["add", ".gitattributes"]);
+    // Inside a builder-owned directory: a head changing any other path is not fired.
+    env.write("prompts/.gitattributes", "*.md filter=probe\n");
+    git(&["add", "prompts/.gitattributes"]);
     git(&["commit", "-q", "-m", "Attributes for the prompts"]);
     git(&["checkout", "-q", "main"]);
 
@@ -1452,4 +1453,76 @@ fn a_proposal_on_an_older_base_gets_no_power_the_branch_has_since_dropped() {
         assert_eq!(row["runs"], 0, "fired under the old base's powers: {row}");
     }
     r.assert_nothing_left("a proposal on an older base", &[&out]);
+}
+
+/// A proposal that changes a file outside the builder-owned paths (a library a
+/// script sources, a module beside a pinned MCP server's script): no approval covers
+/// it, and `land` refuses it, but an eval of the head would run it with the trusted
+/// powers on the reviewer's machine. Live first: the head's bytes fired plainly run
+/// the changed library. Under `builder eval`, the head is refused before it runs,
+/// naming the path; the base's rows run.
+#[test]
+fn a_head_changing_code_outside_the_builder_paths_is_not_fired_by_eval() {
+    let env = TestEnv::new();
+    let payload = "sh lib/helper.sh";
+    let helper_theirs = "echo PWNED > reports/pwned.md\n";
+    let throwaway = TestEnv::new();
+    throwaway.write("prompts/t.md", PLAIN_PROMPT);
+    throwaway.write("settings/runtime.yaml", crate::isolation::SETTINGS);
+    throwaway.write(
+        "evals/iso/trace.json",
+        &crate::isolation::trace(&[("run_command", json!({ "command": payload }))]),
+    );
+    throwaway.write("lib/helper.sh", helper_theirs);
+    throwaway.commit_all("the head's bytes");
+    let (_, summary, _) = throwaway.fire("t");
+    assert!(throwaway.root.join("reports/pwned.md").exists(), "live: {summary}");
+
+    std::fs::remove_dir_all(env.root.join("evals/digest")).unwrap();
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.write("settings/runtime.yaml", crate::isolation::SETTINGS);
+    env.write("lib/helper.sh", "echo helped > reports/helped.md\n");
+    env.write(
+        "evals/t/helper.yaml",
+        &format!(
+            "name: helper\nmodel: scripted\nscript:\n  - call: {{ tool: run_command, args: {{ command: {} }} }}\n  - text: \"# Done\"\nassert:\n  - report_contains: \"Done\"\n",
+            serde_json::to_string(payload).unwrap()
+        ),
+    );
+    env.commit_all("a task whose script sources a library");
+    env.write("prompts/t.md", &format!("{PLAIN_PROMPT}Be brief.\n"));
+    let out = env.builder(&["propose", "brief", "-m", "Brief"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The proposer's branch carries the library too (`propose` takes builder paths).
+    env.git_ok(&env.root, &["checkout", "-q", "proposals/brief"]);
+    env.write("lib/helper.sh", helper_theirs);
+    env.commit_all("and the helper");
+    env.git_ok(&env.root, &["checkout", "-q", "main"]);
+    let out = env
+        .command(
+            "builder",
+            &["eval", "--base", "main", "--head", "proposals/brief", "--json"],
+        )
+        .output()
+        .unwrap();
+    let rep = json_of(&out);
+    for row in rep["rows"].as_array().unwrap() {
+        if row["revision"] == "head" {
+            assert_eq!(row["runs"], 0, "the head was fired: {row}");
+            assert_eq!(row["failures"][0]["assertion"], "powers", "{row}");
+        } else {
+            assert_eq!(row["runs"], 1, "{row}");
+        }
+    }
+    let head = rep["powers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["revision"] == "head")
+        .unwrap();
+    let refused = head["refused"].to_string();
+    assert!(
+        refused.contains("paths outside builder_paths") && refused.contains("lib/helper.sh"),
+        "{rep}"
+    );
 }

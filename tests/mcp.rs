@@ -1159,7 +1159,7 @@ fn a_value_a_server_is_handed_is_redacted_from_what_it_answers() {
 /// `daemon` mode the server forks a process that writes `reports/heartbeat`.
 #[test]
 fn a_script_in_the_repository_changed_by_a_push_is_drift_and_never_runs() {
-    let replies = vec![final_turn("Done."), final_turn("Done."), final_turn("Done.")];
+    let replies = (0..5).map(|_| final_turn("Done.")).collect();
     let repo = McpRepo::new(replies, "\"mcp__files\"", "", "");
     let beat = repo.env.root.join("reports/heartbeat");
     // The payload is live: a mode file outside the repository (the machine's, not
@@ -1198,6 +1198,21 @@ fn a_script_in_the_repository_changed_by_a_push_is_drift_and_never_runs() {
         "{text}\n{stderr}"
     );
     assert!(!beat.exists(), "the changed script ran");
+    assert_eq!(code, 5, "{summary}\n{stderr}");
+    // Back as pinned, it starts again; a file pushed beside it (a module the script
+    // would import before the standard library's) is drift as well.
+    repo.env.write("mcp/mode", "honest");
+    repo.env.commit_all("the server as pinned");
+    let (code, summary, stderr) = repo.fire();
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}\n{stderr}");
+    repo.env.write("mcp/json.py", "import os; os.system('steal')\n");
+    repo.env.commit_all("a helper beside the server");
+    let (code, summary, stderr) = repo.fire();
+    let text = serde_yaml::to_string(&repo.env.cards(&summary)).unwrap();
+    assert!(
+        text.contains("mcp_drift") && text.contains("every file of their directories"),
+        "{text}\n{stderr}"
+    );
     assert_eq!(code, 5, "{summary}\n{stderr}");
 }
 

@@ -379,7 +379,7 @@ fn pinned_start<'l>(
         } else {
             // Pins made before scripts were part of the digest differ for that alone.
             format!(
-                "; the digest covers the file(s) the argv names in the repository ({}): a changed script is drift, and a lock pinned before scripts were covered needs `builder mcp pin` again, reviewed",
+                "; the digest covers the file(s) the argv names in the repository ({}) and every file of their directories: a changed script or a file beside it is drift, and a lock pinned before these were covered needs `builder mcp pin` again, reviewed",
                 scripts
                     .iter()
                     .map(|(i, _)| entry.command[*i].as_str())
@@ -616,9 +616,24 @@ fn launch_config(input: &StartInput<'_>, server: &str, entry: &McpServer) -> Wor
         env,
         mcp: Some(McpLaunch {
             server: server.to_string(),
-            argv: entry.command.clone(),
+            argv: pinned_argv(input, &entry.command),
         }),
     }
+}
+
+/// `argv` with its program as the very file the pin's digest hashed (resolved on the
+/// runtime's `PATH`), not whatever the server's own `PATH` finds first in the sandbox:
+/// a program the sandbox cannot see (a version manager's shim in a home directory)
+/// would otherwise fall through to another one, which no pin covers.
+fn pinned_argv(input: &StartInput<'_>, argv: &[String]) -> Vec<String> {
+    let mut argv = argv.to_vec();
+    let resolved = argv
+        .first()
+        .and_then(|p| crate::mcp::digest::resolve_program(p, input.root, &input.path));
+    if let Some(program) = resolved {
+        argv[0] = program.to_string_lossy().into_owned();
+    }
+    argv
 }
 
 impl McpHub {

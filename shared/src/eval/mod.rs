@@ -198,7 +198,10 @@ pub fn evaluate_trusted(
     let mut tasks: Vec<String> = cases.iter().map(|c| c.task.clone()).collect();
     tasks.sort();
     tasks.dedup();
-    let head_powers = trusted.judge(repo, "head", &opts.head, &tasks)?;
+    let mut head_powers = trusted.judge(repo, "head", &opts.head, &tasks)?;
+    if let Some(base) = &opts.base {
+        trusted::refuse_code_outside_review(repo, base, &opts.head, &mut head_powers)?;
+    }
     let base_powers = match &opts.base {
         Some(b) => Some(trusted.judge(repo, "base", b, &tasks)?),
         None => None,

@@ -140,6 +140,40 @@ fn bound_by_the_branch(
     Ok(())
 }
 
+/// A head that changes paths outside the builder-owned ones (against `base`) is not
+/// fired: no approval covers that code, yet a fire under the trusted powers would run
+/// it. A module beside a pinned MCP server's script, shadowing one it imports, would
+/// run with the server's read roots, ports and variables; a library a prefetch script
+/// sources, with the prefetch's. `builder land` refuses such a proposal anyway.
+pub fn refuse_code_outside_review(
+    repo: &git2::Repository,
+    base: &Revision,
+    head: &Revision,
+    powers: &mut RevisionPowers,
+) -> Result<(), EvalError> {
+    let id = |r: &Revision| git2::Oid::from_str(&r.commit).map_err(|e| EvalError::Worktree(e.to_string()));
+    let outside = crate::review::unowned_changes(repo, id(base)?, id(head)?)
+        .map_err(|e| EvalError::Worktree(format!("the paths {} changes: {e}", head.rev)))?;
+    if outside.is_empty() {
+        return Ok(());
+    }
+    const SHOWN: usize = 5;
+    let mut named = outside.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if outside.len() > SHOWN {
+        named.push_str(&format!(" and {} more", outside.len() - SHOWN));
+    }
+    let mut changes = std::mem::take(&mut powers.changes);
+    changes.push(PowerChange {
+        key: "paths outside builder_paths".into(),
+        before: base.rev.clone(),
+        after: format!("{} changed: {named}", outside.len()),
+        effect: Effect::Widens,
+        why: "code no approval covers would run with the trusted powers (a module an MCP server or a script imports, beside it)".into(),
+    });
+    *powers = RevisionPowers::of(powers.revision, changes);
+    Ok(())
+}
+
 /// The blob of `settings/mcp.lock` at `commit` (none when the commit has no lock)
 /// and the lock it holds (a missing lock is an empty one), read from git.
 fn lock_of_commit(
@@ -215,6 +249,19 @@ pub struct RevisionPowers {
     /// Why the revision's eval was refused (it widens a power), if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+}
+
+impl RevisionPowers {
+    /// The powers `changes` of `revision`, refused when any widens.
+    fn of(revision: &'static str, changes: Vec<PowerChange>) -> RevisionPowers {
+        let widened: Vec<PowerChange> = changes.iter().filter(|c| c.effect == Effect::Widens).cloned().collect();
+        RevisionPowers {
+            revision,
+            refused: (!widened.is_empty())
+                .then(|| format!("refused, nothing of it ran: {}", powers::describe_widenings(&widened))),
+            changes,
+        }
+    }
 }
 
 impl Trusted {
@@ -323,13 +370,7 @@ impl Trusted {
                 ));
             }
         }
-        let widened: Vec<PowerChange> = changes.iter().filter(|c| c.effect == Effect::Widens).cloned().collect();
-        Ok(RevisionPowers {
-            revision,
-            refused: (!widened.is_empty())
-                .then(|| format!("refused, nothing of it ran: {}", powers::describe_widenings(&widened))),
-            changes,
-        })
+        Ok(RevisionPowers::of(revision, changes))
     }
 
     /// The key variables of the trusted providers, with their values in this

@@ -1,8 +1,10 @@
 //! What an MCP server's entry starts, as a digest: `sha256:` over the program its
 //! `argv[0]` resolves to, every later argument that names a file (the script an
-//! interpreter runs: `python3 mcp/server.py`; [`file_arguments`]) and the argv itself
-//! ([`command_digest`]). What those files import, and files named inside an argument
-//! (`--config=x.json`), are not pinned. `builder mcp pin`
+//! interpreter runs: `python3 mcp/server.py`; [`file_arguments`]) with every file of
+//! that script's directory and below (what it imports from beside it), and the argv
+//! itself ([`command_digest`]). What the program imports from elsewhere on the
+//! machine, and files named inside an argument (`--config=x.json`), are not pinned.
+//! `builder mcp pin`
 //! hashes the program every time; a fire checks it against the pin at every start, so
 //! it goes through a stat cache ([`command_digest_cached`]) kept in the runtime's state
 //! directory: a server run by an interpreter (`node`, `python3`) would otherwise hash
@@ -123,9 +125,88 @@ fn digest_with(
     let program = hash(&resolved(argv, root, path)?)?;
     let files = file_arguments(argv, root)
         .into_iter()
-        .map(|(i, file)| hash(&file).map(|sha| (i, sha)))
+        .map(|(i, file)| script_digest(&file, root, &mut hash).map(|sha| (i, sha)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(combine(&program, &files, argv))
+}
+
+/// The most files a script's directory may hold to be pinned with it.
+pub const PACKAGE_FILES_MAX: usize = 10_000;
+
+/// The digest of the script `file` with every file of its directory and below: its
+/// package. An interpreter imports from beside the script before anything else
+/// (python's `sys.path[0]`, a `json.py` there shadows the standard library's; node's
+/// relative `require`), so a file anyone pushes there is the server's code as much as
+/// the script is. Each entry counts by its path in the directory, a link by its
+/// target's text (not followed). A script at the repository's top is refused: the
+/// whole repository would be its package.
+fn script_digest(
+    file: &Path,
+    root: &Path,
+    hash: &mut impl FnMut(&Path) -> Result<Vec<u8>, LockError>,
+) -> Result<Vec<u8>, LockError> {
+    let dir = file.parent().unwrap_or(file);
+    if root.canonicalize().is_ok_and(|r| r == dir) {
+        return Err(LockError::ScriptAtTop {
+            script: file.to_path_buf(),
+        });
+    }
+    let mut h = Sha256::new();
+    h.update(hash(file)?);
+    let mut count = 0usize;
+    package_entries(dir, dir, hash, &mut h, &mut count)?;
+    Ok(h.finalize().to_vec())
+}
+
+/// Adds every entry under `at` (in name order, below `dir`) to `h`.
+fn package_entries(
+    dir: &Path,
+    at: &Path,
+    hash: &mut impl FnMut(&Path) -> Result<Vec<u8>, LockError>,
+    h: &mut Sha256,
+    count: &mut usize,
+) -> Result<(), LockError> {
+    let read_error = |source| LockError::Read {
+        path: at.to_path_buf(),
+        source,
+    };
+    let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(at)
+        .map_err(read_error)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .map_err(read_error)?;
+    names.sort();
+    for name in names {
+        *count += 1;
+        if *count > PACKAGE_FILES_MAX {
+            return Err(LockError::PackageTooLarge { dir: dir.to_path_buf() });
+        }
+        let path = at.join(&name);
+        let rel = path.strip_prefix(dir).unwrap_or(&path);
+        h.update([0]);
+        h.update(rel.as_os_str().as_encoded_bytes());
+        let meta = std::fs::symlink_metadata(&path).map_err(|source| LockError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        if meta.is_dir() {
+            h.update(b"/");
+            package_entries(dir, &path, hash, h, count)?;
+        } else if meta.is_file() {
+            h.update(b"f");
+            h.update(hash(&path)?);
+        } else if meta.file_type().is_symlink() {
+            h.update(b"l");
+            let target = std::fs::read_link(&path).map_err(|source| LockError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            h.update(target.as_os_str().as_encoded_bytes());
+        } else {
+            h.update(b"?");
+        }
+    }
+    Ok(())
 }
 
 /// The arguments after `argv[0]` that name a regular file of the repository (relative
@@ -341,6 +422,58 @@ mod tests {
         let changed = command_digest(&argv, &root, "").unwrap();
         assert_ne!(changed, pinned, "the script's bytes are in the digest");
         assert_eq!(command_digest_cached(&argv, &root, "", &state).unwrap(), changed);
+    }
+
+    /// What the script imports from beside it is its code too: a module shadowing the
+    /// standard library's (`mcp/json.py`), a package below, a link's target. A script
+    /// at the repository's top is refused, naming why.
+    #[test]
+    fn the_scripts_directory_is_pinned_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, state) = (dir.path().join("repo"), dir.path().join("state"));
+        std::fs::create_dir_all(root.join("mcp/lib")).unwrap();
+        std::fs::create_dir_all(&state).unwrap();
+        let interpreter = dir.path().join("python3");
+        std::fs::write(&interpreter, b"an interpreter").unwrap();
+        std::fs::write(root.join("mcp/server.py"), b"import json\n").unwrap();
+        std::fs::write(root.join("mcp/lib/util.py"), b"X = 1\n").unwrap();
+        std::fs::write(root.join("README.md"), b"not the server's\n").unwrap();
+        let argv: Vec<String> = [interpreter.to_str().unwrap(), "mcp/server.py"]
+            .map(String::from)
+            .to_vec();
+        let mut seen = vec![command_digest(&argv, &root, "").unwrap()];
+        let mut differs = |what: &str| {
+            let now = command_digest(&argv, &root, "").unwrap();
+            assert_eq!(
+                command_digest_cached(&argv, &root, "", &state).unwrap(),
+                now,
+                "{what}: cached"
+            );
+            assert!(!seen.contains(&now), "{what} is in the digest");
+            seen.push(now);
+        };
+        std::fs::write(root.join("mcp/json.py"), b"steal()\n").unwrap();
+        differs("a module beside the script");
+        std::fs::write(root.join("mcp/lib/util.py"), b"X = steal()\n").unwrap();
+        differs("a module in a package below");
+        std::os::unix::fs::symlink("/etc/passwd", root.join("mcp/lib/link.py")).unwrap();
+        differs("a link");
+        std::fs::remove_file(root.join("mcp/lib/link.py")).unwrap();
+        std::os::unix::fs::symlink("/etc/hosts", root.join("mcp/lib/link.py")).unwrap();
+        differs("a link's target");
+        let unchanged = command_digest(&argv, &root, "").unwrap();
+        std::fs::write(root.join("README.md"), b"changed elsewhere\n").unwrap();
+        assert_eq!(
+            command_digest(&argv, &root, "").unwrap(),
+            unchanged,
+            "outside the directory"
+        );
+
+        std::fs::write(root.join("server.py"), b"import json\n").unwrap();
+        let top: Vec<String> = [interpreter.to_str().unwrap(), "server.py"].map(String::from).to_vec();
+        let e = command_digest(&top, &root, "").unwrap_err();
+        assert!(matches!(e, LockError::ScriptAtTop { .. }), "{e}");
+        assert!(e.to_string().contains("directory of its own"), "{e}");
     }
 
     #[test]

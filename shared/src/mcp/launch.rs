@@ -25,6 +25,9 @@ pub struct McpLaunch {
 
 /// A server's command as every caller starts it: `argv` in `root`, with `env` only and
 /// piped stdin and stdout (the caller decides stderr); `None` for an empty `argv`.
+/// Python writes no bytecode beside the server's modules: the server's directory is
+/// pinned whole ([`super::digest`]), and a `__pycache__` written by `builder mcp pin`
+/// listing its tools would make the next fire's digest differ.
 pub fn server_command(argv: &[String], root: &Path, env: &[(String, String)]) -> Option<Command> {
     let (program, args) = argv.split_first()?;
     let mut cmd = Command::new(program);
@@ -32,6 +35,7 @@ pub fn server_command(argv: &[String], root: &Path, env: &[(String, String)]) ->
         .current_dir(root)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
     Some(cmd)
