@@ -910,6 +910,89 @@ fn a_forged_runtime_commit_is_flagged_and_a_signed_one_accepted() {
     assert!(raw.contains("gpgsig -----BEGIN SSH SIGNATURE-----"), "{raw}");
 }
 
+/// Mallory (no signer) authors a commit as the runtime on the repository's first
+/// commit, whose settings name no signing key, and merges it in: judged by its own
+/// settings it was only "unauthenticated", so the forged receipt passed the hook and
+/// `audit`. Now a push holds every new commit to the key of the branch the remote
+/// has (either way the merge is made), and all of history holds a merged-in commit
+/// to the key where it came in (a warning: a box's records from before its key look
+/// the same), and `history` marks the run.
+#[test]
+fn a_runtime_commit_forged_on_an_old_base_and_merged_in_is_caught() {
+    let env = TestEnv::new();
+    let Some((box_key, box_pub)) = keygen(&env, "box") else {
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
+        return;
+    };
+    let settings = env.read("settings/runtime.yaml").replace(
+        "runtime_identity: { name: runtime, email: runtime@localhost }",
+        &format!(
+            "runtime_identity: {{ name: runtime, email: runtime@localhost, signing_key: {} }}",
+            box_key.display()
+        ),
+    );
+    assert!(settings.contains("signing_key"));
+    env.write("settings/runtime.yaml", &settings);
+    env.write(
+        "settings/allowed_signers",
+        &format!("runtime@localhost namespaces=\"builder-runtime\" {box_pub}"),
+    );
+    env.commit_all("sign runtime commits");
+    with_origin(&env);
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 0, "{summary}");
+    git(&env, &env.root, &["push", "-q", "origin", "main"]);
+    let main = env.head_id();
+    // A copy of the real receipt under another run id.
+    let real = env.receipt(&summary);
+    let real_id = real["run_id"].as_str().unwrap().to_string();
+    let fake_id = "20260101T000000Z-0ldba5e1";
+    let fake = serde_json::to_string_pretty(&real).unwrap().replace(&real_id, fake_id);
+    let first = git(&env, &env.root, &["rev-list", "--max-parents=0", "HEAD"]);
+    git(&env, &env.root, &["checkout", "-q", "-b", "side", first.trim()]);
+    env.write(&format!("runs/digest/2026-01-01/{fake_id}.json"), &fake);
+    let forged = commit_as(&env, ("runtime", "runtime@localhost"), "runtime: digest accepted");
+    // The attack's premise: by its own settings the commit is only unauthenticated.
+    let repo = Repository::open(&env.root).unwrap();
+    let mut judge = shared::review::runtime_commits::RuntimeSignatures::new(&repo);
+    let own = judge
+        .judge(&repo.find_commit(forged).unwrap(), "runtime@localhost")
+        .unwrap();
+    assert!(
+        matches!(own, shared::review::runtime_commits::Authenticity::Unauthenticated),
+        "{own:?}"
+    );
+    let hook_push = |env: &TestEnv| env.git_with_path(&env.root, &path_with_builder(), &["push", "origin", "main"]);
+    // Merged both ways: the forgery as the second parent, and as the first.
+    for (label, merge_into, other) in [("into main", "main", "side"), ("main into it", "side", "main")] {
+        git(&env, &env.root, &["checkout", "-q", "-B", "work", merge_into]);
+        git(&env, &env.root, &["merge", "-q", "--no-ff", "--no-edit", other]);
+        git(&env, &env.root, &["checkout", "-q", "-B", "main", "work"]);
+        let out = hook_push(&env);
+        assert!(!out.status.success(), "{label}: the hook refused: {}", said(&out));
+        assert!(said(&out).contains("forged runtime commit"), "{label}: {}", said(&out));
+        git(&env, &env.root, &["reset", "-q", "--hard", &main]);
+        git(&env, &env.root, &["branch", "-q", "-f", "side", &forged.to_string()]);
+    }
+    // In history (pushed past the hook): a warning, and the run marked.
+    git(&env, &env.root, &["merge", "-q", "--no-ff", "--no-edit", "side"]);
+    push_past_the_hook(&env, &env.root, &["main"], false);
+    let (_, findings, out) = audit_json(&env);
+    let warned = findings.iter().any(|f| {
+        f["severity"] == "warning"
+            && f["commit"] == forged.to_string()[..12]
+            && f["what"]
+                .as_str()
+                .unwrap()
+                .contains("merged into history that asks for one")
+    });
+    assert!(warned, "{out}");
+    let (code, out, err) = builder_in(&env, &env.root, None, &["history", "runs"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = out.lines().find(|l| l.starts_with(fake_id)).unwrap_or_default();
+    assert!(line.contains("FORGED"), "{out}");
+}
+
 /// A person's commit that adds a receipt, or rewrites one the runtime wrote, is not a
 /// record the runtime made, signing key or not: `builder audit` calls each a
 /// violation and `builder history` marks those runs FORGED. A `git pull` merge that
@@ -1303,4 +1386,60 @@ fn a_report_a_person_rewrote_marks_its_run_forged() {
     assert!(out.contains("FORGED: this run's records came in commit"), "{out}");
     let pages = served_pages(&env, &[&format!("/runs/{run_id}")]);
     assert!(pages[0].contains("id=\"forged\""), "{}", pages[0]);
+}
+
+/// When `reports/<task>/<day>` cannot take a report (here a colleague's commit made it
+/// a file), the fire writes it beside its receipt (`runs/.../<id>.report.md`). A
+/// person's rewrite of that report, and a card a person adds by hand, are no records
+/// the runtime made either: `audit` warns, `history` marks the run, `cards show` the
+/// card.
+#[test]
+fn a_fallback_report_or_a_card_a_person_wrote_is_marked() {
+    let env = TestEnv::new();
+    let (code, summary, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{stderr}");
+    let day = summary["receipt"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .nth(2)
+        .unwrap()
+        .to_string();
+    std::fs::remove_dir_all(env.root.join(format!("reports/digest/{day}"))).unwrap();
+    env.write(&format!("reports/digest/{day}"), "not a directory\n");
+    env.commit_all("a file where the day's reports go");
+    let (_, summary, stderr) = env.fire("digest");
+    let run_id = summary["run_id"].as_str().unwrap().to_string();
+    let report = summary["report"].as_str().unwrap().to_string();
+    assert_eq!(
+        report,
+        format!("runs/digest/{day}/{run_id}.report.md"),
+        "{summary}\n{stderr}"
+    );
+    env.write(&report, "# Digest\n\nAll is well, nothing to see.\n");
+    // A copy of the fire's card under another id, asking for more powers.
+    let real_card = summary["cards"][0].as_str().unwrap().to_string();
+    let fake_card = "20260101T000000Z-c0ffee01";
+    let card = format!("cards/{day}/{fake_card}.yaml");
+    let text = env
+        .read(&format!("cards/{day}/{real_card}.yaml"))
+        .replace(&real_card, fake_card);
+    env.write(&card, &text.replace("kind: output_rejected", "kind: permission_denied"));
+    env.commit_all("tidy");
+    let (_, findings, out) = audit_json(&env);
+    for (path, what) in [(report.as_str(), "a run's report"), (card.as_str(), "a card")] {
+        assert!(
+            findings
+                .iter()
+                .any(|f| f["severity"] == "warning" && f["path"] == path && f["what"].as_str().unwrap().contains(what)),
+            "{path}: {out}"
+        );
+    }
+    let (code, out, err) = builder_in(&env, &env.root, None, &["history", "runs"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = out.lines().find(|l| l.starts_with(&run_id)).unwrap_or_default();
+    assert!(line.contains("FORGED"), "{out}");
+    let (code, out, err) = builder_in(&env, &env.root, None, &["cards", "show", fake_card]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("# FORGED: this card came in commit"), "{out}");
 }

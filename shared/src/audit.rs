@@ -20,7 +20,9 @@
 use crate::git::{ChangeKind, TreeChange, TreeDiffer};
 use crate::layout::{Owner, Ownership, SETTINGS_FILE};
 use crate::review::links::RefusedLink;
-use crate::review::runtime_commits::{record_written_by_a_person, runtime_named, Authenticity, RuntimeSignatures};
+use crate::review::runtime_commits::{
+    record_written_by_a_person, runtime_named, Authenticity, Floors, RuntimeSignatures,
+};
 use git2::{FileMode, Oid, Repository, Sort};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -108,7 +110,8 @@ pub fn audit_range(
         }
     }
     let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
-    let review = review_context(repo, rule, tip, &oids)?;
+    let mut review = review_context(repo, rule, tip, &oids)?;
+    review.floors = Floors::of(repo, tip, known)?;
     let review = &review;
     // Commits are independent: audit them on every core, each thread with its own
     // repository handle, and merge the findings back in history order.
@@ -173,6 +176,7 @@ fn review_context(
         on_branch,
         covered_later,
         rule: rule.clone(),
+        floors: Floors::default(),
     })
 }
 
@@ -265,6 +269,8 @@ struct ReviewContext {
     covered_later: HashSet<Oid>,
     /// The rule in force, for judging what a merge replaced ([`Judge::trust`]).
     rule: crate::review::signing::ApprovalRule,
+    /// The settings runtime-named commits are held to besides their own.
+    floors: Floors,
 }
 
 /// The commits of the first-parent chain from `tip` (among `on_branch`) that a later
@@ -684,15 +690,25 @@ fn count_runtime_signature(
     runtime: &RuntimeIdentity,
     report: &mut AuditReport,
 ) -> Result<(), git2::Error> {
-    match judge.signatures.judge(commit, &runtime.email)? {
+    let floors = &judge.review.floors;
+    let mut verdict = judge.signatures.judge_under(commit, &runtime.email, floors.known())?;
+    let mut severity = Severity::Violation;
+    if let (Authenticity::Unauthenticated, Some(entry)) = (&verdict, floors.entry(commit.id())) {
+        verdict = judge.signatures.judge_under(commit, &runtime.email, &[entry])?;
+        severity = Severity::Warning;
+    }
+    match verdict {
         Authenticity::Signed(_) => report.runtime_signed += 1,
         Authenticity::Unauthenticated => report.runtime_unauthenticated += 1,
         Authenticity::Forged(why) => report.findings.push(Finding {
-            severity: Severity::Violation,
+            severity,
             commit: crate::text::short_oid(commit.id()),
             author: author_of(commit),
             path: "-".into(),
-            what: format!("forged runtime commit: named as the runtime without a valid runtime signature ({why})"),
+            what: match severity {
+                Severity::Violation => format!("forged runtime commit: named as the runtime without a valid runtime signature ({why})"),
+                _ => format!("runtime commit without a valid runtime signature, merged into history that asks for one: forged, or records a box made before it had its key ({why})"),
+            },
         }),
     }
     Ok(())
@@ -776,9 +792,12 @@ fn refused_link_findings(
 /// formatter) or restored (`git revert` of its deletion) is worth a word, not a
 /// refused push. `history` marks the run `FORGED` either way.
 fn person_record_finding(path: &str, kind: ChangeKind) -> (Severity, String) {
-    let (severity, record) = match crate::layout::is_receipt_path(path) {
-        true => (Severity::Violation, "a receipt"),
-        false => (Severity::Warning, "a run's report"),
+    let (severity, record) = if crate::records::is_card_path(path) {
+        (Severity::Warning, "a card")
+    } else if crate::layout::is_receipt_path(path) {
+        (Severity::Violation, "a receipt")
+    } else {
+        (Severity::Warning, "a run's report")
     };
     let what = format!(
         "a commit not the runtime's {} {record}: the runtime did not write this record",

@@ -203,9 +203,11 @@ pub fn index(repo: &Repository, store: &mut Store, progress: &dyn Fn(u64, u64)) 
 }
 
 /// The meta key of the commit the forged-records walk reached. Its name changed when
-/// people's receipts joined runtime-named commits in the walk, and again when reports
-/// joined receipts and cards, so an index made before walks all of history again.
-const FORGED_WALKED_TO: &str = "run_records_judged_to";
+/// people's receipts joined runtime-named commits in the walk, again when reports
+/// joined receipts and cards, and again when people's cards, fallback reports and
+/// runtime-named commits merged in from an old base joined, so an index made before
+/// walks all of history again.
+const FORGED_WALKED_TO: &str = "records_and_cards_judged_to";
 
 /// Walks the commits since the last walk (all of them the first time) for commits
 /// named as the runtime whose settings name a signing key and which carry no valid
@@ -226,13 +228,18 @@ fn mark_forged(repo: &Repository, store: &mut Store, head: Oid) -> Result<usize,
         walk.hide(l)?;
     }
     let mut judge = crate::review::runtime_commits::RuntimeSignatures::new(repo);
+    // A commit merged in from an old base is held to the key of the history it came
+    // into too (as `audit` warns).
+    let walked: Vec<Oid> = last.filter(|l| repo.find_commit(*l).is_ok()).into_iter().collect();
+    let floors = crate::review::runtime_commits::Floors::of(repo, head, &walked)?;
     let mut differ = crate::git::TreeDiffer::open(repo)?;
     let mut marks: Vec<(String, String, String)> = Vec::new();
     for oid in walk {
         let commit = repo.find_commit(oid?)?;
         let runtime_named = crate::review::runtime_commits::runtime_named(&commit, &name, &email);
         let why = if runtime_named {
-            match judge.judge(&commit, &email)? {
+            let entry: Vec<Oid> = floors.entry(commit.id()).into_iter().collect();
+            match judge.judge_under(&commit, &email, &entry)? {
                 crate::review::runtime_commits::Authenticity::Forged(why) => why,
                 _ => continue,
             }

@@ -634,6 +634,31 @@ pub fn is_report_path(rel: &str) -> bool {
         && is_run_id(id)
 }
 
+/// Whether `rel` has the shape of the report a fire writes beside its receipt when
+/// `reports/` cannot take it (`runs/<task>/<day>/<run-id>.report.md`).
+pub fn is_fallback_report_path(rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let [dir, task, day, file] = parts.as_slice() else {
+        return false;
+    };
+    let Some(id) = file.strip_suffix(".report.md") else {
+        return false;
+    };
+    *dir == "runs"
+        && crate::layout::valid_task_name(task)
+        && chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok()
+        && is_run_id(id)
+}
+
+/// Whether `rel` has the shape of a card file (`cards/<day>/<id>.yaml`).
+pub fn is_card_path(rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let [dir, day, file] = parts.as_slice() else {
+        return false;
+    };
+    *dir == "cards" && chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok() && file.ends_with(".yaml")
+}
+
 /// The largest record a person is shown ([`record_text`]).
 const MAX_SHOWN_RECORD: u64 = 16 << 20;
 

@@ -662,9 +662,13 @@ fn github_changes(o: &mut String, changes: &[Changed], patch: &str) {
 /// The review's last line.
 pub fn verdict(r: &ReviewReport) -> &'static str {
     match (&r.refused, r.ok) {
+        // Changed paths outside the builder-owned ones refuse the head's evals too:
+        // the more telling reason first.
+        _ if !r.unowned.is_empty() => {
+            "FAIL: the proposal changes paths outside the builder-owned ones; its head's evals were refused"
+        }
         (Some(_), _) => "FAIL: the proposal widens powers; its evals were refused",
         (None, true) => "ok: checks and evals pass",
-        (None, false) if !r.unowned.is_empty() => "FAIL: the proposal changes paths outside the builder-owned ones",
         (None, false) if r.unreviewed_base.is_some() => {
             "FAIL: the base holds builder-owned changes no approval covers; approving the proposal covers them too"
         }

@@ -181,10 +181,55 @@ impl<'r> RuntimeSignatures<'r> {
         list
     }
 
-    /// The verdict on `commit`, named as the runtime (`runtime_email`).
+    /// The verdict on `commit`, named as the runtime (`runtime_email`), by its own
+    /// settings alone.
     pub fn judge(&mut self, commit: &git2::Commit, runtime_email: &str) -> Result<Authenticity, git2::Error> {
-        let tree = commit.tree()?;
-        let config = self.config(&tree)?;
+        self.judge_under(commit, runtime_email, &[])
+    }
+
+    /// The verdict on `commit` by the strictest of its own settings and those of the
+    /// commits in `floors` ([`Floors`]): a commit made on an old base whose settings
+    /// name no key is still held to the key of the history it was brought into.
+    /// Signed when any list that asks for a signature accepts its signature.
+    pub fn judge_under(
+        &mut self,
+        commit: &git2::Commit,
+        runtime_email: &str,
+        floors: &[Oid],
+    ) -> Result<Authenticity, git2::Error> {
+        let own = commit.tree()?;
+        let mut verdict = self.judge_by(commit, &own, runtime_email)?;
+        for floor in floors {
+            if matches!(verdict, Authenticity::Signed(_)) {
+                break;
+            }
+            let tree = self.repo.find_commit(*floor)?.tree()?;
+            match (self.judge_by(commit, &tree, runtime_email)?, &verdict) {
+                (Authenticity::Unauthenticated, _) => {}
+                (floor_verdict, Authenticity::Unauthenticated) => {
+                    verdict = match floor_verdict {
+                        Authenticity::Forged(why) => Authenticity::Forged(format!(
+                            "{why} (its own settings name no key, but the history it came into, at {}, does)",
+                            crate::text::short_oid(*floor)
+                        )),
+                        v => v,
+                    }
+                }
+                (Authenticity::Signed(line), _) => verdict = Authenticity::Signed(line),
+                (Authenticity::Forged(_), _) => {}
+            }
+        }
+        Ok(verdict)
+    }
+
+    /// The verdict on `commit` by the settings (and allowed-signers list) in `tree`.
+    fn judge_by(
+        &mut self,
+        commit: &git2::Commit,
+        tree: &git2::Tree,
+        runtime_email: &str,
+    ) -> Result<Authenticity, git2::Error> {
+        let config = self.config(tree)?;
         if !config.signed {
             return Ok(Authenticity::Unauthenticated);
         }
@@ -200,7 +245,7 @@ impl<'r> RuntimeSignatures<'r> {
         let Ok(armored) = std::str::from_utf8(&signature) else {
             return Ok(Authenticity::Forged("its signature is not text".into()));
         };
-        let list = self.list(commit, &tree, &config.list);
+        let list = self.list(commit, tree, &config.list);
         let list = match list.as_ref() {
             Ok(l) => l,
             Err(d) => {
@@ -215,6 +260,67 @@ impl<'r> RuntimeSignatures<'r> {
             Ok(line) => Authenticity::Signed(line),
             Err(why) => Authenticity::Forged(why),
         })
+    }
+}
+
+/// The commits whose settings a runtime-named commit is held to besides its own
+/// ([`RuntimeSignatures::judge_under`]). Anyone who can push can author a commit as
+/// the runtime on an old base whose settings name no signing key, and bring it into
+/// the branch with an ordinary merge: by its own settings it is only unauthenticated.
+/// So, for a push, every new commit is held to the settings of the commits the remote
+/// already has (its branch). And a commit off the branch's first-parent chain is held
+/// to the settings of the chain where it came in (the first parent of the merge that
+/// brought it): in all of history that cannot tell a forgery from records a box made
+/// before it had the key and a person merged later, so that verdict is a warning.
+#[derive(Debug, Default)]
+pub struct Floors {
+    /// Off-chain commit -> the first parent of the merge that brought it in.
+    entered_at: HashMap<Oid, Oid>,
+    /// The commits the other side already has (the remote's tips, for a push).
+    known: Vec<Oid>,
+}
+
+impl Floors {
+    /// The floors of the commits reachable from `tip` and from none of `known`.
+    pub fn of(repo: &Repository, tip: Oid, known: &[Oid]) -> Result<Floors, git2::Error> {
+        let known: Vec<Oid> = known.iter().copied().filter(|k| repo.find_commit(*k).is_ok()).collect();
+        let mut chain = Vec::new();
+        let mut next = Some(tip);
+        while let Some(oid) = next.filter(|o| !known.contains(o)) {
+            let commit = repo.find_commit(oid)?;
+            if commit.parent_count() > 1 {
+                chain.push(commit.parent_ids().collect::<Vec<_>>());
+            }
+            next = commit.parent_ids().next();
+        }
+        let mut entered_at = HashMap::new();
+        // Oldest merge first: what an older merge brought is behind every later
+        // merge's first parent, so each commit is found once, where it came in.
+        for parents in chain.iter().rev() {
+            let mut walk = repo.revwalk()?;
+            for other in &parents[1..] {
+                walk.push(*other)?;
+            }
+            walk.hide(parents[0])?;
+            for k in &known {
+                walk.hide(*k)?;
+            }
+            for oid in walk {
+                entered_at.entry(oid?).or_insert(parents[0]);
+            }
+        }
+        Ok(Floors { entered_at, known })
+    }
+
+    /// The commits the other side already has: every new commit is held to their
+    /// settings.
+    pub fn known(&self) -> &[Oid] {
+        &self.known
+    }
+
+    /// For a commit off the first-parent chain: the chain's commit where it came in.
+    pub fn entry(&self, commit: Oid) -> Option<Oid> {
+        self.entered_at.get(&commit).copied()
     }
 }
 
@@ -243,17 +349,25 @@ pub fn runtime_identity_of(repo: &Repository, tree: &git2::Tree) -> Result<crate
 }
 
 /// Whether `commit` wrote the run record `change` holds as a person: not named as the
-/// runtime, the path a receipt or a run's report, added or rewritten (a deletion
-/// prunes, it forges nothing), and, for a merge, held by no other parent (a `git pull`
-/// brings the runtime's records from the origin; only content no parent had is the
-/// merge's own).
+/// runtime, the path a receipt or a run's report (in `reports/`, or the fallback
+/// beside the receipt) added or rewritten, or a card added (a person's triage
+/// rewrites cards; a deletion prunes, it forges nothing), and, for a merge, held by no
+/// other parent (a `git pull` brings the runtime's records from the origin; only
+/// content no parent had is the merge's own).
 pub fn record_written_by_a_person(
     commit: &git2::Commit,
     change: &crate::git::TreeChange,
     runtime: (&str, &str),
 ) -> Result<bool, git2::Error> {
-    let run_record = crate::layout::is_receipt_path(&change.path) || crate::records::is_report_path(&change.path);
-    if runtime_named(commit, runtime.0, runtime.1) || !run_record || change.kind == crate::git::ChangeKind::Deleted {
+    let path = change.path.as_str();
+    let run_record = crate::layout::is_receipt_path(path)
+        || crate::records::is_report_path(path)
+        || crate::records::is_fallback_report_path(path);
+    let card_added = crate::records::is_card_path(path) && change.kind == crate::git::ChangeKind::Added;
+    if runtime_named(commit, runtime.0, runtime.1)
+        || !(run_record || card_added)
+        || change.kind == crate::git::ChangeKind::Deleted
+    {
         return Ok(false);
     }
     let Some((blob, _)) = change.new else {

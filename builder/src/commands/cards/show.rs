@@ -22,6 +22,13 @@ pub fn run(args: Args, ix: &Indexed) -> Result<Outcome, CommandError> {
     for p in &paths {
         let full = ix.root.join(p);
         println!("# {}", printable(p));
+        if let Some((commit, why)) = history::forged_record(&ix.store, p)? {
+            println!(
+                "# FORGED: this card came in commit {}, which the runtime did not make ({})",
+                printable(&commit),
+                printable(&why)
+            );
+        }
         print!(
             "{}",
             printable_multiline(&std::fs::read_to_string(&full).with_context(|| full.display().to_string())?)
