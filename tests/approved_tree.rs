@@ -1443,3 +1443,22 @@ fn a_fallback_report_or_a_card_a_person_wrote_is_marked() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("# FORGED: this card came in commit"), "{out}");
 }
+
+/// The replay trace is a builder-owned file like any other: a fire reads it from the
+/// commit it fires, not from the work tree. Here the work tree's copy is changed
+/// behind git's back (`--skip-worktree`, so no status sees it): before, the fire
+/// answered with it.
+#[test]
+fn a_fire_replays_the_committed_trace_not_the_work_trees() {
+    let env = TestEnv::new();
+    let rel = "evals/digest/replay.json";
+    git(&env, &env.root, &["update-index", "--skip-worktree", rel]);
+    env.write(rel, &env.read(rel).replace("# Digest", "# PWNED-BY-THE-WORK-TREE"));
+    let status = git(&env, &env.root, &["status", "--porcelain"]);
+    assert!(status.trim().is_empty(), "git sees no change: {status}");
+    assert!(env.read(rel).contains("PWNED"), "the work tree's copy is hers");
+    let (code, summary, stderr) = env.fire("digest");
+    assert_eq!(code, 0, "{summary}\n{stderr}");
+    let report = env.read(summary["report"].as_str().unwrap());
+    assert!(report.contains("# Digest") && !report.contains("PWNED"), "{report}");
+}

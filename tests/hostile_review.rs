@@ -1525,4 +1525,28 @@ fn a_head_changing_code_outside_the_builder_paths_is_not_fired_by_eval() {
         refused.contains("paths outside builder_paths") && refused.contains("lib/helper.sh"),
         "{rep}"
     );
+    // The head naming `lib/**` builder-owned itself changes nothing: the base's
+    // `builder_paths` judge too.
+    env.git_ok(&env.root, &["checkout", "-q", "proposals/brief"]);
+    let settings = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{settings}builder_paths: [\"lib/**\"]\n"),
+    );
+    env.commit_all("the helper is builder-owned now");
+    env.git_ok(&env.root, &["checkout", "-q", "main"]);
+    let out = env
+        .command(
+            "builder",
+            &["eval", "--base", "main", "--head", "proposals/brief", "--json"],
+        )
+        .output()
+        .unwrap();
+    let rep = json_of(&out);
+    for row in rep["rows"].as_array().unwrap() {
+        if row["revision"] == "head" {
+            assert_eq!(row["runs"], 0, "the head was fired: {row}");
+        }
+    }
+    assert!(rep["powers"].to_string().contains("lib/helper.sh"), "{rep}");
 }

@@ -344,17 +344,13 @@ fn remove_record(tx: &Transaction, path: &str) -> rusqlite::Result<usize> {
 }
 
 /// A card record's path (other files under `cards/`, such as `.gitkeep`, are not).
-fn is_card_path(path: &str) -> bool {
-    path.starts_with("cards/") && path.ends_with(".yaml")
-}
-
 fn upsert_record(tx: &Transaction, path: &str, bytes: &[u8]) -> Result<Option<RecordKind>, RecordError> {
     if crate::layout::is_receipt_path(path) {
         let r: Receipt =
             serde_json::from_slice(bytes).map_err(|e| RecordError::Parse(format!("line {}: {e}", e.line())))?;
         insert_receipt(tx, &r, path)?;
         Ok(Some(RecordKind::Receipt))
-    } else if is_card_path(path) {
+    } else if crate::records::is_card_path(path) {
         let c = crate::records::parse_card(bytes).map_err(|(_, e)| RecordError::Parse(e))?;
         tx.prepare_cached("INSERT OR REPLACE INTO cards (id, fingerprint, kind, task, run_id, created_at, status, summary, path) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?
             .execute(params![c.id, c.fingerprint, c.kind.as_str(), c.task, c.run_id, c.created_at.to_rfc3339(), c.status, c.summary, path])?;

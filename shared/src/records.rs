@@ -650,13 +650,11 @@ pub fn is_fallback_report_path(rel: &str) -> bool {
         && is_run_id(id)
 }
 
-/// Whether `rel` has the shape of a card file (`cards/<day>/<id>.yaml`).
+/// Whether `rel` is a card file: any `.yaml` under `cards/`, as the history index
+/// reads cards (the runtime writes `cards/<day>/<id>.yaml`; a card anywhere else is
+/// listed all the same).
 pub fn is_card_path(rel: &str) -> bool {
-    let parts: Vec<&str> = rel.split('/').collect();
-    let [dir, day, file] = parts.as_slice() else {
-        return false;
-    };
-    *dir == "cards" && chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok() && file.ends_with(".yaml")
+    rel.starts_with("cards/") && rel.ends_with(".yaml")
 }
 
 /// The largest record a person is shown ([`record_text`]).

@@ -152,7 +152,10 @@ pub fn refuse_code_outside_review(
     powers: &mut RevisionPowers,
 ) -> Result<(), EvalError> {
     let id = |r: &Revision| git2::Oid::from_str(&r.commit).map_err(|e| EvalError::Worktree(e.to_string()));
-    let outside = crate::review::unowned_changes(repo, id(base)?, id(head)?)
+    // By the base's `builder_paths` too: a head that names its own change
+    // builder-owned has not had that reviewed either.
+    let (base_id, head_id) = (id(base)?, id(head)?);
+    let outside = crate::review::changes_outside(repo, base_id, head_id, &[base_id, head_id])
         .map_err(|e| EvalError::Worktree(format!("the paths {} changes: {e}", head.rev)))?;
     if outside.is_empty() {
         return Ok(());

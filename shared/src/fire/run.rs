@@ -259,16 +259,30 @@ impl FireRun {
     }
 
     pub(super) fn providers(&self) -> Result<ProviderChain, ProviderError> {
-        let root = &self.ctx.opts.root;
         let s = &self.config.settings;
-        let primary = Provider::new(&s.provider, root, self.config.retry)?;
+        let primary = Provider::with_replay(&s.provider, self.config.retry, |rel| self.committed_trace(rel))?;
         let fallback = s
             .fallback
             .as_ref()
-            .map(|f| Provider::new(f, root, self.config.retry))
+            .map(|f| Provider::with_replay(f, self.config.retry, |rel| self.committed_trace(rel)))
             .transpose()?;
         let cooldown = std::time::Duration::from_secs(self.config.limits.fallback_cooldown_s);
         Ok(ProviderChain::new(primary, fallback, cooldown))
+    }
+
+    /// A replay trace (builder-owned, under `evals/`) as the fired commit holds it, as
+    /// every file the approval covers; from the work tree only for a fire with no
+    /// commit (a repository before its first).
+    fn committed_trace(&self, rel: &str) -> Result<crate::provider::Replay, ProviderError> {
+        let root = &self.ctx.opts.root;
+        let Some(commit) = self.inputs.commit.as_deref().and_then(|c| git2::Oid::from_str(c).ok()) else {
+            return crate::provider::Replay::load(root, &root.join(rel));
+        };
+        let config = |m: String| ProviderError::new(crate::provider::ProviderErrorKind::Config, None, m);
+        let committed = crate::review::committed::Committed::at(&self.repo, commit)
+            .map_err(|e| config(format!("{rel}: {}", e.message())))?;
+        let bytes = committed.read(rel).map_err(|e| config(e.to_string()))?;
+        crate::provider::Replay::parse(bytes, rel)
     }
 
     /// The loop's inputs, from the resolved configuration.

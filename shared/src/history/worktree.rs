@@ -7,7 +7,7 @@
 //! `cards/` since the commit of the last look. A file modified within two seconds of
 //! a look is hashed again next time (a later write could keep its mtime).
 
-use super::{get_meta, is_card_path, remove_record, upsert_record, HistoryError, RecordError};
+use super::{get_meta, remove_record, upsert_record, HistoryError, RecordError};
 use crate::git::TreeDiffer;
 use crate::store::Store;
 use git2::{ObjectType, Oid, Repository};
@@ -108,7 +108,7 @@ impl<'r> HeadSide<'r> {
             TreeDiffer::open(repo)?
                 .diff(since, head_tree, &["cards"])?
                 .into_iter()
-                .filter(|c| is_card_path(&c.path))
+                .filter(|c| crate::records::is_card_path(&c.path))
                 .map(|c| (c.path, c.new.map(|(oid, _)| oid)))
                 .collect()
         };
@@ -161,7 +161,7 @@ impl Look {
         for (path, meta) in files_below(&root.join("cards")) {
             let Ok(rel) = path.strip_prefix(root) else { continue };
             let rel = rel.to_string_lossy().replace('\\', "/");
-            if !is_card_path(&rel) {
+            if !crate::records::is_card_path(&rel) {
                 continue;
             }
             let before = seen.get(&rel);

@@ -122,12 +122,80 @@ fn digest_with(
     path: &str,
     mut hash: impl FnMut(&Path) -> Result<Vec<u8>, LockError>,
 ) -> Result<String, LockError> {
-    let program = hash(&resolved(argv, root, path)?)?;
+    if let Some(flag) = code_outside_a_file(argv) {
+        return Err(LockError::CodeNotInAFile {
+            program: argv[0].clone(),
+            flag,
+        });
+    }
+    let mut program = hash(&resolved(argv, root, path)?)?;
+    // A version manager's shim picks its interpreter by files in the working
+    // directory, the repository's top: those chosen there are part of what starts.
+    for name in VERSION_FILES {
+        let file = root.join(name);
+        if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) {
+            let mut h = Sha256::new();
+            h.update(&program);
+            h.update(name.as_bytes());
+            h.update(hash(&file)?);
+            program = h.finalize().to_vec();
+        }
+    }
     let files = file_arguments(argv, root)
         .into_iter()
         .map(|(i, file)| script_digest(&file, root, &mut hash).map(|sha| (i, sha)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(combine(&program, &files, argv))
+}
+
+/// The files at the repository's top by which version managers (pyenv, nodenv, nvm,
+/// asdf, mise, rbenv) choose the interpreter their shim runs.
+const VERSION_FILES: [&str; 9] = [
+    ".python-version",
+    ".node-version",
+    ".nvmrc",
+    ".tool-versions",
+    ".mise.toml",
+    "mise.toml",
+    ".mise.local.toml",
+    "mise.local.toml",
+    ".ruby-version",
+];
+
+/// The flag by which an interpreter in `argv` runs code no file argument names (a
+/// module Python finds from the working directory, the repository's top, with `-m`;
+/// code given inline), which a pin cannot cover; `None` otherwise. Only the
+/// interpreter's own options count: what follows the script is the script's.
+fn code_outside_a_file(argv: &[String]) -> Option<String> {
+    let program = Path::new(argv.first()?).file_name()?.to_str()?;
+    let python = program.starts_with("python") || program.starts_with("pypy");
+    let flags: &[&str] = if python {
+        &["-m", "-c"]
+    } else if matches!(program, "node" | "nodejs" | "bun" | "deno") {
+        &["-e", "-p", "--eval", "--print"]
+    } else if matches!(program, "sh" | "bash" | "dash" | "zsh" | "ksh") {
+        &["-c"]
+    } else if matches!(program, "perl" | "ruby") {
+        &["-e", "-E"]
+    } else {
+        return None;
+    };
+    for a in &argv[1..] {
+        if a == "--" || !a.starts_with('-') {
+            return None;
+        }
+        let (name, _) = a.split_once('=').unwrap_or((a, ""));
+        if flags.contains(&name) {
+            return Some(a.clone());
+        }
+        // Short options run together (`-um`, `-Ic`, `-pe`): python's `-m` and `-c`,
+        // and the others' code flags, end them.
+        let short = !a.starts_with("--") && a.len() > 2;
+        if short && flags.iter().any(|f| f.len() == 2 && a[1..].contains(&f[1..])) {
+            return Some(a.clone());
+        }
+    }
+    None
 }
 
 /// The most files a script's directory may hold to be pinned with it.
@@ -136,8 +204,8 @@ pub const PACKAGE_FILES_MAX: usize = 10_000;
 /// The digest of the script `file` with every file of its directory and below: its
 /// package. An interpreter imports from beside the script before anything else
 /// (python's `sys.path[0]`, a `json.py` there shadows the standard library's; node's
-/// relative `require`), so a file anyone pushes there is the server's code as much as
-/// the script is. Each entry counts by its path in the directory, a link by its
+/// relative `require`, and a bare one in every `node_modules` up to the top), so a file
+/// anyone pushes there is the server's code as much as the script is. Each entry counts by its path in the directory, a link by its
 /// target's text (not followed). A script at the repository's top is refused: the
 /// whole repository would be its package.
 fn script_digest(
@@ -146,7 +214,11 @@ fn script_digest(
     hash: &mut impl FnMut(&Path) -> Result<Vec<u8>, LockError>,
 ) -> Result<Vec<u8>, LockError> {
     let dir = file.parent().unwrap_or(file);
-    if root.canonicalize().is_ok_and(|r| r == dir) {
+    let root = root.canonicalize().map_err(|source| LockError::Read {
+        path: root.to_path_buf(),
+        source,
+    })?;
+    if root == dir {
         return Err(LockError::ScriptAtTop {
             script: file.to_path_buf(),
         });
@@ -155,6 +227,38 @@ fn script_digest(
     h.update(hash(file)?);
     let mut count = 0usize;
     package_entries(dir, dir, hash, &mut h, &mut count)?;
+    // Node looks for a bare `require('x')` in every `node_modules` on the way up:
+    // those between the script's directory and the repository's top are its code too.
+    for above in dir.ancestors().skip(1).take_while(|a| a.starts_with(&root)) {
+        // Node reads the nearest `package.json` above for a bare name first (a package
+        // naming itself, `exports`, `imports`, `type`).
+        let manifest = above.join("package.json");
+        if std::fs::symlink_metadata(&manifest).is_ok_and(|m| m.is_file()) {
+            h.update([3]);
+            h.update(
+                manifest
+                    .strip_prefix(&root)
+                    .unwrap_or(&manifest)
+                    .as_os_str()
+                    .as_encoded_bytes(),
+            );
+            h.update(hash(&manifest)?);
+        }
+        let modules = above.join("node_modules");
+        if std::fs::symlink_metadata(&modules).is_ok() {
+            h.update([2]);
+            h.update(
+                modules
+                    .strip_prefix(&root)
+                    .unwrap_or(&modules)
+                    .as_os_str()
+                    .as_encoded_bytes(),
+            );
+            if modules.is_dir() && !modules.is_symlink() {
+                package_entries(&modules, &modules, hash, &mut h, &mut count)?;
+            }
+        }
+    }
     Ok(h.finalize().to_vec())
 }
 
@@ -461,6 +565,18 @@ mod tests {
         std::fs::remove_file(root.join("mcp/lib/link.py")).unwrap();
         std::os::unix::fs::symlink("/etc/hosts", root.join("mcp/lib/link.py")).unwrap();
         differs("a link's target");
+        std::fs::create_dir_all(root.join("node_modules/x")).unwrap();
+        differs("a `node_modules` on the way up (node's bare `require`)");
+        std::fs::write(root.join("node_modules/x/index.js"), b"steal()\n").unwrap();
+        differs("a module in it");
+        std::fs::write(
+            root.join("package.json"),
+            b"{\"name\": \"helper\", \"exports\": \"./x.js\"}",
+        )
+        .unwrap();
+        differs("a `package.json` on the way up (node's self-reference)");
+        std::fs::write(root.join(".python-version"), b"3.6.15\n").unwrap();
+        differs("a version manager's file at the top");
         let unchanged = command_digest(&argv, &root, "").unwrap();
         std::fs::write(root.join("README.md"), b"changed elsewhere\n").unwrap();
         assert_eq!(
@@ -469,6 +585,23 @@ mod tests {
             "outside the directory"
         );
 
+        for (argv, flag) in [
+            (vec!["python3", "-m", "srv"], "-m"),
+            (vec!["/usr/bin/python3.11", "-I", "-um", "srv"], "-um"),
+            (vec!["python3", "-c", "import srv"], "-c"),
+            (vec!["node", "--eval=require('./x')"], "--eval=require('./x')"),
+            (vec!["sh", "-c", "python3 mcp/server.py"], "-c"),
+        ] {
+            let argv: Vec<String> = argv.into_iter().map(String::from).collect();
+            match command_digest(&argv, &root, "/usr/bin:/bin") {
+                Err(LockError::CodeNotInAFile { flag: f, .. }) => assert_eq!(f, flag, "{argv:?}"),
+                other => panic!("{argv:?}: {other:?}"),
+            }
+        }
+        let script_flag: Vec<String> = [interpreter.to_str().unwrap(), "mcp/server.py", "-c", "conf"]
+            .map(String::from)
+            .to_vec();
+        command_digest(&script_flag, &root, "").expect("the script's own flags are its own");
         std::fs::write(root.join("server.py"), b"import json\n").unwrap();
         let top: Vec<String> = [interpreter.to_str().unwrap(), "server.py"].map(String::from).to_vec();
         let e = command_digest(&top, &root, "").unwrap_err();

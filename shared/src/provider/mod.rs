@@ -175,7 +175,7 @@ impl ProviderError {
         }
     }
 
-    fn new(kind: ProviderErrorKind, status: Option<u16>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: ProviderErrorKind, status: Option<u16>, message: impl Into<String>) -> Self {
         ProviderError {
             kind,
             status,
@@ -235,8 +235,19 @@ pub struct Provider {
 }
 
 impl Provider {
-    /// Builds a provider; `root` resolves a replay trace path.
+    /// Builds a provider; `root` resolves a replay trace path, read from the work tree.
     pub fn new(settings: &ProviderSettings, root: &Path, retry: RetryPolicy) -> Result<Provider, ProviderError> {
+        Provider::with_replay(settings, retry, |rel| replay::Replay::load(root, &root.join(rel)))
+    }
+
+    /// Builds a provider whose replay trace (for `kind: replay`) `load` gives from its
+    /// repository-relative path: a fire reads it from the commit it fires, as every
+    /// other builder-owned file.
+    pub fn with_replay(
+        settings: &ProviderSettings,
+        retry: RetryPolicy,
+        load: impl FnOnce(&str) -> Result<replay::Replay, ProviderError>,
+    ) -> Result<Provider, ProviderError> {
         let key = match &settings.api_key_env {
             Some(name) => std::env::var(name).ok(),
             None => None,
@@ -248,7 +259,7 @@ impl Provider {
                 let rel = settings.replay.as_deref().ok_or_else(|| {
                     ProviderError::new(ProviderErrorKind::Config, None, "replay provider needs `replay:`")
                 })?;
-                Backend::Replay(replay::Replay::load(root, &root.join(rel))?)
+                Backend::Replay(load(rel)?)
             }
         };
         Ok(Provider {

@@ -74,9 +74,23 @@ impl Replay {
             Err(_) => std::fs::read(path).map_err(|e| e.to_string()),
         }
         .map_err(|e| err(format!("{}: {e}", path.display())))?;
-        let src = String::from_utf8(bytes).map_err(|_| err(format!("{}: not UTF-8 text", path.display())))?;
-        let trace: ReplayTrace =
-            serde_json::from_str(&src).map_err(|e| err(format!("{}:{}: {e}", path.display(), e.line())))?;
+        Replay::parse(bytes, &path.display().to_string())
+    }
+
+    /// The trace in `bytes`, read from `name` (a file, or a committed blob).
+    pub fn parse(bytes: Vec<u8>, name: &str) -> Result<Replay, ProviderError> {
+        let err = |m: String| ProviderError {
+            kind: ProviderErrorKind::Config,
+            status: None,
+            message: m,
+            retries: 0,
+            timeout_s: None,
+        };
+        if bytes.len() as u64 > TRACE_CAP {
+            return Err(err(format!("{name}: over {TRACE_CAP} bytes")));
+        }
+        let src = String::from_utf8(bytes).map_err(|_| err(format!("{name}: not UTF-8 text")))?;
+        let trace: ReplayTrace = serde_json::from_str(&src).map_err(|e| err(format!("{name}:{}: {e}", e.line())))?;
         Ok(Replay { trace })
     }
 

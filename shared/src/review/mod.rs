@@ -271,15 +271,25 @@ pub fn builder_tree_of_commit(repo: &Repository, commit: Oid) -> Result<Oid, git
 /// settings): an approval names the builder tree alone, so none covers them.
 /// `builder review` lists them and `builder land` refuses a proposal that holds any.
 pub fn unowned_changes(repo: &Repository, base: Oid, head: Oid) -> Result<Vec<String>, git2::Error> {
+    changes_outside(repo, base, head, &[head])
+}
+
+/// The paths `head` changes from `base` that are not builder-owned by the settings of
+/// any one of `judges` (commits): an eval judges by the base's `builder_paths` as well
+/// as the head's, so a head cannot make its own change builder-owned.
+pub fn changes_outside(repo: &Repository, base: Oid, head: Oid, judges: &[Oid]) -> Result<Vec<String>, git2::Error> {
     let head_tree = repo.find_commit(head)?.tree()?;
     let base_tree = repo.find_commit(base)?.tree()?;
-    let owned = owned::OwnedPaths::of_tree(repo, &head_tree)?;
+    let owned = judges
+        .iter()
+        .map(|j| owned::OwnedPaths::of_tree(repo, &repo.find_commit(*j)?.tree()?))
+        .collect::<Result<Vec<_>, _>>()?;
     let diff = repo.diff_tree_to_tree(Some(&base_tree), Some(&head_tree), None)?;
     let mut out: Vec<String> = Vec::new();
     for d in diff.deltas() {
         for path in [d.old_file().path(), d.new_file().path()].into_iter().flatten() {
             let path = path.to_string_lossy().into_owned();
-            if !owned.is_builder(&path) && !out.contains(&path) {
+            if !owned.iter().all(|o| o.is_builder(&path)) && !out.contains(&path) {
                 out.push(path);
             }
         }
