@@ -270,12 +270,14 @@ impl FireRun {
         Ok(ProviderChain::new(primary, fallback, cooldown))
     }
 
-    /// A replay trace (builder-owned, under `evals/`) as the fired commit holds it, as
-    /// every file the approval covers; from the work tree only for a fire with no
-    /// commit (a repository before its first).
+    /// A replay trace the settings name (builder-owned, under `evals/`) as the fired
+    /// commit holds it, as every file the approval covers. The file given with
+    /// `--replay` (the operator's, or an eval case's) is read as a file, and so is
+    /// the trace of a fire with no commit (a repository before its first).
     fn committed_trace(&self, rel: &str) -> Result<crate::provider::Replay, ProviderError> {
         let root = &self.ctx.opts.root;
-        let Some(commit) = self.inputs.commit.as_deref().and_then(|c| git2::Oid::from_str(c).ok()) else {
+        let commit = self.inputs.commit.as_deref().and_then(|c| git2::Oid::from_str(c).ok());
+        let Some(commit) = commit.filter(|_| self.ctx.opts.replay.is_none()) else {
             return crate::provider::Replay::load(root, &root.join(rel));
         };
         let config = |m: String| ProviderError::new(crate::provider::ProviderErrorKind::Config, None, m);

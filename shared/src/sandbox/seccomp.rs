@@ -111,13 +111,10 @@ fn eperm_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Seccomp
         other_family.push(cond(0, Op::Ne, libc::AF_INET as u64)?);
         other_family.push(cond(0, Op::Ne, libc::AF_INET6 as u64)?);
         for family in [libc::AF_INET, libc::AF_INET6] {
-            for kind in [
-                libc::SOCK_DGRAM,
-                libc::SOCK_RAW,
-                libc::SOCK_RDM,
-                libc::SOCK_SEQPACKET,
-                10, // SOCK_PACKET
-            ] {
+            // Every type but a stream (the kernel's `SOCK_TYPE_MASK` is the low four
+            // bits): datagrams, raw, `SOCK_SEQPACKET`, `SOCK_DCCP`, `SOCK_PACKET` and
+            // any a later kernel adds.
+            for kind in (0..16).filter(|k| *k != libc::SOCK_STREAM) {
                 socket.push(rule(vec![
                     cond(0, Op::Eq, family as u64)?,
                     cond(1, Op::MaskedEq(0xf), kind as u64)?,
@@ -322,12 +319,18 @@ mod tests {
             let udp = probes::socket(libc::AF_INET, libc::SOCK_DGRAM);
             let raw = probes::socket(libc::AF_PACKET, libc::SOCK_RAW);
             let tcp_named = probes::socket_of(libc::AF_INET6, libc::SOCK_STREAM, libc::IPPROTO_TCP);
+            // `SOCK_DCCP` and a type no kernel has yet: the filter's `EPERM`, not the
+            // kernel's "type not supported".
+            let dccp = probes::socket_of(libc::AF_INET, 6, 0);
+            let unknown = probes::socket_of(libc::AF_INET6, 11 | libc::SOCK_CLOEXEC, 0);
             i32::from(tcp.is_ok())
                 + 2 * i32::from(udp.is_err())
                 + 4 * i32::from(raw.is_err())
                 + 8 * i32::from(tcp_named.is_ok())
+                + 16 * i32::from(refused(dccp, libc::EPERM))
+                + 32 * i32::from(refused(unknown, libc::EPERM))
         });
-        assert_eq!(code, 15);
+        assert_eq!(code, 63);
     }
 
     /// MPTCP and SCTP stream sockets: Landlock's TCP port rules do not apply to them,
