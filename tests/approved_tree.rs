@@ -1444,19 +1444,30 @@ fn a_fallback_report_or_a_card_a_person_wrote_is_marked() {
     assert!(out.contains("# FORGED: this card came in commit"), "{out}");
 }
 
-/// The replay trace is a builder-owned file like any other: a fire reads it from the
-/// commit it fires, not from the work tree. Here the work tree's copy is changed
-/// behind git's back (`--skip-worktree`, so no status sees it): before, the fire
-/// answered with it.
+/// A builder-owned file changed behind git's back: `--skip-worktree` or
+/// `--assume-unchanged` hide the change from every status, yet a script that sources
+/// the file, or a tool the model runs, reads the work tree's bytes (helper-77 ran an
+/// edited `tools/lib.sh` through the approved prefetch script). The fire refuses, naming
+/// the mark; cleared, it fires on the committed bytes (the replay trace is read from
+/// the commit too).
 #[test]
-fn a_fire_replays_the_committed_trace_not_the_work_trees() {
+fn a_builder_file_hidden_from_git_status_refuses_the_fire() {
     let env = TestEnv::new();
     let rel = "evals/digest/replay.json";
-    git(&env, &env.root, &["update-index", "--skip-worktree", rel]);
-    env.write(rel, &env.read(rel).replace("# Digest", "# PWNED-BY-THE-WORK-TREE"));
-    let status = git(&env, &env.root, &["status", "--porcelain"]);
-    assert!(status.trim().is_empty(), "git sees no change: {status}");
-    assert!(env.read(rel).contains("PWNED"), "the work tree's copy is hers");
+    for mark in ["--skip-worktree", "--assume-unchanged"] {
+        git(&env, &env.root, &["update-index", mark, rel]);
+        env.write(rel, &env.read(rel).replace("# Digest", "# PWNED-BY-THE-WORK-TREE"));
+        let status = git(&env, &env.root, &["status", "--porcelain"]);
+        assert!(status.trim().is_empty(), "the attack ran: git sees no change: {status}");
+        let (code, summary, stderr) = env.fire("digest");
+        assert_eq!(code, 1, "{summary}\n{stderr}");
+        assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"], "{summary}");
+        let cards = card_texts(&env.root, &summary).join("\n");
+        assert!(cards.contains(rel) && cards.contains(mark), "{cards}");
+        let unmark = mark.replace("--", "--no-");
+        git(&env, &env.root, &["update-index", &unmark, rel]);
+        git(&env, &env.root, &["checkout", "--", rel]);
+    }
     let (code, summary, stderr) = env.fire("digest");
     assert_eq!(code, 0, "{summary}\n{stderr}");
     let report = env.read(summary["report"].as_str().unwrap());

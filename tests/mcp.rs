@@ -429,6 +429,32 @@ fn an_unpinned_package_spec_is_a_settings_error_with_its_line() {
     assert_ne!(out.status.code(), Some(0));
 }
 
+/// `python3 -m srv` runs a module Python finds from the repository's top, which no
+/// pin covers (helper-76 ran a pushed `srv.py` that way with no drift): `builder mcp
+/// pin` refuses it, naming why and what to do, and writes no lock.
+#[test]
+fn a_server_run_as_a_module_is_refused_by_the_pin() {
+    let env = TestEnv::new();
+    let body = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{body}\nmcp:\n  srv:\n    command: [\"/usr/bin/python3\", \"-W\", \"ignore\", \"-m\", \"srv\"]\n"),
+    );
+    env.write("srv.py", "print('a server')\n");
+    let out = env.builder(&["mcp", "pin"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("names no script file") && said.contains("name the server's script file"),
+        "{said}"
+    );
+    assert!(!env.root.join("settings/mcp.lock").exists(), "{said}");
+}
+
 #[test]
 fn a_daemon_the_server_forked_ends_with_the_fire() {
     let repo = McpRepo::new(vec![final_turn("Done.")], "\"mcp__files\"", "", "");

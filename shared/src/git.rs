@@ -263,7 +263,55 @@ pub fn dirty_paths_where(
             }
         }
     }
+    out.extend(hidden_from_status(repo, anywhere, &owned)?);
     out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The owned paths whose index entries tell git not to look at the work tree
+/// (`git update-index --skip-worktree` or `--assume-unchanged`): a change there shows
+/// in no status, yet a script that sources the file, or a tool the model runs, reads
+/// the work tree's bytes. Each is named with its mark, as a dirty path.
+fn hidden_from_status(
+    repo: &Repository,
+    anywhere: bool,
+    owned: &impl Fn(&str) -> bool,
+) -> Result<Vec<String>, GitError> {
+    let index = repo.index()?;
+    let hidden = |e: &git2::IndexEntry| {
+        let skip = git2::IndexEntryExtendedFlag::from_bits_truncate(e.flags_extended)
+            .contains(git2::IndexEntryExtendedFlag::SKIP_WORKTREE);
+        let assumed = git2::IndexEntryFlag::from_bits_truncate(e.flags).contains(git2::IndexEntryFlag::VALID);
+        match (skip, assumed) {
+            (true, _) => Some("--skip-worktree"),
+            (false, true) => Some("--assume-unchanged"),
+            (false, false) => None,
+        }
+    };
+    let mut out = Vec::new();
+    let mut look = |from: usize, prefix: Option<&str>| {
+        for i in from..index.len() {
+            let Some(e) = index.get(i) else { break };
+            let path = String::from_utf8_lossy(&e.path).into_owned();
+            if prefix.is_some_and(|p| !path.starts_with(p)) {
+                break;
+            }
+            if let Some(mark) = hidden(&e).filter(|_| owned(&path)) {
+                out.push(format!("{path} (marked {mark}: git status does not look at it)"));
+            }
+        }
+    };
+    if anywhere {
+        look(0, None);
+    } else {
+        for d in BUILDER_DIRS.iter().filter(|d| **d != ".git") {
+            let prefix = format!("{d}/");
+            if let Ok(from) = index.find_prefix(prefix.as_str()) {
+                look(from, Some(&prefix));
+            }
+        }
+    }
     Ok(out)
 }
 

@@ -122,13 +122,39 @@ fn digest_with(
     path: &str,
     mut hash: impl FnMut(&Path) -> Result<Vec<u8>, LockError>,
 ) -> Result<String, LockError> {
-    if let Some(flag) = code_outside_a_file(argv) {
-        return Err(LockError::CodeNotInAFile {
-            program: argv[0].clone(),
-            flag,
+    let files = file_arguments(argv, root);
+    // The interpreter's script: the first argument naming a regular file, of the
+    // repository (pinned) or of the machine (an installed server, as the interpreter).
+    let script_at = argv
+        .iter()
+        .enumerate()
+        .skip(1)
+        .find(|(_, a)| !a.is_empty() && !a.starts_with('-') && root.join(a).is_file())
+        .map(|(i, _)| i);
+    if let Some(why) = super::argv::unpinnable(argv, script_at) {
+        return Err(LockError::Unpinnable {
+            program: argv.first().cloned().unwrap_or_default(),
+            why,
         });
     }
-    let mut program = hash(&resolved(argv, root, path)?)?;
+    let node = super::argv::family(argv.first().map_or("", String::as_str)) == Some(super::argv::Family::Node);
+    let resolved = resolved(argv, root, path)?;
+    // A program of the repository (a script with a `#!` line) is pinned with its
+    // directory, as a script an interpreter runs.
+    let inside = root
+        .canonicalize()
+        .ok()
+        .zip(resolved.canonicalize().ok())
+        .is_some_and(|(r, p)| p.starts_with(&r));
+    let mut program = match inside {
+        true => script_digest(
+            &resolved.canonicalize().unwrap_or(resolved.clone()),
+            root,
+            false,
+            &mut hash,
+        )?,
+        false => hash(&resolved)?,
+    };
     // A version manager's shim picks its interpreter by files in the working
     // directory, the repository's top: those chosen there are part of what starts.
     for name in VERSION_FILES {
@@ -141,9 +167,9 @@ fn digest_with(
             program = h.finalize().to_vec();
         }
     }
-    let files = file_arguments(argv, root)
+    let files = files
         .into_iter()
-        .map(|(i, file)| script_digest(&file, root, &mut hash).map(|sha| (i, sha)))
+        .map(|(i, file)| script_digest(&file, root, node, &mut hash).map(|sha| (i, sha)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(combine(&program, &files, argv))
 }
@@ -162,42 +188,6 @@ const VERSION_FILES: [&str; 9] = [
     ".ruby-version",
 ];
 
-/// The flag by which an interpreter in `argv` runs code no file argument names (a
-/// module Python finds from the working directory, the repository's top, with `-m`;
-/// code given inline), which a pin cannot cover; `None` otherwise. Only the
-/// interpreter's own options count: what follows the script is the script's.
-fn code_outside_a_file(argv: &[String]) -> Option<String> {
-    let program = Path::new(argv.first()?).file_name()?.to_str()?;
-    let python = program.starts_with("python") || program.starts_with("pypy");
-    let flags: &[&str] = if python {
-        &["-m", "-c"]
-    } else if matches!(program, "node" | "nodejs" | "bun" | "deno") {
-        &["-e", "-p", "--eval", "--print"]
-    } else if matches!(program, "sh" | "bash" | "dash" | "zsh" | "ksh") {
-        &["-c"]
-    } else if matches!(program, "perl" | "ruby") {
-        &["-e", "-E"]
-    } else {
-        return None;
-    };
-    for a in &argv[1..] {
-        if a == "--" || !a.starts_with('-') {
-            return None;
-        }
-        let (name, _) = a.split_once('=').unwrap_or((a, ""));
-        if flags.contains(&name) {
-            return Some(a.clone());
-        }
-        // Short options run together (`-um`, `-Ic`, `-pe`): python's `-m` and `-c`,
-        // and the others' code flags, end them.
-        let short = !a.starts_with("--") && a.len() > 2;
-        if short && flags.iter().any(|f| f.len() == 2 && a[1..].contains(&f[1..])) {
-            return Some(a.clone());
-        }
-    }
-    None
-}
-
 /// The most files a script's directory may hold to be pinned with it.
 pub const PACKAGE_FILES_MAX: usize = 10_000;
 
@@ -211,6 +201,7 @@ pub const PACKAGE_FILES_MAX: usize = 10_000;
 fn script_digest(
     file: &Path,
     root: &Path,
+    node: bool,
     hash: &mut impl FnMut(&Path) -> Result<Vec<u8>, LockError>,
 ) -> Result<Vec<u8>, LockError> {
     let dir = file.parent().unwrap_or(file);
@@ -225,8 +216,10 @@ fn script_digest(
     }
     let mut h = Sha256::new();
     h.update(hash(file)?);
-    let mut count = 0usize;
-    package_entries(dir, dir, hash, &mut h, &mut count)?;
+    package_entries(dir, dir, hash, &mut h, &mut 0)?;
+    if !node {
+        return Ok(h.finalize().to_vec());
+    }
     // Node looks for a bare `require('x')` in every `node_modules` on the way up:
     // those between the script's directory and the repository's top are its code too.
     for above in dir.ancestors().skip(1).take_while(|a| a.starts_with(&root)) {
@@ -255,7 +248,7 @@ fn script_digest(
                     .as_encoded_bytes(),
             );
             if modules.is_dir() && !modules.is_symlink() {
-                package_entries(&modules, &modules, hash, &mut h, &mut count)?;
+                package_entries(&modules, &modules, hash, &mut h, &mut 0)?;
             }
         }
     }
@@ -537,7 +530,8 @@ mod tests {
         let (root, state) = (dir.path().join("repo"), dir.path().join("state"));
         std::fs::create_dir_all(root.join("mcp/lib")).unwrap();
         std::fs::create_dir_all(&state).unwrap();
-        let interpreter = dir.path().join("python3");
+        // Node, whose lookups on the way up are pinned too.
+        let interpreter = dir.path().join("node");
         std::fs::write(&interpreter, b"an interpreter").unwrap();
         std::fs::write(root.join("mcp/server.py"), b"import json\n").unwrap();
         std::fs::write(root.join("mcp/lib/util.py"), b"X = 1\n").unwrap();
@@ -584,19 +578,18 @@ mod tests {
             unchanged,
             "outside the directory"
         );
+        // Python never reads `node_modules`: a frontend's there is no part of its pin.
+        let python = dir.path().join("python3");
+        std::fs::write(&python, b"another interpreter").unwrap();
+        let py: Vec<String> = [python.to_str().unwrap(), "mcp/server.py"].map(String::from).to_vec();
+        let before = command_digest(&py, &root, "").unwrap();
+        std::fs::write(root.join("node_modules/x/other.js"), b"frontend\n").unwrap();
+        assert_eq!(command_digest(&py, &root, "").unwrap(), before);
 
-        for (argv, flag) in [
-            (vec!["python3", "-m", "srv"], "-m"),
-            (vec!["/usr/bin/python3.11", "-I", "-um", "srv"], "-um"),
-            (vec!["python3", "-c", "import srv"], "-c"),
-            (vec!["node", "--eval=require('./x')"], "--eval=require('./x')"),
-            (vec!["sh", "-c", "python3 mcp/server.py"], "-c"),
-        ] {
-            let argv: Vec<String> = argv.into_iter().map(String::from).collect();
-            match command_digest(&argv, &root, "/usr/bin:/bin") {
-                Err(LockError::CodeNotInAFile { flag: f, .. }) => assert_eq!(f, flag, "{argv:?}"),
-                other => panic!("{argv:?}: {other:?}"),
-            }
+        let module: Vec<String> = ["python3", "-W", "ignore", "-m", "srv"].map(String::from).to_vec();
+        match command_digest(&module, &root, "/usr/bin:/bin") {
+            Err(LockError::Unpinnable { why, .. }) => assert!(why.contains("names no script file"), "{why}"),
+            other => panic!("{other:?}"),
         }
         let script_flag: Vec<String> = [interpreter.to_str().unwrap(), "mcp/server.py", "-c", "conf"]
             .map(String::from)

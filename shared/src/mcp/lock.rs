@@ -83,8 +83,8 @@ pub enum LockError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("cannot resolve `{program}` on PATH or as a path")]
     NoProgram { program: String },
-    #[error("`{program} {flag}` runs code no file argument names (Python finds a `-m` module from the repository's top), which a pin cannot cover; name the server's script file in the argv instead")]
-    CodeNotInAFile { program: String, flag: String },
+    #[error("`{program}`: {why}")]
+    Unpinnable { program: String, why: String },
     #[error("{}: the server's script sits at the repository's top, where every file and directory would be code it imports; move the server into a directory of its own (`mcp/<server>/`) and name it there", script.display())]
     ScriptAtTop { script: PathBuf },
     #[error("{}: more than {} entries: too many to pin as the server's code; keep the server in a directory of its own", dir.display(), crate::mcp::digest::PACKAGE_FILES_MAX)]

@@ -9,6 +9,7 @@
 //! worker's half is [`launch`]; `builder mcp pin` is `agent::mcp_pin`). Calls are named
 //! `mcp__<server>__<tool>` and decided by the policy like any other ([`rule_matches`]).
 
+pub mod argv;
 pub mod config;
 pub mod digest;
 pub mod launch;
