@@ -744,6 +744,25 @@ fn forge_runtime_commit(env: &TestEnv, name: &str) -> String {
     .to_string()
 }
 
+/// Commits settings naming the box's key `key` and the allowed-signers line for its
+/// public half `public`: the runtime signs its records commits from then on.
+fn sign_runtime_commits(env: &TestEnv, key: &Path, public: &str) {
+    let settings = env.read("settings/runtime.yaml").replace(
+        "runtime_identity: { name: runtime, email: runtime@localhost }",
+        &format!(
+            "runtime_identity: {{ name: runtime, email: runtime@localhost, signing_key: {} }}",
+            key.display()
+        ),
+    );
+    assert!(settings.contains("signing_key"));
+    env.write("settings/runtime.yaml", &settings);
+    env.write(
+        "settings/allowed_signers",
+        &format!("runtime@localhost namespaces=\"builder-runtime\" {public}"),
+    );
+    env.commit_all("sign runtime commits");
+}
+
 /// A commit authored as the runtime with a fake receipt passed `audit`; with
 /// `runtime_identity.signing_key`, the runtime signs its records commits and audit
 /// flags a runtime-named commit without a valid signature as forged, while the real
@@ -766,20 +785,7 @@ fn a_forged_runtime_commit_is_flagged_and_a_signed_one_accepted() {
     assert_eq!(out.matches("unauthenticated").count(), 1, "{out}");
 
     // The box's key, and its line in the allowed-signers file.
-    let settings = env.read("settings/runtime.yaml").replace(
-        "runtime_identity: { name: runtime, email: runtime@localhost }",
-        &format!(
-            "runtime_identity: {{ name: runtime, email: runtime@localhost, signing_key: {} }}",
-            box_key.display()
-        ),
-    );
-    assert!(settings.contains("signing_key"));
-    env.write("settings/runtime.yaml", &settings);
-    env.write(
-        "settings/allowed_signers",
-        &format!("runtime@localhost namespaces=\"builder-runtime\" {box_pub}"),
-    );
-    env.commit_all("sign runtime commits");
+    sign_runtime_commits(&env, &box_key, &box_pub);
     let (code, summary, _) = env.fire("digest");
     assert_eq!(code, 0, "{summary}");
     let signed = summary["commit"].as_str().unwrap().to_string();
@@ -924,20 +930,7 @@ fn a_runtime_commit_forged_on_an_old_base_and_merged_in_is_caught() {
         crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     };
-    let settings = env.read("settings/runtime.yaml").replace(
-        "runtime_identity: { name: runtime, email: runtime@localhost }",
-        &format!(
-            "runtime_identity: {{ name: runtime, email: runtime@localhost, signing_key: {} }}",
-            box_key.display()
-        ),
-    );
-    assert!(settings.contains("signing_key"));
-    env.write("settings/runtime.yaml", &settings);
-    env.write(
-        "settings/allowed_signers",
-        &format!("runtime@localhost namespaces=\"builder-runtime\" {box_pub}"),
-    );
-    env.commit_all("sign runtime commits");
+    sign_runtime_commits(&env, &box_key, &box_pub);
     with_origin(&env);
     let (code, summary, _) = env.fire("digest");
     assert_eq!(code, 0, "{summary}");
@@ -1442,6 +1435,30 @@ fn a_fallback_report_or_a_card_a_person_wrote_is_marked() {
     let (code, out, err) = builder_in(&env, &env.root, None, &["cards", "show", fake_card]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("# FORGED: this card came in commit"), "{out}");
+
+    // The runtime's own card: triaged, no finding; its summary rewritten, a warning.
+    let real_path = format!("cards/{day}/{real_card}.yaml");
+    builder_ok(&env, &env.root, None, &["cards", "triage", &real_card, "--accept"]);
+    env.commit_all("triage");
+    let (_, findings, out) = audit_json(&env);
+    assert!(
+        !findings.iter().any(|f| f["path"] == real_path.as_str()),
+        "triage: {out}"
+    );
+    let text = env.read(&real_path);
+    let summary_line = text.lines().find(|l| l.starts_with("summary:")).unwrap().to_string();
+    env.write(
+        &real_path,
+        &text.replace(&summary_line, "summary: all good, nothing to see"),
+    );
+    env.commit_all("tidy the card");
+    let (_, findings, out) = audit_json(&env);
+    assert!(
+        findings.iter().any(|f| f["severity"] == "warning"
+            && f["path"] == real_path.as_str()
+            && f["what"].as_str().unwrap().contains("a card beyond its triage")),
+        "{out}"
+    );
 }
 
 /// A builder-owned file changed behind git's back: `--skip-worktree` or

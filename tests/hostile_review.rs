@@ -1091,11 +1091,17 @@ fn more_room_to_write_than_the_trusted_configuration_grants_is_refused_by_eval()
     env.write("settings/runtime.yaml", &settings(64 << 20));
     let out = env.builder(&["propose", "roomy", "-m", "More room"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (rep, refused) = eval_refusing_the_head(&env, "roomy");
+    assert!(refused.contains("sandbox.write_bytes"), "{rep}");
+}
+
+/// `builder eval` of `proposals/<name>` against main: the report and why its head
+/// was refused, once every head row is shown unfired (failing `powers`) and every
+/// base row fired.
+fn eval_refusing_the_head(env: &TestEnv, name: &str) -> (Value, String) {
+    let head = format!("proposals/{name}");
     let out = env
-        .command(
-            "builder",
-            &["eval", "--base", "main", "--head", "proposals/roomy", "--json"],
-        )
+        .command("builder", &["eval", "--base", "main", "--head", &head, "--json"])
         .output()
         .unwrap();
     let rep = json_of(&out);
@@ -1114,7 +1120,7 @@ fn more_room_to_write_than_the_trusted_configuration_grants_is_refused_by_eval()
         .find(|p| p["revision"] == "head")
         .unwrap()["refused"]
         .to_string();
-    assert!(refused.contains("sandbox.write_bytes"), "{rep}");
+    (rep, refused)
 }
 
 /// A proposal writes its own cases, and a live case (`model: provider`) spends the
@@ -1498,29 +1504,7 @@ fn a_head_changing_code_outside_the_builder_paths_is_not_fired_by_eval() {
     env.write("lib/helper.sh", helper_theirs);
     env.commit_all("and the helper");
     env.git_ok(&env.root, &["checkout", "-q", "main"]);
-    let out = env
-        .command(
-            "builder",
-            &["eval", "--base", "main", "--head", "proposals/brief", "--json"],
-        )
-        .output()
-        .unwrap();
-    let rep = json_of(&out);
-    for row in rep["rows"].as_array().unwrap() {
-        if row["revision"] == "head" {
-            assert_eq!(row["runs"], 0, "the head was fired: {row}");
-            assert_eq!(row["failures"][0]["assertion"], "powers", "{row}");
-        } else {
-            assert_eq!(row["runs"], 1, "{row}");
-        }
-    }
-    let head = rep["powers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["revision"] == "head")
-        .unwrap();
-    let refused = head["refused"].to_string();
+    let (rep, refused) = eval_refusing_the_head(&env, "brief");
     assert!(
         refused.contains("paths outside builder_paths") && refused.contains("lib/helper.sh"),
         "{rep}"
@@ -1535,18 +1519,6 @@ fn a_head_changing_code_outside_the_builder_paths_is_not_fired_by_eval() {
     );
     env.commit_all("the helper is builder-owned now");
     env.git_ok(&env.root, &["checkout", "-q", "main"]);
-    let out = env
-        .command(
-            "builder",
-            &["eval", "--base", "main", "--head", "proposals/brief", "--json"],
-        )
-        .output()
-        .unwrap();
-    let rep = json_of(&out);
-    for row in rep["rows"].as_array().unwrap() {
-        if row["revision"] == "head" {
-            assert_eq!(row["runs"], 0, "the head was fired: {row}");
-        }
-    }
-    assert!(rep["powers"].to_string().contains("lib/helper.sh"), "{rep}");
+    let (rep, refused) = eval_refusing_the_head(&env, "brief");
+    assert!(refused.contains("lib/helper.sh"), "{rep}");
 }

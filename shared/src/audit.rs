@@ -640,7 +640,7 @@ fn audit_commit(
             for what in runtime_change_violations(&c, owner) {
                 flag(Severity::Violation, what);
             }
-        } else if record_written_by_a_person(commit, &c, (&runtime.name, &runtime.email))? {
+        } else if record_written_by_a_person(judge.repo, commit, &c, (&runtime.name, &runtime.email))? {
             let (severity, what) = person_record_finding(&c.path, c.kind);
             flag(severity, what);
         } else if owner == Owner::Builder {
@@ -793,7 +793,11 @@ fn refused_link_findings(
 /// refused push. `history` marks the run `FORGED` either way.
 fn person_record_finding(path: &str, kind: ChangeKind) -> (Severity, String) {
     let (severity, record) = if crate::records::is_card_path(path) {
-        (Severity::Warning, "a card")
+        let what = match kind {
+            ChangeKind::Added => "a card",
+            _ => "a card beyond its triage",
+        };
+        (Severity::Warning, what)
     } else if crate::layout::is_receipt_path(path) {
         (Severity::Violation, "a receipt")
     } else {

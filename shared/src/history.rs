@@ -260,7 +260,7 @@ fn mark_forged(repo: &Repository, store: &mut Store, head: Oid) -> Result<usize,
             let forged = if runtime_named {
                 c.kind != crate::git::ChangeKind::Deleted
             } else {
-                crate::review::runtime_commits::record_written_by_a_person(&commit, &c, (&name, &email))?
+                crate::review::runtime_commits::record_written_by_a_person(repo, &commit, &c, (&name, &email))?
             };
             if forged {
                 marks.push((c.path, commit.id().to_string(), why.clone()));

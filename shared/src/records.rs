@@ -621,30 +621,25 @@ pub fn report_path(task: &str, run_id: &str, at: DateTime<Utc>) -> PathBuf {
 /// any run's): such a file belongs to the fire of that run, even when another fire of
 /// another task sees it appear under `reports/` while it runs.
 pub fn is_report_path(rel: &str) -> bool {
-    let parts: Vec<&str> = rel.split('/').collect();
-    let [dir, task, day, file] = parts.as_slice() else {
-        return false;
-    };
-    let Some(id) = file.strip_suffix(".md") else {
-        return false;
-    };
-    *dir == "reports"
-        && crate::layout::valid_task_name(task)
-        && chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok()
-        && is_run_id(id)
+    is_run_file(rel, "reports", ".md")
 }
 
 /// Whether `rel` has the shape of the report a fire writes beside its receipt when
 /// `reports/` cannot take it (`runs/<task>/<day>/<run-id>.report.md`).
 pub fn is_fallback_report_path(rel: &str) -> bool {
+    is_run_file(rel, "runs", ".report.md")
+}
+
+/// Whether `rel` is `<dir>/<task>/<day>/<run-id><suffix>`.
+fn is_run_file(rel: &str, dir: &str, suffix: &str) -> bool {
     let parts: Vec<&str> = rel.split('/').collect();
-    let [dir, task, day, file] = parts.as_slice() else {
+    let [top, task, day, file] = parts.as_slice() else {
         return false;
     };
-    let Some(id) = file.strip_suffix(".report.md") else {
+    let Some(id) = file.strip_suffix(suffix) else {
         return false;
     };
-    *dir == "runs"
+    *top == dir
         && crate::layout::valid_task_name(task)
         && chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok()
         && is_run_id(id)

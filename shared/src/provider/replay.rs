@@ -54,38 +54,30 @@ pub struct Replay {
 /// The most a replay trace may hold.
 pub const TRACE_CAP: u64 = 64 << 20;
 
+/// A trace that cannot be read or understood: a configuration error.
+fn config_error(message: String) -> ProviderError {
+    ProviderError::new(ProviderErrorKind::Config, None, message)
+}
+
 impl Replay {
     /// Loads the trace at `path`. One inside `root` (the repository's own trace, an
     /// eval's case or script) is read through no link at any level and only from a
     /// regular file: an eval fires a proposal's tree on the reviewer's machine, and a
     /// trace linked to a file of theirs would be read as the model's answers.
     pub fn load(root: &Path, path: &Path) -> Result<Replay, ProviderError> {
-        let err = |m: String| ProviderError {
-            kind: ProviderErrorKind::Config,
-            status: None,
-            message: m,
-            retries: 0,
-            timeout_s: None,
-        };
         let bytes = match path.strip_prefix(root) {
             Ok(inside) => crate::beneath::open_root(root)
                 .map_err(|e| e.to_string())
                 .and_then(|dir| crate::beneath::read_regular(&dir, inside, TRACE_CAP).map_err(|e| e.to_string())),
             Err(_) => std::fs::read(path).map_err(|e| e.to_string()),
         }
-        .map_err(|e| err(format!("{}: {e}", path.display())))?;
+        .map_err(|e| config_error(format!("{}: {e}", path.display())))?;
         Replay::parse(bytes, &path.display().to_string())
     }
 
     /// The trace in `bytes`, read from `name` (a file, or a committed blob).
     pub fn parse(bytes: Vec<u8>, name: &str) -> Result<Replay, ProviderError> {
-        let err = |m: String| ProviderError {
-            kind: ProviderErrorKind::Config,
-            status: None,
-            message: m,
-            retries: 0,
-            timeout_s: None,
-        };
+        let err = config_error;
         if bytes.len() as u64 > TRACE_CAP {
             return Err(err(format!("{name}: over {TRACE_CAP} bytes")));
         }

@@ -350,11 +350,12 @@ pub fn runtime_identity_of(repo: &Repository, tree: &git2::Tree) -> Result<crate
 
 /// Whether `commit` wrote the run record `change` holds as a person: not named as the
 /// runtime, the path a receipt or a run's report (in `reports/`, or the fallback
-/// beside the receipt) added or rewritten, or a card added (a person's triage
-/// rewrites cards; a deletion prunes, it forges nothing), and, for a merge, held by no
-/// other parent (a `git pull` brings the runtime's records from the origin; only
-/// content no parent had is the merge's own).
+/// beside the receipt) added or rewritten, or a card added or rewritten beyond its
+/// triage ([`beyond_triage`]; a deletion prunes, it forges nothing), and, for a merge,
+/// held by no other parent (a `git pull` brings the runtime's records from the
+/// origin; only content no parent had is the merge's own).
 pub fn record_written_by_a_person(
+    repo: &Repository,
     commit: &git2::Commit,
     change: &crate::git::TreeChange,
     runtime: (&str, &str),
@@ -363,9 +364,9 @@ pub fn record_written_by_a_person(
     let run_record = crate::layout::is_receipt_path(path)
         || crate::records::is_report_path(path)
         || crate::records::is_fallback_report_path(path);
-    let card_added = crate::records::is_card_path(path) && change.kind == crate::git::ChangeKind::Added;
+    let card = crate::records::is_card_path(path);
     if runtime_named(commit, runtime.0, runtime.1)
-        || !(run_record || card_added)
+        || !(run_record || card)
         || change.kind == crate::git::ChangeKind::Deleted
     {
         return Ok(false);
@@ -373,6 +374,13 @@ pub fn record_written_by_a_person(
     let Some((blob, _)) = change.new else {
         return Ok(false);
     };
+    if card && change.kind != crate::git::ChangeKind::Added {
+        if let Some((old, _)) = change.old {
+            if !beyond_triage(repo, old, blob)? {
+                return Ok(false);
+            }
+        }
+    }
     for parent in commit.parents().skip(1) {
         match parent.tree()?.get_path(Path::new(&change.path)) {
             Ok(e) if e.id() == blob => return Ok(false),
@@ -382,6 +390,30 @@ pub fn record_written_by_a_person(
         }
     }
     Ok(true)
+}
+
+/// The fields of a card people change when they triage it (`builder cards triage`):
+/// everything else is what the runtime saw.
+const TRIAGE_FIELDS: [&str; 3] = ["status", "triage", "triage_history"];
+
+/// Whether the card blob `new` differs from `old` in more than its triage: its kind,
+/// summary, detail or evidence rewritten (or a text that is no card at all).
+fn beyond_triage(repo: &Repository, old: Oid, new: Oid) -> Result<bool, git2::Error> {
+    let fields = |id: Oid| -> Result<Option<serde_yaml::Mapping>, git2::Error> {
+        let blob = repo.find_blob(id)?;
+        let mut map = match serde_yaml::from_slice::<serde_yaml::Value>(blob.content()) {
+            Ok(serde_yaml::Value::Mapping(m)) => m,
+            _ => return Ok(None),
+        };
+        for f in TRIAGE_FIELDS {
+            map.remove(f);
+        }
+        Ok(Some(map))
+    };
+    Ok(match (fields(old)?, fields(new)?) {
+        (Some(a), Some(b)) => a != b,
+        _ => true,
+    })
 }
 
 /// Whether `commit` is named as the runtime: its author or committer carries the
