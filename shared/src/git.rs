@@ -284,8 +284,8 @@ fn hidden_from_status(
             .contains(git2::IndexEntryExtendedFlag::SKIP_WORKTREE);
         let assumed = git2::IndexEntryFlag::from_bits_truncate(e.flags).contains(git2::IndexEntryFlag::VALID);
         match (skip, assumed) {
-            (true, _) => Some("--skip-worktree"),
-            (false, true) => Some("--assume-unchanged"),
+            (true, _) => Some("skip-worktree"),
+            (false, true) => Some("assume-unchanged"),
             (false, false) => None,
         }
     };
@@ -298,7 +298,9 @@ fn hidden_from_status(
                 break;
             }
             if let Some(mark) = hidden(&e).filter(|_| owned(&path)) {
-                out.push(format!("{path} (marked {mark}: git status does not look at it)"));
+                out.push(format!(
+                    "{path} (marked --{mark}: git status does not look at it; `git update-index --no-{mark} {path}` clears it)"
+                ));
             }
         }
     };
