@@ -110,8 +110,7 @@ pub fn audit_range(
         }
     }
     let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
-    let mut review = review_context(repo, rule, tip, &oids)?;
-    review.floors = Floors::of(repo, tip, known)?;
+    let review = review_context(repo, rule, tip, known, &oids)?;
     let review = &review;
     // Commits are independent: audit them on every core, each thread with its own
     // repository handle, and merge the findings back in history order.
@@ -155,6 +154,7 @@ fn review_context(
     repo: &Repository,
     rule: &crate::review::signing::ApprovalRule,
     tip: Oid,
+    known: &[Oid],
     oids: &[Oid],
 ) -> Result<ReviewContext, git2::Error> {
     let on_branch = first_parent_chain(repo, tip, oids)?;
@@ -176,7 +176,7 @@ fn review_context(
         on_branch,
         covered_later,
         rule: rule.clone(),
-        floors: Floors::default(),
+        floors: Floors::of(repo, tip, known)?,
     })
 }
 

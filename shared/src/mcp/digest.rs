@@ -129,7 +129,7 @@ fn digest_with(
         .iter()
         .enumerate()
         .skip(1)
-        .find(|(_, a)| !a.is_empty() && !a.starts_with('-') && root.join(a).is_file())
+        .find(|(_, a)| may_name_a_file(a) && root.join(a).is_file())
         .map(|(i, _)| i);
     if let Some(why) = super::argv::unpinnable(argv, script_at) {
         return Err(LockError::Unpinnable {
@@ -139,21 +139,15 @@ fn digest_with(
     }
     let node = super::argv::family(argv.first().map_or("", String::as_str)) == Some(super::argv::Family::Node);
     let resolved = resolved(argv, root, path)?;
+    let top = root.canonicalize().map_err(|source| LockError::Read {
+        path: root.to_path_buf(),
+        source,
+    })?;
     // A program of the repository (a script with a `#!` line) is pinned with its
     // directory, as a script an interpreter runs.
-    let inside = root
-        .canonicalize()
-        .ok()
-        .zip(resolved.canonicalize().ok())
-        .is_some_and(|(r, p)| p.starts_with(&r));
-    let mut program = match inside {
-        true => script_digest(
-            &resolved.canonicalize().unwrap_or(resolved.clone()),
-            root,
-            false,
-            &mut hash,
-        )?,
-        false => hash(&resolved)?,
+    let mut program = match resolved.canonicalize() {
+        Ok(inside) if inside.starts_with(&top) => script_digest(&inside, &top, false, &mut hash)?,
+        _ => hash(&resolved)?,
     };
     // A version manager's shim picks its interpreter by files in the working
     // directory, the repository's top: those chosen there are part of what starts.
@@ -169,7 +163,7 @@ fn digest_with(
     }
     let files = files
         .into_iter()
-        .map(|(i, file)| script_digest(&file, root, node, &mut hash).map(|sha| (i, sha)))
+        .map(|(i, file)| script_digest(&file, &top, node, &mut hash).map(|sha| (i, sha)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(combine(&program, &files, argv))
 }
@@ -205,10 +199,6 @@ fn script_digest(
     hash: &mut impl FnMut(&Path) -> Result<Vec<u8>, LockError>,
 ) -> Result<Vec<u8>, LockError> {
     let dir = file.parent().unwrap_or(file);
-    let root = root.canonicalize().map_err(|source| LockError::Read {
-        path: root.to_path_buf(),
-        source,
-    })?;
     if root == dir {
         return Err(LockError::ScriptAtTop {
             script: file.to_path_buf(),
@@ -222,31 +212,22 @@ fn script_digest(
     }
     // Node looks for a bare `require('x')` in every `node_modules` on the way up:
     // those between the script's directory and the repository's top are its code too.
-    for above in dir.ancestors().skip(1).take_while(|a| a.starts_with(&root)) {
+    // Each found path counts by a tag and its place under the top.
+    let named = |h: &mut Sha256, tag: u8, path: &Path| {
+        h.update([tag]);
+        h.update(path.strip_prefix(root).unwrap_or(path).as_os_str().as_encoded_bytes());
+    };
+    for above in dir.ancestors().skip(1).take_while(|a| a.starts_with(root)) {
         // Node reads the nearest `package.json` above for a bare name first (a package
         // naming itself, `exports`, `imports`, `type`).
         let manifest = above.join("package.json");
         if std::fs::symlink_metadata(&manifest).is_ok_and(|m| m.is_file()) {
-            h.update([3]);
-            h.update(
-                manifest
-                    .strip_prefix(&root)
-                    .unwrap_or(&manifest)
-                    .as_os_str()
-                    .as_encoded_bytes(),
-            );
+            named(&mut h, 3, &manifest);
             h.update(hash(&manifest)?);
         }
         let modules = above.join("node_modules");
         if std::fs::symlink_metadata(&modules).is_ok() {
-            h.update([2]);
-            h.update(
-                modules
-                    .strip_prefix(&root)
-                    .unwrap_or(&modules)
-                    .as_os_str()
-                    .as_encoded_bytes(),
-            );
+            named(&mut h, 2, &modules);
             if modules.is_dir() && !modules.is_symlink() {
                 package_entries(&modules, &modules, hash, &mut h, &mut 0)?;
             }
@@ -322,12 +303,17 @@ pub fn file_arguments(argv: &[String], root: &Path) -> Vec<(usize, PathBuf)> {
     argv.iter()
         .enumerate()
         .skip(1)
-        .filter(|(_, a)| !a.is_empty() && !a.starts_with('-'))
+        .filter(|(_, a)| may_name_a_file(a))
         .filter_map(|(i, a)| {
             let file = root.join(a).canonicalize().ok()?;
             (file.starts_with(&root) && file.is_file()).then_some((i, file))
         })
         .collect()
+}
+
+/// Whether an argument may name a file: not empty, not a flag (`-m`, `--stdio`).
+fn may_name_a_file(arg: &str) -> bool {
+    !arg.is_empty() && !arg.starts_with('-')
 }
 
 fn resolved(argv: &[String], root: &Path, path: &str) -> Result<PathBuf, LockError> {

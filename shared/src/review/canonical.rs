@@ -36,10 +36,9 @@ fn refused_name(name: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// What makes the tree `id` (at `path`, `""` for the top) one git refuses, checking
-/// its own entries only; `None` when git writes it so.
-fn entries_refused(repo: &Repository, id: Oid, path: &str) -> Result<Option<String>, git2::Error> {
-    let tree = repo.find_tree(id)?;
+/// What makes `tree` (at `path`, `""` for the top) one git refuses, checking its own
+/// entries only; `None` when git writes it so.
+fn entries_refused(tree: &git2::Tree, path: &str) -> Option<String> {
     let mut names: HashSet<Vec<u8>> = HashSet::with_capacity(tree.len());
     let mut last: Option<Vec<u8>> = None;
     let at = |name: &[u8]| {
@@ -53,24 +52,18 @@ fn entries_refused(repo: &Repository, id: Oid, path: &str) -> Result<Option<Stri
     for e in tree.iter() {
         let name = e.name_bytes();
         if let Some(why) = refused_name(name) {
-            return Ok(Some(format!("`{}`: {why}", at(name))));
+            return Some(format!("`{}`: {why}", at(name)));
         }
         if !names.insert(name.to_vec()) {
-            return Ok(Some(format!(
-                "two entries named `{}` (git fsck: duplicateEntries)",
-                at(name)
-            )));
+            return Some(format!("two entries named `{}` (git fsck: duplicateEntries)", at(name)));
         }
         let key = order_key(name, e.filemode());
         if last.as_ref().is_some_and(|l| *l >= key) {
-            return Ok(Some(format!(
-                "`{}` out of git's order (git fsck: treeNotSorted)",
-                at(name)
-            )));
+            return Some(format!("`{}` out of git's order (git fsck: treeNotSorted)", at(name)));
         }
         last = Some(key);
     }
-    Ok(None)
+    None
 }
 
 /// The error for a tree git refuses: class `Tree`, code `Invalid`
@@ -106,11 +99,12 @@ pub fn check(repo: &Repository, id: Oid, path: &str, deep: bool) -> Result<(), g
     if PLAIN.with(|p| p.borrow().contains(&(id, deep)) || p.borrow().contains(&(id, true))) {
         return Ok(());
     }
-    if let Some(why) = entries_refused(repo, id, path)? {
+    let tree = repo.find_tree(id)?;
+    if let Some(why) = entries_refused(&tree, path) {
         return Err(refusal(path, id, &why));
     }
     if deep {
-        for e in repo.find_tree(id)?.iter() {
+        for e in tree.iter() {
             if e.filemode() == 0o040000 {
                 let below = format!(
                     "{}{}",

@@ -272,7 +272,7 @@ impl<'r> RuntimeSignatures<'r> {
 /// to the settings of the chain where it came in (the first parent of the merge that
 /// brought it): in all of history that cannot tell a forgery from records a box made
 /// before it had the key and a person merged later, so that verdict is a warning.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Floors {
     /// Off-chain commit -> the first parent of the merge that brought it in.
     entered_at: HashMap<Oid, Oid>,
