@@ -884,10 +884,16 @@ async fn json_of(c: &reqwest::Client, url: &str) -> Value {
 /// Approves proposal `name` from its page, as the person running `server`, asking for
 /// the JSON answer.
 async fn approve_from_page(c: &reqwest::Client, server: &Server, name: &str) -> reqwest::Response {
-    let csrf = csrf_of(c, &server.url(&format!("/proposal?name={name}"))).await;
+    let page = server.url(&format!("/proposal?name={name}"));
+    let (csrf, head) = (csrf_of(c, &page).await, form_value(c, &page, "head", 40).await);
+    post_approval(c, server, &csrf, name, &head).await
+}
+
+/// Posts the approve form of proposal `name` as it names `head`.
+async fn post_approval(c: &reqwest::Client, server: &Server, csrf: &str, name: &str, head: &str) -> reqwest::Response {
     c.post(server.url("/proposal/approve"))
         .header("accept", "application/json")
-        .form(&[("csrf", csrf.as_str()), ("name", name)])
+        .form(&[("csrf", csrf), ("name", name), ("head", head)])
         .send()
         .await
         .unwrap()
@@ -895,9 +901,15 @@ async fn approve_from_page(c: &reqwest::Client, server: &Server, name: &str) -> 
 
 /// The CSRF token of a page's forms.
 async fn csrf_of(c: &reqwest::Client, url: &str) -> String {
+    form_value(c, url, "csrf", 64).await
+}
+
+/// The `len`-character value of the page's hidden form field `field`.
+async fn form_value(c: &reqwest::Client, url: &str, field: &str, len: usize) -> String {
     let html = c.get(url).send().await.unwrap().text().await.unwrap();
-    let at = html.find("name=\"csrf\" value=\"").expect("a form with a CSRF token") + "name=\"csrf\" value=\"".len();
-    html[at..at + 64].to_string()
+    let key = format!("name=\"{field}\" value=\"");
+    let at = html.find(&key).unwrap_or_else(|| panic!("no form field {field}")) + key.len();
+    html[at..at + len].to_string()
 }
 
 #[tokio::test]
@@ -1134,6 +1146,36 @@ async fn an_approval_from_the_page_is_judged_by_the_protected_branchs_settings()
         "nothing written"
     );
     assert_eq!(repo.proposals()[0]["state"], "open");
+}
+
+/// A proposal its author rewrites after its page was loaded: the approve form names the
+/// head the page showed, so the click is refused, nothing written; the page loaded
+/// again approves the new head.
+#[tokio::test]
+async fn an_approval_from_a_page_that_showed_an_older_head_is_refused() {
+    let repo = Repo::generate();
+    let server = Server::start(&repo, REVIEWER, &["--write"]);
+    let c = server.http();
+    let page = server.url("/proposal?name=shorter");
+    let (csrf, shown) = (csrf_of(&c, &page).await, form_value(&c, &page, "head", 40).await);
+    let tree = repo.git(&["rev-parse", "proposals/shorter^{tree}"]);
+    let rewritten = repo.git(&["commit-tree", tree.trim(), "-p", "proposals/shorter", "-m", "reworked"]);
+    repo.git(&["branch", "-f", "proposals/shorter", rewritten.trim()]);
+    let r = post_approval(&c, &server, &csrf, "shorter", &shown).await;
+    let status = r.status();
+    let why: Value = r.json().await.unwrap();
+    assert_eq!(status, 403, "{why}");
+    let error = why["error"].as_str().unwrap();
+    assert!(
+        error.contains(&shown[..12])
+            && error.contains(&rewritten.trim()[..12])
+            && error.contains("the page you approved from"),
+        "{why}"
+    );
+    assert_eq!(repo.proposals()[0]["state"], "open", "nothing written");
+    let r = approve_from_page(&c, &server, "shorter").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(repo.proposals()[0]["state"], "approved");
 }
 
 /// The review page shows what an approval covers besides the proposal's own diff:

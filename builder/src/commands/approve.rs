@@ -3,12 +3,15 @@
 //! with `--push`, fetch first (the remote's proposal branch counts) and publish it
 //! ([`shared::review::land::approve_and_publish`]). Refused (exit 1) for an author of
 //! the proposal, for the runtime identity, and for a local proposal branch behind or
-//! diverged from the remote's. Signed with SSH when git is
+//! diverged from the remote's, and for a head other than the one the reviewer saw
+//! (`--head`, else the one `builder review` last showed here, else with `--push` the
+//! one this clone had before the fetch: [`shared::review::reviewed`]). Signed with SSH when git is
 //! configured to sign (`gpg.format ssh`, `user.signingkey`) or `--key` names a key;
 //! with `review.require_signed` an approval the allowed-signers file would not count
 //! is refused before it is written.
 
 use crate::command_error::{CommandError, Outcome};
+use shared::review::reviewed::{self, Seen, SeenFrom};
 use shared::review::{parse_person, proposals, refuse_runtime};
 use std::path::{Path, PathBuf};
 
@@ -34,6 +37,10 @@ pub struct Args {
     /// The remote (default: settings sync.remote, the branch's upstream, or origin)
     #[arg(long, value_name = "NAME")]
     pub remote: Option<String>,
+    /// Approve only if the proposal's head is this commit (the one you reviewed);
+    /// without it, the head `builder review` last showed here must still be the head
+    #[arg(long, value_name = "COMMIT", conflicts_with = "bootstrap")]
+    pub head: Option<String>,
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
@@ -57,6 +64,13 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         }
         return Ok(Outcome::Ok);
     };
+    let seen = match &args.head {
+        Some(rev) => Some(Seen {
+            head: named_commit(&wt.repo, rev)?,
+            from: SeenFrom::Named,
+        }),
+        None => None,
+    };
     let done = approve_proposal(
         &wt,
         &name,
@@ -66,6 +80,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             key: args.key,
             push: args.push,
             remote: args.remote.as_deref(),
+            seen,
         },
     )?;
     let (approved, pushed, remote) = (done.approved, done.pushed, done.remote);
@@ -143,6 +158,14 @@ impl Approver {
     }
 }
 
+/// The commit `--head` names (a full id, a prefix, or any revision git resolves).
+fn named_commit(repo: &git2::Repository, rev: &str) -> Result<git2::Oid, CommandError> {
+    repo.revparse_single(rev)
+        .and_then(|o| o.peel_to_commit())
+        .map(|c| c.id())
+        .map_err(|e| CommandError::usage(format!("--head `{rev}` names no commit: {}", e.message())))
+}
+
 /// How to approve a proposal: `builder approve`'s flags (the web view passes none).
 pub struct Approving<'a> {
     pub reviewer: Option<&'a str>,
@@ -151,6 +174,10 @@ pub struct Approving<'a> {
     pub key: Option<PathBuf>,
     pub push: bool,
     pub remote: Option<&'a str>,
+    /// The head the reviewer saw (`--head`, or the web view's page); `None`: the head
+    /// `builder review` last showed in this clone, if it showed one
+    /// ([`shared::review::reviewed`]).
+    pub seen: Option<Seen>,
 }
 
 /// What approving a proposal did: the approval, the remote judged against, and with
@@ -174,28 +201,19 @@ pub fn approve_proposal(
     let who = Approver::of(wt, how.reviewer, how.reviewer_flag, how.key, how.remote)?;
     super::recover_interrupted(wt)?;
     let remote = super::team_remote(&wt.repo, how.remote, &who.settings, how.push)?;
+    let seen = how.seen.or_else(|| reviewed::last_review(wt.repo.commondir(), name));
+    let reviewer = proposals::Reviewer {
+        person: &who.reviewer,
+        rule: &who.rule,
+        signing: who.signing.as_ref(),
+    };
     let (approved, pushed) = match (&remote, how.push) {
         (Some(r), true) => {
-            let done = shared::review::land::approve_and_publish(
-                &wt.repo,
-                &wt.root,
-                name,
-                &who.reviewer,
-                &who.rule,
-                who.signing.as_ref(),
-                r,
-            )?;
+            let done = shared::review::land::approve_and_publish(&wt.repo, &wt.root, name, &reviewer, r, seen)?;
             (done.approved, Some(done.pushed))
         }
         _ => (
-            proposals::approve(
-                &wt.repo,
-                name,
-                &who.reviewer,
-                &who.rule,
-                who.signing.as_ref(),
-                remote.as_deref(),
-            )?,
+            proposals::approve(&wt.repo, name, &reviewer, remote.as_deref(), seen.as_ref())?,
             None,
         ),
     };

@@ -2,7 +2,8 @@
 //! diff of builder-owned paths against its base, `builder check` on its tree, the
 //! capability delta over the recorded tool calls, the eval table for base and head,
 //! and the evidence for each card it says it fixes. Exit 1 when the check or the
-//! evals fail.
+//! evals fail. The head shown is remembered: `builder approve` approves that head
+//! only ([`shared::review::reviewed`]).
 
 use crate::command_error::{CommandError, Outcome};
 use shared::review_report::{self, ReportError, ReviewOptions};
@@ -77,6 +78,12 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         ReportError::Delta(e) => CommandError::new(crate::command_error::Kind::Config, e),
         ReportError::Eval(e) => super::eval::eval_error(e),
     })?;
+    // `builder approve` holds the proposal to the head shown here.
+    if let Ok(head) = git2::Oid::from_str(&report.head) {
+        if let Err(e) = shared::review::reviewed::remember(wt.repo.commondir(), &report.proposal, head) {
+            tracing::warn!(error = %e, "the reviewed head was not remembered: `builder approve` will need --head");
+        }
+    }
     match args.format {
         // The renderers escape each field; printing through the multi-line escape too
         // keeps a field a renderer missed from driving the terminal.

@@ -166,7 +166,8 @@ fn skip(name: &str, path: &str) -> Option<Skip> {
 /// A directory whose change time is older than the fire gained or lost no entry
 /// since: only its subdirectories are visited (by the entry type `readdir` gives,
 /// without a `stat` per entry), so a day directory with a thousand old reports costs
-/// one directory read.
+/// one directory read, and one that also holds no subdirectory ([`is_leaf`]) costs
+/// none: a box's years of day directories are each a `stat`.
 fn walk(
     root: &Path,
     rel: &str,
@@ -179,6 +180,9 @@ fn walk(
         return;
     };
     let dir_changed = changed_since(&dir_meta, since);
+    if !dir_changed && is_leaf(&dir_meta) {
+        return;
+    }
     let Ok(entries) = read_dir_restoring(&root.join(rel), &dir_meta) else {
         return;
     };
@@ -232,6 +236,15 @@ fn walk(
             found.push(path);
         }
     }
+}
+
+/// Whether the directory `meta` holds no subdirectory: its link count is 2 (its name
+/// and its own `.`; each subdirectory's `..` adds one), as ext4, XFS and tmpfs count
+/// them. A file system that does not count them (btrfs, some network ones) says 1,
+/// which is not taken for a leaf: such a directory is listed. No process sets a link
+/// count, and making or removing a subdirectory moves the parent's change time too.
+fn is_leaf(meta: &std::fs::Metadata) -> bool {
+    meta.is_dir() && meta.nlink() == 2
 }
 
 /// Reads the directory `path` (`meta`: its own metadata, not followed). One a tool
@@ -330,6 +343,36 @@ mod tests {
         let others = git_read_files(p, &["reports".into(), "out".into()], (0, 0));
         let others: Vec<&str> = others.iter().map(|(r, _)| r.as_str()).collect();
         assert_eq!(others, ["out/x/.gitattributes"]);
+    }
+
+    /// Years of day directories are passed by a `stat` each; a file new since the
+    /// fire is still found in a new directory under an old one, and in an old one.
+    #[test]
+    fn old_leaf_directories_are_passed_and_new_files_below_old_ones_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        for day in ["2025-01-01", "2025-01-02"] {
+            std::fs::create_dir_all(p.join(format!("reports/t/{day}"))).unwrap();
+            std::fs::write(p.join(format!("reports/t/{day}/old.md")), "old").unwrap();
+        }
+        let leaf = std::fs::symlink_metadata(p.join("reports/t/2025-01-01")).unwrap();
+        let parent = std::fs::symlink_metadata(p.join("reports/t")).unwrap();
+        assert!(!is_leaf(&parent), "a directory holding directories is never a leaf");
+        assert!(is_leaf(&leaf) || leaf.nlink() == 1, "{}", leaf.nlink());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mark = p.join("mark");
+        std::fs::write(&mark, "").unwrap();
+        let m = std::fs::metadata(&mark).unwrap();
+        let since = (m.ctime(), m.ctime_nsec());
+        std::fs::create_dir(p.join("reports/t/2025-01-01/sub")).unwrap();
+        std::fs::write(p.join("reports/t/2025-01-01/sub/new.md"), "new").unwrap();
+        std::fs::write(p.join("reports/t/2025-01-02/new.md"), "new").unwrap();
+        let out = collect(p, since, &[], &|_| None, &limits());
+        let accepted: Vec<&str> = out.accepted.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            accepted,
+            ["reports/t/2025-01-01/sub/new.md", "reports/t/2025-01-02/new.md"]
+        );
     }
 
     fn limits() -> Limits {

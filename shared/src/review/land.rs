@@ -6,9 +6,9 @@
 //! never a rebase, so the approved merge is pushed as it was made). Both are library
 //! functions so other front ends (a web page) call the same steps.
 
-use super::approvals::Signing;
-use super::proposals::{self, Approved};
+use super::proposals::{self, Approved, Reviewer};
 use super::remote::{self, Pushed, PUSH_TRIES};
+use super::reviewed::{Seen, SeenFrom};
 use super::signing::ApprovalRule;
 use super::{builder_tree_of, ReviewError};
 use crate::git::Person;
@@ -26,20 +26,27 @@ pub struct Published {
 
 /// `builder approve --push`: fetches `remote` (its proposal branches and approvals),
 /// records the approval ([`proposals::approve`], which refuses a local branch behind
-/// or diverged from the remote's), and pushes every approval the remote lacks,
-/// retrying when another push held the remote's refs.
+/// or diverged from the remote's, and a head other than the one `seen`, by default
+/// the one this clone had before the fetch, if it had one), and pushes every approval
+/// the remote lacks, retrying when another push held the remote's refs.
 pub fn approve_and_publish(
     repo: &Repository,
     root: &Path,
     name: &str,
-    reviewer: &Person,
-    rule: &ApprovalRule,
-    signing: Option<&Signing>,
+    who: &Reviewer<'_>,
     remote: &str,
+    seen: Option<Seen>,
 ) -> Result<Published, ReviewError> {
+    // What the reviewer saw, when nothing says: the head this clone had before the
+    // fetch (the fetch may bring one the author force-pushed since the review).
+    let before = proposals::proposal_head(repo, name, Some(remote)).ok();
     remote::fetch(root, remote)?;
     crate::failpoint!("approve-after-fetch");
-    let approved = proposals::approve(repo, name, reviewer, rule, signing, Some(remote))?;
+    let seen = seen.or(before.map(|head| Seen {
+        head,
+        from: SeenFrom::BeforeFetch,
+    }));
+    let approved = proposals::approve(repo, name, who, Some(remote), seen.as_ref())?;
     crate::failpoint!("approve-before-push");
     let pushed = remote::publish_approvals(repo, root, remote)?;
     crate::failpoint!("approve-after-push");

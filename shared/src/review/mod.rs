@@ -22,6 +22,7 @@ pub mod links;
 pub mod owned;
 pub mod proposals;
 pub mod remote;
+pub mod reviewed;
 pub mod runtime_commits;
 pub mod signing;
 pub mod trust;

@@ -153,7 +153,7 @@ fn standing(repo: &Repository, h: Heads) -> Result<Standing, ReviewError> {
 }
 
 /// The head of proposal `name`: this clone's branch, else the remote's (fetched).
-fn proposal_head(repo: &Repository, name: &str, remote: Option<&str>) -> Result<Oid, ReviewError> {
+pub(crate) fn proposal_head(repo: &Repository, name: &str, remote: Option<&str>) -> Result<Oid, ReviewError> {
     let h = heads(repo, name, remote)?;
     h.local.or(h.remote).ok_or_else(|| {
         ReviewError::Usage(match remote {
@@ -478,6 +478,15 @@ pub fn list_with(repo: &Repository, rule: &ApprovalRule, remote: Option<&str>) -
     Ok(out)
 }
 
+/// Who approves: the person, the rule their approval must satisfy (the protected
+/// branch's), and the key it is signed with.
+#[derive(Clone, Copy)]
+pub struct Reviewer<'a> {
+    pub person: &'a Person,
+    pub rule: &'a ApprovalRule,
+    pub signing: Option<&'a Signing>,
+}
+
 /// What [`approve`] did.
 #[derive(Debug, Clone)]
 pub struct Approved {
@@ -496,17 +505,25 @@ pub struct Approved {
 /// proposal only the remote has is approved at its head, and this clone's branch is
 /// refused when it is behind the remote's or diverged from it. An approval by the same
 /// reviewer of the same tree that counts already is returned as it is, not written
-/// again.
+/// again. With `seen`, a proposal at another head than the one the reviewer saw is
+/// refused ([`super::reviewed`]).
 pub fn approve(
     repo: &Repository,
     name: &str,
-    reviewer: &Person,
-    rule: &ApprovalRule,
-    signing: Option<&Signing>,
+    who: &Reviewer<'_>,
     remote: Option<&str>,
+    seen: Option<&super::reviewed::Seen>,
 ) -> Result<Approved, ReviewError> {
+    let Reviewer {
+        person: reviewer,
+        rule,
+        signing,
+    } = *who;
     valid_name(name)?;
     let head = head_to_approve(repo, name, remote)?;
+    if let Some(seen) = seen {
+        seen.hold(name, head)?;
+    }
     if same_person(&reviewer.email, &rule.runtime_email) {
         return Err(ReviewError::Refused(format!(
             "{reviewer} is the runtime identity (settings runtime_identity): the runtime can neither propose nor approve"

@@ -85,6 +85,8 @@ struct PageHtml {
     tree: String,
     review_href: String,
     name_raw: String,
+    /// The head's full id, which the approve form carries.
+    head_raw: String,
     approved: Option<String>,
 }
 
@@ -119,6 +121,7 @@ pub async fn page(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<Has
                     .finish()
             ),
             name_raw: p.name.clone(),
+            head_raw: p.head.clone(),
             p: row(&p),
             approved,
         })
@@ -364,6 +367,8 @@ fn decision_name(d: shared::policy::Decision) -> String {
 pub struct ApproveForm {
     csrf: String,
     name: String,
+    /// The head the page showed: a proposal moved since is refused, not approved.
+    head: String,
 }
 
 /// What an approval recorded (the JSON twin of the form's answer).
@@ -384,6 +389,13 @@ pub async fn approve(State(app): State<Arc<App>>, wants: Wants, Form(form): Form
         )
         .render(wants);
     }
+    let Ok(head) = git2::Oid::from_str(&form.head) else {
+        return PageError::new(
+            StatusCode::BAD_REQUEST,
+            "the form names no proposal head: reload the page",
+        )
+        .render(wants);
+    };
     let name = form.name.clone();
     let done = blocking(&app, move |app| {
         let wt = shared::git::open_work_tree(&app.root).map_err(PageError::from_display)?;
@@ -395,6 +407,10 @@ pub async fn approve(State(app): State<Arc<App>>, wants: Wants, Form(form): Form
             key: None,
             push: false,
             remote: None,
+            seen: Some(shared::review::reviewed::Seen {
+                head,
+                from: shared::review::reviewed::SeenFrom::Page,
+            }),
         };
         let a = crate::commands::approve::approve_proposal(&wt, &form.name, how)
             .map_err(PageError::from_display)?
