@@ -1122,3 +1122,107 @@ fn a_merge_whose_first_parent_was_never_reviewed_is_judged_by_the_reviewed_paren
         "{summary}"
     );
 }
+
+/// With `runtime_identity.signing_key`, the commits the box's sync makes on the branch
+/// are signed as the fire's own: a records commit rebuilt onto a tip a colleague
+/// pushed during the fire, and one rebuilt after the origin was unreachable. Unsigned
+/// (helper-78), each was a forged runtime commit to `builder audit` and the hook
+/// forever after.
+#[test]
+fn a_signing_boxs_rebuilt_records_commits_are_signed_and_pass_audit() {
+    let team = Team::new();
+    let Some((key, public)) = crate::signed::keygen(&team.env, "box") else {
+        crate::skip::skip(crate::skip::Capability::SshKeygen, "ssh-keygen is not installed");
+        return;
+    };
+    let settings = team.env.read("settings/runtime.yaml").replace(
+        "runtime_identity: { name: runtime, email: runtime@localhost }",
+        &format!(
+            "runtime_identity: {{ name: runtime, email: runtime@localhost, signing_key: {} }}",
+            key.display()
+        ),
+    );
+    assert!(settings.contains("signing_key"));
+    let signers = format!("runtime@localhost namespaces=\"builder-runtime\" {public}");
+    team.land(
+        "box-key",
+        &[
+            ("settings/runtime.yaml", settings.as_str()),
+            ("settings/allowed_signers", signers.as_str()),
+        ],
+    );
+    let first = team.fire();
+    assert_eq!(first.code, 0, "{first}");
+    // A colleague pushes while the fire runs: its commit is rebuilt onto her tip.
+    let mut notes = String::new();
+    let fired = fire_with_a_push_meanwhile(&team, "", || {
+        notes = team.push_files(&[("notes/plan.md", "the plan\n")], "notes", false);
+    });
+    assert_eq!(fired.code, 0, "{fired}");
+    // The origin is away for a fire, and moves before the next.
+    let away = team.origin.with_extension("away");
+    std::fs::rename(&team.origin, &away).unwrap();
+    let offline = team.fire();
+    assert_ne!(offline.code, 0, "{offline}");
+    std::fs::rename(&away, &team.origin).unwrap();
+    let later = team.push_files(&[("notes/later.md", "later\n")], "more notes", false);
+    let back = team.fire();
+    assert_eq!(back.code, 0, "{back}");
+    // The attack ran: records commits made by the sync sit on the colleague's commits.
+    let log = team.git(&team.origin, &["log", "--format=%H %ae %P", "main"]);
+    let by_runtime: Vec<&str> = log
+        .lines()
+        .filter(|l| l.split(' ').nth(1) == Some("runtime@localhost"))
+        .collect();
+    for on in [&notes, &later] {
+        assert!(
+            by_runtime
+                .iter()
+                .any(|l| l.split(' ').skip(2).any(|p| p == on.as_str())),
+            "no records commit rebuilt onto {on}:\n{log}"
+        );
+    }
+    for line in &by_runtime {
+        let id = line.split(' ').next().unwrap();
+        let object = team.git(&team.origin, &["cat-file", "commit", id]);
+        assert!(object.contains("gpgsig "), "unsigned runtime commit {id}:\n{object}");
+    }
+    // A person commits on the box; the refusal's card is committed after it; the
+    // person follows the refusal's hint, a rebase that rewrites that card's commit
+    // without its signature; the next push signs it again.
+    std::fs::write(team.cron.join("local.md"), "mine\n").unwrap();
+    team.git(&team.cron, &["add", "local.md"]);
+    team.git(&team.cron, &["commit", "-qm", "a person's commit on the box"]);
+    let mine = team.rev(&team.cron, "HEAD");
+    let refused = team.fire();
+    assert_eq!(refused.code, 1, "{refused}");
+    let hint = format!("git rebase --onto {0}^ {0}", &mine[..12]);
+    assert!(refused.stderr.contains(&hint), "{refused}");
+    assert_ne!(
+        team.rev(&team.cron, "HEAD"),
+        mine,
+        "the refusal's records were committed after it"
+    );
+    team.git(&team.cron, &["branch", "keep", &mine]);
+    team.git(&team.cron, &["rebase", "-q", "--onto", &format!("{mine}^"), &mine]);
+    let rewritten = team.git(&team.cron, &["cat-file", "commit", "HEAD"]);
+    assert!(
+        !rewritten.contains("gpgsig "),
+        "the rebase dropped the signature:\n{rewritten}"
+    );
+    let after = team.fire();
+    assert_eq!(after.code, 0, "{after}");
+    let log = team.git(&team.origin, &["log", "--format=%H %ae", "main"]);
+    for id in log
+        .lines()
+        .filter(|l| l.ends_with(" runtime@localhost"))
+        .map(|l| &l[..40])
+    {
+        let object = team.git(&team.origin, &["cat-file", "commit", id]);
+        assert!(object.contains("gpgsig "), "unsigned runtime commit {id}:\n{object}");
+    }
+    team.pull();
+    let (code, out, err) = crate::review::builder_in(&team.env, team.laptop(), None, &["audit"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("VIOLATION") && !out.contains("forged"), "{out}");
+}

@@ -962,3 +962,35 @@ fn review_shows_a_change_under_builder_paths_the_proposal_adds() {
         "the patch does not show the change:\n{text}"
     );
 }
+
+/// A fire's records (receipt, report, cards) between base and head are not code no
+/// approval covers: `builder eval` of the commit a fire made fires the head (helper-79:
+/// refused as `powers`); a top-level file the head adds still is.
+#[test]
+fn eval_of_a_head_a_fire_committed_onto_fires_it_and_a_new_top_level_file_is_refused() {
+    let env = TestEnv::new();
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 0, "{summary}");
+    let out = env.builder(&["eval", "--base", "HEAD~1", "--head", "HEAD", "--json"]);
+    let r = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    for x in r["rows"].as_array().unwrap() {
+        assert_eq!(x["runs"].as_u64(), Some(1), "{x}");
+    }
+    env.write("helper.py", "import os\n");
+    env.commit_all("a module at the top");
+    let out = env.builder(&["eval", "--base", "HEAD~2", "--head", "HEAD", "--json"]);
+    let r = json_of(&out);
+    let head = r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["revision"] == "head")
+        .unwrap()
+        .clone();
+    assert_eq!(head["runs"].as_u64(), Some(0), "{head}");
+    assert!(
+        r.to_string().contains("helper.py") && !r.to_string().contains("runs/digest"),
+        "{r}"
+    );
+}

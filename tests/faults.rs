@@ -445,3 +445,51 @@ fn a_damaged_state_db_keeps_a_readable_pause_waiting() {
     assert!(card["detail"].as_str().unwrap().contains(&paused_run), "{card:?}");
     assert_eq!(crate::crash::hit_calls(&env), vec!["c1"], "the approved call ran once");
 }
+
+/// A model (or a trace) reporting absurd token counts: the fire ends as any other,
+/// its counts held to the cap, and `builder history` indexes and sums them (helper-79:
+/// a panic, exit 101, and every later fire resumed into it; a receipt edited to hold
+/// such counts made `history runs` and `retro` exit 70).
+#[test]
+fn absurd_token_counts_are_held_to_a_cap_and_never_overflow() {
+    let env = TestEnv::new();
+    let trace = env.home.join("huge.json");
+    let turn = serde_json::json!({"content": format!("# Digest\n{}", "x".repeat(200)), "usage": {"input": u64::MAX, "output": 5}});
+    std::fs::write(
+        &trace,
+        serde_json::json!({"version": 1, "model": "m", "turns": [turn]}).to_string(),
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let out = env.runtime(&["fire", "digest", "--json", "--replay", trace.to_str().unwrap()]);
+        let summary: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(out.status.code(), Some(TestEnv::completed_code(&summary)), "{summary}");
+        let receipt = env.receipt(&summary);
+        assert_eq!(
+            receipt["tokens"]["input"].as_u64(),
+            Some(shared::records::Tokens::CAP),
+            "{receipt}"
+        );
+    }
+    // A person edits a receipt to hold counts past any integer's reach.
+    let rel = env
+        .git_ok(&env.root, &["ls-files", "runs"])
+        .lines()
+        .find(|l| l.ends_with(".json"))
+        .unwrap()
+        .to_string();
+    let mut receipt: Value = serde_json::from_str(&env.read(&rel)).unwrap();
+    receipt["tokens"] = serde_json::json!({"input": u64::MAX, "output": u64::MAX});
+    env.write(&rel, &serde_json::to_string_pretty(&receipt).unwrap());
+    env.commit_all("edit a receipt");
+    for args in [&["history", "runs"][..], &["retro"]] {
+        let out = env.builder(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

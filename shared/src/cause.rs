@@ -195,6 +195,18 @@ fn sqlite_error(e: &rusqlite::Error) -> Option<Cause> {
     let rusqlite::Error::SqliteFailure(f, _) = e else {
         return None;
     };
+    // A file that is no database, is corrupt, or lacks a table or column of its
+    // schema (dropped or altered by hand): damage, not a bug.
+    let schema_gone = f.code == E::Unknown
+        && e.to_string()
+            .split(": ")
+            .any(|m| m.starts_with("no such table") || m.starts_with("no such column"));
+    if matches!(f.code, E::NotADatabase | E::DatabaseCorrupt) || schema_gone {
+        return Cause::new(
+            CauseKind::Environment,
+            Some("the database named above is damaged: move it aside (with its -wal and -shm files); the next fire makes a new state.db, and the next builder command rebuilds builder.db from git"),
+        );
+    }
     let hint = match f.code {
         E::ReadOnly => {
             "the database is read-only (a read-only file system or file): run where .runtime/ can be written"

@@ -110,8 +110,28 @@ pub const BUILDER_SCHEMA: Schema = Schema {
     ],
 };
 
+/// Opens the builder's index. The index holds nothing git and the card files do not:
+/// a damaged one (not a database, corrupt) is moved aside, with a warning, and built
+/// again from them.
 pub fn open_store(root: &Path) -> Result<Store, StoreError> {
-    Store::open(&root.join(BUILDER_DB), BUILDER_SCHEMA)
+    let path = root.join(BUILDER_DB);
+    match Store::open(&path, BUILDER_SCHEMA) {
+        Err(e) if e.is_damage() => {
+            let aside = path.with_extension(format!("db.damaged-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ")));
+            tracing::warn!(error = %e, moved_to = %aside.display(), "the builder's index was damaged: it is built again from git");
+            std::fs::rename(&path, &aside).map_err(|source| StoreError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+            for side in ["-wal", "-shm"] {
+                let mut p = path.clone().into_os_string();
+                p.push(side);
+                let _ = std::fs::remove_file(p);
+            }
+            Store::open(&path, BUILDER_SCHEMA)
+        }
+        other => other,
+    }
 }
 
 fn meta(tx: &rusqlite::Connection, key: &str) -> rusqlite::Result<Option<String>> {

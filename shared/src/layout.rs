@@ -11,6 +11,13 @@ use std::path::{Component, Path, PathBuf};
 pub const BUILDER_DIRS: &[&str] = &["prompts", "scope", "settings", "tools", "evals", ".git"];
 /// Top-level directories the runtime owns (it only ever creates files in them).
 pub const RUNTIME_DIRS: &[&str] = &["reports", "cards", "runs"];
+/// Whether the repository path `rel` lies under one of the [`RUNTIME_DIRS`].
+pub fn in_runtime_dirs(rel: &str) -> bool {
+    RUNTIME_DIRS
+        .iter()
+        .any(|d| rel.strip_prefix(d).is_some_and(|r| r.starts_with('/')))
+}
+
 /// The runtime's local, git-ignored state directory.
 pub const STATE_DIR: &str = ".runtime";
 /// Under [`STATE_DIR`]: where the runtime hands the report to acceptance scripts, the

@@ -172,7 +172,23 @@ pub fn load_text(
 /// Parses prompt text; `rel` is used for diagnostics.
 pub fn parse(task: &str, rel: &Path, src: &str, settings: &RuntimeSettings) -> Result<Prompt, Vec<Diagnostic>> {
     let mut diags = Vec::new();
-    let (front_src, body, offset) = split_front_matter(src);
+    let Split {
+        front: front_src,
+        body,
+        offset,
+        unclosed,
+    } = split_front_matter(src);
+    if unclosed {
+        diags.push(
+            Diagnostic::new(
+                rel,
+                1,
+                "front matter",
+                "opened by `---` on line 1 and never closed by a `---` line: none of it would apply",
+            )
+            .with_hint("end the front matter with a line `---` (or begin the prompt with something other than `---`)"),
+        );
+    }
     let (front, unknown_tools) = match front_src {
         None => (FrontMatter::default(), Vec::new()),
         Some(fm) => parse_front(rel, fm, offset, &mut diags).unwrap_or_default(),
@@ -206,26 +222,51 @@ pub fn parse(task: &str, rel: &Path, src: &str, settings: &RuntimeSettings) -> R
 /// The front matter alone, when it parses (used by `builder check` to look at
 /// scripts even when other parts of the prompt are wrong).
 pub fn front_matter(rel: &Path, src: &str) -> Option<FrontMatter> {
-    let (fm, _, offset) = split_front_matter(src);
+    let split = split_front_matter(src);
     let mut ignored = Vec::new();
-    fm.and_then(|fm| parse_front(rel, fm, offset, &mut ignored))
+    split
+        .front
+        .and_then(|fm| parse_front(rel, fm, split.offset, &mut ignored))
         .map(|(front, _)| front)
 }
 
-/// Splits `---\n...\n---\n` front matter off. Returns (front matter, body, line
-/// offset of the front matter's first line minus one).
-fn split_front_matter(src: &str) -> (Option<&str>, &str, usize) {
+/// A prompt's text split: its front matter, its body, and the line offset of the
+/// front matter's first line minus one.
+struct Split<'a> {
+    front: Option<&'a str>,
+    body: &'a str,
+    offset: usize,
+    /// Opened by `---` and never closed: none of it would apply.
+    unclosed: bool,
+}
+
+/// Splits `---\n...\n---\n` front matter off (after a byte-order mark an editor may
+/// have put first, which would otherwise hide the front matter and every narrowing
+/// in it).
+fn split_front_matter(src: &str) -> Split<'_> {
+    let src = src.strip_prefix('\u{feff}').unwrap_or(src);
+    let plain = |unclosed| Split {
+        front: None,
+        body: src,
+        offset: 0,
+        unclosed,
+    };
     let Some(rest) = src.strip_prefix("---\n").or_else(|| src.strip_prefix("---\r\n")) else {
-        return (None, src, 0);
+        return plain(false);
     };
     let mut pos = 0;
     for line in rest.split_inclusive('\n') {
         if line.trim_end() == "---" {
-            return (Some(&rest[..pos]), &rest[pos + line.len()..], 1);
+            return Split {
+                front: Some(&rest[..pos]),
+                body: &rest[pos + line.len()..],
+                offset: 1,
+                unclosed: false,
+            };
         }
         pos += line.len();
     }
-    (None, src, 0)
+    plain(true)
 }
 
 /// The front matter, and the `tools:` entries that named no tool (with their index in
@@ -513,6 +554,23 @@ mod tests {
         assert_eq!(p.front.prefetch[0].run, "tools/log.sh");
         assert_eq!(p.budgets(&settings()).max_steps, 5);
         assert!(p.body.starts_with("# Task"));
+    }
+
+    /// A byte-order mark an editor put first neither hides the front matter (and its
+    /// narrowing) nor reaches the body; front matter never closed is an error, not
+    /// prompt text (helper-79: both fired with none of the prompt's narrowing).
+    #[test]
+    fn a_byte_order_mark_keeps_the_front_matter_and_an_unclosed_one_is_refused() {
+        let src =
+            "\u{feff}---\ntools: [read_file]\ndeny: [\"Bash(git log*)\"]\nbudgets: {max_steps: 3}\n---\nWrite it.\n";
+        let p = parse("t", Path::new("prompts/t.md"), src, &settings()).unwrap();
+        assert_eq!(p.budgets(&settings()).max_steps, 3);
+        assert_eq!(p.front.deny, vec!["Bash(git log*)".to_string()]);
+        assert_eq!(p.body, "Write it.\n");
+        let src = "---\ntools: [read_file]\nbudgets: {max_steps: 3}\nWrite it.\n";
+        let d = parse("t", Path::new("prompts/t.md"), src, &settings()).unwrap_err();
+        assert_eq!((d[0].line, d[0].field.as_str()), (1, "front matter"), "{d:?}");
+        assert!(d[0].message.contains("never closed"), "{d:?}");
     }
 
     #[test]

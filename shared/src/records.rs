@@ -456,8 +456,30 @@ pub struct Tokens {
 }
 
 impl Tokens {
+    /// The most one count holds (about 1.1 trillion): far more than any run uses, small
+    /// enough that the sum of millions of runs' counts stays exact in JSON numbers and
+    /// in SQLite's integers. A provider's (or a trace's, or a hand-edited receipt's)
+    /// larger number is taken as this.
+    pub const CAP: u64 = (1 << 40) - 1;
+
+    /// Counts as reported, each held to [`Tokens::CAP`].
+    pub fn reported(input: u64, output: u64) -> Tokens {
+        Tokens {
+            input: input.min(Tokens::CAP),
+            output: output.min(Tokens::CAP),
+        }
+    }
+
+    /// Adds `more`, each count held to [`Tokens::CAP`].
+    pub fn add(&mut self, more: Tokens) {
+        *self = Tokens::reported(
+            self.input.saturating_add(more.input),
+            self.output.saturating_add(more.output),
+        );
+    }
+
     pub fn total(&self) -> u64 {
-        self.input + self.output
+        self.input.saturating_add(self.output)
     }
 }
 

@@ -960,6 +960,28 @@ fn builder_path_problems(file: &Path, src: &str, s: &RuntimeSettings, d: &mut Ve
 
 /// The runtime's signing key lives outside the repository, at an absolute path.
 fn identity_problems(file: &Path, src: &str, identity: &Identity, d: &mut Vec<Diagnostic>) {
+    // What git takes for a commit's author: a fire whose identity it refuses would run
+    // the model and then fail to commit, every time (helper-79).
+    for (field, value) in [("name", &identity.name), ("email", &identity.email)] {
+        let why = if value.trim().is_empty() {
+            Some("is empty")
+        } else if value.contains(['<', '>']) || value.chars().any(char::is_control) {
+            Some("holds `<`, `>` or a control character, which a git identity cannot")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            d.push(
+                Diagnostic::new(
+                    file,
+                    yamlpos::line_of(src, &["runtime_identity", field]),
+                    format!("runtime_identity.{field}"),
+                    format!("`{value}` {why}: the runtime's commits are authored with it"),
+                )
+                .with_hint("for example: runtime_identity: { name: runtime, email: runtime@localhost }"),
+            );
+        }
+    }
     if let Some(key) = &identity.signing_key {
         if !Path::new(key).is_absolute() && !key.starts_with("~/") {
             d.push(
@@ -1261,6 +1283,29 @@ mod tests {
     use super::*;
 
     const GOOD: &str = "version: 1\nprovider:\n  kind: replay\n  replay: evals/digest/trace.json\npermissions:\n  allow: [\"Read(**)\"]\n  write: [\"reports/**\"]\n";
+
+    /// An identity git would refuse for a commit's author is a settings error with its
+    /// line, not a fire that runs the model and then cannot commit (helper-79).
+    #[test]
+    fn a_runtime_identity_git_would_refuse_names_its_line_and_field() {
+        for (identity, field) in [
+            ("{name: \"\", email: runtime@localhost}", "runtime_identity.name"),
+            ("{name: runtime, email: \" \"}", "runtime_identity.email"),
+            (
+                "{name: \"run <time>\", email: runtime@localhost}",
+                "runtime_identity.name",
+            ),
+        ] {
+            let src = format!("{GOOD}\nruntime_identity: {identity}\n");
+            let mut d = Vec::new();
+            parse_runtime_yaml(&src, &mut d);
+            let found = d
+                .iter()
+                .find(|x| x.field == field)
+                .unwrap_or_else(|| panic!("{identity}: {d:?}"));
+            assert_eq!(found.line, src.lines().count(), "{found:?}");
+        }
+    }
 
     #[test]
     fn review_and_sync_settings_load_and_bad_values_name_their_line() {

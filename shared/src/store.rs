@@ -494,8 +494,10 @@ pub fn insert_run(
         r.started_at.to_rfc3339(),
         r.finished_at.to_rfc3339(),
         r.steps,
-        r.tokens.input as i64,
-        r.tokens.output as i64,
+        // A receipt is a file a person can edit: its counts are held to the cap the
+        // runtime holds them to, so no sum of them overflows.
+        r.tokens.input.min(crate::records::Tokens::CAP) as i64,
+        r.tokens.output.min(crate::records::Tokens::CAP) as i64,
         r.cost_usd,
         r.denials,
         r.retries,

@@ -30,6 +30,7 @@ mod history;
 mod locks;
 mod transport;
 
+use crate::git::SignCommit;
 use crate::review::signing::ApprovalRule;
 use crate::settings::SyncSettings;
 use git2::{Oid, Repository};
@@ -165,6 +166,10 @@ pub enum Pushed {
 pub(crate) struct Ctx<'a> {
     repo: &'a Repository,
     sync: &'a SyncSettings,
+    /// Signs each commit the sync makes on the branch, as the fire signs its own
+    /// (`runtime_identity.signing_key`): a records commit rebuilt, joined or replayed
+    /// without it would read as forged to `builder audit`.
+    sign: Option<&'a SignCommit<'a>>,
 }
 
 impl Ctx<'_> {
@@ -661,7 +666,7 @@ pub fn finish_interrupted(repo: &Repository) -> bool {
 /// wider sandbox).
 pub fn sandbox_dirs(repo: &Repository, sync: Option<&SyncSettings>) -> Vec<PathBuf> {
     let Some(sync) = sync else { return Vec::new() };
-    match (Ctx { repo, sync }).transport() {
+    match (Ctx { repo, sync, sign: None }).transport() {
         Ok(Transport::Local(dir)) => vec![dir],
         _ => Vec::new(),
     }
@@ -671,7 +676,7 @@ pub fn sandbox_dirs(repo: &Repository, sync: Option<&SyncSettings>) -> Vec<PathB
 /// `sync`: a network remote's (its fetch and push URLs'), none for a local remote.
 pub fn sandbox_ports(repo: &Repository, sync: Option<&SyncSettings>) -> Vec<u16> {
     let Some(sync) = sync else { return Vec::new() };
-    match (Ctx { repo, sync }).transport() {
+    match (Ctx { repo, sync, sign: None }).transport() {
         Ok(Transport::Cli { ports }) => ports,
         _ => Vec::new(),
     }
@@ -686,7 +691,7 @@ pub fn look(
     rule: &ApprovalRule,
     memo: Option<&std::path::Path>,
 ) -> Result<Look, SyncError> {
-    let cx = Ctx { repo, sync };
+    let cx = Ctx { repo, sync, sign: None };
     let _held = cx.begin_step("fetch")?;
     let mut intent = Intent::new(&cx.intents());
     let mut look = cx.look(rule, memo, &mut intent)?;
@@ -699,14 +704,16 @@ pub fn look(
 /// Before a fire (outside its sandbox: it may update builder-owned paths): fetch,
 /// judge, and move to the remote tip when the box may fire it (fast-forward, records
 /// joined onto it, or replayed onto a rewritten history), remembering the walk of the
-/// two-key check under `memo` (the repository root).
+/// two-key check under `memo` (the repository root). The records commits it rebuilds
+/// are signed through `sign`, as the fire's own.
 pub fn before_fire(
     repo: &Repository,
     sync: &SyncSettings,
     rule: &ApprovalRule,
     memo: Option<&std::path::Path>,
+    sign: Option<&SignCommit<'_>>,
 ) -> Result<Look, SyncError> {
-    let cx = Ctx { repo, sync };
+    let cx = Ctx { repo, sync, sign };
     let _held = cx.begin_step("fetch")?;
     let mut intent = Intent::new(&cx.intents());
     let mut look = cx.look(rule, memo, &mut intent)?;
@@ -835,6 +842,14 @@ impl Ctx<'_> {
             return Ok(Candidate::Nothing);
         }
         if self.repo.graph_descendant_of(local, remote).map_err(&git)? {
+            // A box that signs pushes only signed records commits: those a person
+            // rewrote on the box (the rebase the refusal of their own commit there
+            // suggests drops signatures) become one commit, signed again.
+            if self.any_unsigned(&unpushed.runtime) {
+                let to = self.signed_again(remote, local, &unpushed.runtime)?;
+                self.move_to(intent, local, to, Some(&[]))?;
+                return Ok(Candidate::Rebuilt(to));
+            }
             return Ok(Candidate::Direct(local));
         }
         let joined_tree = self.repo.find_tree(self.joined_tree(remote, local)?).map_err(&git)?;
@@ -856,6 +871,16 @@ impl Ctx<'_> {
     }
 }
 
+impl Ctx<'_> {
+    /// Whether this box signs its commits and one of `commits` carries no signature.
+    fn any_unsigned(&self, commits: &[Oid]) -> bool {
+        self.sign.is_some()
+            && commits
+                .iter()
+                .any(|c| self.repo.extract_signature(c, Some("gpgsig")).is_err())
+    }
+}
+
 /// After a fire's commit (inside the runtime's sandbox, which may write the records
 /// directories, the git directories and a local remote, not builder-owned paths):
 /// put the box's records on the remote. A tip that moved with records only gets them
@@ -866,8 +891,13 @@ impl Ctx<'_> {
 /// `sync.push_attempts` times, never forced. A lock on the remote's branch that
 /// outlasts a short wait is reported with the command that removes it; the box
 /// removes only the locks its own killed pushes left.
-pub fn push_after(repo: &Repository, sync: &SyncSettings, runtime_email: &str) -> Result<Pushed, SyncError> {
-    let cx = Ctx { repo, sync };
+pub fn push_after(
+    repo: &Repository,
+    sync: &SyncSettings,
+    runtime_email: &str,
+    sign: Option<&SignCommit<'_>>,
+) -> Result<Pushed, SyncError> {
+    let cx = Ctx { repo, sync, sign };
     let _held = cx.begin_step("push")?;
     let mut intent = Intent::new(&cx.intents());
     let attempts = sync.push_attempts.max(1);
@@ -1054,7 +1084,7 @@ mod tests {
         let first = commit(&other, &[("settings/allowed_signers", &rev_line)], "eng");
         approve(&other, first, "Rev <rev@x.org>", &rev_key);
         push_all(&other);
-        assert!(before_fire(&cron, &sync(), &rule, None).unwrap().moved.is_some());
+        assert!(before_fire(&cron, &sync(), &rule, None, None).unwrap().moved.is_some());
         // Mallory lists her key as Rev's and approves that very tree with it.
         let evil = commit(
             &other,
@@ -1071,7 +1101,7 @@ mod tests {
         assert!(approved_by_list(&other, &rule, &her_list, evil));
         // The cron box judges it by the list before it: it stays where it was.
         let before = cron.refname_to_id("refs/heads/main").unwrap();
-        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        let look = before_fire(&cron, &sync(), &rule, None, None).unwrap();
         let want = crate::review::builder_tree_of_commit(&cron, evil).unwrap();
         assert!(
             matches!(&look.way, Way::Stuck(Stuck::Unapproved { tip, tree, .. }) if *tip == evil && *tree == want),
@@ -1089,13 +1119,13 @@ mod tests {
         );
         approve(&other, fixed, "Rev <rev@x.org>", &rev_key);
         push_all(&other);
-        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        let look = before_fire(&cron, &sync(), &rule, None, None).unwrap();
         assert_eq!((look.local, look.moved), (before, Some(fixed)));
         // An unrelated history forced over the branch, whose only tree lists her key
         // and carries her approval: no approved tree precedes it there, but the box
         // has one, and its list judges.
         let orphan = force_orphan_of(&other, evil, &mal_key);
-        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        let look = before_fire(&cron, &sync(), &rule, None, None).unwrap();
         assert!(
             matches!(&look.way, Way::Stuck(Stuck::Unapproved { tip, .. }) if *tip == orphan),
             "{look:?}"
@@ -1136,7 +1166,7 @@ mod tests {
         for url in ["ftp://example.com/a.git", "https://"] {
             cron.remote_set_url("origin", url).unwrap();
             assert!(sandbox_ports(&cron, Some(&sync())).is_empty(), "{url}");
-            let e = before_fire(&cron, &sync(), &ApprovalRule::unsigned("runtime@localhost"), None).unwrap_err();
+            let e = before_fire(&cron, &sync(), &ApprovalRule::unsigned("runtime@localhost"), None, None).unwrap_err();
             assert_eq!(e.step, "setup");
             assert!(e.message.contains("neither a local repository nor"), "{e}");
         }
@@ -1151,7 +1181,7 @@ mod tests {
         commit(&other, &[("reports/other/b.md", "b")], "other");
         push_other(&other);
         let theirs = origin.refname_to_id("refs/heads/main").unwrap();
-        let pushed = push_after(&cron, &sync(), "runtime@localhost").unwrap();
+        let pushed = push_after(&cron, &sync(), "runtime@localhost", None).unwrap();
         let Pushed::Pushed { attempts, head } = pushed else {
             panic!("not pushed: {pushed:?}")
         };
@@ -1192,7 +1222,7 @@ mod tests {
         commit(&other, &[("prompts/t.md", "changed\n")], "other");
         push_other(&other);
         let theirs = origin.refname_to_id("refs/heads/main").unwrap();
-        let Pushed::Joined { attempts, head } = push_after(&cron, &sync(), "runtime@localhost").unwrap() else {
+        let Pushed::Joined { attempts, head } = push_after(&cron, &sync(), "runtime@localhost", None).unwrap() else {
             panic!("not joined")
         };
         assert_eq!(attempts, 2, "rejected once, then joined");
@@ -1213,7 +1243,7 @@ mod tests {
         );
         // Work of someone else on the cron box's branch is never pushed for them.
         commit(&cron, &[("notes.md", "mine")], "eng");
-        let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
+        let e = push_after(&cron, &sync(), "runtime@localhost", None).unwrap_err();
         assert_eq!(e.step, "join");
         assert!(e.to_string().contains("not a runtime records commit"), "{e}");
         assert!(
@@ -1273,19 +1303,22 @@ mod tests {
         let rule = ApprovalRule::unsigned("runtime@localhost");
         // The box fires and pushes twice; an engineer's commit lands between.
         commit(&cron, &[("runs/t/1.json", "{}")], "runtime");
-        push_after(&cron, &sync(), "runtime@localhost").unwrap();
+        push_after(&cron, &sync(), "runtime@localhost", None).unwrap();
         commit(&other, &[("notes/a.md", "a")], "eng");
         let merged = merge_origin_main(&other);
         push_other(&other);
-        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap().moved, Some(merged));
+        assert_eq!(
+            before_fire(&cron, &sync(), &rule, None, None).unwrap().moved,
+            Some(merged)
+        );
         commit(&cron, &[("runs/t/2.json", "{}")], "runtime");
-        push_after(&cron, &sync(), "runtime@localhost").unwrap();
+        push_after(&cron, &sync(), "runtime@localhost", None).unwrap();
         // One more fire's records, not pushed yet.
         commit(&cron, &[("runs/t/3.json", "{}")], "runtime");
         let old_branch = cron.head().unwrap().target().unwrap();
         // Someone force-pushes a history without the engineer's commit or the records.
         let rewritten = rewrite_main_from_its_root(&origin);
-        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        let look = before_fire(&cron, &sync(), &rule, None, None).unwrap();
         let rw = look.rewritten.clone().expect("the rewrite is detected");
         assert!(rw.lost >= 3, "{look:?}");
         assert!(matches!(look.way, Way::Replay { .. }), "{look:?}");
@@ -1305,7 +1338,7 @@ mod tests {
             .is_err());
         assert_eq!(cron.refname_to_id(look.kept.as_deref().unwrap()).unwrap(), old_branch);
         // The next push sends the replay; every record is on the origin.
-        let Pushed::Pushed { head, .. } = push_after(&cron, &sync(), "runtime@localhost").unwrap() else {
+        let Pushed::Pushed { head, .. } = push_after(&cron, &sync(), "runtime@localhost", None).unwrap() else {
             panic!("not pushed")
         };
         let tree = origin.find_commit(head).unwrap().tree().unwrap();
@@ -1313,7 +1346,7 @@ mod tests {
             assert!(tree.get_path(Path::new(p)).is_ok(), "{p} lost");
         }
         // And the next sync is an ordinary one: no rewrite named again.
-        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        let look = before_fire(&cron, &sync(), &rule, None, None).unwrap();
         assert_eq!((look.way, look.rewritten), (Way::UpToDate, None));
     }
 
@@ -1332,7 +1365,7 @@ mod tests {
         let first = approve(&other, "Rev <rev@x.org>");
         let first_ref = crate::review::approvals::approval_ref(first);
         push_all(&other);
-        before_fire(&cron, &sync(), &rule, None).unwrap();
+        before_fire(&cron, &sync(), &rule, None, None).unwrap();
         assert_eq!(cron.refname_to_id(&first_ref).unwrap(), first);
         // Someone deletes the first approval on the origin and pushes another.
         origin.find_reference(&first_ref).unwrap().delete().unwrap();
@@ -1343,7 +1376,7 @@ mod tests {
             origin.refname_to_id(&first_ref).is_err(),
             "the attack ran: the origin lost it"
         );
-        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        let look = before_fire(&cron, &sync(), &rule, None, None).unwrap();
         assert_eq!(cron.refname_to_id(&first_ref).unwrap(), first, "not pruned");
         let all = crate::review::approvals::load(&cron).unwrap();
         let ids: Vec<Oid> = all.iter().map(|a| a.id).collect();
@@ -1365,7 +1398,7 @@ mod tests {
         // A laptop's push killed on the origin: not the box's, never removed by it.
         std::fs::write(&lock, "").unwrap();
         commit(&cron, &[("runs/t/a.json", "{}")], "runtime");
-        let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
+        let e = push_after(&cron, &sync(), "runtime@localhost", None).unwrap_err();
         assert!(!e.message.contains("kept moving"), "{e}");
         assert!(e.message.contains("locked"), "{e}");
         let hint = e.hint.clone().unwrap();
@@ -1385,7 +1418,7 @@ mod tests {
         let record = serde_json::json!({"pid": 4_194_305, "start_time": 1, "locks": [{
             "path": lock, "ino": m.ino(), "ctime_ns": m.ctime() * 1_000_000_000 + m.ctime_nsec()}]});
         std::fs::write(intents.join("sync-intent-4194305.json"), record.to_string()).unwrap();
-        let Pushed::Pushed { head, .. } = push_after(&cron, &sync(), "runtime@localhost").unwrap() else {
+        let Pushed::Pushed { head, .. } = push_after(&cron, &sync(), "runtime@localhost", None).unwrap() else {
             panic!("not pushed")
         };
         assert_eq!(origin.refname_to_id("refs/heads/main").unwrap(), head);
@@ -1414,7 +1447,7 @@ mod tests {
         crate::review::approvals::write(&other, body, &person).unwrap();
         push_all(&other);
         let before = cron.head().unwrap().target().unwrap();
-        let look = before_fire(&cron, &sync(), &rule, None).unwrap();
+        let look = before_fire(&cron, &sync(), &rule, None, None).unwrap();
         assert!(
             matches!(&look.way, Way::Stuck(Stuck::KeyMissing { tip: t, var: v, .. }) if *t == tip && v == var),
             "{look:?}"
@@ -1477,7 +1510,7 @@ mod tests {
             crate::sandbox::landlock::enforce(&spec, crate::settings::LandlockMode::Required).unwrap();
             let cron = Repository::open(&cron_path).unwrap();
             let ours = commit(&cron, &[("runs/t/b.json", "{}")], "runtime");
-            let pushed = push_after(&cron, &sync(), "runtime@localhost").unwrap();
+            let pushed = push_after(&cron, &sync(), "runtime@localhost", None).unwrap();
             assert_eq!(
                 pushed,
                 Pushed::Pushed {
@@ -1494,7 +1527,7 @@ mod tests {
             );
             cron.remote_set_url("origin", &other_url).unwrap();
             commit(&cron, &[("runs/t/c.json", "{}")], "runtime");
-            let e = push_after(&cron, &sync(), "runtime@localhost").unwrap_err();
+            let e = push_after(&cron, &sync(), "runtime@localhost", None).unwrap_err();
             assert_eq!(e.step, "push", "{e}");
             // The port that served this box's fetch outside the sandbox: refused inside.
             assert!(e.message.contains("unable to connect"), "{e}");
@@ -1516,14 +1549,20 @@ mod tests {
         // The other port is reachable from outside the sandbox: the fetch through it runs.
         cron.remote_set_url("origin", &url(&elsewhere)).unwrap();
         let _ = cron.find_reference("refs/remotes/origin/main").unwrap().delete();
-        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap().way, Way::UpToDate);
+        assert_eq!(
+            before_fire(&cron, &sync(), &rule, None, None).unwrap().way,
+            Way::UpToDate
+        );
         assert!(cron.refname_to_id("refs/remotes/origin/main").is_ok(), "fetched");
 
         // The fetch takes refs/builder/* too.
         cron.remote_set_url("origin", &url(&served)).unwrap();
         let seed = origin.refname_to_id("refs/heads/main").unwrap();
         origin.reference("refs/builder/approvals", seed, true, "test").unwrap();
-        assert_eq!(before_fire(&cron, &sync(), &rule, None).unwrap().way, Way::UpToDate);
+        assert_eq!(
+            before_fire(&cron, &sync(), &rule, None, None).unwrap().way,
+            Way::UpToDate
+        );
         assert_eq!(cron.refname_to_id("refs/builder/approvals").unwrap(), seed);
 
         // A push that lost the race to another is rejected by the lease, never
@@ -1532,7 +1571,7 @@ mod tests {
         commit(&other, &[("reports/other/b.md", "b")], "other");
         push_other(&other);
         let theirs = origin.refname_to_id("refs/heads/main").unwrap();
-        let Pushed::Pushed { attempts, head } = push_after(&cron, &sync(), "runtime@localhost").unwrap() else {
+        let Pushed::Pushed { attempts, head } = push_after(&cron, &sync(), "runtime@localhost", None).unwrap() else {
             panic!("not pushed")
         };
         assert_eq!(attempts, 2, "rejected once, then rebuilt and pushed");

@@ -1091,8 +1091,7 @@ fn provider_failed(
 /// Adds a model response's usage to the totals and its span.
 fn account(cfg: &LoopConfig, state: &mut LoopState, span: u64, resp: &ModelResponse) {
     state.retries += resp.retries;
-    state.tokens.input += resp.usage.input;
-    state.tokens.output += resp.usage.output;
+    state.tokens.add(resp.usage);
     state.cost_usd += cost_usd(&cfg.prices, &cfg.model, resp.usage);
     if let Some(s) = state.trace.span_mut(span) {
         s.tokens_in = resp.usage.input;

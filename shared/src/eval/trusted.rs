@@ -144,7 +144,9 @@ fn bound_by_the_branch(
 /// fired: no approval covers that code, yet a fire under the trusted powers would run
 /// it. A module beside a pinned MCP server's script, shadowing one it imports, would
 /// run with the server's read roots, ports and variables; a library a prefetch script
-/// sources, with the prefetch's. `builder land` refuses such a proposal anyway.
+/// sources, with the prefetch's. `builder land` refuses such a proposal anyway. The
+/// runtime's directories (`runs/`, `reports/`, `cards/`) are left out: a fire commits
+/// there, and nothing loads code from there unless reviewed code names it.
 pub fn refuse_code_outside_review(
     repo: &git2::Repository,
     base: &Revision,
@@ -155,8 +157,14 @@ pub fn refuse_code_outside_review(
     // By the base's `builder_paths` too: a head that names its own change
     // builder-owned has not had that reviewed either.
     let (base_id, head_id) = (id(base)?, id(head)?);
-    let outside = crate::review::changes_outside(repo, base_id, head_id, &[base_id, head_id])
-        .map_err(|e| EvalError::Worktree(format!("the paths {} changes: {e}", head.rev)))?;
+    // The runtime's records (a fire's receipt, report, cards and outputs) are data no
+    // interpreter finds on its own: a head a fire committed onto is not refused for
+    // them.
+    let outside: Vec<String> = crate::review::changes_outside(repo, base_id, head_id, &[base_id, head_id])
+        .map_err(|e| EvalError::Worktree(format!("the paths {} changes: {e}", head.rev)))?
+        .into_iter()
+        .filter(|p| !crate::layout::in_runtime_dirs(p))
+        .collect();
     if outside.is_empty() {
         return Ok(());
     }

@@ -777,11 +777,7 @@ fn commit_records(
     // With `runtime_identity.signing_key`, the commit is signed (its key checked when
     // the fire began; one that cannot be read now leaves the commit unsigned, which
     // `builder audit` flags).
-    let key = sink.identity.signing_key.as_deref().and_then(|k| {
-        crate::review::runtime_commits::RuntimeKey::load(k, root)
-            .map_err(|e| tracing::warn!(error = %e, "the records commit is not signed"))
-            .ok()
-    });
+    let key = crate::review::runtime_commits::RuntimeKey::for_commits(sink.identity.signing_key.as_deref(), root);
     let sign = |text: &str| key.as_ref().map_or(Err("no key".to_string()), |k| k.sign(text));
     let opts = crate::git::CommitOptions {
         held,

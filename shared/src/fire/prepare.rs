@@ -956,23 +956,25 @@ impl Preparing {
         }
         let root = self.ctx.opts.root.clone();
         let rule = approval_rule(&settings)?;
+        let signing_key = settings.runtime_identity.signing_key.as_deref();
         let began =
-            crate::fire::sync::FireSync::begin(&self.repo, &root, sync, &rule, self.ctx.started_at).map_err(|e| {
-                let detail = match &e.hint {
-                    Some(h) => format!("{e}\nNext: {h}"),
-                    None => e.to_string(),
-                };
-                let stop = Stop::carded(
-                    FireEnd::Environment,
-                    CardKind::SyncFailed,
-                    first_line(&e.to_string()),
-                    detail,
-                );
-                match &e.hint {
-                    Some(h) => stop.with_hint(h.clone()),
-                    None => stop,
-                }
-            })?;
+            crate::fire::sync::FireSync::begin(&self.repo, &root, (sync, signing_key), &rule, self.ctx.started_at)
+                .map_err(|e| {
+                    let detail = match &e.hint {
+                        Some(h) => format!("{e}\nNext: {h}"),
+                        None => e.to_string(),
+                    };
+                    let stop = Stop::carded(
+                        FireEnd::Environment,
+                        CardKind::SyncFailed,
+                        first_line(&e.to_string()),
+                        detail,
+                    );
+                    match &e.hint {
+                        Some(h) => stop.with_hint(h.clone()),
+                        None => stop,
+                    }
+                })?;
         self.pending_cards.extend(began.card);
         self.sync = Some(began.fire);
         let Some(to) = began.moved else {

@@ -103,7 +103,7 @@ impl ModelResponse {
         ModelResponse {
             content,
             tool_calls,
-            usage,
+            usage: Tokens::reported(usage.input, usage.output),
             retries: 0,
             served_by: "primary".into(),
         }

@@ -69,7 +69,7 @@ impl Replay {
             Ok(inside) => crate::beneath::open_root(root)
                 .map_err(|e| e.to_string())
                 .and_then(|dir| crate::beneath::read_regular(&dir, inside, TRACE_CAP).map_err(|e| e.to_string())),
-            Err(_) => std::fs::read(path).map_err(|e| e.to_string()),
+            Err(_) => read_outside(path),
         }
         .map_err(|e| config_error(format!("{}: {e}", path.display())))?;
         Replay::parse(bytes, &path.display().to_string())
@@ -129,5 +129,58 @@ impl Replay {
             output: turn.usage.output,
         };
         Ok(ModelResponse::parsed(turn.content.clone(), tool_calls, usage))
+    }
+}
+
+/// A trace file outside the repository (`--replay`): a regular file, read up to one
+/// byte past [`TRACE_CAP`]. Opened without blocking, so a FIFO (or a device) named
+/// there is refused instead of holding the fire, and its task lock, until a writer
+/// comes; `/dev/zero` is not read to the end of memory.
+fn read_outside(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    if !file.metadata().map_err(|e| e.to_string())?.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut bytes = Vec::new();
+    file.take(TRACE_CAP + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A FIFO or a device named with `--replay` is refused at once; a file over the
+    /// cap is refused for its size, not read to the end (helper-79).
+    #[test]
+    fn a_replay_file_outside_the_repository_must_be_a_regular_file_within_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("t.fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let root = dir.path().join("repo");
+        for odd in [fifo.as_path(), Path::new("/dev/zero")] {
+            let e = Replay::load(&root, odd).map(|_| ()).unwrap_err();
+            assert!(e.message.contains("not a regular file"), "{odd:?}: {e:?}");
+        }
+        let big = dir.path().join("big.json");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(TRACE_CAP + 10).unwrap();
+        let e = Replay::load(&root, &big).map(|_| ()).unwrap_err();
+        assert!(e.message.contains("over"), "{e:?}");
     }
 }

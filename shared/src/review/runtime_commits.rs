@@ -83,6 +83,16 @@ impl RuntimeKey {
         Ok(RuntimeKey { key })
     }
 
+    /// The key `setting` (`runtime_identity.signing_key`) names, to sign the box's
+    /// commits with: `None` without a setting, or, warned, when the key cannot be used
+    /// now (the fire checked it as it began): the commit is then made unsigned, which
+    /// `builder audit` flags.
+    pub fn for_commits(setting: Option<&str>, root: &Path) -> Option<RuntimeKey> {
+        RuntimeKey::load(setting?, root)
+            .map_err(|e| tracing::warn!(error = %e, "the runtime's commits are not signed"))
+            .ok()
+    }
+
     /// The armored SSHSIG of `commit_text` (a commit object's text without its
     /// signature), in namespace [`NAMESPACE`].
     pub fn sign(&self, commit_text: &str) -> Result<String, String> {

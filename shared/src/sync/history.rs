@@ -158,6 +158,19 @@ impl Ctx<'_> {
         self.runtime_commit(local, &msg, tree, &[onto, local])
     }
 
+    /// One commit on `onto` with the tree of `local` (which descends from it), in place
+    /// of the records commits `unpushed`, one of which lost its signature: signed, as
+    /// every commit the sync makes.
+    pub(super) fn signed_again(&self, onto: Oid, local: Oid, unpushed: &[Oid]) -> Result<Oid, SyncError> {
+        let git = self.git("join");
+        let tree = self.repo.find_commit(local).map_err(&git)?.tree_id();
+        let msg = format!(
+            "runtime: records of {} fire(s), signed again (rewritten on the box without their signature)\n",
+            unpushed.len()
+        );
+        self.runtime_commit(local, &msg, tree, &[onto])
+    }
+
     /// A merge of `onto` and the box's branch `local`, for a box that stays where it
     /// is: the box's commits keep their ids on the remote.
     pub(super) fn merge_onto(&self, onto: Oid, local: Oid, why: &str) -> Result<Oid, SyncError> {
@@ -228,7 +241,8 @@ impl Ctx<'_> {
     }
 
     /// A commit the sync makes, authored as the runtime's commit `like` was (every
-    /// commit the runtime makes carries its identity).
+    /// commit the runtime makes carries its identity, as author and committer), and
+    /// signed as the fire signs.
     fn runtime_commit(&self, like: Oid, msg: &str, tree: Oid, parents: &[Oid]) -> Result<Oid, SyncError> {
         let git = self.git("join");
         let like = self.repo.find_commit(like).map_err(&git)?;
@@ -239,10 +253,11 @@ impl Ctx<'_> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(&git)?;
         let parents: Vec<&git2::Commit> = parents.iter().collect();
-        let (author, committer) = (like.author(), like.committer());
-        self.repo
-            .commit(None, &author, &committer, msg, &tree, &parents)
-            .map_err(&git)
+        // The runtime commits as itself: a commit a person rewrote on the box names
+        // them as its committer, which the sync's commit does not take over.
+        let author = like.author();
+        crate::git::commit_object(self.repo, &author, &author, msg, &tree, &parents, self.sign)
+            .map_err(|e| self.err("join", e.to_string()))
     }
 
     /// Whether the box may move its firing tree from `local` to the remote tip `tip`
@@ -320,7 +335,5 @@ fn key_missing(repo: &Repository, tip: Oid) -> Option<String> {
 
 /// A path the runtime commits: under one of the runtime directories.
 pub(super) fn is_record_path(p: &str) -> bool {
-    crate::layout::RUNTIME_DIRS
-        .iter()
-        .any(|d| p.strip_prefix(d).is_some_and(|r| r.starts_with('/')))
+    crate::layout::in_runtime_dirs(p)
 }

@@ -3,7 +3,6 @@
 
 use crate::command_error::{CommandError, Outcome};
 use crate::commands::index;
-use anyhow::Context;
 use shared::history;
 use shared::runs;
 use shared::text::{printable, printable_json, printable_multiline};
@@ -27,8 +26,12 @@ pub fn run(args: Args, repo: &Path) -> Result<Outcome, CommandError> {
     };
     // The builder's index holds committed receipts only, so the path is set.
     let receipt_path = r.receipt_path.clone().unwrap_or_default();
-    let receipt = shared::records::record_text(&ix.root, &ix.repo, &receipt_path)
-        .with_context(|| format!("{receipt_path}: not a record that can be read (gone, or not a plain file)"))?;
+    let receipt = shared::records::record_text(&ix.root, &ix.repo, &receipt_path).ok_or_else(|| {
+        CommandError::environment(format!(
+            "{receipt_path}: not a record that can be read (gone from the work tree and HEAD, not a plain file, or larger than a record is shown)"
+        ))
+        .hint(format!("`git checkout HEAD -- {receipt_path}` puts the committed receipt back"))
+    })?;
     if json {
         println!("{}", printable_json(&receipt));
     } else {
