@@ -1226,3 +1226,132 @@ fn a_signing_boxs_rebuilt_records_commits_are_signed_and_pass_audit() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(!out.contains("VIOLATION") && !out.contains("forged"), "{out}");
 }
+
+/// An approved change of `runtime_identity.email` while the box holds records it could
+/// not push: the next fires push them, under the identity now named, and `builder
+/// audit` finds nothing (helper-78: the box refused its own commit as a person's, every
+/// fire after, and stopped firing its task).
+#[test]
+fn records_stranded_across_an_approved_change_of_the_runtime_identity_reach_the_origin() {
+    let team = Team::new();
+    let first = team.fire();
+    assert_eq!(first.code, 0, "{first}");
+    let away = team.origin.with_extension("away");
+    std::fs::rename(&team.origin, &away).unwrap();
+    let offline = team.fire();
+    assert_ne!(offline.code, 0, "{offline}");
+    std::fs::rename(&away, &team.origin).unwrap();
+    team.pull();
+    let settings = team.env.read("settings/runtime.yaml");
+    let renamed = settings.replace("email: runtime@localhost", "email: runtime@box1.example.com");
+    assert_ne!(renamed, settings);
+    team.land("ident", &[("settings/runtime.yaml", renamed.as_str())]);
+    for n in 0..2 {
+        let fired = team.fire();
+        assert_eq!(fired.code, 0, "fire {n}: {fired}");
+    }
+    team.assert_records_on_origin();
+    let receipts = |tree: &Path, rev: &str| {
+        team.git(tree, &["ls-tree", "-r", "--name-only", rev, "runs"])
+            .lines()
+            .filter(|l| l.ends_with(".json"))
+            .count()
+    };
+    assert_eq!(
+        receipts(&team.origin, "main"),
+        4,
+        "every fire's receipt is on the origin"
+    );
+    team.pull();
+    let (code, out, err) = crate::review::builder_in(&team.env, team.laptop(), None, &["audit"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("0 violation(s), 0 warning(s)"), "{out}");
+}
+
+/// The remote's branch renamed away, or a local remote that pushes elsewhere than it
+/// fetches (a mirror kept by another job): every fire says so, and `runtime check`
+/// too (helper-78: a stale private ref passed for the remote's tip and the error
+/// blamed a moving remote; the pushes went to the mirror, with exit 0 and `check`
+/// saying up to date).
+#[test]
+fn a_remote_branch_renamed_away_or_a_push_url_elsewhere_is_named_by_fire_and_check() {
+    let team = Team::new();
+    let first = team.fire();
+    assert_eq!(first.code, 0, "{first}");
+    let mirror = team.env.home.join("mirror.git");
+    team.git(
+        &team.env.home,
+        &[
+            "clone",
+            "-q",
+            "--mirror",
+            team.origin.to_str().unwrap(),
+            mirror.to_str().unwrap(),
+        ],
+    );
+    team.git(&team.cron, &["remote", "set-url", "origin", mirror.to_str().unwrap()]);
+    team.git(
+        &team.cron,
+        &["remote", "set-url", "--push", "origin", team.origin.to_str().unwrap()],
+    );
+    let fired = team.fire();
+    assert_eq!(fired.code, 1, "{fired}");
+    assert!(
+        fired.stderr.contains("pushes to") && fired.stderr.contains("mirror.git"),
+        "{fired}"
+    );
+    let (code, out) = team.check(&[]);
+    assert_eq!(code, 1, "{out}");
+    team.git(
+        &team.cron,
+        &["remote", "set-url", "origin", team.origin.to_str().unwrap()],
+    );
+    team.git(&team.cron, &["config", "--unset", "remote.origin.pushurl"]);
+    let fired = team.fire();
+    assert_eq!(fired.code, 0, "{fired}");
+    team.git(&team.origin, &["branch", "-m", "main", "trunk"]);
+    let fired = team.fire();
+    assert_eq!(fired.code, 1, "{fired}");
+    assert!(fired.stderr.contains("the remote has no branch `main`"), "{fired}");
+    let (code, out) = team.check(&[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("no branch `main`"), "{out}");
+}
+
+/// The mark of the newest approved tree the box ran survives `git clean -fdx` (it is
+/// kept in git's directory too): a rollback pushed past the hook is still refused
+/// after someone tidies the box (helper-78: the box rolled back, exit 0, no card).
+#[test]
+fn a_tidied_box_still_refuses_a_rollback() {
+    let team = Team::new();
+    let before = team.env.read("scope/SCOPE.md");
+    let stricter = format!("{before}\nStricter rule.\n");
+    team.land("stricter", &[("scope/SCOPE.md", stricter.as_str())]);
+    let ran = team.fire();
+    assert_eq!(ran.code, 0, "{ran}");
+    team.push_files(&[("scope/SCOPE.md", before.as_str())], "back to the old scope", true);
+    let refused = team.fire();
+    assert_eq!(refused.code, 5, "{refused}");
+    assert!(
+        refused.summary["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("rollback"),
+        "{refused}"
+    );
+    team.git(&team.cron, &["clean", "-fdxq"]);
+    assert!(!team.cron.join(".runtime").exists());
+    let after = team.fire();
+    assert_eq!(after.code, 5, "{after}");
+    assert!(
+        after.summary["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("rollback"),
+        "{after}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(team.cron.join("scope/SCOPE.md")).unwrap(),
+        stricter
+    );
+}

@@ -16,8 +16,10 @@
 //!    time inside the approval's body, which a signature covers.
 //!
 //! The box remembers the newest approved tree it ran in `.runtime/approvals-ran/`
-//! (one file per approval, named by its id, holding the tree, the time and the head):
-//! the mark that a reset, a pull or a sync moving HEAD cannot lower. The fire judges
+//! (one file per approval, named by its id, holding the tree, the time and the head),
+//! and again in git's directory (`runtime-approvals-ran/`), where `git clean -fdx` or
+//! a `.runtime/` deleted to start afresh does not reach: the mark that a reset, a
+//! pull, a sync moving HEAD or a tidy-up cannot lower. The fire judges
 //! with [`check`] and records with [`remember`]; a sync judges an incoming tip the
 //! same way before it moves ([`check`] with the tip's verdict).
 
@@ -166,23 +168,41 @@ fn ran_dir(root: &Path) -> PathBuf {
     root.join(crate::layout::STATE_DIR).join(RAN_DIR)
 }
 
+/// In git's directory of the work tree: the mark's second copy.
+const GIT_RAN_DIR: &str = "runtime-approvals-ran";
+
 /// The newest approval of the trees the box at `root` ran (`None` before its first
-/// fire under review). Unreadable entries are skipped.
+/// fire under review), by either copy of the mark. Unreadable entries are skipped.
 pub fn read(repo: &Repository, root: &Path) -> Option<Stamp> {
-    let dir = crate::beneath::open_root(root).ok()?;
     let mut stamps = Vec::new();
-    for e in std::fs::read_dir(ran_dir(root)).ok()?.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || Oid::from_str(&name).is_err() {
-            continue;
+    let named = |name: &str| !name.starts_with('.') && Oid::from_str(name).is_ok();
+    if let Ok(dir) = crate::beneath::open_root(root) {
+        for e in std::fs::read_dir(ran_dir(root)).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let rel = Path::new(crate::layout::STATE_DIR).join(RAN_DIR).join(&name);
+            let Some(bytes) = named(&name)
+                .then(|| crate::beneath::read_regular(&dir, &rel, 4096).ok())
+                .flatten()
+            else {
+                continue;
+            };
+            stamps.extend(Stamp::parse(&name, &String::from_utf8_lossy(&bytes)));
         }
-        let rel = Path::new(crate::layout::STATE_DIR).join(RAN_DIR).join(&name);
-        let Ok(bytes) = crate::beneath::read_regular(&dir, &rel, 4096) else {
+    }
+    for e in std::fs::read_dir(repo.path().join(GIT_RAN_DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let regular = e.file_type().is_ok_and(|t| t.is_file());
+        let Some(bytes) = (named(&name) && regular)
+            .then(|| std::fs::read(e.path()).ok())
+            .flatten()
+        else {
             continue;
         };
-        if let Some(s) = Stamp::parse(&name, &String::from_utf8_lossy(&bytes)) {
-            stamps.push(s);
-        }
+        stamps.extend(Stamp::parse(&name, &String::from_utf8_lossy(&bytes)));
     }
     newest(repo, &stamps).cloned()
 }
@@ -201,16 +221,30 @@ pub fn remember(repo: &Repository, root: &Path, counting: &[Approval]) -> std::i
     }
     let dir = crate::beneath::open_root(root)?;
     let rel = Path::new(crate::layout::STATE_DIR).join(RAN_DIR).join(&new.id);
-    match crate::beneath::create_new(&dir, &rel, new.line().as_bytes()) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
+    let made = |written: std::io::Result<()>| match written {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    };
+    made(crate::beneath::create_new(&dir, &rel, new.line().as_bytes()))?;
+    let git_dir = repo.path().join(GIT_RAN_DIR);
+    std::fs::create_dir_all(&git_dir)?;
+    made(write_new(&git_dir.join(&new.id), new.line().as_bytes()))?;
     if let Some(b) = before {
         let old = Path::new(crate::layout::STATE_DIR).join(RAN_DIR).join(&b.id);
         let _ = crate::beneath::remove_file(&dir, &old);
+        let _ = std::fs::remove_file(git_dir.join(&b.id));
     }
     Ok(())
+}
+
+/// Creates `path` with `bytes`, refusing one that exists.
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?
+        .write_all(bytes)
 }
 
 #[cfg(test)]

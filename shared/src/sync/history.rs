@@ -91,21 +91,24 @@ impl Ctx<'_> {
         Ok(out)
     }
 
-    /// Whether `oid` is a commit by the runtime that adds or changes records only.
+    /// Whether `oid` is a commit by the runtime that adds or changes records only: by
+    /// the runtime's email now, or the one the settings it was made on named (a box
+    /// that fired before an approved change of `runtime_identity.email`, and could not
+    /// push then, still owns those records).
     fn is_runtime_records(&self, oid: Oid, runtime_email: &str) -> Result<bool, SyncError> {
         let git = self.git("join");
         let c = self.repo.find_commit(oid).map_err(&git)?;
-        if !c
-            .author()
-            .email()
-            .is_ok_and(|e| crate::review::same_person(e, runtime_email))
-        {
-            return Ok(false);
-        }
         let Ok(parent) = c.parent(0) else {
             return Ok(false);
         };
         let old = parent.tree().map_err(&git)?;
+        let by = |email: &str| c.author().email().is_ok_and(|e| crate::review::same_person(e, email));
+        if !by(runtime_email) {
+            let then = crate::review::runtime_commits::runtime_identity_of(self.repo, &old).map_err(&git)?;
+            if !by(&then.email) {
+                return Ok(false);
+            }
+        }
         let new = c.tree().map_err(&git)?;
         Ok(self.changed_paths(&old, &new)?.iter().all(|p| is_record_path(p)))
     }
@@ -240,9 +243,8 @@ impl Ctx<'_> {
         Ok(Some((self.runtime_commit(local, &msg, tree, &[onto])?, replayed)))
     }
 
-    /// A commit the sync makes, authored as the runtime's commit `like` was (every
-    /// commit the runtime makes carries its identity, as author and committer), and
-    /// signed as the fire signs.
+    /// A commit the sync makes in place of the runtime's commit `like` (or joining it),
+    /// as the runtime (author and committer), signed as the fire signs.
     fn runtime_commit(&self, like: Oid, msg: &str, tree: Oid, parents: &[Oid]) -> Result<Oid, SyncError> {
         let git = self.git("join");
         let like = self.repo.find_commit(like).map_err(&git)?;
@@ -253,9 +255,17 @@ impl Ctx<'_> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(&git)?;
         let parents: Vec<&git2::Commit> = parents.iter().collect();
-        // The runtime commits as itself: a commit a person rewrote on the box names
-        // them as its committer, which the sync's commit does not take over.
-        let author = like.author();
+        // The runtime commits as itself, the identity the settings it commits onto name
+        // (as `builder audit` judges a runtime commit), at the time of `like`: a records
+        // commit made before an approved change of that identity is rebuilt under the
+        // new one, and a person who rewrote one on the box is not taken over as its
+        // committer.
+        let named = match parents.first() {
+            Some(first) => crate::review::runtime_commits::runtime_identity_of(self.repo, &first.tree().map_err(&git)?)
+                .map_err(&git)?,
+            None => crate::settings::Identity::default(),
+        };
+        let author = git2::Signature::new(&named.name, &named.email, &like.author().when()).map_err(&git)?;
         crate::git::commit_object(self.repo, &author, &author, msg, &tree, &parents, self.sign)
             .map_err(|e| self.err("join", e.to_string()))
     }

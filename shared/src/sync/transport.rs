@@ -80,6 +80,27 @@ impl Ctx<'_> {
             )
         })?;
         let url = remote.url().unwrap_or("").to_string();
+        // A push URL of its own where either URL is a directory: the runtime fetches
+        // and pushes a local remote itself, through one path, so it would write its
+        // records where it fetches from (a mirror another job overwrites), never where
+        // they were meant to go. Refused, named, rather than a box that exits 0 while
+        // its records never reach the origin.
+        if let Some(push) = remote.pushurl().ok().flatten().filter(|p| *p != url) {
+            if local_path(&url, self.repo).is_some() || local_path(push, self.repo).is_some() {
+                return Err(self
+                    .err(
+                        "setup",
+                        format!(
+                            "remote `{}` fetches from `{url}` and pushes to `{push}`: with a local repository on either side the runtime syncs with one repository only",
+                            self.sync.remote
+                        ),
+                    )
+                    .hint(format!(
+                        "point the remote at the repository the records must reach, for both: `git remote set-url {0} {push}` and `git config --unset remote.{0}.pushurl`",
+                        self.sync.remote
+                    )));
+            }
+        }
         if let Some(dir) = local_path(&url, self.repo) {
             return Ok(Transport::Local(dir));
         }
@@ -110,7 +131,24 @@ impl Ctx<'_> {
             specs.push(format!("+{src}*:{}*", self.staged_approvals()));
         }
         match self.transport()? {
-            Transport::Local(_) => {
+            Transport::Local(dir) => {
+                // A branch gone from the remote (deleted, renamed) fetches as nothing,
+                // and the private ref would still hold its last tip: asked first.
+                let there = Repository::open(&dir).map_err(self.git("fetch"))?;
+                if there.find_reference(&self.local_ref()).is_err() {
+                    return Err(self
+                        .err(
+                            "fetch",
+                            format!(
+                                "the remote has no branch `{}` (deleted or renamed there)",
+                                self.sync.branch
+                            ),
+                        )
+                        .hint(format!(
+                            "set sync.branch to the branch the team pushes to, through review, or push `{}` back to the remote",
+                            self.sync.branch
+                        )));
+                }
                 // An anonymous remote of the same URL: fetching through the named one,
                 // libgit2 also applies the remote's configured refspecs to what it
                 // fetched (opportunistic updates), and moves the box's own
