@@ -178,3 +178,46 @@ fn a_decided_pause_the_cron_tick_cannot_continue_names_resume_only() {
     assert!(hint.contains(&format!("runtime resume {paused}")), "{hint}");
     assert!(!hint.contains("approve-call"), "already approved: {hint}");
 }
+
+/// A paused run whose checkpoint cannot be read (a damaged row, or a format an
+/// upgrade cannot read) no longer holds its task forever: the next fire gives it up
+/// on a `checkpoint_failed` card and runs afresh, pausing again for its call
+/// (helper-79: every fire exited 4, and `approve-call` and `resume` both failed).
+#[test]
+fn a_pause_whose_checkpoint_cannot_be_read_is_given_up_on_a_card() {
+    let env = approval_env();
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 4, "{summary}\n{stderr}");
+    let paused = summary["run_id"].as_str().unwrap().to_string();
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let damaged = db
+        .execute("UPDATE checkpoints SET state = 'garbage' WHERE run_id = ?1", [&paused])
+        .unwrap();
+    assert_eq!(damaged, 1);
+    drop(db);
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 4, "it asks again: {summary}\n{stderr}");
+    assert_ne!(
+        summary["run_id"].as_str(),
+        Some(paused.as_str()),
+        "a new run: {summary}"
+    );
+    assert!(
+        env.card_kinds(&summary).contains(&"checkpoint_failed".to_string()),
+        "{summary}"
+    );
+    let runs = env.runtime(&["runs", "--json"]);
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let old = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == paused.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (old["status"].as_str(), old["stop_reason"].as_str()),
+        (Some("failed"), Some("checkpoint_failed")),
+        "{old}"
+    );
+}

@@ -1125,9 +1125,11 @@ fn a_merge_whose_first_parent_was_never_reviewed_is_judged_by_the_reviewed_paren
 
 /// With `runtime_identity.signing_key`, the commits the box's sync makes on the branch
 /// are signed as the fire's own: a records commit rebuilt onto a tip a colleague
-/// pushed during the fire, and one rebuilt after the origin was unreachable. Unsigned
-/// (helper-78), each was a forged runtime commit to `builder audit` and the hook
-/// forever after.
+/// pushed during the fire, one rebuilt after the origin was unreachable, and the
+/// records of the box's own commits a person reset away (following the hint the box
+/// gives for a person's commit on it). Unsigned (helper-78), each was a forged runtime
+/// commit to `builder audit` and the hook forever after. A commit a person made under
+/// the runtime's name is never signed by the box (helper-80).
 #[test]
 fn a_signing_boxs_rebuilt_records_commits_are_signed_and_pass_audit() {
     let team = Team::new();
@@ -1188,43 +1190,67 @@ fn a_signing_boxs_rebuilt_records_commits_are_signed_and_pass_audit() {
         assert!(object.contains("gpgsig "), "unsigned runtime commit {id}:\n{object}");
     }
     // A person commits on the box; the refusal's card is committed after it; the
-    // person follows the refusal's hint, a rebase that rewrites that card's commit
-    // without its signature; the next push signs it again.
+    // person follows the refusal's hint (the branch back to before their commit);
+    // the next fire commits the runtime's records again, signed, and pushes.
     std::fs::write(team.cron.join("local.md"), "mine\n").unwrap();
     team.git(&team.cron, &["add", "local.md"]);
     team.git(&team.cron, &["commit", "-qm", "a person's commit on the box"]);
     let mine = team.rev(&team.cron, "HEAD");
     let refused = team.fire();
     assert_eq!(refused.code, 1, "{refused}");
-    let hint = format!("git rebase --onto {0}^ {0}", &mine[..12]);
+    let hint = format!("git reset --hard {}^", &mine[..12]);
     assert!(refused.stderr.contains(&hint), "{refused}");
+    let card_receipt = refused.summary["receipt"].as_str().unwrap().to_string();
     assert_ne!(
         team.rev(&team.cron, "HEAD"),
         mine,
         "the refusal's records were committed after it"
     );
     team.git(&team.cron, &["branch", "keep", &mine]);
-    team.git(&team.cron, &["rebase", "-q", "--onto", &format!("{mine}^"), &mine]);
-    let rewritten = team.git(&team.cron, &["cat-file", "commit", "HEAD"]);
-    assert!(
-        !rewritten.contains("gpgsig "),
-        "the rebase dropped the signature:\n{rewritten}"
-    );
+    team.git(&team.cron, &["reset", "-q", "--hard", &format!("{mine}^")]);
     let after = team.fire();
     assert_eq!(after.code, 0, "{after}");
+    assert!(
+        team.origin_files().contains(&card_receipt),
+        "the refusal's receipt reached the origin after the reset"
+    );
+    assert!(
+        !team.origin_files().iter().any(|f| f == "local.md"),
+        "the person's file did not"
+    );
+    // A forged receipt committed on the box under the runtime's name (no key) is
+    // never signed by the box: pushed as it is, audit names it forged.
+    let forged = "runs/digest/2026-12-07/20261207T000000Z-0badf00d.json";
+    std::fs::create_dir_all(team.cron.join("runs/digest/2026-12-07")).unwrap();
+    std::fs::write(team.cron.join(forged), "{}\n").unwrap();
+    team.git(&team.cron, &["add", forged]);
+    team.git(
+        &team.cron,
+        &["commit", "-qm", "records", "--author=runtime <runtime@localhost>"],
+    );
+    let forged_commit = team.rev(&team.cron, "HEAD");
+    let next = team.fire();
+    assert_eq!(next.code, 0, "{next}");
+    let object = team.git(&team.origin, &["cat-file", "commit", &forged_commit]);
+    assert!(
+        !object.contains("gpgsig "),
+        "the box signed a person's commit:\n{object}"
+    );
     let log = team.git(&team.origin, &["log", "--format=%H %ae", "main"]);
     for id in log
         .lines()
         .filter(|l| l.ends_with(" runtime@localhost"))
         .map(|l| &l[..40])
+        .filter(|id| *id != forged_commit)
     {
         let object = team.git(&team.origin, &["cat-file", "commit", id]);
         assert!(object.contains("gpgsig "), "unsigned runtime commit {id}:\n{object}");
     }
     team.pull();
     let (code, out, err) = crate::review::builder_in(&team.env, team.laptop(), None, &["audit"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(!out.contains("VIOLATION") && !out.contains("forged"), "{out}");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains(&forged_commit[..12]) && out.contains("forged"), "{out}");
+    assert_eq!(out.matches("VIOLATION").count(), 1, "only the forged commit: {out}");
 }
 
 /// An approved change of `runtime_identity.email` while the box holds records it could
@@ -1319,8 +1345,11 @@ fn a_remote_branch_renamed_away_or_a_push_url_elsewhere_is_named_by_fire_and_che
 }
 
 /// The mark of the newest approved tree the box ran survives `git clean -fdx` (it is
-/// kept in git's directory too): a rollback pushed past the hook is still refused
-/// after someone tidies the box (helper-78: the box rolled back, exit 0, no card).
+/// kept in git's directory too, and each fire puts back a copy that is missing, as on
+/// a box that ran this approval before the second copy existed): a rollback pushed
+/// past the hook is still refused after someone tidies the box (helper-78: the box
+/// rolled back, exit 0, no card; helper-80: the second copy was written only when
+/// the approval changed).
 #[test]
 fn a_tidied_box_still_refuses_a_rollback() {
     let team = Team::new();
@@ -1329,6 +1358,11 @@ fn a_tidied_box_still_refuses_a_rollback() {
     team.land("stricter", &[("scope/SCOPE.md", stricter.as_str())]);
     let ran = team.fire();
     assert_eq!(ran.code, 0, "{ran}");
+    let git_copy = team.cron.join(".git/runtime-approvals-ran");
+    std::fs::remove_dir_all(&git_copy).unwrap();
+    let again = team.fire();
+    assert_eq!(again.code, 0, "{again}");
+    assert_eq!(std::fs::read_dir(&git_copy).unwrap().count(), 1, "the copy is back");
     team.push_files(&[("scope/SCOPE.md", before.as_str())], "back to the old scope", true);
     let refused = team.fire();
     assert_eq!(refused.code, 5, "{refused}");

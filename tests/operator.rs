@@ -455,3 +455,30 @@ fn a_local_servers_own_context_window_sizes_the_budget() {
     let trace: Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(trace["trace"]["steps"][0][1]["budget"], 20000 - 4096);
 }
+
+/// `runtime check` exits 1 where a fire would run and then keep its records
+/// uncommitted (a detached HEAD, a rebase in progress), naming why, as the fire
+/// does (helper-79: it said "ok: this repository can fire").
+#[test]
+fn check_names_a_state_in_which_a_fire_could_not_commit() {
+    let env = TestEnv::new();
+    let check = |env: &TestEnv| {
+        let out = env.runtime(&["check"]);
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, out) = check(&env);
+    assert_eq!(code, Some(0), "{out}");
+    env.git_ok(&env.root, &["checkout", "-q", "--detach", "HEAD"]);
+    let (code, out) = check(&env);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("keep its records uncommitted") && out.contains("detached"),
+        "{out}"
+    );
+    let (fired, summary, _) = env.fire("digest");
+    assert_eq!(fired, 1, "the fire agrees: {summary}");
+    assert!(
+        env.card_kinds(&summary).contains(&"commit_blocked".to_string()),
+        "{summary}"
+    );
+}

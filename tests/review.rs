@@ -641,3 +641,48 @@ fn approve_before_the_first_push_is_judged_by_the_work_tree_and_land_refuses() {
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("origin has no protected branch to judge by"), "{err}");
 }
+
+/// `builder audit` in a shallow clone judges what is above its cut and leaves the cut
+/// out, saying so (helper-79: a `--depth 1` CI checkout read its tip as a root that
+/// added every file, 7 false violations and exit 1, so the pre-push hook refused).
+#[test]
+fn audit_in_a_shallow_clone_judges_above_its_cut_and_names_what_it_left_out() {
+    let env = TestEnv::new();
+    let (code, summary, _) = env.fire("digest");
+    assert_eq!(code, 0, "{summary}");
+    let url = format!("file://{}", env.root.display());
+    let depth1 = env.home.join("depth1");
+    git(
+        &env,
+        &env.home,
+        &["clone", "-q", "--depth", "1", &url, depth1.to_str().unwrap()],
+    );
+    let (code, out, err) = builder_in(&env, &depth1, None, &["audit"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("this clone is shallow: 1 commit(s)") && out.contains("0 violation(s)"),
+        "{out}"
+    );
+    // A runtime-named commit that adds a prompt, above the cut of a depth-2 clone,
+    // is still judged.
+    env.write("prompts/planted.md", "do something else\n");
+    git(&env, &env.root, &["add", "prompts/planted.md"]);
+    git(
+        &env,
+        &env.root,
+        &["commit", "-qm", "records", "--author=runtime <runtime@localhost>"],
+    );
+    let depth2 = env.home.join("depth2");
+    git(
+        &env,
+        &env.home,
+        &["clone", "-q", "--depth", "2", &url, depth2.to_str().unwrap()],
+    );
+    let (code, out, err) = builder_in(&env, &depth2, None, &["audit"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("prompts/planted.md: runtime commit adds a builder-owned path"),
+        "{out}"
+    );
+    assert!(out.contains("this clone is shallow: 1 commit(s)"), "{out}");
+}

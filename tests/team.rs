@@ -529,6 +529,12 @@ fn a_proposal_force_pushed_after_its_review_is_not_approved_until_reviewed_again
     // The fetch above brought the rewrite into this clone: still held to the review.
     refused(&["approve", "p1"], "`builder review` showed you");
     refused(&["approve", "p1", "--head", &old_head], "--head");
+    // A tag the author pushed, named like the short id the review printed and naming
+    // the rewrite, does not stand in for the reviewed id (helper-80); nor does a ref.
+    team.git(&team.rev1, &["tag", &old_head[..12], &new_head]);
+    refused(&["approve", "p1", "--head", &old_head[..12]], "--head");
+    let (code, _, err) = team.builder(&team.rev1, REV1, &["approve", "p1", "--head", "origin/proposals/p1"]);
+    assert_eq!(code, 2, "{err}");
     let (code, _, err) = team.builder(&team.rev1, REV1, &["approve", "p1", "--head", "no-such-rev"]);
     assert_eq!(code, 2, "{err}");
     // Reviewed again, the new head is approved, and the approval names its tree.

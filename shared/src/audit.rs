@@ -54,6 +54,9 @@ pub struct AuditReport {
     /// anyone could have made them.
     pub runtime_unauthenticated: usize,
     pub findings: Vec<Finding>,
+    /// Commits at a shallow clone's cut, not judged: their parents are not here, so
+    /// what they changed is not known (they are not counted in `commits`).
+    pub shallow_cut: usize,
     /// Modes, owners and hooks of the work tree that changed since the last accepted
     /// manifest ([`crate::manifest`]): each one a violation.
     pub metadata: Vec<crate::manifest::Change>,
@@ -112,6 +115,10 @@ pub fn audit_range(
     let oids: Vec<Oid> = walk.collect::<Result<_, _>>()?;
     let review = review_context(repo, rule, tip, known, &oids)?;
     let review = &review;
+    // A shallow clone's cut: commits whose parents this clone lacks read as roots,
+    // which would "add" every file they hold. What they changed is not known here.
+    let cut = shallow_cut(repo);
+    let (at_cut, oids): (Vec<Oid>, Vec<Oid>) = oids.into_iter().partition(|o| cut.contains(o));
     // Commits are independent: audit them on every core, each thread with its own
     // repository handle, and merge the findings back in history order.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
@@ -135,7 +142,10 @@ pub fn audit_range(
             })
             .collect()
     });
-    let mut report = AuditReport::default();
+    let mut report = AuditReport {
+        shallow_cut: at_cut.len(),
+        ..AuditReport::default()
+    };
     for part in parts {
         let part = part?;
         report.commits += part.commits;
@@ -145,6 +155,18 @@ pub fn audit_range(
         report.findings.extend(part.findings);
     }
     Ok(report)
+}
+
+/// The commits at a shallow clone's cut (git's `shallow` file): empty for a full clone.
+fn shallow_cut(repo: &Repository) -> HashSet<Oid> {
+    if !repo.is_shallow() {
+        return HashSet::new();
+    }
+    std::fs::read_to_string(repo.commondir().join("shallow"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| Oid::from_str(l.trim()).ok())
+        .collect()
 }
 
 /// What judging commits for review needs: the branch's first-parent chain among

@@ -85,11 +85,73 @@ pub fn triage(
             fixed_by,
             note: note.map(str::to_string),
         });
-        let yaml = crate::records::card_yaml(&card).map_err(|e| e.to_string())?;
+        let original = std::fs::read_to_string(&full).unwrap_or_default();
+        let yaml = match triaged_text(&original, &card) {
+            Some(edited) => edited,
+            None => {
+                tracing::warn!(card = %p, "the card file is written anew: comments in it are not kept");
+                crate::records::card_yaml(&card).map_err(|e| e.to_string())?
+            }
+        };
         replace_whole(&full, yaml.as_bytes()).map_err(|e| format!("{p}: {e}"))?;
         out.push(card);
     }
     Ok(out)
+}
+
+/// The keys a triage writes in a card file.
+const TRIAGE_KEYS: [&str; 3] = ["status", "triage", "triage_history"];
+
+/// `original` (a card file's text) with its triage keys set as in `card`, and every
+/// other line as it was: a person's comments and notes in the file are kept. Each
+/// top-level key's block is replaced where it stands (a new one goes at the end);
+/// `None` when the text cannot be edited so (then it is written anew): the result
+/// must read back as exactly `card`.
+fn triaged_text(original: &str, card: &Card) -> Option<String> {
+    let serde_yaml::Value::Mapping(wanted) = serde_yaml::to_value(card).ok()? else {
+        return None;
+    };
+    let block = |key: &str| -> Option<String> {
+        let value = wanted.get(key)?;
+        let mut one = serde_yaml::Mapping::new();
+        one.insert(key.into(), value.clone());
+        serde_yaml::to_string(&one).ok()
+    };
+    let top_key = |line: &str| -> Option<String> {
+        let first = line.chars().next()?;
+        if !(first.is_ascii_alphabetic() || first == '_') {
+            return None;
+        }
+        let (key, _) = line.split_once(':')?;
+        key.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            .then(|| key.to_string())
+    };
+    let mut out = String::new();
+    let mut placed = Vec::new();
+    let mut skipping = false;
+    for line in original.split_inclusive('\n') {
+        if let Some(key) = top_key(line) {
+            skipping = TRIAGE_KEYS.contains(&key.as_str());
+            if skipping && !placed.contains(&key) {
+                out.push_str(&block(&key).unwrap_or_default());
+                placed.push(key);
+            }
+        } else if skipping && line.starts_with('#') {
+            // A comment at the margin ends a replaced block: it is a person's note.
+            skipping = false;
+        }
+        if !skipping {
+            out.push_str(line);
+        }
+    }
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    for key in TRIAGE_KEYS.iter().filter(|k| !placed.iter().any(|p| p == *k)) {
+        out.push_str(&block(key).unwrap_or_default());
+    }
+    (crate::records::parse_card(out.as_bytes()).ok()? == *card).then_some(out)
 }
 
 /// A triage to record: the cards of `id` (a card id, or a fingerprint for its whole
@@ -254,5 +316,40 @@ mod tests {
         assert_eq!(twice.triage_history.len(), 1);
         assert_eq!(twice.triage_history[0].decision, TriageKind::Accept);
         assert_eq!(twice.triage_history[0].note.as_deref(), Some("first"));
+    }
+
+    /// A person's comments in a card file survive its triage, first and again
+    /// (helper-79: the file was written anew and they were gone).
+    #[test]
+    fn a_triage_keeps_the_comments_a_person_wrote_in_the_card_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let card = Card::new(CardKind::MaxSteps, "t", "run-1", "s", "d", vec![], Utc::now());
+        let rel = card.rel_path();
+        std::fs::create_dir_all(dir.path().join(rel.parent().unwrap())).unwrap();
+        let notes = [
+            "# opened by the 3 a.m. fire",
+            "# investigation: see ticket OPS-123",
+            "# last line",
+        ];
+        let yaml = card_yaml(&card)
+            .unwrap()
+            .replace("status: open\n", &format!("status: open\n{}\n", notes[1]));
+        let text = format!("{}\n{yaml}{}\n", notes[0], notes[2]);
+        std::fs::write(dir.path().join(&rel), &text).unwrap();
+        let paths = vec![rel.to_string_lossy().into_owned()];
+        for (decision, status) in [
+            (TriageDecision::Accept, CardStatus::Accepted),
+            (TriageDecision::Reject, CardStatus::Rejected),
+        ] {
+            triage(dir.path(), &paths, &decision, "a <a@x>", Some("why")).unwrap();
+            let written = std::fs::read_to_string(dir.path().join(&rel)).unwrap();
+            for n in notes {
+                assert!(written.contains(n), "{n} lost:\n{written}");
+            }
+            assert_eq!(read_card(&dir.path().join(&rel)).unwrap().status, status, "{written}");
+        }
+        let twice = read_card(&dir.path().join(&rel)).unwrap();
+        assert_eq!(twice.triage_history.len(), 1);
+        assert_eq!((twice.summary.as_str(), twice.detail.as_str()), ("s", "d"));
     }
 }

@@ -6,7 +6,7 @@
 
 use crate::layout::STATE_DIR;
 use crate::loop_state::{call_hash, CallDecision, CardDraft, LoopState};
-use crate::records::{CardKind, Receipt};
+use crate::records::{CardKind, Receipt, RunStatus, StopReason};
 use crate::store::{Schema, Store, StoreError, SHARED_HISTORY};
 use crate::trace::Trace;
 use chrono::{DateTime, Utc};
@@ -600,6 +600,27 @@ impl StateDb {
     pub fn delete_checkpoint(&mut self, run_id: &str) -> Result<(), StoreError> {
         self.store
             .write(|tx| tx.execute("DELETE FROM checkpoints WHERE run_id = ?1", [run_id]))?;
+        Ok(())
+    }
+
+    /// Ends run `run_id`, which waits for approval but whose checkpoint cannot be read
+    /// (so no decision and no resume can ever finish it): failed, `checkpoint_failed`,
+    /// its checkpoint dropped, so its task fires again.
+    pub fn give_up_waiting(&mut self, run_id: &str) -> Result<(), StoreError> {
+        let now = Utc::now().to_rfc3339();
+        self.store.write(|tx| {
+            tx.execute(
+                "UPDATE runs SET status = ?2, stop_reason = ?3, finished_at = ?4 WHERE run_id = ?1 AND status = ?5",
+                rusqlite::params![
+                    run_id,
+                    RunStatus::Failed.as_str(),
+                    StopReason::CheckpointFailed.as_str(),
+                    now,
+                    RunStatus::WaitingApproval.as_str()
+                ],
+            )?;
+            tx.execute("DELETE FROM checkpoints WHERE run_id = ?1", [run_id])
+        })?;
         Ok(())
     }
 }

@@ -842,14 +842,6 @@ impl Ctx<'_> {
             return Ok(Candidate::Nothing);
         }
         if self.repo.graph_descendant_of(local, remote).map_err(&git)? {
-            // A box that signs pushes only signed records commits: those a person
-            // rewrote on the box (the rebase the refusal of their own commit there
-            // suggests drops signatures) become one commit, signed again.
-            if self.any_unsigned(&unpushed.runtime) {
-                let to = self.signed_again(remote, local, &unpushed.runtime)?;
-                self.move_to(intent, local, to, Some(&[]))?;
-                return Ok(Candidate::Rebuilt(to));
-            }
             return Ok(Candidate::Direct(local));
         }
         let joined_tree = self.repo.find_tree(self.joined_tree(remote, local)?).map_err(&git)?;
@@ -868,16 +860,6 @@ impl Ctx<'_> {
             "its builder-owned paths differ from the tree the box fires; the box moves once it may"
         };
         Ok(Candidate::Merged(self.merge_onto(remote, local, why)?))
-    }
-}
-
-impl Ctx<'_> {
-    /// Whether this box signs its commits and one of `commits` carries no signature.
-    fn any_unsigned(&self, commits: &[Oid]) -> bool {
-        self.sign.is_some()
-            && commits
-                .iter()
-                .any(|c| self.repo.extract_signature(c, Some("gpgsig")).is_err())
     }
 }
 
@@ -1247,7 +1229,7 @@ mod tests {
         assert_eq!(e.step, "join");
         assert!(e.to_string().contains("not a runtime records commit"), "{e}");
         assert!(
-            e.hint.as_deref().is_some_and(|h| h.contains("git rebase --onto")),
+            e.hint.as_deref().is_some_and(|h| h.contains("git reset --hard")),
             "{e:?}"
         );
         assert_eq!(origin.refname_to_id("refs/heads/main").unwrap(), head, "nothing pushed");

@@ -37,7 +37,7 @@ pub struct Args {
     /// The remote (default: settings sync.remote, the branch's upstream, or origin)
     #[arg(long, value_name = "NAME")]
     pub remote: Option<String>,
-    /// Approve only if the proposal's head is this commit (the one you reviewed);
+    /// Approve only if the proposal's head is this commit id (the one you reviewed);
     /// without it, the head `builder review` last showed here must still be the head
     #[arg(long, value_name = "COMMIT", conflicts_with = "bootstrap")]
     pub head: Option<String>,
@@ -158,12 +158,19 @@ impl Approver {
     }
 }
 
-/// The commit `--head` names (a full id, a prefix, or any revision git resolves).
+/// The commit `--head` names: a commit id, whole or a prefix of at least 7 hex digits
+/// that names one commit. Never a ref name: a branch or tag the author pushed, named
+/// like the short id `builder review` printed, would win over the id in git's lookup.
 fn named_commit(repo: &git2::Repository, rev: &str) -> Result<git2::Oid, CommandError> {
-    repo.revparse_single(rev)
-        .and_then(|o| o.peel_to_commit())
+    let hex = rev.len() >= 7 && rev.len() <= 40 && rev.chars().all(|c| c.is_ascii_hexdigit());
+    if !hex {
+        return Err(CommandError::usage(format!(
+            "--head `{rev}` is not a commit id: give the id `builder review` printed (7 to 40 hex digits), not a branch or tag"
+        )));
+    }
+    repo.find_commit_by_prefix(rev)
         .map(|c| c.id())
-        .map_err(|e| CommandError::usage(format!("--head `{rev}` names no commit: {}", e.message())))
+        .map_err(|e| CommandError::usage(format!("--head `{rev}` names no one commit here: {}", e.message())))
 }
 
 /// How to approve a proposal: `builder approve`'s flags (the web view passes none).

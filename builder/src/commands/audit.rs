@@ -124,6 +124,12 @@ fn print_report(report: &audit::AuditReport, json: bool) -> Result<(), CommandEr
             shared::text::printable(&change.to_string())
         );
     }
+    if report.shallow_cut > 0 {
+        println!(
+            "note: this clone is shallow: {} commit(s) at its cut have no parent here, so what they changed is not judged (`git fetch --unshallow` brings the history)",
+            report.shallow_cut
+        );
+    }
     if report.runtime_unauthenticated > 0 {
         println!(
             "note: {} runtime commit(s) are unauthenticated: their settings name no runtime_identity.signing_key, so anyone with push access could have made them",

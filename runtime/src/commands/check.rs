@@ -69,12 +69,18 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     let gate = checked.settings.as_ref().map(|_| shared::fire::check_gate(root));
     let gate_lines = gate.as_ref().map(gate_lines).unwrap_or_default();
     let gate_ok = gate.as_ref().is_none_or(|g| g.as_ref().is_ok_and(gate_fires));
-    let ok = problems.is_empty() && sandbox_ok && missing_key.is_none() && gate_ok;
+    // A rebase, merge or detached HEAD in progress: a fire would run, keep its records
+    // uncommitted and exit 1 with a `commit_blocked` card.
+    let commit_blocked = git2::Repository::open(root)
+        .ok()
+        .and_then(|repo| shared::git::commit_blocker(&repo).ok().flatten())
+        .map(|b| format!("problem: a fire now would keep its records uncommitted (exit 1): {b}"));
+    let ok = problems.is_empty() && sandbox_ok && missing_key.is_none() && gate_ok && commit_blocked.is_none();
     if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "user_namespaces": userns, "idmapped_mounts": idmap, "seccomp": filter, "file_system": view, "mode": mode, "durability": durability, "problems": problems, "missing_key": missing_key, "two_keys": gate.as_ref().map(two_keys_json), "sync": gate.as_ref().and_then(sync_json), "refusals": gate.as_ref().map(|g| g.as_ref().map(|g| g.refusals.clone()).unwrap_or_else(|e| vec![e.clone()])), "ok": ok})
+                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "user_namespaces": userns, "idmapped_mounts": idmap, "seccomp": filter, "file_system": view, "mode": mode, "durability": durability, "problems": problems, "missing_key": missing_key, "commit_blocked": commit_blocked, "two_keys": gate.as_ref().map(two_keys_json), "sync": gate.as_ref().and_then(sync_json), "refusals": gate.as_ref().map(|g| g.as_ref().map(|g| g.refusals.clone()).unwrap_or_else(|e| vec![e.clone()])), "ok": ok})
             )?
         );
     } else {
@@ -122,7 +128,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         for p in &problems {
             println!("{p}");
         }
-        if let Some(line) = &missing_key {
+        for line in missing_key.iter().chain(&commit_blocked) {
             println!("{line}");
         }
         for line in &gate_lines {

@@ -609,6 +609,31 @@ impl Preparing {
                 self.waiting_summary = Some(Box::new(summary));
                 Err(stop)
             }
+            Waiting::Unreadable { run, why } => {
+                // A dry run writes nothing: it says what a fire would do.
+                if self.dry_run {
+                    self.notes.push(format!(
+                        "a fire would give up run {run}, whose checkpoint cannot be read: {why}"
+                    ));
+                    return Ok(());
+                }
+                let given_up = StateDb::open(&self.ctx.opts.root).and_then(|mut db| db.give_up_waiting(&run));
+                if let Err(e) = given_up {
+                    return Err(Stop::bare(
+                        FireEnd::Environment,
+                        format!("run {run} waits for approval, its checkpoint cannot be read ({why}), and it could not be given up: {e}"),
+                    ));
+                }
+                self.pending_cards.push(crate::agent::CardDraft {
+                    kind: CardKind::CheckpointFailed,
+                    summary: format!("run {run} waited for approval, but its checkpoint cannot be read: it was given up"),
+                    detail: format!(
+                        "{why}. No decision (`builder approve-call`) and no `runtime resume` could finish it, so the task would have waited on it forever; it is marked failed (checkpoint_failed) and this fire ran the task afresh, asking again for any call that needs approval."
+                    ),
+                    evidence: vec![run],
+                });
+                Ok(())
+            }
         }
     }
 

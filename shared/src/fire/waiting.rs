@@ -30,6 +30,9 @@ pub(super) enum Waiting {
     Continue(String),
     /// `run` waits: for a builder's decision, or (`decided`) for `runtime resume`.
     Waits { run: String, decided: bool },
+    /// `run` waits, but its checkpoint cannot be read (`why`): nothing can ever decide
+    /// or resume it, so the fire gives it up, on a card, and runs afresh.
+    Unreadable { run: String, why: String },
 }
 
 /// The question, asked on a thread; answered once.
@@ -134,7 +137,16 @@ fn check(root: &Path, task: &str) -> Waiting {
             return Waiting::No;
         }
     };
-    let decided = db.checkpoint(&run).ok().flatten().and_then(|c| {
+    let checkpoint = match db.checkpoint(&run) {
+        Ok(c) => c,
+        Err(e) => {
+            return Waiting::Unreadable {
+                run,
+                why: e.to_string(),
+            }
+        }
+    };
+    let decided = checkpoint.and_then(|c| {
         let p = c.state.pending?;
         db.decision(&run, &p.call.id, &p.args_hash).ok().flatten()
     });

@@ -47,6 +47,17 @@ fn parse_recent(bytes: &[u8]) -> RecentCommits {
     recent
 }
 
+/// Whether the runtime of the work tree at `root` made `commit`: one of its last
+/// [`RECENT_KEEP`] records commits, as it remembers them (what a person rewrote, or
+/// authored under the runtime's name, is not among them).
+pub fn made_by_this_runtime(root: &Path, commit: Oid) -> bool {
+    let id = commit.to_string();
+    read_recent(&super::locks::intent_dir(root))
+        .commits
+        .iter()
+        .any(|(c, _)| *c == id)
+}
+
 /// Adds a commit to the watched ones (best effort: a lost list only loses the watch).
 /// Appended as a line, so no file is made and none freed per commit (each costs a
 /// fire time on a file system that scans recently freed inodes); once the file would

@@ -216,35 +216,29 @@ pub fn remember(repo: &Repository, root: &Path, counting: &[Approval]) -> std::i
         return Ok(());
     };
     let before = read(repo, root);
-    if before.as_ref().is_some_and(|b| b.id == new.id || older(repo, new, b)) {
-        return Ok(());
-    }
-    let dir = crate::beneath::open_root(root)?;
-    let rel = Path::new(crate::layout::STATE_DIR).join(RAN_DIR).join(&new.id);
-    let made = |written: std::io::Result<()>| match written {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
-        _ => Ok(()),
+    // The newest stays the mark; each fire puts back a copy that is missing (a box
+    // that ran this approval before the second copy existed, or was killed between
+    // the two writes, or tidied).
+    let mark = match &before {
+        Some(b) if b.id == new.id || older(repo, new, b) => b.clone(),
+        _ => new.clone(),
     };
-    made(crate::beneath::create_new(&dir, &rel, new.line().as_bytes()))?;
-    let git_dir = repo.path().join(GIT_RAN_DIR);
-    std::fs::create_dir_all(&git_dir)?;
-    made(write_new(&git_dir.join(&new.id), new.line().as_bytes()))?;
-    if let Some(b) = before {
+    let dir = crate::beneath::open_root(root)?;
+    let rel = Path::new(crate::layout::STATE_DIR).join(RAN_DIR).join(&mark.id);
+    match crate::beneath::create_new(&dir, &rel, mark.line().as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let git_copy = repo.path().join(GIT_RAN_DIR).join(&mark.id);
+    if std::fs::read(&git_copy).ok().as_deref() != Some(mark.line().as_bytes()) {
+        crate::durable::replace(&git_copy, mark.line().as_bytes())?;
+    }
+    if let Some(b) = before.filter(|b| b.id != mark.id) {
         let old = Path::new(crate::layout::STATE_DIR).join(RAN_DIR).join(&b.id);
         let _ = crate::beneath::remove_file(&dir, &old);
-        let _ = std::fs::remove_file(git_dir.join(&b.id));
+        let _ = std::fs::remove_file(repo.path().join(GIT_RAN_DIR).join(&b.id));
     }
     Ok(())
-}
-
-/// Creates `path` with `bytes`, refusing one that exists.
-fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)?
-        .write_all(bytes)
 }
 
 #[cfg(test)]

@@ -84,7 +84,7 @@ impl Ctx<'_> {
                         ),
                     )
                     .hint(format!(
-                        "keep that work elsewhere (`git branch keep-{short} {short}`, then push it from a laptop for review) and take it off the box's branch: `git rebase --onto {short}^ {short}` keeps the runtime's commits after it"
+                        "keep that work elsewhere (`git branch keep-{short} {short}`, then push it from a laptop for review) and take the box's branch back to before it: `git reset --hard {short}^`; the next fire commits again, as its own, the runtime's records made after it"
                     )));
             }
         }
@@ -92,9 +92,10 @@ impl Ctx<'_> {
     }
 
     /// Whether `oid` is a commit by the runtime that adds or changes records only: by
-    /// the runtime's email now, or the one the settings it was made on named (a box
-    /// that fired before an approved change of `runtime_identity.email`, and could not
-    /// push then, still owns those records).
+    /// the runtime's email now, or one this box's runtime remembers making (a box that
+    /// fired before an approved change of `runtime_identity.email`, and could not push
+    /// then, still owns those records; nobody else's commit is taken for its own by
+    /// the identity some settings name).
     fn is_runtime_records(&self, oid: Oid, runtime_email: &str) -> Result<bool, SyncError> {
         let git = self.git("join");
         let c = self.repo.find_commit(oid).map_err(&git)?;
@@ -102,12 +103,17 @@ impl Ctx<'_> {
             return Ok(false);
         };
         let old = parent.tree().map_err(&git)?;
-        let by = |email: &str| c.author().email().is_ok_and(|e| crate::review::same_person(e, email));
-        if !by(runtime_email) {
-            let then = crate::review::runtime_commits::runtime_identity_of(self.repo, &old).map_err(&git)?;
-            if !by(&then.email) {
-                return Ok(false);
-            }
+        let by_runtime = c
+            .author()
+            .email()
+            .is_ok_and(|e| crate::review::same_person(e, runtime_email));
+        let made_here = || {
+            self.repo
+                .workdir()
+                .is_some_and(|root| crate::git::made_by_this_runtime(root, oid))
+        };
+        if !by_runtime && !made_here() {
+            return Ok(false);
         }
         let new = c.tree().map_err(&git)?;
         Ok(self.changed_paths(&old, &new)?.iter().all(|p| is_record_path(p)))
@@ -149,7 +155,7 @@ impl Ctx<'_> {
             let tree = self.joined_tree(onto, local)?;
             let c = self.repo.find_commit(*only).map_err(&git)?;
             let msg = c.message().unwrap_or("runtime records").to_string();
-            return self.runtime_commit(local, &msg, tree, &[onto]);
+            return self.runtime_commit(local, &msg, tree, &[onto], onto);
         }
         let msg = format!(
             "runtime: records of {} fire(s) joined onto {}/{}\n",
@@ -158,20 +164,7 @@ impl Ctx<'_> {
             self.sync.branch
         );
         let tree = self.joined_tree(onto, local)?;
-        self.runtime_commit(local, &msg, tree, &[onto, local])
-    }
-
-    /// One commit on `onto` with the tree of `local` (which descends from it), in place
-    /// of the records commits `unpushed`, one of which lost its signature: signed, as
-    /// every commit the sync makes.
-    pub(super) fn signed_again(&self, onto: Oid, local: Oid, unpushed: &[Oid]) -> Result<Oid, SyncError> {
-        let git = self.git("join");
-        let tree = self.repo.find_commit(local).map_err(&git)?.tree_id();
-        let msg = format!(
-            "runtime: records of {} fire(s), signed again (rewritten on the box without their signature)\n",
-            unpushed.len()
-        );
-        self.runtime_commit(local, &msg, tree, &[onto])
+        self.runtime_commit(local, &msg, tree, &[onto, local], onto)
     }
 
     /// A merge of `onto` and the box's branch `local`, for a box that stays where it
@@ -182,7 +175,7 @@ impl Ctx<'_> {
             "runtime: records joined onto {}/{} ({why})\n",
             self.sync.remote, self.sync.branch
         );
-        self.runtime_commit(local, &msg, tree, &[onto, local])
+        self.runtime_commit(local, &msg, tree, &[onto, local], local)
     }
 
     /// After a rewrite of the remote's history: one commit on `onto` adding every
@@ -240,12 +233,28 @@ impl Ctx<'_> {
                 .map(|o| format!(" ({} is no longer in it)", crate::text::short_oid(o)))
                 .unwrap_or_default()
         );
-        Ok(Some((self.runtime_commit(local, &msg, tree, &[onto])?, replayed)))
+        Ok(Some((
+            self.runtime_commit(local, &msg, tree, &[onto], local)?,
+            replayed,
+        )))
     }
 
     /// A commit the sync makes in place of the runtime's commit `like` (or joining it),
-    /// as the runtime (author and committer), signed as the fire signs.
-    fn runtime_commit(&self, like: Oid, msg: &str, tree: Oid, parents: &[Oid]) -> Result<Oid, SyncError> {
+    /// as the runtime, author and committer, at the time of `like`, signed as the fire
+    /// signs. The identity is the one the settings of `named_by` name: the tip the box
+    /// moves to (approved, or holding the box's own builder tree) when it rebuilds
+    /// onto it, else the box's own branch: never a tip the box refused, whose
+    /// unreviewed settings would choose who the box commits as. So records made before
+    /// an approved change of that identity are rebuilt under the new one, and a person
+    /// who rewrote one on the box is not taken over as its committer.
+    fn runtime_commit(
+        &self,
+        like: Oid,
+        msg: &str,
+        tree: Oid,
+        parents: &[Oid],
+        named_by: Oid,
+    ) -> Result<Oid, SyncError> {
         let git = self.git("join");
         let like = self.repo.find_commit(like).map_err(&git)?;
         let tree = self.repo.find_tree(tree).map_err(&git)?;
@@ -255,16 +264,8 @@ impl Ctx<'_> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(&git)?;
         let parents: Vec<&git2::Commit> = parents.iter().collect();
-        // The runtime commits as itself, the identity the settings it commits onto name
-        // (as `builder audit` judges a runtime commit), at the time of `like`: a records
-        // commit made before an approved change of that identity is rebuilt under the
-        // new one, and a person who rewrote one on the box is not taken over as its
-        // committer.
-        let named = match parents.first() {
-            Some(first) => crate::review::runtime_commits::runtime_identity_of(self.repo, &first.tree().map_err(&git)?)
-                .map_err(&git)?,
-            None => crate::settings::Identity::default(),
-        };
+        let named_tree = self.repo.find_commit(named_by).and_then(|c| c.tree()).map_err(&git)?;
+        let named = crate::review::runtime_commits::runtime_identity_of(self.repo, &named_tree).map_err(&git)?;
         let author = git2::Signature::new(&named.name, &named.email, &like.author().when()).map_err(&git)?;
         crate::git::commit_object(self.repo, &author, &author, msg, &tree, &parents, self.sign)
             .map_err(|e| self.err("join", e.to_string()))

@@ -86,7 +86,9 @@ impl Ctx<'_> {
         // they were meant to go. Refused, named, rather than a box that exits 0 while
         // its records never reach the origin.
         if let Some(push) = remote.pushurl().ok().flatten().filter(|p| *p != url) {
-            if local_path(&url, self.repo).is_some() || local_path(push, self.repo).is_some() {
+            let (fetch_dir, push_dir) = (local_path(&url, self.repo), local_path(push, self.repo));
+            let elsewhere = fetch_dir != push_dir || fetch_dir.is_none();
+            if elsewhere && (fetch_dir.is_some() || push_dir.is_some()) {
                 return Err(self
                     .err(
                         "setup",
@@ -96,7 +98,7 @@ impl Ctx<'_> {
                         ),
                     )
                     .hint(format!(
-                        "point the remote at the repository the records must reach, for both: `git remote set-url {0} {push}` and `git config --unset remote.{0}.pushurl`",
+                        "point the remote at the repository the records must reach, for fetch and push alike (`git remote set-url {0} {push}`), and drop what sends pushes elsewhere (`remote.{0}.pushurl`, a `pushInsteadOf`)",
                         self.sync.remote
                     )));
             }

@@ -368,7 +368,7 @@ pub struct ApproveForm {
     csrf: String,
     name: String,
     /// The head the page showed: a proposal moved since is refused, not approved.
-    head: String,
+    head: Option<String>,
 }
 
 /// What an approval recorded (the JSON twin of the form's answer).
@@ -389,7 +389,7 @@ pub async fn approve(State(app): State<Arc<App>>, wants: Wants, Form(form): Form
         )
         .render(wants);
     }
-    let Ok(head) = git2::Oid::from_str(&form.head) else {
+    let Some(Ok(head)) = form.head.as_deref().map(git2::Oid::from_str) else {
         return PageError::new(
             StatusCode::BAD_REQUEST,
             "the form names no proposal head: reload the page",
