@@ -768,3 +768,34 @@ fn a_card_stays_small_whatever_the_model_leaves_behind() {
     let evidence = card["evidence"].as_sequence().unwrap();
     assert!(evidence.len() <= 21, "{} evidence lines", evidence.len());
 }
+
+/// A person removes an earlier run's report (it leaked a name); the next fire's model
+/// writes that path again with its own text. The runtime's watch of its recent commits
+/// takes back only the bytes it committed, never the model's (helper-81: the model's
+/// text was committed as the earlier run's report).
+#[test]
+fn a_removed_report_rewritten_by_a_later_model_is_not_committed_as_the_record() {
+    let env = TestEnv::new();
+    let (code, first, _) = env.fire("digest");
+    assert_eq!(code, 0, "{first}");
+    let report = first["report"].as_str().unwrap().to_string();
+    env.git_ok(&env.root, &["rm", "-q", &report]);
+    env.git_ok(&env.root, &["commit", "-qm", "remove a report that leaked a name"]);
+    let mut trace: Value = serde_json::from_str(&env.read("evals/digest/replay.json")).unwrap();
+    let forged = "# Digest\n\nFORGED by a later run: all clear.\n";
+    trace["turns"].as_array_mut().unwrap().insert(
+        0,
+        serde_json::json!({"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": report, "content": forged}}]}),
+    );
+    env.write("evals/digest/replay.json", &trace.to_string());
+    env.commit_all("the next fire's model is hostile");
+    let (code, second, _) = env.fire("digest");
+    assert_eq!(code, TestEnv::completed_code(&second), "{second}");
+    assert_eq!(
+        std::fs::read_to_string(env.root.join(&report)).unwrap(),
+        forged,
+        "the attack ran: the model wrote the path"
+    );
+    let in_head = env.git_in(&env.root, &["cat-file", "-e", &format!("HEAD:{report}")]);
+    assert!(!in_head.status.success(), "the model's text was committed as {report}");
+}

@@ -54,8 +54,9 @@ pub struct AuditReport {
     /// anyone could have made them.
     pub runtime_unauthenticated: usize,
     pub findings: Vec<Finding>,
-    /// Commits at a shallow clone's cut, not judged: their parents are not here, so
-    /// what they changed is not known (they are not counted in `commits`).
+    /// Commits at a shallow clone's cut: their parents are not here, so what they
+    /// changed is not known; only their builder tree is judged (they are not counted
+    /// in `commits`).
     pub shallow_cut: usize,
     /// Modes, owners and hooks of the work tree that changed since the last accepted
     /// manifest ([`crate::manifest`]): each one a violation.
@@ -118,7 +119,7 @@ pub fn audit_range(
     // A shallow clone's cut: commits whose parents this clone lacks read as roots,
     // which would "add" every file they hold. What they changed is not known here.
     let cut = shallow_cut(repo);
-    let (at_cut, oids): (Vec<Oid>, Vec<Oid>) = oids.into_iter().partition(|o| cut.contains(o));
+    let cut = &cut;
     // Commits are independent: audit them on every core, each thread with its own
     // repository handle, and merge the findings back in history order.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
@@ -131,7 +132,7 @@ pub fn audit_range(
             .chunks(chunk)
             .map(|part| {
                 let path = path.clone();
-                scope.spawn(move || audit_part(&path, part, review, who))
+                scope.spawn(move || audit_part(&path, part, review, who, cut))
             })
             .collect();
         handles
@@ -142,12 +143,10 @@ pub fn audit_range(
             })
             .collect()
     });
-    let mut report = AuditReport {
-        shallow_cut: at_cut.len(),
-        ..AuditReport::default()
-    };
+    let mut report = AuditReport::default();
     for part in parts {
         let part = part?;
+        report.shallow_cut += part.shallow_cut;
         report.commits += part.commits;
         report.runtime_commits += part.runtime_commits;
         report.runtime_signed += part.runtime_signed;
@@ -204,7 +203,13 @@ fn review_context(
 
 /// Audits one slice of the commits (in history order) with its own repository
 /// handle; findings come back in history order.
-fn audit_part(path: &Path, part: &[Oid], review: &ReviewContext, who: &Who) -> Result<AuditReport, git2::Error> {
+fn audit_part(
+    path: &Path,
+    part: &[Oid],
+    review: &ReviewContext,
+    who: &Who,
+    cut: &HashSet<Oid>,
+) -> Result<AuditReport, git2::Error> {
     let repo = Repository::open(path)?;
     let mut differ = TreeDiffer::open(&repo)?;
     let mut judge = Judge {
@@ -225,6 +230,15 @@ fn audit_part(path: &Path, part: &[Oid], review: &ReviewContext, who: &Who) -> R
             Some(c) if c.id() == *oid => c,
             _ => repo.find_commit(*oid)?,
         };
+        if cut.contains(oid) {
+            // At a shallow clone's cut: what it changed is not known here (read as a
+            // root it would add every file), but its builder tree is judged all the
+            // same: one no approval covers is named, as any commit's would be.
+            report.shallow_cut += 1;
+            judge_at_cut(&mut judge, &commit, &mut report)?;
+            per_commit.push(std::mem::take(&mut report.findings));
+            continue;
+        }
         let parent = commit.parent_ids().next().map(|p| repo.find_commit(p)).transpose()?;
         let against = judge.judged_against(&commit, parent.as_ref())?;
         audit_commit(
@@ -618,6 +632,22 @@ impl Judge<'_> {
 struct Who<'a> {
     ownership: &'a Ownership,
     runtime: &'a RuntimeIdentity,
+}
+
+/// A commit at a shallow clone's cut: its builder tree judged for an approval, one
+/// finding naming it when none covers it (its change cannot be diffed here).
+fn judge_at_cut(judge: &mut Judge, commit: &git2::Commit, report: &mut AuditReport) -> Result<(), git2::Error> {
+    if let Some((severity, what)) = judge.uncovered(commit)? {
+        let author = commit.author();
+        report.findings.push(Finding {
+            severity,
+            commit: crate::text::short_oid(commit.id()),
+            author: format!("{} <{}>", author.name().unwrap_or(""), author.email().unwrap_or("")),
+            path: "(its builder tree: at the shallow clone's cut)".into(),
+            what,
+        });
+    }
+    Ok(())
 }
 
 /// Audits one commit against its first parent (all files added for a root commit).

@@ -36,6 +36,7 @@ pub fn check_repo(root: &Path) -> Checked {
         prompt_problems(root, &path, s, loaded.is_some(), &mut diags);
     }
     link_problems(root, loaded.as_ref(), &mut diags);
+    lock_problems(root, &mut diags);
     crate::eval::case::load_cases(root, None, &mut diags);
     diags.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
     Checked {
@@ -109,18 +110,33 @@ fn scope_problems(root: &Path, diags: &mut Vec<Diagnostic>) {
     }
 }
 
-/// A replay provider's (or fallback's) recorded trace must exist.
+/// The MCP lock (`settings/mcp.lock`) reads as a lock: a fire refuses one that does
+/// not, so `builder check` says so first.
+fn lock_problems(root: &Path, diags: &mut Vec<Diagnostic>) {
+    match crate::mcp::lock::McpLock::load(root) {
+        Ok(_) => {}
+        Err(crate::mcp::lock::LockError::Parse { line, message, .. }) => {
+            diags.push(Diagnostic::new(crate::mcp::lock::LOCK_FILE, line, "", message));
+        }
+        Err(e) => diags.push(Diagnostic::new(crate::mcp::lock::LOCK_FILE, 0, "", e.to_string())),
+    }
+}
+
+/// A replay provider's (or fallback's) recorded trace must exist and read as a trace.
 fn replay_problems(root: &Path, loaded: Option<&RuntimeSettings>, runtime_src: &str, diags: &mut Vec<Diagnostic>) {
     if let Some(rt) = loaded {
         for p in [Some(&rt.provider), rt.fallback.as_ref()].into_iter().flatten() {
             if let (ProviderKind::Replay, Some(replay)) = (p.kind, p.replay.as_ref()) {
-                if !root.join(replay).is_file() {
-                    diags.push(Diagnostic::new(
-                        SETTINGS_FILE,
-                        crate::yamlpos::line_of_item(runtime_src, &["provider"], replay),
-                        "provider.replay",
-                        format!("replay trace `{replay}` does not exist"),
-                    ));
+                let line = crate::yamlpos::line_of_item(runtime_src, &["provider"], replay);
+                let why = if !root.join(replay).is_file() {
+                    Some(format!("replay trace `{replay}` does not exist"))
+                } else {
+                    crate::provider::Replay::load(root, &root.join(replay))
+                        .err()
+                        .map(|e| format!("replay trace: {}", e.message))
+                };
+                if let Some(why) = why {
+                    diags.push(Diagnostic::new(SETTINGS_FILE, line, "provider.replay", why));
                 }
             }
         }
@@ -320,6 +336,60 @@ mod tests {
             .map(|d| (d.file.as_path(), d.field.as_str()))
             .collect();
         assert_eq!(fields, vec![(Path::new("settings/extra.json"), "permissions.deny")]);
+    }
+
+    /// What a fire would refuse with `invalid_config` is a problem `builder check` names
+    /// first (helper-79): a replay trace that does not read as one, an MCP lock that
+    /// does not parse, an eval case that asserts nothing, two cases of one name, and
+    /// a prefetch given no time to run.
+    #[test]
+    fn what_a_fire_would_refuse_as_invalid_config_check_names_first() {
+        let dir = scaffolded();
+        let p = dir.path();
+        std::fs::write(p.join("evals/digest/replay.json"), "{\"version\": 1, \"turns\": [").unwrap();
+        std::fs::write(p.join("settings/mcp.lock"), "servers: 5\n").unwrap();
+        std::fs::write(
+            p.join("evals/digest/empty.yaml"),
+            "model: scripted\nscript:\n  - text: hi\nassert: []\n",
+        )
+        .unwrap();
+        std::fs::write(
+            p.join("evals/digest/twin.yaml"),
+            "name: twin\nmodel: scripted\nscript:\n  - text: hi\nassert:\n  - no_denials: true\n",
+        )
+        .unwrap();
+        std::fs::write(
+            p.join("evals/digest/twin2.yaml"),
+            "name: twin\nmodel: scripted\nscript:\n  - text: hi\nassert:\n  - no_denials: true\n",
+        )
+        .unwrap();
+        let prompt = std::fs::read_to_string(p.join("prompts/digest.md")).unwrap();
+        let timed = prompt.replacen(
+            "prefetch:\n",
+            "prefetch:\n  - name: quick\n    run: tools/digest-context.sh\n    timeout_s: 0\n",
+            1,
+        );
+        assert_ne!(timed, prompt, "the scaffold's prompt has a prefetch list");
+        std::fs::write(p.join("prompts/digest.md"), timed).unwrap();
+        let checked = check_repo(p);
+        let got: Vec<(String, String)> = checked
+            .problems
+            .iter()
+            .map(|d| (d.file.display().to_string(), d.field.clone()))
+            .collect();
+        for want in [
+            ("settings/runtime.yaml", "provider.replay"),
+            ("settings/mcp.lock", ""),
+            ("evals/digest/empty.yaml", "assert"),
+            ("evals/digest/twin2.yaml", "name"),
+            ("prompts/digest.md", "prefetch[0].timeout_s"),
+        ] {
+            assert!(
+                got.iter().any(|(f, x)| f == want.0 && x == want.1),
+                "{want:?} not in {:?}",
+                checked.problems
+            );
+        }
     }
 
     #[test]

@@ -466,6 +466,14 @@ fn rule_and_script_problems(pos: &FrontPos, front: &FrontMatter, d: &mut Vec<Dia
         }
     }
     for (i, p) in front.prefetch.iter().enumerate() {
+        if p.timeout_s == Some(0) {
+            d.push(Diagnostic::new(
+                rel,
+                pos.item(&["prefetch"], &p.run),
+                format!("prefetch[{i}].timeout_s"),
+                "0 seconds: the script would be stopped before it starts, on every fire",
+            ));
+        }
         if !script_under_tools(&p.run) {
             d.push(Diagnostic::new(
                 rel,

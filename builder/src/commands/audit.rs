@@ -126,7 +126,7 @@ fn print_report(report: &audit::AuditReport, json: bool) -> Result<(), CommandEr
     }
     if report.shallow_cut > 0 {
         println!(
-            "note: this clone is shallow: {} commit(s) at its cut have no parent here, so what they changed is not judged (`git fetch --unshallow` brings the history)",
+            "note: this clone is shallow: {} commit(s) at its cut have no parent here, so what they changed is not judged, only whether an approval covers their builder tree (`git fetch --unshallow` brings the history)",
             report.shallow_cut
         );
     }

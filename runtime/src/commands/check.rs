@@ -75,12 +75,23 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         .ok()
         .and_then(|repo| shared::git::commit_blocker(&repo).ok().flatten())
         .map(|b| format!("problem: a fire now would keep its records uncommitted (exit 1): {b}"));
-    let ok = problems.is_empty() && sandbox_ok && missing_key.is_none() && gate_ok && commit_blocked.is_none();
+    // The box's signing key, as the fire loads it (it refuses one it cannot use).
+    let unusable_key = checked
+        .settings
+        .as_ref()
+        .and_then(|s| s.runtime.runtime_identity.signing_key.clone())
+        .and_then(|k| shared::review::runtime_commits::RuntimeKey::load(&k, root).err())
+        .map(|e| {
+            format!("problem: runtime_identity.signing_key (settings/runtime.yaml): {e}: a fire would refuse (exit 2)")
+        });
+    // What of this machine and checkout would stop a fire, besides the settings.
+    let machine_problems = commit_blocked.into_iter().chain(unusable_key).collect::<Vec<_>>();
+    let ok = problems.is_empty() && sandbox_ok && missing_key.is_none() && gate_ok && machine_problems.is_empty();
     if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "user_namespaces": userns, "idmapped_mounts": idmap, "seccomp": filter, "file_system": view, "mode": mode, "durability": durability, "problems": problems, "missing_key": missing_key, "commit_blocked": commit_blocked, "two_keys": gate.as_ref().map(two_keys_json), "sync": gate.as_ref().and_then(sync_json), "refusals": gate.as_ref().map(|g| g.as_ref().map(|g| g.refusals.clone()).unwrap_or_else(|e| vec![e.clone()])), "ok": ok})
+                &serde_json::json!({"landlock_abi": abi, "target_abi": landlock::TARGET_ABI as u32, "rights": rights, "user_namespaces": userns, "idmapped_mounts": idmap, "seccomp": filter, "file_system": view, "mode": mode, "durability": durability, "problems": problems, "missing_key": missing_key, "machine_problems": machine_problems, "two_keys": gate.as_ref().map(two_keys_json), "sync": gate.as_ref().and_then(sync_json), "refusals": gate.as_ref().map(|g| g.as_ref().map(|g| g.refusals.clone()).unwrap_or_else(|e| vec![e.clone()])), "ok": ok})
             )?
         );
     } else {
@@ -128,7 +139,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         for p in &problems {
             println!("{p}");
         }
-        for line in missing_key.iter().chain(&commit_blocked) {
+        for line in missing_key.iter().chain(&machine_problems) {
             println!("{line}");
         }
         for line in &gate_lines {

@@ -203,6 +203,27 @@ pub fn load_cases(root: &Path, task: Option<&str>, diags: &mut Vec<Diagnostic>) 
             ),
         }
     }
+    // Two cases of one task under one name would share a row of the eval table.
+    let mut seen: Vec<(&str, &str, &Path)> = Vec::new();
+    for c in &cases {
+        match seen.iter().find(|(t, n, _)| *t == c.task && *n == c.name) {
+            Some((_, _, first)) => diags.push(
+                Diagnostic::new(
+                    &c.file,
+                    0,
+                    "name",
+                    format!(
+                        "case `{}` of task `{}` is named in {} too",
+                        c.name,
+                        c.task,
+                        first.display()
+                    ),
+                )
+                .with_hint("give each case of a task its own `name`"),
+            ),
+            None => seen.push((&c.task, &c.name, &c.file)),
+        }
+    }
     cases
 }
 
@@ -528,6 +549,15 @@ impl Parser<'_> {
             return vec![];
         };
         let items: Vec<(String, Value)> = match v {
+            Value::Sequence(items) if items.is_empty() => {
+                // A case that asserts nothing passes whatever the fire does.
+                self.problem(
+                    &["assert"],
+                    "assert",
+                    "the list is empty: a case with no assertion passes whatever the fire does",
+                );
+                return vec![];
+            }
             Value::Sequence(items) => items
                 .iter()
                 .filter_map(|i| {

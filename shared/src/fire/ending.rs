@@ -183,7 +183,7 @@ pub(crate) fn hint_for(kind: CardKind, run_id: &str, pending_call: Option<&str>)
             "look at what changed in the named files; if it is what you meant to run, fire the task again and approve the new pause".into()
         }
         CardKind::CheckpointFailed => {
-            "free space on (or make writable) the file system of .runtime/; the next fire of the task resumes the run from its last checkpoint or closes it".into()
+            "a checkpoint that could not be saved: free space on (or make writable) the file system of .runtime/, and the next fire of the task resumes the run from its last checkpoint or closes it; a waiting run whose checkpoint could not be read was given up, and its task fired afresh".into()
         }
         CardKind::CommitBlocked => {
             "the card says what stood in the way (a lock, a rebase or merge, a detached HEAD, a full disk): once it is gone, the next fire of any task commits these records".into()

@@ -493,13 +493,25 @@ impl<'a, A: Fn(&str) -> bool> Others<'a, A> {
     /// to put back in the index if it lost them.
     fn take_in_last_commits(&mut self, dir: &Path) -> Vec<String> {
         let watched = watched_records(self.repo, dir);
-        for f in watched.dropped {
+        for (f, made) in watched.dropped {
             if self.has(&f) {
                 continue;
             }
-            if let Ok(oid) = record_blob(self.repo, self.root, &f, self.allowed) {
-                tracing::warn!(file = %f, "a record an engineer's commit dropped is committed again");
-                self.orphans.push((f, oid));
+            // Only with the bytes the runtime committed: the work tree's copy may be
+            // what a tool wrote at that path since (a model rewriting an earlier run's
+            // report a person's commit removed), which no runtime commit may carry.
+            let now = git2::Oid::hash_file(git2::ObjectType::Blob, self.root.join(&f)).ok();
+            match made.filter(|m| Some(*m) == now) {
+                Some(blob) => {
+                    if let Some((oid, bytes)) = kept_bytes(self.repo, &f, blob, self.allowed) {
+                        tracing::warn!(file = %f, "a record an engineer's commit dropped is committed again");
+                        self.orphans.push((f.clone(), oid));
+                        self.adopted.push((f, bytes));
+                    }
+                }
+                None => {
+                    tracing::warn!(file = %f, "a record HEAD lost holds other bytes than the runtime committed: not committed again")
+                }
             }
         }
         for (f, blob) in watched.discarded {

@@ -111,8 +111,9 @@ fn compact(dir: &Path, recent: &RecentCommits) {
 /// What became of the records of the runtime's last commits ([`watched_records`]).
 #[derive(Debug, Default)]
 pub(super) struct Watched {
-    /// Still in the work tree, but HEAD lost them (an engineer's commit dropped them).
-    pub(super) dropped: Vec<String>,
+    /// Still in the work tree, but HEAD lost them (an engineer's commit dropped them),
+    /// each with the blob the runtime's commit held (`None`: that commit is not here).
+    pub(super) dropped: Vec<(String, Option<Oid>)>,
     /// Still in the work tree, and HEAD has them.
     pub(super) kept: Vec<String>,
     /// Gone from the work tree and from every branch with the commit that held them,
@@ -142,11 +143,13 @@ pub(super) fn watched_records(repo: &Repository, dir: &Path) -> Watched {
     let root = repo.workdir().unwrap_or(Path::new("."));
     let mut head_dirs = DirTrees::new(repo, tree);
     let seen = |out: &Watched, f: &String| {
-        out.dropped.contains(f) || out.kept.contains(f) || out.discarded.iter().any(|(d, _)| d == f)
+        out.dropped.iter().any(|(d, _)| d == f) || out.kept.contains(f) || out.discarded.iter().any(|(d, _)| d == f)
     };
     for (commit, files) in &recent.commits {
         // Asked once per commit, and only when one of its records left the work tree.
         let mut orphaned: Option<Option<git2::Tree>> = None;
+        // The commit's own tree, for a record HEAD lost: its bytes are the record's.
+        let mut made: Option<Option<git2::Tree>> = None;
         for f in files {
             if seen(&out, f) {
                 continue;
@@ -170,7 +173,16 @@ pub(super) fn watched_records(repo: &Repository, dir: &Path) -> Watched {
             if in_head {
                 out.kept.push(f.clone());
             } else {
-                out.dropped.push(f.clone());
+                let tree = made.get_or_insert_with(|| {
+                    Oid::from_str(commit)
+                        .ok()
+                        .and_then(|c| repo.find_commit(c).and_then(|c| c.tree()).ok())
+                });
+                let blob = tree
+                    .as_ref()
+                    .and_then(|t| t.get_path(Path::new(f)).ok())
+                    .map(|e| e.id());
+                out.dropped.push((f.clone(), blob));
             }
         }
     }

@@ -84,7 +84,7 @@ impl Ctx<'_> {
                         ),
                     )
                     .hint(format!(
-                        "keep that work elsewhere (`git branch keep-{short} {short}`, then push it from a laptop for review) and take the box's branch back to before it: `git reset --hard {short}^`; the next fire commits again, as its own, the runtime's records made after it"
+                        "save that work as a patch (`git format-patch -1 {short} -o ~/box-work`, to propose from a laptop; no branch, which would hold the runtime's commits too) and take the box's branch back to before it: `git reset --hard {short}^`; the next fire commits again, as its own, the runtime's records made after it"
                     )));
             }
         }
@@ -92,10 +92,10 @@ impl Ctx<'_> {
     }
 
     /// Whether `oid` is a commit by the runtime that adds or changes records only: by
-    /// the runtime's email now, or one this box's runtime remembers making (a box that
-    /// fired before an approved change of `runtime_identity.email`, and could not push
-    /// then, still owns those records; nobody else's commit is taken for its own by
-    /// the identity some settings name).
+    /// the runtime's email now (signed, on a box that signs), or one this box's runtime
+    /// remembers making (a box that fired before an approved change of
+    /// `runtime_identity.email`, and could not push then, still owns those records;
+    /// nobody else's commit is taken for its own by the identity some settings name).
     fn is_runtime_records(&self, oid: Oid, runtime_email: &str) -> Result<bool, SyncError> {
         let git = self.git("join");
         let c = self.repo.find_commit(oid).map_err(&git)?;
@@ -112,7 +112,16 @@ impl Ctx<'_> {
                 .workdir()
                 .is_some_and(|root| crate::git::made_by_this_runtime(root, oid))
         };
-        if !by_runtime && !made_here() {
+        // A box that signs makes no unsigned commit: one under the runtime's name that
+        // carries no signature and that this runtime does not remember making was
+        // rewritten by a person (a `git pull --rebase` on the box) or forged, and is
+        // refused as theirs rather than pushed.
+        let signed = || self.repo.extract_signature(&oid, Some("gpgsig")).is_ok();
+        let ours = match by_runtime {
+            true => self.sign.is_none() || made_here() || signed(),
+            false => made_here(),
+        };
+        if !ours {
             return Ok(false);
         }
         let new = c.tree().map_err(&git)?;
