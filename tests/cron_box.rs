@@ -1439,3 +1439,34 @@ fn audit_of_a_shallow_checkout_still_names_an_unapproved_builder_tree() {
         assert!(out.contains("this clone is shallow"), "depth {depth}: {out}");
     }
 }
+
+/// A report a colleague removes from the origin with a commit (it leaked a name) stays
+/// removed, also when the box's sync had rebuilt the commit that brought it: the box's
+/// watch of its own commits follows the rebuilt one (helper-81: taken for records a
+/// reset threw away, it was committed and pushed again by every fire).
+#[test]
+fn a_record_removed_on_the_origin_stays_removed_after_the_box_rebuilt_its_commit() {
+    let team = Team::new();
+    let away = team.origin.with_extension("away");
+    std::fs::rename(&team.origin, &away).unwrap();
+    let offline = team.fire();
+    assert_ne!(offline.code, 0, "{offline}");
+    std::fs::rename(&away, &team.origin).unwrap();
+    let report = offline.summary["report"].as_str().unwrap().to_string();
+    team.push_files(&[("notes/plan.md", "plan\n")], "notes", false);
+    let rebuilt = team.fire();
+    assert_eq!(rebuilt.code, 0, "{rebuilt}");
+    assert!(team.origin_files().contains(&report), "the rebuilt commit brought it");
+    team.pull();
+    team.git(team.laptop(), &["rm", "-q", &report]);
+    team.git(team.laptop(), &["commit", "-qm", "remove a report that leaked a name"]);
+    team.git(team.laptop(), &["push", "-q", "origin", "main"]);
+    for round in 0..2 {
+        let next = team.fire();
+        assert_eq!(next.code, 0, "round {round}: {next}");
+        assert!(
+            !team.origin_files().contains(&report),
+            "round {round}: the box put it back"
+        );
+    }
+}

@@ -23,7 +23,7 @@ pub use locks::{
     intent_dir, leave_for_next_commit, lock_file_of, make_dirs_under_index_lock, process_is_gone, process_start_time,
     recover_stale_locks, IntentLock, IntentRecord, LockIntent, Recovered,
 };
-pub use recent::made_by_this_runtime;
+pub use recent::{made_by_this_runtime, remember_replaced};
 
 use crate::layout::{Owner, Ownership, BUILDER_DIRS};
 #[cfg(test)]

@@ -58,6 +58,25 @@ pub fn made_by_this_runtime(root: &Path, commit: Oid) -> bool {
         .any(|(c, _)| *c == id)
 }
 
+/// Names `now` in place of each of `before` among the watched commits, when the sync
+/// put those commits' records on the branch as `now` (rebuilt or replayed): the watch
+/// then follows the commit the branch holds, so a record a person later removes with
+/// a commit stays removed (the commit it came in is on the branch), instead of being
+/// taken for one a reset threw away and committed again.
+pub fn remember_replaced(root: &Path, before: &[Oid], now: Oid) {
+    let dir = super::locks::intent_dir(root);
+    let mut recent = read_recent(&dir);
+    let olds: Vec<String> = before.iter().map(Oid::to_string).collect();
+    let mut changed = false;
+    for (commit, _) in recent.commits.iter_mut().filter(|(c, _)| olds.contains(c)) {
+        *commit = now.to_string();
+        changed = true;
+    }
+    if changed {
+        compact(&dir, &recent);
+    }
+}
+
 /// Adds a commit to the watched ones (best effort: a lost list only loses the watch).
 /// Appended as a line, so no file is made and none freed per commit (each costs a
 /// fire time on a file system that scans recently freed inodes); once the file would

@@ -164,7 +164,9 @@ impl Ctx<'_> {
             let tree = self.joined_tree(onto, local)?;
             let c = self.repo.find_commit(*only).map_err(&git)?;
             let msg = c.message().unwrap_or("runtime records").to_string();
-            return self.runtime_commit(local, &msg, tree, &[onto], onto);
+            let rebuilt = self.runtime_commit(local, &msg, tree, &[onto], onto)?;
+            self.watch_follows(unpushed, rebuilt);
+            return Ok(rebuilt);
         }
         let msg = format!(
             "runtime: records of {} fire(s) joined onto {}/{}\n",
@@ -242,10 +244,17 @@ impl Ctx<'_> {
                 .map(|o| format!(" ({} is no longer in it)", crate::text::short_oid(o)))
                 .unwrap_or_default()
         );
-        Ok(Some((
-            self.runtime_commit(local, &msg, tree, &[onto], local)?,
-            replayed,
-        )))
+        let commit = self.runtime_commit(local, &msg, tree, &[onto], local)?;
+        self.watch_follows(runtime, commit);
+        Ok(Some((commit, replayed)))
+    }
+
+    /// The runtime's watch of its last commits follows `now`, which puts the records of
+    /// `replaced` on the branch in their place ([`crate::git::remember_replaced`]).
+    fn watch_follows(&self, replaced: &[Oid], now: Oid) {
+        if let Some(root) = self.repo.workdir() {
+            crate::git::remember_replaced(root, replaced, now);
+        }
     }
 
     /// A commit the sync makes in place of the runtime's commit `like` (or joining it),
