@@ -1163,11 +1163,7 @@ fn a_signing_boxs_rebuilt_records_commits_are_signed_and_pass_audit() {
     });
     assert_eq!(fired.code, 0, "{fired}");
     // The origin is away for a fire, and moves before the next.
-    let away = team.origin.with_extension("away");
-    std::fs::rename(&team.origin, &away).unwrap();
-    let offline = team.fire();
-    assert_ne!(offline.code, 0, "{offline}");
-    std::fs::rename(&away, &team.origin).unwrap();
+    team.fire_offline();
     let later = team.push_files(&[("notes/later.md", "later\n")], "more notes", false);
     let back = team.fire();
     assert_eq!(back.code, 0, "{back}");
@@ -1272,11 +1268,7 @@ fn records_stranded_across_an_approved_change_of_the_runtime_identity_reach_the_
     let team = Team::new();
     let first = team.fire();
     assert_eq!(first.code, 0, "{first}");
-    let away = team.origin.with_extension("away");
-    std::fs::rename(&team.origin, &away).unwrap();
-    let offline = team.fire();
-    assert_ne!(offline.code, 0, "{offline}");
-    std::fs::rename(&away, &team.origin).unwrap();
+    team.fire_offline();
     team.pull();
     let settings = team.env.read("settings/runtime.yaml");
     let renamed = settings.replace("email: runtime@localhost", "email: runtime@box1.example.com");
@@ -1447,11 +1439,7 @@ fn audit_of_a_shallow_checkout_still_names_an_unapproved_builder_tree() {
 #[test]
 fn a_record_removed_on_the_origin_stays_removed_after_the_box_rebuilt_its_commit() {
     let team = Team::new();
-    let away = team.origin.with_extension("away");
-    std::fs::rename(&team.origin, &away).unwrap();
-    let offline = team.fire();
-    assert_ne!(offline.code, 0, "{offline}");
-    std::fs::rename(&away, &team.origin).unwrap();
+    let offline = team.fire_offline();
     let report = offline.summary["report"].as_str().unwrap().to_string();
     team.push_files(&[("notes/plan.md", "plan\n")], "notes", false);
     let rebuilt = team.fire();

@@ -147,6 +147,17 @@ impl Team {
 
     /// On the laptop: brings it to the origin's tip (a fast-forward or a merge, as
     /// `git pull` does).
+    /// A fire while the origin cannot be reached (moved away, then back): it fails,
+    /// and its records stay on the box, unpushed.
+    pub fn fire_offline(&self) -> Fired {
+        let away = self.origin.with_extension("away");
+        std::fs::rename(&self.origin, &away).unwrap();
+        let offline = self.fire();
+        std::fs::rename(&away, &self.origin).unwrap();
+        assert_ne!(offline.code, 0, "the origin was away: {offline}");
+        offline
+    }
+
     pub fn pull(&self) {
         self.git(self.laptop(), &["pull", "-q", "--no-rebase", "--no-edit"]);
     }
