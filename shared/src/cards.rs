@@ -4,7 +4,7 @@
 //! GitHub issue bodies.
 
 use crate::history::CardGroup;
-use crate::records::{read_card, Card, CardStatus, Triage, TriageKind};
+use crate::records::{Card, CardStatus, Triage, TriageKind};
 use chrono::Utc;
 use serde::Serialize;
 use std::path::Path;
@@ -66,7 +66,10 @@ pub fn triage(
     let mut out = Vec::new();
     for p in paths {
         let full = root.join(p);
-        let mut card = read_card(&full)?;
+        // Read once: the card and the text a person may have commented are one file.
+        let original = std::fs::read_to_string(&full).map_err(|e| format!("{}: {e}", full.display()))?;
+        let mut card = crate::records::parse_card(original.as_bytes())
+            .map_err(|(line, e)| format!("{}:{line}: {e}", full.display()))?;
         let (duplicate_of, fixed_by) = match decision {
             TriageDecision::Accept | TriageDecision::Reject => (None, None),
             TriageDecision::DuplicateOf(d) => (Some(d.clone()), None),
@@ -85,7 +88,6 @@ pub fn triage(
             fixed_by,
             note: note.map(str::to_string),
         });
-        let original = std::fs::read_to_string(&full).unwrap_or_default();
         let yaml = match triaged_text(&original, &card) {
             Some(edited) => edited,
             None => {
@@ -294,7 +296,7 @@ pub fn work_tree_card_paths(root: &std::path::Path, id: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::{card_yaml, CardKind};
+    use crate::records::{card_yaml, read_card, CardKind};
 
     #[test]
     fn a_retriage_keeps_the_earlier_decision() {

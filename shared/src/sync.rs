@@ -366,14 +366,16 @@ impl Ctx<'_> {
         let b = self.repo.find_commit(theirs)?;
         let empty = self.repo.find_tree(self.repo.treebuilder(None)?.write()?)?;
         let sig = git2::Signature::now("runtime", runtime_email)?;
-        self.repo.commit(
-            None,
+        crate::git::commit_object(
+            self.repo,
             &sig,
             &sig,
             "runtime: approvals joined (the remote's history of this ref was rewritten; every approval the box has seen stays)\n",
             &empty,
             &[&a, &b],
+            self.sign,
         )
+        .map_err(|e| git2::Error::from_str(&e.to_string()))
     }
 
     /// Under the sync lock: fetch, then what the box would do ([`Look`]), moving

@@ -47,15 +47,15 @@ fn parse_recent(bytes: &[u8]) -> RecentCommits {
     recent
 }
 
-/// Whether the runtime of the work tree at `root` made `commit`: one of its last
-/// [`RECENT_KEEP`] records commits, as it remembers them (what a person rewrote, or
-/// authored under the runtime's name, is not among them).
-pub fn made_by_this_runtime(root: &Path, commit: Oid) -> bool {
-    let id = commit.to_string();
+/// The commits the runtime of the work tree at `root` made: its last [`RECENT_KEEP`]
+/// records commits, as it remembers them (what a person rewrote, or authored under
+/// the runtime's name, is not among them).
+pub fn made_by_this_runtime(root: &Path) -> std::collections::HashSet<Oid> {
     read_recent(&super::locks::intent_dir(root))
         .commits
         .iter()
-        .any(|(c, _)| *c == id)
+        .filter_map(|(c, _)| Oid::from_str(c).ok())
+        .collect()
 }
 
 /// Names `now` in place of each of `before` among the watched commits, when the sync

@@ -171,38 +171,39 @@ fn ran_dir(root: &Path) -> PathBuf {
 /// In git's directory of the work tree: the mark's second copy.
 const GIT_RAN_DIR: &str = "runtime-approvals-ran";
 
+/// Reads one entry of a copy of the mark by its name.
+type ReadEntry<'a> = dyn Fn(&str) -> Option<Vec<u8>> + 'a;
+
 /// The newest approval of the trees the box at `root` ran (`None` before its first
 /// fire under review), by either copy of the mark. Unreadable entries are skipped.
 pub fn read(repo: &Repository, root: &Path) -> Option<Stamp> {
+    // Each copy's entries: a name that is an approval id, and its file's bytes (the
+    // work tree's copy read through no link, as every file of `.runtime/`).
+    let beneath = crate::beneath::open_root(root).ok();
+    let in_work_tree = |name: &str| {
+        let rel = Path::new(crate::layout::STATE_DIR).join(RAN_DIR).join(name);
+        crate::beneath::read_regular(beneath.as_ref()?, &rel, 4096).ok()
+    };
+    let in_git_dir = |name: &str| {
+        let path = repo.path().join(GIT_RAN_DIR).join(name);
+        let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+        regular.then(|| std::fs::read(&path).ok()).flatten()
+    };
+    let copies: [(PathBuf, &ReadEntry); 2] = [
+        (ran_dir(root), &in_work_tree),
+        (repo.path().join(GIT_RAN_DIR), &in_git_dir),
+    ];
     let mut stamps = Vec::new();
-    let named = |name: &str| !name.starts_with('.') && Oid::from_str(name).is_ok();
-    if let Ok(dir) = crate::beneath::open_root(root) {
-        for e in std::fs::read_dir(ran_dir(root)).into_iter().flatten().flatten() {
+    for (dir, bytes_of) in copies {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let rel = Path::new(crate::layout::STATE_DIR).join(RAN_DIR).join(&name);
-            let Some(bytes) = named(&name)
-                .then(|| crate::beneath::read_regular(&dir, &rel, 4096).ok())
-                .flatten()
-            else {
+            if name.starts_with('.') || Oid::from_str(&name).is_err() {
                 continue;
-            };
-            stamps.extend(Stamp::parse(&name, &String::from_utf8_lossy(&bytes)));
+            }
+            if let Some(bytes) = bytes_of(&name) {
+                stamps.extend(Stamp::parse(&name, &String::from_utf8_lossy(&bytes)));
+            }
         }
-    }
-    for e in std::fs::read_dir(repo.path().join(GIT_RAN_DIR))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let regular = e.file_type().is_ok_and(|t| t.is_file());
-        let Some(bytes) = (named(&name) && regular)
-            .then(|| std::fs::read(e.path()).ok())
-            .flatten()
-        else {
-            continue;
-        };
-        stamps.extend(Stamp::parse(&name, &String::from_utf8_lossy(&bytes)));
     }
     newest(repo, &stamps).cloned()
 }

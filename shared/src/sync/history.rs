@@ -61,11 +61,16 @@ impl Ctx<'_> {
         walk.push(local).map_err(&git)?;
         walk.hide(remote).map_err(&git)?;
         let mut out = Unpushed::default();
+        let made_here = self
+            .repo
+            .workdir()
+            .map(crate::git::made_by_this_runtime)
+            .unwrap_or_default();
         for oid in walk {
             let oid = oid.map_err(&git)?;
             let had = once_had.contains(&oid);
             out.lost += usize::from(had);
-            if self.is_runtime_records(oid, runtime_email)? {
+            if self.is_runtime_records(oid, runtime_email, &made_here)? {
                 out.runtime.push(oid);
             } else if had {
                 out.dropped.push(oid);
@@ -93,10 +98,10 @@ impl Ctx<'_> {
 
     /// Whether `oid` is a commit by the runtime that adds or changes records only: by
     /// the runtime's email now (signed, on a box that signs), or one this box's runtime
-    /// remembers making (a box that fired before an approved change of
+    /// remembers making (`made_here`; a box that fired before an approved change of
     /// `runtime_identity.email`, and could not push then, still owns those records;
     /// nobody else's commit is taken for its own by the identity some settings name).
-    fn is_runtime_records(&self, oid: Oid, runtime_email: &str) -> Result<bool, SyncError> {
+    fn is_runtime_records(&self, oid: Oid, runtime_email: &str, made_here: &HashSet<Oid>) -> Result<bool, SyncError> {
         let git = self.git("join");
         let c = self.repo.find_commit(oid).map_err(&git)?;
         let Ok(parent) = c.parent(0) else {
@@ -107,19 +112,14 @@ impl Ctx<'_> {
             .author()
             .email()
             .is_ok_and(|e| crate::review::same_person(e, runtime_email));
-        let made_here = || {
-            self.repo
-                .workdir()
-                .is_some_and(|root| crate::git::made_by_this_runtime(root, oid))
-        };
         // A box that signs makes no unsigned commit: one under the runtime's name that
         // carries no signature and that this runtime does not remember making was
         // rewritten by a person (a `git pull --rebase` on the box) or forged, and is
         // refused as theirs rather than pushed.
         let signed = || self.repo.extract_signature(&oid, Some("gpgsig")).is_ok();
         let ours = match by_runtime {
-            true => self.sign.is_none() || made_here() || signed(),
-            false => made_here(),
+            true => self.sign.is_none() || made_here.contains(&oid) || signed(),
+            false => made_here.contains(&oid),
         };
         if !ours {
             return Ok(false);
