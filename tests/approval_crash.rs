@@ -179,6 +179,60 @@ fn a_decided_pause_the_cron_tick_cannot_continue_names_resume_only() {
     assert!(!hint.contains("approve-call"), "already approved: {hint}");
 }
 
+/// A fire killed right after it gave up such a pause (the run row says failed,
+/// `checkpoint_failed`) and before its commit does not lose the card: it was kept
+/// before the row changed, and the next fire commits it (helper-81: the card was lost,
+/// and the paused run's committed receipt still said waiting).
+#[test]
+fn a_pause_given_up_by_a_fire_killed_before_its_commit_still_gets_its_card() {
+    let env = approval_env();
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 4, "{summary}\n{stderr}");
+    let paused = summary["run_id"].as_str().unwrap().to_string();
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    db.execute("UPDATE checkpoints SET state = 'garbage' WHERE run_id = ?1", [&paused])
+        .unwrap();
+    drop(db);
+    let out = runtime_crashing(&env, "checkpoint-given-up", &["fire", "t", "--json"]);
+    assert!(
+        killed(&out),
+        "killed at the point: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let row: (String, String) = db
+        .query_row(
+            "SELECT status, stop_reason FROM runs WHERE run_id = ?1",
+            [&paused],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    drop(db);
+    assert_eq!(
+        row,
+        ("failed".into(), "checkpoint_failed".into()),
+        "given up before the kill"
+    );
+    // Committed `checkpoint_failed` cards naming the paused run.
+    let committed = |env: &TestEnv| {
+        let out = env.git_in(
+            &env.root,
+            &["grep", "-l", "-e", "checkpoint_failed", "HEAD", "--", "cards"],
+        );
+        let files = String::from_utf8_lossy(&out.stdout).into_owned();
+        files
+            .lines()
+            .filter(|f| env.git_ok(&env.root, &["show", f]).contains(&paused))
+            .count()
+    };
+    assert_eq!(committed(&env), 0, "nothing committed by the killed fire");
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 4, "the task runs afresh and asks again: {summary}\n{stderr}");
+    assert_eq!(committed(&env), 1, "the card, once: {summary}");
+    let (_, again, _) = env.fire("t");
+    assert_eq!(committed(&env), 1, "not repeated by a later fire: {again}");
+}
+
 /// A paused run whose checkpoint cannot be read (a damaged row, or a format an
 /// upgrade cannot read) no longer holds its task forever: the next fire gives it up
 /// on a `checkpoint_failed` card and runs afresh, pausing again for its call

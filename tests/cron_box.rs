@@ -1259,6 +1259,91 @@ fn a_signing_boxs_rebuilt_records_commits_are_signed_and_pass_audit() {
     assert!(!out.contains("VIOLATION") && !out.contains("forged"), "{out}");
 }
 
+/// An approved rotation of the runtime's signing key while the box holds records it
+/// could not push, and another landing during a fire: the commits the sync rebuilds
+/// onto the new settings are signed with the key those settings name, and `builder
+/// audit` (which judges each commit by its own tree's allowed signers) finds nothing
+/// (helper-81: they were signed with the old key, one forged runtime commit per
+/// rotation, forever).
+#[test]
+fn records_rebuilt_across_an_approved_rotation_of_the_signing_key_pass_audit() {
+    let team = Team::new();
+    let keys: Vec<_> = ["box-a", "box-b", "box-c"]
+        .iter()
+        .map_while(|name| crate::signed::keygen(&team.env, name))
+        .collect();
+    if keys.len() < 3 {
+        crate::skip::skip(crate::skip::Capability::SshKeygen, "ssh-keygen is not installed");
+        return;
+    }
+    let plain = team.env.read("settings/runtime.yaml");
+    let signed_by = |n: usize| {
+        let (key, public) = &keys[n];
+        let settings = plain.replace(
+            "runtime_identity: { name: runtime, email: runtime@localhost }",
+            &format!(
+                "runtime_identity: {{ name: runtime, email: runtime@localhost, signing_key: {} }}",
+                key.display()
+            ),
+        );
+        assert!(settings.contains("signing_key"));
+        (
+            settings,
+            format!("runtime@localhost namespaces=\"builder-runtime\" {public}"),
+        )
+    };
+    let (settings, signers) = signed_by(0);
+    team.land(
+        "key-a",
+        &[
+            ("settings/runtime.yaml", settings.as_str()),
+            ("settings/allowed_signers", signers.as_str()),
+        ],
+    );
+    let first = team.fire();
+    assert_eq!(first.code, 0, "{first}");
+    // Records the box could not push, made under key A; then B is approved.
+    team.fire_offline();
+    let (settings, signers) = signed_by(1);
+    let rotated = team.land(
+        "key-b",
+        &[
+            ("settings/runtime.yaml", settings.as_str()),
+            ("settings/allowed_signers", signers.as_str()),
+        ],
+    );
+    let after = team.fire();
+    assert_eq!(after.code, 0, "{after}");
+    // C lands while a fire (under B) runs: its commit is rebuilt onto C's tip.
+    let (settings, signers) = signed_by(2);
+    let mut landed = String::new();
+    let during = fire_with_a_push_meanwhile(&team, "", || {
+        landed = team.land(
+            "key-c",
+            &[
+                ("settings/runtime.yaml", settings.as_str()),
+                ("settings/allowed_signers", signers.as_str()),
+            ],
+        );
+    });
+    assert_eq!(during.code, 0, "{during}");
+    // The attack ran: runtime commits sit on each rotation's tip.
+    let log = team.git(&team.origin, &["log", "--format=%H %ae %P", "main"]);
+    for on in [&rotated, &landed] {
+        assert!(
+            log.lines()
+                .filter(|l| l.split(' ').nth(1) == Some("runtime@localhost"))
+                .any(|l| l.split(' ').skip(2).any(|p| p == on.as_str())),
+            "no records commit rebuilt onto {on}:\n{log}"
+        );
+    }
+    team.pull();
+    let (code, out, err) = crate::review::builder_in(&team.env, team.laptop(), None, &["audit"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("VIOLATION") && !out.contains("forged"), "{out}");
+    assert!(out.contains("0 violation(s)"), "{out}");
+}
+
 /// An approved change of `runtime_identity.email` while the box holds records it could
 /// not push: the next fires push them, under the identity now named, and `builder
 /// audit` finds nothing (helper-78: the box refused its own commit as a person's, every
@@ -1457,4 +1542,112 @@ fn a_record_removed_on_the_origin_stays_removed_after_the_box_rebuilt_its_commit
             "round {round}: the box put it back"
         );
     }
+}
+
+/// A person's git holding the box's index lock while a fire's sync fast-forwards: the
+/// checkout wrote the new tip's files and then failed on the lock (libgit2 takes it
+/// after the files). The stopped checkout is undone, and once the lock is gone the
+/// box moves and pushes again (helper-82: the files stayed behind as untracked, every
+/// later fire refused "1 conflict prevents checkout", and the records never left).
+#[test]
+fn a_sync_checkout_stopped_by_a_persons_index_lock_is_undone_and_the_box_goes_on() {
+    let team = Team::new();
+    let first = team.fire();
+    assert_eq!(first.code, 0, "{first}");
+    team.push_files(&[("notes/b.md", "b\n")], "notes: b", false);
+    let lock = team.cron.join(".git/index.lock");
+    std::fs::write(&lock, "").unwrap();
+    let held = team.fire();
+    assert_ne!(held.code, 0, "{held}");
+    // The attack ran: the checkout reached the lock (not a refusal before it).
+    assert!(held.stderr.contains("index is locked"), "{held}");
+    let status = team.git(&team.cron, &["status", "--porcelain", "--untracked-files=all"]);
+    assert!(
+        !status.contains("notes/"),
+        "the stopped checkout left files behind:\n{status}"
+    );
+    std::fs::remove_file(&lock).unwrap();
+    for n in 0..2 {
+        let fired = team.fire();
+        assert_eq!(fired.code, 0, "fire {n} after the lock went: {fired}");
+    }
+    assert_eq!(
+        team.rev(&team.cron, "HEAD"),
+        team.origin_tip(),
+        "the box moved and pushed"
+    );
+    team.assert_records_on_origin();
+}
+
+/// A fire killed right after its sync fast-forwarded the box onto a colleague's
+/// commit, then the team force-pushes that commit off the origin (or a person's `git
+/// pull` on the box took the box there): the colleague's commit is one the origin once
+/// had, not a person's work on the box, and the box goes on (helper-82: every fire
+/// refused it as a person's commit, and the records stayed on the box).
+#[test]
+fn a_colleagues_commit_the_box_joined_before_a_kill_and_a_force_push_does_not_stop_the_box() {
+    for via_pull in [false, true] {
+        let team = Team::new();
+        let first = team.fire();
+        assert_eq!(first.code, 0, "{first}");
+        let colleague = team.push_files(&[("notes/a.md", "a\n")], "notes: a", false);
+        if via_pull {
+            team.git(&team.cron, &["pull", "-q", "--ff-only", "origin", "main"]);
+        } else {
+            let killed = team.fire_with(&[("RUNTIME_FAILPOINTS", "sync-branch-moved")], &[]);
+            assert!(killed.killed(), "{killed}");
+        }
+        assert!(
+            team.is_ancestor(&team.cron, &colleague, "HEAD"),
+            "the box's branch holds the colleague's commit"
+        );
+        team.git(team.laptop(), &["reset", "-q", "--hard", &format!("{colleague}^")]);
+        team.git(team.laptop(), &["push", "-q", "-f", "--no-verify", "origin", "main"]);
+        for n in 0..2 {
+            let fired = team.fire();
+            assert!([0, 5].contains(&fired.code), "via_pull {via_pull}, fire {n}: {fired}");
+        }
+        team.assert_records_on_origin();
+        assert!(
+            !team.origin_files().iter().any(|f| f == "notes/a.md"),
+            "the box never pushes the commit the team took off"
+        );
+    }
+}
+
+/// A person's merge in progress on the box (`git merge --no-commit`): the fire's sync
+/// does not move the branch under it (helper-82: it fast-forwarded the branch and
+/// rewrote the index, so the merge ended on a first parent its author never saw, with
+/// the origin's changes staged as theirs). Once the merge is ended, the box moves.
+#[test]
+fn the_sync_never_moves_the_branch_under_a_persons_merge_in_progress() {
+    let team = Team::new();
+    let first = team.fire();
+    assert_eq!(first.code, 0, "{first}");
+    let before = team.rev(&team.cron, "HEAD");
+    team.git(&team.cron, &["checkout", "-q", "-b", "side"]);
+    std::fs::write(team.cron.join("x.md"), "x\n").unwrap();
+    team.git(&team.cron, &["add", "x.md"]);
+    team.git(&team.cron, &["commit", "-qm", "side"]);
+    team.git(&team.cron, &["checkout", "-q", "main"]);
+    team.git(&team.cron, &["merge", "-q", "--no-commit", "--no-ff", "side"]);
+    let theirs = team.push_files(&[("notes/b.md", "b\n")], "notes: b", false);
+    let fired = team.fire();
+    assert_ne!(fired.code, 0, "{fired}");
+    assert!(fired.stderr.contains("merge is in progress"), "{fired}");
+    assert_eq!(team.rev(&team.cron, "HEAD"), before, "the branch stayed");
+    assert!(
+        team.cron.join(".git/MERGE_HEAD").exists(),
+        "the merge is still the person's"
+    );
+    let staged = team.git(&team.cron, &["diff", "--cached", "--name-only", "HEAD"]);
+    assert_eq!(staged.trim(), "x.md", "only the person's merge is staged");
+    team.git(&team.cron, &["merge", "--abort"]);
+    let after = team.fire();
+    assert_eq!(after.code, 0, "{after}");
+    assert!(
+        team.is_ancestor(&team.cron, &theirs, "HEAD"),
+        "the box moved once the merge ended"
+    );
+    team.assert_records_on_origin();
 }

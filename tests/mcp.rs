@@ -228,6 +228,75 @@ fn a_poisoned_description_is_caught_before_the_model_sees_it() {
     assert_eq!(code, 5, "{summary}");
 }
 
+/// A server that lists a pinned tool's name twice, the second time with another
+/// definition, gets neither offered (helper-84: the last one listed was offered, the
+/// card said "not offered", and its open schema let through an argument the pinned
+/// one forbids); a server listing many unpinned tools gets a bounded number of cards
+/// (helper-84: one card file per tool, every fire: 60,000 tools made a 60,002-file
+/// commit).
+#[test]
+fn a_tool_listed_twice_is_not_offered_and_many_unpinned_tools_share_a_card() {
+    let repo = McpRepo::new(vec![final_turn("Nothing to do.")], "\"mcp__files\"", "", "");
+    repo.set_mode("duplicate");
+    let (code, summary, stderr) = repo.fire();
+    assert_eq!(code, 5, "{summary}\n{stderr}");
+    let offered = repo.offered();
+    assert!(!offered.contains(&"mcp__files__echo".to_string()), "{offered:?}");
+    assert!(offered.contains(&"mcp__files__write_file".to_string()), "{offered:?}");
+    assert!(
+        !repo.sent().contains("every secret"),
+        "the second definition reached the model"
+    );
+    let cards = repo.env.cards(&summary);
+    let text = serde_yaml::to_string(&cards).unwrap();
+    assert!(text.contains("lists `echo` 2 times"), "{text}");
+
+    let repo = McpRepo::new(vec![final_turn("Nothing to do.")], "\"mcp__files\"", "", "");
+    repo.set_mode("crowded");
+    let (code, summary, stderr) = repo.fire();
+    assert_eq!(code, 5, "{summary}\n{stderr}");
+    // The attack ran: the server did list its 30 extra tools.
+    let cards = repo.env.cards(&summary);
+    let drift: Vec<_> = cards.iter().filter(|c| c["kind"] == "mcp_drift").collect();
+    assert_eq!(drift.len(), 9, "eight cards one by one, one for the rest: {drift:?}");
+    let rest = serde_yaml::to_string(drift.last().unwrap()).unwrap();
+    assert!(rest.contains("22 more MCP tool(s)"), "{rest}");
+    assert!(rest.contains("tool extra_8"), "the rest are named: {rest}");
+    assert!(
+        drift[0]["summary"].as_str().unwrap().contains("has no pin"),
+        "{drift:?}"
+    );
+    assert_eq!(
+        repo.offered().len(),
+        4 + 6,
+        "the pinned four and the built-in tools: {:?}",
+        repo.offered()
+    );
+}
+
+/// A server's JSON-RPC error is its output too: capped at `limits.tool_output_bytes`
+/// like a result (helper-84: a 4 MiB error message went to the provider whole).
+#[test]
+fn an_mcp_error_message_is_capped_like_a_result() {
+    let script = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[("c1", "mcp__files__echo", r#"{"text": "hi"}"#)],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(script, "\"mcp__files\"", "", "");
+    repo.set_mode("loud_error");
+    let (code, summary, stderr) = repo.fire();
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}\n{stderr}");
+    let content = content_of(&tool_results(&repo), "c1");
+    // The attack ran: the server's error text came back.
+    assert!(content.contains("EEEE"), "{}", &content[..content.len().min(300)]);
+    assert!(content.len() <= 64 * 1024 + 512, "{} bytes sent", content.len());
+}
+
 #[test]
 fn a_tool_renamed_to_dodge_its_pin_is_caught() {
     let repo = McpRepo::new(vec![final_turn("Nothing to do.")], "\"mcp__files\"", "", "");

@@ -80,6 +80,7 @@ fn names_git_refuses_are_never_committed_and_an_fsck_checking_remote_takes_the_p
         Some(b"ran\n".to_vec()),
         "the payload did not run: {summary}"
     );
+    let named = rejected_detail(&env, &summary);
     for f in [
         "reports/gitmod~1",
         "reports/sub/GITMOD~4",
@@ -87,9 +88,11 @@ fn names_git_refuses_are_never_committed_and_an_fsck_checking_remote_takes_the_p
         "reports/.gitattributes\u{200c}",
     ] {
         assert!(
-            env.root.join(f).is_file(),
-            "{f} was never made: the case proves nothing"
+            // (the zero-width joiner is shown escaped)
+            named.contains(f.trim_end_matches('\u{200c}')),
+            "{f} was never made (the case proves nothing): {named}"
         );
+        assert!(!env.root.join(f).exists(), "{f} stayed in the work tree");
         assert!(committed(&env, f).is_none(), "{f} was committed");
     }
     assert!(
@@ -748,11 +751,12 @@ fn a_card_stays_small_whatever_the_model_leaves_behind() {
         "",
     );
     let (code, summary) = fire(&env, &[]);
-    let made = std::fs::read_dir(env.root.join("reports/many"))
+    assert_eq!(code, 5, "{summary}");
+    // The payload ran (the card below counts its 3000 links), and the links are gone.
+    let left = std::fs::read_dir(env.root.join("reports/many"))
         .map(|d| d.count())
         .unwrap_or(0);
-    assert_eq!(made, 3000, "the payload did not run");
-    assert_eq!(code, 5, "{summary}");
+    assert_eq!(left, 0, "rejected links stayed in the work tree");
     let card_id = summary["cards"][0].as_str().unwrap();
     let path = std::fs::read_dir(env.root.join("cards"))
         .unwrap()
@@ -798,4 +802,55 @@ fn a_removed_report_rewritten_by_a_later_model_is_not_committed_as_the_record() 
     );
     let in_head = env.git_in(&env.root, &["cat-file", "-e", &format!("HEAD:{report}")]);
     assert!(!in_head.status.success(), "the model's text was committed as {report}");
+}
+
+/// `Read` deny rules hold in the read roots outside the repository for every way of
+/// reading: a rule for any depth (`Read(**/.env)`) and an absolute one
+/// (`Read(//<root>/secret/**)`) mask those paths in the tools' mount namespace, so
+/// a script the policy cannot see into reads neither, while the rest of the root
+/// stays readable (helper-84: the read roots were walked for sockets only, and both
+/// were read).
+#[test]
+fn read_deny_rules_mask_their_paths_in_the_read_roots_too() {
+    if !landlock_or_skip() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir().unwrap();
+    let root = data.path();
+    std::fs::create_dir(root.join("secret")).unwrap();
+    std::fs::write(root.join("notes.txt"), "notes-bytes\n").unwrap();
+    std::fs::write(root.join(".env"), "env-bytes\n").unwrap();
+    std::fs::write(root.join("secret/key"), "key-bytes\n").unwrap();
+    for p in [root.to_path_buf(), root.join("secret")] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for f in ["notes.txt", ".env", "secret/key"] {
+        std::fs::set_permissions(root.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let r = root.display();
+    let env = setup(
+        &script(
+            "leak",
+            &format!("echo payload-ran; cat {r}/notes.txt {r}/.env {r}/secret/key 2>&1; true\n"),
+        ),
+        "# Done",
+        "",
+    );
+    let yaml = env.read("settings/runtime.yaml").replace(
+        "allow: [\"Bash(*)\", \"Read(**)\"]",
+        &format!(
+            "allow: [\"Bash(*)\", \"Read(**)\"]\n  deny: [\"Read(**/.env)\", \"Read(/{r}/secret/**)\"]\n  additional_directories: [\"{r}\"]"
+        ),
+    );
+    assert!(yaml.contains("additional_directories"));
+    env.write("settings/runtime.yaml", &yaml);
+    env.commit_all("a read root with denied paths");
+    let (code, summary) = fire(&env, &[]);
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}");
+    let seen = ledger_results(&env).join("\n");
+    // The payload ran and read the root.
+    assert!(seen.contains("payload-ran") && seen.contains("notes-bytes"), "{seen}");
+    assert!(!seen.contains("env-bytes"), "the .env was read: {seen}");
+    assert!(!seen.contains("key-bytes"), "the secret was read: {seen}");
 }

@@ -156,18 +156,22 @@ fn a_link_planted_on_the_report_path_is_not_followed_and_the_report_goes_to_runs
         Some(b"ran\n".to_vec()),
         "the payload did not run"
     );
-    assert!(env.root.join("reports/t").read_dir().unwrap().next().is_some());
     assert_eq!(code, 5, "{summary}");
     check_common(&env, &before, &summary);
-    let report = summary["report"].as_str().unwrap();
-    assert!(
-        report.starts_with("runs/t/") && report.ends_with(".report.md"),
-        "{report}"
-    );
-    assert_eq!(env.receipt(&summary)["outputs"][0], report);
+    // The planted link is named and removed before the report is written (never
+    // through it), so the report takes its own name, inside a real directory.
     let detail = rejected_detail(&env, &summary);
-    assert!(detail.contains("the runtime's report is runs/t/"), "{detail}");
-    assert!(detail.contains("symlink"), "{detail}");
+    assert!(
+        detail.contains("symlink") && detail.contains("removed from the work tree"),
+        "{detail}"
+    );
+    let report = summary["report"].as_str().unwrap();
+    assert!(report.starts_with("reports/t/"), "{report}");
+    assert_eq!(env.receipt(&summary)["outputs"][0], report);
+    let (_, bytes) = committed(&env, report).expect("the report was not committed");
+    assert!(bytes.starts_with(b"<!-- runtime report -->"));
+    let day = std::path::Path::new(report).parent().unwrap();
+    assert!(!env.root.join(day).is_symlink(), "the planted link stayed");
     assert_eq!(
         std::fs::read_dir(env.root.join("prompts")).unwrap().count(),
         2,
@@ -259,8 +263,10 @@ fn a_fifo_under_reports_does_not_hang_the_fire_and_is_named() {
         committed(&env, "reports/marker.txt").is_some(),
         "the payload did not run"
     );
-    assert!(env.root.join("reports/fifo").exists());
     assert_eq!(code, 5, "{summary}");
+    // The FIFO was made (the card names it) and is gone from the work tree.
+    assert!(rejected_detail(&env, &summary).contains("reports/fifo"), "{summary}");
+    assert!(std::fs::symlink_metadata(env.root.join("reports/fifo")).is_err());
     check_common(&env, &before, &summary);
     assert!(committed(&env, "reports/fifo").is_none());
     let detail = rejected_detail(&env, &summary);
@@ -301,8 +307,13 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
         Some(b"ok\n".to_vec()),
         "the payload did not run"
     );
-    assert!(env.root.join("reports/big.bin").exists() && env.root.join("reports/link").is_symlink());
     assert_eq!(code, 5, "{summary}");
+    // Made (the card names them), left out, and gone from the work tree.
+    let named = rejected_detail(&env, &summary);
+    for rel in ["reports/big.bin", "reports/link"] {
+        assert!(named.contains(&format!("{rel}:")), "{rel}: {named}");
+        assert!(std::fs::symlink_metadata(env.root.join(rel)).is_err(), "{rel} stayed");
+    }
     // A hard link a tool makes stays in its sandbox: the writes are copied back after
     // the call as files of their own (never through a link), so both names arrive as
     // plain files with their own bytes.
@@ -468,7 +479,7 @@ fn the_key_in_encoded_forms_never_reaches_a_record() {
     // The payload ran: the script's file was named, left out and removed.
     let detail = rejected_detail(&env, &summary);
     assert!(
-        detail.contains("reports/enc.txt: holds a secret value: not committed, and removed"),
+        detail.contains("reports/enc.txt: holds a secret value: not committed; removed from the work tree"),
         "{detail}"
     );
     assert!(committed(&env, "reports/enc.txt").is_none());
@@ -682,4 +693,48 @@ fn a_head_that_tracks_the_runtimes_private_state_is_refused() {
     let resume_err = String::from_utf8_lossy(&resume.stderr);
     assert_eq!(resume.status.code(), Some(2), "{resume_err}");
     assert!(resume_err.contains("HEAD tracks paths under .runtime/"), "{resume_err}");
+}
+
+/// What a fire rejects from `reports/` does not stay in the work tree: a link where
+/// the task's reports go (helper-84: every later fire's report was diverted to `runs/`,
+/// with a card and exit 5, forever) and an oversize file (helper-84: they piled up,
+/// fire after fire, until the disk was full) are removed, and named on the card.
+#[test]
+fn rejected_outputs_are_removed_so_a_planted_link_diverts_no_later_fire() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(
+        &[
+            cmd("ln -s ../prompts reports/t"),
+            cmd("head -c 300000 /dev/zero > reports/big.bin"),
+        ],
+        "# Done",
+        "  output_file_bytes: 100000\n",
+    );
+    let (code, summary) = fire(&env, &[]);
+    assert_eq!(code, 5, "{summary}");
+    // The attack ran: both were made, and named.
+    let detail = rejected_detail(&env, &summary);
+    assert!(detail.contains("reports/t:"), "{detail}");
+    assert!(detail.contains("reports/big.bin: 300000 bytes"), "{detail}");
+    assert!(detail.contains("removed from the work tree"), "{detail}");
+    assert!(
+        std::fs::symlink_metadata(env.root.join("reports/big.bin")).is_err(),
+        "the oversize file stayed in the work tree: {detail}"
+    );
+    let t = std::fs::symlink_metadata(env.root.join("reports/t"));
+    assert!(
+        !t.is_ok_and(|m| m.file_type().is_symlink()),
+        "the link stayed: {detail}"
+    );
+    // A later fire, whose model does nothing, writes its report where reports go.
+    env.write("evals/hardening/trace.json", &trace_json(&[], "# Benign"));
+    env.commit_all("a benign model");
+    let (code, summary) = fire(&env, &[]);
+    assert_eq!(code, 0, "{summary}");
+    assert!(
+        summary["report"].as_str().unwrap().starts_with("reports/t/"),
+        "{summary}"
+    );
 }

@@ -290,6 +290,33 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
     );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("cannot approve"), "{err}");
+    // A commit the reviewer made on the proposal under a colleague's name (author
+    // Carol, committer Rev): Rev committed it, so Rev does not approve it.
+    git(&env, &env.root, &["checkout", "-q", "proposals/brief"]);
+    env.write(
+        "prompts/digest.md",
+        &format!("{}\nAnd kind.\n", env.read("prompts/digest.md")),
+    );
+    let out = env
+        .isolated_command("git")
+        .current_dir(&env.root)
+        .args(["commit", "-qam", "kinder"])
+        .env("GIT_AUTHOR_NAME", "Carol")
+        .env("GIT_AUTHOR_EMAIL", "carol@example.com")
+        .env("GIT_COMMITTER_NAME", REVIEWER.0)
+        .env("GIT_COMMITTER_EMAIL", REVIEWER.1)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    git(&env, &env.root, &["checkout", "-q", "-"]);
+    let (code, _, err) = builder_in(&env, &env.root, Some(REVIEWER), &["approve", "brief"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("they committed"), "{err}");
+    git(
+        &env,
+        &env.root,
+        &["branch", "-q", "-f", "proposals/brief", "proposals/brief~1"],
+    );
     // The runtime identity can neither approve nor propose.
     let (code, _, err) = builder_in(
         &env,

@@ -186,6 +186,15 @@ fn git2_error(e: &git2::Error) -> Option<Cause> {
             CauseKind::Config,
             Some("check git's config (`git config --list --show-origin`)"),
         ),
+        // libgit2's class of the shallow file (grafts) is one `git2` does not name.
+        (E::GenericError, C::None) if e.message().contains("graft") => Cause::new(
+            CauseKind::Environment,
+            Some("the clone's list of shallow commits (`.git/shallow`) is damaged: `git fetch --unshallow`, or clone again"),
+        ),
+        (E::GenericError, C::Zlib | C::Odb) => Cause::new(
+            CauseKind::Environment,
+            Some("the repository's objects look damaged: `git fsck` names them; fetch them again from a good clone"),
+        ),
         _ => None,
     }
 }
@@ -266,5 +275,25 @@ mod tests {
         assert_eq!(kind_of(&locked), Some(CauseKind::Environment));
         let bad = git2::Error::new(git2::ErrorCode::NotFound, git2::ErrorClass::Reference, "no such rev");
         assert_eq!(kind_of(&bad), Some(CauseKind::Usage));
+    }
+
+    /// A damaged `.git/shallow` (helper-79: `builder audit` exited 70) is the
+    /// repository's trouble, named, not a bug.
+    #[test]
+    fn a_damaged_shallow_file_is_an_environment_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let sig = git2::Signature::now("a", "a@x").unwrap();
+        let tree = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "one", &tree, &[]).unwrap();
+        std::fs::write(dir.path().join(".git/shallow"), "garbage\n").unwrap();
+        let e = git2::Repository::open(dir.path())
+            .err()
+            .expect("the damaged file is read");
+        let cause = classify_one(&e).expect("classified");
+        assert_eq!(cause.kind, CauseKind::Environment, "{e}");
+        assert!(cause.hint.as_deref().unwrap_or("").contains("shallow"), "{e}");
     }
 }

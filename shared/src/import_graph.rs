@@ -40,6 +40,7 @@ const LAYERS: &[Layer] = &[
               files replaced durably",
         modules: &[
             "beneath",
+            "regular",
             "cancel",
             "diag",
             "durable",

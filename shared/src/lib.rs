@@ -39,6 +39,7 @@ pub mod prompt;
 pub mod provider;
 pub mod pushed;
 pub mod records;
+pub mod regular;
 pub mod retro;
 pub mod review;
 pub mod review_report;

@@ -285,6 +285,20 @@ impl PathPattern {
             rel.is_some_and(|r| self.matcher.is_match(r) || self.matcher.is_match(format!("{r}/")))
         }
     }
+
+    /// As [`PathPattern::matches`], and a relative pattern that begins with `**/`
+    /// ("at any depth") also matches a path outside the repository (in a read root)
+    /// by its absolute form: what deny and ask rules mean (`Read(**/.env)` covers
+    /// `/srv/data/.env` in `additional_directories`). Allow rules keep to
+    /// [`PathPattern::matches`], so no allow reaches past the repository this way.
+    pub fn matches_anywhere(&self, rel: Option<&str>, abs: &Path) -> bool {
+        self.matches(rel, abs) || (rel.is_none() && self.anywhere() && self.matcher.is_match(abs))
+    }
+
+    /// A relative pattern for any depth (`**/x`, or `**`).
+    pub fn anywhere(&self) -> bool {
+        !self.absolute && (self.glob() == "**" || self.glob().starts_with("**/"))
+    }
 }
 
 /// A command in canonical form for flag-aware matching: program basename, the set of

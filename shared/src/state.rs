@@ -277,28 +277,61 @@ impl StateReset {
 /// Name prefix of the notes of resets not yet reported, in [`STATE_DIR`].
 const RESET_NOTE_PREFIX: &str = "state-reset-";
 
-/// Resets not yet reported: each note's path and what it says.
-pub fn pending_resets(root: &Path) -> Vec<(PathBuf, StateReset)> {
+/// Name prefix of the notes of other cards owed to the next commit, in [`STATE_DIR`].
+const OWED_CARD_PREFIX: &str = "card-owed-";
+
+/// Leaves, durably, the note of `card` for the next fire's records, before the change
+/// of the state database it reports (a paused run given up): a fire killed between
+/// that change and its commit leaves the card to the next fire, never loses it. `key`
+/// names the note (one per change: written again, it is replaced); its path is
+/// returned.
+pub fn owe_card(root: &Path, key: &str, card: &CardDraft) -> std::io::Result<PathBuf> {
+    let key: String = key
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let note = root.join(STATE_DIR).join(format!("{OWED_CARD_PREFIX}{key}.json"));
+    let body = serde_json::to_vec_pretty(card).map_err(std::io::Error::other)?;
+    crate::durable::replace(&note, &body)?;
+    Ok(note)
+}
+
+/// The cards owed to the next commit, each with its note's path: the resets not yet
+/// reported (`state_reset`) and the cards [`owe_card`] left, in the notes' order.
+pub fn owed_cards(root: &Path) -> Vec<(PathBuf, CardDraft)> {
     let Ok(dir) = std::fs::read_dir(root.join(STATE_DIR)) else {
         return vec![];
     };
-    let mut out: Vec<(PathBuf, StateReset)> = dir
+    let mut out: Vec<(PathBuf, CardDraft)> = dir
         .flatten()
-        .filter(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.starts_with(RESET_NOTE_PREFIX) && n.ends_with(".json")
-        })
         .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".json") {
+                return None;
+            }
             let text = std::fs::read(e.path()).ok()?;
-            Some((e.path(), serde_json::from_slice(&text).ok()?))
+            let card = if name.starts_with(RESET_NOTE_PREFIX) {
+                serde_json::from_slice::<StateReset>(&text).ok()?.card()
+            } else if name.starts_with(OWED_CARD_PREFIX) {
+                serde_json::from_slice::<CardDraft>(&text).ok()?
+            } else {
+                return None;
+            };
+            Some((e.path(), card))
         })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
 
-/// Forgets a reset once its card is committed.
-pub fn reset_reported(note: &Path) {
+/// Forgets an owed card once it is committed.
+pub fn card_reported(note: &Path) {
     let _ = std::fs::remove_file(note);
 }
 
@@ -1147,14 +1180,14 @@ mod tests {
         assert!(again.reset().is_none());
         assert!(again.checkpoint("r1").unwrap().is_some());
         // The note waits for a fire's card until reported.
-        let pending = pending_resets(dir.path());
+        let pending = owed_cards(dir.path());
         assert_eq!(pending.len(), 1);
-        assert_eq!(pending[0].1, reset);
-        let card = reset.card();
+        assert_eq!(pending[0].1, reset.card());
+        let card = &pending[0].1;
         assert_eq!(card.kind, CardKind::StateReset);
         assert!(card.detail.contains(&reset.moved_to.display().to_string()));
-        reset_reported(&pending[0].0);
-        assert!(pending_resets(dir.path()).is_empty());
+        card_reported(&pending[0].0);
+        assert!(owed_cards(dir.path()).is_empty());
     }
 
     #[test]
@@ -1259,7 +1292,7 @@ mod tests {
         assert!(reset.reason.contains("empty (0 bytes)"), "{}", reset.reason);
         let card = reset.card();
         assert!(card.detail.contains("asks again"), "{}", card.detail);
-        assert_eq!(pending_resets(dir.path()).len(), 1, "a note waits for the card");
+        assert_eq!(owed_cards(dir.path()).len(), 1, "a note waits for the card");
         // A fresh database (never written) is not a reset.
         let other = tempfile::tempdir().unwrap();
         assert!(StateDb::open(other.path()).unwrap().reset().is_none());
@@ -1291,7 +1324,7 @@ mod tests {
         drop(db);
         let db = StateDb::open(dir.path()).unwrap();
         assert!(db.reset().is_none());
-        assert!(pending_resets(dir.path()).is_empty());
+        assert!(owed_cards(dir.path()).is_empty());
         assert!(db.checkpoint("r1").unwrap().is_some());
     }
 

@@ -30,7 +30,7 @@ mod history;
 mod locks;
 mod transport;
 
-use crate::git::SignCommit;
+use crate::review::runtime_commits::RuntimeKeys;
 use crate::review::signing::ApprovalRule;
 use crate::settings::SyncSettings;
 use git2::{Oid, Repository};
@@ -167,9 +167,11 @@ pub(crate) struct Ctx<'a> {
     repo: &'a Repository,
     sync: &'a SyncSettings,
     /// Signs each commit the sync makes on the branch, as the fire signs its own
-    /// (`runtime_identity.signing_key`): a records commit rebuilt, joined or replayed
-    /// without it would read as forged to `builder audit`.
-    sign: Option<&'a SignCommit<'a>>,
+    /// (`runtime_identity.signing_key`), with the key the commit's tree names
+    /// ([`RuntimeKeys::for_tree`]): a records commit rebuilt, joined or replayed
+    /// without it would read as forged to `builder audit`. `None` where the sync only
+    /// looks (`runtime check`), or signs nothing.
+    sign: Option<&'a RuntimeKeys>,
 }
 
 impl Ctx<'_> {
@@ -373,7 +375,11 @@ impl Ctx<'_> {
             "runtime: approvals joined (the remote's history of this ref was rewritten; every approval the box has seen stays)\n",
             &empty,
             &[&a, &b],
-            self.sign,
+            self.sign
+                .and_then(RuntimeKeys::own)
+                .map(|k| move |text: &str| k.sign(text))
+                .as_ref()
+                .map(|f| f as &crate::git::SignCommit<'_>),
         )
         .map_err(|e| git2::Error::from_str(&e.to_string()))
     }
@@ -442,7 +448,17 @@ impl Ctx<'_> {
     /// in `intent` first.
     fn move_to(&self, intent: &mut Intent, from: Oid, to: Oid, only: Option<&[String]>) -> Result<(), SyncError> {
         let git = self.git("checkout");
+        // Never under a person's operation: a merge in progress would end on a first
+        // parent its author never saw, with the remote's changes staged as theirs.
+        if let Some(blocker) = crate::git::commit_blocker(self.repo).map_err(|e| self.err("checkout", e.to_string()))? {
+            return Err(self.err("checkout", format!("the box's branch does not move now: {blocker}")));
+        }
         let tree = self.repo.find_commit(to).and_then(|c| c.tree()).map_err(&git)?;
+        let from_tree = self.repo.find_commit(from).and_then(|c| c.tree()).map_err(&git)?;
+        let differ = match only {
+            Some(paths) => paths.to_vec(),
+            None => changed_between(self.repo, &from_tree, &tree).map_err(&git)?,
+        };
         let moving = locks::Moving {
             branch: self.local_ref(),
             from: from.to_string(),
@@ -455,10 +471,23 @@ impl Ctx<'_> {
         let index_lock = self.index_lock();
         let io = |e: std::io::Error| self.err("checkout", format!("{}: {e}", index_lock.display()));
         crate::git::cut_index_stamp(self.repo);
+        if only.is_none() {
+            self.drop_leftovers(&tree, &differ);
+        }
         intent.about_to_lock(&index_lock).map_err(io)?;
         let written = self.check_out(&tree, only);
         if let Err(e) = written {
             intent.released(&index_lock);
+            // A checkout stopped after writing (git's index lock held by a person's
+            // git: libgit2 takes it after the files) is undone, so the work tree is
+            // the branch's again; one that could not be undone keeps its intent, and
+            // the next fire finishes the move.
+            if e.code() != git2::ErrorCode::Conflict {
+                if let Err(undo) = undo_checkout(self.repo, &from_tree, &differ) {
+                    tracing::warn!(error = %undo, "a stopped checkout was not undone: the next fire finishes the move");
+                    return Err(git(e));
+                }
+            }
             let _ = intent.moving(None);
             return Err(git(e));
         }
@@ -492,6 +521,32 @@ impl Ctx<'_> {
                     format!("{} is locked by another git process", lock.display()),
                 )
                 .hint(format!("once no git runs on the box, `rm {}`", lock.display()))),
+        }
+    }
+
+    /// Removes, of `paths` (those the move changes), each file the index does not
+    /// track that already holds exactly what `to` puts there: what a checkout that
+    /// stopped half way (before this version undid it) left. A safe checkout would
+    /// take it for a person's untracked file and refuse the move forever.
+    fn drop_leftovers(&self, to: &git2::Tree, paths: &[String]) {
+        let (Some(workdir), Ok(index)) = (self.repo.workdir(), self.repo.index()) else {
+            return;
+        };
+        for p in paths {
+            let path = std::path::Path::new(p);
+            if index.get_path(path, 0).is_some() {
+                continue;
+            }
+            let Ok(entry) = to.get_path(path) else {
+                continue;
+            };
+            let on_disk = workdir.join(path);
+            let same = std::fs::symlink_metadata(&on_disk).is_ok_and(|m| m.is_file())
+                && git2::Oid::hash_file(git2::ObjectType::Blob, &on_disk).is_ok_and(|id| id == entry.id());
+            if same {
+                tracing::warn!(path = %p, "a file a stopped checkout left was removed before the move writes it again");
+                let _ = std::fs::remove_file(&on_disk);
+            }
         }
     }
 
@@ -543,6 +598,35 @@ impl Ctx<'_> {
     }
 }
 
+/// The paths whose entries differ between `a` and `b`.
+fn changed_between(repo: &Repository, a: &git2::Tree, b: &git2::Tree) -> Result<Vec<String>, git2::Error> {
+    Ok(repo
+        .diff_tree_to_tree(Some(a), Some(b), None)?
+        .deltas()
+        .filter_map(|d| d.new_file().path().or(d.old_file().path()))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect())
+}
+
+/// Puts `paths` back as `from` has them in the work tree (a path `from` lacks is
+/// removed), without the index: what undoes a checkout that wrote files and then
+/// failed, the index and branch still at `from`. The paths were clean before the
+/// checkout (a safe one refuses otherwise), so nobody's work is undone.
+fn undo_checkout(repo: &Repository, from: &git2::Tree, paths: &[String]) -> Result<(), git2::Error> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let mut co = git2::build::CheckoutBuilder::new();
+    co.force()
+        .remove_untracked(true)
+        .update_index(false)
+        .disable_pathspec_match(true);
+    for p in paths {
+        co.path(p);
+    }
+    repo.checkout_tree(from.as_object(), Some(&mut co))
+}
+
 /// Under the sync lock: removes the locks killed sync steps left and finishes the
 /// moves of the box's branch they left half done.
 fn recover_locked(repo: &Repository, held: &locks::SyncLock, intents: &std::path::Path) -> Result<(), String> {
@@ -589,14 +673,7 @@ fn finish_move(repo: &Repository, intent: &mut Intent, m: &locks::Moving) -> Res
     let to_tree = repo.find_commit(to)?.tree()?;
     let paths = match &m.paths {
         Some(p) => p.clone(),
-        None => {
-            let from_tree = repo.find_commit(from)?.tree()?;
-            repo.diff_tree_to_tree(Some(&from_tree), Some(&to_tree), None)?
-                .deltas()
-                .filter_map(|d| d.new_file().path().or(d.old_file().path()))
-                .map(|p| p.to_string_lossy().into_owned())
-                .collect()
-        }
+        None => changed_between(repo, &repo.find_commit(from)?.tree()?, &to_tree)?,
     };
     if !paths.is_empty() {
         let mut co = git2::build::CheckoutBuilder::new();
@@ -713,7 +790,7 @@ pub fn before_fire(
     sync: &SyncSettings,
     rule: &ApprovalRule,
     memo: Option<&std::path::Path>,
-    sign: Option<&SignCommit<'_>>,
+    sign: Option<&RuntimeKeys>,
 ) -> Result<Look, SyncError> {
     let cx = Ctx { repo, sync, sign };
     let _held = cx.begin_step("fetch")?;
@@ -750,6 +827,11 @@ pub fn before_fire(
             }
         }
     };
+    // Joined before the move: a fire killed mid-move leaves a box whose branch holds
+    // the remote's commits (the next fire finishes the move), and a later rewrite of
+    // the remote must find them once had there, not a person's commits on the box.
+    cx.note_ref(&cx.joined_ref(), remote);
+    crate::failpoint!("sync-joined-noted");
     cx.move_to(&mut intent, local, to, None)?;
     cx.joined_now(&mut intent, remote);
     look.moved = Some(to);
@@ -879,7 +961,7 @@ pub fn push_after(
     repo: &Repository,
     sync: &SyncSettings,
     runtime_email: &str,
-    sign: Option<&SignCommit<'_>>,
+    sign: Option<&RuntimeKeys>,
 ) -> Result<Pushed, SyncError> {
     let cx = Ctx { repo, sync, sign };
     let _held = cx.begin_step("push")?;

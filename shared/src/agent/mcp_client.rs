@@ -544,16 +544,25 @@ fn offered_tools(
 ) -> (Vec<Offered>, Vec<CardDraft>) {
     let listed: Vec<serde_json::Value> = tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect();
     let (matched, drift) = check_tools(server, Some(pin), &listed);
-    let drift = drift
-        .into_iter()
+    let mut drift = drift.into_iter();
+    let mut cards: Vec<CardDraft> = drift
+        .by_ref()
+        .take(DRIFT_CARDS_PER_SERVER)
         .map(|d| CardDraft {
             kind: CardKind::McpDrift,
-            summary: match crate::mcp::lock::offerable(server, &d.tool) {
-                true => format!(
+            summary: match (
+                crate::mcp::lock::offerable(server, &d.tool),
+                pin.tools.contains_key(&d.tool),
+            ) {
+                (true, true) => format!(
                     "MCP tool `{}` differs from its pin: not offered",
                     crate::mcp::tool_name(server, &d.tool)
                 ),
-                false => format!(
+                (true, false) => format!(
+                    "MCP tool `{}` has no pin: not offered",
+                    crate::mcp::tool_name(server, &d.tool)
+                ),
+                (false, _) => format!(
                     "MCP tool `{}` has a name no model can call: not offered",
                     crate::text::printable(&crate::mcp::tool_name(server, &d.tool))
                 ),
@@ -561,11 +570,30 @@ fn offered_tools(
             detail: d.what,
             evidence: vec![
                 format!("server {server}"),
-                format!("tool {}", d.tool),
+                format!("tool {}", crate::text::printable(&d.tool)),
                 format!("pin {}", pin.tools.get(&d.tool).map_or("(none)", |p| p.hash.as_str())),
             ],
         })
         .collect();
+    // The rest on one card: a server listing thousands of unpinned tools would
+    // otherwise commit a card file for each, every fire.
+    let rest: Vec<String> = drift.map(|d| crate::text::printable(&d.tool).into_owned()).collect();
+    if !rest.is_empty() {
+        cards.push(CardDraft {
+            kind: CardKind::McpDrift,
+            summary: format!(
+                "{} more MCP tool(s) of server `{server}` differ from their pins or have none: not offered",
+                rest.len()
+            ),
+            detail: format!(
+                "Beyond the {DRIFT_CARDS_PER_SERVER} tools carded one by one, the server listed {} more that match no pin; none was offered. `builder mcp pin {server}` shows each change; pin only what you reviewed.",
+                rest.len()
+            ),
+            evidence: std::iter::once(format!("server {server}"))
+                .chain(rest.into_iter().map(|t| format!("tool {t}")))
+                .collect(),
+        });
+    }
     let offered = listed
         .iter()
         .filter_map(|t| {
@@ -586,8 +614,11 @@ fn offered_tools(
             })
         })
         .collect();
-    (offered, drift)
+    (offered, cards)
 }
+
+/// How many tools of one server get an `mcp_drift` card each; the rest share one.
+const DRIFT_CARDS_PER_SERVER: usize = 8;
 
 /// The worker configuration of one server: the tools' sandbox with the server's read
 /// roots added and its own TCP ports (none unless granted), its environment.
@@ -755,7 +786,11 @@ impl McpHub {
                     r.duration_ms = began.elapsed().as_millis() as u64;
                     return (r, Some(card));
                 }
-                ToolResult::error("", ErrorClass::Failed, format!("MCP error: {why}"))
+                // The server's error text is its output too: capped as results are.
+                let (output, truncated) = crate::tools::exec::cap_text(format!("MCP error: {why}"), cap);
+                let mut r = ToolResult::error("", ErrorClass::Failed, output);
+                r.truncated = truncated;
+                r
             }
             Err(_) => ToolResult::error(
                 "",

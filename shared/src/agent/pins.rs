@@ -121,26 +121,11 @@ fn hash(bytes: &[u8]) -> String {
 /// opened without blocking (a FIFO swapped in meanwhile is named, never waited on)
 /// and read up to [`HASH_CAP`].
 fn followed(path: &Path) -> String {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path);
-    let file = match opened {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return "target absent".into(),
-        Err(e) => return format!("target unreadable ({e})"),
-    };
-    match file.metadata() {
-        Ok(m) if m.is_file() => {}
-        Ok(_) => return "target not a regular file".into(),
-        Err(e) => return format!("target unreadable ({e})"),
-    }
-    let mut bytes = Vec::new();
-    match file.take(HASH_CAP + 1).read_to_end(&mut bytes) {
-        Ok(_) if bytes.len() as u64 > HASH_CAP => format!("target over {HASH_CAP} bytes"),
-        Ok(_) => hash(&bytes),
+    match crate::regular::read(path, HASH_CAP) {
+        Ok(bytes) => hash(&bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "target absent".into(),
+        Err(e) if e.to_string().starts_with("not a regular file") => "target not a regular file".into(),
+        Err(e) if e.to_string().starts_with("larger than") => format!("target over {HASH_CAP} bytes"),
         Err(e) => format!("target unreadable ({e})"),
     }
 }

@@ -99,7 +99,7 @@ pub(crate) fn write(
 ) -> FireSummary {
     let task = &ctx.opts.task;
     close_root(ctx, rec);
-    let resets = state_resets(ctx, rec);
+    let owed = owed_cards(ctx, rec);
     let finished_at = crate::trace::now_utc();
     let mut w = Written::default();
     let canonical_report = records::report_path(task, &ctx.run_id, ctx.started_at);
@@ -136,8 +136,8 @@ pub(crate) fn write(
     // or finds its receipt committed and takes the row from there.
     save_run(db, &rec.state, &receipt, &receipt_rel, &report.rel);
     if w.failure.is_none() && (w.commit.is_some() || ctx.opts.no_commit) {
-        for note in &resets {
-            state::reset_reported(note);
+        for note in &owed {
+            state::card_reported(note);
         }
     }
     if let Some(failure) = w.failure.take() {
@@ -315,14 +315,14 @@ fn summary_of(
     }
 }
 
-/// Turns every reset of the state database not yet reported (the caller's open
-/// checked it) into a `state_reset` card; returns the notes to drop once the cards
-/// are committed.
-fn state_resets(ctx: &FireContext, rec: &mut RunRecords) -> Vec<std::path::PathBuf> {
-    state::pending_resets(&ctx.opts.root)
+/// Adds the cards owed to the next commit ([`state::owed_cards`]: a reset of the state
+/// database, a paused run given up) to this fire's; returns the notes to drop once
+/// the cards are committed.
+fn owed_cards(ctx: &FireContext, rec: &mut RunRecords) -> Vec<std::path::PathBuf> {
+    state::owed_cards(&ctx.opts.root)
         .into_iter()
-        .map(|(note, reset)| {
-            rec.state.cards.push(reset.card());
+        .map(|(note, card)| {
+            rec.state.cards.push(card);
             note
         })
         .collect()
@@ -569,8 +569,7 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
     let own = [report.to_string_lossy().into_owned()];
     let mut out = super::outputs::collect(&ctx.opts.root, since, &own, &in_head, &sink.limits);
     // A model file holding a secret (the key in any form the redactor knows) is not
-    // committed, and it is removed from the work tree, where the next `git add -A`
-    // would commit it: the runtime unlinks that one name, through no link.
+    // committed (and removed below, with every rejected output).
     let mut accepted = Vec::with_capacity(out.accepted.len());
     for (rel, bytes) in std::mem::take(&mut out.accepted) {
         let secret = match std::str::from_utf8(&bytes) {
@@ -581,17 +580,11 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
             accepted.push((rel, bytes));
             continue;
         }
-        let removed = crate::beneath::open_root(&ctx.opts.root)
-            .and_then(|d| crate::beneath::remove_file(&d, std::path::Path::new(&rel)));
-        let why = match removed {
-            Ok(()) => "holds a secret value: not committed, and removed".to_string(),
-            Err(e) => format!("holds a secret value: not committed (not removed: {e})"),
-        };
-        out.rejected.push((rel, why));
+        out.rejected.push((rel, "holds a secret value: not committed".into()));
     }
     out.accepted = accepted;
     (out.rejected).extend(super::outputs::git_read_files(&ctx.opts.root, &sink.write_roots, since));
-    remove_git_read_files(&ctx.opts.root, &mut out.rejected, &in_head);
+    remove_rejected(&ctx.opts.root, &mut out.rejected, &in_head);
     tracing::debug!(
         scan_ms = t.elapsed().as_secs_f64() * 1e3,
         accepted = out.accepted.len(),
@@ -601,23 +594,32 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
     out
 }
 
-/// A rejected output git would read ([`super::outputs::GIT_READS`]) is removed from
-/// the work tree too, when HEAD does not hold it (a committed one a model changed
-/// stays, named): rejecting it from the commit alone leaves it working on the
-/// person's git.
-fn remove_git_read_files(
+/// Every rejected output HEAD does not hold is removed from the work tree (a
+/// committed one a model changed stays, named; a directory stays): left there, a
+/// file git reads ([`super::outputs::GIT_READS`]) would work on the person's git, a
+/// file holding a secret would be committed by the next `git add -A`, a link where a
+/// task's reports go would divert every later fire's report, and oversize files
+/// would pile up fire after fire until the disk is full. The card names each. The
+/// runtime unlinks that one name, through no link.
+fn remove_rejected(
     root: &std::path::Path,
     rejected: &mut [(String, String)],
     in_head: &dyn Fn(&str) -> Option<git2::Oid>,
 ) {
+    let Ok(dir) = crate::beneath::open_root(root) else {
+        return;
+    };
     for (rel, why) in rejected.iter_mut() {
-        if !super::outputs::is_git_read(rel) || in_head(rel).is_some() {
+        if rel.ends_with('/') || in_head(rel).is_some() {
             continue;
         }
-        let removed = crate::beneath::open_root(root)
-            .and_then(|d| crate::beneath::remove_file(&d, std::path::Path::new(rel.as_str())));
-        match removed {
-            Ok(()) => why.push_str("; removed from the work tree, where git would read it"),
+        let path = std::path::Path::new(rel.as_str());
+        if std::fs::symlink_metadata(root.join(path)).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        match crate::beneath::remove_file(&dir, path) {
+            Ok(()) => why.push_str("; removed from the work tree"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => why.push_str(&format!("; not removed from the work tree ({e})")),
         }
     }

@@ -617,21 +617,33 @@ impl Preparing {
                     ));
                     return Ok(());
                 }
-                let given_up = StateDb::open(&self.ctx.opts.root).and_then(|mut db| db.give_up_waiting(&run));
+                // The card is owed before the run is given up: a fire killed between
+                // the two leaves it to the next fire's records (`state::owe_card`).
+                let card = crate::agent::CardDraft {
+                    kind: CardKind::CheckpointFailed,
+                    summary: format!("run {run} waited for approval, but its checkpoint cannot be read: it was given up"),
+                    detail: format!(
+                        "{why}. No decision (`builder approve-call`) and no `runtime resume` could finish it, so the task would have waited on it forever; it is marked failed (checkpoint_failed) and this fire ran the task afresh, asking again for any call that needs approval."
+                    ),
+                    evidence: vec![run.clone()],
+                };
+                let owed = crate::state::owe_card(&self.ctx.opts.root, &format!("checkpoint-failed-{run}"), &card)
+                    .map_err(|e| format!("its card could not be kept: {e}"));
+                let given_up = owed.and_then(|note| {
+                    let done = StateDb::open(&self.ctx.opts.root).and_then(|mut db| db.give_up_waiting(&run));
+                    done.map_err(|e| {
+                        // Still waiting: no card says it was given up.
+                        crate::state::card_reported(&note);
+                        e.to_string()
+                    })
+                });
                 if let Err(e) = given_up {
                     return Err(Stop::bare(
                         FireEnd::Environment,
                         format!("run {run} waits for approval, its checkpoint cannot be read ({why}), and it could not be given up: {e}"),
                     ));
                 }
-                self.pending_cards.push(crate::agent::CardDraft {
-                    kind: CardKind::CheckpointFailed,
-                    summary: format!("run {run} waited for approval, but its checkpoint cannot be read: it was given up"),
-                    detail: format!(
-                        "{why}. No decision (`builder approve-call`) and no `runtime resume` could finish it, so the task would have waited on it forever; it is marked failed (checkpoint_failed) and this fire ran the task afresh, asking again for any call that needs approval."
-                    ),
-                    evidence: vec![run],
-                });
+                crate::failpoint!("checkpoint-given-up");
                 Ok(())
             }
         }

@@ -9,9 +9,8 @@
 
 use super::ending::After;
 use crate::agent::CardDraft;
-use crate::git::SignCommit;
 use crate::records::{self, CardKind};
-use crate::review::runtime_commits::RuntimeKey;
+use crate::review::runtime_commits::RuntimeKeys;
 use crate::review::signing::ApprovalRule;
 use crate::settings::SyncSettings;
 use crate::state::StateDb;
@@ -22,9 +21,9 @@ use std::path::Path;
 /// The sync of one fire, from its start to its push.
 pub(crate) struct FireSync {
     settings: SyncSettings,
-    /// The runtime's signing key: the commits the sync makes are signed as the fire's
-    /// own ([`RuntimeKey::for_commits`]).
-    key: Option<RuntimeKey>,
+    /// The runtime's signing keys: the commits the sync makes are signed as the
+    /// fire's own, with the key their tree names ([`RuntimeKeys`]).
+    keys: RuntimeKeys,
     /// Why the box fires what it has instead of the remote's tip.
     stuck: Option<Note>,
     /// The parts of the cause this fire cards that no earlier card covered,
@@ -86,14 +85,6 @@ impl Part {
     }
 }
 
-/// Runs `f` with `key`'s signer, if there is a key.
-fn signing<T>(key: Option<&RuntimeKey>, f: impl FnOnce(Option<&SignCommit<'_>>) -> T) -> T {
-    match key {
-        Some(key) => f(Some(&|text: &str| key.sign(text))),
-        None => f(None),
-    }
-}
-
 /// What [`FireSync::begin`] did.
 pub(crate) struct Began {
     pub fire: FireSync,
@@ -120,13 +111,11 @@ impl FireSync {
         rule: &ApprovalRule,
         started_at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Began, SyncError> {
-        let key = RuntimeKey::for_commits(signing_key, root);
-        let look = signing(key.as_ref(), |sign| {
-            crate::sync::before_fire(repo, &settings, rule, Some(root), sign)
-        })?;
+        let keys = RuntimeKeys::new(root, signing_key);
+        let look = crate::sync::before_fire(repo, &settings, rule, Some(root), Some(&keys))?;
         let mut fire = FireSync {
             settings,
-            key,
+            keys,
             stuck: None,
             remember: Vec::new(),
         };
@@ -235,9 +224,7 @@ impl FireSync {
 
     /// After the fire's commit: pushes its records ([`super::push_after`]).
     pub(crate) fn push(&self, repo: &Repository, runtime_email: &str) -> Result<Pushed, SyncError> {
-        signing(self.key.as_ref(), |sign| {
-            crate::sync::push_after(repo, &self.settings, runtime_email, sign)
-        })
+        crate::sync::push_after(repo, &self.settings, runtime_email, Some(&self.keys))
     }
 
     /// What the push makes of the fire: a box that cannot fire what the remote holds

@@ -217,8 +217,24 @@ pub fn check_tools(server: &str, pin: Option<&ServerPin>, listed: &[Value]) -> (
     let mut drift = Vec::new();
     let pinned = pin.map(|p| &p.tools);
     let listed_names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
+    let mut seen = std::collections::BTreeSet::new();
     for tool in listed {
         let name = tool["name"].as_str().unwrap_or("").to_string();
+        let times = listed_names.iter().filter(|n| **n == name).count();
+        if times > 1 {
+            // A name listed twice has two definitions: which one a client keeps is
+            // the server's choice, and only one of them can match the pin.
+            if seen.insert(name.clone()) {
+                drift.push(Drift {
+                    what: format!(
+                        "the server lists `{}` {times} times: a tool with more than one definition is never offered",
+                        crate::text::printable(&name)
+                    ),
+                    tool: name,
+                });
+            }
+            continue;
+        }
         if !offerable(server, &name) {
             // Never offered, pinned or not: a provider refuses such a name (every
             // request would fail), and a lookalike (`еcho`, a Cyrillic `е`) would
@@ -321,16 +337,21 @@ impl PinChange {
 }
 
 impl std::fmt::Display for PinChange {
+    /// Every part is the server's text (names, its command, its descriptions): shown
+    /// printable, so a description carrying terminal escapes cannot erase the lines
+    /// around it on an engineer's terminal.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::text::printable as p;
+        let words = |w: &[String]| p(&w.join(" ")).into_owned();
         match self {
-            PinChange::NewServer { server, command } => write!(f, "new server `{server}`: {}", command.join(" ")),
+            PinChange::NewServer { server, command } => write!(f, "new server `{}`: {}", p(server), words(command)),
             PinChange::StartChanged { before, after } => {
-                write!(f, "what starts changed: {} -> {}", before.join(" "), after.join(" "))
+                write!(f, "what starts changed: {} -> {}", words(before), words(after))
             }
-            PinChange::NewTool(t) => write!(f, "new tool `{t}`"),
-            PinChange::ToolChanged { tool, what } => write!(f, "tool `{tool}`: {what}"),
-            PinChange::ToolRemoved(t) => write!(f, "tool `{t}` removed"),
-            PinChange::ServerRemoved(s) => write!(f, "server `{s}` removed"),
+            PinChange::NewTool(t) => write!(f, "new tool `{}`", p(t)),
+            PinChange::ToolChanged { tool, what } => write!(f, "tool `{}`: {}", p(tool), p(what)),
+            PinChange::ToolRemoved(t) => write!(f, "tool `{}` removed", p(t)),
+            PinChange::ServerRemoved(s) => write!(f, "server `{}` removed", p(s)),
         }
     }
 }
@@ -570,6 +591,12 @@ mod tests {
             ]
         );
         assert_eq!(words("extra"), ["new server `extra`: other", "new tool `echo`"]);
+        let sneaky = PinChange::ToolChanged {
+            tool: "echo".into(),
+            what: "description changed from \"a\" to \"b\r\u{1b}[3A\u{1b}[J typo fixed\"".into(),
+        };
+        let shown = sneaky.to_string();
+        assert!(!shown.contains('\u{1b}') && !shown.contains('\r'), "{shown}");
         assert_eq!(words("gone"), ["server `gone` removed"]);
         assert!(said["files"].iter().any(PinChange::widens));
         assert!(!said["gone"].iter().any(PinChange::widens));

@@ -113,11 +113,12 @@ const BUILDER_WRITE_REASON: &str = "writes a builder-owned path";
 
 /// The first of `rules` that names one of `tools` and whose path pattern matches the
 /// path (`rel` to the root when inside it, and `abs`).
-fn path_rule_hit(rules: &[Rule], tools: &[&str], rel: Option<&str>, abs: &Path) -> Option<usize> {
+fn path_rule_hit(rules: &[Rule], tools: &[&str], rel: Option<&str>, abs: &Path, anywhere: bool) -> Option<usize> {
     rules.iter().position(|r| {
         r.names_any(tools)
             && match &r.spec {
                 Spec::Any => true,
+                Spec::Path(p) if anywhere => p.matches_anywhere(rel, abs),
                 Spec::Path(p) => p.matches(rel, abs),
                 Spec::Command(_) | Spec::Literal(_) => false,
             }
@@ -314,14 +315,15 @@ impl Policy {
         let abs = self.abs(path, None);
         let rel = normalize(self.ownership.root(), &abs.to_string_lossy());
         let tools = call.rule_tools();
-        let hit = |rules: &[Rule]| path_rule_hit(rules, tools, rel.as_deref(), &abs);
-        if let Some(i) = hit(&self.deny) {
+        // Deny and ask rules for any depth (`**/.env`) hold in the read roots too.
+        let hit = |rules: &[Rule], anywhere: bool| path_rule_hit(rules, tools, rel.as_deref(), &abs, anywhere);
+        if let Some(i) = hit(&self.deny, true) {
             return Verdict::new(Decision::Deny, Some(&self.deny[i]), "matches a deny rule");
         }
-        if let Some(i) = hit(&self.ask) {
+        if let Some(i) = hit(&self.ask, true) {
             return Verdict::new(Decision::Ask, Some(&self.ask[i]), "matches an ask rule");
         }
-        if let Some(i) = hit(&self.allow) {
+        if let Some(i) = hit(&self.allow, false) {
             return Verdict::new(Decision::Allow, Some(&self.allow[i]), "matches an allow rule");
         }
         if write {
@@ -466,7 +468,7 @@ impl Policy {
             }
             let abs = self.abs(&w.text, cwd);
             let rel = normalize(self.ownership.root(), &abs.to_string_lossy());
-            let hit = |rules: &[Rule]| path_rule_hit(rules, READ_TOOLS, rel.as_deref(), &abs);
+            let hit = |rules: &[Rule]| path_rule_hit(rules, READ_TOOLS, rel.as_deref(), &abs, true);
             if let Some(i) = hit(&self.deny) {
                 return Some(Verdict::new(
                     Decision::Deny,

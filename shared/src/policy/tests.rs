@@ -382,3 +382,32 @@ fn read_deny_rules_hold_for_shell_reads() {
         ("grep -n KEY README.md", Allow),
     ]);
 }
+
+/// A deny (or ask) rule for any depth holds in the read roots outside the repository
+/// (helper-84: `Read(**/.env)` did not stop `read_file` or `cat` of a read root's
+/// `.env`); an allow rule for any depth does not reach outside the read roots.
+#[test]
+fn deny_rules_for_any_depth_hold_in_the_read_roots() {
+    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let perms = Permissions {
+        allow: s(&["Read(**/*.md)", "Bash(cat*)"]),
+        deny: s(&["Read(**/.env)", "Read(//srv/data/secret/**)"]),
+        additional_directories: s(&["/srv/data"]),
+        ..Permissions::default()
+    };
+    let p = Policy::new(Path::new("/repo"), &perms, &[]).unwrap();
+    let cases: &[(Call, Decision)] = &[
+        (Call::ReadFile("/srv/data/.env"), Deny),
+        (Call::ReadFile("/srv/data/deep/er/.env"), Deny),
+        (Call::ReadFile("/srv/data/secret/key"), Deny),
+        (Call::ReadFile("/srv/data/notes.txt"), Allow),
+        (Call::RunCommand("cat /srv/data/.env"), Deny),
+        (Call::RunCommand("cat /srv/data/notes.txt"), Allow),
+        (Call::ReadFile("config/.env"), Deny),
+        (Call::ReadFile("/etc/x.md"), Deny),
+    ];
+    for (call, want) in cases {
+        let v = p.decide(*call);
+        assert_eq!(v.decision, *want, "{call:?}: {v:?}");
+    }
+}

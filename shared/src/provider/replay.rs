@@ -132,26 +132,15 @@ impl Replay {
     }
 }
 
-/// A trace file outside the repository (`--replay`): a regular file, read up to one
-/// byte past [`TRACE_CAP`]. Opened without blocking, so a FIFO (or a device) named
-/// there is refused instead of holding the fire, and its task lock, until a writer
-/// comes; `/dev/zero` is not read to the end of memory.
+/// A trace file outside the repository (`--replay`): a regular file within
+/// [`TRACE_CAP`] ([`crate::regular::read`]: a FIFO or a device named there is refused
+/// instead of holding the fire, and its task lock, and `/dev/zero` is not read to the
+/// end of memory).
 fn read_outside(path: &Path) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    if !file.metadata().map_err(|e| e.to_string())?.is_file() {
-        return Err("not a regular file".into());
-    }
-    let mut bytes = Vec::new();
-    file.take(TRACE_CAP + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    Ok(bytes)
+    crate::regular::read(path, TRACE_CAP).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput if e.to_string().starts_with("larger") => format!("over {TRACE_CAP} bytes"),
+        _ => e.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -360,6 +360,31 @@ fn proposal_commits<'r>(repo: &'r Repository, head: Oid) -> Result<Vec<git2::Com
     Ok(out)
 }
 
+/// Refuses `reviewer` when they wrote a commit of proposal `name`: authored it, or
+/// committed it (a change written under another name is still committed by whoever
+/// made the commit, unless they set that too: git's identities are the writer's to
+/// choose, as docs/review.md says).
+fn refuse_a_writer(commits: &[git2::Commit], name: &str, reviewer: &Person) -> Result<(), ReviewError> {
+    if let Some(author) = authors_of(commits)
+        .into_iter()
+        .find(|a| same_person(&a.email, &reviewer.email))
+    {
+        return Err(ReviewError::Refused(format!(
+            "{reviewer} cannot approve proposal `{name}`: {author} authored a commit of it (a proposal's authors never approve it)"
+        )));
+    }
+    if let Some(c) = commits
+        .iter()
+        .find(|c| same_person(c.committer().email().unwrap_or(""), &reviewer.email))
+    {
+        return Err(ReviewError::Refused(format!(
+            "{reviewer} cannot approve proposal `{name}`: they committed {} of it (a proposal's writers never approve it)",
+            crate::text::short_oid(c.id())
+        )));
+    }
+    Ok(())
+}
+
 fn authors_of(commits: &[git2::Commit]) -> Vec<Person> {
     let mut out: Vec<Person> = Vec::new();
     for c in commits {
@@ -534,15 +559,7 @@ pub fn approve(
             "proposal `{name}` is merged already: nothing to approve"
         )));
     }
-    let commits = proposal_commits(repo, head)?;
-    if let Some(author) = authors_of(&commits)
-        .into_iter()
-        .find(|a| same_person(&a.email, &reviewer.email))
-    {
-        return Err(ReviewError::Refused(format!(
-            "{reviewer} cannot approve proposal `{name}`: {author} authored a commit of it (a proposal's authors never approve it)"
-        )));
-    }
+    refuse_a_writer(&proposal_commits(repo, head)?, name, reviewer)?;
     if rule.signers.is_some() && signing.is_none() {
         return Err(ReviewError::Refused(
             "signed approvals are required (settings review.require_signed) and no signing key is configured: set git's `gpg.format ssh` and `user.signingkey`, or pass --key <private key>".into(),

@@ -32,6 +32,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+/// The largest private key file read (an Ed25519 key is about 400 bytes, an RSA one
+/// of 16384 bits about 13 KB).
+const KEY_FILE_CAP: u64 = 64 * 1024;
+
 /// The SSHSIG namespace of runtime commits.
 pub const NAMESPACE: &str = "builder-runtime";
 
@@ -73,8 +77,11 @@ impl RuntimeKey {
                 ));
             }
         }
-        let key =
-            PrivateKey::read_openssh_file(&real).map_err(|e| unusable(format!("not an OpenSSH private key: {e}")))?;
+        // A regular file of a key's size: the setting may come from a tip the box
+        // has not judged yet (a commit the sync makes is signed with the key its tree
+        // names), and a FIFO or a device there must neither hang nor flood the box.
+        let text = crate::regular::read(&real, KEY_FILE_CAP).map_err(|e| unusable(e.to_string()))?;
+        let key = PrivateKey::from_openssh(&text).map_err(|e| unusable(format!("not an OpenSSH private key: {e}")))?;
         if key.is_encrypted() {
             return Err(unusable(
                 "the key is encrypted: the runtime signs unattended, so use a key without a passphrase that only its account can read".into(),
@@ -104,6 +111,74 @@ impl RuntimeKey {
     /// The key's fingerprint (SHA-256).
     pub fn fingerprint(&self) -> String {
         self.key.public_key().fingerprint(Default::default()).to_string()
+    }
+}
+
+/// The runtime's signing keys on a box, for the commits its sync makes: the key of the
+/// settings the fire runs under, and any other the tree of a commit the sync makes
+/// names (a rotation of the key approved while the box held unpushed records, or
+/// landed during a fire), each loaded once. `builder audit` judges a runtime commit by
+/// the allowed signers of its own tree; a commit signed with the key of the tree it
+/// carries passes it, where the fire's own key (rotated away there) would read as
+/// forged.
+pub struct RuntimeKeys {
+    root: PathBuf,
+    /// `runtime_identity.signing_key` of the fire's settings.
+    own: Option<String>,
+    loaded: std::cell::RefCell<HashMap<String, Option<Rc<RuntimeKey>>>>,
+}
+
+impl RuntimeKeys {
+    /// The keys of the box whose repository is at `root`, firing under settings whose
+    /// `runtime_identity.signing_key` is `own`.
+    pub fn new(root: &Path, own: Option<&str>) -> RuntimeKeys {
+        let keys = RuntimeKeys {
+            root: root.to_path_buf(),
+            own: own.filter(|k| !k.trim().is_empty()).map(str::to_string),
+            loaded: Default::default(),
+        };
+        if let Some(own) = keys.own.clone() {
+            keys.key(&own);
+        }
+        keys
+    }
+
+    fn key(&self, setting: &str) -> Option<Rc<RuntimeKey>> {
+        self.loaded
+            .borrow_mut()
+            .entry(setting.to_string())
+            .or_insert_with(|| RuntimeKey::for_commits(Some(setting), &self.root).map(Rc::new))
+            .clone()
+    }
+
+    /// Whether the box signs its records commits (its settings name a key it can
+    /// use): then an unsigned runtime-named commit it did not make is a person's.
+    pub fn signs(&self) -> bool {
+        self.own().is_some()
+    }
+
+    /// The key of the settings the box fires under.
+    pub fn own(&self) -> Option<Rc<RuntimeKey>> {
+        self.key(self.own.as_deref()?)
+    }
+
+    /// The key to sign a commit whose tree's settings name `setting`: that key, where
+    /// this box has it; else the box's own (warned: audit will flag the commit, the
+    /// records still reach the remote).
+    pub fn for_tree(&self, setting: Option<&str>) -> Option<Rc<RuntimeKey>> {
+        let named = setting.filter(|k| !k.trim().is_empty());
+        match named.and_then(|k| self.key(k)) {
+            Some(key) => Some(key),
+            None => {
+                if named.is_some() && named != self.own.as_deref() {
+                    tracing::warn!(
+                        key = named.unwrap_or_default(),
+                        "the key the settings name cannot be used here: the commit is signed with the box's own key"
+                    );
+                }
+                self.own()
+            }
+        }
     }
 }
 

@@ -105,9 +105,13 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
     if plan.root.join(".git").symlink_metadata().is_ok_and(|m| m.is_dir()) {
         found.extend(walk.find(&plan.root.join(".git"), None, false)?);
     }
+    // The read roots for sockets, and for the deny globs that reach outside the
+    // repository: those for any depth (`**/.env`) and absolute ones (`//srv/x/**`),
+    // each matched against a path's absolute form.
+    let outside = read_root_set(&plan.masked)?;
     for dir in &plan.read_dirs {
         if dir.metadata().is_ok_and(|m| m.is_dir()) {
-            found.extend(walk.find(dir, None, false)?);
+            found.extend(walk.find_under(dir, outside.as_ref())?);
         }
     }
     tracing::debug!(listed = walk.listed, found = found.len(), "mask walk");
@@ -237,11 +241,22 @@ impl Walk {
         set: Option<&globset::GlobSet>,
         repository: bool,
     ) -> Result<Vec<(PathBuf, Mask)>, NsError> {
+        self.find_from(root, String::new(), set, repository)
+    }
+
+    /// [`Walk::find`] with `root`'s own name for the globs given (`rel`).
+    fn find_from(
+        &mut self,
+        root: &Path,
+        rel: String,
+        set: Option<&globset::GlobSet>,
+        repository: bool,
+    ) -> Result<Vec<(PathBuf, Mask)>, NsError> {
         let mut out = Vec::new();
-        // Directories still to list: absolute path and repo-relative name.
-        let mut stack = vec![(root.to_path_buf(), String::new())];
+        // Directories still to list: absolute path and the name globs match.
+        let mut stack = vec![(root.to_path_buf(), rel)];
         while let Some((dir, rel_dir)) = stack.pop() {
-            let top = repository && rel_dir.is_empty();
+            let top = repository && dir == root;
             let Some(listed) = self.list(&dir, &rel_dir, set, top)? else {
                 continue;
             };
@@ -254,6 +269,13 @@ impl Walk {
             }
         }
         Ok(out)
+    }
+
+    /// As [`Walk::find`] for a read root outside the repository: names are matched
+    /// in their absolute form without the leading `/` (see [`read_root_set`]).
+    fn find_under(&mut self, root: &Path, set: Option<&globset::GlobSet>) -> Result<Vec<(PathBuf, Mask)>, NsError> {
+        let rel = root.to_string_lossy().trim_start_matches('/').to_string();
+        self.find_from(root, rel, set, false)
     }
 
     /// One directory's masks and subdirectories: from the cache when it is unchanged,
@@ -295,6 +317,26 @@ impl Walk {
         }
         Ok(Some(listed))
     }
+}
+
+/// The deny globs that hold in the read roots outside the repository, for names in
+/// their absolute form without the leading `/`: a glob for any depth (`**/.env`, or
+/// `**`) as it is, an absolute one (`/srv/x/**`) without its `/`; `None` when there
+/// is none (the read roots are walked for sockets only).
+fn read_root_set(masked: &[String]) -> Result<Option<globset::GlobSet>, NsError> {
+    let globs: Vec<String> = masked
+        .iter()
+        .filter_map(|g| match g.strip_prefix('/') {
+            Some(abs) => Some(abs.to_string()),
+            None => (g == "**" || g.starts_with("**/")).then(|| g.clone()),
+        })
+        .collect();
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    crate::tools::exec::mask_set(&globs)
+        .map(Some)
+        .map_err(|e| unlisted_error(std::io::Error::other(e.to_string())))
 }
 
 /// A directory's `ctime` as a time.

@@ -48,14 +48,27 @@ impl Ctx<'_> {
         runtime_email: &str,
     ) -> Result<Unpushed, SyncError> {
         let git = self.git("join");
-        let once_had: HashSet<Oid> = match joined {
-            Some(o) if o != remote => {
+        // What the remote once had: the tip the box last joined, and every tip the
+        // remote-tracking ref's log names (a person's `git pull` on the box moves the
+        // branch onto the remote's commits without the box joining them).
+        let mut tips: HashSet<Oid> = joined.into_iter().collect();
+        if let Ok(log) = self.repo.reflog(&self.tracking_ref()) {
+            tips.extend(log.iter().map(|e| e.id_new()).filter(|o| !o.is_zero()));
+        }
+        tips.remove(&remote);
+        let once_had: HashSet<Oid> = match tips.is_empty() {
+            true => HashSet::new(),
+            false => {
                 let mut walk = self.repo.revwalk().map_err(&git)?;
-                walk.push(o).map_err(&git)?;
+                for tip in tips {
+                    // A tip gc removed is no longer there to say anything.
+                    if self.repo.find_commit(tip).is_ok() {
+                        walk.push(tip).map_err(&git)?;
+                    }
+                }
                 walk.hide(remote).map_err(&git)?;
                 walk.collect::<Result<_, _>>().map_err(&git)?
             }
-            _ => HashSet::new(),
         };
         let mut walk = self.repo.revwalk().map_err(&git)?;
         walk.push(local).map_err(&git)?;
@@ -118,7 +131,7 @@ impl Ctx<'_> {
         // refused as theirs rather than pushed.
         let signed = || self.repo.extract_signature(&oid, Some("gpgsig")).is_ok();
         let ours = match by_runtime {
-            true => self.sign.is_none() || made_here.contains(&oid) || signed(),
+            true => !self.sign.is_some_and(|k| k.signs()) || made_here.contains(&oid) || signed(),
             false => made_here.contains(&oid),
         };
         if !ours {
@@ -259,7 +272,7 @@ impl Ctx<'_> {
 
     /// A commit the sync makes in place of the runtime's commit `like` (or joining it),
     /// as the runtime, author and committer, at the time of `like`, signed as the fire
-    /// signs. The identity is the one the settings of `named_by` name: the tip the box
+    /// signs, with the key the settings in `tree` name ([`RuntimeKeys::for_tree`]). The identity is the one the settings of `named_by` name: the tip the box
     /// moves to (approved, or holding the box's own builder tree) when it rebuilds
     /// onto it, else the box's own branch: never a tip the box refused, whose
     /// unreviewed settings would choose who the box commits as. So records made before
@@ -285,7 +298,14 @@ impl Ctx<'_> {
         let named_tree = self.repo.find_commit(named_by).and_then(|c| c.tree()).map_err(&git)?;
         let named = crate::review::runtime_commits::runtime_identity_of(self.repo, &named_tree).map_err(&git)?;
         let author = git2::Signature::new(&named.name, &named.email, &like.author().when()).map_err(&git)?;
-        crate::git::commit_object(self.repo, &author, &author, msg, &tree, &parents, self.sign)
+        // Signed with the key the settings in `tree` name, by which audit judges the
+        // commit: a rotation approved while the box held these records, or landed
+        // during a fire, has them signed with the new key.
+        let carried = crate::review::runtime_commits::runtime_identity_of(self.repo, &tree).map_err(&git)?;
+        let key = self.sign.and_then(|k| k.for_tree(carried.signing_key.as_deref()));
+        let sign = key.map(|k| move |text: &str| k.sign(text));
+        let sign = sign.as_ref().map(|f| f as &crate::git::SignCommit<'_>);
+        crate::git::commit_object(self.repo, &author, &author, msg, &tree, &parents, sign)
             .map_err(|e| self.err("join", e.to_string()))
     }
 

@@ -25,38 +25,15 @@ const MAX_GREP_FILE: u64 = 1 << 20;
 const MAX_READ_FILE: u64 = 8 << 20;
 
 /// Opens `full` for reading (and writing, for `edit_file`) only if it is a regular
-/// file, checked on the open descriptor. `O_NONBLOCK` makes a FIFO neither block the
-/// open (a reader with no writer, a writer with no reader: `ENXIO`) nor the check, so
-/// a FIFO or a device the model left cannot hang or flood the worker.
+/// file ([`crate::regular::open`]): a FIFO or a device the model left cannot hang or
+/// flood the worker.
 fn open_regular(full: &Path, write: bool) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(write)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(full)?;
-    let t = f.metadata()?.file_type();
-    if !t.is_file() {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidInput,
-            format!("not a regular file ({})", crate::beneath::kind_of(t)),
-        ));
-    }
-    Ok(f)
+    crate::regular::open(full, write)
 }
 
 /// Reads at most `max` bytes of a regular file; more is an error, not a silent cut.
 fn read_regular(full: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    let f = open_regular(full, false)?;
-    let mut bytes = Vec::new();
-    f.take(max + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidInput,
-            format!("larger than {max} bytes: too large to read"),
-        ));
-    }
-    Ok(bytes)
+    crate::regular::read(full, max)
 }
 
 /// Makes SIGTERM and SIGINT kill the running command (with its process group)
