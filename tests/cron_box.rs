@@ -1138,22 +1138,7 @@ fn a_signing_boxs_rebuilt_records_commits_are_signed_and_pass_audit() {
         crate::skip::skip(crate::skip::Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     };
-    let settings = team.env.read("settings/runtime.yaml").replace(
-        "runtime_identity: { name: runtime, email: runtime@localhost }",
-        &format!(
-            "runtime_identity: {{ name: runtime, email: runtime@localhost, signing_key: {} }}",
-            key.display()
-        ),
-    );
-    assert!(settings.contains("signing_key"));
-    let signers = format!("runtime@localhost namespaces=\"builder-runtime\" {public}");
-    team.land(
-        "box-key",
-        &[
-            ("settings/runtime.yaml", settings.as_str()),
-            ("settings/allowed_signers", signers.as_str()),
-        ],
-    );
+    team.land_signing_key("box-key", &key, &public);
     let first = team.fire();
     assert_eq!(first.code, 0, "{first}");
     // A colleague pushes while the fire runs: its commit is rebuilt onto her tip.
@@ -1276,55 +1261,18 @@ fn records_rebuilt_across_an_approved_rotation_of_the_signing_key_pass_audit() {
         crate::skip::skip(crate::skip::Capability::SshKeygen, "ssh-keygen is not installed");
         return;
     }
-    let plain = team.env.read("settings/runtime.yaml");
-    let signed_by = |n: usize| {
-        let (key, public) = &keys[n];
-        let settings = plain.replace(
-            "runtime_identity: { name: runtime, email: runtime@localhost }",
-            &format!(
-                "runtime_identity: {{ name: runtime, email: runtime@localhost, signing_key: {} }}",
-                key.display()
-            ),
-        );
-        assert!(settings.contains("signing_key"));
-        (
-            settings,
-            format!("runtime@localhost namespaces=\"builder-runtime\" {public}"),
-        )
-    };
-    let (settings, signers) = signed_by(0);
-    team.land(
-        "key-a",
-        &[
-            ("settings/runtime.yaml", settings.as_str()),
-            ("settings/allowed_signers", signers.as_str()),
-        ],
-    );
+    team.land_signing_key("key-a", &keys[0].0, &keys[0].1);
     let first = team.fire();
     assert_eq!(first.code, 0, "{first}");
     // Records the box could not push, made under key A; then B is approved.
     team.fire_offline();
-    let (settings, signers) = signed_by(1);
-    let rotated = team.land(
-        "key-b",
-        &[
-            ("settings/runtime.yaml", settings.as_str()),
-            ("settings/allowed_signers", signers.as_str()),
-        ],
-    );
+    let rotated = team.land_signing_key("key-b", &keys[1].0, &keys[1].1);
     let after = team.fire();
     assert_eq!(after.code, 0, "{after}");
     // C lands while a fire (under B) runs: its commit is rebuilt onto C's tip.
-    let (settings, signers) = signed_by(2);
     let mut landed = String::new();
     let during = fire_with_a_push_meanwhile(&team, "", || {
-        landed = team.land(
-            "key-c",
-            &[
-                ("settings/runtime.yaml", settings.as_str()),
-                ("settings/allowed_signers", signers.as_str()),
-            ],
-        );
+        landed = team.land_signing_key("key-c", &keys[2].0, &keys[2].1);
     });
     assert_eq!(during.code, 0, "{during}");
     // The attack ran: runtime commits sit on each rotation's tip.
@@ -1650,4 +1598,114 @@ fn the_sync_never_moves_the_branch_under_a_persons_merge_in_progress() {
         "the box moved once the merge ended"
     );
     team.assert_records_on_origin();
+}
+
+/// A colleague's pushes that only touch records paths: a link `runs/x -> ../.git`,
+/// then `runs/x/HEAD` in its place. The box moves over both without reaching through
+/// the link (helper-85: a clean-up of files a stopped checkout left removed
+/// `.git/HEAD` through it, and the box was dead until a person repaired it).
+#[test]
+fn records_paths_a_colleague_turns_from_a_link_into_files_reach_nothing_through_it() {
+    let team = Team::new();
+    let first = team.fire();
+    assert_eq!(first.code, 0, "{first}");
+    team.pull();
+    let lap = team.laptop();
+    std::os::unix::fs::symlink("../.git", lap.join("runs/x")).unwrap();
+    team.git(lap, &["add", "runs/x"]);
+    team.git(lap, &["commit", "-qm", "records: a link"]);
+    team.git(lap, &["push", "-q", "origin", "main"]);
+    let linked = team.fire();
+    assert_eq!(linked.code, 0, "{linked}");
+    // The attack ran: the box's work tree holds the link.
+    assert!(team.cron.join("runs/x").is_symlink());
+    team.pull();
+    team.git(lap, &["rm", "-q", "runs/x"]);
+    std::fs::create_dir_all(lap.join("runs/x")).unwrap();
+    std::fs::write(lap.join("runs/x/HEAD"), "ref: refs/heads/main\n").unwrap();
+    team.git(lap, &["add", "runs/x/HEAD"]);
+    team.git(lap, &["commit", "-qm", "records: a file where the link was"]);
+    team.git(lap, &["push", "-q", "origin", "main"]);
+    let head_before = std::fs::read_to_string(team.cron.join(".git/HEAD")).unwrap();
+    for n in 0..2 {
+        let fired = team.fire();
+        assert_eq!(fired.code, 0, "fire {n}: {fired}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(team.cron.join(".git/HEAD")).unwrap(),
+        head_before,
+        "the box's .git/HEAD was touched"
+    );
+    assert!(team.cron.join("runs/x").is_dir() && !team.cron.join("runs/x").is_symlink());
+    team.assert_records_on_origin();
+}
+
+/// A tip the box refuses (a colleague's unapproved change naming another key the
+/// box's account can read as `runtime_identity.signing_key`) chooses nothing: the
+/// merge the box makes to push its records onto it is signed with the box's own key
+/// (helper-85: it was signed with the key the unapproved tip named, which audit then
+/// flagged as a forged runtime commit).
+#[test]
+fn a_refused_tip_does_not_choose_the_key_the_box_signs_with() {
+    let team = Team::new();
+    let keys: Vec<_> = ["box", "other"]
+        .iter()
+        .map_while(|name| crate::signed::keygen(&team.env, name))
+        .collect();
+    if keys.len() < 2 {
+        crate::skip::skip(crate::skip::Capability::SshKeygen, "ssh-keygen is not installed");
+        return;
+    }
+    team.land_signing_key("box-key", &keys[0].0, &keys[0].1);
+    let first = team.fire();
+    assert_eq!(first.code, 0, "{first}");
+    // The colleague's unapproved tip names the other key.
+    team.pull();
+    let evil = team.settings_signing_with(&keys[1].0);
+    team.push_files(&[("settings/runtime.yaml", evil.as_str())], "another key", true);
+    let fired = team.fire();
+    assert_eq!(fired.code, 5, "the box refuses the tip: {fired}");
+    // The attack ran: the box made a commit on the refused tip to push its records.
+    let tip = team.origin_tip();
+    let object = team.git(&team.origin, &["cat-file", "commit", &tip]);
+    assert!(object.contains("author runtime <runtime@localhost>"), "{object}");
+    team.pull();
+    let (_, out, err) = crate::review::builder_in(&team.env, team.laptop(), None, &["audit"]);
+    assert!(!out.contains("forged runtime commit"), "{out}{err}");
+    assert!(
+        out.contains("VIOLATION"),
+        "the unapproved change itself is named: {out}"
+    );
+}
+
+/// A box whose git keeps no ref logs (`core.logAllRefUpdates false`) fails to move
+/// (a person's untracked file where the remote adds one) right after the team force
+/// pushed a commit the box had joined away: once the file is gone, the box goes on
+/// (helper-85: the joined tip was written before the move and not put back, and with
+/// no log to say otherwise the joined commit read as a person's, every fire).
+#[test]
+fn a_failed_move_after_a_force_push_does_not_make_a_joined_commit_a_persons() {
+    let team = Team::new();
+    team.git(&team.cron, &["config", "core.logAllRefUpdates", "false"]);
+    let first = team.fire();
+    assert_eq!(first.code, 0, "{first}");
+    let colleague = team.push_files(&[("notes/a.md", "a\n")], "notes: a", false);
+    let joined = team.fire();
+    assert_eq!(joined.code, 0, "{joined}");
+    assert!(team.is_ancestor(&team.cron, &colleague, "HEAD"), "the box joined it");
+    team.git(team.laptop(), &["reset", "-q", "--hard", &format!("{colleague}^")]);
+    team.git(team.laptop(), &["push", "-q", "-f", "--no-verify", "origin", "main"]);
+    team.push_files(&[("notes/b.md", "b\n")], "notes: b", false);
+    std::fs::create_dir_all(team.cron.join("notes")).unwrap();
+    std::fs::write(team.cron.join("notes/b.md"), "a person's\n").unwrap();
+    let stopped = team.fire();
+    assert_eq!(stopped.code, 1, "the move fails on the person's file: {stopped}");
+    assert!(stopped.stderr.contains("conflict"), "{stopped}");
+    std::fs::remove_file(team.cron.join("notes/b.md")).unwrap();
+    for n in 0..2 {
+        let fired = team.fire();
+        assert!([0, 5].contains(&fired.code), "fire {n}: {fired}");
+    }
+    team.assert_records_on_origin();
+    assert!(!team.origin_files().iter().any(|f| f == "notes/a.md"));
 }

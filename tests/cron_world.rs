@@ -180,6 +180,44 @@ impl Team {
         self.rev(self.laptop(), "HEAD")
     }
 
+    /// The settings as the laptop has them, with `runtime_identity.signing_key`
+    /// naming `key` (the runtime's identity otherwise the scaffold's).
+    pub fn settings_signing_with(&self, key: &Path) -> String {
+        let settings = self.env.read("settings/runtime.yaml");
+        let line = format!(
+            "runtime_identity: {{ name: runtime, email: runtime@localhost, signing_key: {} }}",
+            key.display()
+        );
+        let out: Vec<String> = settings
+            .lines()
+            .map(|l| match l.starts_with("runtime_identity:") {
+                true => line.clone(),
+                false => l.to_string(),
+            })
+            .collect();
+        assert!(
+            out.contains(&line),
+            "no runtime_identity line in the settings:\n{settings}"
+        );
+        out.join("\n") + "\n"
+    }
+
+    /// Lands the runtime signing with `key`, whose allowed-signers line (for
+    /// `runtime@localhost`, namespace `builder-runtime`) is the only one. Returns the
+    /// merge commit.
+    pub fn land_signing_key(&self, name: &str, key: &Path, public: &str) -> String {
+        self.pull();
+        let settings = self.settings_signing_with(key);
+        let signers = format!("runtime@localhost namespaces=\"builder-runtime\" {public}");
+        self.land(
+            name,
+            &[
+                ("settings/runtime.yaml", settings.as_str()),
+                ("settings/allowed_signers", signers.as_str()),
+            ],
+        )
+    }
+
     /// On the laptop: proposes, approves (as the reviewer), merges and pushes a
     /// change to builder-owned `files`. Returns the merge commit.
     pub fn land(&self, name: &str, files: &[(&str, &str)]) -> String {

@@ -522,11 +522,12 @@ fn a_link_left_in_a_write_directory_is_not_a_later_fires_write_directory() {
         },
     );
     assert_eq!(m["ran"], "ran", "{summary}");
-    // The fire named the link it found and removed it; a link left there all the
-    // same (another process, an older runtime) is what the next fire must withstand.
     let left = env.root.join("reports/daily");
-    assert!(std::fs::symlink_metadata(&left).is_err(), "the link stayed: {summary}");
-    std::os::unix::fs::symlink("../prompts", &left).unwrap();
+    assert_eq!(
+        std::fs::read_link(&left).ok(),
+        Some(std::path::PathBuf::from("../prompts")),
+        "the first fire did not leave its link on the host: {summary}"
+    );
     // The next fire writes under the link.
     let calls = [(
         "run_command",

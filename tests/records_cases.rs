@@ -80,7 +80,6 @@ fn names_git_refuses_are_never_committed_and_an_fsck_checking_remote_takes_the_p
         Some(b"ran\n".to_vec()),
         "the payload did not run: {summary}"
     );
-    let named = rejected_detail(&env, &summary);
     for f in [
         "reports/gitmod~1",
         "reports/sub/GITMOD~4",
@@ -88,11 +87,9 @@ fn names_git_refuses_are_never_committed_and_an_fsck_checking_remote_takes_the_p
         "reports/.gitattributes\u{200c}",
     ] {
         assert!(
-            // (the zero-width joiner is shown escaped)
-            named.contains(f.trim_end_matches('\u{200c}')),
-            "{f} was never made (the case proves nothing): {named}"
+            env.root.join(f).is_file(),
+            "{f} was never made: the case proves nothing"
         );
-        assert!(!env.root.join(f).exists(), "{f} stayed in the work tree");
         assert!(committed(&env, f).is_none(), "{f} was committed");
     }
     assert!(
@@ -751,12 +748,11 @@ fn a_card_stays_small_whatever_the_model_leaves_behind() {
         "",
     );
     let (code, summary) = fire(&env, &[]);
-    assert_eq!(code, 5, "{summary}");
-    // The payload ran (the card below counts its 3000 links), and the links are gone.
-    let left = std::fs::read_dir(env.root.join("reports/many"))
+    let made = std::fs::read_dir(env.root.join("reports/many"))
         .map(|d| d.count())
         .unwrap_or(0);
-    assert_eq!(left, 0, "rejected links stayed in the work tree");
+    assert_eq!(made, 3000, "the payload did not run");
+    assert_eq!(code, 5, "{summary}");
     let card_id = summary["cards"][0].as_str().unwrap();
     let path = std::fs::read_dir(env.root.join("cards"))
         .unwrap()
@@ -853,4 +849,63 @@ fn read_deny_rules_mask_their_paths_in_the_read_roots_too() {
     assert!(seen.contains("payload-ran") && seen.contains("notes-bytes"), "{seen}");
     assert!(!seen.contains("env-bytes"), "the .env was read: {seen}");
     assert!(!seen.contains("key-bytes"), "the secret was read: {seen}");
+}
+
+/// An absolute `Read` deny rule is masked however the read root is spelled (with a
+/// trailing `/`, or through a link) and when it names a path inside the repository
+/// (helper-86: each of these was read by a script the policy cannot see into).
+#[test]
+fn absolute_read_deny_rules_are_masked_whatever_the_spelling() {
+    if !landlock_or_skip() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir().unwrap();
+    let root = data.path().join("data");
+    std::fs::create_dir_all(root.join("secret")).unwrap();
+    std::fs::write(root.join("notes.txt"), "notes-bytes\n").unwrap();
+    std::fs::write(root.join("secret/key"), "key-bytes\n").unwrap();
+    let link = data.path().join("datalink");
+    std::os::unix::fs::symlink(&root, &link).unwrap();
+    for p in [data.path().to_path_buf(), root.clone(), root.join("secret")] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for f in ["notes.txt", "secret/key"] {
+        std::fs::set_permissions(root.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let r = root.display().to_string();
+    for spelled in [format!("{r}/"), link.display().to_string()] {
+        let env = setup(
+            &script(
+                "leak",
+                &format!(
+                    "echo payload-ran; cat {spelled}/notes.txt {spelled}/secret/key data/in-repo.txt 2>&1; true\n"
+                ),
+            ),
+            "# Done",
+            "",
+        );
+        env.write("data/in-repo.txt", "repo-secret-bytes\n");
+        let repo = env.root.display();
+        let yaml = env.read("settings/runtime.yaml").replace(
+            "allow: [\"Bash(*)\", \"Read(**)\"]",
+            &format!(
+                "allow: [\"Bash(*)\", \"Read(**)\"]\n  deny: [\"Read(/{r}/secret/**)\", \"Read(/{repo}/data/in-repo.txt)\"]\n  additional_directories: [\"{spelled}\"]"
+            ),
+        );
+        env.write("settings/runtime.yaml", &yaml);
+        env.commit_all("a read root spelled otherwise");
+        let (code, summary) = fire(&env, &[]);
+        assert_eq!(code, TestEnv::completed_code(&summary), "{spelled}: {summary}");
+        let seen = ledger_results(&env).join("\n");
+        assert!(
+            seen.contains("payload-ran") && seen.contains("notes-bytes"),
+            "{spelled}: {seen}"
+        );
+        assert!(!seen.contains("key-bytes"), "{spelled}: the secret was read: {seen}");
+        assert!(
+            !seen.contains("repo-secret-bytes"),
+            "{spelled}: the repository's file was read: {seen}"
+        );
+    }
 }

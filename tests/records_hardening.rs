@@ -263,10 +263,8 @@ fn a_fifo_under_reports_does_not_hang_the_fire_and_is_named() {
         committed(&env, "reports/marker.txt").is_some(),
         "the payload did not run"
     );
+    assert!(env.root.join("reports/fifo").exists());
     assert_eq!(code, 5, "{summary}");
-    // The FIFO was made (the card names it) and is gone from the work tree.
-    assert!(rejected_detail(&env, &summary).contains("reports/fifo"), "{summary}");
-    assert!(std::fs::symlink_metadata(env.root.join("reports/fifo")).is_err());
     check_common(&env, &before, &summary);
     assert!(committed(&env, "reports/fifo").is_none());
     let detail = rejected_detail(&env, &summary);
@@ -307,13 +305,8 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
         Some(b"ok\n".to_vec()),
         "the payload did not run"
     );
+    assert!(env.root.join("reports/big.bin").exists() && env.root.join("reports/link").is_symlink());
     assert_eq!(code, 5, "{summary}");
-    // Made (the card names them), left out, and gone from the work tree.
-    let named = rejected_detail(&env, &summary);
-    for rel in ["reports/big.bin", "reports/link"] {
-        assert!(named.contains(&format!("{rel}:")), "{rel}: {named}");
-        assert!(std::fs::symlink_metadata(env.root.join(rel)).is_err(), "{rel} stayed");
-    }
     // A hard link a tool makes stays in its sandbox: the writes are copied back after
     // the call as files of their own (never through a link), so both names arrive as
     // plain files with their own bytes.
@@ -695,12 +688,13 @@ fn a_head_that_tracks_the_runtimes_private_state_is_refused() {
     assert!(resume_err.contains("HEAD tracks paths under .runtime/"), "{resume_err}");
 }
 
-/// What a fire rejects from `reports/` does not stay in the work tree: a link where
-/// the task's reports go (helper-84: every later fire's report was diverted to `runs/`,
-/// with a card and exit 5, forever) and an oversize file (helper-84: they piled up,
-/// fire after fire, until the disk was full) are removed, and named on the card.
+/// A link a model leaves where its task's reports go is removed from the work tree
+/// (named on the card), so no later fire's report is diverted (helper-84: every later
+/// fire's report went to `runs/`, with a card and exit 5, forever). Other rejected
+/// outputs stay, named: which files under `reports/` the model made is known only by
+/// when they changed, and a person's (or another fire's) must not go (helper-86).
 #[test]
-fn rejected_outputs_are_removed_so_a_planted_link_diverts_no_later_fire() {
+fn a_link_planted_where_the_reports_go_is_removed_so_no_later_fire_is_diverted() {
     if !landlock_or_skip() {
         return;
     }
@@ -716,12 +710,14 @@ fn rejected_outputs_are_removed_so_a_planted_link_diverts_no_later_fire() {
     assert_eq!(code, 5, "{summary}");
     // The attack ran: both were made, and named.
     let detail = rejected_detail(&env, &summary);
-    assert!(detail.contains("reports/t:"), "{detail}");
-    assert!(detail.contains("reports/big.bin: 300000 bytes"), "{detail}");
-    assert!(detail.contains("removed from the work tree"), "{detail}");
     assert!(
-        std::fs::symlink_metadata(env.root.join("reports/big.bin")).is_err(),
-        "the oversize file stayed in the work tree: {detail}"
+        detail.contains("reports/t: not a regular file (symlink); removed from the work tree"),
+        "{detail}"
+    );
+    assert!(detail.contains("reports/big.bin: 300000 bytes"), "{detail}");
+    assert!(
+        env.root.join("reports/big.bin").is_file(),
+        "the oversize file is not the runtime's to remove"
     );
     let t = std::fs::symlink_metadata(env.root.join("reports/t"));
     assert!(
@@ -732,9 +728,9 @@ fn rejected_outputs_are_removed_so_a_planted_link_diverts_no_later_fire() {
     env.write("evals/hardening/trace.json", &trace_json(&[], "# Benign"));
     env.commit_all("a benign model");
     let (code, summary) = fire(&env, &[]);
-    assert_eq!(code, 0, "{summary}");
     assert!(
         summary["report"].as_str().unwrap().starts_with("reports/t/"),
         "{summary}"
     );
+    assert_eq!(code, 0, "{summary}");
 }

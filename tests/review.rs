@@ -312,6 +312,18 @@ fn propose_approve_merge_then_audit_is_clean_and_the_fire_records_its_approval()
     let (code, _, err) = builder_in(&env, &env.root, Some(REVIEWER), &["approve", "brief"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("they committed"), "{err}");
+    // Nor does the writer get past it by checking out their own commit (helper-86:
+    // the commits were those not reachable from HEAD): here Eng's, under Rev's.
+    git(&env, &env.root, &["checkout", "-q", "--detach", "proposals/brief~1"]);
+    let (code, _, err) = builder_in(
+        &env,
+        &env.root,
+        Some(("Someone", "eng@example.com")),
+        &["approve", "brief"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot approve"), "{err}");
+    git(&env, &env.root, &["checkout", "-q", "-"]);
     git(
         &env,
         &env.root,

@@ -277,6 +277,9 @@ impl StateReset {
 /// Name prefix of the notes of resets not yet reported, in [`STATE_DIR`].
 const RESET_NOTE_PREFIX: &str = "state-reset-";
 
+/// The largest note read (a card is capped at a few KB when written).
+const NOTE_CAP: u64 = 256 * 1024;
+
 /// Name prefix of the notes of other cards owed to the next commit, in [`STATE_DIR`].
 const OWED_CARD_PREFIX: &str = "card-owed-";
 
@@ -315,7 +318,7 @@ pub fn owed_cards(root: &Path) -> Vec<(PathBuf, CardDraft)> {
             if !name.ends_with(".json") {
                 return None;
             }
-            let text = std::fs::read(e.path()).ok()?;
+            let text = crate::regular::read(&e.path(), NOTE_CAP).ok()?;
             let card = if name.starts_with(RESET_NOTE_PREFIX) {
                 serde_json::from_slice::<StateReset>(&text).ok()?.card()
             } else if name.starts_with(OWED_CARD_PREFIX) {

@@ -167,8 +167,8 @@ pub(crate) struct Ctx<'a> {
     repo: &'a Repository,
     sync: &'a SyncSettings,
     /// Signs each commit the sync makes on the branch, as the fire signs its own
-    /// (`runtime_identity.signing_key`), with the key the commit's tree names
-    /// ([`RuntimeKeys::for_tree`]): a records commit rebuilt, joined or replayed
+    /// (`runtime_identity.signing_key`), with the key the settings naming the commit
+    /// name ([`RuntimeKeys::sign_as`]): a records commit rebuilt, joined or replayed
     /// without it would read as forged to `builder audit`. `None` where the sync only
     /// looks (`runtime check`), or signs nothing.
     sign: Option<&'a RuntimeKeys>,
@@ -271,6 +271,8 @@ impl Ctx<'_> {
     /// Sets a bookkeeping ref of the runtime's own (under the sync lock, no one else
     /// writes there).
     fn note_ref(&self, name: &str, to: Oid) {
+        // Its log keeps the tips it named, whatever `core.logAllRefUpdates` says.
+        let _ = self.repo.reference_ensure_log(name);
         if let Err(e) = self.repo.reference(name, to, true, "runtime sync") {
             tracing::warn!(name, error = %e, "a sync bookkeeping ref was not written");
         }
@@ -471,9 +473,6 @@ impl Ctx<'_> {
         let index_lock = self.index_lock();
         let io = |e: std::io::Error| self.err("checkout", format!("{}: {e}", index_lock.display()));
         crate::git::cut_index_stamp(self.repo);
-        if only.is_none() {
-            self.drop_leftovers(&tree, &differ);
-        }
         intent.about_to_lock(&index_lock).map_err(io)?;
         let written = self.check_out(&tree, only);
         if let Err(e) = written {
@@ -521,32 +520,6 @@ impl Ctx<'_> {
                     format!("{} is locked by another git process", lock.display()),
                 )
                 .hint(format!("once no git runs on the box, `rm {}`", lock.display()))),
-        }
-    }
-
-    /// Removes, of `paths` (those the move changes), each file the index does not
-    /// track that already holds exactly what `to` puts there: what a checkout that
-    /// stopped half way (before this version undid it) left. A safe checkout would
-    /// take it for a person's untracked file and refuse the move forever.
-    fn drop_leftovers(&self, to: &git2::Tree, paths: &[String]) {
-        let (Some(workdir), Ok(index)) = (self.repo.workdir(), self.repo.index()) else {
-            return;
-        };
-        for p in paths {
-            let path = std::path::Path::new(p);
-            if index.get_path(path, 0).is_some() {
-                continue;
-            }
-            let Ok(entry) = to.get_path(path) else {
-                continue;
-            };
-            let on_disk = workdir.join(path);
-            let same = std::fs::symlink_metadata(&on_disk).is_ok_and(|m| m.is_file())
-                && git2::Oid::hash_file(git2::ObjectType::Blob, &on_disk).is_ok_and(|id| id == entry.id());
-            if same {
-                tracing::warn!(path = %p, "a file a stopped checkout left was removed before the move writes it again");
-                let _ = std::fs::remove_file(&on_disk);
-            }
         }
     }
 
@@ -829,10 +802,21 @@ pub fn before_fire(
     };
     // Joined before the move: a fire killed mid-move leaves a box whose branch holds
     // the remote's commits (the next fire finishes the move), and a later rewrite of
-    // the remote must find them once had there, not a person's commits on the box.
+    // the remote must find them once had there, not a person's commits on the box. A
+    // move that fails puts the joined tip back (the box never joined); the ref's log
+    // keeps every tip it named either way ([`Ctx::once_had_tips`]).
+    let was = cx.joined();
     cx.note_ref(&cx.joined_ref(), remote);
     crate::failpoint!("sync-joined-noted");
-    cx.move_to(&mut intent, local, to, None)?;
+    if let Err(e) = cx.move_to(&mut intent, local, to, None) {
+        match was {
+            Some(w) => cx.note_ref(&cx.joined_ref(), w),
+            None => {
+                let _ = cx.repo.find_reference(&cx.joined_ref()).and_then(|mut r| r.delete());
+            }
+        }
+        return Err(e);
+    }
     cx.joined_now(&mut intent, remote);
     look.moved = Some(to);
     Ok(look)
@@ -999,7 +983,12 @@ pub fn push_after(
             Sent::Taken => {}
             Sent::Moved => {
                 if attempt < attempts {
-                    remote = Some(cx.fetch(false)?);
+                    // With the approvals: a tip approved during the fire names the
+                    // commit the box makes on it ([`Ctx::merge_onto`]).
+                    remote = Some(cx.fetch(true)?);
+                    if let Err(e) = cx.apply_approvals(&mut intent, runtime_email) {
+                        tracing::warn!(error = %e, "the approvals fetched with the moved tip were not applied");
+                    }
                 }
                 continue;
             }

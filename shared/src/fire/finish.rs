@@ -135,7 +135,9 @@ pub(crate) fn write(
     // keeps its `running` row, and the next fire resumes it (rewriting its records)
     // or finds its receipt committed and takes the row from there.
     save_run(db, &rec.state, &receipt, &receipt_rel, &report.rel);
-    if w.failure.is_none() && (w.commit.is_some() || ctx.opts.no_commit) {
+    // Owed cards are forgotten once committed: a `--no-commit` fire (a person's
+    // trial run) leaves them to the next fire that commits.
+    if w.failure.is_none() && w.commit.is_some() {
         for note in &owed {
             state::card_reported(note);
         }
@@ -571,6 +573,7 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
     // A model file holding a secret (the key in any form the redactor knows) is not
     // committed (and removed below, with every rejected output).
     let mut accepted = Vec::with_capacity(out.accepted.len());
+    let mut secrets = Vec::new();
     for (rel, bytes) in std::mem::take(&mut out.accepted) {
         let secret = match std::str::from_utf8(&bytes) {
             Ok(text) => sink.redactor.redact(text) != text,
@@ -580,11 +583,14 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
             accepted.push((rel, bytes));
             continue;
         }
+        secrets.push(rel.clone());
         out.rejected.push((rel, "holds a secret value: not committed".into()));
     }
     out.accepted = accepted;
     (out.rejected).extend(super::outputs::git_read_files(&ctx.opts.root, &sink.write_roots, since));
-    remove_rejected(&ctx.opts.root, &mut out.rejected, &in_head);
+    let removable =
+        |rel: &str| super::outputs::is_git_read(rel) || secrets.iter().any(|s| s == rel) || on_the_way(report, rel);
+    remove_rejected(&ctx.opts.root, &mut out.rejected, &in_head, &removable);
     tracing::debug!(
         scan_ms = t.elapsed().as_secs_f64() * 1e3,
         accepted = out.accepted.len(),
@@ -594,35 +600,40 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
     out
 }
 
-/// Every rejected output HEAD does not hold is removed from the work tree (a
-/// committed one a model changed stays, named; a directory stays): left there, a
-/// file git reads ([`super::outputs::GIT_READS`]) would work on the person's git, a
-/// file holding a secret would be committed by the next `git add -A`, a link where a
-/// task's reports go would divert every later fire's report, and oversize files
-/// would pile up fire after fire until the disk is full. The card names each. The
+/// The rejected outputs that would harm if left, and that HEAD does not hold, are
+/// removed from the work tree (named on the card): a file git reads
+/// ([`super::outputs::GIT_READS`]) would work on the person's git; a file holding a
+/// secret would be committed by the next `git add -A`; a link on the way to where
+/// this task's reports go would divert every later fire's report. Nothing else is
+/// removed: which files under `reports/` the model made is known only by when they
+/// changed, and a person's file (or another fire's) made meanwhile must not go. The
 /// runtime unlinks that one name, through no link.
 fn remove_rejected(
     root: &std::path::Path,
     rejected: &mut [(String, String)],
     in_head: &dyn Fn(&str) -> Option<git2::Oid>,
+    removable: &dyn Fn(&str) -> bool,
 ) {
     let Ok(dir) = crate::beneath::open_root(root) else {
         return;
     };
     for (rel, why) in rejected.iter_mut() {
-        if rel.ends_with('/') || in_head(rel).is_some() {
+        if !removable(rel) || in_head(rel).is_some() {
             continue;
         }
-        let path = std::path::Path::new(rel.as_str());
-        if std::fs::symlink_metadata(root.join(path)).is_ok_and(|m| m.is_dir()) {
-            continue;
-        }
-        match crate::beneath::remove_file(&dir, path) {
+        match crate::beneath::remove_file(&dir, std::path::Path::new(rel.as_str())) {
             Ok(()) => why.push_str("; removed from the work tree"),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => why.push_str(&format!("; not removed from the work tree ({e})")),
         }
     }
+}
+
+/// Whether `rel` is a link on the way to the report `report`
+/// (`reports/<task>/<day>/<run>.md`): the task's directory or its day's.
+fn on_the_way(report: &std::path::Path, rel: &str) -> bool {
+    let rel = std::path::Path::new(rel);
+    report.starts_with(rel) && rel != report && rel.components().count() >= 2
 }
 
 /// Creates the report at its name, `reports/<task>/<day>/<run-id>.md`. When something

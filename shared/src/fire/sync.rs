@@ -111,7 +111,7 @@ impl FireSync {
         rule: &ApprovalRule,
         started_at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Began, SyncError> {
-        let keys = RuntimeKeys::new(root, signing_key);
+        let keys = RuntimeKeys::new(root, signing_key).judging(rule.clone());
         let look = crate::sync::before_fire(repo, &settings, rule, Some(root), Some(&keys))?;
         let mut fire = FireSync {
             settings,

@@ -259,6 +259,18 @@ impl Policy {
         joined
     }
 
+    /// The first of `rules` (deny or ask) that holds for the path `abs` (`rel` inside
+    /// the repository): by its spelling, a rule for any depth in the read roots too,
+    /// and by where its links lead (`/srv/./data/x`, a read root named through a link,
+    /// a link inside the repository).
+    fn held_by(&self, rules: &[Rule], tools: &[&str], rel: Option<&str>, abs: &Path) -> Option<usize> {
+        path_rule_hit(rules, tools, rel, abs, true).or_else(|| {
+            let real = std::fs::canonicalize(abs).ok().filter(|r| r != abs)?;
+            let rel = normalize(self.ownership.root(), &real.to_string_lossy());
+            path_rule_hit(rules, tools, rel.as_deref(), &real, true)
+        })
+    }
+
     /// Checks a write target against ownership, the ACL and the scratch dir. `None`
     /// when the write is inside the ACL.
     fn check_write(&self, path: &str, cwd: Option<&str>) -> Option<Verdict> {
@@ -315,15 +327,13 @@ impl Policy {
         let abs = self.abs(path, None);
         let rel = normalize(self.ownership.root(), &abs.to_string_lossy());
         let tools = call.rule_tools();
-        // Deny and ask rules for any depth (`**/.env`) hold in the read roots too.
-        let hit = |rules: &[Rule], anywhere: bool| path_rule_hit(rules, tools, rel.as_deref(), &abs, anywhere);
-        if let Some(i) = hit(&self.deny, true) {
+        if let Some(i) = self.held_by(&self.deny, tools, rel.as_deref(), &abs) {
             return Verdict::new(Decision::Deny, Some(&self.deny[i]), "matches a deny rule");
         }
-        if let Some(i) = hit(&self.ask, true) {
+        if let Some(i) = self.held_by(&self.ask, tools, rel.as_deref(), &abs) {
             return Verdict::new(Decision::Ask, Some(&self.ask[i]), "matches an ask rule");
         }
-        if let Some(i) = hit(&self.allow, false) {
+        if let Some(i) = path_rule_hit(&self.allow, tools, rel.as_deref(), &abs, false) {
             return Verdict::new(Decision::Allow, Some(&self.allow[i]), "matches an allow rule");
         }
         if write {
@@ -468,7 +478,7 @@ impl Policy {
             }
             let abs = self.abs(&w.text, cwd);
             let rel = normalize(self.ownership.root(), &abs.to_string_lossy());
-            let hit = |rules: &[Rule]| path_rule_hit(rules, READ_TOOLS, rel.as_deref(), &abs, true);
+            let hit = |rules: &[Rule]| self.held_by(rules, READ_TOOLS, rel.as_deref(), &abs);
             if let Some(i) = hit(&self.deny) {
                 return Some(Verdict::new(
                     Decision::Deny,

@@ -346,12 +346,19 @@ fn restore_from_head(repo: &Repository, root: &Path, head: &git2::Commit, paths:
     Ok(())
 }
 
-/// Commits of the proposal since its base (reachable from its head, not from HEAD).
+/// Commits of the proposal since its base: reachable from its head, not from the
+/// protected branch as this clone knows it ([`super::base::protected_tip`]; HEAD when
+/// the clone has neither): never from whatever HEAD is, which a writer who checked
+/// out their own commit would otherwise hide from the check of who wrote it.
 fn proposal_commits<'r>(repo: &'r Repository, head: Oid) -> Result<Vec<git2::Commit<'r>>, ReviewError> {
     let mut walk = repo.revwalk()?;
     walk.push(head)?;
-    if let Ok(h) = repo.head().and_then(|h| h.peel_to_commit()) {
-        walk.hide(h.id())?;
+    let base = match super::base::protected_tip(repo)? {
+        Some(tip) => Some(tip.commit),
+        None => repo.head().and_then(|h| h.peel_to_commit()).ok().map(|c| c.id()),
+    };
+    if let Some(base) = base {
+        walk.hide(base)?;
     }
     let mut out = Vec::new();
     for oid in walk {

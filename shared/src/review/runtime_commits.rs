@@ -126,6 +126,9 @@ pub struct RuntimeKeys {
     /// `runtime_identity.signing_key` of the fire's settings.
     own: Option<String>,
     loaded: std::cell::RefCell<HashMap<String, Option<Rc<RuntimeKey>>>>,
+    /// The rule a remote tip is judged by before its settings may name the key of a
+    /// commit the sync makes on it (a tip the box would not move to names nothing).
+    rule: Option<super::signing::ApprovalRule>,
 }
 
 impl RuntimeKeys {
@@ -136,6 +139,7 @@ impl RuntimeKeys {
             root: root.to_path_buf(),
             own: own.filter(|k| !k.trim().is_empty()).map(str::to_string),
             loaded: Default::default(),
+            rule: None,
         };
         if let Some(own) = keys.own.clone() {
             keys.key(&own);
@@ -162,23 +166,46 @@ impl RuntimeKeys {
         self.key(self.own.as_deref()?)
     }
 
-    /// The key to sign a commit whose tree's settings name `setting`: that key, where
-    /// this box has it; else the box's own (warned: audit will flag the commit, the
-    /// records still reach the remote).
-    pub fn for_tree(&self, setting: Option<&str>) -> Option<Rc<RuntimeKey>> {
+    /// With the rule remote tips are judged by (see [`RuntimeKeys::rule`]).
+    pub fn judging(mut self, rule: super::signing::ApprovalRule) -> RuntimeKeys {
+        self.rule = Some(rule);
+        self
+    }
+
+    /// The rule by which a remote tip must pass (the box would move to it) before its
+    /// settings name the key of a commit the sync makes on it; `None`: no tip does.
+    pub fn rule(&self) -> Option<&super::signing::ApprovalRule> {
+        self.rule.as_ref()
+    }
+
+    /// Whether [`RuntimeKeys::sign_as`] has a key to sign with for `setting`.
+    pub fn can_sign(&self, setting: Option<&str>) -> bool {
+        setting
+            .filter(|k| !k.trim().is_empty())
+            .and_then(|k| self.key(k))
+            .is_some()
+            || self.own().is_some()
+    }
+
+    /// The signature of a commit's `text` by the key `setting` names (the
+    /// `runtime_identity.signing_key` of the settings that name the commit: a tip the
+    /// box moves to, else its own branch), falling back to the box's own key when that
+    /// key is not here or cannot sign (warned: audit will flag the commit, and the
+    /// records still reach the remote); `None` when neither can.
+    pub fn sign_as(&self, setting: Option<&str>, text: &str) -> Option<Result<String, String>> {
         let named = setting.filter(|k| !k.trim().is_empty());
-        match named.and_then(|k| self.key(k)) {
-            Some(key) => Some(key),
-            None => {
-                if named.is_some() && named != self.own.as_deref() {
-                    tracing::warn!(
-                        key = named.unwrap_or_default(),
-                        "the key the settings name cannot be used here: the commit is signed with the box's own key"
-                    );
-                }
-                self.own()
+        if let Some(key) = named.and_then(|k| self.key(k)) {
+            match key.sign(text) {
+                Ok(sig) => return Some(Ok(sig)),
+                Err(e) => tracing::warn!(error = %e, "the key the settings name cannot sign: the box's own key signs"),
             }
+        } else if named.is_some() && named != self.own.as_deref() {
+            tracing::warn!(
+                key = named.unwrap_or_default(),
+                "the key the settings name cannot be used here: the box's own key signs"
+            );
         }
+        self.own().map(|k| k.sign(text))
     }
 }
 

@@ -79,14 +79,16 @@ impl CacheWrite {
 /// As [`plan_masks`], with the cache written only when the returned [`CacheWrite`]
 /// is finished: the masks can go to the worker first.
 pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(PathBuf, Mask)>, CacheWrite), NsError> {
-    let set = if plan.masked.is_empty() {
-        None
-    } else {
-        Some(
-            crate::tools::exec::mask_set(&plan.masked)
-                .map_err(|e| unlisted_error(std::io::Error::other(e.to_string())))?,
-        )
-    };
+    // The repository's names are matched relative to it: its relative globs, and the
+    // absolute ones that name a path inside it.
+    let repo_globs: Vec<String> = plan
+        .masked
+        .iter()
+        .filter(|g| !g.starts_with('/'))
+        .cloned()
+        .chain(absolute_under(&plan.masked, &plan.root))
+        .collect();
+    let set = glob_set(&repo_globs)?;
     let mut walk = Walk {
         cache: cache.map(|f| WalkCache::load(f, &plan.masked)).unwrap_or_default(),
         updated: 0,
@@ -108,10 +110,12 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
     // The read roots for sockets, and for the deny globs that reach outside the
     // repository: those for any depth (`**/.env`) and absolute ones (`//srv/x/**`),
     // each matched against a path's absolute form.
-    let outside = read_root_set(&plan.masked)?;
     for dir in &plan.read_dirs {
         if dir.metadata().is_ok_and(|m| m.is_dir()) {
-            found.extend(walk.find_under(dir, outside.as_ref())?);
+            let globs = globs_under_read_root(&plan.masked, dir);
+            let set = glob_set(&globs)?;
+            let id = set.as_ref().map_or(0, |_| set_id(dir, &globs));
+            found.extend(walk.find_from(dir, String::new(), set.as_ref(), id, false)?);
         }
     }
     tracing::debug!(listed = walk.listed, found = found.len(), "mask walk");
@@ -145,8 +149,9 @@ pub struct WalkCache {
 struct CachedDir {
     /// Device, inode and `ctime` (seconds, nanoseconds) when it was listed.
     stamp: (u64, u64, i64, i64),
-    /// Listed for deny globs too (the repository walk), or for sockets alone.
-    globbed: bool,
+    /// The deny globs it was listed for (the walk's name for them, [`set_id`]): 0 for
+    /// sockets alone, 1 for the repository's.
+    globbed: u64,
     /// Listed as the repository's top (its `.git` and `.runtime` passed over).
     #[serde(default)]
     top: bool,
@@ -194,7 +199,7 @@ impl Listed {
 
     /// As the cache keeps it; `None` when a name is not UTF-8 (such a directory is
     /// listed every time).
-    fn to_cache(&self, stamp: (u64, u64, i64, i64), globbed: bool, top: bool) -> Option<CachedDir> {
+    fn to_cache(&self, stamp: (u64, u64, i64, i64), globbed: u64, top: bool) -> Option<CachedDir> {
         Some(CachedDir {
             stamp,
             globbed,
@@ -241,15 +246,18 @@ impl Walk {
         set: Option<&globset::GlobSet>,
         repository: bool,
     ) -> Result<Vec<(PathBuf, Mask)>, NsError> {
-        self.find_from(root, String::new(), set, repository)
+        self.find_from(root, String::new(), set, u64::from(set.is_some()), repository)
     }
 
-    /// [`Walk::find`] with `root`'s own name for the globs given (`rel`).
+    /// [`Walk::find`] with `root`'s own name for the globs given (`rel`), and the
+    /// cache's name for `set` (`set_id`: 0 for none; a listing is reused only under
+    /// the set it was made with).
     fn find_from(
         &mut self,
         root: &Path,
         rel: String,
         set: Option<&globset::GlobSet>,
+        set_id: u64,
         repository: bool,
     ) -> Result<Vec<(PathBuf, Mask)>, NsError> {
         let mut out = Vec::new();
@@ -257,7 +265,7 @@ impl Walk {
         let mut stack = vec![(root.to_path_buf(), rel)];
         while let Some((dir, rel_dir)) = stack.pop() {
             let top = repository && dir == root;
-            let Some(listed) = self.list(&dir, &rel_dir, set, top)? else {
+            let Some(listed) = self.list(&dir, &rel_dir, (set, set_id), top)? else {
                 continue;
             };
             for (name, mask) in listed.masks {
@@ -271,27 +279,20 @@ impl Walk {
         Ok(out)
     }
 
-    /// As [`Walk::find`] for a read root outside the repository: names are matched
-    /// in their absolute form without the leading `/` (see [`read_root_set`]).
-    fn find_under(&mut self, root: &Path, set: Option<&globset::GlobSet>) -> Result<Vec<(PathBuf, Mask)>, NsError> {
-        let rel = root.to_string_lossy().trim_start_matches('/').to_string();
-        self.find_from(root, rel, set, false)
-    }
-
     /// One directory's masks and subdirectories: from the cache when it is unchanged,
     /// else listed (`None`: gone, or neither listable nor searchable).
     fn list(
         &mut self,
         dir: &Path,
         rel_dir: &str,
-        set: Option<&globset::GlobSet>,
+        (set, set_id): (Option<&globset::GlobSet>, u64),
         top: bool,
     ) -> Result<Option<Listed>, NsError> {
         self.seen.insert(dir.to_path_buf());
         let meta = std::fs::symlink_metadata(dir).ok().filter(|m| m.is_dir());
         let stamp = meta.as_ref().map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()));
         if let (Some(stamp), Some(hit)) = (stamp, self.cache.dirs.get(dir)) {
-            if hit.stamp == stamp && hit.globbed == set.is_some() && hit.top == top {
+            if hit.stamp == stamp && hit.globbed == set_id && hit.top == top {
                 return Ok(Some(Listed::from_cache(hit)));
             }
         }
@@ -306,7 +307,7 @@ impl Walk {
         // A path the cache file cannot spell (not UTF-8) is listed every time.
         let entry = stamp
             .filter(|_| settled && dir.to_str().is_some())
-            .and_then(|s| listed.to_cache(s, set.is_some(), top));
+            .and_then(|s| listed.to_cache(s, set_id, top));
         match entry {
             Some(entry) if self.cache.dirs.get(dir) != Some(&entry) => {
                 self.cache.dirs.insert(dir.to_path_buf(), entry);
@@ -319,24 +320,73 @@ impl Walk {
     }
 }
 
-/// The deny globs that hold in the read roots outside the repository, for names in
-/// their absolute form without the leading `/`: a glob for any depth (`**/.env`, or
-/// `**`) as it is, an absolute one (`/srv/x/**`) without its `/`; `None` when there
-/// is none (the read roots are walked for sockets only).
-fn read_root_set(masked: &[String]) -> Result<Option<globset::GlobSet>, NsError> {
-    let globs: Vec<String> = masked
+/// The deny globs that hold under a read root outside the repository, relative to
+/// it: those for any depth (`**/.env`, `**`) as they are, and the absolute ones that
+/// name a path under it ([`absolute_under`]).
+fn globs_under_read_root(masked: &[String], root: &Path) -> Vec<String> {
+    masked
         .iter()
-        .filter_map(|g| match g.strip_prefix('/') {
-            Some(abs) => Some(abs.to_string()),
-            None => (g == "**" || g.starts_with("**/")).then(|| g.clone()),
-        })
-        .collect();
+        .filter(|g| *g == "**" || g.starts_with("**/"))
+        .cloned()
+        .chain(absolute_under(masked, root))
+        .collect()
+}
+
+/// The absolute globs of `masked` (`/srv/data/secret/**`) whose literal start names
+/// `dir`, made relative to it (`secret/**`). `dir` is taken in each of its spellings:
+/// as given without `.`, `..` or a trailing `/`, and with its links resolved, so a
+/// read root named through a link or as `/srv/./data/` is masked all the same. (A
+/// wildcard before `dir`'s last component, `/srv/*/secret/**`, is not translated.)
+fn absolute_under(masked: &[String], dir: &Path) -> Vec<String> {
+    let mut spellings: Vec<String> = Vec::new();
+    let lexical: PathBuf = dir.components().fold(PathBuf::new(), |mut p, c| {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                p.pop();
+            }
+            c => p.push(c),
+        }
+        p
+    });
+    for s in [Some(lexical), std::fs::canonicalize(dir).ok()].into_iter().flatten() {
+        let s = s.to_string_lossy().trim_end_matches('/').to_string();
+        if !s.is_empty() && !spellings.contains(&s) {
+            spellings.push(s);
+        }
+    }
+    let mut out = Vec::new();
+    for g in masked.iter().filter(|g| g.starts_with('/')) {
+        for s in &spellings {
+            if let Some(rest) = g.strip_prefix(s.as_str()).and_then(|r| r.strip_prefix('/')) {
+                if !rest.is_empty() && !out.iter().any(|o| o == rest) {
+                    out.push(rest.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The set of `globs`, `None` when there is none (a walk for sockets alone).
+fn glob_set(globs: &[String]) -> Result<Option<globset::GlobSet>, NsError> {
     if globs.is_empty() {
         return Ok(None);
     }
-    crate::tools::exec::mask_set(&globs)
+    crate::tools::exec::mask_set(globs)
         .map(Some)
         .map_err(|e| unlisted_error(std::io::Error::other(e.to_string())))
+}
+
+/// The walk cache's name for the deny globs `globs` under the read root `root` (2 or
+/// more: 0 is none, 1 the repository's): a listing made under one root's globs is
+/// never reused under another's.
+fn set_id(root: &Path, globs: &[String]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    root.hash(&mut h);
+    globs.hash(&mut h);
+    h.finish().max(2)
 }
 
 /// A directory's `ctime` as a time.

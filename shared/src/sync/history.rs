@@ -48,13 +48,8 @@ impl Ctx<'_> {
         runtime_email: &str,
     ) -> Result<Unpushed, SyncError> {
         let git = self.git("join");
-        // What the remote once had: the tip the box last joined, and every tip the
-        // remote-tracking ref's log names (a person's `git pull` on the box moves the
-        // branch onto the remote's commits without the box joining them).
-        let mut tips: HashSet<Oid> = joined.into_iter().collect();
-        if let Ok(log) = self.repo.reflog(&self.tracking_ref()) {
-            tips.extend(log.iter().map(|e| e.id_new()).filter(|o| !o.is_zero()));
-        }
+        let mut tips = self.once_had_tips();
+        tips.extend(joined);
         tips.remove(&remote);
         let once_had: HashSet<Oid> = match tips.is_empty() {
             true => HashSet::new(),
@@ -107,6 +102,27 @@ impl Ctx<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// Tips the remote once had, as this box saw them: the last [`ONCE_HAD_TIPS`] the
+    /// joined ref's log names (a tip noted before a move that a kill cut short, or
+    /// that failed, included), and as many of the remote-tracking ref's (a person's
+    /// `git pull` on the box moves the branch onto the remote's commits without the
+    /// box joining them).
+    fn once_had_tips(&self) -> HashSet<Oid> {
+        let mut tips = HashSet::new();
+        for name in [self.joined_ref(), self.tracking_ref()] {
+            if let Ok(log) = self.repo.reflog(&name) {
+                // The log's newest entry comes first.
+                tips.extend(
+                    log.iter()
+                        .take(ONCE_HAD_TIPS)
+                        .map(|e| e.id_new())
+                        .filter(|o| !o.is_zero()),
+                );
+            }
+        }
+        tips
     }
 
     /// Whether `oid` is a commit by the runtime that adds or changes records only: by
@@ -193,13 +209,32 @@ impl Ctx<'_> {
 
     /// A merge of `onto` and the box's branch `local`, for a box that stays where it
     /// is: the box's commits keep their ids on the remote.
+    /// Named by `onto`'s settings when the box would move there (a tip its rule
+    /// approves: an approved rotation of the runtime's key landed during the fire),
+    /// else by the box's own branch.
     pub(super) fn merge_onto(&self, onto: Oid, local: Oid, why: &str) -> Result<Oid, SyncError> {
         let tree = self.joined_tree(onto, local)?;
         let msg = format!(
             "runtime: records joined onto {}/{} ({why})\n",
             self.sync.remote, self.sync.branch
         );
-        self.runtime_commit(local, &msg, tree, &[onto, local], local)
+        self.runtime_commit(local, &msg, tree, &[onto, local], self.named_by(onto, local))
+    }
+
+    /// Which commit's settings name a commit the sync makes on `onto` for the box's
+    /// branch `local`: `onto` when the box would move there (its rule approves it,
+    /// [`crate::review::runtime_commits::RuntimeKeys::rule`]), else `local`. Never a tip the box would refuse, whose
+    /// unreviewed settings would choose who the box commits as and with which key.
+    fn named_by(&self, onto: Oid, local: Oid) -> Oid {
+        let movable = self
+            .sign
+            .and_then(|k| k.rule())
+            .is_some_and(|rule| matches!(self.judge(rule, self.repo.workdir(), local, onto), Ok(None)));
+        if movable {
+            onto
+        } else {
+            local
+        }
     }
 
     /// After a rewrite of the remote's history: one commit on `onto` adding every
@@ -257,7 +292,7 @@ impl Ctx<'_> {
                 .map(|o| format!(" ({} is no longer in it)", crate::text::short_oid(o)))
                 .unwrap_or_default()
         );
-        let commit = self.runtime_commit(local, &msg, tree, &[onto], local)?;
+        let commit = self.runtime_commit(local, &msg, tree, &[onto], self.named_by(onto, local))?;
         self.watch_follows(runtime, commit);
         Ok(Some((commit, replayed)))
     }
@@ -272,7 +307,7 @@ impl Ctx<'_> {
 
     /// A commit the sync makes in place of the runtime's commit `like` (or joining it),
     /// as the runtime, author and committer, at the time of `like`, signed as the fire
-    /// signs, with the key the settings in `tree` name ([`RuntimeKeys::for_tree`]). The identity is the one the settings of `named_by` name: the tip the box
+    /// signs. The identity is the one the settings of `named_by` name: the tip the box
     /// moves to (approved, or holding the box's own builder tree) when it rebuilds
     /// onto it, else the box's own branch: never a tip the box refused, whose
     /// unreviewed settings would choose who the box commits as. So records made before
@@ -298,13 +333,17 @@ impl Ctx<'_> {
         let named_tree = self.repo.find_commit(named_by).and_then(|c| c.tree()).map_err(&git)?;
         let named = crate::review::runtime_commits::runtime_identity_of(self.repo, &named_tree).map_err(&git)?;
         let author = git2::Signature::new(&named.name, &named.email, &like.author().when()).map_err(&git)?;
-        // Signed with the key the settings in `tree` name, by which audit judges the
-        // commit: a rotation approved while the box held these records, or landed
-        // during a fire, has them signed with the new key.
-        let carried = crate::review::runtime_commits::runtime_identity_of(self.repo, &tree).map_err(&git)?;
-        let key = self.sign.and_then(|k| k.for_tree(carried.signing_key.as_deref()));
-        let sign = key.map(|k| move |text: &str| k.sign(text));
-        let sign = sign.as_ref().map(|f| f as &crate::git::SignCommit<'_>);
+        // Signed with the key the same settings name: a rotation approved while the
+        // box held these records, or landed during a fire, has them signed with the
+        // new key, which audit (judging by the commit's own tree) asks for.
+        let setting = named.signing_key.as_deref();
+        let can_sign = self.sign.is_some_and(|k| k.can_sign(setting));
+        let sign = |text: &str| {
+            self.sign
+                .and_then(|k| k.sign_as(setting, text))
+                .unwrap_or_else(|| Err("no key".into()))
+        };
+        let sign = can_sign.then_some(&sign as &crate::git::SignCommit<'_>);
         crate::git::commit_object(self.repo, &author, &author, msg, &tree, &parents, sign)
             .map_err(|e| self.err("join", e.to_string()))
     }
@@ -383,6 +422,9 @@ fn key_missing(repo: &Repository, tip: Oid) -> Option<String> {
 }
 
 /// A path the runtime commits: under one of the runtime directories.
+/// How many of a ref's last tips count as ones the remote once had.
+const ONCE_HAD_TIPS: usize = 64;
+
 pub(super) fn is_record_path(p: &str) -> bool {
     crate::layout::in_runtime_dirs(p)
 }
