@@ -1506,7 +1506,8 @@ fn a_sync_checkout_stopped_by_a_persons_index_lock_is_undone_and_the_box_goes_on
     let lock = team.cron.join(".git/index.lock");
     std::fs::write(&lock, "").unwrap();
     let held = team.fire();
-    assert_ne!(held.code, 0, "{held}");
+    assert_eq!(held.code, 1, "{held}");
+    assert!(team.card_kinds(&held).contains(&"sync_failed".to_string()), "{held}");
     // The attack ran: the checkout reached the lock (not a refusal before it).
     assert!(held.stderr.contains("index is locked"), "{held}");
     let status = team.git(&team.cron, &["status", "--porcelain", "--untracked-files=all"]);
@@ -1708,4 +1709,38 @@ fn a_failed_move_after_a_force_push_does_not_make_a_joined_commit_a_persons() {
     }
     team.assert_records_on_origin();
     assert!(!team.origin_files().iter().any(|f| f == "notes/a.md"));
+}
+
+/// A colleague with push access (not a signer) deletes an approval's ref on the
+/// origin and pushes a ref one level below its name (`approved/<id>/x`): the box
+/// cannot store that ref beside the one it holds, goes on with the approvals it has
+/// (warned), and keeps firing and pushing (helper-87: every fire failed at the fetch,
+/// and no task ran until a person fixed the refs by hand).
+#[test]
+fn an_approval_ref_a_colleague_reshapes_does_not_stop_the_box() {
+    let team = Team::new();
+    let first = team.fire();
+    assert_eq!(first.code, 0, "{first}");
+    let refs = team.git(
+        &team.origin,
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/builder/approved/",
+        ],
+    );
+    let (name, id) = refs
+        .lines()
+        .next()
+        .and_then(|l| l.split_once(' '))
+        .expect("an approval ref on the origin");
+    team.git(&team.origin, &["update-ref", "-d", name]);
+    team.git(&team.origin, &["update-ref", &format!("{name}/x"), id]);
+    for n in 0..2 {
+        let fired = team.fire();
+        assert_eq!(fired.code, 0, "fire {n}: {fired}");
+        // The attack ran: the fetch of the approvals failed on the reshaped ref.
+        assert!(fired.stderr.contains("approvals could not be fetched"), "{fired}");
+    }
+    team.assert_records_on_origin();
 }

@@ -852,8 +852,9 @@ fn read_deny_rules_mask_their_paths_in_the_read_roots_too() {
 }
 
 /// An absolute `Read` deny rule is masked however the read root is spelled (with a
-/// trailing `/`, or through a link) and when it names a path inside the repository
-/// (helper-86: each of these was read by a script the policy cannot see into).
+/// trailing `/`, or through a link), with a wildcard above the root, and when it
+/// names a path inside the repository (helper-86, helper-87: each of these was read
+/// by a script the policy cannot see into).
 #[test]
 fn absolute_read_deny_rules_are_masked_whatever_the_spelling() {
     if !landlock_or_skip() {
@@ -874,6 +875,9 @@ fn absolute_read_deny_rules_are_masked_whatever_the_spelling() {
         std::fs::set_permissions(root.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
     }
     let r = root.display().to_string();
+    // A wildcard above the read root (helper-87: only a rule whose literal start named
+    // the root was masked).
+    let parent = data.path().display();
     for spelled in [format!("{r}/"), link.display().to_string()] {
         let env = setup(
             &script(
@@ -890,7 +894,7 @@ fn absolute_read_deny_rules_are_masked_whatever_the_spelling() {
         let yaml = env.read("settings/runtime.yaml").replace(
             "allow: [\"Bash(*)\", \"Read(**)\"]",
             &format!(
-                "allow: [\"Bash(*)\", \"Read(**)\"]\n  deny: [\"Read(/{r}/secret/**)\", \"Read(/{repo}/data/in-repo.txt)\"]\n  additional_directories: [\"{spelled}\"]"
+                "allow: [\"Bash(*)\", \"Read(**)\"]\n  deny: [\"Read(/{parent}/*/secret/**)\", \"Read(/{repo}/data/in-repo.txt)\"]\n  additional_directories: [\"{spelled}\"]"
             ),
         );
         env.write("settings/runtime.yaml", &yaml);

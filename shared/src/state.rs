@@ -318,14 +318,17 @@ pub fn owed_cards(root: &Path) -> Vec<(PathBuf, CardDraft)> {
             if !name.ends_with(".json") {
                 return None;
             }
-            let text = crate::regular::read(&e.path(), NOTE_CAP).ok()?;
-            let card = if name.starts_with(RESET_NOTE_PREFIX) {
-                serde_json::from_slice::<StateReset>(&text).ok()?.card()
-            } else if name.starts_with(OWED_CARD_PREFIX) {
-                serde_json::from_slice::<CardDraft>(&text).ok()?
-            } else {
+            if !name.starts_with(RESET_NOTE_PREFIX) && !name.starts_with(OWED_CARD_PREFIX) {
                 return None;
+            }
+            let unread = |why: String| tracing::warn!(note = %e.path().display(), why, "a note of a card owed cannot be read: it is left, and no card comes of it");
+            let text = crate::regular::read(&e.path(), NOTE_CAP).map_err(|e| unread(e.to_string())).ok()?;
+            let card = if name.starts_with(RESET_NOTE_PREFIX) {
+                serde_json::from_slice::<StateReset>(&text).map(|r| r.card())
+            } else {
+                serde_json::from_slice::<CardDraft>(&text)
             };
+            let card = card.map_err(|e| unread(e.to_string())).ok()?;
             Some((e.path(), card))
         })
         .collect();

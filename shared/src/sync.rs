@@ -168,7 +168,8 @@ pub(crate) struct Ctx<'a> {
     sync: &'a SyncSettings,
     /// Signs each commit the sync makes on the branch, as the fire signs its own
     /// (`runtime_identity.signing_key`), with the key the settings naming the commit
-    /// name ([`RuntimeKeys::sign_as`]): a records commit rebuilt, joined or replayed
+    /// name ([`RuntimeKeys::sign_as`]; the approvals-join commit, on the approvals ref,
+    /// with the box's own key): a records commit rebuilt, joined or replayed
     /// without it would read as forged to `builder audit`. `None` where the sync only
     /// looks (`runtime check`), or signs nothing.
     sign: Option<&'a RuntimeKeys>,
@@ -386,6 +387,27 @@ impl Ctx<'_> {
         .map_err(|e| git2::Error::from_str(&e.to_string()))
     }
 
+    /// Fetches the branch (its tip is returned) and the approvals, applying them. The
+    /// approvals are best effort: a ref the box cannot store (a colleague pushed
+    /// `approved/<id>/x` where the box holds `approved/<id>`) or cannot apply is
+    /// warned of, and the box goes on with the approvals it has (it does not move to
+    /// a tip only the new ones would approve, and says so); never a box that stops
+    /// firing for a ref anyone with push access can write.
+    fn fetch_with_approvals(&self, intent: &mut Intent, runtime_email: &str) -> Result<Oid, SyncError> {
+        let remote = match self.fetch(true) {
+            Ok(remote) => remote,
+            Err(e) => {
+                let remote = self.fetch(false)?;
+                tracing::warn!(error = %e, "the approvals could not be fetched: the box goes on with those it has");
+                return Ok(remote);
+            }
+        };
+        if let Err(e) = self.apply_approvals(intent, runtime_email) {
+            tracing::warn!(error = %e, "the approvals fetched were not applied: the box goes on with those it has");
+        }
+        Ok(remote)
+    }
+
     /// Under the sync lock: fetch, then what the box would do ([`Look`]), moving
     /// nothing.
     fn look(
@@ -395,8 +417,7 @@ impl Ctx<'_> {
         intent: &mut Intent,
     ) -> Result<Look, SyncError> {
         let local = self.local_tip()?;
-        let remote = self.fetch(true)?;
-        self.apply_approvals(intent, &rule.runtime_email)?;
+        let remote = self.fetch_with_approvals(intent, &rule.runtime_email)?;
         let git = self.git("fetch");
         let (ahead, behind) = self.repo.graph_ahead_behind(local, remote).map_err(&git)?;
         let mut look = Look {
@@ -803,17 +824,16 @@ pub fn before_fire(
     // Joined before the move: a fire killed mid-move leaves a box whose branch holds
     // the remote's commits (the next fire finishes the move), and a later rewrite of
     // the remote must find them once had there, not a person's commits on the box. A
-    // move that fails puts the joined tip back (the box never joined); the ref's log
-    // keeps every tip it named either way ([`Ctx::once_had_tips`]).
+    // move that fails puts the joined tip back (the box never joined; a move left for
+    // the next fire to finish is finished then), and the ref's log keeps every tip it
+    // named either way ([`Ctx::once_had_tips`]).
     let was = cx.joined();
     cx.note_ref(&cx.joined_ref(), remote);
     crate::failpoint!("sync-joined-noted");
     if let Err(e) = cx.move_to(&mut intent, local, to, None) {
-        match was {
-            Some(w) => cx.note_ref(&cx.joined_ref(), w),
-            None => {
-                let _ = cx.repo.find_reference(&cx.joined_ref()).and_then(|mut r| r.delete());
-            }
+        // (A first join that fails leaves the ref: deleting it would delete its log.)
+        if let Some(w) = was {
+            cx.note_ref(&cx.joined_ref(), w);
         }
         return Err(e);
     }
@@ -985,10 +1005,7 @@ pub fn push_after(
                 if attempt < attempts {
                     // With the approvals: a tip approved during the fire names the
                     // commit the box makes on it ([`Ctx::merge_onto`]).
-                    remote = Some(cx.fetch(true)?);
-                    if let Err(e) = cx.apply_approvals(&mut intent, runtime_email) {
-                        tracing::warn!(error = %e, "the approvals fetched with the moved tip were not applied");
-                    }
+                    remote = Some(cx.fetch_with_approvals(&mut intent, runtime_email)?);
                 }
                 continue;
             }

@@ -588,8 +588,12 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
     }
     out.accepted = accepted;
     (out.rejected).extend(super::outputs::git_read_files(&ctx.opts.root, &sink.write_roots, since));
-    let removable =
-        |rel: &str| super::outputs::is_git_read(rel) || secrets.iter().any(|s| s == rel) || on_the_way(report, rel);
+    let root = &ctx.opts.root;
+    let removable = |rel: &str| {
+        super::outputs::is_git_read(rel)
+            || secrets.iter().any(|s| s == rel)
+            || (on_the_way(report, rel) && std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| !m.is_dir()))
+    };
     remove_rejected(&ctx.opts.root, &mut out.rejected, &in_head, &removable);
     tracing::debug!(
         scan_ms = t.elapsed().as_secs_f64() * 1e3,
@@ -629,8 +633,9 @@ fn remove_rejected(
     }
 }
 
-/// Whether `rel` is a link on the way to the report `report`
-/// (`reports/<task>/<day>/<run>.md`): the task's directory or its day's.
+/// Whether `rel` lies on the way to the report `report`
+/// (`reports/<task>/<day>/<run>.md`): the task's directory or its day's (removed only
+/// when it is no directory: a link, or a file that blocks the way).
 fn on_the_way(report: &std::path::Path, rel: &str) -> bool {
     let rel = std::path::Path::new(rel);
     report.starts_with(rel) && rel != report && rel.components().count() >= 2

@@ -623,7 +623,7 @@ impl Preparing {
                     kind: CardKind::CheckpointFailed,
                     summary: format!("run {run} waited for approval, but its checkpoint cannot be read: it was given up"),
                     detail: format!(
-                        "{why}. No decision (`builder approve-call`) and no `runtime resume` could finish it, so the task would have waited on it forever; it is marked failed (checkpoint_failed) and this fire ran the task afresh, asking again for any call that needs approval."
+                        "{why}. No decision (`builder approve-call`) and no `runtime resume` could finish it, so the task would have waited on it forever; it is marked failed (checkpoint_failed), and the fire that gave it up ran the task afresh, asking again for any call that needs approval."
                     ),
                     evidence: vec![run.clone()],
                 };

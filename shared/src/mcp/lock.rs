@@ -217,10 +217,14 @@ pub fn check_tools(server: &str, pin: Option<&ServerPin>, listed: &[Value]) -> (
     let mut drift = Vec::new();
     let pinned = pin.map(|p| &p.tools);
     let listed_names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
+    let mut times_listed: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for n in &listed_names {
+        *times_listed.entry(n).or_default() += 1;
+    }
     let mut seen = std::collections::BTreeSet::new();
     for tool in listed {
         let name = tool["name"].as_str().unwrap_or("").to_string();
-        let times = listed_names.iter().filter(|n| **n == name).count();
+        let times = times_listed.get(name.as_str()).copied().unwrap_or(0);
         if times > 1 {
             // A name listed twice has two definitions: which one a client keeps is
             // the server's choice, and only one of them can match the pin.

@@ -264,11 +264,21 @@ impl Policy {
     /// and by where its links lead (`/srv/./data/x`, a read root named through a link,
     /// a link inside the repository).
     fn held_by(&self, rules: &[Rule], tools: &[&str], rel: Option<&str>, abs: &Path) -> Option<usize> {
-        path_rule_hit(rules, tools, rel, abs, true).or_else(|| {
+        let hit = |rel: Option<&str>, abs: &Path| path_rule_hit(rules, tools, rel, abs, self.in_read_roots(abs));
+        hit(rel, abs).or_else(|| {
             let real = std::fs::canonicalize(abs).ok().filter(|r| r != abs)?;
             let rel = normalize(self.ownership.root(), &real.to_string_lossy());
-            path_rule_hit(rules, tools, rel.as_deref(), &real, true)
+            hit(rel.as_deref(), &real)
         })
+    }
+
+    /// Whether `abs` (folded: no `.` or `..`) lies in a read root: where rules for any
+    /// depth hold outside the repository. Elsewhere only absolute rules name a path,
+    /// and the default decides the rest.
+    fn in_read_roots(&self, abs: &Path) -> bool {
+        normalize(Path::new("/"), &abs.to_string_lossy())
+            .map(|p| PathBuf::from(format!("/{p}")))
+            .is_some_and(|f| self.read_roots.iter().any(|r| f.starts_with(r)))
     }
 
     /// Checks a write target against ownership, the ACL and the scratch dir. `None`
@@ -339,8 +349,7 @@ impl Policy {
         if write {
             return Verdict::new(Decision::Allow, None, "inside the write ACL");
         }
-        let folded = normalize(Path::new("/"), &abs.to_string_lossy()).map(|p| PathBuf::from(format!("/{p}")));
-        if folded.is_some_and(|f| self.read_roots.iter().any(|r| f.starts_with(r))) {
+        if self.in_read_roots(&abs) {
             return Verdict::new(Decision::Allow, None, "inside the read roots");
         }
         Verdict::new(self.default, None, "outside the read roots and no rule matches")

@@ -410,4 +410,22 @@ fn deny_rules_for_any_depth_hold_in_the_read_roots() {
         let v = p.decide(*call);
         assert_eq!(v.decision, *want, "{call:?}: {v:?}");
     }
+    // An ask rule for any depth holds in the read roots, not across the host: a path
+    // outside them keeps the default (deny), never a pause.
+    let perms = Permissions {
+        allow: s(&["Bash(cat*)"]),
+        ask: s(&["Read(**/*.md)"]),
+        additional_directories: s(&["/srv/data"]),
+        ..Permissions::default()
+    };
+    let p = Policy::new(Path::new("/repo"), &perms, &[]).unwrap();
+    let cases: &[(Call, Decision)] = &[
+        (Call::ReadFile("/srv/data/x.md"), Ask),
+        (Call::ReadFile("/etc/x.md"), Deny),
+        (Call::ReadFile("notes/x.md"), Ask),
+    ];
+    for (call, want) in cases {
+        let v = p.decide(*call);
+        assert_eq!(v.decision, *want, "{call:?}: {v:?}");
+    }
 }

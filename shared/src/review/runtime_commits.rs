@@ -77,9 +77,8 @@ impl RuntimeKey {
                 ));
             }
         }
-        // A regular file of a key's size: the setting may come from a tip the box
-        // has not judged yet (a commit the sync makes is signed with the key its tree
-        // names), and a FIFO or a device there must neither hang nor flood the box.
+        // A regular file of a key's size: a FIFO or a device named there must neither
+        // hang nor flood the box.
         let text = crate::regular::read(&real, KEY_FILE_CAP).map_err(|e| unusable(e.to_string()))?;
         let key = PrivateKey::from_openssh(&text).map_err(|e| unusable(format!("not an OpenSSH private key: {e}")))?;
         if key.is_encrypted() {
@@ -151,7 +150,13 @@ impl RuntimeKeys {
         self.loaded
             .borrow_mut()
             .entry(setting.to_string())
-            .or_insert_with(|| RuntimeKey::for_commits(Some(setting), &self.root).map(Rc::new))
+            .or_insert_with(|| match RuntimeKey::load(setting, &self.root) {
+                Ok(key) => Some(Rc::new(key)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "a runtime signing key cannot be used");
+                    None
+                }
+            })
             .clone()
     }
 

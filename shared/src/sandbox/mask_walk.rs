@@ -79,16 +79,15 @@ impl CacheWrite {
 /// As [`plan_masks`], with the cache written only when the returned [`CacheWrite`]
 /// is finished: the masks can go to the worker first.
 pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(PathBuf, Mask)>, CacheWrite), NsError> {
-    // The repository's names are matched relative to it: its relative globs, and the
-    // absolute ones that name a path inside it.
-    let repo_globs: Vec<String> = plan
-        .masked
-        .iter()
-        .filter(|g| !g.starts_with('/'))
-        .cloned()
-        .chain(absolute_under(&plan.masked, &plan.root))
-        .collect();
-    let set = glob_set(&repo_globs)?;
+    // Relative globs match names relative to the repository; absolute ones (`/srv/**`,
+    // `/**`) match a name's absolute form, under each spelling of the walk's root.
+    let (relative, absolute): (Vec<String>, Vec<String>) =
+        plan.masked.iter().cloned().partition(|g| !g.starts_with('/'));
+    let absolute: Vec<String> = absolute.iter().map(|g| g[1..].to_string()).collect();
+    let rel_set = glob_set(&relative)?;
+    let abs_set = glob_set(&absolute)?;
+    let any_depth: Vec<String> = relative.iter().filter(|g| is_any_depth(g)).cloned().collect();
+    let any_depth_set = glob_set(&any_depth)?;
     let mut walk = Walk {
         cache: cache.map(|f| WalkCache::load(f, &plan.masked)).unwrap_or_default(),
         updated: 0,
@@ -99,7 +98,13 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
     // A cache that held nothing (none yet, or kept for other globs) is written as
     // soon as this walk settles anything, whatever the threshold.
     let held_nothing = walk.cache.dirs.is_empty();
-    let mut found = walk.find(&plan.root, set.as_ref(), true)?;
+    let repo_globs = Globs {
+        rel: rel_set.as_ref(),
+        abs: abs_set.as_ref(),
+        spellings: spellings(&plan.root),
+        id: 1,
+    };
+    let mut found = walk.find_with(&plan.root, &repo_globs, true)?;
     // Sockets only: the repository's `.git` (the walk above passes over it) and the
     // read roots (a linked worktree's git directories, `additional_directories`).
     // (`.git` as the worker shows it: a link stays a link. A read root that is a link
@@ -112,10 +117,23 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
     // each matched against a path's absolute form.
     for dir in &plan.read_dirs {
         if dir.metadata().is_ok_and(|m| m.is_dir()) {
-            let globs = globs_under_read_root(&plan.masked, dir);
-            let set = glob_set(&globs)?;
-            let id = set.as_ref().map_or(0, |_| set_id(dir, &globs));
-            found.extend(walk.find_from(dir, String::new(), set.as_ref(), id, false)?);
+            let mut globs = Globs {
+                rel: any_depth_set.as_ref(),
+                abs: abs_set.as_ref(),
+                spellings: spellings(dir),
+                id: 0,
+            };
+            if !globs.any() {
+                found.extend(walk.find(dir, None, false)?);
+                continue;
+            }
+            // A read root a rule denies whole is masked whole.
+            if globs.is_match("") {
+                found.push((dir.clone(), Mask::Dir));
+                continue;
+            }
+            globs.id = set_id(dir, &plan.masked);
+            found.extend(walk.find_with(dir, &globs, false)?);
         }
     }
     tracing::debug!(listed = walk.listed, found = found.len(), "mask walk");
@@ -246,26 +264,23 @@ impl Walk {
         set: Option<&globset::GlobSet>,
         repository: bool,
     ) -> Result<Vec<(PathBuf, Mask)>, NsError> {
-        self.find_from(root, String::new(), set, u64::from(set.is_some()), repository)
+        let globs = Globs {
+            rel: set,
+            abs: None,
+            spellings: Vec::new(),
+            id: u64::from(set.is_some()),
+        };
+        self.find_with(root, &globs, repository)
     }
 
-    /// [`Walk::find`] with `root`'s own name for the globs given (`rel`), and the
-    /// cache's name for `set` (`set_id`: 0 for none; a listing is reused only under
-    /// the set it was made with).
-    fn find_from(
-        &mut self,
-        root: &Path,
-        rel: String,
-        set: Option<&globset::GlobSet>,
-        set_id: u64,
-        repository: bool,
-    ) -> Result<Vec<(PathBuf, Mask)>, NsError> {
+    /// [`Walk::find`] with `globs` (relative and absolute, [`Globs`]).
+    fn find_with(&mut self, root: &Path, globs: &Globs<'_>, repository: bool) -> Result<Vec<(PathBuf, Mask)>, NsError> {
         let mut out = Vec::new();
         // Directories still to list: absolute path and the name globs match.
-        let mut stack = vec![(root.to_path_buf(), rel)];
+        let mut stack = vec![(root.to_path_buf(), String::new())];
         while let Some((dir, rel_dir)) = stack.pop() {
             let top = repository && dir == root;
-            let Some(listed) = self.list(&dir, &rel_dir, (set, set_id), top)? else {
+            let Some(listed) = self.list(&dir, &rel_dir, globs, top)? else {
                 continue;
             };
             for (name, mask) in listed.masks {
@@ -281,23 +296,17 @@ impl Walk {
 
     /// One directory's masks and subdirectories: from the cache when it is unchanged,
     /// else listed (`None`: gone, or neither listable nor searchable).
-    fn list(
-        &mut self,
-        dir: &Path,
-        rel_dir: &str,
-        (set, set_id): (Option<&globset::GlobSet>, u64),
-        top: bool,
-    ) -> Result<Option<Listed>, NsError> {
+    fn list(&mut self, dir: &Path, rel_dir: &str, globs: &Globs<'_>, top: bool) -> Result<Option<Listed>, NsError> {
         self.seen.insert(dir.to_path_buf());
         let meta = std::fs::symlink_metadata(dir).ok().filter(|m| m.is_dir());
         let stamp = meta.as_ref().map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()));
         if let (Some(stamp), Some(hit)) = (stamp, self.cache.dirs.get(dir)) {
-            if hit.stamp == stamp && hit.globbed == set_id && hit.top == top {
+            if hit.stamp == stamp && hit.globbed == globs.id && hit.top == top {
                 return Ok(Some(Listed::from_cache(hit)));
             }
         }
         self.listed += 1;
-        let Some(listed) = list_dir(dir, rel_dir, set, top)? else {
+        let Some(listed) = list_dir(dir, rel_dir, globs, top)? else {
             return Ok(None);
         };
         let settled = meta
@@ -307,7 +316,7 @@ impl Walk {
         // A path the cache file cannot spell (not UTF-8) is listed every time.
         let entry = stamp
             .filter(|_| settled && dir.to_str().is_some())
-            .and_then(|s| listed.to_cache(s, set_id, top));
+            .and_then(|s| listed.to_cache(s, globs.id, top));
         match entry {
             Some(entry) if self.cache.dirs.get(dir) != Some(&entry) => {
                 self.cache.dirs.insert(dir.to_path_buf(), entry);
@@ -320,25 +329,39 @@ impl Walk {
     }
 }
 
-/// The deny globs that hold under a read root outside the repository, relative to
-/// it: those for any depth (`**/.env`, `**`) as they are, and the absolute ones that
-/// name a path under it ([`absolute_under`]).
-fn globs_under_read_root(masked: &[String], root: &Path) -> Vec<String> {
-    masked
-        .iter()
-        .filter(|g| *g == "**" || g.starts_with("**/"))
-        .cloned()
-        .chain(absolute_under(masked, root))
-        .collect()
+/// The deny globs one walk matches: `rel` against a name relative to the walk's root,
+/// `abs` against its absolute form (without the leading `/`) under each spelling of
+/// that root (as given without `.`, `..` or a trailing `/`, and with its links
+/// resolved), so `/srv/**`, `/**` or `/srv/*/secret/**` hold under a read root
+/// `/srv/data` however it is named. `id` is the walk cache's name for them (0: none).
+struct Globs<'a> {
+    rel: Option<&'a globset::GlobSet>,
+    abs: Option<&'a globset::GlobSet>,
+    spellings: Vec<String>,
+    id: u64,
 }
 
-/// The absolute globs of `masked` (`/srv/data/secret/**`) whose literal start names
-/// `dir`, made relative to it (`secret/**`). `dir` is taken in each of its spellings:
-/// as given without `.`, `..` or a trailing `/`, and with its links resolved, so a
-/// read root named through a link or as `/srv/./data/` is masked all the same. (A
-/// wildcard before `dir`'s last component, `/srv/*/secret/**`, is not translated.)
-fn absolute_under(masked: &[String], dir: &Path) -> Vec<String> {
-    let mut spellings: Vec<String> = Vec::new();
+impl Globs<'_> {
+    fn any(&self) -> bool {
+        self.rel.is_some() || self.abs.is_some()
+    }
+
+    /// Whether a deny glob matches the entry `rel` (relative to the walk's root; `""`
+    /// is the root itself).
+    fn is_match(&self, rel: &str) -> bool {
+        (!rel.is_empty() && self.rel.is_some_and(|s| s.is_match(rel)))
+            || self.abs.is_some_and(|s| {
+                self.spellings.iter().any(|root| match rel.is_empty() {
+                    true => s.is_match(root),
+                    false => s.is_match(format!("{root}/{rel}")),
+                })
+            })
+    }
+}
+
+/// `dir`'s absolute spellings without the leading `/`: as given without `.`, `..` or
+/// a trailing `/`, and with its links resolved.
+fn spellings(dir: &Path) -> Vec<String> {
     let lexical: PathBuf = dir.components().fold(PathBuf::new(), |mut p, c| {
         match c {
             std::path::Component::CurDir => {}
@@ -349,23 +372,19 @@ fn absolute_under(masked: &[String], dir: &Path) -> Vec<String> {
         }
         p
     });
+    let mut out: Vec<String> = Vec::new();
     for s in [Some(lexical), std::fs::canonicalize(dir).ok()].into_iter().flatten() {
-        let s = s.to_string_lossy().trim_end_matches('/').to_string();
-        if !s.is_empty() && !spellings.contains(&s) {
-            spellings.push(s);
-        }
-    }
-    let mut out = Vec::new();
-    for g in masked.iter().filter(|g| g.starts_with('/')) {
-        for s in &spellings {
-            if let Some(rest) = g.strip_prefix(s.as_str()).and_then(|r| r.strip_prefix('/')) {
-                if !rest.is_empty() && !out.iter().any(|o| o == rest) {
-                    out.push(rest.to_string());
-                }
-            }
+        let s = s.to_string_lossy().trim_matches('/').to_string();
+        if !out.contains(&s) {
+            out.push(s);
         }
     }
     out
+}
+
+/// A relative glob for any depth (`**/.env`, `**`): it holds in the read roots too.
+fn is_any_depth(glob: &str) -> bool {
+    glob == "**" || glob.starts_with("**/")
 }
 
 /// The set of `globs`, `None` when there is none (a walk for sockets alone).
@@ -397,7 +416,7 @@ fn changed_at(meta: &std::fs::Metadata) -> Option<SystemTime> {
 }
 
 /// Lists `dir`: its entries to mask and its subdirectories to walk.
-fn list_dir(dir: &Path, rel_dir: &str, set: Option<&globset::GlobSet>, top: bool) -> Result<Option<Listed>, NsError> {
+fn list_dir(dir: &Path, rel_dir: &str, globs: &Globs<'_>, top: bool) -> Result<Option<Listed>, NsError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -419,12 +438,12 @@ fn list_dir(dir: &Path, rel_dir: &str, set: Option<&globset::GlobSet>, top: bool
         }
         // A plain file matters only to deny globs: a walk for sockets alone (the
         // `.git` and read-root walks, most of the entries) allocates nothing for it.
-        if set.is_none() && !kind.is_dir() {
+        if !globs.any() && !kind.is_dir() {
             continue;
         }
         // The repository-relative name is what globs match (UTF-8: a name that is
         // not is matched by its lossy form).
-        let matched = set.is_some_and(|set| set.is_match(join_rel(rel_dir, &name.to_string_lossy())));
+        let matched = globs.any() && globs.is_match(&join_rel(rel_dir, &name.to_string_lossy()));
         if matched && kind.is_dir() {
             listed.masks.push((name, Mask::Dir));
         } else if matched && kind.is_file() {

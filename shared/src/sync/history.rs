@@ -307,12 +307,14 @@ impl Ctx<'_> {
 
     /// A commit the sync makes in place of the runtime's commit `like` (or joining it),
     /// as the runtime, author and committer, at the time of `like`, signed as the fire
-    /// signs. The identity is the one the settings of `named_by` name: the tip the box
-    /// moves to (approved, or holding the box's own builder tree) when it rebuilds
-    /// onto it, else the box's own branch: never a tip the box refused, whose
-    /// unreviewed settings would choose who the box commits as. So records made before
-    /// an approved change of that identity are rebuilt under the new one, and a person
-    /// who rewrote one on the box is not taken over as its committer.
+    /// signs. The identity and the signing key
+    /// ([`crate::review::runtime_commits::RuntimeKeys::sign_as`]) are those the settings
+    /// of `named_by` name: the tip the commit goes onto when the box would move there
+    /// (approved, or holding the box's own builder tree: [`Ctx::named_by`]), else the
+    /// box's own branch: never a tip the box refused, whose unreviewed settings would
+    /// choose who the box commits as, or with which key. So records made before an
+    /// approved change of that identity or key are rebuilt under the new one, and a
+    /// person who rewrote one on the box is not taken over as its committer.
     fn runtime_commit(
         &self,
         like: Oid,
@@ -421,10 +423,10 @@ fn key_missing(repo: &Repository, tip: Oid) -> Option<String> {
     settings.missing_key_variable().map(str::to_string)
 }
 
-/// A path the runtime commits: under one of the runtime directories.
 /// How many of a ref's last tips count as ones the remote once had.
 const ONCE_HAD_TIPS: usize = 64;
 
+/// A path the runtime commits: under one of the runtime directories.
 pub(super) fn is_record_path(p: &str) -> bool {
     crate::layout::in_runtime_dirs(p)
 }
