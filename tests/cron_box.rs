@@ -1713,9 +1713,9 @@ fn a_failed_move_after_a_force_push_does_not_make_a_joined_commit_a_persons() {
 
 /// A colleague with push access (not a signer) deletes an approval's ref on the
 /// origin and pushes a ref one level below its name (`approved/<id>/x`): the box
-/// cannot store that ref beside the one it holds, goes on with the approvals it has
-/// (warned), and keeps firing and pushing (helper-87: every fire failed at the fetch,
-/// and no task ran until a person fixed the refs by hand).
+/// fetches the approvals again from an empty staging area, and keeps firing, pushing
+/// and taking approved changes (helper-87: every fire failed at the fetch, and no task
+/// ran until a person fixed the refs by hand).
 #[test]
 fn an_approval_ref_a_colleague_reshapes_does_not_stop_the_box() {
     let team = Team::new();
@@ -1736,11 +1736,26 @@ fn an_approval_ref_a_colleague_reshapes_does_not_stop_the_box() {
         .expect("an approval ref on the origin");
     team.git(&team.origin, &["update-ref", "-d", name]);
     team.git(&team.origin, &["update-ref", &format!("{name}/x"), id]);
+    let fired = team.fire();
+    assert_eq!(fired.code, 0, "{fired}");
+    // The attack ran: the fetch of the approvals failed on the reshaped ref, and was
+    // made again from an empty staging area.
+    assert!(
+        fired.stderr.contains("trying again from an empty staging area"),
+        "{fired}"
+    );
+    // A change approved afterwards still reaches the box (helper-89: the box stayed on
+    // its old tree, its card blaming a missing approval).
+    team.git(team.laptop(), &["update-ref", "-d", name]);
+    let prompt = format!("{}\nBe brief.\n", team.env.read("prompts/digest.md"));
+    let landed = team.land("brief", &[("prompts/digest.md", prompt.as_str())]);
     for n in 0..2 {
         let fired = team.fire();
         assert_eq!(fired.code, 0, "fire {n}: {fired}");
-        // The attack ran: the fetch of the approvals failed on the reshaped ref.
-        assert!(fired.stderr.contains("approvals could not be fetched"), "{fired}");
     }
+    assert!(
+        team.is_ancestor(&team.cron, &landed, "HEAD"),
+        "the box moved to the approved change"
+    );
     team.assert_records_on_origin();
 }

@@ -913,3 +913,30 @@ fn absolute_read_deny_rules_are_masked_whatever_the_spelling() {
         );
     }
 }
+
+/// A deny rule naming a read root that holds the repository does not mask the
+/// repository with it: the fire starts, and its tools write under `reports/`
+/// (helper-89: every fire failed to start its sandbox).
+#[test]
+fn a_denied_read_root_that_holds_the_repository_leaves_the_fire_working() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(&[cmd("echo ran > reports/ran.txt")], "# Done", "");
+    let parent = env.root.parent().unwrap().display().to_string();
+    let yaml = env.read("settings/runtime.yaml").replace(
+        "allow: [\"Bash(*)\", \"Read(**)\"]",
+        &format!(
+            "allow: [\"Bash(*)\", \"Read(**)\"]\n  deny: [\"Read(/{parent})\"]\n  additional_directories: [\"{parent}\"]"
+        ),
+    );
+    env.write("settings/runtime.yaml", &yaml);
+    env.commit_all("deny the read root that holds the repository");
+    let (code, summary) = fire(&env, &[]);
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}");
+    assert_eq!(
+        committed(&env, "reports/ran.txt").map(|c| c.1),
+        Some(b"ran\n".to_vec()),
+        "{summary}"
+    );
+}

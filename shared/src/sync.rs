@@ -343,7 +343,9 @@ impl Ctx<'_> {
                     }
                 },
             };
-            let set = locks::set_ref(
+            // One ref the box cannot store (a name below one it holds, `approved/<id>/x`
+            // beside `approved/<id>`) is passed over; the others still apply.
+            let set = match locks::set_ref(
                 self.repo,
                 intent,
                 &name,
@@ -351,8 +353,13 @@ impl Ctx<'_> {
                 Expect::Is(ours),
                 Point::Other,
                 "runtime sync: approvals",
-            )
-            .map_err(&git)?;
+            ) {
+                Ok(set) => set,
+                Err(e) => {
+                    tracing::warn!(name, error = %e, "an approvals ref cannot be stored here: passed over");
+                    continue;
+                }
+            };
             if set != SetRef::Set {
                 tracing::warn!(
                     name,
@@ -394,7 +401,15 @@ impl Ctx<'_> {
     /// a tip only the new ones would approve, and says so); never a box that stops
     /// firing for a ref anyone with push access can write.
     fn fetch_with_approvals(&self, intent: &mut Intent, runtime_email: &str) -> Result<Oid, SyncError> {
-        let remote = match self.fetch(true) {
+        // A fetch the staged copy of the approvals blocks (`approved/<id>` held here,
+        // `approved/<id>/x` there) is tried once more from an empty staging area: it
+        // only ever holds what the last fetch brought.
+        let fetched = self.fetch(true).or_else(|e| {
+            tracing::warn!(error = %e, "the approvals fetch failed: trying again from an empty staging area");
+            self.clear_staged_approvals();
+            self.fetch(true)
+        });
+        let remote = match fetched {
             Ok(remote) => remote,
             Err(e) => {
                 let remote = self.fetch(false)?;
@@ -406,6 +421,24 @@ impl Ctx<'_> {
             tracing::warn!(error = %e, "the approvals fetched were not applied: the box goes on with those it has");
         }
         Ok(remote)
+    }
+
+    /// Removes every staged approval ref (under the sync lock: no one else writes
+    /// there); the approvals the box has are elsewhere and stay.
+    fn clear_staged_approvals(&self) {
+        let staged = self.staged_approvals();
+        let Ok(refs) = self.repo.references_glob(&format!("{staged}*")) else {
+            return;
+        };
+        let names: Vec<String> = refs
+            .flatten()
+            .filter_map(|r| r.name().ok().map(str::to_string))
+            .collect();
+        for name in names {
+            if let Err(e) = self.repo.find_reference(&name).and_then(|mut r| r.delete()) {
+                tracing::warn!(name, error = %e, "a staged approval ref was not removed");
+            }
+        }
     }
 
     /// Under the sync lock: fetch, then what the box would do ([`Look`]), moving

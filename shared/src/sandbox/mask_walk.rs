@@ -127,8 +127,9 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
                 found.extend(walk.find(dir, None, false)?);
                 continue;
             }
-            // A read root a rule denies whole is masked whole.
-            if globs.is_match("") {
+            // A read root a rule denies whole is masked whole (not one that holds the
+            // repository: its own entries are then judged by the walk below).
+            if globs.is_match("") && !plan.root.starts_with(dir) {
                 found.push((dir.clone(), Mask::Dir));
                 continue;
             }
