@@ -9,6 +9,21 @@ use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::path::Path;
 
+/// Why a path is refused though it opened: carried inside the `io::Error` the
+/// readers return ([`refused`] finds it), so callers tell it apart by type.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("not a regular file ({0})")]
+    NotRegular(&'static str),
+    #[error("larger than {0} bytes: too large to read")]
+    TooLarge(u64),
+}
+
+/// The [`Refused`] inside an error [`open`] or [`read`] returned, if it is one.
+pub fn refused(e: &std::io::Error) -> Option<&Refused> {
+    e.get_ref()?.downcast_ref()
+}
+
 /// Opens `path` (links followed) for reading, and writing with `write`, only if it is
 /// a regular file.
 pub fn open(path: &Path, write: bool) -> std::io::Result<File> {
@@ -22,7 +37,7 @@ pub fn open(path: &Path, write: bool) -> std::io::Result<File> {
     if !t.is_file() {
         return Err(std::io::Error::new(
             ErrorKind::InvalidInput,
-            format!("not a regular file ({})", crate::beneath::kind_of(t)),
+            Refused::NotRegular(crate::beneath::kind_of(t)),
         ));
     }
     Ok(f)
@@ -34,10 +49,7 @@ pub fn read(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     open(path, false)?.take(max + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidInput,
-            format!("larger than {max} bytes: too large to read"),
-        ));
+        return Err(std::io::Error::new(ErrorKind::InvalidInput, Refused::TooLarge(max)));
     }
     Ok(bytes)
 }

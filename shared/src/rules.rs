@@ -297,8 +297,14 @@ impl PathPattern {
 
     /// A relative pattern for any depth (`**/x`, or `**`).
     pub fn anywhere(&self) -> bool {
-        !self.absolute && (self.glob() == "**" || self.glob().starts_with("**/"))
+        !self.absolute && is_any_depth(self.glob())
     }
+}
+
+/// Whether the relative glob `glob` is one for any depth (`**/.env`, `**`): such a
+/// rule holds in the read roots outside the repository too.
+pub fn is_any_depth(glob: &str) -> bool {
+    glob == "**" || glob.starts_with("**/")
 }
 
 /// A command in canonical form for flag-aware matching: program basename, the set of

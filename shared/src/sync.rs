@@ -168,7 +168,7 @@ pub(crate) struct Ctx<'a> {
     sync: &'a SyncSettings,
     /// Signs each commit the sync makes on the branch, as the fire signs its own
     /// (`runtime_identity.signing_key`), with the key the settings naming the commit
-    /// name ([`RuntimeKeys::sign_as`]; the approvals-join commit, on the approvals ref,
+    /// name ([`RuntimeKeys::signer`]; the approvals-join commit, on the approvals ref,
     /// with the box's own key): a records commit rebuilt, joined or replayed
     /// without it would read as forged to `builder audit`. `None` where the sync only
     /// looks (`runtime check`), or signs nothing.
@@ -385,11 +385,7 @@ impl Ctx<'_> {
             "runtime: approvals joined (the remote's history of this ref was rewritten; every approval the box has seen stays)\n",
             &empty,
             &[&a, &b],
-            self.sign
-                .and_then(RuntimeKeys::own)
-                .map(|k| move |text: &str| k.sign(text))
-                .as_ref()
-                .map(|f| f as &crate::git::SignCommit<'_>),
+            self.sign.and_then(|k| k.signer(None)).as_deref(),
         )
         .map_err(|e| git2::Error::from_str(&e.to_string()))
     }

@@ -124,9 +124,11 @@ fn followed(path: &Path) -> String {
     match crate::regular::read(path, HASH_CAP) {
         Ok(bytes) => hash(&bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => "target absent".into(),
-        Err(e) if e.to_string().starts_with("not a regular file") => "target not a regular file".into(),
-        Err(e) if e.to_string().starts_with("larger than") => format!("target over {HASH_CAP} bytes"),
-        Err(e) => format!("target unreadable ({e})"),
+        Err(e) => match crate::regular::refused(&e) {
+            Some(crate::regular::Refused::NotRegular(_)) => "target not a regular file".into(),
+            Some(crate::regular::Refused::TooLarge(_)) => format!("target over {HASH_CAP} bytes"),
+            None => format!("target unreadable ({e})"),
+        },
     }
 }
 

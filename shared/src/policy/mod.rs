@@ -259,17 +259,30 @@ impl Policy {
         joined
     }
 
-    /// The first of `rules` (deny or ask) that holds for the path `abs` (`rel` inside
-    /// the repository): by its spelling, a rule for any depth in the read roots too,
-    /// and by where its links lead (`/srv/./data/x`, a read root named through a link,
-    /// a link inside the repository).
-    fn held_by(&self, rules: &[Rule], tools: &[&str], rel: Option<&str>, abs: &Path) -> Option<usize> {
-        let hit = |rel: Option<&str>, abs: &Path| path_rule_hit(rules, tools, rel, abs, self.in_read_roots(abs));
-        hit(rel, abs).or_else(|| {
-            let real = std::fs::canonicalize(abs).ok().filter(|r| r != abs)?;
-            let rel = normalize(self.ownership.root(), &real.to_string_lossy());
-            hit(rel.as_deref(), &real)
-        })
+    /// The spellings of the path `abs` (`rel` inside the repository) that deny and ask
+    /// rules are matched against, worked out once per decision: as named, and where its
+    /// links lead when that differs (`/srv/./data/x`, a read root named through a link,
+    /// a link inside the repository); each with whether it lies in a read root.
+    fn spellings(&self, rel: Option<String>, abs: PathBuf) -> Vec<(Option<String>, PathBuf, bool)> {
+        let real = std::fs::canonicalize(&abs).ok().filter(|r| *r != abs);
+        let mut out = vec![(rel, abs)];
+        if let Some(real) = real {
+            out.push((normalize(self.ownership.root(), &real.to_string_lossy()), real));
+        }
+        out.into_iter()
+            .map(|(rel, abs)| {
+                let roots = self.in_read_roots(&abs);
+                (rel, abs, roots)
+            })
+            .collect()
+    }
+
+    /// The first of `rules` (deny or ask) that holds for any of `spellings`
+    /// ([`Policy::spellings`]): a rule for any depth in the read roots too.
+    fn held_by(rules: &[Rule], tools: &[&str], spellings: &[(Option<String>, PathBuf, bool)]) -> Option<usize> {
+        spellings
+            .iter()
+            .find_map(|(rel, abs, roots)| path_rule_hit(rules, tools, rel.as_deref(), abs, *roots))
     }
 
     /// Whether `abs` (folded: no `.` or `..`) lies in a read root: where rules for any
@@ -337,10 +350,11 @@ impl Policy {
         let abs = self.abs(path, None);
         let rel = normalize(self.ownership.root(), &abs.to_string_lossy());
         let tools = call.rule_tools();
-        if let Some(i) = self.held_by(&self.deny, tools, rel.as_deref(), &abs) {
+        let spellings = self.spellings(rel.clone(), abs.clone());
+        if let Some(i) = Policy::held_by(&self.deny, tools, &spellings) {
             return Verdict::new(Decision::Deny, Some(&self.deny[i]), "matches a deny rule");
         }
-        if let Some(i) = self.held_by(&self.ask, tools, rel.as_deref(), &abs) {
+        if let Some(i) = Policy::held_by(&self.ask, tools, &spellings) {
             return Verdict::new(Decision::Ask, Some(&self.ask[i]), "matches an ask rule");
         }
         if let Some(i) = path_rule_hit(&self.allow, tools, rel.as_deref(), &abs, false) {
@@ -487,7 +501,8 @@ impl Policy {
             }
             let abs = self.abs(&w.text, cwd);
             let rel = normalize(self.ownership.root(), &abs.to_string_lossy());
-            let hit = |rules: &[Rule]| self.held_by(rules, READ_TOOLS, rel.as_deref(), &abs);
+            let spellings = self.spellings(rel, abs);
+            let hit = |rules: &[Rule]| Policy::held_by(rules, READ_TOOLS, &spellings);
             if let Some(i) = hit(&self.deny) {
                 return Some(Verdict::new(
                     Decision::Deny,

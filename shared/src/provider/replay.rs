@@ -137,8 +137,8 @@ impl Replay {
 /// instead of holding the fire, and its task lock, and `/dev/zero` is not read to the
 /// end of memory).
 fn read_outside(path: &Path) -> Result<Vec<u8>, String> {
-    crate::regular::read(path, TRACE_CAP).map_err(|e| match e.kind() {
-        std::io::ErrorKind::InvalidInput if e.to_string().starts_with("larger") => format!("over {TRACE_CAP} bytes"),
+    crate::regular::read(path, TRACE_CAP).map_err(|e| match crate::regular::refused(&e) {
+        Some(crate::regular::Refused::TooLarge(_)) => format!("over {TRACE_CAP} bytes"),
         _ => e.to_string(),
     })
 }

@@ -183,34 +183,35 @@ impl RuntimeKeys {
         self.rule.as_ref()
     }
 
-    /// Whether [`RuntimeKeys::sign_as`] has a key to sign with for `setting`.
-    pub fn can_sign(&self, setting: Option<&str>) -> bool {
-        setting
-            .filter(|k| !k.trim().is_empty())
-            .and_then(|k| self.key(k))
-            .is_some()
-            || self.own().is_some()
-    }
-
-    /// The signature of a commit's `text` by the key `setting` names (the
-    /// `runtime_identity.signing_key` of the settings that name the commit: a tip the
-    /// box moves to, else its own branch), falling back to the box's own key when that
-    /// key is not here or cannot sign (warned: audit will flag the commit, and the
-    /// records still reach the remote); `None` when neither can.
-    pub fn sign_as(&self, setting: Option<&str>, text: &str) -> Option<Result<String, String>> {
+    /// The signer of a commit named by settings whose `runtime_identity.signing_key`
+    /// is `setting` (a tip the box moves to, else its own branch; `None`: the box's
+    /// own key): that key, falling back to the box's own when it is not here or
+    /// cannot sign (warned: audit will flag the commit, and the records still reach
+    /// the remote); `None` when neither key is here (the commit is made unsigned).
+    pub fn signer(&self, setting: Option<&str>) -> Option<Box<crate::git::SignCommit<'static>>> {
         let named = setting.filter(|k| !k.trim().is_empty());
-        if let Some(key) = named.and_then(|k| self.key(k)) {
-            match key.sign(text) {
-                Ok(sig) => return Some(Ok(sig)),
-                Err(e) => tracing::warn!(error = %e, "the key the settings name cannot sign: the box's own key signs"),
-            }
-        } else if named.is_some() && named != self.own.as_deref() {
+        let key = named.and_then(|k| self.key(k));
+        if key.is_none() && named.is_some() && named != self.own.as_deref() {
             tracing::warn!(
                 key = named.unwrap_or_default(),
                 "the key the settings name cannot be used here: the box's own key signs"
             );
         }
-        self.own().map(|k| k.sign(text))
+        let own = self.own();
+        if key.is_none() && own.is_none() {
+            return None;
+        }
+        Some(Box::new(move |text: &str| {
+            if let Some(key) = &key {
+                match key.sign(text) {
+                    Ok(sig) => return Ok(sig),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the key the settings name cannot sign: the box's own key signs")
+                    }
+                }
+            }
+            own.as_ref().ok_or_else(|| "no key can sign".to_string())?.sign(text)
+        }))
     }
 }
 

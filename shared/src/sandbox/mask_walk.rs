@@ -86,7 +86,11 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
     let absolute: Vec<String> = absolute.iter().map(|g| g[1..].to_string()).collect();
     let rel_set = glob_set(&relative)?;
     let abs_set = glob_set(&absolute)?;
-    let any_depth: Vec<String> = relative.iter().filter(|g| is_any_depth(g)).cloned().collect();
+    let any_depth: Vec<String> = relative
+        .iter()
+        .filter(|g| crate::rules::is_any_depth(g))
+        .cloned()
+        .collect();
     let any_depth_set = glob_set(&any_depth)?;
     let mut walk = Walk {
         cache: cache.map(|f| WalkCache::load(f, &plan.masked)).unwrap_or_default(),
@@ -112,31 +116,7 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
     if plan.root.join(".git").symlink_metadata().is_ok_and(|m| m.is_dir()) {
         found.extend(walk.find(&plan.root.join(".git"), None, false)?);
     }
-    // The read roots for sockets, and for the deny globs that reach outside the
-    // repository: those for any depth (`**/.env`) and absolute ones (`//srv/x/**`),
-    // each matched against a path's absolute form.
-    for dir in &plan.read_dirs {
-        if dir.metadata().is_ok_and(|m| m.is_dir()) {
-            let mut globs = Globs {
-                rel: any_depth_set.as_ref(),
-                abs: abs_set.as_ref(),
-                spellings: spellings(dir),
-                id: 0,
-            };
-            if !globs.any() {
-                found.extend(walk.find(dir, None, false)?);
-                continue;
-            }
-            // A read root a rule denies whole is masked whole (not one that holds the
-            // repository: its own entries are then judged by the walk below).
-            if globs.is_match("") && !plan.root.starts_with(dir) {
-                found.push((dir.clone(), Mask::Dir));
-                continue;
-            }
-            globs.id = set_id(dir, &plan.masked);
-            found.extend(walk.find_with(dir, &globs, false)?);
-        }
-    }
+    found.extend(walk.read_roots(plan, any_depth_set.as_ref(), abs_set.as_ref())?);
     tracing::debug!(listed = walk.listed, found = found.len(), "mask walk");
     // Only what this walk saw is kept: a directory gone (or no longer walked) leaves
     // the cache, which no model can grow by making and removing directories.
@@ -274,6 +254,40 @@ impl Walk {
         self.find_with(root, &globs, repository)
     }
 
+    /// The read roots of `plan`, walked for sockets and for the deny globs that reach
+    /// outside the repository: those for any depth (`**/.env`, `any_depth`) and the
+    /// absolute ones (`//srv/x/**`, `abs`), each matched against an entry's absolute
+    /// form.
+    fn read_roots(
+        &mut self,
+        plan: &NamespacePlan,
+        any_depth: Option<&globset::GlobSet>,
+        abs: Option<&globset::GlobSet>,
+    ) -> Result<Vec<(PathBuf, Mask)>, NsError> {
+        let mut found = Vec::new();
+        for dir in plan.read_dirs.iter().filter(|d| d.metadata().is_ok_and(|m| m.is_dir())) {
+            let mut globs = Globs {
+                rel: any_depth,
+                abs,
+                spellings: spellings(dir),
+                id: 0,
+            };
+            if !globs.any() {
+                found.extend(self.find(dir, None, false)?);
+                continue;
+            }
+            // A read root a rule denies whole is masked whole (not one that holds the
+            // repository: its own entries are judged by the repository's walk).
+            if globs.is_match("") && !plan.root.starts_with(dir) {
+                found.push((dir.clone(), Mask::Dir));
+                continue;
+            }
+            globs.id = set_id(dir, &plan.masked);
+            found.extend(self.find_with(dir, &globs, false)?);
+        }
+        Ok(found)
+    }
+
     /// [`Walk::find`] with `globs` (relative and absolute, [`Globs`]).
     fn find_with(&mut self, root: &Path, globs: &Globs<'_>, repository: bool) -> Result<Vec<(PathBuf, Mask)>, NsError> {
         let mut out = Vec::new();
@@ -381,11 +395,6 @@ fn spellings(dir: &Path) -> Vec<String> {
         }
     }
     out
-}
-
-/// A relative glob for any depth (`**/.env`, `**`): it holds in the read roots too.
-fn is_any_depth(glob: &str) -> bool {
-    glob == "**" || glob.starts_with("**/")
 }
 
 /// The set of `globs`, `None` when there is none (a walk for sockets alone).

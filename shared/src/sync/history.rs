@@ -308,7 +308,7 @@ impl Ctx<'_> {
     /// A commit the sync makes in place of the runtime's commit `like` (or joining it),
     /// as the runtime, author and committer, at the time of `like`, signed as the fire
     /// signs. The identity and the signing key
-    /// ([`crate::review::runtime_commits::RuntimeKeys::sign_as`]) are those the settings
+    /// ([`crate::review::runtime_commits::RuntimeKeys::signer`]) are those the settings
     /// of `named_by` name: the tip the commit goes onto when the box would move there
     /// (approved, or holding the box's own builder tree: [`Ctx::named_by`]), else the
     /// box's own branch: never a tip the box refused, whose unreviewed settings would
@@ -339,13 +339,8 @@ impl Ctx<'_> {
         // box held these records, or landed during a fire, has them signed with the
         // new key, which audit (judging by the commit's own tree) asks for.
         let setting = named.signing_key.as_deref();
-        let can_sign = self.sign.is_some_and(|k| k.can_sign(setting));
-        let sign = |text: &str| {
-            self.sign
-                .and_then(|k| k.sign_as(setting, text))
-                .unwrap_or_else(|| Err("no key".into()))
-        };
-        let sign = can_sign.then_some(&sign as &crate::git::SignCommit<'_>);
+        let signer = self.sign.and_then(|k| k.signer(setting));
+        let sign = signer.as_deref();
         crate::git::commit_object(self.repo, &author, &author, msg, &tree, &parents, sign)
             .map_err(|e| self.err("join", e.to_string()))
     }

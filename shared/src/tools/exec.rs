@@ -24,18 +24,6 @@ const MAX_GREP_FILE: u64 = 1 << 20;
 /// the path leads to, never fills the worker's memory.
 const MAX_READ_FILE: u64 = 8 << 20;
 
-/// Opens `full` for reading (and writing, for `edit_file`) only if it is a regular
-/// file ([`crate::regular::open`]): a FIFO or a device the model left cannot hang or
-/// flood the worker.
-fn open_regular(full: &Path, write: bool) -> std::io::Result<std::fs::File> {
-    crate::regular::open(full, write)
-}
-
-/// Reads at most `max` bytes of a regular file; more is an error, not a silent cut.
-fn read_regular(full: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    crate::regular::read(full, max)
-}
-
 /// Makes SIGTERM and SIGINT kill the running command (with its process group)
 /// instead of the process, so the caller goes on serving and nothing is orphaned.
 pub fn install_interrupt_handlers() {
@@ -152,7 +140,7 @@ fn read_file(ctx: &ExecContext, path: &str, offset: Option<usize>, limit: Option
             ),
         );
     }
-    let bytes = match read_regular(&full, MAX_READ_FILE) {
+    let bytes = match crate::regular::read(&full, MAX_READ_FILE) {
         Ok(b) => b,
         Err(e) => return io_error(path, &e, false),
     };
@@ -237,7 +225,7 @@ impl GrepHits {
     /// Adds the lines of the regular file `p` (shown as `shown`) that `re` matches;
     /// a file it cannot read, or a binary one (a NUL byte), adds nothing.
     fn search(&mut self, p: &Path, shown: &str, re: &regex::Regex) {
-        let Ok(bytes) = read_regular(p, MAX_GREP_FILE) else {
+        let Ok(bytes) = crate::regular::read(p, MAX_GREP_FILE) else {
             return;
         };
         if bytes.contains(&0) {
@@ -333,7 +321,7 @@ fn write_file(ctx: &ExecContext, path: &str, content: &str) -> ToolResult {
 
 fn edit_file(ctx: &ExecContext, path: &str, old: &str, new: &str) -> ToolResult {
     let full = resolve(ctx, path);
-    let text = match read_regular(&full, MAX_READ_FILE)
+    let text = match crate::regular::read(&full, MAX_READ_FILE)
         .and_then(|b| String::from_utf8(b).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e.utf8_error())))
     {
         Ok(t) => t,
@@ -356,7 +344,7 @@ fn edit_file(ctx: &ExecContext, path: &str, old: &str, new: &str) -> ToolResult 
             )
         }
     }
-    let written = open_regular(&full, true).and_then(|mut f| {
+    let written = crate::regular::open(&full, true).and_then(|mut f| {
         use std::io::Write;
         f.set_len(0)?;
         f.write_all(text.replacen(old, new, 1).as_bytes())
