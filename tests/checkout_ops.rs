@@ -718,19 +718,12 @@ fn a_fire_reads_every_builder_file_from_the_commit_it_began_on() {
     let env = TestEnv::new();
     let began = git_ok(&env, &["rev-parse", "HEAD"]);
     let prompt_then = git_ok(&env, &["rev-parse", "HEAD:prompts/digest.md"]);
-    let child = fire_held_at(&env, "after-settings-read");
+    let child = fire_held_at(&env, "digest", "after-settings-read");
     env.write("prompts/digest.md", "---\ntools: []\n---\n");
     git_ok(&env, &["commit", "-q", "-am", "a prompt with no body"]);
     assert_ne!(git_ok(&env, &["rev-parse", "HEAD"]), began);
-    let cont = std::process::Command::new("kill")
-        .args(["-CONT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(cont.success());
-    let out = child.wait_with_output().unwrap();
+    let (out, summary) = resume_held(child);
     assert_eq!(out.status.signal(), None, "{out:?}");
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(
         out.status.code(),
         Some(TestEnv::completed_code(&summary)),
@@ -742,11 +735,11 @@ fn a_fire_reads_every_builder_file_from_the_commit_it_began_on() {
     assert_eq!(receipt["inputs"]["prompt"], prompt_then.as_str(), "{receipt}");
 }
 
-/// A fire of `digest` held by SIGSTOP at the failpoint `point`, once it is stopped
+/// A fire of `task` held by SIGSTOP at the failpoint `point`, once it is stopped
 /// there (its output piped, for `wait_with_output` after SIGCONT).
-fn fire_held_at(env: &TestEnv, point: &str) -> std::process::Child {
+pub(crate) fn fire_held_at(env: &TestEnv, task: &str, point: &str) -> std::process::Child {
     let child = env
-        .command("runtime", &["fire", "digest", "--json"])
+        .command("runtime", &["fire", task, "--json"])
         .env("RUNTIME_FAILPOINTS", format!("{point}:stop"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -768,6 +761,20 @@ fn fire_held_at(env: &TestEnv, point: &str) -> std::process::Child {
     child
 }
 
+/// Lets a fire [`fire_held_at`] held go on (SIGCONT), and waits for its end: its
+/// output and its JSON summary.
+pub(crate) fn resume_held(child: std::process::Child) -> (std::process::Output, serde_json::Value) {
+    assert!(std::process::Command::new("kill")
+        .args(["-CONT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    let summary = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    (out, summary)
+}
+
 /// A fire makes a missing records directory (`runs/<task>/<day>`) with git's index
 /// lock held, as git's own commands do while they change the work tree: a person's
 /// checkout then never meets a directory appearing between git's check and its
@@ -784,7 +791,7 @@ fn a_records_directory_is_made_under_gits_index_lock_and_a_killed_holders_lock_g
     let checkout = |to: &str| env.git_in(&env.root, &["checkout", "-q", to]);
     // The checkout the held lock stops goes through on its own.
     assert!(checkout("other").status.success() && checkout("main").status.success());
-    let child = fire_held_at(&env, "records-dir-locked");
+    let child = fire_held_at(&env, "digest", "records-dir-locked");
     let held = std::fs::read_to_string(&lock).expect("the fire holds git's index lock");
     assert!(held.starts_with(&format!("runtime-lock {} ", child.id())), "{held:?}");
     let refused = checkout("other");
@@ -793,14 +800,7 @@ fn a_records_directory_is_made_under_gits_index_lock_and_a_killed_holders_lock_g
         String::from_utf8_lossy(&refused.stderr).contains("index.lock"),
         "{refused:?}"
     );
-    assert!(std::process::Command::new("kill")
-        .args(["-CONT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let out = child.wait_with_output().unwrap();
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    let (out, summary) = resume_held(child);
     assert_eq!(out.status.code(), Some(TestEnv::completed_code(&summary)), "{summary}");
     assert!(!lock.exists(), "the fire left git's index lock");
     assert!(checkout("other").status.success() && checkout("main").status.success());

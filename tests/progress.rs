@@ -486,3 +486,58 @@ fn fire_help_documents_the_new_flags() {
         assert!(help.contains(part), "missing `{part}` in:\n{help}");
     }
 }
+
+/// Text a model chose reaches no terminal raw (helper-91): a tool name with escape
+/// sequences in the `-v` lines and in the live line, and an acceptance check's output
+/// quoting the model's report in the failure line `runtime fire` prints (plain and
+/// `--json`, C1 controls and bidi overrides included).
+#[test]
+fn a_models_escape_sequences_reach_no_terminal_raw() {
+    const TITLE: &str = "\x1b]0;PWNED\x07\x1b[2J";
+    let w = Wire::OpenAi;
+    let name = format!("{TITLE}tool");
+    let replies = || {
+        vec![
+            turn(w, None, &[("c1", &name, r#"{"x":1}"#)], (1, 1)),
+            turn(w, Some(&format!("{TITLE}\u{9b}2J\u{202e}first line\n")), &[], (1, 1)),
+        ]
+    };
+    let server = ModelServer::start([replies(), replies(), replies()].concat());
+    let env = repo_for(&server, "");
+    env.write(
+        "prompts/t.md",
+        "---\ndescription: t\nacceptance:\n  - name: verified\n    run: tools/check.sh\n---\nDo it.\n",
+    );
+    env.write(
+        "tools/check.sh",
+        "#!/bin/sh\necho \"report lacks VERIFIED; first line: $(head -n1 \"$1\")\"\nexit 1\n",
+    );
+    std::fs::set_permissions(
+        env.root.join("tools/check.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    env.commit_all("an acceptance check that quotes the report");
+    let raw =
+        |bytes: &[u8]| bytes.windows(4).any(|w| w == b"\x1b]0;") || bytes.windows(2).any(|w| w == "\u{9b}".as_bytes());
+    for args in [
+        &["-v", "fire", "t"][..],
+        &["fire", "t", "--progress", "always"],
+        &["fire", "t", "--json"],
+    ] {
+        let (code, stdout, stderr) = run_piped(&env, args, &[]);
+        let text = String::from_utf8_lossy(&stderr).into_owned() + &stdout;
+        // The attack ran: the tool was asked for by that name and the check failed
+        // quoting the report.
+        assert_eq!(code, 1, "{args:?}: {text}");
+        assert!(
+            text.contains("\\x1b]0;PWNED") || text.contains("\\u001b]0;PWNED"),
+            "{args:?}: {text}"
+        );
+        assert!(
+            !raw(&stderr) && !raw(stdout.as_bytes()),
+            "{args:?}: raw escapes: {text:?}"
+        );
+        assert!(!text.contains('\u{202e}'), "{args:?}: a bidi override: {text:?}");
+    }
+}

@@ -68,36 +68,41 @@ fn names_git_refuses_are_never_committed_and_an_fsck_checking_remote_takes_the_p
                 "write_file",
                 json!({"path": "reports/.gitattributes\u{200c}", "content": long_line}),
             ),
+            // git's fsck judges each part after a `\` (helper-91).
+            ("write_file", json!({"path": "reports/x\\.git", "content": "x"})),
             cmd("echo ok > reports/notes.git && echo ran > reports/marker.txt"),
         ],
         "# Done",
         "",
     );
     let (code, summary) = fire(&env, &[]);
-    // The payload ran: the files are in the work tree, the plain ones committed.
+    // The payload ran: the files were made (the card names each, and the fire
+    // removed them: the tools made them), the plain ones committed.
     assert_eq!(
         committed(&env, "reports/marker.txt").map(|c| c.1),
         Some(b"ran\n".to_vec()),
         "the payload did not run: {summary}"
     );
+    let detail = rejected_detail(&env, &summary);
     for f in [
         "reports/gitmod~1",
         "reports/sub/GITMOD~4",
         "reports/gitatt~1",
         "reports/.gitattributes\u{200c}",
+        "reports/x\\.git",
     ] {
         assert!(
-            env.root.join(f).is_file(),
-            "{f} was never made: the case proves nothing"
+            detail.contains(&format!("{f}: ")),
+            "{f} was never made: the case proves nothing: {detail}"
         );
         assert!(committed(&env, f).is_none(), "{f} was committed");
+        assert!(!env.root.join(f).exists(), "{f} stayed in the work tree");
     }
     assert!(
         committed(&env, "reports/notes.git").is_some(),
         "a plain name is committed"
     );
     assert_eq!(code, 5, "{summary}");
-    let detail = rejected_detail(&env, &summary);
     for f in ["reports/gitmod~1", "reports/sub/GITMOD~4", "reports/gitatt~1"] {
         assert!(
             detail.contains(&format!("{f}: git metadata")),
@@ -748,10 +753,7 @@ fn a_card_stays_small_whatever_the_model_leaves_behind() {
         "",
     );
     let (code, summary) = fire(&env, &[]);
-    let made = std::fs::read_dir(env.root.join("reports/many"))
-        .map(|d| d.count())
-        .unwrap_or(0);
-    assert_eq!(made, 3000, "the payload did not run");
+    // The payload ran: the card counts the 3000 links (below).
     assert_eq!(code, 5, "{summary}");
     let card_id = summary["cards"][0].as_str().unwrap();
     let path = std::fs::read_dir(env.root.join("cards"))
@@ -912,6 +914,65 @@ fn absolute_read_deny_rules_are_masked_whatever_the_spelling() {
             "{spelled}: the repository's file was read: {seen}"
         );
     }
+}
+
+/// A `Read` deny rule that names a path through a person's link (one to a directory
+/// of the repository, one to a read root) is masked through it, so a script that
+/// reads through the link reads nothing, while the rest of the target stays readable
+/// (helper-89: only a rule naming the real path was masked).
+#[test]
+fn read_deny_rules_through_a_persons_link_are_masked_for_scripts() {
+    if !landlock_or_skip() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let outside = tempfile::tempdir().unwrap();
+    let ext = outside.path().join("data");
+    std::fs::create_dir_all(ext.join("secret")).unwrap();
+    std::fs::write(ext.join("notes.txt"), "ext-notes-bytes\n").unwrap();
+    std::fs::write(ext.join("secret/key"), "ext-key-bytes\n").unwrap();
+    for p in [outside.path().to_path_buf(), ext.clone(), ext.join("secret")] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for f in ["notes.txt", "secret/key"] {
+        std::fs::set_permissions(ext.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let env = setup(
+        &script(
+            "leak",
+            "echo payload-ran; cat alias/notes.txt alias/secret/key ext/notes.txt ext/secret/key 2>&1; true\n",
+        ),
+        "# Done",
+        "",
+    );
+    env.write("data/notes.txt", "repo-notes-bytes\n");
+    env.write("data/secret/key", "repo-key-bytes\n");
+    std::os::unix::fs::symlink("data", env.root.join("alias")).unwrap();
+    std::os::unix::fs::symlink(&ext, env.root.join("ext")).unwrap();
+    let yaml = env.read("settings/runtime.yaml").replace(
+        "allow: [\"Bash(*)\", \"Read(**)\"]",
+        &format!(
+            "allow: [\"Bash(*)\", \"Read(**)\"]\n  deny: [\"Read(alias/secret/**)\", \"Read(ext/secret/**)\"]\n  additional_directories: [\"{}\"]",
+            ext.display()
+        ),
+    );
+    env.write("settings/runtime.yaml", &yaml);
+    env.commit_all("deny rules that name paths through links");
+    let (code, summary) = fire(&env, &[]);
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}");
+    let seen = ledger_results(&env).join("\n");
+    // The payload ran and read through both links.
+    for read in ["payload-ran", "repo-notes-bytes", "ext-notes-bytes"] {
+        assert!(seen.contains(read), "{read}: {seen}");
+    }
+    assert!(
+        !seen.contains("repo-key-bytes"),
+        "read through the repository's link: {seen}"
+    );
+    assert!(
+        !seen.contains("ext-key-bytes"),
+        "read through the link to the read root: {seen}"
+    );
 }
 
 /// A deny rule naming a read root that holds the repository does not mask the

@@ -263,12 +263,16 @@ fn a_fifo_under_reports_does_not_hang_the_fire_and_is_named() {
         committed(&env, "reports/marker.txt").is_some(),
         "the payload did not run"
     );
-    assert!(env.root.join("reports/fifo").exists());
     assert_eq!(code, 5, "{summary}");
     check_common(&env, &before, &summary);
     assert!(committed(&env, "reports/fifo").is_none());
+    // Named (the tool made it), and removed: the tools made it this fire.
     let detail = rejected_detail(&env, &summary);
-    assert!(detail.contains("reports/fifo: not a regular file (FIFO)"), "{detail}");
+    assert!(
+        detail.contains("reports/fifo: not a regular file (FIFO); removed from the work tree"),
+        "{detail}"
+    );
+    assert!(std::fs::symlink_metadata(env.root.join("reports/fifo")).is_err());
 }
 
 #[test]
@@ -286,6 +290,7 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
         "head -c 5000 /dev/zero > reports/big.bin",
         "echo x > reports/a..b.md",
         "mkdir -p reports/.GIT && echo x > reports/.GIT/config",
+        "echo x > 'reports/x\\.git'",
         "echo ok > reports/good.md",
     ]
     .join("; ");
@@ -305,7 +310,6 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
         Some(b"ok\n".to_vec()),
         "the payload did not run"
     );
-    assert!(env.root.join("reports/big.bin").exists() && env.root.join("reports/link").is_symlink());
     assert_eq!(code, 5, "{summary}");
     // A hard link a tool makes stays in its sandbox: the writes are copied back after
     // the call as files of their own (never through a link), so both names arrive as
@@ -323,6 +327,9 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
         ("reports/big.bin", "output_file_bytes"),
         ("reports/a..b.md", "the commit refuses"),
         ("reports/.GIT", "git metadata"),
+        // git's fsck judges each part after a `\`: every checking remote refused the
+        // push (helper-91).
+        ("reports/x\\.git", "after a `\\`"),
     ] {
         assert!(committed(&env, rel).is_none(), "{rel} was committed");
         assert!(
@@ -331,6 +338,14 @@ fn links_git_metadata_and_oversize_files_are_left_out_and_named() {
         );
     }
     assert!(committed(&env, "reports/sub/.git/config").is_none());
+    // What the tools made this fire and the commit refused is removed, so nothing
+    // piles up over fires.
+    for rel in ["reports/link", "reports/big.bin", "reports/a..b.md"] {
+        assert!(
+            detail.contains(&format!("{rel}: ")) && std::fs::symlink_metadata(env.root.join(rel)).is_err(),
+            "{rel} stayed: {detail}"
+        );
+    }
     // The kernel refuses the hard link to a prompt; had it existed it would be named.
     assert!(!env.root.join("reports/hard").exists() || detail.contains("reports/hard: "));
     assert!(committed(&env, "reports/hard").is_none());
@@ -690,9 +705,9 @@ fn a_head_that_tracks_the_runtimes_private_state_is_refused() {
 
 /// A link a model leaves where its task's reports go is removed from the work tree
 /// (named on the card), so no later fire's report is diverted (helper-84: every later
-/// fire's report went to `runs/`, with a card and exit 5, forever). Other rejected
-/// outputs stay, named: which files under `reports/` the model made is known only by
-/// when they changed, and a person's (or another fire's) must not go (helper-86).
+/// fire's report went to `runs/`, with a card and exit 5, forever). The oversize file
+/// the tools made goes too (left, such files piled up over fires, helper-89); a
+/// person's untracked file stays.
 #[test]
 fn a_link_planted_where_the_reports_go_is_removed_so_no_later_fire_is_diverted() {
     if !landlock_or_skip() {
@@ -706,6 +721,7 @@ fn a_link_planted_where_the_reports_go_is_removed_so_no_later_fire_is_diverted()
         "# Done",
         "  output_file_bytes: 100000\n",
     );
+    std::os::unix::fs::symlink("../prompts", env.root.join("reports/persons-link")).unwrap();
     let (code, summary) = fire(&env, &[]);
     assert_eq!(code, 5, "{summary}");
     // The attack ran: both were made, and named.
@@ -716,8 +732,12 @@ fn a_link_planted_where_the_reports_go_is_removed_so_no_later_fire_is_diverted()
     );
     assert!(detail.contains("reports/big.bin: 300000 bytes"), "{detail}");
     assert!(
-        env.root.join("reports/big.bin").is_file(),
-        "the oversize file is not the runtime's to remove"
+        detail.contains("reports/big.bin: 300000 bytes") && !env.root.join("reports/big.bin").exists(),
+        "the oversize file the tools made stayed: {detail}"
+    );
+    assert!(
+        env.root.join("reports/persons-link").is_symlink(),
+        "a person's file went"
     );
     let t = std::fs::symlink_metadata(env.root.join("reports/t"));
     assert!(
@@ -733,4 +753,187 @@ fn a_link_planted_where_the_reports_go_is_removed_so_no_later_fire_is_diverted()
         "{summary}"
     );
     assert_eq!(code, 0, "{summary}");
+}
+
+/// A later fire's model cannot rewrite or remove an earlier run's committed report:
+/// the rewrite and the removal are named on the card (exit 5), both reports are put
+/// back as committed, and the history shows the committed text (helper-91: the fire
+/// ended clean, and `history diff` showed the forgery as run 1's report).
+#[test]
+fn a_later_fire_cannot_rewrite_or_remove_an_earlier_runs_report() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(&[], "# First report", "");
+    let (_, first) = fire(&env, &[]);
+    let (_, second) = fire(&env, &[]);
+    let (one, two) = (first["report"].as_str().unwrap(), second["report"].as_str().unwrap());
+    assert!(committed(&env, one).is_some() && committed(&env, two).is_some());
+    let body = format!("printf 'FORGED-BY-FIRE-3' > {one}\nrm {two}\necho ran > reports/marker.txt\n");
+    env.write(
+        "evals/hardening/trace.json",
+        &trace_json(&script("rewrite", &body), "# Third"),
+    );
+    env.commit_all("a hostile model");
+    let (code, summary) = fire(&env, &[]);
+    // The attack ran.
+    assert!(committed(&env, "reports/marker.txt").is_some(), "{summary}");
+    assert_eq!(code, 5, "{summary}");
+    let detail = rejected_detail(&env, &summary);
+    assert!(
+        detail.contains(&format!(
+            "{one}: already committed: the runtime only adds new files; put back as committed"
+        )),
+        "{detail}"
+    );
+    assert!(
+        detail.contains(&format!(
+            "{two}: committed, missing from the work tree; put back as committed"
+        )),
+        "{detail}"
+    );
+    for rel in [one, two] {
+        assert_eq!(
+            std::fs::read(env.root.join(rel)).unwrap(),
+            committed(&env, rel).unwrap().1,
+            "{rel} as committed"
+        );
+    }
+    let status = env.git_in(&env.root, &["status", "--porcelain", "--", "reports"]);
+    assert!(status.stdout.is_empty(), "{}", String::from_utf8_lossy(&status.stdout));
+}
+
+/// An acceptance check runs in a tool worker that ran none of the model's calls: a
+/// model that fills the tools' tmpfs (`sandbox.write_bytes`) cannot make the check's
+/// own `TMPDIR` write fail and so make it pass (helper-91). A control run without the
+/// fill fails the same way, so the check works; with the fill, it still fails.
+#[test]
+fn a_model_that_fills_the_tools_tmpfs_cannot_make_a_check_pass() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let check = "#!/bin/sh\ngrep -i 'internal-only' \"$1\" > \"$TMPDIR/hits\"\nif [ -s \"$TMPDIR/hits\" ]; then echo \"report leaks: $(cat \"$TMPDIR/hits\")\"; exit 1; fi\n";
+    let answer = "# Digest\nThe INTERNAL-ONLY roadmap says ...";
+    for fill in [
+        "",
+        "echo ran > reports/marker.txt; head -c 8M /dev/zero > $HOME/fill 2>/dev/null; df -k $HOME | tail -1; ",
+    ] {
+        let env = setup(
+            &script("fill", &format!("{fill}echo ran > reports/marker.txt\n")),
+            answer,
+            "",
+        );
+        let yaml = env.read("settings/runtime.yaml").replace(
+            "  landlock: required\n",
+            "  landlock: required\n  write_bytes: 4194304\n",
+        );
+        env.write("settings/runtime.yaml", &yaml);
+        env.write(
+            "prompts/t.md",
+            "---\ndescription: t\nacceptance:\n  - name: no leaks\n    run: tools/no-leaks.sh\n---\nWrite the digest.\n",
+        );
+        env.write("tools/no-leaks.sh", check);
+        std::fs::set_permissions(
+            env.root.join("tools/no-leaks.sh"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        env.commit_all("a check that writes to its TMPDIR");
+        let (code, summary) = fire(&env, &[]);
+        assert!(
+            committed(&env, "reports/marker.txt").is_some(),
+            "the payload did not run: {summary}"
+        );
+        if !fill.is_empty() {
+            // The tmpfs was full when the model's call ended (`df` said so).
+            let seen = crate::records_cases::ledger_results(&env).join("\n");
+            assert!(seen.contains(" 0 100% "), "not filled: {seen}");
+        }
+        assert_eq!(summary["status"], "failed", "fill `{fill}`: {summary}");
+        assert_ne!(code, 0, "{summary}");
+        assert!(
+            summary["message"].as_str().unwrap_or_default().contains("report leaks"),
+            "{summary}"
+        );
+    }
+}
+
+/// A person's edit of a committed report made while a fire runs is theirs: the fire
+/// names the rewrite but leaves the bytes as the person wrote them (helper-92: the
+/// put-back undid the edit). Only what the tools changed is put back.
+#[test]
+fn a_persons_edit_during_a_fire_is_not_undone() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(&[], "# First report", "");
+    let (_, first) = fire(&env, &[]);
+    let one = first["report"].as_str().unwrap().to_string();
+    env.write("evals/hardening/trace.json", &trace_json(&[cmd("echo hi")], "# Second"));
+    env.commit_all("a model with one call");
+    let child = crate::checkout_ops::fire_held_at(&env, "t", "after-tool-side-effect");
+    // As `sed -i` and editors save: a new file renamed over the old.
+    let tmp = env.root.join(format!("{one}.swp"));
+    std::fs::write(&tmp, "a person's note\n").unwrap();
+    std::fs::rename(&tmp, env.root.join(&one)).unwrap();
+    let (_, summary) = crate::checkout_ops::resume_held(child);
+    let detail = rejected_detail(&env, &summary);
+    assert!(
+        detail.contains(&format!(
+            "{one}: already committed: the runtime only adds new files; left as it is"
+        )),
+        "{detail}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.root.join(&one)).unwrap(),
+        "a person's note\n"
+    );
+}
+
+/// A committed file replaced by a directory (and a committed directory by a file)
+/// stops no commit: nothing at or below such a name is committed, the fire's own
+/// records are, and so are a later fire's (helper-92: every later fire's commit
+/// failed with a D/F conflict).
+#[test]
+fn a_committed_name_of_another_kind_stops_no_commit() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(
+        &[cmd(
+            "mkdir -p reports/old/d && echo r > reports/old/d/r.md && echo a > reports/a.txt",
+        )],
+        "# First",
+        "",
+    );
+    let (_, first) = fire(&env, &[]);
+    assert!(
+        committed(&env, "reports/a.txt").is_some() && committed(&env, "reports/old/d/r.md").is_some(),
+        "{first}"
+    );
+    let swap = "rm reports/a.txt && mkdir reports/a.txt && echo MARK > reports/a.txt/inner && rm -r reports/old/d && echo f > reports/old/d && echo ran > reports/marker.txt";
+    env.write("evals/hardening/trace.json", &trace_json(&[cmd(swap)], "# Second"));
+    env.commit_all("a model that swaps kinds");
+    let (code, second) = fire(&env, &[]);
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the payload did not run: {second}"
+    );
+    assert_eq!(code, 5, "{second}");
+    assert!(second["commit"].is_string(), "{second}");
+    let detail = rejected_detail(&env, &second);
+    for said in [
+        "reports/a.txt: committed as a file, now a directory",
+        "reports/a.txt/inner: under reports/a.txt, which HEAD holds as a file",
+        "reports/old/d: committed as a directory, now a file",
+    ] {
+        assert!(detail.contains(said), "{said}: {detail}");
+    }
+    env.write("evals/hardening/trace.json", &trace_json(&[], "# Third"));
+    env.commit_all("a benign model");
+    let (_, third) = fire(&env, &[]);
+    assert!(
+        third["commit"].is_string(),
+        "a later fire's records were not committed: {third}"
+    );
 }

@@ -365,6 +365,32 @@ fn a_proposal_travels_is_approved_elsewhere_and_lands_after_the_box_moved_the_or
         .contains("brief\tmerged"));
 }
 
+/// A proposal that changes the runtime's records only (`reports/`): its head is fired
+/// (nothing loads code from there), so the review says the evals ran, not that they
+/// were refused (helper-90), and still fails: `land` refuses it.
+#[test]
+fn a_proposal_changing_records_only_says_its_evals_ran() {
+    let team = Team::new();
+    team.propose_pushed("brief");
+    team.git(team.author(), &["checkout", "-q", "proposals/brief"]);
+    std::fs::create_dir_all(team.author().join("reports")).unwrap();
+    std::fs::write(team.author().join("reports/notes.md"), "notes\n").unwrap();
+    team.git(team.author(), &["add", "reports"]);
+    team.git(team.author(), &["commit", "-q", "-m", "notes"]);
+    team.git(team.author(), &["push", "-q"]);
+    team.git(team.author(), &["checkout", "-q", "main"]);
+    team.git(&team.rev1, &["fetch", "-q"]);
+    let (code, out, err) = team.builder(&team.rev1, REV1, &["review", "brief"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("reports/notes.md")
+            && out.contains("FAIL: the proposal changes the runtime's records")
+            && out.contains("its evals ran")
+            && !out.contains("evals were refused"),
+        "{out}"
+    );
+}
+
 /// A proposal that also changes paths outside the builder-owned ones (a CI workflow, a
 /// `.gitattributes`): an approval names the builder tree alone, so none covers them.
 /// The review lists them and fails, `builder land` refuses and the origin's main gains

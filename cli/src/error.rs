@@ -121,8 +121,10 @@ impl CommandError {
     /// `error: ...` and one `hint: ...` per hint (an internal error always ends with
     /// the request for a bug report about `program`).
     pub fn lines(&self, program: &str) -> Vec<String> {
-        let mut lines = vec![format!("error: {}", self.message())];
-        lines.extend(self.hints().map(|h| format!("hint: {h}")));
+        // A message may quote a file's text or a script's output: control characters
+        // escaped, so nothing in it acts on the terminal.
+        let mut lines = vec![format!("error: {}", shared::text::printable_multiline(&self.message()))];
+        lines.extend(self.hints().map(|h| format!("hint: {}", shared::text::printable(&h))));
         if self.kind == Kind::Internal {
             lines.push(format!(
                 "hint: this is a bug in {program}: please report it with the command line and its -vv output"

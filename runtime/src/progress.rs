@@ -232,7 +232,9 @@ impl ProgressSink for Renderer {
             Mode::Off => {}
             Mode::Lines => {
                 clear_line();
-                eprintln!("progress: {}", plain_line(event));
+                // Names a model chose (a tool's) with every control character
+                // escaped: no escape sequence reaches the terminal (helper-91).
+                eprintln!("progress: {}", shared::text::printable(&plain_line(event)));
             }
             Mode::Live { colour } => {
                 if let Ok(mut status) = self.status.lock() {
@@ -339,6 +341,7 @@ fn draw(status: &Status, colour: bool) {
     let mut room = terminal_width().map(|w| w.saturating_sub(1));
     let mut line = String::from(ERASE_LINE);
     for (text, style) in pieces(status) {
+        let text = shared::text::printable(&text).into_owned();
         let text: String = match room {
             Some(r) => {
                 let cut: String = text.chars().take(r).collect();

@@ -21,7 +21,7 @@ pub use history::{diff_trees, tune_for_history_walks, ChangeKind, TreeChange, Tr
 pub use index::cut_index_stamp;
 pub use locks::{
     intent_dir, leave_for_next_commit, lock_file_of, make_dirs_under_index_lock, process_is_gone, process_start_time,
-    recover_stale_locks, IntentLock, IntentRecord, LockIntent, Recovered,
+    recover_stale_locks, with_index_lock, IntentLock, IntentRecord, LockIntent, Recovered,
 };
 pub use recent::{made_by_this_runtime, remember_replaced};
 

@@ -34,8 +34,22 @@ fn hfs_ignorable(c: char) -> bool {
 }
 
 /// Why git refuses (or treats as its metadata) the path component `name`; `None` for
-/// a plain name.
+/// a plain name. Each part after a `\` is judged too, as git's fsck does (a separator
+/// on Windows: `x\.git` is refused by every remote that checks what it receives,
+/// helper-91).
 pub fn refused_component(name: &str) -> Option<String> {
+    if let Some(why) = refused_part(name) {
+        return Some(why);
+    }
+    name.split('\\')
+        .skip(1)
+        .filter(|part| !part.is_empty())
+        .find_map(refused_part)
+        .map(|why| format!("{why}, after a `\\` (a separator on Windows, which git's fsck judges apart)"))
+}
+
+/// [`refused_component`] of one part of a name.
+fn refused_part(name: &str) -> Option<String> {
     let options = gix_validate::path::component::Options {
         protect_windows: false,
         protect_hfs: true,
@@ -118,6 +132,11 @@ mod tests {
             ".gitfoo",
             "..",
             ".",
+            "x\\.git",
+            "y\\git~1",
+            "z\\.gitmodules",
+            "w\\.GIT.",
+            "a\\b\\.git",
         ] {
             assert!(refused_component(name).is_some(), "{name:?} passed");
         }
@@ -151,6 +170,8 @@ mod tests {
             "gitmodules",
             "über.txt",
             "x~1",
+            "a\\b.md",
+            "trailing\\",
         ] {
             assert_eq!(refused_component(name), None, "{name:?}");
         }

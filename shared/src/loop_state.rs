@@ -50,6 +50,31 @@ pub struct LoopState {
     pub(crate) missing_tools: Vec<String>,
     pub(crate) denied_fingerprints: Vec<String>,
     pub trace: Trace,
+    /// The entries (repository-relative) the tool workers' write-backs made, replaced
+    /// or removed in the write directories this run, as they named them
+    /// ([`crate::tools::WrittenBack::made`]), at most [`MADE_KEPT`]: the model's doing,
+    /// which the fire's end may remove when it rejects them, or put back when they
+    /// were committed.
+    #[serde(default)]
+    pub made_by_tools: std::collections::BTreeSet<String>,
+}
+
+/// The most entries [`LoopState::made_by_tools`] keeps (a checkpoint carries them).
+pub const MADE_KEPT: usize = 2000;
+
+impl LoopState {
+    /// Notes entries the tools made (absolute paths under `root`, as a worker names
+    /// them), up to [`MADE_KEPT`].
+    pub fn note_made(&mut self, root: &std::path::Path, made: &[String]) {
+        for path in made {
+            if self.made_by_tools.len() >= MADE_KEPT {
+                return;
+            }
+            if let Ok(rel) = std::path::Path::new(path).strip_prefix(root) {
+                self.made_by_tools.insert(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
 }
 
 /// A builder's decision on a paused call.

@@ -679,20 +679,25 @@ const MAX_SHOWN_RECORD: u64 = 16 << 20;
 
 /// A record's text for people to read (`builder serve`'s pages, `builder history
 /// diff`): the file `rel` under a runtime directory (`runs/`, `reports/`, `cards/`),
-/// read from the work tree only as a regular file with one name reached through no
-/// link, else, when the work tree has nothing there, HEAD's blob of a regular file.
-/// A receipt names its report's path, and anyone who can push can write a receipt:
-/// a path elsewhere (`/etc/shadow`, `.git/config`), a link (to the reader's private
-/// files) or a special file yields `None`, so reading the history reads nothing else.
+/// HEAD's blob of a regular file when HEAD holds one there (what was committed is the
+/// record: a later fire's model may have rewritten the work tree's copy, helper-91),
+/// else the work tree's (a record whose commit was blocked), read only as a regular
+/// file with one name reached through no link. A receipt names its report's path,
+/// and anyone who can push can write a receipt: a path elsewhere (`/etc/shadow`,
+/// `.git/config`), a link (to the reader's private files) or a special file yields
+/// `None`, so reading the history reads nothing else.
 pub fn record_text(root: &Path, repo: &git2::Repository, rel: &str) -> Option<String> {
     let first = rel.split('/').next()?;
     if !crate::layout::RUNTIME_DIRS.contains(&first) || rel.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
         return None;
     }
-    let bytes = match std::fs::symlink_metadata(root.join(rel)) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let tree = repo.head().ok()?.peel_to_tree().ok()?;
-            let entry = tree.get_path(Path::new(rel)).ok()?;
+    let committed = repo
+        .head()
+        .ok()
+        .and_then(|h| h.peel_to_tree().ok())
+        .and_then(|tree| tree.get_path(Path::new(rel)).ok());
+    let bytes = match committed {
+        Some(entry) => {
             if !matches!(entry.filemode(), 0o100644 | 0o100755) {
                 return None;
             }
@@ -702,7 +707,7 @@ pub fn record_text(root: &Path, repo: &git2::Repository, rel: &str) -> Option<St
             }
             blob.content().to_vec()
         }
-        _ => {
+        None => {
             let dir = crate::beneath::open_root(root).ok()?;
             crate::beneath::read_regular(&dir, Path::new(rel), MAX_SHOWN_RECORD).ok()?
         }

@@ -662,6 +662,11 @@ fn github_changes(o: &mut String, changes: &[Changed], patch: &str) {
 /// The review's last line.
 pub fn verdict(r: &ReviewReport) -> &'static str {
     match (&r.refused, r.ok) {
+        // Only the runtime's records: the head was fired (no code there), but land
+        // refuses it (helper-90: the review said the evals were refused).
+        _ if !r.unowned.is_empty() && r.unowned.iter().all(|p| crate::layout::in_runtime_dirs(p)) => {
+            "FAIL: the proposal changes the runtime's records (`reports/`, `runs/`, `cards/`), which `builder land` refuses; its evals ran"
+        }
         // Changed paths outside the builder-owned ones refuse the head's evals too:
         // the more telling reason first.
         _ if !r.unowned.is_empty() => {

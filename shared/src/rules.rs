@@ -307,6 +307,48 @@ pub fn is_any_depth(glob: &str) -> bool {
     glob == "**" || glob.starts_with("**/")
 }
 
+/// Whether the glob `glob` (`/`-separated, as [`GlobBuilder`] with a literal separator
+/// reads it) may match a path below the directory `dir` (its components): what tells a
+/// walk that a deny rule can reach through a link named `dir`. Conservative: a
+/// component it cannot read alone (an alternation, which may hold a `/`) may match.
+/// A glob for any depth (`**/x`) counts only when its match would begin inside `dir`
+/// (`**/alias/secret` below `data/alias`): one that begins below `dir` matches the
+/// link's target by its own path as well, which the walk sees anyway.
+pub fn may_match_below(glob: &str, dir: &str) -> bool {
+    let g: Vec<&str> = glob.split('/').filter(|c| !c.is_empty()).collect();
+    let d: Vec<&str> = dir.split('/').filter(|c| !c.is_empty()).collect();
+    match g.split_first() {
+        Some((&"**", rest)) => (0..d.len())
+            .any(|i| rest.first().is_some_and(|r| component_may_match(r, d[i])) && extends(&rest[1..], &d[i + 1..])),
+        _ => extends(&g, &d),
+    }
+}
+
+/// Whether the glob components `g` may match a path that starts with the components
+/// `d` and goes on below them.
+fn extends(g: &[&str], d: &[&str]) -> bool {
+    match (g.split_first(), d.split_first()) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some((&"**", rest)), Some((_, below))) => extends(rest, d) || extends(g, below),
+        (Some((c, rest)), Some((name, below))) => component_may_match(c, name) && extends(rest, below),
+    }
+}
+
+/// Whether one glob component may match the name `name`.
+fn component_may_match(component: &str, name: &str) -> bool {
+    if !component.contains(['*', '?', '[', '{', '\\']) {
+        return component == name;
+    }
+    if component.contains('{') {
+        return true;
+    }
+    GlobBuilder::new(component)
+        .literal_separator(true)
+        .build()
+        .map_or(true, |g| g.compile_matcher().is_match(name))
+}
+
 /// A command in canonical form for flag-aware matching: program basename, the set of
 /// single flags (`-rf` becomes `-r`, `-f`; long flags mapped to short where known),
 /// and the positional words in order. Git's global options are dropped. Borrows its
@@ -503,5 +545,33 @@ mod tests {
         assert!(wildcard_match("*", ""));
         assert!(!wildcard_match("a*c", "abd"));
         assert!(wildcard_match("git * --force", "git push origin --force"));
+    }
+
+    #[test]
+    fn a_glob_may_match_below_a_directory_when_its_components_allow_it() {
+        for (glob, dir) in [
+            ("alias/secret/**", "alias"),
+            ("alias/secret/**", "alias/secret"),
+            ("a*/s?cret", "alias"),
+            ("*/secret", "anything"),
+            ("alias/**/key", "alias/x/y"),
+            ("**/alias/secret", "data/alias"),
+            ("**/al*/secret", "alias"),
+            ("{alias,x}/secret", "alias"),
+            ("alias/**", "alias"),
+        ] {
+            assert!(may_match_below(glob, dir), "{glob} below {dir}");
+        }
+        for (glob, dir) in [
+            ("data/secret/**", "alias"),
+            ("alias", "alias"),
+            ("alias/secret", "alias/secret"),
+            ("**/.env", "node_modules/pkg"),
+            ("**/secret/**", "alias"),
+            ("**", "alias"),
+            ("a/b/c", "a/x"),
+        ] {
+            assert!(!may_match_below(glob, dir), "{glob} below {dir}");
+        }
     }
 }

@@ -243,9 +243,11 @@ fn write_back_notes(wb: &mut WriteBack) -> (Vec<String>, WrittenBack) {
     let mut repositories = synced.repositories;
     let more_repositories = repositories.len().saturating_sub(NESTED_REPOSITORIES_SENT);
     repositories.truncate(NESTED_REPOSITORIES_SENT);
+    let made = synced.made.iter().take(crate::tools::MADE_SENT);
     let written_back = WrittenBack {
         nested_repositories: repositories,
         more_repositories,
+        made: made.map(|p| p.to_string_lossy().into_owned()).collect(),
     };
     (notes, written_back)
 }

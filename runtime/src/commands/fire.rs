@@ -4,6 +4,7 @@
 use crate::command_error::{self, CommandError, Outcome};
 use crate::progress::{self, Mode, Renderer, Terminal, When};
 use shared::fire::{self, DryRun, FireEnd, FireOptions, FireSummary, ProviderView};
+use shared::text::printable;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
@@ -349,7 +350,8 @@ fn print(s: &FireSummary, exit_code: u8, out: Output) {
         // The summary and the exit code it leads to.
         let mut value = serde_json::to_value(s).unwrap_or_default();
         value["exit_code"] = exit_code.into();
-        cli::outln!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+        let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+        cli::outln!("{}", shared::text::printable_json(&text));
         return;
     }
     let line = format!(
@@ -377,7 +379,7 @@ fn print(s: &FireSummary, exit_code: u8, out: Output) {
         }
         FireEnd::Skipped => {
             if out.verbose {
-                eprintln!("skipped: {} ({})", s.message, s.task);
+                eprintln!("skipped: {} ({})", printable(&s.message), s.task);
             }
             return;
         }
@@ -392,11 +394,13 @@ fn print(s: &FireSummary, exit_code: u8, out: Output) {
             return;
         }
     };
-    eprintln!("{tag}: {}", s.message);
+    // The message may quote what a model or a script wrote (an acceptance check's
+    // output): every control character escaped (helper-91).
+    eprintln!("{tag}: {}", shared::text::printable_multiline(&s.message));
     if s.receipt.is_some() {
         eprintln!("{line}");
     }
     if let Some(hint) = &s.hint {
-        eprintln!("hint: {hint}");
+        eprintln!("hint: {}", printable(hint));
     }
 }

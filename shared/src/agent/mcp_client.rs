@@ -189,6 +189,8 @@ impl rmcp::ClientHandler for ListWatch {
             kept.more_repositories = (kept.more_repositories)
                 .saturating_add(note.more_repositories)
                 .saturating_add(over);
+            let room = crate::loop_state::MADE_KEPT.saturating_sub(kept.made.len());
+            kept.made.extend(note.made.into_iter().take(room));
         }
     }
 }
@@ -723,6 +725,11 @@ impl McpHub {
             }
         }
         super::note_nested_repositories(state, lines, more);
+        for live in self.live.values() {
+            if let Ok(kept) = live.service.service().kept_out.lock() {
+                state.note_made(root, &kept.made);
+            }
+        }
     }
 
     /// Calls an offered tool; the result is capped at `cap` bytes. A server found gone

@@ -745,6 +745,9 @@ impl Agent<'_> {
                 None => (self.sweep_nested_git().await, 0),
             };
             note_nested_repositories(state, lines, uncounted);
+            if let Some(wb) = &r.written_back {
+                state.note_made(&self.cfg.root, &wb.made);
+            }
         }
         Ok(r)
     }

@@ -317,12 +317,48 @@ impl WorkerClient {
         }
     }
 
+    /// Replaces this worker, and every process the model's calls left in its
+    /// namespaces, by the spare, which never ran a call: its own empty tmpfs and
+    /// scratch, so nothing the model wrote outside the write ACL, and no space it
+    /// filled, reaches what runs next (the acceptance checks, helper-91: a model that
+    /// filled the shared tmpfs made a check's `TMPDIR` write fail, and the check pass).
+    /// Refused when no spare is left (it replaced a worker that died).
+    pub async fn fresh_for_checks(&mut self) -> Result<(), WorkerError> {
+        if self.spare.as_ref().is_none_or(|s| s.child.is_none()) {
+            return Err(WorkerError::Refused(
+                "no spare worker left (it replaced a tool worker that died)".into(),
+            ));
+        }
+        let old = self.child.0.id();
+        let _ = self.child.0.kill();
+        self.replace_by_spare().await?;
+        tracing::debug!(
+            old,
+            new = self.child.0.id(),
+            "the acceptance checks run in the spare worker"
+        );
+        Ok(())
+    }
+
     /// Replaces the dead worker by the spare (once; not while the fire is being
     /// cancelled).
     async fn restart(&mut self) -> Result<(), WorkerError> {
         if crate::cancel::requested() {
             return Err(WorkerError::Refused("the fire is being cancelled".into()));
         }
+        let old = self.child.0.id();
+        self.replace_by_spare().await?;
+        tracing::warn!(
+            old,
+            new = self.child.0.id(),
+            "the tool worker died; the spare took its place"
+        );
+        Ok(())
+    }
+
+    /// Wakes the spare and makes it this worker (the old one is reaped as its handle
+    /// drops).
+    async fn replace_by_spare(&mut self) -> Result<(), WorkerError> {
         let Some(mut spare) = self.spare.take() else {
             return Err(WorkerError::Refused("no spare worker left".into()));
         };
@@ -331,11 +367,6 @@ impl WorkerClient {
         };
         let child = wake_parked(child).map_err(WorkerError::Spawn)?;
         let fresh = WorkerClient::adopt(child, &spare.config).await?;
-        tracing::warn!(
-            old = self.child.0.id(),
-            new = fresh.child.0.id(),
-            "the tool worker died; the spare took its place"
-        );
         let WorkerClient {
             child, stdin, stdout, ..
         } = fresh;

@@ -47,6 +47,8 @@ struct TrustedLock {
     /// changes no pin.
     blob: Option<git2::Oid>,
     lock: McpLock,
+    /// The commit the lock was read from (none: nothing is pinned).
+    commit: Option<git2::Oid>,
 }
 
 impl TrustedLock {
@@ -55,6 +57,7 @@ impl TrustedLock {
             return Ok(TrustedLock {
                 blob: None,
                 lock: McpLock::default(),
+                commit: None,
             });
         };
         Self::of_commit(
@@ -69,6 +72,7 @@ impl TrustedLock {
         Ok(TrustedLock {
             blob,
             lock: lock.unwrap_or_default(),
+            commit: Some(commit),
         })
     }
 }
@@ -249,6 +253,100 @@ fn pin_changes(trusted: &TrustedLock, blob: Option<git2::Oid>, proposed: Result<
         .collect()
 }
 
+/// The builder-owned directories whose files the runtime and the builder read as
+/// data, which no server is expected to load as code.
+const DATA_DIRS: &[&str] = &["prompts", "scope", "settings", "evals"];
+
+/// The trusted stdio MCP servers with grants of their own (ports, read roots,
+/// variables) that a revision (`rev`) could hand code no pin covers, each with the
+/// paths that could: a path it changes against the commit whose pins are trusted
+/// (`trusted`), outside what the server's pin covers (the directory of each script
+/// its arguments name, [`crate::mcp::digest`]) and outside [`DATA_DIRS`] and the
+/// runtime's directories, may be code that server loads (a library its script
+/// sources, a module it imports from elsewhere), which would run with the server's
+/// grants before any review (helper-90: the review said "0 power changes", and the
+/// proposal's code sent the repository to a listener through the server's port).
+fn unpinned_code(
+    repo: &git2::Repository,
+    servers: &crate::mcp::McpServers,
+    trusted: git2::Oid,
+    rev: git2::Oid,
+) -> Result<Vec<(String, Vec<String>)>, git2::Error> {
+    let granted: Vec<_> = servers
+        .iter()
+        .filter(|(_, s)| s.url.is_none() && !(s.network.is_empty() && s.read.is_empty() && s.env_allow.is_empty()))
+        .collect();
+    if granted.is_empty() || trusted == rev {
+        return Ok(Vec::new());
+    }
+    let old = repo.find_commit(trusted)?.tree()?;
+    let new = repo.find_commit(rev)?.tree()?;
+    let mut changed: Vec<String> = Vec::new();
+    for d in repo.diff_tree_to_tree(Some(&old), Some(&new), None)?.deltas() {
+        for path in [d.old_file().path(), d.new_file().path()].into_iter().flatten() {
+            let path = path.to_string_lossy().into_owned();
+            let data = DATA_DIRS.iter().any(|dir| Path::new(&path).starts_with(dir));
+            if !data && !crate::layout::in_runtime_dirs(&path) && !changed.contains(&path) {
+                changed.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (name, server) in granted {
+        // A script named through a link (itself, or a directory on its way) pins its
+        // target's directory, which this does not follow: it counts as pinning none
+        // (helper-92: a changed library beside the link's own name ran unseen).
+        let pinned: Vec<&Path> = server
+            .command
+            .iter()
+            .skip(1)
+            .map(|a| Path::new(a.strip_prefix("./").unwrap_or(a)))
+            .filter(|a| old.get_path(a).is_ok() && !through_a_link(&old, a))
+            .filter_map(Path::parent)
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .collect();
+        let outside: Vec<String> = changed
+            .iter()
+            .filter(|p| !pinned.iter().any(|dir| Path::new(p.as_str()).starts_with(dir)))
+            .cloned()
+            .collect();
+        if !outside.is_empty() {
+            out.push((name.clone(), outside));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `path`, or a directory on its way, is a symbolic link in `tree`.
+fn through_a_link(tree: &git2::Tree<'_>, path: &Path) -> bool {
+    path.ancestors()
+        .filter(|p| !p.as_os_str().is_empty())
+        .any(|p| tree.get_path(p).is_ok_and(|e| e.filemode() == 0o120000))
+}
+
+/// The widening a revision makes by changing `paths` the trusted server `server` may
+/// load: its fires are refused (an eval fire cannot run the server without the grants
+/// its settings name: the runtime refuses a revision wider than its trusted file).
+fn unpinned_code_change(server: &str, paths: &[String]) -> PowerChange {
+    const SHOWN: usize = 5;
+    let mut named = paths
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if paths.len() > SHOWN {
+        named.push_str(&format!(" and {} more", paths.len() - SHOWN));
+    }
+    PowerChange {
+        key: format!("mcp.{server} code"),
+        before: "what its pin covers".into(),
+        after: format!("{} changed outside it: {named}", paths.len()),
+        effect: Effect::Widens,
+        why: "code the server may load from there (a library its script sources) would run with its ports, read roots and variables before any review".into(),
+    }
+}
+
 /// One revision's powers against the trusted configuration.
 #[derive(Debug, Clone, Serialize)]
 pub struct RevisionPowers {
@@ -359,6 +457,15 @@ impl Trusted {
         };
         let (blob, lock) = lock_of_commit(repo, &rev.commit)?;
         changes.extend(pin_changes(&self.lock, blob, lock));
+        if let Some(trusted) = self.lock.commit {
+            let unpinned = unpinned_code(repo, &self.settings.mcp, trusted, id)
+                .map_err(|e| EvalError::Worktree(format!("the paths {} changes: {e}", rev.rev)))?;
+            changes.extend(
+                unpinned
+                    .iter()
+                    .map(|(server, paths)| unpinned_code_change(server, paths)),
+            );
+        }
         let tree = repo
             .find_commit(id)
             .and_then(|c| c.tree())
@@ -446,6 +553,7 @@ mod tests {
         let trusted = TrustedLock {
             blob: Some(git2::Oid::hash_object(git2::ObjectType::Blob, b"trusted").unwrap()),
             lock: pinned(std::slice::from_ref(&echo)),
+            commit: None,
         };
         let other = Some(git2::Oid::hash_object(git2::ObjectType::Blob, b"x").unwrap());
         let c = pin_changes(&trusted, other, Ok(pinned(&[echo.clone(), row.clone()])));

@@ -103,7 +103,7 @@ pub(crate) fn write(
     let finished_at = crate::trace::now_utc();
     let mut w = Written::default();
     let canonical_report = records::report_path(task, &ctx.run_id, ctx.started_at);
-    let mut outputs = model_outputs(ctx, sink, &canonical_report);
+    let mut outputs = model_outputs(ctx, sink, &canonical_report, &rec.state.made_by_tools);
     let cost = (rec.state.cost_usd * 1e6).round() / 1e6;
     let report = sink
         .redactor
@@ -546,7 +546,12 @@ fn leave_blocked(
 /// Sorts what the model left under `reports/` (none for a fire refused before it
 /// ran anything: then nothing under `reports/` changed since it started).
 #[tracing::instrument(level = "debug", skip_all)]
-fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path) -> super::outputs::Outputs {
+fn model_outputs(
+    ctx: &FireContext,
+    sink: &RecordSink,
+    report: &std::path::Path,
+    made_by_tools: &std::collections::BTreeSet<String>,
+) -> super::outputs::Outputs {
     let t = std::time::Instant::now();
     // A resumed run's outputs go back to its pause: a resume killed after the approved
     // call made a file left it for this one (its id holds its start, to the second).
@@ -558,9 +563,8 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
         .map(|t| t.and_utc());
     let from = paused_at.map_or(ctx.started_at, |p| p.min(ctx.started_at));
     let since = (from.timestamp(), i64::from(from.timestamp_subsec_nanos()));
-    let head = crate::git::head_commit(sink.repo)
-        .ok()
-        .flatten()
+    let head_id = crate::git::head_commit(sink.repo).ok().flatten();
+    let head = head_id
         .and_then(|c| sink.repo.find_commit(c).ok())
         .and_then(|c| c.tree().ok());
     let in_head = |p: &str| {
@@ -569,7 +573,16 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
             .map(|e| e.id())
     };
     let own = [report.to_string_lossy().into_owned()];
-    let mut out = super::outputs::collect(&ctx.opts.root, since, &own, &in_head, &sink.limits);
+    let head_dir = |dir: &str| head_entries(sink.repo, head.as_ref(), dir);
+    let mut out = super::outputs::collect(&ctx.opts.root, since, &own, &in_head, &head_dir, &sink.limits);
+    put_back(
+        &ctx.opts.root,
+        sink.repo,
+        head_id,
+        made_by_tools,
+        &mut out,
+        sink.durability.fsyncs(),
+    );
     // A model file holding a secret (the key in any form the redactor knows) is not
     // committed (and removed below, with every rejected output).
     let mut accepted = Vec::with_capacity(out.accepted.len());
@@ -591,6 +604,7 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
     let root = &ctx.opts.root;
     let removable = |rel: &str| {
         super::outputs::is_git_read(rel)
+            || made_by_tools.contains(rel)
             || secrets.iter().any(|s| s == rel)
             || (on_the_way(report, rel) && std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| !m.is_dir()))
     };
@@ -604,14 +618,139 @@ fn model_outputs(ctx: &FireContext, sink: &RecordSink, report: &std::path::Path)
     out
 }
 
-/// The rejected outputs that would harm if left, and that HEAD does not hold, are
-/// removed from the work tree (named on the card): a file git reads
+/// The entries of the directory `dir` in HEAD's `tree` (trees, and regular files),
+/// for [`super::outputs::collect`].
+fn head_entries(repo: &git2::Repository, tree: Option<&git2::Tree<'_>>, dir: &str) -> Vec<super::outputs::HeadEntry> {
+    let sub = tree
+        .and_then(|t| t.get_path(std::path::Path::new(dir)).ok())
+        .and_then(|e| e.to_object(repo).ok())
+        .and_then(|o| o.into_tree().ok());
+    let Some(sub) = sub else {
+        return Vec::new();
+    };
+    sub.iter()
+        .filter_map(|e| {
+            let name = e.name().ok()?.to_string();
+            match (e.kind()?, e.filemode()) {
+                (git2::ObjectType::Tree, _) => Some((name, e.id(), true)),
+                (git2::ObjectType::Blob, 0o100644 | 0o100755) => Some((name, e.id(), false)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Puts back, with HEAD's bytes, the committed files the fire found rewritten or
+/// removed ([`super::outputs::Outputs::put_back`]) by its tools (the file, or for one
+/// removed a directory above it, in `made`: a person's edit is never undone), and
+/// says so in each one's reason on the card (the rejected entry that names it, or the
+/// directory it was in). Whatever stands at the name is unlinked first (a link is not
+/// followed), and the file is made as records are, through no link. All of it with
+/// git's index lock held ([`crate::git::with_index_lock`]), and only while HEAD is
+/// still `head_at` (the commit the files were judged by), no merge, rebase or other
+/// operation is under way, and the index holds each file as HEAD does: a person's
+/// checkout of a branch without the file removed it, and must not find it put back as
+/// an untracked file in its way.
+fn put_back(
+    root: &std::path::Path,
+    repo: &git2::Repository,
+    head_at: Option<git2::Oid>,
+    made: &std::collections::BTreeSet<String>,
+    out: &mut super::outputs::Outputs,
+    fsync: bool,
+) {
+    let by_tools = |rel: &String| {
+        std::path::Path::new(rel)
+            .ancestors()
+            .any(|a| made.contains(a.to_string_lossy().as_ref()))
+    };
+    let (mine, theirs): (Vec<_>, Vec<_>) = std::mem::take(&mut out.put_back)
+        .into_iter()
+        .partition(|(rel, _)| by_tools(rel));
+    if mine.is_empty() && theirs.is_empty() {
+        return;
+    }
+    let wait = std::time::Duration::from_secs(2);
+    let failed = match mine.is_empty() {
+        true => Vec::new(),
+        false => crate::git::with_index_lock(root, wait, || put_back_locked(root, repo, head_at, &mine, fsync))
+            .unwrap_or_else(|| {
+                let why = "git's index lock stayed held (a person's git is at work)";
+                mine.iter().map(|(rel, _)| (rel.clone(), why.to_string())).collect()
+            }),
+    };
+    for (named, why) in out.rejected.iter_mut().filter(|(_, why)| why.contains("committed")) {
+        let under = |rel: &String| rel == named || rel.starts_with(&format!("{named}/"));
+        if let Some((rel, e)) = failed.iter().find(|(rel, _)| under(rel)) {
+            why.push_str(&format!("; not put back ({rel}: {e})"));
+        } else if mine.iter().any(|(rel, _)| under(rel)) {
+            why.push_str("; put back as committed");
+        } else if theirs.iter().any(|(rel, _)| under(rel)) {
+            why.push_str("; left as it is (not the tools' doing)");
+        }
+    }
+}
+
+/// [`put_back`]'s work under the index lock: the files it could not put back, and why.
+fn put_back_locked(
+    root: &std::path::Path,
+    repo: &git2::Repository,
+    head_at: Option<git2::Oid>,
+    wanted: &[(String, git2::Oid)],
+    fsync: bool,
+) -> Vec<(String, String)> {
+    let at_work = "git is at work on the checkout (HEAD or the index moved)";
+    let quiet = crate::git::commit_blocker(repo).is_ok_and(|b| b.is_none())
+        && crate::git::head_commit(repo).ok().flatten() == head_at;
+    // Read again from disk: the handle may hold an index older than a person's git.
+    let index = repo.index().ok().filter(|_| quiet).map(|mut i| {
+        let _ = i.read(false);
+        i
+    });
+    let Ok(dir) = crate::beneath::open_root(root) else {
+        return Vec::new();
+    };
+    let mut failed = Vec::new();
+    for (rel, blob) in wanted {
+        let path = std::path::Path::new(rel);
+        let indexed = index
+            .as_ref()
+            .and_then(|i| i.get_path(path, 0))
+            .is_some_and(|e| e.id == *blob);
+        if !indexed {
+            failed.push((rel.clone(), at_work.to_string()));
+            continue;
+        }
+        let done = repo
+            .find_blob(*blob)
+            .map_err(|e| e.message().to_string())
+            .and_then(|b| {
+                match crate::beneath::remove_file(&dir, path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.to_string()),
+                    _ => {}
+                }
+                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    crate::beneath::make_dirs(root, parent).map_err(|e| e.to_string())?;
+                }
+                records::create_new_synced(root, path, b.content(), fsync).map_err(|e| e.to_string())
+            });
+        if let Err(e) = done {
+            failed.push((rel.clone(), e));
+        }
+    }
+    failed
+}
+
+/// The rejected outputs that HEAD does not hold are removed from the work tree
+/// (named on the card) when the tools made them this fire, as the tool workers'
+/// write-backs named them ([`crate::loop_state::LoopState::made_by_tools`]: left,
+/// they would pile up over fires), or when they would harm if left: a file git reads
 /// ([`super::outputs::GIT_READS`]) would work on the person's git; a file holding a
 /// secret would be committed by the next `git add -A`; a link on the way to where
 /// this task's reports go would divert every later fire's report. Nothing else is
-/// removed: which files under `reports/` the model made is known only by when they
-/// changed, and a person's file (or another fire's) made meanwhile must not go. The
-/// runtime unlinks that one name, through no link.
+/// removed (a fire without a write-back knows what the model made only by when it
+/// changed, and a person's file, or another fire's, made meanwhile must not go).
+/// The runtime unlinks that one name, through no link.
 fn remove_rejected(
     root: &std::path::Path,
     rejected: &mut [(String, String)],

@@ -37,23 +37,49 @@ pub(crate) struct Outputs {
     pub accepted: Vec<(String, Vec<u8>)>,
     /// Files left out, and why.
     pub rejected: Vec<(String, String)>,
+    /// Committed files the work tree no longer holds as committed (rewritten or
+    /// removed during the fire), with HEAD's blob: put back by the fire's end.
+    pub put_back: Vec<(String, git2::Oid)>,
+    /// Committed names that now hold an entry of the other kind (a file where HEAD has
+    /// a directory, or the reverse): nothing at or below them is committed (git could
+    /// not hold both: helper-92, every later fire's commit failed).
+    pub replaced: Vec<String>,
 }
+
+/// One entry of a directory in HEAD: its name, its object, and whether it is a tree.
+pub(crate) type HeadEntry = (String, git2::Oid, bool);
 
 /// Sorts the files under `reports/` changed at or after `since` (seconds, nanos since
 /// the epoch), skipping `own` (the runtime's own records) and judging files that
 /// HEAD already holds (`in_head` gives HEAD's blob id) as rewrites, unless their bytes
-/// are HEAD's: a record a sync checked out during the fire is not an output.
+/// are HEAD's: a record a sync checked out during the fire is not an output. A
+/// committed file rewritten or removed (a directory that changed during the fire
+/// lacks an entry `head_dir` lists for it) is named and put back
+/// ([`Outputs::put_back`]): records are only ever added (helper-91: a later fire's
+/// model rewrote an earlier run's report, silently).
 pub(crate) fn collect(
     root: &Path,
     since: (i64, i64),
     own: &[String],
     in_head: &dyn Fn(&str) -> Option<git2::Oid>,
+    head_dir: &dyn Fn(&str) -> Vec<HeadEntry>,
     limits: &Limits,
 ) -> Outputs {
-    let mut found = Vec::new();
-    let mut seen = 0usize;
-    let mut out = Outputs::default();
-    walk(root, OUTPUT_DIR, since, &mut found, &mut seen, &mut out.rejected);
+    let mut w = Walk::new(root, since);
+    w.walk(OUTPUT_DIR);
+    let Walk {
+        mut found,
+        rejected,
+        changed_dirs,
+        ..
+    } = w;
+    let mut out = Outputs {
+        rejected,
+        ..Outputs::default()
+    };
+    for dir in &changed_dirs {
+        removed_from(root, dir, head_dir, &mut out);
+    }
     found.sort();
     let dir = match beneath::open_root(root) {
         Ok(d) => d,
@@ -77,44 +103,65 @@ pub(crate) fn collect(
     out.rejected.retain(|(rel, _)| !unchanged(rel));
     let mut total = 0u64;
     for rel in found {
-        // Another run's report (a fire of another task writing while this one ran) is
-        // that fire's to commit, not this one's.
-        if own.contains(&rel) || crate::records::is_report_path(&rel) {
+        if own.contains(&rel) {
             continue;
         }
-        if in_head(&rel).is_some() {
+        if let Some(p) = out
+            .replaced
+            .iter()
+            .find(|p| rel.starts_with(&format!("{p}/")) || rel == **p)
+        {
+            if rel != *p {
+                let why = format!("under {p}, which HEAD holds as a file: not committed");
+                out.rejected.push((rel, why));
+            }
+            continue;
+        }
+        if let Some(blob) = in_head(&rel) {
             if unchanged(&rel) {
                 continue;
             }
             out.rejected
-                .push((rel, "already committed: the runtime only adds new files".into()));
+                .push((rel.clone(), "already committed: the runtime only adds new files".into()));
+            out.put_back.push((rel, blob));
             continue;
         }
-        if out.accepted.len() >= limits.output_files {
-            out.rejected
-                .push((rel, format!("over limits.output_files ({})", limits.output_files)));
+        // Another run's report (a fire of another task writing while this one ran) is
+        // that fire's to commit, not this one's.
+        if crate::records::is_report_path(&rel) {
             continue;
         }
-        match beneath::read_regular(&dir, Path::new(&rel), limits.output_file_bytes) {
-            Ok(bytes) if total + bytes.len() as u64 > limits.output_total_bytes => out.rejected.push((
-                rel,
-                format!("over limits.output_total_bytes ({})", limits.output_total_bytes),
-            )),
-            Ok(bytes) => {
-                total += bytes.len() as u64;
-                out.accepted.push((rel, bytes));
-            }
-            Err(NotRegular::TooLarge(n)) => out.rejected.push((
-                rel,
-                format!(
-                    "{n} bytes, over limits.output_file_bytes ({})",
-                    limits.output_file_bytes
-                ),
-            )),
-            Err(why) => out.rejected.push((rel, why.to_string())),
-        }
+        take_new(&dir, rel, limits, &mut total, &mut out);
     }
     out
+}
+
+/// A new file `rel` read once and accepted, or rejected with why (past a cap, not a
+/// regular file with one name); `total` counts the bytes accepted so far.
+fn take_new(dir: &std::os::fd::OwnedFd, rel: String, limits: &Limits, total: &mut u64, out: &mut Outputs) {
+    if out.accepted.len() >= limits.output_files {
+        out.rejected
+            .push((rel, format!("over limits.output_files ({})", limits.output_files)));
+        return;
+    }
+    match beneath::read_regular(dir, Path::new(&rel), limits.output_file_bytes) {
+        Ok(bytes) if *total + bytes.len() as u64 > limits.output_total_bytes => out.rejected.push((
+            rel,
+            format!("over limits.output_total_bytes ({})", limits.output_total_bytes),
+        )),
+        Ok(bytes) => {
+            *total += bytes.len() as u64;
+            out.accepted.push((rel, bytes));
+        }
+        Err(NotRegular::TooLarge(n)) => out.rejected.push((
+            rel,
+            format!(
+                "{n} bytes, over limits.output_file_bytes ({})",
+                limits.output_file_bytes
+            ),
+        )),
+        Err(why) => out.rejected.push((rel, why.to_string())),
+    }
 }
 
 fn changed_since(meta: &std::fs::Metadata, since: (i64, i64)) -> bool {
@@ -162,78 +209,158 @@ fn skip(name: &str, path: &str) -> Option<Skip> {
     None
 }
 
-/// Collects candidate files under `rel`; names what cannot be a candidate at all.
-/// A directory whose change time is older than the fire gained or lost no entry
-/// since: only its subdirectories are visited (by the entry type `readdir` gives,
-/// without a `stat` per entry), so a day directory with a thousand old reports costs
-/// one directory read, and one that also holds no subdirectory ([`is_leaf`]) costs
-/// none: a box's years of day directories are each a `stat`.
-fn walk(
-    root: &Path,
-    rel: &str,
+/// One walk of a write directory: the candidate files it found, how many entries it
+/// looked at in full, what cannot be a candidate at all (and why), and the
+/// directories that gained or lost an entry during the fire.
+struct Walk<'a> {
+    root: &'a Path,
     since: (i64, i64),
-    found: &mut Vec<String>,
-    seen: &mut usize,
-    rejected: &mut Vec<(String, String)>,
-) {
-    let Ok(dir_meta) = std::fs::symlink_metadata(root.join(rel)) else {
-        return;
-    };
-    let dir_changed = changed_since(&dir_meta, since);
-    if !dir_changed && is_leaf(&dir_meta) {
-        return;
+    found: Vec<String>,
+    seen: usize,
+    rejected: Vec<(String, String)>,
+    changed_dirs: Vec<String>,
+}
+
+impl<'a> Walk<'a> {
+    fn new(root: &'a Path, since: (i64, i64)) -> Walk<'a> {
+        Walk {
+            root,
+            since,
+            found: Vec::new(),
+            seen: 0,
+            rejected: Vec::new(),
+            changed_dirs: Vec::new(),
+        }
     }
-    let Ok(entries) = read_dir_restoring(&root.join(rel), &dir_meta) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        if !dir_changed {
-            if is_dir {
-                if let Some(name) = name.to_str() {
-                    walk(root, &format!("{rel}/{name}"), since, found, seen, rejected);
-                }
-            }
-            continue;
-        }
-        *seen += 1;
-        if *seen == MAX_ENTRIES + 1 {
-            rejected.push((
-                format!("{rel}/"),
-                format!("more than {MAX_ENTRIES} new entries: the rest was looked at only for .gitattributes and .gitignore"),
-            ));
-        }
-        if *seen > MAX_ENTRIES {
-            past_the_cap(root, rel, &name, is_dir, since, (found, seen, rejected));
-            continue;
-        }
-        let Some(name) = name.to_str() else {
-            rejected.push((
-                format!("{rel}/{}", name.to_string_lossy()),
-                "the name is not UTF-8".into(),
-            ));
-            continue;
+
+    /// Collects candidate files under `rel`; names what cannot be a candidate at
+    /// all. A directory whose change time is older than the fire gained or lost no
+    /// entry since: only its subdirectories are visited (by the entry type `readdir`
+    /// gives, without a `stat` per entry), so a day directory with a thousand old
+    /// reports costs one directory read, and one that also holds no subdirectory
+    /// ([`is_leaf`]) costs none: a box's years of day directories are each a `stat`.
+    fn walk(&mut self, rel: &str) {
+        let root = self.root;
+        let Ok(dir_meta) = std::fs::symlink_metadata(root.join(rel)) else {
+            return;
         };
-        let path = format!("{rel}/{name}");
-        let Ok(meta) = std::fs::symlink_metadata(root.join(&path)) else {
-            continue;
+        let dir_changed = changed_since(&dir_meta, self.since);
+        if !dir_changed && is_leaf(&dir_meta) {
+            return;
+        }
+        let Ok(entries) = read_dir_restoring(&root.join(rel), &dir_meta) else {
+            return;
         };
-        let new = changed_since(&meta, since);
-        match skip(name, &path) {
-            Some(Skip::Refused(shown, why)) => {
-                if new {
-                    rejected.push((shown, why));
+        if dir_changed {
+            self.changed_dirs.push(rel.to_string());
+        }
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if !dir_changed {
+                if let (true, Some(name)) = (is_dir, name.to_str()) {
+                    self.walk(&format!("{rel}/{name}"));
                 }
                 continue;
             }
-            Some(Skip::Quietly) => continue,
+            self.seen += 1;
+            if self.seen == MAX_ENTRIES + 1 {
+                self.rejected.push((
+                    format!("{rel}/"),
+                    format!("more than {MAX_ENTRIES} new entries: the rest was looked at only for .gitattributes and .gitignore"),
+                ));
+            }
+            if self.seen > MAX_ENTRIES {
+                self.past_the_cap(rel, &name, is_dir);
+                continue;
+            }
+            let Some(name) = name.to_str() else {
+                self.rejected.push((
+                    format!("{rel}/{}", name.to_string_lossy()),
+                    "the name is not UTF-8".into(),
+                ));
+                continue;
+            };
+            self.entry(rel, name);
+        }
+    }
+
+    /// One entry `name` of the changed directory `rel`.
+    fn entry(&mut self, rel: &str, name: &str) {
+        let path = format!("{rel}/{name}");
+        let Ok(meta) = std::fs::symlink_metadata(self.root.join(&path)) else {
+            return;
+        };
+        let new = changed_since(&meta, self.since);
+        match skip(name, &path) {
+            Some(Skip::Refused(shown, why)) => {
+                if new {
+                    self.rejected.push((shown, why));
+                }
+                return;
+            }
+            Some(Skip::Quietly) => return,
             None => {}
         }
         if meta.file_type().is_dir() {
-            walk(root, &path, since, found, seen, rejected);
+            self.walk(&path);
         } else if new {
-            found.push(path);
+            self.found.push(path);
+        }
+    }
+
+    /// An entry past [`MAX_ENTRIES`]: looked at by name for [`GIT_READS`] only (and
+    /// walked into, when a directory, for those).
+    fn past_the_cap(&mut self, rel: &str, name: &std::ffi::OsStr, is_dir: bool) {
+        let Some(name) = name.to_str() else {
+            return;
+        };
+        let path = format!("{rel}/{name}");
+        if is_dir {
+            self.walk(&path);
+        } else if GIT_READS.contains(&name)
+            && std::fs::symlink_metadata(self.root.join(&path)).is_ok_and(|m| changed_since(&m, self.since))
+        {
+            if let Some(Skip::Refused(shown, why)) = skip(name, &path) {
+                self.rejected.push((shown, why));
+            }
+        }
+    }
+}
+
+/// The committed entries of the changed directory `dir` (as `head_dir` lists HEAD's)
+/// the work tree no longer holds: each named, and its files put back. A removed
+/// directory's files are listed from HEAD below it.
+fn removed_from(root: &Path, dir: &str, head_dir: &dyn Fn(&str) -> Vec<HeadEntry>, out: &mut Outputs) {
+    let kind = |tree: bool| if tree { "directory" } else { "file" };
+    for (name, id, is_tree) in head_dir(dir) {
+        let rel = format!("{dir}/{name}");
+        if let Ok(meta) = std::fs::symlink_metadata(root.join(&rel)) {
+            if meta.is_dir() != is_tree {
+                let why = format!(
+                    "committed as a {}, now a {}: nothing at or below it is committed",
+                    kind(is_tree),
+                    kind(meta.is_dir())
+                );
+                out.rejected.push((rel.clone(), why));
+                out.replaced.push(rel);
+            }
+            continue;
+        }
+        out.rejected
+            .push((rel.clone(), "committed, missing from the work tree".into()));
+        if !is_tree {
+            out.put_back.push((rel, id));
+            continue;
+        }
+        let mut below = vec![rel];
+        while let Some(d) = below.pop() {
+            for (name, id, is_tree) in head_dir(&d) {
+                match is_tree {
+                    true => below.push(format!("{d}/{name}")),
+                    false => out.put_back.push((format!("{d}/{name}"), id)),
+                }
+            }
         }
     }
 }
@@ -271,38 +398,15 @@ fn read_dir_restoring(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<
 
 /// An entry past [`MAX_ENTRIES`]: a new [`GIT_READS`] file is rejected (so removed),
 /// a directory walked on; nothing else is looked at.
-fn past_the_cap(
-    root: &Path,
-    rel: &str,
-    name: &std::ffi::OsStr,
-    is_dir: bool,
-    since: (i64, i64),
-    (found, seen, rejected): (&mut Vec<String>, &mut usize, &mut Vec<(String, String)>),
-) {
-    let Some(name) = name.to_str() else {
-        return;
-    };
-    let path = format!("{rel}/{name}");
-    if is_dir {
-        walk(root, &path, since, found, seen, rejected);
-    } else if GIT_READS.contains(&name)
-        && std::fs::symlink_metadata(root.join(&path)).is_ok_and(|m| changed_since(&m, since))
-    {
-        if let Some(Skip::Refused(shown, why)) = skip(name, &path) {
-            rejected.push((shown, why));
-        }
-    }
-}
-
 /// The new [`GIT_READS`] files under the write directories `roots` other than
 /// `reports/` (which [`collect`] walks), rejected with why: no output is committed
 /// from them, but git reads these there all the same.
 pub(crate) fn git_read_files(root: &Path, roots: &[String], since: (i64, i64)) -> Vec<(String, String)> {
     let mut rejected = Vec::new();
     for r in roots.iter().filter(|r| !Path::new(r.as_str()).starts_with(OUTPUT_DIR)) {
-        let (mut found, mut seen, mut refused) = (Vec::new(), 0usize, Vec::new());
-        walk(root, r, since, &mut found, &mut seen, &mut refused);
-        rejected.extend(refused.into_iter().filter(|(p, _)| is_git_read(p)));
+        let mut w = Walk::new(root, since);
+        w.walk(r);
+        rejected.extend(w.rejected.into_iter().filter(|(p, _)| is_git_read(p)));
     }
     rejected
 }
@@ -330,7 +434,7 @@ mod tests {
             std::fs::create_dir_all(p.join(format!("reports/big/d{i}"))).unwrap();
             std::fs::write(p.join(format!("reports/big/d{i}/.gitignore")), "*\n").unwrap();
         }
-        let out = collect(p, (0, 0), &[], &|_| None, &limits());
+        let out = collect(p, (0, 0), &[], &|_| None, &|_| Vec::new(), &limits());
         let rejected: Vec<&str> = out.rejected.iter().map(|(r, _)| r.as_str()).collect();
         for i in 0..10 {
             let f = format!("reports/big/d{i}/.gitignore");
@@ -367,7 +471,7 @@ mod tests {
         std::fs::create_dir(p.join("reports/t/2025-01-01/sub")).unwrap();
         std::fs::write(p.join("reports/t/2025-01-01/sub/new.md"), "new").unwrap();
         std::fs::write(p.join("reports/t/2025-01-02/new.md"), "new").unwrap();
-        let out = collect(p, since, &[], &|_| None, &limits());
+        let out = collect(p, since, &[], &|_| None, &|_| Vec::new(), &limits());
         let accepted: Vec<&str> = out.accepted.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(
             accepted,
@@ -408,6 +512,7 @@ mod tests {
             (0, 0),
             &["reports/t/own.md".to_string()],
             &|f| (f == "reports/old.md").then_some(git2::Oid::ZERO_SHA1),
+            &|_| Vec::new(),
             &limits(),
         );
         let accepted: Vec<&str> = out.accepted.iter().map(|(p, _)| p.as_str()).collect();
@@ -439,7 +544,57 @@ mod tests {
         assert!(why("reports/link").contains("symlink"));
         assert!(why("reports/hard").contains("hard link"));
         // Nothing older than the fire is judged at all.
-        let later = collect(p, (i64::MAX, 0), &[], &|_| None, &limits());
+        let later = collect(p, (i64::MAX, 0), &[], &|_| None, &|_| Vec::new(), &limits());
         assert!(later.accepted.is_empty() && later.rejected.is_empty(), "{later:?}");
+    }
+
+    /// A committed report rewritten, and committed files removed (one alone, one
+    /// with its whole directory), are named and put back; another run's report is
+    /// left to that run.
+    #[test]
+    fn committed_files_rewritten_or_removed_are_named_and_put_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let day = "reports/t/2026-12-01";
+        std::fs::create_dir_all(p.join(day)).unwrap();
+        let run = |n: u8| format!("{day}/20261201T0{n}0000Z-0000000{n}.md");
+        std::fs::write(p.join(run(1)), "forged").unwrap();
+        std::fs::write(p.join(run(2)), "another fire's report").unwrap();
+        let blob = |n: u8| git2::Oid::from_bytes(&[n; 20]).unwrap();
+        let committed = |rel: &str| (rel == run(1)).then_some(blob(1));
+        let head_dir = |d: &str| -> Vec<HeadEntry> {
+            match d {
+                "reports/t/2026-12-01" => vec![
+                    (run(1).rsplit('/').next().unwrap().to_string(), blob(1), false),
+                    ("20261201T030000Z-00000003.md".into(), blob(3), false),
+                ],
+                "reports/t" => vec![
+                    ("2026-12-01".into(), blob(9), true),
+                    ("2026-11-30".into(), blob(8), true),
+                ],
+                "reports/t/2026-11-30" => vec![("old.md".into(), blob(4), false)],
+                _ => Vec::new(),
+            }
+        };
+        let out = collect(p, (0, 0), &[], &committed, &head_dir, &limits());
+        assert!(out.accepted.is_empty(), "{out:?}");
+        let mut put_back = out.put_back.clone();
+        put_back.sort();
+        let mut expected = vec![
+            (run(1), blob(1)),
+            (format!("{day}/20261201T030000Z-00000003.md"), blob(3)),
+            ("reports/t/2026-11-30/old.md".to_string(), blob(4)),
+        ];
+        expected.sort();
+        assert_eq!(put_back, expected);
+        let rejected: Vec<&str> = out.rejected.iter().map(|(p, _)| p.as_str()).collect();
+        for r in [
+            run(1).as_str(),
+            "reports/t/2026-11-30",
+            &format!("{day}/20261201T030000Z-00000003.md"),
+        ] {
+            assert!(rejected.contains(&r), "{r}: {:?}", out.rejected);
+        }
+        assert!(!rejected.contains(&run(2).as_str()), "{:?}", out.rejected);
     }
 }

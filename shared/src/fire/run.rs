@@ -339,6 +339,8 @@ impl FireRun {
     ) -> Vec<AcceptanceRecord> {
         let answer = self.state.final_answer.clone().unwrap_or_default();
         let mut out = Vec::new();
+        // A worker that ran none of the model's calls, made before the first script.
+        let mut fresh: Option<Result<(), String>> = None;
         for a in self.config.prompt.front.acceptance.clone() {
             if *cancel.borrow() {
                 self.stop = crate::records::StopReason::Cancelled;
@@ -364,8 +366,15 @@ impl FireRun {
                 }
             }
             if let Some(script) = &a.run {
-                if let Some(failure) = self.acceptance_script(worker, cancel, &a.name, script, &answer).await {
-                    failures.push(failure);
+                if fresh.is_none() {
+                    fresh = Some(worker.fresh_for_checks().await.map_err(|e| e.to_string()));
+                }
+                match &fresh {
+                    // Failed closed: a check in the model's worker could be forged.
+                    Some(Err(why)) => failures.push(format!(
+                        "{script}: not run: checks run in a tool worker that ran none of the model's calls: {why}"
+                    )),
+                    _ => failures.extend(self.acceptance_script(worker, cancel, &a.name, script, &answer).await),
                 }
             }
             let passed = failures.is_empty();
@@ -384,7 +393,9 @@ impl FireRun {
     /// Runs one acceptance script in the worker on the report; `Some` says why it
     /// failed. The script runs apart ([`ToolRequest::apart`]): a fresh `HOME` and
     /// `TMPDIR`, never the scratch the model's commands shared, so a startup file the
-    /// model left there (`.bashrc`, a Python `usercustomize`) cannot decide the check.
+    /// model left there (`.bashrc`, a Python `usercustomize`) cannot decide the check;
+    /// and in a worker that ran none of the model's calls ([`WorkerClient::fresh_for_checks`],
+    /// made so before the first script).
     async fn acceptance_script(
         &self,
         worker: &mut WorkerClient,

@@ -239,6 +239,21 @@ pub fn make_dirs_under_index_lock(root: &Path, rel: &Path, wait: Duration) -> st
     made
 }
 
+/// Runs `f` with git's index lock of the work tree `root` held (marked as this
+/// process's, as [`make_dirs_under_index_lock`] takes it), so that no person's
+/// checkout, rebase step or commit changes the work tree or the index meanwhile (each
+/// takes that lock first, and fails or waits while it is held). `None` when the lock
+/// stays another's past `wait`, or the work tree has no git directory: `f` did not run.
+pub fn with_index_lock<T>(root: &Path, wait: Duration, f: impl FnOnce() -> T) -> Option<T> {
+    let lock = index_lock_of_work_tree(root)?;
+    let id = take_marked_lock(&lock, wait, Unmarked::Refused).ok()?;
+    let out = f();
+    if let Err(e) = remove_if_same(&lock, id) {
+        tracing::warn!(lock = %lock.display(), error = %e, "the index lock was not released");
+    }
+    Some(out)
+}
+
 /// Removes `path` if it is still the file `id` names.
 pub(super) fn remove_if_same(path: &Path, id: LockId) -> std::io::Result<bool> {
     match std::fs::symlink_metadata(path) {

@@ -49,9 +49,10 @@ pub fn server_command(argv: &[String], root: &Path, env: &[(String, String)]) ->
 /// worker's words.
 pub const SANDBOX_NOTE: &str = "notifications/runtime/sandbox";
 
-/// The worker's note of `written`, when it kept anything out.
+/// The worker's note of `written`, when it kept anything out or brought anything in
+/// (the entries the server made, which the fire's end removes if it rejects them).
 pub fn sandbox_note(written: &WrittenBack) -> Option<String> {
-    if written.nested_repositories.is_empty() && written.more_repositories == 0 {
+    if written.nested_repositories.is_empty() && written.more_repositories == 0 && written.made.is_empty() {
         return None;
     }
     let note = serde_json::json!({"jsonrpc": "2.0", "method": SANDBOX_NOTE, "params": written});
@@ -390,6 +391,7 @@ mod tests {
                 left: None,
             }],
             more_repositories: 0,
+            made: vec!["/repo/reports/x.md".into()],
         };
         let note = sandbox_note(&written).unwrap();
         let sent = note.clone();

@@ -15,6 +15,7 @@
 //! listed it, so a change in the same timestamp step as that listing cannot be taken
 //! for none. Paths go to the worker as bytes: a name that is not UTF-8 is masked too.
 
+use super::mask_links::{Follow, Through};
 use super::namespaces::{NamespacePlan, NsError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -52,6 +53,9 @@ const CACHE_WRITE_AFTER: usize = 32;
 
 /// Where the runtime keeps its walk cache, under the state directory.
 pub const CACHE_FILE: &str = "mask-walk.json";
+
+/// The cache file's format: 2 keeps each directory's links.
+const CACHE_VERSION: u32 = 2;
 
 /// Everything `plan`'s namespace masks: the repository walked for deny globs and
 /// sockets, its `.git` and the read roots for sockets. With `cache` (a file the
@@ -98,6 +102,7 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
         listed: 0,
         seen: Default::default(),
         now: SystemTime::now(),
+        follow: Follow::new(plan),
     };
     // A cache that held nothing (none yet, or kept for other globs) is written as
     // soon as this walk settles anything, whatever the threshold.
@@ -105,6 +110,8 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
     let repo_globs = Globs {
         rel: rel_set.as_ref(),
         abs: abs_set.as_ref(),
+        rel_globs: &relative,
+        abs_globs: &absolute,
         spellings: spellings(&plan.root),
         id: 1,
     };
@@ -116,7 +123,15 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
     if plan.root.join(".git").symlink_metadata().is_ok_and(|m| m.is_dir()) {
         found.extend(walk.find(&plan.root.join(".git"), None, false)?);
     }
-    found.extend(walk.read_roots(plan, any_depth_set.as_ref(), abs_set.as_ref())?);
+    let read_root_globs = Globs {
+        rel: any_depth_set.as_ref(),
+        abs: abs_set.as_ref(),
+        rel_globs: &any_depth,
+        abs_globs: &absolute,
+        spellings: Vec::new(),
+        id: 0,
+    };
+    found.extend(walk.read_roots(plan, read_root_globs)?);
     tracing::debug!(listed = walk.listed, found = found.len(), "mask walk");
     // Only what this walk saw is kept: a directory gone (or no longer walked) leaves
     // the cache, which no model can grow by making and removing directories.
@@ -136,8 +151,11 @@ pub fn walk_masks(plan: &NamespacePlan, cache: Option<&Path>) -> Result<(Vec<(Pa
 }
 
 /// The walk cache: per directory walked, what its listing held the last time.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct WalkCache {
+    /// [`CACHE_VERSION`] when written (another: the cache is empty).
+    #[serde(default)]
+    version: u32,
     /// The deny globs the entries were matched with (other globs: the cache is empty).
     globs: Vec<String>,
     dirs: HashMap<PathBuf, CachedDir>,
@@ -158,6 +176,9 @@ struct CachedDir {
     subdirs: Vec<String>,
     /// Its entries masked.
     masks: Vec<(String, Mask)>,
+    /// Its symbolic links (a deny glob may name a path through one).
+    #[serde(default)]
+    links: Vec<String>,
 }
 
 impl WalkCache {
@@ -166,7 +187,7 @@ impl WalkCache {
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .unwrap_or_default();
-        if cache.globs == globs {
+        if cache.version == CACHE_VERSION && cache.globs == globs {
             cache
         } else {
             WalkCache::default()
@@ -174,7 +195,11 @@ impl WalkCache {
     }
 
     fn store(&self, file: &Path) -> std::io::Result<()> {
-        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        let bytes = serde_json::to_vec(&WalkCache {
+            version: CACHE_VERSION,
+            ..self.clone()
+        })
+        .map_err(std::io::Error::other)?;
         let tmp = file.with_extension(format!("tmp.{}", std::process::id()));
         std::fs::write(&tmp, bytes)?;
         std::fs::rename(&tmp, file)
@@ -186,6 +211,8 @@ impl WalkCache {
 struct Listed {
     subdirs: Vec<OsString>,
     masks: Vec<(OsString, Mask)>,
+    /// Symbolic links, listed in walks with deny globs ([`super::mask_links`]).
+    links: Vec<OsString>,
 }
 
 impl Listed {
@@ -193,6 +220,7 @@ impl Listed {
         Listed {
             subdirs: c.subdirs.iter().map(OsString::from).collect(),
             masks: c.masks.iter().map(|(n, m)| (OsString::from(n), *m)).collect(),
+            links: c.links.iter().map(OsString::from).collect(),
         }
     }
 
@@ -213,6 +241,11 @@ impl Listed {
                 .iter()
                 .map(|(n, m)| n.to_str().map(|n| (n.to_string(), *m)))
                 .collect::<Option<_>>()?,
+            links: self
+                .links
+                .iter()
+                .map(|n| n.to_str().map(str::to_string))
+                .collect::<Option<_>>()?,
         })
     }
 }
@@ -228,6 +261,8 @@ struct Walk {
     /// When the walk started: a directory changed less than [`SETTLED`] before is
     /// listed, never kept in the cache.
     now: SystemTime,
+    /// Which links the walk goes through.
+    follow: Follow,
 }
 
 impl Walk {
@@ -248,6 +283,8 @@ impl Walk {
         let globs = Globs {
             rel: set,
             abs: None,
+            rel_globs: &[],
+            abs_globs: &[],
             spellings: Vec::new(),
             id: u64::from(set.is_some()),
         };
@@ -255,22 +292,14 @@ impl Walk {
     }
 
     /// The read roots of `plan`, walked for sockets and for the deny globs that reach
-    /// outside the repository: those for any depth (`**/.env`, `any_depth`) and the
-    /// absolute ones (`//srv/x/**`, `abs`), each matched against an entry's absolute
-    /// form.
-    fn read_roots(
-        &mut self,
-        plan: &NamespacePlan,
-        any_depth: Option<&globset::GlobSet>,
-        abs: Option<&globset::GlobSet>,
-    ) -> Result<Vec<(PathBuf, Mask)>, NsError> {
+    /// outside the repository (`template`'s): those for any depth (`**/.env`) and the
+    /// absolute ones (`//srv/x/**`), each matched against an entry's absolute form.
+    fn read_roots(&mut self, plan: &NamespacePlan, template: Globs<'_>) -> Result<Vec<(PathBuf, Mask)>, NsError> {
         let mut found = Vec::new();
         for dir in plan.read_dirs.iter().filter(|d| d.metadata().is_ok_and(|m| m.is_dir())) {
             let mut globs = Globs {
-                rel: any_depth,
-                abs,
                 spellings: spellings(dir),
-                id: 0,
+                ..template.clone()
             };
             if !globs.any() {
                 found.extend(self.find(dir, None, false)?);
@@ -289,21 +318,51 @@ impl Walk {
     }
 
     /// [`Walk::find`] with `globs` (relative and absolute, [`Globs`]).
+    /// A directory reached through a link is listed afresh (the cache keeps
+    /// directories by their own names) and masked by its path through the link.
     fn find_with(&mut self, root: &Path, globs: &Globs<'_>, repository: bool) -> Result<Vec<(PathBuf, Mask)>, NsError> {
         let mut out = Vec::new();
-        // Directories still to list: absolute path and the name globs match.
-        let mut stack = vec![(root.to_path_buf(), String::new())];
-        while let Some((dir, rel_dir)) = stack.pop() {
-            let top = repository && dir == root;
-            let Some(listed) = self.list(&dir, &rel_dir, globs, top)? else {
+        let mut stack = vec![ToList {
+            dir: root.to_path_buf(),
+            rel: String::new(),
+            top: repository,
+            through: Vec::new(),
+        }];
+        while let Some(at) = stack.pop() {
+            let listed = match at.through.is_empty() {
+                true => self.list(&at.dir, &at.rel, globs, at.top)?,
+                false => {
+                    self.listed += 1;
+                    list_dir(&at.dir, &at.rel, globs, at.top)?
+                }
+            };
+            let Some(listed) = listed else {
                 continue;
             };
             for (name, mask) in listed.masks {
-                out.push((dir.join(name), mask));
+                out.push((at.dir.join(name), mask));
+            }
+            for name in listed.links {
+                let rel = join_rel(&at.rel, &name.to_string_lossy());
+                let (matched, below) = (globs.is_match(&rel), globs.may_match_below(&rel));
+                match self.follow.link(&at.dir, &name, &at.through, matched, below) {
+                    Some(Through::Mask(mask)) => out.push((at.dir.join(name), mask)),
+                    Some(Through::Walk(target)) => stack.push(ToList {
+                        top: repository && self.follow.is_repository(&target),
+                        through: [&at.through[..], &[target]].concat(),
+                        dir: at.dir.join(name),
+                        rel,
+                    }),
+                    None => {}
+                }
             }
             for name in listed.subdirs {
-                let rel = join_rel(&rel_dir, &name.to_string_lossy());
-                stack.push((dir.join(name), rel));
+                stack.push(ToList {
+                    rel: join_rel(&at.rel, &name.to_string_lossy()),
+                    dir: at.dir.join(name),
+                    top: false,
+                    through: at.through.clone(),
+                });
             }
         }
         Ok(out)
@@ -344,14 +403,30 @@ impl Walk {
     }
 }
 
+/// A directory a walk has still to list.
+struct ToList {
+    /// Its path, through the links followed to reach it.
+    dir: PathBuf,
+    /// The name deny globs match (relative to the walk's root).
+    rel: String,
+    /// The repository's top (its `.git` and `.runtime` passed over).
+    top: bool,
+    /// The targets of the links followed on the way (canonical).
+    through: Vec<PathBuf>,
+}
+
 /// The deny globs one walk matches: `rel` against a name relative to the walk's root,
 /// `abs` against its absolute form (without the leading `/`) under each spelling of
 /// that root (as given without `.`, `..` or a trailing `/`, and with its links
 /// resolved), so `/srv/**`, `/**` or `/srv/*/secret/**` hold under a read root
 /// `/srv/data` however it is named. `id` is the walk cache's name for them (0: none).
+#[derive(Clone)]
 struct Globs<'a> {
     rel: Option<&'a globset::GlobSet>,
     abs: Option<&'a globset::GlobSet>,
+    /// The globs of `rel` and of `abs` (without the leading `/`), as written.
+    rel_globs: &'a [String],
+    abs_globs: &'a [String],
     spellings: Vec<String>,
     id: u64,
 }
@@ -359,6 +434,18 @@ struct Globs<'a> {
 impl Globs<'_> {
     fn any(&self) -> bool {
         self.rel.is_some() || self.abs.is_some()
+    }
+
+    /// Whether a deny glob may match a path below the entry `rel` (a link the walk
+    /// may follow, [`crate::rules::may_match_below`]).
+    fn may_match_below(&self, rel: &str) -> bool {
+        use crate::rules::may_match_below;
+        self.rel_globs.iter().any(|g| may_match_below(g, rel))
+            || self.abs_globs.iter().any(|g| {
+                self.spellings
+                    .iter()
+                    .any(|root| may_match_below(g, &format!("{root}/{rel}")))
+            })
     }
 
     /// Whether a deny glob matches the entry `rel` (relative to the walk's root; `""`
@@ -446,6 +533,12 @@ fn list_dir(dir: &Path, rel_dir: &str, globs: &Globs<'_>, top: bool) -> Result<O
             listed.masks.push((name, Mask::Socket));
             continue;
         }
+        if kind.is_symlink() {
+            if globs.any() {
+                listed.links.push(name);
+            }
+            continue;
+        }
         // A plain file matters only to deny globs: a walk for sockets alone (the
         // `.git` and read-root walks, most of the entries) allocates nothing for it.
         if !globs.any() && !kind.is_dir() {
@@ -502,6 +595,7 @@ mod tests {
             listed: 0,
             seen: Default::default(),
             now: SystemTime::now() + Duration::from_secs(ahead.unwrap_or(0)),
+            follow: Follow::default(),
         }
     }
 
@@ -620,6 +714,69 @@ mod tests {
         w.cache.store(&file).unwrap();
         assert_eq!(WalkCache::load(&file, &["**/.env".into()]).dirs.len(), 1);
         assert!(WalkCache::load(&file, &["secrets".into()]).dirs.is_empty());
+    }
+
+    /// A deny rule that names a path through a person's link is masked through it
+    /// (the mount lands on the target); a model's link in a writable directory is not
+    /// followed, nor one out of what tools see; a loop ends.
+    #[test]
+    fn deny_globs_through_a_persons_link_are_masked_and_a_models_links_are_not_followed() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        let outside = dir.path().join("outside");
+        for d in ["data/secret", "reports", "deep/er"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::create_dir_all(outside.join("secret")).unwrap();
+        for f in ["data/secret/key", "data/notes", "outside/secret/key"] {
+            let path = if f.starts_with("outside") {
+                dir.path().join(f)
+            } else {
+                root.join(f)
+            };
+            std::fs::write(path, "x").unwrap();
+        }
+        symlink("data", root.join("alias")).unwrap();
+        symlink("../../data", root.join("deep/er/inner")).unwrap();
+        symlink(".", root.join("loop")).unwrap();
+        symlink("../data", root.join("reports/model")).unwrap();
+        symlink(&outside, root.join("away")).unwrap();
+        symlink("data/notes", root.join("notes-link")).unwrap();
+        let plan = NamespacePlan {
+            root: root.clone(),
+            read_dirs: Vec::new(),
+            write_dirs: vec![root.join("reports")],
+            masked: [
+                "alias/secret/**",
+                "deep/*/inner/notes",
+                "loop/data/notes",
+                "loop/**/never",
+                "reports/model/**",
+                "away/secret/**",
+                "notes-link",
+            ]
+            .map(String::from)
+            .to_vec(),
+            network: false,
+            write_bytes: 1 << 20,
+            masks: super::super::namespaces::MaskSource::Walk,
+        };
+        let (found, _) = walk_masks(&plan, None).unwrap();
+        let mut found: Vec<(String, Mask)> = found
+            .into_iter()
+            .map(|(p, m)| (p.strip_prefix(&root).unwrap().to_string_lossy().into_owned(), m))
+            .collect();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            found,
+            [
+                ("alias/secret/key".to_string(), Mask::File),
+                ("deep/er/inner/notes".to_string(), Mask::File),
+                ("loop/data/notes".to_string(), Mask::File),
+                ("notes-link".to_string(), Mask::File),
+            ]
+        );
     }
 
     #[test]

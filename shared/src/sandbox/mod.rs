@@ -6,6 +6,7 @@
 mod etc_view;
 pub mod isolate;
 pub mod landlock;
+mod mask_links;
 pub mod mask_walk;
 pub mod namespaces;
 pub mod rootfs;

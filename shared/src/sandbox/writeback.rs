@@ -88,6 +88,9 @@ pub struct Layer {
     upper: OwnedFd,
     merged: OwnedFd,
     synced: HashMap<PathBuf, Stamp>,
+    /// The bytes each regular file the copy wrote into the real directory takes (its
+    /// blocks in the upper layer), while it is there.
+    held: HashMap<PathBuf, u64>,
 }
 
 impl Layer {
@@ -101,6 +104,7 @@ impl Layer {
             upper,
             merged,
             synced: HashMap::new(),
+            held: HashMap::new(),
         }
     }
 }
@@ -125,6 +129,10 @@ pub struct NotCopied {
 pub struct Synced {
     pub problems: Vec<NotCopied>,
     pub repositories: Vec<NestedRepository>,
+    /// The entries it made, replaced or removed in the real directories, as tools see
+    /// them: files, links and FIFOs copied, entries removed (whiteouts), and
+    /// directories removed and made again (their old entries gone).
+    pub made: Vec<PathBuf>,
 }
 
 impl WriteBack {
@@ -162,10 +170,17 @@ impl WriteBack {
 
     /// Copies what changed in every upper layer since the last call into the real
     /// directories. Must run when no tool process is left.
+    /// The real directories receive at most `sandbox.write_bytes` from this worker
+    /// in all (what it copied and they still hold): the upper layers never hold more,
+    /// but a file with many names (hard links, one inode on the tmpfs) is copied once
+    /// per name, and without the bound one 3 MB file linked 300 times put 900 MB on
+    /// the host (helper-92).
     pub fn sync(&mut self) -> Synced {
         let mut synced = Synced::default();
+        let held: u64 = self.layers.iter().flat_map(|l| l.held.values()).sum();
+        let mut room = self.limit.saturating_sub(held);
         for layer in &mut self.layers {
-            sync_layer(layer, &mut synced);
+            sync_layer(layer, &mut synced, &mut room);
         }
         synced
     }
@@ -178,14 +193,52 @@ struct Walk<'a> {
     previous: &'a HashMap<PathBuf, Stamp>,
     now: HashMap<PathBuf, Stamp>,
     out: &'a mut Synced,
+    /// The layer's [`Layer::held`], and the bytes the real directories may still take
+    /// from this worker.
+    held: &'a mut HashMap<PathBuf, u64>,
+    room: &'a mut u64,
 }
 
 impl Walk<'_> {
+    /// Takes room for the file `rel` (`st`: its upper entry) before it is copied, the
+    /// bytes its earlier copy took given back first; refused past the room left.
+    fn reserve(&mut self, rel: &Path, st: &Stat) -> std::io::Result<()> {
+        let need = (st.st_blocks as u64).saturating_mul(512);
+        let before = self.held.get(rel).copied().unwrap_or(0);
+        let room = self.room.saturating_add(before);
+        if need > room {
+            return Err(std::io::Error::other(format!(
+                "the repository already holds what this worker may write to it (`sandbox.write_bytes`; a file with several names is written once per name): {need} bytes more do not fit"
+            )));
+        }
+        *self.room = room - need;
+        self.held.insert(rel.to_path_buf(), need);
+        Ok(())
+    }
+
+    /// Gives back the room of what the copy wrote at and below `rel`, removed.
+    fn free(&mut self, rel: &Path) {
+        let gone: Vec<PathBuf> = self.held.keys().filter(|p| p.starts_with(rel)).cloned().collect();
+        for p in gone {
+            *self.room = self.room.saturating_add(self.held.remove(&p).unwrap_or(0));
+        }
+    }
+
     fn fail(&mut self, rel: &Path, why: impl std::fmt::Display) {
         self.out.problems.push(NotCopied {
             path: self.layer_path.join(rel),
             why: why.to_string(),
         });
+    }
+
+    /// Notes how the copy of the entry `rel` went: a failure, or (`made`) an entry
+    /// of its own brought into the real directory.
+    fn done(&mut self, rel: &Path, done: std::io::Result<()>, made: bool) {
+        match done {
+            Err(e) => self.fail(rel, e),
+            Ok(()) if made => self.out.made.push(self.layer_path.join(rel)),
+            Ok(()) => {}
+        }
     }
 
     /// What was copied from beneath `rel` before counts as still there: `rel` could
@@ -226,13 +279,15 @@ impl Walk<'_> {
     }
 }
 
-fn sync_layer(layer: &mut Layer, out: &mut Synced) {
+fn sync_layer(layer: &mut Layer, out: &mut Synced, room: &mut u64) {
     let mut walk = Walk {
         layer_path: &layer.path,
         merged: layer.merged.as_fd(),
         previous: &layer.synced,
         now: HashMap::new(),
         out,
+        held: &mut layer.held,
+        room,
     };
     sync_dir(&mut walk, layer.upper.as_fd(), layer.lower.as_fd(), Path::new(""));
     // Copied before, gone from the upper layer now, with no whiteout in its place:
@@ -245,6 +300,7 @@ fn sync_layer(layer: &mut Layer, out: &mut Synced) {
         .collect();
     let now = std::mem::take(&mut walk.now);
     for rel in gone {
+        walk.free(&rel);
         if let Err(e) = remove_path(layer.lower.as_fd(), &rel) {
             walk.fail(&rel, e);
         }
@@ -378,6 +434,7 @@ fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &
             _ if is_whiteout(&st) => {
                 // A whiteout: the tool removed what the real directory holds here.
                 if changed {
+                    walk.free(&path);
                     remove_entry(low, name).map_err(std::io::Error::from)
                 } else {
                     Ok(())
@@ -387,7 +444,7 @@ fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &
                 sync_subdir(walk, up, low, name, &st, &path, changed);
                 Ok(())
             }
-            FileType::RegularFile if changed => copy_file(up, low, name, &st),
+            FileType::RegularFile if changed => walk.reserve(&path, &st).and_then(|()| copy_file(up, low, name, &st)),
             FileType::Symlink if changed => copy_link(up, low, name),
             FileType::Fifo if changed => replace_with(low, name, |tmp| {
                 rfs::mkfifoat(low, tmp, Mode::from_raw_mode(st.st_mode & MODE_BITS))
@@ -395,13 +452,19 @@ fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &
             // Sockets and device nodes are not data: they stay in the tools' view.
             _ => Ok(()),
         };
-        if let Err(e) = done {
-            walk.fail(&path, e);
-        }
+        let made = changed && (is_whiteout(&st) || copies(FileType::from_raw_mode(st.st_mode)));
+        walk.done(&path, done, made);
     }
     if shaping && !bare {
         refuse_assembled_repository(walk, low, rel);
     }
+}
+
+/// Whether the copy brings an entry of this type into the real directory as an entry
+/// of its own (not a directory, which it walks; not a socket or a device node, which
+/// stay in the tools' view).
+fn copies(kind: FileType) -> bool {
+    matches!(kind, FileType::RegularFile | FileType::Symlink | FileType::Fifo)
 }
 
 fn sync_subdir(
@@ -434,6 +497,8 @@ fn sync_subdir(
     if changed && is_opaque(up_child.as_fd()) {
         // Removed and made again by a tool: nothing of the real directory's old
         // content is in the merged view.
+        walk.out.made.push(walk.layer_path.join(path));
+        walk.free(path);
         let _lent = Lent::to(up_child.as_fd());
         let listed = entries(up_child.as_fd());
         match listed.and_then(|keep| Ok((keep, entries(low_child.as_fd())?))) {
@@ -563,9 +628,9 @@ fn copy_file(up: BorrowedFd<'_>, low: BorrowedFd<'_>, name: &CStr, st: &Stat) ->
         Mode::from_raw_mode(0o600),
     )?;
     let written = (|| -> std::io::Result<()> {
-        let mut from = std::fs::File::from(src);
+        let from = std::fs::File::from(src);
         let mut to = std::fs::File::from(dst);
-        std::io::copy(&mut from, &mut to)?;
+        copy_keeping_holes(&from, &mut to, st.st_size as u64)?;
         rfs::fchmod(&to, Mode::from_raw_mode(st.st_mode & MODE_BITS))?;
         let times = rfs::Timestamps {
             last_access: rfs::Timespec {
@@ -586,6 +651,32 @@ fn copy_file(up: BorrowedFd<'_>, low: BorrowedFd<'_>, name: &CStr, st: &Stat) ->
         return Err(e);
     }
     put_in_place(low, &tmp, name)
+}
+
+/// Copies the `len` bytes of `from` into `to` keeping its holes: only the ranges
+/// `SEEK_DATA` finds are written and the length is set last, so a sparse file takes
+/// on the host what it took on the tools' tmpfs (`truncate -s 1G` takes nothing there;
+/// copied byte for byte it took a gigabyte of the host's disk past
+/// `sandbox.write_bytes`, helper-91).
+fn copy_keeping_holes(from: &std::fs::File, to: &mut std::fs::File, len: u64) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut at = 0;
+    while at < len {
+        let start = match rfs::seek(from, rfs::SeekFrom::Data(at)) {
+            Ok(start) => start,
+            // Nothing but a hole from `at` to the end.
+            Err(Errno::NXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let end = rfs::seek(from, rfs::SeekFrom::Hole(start))?.min(len);
+        let mut reader = from;
+        reader.seek(SeekFrom::Start(start))?;
+        to.seek(SeekFrom::Start(start))?;
+        let mut range = reader.take(end.saturating_sub(start));
+        std::io::copy(&mut range, to)?;
+        at = end.max(start + 1);
+    }
+    to.set_len(len)
 }
 
 fn copy_link(up: BorrowedFd<'_>, low: BorrowedFd<'_>, name: &CStr) -> std::io::Result<()> {
@@ -671,8 +762,8 @@ mod tests {
     }
 
     fn sync_all(l: &mut Layer) -> Synced {
-        let mut out = Synced::default();
-        sync_layer(l, &mut out);
+        let (mut out, mut room) = (Synced::default(), u64::MAX);
+        sync_layer(l, &mut out, &mut room);
         out
     }
 
@@ -751,7 +842,7 @@ mod tests {
     #[test]
     fn a_repository_another_writer_completes_meanwhile_loses_its_head() {
         let t = tempfile::tempdir().unwrap();
-        let (lower, _upper, l) = layer(&t);
+        let (lower, _upper, mut l) = layer(&t);
         // This worker copied `objects` and `refs`; another wrote `HEAD` after this
         // one looked (its own check saw no `objects` yet).
         for d in ["objects", "refs"] {
@@ -765,6 +856,8 @@ mod tests {
             previous: &l.synced,
             now: HashMap::new(),
             out: &mut out,
+            held: &mut l.held,
+            room: &mut 0,
         };
         refuse_assembled_repository(&mut walk, l.lower.as_fd(), Path::new(""));
         assert_eq!(out.repositories.len(), 1, "{out:?}");
@@ -836,6 +929,69 @@ mod tests {
         assert_eq!(sync(&mut l), vec![]);
         assert!(!lower.join("a/b/new.md").exists());
         assert!(lower.join("a/b").is_dir());
+    }
+
+    /// A file with many names takes the real directory's room once per name: past the
+    /// room the worker may use there, the rest are not copied (helper-92: 300 links
+    /// of a 3 MB file put 900 MB on the host); a name removed gives its room back.
+    #[test]
+    fn hard_links_are_copied_only_within_the_room_the_worker_has() {
+        let t = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t);
+        std::fs::write(upper.join("a"), vec![7u8; 100 * 1024]).unwrap();
+        for i in 0..9 {
+            std::fs::hard_link(upper.join("a"), upper.join(format!("link{i}"))).unwrap();
+        }
+        let mut room = 450 * 1024;
+        let mut out = Synced::default();
+        sync_layer(&mut l, &mut out, &mut room);
+        let copied = std::fs::read_dir(&lower).unwrap().count();
+        assert!((3..=4).contains(&copied), "{copied} names copied");
+        assert_eq!(out.problems.len(), 10 - copied, "{:?}", out.problems);
+        assert!(
+            out.problems[0].why.contains("sandbox.write_bytes"),
+            "{:?}",
+            out.problems
+        );
+        let held: u64 = l.held.values().sum();
+        assert!(held <= 450 * 1024 && room == 450 * 1024 - held, "{held} {room}");
+        // A copied name removed by the tool gives its room back.
+        let first = std::fs::read_dir(&lower).unwrap().next().unwrap().unwrap().file_name();
+        std::fs::remove_file(upper.join(&first)).unwrap();
+        let mut again = Synced::default();
+        sync_layer(&mut l, &mut again, &mut room);
+        assert!(!lower.join(&first).exists());
+        assert_eq!(l.held.values().sum::<u64>() + room, 450 * 1024);
+    }
+
+    /// A sparse file reaches the real directory with its holes (helper-91: a 1 GiB
+    /// `truncate` took a gigabyte of the host's disk), its bytes intact; every entry
+    /// copied is named as made.
+    #[test]
+    fn a_sparse_file_keeps_its_holes_and_what_is_copied_is_named() {
+        use std::io::{Seek, SeekFrom, Write};
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t);
+        let mut f = std::fs::File::create(upper.join("sparse.bin")).unwrap();
+        f.seek(SeekFrom::Start(64 << 20)).unwrap();
+        f.write_all(b"middle").unwrap();
+        f.set_len(256 << 20).unwrap();
+        drop(f);
+        std::fs::write(upper.join("dense.txt"), "dense").unwrap();
+        let synced = sync_all(&mut l);
+        assert_eq!(synced.problems, vec![]);
+        let copied = std::fs::metadata(lower.join("sparse.bin")).unwrap();
+        assert_eq!(copied.len(), 256 << 20);
+        assert!(copied.blocks() * 512 < 1 << 20, "{} blocks", copied.blocks());
+        let bytes = std::fs::read(lower.join("sparse.bin")).unwrap();
+        assert_eq!(&bytes[64 << 20..(64 << 20) + 6], b"middle");
+        assert!(bytes[..64 << 20].iter().all(|b| *b == 0));
+        let mut made: Vec<_> = synced.made.iter().map(|p| p.file_name().unwrap().to_owned()).collect();
+        made.sort();
+        assert_eq!(made, ["dense.txt", "sparse.bin"]);
+        // Nothing changed: nothing named again.
+        assert_eq!(sync_all(&mut l).made, Vec::<PathBuf>::new());
     }
 
     #[test]

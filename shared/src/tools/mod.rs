@@ -366,10 +366,19 @@ pub struct WrittenBack {
     /// [`NESTED_REPOSITORIES_SENT`], so one answer line stays small).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub more_repositories: usize,
+    /// The entries the copy made, replaced or removed in the real directories, as
+    /// tools see them ([`crate::sandbox::writeback::Synced::made`]), at most
+    /// [`MADE_SENT`]: the model's doing, which the fire's end removes when it rejects
+    /// them, or puts back when they were committed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub made: Vec<String>,
 }
 
 /// The most nested repositories one answer names ([`WrittenBack`]).
 pub const NESTED_REPOSITORIES_SENT: usize = 100;
+
+/// The most entries made one answer names ([`WrittenBack::made`]).
+pub const MADE_SENT: usize = 1000;
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
