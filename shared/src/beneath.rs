@@ -255,6 +255,13 @@ pub fn temp_owner(file: &str) -> Option<u32> {
 /// Removes the file `rel` under `root` (never a directory, never through a link: the
 /// last component is unlinked in the directory reached without following any).
 pub fn remove_file(root: &OwnedFd, rel: &Path) -> std::io::Result<()> {
+    let (dir, name) = parent_of(root, rel)?;
+    rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty()).map_err(std::io::Error::from)
+}
+
+/// The directory that holds `rel`'s last component under `root`, reached without
+/// following any link, and that component.
+fn parent_of<'a>(root: &OwnedFd, rel: &'a Path) -> std::io::Result<(OwnedFd, &'a str)> {
     let parts = components(rel)?;
     let (name, dirs) = parts
         .split_last()
@@ -263,7 +270,14 @@ pub fn remove_file(root: &OwnedFd, rel: &Path) -> std::io::Result<()> {
     for d in dirs {
         dir = open_dir_usable(&dir, d)?;
     }
-    rustix::fs::unlinkat(&dir, *name, rustix::fs::AtFlags::empty()).map_err(std::io::Error::from)
+    Ok((dir, name))
+}
+
+/// Sets the mode of the regular file `rel` under `root`, reached through no link.
+pub fn set_mode(root: &OwnedFd, rel: &Path, mode: u32) -> std::io::Result<()> {
+    let (dir, name) = parent_of(root, rel)?;
+    let file = open_one(&dir, name, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty())?;
+    rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(std::io::Error::from)
 }
 
 /// Why a file the model left was not read.

@@ -57,6 +57,11 @@ pub struct LoopState {
     /// were committed.
     #[serde(default)]
     pub made_by_tools: std::collections::BTreeSet<String>,
+    /// Files git reads (`.gitattributes`, `.gitignore`) the tools made, removed before
+    /// the acceptance checks ran, with why: the fire's card names them with the other
+    /// rejected outputs.
+    #[serde(default)]
+    pub removed_before_checks: Vec<(String, String)>,
 }
 
 /// The most entries [`LoopState::made_by_tools`] keeps (a checkpoint carries them).

@@ -104,6 +104,7 @@ pub(crate) fn write(
     let mut w = Written::default();
     let canonical_report = records::report_path(task, &ctx.run_id, ctx.started_at);
     let mut outputs = model_outputs(ctx, sink, &canonical_report, &rec.state.made_by_tools);
+    outputs.rejected.extend(rec.state.removed_before_checks.iter().cloned());
     let cost = (rec.state.cost_usd * 1e6).round() / 1e6;
     let report = sink
         .redactor
@@ -618,8 +619,8 @@ fn model_outputs(
     out
 }
 
-/// The entries of the directory `dir` in HEAD's `tree` (trees, and regular files),
-/// for [`super::outputs::collect`].
+/// The entries of the directory `dir` in HEAD's `tree` (trees, and everything else:
+/// files, links, submodules), for [`super::outputs::collect`].
 fn head_entries(repo: &git2::Repository, tree: Option<&git2::Tree<'_>>, dir: &str) -> Vec<super::outputs::HeadEntry> {
     let sub = tree
         .and_then(|t| t.get_path(std::path::Path::new(dir)).ok())
@@ -631,11 +632,9 @@ fn head_entries(repo: &git2::Repository, tree: Option<&git2::Tree<'_>>, dir: &st
     sub.iter()
         .filter_map(|e| {
             let name = e.name().ok()?.to_string();
-            match (e.kind()?, e.filemode()) {
-                (git2::ObjectType::Tree, _) => Some((name, e.id(), true)),
-                (git2::ObjectType::Blob, 0o100644 | 0o100755) => Some((name, e.id(), false)),
-                _ => None,
-            }
+            // A link or a submodule counts as a file: a directory in its place (or
+            // the reverse) is a name git cannot commit both ways (helper-93).
+            Some((name, e.id(), e.kind() == Some(git2::ObjectType::Tree)))
         })
         .collect()
 }
@@ -710,6 +709,9 @@ fn put_back_locked(
     let Ok(dir) = crate::beneath::open_root(root) else {
         return Vec::new();
     };
+    let head = head_at
+        .and_then(|c| repo.find_commit(c).ok())
+        .and_then(|c| c.tree().ok());
     let mut failed = Vec::new();
     for (rel, blob) in wanted {
         let path = std::path::Path::new(rel);
@@ -719,6 +721,14 @@ fn put_back_locked(
             .is_some_and(|e| e.id == *blob);
         if !indexed {
             failed.push((rel.clone(), at_work.to_string()));
+            continue;
+        }
+        // Regular files only, with their mode: a link or a submodule written back as
+        // a plain file would change its kind for a person's `git commit -a`.
+        let mode = head.as_ref().and_then(|t| t.get_path(path).ok()).map(|e| e.filemode());
+        if !matches!(mode, Some(0o100644 | 0o100755)) {
+            let why = format!("HEAD holds no regular file there (`git checkout -- {rel}` puts it back)");
+            failed.push((rel.clone(), why));
             continue;
         }
         let done = repo
@@ -732,7 +742,11 @@ fn put_back_locked(
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                     crate::beneath::make_dirs(root, parent).map_err(|e| e.to_string())?;
                 }
-                records::create_new_synced(root, path, b.content(), fsync).map_err(|e| e.to_string())
+                records::create_new_synced(root, path, b.content(), fsync).map_err(|e| e.to_string())?;
+                match mode {
+                    Some(0o100755) => crate::beneath::set_mode(&dir, path, 0o755).map_err(|e| e.to_string()),
+                    _ => Ok(()),
+                }
             });
         if let Err(e) = done {
             failed.push((rel.clone(), e));

@@ -339,6 +339,9 @@ impl FireRun {
     ) -> Vec<AcceptanceRecord> {
         let answer = self.state.final_answer.clone().unwrap_or_default();
         let mut out = Vec::new();
+        if self.config.prompt.front.acceptance.iter().any(|a| a.run.is_some()) {
+            self.remove_git_reads_before_checks();
+        }
         // A worker that ran none of the model's calls, made before the first script.
         let mut fresh: Option<Result<(), String>> = None;
         for a in self.config.prompt.front.acceptance.clone() {
@@ -388,6 +391,32 @@ impl FireRun {
             });
         }
         out
+    }
+
+    /// Removes the files git reads (`.gitattributes`, `.gitignore`) the tools made this
+    /// fire ([`crate::loop_state::LoopState::made_by_tools`]) and HEAD does not hold, before the
+    /// acceptance scripts run: a script that runs git would read them (helper-91: a
+    /// model's `.gitignore` of `*` hid its stray files from a `git status` check). The
+    /// fire's card names them ([`crate::loop_state::LoopState::removed_before_checks`]).
+    fn remove_git_reads_before_checks(&mut self) {
+        let head = self.repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+        let Ok(dir) = crate::beneath::open_root(&self.ctx.opts.root) else {
+            return;
+        };
+        let made: Vec<String> = (self.state.made_by_tools.iter())
+            .filter(|rel| super::outputs::is_git_read(rel))
+            .filter(|rel| {
+                head.as_ref()
+                    .is_none_or(|t| t.get_path(std::path::Path::new(rel)).is_err())
+            })
+            .cloned()
+            .collect();
+        for rel in made {
+            if crate::beneath::remove_file(&dir, std::path::Path::new(&rel)).is_ok() {
+                let why = "git metadata: a file git reads; removed from the work tree before the acceptance checks";
+                self.state.removed_before_checks.push((rel, why.into()));
+            }
+        }
     }
 
     /// Runs one acceptance script in the worker on the report; `Some` says why it

@@ -498,15 +498,19 @@ fn sync_subdir(
         // Removed and made again by a tool: nothing of the real directory's old
         // content is in the merged view.
         walk.out.made.push(walk.layer_path.join(path));
-        walk.free(path);
         let _lent = Lent::to(up_child.as_fd());
         let listed = entries(up_child.as_fd());
         match listed.and_then(|keep| Ok((keep, entries(low_child.as_fd())?))) {
             Ok((keep, old)) => {
                 let keep: HashSet<CString> = keep.into_iter().collect();
                 for n in old.iter().filter(|n| !keep.contains(*n)) {
-                    if let Err(e) = remove_entry(low_child.as_fd(), n) {
-                        walk.fail(&rel_join(path, n), e);
+                    // Only what leaves the real directory gives its room back (the
+                    // kept names hold theirs until copied again: helper-93, freeing
+                    // the whole directory gave a call the full room once more).
+                    let gone = rel_join(path, n);
+                    match remove_entry(low_child.as_fd(), n) {
+                        Ok(()) => walk.free(&gone),
+                        Err(e) => walk.fail(&gone, e),
                     }
                 }
             }
@@ -962,6 +966,35 @@ mod tests {
         sync_layer(&mut l, &mut again, &mut room);
         assert!(!lower.join(&first).exists());
         assert_eq!(l.held.values().sum::<u64>() + room, 450 * 1024);
+    }
+
+    /// A directory a tool removed and made again (opaque in the upper layer) gives
+    /// back only the room of what leaves the real directory: names it kept hold
+    /// theirs (helper-93: freeing the whole directory gave each call the full room
+    /// again, and the host grew past `sandbox.write_bytes` call by call).
+    #[test]
+    fn a_directory_made_again_keeps_the_room_of_what_stays() {
+        let t = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t);
+        std::fs::create_dir(upper.join("d")).unwrap();
+        for f in ["x", "y"] {
+            std::fs::write(upper.join("d").join(f), vec![1u8; 100 * 1024]).unwrap();
+        }
+        let mut room = 250 * 1024;
+        let mut out = Synced::default();
+        sync_layer(&mut l, &mut out, &mut room);
+        assert_eq!(out.problems, vec![]);
+        rustix::fs::setxattr(upper.join("d"), OPAQUE_XATTR, b"y", rustix::fs::XattrFlags::empty()).unwrap();
+        std::fs::write(upper.join("d/z"), vec![1u8; 100 * 1024]).unwrap();
+        let mut again = Synced::default();
+        sync_layer(&mut l, &mut again, &mut room);
+        assert!(!lower.join("d/z").exists(), "the host got more than its room");
+        assert!(
+            again.problems.iter().any(|p| p.why.contains("sandbox.write_bytes")),
+            "{:?}",
+            again.problems
+        );
+        assert!(lower.join("d/x").exists() && lower.join("d/y").exists());
     }
 
     /// A sparse file reaches the real directory with its holes (helper-91: a 1 GiB
