@@ -992,3 +992,33 @@ fn a_models_gitignore_cannot_hide_files_from_an_acceptance_check() {
         }
     }
 }
+
+/// A report a person removed with `git rm` is theirs to commit: the next fire, writing
+/// beside it, neither names it nor puts it back (helper-94: a card on every fire).
+#[test]
+fn a_report_a_person_removed_with_git_rm_is_theirs_to_commit() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(&[], "# First", "");
+    let (_, first) = fire(&env, &[]);
+    fire(&env, &[]);
+    let one = first["report"].as_str().unwrap().to_string();
+    // The next fire's tools write beside it (its directory changes during the fire).
+    let day = std::path::Path::new(&one).parent().unwrap().display().to_string();
+    let calls = [cmd(&format!("echo x > {day}/notes.txt"))];
+    env.write("evals/hardening/trace.json", &trace_json(&calls, "# Second"));
+    env.commit_all("a model that writes beside it");
+    env.git_ok(&env.root, &["rm", "-q", &one]);
+    let (code, second) = fire(&env, &[]);
+    assert!(
+        committed(&env, &format!("{day}/notes.txt")).is_some(),
+        "the payload did not run: {second}"
+    );
+    assert_eq!(code, 0, "{second}");
+    assert!(
+        !env.card_kinds(&second).contains(&"output_rejected".to_string()),
+        "{second}"
+    );
+    assert!(!env.root.join(&one).exists(), "put back over a person's removal");
+}

@@ -28,6 +28,17 @@ pub fn forms_repository(present: impl Fn(&CStr) -> bool) -> bool {
     present(c"HEAD") && (present(c"commondir") || (present(c"objects") && present(c"refs")))
 }
 
+/// The names git reads from the work tree it checks out (on this file system, where
+/// names are compared as they are): a model's `.gitattributes` would set filters,
+/// encodings and merge drivers for whoever runs git in the box's checkout, and a
+/// `.gitignore` would hide files from them.
+pub const GIT_READS: [&str; 2] = [".gitattributes", ".gitignore"];
+
+/// Whether the repo-relative `rel` names a file git reads ([`GIT_READS`]).
+pub fn is_git_read(rel: &str) -> bool {
+    GIT_READS.contains(&rel.rsplit('/').next().unwrap_or_default())
+}
+
 /// Code points HFS+ ignores when it compares names (git's `is_hfs_dot_generic`).
 fn hfs_ignorable(c: char) -> bool {
     matches!(c as u32, 0x200c..=0x200f | 0x202a..=0x202e | 0x206a..=0x206f | 0xfeff)

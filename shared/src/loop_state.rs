@@ -69,11 +69,12 @@ pub const MADE_KEPT: usize = 2000;
 
 impl LoopState {
     /// Notes entries the tools made (absolute paths under `root`, as a worker names
-    /// them), up to [`MADE_KEPT`].
+    /// them), up to [`MADE_KEPT`] (files git reads always).
     pub fn note_made(&mut self, root: &std::path::Path, made: &[String]) {
         for path in made {
-            if self.made_by_tools.len() >= MADE_KEPT {
-                return;
+            // Files git reads count past the cap (the checks must not meet one).
+            if self.made_by_tools.len() >= MADE_KEPT && !crate::gitpath::is_git_read(path) {
+                continue;
             }
             if let Ok(rel) = std::path::Path::new(path).strip_prefix(root) {
                 self.made_by_tools.insert(rel.to_string_lossy().into_owned());

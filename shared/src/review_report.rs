@@ -662,9 +662,13 @@ fn github_changes(o: &mut String, changes: &[Changed], patch: &str) {
 /// The review's last line.
 pub fn verdict(r: &ReviewReport) -> &'static str {
     match (&r.refused, r.ok) {
-        // Only the runtime's records: the head was fired (no code there), but land
-        // refuses it (helper-90: the review said the evals were refused).
-        _ if !r.unowned.is_empty() && r.unowned.iter().all(|p| crate::layout::in_runtime_dirs(p)) => {
+        // Only the runtime's records, and nothing widened: the head was fired (no code
+        // there), but land refuses it (helper-90: the review said the evals were
+        // refused).
+        _ if r.refused.is_none()
+            && !r.unowned.is_empty()
+            && r.unowned.iter().all(|p| crate::layout::in_runtime_dirs(p)) =>
+        {
             "FAIL: the proposal changes the runtime's records (`reports/`, `runs/`, `cards/`), which `builder land` refuses; its evals ran"
         }
         // Changed paths outside the builder-owned ones refuse the head's evals too:

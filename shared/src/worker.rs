@@ -243,7 +243,11 @@ fn write_back_notes(wb: &mut WriteBack) -> (Vec<String>, WrittenBack) {
     let mut repositories = synced.repositories;
     let more_repositories = repositories.len().saturating_sub(NESTED_REPOSITORIES_SENT);
     repositories.truncate(NESTED_REPOSITORIES_SENT);
-    let made = synced.made.iter().take(crate::tools::MADE_SENT);
+    // The files git reads are named past the cap too: the acceptance checks must not
+    // run beside one the model left (helper-94).
+    let git_reads = synced.made.iter().skip(crate::tools::MADE_SENT);
+    let git_reads = git_reads.filter(|p| crate::gitpath::is_git_read(&p.to_string_lossy()));
+    let made = synced.made.iter().take(crate::tools::MADE_SENT).chain(git_reads);
     let written_back = WrittenBack {
         nested_repositories: repositories,
         more_repositories,

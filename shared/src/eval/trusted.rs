@@ -301,7 +301,12 @@ fn unpinned_code(
             .iter()
             .skip(1)
             .map(|a| Path::new(a.strip_prefix("./").unwrap_or(a)))
-            .filter(|a| old.get_path(a).is_ok() && !through_a_link(&old, a))
+            // A regular file, as the digest pins (a directory named pins nothing).
+            .filter(|a| {
+                old.get_path(a)
+                    .is_ok_and(|e| matches!(e.filemode(), 0o100644 | 0o100755))
+            })
+            .filter(|a| !through_a_link(&old, a))
             .filter_map(Path::parent)
             .filter(|dir| !dir.as_os_str().is_empty())
             .collect();

@@ -576,6 +576,7 @@ fn model_outputs(
     let own = [report.to_string_lossy().into_owned()];
     let head_dir = |dir: &str| head_entries(sink.repo, head.as_ref(), dir);
     let mut out = super::outputs::collect(&ctx.opts.root, since, &own, &in_head, &head_dir, &sink.limits);
+    forget_staged_removals(sink.repo, &mut out);
     put_back(
         &ctx.opts.root,
         sink.repo,
@@ -622,10 +623,13 @@ fn model_outputs(
 /// The entries of the directory `dir` in HEAD's `tree` (trees, and everything else:
 /// files, links, submodules), for [`super::outputs::collect`].
 fn head_entries(repo: &git2::Repository, tree: Option<&git2::Tree<'_>>, dir: &str) -> Vec<super::outputs::HeadEntry> {
-    let sub = tree
-        .and_then(|t| t.get_path(std::path::Path::new(dir)).ok())
-        .and_then(|e| e.to_object(repo).ok())
-        .and_then(|o| o.into_tree().ok());
+    let sub = match dir {
+        "" => tree.cloned(),
+        _ => tree
+            .and_then(|t| t.get_path(std::path::Path::new(dir)).ok())
+            .and_then(|e| e.to_object(repo).ok())
+            .and_then(|o| o.into_tree().ok()),
+    };
     let Some(sub) = sub else {
         return Vec::new();
     };
@@ -637,6 +641,29 @@ fn head_entries(repo: &git2::Repository, tree: Option<&git2::Tree<'_>>, dir: &st
             Some((name, e.id(), e.kind() == Some(git2::ObjectType::Tree)))
         })
         .collect()
+}
+
+/// Drops what a person removed with `git rm` (every file of it gone from the index as
+/// well) from the committed files found missing: theirs to commit, not a card on
+/// every fire that writes beside it (helper-94).
+fn forget_staged_removals(repo: &git2::Repository, out: &mut super::outputs::Outputs) {
+    let Ok(mut index) = repo.index() else {
+        return;
+    };
+    let _ = index.read(true);
+    let put_back = &out.put_back;
+    let staged = |named: &str| {
+        let under = |rel: &String| rel == named || rel.starts_with(&format!("{named}/"));
+        let mut files = put_back.iter().filter(|(rel, _)| under(rel)).peekable();
+        files.peek().is_some() && files.all(|(rel, _)| index.get_path(std::path::Path::new(rel), 0).is_none())
+    };
+    let gone: Vec<String> = (out.rejected.iter())
+        .filter(|(rel, why)| why.starts_with(super::outputs::MISSING) && staged(rel))
+        .map(|(rel, _)| rel.clone())
+        .collect();
+    let dropped = |rel: &String| gone.iter().any(|g| rel == g || rel.starts_with(&format!("{g}/")));
+    out.rejected.retain(|(rel, _)| !dropped(rel));
+    out.put_back.retain(|(rel, _)| !dropped(rel));
 }
 
 /// Puts back, with HEAD's bytes, the committed files the fire found rewritten or
@@ -685,7 +712,7 @@ fn put_back(
         } else if mine.iter().any(|(rel, _)| under(rel)) {
             why.push_str("; put back as committed");
         } else if theirs.iter().any(|(rel, _)| under(rel)) {
-            why.push_str("; left as it is (not the tools' doing)");
+            why.push_str("; left as it is (not known to be the tools' doing)");
         }
     }
 }
@@ -703,11 +730,12 @@ fn put_back_locked(
         && crate::git::head_commit(repo).ok().flatten() == head_at;
     // Read again from disk: the handle may hold an index older than a person's git.
     let index = repo.index().ok().filter(|_| quiet).map(|mut i| {
-        let _ = i.read(false);
+        let _ = i.read(true);
         i
     });
-    let Ok(dir) = crate::beneath::open_root(root) else {
-        return Vec::new();
+    let dir = match crate::beneath::open_root(root) {
+        Ok(dir) => dir,
+        Err(e) => return wanted.iter().map(|(rel, _)| (rel.clone(), e.to_string())).collect(),
     };
     let head = head_at
         .and_then(|c| repo.find_commit(c).ok())

@@ -23,12 +23,9 @@ const OUTPUT_DIR: &str = "reports";
 /// looked at by name for [`GIT_READS`] only.
 const MAX_ENTRIES: usize = 10_000;
 
-/// The names git reads from the work tree it checks out (on this file system, where
-/// names are compared as they are): a model's `.gitattributes` would set filters,
-/// encodings and merge drivers for whoever runs git in the box's checkout, and a
-/// `.gitignore` would hide files from them. Rejected like every `.git` name, and
-/// removed from the work tree too ([`super::finish`]).
-pub(crate) const GIT_READS: [&str; 2] = [".gitattributes", ".gitignore"];
+/// The names git reads from the work tree ([`crate::gitpath::GIT_READS`]): rejected
+/// like every `.git` name, and removed from the work tree too ([`super::finish`]).
+pub(crate) use crate::gitpath::{is_git_read, GIT_READS};
 
 /// The sorted result.
 #[derive(Debug, Default)]
@@ -45,6 +42,9 @@ pub(crate) struct Outputs {
     /// not hold both: helper-92, every later fire's commit failed).
     pub replaced: Vec<String>,
 }
+
+/// Why a committed file missing from the work tree is named.
+pub(crate) const MISSING: &str = "committed, missing from the work tree";
 
 /// One entry of a directory in HEAD: its name, its object, and whether it is a tree.
 pub(crate) type HeadEntry = (String, git2::Oid, bool);
@@ -102,19 +102,16 @@ pub(crate) fn collect(
     };
     out.rejected.retain(|(rel, _)| !unchanged(rel));
     let mut total = 0u64;
+    let mut kinds = HeadKinds::default();
     for rel in found {
-        if own.contains(&rel) {
+        if own.contains(&rel) || out.replaced.contains(&rel) {
             continue;
         }
-        if let Some(p) = out
-            .replaced
-            .iter()
-            .find(|p| rel.starts_with(&format!("{p}/")) || rel == **p)
-        {
-            if rel != *p {
-                let why = format!("under {p}, which HEAD holds as a file: not committed");
-                out.rejected.push((rel, why));
-            }
+        // Below a name HEAD holds as a file (replaced this fire or an earlier one):
+        // git cannot commit both (helper-92, helper-94: every later commit failed).
+        if let Some(p) = kinds.committed_file_above(&rel, in_head, head_dir) {
+            let why = format!("under {p}, which HEAD holds as a file: not committed");
+            out.rejected.push((rel, why));
             continue;
         }
         if let Some(blob) = in_head(&rel) {
@@ -161,6 +158,37 @@ fn take_new(dir: &std::os::fd::OwnedFd, rel: String, limits: &Limits, total: &mu
             ),
         )),
         Err(why) => out.rejected.push((rel, why.to_string())),
+    }
+}
+
+/// Which directories of a path HEAD holds, and as what, looked up once each.
+#[derive(Default)]
+struct HeadKinds(std::collections::HashMap<String, Option<bool>>);
+
+impl HeadKinds {
+    /// The nearest directory above `rel` that HEAD holds as something other than a
+    /// tree (a file, a link, a submodule), if any.
+    fn committed_file_above(
+        &mut self,
+        rel: &str,
+        in_head: &dyn Fn(&str) -> Option<git2::Oid>,
+        head_dir: &dyn Fn(&str) -> Vec<HeadEntry>,
+    ) -> Option<String> {
+        let dirs: Vec<&str> = rel.match_indices('/').map(|(i, _)| &rel[..i]).collect();
+        for dir in dirs {
+            let tree = *self.0.entry(dir.to_string()).or_insert_with(|| {
+                in_head(dir)?;
+                let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir));
+                head_dir(parent).into_iter().find(|e| e.0 == name).map(|e| e.2)
+            });
+            match tree {
+                // Not in HEAD: nothing below it is either.
+                None => return None,
+                Some(false) => return Some(dir.to_string()),
+                Some(true) => {}
+            }
+        }
+        None
     }
 }
 
@@ -347,8 +375,7 @@ fn removed_from(root: &Path, dir: &str, head_dir: &dyn Fn(&str) -> Vec<HeadEntry
             }
             continue;
         }
-        out.rejected
-            .push((rel.clone(), "committed, missing from the work tree".into()));
+        out.rejected.push((rel.clone(), MISSING.into()));
         if !is_tree {
             out.put_back.push((rel, id));
             continue;
@@ -409,11 +436,6 @@ pub(crate) fn git_read_files(root: &Path, roots: &[String], since: (i64, i64)) -
         rejected.extend(w.rejected.into_iter().filter(|(p, _)| is_git_read(p)));
     }
     rejected
-}
-
-/// Whether the repo-relative `rel` names a file git reads ([`GIT_READS`]).
-pub(crate) fn is_git_read(rel: &str) -> bool {
-    GIT_READS.contains(&rel.rsplit('/').next().unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -596,5 +618,33 @@ mod tests {
             assert!(rejected.contains(&r), "{r}: {:?}", out.rejected);
         }
         assert!(!rejected.contains(&run(2).as_str()), "{:?}", out.rejected);
+    }
+
+    /// A file written below a name HEAD holds as a file (a directory an earlier fire's
+    /// model made in its place) is not committed: git could not hold both.
+    #[test]
+    fn nothing_below_a_committed_file_is_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::create_dir_all(p.join("reports/t/x.md")).unwrap();
+        std::fs::write(p.join("reports/t/x.md/new.md"), "new").unwrap();
+        let blob = git2::Oid::from_bytes(&[1; 20]).unwrap();
+        let in_head = |rel: &str| matches!(rel, "reports" | "reports/t" | "reports/t/x.md").then_some(blob);
+        let head_dir = |d: &str| -> Vec<HeadEntry> {
+            match d {
+                "" => vec![("reports".into(), blob, true)],
+                "reports" => vec![("t".into(), blob, true)],
+                "reports/t" => vec![("x.md".into(), blob, false)],
+                _ => Vec::new(),
+            }
+        };
+        let out = collect(p, (0, 0), &[], &in_head, &head_dir, &limits());
+        assert!(out.accepted.is_empty(), "{out:?}");
+        assert!(
+            out.rejected
+                .iter()
+                .any(|(r, why)| r == "reports/t/x.md/new.md" && why.contains("which HEAD holds as a file")),
+            "{out:?}"
+        );
     }
 }
