@@ -172,11 +172,7 @@ pub fn refuse_code_outside_review(
     if outside.is_empty() {
         return Ok(());
     }
-    const SHOWN: usize = 5;
-    let mut named = outside.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
-    if outside.len() > SHOWN {
-        named.push_str(&format!(" and {} more", outside.len() - SHOWN));
-    }
+    let named = first_few(&outside);
     let mut changes = std::mem::take(&mut powers.changes);
     changes.push(PowerChange {
         key: "paths outside builder_paths".into(),
@@ -329,10 +325,8 @@ fn through_a_link(tree: &git2::Tree<'_>, path: &Path) -> bool {
         .any(|p| tree.get_path(p).is_ok_and(|e| e.filemode() == 0o120000))
 }
 
-/// The widening a revision makes by changing `paths` the trusted server `server` may
-/// load: its fires are refused (an eval fire cannot run the server without the grants
-/// its settings name: the runtime refuses a revision wider than its trusted file).
-fn unpinned_code_change(server: &str, paths: &[String]) -> PowerChange {
+/// The first five of `paths`, and how many more there are, for a power change.
+fn first_few(paths: &[String]) -> String {
     const SHOWN: usize = 5;
     let mut named = paths
         .iter()
@@ -343,6 +337,14 @@ fn unpinned_code_change(server: &str, paths: &[String]) -> PowerChange {
     if paths.len() > SHOWN {
         named.push_str(&format!(" and {} more", paths.len() - SHOWN));
     }
+    named
+}
+
+/// The widening a revision makes by changing `paths` the trusted server `server` may
+/// load: its fires are refused (an eval fire cannot run the server without the grants
+/// its settings name: the runtime refuses a revision wider than its trusted file).
+fn unpinned_code_change(server: &str, paths: &[String]) -> PowerChange {
+    let named = first_few(paths);
     PowerChange {
         key: format!("mcp.{server} code"),
         before: "what its pin covers".into(),

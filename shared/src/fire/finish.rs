@@ -705,7 +705,8 @@ fn put_back(
                 mine.iter().map(|(rel, _)| (rel.clone(), why.to_string())).collect()
             }),
     };
-    for (named, why) in out.rejected.iter_mut().filter(|(_, why)| why.contains("committed")) {
+    let committed = |why: &str| why.starts_with(super::outputs::REWRITTEN) || why.starts_with(super::outputs::MISSING);
+    for (named, why) in out.rejected.iter_mut().filter(|(_, why)| committed(why)) {
         let under = |rel: &String| rel == named || rel.starts_with(&format!("{named}/"));
         if let Some((rel, e)) = failed.iter().find(|(rel, _)| under(rel)) {
             why.push_str(&format!("; not put back ({rel}: {e})"));

@@ -43,6 +43,9 @@ pub(crate) struct Outputs {
     pub replaced: Vec<String>,
 }
 
+/// Why a committed file the work tree holds with other bytes is named.
+pub(crate) const REWRITTEN: &str = "already committed: the runtime only adds new files";
+
 /// Why a committed file missing from the work tree is named.
 pub(crate) const MISSING: &str = "committed, missing from the work tree";
 
@@ -118,8 +121,7 @@ pub(crate) fn collect(
             if unchanged(&rel) {
                 continue;
             }
-            out.rejected
-                .push((rel.clone(), "already committed: the runtime only adds new files".into()));
+            out.rejected.push((rel.clone(), REWRITTEN.into()));
             out.put_back.push((rel, blob));
             continue;
         }

@@ -300,9 +300,10 @@ fn sync_layer(layer: &mut Layer, out: &mut Synced, room: &mut u64) {
         .collect();
     let now = std::mem::take(&mut walk.now);
     for rel in gone {
-        walk.free(&rel);
-        if let Err(e) = remove_path(layer.lower.as_fd(), &rel) {
-            walk.fail(&rel, e);
+        // The room comes back only with the bytes (a removal that failed keeps them).
+        match remove_path(layer.lower.as_fd(), &rel) {
+            Ok(()) => walk.free(&rel),
+            Err(e) => walk.fail(&rel, e),
         }
     }
     layer.synced = now;
@@ -434,8 +435,11 @@ fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &
             _ if is_whiteout(&st) => {
                 // A whiteout: the tool removed what the real directory holds here.
                 if changed {
-                    walk.free(&path);
-                    remove_entry(low, name).map_err(std::io::Error::from)
+                    let removed = remove_entry(low, name).map_err(std::io::Error::from);
+                    if removed.is_ok() {
+                        walk.free(&path);
+                    }
+                    removed
                 } else {
                     Ok(())
                 }
