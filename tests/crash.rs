@@ -223,6 +223,40 @@ fn the_next_fire_resumes_an_interrupted_run_under_its_id_and_never_reruns_its_co
     assert!(paths.iter().any(|p| p.starts_with("runs/t/")), "{paths:?}");
 }
 
+/// A resumed run killed again before its first new checkpoint is resumed again, not
+/// closed as crashed: the fire that continued it took its row over without wiping
+/// its checkpoint (it wrote step 0 and no state, so the next fire found "no
+/// checkpoint yet", removed the run's finished report and receipt and ran its
+/// completed command again in a fresh run: helper-96). Killed at its final model
+/// response, then its resume killed at its first, the third fire finishes the one
+/// run, whose command ran once.
+#[test]
+fn a_resumed_run_killed_again_is_resumed_again_and_never_reruns_its_command() {
+    let env = counter_env(false);
+    for point in ["after-model-response@2", "after-model-response"] {
+        let out = runtime_crashing(&env, point, &["fire", "t", "--json"]);
+        assert!(killed(&out), "the crash point {point} fired: {:?}", out.status);
+        assert_eq!(hit_calls(&env), vec!["c1"]);
+    }
+    let rows = runs(&env);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let run = rows[0]["run_id"].as_str().unwrap().to_string();
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(
+        summary["run_id"],
+        run.as_str(),
+        "the interrupted run is continued: {stderr}"
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(hit_calls(&env), vec!["c1"], "the command ran once");
+    let receipt = env.receipt(&summary);
+    assert_eq!(receipt["run_id"], run.as_str());
+    assert!(env
+        .last_commit_paths()
+        .iter()
+        .any(|p| p.ends_with(&format!("{run}.json"))));
+}
+
 /// While a person's merge (or rebase) is in progress, HEAD is not the branch the
 /// interrupted run committed to: no fire resumes or closes it then (a resume would
 /// write again, untracked, records the operation's commits may hold, which stops
@@ -273,6 +307,50 @@ fn an_interrupted_run_waits_for_a_persons_operation_to_end_before_it_is_resumed(
         "the interrupted run is continued"
     );
     assert_eq!(killed_row(&env), Some(Value::from("completed")));
+}
+
+/// A run killed between writing its records and committing them had finished: when
+/// the next fire does not resume it (here its prompt changed since), its report and
+/// receipt are committed by that fire, its row says what its receipt says, and no
+/// `crashed` card stands in for them (they were removed, kept nowhere: helper-96).
+#[test]
+fn a_finished_run_killed_before_its_commit_is_committed_by_the_next_fire_not_removed() {
+    let env = counter_env(false);
+    let out = runtime_crashing(&env, "between-records-and-commit", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    let finished = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
+    let receipt_of = |run: &str| {
+        let day = std::fs::read_dir(env.root.join("runs/t"))
+            .unwrap()
+            .flatten()
+            .next()
+            .unwrap();
+        format!("runs/t/{}/{run}.json", day.file_name().to_string_lossy())
+    };
+    let receipt = receipt_of(&finished);
+    let written = std::fs::read(env.root.join(&receipt)).expect("the killed run wrote its receipt");
+    env.write("prompts/t.md", &format!("{PLAIN_PROMPT}\nCarefully.\n"));
+    for args in [
+        &["add", "prompts/t.md"][..],
+        &["commit", "-qm", "a prompt change: the killed run is not resumed"],
+    ] {
+        assert!(env.git_in(&env.root, args).status.success());
+    }
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 0, "{stderr}");
+    assert_ne!(summary["run_id"], finished.as_str());
+    let committed = |rel: &str| env.git_in(&env.root, &["cat-file", "-p", &format!("HEAD:{rel}")]);
+    let held = committed(&receipt);
+    assert!(held.status.success(), "the receipt is not committed: {stderr}");
+    assert_eq!(held.stdout, written, "committed as the run wrote it");
+    let report = receipt.replace("runs/", "reports/").replace(".json", ".md");
+    assert!(
+        committed(&report).status.success(),
+        "the report is not committed: {stderr}"
+    );
+    let rows = runs(&env);
+    let row = rows.iter().find(|r| r["run_id"] == finished.as_str()).unwrap();
+    assert_eq!(row["status"], "completed", "{rows:?}");
 }
 
 #[test]
@@ -497,6 +575,40 @@ fn kill_worker_running(marker: &str, sleep_cmdline: &str) -> i32 {
     // A process of this test's own fire.
     kernel::signal::kill(worker as u32, kernel::signal::Signal::Kill).unwrap();
     worker
+}
+
+/// A tool worker killed before it reported its sandbox (the OOM killer, while the
+/// runtime prepares) is replaced by the spare, as one killed in a call is: the fire
+/// runs its call and completes. It ended as `sandbox_unavailable`, its hint pointing
+/// at Landlock (helper-96). Held at `during-recovery`, the runtime has not sent the
+/// worker its configuration yet, so the worker dies before any report.
+#[test]
+fn a_tool_worker_killed_before_its_sandbox_report_is_replaced_by_the_spare() {
+    let env = counter_env(false);
+    let held = crate::checkout_ops::fire_held_at(&env, "t", "during-recovery");
+    let runtime = held.id() as i32;
+    let worker = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(1)?.parse::<i32>().ok());
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            ppid == Some(runtime) && String::from_utf8_lossy(&cmdline).contains("__tool-worker")
+        })
+        .expect("the held fire's tool worker");
+    kernel::signal::kill(worker as u32, kernel::signal::Signal::Kill).unwrap();
+    while !gone(worker) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (out, summary) = crate::checkout_ops::resume_held(held);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{summary}\n{stderr}");
+    assert_eq!(hit_calls(&env), vec!["c1"], "the call ran, on the spare");
 }
 
 #[test]

@@ -1759,3 +1759,89 @@ fn an_approval_ref_a_colleague_reshapes_does_not_stop_the_box() {
     );
     team.assert_records_on_origin();
 }
+
+/// Mallory (push access, no signer) moves every approval ref on the origin forward
+/// to a child commit of hers (a fast-forward: the refspec `install-hooks` writes
+/// refuses only forced updates, so every clone's plain fetch follows it), then
+/// shadows one by a ref below its name (`<id>/x`, which stops every clone's
+/// `git pull`). No approval is lost anywhere: an approval is read from the commit
+/// its ref's name holds, the laptop's review and audit still see them, a box cloned
+/// afterwards fires, and `builder approve --push` and `proposals` still work, the
+/// latter naming the shadowing ref and how to remove it (helper-95).
+#[test]
+fn approval_refs_moved_forward_or_shadowed_on_the_origin_lose_no_approval() {
+    let team = Team::new();
+    let mallory = team.clone_as("mallory", true);
+    team.git(&mallory, &["fetch", "-q", "origin"]);
+    let listed = team.git(
+        &team.origin,
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/builder/approved/",
+        ],
+    );
+    let refs: Vec<(String, String)> = listed
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(n, i)| (n.to_string(), i.to_string()))
+        .collect();
+    assert!(!refs.is_empty());
+    const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+    for (name, id) in &refs {
+        let child = team.git(&mallory, &["commit-tree", EMPTY_TREE, "-p", id, "-m", "moved"]);
+        team.git(
+            &mallory,
+            &["push", "-q", "--no-verify", "origin", &format!("{child}:{name}")],
+        );
+        assert_ne!(&team.rev(&team.origin, name), id, "the origin took the fast-forward");
+    }
+    team.git(team.laptop(), &["fetch", "-q", "origin"]);
+    let (name, id) = &refs[0];
+    assert_ne!(&team.rev(team.laptop(), name), id, "the laptop's fetch followed it");
+    let proposals = builder_ok(&team.env, team.laptop(), None, &["proposals"]);
+    assert!(
+        proposals.contains("cron") && !proposals.contains("without approval"),
+        "{proposals}"
+    );
+    let (code, out, err) = builder_in(&team.env, team.laptop(), None, &["audit"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let late_box = team.clone_as("late-box", true);
+    team.git(&late_box, &["config", "gc.autoDetach", "false"]);
+    let (code, summary) = fire_in(&team.env, &late_box, "digest");
+    assert_eq!(code, 0, "a box cloned after the move fires: {summary}");
+
+    // Shadowed: the ref deleted on the origin, one below its name pushed.
+    team.git(&mallory, &["push", "-q", "--no-verify", "origin", &format!(":{name}")]);
+    team.git(
+        &mallory,
+        &["push", "-q", "--no-verify", "origin", &format!("HEAD:{name}/x")],
+    );
+    let pull = team.try_git(team.laptop(), &["pull", "-q", "--ff-only"]);
+    assert!(!pull.status.success(), "git's own pull fails on it");
+    let before = team
+        .git(team.laptop(), &["for-each-ref", "refs/builder/approved/"])
+        .lines()
+        .count();
+    let (code, _, err) = builder_in(&team.env, team.laptop(), None, &["proposals"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("name no approval") && err.contains(&format!("git push origin :{name}/x")),
+        "{err}"
+    );
+    let v3 = format!("{}\nSay (v3) once.\n", team.env.read("prompts/digest.md"));
+    team.env.write("prompts/digest.md", &v3);
+    builder_ok(&team.env, team.laptop(), None, &["propose", "v3"]);
+    let (code, out, err) = builder_in(&team.env, team.laptop(), Some(REVIEWER), &["approve", "v3", "--push"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let after = team
+        .git(team.laptop(), &["for-each-ref", "refs/builder/approved/"])
+        .lines()
+        .count();
+    assert_eq!(after, before + 1, "the laptop kept every approval and added v3's");
+    let on_origin = team.git(&team.origin, &["for-each-ref", "refs/builder/approved/"]);
+    assert!(
+        on_origin.lines().count() > refs.len(),
+        "v3's approval reached the origin: {on_origin}"
+    );
+}

@@ -803,6 +803,57 @@ fn a_later_fire_cannot_rewrite_or_remove_an_earlier_runs_report() {
     assert!(status.stdout.is_empty(), "{}", String::from_utf8_lossy(&status.stdout));
 }
 
+/// A fire killed while it puts back a committed report a tool rewrote (SIGKILL at
+/// `mid-put-back`, between writing HEAD's bytes to a temporary file and its rename)
+/// leaves a file at the report's name, never none (it unlinked, then created: a kill
+/// between the two left the report missing, and a person's `git commit -a` would
+/// have committed the removal). The next fire resumes the killed run, judges its
+/// outputs again and puts the report back.
+#[test]
+fn a_fire_killed_while_putting_back_a_report_leaves_one_and_its_resume_puts_it_back() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(&[], "# First report", "");
+    let (_, first) = fire(&env, &[]);
+    let one = first["report"].as_str().unwrap().to_string();
+    let body = format!("printf 'FORGED-BY-FIRE-2' > {one}\n");
+    env.write(
+        "evals/hardening/trace.json",
+        &trace_json(&script("rewrite", &body), "# Second"),
+    );
+    env.commit_all("a hostile model");
+    let killed = env
+        .command("runtime", &["fire", "t", "--json"])
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("RUNTIME_FAILPOINTS", "mid-put-back")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        killed.status.signal(),
+        Some(9),
+        "{}",
+        String::from_utf8_lossy(&killed.stderr)
+    );
+    // The attack ran, and the kill came mid-put-back: the tools' bytes still stand.
+    assert_eq!(std::fs::read(env.root.join(&one)).unwrap(), b"FORGED-BY-FIRE-2");
+    let (code, summary) = fire(&env, &[]);
+    assert_eq!(code, 5, "{summary}");
+    assert!(
+        rejected_detail(&env, &summary).contains(&format!(
+            "{one}: already committed: the runtime only adds new files; put back as committed"
+        )),
+        "{summary}"
+    );
+    assert_eq!(
+        std::fs::read(env.root.join(&one)).unwrap(),
+        committed(&env, &one).unwrap().1
+    );
+    let status = env.git_in(&env.root, &["status", "--porcelain", "--", "reports"]);
+    assert!(status.stdout.is_empty(), "{}", String::from_utf8_lossy(&status.stdout));
+}
+
 /// Task `t` in `env` with one acceptance check, the script `path` holding `body`,
 /// committed.
 fn with_check(env: &TestEnv, path: &str, body: &str) {

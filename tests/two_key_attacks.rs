@@ -565,3 +565,205 @@ fn turning_signatures_off_in_the_same_change_does_not_let_an_identity_approve_it
     assert_eq!(code, 1, "{summary}");
     assert_eq!(env.card_kinds(&summary), vec!["unreviewed_changes"]);
 }
+
+/// A raw tree of `entries` (mode, name, id) in the order given, as anyone can write
+/// with `git mktree` or `git hash-object -t tree --literally`.
+fn raw_tree(repo: &Repository, entries: &[(&str, &str, Oid)]) -> Oid {
+    let mut raw = Vec::new();
+    for (mode, name, id) in entries {
+        raw.extend_from_slice(format!("{mode} {name}\0").as_bytes());
+        raw.extend_from_slice(id.as_bytes());
+    }
+    repo.odb().unwrap().write(git2::ObjectType::Tree, &raw).unwrap()
+}
+
+/// `parent`'s tree with the top-level entry `name` set to `id` with `mode` (raw: git
+/// would refuse nothing here), as a commit by Mallory.
+fn commit_with_top(repo: &Repository, parent: Oid, name: &str, id: Oid, mode: &str, msg: &str) -> Oid {
+    let parent = repo.find_commit(parent).unwrap();
+    let old = parent.tree().unwrap();
+    let mut entries: Vec<(String, String, Oid)> = old
+        .iter()
+        .filter(|e| e.name_bytes() != name.as_bytes())
+        .map(|e| {
+            (
+                format!("{:o}", e.filemode()),
+                String::from_utf8_lossy(e.name_bytes()).into_owned(),
+                e.id(),
+            )
+        })
+        .collect();
+    entries.push((mode.to_string(), name.to_string(), id));
+    let key = |(m, n, _): &(String, String, Oid)| format!("{n}{}", if m == "40000" { "/" } else { "" });
+    entries.sort_by_key(key);
+    let refs: Vec<(&str, &str, Oid)> = entries.iter().map(|(m, n, i)| (m.as_str(), n.as_str(), *i)).collect();
+    let tree = repo.find_tree(raw_tree(repo, &refs)).unwrap();
+    let sig = git2::Signature::now("Mallory", "mallory@evil.example").unwrap();
+    repo.commit(None, &sig, &sig, msg, &tree, &[&parent]).unwrap()
+}
+
+/// The attack's premise: a plain libgit2 checkout from `from` to `to` (in a scratch
+/// repository holding both) writes `written` through a link. The file is removed
+/// after.
+fn assert_libgit2_writes_through(env: &TestEnv, mal: &Repository, from: Oid, to: Oid, written: &Path) {
+    let scratch_dir = env.home.join("scratch");
+    git(env, &env.home, &["init", "-q", scratch_dir.to_str().unwrap()]);
+    let theirs = mal.workdir().unwrap();
+    for (c, name) in [(from, "from"), (to, "to")] {
+        git(
+            env,
+            theirs,
+            &[
+                "push",
+                "-q",
+                "--no-verify",
+                scratch_dir.to_str().unwrap(),
+                &format!("{c}:refs/heads/{name}"),
+            ],
+        );
+    }
+    git(env, &scratch_dir, &["checkout", "-q", "from"]);
+    let scratch = Repository::open(&scratch_dir).unwrap();
+    let tree = scratch.find_commit(to).unwrap().tree().unwrap();
+    let mut co = git2::build::CheckoutBuilder::new();
+    co.safe();
+    let _ = scratch.checkout_tree(tree.as_object(), Some(&mut co));
+    assert!(written.exists(), "libgit2 wrote through the link");
+    std::fs::remove_file(written).unwrap();
+    std::fs::remove_dir_all(&scratch_dir).unwrap();
+}
+
+/// Mallory's two `docs/` trees on the origin's `main` (no builder-owned path):
+/// `docs/h`, a link to `outside` (a directory outside the repository), in `c1`; and
+/// in `c2` that link beside a directory `h` of one name holding `pwned.txt` (a tree
+/// git refuses: duplicateEntries). The premise is checked: libgit2's checkout from
+/// `c1` to `c2` writes `pwned.txt` through the link.
+struct LinkAttack {
+    outside: PathBuf,
+    docs_link: Oid,
+    docs_dup: Oid,
+    c1: Oid,
+    c2: Oid,
+}
+
+fn link_attack(env: &TestEnv, mal: &Repository) -> LinkAttack {
+    let outside = env.home.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let link = mal.blob(outside.to_str().unwrap().as_bytes()).unwrap();
+    let main = mal.refname_to_id("refs/remotes/origin/main").unwrap();
+    let docs_link = raw_tree(mal, &[("120000", "h", link)]);
+    let c1 = commit_with_top(mal, main, "docs", docs_link, "40000", "docs: a link");
+    let payload = raw_tree(
+        mal,
+        &[("100644", "pwned.txt", mal.blob(b"MALLORY WAS HERE\n").unwrap())],
+    );
+    let docs_dup = raw_tree(mal, &[("120000", "h", link), ("40000", "h", payload)]);
+    let c2 = commit_with_top(mal, c1, "docs", docs_dup, "40000", "docs");
+    assert_libgit2_writes_through(env, mal, c1, c2, &outside.join("pwned.txt"));
+    LinkAttack {
+        outside,
+        docs_link,
+        docs_dup,
+        c1,
+        c2,
+    }
+}
+
+/// Mallory changes no builder-owned path: `docs/h`, a link to a directory outside the
+/// repository, then a `docs/` holding that link and a directory `h` of one name (a
+/// tree git refuses: duplicateEntries). libgit2's checkout of the second writes the
+/// directory's files through the link, outside the repository (or into `.git/hooks`,
+/// or over the runtime's own copy of the approved tools). The box refuses to move
+/// there: every fire exits 5 with one card naming the tree, nothing is written
+/// outside, and the box's records stay on it. So does a tip where `cards` is a file.
+#[test]
+fn a_tree_git_refuses_outside_the_builder_paths_never_reaches_the_cron_box() {
+    let env = TestEnv::new();
+    let Some((origin, cron, _)) = signed_cron_box(&env) else {
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
+        return;
+    };
+    let mal = mallory_clone(&env, &origin);
+    let LinkAttack {
+        outside,
+        docs_link,
+        docs_dup,
+        c1,
+        c2: _,
+    } = link_attack(&env, &mal);
+    push(&env, &mal, c1);
+
+    // The box takes c1 (a link outside the builder paths is no builder change)...
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_eq!(code, 0, "{summary}");
+    assert!(reached(&env, &Repository::open(&cron).unwrap(), c1));
+    // ...and refuses the same `docs/` on its records, once carded, every fire exiting 5.
+    git(&env, mal.workdir().unwrap(), &["fetch", "-q", "origin"]);
+    let main = mal.refname_to_id("refs/remotes/origin/main").unwrap();
+    let c2 = commit_with_top(&mal, main, "docs", docs_dup, "40000", "docs");
+    push(&env, &mal, c2);
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    let fetched = "refs/runtime-sync/fetched/origin/main";
+    assert_eq!(rev(&env, &cron, fetched), c2.to_string(), "the payload reached the box");
+    assert_eq!(code, 5, "{summary}");
+    assert!(!outside.join("pwned.txt").exists(), "written outside the repository");
+    assert_ne!(rev(&env, &cron, "HEAD"), c2.to_string());
+    assert_eq!(crate::cron_box::env_cards(&cron, &summary), vec!["unreviewed_changes"]);
+    let card = std::fs::read_to_string(cron.join(first_card(&cron, &summary))).unwrap();
+    assert!(card.contains("duplicateEntries") && card.contains("docs/h"), "{card}");
+    let (code, again) = fire_in(&env, &cron, "digest");
+    assert_eq!(code, 5, "{again}");
+    assert!(
+        crate::cron_box::env_cards(&cron, &again).is_empty(),
+        "carded once: {again}"
+    );
+    assert!(!outside.join("pwned.txt").exists());
+    // The box's records stay on it: nothing was built onto the refused tip.
+    assert_eq!(
+        rev(&env, &origin, "main"),
+        c2.to_string(),
+        "nothing pushed onto the refused tip"
+    );
+
+    // A tip where `cards` is a file: the same, named.
+    let cards_file = mal.blob(b"not a directory\n").unwrap();
+    let undone = commit_with_top(&mal, c2, "docs", docs_link, "40000", "docs: one h");
+    let c3 = commit_with_top(&mal, undone, "cards", cards_file, "100644", "tidy");
+    push(&env, &mal, c3);
+    let (code, summary) = fire_in(&env, &cron, "digest");
+    assert_eq!(code, 5, "{summary}");
+    let message = summary["message"].as_str().unwrap_or_default().to_string();
+    let cards = crate::cron_box::env_cards(&cron, &summary);
+    assert_eq!(cards, vec!["unreviewed_changes"], "{summary}");
+    let card = std::fs::read_to_string(cron.join(first_card(&cron, &summary))).unwrap();
+    assert!(card.contains("`cards` is not a directory"), "{card}\n{message}");
+    assert!(cron.join("cards").is_dir());
+}
+
+/// The same `docs/` pushed to the origin's `main` reaches a reviewer's laptop through
+/// `builder land`, which merges the proposal onto the origin's tip and moves the
+/// checked-out branch there with libgit2's checkout. The merge writes a tree git
+/// writes (an index holds one entry a path), and the move would refuse one that is
+/// not: nothing is written through the link.
+#[test]
+fn land_never_writes_through_a_link_a_tree_git_refuses_brought() {
+    let env = TestEnv::new();
+    let origin = with_origin(&env);
+    git(&env, &env.root, &["push", "-q", "-u", "origin", "main"]);
+    let mal = mallory_clone(&env, &origin);
+    let LinkAttack { outside, c1, c2, .. } = link_attack(&env, &mal);
+    push(&env, &mal, c1);
+    git(&env, &env.root, &["pull", "-q", "--ff-only"]);
+    push(&env, &mal, c2);
+    env.write("prompts/digest.md", "---\n---\nBe brief.\n");
+    builder_ok(&env, &env.root, None, &["propose", "brief", "--push"]);
+    builder_ok(&env, &env.root, Some(REVIEWER), &["approve", "brief", "--push"]);
+    let (code, out, err) = crate::review::builder_in(&env, &env.root, None, &["land", "brief"]);
+    assert!(
+        !outside.join("pwned.txt").exists(),
+        "written through the link: {out}{err}"
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let fsck = git(&env, &env.root, &["ls-tree", "HEAD:docs"]);
+    assert_eq!(fsck.lines().count(), 1, "one `h` in the landed tree: {fsck}");
+}

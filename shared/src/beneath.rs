@@ -180,22 +180,47 @@ fn lacks_owner_rwx(fd: &OwnedFd) -> bool {
 /// `AlreadyExists` when anything is at that name, and with `ELOOP`/`EXDEV`/`ENOTDIR`
 /// when a directory on the way is a symlink or not a directory.
 pub fn create_new(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_new(root, rel, bytes, false, MakeDirs::Yes)
+    write_new(root, rel, bytes, false, MakeDirs::Yes, Placing::New)
 }
 
 /// [`create_new`] or [`create_new_synced`] (`fsync`), making the missing directories
 /// on the way or not (`make`).
 pub fn create_new_with(root: &OwnedFd, rel: &Path, bytes: &[u8], fsync: bool, make: MakeDirs) -> std::io::Result<()> {
-    write_new(root, rel, bytes, fsync, make)
+    write_new(root, rel, bytes, fsync, make, Placing::New)
 }
 
 /// [`create_new`] that survives a power loss once it returns: the temporary file is
 /// fsynced before its rename and the directory after it (`durability: strict`).
 pub fn create_new_synced(root: &OwnedFd, rel: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_new(root, rel, bytes, true, MakeDirs::Yes)
+    write_new(root, rel, bytes, true, MakeDirs::Yes, Placing::New)
 }
 
-fn write_new(root: &OwnedFd, rel: &Path, bytes: &[u8], fsync: bool, make: MakeDirs) -> std::io::Result<()> {
+/// Puts a file holding `bytes`, with `mode`, at `rel` under `root` in place of the
+/// file or link there (never a directory: `EISDIR`), making the missing directories
+/// on the way: written to a temporary name as [`create_new`] does and renamed over
+/// the name, so a process killed meanwhile leaves the old entry at `rel` (and a
+/// temporary file its pid names), never no file. `fsync` as [`create_new_synced`].
+pub fn replace_file(root: &OwnedFd, rel: &Path, bytes: &[u8], mode: u32, fsync: bool) -> std::io::Result<()> {
+    write_new(root, rel, bytes, fsync, MakeDirs::Yes, Placing::Over { mode })
+}
+
+/// How [`write_new`] puts its temporary file at the name.
+#[derive(Clone, Copy)]
+enum Placing {
+    /// Only where nothing is ([`create_new`]).
+    New,
+    /// Over what is there, with this mode ([`replace_file`]).
+    Over { mode: u32 },
+}
+
+fn write_new(
+    root: &OwnedFd,
+    rel: &Path,
+    bytes: &[u8],
+    fsync: bool,
+    make: MakeDirs,
+    placing: Placing,
+) -> std::io::Result<()> {
     let parts = components(rel)?;
     let (name, dirs) = parts
         .split_last()
@@ -211,11 +236,23 @@ fn write_new(root: &OwnedFd, rel: &Path, bytes: &[u8], fsync: bool, make: MakeDi
     let mut file = std::fs::File::from(fd);
     let written = file
         .write_all(bytes)
+        .and_then(|()| match placing {
+            Placing::Over { mode } => {
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(std::io::Error::from)
+            }
+            Placing::New => Ok(()),
+        })
         .and_then(|()| if fsync { file.sync_all() } else { Ok(()) })
-        .and_then(|()| {
-            crate::failpoint!("mid-record-write");
-            rustix::fs::renameat_with(&dir, temp.as_str(), &dir, *name, rustix::fs::RenameFlags::NOREPLACE)
-                .map_err(std::io::Error::from)
+        .and_then(|()| match placing {
+            Placing::New => {
+                crate::failpoint!("mid-record-write");
+                rustix::fs::renameat_with(&dir, temp.as_str(), &dir, *name, rustix::fs::RenameFlags::NOREPLACE)
+                    .map_err(std::io::Error::from)
+            }
+            Placing::Over { .. } => {
+                crate::failpoint!("mid-put-back");
+                rustix::fs::renameat(&dir, temp.as_str(), &dir, *name).map_err(std::io::Error::from)
+            }
         })
         .and_then(|()| match fsync {
             true => rustix::fs::fsync(&dir).map_err(std::io::Error::from),
@@ -271,13 +308,6 @@ fn parent_of<'a>(root: &OwnedFd, rel: &'a Path) -> std::io::Result<(OwnedFd, &'a
         dir = open_dir_usable(&dir, d)?;
     }
     Ok((dir, name))
-}
-
-/// Sets the mode of the regular file `rel` under `root`, reached through no link.
-pub fn set_mode(root: &OwnedFd, rel: &Path, mode: u32) -> std::io::Result<()> {
-    let (dir, name) = parent_of(root, rel)?;
-    let file = open_one(&dir, name, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty())?;
-    rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(std::io::Error::from)
 }
 
 /// Why a file the model left was not read.

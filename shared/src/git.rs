@@ -422,7 +422,9 @@ pub fn auto_gc(repo: &Repository) -> AutoGc {
     let mut git = std::process::Command::new("git");
     git.arg("--git-dir")
         .arg(repo.commondir())
-        .args(["gc", "--auto", "--quiet"])
+        // No hook runs: the runtime runs this itself, with nobody watching, and a
+        // hook file is whatever reached `.git/hooks` (issue 17, helper-95).
+        .args(["-c", "core.hooksPath=/dev/null", "gc", "--auto", "--quiet"])
         .env_clear()
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

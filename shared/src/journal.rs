@@ -174,8 +174,14 @@ impl Journal {
                 "INSERT OR REPLACE INTO runs (run_id, task, status, stop_reason, started_at) VALUES (?1, ?2, 'running', 'not_started', ?3)",
                 rusqlite::params![run.run_id, run.task, at],
             )?;
+            // A resumed run (an interrupted one this fire continues under its run id)
+            // keeps its checkpoint: this process takes the row over, and a kill before
+            // its first new checkpoint leaves the same run to resume again, not one
+            // with "no checkpoint yet" that is closed as crashed, its finished records
+            // removed and its completed calls run again (helper-96).
             tx.execute(
-                "INSERT OR REPLACE INTO live_runs (run_id, task, pid, pid_start, ledger_run, step, state, inputs, updated_at, boot_id, boot_ns) VALUES (?1, ?2, ?3, ?4, ?5, 0, NULL, ?6, ?7, ?8, ?9)",
+                "INSERT INTO live_runs (run_id, task, pid, pid_start, ledger_run, step, state, inputs, updated_at, boot_id, boot_ns) VALUES (?1, ?2, ?3, ?4, ?5, 0, NULL, ?6, ?7, ?8, ?9)
+                 ON CONFLICT(run_id) DO UPDATE SET pid = excluded.pid, pid_start = excluded.pid_start, ledger_run = excluded.ledger_run, inputs = excluded.inputs, updated_at = excluded.updated_at, boot_id = excluded.boot_id, boot_ns = excluded.boot_ns",
                 rusqlite::params![run.run_id, run.task, pid, pid_start, run.ledger_run, run.inputs, at, boot_id, boot_ns],
             )
         })?;

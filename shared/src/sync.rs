@@ -67,6 +67,11 @@ pub enum Stuck {
     /// database, the walk memo of the two-key check): checking it out would let
     /// whoever pushed it write that state. `state`: the tracked `.runtime` tree.
     TracksState { tip: Oid, state: Oid },
+    /// The box cannot check the tip out safely, whatever its approvals: a tree it
+    /// would write is one git refuses (a link and a directory of one name write
+    /// through the link), or a records directory is not a directory there (every
+    /// fire's records would stay on the box). `why` names the path.
+    Unsafe { tip: Oid, why: String },
     /// The tip's settings name a key variable unset or empty in the box's
     /// environment: a fire of it could not call its provider. `tree`: the tip's
     /// tree of builder-owned paths.
@@ -92,6 +97,10 @@ impl Stuck {
                 "its tip {} tracks {}/, the runtime's private state",
                 crate::text::short_oid(*tip),
                 crate::layout::STATE_DIR
+            ),
+            Stuck::Unsafe { tip, why } => format!(
+                "its tip {} cannot be checked out safely: {why}",
+                crate::text::short_oid(*tip)
             ),
             Stuck::KeyMissing { var, .. } => format!("its settings name the key variable `{var}`, unset or empty here"),
             Stuck::Rollback { back, .. } => back.summary(),
@@ -161,6 +170,10 @@ pub enum Pushed {
     /// The remote's history was rewritten and the box does not join it: `records`
     /// records the remote lacked went onto it in `head`.
     Replayed { attempts: u32, head: Oid, records: usize },
+    /// The remote's tip `tip` is one the box may not check out (a tree git refuses,
+    /// a records directory that is not one): nothing was built onto it, and the box's
+    /// records stay on its branch until someone replaces that tip.
+    Held { tip: Oid, why: String },
 }
 
 pub(crate) struct Ctx<'a> {
@@ -872,7 +885,7 @@ pub fn before_fire(
 }
 
 /// How the box's records go onto the remote's tip `remote` in one push attempt.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Candidate {
     /// The box's branch itself (it descends from the tip).
     Direct(Oid),
@@ -884,6 +897,8 @@ enum Candidate {
     Replayed(Oid, usize),
     /// The remote has every record already.
     Nothing,
+    /// The remote's tip may not be checked out here ([`Pushed::Held`]).
+    Held(Oid, String),
 }
 
 impl Ctx<'_> {
@@ -930,6 +945,7 @@ impl Ctx<'_> {
                 attempts: attempt,
                 head: local,
             },
+            Candidate::Held(tip, why) => Pushed::Held { tip, why },
         }
     }
 
@@ -949,6 +965,14 @@ impl Ctx<'_> {
         let git = self.git("push");
         let joined = self.joined();
         let unpushed = self.unpushed(local, remote, joined, runtime_email)?;
+        // Nothing is built onto a tip the box may not check out: its records would
+        // move the box there (or write its tree) after all.
+        if !self.repo.graph_descendant_of(local, remote).map_err(&git)? {
+            let tip = self.repo.find_commit(remote).and_then(|c| c.tree()).map_err(&git)?;
+            if let Some(why) = history::unsafe_to_check_out(self.repo, local, &tip).map_err(&git)? {
+                return Ok(Candidate::Held(remote, why));
+            }
+        }
         if !unpushed.dropped.is_empty() {
             return Ok(match self.replay(remote, local, &unpushed.runtime, joined)? {
                 Some((commit, paths)) => Candidate::Replayed(commit, paths.len()),
@@ -1014,6 +1038,7 @@ pub fn push_after(
                     head: remote.unwrap_or(local),
                 })
             }
+            Candidate::Held(tip, why) => return Ok(Pushed::Held { tip, why }),
             Candidate::Direct(h) | Candidate::Rebuilt(h) | Candidate::Merged(h) | Candidate::Replayed(h, _) => h,
         };
         let sent = match cx.send(&mut intent, head, remote) {

@@ -358,18 +358,26 @@ fn remote_by(
 /// Says on stderr how many approvals this clone has that `remote` lacks (best effort:
 /// an unreachable remote is named at -v only).
 pub fn report_unpublished(wt: &shared::git::WorkTree, remote: &str) {
-    match shared::review::remote::unpublished(&wt.repo, &wt.root, remote) {
-        Ok(missing) if !missing.is_empty() => {
-            eprintln!(
-                "warning: {remote} lacks {} approval(s) this clone has (a forced push there, or never pushed)",
-                missing.len()
-            );
-            eprintln!(
-                "hint: push them back with `git push {remote} 'refs/builder/approved/*:refs/builder/approved/*'`"
-            );
-        }
-        Ok(_) => {}
-        Err(e) => tracing::info!(remote, error = %e, "could not compare approvals with the remote"),
+    let compared = match shared::review::remote::unpublished(&wt.repo, &wt.root, remote) {
+        Ok(c) => c,
+        Err(e) => return tracing::info!(remote, error = %e, "could not compare approvals with the remote"),
+    };
+    if let Some(first) = compared.malformed.first() {
+        let first = shared::text::printable(first);
+        eprintln!(
+            "warning: {remote} holds {} ref(s) under the approvals that name no approval (someone's push, first `{first}`): every clone's `git pull` fails on them",
+            compared.malformed.len()
+        );
+        eprintln!(
+            "hint: delete each on {remote} (`git push {remote} :{first}`), then push this clone's approvals back; never run `git remote prune` (it deletes approvals)"
+        );
+    }
+    if !compared.missing.is_empty() {
+        eprintln!(
+            "warning: {remote} lacks {} approval(s) this clone has (a forced push there, or never pushed)",
+            compared.missing.len()
+        );
+        eprintln!("hint: push them back with `git push {remote} 'refs/builder/approved/*:refs/builder/approved/*'`");
     }
 }
 

@@ -221,6 +221,22 @@ impl WorkerClient {
                 (Ok(sandbox), Ok(())) => Hello::Ready(sandbox),
                 (Ok(_), Err(e)) | (Err(e), _) => Hello::Failed(e.to_string()),
             };
+            // A worker killed before its report (the OOM killer, a person's kill) says
+            // nothing of the sandbox: the spare takes its place, as for a worker that
+            // dies in a call (helper-96: the fire ended as `sandbox_unavailable`).
+            let failed = match &self.hello {
+                Hello::Failed(why) => Some(why.clone()),
+                _ => None,
+            };
+            if let Some((why, signal)) = failed.and_then(|why| Some((why, self.killed_by()?))) {
+                let why = format!("{why} (killed by signal {signal})");
+                match self.replace_by_spare().await {
+                    Ok(()) => {
+                        tracing::warn!(%why, new = self.child.0.id(), "the tool worker was killed before its sandbox report; the spare took its place")
+                    }
+                    Err(e) => self.hello = Hello::Failed(format!("{why}; {e}")),
+                }
+            }
         }
         match &self.hello {
             Hello::Ready(sandbox) => Ok(sandbox),
@@ -368,13 +384,32 @@ impl WorkerClient {
         let child = wake_parked(child).map_err(WorkerError::Spawn)?;
         let fresh = WorkerClient::adopt(child, &spare.config).await?;
         let WorkerClient {
-            child, stdin, stdout, ..
+            child,
+            stdin,
+            stdout,
+            hello,
+            ..
         } = fresh;
         // The dead worker is reaped as its handle drops.
         self.child = child;
         self.stdin = stdin;
         self.stdout = stdout;
+        self.hello = hello;
         Ok(())
+    }
+
+    /// The signal that ended the worker, if a signal did: asked for a little while,
+    /// as a worker whose output just closed may not have been reaped yet.
+    fn killed_by(&mut self) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        for _ in 0..20 {
+            match self.child.0.try_wait() {
+                Ok(Some(status)) => return status.signal(),
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
+                Err(_) => return None,
+            }
+        }
+        None
     }
 
     /// A handle that can interrupt the worker while a call borrows it.

@@ -670,8 +670,12 @@ fn forget_staged_removals(repo: &git2::Repository, out: &mut super::outputs::Out
 /// removed ([`super::outputs::Outputs::put_back`]) by its tools (the file, or for one
 /// removed a directory above it, in `made`: a person's edit is never undone), and
 /// says so in each one's reason on the card (the rejected entry that names it, or the
-/// directory it was in). Whatever stands at the name is unlinked first (a link is not
-/// followed), and the file is made as records are, through no link. All of it with
+/// directory it was in). The file is written to a temporary name and renamed over
+/// whatever file or link stands at the name ([`crate::beneath::replace_file`], through
+/// no link): a fire killed meanwhile leaves the tools' file, never no file, and its
+/// resumed run judges and puts it back again (the tools' list of what they made is
+/// in the checkpoint; a fire killed during a call, before its list was kept, leaves
+/// the file named on the card instead). All of it with
 /// git's index lock held ([`crate::git::with_index_lock`]), and only while HEAD is
 /// still `head_at` (the commit the files were judged by), no merge, rebase or other
 /// operation is under way, and the index holds each file as HEAD does: a person's
@@ -760,22 +764,12 @@ fn put_back_locked(
             failed.push((rel.clone(), why));
             continue;
         }
+        let bits = if mode == Some(0o100755) { 0o755 } else { 0o644 };
         let done = repo
             .find_blob(*blob)
             .map_err(|e| e.message().to_string())
             .and_then(|b| {
-                match crate::beneath::remove_file(&dir, path) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.to_string()),
-                    _ => {}
-                }
-                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    crate::beneath::make_dirs(root, parent).map_err(|e| e.to_string())?;
-                }
-                records::create_new_synced(root, path, b.content(), fsync).map_err(|e| e.to_string())?;
-                match mode {
-                    Some(0o100755) => crate::beneath::set_mode(&dir, path, 0o755).map_err(|e| e.to_string()),
-                    _ => Ok(()),
-                }
+                crate::beneath::replace_file(&dir, path, b.content(), bits, fsync).map_err(|e| e.to_string())
             });
         if let Err(e) = done {
             failed.push((rel.clone(), e));

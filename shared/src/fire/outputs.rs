@@ -222,6 +222,14 @@ fn skip(name: &str, path: &str) -> Option<Skip> {
     {
         return Some(Skip::Quietly);
     }
+    // A tool worker's copy on its way back from the sandbox ([`crate::sandbox::writeback`]),
+    // or one a worker killed mid-copy left half written (helper-96): never an output.
+    if crate::sandbox::writeback::is_temp_name(name) {
+        return Some(Skip::Refused(
+            path.to_string(),
+            "a tool worker's temporary copy (a fire killed mid-copy leaves one half written): not committed".into(),
+        ));
+    }
     // Names git refuses or reads as its own metadata on some file system (a
     // nested repository, attributes, submodules, in every spelling git knows):
     // one refused name would fail the commit of the run's own records, and an
@@ -471,6 +479,27 @@ mod tests {
         let others = git_read_files(p, &["reports".into(), "out".into()], (0, 0));
         let others: Vec<&str> = others.iter().map(|(r, _)| r.as_str()).collect();
         assert_eq!(others, ["out/x/.gitattributes"]);
+    }
+
+    /// A tool worker's temporary copy (a worker killed mid-copy leaves it half
+    /// written) is never an output, and is named; a file merely like it is one.
+    #[test]
+    fn a_write_back_temporary_copy_is_never_an_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::create_dir_all(p.join("reports/out")).unwrap();
+        std::fs::write(p.join("reports/out/.sandbox-copy-00ff00ff00ff00ff"), "half").unwrap();
+        std::fs::write(p.join("reports/out/.sandbox-copy-notes"), "mine").unwrap();
+        let out = collect(p, (0, 0), &[], &|_| None, &|_| Vec::new(), &limits());
+        let accepted: Vec<&str> = out.accepted.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(accepted, ["reports/out/.sandbox-copy-notes"]);
+        assert!(
+            out.rejected
+                .iter()
+                .any(|(r, why)| r == "reports/out/.sandbox-copy-00ff00ff00ff00ff" && why.contains("temporary copy")),
+            "{:?}",
+            out.rejected
+        );
     }
 
     /// Years of day directories are passed by a `stat` each; a file new since the

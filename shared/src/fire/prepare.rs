@@ -895,6 +895,7 @@ impl Preparing {
                     window,
                     Some(id),
                     self.task_lock.as_ref(),
+                    (&config.identity.name, &config.identity.email),
                 );
                 self.recovery_cards = found.cards;
                 return Ok(None);
@@ -908,6 +909,7 @@ impl Preparing {
             window,
             explicit.as_deref(),
             self.task_lock.as_ref(),
+            (&config.identity.name, &config.identity.email),
         );
         self.recovery_cards = found.cards;
         let Some((run, mut state)) = found.resume else {

@@ -76,6 +76,20 @@ fn not_resumable(run: &LiveRun, inputs: &Inputs, window: Duration, now: DateTime
     (!same).then(|| "its prompt, scope, settings or provider changed since".into())
 }
 
+/// Why the interrupted `run` is not resumed when `runtime resume` names `asked`;
+/// `None` when it is the one.
+fn not_the_one_asked(run: &LiveRun, asked: &str) -> Option<String> {
+    if asked == run.run_id {
+        return None;
+    }
+    Some(match asked == run.ledger_run {
+        true => format!(
+            "it was an interrupted resume of paused run {asked}, which this fire continues from its pause (the tool ledger keeps its calls from running twice)"
+        ),
+        false => "another run was asked to resume".to_string(),
+    })
+}
+
 /// Finds and settles the interrupted runs of the fire's task; `explicit` is a run
 /// `runtime resume` names, resumed whatever its age.
 pub(super) fn recover(
@@ -85,6 +99,7 @@ pub(super) fn recover(
     window: Duration,
     explicit: Option<&str>,
     lock: Option<&LockFile>,
+    identity: (&str, &str),
 ) -> Recovery {
     crate::failpoint!("during-recovery");
     remove_dead_temps(ctx, lock);
@@ -119,19 +134,16 @@ pub(super) fn recover(
         let started = DateTime::parse_from_rfc3339(&run.started_at)
             .map(|t| t.with_timezone(&Utc))
             .unwrap_or(now);
-        if committed_receipt(ctx, repo, &mut store, &run, started) {
+        if committed_receipt(ctx, repo, &mut store, &run, started)
+            || finished_uncommitted(ctx, repo, &mut store, &run, started, identity)
+        {
             continue;
         }
         let removed = remove_leftovers(ctx, repo, &run, started);
+        let newest = newest.as_deref() == Some(run.run_id.as_str());
         let why_not = match explicit {
-            Some(id) if id == run.run_id => None,
-            Some(id) if id == run.ledger_run => Some(format!(
-                "it was an interrupted resume of paused run {id}, which this fire continues from its pause (the tool ledger keeps its calls from running twice)"
-            )),
-            Some(_) => Some("another run was asked to resume".to_string()),
-            None if newest.as_deref() != Some(run.run_id.as_str()) => {
-                Some("a later run of the task was interrupted too".into())
-            }
+            Some(id) => not_the_one_asked(&run, id),
+            None if !newest => Some("a later run of the task was interrupted too".into()),
             None => not_resumable(&run, inputs, window, now),
         };
         let state = run
@@ -205,6 +217,67 @@ fn committed_receipt(
     if let Err(e) = saved {
         tracing::warn!(error = %e, run = %run.run_id, "the committed run's row was not rebuilt");
     }
+    true
+}
+
+/// The most bytes a finished run's record is read with ([`finished_uncommitted`]).
+const FINISHED_RECORD_CAP: u64 = 64 << 20;
+
+/// A run killed after it wrote its receipt (the last of its records) and before its
+/// commit had ended: its report, receipt and cards are whole in the work tree. They
+/// are kept in git for the next commit to take in ([`crate::pending::keep`], which
+/// this fire's commit does), and its row is rebuilt from the receipt, rather than the
+/// run being resumed or closed as crashed with its finished records removed
+/// (helper-96). `false` when there is no such receipt, or the records could not be
+/// kept (the run is then settled as before).
+fn finished_uncommitted(
+    ctx: &FireContext,
+    repo: &git2::Repository,
+    store: &mut Store,
+    run: &LiveRun,
+    started: DateTime<Utc>,
+    identity: (&str, &str),
+) -> bool {
+    let Ok(dir) = crate::beneath::open_root(&ctx.opts.root) else {
+        return false;
+    };
+    let receipt_rel = records::receipt_path(&ctx.opts.task, &run.run_id, started);
+    let read = |rel: &std::path::Path| crate::beneath::read_regular(&dir, rel, FINISHED_RECORD_CAP).ok();
+    let Some(bytes) = read(&receipt_rel) else {
+        return false;
+    };
+    let Some(receipt) = serde_json::from_slice::<records::Receipt>(&bytes)
+        .ok()
+        .filter(|r| r.run_id == run.run_id)
+    else {
+        return false;
+    };
+    let report_rel = records::report_path(&ctx.opts.task, &run.run_id, started);
+    let mut files = vec![(receipt_rel.to_string_lossy().into_owned(), bytes)];
+    let others = std::iter::once(report_rel.to_string_lossy().into_owned()).chain(uncommitted_cards_of(
+        ctx,
+        repo,
+        &dir,
+        &run.run_id,
+    ));
+    for rel in others {
+        if let Some(b) = read(std::path::Path::new(&rel)) {
+            files.push((rel, b));
+        }
+    }
+    if let Err(e) = crate::pending::keep(repo, &run.run_id, &files, identity) {
+        tracing::warn!(error = %e, run = %run.run_id, "a finished run's records were not kept for the next commit");
+        return false;
+    }
+    let saved = store.write(|tx| {
+        let receipt_at = receipt_rel.to_string_lossy();
+        crate::store::insert_run(tx, &receipt, &receipt_at, Some(&report_rel.to_string_lossy()))?;
+        crate::journal::end(tx, &run.run_id)
+    });
+    if let Err(e) = saved {
+        tracing::warn!(error = %e, run = %run.run_id, "the finished run's row was not rebuilt");
+    }
+    tracing::info!(run = %run.run_id, kept = files.len(), "an interrupted run had finished: its records go with this fire's commit");
     true
 }
 

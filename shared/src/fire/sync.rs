@@ -243,6 +243,15 @@ impl FireSync {
                 ),
                 hint: "`runtime check` on the box shows the state; the next fire cards what it finds".into(),
             },
+            (None, Some(Pushed::Held { tip, why })) => Note {
+                message: format!(
+                    "{}/{} moved during the fire to a commit the box cannot check out safely ({}): {why}. This fire's records stay committed on the box and go with the first push after it is replaced",
+                    self.settings.remote,
+                    self.settings.branch,
+                    crate::text::short_oid(*tip)
+                ),
+                hint: "replace that commit on the remote from a clone with one git writes; the next fire cards it".into(),
+            },
             (None, _) => return None,
         };
         Some(After::Attention {
@@ -315,6 +324,16 @@ fn stuck_why(at: &str, stuck: &Stuck) -> StuckWhy {
             subject: format!("state:{state}"),
             evidence: vec![tip.to_string()],
         },
+        Stuck::Unsafe { tip, why } => StuckWhy {
+            reason: format!(
+                "{at} moved to a commit the box cannot check out safely ({}): {why}",
+                crate::text::short_oid(*tip)
+            ),
+            hint: format!("replace that commit on {at} from a clone with one git writes (`git fsck` names a tree git refuses; `reports`, `runs` and `cards` must be directories); the box stays on what it has"),
+            kind: CardKind::UnreviewedChanges,
+            subject: format!("unsafe:{tip}"),
+            evidence: vec![tip.to_string()],
+        },
         Stuck::KeyMissing { tip, var, tree } => StuckWhy {
             reason: format!("{at}'s settings name the key variable `{var}`, unset or empty on the cron box"),
             hint: format!(
@@ -378,7 +397,11 @@ fn cause_card(
         (Some(_), None) => (
             format!("{reason}: the cron box fires what it has"),
             format!(
-                "{reason}. The cron box keeps firing {local} (the tree it last moved to) and does not move until it can fire the tip: every fire exits 5 until then, with this card written once. Its records still reach {at}, joined onto its tip, so this card is there too.{}\nNext: {hint}",
+                "{reason}. The cron box keeps firing {local} (the tree it last moved to) and does not move until it can fire the tip: every fire exits 5 until then, with this card written once. {}{}\nNext: {hint}",
+                match stuck {
+                    Some(Stuck::Unsafe { .. }) => format!("Its records stay committed on the box, and reach {at} with the first push after that tip is replaced."),
+                    _ => format!("Its records still reach {at}, joined onto its tip, so this card is there too."),
+                },
                 match stuck {
                     Some(Stuck::Unapproved { why, .. }) if !why.is_empty() => format!("\nWhy the approvals naming it do not count:\n- {}", why.join("\n- ")),
                     _ => String::new(),

@@ -222,21 +222,15 @@ pub fn make_dirs_under_index_lock(root: &Path, rel: &Path, wait: Duration) -> st
     let Some(lock) = index_lock_of_work_tree(root) else {
         return crate::beneath::make_dirs(root, rel);
     };
-    let held = match take_marked_lock(&lock, wait, Unmarked::Refused) {
-        Ok(id) => Some(id),
+    let _held = match take_marked_lock(&lock, wait, Unmarked::Refused) {
+        Ok(id) => Some(HeldLock { path: lock, id }),
         Err(e) => {
             tracing::warn!(error = %e, dir = %rel.display(), "git's index lock stayed held: the records directory is made without it");
             None
         }
     };
     crate::failpoint!("records-dir-locked");
-    let made = crate::beneath::make_dirs(root, rel);
-    if let Some(id) = held {
-        if let Err(e) = remove_if_same(&lock, id) {
-            tracing::warn!(lock = %lock.display(), error = %e, "the index lock was not released");
-        }
-    }
-    made
+    crate::beneath::make_dirs(root, rel)
 }
 
 /// Runs `f` with git's index lock of the work tree `root` held (marked as this
@@ -244,14 +238,27 @@ pub fn make_dirs_under_index_lock(root: &Path, rel: &Path, wait: Duration) -> st
 /// checkout, rebase step or commit changes the work tree or the index meanwhile (each
 /// takes that lock first, and fails or waits while it is held). `None` when the lock
 /// stays another's past `wait`, or the work tree has no git directory: `f` did not run.
+/// The lock is released however `f` ends, a panic included (a person's git would
+/// otherwise meet it until the next fire removed it).
 pub fn with_index_lock<T>(root: &Path, wait: Duration, f: impl FnOnce() -> T) -> Option<T> {
     let lock = index_lock_of_work_tree(root)?;
     let id = take_marked_lock(&lock, wait, Unmarked::Refused).ok()?;
-    let out = f();
-    if let Err(e) = remove_if_same(&lock, id) {
-        tracing::warn!(lock = %lock.display(), error = %e, "the index lock was not released");
+    let _held = HeldLock { path: lock, id };
+    Some(f())
+}
+
+/// A lock this process took, released when dropped (if it is still the one taken).
+struct HeldLock {
+    path: PathBuf,
+    id: LockId,
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        if let Err(e) = remove_if_same(&self.path, self.id) {
+            tracing::warn!(lock = %self.path.display(), error = %e, "the index lock was not released");
+        }
     }
-    Some(out)
 }
 
 /// Removes `path` if it is still the file `id` names.
@@ -837,5 +844,29 @@ mod tests {
         std::fs::write(&lock, &live).unwrap();
         make_dirs_under_index_lock(&root, Path::new("cards/later"), Duration::ZERO).unwrap();
         assert_eq!(std::fs::read_to_string(&lock).unwrap(), live);
+    }
+
+    /// The index lock [`with_index_lock`] takes is held while its work runs and
+    /// released however the work ends, a panic included: a person's git must not
+    /// meet it after.
+    #[test]
+    fn the_index_lock_is_released_when_the_work_under_it_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        git2::Repository::init(&root).unwrap();
+        let lock = root.join(".git/index.lock");
+        let held = with_index_lock(&root, Duration::ZERO, || lock.exists());
+        assert_eq!(held, Some(true), "held while the work runs");
+        assert!(!lock.exists());
+        let root2 = root.clone();
+        let panicked = std::thread::spawn(move || {
+            with_index_lock(&root2, Duration::ZERO, || {
+                assert!(root2.join(".git/index.lock").exists());
+                panic!("the work failed");
+            })
+        })
+        .join();
+        assert!(panicked.is_err(), "the work panicked");
+        assert!(!lock.exists(), "the lock outlived a panic");
     }
 }

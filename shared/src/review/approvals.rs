@@ -77,6 +77,15 @@ pub fn approval_ref(id: Oid) -> String {
     format!("{APPROVED_PREFIX}{id}")
 }
 
+/// The approval id an approval ref's name holds: `refs/builder/approved/<id>`, the
+/// id in full (40 or 64 hex digits) and nothing below it. Builder writes no other
+/// name; another is someone's push, and names no approval.
+pub fn named_id(name: &str) -> Option<Oid> {
+    let id = name.strip_prefix(APPROVED_PREFIX)?;
+    let hex = matches!(id.len(), 40 | 64) && id.bytes().all(|b| b.is_ascii_hexdigit());
+    hex.then(|| Oid::from_str(id).ok()).flatten()
+}
+
 /// What the approvals of a repository are read from: every approval ref with its
 /// target, and the legacy chain's tip. Two equal keys read to equal approvals
 /// (objects are named by their content).
@@ -165,9 +174,20 @@ fn read_uncached(repo: &Repository, key: &RefsKey) -> Result<Vec<Approval>, git2
     };
     let mut seen: HashSet<Oid> = out.iter().map(|a| a.id).collect();
     let mut own = Vec::new();
-    for (_, target) in &key.refs {
-        if seen.insert(*target) {
-            if let Some(a) = read_one(repo, *target)? {
+    for (name, target) in &key.refs {
+        // The approval is the commit the name holds, wherever the ref points now:
+        // an origin takes a fast-forward of the ref from anyone who can push (a
+        // child commit of theirs on it), and every clone's plain fetch follows it
+        // (helper-95). The named commit stays in the object store as its parent.
+        let Some(id) = named_id(name) else {
+            tracing::warn!(name, "a ref under the approvals that names no approval (ignored)");
+            continue;
+        };
+        if id != *target {
+            tracing::warn!(name, now = %target, "an approval ref moved off its approval (someone's push): the approval its name holds is read");
+        }
+        if seen.insert(id) {
+            if let Some(a) = read_one(repo, id)? {
                 own.push(a);
             }
         }

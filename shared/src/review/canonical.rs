@@ -129,6 +129,36 @@ pub fn check(repo: &Repository, id: Oid, path: &str, deep: bool) -> Result<(), g
     Ok(())
 }
 
+/// Refuses the tree `new` (a whole commit's tree) when any tree in it that `old`
+/// does not hold at the same path is one git refuses: what a checkout from `old` to
+/// `new` would write. The box's sync asks this before it moves, for every path, not
+/// only the builder-owned ones: libgit2's checkout of a tree with a link and a
+/// directory of one name writes the directory's files through the link, anywhere
+/// the box's account can write (helper-95). Unchanged subtrees cost nothing.
+pub fn check_changed(repo: &Repository, old: Option<Oid>, new: Oid, path: &str) -> Result<(), git2::Error> {
+    let Some(old) = old.filter(|o| *o != new) else {
+        return match old {
+            Some(_) => Ok(()),
+            None => check(repo, new, path, true),
+        };
+    };
+    check(repo, new, path, false)?;
+    let (old_tree, new_tree) = (repo.find_tree(old)?, repo.find_tree(new)?);
+    for e in new_tree.iter().filter(|e| e.filemode() == 0o040000) {
+        let name = String::from_utf8_lossy(e.name_bytes());
+        let below = if path.is_empty() {
+            name.to_string()
+        } else {
+            format!("{path}/{name}")
+        };
+        let was = (old_tree.get_name_bytes(e.name_bytes()))
+            .filter(|o| o.filemode() == 0o040000)
+            .map(|o| o.id());
+        check_changed(repo, was, e.id(), &below)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +223,29 @@ mod tests {
             &[("100644", b"a-b", a), ("100644", b"a.x", a), ("40000", b"a", plain)],
         );
         check(&repo, ordered, "", true).unwrap();
+    }
+
+    /// A sync's move judges every tree it would write, builder-owned or not, and only
+    /// those: a duplicate a level down in a changed directory is refused, one in a
+    /// subtree the box already holds unchanged is not looked at again.
+    #[test]
+    fn a_move_is_refused_when_any_tree_it_would_write_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let a = repo.blob(b"a\n").unwrap();
+        let link = repo.blob(b"../.git/hooks").unwrap();
+        let plain = raw_tree(&repo, &[("100644", b"x", a)]);
+        let docs_link = raw_tree(&repo, &[("120000", b"h", link)]);
+        let docs_dup = raw_tree(&repo, &[("120000", b"h", link), ("40000", b"h", plain)]);
+        let top = |docs: Oid| raw_tree(&repo, &[("40000", b"docs", docs), ("40000", b"tools", plain)]);
+        let (before, after) = (top(docs_link), top(docs_dup));
+        let e = check_changed(&repo, Some(before), after, "").unwrap_err();
+        assert!(is_refused_tree(&e) && e.message().contains("`docs/h`"), "{e}");
+        assert!(
+            check_changed(&repo, None, after, "").is_err(),
+            "a first checkout checks everything"
+        );
+        check_changed(&repo, Some(before), top(plain), "").unwrap();
+        check_changed(&repo, Some(after), after, "").unwrap();
     }
 }

@@ -156,7 +156,7 @@ pub fn fetch(root: &Path, remote: &str) -> Result<(), ReviewError> {
     // lock ref ...`). The fetch run again goes through.
     for wait_ms in [100, 300, 900] {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        if out.status.success() || !stderr.contains("cannot lock ref") {
+        if out.status.success() || !stderr.contains("cannot lock ref") || name_conflict(&stderr) {
             break;
         }
         tracing::debug!(stderr = %stderr.trim(), "another git moved a ref this fetch updates: fetched again");
@@ -165,6 +165,26 @@ pub fn fetch(root: &Path, remote: &str) -> Result<(), ReviewError> {
     }
     if out.status.success() {
         return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if name_conflict(&stderr) {
+        // A ref pushed below an approval's name (`<id>/x`, someone's push) cannot
+        // sit beside this clone's `<id>`: git refuses the whole update. Fetched
+        // again naming the approvals one by one, only the names builder writes.
+        tracing::warn!(remote, stderr = %stderr.trim(), "the remote holds a ref below an approval's name: approvals fetched by name");
+        let mut specs = vec![branches.clone()];
+        specs.extend(
+            ls_remote(root, remote, &format!("{APPROVED_PREFIX}*"))?
+                .into_iter()
+                .filter(|(n, _)| super::approvals::named_id(n).is_some())
+                .map(|(n, _)| format!("{n}:{n}")),
+        );
+        let mut args = vec!["fetch", "--quiet", "--no-tags", remote];
+        args.extend(specs.iter().map(String::as_str));
+        out = git(root, &args)?;
+        if out.status.success() {
+            return Ok(());
+        }
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     let only_approvals = stderr
@@ -176,6 +196,15 @@ pub fn fetch(root: &Path, remote: &str) -> Result<(), ReviewError> {
         return Ok(());
     }
     Err(failed(&args, &out))
+}
+
+/// Whether git's `stderr` says a ref could not be made because another's name is a
+/// directory of it or the reverse (`'refs/x/a' exists; cannot create 'refs/x/a/b'`)
+/// under the approvals.
+fn name_conflict(stderr: &str) -> bool {
+    stderr
+        .lines()
+        .any(|l| l.contains(APPROVED_PREFIX) && (l.contains("exists; cannot create") || l.contains("cannot process")))
 }
 
 /// How a push went.
@@ -242,25 +271,49 @@ pub fn ls_remote(root: &Path, remote: &str, pattern: &str) -> Result<Vec<(String
         .collect())
 }
 
-/// The approval refs this clone has and `remote` lacks (a forced push or a deleted
-/// ref there, or approvals not pushed yet), by name.
-pub fn unpublished(repo: &Repository, root: &Path, remote: &str) -> Result<Vec<String>, ReviewError> {
-    let theirs: std::collections::HashSet<String> = ls_remote(root, remote, &format!("{APPROVED_PREFIX}*"))?
+/// How this clone's approval refs compare with a remote's.
+#[derive(Debug, Default)]
+pub struct Compared {
+    /// The approval refs this clone has and the remote lacks (a forced push or a
+    /// deleted ref there, or approvals not pushed yet), by name.
+    pub missing: Vec<String>,
+    /// The remote's refs under the approvals that name no approval (someone's push:
+    /// `<id>/x` stops every clone's `git pull`), by name.
+    pub malformed: Vec<String>,
+}
+
+/// Compares this clone's approval refs with `remote`'s.
+pub fn unpublished(repo: &Repository, root: &Path, remote: &str) -> Result<Compared, ReviewError> {
+    let listed = ls_remote(root, remote, &format!("{APPROVED_PREFIX}*"))?;
+    let (theirs, malformed): (Vec<_>, Vec<_>) = listed
         .into_iter()
         .map(|(n, _)| n)
+        .partition(|n| super::approvals::named_id(n).is_some());
+    let theirs: std::collections::HashSet<String> = theirs.into_iter().collect();
+    let missing = super::approvals::local_refs(repo)?
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| super::approvals::named_id(n).is_some() && !theirs.contains(n))
         .collect();
-    Ok(super::approvals::local_refs(repo)?
-        .into_iter()
-        .map(|(n, _)| n)
-        .filter(|n| !theirs.contains(n))
-        .collect())
+    Ok(Compared { missing, malformed })
 }
 
 /// Publishes every approval this clone has that `remote` lacks (all of
 /// `refs/builder/approved/*`, never forced: an approval the remote has already is
 /// left as it is). Returns how many were missing there.
 pub fn publish_approvals(repo: &Repository, root: &Path, remote: &str) -> Result<usize, ReviewError> {
-    let missing = unpublished(repo, root, remote)?;
+    let Compared { missing, malformed } = unpublished(repo, root, remote)?;
+    // One the remote holds a ref below cannot be made there (git refuses the name):
+    // left, so the others, the new one among them, go (`builder proposals` names it).
+    let below = |n: &String| malformed.iter().any(|m| m.starts_with(&format!("{n}/")));
+    let (blocked, missing): (Vec<String>, Vec<String>) = missing.into_iter().partition(below);
+    if !blocked.is_empty() {
+        tracing::warn!(
+            remote,
+            ?blocked,
+            "approvals the remote holds a ref below are not pushed"
+        );
+    }
     if missing.is_empty() {
         return Ok(0);
     }

@@ -414,6 +414,22 @@ pub enum Mover {
 /// nothing), then moves the branch by compare-and-swap against `from`. A process
 /// killed anywhere in between leaves what [`recover`] settles.
 pub fn move_checked_out(repo: &Repository, branch: &str, from: Oid, to: Oid, mover: Mover) -> Result<(), ReviewError> {
+    // A tree git refuses anywhere in what the checkout writes (a link and a directory
+    // of one name: libgit2 writes the directory's files through the link, into
+    // `.git/hooks` or a person's home) stops the move before anything is written:
+    // anyone who can push puts one on the origin, outside the builder paths.
+    let from_tree = repo.find_commit(from)?.tree_id();
+    let to_tree = repo.find_commit(to)?.tree_id();
+    super::canonical::check_changed(repo, Some(from_tree), to_tree, "").map_err(|e| {
+        match super::canonical::is_refused_tree(&e) {
+            true => ReviewError::Refused(format!(
+                "{branch} is not moved to {}: {}",
+                crate::text::short_oid(to),
+                e.message()
+            )),
+            false => e.into(),
+        }
+    })?;
     let _work = Work::begin(
         repo,
         Op::Move {

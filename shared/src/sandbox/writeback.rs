@@ -591,11 +591,21 @@ fn ensure_dir(low: BorrowedFd<'_>, name: &CStr) -> rustix::io::Result<OwnedFd> {
     open_dir(low, name)
 }
 
+/// The prefix of [`temp_name`]'s names.
+const TEMP_PREFIX: &str = ".sandbox-copy-";
+
 /// A name for a temporary entry beside the one it replaces.
 fn temp_name() -> CString {
     let n: u64 = rand::random();
     // A hex string has no NUL byte.
-    CString::new(format!(".sandbox-copy-{n:016x}")).unwrap_or_default()
+    CString::new(format!("{TEMP_PREFIX}{n:016x}")).unwrap_or_default()
+}
+
+/// Whether `name` is one [`temp_name`] makes: a copy being written back, or one a
+/// worker killed mid-copy left (never a tool's output).
+pub fn is_temp_name(name: &str) -> bool {
+    name.strip_prefix(TEMP_PREFIX)
+        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Makes a temporary entry with `make`, then puts it in place of `name`.

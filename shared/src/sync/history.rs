@@ -359,8 +359,12 @@ impl Ctx<'_> {
     ) -> Result<Option<Stuck>, SyncError> {
         let git = self.git("judge");
         let tip_commit = self.repo.find_commit(tip).map_err(&git)?;
-        if let Some(state) = tip_commit.tree().map_err(&git)?.get_name(crate::layout::STATE_DIR) {
+        let whole = tip_commit.tree().map_err(&git)?;
+        if let Some(state) = whole.get_name(crate::layout::STATE_DIR) {
             return Ok(Some(Stuck::TracksState { tip, state: state.id() }));
+        }
+        if let Some(why) = unsafe_to_check_out(self.repo, local, &whole).map_err(&git)? {
+            return Ok(Some(Stuck::Unsafe { tip, why }));
         }
         let tree_of = |c: Oid| crate::review::builder_tree_of_commit(self.repo, c).map_err(&git);
         let tip_tree = tree_of(tip)?;
@@ -402,6 +406,31 @@ impl Ctx<'_> {
             }));
         }
         Ok(None)
+    }
+}
+
+/// Why the box must not check out `tip` (the tip commit's whole tree) from `local`,
+/// if it must not: a tree the move would write is one git refuses
+/// ([`crate::review::canonical::check_changed`]), or a records directory is there as
+/// something else than a directory.
+pub(super) fn unsafe_to_check_out(
+    repo: &Repository,
+    local: Oid,
+    tip: &git2::Tree,
+) -> Result<Option<String>, git2::Error> {
+    for dir in crate::layout::RUNTIME_DIRS {
+        if let Some(e) = tip.get_name(dir).filter(|e| e.filemode() != 0o040000) {
+            return Ok(Some(format!(
+                "`{dir}` is not a directory there (mode {:o}): the fires' records could not be written",
+                e.filemode()
+            )));
+        }
+    }
+    let old = repo.find_commit(local)?.tree_id();
+    match crate::review::canonical::check_changed(repo, Some(old), tip.id(), "") {
+        Ok(()) => Ok(None),
+        Err(e) if crate::review::canonical::is_refused_tree(&e) => Ok(Some(e.message().to_string())),
+        Err(e) => Err(e),
     }
 }
 
