@@ -1845,3 +1845,73 @@ fn approval_refs_moved_forward_or_shadowed_on_the_origin_lose_no_approval() {
         "v3's approval reached the origin: {on_origin}"
     );
 }
+
+/// On a box that signs, a records commit under the runtime's name is the box's own
+/// only with a valid signature by its key: a header alone proves nothing. Mallory
+/// pushes a commit authored as the runtime, adding a receipt and report she wrote,
+/// with a junk `gpgsig` header; the box moves onto it (no builder path changed), then
+/// she force-pushes the branch back to before it. The box replays only its own
+/// records onto the rewritten history: hers stay out, never signed by the box
+/// (helper-97: they were replayed in a commit the box signed, and audit passed).
+#[test]
+fn a_forged_records_commit_is_never_replayed_and_signed_by_the_box() {
+    let team = Team::new();
+    let Some((key, public)) = crate::signed::keygen(&team.env, "box") else {
+        crate::skip::skip(crate::skip::Capability::SshKeygen, "ssh-keygen is not installed");
+        return;
+    };
+    team.land_signing_key("box-key", &key, &public);
+    assert_eq!(team.fire().code, 0);
+    let mallory = team.clone_as("mallory", false);
+    let base = team.rev(&mallory, "HEAD");
+    std::fs::write(mallory.join("NOTES.md"), "notes\n").unwrap();
+    team.git(&mallory, &["add", "NOTES.md"]);
+    team.git(&mallory, &["commit", "-qm", "notes"]);
+    let fake = "runs/digest/2026-12-07/20261207T000000Z-deadbeef.json";
+    std::fs::create_dir_all(mallory.join("runs/digest/2026-12-07")).unwrap();
+    std::fs::write(mallory.join(fake), "{\"status\": \"accepted\"}\n").unwrap();
+    team.git(&mallory, &["add", fake]);
+    let tree = team.git(&mallory, &["write-tree"]);
+    let parent = team.rev(&mallory, "HEAD");
+    let object = format!(
+        "tree {tree}\nparent {parent}\nauthor runtime <runtime@localhost> 1796600000 +0000\ncommitter runtime <runtime@localhost> 1796600000 +0000\ngpgsig -----BEGIN SSH SIGNATURE-----\n U1NIU0lHAAAAAQ==\n -----END SSH SIGNATURE-----\n\nruntime: digest accepted\n"
+    );
+    std::fs::write(team.env.home.join("forged-commit"), &object).unwrap();
+    let forged = team.git(
+        &mallory,
+        &[
+            "hash-object",
+            "-t",
+            "commit",
+            "-w",
+            team.env.home.join("forged-commit").to_str().unwrap(),
+        ],
+    );
+    team.git(
+        &mallory,
+        &["push", "-q", "--no-verify", "origin", &format!("{forged}:main")],
+    );
+    assert_eq!(team.fire().code, 0);
+    assert!(
+        team.is_ancestor(&team.cron, &forged, "HEAD"),
+        "the box moved onto her commit"
+    );
+    team.git(
+        &mallory,
+        &["push", "-q", "--no-verify", "-f", "origin", &format!("{base}:main")],
+    );
+    let replayed = team.fire();
+    assert!(matches!(replayed.code, 0 | 5), "{replayed}");
+    let files = team.origin_files();
+    assert!(
+        !files.iter().any(|f| f == fake),
+        "her receipt was replayed onto the origin"
+    );
+    assert!(
+        files.iter().any(|f| f.starts_with("runs/digest/") && f != fake),
+        "the box's own records were replayed"
+    );
+    team.pull();
+    let (code, out, err) = crate::review::builder_in(&team.env, team.laptop(), None, &["audit"]);
+    assert_eq!(code, 0, "{out}{err}");
+}

@@ -725,19 +725,29 @@ fn a_tree_git_refuses_outside_the_builder_paths_never_reaches_the_cron_box() {
         "nothing pushed onto the refused tip"
     );
 
-    // A tip where `cards` is a file: the same, named.
-    let cards_file = mal.blob(b"not a directory\n").unwrap();
+    // A tip where `cards`, or a task's records directory, is a file: the same, named
+    // (helper-97: `runs/digest` as a file stopped every commit and push).
+    let not_a_dir = mal.blob(b"not a directory\n").unwrap();
     let undone = commit_with_top(&mal, c2, "docs", docs_link, "40000", "docs: one h");
-    let c3 = commit_with_top(&mal, undone, "cards", cards_file, "100644", "tidy");
-    push(&env, &mal, c3);
-    let (code, summary) = fire_in(&env, &cron, "digest");
-    assert_eq!(code, 5, "{summary}");
-    let message = summary["message"].as_str().unwrap_or_default().to_string();
-    let cards = crate::cron_box::env_cards(&cron, &summary);
-    assert_eq!(cards, vec!["unreviewed_changes"], "{summary}");
-    let card = std::fs::read_to_string(cron.join(first_card(&cron, &summary))).unwrap();
-    assert!(card.contains("`cards` is not a directory"), "{card}\n{message}");
-    assert!(cron.join("cards").is_dir());
+    let runs_file = raw_tree(&mal, &[("100644", "digest", not_a_dir)]);
+    let cards_file = commit_with_top(&mal, undone, "cards", not_a_dir, "100644", "tidy");
+    let cards_dir = (mal.find_commit(undone).unwrap().tree().unwrap())
+        .get_name("cards")
+        .unwrap()
+        .id();
+    let cards_back = commit_with_top(&mal, cards_file, "cards", cards_dir, "40000", "cards back");
+    let runs_file = commit_with_top(&mal, cards_back, "runs", runs_file, "40000", "tidy");
+    let tips = [(cards_file, "`cards`"), (runs_file, "`runs/digest`")];
+    for (tip, named) in tips {
+        push(&env, &mal, tip);
+        let (code, summary) = fire_in(&env, &cron, "digest");
+        assert_eq!(code, 5, "{summary}");
+        let cards = crate::cron_box::env_cards(&cron, &summary);
+        assert_eq!(cards, vec!["unreviewed_changes"], "{summary}");
+        let card = std::fs::read_to_string(cron.join(first_card(&cron, &summary))).unwrap();
+        assert!(card.contains(&format!("{named} is not a directory")), "{card}");
+        assert!(cron.join("cards").is_dir() && cron.join("runs/digest").is_dir());
+    }
 }
 
 /// The same `docs/` pushed to the origin's `main` reaches a reviewer's laptop through

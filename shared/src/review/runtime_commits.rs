@@ -107,6 +107,11 @@ impl RuntimeKey {
             .map_err(|e| e.to_string())
     }
 
+    /// Whether `armored` is this key's valid SSHSIG of `data` in [`NAMESPACE`].
+    fn made(&self, data: &[u8], armored: &str) -> bool {
+        SshSig::from_pem(armored).is_ok_and(|sig| self.key.public_key().verify(NAMESPACE, data, &sig).is_ok())
+    }
+
     /// The key's fingerprint (SHA-256).
     pub fn fingerprint(&self) -> String {
         self.key.public_key().fingerprint(Default::default()).to_string()
@@ -164,6 +169,22 @@ impl RuntimeKeys {
     /// use): then an unsigned runtime-named commit it did not make is a person's.
     pub fn signs(&self) -> bool {
         self.own().is_some()
+    }
+
+    /// Whether the commit `oid` carries a valid signature by a key of this box (the
+    /// one it fires under, or one a rotation had it load): a commit of its own. A
+    /// signature header alone says nothing: anyone can write one (helper-97: a
+    /// forged records commit with a junk signature was replayed, and signed, as the
+    /// box's own after a force push).
+    pub fn signed_here(&self, repo: &Repository, oid: Oid) -> bool {
+        let Ok((signature, data)) = repo.extract_signature(&oid, Some("gpgsig")) else {
+            return false;
+        };
+        let Ok(armored) = std::str::from_utf8(&signature) else {
+            return false;
+        };
+        let loaded = self.loaded.borrow();
+        loaded.values().flatten().any(|key| key.made(&data, armored))
     }
 
     /// The key of the settings the box fires under.

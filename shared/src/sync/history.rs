@@ -141,11 +141,11 @@ impl Ctx<'_> {
             .author()
             .email()
             .is_ok_and(|e| crate::review::same_person(e, runtime_email));
-        // A box that signs makes no unsigned commit: one under the runtime's name that
-        // carries no signature and that this runtime does not remember making was
-        // rewritten by a person (a `git pull --rebase` on the box) or forged, and is
-        // refused as theirs rather than pushed.
-        let signed = || self.repo.extract_signature(&oid, Some("gpgsig")).is_ok();
+        // A box that signs makes no commit without its own valid signature: one under
+        // the runtime's name that carries none and that this runtime does not remember
+        // making was rewritten by a person (a `git pull --rebase` on the box) or
+        // forged, and is refused as theirs rather than pushed or replayed.
+        let signed = || self.sign.is_some_and(|k| k.signed_here(self.repo, oid));
         let ours = match by_runtime {
             true => !self.sign.is_some_and(|k| k.signs()) || made_here.contains(&oid) || signed(),
             false => made_here.contains(&oid),
@@ -418,13 +418,10 @@ pub(super) fn unsafe_to_check_out(
     local: Oid,
     tip: &git2::Tree,
 ) -> Result<Option<String>, git2::Error> {
-    for dir in crate::layout::RUNTIME_DIRS {
-        if let Some(e) = tip.get_name(dir).filter(|e| e.filemode() != 0o040000) {
-            return Ok(Some(format!(
-                "`{dir}` is not a directory there (mode {:o}): the fires' records could not be written",
-                e.filemode()
-            )));
-        }
+    if let Some(path) = records_dir_not_a_dir(repo, tip) {
+        return Ok(Some(format!(
+            "`{path}` is not a directory there: the fires' records could not be written"
+        )));
     }
     let old = repo.find_commit(local)?.tree_id();
     match crate::review::canonical::check_changed(repo, Some(old), tip.id(), "") {
@@ -432,6 +429,56 @@ pub(super) fn unsafe_to_check_out(
         Err(e) if crate::review::canonical::is_refused_tree(&e) => Ok(Some(e.message().to_string())),
         Err(e) => Err(e),
     }
+}
+
+/// A directory the fires write their records in that `tip` holds as something else
+/// (a file, a link, a submodule): `reports`, `runs` and `cards`, `reports/<task>` and
+/// `runs/<task>` for each task of `prompts/`, and any day directory (`YYYY-MM-DD`) in
+/// these (helper-97: `runs/digest` as a file stopped every commit and every push).
+fn records_dir_not_a_dir(repo: &Repository, tip: &git2::Tree) -> Option<String> {
+    let is_dir = |e: &git2::TreeEntry| e.filemode() == 0o040000;
+    let is_day = |name: &str| {
+        name.len() == 10
+            && name.bytes().enumerate().all(|(i, b)| match i {
+                4 | 7 => b == b'-',
+                _ => b.is_ascii_digit(),
+            })
+    };
+    // The first day directory of `dir` (the tree `id`) that is not a directory.
+    let days_of = |dir: &str, id: Oid| -> Option<String> {
+        let tree = repo.find_tree(id).ok()?;
+        let bad = tree.iter().find(|e| e.name().is_ok_and(is_day) && !is_dir(e))?;
+        Some(format!("{dir}/{}", bad.name().unwrap_or_default()))
+    };
+    for top in crate::layout::RUNTIME_DIRS {
+        if tip.get_name(top).is_some_and(|e| !is_dir(&e)) {
+            return Some(top.to_string());
+        }
+    }
+    if let Some(bad) = tip.get_name("cards").and_then(|e| days_of("cards", e.id())) {
+        return Some(bad);
+    }
+    let prompts = tip
+        .get_name(crate::layout::PROMPTS_DIR)
+        .and_then(|e| repo.find_tree(e.id()).ok());
+    let tasks: Vec<String> = (prompts.iter().flat_map(|t| t.iter()))
+        .filter_map(|e| e.name().ok()?.strip_suffix(".md").map(str::to_string))
+        .collect();
+    for top in ["reports", "runs"] {
+        for task in &tasks {
+            let dir = format!("{top}/{task}");
+            let Ok(e) = tip.get_path(std::path::Path::new(&dir)) else {
+                continue;
+            };
+            if !is_dir(&e) {
+                return Some(dir);
+            }
+            if let Some(bad) = days_of(&dir, e.id()) {
+                return Some(bad);
+            }
+        }
+    }
+    None
 }
 
 /// The key variable the settings of commit `tip` name that is unset or empty in this
