@@ -196,6 +196,75 @@ fn an_approved_call_runs_once_however_often_resume_is_killed_and_run() {
     assert_eq!(hit_calls(&env), vec!["c1"]);
 }
 
+/// [`counter_env`] with an asked call `c1` (`tools/bump.sh`) then an allowed one `c2`
+/// (`tools/bump2.sh`, the same counter), paused on `c1` and approved: the paused run.
+fn approved_pause_then_a_call() -> (TestEnv, String) {
+    let env = counter_env(true);
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/bump.sh"}}]},
+        {"tool_calls": [{"id": "c2", "name": "run_command", "arguments": {"command": "sh tools/bump2.sh"}}]},
+        {"content": "# Done\nbumped twice"}
+    ]});
+    env.write("evals/t/replay.json", &trace.to_string());
+    env.write("tools/bump2.sh", &env.read("tools/bump.sh"));
+    let settings = env.read("settings/runtime.yaml").replace(
+        "    - \"Bash(head*)\"",
+        "    - \"Bash(head*)\"\n    - \"Bash(sh tools/bump2.sh)\"",
+    );
+    env.write("settings/runtime.yaml", &settings);
+    env.commit_all("c1 asks, c2 is allowed");
+    let (code, summary, _) = env.fire("t");
+    assert_eq!(code, 4, "waiting for approval: {summary}");
+    let paused = summary["run_id"].as_str().unwrap().to_string();
+    let ok = env.builder(&["approve-call", &paused, "c1", "--by", "Eng <eng@example.com>"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    (env, paused)
+}
+
+/// A `runtime resume` killed after a later call than the approved one completed is
+/// continued from its own checkpoint, by the next `runtime resume` or the task's next
+/// fire: that call never runs again (helper-98: the pause was continued from its own
+/// checkpoint, and the model's asking again ran the call twice). One whose records
+/// were all written had finished: the next fire commits them and closes the pause,
+/// and a `runtime resume` of it says there is nothing left to resume.
+#[test]
+fn a_killed_resume_is_continued_from_its_own_checkpoint_and_no_call_runs_twice() {
+    for next in ["resume", "fire"] {
+        let (env, paused) = approved_pause_then_a_call();
+        let out = runtime_crashing(&env, "after-model-response@2", &["resume", &paused, "--json"]);
+        assert!(killed(&out), "the crash point fired: {:?}", out.status);
+        assert_eq!(hit_calls(&env), vec!["c1", "c2"]);
+        let out = match next {
+            "resume" => env.runtime(&["resume", &paused, "--json"]),
+            _ => env.runtime(&["fire", "t", "--json"]),
+        };
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(summary["status"], "completed", "{next}: {summary}");
+        assert_eq!(hit_calls(&env), vec!["c1", "c2"], "{next}: no call ran twice");
+    }
+    let (env, paused) = approved_pause_then_a_call();
+    let out = runtime_crashing(&env, "between-records-and-commit", &["resume", &paused, "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    let again = env.runtime(&["resume", &paused]);
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert!(String::from_utf8_lossy(&again.stderr).contains("nothing is left to resume"));
+    assert_eq!(hit_calls(&env), vec!["c1", "c2"]);
+    let finished = runs(&env)
+        .into_iter()
+        .find(|r| r["run_id"] != paused.as_str() && r["status"] == "completed")
+        .expect("the finished resume's row says what its receipt says");
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 4, "a new run pauses on c1 again: {summary}\n{stderr}");
+    let receipt = finished["receipt_path"].as_str().unwrap();
+    let held = env.git_in(&env.root, &["cat-file", "-e", &format!("HEAD:{receipt}")]);
+    assert!(held.status.success(), "the finished resume's receipt is committed");
+}
+
 #[test]
 fn the_next_fire_resumes_an_interrupted_run_under_its_id_and_never_reruns_its_command() {
     let env = counter_env(false);
@@ -309,26 +378,21 @@ fn an_interrupted_run_waits_for_a_persons_operation_to_end_before_it_is_resumed(
     assert_eq!(killed_row(&env), Some(Value::from("completed")));
 }
 
-/// A run killed between writing its records and committing them had finished: when
-/// the next fire does not resume it (here its prompt changed since), its report and
-/// receipt are committed by that fire, its row says what its receipt says, and no
-/// `crashed` card stands in for them (they were removed, kept nowhere: helper-96).
-#[test]
-fn a_finished_run_killed_before_its_commit_is_committed_by_the_next_fire_not_removed() {
+/// [`counter_env`] whose first fire is killed between writing its records and
+/// committing them, its prompt then changed (so the next fire does not resume it):
+/// the env, the killed run's id and its receipt's path.
+fn finished_but_uncommitted() -> (TestEnv, String, String) {
     let env = counter_env(false);
     let out = runtime_crashing(&env, "between-records-and-commit", &["fire", "t", "--json"]);
     assert!(killed(&out), "the crash point fired: {:?}", out.status);
     let finished = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
-    let receipt_of = |run: &str| {
-        let day = std::fs::read_dir(env.root.join("runs/t"))
-            .unwrap()
-            .flatten()
-            .next()
-            .unwrap();
-        format!("runs/t/{}/{run}.json", day.file_name().to_string_lossy())
-    };
-    let receipt = receipt_of(&finished);
-    let written = std::fs::read(env.root.join(&receipt)).expect("the killed run wrote its receipt");
+    let day = std::fs::read_dir(env.root.join("runs/t"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap();
+    let receipt = format!("runs/t/{}/{finished}.json", day.file_name().to_string_lossy());
+    assert!(env.root.join(&receipt).is_file(), "the killed run wrote its receipt");
     env.write("prompts/t.md", &format!("{PLAIN_PROMPT}\nCarefully.\n"));
     for args in [
         &["add", "prompts/t.md"][..],
@@ -336,6 +400,26 @@ fn a_finished_run_killed_before_its_commit_is_committed_by_the_next_fire_not_rem
     ] {
         assert!(env.git_in(&env.root, args).status.success());
     }
+    (env, finished, receipt)
+}
+
+/// A run killed between writing its records and committing them had finished: when
+/// the next fire does not resume it (here its prompt changed since), its report,
+/// receipt and the model's outputs its receipt lists are committed by that fire, as
+/// it wrote them, its row says what its receipt says, and no `crashed` card stands in
+/// for them (they were removed, kept nowhere: helper-96; the outputs were left out:
+/// helper-98). A record changed after the run wrote it (another task's tool may edit
+/// an uncommitted report) is not committed as the run's: it stays as it is, named on
+/// a card.
+#[test]
+fn a_finished_run_killed_before_its_commit_is_committed_by_the_next_fire_not_removed() {
+    let (env, finished, receipt) = finished_but_uncommitted();
+    let written = std::fs::read(env.root.join(&receipt)).unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&written).unwrap();
+    let outputs: Vec<String> = (listed["outputs"].as_array().unwrap().iter())
+        .map(|o| o.as_str().unwrap().to_string())
+        .collect();
+    assert!(outputs.iter().any(|o| o.starts_with("reports/hits/")), "{outputs:?}");
     let (code, summary, stderr) = env.fire("t");
     assert_eq!(code, 0, "{stderr}");
     assert_ne!(summary["run_id"], finished.as_str());
@@ -343,14 +427,43 @@ fn a_finished_run_killed_before_its_commit_is_committed_by_the_next_fire_not_rem
     let held = committed(&receipt);
     assert!(held.status.success(), "the receipt is not committed: {stderr}");
     assert_eq!(held.stdout, written, "committed as the run wrote it");
-    let report = receipt.replace("runs/", "reports/").replace(".json", ".md");
-    assert!(
-        committed(&report).status.success(),
-        "the report is not committed: {stderr}"
-    );
+    for output in &outputs {
+        assert!(
+            committed(output).status.success(),
+            "{output} is not committed: {stderr}"
+        );
+    }
     let rows = runs(&env);
     let row = rows.iter().find(|r| r["run_id"] == finished.as_str()).unwrap();
     assert_eq!(row["status"], "completed", "{rows:?}");
+
+    let (env, finished, receipt) = finished_but_uncommitted();
+    let report = receipt.replace("runs/", "reports/").replace(".json", ".md");
+    let edited = format!("{}\nEDITED LATER\n", env.read(&report));
+    env.write(&report, &edited);
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "{stderr}");
+    assert!(committed_in(&env, &receipt), "the receipt is committed");
+    assert!(
+        !committed_in(&env, &report),
+        "the changed report is not committed as the run's"
+    );
+    assert_eq!(env.read(&report), edited, "and is left as it is");
+    let card = (env.cards(&summary).into_iter())
+        .find(|c| c["kind"].as_str() == Some("output_rejected"))
+        .unwrap();
+    assert!(card["summary"].as_str().unwrap().contains(&finished), "{card:?}");
+    let evidence: Vec<&str> = (card["evidence"].as_sequence().unwrap().iter())
+        .filter_map(|e| e.as_str())
+        .collect();
+    assert_eq!(evidence, [report.as_str()], "{card:?}");
+}
+
+/// Whether HEAD holds `rel`.
+fn committed_in(env: &TestEnv, rel: &str) -> bool {
+    env.git_in(&env.root, &["cat-file", "-e", &format!("HEAD:{rel}")])
+        .status
+        .success()
 }
 
 #[test]
@@ -598,7 +711,8 @@ fn a_tool_worker_killed_before_its_sandbox_report_is_replaced_by_the_spare() {
                 .next()
                 .and_then(|r| r.split_whitespace().nth(1)?.parse::<i32>().ok());
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            ppid == Some(runtime) && String::from_utf8_lossy(&cmdline).contains("__tool-worker")
+            // The worker itself, not the parked spare (`/bin/sh -c ... __tool-worker`).
+            ppid == Some(runtime) && cmdline.split(|b| *b == 0).nth(1) == Some(b"__tool-worker".as_slice())
         })
         .expect("the held fire's tool worker");
     kernel::signal::kill(worker as u32, kernel::signal::Signal::Kill).unwrap();

@@ -103,9 +103,22 @@ pub struct LiveRun {
     /// The boot (`/proc/sys/kernel/random/boot_id`) and `CLOCK_BOOTTIME` reading of its
     /// last checkpoint, where known.
     pub boot: Option<BootTime>,
+    /// The SHA-256 of each record the run wrote, by path (JSON), noted before its
+    /// receipt ([`crate::state::StateDb::note_records`]); `None` before that.
+    pub records: Option<String>,
+}
+
+/// The SHA-256 of `bytes`, in hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }
 
 impl LiveRun {
+    /// The SHA-256 of each record the run wrote, by path, if noted.
+    pub fn record_hashes(&self) -> Option<std::collections::BTreeMap<String, String>> {
+        serde_json::from_str(self.records.as_deref()?).ok()
+    }
+
     /// Whether the process that ran it is gone (killed, crashed, rebooted).
     pub fn owner_gone(&self) -> bool {
         crate::git::process_is_gone(self.pid, self.pid_start)
@@ -175,13 +188,14 @@ impl Journal {
                 rusqlite::params![run.run_id, run.task, at],
             )?;
             // A resumed run (an interrupted one this fire continues under its run id)
-            // keeps its checkpoint: this process takes the row over, and a kill before
+            // keeps its checkpoint and its time (the resume window counts from the
+            // checkpoint, not from attempts): this process takes the row over, and a kill before
             // its first new checkpoint leaves the same run to resume again, not one
             // with "no checkpoint yet" that is closed as crashed, its finished records
             // removed and its completed calls run again (helper-96).
             tx.execute(
                 "INSERT INTO live_runs (run_id, task, pid, pid_start, ledger_run, step, state, inputs, updated_at, boot_id, boot_ns) VALUES (?1, ?2, ?3, ?4, ?5, 0, NULL, ?6, ?7, ?8, ?9)
-                 ON CONFLICT(run_id) DO UPDATE SET pid = excluded.pid, pid_start = excluded.pid_start, ledger_run = excluded.ledger_run, inputs = excluded.inputs, updated_at = excluded.updated_at, boot_id = excluded.boot_id, boot_ns = excluded.boot_ns",
+                 ON CONFLICT(run_id) DO UPDATE SET pid = excluded.pid, pid_start = excluded.pid_start, ledger_run = excluded.ledger_run",
                 rusqlite::params![run.run_id, run.task, pid, pid_start, run.ledger_run, run.inputs, at, boot_id, boot_ns],
             )
         })?;
@@ -311,7 +325,7 @@ fn query_live(store: &Store, filter: &str, value: &str) -> Result<Vec<LiveRun>, 
     store.query_all(
         &format!(
             "SELECT l.run_id, l.task, l.pid, l.pid_start, l.ledger_run, l.step, l.state, l.inputs, r.started_at, l.updated_at,
-                    l.boot_id, l.boot_ns
+                    l.boot_id, l.boot_ns, l.records
              FROM live_runs l JOIN runs r ON r.run_id = l.run_id
              WHERE {filter} AND r.status = 'running' ORDER BY r.started_at, l.run_id"
         ),
@@ -332,6 +346,7 @@ fn query_live(store: &Store, filter: &str, value: &str) -> Result<Vec<LiveRun>, 
                     (Some(boot_id), Some(ns)) => Some(BootTime { boot_id, ns }),
                     _ => None,
                 },
+                records: r.get(12)?,
             })
         },
     )

@@ -50,6 +50,10 @@ pub const RUNTIME_SCHEMA: Schema = Schema {
         // that can step.
         "ALTER TABLE live_runs ADD COLUMN boot_id TEXT;
          ALTER TABLE live_runs ADD COLUMN boot_ns INTEGER;",
+        // 10: the SHA-256 of each record a run wrote (its report, outputs, cards and
+        // receipt), noted before its receipt: a run killed before its commit is
+        // committed by the next fire only with the bytes it wrote.
+        "ALTER TABLE live_runs ADD COLUMN records TEXT;",
     ],
 };
 
@@ -488,6 +492,22 @@ impl StateDb {
             tx.execute(
                 "INSERT OR REPLACE INTO refusals (task, fingerprint, builder_tree, card_id, count, first_at, last_at) VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)",
                 rusqlite::params![task, fingerprint, builder_tree, card_id, at.to_rfc3339()],
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Notes, on the live row of `run_id`, the SHA-256 of each record it wrote (path
+    /// and bytes), before its receipt ([`crate::journal::LiveRun::records`]).
+    pub fn note_records(&mut self, run_id: &str, files: &[(String, &[u8])]) -> Result<(), StoreError> {
+        let hashes: std::collections::BTreeMap<&str, String> = (files.iter())
+            .map(|(path, bytes)| (path.as_str(), crate::journal::sha256_hex(bytes)))
+            .collect();
+        let json = serde_json::to_string(&hashes).unwrap_or_default();
+        self.store.write(|tx| {
+            tx.execute(
+                "UPDATE live_runs SET records = ?2 WHERE run_id = ?1",
+                rusqlite::params![run_id, json],
             )
         })?;
         Ok(())

@@ -336,6 +336,16 @@ impl Ctx<'_> {
             }
         }
         for (name, theirs) in incoming {
+            // A ref under the approvals that names no approval (`<id>/x`, someone's
+            // push) is not stored: it approves nothing, and stored, it would stop the
+            // real `<id>` from being stored once the origin is repaired (helper-99).
+            if name.starts_with(crate::review::APPROVED_PREFIX) && crate::review::approvals::named_id(&name).is_none() {
+                tracing::warn!(
+                    name,
+                    "the remote holds a ref under the approvals that names no approval: not stored"
+                );
+                continue;
+            }
             let ours = self.repo.refname_to_id(&name).ok();
             let to = match ours {
                 None => theirs,

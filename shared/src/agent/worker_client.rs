@@ -228,8 +228,12 @@ impl WorkerClient {
                 Hello::Failed(why) => Some(why.clone()),
                 _ => None,
             };
-            if let Some((why, signal)) = failed.and_then(|why| Some((why, self.killed_by()?))) {
-                let why = format!("{why} (killed by signal {signal})");
+            let killed = match failed {
+                Some(why) if !crate::cancel::requested() => self.killed().await.then_some(why),
+                _ => None,
+            };
+            if let Some(why) = killed {
+                let why = format!("{why} (killed by SIGKILL)");
                 match self.replace_by_spare().await {
                     Ok(()) => {
                         tracing::warn!(%why, new = self.child.0.id(), "the tool worker was killed before its sandbox report; the spare took its place")
@@ -398,18 +402,20 @@ impl WorkerClient {
         Ok(())
     }
 
-    /// The signal that ended the worker, if a signal did: asked for a little while,
-    /// as a worker whose output just closed may not have been reaped yet.
-    fn killed_by(&mut self) -> Option<i32> {
+    /// Whether SIGKILL ended the worker (the OOM killer, a person's `kill -9`: no
+    /// fault of its sandbox; a worker whose sandbox failed exits, or dies of its own
+    /// SIGSYS or SIGABRT, and keeps that failure). Asked for a little while, as a
+    /// worker whose output just closed may not have been reaped yet.
+    async fn killed(&mut self) -> bool {
         use std::os::unix::process::ExitStatusExt;
         for _ in 0..20 {
             match self.child.0.try_wait() {
-                Ok(Some(status)) => return status.signal(),
-                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
-                Err(_) => return None,
+                Ok(Some(status)) => return status.signal() == Some(libc::SIGKILL),
+                Ok(None) => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
+                Err(_) => return false,
             }
         }
-        None
+        false
     }
 
     /// A handle that can interrupt the worker while a call borrows it.

@@ -129,7 +129,12 @@ pub(crate) fn write(
     }
     let receipt_rel = records::receipt_path(task, &ctx.run_id, ctx.started_at);
     let receipt = receipt_of(ctx, rec, finished_at, cost, outputs_list, w.card_ids.clone());
-    write_receipt(ctx, sink, &receipt, &receipt_rel, &mut w);
+    let receipt_bytes = records::receipt_json(&receipt).map(|j| sink.redactor.redact(&j).into_owned().into_bytes());
+    let mut db = db;
+    if let (Ok(bytes), Some(db)) = (&receipt_bytes, db.as_deref_mut()) {
+        note_records(db, &ctx.run_id, &w.held, (&receipt_rel, bytes));
+    }
+    write_receipt(ctx, sink, receipt_bytes, &receipt_rel, &mut w);
     crate::failpoint!("between-records-and-commit");
     commit_or_keep(ctx, sink, rec.status, &mut w);
     // The row is final only once the records are committed: a run killed before
@@ -240,11 +245,10 @@ fn write_cards(
 fn write_receipt(
     ctx: &FireContext,
     sink: &RecordSink,
-    receipt: &Receipt,
+    receipt_bytes: Result<Vec<u8>, WriteError>,
     receipt_rel: &std::path::Path,
     w: &mut Written,
 ) {
-    let receipt_bytes = records::receipt_json(receipt).map(|j| sink.redactor.redact(&j).into_owned().into_bytes());
     let fsync = sink.durability.fsyncs();
     let name = receipt_rel.to_string_lossy().into_owned();
     match receipt_bytes.map(|b| (records::create_new_synced(&ctx.opts.root, receipt_rel, &b, fsync), b)) {
@@ -254,6 +258,21 @@ fn write_receipt(
         }
         Ok((Err(WriteError::Io { source, .. }), b)) => w.unwritten.push((name, b, source.to_string())),
         Ok((Err(e), _)) | Err(e) => w.failure = Some(e.into()),
+    }
+}
+
+/// Notes the SHA-256 of every record the run wrote and of its receipt (`receipt`:
+/// path and bytes, written next) on its live row: a run killed before its commit is
+/// then committed by the next fire only with those bytes (`recover`), never with what
+/// a person or another task's tool changed meanwhile. A note that cannot be written
+/// costs only that: such a run is then treated as unfinished.
+fn note_records(db: &mut StateDb, run_id: &str, held: &[(String, Vec<u8>)], receipt: (&std::path::Path, &Vec<u8>)) {
+    let receipt_name = receipt.0.to_string_lossy().into_owned();
+    let files: Vec<(String, &[u8])> = (held.iter().map(|(p, b)| (p.clone(), b.as_slice())))
+        .chain(std::iter::once((receipt_name, receipt.1.as_slice())))
+        .collect();
+    if let Err(e) = db.note_records(run_id, &files) {
+        tracing::warn!(error = %e, "the run's record hashes were not noted");
     }
 }
 

@@ -563,6 +563,9 @@ struct Preparing {
     /// The task's lock, held from [`prepare`] on (none in a dry run); recovery keeps
     /// its sweep mark on it ([`recover::recover`]).
     task_lock: Option<LockFile>,
+    /// This fire continues a decided pause whose resume was interrupted
+    /// ([`super::waiting::Waiting::Continue`]), not a `runtime resume` a person ran.
+    continues_pause: bool,
 }
 
 impl Preparing {
@@ -588,6 +591,7 @@ impl Preparing {
             waiting_check: super::waiting::WaitingCheck::none(),
             waiting_summary: None,
             task_lock: None,
+            continues_pause: false,
         }
     }
 
@@ -601,6 +605,7 @@ impl Preparing {
             Waiting::No => Ok(()),
             Waiting::Continue(run) => {
                 self.ctx.opts.resume = Some(run);
+                self.continues_pause = true;
                 Ok(())
             }
             Waiting::Waits { run, decided } => {
@@ -898,6 +903,12 @@ impl Preparing {
                     (&config.identity.name, &config.identity.email),
                 );
                 self.recovery_cards = found.cards;
+                if let Some((run, state)) = found.resume {
+                    return Ok(Some(self.take_over(run, state)));
+                }
+                if let Some(by) = found.pause_finished_by {
+                    return self.pause_already_finished(id, &by);
+                }
                 return Ok(None);
             }
         }
@@ -912,7 +923,7 @@ impl Preparing {
             (&config.identity.name, &config.identity.email),
         );
         self.recovery_cards = found.cards;
-        let Some((run, mut state)) = found.resume else {
+        let Some((run, state)) = found.resume else {
             return match explicit {
                 Some(id) if found.deferred.is_some() => Err(Stop::bare(
                     FireEnd::Environment,
@@ -925,6 +936,12 @@ impl Preparing {
                 None => Ok(None),
             };
         };
+        Ok(Some(self.take_over(run, state)))
+    }
+
+    /// This fire becomes the interrupted `run` (its id, start and pause), going on
+    /// from its checkpoint `state`.
+    fn take_over(&mut self, run: crate::journal::LiveRun, mut state: LoopState) -> LoopState {
         if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&run.started_at) {
             self.ctx.started_at = t.with_timezone(&chrono::Utc);
         }
@@ -932,7 +949,22 @@ impl Preparing {
         self.ctx.run_id = run.run_id;
         state.trace = Default::default();
         self.ctx.open_root(&mut state.trace);
-        Ok(Some(state))
+        state
+    }
+
+    /// The pause `paused` was ended by its resume `by`, which finished and was killed
+    /// before its commit (recovery kept its records for the next commit and closed the
+    /// pause): a fire that came to continue it is an ordinary fire now; a person's
+    /// `runtime resume` is told so.
+    fn pause_already_finished(&mut self, paused: &str, by: &str) -> Result<Option<LoopState>, Stop> {
+        if self.continues_pause {
+            self.ctx.opts.resume = None;
+            return Ok(None);
+        }
+        Err(Stop::bare(
+            FireEnd::InvalidInput,
+            format!("run `{paused}` was finished by its resume {by}, killed before its commit: nothing is left to resume (its records go with the next fire's commit)"),
+        ))
     }
 
     /// The run exists from here on (before prefetch): its row says `running` and names

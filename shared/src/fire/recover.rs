@@ -30,6 +30,10 @@ pub(super) struct Recovery {
     /// Why interrupted runs were left for a later fire: a person's operation (a
     /// rebase, a merge) is in progress or HEAD is off a branch.
     pub deferred: Option<String>,
+    /// The resume of a paused run that had finished (killed before its commit, its
+    /// records kept for this fire's): the pause it ended is closed, and nothing is
+    /// left to continue from it.
+    pub pause_finished_by: Option<String>,
 }
 
 /// Why interrupted runs wait for a later fire, if they do. Under a person's operation
@@ -76,15 +80,19 @@ fn not_resumable(run: &LiveRun, inputs: &Inputs, window: Duration, now: DateTime
     (!same).then(|| "its prompt, scope, settings or provider changed since".into())
 }
 
-/// Why the interrupted `run` is not resumed when `runtime resume` names `asked`;
-/// `None` when it is the one.
-fn not_the_one_asked(run: &LiveRun, asked: &str) -> Option<String> {
-    if asked == run.run_id {
+/// Why the interrupted `run` is not resumed when `runtime resume` (or the fire that
+/// continues a decided pause) names `asked`; `None` when it is the one: `asked`
+/// itself, or the newest interrupted resume of the pause `asked`, with a checkpoint
+/// of its own. That resume is continued from its checkpoint, not the pause from its
+/// own: the calls it completed after the approved one would run again (helper-98),
+/// as the model asks for them anew.
+fn not_the_one_asked(run: &LiveRun, asked: &str, newest: bool) -> Option<String> {
+    if asked == run.run_id || (asked == run.ledger_run && newest && run.state.is_some()) {
         return None;
     }
     Some(match asked == run.ledger_run {
         true => format!(
-            "it was an interrupted resume of paused run {asked}, which this fire continues from its pause (the tool ledger keeps its calls from running twice)"
+            "it was an interrupted resume of paused run {asked} with no checkpoint of its own, or not the latest: the pause is continued (the tool ledger keeps the approved call from running twice)"
         ),
         false => "another run was asked to resume".to_string(),
     })
@@ -104,24 +112,9 @@ pub(super) fn recover(
     crate::failpoint!("during-recovery");
     remove_dead_temps(ctx, lock);
     let mut out = Recovery::default();
-    let mut store = match StateDb::open(&ctx.opts.root) {
-        Ok(db) => db.into_store(),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read interrupted runs");
-            return out;
-        }
+    let Some((mut store, interrupted)) = interrupted_runs(ctx) else {
+        return out;
     };
-    let live = match crate::journal::live_runs(&store, &ctx.opts.task) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read interrupted runs");
-            return out;
-        }
-    };
-    let interrupted: Vec<LiveRun> = live
-        .into_iter()
-        .filter(|r| r.run_id != ctx.run_id && r.owner_gone())
-        .collect();
     if !interrupted.is_empty() {
         out.deferred = deferred(repo);
         if out.deferred.is_some() {
@@ -134,15 +127,22 @@ pub(super) fn recover(
         let started = DateTime::parse_from_rfc3339(&run.started_at)
             .map(|t| t.with_timezone(&Utc))
             .unwrap_or(now);
-        if committed_receipt(ctx, repo, &mut store, &run, started)
-            || finished_uncommitted(ctx, repo, &mut store, &run, started, identity)
-        {
+        if committed_receipt(ctx, repo, &mut store, &run, started) {
+            continue;
+        }
+        if let Some(changed) = finished_uncommitted(ctx, repo, &mut store, &run, started, identity) {
+            if !changed.is_empty() {
+                out.cards.push(changed_records_card(&run.run_id, &changed));
+            }
+            if run.ledger_run != run.run_id {
+                out.pause_finished_by = Some(run.run_id.clone());
+            }
             continue;
         }
         let removed = remove_leftovers(ctx, repo, &run, started);
         let newest = newest.as_deref() == Some(run.run_id.as_str());
         let why_not = match explicit {
-            Some(id) => not_the_one_asked(&run, id),
+            Some(id) => not_the_one_asked(&run, id, newest),
             None if !newest => Some("a later run of the task was interrupted too".into()),
             None => not_resumable(&run, inputs, window, now),
         };
@@ -166,6 +166,28 @@ pub(super) fn recover(
         }
     }
     out
+}
+
+/// The state database and the task's interrupted runs (their rows say `running`,
+/// their process is gone), oldest first; `None` when they cannot be read.
+fn interrupted_runs(ctx: &FireContext) -> Option<(Store, Vec<LiveRun>)> {
+    let read = StateDb::open(&ctx.opts.root)
+        .map(StateDb::into_store)
+        .map_err(|e| e.to_string())
+        .and_then(|store| {
+            let live = crate::journal::live_runs(&store, &ctx.opts.task).map_err(|e| e.to_string())?;
+            Ok((store, live))
+        });
+    match read {
+        Ok((store, live)) => {
+            let gone = |r: &LiveRun| r.run_id != ctx.run_id && r.owner_gone();
+            Some((store, live.into_iter().filter(gone).collect()))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read interrupted runs");
+            None
+        }
+    }
 }
 
 /// The `crashed` card of an interrupted run closed without resuming.
@@ -224,12 +246,16 @@ fn committed_receipt(
 const FINISHED_RECORD_CAP: u64 = 64 << 20;
 
 /// A run killed after it wrote its receipt (the last of its records) and before its
-/// commit had ended: its report, receipt and cards are whole in the work tree. They
-/// are kept in git for the next commit to take in ([`crate::pending::keep`], which
-/// this fire's commit does), and its row is rebuilt from the receipt, rather than the
-/// run being resumed or closed as crashed with its finished records removed
-/// (helper-96). `false` when there is no such receipt, or the records could not be
-/// kept (the run is then settled as before).
+/// commit had ended. Its records are kept in git for the next commit to take in
+/// ([`crate::pending::keep`], which this fire's commit does), and its row is rebuilt
+/// from the receipt, rather than the run being resumed or closed as crashed with its
+/// finished records removed (helper-96). Only the bytes it wrote: each record is
+/// checked against the SHA-256 the run noted before its receipt
+/// ([`crate::state::StateDb::note_records`]), and one a person or another task's
+/// tool changed since (uncommitted records under `reports/` are any tool's to edit)
+/// is left where it is, named in the card returned, not committed as the run's
+/// (helper-98). `None` when the run had not finished (no receipt, or not the one it
+/// noted), or its records could not be kept: it is then settled as before.
 fn finished_uncommitted(
     ctx: &FireContext,
     repo: &git2::Repository,
@@ -237,48 +263,57 @@ fn finished_uncommitted(
     run: &LiveRun,
     started: DateTime<Utc>,
     identity: (&str, &str),
-) -> bool {
-    let Ok(dir) = crate::beneath::open_root(&ctx.opts.root) else {
-        return false;
-    };
-    let receipt_rel = records::receipt_path(&ctx.opts.task, &run.run_id, started);
-    let read = |rel: &std::path::Path| crate::beneath::read_regular(&dir, rel, FINISHED_RECORD_CAP).ok();
-    let Some(bytes) = read(&receipt_rel) else {
-        return false;
-    };
-    let Some(receipt) = serde_json::from_slice::<records::Receipt>(&bytes)
-        .ok()
-        .filter(|r| r.run_id == run.run_id)
-    else {
-        return false;
-    };
-    let report_rel = records::report_path(&ctx.opts.task, &run.run_id, started);
-    let mut files = vec![(receipt_rel.to_string_lossy().into_owned(), bytes)];
-    let others = std::iter::once(report_rel.to_string_lossy().into_owned()).chain(uncommitted_cards_of(
-        ctx,
-        repo,
-        &dir,
-        &run.run_id,
-    ));
-    for rel in others {
-        if let Some(b) = read(std::path::Path::new(&rel)) {
-            files.push((rel, b));
+) -> Option<Vec<String>> {
+    let hashes = run.record_hashes()?;
+    let dir = crate::beneath::open_root(&ctx.opts.root).ok()?;
+    let read = |rel: &str| crate::beneath::read_regular(&dir, std::path::Path::new(rel), FINISHED_RECORD_CAP).ok();
+    let as_written = |rel: &str, bytes: &[u8]| hashes.get(rel) == Some(&crate::journal::sha256_hex(bytes));
+    let receipt_rel = records::receipt_path(&ctx.opts.task, &run.run_id, started)
+        .to_string_lossy()
+        .into_owned();
+    let bytes = read(&receipt_rel).filter(|b| as_written(&receipt_rel, b))?;
+    let receipt = serde_json::from_slice::<records::Receipt>(&bytes).ok()?;
+    // What the receipt names (its report, the first of its outputs, wherever a planted
+    // file made it go, and the model's outputs it accepted) and its cards.
+    let mut files = vec![(receipt_rel.clone(), bytes)];
+    let mut changed = Vec::new();
+    let cards = uncommitted_cards_of(ctx, repo, &dir, &run.run_id);
+    for rel in receipt.outputs.iter().cloned().chain(cards) {
+        match read(&rel) {
+            Some(b) if as_written(&rel, &b) => files.push((rel, b)),
+            Some(_) => changed.push(rel),
+            None => {}
         }
     }
     if let Err(e) = crate::pending::keep(repo, &run.run_id, &files, identity) {
         tracing::warn!(error = %e, run = %run.run_id, "a finished run's records were not kept for the next commit");
-        return false;
+        return None;
     }
+    let report_rel = receipt.outputs.first().cloned().unwrap_or_default();
     let saved = store.write(|tx| {
-        let receipt_at = receipt_rel.to_string_lossy();
-        crate::store::insert_run(tx, &receipt, &receipt_at, Some(&report_rel.to_string_lossy()))?;
+        crate::store::insert_run(tx, &receipt, &receipt_rel, Some(&report_rel))?;
+        // A resume of a paused run that ended has ended the pause too.
+        if run.ledger_run != run.run_id {
+            tx.execute("DELETE FROM checkpoints WHERE run_id = ?1", [&run.ledger_run])?;
+        }
         crate::journal::end(tx, &run.run_id)
     });
     if let Err(e) = saved {
         tracing::warn!(error = %e, run = %run.run_id, "the finished run's row was not rebuilt");
     }
     tracing::info!(run = %run.run_id, kept = files.len(), "an interrupted run had finished: its records go with this fire's commit");
-    true
+    Some(changed)
+}
+
+/// The card of records of the finished run `run` that were changed after it wrote
+/// them, and so were not committed as its own.
+fn changed_records_card(run: &str, changed: &[String]) -> CardDraft {
+    CardDraft {
+        kind: CardKind::OutputRejected,
+        summary: format!("{} record(s) of run {run} changed after it wrote them: not committed as its own", changed.len()),
+        detail: "The run was killed before its commit; the next fire committed what it wrote, except these files, which a person or another task's tool changed since (uncommitted files under `reports/` are any tool's to edit). They are left in the work tree as they are.".into(),
+        evidence: changed.to_vec(),
+    }
 }
 
 /// The blob of `rel` in HEAD, or else in the index: a run killed between writing the

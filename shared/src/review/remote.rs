@@ -172,6 +172,9 @@ pub fn fetch(root: &Path, remote: &str) -> Result<(), ReviewError> {
         // sit beside this clone's `<id>`: git refuses the whole update. Fetched
         // again naming the approvals one by one, only the names builder writes.
         tracing::warn!(remote, stderr = %stderr.trim(), "the remote holds a ref below an approval's name: approvals fetched by name");
+        // One this clone took in earlier (before it had the approval) names no
+        // approval either, and would stop the approval's own ref from being made.
+        drop_malformed_approval_refs(root);
         let mut specs = vec![branches.clone()];
         specs.extend(
             ls_remote(root, remote, &format!("{APPROVED_PREFIX}*"))?
@@ -196,6 +199,25 @@ pub fn fetch(root: &Path, remote: &str) -> Result<(), ReviewError> {
         return Ok(());
     }
     Err(failed(&args, &out))
+}
+
+/// Deletes this clone's refs under the approvals that name no approval
+/// ([`super::approvals::named_id`]): someone's push, fetched by git's refspec.
+fn drop_malformed_approval_refs(root: &Path) {
+    let Ok(repo) = Repository::open(root) else {
+        return;
+    };
+    let Ok(refs) = repo.references_glob(&format!("{APPROVED_PREFIX}*")) else {
+        return;
+    };
+    for mut r in refs.flatten() {
+        let malformed = r.name().is_ok_and(|n| super::approvals::named_id(n).is_none());
+        if malformed {
+            if let Err(e) = r.delete() {
+                tracing::warn!(error = %e, "a ref under the approvals that names no approval was not deleted");
+            }
+        }
+    }
 }
 
 /// Whether git's `stderr` says a ref could not be made because another's name is a

@@ -183,8 +183,17 @@ impl RuntimeKeys {
         let Ok(armored) = std::str::from_utf8(&signature) else {
             return false;
         };
-        let loaded = self.loaded.borrow();
-        loaded.values().flatten().any(|key| key.made(&data, armored))
+        if (self.loaded.borrow().values().flatten()).any(|key| key.made(&data, armored)) {
+            return true;
+        }
+        // The key the commit's own settings name, if this box has it: a commit signed
+        // before an approved rotation of the key (helper-99).
+        let named = (repo.find_commit(oid).and_then(|c| c.tree()).ok())
+            .and_then(|t| runtime_identity_of(repo, &t).ok())
+            .and_then(|id| id.signing_key);
+        named
+            .and_then(|k| self.key(&k))
+            .is_some_and(|key| key.made(&data, armored))
     }
 
     /// The key of the settings the box fires under.

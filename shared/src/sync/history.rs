@@ -432,9 +432,12 @@ pub(super) fn unsafe_to_check_out(
 }
 
 /// A directory the fires write their records in that `tip` holds as something else
-/// (a file, a link, a submodule): `reports`, `runs` and `cards`, `reports/<task>` and
-/// `runs/<task>` for each task of `prompts/`, and any day directory (`YYYY-MM-DD`) in
-/// these (helper-97: `runs/digest` as a file stopped every commit and every push).
+/// (a file, a link, a submodule): `reports`, `runs` and `cards`, `runs/<task>` for
+/// each task of `prompts/`, and any day directory (`YYYY-MM-DD`) of these or of
+/// `cards` (helper-97: `runs/digest` as a file stopped every commit and every push).
+/// Nothing below `reports/` counts: the tools write there, a model's file at a task's
+/// or a day's name is theirs to write, and a report whose name is taken goes to
+/// `runs/` (helper-99).
 fn records_dir_not_a_dir(repo: &Repository, tip: &git2::Tree) -> Option<String> {
     let is_dir = |e: &git2::TreeEntry| e.filemode() == 0o040000;
     let is_day = |name: &str| {
@@ -450,10 +453,8 @@ fn records_dir_not_a_dir(repo: &Repository, tip: &git2::Tree) -> Option<String> 
         let bad = tree.iter().find(|e| e.name().is_ok_and(is_day) && !is_dir(e))?;
         Some(format!("{dir}/{}", bad.name().unwrap_or_default()))
     };
-    for top in crate::layout::RUNTIME_DIRS {
-        if tip.get_name(top).is_some_and(|e| !is_dir(&e)) {
-            return Some(top.to_string());
-        }
+    if let Some(top) = (crate::layout::RUNTIME_DIRS.iter()).find(|top| tip.get_name(top).is_some_and(|e| !is_dir(&e))) {
+        return Some(top.to_string());
     }
     if let Some(bad) = tip.get_name("cards").and_then(|e| days_of("cards", e.id())) {
         return Some(bad);
@@ -461,21 +462,19 @@ fn records_dir_not_a_dir(repo: &Repository, tip: &git2::Tree) -> Option<String> 
     let prompts = tip
         .get_name(crate::layout::PROMPTS_DIR)
         .and_then(|e| repo.find_tree(e.id()).ok());
-    let tasks: Vec<String> = (prompts.iter().flat_map(|t| t.iter()))
+    let tasks = (prompts.iter().flat_map(|t| t.iter()))
         .filter_map(|e| e.name().ok()?.strip_suffix(".md").map(str::to_string))
-        .collect();
-    for top in ["reports", "runs"] {
-        for task in &tasks {
-            let dir = format!("{top}/{task}");
-            let Ok(e) = tip.get_path(std::path::Path::new(&dir)) else {
-                continue;
-            };
-            if !is_dir(&e) {
-                return Some(dir);
-            }
-            if let Some(bad) = days_of(&dir, e.id()) {
-                return Some(bad);
-            }
+        .filter(|t| crate::layout::valid_task_name(t));
+    for task in tasks {
+        let dir = format!("runs/{task}");
+        let Ok(e) = tip.get_path(std::path::Path::new(&dir)) else {
+            continue;
+        };
+        if !is_dir(&e) {
+            return Some(dir);
+        }
+        if let Some(bad) = days_of(&dir, e.id()) {
+            return Some(bad);
         }
     }
     None
