@@ -199,6 +199,11 @@ fn an_approved_call_runs_once_however_often_resume_is_killed_and_run() {
 /// [`counter_env`] with an asked call `c1` (`tools/bump.sh`) then an allowed one `c2`
 /// (`tools/bump2.sh`, the same counter), paused on `c1` and approved: the paused run.
 fn approved_pause_then_a_call() -> (TestEnv, String) {
+    approved_pause_then(false)
+}
+
+/// [`approved_pause_then_a_call`], with `c2` asked too when `c2_asks`.
+fn approved_pause_then(c2_asks: bool) -> (TestEnv, String) {
     let env = counter_env(true);
     let trace = serde_json::json!({"version": 1, "turns": [
         {"tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "sh tools/bump.sh"}}]},
@@ -207,12 +212,14 @@ fn approved_pause_then_a_call() -> (TestEnv, String) {
     ]});
     env.write("evals/t/replay.json", &trace.to_string());
     env.write("tools/bump2.sh", &env.read("tools/bump.sh"));
-    let settings = env.read("settings/runtime.yaml").replace(
-        "    - \"Bash(head*)\"",
-        "    - \"Bash(head*)\"\n    - \"Bash(sh tools/bump2.sh)\"",
-    );
+    let (list, rule) = match c2_asks {
+        true => ("    - \"Bash(sh tools/bump.sh)\"", "    - \"Bash(sh tools/bump.sh)\""),
+        false => ("    - \"Bash(head*)\"", "    - \"Bash(head*)\""),
+    };
+    let settings =
+        (env.read("settings/runtime.yaml")).replacen(list, &format!("{rule}\n    - \"Bash(sh tools/bump2.sh)\""), 1);
     env.write("settings/runtime.yaml", &settings);
-    env.commit_all("c1 asks, c2 is allowed");
+    env.commit_all("c1 asks, then c2");
     let (code, summary, _) = env.fire("t");
     assert_eq!(code, 4, "waiting for approval: {summary}");
     let paused = summary["run_id"].as_str().unwrap().to_string();
@@ -263,6 +270,46 @@ fn a_killed_resume_is_continued_from_its_own_checkpoint_and_no_call_runs_twice()
     let receipt = finished["receipt_path"].as_str().unwrap();
     let held = env.git_in(&env.root, &["cat-file", "-e", &format!("HEAD:{receipt}")]);
     assert!(held.status.success(), "the finished resume's receipt is committed");
+    // Killed inside its commit (records staged, the branch not moved yet, or moved
+    // with the kept records not dropped): it ended all the same (helper-100: the pause
+    // was continued again and c2 ran twice).
+    for point in ["before-ref-update", "before-pending-dropped"] {
+        let (env, paused) = approved_pause_then_a_call();
+        let out = runtime_crashing(&env, point, &["resume", &paused, "--json"]);
+        assert!(killed(&out), "the crash point {point} fired: {:?}", out.status);
+        let (code, summary, stderr) = env.fire("t");
+        assert_eq!(code, 4, "{point}: a fresh run pauses on c1: {summary}\n{stderr}");
+        assert_eq!(hit_calls(&env), vec!["c1", "c2"], "{point}: no call ran twice");
+        let again = env.runtime(&["resume", &paused]);
+        assert_eq!(
+            again.status.code(),
+            Some(2),
+            "{point}: {}",
+            String::from_utf8_lossy(&again.stderr)
+        );
+    }
+}
+
+/// A resume that paused again (a second call asked) and was killed before its commit
+/// keeps its new pause: once that call is approved, `runtime resume` runs it
+/// (helper-100: the pause was taken for ended, and the approved call never ran).
+#[test]
+fn a_resume_that_paused_again_and_was_killed_keeps_its_new_pause() {
+    let (env, paused) = approved_pause_then(true);
+    let out = runtime_crashing(&env, "between-records-and-commit", &["resume", &paused, "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    assert_eq!(hit_calls(&env), vec!["c1"], "c2 waits for approval");
+    let ok = env.builder(&["approve-call", &paused, "c2", "--by", "Eng <eng@example.com>"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    let out = env.runtime(&["resume", &paused, "--json"]);
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(
+        summary["status"],
+        "completed",
+        "{summary} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(hit_calls(&env), vec!["c1", "c2"], "the approved c2 ran once");
 }
 
 #[test]

@@ -127,14 +127,15 @@ pub(super) fn recover(
         let started = DateTime::parse_from_rfc3339(&run.started_at)
             .map(|t| t.with_timezone(&Utc))
             .unwrap_or(now);
-        if committed_receipt(ctx, repo, &mut store, &run, started) {
-            continue;
-        }
-        if let Some(changed) = finished_uncommitted(ctx, repo, &mut store, &run, started, identity) {
+        let ended = committed_receipt(ctx, repo, &mut store, &run, started).or_else(|| {
+            let (status, changed) = finished_uncommitted(ctx, repo, &mut store, &run, started, identity)?;
             if !changed.is_empty() {
                 out.cards.push(changed_records_card(&run.run_id, &changed));
             }
-            if run.ledger_run != run.run_id {
+            Some(status)
+        });
+        if let Some(status) = ended {
+            if end_pause_of(&mut store, &run, status) {
                 out.pause_finished_by = Some(run.run_id.clone());
             }
             continue;
@@ -218,28 +219,38 @@ fn committed_receipt(
     store: &mut Store,
     run: &LiveRun,
     started: DateTime<Utc>,
-) -> bool {
+) -> Option<records::RunStatus> {
     let rel = records::receipt_path(&ctx.opts.task, &run.run_id, started);
     let rel = rel.to_string_lossy();
-    let Some(blob) = committed_or_staged(repo, &rel) else {
-        return false;
-    };
+    let blob = committed_or_staged(repo, &rel)?;
     let receipt = repo
         .find_blob(blob)
         .ok()
-        .and_then(|b| serde_json::from_slice::<records::Receipt>(b.content()).ok());
-    let Some(receipt) = receipt else {
-        return false;
-    };
-    let report = records::report_path(&ctx.opts.task, &run.run_id, started);
+        .and_then(|b| serde_json::from_slice::<records::Receipt>(b.content()).ok())?;
+    let report = receipt.outputs.first().cloned().unwrap_or_default();
     let saved = store.write(|tx| {
-        crate::store::insert_run(tx, &receipt, &rel, Some(&report.to_string_lossy()))?;
+        crate::store::insert_run(tx, &receipt, &rel, Some(&report))?;
         crate::journal::end(tx, &run.run_id)
     });
     if let Err(e) = saved {
         tracing::warn!(error = %e, run = %run.run_id, "the committed run's row was not rebuilt");
     }
-    true
+    Some(receipt.status)
+}
+
+/// After the interrupted `run` is found ended (its records committed or kept), with
+/// its receipt saying `status`: a resume of a paused run that ended, not paused
+/// again, has ended that pause too, and its checkpoint goes (helper-100: kept, the
+/// pause was continued again and the resume's calls ran twice). `true` when it did.
+fn end_pause_of(store: &mut Store, run: &LiveRun, status: records::RunStatus) -> bool {
+    if run.ledger_run == run.run_id || status == records::RunStatus::WaitingApproval {
+        return false;
+    }
+    let ended = store.write(|tx| tx.execute("DELETE FROM checkpoints WHERE run_id = ?1", [&run.ledger_run]));
+    if let Err(e) = &ended {
+        tracing::warn!(error = %e, run = %run.ledger_run, "the pause a finished resume ended was not closed");
+    }
+    ended.is_ok()
 }
 
 /// The most bytes a finished run's record is read with ([`finished_uncommitted`]).
@@ -254,8 +265,9 @@ const FINISHED_RECORD_CAP: u64 = 64 << 20;
 /// ([`crate::state::StateDb::note_records`]), and one a person or another task's
 /// tool changed since (uncommitted records under `reports/` are any tool's to edit)
 /// is left where it is, named in the card returned, not committed as the run's
-/// (helper-98). `None` when the run had not finished (no receipt, or not the one it
-/// noted), or its records could not be kept: it is then settled as before.
+/// (helper-98). The receipt's status and those files; `None` when the run had not
+/// finished (no receipt, or not the one it noted), or its records could not be kept:
+/// it is then settled as before.
 fn finished_uncommitted(
     ctx: &FireContext,
     repo: &git2::Repository,
@@ -263,7 +275,7 @@ fn finished_uncommitted(
     run: &LiveRun,
     started: DateTime<Utc>,
     identity: (&str, &str),
-) -> Option<Vec<String>> {
+) -> Option<(records::RunStatus, Vec<String>)> {
     let hashes = run.record_hashes()?;
     let dir = crate::beneath::open_root(&ctx.opts.root).ok()?;
     let read = |rel: &str| crate::beneath::read_regular(&dir, std::path::Path::new(rel), FINISHED_RECORD_CAP).ok();
@@ -292,17 +304,13 @@ fn finished_uncommitted(
     let report_rel = receipt.outputs.first().cloned().unwrap_or_default();
     let saved = store.write(|tx| {
         crate::store::insert_run(tx, &receipt, &receipt_rel, Some(&report_rel))?;
-        // A resume of a paused run that ended has ended the pause too.
-        if run.ledger_run != run.run_id {
-            tx.execute("DELETE FROM checkpoints WHERE run_id = ?1", [&run.ledger_run])?;
-        }
         crate::journal::end(tx, &run.run_id)
     });
     if let Err(e) = saved {
         tracing::warn!(error = %e, run = %run.run_id, "the finished run's row was not rebuilt");
     }
     tracing::info!(run = %run.run_id, kept = files.len(), "an interrupted run had finished: its records go with this fire's commit");
-    Some(changed)
+    Some((receipt.status, changed))
 }
 
 /// The card of records of the finished run `run` that were changed after it wrote
