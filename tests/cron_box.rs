@@ -1915,3 +1915,35 @@ fn a_forged_records_commit_is_never_replayed_and_signed_by_the_box() {
     let (code, out, err) = crate::review::builder_in(&team.env, team.laptop(), None, &["audit"]);
     assert_eq!(code, 0, "{out}{err}");
 }
+
+/// A teammate deletes a branch on the origin and pushes one below its name (`release`,
+/// then `release/1.0`): this clone's tracking ref of the old one (pruning is off, to
+/// keep approvals) stopped builder's fetch, so `approve --push` failed. The stale
+/// tracking ref goes, and the fetch goes through (helper-101).
+#[test]
+fn a_branch_pushed_below_a_deleted_ones_name_does_not_stop_builders_fetch() {
+    let team = Team::new();
+    team.git(team.laptop(), &["push", "-q", "origin", "main:refs/heads/release"]);
+    team.git(team.laptop(), &["fetch", "-q", "origin"]);
+    assert_eq!(
+        team.rev(team.laptop(), "refs/remotes/origin/release"),
+        team.rev(team.laptop(), "main")
+    );
+    let teammate = team.clone_as("teammate", false);
+    team.git(&teammate, &["push", "-q", "origin", ":release"]);
+    team.git(&teammate, &["push", "-q", "origin", "main:refs/heads/release/1.0"]);
+    let plain = team.try_git(team.laptop(), &["fetch", "-q", "origin"]);
+    assert!(!plain.status.success(), "the premise: git's own fetch fails on it");
+    let v4 = format!("{}\nSay (v4) once.\n", team.env.read("prompts/digest.md"));
+    team.env.write("prompts/digest.md", &v4);
+    builder_ok(&team.env, team.laptop(), None, &["propose", "v4"]);
+    let (code, out, err) = builder_in(&team.env, team.laptop(), Some(REVIEWER), &["approve", "v4", "--push"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(team
+        .try_git(
+            team.laptop(),
+            &["rev-parse", "-q", "--verify", "refs/remotes/origin/release/1.0"]
+        )
+        .status
+        .success());
+}

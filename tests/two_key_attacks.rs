@@ -737,15 +737,31 @@ fn a_tree_git_refuses_outside_the_builder_paths_never_reaches_the_cron_box() {
         .id();
     let cards_back = commit_with_top(&mal, cards_file, "cards", cards_dir, "40000", "cards back");
     let runs_file = commit_with_top(&mal, cards_back, "runs", runs_file, "40000", "tidy");
-    let tips = [(cards_file, "`cards`"), (runs_file, "`runs/digest`")];
+    // And (helper-101) a file entry naming a tree, and a submodule where a task's
+    // reports go: every checkout or commit over either failed.
+    let top_of = |c: Oid, name: &str| mal.find_commit(c).unwrap().tree().unwrap().get_name(name).unwrap().id();
+    let runs_back = commit_with_top(&mal, runs_file, "runs", top_of(undone, "runs"), "40000", "runs back");
+    // A tree of its own, unknown to the origin (git's pack refuses to send a known
+    // tree as a blob).
+    let fresh = raw_tree(&mal, &[("100644", "x", mal.blob(b"hello, helper-101\n").unwrap())]);
+    let docs_kind = commit_with_top(&mal, runs_back, "docs", fresh, "100644", "docs");
+    let docs_back = commit_with_top(&mal, docs_kind, "docs", docs_link, "40000", "docs back");
+    let submodule = raw_tree(&mal, &[("160000", "digest", undone)]);
+    let reports_sub = commit_with_top(&mal, docs_back, "reports", submodule, "40000", "reports");
+    let tips = [
+        (cards_file, "`cards` is not a directory"),
+        (runs_file, "`runs/digest` is not a directory"),
+        (docs_kind, "`docs`: an entry of mode 100644 naming a tree"),
+        (reports_sub, "`reports/digest` is not a directory"),
+    ];
     for (tip, named) in tips {
         push(&env, &mal, tip);
         let (code, summary) = fire_in(&env, &cron, "digest");
-        assert_eq!(code, 5, "{summary}");
+        assert_eq!(code, 5, "{named}: {summary}");
         let cards = crate::cron_box::env_cards(&cron, &summary);
         assert_eq!(cards, vec!["unreviewed_changes"], "{summary}");
         let card = std::fs::read_to_string(cron.join(first_card(&cron, &summary))).unwrap();
-        assert!(card.contains(&format!("{named} is not a directory")), "{card}");
+        assert!(card.contains(named), "{card}");
         assert!(cron.join("cards").is_dir() && cron.join("runs/digest").is_dir());
     }
 }

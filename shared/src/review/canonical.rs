@@ -144,6 +144,22 @@ pub fn check_changed(repo: &Repository, old: Option<Oid>, new: Oid, path: &str) 
     };
     check(repo, new, path, false)?;
     let (old_tree, new_tree) = (repo.find_tree(old)?, repo.find_tree(new)?);
+    let odb = repo.odb()?;
+    for e in new_tree.iter() {
+        let same = |o: &git2::TreeEntry| o.id() == e.id() && o.filemode() == e.filemode();
+        if e.filemode() == 0o160000 || old_tree.get_name_bytes(e.name_bytes()).is_some_and(|o| same(&o)) {
+            continue;
+        }
+        if let Some(why) = kind_refused(&odb, &e) {
+            let name = String::from_utf8_lossy(e.name_bytes());
+            let at = if path.is_empty() {
+                name.to_string()
+            } else {
+                format!("{path}/{name}")
+            };
+            return Err(refusal(path, new, &format!("`{}`: {why}", at.escape_debug())));
+        }
+    }
     for e in new_tree.iter().filter(|e| e.filemode() == 0o040000) {
         let name = String::from_utf8_lossy(e.name_bytes());
         let below = if path.is_empty() {
@@ -157,6 +173,28 @@ pub fn check_changed(repo: &Repository, old: Option<Oid>, new: Oid, path: &str) 
         check_changed(repo, was, e.id(), &below)?;
     }
     Ok(())
+}
+
+/// Why the entry `e` names an object of another kind than its mode says (a file
+/// entry naming a tree: git fsck reports the blob missing, and a checkout or a commit
+/// over such a tree fails, helper-101), or one the repository lacks; `None` when it
+/// names what its mode says. Submodules are not asked (their commit lives elsewhere).
+fn kind_refused(odb: &git2::Odb, e: &git2::TreeEntry) -> Option<String> {
+    let want = match e.filemode() {
+        0o040000 => git2::ObjectType::Tree,
+        _ => git2::ObjectType::Blob,
+    };
+    match odb.read_header(e.id()) {
+        Ok((_, kind)) if kind == want => None,
+        Ok((_, kind)) => Some(format!(
+            "an entry of mode {:o} naming a {kind} (git fsck: a missing {want})",
+            e.filemode()
+        )),
+        Err(_) => Some(format!(
+            "names {}, which this repository lacks",
+            crate::text::short_oid(e.id())
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -247,5 +285,9 @@ mod tests {
         );
         check_changed(&repo, Some(before), top(plain), "").unwrap();
         check_changed(&repo, Some(after), after, "").unwrap();
+        // A file entry naming a tree (helper-101).
+        let wrong_kind = raw_tree(&repo, &[("100644", b"docs", plain), ("40000", b"tools", plain)]);
+        let e = check_changed(&repo, Some(before), wrong_kind, "").unwrap_err();
+        assert!(is_refused_tree(&e) && e.message().contains("`docs`"), "{e}");
     }
 }

@@ -156,7 +156,7 @@ pub fn fetch(root: &Path, remote: &str) -> Result<(), ReviewError> {
     // lock ref ...`). The fetch run again goes through.
     for wait_ms in [100, 300, 900] {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        if out.status.success() || !stderr.contains("cannot lock ref") || name_conflict(&stderr) {
+        if out.status.success() || !stderr.contains("cannot lock ref") || stderr.contains("exists; cannot create") {
             break;
         }
         tracing::debug!(stderr = %stderr.trim(), "another git moved a ref this fetch updates: fetched again");
@@ -165,6 +165,16 @@ pub fn fetch(root: &Path, remote: &str) -> Result<(), ReviewError> {
     }
     if out.status.success() {
         return Ok(());
+    }
+    // A branch deleted on the remote and one pushed below its name (`release`, then
+    // `release/1.0`): this clone's tracking ref of the old one stops the update (and
+    // `install-hooks` turned pruning off, to keep approvals). The tracking ref is
+    // only a copy of the remote's: it goes, and the fetch runs again (helper-101).
+    if drop_stale_tracking_refs(root, remote, &String::from_utf8_lossy(&out.stderr)) {
+        out = git(root, &args)?;
+        if out.status.success() {
+            return Ok(());
+        }
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     if name_conflict(&stderr) {
@@ -199,6 +209,35 @@ pub fn fetch(root: &Path, remote: &str) -> Result<(), ReviewError> {
         return Ok(());
     }
     Err(failed(&args, &out))
+}
+
+/// Deletes the tracking refs of `remote` that git's `stderr` names as standing in the
+/// way of another (`cannot lock ref 'A': 'B' exists; cannot create 'A'`). Whether it
+/// deleted any.
+fn drop_stale_tracking_refs(root: &Path, remote: &str, stderr: &str) -> bool {
+    let tracking = format!("refs/remotes/{remote}/");
+    let stale: Vec<&str> = (stderr.lines())
+        .filter(|l| l.contains("exists; cannot create"))
+        .filter_map(|l| l.split("': '").nth(1)?.split("' exists").next())
+        .filter(|r| r.starts_with(&tracking))
+        .collect();
+    let Ok(repo) = Repository::open(root) else {
+        return false;
+    };
+    let mut dropped = false;
+    for name in stale {
+        match repo.find_reference(name).and_then(|mut r| r.delete()) {
+            Ok(()) => {
+                tracing::warn!(
+                    name,
+                    "a tracking ref of a branch the remote no longer has stood in the way: deleted"
+                );
+                dropped = true;
+            }
+            Err(e) => tracing::warn!(name, error = %e, "a stale tracking ref was not deleted"),
+        }
+    }
+    dropped
 }
 
 /// Deletes this clone's refs under the approvals that name no approval

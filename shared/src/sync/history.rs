@@ -435,9 +435,9 @@ pub(super) fn unsafe_to_check_out(
 /// (a file, a link, a submodule): `reports`, `runs` and `cards`, `runs/<task>` for
 /// each task of `prompts/`, and any day directory (`YYYY-MM-DD`) of these or of
 /// `cards` (helper-97: `runs/digest` as a file stopped every commit and every push).
-/// Nothing below `reports/` counts: the tools write there, a model's file at a task's
-/// or a day's name is theirs to write, and a report whose name is taken goes to
-/// `runs/` (helper-99).
+/// Below `reports/` only a submodule at `reports/<task>` or a day directory of it
+/// counts: the tools write there, a model's file at a task's or a day's name is theirs
+/// to write, and a report whose name is taken goes to `runs/` (helper-99).
 fn records_dir_not_a_dir(repo: &Repository, tip: &git2::Tree) -> Option<String> {
     let is_dir = |e: &git2::TreeEntry| e.filemode() == 0o040000;
     let is_day = |name: &str| {
@@ -465,16 +465,31 @@ fn records_dir_not_a_dir(repo: &Repository, tip: &git2::Tree) -> Option<String> 
     let tasks = (prompts.iter().flat_map(|t| t.iter()))
         .filter_map(|e| e.name().ok()?.strip_suffix(".md").map(str::to_string))
         .filter(|t| crate::layout::valid_task_name(t));
+    let submodule = |e: &git2::TreeEntry| e.filemode() == 0o160000;
     for task in tasks {
         let dir = format!("runs/{task}");
+        if let Ok(e) = tip.get_path(std::path::Path::new(&dir)) {
+            if !is_dir(&e) {
+                return Some(dir);
+            }
+            if let Some(bad) = days_of(&dir, e.id()) {
+                return Some(bad);
+            }
+        }
+        // Below `reports/` a file or a link at a task's or a day's name sends the
+        // report to `runs/`; a submodule there leaves a directory git will not commit
+        // into, and every commit fails (helper-101).
+        let dir = format!("reports/{task}");
         let Ok(e) = tip.get_path(std::path::Path::new(&dir)) else {
             continue;
         };
-        if !is_dir(&e) {
+        if submodule(&e) {
             return Some(dir);
         }
-        if let Some(bad) = days_of(&dir, e.id()) {
-            return Some(bad);
+        let days = repo.find_tree(e.id()).ok().filter(|_| is_dir(&e));
+        let bad = (days.iter().flat_map(|t| t.iter())).find(|d| d.name().is_ok_and(is_day) && submodule(d));
+        if let Some(d) = bad {
+            return Some(format!("{dir}/{}", d.name().unwrap_or_default()));
         }
     }
     None
