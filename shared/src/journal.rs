@@ -55,9 +55,7 @@ pub struct LedgerEntry {
 impl LedgerEntry {
     /// SHA-256 of the recorded result, stored beside it.
     fn result_hash(&self) -> Option<String> {
-        self.result
-            .as_deref()
-            .map(|r| hex::encode(Sha256::digest(r.as_bytes())))
+        self.result.as_deref().map(|r| sha256_hex(r.as_bytes()))
     }
 }
 

@@ -353,6 +353,13 @@ pub fn card_reported(note: &Path) {
 const WAITING_RUN_SQL: &str = "SELECT c.run_id FROM checkpoints c CROSS JOIN runs r ON r.run_id = c.run_id
      WHERE r.task = ?1 AND r.status = 'waiting_approval' ORDER BY r.started_at DESC LIMIT 1";
 
+/// Drops the checkpoint of `run_id` (a paused run that no longer waits) in `store`
+/// ([`StateDb::delete_checkpoint`], and recovery's, which holds the bare store).
+pub fn delete_checkpoint_of(store: &mut Store, run_id: &str) -> Result<(), StoreError> {
+    store.write(|tx| tx.execute("DELETE FROM checkpoints WHERE run_id = ?1", [run_id]))?;
+    Ok(())
+}
+
 /// Why opening failed: a damaged file, or anything else (busy, read-only, full).
 enum OpenFailure {
     Damaged(String),
@@ -657,9 +664,7 @@ impl StateDb {
 
     /// Drops the checkpoint of a run that no longer waits.
     pub fn delete_checkpoint(&mut self, run_id: &str) -> Result<(), StoreError> {
-        self.store
-            .write(|tx| tx.execute("DELETE FROM checkpoints WHERE run_id = ?1", [run_id]))?;
-        Ok(())
+        delete_checkpoint_of(&mut self.store, run_id)
     }
 
     /// Ends run `run_id`, which waits for approval but whose checkpoint cannot be read

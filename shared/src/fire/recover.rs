@@ -227,15 +227,21 @@ fn committed_receipt(
         .find_blob(blob)
         .ok()
         .and_then(|b| serde_json::from_slice::<records::Receipt>(b.content()).ok())?;
-    let report = receipt.outputs.first().cloned().unwrap_or_default();
+    rebuild_row(store, run, &receipt, &rel);
+    Some(receipt.status)
+}
+
+/// The row of the ended `run` rebuilt from its `receipt` (at `receipt_rel`; its report
+/// is the first of its outputs), its live row gone.
+fn rebuild_row(store: &mut Store, run: &LiveRun, receipt: &records::Receipt, receipt_rel: &str) {
+    let report = receipt.outputs.first().map(String::as_str);
     let saved = store.write(|tx| {
-        crate::store::insert_run(tx, &receipt, &rel, Some(&report))?;
+        crate::store::insert_run(tx, receipt, receipt_rel, report)?;
         crate::journal::end(tx, &run.run_id)
     });
     if let Err(e) = saved {
-        tracing::warn!(error = %e, run = %run.run_id, "the committed run's row was not rebuilt");
+        tracing::warn!(error = %e, run = %run.run_id, "the ended run's row was not rebuilt");
     }
-    Some(receipt.status)
 }
 
 /// After the interrupted `run` is found ended (its records committed or kept), with
@@ -246,7 +252,7 @@ fn end_pause_of(store: &mut Store, run: &LiveRun, status: records::RunStatus) ->
     if run.ledger_run == run.run_id || status == records::RunStatus::WaitingApproval {
         return false;
     }
-    let ended = store.write(|tx| tx.execute("DELETE FROM checkpoints WHERE run_id = ?1", [&run.ledger_run]));
+    let ended = crate::state::delete_checkpoint_of(store, &run.ledger_run);
     if let Err(e) = &ended {
         tracing::warn!(error = %e, run = %run.ledger_run, "the pause a finished resume ended was not closed");
     }
@@ -301,14 +307,7 @@ fn finished_uncommitted(
         tracing::warn!(error = %e, run = %run.run_id, "a finished run's records were not kept for the next commit");
         return None;
     }
-    let report_rel = receipt.outputs.first().cloned().unwrap_or_default();
-    let saved = store.write(|tx| {
-        crate::store::insert_run(tx, &receipt, &receipt_rel, Some(&report_rel))?;
-        crate::journal::end(tx, &run.run_id)
-    });
-    if let Err(e) = saved {
-        tracing::warn!(error = %e, run = %run.run_id, "the finished run's row was not rebuilt");
-    }
+    rebuild_row(store, run, &receipt, &receipt_rel);
     tracing::info!(run = %run.run_id, kept = files.len(), "an interrupted run had finished: its records go with this fire's commit");
     Some((receipt.status, changed))
 }
