@@ -89,6 +89,19 @@ pub fn is_refused_tree(e: &git2::Error) -> bool {
     e.class() == git2::ErrorClass::Tree && e.code() == git2::ErrorCode::Invalid
 }
 
+/// The deepest a tree may nest (git's own `core.maxTreeDepth` default): a deeper one,
+/// pushed by anyone, would cost the walks below their stack otherwise.
+const MAX_TREE_DEPTH: usize = 4096;
+
+/// `name` below the directory `path` (`""` for the top).
+fn joined(path: &str, name: &[u8]) -> String {
+    let name = String::from_utf8_lossy(name);
+    match path.is_empty() {
+        true => name.into_owned(),
+        false => format!("{path}/{name}"),
+    }
+}
+
 /// Refuses the tree `id` at `path` when git would: its own entries and, with `deep`,
 /// every tree below it. Trees found as git writes them are remembered for the thread
 /// (a walk over records-only commits meets the same builder directories again).
@@ -96,27 +109,25 @@ pub fn check(repo: &Repository, id: Oid, path: &str, deep: bool) -> Result<(), g
     thread_local! {
         static PLAIN: RefCell<HashSet<(Oid, bool)>> = RefCell::new(HashSet::new());
     }
-    if PLAIN.with(|p| p.borrow().contains(&(id, deep)) || p.borrow().contains(&(id, true))) {
+    let known =
+        |id: Oid, deep: bool| PLAIN.with(|p| p.borrow().contains(&(id, deep)) || p.borrow().contains(&(id, true)));
+    if known(id, deep) {
         return Ok(());
     }
-    let tree = repo.find_tree(id)?;
-    if let Some(why) = entries_refused(&tree, path) {
-        return Err(refusal(path, id, &why));
-    }
-    if deep {
-        for e in tree.iter() {
-            if e.filemode() == 0o040000 {
-                let below = format!(
-                    "{}{}",
-                    if path.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{path}/")
-                    },
-                    String::from_utf8_lossy(e.name_bytes())
-                );
-                check(repo, e.id(), &below, true)?;
-            }
+    // A stack, not recursion: however deep a pushed tree nests, the walk stays in
+    // bounds (and refuses past git's own limit).
+    let mut stack = vec![(id, path.to_string(), 0usize)];
+    while let Some((id, path, depth)) = stack.pop() {
+        if depth > MAX_TREE_DEPTH {
+            return Err(refusal(&path, id, "nested deeper than git's core.maxTreeDepth (4096)"));
+        }
+        let tree = repo.find_tree(id)?;
+        if let Some(why) = entries_refused(&tree, &path) {
+            return Err(refusal(&path, id, &why));
+        }
+        if deep {
+            let below = tree.iter().filter(|e| e.filemode() == 0o040000 && !known(e.id(), true));
+            stack.extend(below.map(|e| (e.id(), joined(&path, e.name_bytes()), depth + 1)));
         }
     }
     PLAIN.with(|p| {
@@ -130,47 +141,43 @@ pub fn check(repo: &Repository, id: Oid, path: &str, deep: bool) -> Result<(), g
 }
 
 /// Refuses the tree `new` (a whole commit's tree) when any tree in it that `old`
-/// does not hold at the same path is one git refuses: what a checkout from `old` to
-/// `new` would write. The box's sync asks this before it moves, for every path, not
-/// only the builder-owned ones: libgit2's checkout of a tree with a link and a
-/// directory of one name writes the directory's files through the link, anywhere
-/// the box's account can write (helper-95). Unchanged subtrees cost nothing.
+/// does not hold at the same path is one git refuses, or holds an entry naming an
+/// object of another kind than its mode says: what a checkout from `old` to `new`
+/// would write. The box's sync asks this before it moves, for every path, not only
+/// the builder-owned ones: libgit2's checkout of a tree with a link and a directory
+/// of one name writes the directory's files through the link, anywhere the box's
+/// account can write (helper-95). Unchanged subtrees cost nothing; a walk with a
+/// stack, as [`check`]'s.
 pub fn check_changed(repo: &Repository, old: Option<Oid>, new: Oid, path: &str) -> Result<(), git2::Error> {
-    let Some(old) = old.filter(|o| *o != new) else {
-        return match old {
-            Some(_) => Ok(()),
-            None => check(repo, new, path, true),
-        };
-    };
-    check(repo, new, path, false)?;
-    let (old_tree, new_tree) = (repo.find_tree(old)?, repo.find_tree(new)?);
     let odb = repo.odb()?;
-    for e in new_tree.iter() {
-        let same = |o: &git2::TreeEntry| o.id() == e.id() && o.filemode() == e.filemode();
-        if e.filemode() == 0o160000 || old_tree.get_name_bytes(e.name_bytes()).is_some_and(|o| same(&o)) {
+    let mut stack = vec![(old, new, path.to_string(), 0usize)];
+    while let Some((old, new, path, depth)) = stack.pop() {
+        if old == Some(new) {
             continue;
         }
-        if let Some(why) = kind_refused(&odb, &e) {
-            let name = String::from_utf8_lossy(e.name_bytes());
-            let at = if path.is_empty() {
-                name.to_string()
-            } else {
-                format!("{path}/{name}")
-            };
-            return Err(refusal(path, new, &format!("`{}`: {why}", at.escape_debug())));
+        if depth > MAX_TREE_DEPTH {
+            return Err(refusal(&path, new, "nested deeper than git's core.maxTreeDepth (4096)"));
         }
-    }
-    for e in new_tree.iter().filter(|e| e.filemode() == 0o040000) {
-        let name = String::from_utf8_lossy(e.name_bytes());
-        let below = if path.is_empty() {
-            name.to_string()
-        } else {
-            format!("{path}/{name}")
-        };
-        let was = (old_tree.get_name_bytes(e.name_bytes()))
-            .filter(|o| o.filemode() == 0o040000)
-            .map(|o| o.id());
-        check_changed(repo, was, e.id(), &below)?;
+        check(repo, new, &path, false)?;
+        let old_tree = old.map(|o| repo.find_tree(o)).transpose()?;
+        let new_tree = repo.find_tree(new)?;
+        for e in new_tree.iter().filter(|e| e.filemode() != 0o160000) {
+            let was = old_tree.as_ref().and_then(|t| t.get_name_bytes(e.name_bytes()));
+            if was
+                .as_ref()
+                .is_some_and(|o| o.id() == e.id() && o.filemode() == e.filemode())
+            {
+                continue;
+            }
+            let at = joined(&path, e.name_bytes());
+            if let Some(why) = kind_refused(&odb, &e) {
+                return Err(refusal(&path, new, &format!("`{}`: {why}", at.escape_debug())));
+            }
+            if e.filemode() == 0o040000 {
+                let was = was.filter(|o| o.filemode() == 0o040000).map(|o| o.id());
+                stack.push((was, e.id(), at, depth + 1));
+            }
+        }
     }
     Ok(())
 }
@@ -285,9 +292,29 @@ mod tests {
         );
         check_changed(&repo, Some(before), top(plain), "").unwrap();
         check_changed(&repo, Some(after), after, "").unwrap();
-        // A file entry naming a tree (helper-101).
+        // A file entry naming a tree (helper-101), at the top and in a new directory.
         let wrong_kind = raw_tree(&repo, &[("100644", b"docs", plain), ("40000", b"tools", plain)]);
         let e = check_changed(&repo, Some(before), wrong_kind, "").unwrap_err();
         assert!(is_refused_tree(&e) && e.message().contains("`docs`"), "{e}");
+        let new_dir = raw_tree(&repo, &[("100644", b"x", plain)]);
+        let below = raw_tree(&repo, &[("40000", b"docs", new_dir), ("40000", b"tools", plain)]);
+        let e = check_changed(&repo, Some(before), below, "").unwrap_err();
+        assert!(is_refused_tree(&e) && e.message().contains("`docs/x`"), "{e}");
+    }
+
+    /// A tree nested past git's own limit is refused, by a walk that does not run out
+    /// of stack however deep the pushed tree goes.
+    #[test]
+    fn a_tree_nested_past_gits_limit_is_refused_without_recursion() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let mut tree = raw_tree(&repo, &[("100644", b"leaf", repo.blob(b"x").unwrap())]);
+        for _ in 0..MAX_TREE_DEPTH + 10 {
+            tree = raw_tree(&repo, &[("40000", b"d", tree)]);
+        }
+        let e = check(&repo, tree, "", true).unwrap_err();
+        assert!(is_refused_tree(&e) && e.message().contains("maxTreeDepth"), "{e}");
+        let e = check_changed(&repo, None, tree, "").unwrap_err();
+        assert!(is_refused_tree(&e) && e.message().contains("maxTreeDepth"), "{e}");
     }
 }
