@@ -209,7 +209,7 @@ fn retro_summarises_and_remembers_where_it_stopped() {
     );
     assert!(md.contains("| 5 | permission_denied | t |"), "{md}");
     assert!(md.contains("`Bash(git push*)`"), "denied calls name the rule: {md}");
-    assert!(md.contains("send_email"), "missing tools: {md}");
+    assert!(md.contains("send\\_email"), "missing tools, inert: {md}");
     assert!(md.contains("## Slowest steps"));
     let svg = std::fs::read_to_string(env.home.join("retro.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("<rect"), "{svg}");

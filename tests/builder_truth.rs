@@ -302,11 +302,11 @@ fn retro_to_stdout_leaves_the_mark_and_draws_a_labelled_chart() {
     let slow = md.split("## Slowest steps").nth(1).unwrap_or_default();
     let row = slow
         .lines()
-        .find(|l| l.contains("| run_command | ok |"))
+        .find(|l| l.contains("| `run_command` | ok |"))
         .unwrap_or_else(|| panic!("{slow}"));
     let ms: i64 = row.trim_start_matches("| ").split(' ').next().unwrap().parse().unwrap();
     assert!(ms > 0, "{row}");
-    assert!(!slow.contains("| 0 | run_command |"), "{slow}");
+    assert!(!slow.contains("| 0 | `run_command` |"), "{slow}");
     // --mark moves it; the next retro starts there.
     let (code, _, err) = run(&env, &["retro", "--mark"]);
     assert_eq!(code, 0, "{err}");

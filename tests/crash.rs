@@ -450,6 +450,66 @@ fn finished_but_uncommitted() -> (TestEnv, String, String) {
     (env, finished, receipt)
 }
 
+/// Two calls of one response under one id (the model chose both; a redacted id can
+/// repeat too): killed after the first completed and the second was handed on, the
+/// resumed run names the second uncertain on a card, and runs nothing twice
+/// (helper-105: it took the first's ledger entry for both, exit 0, no card). Each
+/// call keeps an id of its own (`dup`, `dup_dup2`) in the receipt and the trace.
+#[test]
+fn two_calls_under_one_id_are_two_calls_across_a_kill() {
+    let env = counter_env(false);
+    let bump = serde_json::json!({"command": "sh tools/bump.sh"});
+    let trace = serde_json::json!({"version": 1, "turns": [
+        {"tool_calls": [
+            {"id": "dup", "name": "run_command", "arguments": bump},
+            {"id": "dup", "name": "run_command", "arguments": bump}
+        ]},
+        {"content": "# Done\nbumped"}
+    ]});
+    env.write("evals/t/replay.json", &trace.to_string());
+    env.commit_all("two calls under one id");
+    let out = runtime_crashing(&env, "after-ledger-started@2", &["fire", "t", "--json"]);
+    assert!(killed(&out), "the crash point fired: {:?}", out.status);
+    let killed_run = runs(&env)[0]["run_id"].as_str().unwrap().to_string();
+    assert_eq!(hit_calls(&env), vec!["dup"], "the first call ran before the kill");
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(summary["run_id"], killed_run.as_str(), "the run is resumed: {stderr}");
+    assert_eq!(code, 5, "{summary}\n{stderr}");
+    assert_eq!(hit_calls(&env), vec!["dup"], "nothing ran twice");
+    let receipt = env.receipt(&summary);
+    let calls: Vec<(String, String)> = (receipt["tool_calls"].as_array().unwrap().iter())
+        .map(|c| {
+            (
+                c["id"].as_str().unwrap().to_string(),
+                c["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("dup".to_string(), "ok".to_string()),
+            ("dup_dup2".to_string(), "SIDE_EFFECT_UNCERTAIN".to_string())
+        ]
+    );
+    assert_eq!(env.card_kinds(&summary), vec!["side_effect_uncertain"]);
+    // `runtime show` lists both: the resumed fire's from its trace, the first from the
+    // ledger (the killed fire stored no trace; helper-105: it was left out).
+    let shown = env.runtime(&["show", &killed_run]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("dup_dup2"), "{text}");
+    let from_ledger = text
+        .split("calls no stored trace lists")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        from_ledger
+            .lines()
+            .any(|l| l.trim_start().starts_with("dup ") && l.contains("completed")),
+        "{text}"
+    );
+}
+
 /// A run killed between writing its records and committing them had finished: when
 /// the next fire does not resume it (here its prompt changed since), its report,
 /// receipt and the model's outputs its receipt lists are committed by that fire, as
@@ -483,6 +543,19 @@ fn a_finished_run_killed_before_its_commit_is_committed_by_the_next_fire_not_rem
     let rows = runs(&env);
     let row = rows.iter().find(|r| r["run_id"] == finished.as_str()).unwrap();
     assert_eq!(row["status"], "completed", "{rows:?}");
+    // Its fire never stored its trace; `runtime show` lists its calls from the ledger.
+    let shown = env.runtime(&["show", &finished]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{text}");
+    assert!(text.contains("calls no stored trace lists"), "{text}");
+    let call = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("c1 "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(call.contains("run_command") && call.contains("completed"), "{text}");
+    let shown = env.runtime(&["show", &finished, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(json["ledger"][0]["call_id"], "c1", "{json}");
 
     let (env, finished, receipt) = finished_but_uncommitted();
     let report = receipt.replace("runs/", "reports/").replace(".json", ".md");
@@ -504,6 +577,21 @@ fn a_finished_run_killed_before_its_commit_is_committed_by_the_next_fire_not_rem
         .filter_map(|e| e.as_str())
         .collect();
     assert_eq!(evidence, [report.as_str()], "{card:?}");
+
+    // Removed (another task's tool): named too, not committed silently without it.
+    let (env, _, receipt) = finished_but_uncommitted();
+    let report = receipt.replace("runs/", "reports/").replace(".json", ".md");
+    std::fs::remove_file(env.root.join(&report)).unwrap();
+    let (code, summary, stderr) = env.fire("t");
+    assert_eq!(code, 5, "{stderr}");
+    assert!(committed_in(&env, &receipt), "the receipt is committed");
+    let card = (env.cards(&summary).into_iter())
+        .find(|c| c["kind"].as_str() == Some("output_rejected"))
+        .unwrap_or_else(|| panic!("no card names the missing report: {summary}"));
+    let evidence: Vec<&str> = (card["evidence"].as_sequence().unwrap().iter())
+        .filter_map(|e| e.as_str())
+        .collect();
+    assert_eq!(evidence, [format!("{report} (missing)")], "{card:?}");
 }
 
 /// Whether HEAD holds `rel`.
@@ -746,8 +834,21 @@ fn kill_worker_running(marker: &str, sleep_cmdline: &str) -> i32 {
 fn a_tool_worker_killed_before_its_sandbox_report_is_replaced_by_the_spare() {
     let env = counter_env(false);
     let held = crate::checkout_ops::fire_held_at(&env, "t", "during-recovery");
-    let runtime = held.id() as i32;
-    let worker = std::fs::read_dir("/proc")
+    let worker = tool_worker_of(held.id() as i32);
+    kernel::signal::kill(worker as u32, kernel::signal::Signal::Kill).unwrap();
+    while !gone(worker) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (out, summary) = crate::checkout_ops::resume_held(held);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{summary}\n{stderr}");
+    assert_eq!(hit_calls(&env), vec!["c1"], "the call ran, on the spare");
+}
+
+/// The tool worker the runtime `runtime` started (not its parked spare, `/bin/sh -c
+/// ... __tool-worker`).
+fn tool_worker_of(runtime: i32) -> i32 {
+    std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
@@ -758,18 +859,45 @@ fn a_tool_worker_killed_before_its_sandbox_report_is_replaced_by_the_spare() {
                 .next()
                 .and_then(|r| r.split_whitespace().nth(1)?.parse::<i32>().ok());
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            // The worker itself, not the parked spare (`/bin/sh -c ... __tool-worker`).
             ppid == Some(runtime) && cmdline.split(|b| *b == 0).nth(1) == Some(b"__tool-worker".as_slice())
         })
-        .expect("the held fire's tool worker");
-    kernel::signal::kill(worker as u32, kernel::signal::Signal::Kill).unwrap();
-    while !gone(worker) {
+        .expect("the held fire's tool worker")
+}
+
+/// Whether `pid` has no signal pending (a signal sent to it was handled).
+fn no_signal_pending(pid: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    ["SigPnd:", "ShdPnd:"].iter().all(|field| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .is_some_and(|v| v.trim().trim_start_matches('0').is_empty())
+    })
+}
+
+/// A tool worker sent SIGTERM before its sandbox report (by a person's `pkill`, or
+/// a service manager) takes it as an interrupt of the running command, and no
+/// command runs then: the interrupt is dropped, and the fire's first command runs
+/// instead of being cancelled at its start (helper-100: the call ended at once, with
+/// no card).
+#[test]
+fn an_interrupt_sent_to_the_tool_worker_before_its_report_cancels_no_later_call() {
+    let env = counter_env(false);
+    let held = crate::checkout_ops::fire_held_at(&env, "t", "during-recovery");
+    let worker = tool_worker_of(held.id() as i32);
+    kernel::signal::kill(worker as u32, kernel::signal::Signal::Term).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !no_signal_pending(worker) {
+        assert!(std::time::Instant::now() < deadline, "the worker never took the signal");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    assert!(!gone(worker), "the worker caught SIGTERM and lives on");
     let (out, summary) = crate::checkout_ops::resume_held(held);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{summary}\n{stderr}");
-    assert_eq!(hit_calls(&env), vec!["c1"], "the call ran, on the spare");
+    let receipt = env.receipt(&summary);
+    assert_eq!(receipt["tool_calls"][0]["outcome"], "ok", "{receipt}");
+    assert_eq!(hit_calls(&env), vec!["c1"], "the command ran");
 }
 
 #[test]
@@ -819,6 +947,11 @@ fn a_tool_worker_killed_mid_call_is_replaced_once() {
         kinds.iter().filter(|k| *k == "side_effect_uncertain").count(),
         2,
         "one card per call that may have run: {kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "sandbox_unavailable").count(),
+        1,
+        "one card says no worker was left for c4: {kinds:?}"
     );
     let paths = env.last_commit_paths();
     assert!(

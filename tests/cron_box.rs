@@ -1846,6 +1846,68 @@ fn approval_refs_moved_forward_or_shadowed_on_the_origin_lose_no_approval() {
     );
 }
 
+/// A colleague force-pushes an approval ref to an unrelated commit (helper-103): git
+/// refuses that update in every clone (`git fetch` and `git pull` fail), the approval
+/// stands (it is read from the ref's name), and `builder proposals` names the ref and
+/// the command that puts it back, which mends everyone's fetch.
+#[test]
+fn an_approval_ref_forced_off_its_approval_is_named_with_the_command_that_puts_it_back() {
+    let team = Team::new();
+    let mallory = team.clone_as("mallory", true);
+    let listed = team.git(
+        &team.origin,
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/builder/approved/",
+        ],
+    );
+    let (name, id) = listed.lines().next().and_then(|l| l.split_once(' ')).unwrap();
+    const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+    let unrelated = team.git(&mallory, &["commit-tree", EMPTY_TREE, "-m", "off"]);
+    team.git(
+        &mallory,
+        &[
+            "push",
+            "-q",
+            "--no-verify",
+            "--force",
+            "origin",
+            &format!("{unrelated}:{name}"),
+        ],
+    );
+    assert_eq!(
+        team.rev(&team.origin, name),
+        unrelated,
+        "the origin took the forced push"
+    );
+    let fetch = team.try_git(team.laptop(), &["fetch", "-q", "origin"]);
+    assert!(!fetch.status.success(), "git's own fetch fails on it");
+    let (code, out, err) = builder_in(&team.env, team.laptop(), None, &["proposals"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("without approval"), "the approval stands: {out}");
+    let mend = format!("git push --force origin {id}:{name}");
+    assert!(
+        err.contains("force-moved off the approval") && err.contains(&mend),
+        "{err}"
+    );
+    team.git(
+        team.laptop(),
+        &[
+            "push",
+            "-q",
+            "--no-verify",
+            "--force",
+            "origin",
+            &format!("{id}:{name}"),
+        ],
+    );
+    let fetch = team.try_git(team.laptop(), &["fetch", "-q", "origin"]);
+    assert!(fetch.status.success(), "{}", String::from_utf8_lossy(&fetch.stderr));
+    let (_, _, err) = builder_in(&team.env, team.laptop(), None, &["proposals"]);
+    assert!(!err.contains("force-moved"), "{err}");
+}
+
 /// On a box that signs, a records commit under the runtime's name is the box's own
 /// only with a valid signature by its key: a header alone proves nothing. Mallory
 /// pushes a commit authored as the runtime, adding a receipt and report she wrote,

@@ -339,6 +339,14 @@ fn review_lists_exactly_the_calls_a_proposal_would_allow_then_approve_merge_audi
         md.contains("would have allowed 3 call(s) denied before: `Bash(curl*)` before"),
         "{md}"
     );
+    // The calls are named by run and call, never by the machine's recorded commands.
+    let delta = md.lines().find(|l| l.contains("would have allowed 3 call(s)")).unwrap();
+    assert!(!delta.contains("/feed/") && delta.contains(" c1`"), "{md}");
+    let text = stdout(&env.builder(&["review", "allow-feed"]));
+    assert!(
+        text.contains("example.com/feed/"),
+        "the text review still shows them: {text}"
+    );
     assert!(md.contains("| `lists-cards` | head | 1/1 |"), "{md}");
     let out = env.builder(&["review", "allow-feed", "--days", "1"]);
     assert_eq!(out.status.code(), Some(0));

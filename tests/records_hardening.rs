@@ -501,6 +501,210 @@ fn the_key_in_encoded_forms_never_reaches_a_record() {
     }
 }
 
+/// The key in the names the model chooses (helper-102): a file named after it was
+/// committed under that name, and an unknown tool named after it reached the trace,
+/// the ledger and `runtime show`. The file is left out and removed; the tool's name
+/// is redacted before the call enters the run.
+#[test]
+fn the_key_in_a_file_name_or_a_tool_name_never_reaches_git_or_the_state() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let tool = format!("mystery_{TEST_KEY}");
+    let (head, tail) = TEST_KEY.split_at(12);
+    let escaped: String = TEST_KEY.bytes().map(|b| format!("%{b:02X}")).collect();
+    let env = setup(
+        &[
+            cmd(&format!(
+                "echo hi > reports/{TEST_KEY}.md; echo ran > reports/marker.txt"
+            )),
+            cmd(&format!(
+                "mkdir -p reports/a/{head} && echo hi > reports/a/{head}/{tail}.md"
+            )),
+            cmd(&format!("echo hi > reports/{escaped}.md")),
+            (tool.as_str(), json!({})),
+        ],
+        "# Done",
+        "",
+    );
+    let (_, summary) = fire(&env, &[]);
+    // The payload ran: the marker is committed, the file was named and removed.
+    assert!(committed(&env, "reports/marker.txt").is_some(), "{summary}");
+    let detail = rejected_detail(&env, &summary);
+    assert!(
+        detail.contains("its name holds a secret value: not committed; removed from the work tree"),
+        "{detail}"
+    );
+    assert!(!env.root.join(format!("reports/{TEST_KEY}.md")).exists());
+    assert_eq!(
+        detail.matches("its name holds a secret value").count(),
+        3,
+        "whole, split across directories, escaped: {detail}"
+    );
+    let names = env.git_in(&env.root, &["log", "--all", "--name-only", "--format="]);
+    assert!(names.status.success());
+    assert!(
+        !String::from_utf8_lossy(&names.stdout).contains(TEST_KEY),
+        "a committed name holds the key"
+    );
+    let run = summary["run_id"].as_str().unwrap();
+    let shown = env.runtime(&["show", run]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains("mystery_[REDACTED]"),
+        "the unknown tool was called: {text}"
+    );
+    for args in [&["show", run][..], &["show", run, "--json"], &["show", run, "--otlp"]] {
+        let out = env.runtime(args);
+        assert!(!String::from_utf8_lossy(&out.stdout).contains(TEST_KEY), "{args:?}");
+    }
+    // The trace's spans and calls and the ledger (the checkpoint keeps the model's
+    // own messages as it sent them, to resume them: docs/security.md).
+    let db = rusqlite::Connection::open(env.root.join(".runtime/state.db")).unwrap();
+    let columns = [
+        ("spans", "name"),
+        ("spans", "attributes"),
+        ("tool_calls", "name"),
+        ("tool_calls", "arguments"),
+        ("tool_ledger", "name"),
+    ];
+    for (table, column) in columns {
+        let mut stmt = db.prepare(&format!("SELECT {column} FROM {table}")).unwrap();
+        let values: Vec<String> = stmt.query_map([], |r| r.get(0)).unwrap().flatten().collect();
+        assert!(!values.is_empty(), "{table} has rows");
+        assert!(
+            !values.iter().any(|v| v.contains(TEST_KEY)),
+            "{table}.{column} holds the key: {values:?}"
+        );
+    }
+}
+
+/// Commits the replayed trace alone (`git add -A` would commit any record a killed
+/// run left).
+fn commit_trace(env: &TestEnv, message: &str) {
+    for args in [&["add", "evals/hardening/trace.json"][..], &["commit", "-qm", message]] {
+        assert!(env.git_in(&env.root, args).status.success());
+    }
+}
+
+/// Files a model puts where the reports of a task go (`reports/<task>`, a day
+/// directory), files named like a run's report, anything inside a task's day
+/// directory (a directory at a report's name holding a forged `README.md`), and a
+/// committed task directory replaced by a file (helper-102, helper-104: committed or
+/// left, each sent every later report of its task to `runs/` in every clone, or was
+/// committed as a report; the replaced directory's reports stayed deleted; the forged
+/// reports stayed on no card). None is committed, the tools' files are removed, the
+/// replaced directory's reports are put back, and the next fire of each task writes
+/// its report where reports go. A real report of another run, which the tools only
+/// touched, is left for its run to commit (helper-105: it was removed as a forgery).
+#[test]
+fn files_where_reports_go_are_never_committed_and_no_later_report_is_diverted() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(&[], "# First report", "");
+    for task in ["weekly", "other"] {
+        env.write(&format!("prompts/{task}.md"), PLAIN_PROMPT);
+    }
+    env.commit_all("two more tasks");
+    let (_, first) = fire(&env, &[]);
+    let one = first["report"].as_str().unwrap().to_string();
+    let day = one.split('/').nth(2).unwrap().to_string();
+    let out = crate::crash::runtime_crashing(&env, "between-records-and-commit", &["fire", "other", "--json"]);
+    assert!(crate::crash::killed(&out), "the crash point fired: {:?}", out.status);
+    let killed_report = std::fs::read_dir(env.root.join(format!("reports/other/{day}")))
+        .unwrap()
+        .flatten()
+        .map(|e| format!("reports/other/{day}/{}", e.file_name().to_string_lossy()))
+        .next()
+        .expect("the killed run wrote its report");
+    let forged = format!("reports/other/{day}/20261207T000000Z-deadbeef.md");
+    let readme = format!("reports/other/{day}/20261207T000001Z-cafebabe.md/README.md");
+    let body = format!(
+        "rm -r reports/t && echo squat > reports/t\necho squat > reports/weekly\necho squat > reports/other/2099-01-01\nprintf '# accepted' > {forged}\nmkdir -p $(dirname {readme}) && printf '# accepted' > {readme}\ntouch {killed_report}\necho ran > reports/marker.txt\necho notes > reports/notes\n"
+    );
+    env.write(
+        "evals/hardening/trace.json",
+        &trace_json(&script("squat", &body), "# Second"),
+    );
+    // Only the trace: the killed run's records stay uncommitted.
+    commit_trace(&env, "a hostile model");
+    assert!(committed(&env, &killed_report).is_none());
+    let (code, summary) = fire(&env, &[]);
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the attack ran: {summary}"
+    );
+    assert!(
+        committed(&env, "reports/notes").is_some(),
+        "a name no task has is any file's"
+    );
+    assert_eq!(code, 5, "{summary}");
+    let detail = rejected_detail(&env, &summary);
+    for (rel, why) in [
+        ("reports/weekly", "a file where the reports of task `weekly` go"),
+        (
+            "reports/other/2099-01-01",
+            "a file where the reports of task `other` go",
+        ),
+        (
+            forged.as_str(),
+            "named like a run's report, which only the runtime writes",
+        ),
+        (
+            readme.as_str(),
+            "inside a day directory of task `other`'s reports, where only the runtime writes",
+        ),
+    ] {
+        assert!(
+            detail.contains(&format!("{rel}: {why}: not committed; removed from the work tree")),
+            "{rel}: {detail}"
+        );
+        assert!(committed(&env, rel).is_none() && !env.root.join(rel).exists(), "{rel}");
+    }
+    assert!(
+        detail.contains("reports/t: committed as a directory, now a file: nothing at or below it is committed; put back as committed"),
+        "{detail}"
+    );
+    assert!(!detail.contains(&killed_report), "{detail}");
+    assert!(env.root.join(&killed_report).is_file(), "the killed run's report stays");
+    assert_eq!(
+        std::fs::read(env.root.join(&one)).unwrap(),
+        committed(&env, &one).unwrap().1,
+        "the first report is back as committed"
+    );
+    assert!(
+        summary["report"].as_str().unwrap().starts_with("reports/t/"),
+        "this fire's report went where reports go: {summary}"
+    );
+    // Later fires of the other tasks write their reports where their reports go, and
+    // the killed run's report is committed by the next fire of its task.
+    env.write("evals/hardening/trace.json", &trace_json(&[], "# Benign"));
+    commit_trace(&env, "a benign model");
+    assert!(committed(&env, &killed_report).is_none());
+    for task in ["other", "weekly"] {
+        let out = (env.command("runtime", &["fire", task, "--json"]))
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .output()
+            .unwrap();
+        let later: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{later}");
+        assert!(
+            later["report"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("reports/{task}/")),
+            "{later}"
+        );
+    }
+    assert!(
+        committed(&env, &killed_report).is_some(),
+        "the killed run's report is committed"
+    );
+    let status = env.git_in(&env.root, &["status", "--porcelain", "--", "reports"]);
+    assert!(status.stdout.is_empty(), "{}", String::from_utf8_lossy(&status.stdout));
+}
+
 #[test]
 fn prefetch_scripts_get_an_allow_listed_environment() {
     if !landlock_or_skip() {
@@ -803,6 +1007,46 @@ fn a_later_fire_cannot_rewrite_or_remove_an_earlier_runs_report() {
     assert!(status.stdout.is_empty(), "{}", String::from_utf8_lossy(&status.stdout));
 }
 
+/// A committed report the tools replaced by a directory (helper-104: it stayed
+/// deleted on every later fire, and a person's `git add -A` committed the removal) is
+/// put back as committed, the tools' directory gone.
+#[test]
+fn a_committed_report_replaced_by_a_directory_is_put_back() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let env = setup(&[], "# First report", "");
+    let (_, first) = fire(&env, &[]);
+    let one = first["report"].as_str().unwrap().to_string();
+    let body =
+        format!("rm {one} && mkdir -p {one}/x && echo forged > {one}/x/README.md\necho ran > reports/marker.txt\n");
+    env.write(
+        "evals/hardening/trace.json",
+        &trace_json(&script("swap", &body), "# Second"),
+    );
+    env.commit_all("a hostile model");
+    let (code, summary) = fire(&env, &[]);
+    assert!(
+        committed(&env, "reports/marker.txt").is_some(),
+        "the attack ran: {summary}"
+    );
+    assert_eq!(code, 5, "{summary}");
+    let detail = rejected_detail(&env, &summary);
+    assert!(
+        detail.contains(&format!(
+            "{one}: committed as a file, now a directory: nothing at or below it is committed; put back as committed"
+        )),
+        "{detail}"
+    );
+    assert_eq!(
+        std::fs::read(env.root.join(&one)).unwrap(),
+        committed(&env, &one).unwrap().1,
+        "the report is back as committed"
+    );
+    let status = env.git_in(&env.root, &["status", "--porcelain", "--", "reports"]);
+    assert!(status.stdout.is_empty(), "{}", String::from_utf8_lossy(&status.stdout));
+}
+
 /// A fire killed while it puts back a committed report a tool rewrote (SIGKILL at
 /// `mid-put-back`, between writing HEAD's bytes to a temporary file and its rename)
 /// leaves a file at the report's name, never none (it unlinked, then created: a kill
@@ -1061,15 +1305,13 @@ fn a_report_a_person_removed_with_git_rm_is_theirs_to_commit() {
     env.write("evals/hardening/trace.json", &trace_json(&calls, "# Second"));
     env.commit_all("a model that writes beside it");
     env.git_ok(&env.root, &["rm", "-q", &one]);
-    let (code, second) = fire(&env, &[]);
+    let (_, second) = fire(&env, &[]);
+    // The payload ran (and, written where only the runtime writes, was left out).
+    let detail = rejected_detail(&env, &second);
     assert!(
-        committed(&env, &format!("{day}/notes.txt")).is_some(),
-        "the payload did not run: {second}"
+        detail.contains(&format!("{day}/notes.txt: inside a day directory")),
+        "the payload did not run: {second}\n{detail}"
     );
-    assert_eq!(code, 0, "{second}");
-    assert!(
-        !env.card_kinds(&second).contains(&"output_rejected".to_string()),
-        "{second}"
-    );
+    assert!(!detail.contains(&one), "the person's removal is named: {detail}");
     assert!(!env.root.join(&one).exists(), "put back over a person's removal");
 }

@@ -296,6 +296,13 @@ pub fn remove_file(root: &OwnedFd, rel: &Path) -> std::io::Result<()> {
     rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty()).map_err(std::io::Error::from)
 }
 
+/// Removes the empty directory `rel` under `root`, reached through no link (`rmdir`:
+/// one that holds anything stays, `ENOTEMPTY`).
+pub fn remove_dir(root: &OwnedFd, rel: &Path) -> std::io::Result<()> {
+    let (dir, name) = parent_of(root, rel)?;
+    rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::REMOVEDIR).map_err(std::io::Error::from)
+}
+
 /// The directory that holds `rel`'s last component under `root`, reached without
 /// following any link, and that component.
 fn parent_of<'a>(root: &OwnedFd, rel: &'a Path) -> std::io::Result<(OwnedFd, &'a str)> {

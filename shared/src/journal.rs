@@ -309,6 +309,34 @@ pub fn ledger_entry(store: &Store, ledger_run: &str, call_id: &str) -> Result<Op
         .map_err(store.sql_error())
 }
 
+/// A call of a run as its tool ledger keeps it: what `runtime show` lists for a run
+/// whose trace was never stored (a fire killed before its finish, whose records the
+/// next fire's recovery committed).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LedgerCall {
+    pub call_id: String,
+    pub name: String,
+    pub stage: &'static str,
+    /// When the call reached its stage (RFC 3339).
+    pub at: String,
+}
+
+/// The calls of the ledger of run `ledger_run`, in the order they reached their stage.
+pub fn ledger_calls(store: &Store, ledger_run: &str) -> Result<Vec<LedgerCall>, StoreError> {
+    store.query_all(
+        "SELECT call_id, name, stage, at FROM tool_ledger WHERE run_id = ?1 ORDER BY at, call_id",
+        [ledger_run],
+        |r| {
+            Ok(LedgerCall {
+                call_id: r.get(0)?,
+                name: r.get(1)?,
+                stage: CallStage::from_stored(&r.get::<_, String>(2)?).as_str(),
+                at: r.get(3)?,
+            })
+        },
+    )
+}
+
 /// The runs of `task` still marked `running`, oldest first.
 pub fn live_runs(store: &Store, task: &str) -> Result<Vec<LiveRun>, StoreError> {
     query_live(store, "l.task = ?1", task)

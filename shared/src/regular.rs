@@ -46,8 +46,13 @@ pub fn open(path: &Path, write: bool) -> std::io::Result<File> {
 /// The bytes of the regular file `path`, at most `max` of them: a larger file is an
 /// error ("larger than `max` bytes"), not a silent cut.
 pub fn read(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    read_open(&open(path, false)?, max)
+}
+
+/// The bytes of `file` (opened by [`open`]), at most `max` of them, as [`read`].
+pub fn read_open(file: &File, max: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
-    open(path, false)?.take(max + 1).read_to_end(&mut bytes)?;
+    file.take(max + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
         return Err(std::io::Error::new(ErrorKind::InvalidInput, Refused::TooLarge(max)));
     }

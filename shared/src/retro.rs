@@ -3,6 +3,7 @@
 //! denied calls, missing tools and the slowest steps. Reads the history index.
 
 use crate::store::{Store, StoreError};
+use crate::text::{markdown_cell, markdown_text};
 use rusqlite::params;
 use std::fmt::Write;
 
@@ -96,7 +97,7 @@ fn top_cards(store: &Store, since: &str, md: &mut String) -> Result<(), StoreErr
             c.kind,
             c.task,
             c.status,
-            c.summary.replace('|', "\\|"),
+            markdown_text(&c.summary),
             c.fingerprint
         );
     }
@@ -144,7 +145,13 @@ fn denied_calls(store: &Store, since: &str, md: &mut String) -> Result<(), Store
         "\n## Denied calls\n\n| count | tool | rule | reason |\n|---|---|---|---|"
     );
     for (tool, rule, reason, n) in &denied {
-        let _ = writeln!(md, "| {n} | {tool} | `{rule}` | {} |", reason.replace('|', "\\|"));
+        let _ = writeln!(
+            md,
+            "| {n} | {} | {} | {} |",
+            markdown_cell(tool),
+            markdown_cell(rule),
+            markdown_text(reason)
+        );
     }
     Ok(())
 }
@@ -157,7 +164,7 @@ fn missing_tools(store: &Store, since: &str, md: &mut String) -> Result<(), Stor
         let _ = writeln!(md, "None.");
     }
     for (s, n) in &missing {
-        let _ = writeln!(md, "- {s} ({n}x)");
+        let _ = writeln!(md, "- {} ({n}x)", markdown_text(s));
     }
     Ok(())
 }
@@ -192,7 +199,7 @@ fn slowest(store: &Store, since: &str, md: &mut String) -> Result<(), StoreError
     } else {
         let _ = writeln!(md, "| ms | tool | outcome | run |\n|---|---|---|---|");
         for (run, tool, ms, outcome) in &calls {
-            let _ = writeln!(md, "| {ms} | {tool} | {outcome} | `{run}` |");
+            let _ = writeln!(md, "| {ms} | {} | {outcome} | `{run}` |", markdown_cell(tool));
         }
     }
     let runs = q(
@@ -434,6 +441,34 @@ mod tests {
                 )
             })
             .unwrap();
+    }
+
+    /// Model text in cards and calls (an unknown tool's name in a `missing_tool`
+    /// card, a denied tool's name and reason) is inert in the retro's markdown
+    /// (helper-104: a backtick closed the span, and an image, a link and a mention
+    /// were live).
+    #[test]
+    fn model_text_in_cards_and_calls_is_inert_in_the_retro() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("builder.db"), BUILDER_SCHEMA).unwrap();
+        let hostile =
+            "`x` <img src=https://evil.example/p.png> [Click](https://evil.example/login) @octocat #1 `y` | z";
+        store
+            .write(|tx| {
+                for (id, kind) in [("c1", "missing_tool"), ("c2", "permission_denied")] {
+                    tx.execute(
+                        "INSERT INTO cards (id, fingerprint, kind, task, run_id, created_at, status, summary, path) VALUES (?1, ?1, ?2, 't', 'r1', '2026-03-04T00:00:00+00:00', 'open', ?3, 'cards/x.yaml')",
+                        params![id, kind, hostile],
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let md = build(&store, "2026-03-01", "2026-03-05", "chart.svg").unwrap().markdown;
+        for live in [" <img", "](https", "@octocat", " #1", "`x` <"] {
+            assert!(!md.contains(live), "{live} is live: {md}");
+        }
+        assert!(md.contains("evil"), "the text is there, inert: {md}");
     }
 
     #[test]

@@ -272,6 +272,10 @@ fn encodings(v: &str) -> Vec<String> {
             out.push(pct);
         }
     }
+    // Every byte escaped, letters too (helper-104: `%73%6B%2D...` passed).
+    let every: String = bytes.iter().map(|b| format!("%{b:02X}")).collect();
+    out.push(lowercase_escapes(&every));
+    out.push(every);
     out.retain(|e| e.len() >= MIN_ENCODED && e != v);
     out
 }
@@ -316,6 +320,15 @@ mod tests {
         assert_eq!(redact_log_line(line), "upstream said [REDACTED]");
         let encoded = redact_log_line("in base64 cXVva2thLXBhc3NwaHJhc2UtNDQ3MQ==");
         assert!(encoded.starts_with("in base64 [REDACTED]"), "{encoded}");
+    }
+
+    #[test]
+    fn a_value_with_every_byte_percent_escaped_is_redacted() {
+        let r = Redactor::default().with_value("kestrel-secret-99");
+        let every: String = "kestrel-secret-99".bytes().map(|b| format!("%{b:02X}")).collect();
+        for form in [every.clone(), every.to_lowercase()] {
+            assert_eq!(r.redact(&format!("x {form} y")), "x [REDACTED] y", "{form}");
+        }
     }
 
     #[test]

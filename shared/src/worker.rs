@@ -89,6 +89,9 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
         Err(e) => (WorkerHello::Refused(e), None),
     };
     let refused = matches!(hello, WorkerHello::Refused(_));
+    // An interrupt before the report concerns no call (the runtime sends its own only
+    // during one): left standing, it would cancel the first command at its start.
+    forget_interrupt();
     writeln!(output, "{}", serde_json::to_string(&hello)?)?;
     output.flush()?;
     if refused {
@@ -130,10 +133,19 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
             }
             Err(e) => ToolResult::error("", ErrorClass::InvalidArguments, format!("bad request: {e}")),
         };
+        // The call's command is over: an interrupt that came too late for it must not
+        // cancel the next one. Dropped before the answer goes out: the runtime sends
+        // the next call, and any interrupt for that, only after it read this answer.
+        forget_interrupt();
         writeln!(output, "{}", serde_json::to_string(&result)?)?;
         output.flush()?;
     }
     Ok(())
+}
+
+/// Drops an interrupt (SIGTERM, SIGINT) that reached the worker outside a call.
+fn forget_interrupt() {
+    let _ = kernel::signal::take_interrupt();
 }
 
 /// [`enter_sandbox`], with the line after the configuration when the runtime sends

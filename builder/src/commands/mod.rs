@@ -372,6 +372,17 @@ pub fn report_unpublished(wt: &shared::git::WorkTree, remote: &str) {
             "hint: delete each on {remote} (`git push {remote} :{first}`), then push this clone's approvals back; never run `git remote prune` (it deletes approvals)"
         );
     }
+    if let Some(first) = compared.moved_off.first() {
+        let first = shared::text::printable(first);
+        let id = first.rsplit('/').next().unwrap_or_default();
+        eprintln!(
+            "warning: {remote} holds {} approval ref(s) force-moved off the approval their name holds (someone's forced push, first `{first}`): every clone's `git pull` and `git push` fail on them; the approval itself stands (it is read from the name)",
+            compared.moved_off.len()
+        );
+        eprintln!(
+            "hint: put each back where its name points (`git push --force {remote} {id}:{first}`); a protected `refs/builder/*` on the origin refuses such pushes (docs/team.md)"
+        );
+    }
     if !compared.missing.is_empty() {
         eprintln!(
             "warning: {remote} lacks {} approval(s) this clone has (a forced push there, or never pushed)",

@@ -33,12 +33,21 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
                 .hint("`runtime runs` lists local runs"),
         );
     };
+    // A fire killed before its end stores none of its trace (recovery committed its
+    // records, or a later fire resumed the run and stored only its own part): the
+    // tool ledger still says which calls it made.
+    let mut ledger = shared::journal::ledger_calls(store, &row.run_id)?;
+    ledger.retain(|l| !trace.calls.iter().any(|c| c.call_id == l.call_id));
     let text = if args.otlp {
         serde_json::to_string_pretty(&shared::trace::to_otlp(&row, &trace, args.include_content))?
     } else if args.json {
-        serde_json::to_string_pretty(&serde_json::json!({"run": row, "trace": trace}))?
+        let mut shown = serde_json::json!({"run": row, "trace": trace});
+        if !ledger.is_empty() {
+            shown["ledger"] = serde_json::to_value(&ledger)?;
+        }
+        serde_json::to_string_pretty(&shown)?
     } else {
-        render(&row, &trace, &run_cards(root, &row))
+        render(&row, &trace, &run_cards(root, &row), &ledger)
     };
     match &args.output {
         Some(p) => std::fs::write(p, text + "\n").with_context(|| p.display().to_string())?,
@@ -78,7 +87,12 @@ fn run_cards(root: &Path, row: &shared::runs::RunSummary) -> Vec<String> {
 
 /// The run as text: every field a model could have chosen goes through
 /// [`shared::text::printable`]; a failed span shows its error message.
-fn render(row: &shared::runs::RunSummary, trace: &shared::trace::Trace, cards: &[String]) -> String {
+fn render(
+    row: &shared::runs::RunSummary,
+    trace: &shared::trace::Trace,
+    cards: &[String],
+    ledger: &[shared::journal::LedgerCall],
+) -> String {
     use shared::text::printable as p;
     let mut out = format!(
         "run {}  task {}  {} ({})  steps {}  tokens {}  cost ${:.4}  {} ms\n",
@@ -149,6 +163,18 @@ fn render(row: &shared::runs::RunSummary, trace: &shared::trace::Trace, cards: &
             c.outcome,
             p(&c.arguments.to_string()),
             p(&c.reason)
+        ));
+    }
+    if !ledger.is_empty() {
+        out.push_str("  (calls no stored trace lists, made by a fire killed before its end; from the tool ledger, without arguments or results:)\n");
+    }
+    for c in ledger {
+        out.push_str(&format!(
+            "  {:<10} {:<11} {:<9} {}\n",
+            p(&c.call_id),
+            p(&c.name),
+            c.stage,
+            c.at
         ));
     }
     out

@@ -438,10 +438,12 @@ impl Agent<'_> {
         &self,
         state: &mut LoopState,
         span: u64,
-        resp: ModelResponse,
+        mut resp: ModelResponse,
     ) -> Result<Vec<ToolCall>, StopReason> {
         let cfg = self.cfg;
         let step = state.step;
+        redact_call_names(&cfg.redactor, &mut resp.tool_calls);
+        unique_call_ids(&state.messages, &mut resp.tool_calls);
         account(cfg, state, span, &resp);
         let served = match &self.provider.fallback {
             Some(fallback) if resp.served_by.starts_with("fallback") => fallback,
@@ -1092,6 +1094,47 @@ fn provider_failed(
 }
 
 /// Adds a model response's usage to the totals and its span.
+/// A call's tool name and id are the model's free text, stored as they are in the
+/// trace, the ledger and the checkpoint, and printed by `runtime show`: a secret in
+/// them is redacted before the call enters the run (helper-102: a key in an unknown
+/// tool's name reached `state.db` and `runtime show`). The conversation keeps the
+/// redacted forms, so each result still names its call.
+fn redact_call_names(redactor: &Redactor, calls: &mut [ToolCall]) {
+    for call in calls {
+        for text in [&mut call.name, &mut call.id] {
+            if let std::borrow::Cow::Owned(redacted) = redactor.redact(text) {
+                *text = redacted;
+            }
+        }
+    }
+}
+
+/// A call's id is the model's, and the ledger, a resume and the trace know a call by
+/// it: an id the run already used (in this response or an earlier one) would share
+/// the other call's ledger entry, and a resume would take one call's result for both
+/// and never run the other (helper-105). A repeated id is renamed `<id>_dup<n>`
+/// (characters every provider takes); the conversation keeps the new id, so the
+/// result still answers its call.
+fn unique_call_ids(messages: &[Message], calls: &mut [ToolCall]) {
+    let mut seen: std::collections::HashSet<String> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant { tool_calls, .. } => Some(tool_calls.iter().map(|c| c.id.clone())),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    for call in calls {
+        if seen.contains(&call.id) {
+            let free = (2..)
+                .map(|n| format!("{}_dup{n}", call.id))
+                .find(|id| !seen.contains(id));
+            call.id = free.unwrap_or_default();
+        }
+        seen.insert(call.id.clone());
+    }
+}
+
 fn account(cfg: &LoopConfig, state: &mut LoopState, span: u64, resp: &ModelResponse) {
     state.retries += resp.retries;
     state.tokens.add(resp.usage);
@@ -1424,6 +1467,23 @@ fn repeated(recent: &[String], n: usize, counts: impl Fn(&str) -> bool) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_id_the_run_already_used_is_renamed_in_the_conversation_it_enters() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "run_command".into(),
+            arguments: "{}".into(),
+        };
+        let earlier = vec![Message::Assistant {
+            content: None,
+            tool_calls: vec![call("c1")],
+        }];
+        let mut calls = vec![call("c1"), call("dup"), call("dup"), call("dup_dup2"), call("c2")];
+        unique_call_ids(&earlier, &mut calls);
+        let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["c1_dup2", "dup", "dup_dup2", "dup_dup2_dup2", "c2"]);
+    }
 
     #[test]
     fn the_sweep_finds_every_repository_a_tool_made_bare_ones_too() {

@@ -258,6 +258,11 @@ impl WorkerClient {
         });
     }
 
+    /// Why no tool worker is left (it died and no spare took its place), if so.
+    pub fn lost(&self) -> Option<&str> {
+        self.dead.as_deref()
+    }
+
     /// Runs one call. The worker enforces the per-call timeout; this adds a margin. A
     /// worker found dead is replaced by the spare, once: a call it never received
     /// runs on the new worker; a call it was running may or may not have taken effect

@@ -594,7 +594,20 @@ fn model_outputs(
     };
     let own = [report.to_string_lossy().into_owned()];
     let head_dir = |dir: &str| head_entries(sink.repo, head.as_ref(), dir);
-    let mut out = super::outputs::collect(&ctx.opts.root, since, &own, &in_head, &head_dir, &sink.limits);
+    let by_tools = |rel: &str| made_by_tools.contains(rel);
+    let db = crate::state::StateDb::open_for_reading(&ctx.opts.root).ok();
+    // A run the database cannot be asked about counts as known: its report is kept.
+    let run_known = |run: &str| {
+        db.as_ref()
+            .is_none_or(|db| !matches!(crate::runs::run(db.store(), run), Ok(None)))
+    };
+    let known = super::outputs::Known {
+        in_head: &in_head,
+        head_dir: &head_dir,
+        by_tools: &by_tools,
+        run_known: &run_known,
+    };
+    let mut out = super::outputs::collect(&ctx.opts.root, since, &own, &known, &sink.limits);
     forget_staged_removals(sink.repo, &mut out);
     put_back(
         &ctx.opts.root,
@@ -604,23 +617,7 @@ fn model_outputs(
         &mut out,
         sink.durability.fsyncs(),
     );
-    // A model file holding a secret (the key in any form the redactor knows) is not
-    // committed (and removed below, with every rejected output).
-    let mut accepted = Vec::with_capacity(out.accepted.len());
-    let mut secrets = Vec::new();
-    for (rel, bytes) in std::mem::take(&mut out.accepted) {
-        let secret = match std::str::from_utf8(&bytes) {
-            Ok(text) => sink.redactor.redact(text) != text,
-            Err(_) => sink.redactor.holds_secret(&bytes),
-        };
-        if !secret {
-            accepted.push((rel, bytes));
-            continue;
-        }
-        secrets.push(rel.clone());
-        out.rejected.push((rel, "holds a secret value: not committed".into()));
-    }
-    out.accepted = accepted;
+    let secrets = refuse_secrets(&sink.redactor, &mut out);
     (out.rejected).extend(super::outputs::git_read_files(&ctx.opts.root, &sink.write_roots, since));
     let root = &ctx.opts.root;
     let removable = |rel: &str| {
@@ -637,6 +634,33 @@ fn model_outputs(
         "model outputs sorted"
     );
     out
+}
+
+/// Moves the accepted model files holding a secret (the key in any form the redactor
+/// knows) in their bytes or their name (helper-102: a report named after the key was
+/// committed under it) to the rejected: not committed, and removed from the work
+/// tree with every rejected output. Returns their names.
+fn refuse_secrets(redactor: &Redactor, out: &mut super::outputs::Outputs) -> Vec<String> {
+    let mut secrets = Vec::new();
+    for (rel, bytes) in std::mem::take(&mut out.accepted) {
+        // The name whole, and with its directories run together (the key split
+        // across two levels, helper-104).
+        let joined = rel.replace('/', "");
+        let why = if redactor.redact(&rel) != rel || redactor.redact(&joined) != joined {
+            "its name holds a secret value: not committed"
+        } else if match std::str::from_utf8(&bytes) {
+            Ok(text) => redactor.redact(text) != text,
+            Err(_) => redactor.holds_secret(&bytes),
+        } {
+            "holds a secret value: not committed"
+        } else {
+            out.accepted.push((rel, bytes));
+            continue;
+        };
+        secrets.push(rel.clone());
+        out.rejected.push((rel, why.into()));
+    }
+    secrets
 }
 
 /// The entries of the directory `dir` in HEAD's `tree` (trees, and everything else:
@@ -708,10 +732,12 @@ fn put_back(
     out: &mut super::outputs::Outputs,
     fsync: bool,
 ) {
+    let in_the_way = in_the_way(made, out);
     let by_tools = |rel: &String| {
         std::path::Path::new(rel)
             .ancestors()
             .any(|a| made.contains(a.to_string_lossy().as_ref()))
+            || in_the_way.iter().any(|(gone, _)| gone == rel)
     };
     let (mine, theirs): (Vec<_>, Vec<_>) = std::mem::take(&mut out.put_back)
         .into_iter()
@@ -722,13 +748,23 @@ fn put_back(
     let wait = std::time::Duration::from_secs(2);
     let failed = match mine.is_empty() {
         true => Vec::new(),
-        false => crate::git::with_index_lock(root, wait, || put_back_locked(root, repo, head_at, &mine, fsync))
-            .unwrap_or_else(|| {
-                let why = "git's index lock stayed held (a person's git is at work)";
-                mine.iter().map(|(rel, _)| (rel.clone(), why.to_string())).collect()
-            }),
+        false => crate::git::with_index_lock(root, wait, || {
+            put_back_locked(root, repo, head_at, &in_the_way, &mine, fsync)
+        })
+        .unwrap_or_else(|| {
+            let why = "git's index lock stayed held (a person's git is at work)";
+            mine.iter().map(|(rel, _)| (rel.clone(), why.to_string())).collect()
+        }),
     };
-    let committed = |why: &str| why.starts_with(super::outputs::REWRITTEN) || why.starts_with(super::outputs::MISSING);
+    let committed = |why: &str| {
+        [
+            super::outputs::REWRITTEN,
+            super::outputs::MISSING,
+            super::outputs::REPLACED,
+        ]
+        .iter()
+        .any(|named| why.starts_with(named))
+    };
     for (named, why) in out.rejected.iter_mut().filter(|(_, why)| committed(why)) {
         let under = |rel: &String| rel == named || rel.starts_with(&format!("{named}/"));
         if let Some((rel, e)) = failed.iter().find(|(rel, _)| under(rel)) {
@@ -741,11 +777,52 @@ fn put_back(
     }
 }
 
+/// What the tools left in the way of putting committed files back, to remove first,
+/// each with whether it is a directory: a file where HEAD has a directory
+/// ([`super::outputs::Outputs::dirs_replaced`]); a directory where HEAD has a file
+/// ([`super::outputs::Outputs::files_replaced`]), its files the tools made, then its
+/// directories, deepest first, then itself. Anything else in such a directory (a
+/// person's file) keeps it: the file is then not put back, and named so.
+fn in_the_way(made: &std::collections::BTreeSet<String>, out: &super::outputs::Outputs) -> Vec<(String, bool)> {
+    let mut gone: Vec<(String, bool)> = (out.dirs_replaced.iter())
+        .filter(|d| made.contains(d.as_str()))
+        .map(|d| (d.clone(), false))
+        .collect();
+    for file in &out.files_replaced {
+        let below = format!("{file}/");
+        let made_below: Vec<&String> = made
+            .range(below.clone()..)
+            .take_while(|m| m.starts_with(&below))
+            .collect();
+        if made_below.is_empty() {
+            continue;
+        }
+        let mut dirs = std::collections::BTreeSet::new();
+        for m in &made_below {
+            gone.push(((*m).clone(), false));
+            let parents = std::path::Path::new(m.as_str()).ancestors().skip(1);
+            dirs.extend(
+                parents
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .take_while(|a| a.len() > file.len()),
+            );
+        }
+        let mut dirs: Vec<String> = dirs.into_iter().collect();
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
+        gone.extend(dirs.into_iter().map(|d| (d, true)));
+        gone.push((file.clone(), true));
+    }
+    gone
+}
+
 /// [`put_back`]'s work under the index lock: the files it could not put back, and why.
+/// `in_the_way`: what the tools left where committed files go ([`in_the_way`]),
+/// removed first.
 fn put_back_locked(
     root: &std::path::Path,
     repo: &git2::Repository,
     head_at: Option<git2::Oid>,
+    in_the_way: &[(String, bool)],
     wanted: &[(String, git2::Oid)],
     fsync: bool,
 ) -> Vec<(String, String)> {
@@ -761,6 +838,15 @@ fn put_back_locked(
         Ok(dir) => dir,
         Err(e) => return wanted.iter().map(|(rel, _)| (rel.clone(), e.to_string())).collect(),
     };
+    if index.is_some() {
+        for (gone, is_dir) in in_the_way {
+            let path = std::path::Path::new(gone);
+            let _ = match is_dir {
+                true => crate::beneath::remove_dir(&dir, path),
+                false => crate::beneath::remove_file(&dir, path),
+            };
+        }
+    }
     let head = head_at
         .and_then(|c| repo.find_commit(c).ok())
         .and_then(|c| c.tree().ok());

@@ -41,7 +41,22 @@ pub(crate) struct Outputs {
     /// a directory, or the reverse): nothing at or below them is committed (git could
     /// not hold both: helper-92, every later fire's commit failed).
     pub replaced: Vec<String>,
+    /// Of [`Outputs::replaced`], the committed directories a file (or link) now stands
+    /// in for: their committed files are in [`Outputs::put_back`], to be put back once
+    /// that file is gone (helper-102: `reports/<task>` made a file sent every later
+    /// report of the task to `runs/`, and its committed reports stayed deleted).
+    pub dirs_replaced: Vec<String>,
+    /// Of [`Outputs::replaced`], the committed files a directory now stands in for:
+    /// in [`Outputs::put_back`] too, put back once the tools' directory is gone
+    /// (helper-104: a report replaced by a directory stayed deleted).
+    pub files_replaced: Vec<String>,
 }
+
+/// Why a committed name that now holds an entry of the other kind is named.
+pub(crate) const REPLACED: &str = "committed as a";
+
+/// Why a file named like a run's report that the tools wrote is named.
+pub(crate) const FORGED_REPORT: &str = "named like a run's report, which only the runtime writes: not committed";
 
 /// Why a committed file the work tree holds with other bytes is named.
 pub(crate) const REWRITTEN: &str = "already committed: the runtime only adds new files";
@@ -60,30 +75,9 @@ pub(crate) type HeadEntry = (String, git2::Oid, bool);
 /// lacks an entry `head_dir` lists for it) is named and put back
 /// ([`Outputs::put_back`]): records are only ever added (helper-91: a later fire's
 /// model rewrote an earlier run's report, silently).
-pub(crate) fn collect(
-    root: &Path,
-    since: (i64, i64),
-    own: &[String],
-    in_head: &dyn Fn(&str) -> Option<git2::Oid>,
-    head_dir: &dyn Fn(&str) -> Vec<HeadEntry>,
-    limits: &Limits,
-) -> Outputs {
-    let mut w = Walk::new(root, since);
-    w.walk(OUTPUT_DIR);
-    let Walk {
-        mut found,
-        rejected,
-        changed_dirs,
-        ..
-    } = w;
-    let mut out = Outputs {
-        rejected,
-        ..Outputs::default()
-    };
-    for dir in &changed_dirs {
-        removed_from(root, dir, head_dir, &mut out);
-    }
-    found.sort();
+pub(crate) fn collect(root: &Path, since: (i64, i64), own: &[String], known: &Known<'_>, limits: &Limits) -> Outputs {
+    let Known { in_head, head_dir, .. } = *known;
+    let (found, mut out) = walked(root, since, head_dir);
     let dir = match beneath::open_root(root) {
         Ok(d) => d,
         Err(e) => {
@@ -125,14 +119,113 @@ pub(crate) fn collect(
             out.put_back.push((rel, blob));
             continue;
         }
-        // Another run's report (a fire of another task writing while this one ran) is
-        // that fire's to commit, not this one's.
-        if crate::records::is_report_path(&rel) {
+        if let Some(why) = known.runtime_only(&rel) {
+            out.rejected.extend(why.map(|why| (rel, why)));
             continue;
         }
         take_new(&dir, rel, limits, &mut total, &mut out);
     }
+    refuse_files_in_the_way_of_reports(&mut out, known);
     out
+}
+
+/// What [`collect`] knows beyond the work tree.
+#[derive(Clone, Copy)]
+pub(crate) struct Known<'a> {
+    /// HEAD's blob at a path.
+    pub in_head: &'a dyn Fn(&str) -> Option<git2::Oid>,
+    /// HEAD's entries of a directory.
+    pub head_dir: &'a dyn Fn(&str) -> Vec<HeadEntry>,
+    /// Whether this fire's tools wrote the path (the write-back's list: a file they
+    /// only touched counts too).
+    pub by_tools: &'a dyn Fn(&str) -> bool,
+    /// Whether the state database knows the run (a fire of this machine made it).
+    pub run_known: &'a dyn Fn(&str) -> bool,
+}
+
+impl Known<'_> {
+    /// Whether `task` is a task of HEAD (its prompt is committed).
+    fn is_task(&self, task: &str) -> bool {
+        crate::layout::valid_task_name(task)
+            && (self.in_head)(&format!("{}/{task}.md", crate::layout::PROMPTS_DIR)).is_some()
+    }
+
+    /// For a new file under the runtime's own reports, `Some`: skipped quietly
+    /// (`None` inside: another fire's report, written while this one ran, is that
+    /// fire's to commit) or refused, with why. Inside a day directory of a task's
+    /// reports (`reports/<task>/<day>/`) only the runtime writes: a file the tools
+    /// wrote under a run's report name for a run no fire of this machine made is a
+    /// forgery, and anything else there (a directory at a report's name holding a
+    /// forged `README.md`, a lookalike name) would be taken for a report, or take the
+    /// name of the next one (helper-102, helper-104). A run this machine knows keeps
+    /// its report whatever the tools did to it (helper-105: one they touched was
+    /// removed as a forgery).
+    fn runtime_only(&self, rel: &str) -> Option<Option<String>> {
+        if crate::records::is_report_path(rel) {
+            let run = rel.rsplit('/').next()?.strip_suffix(".md")?;
+            let forged = (self.by_tools)(rel) && !(self.run_known)(run);
+            return Some(forged.then(|| FORGED_REPORT.to_string()));
+        }
+        let parts: Vec<&str> = rel.splitn(4, '/').collect();
+        let [OUTPUT_DIR, task, day, _] = parts.as_slice() else {
+            return None;
+        };
+        let dated = chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok();
+        (dated && self.is_task(task)).then(|| {
+            Some(format!(
+                "inside a day directory of task `{task}`'s reports, where only the runtime writes: not committed"
+            ))
+        })
+    }
+}
+
+/// The candidate files under `reports/` changed since `since`, sorted, and what the
+/// walk already knows: the names that cannot be candidates, and the committed files
+/// missing or replaced in the directories that changed.
+fn walked(root: &Path, since: (i64, i64), head_dir: &dyn Fn(&str) -> Vec<HeadEntry>) -> (Vec<String>, Outputs) {
+    let mut w = Walk::new(root, since);
+    w.walk(OUTPUT_DIR);
+    let Walk {
+        mut found,
+        rejected,
+        changed_dirs,
+        ..
+    } = w;
+    let mut out = Outputs {
+        rejected,
+        ..Outputs::default()
+    };
+    for dir in &changed_dirs {
+        removed_from(root, dir, head_dir, &mut out);
+    }
+    found.sort();
+    (found, out)
+}
+
+/// Moves the accepted files that stand where a task's reports go to the rejected.
+fn refuse_files_in_the_way_of_reports(out: &mut Outputs, known: &Known<'_>) {
+    for (rel, bytes) in std::mem::take(&mut out.accepted) {
+        match in_the_way_of_reports(&rel, known) {
+            Some(why) => out.rejected.push((rel, why)),
+            None => out.accepted.push((rel, bytes)),
+        }
+    }
+}
+
+/// Why a new file at `rel` would stand where the reports of a task of HEAD go:
+/// `reports/<task>` or `reports/<task>/<day>`. Committed, it would send every later
+/// report of that task (or day) to `runs/`, in every clone (helper-102). A name no
+/// task has yet is any file's.
+fn in_the_way_of_reports(rel: &str, known: &Known<'_>) -> Option<String> {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let task = match parts.as_slice() {
+        [OUTPUT_DIR, task] => task,
+        [OUTPUT_DIR, task, day] if chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok() => task,
+        _ => return None,
+    };
+    known
+        .is_task(task)
+        .then(|| format!("a file where the reports of task `{task}` go: not committed"))
 }
 
 /// A new file `rel` read once and accepted, or rejected with why (past a cap, not a
@@ -375,12 +468,19 @@ fn removed_from(root: &Path, dir: &str, head_dir: &dyn Fn(&str) -> Vec<HeadEntry
         if let Ok(meta) = std::fs::symlink_metadata(root.join(&rel)) {
             if meta.is_dir() != is_tree {
                 let why = format!(
-                    "committed as a {}, now a {}: nothing at or below it is committed",
+                    "{REPLACED} {}, now a {}: nothing at or below it is committed",
                     kind(is_tree),
                     kind(meta.is_dir())
                 );
                 out.rejected.push((rel.clone(), why));
-                out.replaced.push(rel);
+                out.replaced.push(rel.clone());
+                if is_tree {
+                    files_below(&rel, head_dir, &mut out.put_back);
+                    out.dirs_replaced.push(rel);
+                } else {
+                    out.put_back.push((rel.clone(), id));
+                    out.files_replaced.push(rel);
+                }
             }
             continue;
         }
@@ -389,13 +489,18 @@ fn removed_from(root: &Path, dir: &str, head_dir: &dyn Fn(&str) -> Vec<HeadEntry
             out.put_back.push((rel, id));
             continue;
         }
-        let mut below = vec![rel];
-        while let Some(d) = below.pop() {
-            for (name, id, is_tree) in head_dir(&d) {
-                match is_tree {
-                    true => below.push(format!("{d}/{name}")),
-                    false => out.put_back.push((format!("{d}/{name}"), id)),
-                }
+        files_below(&rel, head_dir, &mut out.put_back);
+    }
+}
+
+/// Every file HEAD holds below its directory `dir`, with its blob.
+fn files_below(dir: &str, head_dir: &dyn Fn(&str) -> Vec<HeadEntry>, files: &mut Vec<(String, git2::Oid)>) {
+    let mut below = vec![dir.to_string()];
+    while let Some(d) = below.pop() {
+        for (name, id, is_tree) in head_dir(&d) {
+            match is_tree {
+                true => below.push(format!("{d}/{name}")),
+                false => files.push((format!("{d}/{name}"), id)),
             }
         }
     }
@@ -465,7 +570,7 @@ mod tests {
             std::fs::create_dir_all(p.join(format!("reports/big/d{i}"))).unwrap();
             std::fs::write(p.join(format!("reports/big/d{i}/.gitignore")), "*\n").unwrap();
         }
-        let out = collect(p, (0, 0), &[], &|_| None, &|_| Vec::new(), &limits());
+        let out = collect(p, (0, 0), &[], &known(&|_| None, &|_| Vec::new()), &limits());
         let rejected: Vec<&str> = out.rejected.iter().map(|(r, _)| r.as_str()).collect();
         for i in 0..10 {
             let f = format!("reports/big/d{i}/.gitignore");
@@ -490,7 +595,7 @@ mod tests {
         std::fs::create_dir_all(p.join("reports/out")).unwrap();
         std::fs::write(p.join("reports/out/.sandbox-copy-00ff00ff00ff00ff"), "half").unwrap();
         std::fs::write(p.join("reports/out/.sandbox-copy-notes"), "mine").unwrap();
-        let out = collect(p, (0, 0), &[], &|_| None, &|_| Vec::new(), &limits());
+        let out = collect(p, (0, 0), &[], &known(&|_| None, &|_| Vec::new()), &limits());
         let accepted: Vec<&str> = out.accepted.iter().map(|(r, _)| r.as_str()).collect();
         assert_eq!(accepted, ["reports/out/.sandbox-copy-notes"]);
         assert!(out.rejected.is_empty(), "{:?}", out.rejected);
@@ -518,12 +623,25 @@ mod tests {
         std::fs::create_dir(p.join("reports/t/2025-01-01/sub")).unwrap();
         std::fs::write(p.join("reports/t/2025-01-01/sub/new.md"), "new").unwrap();
         std::fs::write(p.join("reports/t/2025-01-02/new.md"), "new").unwrap();
-        let out = collect(p, since, &[], &|_| None, &|_| Vec::new(), &limits());
+        let out = collect(p, since, &[], &known(&|_| None, &|_| Vec::new()), &limits());
         let accepted: Vec<&str> = out.accepted.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(
             accepted,
             ["reports/t/2025-01-01/sub/new.md", "reports/t/2025-01-02/new.md"]
         );
+    }
+
+    /// What the tests' fires know: HEAD as given, no tools' list, no known run.
+    fn known<'a>(
+        in_head: &'a dyn Fn(&str) -> Option<git2::Oid>,
+        head_dir: &'a dyn Fn(&str) -> Vec<HeadEntry>,
+    ) -> Known<'a> {
+        Known {
+            in_head,
+            head_dir,
+            by_tools: &|_| false,
+            run_known: &|_| false,
+        }
     }
 
     fn limits() -> Limits {
@@ -558,8 +676,9 @@ mod tests {
             p,
             (0, 0),
             &["reports/t/own.md".to_string()],
-            &|f| (f == "reports/old.md").then_some(git2::Oid::ZERO_SHA1),
-            &|_| Vec::new(),
+            &known(&|f| (f == "reports/old.md").then_some(git2::Oid::ZERO_SHA1), &|_| {
+                Vec::new()
+            }),
             &limits(),
         );
         let accepted: Vec<&str> = out.accepted.iter().map(|(p, _)| p.as_str()).collect();
@@ -591,7 +710,7 @@ mod tests {
         assert!(why("reports/link").contains("symlink"));
         assert!(why("reports/hard").contains("hard link"));
         // Nothing older than the fire is judged at all.
-        let later = collect(p, (i64::MAX, 0), &[], &|_| None, &|_| Vec::new(), &limits());
+        let later = collect(p, (i64::MAX, 0), &[], &known(&|_| None, &|_| Vec::new()), &limits());
         assert!(later.accepted.is_empty() && later.rejected.is_empty(), "{later:?}");
     }
 
@@ -623,7 +742,7 @@ mod tests {
                 _ => Vec::new(),
             }
         };
-        let out = collect(p, (0, 0), &[], &committed, &head_dir, &limits());
+        let out = collect(p, (0, 0), &[], &known(&committed, &head_dir), &limits());
         assert!(out.accepted.is_empty(), "{out:?}");
         let mut put_back = out.put_back.clone();
         put_back.sort();
@@ -663,7 +782,7 @@ mod tests {
                 _ => Vec::new(),
             }
         };
-        let out = collect(p, (0, 0), &[], &in_head, &head_dir, &limits());
+        let out = collect(p, (0, 0), &[], &known(&in_head, &head_dir), &limits());
         assert!(out.accepted.is_empty(), "{out:?}");
         assert!(
             out.rejected

@@ -281,29 +281,37 @@ fn take_task_lock(path: &std::path::Path) -> std::io::Result<Option<state::LockF
     }
 }
 
+/// The task's lock, or the fire's end: skipped (another fire of the task holds it),
+/// or failed (it cannot be taken).
+fn task_lock(ctx: &FireContext) -> Result<LockFile, EarlyEnd> {
+    match take_task_lock(&state::task_lock_path(&ctx.opts.root, &ctx.opts.task)) {
+        Ok(Some(lock)) => Ok(lock),
+        Ok(None) => Err(EarlyEnd::Unrecorded(Box::new(skipped(ctx)))),
+        Err(e) => {
+            let why = format!("cannot take the task lock in {}: {e}", ctx.opts.root.display());
+            Err(EarlyEnd::Unrecorded(Box::new(ctx.unrecorded(
+                RunStatus::Failed,
+                FireEnd::Environment,
+                why,
+            ))))
+        }
+    }
+}
+
 /// Steps 1-4: repository, lock, dirty check, load and validate, prefetch.
 pub fn prepare(mut opts: FireOptions) -> Result<FireRun, EarlyEnd> {
     let opened = opts.opened.take();
     let ctx = FireContext::new(opts);
+    // The state database opens meanwhile; it is asked once the lock is held.
+    let mut waiting = super::waiting::WaitingCheck::start(&ctx);
     let repo = match open_task(&ctx, opened) {
         Ok(repo) => repo,
         Err(summary) => return Err(EarlyEnd::Unrecorded(summary)),
     };
-    let lock = match take_task_lock(&state::task_lock_path(&ctx.opts.root, &ctx.opts.task)) {
-        Ok(Some(lock)) => lock,
-        Ok(None) => return Err(EarlyEnd::Unrecorded(Box::new(skipped(&ctx)))),
-        Err(e) => {
-            let why = format!("cannot take the task lock in {}: {e}", ctx.opts.root.display());
-            return Err(EarlyEnd::Unrecorded(Box::new(ctx.unrecorded(
-                RunStatus::Failed,
-                FireEnd::Environment,
-                why,
-            ))));
-        }
-    };
+    let lock = task_lock(&ctx)?;
+    waiting.ask();
     // Started before the state database is read: its start overlaps all of that.
     let worker = start_worker_process(&ctx);
-    let waiting = super::waiting::WaitingCheck::start(&ctx);
     let mut p = Preparing::new(ctx, repo, false);
     p.task_lock = Some(lock);
     p.worker = worker;

@@ -300,7 +300,9 @@ fn finished_uncommitted(
         match read(&rel) {
             Some(b) if as_written(&rel, &b) => files.push((rel, b)),
             Some(_) => changed.push(rel),
-            None => {}
+            // Gone since (another task's tool removed it; helper-105: the receipt was
+            // committed without its report, on no card).
+            None => changed.push(format!("{rel} (missing)")),
         }
     }
     if let Err(e) = crate::pending::keep(repo, &run.run_id, &files, identity) {
@@ -317,8 +319,8 @@ fn finished_uncommitted(
 fn changed_records_card(run: &str, changed: &[String]) -> CardDraft {
     CardDraft {
         kind: CardKind::OutputRejected,
-        summary: format!("{} record(s) of run {run} changed after it wrote them: not committed as its own", changed.len()),
-        detail: "The run was killed before its commit; the next fire committed what it wrote, except these files, which a person or another task's tool changed since (uncommitted files under `reports/` are any tool's to edit). They are left in the work tree as they are.".into(),
+        summary: format!("{} record(s) of run {run} changed or removed after it wrote them: not committed as its own", changed.len()),
+        detail: "The run was killed before its commit; the next fire committed what it wrote, except these files, which a person or another task's tool changed or removed since (uncommitted files under `reports/` are any tool's to edit). They are left in the work tree as they are.".into(),
         evidence: changed.to_vec(),
     }
 }

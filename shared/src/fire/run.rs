@@ -154,6 +154,18 @@ impl FireRun {
                 return Err(aborted);
             }
         }
+        if let Some(why) = worker.lost() {
+            // The calls after it failed unrun, and the model may have finished all the
+            // same: the card says why (helper-98: the fire completed on no card).
+            self.state.cards.push(CardDraft {
+                kind: CardKind::SandboxUnavailable,
+                summary: "the tool worker died and no spare took its place: later calls did not run".into(),
+                detail: format!(
+                    "{why}. Each call after it ended FAILED (\"no tool worker is left\"); the receipt lists them."
+                ),
+                evidence: vec![format!("kernel Landlock ABI {}", landlock::kernel_abi())],
+            });
+        }
         if self.stop == crate::records::StopReason::FinalAnswer {
             self.acceptance = self.run_acceptance(&mut worker, &mut cancel).await;
         }

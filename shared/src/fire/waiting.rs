@@ -1,8 +1,10 @@
 //! Whether a run of the task waits for a builder's approval, asked on every fire (not
 //! a resume). The answer needs the state database, whose first open in a process
 //! parses its schema and rebuilds the write-ahead log's index (about 1 ms), so it is
-//! asked on a thread of its own from the moment the task lock is taken, while the
-//! preparation reads HEAD's settings and the builder paths' status. The fire takes
+//! asked on a thread of its own: the thread opens the database as the fire begins,
+//! while the repository is opened and the task lock taken, and asks once the lock is
+//! held ([`WaitingCheck::ask`]: before it, another fire of the task could still pause),
+//! while the preparation reads HEAD's settings and the builder paths' status. The fire takes
 //! the answer before it writes a record, a card or a manifest, and before it syncs
 //! ([`WaitingCheck::answer`]); the connection the thread opened is kept for the
 //! fire's next open of the database. What comes before only reads: a sync step a
@@ -38,31 +40,48 @@ pub(super) enum Waiting {
 /// The question, asked on a thread; answered once.
 pub(super) struct WaitingCheck {
     asking: Option<JoinHandle<Waiting>>,
-    /// The answer, when it was asked in line (no thread could be started).
+    /// Tells the thread the task lock is held: it asks then (dropped unsent, it asks
+    /// nothing).
+    go: Option<std::sync::mpsc::Sender<()>>,
+    /// Where no thread could be started: what to ask in line, once the lock is held.
+    in_line: Option<(std::path::PathBuf, String)>,
+    /// The answer, when it was asked in line.
     asked: Option<Waiting>,
 }
 
 impl WaitingCheck {
-    /// Starts asking for the fire of `ctx` (a resume asks nothing). Where no thread can
-    /// be started, the question is asked here and now.
+    /// Opens the state database for the fire of `ctx` on a thread of its own (a resume
+    /// asks nothing); [`WaitingCheck::ask`] asks once the task lock is held. Where no
+    /// thread can be started, the question is asked in line then.
     pub(super) fn start(ctx: &FireContext) -> WaitingCheck {
         if ctx.opts.resume.is_some() {
             return WaitingCheck::none();
         }
         let (root, task) = (ctx.opts.root.clone(), ctx.opts.task.clone());
-        match std::thread::Builder::new()
-            .name("waiting-check".into())
-            .spawn(move || check(&root, &task))
-        {
+        let (go, lock_held) = std::sync::mpsc::channel();
+        let asking = std::thread::Builder::new().name("waiting-check".into()).spawn(move || {
+            let early = opens_without_writing(&root).then(|| open(&root)).flatten();
+            match lock_held.recv() {
+                Ok(()) => early
+                    .or_else(|| open(&root))
+                    .map_or(Waiting::No, |db| check(&db, &task)),
+                Err(_) => Waiting::No,
+            }
+        });
+        match asking {
             Ok(asking) => WaitingCheck {
                 asking: Some(asking),
+                go: Some(go),
+                in_line: None,
                 asked: None,
             },
             Err(e) => {
                 tracing::debug!(error = %e, "no thread for the waiting check: asked in line");
                 WaitingCheck {
                     asking: None,
-                    asked: Some(check(&ctx.opts.root, &ctx.opts.task)),
+                    go: None,
+                    in_line: Some((ctx.opts.root.clone(), ctx.opts.task.clone())),
+                    asked: None,
                 }
             }
         }
@@ -72,12 +91,25 @@ impl WaitingCheck {
     pub(super) fn none() -> WaitingCheck {
         WaitingCheck {
             asking: None,
+            go: None,
+            in_line: None,
             asked: None,
+        }
+    }
+
+    /// The task lock is held: the question is asked now.
+    pub(super) fn ask(&mut self) {
+        if let Some(go) = self.go.take() {
+            let _ = go.send(());
+        }
+        if let Some((root, task)) = self.in_line.take() {
+            self.asked = Some(open(&root).map_or(Waiting::No, |db| check(&db, &task)));
         }
     }
 
     /// The answer, waiting for the thread if it is still asking.
     pub(super) fn answer(&mut self) -> Waiting {
+        self.ask();
         if let Some(w) = self.asked.take() {
             return w;
         }
@@ -95,6 +127,8 @@ impl Drop for WaitingCheck {
     /// thread and those it creates afterwards) and writes its records after the
     /// thread is done.
     fn drop(&mut self) {
+        // Unsent, the thread asks nothing.
+        self.go = None;
         if let Some(asking) = self.asking.take() {
             let _ = asking.join();
         }
@@ -120,15 +154,25 @@ pub(super) fn waiting_summary(ctx: &FireContext, run: &str, decided: bool) -> Fi
     summary
 }
 
+/// Whether the state database may be opened before the task lock is held: only one
+/// that exists, in a `.runtime` that is a directory. A fire that ends before its
+/// lock (a mistyped task, a repository without commits, a `.runtime` a revision
+/// linked elsewhere, which the lock refuses) writes nothing, not even a database.
+fn opens_without_writing(root: &Path) -> bool {
+    let is =
+        |p: &Path, dir: bool| std::fs::symlink_metadata(p).is_ok_and(|m| if dir { m.is_dir() } else { m.is_file() });
+    is(&root.join(crate::layout::STATE_DIR), true) && is(&crate::state::db_path(root), false)
+}
+
+/// The state database, or `None` (warned: the fire goes on, as when it cannot tell).
+fn open(root: &Path) -> Option<StateDb> {
+    StateDb::open_for_reading(root)
+        .map_err(|e| tracing::warn!(error = %e, "cannot tell whether a run waits for approval"))
+        .ok()
+}
+
 #[tracing::instrument(level = "debug", name = "waiting", skip_all)]
-fn check(root: &Path, task: &str) -> Waiting {
-    let db = match StateDb::open_for_reading(root) {
-        Ok(db) => db,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot tell whether a run waits for approval");
-            return Waiting::No;
-        }
-    };
+fn check(db: &StateDb, task: &str) -> Waiting {
     let run = match db.waiting_run(task) {
         Ok(Some(run)) => run,
         Ok(None) => return Waiting::No,

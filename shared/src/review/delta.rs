@@ -281,23 +281,30 @@ pub fn capability_delta(calls: &[RecordedCall], before: &Side, after: &Side) -> 
 /// One line per group: "would have allowed 3 call(s) denied before: `Bash(curl*)`
 /// before, `Bash(curl*)` after: curl -s https://example.com/feed".
 pub fn describe(g: &DeltaGroup) -> String {
-    describe_with(g, |r| format!("`{r}`"), str::to_string)
+    describe_with(g, |r| format!("`{r}`"), |c| c.command_or_path.clone())
 }
 
-/// [`describe`] for markdown: the rules and the example calls (a model's commands)
-/// as code spans, so nothing in them is live in a comment.
+/// [`describe`] for markdown, for a pull-request comment: the rules as code spans,
+/// and the calls by their runs, not by their commands. The history is this machine's
+/// (a copy of the cron box's, in CI), and the proposal chooses the rules, and so
+/// which of its recorded commands change decision: quoted, they would carry the
+/// box's commands (hosts, paths, arguments) into a comment anyone reading the pull
+/// request sees (helper-103). `builder review` in text shows them where they are.
 pub fn describe_markdown(g: &DeltaGroup) -> String {
-    describe_with(g, crate::text::markdown_code, crate::text::markdown_code)
+    describe_with(g, crate::text::markdown_code, |c| {
+        crate::text::markdown_code(&format!("{} {}", c.run_id, c.call_id))
+    })
 }
 
 /// The one wording of a delta group, with its rules and example calls shown by
 /// `rule_span` and `example`.
-fn describe_with(g: &DeltaGroup, rule_span: impl Fn(&str) -> String, example: impl Fn(&str) -> String) -> String {
+fn describe_with(g: &DeltaGroup, rule_span: impl Fn(&str) -> String, example: impl Fn(&DeltaCall) -> String) -> String {
     let rule = |r: &Option<String>| match r {
         Some(r) => rule_span(r),
         None => "no rule (the default)".to_string(),
     };
-    let mut examples: Vec<&str> = g.calls.iter().map(|c| c.command_or_path.as_str()).collect();
+    let shown: Vec<String> = g.calls.iter().map(example).collect();
+    let mut examples: Vec<&str> = shown.iter().map(String::as_str).collect();
     examples.dedup();
     let more = if examples.len() > 3 {
         format!(", ... ({} distinct)", examples.len())
@@ -312,7 +319,7 @@ fn describe_with(g: &DeltaGroup, rule_span: impl Fn(&str) -> String, example: im
         verb(g.from),
         rule(&g.rule_before),
         rule(&g.rule_after),
-        examples.iter().map(|e| example(e)).collect::<Vec<_>>().join("; ")
+        examples.join("; ")
     )
 }
 

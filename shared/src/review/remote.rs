@@ -341,29 +341,47 @@ pub struct Compared {
     /// The remote's refs under the approvals that name no approval (someone's push:
     /// `<id>/x` stops every clone's `git pull`), by name.
     pub malformed: Vec<String>,
+    /// The remote's approval refs force-moved off the approval their name holds (to
+    /// a commit that does not descend from it): git refuses that update, so every
+    /// clone's `git pull` fails, and its `git push` of the approvals too (helper-103).
+    pub moved_off: Vec<String>,
 }
 
 /// Compares this clone's approval refs with `remote`'s.
 pub fn unpublished(repo: &Repository, root: &Path, remote: &str) -> Result<Compared, ReviewError> {
     let listed = ls_remote(root, remote, &format!("{APPROVED_PREFIX}*"))?;
-    let (theirs, malformed): (Vec<_>, Vec<_>) = listed
-        .into_iter()
-        .map(|(n, _)| n)
-        .partition(|n| super::approvals::named_id(n).is_some());
-    let theirs: std::collections::HashSet<String> = theirs.into_iter().collect();
+    let mut malformed = Vec::new();
+    let mut moved_off = Vec::new();
+    let mut theirs = std::collections::HashSet::new();
+    for (name, target) in listed {
+        let Some(id) = super::approvals::named_id(&name) else {
+            malformed.push(name);
+            continue;
+        };
+        // A move forward (a child of the approval) is a fast-forward every fetch
+        // takes; one the clone cannot place below the approval is not.
+        if target != id && !repo.graph_descendant_of(target, id).unwrap_or(false) {
+            moved_off.push(name.clone());
+        }
+        theirs.insert(name);
+    }
     let missing = super::approvals::local_refs(repo)?
         .into_iter()
         .map(|(n, _)| n)
         .filter(|n| super::approvals::named_id(n).is_some() && !theirs.contains(n))
         .collect();
-    Ok(Compared { missing, malformed })
+    Ok(Compared {
+        missing,
+        malformed,
+        moved_off,
+    })
 }
 
 /// Publishes every approval this clone has that `remote` lacks (all of
 /// `refs/builder/approved/*`, never forced: an approval the remote has already is
 /// left as it is). Returns how many were missing there.
 pub fn publish_approvals(repo: &Repository, root: &Path, remote: &str) -> Result<usize, ReviewError> {
-    let Compared { missing, malformed } = unpublished(repo, root, remote)?;
+    let Compared { missing, malformed, .. } = unpublished(repo, root, remote)?;
     // One the remote holds a ref below cannot be made there (git refuses the name):
     // left, so the others, the new one among them, go (`builder proposals` names it).
     let below = |n: &String| malformed.iter().any(|m| m.starts_with(&format!("{n}/")));

@@ -54,6 +54,20 @@ pub fn key_path(setting: &str) -> PathBuf {
     }
 }
 
+/// Refuses a key file its group or other users may read or write, as OpenSSH refuses
+/// an "unprotected private key file": a key others can read signs records as the box,
+/// and one others can write is theirs to replace.
+fn refuse_readable_by_others(file: &std::fs::File) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = file.metadata().map_err(|e| e.to_string())?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "mode {mode:04o} lets other users read or change the key (anyone who reads it signs records as this box): `chmod 600` it"
+        ));
+    }
+    Ok(())
+}
+
 /// The runtime's signing key, loaded.
 pub struct RuntimeKey {
     key: PrivateKey,
@@ -79,7 +93,9 @@ impl RuntimeKey {
         }
         // A regular file of a key's size: a FIFO or a device named there must neither
         // hang nor flood the box.
-        let text = crate::regular::read(&real, KEY_FILE_CAP).map_err(|e| unusable(e.to_string()))?;
+        let file = crate::regular::open(&real, false).map_err(|e| unusable(e.to_string()))?;
+        refuse_readable_by_others(&file).map_err(unusable)?;
+        let text = crate::regular::read_open(&file, KEY_FILE_CAP).map_err(|e| unusable(e.to_string()))?;
         let key = PrivateKey::from_openssh(&text).map_err(|e| unusable(format!("not an OpenSSH private key: {e}")))?;
         if key.is_encrypted() {
             return Err(unusable(
@@ -576,6 +592,25 @@ pub fn runtime_named(commit: &git2::Commit, name: &str, email: &str) -> bool {
 mod tests {
     use super::*;
     use crate::review::signing::test_keys::keygen;
+
+    #[test]
+    fn a_key_file_other_users_may_read_or_write_is_refused_and_a_private_one_loads() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let Some((key, _)) = keygen(dir.path(), "box") else {
+            return;
+        };
+        let repo = dir.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        for mode in [0o644, 0o640, 0o602] {
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = RuntimeKey::load(key.to_str().unwrap(), &repo).err().expect("refused");
+            assert!(err.to_string().contains(&format!("mode {mode:04o}")), "{err}");
+            assert!(err.to_string().contains("chmod 600"), "{err}");
+        }
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(RuntimeKey::load(key.to_str().unwrap(), &repo).is_ok());
+    }
 
     #[test]
     fn a_signed_runtime_commit_verifies_and_an_unsigned_or_foreign_one_is_forged() {

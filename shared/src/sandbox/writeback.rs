@@ -393,16 +393,7 @@ fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &
             return walk.fail(rel, format!("cannot list it: {e}"));
         }
     };
-    // A bare repository taking shape here, whichever of its three entries this call
-    // added: its `HEAD` goes, from the tools' view and from the real directory.
-    let shaping = names.iter().any(|n| REPOSITORY_ENTRIES.contains(&n.as_c_str()));
-    let bare = shaping && bare_repository(up, low);
-    if bare {
-        walk.remove_repository(rel, &rel.join("HEAD"));
-        if let Err(e) = remove_entry(low, c"HEAD") {
-            walk.fail(&rel.join("HEAD"), e);
-        }
-    }
+    let (shaping, bare) = remove_bare_head(walk, up, low, rel, &names);
     for name in &names {
         let path = rel_join(rel, name);
         let mut st = match rfs::statat(up, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
@@ -415,6 +406,11 @@ fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &
                 continue;
             }
         };
+        if !is_whiteout(&st) && !plain_name(name) {
+            // Stays in the tools' view, named in their result.
+            walk.fail(&path, "the name holds control characters or is not UTF-8: git, terminals and the card would each show it as something else");
+            continue;
+        }
         let dot_git = std::str::from_utf8(name.to_bytes()).is_ok_and(crate::gitpath::is_dot_git);
         if dot_git && !is_whiteout(&st) {
             walk.remove_repository(&path, &path);
@@ -462,6 +458,36 @@ fn sync_dir(walk: &mut Walk<'_>, up: BorrowedFd<'_>, low: BorrowedFd<'_>, rel: &
     if shaping && !bare {
         refuse_assembled_repository(walk, low, rel);
     }
+}
+
+/// A bare repository taking shape in the directory `rel` (`names`: its upper
+/// entries), whichever of its three entries this call added: its `HEAD` goes, from
+/// the tools' view and from the real directory. Whether one is taking shape, and
+/// whether it is whole (its `HEAD` removed).
+fn remove_bare_head(
+    walk: &mut Walk<'_>,
+    up: BorrowedFd<'_>,
+    low: BorrowedFd<'_>,
+    rel: &Path,
+    names: &[CString],
+) -> (bool, bool) {
+    let shaping = names.iter().any(|n| REPOSITORY_ENTRIES.contains(&n.as_c_str()));
+    let bare = shaping && bare_repository(up, low);
+    if bare {
+        walk.remove_repository(rel, &rel.join("HEAD"));
+        if let Err(e) = remove_entry(low, c"HEAD") {
+            walk.fail(&rel.join("HEAD"), e);
+        }
+    }
+    (shaping, bare)
+}
+
+/// Whether `name` is UTF-8 without control characters: the only names the copy brings
+/// into the repository (helper-102: a file named with an escape sequence or in another
+/// encoding was left in the repository, on a card under a name that was not its own,
+/// and stayed there after every later fire).
+fn plain_name(name: &CStr) -> bool {
+    std::str::from_utf8(name.to_bytes()).is_ok_and(|n| !n.chars().any(char::is_control))
 }
 
 /// Whether the copy brings an entry of this type into the real directory as an entry
@@ -947,6 +973,37 @@ mod tests {
         assert_eq!(sync(&mut l), vec![]);
         assert!(!lower.join("a/b/new.md").exists());
         assert!(lower.join("a/b").is_dir());
+    }
+
+    #[test]
+    fn names_with_control_characters_or_not_utf8_stay_in_the_tools_view() {
+        use std::os::unix::ffi::OsStrExt;
+        let t = tempfile::tempdir().unwrap();
+        let (lower, upper, mut l) = layer(&t);
+        let odd = [
+            std::ffi::OsStr::new("\u{1b}]0;pwn\u{7}.md"),
+            std::ffi::OsStr::new("a\nb.md"),
+            std::ffi::OsStr::from_bytes(b"\xff.md"),
+        ];
+        for name in odd {
+            std::fs::write(upper.join(name), "x").unwrap();
+        }
+        std::fs::create_dir(upper.join("d\u{9b}")).unwrap();
+        std::fs::write(upper.join("d\u{9b}/inside.md"), "x").unwrap();
+        std::fs::write(upper.join("plain.md"), "x").unwrap();
+        let problems = sync(&mut l);
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(
+            problems.iter().all(|p| p.why.contains("control characters")),
+            "{problems:?}"
+        );
+        let copied: Vec<_> = std::fs::read_dir(&lower)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(copied, vec![std::ffi::OsString::from("plain.md")]);
+        assert!(upper.join(odd[0]).exists(), "the tools still see it");
     }
 
     /// A file with many names takes the real directory's room once per name: past the
