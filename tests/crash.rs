@@ -875,29 +875,49 @@ fn no_signal_pending(pid: i32) -> bool {
     })
 }
 
-/// A tool worker sent SIGTERM before its sandbox report (by a person's `pkill`, or
-/// a service manager) takes it as an interrupt of the running command, and no
-/// command runs then: the interrupt is dropped, and the fire's first command runs
-/// instead of being cancelled at its start (helper-100: the call ended at once, with
-/// no card).
+/// A tool worker sent SIGTERM outside a call (by a person's `pkill`, or a service
+/// manager), before its sandbox report or while the model thinks between two calls,
+/// takes it as an interrupt of the running command, and none runs then: the
+/// interrupt is dropped, and the next command runs instead of being cancelled at its
+/// start (helper-100: the call ended `TIMEOUT` at once, with no card; helper-107: the
+/// first fix held only before the report).
 #[test]
-fn an_interrupt_sent_to_the_tool_worker_before_its_report_cancels_no_later_call() {
-    let env = counter_env(false);
-    let held = crate::checkout_ops::fire_held_at(&env, "t", "during-recovery");
-    let worker = tool_worker_of(held.id() as i32);
-    kernel::signal::kill(worker as u32, kernel::signal::Signal::Term).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !no_signal_pending(worker) {
-        assert!(std::time::Instant::now() < deadline, "the worker never took the signal");
-        std::thread::sleep(std::time::Duration::from_millis(5));
+fn an_interrupt_sent_to_the_tool_worker_outside_a_call_cancels_no_later_call() {
+    for (point, calls) in [("during-recovery", 1), ("after-model-response@2", 2)] {
+        let env = counter_env(false);
+        let call = |id: &str| serde_json::json!({"tool_calls": [{"id": id, "name": "run_command", "arguments": {"command": "sh tools/bump.sh"}}]});
+        let turns: Vec<serde_json::Value> = (1..=calls)
+            .map(|i| call(&format!("c{i}")))
+            .chain([serde_json::json!({"content": "# Done"})])
+            .collect();
+        env.write(
+            "evals/t/replay.json",
+            &serde_json::json!({"version": 1, "turns": turns}).to_string(),
+        );
+        env.commit_all("calls");
+        let held = crate::checkout_ops::fire_held_at(&env, "t", point);
+        let worker = tool_worker_of(held.id() as i32);
+        kernel::signal::kill(worker as u32, kernel::signal::Signal::Term).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !no_signal_pending(worker) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{point}: the worker never took the signal"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!gone(worker), "{point}: the worker caught SIGTERM and lives on");
+        let (out, summary) = crate::checkout_ops::resume_held(held);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{point}: {summary}\n{stderr}");
+        let receipt = env.receipt(&summary);
+        let outcomes: Vec<&str> = (receipt["tool_calls"].as_array().unwrap().iter())
+            .map(|c| c["outcome"].as_str().unwrap())
+            .collect();
+        assert_eq!(outcomes, vec!["ok"; calls], "{point}: {receipt}");
+        let ran: Vec<String> = (1..=calls).map(|i| format!("c{i}")).collect();
+        assert_eq!(hit_calls(&env), ran, "{point}: every command ran");
     }
-    assert!(!gone(worker), "the worker caught SIGTERM and lives on");
-    let (out, summary) = crate::checkout_ops::resume_held(held);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{summary}\n{stderr}");
-    let receipt = env.receipt(&summary);
-    assert_eq!(receipt["tool_calls"][0]["outcome"], "ok", "{receipt}");
-    assert_eq!(hit_calls(&env), vec!["c1"], "the command ran");
 }
 
 #[test]

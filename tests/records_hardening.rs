@@ -522,6 +522,13 @@ fn the_key_in_a_file_name_or_a_tool_name_never_reaches_git_or_the_state() {
                 "mkdir -p reports/a/{head} && echo hi > reports/a/{head}/{tail}.md"
             )),
             cmd(&format!("echo hi > reports/{escaped}.md")),
+            cmd(&format!(
+                "echo hi > reports/{}%{:02x}{}.md",
+                &TEST_KEY[..5],
+                TEST_KEY.as_bytes()[5],
+                &TEST_KEY[6..]
+            )),
+            cmd(&format!("mkdir -p reports/f/{head} && mkfifo reports/f/{head}/{tail}")),
             (tool.as_str(), json!({})),
         ],
         "# Done",
@@ -538,8 +545,23 @@ fn the_key_in_a_file_name_or_a_tool_name_never_reaches_git_or_the_state() {
     assert!(!env.root.join(format!("reports/{TEST_KEY}.md")).exists());
     assert_eq!(
         detail.matches("its name holds a secret value").count(),
-        3,
-        "whole, split across directories, escaped: {detail}"
+        4,
+        "whole, split across directories, escaped, partly escaped: {detail}"
+    );
+    // A rejected file of another kind (a FIFO) under a split name: the committed card
+    // hides the name (helper-106: it named the key split across two directories).
+    assert!(detail.contains("reports/[REDACTED]: not a regular file"), "{detail}");
+    // Nothing committed holds it (the checkpoint in `.runtime/` keeps the model's
+    // own messages: docs/security.md).
+    let split = format!("{head}/{tail}");
+    let found = env.git_in(
+        &env.root,
+        &["grep", "-F", &split, "HEAD", "--", "reports", "runs", "cards"],
+    );
+    assert!(
+        !found.status.success(),
+        "a committed record holds the split key: {}",
+        String::from_utf8_lossy(&found.stdout)
     );
     let names = env.git_in(&env.root, &["log", "--all", "--name-only", "--format="]);
     assert!(names.status.success());
@@ -551,7 +573,7 @@ fn the_key_in_a_file_name_or_a_tool_name_never_reaches_git_or_the_state() {
     let shown = env.runtime(&["show", run]);
     let text = String::from_utf8_lossy(&shown.stdout);
     assert!(
-        text.contains("mystery_[REDACTED]"),
+        text.contains("mystery__REDACTED_"),
         "the unknown tool was called: {text}"
     );
     for args in [&["show", run][..], &["show", run, "--json"], &["show", run, "--otlp"]] {
@@ -619,9 +641,16 @@ fn files_where_reports_go_are_never_committed_and_no_later_report_is_diverted() 
         .next()
         .expect("the killed run wrote its report");
     let forged = format!("reports/other/{day}/20261207T000000Z-deadbeef.md");
+    // A run the state database knows, under another task's day: still a forgery.
+    let known_id = std::path::Path::new(&one)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let borrowed = format!("reports/other/{day}/{known_id}");
     let readme = format!("reports/other/{day}/20261207T000001Z-cafebabe.md/README.md");
     let body = format!(
-        "rm -r reports/t && echo squat > reports/t\necho squat > reports/weekly\necho squat > reports/other/2099-01-01\nprintf '# accepted' > {forged}\nmkdir -p $(dirname {readme}) && printf '# accepted' > {readme}\ntouch {killed_report}\necho ran > reports/marker.txt\necho notes > reports/notes\n"
+        "rm -r reports/t && echo squat > reports/t\necho squat > reports/weekly\necho squat > reports/other/2099-01-01\nprintf '# accepted' > {forged}\nprintf '# accepted' > {borrowed}\nmkdir -p $(dirname {readme}) && printf '# accepted' > {readme}\ntouch {killed_report}\necho ran > reports/marker.txt\necho notes > reports/notes\n"
     );
     env.write(
         "evals/hardening/trace.json",
@@ -649,6 +678,10 @@ fn files_where_reports_go_are_never_committed_and_no_later_report_is_diverted() 
         ),
         (
             forged.as_str(),
+            "named like a run's report, which only the runtime writes",
+        ),
+        (
+            borrowed.as_str(),
             "named like a run's report, which only the runtime writes",
         ),
         (
@@ -1312,6 +1345,6 @@ fn a_report_a_person_removed_with_git_rm_is_theirs_to_commit() {
         detail.contains(&format!("{day}/notes.txt: inside a day directory")),
         "the payload did not run: {second}\n{detail}"
     );
-    assert!(!detail.contains(&one), "the person's removal is named: {detail}");
+    assert!(!detail.contains(&one), "a person's removal must not be named: {detail}");
     assert!(!env.root.join(&one).exists(), "put back over a person's removal");
 }

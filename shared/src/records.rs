@@ -661,10 +661,12 @@ fn is_run_file(rel: &str, dir: &str, suffix: &str) -> bool {
     let Some(id) = file.strip_suffix(suffix) else {
         return false;
     };
-    *top == dir
-        && crate::layout::valid_task_name(task)
-        && chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok()
-        && is_run_id(id)
+    *top == dir && crate::layout::valid_task_name(task) && is_day_name(day) && is_run_id(id)
+}
+
+/// Whether `name` is a day directory's name (`YYYY-MM-DD`, UTC), as records are kept.
+pub fn is_day_name(name: &str) -> bool {
+    chrono::NaiveDate::parse_from_str(name, "%Y-%m-%d").is_ok()
 }
 
 /// Whether `rel` is a card file: any `.yaml` under `cards/`, as the history index

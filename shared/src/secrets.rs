@@ -170,6 +170,29 @@ impl Redactor {
             .any(|v| memchr::memmem::find(bytes, v.as_bytes()).is_some())
     }
 
+    /// Whether the path `rel` (a file a model named) holds a secret as a person or a
+    /// decoder would read its name: as it is, with its directories run together (a
+    /// value split across two levels), and percent-decoded (any mix of escaped and
+    /// plain bytes, either case: helper-104, helper-106).
+    pub fn path_holds_secret(&self, rel: &str) -> bool {
+        let joined = rel.replace('/', "");
+        [Some(rel.to_string()), Some(joined.clone()), percent_decoded(&joined)]
+            .into_iter()
+            .flatten()
+            .any(|form| self.redact(&form) != form)
+    }
+
+    /// `rel` as a record shows it: redacted as text is, and where the secret is only
+    /// in one of [`Redactor::path_holds_secret`]'s other readings, everything past its
+    /// first directory hidden.
+    pub fn redact_path(&self, rel: &str) -> String {
+        let redacted = self.redact(rel);
+        if redacted != rel || !self.path_holds_secret(rel) {
+            return redacted.into_owned();
+        }
+        format!("{}/{REDACTED}", rel.split('/').next().unwrap_or_default())
+    }
+
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
         for v in &self.values {
@@ -280,6 +303,30 @@ fn encodings(v: &str) -> Vec<String> {
     out
 }
 
+/// `s` with each `%XX` (either case) decoded, when it holds any.
+fn percent_decoded(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return None;
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
 /// `%2F` -> `%2f`: some encoders write lowercase hex digits.
 fn lowercase_escapes(pct: &str) -> String {
     let mut out = String::with_capacity(pct.len());
@@ -320,6 +367,23 @@ mod tests {
         assert_eq!(redact_log_line(line), "upstream said [REDACTED]");
         let encoded = redact_log_line("in base64 cXVva2thLXBhc3NwaHJhc2UtNDQ3MQ==");
         assert!(encoded.starts_with("in base64 [REDACTED]"), "{encoded}");
+    }
+
+    #[test]
+    fn a_path_holds_a_secret_split_across_directories_or_escaped_in_any_mix() {
+        let r = Redactor::default().with_value("kestrel-secret-99");
+        for rel in [
+            "reports/kestrel-secret-99.md",
+            "reports/kestrel-se/cret-99.md",
+            "reports/kestrel%2Dsecret%2d99.md",
+            "reports/%6Bestrel-secret-9%39.md",
+        ] {
+            assert!(r.path_holds_secret(rel), "{rel}");
+            assert!(!r.redact_path(rel).contains("secret"), "{rel}: {}", r.redact_path(rel));
+        }
+        assert_eq!(r.redact_path("reports/kestrel-se/cret-99.md"), "reports/[REDACTED]");
+        assert!(!r.path_holds_secret("reports/kestrel-plain.md"));
+        assert_eq!(r.redact_path("reports/100%.md"), "reports/100%.md");
     }
 
     #[test]

@@ -90,7 +90,8 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
     };
     let refused = matches!(hello, WorkerHello::Refused(_));
     // An interrupt before the report concerns no call (the runtime sends its own only
-    // during one): left standing, it would cancel the first command at its start.
+    // during one, again until it ends): left standing, it would cancel the first
+    // command at its start.
     forget_interrupt();
     writeln!(output, "{}", serde_json::to_string(&hello)?)?;
     output.flush()?;
@@ -118,6 +119,9 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
         if line.trim().is_empty() {
             continue;
         }
+        // An interrupt that came while no call ran (the model was thinking) is meant
+        // for none: a cancelled runtime interrupts a call until it ends.
+        forget_interrupt();
         let result = match serde_json::from_str::<ToolRequest>(&line) {
             Ok(req) => {
                 let mut result = execute(&ctx, &req);
@@ -133,10 +137,6 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
             }
             Err(e) => ToolResult::error("", ErrorClass::InvalidArguments, format!("bad request: {e}")),
         };
-        // The call's command is over: an interrupt that came too late for it must not
-        // cancel the next one. Dropped before the answer goes out: the runtime sends
-        // the next call, and any interrupt for that, only after it read this answer.
-        forget_interrupt();
         writeln!(output, "{}", serde_json::to_string(&result)?)?;
         output.flush()?;
     }

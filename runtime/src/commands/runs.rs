@@ -89,7 +89,7 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
     }
     if interrupted > 0 {
         println!(
-            "interrupted: the process that ran it is gone; the next fire of its task resumes or closes it (`runtime resume <run>` continues it now)"
+            "interrupted: the process that ran it is gone; the next fire of its task resumes or closes it, or commits its records if it had finished (`runtime resume <run>` continues one killed mid-run now)"
         );
     }
     Ok(Outcome::Ok)

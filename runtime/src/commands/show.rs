@@ -34,8 +34,9 @@ pub fn run(args: Args, root: &Path) -> Result<Outcome, CommandError> {
         );
     };
     // A fire killed before its end stores none of its trace (recovery committed its
-    // records, or a later fire resumed the run and stored only its own part): the
-    // tool ledger still says which calls it made.
+    // records, or a later fire resumed the run and stored only its own part); a
+    // `runtime resume` of a pause keeps its calls in the paused run's ledger: the
+    // ledger says which calls the trace does not list.
     let mut ledger = shared::journal::ledger_calls(store, &row.run_id)?;
     ledger.retain(|l| !trace.calls.iter().any(|c| c.call_id == l.call_id));
     let text = if args.otlp {
@@ -153,7 +154,16 @@ fn render(
         ));
     }
     out.push_str("\ntool calls:\n");
-    for c in &trace.calls {
+    out.push_str(&call_lines(&trace.calls));
+    out.push_str(&ledger_lines(ledger));
+    out
+}
+
+/// The trace's tool calls, one line each.
+fn call_lines(calls: &[shared::trace::TracedCall]) -> String {
+    use shared::text::printable as p;
+    let mut out = String::new();
+    for c in calls {
         out.push_str(&format!(
             "  step {:>2} {:<10} {:<11} {:<6} {:<20} {}  {}\n",
             c.step,
@@ -165,9 +175,20 @@ fn render(
             p(&c.reason)
         ));
     }
-    if !ledger.is_empty() {
-        out.push_str("  (calls no stored trace lists, made by a fire killed before its end; from the tool ledger, without arguments or results:)\n");
+    out
+}
+
+/// The calls of the run's tool ledger that its stored trace does not list (a fire
+/// killed before its end stored none; a resume of a pause keeps its calls under the
+/// paused run), without arguments or results.
+fn ledger_lines(ledger: &[shared::journal::LedgerCall]) -> String {
+    use shared::text::printable as p;
+    if ledger.is_empty() {
+        return String::new();
     }
+    let mut out = String::from(
+        "  (calls no stored trace lists, from the tool ledger: a fire killed before its end stores no trace, and a resume of a pause keeps its calls under the paused run)\n",
+    );
     for c in ledger {
         out.push_str(&format!(
             "  {:<10} {:<11} {:<9} {}\n",

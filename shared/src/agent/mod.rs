@@ -838,10 +838,7 @@ impl Agent<'_> {
         tokio::pin!(running);
         tokio::select! {
             r = &mut running => r,
-            _ = self.cancel.changed() => {
-                interrupter.interrupt();
-                running.await
-            }
+            _ = self.cancel.changed() => interrupter.until_done(running).await,
         }
     }
 }
@@ -1093,7 +1090,6 @@ fn provider_failed(
     StopReason::ProviderError
 }
 
-/// Adds a model response's usage to the totals and its span.
 /// A call's tool name and id are the model's free text, stored as they are in the
 /// trace, the ledger and the checkpoint, and printed by `runtime show`: a secret in
 /// them is redacted before the call enters the run (helper-102: a key in an unknown
@@ -1103,7 +1099,10 @@ fn redact_call_names(redactor: &Redactor, calls: &mut [ToolCall]) {
     for call in calls {
         for text in [&mut call.name, &mut call.id] {
             if let std::borrow::Cow::Owned(redacted) = redactor.redact(text) {
-                *text = redacted;
+                // In characters every provider takes back in a tool call's name and
+                // id (`[REDACTED]` is not: a 400 on every later request, helper-107).
+                let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+                *text = redacted.chars().map(|c| if plain(c) { c } else { '_' }).collect();
             }
         }
     }
@@ -1135,6 +1134,7 @@ fn unique_call_ids(messages: &[Message], calls: &mut [ToolCall]) {
     }
 }
 
+/// Adds a model response's usage to the totals and its span.
 fn account(cfg: &LoopConfig, state: &mut LoopState, span: u64, resp: &ModelResponse) {
     state.retries += resp.retries;
     state.tokens.add(resp.usage);

@@ -25,7 +25,24 @@ impl Interrupter {
             let _ = kernel::signal::kill(pid, kernel::signal::Signal::Term);
         }
     }
+
+    /// Interrupts the worker's call `running` until it ends, and returns its result:
+    /// again every [`INTERRUPT_AGAIN`], as the worker drops an interrupt that reaches
+    /// it before it read the call (one meant for no call must not cancel the next).
+    pub async fn until_done(&self, running: impl std::future::Future<Output = ToolResult>) -> ToolResult {
+        tokio::pin!(running);
+        loop {
+            self.interrupt();
+            tokio::select! {
+                r = &mut running => return r,
+                _ = tokio::time::sleep(INTERRUPT_AGAIN) => {}
+            }
+        }
+    }
 }
+
+/// How often a cancelled fire interrupts its worker's call again until it ends.
+const INTERRUPT_AGAIN: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub struct WorkerClient {
     child: Proc,

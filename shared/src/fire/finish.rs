@@ -112,7 +112,7 @@ pub(crate) fn write(
         .into_owned();
     crate::failpoint!("before-report-write");
     let report = write_report(ctx, sink, canonical_report, report, &mut outputs.rejected, &mut w);
-    if let Some(card) = rejected_card(&outputs.rejected) {
+    if let Some(card) = rejected_card(&outputs.rejected, &sink.redactor) {
         rec.state.cards.push(card);
     }
     // Every card is known now: the fire's ending is decided here, once, before any
@@ -475,13 +475,19 @@ fn write_card(
     at: chrono::DateTime<Utc>,
 ) -> Result<(String, String, Vec<u8>), CardWrite> {
     let redact = |s: &str| sink.redactor.redact(s).into_owned();
+    // Evidence and detail lines name model files: a secret only their path shows (split
+    // across directories, partly escaped) is hidden too.
+    let redact_lines = |s: &str| {
+        let lines: Vec<String> = s.lines().map(|l| sink.redactor.redact_path(l)).collect();
+        lines.join("\n")
+    };
     let mut card = Card::new(
         draft.kind,
         &ctx.opts.task,
         &ctx.run_id,
         redact(&draft.summary),
-        redact(&draft.detail),
-        draft.evidence.iter().map(|e| redact(e)).collect(),
+        redact_lines(&draft.detail),
+        draft.evidence.iter().map(|e| sink.redactor.redact_path(e)).collect(),
         at,
     );
     records::cap_card(&mut card);
@@ -596,16 +602,13 @@ fn model_outputs(
     let head_dir = |dir: &str| head_entries(sink.repo, head.as_ref(), dir);
     let by_tools = |rel: &str| made_by_tools.contains(rel);
     let db = crate::state::StateDb::open_for_reading(&ctx.opts.root).ok();
-    // A run the database cannot be asked about counts as known: its report is kept.
-    let run_known = |run: &str| {
-        db.as_ref()
-            .is_none_or(|db| !matches!(crate::runs::run(db.store(), run), Ok(None)))
-    };
+    // A report the database cannot be asked about counts as genuine: it is kept.
+    let genuine_report = |rel: &str| db.as_ref().is_none_or(|db| is_runs_own_report(db, rel));
     let known = super::outputs::Known {
         in_head: &in_head,
         head_dir: &head_dir,
         by_tools: &by_tools,
-        run_known: &run_known,
+        genuine_report: &genuine_report,
     };
     let mut out = super::outputs::collect(&ctx.opts.root, since, &own, &known, &sink.limits);
     forget_staged_removals(sink.repo, &mut out);
@@ -636,6 +639,26 @@ fn model_outputs(
     out
 }
 
+/// Whether `rel` (`reports/<task>/<day>/<run-id>.md`) is where the run it names wrote
+/// its report: the state database knows the run, of that task, started that day
+/// (helper-107: an earlier run's id, read from `runs/`, under another task or day
+/// passed as genuine). A database that cannot answer vouches for it.
+fn is_runs_own_report(db: &StateDb, rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let [_, task, day, file] = parts.as_slice() else {
+        return false;
+    };
+    let run = file.trim_end_matches(".md");
+    match crate::runs::run(db.store(), run) {
+        Ok(Some(row)) => {
+            let started = run.get(..8).map(|d| format!("{}-{}-{}", &d[..4], &d[4..6], &d[6..]));
+            row.run_id == run && row.task == *task && started.as_deref() == Some(*day)
+        }
+        Ok(None) => false,
+        Err(_) => true,
+    }
+}
+
 /// Moves the accepted model files holding a secret (the key in any form the redactor
 /// knows) in their bytes or their name (helper-102: a report named after the key was
 /// committed under it) to the rejected: not committed, and removed from the work
@@ -643,10 +666,7 @@ fn model_outputs(
 fn refuse_secrets(redactor: &Redactor, out: &mut super::outputs::Outputs) -> Vec<String> {
     let mut secrets = Vec::new();
     for (rel, bytes) in std::mem::take(&mut out.accepted) {
-        // The name whole, and with its directories run together (the key split
-        // across two levels, helper-104).
-        let joined = rel.replace('/', "");
-        let why = if redactor.redact(&rel) != rel || redactor.redact(&joined) != joined {
+        let why = if redactor.path_holds_secret(&rel) {
             "its name holds a secret value: not committed"
         } else if match std::str::from_utf8(&bytes) {
             Ok(text) => redactor.redact(text) != text,
@@ -908,7 +928,9 @@ fn remove_rejected(
         }
         match crate::beneath::remove_file(&dir, std::path::Path::new(rel.as_str())) {
             Ok(()) => why.push_str("; removed from the work tree"),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Gone already, or with its directory (the put-back removed a directory
+            // the tools made where a committed report was).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => {}
             Err(e) => why.push_str(&format!("; not removed from the work tree ({e})")),
         }
     }
@@ -969,14 +991,17 @@ const REJECTED_LISTED: usize = 50;
 /// One `output_rejected` card for the files left out of the commit, if any: their
 /// count, the first [`REJECTED_LISTED`] with the reason, and how many more (a model
 /// can leave thousands; the card stays small: see [`records::cap_card`]).
-fn rejected_card(rejected: &[(String, String)]) -> Option<CardDraft> {
+/// A name that holds a secret in a form only a path shows (split across directories,
+/// partly escaped) is shown with its name hidden ([`Redactor::redact_path`]; the card
+/// is committed: helper-106).
+fn rejected_card(rejected: &[(String, String)], redactor: &Redactor) -> Option<CardDraft> {
     if rejected.is_empty() {
         return None;
     }
     let mut detail: Vec<String> = rejected
         .iter()
         .take(REJECTED_LISTED)
-        .map(|(p, why)| format!("{p}: {why}"))
+        .map(|(p, why)| format!("{}: {why}", redactor.redact_path(p)))
         .collect();
     if rejected.len() > REJECTED_LISTED {
         detail.push(format!(
@@ -991,7 +1016,7 @@ fn rejected_card(rejected: &[(String, String)]) -> Option<CardDraft> {
             rejected.len()
         ),
         detail: detail.join("\n"),
-        evidence: rejected.iter().map(|(p, _)| p.clone()).collect(),
+        evidence: rejected.iter().map(|(p, _)| redactor.redact_path(p)).collect(),
     })
 }
 

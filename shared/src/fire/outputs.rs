@@ -139,8 +139,10 @@ pub(crate) struct Known<'a> {
     /// Whether this fire's tools wrote the path (the write-back's list: a file they
     /// only touched counts too).
     pub by_tools: &'a dyn Fn(&str) -> bool,
-    /// Whether the state database knows the run (a fire of this machine made it).
-    pub run_known: &'a dyn Fn(&str) -> bool,
+    /// Whether a file of a run report's shape is that run's report: the state
+    /// database knows the run, of that task, started that day (a fire of this
+    /// machine made it there).
+    pub genuine_report: &'a dyn Fn(&str) -> bool,
 }
 
 impl Known<'_> {
@@ -150,33 +152,53 @@ impl Known<'_> {
             && (self.in_head)(&format!("{}/{task}.md", crate::layout::PROMPTS_DIR)).is_some()
     }
 
+    /// The task of `rel` and where it lies when `rel` is one of HEAD's tasks' report
+    /// directory, a day directory of it, or lies inside one: where only the runtime
+    /// writes.
+    fn task_reports_of<'r>(&self, rel: &'r str) -> Option<(&'r str, ReportsPlace)> {
+        let parts: Vec<&str> = rel.splitn(4, '/').collect();
+        let (task, place) = match parts.as_slice() {
+            [OUTPUT_DIR, task] => (*task, ReportsPlace::TaskDir),
+            [OUTPUT_DIR, task, day] if crate::records::is_day_name(day) => (*task, ReportsPlace::DayDir),
+            [OUTPUT_DIR, task, day, _] if crate::records::is_day_name(day) => (*task, ReportsPlace::Inside),
+            _ => return None,
+        };
+        self.is_task(task).then_some((task, place))
+    }
+
     /// For a new file under the runtime's own reports, `Some`: skipped quietly
     /// (`None` inside: another fire's report, written while this one ran, is that
     /// fire's to commit) or refused, with why. Inside a day directory of a task's
     /// reports (`reports/<task>/<day>/`) only the runtime writes: a file the tools
-    /// wrote under a run's report name for a run no fire of this machine made is a
-    /// forgery, and anything else there (a directory at a report's name holding a
-    /// forged `README.md`, a lookalike name) would be taken for a report, or take the
-    /// name of the next one (helper-102, helper-104). A run this machine knows keeps
-    /// its report whatever the tools did to it (helper-105: one they touched was
-    /// removed as a forgery).
+    /// wrote under a run's report name that is not that run's report (no run of this
+    /// machine, or of another task or day: helper-107) is a forgery, and anything else
+    /// there (a directory at a report's name holding a forged `README.md`, a lookalike
+    /// name) would be taken for a report, or take the name of the next one
+    /// (helper-102, helper-104). A run's own report is kept whatever the tools did to
+    /// it (helper-105: one they touched was removed as a forgery).
     fn runtime_only(&self, rel: &str) -> Option<Option<String>> {
         if crate::records::is_report_path(rel) {
-            let run = rel.rsplit('/').next()?.strip_suffix(".md")?;
-            let forged = (self.by_tools)(rel) && !(self.run_known)(run);
+            let forged = (self.by_tools)(rel) && !(self.genuine_report)(rel);
             return Some(forged.then(|| FORGED_REPORT.to_string()));
         }
-        let parts: Vec<&str> = rel.splitn(4, '/').collect();
-        let [OUTPUT_DIR, task, day, _] = parts.as_slice() else {
-            return None;
-        };
-        let dated = chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok();
-        (dated && self.is_task(task)).then(|| {
-            Some(format!(
+        match self.task_reports_of(rel)? {
+            (task, ReportsPlace::Inside) => Some(Some(format!(
                 "inside a day directory of task `{task}`'s reports, where only the runtime writes: not committed"
-            ))
-        })
+            ))),
+            _ => None,
+        }
     }
+}
+
+/// Where under a task's reports a path lies ([`Known::task_reports_of`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReportsPlace {
+    /// `reports/<task>`.
+    TaskDir,
+    /// `reports/<task>/<day>`.
+    DayDir,
+    /// Below `reports/<task>/<day>`.
+    Inside,
 }
 
 /// The candidate files under `reports/` changed since `since`, sorted, and what the
@@ -217,15 +239,12 @@ fn refuse_files_in_the_way_of_reports(out: &mut Outputs, known: &Known<'_>) {
 /// report of that task (or day) to `runs/`, in every clone (helper-102). A name no
 /// task has yet is any file's.
 fn in_the_way_of_reports(rel: &str, known: &Known<'_>) -> Option<String> {
-    let parts: Vec<&str> = rel.split('/').collect();
-    let task = match parts.as_slice() {
-        [OUTPUT_DIR, task] => task,
-        [OUTPUT_DIR, task, day] if chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok() => task,
-        _ => return None,
-    };
-    known
-        .is_task(task)
-        .then(|| format!("a file where the reports of task `{task}` go: not committed"))
+    match known.task_reports_of(rel)? {
+        (task, ReportsPlace::TaskDir | ReportsPlace::DayDir) => {
+            Some(format!("a file where the reports of task `{task}` go: not committed"))
+        }
+        (_, ReportsPlace::Inside) => None,
+    }
 }
 
 /// A new file `rel` read once and accepted, or rejected with why (past a cap, not a
@@ -640,7 +659,7 @@ mod tests {
             in_head,
             head_dir,
             by_tools: &|_| false,
-            run_known: &|_| false,
+            genuine_report: &|_| false,
         }
     }
 

@@ -161,9 +161,9 @@ impl FireRun {
                 kind: CardKind::SandboxUnavailable,
                 summary: "the tool worker died and no spare took its place: later calls did not run".into(),
                 detail: format!(
-                    "{why}. Each call after it ended FAILED (\"no tool worker is left\"); the receipt lists them."
+                    "{why}. Each call after it ended FAILED (\"no tool worker is left\"); the receipt lists them. A worker dies to the OOM killer or a signal: see the system log."
                 ),
-                evidence: vec![format!("kernel Landlock ABI {}", landlock::kernel_abi())],
+                evidence: vec!["the tool worker and its spare are gone".into()],
             });
         }
         if self.stop == crate::records::StopReason::FinalAnswer {
@@ -478,10 +478,7 @@ impl FireRun {
         tokio::pin!(running);
         let r = tokio::select! {
             r = &mut running => r,
-            _ = cancel.changed() => {
-                interrupter.interrupt();
-                running.await
-            }
+            _ = cancel.changed() => interrupter.until_done(running).await,
         };
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);

@@ -157,7 +157,9 @@ pub(super) fn waiting_summary(ctx: &FireContext, run: &str, decided: bool) -> Fi
 /// Whether the state database may be opened before the task lock is held: only one
 /// that exists, in a `.runtime` that is a directory. A fire that ends before its
 /// lock (a mistyped task, a repository without commits, a `.runtime` a revision
-/// linked elsewhere, which the lock refuses) writes nothing, not even a database.
+/// linked elsewhere, which the lock refuses) creates no database. (Opening one is
+/// what every command does: a damaged one is moved aside and made anew, its note
+/// carded by the next fire.)
 fn opens_without_writing(root: &Path) -> bool {
     let is =
         |p: &Path, dir: bool| std::fs::symlink_metadata(p).is_ok_and(|m| if dir { m.is_dir() } else { m.is_file() });

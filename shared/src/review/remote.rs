@@ -359,8 +359,10 @@ pub fn unpublished(repo: &Repository, root: &Path, remote: &str) -> Result<Compa
             continue;
         };
         // A move forward (a child of the approval) is a fast-forward every fetch
-        // takes; one the clone cannot place below the approval is not.
-        if target != id && !repo.graph_descendant_of(target, id).unwrap_or(false) {
+        // takes; one the clone cannot place below the approval is not. A target this
+        // clone has not fetched yet cannot be judged: the fetch that brings it says.
+        let fetched = repo.find_commit(target).is_ok();
+        if target != id && fetched && !repo.graph_descendant_of(target, id).unwrap_or(false) {
             moved_off.push(name.clone());
         }
         theirs.insert(name);
