@@ -103,7 +103,7 @@ pub(crate) fn write(
     let finished_at = crate::trace::now_utc();
     let mut w = Written::default();
     let canonical_report = records::report_path(task, &ctx.run_id, ctx.started_at);
-    let mut outputs = model_outputs(ctx, sink, &canonical_report, &rec.state.made_by_tools);
+    let mut outputs = model_outputs(ctx, sink, &canonical_report, &rec.state.made_by_tools, db.as_deref());
     outputs.rejected.extend(rec.state.removed_before_checks.iter().cloned());
     let cost = (rec.state.cost_usd * 1e6).round() / 1e6;
     let report = sink
@@ -570,13 +570,15 @@ fn leave_blocked(
 }
 
 /// Sorts what the model left under `reports/` (none for a fire refused before it
-/// ran anything: then nothing under `reports/` changed since it started).
+/// ran anything: then nothing under `reports/` changed since it started). `db`: the
+/// fire's one state handle, asked whether a report-shaped file is its run's own.
 #[tracing::instrument(level = "debug", skip_all)]
 fn model_outputs(
     ctx: &FireContext,
     sink: &RecordSink,
     report: &std::path::Path,
     made_by_tools: &std::collections::BTreeSet<String>,
+    db: Option<&StateDb>,
 ) -> super::outputs::Outputs {
     let t = std::time::Instant::now();
     // A resumed run's outputs go back to its pause: a resume killed after the approved
@@ -601,9 +603,8 @@ fn model_outputs(
     let own = [report.to_string_lossy().into_owned()];
     let head_dir = |dir: &str| head_entries(sink.repo, head.as_ref(), dir);
     let by_tools = |rel: &str| made_by_tools.contains(rel);
-    let db = crate::state::StateDb::open_for_reading(&ctx.opts.root).ok();
     // A report the database cannot be asked about counts as genuine: it is kept.
-    let genuine_report = |rel: &str| db.as_ref().is_none_or(|db| is_runs_own_report(db, rel));
+    let genuine_report = |rel: &str| db.is_none_or(|db| is_runs_own_report(db, rel));
     let known = super::outputs::Known {
         in_head: &in_head,
         head_dir: &head_dir,
