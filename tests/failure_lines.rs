@@ -137,6 +137,36 @@ fn each_hint_fits_its_situation() {
 /// in a provider's error body (a proxy that quotes the request's header) is redacted
 /// from the `-v` log line that quotes the body, as it is from the records: log lines
 /// are redacted of the variables the settings name, whatever their names.
+/// An error body is kept by its first 300 characters, and only once it is redacted:
+/// cut first, a key the body echoes across the cut would keep all but its last
+/// characters, which the redactor no longer knows (helper-110: part of the key
+/// reached the committed card).
+#[test]
+fn a_key_an_error_body_echoes_across_the_cut_is_redacted_whole() {
+    const CRED: &str = "horse-battery-staple-9137";
+    let lead = "x".repeat(300 - "refused: ".len() - CRED.len() + 3);
+    let echoed = format!("refused: {lead}{CRED} for this request");
+    let server = ModelServer::start(vec![Reply::status(401, &echoed)]);
+    let provider = server.provider_yaml(Wire::OpenAi).replace(KEY_ENV, "LLM_CRED");
+    let env = TestEnv::new();
+    env.write("settings/runtime.yaml", &settings_yaml(&provider, ""));
+    env.write("prompts/t.md", PLAIN_PROMPT);
+    env.commit_all("test settings");
+    let out = env
+        .command("runtime", &["fire", "t"])
+        .env("LLM_CRED", CRED)
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(server.requests().len(), 1, "the request went out: {stderr}");
+    let records = env.all_record_text();
+    // The error reached the card (the payload ran), and no part of the key did.
+    assert!(records.contains("refused: xxxx"), "{records}");
+    let part = &CRED[..CRED.len() - 3];
+    assert!(!records.contains(part), "{records}");
+    assert!(!stderr.contains(part), "{stderr}");
+}
+
 #[test]
 fn a_key_the_provider_echoes_is_redacted_from_log_lines_whatever_its_variable_is_named() {
     const CRED: &str = "horse-battery-staple-9137";

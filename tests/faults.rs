@@ -21,6 +21,21 @@ fn a_damaged_state_db_gives_a_state_reset_card_and_the_fire_completes() {
         let _ = std::fs::remove_file(env.root.join(".runtime").join(side));
     }
 
+    // A fire that ends before its task lock (a mistyped task) leaves the damaged
+    // file where it is: moving it aside is the locked fire's to do, and to card.
+    let (code, _, stderr) = env.fire("digset");
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(std::fs::read(&db).unwrap(), vec![0x42; 16384], "{stderr}");
+    let aside = |root: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(root.join(".runtime"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("state.db.damaged-"))
+            .collect()
+    };
+    assert!(aside(&env.root).is_empty(), "{:?}", aside(&env.root));
+
     let (code, summary, stderr) = env.fire("digest");
     assert_eq!(code, 5, "completed with a card: {stderr}");
     assert_eq!(summary["status"], "accepted");

@@ -786,6 +786,116 @@ fn an_eval_fire_loads_no_prompt_through_a_link_the_proposal_made() {
     assert!(text.contains("prompts/t.md"), "the link is not named:\n{text}");
 }
 
+/// A proposal's builder files linked out of the repository, on a branch a colleague
+/// made with git itself: `builder review` (and `builder check` in a CI checkout of it)
+/// names the links and reads none of them (helper-108: the settings linked to a file of
+/// the reviewer's were quoted back in check's errors, and a prompt linked to
+/// `/dev/zero` was read until memory ran out; a FIFO held the review). Shown live
+/// first: before, the check quoted the file's value. The review is watched and killed
+/// past 1 GB of memory or a minute.
+#[test]
+fn review_and_check_read_no_builder_file_linked_out_of_the_repository() {
+    let r = Reviewer::new();
+    let hosts = r.env.home.join("hosts.yml");
+    std::fs::write(&hosts, format!("provider: {SECRET}\n")).unwrap();
+    let fifo = r.env.home.join("pipe");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let git = |args: &[&str]| {
+        let out = r.env.git_with_path(&r.env.root, "/usr/bin:/bin", args);
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // The prompt and the scope linked out (the review reads the head's settings from
+    // git, where a link is its target's name); the settings too for `builder check` in
+    // the proposal's checkout, as CI runs it on a pull request.
+    let link = |file: &str, target: &Path| {
+        let at = r.env.root.join(file);
+        std::fs::remove_file(&at).unwrap();
+        std::os::unix::fs::symlink(target, &at).unwrap();
+    };
+    git(&["checkout", "-q", "-f", "-b", "proposals/linked", "main"]);
+    link("prompts/t.md", Path::new("/dev/zero"));
+    link("scope/SCOPE.md", &fifo);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "Tidy the prompt"]);
+    link("settings/runtime.yaml", &hosts);
+    let check = watched(r.env.command("builder", &["check"]));
+    let check_text = format!("{}{}", check.stdout, check.stderr);
+    git(&["checkout", "-q", "-f", "main"]);
+    let review = watched({
+        let mut c = r.env.command("builder", &["review", "linked"]);
+        c.env("GITHUB_TOKEN", TOKEN);
+        c
+    });
+    let review_text = format!("{}{}", review.stdout, review.stderr);
+    for (what, run, text) in [("check", &check, &check_text), ("review", &review, &review_text)] {
+        assert!(
+            run.finished,
+            "{what} was still running after a minute or past 1 GB:\n{text}"
+        );
+        assert_eq!(run.code, Some(1), "{what}:\n{text}");
+        assert!(!text.contains(SECRET), "{what} quoted the reviewer's file:\n{text}");
+        for file in ["prompts/t.md", "scope/SCOPE.md"] {
+            assert!(text.contains(file), "{what} does not name {file}:\n{text}");
+        }
+    }
+    assert!(check_text.contains("settings/runtime.yaml"), "{check_text}");
+    assert!(check_text.contains("resolves outside the repository"), "{check_text}");
+}
+
+/// What a command [`watched`] did.
+struct Watched {
+    finished: bool,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd`, killing it past 1 GB of resident memory or after a minute.
+fn watched(mut cmd: Command) -> Watched {
+    use std::process::Stdio;
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let rss_kb = |pid: u32| -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_string))
+            .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+            .unwrap_or(0)
+    };
+    let began = std::time::Instant::now();
+    let (finished, code) = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break (true, status.code());
+        }
+        if began.elapsed() > std::time::Duration::from_secs(60) || rss_kb(child.id()) > 1 << 20 {
+            let _ = child.kill();
+            let _ = child.wait();
+            break (false, None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    Watched {
+        finished,
+        code,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
 /// What the reviewer's own git directory holds that no eval fire may read: its config
 /// (here a private remote; a CI checkout leaves its token there too, which tool output
 /// redacts only where it looks like one) and a stash of work in progress.

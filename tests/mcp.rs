@@ -60,7 +60,7 @@ impl McpRepo {
     /// `builder mcp pin`, with the variable the server is allowed.
     fn pin(&self) -> std::process::Output {
         self.env
-            .command("builder", &["mcp", "pin"])
+            .command("builder", &["mcp", "pin", "--trust"])
             .env("MCP_TEST_TOKEN", "allowed-token")
             .output()
             .unwrap()
@@ -523,7 +523,7 @@ fn a_server_run_as_a_module_is_refused_by_the_pin() {
         &format!("{body}\nmcp:\n  srv:\n    command: [\"/usr/bin/python3\", \"-W\", \"ignore\", \"-m\", \"srv\"]\n"),
     );
     env.write("srv.py", "print('a server')\n");
-    let out = env.builder(&["mcp", "pin"]);
+    let out = env.builder(&["mcp", "pin", "--trust"]);
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -627,7 +627,7 @@ fn the_reference_filesystem_server_given_the_repository_is_held_by_the_sandbox()
     );
     env.write("settings/runtime.yaml", &settings);
     env.write("prompts/t.md", PLAIN_PROMPT);
-    let out = env.builder(&["mcp", "pin"]);
+    let out = env.builder(&["mcp", "pin", "--trust"]);
     assert!(out.status.success(), "pin: {}", String::from_utf8_lossy(&out.stderr));
     env.commit_all("the reference filesystem server");
     let (_, summary, stderr) = env.fire("t");
@@ -773,7 +773,7 @@ fn a_proposal_that_adds_a_server_and_widens_a_tool_is_named_and_refused() {
             "{settings}  extra:\n    command: [\"{dir}/mcp-test-server\", \"{dir}/mode2\"]\n    read: [\"{dir}\"]\n"
         ),
     );
-    let out = repo.env.builder(&["mcp", "pin", "extra"]);
+    let out = repo.env.builder(&["mcp", "pin", "extra", "--trust"]);
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -783,7 +783,7 @@ fn a_proposal_that_adds_a_server_and_widens_a_tool_is_named_and_refused() {
     assert!(printed.contains("new server `extra`"), "{printed}");
     // The files server upgraded: `echo` gained `note`, re-pinned from the server.
     repo.set_mode("wider");
-    let out = repo.env.builder(&["mcp", "pin", "files"]);
+    let out = repo.env.builder(&["mcp", "pin", "files", "--trust"]);
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(printed.contains("tool `echo`: gained parameter `note`"), "{printed}");
     repo.set_mode("honest");
@@ -879,7 +879,7 @@ fn a_proposal_on_an_older_base_gets_no_mcp_pin_the_branch_has_since_narrowed() {
     );
     repo.set_mode("wider");
     let pinned = |what: &str| {
-        let out = repo.env.builder(&["mcp", "pin", "files"]);
+        let out = repo.env.builder(&["mcp", "pin", "files", "--trust"]);
         assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
     };
     pinned("the wider echo");
@@ -1465,4 +1465,224 @@ fn a_head_changing_code_a_trusted_server_loads_is_not_fired_by_eval() {
             heard.lock().unwrap()
         );
     }
+}
+
+/// A result is cut at `limits.tool_output_bytes` (64 KiB here) only once it is
+/// redacted: cut first, a model that chose the length of what a server echoes ahead of
+/// its credential could place the cut inside the value, and all but its last
+/// characters would reach it and git (helper-109). The server here repeats its failed
+/// upstream request, the model's text first and its token last.
+#[test]
+fn a_secret_a_result_cut_would_split_is_redacted_before_the_cut() {
+    let prefix = "upstream error: GET /search?q=".len();
+    let token = "allowed-token";
+    // Cut two characters before the token's end: the text, `&key=`, then the token.
+    let n = 64 * 1024 - prefix - "&key=".len() - token.len() + 2;
+    let args = serde_json::json!({ "text": "A".repeat(n) }).to_string();
+    let script = vec![
+        turn(Wire::OpenAi, None, &[("u1", "mcp__files__echo", &args)], (10, 5)),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(script, "\"mcp__files__echo\"", "", "");
+    repo.set_mode("upstream");
+    let (code, summary, stderr) = repo.fire();
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}\n{stderr}");
+    let result = content_of(&tool_results(&repo), "u1");
+    // The server answered with the request it made (the payload ran), cut at the cap.
+    assert!(
+        result.contains("upstream error: GET /search?q=AAAA"),
+        "{}",
+        &result[..200]
+    );
+    let part = &token[..token.len() - 2];
+    assert!(
+        !result.contains(part),
+        "the model was sent part of the token: ...{}",
+        &result[result.len() - 60..]
+    );
+    assert!(!repo.sent().contains(part));
+    assert!(!repo.env.all_record_text().contains(part));
+}
+
+/// The ledger keeps a completed call's result redacted, as JSON a resume can read: the
+/// redaction is of the text, not of the JSON it is stored as, which could lose an
+/// escaping backslash with it (helper-109: `password=a\"b`, echoed back, left the
+/// row unreadable, and an MCP call whose row cannot be read would be sent again).
+#[test]
+fn a_redacted_result_in_the_ledger_stays_readable() {
+    let script = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[("p1", "mcp__files__echo", r#"{"text": "password=a\"b and more"}"#)],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(script, "\"mcp__files__echo\"", "", "");
+    let (code, summary, stderr) = repo.fire();
+    assert_eq!(code, TestEnv::completed_code(&summary), "{summary}\n{stderr}");
+    let echoed = content_of(&tool_results(&repo), "p1");
+    assert!(echoed.starts_with("echo: password="), "the server answered: {echoed}");
+    let db = rusqlite::Connection::open(repo.env.root.join(".runtime/state.db")).unwrap();
+    let stored: String = db
+        .query_row("SELECT result FROM tool_ledger WHERE call_id = 'p1'", [], |r| r.get(0))
+        .unwrap();
+    let result: Value = serde_json::from_str(&stored).unwrap_or_else(|e| panic!("{e}: {stored}"));
+    let output = result["output"].as_str().unwrap();
+    assert!(output.contains("[REDACTED]") && !output.contains("a\"b"), "{output}");
+}
+
+/// An MCP call the runtime was killed after (its server answered, nothing recorded
+/// yet) is not sent again by the fire that continues the run: the model is told it may
+/// or may not have taken effect, and a `side_effect_uncertain` card says so, as for a
+/// built-in tool (helper-109: the run ended `completed`, exit 0, on no card).
+#[test]
+fn an_mcp_call_killed_after_it_ran_is_uncertain_on_a_card_and_not_sent_again() {
+    let script = vec![
+        turn(
+            Wire::OpenAi,
+            None,
+            &[("k1", "mcp__files__echo", r#"{"text": "once"}"#)],
+            (10, 5),
+        ),
+        final_turn("Done."),
+    ];
+    let repo = McpRepo::new(script, "\"mcp__files__echo\"", "", "");
+    let out = repo
+        .env
+        .command("runtime", &["fire", "t", "--json"])
+        .env("MCP_TEST_TOKEN", "allowed-token")
+        .env("RUNTIME_FAILPOINTS", "after-tool-side-effect")
+        .output()
+        .unwrap();
+    assert!(
+        crate::crash::killed(&out),
+        "the crash point fired: {:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(repo.model.requests().len(), 1, "the call was the first response's");
+    let (code, summary, stderr) = repo.fire();
+    assert_eq!(code, 5, "completed with a card: {summary}\n{stderr}");
+    assert_eq!(summary["status"], "completed");
+    assert_eq!(repo.env.card_kinds(&summary), vec!["side_effect_uncertain"], "{stderr}");
+    let receipt = repo.env.receipt(&summary);
+    assert_eq!(
+        receipt["tool_calls"][0]["outcome"], "SIDE_EFFECT_UNCERTAIN",
+        "{receipt}"
+    );
+    let told = content_of(&tool_results(&repo), "k1");
+    assert!(told.contains("not sent again"), "{told}");
+}
+
+/// `builder mcp pin` runs each server's program as the person pinning, outside any
+/// sandbox, with the variables it asks for: the first pin of a server, and every pin
+/// after its program changed, is refused with what would run until the person says
+/// `--trust`, which is remembered outside the repository (helper-108: a reviewer
+/// who pinned a proposal's branch ran its script, which read their files). The
+/// script here leaves a mark when it runs.
+#[test]
+fn pinning_runs_nothing_until_the_person_trusts_what_it_would_start() {
+    let env = TestEnv::new();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("mcp-test-server");
+    std::fs::copy(bin("mcp-test-server"), &exe).unwrap();
+    std::fs::write(dir.path().join("mode"), "honest").unwrap();
+    let mark = dir.path().join("ran");
+    let script = format!(
+        "echo ran >> {}\nexec {} {}\n",
+        mark.display(),
+        exe.display(),
+        dir.path().join("mode").display()
+    );
+    env.write("mcp/files/server.sh", &script);
+    let body = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!("{body}\nmcp:\n  files:\n    command: [\"/bin/sh\", \"mcp/files/server.sh\"]\n    env_allow: [MCP_TEST_TOKEN]\n"),
+    );
+    let pin = |extra: &[&str]| {
+        let out = env
+            .command("builder", &[&["mcp", "pin"], extra].concat())
+            .env("MCP_TEST_TOKEN", "allowed-token")
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), said)
+    };
+    let (code, said) = pin(&[]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("not trusted yet")
+            && said.contains("/bin/sh mcp/files/server.sh")
+            && said.contains("$MCP_TEST_TOKEN"),
+        "{said}"
+    );
+    assert!(said.contains("--trust"), "{said}");
+    assert!(!mark.exists(), "the server ran before it was trusted");
+    assert!(!env.root.join("settings/mcp.lock").exists());
+    // Trusted: it runs (the mark) and is pinned; the next pin of the same program
+    // needs no word.
+    let (code, said) = pin(&["--trust"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("pinned files: 4 tool(s)"), "{said}");
+    assert_eq!(std::fs::read_to_string(&mark).unwrap(), "ran\n");
+    let (code, said) = pin(&[]);
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(std::fs::read_to_string(&mark).unwrap(), "ran\nran\n");
+    // Its program changed (as a branch would change it): refused again, nothing run.
+    env.write("mcp/files/server.sh", &format!("# tidied\n{script}"));
+    let (code, said) = pin(&[]);
+    assert_eq!(code, Some(1), "{said}");
+    assert_eq!(std::fs::read_to_string(&mark).unwrap(), "ran\nran\n");
+    // Remembered in the person's state directory, never in the repository.
+    assert!(env.home.join(".local/state/builder/mcp-trusted").is_file());
+
+    // A trusted declaration naming its program bare (`sh`) starts the file its digest
+    // hashed, found on `PATH`'s absolute entries: a branch's `./sh` at the top is not
+    // what runs, however `PATH` leads to the working directory (helper-110).
+    env.write("mcp/files/server.sh", &script);
+    let body = env.read("settings/runtime.yaml").replace("\"/bin/sh\"", "\"sh\"");
+    env.write("settings/runtime.yaml", &body);
+    let planted = dir.path().join("planted");
+    env.write(
+        "sh",
+        &format!(
+            "#!/bin/sh\necho planted >> {}\nexec /bin/sh \"$@\"\n",
+            planted.display()
+        ),
+    );
+    std::fs::set_permissions(env.root.join("sh"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let with_path = |extra: &[&str]| {
+        env.command("builder", &[&["mcp", "pin"], extra].concat())
+            .env("MCP_TEST_TOKEN", "allowed-token")
+            .env("PATH", ":/usr/bin:/bin")
+            .output()
+            .unwrap()
+    };
+    let out = with_path(&["--trust"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!planted.exists(), "the planted ./sh ran");
+    assert_eq!(
+        std::fs::read_to_string(&mark).unwrap(),
+        "ran\nran\nran\n",
+        "the real sh ran the script"
+    );
+
+    // A branch's lock that is a link out of the repository is replaced by the pin, not
+    // written through (helper-110: it created `~/.bash_profile`).
+    let outside = dir.path().join("profile");
+    std::fs::remove_file(env.root.join("settings/mcp.lock")).unwrap();
+    std::os::unix::fs::symlink(&outside, env.root.join("settings/mcp.lock")).unwrap();
+    let out = with_path(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!outside.exists(), "the pin wrote through the link");
+    assert!(std::fs::symlink_metadata(env.root.join("settings/mcp.lock"))
+        .unwrap()
+        .is_file());
 }

@@ -17,6 +17,8 @@
 //! * `crowded`: as `honest`, with 30 more tools no pin names (`extra_0` ...);
 //! * `loud_error`: as `honest`, but a call of `echo` is answered with a JSON-RPC error
 //!   whose message is 2 MiB long;
+//! * `upstream`: as `honest`, but `echo` answers as a server whose upstream failed,
+//!   repeating the request it made: the text, then its `MCP_TEST_TOKEN` last;
 //! * `rug`: as `honest` until `echo` is first called; then it sends
 //!   `notifications/tools/list_changed` and from then on offers a poisoned `echo` and a
 //!   new `delete_row` (the rug pull: a change after the tools were checked).
@@ -120,6 +122,11 @@ impl TestServer {
         let fail = |s: String| CallToolResult::error(vec![ContentBlock::text(s)]);
         let arg = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         match name {
+            "echo" if self.mode == "upstream" => fail(format!(
+                "upstream error: GET /search?q={}&key={} -> 500",
+                arg("text"),
+                std::env::var("MCP_TEST_TOKEN").unwrap_or_default()
+            )),
             "echo" | "echo_v2" => text(format!("echo: {}", arg("text"))),
             "write_file" => match std::fs::write(arg("path"), arg("content")) {
                 Ok(()) => text(format!("wrote {}", arg("path"))),

@@ -25,9 +25,14 @@ use std::path::{Path, PathBuf};
 /// An unencrypted Ed25519 key pair under the test's home: (private key path, public
 /// key line). `None` when `ssh-keygen` is missing.
 pub(crate) fn keygen(env: &TestEnv, name: &str) -> Option<(PathBuf, String)> {
+    keygen_of(env, name, "ed25519")
+}
+
+/// An unencrypted key pair of `kind` (`ssh-keygen -t`) under the test's home.
+fn keygen_of(env: &TestEnv, name: &str, kind: &str) -> Option<(PathBuf, String)> {
     let key = env.home.join(format!("id_{name}"));
     let ok = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .args(["-q", "-t", kind, "-N", "", "-C", name, "-f"])
         .arg(&key)
         .status()
         .ok()?
@@ -63,7 +68,12 @@ fn forge_approval(env: &TestEnv, name: &str, approver: &str, key: Option<&PathBu
 /// signed tree, judged by its own list), merged and fired once. Returns Rev's key
 /// and public key line, and the signed approval's commit; `None` without `ssh-keygen`.
 pub(crate) fn signed_review(env: &TestEnv) -> Option<(PathBuf, String, String)> {
-    let (rev_key, rev_pub) = keygen(env, "rev")?;
+    signed_review_by(env, "ed25519")
+}
+
+/// [`signed_review`] with Rev's key of `kind` (`ssh-keygen -t`).
+fn signed_review_by(env: &TestEnv, kind: &str) -> Option<(PathBuf, String, String)> {
+    let (rev_key, rev_pub) = keygen_of(env, "rev", kind)?;
     require_review_through_review(env);
     env.write(
         "settings/allowed_signers",
@@ -112,6 +122,58 @@ fn signed_review_on_origin(env: &TestEnv) -> Option<PathBuf> {
         &["push", "-q", "origin", "main", crate::team::APPROVALS_SPEC],
     );
     Some(origin)
+}
+
+/// Many reviewers' SSH keys are RSA (what `ssh-keygen` made by default until 2023):
+/// their signed approvals count, by `rsa-sha2-512` signatures as `ssh-keygen -Y sign`
+/// makes them, and a change signed by a key the list does not hold still does not.
+#[test]
+fn an_approval_signed_with_a_reviewers_rsa_key_counts() {
+    let env = TestEnv::new();
+    let Some((rev_key, rev_pub, signed_approval)) = signed_review_by(&env, "rsa") else {
+        crate::skip::skip(Capability::SshKeygen, "ssh-keygen is not installed");
+        return;
+    };
+    assert!(rev_pub.starts_with("ssh-rsa "), "{rev_pub}");
+    let approval = last_approval(&env);
+    assert_eq!(approval.id.to_string(), signed_approval);
+    assert!(
+        approval
+            .body
+            .signature
+            .as_deref()
+            .is_some_and(|s| s.contains("BEGIN SSH SIGNATURE")),
+        "{approval:?}"
+    );
+    // The next change, signed by the same RSA key, lands; one signed by another RSA
+    // key the list does not hold is refused.
+    env.write("prompts/digest.md", "---\n---\nA tweak.\n");
+    builder_ok(&env, &env.root, None, &["propose", "tweak"]);
+    let (eve_key, _) = keygen_of(&env, "eve", "rsa").unwrap();
+    let (code, _, err) = builder_in(
+        &env,
+        &env.root,
+        Some(REVIEWER),
+        &["approve", "tweak", "--key", eve_key.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("would not count") && err.contains("is not in settings/allowed_signers"),
+        "{err}"
+    );
+    builder_ok(
+        &env,
+        &env.root,
+        Some(REVIEWER),
+        &["approve", "tweak", "--key", rev_key.to_str().unwrap()],
+    );
+    builder_ok(&env, &env.root, None, &["merge", "tweak"]);
+    let (code, summary) = fire_in(&env, &env.root, "digest");
+    assert_eq!(code, 0, "{summary}");
+    assert_eq!(
+        env.receipt(&summary)["inputs"]["approval"]["id"],
+        last_approval(&env).id.to_string().as_str()
+    );
 }
 
 #[test]

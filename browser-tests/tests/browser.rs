@@ -1061,6 +1061,51 @@ async fn changes_need_write_a_csrf_token_the_same_origin_and_another_person() {
     assert_eq!(repo.proposals()[0]["state"], "open");
 }
 
+/// In a real browser, a link on another site to a proposal page (here a `data:` page,
+/// an origin of its own) opens the page but starts no review: the browser marks the
+/// navigation `cross-site`, and the page waits for a click instead of asking for its
+/// review as it loads (helper-108: that request, the page's own, started the evals).
+/// The click then runs it.
+#[tokio::test]
+async fn a_proposal_page_another_site_links_to_waits_for_a_click_to_review() {
+    let Some((chromium, chromedriver)) = browser_binaries() else {
+        return;
+    };
+    let repo = Repo::generate();
+    let server = Server::start(&repo, REVIEWER, &[]);
+    let proxy = Proxy::start(server.addr).await;
+    let b = Browser::start(&chromium, &chromedriver, proxy.addr).await;
+    let target = server.url("/proposal?name=shorter");
+    let elsewhere = format!("<a id=go href='{target}'>a proposal worth a look</a>");
+    // (No `#` in it, so the whole text is the page; the URL parser escapes the rest.)
+    let data = format!("data:text/html,{elsewhere}");
+    b.c().goto(&data).await.unwrap();
+    let _ = proxy.take();
+    b.c().find(Locator::Css("#go")).await.unwrap().click().await.unwrap();
+    b.c().wait().for_element(Locator::Css("#run-review")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let asked = proxy.take();
+    assert!(
+        asked.iter().any(|r| r.contains("/proposal?name=shorter")),
+        "the link opened the page: {asked:?}"
+    );
+    assert!(
+        !asked.iter().any(|r| r.contains("/proposal/review")),
+        "another site's link started the review: {asked:?}"
+    );
+    b.shot("proposal-from-elsewhere").await;
+    b.c()
+        .find(Locator::Css("#run-review"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.c().wait().for_element(Locator::Css("#verdict")).await.unwrap();
+    assert!(proxy.take().iter().any(|r| r.contains("/proposal/review")));
+    b.close().await;
+}
+
 /// What another site's link or image can do to a read-only server: start no review
 /// (a review fires the evals, live cases spending the provider's key), and put no
 /// words of its own in a page (the notice after an approval names an approval that
@@ -1082,6 +1127,33 @@ async fn another_sites_link_starts_no_review_and_writes_no_notice() {
     }
     let r = c.get(server.url("/proposal/review?name=shorter")).send().await.unwrap();
     assert_eq!(r.status(), 403, "no header at all (an old browser, or no browser)");
+    // The proposal page another site sent the browser to asks for no review as it
+    // loads (its own request would pass the check above, helper-108): it waits for a
+    // click, also when another program handed the browser the link (`none`). Opened
+    // from this server's own pages, it loads the review.
+    for (site, loads) in [
+        (Some("cross-site"), false),
+        (Some("same-site"), false),
+        (None, false),
+        (Some("none"), false),
+        (Some("same-origin"), true),
+    ] {
+        let mut page = c.get(server.url("/proposal?name=shorter"));
+        if let Some(site) = site {
+            page = page.header("sec-fetch-site", site);
+        }
+        let html = page.send().await.unwrap().text().await.unwrap();
+        assert_eq!(
+            html.contains("hx-trigger=\"load\""),
+            loads,
+            "sent from {site:?}:\n{html}"
+        );
+        assert_eq!(
+            html.contains("id=\"run-review\""),
+            !loads,
+            "sent from {site:?}:\n{html}"
+        );
+    }
     let r = review("same-origin").await.unwrap();
     assert_eq!(r.status(), 200, "the proposal page's own request");
     let r = c

@@ -74,8 +74,12 @@ fn link_problems(root: &Path, loaded: Option<&RuntimeSettings>, diags: &mut Vec<
 
 /// The boundary document must exist, be UTF-8 text and say something.
 fn scope_problems(root: &Path, diags: &mut Vec<Diagnostic>) {
-    let bytes = match std::fs::read(root.join(SCOPE_FILE)) {
+    let bytes = match crate::regular::read_within(root, Path::new(SCOPE_FILE), crate::regular::WORK_TREE_FILE_MAX) {
         Ok(bytes) => bytes,
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            diags.push(Diagnostic::new(SCOPE_FILE, 0, "", format!("cannot read: {e}")));
+            return;
+        }
         Err(_) => {
             diags.push(
                 Diagnostic::new(
@@ -170,7 +174,9 @@ fn prompt_files(root: &Path, diags: &mut Vec<Diagnostic>) -> Vec<PathBuf> {
 fn prompt_problems(root: &Path, path: &Path, s: &RuntimeSettings, own_settings: bool, diags: &mut Vec<Diagnostic>) {
     let task = path.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_string();
     let rel = Path::new(PROMPTS_DIR).join(format!("{task}.md"));
-    let src = match std::fs::read_to_string(path) {
+    // The file found, whatever its name: a name that is no task's is said below.
+    let found = path.strip_prefix(root).unwrap_or(&rel);
+    let src = match crate::regular::read_text_within(root, found) {
         Ok(s) => s,
         Err(e) => {
             diags.push(Diagnostic::new(&rel, 0, "", format!("cannot read: {e}")));

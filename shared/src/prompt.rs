@@ -141,7 +141,7 @@ pub fn load(root: &Path, task: &str, settings: &RuntimeSettings) -> Result<Promp
     }
     load_text(
         task,
-        std::fs::read_to_string(root.join(&rel)).map_err(|e| e.to_string()),
+        crate::regular::read_text_within(root, &rel).map_err(|e| e.to_string()),
         settings,
     )
 }

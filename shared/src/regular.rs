@@ -49,6 +49,46 @@ pub fn read(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     read_open(&open(path, false)?, max)
 }
 
+/// The most bytes read of one builder file of a work tree (a prompt, the scope, a
+/// settings file, the MCP lock, as `builder check` and the builder's commands read
+/// them): far above any real one, far below a memory's end.
+pub const WORK_TREE_FILE_MAX: u64 = 16 * 1024 * 1024;
+
+/// The bytes of the file `rel` of the work tree at `root`, as [`read`] reads them,
+/// only where it resolves inside the repository: a checkout's link to `/dev/zero`, a
+/// FIFO, `/proc/self/environ` or a reviewer's own file is not read (helper-108: `builder
+/// check` of a proposal read a link to `/dev/zero` until memory ran out, and quoted
+/// back parts of a file outside the repository in its errors), nor where it resolves
+/// into the git directory (`.git/config` may hold a CI token) or the runtime's private
+/// state (`.runtime`). The link itself is named by the check of links (which also
+/// refuses links within the repository that leave the builder-owned paths); this only
+/// keeps the reader from following one out. The path is resolved, then opened: a
+/// checkout is not raced by the branch it holds.
+pub fn read_within(root: &Path, rel: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let real_root = std::fs::canonicalize(root)?;
+    let real = std::fs::canonicalize(root.join(rel))?;
+    let private = [".git", crate::layout::STATE_DIR]
+        .iter()
+        .any(|d| real.starts_with(real_root.join(d)));
+    if !real.starts_with(&real_root) || private {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "it resolves outside the repository or into its private state (to {}): not read",
+                real.display()
+            ),
+        ));
+    }
+    read(&real, max)
+}
+
+/// [`read_within`] of a text file, at most [`WORK_TREE_FILE_MAX`] bytes; not UTF-8 is
+/// an error (`InvalidData`).
+pub fn read_text_within(root: &Path, rel: &Path) -> std::io::Result<String> {
+    let bytes = read_within(root, rel, WORK_TREE_FILE_MAX)?;
+    String::from_utf8(bytes).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e.utf8_error()))
+}
+
 /// The bytes of `file` (opened by [`open`]), at most `max` of them, as [`read`].
 pub fn read_open(file: &File, max: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();

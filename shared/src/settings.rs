@@ -476,7 +476,7 @@ pub struct WorkTreeFiles<'a>(pub &'a Path);
 
 impl SettingsSource for WorkTreeFiles<'_> {
     fn read_text(&self, rel: &Path) -> Result<String, String> {
-        std::fs::read_to_string(self.0.join(rel)).map_err(|e| e.to_string())
+        crate::regular::read_text_within(self.0, rel).map_err(|e| e.to_string())
     }
 
     fn json_files(&self) -> Vec<PathBuf> {

@@ -374,11 +374,7 @@ impl StateDb {
     pub fn open(root: &Path) -> Result<StateDb, StoreError> {
         let path = db_path(root);
         let inode = file_inode(&path);
-        let opened = match emptied(&path) {
-            Some(reason) => Err(OpenFailure::Damaged(reason)),
-            None => open_checked(&path),
-        };
-        match opened {
+        match open_sound(&path) {
             Ok(mut store) => {
                 mark_made(&path);
                 store.call_on_close(record_sound);
@@ -393,6 +389,27 @@ impl StateDb {
                     write_note(root, r);
                 }
                 Ok(StateDb { store, reset })
+            }
+        }
+    }
+
+    /// Opens the state database where it is sound, for a read taken before the
+    /// caller holds any lock: `None` for a damaged (or emptied) file, which is left
+    /// where it is for [`StateDb::open`] to move aside once the caller may change it,
+    /// and for any other failure.
+    pub fn open_if_sound(root: &Path) -> Option<StateDb> {
+        match open_sound(&db_path(root)) {
+            Ok(mut store) => {
+                store.call_on_close(record_sound);
+                Some(StateDb { store, reset: None })
+            }
+            Err(OpenFailure::Damaged(reason)) => {
+                tracing::debug!(%reason, "the state database is damaged: left for the locked open");
+                None
+            }
+            Err(OpenFailure::Other(e)) => {
+                tracing::debug!(error = %e, "the state database was not opened early");
+                None
             }
         }
     }
@@ -793,6 +810,15 @@ fn salvage_pauses(damaged: &Path, store: &mut Store) -> Vec<String> {
 fn file_inode(path: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// Opens the store at `path` where it is sound: an emptied or damaged file is
+/// [`OpenFailure::Damaged`], for the caller to move aside or leave.
+fn open_sound(path: &Path) -> Result<Store, OpenFailure> {
+    match emptied(path) {
+        Some(reason) => Err(OpenFailure::Damaged(reason)),
+        None => open_checked(path),
+    }
 }
 
 /// Opens the store and checks it.

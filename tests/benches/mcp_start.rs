@@ -64,7 +64,7 @@ impl Variant {
         );
         env.write("prompts/t.md", PLAIN_PROMPT);
         if with_server {
-            let out = env.builder(&["mcp", "pin"]);
+            let out = env.builder(&["mcp", "pin", "--trust"]);
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         }
         env.commit_all("the bench's task");

@@ -1,8 +1,11 @@
 //! `builder mcp pin [<server>]`: write `settings/mcp.lock`, the pins a fire checks
 //! each MCP server's command and tool definitions against (see `shared::mcp`). It
-//! prints what changed in words; commit the lock and propose it for review.
+//! prints what changed in words; commit the lock and propose it for review. It runs
+//! each server's program as you, outside any sandbox, so what it would start must be
+//! trusted first (`--trust`, remembered per machine: see `shared::agent::mcp_pin`).
 
 use crate::command_error::{CommandError, Kind, Outcome};
+use shared::agent::mcp_pin::PinError;
 use std::path::Path;
 
 /// MCP tool servers: pin what review approves
@@ -14,15 +17,19 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum McpCommand {
-    /// Start each declared server once, list its tools and write settings/mcp.lock
+    /// Start each declared server once (trusted: see --trust), list its tools and write settings/mcp.lock
     Pin {
         /// Pin only this server (the others keep their pins)
         server: Option<String>,
+        /// Trust what the servers run (their program, its files and the variables
+        /// they get) after reading it: pinning runs it as you, outside any sandbox
+        #[arg(long)]
+        trust: bool,
     },
 }
 
 pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
-    let McpCommand::Pin { server } = args.command;
+    let McpCommand::Pin { server, trust } = args.command;
     let wt = super::open_repo(repo_path)?;
     let settings = shared::settings::load(&wt.root).map_err(CommandError::from)?.runtime;
     if settings.mcp.is_empty() {
@@ -36,18 +43,28 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         .build()
         .map_err(|e| CommandError::new(Kind::Environment, e))?;
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+    let store = shared::agent::mcp_pin::TrustStore::of_person(trust).ok_or_else(|| {
+        CommandError::new(
+            Kind::Environment,
+            anyhow::anyhow!("neither HOME nor XDG_STATE_HOME is set: nowhere to remember which servers you trust"),
+        )
+    })?;
     let pinned = rt
         .block_on(shared::agent::mcp_pin::pin(
             &wt.root,
             &settings.mcp,
             server.as_deref(),
             &path,
+            &store,
         ))
         .map_err(|e| match e {
-            shared::agent::mcp_pin::PinError::Unknown(_) | shared::agent::mcp_pin::PinError::Unpinned { .. } => {
-                CommandError::new(Kind::Config, e)
+            PinError::Untrusted(_) => CommandError::new(Kind::Refused, e).hint(
+                "read what it runs (the program, the files of its directory, the declaration in settings/runtime.yaml); then `builder mcp pin --trust`. Never pin a branch you have not read: a review needs no pin",
+            ),
+            PinError::Unknown(_) | PinError::Unpinned { .. } => CommandError::new(Kind::Config, e),
+            PinError::Lock(_) | PinError::Listing { .. } | PinError::TrustStore { .. } => {
+                CommandError::new(Kind::Environment, e)
             }
-            other => CommandError::new(Kind::Environment, other),
         })?;
     for p in &pinned {
         println!("pinned {}: {} tool(s)", p.server, p.tools);

@@ -289,11 +289,15 @@ impl Agent<'_> {
         resumed: bool,
     ) -> Result<ToolResult, StopReason> {
         if let Some(r) = self.mcp_recorded(call, resumed) {
+            // A call the ledger left started (or cannot tell of): said on a card, as a
+            // built-in call's is. A server gone mid-call has its own card below.
+            self.card_if_uncertain(state, call, &r);
             return Ok(r);
         }
         if let Some(stop) = self.ledger_started(state, call) {
             return Err(stop);
         }
+        crate::failpoint!("after-ledger-started");
         let remaining = self.wall().saturating_sub(self.started.elapsed());
         let timeout = Duration::from_secs(self.cfg.limits.tool_timeout_s)
             .min(remaining)
@@ -302,6 +306,7 @@ impl Agent<'_> {
             .mcp
             .call(&call.name, args, timeout, self.cfg.limits.tool_output_bytes)
             .await;
+        crate::failpoint!("after-tool-side-effect");
         r.call_id = call.id.clone();
         if let Some(card) = card {
             state.cards.push(card);
@@ -316,13 +321,19 @@ impl Agent<'_> {
             return None;
         }
         let journal = self.journal.as_deref()?;
-        let entry = journal.entry(&call.id).ok()??;
+        let entry = match journal.entry(&call.id) {
+            Ok(e) => e?,
+            Err(e) => {
+                tracing::warn!(error = %e, call = %call.id, "the ledger could not be read");
+                return Some(super::uncertain(call, "its ledger entry could not be read"));
+            }
+        };
         if entry.args_hash != call_hash(&call.name, &call.arguments) {
             return None;
         }
         match entry.stage {
             CallStage::Intended => None,
-            CallStage::Completed => entry.result.and_then(|r| serde_json::from_str(&r).ok()),
+            CallStage::Completed => Some(super::recorded_result(call, entry.result)),
             CallStage::Started => Some(super::uncertain(
                 call,
                 "the run was interrupted after this MCP call started; it may or may not have taken effect and is not sent again",

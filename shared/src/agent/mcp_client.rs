@@ -22,6 +22,7 @@ use crate::provider::ToolDef;
 use crate::records::CardKind;
 use crate::sandbox::namespaces::NamespacePlan;
 use crate::sandbox::SandboxSpec;
+use crate::secrets::Redactor;
 use crate::settings::LandlockMode;
 use crate::tools::{ErrorClass, ToolResult};
 use crate::worker::WorkerConfig;
@@ -71,6 +72,8 @@ const STDERR_KEEP: usize = 16 * 1024;
 #[derive(Clone, Default)]
 struct StderrTail {
     kept: Arc<std::sync::Mutex<Vec<u8>>>,
+    /// Whether earlier bytes were dropped: the first line kept is then a part.
+    cut: Arc<AtomicBool>,
     ended: Arc<AtomicBool>,
     /// A `url:` server's: its stderr is on its own host, so a card has none to show.
     elsewhere: bool,
@@ -96,7 +99,7 @@ impl StderrTail {
             tail.ended.store(true, Ordering::Release);
             return tail;
         };
-        let (kept, ended) = (tail.kept.clone(), tail.ended.clone());
+        let (kept, cut, ended) = (tail.kept.clone(), tail.cut.clone(), tail.ended.clone());
         tokio::spawn(async move {
             let mut buf = [0u8; 4096];
             while let Ok(n) = pipe.read(&mut buf).await {
@@ -106,7 +109,10 @@ impl StderrTail {
                 if let Ok(mut k) = kept.lock() {
                     k.extend_from_slice(&buf[..n]);
                     let excess = k.len().saturating_sub(STDERR_KEEP);
-                    k.drain(..excess);
+                    if excess > 0 {
+                        k.drain(..excess);
+                        cut.store(true, Ordering::Release);
+                    }
                 }
             }
             ended.store(true, Ordering::Release);
@@ -123,10 +129,20 @@ impl StderrTail {
         }
     }
 
+    /// The whole lines kept: where earlier bytes were dropped, the first line is only
+    /// the end of one and is left out, so no part of a secret the redactor would have
+    /// known whole reaches a card (helper-110: the drop cut a token two characters in).
     fn text(&self) -> String {
-        self.kept
+        let text = self
+            .kept
             .lock()
             .map(|k| String::from_utf8_lossy(&k).into_owned())
+            .unwrap_or_default();
+        if !self.cut.load(Ordering::Acquire) {
+            return text;
+        }
+        text.split_once('\n')
+            .map(|(_, rest)| rest.to_string())
             .unwrap_or_default()
     }
 }
@@ -225,6 +241,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(1000);
 #[derive(Default)]
 pub struct McpHub {
     live: BTreeMap<String, Live>,
+    /// The fire's redactor: a result or a server's stderr is redacted whole before it
+    /// is cut, so a cut never leaves part of a secret the redactor would have caught
+    /// whole (helper-109: a model chose the length that cut a token two characters
+    /// short, and the rest reached git).
+    redactor: Redactor,
     offered: BTreeMap<String, Offered>,
     /// How long starting each server took, for the receipt's log and the bench.
     pub start_ms: BTreeMap<String, u64>,
@@ -247,6 +268,8 @@ pub struct StartInput<'a> {
     /// The runtime's `PATH`, where a server's program is resolved for its digest.
     pub path: String,
     pub home: Option<PathBuf>,
+    /// The fire's redactor (see [`McpHub`]).
+    pub redactor: &'a Redactor,
 }
 
 /// The outcome of starting the servers.
@@ -259,8 +282,8 @@ pub struct Started {
 }
 
 /// The last lines of a server's stderr, for a card.
-fn stderr_tail(stderr: &StderrTail) -> String {
-    let text = stderr.text();
+fn stderr_tail(stderr: &StderrTail, redactor: &Redactor) -> String {
+    let text = redactor.redact(&stderr.text()).into_owned();
     let lines: Vec<&str> = text.lines().collect();
     let tail = lines[lines.len().saturating_sub(20)..].join("\n");
     let cut: String = tail
@@ -278,11 +301,11 @@ fn stderr_tail(stderr: &StderrTail) -> String {
     }
 }
 
-fn failed_card(server: &str, summary: String, why: &str, stderr: &StderrTail) -> CardDraft {
+fn failed_card(server: &str, summary: String, why: &str, stderr: &StderrTail, redactor: &Redactor) -> CardDraft {
     let detail = if stderr.elsewhere {
         why.to_string()
     } else {
-        format!("{why}\nstderr (last lines):\n{}", stderr_tail(stderr))
+        format!("{why}\nstderr (last lines):\n{}", stderr_tail(stderr, redactor))
     };
     CardDraft {
         kind: CardKind::McpServerFailed,
@@ -296,7 +319,10 @@ fn failed_card(server: &str, summary: String, why: &str, stderr: &StderrTail) ->
 /// lock. A server whose command differs from its pin is not started.
 pub async fn start(input: &StartInput<'_>, lock: &McpLock, spawned: Vec<Spawned>) -> Started {
     let mut out = Started {
-        hub: McpHub::default(),
+        hub: McpHub {
+            redactor: input.redactor.clone(),
+            ..McpHub::default()
+        },
         cards: Vec::new(),
         fatal: None,
     };
@@ -419,6 +445,7 @@ async fn start_one(
             format!("MCP server `{server}` did not start"),
             &why,
             stderr,
+            input.redactor,
         ))
     };
     let mut child = child.map_err(|e| failed(format!("cannot start its worker: {e}")))?;
@@ -473,6 +500,7 @@ async fn start_http(
             format!("MCP server `{server}` at {url} could not be reached"),
             &why,
             &stderr,
+            input.redactor,
         ))
     };
     let timeout = Duration::from_secs(entry.start_timeout_s);
@@ -649,7 +677,7 @@ fn launch_config(input: &StartInput<'_>, server: &str, entry: &McpServer) -> Wor
         env,
         mcp: Some(McpLaunch {
             server: server.to_string(),
-            argv: pinned_argv(input, &entry.command),
+            argv: pinned_argv(input.root, &input.path, &entry.command),
         }),
     }
 }
@@ -658,11 +686,11 @@ fn launch_config(input: &StartInput<'_>, server: &str, entry: &McpServer) -> Wor
 /// runtime's `PATH`), not whatever the server's own `PATH` finds first in the sandbox:
 /// a program the sandbox cannot see (a version manager's shim in a home directory)
 /// would otherwise fall through to another one, which no pin covers.
-fn pinned_argv(input: &StartInput<'_>, argv: &[String]) -> Vec<String> {
+pub(crate) fn pinned_argv(root: &Path, path: &str, argv: &[String]) -> Vec<String> {
     let mut argv = argv.to_vec();
     let resolved = argv
         .first()
-        .and_then(|p| crate::mcp::digest::resolve_program(p, input.root, &input.path));
+        .and_then(|p| crate::mcp::digest::resolve_program(p, root, path));
     if let Some(program) = resolved {
         argv[0] = program.to_string_lossy().into_owned();
     }
@@ -755,19 +783,7 @@ impl McpHub {
         let params = CallToolRequestParams::new(o.tool.clone()).with_arguments(args);
         let answer = tokio::time::timeout(timeout, live.service.call_tool(params)).await;
         let mut result = match answer {
-            Ok(Ok(r)) => {
-                let text = render(&r.content, r.structured_content.as_ref());
-                let (output, truncated) = crate::tools::exec::cap_text(text, cap);
-                ToolResult {
-                    call_id: String::new(),
-                    error: r.is_error.unwrap_or(false).then_some(ErrorClass::Failed),
-                    output,
-                    truncated,
-                    duration_ms: 0,
-                    kernel_denied: false,
-                    written_back: None,
-                }
-            }
+            Ok(Ok(r)) => self.answered(&r, cap),
             Ok(Err(e)) => {
                 let why = e.to_string();
                 let gone = matches!(
@@ -784,6 +800,7 @@ impl McpHub {
                         format!("MCP server `{}` stopped during the fire", o.server),
                         &why,
                         &live.stderr,
+                        &self.redactor,
                     );
                     let mut r = ToolResult::error(
                         "",
@@ -794,7 +811,8 @@ impl McpHub {
                     return (r, Some(card));
                 }
                 // The server's error text is its output too: capped as results are.
-                let (output, truncated) = crate::tools::exec::cap_text(format!("MCP error: {why}"), cap);
+                let text = self.redactor.redact(&format!("MCP error: {why}")).into_owned();
+                let (output, truncated) = crate::tools::exec::cap_text(text, cap);
                 let mut r = ToolResult::error("", ErrorClass::Failed, output);
                 r.truncated = truncated;
                 r
@@ -811,6 +829,24 @@ impl McpHub {
         };
         result.duration_ms = began.elapsed().as_millis() as u64;
         (result, None)
+    }
+
+    /// The result of a call a server answered, redacted whole, then cut at `cap`.
+    fn answered(&self, r: &rmcp::model::CallToolResult, cap: usize) -> ToolResult {
+        let text = self
+            .redactor
+            .redact(&render(&r.content, r.structured_content.as_ref()))
+            .into_owned();
+        let (output, truncated) = crate::tools::exec::cap_text(text, cap);
+        ToolResult {
+            call_id: String::new(),
+            error: r.is_error.unwrap_or(false).then_some(ErrorClass::Failed),
+            output,
+            truncated,
+            duration_ms: 0,
+            kernel_denied: false,
+            written_back: None,
+        }
     }
 
     /// Ends every server with the fire: the session is closed, so the server sees the
@@ -866,6 +902,7 @@ pub async fn list_for_pin(
     root: &Path,
     entry: &McpServer,
     env: &[(String, String)],
+    path: &str,
 ) -> Result<Vec<serde_json::Value>, String> {
     let timeout = Duration::from_secs(entry.start_timeout_s);
     if let Some(url) = &entry.url {
@@ -880,7 +917,11 @@ pub async fn list_for_pin(
             Err(_) => Err(format!("no tool list from {url} within {} s", entry.start_timeout_s)),
         };
     }
-    let Some(std_cmd) = crate::mcp::launch::server_command(&entry.command, root, env) else {
+    // The very program the digest hashed, as a fire starts it: a bare name left to the
+    // spawn's own search would find `./sh` at the repository's top through an empty
+    // `PATH` entry, which no digest covers (helper-110).
+    let argv = pinned_argv(root, path, &entry.command);
+    let Some(std_cmd) = crate::mcp::launch::server_command(&argv, root, env) else {
         return Err("no command".into());
     };
     let program = entry.command[0].as_str();
@@ -931,17 +972,27 @@ mod tests {
 
     #[test]
     fn a_url_servers_card_has_no_stderr_section_and_a_stdio_servers_says_it_was_silent() {
-        let remote = failed_card("web", "web failed".into(), "connection refused", &StderrTail::none());
+        let none = Redactor::default();
+        let remote = failed_card(
+            "web",
+            "web failed".into(),
+            "connection refused",
+            &StderrTail::none(),
+            &none,
+        );
         assert_eq!(remote.detail, "connection refused");
         let silent = StderrTail::default();
-        let local = failed_card("files", "files failed".into(), "exited", &silent);
+        let local = failed_card("files", "files failed".into(), "exited", &silent, &none);
         assert_eq!(local.detail, "exited\nstderr (last lines):\n(nothing on stderr)");
     }
 
     #[tokio::test]
     async fn a_server_that_floods_stderr_leaves_only_its_last_words() {
         let mut child = std::process::Command::new("/bin/sh")
-            .args(["-c", "head -c 100000 /dev/zero | tr '\\0' a >&2; echo ' the end' >&2"])
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 6000 ]; do echo \"line $i key=TOKENVALUE-123456\"; i=$((i+1)); done >&2; echo ' the end' >&2",
+            ])
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -952,7 +1003,18 @@ mod tests {
             .unwrap();
         tail.settle().await;
         let text = tail.text();
-        assert_eq!(text.len(), STDERR_KEEP, "kept the last {STDERR_KEEP} bytes only");
+        assert!(
+            text.len() <= STDERR_KEEP && text.len() > STDERR_KEEP - 100,
+            "kept the last {STDERR_KEEP} bytes only"
+        );
         assert!(text.ends_with(" the end\n"), "{}", &text[text.len() - 20..]);
+        // Whole lines only: the line the drop cut through is left out, so no line
+        // starts with the end of a value (a secret's last characters, on a card).
+        assert!(
+            text.lines()
+                .all(|l| l == " the end" || (l.starts_with("line ") && l.ends_with(" key=TOKENVALUE-123456"))),
+            "{}",
+            &text[..80]
+        );
     }
 }

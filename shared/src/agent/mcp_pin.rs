@@ -3,6 +3,15 @@
 //! what it found to `settings/mcp.lock`, saying in words what changed against the
 //! lock before (a new tool, a gained parameter, a changed description): the lock is a
 //! builder change that review approves like any other.
+//!
+//! Pinning runs the server's program as the person pinning, outside any sandbox, with
+//! their variables the server asks for (a `url:` server gets its token). So what it
+//! would start is trusted first, as `direnv allow` trusts an `.envrc`: the first pin of
+//! a server, and every pin after its declaration or its program's files changed, is
+//! refused with what would run until the person says `--trust`, which is remembered
+//! (per machine, outside the repository: [`TrustStore`]). A reviewer who pins a
+//! proposal's branch without reading it runs nothing of it (helper-108: its script
+//! read the reviewer's files, and its `url:` server got the reviewer's token).
 
 use super::mcp_client::list_for_pin;
 use crate::mcp::config::{package_spec, McpServer, McpServers};
@@ -20,6 +29,169 @@ pub enum PinError {
     Listing { server: String, why: String },
     #[error(transparent)]
     Lock(#[from] LockError),
+    #[error("not trusted yet: pinning would run, as you and outside any sandbox:\n{}", .0.join("\n"))]
+    Untrusted(Vec<String>),
+    #[error("the list of trusted MCP servers ({path}) could not be {doing}: {why}")]
+    TrustStore {
+        path: String,
+        doing: &'static str,
+        why: String,
+    },
+}
+
+/// Where a person's trust in what `builder mcp pin` starts is remembered: a file of
+/// fingerprints outside every repository (`$XDG_STATE_HOME/builder/mcp-trusted`,
+/// else `~/.local/state/builder/mcp-trusted`), so no branch can bring its own.
+pub struct TrustStore {
+    pub path: std::path::PathBuf,
+    /// `--trust`: what is not trusted yet is, from now on.
+    pub trust_new: bool,
+}
+
+impl TrustStore {
+    /// The store of the person running the command, from the environment.
+    pub fn of_person(trust_new: bool) -> Option<TrustStore> {
+        let base = std::env::var_os("XDG_STATE_HOME")
+            .filter(|v| Path::new(v).is_absolute())
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|h| Path::new(h).is_absolute())
+                    .map(|h| Path::new(&h).join(".local/state"))
+            })?;
+        Some(TrustStore {
+            path: base.join("builder/mcp-trusted"),
+            trust_new,
+        })
+    }
+
+    fn trusted(&self) -> Result<std::collections::BTreeSet<String>, PinError> {
+        match crate::regular::read(&self.path, crate::regular::WORK_TREE_FILE_MAX) {
+            Ok(bytes) => Ok(String::from_utf8_lossy(&bytes)
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .map(String::from)
+                .collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Default::default()),
+            Err(e) => Err(self.failed("read", e)),
+        }
+    }
+
+    fn add(&self, lines: &[String]) -> Result<(), PinError> {
+        use std::io::Write;
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| self.failed("written", e))?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| self.failed("written", e))?;
+        f.write_all(lines.iter().map(|l| format!("{l}\n")).collect::<String>().as_bytes())
+            .map_err(|e| self.failed("written", e))
+    }
+
+    fn failed(&self, doing: &'static str, e: std::io::Error) -> PinError {
+        PinError::TrustStore {
+            path: self.path.display().to_string(),
+            doing,
+            why: e.to_string(),
+        }
+    }
+}
+
+/// What pinning `name` hands over, in words: the program it runs (and the digest of
+/// its files) or the URL it connects to, with the person's variables it passes.
+fn what_runs(name: &str, entry: &McpServer, digest: &str) -> String {
+    let mut out = match &entry.url {
+        Some(url) => format!("  `{name}`: connects to {}", crate::text::printable(url)),
+        None => format!(
+            "  `{name}`: runs {} ({})",
+            crate::text::printable(&entry.command.join(" ")),
+            digest
+        ),
+    };
+    let vars: Vec<&str> = entry
+        .token_env
+        .iter()
+        .chain(&entry.env_allow)
+        .map(String::as_str)
+        .collect();
+    if !vars.is_empty() {
+        out.push_str(&format!(", handing it ${}", vars.join(", $")));
+    }
+    out
+}
+
+/// The fingerprint of what pinning `name` starts, in the repository at `root`: its
+/// declaration and its program's digest (argv and files).
+fn start_fingerprint(root: &Path, name: &str, entry: &McpServer, digest: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let declared = serde_json::json!({
+        "root": root.to_string_lossy(), "server": name, "digest": digest, "command": entry.command,
+        "url": entry.url, "token_env": entry.token_env, "env_allow": entry.env_allow,
+        "network": entry.network, "read": entry.read,
+    });
+    hex::encode(Sha256::digest(declared.to_string().as_bytes()))
+}
+
+/// A server to pin: its name, its declaration, and what it starts (its package and
+/// digest, [`what_starts`]).
+type Start<'s> = (&'s String, &'s McpServer, (Option<String>, String));
+
+/// What each server to pin (`only`, or all) starts, once every one of them is trusted
+/// ([`require_trust`]).
+fn trusted_starts<'s>(
+    root: &Path,
+    servers: &'s McpServers,
+    only: Option<&str>,
+    path: &str,
+    store: &TrustStore,
+) -> Result<Vec<Start<'s>>, PinError> {
+    if let Some(name) = only {
+        if !servers.contains_key(name) {
+            return Err(PinError::Unknown(name.to_string()));
+        }
+    }
+    let mut starts = Vec::new();
+    for (name, entry) in servers.iter().filter(|(n, _)| only.is_none_or(|o| o == n.as_str())) {
+        starts.push((name, entry, what_starts(root, name, entry, path)?));
+    }
+    let digests: Vec<_> = starts.iter().map(|(n, e, (_, d))| (*n, *e, d.clone())).collect();
+    require_trust(root, &digests, store)?;
+    Ok(starts)
+}
+
+/// Refuses, naming what would run, unless every server to pin is trusted (or `store`
+/// trusts the new ones now, remembering them).
+fn require_trust(root: &Path, servers: &[(&String, &McpServer, String)], store: &TrustStore) -> Result<(), PinError> {
+    let trusted = store.trusted()?;
+    let new: Vec<(String, String)> = servers
+        .iter()
+        .map(|(name, entry, digest)| {
+            (
+                start_fingerprint(root, name, entry, digest),
+                what_runs(name, entry, digest),
+            )
+        })
+        .filter(|(fp, _)| !trusted.contains(fp))
+        .collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    if !store.trust_new {
+        return Err(PinError::Untrusted(new.into_iter().map(|(_, said)| said).collect()));
+    }
+    // One line per fingerprint, its words made printable: no declaration can add a
+    // line of its own (helper-111: a URL's newline, which the URL parser drops).
+    let root = root.to_string_lossy();
+    let root = crate::text::printable(&root);
+    store.add(
+        &new.iter()
+            .map(|(fp, said)| format!("{fp} {root}:{}", crate::text::printable(said.trim())))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// What pinning one server changed, in words.
@@ -43,30 +215,41 @@ fn what_starts(root: &Path, name: &str, entry: &McpServer, path: &str) -> Result
     Ok((package, command_digest(&entry.command, root, path)?))
 }
 
-/// `listed`, unless a definition holds the value of the server's `token_env` (a
-/// server that echoes its token would have it committed in the lock).
+/// `listed`, unless a definition holds the value of the server's `token_env` or of a
+/// variable it is handed (`env_allow`, which a fire's redactor treats as secrets): a
+/// server that echoes one would have it committed in the lock (helper-110).
 fn without_token(entry: &McpServer, listed: Vec<serde_json::Value>) -> Result<Vec<serde_json::Value>, String> {
-    // As the redactor: values shorter than 6 bytes would match by chance.
-    let token = entry
-        .token_env
-        .as_deref()
-        .and_then(|v| Some((v, std::env::var(v).ok().filter(|t| t.len() >= 6)?)));
-    match token {
-        Some((var, value)) if listed.iter().any(|t| t.to_string().contains(&value)) => Err(format!(
-            "a tool definition contains the value of `{var}` (its token): not pinned, it would be committed"
-        )),
-        _ => Ok(listed),
+    let text: Vec<String> = listed.iter().map(ToString::to_string).collect();
+    let handed = entry.token_env.iter().chain(
+        entry
+            .env_allow
+            .iter()
+            .filter(|name| !crate::env::is_well_known_setting(name)),
+    );
+    for var in handed {
+        // As the redactor: values shorter than 6 bytes would match by chance.
+        let Some(value) = std::env::var(var).ok().filter(|t| t.len() >= 6) else {
+            continue;
+        };
+        if text.iter().any(|t| t.contains(&value)) {
+            return Err(format!(
+                "a tool definition contains the value of `{var}`: not pinned, it would be committed"
+            ));
+        }
     }
+    Ok(listed)
 }
 
 /// Pins `only` (or every declared server) and writes the lock; servers not pinned
 /// this time keep their pins, servers no longer declared lose them.
-pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &str) -> Result<Vec<Pinned>, PinError> {
-    if let Some(name) = only {
-        if !servers.contains_key(name) {
-            return Err(PinError::Unknown(name.to_string()));
-        }
-    }
+pub async fn pin(
+    root: &Path,
+    servers: &McpServers,
+    only: Option<&str>,
+    path: &str,
+    store: &TrustStore,
+) -> Result<Vec<Pinned>, PinError> {
+    let starts = trusted_starts(root, servers, only, path, store)?;
     let mut lock = McpLock::load(root)?;
     let before = lock.clone();
     lock.version = 1;
@@ -76,15 +259,14 @@ pub async fn pin(root: &Path, servers: &McpServers, only: Option<&str>, path: &s
         why: e.to_string(),
     })?;
     let mut pinned = Vec::new();
-    for (name, entry) in servers.iter().filter(|(n, _)| only.is_none_or(|o| o == n.as_str())) {
-        let (package, digest) = what_starts(root, name, entry, path)?;
+    for (name, entry, (package, digest)) in starts {
         let mut env = crate::tools::exec::ExecContext::scrubbed_env(home.path());
         for v in &entry.env_allow {
             if let Ok(val) = std::env::var(v) {
                 env.push((v.clone(), val));
             }
         }
-        let listed = list_for_pin(root, entry, &env)
+        let listed = list_for_pin(root, entry, &env, path)
             .await
             .and_then(|listed| without_token(entry, listed))
             .map_err(|why| PinError::Listing {

@@ -509,12 +509,7 @@ impl Agent<'_> {
         }
         match entry.stage {
             CallStage::Intended => None,
-            CallStage::Completed => Some(
-                entry
-                    .result
-                    .and_then(|r| serde_json::from_str(&r).ok())
-                    .unwrap_or_else(|| uncertain(call, "its recorded result could not be read")),
-            ),
+            CallStage::Completed => Some(recorded_result(call, entry.result)),
             CallStage::Started => match args {
                 ToolArgs::ReadFile { .. } | ToolArgs::ListDir { .. } | ToolArgs::Grep { .. } => None,
                 ToolArgs::WriteFile { path, content } => match holds(&self.cfg.root, path, content) {
@@ -663,6 +658,19 @@ impl Agent<'_> {
         });
     }
 
+    /// A `side_effect_uncertain` card for a call that may or may not have taken effect
+    /// (a built-in tool's or an MCP server's, interrupted or gone mid-call).
+    fn card_if_uncertain(&self, state: &mut LoopState, call: &ToolCall, result: &ToolResult) {
+        if result.error == Some(ErrorClass::SideEffectUncertain) {
+            state.cards.push(CardDraft {
+                kind: CardKind::SideEffectUncertain,
+                summary: format!("`{}` may or may not have taken effect", call.name),
+                detail: self.cfg.redactor.redact(&result.output).into_owned(),
+                evidence: vec![format!("call {}", call.id)],
+            });
+        }
+    }
+
     /// A call the gate allowed: run (or, resumed, replayed from the ledger), reported,
     /// recorded and checkpointed.
     async fn run_allowed(
@@ -680,14 +688,7 @@ impl Agent<'_> {
             Err(stop) => return CallOutcome::Stop(stop),
         };
         self.report_finished(&call.name, &result);
-        if result.error == Some(ErrorClass::SideEffectUncertain) {
-            state.cards.push(CardDraft {
-                kind: CardKind::SideEffectUncertain,
-                summary: format!("`{}` may or may not have taken effect", call.name),
-                detail: self.cfg.redactor.redact(&result.output).into_owned(),
-                evidence: vec![format!("call {}", call.id)],
-            });
-        }
+        self.card_if_uncertain(state, call, &result);
         if result.kernel_denied {
             state.denials += 1;
         }
@@ -1009,10 +1010,30 @@ fn ledger_entry(call: &ToolCall, stage: CallStage, result: Option<String>) -> Le
 /// The ledger entry of a call whose result is in, redacted as records are (the
 /// result goes back to the model on resume, and no secret is stored in the clear).
 fn completed_entry(cfg: &LoopConfig, call: &ToolCall, result: &ToolResult) -> LedgerEntry {
-    let stored = serde_json::to_string(result)
-        .ok()
-        .map(|json| cfg.redactor.redact(&json).into_owned());
+    // The text is redacted, not the JSON it is stored as: a redaction over JSON could
+    // take an escaping backslash with it (`password=a\"b`), and a resume would find
+    // the entry unreadable (helper-109).
+    let mut redacted = result.clone();
+    redacted.output = cfg.redactor.redact(&result.output).into_owned();
+    // The names of what a call made are the model's choice: redacted as paths are.
+    if let Some(wb) = &mut redacted.written_back {
+        for n in &mut wb.nested_repositories {
+            n.path = cfg.redactor.redact_path(&n.path);
+        }
+        for m in &mut wb.made {
+            *m = cfg.redactor.redact_path(m);
+        }
+    }
+    let stored = serde_json::to_string(&redacted).ok();
     ledger_entry(call, CallStage::Completed, stored)
+}
+
+/// A completed call's result as the ledger stored it; one that cannot be read is
+/// uncertain (the call is never run again).
+fn recorded_result(call: &ToolCall, stored: Option<String>) -> ToolResult {
+    stored
+        .and_then(|r| serde_json::from_str(&r).ok())
+        .unwrap_or_else(|| uncertain(call, "its recorded result could not be read"))
 }
 
 /// The result of a call that may or may not have taken effect.
@@ -1125,10 +1146,12 @@ fn unique_call_ids(messages: &[Message], calls: &mut [ToolCall]) {
         .collect();
     for call in calls {
         if seen.contains(&call.id) {
-            let free = (2..)
-                .map(|n| format!("{}_dup{n}", call.id))
-                .find(|id| !seen.contains(id));
-            call.id = free.unwrap_or_default();
+            // `seen` is finite, so a free `_dup<n>` is always found at some n <= len + 2.
+            let mut n = 2usize;
+            while seen.contains(&format!("{}_dup{n}", call.id)) {
+                n += 1;
+            }
+            call.id = format!("{}_dup{n}", call.id);
         }
         seen.insert(call.id.clone());
     }

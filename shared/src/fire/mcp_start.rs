@@ -73,6 +73,7 @@ impl FireRun {
             env: ExecContext::scrubbed_env(&self.config.scratch),
             path: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
             home: std::env::var_os("HOME").map(Into::into),
+            redactor: &self.config.redactor,
         };
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_secs_f64() * 1e3,

@@ -60,7 +60,9 @@ impl WaitingCheck {
         let (root, task) = (ctx.opts.root.clone(), ctx.opts.task.clone());
         let (go, lock_held) = std::sync::mpsc::channel();
         let asking = std::thread::Builder::new().name("waiting-check".into()).spawn(move || {
-            let early = opens_without_writing(&root).then(|| open(&root)).flatten();
+            let early = opens_without_writing(&root)
+                .then(|| StateDb::open_if_sound(&root))
+                .flatten();
             match lock_held.recv() {
                 Ok(()) => early
                     .or_else(|| open(&root))
@@ -157,9 +159,9 @@ pub(super) fn waiting_summary(ctx: &FireContext, run: &str, decided: bool) -> Fi
 /// Whether the state database may be opened before the task lock is held: only one
 /// that exists, in a `.runtime` that is a directory. A fire that ends before its
 /// lock (a mistyped task, a repository without commits, a `.runtime` a revision
-/// linked elsewhere, which the lock refuses) creates no database. (Opening one is
-/// what every command does: a damaged one is moved aside and made anew, its note
-/// carded by the next fire.)
+/// linked elsewhere, which the lock refuses) creates no database, and the early open
+/// moves no damaged one aside ([`StateDb::open_if_sound`]): that is left to the open
+/// after the lock, as the fire's own.
 fn opens_without_writing(root: &Path) -> bool {
     let is =
         |p: &Path, dir: bool| std::fs::symlink_metadata(p).is_ok_and(|m| if dir { m.is_dir() } else { m.is_file() });

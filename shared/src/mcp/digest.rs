@@ -40,8 +40,10 @@ pub fn resolve_program(program: &str, root: &Path, path: &str) -> Option<PathBuf
         let p = root.join(program);
         return p.is_file().then_some(p);
     }
+    // Only absolute entries: an empty or relative one names the working directory (the
+    // repository's top, where anyone who can push may put a program of that name).
     path.split(':')
-        .filter(|d| !d.is_empty())
+        .filter(|d| Path::new(d).is_absolute())
         .map(|d| Path::new(d).join(program))
         .find(|p| p.is_file())
 }

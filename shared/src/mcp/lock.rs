@@ -105,7 +105,7 @@ impl McpLock {
     /// committed one instead.
     pub fn load(root: &Path) -> Result<McpLock, LockError> {
         let path = root.join(LOCK_FILE);
-        let text = match std::fs::read_to_string(&path) {
+        let text = match crate::regular::read_text_within(root, Path::new(LOCK_FILE)) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(McpLock::empty()),
             Err(source) => return Err(LockError::Read { path, source }),
@@ -154,7 +154,12 @@ impl McpLock {
             source: std::io::Error::other(e),
         })?;
         let text = format!("# Written by `builder mcp pin`: what review approved of each MCP server.\n{body}");
-        std::fs::write(&path, text).map_err(|source| LockError::Write { path, source })
+        // In place of whatever is at the name, never through it: a branch's lock that is
+        // a link out of the repository (to `~/.bash_profile`) is replaced, not written
+        // through (helper-110); a link on the way to it is refused.
+        crate::beneath::open_root(root)
+            .and_then(|dir| crate::beneath::replace_file(&dir, Path::new(LOCK_FILE), text.as_bytes(), 0o644, false))
+            .map_err(|source| LockError::Write { path, source })
     }
 }
 

@@ -86,7 +86,9 @@ async fn error_response(resp: reqwest::Response, policy: &RetryPolicy) -> Provid
         Ok(b) => String::from_utf8_lossy(&b).into_owned(),
         Err(e) => e.message,
     };
-    let snippet: String = text.chars().take(300).collect();
+    // Redacted whole, then cut: a cut first could leave most of a key the body echoes,
+    // which the redactor then no longer knows (helper-110).
+    let snippet: String = crate::secrets::redact_log_line(&text).chars().take(300).collect();
     let kind = match status.as_u16() {
         429 => ProviderErrorKind::RateLimited,
         401 | 403 => ProviderErrorKind::Auth,

@@ -97,6 +97,13 @@ impl RuntimeKey {
         refuse_readable_by_others(&file).map_err(unusable)?;
         let text = crate::regular::read_open(&file, KEY_FILE_CAP).map_err(|e| unusable(e.to_string()))?;
         let key = PrivateKey::from_openssh(&text).map_err(|e| unusable(format!("not an OpenSSH private key: {e}")))?;
+        if key.algorithm().is_rsa() {
+            // Verifying a reviewer's RSA signature needs no secret; signing does, and
+            // the RSA implementation at hand is not constant-time (RUSTSEC-2023-0071).
+            return Err(unusable(
+                "an RSA key: the runtime signs with Ed25519 or ECDSA P-256 keys only (`ssh-keygen -t ed25519`)".into(),
+            ));
+        }
         if key.is_encrypted() {
             return Err(unusable(
                 "the key is encrypted: the runtime signs unattended, so use a key without a passphrase that only its account can read".into(),
@@ -610,6 +617,18 @@ mod tests {
         }
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(RuntimeKey::load(key.to_str().unwrap(), &repo).is_ok());
+    }
+
+    #[test]
+    fn an_rsa_key_does_not_sign_the_runtimes_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((key, _)) = crate::review::signing::test_keys::keygen_of(dir.path(), "box", "rsa") else {
+            return;
+        };
+        let repo = dir.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        let err = RuntimeKey::load(key.to_str().unwrap(), &repo).err().expect("refused");
+        assert!(err.to_string().contains("an RSA key"), "{err}");
     }
 
     #[test]

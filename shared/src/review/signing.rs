@@ -4,7 +4,8 @@
 //! canonical [`payload`], by a key that `review.allowed_signers` (git's allowed-signers
 //! format) lists for the approver's email. A name and address set through
 //! `GIT_AUTHOR_*` prove nothing without the key. Parsing and verification are the
-//! `ssh-key` crate's (Ed25519 and ECDSA P-256 keys); signing runs git's signing program
+//! `ssh-key` crate's (Ed25519, ECDSA P-256 and RSA keys of at least 2048 bits, RSA
+//! signed by SHA-2); signing runs git's signing program
 //! (`gpg.ssh.program`, default `ssh-keygen`), so keys in an agent or behind a
 //! passphrase work as they do for `git commit -S`.
 //!
@@ -331,12 +332,37 @@ impl AllowedSigners {
                 why = format!("{line}: key {fingerprint} was not valid at {at}");
                 continue;
             }
+            if let Some(weak) = weak_rsa(&s.key, &sig) {
+                return Err(format!("{line}: key {fingerprint}: {weak}"));
+            }
             return match s.key.verify(namespace, message, &sig) {
                 Ok(()) => Ok(format!("{line} ({fingerprint})")),
                 Err(e) => Err(format!("its signature by {fingerprint} does not verify: {e}")),
             };
         }
         Err(why)
+    }
+}
+
+/// Why an RSA key or its signature does not count, as OpenSSH judges them: a key
+/// under 2048 bits (its modulus, public in the allowed-signers file, can be
+/// factored), or a signature by SHA-1 (`ssh-rsa`, which `ssh-keygen -Y verify`
+/// refuses too) (helper-110: a 512-bit key and SHA-1 signatures approved).
+fn weak_rsa(key: &PublicKey, sig: &SshSig) -> Option<String> {
+    const MIN_RSA_BITS: usize = 2048;
+    let rsa = key.key_data().rsa()?;
+    let bits = rsa.n.as_positive_bytes().map_or(0, |b| {
+        let lead = b.first().map_or(8, |x| x.leading_zeros() as usize);
+        b.len() * 8 - lead
+    });
+    if bits < MIN_RSA_BITS {
+        return Some(format!("an RSA key of {bits} bits (at least {MIN_RSA_BITS} count)"));
+    }
+    match sig.algorithm() {
+        ssh_key::Algorithm::Rsa { hash: None } => {
+            Some("an RSA signature by SHA-1 (`ssh-rsa`): only rsa-sha2-256 and rsa-sha2-512 count".into())
+        }
+        _ => None,
     }
 }
 
@@ -474,9 +500,14 @@ pub(crate) mod test_keys {
     /// `None` when `ssh-keygen` is not installed, the test then skipping
     /// ([`crate::test_skip::skip`]: a failure where the run declares `ssh-keygen`).
     pub(crate) fn keygen(dir: &Path, name: &str) -> Option<(PathBuf, String)> {
+        keygen_of(dir, name, "ed25519")
+    }
+
+    /// [`keygen`] of a key of `kind` (`ssh-keygen -t`).
+    pub(crate) fn keygen_of(dir: &Path, name: &str, kind: &str) -> Option<(PathBuf, String)> {
         let key = dir.join(name);
         let status = std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+            .args(["-q", "-t", kind, "-N", "", "-C", name, "-f"])
             .arg(&key)
             .status();
         match status {
@@ -549,6 +580,34 @@ mod tests {
         };
         assert!(rule.judge(&b, Some(&signers)).unwrap_err().contains("runtime identity"));
         assert!(rule.judge(&ops, None).unwrap_err().contains("no allowed-signers list"));
+    }
+
+    /// A 2048-bit RSA key's approval counts; a 1024-bit key's, listed all the same,
+    /// does not (its modulus is public and small enough to factor).
+    #[test]
+    fn an_rsa_key_counts_from_2048_bits() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((strong, strong_pub)) = crate::review::signing::test_keys::keygen_of(dir.path(), "strong", "rsa")
+        else {
+            return;
+        };
+        let weak = dir.path().join("weak");
+        let made = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "rsa", "-b", "1024", "-N", "", "-C", "weak", "-f"])
+            .arg(&weak)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let weak_pub = std::fs::read_to_string(weak.with_extension("pub")).unwrap();
+        let list = format!("ann@example.com {strong_pub}\nbob@example.com {weak_pub}");
+        let signers = AllowedSigners::parse(Path::new("s"), &list).unwrap();
+        let mut ann = body("Ann <ann@example.com>");
+        ann.signature = Some(sign(&ann, &strong, "ssh-keygen").unwrap());
+        assert!(signers.verify(&ann).is_ok(), "{:?}", signers.verify(&ann));
+        let mut bob = body("Bob <bob@example.com>");
+        bob.signature = Some(sign(&bob, &weak, "ssh-keygen").unwrap());
+        let refused = signers.verify(&bob).unwrap_err();
+        assert!(refused.contains("an RSA key of 1024 bits"), "{refused}");
     }
 
     #[test]

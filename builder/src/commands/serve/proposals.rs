@@ -84,13 +84,29 @@ struct PageHtml {
     p: Row,
     tree: String,
     review_href: String,
+    /// Whether the page loads its review as it opens: only when the person came from
+    /// this server's own pages or opened the address themselves (see [`page`]).
+    review_on_load: bool,
     name_raw: String,
     /// The head's full id, which the approve form carries.
     head_raw: String,
     approved: Option<String>,
 }
 
-pub async fn page(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<HashMap<String, String>>) -> Response {
+pub async fn page(
+    State(app): State<Arc<App>>,
+    wants: Wants,
+    headers: axum::http::HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    // The page asks for its review as it loads, and that request is the page's own:
+    // another site that sent the browser here (a link, a redirect, `window.open`)
+    // would start the evals, live cases spending the provider's key (helper-108). So
+    // the review loads by itself only when the browser says the person came from this
+    // server's own pages (`same-origin`); otherwise it waits for a click: `none` is a
+    // typed address but also a link another program (chat, mail, a PDF) handed the
+    // browser (helper-110), and a browser that says nothing is treated alike.
+    let review_on_load = from_this_server(&headers);
     let q = non_empty(q);
     let Some(name) = q.get("name").cloned() else {
         return PageError::bad_request("which proposal? /proposal?name=<name>").render(wants);
@@ -120,6 +136,7 @@ pub async fn page(State(app): State<Arc<App>>, wants: Wants, Query(q): Query<Has
                     .append_pair("name", &p.name)
                     .finish()
             ),
+            review_on_load,
             name_raw: p.name.clone(),
             head_raw: p.head.clone(),
             p: row(&p),
@@ -222,6 +239,12 @@ fn review_of(app: &App, name: &str) -> Result<Arc<ReviewReport>, PageError> {
     Ok(report)
 }
 
+/// Whether the browser says the request comes from this server's own pages
+/// (`Sec-Fetch-Site: same-origin`).
+fn from_this_server(headers: &axum::http::HeaderMap) -> bool {
+    headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) == Some("same-origin")
+}
+
 pub async fn review(
     State(app): State<Arc<App>>,
     wants: Wants,
@@ -234,8 +257,7 @@ pub async fn review(
     // browser says the request is the page's own (`Sec-Fetch-Site: same-origin`). A
     // link or image elsewhere, a link in a chat (`none`), or an old browser that says
     // nothing gets 403; a client that is no browser sends `HX-Request: true`.
-    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-    let from_page = headers.contains_key("hx-request") || site == Some("same-origin");
+    let from_page = headers.contains_key("hx-request") || from_this_server(&headers);
     if !from_page {
         return PageError::new(
             axum::http::StatusCode::FORBIDDEN,
