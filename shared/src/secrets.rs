@@ -299,7 +299,43 @@ fn encodings(v: &str) -> Vec<String> {
     let every: String = bytes.iter().map(|b| format!("%{b:02X}")).collect();
     out.push(lowercase_escapes(&every));
     out.push(every);
+    out.extend(json_escaped(v));
     out.retain(|e| e.len() >= MIN_ENCODED && e != v);
+    out
+}
+
+/// `v` inside a JSON string, as a server or a record serialises it (helper-112: a
+/// token with a `"` or `\` in it, echoed through `json.dumps`, passed as
+/// `db-Pa55\"word`): serde_json's escaping, and the all-ASCII form (`\u00e4`, with
+/// surrogate pairs) Python's `json.dumps` writes by default, in both hex cases.
+fn json_escaped(v: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(quoted) = serde_json::to_string(v) {
+        let inner = &quoted[1..quoted.len() - 1];
+        if inner != v {
+            out.push(inner.to_string());
+        }
+        if !v.is_ascii() {
+            for upper in [false, true] {
+                let mut ascii = String::new();
+                for c in inner.chars() {
+                    if c.is_ascii() {
+                        ascii.push(c);
+                        continue;
+                    }
+                    let mut units = [0u16; 2];
+                    for u in c.encode_utf16(&mut units) {
+                        ascii.push_str(&if upper {
+                            format!("\\u{u:04X}")
+                        } else {
+                            format!("\\u{u:04x}")
+                        });
+                    }
+                }
+                out.push(ascii);
+            }
+        }
+    }
     out
 }
 
@@ -384,6 +420,23 @@ mod tests {
         assert_eq!(r.redact_path("reports/kestrel-se/cret-99.md"), "reports/[REDACTED]");
         assert!(!r.path_holds_secret("reports/kestrel-plain.md"));
         assert_eq!(r.redact_path("reports/100%.md"), "reports/100%.md");
+    }
+
+    /// A value with characters JSON escapes, inside a JSON string as a server or a
+    /// record writes it (`json.dumps`: `\"`, `\\`, and `\u00e4` for non-ASCII).
+    #[test]
+    fn a_value_escaped_inside_a_json_string_is_redacted() {
+        let r = Redactor::default().with_value("db-Pa55\"word\\with-SECRET-7731");
+        let dumped = serde_json::json!({"auth": "db-Pa55\"word\\with-SECRET-7731"}).to_string();
+        assert_eq!(r.redact(&dumped), r#"{"auth":"[REDACTED]"}"#);
+        let r = Redactor::default().with_value("schlüssel-geheim-42");
+        for form in ["schl\\u00fcssel-geheim-42", "schl\\u00FCssel-geheim-42"] {
+            assert_eq!(
+                r.redact(&format!("{{\"k\": \"{form}\"}}")),
+                r#"{"k": "[REDACTED]"}"#,
+                "{form}"
+            );
+        }
     }
 
     #[test]

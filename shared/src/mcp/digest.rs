@@ -152,8 +152,10 @@ fn digest_with(
         _ => hash(&resolved)?,
     };
     // A version manager's shim picks its interpreter by files in the working
-    // directory, the repository's top: those chosen there are part of what starts.
-    for name in VERSION_FILES {
+    // directory, the repository's top: those chosen there are part of what starts;
+    // so are the files by which a registry runner started there picks its package.
+    let runner = runner_files(argv, root)?;
+    for name in VERSION_FILES.iter().chain(runner) {
         let file = root.join(name);
         if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) {
             let mut h = Sha256::new();
@@ -168,6 +170,38 @@ fn digest_with(
         .map(|(i, file)| script_digest(&file, &top, node, &mut hash).map(|sha| (i, sha)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(combine(&program, &files, argv))
+}
+
+/// The files at the repository's top by which the registry runner `argv` starts
+/// (`npx`, `bunx`, `pnpx`, `uvx`, `pipx`) chooses what it runs and from where: its
+/// configuration (a registry, a script shell, node options) and the project it finds
+/// there. A `node_modules` at the top is refused for the Node runners: a package
+/// installed there runs instead of the registry's (helper-112: a pushed
+/// `node_modules/<pkg>/index.js` ran under a trusted pin), and no pin covers it.
+fn runner_files(argv: &[String], root: &Path) -> Result<&'static [&'static str], LockError> {
+    const NODE: &[&str] = &[
+        ".npmrc",
+        "package.json",
+        "package-lock.json",
+        "npm-shrinkwrap.json",
+        "bunfig.toml",
+        ".yarnrc.yml",
+        "pnpm-workspace.yaml",
+    ];
+    const PYTHON: &[&str] = &["uv.toml", "pyproject.toml", "pip.conf"];
+    let program = argv.first().map(|p| p.rsplit('/').next().unwrap_or(p));
+    let (files, node) = match program {
+        Some("npx" | "bunx" | "pnpx") => (NODE, true),
+        Some("uvx" | "pipx") => (PYTHON, false),
+        _ => return Ok(&[]),
+    };
+    if node && std::fs::symlink_metadata(root.join("node_modules")).is_ok() {
+        return Err(LockError::Unpinnable {
+            program: argv[0].clone(),
+            why: "the repository's top holds `node_modules`, whose packages the runner would start instead of the registry's, and no pin covers them: keep packages out of the top (or name the server's script with `node`)".into(),
+        });
+    }
+    Ok(files)
 }
 
 /// The files at the repository's top by which version managers (pyenv, nodenv, nvm,
@@ -507,6 +541,28 @@ mod tests {
         let changed = command_digest(&argv, &root, "").unwrap();
         assert_ne!(changed, pinned, "the script's bytes are in the digest");
         assert_eq!(command_digest_cached(&argv, &root, "", &state).unwrap(), changed);
+    }
+
+    /// A registry runner started at the repository's top reads its configuration and
+    /// project there: those files are in the digest (a changed `.npmrc` is drift), and a
+    /// `node_modules` at the top, whose package would run instead of the registry's,
+    /// is refused (helper-112).
+    #[test]
+    fn what_a_registry_runner_reads_at_the_top_is_pinned_or_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, bin) = (dir.path().join("repo"), dir.path().join("bin"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("npx"), b"a runner").unwrap();
+        let path = bin.to_str().unwrap();
+        let argv: Vec<String> = ["npx", "-y", "tickets-mcp@1.2.3"].map(String::from).to_vec();
+        let plain = command_digest(&argv, &root, path).unwrap();
+        std::fs::write(root.join(".npmrc"), b"registry=https://registry.example/\n").unwrap();
+        let configured = command_digest(&argv, &root, path).unwrap();
+        assert_ne!(configured, plain, "the top's .npmrc is in the digest");
+        std::fs::create_dir_all(root.join("node_modules/tickets-mcp")).unwrap();
+        let refused = command_digest(&argv, &root, path).unwrap_err().to_string();
+        assert!(refused.contains("node_modules"), "{refused}");
     }
 
     /// What the script imports from beside it is its code too: a module shadowing the
