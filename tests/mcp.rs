@@ -1686,3 +1686,38 @@ fn pinning_runs_nothing_until_the_person_trusts_what_it_would_start() {
         .unwrap()
         .is_file());
 }
+
+/// What a server writes after its session ended (an exit handler) reaches the
+/// repository through its worker's last copy, and the worker's note of that copy now
+/// reaches the runtime too (it reads the worker out before it counts what the tools
+/// made): a committed report the exit handler rewrote is put back like any the tools
+/// rewrote, never left rewritten as a person's edit (helper-109).
+#[test]
+fn a_report_a_server_rewrites_as_it_ends_is_put_back() {
+    let repo = McpRepo::new(
+        vec![final_turn("# First\n\nfirst"), final_turn("# Second\n\nsecond")],
+        "\"mcp__files\"",
+        "",
+        "",
+    );
+    let (code, first, stderr) = repo.fire();
+    assert_eq!(code, TestEnv::completed_code(&first), "{first}\n{stderr}");
+    let report = repo.env.root.join(first["report"].as_str().unwrap());
+    let committed = std::fs::read_to_string(&report).unwrap();
+    repo.set_mode("parting");
+    let (code, second, stderr) = repo.fire();
+    // The exit handler ran: the second fire's card names the first report it rewrote.
+    let cards = serde_yaml::to_string(&repo.env.cards(&second)).unwrap();
+    assert!(
+        cards.contains(first["report"].as_str().unwrap()),
+        "no card names the rewritten report ({code}): {cards}\n{stderr}"
+    );
+    assert!(!cards.contains("not known to be the tools' doing"), "{cards}");
+    assert_eq!(std::fs::read_to_string(&report).unwrap(), committed, "put back");
+    let status = repo.env.git_in(&repo.env.root, &["status", "--porcelain", "reports"]);
+    assert_eq!(
+        String::from_utf8_lossy(&status.stdout),
+        "",
+        "the work tree holds no rewrite"
+    );
+}

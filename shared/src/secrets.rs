@@ -304,16 +304,31 @@ fn encodings(v: &str) -> Vec<String> {
     out
 }
 
-/// `v` inside a JSON string, as a server or a record serialises it (helper-112: a
+/// `v` inside a string literal, as a server or a record serialises it (helper-112: a
 /// token with a `"` or `\` in it, echoed through `json.dumps`, passed as
-/// `db-Pa55\"word`): serde_json's escaping, and the all-ASCII form (`\u00e4`, with
-/// surrogate pairs) Python's `json.dumps` writes by default, in both hex cases.
+/// `db-Pa55\"word`): serde_json's escaping; the all-ASCII form (`\u00e4`, with
+/// surrogate pairs) Python's `json.dumps` writes by default; Go's `encoding/json`,
+/// which also writes `&`, `<`, `>` as `\u0026`, `\u003c`, `\u003e`; and Python's
+/// `repr` (helper-113: `str(dict)`), a doubled backslash, `\'` where both quotes occur.
+/// Hex escapes in both cases.
 fn json_escaped(v: &str) -> Vec<String> {
     let mut out = Vec::new();
+    let repr = v.replace('\\', "\\\\");
+    if repr != v {
+        out.push(repr.clone());
+    }
+    if v.contains('\'') && v.contains('"') {
+        out.push(repr.replace('\'', "\\'"));
+    }
     if let Ok(quoted) = serde_json::to_string(v) {
         let inner = &quoted[1..quoted.len() - 1];
         if inner != v {
             out.push(inner.to_string());
+        }
+        if inner.contains(['&', '<', '>']) {
+            for (amp, lt, gt) in [("\\u0026", "\\u003c", "\\u003e"), ("\\u0026", "\\u003C", "\\u003E")] {
+                out.push(inner.replace('&', amp).replace('<', lt).replace('>', gt));
+            }
         }
         if !v.is_ascii() {
             for upper in [false, true] {
@@ -429,6 +444,12 @@ mod tests {
         let r = Redactor::default().with_value("db-Pa55\"word\\with-SECRET-7731");
         let dumped = serde_json::json!({"auth": "db-Pa55\"word\\with-SECRET-7731"}).to_string();
         assert_eq!(r.redact(&dumped), r#"{"auth":"[REDACTED]"}"#);
+        let go = Redactor::default().with_value("db-Pa55&word<with>-SECRET-7731");
+        let marshalled = r#"{"auth":"db-Pa55\u0026word\u003cwith\u003e-SECRET-7731"}"#;
+        assert_eq!(go.redact(marshalled), r#"{"auth":"[REDACTED]"}"#);
+        let repr = r#"{'auth': 'db-Pa55"word\\with-SECRET-7731'}"#;
+        let r = Redactor::default().with_value("db-Pa55\"word\\with-SECRET-7731");
+        assert_eq!(r.redact(repr), "{'auth': '[REDACTED]'}");
         let r = Redactor::default().with_value("schlüssel-geheim-42");
         for form in ["schl\\u00fcssel-geheim-42", "schl\\u00FCssel-geheim-42"] {
             assert_eq!(

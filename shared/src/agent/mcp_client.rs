@@ -218,9 +218,62 @@ struct Live {
     service: RunningService<RoleClient, ListWatch>,
     /// The worker of a stdio server; none for a `url:` server (it runs elsewhere).
     worker: Option<Worker>,
+    /// Ends the worker's input (a stdio server's) while its output is still read.
+    input: Option<InputCloser>,
     stderr: StderrTail,
     /// The server is gone (it crashed, or broke the protocol): why.
     gone: std::sync::Mutex<Option<String>>,
+}
+
+/// The session's writing end to a worker, which [`InputCloser`] can end on its own:
+/// the worker then sees the end of its input, has the server end, copies what it
+/// wrote last and says what that copy made, all on the output the session still
+/// reads ([`McpHub::finish`]). rmcp's own cancel would stop reading as well.
+struct ClosableInput(Arc<std::sync::Mutex<Option<ChildStdin>>>);
+
+/// Ends a [`ClosableInput`].
+struct InputCloser(Arc<std::sync::Mutex<Option<ChildStdin>>>);
+
+impl InputCloser {
+    fn close(&self) {
+        if let Ok(mut stdin) = self.0.lock() {
+            stdin.take();
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for ClosableInput {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let closed = || std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        match self.0.lock().as_deref_mut() {
+            Ok(Some(stdin)) => std::pin::Pin::new(stdin).poll_write(cx, buf),
+            _ => std::task::Poll::Ready(Err(closed())),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.0.lock().as_deref_mut() {
+            Ok(Some(stdin)) => std::pin::Pin::new(stdin).poll_flush(cx),
+            _ => std::task::Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.0.lock().as_deref_mut() {
+            Ok(Some(stdin)) => std::pin::Pin::new(stdin).poll_shutdown(cx),
+            _ => std::task::Poll::Ready(Ok(())),
+        }
+    }
 }
 
 /// The worker process of a server, killed and reaped when dropped: its namespace, and
@@ -460,8 +513,8 @@ async fn start_one(
         (Err(e), _) | (_, Err(e)) => return Err(failed(e.to_string())),
     };
     let connected = tokio::time::timeout(timeout, connect(stdin, stdout, &config, server, began, digested)).await;
-    let (service, tools) = match connected {
-        Ok(Ok(pair)) => pair,
+    let (service, tools, input) = match connected {
+        Ok(Ok(started)) => started,
         Ok(Err(why)) => {
             drop(worker);
             stderr.settle().await;
@@ -477,6 +530,7 @@ async fn start_one(
     let live = Live {
         service,
         worker: Some(worker),
+        input: Some(input),
         stderr: stderr.clone(),
         gone: std::sync::Mutex::new(None),
     };
@@ -520,6 +574,7 @@ async fn start_http(
     let live = Live {
         service,
         worker: None,
+        input: None,
         stderr,
         gone: std::sync::Mutex::new(None),
     };
@@ -536,14 +591,22 @@ async fn connect(
     server: &str,
     began: Instant,
     digested: Duration,
-) -> Result<(RunningService<RoleClient, ListWatch>, Vec<rmcp::model::Tool>), String> {
+) -> Result<
+    (
+        RunningService<RoleClient, ListWatch>,
+        Vec<rmcp::model::Tool>,
+        InputCloser,
+    ),
+    String,
+> {
     handshake(&mut stdin, &mut stdout, config).await.map_err(|e| match e {
         WorkerError::Refused(why) => format!("its sandbox could not be entered: {why}"),
         other => other.to_string(),
     })?;
     let sandboxed = began.elapsed();
+    let shared = Arc::new(std::sync::Mutex::new(Some(stdin)));
     let service = ListWatch::behind_worker()
-        .serve((stdout.into_inner(), stdin))
+        .serve((stdout.into_inner(), ClosableInput(shared.clone())))
         .await
         .map_err(|e| format!("MCP initialization failed: {e}"))?;
     let initialized = began.elapsed();
@@ -562,7 +625,7 @@ async fn connect(
     );
     // What it announced before its list was read is in that list.
     service.service().changes.store(0, Ordering::SeqCst);
-    Ok((service, tools))
+    Ok((service, tools, InputCloser(shared)))
 }
 
 /// The listed tools that match their pins, offered to the model, and an `mcp_drift`
@@ -735,31 +798,6 @@ impl McpHub {
             .collect()
     }
 
-    /// Names the git repositories the servers' workers kept out of the repository
-    /// (from their notes, [`crate::mcp::SANDBOX_NOTE`]) in the run's card for them,
-    /// as the tools' are.
-    pub fn note_kept_out(&self, root: &Path, state: &mut super::LoopState) {
-        let mut lines = Vec::new();
-        let mut more = 0;
-        for live in self.live.values() {
-            let Ok(kept) = live.service.service().kept_out.lock() else {
-                continue;
-            };
-            more += kept.more_repositories;
-            for n in &kept.nested_repositories {
-                let path = Path::new(&n.path);
-                let rel = path.strip_prefix(root).unwrap_or(path).to_string_lossy();
-                lines.push(super::nested_repository_line(&rel, n.left.as_deref()));
-            }
-        }
-        super::note_nested_repositories(state, lines, more);
-        for live in self.live.values() {
-            if let Ok(kept) = live.service.service().kept_out.lock() {
-                state.note_made(root, &kept.made);
-            }
-        }
-    }
-
     /// Calls an offered tool; the result is capped at `cap` bytes. A server found gone
     /// also returns the card that says so (once per server).
     pub async fn call(
@@ -857,19 +895,77 @@ impl McpHub {
         for (_, live) in self.live {
             let Live { service, worker, .. } = live;
             let _ = tokio::time::timeout(SHUTDOWN_GRACE, service.cancel()).await;
-            let Some(mut worker) = worker else {
-                continue;
-            };
-            let waited = Instant::now();
-            while waited.elapsed() < SHUTDOWN_GRACE {
-                if !matches!(worker.0.try_wait(), Ok(None)) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            drop(worker);
+            end_worker(worker).await;
         }
     }
+
+    /// Ends every server at the fire's end, hearing each worker out: its input is
+    /// closed, so the server ends and the worker copies what it wrote last, and the
+    /// session reads the worker's notes of that copy until its output ends (within
+    /// [`SHUTDOWN_GRACE`]); then what the servers' copies made and kept out is noted in
+    /// the run ([`note_heard`]), the last copy's included.
+    pub async fn finish(self, root: &Path, state: &mut super::LoopState) {
+        let mut heard = Vec::new();
+        for (_, live) in self.live {
+            let Live {
+                service, worker, input, ..
+            } = live;
+            heard.push(service.service().kept_out.clone());
+            match input {
+                Some(input) => {
+                    input.close();
+                    let _ = tokio::time::timeout(SHUTDOWN_GRACE, service.waiting()).await;
+                    // rmcp hands each notification to a task of its own: those the
+                    // session read before its end get their turn before they are
+                    // counted (each is one lock and a copy, done in one poll).
+                    for _ in 0..16 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                None => {
+                    let _ = tokio::time::timeout(SHUTDOWN_GRACE, service.cancel()).await;
+                }
+            }
+            end_worker(worker).await;
+        }
+        note_heard(root, state, &heard);
+    }
+}
+
+/// Names the git repositories the servers' workers kept out of the repository (from
+/// their notes, [`crate::mcp::SANDBOX_NOTE`], `heard` from each session) in the run's
+/// card for them, as the tools' are, and notes the entries their copies made.
+fn note_heard(root: &Path, state: &mut super::LoopState, heard: &[Arc<std::sync::Mutex<crate::tools::WrittenBack>>]) {
+    let mut lines = Vec::new();
+    let mut more = 0;
+    for kept in heard.iter().filter_map(|k| k.lock().ok()) {
+        more += kept.more_repositories;
+        for n in &kept.nested_repositories {
+            let path = Path::new(&n.path);
+            let rel = path.strip_prefix(root).unwrap_or(path).to_string_lossy();
+            lines.push(super::nested_repository_line(&rel, n.left.as_deref()));
+        }
+    }
+    super::note_nested_repositories(state, lines, more);
+    for kept in heard.iter().filter_map(|k| k.lock().ok()) {
+        state.note_made(root, &kept.made);
+    }
+}
+
+/// Waits for a server's worker to exit (its session is over) within
+/// [`SHUTDOWN_GRACE`], then kills and reaps it.
+async fn end_worker(worker: Option<Worker>) {
+    let Some(mut worker) = worker else {
+        return;
+    };
+    let waited = Instant::now();
+    while waited.elapsed() < SHUTDOWN_GRACE {
+        if !matches!(worker.0.try_wait(), Ok(None)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(worker);
 }
 
 /// A call result as text for the model: text blocks as they are, other content named.

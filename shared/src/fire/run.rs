@@ -171,8 +171,7 @@ impl FireRun {
         }
         worker.shutdown().await;
         self.state.cards.extend(mcp.list_changes());
-        mcp.note_kept_out(&self.ctx.opts.root, &mut self.state);
-        mcp.shutdown().await;
+        mcp.finish(&self.ctx.opts.root, &mut self.state).await;
         tracing::debug!(
             elapsed_ms = self.ctx.started.elapsed().as_millis() as u64,
             steps = self.state.step,

@@ -148,7 +148,20 @@ fn digest_with(
     // A program of the repository (a script with a `#!` line) is pinned with its
     // directory, as a script an interpreter runs.
     let mut program = match resolved.canonicalize() {
-        Ok(inside) if inside.starts_with(&top) => script_digest(&inside, &top, false, &mut hash)?,
+        Ok(inside) if inside.starts_with(&top) => {
+            let node = node || runs_on_node(&inside);
+            script_digest(&inside, &top, node, &mut hash)?
+        }
+        _ if resolved.starts_with(root) || resolved.starts_with(&top) => {
+            // A program of the repository that is the machine's (a virtualenv's
+            // `python`, a link to `/usr/bin/python3`): what it loads from beside it
+            // (`site-packages`, `.pth` files, `pyvenv.cfg`) is the repository's, which
+            // anyone who can push changes and no pin covers (helper-113).
+            return Err(LockError::Unpinnable {
+                program: argv.first().cloned().unwrap_or_default(),
+                why: "a program of the repository that leads out of it (a virtualenv's interpreter): what it loads from beside it is the repository's and unpinned; keep the server's environment outside the repository and name that interpreter, or the machine's".into(),
+            });
+        }
         _ => hash(&resolved)?,
     };
     // A version manager's shim picks its interpreter by files in the working
@@ -170,6 +183,25 @@ fn digest_with(
         .map(|(i, file)| script_digest(&file, &top, node, &mut hash).map(|sha| (i, sha)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(combine(&program, &files, argv))
+}
+
+/// Whether the program `file` runs on Node (a `#!` line naming `node`, `nodejs`, `bun`
+/// or `deno`, directly or through `env`): then the `node_modules` and `package.json`
+/// above it are its code too, as for a script `node` is told to run (helper-113).
+fn runs_on_node(file: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(file)
+        .and_then(|mut f| f.read(&mut head))
+        .unwrap_or(0);
+    let line = head[..n].split(|b| *b == b'\n').next().unwrap_or_default();
+    let Some(line) = line.strip_prefix(b"#!") else {
+        return false;
+    };
+    String::from_utf8_lossy(line).split_whitespace().any(|word| {
+        let name = word.rsplit('/').next().unwrap_or(word);
+        matches!(name, "node" | "nodejs" | "bun" | "deno")
+    })
 }
 
 /// The files at the repository's top by which the registry runner `argv` starts
@@ -242,7 +274,7 @@ fn script_digest(
     }
     let mut h = Sha256::new();
     h.update(hash(file)?);
-    package_entries(dir, dir, hash, &mut h, &mut 0)?;
+    package_entries(root, dir, dir, hash, &mut h, &mut 0)?;
     if !node {
         return Ok(h.finalize().to_vec());
     }
@@ -265,15 +297,39 @@ fn script_digest(
         if std::fs::symlink_metadata(&modules).is_ok() {
             named(&mut h, 2, &modules);
             if modules.is_dir() && !modules.is_symlink() {
-                package_entries(&modules, &modules, hash, &mut h, &mut 0)?;
+                package_entries(root, &modules, &modules, hash, &mut h, &mut 0)?;
             }
         }
     }
     Ok(h.finalize().to_vec())
 }
 
-/// Adds every entry under `at` (in name order, below `dir`) to `h`.
+/// A link in a pinned package that leads elsewhere in the repository (`common ->
+/// ../../shared/common`): the interpreter imports through it, so the files behind it
+/// are the server's code, which its text alone does not pin (helper-113). Refused; a
+/// link within the package (its files are pinned) or out of the repository (the
+/// machine's) is not.
+fn refuse_link_into(top: &Path, dir: &Path, link: &Path) -> Result<(), LockError> {
+    let Ok(target) = link.canonicalize() else {
+        return Ok(());
+    };
+    let package = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    if target.starts_with(top) && !target.starts_with(&package) {
+        return Err(LockError::Unpinnable {
+            program: link.display().to_string(),
+            why: format!(
+                "a link in the server's directory to {} elsewhere in the repository: the files behind it would be the server's code, unpinned; copy them into the server's directory",
+                target.strip_prefix(top).unwrap_or(&target).display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Adds every entry under `at` (in name order, below `dir`) to `h`; `top` is the
+/// repository's (canonical) top.
 fn package_entries(
+    top: &Path,
     dir: &Path,
     at: &Path,
     hash: &mut impl FnMut(&Path) -> Result<Vec<u8>, LockError>,
@@ -305,7 +361,7 @@ fn package_entries(
         })?;
         if meta.is_dir() {
             h.update(b"/");
-            package_entries(dir, &path, hash, h, count)?;
+            package_entries(top, dir, &path, hash, h, count)?;
         } else if meta.is_file() {
             h.update(b"f");
             h.update(hash(&path)?);
@@ -316,6 +372,7 @@ fn package_entries(
                 source,
             })?;
             h.update(target.as_os_str().as_encoded_bytes());
+            refuse_link_into(top, dir, &path)?;
         } else {
             h.update(b"?");
         }
@@ -563,6 +620,51 @@ mod tests {
         std::fs::create_dir_all(root.join("node_modules/tickets-mcp")).unwrap();
         let refused = command_digest(&argv, &root, path).unwrap_err().to_string();
         assert!(refused.contains("node_modules"), "{refused}");
+    }
+
+    /// Three ways code anyone can push ran under a trusted pin (helper-113): a
+    /// virtualenv's `python` of the repository (a link to the machine's, loading the
+    /// repository's `site-packages`) is refused; a program with a `#!` line naming node
+    /// has the `node_modules` above it pinned; a link in a server's directory to other
+    /// files of the repository is refused.
+    #[test]
+    fn code_a_push_could_change_beside_a_pinned_program_is_pinned_or_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        std::fs::create_dir_all(root.join(".venv/bin")).unwrap();
+        let machine = dir.path().join("python3");
+        std::fs::write(&machine, b"the machine's interpreter").unwrap();
+        std::os::unix::fs::symlink(&machine, root.join(".venv/bin/python")).unwrap();
+        std::fs::create_dir_all(root.join("mcp/py")).unwrap();
+        std::fs::write(root.join("mcp/py/server.py"), b"print('server')\n").unwrap();
+        let venv: Vec<String> = [".venv/bin/python", "mcp/py/server.py"].map(String::from).to_vec();
+        let refused = command_digest(&venv, &root, "").unwrap_err().to_string();
+        assert!(refused.contains("virtualenv"), "{refused}");
+
+        std::fs::create_dir_all(root.join("mcp/js/node_modules/helper")).unwrap();
+        std::fs::write(
+            root.join("mcp/js/server.js"),
+            b"#!/usr/bin/env node\nrequire('helper')\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("mcp/node_modules/helper")).unwrap();
+        std::fs::write(root.join("mcp/node_modules/helper/index.js"), b"reviewed").unwrap();
+        let program: Vec<String> = ["mcp/js/server.js"].map(String::from).to_vec();
+        let pinned = command_digest(&program, &root, "").unwrap();
+        std::fs::write(root.join("mcp/node_modules/helper/index.js"), b"pushed").unwrap();
+        assert_ne!(
+            command_digest(&program, &root, "").unwrap(),
+            pinned,
+            "the node_modules above"
+        );
+
+        std::fs::create_dir_all(root.join("shared/common")).unwrap();
+        std::os::unix::fs::symlink("../../shared/common", root.join("mcp/py/common")).unwrap();
+        let python: Vec<String> = [machine.to_str().unwrap(), "mcp/py/server.py"]
+            .map(String::from)
+            .to_vec();
+        let refused = command_digest(&python, &root, "").unwrap_err().to_string();
+        assert!(refused.contains("shared/common"), "{refused}");
     }
 
     /// What the script imports from beside it is its code too: a module shadowing the

@@ -96,9 +96,15 @@ fn server_line(line: &str) -> (ServerLine, Option<String>) {
 /// its namespace: when it returns and exits, whatever the server forked ends with it.
 ///
 /// A server whose output ends while `input` is still open (it died, in a call or at
-/// its start) has what it wrote synced, then `gone` is called with the sync held:
-/// the worker exits there, so the runtime sees the session close at once (a call in
-/// flight ends as uncertain, with a card) instead of waiting out the call's timeout.
+/// its start) has what it wrote synced and the sync's notes passed on, then `gone` is
+/// called with the sync held: the worker exits there, so the runtime sees the session
+/// close at once (a call in flight ends as uncertain, with a card) instead of waiting
+/// out the call's timeout. When `input` ends (the runtime is done with the server),
+/// what the server wrote after its last answer (an exit handler, a process it forked)
+/// is synced once more and its notes passed on too, before the worker ends: the
+/// runtime reads the worker's output to its end, so every entry the copy made is
+/// known to be the tools' doing (helper-109: a committed report rewritten at exit
+/// was taken for a person's edit and left rewritten).
 pub fn run_server<I, O, S, G>(
     root: &Path,
     env: &[(String, String)],
@@ -134,15 +140,16 @@ where
         return Ok(());
     };
     let sync = Arc::new(Mutex::new(sync));
+    let output = Arc::new(Mutex::new(output));
     let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (ended, reader_ended) = std::sync::mpsc::channel::<()>();
     {
-        let (sync, closing) = (Arc::clone(&sync), Arc::clone(&closing));
+        let (sync, output, closing) = (Arc::clone(&sync), Arc::clone(&output), Arc::clone(&closing));
         std::thread::spawn(move || {
-            pass_server_lines(from_server, output, &sync);
+            pass_server_lines(from_server, &output, &sync);
             if !closing.load(std::sync::atomic::Ordering::SeqCst) {
                 if let Ok(mut sync) = sync.lock() {
-                    (*sync)();
+                    pass_notes(&output, (*sync)());
                     gone();
                 }
             }
@@ -162,12 +169,25 @@ where
     // The reader passes on the server's last lines; it ends with the server's output
     // unless something the server forked holds that open (the worker's exit ends it).
     let _ = reader_ended.recv_timeout(std::time::Duration::from_millis(500));
-    // What it wrote last (and what anything it forked wrote until now) goes in too;
-    // the session is over, so its notes are only on the worker's stderr.
+    // What it wrote last (and what anything it forked wrote until now) goes in too,
+    // with its notes: the runtime reads on until the worker's output ends.
     if let Ok(mut sync) = sync.lock() {
-        (*sync)();
+        pass_notes(&output, (*sync)());
     }
     Ok(())
+}
+
+/// Passes the worker's `notes` on to the runtime, between the server's lines.
+fn pass_notes<O: Write>(output: &Mutex<O>, notes: Vec<String>) {
+    if notes.is_empty() {
+        return;
+    }
+    if let Ok(mut out) = output.lock() {
+        let _ = notes
+            .iter()
+            .try_for_each(|l| writeln!(out, "{l}"))
+            .and_then(|_| out.flush());
+    }
 }
 
 /// The reader of [`run_server`]: each line from the server, read as
@@ -175,7 +195,7 @@ where
 /// returned; until the server's output ends or `output` fails.
 fn pass_server_lines<O: Write, S: FnMut() -> Vec<String>>(
     from_server: std::process::ChildStdout,
-    mut output: O,
+    output: &Mutex<O>,
     sync: &Mutex<S>,
 ) {
     for line in BufReader::new(from_server).lines() {
@@ -190,6 +210,7 @@ fn pass_server_lines<O: Write, S: FnMut() -> Vec<String>>(
                 notes = (*sync)();
             }
         }
+        let Ok(mut output) = output.lock() else { break };
         let passed = notes
             .iter()
             .chain(std::iter::once(&line))
@@ -411,14 +432,17 @@ mod tests {
         let seen = seen.lock().unwrap().clone();
         assert_eq!(
             seen.len(),
-            3,
+            4,
             "the server's line that passed for a note is dropped: {seen:?}"
         );
-        assert_eq!(seen[0], (1, note), "the worker's note goes first: {seen:?}");
+        assert_eq!(seen[0], (1, note.clone()), "the worker's note goes first: {seen:?}");
         assert!(seen[1].1.contains(r#""id":1"#), "{seen:?}");
         assert_eq!(seen[1].0, 1, "the answer went out after one sync: {seen:?}");
         assert_eq!(seen[2].0, 1, "a notification brings no sync: {seen:?}");
         assert_eq!(*synced.lock().unwrap(), 2, "and one more once the server ended");
+        // That last copy's note goes out too, after the server's last line: the
+        // runtime reads on until the worker's output ends.
+        assert_eq!(seen[3], (2, note), "{seen:?}");
         assert!(sandbox_note(&WrittenBack::default()).is_none());
     }
 }
