@@ -4,7 +4,8 @@
 //! `password=pw`) must never reach a report, receipt, card, trace or log line. Every writer of those passes text through [`Redactor::redact`].
 //! A known value is also redacted in the forms a tool would print it in: base64
 //! (standard and URL-safe, at any alignment inside a longer encoded stream), hex
-//! (either case) and URL-encoding.
+//! (either case), URL-encoding, and inside a string literal as JSON (serde's, Python's
+//! all-ASCII, Go's) or Python's `repr` writes it.
 
 use regex::Regex;
 use std::borrow::Cow;
@@ -261,7 +262,8 @@ const MIN_ENCODED: usize = 8;
 /// The forms of `v` a tool is likely to print: base64 in both alphabets at each of the
 /// three byte alignments (only the characters determined by `v`'s bytes alone, so the
 /// fragment matches wherever `v` sits inside a longer encoded stream), hex in both
-/// cases, and percent-encoding (both hex cases) when it differs from `v`.
+/// cases, percent-encoding (both hex cases) when it differs from `v`, and the escaped
+/// forms of [`json_escaped`].
 fn encodings(v: &str) -> Vec<String> {
     use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
     use base64::Engine;

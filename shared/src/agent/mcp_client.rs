@@ -248,10 +248,13 @@ impl tokio::io::AsyncWrite for ClosableInput {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        let closed = || std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        // Once closed, writes are dropped as if sent: rmcp answering a line the server
+        // wrote after its input ended (an "invalid request" for a stray JSON object)
+        // must not fail the session's writer, which would stop it reading the
+        // worker's last note (helper-114).
         match self.0.lock().as_deref_mut() {
             Ok(Some(stdin)) => std::pin::Pin::new(stdin).poll_write(cx, buf),
-            _ => std::task::Poll::Ready(Err(closed())),
+            _ => std::task::Poll::Ready(Ok(buf.len())),
         }
     }
 
@@ -893,7 +896,13 @@ impl McpHub {
     /// with all the server forked, goes with it.
     pub async fn shutdown(self) {
         for (_, live) in self.live {
-            let Live { service, worker, .. } = live;
+            let Live {
+                service, worker, input, ..
+            } = live;
+            // rmcp's cancel drops only its own handle on the worker's input.
+            if let Some(input) = input {
+                input.close();
+            }
             let _ = tokio::time::timeout(SHUTDOWN_GRACE, service.cancel()).await;
             end_worker(worker).await;
         }
@@ -914,13 +923,16 @@ impl McpHub {
             match input {
                 Some(input) => {
                     input.close();
-                    let _ = tokio::time::timeout(SHUTDOWN_GRACE, service.waiting()).await;
-                    // rmcp hands each notification to a task of its own: those the
-                    // session read before its end get their turn before they are
-                    // counted (each is one lock and a copy, done in one poll).
-                    for _ in 0..16 {
-                        tokio::task::yield_now().await;
+                    if tokio::time::timeout(SHUTDOWN_GRACE, service.waiting()).await.is_err() {
+                        // Not heard out in time: killed now, so no copy lands unnoted
+                        // once nobody reads (helper-114).
+                        drop(worker);
+                        continue;
                     }
+                    // rmcp hands each notification to a task of its own; on the
+                    // fire's current-thread runtime the tasks the session queued
+                    // before its end run, in order, at this yield.
+                    tokio::task::yield_now().await;
                 }
                 None => {
                     let _ = tokio::time::timeout(SHUTDOWN_GRACE, service.cancel()).await;

@@ -148,18 +148,26 @@ fn digest_with(
     // A program of the repository (a script with a `#!` line) is pinned with its
     // directory, as a script an interpreter runs.
     let mut program = match resolved.canonicalize() {
+        _ if in_a_virtualenv(&resolved) && (resolved.starts_with(root) || resolved.starts_with(&top)) => {
+            // A virtualenv's interpreter of the repository (a link to the machine's
+            // `python`, or a copy): what it loads from beside it (`site-packages`,
+            // `.pth` files, `pyvenv.cfg`) is the repository's, which anyone who can push
+            // changes and no pin covers (helper-113, helper-114).
+            return Err(LockError::Unpinnable {
+                program: argv.first().cloned().unwrap_or_default(),
+                why: "a virtualenv's interpreter inside the repository: what it loads from beside it (site-packages, .pth files) is the repository's and unpinned; keep the server's environment outside the repository and name that interpreter".into(),
+            });
+        }
         Ok(inside) if inside.starts_with(&top) => {
             let node = node || runs_on_node(&inside);
             script_digest(&inside, &top, node, &mut hash)?
         }
         _ if resolved.starts_with(root) || resolved.starts_with(&top) => {
-            // A program of the repository that is the machine's (a virtualenv's
-            // `python`, a link to `/usr/bin/python3`): what it loads from beside it
-            // (`site-packages`, `.pth` files, `pyvenv.cfg`) is the repository's, which
-            // anyone who can push changes and no pin covers (helper-113).
+            // A link of the repository to a program of the machine: the machine's
+            // program is what runs, but the link is the repository's to change.
             return Err(LockError::Unpinnable {
                 program: argv.first().cloned().unwrap_or_default(),
-                why: "a program of the repository that leads out of it (a virtualenv's interpreter): what it loads from beside it is the repository's and unpinned; keep the server's environment outside the repository and name that interpreter, or the machine's".into(),
+                why: "a link of the repository to a program outside it: anyone who can push could point it elsewhere; name the program itself".into(),
             });
         }
         _ => hash(&resolved)?,
@@ -185,9 +193,20 @@ fn digest_with(
     Ok(combine(&program, &files, argv))
 }
 
-/// Whether the program `file` runs on Node (a `#!` line naming `node`, `nodejs`, `bun`
-/// or `deno`, directly or through `env`): then the `node_modules` and `package.json`
-/// above it are its code too, as for a script `node` is told to run (helper-113).
+/// Whether `program` lies in a virtualenv: a `pyvenv.cfg` in its directory or the one
+/// above (`.venv/bin/python` beside `.venv/pyvenv.cfg`).
+fn in_a_virtualenv(program: &Path) -> bool {
+    program
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .any(|d| std::fs::symlink_metadata(d.join("pyvenv.cfg")).is_ok())
+}
+
+/// Whether the program `file` runs on Node (a `#!` line naming `node`, `nodejs`,
+/// `bun`, `deno`, `tsx` or `ts-node`, directly or through `env`): then the
+/// `node_modules` and `package.json` above it are its code too, as for a script `node`
+/// is told to run (helper-113).
 fn runs_on_node(file: &Path) -> bool {
     use std::io::Read;
     let mut head = [0u8; 256];
@@ -200,16 +219,30 @@ fn runs_on_node(file: &Path) -> bool {
     };
     String::from_utf8_lossy(line).split_whitespace().any(|word| {
         let name = word.rsplit('/').next().unwrap_or(word);
-        matches!(name, "node" | "nodejs" | "bun" | "deno")
+        matches!(name, "node" | "nodejs" | "bun" | "deno" | "tsx" | "ts-node")
     })
+}
+
+/// The name of the package a runner's `spec` names (`@scope/pkg@1.2.3` ->
+/// `@scope/pkg`, `pkg==1.0` -> `pkg`).
+fn package_name(spec: &str) -> &str {
+    let (scope, rest) = match spec.strip_prefix('@') {
+        Some(rest) => (1, rest),
+        None => (0, spec),
+    };
+    let end = rest
+        .find(['@', '=', '<', '>', '~', '!', '['])
+        .map_or(spec.len(), |i| i + scope);
+    &spec[..end]
 }
 
 /// The files at the repository's top by which the registry runner `argv` starts
 /// (`npx`, `bunx`, `pnpx`, `uvx`, `pipx`) chooses what it runs and from where: its
 /// configuration (a registry, a script shell, node options) and the project it finds
-/// there. A `node_modules` at the top is refused for the Node runners: a package
-/// installed there runs instead of the registry's (helper-112: a pushed
-/// `node_modules/<pkg>/index.js` ran under a trusted pin), and no pin covers it.
+/// there. The package installed in the top's `node_modules` is refused for `npx` and
+/// `bunx`: it runs instead of the registry's (helper-112: a pushed
+/// `node_modules/<pkg>/index.js` ran under a trusted pin), and no pin covers it; other
+/// packages there are left alone (a project's own dependencies, helper-114).
 fn runner_files(argv: &[String], root: &Path) -> Result<&'static [&'static str], LockError> {
     const NODE: &[&str] = &[
         ".npmrc",
@@ -222,15 +255,22 @@ fn runner_files(argv: &[String], root: &Path) -> Result<&'static [&'static str],
     ];
     const PYTHON: &[&str] = &["uv.toml", "pyproject.toml", "pip.conf"];
     let program = argv.first().map(|p| p.rsplit('/').next().unwrap_or(p));
-    let (files, node) = match program {
-        Some("npx" | "bunx" | "pnpx") => (NODE, true),
+    let (files, local) = match program {
+        // `pnpm dlx` does not look in the project's tree.
+        Some("pnpx") => (NODE, false),
+        Some("npx" | "bunx") => (NODE, true),
         Some("uvx" | "pipx") => (PYTHON, false),
         _ => return Ok(&[]),
     };
-    if node && std::fs::symlink_metadata(root.join("node_modules")).is_ok() {
+    let name = crate::mcp::config::package_spec(argv)
+        .ok()
+        .flatten()
+        .map(|spec| package_name(&spec).to_string());
+    let installed = name.is_some_and(|n| std::fs::symlink_metadata(root.join("node_modules").join(n)).is_ok());
+    if local && installed {
         return Err(LockError::Unpinnable {
             program: argv[0].clone(),
-            why: "the repository's top holds `node_modules`, whose packages the runner would start instead of the registry's, and no pin covers them: keep packages out of the top (or name the server's script with `node`)".into(),
+            why: "the repository's top has the package installed in `node_modules`, which the runner would start instead of the registry's, and no pin covers it: keep it out of the top's `node_modules` (or name the server's script with `node`)".into(),
         });
     }
     Ok(files)
@@ -274,7 +314,18 @@ fn script_digest(
     }
     let mut h = Sha256::new();
     h.update(hash(file)?);
-    package_entries(root, dir, dir, hash, &mut h, &mut 0)?;
+    // What a link in the package may lead to: the package itself, and for Node every
+    // `node_modules` above it, which the walk below pins (a workspace's links).
+    let mut bounds = Bounds {
+        top: root.to_path_buf(),
+        within: vec![dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf())],
+    };
+    if node {
+        for above in dir.ancestors().skip(1).take_while(|a| a.starts_with(root)) {
+            bounds.within.push(above.join("node_modules"));
+        }
+    }
+    package_entries(&bounds, dir, dir, hash, &mut h, &mut 0)?;
     if !node {
         return Ok(h.finalize().to_vec());
     }
@@ -297,24 +348,42 @@ fn script_digest(
         if std::fs::symlink_metadata(&modules).is_ok() {
             named(&mut h, 2, &modules);
             if modules.is_dir() && !modules.is_symlink() {
-                package_entries(root, &modules, &modules, hash, &mut h, &mut 0)?;
+                package_entries(&bounds, &modules, &modules, hash, &mut h, &mut 0)?;
             }
         }
     }
     Ok(h.finalize().to_vec())
 }
 
+/// Where the links of a pinned package may lead: `within` the trees the digest pins, or
+/// out of the repository (`top`, canonical).
+struct Bounds {
+    top: std::path::PathBuf,
+    within: Vec<std::path::PathBuf>,
+}
+
 /// A link in a pinned package that leads elsewhere in the repository (`common ->
 /// ../../shared/common`): the interpreter imports through it, so the files behind it
-/// are the server's code, which its text alone does not pin (helper-113). Refused; a
-/// link within the package (its files are pinned) or out of the repository (the
-/// machine's) is not.
-fn refuse_link_into(top: &Path, dir: &Path, link: &Path) -> Result<(), LockError> {
-    let Ok(target) = link.canonicalize() else {
-        return Ok(());
+/// are the server's code, which its text alone does not pin (helper-113). Refused,
+/// also when nothing is there yet (read by its text: a push could put it there,
+/// helper-114); a link into a tree the digest pins, or out of the repository (the
+/// machine's), is not.
+fn refuse_link_into(bounds: &Bounds, link: &Path) -> Result<(), LockError> {
+    let top = &bounds.top;
+    let target = match link.canonicalize() {
+        Ok(t) => t,
+        Err(_) => {
+            let Ok(text) = std::fs::read_link(link) else {
+                return Ok(());
+            };
+            let joined = link.parent().unwrap_or(link).join(text);
+            match crate::layout::normalize(top, &joined.to_string_lossy()) {
+                Some(rel) => top.join(rel),
+                None => return Ok(()),
+            }
+        }
     };
-    let package = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    if target.starts_with(top) && !target.starts_with(&package) {
+    if target.starts_with(top) && !bounds.within.iter().any(|w| target.starts_with(w)) {
         return Err(LockError::Unpinnable {
             program: link.display().to_string(),
             why: format!(
@@ -326,10 +395,10 @@ fn refuse_link_into(top: &Path, dir: &Path, link: &Path) -> Result<(), LockError
     Ok(())
 }
 
-/// Adds every entry under `at` (in name order, below `dir`) to `h`; `top` is the
-/// repository's (canonical) top.
+/// Adds every entry under `at` (in name order, below `dir`) to `h`; a link must stay
+/// within `bounds`.
 fn package_entries(
-    top: &Path,
+    bounds: &Bounds,
     dir: &Path,
     at: &Path,
     hash: &mut impl FnMut(&Path) -> Result<Vec<u8>, LockError>,
@@ -361,7 +430,7 @@ fn package_entries(
         })?;
         if meta.is_dir() {
             h.update(b"/");
-            package_entries(top, dir, &path, hash, h, count)?;
+            package_entries(bounds, dir, &path, hash, h, count)?;
         } else if meta.is_file() {
             h.update(b"f");
             h.update(hash(&path)?);
@@ -372,7 +441,7 @@ fn package_entries(
                 source,
             })?;
             h.update(target.as_os_str().as_encoded_bytes());
-            refuse_link_into(top, dir, &path)?;
+            refuse_link_into(bounds, &path)?;
         } else {
             h.update(b"?");
         }
@@ -617,9 +686,13 @@ mod tests {
         std::fs::write(root.join(".npmrc"), b"registry=https://registry.example/\n").unwrap();
         let configured = command_digest(&argv, &root, path).unwrap();
         assert_ne!(configured, plain, "the top's .npmrc is in the digest");
+        std::fs::create_dir_all(root.join("node_modules/left-pad")).unwrap();
+        assert!(command_digest(&argv, &root, path).is_ok(), "the project's own packages");
         std::fs::create_dir_all(root.join("node_modules/tickets-mcp")).unwrap();
         let refused = command_digest(&argv, &root, path).unwrap_err().to_string();
         assert!(refused.contains("node_modules"), "{refused}");
+        assert_eq!(package_name("@scope/pkg@1.2.3"), "@scope/pkg");
+        assert_eq!(package_name("mcp-server-fetch==1.0"), "mcp-server-fetch");
     }
 
     /// Three ways code anyone can push ran under a trusted pin (helper-113): a
@@ -635,6 +708,7 @@ mod tests {
         let machine = dir.path().join("python3");
         std::fs::write(&machine, b"the machine's interpreter").unwrap();
         std::os::unix::fs::symlink(&machine, root.join(".venv/bin/python")).unwrap();
+        std::fs::write(root.join(".venv/pyvenv.cfg"), b"home = /usr/bin\n").unwrap();
         std::fs::create_dir_all(root.join("mcp/py")).unwrap();
         std::fs::write(root.join("mcp/py/server.py"), b"print('server')\n").unwrap();
         let venv: Vec<String> = [".venv/bin/python", "mcp/py/server.py"].map(String::from).to_vec();
@@ -658,13 +732,32 @@ mod tests {
             "the node_modules above"
         );
 
-        std::fs::create_dir_all(root.join("shared/common")).unwrap();
-        std::os::unix::fs::symlink("../../shared/common", root.join("mcp/py/common")).unwrap();
+        // A workspace's link into the `node_modules` above, which the walk pins, is fine.
+        std::os::unix::fs::symlink("../../node_modules/helper", root.join("mcp/js/node_modules/linked")).unwrap();
+        assert!(command_digest(&program, &root, "").is_ok());
+
         let python: Vec<String> = [machine.to_str().unwrap(), "mcp/py/server.py"]
             .map(String::from)
             .to_vec();
+        // A link to what is not there yet reads by its text: a push could put it there.
+        std::os::unix::fs::symlink("../../shared/later", root.join("mcp/py/later")).unwrap();
+        let refused = command_digest(&python, &root, "").unwrap_err().to_string();
+        assert!(refused.contains("shared/later"), "{refused}");
+        std::fs::remove_file(root.join("mcp/py/later")).unwrap();
+        std::fs::create_dir_all(root.join("shared/common")).unwrap();
+        std::os::unix::fs::symlink("../../shared/common", root.join("mcp/py/common")).unwrap();
         let refused = command_digest(&python, &root, "").unwrap_err().to_string();
         assert!(refused.contains("shared/common"), "{refused}");
+
+        // A virtualenv made with `--copies`: its interpreter is a file of the repository.
+        std::fs::create_dir_all(root.join("venv2/bin")).unwrap();
+        std::fs::write(root.join("venv2/pyvenv.cfg"), b"home = /usr/bin\n").unwrap();
+        std::fs::write(root.join("venv2/bin/python"), b"a copied interpreter").unwrap();
+        std::fs::create_dir_all(root.join("mcp/py2")).unwrap();
+        std::fs::write(root.join("mcp/py2/server.py"), b"print('server')\n").unwrap();
+        let copied: Vec<String> = ["venv2/bin/python", "mcp/py2/server.py"].map(String::from).to_vec();
+        let refused = command_digest(&copied, &root, "").unwrap_err().to_string();
+        assert!(refused.contains("virtualenv"), "{refused}");
     }
 
     /// What the script imports from beside it is its code too: a module shadowing the

@@ -142,11 +142,16 @@ where
     let sync = Arc::new(Mutex::new(sync));
     let output = Arc::new(Mutex::new(output));
     let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Set (under the sync's lock) once the last copy is made and said: a line the
+    // reader passes after it brings no copy the worker's exit could cut short or
+    // leave unsaid (helper-114).
+    let copied_last = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (ended, reader_ended) = std::sync::mpsc::channel::<()>();
     {
         let (sync, output, closing) = (Arc::clone(&sync), Arc::clone(&output), Arc::clone(&closing));
+        let copied_last = Arc::clone(&copied_last);
         std::thread::spawn(move || {
-            pass_server_lines(from_server, &output, &sync);
+            pass_server_lines(from_server, &output, &sync, &copied_last);
             if !closing.load(std::sync::atomic::Ordering::SeqCst) {
                 if let Ok(mut sync) = sync.lock() {
                     pass_notes(&output, (*sync)());
@@ -173,6 +178,7 @@ where
     // with its notes: the runtime reads on until the worker's output ends.
     if let Ok(mut sync) = sync.lock() {
         pass_notes(&output, (*sync)());
+        copied_last.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     Ok(())
 }
@@ -192,11 +198,14 @@ fn pass_notes<O: Write>(output: &Mutex<O>, notes: Vec<String>) {
 
 /// The reader of [`run_server`]: each line from the server, read as
 /// [`server_line`] reads it, to `output`, an answer after `sync` and the notes it
-/// returned; until the server's output ends or `output` fails.
+/// returned (the sync's lock held until they are out, so the last copy cannot come
+/// between a copy and its note); until the server's output ends or `output` fails.
+/// Once `copied_last` is set, lines pass with no copy.
 fn pass_server_lines<O: Write, S: FnMut() -> Vec<String>>(
     from_server: std::process::ChildStdout,
     output: &Mutex<O>,
     sync: &Mutex<S>,
+    copied_last: &std::sync::atomic::AtomicBool,
 ) {
     for line in BufReader::new(from_server).lines() {
         let Ok(line) = line else { break };
@@ -204,12 +213,15 @@ fn pass_server_lines<O: Write, S: FnMut() -> Vec<String>>(
         let (ServerLine::Answer | ServerLine::Other, Some(line)) = (&kind, line) else {
             continue;
         };
-        let mut notes = Vec::new();
-        if kind == ServerLine::Answer {
-            if let Ok(mut sync) = sync.lock() {
-                notes = (*sync)();
-            }
-        }
+        let mut copying = if kind == ServerLine::Answer {
+            sync.lock().ok()
+        } else {
+            None
+        };
+        let notes = match copying.as_mut() {
+            Some(sync) if !copied_last.load(std::sync::atomic::Ordering::SeqCst) => (**sync)(),
+            _ => Vec::new(),
+        };
         let Ok(mut output) = output.lock() else { break };
         let passed = notes
             .iter()
@@ -218,6 +230,8 @@ fn pass_server_lines<O: Write, S: FnMut() -> Vec<String>>(
         if passed.and_then(|_| output.flush()).is_err() {
             break;
         }
+        drop(output);
+        drop(copying);
     }
 }
 
