@@ -38,6 +38,10 @@ pub enum WorkerHello {
     Refused(String),
 }
 
+/// The `runtime` binary's hidden subcommand that starts a sandboxed worker (the
+/// fire's, or `builder mcp pin`'s for a server it lists).
+pub const WORKER_COMMAND: &str = "__tool-worker";
+
 /// The variable naming the runtime that spawned a worker (its pid).
 pub const PARENT_ENV: &str = "RUNTIME_WORKER_PARENT";
 

@@ -142,8 +142,8 @@ pub fn eval_error(e: EvalError) -> CommandError {
     }
 }
 
-/// The `runtime` binary that fires the cases: the one installed beside `builder`,
-/// else the first on PATH.
+/// The `runtime` binary that fires the cases (and sandboxes what `builder mcp pin`
+/// starts): the one installed beside `builder`, else the first on PATH.
 pub fn runtime_binary() -> Result<PathBuf, CommandError> {
     let beside = std::env::current_exe()
         .ok()
@@ -158,7 +158,7 @@ pub fn runtime_binary() -> Result<PathBuf, CommandError> {
         .map(|d| d.join("runtime"))
         .find(|p| p.is_file())
         .ok_or_else(|| {
-            CommandError::environment("cannot find the `runtime` binary (beside builder or on PATH) to fire the cases")
+            CommandError::environment("cannot find the `runtime` binary (beside builder or on PATH): it fires eval cases and sandboxes what `builder mcp pin` starts")
                 .hint("install runtime next to builder, or put it on PATH")
         })
 }

@@ -1,10 +1,13 @@
 //! `builder mcp pin [<server>]`: write `settings/mcp.lock`, the pins a fire checks
 //! each MCP server's command and tool definitions against (see `shared::mcp`). It
 //! prints what changed in words; commit the lock and propose it for review. It runs
-//! each server's program as you, outside any sandbox, so what it would start must be
-//! trusted first (`--trust`, remembered per machine: see `shared::agent::mcp_pin`).
+//! each stdio server's program in a fire's sandbox (a worker of the `runtime`
+//! binary), handed the variables it asks for, and connects to each `url:` server with
+//! your token, so what it would start must be trusted first (`--trust`, remembered
+//! per machine: see `shared::agent::mcp_pin`).
 
 use crate::command_error::{CommandError, Kind, Outcome};
+use shared::agent::mcp_client::PinSandbox;
 use shared::agent::mcp_pin::PinError;
 use std::path::Path;
 
@@ -21,8 +24,9 @@ pub enum McpCommand {
     Pin {
         /// Pin only this server (the others keep their pins)
         server: Option<String>,
-        /// Trust what the servers run (their program, its files and the variables
-        /// they get) after reading it: pinning runs it as you, outside any sandbox
+        /// Trust what the servers run (their program, its files, the variables they
+        /// get, their read roots and ports) after reading it: pinning runs it, in a
+        /// fire's sandbox
         #[arg(long)]
         trust: bool,
     },
@@ -49,6 +53,12 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             anyhow::anyhow!("neither HOME nor XDG_STATE_HOME is set: nowhere to remember which servers you trust"),
         )
     })?;
+    let worker_cmd = (
+        super::eval::runtime_binary()?,
+        vec![shared::worker::WORKER_COMMAND.to_string()],
+    );
+    let sandbox = PinSandbox::of(&wt.root, &settings, worker_cmd)
+        .map_err(|why| CommandError::new(Kind::Config, anyhow::anyhow!("settings/runtime.yaml: {why}")))?;
     let pinned = rt
         .block_on(shared::agent::mcp_pin::pin(
             &wt.root,
@@ -56,6 +66,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             server.as_deref(),
             &path,
             &store,
+            &sandbox,
         ))
         .map_err(|e| match e {
             PinError::Untrusted(_) => CommandError::new(Kind::Refused, e).hint(
@@ -66,7 +77,10 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
                 CommandError::new(Kind::Environment, e)
             }
         })?;
-    for p in &pinned {
+    for said in &pinned.trusted_now {
+        println!("trusted now:{said}");
+    }
+    for p in &pinned.pinned {
         println!("pinned {}: {} tool(s)", p.server, p.tools);
         for c in &p.changes {
             println!("  {c}");

@@ -12,8 +12,7 @@ use crate::logging::LogFormat;
 use clap::{CommandFactory, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 
-/// Hidden subcommand that starts the sandboxed tool worker.
-pub const WORKER_COMMAND: &str = "__tool-worker";
+pub use shared::worker::WORKER_COMMAND;
 
 /// Fire agent tasks unattended, inside a sandbox, leaving reports, receipts and cards
 #[derive(Debug, Parser)]

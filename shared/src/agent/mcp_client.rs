@@ -1003,75 +1003,140 @@ fn render(content: &[ContentBlock], structured: Option<&serde_json::Value>) -> S
     parts.join("\n")
 }
 
-/// Lists a server's tools outside any fire, for `builder mcp pin`: the server runs
-/// on the builder's own machine (the builder chose to run it) in the repository
-/// root, with only the scrubbed environment and its allowed variables.
+/// Where `builder mcp pin` starts a stdio server: as a fire starts it, in a worker of
+/// the `runtime` binary, sandboxed. The sandbox is a fire's with nothing of the tools'
+/// grants: the system directories, the repository and its git directories, the
+/// server's own read roots and ports (`read:`, `network:`), the `Read` deny masks of
+/// the settings, and a scratch directory as the only place it writes (removed after),
+/// so a pin reads none of the person's files and leaves nothing in the repository.
+/// Landlock is as the settings ask, but never off: a branch's `landlock: off` does not
+/// unsandbox the pin (helper-108: a pinned script read the reviewer's files).
+pub struct PinSandbox {
+    /// The `runtime` binary and its worker's argument.
+    pub worker_cmd: (PathBuf, Vec<String>),
+    pub git_dirs: Vec<PathBuf>,
+    pub masked: Vec<String>,
+    pub mode: LandlockMode,
+    pub write_bytes: u64,
+}
+
+impl PinSandbox {
+    /// The sandbox of a pin in the repository at `root` under `settings`.
+    pub fn of(
+        root: &Path,
+        settings: &crate::settings::RuntimeSettings,
+        worker_cmd: (PathBuf, Vec<String>),
+    ) -> Result<PinSandbox, String> {
+        let policy = crate::policy::Policy::new(root, &settings.permissions, &settings.builder_paths)
+            .map_err(|e| e.to_string())?;
+        let git_dirs = git2::Repository::open(root)
+            .map(|repo| crate::git::git_dirs(&repo))
+            .map_err(|e| e.message().to_string())?;
+        Ok(PinSandbox {
+            worker_cmd,
+            git_dirs,
+            masked: policy.read_masks(),
+            mode: match settings.sandbox.landlock {
+                LandlockMode::Required => LandlockMode::Required,
+                LandlockMode::BestEffort | LandlockMode::Off => LandlockMode::BestEffort,
+            },
+            write_bytes: settings.sandbox.write_bytes,
+        })
+    }
+
+    /// The tools' part of the sandbox: read the system and the repository, write
+    /// `scratch` only ([`launch_config`] adds the server's own grants).
+    fn spec(&self, root: &Path, scratch: &Path) -> SandboxSpec {
+        let mut read_dirs: Vec<PathBuf> = crate::sandbox::SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect();
+        read_dirs.push(root.to_path_buf());
+        read_dirs.extend(self.git_dirs.iter().filter(|d| !d.starts_with(root)).cloned());
+        SandboxSpec {
+            read_dirs,
+            write_dirs: vec![scratch.to_path_buf()],
+            write_files: vec![PathBuf::from("/dev/null")],
+            connect_ports: Vec::new(),
+            scope_ipc: true,
+            max_abi: crate::sandbox::abi_cap_from_env(),
+        }
+    }
+}
+
+/// Lists a server's tools outside any fire, for `builder mcp pin`: a `url:` server is
+/// connected to from here (it runs elsewhere), a stdio server is started in `sandbox`
+/// ([`PinSandbox`]) with the scrubbed environment and its allowed variables, exactly
+/// the program its digest hashed.
 pub async fn list_for_pin(
     root: &Path,
+    server: &str,
     entry: &McpServer,
-    env: &[(String, String)],
     path: &str,
+    sandbox: &PinSandbox,
 ) -> Result<Vec<serde_json::Value>, String> {
     let timeout = Duration::from_secs(entry.start_timeout_s);
+    let as_json = |tools: Vec<rmcp::model::Tool>| tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect();
     if let Some(url) = &entry.url {
         let listed =
             tokio::time::timeout(timeout, super::mcp_http::connect((), entry, |v| std::env::var(v).ok())).await;
         return match listed {
             Ok(Ok((service, tools))) => {
                 let _ = service.cancel().await;
-                Ok(tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
+                Ok(as_json(tools))
             }
             Ok(Err(why)) => Err(why),
             Err(_) => Err(format!("no tool list from {url} within {} s", entry.start_timeout_s)),
         };
     }
-    // The very program the digest hashed, as a fire starts it: a bare name left to the
-    // spawn's own search would find `./sh` at the repository's top through an empty
+    let scratch = tempfile::tempdir().map_err(|e| format!("no scratch directory for its sandbox: {e}"))?;
+    let redactor = Redactor::default();
+    let servers = McpServers::default();
+    let spec = sandbox.spec(root, scratch.path());
+    let input = StartInput {
+        root,
+        scratch: scratch.path(),
+        servers: &servers,
+        spec: &spec,
+        mode: sandbox.mode,
+        masked: sandbox.masked.clone(),
+        write_bytes: sandbox.write_bytes,
+        env: crate::tools::exec::ExecContext::scrubbed_env(scratch.path()),
+        path: path.to_string(),
+        home: std::env::var_os("HOME").map(Into::into),
+        redactor: &redactor,
+    };
+    // The very program the digest hashed, as a fire starts it ([`pinned_argv`]): a bare
+    // name left to a search would find `./sh` at the repository's top through an empty
     // `PATH` entry, which no digest covers (helper-110).
-    let argv = pinned_argv(root, path, &entry.command);
-    let Some(std_cmd) = crate::mcp::launch::server_command(&argv, root, env) else {
-        return Err("no command".into());
-    };
-    let program = entry.command[0].as_str();
-    let mut cmd = tokio::process::Command::from(std_cmd);
-    cmd.stderr(Stdio::piped()).kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start `{program}`: {e}"))?;
+    let config = launch_config(&input, server, entry);
+    let (exe, args) = &sandbox.worker_cmd;
+    let mut child = spawn_process_with_stderr(exe, args, &input.env, Stdio::piped())
+        .map_err(|e| format!("cannot start its sandbox's worker ({}): {e}", exe.display()))?;
+    let stderr = StderrTail::follow(child.stderr.take());
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err("no stdin or stdout".into());
+        return Err("its worker has no stdin or stdout".into());
     };
-    let listed = tokio::time::timeout(timeout, async {
-        let service = ().serve((stdout, stdin)).await.map_err(|e| format!("MCP initialization failed: {e}"))?;
-        let tools = service
-            .peer()
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
-        let _ = service.cancel().await;
-        Ok::<_, String>(tools)
-    })
-    .await;
-    let tail = |child: &mut tokio::process::Child| {
-        let _ = child.start_kill();
-        child.stderr.take()
+    let worker = Worker(child);
+    let (stdin, stdout) = match (ChildStdin::from_std(stdin), ChildStdout::from_std(stdout)) {
+        (Ok(i), Ok(o)) => (i, BufReader::new(o).lines()),
+        (Err(e), _) | (_, Err(e)) => return Err(e.to_string()),
     };
-    match listed {
-        Ok(Ok(tools)) => {
-            let _ = child.start_kill();
-            Ok(tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
+    let began = Instant::now();
+    let connected = tokio::time::timeout(timeout, connect(stdin, stdout, &config, server, began, Duration::ZERO)).await;
+    let why = match connected {
+        Ok(Ok((service, tools, input))) => {
+            input.close();
+            let _ = service.cancel().await;
+            drop(worker);
+            return Ok(as_json(tools));
         }
-        Ok(Err(why)) => {
-            let mut err = String::new();
-            if let Some(mut s) = tail(&mut child) {
-                use tokio::io::AsyncReadExt;
-                let _ = tokio::time::timeout(Duration::from_secs(1), s.read_to_string(&mut err)).await;
-            }
-            Err(format!("{why}\nstderr: {}", err.trim()))
-        }
-        Err(_) => {
-            let _ = tail(&mut child);
-            Err(format!("no tool list within {} s", entry.start_timeout_s))
-        }
-    }
+        Ok(Err(why)) => why,
+        Err(_) => format!("no tool list within {} s", entry.start_timeout_s),
+    };
+    drop(worker);
+    stderr.settle().await;
+    Err(format!(
+        "{why}\nstderr (last lines):\n{}",
+        stderr_tail(&stderr, &redactor)
+    ))
 }
 
 #[cfg(test)]

@@ -4,16 +4,18 @@
 //! lock before (a new tool, a gained parameter, a changed description): the lock is a
 //! builder change that review approves like any other.
 //!
-//! Pinning runs the server's program as the person pinning, outside any sandbox, with
-//! their variables the server asks for (a `url:` server gets its token). So what it
-//! would start is trusted first, as `direnv allow` trusts an `.envrc`: the first pin of
+//! Pinning runs a stdio server's program in the sandbox a fire gives it (a worker of
+//! the `runtime` binary: [`PinSandbox`]), handed the person's variables it asks for,
+//! and connects to a `url:` server with the person's token. The sandbox keeps the
+//! person's files out of its reach, but not what it is handed or the ports it is
+//! granted; so what it would start is trusted first, as `direnv allow` trusts an `.envrc`: the first pin of
 //! a server, and every pin after its declaration or its program's files changed, is
 //! refused with what would run until the person says `--trust`, which is remembered
 //! (per machine, outside the repository: [`TrustStore`]). A reviewer who pins a
 //! proposal's branch without reading it runs nothing of it (helper-108: its script
 //! read the reviewer's files, and its `url:` server got the reviewer's token).
 
-use super::mcp_client::list_for_pin;
+use super::mcp_client::{list_for_pin, PinSandbox};
 use crate::mcp::config::{package_spec, McpServer, McpServers};
 use crate::mcp::digest::command_digest;
 use crate::mcp::lock::{lock_changes, pin_of, LockError, McpLock, ServerPin};
@@ -29,7 +31,7 @@ pub enum PinError {
     Listing { server: String, why: String },
     #[error(transparent)]
     Lock(#[from] LockError),
-    #[error("not trusted yet: pinning would run, as you and outside any sandbox:\n{}", .0.join("\n"))]
+    #[error("not trusted yet: pinning would run (a program in a fire's sandbox, with what it is handed):\n{}", .0.join("\n"))]
     Untrusted(Vec<String>),
     #[error("the list of trusted MCP servers ({path}) could not be {doing}: {why}")]
     TrustStore {
@@ -101,7 +103,8 @@ impl TrustStore {
 }
 
 /// What pinning `name` hands over, in words: the program it runs (and the digest of
-/// its files) or the URL it connects to, with the person's variables it passes.
+/// its files) or the URL it connects to, with the person's variables it passes and
+/// what its sandbox grants beyond a fire's tools' (its read roots and ports).
 fn what_runs(name: &str, entry: &McpServer, digest: &str) -> String {
     let mut out = match &entry.url {
         Some(url) => format!("  `{name}`: connects to {}", crate::text::printable(url)),
@@ -119,6 +122,13 @@ fn what_runs(name: &str, entry: &McpServer, digest: &str) -> String {
         .collect();
     if !vars.is_empty() {
         out.push_str(&format!(", handing it ${}", vars.join(", $")));
+    }
+    if entry.url.is_none() && !entry.read.is_empty() {
+        out.push_str(&format!(", reading {}", crate::text::printable(&entry.read.join(", "))));
+    }
+    if entry.url.is_none() && !entry.network.is_empty() {
+        let ports: Vec<String> = entry.network.iter().map(u16::to_string).collect();
+        out.push_str(&format!(", connecting to port(s) {}", ports.join(", ")));
     }
     out
 }
@@ -148,7 +158,7 @@ fn trusted_starts<'s>(
     only: Option<&str>,
     path: &str,
     store: &TrustStore,
-) -> Result<Vec<Start<'s>>, PinError> {
+) -> Result<(Vec<Start<'s>>, Vec<String>), PinError> {
     if let Some(name) = only {
         if !servers.contains_key(name) {
             return Err(PinError::Unknown(name.to_string()));
@@ -159,13 +169,17 @@ fn trusted_starts<'s>(
         starts.push((name, entry, what_starts(root, name, entry, path)?));
     }
     let digests: Vec<_> = starts.iter().map(|(n, e, (_, d))| (*n, *e, d.clone())).collect();
-    require_trust(root, &digests, store)?;
-    Ok(starts)
+    let trusted_now = require_trust(root, &digests, store)?;
+    Ok((starts, trusted_now))
 }
 
 /// Refuses, naming what would run, unless every server to pin is trusted (or `store`
-/// trusts the new ones now, remembering them).
-fn require_trust(root: &Path, servers: &[(&String, &McpServer, String)], store: &TrustStore) -> Result<(), PinError> {
+/// trusts the new ones now, remembering them: what they run, in words, is returned).
+fn require_trust(
+    root: &Path,
+    servers: &[(&String, &McpServer, String)],
+    store: &TrustStore,
+) -> Result<Vec<String>, PinError> {
     let trusted = store.trusted()?;
     let new: Vec<(String, String)> = servers
         .iter()
@@ -178,7 +192,7 @@ fn require_trust(root: &Path, servers: &[(&String, &McpServer, String)], store: 
         .filter(|(fp, _)| !trusted.contains(fp))
         .collect();
     if new.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     if !store.trust_new {
         return Err(PinError::Untrusted(new.into_iter().map(|(_, said)| said).collect()));
@@ -191,7 +205,16 @@ fn require_trust(root: &Path, servers: &[(&String, &McpServer, String)], store: 
         &new.iter()
             .map(|(fp, said)| format!("{fp} {root}:{}", crate::text::printable(said.trim())))
             .collect::<Vec<_>>(),
-    )
+    )?;
+    Ok(new.into_iter().map(|(_, said)| said).collect())
+}
+
+/// What a pin did: the servers it trusted now (`--trust`: what each runs, in words)
+/// and what pinning each server changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pinning {
+    pub trusted_now: Vec<String>,
+    pub pinned: Vec<Pinned>,
 }
 
 /// What pinning one server changed, in words.
@@ -248,25 +271,16 @@ pub async fn pin(
     only: Option<&str>,
     path: &str,
     store: &TrustStore,
-) -> Result<Vec<Pinned>, PinError> {
-    let starts = trusted_starts(root, servers, only, path, store)?;
+    sandbox: &PinSandbox,
+) -> Result<Pinning, PinError> {
+    let (starts, trusted_now) = trusted_starts(root, servers, only, path, store)?;
     let mut lock = McpLock::load(root)?;
     let before = lock.clone();
     lock.version = 1;
     lock.servers.retain(|name, _| servers.contains_key(name));
-    let home = tempfile::tempdir().map_err(|e| PinError::Listing {
-        server: String::new(),
-        why: e.to_string(),
-    })?;
     let mut pinned = Vec::new();
     for (name, entry, (package, digest)) in starts {
-        let mut env = crate::tools::exec::ExecContext::scrubbed_env(home.path());
-        for v in &entry.env_allow {
-            if let Ok(val) = std::env::var(v) {
-                env.push((v.clone(), val));
-            }
-        }
-        let listed = list_for_pin(root, entry, &env, path)
+        let listed = list_for_pin(root, name, entry, path, sandbox)
             .await
             .and_then(|listed| without_token(entry, listed))
             .map_err(|why| PinError::Listing {
@@ -315,7 +329,10 @@ pub async fn pin(
                 server,
             }),
     );
-    Ok(out)
+    Ok(Pinning {
+        trusted_now,
+        pinned: out,
+    })
 }
 
 /// Warns of each listed tool of `server` a fire will never offer: its name is not one
