@@ -155,6 +155,12 @@ pub(crate) fn fire_command(env: &TestEnv, who: As, extra: &[(&str, &str)]) -> st
     if who == As::Me {
         return c;
     }
+    as_nobody(&c, env)
+}
+
+/// `c` run as uid 65534 (`setpriv`) in the repository, with `c`'s variables and the
+/// repository as its `HOME`.
+pub(crate) fn as_nobody(c: &std::process::Command, env: &TestEnv) -> std::process::Command {
     let mut wrapped = std::process::Command::new("setpriv");
     wrapped
         .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])

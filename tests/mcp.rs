@@ -1727,7 +1727,14 @@ fn pinning_runs_nothing_until_the_person_trusts_what_it_would_start() {
     );
 
     // Where the sandbox cannot be entered (no user namespaces here), the pin fails
-    // closed, saying so, and nothing ran.
+    // closed, saying so, and nothing ran: also when the branch turns Landlock off,
+    // which would let a fire go on without a missing layer (helper-115).
+    let body = env.read("settings/runtime.yaml");
+    assert!(body.contains("landlock: required"), "{body}");
+    env.write(
+        "settings/runtime.yaml",
+        &body.replace("landlock: required", "landlock: off"),
+    );
     let out = env
         .command("builder", &["mcp", "pin"])
         .env(shared::sandbox::SIMULATE_MISSING_ENV, "userns")
@@ -1749,6 +1756,142 @@ fn pinning_runs_nothing_until_the_person_trusts_what_it_would_start() {
     assert!(std::fs::symlink_metadata(env.root.join("settings/mcp.lock"))
         .unwrap()
         .is_file());
+}
+
+/// An unprivileged person's pin on a machine without user namespaces fails closed,
+/// whatever the branch's settings say: `landlock: off` (which lets a fire go on with
+/// the layers the host has) would have let the server reach host sockets and leave a
+/// process behind (helper-115). The same pin with namespaces runs the server (its
+/// mark).
+#[test]
+fn an_unprivileged_pin_without_namespaces_fails_closed_whatever_the_branch_says() {
+    use crate::isolation::{am_root, as_nobody, chown_tree, hand_to_nobody, kernel_ready};
+    if !kernel_ready() {
+        return;
+    }
+    if !am_root() {
+        crate::skip::skip(
+            crate::skip::Capability::Root,
+            "needs root to hand the repository to uid 65534",
+        );
+        return;
+    }
+    let env = TestEnv::new();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("mcp-test-server");
+    std::fs::copy(bin("mcp-test-server"), &exe).unwrap();
+    std::fs::write(dir.path().join("mode"), "honest").unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    chown_tree(&state, 65534);
+    let marks = Marks::new();
+    env.write(
+        "mcp/files/server.sh",
+        &format!(
+            "echo ran > /dev/tcp/127.0.0.1/{}\nexec {} {}/mode\n",
+            marks.port(),
+            exe.display(),
+            dir.path().display()
+        ),
+    );
+    let body = env.read("settings/runtime.yaml");
+    assert!(body.contains("landlock: required"), "{body}");
+    env.write(
+        "settings/runtime.yaml",
+        &format!(
+            "{}\nmcp:\n  files:\n    command: [\"/bin/bash\", \"mcp/files/server.sh\"]\n    read: [\"{}\"]\n    network: [{}]\n",
+            body.replace("landlock: required", "landlock: off"),
+            dir.path().display(),
+            marks.port()
+        ),
+    );
+    hand_to_nobody(&env);
+    let pin = |missing: &str| {
+        let mut c = env.command("builder", &["mcp", "pin", "--trust"]);
+        c.env("XDG_STATE_HOME", &state)
+            .env(shared::sandbox::SIMULATE_MISSING_ENV, missing);
+        let out = as_nobody(&c, &env).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, said) = pin("");
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(marks.taken(), ["ran"], "the pin did not run the server: {said}");
+    let (code, said) = pin("userns");
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("its sandbox could not be entered"), "{said}");
+    assert!(marks.taken().is_empty(), "the server ran without namespaces");
+    chown_tree(&env.root, 0);
+}
+
+/// A pin writes nothing in the repository it pins, not even the sandbox's state: a
+/// branch's `.runtime/sandbox-etc` linked to the person's home had the worker's
+/// clean-up of old `/etc` snapshots remove their directories (helper-115). A server
+/// that fails its pin has its handed secret hidden in the stderr the pin prints.
+#[test]
+fn a_pin_touches_no_state_of_the_repository_and_prints_no_handed_secret() {
+    let env = TestEnv::new();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("mcp-test-server");
+    std::fs::copy(bin("mcp-test-server"), &exe).unwrap();
+    std::fs::write(dir.path().join("mode"), "honest").unwrap();
+    let victim = dir.path().join("home");
+    let documents = victim.join("Documents");
+    std::fs::create_dir_all(&documents).unwrap();
+    std::fs::write(documents.join("thesis.txt"), "years of work").unwrap();
+    let three_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3 * 24 * 3600);
+    std::fs::File::open(&documents)
+        .unwrap()
+        .set_modified(three_days_ago)
+        .unwrap();
+    std::fs::create_dir_all(env.root.join(".runtime")).unwrap();
+    std::os::unix::fs::symlink(&victim, env.root.join(".runtime/sandbox-etc")).unwrap();
+    env.write(
+        "mcp/files/server.sh",
+        &format!(
+            "echo \"starting with $TICKETS_AUTH\" >&2\nif [ -e {dir}/fail ]; then exit 3; fi\nexec {exe} {dir}/mode\n",
+            dir = dir.path().display(),
+            exe = exe.display()
+        ),
+    );
+    let body = env.read("settings/runtime.yaml");
+    env.write(
+        "settings/runtime.yaml",
+        &format!(
+            "{body}\nmcp:\n  files:\n    command: [\"/bin/sh\", \"mcp/files/server.sh\"]\n    env_allow: [TICKETS_AUTH]\n    read: [\"{}\"]\n",
+            dir.path().display()
+        ),
+    );
+    let pin = || {
+        env.command("builder", &["mcp", "pin", "--trust"])
+            .env("TICKETS_AUTH", "tk-9f8e7d6c5b4a3f2e1d")
+            .output()
+            .unwrap()
+    };
+    let out = pin();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("pinned files: 4 tool(s)"));
+    assert!(
+        documents.join("thesis.txt").is_file(),
+        "the pin removed the person's files"
+    );
+    let left: Vec<_> = std::fs::read_dir(&victim)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left, ["Documents"], "the pin wrote through the link");
+    assert!(!env.root.join(".runtime/handoff").exists());
+
+    std::fs::write(dir.path().join("fail"), "").unwrap();
+    let out = pin();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("starting with [REDACTED"),
+        "the server's stderr is not shown: {said}"
+    );
+    assert!(!said.contains("9f8e7d6c5b4a3f2e1d"), "{said}");
 }
 
 /// What a server writes after its session ended (an exit handler) reaches the

@@ -152,9 +152,12 @@ pub fn runtime_binary() -> Result<PathBuf, CommandError> {
     if let Some(p) = beside {
         return Ok(p);
     }
+    // Absolute entries only: an empty or relative one would find a branch's own
+    // `./runtime` in the repository, which would run unsandboxed as the worker.
     std::env::var_os("PATH")
         .into_iter()
         .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .filter(|d| d.is_absolute())
         .map(|d| d.join("runtime"))
         .find(|p| p.is_file())
         .ok_or_else(|| {

@@ -132,6 +132,7 @@ impl StderrTail {
     /// The whole lines kept: where earlier bytes were dropped, the first line is only
     /// the end of one and is left out, so no part of a secret the redactor would have
     /// known whole reaches a card (helper-110: the drop cut a token two characters in).
+    /// What was kept of one line with no end in it is said, not shown.
     fn text(&self) -> String {
         let text = self
             .kept
@@ -141,9 +142,15 @@ impl StderrTail {
         if !self.cut.load(Ordering::Acquire) {
             return text;
         }
-        text.split_once('\n')
-            .map(|(_, rest)| rest.to_string())
-            .unwrap_or_default()
+        text.split_once('\n').map_or_else(
+            || {
+                format!(
+                    "(its last {} KiB were one line without an end: not shown)\n",
+                    STDERR_KEEP / 1024
+                )
+            },
+            |(_, rest)| rest.to_string(),
+        )
     }
 }
 
@@ -1008,15 +1015,17 @@ fn render(content: &[ContentBlock], structured: Option<&serde_json::Value>) -> S
 /// grants: the system directories, the repository and its git directories, the
 /// server's own read roots and ports (`read:`, `network:`), the `Read` deny masks of
 /// the settings, and a scratch directory as the only place it writes (removed after),
-/// so a pin reads none of the person's files and leaves nothing in the repository.
-/// Landlock is as the settings ask, but never off: a branch's `landlock: off` does not
-/// unsandbox the pin (helper-108: a pinned script read the reviewer's files).
+/// so a pin reads none of the person's files and leaves nothing in the repository
+/// (the worker keeps what it makes for its sandbox in a directory of the pin's own,
+/// not the repository's `.runtime`). Every layer is required, whatever the settings
+/// say: a branch's `landlock: off` or `best_effort` does not let a pin go on where a
+/// layer is missing (helper-115: without user namespaces a best-effort pin reached a
+/// host socket and left a process behind).
 pub struct PinSandbox {
     /// The `runtime` binary and its worker's argument.
     pub worker_cmd: (PathBuf, Vec<String>),
     pub git_dirs: Vec<PathBuf>,
     pub masked: Vec<String>,
-    pub mode: LandlockMode,
     pub write_bytes: u64,
 }
 
@@ -1036,10 +1045,6 @@ impl PinSandbox {
             worker_cmd,
             git_dirs,
             masked: policy.read_masks(),
-            mode: match settings.sandbox.landlock {
-                LandlockMode::Required => LandlockMode::Required,
-                LandlockMode::BestEffort | LandlockMode::Off => LandlockMode::BestEffort,
-            },
             write_bytes: settings.sandbox.write_bytes,
         })
     }
@@ -1086,8 +1091,10 @@ pub async fn list_for_pin(
             Err(_) => Err(format!("no tool list from {url} within {} s", entry.start_timeout_s)),
         };
     }
-    let scratch = tempfile::tempdir().map_err(|e| format!("no scratch directory for its sandbox: {e}"))?;
-    let redactor = Redactor::default();
+    let temp = || tempfile::tempdir().map_err(|e| format!("no scratch directory for its sandbox: {e}"));
+    let (scratch, state) = (temp()?, temp()?);
+    // What it is handed is what its failure's stderr must not show (helper-115).
+    let redactor = Redactor::from_env(entry.secret_vars());
     let servers = McpServers::default();
     let spec = sandbox.spec(root, scratch.path());
     let input = StartInput {
@@ -1095,7 +1102,7 @@ pub async fn list_for_pin(
         scratch: scratch.path(),
         servers: &servers,
         spec: &spec,
-        mode: sandbox.mode,
+        mode: LandlockMode::Required,
         masked: sandbox.masked.clone(),
         write_bytes: sandbox.write_bytes,
         env: crate::tools::exec::ExecContext::scrubbed_env(scratch.path()),
@@ -1106,7 +1113,10 @@ pub async fn list_for_pin(
     // The very program the digest hashed, as a fire starts it ([`pinned_argv`]): a bare
     // name left to a search would find `./sh` at the repository's top through an empty
     // `PATH` entry, which no digest covers (helper-110).
-    let config = launch_config(&input, server, entry);
+    let mut config = launch_config(&input, server, entry);
+    if let Some(plan) = config.isolation.as_mut() {
+        plan.state_dir = Some(state.path().to_path_buf());
+    }
     let (exe, args) = &sandbox.worker_cmd;
     let mut child = spawn_process_with_stderr(exe, args, &input.env, Stdio::piped())
         .map_err(|e| format!("cannot start its sandbox's worker ({}): {e}", exe.display()))?;
@@ -1159,13 +1169,10 @@ mod tests {
         assert_eq!(local.detail, "exited\nstderr (last lines):\n(nothing on stderr)");
     }
 
-    #[tokio::test]
-    async fn a_server_that_floods_stderr_leaves_only_its_last_words() {
+    /// The stderr tail of `/bin/sh -c script`, once it ended.
+    async fn tail_of(script: &str) -> StderrTail {
         let mut child = std::process::Command::new("/bin/sh")
-            .args([
-                "-c",
-                "i=0; while [ $i -lt 6000 ]; do echo \"line $i key=TOKENVALUE-123456\"; i=$((i+1)); done >&2; echo ' the end' >&2",
-            ])
+            .args(["-c", script])
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -1175,6 +1182,15 @@ mod tests {
             .await
             .unwrap();
         tail.settle().await;
+        tail
+    }
+
+    #[tokio::test]
+    async fn a_server_that_floods_stderr_leaves_only_its_last_words() {
+        let tail = tail_of(
+            "i=0; while [ $i -lt 6000 ]; do echo \"line $i key=TOKENVALUE-123456\"; i=$((i+1)); done >&2; echo ' the end' >&2",
+        )
+        .await;
         let text = tail.text();
         assert!(
             text.len() <= STDERR_KEEP && text.len() > STDERR_KEEP - 100,
@@ -1188,6 +1204,19 @@ mod tests {
                 .all(|l| l == " the end" || (l.starts_with("line ") && l.ends_with(" key=TOKENVALUE-123456"))),
             "{}",
             &text[..80]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_whose_last_words_are_one_endless_line_is_said_to_have_written_one() {
+        let tail = tail_of("head -c 40000 /dev/zero | tr '\\0' k >&2").await;
+        assert_eq!(
+            tail.text(),
+            "(its last 16 KiB were one line without an end: not shown)\n"
+        );
+        assert_eq!(
+            stderr_tail(&tail, &Redactor::default()),
+            "(its last 16 KiB were one line without an end: not shown)"
         );
     }
 }

@@ -243,13 +243,7 @@ fn what_starts(root: &Path, name: &str, entry: &McpServer, path: &str) -> Result
 /// server that echoes one would have it committed in the lock (helper-110).
 fn without_token(entry: &McpServer, listed: Vec<serde_json::Value>) -> Result<Vec<serde_json::Value>, String> {
     let text: Vec<String> = listed.iter().map(ToString::to_string).collect();
-    let handed = entry.token_env.iter().chain(
-        entry
-            .env_allow
-            .iter()
-            .filter(|name| !crate::env::is_well_known_setting(name)),
-    );
-    for var in handed {
+    for var in entry.secret_vars() {
         // As the redactor: values shorter than 6 bytes would match by chance.
         let Some(value) = std::env::var(var).ok().filter(|t| t.len() >= 6) else {
             continue;

@@ -141,17 +141,13 @@ pub fn redactor(settings: Option<&RuntimeSettings>) -> Redactor {
         .filter_map(|p| p.api_key_env.as_deref());
     // The tokens the runtime sends to `url:` MCP servers are secrets of the same kind,
     // and so is every variable it hands a stdio server (`env_allow`: its credentials,
-    // its database's address) but the system's own (`HOME`, `LANG`: redacting those
-    // would blank every path and word they hold): a server that echoes one into a
-    // result or its error output must not bring it to the model, a card or git.
-    let tokens = settings.into_iter().flat_map(|s| s.mcp.values()).flat_map(|m| {
-        m.token_env.as_deref().into_iter().chain(
-            m.env_allow
-                .iter()
-                .map(String::as_str)
-                .filter(|name| !crate::env::is_well_known_setting(name)),
-        )
-    });
+    // its database's address) but the system's own ([`crate::mcp::config::McpServer::secret_vars`]): a
+    // server that echoes one into a result or its error output must not bring it to
+    // the model, a card or git.
+    let tokens = settings
+        .into_iter()
+        .flat_map(|s| s.mcp.values())
+        .flat_map(|m| m.secret_vars());
     let redactor = Redactor::from_env(keys.chain(tokens));
     crate::secrets::redact_in_logs(&redactor);
     redactor

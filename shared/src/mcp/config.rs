@@ -69,6 +69,18 @@ impl McpServer {
         self.url.as_deref().and_then(|u| http_endpoint(u).ok())
     }
 
+    /// The variables whose values the server is handed and that count as secrets:
+    /// its `token_env` and its `env_allow` but the system's own (`HOME`, `LANG`:
+    /// redacting those would blank every path and word they hold).
+    pub fn secret_vars(&self) -> impl Iterator<Item = &str> {
+        self.token_env.as_deref().into_iter().chain(
+            self.env_allow
+                .iter()
+                .map(String::as_str)
+                .filter(|name| !crate::env::is_well_known_setting(name)),
+        )
+    }
+
     /// The read roots with `~/` expanded against `home`.
     pub fn read_dirs(&self, home: Option<&Path>) -> Vec<PathBuf> {
         self.read

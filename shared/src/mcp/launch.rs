@@ -196,6 +196,33 @@ fn pass_notes<O: Write>(output: &Mutex<O>, notes: Vec<String>) {
     }
 }
 
+/// The longest protocol line a server may write: the worker holds a line whole to
+/// read it, so one without end would grow the worker's memory until the host's ran
+/// out (helper-115: a 1 GB line, 1.9 GB resident). A longer line ends the session,
+/// as the server's end would.
+pub const SERVER_LINE_MAX: usize = 16 * 1024 * 1024;
+
+/// The next line of `from` without its end (`\n` or `\r\n`), read no further than
+/// `max` bytes: `None` at the end of the stream, on a read error, on a line that is
+/// not UTF-8, and on a line longer than `max`.
+fn read_line_within(from: &mut impl BufRead, max: usize) -> Option<String> {
+    let mut line = Vec::new();
+    let read = std::io::Read::take(&mut *from, max as u64 + 1)
+        .read_until(b'\n', &mut line)
+        .ok()?;
+    let ended = line.last() == Some(&b'\n');
+    if read == 0 || (!ended && line.len() > max) {
+        return None;
+    }
+    if ended {
+        line.pop();
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+    }
+    String::from_utf8(line).ok()
+}
+
 /// The reader of [`run_server`]: each line from the server, read as
 /// [`server_line`] reads it, to `output`, an answer after `sync` and the notes it
 /// returned (the sync's lock held until they are out, so the last copy cannot come
@@ -207,8 +234,8 @@ fn pass_server_lines<O: Write, S: FnMut() -> Vec<String>>(
     sync: &Mutex<S>,
     copied_last: &std::sync::atomic::AtomicBool,
 ) {
-    for line in BufReader::new(from_server).lines() {
-        let Ok(line) = line else { break };
+    let mut from_server = BufReader::new(from_server);
+    while let Some(line) = read_line_within(&mut from_server, SERVER_LINE_MAX) {
         let (kind, line) = server_line(&line);
         let (ServerLine::Answer | ServerLine::Other, Some(line)) = (&kind, line) else {
             continue;
@@ -238,6 +265,24 @@ fn pass_server_lines<O: Write, S: FnMut() -> Vec<String>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_is_read_up_to_its_limit_and_one_past_it_ends_the_reading() {
+        let mut from = std::io::Cursor::new(b"{\"a\":1}\r\n12345678\n123456789\nnever".to_vec());
+        assert_eq!(read_line_within(&mut from, 8).as_deref(), Some("{\"a\":1}"));
+        assert_eq!(read_line_within(&mut from, 8).as_deref(), Some("12345678"));
+        assert_eq!(read_line_within(&mut from, 8), None, "nine bytes are past the limit");
+        let mut last = std::io::Cursor::new(b"tail".to_vec());
+        assert_eq!(read_line_within(&mut last, 8).as_deref(), Some("tail"));
+        assert_eq!(read_line_within(&mut last, 8), None);
+        let mut endless = std::io::Read::take(std::io::repeat(b'x'), 1 << 30);
+        let mut endless = BufReader::new(&mut endless);
+        assert_eq!(
+            read_line_within(&mut endless, 1 << 20),
+            None,
+            "read no further than the limit"
+        );
+    }
 
     #[test]
     fn an_answer_is_a_result_or_error_with_an_id_and_nothing_else_is() {

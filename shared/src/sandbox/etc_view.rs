@@ -74,8 +74,14 @@ impl EtcView {
         let (items, stamp, settled) = walk(Path::new("/etc"));
         let dir = state.join(SNAPSHOTS_DIR);
         let snapshot = dir.join(format!("{stamp:016x}"));
-        let found = snapshot.symlink_metadata().is_ok_and(|m| m.is_dir())
-            || (settled && make_snapshot(&items, Path::new("/etc"), &dir, &snapshot).is_ok());
+        // Never through a link: the clean-up of unused snapshots removes what it
+        // finds there (helper-115: a branch's `.runtime/sandbox-etc` link to `../..`).
+        let linked = [state, dir.as_path()]
+            .iter()
+            .any(|p| p.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()));
+        let found = !linked
+            && (snapshot.symlink_metadata().is_ok_and(|m| m.is_dir())
+                || (settled && make_snapshot(&items, Path::new("/etc"), &dir, &snapshot).is_ok()));
         EtcView {
             items,
             snapshot: found.then_some(snapshot),
@@ -416,5 +422,39 @@ mod tests {
             .map(|e| e.file_name())
             .collect();
         assert_eq!(left.len(), 1, "{left:?}");
+    }
+
+    #[test]
+    fn no_snapshot_is_made_or_cleaned_up_through_a_link() {
+        let victim = tempfile::tempdir().unwrap();
+        let plant = |name: &str| {
+            let old = victim.path().join(name);
+            std::fs::create_dir(&old).unwrap();
+            std::fs::write(old.join("id_ed25519"), "key").unwrap();
+            let three_days_ago = SystemTime::now() - Duration::from_secs(3 * 24 * 3600);
+            std::fs::File::open(&old).unwrap().set_modified(three_days_ago).unwrap();
+            old
+        };
+        // What the clean-up does through a link when nothing stops it first.
+        let d = fake_etc();
+        let (items, stamp, _) = walk(d.path());
+        let state = tempfile::tempdir().unwrap();
+        let link = state.path().join(SNAPSHOTS_DIR);
+        std::os::unix::fs::symlink(victim.path(), &link).unwrap();
+        let swept = plant(".ssh");
+        make_snapshot(&items, d.path(), &link, &link.join(format!("{stamp:016x}"))).unwrap();
+        assert!(!swept.exists(), "the clean-up did not run through the link");
+        // The state directory's snapshots, or the state directory, a link: neither
+        // made nor cleaned up.
+        let kept = plant("Documents");
+        assert!(EtcView::prepare(state.path()).snapshot().is_none());
+        let linked_state = tempfile::tempdir().unwrap();
+        let state_link = linked_state.path().join("state");
+        std::fs::create_dir(victim.path().join(SNAPSHOTS_DIR)).unwrap();
+        std::os::unix::fs::symlink(victim.path(), &state_link).unwrap();
+        assert!(EtcView::prepare(&state_link).snapshot().is_none());
+        assert!(kept.join("id_ed25519").is_file(), "the person's directory was removed");
+        let made: Vec<_> = std::fs::read_dir(victim.path().join(SNAPSHOTS_DIR)).unwrap().collect();
+        assert!(made.is_empty(), "a snapshot was written through the link");
     }
 }

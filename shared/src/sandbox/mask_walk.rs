@@ -761,6 +761,7 @@ mod tests {
             network: false,
             write_bytes: 1 << 20,
             masks: super::super::namespaces::MaskSource::Walk,
+            state_dir: None,
         };
         let (found, _) = walk_masks(&plan, None).unwrap();
         let mut found: Vec<(String, Mask)> = found

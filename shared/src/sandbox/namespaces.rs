@@ -71,6 +71,13 @@ pub struct NamespacePlan {
     /// Where the list of paths to mask comes from.
     #[serde(default)]
     pub masks: MaskSource,
+    /// Where the worker keeps what it makes for its sandbox (the `/etc` snapshots,
+    /// the hand-over directory): `None` is the repository's state directory, as in a
+    /// fire. `builder mcp pin` gives a directory of its own, so a pin writes nothing
+    /// in the repository it pins (helper-115: a branch's link at
+    /// `.runtime/sandbox-etc` had the snapshot's clean-up remove the person's files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Where a worker gets the paths its namespace masks (see [`super::mask_walk`]).
@@ -125,7 +132,15 @@ impl NamespacePlan {
             network: !spec.connect_ports.is_empty(),
             write_bytes,
             masks: MaskSource::Walk,
+            state_dir: None,
         }
+    }
+
+    /// Where the worker keeps what it makes for its sandbox ([`Self::state_dir`]).
+    fn own_state_dir(&self) -> PathBuf {
+        self.state_dir
+            .clone()
+            .unwrap_or_else(|| self.root.join(crate::layout::STATE_DIR))
     }
 }
 
@@ -264,7 +279,7 @@ pub fn enter(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<WriteBack,
         (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
     };
     // `/etc` walked, and its snapshot made, as the runtime's user.
-    let etc = EtcView::prepare(&plan.root.join(crate::layout::STATE_DIR));
+    let etc = EtcView::prepare(&plan.own_state_dir());
     // As root the trees are cloned and idmapped here, before the namespaces exist;
     // so is `/etc`'s snapshot (not idmapped: its files are root's, read as others').
     let premade = if as_root {
@@ -536,10 +551,7 @@ fn finish_clone(plan: &NamespacePlan, next_line: NextLine<'_>) -> Result<(), NsE
 /// Where the runtime hands the report to acceptance scripts: created here, before
 /// the namespaces, so that it can be mounted back over the state directory's mask.
 fn handoff_dir(plan: &NamespacePlan) -> PathBuf {
-    let dir = plan
-        .root
-        .join(crate::layout::STATE_DIR)
-        .join(crate::layout::HANDOFF_DIR);
+    let dir = plan.own_state_dir().join(crate::layout::HANDOFF_DIR);
     let _ = std::fs::create_dir_all(&dir);
     dir
 }
@@ -627,6 +639,7 @@ pub fn probe_minimal_root(root: &Path, write_bytes: u64) -> Result<(), NsError> 
         network: false,
         write_bytes,
         masks: MaskSource::Walk,
+        state_dir: None,
     };
     let (mut r, w) = step("pipe", std::io::pipe())?;
     let pid = match step("user namespaces", kernel::process::clone(Namespaces::default()))? {
