@@ -150,7 +150,7 @@ impl Script {
             isolation: None,
             mcp: None,
         };
-        let child = spawn_process(&bin("runtime"), &["__tool-worker".to_string()], &env).unwrap();
+        let child = spawn_process(&bin("runtime"), &[shared::worker::WORKER_COMMAND.to_string()], &env).unwrap();
         let mut worker = WorkerClient::start(child, &config).await.unwrap();
         let (_cancel_tx, mut cancel) = tokio::sync::watch::channel(cancelled);
         let hub = shared::agent::mcp_client::McpHub::default();

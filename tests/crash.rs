@@ -770,7 +770,7 @@ fn nothing_the_fire_started_outlives_a_sigkill_of_the_runtime() {
 fn a_tool_worker_whose_runtime_has_ended_refuses_to_start() {
     let worker = |parent: u32| {
         std::process::Command::new(bin("runtime"))
-            .arg("__tool-worker")
+            .arg(shared::worker::WORKER_COMMAND)
             .env("RUNTIME_WORKER_PARENT", parent.to_string())
             .stdin(std::process::Stdio::null())
             .output()
@@ -859,7 +859,8 @@ fn tool_worker_of(runtime: i32) -> i32 {
                 .next()
                 .and_then(|r| r.split_whitespace().nth(1)?.parse::<i32>().ok());
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            ppid == Some(runtime) && cmdline.split(|b| *b == 0).nth(1) == Some(b"__tool-worker".as_slice())
+            ppid == Some(runtime)
+                && cmdline.split(|b| *b == 0).nth(1) == Some(shared::worker::WORKER_COMMAND.as_bytes())
         })
         .expect("the held fire's tool worker")
 }

@@ -1598,6 +1598,7 @@ impl Marks {
         let mut marks = Vec::new();
         while let Ok((mut conn, _)) = self.0.accept() {
             conn.set_nonblocking(false).unwrap();
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
             let mut said = String::new();
             conn.read_to_string(&mut said).unwrap();
             marks.push(said.trim().to_string());
@@ -1616,6 +1617,9 @@ impl Marks {
 /// granted each time it runs.
 #[test]
 fn pinning_runs_nothing_until_the_person_trusts_what_it_would_start() {
+    if !crate::isolation::kernel_ready() {
+        return;
+    }
     let env = TestEnv::new();
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("mcp-test-server");
@@ -1676,7 +1680,7 @@ fn pinning_runs_nothing_until_the_person_trusts_what_it_would_start() {
     let (code, said) = pin(&["--trust"]);
     assert_eq!(code, Some(0), "{said}");
     assert!(said.contains("pinned files: 4 tool(s)"), "{said}");
-    assert!(said.contains("trusted now:  `files`: runs /bin/bash"), "{said}");
+    assert!(said.contains("trusted now: `files`: runs /bin/bash"), "{said}");
     assert_eq!(marks.taken(), ["ran"]);
     let lock = env.read("settings/mcp.lock");
     assert!(!lock.contains("IMPORTANT"), "the poisoned server was pinned: {lock}");
@@ -1817,19 +1821,35 @@ fn an_unprivileged_pin_without_namespaces_fails_closed_whatever_the_branch_says(
     let (code, said) = pin("");
     assert_eq!(code, Some(0), "{said}");
     assert_eq!(marks.taken(), ["ran"], "the pin did not run the server: {said}");
-    let (code, said) = pin("userns");
-    assert_eq!(code, Some(1), "{said}");
-    assert!(said.contains("its sandbox could not be entered"), "{said}");
-    assert!(marks.taken().is_empty(), "the server ran without namespaces");
+    for mode in ["off", "best_effort"] {
+        let body = env.read("settings/runtime.yaml");
+        let was = ["landlock: off", "landlock: best_effort"]
+            .into_iter()
+            .find(|m| body.contains(m))
+            .unwrap();
+        env.write(
+            "settings/runtime.yaml",
+            &body.replace(was, &format!("landlock: {mode}")),
+        );
+        let (code, said) = pin("userns");
+        assert_eq!(code, Some(1), "{mode}: {said}");
+        assert!(said.contains("its sandbox could not be entered"), "{mode}: {said}");
+        assert!(said.contains("a pin needs every layer"), "{mode}: {said}");
+        assert!(marks.taken().is_empty(), "{mode}: the server ran without namespaces");
+    }
     chown_tree(&env.root, 0);
 }
 
 /// A pin writes nothing in the repository it pins, not even the sandbox's state: a
 /// branch's `.runtime/sandbox-etc` linked to the person's home had the worker's
-/// clean-up of old `/etc` snapshots remove their directories (helper-115). A server
-/// that fails its pin has its handed secret hidden in the stderr the pin prints.
+/// clean-up of old `/etc` snapshots remove their directories (helper-115). The
+/// person's secret files in the checkout are masked whatever the branch's rules say.
+/// A server that fails its pin has its handed secret hidden in the stderr it prints.
 #[test]
 fn a_pin_touches_no_state_of_the_repository_and_prints_no_handed_secret() {
+    if !crate::isolation::kernel_ready() {
+        return;
+    }
     let env = TestEnv::new();
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("mcp-test-server");
@@ -1849,12 +1869,19 @@ fn a_pin_touches_no_state_of_the_repository_and_prints_no_handed_secret() {
     env.write(
         "mcp/files/server.sh",
         &format!(
-            "echo \"starting with $TICKETS_AUTH\" >&2\nif [ -e {dir}/fail ]; then exit 3; fi\nexec {exe} {dir}/mode\n",
+            "echo \"starting with $TICKETS_AUTH\" >&2\nif [ -e {dir}/fail ]; then exit 3; fi\ngrep -q digest prompts/digest.md || exit 4\nif grep -q person .env deploy/id_ed25519; then echo read the secrets >&2; exit 5; fi\nexec {exe} {dir}/mode\n",
             dir = dir.path().display(),
             exe = exe.display()
         ),
     );
+    // The person's secrets beside the tracked files, and a branch that dropped the
+    // scaffold's `Read(**/.env)`: masked all the same.
+    std::fs::write(env.root.join(".env"), "TOKEN=the person's\n").unwrap();
+    std::fs::create_dir_all(env.root.join("deploy")).unwrap();
+    std::fs::write(env.root.join("deploy/id_ed25519"), "the person's key\n").unwrap();
     let body = env.read("settings/runtime.yaml");
+    assert!(body.contains("    - \"Read(**/.env)\"\n"), "{body}");
+    let body = body.replace("    - \"Read(**/.env)\"\n", "");
     env.write(
         "settings/runtime.yaml",
         &format!(
@@ -1881,7 +1908,16 @@ fn a_pin_touches_no_state_of_the_repository_and_prints_no_handed_secret() {
         .map(|e| e.file_name())
         .collect();
     assert_eq!(left, ["Documents"], "the pin wrote through the link");
-    assert!(!env.root.join(".runtime/handoff").exists());
+    let state: Vec<_> = std::fs::read_dir(env.root.join(".runtime"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        state,
+        ["sandbox-etc"],
+        "the pin wrote into the repository's state directory"
+    );
 
     std::fs::write(dir.path().join("fail"), "").unwrap();
     let out = pin();

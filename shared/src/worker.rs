@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
-/// Sent as the first line to a new worker.
+/// Sent as the first line to a new worker. A field it does not know fails its start.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WorkerConfig {
     pub root: PathBuf,
     pub scratch: PathBuf,
@@ -39,8 +40,12 @@ pub enum WorkerHello {
 }
 
 /// The `runtime` binary's hidden subcommand that starts a sandboxed worker (the
-/// fire's, or `builder mcp pin`'s for a server it lists).
-pub const WORKER_COMMAND: &str = "__tool-worker";
+/// fire's, or `builder mcp pin`'s for a server it lists). Its number is the
+/// protocol's: raise it whenever a [`WorkerConfig`] an older worker would read
+/// differently (a field it would ignore) is sent, so a `builder` beside an older
+/// `runtime` fails at once instead of having its sandbox built the old way
+/// (helper-117: an older worker ignored the pin's own state directory).
+pub const WORKER_COMMAND: &str = "__tool-worker-2";
 
 /// The variable naming the runtime that spawned a worker (its pid).
 pub const PARENT_ENV: &str = "RUNTIME_WORKER_PARENT";
@@ -270,4 +275,33 @@ fn write_back_notes(wb: &mut WriteBack) -> (Vec<String>, WrittenBack) {
         made: made.map(|p| p.to_string_lossy().into_owned()).collect(),
     };
     (notes, written_back)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_configuration_with_a_field_this_worker_does_not_know_is_refused() {
+        let config = WorkerConfig {
+            root: "/r".into(),
+            scratch: "/s".into(),
+            spec: crate::sandbox::SandboxSpec::default(),
+            mode: crate::settings::LandlockMode::Required,
+            env: Vec::new(),
+            isolation: Some(crate::sandbox::namespaces::NamespacePlan::default()),
+            mcp: None,
+        };
+        let mut line = serde_json::to_value(&config).unwrap();
+        assert!(serde_json::from_value::<WorkerConfig>(line.clone()).is_ok());
+        // As a newer builder's field would reach an older worker: at every level.
+        for at in ["", "/spec", "/isolation"] {
+            let mut changed = line.clone();
+            changed.pointer_mut(at).unwrap()["state_dir_v9"] = serde_json::json!("/elsewhere");
+            assert!(serde_json::from_value::<WorkerConfig>(changed).is_err(), "{at}");
+        }
+        line["isolation"]["state_dir"] = serde_json::json!("/pin-state");
+        let read: WorkerConfig = serde_json::from_value(line).unwrap();
+        assert_eq!(read.isolation.unwrap().state_dir, Some("/pin-state".into()));
+    }
 }

@@ -7,8 +7,7 @@
 //! per machine: see `shared::agent::mcp_pin`).
 
 use crate::command_error::{CommandError, Kind, Outcome};
-use shared::agent::mcp_client::PinSandbox;
-use shared::agent::mcp_pin::PinError;
+use shared::agent::mcp_pin::{PinError, PinSandbox};
 use std::path::Path;
 
 /// MCP tool servers: pin what review approves
@@ -53,34 +52,32 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
             anyhow::anyhow!("neither HOME nor XDG_STATE_HOME is set: nowhere to remember which servers you trust"),
         )
     })?;
-    let worker_cmd = (
-        super::eval::runtime_binary()?,
-        vec![shared::worker::WORKER_COMMAND.to_string()],
-    );
-    let sandbox = PinSandbox::of(&wt.root, &settings, worker_cmd)
-        .map_err(|why| CommandError::new(Kind::Config, anyhow::anyhow!("settings/runtime.yaml: {why}")))?;
+    let trusted =
+        shared::agent::mcp_pin::trust(&wt.root, &settings.mcp, server.as_deref(), &path, &store).map_err(pin_error)?;
+    // Said before anything starts: a pin that fails after this has trusted them all
+    // the same.
+    for said in &trusted.now {
+        println!("trusted now: {said}");
+    }
+    let sandbox = match trusted.starts_a_program() {
+        true => {
+            let worker_cmd = (
+                super::eval::runtime_binary()?,
+                vec![shared::worker::WORKER_COMMAND.to_string()],
+            );
+            Some(PinSandbox::of(&wt.root, &settings, worker_cmd, &path).map_err(pin_error)?)
+        }
+        false => None,
+    };
     let pinned = rt
         .block_on(shared::agent::mcp_pin::pin(
             &wt.root,
             &settings.mcp,
-            server.as_deref(),
-            &path,
-            &store,
-            &sandbox,
+            trusted,
+            sandbox.as_ref(),
         ))
-        .map_err(|e| match e {
-            PinError::Untrusted(_) => CommandError::new(Kind::Refused, e).hint(
-                "read what it runs (the program, the files of its directory, the declaration in settings/runtime.yaml); then `builder mcp pin --trust`. Never pin a branch you have not read: a review needs no pin",
-            ),
-            PinError::Unknown(_) | PinError::Unpinned { .. } => CommandError::new(Kind::Config, e),
-            PinError::Lock(_) | PinError::Listing { .. } | PinError::TrustStore { .. } => {
-                CommandError::new(Kind::Environment, e)
-            }
-        })?;
-    for said in &pinned.trusted_now {
-        println!("trusted now:{said}");
-    }
-    for p in &pinned.pinned {
+        .map_err(pin_error)?;
+    for p in &pinned {
         println!("pinned {}: {} tool(s)", p.server, p.tools);
         for c in &p.changes {
             println!("  {c}");
@@ -91,4 +88,18 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         shared::mcp::lock::LOCK_FILE
     );
     Ok(Outcome::Ok)
+}
+
+/// How a pin that failed is reported: what is not trusted yet is refused (exit 1, with
+/// what to do), a declaration or rule that cannot be pinned is the settings' fault.
+fn pin_error(e: PinError) -> CommandError {
+    match e {
+        PinError::Untrusted(_) => CommandError::new(Kind::Refused, e).hint(
+            "read what it runs (the program, the files of its directory, the declaration in settings/runtime.yaml); then `builder mcp pin --trust`. Never pin a branch you have not read: a review needs no pin",
+        ),
+        PinError::Unknown(_) | PinError::Unpinned { .. } | PinError::Rules(_) => CommandError::new(Kind::Config, e),
+        PinError::Lock(_) | PinError::Listing { .. } | PinError::TrustStore { .. } | PinError::Repository(_) => {
+            CommandError::new(Kind::Environment, e)
+        }
+    }
 }

@@ -11,6 +11,8 @@
 //! is recorded ([`McpHub::list_changes`]), never listed again: the fire keeps what it
 //! checked at its start. A `url:` server runs elsewhere: its session is opened from
 //! the runtime ([`super::mcp_http`]), with no worker, and checked the same way.
+//! `builder mcp pin` lists a server's tools the same ways ([`list_in_worker`],
+//! [`list_at_url`]; its sandbox is set in [`super::mcp_pin`]).
 
 use super::worker_client::{handshake, spawn_process_with_stderr, WorkerError};
 use super::CardDraft;
@@ -132,7 +134,7 @@ impl StderrTail {
     /// The whole lines kept: where earlier bytes were dropped, the first line is only
     /// the end of one and is left out, so no part of a secret the redactor would have
     /// known whole reaches a card (helper-110: the drop cut a token two characters in).
-    /// What was kept of one line with no end in it is said, not shown.
+    /// What was kept of one line (no end in it, or only its own) is said, not shown.
     fn text(&self) -> String {
         let text = self
             .kept
@@ -142,15 +144,13 @@ impl StderrTail {
         if !self.cut.load(Ordering::Acquire) {
             return text;
         }
-        text.split_once('\n').map_or_else(
-            || {
-                format!(
-                    "(its last {} KiB were one line without an end: not shown)\n",
-                    STDERR_KEEP / 1024
-                )
-            },
-            |(_, rest)| rest.to_string(),
-        )
+        match text.split_once('\n') {
+            Some((_, rest)) if !rest.trim().is_empty() => rest.to_string(),
+            _ => format!(
+                "(its last {} KiB were part of one line: not shown)\n",
+                STDERR_KEEP / 1024
+            ),
+        }
     }
 }
 
@@ -364,12 +364,19 @@ fn stderr_tail(stderr: &StderrTail, redactor: &Redactor) -> String {
     }
 }
 
-fn failed_card(server: &str, summary: String, why: &str, stderr: &StderrTail, redactor: &Redactor) -> CardDraft {
-    let detail = if stderr.elsewhere {
-        why.to_string()
+/// Why a server did not start, and for a stdio server the last lines of its stderr,
+/// `redactor` applied to both (the why can be the server's own error message).
+fn failure_detail(why: &str, stderr: &StderrTail, redactor: &Redactor) -> String {
+    let why = redactor.redact(why);
+    if stderr.elsewhere {
+        why.into_owned()
     } else {
         format!("{why}\nstderr (last lines):\n{}", stderr_tail(stderr, redactor))
-    };
+    }
+}
+
+fn failed_card(server: &str, summary: String, why: &str, stderr: &StderrTail, redactor: &Redactor) -> CardDraft {
+    let detail = failure_detail(why, stderr, redactor);
     CardDraft {
         kind: CardKind::McpServerFailed,
         summary,
@@ -501,7 +508,6 @@ async fn start_one(
     let began = Instant::now();
     let pin = pinned_start(input, lock, server, entry)?;
     let digested = began.elapsed();
-    let timeout = Duration::from_secs(entry.start_timeout_s);
     let failed = |why: String| {
         Box::new(failed_card(
             server,
@@ -511,31 +517,12 @@ async fn start_one(
             input.redactor,
         ))
     };
-    let mut child = child.map_err(|e| failed(format!("cannot start its worker: {e}")))?;
+    let child = child.map_err(|e| failed(format!("cannot start its worker: {e}")))?;
     let config = launch_config(input, server, entry);
-    let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
-        (Some(i), Some(o)) => (i, o),
-        _ => return Err(failed("its worker has no stdin or stdout".into())),
-    };
-    let worker = Worker(child);
-    let (stdin, stdout) = match (ChildStdin::from_std(stdin), ChildStdout::from_std(stdout)) {
-        (Ok(i), Ok(o)) => (i, BufReader::new(o).lines()),
-        (Err(e), _) | (_, Err(e)) => return Err(failed(e.to_string())),
-    };
-    let connected = tokio::time::timeout(timeout, connect(stdin, stdout, &config, server, began, digested)).await;
-    let (service, tools, input) = match connected {
-        Ok(Ok(started)) => started,
-        Ok(Err(why)) => {
-            drop(worker);
-            stderr.settle().await;
-            return Err(failed(why));
-        }
-        Err(_) => {
-            drop(worker);
-            stderr.settle().await;
-            return Err(failed(format!("no tool list within {} s", entry.start_timeout_s)));
-        }
-    };
+    let (service, tools, input, worker) =
+        open_in_worker(child, &config, server, entry.start_timeout_s, stderr, (began, digested))
+            .await
+            .map_err(failed)?;
     let (offered, drift) = offered_tools(server, pin, &tools);
     let live = Live {
         service,
@@ -545,6 +532,51 @@ async fn start_one(
         gone: std::sync::Mutex::new(None),
     };
     Ok((live, offered, drift))
+}
+
+/// A server's session through its worker `child`: `config` sent, the worker's hello
+/// read, MCP initialised and the tools listed within `timeout_s`. `Err`: why not, the
+/// worker killed and its stderr read to its end (for the card). `times`: when the
+/// start began and how long its digest took, for the debug log.
+async fn open_in_worker(
+    mut child: std::process::Child,
+    config: &WorkerConfig,
+    server: &str,
+    timeout_s: u64,
+    stderr: &StderrTail,
+    times: (Instant, Duration),
+) -> Result<
+    (
+        RunningService<RoleClient, ListWatch>,
+        Vec<rmcp::model::Tool>,
+        InputCloser,
+        Worker,
+    ),
+    String,
+> {
+    let pipes = (child.stdin.take(), child.stdout.take());
+    let worker = Worker(child);
+    let (Some(stdin), Some(stdout)) = pipes else {
+        return Err("its worker has no stdin or stdout".into());
+    };
+    let (stdin, stdout) = match (ChildStdin::from_std(stdin), ChildStdout::from_std(stdout)) {
+        (Ok(i), Ok(o)) => (i, BufReader::new(o).lines()),
+        (Err(e), _) | (_, Err(e)) => return Err(e.to_string()),
+    };
+    let (began, digested) = times;
+    let connected = tokio::time::timeout(
+        Duration::from_secs(timeout_s),
+        connect(stdin, stdout, config, server, began, digested),
+    )
+    .await;
+    let why = match connected {
+        Ok(Ok((service, tools, input))) => return Ok((service, tools, input, worker)),
+        Ok(Err(why)) => why,
+        Err(_) => format!("no tool list within {timeout_s} s"),
+    };
+    drop(worker);
+    stderr.settle().await;
+    Err(why)
 }
 
 /// Opens the session with a `url:` server once its pin says this URL, lists its
@@ -725,7 +757,7 @@ const DRIFT_CARDS_PER_SERVER: usize = 8;
 
 /// The worker configuration of one server: the tools' sandbox with the server's read
 /// roots added and its own TCP ports (none unless granted), its environment.
-fn launch_config(input: &StartInput<'_>, server: &str, entry: &McpServer) -> WorkerConfig {
+pub(super) fn launch_config(input: &StartInput<'_>, server: &str, entry: &McpServer) -> WorkerConfig {
     let mut spec = input.spec.clone();
     spec.read_dirs.extend(entry.read_dirs(input.home.as_deref()));
     spec.connect_ports = entry.network.clone();
@@ -1010,143 +1042,50 @@ fn render(content: &[ContentBlock], structured: Option<&serde_json::Value>) -> S
     parts.join("\n")
 }
 
-/// Where `builder mcp pin` starts a stdio server: as a fire starts it, in a worker of
-/// the `runtime` binary, sandboxed. The sandbox is a fire's with nothing of the tools'
-/// grants: the system directories, the repository and its git directories, the
-/// server's own read roots and ports (`read:`, `network:`), the `Read` deny masks of
-/// the settings, and a scratch directory as the only place it writes (removed after),
-/// so a pin reads none of the person's files and leaves nothing in the repository
-/// (the worker keeps what it makes for its sandbox in a directory of the pin's own,
-/// not the repository's `.runtime`). Every layer is required, whatever the settings
-/// say: a branch's `landlock: off` or `best_effort` does not let a pin go on where a
-/// layer is missing (helper-115: without user namespaces a best-effort pin reached a
-/// host socket and left a process behind).
-pub struct PinSandbox {
-    /// The `runtime` binary and its worker's argument.
-    pub worker_cmd: (PathBuf, Vec<String>),
-    pub git_dirs: Vec<PathBuf>,
-    pub masked: Vec<String>,
-    pub write_bytes: u64,
-}
-
-impl PinSandbox {
-    /// The sandbox of a pin in the repository at `root` under `settings`.
-    pub fn of(
-        root: &Path,
-        settings: &crate::settings::RuntimeSettings,
-        worker_cmd: (PathBuf, Vec<String>),
-    ) -> Result<PinSandbox, String> {
-        let policy = crate::policy::Policy::new(root, &settings.permissions, &settings.builder_paths)
-            .map_err(|e| e.to_string())?;
-        let git_dirs = git2::Repository::open(root)
-            .map(|repo| crate::git::git_dirs(&repo))
-            .map_err(|e| e.message().to_string())?;
-        Ok(PinSandbox {
-            worker_cmd,
-            git_dirs,
-            masked: policy.read_masks(),
-            write_bytes: settings.sandbox.write_bytes,
-        })
-    }
-
-    /// The tools' part of the sandbox: read the system and the repository, write
-    /// `scratch` only ([`launch_config`] adds the server's own grants).
-    fn spec(&self, root: &Path, scratch: &Path) -> SandboxSpec {
-        let mut read_dirs: Vec<PathBuf> = crate::sandbox::SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect();
-        read_dirs.push(root.to_path_buf());
-        read_dirs.extend(self.git_dirs.iter().filter(|d| !d.starts_with(root)).cloned());
-        SandboxSpec {
-            read_dirs,
-            write_dirs: vec![scratch.to_path_buf()],
-            write_files: vec![PathBuf::from("/dev/null")],
-            connect_ports: Vec::new(),
-            scope_ipc: true,
-            max_abi: crate::sandbox::abi_cap_from_env(),
-        }
-    }
-}
-
-/// Lists a server's tools outside any fire, for `builder mcp pin`: a `url:` server is
-/// connected to from here (it runs elsewhere), a stdio server is started in `sandbox`
-/// ([`PinSandbox`]) with the scrubbed environment and its allowed variables, exactly
-/// the program its digest hashed.
-pub async fn list_for_pin(
-    root: &Path,
+/// The tools a stdio server lists once it is started by a worker of `worker_cmd` in
+/// the sandbox `config` describes, for `builder mcp pin` ([`super::mcp_pin`]); then
+/// its session is closed and its worker ended. `Err`: why not, with the last lines of
+/// its stderr, `redactor` applied to both.
+pub(super) async fn list_in_worker(
+    worker_cmd: &(PathBuf, Vec<String>),
+    config: &WorkerConfig,
     server: &str,
-    entry: &McpServer,
-    path: &str,
-    sandbox: &PinSandbox,
-) -> Result<Vec<serde_json::Value>, String> {
-    let timeout = Duration::from_secs(entry.start_timeout_s);
-    let as_json = |tools: Vec<rmcp::model::Tool>| tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect();
-    if let Some(url) = &entry.url {
-        let listed =
-            tokio::time::timeout(timeout, super::mcp_http::connect((), entry, |v| std::env::var(v).ok())).await;
-        return match listed {
-            Ok(Ok((service, tools))) => {
-                let _ = service.cancel().await;
-                Ok(as_json(tools))
-            }
-            Ok(Err(why)) => Err(why),
-            Err(_) => Err(format!("no tool list from {url} within {} s", entry.start_timeout_s)),
-        };
-    }
-    let temp = || tempfile::tempdir().map_err(|e| format!("no scratch directory for its sandbox: {e}"));
-    let (scratch, state) = (temp()?, temp()?);
-    // What it is handed is what its failure's stderr must not show (helper-115).
-    let redactor = Redactor::from_env(entry.secret_vars());
-    let servers = McpServers::default();
-    let spec = sandbox.spec(root, scratch.path());
-    let input = StartInput {
-        root,
-        scratch: scratch.path(),
-        servers: &servers,
-        spec: &spec,
-        mode: LandlockMode::Required,
-        masked: sandbox.masked.clone(),
-        write_bytes: sandbox.write_bytes,
-        env: crate::tools::exec::ExecContext::scrubbed_env(scratch.path()),
-        path: path.to_string(),
-        home: std::env::var_os("HOME").map(Into::into),
-        redactor: &redactor,
-    };
-    // The very program the digest hashed, as a fire starts it ([`pinned_argv`]): a bare
-    // name left to a search would find `./sh` at the repository's top through an empty
-    // `PATH` entry, which no digest covers (helper-110).
-    let mut config = launch_config(&input, server, entry);
-    if let Some(plan) = config.isolation.as_mut() {
-        plan.state_dir = Some(state.path().to_path_buf());
-    }
-    let (exe, args) = &sandbox.worker_cmd;
-    let mut child = spawn_process_with_stderr(exe, args, &input.env, Stdio::piped())
+    timeout_s: u64,
+    redactor: &Redactor,
+) -> Result<Vec<rmcp::model::Tool>, String> {
+    let (exe, args) = worker_cmd;
+    let mut child = spawn_process_with_stderr(exe, args, &config.env, Stdio::piped())
         .map_err(|e| format!("cannot start its sandbox's worker ({}): {e}", exe.display()))?;
     let stderr = StderrTail::follow(child.stderr.take());
-    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err("its worker has no stdin or stdout".into());
-    };
-    let worker = Worker(child);
-    let (stdin, stdout) = match (ChildStdin::from_std(stdin), ChildStdout::from_std(stdout)) {
-        (Ok(i), Ok(o)) => (i, BufReader::new(o).lines()),
-        (Err(e), _) | (_, Err(e)) => return Err(e.to_string()),
-    };
     let began = Instant::now();
-    let connected = tokio::time::timeout(timeout, connect(stdin, stdout, &config, server, began, Duration::ZERO)).await;
-    let why = match connected {
-        Ok(Ok((service, tools, input))) => {
+    match open_in_worker(child, config, server, timeout_s, &stderr, (began, Duration::ZERO)).await {
+        Ok((service, tools, input, worker)) => {
             input.close();
             let _ = service.cancel().await;
             drop(worker);
-            return Ok(as_json(tools));
+            Ok(tools)
         }
-        Ok(Err(why)) => why,
-        Err(_) => format!("no tool list within {} s", entry.start_timeout_s),
-    };
-    drop(worker);
-    stderr.settle().await;
-    Err(format!(
-        "{why}\nstderr (last lines):\n{}",
-        stderr_tail(&stderr, &redactor)
-    ))
+        Err(why) => Err(failure_detail(&why, &stderr, redactor)),
+    }
+}
+
+/// The tools a `url:` server lists, for `builder mcp pin`: its session is opened from
+/// here (it runs elsewhere), with its token, and closed. `Err`: why not, redacted.
+pub(super) async fn list_at_url(entry: &McpServer, redactor: &Redactor) -> Result<Vec<rmcp::model::Tool>, String> {
+    let timeout = Duration::from_secs(entry.start_timeout_s);
+    let listed = tokio::time::timeout(timeout, super::mcp_http::connect((), entry, |v| std::env::var(v).ok())).await;
+    match listed {
+        Ok(Ok((service, tools))) => {
+            let _ = service.cancel().await;
+            Ok(tools)
+        }
+        Ok(Err(why)) => Err(redactor.redact(&why).into_owned()),
+        Err(_) => Err(format!(
+            "no tool list from {} within {} s",
+            entry.url.as_deref().unwrap_or_default(),
+            entry.start_timeout_s
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -1208,15 +1147,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_server_whose_last_words_are_one_endless_line_is_said_to_have_written_one() {
+    async fn a_server_whose_last_words_are_one_long_line_is_said_to_have_written_one() {
         let tail = tail_of("head -c 40000 /dev/zero | tr '\\0' k >&2").await;
-        assert_eq!(
-            tail.text(),
-            "(its last 16 KiB were one line without an end: not shown)\n"
-        );
+        let ended = tail_of("head -c 40000 /dev/zero | tr '\\0' k >&2; echo >&2").await;
+        assert_eq!(ended.text(), tail.text(), "a line whose end alone was kept");
+        assert_eq!(tail.text(), "(its last 16 KiB were part of one line: not shown)\n");
         assert_eq!(
             stderr_tail(&tail, &Redactor::default()),
-            "(its last 16 KiB were one line without an end: not shown)"
+            "(its last 16 KiB were part of one line: not shown)"
         );
     }
 }

@@ -1,25 +1,29 @@
 //! `builder mcp pin`: starts (or, for a `url:` server, connects to) each declared
-//! server once, lists its tools and writes
-//! what it found to `settings/mcp.lock`, saying in words what changed against the
-//! lock before (a new tool, a gained parameter, a changed description): the lock is a
-//! builder change that review approves like any other.
+//! server once, lists its tools and writes what it found to `settings/mcp.lock`,
+//! saying in words what changed against the lock before (a new tool, a gained
+//! parameter, a changed description): the lock is a builder change that review
+//! approves like any other.
 //!
 //! Pinning runs a stdio server's program in the sandbox a fire gives it (a worker of
 //! the `runtime` binary: [`PinSandbox`]), handed the person's variables it asks for,
 //! and connects to a `url:` server with the person's token. The sandbox keeps the
 //! person's files out of its reach, but not what it is handed or the ports it is
-//! granted; so what it would start is trusted first, as `direnv allow` trusts an `.envrc`: the first pin of
-//! a server, and every pin after its declaration or its program's files changed, is
-//! refused with what would run until the person says `--trust`, which is remembered
-//! (per machine, outside the repository: [`TrustStore`]). A reviewer who pins a
-//! proposal's branch without reading it runs nothing of it (helper-108: its script
-//! read the reviewer's files, and its `url:` server got the reviewer's token).
+//! granted; so what it would start is trusted first ([`trust`]), as `direnv allow`
+//! trusts an `.envrc`: the first pin of a server, and every pin after its declaration
+//! or its program's files changed, is refused with what would run until the person
+//! says `--trust`, which is remembered (per machine, outside the repository:
+//! [`TrustStore`]). A reviewer who pins a proposal's branch without reading it runs
+//! nothing of it (helper-108: its script read the reviewer's files, and its `url:`
+//! server got the reviewer's token).
 
-use super::mcp_client::{list_for_pin, PinSandbox};
+use super::mcp_client::{launch_config, list_at_url, list_in_worker, StartInput};
 use crate::mcp::config::{package_spec, McpServer, McpServers};
 use crate::mcp::digest::command_digest;
 use crate::mcp::lock::{lock_changes, pin_of, LockError, McpLock, ServerPin};
-use std::path::Path;
+use crate::sandbox::SandboxSpec;
+use crate::secrets::Redactor;
+use crate::settings::LandlockMode;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PinError {
@@ -31,7 +35,7 @@ pub enum PinError {
     Listing { server: String, why: String },
     #[error(transparent)]
     Lock(#[from] LockError),
-    #[error("not trusted yet: pinning would run (a program in a fire's sandbox, with what it is handed):\n{}", .0.join("\n"))]
+    #[error("not trusted yet: pinning would start (a program in a fire's sandbox, or a session with a URL) and hand over:\n{}", .0.join("\n"))]
     Untrusted(Vec<String>),
     #[error("the list of trusted MCP servers ({path}) could not be {doing}: {why}")]
     TrustStore {
@@ -39,6 +43,12 @@ pub enum PinError {
         doing: &'static str,
         why: String,
     },
+    /// The settings' rules, whose `Read` deny globs the sandbox masks, do not compile.
+    #[error("settings/runtime.yaml: {0}")]
+    Rules(#[from] crate::policy::PolicyError),
+    /// The repository's git directories, which the sandbox shows, are unknown.
+    #[error("the repository could not be opened: {}", .0.message())]
+    Repository(#[from] git2::Error),
 }
 
 /// Where a person's trust in what `builder mcp pin` starts is remembered: a file of
@@ -150,15 +160,29 @@ fn start_fingerprint(root: &Path, name: &str, entry: &McpServer, digest: &str) -
 /// digest, [`what_starts`]).
 type Start<'s> = (&'s String, &'s McpServer, (Option<String>, String));
 
+/// The servers a pin starts, every one of them trusted ([`trust`]).
+pub struct Trusted<'s> {
+    starts: Vec<Start<'s>>,
+    /// What `--trust` trusted now, in words (one line per server).
+    pub now: Vec<String>,
+}
+
+impl Trusted<'_> {
+    /// Whether a server to pin is a program (a stdio server): it needs a [`PinSandbox`].
+    pub fn starts_a_program(&self) -> bool {
+        self.starts.iter().any(|(_, entry, _)| entry.url.is_none())
+    }
+}
+
 /// What each server to pin (`only`, or all) starts, once every one of them is trusted
-/// ([`require_trust`]).
-fn trusted_starts<'s>(
+/// ([`require_trust`]): the first step of a pin, before anything is started.
+pub fn trust<'s>(
     root: &Path,
     servers: &'s McpServers,
     only: Option<&str>,
     path: &str,
     store: &TrustStore,
-) -> Result<(Vec<Start<'s>>, Vec<String>), PinError> {
+) -> Result<Trusted<'s>, PinError> {
     if let Some(name) = only {
         if !servers.contains_key(name) {
             return Err(PinError::Unknown(name.to_string()));
@@ -169,8 +193,8 @@ fn trusted_starts<'s>(
         starts.push((name, entry, what_starts(root, name, entry, path)?));
     }
     let digests: Vec<_> = starts.iter().map(|(n, e, (_, d))| (*n, *e, d.clone())).collect();
-    let trusted_now = require_trust(root, &digests, store)?;
-    Ok((starts, trusted_now))
+    let now = require_trust(root, &digests, store)?;
+    Ok(Trusted { starts, now })
 }
 
 /// Refuses, naming what would run, unless every server to pin is trusted (or `store`
@@ -206,15 +230,7 @@ fn require_trust(
             .map(|(fp, said)| format!("{fp} {root}:{}", crate::text::printable(said.trim())))
             .collect::<Vec<_>>(),
     )?;
-    Ok(new.into_iter().map(|(_, said)| said).collect())
-}
-
-/// What a pin did: the servers it trusted now (`--trust`: what each runs, in words)
-/// and what pinning each server changed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pinning {
-    pub trusted_now: Vec<String>,
-    pub pinned: Vec<Pinned>,
+    Ok(new.into_iter().map(|(_, said)| said.trim_start().to_string()).collect())
 }
 
 /// What pinning one server changed, in words.
@@ -239,44 +255,65 @@ fn what_starts(root: &Path, name: &str, entry: &McpServer, path: &str) -> Result
 }
 
 /// `listed`, unless a definition holds the value of the server's `token_env` or of a
-/// variable it is handed (`env_allow`, which a fire's redactor treats as secrets): a
-/// server that echoes one would have it committed in the lock (helper-110).
-fn without_token(entry: &McpServer, listed: Vec<serde_json::Value>) -> Result<Vec<serde_json::Value>, String> {
-    let text: Vec<String> = listed.iter().map(ToString::to_string).collect();
-    for var in entry.secret_vars() {
-        // As the redactor: values shorter than 6 bytes would match by chance.
-        let Some(value) = std::env::var(var).ok().filter(|t| t.len() >= 6) else {
-            continue;
-        };
-        if text.iter().any(|t| t.contains(&value)) {
-            return Err(format!(
-                "a tool definition contains the value of `{var}`: not pinned, it would be committed"
-            ));
+/// variable it is handed (`env_allow`, which a fire's redactor treats as secrets), in
+/// any form the redactor knows (percent-encoded, base64, hex, JSON-escaped), in the
+/// text as written or in a string of it read back: a server that echoes one would
+/// have it committed in the lock (helper-110, helper-116).
+fn without_token(
+    entry: &McpServer,
+    redactor: &Redactor,
+    listed: Vec<serde_json::Value>,
+) -> Result<Vec<serde_json::Value>, String> {
+    fn strings<'v>(value: &'v serde_json::Value, out: &mut Vec<&'v str>) {
+        match value {
+            serde_json::Value::String(s) => out.push(s),
+            serde_json::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
+            serde_json::Value::Object(map) => map.iter().for_each(|(k, v)| {
+                out.push(k);
+                strings(v, out)
+            }),
+            _ => {}
         }
+    }
+    let written: Vec<String> = listed.iter().map(ToString::to_string).collect();
+    let mut read_back = Vec::new();
+    listed.iter().for_each(|t| strings(t, &mut read_back));
+    let holds = |t: &str| redactor.holds_secret(t.as_bytes());
+    if written.iter().any(|t| holds(t)) || read_back.iter().any(|t| holds(t)) {
+        let vars: Vec<&str> = entry.secret_vars().collect();
+        return Err(format!(
+            "a tool definition contains the value of a variable it is handed (${}), or an encoded form of it: not pinned, it would be committed",
+            vars.join(", $")
+        ));
     }
     Ok(listed)
 }
 
-/// Pins `only` (or every declared server) and writes the lock; servers not pinned
-/// this time keep their pins, servers no longer declared lose them.
+/// Pins the `trusted` servers ([`trust`]; a stdio server is started in `sandbox`) and
+/// writes the lock; servers not pinned this time keep their pins, servers no longer
+/// declared lose them.
 pub async fn pin(
     root: &Path,
     servers: &McpServers,
-    only: Option<&str>,
-    path: &str,
-    store: &TrustStore,
-    sandbox: &PinSandbox,
-) -> Result<Pinning, PinError> {
-    let (starts, trusted_now) = trusted_starts(root, servers, only, path, store)?;
+    trusted: Trusted<'_>,
+    sandbox: Option<&PinSandbox>,
+) -> Result<Vec<Pinned>, PinError> {
     let mut lock = McpLock::load(root)?;
     let before = lock.clone();
     lock.version = 1;
     lock.servers.retain(|name, _| servers.contains_key(name));
     let mut pinned = Vec::new();
-    for (name, entry, (package, digest)) in starts {
-        let listed = list_for_pin(root, name, entry, path, sandbox)
-            .await
-            .and_then(|listed| without_token(entry, listed))
+    for (name, entry, (package, digest)) in trusted.starts {
+        // What it is handed is what its failure must not show (helper-115, helper-117).
+        let redactor = Redactor::from_env(entry.secret_vars());
+        let listed = match (&entry.url, sandbox) {
+            (Some(_), _) => list_at_url(entry, &redactor).await,
+            (None, Some(sandbox)) => sandbox.list(root, name, entry, &redactor).await,
+            (None, None) => Err("no sandbox to start it in".to_string()),
+        };
+        let listed = listed
+            .map(|tools| tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
+            .and_then(|listed| without_token(entry, &redactor, listed))
             .map_err(|why| PinError::Listing {
                 server: name.clone(),
                 why,
@@ -323,10 +360,120 @@ pub async fn pin(
                 server,
             }),
     );
-    Ok(Pinning {
-        trusted_now,
-        pinned: out,
-    })
+    Ok(out)
+}
+
+/// Where `builder mcp pin` starts a stdio server: as a fire starts it, in a worker of
+/// the `runtime` binary, sandboxed. The sandbox is a fire's with nothing of the tools'
+/// grants: the system directories, the repository and its git directories, the
+/// server's own read roots and ports (`read:`, `network:`), the `Read` deny masks of
+/// the settings, and a scratch directory as the only place it writes (removed after),
+/// so a pin reads none of the person's files and leaves nothing in the repository
+/// (the worker keeps what it makes for its sandbox in a directory of the pin's own,
+/// not the repository's `.runtime`). Every layer is required, whatever the settings
+/// say: a branch's `landlock: off` or `best_effort` does not let a pin go on where a
+/// layer is missing (helper-115: without user namespaces a best-effort pin reached a
+/// host socket and left a process behind).
+pub struct PinSandbox {
+    /// The `runtime` binary and its worker's argument.
+    worker_cmd: (PathBuf, Vec<String>),
+    git_dirs: Vec<PathBuf>,
+    /// The settings' `Read` deny globs and [`PIN_MASKS`].
+    masked: Vec<String>,
+    write_bytes: u64,
+    /// The person's `PATH`, where a server's program is resolved as its digest was.
+    path: String,
+}
+
+/// Files a pinned server never sees in the repository, whatever the settings' `Read`
+/// deny rules say: the settings are the branch's, not yet reviewed, and a checkout
+/// holds the person's own secrets beside the tracked files (helper-115: a branch
+/// without `Read(**/.env)` let its server read the person's untracked `.env`).
+pub const PIN_MASKS: &[&str] = &[
+    "**/.env",
+    "**/.env.*",
+    "**/.netrc",
+    "**/.npmrc",
+    "**/.pypirc",
+    "**/.git-credentials",
+    "**/*.pem",
+    "**/*.key",
+    "**/id_rsa*",
+    "**/id_ecdsa*",
+    "**/id_ed25519*",
+];
+
+impl PinSandbox {
+    /// The sandbox of a pin in the repository at `root` under `settings`, its workers
+    /// started by `worker_cmd`, programs resolved on `path`.
+    pub fn of(
+        root: &Path,
+        settings: &crate::settings::RuntimeSettings,
+        worker_cmd: (PathBuf, Vec<String>),
+        path: &str,
+    ) -> Result<PinSandbox, PinError> {
+        let policy = crate::policy::Policy::new(root, &settings.permissions, &settings.builder_paths)?;
+        let git_dirs = crate::git::git_dirs(&git2::Repository::open(root)?);
+        Ok(PinSandbox {
+            worker_cmd,
+            git_dirs,
+            masked: policy
+                .read_masks()
+                .into_iter()
+                .chain(PIN_MASKS.iter().map(|g| g.to_string()))
+                .collect(),
+            write_bytes: settings.sandbox.write_bytes,
+            path: path.to_string(),
+        })
+    }
+
+    /// Lists the tools of the stdio server `server` (`entry`), started in this sandbox
+    /// with a scratch directory and a state directory of its own, both removed after.
+    async fn list(
+        &self,
+        root: &Path,
+        server: &str,
+        entry: &McpServer,
+        redactor: &Redactor,
+    ) -> Result<Vec<rmcp::model::Tool>, String> {
+        let temp = || tempfile::tempdir().map_err(|e| format!("no scratch directory for its sandbox: {e}"));
+        let (scratch, state) = (temp()?, temp()?);
+        let servers = McpServers::default();
+        let spec = SandboxSpec {
+            read_dirs: crate::sandbox::base_read_dirs(root, &self.git_dirs),
+            write_dirs: vec![scratch.path().to_path_buf()],
+            write_files: vec![PathBuf::from("/dev/null")],
+            connect_ports: Vec::new(),
+            scope_ipc: true,
+            max_abi: crate::sandbox::abi_cap_from_env(),
+        };
+        let input = StartInput {
+            root,
+            scratch: scratch.path(),
+            servers: &servers,
+            spec: &spec,
+            mode: LandlockMode::Required,
+            masked: self.masked.clone(),
+            write_bytes: self.write_bytes,
+            env: crate::tools::exec::ExecContext::scrubbed_env(scratch.path()),
+            path: self.path.clone(),
+            home: std::env::var_os("HOME").map(Into::into),
+            redactor,
+        };
+        // The server's own grants and the very program its digest hashed, as a fire
+        // starts it (a bare name is never searched for where a branch could plant it).
+        let mut config = launch_config(&input, server, entry);
+        if let Some(plan) = config.isolation.as_mut() {
+            plan.state_dir = Some(state.path().to_path_buf());
+        }
+        list_in_worker(&self.worker_cmd, &config, server, entry.start_timeout_s, redactor)
+            .await
+            .map_err(|why| match why.contains("its sandbox could not be entered") {
+                // The refusal's own hint is a fire's (`best_effort`), which a pin ignores.
+                true => format!("{why}\n(a pin needs every layer of the sandbox, whatever `sandbox.landlock` says: pin on a machine that has them)"),
+                false => why,
+            })
+    }
 }
 
 /// Warns of each listed tool of `server` a fire will never offer: its name is not one
@@ -338,5 +485,35 @@ fn warn_never_offered<'a>(server: &str, tools: impl Iterator<Item = &'a String>)
             "`{}` will never be offered: not a name providers accept (ASCII letters, digits, `_` and `-`, at most 64)",
             crate::text::printable(&crate::mcp::tool_name(server, tool))
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_definition_holding_a_handed_secret_in_any_known_form_is_not_pinned() {
+        use base64::Engine;
+        let entry: McpServer = serde_yaml::from_str("command: [/bin/true]\nenv_allow: [TICKETS_AUTH, HOME]\n").unwrap();
+        let secret = "tk-9f8e\"7d6c\\5b4a";
+        let redactor = Redactor::default().with_value(secret);
+        let tool = |description: &str| vec![serde_json::json!({"name": "echo", "description": description})];
+        assert!(without_token(&entry, &redactor, tool("Echo text back.")).is_ok());
+        let refused = [
+            format!("token {secret}"),
+            base64::engine::general_purpose::STANDARD.encode(secret),
+            hex::encode(secret),
+        ];
+        for description in refused {
+            let why = without_token(&entry, &redactor, tool(&description)).unwrap_err();
+            assert!(why.contains("($TICKETS_AUTH)"), "{why}");
+        }
+        // Written out, the quote and backslash are escaped: the string read back holds it.
+        assert!(!tool(&format!("x{secret}"))[0].to_string().contains(secret));
+        assert!(without_token(&entry, &redactor, tool(&format!("x{secret}"))).is_err());
+        // A key of the definition, too.
+        let keyed = vec![serde_json::json!({"name": "echo", "inputSchema": {"properties": {secret: {}}}})];
+        assert!(without_token(&entry, &redactor, keyed).is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! The runtime's side of the tool worker: spawns the worker process (the `runtime`
-//! binary's hidden `__tool-worker` command), sends it its sandbox, and exchanges one
+//! binary's hidden worker command, [`crate::worker::WORKER_COMMAND`]), sends it its sandbox, and exchanges one
 //! JSON line per tool call. A worker that dies mid-call makes the call's side effect
 //! uncertain rather than crashing the fire, and a spare worker started with it takes
 //! its place, once.

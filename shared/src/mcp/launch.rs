@@ -26,8 +26,8 @@ pub struct McpLaunch {
 /// A server's command as every caller starts it: `argv` in `root`, with `env` only and
 /// piped stdin and stdout (the caller decides stderr); `None` for an empty `argv`.
 /// Python writes no bytecode beside the server's modules: the server's directory is
-/// pinned whole ([`super::digest`]), and a `__pycache__` written by `builder mcp pin`
-/// listing its tools would make the next fire's digest differ.
+/// pinned whole ([`super::digest`]), and a `__pycache__` a server wrote there (where
+/// its sandbox lets it write) would make the next fire's digest differ.
 pub fn server_command(argv: &[String], root: &Path, env: &[(String, String)]) -> Option<Command> {
     let (program, args) = argv.split_first()?;
     let mut cmd = Command::new(program);
@@ -196,23 +196,38 @@ fn pass_notes<O: Write>(output: &Mutex<O>, notes: Vec<String>) {
     }
 }
 
-/// The longest protocol line a server may write: the worker holds a line whole to
-/// read it, so one without end would grow the worker's memory until the host's ran
-/// out (helper-115: a 1 GB line, 1.9 GB resident). A longer line ends the session,
-/// as the server's end would.
-pub const SERVER_LINE_MAX: usize = 16 * 1024 * 1024;
+/// The longest protocol line a server may write (read, and as the worker writes it
+/// out again): the worker holds a line whole to read it, so one without end would
+/// grow the worker's memory until the host's ran out (helper-115: a 1 GB line, 1.9 GB
+/// resident), and the runtime parses what it passes on (helper-116: 16 MiB of `[0,0,...]`
+/// grew `builder` to 1.5 GB). A longer line ends the session, as the server's end
+/// would. Ample for a tool's answer: the model is shown at most `tool_output_bytes`.
+pub const SERVER_LINE_MAX: usize = 4 * 1024 * 1024;
+
+/// What [`read_line_within`] read.
+#[derive(Debug, PartialEq)]
+enum Read {
+    /// A line, without its end.
+    Line(String),
+    /// The end of the stream, a read error or a line that is not UTF-8.
+    End,
+    /// A line longer than the limit: nothing after it is read.
+    TooLong,
+}
 
 /// The next line of `from` without its end (`\n` or `\r\n`), read no further than
-/// `max` bytes: `None` at the end of the stream, on a read error, on a line that is
-/// not UTF-8, and on a line longer than `max`.
-fn read_line_within(from: &mut impl BufRead, max: usize) -> Option<String> {
+/// `max` bytes past its start (its end included).
+fn read_line_within(from: &mut impl BufRead, max: usize) -> Read {
     let mut line = Vec::new();
-    let read = std::io::Read::take(&mut *from, max as u64 + 1)
-        .read_until(b'\n', &mut line)
-        .ok()?;
+    let Ok(read) = std::io::Read::take(&mut *from, max as u64 + 1).read_until(b'\n', &mut line) else {
+        return Read::End;
+    };
     let ended = line.last() == Some(&b'\n');
-    if read == 0 || (!ended && line.len() > max) {
-        return None;
+    if read == 0 {
+        return Read::End;
+    }
+    if !ended && line.len() > max {
+        return Read::TooLong;
     }
     if ended {
         line.pop();
@@ -220,7 +235,7 @@ fn read_line_within(from: &mut impl BufRead, max: usize) -> Option<String> {
             line.pop();
         }
     }
-    String::from_utf8(line).ok()
+    String::from_utf8(line).map_or(Read::End, Read::Line)
 }
 
 /// The reader of [`run_server`]: each line from the server, read as
@@ -235,11 +250,27 @@ fn pass_server_lines<O: Write, S: FnMut() -> Vec<String>>(
     copied_last: &std::sync::atomic::AtomicBool,
 ) {
     let mut from_server = BufReader::new(from_server);
-    while let Some(line) = read_line_within(&mut from_server, SERVER_LINE_MAX) {
+    let too_long = || {
+        // On the server's stderr (the worker's), so its card or pin says why.
+        eprintln!(
+            "[sandbox] the server wrote a protocol line over {} MiB: its session ends",
+            SERVER_LINE_MAX >> 20
+        );
+    };
+    loop {
+        let line = match read_line_within(&mut from_server, SERVER_LINE_MAX) {
+            Read::Line(line) => line,
+            Read::End => break,
+            Read::TooLong => break too_long(),
+        };
         let (kind, line) = server_line(&line);
         let (ServerLine::Answer | ServerLine::Other, Some(line)) = (&kind, line) else {
             continue;
         };
+        // Written out again it can be longer (`1e15` is `1000000000000000.0`).
+        if line.len() > SERVER_LINE_MAX {
+            break too_long();
+        }
         let mut copying = if kind == ServerLine::Answer {
             sync.lock().ok()
         } else {
@@ -268,18 +299,27 @@ mod tests {
 
     #[test]
     fn a_line_is_read_up_to_its_limit_and_one_past_it_ends_the_reading() {
-        let mut from = std::io::Cursor::new(b"{\"a\":1}\r\n12345678\n123456789\nnever".to_vec());
-        assert_eq!(read_line_within(&mut from, 8).as_deref(), Some("{\"a\":1}"));
-        assert_eq!(read_line_within(&mut from, 8).as_deref(), Some("12345678"));
-        assert_eq!(read_line_within(&mut from, 8), None, "nine bytes are past the limit");
+        let line = |s: &str| Read::Line(s.to_string());
+        let mut from = std::io::Cursor::new(b"{\"a\":1}\r\n1234567\n123456789\nnever".to_vec());
+        assert_eq!(read_line_within(&mut from, 8), line("{\"a\":1}"));
+        assert_eq!(read_line_within(&mut from, 8), line("1234567"));
+        assert_eq!(
+            read_line_within(&mut from, 8),
+            Read::TooLong,
+            "nine bytes are past the limit"
+        );
         let mut last = std::io::Cursor::new(b"tail".to_vec());
-        assert_eq!(read_line_within(&mut last, 8).as_deref(), Some("tail"));
-        assert_eq!(read_line_within(&mut last, 8), None);
+        assert_eq!(read_line_within(&mut last, 8), line("tail"));
+        assert_eq!(read_line_within(&mut last, 8), Read::End);
+        assert_eq!(
+            read_line_within(&mut std::io::Cursor::new(vec![0xff, b'\n']), 8),
+            Read::End
+        );
         let mut endless = std::io::Read::take(std::io::repeat(b'x'), 1 << 30);
         let mut endless = BufReader::new(&mut endless);
         assert_eq!(
             read_line_within(&mut endless, 1 << 20),
-            None,
+            Read::TooLong,
             "read no further than the limit"
         );
     }

@@ -74,12 +74,7 @@ impl EtcView {
         let (items, stamp, settled) = walk(Path::new("/etc"));
         let dir = state.join(SNAPSHOTS_DIR);
         let snapshot = dir.join(format!("{stamp:016x}"));
-        // Never through a link: the clean-up of unused snapshots removes what it
-        // finds there (helper-115: a branch's `.runtime/sandbox-etc` link to `../..`).
-        let linked = [state, dir.as_path()]
-            .iter()
-            .any(|p| p.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()));
-        let found = !linked
+        let found = !linked(&dir)
             && (snapshot.symlink_metadata().is_ok_and(|m| m.is_dir())
                 || (settled && make_snapshot(&items, Path::new("/etc"), &dir, &snapshot).is_ok()));
         EtcView {
@@ -265,7 +260,24 @@ fn small_tree(path: &Path, stamp: &mut dyn FnMut(&Path, &std::fs::Metadata)) -> 
 /// first is as good. Files this process cannot read are left out; the large
 /// entries get an empty file or directory to be bound over. Then snapshots unused
 /// for [`KEEP_UNUSED`] are removed.
+/// Whether the snapshots' directory `dir`, or the state directory it is in, is a link:
+/// then no snapshot is taken, made or cleaned up there, since the clean-up of unused
+/// snapshots removes what it finds (helper-115: a branch's `.runtime/sandbox-etc`
+/// linked to `../..` had the person's directories removed).
+fn linked(dir: &Path) -> bool {
+    [Some(dir), dir.parent()]
+        .into_iter()
+        .flatten()
+        .any(|p| p.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()))
+}
+
 fn make_snapshot(items: &[EtcItem], etc: &Path, dir: &Path, snapshot: &Path) -> std::io::Result<()> {
+    if linked(dir) {
+        return Err(std::io::Error::other(format!(
+            "{} is reached through a link",
+            dir.display()
+        )));
+    }
     std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)?;
     let temp = dir.join(format!(".new-{:016x}", rand::random::<u64>()));
     std::fs::DirBuilder::new().mode(0o755).create(&temp)?;
@@ -435,17 +447,23 @@ mod tests {
             std::fs::File::open(&old).unwrap().set_modified(three_days_ago).unwrap();
             old
         };
-        // What the clean-up does through a link when nothing stops it first.
+        // Through a real directory the clean-up removes what is old there.
         let d = fake_etc();
         let (items, stamp, _) = walk(d.path());
+        let snapshot_in = |dir: &Path| make_snapshot(&items, d.path(), dir, &dir.join(format!("{stamp:016x}")));
+        let swept = plant(".ssh");
+        snapshot_in(victim.path()).unwrap();
+        assert!(!swept.exists(), "the clean-up did not run");
+        // Through a link, nothing is made or removed.
         let state = tempfile::tempdir().unwrap();
         let link = state.path().join(SNAPSHOTS_DIR);
         std::os::unix::fs::symlink(victim.path(), &link).unwrap();
-        let swept = plant(".ssh");
-        make_snapshot(&items, d.path(), &link, &link.join(format!("{stamp:016x}"))).unwrap();
-        assert!(!swept.exists(), "the clean-up did not run through the link");
-        // The state directory's snapshots, or the state directory, a link: neither
-        // made nor cleaned up.
+        let kept = plant(".gnupg");
+        assert!(snapshot_in(&link).is_err());
+        assert!(kept.join("id_ed25519").is_file(), "the person's directory was removed");
+        // Nor by a worker's preparation, whether the snapshots' directory or the state
+        // directory is the link.
+        std::fs::remove_dir_all(victim.path().join(format!("{stamp:016x}"))).unwrap();
         let kept = plant("Documents");
         assert!(EtcView::prepare(state.path()).snapshot().is_none());
         let linked_state = tempfile::tempdir().unwrap();

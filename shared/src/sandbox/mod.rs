@@ -25,6 +25,7 @@ pub const SYSTEM_READ_DIRS: &[&str] = &[
 
 /// What one sandboxed process may do.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SandboxSpec {
     /// Directories readable (and executable) beneath.
     pub read_dirs: Vec<PathBuf>,
@@ -74,9 +75,7 @@ pub fn worker_spec(
     s: &RuntimeSettings,
     ownership: &Ownership,
 ) -> SandboxSpec {
-    let mut read_dirs: Vec<PathBuf> = SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect();
-    read_dirs.push(root.to_path_buf());
-    read_dirs.extend(git_dirs.iter().filter(|d| !d.starts_with(root)).cloned());
+    let mut read_dirs = base_read_dirs(root, git_dirs);
     read_dirs.extend(s.permissions.additional_directories.iter().map(PathBuf::from));
     let mut write_dirs = vec![scratch.to_path_buf()];
     for dir in acl_dirs(&s.permissions.write) {
@@ -96,6 +95,15 @@ pub fn worker_spec(
         scope_ipc: true,
         max_abi: abi_cap_from_env(),
     }
+}
+
+/// What every worker reads: the system directories, the repository and its git
+/// directories outside it (a linked worktree's common directory).
+pub fn base_read_dirs(root: &Path, git_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut read_dirs: Vec<PathBuf> = SYSTEM_READ_DIRS.iter().map(PathBuf::from).collect();
+    read_dirs.push(root.to_path_buf());
+    read_dirs.extend(git_dirs.iter().filter(|d| !d.starts_with(root)).cloned());
+    read_dirs
 }
 
 /// The runtime's own sandbox, entered before the loop: it may write its records, its

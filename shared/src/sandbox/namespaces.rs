@@ -51,6 +51,7 @@ pub const MAX_TOOL_PROCESSES: u64 = 1024;
 
 /// What the worker's mount namespace shows, sent to it with its sandbox.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NamespacePlan {
     /// The repository: visible read-only.
     pub root: PathBuf,
