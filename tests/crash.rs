@@ -796,7 +796,7 @@ fn worker_of(pid: i32) -> Option<i32> {
         let stat = std::fs::read_to_string(format!("/proc/{at}/stat")).ok()?;
         let ppid: i32 = stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()?;
         let cmdline = std::fs::read(format!("/proc/{ppid}/cmdline")).ok()?;
-        if String::from_utf8_lossy(&cmdline).contains("__tool-worker") {
+        if String::from_utf8_lossy(&cmdline).contains(shared::worker::WORKER_COMMAND) {
             return Some(ppid);
         }
         at = ppid;
@@ -846,7 +846,7 @@ fn a_tool_worker_killed_before_its_sandbox_report_is_replaced_by_the_spare() {
 }
 
 /// The tool worker the runtime `runtime` started (not its parked spare, `/bin/sh -c
-/// ... __tool-worker`).
+/// ...`, the worker command only once woken).
 fn tool_worker_of(runtime: i32) -> i32 {
     std::fs::read_dir("/proc")
         .unwrap()

@@ -551,13 +551,13 @@ fn processes() -> Vec<(i32, i32, String)> {
 }
 
 /// Waits until the prefetch's `sleep` runs under the runtime `pid`; returns the pid of
-/// the runtime's worker process (its child running `__tool-worker`).
+/// the runtime's worker process (its child running `shared::worker::WORKER_COMMAND`).
 fn wait_for_worker(pid: i32) -> i32 {
     for _ in 0..500 {
         let ps = processes();
         let worker = ps
             .iter()
-            .find(|(_, ppid, cmd)| *ppid == pid && cmd.contains("__tool-worker"))
+            .find(|(_, ppid, cmd)| *ppid == pid && cmd.contains(shared::worker::WORKER_COMMAND))
             .map(|p| p.0);
         let sleeping = ps.iter().any(|(_, _, cmd)| cmd.starts_with("sleep 4"));
         if let (Some(w), true) = (worker, sleeping) {

@@ -344,7 +344,10 @@ fn probe_case(who: As) {
     assert_eq!(m["capeff"], "CapEff:0000000000000000", "{m:?}");
     let procs: usize = m["procs"].parse().unwrap();
     assert!(procs <= 6, "own /proc shows only the worker's processes: {m:?}");
-    assert!(m["init"].contains("__tool-worker"), "PID 1 is the worker: {m:?}");
+    assert!(
+        m["init"].contains(shared::worker::WORKER_COMMAND),
+        "PID 1 is the worker: {m:?}"
+    );
     assert_eq!(m["environ"], "absent", "{m:?}");
     assert_eq!(m["tmp"], "hidden", "the host /tmp is replaced: {m:?}");
     assert!(

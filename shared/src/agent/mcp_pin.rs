@@ -256,9 +256,11 @@ fn what_starts(root: &Path, name: &str, entry: &McpServer, path: &str) -> Result
 
 /// `listed`, unless a definition holds the value of the server's `token_env` or of a
 /// variable it is handed (`env_allow`, which a fire's redactor treats as secrets), in
-/// any form the redactor knows (percent-encoded, base64, hex, JSON-escaped), in the
-/// text as written or in a string of it read back: a server that echoes one would
-/// have it committed in the lock (helper-110, helper-116).
+/// any form the redactor knows (percent-encoded, base64, hex, JSON-escaped), or
+/// anything the redactor takes for a key or a credential (`ghp_...`, a URL's
+/// `user:password@`), in the text as written or in a string of it read back: a server
+/// that echoes one would have it committed in the lock (helper-110, helper-116;
+/// helper-118: a token in `.git/config`'s remote URL, which a pinned server reads).
 fn without_token(
     entry: &McpServer,
     redactor: &Redactor,
@@ -278,11 +280,11 @@ fn without_token(
     let written: Vec<String> = listed.iter().map(ToString::to_string).collect();
     let mut read_back = Vec::new();
     listed.iter().for_each(|t| strings(t, &mut read_back));
-    let holds = |t: &str| redactor.holds_secret(t.as_bytes());
+    let holds = |t: &str| redactor.holds_secret(t.as_bytes()) || redactor.redact(t) != t;
     if written.iter().any(|t| holds(t)) || read_back.iter().any(|t| holds(t)) {
         let vars: Vec<&str> = entry.secret_vars().collect();
         return Err(format!(
-            "a tool definition contains the value of a variable it is handed (${}), or an encoded form of it: not pinned, it would be committed",
+            "a tool definition contains the value of a variable it is handed (${}) or an encoded form of it, or something shaped like a key or a credential: not pinned, it would be committed",
             vars.join(", $")
         ));
     }
@@ -389,15 +391,36 @@ pub struct PinSandbox {
 /// deny rules say: the settings are the branch's, not yet reviewed, and a checkout
 /// holds the person's own secrets beside the tracked files (helper-115: a branch
 /// without `Read(**/.env)` let its server read the person's untracked `.env`).
+/// Names, not contents: what a checkout holds under another name is not masked, which
+/// is why a definition shaped like a key or a credential is not pinned either
+/// ([`without_token`]).
 pub const PIN_MASKS: &[&str] = &[
     "**/.env",
     "**/.env.*",
+    "**/.envrc",
+    "**/.dev.vars",
     "**/.netrc",
     "**/.npmrc",
     "**/.pypirc",
+    "**/.pgpass",
     "**/.git-credentials",
+    "**/.aws/**",
+    "**/.kube/**",
+    "**/.docker/config.json",
+    "**/secrets.json",
+    "**/secrets.yaml",
+    "**/secrets.yml",
+    "**/secrets.toml",
+    "**/credentials",
+    "**/credentials.json",
+    "**/*service-account*.json",
+    "**/*.tfvars",
+    "**/*.tfstate",
+    "**/*.tfstate.backup",
     "**/*.pem",
     "**/*.key",
+    "**/*.p12",
+    "**/*.pfx",
     "**/id_rsa*",
     "**/id_ecdsa*",
     "**/id_ed25519*",
@@ -468,7 +491,7 @@ impl PinSandbox {
         }
         list_in_worker(&self.worker_cmd, &config, server, entry.start_timeout_s, redactor)
             .await
-            .map_err(|why| match why.contains("its sandbox could not be entered") {
+            .map_err(|why| match why.starts_with("its sandbox could not be entered") {
                 // The refusal's own hint is a fire's (`best_effort`), which a pin ignores.
                 true => format!("{why}\n(a pin needs every layer of the sandbox, whatever `sandbox.landlock` says: pin on a machine that has them)"),
                 false => why,
@@ -512,6 +535,9 @@ mod tests {
         // Written out, the quote and backslash are escaped: the string read back holds it.
         assert!(!tool(&format!("x{secret}"))[0].to_string().contains(secret));
         assert!(without_token(&entry, &redactor, tool(&format!("x{secret}"))).is_err());
+        // Something shaped like a credential, whoever's it is.
+        let remote = tool("clones https://ci:ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/o/r");
+        assert!(without_token(&entry, &Redactor::default(), remote).is_err());
         // A key of the definition, too.
         let keyed = vec![serde_json::json!({"name": "echo", "inputSchema": {"properties": {secret: {}}}})];
         assert!(without_token(&entry, &redactor, keyed).is_err());

@@ -209,10 +209,12 @@ pub const SERVER_LINE_MAX: usize = 4 * 1024 * 1024;
 enum Read {
     /// A line, without its end.
     Line(String),
-    /// The end of the stream, a read error or a line that is not UTF-8.
+    /// The end of the stream, or a read error.
     End,
     /// A line longer than the limit: nothing after it is read.
     TooLong,
+    /// A line that is not UTF-8 (so not JSON): nothing after it is read.
+    NotUtf8,
 }
 
 /// The next line of `from` without its end (`\n` or `\r\n`), read no further than
@@ -235,7 +237,7 @@ fn read_line_within(from: &mut impl BufRead, max: usize) -> Read {
             line.pop();
         }
     }
-    String::from_utf8(line).map_or(Read::End, Read::Line)
+    String::from_utf8(line).map_or(Read::NotUtf8, Read::Line)
 }
 
 /// The reader of [`run_server`]: each line from the server, read as
@@ -250,8 +252,8 @@ fn pass_server_lines<O: Write, S: FnMut() -> Vec<String>>(
     copied_last: &std::sync::atomic::AtomicBool,
 ) {
     let mut from_server = BufReader::new(from_server);
+    // Said on the server's stderr (the worker's), so its card or pin says why.
     let too_long = || {
-        // On the server's stderr (the worker's), so its card or pin says why.
         eprintln!(
             "[sandbox] the server wrote a protocol line over {} MiB: its session ends",
             SERVER_LINE_MAX >> 20
@@ -262,6 +264,9 @@ fn pass_server_lines<O: Write, S: FnMut() -> Vec<String>>(
             Read::Line(line) => line,
             Read::End => break,
             Read::TooLong => break too_long(),
+            Read::NotUtf8 => {
+                break eprintln!("[sandbox] the server wrote a protocol line that is not UTF-8: its session ends");
+            }
         };
         let (kind, line) = server_line(&line);
         let (ServerLine::Answer | ServerLine::Other, Some(line)) = (&kind, line) else {
@@ -313,7 +318,7 @@ mod tests {
         assert_eq!(read_line_within(&mut last, 8), Read::End);
         assert_eq!(
             read_line_within(&mut std::io::Cursor::new(vec![0xff, b'\n']), 8),
-            Read::End
+            Read::NotUtf8
         );
         let mut endless = std::io::Read::take(std::io::repeat(b'x'), 1 << 30);
         let mut endless = BufReader::new(&mut endless);

@@ -255,11 +255,6 @@ fn small_tree(path: &Path, stamp: &mut dyn FnMut(&Path, &std::fs::Metadata)) -> 
     Some(out)
 }
 
-/// Writes the snapshot of `items` as `snapshot` (in `dir`): made under a temporary
-/// name and renamed, so a worker never binds half of one; another worker's rename
-/// first is as good. Files this process cannot read are left out; the large
-/// entries get an empty file or directory to be bound over. Then snapshots unused
-/// for [`KEEP_UNUSED`] are removed.
 /// Whether the snapshots' directory `dir`, or the state directory it is in, is a link:
 /// then no snapshot is taken, made or cleaned up there, since the clean-up of unused
 /// snapshots removes what it finds (helper-115: a branch's `.runtime/sandbox-etc`
@@ -271,6 +266,11 @@ fn linked(dir: &Path) -> bool {
         .any(|p| p.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()))
 }
 
+/// Writes the snapshot of `items` as `snapshot` (in `dir`): made under a temporary
+/// name and renamed, so a worker never binds half of one; another worker's rename
+/// first is as good. Files this process cannot read are left out; the large
+/// entries get an empty file or directory to be bound over. Then snapshots unused
+/// for [`KEEP_UNUSED`] are removed.
 fn make_snapshot(items: &[EtcItem], etc: &Path, dir: &Path, snapshot: &Path) -> std::io::Result<()> {
     if linked(dir) {
         return Err(std::io::Error::other(format!(
