@@ -62,8 +62,10 @@ pub const WORK_TREE_FILE_MAX: u64 = 16 * 1024 * 1024;
 /// into the git directory (`.git/config` may hold a CI token) or the runtime's private
 /// state (`.runtime`). The link itself is named by the check of links (which also
 /// refuses links within the repository that leave the builder-owned paths); this only
-/// keeps the reader from following one out. The path is resolved, then opened: a
-/// checkout is not raced by the branch it holds.
+/// keeps the reader from following one out. The path is resolved, then opened, so a
+/// process that can swap a link in the work tree between the two could still lead
+/// the read elsewhere: a fire's tools cannot write builder-owned paths, and a branch
+/// does not race its own checkout, so this guards what a checkout holds, not a race.
 pub fn read_within(root: &Path, rel: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     let real_root = std::fs::canonicalize(root)?;
     let real = std::fs::canonicalize(root.join(rel))?;

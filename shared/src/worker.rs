@@ -290,12 +290,15 @@ mod tests {
             mode: crate::settings::LandlockMode::Required,
             env: Vec::new(),
             isolation: Some(crate::sandbox::namespaces::NamespacePlan::default()),
-            mcp: None,
+            mcp: Some(crate::mcp::McpLaunch {
+                server: "files".into(),
+                argv: vec!["/bin/true".into()],
+            }),
         };
         let mut line = serde_json::to_value(&config).unwrap();
         assert!(serde_json::from_value::<WorkerConfig>(line.clone()).is_ok());
         // As a newer builder's field would reach an older worker: at every level.
-        for at in ["", "/spec", "/isolation"] {
+        for at in ["", "/spec", "/isolation", "/mcp"] {
             let mut changed = line.clone();
             changed.pointer_mut(at).unwrap()["state_dir_v9"] = serde_json::json!("/elsewhere");
             assert!(serde_json::from_value::<WorkerConfig>(changed).is_err(), "{at}");

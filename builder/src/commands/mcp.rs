@@ -49,7 +49,7 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
     let store = shared::agent::mcp_pin::TrustStore::of_person(trust).ok_or_else(|| {
         CommandError::new(
             Kind::Environment,
-            anyhow::anyhow!("neither HOME nor XDG_STATE_HOME is set: nowhere to remember which servers you trust"),
+            anyhow::anyhow!("neither HOME nor XDG_STATE_HOME is set to an absolute path: nowhere to remember which servers you trust"),
         )
     })?;
     let trusted =

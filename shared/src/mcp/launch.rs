@@ -16,8 +16,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 /// What the worker starts: sent in its [`crate::worker::WorkerConfig`]. The server's
-/// stderr is the worker's own, which the runtime points at a file for failure cards.
+/// stderr is the worker's own, a pipe whose last lines the runtime keeps for cards.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct McpLaunch {
     pub server: String,
     pub argv: Vec<String>,

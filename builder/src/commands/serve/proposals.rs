@@ -84,8 +84,8 @@ struct PageHtml {
     p: Row,
     tree: String,
     review_href: String,
-    /// Whether the page loads its review as it opens: only when the person came from
-    /// this server's own pages or opened the address themselves (see [`page`]).
+    /// Whether the page loads its review as it opens: only when the browser says the
+    /// request came from this server's own pages (`same-origin`; see [`page`]).
     review_on_load: bool,
     name_raw: String,
     /// The head's full id, which the approve form carries.
