@@ -69,6 +69,10 @@ pub fn run(args: Args, repo_path: &Path) -> Result<Outcome, CommandError> {
         }
         false => None,
     };
+    // A worker that ended (its server died, or its sandbox could not be entered) must
+    // fail the write to it, not kill `builder` by SIGPIPE, which its `main` restored
+    // for `builder ... | head` (CI saw a pin of a dying server end by a signal).
+    kernel::signal::ignore(kernel::signal::Signal::Pipe);
     let pinned = rt
         .block_on(shared::agent::mcp_pin::pin(
             &wt.root,
